@@ -1,0 +1,10 @@
+// Kiln: differentiable programming in C++. Include this one header.
+#pragma once
+
+#include "kiln/dtype.h"
+#include "kiln/error.h"
+#include "kiln/ops.h"
+#include "kiln/primitive.h"
+#include "kiln/random.h"
+#include "kiln/shape.h"
+#include "kiln/tensor.h"

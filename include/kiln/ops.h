@@ -1,0 +1,218 @@
+// Tensor operations. Each is a primitive (or a composition of primitives), so it runs eagerly
+// now and records into IR under a trace. Binary operations broadcast (numpy rules) and promote
+// dtypes (docs/DESIGN.md); C++ arithmetic scalars are weakly typed: `x * 2.0` keeps x's dtype.
+#pragma once
+
+#include <concepts>
+#include <optional>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+using Axes = std::vector<int64_t>;
+
+// ---- elementwise, unary -------------------------------------------------------
+Tensor neg(const Tensor& x, Loc loc = Loc::current());
+Tensor abs(const Tensor& x, Loc loc = Loc::current());
+Tensor sign(const Tensor& x, Loc loc = Loc::current());
+Tensor exp(const Tensor& x, Loc loc = Loc::current());
+Tensor log(const Tensor& x, Loc loc = Loc::current());
+Tensor log1p(const Tensor& x, Loc loc = Loc::current());
+Tensor expm1(const Tensor& x, Loc loc = Loc::current());
+Tensor sqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor rsqrt(const Tensor& x, Loc loc = Loc::current());
+Tensor sin(const Tensor& x, Loc loc = Loc::current());
+Tensor cos(const Tensor& x, Loc loc = Loc::current());
+Tensor tan(const Tensor& x, Loc loc = Loc::current());
+Tensor tanh(const Tensor& x, Loc loc = Loc::current());
+Tensor sigmoid(const Tensor& x, Loc loc = Loc::current());
+Tensor erf(const Tensor& x, Loc loc = Loc::current());
+Tensor floor(const Tensor& x, Loc loc = Loc::current());
+Tensor ceil(const Tensor& x, Loc loc = Loc::current());
+Tensor round(const Tensor& x, Loc loc = Loc::current());  // half to even, like numpy
+Tensor square(const Tensor& x, Loc loc = Loc::current());
+Tensor logical_not(const Tensor& x, Loc loc = Loc::current());
+Tensor isnan(const Tensor& x, Loc loc = Loc::current());
+Tensor astype(const Tensor& x, DType dtype, Loc loc = Loc::current());
+
+// ---- elementwise, binary (broadcasting, promoting) ------------------------------
+Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// Floats: true division. Integers: truncating division; a zero divisor raises Error.
+Tensor div(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor pow(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor minimum(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor clip(const Tensor& x, const Tensor& lo, const Tensor& hi, Loc loc = Loc::current());
+Tensor clip(const Tensor& x, double lo, double hi, Loc loc = Loc::current());
+Tensor equal(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor not_equal(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor less(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor less_equal(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor greater(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor greater_equal(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// Elementwise choice; cond must be bool. x and y broadcast and promote.
+Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, Loc loc = Loc::current());
+
+// A weakly typed C++ scalar as a 0-d tensor of the dtype it takes next to `like`.
+Tensor scalar_like(const Tensor& like, double value, bool is_floating = true);
+template <typename S>
+Tensor weak(const Tensor& like, S s) {
+  return scalar_like(like, static_cast<double>(s), std::is_floating_point_v<S>);
+}
+
+// ---- reductions (axes empty = all axes) -------------------------------------------
+Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor prod(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor logsumexp(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+                 Loc loc = Loc::current());
+// Variance with `ddof` delta degrees of freedom (0: population variance, like numpy).
+Tensor var(const Tensor& x, const Axes& axes = {}, bool keepdims = false, int64_t ddof = 0,
+           Loc loc = Loc::current());
+Tensor any(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor all(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
+// Index (int64) of the first maximum/minimum along one axis; nullopt flattens first.
+Tensor argmax(const Tensor& x, std::optional<int64_t> axis = std::nullopt, bool keepdims = false,
+              Loc loc = Loc::current());
+Tensor argmin(const Tensor& x, std::optional<int64_t> axis = std::nullopt, bool keepdims = false,
+              Loc loc = Loc::current());
+
+Tensor softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
+Tensor log_softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
+
+// ---- linear algebra ----------------------------------------------------------------
+// numpy matmul semantics: 1-d operands are promoted and the added axis removed; batch axes
+// broadcast. float32/float64 run through OpenBLAS.
+Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+
+// ---- shapes and views (views share storage; see docs/DESIGN.md) --------------------
+// One dimension may be -1 (inferred). A view when x is contiguous, else a copy.
+Tensor reshape(const Tensor& x, const Shape& shape, Loc loc = Loc::current());
+Tensor flatten(const Tensor& x, Loc loc = Loc::current());  // to 1-d
+// Reverses the axes (no permutation given) or permutes them.
+Tensor transpose(const Tensor& x, Loc loc = Loc::current());
+Tensor transpose(const Tensor& x, const Axes& perm, Loc loc = Loc::current());
+Tensor permute(const Tensor& x, const Axes& perm, Loc loc = Loc::current());
+Tensor swapaxes(const Tensor& x, int64_t a, int64_t b, Loc loc = Loc::current());
+Tensor moveaxis(const Tensor& x, int64_t from, int64_t to, Loc loc = Loc::current());
+Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc = Loc::current());
+Tensor expand_dims(const Tensor& x, int64_t axis, Loc loc = Loc::current());
+// Removes the given size-1 axes, or all of them.
+Tensor squeeze(const Tensor& x, const Axes& axes = {}, Loc loc = Loc::current());
+
+// A slice of one axis: [start, stop) with step; negative start/stop count from the end,
+// omitted ones mean the whole axis (as in Python, step may be negative).
+struct Slice {
+  std::optional<int64_t> start, stop;
+  int64_t step = 1;
+};
+// Slices the leading axes, one Slice each; the rest are kept whole. A view.
+Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc = Loc::current());
+// x[index] along axis 0 (negative counts from the end); a view with one axis fewer.
+Tensor index(const Tensor& x, int64_t i, Loc loc = Loc::current());
+
+Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis = 0, Loc loc = Loc::current());
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis = 0, Loc loc = Loc::current());
+// Splits into `sections` equal parts, or at the given indices.
+std::vector<Tensor> split(const Tensor& x, int64_t sections, int64_t axis = 0,
+                          Loc loc = Loc::current());
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& indices, int64_t axis,
+                          Loc loc = Loc::current());
+Tensor flip(const Tensor& x, const Axes& axes = {}, Loc loc = Loc::current());
+// Constant padding, (before, after) per axis.
+Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths,
+           double value = 0.0, Loc loc = Loc::current());
+
+// ---- gather and scatter ----------------------------------------------------------
+// Selects along `axis` with integer indices of any shape (numpy.take; out of range raises).
+Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, Loc loc = Loc::current());
+Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis,
+                       Loc loc = Loc::current());
+// Returns a copy of x with updates added at indices along axis (the transpose of take).
+Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates,
+                   int64_t axis = 0, Loc loc = Loc::current());
+Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype = float32,
+               Loc loc = Loc::current());
+
+// ---- convolution and pooling (NCHW) ---------------------------------------------
+struct Conv2dOptions {
+  std::pair<int64_t, int64_t> stride{1, 1};
+  std::pair<int64_t, int64_t> padding{0, 0};
+  std::pair<int64_t, int64_t> dilation{1, 1};
+  int64_t groups = 1;
+};
+// x: [N, C, H, W], w: [O, C/groups, KH, KW].
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& options = {},
+              Loc loc = Loc::current());
+struct Pool2dOptions {
+  std::pair<int64_t, int64_t> kernel{2, 2};
+  std::optional<std::pair<int64_t, int64_t>> stride;  // defaults to the kernel size
+  std::pair<int64_t, int64_t> padding{0, 0};
+};
+Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = Loc::current());
+// Padding counts toward the divisor (count_include_pad, like PyTorch's default).
+Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = Loc::current());
+
+// ---- operators ---------------------------------------------------------------------
+template <typename T>
+concept Scalar = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b, Loc{}); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b, Loc{}); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b, Loc{}); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b, Loc{}); }
+inline Tensor operator-(const Tensor& a) { return neg(a, Loc{}); }
+inline Tensor operator<(const Tensor& a, const Tensor& b) { return less(a, b, Loc{}); }
+inline Tensor operator<=(const Tensor& a, const Tensor& b) { return less_equal(a, b, Loc{}); }
+inline Tensor operator>(const Tensor& a, const Tensor& b) { return greater(a, b, Loc{}); }
+inline Tensor operator>=(const Tensor& a, const Tensor& b) { return greater_equal(a, b, Loc{}); }
+inline Tensor operator==(const Tensor& a, const Tensor& b) { return equal(a, b, Loc{}); }
+inline Tensor operator!=(const Tensor& a, const Tensor& b) { return not_equal(a, b, Loc{}); }
+inline Tensor operator&&(const Tensor& a, const Tensor& b) { return logical_and(a, b, Loc{}); }
+inline Tensor operator||(const Tensor& a, const Tensor& b) { return logical_or(a, b, Loc{}); }
+inline Tensor operator!(const Tensor& a) { return logical_not(a, Loc{}); }
+
+#define KILN_SCALAR_OPERATOR(op, fn)                                                    \
+  template <Scalar S>                                                                   \
+  Tensor operator op(const Tensor& a, S s) {                                            \
+    return fn(a, weak(a, s), Loc{});                               \
+  }                                                                                     \
+  template <Scalar S>                                                                   \
+  Tensor operator op(S s, const Tensor& a) {                                            \
+    return fn(weak(a, s), a, Loc{});                               \
+  }
+KILN_SCALAR_OPERATOR(+, add)
+KILN_SCALAR_OPERATOR(-, sub)
+KILN_SCALAR_OPERATOR(*, mul)
+KILN_SCALAR_OPERATOR(/, div)
+KILN_SCALAR_OPERATOR(<, less)
+KILN_SCALAR_OPERATOR(<=, less_equal)
+KILN_SCALAR_OPERATOR(>, greater)
+KILN_SCALAR_OPERATOR(>=, greater_equal)
+KILN_SCALAR_OPERATOR(==, equal)
+KILN_SCALAR_OPERATOR(!=, not_equal)
+#undef KILN_SCALAR_OPERATOR
+
+template <Scalar S>
+Tensor pow(const Tensor& a, S s, Loc loc = Loc::current()) {
+  return pow(a, weak(a, s), loc);
+}
+template <Scalar S>
+Tensor maximum(const Tensor& a, S s, Loc loc = Loc::current()) {
+  return maximum(a, weak(a, s), loc);
+}
+template <Scalar S>
+Tensor minimum(const Tensor& a, S s, Loc loc = Loc::current()) {
+  return minimum(a, weak(a, s), loc);
+}
+
+}  // namespace kiln

@@ -1,0 +1,114 @@
+// Primitives and multiple-dispatch kernels: the public API the built-in operations use too.
+//
+// A primitive is registered once with its type rule; kernels are registered per
+// (primitive, device, input dtypes) and the most specific match runs. `bind` applies a
+// primitive: eagerly it checks types and runs a kernel, under a trace it records an equation.
+#pragma once
+
+#include <functional>
+#include <initializer_list>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+// A named attribute value. Attributes are static: part of the equation, never traced.
+using AttrValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, DType>;
+std::string attr_to_string(const AttrValue& v);
+
+class Attrs {
+ public:
+  Attrs() = default;
+  Attrs(std::initializer_list<std::pair<std::string, AttrValue>> items);
+
+  bool has(std::string_view name) const;
+  const AttrValue& at(std::string_view name) const;  // throws Error if absent
+  template <typename T>
+  const T& get(std::string_view name) const {
+    const AttrValue& v = at(name);
+    if (const T* p = std::get_if<T>(&v)) return *p;
+    fail("attrs", "attribute '", name, "' has another type: got ", attr_to_string(v));
+  }
+  int64_t get_int(std::string_view name) const { return get<int64_t>(name); }
+  const std::vector<int64_t>& get_ints(std::string_view name) const {
+    return get<std::vector<int64_t>>(name);
+  }
+  bool get_bool(std::string_view name) const { return get<bool>(name); }
+  double get_double(std::string_view name) const { return get<double>(name); }
+  DType get_dtype(std::string_view name) const { return get<DType>(name); }
+
+  void set(std::string name, AttrValue value);
+  // Sorted by name, so that printing and comparison are canonical.
+  const std::vector<std::pair<std::string, AttrValue>>& items() const { return items_; }
+  bool empty() const { return items_.empty(); }
+  std::string to_string() const;  // "{axes=[0], keepdims=false}" or "" when empty
+  bool operator==(const Attrs&) const = default;
+
+ private:
+  std::vector<std::pair<std::string, AttrValue>> items_;
+};
+
+// Infers output types from input types and attributes, or throws an Error that names the
+// primitive, the input types and what was expected.
+using TypeRule =
+    std::function<std::vector<TensorType>(std::span<const TensorType> inputs, const Attrs&)>;
+// Computes outputs from concrete inputs. Inputs may be any strided view; outputs are new
+// tensors (or views of inputs, for view primitives) of exactly the types the rule inferred.
+using Kernel = std::function<std::vector<Tensor>(std::span<const Tensor> inputs, const Attrs&)>;
+
+// Which inputs a kernel accepts: one DTypeSet per input, or one for all when variadic.
+struct KernelSignature {
+  Device device = Device::cpu;
+  std::vector<DTypeSet> inputs;
+  bool variadic = false;
+  std::string to_string() const;  // "cpu(f32|f64, f32|f64)"
+};
+
+struct KernelRegistration {
+  KernelSignature signature;
+  Kernel kernel;
+};
+
+// Everything the system knows of one operation. Built-in primitives are defined in one place
+// each (src/ops/…): name, arity, type rule and kernels together.
+struct Primitive {
+  std::string name;
+  // Number of inputs; a variadic primitive (concatenate) takes `arity` or more.
+  int arity = 1;
+  bool variadic = false;
+  TypeRule type_rule;
+  // Checks the input count, then applies type_rule.
+  std::vector<TensorType> infer(std::span<const TensorType> inputs, const Attrs& attrs) const;
+  int id = -1;  // index in the registry, set by register_primitive
+};
+
+// Registers a primitive and its first kernels; names are unique. The returned reference
+// stays valid for the life of the program.
+const Primitive& register_primitive(Primitive primitive, std::vector<KernelRegistration> kernels = {});
+// Looks a primitive up by name; throws Error listing nothing-found.
+const Primitive& primitive(std::string_view name);
+const Primitive* find_primitive(std::string_view name);
+std::vector<const Primitive*> all_primitives();
+
+// Registers a kernel. Among the registrations that accept the inputs' dtypes, the one with
+// the fewest accepted dtypes per input wins; a later registration wins a tie, so users can
+// override built-in kernels.
+void register_kernel(const Primitive& primitive, KernelSignature signature, Kernel kernel);
+// The kernel that would run for these inputs, or an Error listing the registered signatures.
+const Kernel& select_kernel(const Primitive& primitive, Device device,
+                            std::span<const DType> input_dtypes);
+std::vector<KernelSignature> kernel_signatures(const Primitive& primitive);
+
+// Applies a primitive: records into the active trace, or checks types and runs a kernel.
+std::vector<Tensor> bind(const Primitive& primitive, std::vector<Tensor> inputs,
+                         const Attrs& attrs = {}, Loc loc = Loc::current());
+Tensor bind1(const Primitive& primitive, std::vector<Tensor> inputs, const Attrs& attrs = {},
+             Loc loc = Loc::current());
+
+}  // namespace kiln

@@ -1,0 +1,59 @@
+#include <cmath>
+
+#include "detail/dtype_dispatch.h"
+#include "detail/copy.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+namespace {
+
+// Fills a new contiguous tensor with f(i) for each flat index i.
+template <typename F>
+Tensor generate(const Shape& shape, DType dtype, F f) {
+  Tensor t = empty(shape, dtype);
+  detail::visit_dtype(dtype, [&]<typename T>() {
+    T* p = t.data<T>();
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) p[i] = detail::convert<T>(f(i));
+  });
+  return t;
+}
+
+}  // namespace
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  return generate(shape, dtype, [value](int64_t) { return value; });
+}
+Tensor zeros(const Shape& shape, DType dtype) { return full(shape, 0.0, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return full(shape, 1.0, dtype); }
+Tensor zeros_like(const Tensor& t) { return zeros(t.shape(), t.dtype()); }
+Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.dtype()); }
+Tensor full_like(const Tensor& t, double value) { return full(t.shape(), value, t.dtype()); }
+
+Tensor arange(double start, double stop, double step, DType dtype, Loc loc) {
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    fail("arange", "invalid range: got start=", start, ", stop=", stop, ", step=", step, " at ",
+         loc.file_name(), ":", loc.line(), ", expected finite values and a non-zero step");
+  const double count = std::ceil((stop - start) / step);
+  const auto n = static_cast<int64_t>(std::max(0.0, count));
+  return generate(Shape{n}, dtype, [=](int64_t i) { return start + static_cast<double>(i) * step; });
+}
+
+Tensor linspace(double start, double stop, int64_t num, DType dtype, Loc loc) {
+  if (num < 0)
+    fail("linspace", "negative count: got num=", num, " at ", loc.file_name(), ":", loc.line(),
+         ", expected num >= 0");
+  const double step = num > 1 ? (stop - start) / static_cast<double>(num - 1) : 0.0;
+  return generate(Shape{num}, dtype, [=](int64_t i) {
+    return i == num - 1 ? stop : start + static_cast<double>(i) * step;
+  });
+}
+
+Tensor eye(int64_t n, int64_t m, DType dtype) {
+  if (n < 0 || m < 0)
+    fail("eye", "negative size: got ", n, "x", m, ", expected sizes >= 0");
+  return generate(Shape{n, m}, dtype, [m](int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
+}
+Tensor eye(int64_t n, DType dtype) { return eye(n, n, dtype); }
+
+}  // namespace kiln

@@ -1,0 +1,255 @@
+// The primitive registry, multiple-dispatch kernel selection and bind.
+#include <algorithm>
+#include <deque>
+#include <mutex>
+#include <shared_mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "kiln/primitive.h"
+
+namespace kiln {
+
+// ---- attributes -----------------------------------------------------------------
+
+std::string attr_to_string(const AttrValue& v) {
+  return std::visit(
+      [](const auto& x) -> std::string {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, bool>) {
+          return x ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, int64_t>) {
+          return std::to_string(x);
+        } else if constexpr (std::is_same_v<T, double>) {
+          std::ostringstream os;
+          os.precision(17);
+          os << x;
+          std::string s = os.str();
+          // Keep doubles recognisable as such in the text form.
+          if (s.find_first_of(".eEni") == std::string::npos) s += ".0";
+          return s;
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          return "\"" + x + "\"";
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+          std::string s = "[";
+          for (std::size_t i = 0; i < x.size(); ++i) s += (i ? ", " : "") + std::to_string(x[i]);
+          return s + "]";
+        } else {
+          return std::string(dtype_name(x));
+        }
+      },
+      v);
+}
+
+Attrs::Attrs(std::initializer_list<std::pair<std::string, AttrValue>> items) {
+  for (const auto& [k, v] : items) set(k, v);
+}
+
+bool Attrs::has(std::string_view name) const {
+  return std::any_of(items_.begin(), items_.end(), [&](const auto& kv) { return kv.first == name; });
+}
+
+const AttrValue& Attrs::at(std::string_view name) const {
+  for (const auto& kv : items_)
+    if (kv.first == name) return kv.second;
+  fail("attrs", "missing attribute: got ", to_string().empty() ? "{}" : to_string(),
+       ", expected one named '", name, "'");
+}
+
+void Attrs::set(std::string name, AttrValue value) {
+  auto it = std::lower_bound(items_.begin(), items_.end(), name,
+                             [](const auto& kv, const std::string& n) { return kv.first < n; });
+  if (it != items_.end() && it->first == name) {
+    it->second = std::move(value);
+  } else {
+    items_.insert(it, {std::move(name), std::move(value)});
+  }
+}
+
+std::string Attrs::to_string() const {
+  if (items_.empty()) return "";
+  std::string s = "{";
+  for (std::size_t i = 0; i < items_.size(); ++i)
+    s += (i ? ", " : "") + items_[i].first + "=" + attr_to_string(items_[i].second);
+  return s + "}";
+}
+
+// ---- registry -------------------------------------------------------------------
+
+namespace {
+
+struct Entry {
+  Primitive primitive;
+  std::vector<KernelRegistration> kernels;
+};
+
+struct Registry {
+  std::shared_mutex mutex;
+  std::deque<Entry> entries;  // deque: references stay valid as it grows
+  std::unordered_map<std::string, Entry*> by_name;
+};
+
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+std::string types_to_string(std::span<const TensorType> types) {
+  std::string s = "(";
+  for (std::size_t i = 0; i < types.size(); ++i) s += (i ? ", " : "") + types[i].to_string();
+  return s + ")";
+}
+
+}  // namespace
+
+std::string KernelSignature::to_string() const {
+  std::string s = std::string(device_name(device)) + "(";
+  for (std::size_t i = 0; i < inputs.size(); ++i) s += (i ? ", " : "") + inputs[i].to_string();
+  if (variadic) s += ", ...";
+  return s + ")";
+}
+
+std::vector<TensorType> Primitive::infer(std::span<const TensorType> inputs,
+                                         const Attrs& attrs) const {
+  const int n = static_cast<int>(inputs.size());
+  if (variadic ? n < arity : n != arity)
+    fail(name, "wrong number of inputs: got ", n, ", expected ", variadic ? "at least " : "",
+         arity);
+  return type_rule(inputs, attrs);
+}
+
+const Primitive& register_primitive(Primitive primitive, std::vector<KernelRegistration> kernels) {
+  Registry& r = registry();
+  std::unique_lock lock(r.mutex);
+  if (primitive.name.empty() || !primitive.type_rule)
+    fail("register_primitive", "incomplete primitive: got name '", primitive.name,
+         "', expected a name and a type rule");
+  if (r.by_name.count(primitive.name))
+    fail("register_primitive", "duplicate primitive name: got '", primitive.name,
+         "', expected a name not registered yet");
+  primitive.id = static_cast<int>(r.entries.size());
+  Entry& e = r.entries.emplace_back(Entry{std::move(primitive), std::move(kernels)});
+  r.by_name.emplace(e.primitive.name, &e);
+  return e.primitive;
+}
+
+const Primitive* find_primitive(std::string_view name) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  auto it = r.by_name.find(std::string(name));
+  return it == r.by_name.end() ? nullptr : &it->second->primitive;
+}
+
+const Primitive& primitive(std::string_view name) {
+  if (const Primitive* p = find_primitive(name)) return *p;
+  fail("primitive", "unknown primitive: got '", name, "', expected a registered name");
+}
+
+std::vector<const Primitive*> all_primitives() {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  std::vector<const Primitive*> out;
+  for (const Entry& e : r.entries) out.push_back(&e.primitive);
+  return out;
+}
+
+void register_kernel(const Primitive& primitive, KernelSignature signature, Kernel kernel) {
+  Registry& r = registry();
+  std::unique_lock lock(r.mutex);
+  Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
+  e.kernels.push_back({std::move(signature), std::move(kernel)});
+}
+
+std::vector<KernelSignature> kernel_signatures(const Primitive& primitive) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  std::vector<KernelSignature> out;
+  for (const auto& k : r.entries.at(static_cast<std::size_t>(primitive.id)).kernels)
+    out.push_back(k.signature);
+  return out;
+}
+
+const Kernel& select_kernel(const Primitive& primitive, Device device,
+                            std::span<const DType> dtypes) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  const Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
+  const KernelRegistration* best = nullptr;
+  int best_score = -1;
+  for (const KernelRegistration& k : e.kernels) {
+    const KernelSignature& s = k.signature;
+    if (s.device != device) continue;
+    if (s.variadic ? s.inputs.empty() : s.inputs.size() != dtypes.size()) continue;
+    int score = 0;
+    bool ok = true;
+    for (std::size_t i = 0; ok && i < dtypes.size(); ++i) {
+      const DTypeSet& set = s.variadic ? s.inputs.front() : s.inputs[i];
+      ok = set.contains(dtypes[i]);
+      score += kNumDTypes - set.size();  // narrower sets are more specific
+    }
+    if (ok && score >= best_score) {  // ">=": later registrations win ties
+      best = &k;
+      best_score = score;
+    }
+  }
+  if (best) return best->kernel;
+  std::string got = "(";
+  for (std::size_t i = 0; i < dtypes.size(); ++i) got += (i ? ", " : "") + std::string(dtype_name(dtypes[i]));
+  got += ")";
+  std::string have;
+  for (const KernelRegistration& k : e.kernels) have += (have.empty() ? "" : ", ") + k.signature.to_string();
+  fail(primitive.name, "no kernel for these dtypes: got ", device_name(device), got,
+       ", expected one of: ", have.empty() ? "(no kernels registered)" : have);
+}
+
+// ---- bind -----------------------------------------------------------------------
+
+namespace {
+
+std::string where(Loc loc) {
+  if (loc.line() == 0 || loc.file_name()[0] == '\0') return "";
+  return detail::cat(" (at ", loc.file_name(), ":", loc.line(), ")");
+}
+
+}  // namespace
+
+std::vector<Tensor> bind(const Primitive& p, std::vector<Tensor> inputs, const Attrs& attrs,
+                         Loc loc) {
+  std::vector<TensorType> types;
+  types.reserve(inputs.size());
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined())
+      fail(p.name, "input ", i, " is an undefined tensor: got a default-constructed Tensor, "
+                   "expected one created by an operation", where(loc));
+    types.push_back(inputs[i].type());
+  }
+  try {
+    const std::vector<TensorType> out_types = p.infer(types, attrs);
+    std::vector<DType> dtypes;
+    dtypes.reserve(types.size());
+    for (const TensorType& t : types) dtypes.push_back(t.dtype);
+    const Kernel& kernel = select_kernel(p, Device::cpu, dtypes);
+    std::vector<Tensor> outs = kernel(inputs, attrs);
+    if (outs.size() != out_types.size())
+      fail(p.name, "kernel returned the wrong number of outputs: got ", outs.size(),
+           ", expected ", out_types.size());
+    for (std::size_t i = 0; i < outs.size(); ++i)
+      if (outs[i].type() != out_types[i])
+        fail(p.name, "kernel output ", i, " has the wrong type: got ", outs[i].type(),
+             ", expected ", out_types[i], " for inputs ", types_to_string(types));
+    return outs;
+  } catch (const Error& e) {
+    const std::string w = where(loc);
+    if (w.empty() || std::string_view(e.what()).find(" (at ") != std::string_view::npos) throw;
+    throw Error(e.op(), std::string(e.what()).substr(e.op().size() + 3) + w);
+  }
+}
+
+Tensor bind1(const Primitive& p, std::vector<Tensor> inputs, const Attrs& attrs, Loc loc) {
+  std::vector<Tensor> outs = bind(p, std::move(inputs), attrs, loc);
+  if (outs.size() != 1)
+    fail(p.name, "expected a single output: got ", outs.size());
+  return std::move(outs.front());
+}
+
+}  // namespace kiln

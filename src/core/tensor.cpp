@@ -1,0 +1,183 @@
+#include "kiln/tensor.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <ostream>
+#include <sstream>
+
+#include "detail/copy.h"
+#include "detail/dtype_dispatch.h"
+#include "detail/strided.h"
+#include "detail/trace_hooks.h"
+
+namespace kiln {
+
+std::string_view device_name(Device d) {
+  switch (d) {
+    case Device::cpu: return "cpu";
+  }
+  return "unknown";
+}
+
+std::string TensorType::to_string() const {
+  std::string s(dtype_name(dtype));
+  s += "[";
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t.to_string(); }
+
+Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
+  const std::size_t rounded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
+  data_ = std::aligned_alloc(64, rounded);
+  if (!data_) throw std::bad_alloc();
+}
+Storage::~Storage() { std::free(data_); }
+
+const TensorImpl& Tensor::checked() const {
+  if (!impl_)
+    fail("tensor", "used an undefined tensor: got a default-constructed Tensor, expected one "
+                   "created by an operation");
+  return *impl_;
+}
+
+void Tensor::check_access(DType want, const char* what) const {
+  const TensorImpl& t = checked();
+  if (t.tracer) detail::throw_concrete_value_error(what, *this);
+  if (t.type.dtype != want)
+    fail(what, "element type mismatch: got a tensor of ", dtype_name(t.type.dtype),
+         ", expected ", dtype_name(want));
+}
+
+int64_t Tensor::dim(int axis) const {
+  return shape()[normalize_axis("dim", axis, rank())];
+}
+
+const std::vector<int64_t>& Tensor::strides() const {
+  if (checked().tracer) detail::throw_concrete_value_error("strides", *this);
+  return impl_->strides;
+}
+int64_t Tensor::offset() const {
+  if (checked().tracer) detail::throw_concrete_value_error("offset", *this);
+  return impl_->offset;
+}
+const std::shared_ptr<Storage>& Tensor::storage() const {
+  if (checked().tracer) detail::throw_concrete_value_error("storage", *this);
+  return impl_->storage;
+}
+Device Tensor::device() const { return is_traced() ? Device::cpu : storage()->device(); }
+
+void* Tensor::raw_data() const {
+  const auto& s = storage();
+  return static_cast<char*>(s->data()) +
+         impl_->offset * static_cast<int64_t>(dtype_size(impl_->type.dtype));
+}
+
+bool Tensor::is_contiguous() const {
+  const auto& st = strides();
+  const Shape& sh = shape();
+  int64_t expect = 1;
+  for (int i = sh.rank() - 1; i >= 0; --i) {
+    if (sh[i] != 1 && st[static_cast<std::size_t>(i)] != expect) return false;
+    expect *= sh[i];
+  }
+  return true;
+}
+
+bool Tensor::shares_storage_with(const Tensor& other) const {
+  return defined() && other.defined() && !is_traced() && !other.is_traced() &&
+         impl_->storage == other.impl_->storage;
+}
+
+Tensor Tensor::contiguous() const {
+  if (checked().tracer || is_contiguous()) return *this;
+  Tensor out = empty(type());
+  detail::copy_cast(*this, out);
+  return out;
+}
+
+template <typename T>
+T Tensor::item(Loc loc) const {
+  const TensorImpl& t = checked();
+  if (t.tracer) detail::throw_concrete_value_error("item", *this);
+  if (t.type.shape.numel() != 1)
+    fail("item", "expected a tensor with exactly one element: got ", t.type.to_string(), " (",
+         t.type.shape.numel(), " elements)", " at ", loc.file_name(), ":", loc.line());
+  return detail::visit_dtype(t.type.dtype, [&]<typename S>() {
+    return detail::convert<T>(*static_cast<const S*>(raw_data()));
+  });
+}
+
+template <typename T>
+std::vector<T> Tensor::to_vector(Loc) const {
+  const TensorImpl& t = checked();
+  if (t.tracer) detail::throw_concrete_value_error("to_vector", *this);
+  std::vector<T> out(static_cast<std::size_t>(numel()));
+  if (out.empty()) return out;
+  Tensor dst = empty(Shape(shape()), dtype_v<T>);
+  detail::copy_cast(*this, dst);
+  const T* p = dst.data<const T>();
+  std::copy(p, p + out.size(), out.begin());
+  return out;
+}
+
+template <>
+std::vector<bool> Tensor::to_vector<bool>(Loc) const {
+  const TensorImpl& t = checked();
+  if (t.tracer) detail::throw_concrete_value_error("to_vector", *this);
+  Tensor dst = empty(Shape(shape()), bool_);
+  detail::copy_cast(*this, dst);
+  const bool* p = dst.data<const bool>();
+  return std::vector<bool>(p, p + numel());
+}
+
+#define KILN_INSTANTIATE_READ(T)                 \
+  template T Tensor::item<T>(Loc) const;         \
+  template std::vector<T> Tensor::to_vector<T>(Loc) const;
+KILN_INSTANTIATE_READ(uint8_t)
+KILN_INSTANTIATE_READ(uint32_t)
+KILN_INSTANTIATE_READ(int32_t)
+KILN_INSTANTIATE_READ(int64_t)
+KILN_INSTANTIATE_READ(Half)
+KILN_INSTANTIATE_READ(BFloat16)
+KILN_INSTANTIATE_READ(float)
+KILN_INSTANTIATE_READ(double)
+template bool Tensor::item<bool>(Loc) const;
+#undef KILN_INSTANTIATE_READ
+
+// ---- creation -----------------------------------------------------------------
+
+Tensor empty(const TensorType& type) {
+  for (int64_t d : type.shape)
+    if (d < 0)
+      fail("empty", "negative dimension: got shape ", type.shape, ", expected sizes >= 0");
+  auto impl = std::make_shared<TensorImpl>();
+  impl->type = type;
+  impl->strides = contiguous_strides(type.shape);
+  impl->storage = std::make_shared<Storage>(
+      static_cast<std::size_t>(type.shape.numel()) * dtype_size(type.dtype), Device::cpu);
+  return Tensor(std::move(impl));
+}
+Tensor empty(const Shape& shape, DType dtype) { return empty(TensorType{dtype, shape}); }
+
+namespace detail {
+Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape& shape,
+                   Loc loc) {
+  for (int64_t d : shape)
+    if (d < 0) fail("tensor", "negative dimension: got shape ", shape, ", expected sizes >= 0");
+  if (static_cast<int64_t>(count) != shape.numel())
+    fail("tensor", "value count does not match the shape: got ", count, " values for shape ",
+         shape, " (", shape.numel(), " elements) at ", loc.file_name(), ":", loc.line(),
+         ", expected equal counts");
+  Tensor t = empty(shape, dtype);
+  if (count) std::memcpy(t.raw_data(), data, count * dtype_size(dtype));
+  return t;
+}
+}  // namespace detail
+
+}  // namespace kiln

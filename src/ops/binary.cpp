@@ -1,0 +1,288 @@
+// Binary elementwise primitives and `select`. The primitives take operands of one dtype and
+// shape; the public ops promote dtypes and broadcast shapes (as views) before binding.
+#include <cmath>
+#include <type_traits>
+
+#include "detail/elementwise.h"
+#include "kiln/ops.h"
+#include "ops/rules.h"
+
+namespace kiln {
+namespace {
+
+enum class Domain { numeric, all, boolean };
+
+DTypeSet domain_set(Domain d) {
+  switch (d) {
+    case Domain::numeric: return DTypeSet::numeric();
+    case Domain::all: return DTypeSet::all();
+    case Domain::boolean: return DTypeSet(bool_);
+  }
+  return {};
+}
+std::string_view domain_desc(Domain d) {
+  switch (d) {
+    case Domain::numeric: return "a numeric dtype (not bool)";
+    case Domain::all: return "any dtype";
+    case Domain::boolean: return "bool";
+  }
+  return "";
+}
+template <typename T>
+constexpr bool in_domain(Domain d) {
+  if (d == Domain::all) return true;
+  if (d == Domain::boolean) return std::is_same_v<T, bool>;
+  return !std::is_same_v<T, bool>;
+}
+
+// Integer arithmetic wraps on overflow (as numpy does) instead of being undefined.
+template <typename T, typename Op>
+T wrapping(T a, T b, Op op) {
+  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(op(static_cast<U>(a), static_cast<U>(b)));
+  } else {
+    return static_cast<T>(op(a, b));
+  }
+}
+
+struct Add {
+  static constexpr Domain domain = Domain::numeric;
+  template <typename T> T operator()(T a, T b) const { return wrapping(a, b, std::plus<>{}); }
+};
+struct Sub {
+  static constexpr Domain domain = Domain::numeric;
+  template <typename T> T operator()(T a, T b) const { return wrapping(a, b, std::minus<>{}); }
+};
+struct Mul {
+  static constexpr Domain domain = Domain::numeric;
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, uint8_t>) return static_cast<T>(static_cast<unsigned>(a) * b);
+    else return wrapping(a, b, std::multiplies<>{});
+  }
+};
+// Integer division truncates; the kernel rejects zero divisors before the loop runs.
+struct Div {
+  static constexpr Domain domain = Domain::numeric;
+  static constexpr bool checks_zero_divisor = true;
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
+      if (b == T{-1}) return wrapping(T{0}, a, std::minus<>{});  // MIN / -1 wraps
+    }
+    return static_cast<T>(a / b);
+  }
+};
+struct Pow {
+  static constexpr Domain domain = Domain::numeric;
+  static constexpr bool checks_negative_exponent = true;
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>) {
+      return std::pow(a, b);
+    } else {  // exponentiation by squaring, wrapping like multiplication
+      T result{1};
+      auto e = static_cast<std::make_unsigned_t<T>>(b);
+      while (e) {
+        if (e & 1u) result = Mul{}(result, a);
+        a = Mul{}(a, a);
+        e >>= 1u;
+      }
+      return result;
+    }
+  }
+};
+// maximum/minimum propagate NaN, like numpy.
+struct Max {
+  static constexpr Domain domain = Domain::numeric;
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      if (a != a || b != b) return a + b;
+    return a > b ? a : b;
+  }
+};
+struct Min {
+  static constexpr Domain domain = Domain::numeric;
+  template <typename T> T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      if (a != a || b != b) return a + b;
+    return a < b ? a : b;
+  }
+};
+#define KILN_COMPARE(Name, expr)                            \
+  struct Name {                                             \
+    static constexpr Domain domain = Domain::all;           \
+    static constexpr bool bool_result = true;               \
+    template <typename T> bool operator()(T a, T b) const { return expr; } \
+  };
+KILN_COMPARE(Eq, a == b)
+KILN_COMPARE(Ne, a != b)
+KILN_COMPARE(Lt, a < b)
+KILN_COMPARE(Le, a <= b)
+KILN_COMPARE(Gt, a > b)
+KILN_COMPARE(Ge, a >= b)
+#undef KILN_COMPARE
+struct And {
+  static constexpr Domain domain = Domain::boolean;
+  bool operator()(bool a, bool b) const { return a && b; }
+};
+struct Or {
+  static constexpr Domain domain = Domain::boolean;
+  bool operator()(bool a, bool b) const { return a || b; }
+};
+struct Xor {
+  static constexpr Domain domain = Domain::boolean;
+  bool operator()(bool a, bool b) const { return a != b; }
+};
+
+template <typename F>
+constexpr bool bool_result() {
+  if constexpr (requires { F::bool_result; }) return F::bool_result;
+  else return false;
+}
+
+// Rejects integer inputs the scalar function has no defined answer for.
+template <typename F, typename T>
+void check_operands(std::string_view name, const Tensor& b) {
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    constexpr bool zero = requires { F::checks_zero_divisor; };
+    constexpr bool negative = requires { F::checks_negative_exponent; } && std::is_signed_v<T>;
+    if constexpr (zero || negative) {
+      for (T v : b.to_vector<T>()) {
+        if (zero && v == T{0})
+          fail(name, "integer division by zero: got a zero in the divisor ", b.type(),
+               ", expected non-zero divisors (or use a float dtype)");
+        if (negative && v < T{0})
+          fail(name, "integer to a negative power: got a negative exponent in ", b.type(),
+               ", expected exponents >= 0 (or use a float dtype)");
+      }
+    }
+  }
+}
+
+template <typename F>
+const Primitive& define_binary(std::string name) {
+  TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
+    ops::expect_same_types(name, in);
+    ops::expect_dtype(name, in[0], domain_set(F::domain), domain_desc(F::domain));
+    return std::vector<TensorType>{{bool_result<F>() ? bool_ : in[0].dtype, in[0].shape}};
+  };
+  Kernel kernel = [name](std::span<const Tensor> in, const Attrs&) {
+    Tensor out = empty(in[0].shape(), bool_result<F>() ? bool_ : in[0].dtype());
+    detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
+      if constexpr (in_domain<T>(F::domain)) {
+        check_operands<F, T>(name, in[1]);
+        using Out = std::conditional_t<bool_result<F>(), bool, T>;
+        detail::map_binary<T, Out>(in[0], in[1], out, F{});
+      }
+    });
+    return std::vector<Tensor>{out};
+  };
+  const DTypeSet set = domain_set(F::domain);
+  return register_primitive({.name = std::move(name), .arity = 2, .type_rule = std::move(rule)},
+                            {{ops::cpu({set, set}), std::move(kernel)}});
+}
+
+const Primitive& add_p = define_binary<Add>("add");
+const Primitive& sub_p = define_binary<Sub>("sub");
+const Primitive& mul_p = define_binary<Mul>("mul");
+const Primitive& div_p = define_binary<Div>("div");
+const Primitive& pow_p = define_binary<Pow>("pow");
+const Primitive& max_p = define_binary<Max>("max");
+const Primitive& min_p = define_binary<Min>("min");
+const Primitive& eq_p = define_binary<Eq>("eq");
+const Primitive& ne_p = define_binary<Ne>("ne");
+const Primitive& lt_p = define_binary<Lt>("lt");
+const Primitive& le_p = define_binary<Le>("le");
+const Primitive& gt_p = define_binary<Gt>("gt");
+const Primitive& ge_p = define_binary<Ge>("ge");
+const Primitive& and_p = define_binary<And>("and");
+const Primitive& or_p = define_binary<Or>("or");
+const Primitive& xor_p = define_binary<Xor>("xor");
+
+// select(pred, on_true, on_false): elementwise choice; all three have one shape.
+const Primitive& select_p = register_primitive(
+    {.name = "select",
+     .arity = 3,
+     .type_rule =
+         [](std::span<const TensorType> in, const Attrs&) {
+           ops::expect_dtype("select", in[0], bool_, "a bool predicate");
+           if (in[1] != in[2] || in[0].shape != in[1].shape)
+             fail("select", "operands differ: got ", ops::types_str(in),
+                  ", expected a bool predicate and two values of one dtype, all of one shape");
+           return std::vector<TensorType>{in[1]};
+         }},
+    {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
+      [](std::span<const Tensor> in, const Attrs&) {
+        Tensor out = empty(in[1].type());
+        detail::visit_dtype(in[1].dtype(), [&]<typename T>() {
+          const bool* pc = static_cast<const bool*>(in[0].raw_data());
+          const T* px = static_cast<const T*>(in[1].raw_data());
+          const T* py = static_cast<const T*>(in[2].raw_data());
+          T* po = static_cast<T*>(out.raw_data());
+          detail::for_each_row<4>(
+              out.shape().dims(), {&out.strides(), &in[0].strides(), &in[1].strides(), &in[2].strides()},
+              [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& st) {
+                for (int64_t k = 0; k < n; ++k)
+                  po[off[0] + k * st[0]] = pc[off[1] + k * st[1]] ? px[off[2] + k * st[2]]
+                                                                   : py[off[3] + k * st[3]];
+              });
+        });
+        return std::vector<Tensor>{out};
+      }}});
+
+Tensor binary(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
+  auto [x, y] = ops::promote_broadcast(p.name, a, b, loc);
+  return bind1(p, {x, y}, {}, loc);
+}
+// Arithmetic on bool operands computes in int32, like numpy's bool + bool.
+Tensor arithmetic(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
+  auto [x, y] = ops::promote_broadcast(p.name, a, b, loc);
+  if (x.dtype() == bool_) {
+    x = astype(x, int32, loc);
+    y = astype(y, int32, loc);
+  }
+  return bind1(p, {x, y}, {}, loc);
+}
+Tensor logical(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
+  return binary(p, ops::cast_if_needed(a, bool_, loc), ops::cast_if_needed(b, bool_, loc), loc);
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(add_p, a, b, loc); }
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(sub_p, a, b, loc); }
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(mul_p, a, b, loc); }
+Tensor div(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(div_p, a, b, loc); }
+Tensor pow(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(pow_p, a, b, loc); }
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(max_p, a, b, loc); }
+Tensor minimum(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(min_p, a, b, loc); }
+Tensor equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(eq_p, a, b, loc); }
+Tensor not_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(ne_p, a, b, loc); }
+Tensor less(const Tensor& a, const Tensor& b, Loc loc) { return binary(lt_p, a, b, loc); }
+Tensor less_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(le_p, a, b, loc); }
+Tensor greater(const Tensor& a, const Tensor& b, Loc loc) { return binary(gt_p, a, b, loc); }
+Tensor greater_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(ge_p, a, b, loc); }
+Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc) { return logical(and_p, a, b, loc); }
+Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc) { return logical(or_p, a, b, loc); }
+Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc) { return logical(xor_p, a, b, loc); }
+
+Tensor clip(const Tensor& x, const Tensor& lo, const Tensor& hi, Loc loc) {
+  return minimum(maximum(x, lo, loc), hi, loc);
+}
+Tensor clip(const Tensor& x, double lo, double hi, Loc loc) {
+  return clip(x, scalar_like(x, lo, true), scalar_like(x, hi, true), loc);
+}
+
+Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, Loc loc) {
+  auto [a, b] = ops::promote_broadcast("where", x, y, loc);
+  Tensor c = ops::cast_if_needed(cond, bool_, loc);
+  const Shape s = broadcast_shapes("where", c.shape(), a.shape());
+  return bind1(select_p, {broadcast_to(c, s, loc), broadcast_to(a, s, loc), broadcast_to(b, s, loc)},
+               {}, loc);
+}
+
+Tensor scalar_like(const Tensor& like, double value, bool is_floating) {
+  const DType dt = weak_scalar_dtype(like.dtype(), is_floating);
+  return full(Shape{}, value, dt);
+}
+
+}  // namespace kiln

@@ -1,0 +1,374 @@
+// Reductions over a set of axes (reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and,
+// reduce_or), argmax/argmin over one axis, and the composite ops built from them.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "detail/dtype_dispatch.h"
+#include "detail/parallel.h"
+#include "detail/strided.h"
+#include "kiln/ops.h"
+#include "ops/rules.h"
+
+namespace kiln {
+namespace {
+
+using Types = std::span<const TensorType>;
+using Ins = std::span<const Tensor>;
+
+Shape reduced_shape(const Shape& s, const std::vector<int>& axes) {
+  Shape out;
+  for (int i = 0; i < s.rank(); ++i)
+    if (!std::binary_search(axes.begin(), axes.end(), i)) out.dims().push_back(s[i]);
+  return out;
+}
+
+// Splits x's dims into kept and reduced ones (each with its strides) for the loops below.
+struct ReduceLayout {
+  std::vector<int64_t> kept_shape, kept_strides, red_shape, red_strides;
+  int64_t kept_count = 1, red_count = 1;
+};
+ReduceLayout layout(const Tensor& x, const std::vector<int>& axes) {
+  ReduceLayout L;
+  for (int i = 0; i < x.rank(); ++i) {
+    const bool red = std::binary_search(axes.begin(), axes.end(), i);
+    (red ? L.red_shape : L.kept_shape).push_back(x.shape()[i]);
+    (red ? L.red_strides : L.kept_strides).push_back(x.strides()[static_cast<std::size_t>(i)]);
+  }
+  for (int64_t d : L.kept_shape) L.kept_count *= d;
+  for (int64_t d : L.red_shape) L.red_count *= d;
+  return L;
+}
+
+// Offset of flat index i of a (shape, strides) sub-space.
+int64_t offset_of(int64_t i, const std::vector<int64_t>& shape, const std::vector<int64_t>& st) {
+  int64_t off = 0;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    off += (i % shape[d]) * st[d];
+    i /= shape[d];
+  }
+  return off;
+}
+
+// Each reducer: identity, combine, and whether it needs a non-empty input.
+struct SumR {
+  static constexpr bool needs_elements = false;
+  template <typename A> static A identity() { return A{0}; }
+  template <typename A> static A combine(A a, A b) { return a + b; }
+};
+struct ProdR {
+  static constexpr bool needs_elements = false;
+  template <typename A> static A identity() { return A{1}; }
+  template <typename A> static A combine(A a, A b) { return a * b; }
+};
+struct MaxR {
+  static constexpr bool needs_elements = true;
+  template <typename A> static A identity() { return std::numeric_limits<A>::lowest(); }
+  template <typename A> static A combine(A a, A b) {
+    if constexpr (std::is_floating_point_v<A>)
+      if (a != a || b != b) return a + b;  // NaN propagates
+    return a > b ? a : b;
+  }
+};
+struct MinR {
+  static constexpr bool needs_elements = true;
+  template <typename A> static A identity() {
+    if constexpr (std::is_floating_point_v<A>) return std::numeric_limits<A>::infinity();
+    else return std::numeric_limits<A>::max();
+  }
+  template <typename A> static A combine(A a, A b) {
+    if constexpr (std::is_floating_point_v<A>)
+      if (a != a || b != b) return a + b;
+    return a < b ? a : b;
+  }
+};
+struct AndR {
+  static constexpr bool needs_elements = false;
+  template <typename A> static A identity() { return true; }
+  template <typename A> static A combine(A a, A b) { return a && b; }
+};
+struct OrR {
+  static constexpr bool needs_elements = false;
+  template <typename A> static A identity() { return false; }
+  template <typename A> static A combine(A a, A b) { return a || b; }
+};
+
+// Accumulator: sums and products of floats in double, of integers in 64 bits (wrapping);
+// max/min in the compute type; and/or in bool.
+template <typename R, typename T>
+using acc_for = std::conditional_t<
+    std::is_same_v<R, AndR> || std::is_same_v<R, OrR>, bool,
+    std::conditional_t<std::is_same_v<R, SumR> || std::is_same_v<R, ProdR>,
+                       std::conditional_t<std::is_floating_point_v<detail::compute_t<T>>, double, uint64_t>,
+                       detail::compute_t<T>>>;
+
+template <typename R, typename T>
+void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& out) {
+  using A = acc_for<R, T>;
+  const ReduceLayout L = layout(x, axes);
+  const T* px = static_cast<const T*>(x.raw_data());
+  T* po = static_cast<T*>(out.raw_data());
+  auto load = [](T v) -> A {
+    if constexpr (std::is_same_v<A, uint64_t>) return static_cast<A>(static_cast<int64_t>(v));
+    else return static_cast<A>(static_cast<detail::compute_t<T>>(v));
+  };
+  auto store = [](A v) -> T {
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
+    else return static_cast<T>(v);
+  };
+  const bool inner_kept = !L.kept_strides.empty() && L.kept_strides.back() == 1 &&
+                          L.kept_shape.back() > 1 &&
+                          (L.red_strides.empty() || L.red_strides.back() != 1);
+  if (inner_kept && L.red_count > 1) {
+    // The innermost memory dimension is kept: accumulate whole rows (vectorises) for each
+    // reduced index, in parallel over blocks of the kept space.
+    const int64_t inner = L.kept_shape.back();
+    const int64_t outer = L.kept_count / inner;
+    std::vector<int64_t> outer_shape(L.kept_shape.begin(), L.kept_shape.end() - 1);
+    std::vector<int64_t> outer_strides(L.kept_strides.begin(), L.kept_strides.end() - 1);
+    detail::parallel_for(
+        outer * inner,
+        [&](int64_t b, int64_t e) {
+          constexpr int64_t kBlock = 1024;
+          // unique_ptr, not vector: vector<bool> packs bits.
+          std::unique_ptr<A[]> acc(new A[kBlock]);
+          for (int64_t start = b; start < e;) {
+            const int64_t o = start / inner, j0 = start % inner;
+            const int64_t len = std::min({kBlock, inner - j0, e - start});
+            std::fill(acc.get(), acc.get() + len, R::template identity<A>());
+            const T* base = px + offset_of(o, outer_shape, outer_strides) + j0;
+            for (int64_t r = 0; r < L.red_count; ++r) {
+              const T* row = base + offset_of(r, L.red_shape, L.red_strides);
+              for (int64_t j = 0; j < len; ++j)
+                acc[j] = R::combine(acc[j], load(row[j]));
+            }
+            for (int64_t j = 0; j < len; ++j) po[start + j] = store(acc[j]);
+            start += len;
+          }
+        },
+        L.red_count);
+    return;
+  }
+  // Otherwise one output at a time; the reduced space is walked with an odometer whose
+  // innermost dimension is usually contiguous.
+  const auto red = detail::coalesce<1>(L.red_shape, {&L.red_strides});
+  const std::vector<int64_t>& rs = red.shape;
+  const std::vector<int64_t>& rst = red.strides[0];
+  const int rr = static_cast<int>(rs.size());
+  detail::parallel_for(
+      L.kept_count,
+      [&](int64_t b, int64_t e) {
+        std::vector<int64_t> idx(static_cast<std::size_t>(rr));
+        for (int64_t o = b; o < e; ++o) {
+          const T* base = px + offset_of(o, L.kept_shape, L.kept_strides);
+          A acc = R::template identity<A>();
+          if (L.red_count > 0) {
+            std::fill(idx.begin(), idx.end(), 0);
+            int64_t off = 0;
+            const int64_t inner = rs.back(), ist = rst.back();
+            for (int64_t row = 0; row < L.red_count / inner; ++row) {
+              const T* p = base + off;
+              if (ist == 1) {
+                for (int64_t k = 0; k < inner; ++k) acc = R::combine(acc, load(p[k]));
+              } else {
+                for (int64_t k = 0; k < inner; ++k) acc = R::combine(acc, load(p[k * ist]));
+              }
+              for (int d = rr - 2; d >= 0; --d) {
+                const auto u = static_cast<std::size_t>(d);
+                off += rst[u];
+                if (++idx[u] < rs[u]) break;
+                off -= rst[u] * rs[u];
+                idx[u] = 0;
+              }
+            }
+          }
+          po[o] = store(acc);
+        }
+      },
+      std::max<int64_t>(L.red_count, 1));
+}
+
+template <typename R>
+const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_view desc) {
+  TypeRule rule = [name, domain, desc](Types in, const Attrs& a) {
+    ops::expect_dtype(name, in[0], domain, desc);
+    const std::vector<int> axes = normalize_axes(name, a.get_ints("axes"), in[0].shape.rank(), false);
+    if (R::needs_elements)
+      for (int ax : axes)
+        if (in[0].shape[ax] == 0)
+          fail(name, "reduction over an empty axis: got ", in[0], " reducing axis ", ax,
+               ", expected a non-empty axis (this reduction has no identity)");
+    return std::vector<TensorType>{{in[0].dtype, reduced_shape(in[0].shape, axes)}};
+  };
+  Kernel kernel = [name](Ins in, const Attrs& a) {
+    const std::vector<int> axes = normalize_axes(name, a.get_ints("axes"), in[0].rank(), false);
+    Tensor out = empty(reduced_shape(in[0].shape(), axes), in[0].dtype());
+    detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
+      constexpr bool logical = std::is_same_v<R, AndR> || std::is_same_v<R, OrR>;
+      if constexpr (logical == std::is_same_v<T, bool>) reduce_kernel<R, T>(in[0], axes, out);
+    });
+    return std::vector<Tensor>{out};
+  };
+  return register_primitive({.name = std::move(name), .arity = 1, .type_rule = std::move(rule)},
+                            {{ops::cpu({domain}), std::move(kernel)}});
+}
+
+const Primitive& sum_p = define_reduce<SumR>("reduce_sum", DTypeSet::numeric(), "a numeric dtype");
+const Primitive& prod_p = define_reduce<ProdR>("reduce_prod", DTypeSet::numeric(), "a numeric dtype");
+const Primitive& rmax_p = define_reduce<MaxR>("reduce_max", DTypeSet::numeric(), "a numeric dtype");
+const Primitive& rmin_p = define_reduce<MinR>("reduce_min", DTypeSet::numeric(), "a numeric dtype");
+const Primitive& rand_p = define_reduce<AndR>("reduce_and", bool_, "bool");
+const Primitive& ror_p = define_reduce<OrR>("reduce_or", bool_, "bool");
+
+// argmax/argmin{axis}: first index of the extreme value (NaN counts as the extreme).
+template <bool IsMax>
+const Primitive& define_arg(std::string name) {
+  TypeRule rule = [name](Types in, const Attrs& a) {
+    ops::expect_dtype(name, in[0], DTypeSet::numeric(), "a numeric dtype");
+    const int ax = normalize_axis(name, a.get_int("axis"), in[0].shape.rank());
+    if (in[0].shape[ax] == 0)
+      fail(name, "empty axis: got ", in[0], " along axis ", ax, ", expected a non-empty axis");
+    return std::vector<TensorType>{{int64, reduced_shape(in[0].shape, {ax})}};
+  };
+  Kernel kernel = [name](Ins in, const Attrs& a) {
+    const Tensor& x = in[0];
+    const int ax = normalize_axis(name, a.get_int("axis"), x.rank());
+    Tensor out = empty(reduced_shape(x.shape(), {ax}), int64);
+    const ReduceLayout L = layout(x, {ax});
+    int64_t* po = out.data<int64_t>();
+    detail::visit_dtype(x.dtype(), [&]<typename T>() {
+      if constexpr (!std::is_same_v<T, bool>) {
+        using C = detail::compute_t<T>;
+        const T* px = static_cast<const T*>(x.raw_data());
+        const int64_t n = L.red_shape[0], st = L.red_strides[0];
+        detail::parallel_for(L.kept_count, [&](int64_t b, int64_t e) {
+          for (int64_t o = b; o < e; ++o) {
+            const T* p = px + offset_of(o, L.kept_shape, L.kept_strides);
+            int64_t best = 0;
+            C bv = static_cast<C>(p[0]);
+            for (int64_t k = 1; k < n && bv == bv; ++k) {
+              const C v = static_cast<C>(p[k * st]);
+              if (v != v || (IsMax ? v > bv : v < bv)) {
+                best = k;
+                bv = v;
+              }
+            }
+            po[o] = best;
+          }
+        }, L.red_count);
+      }
+    });
+    return std::vector<Tensor>{out};
+  };
+  return register_primitive({.name = std::move(name), .arity = 1, .type_rule = std::move(rule)},
+                            {{ops::cpu({DTypeSet::numeric()}), std::move(kernel)}});
+}
+
+const Primitive& argmax_p = define_arg<true>("argmax");
+const Primitive& argmin_p = define_arg<false>("argmin");
+
+std::vector<int> axes_of(std::string_view op, const Tensor& x, const Axes& axes) {
+  return normalize_axes(op, axes, x.rank(), true);
+}
+
+// Reshapes a reduced result back to rank r with size-1 reduced axes.
+Tensor keep_dims(const Tensor& y, const Tensor& x, const std::vector<int>& axes, Loc loc) {
+  std::vector<int64_t> dims = x.shape().dims();
+  for (int a : axes) dims[static_cast<std::size_t>(a)] = 1;
+  return reshape(y, Shape(dims), loc);
+}
+
+Tensor reduce(const Primitive& p, const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const std::vector<int> ax = axes_of(p.name, x, axes);
+  Tensor y = ax.empty() ? x : bind1(p, {x}, {{"axes", Axes(ax.begin(), ax.end())}}, loc);
+  return keepdims ? keep_dims(y, x, ax, loc) : y;
+}
+
+int64_t count_over(const Tensor& x, const std::vector<int>& axes) {
+  int64_t n = 1;
+  for (int a : axes) n *= x.shape()[a];
+  return n;
+}
+
+Tensor arg(const Primitive& p, const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
+  Tensor v = x.dtype() == bool_ ? astype(x, int32, loc) : x;
+  if (!axis) {
+    Tensor flat = bind1(p, {reshape(v, Shape{v.numel()}, loc)}, {{"axis", int64_t{0}}}, loc);
+    return keepdims ? reshape(flat, Shape(std::vector<int64_t>(static_cast<std::size_t>(x.rank()), 1)), loc)
+                    : flat;
+  }
+  const int a = normalize_axis(p.name, *axis, x.rank());
+  Tensor y = bind1(p, {v}, {{"axis", int64_t{a}}}, loc);
+  return keepdims ? keep_dims(y, x, {a}, loc) : y;
+}
+
+// Sums of bool count trues (int64), like numpy.
+Tensor numeric(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? astype(x, int64, loc) : x; }
+
+}  // namespace
+
+Tensor sum(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  return reduce(sum_p, numeric(x, loc), axes, keepdims, loc);
+}
+Tensor prod(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  return reduce(prod_p, numeric(x, loc), axes, keepdims, loc);
+}
+Tensor max(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  return reduce(rmax_p, numeric(x, loc), axes, keepdims, loc);
+}
+Tensor min(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  return reduce(rmin_p, numeric(x, loc), axes, keepdims, loc);
+}
+Tensor any(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  return reduce(ror_p, ops::cast_if_needed(x, bool_, loc), axes, keepdims, loc);
+}
+Tensor all(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  return reduce(rand_p, ops::cast_if_needed(x, bool_, loc), axes, keepdims, loc);
+}
+Tensor argmax(const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
+  return arg(argmax_p, x, axis, keepdims, loc);
+}
+Tensor argmin(const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
+  return arg(argmin_p, x, axis, keepdims, loc);
+}
+
+Tensor mean(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const int64_t n = count_over(x, axes_of("mean", x, axes));
+  return div(sum(xf, axes, keepdims, loc), scalar_like(xf, static_cast<double>(n)), loc);
+}
+
+Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
+  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const int64_t n = count_over(x, axes_of("var", x, axes));
+  const Tensor centered = sub(xf, mean(xf, axes, true, loc), loc);
+  const Tensor ss = sum(mul(centered, centered, loc), axes, keepdims, loc);
+  return div(ss, scalar_like(xf, static_cast<double>(std::max<int64_t>(n - ddof, 0))), loc);
+}
+
+Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const std::vector<int> ax = axes_of("logsumexp", x, axes);
+  const Axes all_axes(ax.begin(), ax.end());
+  // Shift by the max for stability; where the max is infinite (all -inf, or an inf present)
+  // shift by 0 so that inf - inf never makes a NaN.
+  Tensor m = max(xf, all_axes, true, loc);
+  m = where(abs(m, loc) == INFINITY, zeros_like(m), m, loc);
+  const Tensor s = sum(exp(sub(xf, m, loc), loc), all_axes, true, loc);
+  const Tensor out = add(log(s, loc), m, loc);
+  return keepdims ? out : squeeze(out, all_axes, loc);
+}
+
+Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
+  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  return sub(xf, logsumexp(xf, {axis}, true, loc), loc);
+}
+
+Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
+  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const Tensor e = exp(sub(xf, max(xf, {axis}, true, loc), loc), loc);
+  return div(e, sum(e, {axis}, true, loc), loc);
+}
+
+}  // namespace kiln

@@ -1,0 +1,458 @@
+// Shape primitives. reshape (of contiguous data), transpose, broadcast_to, slice and flip are
+// views that share the input's storage; concatenate and pad copy.
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+
+#include "detail/copy.h"
+#include "detail/strided.h"
+#include "kiln/ops.h"
+#include "ops/rules.h"
+
+namespace kiln {
+namespace {
+
+using Types = std::span<const TensorType>;
+using Ins = std::span<const Tensor>;
+
+Tensor make_view(const Tensor& base, Shape shape, std::vector<int64_t> strides, int64_t offset) {
+  auto impl = std::make_shared<TensorImpl>();
+  impl->type = TensorType{base.dtype(), std::move(shape)};
+  impl->storage = base.storage();
+  impl->strides = std::move(strides);
+  impl->offset = offset;
+  return Tensor(std::move(impl));
+}
+
+std::vector<Tensor> one(Tensor t) { return std::vector<Tensor>{std::move(t)}; }
+
+// ---- reshape{shape} --------------------------------------------------------------
+
+const Primitive& reshape_p = register_primitive(
+    {.name = "reshape",
+     .arity = 1,
+     .type_rule =
+         [](Types in, const Attrs& a) {
+           Shape s(a.get_ints("shape"));
+           for (int64_t d : s)
+             if (d < 0) fail("reshape", "negative dimension: got ", s, ", expected sizes >= 0");
+           if (s.numel() != in[0].shape.numel())
+             fail("reshape", "element count differs: got ", in[0], " (", in[0].shape.numel(),
+                  " elements) to shape ", s, " (", s.numel(),
+                  " elements), expected the same number of elements");
+           return std::vector<TensorType>{{in[0].dtype, s}};
+         }},
+    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+        Shape s(a.get_ints("shape"));
+        const Tensor x = in[0].contiguous();
+        return one(make_view(x, s, contiguous_strides(s), x.offset()));
+      }}});
+
+// ---- transpose{perm} -------------------------------------------------------------
+
+const Primitive& transpose_p = register_primitive(
+    {.name = "transpose",
+     .arity = 1,
+     .type_rule =
+         [](Types in, const Attrs& a) {
+           const auto& perm = a.get_ints("perm");
+           const int r = in[0].shape.rank();
+           std::vector<int64_t> sorted = perm;
+           std::sort(sorted.begin(), sorted.end());
+           std::vector<int64_t> iota(static_cast<std::size_t>(r));
+           std::iota(iota.begin(), iota.end(), 0);
+           if (sorted != iota)
+             fail("transpose", "invalid permutation: got ", Shape(perm), " for ", in[0],
+                  ", expected a permutation of 0..", r - 1);
+           Shape out;
+           for (int64_t p : perm) out.dims().push_back(in[0].shape[static_cast<int>(p)]);
+           return std::vector<TensorType>{{in[0].dtype, out}};
+         }},
+    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+        const Tensor& x = in[0];
+        Shape s;
+        std::vector<int64_t> st;
+        for (int64_t p : a.get_ints("perm")) {
+          s.dims().push_back(x.shape()[static_cast<int>(p)]);
+          st.push_back(x.strides()[static_cast<std::size_t>(p)]);
+        }
+        return one(make_view(x, s, st, x.offset()));
+      }}});
+
+// ---- broadcast_to{shape}: numpy broadcasting of x to a larger shape ---------------
+
+const Primitive& broadcast_p = register_primitive(
+    {.name = "broadcast_to",
+     .arity = 1,
+     .type_rule =
+         [](Types in, const Attrs& a) {
+           Shape s(a.get_ints("shape"));
+           const Shape& xs = in[0].shape;
+           bool ok = xs.rank() <= s.rank();
+           for (int i = 0; ok && i < xs.rank(); ++i) {
+             const int64_t d = xs[i], t = s[s.rank() - xs.rank() + i];
+             ok = d == t || d == 1;
+           }
+           if (!ok)
+             fail("broadcast_to", "cannot broadcast: got ", in[0], " to shape ", s,
+                  ", expected each trailing dimension of the input to equal the target's or be 1");
+           return std::vector<TensorType>{{in[0].dtype, s}};
+         }},
+    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+        Shape s(a.get_ints("shape"));
+        return one(make_view(in[0], s, detail::broadcast_strides(in[0], s), in[0].offset()));
+      }}});
+
+// ---- slice{start, stop, step}: per axis, 0 <= start <= stop <= dim, step >= 1 ---------
+
+const Primitive& slice_p = register_primitive(
+    {.name = "slice",
+     .arity = 1,
+     .type_rule =
+         [](Types in, const Attrs& a) {
+           const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
+                      &step = a.get_ints("step");
+           const Shape& xs = in[0].shape;
+           const auto r = static_cast<std::size_t>(xs.rank());
+           if (start.size() != r || stop.size() != r || step.size() != r)
+             fail("slice", "wrong number of bounds: got ", start.size(), " for ", in[0],
+                  ", expected one start, stop and step per axis (", r, ")");
+           Shape out;
+           for (std::size_t i = 0; i < r; ++i) {
+             if (start[i] < 0 || stop[i] < start[i] || stop[i] > xs[static_cast<int>(i)] ||
+                 step[i] < 1)
+               fail("slice", "bounds out of range on axis ", i, ": got start=", start[i],
+                    ", stop=", stop[i], ", step=", step[i], " for ", in[0],
+                    ", expected 0 <= start <= stop <= size and step >= 1");
+             out.dims().push_back((stop[i] - start[i] + step[i] - 1) / step[i]);
+           }
+           return std::vector<TensorType>{{in[0].dtype, out}};
+         }},
+    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+        const Tensor& x = in[0];
+        const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
+                   &step = a.get_ints("step");
+        Shape s;
+        std::vector<int64_t> st;
+        int64_t off = x.offset();
+        for (std::size_t i = 0; i < start.size(); ++i) {
+          const int64_t n = (stop[i] - start[i] + step[i] - 1) / step[i];
+          s.dims().push_back(n);
+          st.push_back(x.strides()[i] * step[i]);
+          if (n > 0) off += start[i] * x.strides()[i];
+        }
+        return one(make_view(x, s, st, off));
+      }}});
+
+// ---- flip{axes}: reverses the given axes (a view with negative strides) -------------
+
+const Primitive& flip_p = register_primitive(
+    {.name = "flip",
+     .arity = 1,
+     .type_rule =
+         [](Types in, const Attrs& a) {
+           normalize_axes("flip", a.get_ints("axes"), in[0].shape.rank(), false);
+           return std::vector<TensorType>{in[0]};
+         }},
+    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+        const Tensor& x = in[0];
+        std::vector<int64_t> st = x.strides();
+        int64_t off = x.offset();
+        for (int ax : normalize_axes("flip", a.get_ints("axes"), x.rank(), false)) {
+          const auto u = static_cast<std::size_t>(ax);
+          if (x.shape()[ax] > 0) off += (x.shape()[ax] - 1) * st[u];
+          st[u] = -st[u];
+        }
+        return one(make_view(x, x.shape(), st, off));
+      }}});
+
+// ---- concatenate{axis} -------------------------------------------------------------
+
+const Primitive& concatenate_p = register_primitive(
+    {.name = "concatenate",
+     .arity = 1,
+     .variadic = true,
+     .type_rule =
+         [](Types in, const Attrs& a) {
+           const int r = in[0].shape.rank();
+           if (r == 0)
+             fail("concatenate", "zero-dimensional inputs: got ", ops::types_str(in),
+                  ", expected tensors of rank >= 1");
+           const int axis = normalize_axis("concatenate", a.get_int("axis"), r);
+           Shape out = in[0].shape;
+           for (std::size_t i = 1; i < in.size(); ++i) {
+             bool ok = in[i].dtype == in[0].dtype && in[i].shape.rank() == r;
+             for (int d = 0; ok && d < r; ++d) ok = d == axis || in[i].shape[d] == out[d];
+             if (!ok)
+               fail("concatenate", "inputs differ: got ", ops::types_str(in),
+                    ", expected one dtype and equal sizes except along axis ", axis);
+             out[axis] += in[i].shape[axis];
+           }
+           return std::vector<TensorType>{{in[0].dtype, out}};
+         }},
+    {{ops::cpu_variadic(DTypeSet::all()), [](Ins in, const Attrs& a) {
+        const int axis = normalize_axis("concatenate", a.get_int("axis"), in[0].rank());
+        Shape s = in[0].shape();
+        for (std::size_t i = 1; i < in.size(); ++i) s[axis] += in[i].shape()[axis];
+        Tensor out = empty(s, in[0].dtype());
+        int64_t pos = 0;
+        for (const Tensor& x : in) {
+          // Copy x into the matching window of out, viewed with out's strides.
+          Tensor window = make_view(out, x.shape(), out.strides(), pos * out.strides()[static_cast<std::size_t>(axis)]);
+          detail::copy_cast(x, window);
+          pos += x.shape()[axis];
+        }
+        return one(out);
+      }}});
+
+// ---- pad{low, high, value}: constant padding ----------------------------------------
+
+const Primitive& pad_p = register_primitive(
+    {.name = "pad",
+     .arity = 1,
+     .type_rule =
+         [](Types in, const Attrs& a) {
+           const auto &lo = a.get_ints("low"), &hi = a.get_ints("high");
+           const int r = in[0].shape.rank();
+           if (static_cast<int>(lo.size()) != r || static_cast<int>(hi.size()) != r)
+             fail("pad", "wrong number of widths: got ", lo.size(), " for ", in[0],
+                  ", expected one (before, after) pair per axis (", r, ")");
+           Shape out = in[0].shape;
+           for (int i = 0; i < r; ++i) {
+             const auto u = static_cast<std::size_t>(i);
+             if (lo[u] < 0 || hi[u] < 0)
+               fail("pad", "negative width on axis ", i, ": got (", lo[u], ", ", hi[u],
+                    "), expected widths >= 0");
+             out[i] += lo[u] + hi[u];
+           }
+           return std::vector<TensorType>{{in[0].dtype, out}};
+         }},
+    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+        const Tensor& x = in[0];
+        const auto& lo = a.get_ints("low");
+        Shape s = x.shape();
+        for (int i = 0; i < s.rank(); ++i)
+          s[i] += lo[static_cast<std::size_t>(i)] + a.get_ints("high")[static_cast<std::size_t>(i)];
+        Tensor out = full(s, a.get_double("value"), x.dtype());
+        int64_t off = 0;
+        for (int i = 0; i < s.rank(); ++i)
+          off += lo[static_cast<std::size_t>(i)] * out.strides()[static_cast<std::size_t>(i)];
+        detail::copy_cast(x, make_view(out, x.shape(), out.strides(), off));
+        return one(out);
+      }}});
+
+}  // namespace
+
+// ---- public ops --------------------------------------------------------------------
+
+Tensor reshape(const Tensor& x, const Shape& shape, Loc loc) {
+  std::vector<int64_t> dims = shape.dims();
+  int infer = -1;
+  int64_t known = 1;
+  for (std::size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] == -1) {
+      if (infer >= 0)
+        fail("reshape", "more than one -1: got ", shape, ", expected at most one inferred size");
+      infer = static_cast<int>(i);
+    } else {
+      known *= dims[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || x.numel() % known != 0)
+      fail("reshape", "cannot infer the -1: got ", x.type(), " to shape ", shape,
+           ", expected the element count ", x.numel(), " to be divisible by ", known);
+    dims[static_cast<std::size_t>(infer)] = x.numel() / known;
+  }
+  if (Shape(dims) == x.shape()) return x;
+  return bind1(reshape_p, {x}, {{"shape", dims}}, loc);
+}
+
+Tensor flatten(const Tensor& x, Loc loc) { return reshape(x, Shape{x.numel()}, loc); }
+
+Tensor transpose(const Tensor& x, Loc loc) {
+  Axes perm(static_cast<std::size_t>(x.rank()));
+  std::iota(perm.rbegin(), perm.rend(), 0);
+  return transpose(x, perm, loc);
+}
+
+Tensor transpose(const Tensor& x, const Axes& perm, Loc loc) {
+  Axes p = perm;
+  for (int64_t& a : p)
+    if (a < 0) a += x.rank();
+  Axes iota(p.size());
+  std::iota(iota.begin(), iota.end(), 0);
+  if (p == iota && static_cast<int>(p.size()) == x.rank()) return x;
+  return bind1(transpose_p, {x}, {{"perm", p}}, loc);
+}
+Tensor permute(const Tensor& x, const Axes& perm, Loc loc) { return transpose(x, perm, loc); }
+
+Tensor swapaxes(const Tensor& x, int64_t a, int64_t b, Loc loc) {
+  Axes perm(static_cast<std::size_t>(x.rank()));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::swap(perm[static_cast<std::size_t>(normalize_axis("swapaxes", a, x.rank()))],
+            perm[static_cast<std::size_t>(normalize_axis("swapaxes", b, x.rank()))]);
+  return transpose(x, perm, loc);
+}
+
+Tensor moveaxis(const Tensor& x, int64_t from, int64_t to, Loc loc) {
+  const int f = normalize_axis("moveaxis", from, x.rank());
+  const int t = normalize_axis("moveaxis", to, x.rank());
+  Axes perm;
+  for (int i = 0; i < x.rank(); ++i)
+    if (i != f) perm.push_back(i);
+  perm.insert(perm.begin() + t, f);
+  return transpose(x, perm, loc);
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc) {
+  if (x.shape() == shape) return x;
+  return bind1(broadcast_p, {x}, {{"shape", shape.dims()}}, loc);
+}
+
+Tensor expand_dims(const Tensor& x, int64_t axis, Loc loc) {
+  const int a = normalize_axis("expand_dims", axis, x.rank() + 1);
+  std::vector<int64_t> dims = x.shape().dims();
+  dims.insert(dims.begin() + a, 1);
+  return reshape(x, Shape(dims), loc);
+}
+
+Tensor squeeze(const Tensor& x, const Axes& axes, Loc loc) {
+  std::vector<int64_t> dims;
+  if (axes.empty()) {
+    for (int64_t d : x.shape())
+      if (d != 1) dims.push_back(d);
+  } else {
+    const std::vector<int> ax = normalize_axes("squeeze", axes, x.rank(), false);
+    for (int a : ax)
+      if (x.shape()[a] != 1)
+        fail("squeeze", "axis ", a, " has size ", x.shape()[a], ": got ", x.type(),
+             ", expected size-1 axes only");
+    for (int i = 0; i < x.rank(); ++i)
+      if (!std::binary_search(ax.begin(), ax.end(), i)) dims.push_back(x.shape()[i]);
+  }
+  return reshape(x, Shape(dims), loc);
+}
+
+Tensor flip(const Tensor& x, const Axes& axes, Loc loc) {
+  Axes ax = axes;
+  if (ax.empty())
+    for (int i = 0; i < x.rank(); ++i) ax.push_back(i);
+  if (ax.empty()) return x;
+  return bind1(flip_p, {x}, {{"axes", ax}}, loc);
+}
+
+Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc) {
+  if (static_cast<int>(slices.size()) > x.rank())
+    fail("slice", "too many slices: got ", slices.size(), " for ", x.type(),
+         ", expected at most one per axis");
+  Axes start, stop, step, flips;
+  for (int i = 0; i < x.rank(); ++i) {
+    const int64_t n = x.shape()[i];
+    Slice s = i < static_cast<int>(slices.size()) ? slices[static_cast<std::size_t>(i)] : Slice{};
+    if (s.step == 0) fail("slice", "zero step on axis ", i, ": got step=0, expected a non-zero step");
+    auto clamp = [&](std::optional<int64_t> v, int64_t dflt, int64_t lo, int64_t hi) {
+      if (!v) return dflt;
+      int64_t w = *v < 0 ? *v + n : *v;
+      return std::clamp(w, lo, hi);
+    };
+    if (s.step > 0) {
+      const int64_t b = clamp(s.start, 0, 0, n), e = clamp(s.stop, n, 0, n);
+      start.push_back(b);
+      stop.push_back(std::max(b, e));
+      step.push_back(s.step);
+    } else {
+      // Python semantics for a negative step: walk down from start (inclusive) to stop
+      // (exclusive). Expressed as a forward slice of the flipped axis.
+      const int64_t b = clamp(s.start, n - 1, -1, n - 1), e = clamp(s.stop, -1, -1, n - 1);
+      const int64_t fb = n - 1 - b, fe = n - 1 - e;  // positions in the flipped axis
+      start.push_back(fb);
+      stop.push_back(std::max(fb, fe));
+      step.push_back(-s.step);
+      flips.push_back(i);
+    }
+  }
+  Tensor y = flips.empty() ? x : flip(x, flips, loc);
+  bool whole = true;
+  for (int i = 0; i < x.rank(); ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    whole = whole && start[u] == 0 && stop[u] == x.shape()[i] && step[u] == 1;
+  }
+  if (whole) return y;
+  return bind1(slice_p, {y}, {{"start", start}, {"stop", stop}, {"step", step}}, loc);
+}
+
+Tensor index(const Tensor& x, int64_t i, Loc loc) {
+  if (x.rank() == 0)
+    fail("index", "cannot index a 0-d tensor: got ", x.type(), ", expected rank >= 1");
+  const int64_t n = x.shape()[0];
+  if (i < -n || i >= n)
+    fail("index", "index out of range: got ", i, " for axis 0 of ", x.type(), ", expected [",
+         -n, ", ", n - 1, "]");
+  const int64_t j = i < 0 ? i + n : i;
+  Tensor s = slice(x, {Slice{j, j + 1, 1}}, loc);
+  return squeeze(s, {0}, loc);
+}
+
+Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
+  if (xs.empty()) fail("concatenate", "no inputs: got 0 tensors, expected at least one");
+  if (xs.size() == 1) return xs.front();
+  DType dt = xs.front().dtype();
+  for (const Tensor& x : xs) dt = promote_types(dt, x.dtype());
+  std::vector<Tensor> ins;
+  for (const Tensor& x : xs) ins.push_back(ops::cast_if_needed(x, dt, loc));
+  return bind1(concatenate_p, ins, {{"axis", axis}}, loc);
+}
+
+Tensor stack(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
+  if (xs.empty()) fail("stack", "no inputs: got 0 tensors, expected at least one");
+  for (const Tensor& x : xs)
+    if (x.shape() != xs.front().shape())
+      fail("stack", "shapes differ: got ", xs.front().type(), " and ", x.type(),
+           ", expected every input to have the same shape");
+  const int a = normalize_axis("stack", axis, xs.front().rank() + 1);
+  std::vector<Tensor> parts;
+  for (const Tensor& x : xs) parts.push_back(expand_dims(x, a, loc));
+  return concatenate(parts, a, loc);
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& indices, int64_t axis,
+                          Loc loc) {
+  const int a = normalize_axis("split", axis, x.rank());
+  const int64_t n = x.shape()[a];
+  std::vector<Tensor> out;
+  int64_t prev = 0;
+  std::vector<int64_t> bounds = indices;
+  bounds.push_back(n);
+  for (int64_t b : bounds) {
+    const int64_t e = std::clamp<int64_t>(b, prev, n);
+    std::vector<Slice> sl(static_cast<std::size_t>(a) + 1);
+    sl.back() = Slice{prev, e, 1};
+    out.push_back(slice(x, sl, loc));
+    prev = e;
+  }
+  return out;
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t sections, int64_t axis, Loc loc) {
+  const int a = normalize_axis("split", axis, x.rank());
+  if (sections <= 0 || x.shape()[a] % sections != 0)
+    fail("split", "unequal sections: got ", sections, " sections of axis ", a, " (size ",
+         x.shape()[a], ") of ", x.type(), ", expected a positive divisor of the size");
+  std::vector<int64_t> idx;
+  const int64_t len = x.shape()[a] / sections;
+  for (int64_t i = 1; i < sections; ++i) idx.push_back(i * len);
+  return split(x, idx, a, loc);
+}
+
+Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value,
+           Loc loc) {
+  Axes lo, hi;
+  for (const auto& [b, e] : widths) {
+    lo.push_back(b);
+    hi.push_back(e);
+  }
+  return bind1(pad_p, {x}, {{"low", lo}, {"high", hi}, {"value", value}}, loc);
+}
+
+}  // namespace kiln

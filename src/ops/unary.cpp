@@ -1,0 +1,202 @@
+// Unary elementwise primitives: each entry of the table below is one primitive, with its
+// domain, type rule and kernel.
+#include <cmath>
+#include <type_traits>
+
+#include "detail/elementwise.h"
+#include "kiln/ops.h"
+#include "ops/rules.h"
+
+namespace kiln {
+namespace {
+
+enum class Domain { floating, numeric, boolean };
+
+DTypeSet domain_set(Domain d) {
+  switch (d) {
+    case Domain::floating: return DTypeSet::floating();
+    case Domain::numeric: return DTypeSet::numeric();
+    case Domain::boolean: return DTypeSet(bool_);
+  }
+  return {};
+}
+std::string_view domain_desc(Domain d) {
+  switch (d) {
+    case Domain::floating: return "a floating dtype (f16, bf16, f32, f64)";
+    case Domain::numeric: return "a numeric dtype (not bool)";
+    case Domain::boolean: return "bool";
+  }
+  return "";
+}
+
+template <typename T>
+constexpr bool in_domain(Domain d) {
+  if (d == Domain::boolean) return std::is_same_v<T, bool>;
+  if (std::is_same_v<T, bool>) return false;
+  if (d == Domain::numeric) return true;
+  return std::is_floating_point_v<detail::compute_t<T>>;
+}
+
+// Each functor: `domain`, whether the result is bool, and the scalar function on compute_t.
+struct Neg {
+  static constexpr Domain domain = Domain::numeric;
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_integral_v<T>)  // wraps (also for the most negative value)
+      return static_cast<T>(std::make_unsigned_t<T>{0} - static_cast<std::make_unsigned_t<T>>(x));
+    else return -x;
+  }
+};
+struct Abs {
+  static constexpr Domain domain = Domain::numeric;
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return x < T{0} ? Neg{}(x) : x;
+  }
+};
+struct Sign {
+  static constexpr Domain domain = Domain::numeric;
+  template <typename T> T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>)
+      if (x != x) return x;
+    return static_cast<T>((T{0} < x) - (x < T{0}));
+  }
+};
+#define KILN_FLOAT_UNARY(Name, expr)                       \
+  struct Name {                                            \
+    static constexpr Domain domain = Domain::floating;     \
+    template <typename T> T operator()(T x) const { return expr; } \
+  };
+KILN_FLOAT_UNARY(Exp, std::exp(x))
+KILN_FLOAT_UNARY(Log, std::log(x))
+KILN_FLOAT_UNARY(Log1p, std::log1p(x))
+KILN_FLOAT_UNARY(Expm1, std::expm1(x))
+KILN_FLOAT_UNARY(Sqrt, std::sqrt(x))
+KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x))
+KILN_FLOAT_UNARY(Sin, std::sin(x))
+KILN_FLOAT_UNARY(Cos, std::cos(x))
+KILN_FLOAT_UNARY(Tan, std::tan(x))
+KILN_FLOAT_UNARY(Tanh, std::tanh(x))
+// Stable for large |x|: never exponentiates a large positive number.
+KILN_FLOAT_UNARY(Sigmoid, x >= T{0} ? T{1} / (T{1} + std::exp(-x)) : std::exp(x) / (T{1} + std::exp(x)))
+KILN_FLOAT_UNARY(Erf, std::erf(x))
+KILN_FLOAT_UNARY(Floor, std::floor(x))
+KILN_FLOAT_UNARY(Ceil, std::ceil(x))
+KILN_FLOAT_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
+#undef KILN_FLOAT_UNARY
+struct LogicalNot {
+  static constexpr Domain domain = Domain::boolean;
+  bool operator()(bool x) const { return !x; }
+};
+struct IsNan {
+  static constexpr Domain domain = Domain::floating;
+  static constexpr bool bool_result = true;
+  template <typename T> bool operator()(T x) const { return x != x; }
+};
+
+template <typename F>
+constexpr bool bool_result() {
+  if constexpr (requires { F::bool_result; }) return F::bool_result;
+  else return false;
+}
+
+template <typename F>
+const Primitive& define_unary(std::string name) {
+  TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
+    ops::expect_dtype(name, in[0], domain_set(F::domain), domain_desc(F::domain));
+    return std::vector<TensorType>{{bool_result<F>() ? bool_ : in[0].dtype, in[0].shape}};
+  };
+  Kernel kernel = [](std::span<const Tensor> in, const Attrs&) {
+    const DType out_dtype = bool_result<F>() ? bool_ : in[0].dtype();
+    Tensor out = empty(in[0].shape(), out_dtype);
+    detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
+      if constexpr (in_domain<T>(F::domain)) {
+        using Out = std::conditional_t<bool_result<F>(), bool, T>;
+        detail::map_unary<T, Out>(in[0], out, F{});
+      }
+    });
+    return std::vector<Tensor>{out};
+  };
+  return register_primitive({.name = std::move(name), .arity = 1, .type_rule = std::move(rule)},
+                            {{ops::cpu({domain_set(F::domain)}), std::move(kernel)}});
+}
+
+const Primitive& neg_p = define_unary<Neg>("neg");
+const Primitive& abs_p = define_unary<Abs>("abs");
+const Primitive& sign_p = define_unary<Sign>("sign");
+const Primitive& exp_p = define_unary<Exp>("exp");
+const Primitive& log_p = define_unary<Log>("log");
+const Primitive& log1p_p = define_unary<Log1p>("log1p");
+const Primitive& expm1_p = define_unary<Expm1>("expm1");
+const Primitive& sqrt_p = define_unary<Sqrt>("sqrt");
+const Primitive& rsqrt_p = define_unary<Rsqrt>("rsqrt");
+const Primitive& sin_p = define_unary<Sin>("sin");
+const Primitive& cos_p = define_unary<Cos>("cos");
+const Primitive& tan_p = define_unary<Tan>("tan");
+const Primitive& tanh_p = define_unary<Tanh>("tanh");
+const Primitive& sigmoid_p = define_unary<Sigmoid>("sigmoid");
+const Primitive& erf_p = define_unary<Erf>("erf");
+const Primitive& floor_p = define_unary<Floor>("floor");
+const Primitive& ceil_p = define_unary<Ceil>("ceil");
+const Primitive& round_p = define_unary<Round>("round");
+const Primitive& not_p = define_unary<LogicalNot>("not");
+const Primitive& isnan_p = define_unary<IsNan>("isnan");
+
+// Conversion between dtypes; attribute `dtype` is the target.
+const Primitive& convert_p = register_primitive(
+    {.name = "convert",
+     .arity = 1,
+     .type_rule = [](std::span<const TensorType> in,
+                     const Attrs& a) { return std::vector<TensorType>{{a.get_dtype("dtype"), in[0].shape}}; }},
+    {{ops::cpu({DTypeSet::all()}), [](std::span<const Tensor> in, const Attrs& a) {
+        Tensor out = empty(in[0].shape(), a.get_dtype("dtype"));
+        detail::copy_cast(in[0], out);
+        return std::vector<Tensor>{out};
+      }}});
+
+// Public ops on floats promote integer and bool inputs to float32 first, like numpy.
+Tensor float_op(const Primitive& p, const Tensor& x, Loc loc) {
+  return bind1(p, {ops::cast_if_needed(x, to_floating(x.dtype()), loc)}, {}, loc);
+}
+// Rounding is the identity on integers.
+Tensor rounding_op(const Primitive& p, const Tensor& x, Loc loc) {
+  if (!is_floating(x.dtype())) return x;
+  return bind1(p, {x}, {}, loc);
+}
+Tensor numeric_op(const Primitive& p, const Tensor& x, Loc loc) {
+  return bind1(p, {x.dtype() == bool_ ? astype(x, int32, loc) : x}, {}, loc);
+}
+
+}  // namespace
+
+Tensor neg(const Tensor& x, Loc loc) { return numeric_op(neg_p, x, loc); }
+Tensor abs(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? x : bind1(abs_p, {x}, {}, loc); }
+Tensor sign(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? x : bind1(sign_p, {x}, {}, loc); }
+Tensor exp(const Tensor& x, Loc loc) { return float_op(exp_p, x, loc); }
+Tensor log(const Tensor& x, Loc loc) { return float_op(log_p, x, loc); }
+Tensor log1p(const Tensor& x, Loc loc) { return float_op(log1p_p, x, loc); }
+Tensor expm1(const Tensor& x, Loc loc) { return float_op(expm1_p, x, loc); }
+Tensor sqrt(const Tensor& x, Loc loc) { return float_op(sqrt_p, x, loc); }
+Tensor rsqrt(const Tensor& x, Loc loc) { return float_op(rsqrt_p, x, loc); }
+Tensor sin(const Tensor& x, Loc loc) { return float_op(sin_p, x, loc); }
+Tensor cos(const Tensor& x, Loc loc) { return float_op(cos_p, x, loc); }
+Tensor tan(const Tensor& x, Loc loc) { return float_op(tan_p, x, loc); }
+Tensor tanh(const Tensor& x, Loc loc) { return float_op(tanh_p, x, loc); }
+Tensor sigmoid(const Tensor& x, Loc loc) { return float_op(sigmoid_p, x, loc); }
+Tensor erf(const Tensor& x, Loc loc) { return float_op(erf_p, x, loc); }
+Tensor floor(const Tensor& x, Loc loc) { return rounding_op(floor_p, x, loc); }
+Tensor ceil(const Tensor& x, Loc loc) { return rounding_op(ceil_p, x, loc); }
+Tensor round(const Tensor& x, Loc loc) { return rounding_op(round_p, x, loc); }
+Tensor square(const Tensor& x, Loc loc) { return mul(x, x, loc); }
+Tensor logical_not(const Tensor& x, Loc loc) {
+  return bind1(not_p, {ops::cast_if_needed(x, bool_, loc)}, {}, loc);
+}
+Tensor isnan(const Tensor& x, Loc loc) {
+  if (!is_floating(x.dtype())) return zeros(x.shape(), bool_);
+  return bind1(isnan_p, {x}, {}, loc);
+}
+Tensor astype(const Tensor& x, DType dtype, Loc loc) {
+  if (x.dtype() == dtype) return x;
+  return bind1(convert_p, {x}, {{"dtype", dtype}}, loc);
+}
+
+}  // namespace kiln
