@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages Kiln needs, calling apt-get only for what is missing.
+#   scripts/install-deps.sh          build, test and demo dependencies
+#   scripts/install-deps.sh --bench  also the peers the benchmarks compare against
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libopenblas-dev        # GEMM for matmul and convolution
+  libgtest-dev libgmock-dev libbenchmark-dev
+  zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
+  python3-numpy          # reference values in tests are checked against numpy
+  dataset-fashion-mnist  # the demo's data set (/usr/share/datasets/fashion-mnist)
+)
+if [[ "${1:-}" == "--bench" ]]; then
+  packages+=(libtorch-dev python3-torch)  # PyTorch 1.13 (C++ and Python) as the peer
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "install-deps: installing ${missing[*]}"
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
