@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -18,8 +19,15 @@
 
 namespace kiln {
 
+namespace ir {
+struct Function;
+}
+// A sub-function held by a higher-order primitive (call, cond, while, ...).
+using FunctionRef = std::shared_ptr<const ir::Function>;
+
 // A named attribute value. Attributes are static: part of the equation, never traced.
-using AttrValue = std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, DType>;
+using AttrValue =
+    std::variant<bool, int64_t, double, std::string, std::vector<int64_t>, DType, FunctionRef>;
 std::string attr_to_string(const AttrValue& v);
 
 class Attrs {

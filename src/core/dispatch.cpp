@@ -6,6 +6,8 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "ir/trace.h"
+#include "kiln/ir.h"
 #include "kiln/primitive.h"
 
 namespace kiln {
@@ -34,8 +36,10 @@ std::string attr_to_string(const AttrValue& v) {
           std::string s = "[";
           for (std::size_t i = 0; i < x.size(); ++i) s += (i ? ", " : "") + std::to_string(x[i]);
           return s + "]";
-        } else {
+        } else if constexpr (std::is_same_v<T, DType>) {
           return std::string(dtype_name(x));
+        } else {
+          return "@" + (x ? x->name : std::string("null"));
         }
       },
       v);
@@ -215,6 +219,13 @@ std::string where(Loc loc) {
 
 std::vector<Tensor> bind(const Primitive& p, std::vector<Tensor> inputs, const Attrs& attrs,
                          Loc loc) {
+  if (detail::trace_active()) {
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      if (!inputs[i].defined())
+        fail(p.name, "input ", i, " is an undefined tensor: got a default-constructed Tensor, "
+                     "expected one created by an operation", where(loc));
+    return detail::record(p, inputs, attrs, ir::SourceLoc{loc.file_name(), static_cast<int>(loc.line())});
+  }
   std::vector<TensorType> types;
   types.reserve(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {

@@ -1,0 +1,94 @@
+// The typed IR every transformation reads and writes: functional SSA, one equation per
+// primitive application, sub-functions held as attributes of higher-order primitives.
+//
+//   func @f(%x: f32[3], %y: f32[3]) -> f32[] {
+//     %0 = sin %x : f32[3]
+//     %1 = mul %0, %y : f32[3]
+//     %2 = reduce_sum %1 {axes=[0]} : f32[]
+//     return %2
+//   }
+#pragma once
+
+#include <functional>
+#include <iosfwd>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/primitive.h"
+
+namespace kiln::ir {
+
+// An SSA value: an id unique within its function, and its type.
+struct Value {
+  int id = -1;
+  TensorType type;
+  bool operator==(const Value& o) const { return id == o.id; }
+};
+
+// A concrete tensor the function closes over (captured or created while tracing).
+struct Constant {
+  Value value;
+  Tensor tensor;
+};
+
+// Where the user called the op that produced an equation, when known.
+struct SourceLoc {
+  std::string file;
+  int line = 0;
+  bool known() const { return line > 0; }
+};
+
+struct Equation {
+  const Primitive* prim = nullptr;
+  Attrs attrs;  // sub-functions of higher-order primitives are attributes too
+  std::vector<Value> inputs;
+  std::vector<Value> outputs;
+  SourceLoc loc;
+};
+
+struct Function {
+  std::string name = "f";
+  std::vector<Value> params;
+  std::vector<std::string> param_names;  // for printing; may be empty
+  std::vector<Constant> constants;
+  std::vector<Equation> equations;
+  std::vector<Value> results;
+
+  // A fresh id above every id in use.
+  int next_id() const;
+  std::vector<TensorType> param_types() const;
+  std::vector<TensorType> result_types() const;
+};
+
+// Checks SSA form and that every equation's output types are what its type rule infers.
+// Throws Error("verify", ...) naming the equation.
+void verify(const Function& f);
+
+// The text form; parse(print(f)) computes what f computes and prints identically.
+std::string print(const Function& f);
+std::ostream& operator<<(std::ostream& os, const Function& f);
+std::shared_ptr<Function> parse(std::string_view text);
+
+// Traces `body` on abstract parameters of the given types. Values of an enclosing trace that
+// the body uses become extra trailing parameters; `captures` holds what to pass for them.
+struct Traced {
+  std::shared_ptr<Function> function;
+  std::vector<Tensor> captures;
+};
+Traced trace_function(std::string name, const std::vector<TensorType>& params,
+                      const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body);
+
+// Optimisation passes, each IR -> IR (src/ir/passes.cpp): dead-code elimination and
+// common-subexpression elimination; `optimize` runs them to a fixed point.
+Function dce(const Function& f);
+Function cse(const Function& f);
+Function optimize(const Function& f);
+
+// Evaluates f by binding each equation's primitive in order: with concrete arguments and no
+// active trace it runs kernels; under a trace it records into that trace.
+std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args);
+
+}  // namespace kiln::ir

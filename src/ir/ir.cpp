@@ -1,0 +1,137 @@
+// IR utilities, the verifier, the interpreter and the `call` primitive.
+#include <algorithm>
+#include <ostream>
+#include <unordered_set>
+
+#include "ir/trace.h"
+#include "kiln/ir.h"
+#include "ops/rules.h"
+
+namespace kiln::ir {
+
+int Function::next_id() const {
+  int m = -1;
+  for (const Value& v : params) m = std::max(m, v.id);
+  for (const Constant& c : constants) m = std::max(m, c.value.id);
+  for (const Equation& e : equations)
+    for (const Value& v : e.outputs) m = std::max(m, v.id);
+  return m + 1;
+}
+
+std::vector<TensorType> Function::param_types() const {
+  std::vector<TensorType> t;
+  for (const Value& v : params) t.push_back(v.type);
+  return t;
+}
+std::vector<TensorType> Function::result_types() const {
+  std::vector<TensorType> t;
+  for (const Value& v : results) t.push_back(v.type);
+  return t;
+}
+
+void verify(const Function& f) {
+  std::unordered_map<int, TensorType> defined;
+  auto define = [&](const Value& v, std::string_view what) {
+    if (!defined.emplace(v.id, v.type).second)
+      fail("verify", "@", f.name, ": value %", v.id, " defined twice (", what,
+           "), expected single assignment");
+  };
+  auto use = [&](const Value& v, std::string_view where) {
+    auto it = defined.find(v.id);
+    if (it == defined.end())
+      fail("verify", "@", f.name, ": ", where, " uses %", v.id,
+           " before it is defined, expected values defined above their uses");
+    if (it->second != v.type)
+      fail("verify", "@", f.name, ": ", where, " uses %", v.id, " as ", v.type,
+           ", expected its defined type ", it->second);
+  };
+  for (const Value& v : f.params) define(v, "parameter");
+  for (const Constant& c : f.constants) {
+    define(c.value, "constant");
+    if (c.tensor.type() != c.value.type)
+      fail("verify", "@", f.name, ": constant %", c.value.id, " holds ", c.tensor.type(),
+           ", expected ", c.value.type);
+  }
+  for (std::size_t i = 0; i < f.equations.size(); ++i) {
+    const Equation& e = f.equations[i];
+    const std::string where = "equation " + std::to_string(i) + " (" + e.prim->name + ")";
+    std::vector<TensorType> in;
+    for (const Value& v : e.inputs) {
+      use(v, where);
+      in.push_back(v.type);
+    }
+    for (const auto& [name, attr] : e.attrs.items())
+      if (const auto* sub = std::get_if<FunctionRef>(&attr)) verify(**sub);
+    const std::vector<TensorType> out = e.prim->infer(in, e.attrs);
+    if (out.size() != e.outputs.size())
+      fail("verify", "@", f.name, ": ", where, " has ", e.outputs.size(),
+           " outputs, expected ", out.size());
+    for (std::size_t k = 0; k < out.size(); ++k) {
+      if (out[k] != e.outputs[k].type)
+        fail("verify", "@", f.name, ": ", where, " output ", k, " is typed ", e.outputs[k].type,
+             ", expected ", out[k], " from its type rule");
+      define(e.outputs[k], where);
+    }
+  }
+  for (const Value& v : f.results) use(v, "return");
+}
+
+std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args) {
+  if (args.size() != f.params.size())
+    fail("evaluate", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
+         ", expected ", f.params.size());
+  std::vector<Tensor> env(static_cast<std::size_t>(f.next_id()));
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i].type() != f.params[i].type)
+      fail("evaluate", "@", f.name, " argument ", i, " has the wrong type: got ", args[i].type(),
+           ", expected ", f.params[i].type);
+    env[static_cast<std::size_t>(f.params[i].id)] = args[i];
+  }
+  for (const Constant& c : f.constants) env[static_cast<std::size_t>(c.value.id)] = c.tensor;
+  std::vector<Tensor> ins;
+  for (const Equation& e : f.equations) {
+    ins.clear();
+    for (const Value& v : e.inputs) ins.push_back(env[static_cast<std::size_t>(v.id)]);
+    std::vector<Tensor> outs;
+    try {
+      outs = bind(*e.prim, ins, e.attrs, Loc{});
+    } catch (const Error& err) {
+      detail::rethrow_at(err, e.loc);
+    }
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      env[static_cast<std::size_t>(e.outputs[k].id)] = std::move(outs[k]);
+  }
+  std::vector<Tensor> results;
+  for (const Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
+  return results;
+}
+
+std::ostream& operator<<(std::ostream& os, const Function& f) { return os << print(f); }
+
+namespace {
+
+// call{fn}: applies a sub-function (nested jit). Its kernel is the interpreter.
+const Primitive& call_p = register_primitive(
+    {.name = "call",
+     .arity = 0,
+     .variadic = true,
+     .type_rule =
+         [](std::span<const TensorType> in, const Attrs& a) {
+           const FunctionRef& fn = a.get<FunctionRef>("fn");
+           const std::vector<TensorType> want = fn->param_types();
+           if (!std::equal(in.begin(), in.end(), want.begin(), want.end()))
+             fail("call", "arguments do not match @", fn->name, ": got ", ops::types_str(in),
+                  ", expected ", ops::types_str(want));
+           return fn->result_types();
+         }},
+    {{ops::cpu_variadic(DTypeSet::all()),
+      [](std::span<const Tensor> in, const Attrs& a) {
+        return evaluate(*a.get<FunctionRef>("fn"), in);
+      }},
+     {KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false},
+      [](std::span<const Tensor> in, const Attrs& a) {
+        return evaluate(*a.get<FunctionRef>("fn"), in);
+      }}});
+
+}  // namespace
+}  // namespace kiln::ir
