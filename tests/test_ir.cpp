@@ -128,6 +128,73 @@ TEST(Ir, DceAndCse) {
             "}");
 }
 
+std::string optimized(const std::string& text) {
+  const ir::Function g = ir::optimize(*ir::parse(text));
+  ir::verify(g);
+  return ir::print(g);
+}
+
+TEST(Passes, ConstantFoldingEvaluatesSmallConstantExpressions) {
+  EXPECT_EQ(optimized("func @f(%x: f32[2]) -> f32[2] {\n"
+                      "  %c0 = const [1, 2] : f32[2]\n"
+                      "  %c1 = const [3, 4] : f32[2]\n"
+                      "  %0 = mul %c0, %c1 : f32[2]\n"
+                      "  %1 = add %x, %0 : f32[2]\n"
+                      "  return %1\n"
+                      "}"),
+            "func @f(%x: f32[2]) -> f32[2] {\n"
+            "  %c0 = const [3, 8] : f32[2]\n"
+            "  %0 = add %x, %c0 : f32[2]\n"
+            "  return %0\n"
+            "}");
+}
+
+TEST(Passes, SimplifiesIdentitiesSafely) {
+  // x * 1 + 0 is x; float x * 0 stays (inf * 0 is NaN); neg(neg(x)) is x.
+  EXPECT_EQ(optimized("func @f(%x: f32[2]) -> (f32[2], f32[2], f32[2]) {\n"
+                      "  %c0 = const [1, 1] : f32[2]\n"
+                      "  %c1 = const [0, 0] : f32[2]\n"
+                      "  %0 = mul %x, %c0 : f32[2]\n"
+                      "  %1 = add %0, %c1 : f32[2]\n"
+                      "  %2 = mul %x, %c1 : f32[2]\n"
+                      "  %3 = neg %x : f32[2]\n"
+                      "  %4 = neg %3 : f32[2]\n"
+                      "  return %1, %2, %4\n"
+                      "}"),
+            "func @f(%x: f32[2]) -> (f32[2], f32[2], f32[2]) {\n"
+            "  %c0 = const [0, 0] : f32[2]\n"
+            "  %0 = mul %x, %c0 : f32[2]\n"
+            "  return %x, %0, %x\n"
+            "}");
+  // Integers have no inf or NaN, so i * 0 folds to the zero constant.
+  EXPECT_EQ(optimized("func @f(%i: i32[2]) -> i32[2] {\n"
+                      "  %c0 = const [0, 0] : i32[2]\n"
+                      "  %0 = mul %i, %c0 : i32[2]\n"
+                      "  return %0\n"
+                      "}"),
+            "func @f(%i: i32[2]) -> i32[2] {\n"
+            "  %c0 = const [0, 0] : i32[2]\n"
+            "  return %c0\n"
+            "}");
+}
+
+TEST(Passes, CollapsesShapeChains) {
+  EXPECT_EQ(optimized("func @f(%x: f32[2,3]) -> (f32[2,3], f32[6], f32[4,2,3]) {\n"
+                      "  %0 = transpose %x {perm=[1, 0]} : f32[3,2]\n"
+                      "  %1 = transpose %0 {perm=[1, 0]} : f32[2,3]\n"
+                      "  %2 = reshape %x {shape=[3, 2]} : f32[3,2]\n"
+                      "  %3 = reshape %2 {shape=[6]} : f32[6]\n"
+                      "  %4 = broadcast_to %x {shape=[1, 2, 3]} : f32[1,2,3]\n"
+                      "  %5 = broadcast_to %4 {shape=[4, 2, 3]} : f32[4,2,3]\n"
+                      "  return %1, %3, %5\n"
+                      "}"),
+            "func @f(%x: f32[2,3]) -> (f32[2,3], f32[6], f32[4,2,3]) {\n"
+            "  %0 = reshape %x {shape=[6]} : f32[6]\n"
+            "  %1 = broadcast_to %x {shape=[4, 2, 3]} : f32[4,2,3]\n"
+            "  return %x, %0, %1\n"
+            "}");
+}
+
 TEST(Ir, CallPrimitiveRoundTrips) {
   const auto inner = trace_fx().function;
   const auto outer = ir::trace_function("outer", {{float32, {3}}}, [&](const Ts& a) {

@@ -81,10 +81,14 @@ struct Traced {
 Traced trace_function(std::string name, const std::vector<TensorType>& params,
                       const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body);
 
-// Optimisation passes, each IR -> IR (src/ir/passes.cpp): dead-code elimination and
-// common-subexpression elimination; `optimize` runs them to a fixed point.
-Function dce(const Function& f);
-Function cse(const Function& f);
+// Optimisation passes, each IR -> IR (src/ir/passes.cpp); `optimize` runs them all until
+// the program stops shrinking.
+Function dce(const Function& f);             // drops what no result depends on
+Function cse(const Function& f);             // merges equal equations
+Function fold_constants(const Function& f);  // evaluates equations on constants (small results)
+// x*1, x/1, x+0, x-0 -> x; integer x*0 -> 0 (floats keep it: inf*0 is NaN); neg(neg(x)) -> x;
+// transpose of transpose, reshape of reshape, broadcast of broadcast -> one step or none.
+Function simplify(const Function& f);
 Function optimize(const Function& f);
 
 // Evaluates f by binding each equation's primitive in order: with concrete arguments and no

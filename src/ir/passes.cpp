@@ -1,5 +1,6 @@
-// Optimisation passes, each IR -> IR: dead-code elimination and common-subexpression
-// elimination. (Constant folding and algebraic simplification: see docs/DESIGN.md, planned.)
+// Optimisation passes, each IR -> IR: dead-code elimination, common-subexpression
+// elimination, constant folding and algebraic simplification.
+#include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -62,13 +63,171 @@ Function cse(const Function& f) {
   return out;
 }
 
-Function optimize(const Function& f) {
-  Function cur = dce(cse(f));
-  while (true) {
-    Function next = dce(cse(cur));
-    if (next.equations.size() == cur.equations.size()) return next;
-    cur = std::move(next);
+namespace {
+
+// Folding never grows the program's constants by much: an output may be as large as the
+// inputs together, or small. (Folding broadcast_to of a scalar to a huge shape would.)
+constexpr int64_t kFoldLimit = 4096;
+
+// When every element of t equals one value, that value.
+std::optional<double> uniform_value(const Tensor& t) {
+  if (t.numel() == 0 || t.dtype() == bool_) return std::nullopt;
+  const std::vector<double> v = t.to_vector<double>();
+  for (double x : v)
+    if (!(x == v[0])) return std::nullopt;
+  return v[0];
+}
+
+// Tracks which values are constants and which equation defines each value.
+class Defs {
+ public:
+  explicit Defs(const Function& f) {
+    for (const Constant& c : f.constants) constants_.emplace(c.value.id, c.tensor);
   }
+  const Tensor* constant(const Value& v) const {
+    auto it = constants_.find(v.id);
+    return it == constants_.end() ? nullptr : &it->second;
+  }
+  std::optional<double> uniform(const Value& v) const {
+    const Tensor* t = constant(v);
+    return t ? uniform_value(*t) : std::nullopt;
+  }
+  void add_constant(const Value& v, const Tensor& t) { constants_.emplace(v.id, t); }
+  void define(const Equation& e) {
+    for (const Value& v : e.outputs) producer_[v.id] = e;
+  }
+  const Equation* producer(const Value& v) const {
+    auto it = producer_.find(v.id);
+    return it == producer_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::unordered_map<int, Tensor> constants_;
+  std::unordered_map<int, Equation> producer_;
+};
+
+std::vector<int64_t> compose(const std::vector<int64_t>& inner, const std::vector<int64_t>& outer) {
+  std::vector<int64_t> p;
+  for (int64_t o : outer) p.push_back(inner[static_cast<std::size_t>(o)]);
+  return p;
+}
+
+bool is_identity(const std::vector<int64_t>& perm) {
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    if (perm[i] != static_cast<int64_t>(i)) return false;
+  return true;
+}
+
+}  // namespace
+
+Function fold_constants(const Function& f) {
+  Defs defs(f);
+  Function out = f;
+  out.equations.clear();
+  for (const Equation& e : f.equations) {
+    bool all_const = !e.inputs.empty();
+    int64_t in_size = 0;
+    for (const Value& v : e.inputs) {
+      all_const = all_const && defs.constant(v) != nullptr;
+      in_size += v.type.shape.numel();
+    }
+    int64_t out_size = 0;
+    for (const Value& v : e.outputs) out_size += v.type.shape.numel();
+    if (!all_const || (out_size > kFoldLimit && out_size > in_size)) {
+      out.equations.push_back(e);
+      continue;
+    }
+    std::vector<Tensor> ins;
+    for (const Value& v : e.inputs) ins.push_back(*defs.constant(v));
+    std::vector<Tensor> vals;
+    try {
+      vals = bind(*e.prim, ins, e.attrs, Loc{});
+    } catch (const Error&) {
+      // Leave it for run time, where the error will name the user's line.
+      out.equations.push_back(e);
+      continue;
+    }
+    // Tensors are immutable, so a folded view may share its input's storage.
+    for (std::size_t k = 0; k < vals.size(); ++k) {
+      out.constants.push_back({e.outputs[k], vals[k]});
+      defs.add_constant(e.outputs[k], vals[k]);
+    }
+  }
+  return out;
+}
+
+Function simplify(const Function& f) {
+  Defs defs(f);
+  std::unordered_map<int, Value> rename;
+  auto resolve = [&](const Value& v) {
+    auto it = rename.find(v.id);
+    return it == rename.end() ? v : it->second;
+  };
+  Function out = f;
+  out.equations.clear();
+  for (const Equation& e0 : f.equations) {
+    Equation e = e0;
+    for (Value& v : e.inputs) v = resolve(v);
+    const std::string& op = e.prim->name;
+    const Value* a = e.inputs.empty() ? nullptr : &e.inputs[0];
+    const Value* b = e.inputs.size() > 1 ? &e.inputs[1] : nullptr;
+    auto forward = [&](const Value& to) { rename[e.outputs[0].id] = to; };
+    // x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0 are x: exact in IEEE arithmetic.
+    if ((op == "mul" && b && defs.uniform(*b) == 1.0) || (op == "div" && b && defs.uniform(*b) == 1.0) ||
+        ((op == "add" || op == "sub") && b && defs.uniform(*b) == 0.0)) {
+      forward(*a);
+      continue;
+    }
+    if ((op == "mul" && a && defs.uniform(*a) == 1.0) || (op == "add" && a && defs.uniform(*a) == 0.0)) {
+      forward(*b);
+      continue;
+    }
+    // x * 0 is 0 only when x cannot be inf or NaN: integers and bools.
+    if (op == "mul" && b && !is_floating(e.outputs[0].type.dtype) &&
+        (defs.uniform(*a) == 0.0 || defs.uniform(*b) == 0.0)) {
+      const Value& zero = defs.uniform(*a) == 0.0 ? *a : *b;
+      forward(zero);
+      continue;
+    }
+    const Equation* pa = a ? defs.producer(*a) : nullptr;
+    if (op == "neg" && pa && pa->prim->name == "neg") {
+      forward(pa->inputs[0]);
+      continue;
+    }
+    if (op == "transpose" && pa && pa->prim->name == "transpose") {
+      const std::vector<int64_t> p = compose(pa->attrs.get_ints("perm"), e.attrs.get_ints("perm"));
+      if (is_identity(p)) {
+        forward(pa->inputs[0]);
+        continue;
+      }
+      e.inputs[0] = pa->inputs[0];
+      e.attrs.set("perm", p);
+    }
+    if ((op == "reshape" || op == "broadcast_to") && pa && pa->prim->name == op) {
+      e.inputs[0] = pa->inputs[0];  // reshape of reshape, broadcast of broadcast: one step
+    }
+    if ((op == "reshape" || op == "broadcast_to") && e.inputs[0].type == e.outputs[0].type) {
+      forward(e.inputs[0]);
+      continue;
+    }
+    defs.define(e);
+    out.equations.push_back(std::move(e));
+  }
+  for (Value& v : out.results) v = resolve(v);
+  return out;
+}
+
+Function optimize(const Function& f) {
+  // Each pass can expose work for the others; iterate while the program shrinks.
+  Function cur = dce(cse(simplify(fold_constants(f))));
+  for (int round = 0; round < 8; ++round) {
+    Function next = dce(cse(simplify(fold_constants(cur))));
+    const bool same = next.equations.size() == cur.equations.size() &&
+                      next.constants.size() == cur.constants.size();
+    cur = std::move(next);
+    if (same) break;
+  }
+  return cur;
 }
 
 }  // namespace kiln::ir
