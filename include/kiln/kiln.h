@@ -3,8 +3,11 @@
 
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/ir.h"
 #include "kiln/ops.h"
 #include "kiln/primitive.h"
 #include "kiln/random.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
+#include "kiln/transforms.h"
+#include "kiln/tree.h"
