@@ -79,7 +79,10 @@ struct Traced {
   std::vector<Tensor> captures;
 };
 Traced trace_function(std::string name, const std::vector<TensorType>& params,
-                      const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body);
+                      const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body,
+                      const std::vector<std::string>& param_names = {});
+// True while a trace records on this thread (ops then build IR instead of computing).
+bool tracing();
 
 // Optimisation passes, each IR -> IR (src/ir/passes.cpp); `optimize` runs them all until
 // the program stops shrinking.
@@ -94,5 +97,16 @@ Function optimize(const Function& f);
 // Evaluates f by binding each equation's primitive in order: with concrete arguments and no
 // active trace it runs kernels; under a trace it records into that trace.
 std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args);
+// The same, returning every value of f indexed by value id (what reverse mode keeps).
+std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> args);
+
+// What runs an optimised function. Today the interpreter; compiled code slots in here
+// without changing jit.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  virtual std::vector<Tensor> run(std::span<const Tensor> args) const = 0;
+};
+std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f);
 
 }  // namespace kiln::ir

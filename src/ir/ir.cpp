@@ -77,6 +77,13 @@ void verify(const Function& f) {
 }
 
 std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args) {
+  const std::vector<Tensor> env = evaluate_values(f, args);
+  std::vector<Tensor> results;
+  for (const Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
+  return results;
+}
+
+std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> args) {
   if (args.size() != f.params.size())
     fail("evaluate", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
          ", expected ", f.params.size());
@@ -101,12 +108,25 @@ std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args) {
     for (std::size_t k = 0; k < outs.size(); ++k)
       env[static_cast<std::size_t>(e.outputs[k].id)] = std::move(outs[k]);
   }
-  std::vector<Tensor> results;
-  for (const Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
-  return results;
+  return env;
 }
 
 std::ostream& operator<<(std::ostream& os, const Function& f) { return os << print(f); }
+
+namespace {
+class Interpreter final : public Executable {
+ public:
+  explicit Interpreter(std::shared_ptr<const Function> f) : f_(std::move(f)) {}
+  std::vector<Tensor> run(std::span<const Tensor> args) const override { return evaluate(*f_, args); }
+
+ private:
+  std::shared_ptr<const Function> f_;
+};
+}  // namespace
+
+std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f) {
+  return std::make_shared<Interpreter>(std::move(f));
+}
 
 namespace {
 

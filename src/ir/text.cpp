@@ -16,6 +16,9 @@ namespace {
 
 // ---- printer -----------------------------------------------------------------------
 
+// "a3", "c0": built with append, which GCC 12's -Wrestrict does not misread.
+std::string numbered(char prefix, std::size_t i) { return std::string(1, prefix).append(std::to_string(i)); }
+
 std::string format_element(double v, DType dt) {
   if (dt == bool_) return v != 0 ? "true" : "false";
   if (std::isnan(v)) return "nan";
@@ -40,18 +43,18 @@ class Printer {
     os_ << "func @" << f.name << "(";
     for (std::size_t i = 0; i < f.params.size(); ++i) {
       const std::string& n = i < f.param_names.size() ? f.param_names[i] : std::string();
-      std::string name = valid_name(n) ? n : "a" + std::to_string(i);
+      std::string name = valid_name(n) ? n : numbered('a', i);
       for (const auto& [id, existing] : names_)
-        if (existing == name) name = "a" + std::to_string(i);
+        if (existing == name) name = numbered('a', i);
       names_[f.params[i].id] = name;
       os_ << (i ? ", " : "") << "%" << name << ": " << f.params[i].type;
     }
     os_ << ") -> ";
     types(f.result_types());
     os_ << " {\n";
-    int c = 0;
+    std::size_t c = 0;
     for (const Constant& k : f.constants) {
-      const std::string name = "c" + std::to_string(c++);
+      const std::string name = numbered('c', c++);
       names_[k.value.id] = name;
       os_ << pad << "  %" << name << " = const ";
       constant(k.tensor);
@@ -92,7 +95,7 @@ class Printer {
 
   std::string name_of(const Value& v) {
     auto it = names_.find(v.id);
-    return it == names_.end() ? "?" + std::to_string(v.id) : it->second;
+    return it == names_.end() ? numbered('?', static_cast<std::size_t>(v.id)) : it->second;
   }
 
   void types(const std::vector<TensorType>& ts) {

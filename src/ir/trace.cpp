@@ -146,11 +146,15 @@ void rethrow_at(const Error& e, const ir::SourceLoc& loc) {
 
 namespace kiln::ir {
 
+bool tracing() { return detail::trace_active(); }
+
 Traced trace_function(std::string name, const std::vector<TensorType>& params,
-                      const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body) {
+                      const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body,
+                      const std::vector<std::string>& param_names) {
   detail::Trace t(std::move(name));
   std::vector<Tensor> args;
-  for (const TensorType& p : params) args.push_back(t.param(p));
+  for (std::size_t i = 0; i < params.size(); ++i)
+    args.push_back(t.param(params[i], i < param_names.size() ? param_names[i] : ""));
   const std::vector<Tensor> results = body(args);
   auto fn = t.finish(results);
   return Traced{fn, t.captures()};

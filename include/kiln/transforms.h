@@ -1,0 +1,387 @@
+// Function transformations over trees of tensors: trace and jit (grad, vmap, ... build on the
+// same machinery: trace to IR, rewrite, evaluate).
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/ir.h"
+#include "kiln/ops.h"
+#include "kiln/tree.h"
+
+namespace kiln {
+
+namespace detail {
+
+// Parameter names for the flattened leaves of an argument tuple: "[1].w" -> "w", "[0]" -> "arg0".
+std::vector<std::string> param_names(const TreeDef& args_def);
+
+// Flattens an argument list as the tree std::tuple<Args...>, without copying the arguments.
+template <class... Args>
+std::pair<std::vector<Tensor>, TreeDef> flatten_args(const Args&... args) {
+  std::pair<std::vector<Tensor>, TreeDef> out;
+  out.second.kind = TreeDef::Kind::tuple;
+  auto add = [&](const auto& a) {
+    auto [leaves, def] = tree_flatten(a);
+    out.first.insert(out.first.end(), leaves.begin(), leaves.end());
+    out.second.children.push_back(std::move(def));
+  };
+  (add(args), ...);
+  return out;
+}
+
+// Traces f(args...) and returns the function plus the structure of its result.
+template <class F, class... Args>
+struct TraceOf {
+  using Result = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
+  ir::Traced traced;
+  TreeDef out_def;
+};
+
+template <class F, class... Args>
+TraceOf<F, Args...> trace_tree(F& f, std::string name, const TreeDef& in_def,
+                               const std::vector<Tensor>& leaves) {
+  using Result = typename TraceOf<F, Args...>::Result;
+  static_assert(Tree<Result>, "the function must return a tree of tensors (see docs/TREES.md)");
+  std::vector<TensorType> types;
+  for (const Tensor& t : leaves) {
+    if (!t.defined())
+      fail(name, "undefined tensor in the arguments: got a default-constructed Tensor, "
+                 "expected every tensor argument to hold a value");
+    types.push_back(t.type());
+  }
+  TreeDef out_def;
+  ir::Traced traced = ir::trace_function(
+      std::move(name), types,
+      [&](const std::vector<Tensor>& params) {
+        auto args = tree_unflatten<std::tuple<std::decay_t<Args>...>>(in_def, params);
+        Result out = std::apply(f, args);
+        auto [out_leaves, def] = tree_flatten(out);
+        out_def = std::move(def);
+        return out_leaves;
+      },
+      param_names(in_def));
+  return {std::move(traced), std::move(out_def)};
+}
+
+// One compiled specialisation of a jitted function.
+struct JitEntry {
+  std::shared_ptr<const ir::Function> function;  // optimised
+  std::shared_ptr<const ir::Executable> executable;
+  TreeDef out_def;
+};
+
+// The per-signature cache of a jitted function, shared by its copies; thread-safe.
+class JitCache {
+ public:
+  explicit JitCache(std::string name) : name_(std::move(name)) {}
+  // Cache key: argument structure (with static leaves) and each leaf's dtype and shape.
+  static std::string key(const TreeDef& def, const std::vector<Tensor>& leaves);
+  std::shared_ptr<const JitEntry> find(const std::string& key) const;
+  // Stores an entry; logs why it was needed when KILN_LOG_RECOMPILES=1.
+  std::shared_ptr<const JitEntry> insert(const std::string& key, const TreeDef& def,
+                                         const std::vector<Tensor>& leaves, JitEntry entry);
+  std::size_t size() const;
+  const std::string& name() const { return name_; }
+  std::mutex& trace_mutex() { return trace_mutex_; }
+
+ private:
+  std::string name_;
+  mutable std::mutex mutex_;
+  std::mutex trace_mutex_;  // one trace at a time per jitted function
+  std::unordered_map<std::string, std::shared_ptr<const JitEntry>> entries_;
+  TreeDef last_def_;
+  std::vector<TensorType> last_types_;
+};
+
+std::shared_ptr<const ir::Function> optimized(const ir::Function& f);
+
+}  // namespace detail
+
+// The IR of f for the abstract types of args (trees of tensors), before optimisation.
+template <class F, class... Args>
+ir::Function trace(F f, const Args&... args) {
+  auto [leaves, def] = detail::flatten_args(args...);
+  auto t = detail::trace_tree<F, Args...>(f, "f", def, leaves);
+  return *t.traced.function;
+}
+
+// A jitted function: same call signature as f (trees in, trees out). The first call for each
+// abstract signature traces f, optimises the IR and caches an executable; later calls run it.
+template <class F>
+class Jitted {
+ public:
+  Jitted(F f, std::string name) : f_(std::move(f)), cache_(std::make_shared<detail::JitCache>(std::move(name))) {}
+
+  template <class... Args>
+  auto operator()(const Args&... args) const {
+    using Result = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
+    auto [leaves, def] = detail::flatten_args(args...);
+    const auto [entry, captures] = specialise<Args...>(def, leaves);
+    std::vector<Tensor> outs;
+    if (ir::tracing()) {
+      // Inside another trace: one `call` equation, so the outer IR keeps the structure.
+      std::vector<Tensor> ins = leaves;
+      ins.insert(ins.end(), captures.begin(), captures.end());
+      outs = bind(primitive("call"), std::move(ins), {{"fn", FunctionRef(entry->function)}});
+    } else {
+      outs = entry->executable->run(leaves);
+    }
+    return tree_unflatten<Result>(entry->out_def, outs);
+  }
+
+  // The optimised IR for these arguments (traces if needed).
+  template <class... Args>
+  ir::Function lower(const Args&... args) const {
+    auto [leaves, def] = detail::flatten_args(args...);
+    return *specialise<Args...>(def, leaves).first->function;
+  }
+
+  std::size_t cache_size() const { return cache_->size(); }
+
+ private:
+  template <class... Args>
+  std::pair<std::shared_ptr<const detail::JitEntry>, std::vector<Tensor>> specialise(
+      const TreeDef& def, const std::vector<Tensor>& leaves) const {
+    const std::string key = detail::JitCache::key(def, leaves);
+    if (auto hit = cache_->find(key)) return {hit, {}};
+    std::lock_guard lock(cache_->trace_mutex());
+    if (auto hit = cache_->find(key)) return {hit, {}};
+    auto t = detail::trace_tree<const F, Args...>(f_, cache_->name(), def, leaves);
+    detail::JitEntry entry;
+    entry.function = detail::optimized(*t.traced.function);
+    entry.executable = ir::compile(entry.function);
+    entry.out_def = std::move(t.out_def);
+    if (!t.traced.captures.empty()) {
+      // The function closes over values of an enclosing trace: valid for this trace only.
+      return {std::make_shared<const detail::JitEntry>(std::move(entry)), t.traced.captures};
+    }
+    return {cache_->insert(key, def, leaves, std::move(entry)), {}};
+  }
+
+  F f_;
+  std::shared_ptr<detail::JitCache> cache_;
+};
+
+template <class F>
+Jitted<F> jit(F f, std::string name = "jit") {
+  return Jitted<F>(std::move(f), std::move(name));
+}
+
+// ---- automatic differentiation over IR (src/transforms/ad.cpp) ---------------------------
+
+namespace ad {
+
+struct JvpResult {
+  std::vector<Tensor> outputs;
+  std::vector<Tangent> tangents;
+};
+// Forward mode: evaluates f and its directional derivative along `tangents`.
+JvpResult jvp(const ir::Function& f, std::span<const Tensor> primals,
+              std::span<const Tangent> tangents);
+
+// The reverse pass of one evaluation; holds every value of the forward pass it needs.
+class Pullback {
+ public:
+  Pullback() = default;
+  Pullback(std::shared_ptr<const ir::Function> f, std::vector<Tensor> env)
+      : f_(std::move(f)), env_(std::move(env)) {}
+  // One cotangent per result (nullopt: zero) -> one cotangent per parameter.
+  std::vector<Tangent> operator()(std::span<const Tangent> cotangents) const;
+
+ private:
+  std::shared_ptr<const ir::Function> f_;
+  std::vector<Tensor> env_;
+};
+struct VjpResult {
+  std::vector<Tensor> outputs;
+  Pullback pullback;
+};
+// Reverse mode: evaluates f now and returns the pullback.
+VjpResult vjp(std::shared_ptr<const ir::Function> f, std::span<const Tensor> primals);
+
+}  // namespace ad
+
+// Which arguments to differentiate: grad(f, argnums<0, 2>). Default: the first.
+template <int... I>
+struct Argnums {};
+template <int... I>
+inline constexpr Argnums<I...> argnums{};
+// f returns (loss, aux): grad gives (gradient, aux); value_and_grad ((loss, aux), gradient).
+struct HasAux {};
+inline constexpr HasAux has_aux{};
+
+namespace detail {
+
+// Leaf ranges of each argument in the flattened argument list.
+std::vector<std::pair<std::size_t, std::size_t>> arg_ranges(const TreeDef& args_def);
+// The cotangent of each leaf, zeros where it is symbolically zero.
+std::vector<Tensor> materialize(std::span<const Tangent> ct, std::span<const Tensor> like);
+void check_scalar_loss(std::string_view op, const Tensor& loss);
+
+template <bool ValueToo, bool Aux, class F, int... I>
+class Grad {
+ public:
+  explicit Grad(F f) : f_(std::move(f)) {}
+
+  template <class... Args>
+  auto operator()(const Args&... args) const {
+    using Out = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+    auto [leaves, def] = flatten_args(args...);
+    auto t = trace_tree<const F, Args...>(f_, ValueToo ? "value_and_grad" : "grad", def, leaves);
+    std::vector<Tensor> primals = leaves;
+    primals.insert(primals.end(), t.traced.captures.begin(), t.traced.captures.end());
+    ad::VjpResult r = ad::vjp(t.traced.function, primals);
+    check_scalar_loss(ValueToo ? "value_and_grad" : "grad", r.outputs.at(0));
+    std::vector<Tangent> seed(r.outputs.size());
+    seed[0] = ones_like(r.outputs[0]);
+    const std::vector<Tangent> ct = r.pullback(seed);
+    const auto ranges = arg_ranges(def);
+    auto grad_of = [&]<int K>() {
+      using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
+      const auto [b, e] = ranges[K];
+      const std::vector<Tensor> g = materialize(std::span(ct).subspan(b, e - b),
+                                                std::span<const Tensor>(leaves).subspan(b, e - b));
+      return tree_unflatten<A>(def.children[K], g);
+    };
+    auto grads = [&] {
+      if constexpr (sizeof...(I) == 1) return grad_of.template operator()<I...>();
+      else return std::make_tuple(grad_of.template operator()<I>()...);
+    }();
+    const Out out = tree_unflatten<Out>(t.out_def, r.outputs);
+    if constexpr (Aux && ValueToo) {
+      return std::make_pair(out, grads);  // ((loss, aux), grads)
+    } else if constexpr (Aux) {
+      return std::make_pair(grads, out.second);
+    } else if constexpr (ValueToo) {
+      return std::make_pair(out, grads);
+    } else {
+      return grads;
+    }
+  }
+
+ private:
+  F f_;
+};
+
+}  // namespace detail
+
+// grad(f)(args...): the gradient of a scalar-valued f with respect to its first argument, as
+// a tree of that argument's type. grad(f, argnums<0, 2>) gives a tuple, grad(f, has_aux) a
+// (gradient, aux) pair for f returning (loss, aux).
+template <class F>
+auto grad(F f) { return detail::Grad<false, false, F, 0>(std::move(f)); }
+template <class F, int... I>
+auto grad(F f, Argnums<I...>) { return detail::Grad<false, false, F, I...>(std::move(f)); }
+template <class F>
+auto grad(F f, HasAux) { return detail::Grad<false, true, F, 0>(std::move(f)); }
+template <class F, int... I>
+auto grad(F f, Argnums<I...>, HasAux) { return detail::Grad<false, true, F, I...>(std::move(f)); }
+
+// value_and_grad(f)(args...) -> (f(args...), gradient).
+template <class F>
+auto value_and_grad(F f) { return detail::Grad<true, false, F, 0>(std::move(f)); }
+template <class F, int... I>
+auto value_and_grad(F f, Argnums<I...>) { return detail::Grad<true, false, F, I...>(std::move(f)); }
+template <class F>
+auto value_and_grad(F f, HasAux) { return detail::Grad<true, true, F, 0>(std::move(f)); }
+template <class F, int... I>
+auto value_and_grad(F f, Argnums<I...>, HasAux) {
+  return detail::Grad<true, true, F, I...>(std::move(f));
+}
+
+// vjp(f, args...) -> (f(args...), pullback); pullback(cotangent of the output) returns a
+// tuple with the cotangent of each argument (zeros where there is none).
+template <class F, class... Args>
+auto vjp(F f, const Args&... args) {
+  using Out = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
+  auto [leaves, def] = detail::flatten_args(args...);
+  auto t = detail::trace_tree<F, Args...>(f, "vjp", def, leaves);
+  std::vector<Tensor> primals = leaves;
+  primals.insert(primals.end(), t.traced.captures.begin(), t.traced.captures.end());
+  ad::VjpResult r = ad::vjp(t.traced.function, primals);
+  Out out = tree_unflatten<Out>(t.out_def, r.outputs);
+  auto pullback = [r = std::move(r), def = def, leaves = leaves, out_def = t.out_def,
+                   n_args = sizeof...(Args)](const Out& cotangent) {
+    auto [ct_leaves, ct_def] = tree_flatten(cotangent);
+    detail::check_same_structure("vjp", out_def, ct_def, 1);
+    const std::vector<Tangent> seed(ct_leaves.begin(), ct_leaves.end());
+    const std::vector<Tangent> ct = r.pullback(seed);
+    const std::vector<Tensor> g =
+        detail::materialize(std::span(ct).first(leaves.size()), leaves);
+    (void)n_args;
+    return tree_unflatten<std::tuple<std::decay_t<Args>...>>(def, g);
+  };
+  return std::make_pair(std::move(out), std::move(pullback));
+}
+
+// jvp(f, primals, tangents): primals and tangents are tuples of f's arguments (trees of the
+// same structure). Returns (f(primals...), the output tangent).
+template <class F, class... Args>
+auto jvp(F f, const std::tuple<Args...>& primals, const std::tuple<Args...>& tangents) {
+  using Out = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
+  auto [leaves, def] = std::apply([](const auto&... a) { return detail::flatten_args(a...); }, primals);
+  auto [tleaves, tdef] = std::apply([](const auto&... a) { return detail::flatten_args(a...); }, tangents);
+  detail::check_same_structure("jvp", def, tdef, 2);
+  auto t = detail::trace_tree<F, Args...>(f, "jvp", def, leaves);
+  std::vector<Tensor> ps = leaves;
+  ps.insert(ps.end(), t.traced.captures.begin(), t.traced.captures.end());
+  std::vector<Tangent> ts(tleaves.begin(), tleaves.end());
+  ts.resize(ps.size());
+  ad::JvpResult r = ad::jvp(*t.traced.function, ps, ts);
+  const std::vector<Tensor> out_t = detail::materialize(r.tangents, r.outputs);
+  return std::make_pair(tree_unflatten<Out>(t.out_def, r.outputs), tree_unflatten<Out>(t.out_def, out_t));
+}
+
+// Jacobians of a Tensor -> Tensor function, shaped out.shape + in.shape.
+template <class F>
+auto jacfwd(F f) {
+  return [f](const Tensor& x) {
+    const int64_t n = x.numel();
+    std::vector<Tensor> cols;
+    Tensor out;
+    for (int64_t i = 0; i < n; ++i) {
+      const Tensor e = reshape(one_hot(tensor(std::vector<int64_t>{i}, Shape{1}), n, x.dtype()), x.shape());
+      auto [y, t] = jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{e});
+      out = y;
+      cols.push_back(t);
+    }
+    if (n == 0) out = f(x);
+    std::vector<int64_t> shape = out.shape().dims();
+    shape.insert(shape.end(), x.shape().begin(), x.shape().end());
+    if (n == 0) return zeros(Shape(shape), out.dtype());
+    return reshape(stack(cols, -1), Shape(shape));
+  };
+}
+
+template <class F>
+auto jacrev(F f) {
+  return [f](const Tensor& x) {
+    auto [y, pullback] = vjp(f, x);
+    const int64_t m = y.numel();
+    std::vector<Tensor> rows;
+    for (int64_t j = 0; j < m; ++j) {
+      const Tensor e = reshape(one_hot(tensor(std::vector<int64_t>{j}, Shape{1}), m, y.dtype()), y.shape());
+      rows.push_back(std::get<0>(pullback(e)));
+    }
+    std::vector<int64_t> shape = y.shape().dims();
+    shape.insert(shape.end(), x.shape().begin(), x.shape().end());
+    if (m == 0) return zeros(Shape(shape), x.dtype());
+    return reshape(stack(rows, 0), Shape(shape));
+  };
+}
+
+// The Hessian of a scalar function of one tensor: jacfwd of jacrev (forward over reverse).
+template <class F>
+auto hessian(F f) {
+  return jacfwd([f](const Tensor& x) { return grad(f)(x); });
+}
+
+}  // namespace kiln

@@ -1,0 +1,159 @@
+// jit: per-signature specialisation, caching, nesting, thread safety, recompile logging.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+struct Params {
+  kiln::Tensor w, b;
+};
+KILN_TREE(Params, w, b);
+
+namespace kiln {
+namespace {
+
+Tensor predict(const Params& p, const Tensor& x) { return tanh(matmul(x, p.w) + p.b); }
+
+// Independent reference: the same model with plain loops in double.
+std::vector<double> predict_ref(const std::vector<double>& w, const std::vector<double>& b,
+                                const std::vector<double>& x, int n, int k, int m) {
+  std::vector<double> out(static_cast<std::size_t>(n * m));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < m; ++j) {
+      double s = b[static_cast<std::size_t>(j)];
+      for (int l = 0; l < k; ++l) s += x[static_cast<std::size_t>(i * k + l)] * w[static_cast<std::size_t>(l * m + j)];
+      out[static_cast<std::size_t>(i * m + j)] = std::tanh(s);
+    }
+  return out;
+}
+
+TEST(Jit, ComputesWhatEagerComputesAndCachesPerSignature) {
+  std::atomic<int> traces = 0;
+  auto f = jit([&](const Params& p, const Tensor& x) {
+    ++traces;
+    return predict(p, x);
+  });
+  const std::vector<double> w{0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, b{0.05, -0.05};
+  const Params p{tensor(w, {3, 2}), tensor(b, {2})};
+  const std::vector<double> xv{1, 2, 3, -1, 0.5, 2};
+  const Tensor x = tensor(xv, {2, 3});
+  const std::vector<double> got = f(p, x).to_vector<double>();
+  const std::vector<double> want = predict_ref(w, b, xv, 2, 3, 2);
+  for (std::size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12);
+  EXPECT_EQ(traces, 1);
+  f(p, x * 2.0);  // same signature: no new trace
+  EXPECT_EQ(traces, 1);
+  EXPECT_EQ(f.cache_size(), 1u);
+  f(p, tensor(std::vector<double>(12, 1.0), {4, 3}));  // new shape: a second specialisation
+  EXPECT_EQ(traces, 2);
+  EXPECT_EQ(f.cache_size(), 2u);
+  f(Params{astype(p.w, float32), astype(p.b, float32)}, astype(x, float32));  // new dtypes
+  EXPECT_EQ(f.cache_size(), 3u);
+}
+
+TEST(Jit, StaticLeavesArePartOfTheSignature) {
+  std::atomic<int> traces = 0;
+  auto f = jit([&](const Tensor& x, int power) {
+    ++traces;
+    Tensor y = x;
+    for (int i = 1; i < power; ++i) y = y * x;
+    return y;
+  });
+  const Tensor x = tensor({2.0, 3.0});
+  EXPECT_EQ(f(x, 3).to_vector<double>(), (std::vector<double>{8, 27}));
+  EXPECT_EQ(f(x, 2).to_vector<double>(), (std::vector<double>{4, 9}));
+  EXPECT_EQ(f(x, 3).to_vector<double>(), (std::vector<double>{8, 27}));
+  EXPECT_EQ(traces, 2);
+}
+
+TEST(Jit, LowerShowsTheOptimisedIr) {
+  auto f = jit([](const Tensor& x) { return (x * 1.0 + 0.0) * sin(x) + sin(x); });
+  const std::string ir = ir::print(f.lower(tensor({1.f, 2.f})));
+  // x*1+0 disappears, the two sin(x) merge.
+  EXPECT_EQ(ir,
+            "func @jit(%arg0: f32[2]) -> f32[2] {\n"
+            "  %0 = sin %arg0 : f32[2]\n"
+            "  %1 = mul %arg0, %0 : f32[2]\n"
+            "  %2 = add %1, %0 : f32[2]\n"
+            "  return %2\n"
+            "}");
+}
+
+TEST(Jit, NestedJitBecomesACall) {
+  auto inner = jit([](const Tensor& x) { return exp(x); }, "inner");
+  auto outer = jit([&](const Tensor& x) { return inner(x) * 2.0; }, "outer");
+  const Tensor x = tensor({0.0, 1.0});
+  const std::vector<double> got = outer(x).to_vector<double>();
+  EXPECT_NEAR(got[0], 2.0, 1e-12);
+  EXPECT_NEAR(got[1], 2.0 * std::exp(1.0), 1e-12);
+  const std::string ir = ir::print(outer.lower(x));
+  EXPECT_NE(ir.find("call %arg0 {fn=func @inner("), std::string::npos) << ir;
+}
+
+TEST(Jit, InnerFunctionClosingOverOuterTracersWorks) {
+  auto outer = jit([](const Tensor& x) {
+    const Tensor y = x + 1.0;
+    auto inner = jit([&](const Tensor& z) { return z * y; });  // captures a tracer
+    return inner(x);
+  });
+  EXPECT_EQ(outer(tensor({1.0, 2.0})).to_vector<double>(), (std::vector<double>{2, 6}));
+}
+
+TEST(Jit, TreesInAndOut) {
+  auto step = jit([](const Params& p, double lr) {
+    return tree_map([&](const Tensor& t) { return t - lr * t; }, p);
+  });
+  const Params p{ones({2, 2}), ones({2})};
+  const Params q = step(p, 0.25);
+  EXPECT_EQ(q.w.to_vector<float>(), (std::vector<float>(4, 0.75f)));
+  EXPECT_EQ(q.b.to_vector<float>(), (std::vector<float>(2, 0.75f)));
+}
+
+TEST(Jit, SafeFromTwoThreadsAtOnce) {
+  std::atomic<int> traces = 0;
+  auto f = jit([&](const Tensor& x) {
+    ++traces;
+    return sum(x * x);
+  });
+  std::atomic<int> wrong = 0;
+  auto work = [&](double scale) {
+    for (int i = 0; i < 200; ++i) {
+      const Tensor x = tensor({scale, 2 * scale});
+      if (f(x).item<double>() != 5 * scale * scale) ++wrong;
+    }
+  };
+  std::thread a(work, 1.0), b(work, 3.0);
+  a.join();
+  b.join();
+  EXPECT_EQ(wrong, 0);
+  EXPECT_EQ(traces, 1);
+}
+
+TEST(Jit, ErrorsInsideJitNameTheUsersLine) {
+  auto f = jit([](const Tensor& x) { return reshape(x, {5}); });
+  try {
+    f(tensor({1.f, 2.f}));
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("test_jit.cpp"), std::string::npos) << e.what();
+  }
+  auto g = jit([](const Tensor& a, const Tensor& b) { return div(a, b); });
+  try {
+    g(tensor({1, 2}), tensor({1, 0}));  // integer division by zero at run time
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("test_jit.cpp"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Trace, ShowsReadableIrForTrees) {
+  const Params p{ones({3, 2}), zeros({2})};
+  const std::string ir = ir::print(trace(predict, p, ones({4, 3})));
+  EXPECT_NE(ir.find("func @f(%w: f32[3,2], %b: f32[2], %arg1: f32[4,3])"), std::string::npos) << ir;
+  EXPECT_NE(ir.find("tanh"), std::string::npos) << ir;
+}
+
+}  // namespace
+}  // namespace kiln
