@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -83,6 +84,21 @@ struct KernelRegistration {
   Kernel kernel;
 };
 
+// A tangent or cotangent; nullopt is a symbolic zero (nothing is materialised for it).
+using Tangent = std::optional<Tensor>;
+
+// What a derivative rule sees of one application: inputs, outputs and attributes.
+struct RuleArgs {
+  std::span<const Tensor> inputs;
+  std::span<const Tensor> outputs;
+  const Attrs& attrs;
+};
+// Forward mode: output tangents from input tangents (at least one is non-zero).
+using JvpRule = std::function<std::vector<Tangent>(const RuleArgs&, std::span<const Tangent>)>;
+// Reverse mode: input cotangents from output cotangents (at least one is non-zero).
+// Rules are written with public ops, so they trace and can be differentiated again.
+using VjpRule = std::function<std::vector<Tangent>(const RuleArgs&, std::span<const Tangent>)>;
+
 // Everything the system knows of one operation. Built-in primitives are defined in one place
 // each (src/ops/…): name, arity, type rule and kernels together.
 struct Primitive {
@@ -91,6 +107,12 @@ struct Primitive {
   int arity = 1;
   bool variadic = false;
   TypeRule type_rule;
+  // Derivatives (docs/DESIGN.md, "Automatic differentiation"). A primitive whose outputs
+  // do not depend differentiably on its inputs (comparisons, integer ops, random bits)
+  // sets differentiable = false and has no rules: its derivatives are zero.
+  bool differentiable = true;
+  JvpRule jvp;
+  VjpRule vjp;
   // Checks the input count, then applies type_rule.
   std::vector<TensorType> infer(std::span<const TensorType> inputs, const Attrs& attrs) const;
   int id = -1;  // index in the registry, set by register_primitive

@@ -46,16 +46,48 @@ T wrapping(T a, T b, Op op) {
   }
 }
 
+using Ts = std::vector<Tangent>;
+
+// Applies f to a tangent unless it is a symbolic zero.
+template <typename F>
+Tangent map_t(const Tangent& t, F f) {
+  return t ? Tangent(f(*t)) : std::nullopt;
+}
+Tangent plus(const Tangent& a, const Tangent& b) {
+  if (!a) return b;
+  if (!b) return a;
+  return *a + *b;
+}
+
+// The derivative of max(a, b) with respect to a: 1 where a wins, 1/2 at ties (as in JAX).
+Tensor max_weight(const Tensor& a, const Tensor& b) {
+  return astype(a > b, a.dtype()) + astype(a == b, a.dtype()) * 0.5;
+}
+
+// Each differentiable functor has `jvp(a, b, y, ta, tb)` and `vjp(a, b, y, ct)`.
 struct Add {
   static constexpr Domain domain = Domain::numeric;
+  static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta, const Tangent& tb) {
+    return plus(ta, tb);
+  }
+  static Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) { return {ct, ct}; }
   template <typename T> T operator()(T a, T b) const { return wrapping(a, b, std::plus<>{}); }
 };
 struct Sub {
   static constexpr Domain domain = Domain::numeric;
+  static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta, const Tangent& tb) {
+    return plus(ta, map_t(tb, [](const Tensor& t) { return -t; }));
+  }
+  static Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) { return {ct, -ct}; }
   template <typename T> T operator()(T a, T b) const { return wrapping(a, b, std::minus<>{}); }
 };
 struct Mul {
   static constexpr Domain domain = Domain::numeric;
+  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta, const Tangent& tb) {
+    return plus(map_t(ta, [&](const Tensor& t) { return t * b; }),
+                map_t(tb, [&](const Tensor& t) { return a * t; }));
+  }
+  static Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) { return {ct * b, a * ct}; }
   template <typename T> T operator()(T a, T b) const {
     if constexpr (std::is_same_v<T, uint8_t>) return static_cast<T>(static_cast<unsigned>(a) * b);
     else return wrapping(a, b, std::multiplies<>{});
@@ -64,6 +96,13 @@ struct Mul {
 // Integer division truncates; the kernel rejects zero divisors before the loop runs.
 struct Div {
   static constexpr Domain domain = Domain::numeric;
+  static Tangent jvp(const Tensor&, const Tensor& b, const Tensor& y, const Tangent& ta, const Tangent& tb) {
+    return plus(map_t(ta, [&](const Tensor& t) { return t / b; }),
+                map_t(tb, [&](const Tensor& t) { return -(t * y / b); }));
+  }
+  static Ts vjp(const Tensor&, const Tensor& b, const Tensor& y, const Tensor& ct) {
+    return {ct / b, -(ct * y / b)};
+  }
   static constexpr bool checks_zero_divisor = true;
   template <typename T> T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
@@ -72,8 +111,24 @@ struct Div {
     return static_cast<T>(a / b);
   }
 };
+// d(a^b)/da = b a^(b-1), taken as 0 where b == 0 (so 0^0 has no NaN derivative);
+// d(a^b)/db = log(a) a^b, taken as 0 where a <= 0 (no real logarithm; a^b is 0 or NaN there).
+Tensor pow_da(const Tensor& a, const Tensor& b) {
+  return where(b == 0.0, scalar_like(a, 0.0), b * pow(a, b - 1.0));
+}
+Tensor pow_db(const Tensor& a, const Tensor& y) {
+  const Tensor positive = a > 0.0;
+  return where(positive, log(where(positive, a, scalar_like(a, 1.0))) * y, scalar_like(a, 0.0));
+}
 struct Pow {
   static constexpr Domain domain = Domain::numeric;
+  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor& y, const Tangent& ta, const Tangent& tb) {
+    return plus(map_t(ta, [&](const Tensor& t) { return t * pow_da(a, b); }),
+                map_t(tb, [&](const Tensor& t) { return t * pow_db(a, y); }));
+  }
+  static Ts vjp(const Tensor& a, const Tensor& b, const Tensor& y, const Tensor& ct) {
+    return {ct * pow_da(a, b), ct * pow_db(a, y)};
+  }
   static constexpr bool checks_negative_exponent = true;
   template <typename T> T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
@@ -93,6 +148,15 @@ struct Pow {
 // maximum/minimum propagate NaN, like numpy.
 struct Max {
   static constexpr Domain domain = Domain::numeric;
+  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta, const Tangent& tb) {
+    const Tensor w = max_weight(a, b);
+    return plus(map_t(ta, [&](const Tensor& t) { return t * w; }),
+                map_t(tb, [&](const Tensor& t) { return t * (1.0 - w); }));
+  }
+  static Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) {
+    const Tensor w = max_weight(a, b);
+    return {ct * w, ct * (1.0 - w)};
+  }
   template <typename T> T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>)
       if (a != a || b != b) return a + b;
@@ -101,6 +165,15 @@ struct Max {
 };
 struct Min {
   static constexpr Domain domain = Domain::numeric;
+  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta, const Tangent& tb) {
+    const Tensor w = max_weight(b, a);
+    return plus(map_t(ta, [&](const Tensor& t) { return t * w; }),
+                map_t(tb, [&](const Tensor& t) { return t * (1.0 - w); }));
+  }
+  static Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) {
+    const Tensor w = max_weight(b, a);
+    return {ct * w, ct * (1.0 - w)};
+  }
   template <typename T> T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>)
       if (a != a || b != b) return a + b;
@@ -177,8 +250,18 @@ const Primitive& define_binary(std::string name) {
     return std::vector<Tensor>{out};
   };
   const DTypeSet set = domain_set(F::domain);
-  return register_primitive({.name = std::move(name), .arity = 2, .type_rule = std::move(rule)},
-                            {{ops::cpu({set, set}), std::move(kernel)}});
+  Primitive p{.name = std::move(name), .arity = 2, .type_rule = std::move(rule)};
+  if constexpr (requires(const Tensor& t) { F::vjp(t, t, t, t); }) {
+    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+      return {F::jvp(r.inputs[0], r.inputs[1], r.outputs[0], t[0], t[1])};
+    };
+    p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+      return F::vjp(r.inputs[0], r.inputs[1], r.outputs[0], *ct[0]);
+    };
+  } else {
+    p.differentiable = false;
+  }
+  return register_primitive(std::move(p), {{ops::cpu({set, set}), std::move(kernel)}});
 }
 
 const Primitive& add_p = define_binary<Add>("add");
@@ -209,7 +292,16 @@ const Primitive& select_p = register_primitive(
              fail("select", "operands differ: got ", ops::types_str(in),
                   ", expected a bool predicate and two values of one dtype, all of one shape");
            return std::vector<TensorType>{in[1]};
-         }},
+         },
+     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+       const Tensor& p = r.inputs[0];
+       const Tensor zero = scalar_like(r.outputs[0], 0.0);
+       return {where(p, t[1] ? *t[1] : zero, t[2] ? *t[2] : zero)};
+     },
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+       const Tensor zero = scalar_like(*ct[0], 0.0);
+       return {std::nullopt, where(r.inputs[0], *ct[0], zero), where(r.inputs[0], zero, *ct[0])};
+     }},
     {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
       [](std::span<const Tensor> in, const Attrs&) {
         Tensor out = empty(in[1].type());

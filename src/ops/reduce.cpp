@@ -189,6 +189,65 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
       std::max<int64_t>(L.red_count, 1));
 }
 
+using Ts = std::vector<Tangent>;
+
+// A reduced tensor (axes dropped) broadcast back over the input's shape.
+Tensor expand_back(const Tensor& y, const Tensor& x, const Attrs& a) {
+  std::vector<int64_t> dims = x.shape().dims();
+  for (int64_t ax : a.get_ints("axes")) dims[static_cast<std::size_t>(ax)] = 1;
+  return broadcast_to(reshape(y, Shape(dims)), x.shape());
+}
+Tensor reduce_like(const Primitive& p, const Tensor& t, const Attrs& a) { return bind1(p, {t}, a); }
+
+// Rules for each reduction, written with primitives so they differentiate again.
+struct SumRules {
+  static Tangent jvp(const Primitive& p, const RuleArgs& r, const Tensor& t) { return reduce_like(p, t, r.attrs); }
+  static Tensor vjp(const Primitive&, const RuleArgs& r, const Tensor& ct) {
+    return expand_back(ct, r.inputs[0], r.attrs);
+  }
+};
+// The derivative of a product with respect to x_i is the product of the others, computed
+// without dividing by zero: with no zero in the slice it is y / x_i; with exactly one zero it
+// is the product of the non-zeros at that zero and 0 elsewhere; with more it is 0.
+Tensor prod_partials(const Primitive& p, const RuleArgs& r) {
+  const Tensor& x = r.inputs[0];
+  const Tensor is_zero = x == 0.0;
+  const Tensor zeros_in_slice = expand_back(bind1(primitive("reduce_sum"), {astype(is_zero, int32)}, r.attrs), x, r.attrs);
+  const Tensor nonzero_prod = expand_back(reduce_like(p, where(is_zero, scalar_like(x, 1.0), x), r.attrs), x, r.attrs);
+  const Tensor y = expand_back(r.outputs[0], x, r.attrs);
+  const Tensor safe_x = where(is_zero, scalar_like(x, 1.0), x);
+  return where(zeros_in_slice == 0, y / safe_x,
+               where((zeros_in_slice == 1) && is_zero, nonzero_prod, scalar_like(x, 0.0)));
+}
+struct ProdRules {
+  static Tangent jvp(const Primitive&, const RuleArgs& r, const Tensor& t) {
+    return bind1(primitive("reduce_sum"), {t * prod_partials(primitive("reduce_prod"), r)}, r.attrs);
+  }
+  static Tensor vjp(const Primitive& p, const RuleArgs& r, const Tensor& ct) {
+    return expand_back(ct, r.inputs[0], r.attrs) * prod_partials(p, r);
+  }
+};
+// max/min: the derivative is shared equally among the elements that attain the extreme.
+Tensor extreme_weights(const RuleArgs& r) {
+  const Tensor& x = r.inputs[0];
+  const Tensor hit = astype(x == expand_back(r.outputs[0], x, r.attrs), x.dtype());
+  const Tensor count = bind1(primitive("reduce_sum"), {hit}, r.attrs);
+  return hit / expand_back(count, x, r.attrs);
+}
+struct ExtremeRules {
+  static Tangent jvp(const Primitive&, const RuleArgs& r, const Tensor& t) {
+    return bind1(primitive("reduce_sum"), {t * extreme_weights(r)}, r.attrs);
+  }
+  static Tensor vjp(const Primitive&, const RuleArgs& r, const Tensor& ct) {
+    return expand_back(ct, r.inputs[0], r.attrs) * extreme_weights(r);
+  }
+};
+template <typename R> struct RulesOf { using type = void; };
+template <> struct RulesOf<SumR> { using type = SumRules; };
+template <> struct RulesOf<ProdR> { using type = ProdRules; };
+template <> struct RulesOf<MaxR> { using type = ExtremeRules; };
+template <> struct RulesOf<MinR> { using type = ExtremeRules; };
+
 template <typename R>
 const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_view desc) {
   TypeRule rule = [name, domain, desc](Types in, const Attrs& a) {
@@ -210,8 +269,20 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
     });
     return std::vector<Tensor>{out};
   };
-  return register_primitive({.name = std::move(name), .arity = 1, .type_rule = std::move(rule)},
-                            {{ops::cpu({domain}), std::move(kernel)}});
+  Primitive prim{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
+  using Rules = typename RulesOf<R>::type;
+  if constexpr (std::is_void_v<Rules>) {
+    prim.differentiable = false;
+  } else {
+    const std::string self = prim.name;
+    prim.jvp = [self](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+      return {Rules::jvp(primitive(self), r, *t[0])};
+    };
+    prim.vjp = [self](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+      return {Rules::vjp(primitive(self), r, *ct[0])};
+    };
+  }
+  return register_primitive(std::move(prim), {{ops::cpu({domain}), std::move(kernel)}});
 }
 
 const Primitive& sum_p = define_reduce<SumR>("reduce_sum", DTypeSet::numeric(), "a numeric dtype");
@@ -261,8 +332,9 @@ const Primitive& define_arg(std::string name) {
     });
     return std::vector<Tensor>{out};
   };
-  return register_primitive({.name = std::move(name), .arity = 1, .type_rule = std::move(rule)},
-                            {{ops::cpu({DTypeSet::numeric()}), std::move(kernel)}});
+  return register_primitive(
+      {.name = std::move(name), .arity = 1, .type_rule = std::move(rule), .differentiable = false},
+      {{ops::cpu({DTypeSet::numeric()}), std::move(kernel)}});
 }
 
 const Primitive& argmax_p = define_arg<true>("argmax");
@@ -354,7 +426,7 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   // Shift by the max for stability; where the max is infinite (all -inf, or an inf present)
   // shift by 0 so that inf - inf never makes a NaN.
   Tensor m = max(xf, all_axes, true, loc);
-  m = where(abs(m, loc) == INFINITY, zeros_like(m), m, loc);
+  m = where(abs(m, loc) == INFINITY, scalar_like(m, 0.0), m, loc);
   const Tensor s = sum(exp(sub(xf, m, loc), loc), all_axes, true, loc);
   const Tensor out = add(log(s, loc), m, loc);
   return keepdims ? out : squeeze(out, all_axes, loc);

@@ -38,8 +38,11 @@ constexpr bool in_domain(Domain d) {
 }
 
 // Each functor: `domain`, whether the result is bool, and the scalar function on compute_t.
+// `scale(x, y, t)` applies dy/dx (diagonal, so the same for tangents and cotangents);
+// functors without it are not differentiable (their derivative is zero almost everywhere).
 struct Neg {
   static constexpr Domain domain = Domain::numeric;
+  static Tensor scale(const Tensor&, const Tensor&, const Tensor& t) { return -t; }
   template <typename T> T operator()(T x) const {
     if constexpr (std::is_integral_v<T>)  // wraps (also for the most negative value)
       return static_cast<T>(std::make_unsigned_t<T>{0} - static_cast<std::make_unsigned_t<T>>(x));
@@ -48,6 +51,7 @@ struct Neg {
 };
 struct Abs {
   static constexpr Domain domain = Domain::numeric;
+  static Tensor scale(const Tensor& x, const Tensor&, const Tensor& t) { return t * sign(x); }
   template <typename T> T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
     else return x < T{0} ? Neg{}(x) : x;
@@ -61,28 +65,40 @@ struct Sign {
     return static_cast<T>((T{0} < x) - (x < T{0}));
   }
 };
-#define KILN_FLOAT_UNARY(Name, expr)                       \
-  struct Name {                                            \
-    static constexpr Domain domain = Domain::floating;     \
-    template <typename T> T operator()(T x) const { return expr; } \
+#define KILN_FLOAT_UNARY(Name, expr, derivative)                                       \
+  struct Name {                                                                        \
+    static constexpr Domain domain = Domain::floating;                                 \
+    template <typename T> T operator()(T x) const { return expr; }                     \
+    static Tensor scale(const Tensor& x, const Tensor& y, const Tensor& t) {           \
+      (void)x;                                                                         \
+      (void)y;                                                                         \
+      return derivative;                                                               \
+    }                                                                                  \
   };
-KILN_FLOAT_UNARY(Exp, std::exp(x))
-KILN_FLOAT_UNARY(Log, std::log(x))
-KILN_FLOAT_UNARY(Log1p, std::log1p(x))
-KILN_FLOAT_UNARY(Expm1, std::expm1(x))
-KILN_FLOAT_UNARY(Sqrt, std::sqrt(x))
-KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x))
-KILN_FLOAT_UNARY(Sin, std::sin(x))
-KILN_FLOAT_UNARY(Cos, std::cos(x))
-KILN_FLOAT_UNARY(Tan, std::tan(x))
-KILN_FLOAT_UNARY(Tanh, std::tanh(x))
+#define KILN_STEP_UNARY(Name, expr)                                                    \
+  struct Name {                                                                        \
+    static constexpr Domain domain = Domain::floating;                                 \
+    template <typename T> T operator()(T x) const { return expr; }                     \
+  };
+KILN_FLOAT_UNARY(Exp, std::exp(x), t * y)
+KILN_FLOAT_UNARY(Log, std::log(x), t / x)
+KILN_FLOAT_UNARY(Log1p, std::log1p(x), t / (x + 1.0))
+KILN_FLOAT_UNARY(Expm1, std::expm1(x), t * (y + 1.0))
+KILN_FLOAT_UNARY(Sqrt, std::sqrt(x), t / (y * 2.0))
+KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x), t * y / x * -0.5)
+KILN_FLOAT_UNARY(Sin, std::sin(x), t * cos(x))
+KILN_FLOAT_UNARY(Cos, std::cos(x), -(t * sin(x)))
+KILN_FLOAT_UNARY(Tan, std::tan(x), t * (y * y + 1.0))
+KILN_FLOAT_UNARY(Tanh, std::tanh(x), t * (1.0 - y * y))
 // Stable for large |x|: never exponentiates a large positive number.
-KILN_FLOAT_UNARY(Sigmoid, x >= T{0} ? T{1} / (T{1} + std::exp(-x)) : std::exp(x) / (T{1} + std::exp(x)))
-KILN_FLOAT_UNARY(Erf, std::erf(x))
-KILN_FLOAT_UNARY(Floor, std::floor(x))
-KILN_FLOAT_UNARY(Ceil, std::ceil(x))
-KILN_FLOAT_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
+KILN_FLOAT_UNARY(Sigmoid, x >= T{0} ? T{1} / (T{1} + std::exp(-x)) : std::exp(x) / (T{1} + std::exp(x)),
+                 t * y * (1.0 - y))
+KILN_FLOAT_UNARY(Erf, std::erf(x), t * exp(-(x * x)) * 1.1283791670955126)  // 2/sqrt(pi)
+KILN_STEP_UNARY(Floor, std::floor(x))
+KILN_STEP_UNARY(Ceil, std::ceil(x))
+KILN_STEP_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
 #undef KILN_FLOAT_UNARY
+#undef KILN_STEP_UNARY
 struct LogicalNot {
   static constexpr Domain domain = Domain::boolean;
   bool operator()(bool x) const { return !x; }
@@ -97,6 +113,11 @@ template <typename F>
 constexpr bool bool_result() {
   if constexpr (requires { F::bool_result; }) return F::bool_result;
   else return false;
+}
+
+template <typename F>
+constexpr bool has_derivative() {
+  return requires(const Tensor& t) { F::scale(t, t, t); };
 }
 
 template <typename F>
@@ -116,8 +137,17 @@ const Primitive& define_unary(std::string name) {
     });
     return std::vector<Tensor>{out};
   };
-  return register_primitive({.name = std::move(name), .arity = 1, .type_rule = std::move(rule)},
-                            {{ops::cpu({domain_set(F::domain)}), std::move(kernel)}});
+  Primitive p{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
+  if constexpr (has_derivative<F>()) {
+    auto apply = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
+      return {F::scale(r.inputs[0], r.outputs[0], *t[0])};
+    };
+    p.jvp = apply;
+    p.vjp = apply;
+  } else {
+    p.differentiable = false;
+  }
+  return register_primitive(std::move(p), {{ops::cpu({domain_set(F::domain)}), std::move(kernel)}});
 }
 
 const Primitive& neg_p = define_unary<Neg>("neg");
@@ -142,11 +172,23 @@ const Primitive& not_p = define_unary<LogicalNot>("not");
 const Primitive& isnan_p = define_unary<IsNan>("isnan");
 
 // Conversion between dtypes; attribute `dtype` is the target.
+// Derivatives pass through float-to-float conversions and stop at integer ones.
+Tangent convert_tangent(const Tensor& t, DType to) {
+  if (!is_floating(to) || !is_floating(t.dtype())) return std::nullopt;
+  return astype(t, to);
+}
+
 const Primitive& convert_p = register_primitive(
     {.name = "convert",
      .arity = 1,
      .type_rule = [](std::span<const TensorType> in,
-                     const Attrs& a) { return std::vector<TensorType>{{a.get_dtype("dtype"), in[0].shape}}; }},
+                     const Attrs& a) { return std::vector<TensorType>{{a.get_dtype("dtype"), in[0].shape}}; },
+     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
+       return {convert_tangent(*t[0], r.attrs.get_dtype("dtype"))};
+     },
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
+       return {convert_tangent(*ct[0], r.inputs[0].dtype())};
+     }},
     {{ops::cpu({DTypeSet::all()}), [](std::span<const Tensor> in, const Attrs& a) {
         Tensor out = empty(in[0].shape(), a.get_dtype("dtype"));
         detail::copy_cast(in[0], out);
