@@ -1,0 +1,305 @@
+// Matrix multiplication: the `matmul` primitive ([..., m, k] x [..., k, n] -> [..., m, n], one
+// dtype, identical batch dimensions) and the public numpy-style `matmul` built on it (dtype
+// promotion, 1-d operands, broadcasting batch dimensions).
+//
+// float32/float64 run through OpenBLAS gemm. Operands whose matrices are row-major or
+// transposed views are passed to gemm as they are (with the matching transpose flag); others
+// are copied first. f16/bf16 compute in float32; integers use a wrapping i-k-j loop.
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <type_traits>
+
+#include "detail/copy.h"
+#include "detail/dtype_dispatch.h"
+#include "detail/parallel.h"
+#include "kiln/ops.h"
+#include "ops/rules.h"
+
+namespace kiln {
+namespace {
+
+constexpr std::string_view kOp = "matmul";
+
+std::vector<TensorType> matmul_rule(std::span<const TensorType> in, const Attrs&) {
+  const TensorType& a = in[0];
+  const TensorType& b = in[1];
+  if (a.shape.rank() < 2 || b.shape.rank() < 2)
+    fail(kOp, "operands must have rank >= 2: got ", a, " and ", b,
+         ", expected [..., m, k] and [..., k, n] (the public matmul handles 1-d operands)");
+  if (a.dtype != b.dtype)
+    fail(kOp, "operands differ in dtype: got ", a, " and ", b,
+         ", expected one dtype (the public matmul promotes first)");
+  if (a.dtype == bool_)
+    fail(kOp, "unsupported dtype: got ", a, " and ", b,
+         ", expected a numeric dtype (not bool)");
+  const int ra = a.shape.rank(), rb = b.shape.rank();
+  const int64_t k = a.shape[ra - 1];
+  if (k != b.shape[rb - 2])
+    fail(kOp, "inner dimensions differ: got ", a, " and ", b,
+         ", expected a.shape[-1] == b.shape[-2] (", k, " vs ", b.shape[rb - 2], ")");
+  const std::vector<int64_t> ba(a.shape.begin(), a.shape.end() - 2);
+  const std::vector<int64_t> bb(b.shape.begin(), b.shape.end() - 2);
+  if (ba != bb)
+    fail(kOp, "batch dimensions differ: got ", a, " and ", b, ", expected equal batch dimensions ",
+         Shape(ba), " vs ", Shape(bb), " (the public matmul broadcasts first)");
+  std::vector<int64_t> out = ba;
+  out.push_back(a.shape[ra - 2]);
+  out.push_back(b.shape[rb - 1]);
+  return {{a.dtype, Shape(std::move(out))}};
+}
+
+// Offsets (in elements) of each matrix of a batched operand, for flat batch indices 0..B-1.
+std::vector<int64_t> batch_offsets(const Tensor& t) {
+  const int nb = t.rank() - 2;
+  int64_t count = 1;
+  for (int d = 0; d < nb; ++d) count *= t.shape()[d];
+  std::vector<int64_t> offs(static_cast<std::size_t>(count), 0);
+  const auto& st = t.strides();
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t rem = i, off = 0;
+    for (int d = nb - 1; d >= 0; --d) {
+      const int64_t sz = t.shape()[d];
+      off += (rem % sz) * st[static_cast<std::size_t>(d)];
+      rem /= sz;
+    }
+    offs[static_cast<std::size_t>(i)] = off;
+  }
+  return offs;
+}
+
+// How a rows x cols matrix with strides (rs, cs) can be handed to gemm without a copy.
+struct GemmOperand {
+  bool ok = false;
+  CBLAS_TRANSPOSE trans = CblasNoTrans;
+  int64_t ld = 1;
+};
+GemmOperand gemm_layout(int64_t rows, int64_t cols, int64_t rs, int64_t cs) {
+  if ((cols <= 1 || cs == 1) && (rows <= 1 || rs >= std::max<int64_t>(1, cols)))
+    return {true, CblasNoTrans, rows <= 1 ? std::max<int64_t>(1, cols) : rs};
+  if ((rows <= 1 || rs == 1) && (cols <= 1 || cs >= std::max<int64_t>(1, rows)))
+    return {true, CblasTrans, cols <= 1 ? std::max<int64_t>(1, rows) : cs};
+  return {};
+}
+
+template <typename T>
+void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t k, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
+  const auto i = [](int64_t v) { return static_cast<blasint>(v); };
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), 0.0f, c,
+                i(ldc));
+  else
+    cblas_dgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), 0.0, c,
+                i(ldc));
+}
+
+// Products this small run single-threaded inside OpenBLAS, so batches of them are split
+// across our threads instead (OpenBLAS: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD).
+constexpr int64_t kSmallGemmFlops = 65536 * 4;
+
+template <typename T>
+Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
+  const int ra = a.rank(), rb = b.rank();
+  const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+  Tensor out = empty(out_shape, dtype_v<T>);
+  if (out.numel() == 0) return out;
+  T* pc = out.data<T>();
+  if (k == 0) {
+    std::fill(pc, pc + out.numel(), T{0});
+    return out;
+  }
+  const auto stride = [](const Tensor& t, int d) { return t.strides()[static_cast<std::size_t>(t.rank() + d)]; };
+  GemmOperand la = gemm_layout(m, k, stride(a, -2), stride(a, -1));
+  if (!la.ok) {
+    a = a.contiguous();
+    la = gemm_layout(m, k, stride(a, -2), stride(a, -1));
+  }
+  GemmOperand lb = gemm_layout(k, n, stride(b, -2), stride(b, -1));
+  if (!lb.ok) {
+    b = b.contiguous();
+    lb = gemm_layout(k, n, stride(b, -2), stride(b, -1));
+  }
+  const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b);
+  const int64_t batch = static_cast<int64_t>(oa.size());
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+
+  if (m > INT_MAX || n > INT_MAX || k > INT_MAX || la.ld > INT_MAX || lb.ld > INT_MAX)
+    fail(kOp, "matrix too large for BLAS: got ", a.type(), " and ", b.type(),
+         ", expected every dimension and leading stride below 2^31");
+
+  // One big gemm when b is the same matrix for every batch entry and a's batch and row
+  // dimensions fold into one row dimension (x @ W with x [..., m, k]): rows = batch * m.
+  if (batch > 1 && la.trans == CblasNoTrans &&
+      std::all_of(ob.begin(), ob.end(), [&](int64_t o) { return o == ob[0]; })) {
+    bool folds = true;
+    for (int64_t i = 0; folds && i < batch; ++i)
+      folds = oa[static_cast<std::size_t>(i)] == i * m * la.ld;
+    if (folds && m * batch <= INT_MAX) {
+      gemm<T>(CblasNoTrans, lb.trans, batch * m, n, k, pa, la.ld, pb + ob[0], lb.ld, pc, n);
+      return out;
+    }
+  }
+  const auto one = [&](int64_t i) {
+    gemm<T>(la.trans, lb.trans, m, n, k, pa + oa[static_cast<std::size_t>(i)], la.ld,
+            pb + ob[static_cast<std::size_t>(i)], lb.ld, pc + i * m * n, n);
+  };
+  const int64_t flops = m * n * k;
+  if (batch > 1 && flops <= kSmallGemmFlops) {
+    // parallel_for's grain is in elementwise-op units; gemm does ~64 multiply-adds in that time.
+    detail::parallel_for(
+        batch, [&](int64_t b0, int64_t b1) { for (int64_t i = b0; i < b1; ++i) one(i); },
+        std::max<int64_t>(1, flops / 64));
+  } else {
+    for (int64_t i = 0; i < batch; ++i) one(i);
+  }
+  return out;
+}
+
+// Integer matmul: i-k-j loops over rows of b, in unsigned arithmetic so overflow wraps.
+template <typename T>
+Tensor integer_matmul(const Tensor& a, Tensor b, const Shape& out_shape) {
+  using U = std::conditional_t<(sizeof(T) < 4), uint32_t, std::make_unsigned_t<T>>;
+  const int ra = a.rank(), rb = b.rank();
+  const int64_t m = a.shape()[ra - 2], k = a.shape()[ra - 1], n = b.shape()[rb - 1];
+  Tensor out = empty(out_shape, dtype_v<T>);
+  if (out.numel() == 0) return out;
+  if (n > 1 && b.strides()[static_cast<std::size_t>(rb - 1)] != 1) b = b.contiguous();
+  const int64_t ars = a.strides()[static_cast<std::size_t>(ra - 2)];
+  const int64_t acs = a.strides()[static_cast<std::size_t>(ra - 1)];
+  const int64_t brs = b.strides()[static_cast<std::size_t>(rb - 2)];
+  const int64_t bcs = n > 1 ? 1 : 0;
+  const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b);
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* pc = out.data<T>();
+  const int64_t rows = static_cast<int64_t>(oa.size()) * m;
+  detail::parallel_for(
+      rows,
+      [&](int64_t r0, int64_t r1) {
+        std::vector<U> acc(static_cast<std::size_t>(n));
+        for (int64_t r = r0; r < r1; ++r) {
+          const auto bi = static_cast<std::size_t>(r / m);
+          const int64_t i = r % m;
+          std::fill(acc.begin(), acc.end(), U{0});
+          const T* arow = pa + oa[bi] + i * ars;
+          const T* bmat = pb + ob[bi];
+          for (int64_t kk = 0; kk < k; ++kk) {
+            const U x = static_cast<U>(arow[kk * acs]);
+            const T* brow = bmat + kk * brs;
+            for (int64_t j = 0; j < n; ++j)
+              acc[static_cast<std::size_t>(j)] += static_cast<U>(x * static_cast<U>(brow[j * bcs]));
+          }
+          T* crow = pc + r * n;
+          for (int64_t j = 0; j < n; ++j) crow[j] = static_cast<T>(acc[static_cast<std::size_t>(j)]);
+        }
+      },
+      std::max<int64_t>(1, n * k));
+  return out;
+}
+
+Tensor matmul_kernel_impl(const Tensor& a, const Tensor& b) {
+  const Shape out_shape = matmul_rule(std::vector<TensorType>{a.type(), b.type()}, {})[0].shape;
+  return detail::visit_dtype(a.dtype(), [&]<typename T>() -> Tensor {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      return blas_matmul<T>(a, b, out_shape);
+    } else if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) {
+      Tensor a32 = empty(a.shape(), float32), b32 = empty(b.shape(), float32);
+      detail::copy_cast(a, a32);
+      detail::copy_cast(b, b32);
+      Tensor o32 = blas_matmul<float>(a32, b32, out_shape);
+      Tensor out = empty(out_shape, dtype_v<T>);
+      detail::copy_cast(o32, out);
+      return out;
+    } else if constexpr (std::is_same_v<T, bool>) {
+      fail(kOp, "unsupported dtype: got ", a.type(), ", expected a numeric dtype (not bool)");
+    } else {
+      return integer_matmul<T>(a, b, out_shape);
+    }
+  });
+}
+
+// d(AB) = dA B + A dB; the cotangents are ct B^T and A^T ct (batch axes ride along).
+Primitive matmul_primitive() {
+  Primitive p;
+  p.name = "matmul";
+  p.arity = 2;
+  p.type_rule = matmul_rule;
+  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
+    const Primitive& self = primitive("matmul");
+    Tangent out;
+    if (t[0]) out = bind1(self, {*t[0], r.inputs[1]});
+    if (t[1]) {
+      const Tensor d = bind1(self, {r.inputs[0], *t[1]});
+      out = out ? Tangent(*out + d) : Tangent(d);
+    }
+    return {out};
+  };
+  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
+    const Primitive& self = primitive("matmul");
+    return {bind1(self, {*ct[0], swapaxes(r.inputs[1], -1, -2)}),
+            bind1(self, {swapaxes(r.inputs[0], -1, -2), *ct[0]})};
+  };
+  return p;
+}
+
+const Primitive& matmul_p = register_primitive(
+    matmul_primitive(),
+    {{ops::cpu({DTypeSet::numeric(), DTypeSet::numeric()}),
+      [](std::span<const Tensor> in, const Attrs&) {
+        return std::vector<Tensor>{matmul_kernel_impl(in[0], in[1])};
+      }}});
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) {
+  if (!a.defined() || !b.defined())
+    fail(kOp, "undefined operand: got a default-constructed Tensor, expected tensors");
+  if (a.rank() == 0 || b.rank() == 0)
+    fail(kOp, "0-d operand: got ", a.type(), " and ", b.type(),
+         ", expected operands of rank >= 1 (use mul to scale by a scalar)");
+  const int64_t ka = a.dim(-1), kb = b.rank() == 1 ? b.dim(0) : b.dim(-2);
+  if (ka != kb)
+    fail(kOp, "inner dimensions differ: got ", a.type(), " and ", b.type(), ", expected ",
+         "a.shape[-1] == b.shape[", b.rank() == 1 ? "0" : "-2", "] (", ka, " vs ", kb, ")");
+  // Batch dimensions broadcast (numpy rules); the messages name the original operands.
+  const std::vector<int64_t> ba(a.shape().begin(), a.shape().end() - std::min(a.rank(), 2));
+  const std::vector<int64_t> bb(b.shape().begin(), b.shape().end() - std::min(b.rank(), 2));
+  const int nb = static_cast<int>(std::max(ba.size(), bb.size()));
+  std::vector<int64_t> batch(static_cast<std::size_t>(nb));
+  for (int i = 0; i < nb; ++i) {
+    const int ia = static_cast<int>(ba.size()) - nb + i, ib = static_cast<int>(bb.size()) - nb + i;
+    const int64_t da = ia >= 0 ? ba[static_cast<std::size_t>(ia)] : 1;
+    const int64_t db = ib >= 0 ? bb[static_cast<std::size_t>(ib)] : 1;
+    if (da != db && da != 1 && db != 1)
+      fail(kOp, "batch dimensions cannot be broadcast: got ", a.type(), " and ", b.type(),
+           ", expected batch dimensions ", Shape(ba), " and ", Shape(bb),
+           " to be equal or 1 where they differ (", da, " vs ", db, ")");
+    batch[static_cast<std::size_t>(i)] = da == 1 ? db : da;
+  }
+
+  DType dt = promote_types(a.dtype(), b.dtype());
+  if (dt == bool_) dt = int32;  // like arithmetic on bools elsewhere in Kiln
+  Tensor x = ops::cast_if_needed(a, dt, loc), y = ops::cast_if_needed(b, dt, loc);
+  const bool a_vec = x.rank() == 1, b_vec = y.rank() == 1;
+  if (a_vec) x = expand_dims(x, 0, loc);   // [k] -> [1, k]
+  if (b_vec) y = expand_dims(y, -1, loc);  // [k] -> [k, 1]
+  const auto full_shape = [&](const Tensor& t) {
+    std::vector<int64_t> s = batch;
+    s.push_back(t.dim(-2));
+    s.push_back(t.dim(-1));
+    return Shape(std::move(s));
+  };
+  if (Shape s = full_shape(x); s != x.shape()) x = broadcast_to(x, s, loc);
+  if (Shape s = full_shape(y); s != y.shape()) y = broadcast_to(y, s, loc);
+  Tensor out = bind1(matmul_p, {x, y}, {}, loc);
+  if (a_vec && b_vec) return squeeze(out, {-2, -1}, loc);
+  if (a_vec) return squeeze(out, {-2}, loc);
+  if (b_vec) return squeeze(out, {-1}, loc);
+  return out;
+}
+
+}  // namespace kiln

@@ -1,0 +1,390 @@
+// conv2d, max_pool2d and avg_pool2d against naive direct loops in double precision written
+// here (independent of the library's im2col + gemm kernels), plus hand-computed values.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+
+using namespace kiln;
+
+namespace {
+
+std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (double& x : v) x = dist(gen);
+  return v;
+}
+
+Tensor make(const std::vector<double>& v, const Shape& shape, DType dt = float32) {
+  return astype(tensor(v, shape), dt);
+}
+
+struct ConvCase {
+  int64_t N, C, H, W, O, KH, KW;
+  int64_t sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1, groups = 1;
+};
+
+std::string describe(const ConvCase& c) {
+  return "N=" + std::to_string(c.N) + " C=" + std::to_string(c.C) + " H=" + std::to_string(c.H) +
+         " W=" + std::to_string(c.W) + " O=" + std::to_string(c.O) + " K=" + std::to_string(c.KH) +
+         "x" + std::to_string(c.KW) + " s=" + std::to_string(c.sh) + "," + std::to_string(c.sw) +
+         " p=" + std::to_string(c.ph) + "," + std::to_string(c.pw) + " d=" + std::to_string(c.dh) +
+         "," + std::to_string(c.dw) + " g=" + std::to_string(c.groups);
+}
+
+// Direct convolution (cross-correlation, as in PyTorch) with zero padding.
+std::vector<double> ref_conv(const ConvCase& c, const std::vector<double>& x,
+                             const std::vector<double>& w, int64_t& OH, int64_t& OW) {
+  OH = (c.H + 2 * c.ph - c.dh * (c.KH - 1) - 1) / c.sh + 1;
+  OW = (c.W + 2 * c.pw - c.dw * (c.KW - 1) - 1) / c.sw + 1;
+  const int64_t Cg = c.C / c.groups, Og = c.O / c.groups;
+  std::vector<double> out(static_cast<std::size_t>(c.N * c.O * OH * OW), 0.0);
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t o = 0; o < c.O; ++o) {
+      const int64_t g = o / Og;
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double s = 0;
+          for (int64_t ci = 0; ci < Cg; ++ci)
+            for (int64_t kh = 0; kh < c.KH; ++kh)
+              for (int64_t kw = 0; kw < c.KW; ++kw) {
+                const int64_t ih = oh * c.sh - c.ph + kh * c.dh;
+                const int64_t iw = ow * c.sw - c.pw + kw * c.dw;
+                if (ih < 0 || ih >= c.H || iw < 0 || iw >= c.W) continue;
+                const int64_t channel = g * Cg + ci;
+                s += x[static_cast<std::size_t>(((n * c.C + channel) * c.H + ih) * c.W + iw)] *
+                     w[static_cast<std::size_t>(((o * Cg + ci) * c.KH + kh) * c.KW + kw)];
+              }
+          out[static_cast<std::size_t>(((n * c.O + o) * OH + oh) * OW + ow)] = s;
+        }
+    }
+  return out;
+}
+
+void expect_close(const Tensor& got, const Shape& shape, const std::vector<double>& want,
+                  double rtol, double atol) {
+  ASSERT_EQ(got.shape(), shape);
+  const std::vector<double> g = got.to_vector<double>();
+  ASSERT_EQ(g.size(), want.size());
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(want[i])) {
+      ASSERT_TRUE(std::isnan(g[i])) << "at flat index " << i;
+      continue;
+    }
+    ASSERT_NEAR(g[i], want[i], atol + rtol * std::abs(want[i])) << "at flat index " << i;
+  }
+}
+
+void check_conv(const ConvCase& c, DType dt, uint32_t seed) {
+  SCOPED_TRACE(describe(c) + " " + std::string(dtype_name(dt)));
+  const auto x = random_values(c.N * c.C * c.H * c.W, seed);
+  const auto w = random_values(c.O * (c.C / c.groups) * c.KH * c.KW, seed + 1000);
+  int64_t OH = 0, OW = 0;
+  const auto want = ref_conv(c, x, w, OH, OW);
+  const Tensor out = conv2d(make(x, Shape{c.N, c.C, c.H, c.W}, dt),
+                            make(w, Shape{c.O, c.C / c.groups, c.KH, c.KW}, dt),
+                            {.stride = {c.sh, c.sw}, .padding = {c.ph, c.pw},
+                             .dilation = {c.dh, c.dw}, .groups = c.groups});
+  EXPECT_EQ(out.dtype(), dt);
+  const double tol = dt == float64 ? 1e-12 : 1e-5;
+  expect_close(out, Shape{c.N, c.O, OH, OW}, want, tol, tol);
+}
+
+const std::vector<ConvCase>& conv_cases() {
+  static const std::vector<ConvCase> cases = {
+      {.N = 1, .C = 1, .H = 5, .W = 5, .O = 1, .KH = 3, .KW = 3},
+      {.N = 2, .C = 3, .H = 8, .W = 7, .O = 4, .KH = 3, .KW = 3},
+      {.N = 2, .C = 3, .H = 9, .W = 9, .O = 5, .KH = 3, .KW = 3, .sh = 2, .sw = 2},
+      {.N = 2, .C = 3, .H = 6, .W = 6, .O = 4, .KH = 3, .KW = 3, .ph = 1, .pw = 1},
+      {.N = 1, .C = 2, .H = 10, .W = 11, .O = 3, .KH = 3, .KW = 3, .dh = 2, .dw = 3},
+      {.N = 2, .C = 4, .H = 7, .W = 7, .O = 6, .KH = 3, .KW = 3, .groups = 2},
+      {.N = 2, .C = 6, .H = 7, .W = 5, .O = 6, .KH = 3, .KW = 3, .ph = 1, .pw = 1, .groups = 6},
+      {.N = 3, .C = 5, .H = 6, .W = 6, .O = 4, .KH = 1, .KW = 1},                    // 1x1 path
+      {.N = 2, .C = 4, .H = 6, .W = 6, .O = 4, .KH = 1, .KW = 1, .groups = 2},       // 1x1, groups
+      {.N = 2, .C = 3, .H = 7, .W = 7, .O = 2, .KH = 1, .KW = 1, .sh = 2, .sw = 2},  // strided 1x1
+      {.N = 1, .C = 2, .H = 7, .W = 9, .O = 3, .KH = 2, .KW = 4, .sh = 3, .sw = 2,
+       .ph = 2, .pw = 1, .dh = 2, .dw = 1},
+      {.N = 2, .C = 6, .H = 9, .W = 8, .O = 9, .KH = 3, .KW = 2, .sh = 2, .sw = 1,
+       .ph = 1, .pw = 2, .dh = 1, .dw = 2, .groups = 3},
+      {.N = 1, .C = 1, .H = 3, .W = 3, .O = 1, .KH = 3, .KW = 3},  // 1x1 output
+      {.N = 1, .C = 1, .H = 1, .W = 1, .O = 2, .KH = 3, .KW = 3, .ph = 1, .pw = 1},
+      {.N = 1, .C = 1, .H = 4, .W = 4, .O = 1, .KH = 2, .KW = 2, .sh = 5, .sw = 5, .ph = 2, .pw = 2},
+  };
+  return cases;
+}
+
+}  // namespace
+
+TEST(Conv2d, HandComputed) {
+  // x = 1..16 as 4x4, all-ones 2x2 kernel, stride 2: sums of the four 2x2 blocks.
+  const Tensor x = reshape(arange(1.0, 17.0, 1.0), Shape{1, 1, 4, 4});
+  const Tensor w = ones({1, 1, 2, 2});
+  const Tensor y = conv2d(x, w, {.stride = {2, 2}});
+  EXPECT_EQ(y.shape(), (Shape{1, 1, 2, 2}));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{14, 22, 46, 54}));
+  // Padding 1, stride 3 on the same input: windows over the corners (zeros around).
+  const Tensor z = conv2d(x, w, {.stride = {3, 3}, .padding = {1, 1}});
+  EXPECT_EQ(z.shape(), (Shape{1, 1, 2, 2}));
+  EXPECT_EQ(z.to_vector<float>(), (std::vector<float>{1, 7, 22, 54}));
+  // Two groups, each output channel sees only its own input channel.
+  const Tensor x2 = reshape(arange(0.0, 8.0, 1.0, float64), Shape{1, 2, 2, 2});
+  const Tensor w2 = reshape(tensor({1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0}), Shape{2, 1, 2, 2});
+  EXPECT_EQ(conv2d(x2, w2, {.groups = 2}).to_vector<double>(), (std::vector<double>{0.0, 14.0}));
+}
+
+TEST(Conv2d, MatchesDirectConvolution) {
+  uint32_t seed = 1;
+  for (DType dt : {float32, float64})
+    for (const ConvCase& c : conv_cases()) check_conv(c, dt, seed++);
+}
+
+TEST(Conv2d, BatchedSmallImagesAndLargeImages) {
+  // Small images are batched into one gemm (then scattered); large ones go image by image.
+  check_conv({.N = 9, .C = 3, .H = 5, .W = 5, .O = 4, .KH = 3, .KW = 3, .ph = 1, .pw = 1}, float32, 70);
+  check_conv({.N = 7, .C = 4, .H = 6, .W = 6, .O = 6, .KH = 3, .KW = 3, .groups = 2}, float64, 71);
+  check_conv({.N = 300, .C = 2, .H = 4, .W = 4, .O = 3, .KH = 2, .KW = 2}, float32, 72);
+  check_conv({.N = 2, .C = 3, .H = 70, .W = 80, .O = 5, .KH = 3, .KW = 3, .ph = 1, .pw = 1}, float32, 73);
+  check_conv({.N = 2, .C = 8, .H = 40, .W = 40, .O = 16, .KH = 1, .KW = 1}, float32, 74);
+}
+
+TEST(Conv2d, HalfPrecision) {
+  for (DType dt : {float16, bfloat16}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    const ConvCase c{.N = 2, .C = 3, .H = 6, .W = 6, .O = 2, .KH = 3, .KW = 3, .ph = 1, .pw = 1};
+    // Values k/8 in [-1, 1] are exact in both formats.
+    auto x = random_values(2 * 3 * 6 * 6, 5), w = random_values(2 * 3 * 3 * 3, 6);
+    for (double& v : x) v = std::round(v * 8) / 8;
+    for (double& v : w) v = std::round(v * 8) / 8;
+    int64_t OH = 0, OW = 0;
+    const auto want = ref_conv(c, x, w, OH, OW);
+    const Tensor out = conv2d(make(x, Shape{2, 3, 6, 6}, dt), make(w, Shape{2, 3, 3, 3}, dt),
+                              {.padding = {1, 1}});
+    EXPECT_EQ(out.dtype(), dt);
+    expect_close(out, Shape{2, 2, OH, OW}, want, dt == float16 ? 1e-3 : 8e-3, 1e-2);
+  }
+}
+
+TEST(Conv2d, StridedInputsAndPromotion) {
+  // An NHWC buffer viewed as NCHW (a permuted, non-contiguous view).
+  const ConvCase c{.N = 2, .C = 3, .H = 5, .W = 6, .O = 2, .KH = 2, .KW = 3, .ph = 1, .pw = 0};
+  const auto nhwc = random_values(2 * 5 * 6 * 3, 9);
+  std::vector<double> nchw(nhwc.size());
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t h = 0; h < 5; ++h)
+      for (int64_t w = 0; w < 6; ++w)
+        for (int64_t ch = 0; ch < 3; ++ch)
+          nchw[((n * 3 + ch) * 5 + h) * 6 + w] = nhwc[((n * 5 + h) * 6 + w) * 3 + ch];
+  const auto wv = random_values(2 * 3 * 2 * 3, 10);
+  int64_t OH = 0, OW = 0;
+  const auto want = ref_conv(c, nchw, wv, OH, OW);
+  const Tensor x = permute(make(nhwc, Shape{2, 5, 6, 3}), {0, 3, 1, 2});
+  ASSERT_FALSE(x.is_contiguous());
+  expect_close(conv2d(x, make(wv, Shape{2, 3, 2, 3}), {.padding = {1, 0}}), Shape{2, 2, OH, OW},
+               want, 1e-5, 1e-5);
+  // Integer inputs compute in float32; f32 with f64 promotes to f64.
+  const Tensor xi = astype(reshape(arange(1.0, 17.0, 1.0), Shape{1, 1, 4, 4}), int32);
+  const Tensor yi = conv2d(xi, ones({1, 1, 2, 2}, int32), {.stride = {2, 2}});
+  EXPECT_EQ(yi.dtype(), float32);
+  EXPECT_EQ(yi.to_vector<float>(), (std::vector<float>{14, 22, 46, 54}));
+  EXPECT_EQ(conv2d(ones({1, 1, 3, 3}), ones({1, 1, 2, 2}, float64)).dtype(), float64);
+}
+
+TEST(Conv2d, EmptyBatchAndChannels) {
+  EXPECT_EQ(conv2d(zeros({0, 3, 5, 5}), zeros({4, 3, 3, 3})).shape(), (Shape{0, 4, 3, 3}));
+  EXPECT_EQ(conv2d(zeros({2, 3, 5, 5}), zeros({0, 3, 3, 3})).shape(), (Shape{2, 0, 3, 3}));
+  const Tensor y = conv2d(zeros({2, 0, 5, 5}), zeros({4, 0, 3, 3}));
+  EXPECT_EQ(y.shape(), (Shape{2, 4, 3, 3}));
+  EXPECT_EQ(y.to_vector<float>(), std::vector<float>(72, 0.0f));
+}
+
+namespace {
+void expect_error(std::string_view op, const std::function<void()>& f,
+                  const std::vector<std::string>& pieces) {
+  try {
+    f();
+    ADD_FAILURE() << "expected kiln::Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), op);
+    const std::string msg = e.what();
+    for (const std::string& p : pieces)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
+  }
+}
+}  // namespace
+
+TEST(Conv2d, Errors) {
+  const Tensor x = ones({2, 4, 5, 5});
+  expect_error("conv2d", [] { conv2d(ones({4, 5, 5}), ones({2, 4, 3, 3})); },
+               {"input must have rank 4", "f32[4,5,5]", "[N, C, H, W]"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3})); },
+               {"weight must have rank 4", "f32[2,4,3]"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 3, 3, 3})); },
+               {"weight channels do not match", "f32[2,4,5,5]", "f32[2,3,3,3]", "(3 vs 4)"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.groups = 3}); },
+               {"input channels not divisible by groups", "groups=3"});
+  expect_error("conv2d", [&] { conv2d(x, ones({3, 2, 3, 3}), {.groups = 2}); },
+               {"output channels not divisible by groups", "f32[3,2,3,3]"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.groups = 0}); },
+               {"non-positive groups"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 6, 3})); },
+               {"kernel larger than the padded input", "f32[2,4,5,5]", "f32[2,4,6,3]", "6x3"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.dilation = {3, 1}}); },
+               {"kernel larger than the padded input", "7x3"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.stride = {0, 1}}); },
+               {"non-positive stride", "[0, 1]"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.dilation = {1, -1}}); },
+               {"non-positive dilation", "[1, -1]"});
+  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.padding = {-1, 0}}); },
+               {"negative padding", "[-1, 0]"});
+  expect_error("conv2d", [&] { bind1(primitive("conv2d"), {x, ones({2, 4, 3, 3}, float64)},
+                                     {{"stride", std::vector<int64_t>{1, 1}},
+                                      {"padding", std::vector<int64_t>{0, 0}},
+                                      {"dilation", std::vector<int64_t>{1, 1}},
+                                      {"groups", int64_t{1}}}); },
+               {"differ in dtype", "f32[2,4,5,5]", "f64[2,4,3,3]"});
+  expect_error("conv2d", [&] { bind1(primitive("conv2d"), {ones({1, 1, 3, 3}, int32), ones({1, 1, 1, 1}, int32)},
+                                     {{"stride", std::vector<int64_t>{1}},
+                                      {"padding", std::vector<int64_t>{0, 0}},
+                                      {"dilation", std::vector<int64_t>{1, 1}},
+                                      {"groups", int64_t{1}}}); },
+               {"unsupported dtype", "i32[1,1,3,3]"});
+  expect_error("conv2d", [&] { bind1(primitive("conv2d"), {ones({1, 1, 3, 3}), ones({1, 1, 1, 1})},
+                                     {{"stride", std::vector<int64_t>{1}},
+                                      {"padding", std::vector<int64_t>{0, 0}},
+                                      {"dilation", std::vector<int64_t>{1, 1}},
+                                      {"groups", int64_t{1}}}); },
+               {"'stride' has the wrong length", "[1]"});
+}
+
+// ---- pooling ------------------------------------------------------------------------
+
+namespace {
+
+struct PoolCase {
+  int64_t N, C, H, W, KH, KW, sh, sw, ph, pw;
+};
+
+// max: padding is -inf (never chosen); avg: padding counts as zeros in a KH*KW divisor.
+std::vector<double> ref_pool(const PoolCase& c, const std::vector<double>& x, bool is_max,
+                             int64_t& OH, int64_t& OW) {
+  OH = (c.H + 2 * c.ph - c.KH) / c.sh + 1;
+  OW = (c.W + 2 * c.pw - c.KW) / c.sw + 1;
+  std::vector<double> out;
+  for (int64_t p = 0; p < c.N * c.C; ++p)
+    for (int64_t oh = 0; oh < OH; ++oh)
+      for (int64_t ow = 0; ow < OW; ++ow) {
+        double acc = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+        for (int64_t kh = 0; kh < c.KH; ++kh)
+          for (int64_t kw = 0; kw < c.KW; ++kw) {
+            const int64_t ih = oh * c.sh - c.ph + kh, iw = ow * c.sw - c.pw + kw;
+            const bool inside = ih >= 0 && ih < c.H && iw >= 0 && iw < c.W;
+            const double v = inside ? x[static_cast<std::size_t>((p * c.H + ih) * c.W + iw)]
+                                    : (is_max ? -std::numeric_limits<double>::infinity() : 0.0);
+            if (is_max) {
+              if (std::isnan(v) || v > acc) acc = std::isnan(acc) ? acc : v;
+            } else {
+              acc += v;
+            }
+          }
+        out.push_back(is_max ? acc : acc / static_cast<double>(c.KH * c.KW));
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST(Pool2d, HandComputed) {
+  const Tensor x = reshape(arange(1.0, 17.0, 1.0), Shape{1, 1, 4, 4});
+  EXPECT_EQ(max_pool2d(x).to_vector<float>(), (std::vector<float>{6, 8, 14, 16}));
+  EXPECT_EQ(avg_pool2d(x).to_vector<float>(), (std::vector<float>{3.5, 5.5, 11.5, 13.5}));
+  // Padding 1 with a 2x2 kernel, stride 2: corner windows hold a single input value.
+  const Tensor a = avg_pool2d(x, {.kernel = {2, 2}, .stride = {{2, 2}}, .padding = {1, 1}});
+  EXPECT_EQ(a.shape(), (Shape{1, 1, 3, 3}));
+  EXPECT_EQ(a.to_vector<float>(),
+            (std::vector<float>{0.25f, 1.25f, 1.0f, 3.5f, 8.5f, 5.0f, 3.25f, 7.25f, 4.0f}));
+  // Max-pool padding never wins, even over negative values.
+  const Tensor m = max_pool2d(neg(x), {.kernel = {2, 2}, .stride = {{2, 2}}, .padding = {1, 1}});
+  EXPECT_EQ(m.to_vector<float>(),
+            (std::vector<float>{-1, -2, -4, -5, -6, -8, -13, -14, -16}));
+  // Stride defaults to the kernel; overlapping windows with an explicit stride.
+  EXPECT_EQ(max_pool2d(x, {.kernel = {3, 3}, .stride = {{1, 1}}}).to_vector<float>(),
+            (std::vector<float>{11, 12, 15, 16}));
+}
+
+TEST(Pool2d, MatchesDirectLoops) {
+  const std::vector<PoolCase> cases = {
+      {2, 3, 8, 8, 2, 2, 2, 2, 0, 0}, {1, 2, 7, 9, 3, 3, 2, 2, 1, 1},
+      {2, 2, 5, 6, 3, 2, 1, 3, 1, 1}, {1, 1, 6, 6, 4, 4, 3, 1, 2, 0},
+      {3, 4, 9, 7, 1, 1, 2, 2, 0, 0}, {1, 3, 33, 35, 3, 3, 2, 2, 1, 1},
+      {2, 1, 4, 4, 4, 4, 1, 1, 2, 2}};
+  uint32_t seed = 40;
+  for (const PoolCase& c : cases)
+    for (DType dt : {float32, float64})
+      for (bool is_max : {true, false}) {
+        SCOPED_TRACE(std::string(is_max ? "max" : "avg") + " " + std::string(dtype_name(dt)) +
+                     " case " + std::to_string(&c - cases.data()));
+        // Negative values make -inf versus zero padding observable.
+        const auto x = random_values(c.N * c.C * c.H * c.W, seed++, -2.0, -0.5);
+        int64_t OH = 0, OW = 0;
+        const auto want = ref_pool(c, x, is_max, OH, OW);
+        const Pool2dOptions o{.kernel = {c.KH, c.KW}, .stride = {{c.sh, c.sw}}, .padding = {c.ph, c.pw}};
+        const Tensor xt = make(x, Shape{c.N, c.C, c.H, c.W}, dt);
+        const Tensor y = is_max ? max_pool2d(xt, o) : avg_pool2d(xt, o);
+        EXPECT_EQ(y.dtype(), dt);
+        expect_close(y, Shape{c.N, c.C, OH, OW}, want, dt == float64 ? 1e-12 : 1e-6, 1e-6);
+      }
+}
+
+TEST(Pool2d, HalfPrecisionNanAndStridedInput) {
+  for (DType dt : {float16, bfloat16}) {
+    const Tensor x = astype(reshape(arange(1.0, 17.0, 1.0), Shape{1, 1, 4, 4}), dt);
+    EXPECT_EQ(max_pool2d(x).dtype(), dt);
+    EXPECT_EQ(max_pool2d(x).to_vector<float>(), (std::vector<float>{6, 8, 14, 16}));
+    EXPECT_EQ(avg_pool2d(x).to_vector<float>(), (std::vector<float>{3.5, 5.5, 11.5, 13.5}));
+  }
+  // NaN propagates through max pooling, wherever it sits in the window.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const Tensor xn = tensor({1.0, nan, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, nan}, Shape{1, 1, 3, 3});
+  const auto r = max_pool2d(xn, {.kernel = {2, 2}, .stride = {{1, 1}}}).to_vector<double>();
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_TRUE(std::isnan(r[0]));
+  EXPECT_TRUE(std::isnan(r[1]));
+  EXPECT_EQ(r[2], 8.0);
+  EXPECT_TRUE(std::isnan(r[3]));
+  // A transposed (non-contiguous) input.
+  const Tensor x = reshape(arange(1.0, 17.0, 1.0), Shape{1, 1, 4, 4});
+  const Tensor xt = swapaxes(x, 2, 3);
+  ASSERT_FALSE(xt.is_contiguous());
+  EXPECT_EQ(max_pool2d(xt).to_vector<float>(), (std::vector<float>{6, 14, 8, 16}));
+  // Integers pool in float32.
+  EXPECT_EQ(max_pool2d(astype(x, int32)).dtype(), float32);
+}
+
+TEST(Pool2d, Errors) {
+  const Tensor x = ones({1, 2, 4, 4});
+  for (const std::string op : {"max_pool2d", "avg_pool2d"}) {
+    auto pool = [&](const Tensor& t, const Pool2dOptions& o) {
+      return op == "max_pool2d" ? max_pool2d(t, o) : avg_pool2d(t, o);
+    };
+    expect_error(op, [&] { pool(ones({2, 4, 4}), {}); }, {"input must have rank 4", "f32[2,4,4]"});
+    expect_error(op, [&] { pool(x, {.kernel = {5, 2}, .stride = std::nullopt}); },
+                 {"kernel larger than the padded input", "f32[1,2,4,4]", "[5, 2]"});
+    expect_error(op, [&] { pool(x, {.kernel = {2, 0}, .stride = std::nullopt}); }, {"non-positive kernel", "[2, 0]"});
+    expect_error(op, [&] { pool(x, {.kernel = {2, 2}, .stride = {{0, 2}}}); },
+                 {"non-positive stride", "[0, 2]"});
+    expect_error(op, [&] { pool(x, {.kernel = {2, 2}, .stride = std::nullopt, .padding = {0, -1}}); },
+                 {"negative padding", "[0, -1]"});
+    expect_error(op, [&] { pool(x, {.kernel = {2, 2}, .stride = std::nullopt, .padding = {2, 0}}); },
+                 {"padding larger than half the kernel", "[2, 0]", "[2, 2]"});
+  }
+}
