@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-dev        # GEMM for matmul and convolution
+  libopenblas-openmp-dev # GEMM for matmul and convolution (OpenMP build: one thread pool)
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   python3-numpy          # reference values in tests are checked against numpy

@@ -162,6 +162,9 @@ Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = 
 // Padding counts toward the divisor (count_include_pad, like PyTorch's default).
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = Loc::current());
 
+// The identity, with a zero derivative: gradients do not flow through it.
+Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());
+
 // ---- operators ---------------------------------------------------------------------
 template <typename T>
 concept Scalar = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;

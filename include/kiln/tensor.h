@@ -48,6 +48,14 @@ class Storage {
   Device device_;
 };
 
+// Bytes held by tensor storage in this process: now, and the most since the last reset.
+struct MemoryStats {
+  int64_t current_bytes = 0;
+  int64_t peak_bytes = 0;
+};
+MemoryStats memory_stats();
+void reset_peak_memory();
+
 namespace detail {
 class Tracer;  // a value being recorded into an IR function (src/ir)
 }

@@ -130,7 +130,7 @@ class Jitted {
       // Inside another trace: one `call` equation, so the outer IR keeps the structure.
       std::vector<Tensor> ins = leaves;
       ins.insert(ins.end(), captures.begin(), captures.end());
-      outs = bind(primitive("call"), std::move(ins), {{"fn", FunctionRef(entry->function)}});
+      outs = kiln::bind(primitive("call"), std::move(ins), {{"fn", FunctionRef(entry->function)}});
     } else {
       outs = entry->executable->run(leaves);
     }
@@ -375,6 +375,98 @@ auto jacrev(F f) {
     shape.insert(shape.end(), x.shape().begin(), x.shape().end());
     if (m == 0) return zeros(Shape(shape), x.dtype());
     return reshape(stack(rows, 0), Shape(shape));
+  };
+}
+
+namespace detail {
+
+// Traces f for these arguments and applies it as one equation of a higher-order primitive
+// (`fn` = the traced function, plus `extra` attributes).
+template <class F, class... Args>
+auto apply_traced(const char* prim, const char* what, const F& f, Attrs extra, const Args&... args) {
+  using Out = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+  auto [leaves, def] = flatten_args(args...);
+  auto t = trace_tree<const F, Args...>(f, what, def, leaves);
+  std::vector<Tensor> ins = leaves;
+  ins.insert(ins.end(), t.traced.captures.begin(), t.traced.captures.end());
+  extra.set("fn", FunctionRef(t.traced.function));
+  return tree_unflatten<Out>(t.out_def, kiln::bind(primitive(prim), std::move(ins), extra));
+}
+
+// Traces a user's derivative rule; rules may not close over traced values (their extra
+// parameters would not line up with the primitive's operands).
+template <class R, class... RArgs>
+FunctionRef trace_rule(const char* what, const R& rule, const RArgs&... args) {
+  auto [leaves, def] = flatten_args(args...);
+  auto t = trace_tree<const R, RArgs...>(rule, what, def, leaves);
+  if (!t.traced.captures.empty())
+    fail(what, "the rule closes over a traced value: got ", t.traced.captures.size(),
+         " captured tracer(s), expected a rule that takes what it needs as arguments");
+  return t.traced.function;
+}
+
+}  // namespace detail
+
+// checkpoint(f): the same function, but reverse mode stores only its inputs and recomputes
+// its intermediates during the backward pass (rematerialisation: memory for compute).
+template <class F>
+auto checkpoint(F f) {
+  return [f = std::move(f)](const auto&... args) {
+    return detail::apply_traced("checkpoint", "checkpoint", f, {}, args...);
+  };
+}
+
+namespace detail {
+
+// Stand-ins with the types of a traced function's results (broadcast scalars: no memory),
+// to trace a user's rule against.
+template <class Out>
+Out placeholders(const TreeDef& def, const std::vector<TensorType>& types) {
+  std::vector<Tensor> like;
+  for (const TensorType& t : types) like.push_back(broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape));
+  return tree_unflatten<Out>(def, like);
+}
+
+// custom_jvp / custom_vjp: traces f and the rule, then binds one equation of `prim`.
+template <class F, class... Args>
+auto apply_custom(const char* prim, const F& f, const auto& trace_user_rule, const Args&... args) {
+  using Out = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+  auto [leaves, def] = flatten_args(args...);
+  auto t = trace_tree<const F, Args...>(f, prim, def, leaves);
+  if (!t.traced.captures.empty())
+    fail(prim, "the function closes over a traced value: got ", t.traced.captures.size(),
+         " captured tracer(s), expected a function that takes what it needs as arguments");
+  const Out like = placeholders<Out>(t.out_def, t.traced.function->result_types());
+  Attrs attrs = trace_user_rule(like);
+  attrs.set("fn", FunctionRef(t.traced.function));
+  return tree_unflatten<Out>(t.out_def, kiln::bind(primitive(prim), leaves, attrs));
+}
+
+}  // namespace detail
+
+// custom_jvp(f, rule): f with a user-given derivative. rule(primals, tangents) receives two
+// std::tuples of f's arguments and returns the output tangent. Reverse mode uses the rule
+// too (it is linear in the tangents), so grad sees it.
+template <class F, class Rule>
+auto custom_jvp(F f, Rule rule) {
+  return [f = std::move(f), rule = std::move(rule)](const auto&... args) {
+    return detail::apply_custom("custom_jvp", f, [&](const auto&) {
+      const auto primals = std::make_tuple(args...);
+      const auto tangents = tree_map([](const Tensor& x) { return zeros_like(x); }, primals);
+      return Attrs{{"jvp", detail::trace_rule("custom_jvp", rule, primals, tangents)}};
+    }, args...);
+  };
+}
+
+// custom_vjp(f, bwd): f with a user-given reverse rule. bwd(primals, output, cotangent)
+// receives a std::tuple of f's arguments, f's output and its cotangent, and returns a
+// std::tuple with the cotangent of each argument.
+template <class F, class Bwd>
+auto custom_vjp(F f, Bwd bwd) {
+  return [f = std::move(f), bwd = std::move(bwd)](const auto&... args) {
+    return detail::apply_custom("custom_vjp", f, [&](const auto& out) {
+      return Attrs{{"bwd", detail::trace_rule("custom_vjp", bwd, std::make_tuple(args...), out, out)}};
+    }, args...);
   };
 }
 

@@ -1,5 +1,6 @@
 #include "kiln/tensor.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -32,12 +33,27 @@ std::string TensorType::to_string() const {
 }
 std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t.to_string(); }
 
+namespace {
+std::atomic<int64_t> g_current_bytes{0};
+std::atomic<int64_t> g_peak_bytes{0};
+}  // namespace
+
+MemoryStats memory_stats() { return {g_current_bytes.load(), g_peak_bytes.load()}; }
+void reset_peak_memory() { g_peak_bytes.store(g_current_bytes.load()); }
+
 Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
   const std::size_t rounded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
   data_ = std::aligned_alloc(64, rounded);
   if (!data_) throw std::bad_alloc();
+  const int64_t now = g_current_bytes.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
+  int64_t peak = g_peak_bytes.load();
+  while (now > peak && !g_peak_bytes.compare_exchange_weak(peak, now)) {
+  }
 }
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() {
+  std::free(data_);
+  g_current_bytes.fetch_sub(static_cast<int64_t>(nbytes_));
+}
 
 const TensorImpl& Tensor::checked() const {
   if (!impl_)

@@ -1,11 +1,10 @@
-// IR utilities, the verifier, the interpreter and the `call` primitive.
+// IR utilities, the verifier and the interpreter.
 #include <algorithm>
 #include <ostream>
 #include <unordered_set>
 
 #include "ir/trace.h"
 #include "kiln/ir.h"
-#include "ops/rules.h"
 
 namespace kiln::ir {
 
@@ -76,14 +75,11 @@ void verify(const Function& f) {
   for (const Value& v : f.results) use(v, "return");
 }
 
-std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args) {
-  const std::vector<Tensor> env = evaluate_values(f, args);
-  std::vector<Tensor> results;
-  for (const Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
-  return results;
-}
+namespace {
 
-std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> args) {
+// Runs f; with `keep_all` false each value is released after its last use, so peak memory
+// follows the live set (what makes checkpointing pay off under jit as well).
+std::vector<Tensor> run(const Function& f, std::span<const Tensor> args, bool keep_all) {
   if (args.size() != f.params.size())
     fail("evaluate", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
          ", expected ", f.params.size());
@@ -95,8 +91,17 @@ std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> a
     env[static_cast<std::size_t>(f.params[i].id)] = args[i];
   }
   for (const Constant& c : f.constants) env[static_cast<std::size_t>(c.value.id)] = c.tensor;
+  std::vector<std::size_t> last_use(env.size(), f.equations.size());  // results: never freed
+  if (!keep_all) {
+    std::vector<bool> is_result(env.size());
+    for (const Value& v : f.results) is_result[static_cast<std::size_t>(v.id)] = true;
+    for (std::size_t i = 0; i < f.equations.size(); ++i)
+      for (const Value& v : f.equations[i].inputs)
+        if (!is_result[static_cast<std::size_t>(v.id)]) last_use[static_cast<std::size_t>(v.id)] = i;
+  }
   std::vector<Tensor> ins;
-  for (const Equation& e : f.equations) {
+  for (std::size_t i = 0; i < f.equations.size(); ++i) {
+    const Equation& e = f.equations[i];
     ins.clear();
     for (const Value& v : e.inputs) ins.push_back(env[static_cast<std::size_t>(v.id)]);
     std::vector<Tensor> outs;
@@ -107,8 +112,24 @@ std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> a
     }
     for (std::size_t k = 0; k < outs.size(); ++k)
       env[static_cast<std::size_t>(e.outputs[k].id)] = std::move(outs[k]);
+    if (!keep_all)
+      for (const Value& v : e.inputs)
+        if (last_use[static_cast<std::size_t>(v.id)] == i) env[static_cast<std::size_t>(v.id)] = Tensor();
   }
   return env;
+}
+
+}  // namespace
+
+std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args) {
+  const std::vector<Tensor> env = run(f, args, false);
+  std::vector<Tensor> results;
+  for (const Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
+  return results;
+}
+
+std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> args) {
+  return run(f, args, true);
 }
 
 std::ostream& operator<<(std::ostream& os, const Function& f) { return os << print(f); }
@@ -128,30 +149,4 @@ std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f) {
   return std::make_shared<Interpreter>(std::move(f));
 }
 
-namespace {
-
-// call{fn}: applies a sub-function (nested jit). Its kernel is the interpreter.
-const Primitive& call_p = register_primitive(
-    {.name = "call",
-     .arity = 0,
-     .variadic = true,
-     .type_rule =
-         [](std::span<const TensorType> in, const Attrs& a) {
-           const FunctionRef& fn = a.get<FunctionRef>("fn");
-           const std::vector<TensorType> want = fn->param_types();
-           if (!std::equal(in.begin(), in.end(), want.begin(), want.end()))
-             fail("call", "arguments do not match @", fn->name, ": got ", ops::types_str(in),
-                  ", expected ", ops::types_str(want));
-           return fn->result_types();
-         }},
-    {{ops::cpu_variadic(DTypeSet::all()),
-      [](std::span<const Tensor> in, const Attrs& a) {
-        return evaluate(*a.get<FunctionRef>("fn"), in);
-      }},
-     {KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false},
-      [](std::span<const Tensor> in, const Attrs& a) {
-        return evaluate(*a.get<FunctionRef>("fn"), in);
-      }}});
-
-}  // namespace
 }  // namespace kiln::ir

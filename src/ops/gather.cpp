@@ -45,6 +45,38 @@ std::vector<int64_t> resolve(std::string_view op, const Tensor& idx, int64_t n) 
   return v;
 }
 
+using Ts = std::vector<Tangent>;
+
+Tensor zeros_as(const Tensor& like) {
+  return broadcast_to(full(Shape{}, 0.0, like.dtype()), like.shape());
+}
+Tensor value_or_zeros(const Tangent& t, const Tensor& like) { return t ? *t : zeros_as(like); }
+
+// gather-like (x, idx) and scatter-like (x, idx, updates) pairs are each other's transposes.
+Primitive with_gather_rules(Primitive p, const char* scatter_name) {
+  const std::string self = p.name;
+  p.jvp = [self](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+    return {bind1(primitive(self), {*t[0], r.inputs[1]}, r.attrs)};
+  };
+  p.vjp = [scatter_name](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+    return {bind1(primitive(scatter_name), {zeros_as(r.inputs[0]), r.inputs[1], *ct[0]}, r.attrs),
+            std::nullopt};
+  };
+  return p;
+}
+Primitive with_scatter_rules(Primitive p, const char* gather_name) {
+  const std::string self = p.name;
+  p.jvp = [self](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+    return {bind1(primitive(self),
+                  {value_or_zeros(t[0], r.inputs[0]), r.inputs[1], value_or_zeros(t[2], r.inputs[2])},
+                  r.attrs)};
+  };
+  p.vjp = [gather_name](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+    return {*ct[0], std::nullopt, bind1(primitive(gather_name), {*ct[0], r.inputs[1]}, r.attrs)};
+  };
+  return p;
+}
+
 Shape take_shape(const Shape& x, int axis, const Shape& idx) {
   std::vector<int64_t> d(x.begin(), x.begin() + axis);
   d.insert(d.end(), idx.begin(), idx.end());
@@ -58,14 +90,14 @@ void copy_block(void* dst, const void* src, int64_t inner, std::size_t elem) {
 }
 
 const Primitive& gather_p = register_primitive(
-    {.name = "gather",
+    with_gather_rules(Primitive{.name = "gather",
      .arity = 2,
      .type_rule =
          [](Types in, const Attrs& a) {
            expect_index("gather", in[1]);
            const int axis = normalize_axis("gather", a.get_int("axis"), in[0].shape.rank());
            return std::vector<TensorType>{{in[0].dtype, take_shape(in[0].shape, axis, in[1].shape)}};
-         }},
+         }}, "scatter_add"),
     {{ops::cpu({DTypeSet::all(), kIndex}), [](Ins in, const Attrs& a) {
         const Tensor x = in[0].contiguous();
         const int axis = normalize_axis("gather", a.get_int("axis"), x.rank());
@@ -114,7 +146,7 @@ Tensor scatter_into(const Tensor& x0, const Tensor& upd0, int axis, int64_t m, I
 }
 
 const Primitive& scatter_add_p = register_primitive(
-    {.name = "scatter_add",
+    with_scatter_rules(Primitive{.name = "scatter_add",
      .arity = 3,
      .type_rule =
          [](Types in, const Attrs& a) {
@@ -127,7 +159,7 @@ const Primitive& scatter_add_p = register_primitive(
                   ", expected updates of type ", want, " (x's shape with the indices' shape at axis ",
                   axis, ")");
            return std::vector<TensorType>{in[0]};
-         }},
+         }}, "gather"),
     {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}), [](Ins in, const Attrs& a) {
         const int axis = normalize_axis("scatter_add", a.get_int("axis"), in[0].rank());
         const AxisSplit s = split_at(in[0].shape(), axis);
@@ -147,7 +179,7 @@ void expect_along(std::string_view op, const TensorType& x, const TensorType& id
 }
 
 const Primitive& gather_along_p = register_primitive(
-    {.name = "gather_along",
+    with_gather_rules(Primitive{.name = "gather_along",
      .arity = 2,
      .type_rule =
          [](Types in, const Attrs& a) {
@@ -155,7 +187,7 @@ const Primitive& gather_along_p = register_primitive(
            const int axis = normalize_axis("gather_along", a.get_int("axis"), in[0].shape.rank());
            expect_along("gather_along", in[0], in[1], axis);
            return std::vector<TensorType>{{in[0].dtype, in[1].shape}};
-         }},
+         }}, "scatter_add_along"),
     {{ops::cpu({DTypeSet::all(), kIndex}), [](Ins in, const Attrs& a) {
         const Tensor x = in[0].contiguous();
         const int axis = normalize_axis("gather_along", a.get_int("axis"), x.rank());
@@ -177,7 +209,7 @@ const Primitive& gather_along_p = register_primitive(
       }}});
 
 const Primitive& scatter_add_along_p = register_primitive(
-    {.name = "scatter_add_along",
+    with_scatter_rules(Primitive{.name = "scatter_add_along",
      .arity = 3,
      .type_rule =
          [](Types in, const Attrs& a) {
@@ -189,7 +221,7 @@ const Primitive& scatter_add_along_p = register_primitive(
              fail("scatter_add_along", "updates do not match: got ", ops::types_str(in),
                   ", expected updates of x's dtype and the indices' shape");
            return std::vector<TensorType>{in[0]};
-         }},
+         }}, "gather_along"),
     {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}), [](Ins in, const Attrs& a) {
         const int axis = normalize_axis("scatter_add_along", a.get_int("axis"), in[0].rank());
         const AxisSplit s = split_at(in[0].shape(), axis);

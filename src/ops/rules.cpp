@@ -45,4 +45,33 @@ std::pair<Tensor, Tensor> promote_broadcast(std::string_view op, const Tensor& a
   return {x, y};
 }
 
+// The transpose of slice: ct placed at start + k*step along each axis, zeros elsewhere.
+Tensor unslice(const Tensor& ct, const Shape& x, const Axes& start, const Axes& step) {
+  Tensor g = ct;
+  for (int i = 0; i < x.rank(); ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    const int64_t len = g.shape()[i], s = step[u];
+    if (s > 1) {  // interleave s-1 zeros after each element: expand, pad, merge
+      g = expand_dims(g, i + 1);
+      std::vector<std::pair<int64_t, int64_t>> w(static_cast<std::size_t>(g.rank()), {0, 0});
+      w[u + 1] = {0, s - 1};
+      g = pad(g, w);
+      std::vector<int64_t> dims = g.shape().dims();
+      dims[u] = len * s;
+      dims.erase(dims.begin() + i + 1);
+      g = reshape(g, Shape(dims));
+    }
+    const int64_t extent = g.shape()[i];
+    std::vector<std::pair<int64_t, int64_t>> w(static_cast<std::size_t>(g.rank()), {0, 0});
+    w[u] = {start[u], std::max<int64_t>(0, x[i] - start[u] - extent)};
+    g = pad(g, w);
+    if (g.shape()[i] > x[i]) {
+      std::vector<Slice> sl(u + 1);
+      sl[u] = Slice{0, x[i], 1};
+      g = slice(g, sl);
+    }
+  }
+  return g;
+}
+
 }  // namespace kiln::ops

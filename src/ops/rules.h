@@ -31,4 +31,9 @@ std::pair<Tensor, Tensor> promote_broadcast(std::string_view op, const Tensor& a
 // x converted to `dtype` when it has another one.
 Tensor cast_if_needed(const Tensor& x, DType dtype, Loc loc);
 
+// The transpose of a strided slice: g placed at start + k*step along each axis of a tensor of
+// shape x, zeros elsewhere. Built from pad and reshape, so it differentiates again.
+Tensor unslice(const Tensor& g, const Shape& x, const std::vector<int64_t>& start,
+               const std::vector<int64_t>& step);
+
 }  // namespace kiln::ops

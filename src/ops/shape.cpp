@@ -26,6 +26,28 @@ Tensor make_view(const Tensor& base, Shape shape, std::vector<int64_t> strides, 
 
 std::vector<Tensor> one(Tensor t) { return std::vector<Tensor>{std::move(t)}; }
 
+using Ts = std::vector<Tangent>;
+
+// Forward rule of a primitive that is linear in its single input: apply it to the tangent.
+JvpRule same_on_tangent(const char* name) {
+  return [name](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+    return {bind1(primitive(name), {*t[0]}, r.attrs)};
+  };
+}
+
+// A symbolic zero made concrete where a rule needs a tensor: a broadcast scalar.
+Tensor zeros_as(const TensorType& t) { return broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape); }
+
+// Sums a gradient of `shape` down to the shape it was broadcast from (numpy rules).
+Tensor unbroadcast(const Tensor& g, const Shape& to) {
+  const int lead = g.rank() - to.rank();
+  Axes axes;
+  for (int i = 0; i < g.rank(); ++i)
+    if (i < lead || (to[i - lead] == 1 && g.shape()[i] != 1)) axes.push_back(i);
+  return reshape(axes.empty() ? g : sum(g, axes), to);
+}
+
+
 // ---- reshape{shape} --------------------------------------------------------------
 
 const Primitive& reshape_p = register_primitive(
@@ -41,9 +63,40 @@ const Primitive& reshape_p = register_primitive(
                   " elements) to shape ", s, " (", s.numel(),
                   " elements), expected the same number of elements");
            return std::vector<TensorType>{{in[0].dtype, s}};
-         }},
+         },
+     .jvp = same_on_tangent("reshape"),
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+       return {reshape(*ct[0], r.inputs[0].shape())};
+     }},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         Shape s(a.get_ints("shape"));
+        if (!in[0].is_contiguous()) {
+          // Inserting or removing size-1 axes (squeeze, expand_dims, index) is a view of any
+          // strided input: the other axes keep their strides.
+          std::vector<int64_t> xd, xst, sd;
+          for (int i = 0; i < in[0].rank(); ++i)
+            if (in[0].shape()[i] != 1) {
+              xd.push_back(in[0].shape()[i]);
+              xst.push_back(in[0].strides()[static_cast<std::size_t>(i)]);
+            }
+          for (int64_t d : s)
+            if (d != 1) sd.push_back(d);
+          if (xd == sd) {
+            std::vector<int64_t> st(static_cast<std::size_t>(s.rank()));
+            int64_t inner = 1;  // stride a size-1 axis gets: as if contiguous from here in
+            std::size_t k = xst.size();
+            for (int i = s.rank() - 1; i >= 0; --i) {
+              const auto u = static_cast<std::size_t>(i);
+              if (s[i] != 1) {
+                st[u] = xst[--k];
+                inner = st[u] * s[i];
+              } else {
+                st[u] = inner;
+              }
+            }
+            return one(make_view(in[0], s, std::move(st), in[0].offset()));
+          }
+        }
         const Tensor x = in[0].contiguous();
         return one(make_view(x, s, contiguous_strides(s), x.offset()));
       }}});
@@ -67,7 +120,14 @@ const Primitive& transpose_p = register_primitive(
            Shape out;
            for (int64_t p : perm) out.dims().push_back(in[0].shape[static_cast<int>(p)]);
            return std::vector<TensorType>{{in[0].dtype, out}};
-         }},
+         },
+     .jvp = same_on_tangent("transpose"),
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+       const auto& perm = r.attrs.get_ints("perm");
+       Axes inverse(perm.size());
+       for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = static_cast<int64_t>(i);
+       return {transpose(*ct[0], inverse)};
+     }},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         Shape s;
@@ -97,7 +157,11 @@ const Primitive& broadcast_p = register_primitive(
              fail("broadcast_to", "cannot broadcast: got ", in[0], " to shape ", s,
                   ", expected each trailing dimension of the input to equal the target's or be 1");
            return std::vector<TensorType>{{in[0].dtype, s}};
-         }},
+         },
+     .jvp = same_on_tangent("broadcast_to"),
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+       return {unbroadcast(*ct[0], r.inputs[0].shape())};
+     }},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         Shape s(a.get_ints("shape"));
         return one(make_view(in[0], s, detail::broadcast_strides(in[0], s), in[0].offset()));
@@ -127,7 +191,11 @@ const Primitive& slice_p = register_primitive(
              out.dims().push_back((stop[i] - start[i] + step[i] - 1) / step[i]);
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
-         }},
+         },
+     .jvp = same_on_tangent("slice"),
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+       return {ops::unslice(*ct[0], r.inputs[0].shape(), r.attrs.get_ints("start"), r.attrs.get_ints("step"))};
+     }},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
@@ -153,7 +221,9 @@ const Primitive& flip_p = register_primitive(
          [](Types in, const Attrs& a) {
            normalize_axes("flip", a.get_ints("axes"), in[0].shape.rank(), false);
            return std::vector<TensorType>{in[0]};
-         }},
+         },
+     .jvp = same_on_tangent("flip"),
+     .vjp = same_on_tangent("flip")},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         std::vector<int64_t> st = x.strides();
@@ -189,7 +259,24 @@ const Primitive& concatenate_p = register_primitive(
              out[axis] += in[i].shape[axis];
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
-         }},
+         },
+     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+       std::vector<Tensor> parts;
+       for (std::size_t i = 0; i < t.size(); ++i) parts.push_back(t[i] ? *t[i] : zeros_as(r.inputs[i].type()));
+       return {bind1(primitive("concatenate"), parts, r.attrs)};
+     },
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+       const int axis = normalize_axis("concatenate", r.attrs.get_int("axis"), ct[0]->rank());
+       Ts out;
+       int64_t at = 0;
+       for (const Tensor& x : r.inputs) {
+         std::vector<Slice> sl(static_cast<std::size_t>(axis) + 1);
+         sl.back() = Slice{at, at + x.shape()[axis], 1};
+         out.push_back(slice(*ct[0], sl));
+         at += x.shape()[axis];
+       }
+       return out;
+     }},
     {{ops::cpu_variadic(DTypeSet::all()), [](Ins in, const Attrs& a) {
         const int axis = normalize_axis("concatenate", a.get_int("axis"), in[0].rank());
         Shape s = in[0].shape();
@@ -226,7 +313,21 @@ const Primitive& pad_p = register_primitive(
              out[i] += lo[u] + hi[u];
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
-         }},
+         },
+     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+       Attrs a = r.attrs;
+       a.set("value", 0.0);  // the padding value is a constant: its tangent is zero
+       return {bind1(primitive("pad"), {*t[0]}, a)};
+     },
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+       const auto& lo = r.attrs.get_ints("low");
+       std::vector<Slice> sl;
+       for (int i = 0; i < r.inputs[0].rank(); ++i) {
+         const int64_t b = lo[static_cast<std::size_t>(i)];
+         sl.push_back(Slice{b, b + r.inputs[0].shape()[i], 1});
+       }
+       return {slice(*ct[0], sl)};
+     }},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         const auto& lo = a.get_ints("low");
@@ -425,9 +526,11 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& indices, 
   std::vector<int64_t> bounds = indices;
   bounds.push_back(n);
   for (int64_t b : bounds) {
-    const int64_t e = std::clamp<int64_t>(b, prev, n);
+    // numpy: part k is x[indices[k-1]:indices[k]] with Python slice semantics (negative
+    // indices count from the end; a bound below the previous one gives an empty part).
+    const int64_t e = std::clamp<int64_t>(b < 0 ? b + n : b, 0, n);
     std::vector<Slice> sl(static_cast<std::size_t>(a) + 1);
-    sl.back() = Slice{prev, e, 1};
+    sl.back() = Slice{prev, std::max(prev, e), 1};
     out.push_back(slice(x, sl, loc));
     prev = e;
   }

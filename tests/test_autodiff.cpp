@@ -1,0 +1,267 @@
+// Autodiff compositions: grad/jvp/vjp/hessian on whole programs, against analytic values and
+// float64 finite differences; custom rules, stop_gradient, checkpoint; eager vs jit.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <cmath>
+#include <functional>
+
+struct Params {
+  kiln::Tensor w, b;
+};
+KILN_TREE(Params, w, b);
+
+struct Cnn {
+  kiln::Tensor conv, fc;
+};
+KILN_TREE(Cnn, conv, fc);
+
+namespace kiln {
+namespace {
+
+void expect_close(const Tensor& got, const std::vector<double>& want, double tol) {
+  const std::vector<double> g = got.to_vector<double>();
+  ASSERT_EQ(g.size(), want.size());
+  for (std::size_t i = 0; i < g.size(); ++i)
+    EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
+}
+
+// Central finite differences of a scalar function, element by element, in float64.
+std::vector<double> fd_grad(const std::function<double(const Tensor&)>& f, const Tensor& x,
+                            double h = 1e-6) {
+  std::vector<double> v = x.to_vector<double>(), g(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::vector<double> p = v, m = v;
+    p[i] += h;
+    m[i] -= h;
+    g[i] = (f(tensor(p, x.shape())) - f(tensor(m, x.shape()))) / (2 * h);
+  }
+  return g;
+}
+
+TEST(Grad, SinTimesXMatchesTheAnalyticDerivative) {
+  auto f = [](const Tensor& x) { return sum(sin(x) * x); };
+  const Tensor x = tensor({0.5, 1.0, 2.0});
+  std::vector<double> want;
+  for (double v : {0.5, 1.0, 2.0}) want.push_back(std::sin(v) + v * std::cos(v));
+  expect_close(grad(f)(x), want, 1e-14);
+  expect_close(jit(grad(f))(x), want, 1e-14);
+}
+
+TEST(Grad, ThirdDerivativeOfSinIsMinusCos) {
+  auto d = [](auto f) { return [f](const Tensor& x) { return grad(f)(x); }; };
+  auto third = d(d(d([](const Tensor& x) { return sin(x); })));
+  for (double v : {-1.0, 0.3, 2.0}) EXPECT_NEAR(third(tensor(v)).item<double>(), -std::cos(v), 1e-14);
+}
+
+TEST(Hessian, RosenbrockMatchesTheAnalyticMatrix) {
+  auto rosen = [](const Tensor& x) {
+    const Tensor a = slice(x, {Slice{0, 1, 1}}), b = slice(x, {Slice{1, 2, 1}});
+    return sum((1.0 - a) * (1.0 - a) + 100.0 * (b - a * a) * (b - a * a));
+  };
+  const double x = 0.7, y = -0.4;
+  const std::vector<double> want{2 - 400 * (y - x * x) + 800 * x * x, -400 * x, -400 * x, 200};
+  expect_close(hessian(rosen)(tensor({x, y})), want, 1e-12);
+}
+
+TEST(Hessian, VectorProductViaJvpOfGradMatchesHessianTimesV) {
+  auto f = [](const Tensor& x) { return sum(tanh(x) * exp(x * 0.5)); };
+  const Tensor x = tensor({0.1, -0.7, 1.3}), v = tensor({1.0, 2.0, -0.5});
+  auto [g, hvp] = jvp([&](const Tensor& z) { return grad(f)(z); }, std::tuple<Tensor>{x},
+                      std::tuple<Tensor>{v});
+  const Tensor hv = matmul(hessian(f)(x), v);
+  expect_close(hvp, hv.to_vector<double>(), 1e-12);
+}
+
+TEST(Grad, StructArgumentsGiveStructGradientsAndMultipleArgnums) {
+  auto loss = [](const Params& p, const Tensor& x, const Tensor& y) {
+    const Tensor pred = matmul(x, p.w) + p.b;
+    return mean((pred - y) * (pred - y));
+  };
+  const Params p{tensor({0.5, -1.0, 2.0}, {3, 1}), tensor({0.1})};
+  const Tensor x = tensor({1.0, 2.0, 3.0, -1.0, 0.5, 0.0}, {2, 3}), y = tensor({1.0, -2.0}, {2, 1});
+  auto [value, g] = value_and_grad(loss)(p, x, y);
+  // Independent reference: the gradient of the mean squared error by hand.
+  const double r0 = (0.5 - 2.0 + 6.0 + 0.1) - 1.0, r1 = (-0.5 - 0.5 + 0.0 + 0.1) + 2.0;
+  EXPECT_NEAR(value.item<double>(), (r0 * r0 + r1 * r1) / 2, 1e-12);
+  expect_close(g.w, {r0 * 1 + r1 * -1, r0 * 2 + r1 * 0.5, r0 * 3 + r1 * 0}, 1e-12);
+  expect_close(g.b, {r0 + r1}, 1e-12);
+  auto [gp, gy] = grad(loss, argnums<0, 2>)(p, x, y);
+  expect_close(gp.w, g.w.to_vector<double>(), 1e-14);
+  expect_close(gy, {-r0, -r1}, 1e-12);
+}
+
+TEST(Grad, HasAuxReturnsTheAuxiliaryValue) {
+  auto f = [](const Tensor& x) { return std::pair{sum(x * x), x * 3.0}; };
+  auto [g, aux] = grad(f, has_aux)(tensor({1.0, 2.0}));
+  expect_close(g, {2.0, 4.0}, 1e-15);
+  expect_close(aux, {3.0, 6.0}, 1e-15);
+}
+
+TEST(Grad, NonScalarLossIsAnError) {
+  EXPECT_THROW(grad([](const Tensor& x) { return x * 2.0; })(tensor({1.0, 2.0})), Error);
+}
+
+TEST(Vjp, PullbackGivesTransposedJacobianProducts) {
+  auto f = [](const Tensor& x) { return sin(x) * 2.0; };
+  const Tensor x = tensor({0.2, 0.4});
+  auto [y, pullback] = vjp(f, x);
+  auto [ct] = pullback(tensor({1.0, -1.0}));
+  expect_close(ct, {2 * std::cos(0.2), -2 * std::cos(0.4)}, 1e-14);
+}
+
+TEST(Jacobian, ForwardAndReverseAgreeWithFiniteDifferences) {
+  auto f = [](const Tensor& x) { return stack({sum(x * x), prod(x)}); };
+  const Tensor x = tensor({1.5, -2.0, 0.5});
+  const std::vector<double> want{3.0, -4.0, 1.0, -1.0, 0.75, -3.0};
+  expect_close(jacfwd(f)(x), want, 1e-12);
+  expect_close(jacrev(f)(x), want, 1e-12);
+}
+
+TEST(Grad, SafeWhereHasNoNanAtZero) {
+  // The documented safe form: keep the unsafe branch's input away from the singularity too.
+  auto safe_sqrt = [](const Tensor& x) {
+    const Tensor pos = x > 0.0;
+    return sum(where(pos, sqrt(where(pos, x, ones_like(x))), zeros_like(x)));
+  };
+  expect_close(grad(safe_sqrt)(tensor({0.0, 4.0})), {0.0, 0.25}, 1e-15);
+}
+
+TEST(Grad, SoftmaxFamilyIsStableForLargeLogits) {
+  const Tensor logits = tensor({1000.0, 0.0, -1000.0});
+  auto lse = [](const Tensor& x) { return logsumexp(x); };
+  expect_close(grad(lse)(logits), {1.0, 0.0, 0.0}, 1e-15);
+  auto xent = [](const Tensor& x) { return -sum(log_softmax(x) * tensor({0.0, 1.0, 0.0})); };
+  expect_close(grad(xent)(logits), {1.0, -1.0, 0.0}, 1e-15);
+  auto sm = [](const Tensor& x) { return sum(softmax(x) * tensor({1.0, 2.0, 3.0})); };
+  const std::vector<double> g = grad(sm)(logits).to_vector<double>();
+  for (double v : g) EXPECT_TRUE(std::isfinite(v));
+}
+
+TEST(Grad, StopGradientBlocksTheFlow) {
+  auto f = [](const Tensor& x) { return sum(x * stop_gradient(x)); };
+  expect_close(grad(f)(tensor({1.0, -3.0})), {1.0, -3.0}, 1e-15);
+}
+
+TEST(CustomRules, CustomJvpGivesAStableLog1pexp) {
+  // log(1 + e^x) with the derivative sigmoid(x): the naive rule is NaN at x = 1000.
+  auto log1pexp = custom_jvp([](const Tensor& x) { return where(x > 30.0, x, log1p(exp(x))); },
+                             [](const std::tuple<Tensor>& p, const std::tuple<Tensor>& t) {
+                               return std::get<0>(t) * sigmoid(std::get<0>(p));
+                             });
+  auto f = [&](const Tensor& x) { return sum(log1pexp(x)); };
+  const Tensor x = tensor({0.0, 1000.0, -5.0});
+  expect_close(grad(f)(x), {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))}, 1e-14);
+  expect_close(jit(grad(f))(x), {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))}, 1e-14);
+  auto [y, t] = jvp(log1pexp, std::tuple<Tensor>{x}, std::tuple<Tensor>{ones_like(x)});
+  expect_close(t, {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))}, 1e-14);
+}
+
+TEST(CustomRules, CustomVjpClipsGradientsInTheBackwardPass) {
+  auto clip_grad = custom_vjp([](const Tensor& x) { return x; },
+                              [](const std::tuple<Tensor>&, const Tensor&, const Tensor& ct) {
+                                return std::tuple<Tensor>{clip(ct, -1.0, 1.0)};
+                              });
+  auto f = [&](const Tensor& x) { return sum(clip_grad(x) * tensor({5.0, 0.5, -3.0})); };
+  expect_close(grad(f)(tensor({1.0, 1.0, 1.0})), {1.0, 0.5, -1.0}, 1e-15);
+  expect_close(jit(grad(f))(tensor({1.0, 1.0, 1.0})), {1.0, 0.5, -1.0}, 1e-15);
+}
+
+TEST(Checkpoint, SameGradientsAsWithout) {
+  auto block = [](const Tensor& x) { return tanh(x * 1.5) * sin(x); };
+  auto plain = [&](const Tensor& x) { return sum(block(block(x))); };
+  auto remat = [&](const Tensor& x) {
+    auto cb = checkpoint(block);
+    return sum(cb(cb(x)));
+  };
+  const Tensor x = tensor({0.3, -1.2, 2.0});
+  const std::vector<double> want = grad(plain)(x).to_vector<double>();
+  expect_close(grad(remat)(x), want, 1e-14);
+  expect_close(jit(grad(remat))(x), want, 1e-14);
+  EXPECT_NE(ir::print(trace(remat, x)).find("checkpoint"), std::string::npos);
+}
+
+TEST(Grad, MlpMatchesFiniteDifferences) {
+  const Tensor x = random::normal(random::key(1), {4, 3}, float64);
+  const Tensor w2 = random::normal(random::key(2), {5, 2}, float64);
+  auto loss = [&](const Tensor& w1) {
+    const Tensor h = maximum(matmul(x, w1), 0.0);
+    return mean(logsumexp(matmul(tanh(h), w2), {1}));
+  };
+  const Tensor w1 = random::normal(random::key(3), {3, 5}, float64);
+  expect_close(grad(loss)(w1), fd_grad([&](const Tensor& w) { return loss(w).item<double>(); }, w1),
+               1e-7);
+}
+
+TEST(Grad, SmallCnnMatchesFiniteDifferences) {
+  const Tensor images = random::normal(random::key(4), {2, 1, 6, 6}, float64);
+  const Tensor labels = tensor(std::vector<int64_t>{1, 0}, Shape{2});
+  auto loss = [&](const Cnn& p) {
+    Tensor h = conv2d(images, p.conv, {.stride = {1, 1}, .padding = {1, 1}});
+    h = max_pool2d(maximum(h, 0.0));  // [2, 2, 3, 3]
+    const Tensor logits = matmul(reshape(h, {2, 18}), p.fc);
+    const Tensor logp = log_softmax(logits);
+    return -mean(sum(logp * one_hot(labels, 3, float64), {1}));
+  };
+  const Cnn p{random::normal(random::key(5), {2, 1, 3, 3}, float64),
+              random::normal(random::key(6), {18, 3}, float64)};
+  const Cnn g = grad(loss)(p);
+  expect_close(g.conv, fd_grad([&](const Tensor& c) { return loss({c, p.fc}).item<double>(); }, p.conv), 1e-6);
+  expect_close(g.fc, fd_grad([&](const Tensor& f) { return loss({p.conv, f}).item<double>(); }, p.fc), 1e-6);
+  const Cnn gj = jit(grad(loss))(p);
+  expect_close(gj.conv, g.conv.to_vector<double>(), 1e-12);
+}
+
+TEST(Grad, ConvWithStrideDilationGroupsMatchesFiniteDifferences) {
+  const Tensor x = random::normal(random::key(7), {1, 4, 7, 6}, float64);
+  const Tensor w = random::normal(random::key(8), {6, 2, 2, 3}, float64);
+  const Conv2dOptions o{.stride = {2, 1}, .padding = {1, 2}, .dilation = {2, 1}, .groups = 2};
+  const Tensor wt = random::normal(random::key(9), conv2d(x, w, o).shape(), float64);
+  auto lx = [&](const Tensor& xx) { return sum(conv2d(xx, w, o) * wt); };
+  auto lw = [&](const Tensor& ww) { return sum(conv2d(x, ww, o) * wt); };
+  expect_close(grad(lx)(x), fd_grad([&](const Tensor& v) { return lx(v).item<double>(); }, x), 1e-7);
+  expect_close(grad(lw)(w), fd_grad([&](const Tensor& v) { return lw(v).item<double>(); }, w), 1e-7);
+}
+
+TEST(Grad, PoolingMatchesFiniteDifferences) {
+  const Tensor x = random::normal(random::key(10), {1, 2, 5, 5}, float64);
+  const Pool2dOptions o{.kernel = {3, 3}, .stride = std::pair<int64_t, int64_t>{2, 2}, .padding = {1, 1}};
+  const Tensor wt = random::normal(random::key(11), max_pool2d(x, o).shape(), float64);
+  auto lmax = [&](const Tensor& v) { return sum(max_pool2d(v, o) * wt); };
+  auto lavg = [&](const Tensor& v) { return sum(avg_pool2d(v, o) * wt); };
+  expect_close(grad(lmax)(x), fd_grad([&](const Tensor& v) { return lmax(v).item<double>(); }, x), 1e-7);
+  expect_close(grad(lavg)(x), fd_grad([&](const Tensor& v) { return lavg(v).item<double>(); }, x), 1e-7);
+}
+
+TEST(Ir, GradientProgramIsSmallAfterOptimisation) {
+  auto f = [](const Tensor& x) { return sum(sin(x) * x); };
+  const Tensor x = tensor({0.5, 1.0, 2.0});
+  EXPECT_EQ(ir::print(ir::optimize(trace(grad(f), x))),
+            "func @f(%arg0: f64[3]) -> f64[3] {\n"
+            "  %0 = sin %arg0 : f64[3]\n"
+            "  %1 = cos %arg0 : f64[3]\n"
+            "  %2 = mul %arg0, %1 : f64[3]\n"
+            "  %3 = add %0, %2 : f64[3]\n"
+            "  return %3\n"
+            "}");
+}
+
+TEST(Grad, JitStepUpdatesParameters) {
+  auto loss = [](const Params& p, const Tensor& x, const Tensor& y) {
+    const Tensor pred = matmul(x, p.w) + p.b;
+    return mean((pred - y) * (pred - y));
+  };
+  auto step = jit([&](const Params& p, const Tensor& x, const Tensor& y) {
+    const Params g = grad(loss)(p, x, y);
+    return tree_map([](const Tensor& w, const Tensor& d) { return w - 0.1 * d; }, p, g);
+  });
+  Params p{ones({3, 1}), zeros({1})};
+  const Tensor x = ones({4, 3}), y = zeros({4, 1});
+  const Params eager_g = grad(loss)(p, x, y);
+  const Params q = step(p, x, y);
+  expect_close(q.w, (p.w - 0.1 * eager_g.w).to_vector<double>(), 1e-6);
+  EXPECT_LT(loss(q, x, y).item<float>(), loss(p, x, y).item<float>());
+}
+
+}  // namespace
+}  // namespace kiln
