@@ -1,6 +1,7 @@
 // Kiln: differentiable programming in C++. Include this one header.
 #pragma once
 
+#include "kiln/data.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
 #include "kiln/ir.h"

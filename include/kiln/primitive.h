@@ -101,6 +101,21 @@ using VjpRule = std::function<std::vector<Tangent>(const RuleArgs&, std::span<co
 
 // Everything the system knows of one operation. Built-in primitives are defined in one place
 // each (src/ops/…): name, arity, type rule and kernels together.
+// Batching (vmap): inputs carry an optional batch axis each (nullopt: the same for every
+// example); a rule returns outputs with theirs. `size` is the batch size.
+struct BatchArgs {
+  std::span<const Tensor> inputs;
+  std::span<const std::optional<int>> dims;
+  const Attrs& attrs;
+  int64_t size;
+  std::string_view axis_name;  // of the vmap being applied; empty when unnamed
+};
+struct Batched {
+  Tensor value;
+  std::optional<int> dim;
+};
+using BatchRule = std::function<std::vector<Batched>(const BatchArgs&)>;
+
 struct Primitive {
   std::string name;
   // Number of inputs; a variadic primitive (concatenate) takes `arity` or more.
@@ -113,6 +128,8 @@ struct Primitive {
   bool differentiable = true;
   JvpRule jvp;
   VjpRule vjp;
+  // Batching rule (docs/DESIGN.md, "vmap"). Inputs that are all unbatched never reach it.
+  BatchRule batch;
   // Checks the input count, then applies type_rule.
   std::vector<TensorType> infer(std::span<const TensorType> inputs, const Attrs& attrs) const;
   int id = -1;  // index in the registry, set by register_primitive
@@ -136,8 +153,13 @@ const Kernel& select_kernel(const Primitive& primitive, Device device,
 std::vector<KernelSignature> kernel_signatures(const Primitive& primitive);
 
 // Applies a primitive: records into the active trace, or checks types and runs a kernel.
-std::vector<Tensor> bind(const Primitive& primitive, std::vector<Tensor> inputs,
-                         const Attrs& attrs = {}, Loc loc = Loc::current());
+// A function object rather than a function, so that argument-dependent lookup never picks
+// std::bind for a call like bind(prim, std::vector<Tensor>{...}, attrs).
+struct BindFn {
+  std::vector<Tensor> operator()(const Primitive& primitive, std::vector<Tensor> inputs,
+                                 const Attrs& attrs = {}, Loc loc = Loc::current()) const;
+};
+inline constexpr BindFn bind{};
 Tensor bind1(const Primitive& primitive, std::vector<Tensor> inputs, const Attrs& attrs = {},
              Loc loc = Loc::current());
 

@@ -470,6 +470,129 @@ auto custom_vjp(F f, Bwd bwd) {
   };
 }
 
+// ---- vmap (src/transforms/vmap.cpp) ------------------------------------------------------
+
+namespace batching {
+// Evaluates a per-example function on inputs with optional batch axes.
+std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> args, int64_t size,
+                              std::string_view axis_name);
+}  // namespace batching
+
+// "Not batched": the argument is the same for every example (broadcast).
+struct NotBatched {};
+inline constexpr NotBatched none{};
+
+// Batch axes per argument (or per output): an int (negative counts from the end) or `none`.
+struct AxisList {
+  std::vector<std::optional<int>> axes;
+};
+struct InAxes : AxisList {};
+struct OutAxes : AxisList {};
+namespace detail {
+inline std::optional<int> axis_of(int a) { return a; }
+inline std::optional<int> axis_of(NotBatched) { return std::nullopt; }
+}  // namespace detail
+template <class... A>
+InAxes in_axes(A... a) { return {{{detail::axis_of(a)...}}}; }
+template <class... A>
+OutAxes out_axes(A... a) { return {{{detail::axis_of(a)...}}}; }
+// Names the mapped axis, so collectives (psum, pmean, pmax, all_gather, axis_index) inside
+// the function can reduce over it.
+struct AxisName {
+  std::string name;
+};
+inline AxisName axis_name(std::string name) { return {std::move(name)}; }
+
+namespace detail {
+
+// The named axes of the vmaps being traced or evaluated on this thread, innermost last.
+struct AxisScope {
+  std::string name;
+  int64_t size = 0;
+};
+class AxisScopeGuard {
+ public:
+  AxisScopeGuard(std::string name, int64_t size);
+  ~AxisScopeGuard();
+  AxisScopeGuard(const AxisScopeGuard&) = delete;
+  AxisScopeGuard& operator=(const AxisScopeGuard&) = delete;
+};
+// The innermost axis with this name; an Error naming the axes in scope otherwise.
+const AxisScope& find_axis(std::string_view op, const std::string& name);
+
+struct VmapOptions {
+  std::optional<InAxes> in;
+  std::optional<OutAxes> out;
+  std::string name;
+  void set(const InAxes& a) { in = a; }
+  void set(const OutAxes& a) { out = a; }
+  void set(const AxisName& a) { name = a.name; }
+};
+
+// Batch axis of each flattened leaf, normalised; and the common batch size.
+struct VmapInputs {
+  std::vector<std::optional<int>> dims;
+  int64_t size = -1;
+};
+VmapInputs vmap_inputs(const TreeDef& def, const std::vector<Tensor>& leaves,
+                       const std::optional<InAxes>& in);
+// Per-example stand-ins for tracing (broadcast scalars: no memory).
+std::vector<Tensor> example_placeholders(const std::vector<Tensor>& leaves,
+                                         const std::vector<std::optional<int>>& dims);
+// Moves each result's batch axis to where out_axes asks (broadcasting unbatched results).
+std::vector<Tensor> vmap_outputs(std::vector<Batched> results, int64_t size,
+                                 const std::optional<OutAxes>& out);
+
+template <class F>
+class Vmapped {
+ public:
+  Vmapped(F f, VmapOptions o) : f_(std::move(f)), o_(std::move(o)) {}
+
+  template <class... Args>
+  auto operator()(const Args&... args) const {
+    using Out = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
+    auto [leaves, def] = flatten_args(args...);
+    const VmapInputs in = vmap_inputs(def, leaves, o_.in);
+    const int64_t size = in.size < 0 ? 1 : in.size;
+    std::optional<TraceOf<const F, Args...>> t;
+    {
+      AxisScopeGuard scope(o_.name, size);
+      t = trace_tree<const F, Args...>(f_, "vmap", def, example_placeholders(leaves, in.dims));
+    }
+    std::vector<Batched> ins;
+    for (std::size_t i = 0; i < leaves.size(); ++i) ins.push_back({leaves[i], in.dims[i]});
+    for (const Tensor& c : t->traced.captures) ins.push_back({c, std::nullopt});
+    AxisScopeGuard scope(o_.name, size);
+    std::vector<Batched> outs = batching::evaluate(*t->traced.function, ins, size, o_.name);
+    return tree_unflatten<Out>(t->out_def, vmap_outputs(std::move(outs), size, o_.out));
+  }
+
+ private:
+  F f_;
+  VmapOptions o_;
+};
+
+}  // namespace detail
+
+// vmap(f, in_axes(...), out_axes(...), axis_name("batch")): f written for one example, run
+// on a batch. Options may come in any order; by default every argument and result is
+// batched along axis 0. An argument mapped with `none` is shared by all examples.
+template <class F, class... Options>
+auto vmap(F f, Options... options) {
+  detail::VmapOptions o;
+  (o.set(options), ...);
+  return detail::Vmapped<F>(std::move(f), std::move(o));
+}
+
+// Collectives over a named vmap axis (the same primitives distributed pmap will use).
+Tensor psum(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
+Tensor pmean(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
+Tensor pmax(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
+// Every example's x, stacked along a new leading axis.
+Tensor all_gather(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
+// This example's position along the axis (int32 scalar).
+Tensor axis_index(const std::string& axis_name, Loc loc = Loc::current());
+
 // The Hessian of a scalar function of one tensor: jacfwd of jacrev (forward over reverse).
 template <class F>
 auto hessian(F f) {

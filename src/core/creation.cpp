@@ -45,7 +45,7 @@ Tensor linspace(double start, double stop, int64_t num, DType dtype, Loc loc) {
          ", expected num >= 0");
   const double step = num > 1 ? (stop - start) / static_cast<double>(num - 1) : 0.0;
   return generate(Shape{num}, dtype, [=](int64_t i) {
-    return i == num - 1 ? stop : start + static_cast<double>(i) * step;
+    return num > 1 && i == num - 1 ? stop : start + static_cast<double>(i) * step;
   });
 }
 

@@ -217,8 +217,8 @@ std::string where(Loc loc) {
 
 }  // namespace
 
-std::vector<Tensor> bind(const Primitive& p, std::vector<Tensor> inputs, const Attrs& attrs,
-                         Loc loc) {
+std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> inputs,
+                                       const Attrs& attrs, Loc loc) const {
   if (detail::trace_active()) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (!inputs[i].defined())

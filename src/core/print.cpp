@@ -28,10 +28,16 @@ std::string format_value(double v, DType dtype) {
 
 struct Printer {
   const std::vector<double>& values;
+  const std::vector<int64_t>& ints;  // integer dtypes: exact values (doubles lose digits > 2^53)
   const Shape& shape;
   DType dtype;
   bool summarise;
   std::size_t width = 0;
+
+  std::string format(int64_t i) const {
+    if (is_integral(dtype)) return std::to_string(ints[static_cast<std::size_t>(i)]);
+    return format_value(values[static_cast<std::size_t>(i)], dtype);
+  }
 
   // Indices shown along an axis of size n, with -1 marking the "..." gap.
   std::vector<int64_t> shown(int64_t n) const {
@@ -48,7 +54,7 @@ struct Printer {
 
   void measure(int axis, int64_t base) {
     if (axis == shape.rank()) {
-      width = std::max(width, format_value(values[static_cast<std::size_t>(base)], dtype).size());
+      width = std::max(width, format(base).size());
       return;
     }
     for (int64_t i : shown(shape[axis]))
@@ -57,7 +63,7 @@ struct Printer {
 
   void print(std::ostream& os, int axis, int64_t base) const {
     if (axis == shape.rank()) {
-      std::string s = format_value(values[static_cast<std::size_t>(base)], dtype);
+      std::string s = format(base);
       os << std::string(width - s.size(), ' ') << s;
       return;
     }
@@ -88,8 +94,10 @@ struct Printer {
 std::ostream& operator<<(std::ostream& os, const Tensor& t) {
   if (!t.defined()) return os << "Tensor(undefined)";
   if (t.is_traced()) return os << "Tracer(" << t.type() << ")";
-  const std::vector<double> values = t.to_vector<double>();
-  Printer p{values, t.shape(), t.dtype(), t.numel() > kSummariseAbove};
+  const bool integral = is_integral(t.dtype());
+  const std::vector<double> values = integral ? std::vector<double>{} : t.to_vector<double>();
+  const std::vector<int64_t> ints = integral ? t.to_vector<int64_t>() : std::vector<int64_t>{};
+  Printer p{values, ints, t.shape(), t.dtype(), t.numel() > kSummariseAbove};
   p.measure(0, 0);
   p.print(os, 0, 0);
   return os;

@@ -251,6 +251,7 @@ const Primitive& define_binary(std::string name) {
   };
   const DTypeSet set = domain_set(F::domain);
   Primitive p{.name = std::move(name), .arity = 2, .type_rule = std::move(rule)};
+  p.batch = [self = p.name](const BatchArgs& b) { return ops::batch_elementwise(primitive(self), b); };
   if constexpr (requires(const Tensor& t) { F::vjp(t, t, t, t); }) {
     p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
       return {F::jvp(r.inputs[0], r.inputs[1], r.outputs[0], t[0], t[1])};
@@ -301,7 +302,8 @@ const Primitive& select_p = register_primitive(
      .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
        const Tensor zero = scalar_like(*ct[0], 0.0);
        return {std::nullopt, where(r.inputs[0], *ct[0], zero), where(r.inputs[0], zero, *ct[0])};
-     }},
+     },
+     .batch = [](const BatchArgs& b) { return ops::batch_elementwise(primitive("select"), b); }},
     {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
       [](std::span<const Tensor> in, const Attrs&) {
         Tensor out = empty(in[1].type());

@@ -298,8 +298,28 @@ Primitive with_conv_rules(Primitive p) {
   return p;
 }
 
+// Batching: a batch of images with a shared kernel folds the batch into N; a batch of
+// kernels (per-example weights, as in per-example gradients) runs once per example.
+std::vector<Batched> batch_images(const std::string& prim, const BatchArgs& b) {
+  const Tensor x = ops::batch_first(b.inputs[0], b.dims[0], b.size);
+  std::vector<int64_t> folded{x.shape()[0] * x.shape()[1]};
+  folded.insert(folded.end(), x.shape().begin() + 2, x.shape().end());
+  std::vector<Tensor> ins{reshape(x, Shape(folded))};
+  for (std::size_t i = 1; i < b.inputs.size(); ++i) ins.push_back(b.inputs[i]);
+  const Tensor y = bind1(primitive(prim), ins, b.attrs);
+  std::vector<int64_t> unfolded{x.shape()[0], x.shape()[1]};
+  unfolded.insert(unfolded.end(), y.shape().begin() + 1, y.shape().end());
+  return {{reshape(y, Shape(unfolded)), 0}};
+}
+
 const Primitive& conv2d_p = register_primitive(
-    with_conv_rules(make_primitive("conv2d", 2, conv_rule)),
+    [] {
+      Primitive p = with_conv_rules(make_primitive("conv2d", 2, conv_rule));
+      p.batch = [](const BatchArgs& b) {
+        return b.dims[1] ? ops::batch_by_loop(primitive("conv2d"), b) : batch_images("conv2d", b);
+      };
+      return p;
+    }(),
     {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}),
       [](std::span<const Tensor> in, const Attrs& attrs) {
         const ConvGeom g = conv_geom(std::vector<TensorType>{in[0].type(), in[1].type()}, attrs);
@@ -465,7 +485,9 @@ const Primitive& define_pool(std::string name) {
                            [&]<typename T>() { pool_impl<IsMax, T>(in[0], out, g); });
     return std::vector<Tensor>{out};
   };
-  return register_primitive(with_pool_rules<IsMax>(make_primitive(std::move(name), 1, std::move(rule))),
+  Primitive p = with_pool_rules<IsMax>(make_primitive(name, 1, std::move(rule)));
+  p.batch = [name](const BatchArgs& b) { return batch_images(name, b); };
+  return register_primitive(std::move(p),
                             {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}});
 }
 

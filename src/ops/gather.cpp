@@ -52,9 +52,27 @@ Tensor zeros_as(const Tensor& like) {
 }
 Tensor value_or_zeros(const Tangent& t, const Tensor& like) { return t ? *t : zeros_as(like); }
 
+// Batching: with unbatched indices the batch axis simply leads x (and the updates); with
+// batched indices each example gathers on its own, one primitive call per example.
+BatchRule batch_indexed(std::string self) {
+  return [self](const BatchArgs& b) -> std::vector<Batched> {
+    const Primitive& p = primitive(self);
+    if (b.dims[1]) return ops::batch_by_loop(p, b);
+    std::vector<Tensor> ins{ops::batch_first(b.inputs[0], b.dims[0], b.size), b.inputs[1]};
+    if (b.inputs.size() == 3) ins.push_back(ops::batch_first(b.inputs[2], b.dims[2], b.size));
+    const int axis = normalize_axis(self, b.attrs.get_int("axis"), ins[0].rank() - 1);
+    Attrs a = b.attrs;
+    a.set("axis", int64_t{axis + 1});
+    return {{bind1(p, ins, a), 0}};
+  };
+}
+
 // gather-like (x, idx) and scatter-like (x, idx, updates) pairs are each other's transposes.
 Primitive with_gather_rules(Primitive p, const char* scatter_name) {
   const std::string self = p.name;
+  p.batch = self == "gather_along" ? BatchRule([self](const BatchArgs& b) {
+    return ops::batch_by_loop(primitive(self), b);
+  }) : batch_indexed(self);
   p.jvp = [self](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
     return {bind1(primitive(self), {*t[0], r.inputs[1]}, r.attrs)};
   };
@@ -66,6 +84,9 @@ Primitive with_gather_rules(Primitive p, const char* scatter_name) {
 }
 Primitive with_scatter_rules(Primitive p, const char* gather_name) {
   const std::string self = p.name;
+  p.batch = self == "scatter_add_along" ? BatchRule([self](const BatchArgs& b) {
+    return ops::batch_by_loop(primitive(self), b);
+  }) : batch_indexed(self);
   p.jvp = [self](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
     return {bind1(primitive(self),
                   {value_or_zeros(t[0], r.inputs[0]), r.inputs[1], value_or_zeros(t[2], r.inputs[2])},

@@ -243,6 +243,13 @@ Primitive matmul_primitive() {
     return {bind1(self, {*ct[0], swapaxes(r.inputs[1], -1, -2)}),
             bind1(self, {swapaxes(r.inputs[0], -1, -2), *ct[0]})};
   };
+  // The batch axis becomes one more leading batch axis; an unbatched operand is broadcast
+  // (a stride-0 view, which the kernel recognises as one shared matrix).
+  p.batch = [](const BatchArgs& b) -> std::vector<Batched> {
+    return {{bind1(primitive("matmul"), {ops::batch_first(b.inputs[0], b.dims[0], b.size),
+                                         ops::batch_first(b.inputs[1], b.dims[1], b.size)}),
+             0}};
+  };
   return p;
 }
 

@@ -86,7 +86,8 @@ const Primitive& bits_p = register_primitive(
            expect_key("random_bits", in[0]);
            return std::vector<TensorType>{{uint32, concat(batch_of(in[0].shape), attr_shape(a))}};
          },
-     .differentiable = false},
+     .differentiable = false,
+     .batch = ops::batch_leading("random_bits", [](const Attrs& a, const Tensor&) { return a; })},
     {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
         const int64_t per = attr_shape(a).numel();
         Tensor out = empty(concat(batch_of(in[0].shape()), attr_shape(a)), uint32);
@@ -112,7 +113,8 @@ const Primitive& uniform_p = register_primitive(
              fail("random_uniform", "non-float dtype: got ", dt, ", expected a floating dtype");
            return std::vector<TensorType>{{dt, concat(batch_of(in[0].shape), attr_shape(a))}};
          },
-     .differentiable = false},
+     .differentiable = false,
+     .batch = ops::batch_leading("random_uniform", [](const Attrs& a, const Tensor&) { return a; })},
     {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
         const DType dt = a.get_dtype("dtype");
         const int64_t per = attr_shape(a).numel();
@@ -153,7 +155,8 @@ const Primitive& split_p = register_primitive(
            if (n < 0) fail("random_split", "negative count: got n=", n, ", expected n >= 0");
            return std::vector<TensorType>{{uint32, concat(batch_of(in[0].shape), Shape{n, 2})}};
          },
-     .differentiable = false},
+     .differentiable = false,
+     .batch = ops::batch_leading("random_split", [](const Attrs& a, const Tensor&) { return a; })},
     {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
         const int64_t n = a.get_int("n");
         Tensor out = empty(concat(batch_of(in[0].shape()), Shape{n, 2}), uint32);
@@ -176,7 +179,8 @@ const Primitive& fold_in_p = register_primitive(
            expect_key("random_fold_in", in[0]);
            return std::vector<TensorType>{in[0]};
          },
-     .differentiable = false},
+     .differentiable = false,
+     .batch = ops::batch_leading("random_fold_in", [](const Attrs& a, const Tensor&) { return a; })},
     {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
         const auto data = static_cast<uint32_t>(a.get_int("data"));
         Tensor out = empty(in[0].type());
@@ -200,7 +204,8 @@ const Primitive& permutation_p = register_primitive(
            if (n < 0) fail("random_permutation", "negative length: got n=", n, ", expected n >= 0");
            return std::vector<TensorType>{{int64, concat(batch_of(in[0].shape), Shape{n})}};
          },
-     .differentiable = false},
+     .differentiable = false,
+     .batch = ops::batch_leading("random_permutation", [](const Attrs& a, const Tensor&) { return a; })},
     {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
         const int64_t n = a.get_int("n");
         Tensor out = empty(concat(batch_of(in[0].shape()), Shape{n}), int64);

@@ -206,25 +206,52 @@ struct SumRules {
     return expand_back(ct, r.inputs[0], r.attrs);
   }
 };
-// The derivative of a product with respect to x_i is the product of the others, computed
-// without dividing by zero: with no zero in the slice it is y / x_i; with exactly one zero it
-// is the product of the non-zeros at that zero and 0 elsewhere; with more it is 0.
-Tensor prod_partials(const Primitive& p, const RuleArgs& r) {
+// The derivative of a product with respect to x_i is the product of the others: the
+// exclusive prefix product times the exclusive suffix product over the reduced elements, each
+// a log-depth scan of multiplies (as in JAX). No division and no branch on zeros, so it is
+// right where x has zeros and differentiates again (a product's second derivatives are not
+// zero at its zeros; a where-based rule that returns constant 0 there gets them wrong).
+Tensor exclusive_cumprod_last(const Tensor& a) {
+  const int r = a.rank();
+  const int64_t n = a.shape()[r - 1];
+  if (n == 0) return a;
+  auto shifted = [&](const Tensor& t, int64_t d) {  // t[..., i - d], ones for i < d
+    std::vector<Slice> sl(static_cast<std::size_t>(r));
+    sl.back() = Slice{0, n - d, 1};
+    std::vector<std::pair<int64_t, int64_t>> w(static_cast<std::size_t>(r), {0, 0});
+    w.back() = {d, 0};
+    return pad(slice(t, sl), w, 1.0);
+  };
+  Tensor inclusive = a;
+  for (int64_t d = 1; d < n; d *= 2) inclusive = inclusive * shifted(inclusive, d);
+  return shifted(inclusive, 1);
+}
+Tensor prod_partials(const RuleArgs& r) {
   const Tensor& x = r.inputs[0];
-  const Tensor is_zero = x == 0.0;
-  const Tensor zeros_in_slice = expand_back(bind1(primitive("reduce_sum"), {astype(is_zero, int32)}, r.attrs), x, r.attrs);
-  const Tensor nonzero_prod = expand_back(reduce_like(p, where(is_zero, scalar_like(x, 1.0), x), r.attrs), x, r.attrs);
-  const Tensor y = expand_back(r.outputs[0], x, r.attrs);
-  const Tensor safe_x = where(is_zero, scalar_like(x, 1.0), x);
-  return where(zeros_in_slice == 0, y / safe_x,
-               where((zeros_in_slice == 1) && is_zero, nonzero_prod, scalar_like(x, 0.0)));
+  const Axes& axes = r.attrs.get_ints("axes");
+  Axes perm;  // kept axes, then the reduced ones
+  for (int64_t i = 0; i < x.rank(); ++i)
+    if (std::find(axes.begin(), axes.end(), i) == axes.end()) perm.push_back(i);
+  perm.insert(perm.end(), axes.begin(), axes.end());
+  const Tensor xt = transpose(x, perm);
+  std::vector<int64_t> dims(xt.shape().begin(), xt.shape().end() - static_cast<std::ptrdiff_t>(axes.size()));
+  int64_t n = 1;
+  for (int64_t a : axes) n *= x.shape()[static_cast<int>(a)];
+  dims.push_back(n);
+  const Tensor flat = reshape(xt, Shape(dims));
+  const int64_t last = flat.rank() - 1;
+  const Tensor others = exclusive_cumprod_last(flat) *
+                        flip(exclusive_cumprod_last(flip(flat, {last})), {last});
+  Axes inverse(perm.size());
+  for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = static_cast<int64_t>(i);
+  return transpose(reshape(others, xt.shape()), inverse);
 }
 struct ProdRules {
   static Tangent jvp(const Primitive&, const RuleArgs& r, const Tensor& t) {
-    return bind1(primitive("reduce_sum"), {t * prod_partials(primitive("reduce_prod"), r)}, r.attrs);
+    return bind1(primitive("reduce_sum"), {t * prod_partials(r)}, r.attrs);
   }
-  static Tensor vjp(const Primitive& p, const RuleArgs& r, const Tensor& ct) {
-    return expand_back(ct, r.inputs[0], r.attrs) * prod_partials(p, r);
+  static Tensor vjp(const Primitive&, const RuleArgs& r, const Tensor& ct) {
+    return expand_back(ct, r.inputs[0], r.attrs) * prod_partials(r);
   }
 };
 // max/min: the derivative is shared equally among the elements that attain the extreme.
@@ -270,6 +297,9 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
     return std::vector<Tensor>{out};
   };
   Primitive prim{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
+  prim.batch = ops::batch_leading(prim.name, [](const Attrs& a, const Tensor&) {
+    return ops::shift_ints(a, "axes");
+  });
   using Rules = typename RulesOf<R>::type;
   if constexpr (std::is_void_v<Rules>) {
     prim.differentiable = false;
@@ -333,7 +363,15 @@ const Primitive& define_arg(std::string name) {
     return std::vector<Tensor>{out};
   };
   return register_primitive(
-      {.name = std::move(name), .arity = 1, .type_rule = std::move(rule), .differentiable = false},
+      {.name = name,
+       .arity = 1,
+       .type_rule = std::move(rule),
+       .differentiable = false,
+       .batch = [name](const BatchArgs& b) {
+         return ops::batch_leading(name, [](const Attrs& a, const Tensor&) {
+           return ops::shift_int(a, "axis");
+         })(b);
+       }},
       {{ops::cpu({DTypeSet::numeric()}), std::move(kernel)}});
 }
 

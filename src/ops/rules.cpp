@@ -74,4 +74,67 @@ Tensor unslice(const Tensor& ct, const Shape& x, const Axes& start, const Axes& 
   return g;
 }
 
+Tensor batch_first(const Tensor& t, std::optional<int> dim, int64_t size) {
+  if (dim) return *dim == 0 ? t : moveaxis(t, *dim, 0);
+  std::vector<int64_t> shape{size};
+  shape.insert(shape.end(), t.shape().begin(), t.shape().end());
+  return broadcast_to(expand_dims(t, 0), Shape(shape));  // a view: nothing is copied
+}
+
+std::vector<Batched> batch_elementwise(const Primitive& p, const BatchArgs& b) {
+  // Already aligned (every input batched on the same axis): nothing to move.
+  bool aligned = true;
+  for (const auto& d : b.dims) aligned = aligned && d && *d == *b.dims[0];
+  std::vector<Tensor> ins;
+  for (std::size_t i = 0; i < b.inputs.size(); ++i)
+    ins.push_back(aligned ? b.inputs[i] : batch_first(b.inputs[i], b.dims[i], b.size));
+  std::vector<Batched> out;
+  for (Tensor& t : bind(p, ins, b.attrs)) out.push_back({std::move(t), aligned ? *b.dims[0] : 0});
+  return out;
+}
+
+BatchRule batch_leading(std::string prim, std::function<Attrs(const Attrs&, const Tensor& x)> adjust) {
+  return [prim, adjust](const BatchArgs& b) -> std::vector<Batched> {
+    const Tensor x = batch_first(b.inputs[0], b.dims[0], b.size);
+    std::vector<Batched> out;
+    for (Tensor& t : bind(primitive(prim), {x}, adjust(b.attrs, x))) out.push_back({std::move(t), 0});
+    return out;
+  };
+}
+
+Attrs shift_ints(const Attrs& a, const char* name) {
+  Attrs r = a;
+  std::vector<int64_t> v = a.get_ints(name);
+  for (int64_t& x : v) x += 1;
+  r.set(name, v);
+  return r;
+}
+Attrs shift_int(const Attrs& a, const char* name) {
+  Attrs r = a;
+  r.set(name, a.get_int(name) + 1);
+  return r;
+}
+Attrs prepend_int(const Attrs& a, const char* name, int64_t value) {
+  Attrs r = a;
+  std::vector<int64_t> v = a.get_ints(name);
+  v.insert(v.begin(), value);
+  r.set(name, v);
+  return r;
+}
+
+std::vector<Batched> batch_by_loop(const Primitive& p, const BatchArgs& b) {
+  std::vector<std::vector<Tensor>> per_output;
+  for (int64_t i = 0; i < b.size; ++i) {
+    std::vector<Tensor> ins;
+    for (std::size_t k = 0; k < b.inputs.size(); ++k)
+      ins.push_back(b.dims[k] ? index(moveaxis(b.inputs[k], *b.dims[k], 0), i) : b.inputs[k]);
+    std::vector<Tensor> outs = bind(p, ins, b.attrs);
+    per_output.resize(outs.size());
+    for (std::size_t k = 0; k < outs.size(); ++k) per_output[k].push_back(outs[k]);
+  }
+  std::vector<Batched> out;
+  for (auto& parts : per_output) out.push_back({stack(parts, 0), 0});
+  return out;
+}
+
 }  // namespace kiln::ops

@@ -5,6 +5,9 @@
 #include <string_view>
 #include <vector>
 
+#include <functional>
+#include <optional>
+
 #include "kiln/primitive.h"
 
 namespace kiln::ops {
@@ -35,5 +38,21 @@ Tensor cast_if_needed(const Tensor& x, DType dtype, Loc loc);
 // shape x, zeros elsewhere. Built from pad and reshape, so it differentiates again.
 Tensor unslice(const Tensor& g, const Shape& x, const std::vector<int64_t>& start,
                const std::vector<int64_t>& step);
+
+// ---- batching helpers ----
+// t with its batch axis moved to the front; an unbatched t is broadcast to `size` there.
+Tensor batch_first(const Tensor& t, std::optional<int> dim, int64_t size);
+// Rule for primitives applied independently to each element or row of same-shaped inputs
+// (elementwise, select): batch axes are aligned at the front, the primitive runs once.
+std::vector<Batched> batch_elementwise(const Primitive& p, const BatchArgs& b);
+// Rule for single-input primitives whose attributes only need the batch axis in front,
+// with `adjust` rewriting the attributes for one more leading axis.
+BatchRule batch_leading(std::string prim, std::function<Attrs(const Attrs&, const Tensor& x)> adjust);
+// Attribute helpers for `adjust`: shift axis lists / single axes by one, prepend to lists.
+Attrs shift_ints(const Attrs& a, const char* name);
+Attrs shift_int(const Attrs& a, const char* name);
+Attrs prepend_int(const Attrs& a, const char* name, int64_t value);
+// The last resort: run the primitive once per example and stack (always right, slower).
+std::vector<Batched> batch_by_loop(const Primitive& p, const BatchArgs& b);
 
 }  // namespace kiln::ops

@@ -67,7 +67,10 @@ const Primitive& reshape_p = register_primitive(
      .jvp = same_on_tangent("reshape"),
      .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
        return {reshape(*ct[0], r.inputs[0].shape())};
-     }},
+     },
+     .batch = ops::batch_leading("reshape", [](const Attrs& a, const Tensor& x) {
+       return ops::prepend_int(a, "shape", x.shape()[0]);
+     })},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         Shape s(a.get_ints("shape"));
         if (!in[0].is_contiguous()) {
@@ -127,7 +130,10 @@ const Primitive& transpose_p = register_primitive(
        Axes inverse(perm.size());
        for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = static_cast<int64_t>(i);
        return {transpose(*ct[0], inverse)};
-     }},
+     },
+     .batch = ops::batch_leading("transpose", [](const Attrs& a, const Tensor&) {
+       return ops::prepend_int(ops::shift_ints(a, "perm"), "perm", 0);
+     })},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         Shape s;
@@ -161,6 +167,17 @@ const Primitive& broadcast_p = register_primitive(
      .jvp = same_on_tangent("broadcast_to"),
      .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
        return {unbroadcast(*ct[0], r.inputs[0].shape())};
+     },
+     .batch = [](const BatchArgs& b) -> std::vector<Batched> {
+       // Batch axis in front, then size-1 axes so the example's axes line up at the end.
+       const Tensor x = ops::batch_first(b.inputs[0], b.dims[0], b.size);
+       const auto& target = b.attrs.get_ints("shape");
+       std::vector<int64_t> dims{b.size};
+       dims.insert(dims.end(), target.size() - static_cast<std::size_t>(x.rank() - 1), 1);
+       dims.insert(dims.end(), x.shape().begin() + 1, x.shape().end());
+       std::vector<int64_t> out{b.size};
+       out.insert(out.end(), target.begin(), target.end());
+       return {{broadcast_to(reshape(x, Shape(dims)), Shape(out)), 0}};
      }},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         Shape s(a.get_ints("shape"));
@@ -195,7 +212,11 @@ const Primitive& slice_p = register_primitive(
      .jvp = same_on_tangent("slice"),
      .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
        return {ops::unslice(*ct[0], r.inputs[0].shape(), r.attrs.get_ints("start"), r.attrs.get_ints("step"))};
-     }},
+     },
+     .batch = ops::batch_leading("slice", [](const Attrs& a, const Tensor& x) {
+       return ops::prepend_int(ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]),
+                               "step", 1);
+     })},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
@@ -223,7 +244,8 @@ const Primitive& flip_p = register_primitive(
            return std::vector<TensorType>{in[0]};
          },
      .jvp = same_on_tangent("flip"),
-     .vjp = same_on_tangent("flip")},
+     .vjp = same_on_tangent("flip"),
+     .batch = ops::batch_leading("flip", [](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); })},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         std::vector<int64_t> st = x.strides();
@@ -276,6 +298,14 @@ const Primitive& concatenate_p = register_primitive(
          at += x.shape()[axis];
        }
        return out;
+     },
+     .batch = [](const BatchArgs& b) -> std::vector<Batched> {
+       std::vector<Tensor> ins;
+       for (std::size_t i = 0; i < b.inputs.size(); ++i) ins.push_back(ops::batch_first(b.inputs[i], b.dims[i], b.size));
+       const int axis = normalize_axis("concatenate", b.attrs.get_int("axis"), ins[0].rank() - 1);
+       Attrs a = b.attrs;
+       a.set("axis", int64_t{axis + 1});
+       return {{bind1(primitive("concatenate"), ins, a), 0}};
      }},
     {{ops::cpu_variadic(DTypeSet::all()), [](Ins in, const Attrs& a) {
         const int axis = normalize_axis("concatenate", a.get_int("axis"), in[0].rank());
@@ -327,7 +357,10 @@ const Primitive& pad_p = register_primitive(
          sl.push_back(Slice{b, b + r.inputs[0].shape()[i], 1});
        }
        return {slice(*ct[0], sl)};
-     }},
+     },
+     .batch = ops::batch_leading("pad", [](const Attrs& a, const Tensor&) {
+       return ops::prepend_int(ops::prepend_int(a, "low", 0), "high", 0);
+     })},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         const auto& lo = a.get_ints("low");

@@ -138,6 +138,7 @@ const Primitive& define_unary(std::string name) {
     return std::vector<Tensor>{out};
   };
   Primitive p{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
+  p.batch = [self = p.name](const BatchArgs& b) { return ops::batch_elementwise(primitive(self), b); };
   if constexpr (has_derivative<F>()) {
     auto apply = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
       return {F::scale(r.inputs[0], r.outputs[0], *t[0])};
@@ -188,7 +189,8 @@ const Primitive& convert_p = register_primitive(
      },
      .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
        return {convert_tangent(*ct[0], r.inputs[0].dtype())};
-     }},
+     },
+     .batch = [](const BatchArgs& b) { return ops::batch_elementwise(primitive("convert"), b); }},
     {{ops::cpu({DTypeSet::all()}), [](std::span<const Tensor> in, const Attrs& a) {
         Tensor out = empty(in[0].shape(), a.get_dtype("dtype"));
         detail::copy_cast(in[0], out);

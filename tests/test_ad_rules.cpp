@@ -1,0 +1,670 @@
+// Per-primitive derivative checks. For every differentiable primitive in the registry, in
+// float64 and with deterministic random inputs:
+//   a. its JVP against central finite differences of the primitive evaluated eagerly;
+//   b. its VJP against its JVP by the dot-product test <ct, J t> == <J^T ct, t>;
+//   c. its second derivatives: the Hessian-vector product of g(x) = sum(w * f(x)), computed
+//      forward-over-reverse (ad::jvp of the traced gradient) and reverse-over-reverse (ad::vjp
+//      of <gradient, v>), against central finite differences of the gradient.
+// Collectives (psum, pmax, all_gather) are checked per example inside a vmap with a named
+// axis, the only place they are defined.
+// The table `cases()` maps each primitive to a generator of valid inputs and attributes; a
+// differentiable primitive with no entry fails `EveryDifferentiablePrimitiveHasACase`, so a
+// new primitive cannot slip through untested.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <ostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+namespace kiln {
+namespace {
+
+using Ts = std::vector<Tensor>;
+using Ints = std::vector<int64_t>;
+
+// ---- inputs ---------------------------------------------------------------------------
+
+// Deterministic random inputs: one key per case, a fresh subkey per draw.
+class Gen {
+ public:
+  explicit Gen(uint64_t seed) : key_(random::key(seed)) {}
+
+  Tensor normal(const Shape& s) { return random::normal(next(), s, float64); }
+  Tensor uniform(const Shape& s, double lo, double hi) {
+    return random::uniform(next(), s, float64, lo, hi);
+  }
+  // |x| in [lo, hi) with a random sign: away from zero (kinks, poles, ties).
+  Tensor away_from_zero(const Shape& s, double lo, double hi) {
+    const Tensor sign = where(random::bernoulli(next(), 0.5, s), full(Shape{}, 1.0, float64),
+                              full(Shape{}, -1.0, float64));
+    return sign * uniform(s, lo, hi);
+  }
+  // Pairwise distinct values (gaps >= 0.2) in random order: no ties for max/min.
+  Tensor distinct(const Shape& s) {
+    const int64_t n = s.numel();
+    const Tensor p = astype(random::permutation(next(), n), float64);
+    return reshape(p * 0.3 + uniform(Shape{n}, 0.0, 0.1) - 0.15 * static_cast<double>(n), s);
+  }
+  Tensor bernoulli(const Shape& s) { return random::bernoulli(next(), 0.5, s); }
+  Tensor indices(const Shape& s, int64_t hi) { return random::randint(next(), s, 0, hi, int64); }
+
+ private:
+  Tensor next() { return random::fold_in(key_, counter_++); }
+  Tensor key_;
+  uint32_t counter_ = 0;
+};
+
+// One input of the primitive: differentiated (a parameter of the checked function) or fixed
+// (indices, predicates: captured as constants, they get no tangent).
+struct Arg {
+  Tensor value;
+  bool wrt = true;
+};
+Arg fixed(Tensor t) { return Arg{std::move(t), false}; }
+
+struct Sample {
+  std::vector<Arg> args;
+  Attrs attrs;
+};
+
+struct Case {
+  std::string prim;
+  std::string label;  // tells apart several cases of one primitive ("" for the only one)
+  std::function<Sample(Gen&)> make;
+  double fd_h = 1e-6;      // step of the first-order finite differences
+  double fd_rtol = 1e-6;   // JVP vs finite differences, relative to max(1, |reference|)
+  double dot_rtol = 1e-10; // <ct, J t> vs <J^T ct, t>, relative to the sum of |terms|
+  double hvp_rtol = 1e-5;  // Hessian-vector products vs finite differences of the gradient
+  bool forward_mode = true;  // false: the primitive has no JVP by design (custom_vjp)
+  // Collectives: the name of the vmap axis they reduce over. Inputs then carry the batch as
+  // axis 0 and the primitive is applied per example inside vmap(..., axis_name(name)).
+  std::string vmap_axis = "";
+};
+
+std::string case_name(const Case& c) { return c.label.empty() ? c.prim : c.prim + "_" + c.label; }
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+Attrs with_fn(const char* name, FunctionRef f, Attrs a = {}) {
+  a.set(name, std::move(f));
+  return a;
+}
+
+FunctionRef traced(const std::string& name, const std::vector<TensorType>& types,
+                   const std::function<Ts(const Ts&)>& body) {
+  ir::Traced t = ir::trace_function(name, types, body);
+  return t.function;
+}
+
+// Unary float primitives on x: f64[3,4] drawn by `draw`.
+Case unary(std::string prim, std::function<Tensor(Gen&, const Shape&)> draw) {
+  return {.prim = std::move(prim), .label = "", .make = [draw](Gen& g) {
+            return Sample{{{draw(g, Shape{3, 4})}}, {}};
+          }};
+}
+Tensor normal(Gen& g, const Shape& s) { return g.normal(s); }
+auto uniform_in(double lo, double hi) {
+  return [lo, hi](Gen& g, const Shape& s) { return g.uniform(s, lo, hi); };
+}
+
+Case binary(std::string prim, std::function<Sample(Gen&)> make) {
+  return {.prim = std::move(prim), .label = "", .make = std::move(make)};
+}
+
+// x: f64[3,4,5] with no zeros, and zeros at chosen places: one in slice (0, :, 0) and two in
+// slice (1, :, 2) along axis 1 (the cases reduce_prod's rule treats specially).
+Tensor with_zeros(Gen& g) {
+  std::vector<double> mask(60, 1.0);
+  auto at = [](int i, int j, int k) { return static_cast<std::size_t>((i * 4 + j) * 5 + k); };
+  mask[at(0, 1, 0)] = 0.0;
+  mask[at(1, 0, 2)] = 0.0;
+  mask[at(1, 3, 2)] = 0.0;
+  return g.away_from_zero(Shape{3, 4, 5}, 0.5, 1.5) * tensor(mask, Shape{3, 4, 5});
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  // ---- unary elementwise ----
+  c.push_back(unary("neg", normal));
+  c.push_back(unary("abs", [](Gen& g, const Shape& s) { return g.away_from_zero(s, 0.2, 1.5); }));
+  c.push_back(unary("exp", normal));
+  c.push_back(unary("log", uniform_in(0.5, 2.0)));
+  c.push_back(unary("log1p", uniform_in(-0.5, 2.0)));
+  c.push_back(unary("expm1", normal));
+  c.push_back(unary("sqrt", uniform_in(0.5, 2.0)));
+  c.push_back(unary("rsqrt", uniform_in(0.5, 2.0)));
+  c.push_back(unary("sin", normal));
+  c.push_back(unary("cos", normal));
+  c.push_back(unary("tan", uniform_in(-1.0, 1.0)));
+  c.push_back(unary("tanh", normal));
+  c.push_back(unary("sigmoid", normal));
+  c.push_back(unary("erf", normal));
+  // convert is linear, so finite differences with a large step are exact up to float32
+  // rounding of the values (~6e-8 relative): step 1e-2, tolerance 1e-4.
+  c.push_back({.prim = "convert", .label = "f64_to_f32", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 4})}}, {{"dtype", float32}}};
+               }, .fd_h = 1e-2, .fd_rtol = 1e-4, .dot_rtol = 1e-6});
+  c.push_back({.prim = "convert", .label = "f32_to_f64", .make = [](Gen& g) {
+                 return Sample{{{astype(g.normal(Shape{3, 4}), float32)}}, {{"dtype", float64}}};
+               }, .fd_h = 1e-2, .fd_rtol = 1e-4, .dot_rtol = 1e-6});
+
+  // ---- binary elementwise ----
+  for (const char* p : {"add", "sub", "mul"})
+    c.push_back(binary(p, [](Gen& g) {
+      return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}}, {}};
+    }));
+  c.push_back(binary("div", [](Gen& g) {
+    return Sample{{{g.normal(Shape{3, 4})}, {g.away_from_zero(Shape{3, 4}, 0.5, 2.0)}}, {}};
+  }));
+  c.push_back(binary("pow", [](Gen& g) {
+    return Sample{{{g.uniform(Shape{3, 4}, 0.5, 2.0)}, {g.uniform(Shape{3, 4}, -1.5, 1.5)}}, {}};
+  }));
+  for (const char* p : {"max", "min"})  // operands at least 0.2 apart: no ties
+    c.push_back(binary(p, [](Gen& g) {
+      const Tensor b = g.normal(Shape{3, 4});
+      return Sample{{{b + g.away_from_zero(Shape{3, 4}, 0.2, 1.0)}, {b}}, {}};
+    }));
+  c.push_back(binary("select", [](Gen& g) {
+    return Sample{{fixed(g.bernoulli(Shape{3, 4})), {g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}}, {}};
+  }));
+
+  // ---- reductions ----
+  c.push_back({.prim = "reduce_sum", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 4, 5})}}, {{"axes", Ints{0, 2}}}};
+               }});
+  c.push_back({.prim = "reduce_prod", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.away_from_zero(Shape{3, 4, 5}, 0.5, 1.5)}}, {{"axes", Ints{1}}}};
+               }});
+  // A product is a polynomial, so it is smooth at zeros too and finite differences hold there.
+  c.push_back({.prim = "reduce_prod", .label = "with_zeros", .make = [](Gen& g) {
+                 return Sample{{{with_zeros(g)}}, {{"axes", Ints{1}}}};
+               }});
+  c.push_back({.prim = "reduce_prod", .label = "two_axes_with_zeros", .make = [](Gen& g) {
+                 return Sample{{{with_zeros(g)}}, {{"axes", Ints{0, 2}}}};
+               }});
+  c.push_back({.prim = "reduce_max", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.distinct(Shape{3, 4, 5})}}, {{"axes", Ints{2}}}};
+               }});
+  c.push_back({.prim = "reduce_min", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.distinct(Shape{3, 4, 5})}}, {{"axes", Ints{0, 1}}}};
+               }});
+
+  // ---- shapes ----
+  c.push_back({.prim = "reshape", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 4})}}, {{"shape", Ints{2, 6}}}};
+               }});
+  c.push_back({.prim = "transpose", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 3, 4})}}, {{"perm", Ints{2, 0, 1}}}};
+               }});
+  c.push_back({.prim = "broadcast_to", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 1})}}, {{"shape", Ints{2, 3, 4}}}};
+               }});
+  c.push_back({.prim = "slice", .label = "steps", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{7, 6, 3})}},
+                               {{"start", Ints{1, 0, 1}}, {"stop", Ints{7, 5, 3}}, {"step", Ints{2, 3, 1}}}};
+               }});
+  c.push_back({.prim = "slice", .label = "ragged_steps", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{8, 7})}},
+                               {{"start", Ints{2, 1}}, {"stop", Ints{7, 6}}, {"step", Ints{3, 2}}}};
+               }});
+  c.push_back({.prim = "flip", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 4, 5})}}, {{"axes", Ints{0, 2}}}};
+               }});
+  c.push_back({.prim = "concatenate", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 3})}, {g.normal(Shape{2, 1})}, {g.normal(Shape{2, 4})}},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "pad", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 4})}},
+                               {{"low", Ints{1, 0}}, {"high", Ints{2, 3}}, {"value", 1.5}}};
+               }});
+
+  // ---- gather and scatter (indices repeat, so scatter_add accumulates) ----
+  const auto idx = [] { return tensor(std::vector<int64_t>{4, 0, 4, 1}, Shape{2, 2}); };
+  c.push_back({.prim = "gather", .label = "", .make = [idx](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 5, 2})}, fixed(idx())}, {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "scatter_add", .label = "", .make = [idx](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 5, 2})}, fixed(idx()), {g.normal(Shape{3, 2, 2, 2})}},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "gather_along", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 4})}, fixed(g.indices(Shape{3, 5}, 4))},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "scatter_add_along", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 4})}, fixed(g.indices(Shape{3, 5}, 4)), {g.normal(Shape{3, 5})}},
+                               {{"axis", int64_t{1}}}};
+               }});
+
+  // ---- linear algebra, convolution, pooling ----
+  c.push_back({.prim = "matmul", .label = "batched", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 3, 4})}, {g.normal(Shape{2, 4, 5})}}, {}};
+               }});
+  c.push_back({.prim = "conv2d", .label = "strided_padded_dilated_grouped", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 4, 7, 6})}, {g.normal(Shape{6, 2, 3, 2})}},
+                               {{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}},
+                                {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}}};
+               }});
+  const Attrs pool_attrs{{"kernel", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 1}}};
+  c.push_back({.prim = "max_pool2d", .label = "", .make = [pool_attrs](Gen& g) {
+                 return Sample{{{g.distinct(Shape{2, 3, 5, 6})}}, pool_attrs};  // no ties
+               }});
+  c.push_back({.prim = "avg_pool2d", .label = "", .make = [pool_attrs](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 3, 5, 6})}}, pool_attrs};
+               }});
+
+  // ---- primitives holding sub-functions ----
+  const TensorType m34{float64, Shape{3, 4}};
+  c.push_back({.prim = "call", .label = "two_results", .make = [m34](Gen& g) {
+                 FunctionRef fn = traced("inner", {m34, m34}, [](const Ts& a) {
+                   return Ts{sin(a[0]) * a[1], exp(a[1]) - a[0]};
+                 });
+                 return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}}, with_fn("fn", fn)};
+               }});
+  c.push_back({.prim = "checkpoint", .label = "", .make = [m34](Gen& g) {
+                 FunctionRef fn = traced("inner", {m34}, [](const Ts& a) { return Ts{tanh(a[0]) * a[0]}; });
+                 return Sample{{{g.normal(Shape{3, 4})}}, with_fn("fn", fn)};
+               }});
+  // f(x, y) = sin(x) y with its true derivative as the user rule: checks the mechanism.
+  c.push_back({.prim = "custom_jvp", .label = "", .make = [m34](Gen& g) {
+                 FunctionRef fn = traced("f", {m34, m34}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
+                 FunctionRef rule = traced("f_jvp", {m34, m34, m34, m34}, [](const Ts& a) {
+                   return Ts{cos(a[0]) * a[2] * a[1] + sin(a[0]) * a[3]};
+                 });
+                 return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}},
+                               with_fn("fn", fn, with_fn("jvp", rule))};
+               }});
+  // custom_vjp has no JVP by design: its VJP is checked against finite differences directly,
+  // and its second derivatives reverse-over-reverse only.
+  c.push_back({.prim = "custom_vjp", .label = "", .make = [m34](Gen& g) {
+                 FunctionRef fn = traced("f", {m34, m34}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
+                 FunctionRef bwd = traced("f_bwd", {m34, m34, m34, m34}, [](const Ts& a) {
+                   return Ts{a[3] * cos(a[0]) * a[1], a[3] * sin(a[0])};  // (x, y, out, ct)
+                 });
+                 return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}},
+                               with_fn("fn", fn, with_fn("bwd", bwd))};
+               }, .forward_mode = false});
+
+  // ---- collectives over a named vmap axis (inputs: a batch of 4 examples) ----
+  c.push_back({.prim = "psum", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{4, 3})}}, {{"axis_name", std::string("i")}}};
+               }, .vmap_axis = "i"});
+  c.push_back({.prim = "pmax", .label = "", .make = [](Gen& g) {  // no ties across examples
+                 return Sample{{{g.distinct(Shape{4, 3})}}, {{"axis_name", std::string("i")}}};
+               }, .vmap_axis = "i"});
+  c.push_back({.prim = "all_gather", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{4, 3})}},
+                               {{"axis_name", std::string("i")}, {"axis_size", int64_t{4}}}};
+               }, .vmap_axis = "i"});
+  return c;
+}
+
+// ---- the checked function and numeric helpers -------------------------------------------
+
+uint64_t seed_of(const std::string& s) {  // FNV-1a: the same inputs on every platform
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+bool floating(const Tensor& t) { return is_floating(t.dtype()); }
+
+std::vector<TensorType> types_of(const Ts& xs) {
+  std::vector<TensorType> t;
+  for (const Tensor& x : xs) t.push_back(x.type());
+  return t;
+}
+Ts or_zeros(const std::vector<Tangent>& ts, const Ts& like) {
+  Ts out;
+  for (std::size_t i = 0; i < like.size(); ++i)
+    out.push_back(ts[i] ? *ts[i] : zeros(like[i].shape(), like[i].dtype()));
+  return out;
+}
+std::vector<Tangent> tangents(const Ts& ts) { return std::vector<Tangent>(ts.begin(), ts.end()); }
+Ts cat(const Ts& a, const Ts& b) {
+  Ts out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+// Splits a flat argument list into groups of n.
+std::vector<Ts> groups(const Ts& a, std::size_t n) {
+  std::vector<Ts> out;
+  for (std::size_t i = 0; i < a.size(); i += n) out.emplace_back(a.begin() + static_cast<std::ptrdiff_t>(i),
+                                                                   a.begin() + static_cast<std::ptrdiff_t>(i + n));
+  return out;
+}
+
+// The primitive applied once to its differentiated inputs (the parameters of `fn`), with the
+// fixed ones as constants. Collectives apply per example inside a vmap with a named axis:
+// `fn` then takes one example, and every derivative is taken per example and vmapped, so the
+// collective's own JVP/VJP rules run (and are batched), while the finite-difference reference
+// evaluates only the vmapped primitive.
+struct Problem {
+  Case c;
+  Gen gen;
+  Sample sample;
+  Ts x;  // the differentiated inputs (batched for collectives)
+  std::shared_ptr<const ir::Function> fn;
+
+  explicit Problem(Case c_) : c(std::move(c_)), gen(seed_of(case_name(c))), sample(c.make(gen)) {
+    std::vector<TensorType> types;
+    for (const Arg& a : sample.args)
+      if (a.wrt) {
+        x.push_back(a.value);
+        TensorType t = a.value.type();
+        if (!c.vmap_axis.empty()) t.shape = Shape(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()));
+        types.push_back(t);
+      }
+    const Primitive& p = primitive(c.prim);
+    ir::Traced t = ir::trace_function(c.prim, types, [&](const Ts& params) {
+      Ts ins;
+      std::size_t k = 0;
+      for (const Arg& a : sample.args) ins.push_back(a.wrt ? params[k++] : a.value);
+      return kiln::bind(p, ins, sample.attrs);
+    });
+    EXPECT_TRUE(t.captures.empty());
+    fn = t.function;
+  }
+
+  // body(args) directly, or vmapped over axis 0 of every argument with the case's axis name.
+  Ts run(const std::function<Ts(const Ts&)>& body, const Ts& args) const {
+    if (c.vmap_axis.empty()) return body(args);
+    return vmap([&](const Ts& a) { return body(a); }, axis_name(c.vmap_axis))(args);
+  }
+
+  Ts eval(const Ts& xs) const {
+    return run([&](const Ts& a) { return ir::evaluate(*fn, a); }, xs);
+  }
+  // (outputs, output tangents) of the JVP at xs along ts.
+  std::pair<Ts, Ts> jvp(const Ts& xs, const Ts& ts) const {
+    const std::size_t n = fn->results.size();
+    const Ts both = run([&](const Ts& a) {
+      const auto g = groups(a, xs.size());
+      const ad::JvpResult r = ad::jvp(*fn, g[0], tangents(g[1]));
+      return cat(r.outputs, or_zeros(r.tangents, r.outputs));
+    }, cat(xs, ts));
+    const auto g = groups(both, n);
+    return {g[0], g[1]};
+  }
+  // J^T ct at xs.
+  Ts pullback(const Ts& xs, const Ts& cts) const {
+    return run([&](const Ts& a) {
+      const Ts ex(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(xs.size()));
+      const Ts ct(a.begin() + static_cast<std::ptrdiff_t>(xs.size()), a.end());
+      return or_zeros(ad::vjp(fn, ex).pullback(tangents(ct)), ex);
+    }, cat(xs, cts));
+  }
+
+  // Random values shaped like `like` (tangents, cotangents, weights), in its dtype.
+  Ts random_like(const Ts& like) {
+    Ts out;
+    for (const Tensor& t : like) out.push_back(astype(gen.normal(t.shape()), t.dtype()));
+    return out;
+  }
+};
+
+// The gradient of g(x) = sum_i sum(w_i * f_i(x)) for one example (concrete or traced).
+Ts example_gradient(const Problem& p, const Ts& w, const Ts& x) {
+  ad::VjpResult r = ad::vjp(p.fn, x);
+  std::vector<Tangent> seed;
+  for (std::size_t i = 0; i < r.outputs.size(); ++i)
+    seed.push_back(floating(r.outputs[i]) ? Tangent(w[i]) : std::nullopt);
+  return or_zeros(r.pullback(seed), x);
+}
+
+Ts step(const Ts& x, double h, const Ts& t) {
+  Ts out;
+  for (std::size_t i = 0; i < x.size(); ++i) out.push_back(x[i] + t[i] * h);
+  return out;
+}
+Ts central_difference(const std::function<Ts(const Ts&)>& f, const Ts& x, const Ts& t, double h) {
+  const Ts plus = f(step(x, h, t)), minus = f(step(x, -h, t));
+  Ts out;
+  for (std::size_t i = 0; i < plus.size(); ++i)
+    out.push_back(floating(plus[i]) ? (astype(plus[i], float64) - astype(minus[i], float64)) / (2 * h)
+                                    : Tensor());
+  return out;
+}
+std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+
+// Every floating result of `got` within rtol * max(1, max |want|) of `want`.
+void expect_close(const Ts& got, const Ts& want, double rtol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!want[i].defined()) continue;
+    ASSERT_EQ(got[i].shape(), want[i].shape()) << what << " [" << i << "]";
+    const std::vector<double> g = values(got[i]), w = values(want[i]);
+    double err = 0.0, scale = 1.0;
+    std::size_t worst = 0;
+    for (std::size_t k = 0; k < g.size(); ++k) {
+      scale = std::max(scale, std::abs(w[k]));
+      if (!(std::abs(g[k] - w[k]) <= err)) {  // also catches NaN
+        err = std::isnan(g[k] - w[k]) ? INFINITY : std::abs(g[k] - w[k]);
+        worst = k;
+      }
+    }
+    EXPECT_LE(err, rtol * scale) << what << " [" << i << "]: worst element " << worst << " got "
+                                 << (g.empty() ? 0.0 : g[worst]) << ", expected "
+                                 << (w.empty() ? 0.0 : w[worst]);
+  }
+}
+
+// sum_i <a_i, b_i> over the floating pairs, and the sum of |a_i b_i| as its scale.
+std::pair<double, double> inner(const Ts& a, const Ts& b) {
+  double s = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].defined() || !b[i].defined() || !floating(a[i])) continue;
+    const std::vector<double> u = values(a[i]), v = values(b[i]);
+    for (std::size_t k = 0; k < u.size(); ++k) {
+      s += u[k] * v[k];
+      scale += std::abs(u[k] * v[k]);
+    }
+  }
+  return {s, scale};
+}
+
+// ---- the checks ------------------------------------------------------------------------
+
+class PrimitiveRules : public ::testing::TestWithParam<Case> {};
+
+// a. JVP vs central finite differences of the primitive, evaluated eagerly.
+TEST_P(PrimitiveRules, JvpMatchesFiniteDifferences) {
+  Problem p(GetParam());
+  if (!p.c.forward_mode) GTEST_SKIP() << p.c.prim << " has no forward mode by design";
+  const Ts t = p.random_like(p.x);
+  const auto [y, jt] = p.jvp(p.x, t);
+  const Ts fd = central_difference([&](const Ts& a) { return p.eval(a); }, p.x, t, p.c.fd_h);
+  expect_close(jt, fd, p.c.fd_rtol, "JVP vs finite differences");
+  expect_close(y, p.eval(p.x), 0.0, "jvp outputs vs evaluation");
+}
+
+// b. <ct, J t> == <J^T ct, t>; without forward mode, J t comes from finite differences.
+TEST_P(PrimitiveRules, VjpIsTheTransposeOfTheJvp) {
+  Problem p(GetParam());
+  const Ts t = p.random_like(p.x);
+  const Ts ct = p.random_like(p.eval(p.x));
+  Ts jt;
+  double rtol = p.c.dot_rtol;
+  if (p.c.forward_mode) {
+    jt = p.jvp(p.x, t).second;
+  } else {
+    jt = central_difference([&](const Ts& a) { return p.eval(a); }, p.x, t, p.c.fd_h);
+    rtol = p.c.fd_rtol;
+  }
+  const Ts jtct = p.pullback(p.x, ct);
+  for (std::size_t i = 0; i < jtct.size(); ++i)
+    EXPECT_EQ(jtct[i].type(), p.x[i].type()) << "cotangent " << i << " of " << p.c.prim;
+  const auto [lhs, s1] = inner(ct, jt);
+  const auto [rhs, s2] = inner(jtct, t);
+  EXPECT_NEAR(lhs, rhs, rtol * std::max({s1, s2, 1e-300}))
+      << "<ct, J t> vs <J^T ct, t> for " << p.c.prim;
+}
+
+// c. Hessian-vector products of g(x) = sum(w * f(x)) vs finite differences of the gradient.
+// No primitive is skipped: for linear ones (shapes, gather/scatter, convert, add, psum, ...)
+// and piecewise-linear ones at a smooth sample (abs, max, reduce_max, max_pool2d, pmax) the
+// product is zero, which still checks that their VJP rules trace and differentiate again.
+TEST_P(PrimitiveRules, SecondDerivativesMatchFiniteDifferences) {
+  Problem p(GetParam());
+  const Ts w = p.random_like(p.eval(p.x));
+  const Ts v = p.random_like(p.x);
+  const std::size_t n = p.x.size(), m = w.size();
+  const double h = 1e-5;
+  // Splits (x, w, v) of one example.
+  auto parts = [n, m](const Ts& a) {
+    auto at = [&](std::size_t b, std::size_t e) {
+      return Ts(a.begin() + static_cast<std::ptrdiff_t>(b), a.begin() + static_cast<std::ptrdiff_t>(e));
+    };
+    return std::tuple<Ts, Ts, Ts>{at(0, n), at(n, n + m), at(n + m, a.size())};
+  };
+  // The reference: finite differences of the (first-order, already checked) gradient.
+  auto gradient_at = [&](const Ts& xs) {
+    return p.run([&](const Ts& a) {  // a = (x, w) of one example
+      const auto mid = a.begin() + static_cast<std::ptrdiff_t>(n);
+      return example_gradient(p, Ts(mid, a.end()), Ts(a.begin(), mid));
+    }, cat(xs, w));
+  };
+  const Ts fd = central_difference(gradient_at, p.x, v, h);
+
+  // Forward over reverse: ad::jvp of the traced gradient (custom_vjp: none, by design).
+  if (p.c.forward_mode) {
+    const Ts hv = p.run([&](const Ts& a) {
+      const auto [x, wx, vx] = parts(a);
+      const ir::Traced g = ir::trace_function("grad_" + p.c.prim, types_of(x),
+                                              [&](const Ts& b) { return example_gradient(p, wx, b); });
+      ir::verify(*g.function);
+      // Captured tracers (w, inside vmap) are extra parameters with no tangent.
+      std::vector<Tangent> tv = tangents(vx);
+      tv.resize(x.size() + g.captures.size());
+      const ad::JvpResult r = ad::jvp(*g.function, cat(x, g.captures), tv);
+      return or_zeros(r.tangents, r.outputs);
+    }, cat(cat(p.x, w), v));
+    expect_close(hv, fd, p.c.hvp_rtol, "forward-over-reverse HVP");
+  }
+  // Reverse over reverse: the gradient of <gradient(x), v>.
+  const Ts hv = p.run([&](const Ts& a) {
+    const auto [x, wx, vx] = parts(a);
+    const ir::Traced g = ir::trace_function("hv_" + p.c.prim, types_of(x), [&](const Ts& b) {
+      const Ts gr = example_gradient(p, wx, b);
+      Tensor s = full(Shape{}, 0.0, float64);
+      for (std::size_t i = 0; i < gr.size(); ++i) s = s + sum(astype(gr[i] * vx[i], float64));
+      return Ts{s};
+    });
+    ir::verify(*g.function);
+    ad::VjpResult r = ad::vjp(g.function, cat(x, g.captures));
+    const Ts all = or_zeros(r.pullback(std::vector<Tangent>{ones(Shape{}, float64)}), cat(x, g.captures));
+    return Ts(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(x.size()));
+  }, cat(cat(p.x, w), v));
+  expect_close(hv, fd, p.c.hvp_rtol, "reverse-over-reverse HVP");
+}
+
+INSTANTIATE_TEST_SUITE_P(AdRules, PrimitiveRules, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// ---- the registry ----------------------------------------------------------------------
+
+// 1. A differentiable primitive has both rules.
+TEST(AdRegistry, EveryDifferentiablePrimitiveHasJvpAndVjp) {
+  for (const Primitive* p : all_primitives()) {
+    if (!p->differentiable) continue;
+    if (!p->jvp) ADD_FAILURE() << "primitive '" << p->name << "' is differentiable but has no JVP rule";
+    if (!p->vjp) ADD_FAILURE() << "primitive '" << p->name << "' is differentiable but has no VJP rule";
+  }
+}
+
+// 2. Every differentiable primitive has a case above, and every case names one.
+TEST(AdRegistry, EveryDifferentiablePrimitiveHasACase) {
+  std::set<std::string> covered;
+  for (const Case& c : cases()) {
+    covered.insert(c.prim);
+    const Primitive* p = find_primitive(c.prim);
+    if (!p) ADD_FAILURE() << "case '" << case_name(c) << "' names no registered primitive";
+    else if (!p->differentiable)
+      ADD_FAILURE() << "case '" << case_name(c) << "' names a non-differentiable primitive";
+  }
+  for (const Primitive* p : all_primitives())
+    if (p->differentiable && !covered.count(p->name))
+      ADD_FAILURE() << "differentiable primitive '" << p->name
+                    << "' has no derivative test: add a case to cases() in tests/test_ad_rules.cpp";
+}
+
+TEST(AdRegistry, CustomVjpRefusesForwardMode) {
+  const TensorType m{float64, Shape{3}};
+  FunctionRef fn = traced("f", {m}, [](const Ts& a) { return Ts{sin(a[0])}; });
+  FunctionRef bwd = traced("f_bwd", {m, m, m}, [](const Ts& a) { return Ts{a[2] * cos(a[0])}; });
+  const Attrs attrs = with_fn("fn", fn, with_fn("bwd", bwd));
+  const auto f = ir::trace_function("g", {m}, [&](const Ts& a) {
+    return kiln::bind(primitive("custom_vjp"), {a[0]}, attrs);
+  }).function;
+  const Ts x{tensor({0.1, 0.2, 0.3})};
+  EXPECT_THROW(ad::jvp(*f, x, std::vector<Tangent>{tensor({1.0, 1.0, 1.0})}), Error);
+}
+
+// reduce_prod's rule scans the reduced elements; an empty reduction has no partials.
+TEST(AdEdgeCases, ProductOverAnEmptyAxis) {
+  auto f = [](const Tensor& a) { return sum(prod(a, {1})); };
+  const Tensor g = grad(f)(zeros(Shape{3, 0}, float64));
+  EXPECT_EQ(g.type(), (TensorType{float64, Shape{3, 0}}));
+}
+
+// ---- 3. non-differentiable primitives contribute zero ----------------------------------
+
+Tensor sample_x() { return random::normal(random::key(7), Shape{3, 4}, float64); }
+
+void expect_equal(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.type(), want.type());
+  EXPECT_EQ(values(got), values(want));
+}
+
+TEST(NonDifferentiable, ComparisonContributesNothing) {
+  const Tensor x = sample_x();
+  auto f = [](const Tensor& a) { return sum(astype(a > 0.0, float64) * a); };
+  expect_equal(grad(f)(x), astype(x > 0.0, float64));
+  const Tensor t = random::normal(random::key(8), Shape{3, 4}, float64);
+  auto [y, ty] = jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{t});
+  EXPECT_NEAR(ty.item<double>(), sum(astype(x > 0.0, float64) * t).item<double>(), 1e-12);
+}
+
+TEST(NonDifferentiable, ArgmaxIndexPathHasZeroGradient) {
+  const Tensor x = random::normal(random::key(9), Shape{6}, float64);
+  const int64_t i = argmax(x).item<int64_t>();
+  // The value path: a one-hot gradient at the maximum.
+  auto pick = [](const Tensor& a) { return take(a, argmax(a)); };
+  expect_equal(grad(pick)(x), one_hot(tensor(std::vector<int64_t>{i}, Shape{}), 6, float64));
+  // The index path alone: zero.
+  auto index_only = [](const Tensor& a) { return astype(argmax(a), float64) + astype(argmin(a), float64); };
+  expect_equal(grad(index_only)(x), zeros(Shape{6}, float64));
+  auto [y, ty] = jvp(index_only, std::tuple<Tensor>{x}, std::tuple<Tensor>{ones(Shape{6}, float64)});
+  EXPECT_EQ(ty.item<double>(), 0.0);
+}
+
+TEST(NonDifferentiable, RoundingSignAndIntegerConversionHaveZeroGradient) {
+  const Tensor x = sample_x() * 3.0;
+  auto f = [](const Tensor& a) {
+    return sum(floor(a) + ceil(a) + round(a) + sign(a) + astype(astype(a, int32), float64));
+  };
+  expect_equal(grad(f)(x), zeros(Shape{3, 4}, float64));
+}
+
+TEST(NonDifferentiable, StopGradientBlocksOnlyItsPath) {
+  const Tensor x = sample_x();
+  auto f = [](const Tensor& a) { return sum(stop_gradient(a) * a); };
+  expect_equal(grad(f)(x), x);
+  auto only = [](const Tensor& a) { return sum(stop_gradient(a * a)); };
+  expect_equal(grad(only)(x), zeros(Shape{3, 4}, float64));
+}
+
+TEST(NonDifferentiable, SelectPredicateGetsNoCotangent) {
+  const Tensor x = sample_x();
+  auto f = [](const Tensor& a) { return sum(where(a > 0.0, a * a, -a)); };
+  expect_equal(grad(f)(x), where(x > 0.0, x * 2.0, full(Shape{}, -1.0, float64)));
+}
+
+}  // namespace
+}  // namespace kiln
