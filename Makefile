@@ -6,7 +6,9 @@ ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps deps-bench build demo test test-asan bench install-test clean format
+TSAN_BUILD ?= build-tsan
+
+.PHONY: all deps deps-bench build demo test test-asan test-tsan bench install-test clean format
 
 all: build
 
@@ -34,6 +36,15 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
+# The data pipeline's threads under ThreadSanitizer (libgomp is not instrumented, so Kiln's
+# own parallel loops stay on one thread there).
+test-tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_BENCH=OFF \
+	  -DKILN_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
+	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_data
+	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/tests/test_data
+
 # cmake --install into a prefix, then build a separate project against it with find_package.
 install-test: build
 	rm -rf $(BUILD)/install $(BUILD)/consumer
@@ -46,7 +57,7 @@ bench: deps-bench build
 	bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')

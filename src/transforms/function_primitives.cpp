@@ -44,13 +44,41 @@ Ts vjp_recompute(const RuleArgs& r, std::span<const Tangent> ct) {
   return ad::vjp(r.attrs.get<FunctionRef>("fn"), r.inputs).pullback(ct);
 }
 
+// Batching keeps the sub-function boundary: the sub-function is batched into a new one
+// (every result with its batch axis in front) and applied by the same primitive, so a
+// checkpoint stays a checkpoint under vmap.
+std::vector<Batched> batch_sub_function(const char* prim, const BatchArgs& b) {
+  const FunctionRef fn = b.attrs.get<FunctionRef>("fn");
+  std::vector<TensorType> types;
+  for (const Tensor& t : b.inputs) types.push_back(t.type());
+  const std::vector<std::optional<int>> dims(b.dims.begin(), b.dims.end());
+  const std::string axis(b.axis_name);
+  const int64_t size = b.size;
+  ir::Traced batched = ir::trace_function(fn->name, types, [&](const std::vector<Tensor>& params) {
+    std::vector<Batched> ins;
+    for (std::size_t i = 0; i < params.size(); ++i) ins.push_back({params[i], dims[i]});
+    std::vector<Tensor> outs;
+    for (const Batched& o : batching::evaluate(*fn, ins, size, axis))
+      outs.push_back(ops::batch_first(o.value, o.dim, size));
+    return outs;
+  });
+  std::vector<Tensor> ins(b.inputs.begin(), b.inputs.end());
+  ins.insert(ins.end(), batched.captures.begin(), batched.captures.end());
+  Attrs a = b.attrs;
+  a.set("fn", FunctionRef(batched.function));
+  std::vector<Batched> out;
+  for (Tensor& t : bind(primitive(prim), ins, a)) out.push_back({std::move(t), 0});
+  return out;
+}
+
 const Primitive& call_p = register_primitive(
     {.name = "call",
      .arity = 0,
      .variadic = true,
      .type_rule = [](Types in, const Attrs& a) { return apply_fn_types("call", in, a); },
      .jvp = jvp_through_fn,
-     .vjp = vjp_recompute},
+     .vjp = vjp_recompute,
+     .batch = [](const BatchArgs& b) { return batch_sub_function("call", b); }},
     apply_fn_kernels());
 
 const Primitive& checkpoint_p = register_primitive(
@@ -59,7 +87,8 @@ const Primitive& checkpoint_p = register_primitive(
      .variadic = true,
      .type_rule = [](Types in, const Attrs& a) { return apply_fn_types("checkpoint", in, a); },
      .jvp = jvp_through_fn,
-     .vjp = vjp_recompute},
+     .vjp = vjp_recompute,
+     .batch = [](const BatchArgs& b) { return batch_sub_function("checkpoint", b); }},
     apply_fn_kernels());
 
 // custom_jvp{fn, jvp}: `jvp` maps (primals..., tangents...) to the output tangents. It is
@@ -85,7 +114,9 @@ const Primitive& custom_jvp_p = register_primitive(
            args.insert(args.end(), tz.begin(), tz.end());
            const Ts all = ad::vjp(r.attrs.get<FunctionRef>("jvp"), args).pullback(ct);
            return Ts(all.begin() + static_cast<std::ptrdiff_t>(r.inputs.size()), all.end());
-         }},
+         },
+     // One application per example keeps the user's rule attached to each.
+     .batch = [](const BatchArgs& b) { return ops::batch_by_loop(primitive("custom_jvp"), b); }},
     apply_fn_kernels());
 
 // custom_vjp{fn, bwd}: `bwd` maps (primals..., outputs..., cotangents...) to the cotangents
@@ -109,14 +140,16 @@ const Primitive& custom_vjp_p = register_primitive(
            args.insert(args.end(), cz.begin(), cz.end());
            const std::vector<Tensor> out = ir::evaluate(*r.attrs.get<FunctionRef>("bwd"), args);
            return Ts(out.begin(), out.end());
-         }},
+         },
+     .batch = [](const BatchArgs& b) { return ops::batch_by_loop(primitive("custom_vjp"), b); }},
     apply_fn_kernels());
 
 const Primitive& stop_gradient_p = register_primitive(
     {.name = "stop_gradient",
      .arity = 1,
      .type_rule = [](Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
-     .differentiable = false},
+     .differentiable = false,
+     .batch = [](const BatchArgs& b) { return ops::batch_elementwise(primitive("stop_gradient"), b); }},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
 
 }  // namespace
