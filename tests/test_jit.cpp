@@ -3,6 +3,7 @@
 #include <kiln/kiln.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cmath>
 #include <thread>
 
@@ -146,6 +147,34 @@ TEST(Jit, ErrorsInsideJitNameTheUsersLine) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("test_jit.cpp"), std::string::npos) << e.what();
   }
+}
+
+TEST(Jit, LogsWhyItRecompiles) {
+  ::setenv("KILN_LOG_RECOMPILES", "1", 1);
+  auto f = jit([](const Params& p, const Tensor& x) { return predict(p, x); }, "predict");
+  const Params p{ones({3, 2}), zeros({2})};
+  testing::internal::CaptureStderr();
+  f(p, ones({4, 3}));
+  f(p, ones({8, 3}));
+  f(Params{ones({3, 2}), zeros({2})}, ones({8, 3}));  // a hit: nothing logged
+  const std::string log = testing::internal::GetCapturedStderr();
+  ::unsetenv("KILN_LOG_RECOMPILES");
+  EXPECT_NE(log.find("[jit] predict: recompiling (specialisation 2): argument [1] changed from "
+                     "f32[4,3] to f32[8,3]"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("specialisation 3"), std::string::npos) << log;
+}
+
+TEST(Trace, BranchingOnATracedValueSuggestsCond) {
+  try {
+    trace([](const Tensor& x) { return x > 0.0 ? x : -x; }, tensor(1.0));
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kiln::cond"), std::string::npos) << e.what();
+  }
+  // Eagerly the same code runs: a one-element tensor has a truth value.
+  EXPECT_TRUE(static_cast<bool>(tensor(1.0) > 0.0));
 }
 
 TEST(Trace, ShowsReadableIrForTrees) {

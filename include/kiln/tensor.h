@@ -104,6 +104,10 @@ class Tensor {
   template <typename T>
   std::vector<T> to_vector(Loc loc = Loc::current()) const;
 
+  // Truth value of a one-element tensor, for a C++ `if`. On a traced tensor it raises an
+  // Error pointing to kiln::cond / kiln::while_loop (C++ control flow cannot be traced).
+  explicit operator bool() const;
+
   // A contiguous copy, or this tensor when it already is contiguous.
   Tensor contiguous() const;
 

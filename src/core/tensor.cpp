@@ -105,6 +105,14 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+Tensor::operator bool() const {
+  if (checked().tracer) detail::throw_concrete_value_error("bool", *this);
+  if (numel() != 1)
+    fail("bool", "truth value of a tensor with several elements is ambiguous: got ", type(),
+         ", expected one element (use any() or all())");
+  return item<bool>();
+}
+
 bool Tensor::shares_storage_with(const Tensor& other) const {
   return defined() && other.defined() && !is_traced() && !other.is_traced() &&
          impl_->storage == other.impl_->storage;

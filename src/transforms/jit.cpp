@@ -55,12 +55,10 @@ std::size_t JitCache::size() const {
 }
 
 namespace {
+// Read at every cache miss (rare by design), so it can be switched on in a running program.
 bool log_recompiles() {
-  static const bool on = [] {
-    const char* v = std::getenv("KILN_LOG_RECOMPILES");
-    return v && std::string(v) != "0" && std::string(v) != "";
-  }();
-  return on;
+  const char* v = std::getenv("KILN_LOG_RECOMPILES");
+  return v && std::string(v) != "0" && std::string(v) != "";
 }
 }  // namespace
 
