@@ -12,18 +12,14 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "testing.h"
 
 using namespace kiln;
 
 namespace {
 
-std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  std::vector<double> v(static_cast<std::size_t>(n));
-  for (double& x : v) x = dist(gen);
-  return v;
-}
+using kiln::testing::random_values;
+
 
 Tensor make(const std::vector<double>& v, const Shape& shape, DType dt = float32) {
   return astype(tensor(v, shape), dt);

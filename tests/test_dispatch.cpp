@@ -12,27 +12,16 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "testing.h"
 
 using namespace kiln;
 
 namespace {
 
+using kiln::testing::expect_error;
+
 using F = std::vector<float>;
 
-void expect_error(const std::function<void()>& fn, const std::string& op,
-                  const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("[" + op + "] ", 0), 0u) << msg;
-    EXPECT_EQ(e.op(), op) << msg;
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "expected a kiln::Error from " << op;
-}
 
 // A primitive description, built field by field (Primitive grows fields over time).
 Primitive prim(std::string name, int arity, TypeRule rule, bool variadic = false) {

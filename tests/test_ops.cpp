@@ -13,10 +13,13 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "testing.h"
 
 using namespace kiln;
 
 namespace {
+
+using kiln::testing::expect_error;
 
 using D = std::vector<double>;
 using I64 = std::vector<int64_t>;
@@ -59,24 +62,6 @@ void expect_values(const Tensor& t, const D& want, const std::string& what = "")
   EXPECT_EQ(t.to_vector<double>(), want) << what << " dtype " << t.dtype();
 }
 
-// Runs fn, expects a kiln::Error whose message starts with "[op] " and contains each part.
-void expect_error(const std::function<void()>& fn, const std::string& op,
-                  const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("[" + op + "] ", 0), 0u) << msg;
-    EXPECT_EQ(e.op(), op) << msg;
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
-    return;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected a kiln::Error from " << op << ", got another exception: " << e.what();
-    return;
-  }
-  ADD_FAILURE() << "expected a kiln::Error from " << op;
-}
 
 Tensor f64(const D& v) { return tensor(v); }
 Tensor as(DType d, const D& v, const Shape& s) { return astype(tensor(v, s), d); }

@@ -11,31 +11,19 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "testing.h"
 
 using namespace kiln;
 
 namespace {
+
+using kiln::testing::expect_error;
 
 using F = std::vector<float>;
 using D = std::vector<double>;
 using I32 = std::vector<int32_t>;
 using I64 = std::vector<int64_t>;
 
-// Runs fn, expects a kiln::Error whose message starts with "[op] " and contains each part.
-void expect_error(const std::function<void()>& fn, const std::string& op,
-                  const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("[" + op + "] ", 0), 0u) << msg;
-    EXPECT_EQ(e.op(), op) << msg;
-    for (const std::string& p : parts)
-      EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
-    return;
-  }
-  ADD_FAILURE() << "expected a kiln::Error from " << op;
-}
 
 // ---- creation -------------------------------------------------------------------
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "testing.h"
 #include "kiln/tree.h"
 
 // The usage from the issue, verbatim: a struct in the global namespace.
@@ -70,22 +71,10 @@ using namespace kiln;
 
 namespace {
 
+using kiln::testing::expect_error;
+
 using F = std::vector<float>;
 
-// Runs fn, expects a kiln::Error whose message starts with "[op] " and contains each part.
-void expect_error(const std::function<void()>& fn, const std::string& op,
-                  const std::vector<std::string>& parts) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    EXPECT_EQ(msg.rfind("[" + op + "] ", 0), 0u) << msg;
-    EXPECT_EQ(e.op(), op);
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << msg << "\n  missing: " << p;
-    return;
-  }
-  ADD_FAILURE() << "expected kiln::Error from " << op;
-}
 
 Tensor vec(std::initializer_list<float> v) { return tensor(v); }
 

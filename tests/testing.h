@@ -1,0 +1,44 @@
+// Helpers shared by the test files.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/error.h"
+
+namespace kiln::testing {
+
+// Runs fn, expects a kiln::Error whose message starts with "[op] " and contains each part.
+inline void expect_error(const std::function<void()>& fn, const std::string& op,
+                         const std::vector<std::string>& parts) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("[" + op + "] ", 0), 0u) << msg;
+    EXPECT_EQ(e.op(), op) << msg;
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
+    return;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected a kiln::Error from " << op << ", got another exception: " << e.what();
+    return;
+  }
+  ADD_FAILURE() << "expected a kiln::Error from " << op;
+}
+
+// n uniform values in [lo, hi) from a fixed seed: inputs independent of Kiln's own RNG.
+inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -1.0,
+                                         double hi = 1.0) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  std::vector<double> v(static_cast<std::size_t>(n));
+  for (double& x : v) x = dist(gen);
+  return v;
+}
+
+}  // namespace kiln::testing
