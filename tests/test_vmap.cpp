@@ -1,2 +1,883 @@
+// vmap: per-primitive batching rules against a loop over examples, and the public API.
+//
+// 1. Registry: every primitive has a batching rule, and every batching rule has a case in
+//    `cases()` (a primitive without one fails `EveryBatchRuleHasACase`).
+// 2. For every case and several batching patterns — every input batched along its first,
+//    middle or last axis, one input batched alone, one input left out — the result of
+//    `batching::evaluate` on a traced one-primitive function, with its batch axis moved to the
+//    front, equals the primitive applied eagerly to each example and stacked. Collectives
+//    compare with the hand-computed sum / max / stack / arange over the examples instead.
+// 3. The API: in_axes / out_axes / none / axis_name, nesting, composition with grad, jvp/vjp,
+//    jacfwd/jacrev and jit, random numbers under vmap, and the errors users see.
 #include <gtest/gtest.h>
-TEST(Vmap, Stub) {}
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <optional>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <kiln/kiln.h>
+
+namespace kiln {
+namespace {
+
+using Ts = std::vector<Tensor>;
+using Ints = std::vector<int64_t>;
+using Dims = std::vector<std::optional<int>>;
+
+uint64_t seed_of(const std::string& s) {  // FNV-1a: the same inputs on every platform
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// ---- inputs ---------------------------------------------------------------------------
+
+// Two streams: shapes (the same for every example of a case, so examples stack) and values
+// (a fresh key per example).
+class Gen {
+ public:
+  Gen(uint64_t shape_seed, uint64_t value_seed) : rng_(shape_seed), key_(random::key(value_seed)) {}
+
+  // A random size in [lo, hi], the same for every example.
+  int64_t dim(int64_t lo = 1, int64_t hi = 4) {
+    return lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
+  }
+  Tensor normal(const Shape& s) { return random::normal(next(), s, float64); }
+  Tensor uniform(const Shape& s, double lo, double hi) { return random::uniform(next(), s, float64, lo, hi); }
+  Tensor away_from_zero(const Shape& s, double lo, double hi) {
+    const Tensor sign = where(random::bernoulli(next(), 0.5, s), full(Shape{}, 1.0, float64),
+                              full(Shape{}, -1.0, float64));
+    return sign * uniform(s, lo, hi);
+  }
+  // Pairwise distinct values in random order (no ties for max pooling).
+  Tensor distinct(const Shape& s) {
+    const int64_t n = s.numel();
+    const Tensor p = astype(random::permutation(next(), n), float64);
+    return reshape(p * 0.3 + uniform(Shape{n}, 0.0, 0.1), s);
+  }
+  // Small integers as floats: comparisons see equal pairs.
+  Tensor small_ints(const Shape& s) { return floor(uniform(s, -2.0, 2.0)); }
+  Tensor bernoulli(const Shape& s) { return random::bernoulli(next(), 0.5, s); }
+  Tensor indices(const Shape& s, int64_t lo, int64_t hi, DType dt = int64) {
+    return random::randint(next(), s, lo, hi, dt);
+  }
+  Tensor key() { return next(); }
+  Tensor keys(int64_t n) { return random::split(next(), n); }
+
+ private:
+  Tensor next() { return random::fold_in(key_, counter_++); }
+  std::mt19937_64 rng_;
+  Tensor key_;
+  uint32_t counter_ = 0;
+};
+
+struct Sample {
+  Ts args;  // one example's inputs
+  Attrs attrs;
+};
+
+// Per-example outputs of all examples from per-example inputs (the loop reference).
+using Reference = std::function<std::vector<Ts>(const std::vector<Ts>& examples, const Attrs&)>;
+
+struct Case {
+  std::string prim;
+  std::string label;
+  std::function<Sample(Gen&)> make;
+  Reference reference = nullptr;  // default: the primitive applied eagerly to each example
+  std::string axis_name = "";     // collectives: the named axis of the vmap
+  double rtol = 1e-12;
+  // Primitives a user reaches only through an API (control flow, the reverse pass of a
+  // loop): a small function built with that API, traced (it must contain the primitive) and
+  // batched as a whole; the reference runs it eagerly per example.
+  std::function<Ts(const Ts&)> body = nullptr;
+};
+
+std::string case_name(const Case& c) { return c.label.empty() ? c.prim : c.prim + "_" + c.label; }
+void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
+
+Attrs with_fn(const char* name, FunctionRef f, Attrs a = {}) {
+  a.set(name, std::move(f));
+  return a;
+}
+FunctionRef traced(const std::string& name, const std::vector<TensorType>& types,
+                   const std::function<Ts(const Ts&)>& body) {
+  return ir::trace_function(name, types, body).function;
+}
+
+Case unary(std::string prim, std::function<Tensor(Gen&, const Shape&)> draw, std::string label = "") {
+  return {.prim = std::move(prim), .label = std::move(label), .make = [draw](Gen& g) {
+            const Shape s{g.dim(), g.dim(), g.dim()};
+            return Sample{{draw(g, s)}, {}};
+          }};
+}
+Case binary(std::string prim, std::function<Tensor(Gen&, const Shape&)> a,
+            std::function<Tensor(Gen&, const Shape&)> b, std::string label = "") {
+  return {.prim = std::move(prim), .label = std::move(label), .make = [a, b](Gen& g) {
+            const Shape s{g.dim(), g.dim()};
+            return Sample{{a(g, s), b(g, s)}, {}};
+          }};
+}
+Tensor normal(Gen& g, const Shape& s) { return g.normal(s); }
+Tensor bools(Gen& g, const Shape& s) { return g.bernoulli(s); }
+auto uniform_in(double lo, double hi) { return [lo, hi](Gen& g, const Shape& s) { return g.uniform(s, lo, hi); }; }
+auto away(double lo, double hi) { return [lo, hi](Gen& g, const Shape& s) { return g.away_from_zero(s, lo, hi); }; }
+Tensor ints(Gen& g, const Shape& s) { return astype(g.small_ints(s) * 7.0, int32); }
+Tensor small(Gen& g, const Shape& s) { return g.small_ints(s); }
+
+// Reference for collectives: `combine` of all examples' first inputs, the same for each.
+Reference collective(std::function<Tensor(const Ts& xs)> combine) {
+  return [combine](const std::vector<Ts>& ex, const Attrs&) {
+    Ts xs;
+    for (const Ts& e : ex) xs.push_back(e[0]);
+    const Tensor r = combine(xs);
+    return std::vector<Ts>(ex.size(), Ts{r});
+  };
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> c;
+  // ---- unary elementwise ----
+  for (const char* p : {"neg", "exp", "expm1", "sin", "cos", "tanh", "sigmoid", "erf", "sign"})
+    c.push_back(unary(p, normal));
+  c.push_back(unary("neg", ints, "int32"));
+  c.push_back(unary("abs", normal));
+  c.push_back(unary("abs", ints, "int32"));
+  for (const char* p : {"log", "sqrt", "rsqrt"}) c.push_back(unary(p, uniform_in(0.5, 2.0)));
+  c.push_back(unary("log1p", uniform_in(-0.5, 2.0)));
+  c.push_back(unary("tan", uniform_in(-1.0, 1.0)));
+  for (const char* p : {"floor", "ceil", "round"})
+    c.push_back(unary(p, [](Gen& g, const Shape& s) { return g.normal(s) * 3.0; }));
+  c.push_back(unary("not", bools));
+  c.push_back(unary("isnan", [](Gen& g, const Shape& s) {
+    return where(g.bernoulli(s), full(Shape{}, NAN, float64), g.normal(s));
+  }));
+  c.push_back(unary("stop_gradient", normal));
+  c.push_back({.prim = "convert", .label = "f64_to_f32", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), g.dim()})}, {{"dtype", float32}}};
+               }});
+  c.push_back({.prim = "convert", .label = "f64_to_i32", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), g.dim()}) * 4.0}, {{"dtype", int32}}};
+               }});
+
+  // ---- binary elementwise and select ----
+  for (const char* p : {"add", "sub", "mul", "max", "min"}) c.push_back(binary(p, normal, normal));
+  c.push_back(binary("add", ints, ints, "int32"));
+  c.push_back(binary("div", normal, away(0.5, 2.0)));
+  c.push_back(binary("pow", uniform_in(0.5, 2.0), uniform_in(-1.5, 1.5)));
+  for (const char* p : {"eq", "ne", "lt", "le", "gt", "ge"}) c.push_back(binary(p, small, small));
+  for (const char* p : {"and", "or", "xor"}) c.push_back(binary(p, bools, bools));
+  c.push_back({.prim = "select", .label = "", .make = [](Gen& g) {
+                 const Shape s{g.dim(), g.dim()};
+                 return Sample{{g.bernoulli(s), g.normal(s), g.normal(s)}, {}};
+               }});
+
+  // ---- reductions (negative axes count from the end, also under vmap) ----
+  const auto reduce = [&](const char* p, Ints axes, std::function<Tensor(Gen&, const Shape&)> draw,
+                          std::string label) {
+    c.push_back({.prim = p, .label = std::move(label), .make = [axes, draw](Gen& g) {
+                   return Sample{{draw(g, Shape{g.dim(), g.dim(), g.dim()})}, {{"axes", axes}}};
+                 }});
+  };
+  reduce("reduce_sum", {0, 2}, normal, "");
+  reduce("reduce_sum", {-1}, normal, "negative_axis");
+  reduce("reduce_sum", {}, normal, "no_axes");
+  reduce("reduce_prod", {1}, uniform_in(0.5, 1.5), "");
+  reduce("reduce_max", {2}, normal, "");
+  reduce("reduce_max", {-2, -1}, normal, "negative_axes");
+  reduce("reduce_min", {0, 1}, normal, "");
+  reduce("reduce_and", {1}, bools, "");
+  reduce("reduce_or", {0, -1}, bools, "");
+  for (const char* p : {"argmax", "argmin"}) {
+    c.push_back({.prim = p, .label = "", .make = [](Gen& g) {
+                   return Sample{{g.normal(Shape{g.dim(), g.dim(2, 5), g.dim()})}, {{"axis", int64_t{1}}}};
+                 }});
+    c.push_back({.prim = p, .label = "negative_axis", .make = [](Gen& g) {
+                   return Sample{{g.normal(Shape{g.dim(), g.dim(2, 5)})}, {{"axis", int64_t{-1}}}};
+                 }});
+  }
+
+  // ---- shapes ----
+  c.push_back({.prim = "reshape", .label = "", .make = [](Gen& g) {
+                 const int64_t a = g.dim(), b = g.dim();
+                 return Sample{{g.normal(Shape{a, 2, b})}, {{"shape", Ints{b, 2 * a}}}};
+               }});
+  c.push_back({.prim = "reshape", .label = "to_scalar", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{1, 1})}, {{"shape", Ints{}}}};
+               }});
+  c.push_back({.prim = "transpose", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), g.dim(), g.dim()})}, {{"perm", Ints{2, 0, 1}}}};
+               }});
+  c.push_back({.prim = "broadcast_to", .label = "", .make = [](Gen& g) {
+                 const int64_t n = g.dim();
+                 return Sample{{g.normal(Shape{n, 1})}, {{"shape", Ints{2, n, 4}}}};
+               }});
+  c.push_back({.prim = "broadcast_to", .label = "scalar", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{})}, {{"shape", Ints{3, 2}}}};
+               }});
+  c.push_back({.prim = "slice", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{7, g.dim(5, 6), 3})},
+                               {{"start", Ints{1, 0, 1}}, {"stop", Ints{7, 5, 3}}, {"step", Ints{2, 3, 1}}}};
+               }});
+  c.push_back({.prim = "flip", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), g.dim(), g.dim()})}, {{"axes", Ints{0, 2}}}};
+               }});
+  c.push_back({.prim = "flip", .label = "negative_axis", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), g.dim(2, 4)})}, {{"axes", Ints{-1}}}};
+               }});
+  c.push_back({.prim = "concatenate", .label = "", .make = [](Gen& g) {
+                 const int64_t n = g.dim();
+                 return Sample{{g.normal(Shape{n, 3}), g.normal(Shape{n, 1}), g.normal(Shape{n, g.dim()})},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "concatenate", .label = "negative_axis", .make = [](Gen& g) {
+                 const int64_t n = g.dim();
+                 return Sample{{g.normal(Shape{2, n}), g.normal(Shape{2, g.dim()})}, {{"axis", int64_t{-1}}}};
+               }});
+  c.push_back({.prim = "pad", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), g.dim()})},
+                               {{"low", Ints{1, 0}}, {"high", Ints{2, 3}}, {"value", 1.5}}};
+               }});
+
+  // ---- gather and scatter: index inputs, batched and unbatched (negative indices too) ----
+  c.push_back({.prim = "gather", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), 5, 2}), g.indices(Shape{g.dim(), g.dim()}, -5, 5)},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "gather", .label = "negative_axis_i32", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), 4}), g.indices(Shape{3}, 0, 4, int32)},
+                               {{"axis", int64_t{-1}}}};
+               }});
+  c.push_back({.prim = "gather", .label = "scalar_index", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{4, g.dim()}), g.indices(Shape{}, 0, 4)}, {{"axis", int64_t{0}}}};
+               }});
+  c.push_back({.prim = "scatter_add", .label = "", .make = [](Gen& g) {
+                 const int64_t a = g.dim();
+                 return Sample{{g.normal(Shape{a, 5, 2}), g.indices(Shape{2, 2}, 0, 5),
+                                g.normal(Shape{a, 2, 2, 2})},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "gather_along", .label = "", .make = [](Gen& g) {
+                 const int64_t a = g.dim();
+                 return Sample{{g.normal(Shape{a, 4}), g.indices(Shape{a, 5}, 0, 4)}, {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "scatter_add_along", .label = "", .make = [](Gen& g) {
+                 const int64_t a = g.dim();
+                 return Sample{{g.normal(Shape{a, 4}), g.indices(Shape{a, 5}, 0, 4), g.normal(Shape{a, 5})},
+                               {{"axis", int64_t{1}}}};
+               }});
+
+  // ---- linear algebra, convolution, pooling ----
+  c.push_back({.prim = "matmul", .label = "", .make = [](Gen& g) {
+                 const int64_t m = g.dim(), k = g.dim(2, 5), n = g.dim();
+                 return Sample{{g.normal(Shape{m, k}), g.normal(Shape{k, n})}, {}};
+               }});
+  c.push_back({.prim = "matmul", .label = "batched", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{2, 3, 4}), g.normal(Shape{2, 4, g.dim()})}, {}};
+               }});
+  c.push_back({.prim = "conv2d", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(1, 2), 3, 5, 6}), g.normal(Shape{g.dim(1, 3), 3, 3, 2})},
+                               {{"stride", Ints{1, 1}}, {"padding", Ints{0, 0}},
+                                {"dilation", Ints{1, 1}}, {"groups", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "conv2d", .label = "strided_padded_dilated_grouped", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{2, 4, 7, 6}), g.normal(Shape{6, 2, 3, 2})},
+                               {{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}},
+                                {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}}};
+               }});
+  const Attrs pool{{"kernel", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 1}}};
+  c.push_back({.prim = "max_pool2d", .label = "", .make = [pool](Gen& g) {
+                 return Sample{{g.distinct(Shape{g.dim(1, 2), 3, 5, 6})}, pool};
+               }});
+  c.push_back({.prim = "avg_pool2d", .label = "", .make = [pool](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(1, 2), 3, 5, 6})}, pool};
+               }});
+
+  // ---- random: batched keys give independent streams, unbatched keys the same numbers ----
+  c.push_back({.prim = "random_bits", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.key()}, {{"shape", Ints{g.dim(), 3}}}};
+               }});
+  c.push_back({.prim = "random_bits", .label = "key_batch", .make = [](Gen& g) {
+                 return Sample{{g.keys(3)}, {{"shape", Ints{g.dim()}}}};
+               }});
+  c.push_back({.prim = "random_uniform", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.key()}, {{"shape", Ints{g.dim(), 2}}, {"dtype", float32}}};
+               }});
+  c.push_back({.prim = "random_uniform", .label = "key_batch_f64", .make = [](Gen& g) {
+                 return Sample{{g.keys(2)}, {{"shape", Ints{3}}, {"dtype", float64}}};
+               }});
+  c.push_back({.prim = "random_split", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.key()}, {{"n", int64_t{3}}}};
+               }});
+  c.push_back({.prim = "random_fold_in", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.keys(2)}, {{"data", int64_t{17}}}};
+               }});
+  c.push_back({.prim = "random_permutation", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.key()}, {{"n", int64_t{6}}}};
+               }});
+
+  // ---- primitives holding sub-functions ----
+  c.push_back({.prim = "call", .label = "two_results", .make = [](Gen& g) {
+                 const TensorType m{float64, Shape{3, 4}}, v{float64, Shape{4}};
+                 FunctionRef fn = traced("inner", {m, v}, [](const Ts& a) {
+                   return Ts{sin(a[0]) * a[1], sum(exp(a[1])) + matmul(a[0], a[1])};
+                 });
+                 return Sample{{g.normal(Shape{3, 4}), g.normal(Shape{4})}, with_fn("fn", fn)};
+               }});
+  c.push_back({.prim = "call", .label = "nested_call_with_constant", .make = [](Gen& g) {
+                 const TensorType m{float64, Shape{2, 3}};
+                 FunctionRef inner = traced("inner", {m}, [](const Ts& a) {
+                   return Ts{a[0] * tensor({1.0, 2.0, 3.0})};
+                 });
+                 FunctionRef fn = traced("outer", {m}, [inner](const Ts& a) {
+                   Ts r = kiln::bind(primitive("call"), {tanh(a[0])}, with_fn("fn", inner));
+                   return Ts{r[0] + a[0], sum(a[0], {1})};
+                 });
+                 return Sample{{g.normal(Shape{2, 3})}, with_fn("fn", fn)};
+               }});
+  c.push_back({.prim = "checkpoint", .label = "", .make = [](Gen& g) {
+                 const TensorType m{float64, Shape{3, 4}};
+                 FunctionRef fn = traced("inner", {m, m}, [](const Ts& a) {
+                   return Ts{tanh(a[0]) * a[1] + max(a[0], {1}, true)};
+                 });
+                 return Sample{{g.normal(Shape{3, 4}), g.normal(Shape{3, 4})}, with_fn("fn", fn)};
+               }});
+  c.push_back({.prim = "custom_jvp", .label = "", .make = [](Gen& g) {
+                 const TensorType m{float64, Shape{3}};
+                 FunctionRef fn = traced("f", {m, m}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
+                 FunctionRef rule = traced("f_jvp", {m, m, m, m}, [](const Ts& a) {
+                   return Ts{cos(a[0]) * a[2] * a[1] + sin(a[0]) * a[3]};
+                 });
+                 return Sample{{g.normal(Shape{3}), g.normal(Shape{3})}, with_fn("fn", fn, with_fn("jvp", rule))};
+               }});
+  c.push_back({.prim = "custom_vjp", .label = "", .make = [](Gen& g) {
+                 const TensorType m{float64, Shape{3}};
+                 FunctionRef fn = traced("f", {m, m}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
+                 FunctionRef bwd = traced("f_bwd", {m, m, m, m}, [](const Ts& a) {
+                   return Ts{a[3] * cos(a[0]) * a[1], a[3] * sin(a[0])};
+                 });
+                 return Sample{{g.normal(Shape{3}), g.normal(Shape{3})}, with_fn("fn", fn, with_fn("bwd", bwd))};
+               }});
+
+  // ---- control flow, through the public API (batched and shared predicates, per-example trip
+  // counts, batched carries and xs, the reverse pass of a data-dependent loop) ----
+  c.push_back({.prim = "cond", .label = "", .make = [](Gen& g) {
+                 const Shape s{g.dim()};
+                 return Sample{{g.bernoulli(Shape{}), g.normal(s), g.normal(s)}, {}};
+               }, .body = [](const Ts& a) {
+                 return Ts{cond(a[0], [](const Tensor& x, const Tensor& y) { return sin(x) * y; },
+                                [](const Tensor& x, const Tensor& y) { return x - exp(y); }, a[1], a[2])};
+               }});
+  using Carry = std::pair<Tensor, Tensor>;
+  const auto trips = [](const Tensor& x, const Tensor& n) {
+    return while_loop([&](const Carry& s) { return s.first < n; },
+                      [](const Carry& s) { return Carry{s.first + 1, sin(s.second) * 1.5 + 0.1}; },
+                      Carry{tensor(int32_t{0}), x}).second;
+  };
+  c.push_back({.prim = "while", .label = "per_example_trip_counts", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim()}), g.indices(Shape{}, 0, 4, int32)}, {}};
+               }, .body = [trips](const Ts& a) { return Ts{trips(a[0], a[1])}; }});
+  c.push_back({.prim = "while_grad", .label = "", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim()}), g.indices(Shape{}, 0, 4, int32)}, {}};
+               }, .body = [trips](const Ts& a) {
+                 return Ts{grad([trips](const Tensor& x, const Tensor& n) { return sum(trips(x, n)); })(a[0], a[1])};
+               }});
+  c.push_back({.prim = "scan", .label = "", .make = [](Gen& g) {
+                 const int64_t n = g.dim();
+                 return Sample{{g.normal(Shape{n}), g.normal(Shape{g.dim(), n})}, {}};
+               }, .body = [](const Ts& a) {
+                 auto [carry, ys] = scan([](const Tensor& c, const Tensor& x) { return Carry{tanh(c + x), c * x}; },
+                                         a[0], a[1]);
+                 return Ts{carry, ys};
+               }});
+  c.push_back({.prim = "scan", .label = "reverse", .make = [](Gen& g) {
+                 return Sample{{g.normal(Shape{2}), g.normal(Shape{3, 2})}, {}};
+               }, .body = [](const Ts& a) {
+                 auto [carry, ys] = scan([](const Tensor& c, const Tensor& x) { return Carry{c * 0.5 + x, sum(c)}; },
+                                         a[0], a[1], ScanOptions{.reverse = true, .length = std::nullopt});
+                 return Ts{carry, ys};
+               }});
+
+  // ---- collectives over the vmap's named axis: hand-computed references ----
+  const Attrs named{{"axis_name", std::string("batch")}};
+  c.push_back({.prim = "psum", .label = "", .make = [named](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), 2})}, named};
+               }, .reference = collective([](const Ts& xs) {
+                 Tensor s = xs[0];
+                 for (std::size_t i = 1; i < xs.size(); ++i) s = s + xs[i];
+                 return s;
+               }), .axis_name = "batch"});
+  c.push_back({.prim = "pmax", .label = "", .make = [named](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), 2})}, named};
+               }, .reference = collective([](const Ts& xs) {
+                 Tensor m = xs[0];
+                 for (std::size_t i = 1; i < xs.size(); ++i) m = maximum(m, xs[i]);
+                 return m;
+               }), .axis_name = "batch"});
+  c.push_back({.prim = "all_gather", .label = "", .make = [named](Gen& g) {
+                 return Sample{{g.normal(Shape{g.dim(), 2})}, named};  // axis_size: set per batch
+               }, .reference = collective([](const Ts& xs) { return stack(xs, 0); }), .axis_name = "batch"});
+  c.push_back({.prim = "axis_index", .label = "", .make = [named](Gen&) { return Sample{{}, named}; },
+               .reference = [](const std::vector<Ts>& ex, const Attrs&) {
+                 std::vector<Ts> out;
+                 for (std::size_t i = 0; i < ex.size(); ++i)
+                   out.push_back({tensor(std::vector<int32_t>{static_cast<int32_t>(i)}, Shape{})});
+                 return out;
+               }, .axis_name = "batch"});
+  return c;
+}
+
+// ---- comparison -----------------------------------------------------------------------
+
+std::vector<double> values(const Tensor& t) { return astype(t, float64).to_vector<double>(); }
+
+// Same type; floating values within rtol * max(1, max |want|) (NaN matches NaN); others exact.
+void expect_close(const Tensor& got, const Tensor& want, double rtol, const std::string& what) {
+  ASSERT_EQ(got.type(), want.type()) << what;
+  const std::vector<double> g = values(got), w = values(want);
+  const bool exact = !is_floating(want.dtype());
+  const double tol = exact ? 0.0 : want.dtype() == float64 ? rtol : std::max(rtol, 1e-6);
+  double scale = 1.0;
+  for (double v : w)
+    if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
+  for (std::size_t k = 0; k < g.size(); ++k) {
+    if (std::isnan(w[k]) && std::isnan(g[k])) continue;
+    if (!(std::abs(g[k] - w[k]) <= tol * scale)) {
+      ADD_FAILURE() << what << ": element " << k << " got " << g[k] << ", expected " << w[k]
+                    << " (" << want.type() << ")";
+      return;
+    }
+  }
+}
+
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "<no error>";
+}
+
+// ---- the per-primitive check ------------------------------------------------------------
+
+// A batching pattern: for each input, where its batch axis goes (nullopt: unbatched).
+struct Pattern {
+  std::string label;
+  Dims dims;
+  int64_t size;
+};
+
+// First, middle and last axes of every input; each input batched alone; each left out.
+std::vector<Pattern> patterns(const Ts& example, bool collective) {
+  const std::size_t n = example.size();
+  auto where_ = [&](std::size_t k, int which) -> int {  // 0 first, 1 middle, 2 last
+    const int r = example[k].rank();
+    return which == 0 ? 0 : which == 1 ? (r + 1) / 2 : r;
+  };
+  std::vector<Pattern> out;
+  const char* names[] = {"first", "middle", "last"};
+  for (int w = 0; w < 3; ++w) {
+    Dims d;
+    for (std::size_t k = 0; k < n; ++k) d.push_back(where_(k, w));
+    out.push_back({std::string("all_") + names[w], d, 2 + w});
+  }
+  if (n > 1) {
+    Dims mixed;  // every input on another axis
+    for (std::size_t k = 0; k < n; ++k) mixed.push_back(where_(k, static_cast<int>((k + 1) % 3)));
+    out.push_back({"all_mixed_axes", mixed, 3});
+    for (std::size_t k = 0; k < n; ++k) {
+      Dims only(n);
+      only[k] = where_(k, static_cast<int>(k % 3));
+      out.push_back({"only_" + std::to_string(k), only, 3});
+      if (n > 2) {
+        Dims but(n);
+        for (std::size_t j = 0; j < n; ++j)
+          if (j != k) but[j] = where_(j, static_cast<int>((j + k) % 3));
+        out.push_back({"all_but_" + std::to_string(k), but, 2});
+      }
+    }
+  }
+  // Nothing batched: evaluate binds eagerly (collectives still reach their rule).
+  out.push_back({"none", Dims(n), collective ? 3 : 2});
+  if (n > 0) out.push_back({"size_one", Dims(n, std::optional<int>(0)), 1});
+  return out;
+}
+
+class BatchRules : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BatchRules, MatchesLoopOverExamples) {
+  const Case& c = GetParam();
+  const Primitive& p = primitive(c.prim);
+  const uint64_t seed = seed_of(case_name(c));
+  Sample first;
+  {
+    Gen g(seed, seed);
+    first = c.make(g);
+  }
+  for (const Pattern& pat : patterns(first.args, !c.axis_name.empty())) {
+    SCOPED_TRACE(case_name(c) + " / " + pat.label + " / batch size " + std::to_string(pat.size));
+    const int64_t B = pat.size;
+    // B independent examples, all of the same shapes; attributes from the first.
+    std::vector<Ts> ex;
+    for (int64_t b = 0; b < B; ++b) {
+      Gen g(seed, seed + 1000003ull * static_cast<uint64_t>(b + 1));
+      ex.push_back(c.make(g).args);
+    }
+    Attrs attrs = first.attrs;
+    if (c.prim == "all_gather") attrs.set("axis_size", B);
+    const std::size_t n = first.args.size();
+    // Unbatched inputs: example 0's for everyone.
+    for (int64_t b = 1; b < B; ++b)
+      for (std::size_t k = 0; k < n; ++k)
+        if (!pat.dims[k]) ex[static_cast<std::size_t>(b)][k] = ex[0][k];
+
+    std::vector<TensorType> types;
+    for (const Tensor& t : ex[0]) types.push_back(t.type());
+    const ir::Traced f = ir::trace_function(c.prim, types, [&](const Ts& params) {
+      return c.body ? c.body(params) : kiln::bind(p, params, attrs);
+    });
+    ir::verify(*f.function);
+    ASSERT_TRUE(f.captures.empty());
+    if (c.body) {
+      bool found = false;
+      for (const ir::Equation& e : f.function->equations) found = found || e.prim == &p;
+      ASSERT_TRUE(found) << "the case's function does not contain '" << c.prim << "':\n" << ir::print(*f.function);
+    }
+    std::vector<Batched> args;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (!pat.dims[k]) {
+        args.push_back({ex[0][k], std::nullopt});
+        continue;
+      }
+      Ts parts;
+      for (const Ts& e : ex) parts.push_back(e[k]);
+      args.push_back({stack(parts, *pat.dims[k]), pat.dims[k]});
+    }
+    std::vector<Batched> outs;
+    {
+      detail::AxisScopeGuard scope(c.axis_name, B);
+      outs = batching::evaluate(*f.function, args, B, c.axis_name);
+    }
+
+    std::vector<Ts> want;
+    if (c.reference) {
+      want = c.reference(ex, attrs);
+    } else if (c.body) {
+      for (const Ts& e : ex) want.push_back(c.body(e));
+    } else {
+      for (const Ts& e : ex) want.push_back(kiln::bind(p, e, attrs));
+    }
+    const std::vector<TensorType> out_types = f.function->result_types();
+    ASSERT_EQ(outs.size(), out_types.size());
+    for (std::size_t j = 0; j < outs.size(); ++j) {
+      const Batched& o = outs[j];
+      ASSERT_TRUE(o.value.defined());
+      Tensor got;
+      if (o.dim) {
+        ASSERT_GE(*o.dim, 0);
+        ASSERT_LT(*o.dim, o.value.rank());
+        ASSERT_EQ(o.value.shape()[*o.dim], B) << "result " << j << " batch axis " << *o.dim;
+        got = moveaxis(o.value, *o.dim, 0);
+      } else {
+        got = stack(Ts(static_cast<std::size_t>(B), o.value), 0);
+      }
+      Ts parts;
+      for (const Ts& w : want) parts.push_back(w[j]);
+      const Tensor expected = stack(parts, 0);
+      std::vector<int64_t> shape{B};
+      shape.insert(shape.end(), out_types[j].shape.begin(), out_types[j].shape.end());
+      EXPECT_EQ(got.type(), (TensorType{out_types[j].dtype, Shape(shape)})) << "result " << j;
+      expect_close(got, expected, c.rtol, "result " + std::to_string(j));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vmap, BatchRules, ::testing::ValuesIn(cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+
+// ---- the registry ----------------------------------------------------------------------
+
+TEST(VmapRegistry, EveryPrimitiveHasABatchRule) {
+  for (const Primitive* p : all_primitives())
+    if (!p->batch) ADD_FAILURE() << "primitive '" << p->name << "' has no batching rule";
+}
+
+TEST(VmapRegistry, EveryBatchRuleHasACase) {
+  std::set<std::string> covered;
+  for (const Case& c : cases()) {
+    covered.insert(c.prim);
+    if (!find_primitive(c.prim)) ADD_FAILURE() << "case '" << case_name(c) << "' names no registered primitive";
+  }
+  for (const Primitive* p : all_primitives())
+    if (p->batch && !covered.count(p->name))
+      ADD_FAILURE() << "primitive '" << p->name
+                    << "' has a batching rule but no case: add one to cases() in tests/test_vmap.cpp";
+}
+
+// ---- the API ---------------------------------------------------------------------------
+
+Tensor rand(uint64_t seed, const Shape& s) { return random::normal(random::key(seed), s, float64); }
+
+// f applied to example i of each argument (index along `axes`, nullopt: shared) and stacked.
+template <int N, class F>
+Tensor loop(F f, const Ts& args, const Dims& axes, int64_t n, int out_axis = 0) {
+  Ts outs;
+  for (int64_t i = 0; i < n; ++i) {
+    Ts a;
+    for (std::size_t k = 0; k < args.size(); ++k)
+      a.push_back(axes[k] ? index(moveaxis(args[k], *axes[k], 0), i) : args[k]);
+    if constexpr (N == 1) outs.push_back(f(a[0]));
+    else outs.push_back(f(a[0], a[1]));
+  }
+  return stack(outs, out_axis);
+}
+
+TEST(VmapApi, InAxesIntsNegativeAndNone) {
+  auto f = [](const Tensor& x, const Tensor& y) { return sin(x) * y + sum(y * y); };
+  const Tensor x = rand(1, Shape{4, 3}), y_last = rand(2, Shape{3, 4}), y = rand(3, Shape{3});
+  expect_close(vmap(f)(x, transpose(y_last)), loop<2>(f, {x, transpose(y_last)}, {0, 0}, 4), 1e-12, "default");
+  expect_close(vmap(f, in_axes(0, -1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4), 1e-12, "negative");
+  expect_close(vmap(f, in_axes(-2, 1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4), 1e-12, "both");
+  expect_close(vmap(f, in_axes(0, none))(x, y), loop<2>(f, {x, y}, {0, std::nullopt}, 4), 1e-12, "none");
+  expect_close(vmap(f, in_axes(none, 1))(y, y_last), loop<2>(f, {y, y_last}, {std::nullopt, 1}, 4), 1e-12,
+               "none first");
+  // A pair argument: in_axes applies to every leaf of the argument.
+  auto g = [](const std::pair<Tensor, Tensor>& p, const Tensor& x) { return p.first * x + p.second; };
+  const Tensor a = rand(4, Shape{4, 3}), b = rand(5, Shape{4, 3});
+  const Tensor got = vmap(g, in_axes(0, 0))(std::make_pair(a, b), x);
+  expect_close(got, a * x + b, 1e-12, "tree argument");
+}
+
+TEST(VmapApi, OutAxes) {
+  auto f = [](const Tensor& x) { return x * 2.0; };
+  const Tensor x = rand(6, Shape{4, 3});
+  expect_close(vmap(f, out_axes(1))(x), transpose(x * 2.0), 0, "out_axes 1");
+  expect_close(vmap(f, out_axes(-1))(x), transpose(x * 2.0), 0, "out_axes -1");
+  // An unbatched result may be returned as is...
+  const Tensor c = rand(7, Shape{3});
+  auto g = [](const Tensor&, const Tensor& shared) { return exp(shared); };
+  const Tensor u = vmap(g, in_axes(0, none), out_axes(none))(x, c);
+  expect_close(u, exp(c), 0, "out_axes none");
+  // ... or broadcast along the requested axis.
+  expect_close(vmap(g, in_axes(0, none))(x, c), broadcast_to(exp(c), Shape{4, 3}), 0, "broadcast");
+  expect_close(vmap(g, in_axes(0, none), out_axes(1))(x, c), broadcast_to(expand_dims(exp(c), 1), Shape{3, 4}),
+               0, "broadcast at 1");
+  // Several results, one axis each.
+  auto two = [](const Tensor& v) { return std::make_tuple(v + 1.0, sum(v)); };
+  const auto [p, q] = vmap(two, out_axes(1, 0))(x);
+  expect_close(p, transpose(x + 1.0), 0, "tuple 0");
+  expect_close(q, sum(x, {1}), 1e-12, "tuple 1");
+  // A batched result cannot be `none`.
+  const std::string e = error_of([&] { vmap(f, out_axes(none))(x); });
+  EXPECT_NE(e.find("varies across the batch"), std::string::npos) << e;
+  EXPECT_NE(e.find("out_axes none"), std::string::npos) << e;
+}
+
+TEST(VmapApi, NestedVmapMatchesDoubleLoop) {
+  auto f = [](const Tensor& x, const Tensor& w) { return tanh(matmul(w, x)) + sum(x); };
+  const Tensor x = rand(8, Shape{2, 3, 4});  // [A, B, 4]
+  const Tensor w = rand(9, Shape{5, 4});
+  Ts rows;
+  for (int64_t a = 0; a < 2; ++a) {
+    Ts cols;
+    for (int64_t b = 0; b < 3; ++b) cols.push_back(f(index(index(x, a), b), w));
+    rows.push_back(stack(cols, 0));
+  }
+  const Tensor want = stack(rows, 0);
+  const Tensor got = vmap(vmap(f, in_axes(0, none)), in_axes(0, none))(x, w);
+  expect_close(got, want, 1e-12, "vmap(vmap)");
+  // Inner over axis 1 of a [A, 4, B] layout, outer over axis 0, inner result axis 1.
+  const Tensor xt = moveaxis(x, 1, 2);
+  const Tensor got2 = vmap(vmap(f, in_axes(1, none), out_axes(1)), in_axes(0, none))(xt, w);
+  expect_close(got2, moveaxis(want, 1, 2), 1e-12, "vmap(vmap) with axes");
+  // A per-example weight matrix: the outer batch maps w too.
+  const Tensor ws = rand(10, Shape{2, 5, 4});
+  Ts rows3;
+  for (int64_t a = 0; a < 2; ++a) {
+    Ts cols;
+    for (int64_t b = 0; b < 3; ++b) cols.push_back(f(index(index(x, a), b), index(ws, a)));
+    rows3.push_back(stack(cols, 0));
+  }
+  expect_close(vmap(vmap(f, in_axes(0, none)))(x, ws), stack(rows3, 0), 1e-12, "outer maps w");
+}
+
+TEST(VmapApi, CollectivesOverNestedNamedAxes) {
+  const Tensor x = rand(11, Shape{2, 3});
+  auto f = [](const Tensor& v) {
+    return v - psum(v, "outer") + 10.0 * pmax(v, "inner") + astype(axis_index("inner"), float64) +
+           100.0 * astype(axis_index("outer"), float64);
+  };
+  const Tensor got = vmap(vmap(f, axis_name("inner")), axis_name("outer"))(x);
+  const Tensor want = x - sum(x, {0}, true) + 10.0 * max(x, {1}, true) +
+                      astype(arange(3, int32), float64) + 100.0 * expand_dims(astype(arange(2, int32), float64), 1);
+  expect_close(got, want, 1e-12, "nested collectives");
+  // all_gather and pmean over the outer axis from inside the inner one.
+  auto g = [](const Tensor& v) { return std::make_pair(all_gather(v, "outer"), pmean(v, "outer")); };
+  const auto [ga, pm] = vmap(vmap(g, axis_name("inner")), axis_name("outer"))(x);
+  // Example (a, b) gathers x[:, b].
+  EXPECT_EQ(ga.shape(), (Shape{2, 3, 2}));
+  for (int64_t a = 0; a < 2; ++a)
+    for (int64_t b = 0; b < 3; ++b) expect_close(index(index(ga, a), b), index(transpose(x), b), 0, "all_gather");
+  expect_close(pm, broadcast_to(mean(x, {0}, true), Shape{2, 3}), 1e-12, "pmean");
+}
+
+TEST(VmapApi, VmapOfGradMatchesLoopOfGrad) {
+  auto f = [](const Tensor& w, const Tensor& x) { return sum(tanh(matmul(x, w)) * tanh(matmul(x, w))); };
+  const Tensor ws = rand(12, Shape{4, 3, 2}), xs = rand(13, Shape{4, 5, 3}), w = rand(14, Shape{3, 2});
+  expect_close(vmap(grad(f))(ws, xs), loop<2>(grad(f), {ws, xs}, {0, 0}, 4), 1e-12, "both batched");
+  expect_close(vmap(grad(f), in_axes(none, 0))(w, xs), loop<2>(grad(f), {w, xs}, {std::nullopt, 0}, 4), 1e-12,
+               "per-example gradients");
+  expect_close(vmap(grad(f), in_axes(2, none))(moveaxis(ws, 0, 2), index(xs, 0)),
+               loop<2>(grad(f), {ws, index(xs, 0)}, {0, std::nullopt}, 4), 1e-12, "weights on axis 2");
+}
+
+TEST(VmapApi, GradOfVmappedFunctionMatchesLoop) {
+  auto f = [](const Tensor& w, const Tensor& x) { return sum(sin(matmul(w, x))); };
+  const Tensor w = rand(15, Shape{3, 4}), xs = rand(16, Shape{5, 4});
+  auto total = [f](const Tensor& w_, const Tensor& xs_) { return sum(vmap(f, in_axes(none, 0))(w_, xs_)); };
+  Tensor want = zeros(Shape{3, 4}, float64);
+  for (int64_t i = 0; i < 5; ++i) want = want + grad(f)(w, index(xs, i));
+  expect_close(grad(total)(w, xs), want, 1e-12, "grad of sum of vmap");
+  // With respect to the batched argument: row i is the gradient for example i.
+  const Tensor gx = grad(total, argnums<1>)(w, xs);
+  expect_close(gx, loop<2>(grad(f, argnums<1>), {w, xs}, {std::nullopt, 0}, 5), 1e-12, "grad wrt batch");
+  // jit of the whole thing.
+  expect_close(jit(grad(total))(w, xs), want, 1e-12, "jit(grad(sum of vmap))");
+}
+
+TEST(VmapApi, JacobiansMatchVmapOfJvpAndVjp) {
+  const Tensor a = rand(17, Shape{3, 4});
+  auto f = [a](const Tensor& x) { return tanh(matmul(a, x)) + sum(x * x); };
+  const Tensor x = rand(18, Shape{4});
+  // Forward: J e_j for every basis vector at once, stacked as columns.
+  const Tensor jf = vmap([&](const Tensor& t) { return jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{t}).second; },
+                         in_axes(0), out_axes(1))(eye(4, float64));
+  // Reverse: e_i^T J for every output at once, stacked as rows.
+  const Tensor jr = vmap([&](const Tensor& ct) {
+    auto [y, pullback] = vjp(f, x);
+    return std::get<0>(pullback(ct));
+  })(eye(3, float64));
+  EXPECT_EQ(jf.shape(), (Shape{3, 4}));
+  expect_close(jacfwd(f)(x), jf, 1e-12, "jacfwd");
+  expect_close(jacrev(f)(x), jr, 1e-12, "jacrev");
+  expect_close(jf, jr, 1e-12, "forward vs reverse");
+  // Jacobians of every example of a batch.
+  const Tensor xs = rand(19, Shape{2, 4});
+  expect_close(vmap(jacrev(f))(xs), stack(Ts{jacrev(f)(index(xs, 0)), jacrev(f)(index(xs, 1))}, 0), 1e-12,
+               "vmap(jacrev)");
+}
+
+TEST(VmapApi, JitAndVmapCompose) {
+  auto f = [](const Tensor& x, const Tensor& y) { return sin(x) * y + sum(x); };
+  const Tensor x = rand(20, Shape{4, 3}), y = rand(21, Shape{3});
+  const Tensor plain = vmap(f, in_axes(0, none))(x, y);
+  expect_close(plain, loop<2>(f, {x, y}, {0, std::nullopt}, 4), 1e-12, "plain");
+  auto jv = jit(vmap(f, in_axes(0, none)));
+  expect_close(jv(x, y), plain, 1e-12, "jit(vmap)");
+  expect_close(jv(x, y), plain, 1e-12, "jit(vmap), cached");
+  EXPECT_EQ(jv.cache_size(), 1u);
+  expect_close(vmap(jit(f), in_axes(0, none))(x, y), plain, 1e-12, "vmap(jit)");
+  // Both batched, through the nested jit's call.
+  const Tensor ys = rand(22, Shape{4, 3});
+  expect_close(vmap(jit(f))(x, ys), loop<2>(f, {x, ys}, {0, 0}, 4), 1e-12, "vmap(jit) both");
+  expect_close(jit(vmap(jit(f)))(x, ys), loop<2>(f, {x, ys}, {0, 0}, 4), 1e-12, "jit(vmap(jit))");
+  // The jitted program is the batched one: no per-example loop.
+  const std::string ir = ir::print(jv.lower(x, y));
+  EXPECT_EQ(ir.find("call"), std::string::npos) << ir;
+}
+
+struct Params {
+  Tensor w, b;
+};
+KILN_TREE(Params, w, b);
+
+// The usage example, as written.
+TEST(VmapApi, UsageExample) {
+  auto loss = [](const Params& p, const Tensor& x, const Tensor& y) {
+    Tensor z = matmul(x, p.w) + p.b;
+    return sum((z - y) * (z - y));
+  };
+  Params p{ones({3, 2}), zeros({2})};
+  Tensor xs = ones({5, 3}), ys = zeros({5, 2});
+  auto per_example = jit(vmap(grad(loss), in_axes(none, 0, 0)));
+  Params g = per_example(p, xs, ys);
+  EXPECT_EQ(g.w.shape(), (Shape{5, 3, 2}));
+  EXPECT_EQ(g.b.shape(), (Shape{5, 2}));
+  // z = 3 everywhere, dL/dz = 2 z = 6, dL/dw = x^T (6) = 6, dL/db = 6.
+  expect_close(g.w, full(Shape{5, 3, 2}, 6.0), 0, "g.w");
+  expect_close(g.b, full(Shape{5, 2}, 6.0), 0, "g.b");
+  auto centered = vmap([](const Tensor& v) { return v - pmean(v, "batch"); }, in_axes(0), axis_name("batch"));
+  expect_close(centered(tensor({1.f, 2.f, 3.f})), tensor({-1.f, 0.f, 1.f}), 0, "centered");
+  std::ostringstream os;
+  os << g.w.shape();
+  EXPECT_EQ(os.str(), "[5, 3, 2]");
+}
+
+TEST(VmapErrors, InconsistentBatchSizesNameTheInputsAndSizes) {
+  auto f = [](const Tensor& x, const Tensor& y) { return x + y; };
+  const std::string e = error_of([&] { vmap(f)(ones({5, 3}), ones({4, 3})); });
+  EXPECT_NE(e.find("inconsistent batch sizes"), std::string::npos) << e;
+  EXPECT_NE(e.find("5 for argument 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("4 for argument 1"), std::string::npos) << e;
+}
+
+TEST(VmapErrors, AxisOutOfRangeNamesTheArgumentAndRank) {
+  auto f = [](const Tensor& x, const Tensor& y) { return x + y; };
+  const std::string e = error_of([&] { vmap(f, in_axes(0, 2))(ones({4, 3}), ones({4, 3})); });
+  EXPECT_NE(e.find("axis out of range for argument 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank 2"), std::string::npos) << e;
+  const std::string neg = error_of([&] { vmap(f, in_axes(-3, 0))(ones({4, 3}), ones({4, 3})); });
+  EXPECT_NE(neg.find("argument 0"), std::string::npos) << neg;
+  EXPECT_NE(neg.find("rank 2"), std::string::npos) << neg;
+  const std::string count = error_of([&] { vmap(f, in_axes(0))(ones({4, 3}), ones({4, 3})); });
+  EXPECT_NE(count.find("one per argument"), std::string::npos) << count;
+}
+
+TEST(VmapErrors, UnknownAxisNameNamesTheAxesInScope) {
+  auto bad = vmap([](const Tensor& v) { return v - pmean(v, "oops"); }, in_axes(0), axis_name("batch"));
+  const std::string e = error_of([&] { bad(tensor({1.f, 2.f, 3.f})); });
+  EXPECT_NE(e.find("'oops'"), std::string::npos) << e;
+  EXPECT_NE(e.find("[batch]"), std::string::npos) << e;
+  // Outside any vmap: no axes in scope.
+  const std::string outside = error_of([] { psum(ones({2}), "batch"); });
+  EXPECT_NE(outside.find("'batch'"), std::string::npos) << outside;
+}
+
+TEST(VmapRandom, BatchedKeysGiveIndependentStreams) {
+  const Tensor k = random::key(1234);
+  const Tensor keys = random::split(k, 4);
+  const Tensor rows = vmap([](const Tensor& key) { return random::normal(key, {3}); })(keys);
+  ASSERT_EQ(rows.type(), (TensorType{float32, Shape{4, 3}}));
+  for (int64_t i = 0; i < 4; ++i) {
+    expect_close(index(rows, i), random::normal(index(keys, i), {3}), 0, "row " + std::to_string(i));
+    for (int64_t j = 0; j < i; ++j)
+      EXPECT_NE(values(index(rows, i)), values(index(rows, j))) << "rows " << i << " and " << j;
+  }
+  // Keys on another axis, and a split inside the function.
+  auto two = [](const Tensor& key) {
+    const auto [a, b] = random::split(key);
+    return random::uniform(a, {2}) + random::uniform(b, {2});
+  };
+  const Tensor got = vmap(two, in_axes(1))(transpose(keys));
+  expect_close(got, loop<1>(two, {keys}, {0}, 4), 0, "split inside");
+}
+
+TEST(VmapRandom, UnbatchedKeyGivesTheSameNumbersForEveryExample) {
+  const Tensor k = random::key(99);
+  const Tensor xs = rand(23, Shape{4, 3});
+  auto f = [](const Tensor& key, const Tensor& x) { return random::normal(key, {3}, float64) + x; };
+  const Tensor got = vmap(f, in_axes(none, 0))(k, xs);
+  const Tensor draw = random::normal(k, {3}, float64);
+  for (int64_t i = 0; i < 4; ++i) expect_close(index(got, i) - index(xs, i), draw, 1e-14, "example " + std::to_string(i));
+}
+
+}  // namespace
+}  // namespace kiln

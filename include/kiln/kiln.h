@@ -11,4 +11,5 @@
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
 #include "kiln/transforms.h"
+#include "kiln/control_flow.h"
 #include "kiln/tree.h"

@@ -340,44 +340,6 @@ auto jvp(F f, const std::tuple<Args...>& primals, const std::tuple<Args...>& tan
   return std::make_pair(tree_unflatten<Out>(t.out_def, r.outputs), tree_unflatten<Out>(t.out_def, out_t));
 }
 
-// Jacobians of a Tensor -> Tensor function, shaped out.shape + in.shape.
-template <class F>
-auto jacfwd(F f) {
-  return [f](const Tensor& x) {
-    const int64_t n = x.numel();
-    std::vector<Tensor> cols;
-    Tensor out;
-    for (int64_t i = 0; i < n; ++i) {
-      const Tensor e = reshape(one_hot(tensor(std::vector<int64_t>{i}, Shape{1}), n, x.dtype()), x.shape());
-      auto [y, t] = jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{e});
-      out = y;
-      cols.push_back(t);
-    }
-    if (n == 0) out = f(x);
-    std::vector<int64_t> shape = out.shape().dims();
-    shape.insert(shape.end(), x.shape().begin(), x.shape().end());
-    if (n == 0) return zeros(Shape(shape), out.dtype());
-    return reshape(stack(cols, -1), Shape(shape));
-  };
-}
-
-template <class F>
-auto jacrev(F f) {
-  return [f](const Tensor& x) {
-    auto [y, pullback] = vjp(f, x);
-    const int64_t m = y.numel();
-    std::vector<Tensor> rows;
-    for (int64_t j = 0; j < m; ++j) {
-      const Tensor e = reshape(one_hot(tensor(std::vector<int64_t>{j}, Shape{1}), m, y.dtype()), y.shape());
-      rows.push_back(std::get<0>(pullback(e)));
-    }
-    std::vector<int64_t> shape = y.shape().dims();
-    shape.insert(shape.end(), x.shape().begin(), x.shape().end());
-    if (m == 0) return zeros(Shape(shape), x.dtype());
-    return reshape(stack(rows, 0), Shape(shape));
-  };
-}
-
 namespace detail {
 
 // Traces f for these arguments and applies it as one equation of a higher-order primitive
@@ -592,6 +554,36 @@ Tensor pmax(const Tensor& x, const std::string& axis_name, Loc loc = Loc::curren
 Tensor all_gather(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
 // This example's position along the axis (int32 scalar).
 Tensor axis_index(const std::string& axis_name, Loc loc = Loc::current());
+
+namespace detail {
+// The standard basis of a tensor type, stacked: [numel, *shape].
+Tensor basis(const Tensor& like);
+// J as [n, *out] rows (one per input or output basis vector) -> [*out, *in].
+Tensor jacobian_layout(const Tensor& rows, const Shape& out, const Shape& in, bool rows_are_inputs);
+}  // namespace detail
+
+// Jacobians of a Tensor -> Tensor function, shaped out.shape + in.shape. jacfwd maps jvp
+// over the input basis and jacrev maps the pullback over the output basis, both with vmap,
+// so the Jacobian is one batched program rather than a loop.
+template <class F>
+auto jacfwd(F f) {
+  return [f](const Tensor& x) {
+    const Tensor y = f(x);
+    const Tensor cols = vmap([&](const Tensor& e) {
+      return jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{e}).second;
+    })(detail::basis(x));
+    return detail::jacobian_layout(cols, y.shape(), x.shape(), true);
+  };
+}
+
+template <class F>
+auto jacrev(F f) {
+  return [f](const Tensor& x) {
+    auto [y, pullback] = vjp(f, x);
+    const Tensor rows = vmap([&](const Tensor& e) { return std::get<0>(pullback(e)); })(detail::basis(y));
+    return detail::jacobian_layout(rows, y.shape(), x.shape(), false);
+  };
+}
 
 // The Hessian of a scalar function of one tensor: jacfwd of jacrev (forward over reverse).
 template <class F>

@@ -102,16 +102,19 @@ BatchRule batch_leading(std::string prim, std::function<Attrs(const Attrs&, cons
   };
 }
 
+// A negative axis counts from the end, so a new leading axis leaves it as it is.
 Attrs shift_ints(const Attrs& a, const char* name) {
   Attrs r = a;
   std::vector<int64_t> v = a.get_ints(name);
-  for (int64_t& x : v) x += 1;
+  for (int64_t& x : v)
+    if (x >= 0) x += 1;
   r.set(name, v);
   return r;
 }
 Attrs shift_int(const Attrs& a, const char* name) {
   Attrs r = a;
-  r.set(name, a.get_int(name) + 1);
+  const int64_t x = a.get_int(name);
+  r.set(name, x >= 0 ? x + 1 : x);
   return r;
 }
 Attrs prepend_int(const Attrs& a, const char* name, int64_t value) {

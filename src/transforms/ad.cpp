@@ -162,6 +162,21 @@ std::vector<Tensor> materialize(std::span<const Tangent> ct, std::span<const Ten
   return out;
 }
 
+Tensor basis(const Tensor& like) {
+  const int64_t n = like.numel();
+  std::vector<int64_t> shape{n};
+  shape.insert(shape.end(), like.shape().begin(), like.shape().end());
+  return reshape(eye(n, like.dtype()), Shape(shape));
+}
+
+Tensor jacobian_layout(const Tensor& rows, const Shape& out, const Shape& in, bool rows_are_inputs) {
+  const int64_t n_out = out.numel(), n_in = in.numel();
+  Tensor m = rows_are_inputs ? transpose(reshape(rows, {n_in, n_out})) : reshape(rows, {n_out, n_in});
+  std::vector<int64_t> shape = out.dims();
+  shape.insert(shape.end(), in.begin(), in.end());
+  return reshape(m, Shape(shape));
+}
+
 void check_scalar_loss(std::string_view op, const Tensor& loss) {
   if (loss.rank() != 0 || !is_floating(loss.dtype()))
     fail(op, "the function must return a scalar: got ", loss.type(),

@@ -236,7 +236,10 @@ const Primitive& all_gather_p = register_primitive(
        return {squeeze(take(total, reshape(i, {1}), 0), {0})};
      },
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       if (other_axis(b)) return ops::batch_elementwise(primitive("all_gather"), b);
+       // Another axis: each example gathers on its own; the gathered axis comes first, so
+       // this vmap's batch axis sits right after it.
+       if (other_axis(b))
+         return {{bind1(primitive("all_gather"), {ops::batch_first(b.inputs[0], b.dims[0], b.size)}, b.attrs), 1}};
        return {{ops::batch_first(b.inputs[0], b.dims[0], b.size), std::nullopt}};
      }},
     {{ops::cpu({DTypeSet::all()}), unbound("all_gather")}});

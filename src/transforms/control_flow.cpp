@@ -1,0 +1,930 @@
+// Structured control flow (docs/CONTROL_FLOW.md): the eager paths of cond / while_loop / scan,
+// and the higher-order primitives they record under a trace, each with its type rule,
+// interpreter kernel, derivative rules and batching rule in one place.
+//
+//   cond {branch0, ..., branchN}            (index: i32[], operands...) -> results
+//   while {cond_fn, body_fn}                 (carry..., captures...) -> carry
+//   scan {body, length, reverse, num_carry, num_xs}
+//                                            (carry..., xs..., captures...) -> (carry..., ys...)
+//   while_grad {cond_fn, body_fn}            (carry..., captures..., ct_final...)
+//                                            -> (ct_carry..., ct_captures...)
+//
+// Sub-functions take the primitive's operands in order (for scan: carry, one slice of each
+// xs, captures) and, for while, cond_fn and body_fn share one operand layout.
+#include <algorithm>
+
+#include "kiln/control_flow.h"
+#include "kiln/transforms.h"
+#include "ops/rules.h"
+
+namespace kiln {
+namespace {
+
+using Ts = std::vector<Tangent>;
+using Types = std::span<const TensorType>;
+using Ins = std::span<const Tensor>;
+using Tensors = std::vector<Tensor>;
+using TypeList = std::vector<TensorType>;
+using Idx = std::vector<std::size_t>;
+
+TypeList types_of(std::span<const Tensor> ts) {
+  TypeList r;
+  for (const Tensor& t : ts) r.push_back(t.type());
+  return r;
+}
+Tensors sub(std::span<const Tensor> v, std::size_t b, std::size_t n) {
+  return Tensors(v.begin() + static_cast<std::ptrdiff_t>(b),
+                 v.begin() + static_cast<std::ptrdiff_t>(b + n));
+}
+void append(Tensors& a, std::span<const Tensor> b) { a.insert(a.end(), b.begin(), b.end()); }
+Tensor zero_of(const TensorType& t) { return broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape); }
+Tensor or_zero(const Tangent& t, const TensorType& type) { return t ? *t : zero_of(type); }
+// Indices (relative to b) of the floating entries of types[b, b+n): those carry derivatives.
+Idx floating(const TypeList& types, std::size_t b, std::size_t n) {
+  Idx r;
+  for (std::size_t i = 0; i < n; ++i)
+    if (is_floating(types[b + i].dtype)) r.push_back(i);
+  return r;
+}
+TensorType unstacked(const TensorType& t) {
+  std::vector<int64_t> d = t.shape.dims();
+  d.erase(d.begin());
+  return {t.dtype, Shape(d)};
+}
+TensorType stacked(const TensorType& t, int64_t n) {
+  std::vector<int64_t> d{n};
+  d.insert(d.end(), t.shape.begin(), t.shape.end());
+  return {t.dtype, Shape(d)};
+}
+
+// A sub-function built by a rule. Rules only pass tensors in as parameters, so nothing of an
+// enclosing trace can be captured; a capture would be a bug in the rule.
+FunctionRef closed(const std::string& name, const TypeList& types,
+                   const std::function<Tensors(const Tensors&)>& body) {
+  ir::Traced t = ir::trace_function(name, types, body);
+  if (!t.captures.empty())
+    fail("control_flow", "internal error: the rule-built sub-function @", name, " captured ",
+         t.captures.size(), " traced value(s), expected none");
+  return t.function;
+}
+
+// fn (params: explicit..., own captures...) as a function of the shared layout
+// (explicit..., all captures...), where its own captures sit at [cap_at, cap_at + n_caps).
+FunctionRef relayout(const FunctionRef& fn, const TypeList& all, std::size_t n_explicit,
+                     std::size_t cap_at, std::size_t n_caps) {
+  if (fn->params.size() == all.size() && cap_at == n_explicit) return fn;
+  return closed(fn->name, all, [&](const Tensors& p) {
+    Tensors args = sub(p, 0, n_explicit);
+    append(args, sub(p, cap_at, n_caps));
+    return ir::evaluate(*fn, args);
+  });
+}
+
+std::string bname(std::size_t k) { return "branch" + std::to_string(k); }
+std::size_t num_branches(const Attrs& a) {
+  std::size_t n = 0;
+  while (a.has(bname(n))) ++n;
+  return n;
+}
+std::size_t clamp_index(const Tensor& idx, std::size_t n) {
+  const int64_t i = idx.item<int32_t>();
+  return static_cast<std::size_t>(std::clamp<int64_t>(i, 0, static_cast<int64_t>(n) - 1));
+}
+
+std::string path_at(const std::vector<std::string>& paths, std::size_t i) {
+  if (i >= paths.size() || paths[i].empty()) return "(root)";
+  return paths[i];
+}
+
+// Errors for sub-functions whose results must agree in structure and leaf types.
+void check_same_tree(std::string_view op, const std::string& what, const TreeDef& want_def,
+                     const TypeList& want, const std::string& want_name, const TreeDef& got_def,
+                     const TypeList& got, const std::string& got_name) {
+  if (auto d = first_difference(want_def, got_def))
+    fail(op, what, " differ in structure: ", want_name, " vs ", got_name, " at ", *d, " (got ",
+         got_def.to_string(), " from ", got_name, ", expected ", want_def.to_string(), ")");
+  const std::vector<std::string> paths = tree_paths(want_def);
+  for (std::size_t i = 0; i < want.size() && i < got.size(); ++i)
+    if (want[i] != got[i])
+      fail(op, what, " differ in type at leaf ", path_at(paths, i), ": got ", got[i], " from ",
+           got_name, ", expected ", want[i], " (as ", want_name, ")");
+}
+
+// ---- cond --------------------------------------------------------------------------------
+
+TypeList cond_types(Types in, const Attrs& a) {
+  if (in.empty() || in[0].dtype != int32 || in[0].shape.rank() != 0)
+    fail("cond", "the branch index must be an int32 scalar: got ",
+         in.empty() ? std::string("no operands") : ops::types_str(in.first(1)), ", expected i32[]");
+  const std::size_t n = num_branches(a);
+  if (n == 0) fail("cond", "no branches: got no 'branch0' attribute, expected at least one");
+  const TypeList ops(in.begin() + 1, in.end());
+  TypeList out;
+  for (std::size_t k = 0; k < n; ++k) {
+    const FunctionRef& fn = a.get<FunctionRef>(bname(k));
+    if (fn->param_types() != ops)
+      fail("cond", "operands do not match branch ", k, " @", fn->name, ": got ",
+           ops::types_str(ops), ", expected ", ops::types_str(fn->param_types()));
+    const TypeList r = fn->result_types();
+    if (k == 0) out = r;
+    else if (r != out)
+      fail("cond", "branch ", k, " returns ", ops::types_str(r), ", expected ",
+           ops::types_str(out), " (what branch 0 returns)");
+  }
+  return out;
+}
+
+Ts cond_jvp(const RuleArgs& r, std::span<const Tangent> t) {
+  const std::size_t n = num_branches(r.attrs), nops = r.inputs.size() - 1;
+  const Tensors ops = sub(r.inputs, 1, nops);
+  const TypeList op_t = types_of(ops), out_t = types_of(r.outputs);
+  const Idx fo = floating(op_t, 0, nops), fr = floating(out_t, 0, out_t.size());
+  Ts result(r.outputs.size());
+  if (fr.empty()) return result;
+  TypeList params = op_t;
+  for (std::size_t i : fo) params.push_back(op_t[i]);
+  Attrs a;
+  for (std::size_t k = 0; k < n; ++k) {
+    const FunctionRef fn = r.attrs.get<FunctionRef>(bname(k));
+    a.set(bname(k), closed(fn->name + "_jvp", params, [&](const Tensors& p) {
+      Ts tan(nops);
+      for (std::size_t j = 0; j < fo.size(); ++j) tan[fo[j]] = p[nops + j];
+      const ad::JvpResult res = ad::jvp(*fn, sub(p, 0, nops), tan);
+      Tensors out;
+      for (std::size_t i : fr) out.push_back(or_zero(res.tangents[i], out_t[i]));
+      return out;
+    }));
+  }
+  Tensors ins{r.inputs[0]};
+  append(ins, ops);
+  for (std::size_t i : fo) ins.push_back(or_zero(t[1 + i], op_t[i]));
+  const Tensors outs = bind(primitive("cond"), ins, a);
+  for (std::size_t j = 0; j < fr.size(); ++j) result[fr[j]] = outs[j];
+  return result;
+}
+
+// A cond over the branches' pullbacks: each recomputes its forward pass and pulls back.
+Ts cond_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+  const std::size_t n = num_branches(r.attrs), nops = r.inputs.size() - 1;
+  const Tensors ops = sub(r.inputs, 1, nops);
+  const TypeList op_t = types_of(ops), out_t = types_of(r.outputs);
+  const Idx fo = floating(op_t, 0, nops), fr = floating(out_t, 0, out_t.size());
+  Ts result(r.inputs.size());
+  if (fo.empty() || fr.empty()) return result;
+  TypeList params = op_t;
+  for (std::size_t i : fr) params.push_back(out_t[i]);
+  Attrs a;
+  for (std::size_t k = 0; k < n; ++k) {
+    const FunctionRef fn = r.attrs.get<FunctionRef>(bname(k));
+    a.set(bname(k), closed(fn->name + "_vjp", params, [&](const Tensors& p) {
+      Ts cts(out_t.size());
+      for (std::size_t j = 0; j < fr.size(); ++j) cts[fr[j]] = p[nops + j];
+      const Ts g = ad::vjp(fn, sub(p, 0, nops)).pullback(cts);
+      Tensors out;
+      for (std::size_t i : fo) out.push_back(or_zero(g[i], op_t[i]));
+      return out;
+    }));
+  }
+  Tensors ins{r.inputs[0]};
+  append(ins, ops);
+  for (std::size_t i : fr) ins.push_back(or_zero(ct[i], out_t[i]));
+  const Tensors outs = bind(primitive("cond"), ins, a);
+  for (std::size_t j = 0; j < fo.size(); ++j) result[1 + fo[j]] = outs[j];
+  return result;
+}
+
+// Per-example results of fn on batched operands, each with its batch axis in front.
+Tensors batch_apply(const ir::Function& fn, std::span<const Tensor> ins,
+                    std::span<const std::optional<int>> dims, int64_t size,
+                    std::string_view axis) {
+  std::vector<Batched> args;
+  for (std::size_t i = 0; i < ins.size(); ++i) args.push_back({ins[i], dims[i]});
+  Tensors out;
+  for (const Batched& o : batching::evaluate(fn, args, size, axis))
+    out.push_back(ops::batch_first(o.value, o.dim, size));
+  return out;
+}
+// A [B] mask shaped to broadcast against a [B, ...] tensor of rank `rank`.
+Tensor mask_for(const Tensor& m, int rank) {
+  std::vector<int64_t> d{m.shape()[0]};
+  d.resize(static_cast<std::size_t>(std::max(rank, 1)), 1);
+  return reshape(m, Shape(d));
+}
+
+std::vector<Batched> cond_batch(const BatchArgs& b) {
+  const std::size_t n = num_branches(b.attrs), nops = b.inputs.size() - 1;
+  const Tensors ops = sub(b.inputs, 1, nops);
+  const std::vector<std::optional<int>> dims(b.dims.begin() + 1, b.dims.end());
+  const std::string axis(b.axis_name);
+  std::vector<Batched> out;
+  if (!b.dims[0]) {
+    // Shared predicate: a real cond over batched branches.
+    Attrs a = b.attrs;
+    for (std::size_t k = 0; k < n; ++k) {
+      const FunctionRef fn = b.attrs.get<FunctionRef>(bname(k));
+      a.set(bname(k), closed(fn->name, types_of(ops), [&](const Tensors& p) {
+        return batch_apply(*fn, p, dims, b.size, axis);
+      }));
+    }
+    Tensors ins{b.inputs[0]};
+    append(ins, ops);
+    for (Tensor& t : bind(primitive("cond"), ins, a)) out.push_back({std::move(t), 0});
+    return out;
+  }
+  // Per-example predicate: every branch runs, and each example selects its own. select's
+  // VJP routes a zero cotangent to the branch not taken.
+  const Tensor idx = ops::batch_first(b.inputs[0], b.dims[0], b.size);
+  Tensors acc = batch_apply(*b.attrs.get<FunctionRef>(bname(0)), ops, dims, b.size, axis);
+  for (std::size_t k = 1; k < n; ++k) {
+    const Tensors rk = batch_apply(*b.attrs.get<FunctionRef>(bname(k)), ops, dims, b.size, axis);
+    const Tensor m = k + 1 == n ? idx >= static_cast<int>(k) : idx == static_cast<int>(k);
+    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = where(mask_for(m, acc[i].rank()), rk[i], acc[i]);
+  }
+  for (Tensor& t : acc) out.push_back({std::move(t), 0});
+  return out;
+}
+
+// Variadic registrations need one input; a primitive that can take none (scan) gets a
+// zero-input registration too.
+std::vector<KernelRegistration> interpreter_kernels(Kernel k, bool nullary = false) {
+  std::vector<KernelRegistration> r{{ops::cpu_variadic(DTypeSet::all()), k}};
+  if (nullary) r.push_back({KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, k});
+  return r;
+}
+
+const Primitive& cond_p = register_primitive(
+    {.name = "cond",
+     .arity = 1,
+     .variadic = true,
+     .type_rule = cond_types,
+     .jvp = cond_jvp,
+     .vjp = cond_vjp,
+     .batch = cond_batch},
+    interpreter_kernels([](Ins in, const Attrs& a) {
+      const std::size_t k = clamp_index(in[0], num_branches(a));
+      return ir::evaluate(*a.get<FunctionRef>(bname(k)), in.subspan(1));
+    }));
+
+// ---- while -------------------------------------------------------------------------------
+
+std::size_t while_carry(const Attrs& a) { return a.get<FunctionRef>("body_fn")->results.size(); }
+
+TypeList while_types(Types in, const Attrs& a) {
+  const FunctionRef& c = a.get<FunctionRef>("cond_fn");
+  const FunctionRef& b = a.get<FunctionRef>("body_fn");
+  const TypeList all(in.begin(), in.end());
+  if (c->param_types() != all || b->param_types() != all)
+    fail("while", "operands do not match @", c->name, " / @", b->name, ": got ",
+         ops::types_str(all), ", expected ", ops::types_str(c->param_types()), " and ",
+         ops::types_str(b->param_types()));
+  const TypeList cr = c->result_types();
+  if (cr.size() != 1 || cr[0] != TensorType{bool_, Shape{}})
+    fail("while", "cond_fn must return one bool scalar: got ", ops::types_str(cr),
+         ", expected (bool[])");
+  const TypeList br = b->result_types();
+  if (br.size() > all.size())
+    fail("while", "body_fn returns ", br.size(), " values: got ", ops::types_str(br),
+         ", expected at most the ", all.size(), " operands");
+  for (std::size_t i = 0; i < br.size(); ++i)
+    if (br[i] != all[i])
+      fail("while", "body_fn changes the type of carry ", i, ": got ", br[i], ", expected ", all[i]);
+  return br;
+}
+
+Tensors while_run(const ir::Function& c, const ir::Function& b, Tensors carry, Ins caps,
+                  std::vector<Tensors>* stack) {
+  const std::size_t nc = carry.size();
+  Tensors args = carry;
+  append(args, caps);
+  while (ir::evaluate(c, args)[0].item<bool>()) {
+    if (stack) stack->push_back(sub(args, 0, nc));
+    Tensors next = ir::evaluate(b, args);
+    std::copy(next.begin(), next.end(), args.begin());
+  }
+  return sub(args, 0, nc);
+}
+
+// Forward mode: one while over (carry, carry tangents) whose body is the JVP of the body.
+Ts while_jvp(const RuleArgs& r, std::span<const Tangent> t) {
+  const FunctionRef cf = r.attrs.get<FunctionRef>("cond_fn");
+  const FunctionRef bf = r.attrs.get<FunctionRef>("body_fn");
+  const std::size_t n = r.inputs.size(), nc = bf->results.size(), ncap = n - nc;
+  const TypeList in_t = types_of(r.inputs);
+  const Idx fc = floating(in_t, 0, nc), fk = floating(in_t, nc, ncap);
+  Ts result(nc);
+  if (fc.empty()) return result;
+  // Layout: carry, carry tangents, captures, capture tangents.
+  TypeList params(in_t.begin(), in_t.begin() + static_cast<std::ptrdiff_t>(nc));
+  for (std::size_t i : fc) params.push_back(in_t[i]);
+  params.insert(params.end(), in_t.begin() + static_cast<std::ptrdiff_t>(nc), in_t.end());
+  for (std::size_t i : fk) params.push_back(in_t[nc + i]);
+  auto unpack = [&](const Tensors& p, Tensors& prim, Ts& tan) {
+    prim = sub(p, 0, nc);
+    append(prim, sub(p, nc + fc.size(), ncap));
+    tan.assign(n, std::nullopt);
+    for (std::size_t j = 0; j < fc.size(); ++j) tan[fc[j]] = p[nc + j];
+    for (std::size_t j = 0; j < fk.size(); ++j) tan[nc + fk[j]] = p[nc + fc.size() + ncap + j];
+  };
+  Attrs a;
+  a.set("cond_fn", closed(cf->name + "_jvp", params, [&](const Tensors& p) {
+    Tensors prim;
+    Ts tan;
+    unpack(p, prim, tan);
+    return ir::evaluate(*cf, prim);
+  }));
+  a.set("body_fn", closed(bf->name + "_jvp", params, [&](const Tensors& p) {
+    Tensors prim;
+    Ts tan;
+    unpack(p, prim, tan);
+    const ad::JvpResult res = ad::jvp(*bf, prim, tan);
+    Tensors out = res.outputs;
+    for (std::size_t i : fc) out.push_back(or_zero(res.tangents[i], in_t[i]));
+    return out;
+  }));
+  Tensors ins = sub(r.inputs, 0, nc);
+  for (std::size_t i : fc) ins.push_back(or_zero(t[i], in_t[i]));
+  append(ins, sub(r.inputs, nc, ncap));
+  for (std::size_t i : fk) ins.push_back(or_zero(t[nc + i], in_t[nc + i]));
+  const Tensors outs = bind(primitive("while"), ins, a);
+  for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = outs[nc + j];
+  return result;
+}
+
+// Reverse mode: while_grad runs the loop again keeping every iteration's carry on a stack
+// (its length is only known at run time), then walks it backwards through the body's VJP.
+Ts while_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+  const std::size_t n = r.inputs.size(), nc = r.outputs.size();
+  const TypeList in_t = types_of(r.inputs);
+  Tensors ins(r.inputs.begin(), r.inputs.end());
+  for (std::size_t i = 0; i < nc; ++i) ins.push_back(or_zero(ct[i], in_t[i]));
+  Attrs a;
+  a.set("cond_fn", r.attrs.get<FunctionRef>("cond_fn"));
+  a.set("body_fn", r.attrs.get<FunctionRef>("body_fn"));
+  const Tensors outs = bind(primitive("while_grad"), ins, a);
+  Ts result(n);
+  for (std::size_t i = 0; i < n; ++i)
+    if (is_floating(in_t[i].dtype)) result[i] = outs[i];
+  return result;
+}
+
+// vmap: every carry gets the batch axis in front. A shared predicate keeps the loop as it
+// is; a per-example predicate runs until every example is done, and an example that is done
+// keeps its carry (a select on its own predicate).
+std::vector<Batched> while_batch(const BatchArgs& b) {
+  const FunctionRef cf = b.attrs.get<FunctionRef>("cond_fn");
+  const FunctionRef bf = b.attrs.get<FunctionRef>("body_fn");
+  const std::size_t n = b.inputs.size(), nc = bf->results.size();
+  Tensors ins;
+  std::vector<std::optional<int>> dims;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i < nc) {
+      ins.push_back(ops::batch_first(b.inputs[i], b.dims[i], b.size));
+      dims.push_back(0);
+    } else {
+      ins.push_back(b.inputs[i]);
+      dims.push_back(b.dims[i]);
+    }
+  }
+  const std::string axis(b.axis_name);
+  auto pred = [&](const Tensors& p) {
+    std::vector<Batched> args;
+    for (std::size_t i = 0; i < n; ++i) args.push_back({p[i], dims[i]});
+    return batching::evaluate(*cf, args, b.size, axis)[0];
+  };
+  bool per_example = false;
+  Attrs a;
+  a.set("cond_fn", closed(cf->name, types_of(ins), [&](const Tensors& p) {
+    const Batched c = pred(p);
+    per_example = c.dim.has_value();
+    return Tensors{per_example ? any(c.value) : c.value};
+  }));
+  a.set("body_fn", closed(bf->name, types_of(ins), [&](const Tensors& p) {
+    Tensors next = batch_apply(*bf, p, dims, b.size, axis);
+    if (per_example) {
+      const Batched c = pred(p);
+      const Tensor m = ops::batch_first(c.value, c.dim, b.size);
+      for (std::size_t i = 0; i < nc; ++i) next[i] = where(mask_for(m, next[i].rank()), next[i], p[i]);
+    }
+    return next;
+  }));
+  std::vector<Batched> out;
+  for (Tensor& t : bind(primitive("while"), ins, a)) out.push_back({std::move(t), 0});
+  return out;
+}
+
+const Primitive& while_p = register_primitive(
+    {.name = "while",
+     .arity = 1,
+     .variadic = true,
+     .type_rule = while_types,
+     .jvp = while_jvp,
+     .vjp = while_vjp,
+     .batch = while_batch},
+    interpreter_kernels([](Ins in, const Attrs& a) {
+      const std::size_t nc = while_carry(a);
+      return while_run(*a.get<FunctionRef>("cond_fn"), *a.get<FunctionRef>("body_fn"),
+                       sub(in, 0, nc), in.subspan(nc), nullptr);
+    }));
+
+// while_grad {cond_fn, body_fn}: (carry..., captures..., ct_final...) -> (ct_carry..., ct_captures...)
+TypeList while_grad_types(Types in, const Attrs& a) {
+  const FunctionRef& b = a.get<FunctionRef>("body_fn");
+  const std::size_t np = b->params.size(), nc = b->results.size();
+  if (in.size() != np + nc)
+    fail("while_grad", "expected the loop's ", np, " operands and ", nc,
+         " cotangents: got ", in.size(), " inputs");
+  const TypeList fwd(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(np));
+  while_types(fwd, a);
+  for (std::size_t i = 0; i < nc; ++i)
+    if (in[np + i] != in[i])
+      fail("while_grad", "cotangent ", i, " has the wrong type: got ", in[np + i], ", expected ", in[i]);
+  return fwd;
+}
+
+const Primitive& while_grad_p = register_primitive(
+    {.name = "while_grad",
+     .arity = 1,
+     .variadic = true,
+     .type_rule = while_grad_types,
+     // Its own derivatives (second order through a while_loop) are not implemented yet.
+     .batch = [](const BatchArgs& b) { return ops::batch_by_loop(primitive("while_grad"), b); }},
+    interpreter_kernels([](Ins in, const Attrs& a) {
+      const FunctionRef& cf = a.get<FunctionRef>("cond_fn");
+      const FunctionRef& bf = a.get<FunctionRef>("body_fn");
+      const std::size_t np = bf->params.size(), nc = bf->results.size(), ncap = np - nc;
+      const Tensors caps = sub(in, nc, ncap);
+      std::vector<Tensors> stack;
+      while_run(*cf, *bf, sub(in, 0, nc), caps, &stack);
+      const TypeList in_t = types_of(in);
+      Ts ct(in.begin() + static_cast<std::ptrdiff_t>(np), in.end());
+      Ts ct_caps(ncap);
+      for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+        Tensors args = *it;
+        append(args, caps);
+        const Ts g = ad::vjp(bf, args).pullback(ct);
+        for (std::size_t i = 0; i < nc; ++i) ct[i] = g[i];
+        for (std::size_t i = 0; i < ncap; ++i)
+          if (g[nc + i]) ct_caps[i] = ct_caps[i] ? add(*ct_caps[i], *g[nc + i]) : *g[nc + i];
+      }
+      Tensors out;
+      for (std::size_t i = 0; i < nc; ++i)
+        out.push_back(ct[i] ? *ct[i] : zeros(in_t[i].shape, in_t[i].dtype));
+      for (std::size_t i = 0; i < ncap; ++i)
+        out.push_back(ct_caps[i] ? *ct_caps[i] : zeros(in_t[nc + i].shape, in_t[nc + i].dtype));
+      return out;
+    }));
+
+// ---- scan --------------------------------------------------------------------------------
+
+struct ScanLayout {
+  std::size_t nc, nx, ncap;
+  int64_t length;
+  bool reverse;
+};
+ScanLayout scan_layout(std::size_t n_in, const Attrs& a) {
+  ScanLayout l;
+  l.nc = static_cast<std::size_t>(a.get_int("num_carry"));
+  l.nx = static_cast<std::size_t>(a.get_int("num_xs"));
+  if (l.nc + l.nx > n_in)
+    fail("scan", "num_carry + num_xs exceed the operands: got ", l.nc, " + ", l.nx, " for ",
+         n_in, " operands");
+  l.ncap = n_in - l.nc - l.nx;
+  l.length = a.get_int("length");
+  l.reverse = a.get_bool("reverse");
+  return l;
+}
+
+TypeList scan_types(Types in, const Attrs& a) {
+  const ScanLayout l = scan_layout(in.size(), a);
+  const FunctionRef& body = a.get<FunctionRef>("body");
+  const TypeList p = body->param_types();
+  if (p.size() != in.size())
+    fail("scan", "@", body->name, " takes ", p.size(), " parameters: got ", in.size(), " operands");
+  for (std::size_t i = 0; i < in.size(); ++i) {
+    const bool x = i >= l.nc && i < l.nc + l.nx;
+    const TensorType want = x ? stacked(p[i], l.length) : p[i];
+    if (in[i] != want)
+      fail("scan", x ? "xs " : "operand ", x ? i - l.nc : i, " does not match @", body->name,
+           ": got ", in[i], ", expected ", want);
+  }
+  const TypeList r = body->result_types();
+  if (r.size() < l.nc)
+    fail("scan", "@", body->name, " returns ", r.size(), " values, expected at least ", l.nc);
+  TypeList out;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    if (i < l.nc && r[i] != in[i])
+      fail("scan", "the body changes the type of carry ", i, ": got ", r[i], ", expected ", in[i]);
+    out.push_back(i < l.nc ? r[i] : stacked(r[i], l.length));
+  }
+  return out;
+}
+
+// The interpreter: xs are sliced natively, ys stacked at the end. With `residuals`, also
+// stacks each step's incoming carry (what reverse mode needs).
+Tensors scan_run(const ir::Function& body, const ScanLayout& l, Ins in, bool residuals) {
+  Tensors carry = sub(in, 0, l.nc);
+  const TypeList rt = body.result_types();
+  const std::size_t ny = rt.size() - l.nc;
+  const std::size_t nstack = ny + (residuals ? l.nc : 0);
+  std::vector<Tensors> ys(nstack, Tensors(static_cast<std::size_t>(l.length)));
+  for (int64_t t = 0; t < l.length; ++t) {
+    const int64_t i = l.reverse ? l.length - 1 - t : t;
+    Tensors args = carry;
+    for (std::size_t k = 0; k < l.nx; ++k) args.push_back(index(in[l.nc + k], i));
+    append(args, in.subspan(l.nc + l.nx));
+    Tensors out = ir::evaluate(body, args);
+    const auto ii = static_cast<std::size_t>(i);
+    for (std::size_t k = 0; k < ny; ++k) ys[k][ii] = out[l.nc + k];
+    if (residuals)
+      for (std::size_t k = 0; k < l.nc; ++k) ys[ny + k][ii] = carry[k];
+    carry.assign(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(l.nc));
+  }
+  Tensors result = carry;
+  for (std::size_t k = 0; k < nstack; ++k) {
+    const TensorType yt = k < ny ? rt[l.nc + k] : in[k - ny].type();
+    result.push_back(l.length == 0 ? zeros(stacked(yt, 0).shape, yt.dtype) : stack(ys[k], 0));
+  }
+  return result;
+}
+
+Attrs scan_attrs(FunctionRef body, int64_t length, bool reverse, std::size_t nc, std::size_t nx) {
+  Attrs a;
+  a.set("body", std::move(body));
+  a.set("length", length);
+  a.set("reverse", reverse);
+  a.set("num_carry", static_cast<int64_t>(nc));
+  a.set("num_xs", static_cast<int64_t>(nx));
+  return a;
+}
+
+// Forward mode: a scan over (carry, carry tangents) with (xs, xs tangents) whose body is the
+// JVP of the body.
+Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
+  const FunctionRef body = r.attrs.get<FunctionRef>("body");
+  const ScanLayout l = scan_layout(r.inputs.size(), r.attrs);
+  const std::size_t n = r.inputs.size(), ny = r.outputs.size() - l.nc;
+  const TypeList in_t = types_of(r.inputs), p_t = body->param_types(), r_t = body->result_types();
+  const Idx fc = floating(in_t, 0, l.nc), fx = floating(in_t, l.nc, l.nx),
+            fk = floating(in_t, l.nc + l.nx, l.ncap), fy = floating(r_t, l.nc, ny);
+  Ts result(r.outputs.size());
+  if (fc.empty() && fy.empty()) return result;
+  // Layout: carry, carry tangents | xs, xs tangents | captures, capture tangents.
+  const std::size_t c0 = 0, ct0 = l.nc, x0 = ct0 + fc.size(), xt0 = x0 + l.nx,
+                    k0 = xt0 + fx.size(), kt0 = k0 + l.ncap;
+  TypeList params;
+  auto add_group = [&](std::size_t b, std::size_t cnt, const Idx& f) {
+    for (std::size_t i = 0; i < cnt; ++i) params.push_back(p_t[b + i]);
+    for (std::size_t i : f) params.push_back(p_t[b + i]);
+  };
+  add_group(0, l.nc, fc);
+  add_group(l.nc, l.nx, fx);
+  add_group(l.nc + l.nx, l.ncap, fk);
+  FunctionRef fn = closed(body->name + "_jvp", params, [&](const Tensors& p) {
+    Tensors prim = sub(p, c0, l.nc);
+    append(prim, sub(p, x0, l.nx));
+    append(prim, sub(p, k0, l.ncap));
+    Ts tan(n);
+    for (std::size_t j = 0; j < fc.size(); ++j) tan[fc[j]] = p[ct0 + j];
+    for (std::size_t j = 0; j < fx.size(); ++j) tan[l.nc + fx[j]] = p[xt0 + j];
+    for (std::size_t j = 0; j < fk.size(); ++j) tan[l.nc + l.nx + fk[j]] = p[kt0 + j];
+    const ad::JvpResult res = ad::jvp(*body, prim, tan);
+    Tensors out = sub(res.outputs, 0, l.nc);
+    for (std::size_t i : fc) out.push_back(or_zero(res.tangents[i], r_t[i]));
+    append(out, sub(res.outputs, l.nc, ny));
+    for (std::size_t i : fy) out.push_back(or_zero(res.tangents[l.nc + i], r_t[l.nc + i]));
+    return out;
+  });
+  Tensors ins = sub(r.inputs, 0, l.nc);
+  for (std::size_t i : fc) ins.push_back(or_zero(t[i], in_t[i]));
+  append(ins, sub(r.inputs, l.nc, l.nx));
+  for (std::size_t i : fx) ins.push_back(or_zero(t[l.nc + i], in_t[l.nc + i]));
+  append(ins, sub(r.inputs, l.nc + l.nx, l.ncap));
+  for (std::size_t i : fk) ins.push_back(or_zero(t[l.nc + l.nx + i], in_t[l.nc + l.nx + i]));
+  const Tensors outs = bind(primitive("scan"), ins,
+                            scan_attrs(fn, l.length, l.reverse, l.nc + fc.size(), l.nx + fx.size()));
+  for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = outs[l.nc + j];
+  const std::size_t yt0 = l.nc + fc.size() + ny;
+  for (std::size_t j = 0; j < fy.size(); ++j) result[l.nc + fy[j]] = outs[yt0 + j];
+  return result;
+}
+
+// Reverse mode: a forward scan that also stacks each step's incoming carry, then a scan in
+// the opposite direction applying the body's VJP to each step, carrying the carry's
+// cotangent and the captures' accumulated cotangents. Both are scans, so this differentiates
+// again.
+Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+  const FunctionRef body = r.attrs.get<FunctionRef>("body");
+  const ScanLayout l = scan_layout(r.inputs.size(), r.attrs);
+  const std::size_t n = r.inputs.size(), ny = r.outputs.size() - l.nc;
+  const TypeList in_t = types_of(r.inputs), p_t = body->param_types(), r_t = body->result_types();
+  const TypeList out_t = types_of(r.outputs);
+  const Idx fc = floating(in_t, 0, l.nc), fx = floating(in_t, l.nc, l.nx),
+            fk = floating(in_t, l.nc + l.nx, l.ncap), fy = floating(r_t, l.nc, ny);
+  Ts result(n);
+  if (fc.empty() && fx.empty() && fk.empty()) return result;
+  // 1. Forward again, with the residual carries as extra ys.
+  FunctionRef fwd = closed(body->name + "_fwd", p_t, [&](const Tensors& p) {
+    Tensors out = ir::evaluate(*body, p);
+    append(out, sub(p, 0, l.nc));
+    return out;
+  });
+  const Tensors f = bind(primitive("scan"), Tensors(r.inputs.begin(), r.inputs.end()),
+                         scan_attrs(fwd, l.length, l.reverse, l.nc, l.nx));
+  const Tensors carries = sub(f, l.nc + ny, l.nc);
+  // 2. Backward. Carry: (carry cotangents, capture cotangents); xs: (carries, xs, ys
+  // cotangents); captures as they are. ys: the xs cotangents.
+  TypeList params;
+  for (std::size_t i : fc) params.push_back(in_t[i]);
+  for (std::size_t i : fk) params.push_back(in_t[l.nc + l.nx + i]);
+  for (std::size_t i = 0; i < l.nc; ++i) params.push_back(p_t[i]);
+  for (std::size_t i = 0; i < l.nx; ++i) params.push_back(p_t[l.nc + i]);
+  for (std::size_t i : fy) params.push_back(r_t[l.nc + i]);
+  for (std::size_t i = 0; i < l.ncap; ++i) params.push_back(p_t[l.nc + l.nx + i]);
+  const std::size_t nbc = fc.size() + fk.size();
+  FunctionRef bwd = closed(body->name + "_bwd", params, [&](const Tensors& p) {
+    std::size_t at = nbc;
+    Tensors prim = sub(p, at, l.nc + l.nx);
+    at += l.nc + l.nx;
+    Ts cts(l.nc + ny);
+    for (std::size_t j = 0; j < fc.size(); ++j) cts[fc[j]] = p[j];
+    for (std::size_t j = 0; j < fy.size(); ++j) cts[l.nc + fy[j]] = p[at + j];
+    at += fy.size();
+    append(prim, sub(p, at, l.ncap));
+    const Ts g = ad::vjp(body, prim).pullback(cts);
+    Tensors out;
+    for (std::size_t i : fc) out.push_back(or_zero(g[i], in_t[i]));
+    for (std::size_t j = 0; j < fk.size(); ++j) {
+      const Tangent& gk = g[l.nc + l.nx + fk[j]];
+      out.push_back(gk ? add(p[fc.size() + j], *gk) : p[fc.size() + j]);
+    }
+    for (std::size_t i : fx) out.push_back(or_zero(g[l.nc + i], p_t[l.nc + i]));
+    return out;
+  });
+  Tensors ins;
+  for (std::size_t i : fc) ins.push_back(or_zero(ct[i], out_t[i]));
+  for (std::size_t i : fk) ins.push_back(zero_of(in_t[l.nc + l.nx + i]));
+  append(ins, carries);
+  append(ins, sub(r.inputs, l.nc, l.nx));
+  for (std::size_t i : fy) ins.push_back(or_zero(ct[l.nc + i], out_t[l.nc + i]));
+  append(ins, sub(r.inputs, l.nc + l.nx, l.ncap));
+  const Tensors b = bind(primitive("scan"), ins,
+                         scan_attrs(bwd, l.length, !l.reverse, nbc, l.nc + l.nx + fy.size()));
+  for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = b[j];
+  for (std::size_t j = 0; j < fk.size(); ++j) result[l.nc + l.nx + fk[j]] = b[fc.size() + j];
+  for (std::size_t j = 0; j < fx.size(); ++j) result[l.nc + fx[j]] = b[nbc + j];
+  return result;
+}
+
+// vmap: carries batched in front; batched xs get the batch axis second (the scan axis stays
+// first), so each step's slice has it in front; stacked ys come back batched on axis 1.
+std::vector<Batched> scan_batch(const BatchArgs& b) {
+  const FunctionRef body = b.attrs.get<FunctionRef>("body");
+  const ScanLayout l = scan_layout(b.inputs.size(), b.attrs);
+  const TypeList p_t = body->param_types();
+  Tensors ins;
+  std::vector<std::optional<int>> dims;
+  TypeList params;
+  for (std::size_t i = 0; i < b.inputs.size(); ++i) {
+    if (i < l.nc) {
+      ins.push_back(ops::batch_first(b.inputs[i], b.dims[i], b.size));
+      dims.push_back(0);
+      params.push_back(ins.back().type());
+    } else if (i < l.nc + l.nx) {
+      if (b.dims[i]) {
+        ins.push_back(moveaxis(b.inputs[i], *b.dims[i], 1));
+        dims.push_back(0);
+        params.push_back(unstacked(ins.back().type()));
+      } else {
+        ins.push_back(b.inputs[i]);
+        dims.push_back(std::nullopt);
+        params.push_back(p_t[i]);
+      }
+    } else {
+      ins.push_back(b.inputs[i]);
+      dims.push_back(b.dims[i]);
+      params.push_back(ins.back().type());
+    }
+  }
+  const std::string axis(b.axis_name);
+  FunctionRef fn = closed(body->name, params, [&](const Tensors& p) {
+    return batch_apply(*body, p, dims, b.size, axis);
+  });
+  Attrs a = b.attrs;
+  a.set("body", fn);
+  std::vector<Batched> out;
+  const Tensors outs = bind(primitive("scan"), ins, a);
+  for (std::size_t i = 0; i < outs.size(); ++i) out.push_back({outs[i], i < l.nc ? 0 : 1});
+  return out;
+}
+
+const Primitive& scan_p = register_primitive(
+    {.name = "scan",
+     .arity = 0,
+     .variadic = true,
+     .type_rule = scan_types,
+     .jvp = scan_jvp,
+     .vjp = scan_vjp,
+     .batch = scan_batch},
+    interpreter_kernels([](Ins in, const Attrs& a) {
+      return scan_run(*a.get<FunctionRef>("body"), scan_layout(in.size(), a), in, false);
+    }, true));
+
+}  // namespace
+
+// ---- the public entry points -------------------------------------------------------------
+
+namespace detail::cf {
+
+Tensor int_scalar(int64_t v) { return full(Shape{}, static_cast<double>(v), int32); }
+
+Tensor predicate_index(std::string_view op, const Tensor& pred) {
+  if (!pred.defined())
+    fail(op, "the predicate is undefined: got a default-constructed Tensor, expected bool[]");
+  if (pred.dtype() != bool_ || pred.rank() != 0)
+    fail(op, "the predicate must be a bool scalar: got ", pred.type(),
+         ", expected bool[] (compare, e.g. x > 0, and reduce with any/all)");
+  return astype(pred, int32);
+}
+
+std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index,
+                                        const std::vector<FlatFn>& branches,
+                                        const std::vector<std::string>& names,
+                                        const Tensors& operands) {
+  if (branches.empty()) fail(op, "no branches: got 0, expected at least one");
+  if (!index.defined() || index.rank() != 0 || !(is_integral(index.dtype()) || index.dtype() == bool_))
+    fail(op, "the branch index must be an integer scalar: got ",
+         index.defined() ? index.type() : TensorType{}, ", expected i32[]");
+  const Tensor idx = astype(index, int32);
+  if (!ir::tracing()) {
+    const std::size_t k = clamp_index(idx, branches.size());
+    TreeDef def;
+    Tensors out = branches[k](operands, def);
+    return {std::move(out), std::move(def)};
+  }
+  const TypeList op_t = types_of(operands);
+  std::vector<ir::Traced> traced;
+  std::vector<TreeDef> defs(branches.size());
+  for (std::size_t k = 0; k < branches.size(); ++k) {
+    traced.push_back(ir::trace_function(op == "cond" ? names[k] : "branch" + std::to_string(k), op_t,
+                                        [&](const Tensors& p) { return branches[k](p, defs[k]); }));
+    if (k > 0)
+      check_same_tree(op, "branch results", defs[0], traced[0].function->result_types(), names[0],
+                      defs[k], traced[k].function->result_types(), names[k]);
+  }
+  Tensors ins{idx};
+  append(ins, operands);
+  TypeList all = op_t;
+  std::vector<std::size_t> cap_at;
+  for (const ir::Traced& t : traced) {
+    cap_at.push_back(all.size());
+    append(ins, t.captures);
+    for (const Tensor& c : t.captures) all.push_back(c.type());
+  }
+  Attrs a;
+  for (std::size_t k = 0; k < branches.size(); ++k)
+    a.set(bname(k), relayout(traced[k].function, all, op_t.size(), cap_at[k], traced[k].captures.size()));
+  return {bind(cond_p, ins, a), defs[0]};
+}
+
+namespace {
+void check_carry(std::string_view op, const std::string& what, const TreeDef& want_def,
+                 const TypeList& want, const TreeDef& got_def, const TypeList& got) {
+  if (auto d = first_difference(want_def, got_def))
+    fail(op, what, " changes the carry's structure at ", *d, ": got ", got_def.to_string(),
+         ", expected ", want_def.to_string(), " (the initial carry)");
+  const std::vector<std::string> paths = tree_paths(want_def);
+  for (std::size_t i = 0; i < want.size() && i < got.size(); ++i)
+    if (want[i] != got[i])
+      fail(op, what, " changes the type of carry leaf ", path_at(paths, i), ": got ", got[i],
+           ", expected ", want[i], " (the initial carry's type)");
+}
+void check_pred(std::string_view op, const Tensors& p) {
+  if (p.size() != 1 || p[0].dtype() != bool_ || p[0].rank() != 0)
+    fail(op, "cond_fn must return a bool scalar: got ",
+         p.size() == 1 ? p[0].type() : TensorType{}, ", expected bool[]");
+}
+}  // namespace
+
+Tensors while_flat(const FlatFn& cond_fn, const FlatFn& body_fn, const Tensors& init,
+                   const TreeDef& init_def) {
+  const TypeList init_t = types_of(init);
+  TreeDef def;
+  if (!ir::tracing()) {
+    Tensors carry = init;
+    while (true) {
+      const Tensors p = cond_fn(carry, def);
+      check_pred("while_loop", p);
+      if (!p[0].item<bool>()) break;
+      Tensors next = body_fn(carry, def);
+      check_carry("while_loop", "body_fn", init_def, init_t, def, types_of(next));
+      carry = std::move(next);
+    }
+    return carry;
+  }
+  ir::Traced c = ir::trace_function("cond_fn", init_t, [&](const Tensors& p) {
+    Tensors r = cond_fn(p, def);
+    check_pred("while_loop", r);
+    return r;
+  });
+  ir::Traced b = ir::trace_function("body_fn", init_t, [&](const Tensors& p) {
+    Tensors r = body_fn(p, def);
+    check_carry("while_loop", "body_fn", init_def, init_t, def, types_of(r));
+    return r;
+  });
+  Tensors ins = init;
+  append(ins, c.captures);
+  append(ins, b.captures);
+  const TypeList all = types_of(ins);
+  const std::size_t nc = init.size();
+  Attrs a;
+  a.set("cond_fn", relayout(c.function, all, nc, nc, c.captures.size()));
+  a.set("body_fn", relayout(b.function, all, nc, nc + c.captures.size(), b.captures.size()));
+  return bind(while_p, ins, a);
+}
+
+std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
+                                      const TreeDef& init_def, const Tensors& xs,
+                                      std::optional<int64_t> length, bool reverse) {
+  int64_t n = -1;
+  for (std::size_t k = 0; k < xs.size(); ++k) {
+    if (xs[k].rank() == 0)
+      fail("scan", "xs leaf ", k, " has no leading axis to scan over: got ", xs[k].type(),
+           ", expected rank >= 1");
+    if (n >= 0 && xs[k].shape()[0] != n)
+      fail("scan", "xs leaves differ in length: got ", xs[k].shape()[0], " for leaf ", k,
+           ", expected ", n, " (the leading axis of leaf 0)");
+    n = xs[k].shape()[0];
+  }
+  if (length && n >= 0 && *length != n)
+    fail("scan", "length does not match xs: got length=", *length, ", expected ", n);
+  if (!length && n < 0)
+    fail("scan", "no length: got xs without leaves, expected ScanOptions{.length = n}");
+  if (length && *length < 0) fail("scan", "negative length: got ", *length, ", expected >= 0");
+  const int64_t L = length ? *length : n;
+  const std::size_t nc = init.size();
+  const TypeList init_t = types_of(init);
+  TypeList x_t;
+  for (const Tensor& x : xs) x_t.push_back(unstacked(x.type()));
+  TreeDef def;
+  auto check = [&](const Tensors& out) {
+    if (def.kind != TreeDef::Kind::tuple || def.children.size() != 2)
+      fail("scan", "the body must return a (carry, y) pair: got ", def.to_string());
+    TypeList got = types_of(out);
+    got.resize(std::min(nc, got.size()));
+    check_carry("scan", "the body", init_def, init_t, def.children[0], got);
+  };
+  if (!ir::tracing()) {
+    Tensors carry = init;
+    std::vector<Tensors> ys;
+    TypeList y_t;
+    TreeDef y_def;
+    for (int64_t t = 0; t < L; ++t) {
+      const int64_t i = reverse ? L - 1 - t : t;
+      Tensors args = carry;
+      for (const Tensor& x : xs) args.push_back(index(x, i));
+      Tensors out = body(args, def);
+      check(out);
+      const Tensors y = sub(out, nc, out.size() - nc);
+      if (t == 0) {
+        y_def = def.children[1];
+        y_t = types_of(y);
+        ys.assign(y.size(), Tensors(static_cast<std::size_t>(L)));
+      } else {
+        check_carry("scan", "the body's y", y_def, y_t, def.children[1], types_of(y));
+      }
+      for (std::size_t k = 0; k < y.size(); ++k) ys[k][static_cast<std::size_t>(i)] = y[k];
+      carry = sub(out, 0, nc);
+    }
+    if (L == 0) {
+      // The structure and types of y come from a trace of the body (nothing runs).
+      ir::Traced tr = ir::trace_function("body", init_t, [&](const Tensors& p) {
+        Tensors args = p;
+        for (const TensorType& t : x_t) args.push_back(zeros(t.shape, t.dtype));
+        Tensors out = body(args, def);
+        check(out);
+        return out;
+      });
+      Tensors result = carry;
+      const TypeList rt = tr.function->result_types();
+      for (std::size_t k = nc; k < rt.size(); ++k) result.push_back(zeros(stacked(rt[k], 0).shape, rt[k].dtype));
+      return {std::move(result), def.children.size() == 2 ? def.children[1] : TreeDef{}};
+    }
+    Tensors result = carry;
+    for (Tensors& y : ys) result.push_back(stack(y, 0));
+    return {std::move(result), std::move(y_def)};
+  }
+  TypeList params = init_t;
+  params.insert(params.end(), x_t.begin(), x_t.end());
+  ir::Traced tr = ir::trace_function("body", params, [&](const Tensors& p) {
+    Tensors out = body(p, def);
+    check(out);
+    return out;
+  });
+  Tensors ins = init;
+  append(ins, xs);
+  append(ins, tr.captures);
+  return {bind(scan_p, ins, scan_attrs(tr.function, L, reverse, nc, xs.size())), def.children[1]};
+}
+
+}  // namespace detail::cf
+}  // namespace kiln

@@ -1,0 +1,294 @@
+// Structured control flow: cond, switch_, while_loop, fori_loop, scan — eager, traced, and
+// under jit, grad, jvp and vmap (docs/CONTROL_FLOW.md).
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <cmath>
+#include <string>
+
+namespace kiln {
+namespace {
+
+using P = std::pair<Tensor, Tensor>;
+
+void expect_close(const Tensor& got, const std::vector<double>& want, double tol = 1e-10) {
+  const std::vector<double> g = got.to_vector<double>();
+  ASSERT_EQ(g.size(), want.size());
+  for (std::size_t i = 0; i < g.size(); ++i)
+    EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
+}
+
+template <class F>
+void expect_error(F f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    for (const std::string& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what() << "\nmissing: " << p;
+  }
+}
+
+Tensor newton_sqrt(const Tensor& a) {
+  auto s = while_loop([&](const P& s) { return abs(s.first * s.first - a) > 1e-10; },
+                      [&](const P& s) { return P{0.5 * (s.first + a / s.first), s.second + 1}; },
+                      P{a, zeros({}, int32)});
+  return s.first;
+}
+
+// ---- 1. eager semantics, traced primitives, errors, printing -----------------------------
+
+TEST(ControlFlow, CondEagerRunsOnlyTheChosenBranch) {
+  int calls_t = 0, calls_f = 0;
+  const Tensor x = tensor({1.0, 2.0});
+  Tensor y = cond(sum(x) > 0.0, [&] { ++calls_t; return x * 2.0; }, [&] { ++calls_f; return x - 1.0; });
+  expect_close(y, {2, 4});
+  EXPECT_EQ(calls_t, 1);
+  EXPECT_EQ(calls_f, 0);
+  Tensor z = cond(sum(x) < 0.0, [](const Tensor& v) { return v * 2.0; },
+                  [](const Tensor& v) { return v - 1.0; }, x);
+  expect_close(z, {0, 1});
+}
+
+TEST(ControlFlow, SwitchClampsTheIndex) {
+  const Tensor x = tensor(3.0);
+  auto f = [&](int i) {
+    return switch_(tensor(i), [&] { return x; }, [&] { return x * 2.0; }, [&] { return x * 3.0; });
+  };
+  expect_close(f(0), {3});
+  expect_close(f(1), {6});
+  expect_close(f(7), {9});
+  expect_close(f(-2), {3});
+  auto j = jit([](const Tensor& i, const Tensor& v) {
+    return switch_(i, [&] { return v; }, [&] { return v * 2.0; }, [&] { return v * 3.0; });
+  });
+  expect_close(j(tensor(1), x), {6});
+  expect_close(j(tensor(5), x), {9});
+}
+
+TEST(ControlFlow, WhileAndForiEager) {
+  expect_close(newton_sqrt(tensor(2.0)), {std::sqrt(2.0)});
+  const Tensor s = fori_loop(0, 5, [](const Tensor& i, const Tensor& c) { return c + astype(i, float64); },
+                             tensor(0.0));
+  expect_close(s, {10});
+  const Tensor s2 = fori_loop(tensor(1), tensor(4), [](const Tensor& i, const Tensor& c) {
+    return c * astype(i, float64); }, tensor(1.0));
+  expect_close(s2, {6});
+}
+
+TEST(ControlFlow, ScanEagerForwardAndReverse) {
+  const Tensor xs = tensor({1.0, 2.0, 3.0});
+  auto f = [](const Tensor& c, const Tensor& x) { return P{c + x, c * 10.0 + x}; };
+  auto [c, ys] = scan(f, tensor(0.0), xs);
+  expect_close(c, {6});
+  expect_close(ys, {1, 12, 33});
+  auto [cr, ysr] = scan(f, tensor(0.0), xs, ScanOptions{.reverse = true});
+  expect_close(cr, {6});
+  expect_close(ysr, {51, 32, 3});  // i=2: 0*10+3; i=1: 3*10+2; i=0: 5*10+1
+}
+
+TEST(ControlFlow, JitMatchesEager) {
+  auto prog = [](const Tensor& a, const Tensor& xs) {
+    Tensor r = newton_sqrt(a);
+    auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) {
+      Tensor n = tanh(h * r + x); return P{n, n}; }, zeros({2}, float64), xs);
+    Tensor y = cond(sum(h) > 0.0, [&] { return h * 2.0; }, [&] { return h - 1.0; });
+    auto rev = scan([&](const Tensor& c, const Tensor& x) { return P{c * 0.5 + x, c}; },
+                    zeros({2}, float64), xs, ScanOptions{.reverse = true});
+    return std::make_tuple(y, ys, rev.first, rev.second);
+  };
+  const Tensor a = tensor(3.0), xs = tensor(std::vector<double>{0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, {3, 2});
+  auto e = prog(a, xs);
+  auto j = jit(prog)(a, xs);
+  expect_close(std::get<0>(j), std::get<0>(e).to_vector<double>());
+  expect_close(std::get<1>(j), std::get<1>(e).to_vector<double>());
+  expect_close(std::get<2>(j), std::get<2>(e).to_vector<double>());
+  expect_close(std::get<3>(j), std::get<3>(e).to_vector<double>());
+}
+
+TEST(ControlFlow, PrintedIrShowsSubFunctionsAndRoundTrips) {
+  auto f = [](const Tensor& a, const Tensor& xs) {
+    Tensor r = newton_sqrt(a);
+    auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) { return P{h + x * r, h}; }, a, xs);
+    return cond(h > 0.0, [&] { return h * 2.0; }, [&] { return h - r; });
+  };
+  const ir::Function fn = trace(f, tensor(2.0), tensor({1.0, 2.0}));
+  const std::string text = ir::print(fn);
+  for (const char* s : {"while", "cond_fn", "body_fn", "scan", "length=2", "reverse=false", "cond",
+                        "branch0", "branch1"})
+    EXPECT_NE(text.find(s), std::string::npos) << s << " missing in\n" << text;
+  ir::verify(fn);
+  auto parsed = ir::parse(text);
+  EXPECT_EQ(ir::print(*parsed), text);
+  const std::vector<Tensor> args{tensor(2.0), tensor({1.0, 2.0})};
+  expect_close(ir::evaluate(*parsed, args)[0], f(args[0], args[1]).to_vector<double>());
+}
+
+TEST(ControlFlow, ErrorsNameTheLeafAndTypes) {
+  auto mismatched = [](const Tensor& x) {
+    return cond(x > 0.0, [&] { return P{x, x}; }, [&] { return P{x, astype(x, float32)}; });
+  };
+  expect_error([&] { trace(mismatched, tensor(1.0)); }, {"cond", "[1]", "f32[]", "f64[]", "true_fn", "false_fn"});
+  auto shape = [](const Tensor& x) {
+    return cond(sum(x) > 0.0, [&] { return x; }, [&] { return sum(x); });
+  };
+  expect_error([&] { trace(shape, tensor({1.0, 2.0})); }, {"cond", "f64[2]", "f64[]"});
+  auto pred = [](const Tensor& x) { return cond(x, [&] { return x; }, [&] { return x; }); };
+  expect_error([&] { pred(tensor({1.0, 2.0})); }, {"predicate", "f64[2]", "bool[]"});
+  auto body = [](const Tensor& x) {
+    return while_loop([](const P& s) { return s.first < 3.0; },
+                      [](const P& s) { return P{s.first + 1.0, astype(s.second, float32)}; }, P{x, x});
+  };
+  expect_error([&] { body(tensor(0.0)); }, {"while_loop", "[1]", "f32[]", "f64[]"});
+  expect_error([&] { trace(body, tensor(0.0)); }, {"while_loop", "[1]", "f32[]", "f64[]"});
+  auto cpred = [](const Tensor& x) {
+    return while_loop([](const Tensor& s) { return s; }, [](const Tensor& s) { return s; }, x);
+  };
+  expect_error([&] { trace(cpred, tensor({1.0})); }, {"bool scalar", "f64[1]"});
+}
+
+// ---- 2. forward mode ----------------------------------------------------------------------
+
+TEST(ControlFlow, JvpThroughCondWhileScan) {
+  auto f = [](const Tensor& a) {
+    Tensor r = newton_sqrt(a);
+    auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) { return P{h * a + x, h}; }, r,
+                        tensor({1.0, 2.0}));
+    return cond(h > 0.0, [&] { return h * h; }, [&] { return -h; });
+  };
+  const double a = 2.0, eps = 1e-6;
+  auto [y, t] = jvp(f, std::tuple<Tensor>{tensor(a)}, std::tuple<Tensor>{tensor(1.0)});
+  const double fd = (f(tensor(a + eps)).item<double>() - f(tensor(a - eps)).item<double>()) / (2 * eps);
+  EXPECT_NEAR(t.item<double>(), fd, 1e-5 * (1 + std::abs(fd)));
+  expect_close(y, {f(tensor(a)).item<double>()});
+}
+
+// ---- 3. reverse mode ----------------------------------------------------------------------
+
+TEST(ControlFlow, NewtonSqrtGradEagerAndJit) {
+  for (double a : {2.0, 9.0, 0.5}) {
+    expect_close(grad(newton_sqrt)(tensor(a)), {1 / (2 * std::sqrt(a))}, 1e-8);
+    expect_close(jit(grad(newton_sqrt))(tensor(a)), {1 / (2 * std::sqrt(a))}, 1e-8);
+  }
+}
+
+TEST(ControlFlow, ForiLoopGrads) {
+  auto f = [](const Tensor& x) {
+    return fori_loop(0, 3, [&](const Tensor&, const Tensor& c) { return c * x; }, tensor(1.0));
+  };
+  expect_close(grad(f)(tensor(2.0)), {12});
+  auto g = [](const Tensor& x) {
+    return fori_loop(tensor(0), tensor(3), [&](const Tensor&, const Tensor& c) { return c * x; }, tensor(1.0));
+  };
+  expect_close(grad(g)(tensor(2.0)), {12});
+  expect_close(jit(grad(g))(tensor(2.0)), {12});
+}
+
+struct Rnn {
+  Tensor w, u;
+};
+
+Tensor rnn_scan(const Tensor& w, const Tensor& u, const Tensor& xs) {
+  auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) {
+    Tensor n = tanh(matmul(w, h) + matmul(u, x)); return P{n, sum(n * n)}; },
+    zeros({3}, float64), xs);
+  return sum(h) + sum(ys);
+}
+Tensor rnn_unrolled(const Tensor& w, const Tensor& u, const Tensor& xs) {
+  Tensor h = zeros({3}, float64), total = tensor(0.0);
+  for (int64_t i = 0; i < xs.shape()[0]; ++i) {
+    h = tanh(matmul(w, h) + matmul(u, index(xs, i)));
+    total = total + sum(h * h);
+  }
+  return sum(h) + total;
+}
+
+TEST(ControlFlow, RnnScanGradsMatchUnrolledAndFiniteDifferences) {
+  const Tensor w = random::normal(random::key(1), {3, 3}, float64) * 0.5;
+  const Tensor u = random::normal(random::key(2), {3, 2}, float64) * 0.5;
+  const Tensor xs = random::normal(random::key(3), {50, 2}, float64);
+  auto [gw, gu] = grad(rnn_scan, argnums<0, 1>)(w, u, xs);
+  auto [rw, ru] = grad(rnn_unrolled, argnums<0, 1>)(w, u, xs);
+  expect_close(gw, rw.to_vector<double>(), 1e-9);
+  expect_close(gu, ru.to_vector<double>(), 1e-9);
+  auto [jw, ju] = jit(grad(rnn_scan, argnums<0, 1>))(w, u, xs);
+  expect_close(jw, rw.to_vector<double>(), 1e-9);
+  // finite differences on w
+  std::vector<double> wv = w.to_vector<double>(), fd(9);
+  const double eps = 1e-6;
+  for (int k = 0; k < 9; ++k) {
+    std::vector<double> p = wv, m = wv;
+    p[k] += eps;
+    m[k] -= eps;
+    fd[k] = (rnn_scan(tensor(p, {3, 3}), u, xs).item<double>() -
+             rnn_scan(tensor(m, {3, 3}), u, xs).item<double>()) / (2 * eps);
+  }
+  expect_close(gw, fd, 1e-5);
+}
+
+TEST(ControlFlow, GradOfGradThroughCondAndScan) {
+  auto f = [](const Tensor& x) {
+    return cond(x > 0.0, [&] { return x * x * x; }, [&] { return sin(x); });
+  };
+  auto d2 = grad([&](const Tensor& x) { return grad(f)(x); });
+  expect_close(d2(tensor(2.0)), {12});
+  expect_close(d2(tensor(-1.0)), {-std::sin(-1.0)});
+  auto s = [](const Tensor& x) {
+    auto [c, ys] = scan([&](const Tensor& c, const Tensor& v) { return P{c * x + v, c}; }, x,
+                        tensor({1.0, 2.0}));
+    return c;  // ((x*x + 1) * x + 2) = x^3 + x + 2
+  };
+  auto s2 = grad([&](const Tensor& x) { return grad(s)(x); });
+  expect_close(grad(s)(tensor(2.0)), {13});
+  expect_close(s2(tensor(2.0)), {12});
+  expect_close(jit(s2)(tensor(2.0)), {12});
+}
+
+// ---- 4. vmap -----------------------------------------------------------------------------
+
+TEST(ControlFlow, VmapWhileWithPerExampleTripCounts) {
+  const Tensor a = tensor({1.0, 4.0, 100.0, 0.01});
+  const Tensor got = vmap(newton_sqrt)(a);
+  std::vector<double> want;
+  for (int i = 0; i < 4; ++i) want.push_back(newton_sqrt(index(a, i)).item<double>());
+  expect_close(got, want, 1e-12);
+  auto count = [](const Tensor& n) {
+    return while_loop([&](const P& s) { return s.first < n; },
+                      [](const P& s) { return P{s.first + 1.0, s.second * 2.0}; },
+                      P{tensor(0.0), tensor(1.0)}).second;
+  };
+  expect_close(vmap(count)(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32});
+  expect_close(jit(vmap(count))(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32});
+  // (at a = 1 the loop runs zero times: the program is the identity there, derivative 1)
+  expect_close(vmap(grad(newton_sqrt))(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6}, 1e-8);
+}
+
+TEST(ControlFlow, VmapCondSharedAndPerExamplePredicate) {
+  auto f = [](const Tensor& x, const Tensor& p) {
+    return cond(p > 0.0, [&] { return x * 2.0; }, [&] { return x - 1.0; });
+  };
+  expect_close(vmap(f, in_axes(0, none))(tensor({1.0, 2.0}), tensor(1.0)), {2, 4});
+  expect_close(vmap(f)(tensor({1.0, 2.0, 3.0}), tensor({1.0, -1.0, 1.0})), {2, 1, 6});
+  // the branch not taken produces NaN; its gradient must not leak into the one taken
+  auto g = [](const Tensor& x) {
+    return cond(x > 0.0, [&] { return sqrt(x); }, [&] { return x; });
+  };
+  expect_close(vmap(grad(g))(tensor({4.0, -1.0})), {0.25, 1});
+}
+
+TEST(ControlFlow, VmapScanBatchedXsAndCarry) {
+  auto f = [](const Tensor& c0, const Tensor& xs) {
+    return scan([](const Tensor& c, const Tensor& x) { return P{c * 0.5 + x, c}; }, c0, xs);
+  };
+  const Tensor c0 = tensor({1.0, 2.0});
+  const Tensor xs = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {2, 3});
+  auto [c, ys] = vmap(f)(c0, xs);
+  for (int b = 0; b < 2; ++b) {
+    auto [ce, yse] = f(index(c0, b), index(xs, b));
+    expect_close(index(c, b), ce.to_vector<double>());
+    expect_close(index(ys, b), yse.to_vector<double>());
+  }
+}
+
+}  // namespace
+}  // namespace kiln
