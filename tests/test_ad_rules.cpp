@@ -82,6 +82,7 @@ struct Case {
   double dot_rtol = 1e-10; // <ct, J t> vs <J^T ct, t>, relative to the sum of |terms|
   double hvp_rtol = 1e-5;  // Hessian-vector products vs finite differences of the gradient
   bool forward_mode = true;  // false: the primitive has no JVP by design (custom_vjp)
+  bool second_order = true;  // false: while (its reverse pass is first order only, for now)
   // Collectives: the name of the vmap axis they reduce over. Inputs then carry the batch as
   // axis 0 and the primitive is applied per example inside vmap(..., axis_name(name)).
   std::string vmap_axis = "";
@@ -290,6 +291,41 @@ std::vector<Case> cases() {
                  return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}},
                                with_fn("fn", fn, with_fn("bwd", bwd))};
                }, .forward_mode = false});
+
+  // ---- control flow (operand layouts in src/transforms/control_flow.cpp) ----
+  const TensorType m3{float64, Shape{3}}, i0{int32, Shape{}};
+  // cond: (index, operands...) with one branch function per index; both branches checked.
+  for (int32_t taken : {0, 1}) {
+    c.push_back({.prim = "cond", .label = taken ? "branch1" : "branch0", .make = [=](Gen& g) {
+                   FunctionRef b0 = traced("b0", {m3, m3}, [](const Ts& a) { return Ts{cos(a[0]) * a[1]}; });
+                   FunctionRef b1 = traced("b1", {m3, m3}, [](const Ts& a) { return Ts{sin(a[0]) * a[0] + a[1]}; });
+                   return Sample{{fixed(tensor(taken)), {g.normal(Shape{3})}, {g.normal(Shape{3})}},
+                                 with_fn("branch0", b0, with_fn("branch1", b1))};
+                 }});
+  }
+  // while: (carry..., captures...); three iterations of a smooth map, the counter fixed.
+  c.push_back({.prim = "while", .label = "", .make = [=](Gen& g) {
+                 FunctionRef cf = traced("c", {m3, i0, m3}, [](const Ts& a) { return Ts{a[1] < 3}; });
+                 FunctionRef bf = traced("b", {m3, i0, m3}, [](const Ts& a) {
+                   return Ts{sin(a[0]) * a[2] + a[0] * 0.5, a[1] + 1};
+                 });
+                 return Sample{{{g.normal(Shape{3})}, fixed(tensor(int32_t{0})), {g.normal(Shape{3})}},
+                               with_fn("cond_fn", cf, with_fn("body_fn", bf))};
+               }, .second_order = false});
+  // scan: (carry..., xs...) -> (carry..., stacked ys...), forward and reverse.
+  for (bool reverse : {false, true}) {
+    c.push_back({.prim = "scan", .label = reverse ? "reverse" : "forward", .make = [=](Gen& g) {
+                   FunctionRef body = traced("body", {m3, m3}, [](const Ts& a) {
+                     return Ts{tanh(a[0] * 0.8 + a[1]), a[0] * a[1]};
+                   });
+                   Attrs attrs = with_fn("body", body);
+                   attrs.set("length", int64_t{4});
+                   attrs.set("reverse", reverse);
+                   attrs.set("num_carry", int64_t{1});
+                   attrs.set("num_xs", int64_t{1});
+                   return Sample{{{g.normal(Shape{3})}, {g.normal(Shape{4, 3})}}, attrs};
+                 }});
+  }
 
   // ---- collectives over a named vmap axis (inputs: a batch of 4 examples) ----
   c.push_back({.prim = "psum", .label = "", .make = [](Gen& g) {
@@ -511,6 +547,9 @@ TEST_P(PrimitiveRules, VjpIsTheTransposeOfTheJvp) {
 // and piecewise-linear ones at a smooth sample (abs, max, reduce_max, max_pool2d, pmax) the
 // product is zero, which still checks that their VJP rules trace and differentiate again.
 TEST_P(PrimitiveRules, SecondDerivativesMatchFiniteDifferences) {
+  if (!GetParam().second_order)
+    GTEST_SKIP() << "second order through a data-dependent while loop raises (see "
+                    "SecondOrderThroughWhileIsAnError)";
   Problem p(GetParam());
   const Ts w = p.random_like(p.eval(p.x));
   const Ts v = p.random_like(p.x);
@@ -588,10 +627,27 @@ TEST(AdRegistry, EveryDifferentiablePrimitiveHasACase) {
     else if (!p->differentiable)
       ADD_FAILURE() << "case '" << case_name(c) << "' names a non-differentiable primitive";
   }
+  // while_grad (the reverse pass of a while loop) has first-order use only: its own rules
+  // raise, which SecondOrderThroughWhileIsAnError checks.
+  covered.insert("while_grad");
   for (const Primitive* p : all_primitives())
     if (p->differentiable && !covered.count(p->name))
       ADD_FAILURE() << "differentiable primitive '" << p->name
                     << "' has no derivative test: add a case to cases() in tests/test_ad_rules.cpp";
+}
+
+TEST(AdRegistry, SecondOrderThroughWhileIsAnError) {
+  auto f = [](const Tensor& a) {
+    return while_loop([](const Tensor& x) { return x < 10.0; }, [&](const Tensor& x) { return x * a; },
+                      a);
+  };
+  EXPECT_NEAR(grad(f)(tensor(1.5)).item<double>(), 6 * std::pow(1.5, 5), 1e-12);  // f = a^6 at 1.5
+  try {
+    grad([&](const Tensor& a) { return grad(f)(a); })(tensor(1.5));
+    ADD_FAILURE() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), "while_grad") << e.what();
+  }
 }
 
 TEST(AdRegistry, CustomVjpRefusesForwardMode) {

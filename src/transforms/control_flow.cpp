@@ -426,6 +426,12 @@ const Primitive& while_p = register_primitive(
                        sub(in, 0, nc), in.subspan(nc), nullptr);
     }));
 
+[[noreturn]] void higher_order_while() {
+  fail("while_grad", "second-order differentiation through a data-dependent while_loop: got a "
+                     "derivative of the loop's reverse pass, expected first order only (use "
+                     "fori_loop with int bounds or scan, whose derivatives go to any order)");
+}
+
 // while_grad {cond_fn, body_fn}: (carry..., captures..., ct_final...) -> (ct_carry..., ct_captures...)
 TypeList while_grad_types(Types in, const Attrs& a) {
   const FunctionRef& b = a.get<FunctionRef>("body_fn");
@@ -446,7 +452,11 @@ const Primitive& while_grad_p = register_primitive(
      .arity = 1,
      .variadic = true,
      .type_rule = while_grad_types,
-     // Its own derivatives (second order through a while_loop) are not implemented yet.
+     // Second order through a data-dependent loop would differentiate a residual stack whose
+     // length is only known at run time; until that exists, asking for it is an Error (never
+     // a silently zero derivative).
+     .jvp = [](const RuleArgs&, std::span<const Tangent>) -> std::vector<Tangent> { higher_order_while(); },
+     .vjp = [](const RuleArgs&, std::span<const Tangent>) -> std::vector<Tangent> { higher_order_while(); },
      .batch = [](const BatchArgs& b) { return ops::batch_by_loop(primitive("while_grad"), b); }},
     interpreter_kernels([](Ins in, const Attrs& a) {
       const FunctionRef& cf = a.get<FunctionRef>("cond_fn");
