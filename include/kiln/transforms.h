@@ -383,7 +383,7 @@ namespace detail {
 // Stand-ins with the types of a traced function's results (broadcast scalars: no memory),
 // to trace a user's rule against.
 template <class Out>
-Out placeholders(const TreeDef& def, const std::vector<TensorType>& types) {
+Out stand_ins(const TreeDef& def, const std::vector<TensorType>& types) {
   std::vector<Tensor> like;
   for (const TensorType& t : types) like.push_back(broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape));
   return tree_unflatten<Out>(def, like);
@@ -398,7 +398,7 @@ auto apply_custom(const char* prim, const F& f, const auto& trace_user_rule, con
   if (!t.traced.captures.empty())
     fail(prim, "the function closes over a traced value: got ", t.traced.captures.size(),
          " captured tracer(s), expected a function that takes what it needs as arguments");
-  const Out like = placeholders<Out>(t.out_def, t.traced.function->result_types());
+  const Out like = stand_ins<Out>(t.out_def, t.traced.function->result_types());
   Attrs attrs = trace_user_rule(like);
   attrs.set("fn", FunctionRef(t.traced.function));
   return tree_unflatten<Out>(t.out_def, kiln::bind(primitive(prim), leaves, attrs));
@@ -499,7 +499,7 @@ struct VmapInputs {
 VmapInputs vmap_inputs(const TreeDef& def, const std::vector<Tensor>& leaves,
                        const std::optional<InAxes>& in);
 // Per-example stand-ins for tracing (broadcast scalars: no memory).
-std::vector<Tensor> example_placeholders(const std::vector<Tensor>& leaves,
+std::vector<Tensor> example_stand_ins(const std::vector<Tensor>& leaves,
                                          const std::vector<std::optional<int>>& dims);
 // Moves each result's batch axis to where out_axes asks (broadcasting unbatched results).
 std::vector<Tensor> vmap_outputs(std::vector<Batched> results, int64_t size,
@@ -519,7 +519,7 @@ class Vmapped {
     std::optional<TraceOf<const F, Args...>> t;
     {
       AxisScopeGuard scope(o_.name, size);
-      t = trace_tree<const F, Args...>(f_, "vmap", def, example_placeholders(leaves, in.dims));
+      t = trace_tree<const F, Args...>(f_, "vmap", def, example_stand_ins(leaves, in.dims));
     }
     std::vector<Batched> ins;
     for (std::size_t i = 0; i < leaves.size(); ++i) ins.push_back({leaves[i], in.dims[i]});

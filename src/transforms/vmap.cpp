@@ -61,7 +61,7 @@ VmapInputs vmap_inputs(const TreeDef& def, const std::vector<Tensor>& leaves,
   return r;
 }
 
-std::vector<Tensor> example_placeholders(const std::vector<Tensor>& leaves,
+std::vector<Tensor> example_stand_ins(const std::vector<Tensor>& leaves,
                                          const std::vector<std::optional<int>>& dims) {
   std::vector<Tensor> out;
   for (std::size_t i = 0; i < leaves.size(); ++i) {
