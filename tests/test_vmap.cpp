@@ -24,6 +24,8 @@
 
 #include <kiln/kiln.h>
 
+#include "testing.h"
+
 namespace kiln {
 namespace {
 
@@ -877,6 +879,27 @@ TEST(VmapRandom, UnbatchedKeyGivesTheSameNumbersForEveryExample) {
   const Tensor got = vmap(f, in_axes(none, 0))(k, xs);
   const Tensor draw = random::normal(k, {3}, float64);
   for (int64_t i = 0; i < 4; ++i) expect_close(index(got, i) - index(xs, i), draw, 1e-14, "example " + std::to_string(i));
+}
+
+}  // namespace
+}  // namespace kiln
+
+namespace kiln {
+namespace {
+
+TEST(VmapApi, LeafAxesMapEachLeafOfAnArgument) {
+  // w shared by every example, b batched along its last axis; x batched along axis 0.
+  const Tensor w = tensor({1.0, 2.0, 3.0, 4.0}, {2, 2});
+  const Tensor bs = tensor({10.0, 20.0, 30.0, 40.0, 50.0, 60.0}, {2, 3});  // 3 examples of b[2]
+  const Tensor xs = tensor({1.0, 0.0, 0.0, 1.0, 1.0, 1.0}, {3, 2});
+  auto f = [](const Params& p, const Tensor& x) { return matmul(x, p.w) + p.b; };
+  const Tensor got = vmap(f, in_axes(leaf_axes(none, -1), 0))(Params{w, bs}, xs);
+  for (int64_t i = 0; i < 3; ++i) {  // reference: a loop over examples
+    const Tensor want = f(Params{w, index(swapaxes(bs, 0, 1), i)}, index(xs, i));
+    EXPECT_EQ(index(got, i).to_vector<double>(), want.to_vector<double>()) << "example " << i;
+  }
+  kiln::testing::expect_error([&] { vmap(f, in_axes(leaf_axes(0), 0))(Params{w, bs}, xs); }, "vmap",
+                              {"leaf_axes for argument 0", "expected 2"});
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 #include "kiln/ir.h"
@@ -445,19 +446,34 @@ struct NotBatched {};
 inline constexpr NotBatched none{};
 
 // Batch axes per argument (or per output): an int (negative counts from the end) or `none`.
-struct AxisList {
-  std::vector<std::optional<int>> axes;
-};
-struct InAxes : AxisList {};
-struct OutAxes : AxisList {};
 namespace detail {
 inline std::optional<int> axis_of(int a) { return a; }
 inline std::optional<int> axis_of(NotBatched) { return std::nullopt; }
 }  // namespace detail
+// One axis per tensor leaf of an argument, in flatten order (a KILN_TREE struct: its field
+// order): in_axes(leaf_axes(none, 0), 0) maps a Params{w, b} with w shared and b batched.
+struct LeafAxes {
+  std::vector<std::optional<int>> axes;
+};
 template <class... A>
-InAxes in_axes(A... a) { return {{{detail::axis_of(a)...}}}; }
+LeafAxes leaf_axes(A... a) { return {{detail::axis_of(a)...}}; }
+// Per argument: one axis for all its leaves, or one per leaf.
+using ArgAxes = std::variant<std::optional<int>, LeafAxes>;
+struct InAxes {
+  std::vector<ArgAxes> axes;
+};
+struct OutAxes {
+  std::vector<std::optional<int>> axes;
+};
+namespace detail {
+inline ArgAxes arg_axes(int a) { return std::optional<int>(a); }
+inline ArgAxes arg_axes(NotBatched) { return std::optional<int>(); }
+inline ArgAxes arg_axes(LeafAxes l) { return l; }
+}  // namespace detail
 template <class... A>
-OutAxes out_axes(A... a) { return {{{detail::axis_of(a)...}}}; }
+InAxes in_axes(A... a) { return {{detail::arg_axes(a)...}}; }
+template <class... A>
+OutAxes out_axes(A... a) { return {{detail::axis_of(a)...}}; }
 // Names the mapped axis, so collectives (psum, pmean, pmax, all_gather, axis_index) inside
 // the function can reduce over it.
 struct AxisName {

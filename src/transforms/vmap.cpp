@@ -36,8 +36,16 @@ VmapInputs vmap_inputs(const TreeDef& def, const std::vector<Tensor>& leaves,
   std::size_t leaf = 0;
   int64_t first_arg = -1;
   for (std::size_t a = 0; a < n_args; ++a) {
-    const std::optional<int> axis = in ? in->axes[a] : std::optional<int>(0);
-    for (std::size_t k = 0; k < def.children[a].num_leaves(); ++k, ++leaf) {
+    const std::size_t n_leaves = def.children[a].num_leaves();
+    const LeafAxes* per_leaf = in ? std::get_if<LeafAxes>(&in->axes[a]) : nullptr;
+    if (per_leaf && per_leaf->axes.size() != n_leaves)
+      fail("vmap", "leaf_axes for argument ", a, " lists ", per_leaf->axes.size(),
+           " axes: got ", per_leaf->axes.size(), ", expected ", n_leaves,
+           " (one per tensor leaf, in flatten order)");
+    for (std::size_t k = 0; k < n_leaves; ++k, ++leaf) {
+      const std::optional<int> axis =
+          per_leaf ? per_leaf->axes[k]
+                   : (in ? std::get<std::optional<int>>(in->axes[a]) : std::optional<int>(0));
       const Tensor& t = leaves[leaf];
       if (!axis || !t.defined()) {
         r.dims.push_back(std::nullopt);
