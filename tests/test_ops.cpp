@@ -1529,3 +1529,36 @@ TEST(Errors, DtypeDomains) {
 }
 
 }  // namespace
+
+// Whole-tensor reductions of many elements take the split-across-threads path.
+TEST(Reductions, WholeTensorOfManyElementsMatchesPlainLoops) {
+  const int64_t n = 200'003;  // not a multiple of the chunk count or the unroll
+  const std::vector<double> v = kiln::testing::random_values(n, 7, -1.0, 1.0);
+  double s = 0, mx = -1e9, mn = 1e9, p = 1;
+  for (double x : v) {
+    s += x;
+    mx = std::max(mx, x);
+    mn = std::min(mn, x);
+    p *= 1.0 + x * 1e-5;
+  }
+  const Tensor x = tensor(v, {n});
+  EXPECT_NEAR(sum(x).item<double>(), s, 1e-9);
+  EXPECT_NEAR(sum(astype(x, float32)).item<float>(), s, 1e-2);
+  EXPECT_EQ(max(x).item<double>(), mx);
+  EXPECT_EQ(min(x).item<double>(), mn);
+  EXPECT_NEAR(prod(x * 1e-5 + 1.0).item<double>(), p, 1e-12);
+  EXPECT_EQ(sum(astype(x > 0.0, int32)).item<int64_t>(),
+            std::count_if(v.begin(), v.end(), [](double e) { return e > 0; }));
+  // A strided view (every other element) and a NaN that must propagate.
+  double s2 = 0;
+  for (int64_t i = 0; i < n; i += 2) s2 += v[static_cast<std::size_t>(i)];
+  EXPECT_NEAR(sum(slice(x, {Slice{std::nullopt, std::nullopt, 2}})).item<double>(), s2, 1e-9);
+  std::vector<double> w = v;
+  w[123'457] = NAN;
+  EXPECT_TRUE(std::isnan(max(tensor(w, {n})).item<double>()));
+  std::vector<bool> b(static_cast<std::size_t>(n), true);
+  EXPECT_TRUE(all(tensor(b, {n})).item<bool>());
+  b[199'999] = false;
+  EXPECT_FALSE(all(tensor(b, {n})).item<bool>());
+  EXPECT_TRUE(any(tensor(b, {n})).item<bool>());
+}

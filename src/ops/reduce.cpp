@@ -156,6 +156,29 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
   const std::vector<int64_t>& rs = red.shape;
   const std::vector<int64_t>& rst = red.strides[0];
   const int rr = static_cast<int>(rs.size());
+  if (L.kept_count == 1 && rr == 1 && L.red_count >= detail::kParallelGrain) {
+    // One output over many elements (sum of a whole tensor): split the elements across
+    // threads, four independent accumulators each so the adds pipeline, then combine.
+    const T* base = px + offset_of(0, L.kept_shape, L.kept_strides);
+    const int64_t n = L.red_count, st = rst[0];
+    const int chunks = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(n / detail::kParallelGrain)));
+    std::unique_ptr<A[]> part(new A[static_cast<std::size_t>(chunks)]);
+#pragma omp parallel for num_threads(chunks) schedule(static, 1) if (chunks > 1 && !omp_in_parallel())
+    for (int c = 0; c < chunks; ++c) {
+      const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+      A acc[4] = {R::template identity<A>(), R::template identity<A>(), R::template identity<A>(),
+                  R::template identity<A>()};
+      int64_t k = b;
+      for (; k + 4 <= e; k += 4)
+        for (int j = 0; j < 4; ++j) acc[j] = R::combine(acc[j], load(base[(k + j) * st]));
+      for (; k < e; ++k) acc[0] = R::combine(acc[0], load(base[k * st]));
+      part[c] = R::combine(R::combine(acc[0], acc[1]), R::combine(acc[2], acc[3]));
+    }
+    A total = R::template identity<A>();
+    for (int c = 0; c < chunks; ++c) total = R::combine(total, part[c]);
+    po[0] = store(total);
+    return;
+  }
   detail::parallel_for(
       L.kept_count,
       [&](int64_t b, int64_t e) {
