@@ -1,5 +1,6 @@
-// `make demo`: a short tour of eager Kiln. Every line computes when it runs; a mistake raises a
-// kiln::Error naming the operation, the shapes and what was expected.
+// `make demo`: a short tour of Kiln (until the training demo lands). Eager tensors compute when
+// a line runs; a mistake raises a kiln::Error naming the operation, the shapes and what was
+// expected. Then the transformations: trace, grad, jit, vmap.
 #include <kiln/kiln.h>
 
 #include <iostream>
@@ -40,5 +41,15 @@ int main() {
   } catch (const Error& e) {
     std::cout << "  " << e.what() << "\n";
   }
+
+  std::cout << "\nTransformations\n\n";
+  auto f = [](const Tensor& v) { return sum(sin(v) * v); };
+  const Tensor v = tensor({0.5, 1.0, 2.0});
+  std::cout << "f(v) = sum(sin(v) * v); grad(f)(v) = " << grad(f)(v)
+            << "  (sin(v) + v cos(v) = " << sin(v) + v * cos(v) << ")\n";
+  std::cout << "the derivative program, optimised:\n" << jit(grad(f)).lower(v) << "\n";
+  std::cout << "hessian(f)(v) =\n" << hessian(f)(v) << "\n";
+  auto norms = vmap([](const Tensor& row) { return sqrt(sum(row * row)); });
+  std::cout << "vmap(norm) over the rows of x: " << norms(x) << "\n";
   return 0;
 }
