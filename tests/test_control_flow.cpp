@@ -124,6 +124,29 @@ TEST(ControlFlow, PrintedIrShowsSubFunctionsAndRoundTrips) {
   expect_close(ir::evaluate(*parsed, args)[0], f(args[0], args[1]).to_vector<double>());
 }
 
+TEST(ControlFlow, PassesFoldConstantPredicatesAndReachIntoBodies) {
+  // A constant predicate: the cond disappears and the chosen branch is inlined.
+  auto f = jit([](const Tensor& x) {
+    return cond(tensor(true), [&] { return sin(x) * 1.0; }, [&] { return cos(x); });
+  });
+  const Tensor x = tensor({0.25, 0.5});
+  const std::string folded = ir::print(f.lower(x));
+  EXPECT_EQ(folded,
+            "func @jit(%arg0: f64[2]) -> f64[2] {\n"
+            "  %0 = sin %arg0 : f64[2]\n"
+            "  return %0\n"
+            "}");
+  EXPECT_EQ(f(x).to_vector<double>(), sin(x).to_vector<double>());
+  // A loop body is optimised too: x * 1 + 0 inside it is gone.
+  auto g = jit([](const Tensor& x) {
+    return while_loop([](const Tensor& v) { return sum(v) < 10.0; },
+                      [](const Tensor& v) { return (v * 1.0 + 0.0) * 2.0; }, x);
+  });
+  const std::string loop = ir::print(g.lower(x));
+  EXPECT_EQ(loop.find("add"), std::string::npos) << loop;
+  EXPECT_EQ(g(x).to_vector<double>(), (std::vector<double>{4.0, 8.0}));
+}
+
 TEST(ControlFlow, ErrorsNameTheLeafAndTypes) {
   auto mismatched = [](const Tensor& x) {
     return cond(x > 0.0, [&] { return P{x, x}; }, [&] { return P{x, astype(x, float32)}; });

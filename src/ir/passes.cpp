@@ -156,6 +156,18 @@ Function fold_constants(const Function& f) {
   return out;
 }
 
+// A cond whose branch index is a constant: the chosen branch (clamped, as the kernel does).
+const Function* constant_branch(const Equation& e, const Defs& defs) {
+  if (e.prim->name != "cond" || e.inputs.empty()) return nullptr;
+  const Tensor* index = defs.constant(e.inputs[0]);
+  if (!index) return nullptr;
+  int64_t n = 0;
+  while (e.attrs.has("branch" + std::to_string(n))) ++n;
+  if (n == 0) return nullptr;
+  const int64_t k = std::clamp<int64_t>(index->item<int64_t>(), 0, n - 1);
+  return e.attrs.get<FunctionRef>("branch" + std::to_string(k)).get();
+}
+
 Function simplify(const Function& f) {
   Defs defs(f);
   std::unordered_map<int, Value> rename;
@@ -165,10 +177,35 @@ Function simplify(const Function& f) {
   };
   Function out = f;
   out.equations.clear();
+  int next_id = f.next_id();
   for (const Equation& e0 : f.equations) {
     Equation e = e0;
     for (Value& v : e.inputs) v = resolve(v);
     const std::string& op = e.prim->name;
+    // A cond on a constant predicate is its chosen branch: inline it with fresh value ids.
+    if (const Function* branch = constant_branch(e, defs)) {
+      std::unordered_map<int, Value> local;
+      for (std::size_t i = 0; i < branch->params.size(); ++i) local[branch->params[i].id] = e.inputs[i + 1];
+      for (const Constant& c : branch->constants) {
+        const Value v{next_id++, c.value.type};
+        out.constants.push_back({v, c.tensor});
+        defs.add_constant(v, c.tensor);
+        local[c.value.id] = v;
+      }
+      for (const Equation& be : branch->equations) {
+        Equation ne = be;
+        for (Value& v : ne.inputs) v = local.at(v.id);
+        for (Value& v : ne.outputs) {
+          const Value fresh{next_id++, v.type};
+          local[v.id] = fresh;
+          v = fresh;
+        }
+        defs.define(ne);
+        out.equations.push_back(std::move(ne));
+      }
+      for (std::size_t i = 0; i < e.outputs.size(); ++i) rename[e.outputs[i].id] = local.at(branch->results[i].id);
+      continue;
+    }
     const Value* a = e.inputs.empty() ? nullptr : &e.inputs[0];
     const Value* b = e.inputs.size() > 1 ? &e.inputs[1] : nullptr;
     auto forward = [&](const Value& to) { rename[e.outputs[0].id] = to; };
@@ -217,9 +254,30 @@ Function simplify(const Function& f) {
   return out;
 }
 
+// Sub-functions (loop bodies, branches, calls) are optimised too; their signatures stay.
+// One optimised copy per distinct sub-function, so equations that shared a sub-function still
+// share it afterwards (and CSE, which compares attributes, can still merge them).
+Function optimize_subfunctions(const Function& f) {
+  Function out = f;
+  std::unordered_map<const Function*, FunctionRef> done;
+  for (Equation& e : out.equations) {
+    Attrs attrs = e.attrs;
+    for (const auto& [name, value] : e.attrs.items()) {
+      const auto* sub = std::get_if<FunctionRef>(&value);
+      if (!sub) continue;
+      auto it = done.find(sub->get());
+      if (it == done.end())
+        it = done.emplace(sub->get(), std::make_shared<const Function>(optimize(**sub))).first;
+      attrs.set(name, it->second);
+    }
+    e.attrs = std::move(attrs);
+  }
+  return out;
+}
+
 Function optimize(const Function& f) {
   // Each pass can expose work for the others; iterate while the program shrinks.
-  Function cur = dce(cse(simplify(fold_constants(f))));
+  Function cur = dce(cse(simplify(fold_constants(optimize_subfunctions(f)))));
   for (int round = 0; round < 8; ++round) {
     Function next = dce(cse(simplify(fold_constants(cur))));
     const bool same = next.equations.size() == cur.equations.size() &&
