@@ -82,7 +82,6 @@ struct Case {
   double dot_rtol = 1e-10; // <ct, J t> vs <J^T ct, t>, relative to the sum of |terms|
   double hvp_rtol = 1e-5;  // Hessian-vector products vs finite differences of the gradient
   bool forward_mode = true;  // false: the primitive has no JVP by design (custom_vjp)
-  bool second_order = true;  // false: while (its reverse pass is first order only, for now)
   // Collectives: the name of the vmap axis they reduce over. Inputs then carry the batch as
   // axis 0 and the primitive is applied per example inside vmap(..., axis_name(name)).
   std::string vmap_axis = "";
@@ -311,7 +310,7 @@ std::vector<Case> cases() {
                  });
                  return Sample{{{g.normal(Shape{3})}, fixed(tensor(int32_t{0})), {g.normal(Shape{3})}},
                                with_fn("cond_fn", cf, with_fn("body_fn", bf))};
-               }, .second_order = false});
+               }});
   // scan: (carry..., xs...) -> (carry..., stacked ys...), forward and reverse.
   for (bool reverse : {false, true}) {
     c.push_back({.prim = "scan", .label = reverse ? "reverse" : "forward", .make = [=](Gen& g) {
@@ -547,9 +546,6 @@ TEST_P(PrimitiveRules, VjpIsTheTransposeOfTheJvp) {
 // and piecewise-linear ones at a smooth sample (abs, max, reduce_max, max_pool2d, pmax) the
 // product is zero, which still checks that their VJP rules trace and differentiate again.
 TEST_P(PrimitiveRules, SecondDerivativesMatchFiniteDifferences) {
-  if (!GetParam().second_order)
-    GTEST_SKIP() << "second order through a data-dependent while loop raises (see "
-                    "SecondOrderThroughWhileIsAnError)";
   Problem p(GetParam());
   const Ts w = p.random_like(p.eval(p.x));
   const Ts v = p.random_like(p.x);
@@ -627,8 +623,8 @@ TEST(AdRegistry, EveryDifferentiablePrimitiveHasACase) {
     else if (!p->differentiable)
       ADD_FAILURE() << "case '" << case_name(c) << "' names a non-differentiable primitive";
   }
-  // while_grad (the reverse pass of a while loop) has first-order use only: its own rules
-  // raise, which SecondOrderThroughWhileIsAnError checks.
+  // while_grad (the reverse pass of a while loop) is exercised through `while`'s second
+  // derivatives below and SecondOrderThroughADataDependentWhileLoop.
   covered.insert("while_grad");
   for (const Primitive* p : all_primitives())
     if (p->differentiable && !covered.count(p->name))
@@ -636,18 +632,20 @@ TEST(AdRegistry, EveryDifferentiablePrimitiveHasACase) {
                     << "' has no derivative test: add a case to cases() in tests/test_ad_rules.cpp";
 }
 
-TEST(AdRegistry, SecondOrderThroughWhileIsAnError) {
+TEST(AdRegistry, SecondOrderThroughADataDependentWhileLoop) {
+  // x <- x * a while x < 10, from x = a: near a = 1.5 that is five steps, f(a) = a^6.
   auto f = [](const Tensor& a) {
     return while_loop([](const Tensor& x) { return x < 10.0; }, [&](const Tensor& x) { return x * a; },
                       a);
   };
-  EXPECT_NEAR(grad(f)(tensor(1.5)).item<double>(), 6 * std::pow(1.5, 5), 1e-12);  // f = a^6 at 1.5
-  try {
-    grad([&](const Tensor& a) { return grad(f)(a); })(tensor(1.5));
-    ADD_FAILURE() << "expected an Error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.op(), "while_grad") << e.what();
-  }
+  const Tensor a = tensor(1.5);
+  EXPECT_NEAR(grad(f)(a).item<double>(), 6 * std::pow(1.5, 5), 1e-10);
+  auto df = [&](const Tensor& x) { return grad(f)(x); };
+  EXPECT_NEAR(grad(df)(a).item<double>(), 30 * std::pow(1.5, 4), 1e-9);        // reverse over reverse
+  EXPECT_NEAR(jit(grad(df))(a).item<double>(), 30 * std::pow(1.5, 4), 1e-9);
+  EXPECT_NEAR(hessian(f)(a).item<double>(), 30 * std::pow(1.5, 4), 1e-9);      // forward over reverse
+  auto d2f = [&](const Tensor& x) { return grad(df)(x); };
+  EXPECT_NEAR(grad(d2f)(a).item<double>(), 120 * std::pow(1.5, 3), 1e-8);      // third order
 }
 
 TEST(AdRegistry, CustomVjpRefusesForwardMode) {

@@ -426,11 +426,61 @@ const Primitive& while_p = register_primitive(
                        sub(in, 0, nc), in.subspan(nc), nullptr);
     }));
 
-[[noreturn]] void higher_order_while() {
-  fail("while_grad", "second-order differentiation through a data-dependent while_loop: got a "
-                     "derivative of the loop's reverse pass, expected first order only (use "
-                     "fori_loop with int bounds or scan, whose derivatives go to any order)");
+// while_grad's result written with while loops only: count the iterations, then, from the
+// last one back, recompute that iteration's carry from the start and pull the cotangent back
+// through the body. O(n²) body evaluations instead of a stack, but every step is ordinary IR
+// of primitives with rules, so it differentiates again: this is what while_grad's own JVP and
+// VJP differentiate (second and higher order through a data-dependent loop).
+Tensors while_grad_recompute(const FunctionRef& cf, const FunctionRef& bf, std::span<const Tensor> in) {
+  const std::size_t np = bf->params.size(), nc = bf->results.size(), ncap = np - nc;
+  const Tensors carry0 = sub(in, 0, nc), caps = sub(in, nc, ncap), ct0 = sub(in, np, nc);
+  auto with_caps = [&](Tensors c) {
+    append(c, caps);
+    return c;
+  };
+  auto pred = [&](const Tensors& c) { return ir::evaluate(*cf, with_caps(c))[0]; };
+  // [carry..., counter] -> one more iteration.
+  auto step = [&](const Tensors& s) {
+    Tensors next = ir::evaluate(*bf, with_caps(sub(s, 0, nc)));
+    next.push_back(s[nc] + 1);
+    return next;
+  };
+  Tensors counted = carry0;
+  counted.push_back(zeros({}, int32));
+  const Tensor n = while_loop([&](const Tensors& s) { return pred(sub(s, 0, nc)); }, step, counted)[nc];
+  auto zeros_as = [](const Tensor& t) { return broadcast_to(full(Shape{}, 0.0, t.dtype()), t.shape()); };
+  // [j, ct_carry..., ct_caps...]: iteration n-1-j pulled back at step j.
+  Tensors state{zeros({}, int32)};
+  append(state, ct0);
+  for (const Tensor& c : caps) state.push_back(zeros_as(c));
+  state = while_loop(
+      [&](const Tensors& s) { return s[0] < n; },
+      [&](const Tensors& s) {
+        const Tensor i = n - 1 - s[0];
+        Tensors c = carry0;
+        c.push_back(zeros({}, int32));
+        c = while_loop([&](const Tensors& t) { return t[nc] < i; }, step, c);
+        const Tensors ct = sub(s, 1, nc);
+        const std::vector<Tangent> g =
+            ad::vjp(bf, with_caps(sub(c, 0, nc))).pullback(std::vector<Tangent>(ct.begin(), ct.end()));
+        Tensors next{s[0] + 1};
+        for (std::size_t k = 0; k < nc; ++k) next.push_back(g[k] ? *g[k] : zeros_as(carry0[k]));
+        for (std::size_t k = 0; k < ncap; ++k)
+          next.push_back(g[nc + k] ? s[1 + nc + k] + *g[nc + k] : s[1 + nc + k]);
+        return next;
+      },
+      state);
+  return sub(state, 1, nc + ncap);
 }
+
+// The recomputing form of one while_grad application, as a function to differentiate.
+std::shared_ptr<ir::Function> while_grad_as_ir(const RuleArgs& r) {
+  const FunctionRef cf = r.attrs.get<FunctionRef>("cond_fn"), bf = r.attrs.get<FunctionRef>("body_fn");
+  return ir::trace_function("while_grad", types_of(r.inputs), [&](const Tensors& params) {
+           return while_grad_recompute(cf, bf, params);
+         }).function;
+}
+
 
 // while_grad {cond_fn, body_fn}: (carry..., captures..., ct_final...) -> (ct_carry..., ct_captures...)
 TypeList while_grad_types(Types in, const Attrs& a) {
@@ -452,11 +502,13 @@ const Primitive& while_grad_p = register_primitive(
      .arity = 1,
      .variadic = true,
      .type_rule = while_grad_types,
-     // Second order through a data-dependent loop would differentiate a residual stack whose
-     // length is only known at run time; until that exists, asking for it is an Error (never
-     // a silently zero derivative).
-     .jvp = [](const RuleArgs&, std::span<const Tangent>) -> std::vector<Tangent> { higher_order_while(); },
-     .vjp = [](const RuleArgs&, std::span<const Tangent>) -> std::vector<Tangent> { higher_order_while(); },
+     // Its own derivatives differentiate the stack-free recomputing form (second order and up).
+     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
+       return ad::jvp(*while_grad_as_ir(r), r.inputs, t).tangents;
+     },
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
+       return ad::vjp(while_grad_as_ir(r), r.inputs).pullback(ct);
+     },
      .batch = [](const BatchArgs& b) { return ops::batch_by_loop(primitive("while_grad"), b); }},
     interpreter_kernels([](Ins in, const Attrs& a) {
       const FunctionRef& cf = a.get<FunctionRef>("cond_fn");
