@@ -41,7 +41,8 @@ std::pair<std::vector<Tensor>, TreeDef> scan_flat(const FlatFn& body,
                                                   const std::vector<Tensor>& init,
                                                   const TreeDef& init_def,
                                                   const std::vector<Tensor>& xs,
-                                                  std::optional<int64_t> length, bool reverse);
+                                                  std::optional<int64_t> length, bool reverse,
+                                                  int64_t unroll = 1);
 // The predicate as a branch index (false -> 0, true -> 1); an Error unless it is a bool scalar.
 Tensor predicate_index(std::string_view op, const Tensor& pred);
 // An int32 scalar holding v.
@@ -127,9 +128,15 @@ T while_loop(CF cond_fn, BF body_fn, const T& init) {
 // axis of every leaf of xs, (carry, y_i) = f(carry, xs[i]); the y_i are stacked along a new
 // leading axis. With `reverse`, i runs from the end (ys stay in xs order). xs may be an
 // empty tree (e.g. std::tuple<>{}) when `length` is given.
+// `unroll` (>= 1, default 1): under a trace, the emitted scan's body applies the body `unroll`
+// times (to `unroll` consecutive slices), so the scan runs length / unroll iterations; the
+// remaining length % unroll steps run as a second, short scan (unroll = 1) after the first
+// (before it with `reverse`). An unroll above length is clamped to length. Same results; eager
+// (no trace) scans ignore it. unroll < 1 is an Error naming it.
 struct ScanOptions {
   bool reverse = false;
   std::optional<int64_t> length;
+  int64_t unroll = 1;
 };
 template <class F, class C, class X>
 auto scan(F f, const C& init, const X& xs, ScanOptions options = {}) {
@@ -147,8 +154,8 @@ auto scan(F f, const C& init, const X& xs, ScanOptions options = {}) {
     out_def = std::move(def);
     return leaves;
   };
-  auto [out, y_def] =
-      detail::cf::scan_flat(body, init_leaves, init_def, x_leaves, options.length, options.reverse);
+  auto [out, y_def] = detail::cf::scan_flat(body, init_leaves, init_def, x_leaves, options.length,
+                                            options.reverse, options.unroll);
   return std::pair<C, Y>(
       tree_unflatten<C>(init_def, std::vector<Tensor>(out.begin(), out.begin() + nc)),
       tree_unflatten<Y>(y_def, std::vector<Tensor>(out.begin() + nc, out.end())));

@@ -904,9 +904,75 @@ Tensors while_flat(const FlatFn& cond_fn, const FlatFn& body_fn, const Tensors& 
   return bind(while_p, ins, a);
 }
 
+namespace {
+// ScanOptions::unroll under a trace: a scan of L / k iterations whose body applies `body` to k
+// consecutive slices (xs reshaped to [L / k, k, ...]), then, for the L % k remaining steps, a
+// second scan with the plain body (run first with `reverse`, which visits them first).
+std::pair<Tensors, TreeDef> scan_unrolled(const FlatFn& body, const Tensors& init,
+                                          const TreeDef& init_def, const Tensors& xs, int64_t L,
+                                          bool reverse, int64_t k) {
+  const int64_t q = L / k, r = L - q * k;
+  const std::size_t nc = init.size();
+  Tensors xm, xr;
+  for (const Tensor& x : xs) {
+    const Tensor head = r ? slice(x, {Slice{0, q * k}}) : x;
+    std::vector<int64_t> dims{q, k};
+    dims.insert(dims.end(), x.shape().begin() + 1, x.shape().end());
+    xm.push_back(reshape(head, Shape(dims)));
+    if (r) xr.push_back(slice(x, {Slice{q * k, L}}));
+  }
+  FlatFn body_k = [&](const Tensors& in, TreeDef& out_def) {
+    Tensors carry = sub(in, 0, nc);
+    std::vector<Tensors> ys;
+    for (int64_t t = 0; t < k; ++t) {
+      const int64_t j = reverse ? k - 1 - t : t;
+      Tensors args = carry;
+      for (std::size_t m = nc; m < in.size(); ++m) args.push_back(index(in[m], j));
+      Tensors out = body(args, out_def);
+      if (out.size() < nc || (t > 0 && out.size() - nc != ys.size()))
+        return out;  // malformed: the enclosing scan_flat's checks report it
+      if (t == 0) ys.assign(out.size() - nc, Tensors(static_cast<std::size_t>(k)));
+      for (std::size_t m = 0; m < ys.size(); ++m) ys[m][static_cast<std::size_t>(j)] = out[nc + m];
+      carry = sub(out, 0, nc);
+    }
+    Tensors result = carry;
+    for (Tensors& y : ys) result.push_back(stack(y, 0));
+    return result;
+  };
+  auto run_main = [&](const Tensors& c0) {
+    return scan_flat(body_k, c0, init_def, xm, q, reverse, 1);
+  };
+  auto run_rem = [&](const Tensors& c0) { return scan_flat(body, c0, init_def, xr, r, reverse, 1); };
+  std::pair<Tensors, TreeDef> m, rm;
+  Tensors carry;
+  if (reverse && r) {
+    rm = run_rem(init);
+    m = run_main(sub(rm.first, 0, nc));
+    carry = sub(m.first, 0, nc);
+  } else {
+    m = run_main(init);
+    carry = sub(m.first, 0, nc);
+    if (r) {
+      rm = run_rem(carry);
+      carry = sub(rm.first, 0, nc);
+    }
+  }
+  Tensors result = carry;
+  for (std::size_t i = nc; i < m.first.size(); ++i) {
+    const Tensor& y = m.first[i];
+    std::vector<int64_t> dims{q * k};
+    dims.insert(dims.end(), y.shape().begin() + 2, y.shape().end());
+    Tensor ym = reshape(y, Shape(dims));
+    result.push_back(r ? concatenate({ym, rm.first[i]}, 0) : ym);
+  }
+  return {std::move(result), std::move(m.second)};
+}
+}  // namespace
+
 std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
                                       const TreeDef& init_def, const Tensors& xs,
-                                      std::optional<int64_t> length, bool reverse) {
+                                      std::optional<int64_t> length, bool reverse,
+                                      int64_t unroll) {
   int64_t n = -1;
   for (std::size_t k = 0; k < xs.size(); ++k) {
     if (xs[k].rank() == 0)
@@ -923,6 +989,10 @@ std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
     fail("scan", "no length: got xs without leaves, expected ScanOptions{.length = n}");
   if (length && *length < 0) fail("scan", "negative length: got ", *length, ", expected >= 0");
   const int64_t L = length ? *length : n;
+  if (unroll < 1)
+    fail("scan", "unroll must be >= 1: got unroll=", unroll, " for length=", L);
+  if (ir::tracing() && unroll > 1 && L > 1)
+    return scan_unrolled(body, init, init_def, xs, L, reverse, std::min(unroll, L));
   const std::size_t nc = init.size();
   const TypeList init_t = types_of(init);
   TypeList x_t;
