@@ -444,6 +444,10 @@ TEST(ControlFlow, VmapWhileWithPerExampleTripCounts) {
   expect_close(jit(vmap(count))(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32});
   // (at a = 1 the loop runs zero times: the program is the identity there, derivative 1)
   expect_close(vmap(grad(newton_sqrt))(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6}, 1e-8);
+  // grad of the vmapped loop: the batched predicate's loop, differentiated as a whole.
+  auto total = [&](const Tensor& a) { return sum(vmap(newton_sqrt)(a)); };
+  expect_close(grad(total)(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6}, 1e-8);
+  expect_close(jit(grad(total))(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6}, 1e-8);
 }
 
 TEST(ControlFlow, VmapCondSharedAndPerExamplePredicate) {
