@@ -340,23 +340,18 @@ std::string_view trim(std::string_view v) {
   return v;
 }
 
-std::optional<int64_t> parse_int(std::string_view v) {
+// The whole field as a number (blanks around it and a leading '+' allowed), or nothing.
+template <typename T>
+std::optional<T> parse_number(std::string_view v) {
   v = trim(v);
   if (!v.empty() && v.front() == '+') v.remove_prefix(1);
-  int64_t x = 0;
+  T x{};
   auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
   if (v.empty() || ec != std::errc() || p != v.data() + v.size()) return std::nullopt;
   return x;
 }
-
-std::optional<double> parse_double(std::string_view v) {
-  v = trim(v);
-  if (!v.empty() && v.front() == '+') v.remove_prefix(1);
-  double x = 0;
-  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  if (v.empty() || ec != std::errc() || p != v.data() + v.size()) return std::nullopt;
-  return x;
-}
+std::optional<int64_t> parse_int(std::string_view v) { return parse_number<int64_t>(v); }
+std::optional<double> parse_double(std::string_view v) { return parse_number<double>(v); }
 
 enum class ColKind { integer, floating, text };
 

@@ -192,16 +192,7 @@ class Parser {
       Equation e;
       e.prim = find_primitive(op);
       if (!e.prim) error("unknown primitive '" + op + "'");
-      skip_space();
-      if (peek('%')) {
-        do {
-          expect('%');
-          const std::string n = identifier();
-          auto it = names.find(n);
-          if (it == names.end()) error("undefined value %" + n);
-          e.inputs.push_back(it->second);
-        } while (try_char(','));
-      }
+      e.inputs = uses(names);
       if (peek('{')) e.attrs = attrs();
       expect(':');
       const std::vector<TensorType> ts = types();
@@ -213,18 +204,23 @@ class Parser {
       }
       f->equations.push_back(std::move(e));
     }
-    skip_space();
-    if (peek('%')) {
-      do {
-        expect('%');
-        const std::string n = identifier();
-        auto it = names.find(n);
-        if (it == names.end()) error("undefined value %" + n);
-        f->results.push_back(it->second);
-      } while (try_char(','));
-    }
+    f->results = uses(names);
     expect('}');
     return f;
+  }
+
+  // "%a, %b, ..." (possibly empty): values defined above.
+  std::vector<Value> uses(const std::unordered_map<std::string, Value>& names) {
+    std::vector<Value> out;
+    if (!peek('%')) return out;
+    do {
+      expect('%');
+      const std::string n = identifier();
+      auto it = names.find(n);
+      if (it == names.end()) error("undefined value %" + n);
+      out.push_back(it->second);
+    } while (try_char(','));
+    return out;
   }
 
   void expect_end() {
