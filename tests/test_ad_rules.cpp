@@ -251,9 +251,26 @@ std::vector<Case> cases() {
                                {{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}},
                                 {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}}};
                }});
+  // x [2, 4, 7, 6] and w [6, 2, 3, 2] under these attributes give dy [2, 6, 4, 8].
+  const auto conv_grad_attrs = [](const char* name, Ints value) {
+    Attrs a{{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}}, {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}};
+    a.set(name, std::move(value));
+    return a;
+  };
+  c.push_back({.prim = "conv2d_input_grad", .label = "strided_padded_dilated_grouped", .make = [=](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{6, 2, 3, 2})}},
+                               conv_grad_attrs("input_size", Ints{7, 6})};
+               }});
+  c.push_back({.prim = "conv2d_weight_grad", .label = "strided_padded_dilated_grouped", .make = [=](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{2, 4, 7, 6})}},
+                               conv_grad_attrs("kernel_size", Ints{3, 2})};
+               }});
   const Attrs pool_attrs{{"kernel", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 1}}};
   c.push_back({.prim = "max_pool2d", .label = "", .make = [pool_attrs](Gen& g) {
                  return Sample{{{g.distinct(Shape{2, 3, 5, 6})}}, pool_attrs};  // no ties
+               }});
+  c.push_back({.prim = "max_pool2d_grad", .label = "", .make = [pool_attrs](Gen& g) {
+                 return Sample{{{g.distinct(Shape{2, 3, 5, 6})}, {g.normal(Shape{2, 3, 3, 6})}}, pool_attrs};
                }});
   c.push_back({.prim = "avg_pool2d", .label = "", .make = [pool_attrs](Gen& g) {
                  return Sample{{{g.normal(Shape{2, 3, 5, 6})}}, pool_attrs};

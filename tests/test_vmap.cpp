@@ -293,9 +293,26 @@ std::vector<Case> cases() {
                                {{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}},
                                 {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}}};
                }});
+  const auto conv_grad_attrs = [](const char* name, Ints value) {
+    Attrs a{{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}}, {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}};
+    a.set(name, std::move(value));
+    return a;
+  };
+  c.push_back({.prim = "conv2d_input_grad", .label = "", .make = [=](Gen& g) {
+                 return Sample{{g.normal(Shape{2, 6, 4, 8}), g.normal(Shape{6, 2, 3, 2})},
+                               conv_grad_attrs("input_size", Ints{7, 6})};
+               }});
+  c.push_back({.prim = "conv2d_weight_grad", .label = "", .make = [=](Gen& g) {
+                 return Sample{{g.normal(Shape{2, 6, 4, 8}), g.normal(Shape{2, 4, 7, 6})},
+                               conv_grad_attrs("kernel_size", Ints{3, 2})};
+               }});
   const Attrs pool{{"kernel", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 1}}};
   c.push_back({.prim = "max_pool2d", .label = "", .make = [pool](Gen& g) {
                  return Sample{{g.distinct(Shape{g.dim(1, 2), 3, 5, 6})}, pool};
+               }});
+  c.push_back({.prim = "max_pool2d_grad", .label = "", .make = [pool](Gen& g) {
+                 const int64_t n = g.dim(1, 2);
+                 return Sample{{g.distinct(Shape{n, 3, 5, 6}), g.normal(Shape{n, 3, 3, 6})}, pool};
                }});
   c.push_back({.prim = "avg_pool2d", .label = "", .make = [pool](Gen& g) {
                  return Sample{{g.normal(Shape{g.dim(1, 2), 3, 5, 6})}, pool};

@@ -1,14 +1,10 @@
 // Convolution and pooling over NCHW images: the `conv2d`, `max_pool2d` and `avg_pool2d`
 // primitives and their public ops.
 //
-// conv2d lowers to im2col + OpenBLAS gemm per group; small images are batched into one wide
-// gemm so that gemm sees enough columns. f16/bf16 compute in float32.
-//
-// im2col and the scatter run on the calling thread, on purpose: OpenBLAS (pthreads build)
-// keeps its worker threads spinning after each threaded gemm, and an OpenMP region between
-// two gemms fights them for the cores. Measured on the 2-core dev box (16x64x56x56, 3x3,
-// 64 out): parallel im2col 391 ms (230 ms with OMP_WAIT_POLICY=passive), serial 114 ms,
-// against 109 ms for the bare gemm. Revisit if Kiln links an OpenMP build of OpenBLAS.
+// conv2d and its two gradients (conv2d_input_grad, conv2d_weight_grad) lower to im2col +
+// OpenBLAS gemm per group; small images are batched into one wide gemm so that gemm sees
+// enough columns. f16/bf16 compute in float32. im2col and its transpose run in parallel over
+// image planes: OpenBLAS is the OpenMP build, so they share gemm's thread pool.
 #include <cblas.h>
 
 #include <algorithm>
@@ -56,8 +52,9 @@ struct ConvGeom {
   int64_t N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, G, OH, OW;
 };
 
-ConvGeom conv_geom(std::span<const TensorType> in, const Attrs& attrs) {
-  constexpr std::string_view op = "conv2d";
+// The geometry of x [N, C, H, W] convolved with w [O, C/groups, KH, KW]; `op` names the
+// primitive in errors (the gradient primitives share the forward's checks).
+ConvGeom conv_geom(std::string_view op, std::span<const TensorType> in, const Attrs& attrs) {
   const TensorType& x = in[0];
   const TensorType& w = in[1];
   expect_image(op, "input", x);
@@ -97,32 +94,39 @@ ConvGeom conv_geom(std::span<const TensorType> in, const Attrs& attrs) {
 }
 
 std::vector<TensorType> conv_rule(std::span<const TensorType> in, const Attrs& attrs) {
-  const ConvGeom g = conv_geom(in, attrs);
+  const ConvGeom g = conv_geom("conv2d", in, attrs);
   return {{in[0].dtype, Shape{g.N, g.O, g.OH, g.OW}}};
 }
 
+// Row-major C = A·B + beta·C with either operand transposed, for float or double.
 template <typename T>
-void gemm_nn(int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb,
-             T* c, int64_t ldc) {
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
   const auto i = [](int64_t v) { return static_cast<blasint>(v); };
+  const CBLAS_TRANSPOSE at = ta ? CblasTrans : CblasNoTrans, bt = tb ? CblasTrans : CblasNoTrans;
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i(m), i(n), i(k), 1.0f, a, i(lda), b,
-                i(ldb), 0.0f, c, i(ldc));
+    cblas_sgemm(CblasRowMajor, at, bt, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), beta, c,
+                i(ldc));
   else
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i(m), i(n), i(k), 1.0, a, i(lda), b,
-                i(ldb), 0.0, c, i(ldc));
+    cblas_dgemm(CblasRowMajor, at, bt, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), beta, c,
+                i(ldc));
+}
+
+// Output columns [lo, hi) of kernel tap kw whose input column lies inside [0, W).
+std::pair<int64_t, int64_t> tap_columns(const ConvGeom& g, int64_t iw0) {
+  int64_t lo = iw0 >= 0 ? 0 : (-iw0 + g.sw - 1) / g.sw;
+  int64_t hi = iw0 >= g.W ? 0 : (g.W - 1 - iw0) / g.sw + 1;
+  lo = std::min(lo, g.OW);
+  hi = std::clamp(hi, lo, g.OW);
+  return {lo, hi};
 }
 
 // Fills one im2col row: dst[oh*OW + ow] = plane[ih, iw] for kernel tap (kh, kw), or 0 where
 // the tap falls into the padding.
 template <typename T>
 void im2col_row(const ConvGeom& g, const T* plane, int64_t kh, int64_t kw, T* dst) {
-  const int64_t iw0 = kw * g.dw - g.pw;
-  // Output columns whose input column lies inside [0, W).
-  int64_t lo = iw0 >= 0 ? 0 : (-iw0 + g.sw - 1) / g.sw;
-  int64_t hi = iw0 >= g.W ? 0 : (g.W - 1 - iw0) / g.sw + 1;
-  lo = std::min(lo, g.OW);
-  hi = std::clamp(hi, lo, g.OW);
+  const int64_t iw0 = kw * g.dw - g.pw;  // input column of output column ow: iw0 + ow * sw
+  const auto [lo, hi] = tap_columns(g, iw0);
   for (int64_t oh = 0; oh < g.OH; ++oh) {
     T* d = dst + oh * g.OW;
     const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
@@ -130,7 +134,7 @@ void im2col_row(const ConvGeom& g, const T* plane, int64_t kh, int64_t kw, T* ds
       std::fill(d, d + g.OW, T{0});
       continue;
     }
-    const T* s = plane + ih * g.W;  // input column of output column ow: iw0 + ow * sw
+    const T* s = plane + ih * g.W;
     std::fill(d, d + lo, T{0});
     if (g.sw == 1) {
       if (hi > lo) std::memcpy(d + lo, s + iw0 + lo, static_cast<std::size_t>(hi - lo) * sizeof(T));
@@ -141,68 +145,221 @@ void im2col_row(const ConvGeom& g, const T* plane, int64_t kh, int64_t kw, T* ds
   }
 }
 
+// The transpose of im2col_row: adds src[oh*OW + ow] back onto the input pixel it came from.
+template <typename T>
+void col2im_row_add(const ConvGeom& g, T* plane, int64_t kh, int64_t kw, const T* src) {
+  const int64_t iw0 = kw * g.dw - g.pw;
+  const auto [lo, hi] = tap_columns(g, iw0);
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+    if (ih < 0 || ih >= g.H) continue;
+    T* d = plane + ih * g.W + iw0;
+    const T* s = src + oh * g.OW;
+    if (g.sw == 1) {
+      for (int64_t ow = lo; ow < hi; ++ow) d[ow] += s[ow];
+    } else {
+      for (int64_t ow = lo; ow < hi; ++ow) d[ow * g.sw] += s[ow];
+    }
+  }
+}
+
 constexpr int64_t kColumnBudgetBytes = int64_t{64} << 20;  // im2col buffer per chunk
 constexpr int64_t kTargetColumns = 4096;                     // gemm width worth batching to
 
+// The im2col view of a batch: images [n0, n0 + cnt) side by side, so that one gemm of width
+// cnt * L serves them all (small images alone give gemm too few columns to be fast).
+template <typename T>
+struct Columns {
+  const ConvGeom& g;
+  int64_t Cg, Og, K, L, nb, width = 0;
+  std::vector<T> col;  // [K, nb * L]: row (c, kh, kw), image i in columns [i*L, (i+1)*L)
+  std::vector<T> tmp;  // [Og, nb * L]: one group's outputs (or output gradients) side by side
+
+  explicit Columns(const ConvGeom& geom)
+      : g(geom), Cg(g.C / g.G), Og(g.O / g.G), K(Cg * g.KH * g.KW), L(g.OH * g.OW) {
+    nb = std::max<int64_t>(1, kTargetColumns / L);
+    nb = std::min({nb, g.N, std::max<int64_t>(1, kColumnBudgetBytes / (K * L * int64_t{sizeof(T)}))});
+    col.resize(static_cast<std::size_t>(K * nb * L));
+    tmp.resize(static_cast<std::size_t>(Og * nb * L));
+  }
+  void start(int64_t count) { width = count * L; }
+
+  // Planes (image i, channel c of group gi) in parallel: each writes its own rows.
+  template <typename F>
+  void each_plane(int64_t count, F&& f) const {
+    detail::parallel_for(count * Cg, [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) f(p / Cg, p % Cg);
+    }, L * g.KH * g.KW);
+  }
+  T* row(int64_t c, int64_t kh, int64_t kw, int64_t i) {
+    return col.data() + ((c * g.KH + kh) * g.KW + kw) * width + i * L;
+  }
+  void fill(const T* x, int64_t n0, int64_t count, int64_t gi) {
+    const int64_t HW = g.H * g.W;
+    each_plane(count, [&](int64_t i, int64_t c) {
+      const T* plane = x + (n0 + i) * g.C * HW + (gi * Cg + c) * HW;
+      for (int64_t kh = 0; kh < g.KH; ++kh)
+        for (int64_t kw = 0; kw < g.KW; ++kw) im2col_row(g, plane, kh, kw, row(c, kh, kw, i));
+    });
+  }
+  void add_back(T* dx, int64_t n0, int64_t count, int64_t gi) {
+    const int64_t HW = g.H * g.W;
+    each_plane(count, [&](int64_t i, int64_t c) {
+      T* plane = dx + (n0 + i) * g.C * HW + (gi * Cg + c) * HW;
+      for (int64_t kh = 0; kh < g.KH; ++kh)
+        for (int64_t kw = 0; kw < g.KW; ++kw) col2im_row_add(g, plane, kh, kw, row(c, kh, kw, i));
+    });
+  }
+  // Group gi's rows of an [N, O, OH, OW] tensor for the current images, as [Og, width] with
+  // leading dimension ld: in place for one image, gathered into tmp for several.
+  std::pair<const T*, int64_t> gather(const T* y, int64_t n0, int64_t count, int64_t gi) {
+    const T* first = y + n0 * g.O * L + gi * Og * L;
+    if (count == 1) return {first, L};
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t o = 0; o < Og; ++o)
+        std::memcpy(tmp.data() + o * width + i * L, first + i * g.O * L + o * L,
+                    static_cast<std::size_t>(L) * sizeof(T));
+    return {tmp.data(), width};
+  }
+  void scatter(T* y, int64_t n0, int64_t count, int64_t gi) const {
+    for (int64_t i = 0; i < count; ++i)
+      for (int64_t o = 0; o < Og; ++o)
+        std::memcpy(y + (n0 + i) * g.O * L + (gi * Og + o) * L, tmp.data() + o * width + i * L,
+                    static_cast<std::size_t>(L) * sizeof(T));
+  }
+};
+
+void check_blas_size(std::string_view op, const ConvGeom& g) {
+  const int64_t K = g.C / g.G * g.KH * g.KW, L = g.OH * g.OW;
+  if (std::max({g.O / g.G, K, L, g.H * g.W}) > INT_MAX / 2)
+    fail(op, "problem too large for BLAS: got input [", g.N, ", ", g.C, ", ", g.H, ", ", g.W,
+         "] and weight [", g.O, ", ", g.C / g.G, ", ", g.KH, ", ", g.KW,
+         "], expected matrix dimensions below 2^30");
+}
+
+bool is_pointwise(const ConvGeom& g) {
+  return g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+}
+
+// y = conv(x, w): per group, W_g [Og, K] · columns [K, width].
 template <typename T>
 Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g) {
   Tensor out = empty(Shape{g.N, g.O, g.OH, g.OW}, dtype_v<T>);
   if (out.numel() == 0) return out;
+  check_blas_size("conv2d", g);
   const Tensor x = x_in.contiguous(), w = w_in.contiguous();
   const T* px = x.data<const T>();
   const T* pw = w.data<const T>();
   T* po = out.data<T>();
   const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.KH * g.KW, L = g.OH * g.OW;
-  const int64_t HW = g.H * g.W;
-  if (std::max({Og, K, L, HW}) > INT_MAX / 2)
-    fail("conv2d", "problem too large for BLAS: got ", x.type(), " and ", w.type(),
-         ", expected matrix dimensions below 2^30");
   if (K == 0) {  // no input channels: every output is an empty sum
     std::fill(po, po + out.numel(), T{0});
     return out;
   }
-
-  // 1x1 kernels with unit stride and no padding need no im2col: the image is the matrix.
-  if (g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0) {
+  if (is_pointwise(g)) {  // the image is the column matrix already
     for (int64_t n = 0; n < g.N; ++n)
       for (int64_t gi = 0; gi < g.G; ++gi)
-        gemm_nn<T>(Og, L, K, pw + gi * Og * K, K, px + n * g.C * HW + gi * Cg * HW, HW,
-                   po + n * g.O * L + gi * Og * L, L);
+        gemm<T>(false, false, Og, L, K, pw + gi * Og * K, K, px + (n * g.C + gi * Cg) * L, L, T{0},
+                po + (n * g.O + gi * Og) * L, L);
     return out;
   }
-
-  int64_t nb = std::max<int64_t>(1, kTargetColumns / L);
-  nb = std::min({nb, g.N, std::max<int64_t>(1, kColumnBudgetBytes / (K * L * static_cast<int64_t>(sizeof(T))))});
-  const int64_t cols = nb * L;
-  std::vector<T> col(static_cast<std::size_t>(K * cols));
-  std::vector<T> tmp(nb > 1 ? static_cast<std::size_t>(Og * cols) : 0);
-  for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
-    const int64_t cnt = std::min(nb, g.N - n0);
-    const int64_t width = cnt * L;
+  Columns<T> cols(g);
+  for (int64_t n0 = 0; n0 < g.N; n0 += cols.nb) {
+    const int64_t cnt = std::min(cols.nb, g.N - n0);
+    cols.start(cnt);
     for (int64_t gi = 0; gi < g.G; ++gi) {
-      // Row (c, kh, kw) of the column matrix, image i: columns [i*L, (i+1)*L).
-      for (int64_t i = 0; i < cnt; ++i)
-        for (int64_t c = 0; c < Cg; ++c) {
-          const T* plane = px + (n0 + i) * g.C * HW + (gi * Cg + c) * HW;
-          for (int64_t kh = 0; kh < g.KH; ++kh)
-            for (int64_t kw = 0; kw < g.KW; ++kw) {
-              const int64_t r = (c * g.KH + kh) * g.KW + kw;
-              im2col_row(g, plane, kh, kw, col.data() + r * width + i * L);
-            }
-        }
-      const T* wg = pw + gi * Og * K;
-      if (cnt == 1) {
-        gemm_nn<T>(Og, L, K, wg, K, col.data(), width, po + n0 * g.O * L + gi * Og * L, L);
-        continue;
-      }
-      gemm_nn<T>(Og, width, K, wg, K, col.data(), width, tmp.data(), width);
-      for (int64_t i = 0; i < cnt; ++i)
-        for (int64_t o = 0; o < Og; ++o)
-          std::memcpy(po + (n0 + i) * g.O * L + (gi * Og + o) * L, tmp.data() + o * width + i * L,
-                      static_cast<std::size_t>(L) * sizeof(T));
+      cols.fill(px, n0, cnt, gi);
+      const bool direct = cnt == 1;
+      T* dst = direct ? po + n0 * g.O * L + gi * Og * L : cols.tmp.data();
+      gemm<T>(false, false, Og, cols.width, K, pw + gi * Og * K, K, cols.col.data(), cols.width,
+              T{0}, dst, direct ? L : cols.width);
+      if (!direct) cols.scatter(po, n0, cnt, gi);
     }
   }
   return out;
+}
+
+// dx = conv2d_input_grad(dy, w): per group, columns [K, width] = W_g^T · dY_g, then each
+// column entry is added back onto the pixel im2col took it from.
+template <typename T>
+Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvGeom& g) {
+  Tensor dx = zeros(Shape{g.N, g.C, g.H, g.W}, dtype_v<T>);
+  if (dx.numel() == 0 || ct_in.numel() == 0) return dx;
+  check_blas_size("conv2d_input_grad", g);
+  const Tensor ct = ct_in.contiguous(), w = w_in.contiguous();
+  const T* pc = ct.data<const T>();
+  const T* pw = w.data<const T>();
+  T* px = dx.data<T>();
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.KH * g.KW, L = g.OH * g.OW;
+  if (is_pointwise(g)) {
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t gi = 0; gi < g.G; ++gi)
+        gemm<T>(true, false, K, L, Og, pw + gi * Og * K, K, pc + (n * g.O + gi * Og) * L, L, T{0},
+                px + (n * g.C + gi * Cg) * L, L);
+    return dx;
+  }
+  Columns<T> cols(g);
+  for (int64_t n0 = 0; n0 < g.N; n0 += cols.nb) {
+    const int64_t cnt = std::min(cols.nb, g.N - n0);
+    cols.start(cnt);
+    for (int64_t gi = 0; gi < g.G; ++gi) {
+      const auto [dy, ld] = cols.gather(pc, n0, cnt, gi);
+      gemm<T>(true, false, K, cols.width, Og, pw + gi * Og * K, K, dy, ld, T{0}, cols.col.data(),
+              cols.width);
+      cols.add_back(px, n0, cnt, gi);
+    }
+  }
+  return dx;
+}
+
+// dw = conv2d_weight_grad(dy, x): per group, dW_g [Og, K] += dY_g [Og, width] · columns^T.
+template <typename T>
+Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const ConvGeom& g) {
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.KH * g.KW, L = g.OH * g.OW;
+  Tensor dw = zeros(Shape{g.O, Cg, g.KH, g.KW}, dtype_v<T>);
+  if (dw.numel() == 0 || ct_in.numel() == 0) return dw;
+  check_blas_size("conv2d_weight_grad", g);
+  const Tensor ct = ct_in.contiguous(), x = x_in.contiguous();
+  const T* pc = ct.data<const T>();
+  const T* px = x.data<const T>();
+  T* pw = dw.data<T>();
+  if (is_pointwise(g)) {
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t gi = 0; gi < g.G; ++gi)
+        gemm<T>(false, true, Og, K, L, pc + (n * g.O + gi * Og) * L, L, px + (n * g.C + gi * Cg) * L,
+                L, T{1}, pw + gi * Og * K, K);
+    return dw;
+  }
+  Columns<T> cols(g);
+  for (int64_t n0 = 0; n0 < g.N; n0 += cols.nb) {
+    const int64_t cnt = std::min(cols.nb, g.N - n0);
+    cols.start(cnt);
+    for (int64_t gi = 0; gi < g.G; ++gi) {
+      cols.fill(px, n0, cnt, gi);
+      const auto [dy, ld] = cols.gather(pc, n0, cnt, gi);
+      gemm<T>(false, true, Og, K, cols.width, dy, ld, cols.col.data(), cols.width, T{1},
+              pw + gi * Og * K, K);
+    }
+  }
+  return dw;
+}
+
+// Runs impl<T> for f32/f64; f16 and bf16 compute in f32 and round once at the end.
+template <typename F>
+Tensor in_float(std::span<const Tensor> in, F&& impl) {
+  return detail::visit_floating(in[0].dtype(), [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+      return impl.template operator()<T>(in[0], in[1]);
+    } else {
+      Tensor a = empty(in[0].shape(), float32), b = empty(in[1].shape(), float32);
+      detail::copy_cast(in[0], a);
+      detail::copy_cast(in[1], b);
+      const Tensor r32 = impl.template operator()<float>(a, b);
+      Tensor out = empty(r32.shape(), dtype_v<T>);
+      detail::copy_cast(r32, out);
+      return out;
+    }
+  });
 }
 
 Primitive make_primitive(std::string name, int arity, TypeRule rule) {
@@ -216,86 +373,43 @@ Primitive make_primitive(std::string name, int arity, TypeRule rule) {
 // ---- derivative rules, written with primitives so they differentiate again ---------------
 
 using Ts = std::vector<Tangent>;
-std::pair<int64_t, int64_t> pair_of(const Attrs& a, const char* name) {
-  const auto& v = a.get_ints(name);
-  return {v[0], v[1]};
+// The convolution attributes of any of the three conv primitives.
+Attrs conv_attrs(const Attrs& a) {
+  return {{"stride", a.get_ints("stride")},
+          {"padding", a.get_ints("padding")},
+          {"dilation", a.get_ints("dilation")},
+          {"groups", a.get_int("groups")}};
 }
-Conv2dOptions conv_options(const Attrs& a) {
-  return {pair_of(a, "stride"), pair_of(a, "padding"), pair_of(a, "dilation"), a.get_int("groups")};
-}
-
-// Gradient with respect to the input: the transposed convolution. ct is spread back to the
-// input grid (zeros between strides), padded so that a stride-1 convolution with the
-// flipped, channel-swapped kernel lands each contribution where it came from.
-Tensor conv_input_grad(const Tensor& ct, const Tensor& w, const Shape& x, const Attrs& a) {
-  const auto [sh, sw] = pair_of(a, "stride");
-  const auto [ph, pw] = pair_of(a, "padding");
-  const auto [dh, dw] = pair_of(a, "dilation");
-  const int64_t g = a.get_int("groups");
-  const int64_t O = w.shape()[0], Cg = w.shape()[1], KH = w.shape()[2], KW = w.shape()[3];
-  const int64_t OH = ct.shape()[2], OW = ct.shape()[3];
-  // Spread: (OH-1)*sh+1 rows with ct at multiples of the stride.
-  Tensor spread = ops::unslice(ct, Shape{ct.shape()[0], O, (OH - 1) * sh + 1, (OW - 1) * sw + 1},
-                               {0, 0, 0, 0}, {1, 1, sh, sw});
-  // Full padding of the dilated kernel, less the forward padding; the far side also gets the
-  // rows the forward convolution never reached (they have zero gradient).
-  const int64_t eh = dh * (KH - 1), ew = dw * (KW - 1);
-  const int64_t lo_h = eh - ph, lo_w = ew - pw;
-  const int64_t hi_h = x[2] + eh - lo_h - spread.shape()[2], hi_w = x[3] + ew - lo_w - spread.shape()[3];
-  auto crop_or_pad = [](Tensor t, int axis, int64_t lo, int64_t hi) {
-    if (lo < 0 || hi < 0) {
-      std::vector<Slice> sl(static_cast<std::size_t>(axis) + 1);
-      sl.back() = Slice{std::max<int64_t>(0, -lo), t.shape()[axis] - std::max<int64_t>(0, -hi), 1};
-      t = slice(t, sl);
-    }
-    std::vector<std::pair<int64_t, int64_t>> wd(4, {0, 0});
-    wd[static_cast<std::size_t>(axis)] = {std::max<int64_t>(0, lo), std::max<int64_t>(0, hi)};
-    return pad(t, wd);
-  };
-  spread = crop_or_pad(crop_or_pad(spread, 2, lo_h, hi_h), 3, lo_w, hi_w);
-  // Kernel [O, Cg, KH, KW] -> [C, O/g, KH, KW], flipped in space.
-  const int64_t Og = O / g;
-  Tensor wt = reshape(w, {g, Og, Cg, KH, KW});
-  wt = reshape(transpose(wt, {0, 2, 1, 3, 4}), {g * Cg, Og, KH, KW});
-  wt = flip(wt, {2, 3});
-  return conv2d(spread, wt, {.stride = {1, 1}, .padding = {0, 0}, .dilation = {dh, dw}, .groups = g});
+Attrs with(const Attrs& a, const char* name, std::vector<int64_t> value) {
+  Attrs out = conv_attrs(a);
+  out.set(name, std::move(value));
+  return out;
 }
 
-// Gradient with respect to the kernel: correlate the input with ct, batch and channel axes
-// swapped, so the forward stride becomes the dilation and the dilation the stride.
-Tensor conv_weight_grad(const Tensor& ct, const Tensor& x, const Shape& w, const Attrs& a) {
-  const auto [sh, sw] = pair_of(a, "stride");
-  const int64_t g = a.get_int("groups");
-  const int64_t O = w[0], Cg = w[1], KH = w[2], KW = w[3], Og = O / g;
-  const Tensor xt = transpose(x, {1, 0, 2, 3});   // [C, N, H, W]
-  const Tensor ctt = transpose(ct, {1, 0, 2, 3});  // [O, N, OH, OW]
-  const auto [dh, dw] = pair_of(a, "dilation");
-  Tensor full = conv2d(xt, ctt, {.stride = {dh, dw}, .padding = pair_of(a, "padding"), .dilation = {sh, sw}});
-  full = slice(full, {Slice{}, Slice{}, Slice{0, KH, 1}, Slice{0, KW, 1}});  // [C, O, KH, KW]
-  if (g == 1) return transpose(full, {1, 0, 2, 3});
-  // Only the pairs within a group are kernel entries: take the diagonal blocks.
-  std::vector<Tensor> blocks;
-  for (int64_t gi = 0; gi < g; ++gi)
-    blocks.push_back(slice(full, {Slice{gi * Cg, (gi + 1) * Cg, 1}, Slice{gi * Og, (gi + 1) * Og, 1}}));
-  return transpose(concatenate(blocks, 1), {1, 0, 2, 3});
+// The gradients of y = conv2d(x, w) as primitives of their own (im2col + gemm, no
+// transposed copies of the operands). conv2d is bilinear, so
+//   <dy, conv2d(x, w)> = <conv2d_input_grad(dy, w), x> = <conv2d_weight_grad(dy, x), w>,
+// and each of the three primitives' derivatives is one of the other two.
+Tensor input_grad(const Tensor& dy, const Tensor& w, const Attrs& a, const Shape& x) {
+  return bind1(primitive("conv2d_input_grad"), {dy, w}, with(a, "input_size", {x[2], x[3]}));
+}
+Tensor weight_grad(const Tensor& dy, const Tensor& x, const Attrs& a, const Shape& w) {
+  return bind1(primitive("conv2d_weight_grad"), {dy, x}, with(a, "kernel_size", {w[2], w[3]}));
+}
+Tensor conv(const Tensor& x, const Tensor& w, const Attrs& a) {
+  return bind1(primitive("conv2d"), {x, w}, conv_attrs(a));
 }
 
-Primitive with_conv_rules(Primitive p) {
-  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-    const Conv2dOptions o = conv_options(r.attrs);
-    Tangent out;
-    if (t[0]) out = conv2d(*t[0], r.inputs[1], o);
-    if (t[1]) {
-      const Tensor d = conv2d(r.inputs[0], *t[1], o);
-      out = out ? Tangent(*out + d) : Tangent(d);
-    }
-    return {out};
-  };
-  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
-    return {conv_input_grad(*ct[0], r.inputs[1], r.inputs[0].shape(), r.attrs),
-            conv_weight_grad(*ct[0], r.inputs[0], r.inputs[1].shape(), r.attrs)};
-  };
-  return p;
+// A bilinear primitive's JVP: f(dt0, in1) + f(in0, dt1).
+template <class F>
+Ts bilinear_jvp(const RuleArgs& r, std::span<const Tangent> t, F f) {
+  Tangent out;
+  if (t[0]) out = f(*t[0], r.inputs[1]);
+  if (t[1]) {
+    const Tensor d = f(r.inputs[0], *t[1]);
+    out = out ? Tangent(*out + d) : Tangent(d);
+  }
+  return {out};
 }
 
 // Batching: a batch of images with a shared kernel folds the batch into N; a batch of
@@ -312,31 +426,121 @@ std::vector<Batched> batch_images(const std::string& prim, const BatchArgs& b) {
   return {{reshape(y, Shape(unfolded)), 0}};
 }
 
-const Primitive& conv2d_p = register_primitive(
+Kernel conv_kernel(std::function<ConvGeom(std::span<const Tensor>, const Attrs&)> geom,
+                   Tensor (*f32)(const Tensor&, const Tensor&, const ConvGeom&),
+                   Tensor (*f64)(const Tensor&, const Tensor&, const ConvGeom&)) {
+  return [geom, f32, f64](std::span<const Tensor> in, const Attrs& attrs) {
+    const ConvGeom g = geom(in, attrs);
+    return std::vector<Tensor>{in_float(in, [&]<typename T>(const Tensor& a, const Tensor& b) {
+      return std::is_same_v<T, float> ? f32(a, b, g) : f64(a, b, g);
+    })};
+  };
+}
+
+// `folds`: a batch of the first operand alone folds into N (conv2d, conv2d_input_grad); the
+// weight gradient sums over N, so a batched dy or x there runs once per example.
+const Primitive& define_conv(Primitive p, Kernel kernel, bool folds = true) {
+  const std::string name = p.name;
+  p.batch = [name, folds](const BatchArgs& b) {
+    return folds && !b.dims[1] ? batch_images(name, b) : ops::batch_by_loop(primitive(name), b);
+  };
+  return register_primitive(std::move(p),
+                            {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}), std::move(kernel)}});
+}
+
+// conv2d(x [N, C, H, W], w [O, C/groups, KH, KW]) -> [N, O, OH, OW].
+const Primitive& conv2d_p = define_conv(
     [] {
-      Primitive p = with_conv_rules(make_primitive("conv2d", 2, conv_rule));
-      p.batch = [](const BatchArgs& b) {
-        return b.dims[1] ? ops::batch_by_loop(primitive("conv2d"), b) : batch_images("conv2d", b);
+      Primitive p = make_primitive("conv2d", 2, conv_rule);
+      p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+        return bilinear_jvp(r, t, [&](const Tensor& x, const Tensor& w) { return conv(x, w, r.attrs); });
+      };
+      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+        return {input_grad(*ct[0], r.inputs[1], r.attrs, r.inputs[0].shape()),
+                weight_grad(*ct[0], r.inputs[0], r.attrs, r.inputs[1].shape())};
       };
       return p;
     }(),
-    {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}),
-      [](std::span<const Tensor> in, const Attrs& attrs) {
-        const ConvGeom g = conv_geom(std::vector<TensorType>{in[0].type(), in[1].type()}, attrs);
-        return std::vector<Tensor>{detail::visit_floating(in[0].dtype(), [&]<typename T>() {
-          if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-            return conv_impl<T>(in[0], in[1], g);
-          } else {
-            Tensor x32 = empty(in[0].shape(), float32), w32 = empty(in[1].shape(), float32);
-            detail::copy_cast(in[0], x32);
-            detail::copy_cast(in[1], w32);
-            Tensor o32 = conv_impl<float>(x32, w32, g);
-            Tensor out = empty(o32.shape(), dtype_v<T>);
-            detail::copy_cast(o32, out);
-            return out;
-          }
-        })};
-      }}});
+    conv_kernel(
+        [](std::span<const Tensor> in, const Attrs& a) {
+          return conv_geom("conv2d", std::vector<TensorType>{in[0].type(), in[1].type()}, a);
+        },
+        &conv_impl<float>, &conv_impl<double>));
+
+// The forward geometry behind a gradient primitive, checked against the given dy.
+ConvGeom grad_geom(std::string_view op, const TensorType& dy, const TensorType& x,
+                   const TensorType& w, const Attrs& a) {
+  const ConvGeom g = conv_geom(op, std::vector<TensorType>{x, w}, a);
+  const Shape expected{g.N, g.O, g.OH, g.OW};
+  if (dy.shape != expected || dy.dtype != x.dtype)
+    fail(op, "output gradient does not match the convolution: got ", dy, ", expected ",
+         TensorType{x.dtype, expected}, " for input ", x, " and weight ", w);
+  return g;
+}
+void expect_rank4(std::string_view op, std::string_view what, const TensorType& t) {
+  if (t.shape.rank() != 4) fail(op, what, " must have rank 4: got ", t, ", expected rank 4");
+}
+// conv2d_input_grad(dy [N, O, OH, OW], w) -> dx [N, C, H, W]; attribute input_size = [H, W].
+ConvGeom input_grad_geom(std::span<const TensorType> in, const Attrs& a) {
+  constexpr std::string_view op = "conv2d_input_grad";
+  expect_rank4(op, "output gradient", in[0]);
+  expect_rank4(op, "weight", in[1]);
+  const auto [h, w] = pair_attr(op, a, "input_size", 0);
+  const TensorType x{in[0].dtype, Shape{in[0].shape[0], in[1].shape[1] * a.get_int("groups"), h, w}};
+  return grad_geom(op, in[0], x, in[1], a);
+}
+// conv2d_weight_grad(dy [N, O, OH, OW], x) -> dw [O, C/groups, KH, KW]; kernel_size = [KH, KW].
+ConvGeom weight_grad_geom(std::span<const TensorType> in, const Attrs& a) {
+  constexpr std::string_view op = "conv2d_weight_grad";
+  expect_rank4(op, "output gradient", in[0]);
+  expect_rank4(op, "input", in[1]);
+  const auto [kh, kw] = pair_attr(op, a, "kernel_size", 1);
+  const int64_t groups = std::max<int64_t>(1, a.get_int("groups"));
+  const TensorType w{in[1].dtype, Shape{in[0].shape[1], in[1].shape[1] / groups, kh, kw}};
+  return grad_geom(op, in[0], in[1], w, a);
+}
+std::vector<TensorType> types(std::span<const Tensor> in) { return {in[0].type(), in[1].type()}; }
+
+const Primitive& conv2d_input_grad_p = define_conv(
+    [] {
+      Primitive p = make_primitive("conv2d_input_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
+        const ConvGeom g = input_grad_geom(in, a);
+        return std::vector<TensorType>{{in[0].dtype, Shape{g.N, g.C, g.H, g.W}}};
+      });
+      p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+        const Shape& x = r.outputs[0].shape();
+        return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& w) { return input_grad(dy, w, r.attrs, x); });
+      };
+      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+        const Tensor &dy = r.inputs[0], &w = r.inputs[1];
+        return {conv(*ct[0], w, r.attrs), weight_grad(dy, *ct[0], r.attrs, w.shape())};
+      };
+      return p;
+    }(),
+    conv_kernel(
+        [](std::span<const Tensor> in, const Attrs& a) { return input_grad_geom(types(in), a); },
+        &conv_input_grad_impl<float>, &conv_input_grad_impl<double>));
+
+const Primitive& conv2d_weight_grad_p = define_conv(
+    [] {
+      Primitive p = make_primitive("conv2d_weight_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
+        const ConvGeom g = weight_grad_geom(in, a);
+        return std::vector<TensorType>{{in[0].dtype, Shape{g.O, g.C / g.G, g.KH, g.KW}}};
+      });
+      p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+        const Shape& w = r.outputs[0].shape();
+        return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& x) { return weight_grad(dy, x, r.attrs, w); });
+      };
+      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+        const Tensor &dy = r.inputs[0], &x = r.inputs[1];
+        return {conv(x, *ct[0], r.attrs), input_grad(dy, *ct[0], r.attrs, x.shape())};
+      };
+      return p;
+    }(),
+    conv_kernel(
+        [](std::span<const Tensor> in, const Attrs& a) { return weight_grad_geom(types(in), a); },
+        &conv_weight_grad_impl<float>, &conv_weight_grad_impl<double>),
+    false);
 
 // ---- pooling ------------------------------------------------------------------------
 
@@ -437,36 +641,39 @@ std::vector<Tensor> max_masks(const RuleArgs& r, const Windows& w) {
   return masks;
 }
 
+// t (shaped like x) at the first maximum of each window of x; y = max_pool2d(x). The JVP of
+// max_pool2d and the transpose of max_pool2d_grad.
+Tensor at_first_max(const Tensor& x, const Tensor& y, const Tensor& t, const Attrs& attrs) {
+  const RuleArgs r{std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1), attrs};
+  const Windows xw = windows(x, attrs, y.shape(), -INFINITY);
+  const Windows tw = windows(t, attrs, y.shape(), 0.0);
+  const std::vector<Tensor> masks = max_masks(r, xw);
+  Tensor out = zeros_like(y);
+  std::size_t i = 0;
+  for (int64_t kh = 0; kh < xw.k[0]; ++kh)
+    for (int64_t kw = 0; kw < xw.k[1]; ++kw)
+      out = out + where(masks[i++], tw.at(kh, kw), scalar_like(out, 0.0));
+  return out;
+}
+
+Tensor max_pool_grad(const Tensor& x, const Tensor& dy, const Attrs& attrs) {
+  return bind1(primitive("max_pool2d_grad"), {x, dy}, attrs);
+}
+
 template <bool IsMax>
 Primitive with_pool_rules(Primitive p) {
   p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-    if constexpr (!IsMax) {
-      return {bind1(primitive("avg_pool2d"), {*t[0]}, r.attrs)};
-    } else {
-      const Windows x = windows(r.inputs[0], r.attrs, r.outputs[0].shape(), -INFINITY);
-      const Windows tw = windows(*t[0], r.attrs, r.outputs[0].shape(), 0.0);
-      const std::vector<Tensor> masks = max_masks(r, x);
-      Tensor out = zeros_like(r.outputs[0]);
-      std::size_t i = 0;
-      for (int64_t kh = 0; kh < x.k[0]; ++kh)
-        for (int64_t kw = 0; kw < x.k[1]; ++kw)
-          out = out + where(masks[i++], tw.at(kh, kw), scalar_like(out, 0.0));
-      return {out};
-    }
+    if constexpr (IsMax) return {at_first_max(r.inputs[0], r.outputs[0], *t[0], r.attrs)};
+    else return {bind1(primitive("avg_pool2d"), {*t[0]}, r.attrs)};
   };
   p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
     const Tensor& x = r.inputs[0];
-    const Windows w = windows(x, r.attrs, r.outputs[0].shape(), IsMax ? -INFINITY : 0.0);
-    std::vector<Tensor> masks;
-    if constexpr (IsMax) masks = max_masks(r, w);
-    const Tensor share = IsMax ? *ct[0] : *ct[0] / static_cast<double>(w.k[0] * w.k[1]);
+    if constexpr (IsMax) return {max_pool_grad(x, *ct[0], r.attrs)};
+    const Windows w = windows(x, r.attrs, r.outputs[0].shape(), 0.0);
+    const Tensor share = *ct[0] / static_cast<double>(w.k[0] * w.k[1]);
     Tensor g = zeros_like(x);
-    std::size_t i = 0;
     for (int64_t kh = 0; kh < w.k[0]; ++kh)
-      for (int64_t kw = 0; kw < w.k[1]; ++kw) {
-        const Tensor part = IsMax ? where(masks[i++], share, scalar_like(share, 0.0)) : share;
-        g = g + w.back(part, kh, kw, x.shape());
-      }
+      for (int64_t kw = 0; kw < w.k[1]; ++kw) g = g + w.back(share, kh, kw, x.shape());
     return {g};
   };
   return p;
@@ -490,6 +697,94 @@ const Primitive& define_pool(std::string name) {
   return register_primitive(std::move(p),
                             {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}});
 }
+
+// dx = max_pool2d_grad(x, dy): each dy entry added to the first maximum of its window in x
+// (the forward's comparison, so a NaN window routes to its NaN). One pass over x, where the
+// rule built from masks above takes a dozen full-size temporaries.
+template <typename T>
+void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& dx, const PoolGeom& g) {
+  using C = detail::compute_t<T>;
+  const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
+  const T* px = x.data<const T>();
+  const T* pd = dy.data<const T>();
+  T* po = dx.data<T>();
+  const int64_t HW = g.H * g.W, L = g.OH * g.OW;
+  detail::parallel_for(
+      g.N * g.C,
+      [&](int64_t b, int64_t e) {
+        for (int64_t p = b; p < e; ++p) {
+          const T* plane = px + p * HW;
+          const T* grad = pd + p * L;
+          T* dst = po + p * HW;
+          std::fill(dst, dst + HW, T{0});
+          for (int64_t oh = 0; oh < g.OH; ++oh) {
+            const int64_t h0 = oh * g.sh - g.ph;
+            const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.KH, g.H);
+            for (int64_t ow = 0; ow < g.OW; ++ow) {
+              const int64_t w0 = ow * g.sw - g.pw;
+              const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.KW, g.W);
+              C acc = -std::numeric_limits<C>::infinity();
+              int64_t best = -1;
+              for (int64_t h = hlo; h < hhi; ++h)
+                for (int64_t w = wlo; w < whi; ++w) {
+                  const C v = static_cast<C>(plane[h * g.W + w]);
+                  if (best < 0 || v > acc || v != v) {
+                    acc = v;
+                    best = h * g.W + w;
+                  }
+                }
+              if (best >= 0)
+                dst[best] = static_cast<T>(static_cast<C>(dst[best]) + static_cast<C>(grad[oh * g.OW + ow]));
+            }
+          }
+        }
+      },
+      L * g.KH * g.KW);
+}
+
+// max_pool2d_grad(x [N, C, H, W], dy [N, C, OH, OW]) -> dx [N, C, H, W]; the attributes of
+// the max_pool2d it differentiates. Linear in dy; piecewise constant in x.
+const Primitive& max_pool2d_grad_p = []() -> const Primitive& {
+  constexpr std::string_view op = "max_pool2d_grad";
+  Primitive p = make_primitive(std::string(op), 2, [op](std::span<const TensorType> in, const Attrs& a) {
+    const PoolGeom g = pool_geom(op, in[0], a);
+    const TensorType expected{in[0].dtype, Shape{g.N, g.C, g.OH, g.OW}};
+    if (in[1] != expected)
+      fail(op, "output gradient does not match the pooling: got ", in[1], ", expected ", expected,
+           " for input ", in[0]);
+    return std::vector<TensorType>{in[0]};
+  });
+  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+    if (!t[1]) return {zeros_like(r.outputs[0])};
+    return {max_pool_grad(r.inputs[0], *t[1], r.attrs)};
+  };
+  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+    const Tensor& x = r.inputs[0];
+    const Tensor y = bind1(primitive("max_pool2d"), {x}, r.attrs);
+    return {std::nullopt, at_first_max(x, y, *ct[0], r.attrs)};
+  };
+  p.batch = [](const BatchArgs& b) {
+    std::vector<Tensor> ins;
+    Shape x;
+    for (std::size_t i = 0; i < 2; ++i) {
+      const Tensor t = ops::batch_first(b.inputs[i], b.dims[i], b.size);
+      const Shape& s = t.shape();
+      if (i == 0) x = s;
+      ins.push_back(reshape(t, Shape{s[0] * s[1], s[2], s[3], s[4]}));
+    }
+    const Tensor dx = bind1(primitive("max_pool2d_grad"), ins, b.attrs);
+    return std::vector<Batched>{{reshape(dx, x), 0}};
+  };
+  Kernel kernel = [op](std::span<const Tensor> in, const Attrs& attrs) {
+    const PoolGeom g = pool_geom(op, in[0].type(), attrs);
+    Tensor dx = empty(in[0].shape(), in[0].dtype());
+    detail::visit_floating(in[0].dtype(),
+                           [&]<typename T>() { max_pool_grad_impl<T>(in[0], in[1], dx, g); });
+    return std::vector<Tensor>{dx};
+  };
+  return register_primitive(std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}),
+                                            std::move(kernel)}});
+}();
 
 const Primitive& max_pool2d_p = define_pool<true>("max_pool2d");
 const Primitive& avg_pool2d_p = define_pool<false>("avg_pool2d");
