@@ -2,6 +2,7 @@
 // and rethrown to the consumer when it reaches that element; destroying a cursor stops and joins
 // its threads (a worker finishes the element it is on first).
 #include "data/parallel.h"
+#include "detail/parallel.h"
 
 #include <condition_variable>
 #include <exception>
@@ -121,7 +122,10 @@ class ChunkedCursor : public Cursor {
         max_in_flight_(2 * threads + 2),
         stats_(stats) {
     try {
-      for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
+      for (int i = 0; i < threads; ++i) workers_.emplace_back([this] {
+        kiln::detail::serial_thread = true;
+        work();
+      });
     } catch (...) {
       stop();
       throw;
@@ -257,7 +261,10 @@ class PrefetchCursor : public Cursor {
  public:
   PrefetchCursor(std::unique_ptr<Cursor> input, int64_t depth, StageCounters* stats)
       : input_(std::move(input)), depth_(depth), stats_(stats) {
-    thread_ = std::thread([this] { work(); });
+    thread_ = std::thread([this] {
+      kiln::detail::serial_thread = true;
+      work();
+    });
   }
   ~PrefetchCursor() override {
     {

@@ -163,7 +163,7 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
     const int64_t n = L.red_count, st = rst[0];
     const int chunks = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(n / detail::kParallelGrain)));
     std::unique_ptr<A[]> part(new A[static_cast<std::size_t>(chunks)]);
-#pragma omp parallel for num_threads(chunks) schedule(static, 1) if (chunks > 1 && !omp_in_parallel())
+#pragma omp parallel for num_threads(chunks) schedule(static, 1) if (chunks > 1 && !omp_in_parallel() && !detail::serial_thread)
     for (int c = 0; c < chunks; ++c) {
       const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
       A acc[4] = {R::template identity<A>(), R::template identity<A>(), R::template identity<A>(),
