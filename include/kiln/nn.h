@@ -1,0 +1,304 @@
+// Neural-network layers, activations, losses and initialisers (namespace kiln::nn).
+//
+// A layer is a plain struct of parameters registered with KILN_TREE and a call operator, so
+// a model is a tree: grad of a loss over a model returns a model-shaped tree of gradients,
+// jit and vmap take models as arguments, and parameter names come from the tree paths
+// ("features.0.weight"). Static settings (stride, rate, ...) are static leaves of the tree,
+// so they survive tree_unflatten and jit specialises on them. See docs/NN.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "kiln/ops.h"
+#include "kiln/random.h"
+#include "kiln/tensor.h"
+#include "kiln/tree.h"
+
+namespace kiln::nn {
+
+// ---- activations ----------------------------------------------------------------------
+
+Tensor relu(const Tensor& x, Loc loc = Loc::current());
+// Exact GELU, x * Phi(x); `tanh_approximation` uses the tanh formula (PyTorch approximate='tanh').
+Tensor gelu(const Tensor& x, bool tanh_approximation = false, Loc loc = Loc::current());
+Tensor silu(const Tensor& x, Loc loc = Loc::current());  // x * sigmoid(x)
+using kiln::log_softmax;
+using kiln::softmax;
+
+// ---- losses (means over every example) -------------------------------------------------
+
+// logits [..., C], integer labels [...] in [0, C). With label smoothing e the target is
+// (1 - e) on the label plus e / C on every class, as in PyTorch.
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0,
+                     Loc loc = Loc::current());
+Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc = Loc::current());
+// targets in [0, 1], same shape as the logits; computed without overflow for large |logits|.
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
+                                        Loc loc = Loc::current());
+// Fraction of rows whose largest logit is at the label.
+Tensor accuracy(const Tensor& logits, const Tensor& labels, Loc loc = Loc::current());
+
+// ---- initialisers (PyTorch's conventions: weight [out, in, ...], fans from the shape) ----
+
+namespace init {
+struct Fans {
+  double in, out;
+};
+Fans fans(const Shape& shape);  // fan_in = shape[1] * receptive field, fan_out = shape[0] * ...
+// gain for relu (sqrt 2); `negative_slope` for leaky relu: sqrt(2 / (1 + slope^2)).
+Tensor kaiming_uniform(const Tensor& key, const Shape& shape, double negative_slope = 0.0,
+                       DType dtype = float32);
+Tensor kaiming_normal(const Tensor& key, const Shape& shape, double negative_slope = 0.0,
+                      DType dtype = float32);
+Tensor xavier_uniform(const Tensor& key, const Shape& shape, double gain = 1.0,
+                      DType dtype = float32);
+Tensor xavier_normal(const Tensor& key, const Shape& shape, double gain = 1.0,
+                     DType dtype = float32);
+// uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear and Conv2d
+// weights and biases (kaiming_uniform with a = sqrt(5) reduces to it).
+Tensor lecun_uniform(const Tensor& key, const Shape& shape, double fan_in, DType dtype = float32);
+}  // namespace init
+
+// ---- call context: training mode and the key that Dropout draws from ---------------------
+
+class Context {
+ public:
+  static Context eval() { return Context(false, std::nullopt); }
+  static Context train(Tensor key) { return Context(true, std::move(key)); }
+  bool training() const { return training_; }
+  // A fresh key for one random layer (the context's key is split each time).
+  Tensor next_key(std::string_view who);
+
+ private:
+  Context(bool training, std::optional<Tensor> key) : training_(training), key_(std::move(key)) {}
+  bool training_;
+  std::optional<Tensor> key_;
+};
+
+namespace detail {
+// model summaries: a layer reports its type, output and parameters while one is recorded.
+bool summary_recording();
+void summary_note(std::string_view type, const Tensor& output,
+                  std::initializer_list<const Tensor*> params);
+template <class L>
+concept context_layer = requires(const L& l, const Tensor& x, Context& c) {
+  { l(x, c) } -> std::convertible_to<Tensor>;
+};
+}  // namespace detail
+
+// ---- layers -----------------------------------------------------------------------------
+
+// y = x W^T + b, weight [out, in] (PyTorch's layout, so checkpoints interoperate).
+struct Linear {
+  Tensor weight;
+  std::optional<Tensor> bias;
+  Linear() = default;
+  Linear(int64_t in, int64_t out, const Tensor& key, bool with_bias = true, DType dtype = float32);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(Linear, weight, bias);
+
+struct Conv2d {
+  Tensor weight;  // [out, in / groups, kh, kw]
+  std::optional<Tensor> bias;
+  std::pair<int64_t, int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  int64_t groups = 1;
+  struct Options {
+    std::pair<int64_t, int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+    int64_t groups = 1;
+    bool bias = true;
+    DType dtype = float32;
+  };
+  Conv2d() = default;
+  Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, const Tensor& key,
+         const Options& options);
+  Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, const Tensor& key)
+      : Conv2d(in, out, kernel, key, Options{}) {}
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(Conv2d, weight, bias, stride, padding, dilation, groups);
+
+struct MaxPool2d {
+  std::pair<int64_t, int64_t> kernel{2, 2}, stride{2, 2}, padding{0, 0};
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(MaxPool2d, kernel, stride, padding);
+
+struct AvgPool2d {
+  std::pair<int64_t, int64_t> kernel{2, 2}, stride{2, 2}, padding{0, 0};
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(AvgPool2d, kernel, stride, padding);
+
+// Keeps axes before start_dim and flattens the rest: [N, C, H, W] -> [N, C*H*W].
+struct Flatten {
+  int64_t start_dim = 1;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(Flatten, start_dim);
+
+// Activations as layers, for Sequential. `kind` is a static leaf naming the function.
+struct Activation {
+  std::string kind = "relu";  // relu, gelu, gelu_tanh, silu, tanh, sigmoid
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(Activation, kind);
+inline Activation ReLU() { return {"relu"}; }
+inline Activation GELU() { return {"gelu"}; }
+inline Activation SiLU() { return {"silu"}; }
+inline Activation Tanh() { return {"tanh"}; }
+
+// Zeroes each element with probability `rate` in training and scales the rest by
+// 1 / (1 - rate); the identity in evaluation. The key comes from the Context.
+struct Dropout {
+  double rate = 0.5;
+  Tensor operator()(const Tensor& x, Context& ctx, Loc loc = Loc::current()) const;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;  // evaluation
+};
+KILN_TREE(Dropout, rate);
+
+struct Embedding {
+  Tensor weight;  // [num, dim], initialised N(0, 1) as in PyTorch
+  Embedding() = default;
+  Embedding(int64_t num, int64_t dim, const Tensor& key, DType dtype = float32);
+  Tensor operator()(const Tensor& indices, Loc loc = Loc::current()) const;
+};
+KILN_TREE(Embedding, weight);
+
+// Normalises over the trailing dims of `weight`'s shape, then scales and shifts.
+struct LayerNorm {
+  Tensor weight, bias;
+  double eps = 1e-5;
+  LayerNorm() = default;
+  explicit LayerNorm(const Shape& normalized_shape, double eps = 1e-5, DType dtype = float32);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(LayerNorm, weight, bias, eps);
+
+// Running statistics are state, not parameters: they go in and come out, so grad never
+// sees them and the optimiser never decays them. Normalises over every axis but 1.
+struct BatchNormState {
+  Tensor mean, var;
+};
+KILN_TREE(BatchNormState, mean, var);
+struct BatchNorm {
+  Tensor weight, bias;  // [C]
+  double momentum = 0.1, eps = 1e-5;
+  BatchNorm() = default;
+  explicit BatchNorm(int64_t channels, double momentum = 0.1, double eps = 1e-5,
+                     DType dtype = float32);
+  BatchNormState initial_state() const;  // mean 0, var 1
+  // Training: batch statistics; the running ones move by `momentum` (unbiased variance, as
+  // PyTorch). Evaluation: the running statistics, returned unchanged.
+  std::pair<Tensor, BatchNormState> operator()(const Tensor& x, const BatchNormState& state,
+                                               bool training, Loc loc = Loc::current()) const;
+};
+KILN_TREE(BatchNorm, weight, bias, momentum, eps);
+
+// Layers applied in order. Any type with `Tensor operator()(const Tensor&) const` (or one
+// taking a Context& as well) that is a tree can be a layer, user-defined ones included.
+// Parameter names are the layer index then the layer's own: "0.weight", "3.bias".
+template <class... Layers>
+struct Sequential {
+  std::tuple<Layers...> layers;
+  Sequential() = default;
+  explicit Sequential(Layers... ls)
+    requires(sizeof...(Layers) > 0)
+      : layers(std::move(ls)...) {}
+
+  Tensor operator()(const Tensor& x) const {
+    return std::apply([&](const auto&... l) { return chain(x, nullptr, l...); }, layers);
+  }
+  Tensor operator()(const Tensor& x, Context& ctx) const {
+    return std::apply([&](const auto&... l) { return chain(x, &ctx, l...); }, layers);
+  }
+  template <std::size_t I>
+  const auto& get() const { return std::get<I>(layers); }
+
+ private:
+  static Tensor chain(const Tensor& x, Context*) { return x; }
+  template <class L, class... Rest>
+  static Tensor chain(const Tensor& x, Context* ctx, const L& l, const Rest&... rest) {
+    Tensor y;
+    if constexpr (detail::context_layer<L>) {
+      if (ctx != nullptr) y = l(x, *ctx);
+      else y = l(x);
+    } else {
+      y = l(x);
+    }
+    return chain(y, ctx, rest...);
+  }
+};
+template <class... Layers>
+Sequential(Layers...) -> Sequential<Layers...>;
+
+// ---- parameters and summaries -----------------------------------------------------------
+
+// Every Tensor leaf with its name, in tree order.
+template <Tree T>
+std::vector<std::pair<std::string, Tensor>> named_parameters(const T& model) {
+  auto [leaves, def] = tree_flatten(model);
+  const std::vector<std::string> names = tree_names(def);
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (std::size_t i = 0; i < leaves.size(); ++i)
+    if (leaves[i].defined()) out.emplace_back(names[i], leaves[i]);
+  return out;
+}
+template <Tree T>
+int64_t parameter_count(const T& model) {
+  int64_t n = 0;
+  for (const auto& [name, t] : named_parameters(model)) n += t.numel();
+  return n;
+}
+
+namespace detail {
+struct SummaryRow {
+  std::string type;
+  Shape output;
+  std::vector<const TensorImpl*> params;
+};
+struct SummaryRecorder {
+  std::vector<SummaryRow> rows;
+  SummaryRecorder();
+  ~SummaryRecorder();
+  SummaryRecorder(const SummaryRecorder&) = delete;
+  SummaryRecorder& operator=(const SummaryRecorder&) = delete;
+};
+std::string format_summary(const std::vector<SummaryRow>& rows,
+                           const std::vector<std::pair<std::string, Tensor>>& named,
+                           const Shape& input, const Shape& output);
+}  // namespace detail
+
+// A table of the layers in call order (name from the parameter paths, type, output shape,
+// parameter count) and the totals, from one evaluation-mode call on `example`.
+template <Tree M>
+std::string summary(const M& model, const Tensor& example) {
+  detail::SummaryRecorder recorder;
+  const Tensor y = model(example);
+  return detail::format_summary(recorder.rows, named_parameters(model), example.shape(),
+                                y.shape());
+}
+
+}  // namespace kiln::nn
+
+namespace kiln {
+template <class... Layers>
+struct TreeTraits<nn::Sequential<Layers...>> {
+  using Tuple = std::tuple<Layers...>;
+  static TreeDef flatten(const nn::Sequential<Layers...>& s, std::vector<Tensor>& leaves) {
+    return TreeTraits<Tuple>::flatten(s.layers, leaves);
+  }
+  static nn::Sequential<Layers...> unflatten(const TreeDef& def, detail::TreeCursor& in,
+                                             const detail::TreePathLink* at) {
+    nn::Sequential<Layers...> s;
+    s.layers = TreeTraits<Tuple>::unflatten(def, in, at);
+    return s;
+  }
+};
+}  // namespace kiln

@@ -1,0 +1,422 @@
+// kiln::nn: layers, activations, losses, initialisers and model summaries.
+#include "kiln/nn.h"
+
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <set>
+#include <numbers>
+#include <sstream>
+
+#include "kiln/error.h"
+
+namespace kiln::nn {
+
+// ---- activations ----------------------------------------------------------------------
+
+// where, not maximum: the derivative at 0 is 0 (PyTorch's convention), where maximum splits it.
+Tensor relu(const Tensor& x, Loc loc) { return where(x > 0.0, x, scalar_like(x, 0.0), loc); }
+
+Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
+  if (tanh_approximation) {
+    const double c = std::sqrt(2.0 / std::numbers::pi);
+    return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x), loc));
+  }
+  return 0.5 * x * (1.0 + erf(x * (1.0 / std::numbers::sqrt2), loc));
+}
+
+Tensor silu(const Tensor& x, Loc loc) { return x * sigmoid(x, loc); }
+
+// ---- losses ---------------------------------------------------------------------------
+
+namespace {
+
+void expect_floating(std::string_view op, std::string_view what, const Tensor& t) {
+  if (!t.defined()) fail(op, "undefined ", what, ": got a default-constructed Tensor, expected a tensor");
+  if (!is_floating(t.dtype()))
+    fail(op, what, " must be floating point: got ", t.type(), ", expected f16, bf16, f32 or f64");
+}
+
+void expect_labels(std::string_view op, const Tensor& logits, const Tensor& labels) {
+  expect_floating(op, "logits", logits);
+  if (!labels.defined() || !is_integral(labels.dtype()))
+    fail(op, "labels must be integers: got ",
+         labels.defined() ? labels.type() : TensorType{}, ", expected an integer tensor");
+  if (logits.rank() < 1 || labels.rank() != logits.rank() - 1)
+    fail(op, "labels do not match the logits: got logits ", logits.type(), " and labels ",
+         labels.type(), ", expected logits [..., C] and labels [...]");
+  for (int i = 0; i < labels.rank(); ++i)
+    if (labels.shape()[i] != logits.shape()[i])
+      fail(op, "labels do not match the logits: got logits ", logits.type(), " and labels ",
+           labels.type(), ", expected labels of shape ",
+           Shape(std::vector<int64_t>(logits.shape().begin(), logits.shape().end() - 1)));
+}
+
+}  // namespace
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing,
+                     Loc loc) {
+  constexpr std::string_view op = "nn.cross_entropy";
+  expect_labels(op, logits, labels);
+  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
+    fail(op, "label smoothing out of range: got ", label_smoothing, ", expected a value in [0, 1]");
+  const Tensor logp = log_softmax(logits, -1, loc);
+  const Tensor picked = squeeze(take_along_axis(logp, expand_dims(labels, -1, loc), -1, loc), {-1}, loc);
+  Tensor nll = -picked;
+  if (label_smoothing > 0.0) {
+    const auto classes = static_cast<double>(logits.shape()[logits.rank() - 1]);
+    nll = (1.0 - label_smoothing) * nll - (label_smoothing / classes) * sum(logp, {-1}, false, loc);
+  }
+  return mean(nll, {}, false, loc);
+}
+
+Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc) {
+  constexpr std::string_view op = "nn.mse";
+  expect_floating(op, "prediction", prediction);
+  if (!target.defined() || prediction.shape() != target.shape())
+    fail(op, "prediction and target differ in shape: got ", prediction.type(), " and ",
+         target.defined() ? target.type() : TensorType{}, ", expected equal shapes");
+  return mean(square(prediction - target, loc), {}, false, loc);
+}
+
+Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Loc loc) {
+  constexpr std::string_view op = "nn.binary_cross_entropy_with_logits";
+  expect_floating(op, "logits", logits);
+  if (!targets.defined() || logits.shape() != targets.shape())
+    fail(op, "logits and targets differ in shape: got ", logits.type(), " and ",
+         targets.defined() ? targets.type() : TensorType{}, ", expected equal shapes");
+  // max(x, 0) - x t + log(1 + exp(-|x|)): exp never overflows.
+  const Tensor t = astype(targets, logits.dtype(), loc);
+  return mean(maximum(logits, 0.0, loc) - logits * t + log(1.0 + exp(-abs(logits, loc), loc), loc),
+              {}, false, loc);
+}
+
+Tensor accuracy(const Tensor& logits, const Tensor& labels, Loc loc) {
+  expect_labels("nn.accuracy", logits, labels);
+  const Tensor hit = equal(argmax(logits, -1, false, loc), astype(labels, int64, loc), loc);
+  return mean(astype(hit, float32, loc), {}, false, loc);
+}
+
+// ---- initialisers -----------------------------------------------------------------------
+
+namespace init {
+
+Fans fans(const Shape& shape) {
+  if (shape.rank() < 2)
+    fail("nn.init", "cannot compute fans of a tensor with fewer than 2 dimensions: got shape ",
+         shape, ", expected [out, in, ...]");
+  double receptive = 1.0;
+  for (int i = 2; i < shape.rank(); ++i) receptive *= static_cast<double>(shape[i]);
+  return {static_cast<double>(shape[1]) * receptive, static_cast<double>(shape[0]) * receptive};
+}
+
+namespace {
+double kaiming_std(const Shape& shape, double slope) {
+  return std::sqrt(2.0 / (1.0 + slope * slope)) / std::sqrt(fans(shape).in);
+}
+double xavier_std(const Shape& shape, double gain) {
+  const Fans f = fans(shape);
+  return gain * std::sqrt(2.0 / (f.in + f.out));
+}
+Tensor symmetric_uniform(const Tensor& key, const Shape& shape, double bound, DType dtype) {
+  return random::uniform(key, shape, dtype, -bound, bound);
+}
+}  // namespace
+
+// A uniform on [-b, b] has standard deviation b / sqrt(3).
+Tensor kaiming_uniform(const Tensor& key, const Shape& shape, double slope, DType dtype) {
+  return symmetric_uniform(key, shape, std::sqrt(3.0) * kaiming_std(shape, slope), dtype);
+}
+Tensor kaiming_normal(const Tensor& key, const Shape& shape, double slope, DType dtype) {
+  return random::normal(key, shape, dtype) * kaiming_std(shape, slope);
+}
+Tensor xavier_uniform(const Tensor& key, const Shape& shape, double gain, DType dtype) {
+  return symmetric_uniform(key, shape, std::sqrt(3.0) * xavier_std(shape, gain), dtype);
+}
+Tensor xavier_normal(const Tensor& key, const Shape& shape, double gain, DType dtype) {
+  return random::normal(key, shape, dtype) * xavier_std(shape, gain);
+}
+Tensor lecun_uniform(const Tensor& key, const Shape& shape, double fan_in, DType dtype) {
+  return symmetric_uniform(key, shape, 1.0 / std::sqrt(fan_in), dtype);
+}
+
+}  // namespace init
+
+// ---- context ----------------------------------------------------------------------------
+
+Tensor Context::next_key(std::string_view who) {
+  if (!key_ || !key_->defined())
+    fail(who, "training needs a random key: got a Context without one, expected "
+              "nn::Context::train(key)");
+  const auto [next, use] = random::split(*key_);
+  key_ = next;
+  return use;
+}
+
+// ---- summaries --------------------------------------------------------------------------
+
+namespace detail {
+namespace {
+thread_local SummaryRecorder* active_recorder = nullptr;
+}
+SummaryRecorder::SummaryRecorder() {
+  if (active_recorder != nullptr)
+    fail("nn.summary", "summaries do not nest: got a summary call inside another, expected one at a time");
+  active_recorder = this;
+}
+SummaryRecorder::~SummaryRecorder() { active_recorder = nullptr; }
+
+bool summary_recording() { return active_recorder != nullptr; }
+
+void summary_note(std::string_view type, const Tensor& output,
+                  std::initializer_list<const Tensor*> params) {
+  if (active_recorder == nullptr) return;
+  SummaryRow row{std::string(type), output.shape(), {}};
+  for (const Tensor* p : params)
+    if (p != nullptr && p->defined()) row.params.push_back(p->impl());
+  active_recorder->rows.push_back(std::move(row));
+}
+
+std::string format_summary(const std::vector<SummaryRow>& rows,
+                           const std::vector<std::pair<std::string, Tensor>>& named,
+                           const Shape& input, const Shape& output) {
+  std::map<const TensorImpl*, const std::pair<std::string, Tensor>*> by_impl;
+  for (const auto& p : named) by_impl[p.second.impl()] = &p;
+  auto shape_text = [](const Shape& s) {
+    std::ostringstream os;
+    os << s;
+    return os.str();
+  };
+  struct Line {
+    std::string name, type, shape, params;
+  };
+  std::vector<Line> lines{{"layer", "type", "output shape", "params"}};
+  lines.push_back({"(input)", "", shape_text(input), ""});
+  int64_t counted = 0;  // each parameter once, even when its layer runs twice
+  std::set<const TensorImpl*> seen;
+  for (const SummaryRow& r : rows) {
+    std::string name;
+    int64_t n = 0;
+    for (const TensorImpl* impl : r.params) {
+      const auto it = by_impl.find(impl);
+      if (it == by_impl.end()) continue;
+      n += it->second->second.numel();
+      if (seen.insert(impl).second) counted += it->second->second.numel();
+      if (name.empty()) {  // "features.0.weight" -> "features.0"
+        name = it->second->first;
+        const auto dot = name.rfind('.');
+        name = dot == std::string::npos ? std::string("(root)") : name.substr(0, dot);
+      }
+    }
+    lines.push_back({name.empty() ? "-" : name, r.type, shape_text(r.output), std::to_string(n)});
+  }
+  int64_t total = 0;
+  for (const auto& p : named) total += p.second.numel();
+  std::size_t w[3] = {0, 0, 0};
+  for (const Line& l : lines) {
+    w[0] = std::max(w[0], l.name.size());
+    w[1] = std::max(w[1], l.type.size());
+    w[2] = std::max(w[2], l.shape.size());
+  }
+  std::ostringstream os;
+  for (const Line& l : lines)
+    os << std::left << std::setw(static_cast<int>(w[0] + 2)) << l.name
+       << std::setw(static_cast<int>(w[1] + 2)) << l.type << std::setw(static_cast<int>(w[2] + 2))
+       << l.shape << std::right << l.params << "\n";
+  os << "output " << shape_text(output) << "; " << total << " parameters in " << named.size()
+     << (named.size() == 1 ? " tensor" : " tensors");
+  if (counted != total) os << " (" << total - counted << " used outside the built-in layers)";
+  os << "\n";
+  return os.str();
+}
+
+}  // namespace detail
+
+// ---- layers -----------------------------------------------------------------------------
+
+namespace {
+void expect_input(std::string_view op, const Tensor& x, int min_rank, std::string_view layout) {
+  if (!x.defined()) fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
+  if (x.rank() < min_rank) fail(op, "input has too few dimensions: got ", x.type(), ", expected ", layout);
+}
+}  // namespace
+
+Linear::Linear(int64_t in, int64_t out, const Tensor& key, bool with_bias, DType dtype) {
+  if (in < 1 || out < 1)
+    fail("nn.Linear", "non-positive size: got in=", in, ", out=", out, ", expected sizes >= 1");
+  const auto [kw, kb] = random::split(key);
+  weight = init::lecun_uniform(kw, {out, in}, static_cast<double>(in), dtype);
+  if (with_bias) bias = init::lecun_uniform(kb, {out}, static_cast<double>(in), dtype);
+}
+
+Tensor Linear::operator()(const Tensor& x, Loc loc) const {
+  constexpr std::string_view op = "nn.Linear";
+  expect_input(op, x, 1, "[..., in]");
+  const int64_t in = weight.shape()[1];
+  if (x.shape()[x.rank() - 1] != in)
+    fail(op, "input features do not match the weight: got input ", x.type(), " and weight ",
+         weight.type(), ", expected input [..., ", in, "]");
+  Tensor y = matmul(x, transpose(weight, loc), loc);
+  if (bias) y = y + *bias;
+  detail::summary_note("Linear", y, {&weight, bias ? &*bias : nullptr});
+  return y;
+}
+
+Conv2d::Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, const Tensor& key,
+               const Options& o)
+    : stride(o.stride), padding(o.padding), dilation(o.dilation), groups(o.groups) {
+  if (in < 1 || out < 1 || kernel.first < 1 || kernel.second < 1 || o.groups < 1)
+    fail("nn.Conv2d", "non-positive size: got in=", in, ", out=", out, ", kernel=[", kernel.first,
+         ", ", kernel.second, "], groups=", o.groups, ", expected values >= 1");
+  if (in % o.groups != 0 || out % o.groups != 0)
+    fail("nn.Conv2d", "channels not divisible by groups: got in=", in, ", out=", out,
+         ", groups=", o.groups, ", expected both to be multiples of groups");
+  const auto [kw, kb] = random::split(key);
+  const Shape shape{out, in / o.groups, kernel.first, kernel.second};
+  const double fan_in = init::fans(shape).in;
+  weight = init::lecun_uniform(kw, shape, fan_in, o.dtype);
+  if (o.bias) bias = init::lecun_uniform(kb, {out}, fan_in, o.dtype);
+}
+
+Tensor Conv2d::operator()(const Tensor& x, Loc loc) const {
+  expect_input("nn.Conv2d", x, 4, "[N, C, H, W]");
+  Tensor y = conv2d(x, weight, {stride, padding, dilation, groups}, loc);
+  if (bias) y = y + reshape(*bias, {1, bias->shape()[0], 1, 1}, loc);
+  detail::summary_note("Conv2d", y, {&weight, bias ? &*bias : nullptr});
+  return y;
+}
+
+Tensor MaxPool2d::operator()(const Tensor& x, Loc loc) const {
+  Tensor y = max_pool2d(x, {kernel, stride, padding}, loc);
+  detail::summary_note("MaxPool2d", y, {});
+  return y;
+}
+
+Tensor AvgPool2d::operator()(const Tensor& x, Loc loc) const {
+  Tensor y = avg_pool2d(x, {kernel, stride, padding}, loc);
+  detail::summary_note("AvgPool2d", y, {});
+  return y;
+}
+
+Tensor Flatten::operator()(const Tensor& x, Loc loc) const {
+  expect_input("nn.Flatten", x, static_cast<int>(start_dim) + 1, "more than start_dim dimensions");
+  if (start_dim < 0) fail("nn.Flatten", "negative start_dim: got ", start_dim, ", expected >= 0");
+  std::vector<int64_t> dims(x.shape().begin(), x.shape().begin() + start_dim);
+  int64_t rest = 1;
+  for (int i = static_cast<int>(start_dim); i < x.rank(); ++i) rest *= x.shape()[i];
+  dims.push_back(rest);
+  Tensor y = reshape(x, Shape(dims), loc);
+  detail::summary_note("Flatten", y, {});
+  return y;
+}
+
+Tensor Activation::operator()(const Tensor& x, Loc loc) const {
+  Tensor y;
+  if (kind == "relu") y = relu(x, loc);
+  else if (kind == "gelu") y = gelu(x, false, loc);
+  else if (kind == "gelu_tanh") y = gelu(x, true, loc);
+  else if (kind == "silu") y = silu(x, loc);
+  else if (kind == "tanh") y = tanh(x, loc);
+  else if (kind == "sigmoid") y = sigmoid(x, loc);
+  else
+    fail("nn.Activation", "unknown activation: got '", kind,
+         "', expected relu, gelu, gelu_tanh, silu, tanh or sigmoid");
+  detail::summary_note(kind, y, {});
+  return y;
+}
+
+Tensor Dropout::operator()(const Tensor& x, Context& ctx, Loc loc) const {
+  constexpr std::string_view op = "nn.Dropout";
+  if (!(rate >= 0.0 && rate < 1.0)) fail(op, "rate out of range: got ", rate, ", expected [0, 1)");
+  if (!ctx.training() || rate == 0.0) return (*this)(x, loc);
+  expect_floating(op, "input", x);
+  const Tensor keep = random::bernoulli(ctx.next_key(op), 1.0 - rate, x.shape(), loc);
+  Tensor y = where(keep, x * (1.0 / (1.0 - rate)), scalar_like(x, 0.0), loc);
+  detail::summary_note("Dropout", y, {});
+  return y;
+}
+
+Tensor Dropout::operator()(const Tensor& x, Loc) const {
+  detail::summary_note("Dropout", x, {});
+  return x;
+}
+
+Embedding::Embedding(int64_t num, int64_t dim, const Tensor& key, DType dtype)
+    : weight(random::normal(key, {num, dim}, dtype)) {}
+
+Tensor Embedding::operator()(const Tensor& indices, Loc loc) const {
+  if (!indices.defined() || !is_integral(indices.dtype()))
+    fail("nn.Embedding", "indices must be integers: got ",
+         indices.defined() ? indices.type() : TensorType{}, ", expected an integer tensor");
+  Tensor y = take(weight, indices, 0, loc);
+  detail::summary_note("Embedding", y, {&weight});
+  return y;
+}
+
+LayerNorm::LayerNorm(const Shape& normalized_shape, double eps_, DType dtype)
+    : weight(ones(normalized_shape, dtype)), bias(zeros(normalized_shape, dtype)), eps(eps_) {}
+
+Tensor LayerNorm::operator()(const Tensor& x, Loc loc) const {
+  constexpr std::string_view op = "nn.LayerNorm";
+  const int k = weight.rank();
+  expect_input(op, x, k, "[..., normalized_shape]");
+  for (int i = 0; i < k; ++i)
+    if (x.shape()[x.rank() - k + i] != weight.shape()[i])
+      fail(op, "trailing dimensions do not match: got input ", x.type(), ", expected [..., ",
+           weight.shape(), "]");
+  Axes axes;
+  for (int i = 0; i < k; ++i) axes.push_back(x.rank() - k + i);
+  const Tensor mu = mean(x, axes, true, loc);
+  const Tensor centred = x - mu;
+  const Tensor v = mean(square(centred, loc), axes, true, loc);
+  Tensor y = centred * rsqrt(v + eps, loc) * weight + bias;
+  detail::summary_note("LayerNorm", y, {&weight, &bias});
+  return y;
+}
+
+BatchNorm::BatchNorm(int64_t channels, double momentum_, double eps_, DType dtype)
+    : weight(ones({channels}, dtype)), bias(zeros({channels}, dtype)), momentum(momentum_), eps(eps_) {}
+
+BatchNormState BatchNorm::initial_state() const {
+  return {zeros_like(weight), ones_like(weight)};
+}
+
+std::pair<Tensor, BatchNormState> BatchNorm::operator()(const Tensor& x, const BatchNormState& s,
+                                                        bool training, Loc loc) const {
+  constexpr std::string_view op = "nn.BatchNorm";
+  expect_input(op, x, 2, "[N, C, ...]");
+  const int64_t c = weight.shape()[0];
+  if (x.shape()[1] != c)
+    fail(op, "channels do not match: got input ", x.type(), " for ", c, " channels, expected [N, ", c, ", ...]");
+  std::vector<int64_t> bshape(static_cast<std::size_t>(x.rank()), 1);
+  bshape[1] = c;
+  const Shape b(bshape);
+  Axes axes{0};
+  int64_t count = x.shape()[0];
+  for (int i = 2; i < x.rank(); ++i) {
+    axes.push_back(i);
+    count *= x.shape()[i];
+  }
+  Tensor mu, var;
+  BatchNormState next = s;
+  if (training) {
+    if (count < 2)
+      fail(op, "training needs more than one value per channel: got input ", x.type(),
+           ", expected N * H * W > 1");
+    mu = mean(x, axes, true, loc);
+    var = mean(square(x - mu, loc), axes, true, loc);
+    const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+    const Tensor batch_mean = stop_gradient(reshape(mu, {c}, loc), loc);
+    const Tensor batch_var = stop_gradient(reshape(var, {c}, loc), loc) * unbias;
+    next.mean = (1.0 - momentum) * s.mean + momentum * batch_mean;
+    next.var = (1.0 - momentum) * s.var + momentum * batch_var;
+  } else {
+    mu = reshape(s.mean, b, loc);
+    var = reshape(s.var, b, loc);
+  }
+  Tensor y = (x - mu) * rsqrt(var + eps, loc) * reshape(weight, b, loc) + reshape(bias, b, loc);
+  detail::summary_note("BatchNorm", y, {&weight, &bias});
+  return {y, next};
+}
+
+}  // namespace kiln::nn
