@@ -7,8 +7,10 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
 TSAN_BUILD ?= build-tsan
+FUZZ_BUILD ?= build-fuzz
+FUZZ_TIME ?= 60
 
-.PHONY: all deps deps-bench build demo test test-asan test-tsan bench install-test clean format
+.PHONY: all deps deps-bench build demo test test-asan test-tsan fuzz bench install-test clean format
 
 all: build
 
@@ -45,6 +47,22 @@ test-tsan: deps
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_data
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/tests/test_data
 
+# The safetensors parser under libFuzzer + ASan + UBSan (clang 16) for FUZZ_TIME seconds, starting
+# from a copy of fuzz/corpus (the repository is not modified). Fails on any crash; the input that
+# crashed is left in $(FUZZ_BUILD)/artifacts.
+fuzz:
+	@scripts/install-deps.sh --fuzz
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-16 \
+	  -DCMAKE_CXX_COMPILER=clang++-16 -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF \
+	  -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_FUZZ=ON
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors
+	rm -rf $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
+	cp fuzz/corpus/* $(FUZZ_BUILD)/corpus/
+	$(FUZZ_BUILD)/fuzz/fuzz_safetensors $(FUZZ_BUILD)/corpus -dict=fuzz/safetensors.dict \
+	  -max_total_time=$(FUZZ_TIME) -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
+	  -artifact_prefix=$(FUZZ_BUILD)/artifacts/ -print_final_stats=1
+
 # cmake --install into a prefix, then build a separate project against it with find_package.
 install-test: build
 	rm -rf $(BUILD)/install $(BUILD)/consumer
@@ -57,7 +75,7 @@ bench: deps-bench build
 	bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.h' '*.cpp')

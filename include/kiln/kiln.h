@@ -4,6 +4,7 @@
 #include "kiln/data.h"
 #include "kiln/dtype.h"
 #include "kiln/error.h"
+#include "kiln/io.h"
 #include "kiln/ir.h"
 #include "kiln/nn.h"
 #include "kiln/optim.h"

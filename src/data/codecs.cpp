@@ -14,6 +14,7 @@
 #include <png.h>
 #include <zlib.h>
 
+#include "detail/files.h"
 #include "data/node.h"
 
 namespace kiln::data {
@@ -35,16 +36,9 @@ std::vector<uint8_t> read_file(const std::string& path) {
 }
 
 void write_file(const std::string& path, std::span<const uint8_t> bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    const int err = errno;
-    fail("data.write_file", "cannot create file: got '", path, "' (", std::strerror(err),
-         "), expected a writable path");
-  }
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  if (!out)
-    fail("data.write_file", "write failed: got an I/O error on '", path, "', expected success");
+  kiln::detail::write_file_atomically("data.write_file", path, "'" + path + "'", [&](int fd) {
+    return kiln::detail::write_all(fd, bytes.data(), bytes.size());
+  });
 }
 
 namespace detail {
