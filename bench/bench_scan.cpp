@@ -4,13 +4,16 @@
 //   build/bench/bench_scan                   # Kiln, then bench/scan_torch.py, then the table
 //   options: --reps R (default 7), --target S (seconds per timed batch, default 0.3),
 //            --threads T (torch.set_num_threads, default 1), --py PATH (default /usr/bin/python3;
-//            "none" skips PyTorch), --unroll K (also time scan with ScanOptions{.unroll = K})
+//            "none" skips PyTorch), --unroll K (also time scan with ScanOptions{.unroll = K}),
+//            --rounds N (Kiln/PyTorch alternations, default 1)
 //
 // Problem: h = tanh(h @ Wh + x_t @ Wx + b), hidden 256, input 256, batch 32, 100 steps,
 // float32, h0 = 0; loss = sum of the final h; gradient w.r.t. (Wh, Wx, b).
 //   kiln_jit_scan        jit(grad(loss)) with the loop as kiln::scan
 //   kiln_jit_unrolled    jit(grad(loss)) with a C++ for loop inside the jitted function
 //   torch_eager_loop     bench/scan_torch.py: Python loop, loss.backward()
+// Timing (bench/side_by_side.h): warm-up, then repetitions of a batch of calls of ~target s,
+// the Kiln cases interleaved; the table gives median and min per call and median / torch's.
 // Compilation: jit(...).lower(args) on a fresh jit (trace of grad + ir::optimize; nothing runs)
 // for 10, 100 and 1000 steps, scan vs unrolled (unrolled 1000 is included).
 #include <kiln/kiln.h>
@@ -18,19 +21,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <functional>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#ifndef KILN_SOURCE_DIR
-#define KILN_SOURCE_DIR "."
-#endif
+#include "side_by_side.h"
 
 using namespace kiln;
-using Clock = std::chrono::steady_clock;
+using namespace side_by_side;
 
 namespace {
 
@@ -53,47 +50,24 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// Median and min per-call ms over `reps` batches of calls sized to ~target seconds.
-std::pair<double, double> time_ms(const std::function<void()>& f, int reps, double target) {
-  f();
-  f();
-  auto t0 = Clock::now();
-  f();
-  const double one = std::max(seconds(t0, Clock::now()), 1e-6);
-  const int n = std::max(1, static_cast<int>(target / one));
-  std::vector<double> v;
-  for (int r = 0; r < reps; ++r) {
-    t0 = Clock::now();
-    for (int i = 0; i < n; ++i) f();
-    v.push_back(seconds(t0, Clock::now()) * 1e3 / n);
-  }
-  std::sort(v.begin(), v.end());
-  return {v[v.size() / 2], v.front()};
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 7, threads = 1;
+  Options o;
+  o.reps = 7, o.rounds = 1, o.threads = 1, o.target = 0.3;
   int64_t unroll = 0;
-  double target = 0.3;
-  std::string py = "/usr/bin/python3";
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return std::string(i + 1 < argc ? argv[++i] : ""); };
-    if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--target") target = std::stod(next());
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--py") py = next();
-    else if (a == "--unroll") unroll = std::stoll(next());
-  }
+  if (!parse_options(argc, argv, o, [&](const std::string& a, const auto& next) {
+        if (a != "--unroll") return false;
+        unroll = std::stoll(next());
+        return true;
+      }))
+    return 2;
   const Tensor wh = random::normal(random::key(1), {H, H}, float32) * (1.0 / 16);
   const Tensor wx = random::normal(random::key(2), {D, H}, float32) * (1.0 / 16);
   const Tensor b = zeros({H}, float32);
   auto xs_of = [](int64_t T) { return random::normal(random::key(3), {T, B, D}, float32); };
   const Tensor xs = xs_of(100);
 
-  std::map<std::string, std::pair<double, double>> res;
   auto g_scan = jit(grad([](const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
     return loss_scan(wh, wx, b, xs, 1); }, argnums<0, 1, 2>));
   auto g_unr = jit(grad(loss_unrolled, argnums<0, 1, 2>));
@@ -105,37 +79,29 @@ int main(int argc, char** argv) {
     for (std::size_t i = 0; i < u.size(); ++i) md = std::max(md, double(std::abs(u[i] - v[i])));
     std::printf("max |dWh scan - dWh unrolled| = %.3g\n", md);
   }
-  res["kiln_jit_scan"] = time_ms([&] { auto r = g_scan(wh, wx, b, xs); (void)r; }, reps, target);
-  res["kiln_jit_unrolled"] = time_ms([&] { auto r = g_unr(wh, wx, b, xs); (void)r; }, reps, target);
+  std::vector<Case> cases{
+      {"kiln_jit_scan", [&] { auto r = g_scan(wh, wx, b, xs); (void)r; }},
+      {"kiln_jit_unrolled", [&] { auto r = g_unr(wh, wx, b, xs); (void)r; }},
+  };
   if (unroll > 1) {
     auto g_u = jit(grad([unroll](const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
       return loss_scan(wh, wx, b, xs, unroll); }, argnums<0, 1, 2>));
-    res["kiln_jit_scan_unroll" + std::to_string(unroll)] =
-        time_ms([&] { auto r = g_u(wh, wx, b, xs); (void)r; }, reps, target);
+    cases.push_back({"kiln_jit_scan_unroll" + std::to_string(unroll),
+                     [&, g_u] { auto r = g_u(wh, wx, b, xs); (void)r; }});
   }
-  if (py != "none") {
-    const std::string cmd = py + " " KILN_SOURCE_DIR "/bench/scan_torch.py --reps " +
-                            std::to_string(reps) + " --threads " + std::to_string(threads) +
-                            " --target " + std::to_string(target) + " 2>&1";
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char line[4096];
-      while (fgets(line, sizeof line, p)) {
-        std::istringstream is(line);
-        std::string tag, name;
-        double med, mn;
-        if (is >> tag >> name >> med >> mn && tag == "RESULT") res[name] = {med, mn};
-        else std::fputs(line, stdout);
-      }
-      pclose(p);
-    }
-  }
+  calibrate(cases, o.target, 2);
+  const Rounds rounds = run_rounds(cases, o, [&](Times& t) {
+    return run_peer(o, "scan_torch.py", "", t, [](const std::string& l) { std::fputs(l.c_str(), stdout); });
+  });
   std::printf("\nRNN hidden %lld, input %lld, batch %lld, 100 steps, f32, fwd+bwd (per call)\n",
               (long long)H, (long long)D, (long long)B);
+  print_loads(rounds, o);
   std::printf("%-28s %12s %12s %14s\n", "case", "median ms", "min ms", "vs torch (med)");
-  const double tm = res.count("torch_eager_loop") ? res["torch_eager_loop"].first : 0;
-  for (auto& [k, v] : res)
-    std::printf("%-28s %12.3f %12.3f %14s\n", k.c_str(), v.first, v.second,
-                tm > 0 ? (std::to_string(v.first / tm).substr(0, 5) + "x").c_str() : "-");
+  const auto torch = rounds.times.find("torch_eager_loop");
+  const double tm = torch != rounds.times.end() ? median(torch->second) : 0;
+  for (const auto& [k, ts] : rounds.times)
+    std::printf("%-28s %12.3f %12.3f %14s\n", k.c_str(), median(ts), minimum(ts),
+                tm > 0 ? (std::to_string(median(ts) / tm).substr(0, 5) + "x").c_str() : "-");
 
   std::printf("\ncompilation (fresh jit, .lower(): trace of grad + optimise), ms\n");
   std::printf("%8s %12s %14s %10s %12s\n", "steps", "scan", "unrolled", "scan eqns", "unr eqns");

@@ -22,21 +22,13 @@
 #include <kiln/kiln.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
 #include <iostream>
-#include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#ifndef KILN_SOURCE_DIR
-#define KILN_SOURCE_DIR "."
-#endif
+#include "side_by_side.h"
 
 struct Mlp {
   kiln::Tensor w1, b1, w2, b2;
@@ -46,7 +38,7 @@ KILN_TREE(Mlp, w1, b1, w2, b2);
 namespace {
 
 using namespace kiln;
-using Clock = std::chrono::steady_clock;
+using namespace side_by_side;
 
 constexpr int64_t kBatch = 64, kIn = 784, kHidden = 128, kClasses = 10;
 
@@ -80,84 +72,17 @@ double max_abs_diff(const Mlp& a, const Mlp& b) {
   return m;
 }
 
-struct Case {
-  std::string name;
-  std::function<void()> run;
-  int64_t calls = 1;
-};
-
-double seconds_of(const std::function<void()>& f, int64_t n) {
-  const auto t0 = Clock::now();
-  for (int64_t i = 0; i < n; ++i) f();
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-std::string load() {
-  FILE* f = std::fopen("/proc/loadavg", "r");
-  if (!f) return "?";
-  char buf[128] = {0};
-  const char* ok = std::fgets(buf, sizeof buf, f);
-  std::fclose(f);
-  std::string s = ok ? buf : "?";
-  std::istringstream in(s);
-  std::string a, b, c;
-  in >> a >> b >> c;
-  return a + " " + b + " " + c;
-}
-
-// Runs the PyTorch script once; appends each case's per-repetition times (ms).
-bool run_torch(const std::string& py, int reps, int threads, double target,
-               std::map<std::string, std::vector<double>>& times) {
-  const std::string cmd = py + " " KILN_SOURCE_DIR "/bench/vmap_torch.py --reps " + std::to_string(reps) +
-                          " --threads " + std::to_string(threads) + " --target " + std::to_string(target) +
-                          " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return false;
-  char line[4096];
-  bool any = false;
-  while (std::fgets(line, sizeof line, p)) {
-    std::istringstream in(line);
-    std::string tag, name;
-    in >> tag >> name;
-    if (tag == "RESULT") continue;  // the script's own summary; the table below has it
-    if (tag != "TIMES") {
-      std::fputs(line, stderr);
-      continue;
-    }
-    double t;
-    while (in >> t) times[name].push_back(t);
-    any = true;
-  }
-  return pclose(p) == 0 && any;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  int reps = 5, rounds = 3, threads = 2;
-  double target = 0.2;
-  std::string py = "/usr/bin/python3";
+  Options o;  // --reps 5 --rounds 3 --threads 2 --target 0.2 --py /usr/bin/python3
   bool ir_only = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
-    if (a == "--reps") reps = std::stoi(next());
-    else if (a == "--rounds") rounds = std::stoi(next());
-    else if (a == "--target") target = std::stod(next());
-    else if (a == "--threads") threads = std::stoi(next());
-    else if (a == "--py") py = next();
-    else if (a == "--ir") ir_only = true;
-    else {
-      std::cerr << "unknown option " << a << "\n";
-      return 2;
-    }
-  }
+  if (!parse_options(argc, argv, o, [&](const std::string& a, const auto&) {
+        if (a != "--ir") return false;
+        ir_only = true;
+        return true;
+      }))
+    return 2;
 
   const Mlp p = init();
   const Tensor x = random::normal(random::key(1), {kBatch, kIn});
@@ -196,37 +121,23 @@ int main(int argc, char** argv) {
          (void)stack_grads(gs);
        }},
   };
-  for (Case& c : cases) {
-    for (int i = 0; i < 3; ++i) c.run();
-    c.calls = std::max<int64_t>(1, static_cast<int64_t>(target / std::max(seconds_of(c.run, 1), 1e-6)));
-  }
-
-  std::map<std::string, std::vector<double>> times;
-  std::vector<std::string> loads;
-  bool torch_ok = py != "none";
-  for (int r = 0; r < rounds; ++r) {
-    loads.push_back(load());
-    for (int k = 0; k < reps; ++k)
-      for (const Case& c : cases) times[c.name].push_back(seconds_of(c.run, c.calls) / double(c.calls) * 1e3);
-    if (torch_ok) torch_ok = run_torch(py, reps, threads, target, times);
-  }
-  loads.push_back(load());
+  calibrate(cases, o.target);
+  const Rounds r = run_rounds(cases, o, [&](Times& t) { return run_peer(o, "vmap_torch.py", "", t); });
+  const Times& times = r.times;
 
   std::printf("# per-example gradients, MLP %lld-%lld-%lld relu, cross-entropy, batch %lld, f32\n",
               (long long)kIn, (long long)kHidden, (long long)kClasses, (long long)kBatch);
-  std::printf("# %d rounds x %d reps; load average (1/5/15 min) per round:", rounds, reps);
-  for (const std::string& l : loads) std::printf(" [%s]", l.c_str());
-  std::printf("\n");
+  print_loads(r, o);
   const auto ref = times.find("torch_functorch_vmap_grad");
   const double functorch = ref == times.end() ? NAN : median(ref->second);
-  const double kiln = median(times["kiln_jit_vmap_grad"]);
+  const double kiln = median(times.at("kiln_jit_vmap_grad"));
   std::printf("%-28s %10s %10s %14s %16s\n", "case", "median ms", "min ms", "vs functorch",
               "vs kiln jit(vmap)");
   for (const auto& [name, ts] : times) {
     const double m = median(ts);
     std::printf("%-28s %10.3f %10.3f %13.2fx %15.2fx\n", name.c_str(), m,
-                *std::min_element(ts.begin(), ts.end()), m / functorch, m / kiln);
+                minimum(ts), m / functorch, m / kiln);
   }
-  if (!torch_ok && py != "none") std::printf("# (the PyTorch peer did not run: see the messages above)\n");
+  if (!r.peer_ok && o.py != "none") std::printf("# (the PyTorch peer did not run: see the messages above)\n");
   return 0;
 }

@@ -18,6 +18,7 @@ if [[ ! -f "$build/build.ninja" ]]; then
 fi
 targets=(bench_eager bench_matmul bench_jit bench_ad)
 [[ -f "$here/bench_data.cpp" ]] && grep -q bench_data "$here/CMakeLists.txt" && targets+=(bench_data)
+targets+=(bench_train)
 [[ "${SKIP_BUILD:-0}" == 1 ]] || ninja -C "$build" -j "$jobs" "${targets[@]}"
 
 gb=(--benchmark_repetitions="$reps" --benchmark_enable_random_interleaving=true
@@ -76,3 +77,18 @@ if [[ -x "$build/bench/bench_data" ]]; then
   section "5. data pipeline (bench_data, see docs/PERFORMANCE.md 'Data pipeline')"
   "$build/bench/bench_data"
 fi
+
+# One training step, Kiln jit vs PyTorch eager from Python (bench/train_torch.py, run by the
+# binary between its rounds, from the same initial parameters and batch). The child inherits
+# the environment, so OMP_NUM_THREADS=1 makes torch's OpenMP and its OpenBLAS single-threaded too.
+torch_py="$py"
+"$py" -c 'import torch' 2>/dev/null || torch_py=none
+section "7. training step: CNN and MLP, Kiln jit vs PyTorch eager"
+"$build/bench/bench_train" --rounds 3 --py "$torch_py"
+if [[ "$torch_py" != none ]]; then
+  # As in section 4: the pthreads OpenBLAS of Python torch fights its OpenMP threads.
+  section "7. training step, PyTorch with OPENBLAS_NUM_THREADS=1 (Kiln as above)"
+  "$build/bench/bench_train" --rounds 3 --py "env OPENBLAS_NUM_THREADS=1 $py"
+fi
+section "7. training step, one thread: OMP_NUM_THREADS=1, torch --threads 1"
+OMP_NUM_THREADS=1 "$build/bench/bench_train" --rounds 3 --threads 1 --py "$torch_py"

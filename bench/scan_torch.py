@@ -5,24 +5,20 @@
 
 h = tanh(h @ Wh + x_t @ Wx + b), hidden 256, input 256, batch 32, 100 steps, float32, h0 = 0;
 loss = sum of the final h; loss.backward() gives the gradients of Wh, Wx, b. Warmed up, then
-timed in R repetitions of a batch of calls sized to ~target seconds. Prints
+timed in R repetitions of a batch of calls sized to ~target seconds (bench/side_by_side.py).
+Prints
     RESULT torch_eager_loop <median ms> <min ms>
+    TIMES torch_eager_loop <ms of each repetition ...>      (what bench_scan reads)
 """
-import argparse
-import statistics
-import time
-
 import torch
+
+import side_by_side
 
 B, H, D, T = 32, 256, 256, 100
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--target", type=float, default=0.3)
-    a = ap.parse_args()
+    a = side_by_side.parser(__doc__, reps=7, threads=1, target=0.3).parse_args()
     torch.set_num_threads(a.threads)
     g = torch.Generator().manual_seed(0)
     wh = (torch.randn(H, H, generator=g) / 16).requires_grad_()
@@ -38,18 +34,7 @@ def main():
             h = torch.tanh(h @ wh + xs[t] @ wx + b)
         h.sum().backward()
 
-    for _ in range(3):
-        step()
-    t0 = time.perf_counter()
-    step()
-    n = max(1, int(a.target / max(time.perf_counter() - t0, 1e-6)))
-    v = []
-    for _ in range(a.reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            step()
-        v.append((time.perf_counter() - t0) * 1e3 / n)
-    print("RESULT torch_eager_loop %.4f %.4f" % (statistics.median(v), min(v)), flush=True)
+    side_by_side.report(side_by_side.time_cases({"torch_eager_loop": step}, a.reps, a.target))
 
 
 if __name__ == "__main__":

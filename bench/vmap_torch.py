@@ -7,19 +7,16 @@ Per-example gradients of the cross-entropy loss -sum(one_hot(y, 10) * log_softma
 an MLP 784-128-10 (relu), batch 64, float32, with respect to every parameter:
   functorch   functorch.vmap(functorch.grad(loss), in_dims=(None, 0, 0))(params, x, y)
   loop        for each example: torch.autograd.grad of its loss, then torch.stack per parameter
-Same parameters, shapes and loss as the Kiln side (bench_vmap.cpp). Each case is warmed up,
-then timed in R repetitions of a batch of calls sized to take ~target seconds; cases are
-interleaved repetition by repetition. Prints two lines per case:
+Same parameters, shapes and loss as the Kiln side (bench_vmap.cpp). Timed by
+bench/side_by_side.py, which prints two lines per case:
     RESULT <name> <median ms> <min ms>
     TIMES <name> <ms of each repetition ...>      (what bench_vmap reads)
 """
-import argparse
-import statistics
-import time
-
 import torch
 import torch.nn.functional as F
 import functorch
+
+import side_by_side
 
 B, D, H, C = 64, 784, 128, 10
 
@@ -65,32 +62,9 @@ def cases():
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--target", type=float, default=0.2)
-    args = ap.parse_args()
+    args = side_by_side.parser(__doc__, reps=7, threads=2, target=0.2).parse_args()
     torch.set_num_threads(args.threads)
-    fns = cases()
-    calls = {}
-    for name, fn in fns.items():
-        for _ in range(3):
-            fn()
-        t0 = time.perf_counter()
-        fn()
-        dt = time.perf_counter() - t0
-        calls[name] = max(1, int(args.target / max(dt, 1e-6)))
-    times = {name: [] for name in fns}
-    for _ in range(args.reps):
-        for name, fn in fns.items():
-            n = calls[name]
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            times[name].append((time.perf_counter() - t0) / n * 1e3)
-    for name, ts in times.items():
-        print(f"RESULT {name} {statistics.median(ts):.4f} {min(ts):.4f}", flush=True)
-        print(f"TIMES {name} " + " ".join(f"{t:.4f}" for t in ts), flush=True)
+    side_by_side.report(side_by_side.time_cases(cases(), args.reps, args.target))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-// `make demo`: a short tour of Kiln (until the training demo lands). Eager tensors compute when
+// A short tour of Kiln. Eager tensors compute when
 // a line runs; a mistake raises a kiln::Error naming the operation, the shapes and what was
 // expected. Then the transformations: trace, grad, jit, vmap.
 #include <kiln/kiln.h>

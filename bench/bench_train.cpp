@@ -1,0 +1,238 @@
+// One training step, Kiln jit against PyTorch 1.13 eager (bench/train_torch.py), side by side.
+//
+//   build/bench/bench_train                 # Kiln and the PyTorch peer, alternating, + table
+//   build/bench/bench_train --py none       # Kiln only (e.g. under perf record)
+//   options: --reps R (per round, default 5), --rounds N (Kiln/PyTorch alternations, default 3),
+//            --target S (seconds per timed batch of calls, default 0.2), --threads T (PyTorch's
+//            torch.set_num_threads, default 2), --py PATH (default /usr/bin/python3),
+//            --only cnn|mlp (one problem), --steps K (loss values checked, default 8),
+//            --ir (print the optimised IR of the jitted steps and stop)
+//
+// Problems (float32, fixed normal inputs and random integer labels, made once):
+//   cnn  batch 64 of 1x28x28: conv 1->32 5x5 pad 2, relu, maxpool 2, conv 32->64 5x5 pad 2,
+//        relu, maxpool 2, flatten, linear 3136->1024, relu, linear 1024->10
+//   mlp  batch 128 of 784: linear 784->512, relu, linear 512->512, relu, linear 512->10
+// Loss: cross-entropy with integer labels (mean). One step = forward, backward and an SGD update
+// (lr 0.01, no momentum) of every parameter.
+//   kiln_jit_<p>     jit(model, opt_state, x, y -> value_and_grad(loss)(model), optim::sgd
+//                    update), the model an nn::Sequential; model and state go in and come out
+//   torch_eager_<p>  nn.Sequential of nn.Conv2d/nn.Linear..., F.cross_entropy, backward,
+//                    torch.optim.SGD step, zero_grad(set_to_none=True)
+// Both sides start from the same parameters and data: Kiln writes its initial parameters (named
+// as in PyTorch's state_dict: "0.weight", ...) and the batch to a temporary folder the peer
+// loads. Check: the first --steps losses of both sides, from those parameters, must agree (the
+// loss must also fall). Timing (bench/side_by_side.h): warm-up, then repetitions of a batch of
+// calls of ~target seconds, cases interleaved; median and min per step over all repetitions of
+// all rounds, and the ratio of Kiln's median to PyTorch's (> 1: Kiln takes longer).
+#include <kiln/kiln.h>
+#include <kiln/nn.h>
+#include <kiln/optim.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "side_by_side.h"
+
+namespace {
+
+using namespace kiln;
+using namespace side_by_side;
+namespace fs = std::filesystem;
+
+using Cnn = nn::Sequential<nn::Conv2d, nn::Activation, nn::MaxPool2d, nn::Conv2d, nn::Activation,
+                           nn::MaxPool2d, nn::Flatten, nn::Linear, nn::Activation, nn::Linear>;
+using Mlp = nn::Sequential<nn::Linear, nn::Activation, nn::Linear, nn::Activation, nn::Linear>;
+
+constexpr double kLr = 0.01;
+constexpr int64_t kClasses = 10;
+
+Cnn make_cnn(const Tensor& key) {
+  const Tensor k = random::split(key, 4);
+  const nn::Conv2d::Options same{.padding = {2, 2}};
+  return Cnn(nn::Conv2d(1, 32, {5, 5}, index(k, 0), same), nn::ReLU(), nn::MaxPool2d{},
+             nn::Conv2d(32, 64, {5, 5}, index(k, 1), same), nn::ReLU(), nn::MaxPool2d{},
+             nn::Flatten{}, nn::Linear(64 * 7 * 7, 1024, index(k, 2)), nn::ReLU(),
+             nn::Linear(1024, kClasses, index(k, 3)));
+}
+
+Mlp make_mlp(const Tensor& key) {
+  const Tensor k = random::split(key, 3);
+  return Mlp(nn::Linear(784, 512, index(k, 0)), nn::ReLU(), nn::Linear(512, 512, index(k, 1)),
+             nn::ReLU(), nn::Linear(512, kClasses, index(k, 2)));
+}
+
+void write_raw(const fs::path& path, const Tensor& t) {
+  std::ofstream out(path, std::ios::binary);
+  if (t.dtype() == int64) {
+    const auto v = t.to_vector<int64_t>();
+    out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(int64_t)));
+  } else {
+    const auto v = t.to_vector<float>();
+    out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+  }
+}
+
+// One problem: the jitted step with its state, the losses of the first steps.
+struct Problem {
+  std::string name;
+  Case step;
+  std::vector<double> losses;
+};
+
+// Writes the initial parameters and the batch to dir/<name>/ (raw little-endian f32, labels
+// i64) for the peer, runs `steps` steps for the loss check, and returns the timed case, which
+// goes on from there.
+template <class M>
+Problem make_problem(const std::string& name, const M& model, const Tensor& x, const Tensor& y,
+                     const fs::path& dir, int steps, bool ir_only) {
+  const fs::path at = dir / name;
+  fs::create_directories(at);
+  for (const auto& [param, t] : nn::named_parameters(model)) write_raw(at / (param + ".bin"), t);
+  write_raw(at / "x.bin", x);
+  write_raw(at / "y.bin", y);
+
+  const optim::Optimizer opt = optim::sgd({.lr = kLr});
+  auto step = jit(
+      [opt](const M& m, const optim::OptState<M>& s, const Tensor& x, const Tensor& y) {
+        auto [loss, grads] = value_and_grad([&](const M& net) { return nn::cross_entropy(net(x), y); })(m);
+        auto [m2, s2] = opt.update(m, grads, s);
+        return std::tuple{m2, s2, loss};
+      },
+      "train_step_" + name);
+  if (ir_only) {
+    std::cout << "# " << name << "\n" << ir::print(step.lower(model, opt.init(model), x, y));
+    return {name, {}, {}};
+  }
+  struct State {
+    M model;
+    optim::OptState<M> opt;
+    Tensor x, y, loss;
+    decltype(step) f;
+    void operator()() { std::tie(model, opt, loss) = f(model, opt, x, y); }
+  };
+  auto s = std::make_shared<State>(State{model, opt.init(model), x, y, Tensor(), step});
+  Problem p{name, {"kiln_jit_" + name, [s] { (*s)(); }}, {}};
+  for (int i = 0; i < steps; ++i) {
+    (*s)();
+    p.losses.push_back(s->loss.template item<double>());
+  }
+  return p;
+}
+
+std::string join(const std::vector<double>& v) {
+  std::ostringstream out;
+  out.precision(6);
+  for (double d : v) out << " " << d;
+  return out.str();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;  // --reps 5 --rounds 3 --threads 2 --target 0.2 --py /usr/bin/python3
+  std::string only;
+  int steps = 8;
+  bool ir_only = false;
+  if (!parse_options(argc, argv, o, [&](const std::string& a, const auto& next) {
+        if (a == "--only") only = next();
+        else if (a == "--steps") steps = std::stoi(next());
+        else if (a == "--ir") ir_only = true;
+        else return false;
+        return true;
+      }))
+    return 2;
+  if (!only.empty() && only != "cnn" && only != "mlp") {
+    std::fprintf(stderr, "--only takes cnn or mlp\n");
+    return 2;
+  }
+  steps = std::max(steps, 2);
+
+  char tmpl[] = "/tmp/kiln_bench_train_XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const fs::path dir = tmpl;
+
+  std::vector<Problem> problems;
+  if (only.empty() || only == "cnn")
+    problems.push_back(make_problem("cnn", make_cnn(random::key(0)),
+                                    random::normal(random::key(1), {64, 1, 28, 28}),
+                                    random::randint(random::key(2), {64}, 0, kClasses, int64), dir, steps, ir_only));
+  if (only.empty() || only == "mlp")
+    problems.push_back(make_problem("mlp", make_mlp(random::key(3)), random::normal(random::key(4), {128, 784}),
+                                    random::randint(random::key(5), {128}, 0, kClasses, int64), dir, steps, ir_only));
+
+  if (ir_only) {
+    fs::remove_all(dir);
+    return 0;
+  }
+  std::vector<Case> cases;
+  for (const Problem& p : problems) cases.push_back(p.step);
+  calibrate(cases, o.target);
+
+  // The peer prints "LOSSES torch_eager_<p> l0 l1 ..." from the same parameters, every round.
+  std::map<std::string, std::vector<double>> torch_losses;
+  const std::string args = "--init " + dir.string() + " --steps " + std::to_string(steps) +
+                           (only.empty() ? "" : " --only " + only);
+  const Rounds r = run_rounds(cases, o, [&](Times& t) {
+    return run_peer(o, "train_torch.py", args, t, [&](const std::string& line) {
+      std::istringstream in(line);
+      std::string tag, name;
+      in >> tag >> name;
+      if (tag != "LOSSES") return (void)std::fputs(line.c_str(), stderr);
+      std::vector<double>& v = torch_losses[name];
+      v.clear();
+      for (double d; in >> d;) v.push_back(d);
+    });
+  });
+  fs::remove_all(dir);
+
+  std::printf("# one training step (forward + backward + SGD lr %g on every parameter), f32:\n", kLr);
+  std::printf("#   cnn: batch 64 1x28x28, conv5x5(1->32) relu pool2 conv5x5(32->64) relu pool2 "
+              "linear(3136->1024) relu linear(1024->10)\n");
+  std::printf("#   mlp: batch 128, 784-512-512-10 relu; loss cross-entropy, integer labels\n");
+  std::printf("# kiln: jit(value_and_grad + optim::sgd), OMP threads %s; torch: eager, "
+              "set_num_threads(%d)\n",
+              std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "(default)", o.threads);
+  bool ok = true;
+  for (const Problem& p : problems) {
+    const bool falls = p.losses.back() < p.losses.front();
+    ok = ok && falls && std::isfinite(p.losses.back());
+    std::printf("# %s loss, kiln, steps 0..%zu:%s  (%s)\n", p.name.c_str(), p.losses.size() - 1,
+                join(p.losses).c_str(), falls ? "falls" : "DOES NOT FALL");
+    const auto t = torch_losses.find("torch_eager_" + p.name);
+    if (t == torch_losses.end()) continue;
+    double diff = 0;
+    for (std::size_t i = 0; i < std::min(t->second.size(), p.losses.size()); ++i)
+      diff = std::max(diff, std::abs(t->second[i] - p.losses[i]) / std::abs(p.losses[i]));
+    const bool agree = t->second.size() == p.losses.size() && diff < 1e-3;
+    ok = ok && agree;
+    std::printf("# %s loss, torch, same start:%s  (max rel. diff %.2g%s)\n", p.name.c_str(),
+                join(t->second).c_str(), diff, agree ? "" : ", DISAGREE");
+  }
+  print_loads(r, o);
+  std::printf("%-20s %10s %10s %12s\n", "case", "median ms", "min ms", "kiln/torch");
+  for (const Problem& p : problems) {
+    const std::string kn = "kiln_jit_" + p.name, tn = "torch_eager_" + p.name;
+    const auto t = r.times.find(tn);
+    const double tm = t == r.times.end() ? NAN : median(t->second);
+    const std::vector<double>& k = r.times.at(kn);
+    if (std::isnan(tm)) std::printf("%-20s %10.3f %10.3f %12s\n", kn.c_str(), median(k), minimum(k), "-");
+    else std::printf("%-20s %10.3f %10.3f %11.2fx\n", kn.c_str(), median(k), minimum(k), median(k) / tm);
+    if (t != r.times.end())
+      std::printf("%-20s %10.3f %10.3f %11.2fx\n", tn.c_str(), tm, minimum(t->second), 1.0);
+  }
+  std::printf("# kiln/torch: ratio of medians, > 1 means Kiln takes longer\n");
+  if (!r.peer_ok && o.py != "none") std::printf("# (the PyTorch peer did not run: see the messages above)\n");
+  if (!ok) std::fprintf(stderr, "loss check failed\n");
+  return ok ? 0 : 1;
+}
