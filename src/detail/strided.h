@@ -2,6 +2,8 @@
 // row along the innermost dimension. Broadcast operands have stride 0 where they repeat.
 #pragma once
 
+#include <algorithm>
+
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -56,6 +58,30 @@ void for_each_row(const std::vector<int64_t>& shape,
   std::array<int64_t, N> inner_strides;
   for (std::size_t k = 0; k < N; ++k) inner_strides[k] = L.strides[k].back();
   const int64_t rows = total / inner;
+  // A few long rows (a contiguous tensor is a single row) are cut into pieces, so that every
+  // thread gets a share; many rows are shared out whole.
+  const int64_t pieces =
+      rows >= 64 ? 1 : std::clamp<int64_t>(inner / kParallelGrain, 1, 64 / std::max<int64_t>(rows, 1));
+  if (pieces > 1) {
+    parallel_for(
+        rows * pieces,
+        [&](int64_t begin, int64_t end) {
+          for (int64_t t = begin; t < end; ++t) {
+            std::array<int64_t, N> off{};
+            int64_t rem = t / pieces;
+            for (int d = r - 2; d >= 0; --d) {
+              const auto du = static_cast<std::size_t>(d);
+              for (std::size_t k = 0; k < N; ++k) off[k] += rem % L.shape[du] * L.strides[k][du];
+              rem /= L.shape[du];
+            }
+            const int64_t lo = inner * (t % pieces) / pieces, hi = inner * (t % pieces + 1) / pieces;
+            for (std::size_t k = 0; k < N; ++k) off[k] += lo * inner_strides[k];
+            row(off, hi - lo, inner_strides);
+          }
+        },
+        inner / pieces);
+    return;
+  }
   parallel_for(
       rows,
       [&](int64_t begin, int64_t end) {
