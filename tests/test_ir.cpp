@@ -195,6 +195,41 @@ TEST(Passes, CollapsesShapeChains) {
             "}");
 }
 
+TEST(Passes, TransposedProductBecomesProductOfTransposes) {
+  // The weight gradient of x W^T is transpose(matmul(x^T, g)); rewritten, matmul reads the
+  // transposed operands in place and W's gradient comes out contiguous. A product that is
+  // also used as it is stays one matmul.
+  EXPECT_EQ(optimized("func @f(%x: f32[4,3], %g: f32[4,2]) -> f32[2,3] {\n"
+                      "  %0 = transpose %x {perm=[1, 0]} : f32[3,4]\n"
+                      "  %1 = matmul %0, %g : f32[3,2]\n"
+                      "  %2 = transpose %1 {perm=[1, 0]} : f32[2,3]\n"
+                      "  return %2\n"
+                      "}"),
+            "func @f(%x: f32[4,3], %g: f32[4,2]) -> f32[2,3] {\n"
+            "  %0 = transpose %g {perm=[1, 0]} : f32[2,4]\n"
+            "  %1 = matmul %0, %x : f32[2,3]\n"
+            "  return %1\n"
+            "}");
+  const std::string shared =
+      "func @f(%a: f32[2,3], %b: f32[3,2]) -> (f32[2,2], f32[2,2]) {\n"
+      "  %0 = matmul %a, %b : f32[2,2]\n"
+      "  %1 = transpose %0 {perm=[1, 0]} : f32[2,2]\n"
+      "  return %0, %1\n"
+      "}";
+  EXPECT_EQ(optimized(shared), shared);
+  // And the values agree with the unoptimised function.
+  const auto f = ir::parse("func @f(%a: f32[2,3], %b: f32[3,4]) -> f32[4,2] {\n"
+                           "  %0 = matmul %a, %b : f32[2,4]\n"
+                           "  %1 = transpose %0 {perm=[1, 0]} : f32[4,2]\n"
+                           "  return %1\n"
+                           "}");
+  const Tensor a = random::normal(random::key(1), {2, 3}), b = random::normal(random::key(2), {3, 4});
+  const Tensor want = ir::evaluate(*f, Ts{a, b})[0];
+  const Tensor got = ir::evaluate(ir::optimize(*f), Ts{a, b})[0];
+  EXPECT_LT(max(abs(got - want)).item<float>(), 1e-6);
+  EXPECT_TRUE(got.is_contiguous());
+}
+
 TEST(Ir, CallPrimitiveRoundTrips) {
   const auto inner = trace_fx().function;
   const auto outer = ir::trace_function("outer", {{float32, {3}}}, [&](const Ts& a) {
