@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config git
   libopenblas-openmp-dev # GEMM for matmul and convolution (OpenMP build: one thread pool)
+  libdnnl-dev            # oneDNN: float32 convolutions and their gradients
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   python3-numpy          # reference values in tests are checked against numpy

@@ -153,6 +153,33 @@ TEST(Conv2d, BatchedSmallImagesAndLargeImages) {
   check_conv({.N = 2, .C = 8, .H = 40, .W = 40, .O = 16, .KH = 1, .KW = 1}, float32, 74);
 }
 
+// float32 convolutions and their two gradients run through oneDNN, float64 through Kiln's
+// im2col kernels (whose gradients test_ad_rules checks against finite differences): the two
+// must agree on every geometry, including those oneDNN declines and hands back.
+TEST(Conv2d, Float32GradientsMatchTheFloat64Ones) {
+  std::vector<ConvCase> cases = conv_cases();
+  cases.push_back({.N = 4, .C = 32, .H = 14, .W = 14, .O = 64, .KH = 5, .KW = 5, .ph = 2, .pw = 2});
+  cases.push_back({.N = 3, .C = 1, .H = 28, .W = 28, .O = 8, .KH = 3, .KW = 3, .ph = 1, .pw = 1});
+  uint32_t seed = 500;
+  for (const ConvCase& c : cases) {
+    SCOPED_TRACE(describe(c));
+    const Conv2dOptions o{.stride = {c.sh, c.sw}, .padding = {c.ph, c.pw}, .dilation = {c.dh, c.dw}, .groups = c.groups};
+    const auto xv = random_values(c.N * c.C * c.H * c.W, seed++);
+    const auto wv = random_values(c.O * (c.C / c.groups) * c.KH * c.KW, seed++);
+    const Shape xs{c.N, c.C, c.H, c.W}, ws{c.O, c.C / c.groups, c.KH, c.KW};
+    const Tensor y64 = conv2d(make(xv, xs, float64), make(wv, ws, float64), o);
+    const Tensor dy = random::normal(random::key(seed++), y64.shape(), float64);
+    auto grads = [&](DType dt) {
+      auto f = [&](const Tensor& x, const Tensor& w) { return sum(conv2d(x, w, o) * astype(dy, dt)); };
+      return grad(f, argnums<0, 1>)(make(xv, xs, dt), make(wv, ws, dt));
+    };
+    const auto [dx64, dw64] = grads(float64);
+    const auto [dx32, dw32] = grads(float32);
+    expect_close(dx32, xs, dx64.to_vector<double>(), 1e-4, 1e-4);
+    expect_close(dw32, ws, dw64.to_vector<double>(), 1e-4, 1e-4);
+  }
+}
+
 TEST(Conv2d, HalfPrecision) {
   for (DType dt : {float16, bfloat16}) {
     SCOPED_TRACE(std::string(dtype_name(dt)));
