@@ -393,6 +393,40 @@ TEST(Pool2d, HalfPrecisionNanAndStridedInput) {
   EXPECT_EQ(max_pool2d(astype(x, int32)).dtype(), float32);
 }
 
+// The max-pool gradient goes to each window's first maximum (a NaN window: its last NaN,
+// the forward's choice). 2x2 windows with stride 2 take their own fast path; an odd width
+// leaves the last column outside every window.
+TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
+  for (const auto& [k, st] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}, {2, 1}}) {
+    SCOPED_TRACE("kernel " + std::to_string(k) + " stride " + std::to_string(st));
+    const int64_t N = 2, C = 3, H = 6, W = 7;
+    std::vector<double> xv = random_values(N * C * H * W, 900);
+    xv[3] = xv[4] = xv[W + 3] = 5.0;  // a tie in the first plane
+    xv[2 * W + 1] = NAN;
+    const Tensor x = make(xv, Shape{N, C, H, W}, float32);
+    const Pool2dOptions o{.kernel = {k, k}, .stride = std::pair<int64_t, int64_t>{st, st}};
+    const Tensor y = max_pool2d(x, o);
+    const int64_t OH = y.shape()[2], OW = y.shape()[3];
+    const Tensor dy = random::normal(random::key(7), y.shape());
+    const Tensor dx = grad([&](const Tensor& a) { return sum(max_pool2d(a, o) * dy); })(x);
+    const std::vector<float> xs = x.to_vector<float>(), dys = dy.to_vector<float>();
+    std::vector<double> want(xs.size(), 0.0);
+    for (int64_t p = 0; p < N * C; ++p)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t best = -1;
+          for (int64_t h = oh * st; h < oh * st + k; ++h)
+            for (int64_t w = ow * st; w < ow * st + k; ++w) {
+              const int64_t i = (p * H + h) * W + w;
+              const auto u = static_cast<std::size_t>(i);
+              if (best < 0 || xs[u] > xs[static_cast<std::size_t>(best)] || std::isnan(xs[u])) best = i;
+            }
+          want[static_cast<std::size_t>(best)] += dys[static_cast<std::size_t>((p * OH + oh) * OW + ow)];
+        }
+    expect_close(dx, x.shape(), want, 1e-6, 1e-6);
+  }
+}
+
 TEST(Pool2d, Errors) {
   const Tensor x = ones({1, 2, 4, 4});
   for (const std::string op : {"max_pool2d", "avg_pool2d"}) {

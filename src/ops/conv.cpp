@@ -716,6 +716,8 @@ void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& d
   const T* pd = dy.data<const T>();
   T* po = dx.data<T>();
   const int64_t HW = g.H * g.W, L = g.OH * g.OW;
+  // Non-overlapping 2x2 windows: each input has at most one window, so writes never add.
+  const bool tiles_2x2 = g.KH == 2 && g.KW == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
   detail::parallel_for(
       g.N * g.C,
       [&](int64_t b, int64_t e) {
@@ -724,6 +726,22 @@ void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& d
           const T* grad = pd + p * L;
           T* dst = po + p * HW;
           std::fill(dst, dst + HW, T{0});
+          if (tiles_2x2) {  // the common 2x2 / stride 2 pooling, without the window bounds
+            for (int64_t oh = 0; oh < g.OH; ++oh) {
+              const T* r0 = plane + 2 * oh * g.W;
+              const T* r1 = r0 + g.W;
+              T* d0 = dst + 2 * oh * g.W;
+              for (int64_t ow = 0; ow < g.OW; ++ow) {
+                const C v[4] = {static_cast<C>(r0[2 * ow]), static_cast<C>(r0[2 * ow + 1]),
+                                static_cast<C>(r1[2 * ow]), static_cast<C>(r1[2 * ow + 1])};
+                int k = 0;
+                for (int j = 1; j < 4; ++j)
+                  if (v[j] > v[k] || v[j] != v[j]) k = j;
+                d0[(k >> 1) * g.W + 2 * ow + (k & 1)] = grad[oh * g.OW + ow];
+              }
+            }
+            continue;
+          }
           for (int64_t oh = 0; oh < g.OH; ++oh) {
             const int64_t h0 = oh * g.sh - g.ph;
             const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.KH, g.H);
