@@ -183,7 +183,15 @@ struct Columns {
     col.resize(static_cast<std::size_t>(K * nb * L));
     tmp.resize(static_cast<std::size_t>(Og * nb * L));
   }
-  void start(int64_t count) { width = count * L; }
+  // f(n0, count, gi) for each chunk of images and each group, with `width` set for the chunk.
+  template <typename F>
+  void each_chunk(F&& f) {
+    for (int64_t n0 = 0; n0 < g.N; n0 += nb) {
+      const int64_t count = std::min(nb, g.N - n0);
+      width = count * L;
+      for (int64_t gi = 0; gi < g.G; ++gi) f(n0, count, gi);
+    }
+  }
 
   // Planes (image i, channel c of group gi) in parallel: each writes its own rows.
   template <typename F>
@@ -267,18 +275,14 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g) {
     return out;
   }
   Columns<T> cols(g);
-  for (int64_t n0 = 0; n0 < g.N; n0 += cols.nb) {
-    const int64_t cnt = std::min(cols.nb, g.N - n0);
-    cols.start(cnt);
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      cols.fill(px, n0, cnt, gi);
-      const bool direct = cnt == 1;
-      T* dst = direct ? po + n0 * g.O * L + gi * Og * L : cols.tmp.data();
-      gemm<T>(false, false, Og, cols.width, K, pw + gi * Og * K, K, cols.col.data(), cols.width,
-              T{0}, dst, direct ? L : cols.width);
-      if (!direct) cols.scatter(po, n0, cnt, gi);
-    }
-  }
+  cols.each_chunk([&](int64_t n0, int64_t cnt, int64_t gi) {
+    cols.fill(px, n0, cnt, gi);
+    const bool direct = cnt == 1;
+    T* dst = direct ? po + n0 * g.O * L + gi * Og * L : cols.tmp.data();
+    gemm<T>(false, false, Og, cols.width, K, pw + gi * Og * K, K, cols.col.data(), cols.width,
+            T{0}, dst, direct ? L : cols.width);
+    if (!direct) cols.scatter(po, n0, cnt, gi);
+  });
   return out;
 }
 
@@ -304,16 +308,12 @@ Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvG
     return dx;
   }
   Columns<T> cols(g);
-  for (int64_t n0 = 0; n0 < g.N; n0 += cols.nb) {
-    const int64_t cnt = std::min(cols.nb, g.N - n0);
-    cols.start(cnt);
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      const auto [dy, ld] = cols.gather(pc, n0, cnt, gi);
-      gemm<T>(true, false, K, cols.width, Og, pw + gi * Og * K, K, dy, ld, T{0}, cols.col.data(),
-              cols.width);
-      cols.add_back(px, n0, cnt, gi);
-    }
-  }
+  cols.each_chunk([&](int64_t n0, int64_t cnt, int64_t gi) {
+    const auto [dy, ld] = cols.gather(pc, n0, cnt, gi);
+    gemm<T>(true, false, K, cols.width, Og, pw + gi * Og * K, K, dy, ld, T{0}, cols.col.data(),
+            cols.width);
+    cols.add_back(px, n0, cnt, gi);
+  });
   return dx;
 }
 
@@ -338,16 +338,12 @@ Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const Conv
     return dw;
   }
   Columns<T> cols(g);
-  for (int64_t n0 = 0; n0 < g.N; n0 += cols.nb) {
-    const int64_t cnt = std::min(cols.nb, g.N - n0);
-    cols.start(cnt);
-    for (int64_t gi = 0; gi < g.G; ++gi) {
-      cols.fill(px, n0, cnt, gi);
-      const auto [dy, ld] = cols.gather(pc, n0, cnt, gi);
-      gemm<T>(false, true, Og, K, cols.width, dy, ld, cols.col.data(), cols.width, T{1},
-              pw + gi * Og * K, K);
-    }
-  }
+  cols.each_chunk([&](int64_t n0, int64_t cnt, int64_t gi) {
+    cols.fill(px, n0, cnt, gi);
+    const auto [dy, ld] = cols.gather(pc, n0, cnt, gi);
+    gemm<T>(false, true, Og, K, cols.width, dy, ld, cols.col.data(), cols.width, T{1},
+            pw + gi * Og * K, K);
+  });
   return dw;
 }
 
