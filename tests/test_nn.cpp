@@ -1533,3 +1533,29 @@ TEST(NnErrors, LossesCheckTheirArguments) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+// nn's own checks name the caller's line, as the ops' errors do.
+TEST(NnErrors, CarryTheCallersFileAndLine) {
+  const nn::Linear linear(3, 2, random::key(0));
+  auto expect_here = [](const std::function<void()>& call, int line) {
+    try {
+      call();
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("test_nn.cpp:" + std::to_string(line) + ")"), std::string::npos) << what;
+      EXPECT_EQ(what.find(" (at ", what.find(" (at ") + 1), std::string::npos) << what;  // once
+    }
+  };
+  expect_here([&] { linear(zeros({4, 5})); }, __LINE__);
+  expect_here([&] { nn::cross_entropy(zeros({4, 3}), zeros({4})); }, __LINE__);
+  expect_here([&] { nn::Activation{"swish"}(zeros({2})); }, __LINE__);
+  const nn::BatchNorm bn(3);
+  expect_here([&] { bn(zeros({2, 4}), bn.initial_state(), true); }, __LINE__);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -12,6 +12,23 @@
 
 namespace kiln::nn {
 
+namespace {
+
+// Runs f; an Error from nn's own checks gets the caller's file:line, as the ops' errors do.
+template <class F>
+auto located(Loc loc, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    if (loc.line() == 0 || what.find(" (at ") != std::string::npos) throw;
+    throw Error(e.op(), what.substr(e.op().size() + 3) +
+                            kiln::detail::cat(" (at ", loc.file_name(), ":", loc.line(), ")"));
+  }
+}
+
+}  // namespace
+
 // ---- activations ----------------------------------------------------------------------
 
 // where, not maximum: the derivative at 0 is 0 (PyTorch's convention), where maximum splits it.
@@ -56,45 +73,53 @@ void expect_labels(std::string_view op, const Tensor& logits, const Tensor& labe
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing,
                      Loc loc) {
-  constexpr std::string_view op = "nn.cross_entropy";
-  expect_labels(op, logits, labels);
-  if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
-    fail(op, "label smoothing out of range: got ", label_smoothing, ", expected a value in [0, 1]");
-  const Tensor logp = log_softmax(logits, -1, loc);
-  const Tensor picked = squeeze(take_along_axis(logp, expand_dims(labels, -1, loc), -1, loc), {-1}, loc);
-  Tensor nll = -picked;
-  if (label_smoothing > 0.0) {
-    const auto classes = static_cast<double>(logits.shape()[logits.rank() - 1]);
-    nll = (1.0 - label_smoothing) * nll - (label_smoothing / classes) * sum(logp, {-1}, false, loc);
-  }
-  return mean(nll, {}, false, loc);
+  return located(loc, [&]() -> Tensor {
+    constexpr std::string_view op = "nn.cross_entropy";
+    expect_labels(op, logits, labels);
+    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
+      fail(op, "label smoothing out of range: got ", label_smoothing, ", expected a value in [0, 1]");
+    const Tensor logp = log_softmax(logits, -1, loc);
+    const Tensor picked = squeeze(take_along_axis(logp, expand_dims(labels, -1, loc), -1, loc), {-1}, loc);
+    Tensor nll = -picked;
+    if (label_smoothing > 0.0) {
+      const auto classes = static_cast<double>(logits.shape()[logits.rank() - 1]);
+      nll = (1.0 - label_smoothing) * nll - (label_smoothing / classes) * sum(logp, {-1}, false, loc);
+    }
+    return mean(nll, {}, false, loc);
+  });
 }
 
 Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc) {
-  constexpr std::string_view op = "nn.mse";
-  expect_floating(op, "prediction", prediction);
-  if (!target.defined() || prediction.shape() != target.shape())
-    fail(op, "prediction and target differ in shape: got ", prediction.type(), " and ",
-         target.defined() ? target.type() : TensorType{}, ", expected equal shapes");
-  return mean(square(prediction - target, loc), {}, false, loc);
+  return located(loc, [&]() -> Tensor {
+    constexpr std::string_view op = "nn.mse";
+    expect_floating(op, "prediction", prediction);
+    if (!target.defined() || prediction.shape() != target.shape())
+      fail(op, "prediction and target differ in shape: got ", prediction.type(), " and ",
+           target.defined() ? target.type() : TensorType{}, ", expected equal shapes");
+    return mean(square(prediction - target, loc), {}, false, loc);
+  });
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Loc loc) {
-  constexpr std::string_view op = "nn.binary_cross_entropy_with_logits";
-  expect_floating(op, "logits", logits);
-  if (!targets.defined() || logits.shape() != targets.shape())
-    fail(op, "logits and targets differ in shape: got ", logits.type(), " and ",
-         targets.defined() ? targets.type() : TensorType{}, ", expected equal shapes");
-  // max(x, 0) - x t + log(1 + exp(-|x|)): exp never overflows.
-  const Tensor t = astype(targets, logits.dtype(), loc);
-  return mean(maximum(logits, 0.0, loc) - logits * t + log(1.0 + exp(-abs(logits, loc), loc), loc),
-              {}, false, loc);
+  return located(loc, [&]() -> Tensor {
+    constexpr std::string_view op = "nn.binary_cross_entropy_with_logits";
+    expect_floating(op, "logits", logits);
+    if (!targets.defined() || logits.shape() != targets.shape())
+      fail(op, "logits and targets differ in shape: got ", logits.type(), " and ",
+           targets.defined() ? targets.type() : TensorType{}, ", expected equal shapes");
+    // max(x, 0) - x t + log(1 + exp(-|x|)): exp never overflows.
+    const Tensor t = astype(targets, logits.dtype(), loc);
+    return mean(maximum(logits, 0.0, loc) - logits * t + log(1.0 + exp(-abs(logits, loc), loc), loc),
+                {}, false, loc);
+  });
 }
 
 Tensor accuracy(const Tensor& logits, const Tensor& labels, Loc loc) {
-  expect_labels("nn.accuracy", logits, labels);
-  const Tensor hit = equal(argmax(logits, -1, false, loc), astype(labels, int64, loc), loc);
-  return mean(astype(hit, float32, loc), {}, false, loc);
+  return located(loc, [&]() -> Tensor {
+    expect_labels("nn.accuracy", logits, labels);
+    const Tensor hit = equal(argmax(logits, -1, false, loc), astype(labels, int64, loc), loc);
+    return mean(astype(hit, float32, loc), {}, false, loc);
+  });
 }
 
 // ---- initialisers -----------------------------------------------------------------------
@@ -250,16 +275,18 @@ Linear::Linear(int64_t in, int64_t out, const Tensor& key, bool with_bias, DType
 }
 
 Tensor Linear::operator()(const Tensor& x, Loc loc) const {
-  constexpr std::string_view op = "nn.Linear";
-  expect_input(op, x, 1, "[..., in]");
-  const int64_t in = weight.shape()[1];
-  if (x.shape()[x.rank() - 1] != in)
-    fail(op, "input features do not match the weight: got input ", x.type(), " and weight ",
-         weight.type(), ", expected input [..., ", in, "]");
-  Tensor y = matmul(x, transpose(weight, loc), loc);
-  if (bias) y = y + *bias;
-  detail::summary_note("Linear", y, {&weight, bias ? &*bias : nullptr});
-  return y;
+  return located(loc, [&]() -> Tensor {
+    constexpr std::string_view op = "nn.Linear";
+    expect_input(op, x, 1, "[..., in]");
+    const int64_t in = weight.shape()[1];
+    if (x.shape()[x.rank() - 1] != in)
+      fail(op, "input features do not match the weight: got input ", x.type(), " and weight ",
+           weight.type(), ", expected input [..., ", in, "]");
+    Tensor y = matmul(x, transpose(weight, loc), loc);
+    if (bias) y = y + *bias;
+    detail::summary_note("Linear", y, {&weight, bias ? &*bias : nullptr});
+    return y;
+  });
 }
 
 Conv2d::Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, const Tensor& key,
@@ -279,11 +306,13 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, cons
 }
 
 Tensor Conv2d::operator()(const Tensor& x, Loc loc) const {
-  expect_input("nn.Conv2d", x, 4, "[N, C, H, W]");
-  Tensor y = conv2d(x, weight, {stride, padding, dilation, groups}, loc);
-  if (bias) y = y + reshape(*bias, {1, bias->shape()[0], 1, 1}, loc);
-  detail::summary_note("Conv2d", y, {&weight, bias ? &*bias : nullptr});
-  return y;
+  return located(loc, [&]() -> Tensor {
+    expect_input("nn.Conv2d", x, 4, "[N, C, H, W]");
+    Tensor y = conv2d(x, weight, {stride, padding, dilation, groups}, loc);
+    if (bias) y = y + reshape(*bias, {1, bias->shape()[0], 1, 1}, loc);
+    detail::summary_note("Conv2d", y, {&weight, bias ? &*bias : nullptr});
+    return y;
+  });
 }
 
 Tensor MaxPool2d::operator()(const Tensor& x, Loc loc) const {
@@ -299,41 +328,47 @@ Tensor AvgPool2d::operator()(const Tensor& x, Loc loc) const {
 }
 
 Tensor Flatten::operator()(const Tensor& x, Loc loc) const {
-  expect_input("nn.Flatten", x, static_cast<int>(start_dim) + 1, "more than start_dim dimensions");
-  if (start_dim < 0) fail("nn.Flatten", "negative start_dim: got ", start_dim, ", expected >= 0");
-  std::vector<int64_t> dims(x.shape().begin(), x.shape().begin() + start_dim);
-  int64_t rest = 1;
-  for (int i = static_cast<int>(start_dim); i < x.rank(); ++i) rest *= x.shape()[i];
-  dims.push_back(rest);
-  Tensor y = reshape(x, Shape(dims), loc);
-  detail::summary_note("Flatten", y, {});
-  return y;
+  return located(loc, [&]() -> Tensor {
+    expect_input("nn.Flatten", x, static_cast<int>(start_dim) + 1, "more than start_dim dimensions");
+    if (start_dim < 0) fail("nn.Flatten", "negative start_dim: got ", start_dim, ", expected >= 0");
+    std::vector<int64_t> dims(x.shape().begin(), x.shape().begin() + start_dim);
+    int64_t rest = 1;
+    for (int i = static_cast<int>(start_dim); i < x.rank(); ++i) rest *= x.shape()[i];
+    dims.push_back(rest);
+    Tensor y = reshape(x, Shape(dims), loc);
+    detail::summary_note("Flatten", y, {});
+    return y;
+  });
 }
 
 Tensor Activation::operator()(const Tensor& x, Loc loc) const {
-  Tensor y;
-  if (kind == "relu") y = relu(x, loc);
-  else if (kind == "gelu") y = gelu(x, false, loc);
-  else if (kind == "gelu_tanh") y = gelu(x, true, loc);
-  else if (kind == "silu") y = silu(x, loc);
-  else if (kind == "tanh") y = tanh(x, loc);
-  else if (kind == "sigmoid") y = sigmoid(x, loc);
-  else
-    fail("nn.Activation", "unknown activation: got '", kind,
-         "', expected relu, gelu, gelu_tanh, silu, tanh or sigmoid");
-  detail::summary_note(kind, y, {});
-  return y;
+  return located(loc, [&]() -> Tensor {
+    Tensor y;
+    if (kind == "relu") y = relu(x, loc);
+    else if (kind == "gelu") y = gelu(x, false, loc);
+    else if (kind == "gelu_tanh") y = gelu(x, true, loc);
+    else if (kind == "silu") y = silu(x, loc);
+    else if (kind == "tanh") y = tanh(x, loc);
+    else if (kind == "sigmoid") y = sigmoid(x, loc);
+    else
+      fail("nn.Activation", "unknown activation: got '", kind,
+           "', expected relu, gelu, gelu_tanh, silu, tanh or sigmoid");
+    detail::summary_note(kind, y, {});
+    return y;
+  });
 }
 
 Tensor Dropout::operator()(const Tensor& x, Context& ctx, Loc loc) const {
-  constexpr std::string_view op = "nn.Dropout";
-  if (!(rate >= 0.0 && rate < 1.0)) fail(op, "rate out of range: got ", rate, ", expected [0, 1)");
-  if (!ctx.training() || rate == 0.0) return (*this)(x, loc);
-  expect_floating(op, "input", x);
-  const Tensor keep = random::bernoulli(ctx.next_key(op), 1.0 - rate, x.shape(), loc);
-  Tensor y = where(keep, x * (1.0 / (1.0 - rate)), scalar_like(x, 0.0), loc);
-  detail::summary_note("Dropout", y, {});
-  return y;
+  return located(loc, [&]() -> Tensor {
+    constexpr std::string_view op = "nn.Dropout";
+    if (!(rate >= 0.0 && rate < 1.0)) fail(op, "rate out of range: got ", rate, ", expected [0, 1)");
+    if (!ctx.training() || rate == 0.0) return (*this)(x, loc);
+    expect_floating(op, "input", x);
+    const Tensor keep = random::bernoulli(ctx.next_key(op), 1.0 - rate, x.shape(), loc);
+    Tensor y = where(keep, x * (1.0 / (1.0 - rate)), scalar_like(x, 0.0), loc);
+    detail::summary_note("Dropout", y, {});
+    return y;
+  });
 }
 
 Tensor Dropout::operator()(const Tensor& x, Loc) const {
@@ -345,33 +380,37 @@ Embedding::Embedding(int64_t num, int64_t dim, const Tensor& key, DType dtype)
     : weight(random::normal(key, {num, dim}, dtype)) {}
 
 Tensor Embedding::operator()(const Tensor& indices, Loc loc) const {
-  if (!indices.defined() || !is_integral(indices.dtype()))
-    fail("nn.Embedding", "indices must be integers: got ",
-         indices.defined() ? indices.type() : TensorType{}, ", expected an integer tensor");
-  Tensor y = take(weight, indices, 0, loc);
-  detail::summary_note("Embedding", y, {&weight});
-  return y;
+  return located(loc, [&]() -> Tensor {
+    if (!indices.defined() || !is_integral(indices.dtype()))
+      fail("nn.Embedding", "indices must be integers: got ",
+           indices.defined() ? indices.type() : TensorType{}, ", expected an integer tensor");
+    Tensor y = take(weight, indices, 0, loc);
+    detail::summary_note("Embedding", y, {&weight});
+    return y;
+  });
 }
 
 LayerNorm::LayerNorm(const Shape& normalized_shape, double eps_, DType dtype)
     : weight(ones(normalized_shape, dtype)), bias(zeros(normalized_shape, dtype)), eps(eps_) {}
 
 Tensor LayerNorm::operator()(const Tensor& x, Loc loc) const {
-  constexpr std::string_view op = "nn.LayerNorm";
-  const int k = weight.rank();
-  expect_input(op, x, k, "[..., normalized_shape]");
-  for (int i = 0; i < k; ++i)
-    if (x.shape()[x.rank() - k + i] != weight.shape()[i])
-      fail(op, "trailing dimensions do not match: got input ", x.type(), ", expected [..., ",
-           weight.shape(), "]");
-  Axes axes;
-  for (int i = 0; i < k; ++i) axes.push_back(x.rank() - k + i);
-  const Tensor mu = mean(x, axes, true, loc);
-  const Tensor centred = x - mu;
-  const Tensor v = mean(square(centred, loc), axes, true, loc);
-  Tensor y = centred * rsqrt(v + eps, loc) * weight + bias;
-  detail::summary_note("LayerNorm", y, {&weight, &bias});
-  return y;
+  return located(loc, [&]() -> Tensor {
+    constexpr std::string_view op = "nn.LayerNorm";
+    const int k = weight.rank();
+    expect_input(op, x, k, "[..., normalized_shape]");
+    for (int i = 0; i < k; ++i)
+      if (x.shape()[x.rank() - k + i] != weight.shape()[i])
+        fail(op, "trailing dimensions do not match: got input ", x.type(), ", expected [..., ",
+             weight.shape(), "]");
+    Axes axes;
+    for (int i = 0; i < k; ++i) axes.push_back(x.rank() - k + i);
+    const Tensor mu = mean(x, axes, true, loc);
+    const Tensor centred = x - mu;
+    const Tensor v = mean(square(centred, loc), axes, true, loc);
+    Tensor y = centred * rsqrt(v + eps, loc) * weight + bias;
+    detail::summary_note("LayerNorm", y, {&weight, &bias});
+    return y;
+  });
 }
 
 BatchNorm::BatchNorm(int64_t channels, double momentum_, double eps_, DType dtype)
@@ -383,40 +422,42 @@ BatchNormState BatchNorm::initial_state() const {
 
 std::pair<Tensor, BatchNormState> BatchNorm::operator()(const Tensor& x, const BatchNormState& s,
                                                         bool training, Loc loc) const {
-  constexpr std::string_view op = "nn.BatchNorm";
-  expect_input(op, x, 2, "[N, C, ...]");
-  const int64_t c = weight.shape()[0];
-  if (x.shape()[1] != c)
-    fail(op, "channels do not match: got input ", x.type(), " for ", c, " channels, expected [N, ", c, ", ...]");
-  std::vector<int64_t> bshape(static_cast<std::size_t>(x.rank()), 1);
-  bshape[1] = c;
-  const Shape b(bshape);
-  Axes axes{0};
-  int64_t count = x.shape()[0];
-  for (int i = 2; i < x.rank(); ++i) {
-    axes.push_back(i);
-    count *= x.shape()[i];
-  }
-  Tensor mu, var;
-  BatchNormState next = s;
-  if (training) {
-    if (count < 2)
-      fail(op, "training needs more than one value per channel: got input ", x.type(),
-           ", expected N * H * W > 1");
-    mu = mean(x, axes, true, loc);
-    var = mean(square(x - mu, loc), axes, true, loc);
-    const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-    const Tensor batch_mean = stop_gradient(reshape(mu, {c}, loc), loc);
-    const Tensor batch_var = stop_gradient(reshape(var, {c}, loc), loc) * unbias;
-    next.mean = (1.0 - momentum) * s.mean + momentum * batch_mean;
-    next.var = (1.0 - momentum) * s.var + momentum * batch_var;
-  } else {
-    mu = reshape(s.mean, b, loc);
-    var = reshape(s.var, b, loc);
-  }
-  Tensor y = (x - mu) * rsqrt(var + eps, loc) * reshape(weight, b, loc) + reshape(bias, b, loc);
-  detail::summary_note("BatchNorm", y, {&weight, &bias});
-  return {y, next};
+  return located(loc, [&]() -> std::pair<Tensor, BatchNormState> {
+    constexpr std::string_view op = "nn.BatchNorm";
+    expect_input(op, x, 2, "[N, C, ...]");
+    const int64_t c = weight.shape()[0];
+    if (x.shape()[1] != c)
+      fail(op, "channels do not match: got input ", x.type(), " for ", c, " channels, expected [N, ", c, ", ...]");
+    std::vector<int64_t> bshape(static_cast<std::size_t>(x.rank()), 1);
+    bshape[1] = c;
+    const Shape b(bshape);
+    Axes axes{0};
+    int64_t count = x.shape()[0];
+    for (int i = 2; i < x.rank(); ++i) {
+      axes.push_back(i);
+      count *= x.shape()[i];
+    }
+    Tensor mu, var;
+    BatchNormState next = s;
+    if (training) {
+      if (count < 2)
+        fail(op, "training needs more than one value per channel: got input ", x.type(),
+             ", expected N * H * W > 1");
+      mu = mean(x, axes, true, loc);
+      var = mean(square(x - mu, loc), axes, true, loc);
+      const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
+      const Tensor batch_mean = stop_gradient(reshape(mu, {c}, loc), loc);
+      const Tensor batch_var = stop_gradient(reshape(var, {c}, loc), loc) * unbias;
+      next.mean = (1.0 - momentum) * s.mean + momentum * batch_mean;
+      next.var = (1.0 - momentum) * s.var + momentum * batch_var;
+    } else {
+      mu = reshape(s.mean, b, loc);
+      var = reshape(s.var, b, loc);
+    }
+    Tensor y = (x - mu) * rsqrt(var + eps, loc) * reshape(weight, b, loc) + reshape(bias, b, loc);
+    detail::summary_note("BatchNorm", y, {&weight, &bias});
+    return {y, next};
+  });
 }
 
 }  // namespace kiln::nn
