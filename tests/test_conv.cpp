@@ -410,7 +410,7 @@ TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
     const Tensor dy = random::normal(random::key(7), y.shape());
     const Tensor dx = grad([&](const Tensor& a) { return sum(max_pool2d(a, o) * dy); })(x);
     const std::vector<float> xs = x.to_vector<float>(), dys = dy.to_vector<float>();
-    std::vector<double> want(xs.size(), 0.0);
+    std::vector<double> want(xs.size(), 0.0), want_y;
     for (int64_t p = 0; p < N * C; ++p)
       for (int64_t oh = 0; oh < OH; ++oh)
         for (int64_t ow = 0; ow < OW; ++ow) {
@@ -422,7 +422,9 @@ TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
               if (best < 0 || xs[u] > xs[static_cast<std::size_t>(best)] || std::isnan(xs[u])) best = i;
             }
           want[static_cast<std::size_t>(best)] += dys[static_cast<std::size_t>((p * OH + oh) * OW + ow)];
+          want_y.push_back(xs[static_cast<std::size_t>(best)]);
         }
+    expect_close(y, y.shape(), want_y, 0, 0);  // the forward pass, NaN window included
     expect_close(dx, x.shape(), want, 1e-6, 1e-6);
   }
 }
