@@ -22,6 +22,8 @@
 
 #include <kiln/kiln.h>
 
+#include "testing.h"
+
 namespace kiln {
 namespace {
 
@@ -90,16 +92,8 @@ struct Case {
 std::string case_name(const Case& c) { return c.label.empty() ? c.prim : c.prim + "_" + c.label; }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
-Attrs with_fn(const char* name, FunctionRef f, Attrs a = {}) {
-  a.set(name, std::move(f));
-  return a;
-}
-
-FunctionRef traced(const std::string& name, const std::vector<TensorType>& types,
-                   const std::function<Ts(const Ts&)>& body) {
-  ir::Traced t = ir::trace_function(name, types, body);
-  return t.function;
-}
+using kiln::testing::traced;
+using kiln::testing::with_fn;
 
 // Unary float primitives on x: f64[3,4] drawn by `draw`.
 Case unary(std::string prim, std::function<Tensor(Gen&, const Shape&)> draw) {

@@ -104,14 +104,8 @@ struct Case {
 std::string case_name(const Case& c) { return c.label.empty() ? c.prim : c.prim + "_" + c.label; }
 void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
 
-Attrs with_fn(const char* name, FunctionRef f, Attrs a = {}) {
-  a.set(name, std::move(f));
-  return a;
-}
-FunctionRef traced(const std::string& name, const std::vector<TensorType>& types,
-                   const std::function<Ts(const Ts&)>& body) {
-  return ir::trace_function(name, types, body).function;
-}
+using kiln::testing::traced;
+using kiln::testing::with_fn;
 
 Case unary(std::string prim, std::function<Tensor(Gen&, const Shape&)> draw, std::string label = "") {
   return {.prim = std::move(prim), .label = std::move(label), .make = [draw](Gen& g) {

@@ -1,6 +1,7 @@
 // The one exception type Kiln throws. Messages read "[op] what went wrong: got …, expected …".
 #pragma once
 
+#include <source_location>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,11 @@ std::string cat(const Args&... args) {
   (os << ... << args);
   return os.str();
 }
+
+// " (at file:line)" for a known location, "" otherwise.
+std::string location_suffix(const std::source_location& loc);
+// Throws e again with the caller's location appended, unless its message has one already.
+[[noreturn]] void rethrow_at(const Error& e, const std::source_location& loc);
 }  // namespace detail
 
 // Throws Error(op, message built by streaming args).

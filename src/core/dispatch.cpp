@@ -208,22 +208,13 @@ const Kernel& select_kernel(const Primitive& primitive, Device device,
 
 // ---- bind -----------------------------------------------------------------------
 
-namespace {
-
-std::string where(Loc loc) {
-  if (loc.line() == 0 || loc.file_name()[0] == '\0') return "";
-  return detail::cat(" (at ", loc.file_name(), ":", loc.line(), ")");
-}
-
-}  // namespace
-
 std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> inputs,
                                        const Attrs& attrs, Loc loc) const {
   if (detail::trace_active()) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (!inputs[i].defined())
         fail(p.name, "input ", i, " is an undefined tensor: got a default-constructed Tensor, "
-                     "expected one created by an operation", where(loc));
+                     "expected one created by an operation", detail::location_suffix(loc));
     return detail::record(p, inputs, attrs, ir::SourceLoc{loc.file_name(), static_cast<int>(loc.line())});
   }
   std::vector<TensorType> types;
@@ -231,7 +222,7 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
       fail(p.name, "input ", i, " is an undefined tensor: got a default-constructed Tensor, "
-                   "expected one created by an operation", where(loc));
+                   "expected one created by an operation", detail::location_suffix(loc));
     types.push_back(inputs[i].type());
   }
   try {
@@ -250,9 +241,7 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
              ", expected ", out_types[i], " for inputs ", types_to_string(types));
     return outs;
   } catch (const Error& e) {
-    const std::string w = where(loc);
-    if (w.empty() || std::string_view(e.what()).find(" (at ") != std::string_view::npos) throw;
-    throw Error(e.op(), std::string(e.what()).substr(e.op().size() + 3) + w);
+    detail::rethrow_at(e, loc);
   }
 }
 

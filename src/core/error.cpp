@@ -16,4 +16,20 @@ std::string tagged(std::string_view op, const std::string& message) {
 Error::Error(std::string_view op, const std::string& message)
     : std::runtime_error(tagged(op, message)), op_(op) {}
 
+namespace detail {
+
+std::string location_suffix(const std::source_location& loc) {
+  if (loc.line() == 0 || loc.file_name()[0] == '\0') return "";
+  return cat(" (at ", loc.file_name(), ":", loc.line(), ")");
+}
+
+void rethrow_at(const Error& e, const std::source_location& loc) {
+  const std::string where = location_suffix(loc);
+  const std::string_view what = e.what();
+  if (where.empty() || what.find(" (at ") != std::string_view::npos) throw e;
+  throw Error(e.op(), std::string(what.substr(e.op().size() + 3)) + where);
+}
+
+}  // namespace detail
+
 }  // namespace kiln

@@ -20,10 +20,7 @@ auto located(Loc loc, F&& f) -> decltype(f()) {
   try {
     return f();
   } catch (const Error& e) {
-    const std::string what = e.what();
-    if (loc.line() == 0 || what.find(" (at ") != std::string::npos) throw;
-    throw Error(e.op(), what.substr(e.op().size() + 3) +
-                            kiln::detail::cat(" (at ", loc.file_name(), ":", loc.line(), ")"));
+    kiln::detail::rethrow_at(e, loc);
   }
 }
 

@@ -249,6 +249,12 @@ void check_blas_size(std::string_view op, const ConvGeom& g) {
 bool is_pointwise(const ConvGeom& g) {
   return g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
 }
+// f(n, gi) for each image and group: pointwise kernels need no im2col, one gemm per pair.
+template <typename F>
+void each_image_group(const ConvGeom& g, F&& f) {
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t gi = 0; gi < g.G; ++gi) f(n, gi);
+}
 
 // y = conv(x, w): per group, W_g [Og, K] · columns [K, width].
 template <typename T>
@@ -268,10 +274,10 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g) {
   if constexpr (std::is_same_v<T, float>)
     if (ops::dnnl_conv(ConvPass::forward, g, px, pw, po)) return out;
   if (is_pointwise(g)) {  // the image is the column matrix already
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t gi = 0; gi < g.G; ++gi)
-        gemm<T>(false, false, Og, L, K, pw + gi * Og * K, K, px + (n * g.C + gi * Cg) * L, L, T{0},
-                po + (n * g.O + gi * Og) * L, L);
+    each_image_group(g, [&](int64_t n, int64_t gi) {
+      gemm<T>(false, false, Og, L, K, pw + gi * Og * K, K, px + (n * g.C + gi * Cg) * L, L, T{0},
+              po + (n * g.O + gi * Og) * L, L);
+    });
     return out;
   }
   Columns<T> cols(g);
@@ -290,8 +296,9 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g) {
 // column entry is added back onto the pixel im2col took it from.
 template <typename T>
 Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvGeom& g) {
-  Tensor dx = zeros(Shape{g.N, g.C, g.H, g.W}, dtype_v<T>);
-  if (dx.numel() == 0 || ct_in.numel() == 0) return dx;
+  Tensor dx = empty(Shape{g.N, g.C, g.H, g.W}, dtype_v<T>);
+  if (dx.numel() == 0) return dx;
+  if (ct_in.numel() == 0) return zeros(dx.shape(), dx.dtype());
   check_blas_size("conv2d_input_grad", g);
   const Tensor ct = ct_in.contiguous(), w = w_in.contiguous();
   const T* pc = ct.data<const T>();
@@ -301,12 +308,13 @@ Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvG
   if constexpr (std::is_same_v<T, float>)
     if (ops::dnnl_conv(ConvPass::backward_data, g, pc, pw, px)) return dx;
   if (is_pointwise(g)) {
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t gi = 0; gi < g.G; ++gi)
-        gemm<T>(true, false, K, L, Og, pw + gi * Og * K, K, pc + (n * g.O + gi * Og) * L, L, T{0},
-                px + (n * g.C + gi * Cg) * L, L);
+    each_image_group(g, [&](int64_t n, int64_t gi) {
+      gemm<T>(true, false, K, L, Og, pw + gi * Og * K, K, pc + (n * g.O + gi * Og) * L, L, T{0},
+              px + (n * g.C + gi * Cg) * L, L);
+    });
     return dx;
   }
+  std::fill(px, px + dx.numel(), T{0});  // col2im adds into it
   Columns<T> cols(g);
   cols.each_chunk([&](int64_t n0, int64_t cnt, int64_t gi) {
     const auto [dy, ld] = cols.gather(pc, n0, cnt, gi);
@@ -321,8 +329,9 @@ Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvG
 template <typename T>
 Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const ConvGeom& g) {
   const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.KH * g.KW, L = g.OH * g.OW;
-  Tensor dw = zeros(Shape{g.O, Cg, g.KH, g.KW}, dtype_v<T>);
-  if (dw.numel() == 0 || ct_in.numel() == 0) return dw;
+  Tensor dw = empty(Shape{g.O, Cg, g.KH, g.KW}, dtype_v<T>);
+  if (dw.numel() == 0) return dw;
+  if (ct_in.numel() == 0) return zeros(dw.shape(), dw.dtype());
   check_blas_size("conv2d_weight_grad", g);
   const Tensor ct = ct_in.contiguous(), x = x_in.contiguous();
   const T* pc = ct.data<const T>();
@@ -330,11 +339,12 @@ Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const Conv
   T* pw = dw.data<T>();
   if constexpr (std::is_same_v<T, float>)
     if (ops::dnnl_conv(ConvPass::backward_weights, g, pc, px, pw)) return dw;
+  std::fill(pw, pw + dw.numel(), T{0});  // the gemms below accumulate over images
   if (is_pointwise(g)) {
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t gi = 0; gi < g.G; ++gi)
-        gemm<T>(false, true, Og, K, L, pc + (n * g.O + gi * Og) * L, L, px + (n * g.C + gi * Cg) * L,
-                L, T{1}, pw + gi * Og * K, K);
+    each_image_group(g, [&](int64_t n, int64_t gi) {
+      gemm<T>(false, true, Og, K, L, pc + (n * g.O + gi * Og) * L, L, px + (n * g.C + gi * Cg) * L,
+              L, T{1}, pw + gi * Og * K, K);
+    });
     return dw;
   }
   Columns<T> cols(g);
