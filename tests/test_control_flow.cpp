@@ -42,7 +42,13 @@ Tensor newton_sqrt(const Tensor& a) {
 TEST(ControlFlow, CondEagerRunsOnlyTheChosenBranch) {
   int calls_t = 0, calls_f = 0;
   const Tensor x = tensor({1.0, 2.0});
-  Tensor y = cond(sum(x) > 0.0, [&] { ++calls_t; return x * 2.0; }, [&] { ++calls_f; return x - 1.0; });
+  // Both branches are traced (to check their types); only the chosen one computes.
+  auto run = [](int& calls, const Tensor& v) {
+    if (!v.is_traced()) ++calls;
+    return v;
+  };
+  Tensor y = cond(sum(x) > 0.0, [&](const Tensor& v) { return run(calls_t, v) * 2.0; },
+                  [&](const Tensor& v) { return run(calls_f, v) - 1.0; }, x);
   expect_close(y, {2, 4});
   EXPECT_EQ(calls_t, 1);
   EXPECT_EQ(calls_f, 0);
@@ -138,13 +144,13 @@ TEST(ControlFlow, PassesFoldConstantPredicatesAndReachIntoBodies) {
             "  return %0\n"
             "}");
   EXPECT_EQ(f(x).to_vector<double>(), sin(x).to_vector<double>());
-  // A loop body is optimised too: x * 1 + 0 inside it is gone.
+  // A loop body is optimised too: x * 1 - 0 inside it is gone.
   auto g = jit([](const Tensor& x) {
     return while_loop([](const Tensor& v) { return sum(v) < 10.0; },
-                      [](const Tensor& v) { return (v * 1.0 + 0.0) * 2.0; }, x);
+                      [](const Tensor& v) { return (v * 1.0 - 0.0) * 2.0; }, x);
   });
   const std::string loop = ir::print(g.lower(x));
-  EXPECT_EQ(loop.find("add"), std::string::npos) << loop;
+  EXPECT_EQ(loop.find("sub"), std::string::npos) << loop;
   EXPECT_EQ(g(x).to_vector<double>(), (std::vector<double>{4.0, 8.0}));
 }
 
@@ -169,6 +175,29 @@ TEST(ControlFlow, ErrorsNameTheLeafAndTypes) {
     return while_loop([](const Tensor& s) { return s; }, [](const Tensor& s) { return s; }, x);
   };
   expect_error([&] { trace(cpred, tensor({1.0})); }, {"bool scalar", "f64[1]"});
+}
+
+// Eager calls accept exactly the programs that traced calls accept: a branch that does not
+// run, or a loop body that never runs, is still checked.
+TEST(ControlFlow, EagerChecksWhatTracingChecks) {
+  auto shape = [](const Tensor& x) {
+    return cond(sum(x) > 0.0, [&] { return x; }, [&] { return sum(x); });
+  };
+  for (const Tensor& x : {tensor({1.0, 2.0}), tensor({-1.0, -2.0})}) {  // either branch taken
+    expect_error([&] { shape(x); }, {"[cond] branch results differ", "f64[2]", "f64[]"});
+    expect_error([&] { jit(shape)(x); }, {"[cond] branch results differ", "f64[2]", "f64[]"});
+  }
+  auto three = [](const Tensor& i, const Tensor& x) {
+    return switch_(i, [&] { return x; }, [&] { return x * 2.0; }, [&] { return astype(x, float32); });
+  };
+  expect_error([&] { three(tensor(0), tensor({1.0})); }, {"[switch] branch results differ", "f32[1]"});
+  expect_error([&] { jit(three)(tensor(0), tensor({1.0})); }, {"[switch] branch results differ", "f32[1]"});
+  auto never_runs = [](const Tensor& x) {
+    return while_loop([](const Tensor& s) { return sum(s) > 10.0; },
+                      [](const Tensor& s) { return concatenate({s, s}); }, x);
+  };
+  expect_error([&] { never_runs(tensor({1.0})); }, {"while_loop", "body_fn", "f64[2]", "f64[1]"});
+  expect_error([&] { jit(never_runs)(tensor({1.0})); }, {"while_loop", "body_fn", "f64[2]", "f64[1]"});
 }
 
 // ---- 2. forward mode ----------------------------------------------------------------------

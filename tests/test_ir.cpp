@@ -150,12 +150,12 @@ TEST(Passes, ConstantFoldingEvaluatesSmallConstantExpressions) {
 }
 
 TEST(Passes, SimplifiesIdentitiesSafely) {
-  // x * 1 + 0 is x; float x * 0 stays (inf * 0 is NaN); neg(neg(x)) is x.
+  // x * 1 - 0 is x; float x * 0 stays (inf * 0 is NaN); neg(neg(x)) is x.
   EXPECT_EQ(optimized("func @f(%x: f32[2]) -> (f32[2], f32[2], f32[2]) {\n"
                       "  %c0 = const [1, 1] : f32[2]\n"
                       "  %c1 = const [0, 0] : f32[2]\n"
                       "  %0 = mul %x, %c0 : f32[2]\n"
-                      "  %1 = add %0, %c1 : f32[2]\n"
+                      "  %1 = sub %0, %c1 : f32[2]\n"
                       "  %2 = mul %x, %c1 : f32[2]\n"
                       "  %3 = neg %x : f32[2]\n"
                       "  %4 = neg %3 : f32[2]\n"

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include "testing.h"
+
 #include <atomic>
 #include <cstdlib>
 #include <cmath>
@@ -70,9 +72,9 @@ TEST(Jit, StaticLeavesArePartOfTheSignature) {
 }
 
 TEST(Jit, LowerShowsTheOptimisedIr) {
-  auto f = jit([](const Tensor& x) { return (x * 1.0 + 0.0) * sin(x) + sin(x); });
+  auto f = jit([](const Tensor& x) { return (x * 1.0 - 0.0) * sin(x) + sin(x); });
   const std::string ir = ir::print(f.lower(tensor({1.f, 2.f})));
-  // x*1+0 disappears, the two sin(x) merge.
+  // x*1-0 disappears, the two sin(x) merge.
   EXPECT_EQ(ir,
             "func @jit(%arg0: f32[2]) -> f32[2] {\n"
             "  %0 = sin %arg0 : f32[2]\n"
@@ -153,11 +155,11 @@ TEST(Jit, LogsWhyItRecompiles) {
   ::setenv("KILN_LOG_RECOMPILES", "1", 1);
   auto f = jit([](const Params& p, const Tensor& x) { return predict(p, x); }, "predict");
   const Params p{ones({3, 2}), zeros({2})};
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   f(p, ones({4, 3}));
   f(p, ones({8, 3}));
   f(Params{ones({3, 2}), zeros({2})}, ones({8, 3}));  // a hit: nothing logged
-  const std::string log = testing::internal::GetCapturedStderr();
+  const std::string log = ::testing::internal::GetCapturedStderr();
   ::unsetenv("KILN_LOG_RECOMPILES");
   EXPECT_NE(log.find("[jit] predict: recompiling (specialisation 2): argument [1] changed from "
                      "f32[4,3] to f32[8,3]"),
@@ -182,6 +184,142 @@ TEST(Trace, ShowsReadableIrForTrees) {
   const std::string ir = ir::print(trace(predict, p, ones({4, 3})));
   EXPECT_NE(ir.find("func @f(%w: f32[3,2], %b: f32[2], %arg1: f32[4,3])"), std::string::npos) << ir;
   EXPECT_NE(ir.find("tanh"), std::string::npos) << ir;
+}
+
+// Bodies that hold scalar constants, which jit folds while it compiles. Each maps x: f64[2, 3]
+// to a tensor.
+struct Body {
+  const char* name;
+  std::function<Tensor(const Tensor&)> f;
+};
+std::vector<Body> bodies_with_constants() {
+  const nn::LayerNorm ln(Shape{3}, 1e-5, float64);
+  const nn::BatchNorm bn(3, 0.1, 1e-5, float64);
+  return {
+      {"add_scalar", [](const Tensor& x) { return x + 2.5; }},
+      {"relu", [](const Tensor& x) { return nn::relu(x - 0.1); }},
+      {"mean", [](const Tensor& x) { return mean(x, {1}); }},
+      {"var", [](const Tensor& x) { return var(x, {0}); }},
+      {"logsumexp", [](const Tensor& x) { return logsumexp(x, {1}); }},
+      {"log_softmax", [](const Tensor& x) { return log_softmax(x); }},
+      {"cross_entropy", [](const Tensor& x) { return nn::cross_entropy(x, tensor({2, 0})); }},
+      {"layer_norm", [ln](const Tensor& x) { return ln(x); }},
+      {"batch_norm",
+       [bn](const Tensor& x) { return bn(x, bn.initial_state(), true).first; }},
+      {"scan",
+       [](const Tensor& x) {
+         return scan([](const Tensor& c, const Tensor& r) { return std::pair{c * 0.5 + r, c}; },
+                     zeros({3}, float64), x)
+             .first;
+       }},
+      {"cond",
+       [](const Tensor& x) {
+         return cond(sum(x) > 0.0, [](const Tensor& a) { return a * 2.0; },
+                     [](const Tensor& a) { return a - 1.0; }, x);
+       }},
+      {"while_loop",
+       [](const Tensor& x) {
+         return while_loop([](const Tensor& a) { return sum(abs(a)) < 50.0; },
+                           [](const Tensor& a) { return a * 1.5 + 0.25; }, x);
+       }},
+  };
+}
+
+void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(g[i], w[i], 1e-12) << what << " [" << i << "]";
+}
+
+// A jitted function first called inside another transformation compiles there (constant
+// folding must compute, not record into the outer trace). The reference is the same
+// transformation of the plain function.
+TEST(Jit, NeverCalledJittedFunctionsComposeWithEveryTransformation) {
+  const Tensor x = tensor({0.3, -1.2, 2.0, 0.7, 0.1, -0.4}, {2, 3});
+  const Tensor w = tensor({1.0, -2.0, 0.5, 0.25, 3.0, -1.0}, {2, 3});
+  for (const Body& b : bodies_with_constants()) {
+    const std::string name = b.name;
+    auto loss = [&](const std::function<Tensor(const Tensor&)>& f) {
+      return [f](const Tensor& a) {
+        const Tensor y = f(a);
+        return sum(y * y);
+      };
+    };
+    expect_close(grad(loss(jit(b.f)))(x), grad(loss(b.f))(x), name + " under grad");
+    {
+      auto [y, pb] = vjp(jit(b.f), x);
+      auto [y0, pb0] = vjp(b.f, x);
+      expect_close(y, y0, name + " under vjp");
+      expect_close(std::get<0>(pb(ones_like(y))), std::get<0>(pb0(ones_like(y0))),
+                   name + " under vjp (pullback)");
+    }
+    expect_close(jvp(jit(b.f), std::tuple{x}, std::tuple{w}).second,
+                 jvp(b.f, std::tuple{x}, std::tuple{w}).second, name + " under jvp");
+    expect_close(jit([f = jit(b.f)](const Tensor& a) { return f(a); })(x), b.f(x),
+                 name + " under jit");
+    const Tensor xs = stack({x, x * 0.5, -x});
+    expect_close(vmap(jit(b.f))(xs), vmap(b.f)(xs), name + " under vmap");
+  }
+}
+
+// Recursion on smaller static shapes, the base case decided in C++: each level is its own
+// specialisation, traced while the enclosing one is being traced.
+TEST(Jit, CallsItselfOnSmallerInputs) {
+  std::function<Tensor(const Tensor&)> total;
+  auto jf = jit([&total](const Tensor& x) {
+    if (x.shape()[0] == 1) return x;
+    const int64_t h = x.shape()[0] / 2;
+    return total(slice(x, {Slice{0, h}})) + total(slice(x, {Slice{h, std::nullopt}}));
+  });
+  total = [jf](const Tensor& x) { return jf(x); };
+  const Tensor x = tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0});
+  EXPECT_EQ(total(x).to_vector<double>(), (std::vector<double>{36.0}));  // 1 + ... + 8
+  EXPECT_EQ(jf.cache_size(), 4u);  // lengths 8, 4, 2, 1
+}
+
+// Recursion on the very signature being traced can never finish: an Error, not a hang.
+TEST(Jit, RecursionOnTheSameSignatureIsAnError) {
+  std::function<Tensor(const Tensor&)> self;
+  auto jf = jit([&self](const Tensor& x) { return self(x) + 1.0; }, "runaway");
+  self = [jf](const Tensor& x) { return jf(x); };
+  testing::expect_error([&] { self(tensor({1.0})); }, "runaway", {"the function calls itself"});
+  EXPECT_EQ(jf.cache_size(), 0u);
+  // Nothing was left claimed: the next call traces (and fails) again rather than waiting.
+  testing::expect_error([&] { self(tensor({1.0})); }, "runaway", {"the function calls itself"});
+}
+
+// jit computes what eager computes, signed zeros included: the simplifier drops only the
+// identities exact in IEEE arithmetic.
+TEST(Jit, SimplifierKeepsTheSignOfZero) {
+  const Tensor neg_zero = tensor({-0.0, 1.5});
+  struct Case {
+    const char* what;
+    std::function<Tensor(const Tensor&)> f;
+    bool removed;  // the op is an exact identity, so the optimised IR has no equation left
+  };
+  const std::vector<Case> cases = {
+      {"x + 0.0", [](const Tensor& x) { return x + 0.0; }, false},
+      {"0.0 + x", [](const Tensor& x) { return 0.0 + x; }, false},
+      {"x - (-0.0)", [](const Tensor& x) { return x - (-0.0); }, false},
+      {"x + (-0.0)", [](const Tensor& x) { return x + (-0.0); }, true},
+      {"(-0.0) + x", [](const Tensor& x) { return (-0.0) + x; }, true},
+      {"x - 0.0", [](const Tensor& x) { return x - 0.0; }, true},
+      {"x * 1.0", [](const Tensor& x) { return x * 1.0; }, true},
+      {"x / 1.0", [](const Tensor& x) { return x / 1.0; }, true},
+  };
+  for (const Case& c : cases) {
+    const std::vector<double> eager = c.f(neg_zero).to_vector<double>();
+    auto jf = jit(c.f);
+    const std::vector<double> jitted = jf(neg_zero).to_vector<double>();
+    ASSERT_EQ(eager.size(), jitted.size());
+    for (std::size_t i = 0; i < eager.size(); ++i) {
+      EXPECT_EQ(eager[i], jitted[i]) << c.what;
+      EXPECT_EQ(std::signbit(eager[i]), std::signbit(jitted[i])) << c.what << " at " << i;
+    }
+    EXPECT_EQ(jf.lower(neg_zero).equations.empty(), c.removed) << c.what << "\n" << jf.lower(neg_zero);
+  }
+  // Integers have one zero: x + 0 is x.
+  EXPECT_TRUE(jit([](const Tensor& x) { return x + 0; }).lower(tensor({1, 2})).equations.empty());
 }
 
 }  // namespace

@@ -89,7 +89,8 @@ bool tracing();
 Function dce(const Function& f);             // drops what no result depends on
 Function cse(const Function& f);             // merges equal equations
 Function fold_constants(const Function& f);  // evaluates equations on constants (small results)
-// x*1, x/1, x+0, x-0 -> x; integer x*0 -> 0 (floats keep it: inf*0 is NaN); neg(neg(x)) -> x;
+// Rewrites exact in IEEE arithmetic: x*1, x/1, x+(-0), x-(+0) -> x (not x+(+0): -0+0 is +0);
+// integer x*0 -> 0 (floats keep it: inf*0 is NaN); neg(neg(x)) -> x;
 // transpose of transpose, reshape of reshape, broadcast of broadcast -> one step or none.
 Function simplify(const Function& f);
 Function optimize(const Function& f);

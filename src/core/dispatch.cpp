@@ -6,6 +6,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "detail/trace_hooks.h"
 #include "ir/trace.h"
 #include "kiln/ir.h"
 #include "kiln/primitive.h"
@@ -223,6 +224,7 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
     if (!inputs[i].defined())
       fail(p.name, "input ", i, " is an undefined tensor: got a default-constructed Tensor, "
                    "expected one created by an operation", detail::location_suffix(loc));
+    if (inputs[i].is_traced()) detail::throw_concrete_value_error(p.name, inputs[i]);
     types.push_back(inputs[i].type());
   }
   try {

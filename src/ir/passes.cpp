@@ -1,10 +1,12 @@
 // Optimisation passes, each IR -> IR: dead-code elimination, common-subexpression
 // elimination, constant folding and algebraic simplification.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <unordered_map>
 
+#include "ir/trace.h"
 #include "kiln/ir.h"
 
 namespace kiln::ir {
@@ -121,6 +123,9 @@ bool is_identity(const std::vector<int64_t>& perm) {
 }  // namespace
 
 Function fold_constants(const Function& f) {
+  // Folding computes: it must not record into a trace that happens to be active (jit compiling
+  // a function first called under grad, vmap or an outer jit).
+  detail::TracingPaused concrete;
   Defs defs(f);
   Function out = f;
   out.equations.clear();
@@ -222,18 +227,24 @@ Function simplify(const Function& f) {
     const Value* a = e.inputs.empty() ? nullptr : &e.inputs[0];
     const Value* b = e.inputs.size() > 1 ? &e.inputs[1] : nullptr;
     auto forward = [&](const Value& to) { rename[e.outputs[0].id] = to; };
-    // x * 1, 1 * x, x / 1, x + 0, 0 + x, x - 0 are x: exact in IEEE arithmetic.
+    // Only rewrites exact in IEEE arithmetic, signed zeros included: x * 1, 1 * x, x / 1,
+    // x + (-0), (-0) + x and x - (+0) are x; x + (+0) is not (it turns -0 into +0).
+    const bool floating = is_floating(e.outputs[0].type.dtype);
+    auto zero = [&](const Value& v, bool negative) {
+      const std::optional<double> u = defs.uniform(v);
+      return u == 0.0 && (!floating || std::signbit(*u) == negative);
+    };
     if ((op == "mul" && b && defs.uniform(*b) == 1.0) || (op == "div" && b && defs.uniform(*b) == 1.0) ||
-        ((op == "add" || op == "sub") && b && defs.uniform(*b) == 0.0)) {
+        (op == "add" && b && zero(*b, true)) || (op == "sub" && b && zero(*b, false))) {
       forward(*a);
       continue;
     }
-    if ((op == "mul" && a && defs.uniform(*a) == 1.0) || (op == "add" && a && defs.uniform(*a) == 0.0)) {
+    if ((op == "mul" && a && defs.uniform(*a) == 1.0) || (op == "add" && a && zero(*a, true))) {
       forward(*b);
       continue;
     }
     // x * 0 is 0 only when x cannot be inf or NaN: integers and bools.
-    if (op == "mul" && b && !is_floating(e.outputs[0].type.dtype) &&
+    if (op == "mul" && b && !floating &&
         (defs.uniform(*a) == 0.0 || defs.uniform(*b) == 0.0)) {
       const Value& zero = defs.uniform(*a) == 0.0 ? *a : *b;
       forward(zero);

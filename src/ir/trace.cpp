@@ -33,6 +33,9 @@ thread_local std::vector<TraceState*> g_stack;
 
 bool trace_active() { return !g_stack.empty(); }
 
+TracingPaused::TracingPaused() { saved_.swap(g_stack); }
+TracingPaused::~TracingPaused() { g_stack.swap(saved_); }
+
 ir::Value TraceState::value_of(const Tensor& t, const std::vector<TraceState*>& stack) {
   if (t.is_traced() && t.impl()->tracer->trace().get() == this)
     return t.impl()->tracer->value();
@@ -43,16 +46,25 @@ ir::Value TraceState::value_of(const Tensor& t, const std::vector<TraceState*>& 
   } else {
     TraceState* owner = t.impl()->tracer->trace().get();
     const bool outer = owner->active && std::find(stack.begin(), stack.end(), owner) != stack.end();
-    if (!outer)
-      fail("trace", "a traced value escaped the function that traced it: got a tracer ", t.type(),
-           " of a finished trace, expected values created inside the current function or "
-           "concrete tensors (was a traced value stored in a variable outside the function?)");
+    if (!outer) throw_escaped("trace", t);
     captures.push_back(t);
     capture_params.push_back(v);
   }
   known.emplace(t.impl(), v);
   held.push_back(t);
   return v;
+}
+
+bool Tracer::escaped() const { return !trace_->active; }
+
+void throw_escaped(std::string_view op, const Tensor& t) {
+  const Tracer& tr = *t.impl()->tracer;
+  const ir::SourceLoc& at = tr.created_at();
+  fail(op, "a traced value escaped the function that traced it: got a tracer ", t.type(),
+       " of the finished trace @", tr.trace()->fn.name,
+       at.known() ? " created at " + at.file + ":" + std::to_string(at.line) : std::string(),
+       ", expected a concrete tensor or one created inside the current function (return traced "
+       "values from the function instead of storing them outside it)");
 }
 
 Trace::Trace(std::string name) : state_(std::make_shared<TraceState>(std::move(name))) {
@@ -128,7 +140,7 @@ std::vector<Tensor> record(const Primitive& prim, std::span<const Tensor> inputs
     eq.outputs.push_back(v);
     auto impl = std::make_shared<TensorImpl>();
     impl->type = ty;
-    impl->tracer = std::make_shared<Tracer>(t->shared_from_this(), v);
+    impl->tracer = std::make_shared<Tracer>(t->shared_from_this(), v, loc);
     outs.emplace_back(std::move(impl));
   }
   t->fn.equations.push_back(std::move(eq));

@@ -49,6 +49,54 @@ std::shared_ptr<const JitEntry> JitCache::find(const std::string& key) const {
   return it == entries_.end() ? nullptr : it->second;
 }
 
+namespace {
+// The signatures this thread is tracing, innermost last.
+struct Tracing {
+  const JitCache* cache;
+  std::string key;
+};
+thread_local std::vector<Tracing> g_tracing;
+}  // namespace
+
+std::shared_ptr<const JitEntry> JitCache::claim(const std::string& key, std::optional<Claim>& claim) {
+  for (const Tracing& t : g_tracing)
+    if (t.cache == this && t.key == key)
+      fail(name_, "the function calls itself with the signature it is being traced for: got a "
+                  "recursive call on ", key.substr(key.find('|') + 1),
+           ", expected recursion to reach a base case on smaller (static) shapes");
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    if (auto it = entries_.find(key); it != entries_.end()) return it->second;
+    auto owner = tracing_.find(key);
+    // A thread inside a trace never waits: its wait could close a cycle of threads tracing
+    // functions that call each other. It traces the signature itself; the first entry wins.
+    if (owner == tracing_.end() || !g_tracing.empty()) break;
+    traced_.wait(lock);
+  }
+  tracing_.try_emplace(key, std::this_thread::get_id());
+  lock.unlock();
+  claim.emplace(*this, key);
+  return nullptr;
+}
+
+JitCache::Claim::Claim(JitCache& cache, std::string key) : cache_(cache), key_(std::move(key)) {
+  g_tracing.push_back({&cache_, key_});
+}
+
+JitCache::Claim::~Claim() {
+  g_tracing.pop_back();
+  cache_.release(key_);
+}
+
+void JitCache::release(const std::string& key) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = tracing_.find(key);
+    if (it != tracing_.end() && it->second == std::this_thread::get_id()) tracing_.erase(it);
+  }
+  traced_.notify_all();
+}
+
 std::size_t JitCache::size() const {
   std::lock_guard lock(mutex_);
   return entries_.size();
@@ -66,6 +114,7 @@ std::shared_ptr<const JitEntry> JitCache::insert(const std::string& key, const T
                                                  const std::vector<Tensor>& leaves, JitEntry entry) {
   auto e = std::make_shared<const JitEntry>(std::move(entry));
   std::lock_guard lock(mutex_);
+  if (auto it = entries_.find(key); it != entries_.end()) return it->second;
   std::vector<TensorType> types;
   for (const Tensor& t : leaves) types.push_back(t.type());
   if (log_recompiles() && !entries_.empty()) {
