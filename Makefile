@@ -51,7 +51,7 @@ test-tsan: deps
 # from a copy of fuzz/corpus (the repository is not modified). Fails on any crash; the input that
 # crashed is left in $(FUZZ_BUILD)/artifacts.
 fuzz:
-	@scripts/install-deps.sh --fuzz
+	@scripts/install-deps.sh --clang
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-16 \
 	  -DCMAKE_CXX_COMPILER=clang++-16 -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF \
 	  -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_FUZZ=ON
@@ -63,13 +63,19 @@ fuzz:
 	  -max_total_time=$(FUZZ_TIME) -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
 	  -artifact_prefix=$(FUZZ_BUILD)/artifacts/ -print_final_stats=1
 
-# cmake --install into a prefix, then build a separate project against it with find_package.
+# cmake --install into a prefix, then build a separate project against it with find_package:
+# once with g++, once with clang++ 16 and -fopenmp (the public headers must compile with both).
 install-test: build
-	rm -rf $(BUILD)/install $(BUILD)/consumer
+	@scripts/install-deps.sh --clang
+	rm -rf $(BUILD)/install $(BUILD)/consumer $(BUILD)/consumer-clang
 	cmake --install $(BUILD) --prefix $(CURDIR)/$(BUILD)/install
 	cmake -S tests/consumer -B $(BUILD)/consumer -G Ninja -DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD)/install
 	cmake --build $(BUILD)/consumer
 	$(BUILD)/consumer/consumer
+	cmake -S tests/consumer -B $(BUILD)/consumer-clang -G Ninja -DCMAKE_CXX_COMPILER=clang++-16 \
+	  -DCMAKE_CXX_FLAGS=-fopenmp -DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD)/install
+	cmake --build $(BUILD)/consumer-clang
+	$(BUILD)/consumer-clang/consumer
 
 bench: deps-bench build
 	bench/run.sh $(BUILD)

@@ -2,7 +2,8 @@
 # Installs the Debian 12 packages Kiln needs, calling apt-get only for what is missing.
 #   scripts/install-deps.sh          build, test and demo dependencies
 #   scripts/install-deps.sh --bench  also the peers the benchmarks compare against
-#   scripts/install-deps.sh --fuzz   also clang 16, libFuzzer and clang's OpenMP (make fuzz)
+#   scripts/install-deps.sh --clang  also clang 16, libFuzzer and clang's OpenMP (make fuzz, and
+#                                    the clang build of the find_package consumer in install-test)
 set -euo pipefail
 
 packages=(
@@ -17,8 +18,8 @@ packages=(
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(libtorch-dev python3-torch)  # PyTorch 1.13 (C++ and Python) as the peer
 fi
-if [[ "${1:-}" == "--fuzz" ]]; then
-  # make fuzz: clang 16 (clang 14 lacks std::source_location), libFuzzer, OpenMP for clang
+if [[ "${1:-}" == "--clang" ]]; then
+  # clang 16 (clang 14 lacks std::source_location), libFuzzer, OpenMP for clang
   packages+=(clang-16 libclang-rt-16-dev libomp-16-dev)
 fi
 

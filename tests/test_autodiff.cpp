@@ -263,5 +263,104 @@ TEST(Grad, JitStepUpdatesParameters) {
   EXPECT_LT(loss(q, x, y).item<float>(), loss(p, x, y).item<float>());
 }
 
+// ---- reverse mode computes only what was asked for -------------------------------------
+
+// counted_mul(a, b) = a * b (floats of one type); every kernel run is counted, so a test sees
+// which cotangents reverse mode computed.
+int g_counted_mul_runs = 0;
+const Primitive& counted_mul_p = []() -> const Primitive& {
+  Primitive p;
+  p.name = "test_counted_mul";
+  p.arity = 2;
+  p.type_rule = [](std::span<const TensorType> in, const Attrs&) {
+    if (in[0] != in[1] || !is_floating(in[0].dtype))
+      fail("test_counted_mul", "got ", in[0], " and ", in[1], ", expected two floats of one type");
+    return std::vector<TensorType>{in[0]};
+  };
+  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) {
+    const Primitive& self = primitive("test_counted_mul");
+    return std::vector<Tangent>{bind1(self, {*ct[0], r.inputs[1]}), bind1(self, {*ct[0], r.inputs[0]})};
+  };
+  return register_primitive(
+      std::move(p),
+      {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::floating(), DTypeSet::floating()}},
+        [](std::span<const Tensor> in, const Attrs&) {
+          ++g_counted_mul_runs;
+          return std::vector<Tensor>{mul(in[0], in[1])};
+        }}});
+}();
+
+// kept(x) = x + 0 as a fresh tensor, not differentiable; remembers its last output's storage,
+// so a test can see whether reverse mode still holds that forward value.
+std::weak_ptr<Storage> g_kept_storage;
+const Primitive& kept_p = []() -> const Primitive& {
+  Primitive p;
+  p.name = "test_kept";
+  p.differentiable = false;
+  p.type_rule = [](std::span<const TensorType> in, const Attrs&) { return std::vector<TensorType>{in[0]}; };
+  return register_primitive(
+      std::move(p),
+      {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::floating()}},
+        [](std::span<const Tensor> in, const Attrs&) {
+          Tensor out = in[0].contiguous();
+          if (out.shares_storage_with(in[0])) out = mul(in[0], ones_like(in[0]));
+          g_kept_storage = out.storage();
+          return std::vector<Tensor>{out};
+        }}});
+}();
+
+TEST(ReverseMode, EagerGradComputesNoCotangentForClosedOverData) {
+  const Tensor X = tensor({1.0, 2.0, 3.0, 4.0});
+  auto loss = [&](const Tensor& w) { return sum(bind1(counted_mul_p, {X, w})); };
+  g_counted_mul_runs = 0;
+  const Tensor g = grad(loss)(zeros({4}, float64));
+  EXPECT_EQ(g.to_vector<double>(), X.to_vector<double>());  // d/dw sum(X * w) = X
+  EXPECT_EQ(g_counted_mul_runs, 2);  // the forward product and w's cotangent; none for X
+}
+
+TEST(ReverseMode, EagerGradComputesNoCotangentForArgumentsNotAskedFor) {
+  auto loss = [](const Tensor& w, const Tensor& X) { return sum(bind1(counted_mul_p, {X, w})); };
+  const Tensor X = tensor({1.0, -2.0, 0.5});
+  g_counted_mul_runs = 0;
+  const Tensor g = grad(loss)(ones({3}, float64), X);
+  EXPECT_EQ(g.to_vector<double>(), X.to_vector<double>());
+  EXPECT_EQ(g_counted_mul_runs, 2);
+  g_counted_mul_runs = 0;
+  const auto [gw, gx] = grad(loss, argnums<0, 1>)(ones({3}, float64), X);
+  EXPECT_EQ(gx.to_vector<double>(), (std::vector<double>{1, 1, 1}));
+  EXPECT_EQ(g_counted_mul_runs, 3);  // both asked for
+}
+
+TEST(ReverseMode, EagerVjpKeepsOnlyTheForwardValuesItsPullbackReads) {
+  const Tensor X = tensor({1.0, 2.0, 3.0});
+  auto f = [&](const Tensor& w) { return sum(bind1(counted_mul_p, {X, w})) + sum(bind1(kept_p, {X})); };
+  g_counted_mul_runs = 0;
+  auto [y, pullback] = vjp(f, tensor({0.5, 0.5, 0.5}));
+  EXPECT_DOUBLE_EQ(y.item<double>(), 3.0 + 6.0);
+  EXPECT_TRUE(g_kept_storage.expired()) << "the pullback holds a forward value it never reads";
+  const Tensor g = std::get<0>(pullback(tensor(2.0)));
+  EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{2, 4, 6}));
+  EXPECT_EQ(g_counted_mul_runs, 2);  // forward, then w's cotangent only
+}
+
+TEST(ReverseMode, EagerHessianOfALossOverDataDoesNotDifferentiateTheData) {
+  const Tensor X = tensor({1.0, 2.0, -1.0, 0.5, 3.0, 1.0}, {3, 2});
+  auto loss = [&](const Tensor& w) { return mean(square(matmul(X, w))); };
+  // H = 2/n X^T X, analytically.
+  const std::vector<double> x = X.to_vector<double>();
+  std::vector<double> h(4, 0.0);
+  for (int i = 0; i < 3; ++i)
+    for (int a = 0; a < 2; ++a)
+      for (int b = 0; b < 2; ++b) h[static_cast<std::size_t>(a * 2 + b)] += 2.0 / 3.0 * x[static_cast<std::size_t>(i * 2 + a)] * x[static_cast<std::size_t>(i * 2 + b)];
+  expect_close(hessian(loss)(tensor({0.3, -0.7})), h, 1e-12);
+  reset_peak_memory();
+  const int64_t before = memory_stats().current_bytes;
+  const Tensor big = zeros({20000, 20}, float64);  // 3.2 MB of data
+  auto big_loss = [&](const Tensor& w) { return mean(square(matmul(big, w))); };
+  (void)grad(big_loss)(zeros({20}, float64));
+  // The forward product is 160 kB; a cotangent for `big` would be another 3.2 MB.
+  EXPECT_LT(memory_stats().peak_bytes - before, 3'200'000 + 1'000'000);
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,7 +1,8 @@
 // Structured control flow: cond, switch_, while_loop, fori_loop and scan (docs/CONTROL_FLOW.md).
 //
 // Eagerly (no active trace) they run natively: cond runs only the chosen branch and loops are
-// C++ loops that read the predicate with item<bool>(). Under a trace (jit, grad, vmap, ...)
+// C++ loops that read the predicate with item<bool>(). Branches and bodies that do not run are
+// still traced (abstractly, nothing computed), so eager code is checked exactly as traced code. Under a trace (jit, grad, vmap, ...)
 // they become higher-order primitives whose branches and bodies are sub-functions
 // (FunctionRef attributes); tensors of the enclosing trace that a branch or body closes over
 // become extra operands of the primitive (closure conversion). Every transform handles them.
@@ -64,6 +65,21 @@ std::pair<std::vector<Tensor>, TreeDef> flatten_tuple(const Tup& t) {
   return tree_flatten(t);
 }
 
+// What f(args...) returns, or void when f cannot be called so: lets a static_assert be the
+// one error a wrong user function produces.
+template <class F, class... Args>
+using result_or_void = typename std::conditional_t<std::is_invocable_v<F, Args...>,
+                                                   std::invoke_result<F, Args...>,
+                                                   std::type_identity<void>>::type;
+
+// body(i, carry) returns the carry's type.
+template <class BF, class T>
+concept fori_body = std::is_convertible_v<result_or_void<BF&, const Tensor&, const T&>, T>;
+
+// A (carry, y) result: a std::pair or a two-element std::tuple.
+template <class T>
+concept carry_and_output = requires { std::tuple_size<T>::value; } && std::tuple_size_v<T> == 2;
+
 }  // namespace detail::cf
 
 // cond(pred, true_fn, false_fn, operands...): true_fn(operands...) if the bool scalar `pred`
@@ -110,18 +126,26 @@ auto switch_(const Tensor& index, F0 f0, Fs... fs) {
 // dtypes and shapes; cond_fn returns a bool scalar. The trip count may depend on data.
 template <class CF, class BF, class T>
 T while_loop(CF cond_fn, BF body_fn, const T& init) {
-  auto [leaves, def] = tree_flatten(init);
-  detail::cf::FlatFn c = [&cond_fn, def = def](const std::vector<Tensor>& in, TreeDef& out_def) {
-    const Tensor p = cond_fn(tree_unflatten<T>(def, in));
-    out_def = tree_flatten(p).second;
-    return std::vector<Tensor>{p};
-  };
-  detail::cf::FlatFn b = [&body_fn, def = def](const std::vector<Tensor>& in, TreeDef& out_def) {
-    auto [out, d] = tree_flatten(static_cast<T>(body_fn(tree_unflatten<T>(def, in))));
-    out_def = std::move(d);
-    return out;
-  };
-  return tree_unflatten<T>(def, detail::cf::while_flat(c, b, leaves, def));
+  constexpr bool cond_ok = std::is_convertible_v<detail::cf::result_or_void<CF&, const T&>, Tensor>;
+  constexpr bool body_ok = std::is_convertible_v<detail::cf::result_or_void<BF&, const T&>, T>;
+  if constexpr (!cond_ok || !body_ok) {
+    static_assert(cond_ok, "while_loop: cond_fn must be callable as cond_fn(carry) and return a bool scalar Tensor");
+    static_assert(body_ok, "while_loop: body_fn must be callable as body_fn(carry) and return the carry's type");
+    return init;
+  } else {
+    auto [leaves, def] = tree_flatten(init);
+    detail::cf::FlatFn c = [&cond_fn, def = def](const std::vector<Tensor>& in, TreeDef& out_def) {
+      const Tensor p = cond_fn(tree_unflatten<T>(def, in));
+      out_def = tree_flatten(p).second;
+      return std::vector<Tensor>{p};
+    };
+    detail::cf::FlatFn b = [&body_fn, def = def](const std::vector<Tensor>& in, TreeDef& out_def) {
+      auto [out, d] = tree_flatten(static_cast<T>(body_fn(tree_unflatten<T>(def, in))));
+      out_def = std::move(d);
+      return out;
+    };
+    return tree_unflatten<T>(def, detail::cf::while_flat(c, b, leaves, def));
+  }
 }
 
 // scan(f, init, xs, {reverse, length}) -> (final carry, stacked ys): for i along the leading
@@ -140,25 +164,31 @@ struct ScanOptions {
 };
 template <class F, class C, class X>
 auto scan(F f, const C& init, const X& xs, ScanOptions options = {}) {
-  using Out = std::decay_t<std::invoke_result_t<F&, const C&, const X&>>;
-  using Y = std::decay_t<typename Out::second_type>;
-  auto [init_leaves, init_def] = tree_flatten(init);
-  auto [x_leaves, x_def] = tree_flatten(xs);
-  const std::size_t nc = init_leaves.size();
-  detail::cf::FlatFn body = [&f, init_def = init_def, x_def = x_def, nc](
-                                const std::vector<Tensor>& in, TreeDef& out_def) {
-    const C c = tree_unflatten<C>(init_def, std::vector<Tensor>(in.begin(), in.begin() + nc));
-    const X x = tree_unflatten<X>(x_def, std::vector<Tensor>(in.begin() + nc, in.end()));
-    const Out r = f(c, x);
-    auto [leaves, def] = tree_flatten(std::pair<C, Y>(r.first, r.second));
-    out_def = std::move(def);
-    return leaves;
-  };
-  auto [out, y_def] = detail::cf::scan_flat(body, init_leaves, init_def, x_leaves, options.length,
-                                            options.reverse, options.unroll);
-  return std::pair<C, Y>(
-      tree_unflatten<C>(init_def, std::vector<Tensor>(out.begin(), out.begin() + nc)),
-      tree_unflatten<Y>(y_def, std::vector<Tensor>(out.begin() + nc, out.end())));
+  using Out = std::decay_t<detail::cf::result_or_void<F&, const C&, const X&>>;
+  if constexpr (!detail::cf::carry_and_output<Out>) {
+    static_assert(detail::cf::carry_and_output<Out>,
+                  "scan: the body must be callable as f(carry, x) and return (carry, y) as a "
+                  "std::pair or a std::tuple of two");
+  } else {
+    using Y = std::decay_t<std::tuple_element_t<1, Out>>;
+    auto [init_leaves, init_def] = tree_flatten(init);
+    auto [x_leaves, x_def] = tree_flatten(xs);
+    const std::size_t nc = init_leaves.size();
+    detail::cf::FlatFn body = [&f, init_def = init_def, x_def = x_def, nc](
+                                  const std::vector<Tensor>& in, TreeDef& out_def) {
+      const C c = tree_unflatten<C>(init_def, std::vector<Tensor>(in.begin(), in.begin() + nc));
+      const X x = tree_unflatten<X>(x_def, std::vector<Tensor>(in.begin() + nc, in.end()));
+      const Out r = f(c, x);
+      auto [leaves, def] = tree_flatten(std::pair<C, Y>(std::get<0>(r), std::get<1>(r)));
+      out_def = std::move(def);
+      return leaves;
+    };
+    auto [out, y_def] = detail::cf::scan_flat(body, init_leaves, init_def, x_leaves, options.length,
+                                              options.reverse, options.unroll);
+    return std::pair<C, Y>(
+        tree_unflatten<C>(init_def, std::vector<Tensor>(out.begin(), out.begin() + nc)),
+        tree_unflatten<Y>(y_def, std::vector<Tensor>(out.begin() + nc, out.end())));
+  }
 }
 
 // fori_loop(lo, hi, body, init): carry = body(i, carry) for i = lo, ..., hi - 1, where i is
@@ -166,6 +196,11 @@ auto scan(F f, const C& init, const X& xs, ScanOptions options = {}) {
 // unknown size); tensor bounds (int scalars, may be traced) lower to a while_loop.
 template <class BF, class T>
 T fori_loop(int64_t lo, int64_t hi, BF body, const T& init) {
+  if constexpr (!detail::cf::fori_body<BF, T>) {
+    static_assert(detail::cf::fori_body<BF, T>,
+                  "fori_loop: body must be callable as body(i, carry) and return the carry's type");
+    return init;
+  } else {
   const int64_t n = hi > lo ? hi - lo : 0;
   auto step = [&body](const std::pair<Tensor, T>& c, const std::tuple<>&) {
     return std::pair{std::pair<Tensor, T>{c.first + 1, static_cast<T>(body(c.first, c.second))},
@@ -174,9 +209,15 @@ T fori_loop(int64_t lo, int64_t hi, BF body, const T& init) {
   return scan(step, std::pair<Tensor, T>{detail::cf::int_scalar(lo), init}, std::tuple<>{},
               ScanOptions{.reverse = false, .length = n})
       .first.second;
+  }
 }
 template <class BF, class T>
 T fori_loop(const Tensor& lo, const Tensor& hi, BF body, const T& init) {
+  if constexpr (!detail::cf::fori_body<BF, T>) {
+    static_assert(detail::cf::fori_body<BF, T>,
+                  "fori_loop: body must be callable as body(i, carry) and return the carry's type");
+    return init;
+  } else {
   const Tensor l = astype(lo, int32), h = astype(hi, int32);
   auto res = while_loop([&](const std::pair<Tensor, T>& c) { return c.first < h; },
                         [&](const std::pair<Tensor, T>& c) {
@@ -185,6 +226,7 @@ T fori_loop(const Tensor& lo, const Tensor& hi, BF body, const T& init) {
                         },
                         std::pair<Tensor, T>{l, init});
   return res.second;
+  }
 }
 
 }  // namespace kiln

@@ -169,29 +169,38 @@ Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());
 template <typename T>
 concept Scalar = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;
 
-inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b, Loc{}); }
-inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b, Loc{}); }
-inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b, Loc{}); }
-inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b, Loc{}); }
-inline Tensor operator-(const Tensor& a) { return neg(a, Loc{}); }
-inline Tensor operator<(const Tensor& a, const Tensor& b) { return less(a, b, Loc{}); }
-inline Tensor operator<=(const Tensor& a, const Tensor& b) { return less_equal(a, b, Loc{}); }
-inline Tensor operator>(const Tensor& a, const Tensor& b) { return greater(a, b, Loc{}); }
-inline Tensor operator>=(const Tensor& a, const Tensor& b) { return greater_equal(a, b, Loc{}); }
-inline Tensor operator==(const Tensor& a, const Tensor& b) { return equal(a, b, Loc{}); }
-inline Tensor operator!=(const Tensor& a, const Tensor& b) { return not_equal(a, b, Loc{}); }
-inline Tensor operator&&(const Tensor& a, const Tensor& b) { return logical_and(a, b, Loc{}); }
-inline Tensor operator||(const Tensor& a, const Tensor& b) { return logical_or(a, b, Loc{}); }
-inline Tensor operator!(const Tensor& a) { return logical_not(a, Loc{}); }
+// An operand of an operator, with the place it was written. Operators cannot take a defaulted
+// std::source_location, but the default argument of this converting constructor is evaluated
+// where the conversion happens: in the user's expression. So `a + b` errors name that line.
+struct Operand {
+  const Tensor& tensor;
+  Loc loc;
+  Operand(const Tensor& t, Loc l = Loc::current()) : tensor(t), loc(l) {}  // NOLINT: implicit
+};
 
-#define KILN_SCALAR_OPERATOR(op, fn)                                                    \
-  template <Scalar S>                                                                   \
-  Tensor operator op(const Tensor& a, S s) {                                            \
-    return fn(a, weak(a, s), Loc{});                               \
-  }                                                                                     \
-  template <Scalar S>                                                                   \
-  Tensor operator op(S s, const Tensor& a) {                                            \
-    return fn(weak(a, s), a, Loc{});                               \
+inline Tensor operator+(const Tensor& a, Operand b) { return add(a, b.tensor, b.loc); }
+inline Tensor operator-(const Tensor& a, Operand b) { return sub(a, b.tensor, b.loc); }
+inline Tensor operator*(const Tensor& a, Operand b) { return mul(a, b.tensor, b.loc); }
+inline Tensor operator/(const Tensor& a, Operand b) { return div(a, b.tensor, b.loc); }
+inline Tensor operator-(Operand a) { return neg(a.tensor, a.loc); }
+inline Tensor operator<(const Tensor& a, Operand b) { return less(a, b.tensor, b.loc); }
+inline Tensor operator<=(const Tensor& a, Operand b) { return less_equal(a, b.tensor, b.loc); }
+inline Tensor operator>(const Tensor& a, Operand b) { return greater(a, b.tensor, b.loc); }
+inline Tensor operator>=(const Tensor& a, Operand b) { return greater_equal(a, b.tensor, b.loc); }
+inline Tensor operator==(const Tensor& a, Operand b) { return equal(a, b.tensor, b.loc); }
+inline Tensor operator!=(const Tensor& a, Operand b) { return not_equal(a, b.tensor, b.loc); }
+inline Tensor operator&&(const Tensor& a, Operand b) { return logical_and(a, b.tensor, b.loc); }
+inline Tensor operator||(const Tensor& a, Operand b) { return logical_or(a, b.tensor, b.loc); }
+inline Tensor operator!(const Tensor& a) { return logical_not(a, Loc{}); }  // exact: bool has one too
+
+#define KILN_SCALAR_OPERATOR(op, fn)                                \
+  template <Scalar S>                                               \
+  Tensor operator op(Operand a, S s) {                              \
+    return fn(a.tensor, weak(a.tensor, s), a.loc);                  \
+  }                                                                 \
+  template <Scalar S>                                               \
+  Tensor operator op(S s, Operand a) {                              \
+    return fn(weak(a.tensor, s), a.tensor, a.loc);                  \
   }
 KILN_SCALAR_OPERATOR(+, add)
 KILN_SCALAR_OPERATOR(-, sub)
@@ -204,6 +213,29 @@ KILN_SCALAR_OPERATOR(>=, greater_equal)
 KILN_SCALAR_OPERATOR(==, equal)
 KILN_SCALAR_OPERATOR(!=, not_equal)
 #undef KILN_SCALAR_OPERATOR
+
+// Compound assignment rebinds the handle to a new tensor, as `x += y` does for a JAX array:
+// tensors are immutable, so views and traced uses of the old value are unaffected.
+struct AssignTarget {
+  Tensor& tensor;
+  Loc loc;
+  AssignTarget(Tensor& t, Loc l = Loc::current()) : tensor(t), loc(l) {}  // NOLINT: implicit
+};
+#define KILN_COMPOUND_ASSIGNMENT(op, fn)                 \
+  inline Tensor& operator op(AssignTarget a, const Tensor& b) { \
+    a.tensor = fn(a.tensor, b, a.loc);                   \
+    return a.tensor;                                     \
+  }                                                      \
+  template <Scalar S>                                    \
+  Tensor& operator op(AssignTarget a, S s) {             \
+    a.tensor = fn(a.tensor, weak(a.tensor, s), a.loc);   \
+    return a.tensor;                                     \
+  }
+KILN_COMPOUND_ASSIGNMENT(+=, add)
+KILN_COMPOUND_ASSIGNMENT(-=, sub)
+KILN_COMPOUND_ASSIGNMENT(*=, mul)
+KILN_COMPOUND_ASSIGNMENT(/=, div)
+#undef KILN_COMPOUND_ASSIGNMENT
 
 template <Scalar S>
 Tensor pow(const Tensor& a, S s, Loc loc = Loc::current()) {

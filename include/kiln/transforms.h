@@ -3,10 +3,13 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -38,6 +41,23 @@ std::pair<std::vector<Tensor>, TreeDef> flatten_args(const Args&... args) {
   return out;
 }
 
+// The types of the flattened argument leaves; an Error names `op` if one is undefined.
+std::vector<TensorType> leaf_types(std::string_view op, const std::vector<Tensor>& leaves);
+
+// Runs body on flat inputs. With no trace active it is traced into one program, pruned of all
+// its results do not need (cotangents nobody asked for, forward values the backward pass never
+// reads) and evaluated; under a trace it simply records into that trace.
+std::vector<Tensor> run_pruned(std::string_view op, const std::vector<Tensor>& inputs,
+                               const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body);
+
+// f can be called with these arguments and returns a tree of tensors. The transformations
+// check it first, so a wrong function gives one static_assert line, not pages of templates.
+template <class F, class... Args>
+concept returns_tree = std::is_invocable_v<F, const Args&...> &&
+                       Tree<std::decay_t<std::invoke_result_t<F, const Args&...>>>;
+#define KILN_DETAIL_NOT_TREE_FN \
+  "the function must be callable with these arguments and return a tree of tensors (see docs/TREES.md)"
+
 // Traces f(args...) and returns the function plus the structure of its result.
 template <class F, class... Args>
 struct TraceOf {
@@ -51,13 +71,7 @@ TraceOf<F, Args...> trace_tree(F& f, std::string name, const TreeDef& in_def,
                                const std::vector<Tensor>& leaves) {
   using Result = typename TraceOf<F, Args...>::Result;
   static_assert(Tree<Result>, "the function must return a tree of tensors (see docs/TREES.md)");
-  std::vector<TensorType> types;
-  for (const Tensor& t : leaves) {
-    if (!t.defined())
-      fail(name, "undefined tensor in the arguments: got a default-constructed Tensor, "
-                 "expected every tensor argument to hold a value");
-    types.push_back(t.type());
-  }
+  const std::vector<TensorType> types = leaf_types(name, leaves);
   TreeDef out_def;
   ir::Traced traced = ir::trace_function(
       std::move(name), types,
@@ -79,27 +93,50 @@ struct JitEntry {
   TreeDef out_def;
 };
 
-// The per-signature cache of a jitted function, shared by its copies; thread-safe.
+// The per-signature cache of a jitted function, shared by its copies; thread-safe. No lock is
+// held while user code is traced, so a jitted function may call itself (on other signatures)
+// or other jitted functions from any thread.
 class JitCache {
  public:
   explicit JitCache(std::string name) : name_(std::move(name)) {}
   // Cache key: argument structure (with static leaves) and each leaf's dtype and shape.
   static std::string key(const TreeDef& def, const std::vector<Tensor>& leaves);
   std::shared_ptr<const JitEntry> find(const std::string& key) const;
-  // Stores an entry; logs why it was needed when KILN_LOG_RECOMPILES=1.
+  // Before tracing `key` on a miss: waits while another thread traces it and returns that
+  // entry, or returns nullptr and this thread traces it, holding the returned claim meanwhile.
+  // Recursion on the signature being traced raises an Error (it could never finish).
+  class Claim;
+  std::shared_ptr<const JitEntry> claim(const std::string& key, std::optional<Claim>& claim);
+  // Stores an entry (the first one stored for a key wins); logs why it was needed when
+  // KILN_LOG_RECOMPILES=1.
   std::shared_ptr<const JitEntry> insert(const std::string& key, const TreeDef& def,
                                          const std::vector<Tensor>& leaves, JitEntry entry);
   std::size_t size() const;
   const std::string& name() const { return name_; }
-  std::mutex& trace_mutex() { return trace_mutex_; }
 
  private:
+  void release(const std::string& key);
+
   std::string name_;
   mutable std::mutex mutex_;
-  std::mutex trace_mutex_;  // one trace at a time per jitted function
+  std::condition_variable traced_;  // signalled when a claim ends
   std::unordered_map<std::string, std::shared_ptr<const JitEntry>> entries_;
+  std::unordered_map<std::string, std::thread::id> tracing_;  // claimed keys and their thread
   TreeDef last_def_;
   std::vector<TensorType> last_types_;
+};
+
+// This thread is tracing one signature of a cache (see JitCache::claim).
+class JitCache::Claim {
+ public:
+  Claim(JitCache& cache, std::string key);
+  ~Claim();
+  Claim(const Claim&) = delete;
+  Claim& operator=(const Claim&) = delete;
+
+ private:
+  JitCache& cache_;
+  std::string key_;
 };
 
 std::shared_ptr<const ir::Function> optimized(const ir::Function& f);
@@ -123,6 +160,15 @@ class Jitted {
 
   template <class... Args>
   auto operator()(const Args&... args) const {
+    if constexpr (!detail::returns_tree<const F&, Args...>)
+      static_assert(detail::returns_tree<const F&, Args...>, "jit: " KILN_DETAIL_NOT_TREE_FN);
+    else
+      return call(args...);
+  }
+
+ private:
+  template <class... Args>
+  auto call(const Args&... args) const {
     using Result = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
     auto [leaves, def] = detail::flatten_args(args...);
     const auto [entry, captures] = specialise<Args...>(def, leaves);
@@ -138,6 +184,7 @@ class Jitted {
     return tree_unflatten<Result>(entry->out_def, outs);
   }
 
+ public:
   // The optimised IR for these arguments (traces if needed).
   template <class... Args>
   ir::Function lower(const Args&... args) const {
@@ -153,8 +200,8 @@ class Jitted {
       const TreeDef& def, const std::vector<Tensor>& leaves) const {
     const std::string key = detail::JitCache::key(def, leaves);
     if (auto hit = cache_->find(key)) return {hit, {}};
-    std::lock_guard lock(cache_->trace_mutex());
-    if (auto hit = cache_->find(key)) return {hit, {}};
+    std::optional<detail::JitCache::Claim> claim;
+    if (auto hit = cache_->claim(key, claim)) return {hit, {}};
     auto t = detail::trace_tree<const F, Args...>(f_, cache_->name(), def, leaves);
     detail::JitEntry entry;
     entry.function = detail::optimized(*t.traced.function);
@@ -188,18 +235,30 @@ struct JvpResult {
 JvpResult jvp(const ir::Function& f, std::span<const Tensor> primals,
               std::span<const Tangent> tangents);
 
-// The reverse pass of one evaluation; holds every value of the forward pass it needs.
+// The reverse pass of one evaluation; holds the values of the forward pass it needs.
 class Pullback {
  public:
+  // A backward program traced ahead of time: cotangents of f's results in, the non-zero
+  // cotangents of f's parameters out (`result_of_param` says which result is whose).
+  struct Program {
+    std::shared_ptr<const ir::Function> backward;
+    std::vector<std::optional<std::size_t>> result_of_param;
+  };
   Pullback() = default;
+  // Runs f's VJP rules equation by equation over the forward values `env` when called.
   Pullback(std::shared_ptr<const ir::Function> f, std::vector<Tensor> env)
       : f_(std::move(f)), env_(std::move(env)) {}
+  Pullback(std::shared_ptr<const ir::Function> f, Program program)
+      : f_(std::move(f)), program_(std::move(program)) {}
   // One cotangent per result (nullopt: zero) -> one cotangent per parameter.
   std::vector<Tangent> operator()(std::span<const Tangent> cotangents) const;
 
  private:
+  std::vector<Tangent> run_rules(std::span<const Tangent> cotangents) const;
+
   std::shared_ptr<const ir::Function> f_;
   std::vector<Tensor> env_;
+  std::optional<Program> program_;
 };
 struct VjpResult {
   std::vector<Tensor> outputs;
@@ -207,6 +266,10 @@ struct VjpResult {
 };
 // Reverse mode: evaluates f now and returns the pullback.
 VjpResult vjp(std::shared_ptr<const ir::Function> f, std::span<const Tensor> primals);
+// The same for the public entry points: with no trace active, the backward program is traced
+// once here and pruned, so it computes only cotangents that reach a parameter and holds only
+// the forward values it reads. (Rules that call vjp inside kernels use the plain form.)
+VjpResult vjp_pruned(std::shared_ptr<const ir::Function> f, std::span<const Tensor> primals);
 
 }  // namespace ad
 
@@ -234,29 +297,59 @@ class Grad {
 
   template <class... Args>
   auto operator()(const Args&... args) const {
+    if constexpr (!detail::returns_tree<const F&, Args...>)
+      static_assert(detail::returns_tree<const F&, Args...>, "grad: " KILN_DETAIL_NOT_TREE_FN);
+    else
+      return differentiate(args...);
+  }
+
+ private:
+  template <class... Args>
+  auto differentiate(const Args&... args) const {
     using Out = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
-    auto [leaves, def] = flatten_args(args...);
-    auto t = trace_tree<const F, Args...>(f_, ValueToo ? "value_and_grad" : "grad", def, leaves);
-    std::vector<Tensor> primals = leaves;
-    primals.insert(primals.end(), t.traced.captures.begin(), t.traced.captures.end());
-    ad::VjpResult r = ad::vjp(t.traced.function, primals);
-    check_scalar_loss(ValueToo ? "value_and_grad" : "grad", r.outputs.at(0));
-    std::vector<Tangent> seed(r.outputs.size());
-    seed[0] = ones_like(r.outputs[0]);
-    const std::vector<Tangent> ct = r.pullback(seed);
+    constexpr const char* op = ValueToo ? "value_and_grad" : "grad";
+    const auto flat_args = flatten_args(args...);
+    const std::vector<Tensor>& leaves = flat_args.first;
+    const TreeDef& def = flat_args.second;
     const auto ranges = arg_ranges(def);
+    // One flat program: f's outputs, then the gradient leaves of each requested argument.
+    TreeDef out_def;
+    std::size_t n_out = 0;
+    const std::vector<Tensor> flat = run_pruned(op, leaves, [&](const std::vector<Tensor>& xs) {
+      auto t = trace_tree<const F, Args...>(f_, op, def, xs);
+      std::vector<Tensor> primals = xs;
+      primals.insert(primals.end(), t.traced.captures.begin(), t.traced.captures.end());
+      ad::VjpResult r = ad::vjp(t.traced.function, primals);
+      check_scalar_loss(op, r.outputs.at(0));
+      std::vector<Tangent> seed(r.outputs.size());
+      seed[0] = ones_like(r.outputs[0]);
+      const std::vector<Tangent> ct = r.pullback(seed);
+      out_def = std::move(t.out_def);
+      n_out = r.outputs.size();
+      std::vector<Tensor> result = std::move(r.outputs);
+      for (const auto& [b, e] : {ranges[I]...}) {
+        const std::vector<Tensor> g = materialize(std::span(ct).subspan(b, e - b),
+                                                  std::span<const Tensor>(xs).subspan(b, e - b));
+        result.insert(result.end(), g.begin(), g.end());
+      }
+      return result;
+    });
+    std::size_t at = n_out;
     auto grad_of = [&]<int K>() {
       using A = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
       const auto [b, e] = ranges[K];
-      const std::vector<Tensor> g = materialize(std::span(ct).subspan(b, e - b),
-                                                std::span<const Tensor>(leaves).subspan(b, e - b));
+      const std::vector<Tensor> g(flat.begin() + static_cast<std::ptrdiff_t>(at),
+                                  flat.begin() + static_cast<std::ptrdiff_t>(at + e - b));
+      at += e - b;
       return tree_unflatten<A>(def.children[K], g);
     };
+    // Braced initialisation evaluates left to right, so `at` walks the arguments in order.
     auto grads = [&] {
       if constexpr (sizeof...(I) == 1) return grad_of.template operator()<I...>();
-      else return std::make_tuple(grad_of.template operator()<I>()...);
+      else return std::tuple{grad_of.template operator()<I>()...};
     }();
-    const Out out = tree_unflatten<Out>(t.out_def, r.outputs);
+    const Out out = tree_unflatten<Out>(
+        out_def, std::vector<Tensor>(flat.begin(), flat.begin() + static_cast<std::ptrdiff_t>(n_out)));
     if constexpr (Aux && ValueToo) {
       return std::make_pair(out, grads);  // ((loss, aux), grads)
     } else if constexpr (Aux) {
@@ -302,12 +395,15 @@ auto value_and_grad(F f, Argnums<I...>, HasAux) {
 // tuple with the cotangent of each argument (zeros where there is none).
 template <class F, class... Args>
 auto vjp(F f, const Args&... args) {
+  if constexpr (!detail::returns_tree<F&, Args...>) {
+    static_assert(detail::returns_tree<F&, Args...>, "vjp: " KILN_DETAIL_NOT_TREE_FN);
+  } else {
   using Out = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
   auto [leaves, def] = detail::flatten_args(args...);
   auto t = detail::trace_tree<F, Args...>(f, "vjp", def, leaves);
   std::vector<Tensor> primals = leaves;
   primals.insert(primals.end(), t.traced.captures.begin(), t.traced.captures.end());
-  ad::VjpResult r = ad::vjp(t.traced.function, primals);
+  ad::VjpResult r = ad::vjp_pruned(t.traced.function, primals);
   Out out = tree_unflatten<Out>(t.out_def, r.outputs);
   auto pullback = [r = std::move(r), def = def, leaves = leaves, out_def = t.out_def,
                    n_args = sizeof...(Args)](const Out& cotangent) {
@@ -321,12 +417,16 @@ auto vjp(F f, const Args&... args) {
     return tree_unflatten<std::tuple<std::decay_t<Args>...>>(def, g);
   };
   return std::make_pair(std::move(out), std::move(pullback));
+  }
 }
 
 // jvp(f, primals, tangents): primals and tangents are tuples of f's arguments (trees of the
 // same structure). Returns (f(primals...), the output tangent).
 template <class F, class... Args>
 auto jvp(F f, const std::tuple<Args...>& primals, const std::tuple<Args...>& tangents) {
+  if constexpr (!detail::returns_tree<F&, Args...>) {
+    static_assert(detail::returns_tree<F&, Args...>, "jvp: " KILN_DETAIL_NOT_TREE_FN);
+  } else {
   using Out = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
   auto [leaves, def] = std::apply([](const auto&... a) { return detail::flatten_args(a...); }, primals);
   auto [tleaves, tdef] = std::apply([](const auto&... a) { return detail::flatten_args(a...); }, tangents);
@@ -336,9 +436,10 @@ auto jvp(F f, const std::tuple<Args...>& primals, const std::tuple<Args...>& tan
   ps.insert(ps.end(), t.traced.captures.begin(), t.traced.captures.end());
   std::vector<Tangent> ts(tleaves.begin(), tleaves.end());
   ts.resize(ps.size());
-  ad::JvpResult r = ad::jvp(*t.traced.function, ps, ts);
+  ad::JvpResult r = ad::jvp(ir::dce(*t.traced.function), ps, ts);
   const std::vector<Tensor> out_t = detail::materialize(r.tangents, r.outputs);
   return std::make_pair(tree_unflatten<Out>(t.out_def, r.outputs), tree_unflatten<Out>(t.out_def, out_t));
+  }
 }
 
 namespace detail {
@@ -528,6 +629,15 @@ class Vmapped {
 
   template <class... Args>
   auto operator()(const Args&... args) const {
+    if constexpr (!detail::returns_tree<const F&, Args...>)
+      static_assert(detail::returns_tree<const F&, Args...>, "vmap: " KILN_DETAIL_NOT_TREE_FN);
+    else
+      return map(args...);
+  }
+
+ private:
+  template <class... Args>
+  auto map(const Args&... args) const {
     using Out = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
     auto [leaves, def] = flatten_args(args...);
     const VmapInputs in = vmap_inputs(def, leaves, o_.in);
@@ -541,7 +651,7 @@ class Vmapped {
     for (std::size_t i = 0; i < leaves.size(); ++i) ins.push_back({leaves[i], in.dims[i]});
     for (const Tensor& c : t->traced.captures) ins.push_back({c, std::nullopt});
     AxisScopeGuard scope(o_.name, size);
-    std::vector<Batched> outs = batching::evaluate(*t->traced.function, ins, size, o_.name);
+    std::vector<Batched> outs = batching::evaluate(ir::dce(*t->traced.function), ins, size, o_.name);
     return tree_unflatten<Out>(t->out_def, vmap_outputs(std::move(outs), size, o_.out));
   }
 
@@ -595,7 +705,9 @@ auto jacfwd(F f) {
 template <class F>
 auto jacrev(F f) {
   return [f](const Tensor& x) {
-    auto [y, pullback] = vjp(f, x);
+    const auto y_pullback = vjp(f, x);
+    const Tensor& y = y_pullback.first;
+    const auto& pullback = y_pullback.second;
     const Tensor rows = vmap([&](const Tensor& e) { return std::get<0>(pullback(e)); })(detail::basis(y));
     return detail::jacobian_layout(rows, y.shape(), x.shape(), false);
   };

@@ -89,12 +89,30 @@ std::vector<Tangent> Pullback::operator()(std::span<const Tangent> cotangents) c
   if (cotangents.size() != f.results.size())
     fail("vjp", "the pullback of @", f.name, " takes ", f.results.size(),
          " cotangents: got ", cotangents.size(), ", expected one per output");
+  for (std::size_t i = 0; i < cotangents.size(); ++i)
+    if (cotangents[i] && carries_derivative(f.results[i].type) &&
+        cotangents[i]->type() != f.results[i].type)
+      fail("vjp", "cotangent ", i, " has the wrong type: got ", cotangents[i]->type(),
+           ", expected ", f.results[i].type, " (the output's type)");
+  if (!program_) return run_rules(cotangents);
+  std::vector<Tensor> args;
+  for (std::size_t i = 0; i < cotangents.size(); ++i) {
+    const TensorType& t = f.results[i].type;
+    const bool given = cotangents[i] && carries_derivative(t);
+    args.push_back(given ? *cotangents[i] : broadcast_to(zeros(Shape{}, t.dtype), t.shape, Loc{}));
+  }
+  const std::vector<Tensor> outs = ir::evaluate(*program_->backward, args);
+  std::vector<Tangent> ct;
+  for (const std::optional<std::size_t>& k : program_->result_of_param)
+    ct.push_back(k ? Tangent(outs[*k]) : std::nullopt);
+  return ct;
+}
+
+std::vector<Tangent> Pullback::run_rules(std::span<const Tangent> cotangents) const {
+  const ir::Function& f = *f_;
   std::vector<Tangent> ct(env_.size());
   for (std::size_t i = 0; i < cotangents.size(); ++i) {
     if (!cotangents[i] || !carries_derivative(f.results[i].type)) continue;
-    if (cotangents[i]->type() != f.results[i].type)
-      fail("vjp", "cotangent ", i, " has the wrong type: got ", cotangents[i]->type(),
-           ", expected ", f.results[i].type, " (the output's type)");
     const auto id = static_cast<std::size_t>(f.results[i].id);
     ct[id] = add_tangents(ct[id], cotangents[i]);
   }
@@ -134,9 +152,50 @@ VjpResult vjp(std::shared_ptr<const ir::Function> f, std::span<const Tensor> pri
   return r;
 }
 
+VjpResult vjp_pruned(std::shared_ptr<const ir::Function> f, std::span<const Tensor> primals) {
+  VjpResult r = vjp(f, primals);
+  if (ir::tracing()) return r;
+  Pullback::Program program;
+  program.result_of_param.resize(f->params.size());
+  const Pullback& rules = r.pullback;
+  const ir::Traced backward = ir::trace_function(
+      "pullback", f->result_types(), [&](const std::vector<Tensor>& cotangents) {
+        const std::vector<Tangent> ct = rules(std::vector<Tangent>(cotangents.begin(), cotangents.end()));
+        std::vector<Tensor> out;
+        for (std::size_t i = 0; i < ct.size(); ++i)
+          if (ct[i]) {
+            program.result_of_param[i] = out.size();
+            out.push_back(*ct[i]);
+          }
+        return out;
+      });
+  // The forward values the backward program reads are its constants; dce drops the rest.
+  program.backward = std::make_shared<const ir::Function>(ir::dce(*backward.function));
+  r.pullback = Pullback(std::move(f), std::move(program));
+  return r;
+}
+
 }  // namespace kiln::ad
 
 namespace kiln::detail {
+
+std::vector<TensorType> leaf_types(std::string_view op, const std::vector<Tensor>& leaves) {
+  std::vector<TensorType> types;
+  for (const Tensor& t : leaves) {
+    if (!t.defined())
+      fail(op, "undefined tensor in the arguments: got a default-constructed Tensor, "
+               "expected every tensor argument to hold a value");
+    types.push_back(t.type());
+  }
+  return types;
+}
+
+std::vector<Tensor> run_pruned(std::string_view op, const std::vector<Tensor>& inputs,
+                               const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body) {
+  if (ir::tracing()) return body(inputs);
+  const ir::Traced program = ir::trace_function(std::string(op), leaf_types(op, inputs), body);
+  return ir::evaluate(ir::dce(*program.function), inputs);
+}
 
 std::vector<std::pair<std::size_t, std::size_t>> arg_ranges(const TreeDef& args_def) {
   std::vector<std::pair<std::size_t, std::size_t>> r;

@@ -817,12 +817,8 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
     fail(op, "the branch index must be an integer scalar: got ",
          index.defined() ? index.type() : TensorType{}, ", expected i32[]");
   const Tensor idx = astype(index, int32);
-  if (!ir::tracing()) {
-    const std::size_t k = clamp_index(idx, branches.size());
-    TreeDef def;
-    Tensors out = branches[k](operands, def);
-    return {std::move(out), std::move(def)};
-  }
+  // Every branch is traced, eagerly too, so that eager and traced code accept the same
+  // programs: branches must agree in structure and types whichever one runs.
   const TypeList op_t = types_of(operands);
   std::vector<ir::Traced> traced;
   std::vector<TreeDef> defs(branches.size());
@@ -832,6 +828,12 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
     if (k > 0)
       check_same_tree(op, "branch results", defs[0], traced[0].function->result_types(), names[0],
                       defs[k], traced[k].function->result_types(), names[k]);
+  }
+  if (!ir::tracing()) {
+    const std::size_t k = clamp_index(idx, branches.size());
+    TreeDef def;
+    Tensors out = branches[k](operands, def);
+    return {std::move(out), std::move(def)};
   }
   Tensors ins{idx};
   append(ins, operands);
@@ -871,8 +873,16 @@ Tensors while_flat(const FlatFn& cond_fn, const FlatFn& body_fn, const Tensors& 
                    const TreeDef& init_def) {
   const TypeList init_t = types_of(init);
   TreeDef def;
+  auto trace_body = [&] {
+    return ir::trace_function("body_fn", init_t, [&](const Tensors& p) {
+      Tensors r = body_fn(p, def);
+      check_carry("while_loop", "body_fn", init_def, init_t, def, types_of(r));
+      return r;
+    });
+  };
   if (!ir::tracing()) {
     Tensors carry = init;
+    bool ran = false;
     while (true) {
       const Tensors p = cond_fn(carry, def);
       check_pred("while_loop", p);
@@ -880,7 +890,10 @@ Tensors while_flat(const FlatFn& cond_fn, const FlatFn& body_fn, const Tensors& 
       Tensors next = body_fn(carry, def);
       check_carry("while_loop", "body_fn", init_def, init_t, def, types_of(next));
       carry = std::move(next);
+      ran = true;
     }
+    // A body that never ran is still checked, as a traced loop checks it.
+    if (!ran) trace_body();
     return carry;
   }
   ir::Traced c = ir::trace_function("cond_fn", init_t, [&](const Tensors& p) {
@@ -888,11 +901,7 @@ Tensors while_flat(const FlatFn& cond_fn, const FlatFn& body_fn, const Tensors& 
     check_pred("while_loop", r);
     return r;
   });
-  ir::Traced b = ir::trace_function("body_fn", init_t, [&](const Tensors& p) {
-    Tensors r = body_fn(p, def);
-    check_carry("while_loop", "body_fn", init_def, init_t, def, types_of(r));
-    return r;
-  });
+  ir::Traced b = trace_body();
   Tensors ins = init;
   append(ins, c.captures);
   append(ins, b.captures);

@@ -1,0 +1,9 @@
+// expect: jit: the function must be callable with these arguments and return a tree of tensors
+#include <kiln/kiln.h>
+struct NotATree {
+  kiln::Tensor t;
+};
+int main() {
+  using namespace kiln;
+  (void)jit([](const Tensor& x) { return NotATree{x}; })(tensor({1.0}));
+}
