@@ -1,0 +1,152 @@
+// Numerical edge cases of the ops and nn (issue #12): cancellation in log_softmax and its
+// siblings, reductions over empty axes, signed zeros, selection ops whose forward and reverse
+// derivatives must pick the same element (jacfwd == jacrev), the curvature of the losses at
+// zero and at kinks, and cross_entropy's labels outside [0, C).
+//
+// References: numpy 1.24 (the expression is given next to each pasted value), analytic
+// formulas evaluated in long double by plain loops, and float64 finite differences. Nothing
+// is compared against a value the code under test produced, except where the test is that
+// two modes of one transform agree (jacfwd vs jacrev, eager vs jit).
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "testing.h"
+
+namespace kiln {
+namespace {
+
+using kiln::testing::expect_error;
+using D = std::vector<double>;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
+
+// Values within atol + rtol |want|; NaN matches NaN and infinities match exactly.
+void expect_close(const Tensor& t, const D& want, double rtol, double atol = 0.0,
+                  const std::string& what = "") {
+  const D got = t.to_vector<double>();
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << what << " [" << i << "]: " << got[i];
+    else if (std::isinf(want[i])) EXPECT_EQ(got[i], want[i]) << what << " [" << i << "]";
+    else EXPECT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << what << " [" << i << "]";
+  }
+}
+// Bit-for-bit the same values (NaN matches NaN): for two derivative modes that must choose
+// the same elements.
+void expect_same(const Tensor& a, const Tensor& b, const std::string& what) {
+  ASSERT_EQ(a.type(), b.type()) << what;
+  const D x = a.to_vector<double>(), y = b.to_vector<double>();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!(std::isnan(x[i]) && std::isnan(y[i]))) {
+      EXPECT_EQ(x[i], y[i]) << what << " [" << i << "]";
+    }
+  }
+}
+
+Tensor f32(const D& v, const Shape& s) { return astype(tensor(v, s), float32); }
+Tensor f64(const D& v, const Shape& s) { return tensor(v, s); }
+
+// ---- 3. log_softmax and its siblings keep the digits next to large logits ----------------
+
+TEST(NumericsSoftmax, LogSoftmaxOfLargeLogitsKeepsTheLogOfTheSum) {
+  // numpy: x - m - np.log(np.sum(np.exp(x - m))), m = x.max(), in float32 and float64
+  expect_close(log_softmax(f32({1e7, 1e7}, {2})), {-0.6931472, -0.6931472}, 1e-7);
+  expect_close(log_softmax(f32({1000, 1000, -1000}, {3})), {-0.6931472, -0.6931472, -2000.6931},
+               1e-7);
+  expect_close(log_softmax(f64({1e7, 1e7}, {2})), {-0.6931471805599453, -0.6931471805599453},
+               1e-15);
+  expect_close(log_softmax(f64({1000, 1000, -1000}, {3})),
+               {-0.6931471805599453, -0.6931471805599453, -2000.69314718056}, 1e-15);
+  // Along an inner axis of a batch, and through cross_entropy (which uses log_softmax).
+  expect_close(log_softmax(f32({1e7, 3, 1e7, 3}, {2, 2}), 0),
+               {-0.6931472, -0.6931472, -0.6931472, -0.6931472}, 1e-7);
+  const Tensor label0 = tensor(std::vector<int64_t>{0}, Shape{1});
+  EXPECT_NEAR(nn::cross_entropy(f32({1e7, 1e7}, {1, 2}), label0).item<double>(), 0.6931472, 1e-7);
+}
+
+// The shift by the max is a stop_gradient: the derivatives are those of the formula, also at
+// ties (the max's own derivative splits there) and next to -inf.
+TEST(NumericsSoftmax, DerivativesAtTiesAndMinusInfinityAreTheFormulas) {
+  // d log_softmax_0 / dx = e_0 - softmax(x); Hessian of logsumexp = diag(p) - p p^T.
+  const Tensor tie = f64({2, 2, 2}, {3});
+  expect_close(grad([](const Tensor& x) { return index(log_softmax(x), 0); })(tie),
+               {2.0 / 3, -1.0 / 3, -1.0 / 3}, 1e-15);
+  const double a = 1.0 / 3 - 1.0 / 9, b = -1.0 / 9;
+  const D want{a, b, b, b, a, b, b, b, a};
+  auto lse = [](const Tensor& x) { return logsumexp(x); };
+  expect_close(hessian(lse)(tie), want, 1e-15, 1e-16);
+  expect_close(jacrev([&](const Tensor& x) { return grad(lse)(x); })(tie), want, 1e-15, 1e-16);
+  // A -inf logit has probability 0: gradient [0, 1], no curvature, and no NaN.
+  const Tensor masked = f64({-kInf, 0.5}, {2});
+  expect_close(grad(lse)(masked), {0, 1}, 0);
+  expect_close(hessian(lse)(masked), {0, 0, 0, 0}, 0);
+}
+
+// ---- 4. reductions over an empty axis (numpy's semantics) ----------------------------------
+
+TEST(NumericsEmpty, LogsumexpAndSoftmaxOverAnEmptyAxis) {
+  // numpy: np.logaddexp.reduce(np.zeros((0, 3)), axis=0) -> [-inf, -inf, -inf]
+  const Tensor lse = logsumexp(zeros({0, 3}), {0});
+  EXPECT_EQ(lse.type(), (TensorType{float32, Shape{3}}));
+  expect_close(lse, {-kInf, -kInf, -kInf}, 0);
+  expect_close(logsumexp(zeros({0, 3}), {0}, true), {-kInf, -kInf, -kInf}, 0);
+  EXPECT_EQ(logsumexp(zeros({0, 3}), {0}, true).shape(), (Shape{1, 3}));
+  expect_close(logsumexp(zeros({2, 0, 3}), {0, 1}), {-kInf, -kInf, -kInf}, 0);
+  expect_close(logsumexp(zeros({0})), {-kInf}, 0);
+  for (const auto& f : {std::function<Tensor(const Tensor&)>([](const Tensor& x) { return softmax(x, 1); }),
+                        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return log_softmax(x, 1); })}) {
+    const Tensor y = f(zeros({3, 0}));
+    EXPECT_EQ(y.type(), (TensorType{float32, Shape{3, 0}}));
+  }
+  // An empty tensor whose softmax axis is not empty is an ordinary empty result.
+  EXPECT_EQ(softmax(zeros({0, 3}), 1).type(), (TensorType{float32, Shape{0, 3}}));
+  // Derivatives, jit and vmap take the same path.
+  const Tensor g = grad([](const Tensor& x) { return sum(logsumexp(x, {0})); })(zeros({0, 3}, float64));
+  EXPECT_EQ(g.type(), (TensorType{float64, Shape{0, 3}}));
+  expect_close(jit([](const Tensor& x) { return logsumexp(x, {0}); })(zeros({0, 3})), {-kInf, -kInf, -kInf}, 0);
+  const Tensor v = vmap([](const Tensor& x) { return logsumexp(x, {0}); })(zeros({2, 0, 3}));
+  EXPECT_EQ(v.shape(), (Shape{2, 3}));
+  expect_close(v, D(6, -kInf), 0);
+  EXPECT_EQ(vmap([](const Tensor& x) { return log_softmax(x, 0); })(zeros({2, 0})).shape(), (Shape{2, 0}));
+}
+
+TEST(NumericsEmpty, EveryReductionFollowsNumpy) {
+  // numpy: np.sum / np.prod / np.mean / np.var / np.all / np.any of np.zeros((0, 3)), axis=0
+  //   -> [0 0 0], [1 1 1], [nan nan nan], [nan nan nan], [True]*3, [False]*3
+  const Tensor e = zeros({0, 3});
+  expect_close(sum(e, {0}), {0, 0, 0}, 0);
+  expect_close(prod(e, {0}), {1, 1, 1}, 0);
+  expect_close(mean(e, {0}), {kNan, kNan, kNan}, 0);
+  expect_close(var(e, {0}), {kNan, kNan, kNan}, 0);
+  expect_close(astype(all(e, {0}), float64), {1, 1, 1}, 0);
+  expect_close(astype(any(e, {0}), float64), {0, 0, 0}, 0);
+  EXPECT_EQ(sum(zeros({0}, int32)).item<int32_t>(), 0);
+  EXPECT_EQ(prod(zeros({0}, int64)).item<int64_t>(), 1);
+  // Their derivatives over an empty axis are empty, and vmap agrees.
+  for (const auto& f : {std::function<Tensor(const Tensor&)>([](const Tensor& x) { return sum(x, {0}); }),
+                        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return prod(x, {0}); }),
+                        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return mean(x, {0}); })}) {
+    EXPECT_EQ(grad([&](const Tensor& x) { return sum(f(x)); })(zeros({0, 3}, float64)).shape(), (Shape{0, 3}));
+    EXPECT_EQ(vmap(f)(zeros({2, 0, 3})).shape(), (Shape{2, 3}));
+  }
+  // max, min, argmax and argmin have no identity: numpy raises ("zero-size array to
+  // reduction operation maximum which has no identity", "attempt to get argmax of an empty
+  // sequence"), and so do they, naming the shape and the axis.
+  expect_error([&] { (void)max(e, {0}); }, "reduce_max", {"reduction over an empty axis", "f32[0,3]", "axis 0"});
+  expect_error([&] { (void)min(e, {0}); }, "reduce_min", {"reduction over an empty axis", "f32[0,3]", "axis 0"});
+  expect_error([&] { (void)max(zeros({0})); }, "reduce_max", {"reduction over an empty axis"});
+  expect_error([&] { (void)argmax(e, 0); }, "argmax", {"empty axis", "f32[0,3]", "expected a non-empty axis"});
+  expect_error([&] { (void)argmin(e); }, "argmin", {"empty axis"});
+  // A non-empty axis of an empty tensor is fine: an empty result.
+  EXPECT_EQ(max(e, {1}).shape(), (Shape{0}));
+}
+
+}  // namespace
+}  // namespace kiln
