@@ -148,5 +148,47 @@ TEST(NumericsEmpty, EveryReductionFollowsNumpy) {
   EXPECT_EQ(max(e, {1}).shape(), (Shape{0}));
 }
 
+// ---- 6. signed zeros, as numpy ------------------------------------------------------------
+
+bool negative_zero(double v) { return v == 0.0 && std::signbit(v); }
+bool positive_zero(double v) { return v == 0.0 && !std::signbit(v); }
+
+TEST(NumericsSignedZero, AbsClearsTheSignOfZero) {
+  // numpy: np.abs(np.float32(-0.0)) -> 0.0 (+0); likewise for float16 and float64.
+  for (DType dt : {float16, bfloat16, float32, float64}) {
+    const D v = abs(astype(tensor({-0.0, 0.0, -2.5}), dt)).to_vector<double>();
+    EXPECT_TRUE(positive_zero(v[0])) << dt << ": " << v[0];
+    EXPECT_TRUE(positive_zero(v[1])) << dt;
+    EXPECT_EQ(v[2], 2.5) << dt;
+  }
+}
+
+TEST(NumericsSignedZero, OtherKernelsMatchNumpy) {
+  const Tensor nz = tensor({-0.0}), pz = tensor({0.0});
+  auto first = [](const Tensor& t) { return t.to_vector<double>()[0]; };
+  // numpy: np.sign(-0.0) -> 0.0; np.floor(-0.0), np.ceil(-0.5), np.round(-0.4), np.round(-0.0)
+  // -> -0.0; np.sqrt(-0.0) -> -0.0; np.negative(0.0) -> -0.0
+  EXPECT_TRUE(positive_zero(first(sign(nz))));
+  EXPECT_TRUE(negative_zero(first(floor(nz))));
+  EXPECT_TRUE(negative_zero(first(ceil(tensor({-0.5})))));
+  EXPECT_TRUE(negative_zero(first(round(tensor({-0.4})))));
+  EXPECT_TRUE(negative_zero(first(round(nz))));
+  EXPECT_TRUE(negative_zero(first(sqrt(nz))));
+  EXPECT_TRUE(negative_zero(first(neg(pz))));
+  // numpy: np.maximum(-0.0, 0.0) -> 0.0, np.maximum(0.0, -0.0) -> -0.0, np.minimum likewise
+  // (the second operand wins a tie); np.max([-0.0, 0.0]) -> 0.0, np.max([0.0, -0.0]) -> -0.0
+  EXPECT_TRUE(positive_zero(first(maximum(nz, pz))));
+  EXPECT_TRUE(negative_zero(first(maximum(pz, nz))));
+  EXPECT_TRUE(positive_zero(first(minimum(nz, pz))));
+  EXPECT_TRUE(negative_zero(first(minimum(pz, nz))));
+  EXPECT_TRUE(positive_zero(max(tensor({-0.0, 0.0})).item<double>()));
+  EXPECT_TRUE(negative_zero(max(tensor({0.0, -0.0})).item<double>()));
+  // numpy: np.clip(-0.0, 0.0, 1.0) -> 0.0; np.sum([-0.0, -0.0]) -> 0.0 (the sum starts at +0)
+  EXPECT_TRUE(positive_zero(first(clip(nz, 0.0, 1.0))));
+  EXPECT_TRUE(positive_zero(sum(tensor({-0.0, -0.0})).item<double>()));
+  // relu(-0) is +0, as PyTorch's.
+  EXPECT_TRUE(positive_zero(first(nn::relu(nz))));
+}
+
 }  // namespace
 }  // namespace kiln

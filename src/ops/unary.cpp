@@ -54,6 +54,7 @@ struct Abs {
   static Tensor scale(const Tensor& x, const Tensor&, const Tensor& t) { return t * sign(x); }
   template <typename T> T operator()(T x) const {
     if constexpr (std::is_unsigned_v<T>) return x;
+    else if constexpr (std::is_floating_point_v<T>) return std::fabs(x);  // clears the sign: |-0| = +0
     else return x < T{0} ? Neg{}(x) : x;
   }
 };
