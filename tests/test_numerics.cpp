@@ -190,5 +190,79 @@ TEST(NumericsSignedZero, OtherKernelsMatchNumpy) {
   EXPECT_TRUE(positive_zero(first(nn::relu(nz))));
 }
 
+// ---- 5. selection ops: forward and reverse mode pick the same element ---------------------
+
+// J by forward mode and by reverse mode, bit for bit.
+void expect_jacobians_agree(const std::function<Tensor(const Tensor&)>& f, const Tensor& x,
+                            const std::string& what) {
+  expect_same(jacfwd(f)(x), jacrev(f)(x), what);
+}
+
+TEST(NumericsSelection, MaxPoolJvpAtMinusInfinityNextToPaddingMatchesTheVjp) {
+  // x = [[-inf, 1], [0, 2]], kernel 2, stride 2, padding 1: each window holds one input
+  // element, which is its maximum; the corner's is -inf, like the padding around it.
+  const Tensor x = f64({-kInf, 1, 0, 2}, {1, 1, 2, 2});
+  const Pool2dOptions o{.kernel = {2, 2}, .stride = std::pair<int64_t, int64_t>{2, 2}, .padding = {1, 1}};
+  auto pool = [&](const Tensor& a) { return max_pool2d(a, o); };
+  auto [y, ty] = jvp(pool, std::tuple<Tensor>{x}, std::tuple<Tensor>{ones({1, 1, 2, 2}, float64)});
+  expect_close(y, {-kInf, 1, 0, 2}, 0);
+  expect_close(ty, {1, 1, 1, 1}, 0);
+  expect_close(grad([&](const Tensor& a) { return sum(pool(a)); })(x), {1, 1, 1, 1}, 0);
+  expect_jacobians_agree(pool, x, "max_pool2d at -inf");
+}
+
+// Random windows full of ties, -inf and NaN, over geometries with and without padding (and
+// the 2x2 fast path): the Jacobian is 0/1 and the same in both modes, and a window's column
+// of it has a single 1, at the element the gradient kernel picks.
+TEST(NumericsSelection, MaxPoolJacobiansAgreeWithTiesInfinitiesAndNan) {
+  struct Geometry {
+    int64_t k, s, p;
+  };
+  const D pool_values{-kInf, -1, 0, 0, 1, 1, 2};
+  for (const Geometry g : {Geometry{2, 2, 0}, Geometry{2, 2, 1}, Geometry{3, 2, 1}, Geometry{2, 1, 1},
+                           Geometry{3, 3, 1}, Geometry{3, 1, 0}}) {
+    for (uint32_t seed : {1u, 2u, 3u}) {
+      SCOPED_TRACE("kernel " + std::to_string(g.k) + " stride " + std::to_string(g.s) + " padding " +
+                   std::to_string(g.p) + " seed " + std::to_string(seed));
+      D v = kiln::testing::random_values(2 * 4 * 5, seed, 0.0, static_cast<double>(pool_values.size()));
+      for (double& e : v) e = pool_values[static_cast<std::size_t>(e)];
+      if (seed == 3) v[6] = v[13] = kNan;  // two NaNs, sometimes in one window
+      const Tensor x = f64(v, {1, 2, 4, 5});
+      const Pool2dOptions o{.kernel = {g.k, g.k}, .stride = std::pair<int64_t, int64_t>{g.s, g.s},
+                            .padding = {g.p, g.p}};
+      auto pool = [&](const Tensor& a) { return max_pool2d(a, o); };
+      expect_jacobians_agree(pool, x, "max_pool2d");
+      // Second order through max_pool2d_grad, whose transpose is the same selection.
+      const Tensor dy = random::normal(random::key(seed), max_pool2d(x, o).shape(), float64);
+      auto pool_grad = [&](const Tensor& a) {
+        return grad([&](const Tensor& b) { return sum(max_pool2d(b, o) * a); })(x);
+      };
+      expect_jacobians_agree(pool_grad, dy, "max_pool2d_grad");
+      const D jac = jacrev(pool)(x).to_vector<double>();
+      const int64_t outs = static_cast<int64_t>(jac.size()) / x.numel();
+      for (int64_t r = 0; r < outs; ++r) {
+        double row = 0;
+        for (int64_t c = 0; c < x.numel(); ++c) row += jac[static_cast<std::size_t>(r * x.numel() + c)];
+        EXPECT_EQ(row, 1.0) << "output " << r;
+      }
+    }
+  }
+}
+
+// The other ops that choose among their inputs: at ties and at the clip bounds the two
+// modes share one rule (ties split evenly, as in JAX).
+TEST(NumericsSelection, ReductionsMaximumAndClipAgreeAtTies) {
+  const Tensor ties = f64({1, 3, 3, -kInf, 2, 3}, {2, 3});
+  expect_jacobians_agree([](const Tensor& x) { return max(x, {1}); }, ties, "max");
+  expect_jacobians_agree([](const Tensor& x) { return min(x, {0}); }, ties, "min");
+  expect_jacobians_agree([](const Tensor& x) { return max(x); }, ties, "max (all)");
+  const Tensor other = f64({1, 0, 3, -kInf, 2, 2.5}, {2, 3});
+  expect_jacobians_agree([&](const Tensor& x) { return maximum(x, other); }, ties, "maximum");
+  expect_jacobians_agree([&](const Tensor& x) { return minimum(other, x); }, ties, "minimum");
+  expect_jacobians_agree([](const Tensor& x) { return clip(x, 1.0, 3.0); }, ties, "clip");
+  expect_jacobians_agree([](const Tensor& x) { return nn::relu(x); }, f64({0, -0.0, 1, -1}, {4}), "relu");
+  expect_jacobians_agree([](const Tensor& x) { return abs(x); }, f64({0, -0.0, 1, -1}, {4}), "abs");
+}
+
 }  // namespace
 }  // namespace kiln
