@@ -264,5 +264,202 @@ TEST(NumericsSelection, ReductionsMaximumAndClipAgreeAtTies) {
   expect_jacobians_agree([](const Tensor& x) { return abs(x); }, f64({0, -0.0, 1, -1}, {4}), "abs");
 }
 
+// ---- 7. the losses' curvature at 0 and at kinks ------------------------------------------
+
+long double sigmoid_ld(long double x) { return 1.0L / (1.0L + std::exp(-x)); }
+
+// The Hessian of f at x forward-over-reverse and reverse-over-reverse, against `want`.
+void expect_hessian(const std::function<Tensor(const Tensor&)>& f, const Tensor& x, const D& want,
+                    double rtol, double atol, const std::string& what) {
+  expect_close(hessian(f)(x), want, rtol, atol, what + " (forward over reverse)");
+  expect_close(jacrev([&](const Tensor& a) { return grad(f)(a); })(x), want, rtol, atol,
+               what + " (reverse over reverse)");
+}
+
+// Second differences in float64: H_ij = [f(+i+j) - f(+i-j) - f(-i+j) + f(-i-j)] / 4h^2.
+D finite_difference_hessian(const std::function<Tensor(const Tensor&)>& f, const D& x, double h) {
+  const std::size_t n = x.size();
+  auto at = [&](std::size_t i, double di, std::size_t j, double dj) {
+    D y = x;
+    y[i] += di;
+    y[j] += dj;
+    return f(f64(y, {static_cast<int64_t>(n)})).item<double>();
+  };
+  D H(n * n);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = 0; j < n; ++j)
+      H[i * n + j] = (at(i, h, j, h) - at(i, h, j, -h) - at(i, -h, j, h) + at(i, -h, j, -h)) / (4 * h * h);
+  return H;
+}
+
+TEST(NumericsLosses, BinaryCrossEntropyHasCurvatureAtZero) {
+  // loss = mean(t softplus(-x) + (1 - t) softplus(x)): d2/dx_i^2 = sigmoid(x_i) sigmoid(-x_i) / n,
+  // 1/4n at 0 whatever the target.
+  const Tensor t = f64({0.0, 1.0, 0.3}, {3});
+  auto bce = [&](const Tensor& x) { return nn::binary_cross_entropy_with_logits(x, t); };
+  expect_hessian(bce, zeros({3}, float64), {0.25 / 3, 0, 0, 0, 0.25 / 3, 0, 0, 0, 0.25 / 3}, 1e-15, 0,
+                 "bce at 0");
+  expect_hessian(bce, f64({-0.0, 0.0, -0.0}, {3}), {0.25 / 3, 0, 0, 0, 0.25 / 3, 0, 0, 0, 0.25 / 3}, 1e-15,
+                 0, "bce at -0");
+  // Away from 0 and far out, against the formula in long double and finite differences.
+  const D xs{-30.0, 2.5, 40.0};
+  D want(9, 0.0);
+  for (std::size_t i = 0; i < 3; ++i)
+    want[i * 4] = static_cast<double>(sigmoid_ld(xs[i]) * sigmoid_ld(-xs[i]) / 3);
+  expect_hessian(bce, f64(xs, {3}), want, 1e-12, 0, "bce away from 0");
+  // A confident right answer keeps its small loss: numpy np.logaddexp(0, -40) (x = 40, t = 1).
+  EXPECT_NEAR(nn::binary_cross_entropy_with_logits(f64({40}, {1}), f64({1}, {1})).item<double>(),
+              4.248354255291589e-18, 1e-30);
+  const D fd = finite_difference_hessian(bce, {0.0, 0.0, 0.0}, 1e-4);
+  expect_close(hessian(bce)(zeros({3}, float64)), fd, 0, 5e-8, "bce vs finite differences");
+}
+
+// The symptom: Newton's method on a logistic regression from zero weights. With the
+// right curvature it converges in a few steps (the loss falls every step, the gradient
+// vanishes); with a zero Hessian at the start it diverged (0.69 -> 17).
+TEST(NumericsLosses, NewtonsMethodOnALogisticRegressionConverges) {
+  const D xv{1.0, 0.5, -1.0, 1.5, 2.0, -0.5, -0.7, -1.2, 0.3, 0.8, -1.5, 0.2};  // 6 x 2
+  const Tensor X = f64(xv, {6, 2});
+  const Tensor y = f64({1, 0, 1, 0, 0, 1}, {6});  // not separable: a finite optimum
+  auto loss = [&](const Tensor& w) { return nn::binary_cross_entropy_with_logits(matmul(X, w), y); };
+  // At w = 0 the Hessian is X^T X / (4 n), from a plain loop.
+  D h0(4, 0.0);
+  for (int r = 0; r < 6; ++r)
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 2; ++j) h0[static_cast<std::size_t>(i * 2 + j)] += xv[r * 2 + i] * xv[r * 2 + j] / 24;
+  expect_close(hessian(loss)(zeros({2}, float64)), h0, 1e-14, 1e-16, "Hessian at w = 0");
+  Tensor w = zeros({2}, float64);
+  double previous = loss(w).item<double>();
+  EXPECT_NEAR(previous, std::log(2.0), 1e-15);
+  for (int step = 0; step < 8; ++step) {
+    const D g = grad(loss)(w).to_vector<double>(), H = hessian(loss)(w).to_vector<double>();
+    const double det = H[0] * H[3] - H[1] * H[2];
+    ASSERT_GT(det, 0.0) << "step " << step;
+    const D dw{(H[3] * g[0] - H[1] * g[1]) / det, (H[0] * g[1] - H[2] * g[0]) / det};
+    w = w - f64(dw, {2});
+    const double l = loss(w).item<double>();
+    EXPECT_LE(l, previous + 1e-15) << "step " << step;
+    previous = l;
+  }
+  const D g = grad(loss)(w).to_vector<double>();
+  EXPECT_LT(std::hypot(g[0], g[1]), 1e-12);
+  // numpy: the same Newton iteration with np.linalg.solve, loss np.mean(np.logaddexp(0, z) - y z)
+  EXPECT_NEAR(previous, 0.6041751376895143, 1e-14);
+  expect_close(w, {0.70816691, -0.24898188}, 0, 1e-8, "optimum");
+}
+
+TEST(NumericsLosses, SoftplusAndLogSigmoidAreExactAndSmooth) {
+  // numpy: np.logaddexp(0, x) and -np.logaddexp(0, -x), float64
+  const D xs{-800, -30, -1, 0, 1e-10, 1, 30, 800};
+  expect_close(nn::softplus(f64(xs, {8})),
+               {0.0, 9.357622968839737e-14, 0.31326168751822286, 0.6931471805599453, 0.6931471806099453,
+                1.3132616875182228, 30.000000000000092, 800.0},
+               1e-15);
+  expect_close(nn::log_sigmoid(f64({-800, -30, -1, 0, 1, 30, 800}, {7})),
+               {-800.0, -30.000000000000092, -1.3132616875182228, -0.6931471805599453, -0.31326168751822286,
+                -9.357622968839737e-14, -0.0},
+               1e-15);
+  // numpy: np.logaddexp(np.float32(0), np.float32([-100, -20, 0, 20, 100]))
+  expect_close(nn::softplus(f32({-100, -20, 0, 20, 100}, {5})),
+               {3.783505853677006e-44, 2.06115369216775e-09, 0.6931471824645996, 20.0, 100.0}, 1e-6);
+  // softplus' = sigmoid, softplus'' = sigmoid(x) sigmoid(-x), in long double; no NaN from the
+  // branch that is not taken, even at +-800.
+  for (double x : {-800.0, -30.0, -0.0, 0.0, 0.5, 30.0, 800.0}) {
+    auto sp = [](const Tensor& a) { return sum(nn::softplus(a)); };
+    const Tensor at = f64({x}, {1});
+    expect_close(grad(sp)(at), {static_cast<double>(sigmoid_ld(x))}, 1e-15, 0, "softplus'");
+    expect_hessian(sp, at, {static_cast<double>(sigmoid_ld(x) * sigmoid_ld(-x))}, 1e-14, 1e-300,
+                   "softplus'' at " + std::to_string(x));
+  }
+}
+
+TEST(NumericsLosses, CrossEntropyAndMseCurvatureAtZeroLogits) {
+  // cross_entropy at zero logits (every class tied): H = (diag(p) - p p^T) / rows, p = 1/C.
+  const Tensor labels = tensor(std::vector<int64_t>{2}, Shape{1});
+  auto ce = [&](const Tensor& x) { return nn::cross_entropy(reshape(x, {1, 3}), labels); };
+  const double a = (1.0 / 3) * (2.0 / 3), b = -1.0 / 9;
+  expect_hessian(ce, zeros({3}, float64), {a, b, b, b, a, b, b, b, a}, 1e-15, 1e-17, "cross_entropy at 0");
+  const D fd = finite_difference_hessian(ce, {0.0, 0.0, 0.0}, 1e-4);
+  expect_close(hessian(ce)(zeros({3}, float64)), fd, 0, 5e-8, "cross_entropy vs finite differences");
+  // mse: 2 / n I, at 0 as anywhere.
+  const Tensor target = zeros({2}, float64);
+  auto mse = [&](const Tensor& x) { return nn::mse(x, target); };
+  expect_hessian(mse, zeros({2}, float64), {1, 0, 0, 1}, 0, 0, "mse at 0");
+}
+
+// ---- 15. cross_entropy's labels outside [0, C) ---------------------------------------------
+
+TEST(NumericsCrossEntropyLabels, OutOfRangeLabelsRaiseEagerlyAndWhenTraced) {
+  const Tensor logits = f64({0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, {2, 3});
+  for (int64_t bad : {-1, -2, 3, 7}) {
+    const Tensor labels = tensor(std::vector<int64_t>{0, bad}, Shape{2});
+    const std::string got = "got " + std::to_string(bad);
+    expect_error([&] { (void)nn::cross_entropy(logits, labels); }, "nn.cross_entropy",
+                 {"label out of range", got, "i64[2]", "expected labels in [0, 3) or the ignore_index -100"});
+    // Traced labels: checked when the traced function runs, under jit, grad and vmap.
+    auto ce = [](const Tensor& l, const Tensor& y) { return nn::cross_entropy(l, y); };
+    expect_error([&] { (void)jit(ce)(logits, labels); }, "nn.cross_entropy", {"label out of range", got});
+    expect_error([&] { (void)grad(ce)(logits, labels); }, "nn.cross_entropy", {"label out of range", got});
+    expect_error([&] { (void)jit([&](const Tensor& l) { return nn::cross_entropy(l, labels); })(logits); },
+                 "nn.cross_entropy", {"label out of range", got});
+    expect_error(
+        [&] {
+          (void)vmap([&](const Tensor& l, const Tensor& y) {
+            return nn::cross_entropy(expand_dims(l, 0), expand_dims(y, 0));
+          })(logits, labels);
+        },
+        "nn.cross_entropy", {"label out of range", got});
+  }
+  // int32 and unsigned labels too; without an ignore_index, -100 is out of range as well.
+  expect_error([&] { (void)nn::cross_entropy(logits, tensor(std::vector<int32_t>{-1, 0}, Shape{2})); },
+               "nn.cross_entropy", {"label out of range", "got -1"});
+  expect_error([&] { (void)nn::cross_entropy(logits, astype(tensor(std::vector<int32_t>{3, 0}, Shape{2}), uint8)); },
+               "nn.cross_entropy", {"label out of range", "got 3", "u8[2]"});
+  expect_error(
+      [&] {
+        (void)nn::cross_entropy(logits, tensor(std::vector<int64_t>{-100, 0}, Shape{2}), 0.0, std::nullopt);
+      },
+      "nn.cross_entropy", {"label out of range", "got -100", "expected labels in [0, 3)"});
+}
+
+// PyTorch's ignore_index: ignored positions add nothing, to the loss or to the gradient, and
+// the mean is over the others (NaN when every position is ignored, as in PyTorch).
+TEST(NumericsCrossEntropyLabels, IgnoreIndexMasksPositionsOutOfTheMean) {
+  const D lv{0.1, 1.2, -0.3, 2.0, 0.5, -kInf, 0.7, -1.0, 0.0};  // 3 x 3; row 1 has a -inf logit
+  const std::vector<int64_t> lab{2, -100, 0};
+  // The reference: -log softmax at the label, rows 0 and 2, in long double.
+  auto nll = [&](int r, int c, double e) {
+    long double z = 0;
+    for (int k = 0; k < 3; ++k) z += std::exp(static_cast<long double>(lv[static_cast<std::size_t>(r * 3 + k)]));
+    long double out = 0;
+    for (int k = 0; k < 3; ++k) {
+      const long double lp = lv[static_cast<std::size_t>(r * 3 + k)] - std::log(z);
+      out -= lp * ((k == c ? 1 - e : 0.0) + e / 3);
+    }
+    return out;
+  };
+  const Tensor logits = f64(lv, {3, 3}), labels = tensor(lab, Shape{3});
+  for (double e : {0.0, 0.2}) {
+    const double want = static_cast<double>((nll(0, 2, e) + nll(2, 0, e)) / 2);
+    EXPECT_NEAR(nn::cross_entropy(logits, labels, e).item<double>(), want, 1e-15) << e;
+    EXPECT_NEAR(jit([&](const Tensor& l, const Tensor& y) { return nn::cross_entropy(l, y, e); })(logits, labels)
+                    .item<double>(),
+                want, 1e-15)
+        << e;
+    // The ignored row gets a zero gradient (no NaN from its -inf logit).
+    const D g = grad([&](const Tensor& l) { return nn::cross_entropy(l, labels, e); })(logits).to_vector<double>();
+    for (int k = 3; k < 6; ++k) EXPECT_EQ(g[static_cast<std::size_t>(k)], 0.0) << k;
+    for (int k : {0, 1, 2, 6, 7, 8}) EXPECT_TRUE(std::isfinite(g[static_cast<std::size_t>(k)])) << k;
+  }
+  // A chosen ignore_index, also one inside [0, C).
+  const Tensor with_seven = tensor(std::vector<int64_t>{2, 7, 0}, Shape{3});
+  EXPECT_NEAR(nn::cross_entropy(logits, with_seven, 0.0, 7).item<double>(),
+              static_cast<double>((nll(0, 2, 0) + nll(2, 0, 0)) / 2), 1e-15);
+  EXPECT_NEAR(nn::cross_entropy(logits, tensor(std::vector<int64_t>{2, 1, 0}, Shape{3}), 0.0, 1).item<double>(),
+              static_cast<double>((nll(0, 2, 0) + nll(2, 0, 0)) / 2), 1e-15);
+  EXPECT_TRUE(std::isnan(nn::cross_entropy(logits, tensor(std::vector<int64_t>{-100, -100, -100}, Shape{3}))
+                             .item<double>()));
+}
+
 }  // namespace
 }  // namespace kiln
