@@ -83,17 +83,17 @@ void expect_labels(std::string_view op, const Tensor& logits, const Tensor& labe
            Shape(std::vector<int64_t>(logits.shape().begin(), logits.shape().end() - 1)));
 }
 
-// nn.check_labels{classes, ignore_index?}(labels) -> labels, unchanged: raises unless every
+// check_labels{classes, ignore_index?}(labels) -> labels, unchanged: raises unless every
 // label is in [0, classes) or is the ignore_index. A primitive rather than a check in
 // cross_entropy, so that traced labels (under jit, grad or vmap) are checked too, when the
 // traced function runs: gather_along alone would read -1 as the last class.
 const Primitive& check_labels_p = register_primitive(
-    {.name = "nn.check_labels",
+    {.name = "check_labels",
      .arity = 1,
      .type_rule = [](std::span<const TensorType> in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
      .differentiable = false,
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {  // elementwise: any batch axis
-       return {{bind1(primitive("nn.check_labels"), {b.inputs[0]}, b.attrs), b.dims[0]}};
+       return {{bind1(primitive("check_labels"), {b.inputs[0]}, b.attrs), b.dims[0]}};
      }},
     {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::integral()}, .variadic = false},
       [](std::span<const Tensor> in, const Attrs& a) {
