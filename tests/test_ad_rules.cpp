@@ -760,7 +760,8 @@ std::vector<EdgePoint> edge_points() {
   auto s = [](double v) { return Arg{tensor(v), true}; };
   auto k = [](double v) { return fixed(tensor(v)); };
   auto v = [](std::vector<double> x) { return Arg{tensor(x), true}; };
-  auto unary = [&](const char* p, std::vector<double> xs, bool smooth = true, double fd_step = 1e-4) {
+  auto unary = [&](const char* p, std::vector<double> xs, bool smooth = true,
+                   double fd_step = 1e-4) {
     for (double x : xs) e.push_back({p, {s(x)}, smooth, {}, fd_step});
   };
   unary("neg", {0.0, -0.0});
@@ -798,7 +799,7 @@ std::vector<EdgePoint> edge_points() {
       e.push_back({"pow", {s(a), k(b)}, !(b == 0.5 && a == 0.0)});
     }
   e.push_back({"pow", {k(0.0), s(0.0)}, false});  // 0^b jumps from 1 to 0 at b = 0
-  e.push_back({"pow", {k(0.0), s(2.0)}});  // 0^b = 0 all around b = 2
+  e.push_back({"pow", {k(0.0), s(2.0)}});         // 0^b = 0 all around b = 2
   e.push_back({"pow", {k(2.0), s(0.0)}});
   e.push_back({"pow", {s(0.0), s(0.0)}, false});
   e.push_back({"pow", {s(0.0), s(2.0)}, false});
@@ -855,19 +856,21 @@ TEST_P(EdgeSecondDerivatives, FourModesAgreeAndMatchFiniteDifferences) {
   auto gf = [&](const Tensor& u) { return grad(f)(u); };
   auto jf = [&](const Tensor& u) { return jacfwd(f)(u); };
   const Tensor u = tensor(u0, Shape{n});
-  const std::vector<std::pair<std::string, Tensor>> modes{
-      {"forward over reverse", jacfwd(gf)(u)},
-      {"reverse over reverse", jacrev(gf)(u)},
-      {"forward over forward", jacfwd(jf)(u)},
-      {"reverse over forward", jacrev(jf)(u)}};
+  const std::vector<std::pair<std::string, Tensor>> modes{{"forward over reverse", jacfwd(gf)(u)},
+                                                          {"reverse over reverse", jacrev(gf)(u)},
+                                                          {"forward over forward", jacfwd(jf)(u)},
+                                                          {"reverse over forward", jacrev(jf)(u)}};
   const std::vector<double> ref = values(modes[0].second);
   for (const auto& [name, h] : modes) {
     const std::vector<double> got = values(h);
     ASSERT_EQ(got.size(), static_cast<std::size_t>(n * n)) << name;
     for (std::size_t i = 0; i < got.size(); ++i) {
       EXPECT_FALSE(std::isnan(got[i])) << name << " [" << i << "]";
-      if (std::isinf(ref[i])) EXPECT_EQ(got[i], ref[i]) << name << " [" << i << "]";
-      else EXPECT_NEAR(got[i], ref[i], 1e-12 * std::max(1.0, std::abs(ref[i]))) << name << " [" << i << "]";
+      if (std::isinf(ref[i]))
+        EXPECT_EQ(got[i], ref[i]) << name << " [" << i << "]";
+      else
+        EXPECT_NEAR(got[i], ref[i], 1e-12 * std::max(1.0, std::abs(ref[i])))
+            << name << " [" << i << "]";
     }
   }
   if (!ep.smooth) return;

@@ -33,9 +33,12 @@ void expect_close(const Tensor& t, const D& want, double rtol, double atol = 0.0
   const D got = t.to_vector<double>();
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(want[i])) EXPECT_TRUE(std::isnan(got[i])) << what << " [" << i << "]: " << got[i];
-    else if (std::isinf(want[i])) EXPECT_EQ(got[i], want[i]) << what << " [" << i << "]";
-    else EXPECT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << what << " [" << i << "]";
+    if (std::isnan(want[i]))
+      EXPECT_TRUE(std::isnan(got[i])) << what << " [" << i << "]: " << got[i];
+    else if (std::isinf(want[i]))
+      EXPECT_EQ(got[i], want[i]) << what << " [" << i << "]";
+    else
+      EXPECT_NEAR(got[i], want[i], atol + rtol * std::fabs(want[i])) << what << " [" << i << "]";
   }
 }
 // Bit-for-bit the same values (NaN matches NaN): for two derivative modes that must choose
@@ -100,21 +103,25 @@ TEST(NumericsEmpty, LogsumexpAndSoftmaxOverAnEmptyAxis) {
   EXPECT_EQ(logsumexp(zeros({0, 3}), {0}, true).shape(), (Shape{1, 3}));
   expect_close(logsumexp(zeros({2, 0, 3}), {0, 1}), {-kInf, -kInf, -kInf}, 0);
   expect_close(logsumexp(zeros({0})), {-kInf}, 0);
-  for (const auto& f : {std::function<Tensor(const Tensor&)>([](const Tensor& x) { return softmax(x, 1); }),
-                        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return log_softmax(x, 1); })}) {
+  for (const auto& f :
+       {std::function<Tensor(const Tensor&)>([](const Tensor& x) { return softmax(x, 1); }),
+        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return log_softmax(x, 1); })}) {
     const Tensor y = f(zeros({3, 0}));
     EXPECT_EQ(y.type(), (TensorType{float32, Shape{3, 0}}));
   }
   // An empty tensor whose softmax axis is not empty is an ordinary empty result.
   EXPECT_EQ(softmax(zeros({0, 3}), 1).type(), (TensorType{float32, Shape{0, 3}}));
   // Derivatives, jit and vmap take the same path.
-  const Tensor g = grad([](const Tensor& x) { return sum(logsumexp(x, {0})); })(zeros({0, 3}, float64));
+  const Tensor g =
+      grad([](const Tensor& x) { return sum(logsumexp(x, {0})); })(zeros({0, 3}, float64));
   EXPECT_EQ(g.type(), (TensorType{float64, Shape{0, 3}}));
-  expect_close(jit([](const Tensor& x) { return logsumexp(x, {0}); })(zeros({0, 3})), {-kInf, -kInf, -kInf}, 0);
+  expect_close(jit([](const Tensor& x) { return logsumexp(x, {0}); })(zeros({0, 3})),
+               {-kInf, -kInf, -kInf}, 0);
   const Tensor v = vmap([](const Tensor& x) { return logsumexp(x, {0}); })(zeros({2, 0, 3}));
   EXPECT_EQ(v.shape(), (Shape{2, 3}));
   expect_close(v, D(6, -kInf), 0);
-  EXPECT_EQ(vmap([](const Tensor& x) { return log_softmax(x, 0); })(zeros({2, 0})).shape(), (Shape{2, 0}));
+  EXPECT_EQ(vmap([](const Tensor& x) { return log_softmax(x, 0); })(zeros({2, 0})).shape(),
+            (Shape{2, 0}));
 }
 
 TEST(NumericsEmpty, EveryReductionFollowsNumpy) {
@@ -130,19 +137,24 @@ TEST(NumericsEmpty, EveryReductionFollowsNumpy) {
   EXPECT_EQ(sum(zeros({0}, int32)).item<int32_t>(), 0);
   EXPECT_EQ(prod(zeros({0}, int64)).item<int64_t>(), 1);
   // Their derivatives over an empty axis are empty, and vmap agrees.
-  for (const auto& f : {std::function<Tensor(const Tensor&)>([](const Tensor& x) { return sum(x, {0}); }),
-                        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return prod(x, {0}); }),
-                        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return mean(x, {0}); })}) {
-    EXPECT_EQ(grad([&](const Tensor& x) { return sum(f(x)); })(zeros({0, 3}, float64)).shape(), (Shape{0, 3}));
+  for (const auto& f :
+       {std::function<Tensor(const Tensor&)>([](const Tensor& x) { return sum(x, {0}); }),
+        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return prod(x, {0}); }),
+        std::function<Tensor(const Tensor&)>([](const Tensor& x) { return mean(x, {0}); })}) {
+    EXPECT_EQ(grad([&](const Tensor& x) { return sum(f(x)); })(zeros({0, 3}, float64)).shape(),
+              (Shape{0, 3}));
     EXPECT_EQ(vmap(f)(zeros({2, 0, 3})).shape(), (Shape{2, 3}));
   }
   // max, min, argmax and argmin have no identity: numpy raises ("zero-size array to
   // reduction operation maximum which has no identity", "attempt to get argmax of an empty
   // sequence"), and so do they, naming the shape and the axis.
-  expect_error([&] { (void)max(e, {0}); }, "reduce_max", {"reduction over an empty axis", "f32[0,3]", "axis 0"});
-  expect_error([&] { (void)min(e, {0}); }, "reduce_min", {"reduction over an empty axis", "f32[0,3]", "axis 0"});
+  expect_error([&] { (void)max(e, {0}); }, "reduce_max",
+               {"reduction over an empty axis", "f32[0,3]", "axis 0"});
+  expect_error([&] { (void)min(e, {0}); }, "reduce_min",
+               {"reduction over an empty axis", "f32[0,3]", "axis 0"});
   expect_error([&] { (void)max(zeros({0})); }, "reduce_max", {"reduction over an empty axis"});
-  expect_error([&] { (void)argmax(e, 0); }, "argmax", {"empty axis", "f32[0,3]", "expected a non-empty axis"});
+  expect_error([&] { (void)argmax(e, 0); }, "argmax",
+               {"empty axis", "f32[0,3]", "expected a non-empty axis"});
   expect_error([&] { (void)argmin(e); }, "argmin", {"empty axis"});
   // A non-empty axis of an empty tensor is fine: an empty result.
   EXPECT_EQ(max(e, {1}).shape(), (Shape{0}));
@@ -202,7 +214,8 @@ TEST(NumericsSelection, MaxPoolJvpAtMinusInfinityNextToPaddingMatchesTheVjp) {
   // x = [[-inf, 1], [0, 2]], kernel 2, stride 2, padding 1: each window holds one input
   // element, which is its maximum; the corner's is -inf, like the padding around it.
   const Tensor x = f64({-kInf, 1, 0, 2}, {1, 1, 2, 2});
-  const Pool2dOptions o{.kernel = {2, 2}, .stride = std::pair<int64_t, int64_t>{2, 2}, .padding = {1, 1}};
+  const Pool2dOptions o{
+      .kernel = {2, 2}, .stride = std::pair<int64_t, int64_t>{2, 2}, .padding = {1, 1}};
   auto pool = [&](const Tensor& a) { return max_pool2d(a, o); };
   auto [y, ty] = jvp(pool, std::tuple<Tensor>{x}, std::tuple<Tensor>{ones({1, 1, 2, 2}, float64)});
   expect_close(y, {-kInf, 1, 0, 2}, 0);
@@ -219,16 +232,18 @@ TEST(NumericsSelection, MaxPoolJacobiansAgreeWithTiesInfinitiesAndNan) {
     int64_t k, s, p;
   };
   const D pool_values{-kInf, -1, 0, 0, 1, 1, 2};
-  for (const Geometry g : {Geometry{2, 2, 0}, Geometry{2, 2, 1}, Geometry{3, 2, 1}, Geometry{2, 1, 1},
-                           Geometry{3, 3, 1}, Geometry{3, 1, 0}}) {
+  for (const Geometry g : {Geometry{2, 2, 0}, Geometry{2, 2, 1}, Geometry{3, 2, 1},
+                           Geometry{2, 1, 1}, Geometry{3, 3, 1}, Geometry{3, 1, 0}}) {
     for (uint32_t seed : {1u, 2u, 3u}) {
-      SCOPED_TRACE("kernel " + std::to_string(g.k) + " stride " + std::to_string(g.s) + " padding " +
-                   std::to_string(g.p) + " seed " + std::to_string(seed));
-      D v = kiln::testing::random_values(2 * 4 * 5, seed, 0.0, static_cast<double>(pool_values.size()));
+      SCOPED_TRACE("kernel " + std::to_string(g.k) + " stride " + std::to_string(g.s) +
+                   " padding " + std::to_string(g.p) + " seed " + std::to_string(seed));
+      D v = kiln::testing::random_values(2 * 4 * 5, seed, 0.0,
+                                         static_cast<double>(pool_values.size()));
       for (double& e : v) e = pool_values[static_cast<std::size_t>(e)];
       if (seed == 3) v[6] = v[13] = kNan;  // two NaNs, sometimes in one window
       const Tensor x = f64(v, {1, 2, 4, 5});
-      const Pool2dOptions o{.kernel = {g.k, g.k}, .stride = std::pair<int64_t, int64_t>{g.s, g.s},
+      const Pool2dOptions o{.kernel = {g.k, g.k},
+                            .stride = std::pair<int64_t, int64_t>{g.s, g.s},
                             .padding = {g.p, g.p}};
       auto pool = [&](const Tensor& a) { return max_pool2d(a, o); };
       expect_jacobians_agree(pool, x, "max_pool2d");
@@ -242,7 +257,8 @@ TEST(NumericsSelection, MaxPoolJacobiansAgreeWithTiesInfinitiesAndNan) {
       const int64_t outs = static_cast<int64_t>(jac.size()) / x.numel();
       for (int64_t r = 0; r < outs; ++r) {
         double row = 0;
-        for (int64_t c = 0; c < x.numel(); ++c) row += jac[static_cast<std::size_t>(r * x.numel() + c)];
+        for (int64_t c = 0; c < x.numel(); ++c)
+          row += jac[static_cast<std::size_t>(r * x.numel() + c)];
         EXPECT_EQ(row, 1.0) << "output " << r;
       }
     }
@@ -260,7 +276,8 @@ TEST(NumericsSelection, ReductionsMaximumAndClipAgreeAtTies) {
   expect_jacobians_agree([&](const Tensor& x) { return maximum(x, other); }, ties, "maximum");
   expect_jacobians_agree([&](const Tensor& x) { return minimum(other, x); }, ties, "minimum");
   expect_jacobians_agree([](const Tensor& x) { return clip(x, 1.0, 3.0); }, ties, "clip");
-  expect_jacobians_agree([](const Tensor& x) { return nn::relu(x); }, f64({0, -0.0, 1, -1}, {4}), "relu");
+  expect_jacobians_agree([](const Tensor& x) { return nn::relu(x); }, f64({0, -0.0, 1, -1}, {4}),
+                         "relu");
   expect_jacobians_agree([](const Tensor& x) { return abs(x); }, f64({0, -0.0, 1, -1}, {4}), "abs");
 }
 
@@ -288,7 +305,8 @@ D finite_difference_hessian(const std::function<Tensor(const Tensor&)>& f, const
   D H(n * n);
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t j = 0; j < n; ++j)
-      H[i * n + j] = (at(i, h, j, h) - at(i, h, j, -h) - at(i, -h, j, h) + at(i, -h, j, -h)) / (4 * h * h);
+      H[i * n + j] =
+          (at(i, h, j, h) - at(i, h, j, -h) - at(i, -h, j, h) + at(i, -h, j, -h)) / (4 * h * h);
   return H;
 }
 
@@ -297,10 +315,10 @@ TEST(NumericsLosses, BinaryCrossEntropyHasCurvatureAtZero) {
   // 1/4n at 0 whatever the target.
   const Tensor t = f64({0.0, 1.0, 0.3}, {3});
   auto bce = [&](const Tensor& x) { return nn::binary_cross_entropy_with_logits(x, t); };
-  expect_hessian(bce, zeros({3}, float64), {0.25 / 3, 0, 0, 0, 0.25 / 3, 0, 0, 0, 0.25 / 3}, 1e-15, 0,
-                 "bce at 0");
-  expect_hessian(bce, f64({-0.0, 0.0, -0.0}, {3}), {0.25 / 3, 0, 0, 0, 0.25 / 3, 0, 0, 0, 0.25 / 3}, 1e-15,
-                 0, "bce at -0");
+  expect_hessian(bce, zeros({3}, float64), {0.25 / 3, 0, 0, 0, 0.25 / 3, 0, 0, 0, 0.25 / 3}, 1e-15,
+                 0, "bce at 0");
+  expect_hessian(bce, f64({-0.0, 0.0, -0.0}, {3}), {0.25 / 3, 0, 0, 0, 0.25 / 3, 0, 0, 0, 0.25 / 3},
+                 1e-15, 0, "bce at -0");
   // Away from 0 and far out, against the formula in long double and finite differences.
   const D xs{-30.0, 2.5, 40.0};
   D want(9, 0.0);
@@ -321,12 +339,15 @@ TEST(NumericsLosses, NewtonsMethodOnALogisticRegressionConverges) {
   const D xv{1.0, 0.5, -1.0, 1.5, 2.0, -0.5, -0.7, -1.2, 0.3, 0.8, -1.5, 0.2};  // 6 x 2
   const Tensor X = f64(xv, {6, 2});
   const Tensor y = f64({1, 0, 1, 0, 0, 1}, {6});  // not separable: a finite optimum
-  auto loss = [&](const Tensor& w) { return nn::binary_cross_entropy_with_logits(matmul(X, w), y); };
+  auto loss = [&](const Tensor& w) {
+    return nn::binary_cross_entropy_with_logits(matmul(X, w), y);
+  };
   // At w = 0 the Hessian is X^T X / (4 n), from a plain loop.
   D h0(4, 0.0);
   for (int r = 0; r < 6; ++r)
     for (int i = 0; i < 2; ++i)
-      for (int j = 0; j < 2; ++j) h0[static_cast<std::size_t>(i * 2 + j)] += xv[r * 2 + i] * xv[r * 2 + j] / 24;
+      for (int j = 0; j < 2; ++j)
+        h0[static_cast<std::size_t>(i * 2 + j)] += xv[r * 2 + i] * xv[r * 2 + j] / 24;
   expect_close(hessian(loss)(zeros({2}, float64)), h0, 1e-14, 1e-16, "Hessian at w = 0");
   Tensor w = zeros({2}, float64);
   double previous = loss(w).item<double>();
@@ -352,16 +373,17 @@ TEST(NumericsLosses, SoftplusAndLogSigmoidAreExactAndSmooth) {
   // numpy: np.logaddexp(0, x) and -np.logaddexp(0, -x), float64
   const D xs{-800, -30, -1, 0, 1e-10, 1, 30, 800};
   expect_close(nn::softplus(f64(xs, {8})),
-               {0.0, 9.357622968839737e-14, 0.31326168751822286, 0.6931471805599453, 0.6931471806099453,
-                1.3132616875182228, 30.000000000000092, 800.0},
+               {0.0, 9.357622968839737e-14, 0.31326168751822286, 0.6931471805599453,
+                0.6931471806099453, 1.3132616875182228, 30.000000000000092, 800.0},
                1e-15);
   expect_close(nn::log_sigmoid(f64({-800, -30, -1, 0, 1, 30, 800}, {7})),
-               {-800.0, -30.000000000000092, -1.3132616875182228, -0.6931471805599453, -0.31326168751822286,
-                -9.357622968839737e-14, -0.0},
+               {-800.0, -30.000000000000092, -1.3132616875182228, -0.6931471805599453,
+                -0.31326168751822286, -9.357622968839737e-14, -0.0},
                1e-15);
   // numpy: np.logaddexp(np.float32(0), np.float32([-100, -20, 0, 20, 100]))
   expect_close(nn::softplus(f32({-100, -20, 0, 20, 100}, {5})),
-               {3.783505853677006e-44, 2.06115369216775e-09, 0.6931471824645996, 20.0, 100.0}, 1e-6);
+               {3.783505853677006e-44, 2.06115369216775e-09, 0.6931471824645996, 20.0, 100.0},
+               1e-6);
   // softplus' = sigmoid, softplus'' = sigmoid(x) sigmoid(-x), in long double; no NaN from the
   // branch that is not taken, even at +-800.
   for (double x : {-800.0, -30.0, -0.0, 0.0, 0.5, 30.0, 800.0}) {
@@ -378,9 +400,11 @@ TEST(NumericsLosses, CrossEntropyAndMseCurvatureAtZeroLogits) {
   const Tensor labels = tensor(std::vector<int64_t>{2}, Shape{1});
   auto ce = [&](const Tensor& x) { return nn::cross_entropy(reshape(x, {1, 3}), labels); };
   const double a = (1.0 / 3) * (2.0 / 3), b = -1.0 / 9;
-  expect_hessian(ce, zeros({3}, float64), {a, b, b, b, a, b, b, b, a}, 1e-15, 1e-17, "cross_entropy at 0");
+  expect_hessian(ce, zeros({3}, float64), {a, b, b, b, a, b, b, b, a}, 1e-15, 1e-17,
+                 "cross_entropy at 0");
   const D fd = finite_difference_hessian(ce, {0.0, 0.0, 0.0}, 1e-4);
-  expect_close(hessian(ce)(zeros({3}, float64)), fd, 0, 5e-8, "cross_entropy vs finite differences");
+  expect_close(hessian(ce)(zeros({3}, float64)), fd, 0, 5e-8,
+               "cross_entropy vs finite differences");
   // mse: 2 / n I, at 0 as anywhere.
   const Tensor target = zeros({2}, float64);
   auto mse = [&](const Tensor& x) { return nn::mse(x, target); };
@@ -395,13 +419,17 @@ TEST(NumericsCrossEntropyLabels, OutOfRangeLabelsRaiseEagerlyAndWhenTraced) {
     const Tensor labels = tensor(std::vector<int64_t>{0, bad}, Shape{2});
     const std::string got = "got " + std::to_string(bad);
     expect_error([&] { (void)nn::cross_entropy(logits, labels); }, "nn.cross_entropy",
-                 {"label out of range", got, "i64[2]", "expected labels in [0, 3) or the ignore_index -100"});
+                 {"label out of range", got, "i64[2]",
+                  "expected labels in [0, 3) or the ignore_index -100"});
     // Traced labels: checked when the traced function runs, under jit, grad and vmap.
     auto ce = [](const Tensor& l, const Tensor& y) { return nn::cross_entropy(l, y); };
-    expect_error([&] { (void)jit(ce)(logits, labels); }, "nn.cross_entropy", {"label out of range", got});
-    expect_error([&] { (void)grad(ce)(logits, labels); }, "nn.cross_entropy", {"label out of range", got});
-    expect_error([&] { (void)jit([&](const Tensor& l) { return nn::cross_entropy(l, labels); })(logits); },
-                 "nn.cross_entropy", {"label out of range", got});
+    expect_error([&] { (void)jit(ce)(logits, labels); }, "nn.cross_entropy",
+                 {"label out of range", got});
+    expect_error([&] { (void)grad(ce)(logits, labels); }, "nn.cross_entropy",
+                 {"label out of range", got});
+    expect_error(
+        [&] { (void)jit([&](const Tensor& l) { return nn::cross_entropy(l, labels); })(logits); },
+        "nn.cross_entropy", {"label out of range", got});
     expect_error(
         [&] {
           (void)vmap([&](const Tensor& l, const Tensor& y) {
@@ -411,13 +439,21 @@ TEST(NumericsCrossEntropyLabels, OutOfRangeLabelsRaiseEagerlyAndWhenTraced) {
         "nn.cross_entropy", {"label out of range", got});
   }
   // int32 and unsigned labels too; without an ignore_index, -100 is out of range as well.
-  expect_error([&] { (void)nn::cross_entropy(logits, tensor(std::vector<int32_t>{-1, 0}, Shape{2})); },
-               "nn.cross_entropy", {"label out of range", "got -1"});
-  expect_error([&] { (void)nn::cross_entropy(logits, astype(tensor(std::vector<int32_t>{3, 0}, Shape{2}), uint8)); },
-               "nn.cross_entropy", {"label out of range", "got 3", "u8[2]"});
   expect_error(
       [&] {
-        (void)nn::cross_entropy(logits, tensor(std::vector<int64_t>{-100, 0}, Shape{2}), 0.0, std::nullopt);
+        (void)nn::cross_entropy(logits, tensor(std::vector<int32_t>{-1, 0}, Shape{2}));
+      },
+      "nn.cross_entropy", {"label out of range", "got -1"});
+  expect_error(
+      [&] {
+        (void)nn::cross_entropy(logits,
+                                astype(tensor(std::vector<int32_t>{3, 0}, Shape{2}), uint8));
+      },
+      "nn.cross_entropy", {"label out of range", "got 3", "u8[2]"});
+  expect_error(
+      [&] {
+        (void)nn::cross_entropy(logits, tensor(std::vector<int64_t>{-100, 0}, Shape{2}), 0.0,
+                                std::nullopt);
       },
       "nn.cross_entropy", {"label out of range", "got -100", "expected labels in [0, 3)"});
 }
@@ -430,7 +466,8 @@ TEST(NumericsCrossEntropyLabels, IgnoreIndexMasksPositionsOutOfTheMean) {
   // The reference: -log softmax at the label, rows 0 and 2, in long double.
   auto nll = [&](int r, int c, double e) {
     long double z = 0;
-    for (int k = 0; k < 3; ++k) z += std::exp(static_cast<long double>(lv[static_cast<std::size_t>(r * 3 + k)]));
+    for (int k = 0; k < 3; ++k)
+      z += std::exp(static_cast<long double>(lv[static_cast<std::size_t>(r * 3 + k)]));
     long double out = 0;
     for (int k = 0; k < 3; ++k) {
       const long double lp = lv[static_cast<std::size_t>(r * 3 + k)] - std::log(z);
@@ -442,23 +479,28 @@ TEST(NumericsCrossEntropyLabels, IgnoreIndexMasksPositionsOutOfTheMean) {
   for (double e : {0.0, 0.2}) {
     const double want = static_cast<double>((nll(0, 2, e) + nll(2, 0, e)) / 2);
     EXPECT_NEAR(nn::cross_entropy(logits, labels, e).item<double>(), want, 1e-15) << e;
-    EXPECT_NEAR(jit([&](const Tensor& l, const Tensor& y) { return nn::cross_entropy(l, y, e); })(logits, labels)
+    EXPECT_NEAR(jit([&](const Tensor& l, const Tensor& y) { return nn::cross_entropy(l, y, e); })(
+                    logits, labels)
                     .item<double>(),
                 want, 1e-15)
         << e;
     // The ignored row gets a zero gradient (no NaN from its -inf logit).
-    const D g = grad([&](const Tensor& l) { return nn::cross_entropy(l, labels, e); })(logits).to_vector<double>();
+    const D g = grad([&](const Tensor& l) { return nn::cross_entropy(l, labels, e); })(logits)
+                    .to_vector<double>();
     for (int k = 3; k < 6; ++k) EXPECT_EQ(g[static_cast<std::size_t>(k)], 0.0) << k;
-    for (int k : {0, 1, 2, 6, 7, 8}) EXPECT_TRUE(std::isfinite(g[static_cast<std::size_t>(k)])) << k;
+    for (int k : {0, 1, 2, 6, 7, 8})
+      EXPECT_TRUE(std::isfinite(g[static_cast<std::size_t>(k)])) << k;
   }
   // A chosen ignore_index, also one inside [0, C).
   const Tensor with_seven = tensor(std::vector<int64_t>{2, 7, 0}, Shape{3});
   EXPECT_NEAR(nn::cross_entropy(logits, with_seven, 0.0, 7).item<double>(),
               static_cast<double>((nll(0, 2, 0) + nll(2, 0, 0)) / 2), 1e-15);
-  EXPECT_NEAR(nn::cross_entropy(logits, tensor(std::vector<int64_t>{2, 1, 0}, Shape{3}), 0.0, 1).item<double>(),
+  EXPECT_NEAR(nn::cross_entropy(logits, tensor(std::vector<int64_t>{2, 1, 0}, Shape{3}), 0.0, 1)
+                  .item<double>(),
               static_cast<double>((nll(0, 2, 0) + nll(2, 0, 0)) / 2), 1e-15);
-  EXPECT_TRUE(std::isnan(nn::cross_entropy(logits, tensor(std::vector<int64_t>{-100, -100, -100}, Shape{3}))
-                             .item<double>()));
+  EXPECT_TRUE(
+      std::isnan(nn::cross_entropy(logits, tensor(std::vector<int64_t>{-100, -100, -100}, Shape{3}))
+                     .item<double>()));
 }
 
 }  // namespace

@@ -90,7 +90,8 @@ void expect_labels(std::string_view op, const Tensor& logits, const Tensor& labe
 const Primitive& check_labels_p = register_primitive(
     {.name = "check_labels",
      .arity = 1,
-     .type_rule = [](std::span<const TensorType> in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+     .type_rule = [](std::span<const TensorType> in,
+                     const Attrs&) { return std::vector<TensorType>{in[0]}; },
      .differentiable = false,
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {  // elementwise: any batch axis
        return {{bind1(primitive("check_labels"), {b.inputs[0]}, b.attrs), b.dims[0]}};
@@ -125,13 +126,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
     if (ignore_index) check.set("ignore_index", *ignore_index);
     // int64, so that a negative ignore_index compares as itself with unsigned labels too.
     const Tensor checked = astype(bind1(check_labels_p, {labels}, check, loc), int64, loc);
-    const std::optional<Tensor> kept =
-        ignore_index ? std::optional<Tensor>(not_equal(checked, tensor(std::vector<int64_t>{*ignore_index}, Shape{}), loc))
-                     : std::nullopt;
+    std::optional<Tensor> kept;
+    if (ignore_index)
+      kept = not_equal(checked, tensor(std::vector<int64_t>{*ignore_index}, Shape{}), loc);
     // Ignored positions read class 0 (any valid index will do) and are masked out below.
     const Tensor index = kept ? where(*kept, checked, zeros(Shape{}, int64), loc) : checked;
     const Tensor logp = log_softmax(logits, -1, loc);
-    const Tensor picked = squeeze(take_along_axis(logp, expand_dims(index, -1, loc), -1, loc), {-1}, loc);
+    const Tensor picked =
+        squeeze(take_along_axis(logp, expand_dims(index, -1, loc), -1, loc), {-1}, loc);
     Tensor nll = -picked;
     if (label_smoothing > 0.0) {
       const auto c = static_cast<double>(classes);
