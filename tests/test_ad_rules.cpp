@@ -731,5 +731,168 @@ TEST(NonDifferentiable, SelectPredicateGetsNoCotangent) {
   expect_equal(grad(f)(x), where(x > 0.0, x * 2.0, full(Shape{}, -1.0, float64)));
 }
 
+// ---- 4. second derivatives at the edges of each domain ------------------------------------
+// The random samples above stay away from zeros, ties, poles and huge magnitudes; rules built
+// from where/select can hide a 0 * inf there that only a second derivative exposes (reverse
+// over reverse of pow(a, 0) at a = 0 was NaN). At each edge point the Hessian of
+// sum(prim(inputs)) with respect to the differentiated inputs is computed four ways (forward
+// or reverse over forward or reverse); they must agree, hold no NaN, and where the primitive
+// is smooth around the point, match second differences in float64.
+
+struct EdgePoint {
+  std::string prim;
+  std::vector<Arg> args;  // scalars or small vectors; `wrt` ones are differentiated
+  bool smooth = true;     // twice differentiable around the point: compare with differences
+  Attrs attrs = {};
+  double fd_step = 1e-4;  // smaller near poles, larger at large magnitudes (power laws)
+};
+
+void PrintTo(const EdgePoint& e, std::ostream* os) {
+  *os << e.prim << "(";
+  for (std::size_t i = 0; i < e.args.size(); ++i)
+    *os << (i ? ", " : "") << (e.args[i].wrt ? "" : "fixed ") << e.args[i].value;
+  *os << ")";
+}
+
+std::vector<EdgePoint> edge_points() {
+  std::vector<EdgePoint> e;
+  const double inf = INFINITY;
+  auto s = [](double v) { return Arg{tensor(v), true}; };
+  auto k = [](double v) { return fixed(tensor(v)); };
+  auto v = [](std::vector<double> x) { return Arg{tensor(x), true}; };
+  auto unary = [&](const char* p, std::vector<double> xs, bool smooth = true,
+                   double fd_step = 1e-4) {
+    for (double x : xs) e.push_back({p, {s(x)}, smooth, {}, fd_step});
+  };
+  unary("neg", {0.0, -0.0});
+  unary("abs", {1.0, -1.0});
+  unary("abs", {0.0, -0.0}, false);  // the kink
+  unary("exp", {0.0, -0.0, 30.0, -30.0, 300.0, -745.0});
+  unary("log", {1.0});
+  unary("log", {1e-3}, true, 1e-7);
+  unary("log", {1e10}, true, 1e5);
+  unary("log", {0.0, 1e-300}, false);  // the pole: -inf
+  unary("log1p", {0.0, -0.0, -0.5});
+  unary("log1p", {1e10}, true, 1e5);
+  unary("log1p", {-1.0}, false);
+  unary("expm1", {0.0, -0.0, 50.0, -50.0});
+  unary("sqrt", {1.0});
+  unary("sqrt", {1e-2}, true, 1e-6);
+  unary("sqrt", {1e10}, true, 1e5);
+  unary("sqrt", {0.0}, false);
+  unary("rsqrt", {1.0});
+  unary("rsqrt", {1e-2}, true, 1e-6);
+  unary("rsqrt", {0.0}, false);
+  unary("sin", {0.0, -0.0, 1e3});
+  unary("cos", {0.0, -0.0, 1e3});
+  unary("tan", {0.0, -0.0, 1.0});
+  unary("tanh", {0.0, -0.0, 30.0, -30.0, 400.0});
+  unary("sigmoid", {0.0, -0.0, 40.0, -40.0, 800.0, -800.0});
+  unary("erf", {0.0, -0.0, 6.0, -6.0, 30.0});
+  // pow at zero bases and zero exponents: with respect to the base, the exponent, and both.
+  for (double b : {0.0, 1.0, 2.0, 3.0, -1.0, 0.5})
+    for (double a : {0.0, -0.0, 1.0, 2.0, -2.0}) {
+      if (b == -1.0 && a == 0.0) continue;  // 1/a at a pole
+      const bool fractional = b != std::floor(b);
+      if (fractional && a <= 0.0) continue;  // no real a^b around negative bases
+      // a^b is a polynomial in a for b in {0, 1, 2, 3}: smooth in a even at 0.
+      e.push_back({"pow", {s(a), k(b)}, !(b == 0.5 && a == 0.0)});
+    }
+  e.push_back({"pow", {k(0.0), s(0.0)}, false});  // 0^b jumps from 1 to 0 at b = 0
+  e.push_back({"pow", {k(0.0), s(2.0)}});         // 0^b = 0 all around b = 2
+  e.push_back({"pow", {k(2.0), s(0.0)}});
+  e.push_back({"pow", {s(0.0), s(0.0)}, false});
+  e.push_back({"pow", {s(0.0), s(2.0)}, false});
+  e.push_back({"pow", {s(1.0), s(0.0)}});  // d2/da db = a^(b-1) (1 + b log a) = 1: not 0
+  e.push_back({"pow", {s(2.0), s(0.0)}});
+  e.push_back({"pow", {s(2.0), s(-1.0)}});
+  for (const char* p : {"add", "sub", "mul"}) e.push_back({p, {s(0.0), s(-0.0)}});
+  e.push_back({"div", {s(0.0), s(1.0)}});
+  e.push_back({"div", {s(-0.0), s(-1.0)}});
+  e.push_back({"div", {s(1e-300), s(1e10)}});
+  for (const char* p : {"max", "min"}) {  // ties, signed-zero ties, infinite ties: kinks
+    for (auto [a, b] : {std::pair{0.0, 0.0}, {-0.0, 0.0}, {1.0, 1.0}, {-inf, -inf}})
+      e.push_back({p, {s(a), s(b)}, false});
+    e.push_back({p, {s(1.0), s(2.0)}});
+  }
+  e.push_back({"select", {fixed(tensor({1.0, 0.0}) > 0.5), v({0.0, -0.0}), v({1.0, 0.0})}});
+  // Reductions at zeros (reduce_prod: smooth, a polynomial) and ties (max, min: kinks).
+  const Attrs all{{"axes", Ints{0}}};
+  e.push_back({"reduce_sum", {v({0.0, -0.0, 1.0})}, true, all});
+  e.push_back({"reduce_prod", {v({0.0, 0.0, 2.0})}, true, all});
+  e.push_back({"reduce_prod", {v({0.0, -0.0, 0.0})}, true, all});
+  e.push_back({"reduce_prod", {v({0.0, 3.0, -1.0})}, true, all});
+  e.push_back({"reduce_max", {v({1.0, 1.0, 0.0})}, false, all});
+  e.push_back({"reduce_max", {v({-inf, -inf})}, false, all});
+  e.push_back({"reduce_min", {v({-0.0, 0.0, 2.0})}, false, all});
+  return e;
+}
+
+class EdgeSecondDerivatives : public ::testing::TestWithParam<EdgePoint> {};
+
+TEST_P(EdgeSecondDerivatives, FourModesAgreeAndMatchFiniteDifferences) {
+  const EdgePoint& ep = GetParam();
+  const Primitive& p = primitive(ep.prim);
+  // f(u): the differentiated inputs are the consecutive elements of u.
+  std::vector<double> u0;
+  for (const Arg& a : ep.args)
+    if (a.wrt)
+      for (double x : values(a.value)) u0.push_back(x);
+  const auto n = static_cast<int64_t>(u0.size());
+  auto f = [&](const Tensor& u) {
+    Ts ins;
+    int64_t at = 0;
+    for (const Arg& a : ep.args) {
+      if (!a.wrt) {
+        ins.push_back(a.value);
+        continue;
+      }
+      const int64_t m = a.value.numel();
+      ins.push_back(reshape(slice(u, {Slice{at, at + m, 1}}), a.value.shape()));
+      at += m;
+    }
+    return sum(bind1(p, ins, ep.attrs));
+  };
+  auto gf = [&](const Tensor& u) { return grad(f)(u); };
+  auto jf = [&](const Tensor& u) { return jacfwd(f)(u); };
+  const Tensor u = tensor(u0, Shape{n});
+  const std::vector<std::pair<std::string, Tensor>> modes{{"forward over reverse", jacfwd(gf)(u)},
+                                                          {"reverse over reverse", jacrev(gf)(u)},
+                                                          {"forward over forward", jacfwd(jf)(u)},
+                                                          {"reverse over forward", jacrev(jf)(u)}};
+  const std::vector<double> ref = values(modes[0].second);
+  for (const auto& [name, h] : modes) {
+    const std::vector<double> got = values(h);
+    ASSERT_EQ(got.size(), static_cast<std::size_t>(n * n)) << name;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      EXPECT_FALSE(std::isnan(got[i])) << name << " [" << i << "]";
+      if (std::isinf(ref[i]))
+        EXPECT_EQ(got[i], ref[i]) << name << " [" << i << "]";
+      else
+        EXPECT_NEAR(got[i], ref[i], 1e-12 * std::max(1.0, std::abs(ref[i])))
+            << name << " [" << i << "]";
+    }
+  }
+  if (!ep.smooth) return;
+  // Second differences: [f(+i+j) - f(+i-j) - f(-i+j) + f(-i-j)] / 4h^2.
+  auto fv = [&](std::vector<double> w) { return f(tensor(w, Shape{n})).item<double>(); };
+  const double h = ep.fd_step;
+  double scale = 1.0;
+  for (double r : ref) scale = std::max(scale, std::abs(r));
+  for (std::size_t i = 0; i < u0.size(); ++i)
+    for (std::size_t j = 0; j < u0.size(); ++j) {
+      auto at = [&](double si, double sj) {
+        std::vector<double> w = u0;
+        w[i] += si * h;
+        w[j] += sj * h;
+        return fv(w);
+      };
+      const double fd = (at(1, 1) - at(1, -1) - at(-1, 1) + at(-1, -1)) / (4 * h * h);
+      EXPECT_NEAR(ref[i * u0.size() + j], fd, 1e-5 * scale) << "H[" << i << "][" << j << "]";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AdRules, EdgeSecondDerivatives, ::testing::ValuesIn(edge_points()));
+
 }  // namespace
 }  // namespace kiln

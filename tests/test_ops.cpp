@@ -1502,7 +1502,9 @@ TEST(Errors, AxisOutOfRange) {
   expect_error([&] { (void)sum(x, {3}); }, "reduce_sum", {"axis 3", "rank 2"});
   expect_error([&] { (void)max(x, {-3}); }, "reduce_max", {"axis -3", "rank 2"});
   expect_error([&] { (void)argmax(x, 2); }, "argmax", {"axis 2", "rank 2"});
-  expect_error([&] { (void)softmax(x, 5); }, "reduce_max", {"axis 5", "rank 2"});
+  expect_error([&] { (void)softmax(x, 5); }, "softmax", {"axis 5", "rank 2"});
+  expect_error([&] { (void)log_softmax(x, -3); }, "log_softmax", {"axis -3", "rank 2"});
+  expect_error([&] { (void)logsumexp(x, {2}); }, "logsumexp", {"axis 2", "rank 2"});
   expect_error([&] { (void)flip(x, {2}); }, "flip", {"axis 2", "rank 2"});
   expect_error([&] { (void)concatenate({x, x}, -3); }, "concatenate", {"axis -3", "rank 2"});
   expect_error([&] { (void)split(x, 1, 4); }, "split", {"axis 4", "rank 2"});

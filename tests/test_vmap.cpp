@@ -198,6 +198,13 @@ std::vector<Case> cases() {
                    return Sample{{g.normal(Shape{g.dim(), g.dim(2, 5)})}, {{"axis", int64_t{-1}}}};
                  }});
   }
+  // nn.cross_entropy's label check (the identity on valid labels; -100 is the ignore_index).
+  c.push_back({.prim = "check_labels", .label = "", .make = [](Gen& g) {
+                 const Shape s{g.dim(), g.dim()};
+                 const Tensor ignored = full(Shape{}, -100.0, int64);
+                 return Sample{{where(g.bernoulli(s), g.indices(s, 0, 4), ignored)},
+                               {{"classes", int64_t{4}}, {"ignore_index", int64_t{-100}}}};
+               }});
 
   // ---- shapes ----
   c.push_back({.prim = "reshape", .label = "", .make = [](Gen& g) {

@@ -28,17 +28,25 @@ Tensor relu(const Tensor& x, Loc loc = Loc::current());
 // Exact GELU, x * Phi(x); `tanh_approximation` uses the tanh formula (PyTorch approximate='tanh').
 Tensor gelu(const Tensor& x, bool tanh_approximation = false, Loc loc = Loc::current());
 Tensor silu(const Tensor& x, Loc loc = Loc::current());  // x * sigmoid(x)
+// log(1 + e^x) and log(sigmoid(x)) = -softplus(-x): exact to rounding for every x (no
+// overflow, no cancellation), with derivatives of every order right everywhere, 0 included.
+Tensor softplus(const Tensor& x, Loc loc = Loc::current());
+Tensor log_sigmoid(const Tensor& x, Loc loc = Loc::current());
 using kiln::log_softmax;
 using kiln::softmax;
 
 // ---- losses (means over every example) -------------------------------------------------
 
 // logits [..., C], integer labels [...] in [0, C). With label smoothing e the target is
-// (1 - e) on the label plus e / C on every class, as in PyTorch.
+// (1 - e) on the label plus e / C on every class, as in PyTorch. Positions whose label is
+// `ignore_index` (PyTorch's default -100; nullopt: none) add nothing and are not counted in
+// the mean; any other label outside [0, C) is an Error, also when the labels are traced (then
+// when the traced function runs). See docs/NN.md.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0,
-                     Loc loc = Loc::current());
+                     std::optional<int64_t> ignore_index = -100, Loc loc = Loc::current());
 Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc = Loc::current());
-// targets in [0, 1], same shape as the logits; computed without overflow for large |logits|.
+// targets in [0, 1], same shape as the logits: t softplus(-x) + (1 - t) softplus(x), with no
+// overflow or cancellation for large |logits| and the right curvature at 0.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
                                         Loc loc = Loc::current());
 // Fraction of rows whose largest logit is at the label.

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kiln/error.h"
+#include "kiln/primitive.h"
 
 namespace kiln::nn {
 
@@ -41,6 +42,22 @@ Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
 
 Tensor silu(const Tensor& x, Loc loc) { return x * sigmoid(x, loc); }
 
+// Two exact formulas, each where it cannot overflow: x + log1p(e^-x) for x > 0, log1p(e^x)
+// otherwise. Each gets an input that is 0 where the other is chosen, so the unchosen one
+// never puts inf or NaN into the derivatives. (max(x, 0) + log1p(e^-|x|) has the right
+// values, but AD through its two kinks at 0 gives a second derivative of 0 there, not 1/4.)
+Tensor softplus(const Tensor& x, Loc loc) {
+  const Tensor xf = astype(x, to_floating(x.dtype()), loc);
+  const Tensor positive = xf > 0.0;
+  const Tensor zero = scalar_like(xf, 0.0);
+  const Tensor xp = where(positive, xf, zero, loc), xn = where(positive, zero, xf, loc);
+  return where(positive, xp + log1p(exp(-xp, loc), loc), log1p(exp(xn, loc), loc), loc);
+}
+
+Tensor log_sigmoid(const Tensor& x, Loc loc) {
+  return -softplus(-astype(x, to_floating(x.dtype()), loc), loc);
+}
+
 // ---- losses ---------------------------------------------------------------------------
 
 namespace {
@@ -66,23 +83,67 @@ void expect_labels(std::string_view op, const Tensor& logits, const Tensor& labe
            Shape(std::vector<int64_t>(logits.shape().begin(), logits.shape().end() - 1)));
 }
 
+// check_labels{classes, ignore_index?}(labels) -> labels, unchanged: raises unless every
+// label is in [0, classes) or is the ignore_index. A primitive rather than a check in
+// cross_entropy, so that traced labels (under jit, grad or vmap) are checked too, when the
+// traced function runs: gather_along alone would read -1 as the last class.
+const Primitive& check_labels_p = register_primitive(
+    {.name = "check_labels",
+     .arity = 1,
+     .type_rule = [](std::span<const TensorType> in,
+                     const Attrs&) { return std::vector<TensorType>{in[0]}; },
+     .differentiable = false,
+     .batch = [](const BatchArgs& b) -> std::vector<Batched> {  // elementwise: any batch axis
+       return {{bind1(primitive("check_labels"), {b.inputs[0]}, b.attrs), b.dims[0]}};
+     }},
+    {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::integral()}, .variadic = false},
+      [](std::span<const Tensor> in, const Attrs& a) {
+        const int64_t classes = a.get_int("classes");
+        const bool has_ignore = a.has("ignore_index");
+        const int64_t ignore = has_ignore ? a.get_int("ignore_index") : 0;
+        const std::vector<int64_t> labels = in[0].to_vector<int64_t>();
+        for (std::size_t i = 0; i < labels.size(); ++i) {
+          const int64_t v = labels[i];
+          if ((v < 0 || v >= classes) && !(has_ignore && v == ignore))
+            fail("nn.cross_entropy", "label out of range: got ", v, " at flat position ", i,
+                 " of labels ", in[0].type(), ", expected labels in [0, ", classes, ")",
+                 has_ignore ? " or the ignore_index " + std::to_string(ignore) : std::string());
+        }
+        return std::vector<Tensor>{in[0]};
+      }}});
+
 }  // namespace
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing,
-                     Loc loc) {
+                     std::optional<int64_t> ignore_index, Loc loc) {
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.cross_entropy";
     expect_labels(op, logits, labels);
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
       fail(op, "label smoothing out of range: got ", label_smoothing, ", expected a value in [0, 1]");
+    const int64_t classes = logits.shape()[logits.rank() - 1];
+    Attrs check{{"classes", classes}};
+    if (ignore_index) check.set("ignore_index", *ignore_index);
+    // int64, so that a negative ignore_index compares as itself with unsigned labels too.
+    const Tensor checked = astype(bind1(check_labels_p, {labels}, check, loc), int64, loc);
+    std::optional<Tensor> kept;
+    if (ignore_index)
+      kept = not_equal(checked, tensor(std::vector<int64_t>{*ignore_index}, Shape{}), loc);
+    // Ignored positions read class 0 (any valid index will do) and are masked out below.
+    const Tensor index = kept ? where(*kept, checked, zeros(Shape{}, int64), loc) : checked;
     const Tensor logp = log_softmax(logits, -1, loc);
-    const Tensor picked = squeeze(take_along_axis(logp, expand_dims(labels, -1, loc), -1, loc), {-1}, loc);
+    const Tensor picked =
+        squeeze(take_along_axis(logp, expand_dims(index, -1, loc), -1, loc), {-1}, loc);
     Tensor nll = -picked;
     if (label_smoothing > 0.0) {
-      const auto classes = static_cast<double>(logits.shape()[logits.rank() - 1]);
-      nll = (1.0 - label_smoothing) * nll - (label_smoothing / classes) * sum(logp, {-1}, false, loc);
+      const auto c = static_cast<double>(classes);
+      nll = (1.0 - label_smoothing) * nll - (label_smoothing / c) * sum(logp, {-1}, false, loc);
     }
-    return mean(nll, {}, false, loc);
+    if (!kept) return mean(nll, {}, false, loc);
+    // The mean over the kept positions (NaN when none is kept, as in PyTorch); where, not a
+    // product with the mask, so that an ignored position's -inf log-probability adds nothing.
+    return sum(where(*kept, nll, scalar_like(nll, 0.0), loc), {}, false, loc) /
+           sum(astype(*kept, nll.dtype(), loc), {}, false, loc);
   });
 }
 
@@ -104,10 +165,11 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
     if (!targets.defined() || logits.shape() != targets.shape())
       fail(op, "logits and targets differ in shape: got ", logits.type(), " and ",
            targets.defined() ? targets.type() : TensorType{}, ", expected equal shapes");
-    // max(x, 0) - x t + log(1 + exp(-|x|)): exp never overflows.
+    // -[t log s + (1 - t) log(1 - s)] with s = sigmoid(x): log s = -softplus(-x) and
+    // log(1 - s) = -softplus(x). Two non-negative terms, so nothing cancels at large |x|, and
+    // softplus is smooth, so the curvature at x = 0 is the true 1/4 (Newton steps need it).
     const Tensor t = astype(targets, logits.dtype(), loc);
-    return mean(maximum(logits, 0.0, loc) - logits * t + log(1.0 + exp(-abs(logits, loc), loc), loc),
-                {}, false, loc);
+    return mean(t * softplus(-logits, loc) + (1.0 - t) * softplus(logits, loc), {}, false, loc);
   });
 }
 

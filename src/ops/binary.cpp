@@ -112,10 +112,16 @@ struct Div {
     return static_cast<T>(a / b);
   }
 };
-// d(a^b)/da = b a^(b-1), taken as 0 where b == 0 (so 0^0 has no NaN derivative);
+// d(a^b)/da = b a^(b-1), taken as 0 at a = b = 0 (a^0 = 1 for every a), the one point
+// where it is 0 * inf. Only that point is replaced, and in the inputs too: the unselected
+// b a^(b-1) would hold inf there, and its rules multiply the zero cotangent select gives it
+// by that inf, a NaN in reverse-over-reverse of a^0 at 0. (Replacing every b == 0 zeroes the
+// mixed derivative d2(a^b)/da db = 1/a at b = 0.)
 // d(a^b)/db = log(a) a^b, taken as 0 where a <= 0 (no real logarithm; a^b is 0 or NaN there).
 Tensor pow_da(const Tensor& a, const Tensor& b) {
-  return where(b == 0.0, scalar_like(a, 0.0), b * pow(a, b - 1.0));
+  const Tensor origin = (a == 0.0) && (b == 0.0);
+  const Tensor safe_a = where(origin, scalar_like(a, 1.0), a);
+  return where(origin, scalar_like(a, 0.0), b * pow(safe_a, b - 1.0));
 }
 Tensor pow_db(const Tensor& a, const Tensor& y) {
   const Tensor positive = a > 0.0;

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "detail/copy.h"
@@ -669,30 +670,46 @@ Windows windows(const Tensor& x, const Attrs& a, const Shape& out, double pad_va
   return w;
 }
 
-// max_pool2d: the derivative flows to the first maximum of each window (as in PyTorch).
-std::vector<Tensor> max_masks(const RuleArgs& r, const Windows& w) {
-  std::vector<Tensor> masks;
-  Tensor taken = zeros(r.outputs[0].shape(), bool_);
-  for (int64_t kh = 0; kh < w.k[0]; ++kh)
-    for (int64_t kw = 0; kw < w.k[1]; ++kw) {
-      const Tensor m = (w.at(kh, kw) == r.outputs[0]) && !taken;
-      masks.push_back(m);
-      taken = taken || m;
-    }
+// max_pool2d: the derivative flows to the element max_pool2d_grad's kernel picks, so that
+// forward and reverse mode agree (jacfwd == jacrev): the first maximum among the window's
+// input elements (padding is never picked, even when every input is -inf), and in a window
+// holding NaN its last NaN (as PyTorch). One mask per window offset, in window order.
+std::vector<Tensor> max_masks(const Tensor& x, const Tensor& y, const Attrs& attrs) {
+  const Windows xw = windows(x, attrs, y.shape(), -INFINITY);
+  const int64_t n = xw.k[0] * xw.k[1];
+  // Which offsets of each window fall on the input rather than on the padding.
+  const bool padded = xw.p[0] > 0 || xw.p[1] > 0;
+  const std::optional<Windows> inside =
+      padded ? std::optional<Windows>(windows(ones_like(x), attrs, y.shape(), 0.0)) : std::nullopt;
+  auto at = [&](int64_t i) { return xw.at(i / xw.k[1], i % xw.k[1]); };
+  auto valid = [&](const Tensor& hit, int64_t i) {
+    return inside ? hit && inside->at(i / xw.k[1], i % xw.k[1]) > 0.0 : hit;
+  };
+  std::vector<Tensor> masks(static_cast<std::size_t>(n));
+  Tensor taken = zeros(y.shape(), bool_);
+  for (int64_t i = 0; i < n; ++i) {  // equal to the maximum: the first (no NaN in the window)
+    const Tensor m = valid(at(i) == y, i) && !taken;
+    masks[static_cast<std::size_t>(i)] = m;
+    taken = taken || m;
+  }
+  Tensor nan_taken = zeros(y.shape(), bool_);
+  for (int64_t i = n - 1; i >= 0; --i) {  // NaN: the last (padding is -inf, never NaN)
+    const Tensor m = isnan(at(i)) && !nan_taken;
+    masks[static_cast<std::size_t>(i)] = masks[static_cast<std::size_t>(i)] || m;
+    nan_taken = nan_taken || m;
+  }
   return masks;
 }
 
-// t (shaped like x) at the first maximum of each window of x; y = max_pool2d(x). The JVP of
-// max_pool2d and the transpose of max_pool2d_grad.
-Tensor at_first_max(const Tensor& x, const Tensor& y, const Tensor& t, const Attrs& attrs) {
-  const RuleArgs r{std::span<const Tensor>(&x, 1), std::span<const Tensor>(&y, 1), attrs};
-  const Windows xw = windows(x, attrs, y.shape(), -INFINITY);
+// t (shaped like x) at the element of each window of x that max_masks picks; y =
+// max_pool2d(x). The JVP of max_pool2d and the transpose of max_pool2d_grad.
+Tensor at_chosen_max(const Tensor& x, const Tensor& y, const Tensor& t, const Attrs& attrs) {
   const Windows tw = windows(t, attrs, y.shape(), 0.0);
-  const std::vector<Tensor> masks = max_masks(r, xw);
+  const std::vector<Tensor> masks = max_masks(x, y, attrs);
   Tensor out = zeros_like(y);
   std::size_t i = 0;
-  for (int64_t kh = 0; kh < xw.k[0]; ++kh)
-    for (int64_t kw = 0; kw < xw.k[1]; ++kw)
+  for (int64_t kh = 0; kh < tw.k[0]; ++kh)
+    for (int64_t kw = 0; kw < tw.k[1]; ++kw)
       out = out + where(masks[i++], tw.at(kh, kw), scalar_like(out, 0.0));
   return out;
 }
@@ -704,7 +721,7 @@ Tensor max_pool_grad(const Tensor& x, const Tensor& dy, const Attrs& attrs) {
 template <bool IsMax>
 Primitive with_pool_rules(Primitive p) {
   p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-    if constexpr (IsMax) return {at_first_max(r.inputs[0], r.outputs[0], *t[0], r.attrs)};
+    if constexpr (IsMax) return {at_chosen_max(r.inputs[0], r.outputs[0], *t[0], r.attrs)};
     else return {bind1(primitive("avg_pool2d"), {*t[0]}, r.attrs)};
   };
   p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
@@ -836,7 +853,7 @@ const Primitive& max_pool2d_grad_p = []() -> const Primitive& {
   p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
     const Tensor& x = r.inputs[0];
     const Tensor y = bind1(primitive("max_pool2d"), {x}, r.attrs);
-    return {std::nullopt, at_first_max(x, y, *ct[0], r.attrs)};
+    return {std::nullopt, at_chosen_max(x, y, *ct[0], r.attrs)};
   };
   p.batch = [](const BatchArgs& b) {
     std::vector<Tensor> ins;

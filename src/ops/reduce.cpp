@@ -439,6 +439,16 @@ Tensor arg(const Primitive& p, const Tensor& x, std::optional<int64_t> axis, boo
 // Sums of bool count trues (int64), like numpy.
 Tensor numeric(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? astype(x, int64, loc) : x; }
 
+// Exponentials are taken of x - shift, shift = the max over the axes (kept). The shift cancels
+// out of every result, so it is a stop_gradient: derivatives are exactly those of the formula
+// (and cheaper). It is 0 where the max is infinite (all -inf, or an inf present), so that
+// inf - inf never makes a NaN, and 0 over an empty axis, which has no max.
+Tensor exp_shift(std::string_view op, const Tensor& xf, const Axes& axes, Loc loc) {
+  if (count_over(xf, axes_of(op, xf, axes)) == 0) return scalar_like(xf, 0.0);
+  const Tensor m = stop_gradient(max(xf, axes, true, loc), loc);
+  return where(abs(m, loc) == INFINITY, scalar_like(m, 0.0), m, loc);
+}
+
 }  // namespace
 
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
@@ -480,27 +490,29 @@ Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc l
   return div(ss, scalar_like(xf, static_cast<double>(std::max<int64_t>(n - ddof, 0))), loc);
 }
 
+// The empty sum is 0, so the log-sum-exp over an empty axis is -inf (as numpy's
+// logaddexp.reduce and scipy's logsumexp).
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
   const std::vector<int> ax = axes_of("logsumexp", x, axes);
   const Axes all_axes(ax.begin(), ax.end());
-  // Shift by the max for stability; where the max is infinite (all -inf, or an inf present)
-  // shift by 0 so that inf - inf never makes a NaN.
-  Tensor m = max(xf, all_axes, true, loc);
-  m = where(abs(m, loc) == INFINITY, scalar_like(m, 0.0), m, loc);
+  const Tensor m = exp_shift("logsumexp", xf, all_axes, loc);
   const Tensor s = sum(exp(sub(xf, m, loc), loc), all_axes, true, loc);
   const Tensor out = add(log(s, loc), m, loc);
   return keepdims ? out : squeeze(out, all_axes, loc);
 }
 
+// (x - shift) - log(sum(exp(x - shift))), not x - logsumexp(x): the latter adds the shift
+// back first and loses what it rounds away (log 2 next to 1e7 in float32 is 0.69 -> 1).
 Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
   const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
-  return sub(xf, logsumexp(xf, {axis}, true, loc), loc);
+  const Tensor shifted = sub(xf, exp_shift("log_softmax", xf, {axis}, loc), loc);
+  return sub(shifted, log(sum(exp(shifted, loc), {axis}, true, loc), loc), loc);
 }
 
 Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
   const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
-  const Tensor e = exp(sub(xf, max(xf, {axis}, true, loc), loc), loc);
+  const Tensor e = exp(sub(xf, exp_shift("softmax", xf, {axis}, loc), loc), loc);
   return div(e, sum(e, {axis}, true, loc), loc);
 }
 

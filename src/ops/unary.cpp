@@ -53,7 +53,9 @@ struct Abs {
   static constexpr Domain domain = Domain::numeric;
   static Tensor scale(const Tensor& x, const Tensor&, const Tensor& t) { return t * sign(x); }
   template <typename T> T operator()(T x) const {
+    // fabs clears the sign bit: |-0| = +0, as numpy.
     if constexpr (std::is_unsigned_v<T>) return x;
+    else if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
     else return x < T{0} ? Neg{}(x) : x;
   }
 };
