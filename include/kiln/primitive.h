@@ -130,7 +130,8 @@ struct Primitive {
   VjpRule vjp;
   // Batching rule (docs/DESIGN.md, "vmap"). Inputs that are all unbatched never reach it.
   BatchRule batch;
-  // Checks the input count, then applies type_rule.
+  // Checks the input count, applies type_rule, then checks every output shape (Shape::check)
+  // under the primitive's name.
   std::vector<TensorType> infer(std::span<const TensorType> inputs, const Attrs& attrs) const;
   int id = -1;  // index in the registry, set by register_primitive
 };

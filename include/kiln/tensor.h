@@ -127,11 +127,14 @@ std::string to_string(const Tensor& t);
 
 // ---- creation ---------------------------------------------------------------
 
-// A new contiguous, uninitialised tensor.
+// A new contiguous, uninitialised tensor. An invalid shape or an allocation that cannot be
+// satisfied (over the machine's physical memory, or refused) raises an Error.
 Tensor empty(const Shape& shape, DType dtype = float32);
 Tensor empty(const TensorType& type);
 
 namespace detail {
+// empty() for the creation function `op`, whose name its errors carry.
+Tensor allocate(std::string_view op, const TensorType& type);
 Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape& shape,
                    Loc loc);
 }

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <deque>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <sstream>
 #include <unordered_map>
@@ -114,13 +115,34 @@ std::string KernelSignature::to_string() const {
   return s + ")";
 }
 
+namespace {
+
+// Shape::numel and the creation functions kernels allocate with cannot know which op asked
+// them, so they raise under their own names (an invalid shape, an allocation that cannot be
+// satisfied); the primitive whose type rule or kernel called them re-raises under its name.
+Error claimed(const Error& e, std::string_view op) {
+  constexpr std::string_view kHelpers[] = {"shape", "empty", "zeros", "ones", "full"};
+  if (std::find(std::begin(kHelpers), std::end(kHelpers), e.op()) == std::end(kHelpers)) return e;
+  return Error(op, std::string(std::string_view(e.what()).substr(e.op().size() + 3)));
+}
+
+}  // namespace
+
 std::vector<TensorType> Primitive::infer(std::span<const TensorType> inputs,
                                          const Attrs& attrs) const {
   const int n = static_cast<int>(inputs.size());
   if (variadic ? n < arity : n != arity)
     fail(name, "wrong number of inputs: got ", n, ", expected ", variadic ? "at least " : "",
          arity);
-  return type_rule(inputs, attrs);
+  try {
+    std::vector<TensorType> out = type_rule(inputs, attrs);
+    // Every shape an op makes is checked here, once, so that kernels, tracing, the verifier
+    // and parsed IR never meet a negative size or an element count that overflows.
+    for (const TensorType& t : out) t.shape.check(name);
+    return out;
+  } catch (const Error& e) {
+    throw claimed(e, name);
+  }
 }
 
 const Primitive& register_primitive(Primitive primitive, std::vector<KernelRegistration> kernels) {
@@ -243,7 +265,12 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
              ", expected ", out_types[i], " for inputs ", types_to_string(types));
     return outs;
   } catch (const Error& e) {
-    detail::rethrow_at(e, loc);
+    detail::rethrow_at(claimed(e, p.name), loc);
+  } catch (const std::bad_alloc&) {
+    // A kernel's scratch buffer (tensors raise Errors of their own when they cannot be had).
+    detail::rethrow_at(Error(p.name, "out of memory: got inputs " + types_to_string(types) +
+                                         ", expected working memory the system can satisfy"),
+                       loc);
   }
 }
 

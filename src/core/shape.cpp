@@ -7,10 +7,41 @@
 
 namespace kiln {
 
-int64_t Shape::numel() const {
+namespace {
+
+// Out of line and cold: inlined, its message code made numel() save registers on every call.
+[[noreturn, gnu::cold, gnu::noinline]] void fail_invalid(std::string_view op, const Shape& s) {
+  double product = 1;  // approximate, for the message: the exact one may not fit in 64 bits
+  bool has_zero = false;
+  for (int64_t d : s) {
+    if (d < 0) fail(op, "negative dimension: got shape ", s, ", expected sizes >= 0");
+    if (d == 0)
+      has_zero = true;
+    else
+      product *= static_cast<double>(d);
+  }
+  if (has_zero)
+    fail(op, "shape too large: got shape ", s, " whose non-zero sizes multiply to ", product,
+         ", expected at most ", Shape::kMaxNumel, " (the strides of an empty shape must fit too)");
+  fail(op, "too many elements: got shape ", s, " with ", product, " elements, expected at most ",
+       Shape::kMaxNumel, " (so that its size in bytes fits in 64 bits)");
+}
+
+}  // namespace
+
+int64_t Shape::numel(std::string_view op) const {
   int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
-  return n;
+  bool empty = false;
+  for (int64_t d : dims_) {
+    if (d <= 0) {
+      if (d < 0) fail_invalid(op, *this);
+      empty = true;
+    } else if (__builtin_mul_overflow(n, d, &n)) {
+      fail_invalid(op, *this);
+    }
+  }
+  if (n > kMaxNumel) fail_invalid(op, *this);
+  return empty ? 0 : n;
 }
 
 std::string Shape::to_string() const {
@@ -37,7 +68,9 @@ Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b) {
            " vs ", db, ")");
     out[static_cast<std::size_t>(i)] = da == 1 ? db : da;
   }
-  return Shape(std::move(out));
+  Shape s(std::move(out));
+  s.check(op);  // two valid shapes can broadcast to one too large: [2^40, 1] with [2^40]
+  return s;
 }
 
 int normalize_axis(std::string_view op, int64_t axis, int rank) {

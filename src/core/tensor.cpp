@@ -1,9 +1,12 @@
 #include "kiln/tensor.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <ostream>
 #include <sstream>
@@ -176,29 +179,50 @@ template bool Tensor::item<bool>(Loc) const;
 
 // ---- creation -----------------------------------------------------------------
 
-Tensor empty(const TensorType& type) {
-  for (int64_t d : type.shape)
-    if (d < 0)
-      fail("empty", "negative dimension: got shape ", type.shape, ", expected sizes >= 0");
+namespace {
+// No single buffer larger than physical memory can be used, and asking the allocator for one
+// can abort (under sanitizers) or succeed only to be killed later (overcommit), so such a
+// request fails up front.
+std::size_t physical_memory() {
+  static const std::size_t bytes = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                                 : std::numeric_limits<std::size_t>::max();
+  }();
+  return bytes;
+}
+}  // namespace
+
+Tensor detail::allocate(std::string_view op, const TensorType& type) {
+  // Cannot overflow: a valid shape has at most Shape::kMaxNumel elements of at most 8 bytes.
+  const std::size_t nbytes =
+      static_cast<std::size_t>(type.shape.numel(op)) * dtype_size(type.dtype);
+  if (nbytes > physical_memory())
+    fail(op, "cannot allocate ", type, ": got a request for ", nbytes,
+         " bytes, expected at most the machine's physical memory (", physical_memory(), " bytes)");
   auto impl = std::make_shared<TensorImpl>();
   impl->type = type;
   impl->strides = contiguous_strides(type.shape);
-  impl->storage = std::make_shared<Storage>(
-      static_cast<std::size_t>(type.shape.numel()) * dtype_size(type.dtype), Device::cpu);
+  try {
+    impl->storage = std::make_shared<Storage>(nbytes, Device::cpu);
+  } catch (const std::bad_alloc&) {
+    fail(op, "out of memory allocating ", type, ": got a request for ", nbytes,
+         " bytes, expected one the system can satisfy");
+  }
   return Tensor(std::move(impl));
 }
+
+Tensor empty(const TensorType& type) { return detail::allocate("empty", type); }
 Tensor empty(const Shape& shape, DType dtype) { return empty(TensorType{dtype, shape}); }
 
 namespace detail {
 Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape& shape,
                    Loc loc) {
-  for (int64_t d : shape)
-    if (d < 0) fail("tensor", "negative dimension: got shape ", shape, ", expected sizes >= 0");
-  if (static_cast<int64_t>(count) != shape.numel())
+  if (static_cast<int64_t>(count) != shape.numel("tensor"))
     fail("tensor", "value count does not match the shape: got ", count, " values for shape ",
          shape, " (", shape.numel(), " elements) at ", loc.file_name(), ":", loc.line(),
          ", expected equal counts");
-  Tensor t = empty(shape, dtype);
+  Tensor t = allocate("tensor", TensorType{dtype, shape});
   if (count) std::memcpy(t.raw_data(), data, count * dtype_size(dtype));
   return t;
 }

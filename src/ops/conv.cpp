@@ -16,6 +16,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "detail/checked.h"
 #include "detail/copy.h"
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
@@ -83,7 +84,9 @@ ConvGeom conv_geom(std::string_view op, std::span<const TensorType> in, const At
          ")");
   if (g.KH < 1 || g.KW < 1)
     fail(op, "empty kernel: got weight ", w, ", expected KH >= 1 and KW >= 1");
-  const int64_t ekh = dh * (g.KH - 1) + 1, ekw = dw * (g.KW - 1) + 1;
+  // The dilated kernel's extent: checked, as a weight can be a broadcast view of 2^60 taps.
+  const int64_t ekh = detail::checked_add(op, detail::checked_mul(op, dh, g.KH - 1), 1);
+  const int64_t ekw = detail::checked_add(op, detail::checked_mul(op, dw, g.KW - 1), 1);
   const int64_t hp = g.H + 2 * ph, wp = g.W + 2 * pw;
   if (ekh > hp || ekw > wp)
     fail(op, "kernel larger than the padded input: got input ", x, " and weight ", w,
@@ -179,6 +182,9 @@ struct Columns {
 
   explicit Columns(const ConvGeom& geom)
       : g(geom), Cg(g.C / g.G), Og(g.O / g.G), K(Cg * g.KH * g.KW), L(g.OH * g.OW) {
+    // One image's K x L columns can exceed any size though the weight and output fit; the
+    // Error ([shape]) is re-raised by bind under the primitive's name.
+    Shape{K, L}.check("shape");
     nb = std::max<int64_t>(1, kTargetColumns / L);
     nb = std::min({nb, g.N, std::max<int64_t>(1, kColumnBudgetBytes / (K * L * int64_t{sizeof(T)}))});
     col.resize(static_cast<std::size_t>(K * nb * L));
@@ -500,7 +506,8 @@ ConvGeom input_grad_geom(std::span<const TensorType> in, const Attrs& a) {
   expect_rank4(op, "output gradient", in[0]);
   expect_rank4(op, "weight", in[1]);
   const auto [h, w] = pair_attr(op, a, "input_size", 0);
-  const TensorType x{in[0].dtype, Shape{in[0].shape[0], in[1].shape[1] * a.get_int("groups"), h, w}};
+  const int64_t c = detail::checked_mul(op, in[1].shape[1], a.get_int("groups"));
+  const TensorType x{in[0].dtype, Shape{in[0].shape[0], c, h, w}};
   return grad_geom(op, in[0], x, in[1], a);
 }
 // conv2d_weight_grad(dy [N, O, OH, OW], x) -> dw [O, C/groups, KH, KW]; kernel_size = [KH, KW].

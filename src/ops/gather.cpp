@@ -295,7 +295,11 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype, Loc loc) 
     fail("one_hot", "non-integer labels: got ", labels.type(), ", expected an integer dtype");
   if (num_classes < 0)
     fail("one_hot", "negative class count: got ", num_classes, ", expected >= 0");
-  const Tensor classes = arange(num_classes, labels.dtype());
+  std::vector<int64_t> out = labels.shape().dims();
+  out.push_back(num_classes);
+  Shape(std::move(out)).check("one_hot");
+  // Classes in int64: in the labels' dtype they would saturate (u8 labels, 300 classes).
+  const Tensor classes = arange(num_classes, int64);
   return astype(equal(expand_dims(labels, -1, loc), classes, loc), dtype, loc);
 }
 

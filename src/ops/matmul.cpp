@@ -147,7 +147,8 @@ Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
     gemm<T>(la.trans, lb.trans, m, n, k, pa + oa[static_cast<std::size_t>(i)], la.ld,
             pb + ob[static_cast<std::size_t>(i)], lb.ld, pc + i * m * n, n);
   };
-  const int64_t flops = m * n * k;
+  // m * n * k can pass 2^63 (k up to 2^31 with a large output); only small products matter.
+  const int64_t flops = m * n > kSmallGemmFlops / k ? kSmallGemmFlops + 1 : m * n * k;
   if (batch > 1 && flops <= kSmallGemmFlops) {
     // parallel_for's grain is in elementwise-op units; gemm does ~64 multiply-adds in that time.
     detail::parallel_for(

@@ -279,8 +279,10 @@ Tensor randint(const Tensor& key, const Shape& shape, int64_t lo, int64_t hi, DT
     fail("randint", "invalid range or dtype: got [", lo, ", ", hi, ") as ", dtype,
          ", expected lo < hi and an integer dtype");
   const Tensor u = uniform(key, shape, float64, 0.0, 1.0, loc);
-  const Tensor v = floor(add(mul(u, scalar_like(u, static_cast<double>(hi - lo)), loc),
-                             scalar_like(u, static_cast<double>(lo)), loc), loc);
+  // hi - lo in double: in int64_t it overflows for ranges wider than 2^63 (lo = INT64_MIN).
+  const double range = static_cast<double>(hi) - static_cast<double>(lo);
+  const Tensor v = floor(
+      add(mul(u, scalar_like(u, range), loc), scalar_like(u, static_cast<double>(lo)), loc), loc);
   return astype(minimum(v, scalar_like(v, static_cast<double>(hi - 1)), loc), dtype, loc);
 }
 

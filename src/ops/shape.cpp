@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "detail/checked.h"
 #include "detail/copy.h"
 #include "detail/strided.h"
 #include "kiln/ops.h"
@@ -56,8 +57,7 @@ const Primitive& reshape_p = register_primitive(
      .type_rule =
          [](Types in, const Attrs& a) {
            Shape s(a.get_ints("shape"));
-           for (int64_t d : s)
-             if (d < 0) fail("reshape", "negative dimension: got ", s, ", expected sizes >= 0");
+           s.check("reshape");
            if (s.numel() != in[0].shape.numel())
              fail("reshape", "element count differs: got ", in[0], " (", in[0].shape.numel(),
                   " elements) to shape ", s, " (", s.numel(),
@@ -186,6 +186,12 @@ const Primitive& broadcast_p = register_primitive(
 
 // ---- slice{start, stop, step}: per axis, 0 <= start <= stop <= dim, step >= 1 ---------
 
+// Elements in [start, stop) taken every `step`, without forming stop - start + step - 1,
+// which overflows for a step near 2^63.
+int64_t slice_count(int64_t start, int64_t stop, int64_t step) {
+  return stop == start ? 0 : (stop - start - 1) / step + 1;
+}
+
 const Primitive& slice_p = register_primitive(
     {.name = "slice",
      .arity = 1,
@@ -205,18 +211,25 @@ const Primitive& slice_p = register_primitive(
                fail("slice", "bounds out of range on axis ", i, ": got start=", start[i],
                     ", stop=", stop[i], ", step=", step[i], " for ", in[0],
                     ", expected 0 <= start <= stop <= size and step >= 1");
-             out.dims().push_back((stop[i] - start[i] + step[i] - 1) / step[i]);
+             out.dims().push_back(slice_count(start[i], stop[i], step[i]));
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
          },
      .jvp = same_on_tangent("slice"),
      .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
-       return {ops::unslice(*ct[0], r.inputs[0].shape(), r.attrs.get_ints("start"), r.attrs.get_ints("step"))};
+       // An axis that kept one element or none may carry any step (IR can say step=2^62);
+       // step 1 says the same, and spares the transpose padding that element to a whole step.
+       std::vector<int64_t> step = r.attrs.get_ints("step");
+       for (std::size_t i = 0; i < step.size(); ++i)
+         if (ct[0]->shape()[static_cast<int>(i)] <= 1) step[i] = 1;
+       return {ops::unslice(*ct[0], r.inputs[0].shape(), r.attrs.get_ints("start"), step)};
      },
-     .batch = ops::batch_leading("slice", [](const Attrs& a, const Tensor& x) {
-       return ops::prepend_int(ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]),
-                               "step", 1);
-     })},
+     .batch = ops::batch_leading(
+         "slice",
+         [](const Attrs& a, const Tensor& x) {
+           return ops::prepend_int(
+               ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]), "step", 1);
+         })},
     {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
@@ -225,9 +238,10 @@ const Primitive& slice_p = register_primitive(
         std::vector<int64_t> st;
         int64_t off = x.offset();
         for (std::size_t i = 0; i < start.size(); ++i) {
-          const int64_t n = (stop[i] - start[i] + step[i] - 1) / step[i];
+          const int64_t n = slice_count(start[i], stop[i], step[i]);
           s.dims().push_back(n);
-          st.push_back(x.strides()[i] * step[i]);
+          // With two elements or more, step < size and the product stays inside the storage.
+          st.push_back(n > 1 ? x.strides()[i] * step[i] : x.strides()[i]);
           if (n > 0) off += start[i] * x.strides()[i];
         }
         return one(make_view(x, s, st, off));
@@ -278,7 +292,7 @@ const Primitive& concatenate_p = register_primitive(
              if (!ok)
                fail("concatenate", "inputs differ: got ", ops::types_str(in),
                     ", expected one dtype and equal sizes except along axis ", axis);
-             out[axis] += in[i].shape[axis];
+             out[axis] = detail::checked_add("concatenate", out[axis], in[i].shape[axis]);
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
          },
@@ -340,7 +354,7 @@ const Primitive& pad_p = register_primitive(
              if (lo[u] < 0 || hi[u] < 0)
                fail("pad", "negative width on axis ", i, ": got (", lo[u], ", ", hi[u],
                     "), expected widths >= 0");
-             out[i] += lo[u] + hi[u];
+             out[i] = detail::checked_add("pad", detail::checked_add("pad", out[i], lo[u]), hi[u]);
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
          },
@@ -383,19 +397,22 @@ Tensor reshape(const Tensor& x, const Shape& shape, Loc loc) {
   std::vector<int64_t> dims = shape.dims();
   int infer = -1;
   int64_t known = 1;
+  bool overflow = false;  // then `known` exceeds any element count: nothing can be inferred
   for (std::size_t i = 0; i < dims.size(); ++i) {
     if (dims[i] == -1) {
       if (infer >= 0)
         fail("reshape", "more than one -1: got ", shape, ", expected at most one inferred size");
       infer = static_cast<int>(i);
+    } else if (dims[i] < 0) {
+      fail("reshape", "negative dimension: got ", shape, ", expected sizes >= 0 (or one -1)");
     } else {
-      known *= dims[i];
+      overflow = overflow || __builtin_mul_overflow(known, dims[i], &known);
     }
   }
   if (infer >= 0) {
-    if (known == 0 || x.numel() % known != 0)
+    if (overflow || known == 0 || x.numel() % known != 0)
       fail("reshape", "cannot infer the -1: got ", x.type(), " to shape ", shape,
-           ", expected the element count ", x.numel(), " to be divisible by ", known);
+           ", expected the other sizes to multiply to a divisor of the element count ", x.numel());
     dims[static_cast<std::size_t>(infer)] = x.numel() / known;
   }
   if (Shape(dims) == x.shape()) return x;
@@ -490,21 +507,26 @@ Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc) {
       int64_t w = *v < 0 ? *v + n : *v;
       return std::clamp(w, lo, hi);
     };
+    int64_t b, e;  // [b, e) on the axis, or on the flipped axis for a negative step
     if (s.step > 0) {
-      const int64_t b = clamp(s.start, 0, 0, n), e = clamp(s.stop, n, 0, n);
-      start.push_back(b);
-      stop.push_back(std::max(b, e));
-      step.push_back(s.step);
+      b = clamp(s.start, 0, 0, n);
+      e = std::max(b, clamp(s.stop, n, 0, n));
     } else {
       // Python semantics for a negative step: walk down from start (inclusive) to stop
       // (exclusive). Expressed as a forward slice of the flipped axis.
-      const int64_t b = clamp(s.start, n - 1, -1, n - 1), e = clamp(s.stop, -1, -1, n - 1);
-      const int64_t fb = n - 1 - b, fe = n - 1 - e;  // positions in the flipped axis
-      start.push_back(fb);
-      stop.push_back(std::max(fb, fe));
-      step.push_back(-s.step);
+      const int64_t from = clamp(s.start, n - 1, -1, n - 1), to = clamp(s.stop, -1, -1, n - 1);
+      b = n - 1 - from;
+      e = std::max(b, n - 1 - to);
       flips.push_back(i);
     }
+    // |step| in unsigned arithmetic: -INT64_MIN is no int64_t. A step of at least e - b takes
+    // one element (or none), as step 1 does, which keeps steps below the axis size.
+    const uint64_t mag =
+        s.step > 0 ? static_cast<uint64_t>(s.step) : 0 - static_cast<uint64_t>(s.step);
+    const bool one = mag >= static_cast<uint64_t>(e - b);
+    start.push_back(b);
+    stop.push_back(one ? std::min(e, b + 1) : e);
+    step.push_back(one ? 1 : static_cast<int64_t>(mag));
   }
   Tensor y = flips.empty() ? x : flip(x, flips, loc);
   bool whole = true;
