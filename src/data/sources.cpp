@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "data/node.h"
+#include "data/sizes.h"
 
 namespace kiln::data {
 namespace detail {
@@ -107,12 +108,19 @@ void convert_be(const uint8_t* src, Out* dst, int64_t n) {
 
 using namespace detail;  // NOLINT: this file is the detail namespace's main user
 
-Tensor read_idx(const std::string& path, OnError on_error, IdxReport* report) {
-  std::string problem;
-  std::vector<uint8_t> bytes = read_file(path);
-  const bool gz = bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
-  bytes = detail::inflate_if_compressed(std::move(bytes), path, on_error, &problem);
-  const char* where = gz ? " of the decompressed data" : "";
+Tensor read_idx(const std::string& path, IdxOptions options, IdxReport* report) {
+  if (options.max_bytes < 0)
+    fail("data.idx", "bad IdxOptions::max_bytes: got ", options.max_bytes, ", expected >= 0");
+  const OnError on_error = options.on_error;
+  detail::DecodedFile in(path);
+  const char* where = in.compressed() ? " of the decompressed data" : "";
+  // Damaged compressed data is the first thing to report.
+  const auto check_stream = [&] {
+    if (!in.problem().empty() && on_error == OnError::raise) fail("data.gzip", in.problem());
+  };
+  std::vector<uint8_t> bytes;
+  in.read(bytes, 4);
+  check_stream();
   if (bytes.size() < 4)
     fail("data.idx", "truncated IDX header in '", path, "': got ", bytes.size(), " bytes", where,
          ", expected at least 4");
@@ -129,28 +137,53 @@ Tensor read_idx(const std::string& path, OnError on_error, IdxReport* report) {
   if (ndim < 1)
     fail("data.idx", "bad IDX rank in '", path, "' at byte 3", where, ": got 0, expected >= 1");
   const std::size_t header = 4 + 4 * static_cast<std::size_t>(ndim);
+  in.read(bytes, header - 4);
+  check_stream();
   if (bytes.size() < header)
     fail("data.idx", "truncated IDX header in '", path, "': got ", bytes.size(), " bytes", where,
          ", expected ", header, " for ", ndim, " dimensions");
+  // The sizes the header declares, checked before anything is allocated from them.
   std::vector<int64_t> dims;
-  int64_t item = 1;  // elements per record (all dims but the first)
+  std::string dims_text;
   for (int d = 0; d < ndim; ++d) {
     dims.push_back(be32(bytes.data() + 4 + 4 * d));
-    if (d) item *= dims.back();
+    dims_text += (d ? " x " : "") + std::to_string(dims.back());
   }
-  const auto item_bytes = static_cast<uint64_t>(item) * type->size;
+  std::vector<int64_t> factors(dims.begin(), dims.end());
+  factors.push_back(static_cast<int64_t>(type->size));
+  const std::optional<int64_t> total = detail::checked_product(factors);
+  if (!total)
+    fail("data.idx", "IDX dimensions too large in '", path, "' at byte 4", where, ": got ",
+         dims_text, " ", type->name, ", expected a size in bytes that fits in 63 bits");
+  const int64_t want = *total;
+  if (want > options.max_bytes)
+    fail("data.idx", "IDX file too large: '", path, "' declares ", want, " data bytes (",
+         dims_text, " ", type->name, "), expected at most ", options.max_bytes,
+         " (IdxOptions::max_bytes)");
+  // Elements per record (all dims but the first): a sub-product of `total`, so it fits.
+  const int64_t item = *detail::checked_product(std::span<const int64_t>(dims).subspan(1));
+  const int64_t item_bytes = item * static_cast<int64_t>(type->size);
   const int64_t count = dims[0];
-  const uint64_t have = bytes.size() - header;
-  const uint64_t want = item_bytes * static_cast<uint64_t>(count);
+  in.read(bytes, static_cast<std::size_t>(want));
+  const auto have = static_cast<int64_t>(bytes.size() - header);
+  bool oversized = false;
+  if (have == want) {
+    std::vector<uint8_t> extra;
+    in.read(extra, 1);
+    oversized = !extra.empty();
+  }
+  check_stream();
+  std::string problem = in.problem();
   int64_t kept = count;
-  if (have != want || !problem.empty()) {
+  if (have != want || oversized || !problem.empty()) {
     if (problem.empty())
-      problem = kiln::detail::cat(have < want ? "truncated" : "oversized", " IDX file '", path,
-                                  "': got ", have, " data bytes after the header at byte ", header,
-                                  where, ", expected ", want, " (", count, " records of ",
-                                  item_bytes, " bytes, ", type->name, ")");
+      problem = kiln::detail::cat(oversized ? "oversized" : "truncated", " IDX file '", path,
+                                  "': got ", oversized ? "more than " : "", have,
+                                  " data bytes after the header at byte ", header, where,
+                                  ", expected ", want, " (", count, " records of ", item_bytes,
+                                  " bytes, ", type->name, ")");
     if (on_error == OnError::raise) fail("data.idx", problem);
-    kept = item_bytes ? static_cast<int64_t>(std::min(have, want) / item_bytes) : count;
+    kept = item_bytes ? have / item_bytes : count;
   }
   dims[0] = kept;
   Tensor out = empty(Shape(dims), type->dtype);
@@ -215,12 +248,12 @@ Tensor head(const Tensor& t, int64_t n) {
 Pipeline from_idx(const std::string& images, std::optional<std::string> labels,
                   IdxOptions options) {
   IdxReport ri, rl;
-  Tensor img = read_idx(images, options.on_error, &ri);
+  Tensor img = read_idx(images, options, &ri);
   detail::Fields fields{{"image", img}};
   int64_t skipped = ri.skipped;
   std::string error = ri.error;
   if (labels) {
-    Tensor lab = read_idx(*labels, options.on_error, &rl);
+    Tensor lab = read_idx(*labels, options, &rl);
     if (lab.rank() != 1)
       fail("data.from_idx", "labels file '", *labels, "' is not 1-d: got shape ", lab.shape(),
            ", expected [N]");
@@ -667,10 +700,7 @@ Pipeline from_images(std::vector<std::string> paths, std::vector<int64_t> labels
   if (!labels.empty() && labels.size() != paths.size())
     fail("data.from_images", "label count differs: got ", labels.size(), " labels for ",
          paths.size(), " files, expected one per file");
-  if (options.channels &&
-      (*options.channels < 1 || *options.channels == 2 || *options.channels > 4))
-    fail("data.from_images", "unsupported channel count: got ", *options.channels,
-         ", expected 1, 3 or 4");
+  detail::check_image_options("data.from_images", options);
   return Pipeline(
       std::make_shared<FileSource>(std::move(paths), std::move(labels), FileKind::image, options));
 }
