@@ -39,7 +39,7 @@ class IndexedSource : public ChunkSource {
       : view_(std::move(view)), next_(start), chunk_(chunk), size_(view_->size()) {}
   std::optional<Work> claim(int64_t seq) override {
     if (next_ >= size_) return std::nullopt;
-    Work w{seq, next_, std::min(size_, next_ + chunk_), {}};
+    Work w{seq, next_, next_ + std::min(chunk_, size_ - next_), {}};
     next_ = w.end;
     return w;
   }
@@ -69,8 +69,7 @@ class StreamSource : public ChunkSource {
       : input_(std::move(input)), next_index_(first_index), fn_(std::move(fn)), chunk_(chunk) {}
   std::optional<Work> claim(int64_t seq) override {
     if (done_) return std::nullopt;
-    Work w{seq, next_index_, next_index_, {}};
-    w.slots.reserve(static_cast<std::size_t>(chunk_));
+    Work w{seq, next_index_, next_index_, {}};  // not reserved: chunk_ may be far beyond the data
     while (static_cast<int64_t>(w.slots.size()) < chunk_) {
       Slot s;
       try {
