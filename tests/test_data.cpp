@@ -663,26 +663,30 @@ TEST(DataFaults, DestroyingMidIterationIsClean) {
   EXPECT_GT(calls.load(), 0);
 }
 
-// Counts the worker threads that have ended: a thread_local's destructor runs as its thread exits.
-struct ThreadExitCounter {
+// Counts the threads that have called a callable, and those of them that have ended: a
+// thread_local's destructor runs as its thread exits.
+struct ThreadCounter {
+  std::atomic<int>* started;
   std::atomic<int>* exits;
-  ~ThreadExitCounter() { exits->fetch_add(1); }
+  ThreadCounter(std::atomic<int>* s, std::atomic<int>* e) : started(s), exits(e) { ++*started; }
+  ~ThreadCounter() { ++*exits; }
 };
 
 TEST(DataFaults, DestructionStopsWorkersBetweenElements) {
   // Two workers, chunks of 32: one blocks in the map at element 32 (chunk 1) until released; the
-  // other fills chunks until too many are in flight and waits. Destruction asks both to stop; the
-  // idle one exits at once, which shows the stop request was made, and only then is the blocked
-  // call released. No further map call may start: the rest of chunk 1 is abandoned.
+  // other, once it has started mapping, fills chunks until too many are in flight and waits.
+  // Destruction asks both to stop; the other one exits, which shows the stop request was made,
+  // and only then is the blocked call released. No further map call may start: the rest of
+  // chunk 1 is abandoned.
   for (const bool stream : {false, true}) {
-    std::atomic<int> exits{0};
+    std::atomic<int> started{0}, exits{0};
     std::atomic<bool> released{false};
     std::atomic<int> calls_after_release{0};
     std::mutex m;
     std::condition_variable cv;
     bool blocked = false, release = false;
     auto f = [&](Sample s) {
-      thread_local ThreadExitCounter counter{&exits};
+      thread_local ThreadCounter counter(&started, &exits);
       (void)counter;
       if (released) ++calls_after_release;
       if (s.at("x").item<int64_t>() == 32) {
@@ -701,6 +705,7 @@ TEST(DataFaults, DestructionStopsWorkersBetweenElements) {
       std::unique_lock lock(m);
       cv.wait(lock, [&] { return blocked; });
     }
+    while (started.load() < 2) std::this_thread::yield();
     std::thread destroyer([&] { p.reset(); });
     while (exits.load() == 0) std::this_thread::yield();
     released = true;
