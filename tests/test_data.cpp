@@ -3,6 +3,7 @@
 // known independently of zlib/libpng; JPEG files come from libjpeg and are compared within the
 // codec's tolerance.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -1243,10 +1244,37 @@ TEST(DataImage, SizeArgumentsAreCheckedBeforeAnyArithmetic) {
   expect_error([&] { data::image::random_crop(kHuge, 4); }, {"[data.image.random_crop]"});
   expect_error([&] { data::image::random_crop(4, 4, kHuge); },
                {"[data.image.random_crop]", "padding"});
-  // Sides within the limit whose product with the channels overflows: 2^20 x 2^20 x 2^23.
+  // Inputs are held to 2^20 a side and 2^20 channels too, so no size computed from them overflows:
+  // 2^20 x 2^20 x 2^23 would, and an empty [2^40, 0] image would overflow the crop's offsets.
   Tensor deep = kiln::zeros(kiln::Shape{1, 1, int64_t{1} << 23}, kiln::uint8);
   expect_error([&] { data::image::resize(1 << 20, 1 << 20)(deep); },
-               {"[data.image.resize]", "too large", "1048576x1048576x8388608"});
+               {"[data.image]", "image too large", "[1, 1, 8388608]", "1048576 channels"});
+  Tensor tall = kiln::empty(kiln::Shape{int64_t{1} << 40, 0}, kiln::uint8);
+  expect_error([&] { data::image::random_crop(1, 1, 1)(tall); },
+               {"[data.image]", "image too large", "[1099511627776, 0]"});
+}
+
+TEST(DataImage, OutOfMemoryIsAnError) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers reserve more address space than the limit below allows";
+#else
+  // Room for 2 GiB more than the process maps now; a 32768 x 32768 x 3 resize needs 3 GiB.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  int64_t vm_kib = -1;
+  while (std::getline(status, line))
+    if (line.rfind("VmSize:", 0) == 0) vm_kib = std::stoll(line.substr(7));
+  ASSERT_GT(vm_kib, 0);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(vm_kib * 1024 + (int64_t{2} << 30));
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &tight), 0);
+  const Tensor rgb = kiln::zeros(kiln::Shape{1, 1, 3}, kiln::uint8);
+  expect_error([&] { data::image::resize(32768, 32768)(rgb); },
+               {"[data.image]", "out of memory", "[1, 1, 3]", "[32768, 32768, 3] u8"});
+  ::setrlimit(RLIMIT_AS, &old);
+#endif
 }
 
 TEST(DataImage, FusedMapsEqualTheTransformApplied) {
