@@ -367,6 +367,28 @@ TEST(DataPipeline, FilterTakeSkipRepeat) {
   EXPECT_EQ(collect_x(stream_take), (std::vector<int64_t>{0, 2}));
 }
 
+TEST(DataPipeline, BatchByNameWhateverTheFieldOrderAndNoSilentOverwrite) {
+  // Odd samples list their fields in the other order: batching goes by name.
+  auto swapped = range_pipeline(4)
+                     .map([](Sample s) {
+                       const Tensor x = s.at("x");
+                       const Tensor y = kiln::tensor(10 * x.item<int64_t>());
+                       return x.item<int64_t>() % 2 ? Sample{{"y", y}, {"x", x}}
+                                                    : Sample{{"x", x}, {"y", y}};
+                     })
+                     .batch(4);
+  const Batch b = *swapped.next();
+  EXPECT_EQ(b.names(), (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(b.at("x").to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(b.at("y").to_vector<int64_t>(), (std::vector<int64_t>{0, 10, 20, 30}));
+  // Padding "x" adds "x_length": a field of that name already there was silently replaced.
+  auto clash = data::from_tensors({{"x", kiln::zeros(kiln::Shape{2, 3}, kiln::int64)},
+                                   {"x_length", kiln::tensor(std::vector<int64_t>{7, 7},
+                                                             kiln::Shape{2})}})
+                   .batch(2, data::BatchOptions{.pad = {{"x", 0}}});
+  expect_error([&] { clash.next(); }, {"[data.batch]", "'x_length' exists already"});
+}
+
 TEST(DataPipeline, SizesAreCheckedArithmetic) {
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
   // 1000 x INT64_MAX elements do not fit in int64: the size is unknown, as for repeat().

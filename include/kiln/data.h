@@ -21,6 +21,10 @@ namespace kiln::data {
 
 // ---- samples ----------------------------------------------------------------------------
 
+namespace detail {
+struct SampleAccess;
+}  // namespace detail
+
 // A small named record of tensors (scalars are 0-d tensors), in insertion order. A batch is the
 // same record with a leading batch axis on every field.
 class Sample {
@@ -48,6 +52,7 @@ class Sample {
   auto end() { return fields_.end(); }
 
  private:
+  friend struct detail::SampleAccess;
   std::vector<Field> fields_;
 };
 using Batch = Sample;
