@@ -369,23 +369,23 @@ TEST(DataPipeline, FilterTakeSkipRepeat) {
 
 TEST(DataPipeline, BatchByNameWhateverTheFieldOrderAndNoSilentOverwrite) {
   // Odd samples list their fields in the other order: batching goes by name.
-  auto swapped = range_pipeline(4)
-                     .map([](Sample s) {
-                       const Tensor x = s.at("x");
-                       const Tensor y = kiln::tensor(10 * x.item<int64_t>());
-                       return x.item<int64_t>() % 2 ? Sample{{"y", y}, {"x", x}}
-                                                    : Sample{{"x", x}, {"y", y}};
-                     })
-                     .batch(4);
+  auto swapped =
+      range_pipeline(4)
+          .map([](Sample s) {
+            const Tensor x = s.at("x");
+            const Tensor y = kiln::tensor(10 * x.item<int64_t>());
+            return x.item<int64_t>() % 2 ? Sample{{"y", y}, {"x", x}} : Sample{{"x", x}, {"y", y}};
+          })
+          .batch(4);
   const Batch b = *swapped.next();
   EXPECT_EQ(b.names(), (std::vector<std::string>{"x", "y"}));
   EXPECT_EQ(b.at("x").to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(b.at("y").to_vector<int64_t>(), (std::vector<int64_t>{0, 10, 20, 30}));
   // Padding "x" adds "x_length": a field of that name already there was silently replaced.
-  auto clash = data::from_tensors({{"x", kiln::zeros(kiln::Shape{2, 3}, kiln::int64)},
-                                   {"x_length", kiln::tensor(std::vector<int64_t>{7, 7},
-                                                             kiln::Shape{2})}})
-                   .batch(2, data::BatchOptions{.pad = {{"x", 0}}});
+  auto clash =
+      data::from_tensors({{"x", kiln::zeros(kiln::Shape{2, 3}, kiln::int64)},
+                          {"x_length", kiln::tensor(std::vector<int64_t>{7, 7}, kiln::Shape{2})}})
+          .batch(2, data::BatchOptions{.pad = {{"x", 0}}});
   expect_error([&] { clash.next(); }, {"[data.batch]", "'x_length' exists already"});
 }
 
@@ -411,9 +411,10 @@ TEST(DataPipeline, SizesAreCheckedArithmetic) {
   // A batch or a chunk as large as asked is never reserved up front.
   auto stream_whole = range_pipeline(10).filter([](const Sample&) { return true; }).batch(kMax);
   EXPECT_EQ(collect_x(stream_whole), iota_vec(10));
-  auto huge_chunks = range_pipeline(10)
-                         .filter([](const Sample&) { return true; })
-                         .map([](Sample s) { return s; }, {.num_threads = 2, .chunk_size = INT_MAX});
+  auto huge_chunks =
+      range_pipeline(10)
+          .filter([](const Sample&) { return true; })
+          .map([](Sample s) { return s; }, {.num_threads = 2, .chunk_size = INT_MAX});
   EXPECT_EQ(collect_x(huge_chunks), iota_vec(10));
   // Inner epochs of far repetitions wrap around instead of overflowing (UBSan checks this).
   auto rep = range_pipeline(3).repeat(kMax);
@@ -426,7 +427,8 @@ TEST(DataPipeline, SizesAreCheckedArithmetic) {
   auto resumed = range_pipeline(10).filter([](const Sample&) { return true; }).shard(kMax, 1);
   resumed.restore({resumed.state().fingerprint, 0, 2});
   expect_error([&] { resumed.next(); }, {"[data.shard]", "position 2", "fits in int64"});
-  auto resumed_batch = range_pipeline(10).filter([](const Sample&) { return true; }).batch(kMax / 2);
+  auto resumed_batch =
+      range_pipeline(10).filter([](const Sample&) { return true; }).batch(kMax / 2);
   resumed_batch.restore({resumed_batch.state().fingerprint, 0, 3});
   expect_error([&] { resumed_batch.next(); }, {"[data.batch]", "position 3", "fits in int64"});
 }
@@ -867,8 +869,11 @@ TEST_F(DataTest, IdxDeclaredSizesAreCheckedBeforeAllocating) {
     expect_error([&] { data::read_idx(wrap, {.on_error = on_error}); },
                  {"[data.idx]", "wrap.idx", "too large", "1 x 65536 x 65536 x 65536 x 65536"});
   // 2^31 x 2^31 ints are 2^64 bytes; an empty leading axis does not make 2^96 elements fit.
-  expect_error([&] { data::read_idx(write("ints.idx", idx_file(0x0C, {1u << 31, 1u << 31}, {}))); },
-               {"[data.idx]", "ints.idx", "too large"});
+  expect_error(
+      [&] {
+        data::read_idx(write("ints.idx", idx_file(0x0C, {1u << 31, 1u << 31}, {})));
+      },
+      {"[data.idx]", "ints.idx", "too large"});
   expect_error(
       [&] {
         data::read_idx(write("empty.idx", idx_file(0x08, {0, ~0u, ~0u, ~0u}, {})));
@@ -997,12 +1002,16 @@ TEST_F(DataTest, CsvDuplicateHeaderNamesAreRenamedAsPandasDoes) {
   EXPECT_EQ(values, (std::vector<int64_t>{1, 2, 3, 4, 5}));
   auto sel = data::from_csv(p, {.select = {"a.2", "a"}});
   EXPECT_EQ(sel.next()->at("a.2").item<int64_t>(), 5);
-  expect_error([&] { data::from_csv(p, {.select = {"b", "b"}}); },
-               {"[data.csv]", "'b' twice in CsvOptions::select"});
+  expect_error(
+      [&] {
+        data::from_csv(p, {.select = {"b", "b"}});
+      },
+      {"[data.csv]", "'b' twice in CsvOptions::select"});
 }
 
 TEST_F(DataTest, CsvWithHundredThousandColumns) {
-  // Column handling is linear: 100k columns load (and batch) at once. Cell (r, j) holds r * 1e6 + j.
+  // Column handling is linear: 100k columns load (and batch) at once. Cell (r, j) holds r * 1e6 +
+  // j.
   constexpr int kCols = 100000;
   const auto col = [](int j) { return std::string("c").append(std::to_string(j)); };
   std::string text;

@@ -1,8 +1,8 @@
 // kiln::io: safetensors checkpoints (include/kiln/io.h, docs/CHECKPOINTS.md).
-#include <signal.h>
-#include <sys/resource.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/wait.h>

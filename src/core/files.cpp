@@ -9,10 +9,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cctype>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -54,10 +54,12 @@ std::optional<pid_t> temp_owner(std::string_view name, std::string_view prefix) 
   if (name.substr(0, prefix.size()) != prefix) return std::nullopt;
   name.remove_prefix(prefix.size());
   const std::size_t dash = name.find('-');
-  if (dash == 0 || dash == std::string_view::npos || name.size() - dash - 1 != 16) return std::nullopt;
+  if (dash == 0 || dash == std::string_view::npos || name.size() - dash - 1 != 16)
+    return std::nullopt;
   pid_t pid = 0;
   for (const char c : name.substr(0, dash)) {
-    if (c < '0' || c > '9' || pid > (std::numeric_limits<pid_t>::max() - 9) / 10) return std::nullopt;
+    if (c < '0' || c > '9' || pid > (std::numeric_limits<pid_t>::max() - 9) / 10)
+      return std::nullopt;
     pid = pid * 10 + (c - '0');
   }
   for (const char c : name.substr(dash + 1))
@@ -130,8 +132,9 @@ void write_file_atomically(std::string_view op, const std::string& path,
   remove_stale_temporaries(dir, prefix);
   TempFile tmp;
   for (int attempt = 0;; ++attempt) {
-    std::string candidate = (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) +
-                            prefix + std::to_string(::getpid()) + "-" + temp_suffix();
+    std::string candidate =
+        (slash == std::string::npos ? std::string() : path.substr(0, slash + 1)) + prefix +
+        std::to_string(::getpid()) + "-" + temp_suffix();
     const int fd = ::open(candidate.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0) {
       tmp.path = std::move(candidate);

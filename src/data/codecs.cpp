@@ -57,8 +57,9 @@ InputFile::InputFile(const std::string& p)
 std::size_t InputFile::read_at(uint8_t* dst, std::size_t n, uint64_t offset) const {
   std::size_t got = 0;
   while (got < n) {
-    const ssize_t r = ::pread(fd.fd, dst + got, std::min<std::size_t>(n - got, std::size_t{1} << 30),
-                              static_cast<off_t>(offset + got));
+    const ssize_t r =
+        ::pread(fd.fd, dst + got, std::min<std::size_t>(n - got, std::size_t{1} << 30),
+                static_cast<off_t>(offset + got));
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
       const int err = errno;
@@ -139,14 +140,14 @@ bool DecodedFile::inflate_into(std::vector<uint8_t>& out, std::size_t start) {
     // zlib's totals restart with each member: count from the whole file instead.
     const uint64_t at = compressed_pos_ - zs.avail_in, decoded = decoded_ + (produced - start);
     if (rc == Z_BUF_ERROR && !input_left) {
-      problem_ = kiln::detail::cat("truncated gzip file '", file_.path,
-                                   "': got end of input at byte ", at, " (", decoded,
-                                   " bytes decompressed), expected the rest of the stream");
+      problem_ =
+          kiln::detail::cat("truncated gzip file '", file_.path, "': got end of input at byte ", at,
+                            " (", decoded, " bytes decompressed), expected the rest of the stream");
     } else if (rc != Z_BUF_ERROR) {
-      problem_ = kiln::detail::cat("corrupt gzip file '", file_.path, "': got zlib error '",
-                                   zs.msg ? zs.msg : "unknown", "' near compressed byte ", at,
-                                   " (", decoded,
-                                   " bytes decompressed), expected a valid deflate stream");
+      problem_ =
+          kiln::detail::cat("corrupt gzip file '", file_.path, "': got zlib error '",
+                            zs.msg ? zs.msg : "unknown", "' near compressed byte ", at, " (",
+                            decoded, " bytes decompressed), expected a valid deflate stream");
     } else {
       continue;
     }
@@ -264,8 +265,14 @@ Tensor decode_with(int (*decode_raw)(DecodeIo*), const char* op, const char* for
                    std::span<const uint8_t> bytes, std::string_view name,
                    const ImageReadOptions& options) {
   AllocCtx ctx;
-  DecodeIo io{bytes.data(), bytes.size(), 0, {}, alloc_image, &ctx, options.channels.value_or(0),
-              static_cast<uint64_t>(options.max_pixels)};
+  DecodeIo io{.data = bytes.data(),
+              .size = bytes.size(),
+              .pos = 0,
+              .message = {},
+              .alloc = alloc_image,
+              .ctx = &ctx,
+              .want_channels = options.channels.value_or(0),
+              .max_pixels = static_cast<uint64_t>(options.max_pixels)};
   if (decode_raw(&io) == 0) return ctx.image;
   if (io.width)
     fail(op, format, " image too large in '", name, "': got ", io.width, "x", io.height, " = ",
@@ -351,8 +358,14 @@ int jpeg_decode_raw(DecodeIo* io) {
     std::longjmp(err.jump, 1);
   }
   const int want = io->want_channels;
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    std::snprintf(err.message, sizeof err.message, "unsupported CMYK colour space");
+  // Colour spaces libjpeg converts to gray and RGB; CMYK, YCCK and unknown ones (any number of
+  // components) are not images Kiln can represent as gray, RGB or RGBA.
+  if (cinfo.jpeg_color_space != JCS_GRAYSCALE && cinfo.jpeg_color_space != JCS_YCbCr &&
+      cinfo.jpeg_color_space != JCS_RGB) {
+    const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    std::snprintf(err.message, sizeof err.message,
+                  "unsupported %s colour space with %d components, expected gray, YCbCr or RGB",
+                  cmyk ? "CMYK" : "unknown", cinfo.num_components);
     std::longjmp(err.jump, 1);
   }
   if (want == 1) {

@@ -188,11 +188,11 @@ class DecodedFile {
  private:
   bool inflate_into(std::vector<uint8_t>& out, std::size_t want);
   InputFile file_;
-  uint64_t offset_ = 0;                 // raw: next byte of the file
-  std::vector<uint8_t> compressed_;     // gzip: the whole file
-  std::size_t compressed_pos_ = 0;      // gzip: bytes handed to zlib so far
-  uint64_t decoded_ = 0;                // gzip: bytes decompressed so far
-  std::unique_ptr<z_stream_s> zs_;      // gzip only
+  uint64_t offset_ = 0;              // raw: next byte of the file
+  std::vector<uint8_t> compressed_;  // gzip: the whole file
+  std::size_t compressed_pos_ = 0;   // gzip: bytes handed to zlib so far
+  uint64_t decoded_ = 0;             // gzip: bytes decompressed so far
+  std::unique_ptr<z_stream_s> zs_;   // gzip only
   bool done_ = false;
   std::string problem_;
 };

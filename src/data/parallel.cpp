@@ -74,8 +74,7 @@ class StreamSource : public ChunkSource {
   std::optional<Work> claim(int64_t seq, const std::atomic<bool>& stop) override {
     if (done_) return std::nullopt;
     Work w{seq, next_index_, next_index_, {}};  // not reserved: chunk_ may be far beyond the data
-    while (static_cast<int64_t>(w.slots.size()) < chunk_ &&
-           !stop.load(std::memory_order_relaxed)) {
+    while (static_cast<int64_t>(w.slots.size()) < chunk_ && !stop.load(std::memory_order_relaxed)) {
       Slot s;
       try {
         s.value = input_->next();

@@ -160,9 +160,8 @@ Tensor read_idx(const std::string& path, IdxOptions options, IdxReport* report) 
          dims_text, " ", type->name, ", expected a size in bytes that fits in 63 bits");
   const int64_t want = *total;
   if (want > options.max_bytes)
-    fail("data.idx", "IDX file too large: '", path, "' declares ", want, " data bytes (",
-         dims_text, " ", type->name, "), expected at most ", options.max_bytes,
-         " (IdxOptions::max_bytes)");
+    fail("data.idx", "IDX file too large: '", path, "' declares ", want, " data bytes (", dims_text,
+         " ", type->name, "), expected at most ", options.max_bytes, " (IdxOptions::max_bytes)");
   // Elements per record (all dims but the first): a sub-product of `total`, so it fits.
   const int64_t item = *detail::checked_product(std::span<const int64_t>(dims).subspan(1));
   const int64_t item_bytes = item * static_cast<int64_t>(type->size);

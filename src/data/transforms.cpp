@@ -28,8 +28,8 @@ int64_t resume_offset(const char* op, int64_t first, int64_t start, int64_t step
   const auto skipped = checked_product({start, step});
   const auto offset = skipped ? checked_sum({first, *skipped}) : std::nullopt;
   if (!offset)
-    fail(op, "cannot resume: got position ", start, " (input element ", first, " + ", start,
-         " x ", step, "), expected a position whose input element fits in int64");
+    fail(op, "cannot resume: got position ", start, " (input element ", first, " + ", start, " x ",
+         step, "), expected a position whose input element fits in int64");
   return *offset;
 }
 
@@ -444,8 +444,8 @@ class BatchNode : public Node {
   }
   std::unique_ptr<Cursor> open(const OpenCtx& ctx, int64_t start) const override {
     if (indexed()) return Node::open(ctx, start);
-    return std::make_unique<BatchCursor>(in_->open(ctx, resume_offset("data.batch", 0, start, size_)),
-                                         this, &stage_of(ctx, *this));
+    return std::make_unique<BatchCursor>(
+        in_->open(ctx, resume_offset("data.batch", 0, start, size_)), this, &stage_of(ctx, *this));
   }
 
  private:
@@ -942,8 +942,8 @@ Pipeline Pipeline::repeat(std::optional<int64_t> count) const {
 
 Pipeline Pipeline::take(int64_t n) const {
   if (n < 0) fail("data.take", "negative count: got ", n, ", expected >= 0");
-  return then(
-      std::make_shared<detail::SliceNode>(node_, "data.take", kiln::detail::cat("take(", n, ")"), 0, 1, n));
+  return then(std::make_shared<detail::SliceNode>(node_, "data.take",
+                                                  kiln::detail::cat("take(", n, ")"), 0, 1, n));
 }
 
 Pipeline Pipeline::skip(int64_t n) const {
@@ -956,9 +956,9 @@ Pipeline Pipeline::shard(int64_t count, int64_t index) const {
   if (count < 1 || index < 0 || index >= count)
     fail("data.shard", "bad shard: got count ", count, " index ", index,
          ", expected count >= 1 and 0 <= index < count");
-  return then(std::make_shared<detail::SliceNode>(node_, "data.shard",
-                                                  kiln::detail::cat("shard(", count, ", ", index, ")"),
-                                                  index, count, std::nullopt));
+  return then(std::make_shared<detail::SliceNode>(
+      node_, "data.shard", kiln::detail::cat("shard(", count, ", ", index, ")"), index, count,
+      std::nullopt));
 }
 
 Pipeline Pipeline::zip(const Pipeline& other) const { return data::zip({*this, other}); }

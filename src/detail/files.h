@@ -8,9 +8,9 @@
 
 #include <cstddef>
 #include <functional>
-#include <utility>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace kiln::detail {
 
