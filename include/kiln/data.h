@@ -358,7 +358,8 @@ Tensor read_image(const std::string& path, ImageReadOptions options = {});
 // uint8 [H, W] or [H, W, C] (C in 1..4 for PNG, 1 or 3 for JPEG) to file bytes.
 std::vector<uint8_t> encode_png(const Tensor& image);
 std::vector<uint8_t> encode_jpeg(const Tensor& image, int quality = 90);
-// Replaces the file atomically (temporary file, fsync, rename): never half-written.
+// Replaces the file atomically (temporary file, fsync, rename): never half-written. A target
+// that exists and is not a regular file (a directory, FIFO, device) is an Error.
 void write_file(const std::string& path, std::span<const uint8_t> bytes);
 
 }  // namespace kiln::data
