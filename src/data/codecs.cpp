@@ -214,6 +214,11 @@ int png_decode_raw(DecodeIo* io) {
     return -1;
   }
   png_set_read_fn(p, io, png_read_mem);
+  // Skip the ancillary chunks of variable length, which decoding pixels does not need: libpng
+  // allocates their declared length (up to 2^31) before reading them, so a 70-byte file could
+  // make it allocate 1.7 GB. Skipped chunks are read through in small pieces.
+  static const png_byte kSkipped[] = "iCCP\0iTXt\0pCAL\0sCAL\0sPLT\0tEXt\0zTXt\0eXIf";
+  png_set_keep_unknown_chunks(p, PNG_HANDLE_CHUNK_NEVER, kSkipped, sizeof kSkipped / 5);
   png_read_info(p, info);
   if (!pixels_allowed(io, png_get_image_width(p, info), png_get_image_height(p, info)))
     png_error(p, "too many pixels");
