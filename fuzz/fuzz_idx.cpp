@@ -35,7 +35,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   } catch (const kiln::Error&) {
     return 0;  // rejected cleanly
   }
-  if (lenient.rank() < 1 || lenient.numel() * static_cast<int64_t>(kiln::dtype_size(lenient.dtype())) > 4 * kMaxBytes)
+  if (lenient.rank() < 1 ||
+      lenient.numel() * static_cast<int64_t>(kiln::dtype_size(lenient.dtype())) > 4 * kMaxBytes)
     bug("a loaded tensor is not what a file under the limit can hold");
   kiln::Tensor strict;
   try {
