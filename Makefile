@@ -8,7 +8,9 @@ CMAKE_FLAGS ?=
 
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
-FUZZ_TIME ?= 60
+# make fuzz runs each fuzz/fuzz_<name>.cpp listed here for FUZZ_TIME seconds.
+FUZZ_TARGETS ?= safetensors idx csv png jpeg
+FUZZ_TIME ?= 30
 
 .PHONY: all deps deps-bench build demo test test-asan test-tsan fuzz bench install-test clean format
 
@@ -47,21 +49,28 @@ test-tsan: deps
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_data
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/tests/test_data
 
-# The safetensors parser under libFuzzer + ASan + UBSan (clang 16) for FUZZ_TIME seconds, starting
-# from a copy of fuzz/corpus (the repository is not modified). Fails on any crash; the input that
-# crashed is left in $(FUZZ_BUILD)/artifacts.
+# Each fuzz target in FUZZ_TARGETS under libFuzzer + ASan + UBSan (clang 16) for FUZZ_TIME seconds,
+# starting from a copy of its seeds fuzz/corpus/<name>/ (the repository is not modified), with
+# fuzz/<name>.dict when there is one. Runs them all, then fails if any crashed; a crashing input is
+# left in $(FUZZ_BUILD)/artifacts/<name>/.
 fuzz:
 	@scripts/install-deps.sh --clang
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-16 \
 	  -DCMAKE_CXX_COMPILER=clang++-16 -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF \
 	  -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_FUZZ=ON
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	rm -rf $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
-	mkdir -p $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
-	cp fuzz/corpus/* $(FUZZ_BUILD)/corpus/
-	$(FUZZ_BUILD)/fuzz/fuzz_safetensors $(FUZZ_BUILD)/corpus -dict=fuzz/safetensors.dict \
-	  -max_total_time=$(FUZZ_TIME) -max_len=4096 -rss_limit_mb=2048 -timeout=10 \
-	  -artifact_prefix=$(FUZZ_BUILD)/artifacts/ -print_final_stats=1
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/artifacts/$$t; \
+	  cp fuzz/corpus/$$t/* $(FUZZ_BUILD)/corpus/$$t/; \
+	  dict=""; if [ -f fuzz/$$t.dict ]; then dict="-dict=fuzz/$$t.dict"; fi; \
+	  echo "== fuzz_$$t for $(FUZZ_TIME) s"; \
+	  $(FUZZ_BUILD)/fuzz/fuzz_$$t $(FUZZ_BUILD)/corpus/$$t $$dict -max_total_time=$(FUZZ_TIME) \
+	    -max_len=4096 -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 \
+	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t/ \
+	    -print_final_stats=1 || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: crashes in:$$failed (inputs in $(FUZZ_BUILD)/artifacts/)"; exit 1; fi
 
 # cmake --install into a prefix, then build a separate project against it with find_package:
 # once with g++, once with clang++ 16 and -fopenmp (the public headers must compile with both).

@@ -3,14 +3,20 @@
 // known independently of zlib/libpng; JPEG files come from libjpeg and are compared within the
 // codec's tolerance.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cmath>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -80,6 +86,57 @@ Bytes gzip_stored(const Bytes& payload) {
   put_stored(out, payload);
   put_le32(out, crc32(payload.data(), payload.size()));
   put_le32(out, static_cast<uint32_t>(payload.size()));
+  return out;
+}
+
+// A gzip member holding `prefix` then `zeros` zero bytes, deflated with fixed Huffman codes (RFC
+// 1951, 3.2.6): the prefix as literals, then a zero literal and copies of 258 bytes at distance 1,
+// 13 bits each. 4 MiB of zeros take about 26 KB: a decompression bomb built without zlib.
+Bytes gzip_zero_run(const Bytes& prefix, int64_t zeros) {
+  Bytes out{0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 0xff};
+  uint32_t acc = 0;
+  int nbits = 0;
+  const auto bits = [&](uint32_t v, int n) {  // LSB first
+    acc |= v << nbits;
+    nbits += n;
+    while (nbits >= 8) {
+      out.push_back(static_cast<uint8_t>(acc));
+      acc >>= 8;
+      nbits -= 8;
+    }
+  };
+  const auto code = [&](uint32_t c, int n) {  // Huffman codes go MSB first
+    for (int i = n - 1; i >= 0; --i) bits((c >> i) & 1u, 1);
+  };
+  const auto literal = [&](uint8_t v) {
+    if (v < 144) {
+      code(0x30u + v, 8);
+    } else {
+      code(0x190u + (v - 144u), 9);
+    }
+  };
+  bits(1, 1);  // BFINAL
+  bits(1, 2);  // BTYPE 01: fixed codes
+  for (uint8_t v : prefix) literal(v);
+  int64_t left = zeros;
+  if (left > 0) {
+    literal(0);
+    --left;
+  }
+  for (; left >= 258; left -= 258) {
+    code(0xC5, 8);  // length code 285: 258 bytes
+    code(0, 5);     // distance code 0: distance 1
+  }
+  for (; left > 0; --left) literal(0);
+  code(0, 7);  // end of block (256)
+  if (nbits) bits(0, 8 - nbits);
+  uint32_t crc = crc32(prefix.data(), prefix.size());
+  const Bytes block(1 << 16, 0);
+  for (int64_t done = 0; done < zeros; done += static_cast<int64_t>(block.size()))
+    crc = crc32(block.data(),
+                static_cast<std::size_t>(std::min<int64_t>(zeros - done, block.size())), crc);
+  put_le32(out, crc);
+  put_le32(out, static_cast<uint32_t>(static_cast<int64_t>(prefix.size()) + zeros));
   return out;
 }
 
@@ -308,6 +365,72 @@ TEST(DataPipeline, FilterTakeSkipRepeat) {
   EXPECT_EQ(collect_x(forever), (std::vector<int64_t>{0, 1, 0, 1, 0}));
   auto stream_take = even.take(2);
   EXPECT_EQ(collect_x(stream_take), (std::vector<int64_t>{0, 2}));
+}
+
+TEST(DataPipeline, BatchByNameWhateverTheFieldOrderAndNoSilentOverwrite) {
+  // Odd samples list their fields in the other order: batching goes by name.
+  auto swapped =
+      range_pipeline(4)
+          .map([](Sample s) {
+            const Tensor x = s.at("x");
+            const Tensor y = kiln::tensor(10 * x.item<int64_t>());
+            return x.item<int64_t>() % 2 ? Sample{{"y", y}, {"x", x}} : Sample{{"x", x}, {"y", y}};
+          })
+          .batch(4);
+  const Batch b = *swapped.next();
+  EXPECT_EQ(b.names(), (std::vector<std::string>{"x", "y"}));
+  EXPECT_EQ(b.at("x").to_vector<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(b.at("y").to_vector<int64_t>(), (std::vector<int64_t>{0, 10, 20, 30}));
+  // Padding "x" adds "x_length": a field of that name already there was silently replaced.
+  auto clash =
+      data::from_tensors({{"x", kiln::zeros(kiln::Shape{2, 3}, kiln::int64)},
+                          {"x_length", kiln::tensor(std::vector<int64_t>{7, 7}, kiln::Shape{2})}})
+          .batch(2, data::BatchOptions{.pad = {{"x", 0}}});
+  expect_error([&] { clash.next(); }, {"[data.batch]", "'x_length' exists already"});
+}
+
+TEST(DataPipeline, SizesAreCheckedArithmetic) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // 1000 x INT64_MAX elements do not fit in int64: the size is unknown, as for repeat().
+  EXPECT_EQ(range_pipeline(1000).repeat(kMax).size(), std::nullopt);
+  EXPECT_EQ(range_pipeline(1000).repeat(kMax).batch(10).size(), std::nullopt);
+  EXPECT_EQ(range_pipeline(1000).repeat(kMax / 1000).size(), kMax / 1000 * 1000);
+  // ceil(10 / INT64_MAX) is 1, where (10 + INT64_MAX - 1) / INT64_MAX overflows.
+  EXPECT_EQ(range_pipeline(10).batch(kMax).size(), 1);
+  EXPECT_EQ(range_pipeline(10).shard(kMax, 0).size(), 1);
+  EXPECT_EQ(range_pipeline(10).shard(kMax, 5).size(), 1);
+  EXPECT_EQ(range_pipeline(10).shard(kMax, 10).size(), 0);
+  EXPECT_EQ(range_pipeline(10).skip(kMax).size(), 0);
+  EXPECT_EQ(range_pipeline(10).take(kMax).size(), 10);
+  auto shard = range_pipeline(10).shard(kMax, 5);
+  EXPECT_EQ(collect_x(shard), (std::vector<int64_t>{5}));
+  auto stream_shard = range_pipeline(10).filter([](const Sample&) { return true; }).shard(kMax, 5);
+  EXPECT_EQ(collect_x(stream_shard), (std::vector<int64_t>{5}));
+  auto whole = range_pipeline(10).batch(kMax);
+  EXPECT_EQ(collect_x(whole), iota_vec(10));
+  // A batch or a chunk as large as asked is never reserved up front.
+  auto stream_whole = range_pipeline(10).filter([](const Sample&) { return true; }).batch(kMax);
+  EXPECT_EQ(collect_x(stream_whole), iota_vec(10));
+  auto huge_chunks =
+      range_pipeline(10)
+          .filter([](const Sample&) { return true; })
+          .map([](Sample s) { return s; }, {.num_threads = 2, .chunk_size = INT_MAX});
+  EXPECT_EQ(collect_x(huge_chunks), iota_vec(10));
+  // Inner epochs of far repetitions wrap around instead of overflowing (UBSan checks this).
+  auto rep = range_pipeline(3).repeat(kMax);
+  rep.set_epoch(5);
+  EXPECT_EQ(rep.next()->at("x").item<int64_t>(), 0);
+  auto forever = range_pipeline(3).repeat();
+  forever.set_epoch(int64_t{1} << 40);
+  EXPECT_EQ(forever.next()->at("x").item<int64_t>(), 0);
+  // Resuming a stream at a position whose input element does not fit in int64 is an Error.
+  auto resumed = range_pipeline(10).filter([](const Sample&) { return true; }).shard(kMax, 1);
+  resumed.restore({resumed.state().fingerprint, 0, 2});
+  expect_error([&] { resumed.next(); }, {"[data.shard]", "position 2", "fits in int64"});
+  auto resumed_batch =
+      range_pipeline(10).filter([](const Sample&) { return true; }).batch(kMax / 2);
+  resumed_batch.restore({resumed_batch.state().fingerprint, 0, 3});
+  expect_error([&] { resumed_batch.next(); }, {"[data.batch]", "position 3", "fits in int64"});
 }
 
 TEST(DataPipeline, ZipAndShard) {
@@ -565,6 +688,63 @@ TEST(DataFaults, DestroyingMidIterationIsClean) {
   EXPECT_GT(calls.load(), 0);
 }
 
+// Counts the threads that have called a callable, and those of them that have ended: a
+// thread_local's destructor runs as its thread exits.
+struct ThreadCounter {
+  std::atomic<int>* started;
+  std::atomic<int>* exits;
+  ThreadCounter(std::atomic<int>* s, std::atomic<int>* e) : started(s), exits(e) { ++*started; }
+  ~ThreadCounter() { ++*exits; }
+};
+
+TEST(DataFaults, DestructionStopsWorkersBetweenElements) {
+  // Two workers, chunks of 32: one blocks in the map at element 32 (chunk 1) until released; the
+  // other, once it has started mapping, fills chunks until too many are in flight and waits.
+  // Destruction asks both to stop; the other one exits, which shows the stop request was made,
+  // and only then is the blocked call released. No further map call may start: the rest of
+  // chunk 1 is abandoned.
+  for (const bool stream : {false, true}) {
+    std::atomic<int> started{0}, exits{0};
+    std::atomic<bool> released{false};
+    std::atomic<int> calls_after_release{0};
+    std::mutex m;
+    std::condition_variable cv;
+    bool blocked = false, release = false;
+    auto f = [&](Sample s) {
+      thread_local ThreadCounter counter(&started, &exits);
+      (void)counter;
+      if (released) ++calls_after_release;
+      if (s.at("x").item<int64_t>() == 32) {
+        std::unique_lock lock(m);
+        blocked = true;
+        cv.notify_all();
+        cv.wait(lock, [&] { return release; });
+      }
+      return s;
+    };
+    Pipeline source = stream ? range_pipeline(1000).filter([](const Sample&) { return true; })
+                             : range_pipeline(1000);
+    auto p = std::make_unique<Pipeline>(source.map(f, {.num_threads = 2, .chunk_size = 32}));
+    ASSERT_EQ(p->next()->at("x").item<int64_t>(), 0);
+    {
+      std::unique_lock lock(m);
+      cv.wait(lock, [&] { return blocked; });
+    }
+    while (started.load() < 2) std::this_thread::yield();
+    std::thread destroyer([&] { p.reset(); });
+    while (exits.load() == 0) std::this_thread::yield();
+    released = true;
+    {
+      std::lock_guard lock(m);
+      release = true;
+    }
+    cv.notify_all();
+    destroyer.join();
+    EXPECT_EQ(exits.load(), 2) << (stream ? "stream" : "random access");
+    EXPECT_EQ(calls_after_release.load(), 0) << (stream ? "stream" : "random access");
+  }
+}
+
 TEST(DataFaults, OnErrorSkipDropsAndCountsBadRecords) {
   auto p = range_pipeline(100)
                .map(
@@ -649,7 +829,7 @@ TEST_F(DataTest, IdxFaultsNameTheFileAndOffset) {
   expect_error([&] { data::read_idx(tp); }, {"[data.idx]", "truncated IDX file", "trunc.idx",
                                              "7 data bytes", "at byte 16", "expected 12"});
   data::IdxReport rep;
-  const Tensor t = data::read_idx(tp, data::OnError::skip, &rep);
+  const Tensor t = data::read_idx(tp, {.on_error = data::OnError::skip}, &rep);
   EXPECT_EQ(t.shape(), (kiln::Shape{1, 2, 2}));
   EXPECT_EQ(rep.skipped, 2);
   Bytes bad_magic = idx_file(0x08, {1}, {0});
@@ -679,6 +859,59 @@ TEST_F(DataTest, IdxFaultsNameTheFileAndOffset) {
         data::from_idx(write("ok.idx", idx_file(0x08, {2, 1}, {1, 2})), labels);
       },
       {"record counts differ", "2 images", "3 labels"});
+}
+
+TEST_F(DataTest, IdxDeclaredSizesAreCheckedBeforeAllocating) {
+  // 24 bytes: ubyte, dimensions 1 x 65536^4, whose product 2^64 wraps to 0 in 64 bits.
+  const auto wrap = write("wrap.idx", idx_file(0x08, {1, 65536, 65536, 65536, 65536}, {}));
+  ASSERT_EQ(fs::file_size(wrap), 24u);
+  for (auto on_error : {data::OnError::raise, data::OnError::skip})
+    expect_error([&] { data::read_idx(wrap, {.on_error = on_error}); },
+                 {"[data.idx]", "wrap.idx", "too large", "1 x 65536 x 65536 x 65536 x 65536"});
+  // 2^31 x 2^31 ints are 2^64 bytes; an empty leading axis does not make 2^96 elements fit.
+  expect_error(
+      [&] {
+        data::read_idx(write("ints.idx", idx_file(0x0C, {1u << 31, 1u << 31}, {})));
+      },
+      {"[data.idx]", "ints.idx", "too large"});
+  expect_error(
+      [&] {
+        data::read_idx(write("empty.idx", idx_file(0x08, {0, ~0u, ~0u, ~0u}, {})));
+      },
+      {"[data.idx]", "empty.idx", "too large"});
+  EXPECT_EQ(data::read_idx(write("none.idx", idx_file(0x08, {0, 3}, {}))).shape(),
+            (kiln::Shape{0, 3}));
+}
+
+TEST_F(DataTest, IdxDecompressionIsBoundedByMaxBytes) {
+  // 4 MiB of zeros in about 26 KB: an IDX file declaring 4 x 1024 x 1024 ubytes.
+  const auto bomb =
+      write("bomb.idx.gz", gzip_zero_run(idx_file(0x08, {4, 1024, 1024}, {}), 4 << 20));
+  EXPECT_LT(fs::file_size(bomb), 30000u);
+  const std::vector<std::string> too_large{"[data.idx]", "bomb.idx.gz",
+                                           "declares 4194304 data bytes",
+                                           "at most 1048576 (IdxOptions::max_bytes)"};
+  expect_error([&] { data::read_idx(bomb, {.max_bytes = 1 << 20}); }, too_large);
+  expect_error([&] { data::from_idx(bomb, std::nullopt, {.max_bytes = 1 << 20}); }, too_large);
+  // Within the limit (the default is 2 GiB) it is an ordinary file.
+  const Tensor all = data::read_idx(bomb);
+  EXPECT_EQ(all.shape(), (kiln::Shape{4, 1024, 1024}));
+  EXPECT_EQ(all.data<uint8_t>()[all.numel() - 1], 0);
+  // A header that understates the data: decoding stops one byte past what it declares.
+  const auto liar = write("liar.idx.gz", gzip_zero_run(idx_file(0x08, {1, 16}, {}), 4 << 20));
+  expect_error([&] { data::read_idx(liar); },
+               {"[data.idx]", "oversized IDX file", "liar.idx.gz", "more than 16 data bytes"});
+  data::IdxReport rep;
+  EXPECT_EQ(data::read_idx(liar, {.on_error = data::OnError::skip}, &rep).shape(),
+            (kiln::Shape{1, 16}));
+  EXPECT_EQ(rep.skipped, 0);
+  EXPECT_NE(rep.error.find("oversized"), std::string::npos) << rep.error;
+  // Raw files have the same limit.
+  const auto raw = write("raw.idx", idx_file(0x08, {2, 3}, Bytes(6, 7)));
+  expect_error([&] { data::read_idx(raw, {.max_bytes = 5}); },
+               {"declares 6 data bytes", "at most 5"});
+  EXPECT_EQ(data::read_idx(raw, {.max_bytes = 6}).to_vector<uint8_t>(), Bytes(6, 7));
+  expect_error([&] { data::read_idx(raw, {.max_bytes = -1}); }, {"bad IdxOptions::max_bytes"});
 }
 
 // ---- CSV
@@ -743,6 +976,80 @@ TEST_F(DataTest, CsvBadLinesRaiseOrAreSkipped) {
       {"got 300", "fits u8"});
 }
 
+TEST_F(DataTest, ReadersRefuseWhatIsNotARegularFile) {
+  const std::string dir = dir_.string();
+  const std::vector<std::string> want{"[data.read_file]", dir, "a directory", "regular file"};
+  expect_error([&] { data::read_file(dir); }, want);
+  expect_error([&] { data::read_idx(dir); }, want);
+  expect_error([&] { data::from_csv(dir); }, want);
+  expect_error([&] { data::read_image(dir); }, want);
+  // A FIFO is refused without waiting for a writer.
+  const std::string fifo = path("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { data::read_file(fifo); }, {"[data.read_file]", fifo, "a FIFO"});
+}
+
+TEST_F(DataTest, CsvDuplicateHeaderNamesAreRenamedAsPandasDoes) {
+  // pandas.read_csv's dedup_names: a repeated name gets ".k" with the next free k, where names
+  // already taken (even by an earlier rename) count too. Worked by hand from that algorithm:
+  // a, b, a, a.1, a -> a, b, a.1, a.1.1, a.2.
+  const auto p = write_text("dup.csv", "a,b,a,a.1,a\n1,2,3,4,5\n");
+  auto ds = data::from_csv(p);
+  const Sample s = *ds.next();
+  EXPECT_EQ(s.names(), (std::vector<std::string>{"a", "b", "a.1", "a.1.1", "a.2"}));
+  std::vector<int64_t> values;
+  for (const auto& [name, t] : s) values.push_back(t.item<int64_t>());
+  EXPECT_EQ(values, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  auto sel = data::from_csv(p, {.select = {"a.2", "a"}});
+  EXPECT_EQ(sel.next()->at("a.2").item<int64_t>(), 5);
+  expect_error(
+      [&] {
+        data::from_csv(p, {.select = {"b", "b"}});
+      },
+      {"[data.csv]", "'b' twice in CsvOptions::select"});
+}
+
+TEST_F(DataTest, CsvWithHundredThousandColumns) {
+  // Column handling is linear: 100k columns load (and batch) at once. Cell (r, j) holds r * 1e6 +
+  // j.
+  constexpr int kCols = 100000;
+  const auto col = [](int j) { return std::string("c").append(std::to_string(j)); };
+  std::string text;
+  for (int j = 0; j < kCols; ++j) {
+    text += j ? ",c" : "c";
+    text += std::to_string(j);
+  }
+  text += '\n';
+  for (int r = 0; r < 2; ++r) {
+    for (int j = 0; j < kCols; ++j) {
+      if (j) text += ',';
+      text += std::to_string(r * 1000000 + j);
+    }
+    text += '\n';
+  }
+  const auto p = write_text("wide.csv", text);
+  std::vector<std::pair<std::string, kiln::DType>> types;
+  for (int j = 0; j < kCols; j += 2) types.emplace_back(col(j), kiln::int32);
+  auto ds = data::from_csv(p, {.types = types});
+  ASSERT_EQ(ds.size(), 2);
+  int64_t r = 0;
+  for (Sample& s : ds) {
+    ASSERT_EQ(s.size(), static_cast<std::size_t>(kCols));
+    for (int j : {0, 1, 4242, kCols - 1}) {
+      const Tensor& t = s.at(col(j));
+      EXPECT_EQ(t.dtype(), j % 2 ? kiln::int64 : kiln::int32);
+      const int64_t v = j % 2 ? t.item<int64_t>() : t.item<int32_t>();
+      EXPECT_EQ(v, r * 1000000 + j) << "column " << j;
+    }
+    ++r;
+  }
+  auto batched = data::from_csv(p).batch(2);
+  const Batch b = *batched.next();
+  ASSERT_EQ(b.size(), static_cast<std::size_t>(kCols));
+  EXPECT_EQ(b.at("c99999").to_vector<int64_t>(), (std::vector<int64_t>{99999, 1099999}));
+  EXPECT_EQ(std::prev(b.end())->first, "c99999");
+}
+
 // ---- images
 // ---------------------------------------------------------------------------------------
 
@@ -791,6 +1098,14 @@ TEST_F(DataTest, PngAndJpegFaultsNameTheFileAndByte) {
   Bytes jhead(jpg.begin(), jpg.begin() + 100);
   expect_error([&] { data::read_image(write("head.jpg", jhead)); },
                {"[data.jpeg]", "head.jpg", "at byte"});
+  // A tEXt chunk declaring 1.7 GB in a 78-byte file (found by fuzz_png): libpng allocated the
+  // declared length before reading; text chunks are now skipped, read through in small pieces.
+  Bytes text = png_stored(2, 1, 0, {1, 2});
+  text.resize(33);  // signature and IHDR
+  put_be32(text, 0x6660c871);
+  text.insert(text.end(), {'t', 'E', 'X', 't', 'a', 'b', 'c'});
+  expect_error([&] { data::read_image(write("huge_text.png", text)); },
+               {"[data.png]", "huge_text.png", "unexpected end of file"});
   Bytes junk{0xff, 0xd8, 0xff, 0x00, 0x01, 0x02};
   expect_error([&] { data::read_image(write("junk.jpg", junk)); },
                {"[data.jpeg]", "junk.jpg", "at byte"});
@@ -800,6 +1115,66 @@ TEST_F(DataTest, PngAndJpegFaultsNameTheFileAndByte) {
       },
       {"[data.decode_image]", "unknown image format", "68 69"});
   expect_error([&] { data::read_image(path("absent.png")); }, {"absent.png"});
+}
+
+TEST_F(DataTest, ImagesOverMaxPixelsAreRefusedBeforeDecoding) {
+  // A PNG declaring 40000 x 40000 gray pixels (1.6 GB decoded) that holds a few bytes of data.
+  Bytes png{0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  Bytes ihdr;
+  put_be32(ihdr, 40000);
+  put_be32(ihdr, 40000);
+  ihdr.insert(ihdr.end(), {8, 0, 0, 0, 0});
+  put_chunk(png, "IHDR", ihdr);
+  put_chunk(png, "IDAT", {0x78, 0x01, 0x01, 0x00, 0x00, 0xff, 0xff});
+  put_chunk(png, "IEND", {});
+  expect_error([&] { data::read_image(write("big.png", png)); },
+               {"[data.png]", "PNG image too large", "big.png", "40000x40000 = 1600000000 pixels",
+                "at most 178956970 (ImageReadOptions::max_pixels)"});
+  const auto small = write("small.png", png_stored(8, 8, 0, Bytes(64, 3)));
+  expect_error([&] { data::read_image(small, {.max_pixels = 63}); },
+               {"[data.png]", "8x8 = 64 pixels", "at most 63"});
+  EXPECT_EQ(data::read_image(small, {.max_pixels = 64}).shape(), (kiln::Shape{8, 8, 1}));
+  // JPEG: the limit, and a frame header patched to declare 60000 x 60000.
+  Bytes jpg = data::encode_jpeg(kiln::full(kiln::Shape{64, 64, 3}, 90.0, kiln::uint8));
+  expect_error([&] { data::decode_image(jpg, "small.jpg", {.max_pixels = 4095}); },
+               {"[data.jpeg]", "JPEG image too large", "small.jpg", "64x64 = 4096 pixels"});
+  EXPECT_EQ(data::decode_image(jpg, "small.jpg", {.max_pixels = 4096}).shape(),
+            (kiln::Shape{64, 64, 3}));
+  std::size_t sof = 2;
+  while (sof + 9 < jpg.size() && !(jpg[sof] == 0xff && jpg[sof + 1] == 0xc0)) ++sof;
+  ASSERT_LT(sof + 9, jpg.size());
+  for (std::size_t k : {sof + 5, sof + 7}) {  // height, then width, big-endian
+    jpg[k] = 60000 >> 8;
+    jpg[k + 1] = 60000 & 0xff;
+  }
+  expect_error([&] { data::decode_image(jpg, "huge.jpg"); },
+               {"[data.jpeg]", "huge.jpg", "60000x60000 = 3600000000 pixels"});
+  // Lazily decoded sources carry the option; a limit below one pixel is refused up front.
+  auto lazy = data::from_images({small}, {}, {.max_pixels = 10});
+  expect_error([&] { lazy.next(); }, {"[data.png]", "at most 10"});
+  expect_error([&] { data::from_images({small}, {}, {.max_pixels = 0}); },
+               {"[data.from_images]", "bad ImageReadOptions::max_pixels"});
+  expect_error([&] { data::read_image(small, {.max_pixels = 0}); },
+               {"[data.decode_image]", "bad ImageReadOptions::max_pixels"});
+}
+
+TEST(DataImage, JpegOfAnUnknownColourSpaceIsRefused) {
+  // 8x8, two components of an unknown colour space, from libjpeg (jpeg_set_defaults with
+  // in_color_space = JCS_UNKNOWN, input_components = 2, quality 50, optimized Huffman tables):
+  // it decoded to a u8[8, 8, 2] that is neither gray+alpha nor anything else.
+  const Bytes two{
+      0xff, 0xd8, 0xff, 0xdb, 0x00, 0x43, 0x00, 0x10, 0x0b, 0x0c, 0x0e, 0x0c, 0x0a, 0x10, 0x0e, 0x0d,
+      0x0e, 0x12, 0x11, 0x10, 0x13, 0x18, 0x28, 0x1a, 0x18, 0x16, 0x16, 0x18, 0x31, 0x23, 0x25, 0x1d,
+      0x28, 0x3a, 0x33, 0x3d, 0x3c, 0x39, 0x33, 0x38, 0x37, 0x40, 0x48, 0x5c, 0x4e, 0x40, 0x44, 0x57,
+      0x45, 0x37, 0x38, 0x50, 0x6d, 0x51, 0x57, 0x5f, 0x62, 0x67, 0x68, 0x67, 0x3e, 0x4d, 0x71, 0x79,
+      0x70, 0x64, 0x78, 0x5c, 0x65, 0x67, 0x63, 0xff, 0xc0, 0x00, 0x0e, 0x08, 0x00, 0x08, 0x00, 0x08,
+      0x02, 0x00, 0x11, 0x00, 0x01, 0x11, 0x00, 0xff, 0xc4, 0x00, 0x14, 0x00, 0x01, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x07, 0xff, 0xc4, 0x00,
+      0x14, 0x10, 0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+      0x00, 0x00, 0x00, 0xff, 0xda, 0x00, 0x0a, 0x02, 0x00, 0x00, 0x01, 0x00, 0x00, 0x3f, 0x00, 0x3f,
+      0x1f, 0xbf, 0xff, 0xd9};
+  expect_error([&] { data::decode_image(two, "two.jpg"); },
+               {"[data.jpeg]", "two.jpg", "unsupported unknown colour space with 2 components"});
 }
 
 TEST_F(DataTest, JpegRoundTripWithinCodecTolerance) {
@@ -917,6 +1292,47 @@ TEST(DataImage, NormalizeResizeCropFlipByHand) {
         data::image::normalize({1, 2}, {1})(sq);
       },
       {"[data.image.normalize]", "2 means"});
+}
+
+TEST(DataImage, SizeArgumentsAreCheckedBeforeAnyArithmetic) {
+  constexpr int64_t kHuge = int64_t{1} << 62;
+  expect_error([&] { data::image::resize(kHuge, 4); },
+               {"[data.image.resize]", "4611686018427387904", "expected 1 to 1048576"});
+  expect_error([&] { data::image::center_crop(4, kHuge); }, {"[data.image.center_crop]"});
+  expect_error([&] { data::image::random_crop(kHuge, 4); }, {"[data.image.random_crop]"});
+  expect_error([&] { data::image::random_crop(4, 4, kHuge); },
+               {"[data.image.random_crop]", "padding"});
+  // Inputs are held to 2^20 a side and 2^20 channels too, so no size computed from them overflows:
+  // 2^20 x 2^20 x 2^23 would, and an empty [2^40, 0] image would overflow the crop's offsets.
+  Tensor deep = kiln::zeros(kiln::Shape{1, 1, int64_t{1} << 23}, kiln::uint8);
+  expect_error([&] { data::image::resize(1 << 20, 1 << 20)(deep); },
+               {"[data.image]", "image too large", "[1, 1, 8388608]", "1048576 channels"});
+  Tensor tall = kiln::empty(kiln::Shape{int64_t{1} << 40, 0}, kiln::uint8);
+  expect_error([&] { data::image::random_crop(1, 1, 1)(tall); },
+               {"[data.image]", "image too large", "[1099511627776, 0]"});
+}
+
+TEST(DataImage, OutOfMemoryIsAnError) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "the sanitizers reserve more address space than the limit below allows";
+#else
+  // Room for 2 GiB more than the process maps now; a 32768 x 32768 x 3 resize needs 3 GiB.
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  int64_t vm_kib = -1;
+  while (std::getline(status, line))
+    if (line.rfind("VmSize:", 0) == 0) vm_kib = std::stoll(line.substr(7));
+  ASSERT_GT(vm_kib, 0);
+  rlimit old{};
+  ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
+  rlimit tight = old;
+  tight.rlim_cur = static_cast<rlim_t>(vm_kib * 1024 + (int64_t{2} << 30));
+  ASSERT_EQ(::setrlimit(RLIMIT_AS, &tight), 0);
+  const Tensor rgb = kiln::zeros(kiln::Shape{1, 1, 3}, kiln::uint8);
+  expect_error([&] { data::image::resize(32768, 32768)(rgb); },
+               {"[data.image]", "out of memory", "[1, 1, 3]", "[32768, 32768, 3] u8"});
+  ::setrlimit(RLIMIT_AS, &old);
+#endif
 }
 
 TEST(DataImage, FusedMapsEqualTheTransformApplied) {

@@ -1,9 +1,14 @@
 // kiln::io: safetensors checkpoints (include/kiln/io.h, docs/CHECKPOINTS.md).
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -11,8 +16,10 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "kiln/data.h"
 #include "kiln/io.h"
 #include "kiln/ops.h"
 #include "testing.h"
@@ -616,10 +623,102 @@ TEST(IoAtomic, DirectoryProblems) {
   // The target is a directory.
   fs::create_directory(dir.path() / "sub");
   expect_error([&] { io::save(dir.file("sub"), make_model(1)); }, "io.save",
-               {"sub", "renaming over the target", "directory"});
+               {"sub", "not a regular file", "a directory"});
   EXPECT_EQ(dir.entries(), std::vector<std::string>{"sub"});
   EXPECT_TRUE(fs::is_empty(dir.path() / "sub"));
   expect_error([&] { io::save(dir.file("sub") + "/", make_model(1)); }, "io.save", {"bad path"});
+}
+
+// The pid of a process that has exited and been reaped: no process has it (until it is reused).
+pid_t dead_pid() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(0);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return pid;
+}
+
+std::string temp_name(const std::string& target, pid_t pid) {
+  return "." + target + ".tmp-" + std::to_string(pid) + "-0123456789abcdef";
+}
+
+TEST(IoAtomic, StaleTemporariesOfDeadWritersAreRemovedOnTheNextSave) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  const std::string dead = temp_name("ckpt.safetensors", dead_pid());
+  const std::string live = temp_name("ckpt.safetensors", ::getpid());
+  const std::string locked = temp_name("ckpt.safetensors", dead_pid());
+  const std::string other_target = temp_name("other.safetensors", dead_pid());
+  const std::string not_ours = ".ckpt.safetensors.tmp-notes";
+  for (const auto& name : {dead, live, locked, other_target, not_ours})
+    write_file(dir.file(name), Bytes(100, 1));
+  // A writer whose pid is not ours to see (another machine, another PID namespace) still holds
+  // its lock: its temporary file is not stale.
+  const int fd = ::open(dir.file(locked).c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  io::save(path, make_model(1));
+  ::close(fd);
+  std::vector<std::string> want{"ckpt.safetensors", live, locked, other_target, not_ours};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(dir.entries(), want);
+  // data::write_file shares the writer.
+  kiln::data::write_file(dir.file("other.safetensors"), Bytes{1, 2, 3});
+  std::erase(want, other_target);
+  want.push_back("other.safetensors");
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(dir.entries(), want);
+}
+
+TEST(IoAtomic, SaveKilledMidwayIsCleanedUpByTheNextSave) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  const std::vector<io::NamedTensor> big{{"w", kiln::zeros({8, 1024, 1024})}};  // 32 MiB
+  const auto temporaries = [&] {
+    int n = 0;
+    for (const auto& e : dir.entries()) n += e.rfind(".ckpt.safetensors.tmp-", 0) == 0;
+    return n;
+  };
+  // A child saves over and over and is SIGKILLed once its temporary file exists; should the
+  // kill land between a rename and the next save, it is tried again.
+  for (int attempt = 0; attempt < 20 && temporaries() == 0; ++attempt) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      for (;;) io::save_tensors(path, big);
+    }
+    while (temporaries() == 0) std::this_thread::yield();
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+  }
+  ASSERT_EQ(temporaries(), 1);
+  io::save(path, make_model(1));
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"ckpt.safetensors"});
+}
+
+TEST(IoAtomic, RefusesTargetsThatAreNotRegularFiles) {
+  TempDir dir;
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error([&] { io::save(fifo, make_model(1)); }, "io.save",
+               {fifo, "not a regular file", "a FIFO", "expected a regular file"});
+  expect_error([&] { kiln::data::write_file(fifo, Bytes{1}); }, "data.write_file",
+               {fifo, "a FIFO"});
+  // Through a symbolic link too; a link to a regular file is replaced as before.
+  ASSERT_EQ(::symlink(fifo.c_str(), dir.file("link").c_str()), 0);
+  expect_error([&] { io::save(dir.file("link"), make_model(1)); }, "io.save", {"a FIFO"});
+  struct stat st {};
+  ASSERT_EQ(::lstat(fifo.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"link", "pipe"}));
+  // A device node (root may make one: a copy of /dev/null's).
+  const std::string dev = dir.file("null");
+  if (::mknod(dev.c_str(), S_IFCHR | 0600, ::makedev(1, 3)) == 0) {
+    expect_error([&] { io::save(dev, make_model(1)); }, "io.save", {"a character device"});
+    ASSERT_EQ(::lstat(dev.c_str(), &st), 0);
+    EXPECT_TRUE(S_ISCHR(st.st_mode));
+  }
 }
 
 TEST(IoAtomic, ReadOnlyDirectory) {

@@ -21,6 +21,10 @@ namespace kiln::data {
 
 // ---- samples ----------------------------------------------------------------------------
 
+namespace detail {
+struct SampleAccess;
+}  // namespace detail
+
 // A small named record of tensors (scalars are 0-d tensors), in insertion order. A batch is the
 // same record with a leading batch axis on every field.
 class Sample {
@@ -48,6 +52,7 @@ class Sample {
   auto end() { return fields_.end(); }
 
  private:
+  friend struct detail::SampleAccess;
   std::vector<Field> fields_;
 };
 using Batch = Sample;
@@ -104,6 +109,9 @@ struct BatchOptions {
 struct IdxOptions {
   // skip: a truncated or corrupt file keeps its complete records; the rest count as skipped.
   OnError on_error = OnError::raise;
+  // Most data bytes (after the header, decompressed) a file may declare: a gzip'd file of a few
+  // megabytes can otherwise expand until memory runs out. 2 GiB holds every public IDX data set.
+  int64_t max_bytes = int64_t{1} << 31;
 };
 
 struct CsvOptions {
@@ -121,6 +129,9 @@ struct CsvOptions {
 struct ImageReadOptions {
   // Convert to this many channels (1 gray, 3 RGB, 4 RGBA); nullopt keeps the file's own.
   std::optional<int> channels = std::nullopt;
+  // Most pixels (width x height) an image may declare, checked before decoding: a small file can
+  // otherwise decode to gigabytes. The default is Pillow's decompression-bomb threshold.
+  int64_t max_pixels = 178956970;
 };
 
 // ---- statistics and state -----------------------------------------------------------------
@@ -316,6 +327,8 @@ Pipeline from_tensors(std::vector<std::pair<std::string, Tensor>> fields);
 Pipeline from_idx(const std::string& images, std::optional<std::string> labels = std::nullopt,
                   IdxOptions options = {});
 // CSV with a header line: one field per kept column, each a scalar (text columns: uint8 [n]).
+// A header name seen before is renamed as pandas does: the second "a" is "a.1", the third "a.2"
+// (skipping names already taken).
 Pipeline from_csv(const std::string& path, CsvOptions options = {});
 // Sorted paths matching a shell pattern ("dir/*.png"); raises Error when nothing matches.
 std::vector<std::string> glob(const std::string& pattern);
@@ -333,10 +346,10 @@ struct IdxReport {
   int64_t skipped = 0;  // records lost to truncation or corruption (with OnError::skip)
   std::string error;    // what was wrong, when something was
 };
-// An IDX file as a tensor of its dtype (ubyte: uint8; byte, short, int: int32; float: float32;
-// double: float64).
-Tensor read_idx(const std::string& path, OnError on_error = OnError::raise,
-                IdxReport* report = nullptr);
+// An IDX file, raw or gzip'd, as a tensor of its dtype (ubyte: uint8; byte, short, int: int32;
+// float: float32; double: float64).
+Tensor read_idx(const std::string& path, IdxOptions options = {}, IdxReport* report = nullptr);
+// The bytes of a regular file (a directory, FIFO or device is an Error).
 std::vector<uint8_t> read_file(const std::string& path);
 // PNG or JPEG bytes to uint8 [H, W, C]; `name` appears in error messages.
 Tensor decode_image(std::span<const uint8_t> bytes, std::string_view name,
@@ -345,7 +358,8 @@ Tensor read_image(const std::string& path, ImageReadOptions options = {});
 // uint8 [H, W] or [H, W, C] (C in 1..4 for PNG, 1 or 3 for JPEG) to file bytes.
 std::vector<uint8_t> encode_png(const Tensor& image);
 std::vector<uint8_t> encode_jpeg(const Tensor& image, int quality = 90);
-// Replaces the file atomically (temporary file, fsync, rename): never half-written.
+// Replaces the file atomically (temporary file, fsync, rename): never half-written. A target
+// that exists and is not a regular file (a directory, FIFO, device) is an Error.
 void write_file(const std::string& path, std::span<const uint8_t> bytes);
 
 }  // namespace kiln::data

@@ -3,10 +3,13 @@
 // libpng and libjpeg report errors by longjmp. Each setjmp below lives in a function whose frame
 // holds only plain C data, so the jump never skips a C++ destructor; tensors and vectors live in
 // the callers and are reached through callbacks that return normally.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 
 // clang-format off
 #include <jpeglib.h>  // needs <cstdio> first
@@ -20,17 +23,11 @@
 namespace kiln::data {
 
 std::vector<uint8_t> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) {
-    const int err = errno;
-    fail("data.read_file", "cannot open file: got '", path, "' (", std::strerror(err),
-         "), expected a readable file");
-  }
-  const std::streamsize n = in.tellg();
-  in.seekg(0);
-  std::vector<uint8_t> bytes(static_cast<std::size_t>(std::max<std::streamsize>(n, 0)));
-  if (n > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), n))
-    fail("data.read_file", "read failed: got ", in.gcount(), " of ", n, " bytes from '", path,
+  const detail::InputFile file(path);
+  std::vector<uint8_t> bytes(static_cast<std::size_t>(file.size));
+  const std::size_t got = file.read_at(bytes.data(), bytes.size(), 0);
+  if (got != bytes.size())
+    fail("data.read_file", "read failed: got ", got, " of ", file.size, " bytes from '", path,
          "', expected the whole file");
   return bytes;
 }
@@ -43,66 +40,131 @@ void write_file(const std::string& path, std::span<const uint8_t> bytes) {
 
 namespace detail {
 
-std::vector<uint8_t> inflate_if_compressed(std::vector<uint8_t> bytes, const std::string& path,
-                                           OnError on_error, std::string* error) {
-  if (bytes.size() < 2 || bytes[0] != 0x1f || bytes[1] != 0x8b) return bytes;
-  std::vector<uint8_t> out;
-  // ISIZE, the last 4 bytes, is the size mod 2^32 of the last member: a good first guess.
-  if (bytes.size() >= 18) {
-    const std::size_t n = bytes.size();
-    const uint32_t isize = bytes[n - 4] | bytes[n - 3] << 8 | bytes[n - 2] << 16 |
-                           static_cast<uint32_t>(bytes[n - 1]) << 24;
-    out.reserve(std::min<std::size_t>(isize, std::size_t{1} << 31));
+InputFile::InputFile(const std::string& p)
+    : path(p), fd(::open(p.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
+  if (fd.fd < 0) {
+    const int err = errno;
+    fail("data.read_file", "cannot open file: got '", path, "' (", std::strerror(err),
+         "), expected a readable file");
   }
-  z_stream zs{};
-  if (inflateInit2(&zs, 15 + 16) != Z_OK)
+  struct stat st {};
+  if (::fstat(fd.fd, &st) != 0 || !S_ISREG(st.st_mode))
+    fail("data.read_file", "not a regular file: got '", path, "' (",
+         kiln::detail::file_kind(st.st_mode), "), expected a regular file");
+  size = static_cast<uint64_t>(st.st_size);
+}
+
+std::size_t InputFile::read_at(uint8_t* dst, std::size_t n, uint64_t offset) const {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r =
+        ::pread(fd.fd, dst + got, std::min<std::size_t>(n - got, std::size_t{1} << 30),
+                static_cast<off_t>(offset + got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      const int err = errno;
+      fail("data.read_file", "read failed: got '", std::strerror(err), "' at byte ", offset + got,
+           " of '", path, "', expected a readable file");
+    }
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  return got;
+}
+
+DecodedFile::DecodedFile(const std::string& path) : file_(path) {
+  uint8_t magic[2] = {0, 0};
+  if (file_.read_at(magic, 2, 0) < 2 || magic[0] != 0x1f || magic[1] != 0x8b) return;
+  compressed_.resize(static_cast<std::size_t>(file_.size));
+  compressed_.resize(file_.read_at(compressed_.data(), compressed_.size(), 0));
+  zs_ = std::make_unique<z_stream>();
+  if (inflateInit2(zs_.get(), 15 + 16) != Z_OK) {
+    zs_.reset();
     fail("data.gzip", "zlib failed to start: got an inflateInit2 error, expected Z_OK");
-  zs.next_in = bytes.data();
-  zs.avail_in = static_cast<uInt>(bytes.size());
-  std::string problem;
-  std::size_t produced = 0;
-  for (;;) {
-    if (out.size() - produced < (1u << 16))
-      out.resize(std::max<std::size_t>(out.size() * 2, produced + (1u << 20)));
+  }
+}
+
+DecodedFile::~DecodedFile() {
+  if (zs_) inflateEnd(zs_.get());
+}
+
+void DecodedFile::read(std::vector<uint8_t>& out, std::size_t n) {
+  if (!compressed()) {
+    const uint64_t left = file_.size - std::min(offset_, file_.size);
+    const std::size_t start = out.size();
+    out.resize(start + static_cast<std::size_t>(std::min<uint64_t>(n, left)));
+    const std::size_t got = file_.read_at(out.data() + start, out.size() - start, offset_);
+    out.resize(start + got);
+    offset_ += got;
+    return;
+  }
+  // Grow geometrically with what arrives: a stream that stops early costs only what it holds.
+  const std::size_t target = out.size() + n;
+  while (out.size() < target && !done_) {
+    const std::size_t start = out.size();
+    out.resize(std::min(target, start + std::max<std::size_t>(start, std::size_t{1} << 16)));
+    const bool more = inflate_into(out, start);
+    if (!more) done_ = true;
+  }
+}
+
+// Inflates into out[start, out.size()) and shrinks `out` to what was produced. Returns false at
+// the end of the data or on damage (problem_ says which).
+bool DecodedFile::inflate_into(std::vector<uint8_t>& out, std::size_t start) {
+  z_stream& zs = *zs_;
+  std::size_t produced = start;
+  bool more = true;
+  while (produced < out.size()) {
+    if (zs.avail_in == 0 && compressed_pos_ < compressed_.size()) {
+      // zlib counts in 32 bits: hand it the input in pieces.
+      zs.next_in = compressed_.data() + compressed_pos_;
+      zs.avail_in = static_cast<uInt>(
+          std::min<std::size_t>(compressed_.size() - compressed_pos_, std::size_t{1} << 30));
+      compressed_pos_ += zs.avail_in;
+    }
     zs.next_out = out.data() + produced;
     zs.avail_out = static_cast<uInt>(std::min<std::size_t>(out.size() - produced, 1u << 30));
     const uInt before = zs.avail_out;
     const int rc = inflate(&zs, Z_NO_FLUSH);
     produced += before - zs.avail_out;
+    const bool input_left = zs.avail_in > 0 || compressed_pos_ < compressed_.size();
     if (rc == Z_STREAM_END) {
-      if (zs.avail_in == 0) break;
+      if (!input_left) {
+        more = false;
+        break;
+      }
       inflateReset(&zs);  // a multi-member file (concatenated gzip streams)
       continue;
     }
     if (rc == Z_OK) continue;
-    if (rc == Z_BUF_ERROR && zs.avail_in == 0) {
-      problem = kiln::detail::cat("truncated gzip file '", path, "': got end of input at byte ",
-                                  zs.total_in, " (", produced,
-                                  " bytes decompressed), expected the rest of the stream");
+    // zlib's totals restart with each member: count from the whole file instead.
+    const uint64_t at = compressed_pos_ - zs.avail_in, decoded = decoded_ + (produced - start);
+    if (rc == Z_BUF_ERROR && !input_left) {
+      problem_ =
+          kiln::detail::cat("truncated gzip file '", file_.path, "': got end of input at byte ", at,
+                            " (", decoded, " bytes decompressed), expected the rest of the stream");
     } else if (rc != Z_BUF_ERROR) {
-      problem = kiln::detail::cat("corrupt gzip file '", path, "': got zlib error '",
-                                  zs.msg ? zs.msg : "unknown", "' near compressed byte ",
-                                  zs.total_in, " (", produced,
-                                  " bytes decompressed), expected a valid deflate stream");
+      problem_ =
+          kiln::detail::cat("corrupt gzip file '", file_.path, "': got zlib error '",
+                            zs.msg ? zs.msg : "unknown", "' near compressed byte ", at, " (",
+                            decoded, " bytes decompressed), expected a valid deflate stream");
     } else {
       continue;
     }
+    more = false;
     break;
   }
-  inflateEnd(&zs);
+  decoded_ += produced - start;
   out.resize(produced);
-  if (!problem.empty()) {
-    if (on_error == OnError::raise) fail("data.gzip", problem);
-    if (error) *error = problem;
-  }
-  return out;
+  return more;
 }
 
 namespace {
 
 // ---- PNG --------------------------------------------------------------------------------------
 
-struct PngIo {
+// What the decoders (C frames) share with their C++ callers.
+struct DecodeIo {
   const uint8_t* data;
   std::size_t size;
   std::size_t pos;
@@ -111,10 +173,20 @@ struct PngIo {
   uint8_t* (*alloc)(void* ctx, uint32_t h, uint32_t w, int c);
   void* ctx;
   int want_channels;  // 0: keep
+  uint64_t max_pixels;
+  uint32_t width = 0, height = 0;  // as declared, set when the image is over max_pixels
 };
 
+// True when the image may be decoded; else records its size for the caller's Error.
+bool pixels_allowed(DecodeIo* io, uint32_t w, uint32_t h) {
+  if (static_cast<uint64_t>(w) * h <= io->max_pixels) return true;
+  io->width = w;
+  io->height = h;
+  return false;
+}
+
 void png_read_mem(png_structp p, png_bytep out, png_size_t n) {
-  auto* io = static_cast<PngIo*>(png_get_io_ptr(p));
+  auto* io = static_cast<DecodeIo*>(png_get_io_ptr(p));
   if (n > io->size - io->pos) {
     io->pos = io->size;
     png_error(p, "unexpected end of file");
@@ -124,14 +196,14 @@ void png_read_mem(png_structp p, png_bytep out, png_size_t n) {
 }
 
 void png_on_error(png_structp p, png_const_charp msg) {
-  auto* io = static_cast<PngIo*>(png_get_error_ptr(p));
+  auto* io = static_cast<DecodeIo*>(png_get_error_ptr(p));
   std::snprintf(io->message, sizeof io->message, "%s", msg);
   png_longjmp(p, 1);
 }
 void png_on_warning(png_structp, png_const_charp) {}
 
 // 0 on success; on failure io->message says why and io->pos where.
-int png_decode_raw(PngIo* io) {
+int png_decode_raw(DecodeIo* io) {
   png_structp p = png_create_read_struct(PNG_LIBPNG_VER_STRING, io, png_on_error, png_on_warning);
   if (!p) return -1;
   png_infop info = png_create_info_struct(p);
@@ -142,7 +214,14 @@ int png_decode_raw(PngIo* io) {
     return -1;
   }
   png_set_read_fn(p, io, png_read_mem);
+  // Skip the ancillary chunks of variable length, which decoding pixels does not need: libpng
+  // allocates their declared length (up to 2^31) before reading them, so a 70-byte file could
+  // make it allocate 1.7 GB. Skipped chunks are read through in small pieces.
+  static const png_byte kSkipped[] = "iCCP\0iTXt\0pCAL\0sCAL\0sPLT\0tEXt\0zTXt\0eXIf";
+  png_set_keep_unknown_chunks(p, PNG_HANDLE_CHUNK_NEVER, kSkipped, sizeof kSkipped / 5);
   png_read_info(p, info);
+  if (!pixels_allowed(io, png_get_image_width(p, info), png_get_image_height(p, info)))
+    png_error(p, "too many pixels");
   const png_byte color = png_get_color_type(p, info);
   png_set_expand(p);  // palette to RGB, gray below 8 bits to 8 bits, tRNS to alpha
   png_set_strip_16(p);
@@ -177,8 +256,6 @@ struct AllocCtx {
   Tensor image;
 };
 uint8_t* alloc_image(void* ctx, uint32_t h, uint32_t w, int c) {
-  // Refuse dimensions that cannot be real before allocating them.
-  if (static_cast<uint64_t>(h) * w * static_cast<uint64_t>(c) > (uint64_t{1} << 32)) return nullptr;
   auto* a = static_cast<AllocCtx*>(ctx);
   try {  // no exception may cross the decoder's C frames
     a->image = empty(Shape{static_cast<int64_t>(h), static_cast<int64_t>(w), c}, uint8);
@@ -188,13 +265,26 @@ uint8_t* alloc_image(void* ctx, uint32_t h, uint32_t w, int c) {
   return a->image.data<uint8_t>();
 }
 
-Tensor decode_png(std::span<const uint8_t> bytes, std::string_view name, int want) {
+// Decodes with `decode_raw` (PNG or JPEG); its failures become Errors of `op` naming `format`.
+Tensor decode_with(int (*decode_raw)(DecodeIo*), const char* op, const char* format,
+                   std::span<const uint8_t> bytes, std::string_view name,
+                   const ImageReadOptions& options) {
   AllocCtx ctx;
-  PngIo io{bytes.data(), bytes.size(), 0, {}, alloc_image, &ctx, want};
-  if (png_decode_raw(&io) != 0)
-    fail("data.png", "corrupt PNG '", name, "' at byte ", io.pos, ": got '", io.message,
-         "', expected a valid PNG stream");
-  return ctx.image;
+  DecodeIo io{.data = bytes.data(),
+              .size = bytes.size(),
+              .pos = 0,
+              .message = {},
+              .alloc = alloc_image,
+              .ctx = &ctx,
+              .want_channels = options.channels.value_or(0),
+              .max_pixels = static_cast<uint64_t>(options.max_pixels)};
+  if (decode_raw(&io) == 0) return ctx.image;
+  if (io.width)
+    fail(op, format, " image too large in '", name, "': got ", io.width, "x", io.height, " = ",
+         static_cast<uint64_t>(io.width) * io.height, " pixels, expected at most ",
+         options.max_pixels, " (ImageReadOptions::max_pixels)");
+  fail(op, "corrupt ", format, " '", name, "' at byte ", io.pos, ": got '", io.message,
+       "', expected a valid ", format, " stream");
 }
 
 struct PngOut {
@@ -252,17 +342,7 @@ void jpeg_on_output(j_common_ptr c) {
   (*c->err->format_message)(c, e->message);
 }
 
-struct JpegIo {
-  const uint8_t* data;
-  std::size_t size;
-  std::size_t pos;
-  char message[JMSG_LENGTH_MAX];
-  uint8_t* (*alloc)(void* ctx, uint32_t h, uint32_t w, int c);
-  void* ctx;
-  int want_channels;
-};
-
-int jpeg_decode_raw(JpegIo* io) {
+int jpeg_decode_raw(DecodeIo* io) {
   jpeg_decompress_struct cinfo;
   JpegErr err;
   cinfo.err = jpeg_std_error(&err.mgr);
@@ -278,9 +358,19 @@ int jpeg_decode_raw(JpegIo* io) {
   jpeg_create_decompress(&cinfo);
   jpeg_mem_src(&cinfo, io->data, static_cast<unsigned long>(io->size));
   jpeg_read_header(&cinfo, TRUE);
+  if (!pixels_allowed(io, cinfo.image_width, cinfo.image_height)) {
+    std::snprintf(err.message, sizeof err.message, "too many pixels");
+    std::longjmp(err.jump, 1);
+  }
   const int want = io->want_channels;
-  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
-    std::snprintf(err.message, sizeof err.message, "unsupported CMYK colour space");
+  // Colour spaces libjpeg converts to gray and RGB; CMYK, YCCK and unknown ones (any number of
+  // components) are not images Kiln can represent as gray, RGB or RGBA.
+  if (cinfo.jpeg_color_space != JCS_GRAYSCALE && cinfo.jpeg_color_space != JCS_YCbCr &&
+      cinfo.jpeg_color_space != JCS_RGB) {
+    const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+    std::snprintf(err.message, sizeof err.message,
+                  "unsupported %s colour space with %d components, expected gray, YCbCr or RGB",
+                  cmyk ? "CMYK" : "unknown", cinfo.num_components);
     std::longjmp(err.jump, 1);
   }
   if (want == 1) {
@@ -311,15 +401,6 @@ int jpeg_decode_raw(JpegIo* io) {
   }
   jpeg_destroy_decompress(&cinfo);
   return 0;
-}
-
-Tensor decode_jpeg(std::span<const uint8_t> bytes, std::string_view name, int want) {
-  AllocCtx ctx;
-  JpegIo io{bytes.data(), bytes.size(), 0, {}, alloc_image, &ctx, want};
-  if (jpeg_decode_raw(&io) != 0)
-    fail("data.jpeg", "corrupt JPEG '", name, "' at byte ", io.pos, ": got '", io.message,
-         "', expected a valid JPEG stream");
-  return ctx.image;
 }
 
 struct JpegOut {
@@ -377,18 +458,25 @@ ImageArg image_arg(const Tensor& image, const char* op, int max_c) {
 }
 
 }  // namespace
+
+void check_image_options(const char* op, const ImageReadOptions& options) {
+  if (options.channels &&
+      (*options.channels < 1 || *options.channels == 2 || *options.channels > 4))
+    fail(op, "unsupported channel count: got ", *options.channels, ", expected 1, 3 or 4");
+  if (options.max_pixels < 1)
+    fail(op, "bad ImageReadOptions::max_pixels: got ", options.max_pixels, ", expected >= 1");
+}
+
 }  // namespace detail
 
 Tensor decode_image(std::span<const uint8_t> bytes, std::string_view name,
                     ImageReadOptions options) {
-  const int want = options.channels.value_or(0);
-  if (options.channels && (want < 1 || want == 2 || want > 4))
-    fail("data.decode_image", "unsupported channel count: got ", want, ", expected 1, 3 or 4");
+  detail::check_image_options("data.decode_image", options);
   static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), png_sig, 8) == 0)
-    return detail::decode_png(bytes, name, want);
+    return detail::decode_with(detail::png_decode_raw, "data.png", "PNG", bytes, name, options);
   if (bytes.size() >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff)
-    return detail::decode_jpeg(bytes, name, want);
+    return detail::decode_with(detail::jpeg_decode_raw, "data.jpeg", "JPEG", bytes, name, options);
   char head[40] = {0};
   for (std::size_t i = 0; i < std::min<std::size_t>(bytes.size(), 4); ++i)
     std::snprintf(head + 3 * i, 4, "%02x ", bytes[i]);

@@ -3,11 +3,17 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <new>
 
 #include "data/node.h"
 
 namespace kiln::data {
 namespace detail {
+
+// Image ops take sides and channel counts up to this (above libpng's default limit of 1e6
+// pixels a side), so sizes and offsets computed from them cannot overflow.
+constexpr int64_t kMaxImageSide = int64_t{1} << 20;
+constexpr std::size_t kMaxSteps = 64;
 
 // Geometry of an image between steps: [h, w, c] (or [c, h, w] once chw), uint8 or float32.
 struct ImageType {
@@ -138,7 +144,7 @@ class RandomCrop : public ImageStep {
   }
   ImageType out_type(const ImageType& in) const override {
     need_hwc(in, "data.image.random_crop");
-    if (in.h + 2 * pad_ < h_ || in.w + 2 * pad_ < w_)
+    if (in.h + 2 * pad_ < h_ || in.w + 2 * pad_ < w_)  // all at most 2^20: no overflow
       fail("data.image.random_crop", "image too small: got ", in.h, "x", in.w, " padded by ", pad_,
            ", expected at least ", h_, "x", w_);
     ImageType out = in;
@@ -342,6 +348,9 @@ Shape shape_of(const ImageType& t) {
   return Shape{t.h, t.w, t.c};
 }
 
+Tensor run_steps(const std::vector<std::shared_ptr<const ImageStep>>& steps, const Tensor& src,
+                 const ImageType* types, int64_t epoch, int64_t index, const Tensor* dest);
+
 Tensor run_chain(const std::vector<std::shared_ptr<const ImageStep>>& steps, const Tensor& image,
                  int64_t epoch, int64_t index, const Tensor* dest = nullptr) {
   if (image.rank() != 2 && image.rank() != 3)
@@ -350,15 +359,31 @@ Tensor run_chain(const std::vector<std::shared_ptr<const ImageStep>>& steps, con
     fail("data.image", "unsupported element type: got ", dtype_name(image.dtype()),
          ", expected u8 or f32");
   const Tensor src = image.is_contiguous() ? image : image.contiguous();
-  constexpr std::size_t kMaxSteps = 64;
   if (steps.size() > kMaxSteps)
     fail("data.image", "chain too long: got ", steps.size(), " steps, expected at most ",
          kMaxSteps);
   ImageType types[kMaxSteps + 1];
   types[0] = {src.dtype(), src.shape()[0], src.shape()[1], src.rank() == 3 ? src.shape()[2] : 1,
               false,       src.rank() == 2};
+  // With sides and channels of at most 2^20, which the steps' arguments are too, every size in
+  // bytes is below 2^62 and every offset fits.
+  if (types[0].h > kMaxImageSide || types[0].w > kMaxImageSide || types[0].c > kMaxImageSide)
+    fail("data.image", "image too large: got shape ", src.shape(), ", expected at most ",
+         kMaxImageSide, " pixels a side and ", kMaxImageSide, " channels");
   for (std::size_t k = 0; k < steps.size(); ++k) types[k + 1] = steps[k]->out_type(types[k]);
   if (steps.empty()) return src;
+  try {
+    return run_steps(steps, src, types, epoch, index, dest);
+  } catch (const std::bad_alloc&) {
+    const ImageType& t = types[steps.size()];
+    fail("data.image", "out of memory: got an image of shape ", src.shape(), " to make into ",
+         shape_of(t), " ", dtype_name(t.dtype), ", expected results that fit in memory");
+  }
+}
+
+// run_chain's work once the types are known and checked.
+Tensor run_steps(const std::vector<std::shared_ptr<const ImageStep>>& steps, const Tensor& src,
+                 const ImageType* types, int64_t epoch, int64_t index, const Tensor* dest) {
   const ImageType& final_type = types[steps.size()];
   const Shape out_shape = shape_of(final_type);
   Tensor out;
@@ -395,6 +420,12 @@ Tensor run_chain(const std::vector<std::shared_ptr<const ImageStep>>& steps, con
     cur_type = &types[k + 1];
   }
   return out;
+}
+
+void check_side_args(const char* op, int64_t height, int64_t width) {
+  if (height < 1 || width < 1 || height > kMaxImageSide || width > kMaxImageSide)
+    fail(op, "bad size: got ", height, "x", width, ", expected 1 to ", kMaxImageSide,
+         " pixels a side");
 }
 
 }  // namespace
@@ -453,9 +484,10 @@ ImageTransform normalize(std::vector<float> mean, std::vector<float> std,
 }
 
 ImageTransform random_crop(int64_t height, int64_t width, int64_t padding, uint64_t seed) {
-  if (height < 1 || width < 1 || padding < 0)
-    fail("data.image.random_crop", "bad size: got ", height, "x", width, " padding ", padding,
-         ", expected a positive size and padding >= 0");
+  detail::check_side_args("data.image.random_crop", height, width);
+  if (padding < 0 || padding > detail::kMaxImageSide)
+    fail("data.image.random_crop", "bad padding: got ", padding, ", expected 0 to ",
+         detail::kMaxImageSide);
   return ImageTransform({std::make_shared<detail::RandomCrop>(height, width, padding, seed)});
 }
 
@@ -466,14 +498,12 @@ ImageTransform random_horizontal_flip(double p, uint64_t seed) {
 }
 
 ImageTransform resize(int64_t height, int64_t width, Interpolation interpolation) {
-  if (height < 1 || width < 1)
-    fail("data.image.resize", "bad size: got ", height, "x", width, ", expected at least 1x1");
+  detail::check_side_args("data.image.resize", height, width);
   return ImageTransform({std::make_shared<detail::Resize>(height, width, interpolation)});
 }
 
 ImageTransform center_crop(int64_t height, int64_t width) {
-  if (height < 1 || width < 1)
-    fail("data.image.center_crop", "bad size: got ", height, "x", width, ", expected at least 1x1");
+  detail::check_side_args("data.image.center_crop", height, width);
   return ImageTransform({std::make_shared<detail::CenterCrop>(height, width)});
 }
 

@@ -16,7 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "detail/files.h"
 #include "kiln/data.h"
+
+struct z_stream_s;  // zlib's
 
 namespace kiln::data::detail {
 
@@ -129,6 +132,15 @@ class IndexedCursor : public Cursor {
   StageCounters* stats_;
 };
 
+// Builds samples from fields whose names are known to be distinct, without Sample::set's search
+// for an existing name: a sample of n fields is then made in O(n), not O(n^2).
+struct SampleAccess {
+  static void reserve(Sample& s, std::size_t n) { s.fields_.reserve(n); }
+  static void append(Sample& s, std::string name, Tensor value) {
+    s.fields_.emplace_back(std::move(name), std::move(value));
+  }
+};
+
 // Helpers shared by the sources and transforms.
 Tensor slice_view(const Tensor& t, int64_t index);  // t[index] as a view
 Tensor bytes_tensor(const uint8_t* data, std::size_t n);
@@ -142,8 +154,47 @@ NodePtr make_map(NodePtr input, IndexedFn fn, std::string name, MapOptions optio
 Sample apply_image(const ImageTransform& t, Sample s, int64_t epoch, int64_t index,
                    const Tensor* dest = nullptr);
 
-// gzip/zlib aware file reading (codecs.cpp).
-std::vector<uint8_t> inflate_if_compressed(std::vector<uint8_t> bytes, const std::string& path,
-                                           OnError on_error, std::string* error);
+// ---- file reading and decoding (codecs.cpp)
+
+// Raises Error of `op` for options no image can be read with.
+void check_image_options(const char* op, const ImageReadOptions& options);
+
+// A regular file opened for reading. Opening raises Error (op data.read_file) when `path` cannot
+// be opened or is not a regular file (a FIFO is refused without waiting for a writer).
+struct InputFile {
+  explicit InputFile(const std::string& path);
+  // Reads up to n bytes at `offset` into `dst`; returns how many there were.
+  std::size_t read_at(uint8_t* dst, std::size_t n, uint64_t offset) const;
+  std::string path;
+  kiln::detail::Fd fd;
+  uint64_t size = 0;
+};
+
+// The bytes of a raw or gzip'd file (told apart by the gzip magic), decoded only as far as they
+// are asked for, so a reader can check what the data declares before decoding the rest.
+class DecodedFile {
+ public:
+  explicit DecodedFile(const std::string& path);
+  ~DecodedFile();
+  DecodedFile(const DecodedFile&) = delete;
+  DecodedFile& operator=(const DecodedFile&) = delete;
+  bool compressed() const { return zs_ != nullptr; }
+  // Appends up to n more bytes to `out`: fewer only at the end of the data, or where compressed
+  // data is damaged (problem() then says why). `out` grows with what arrives, never by n at once.
+  void read(std::vector<uint8_t>& out, std::size_t n);
+  // Why compressed data stopped early ("truncated gzip file ..."), or empty.
+  const std::string& problem() const { return problem_; }
+
+ private:
+  bool inflate_into(std::vector<uint8_t>& out, std::size_t want);
+  InputFile file_;
+  uint64_t offset_ = 0;              // raw: next byte of the file
+  std::vector<uint8_t> compressed_;  // gzip: the whole file
+  std::size_t compressed_pos_ = 0;   // gzip: bytes handed to zlib so far
+  uint64_t decoded_ = 0;             // gzip: bytes decompressed so far
+  std::unique_ptr<z_stream_s> zs_;   // gzip only
+  bool done_ = false;
+  std::string problem_;
+};
 
 }  // namespace kiln::data::detail

@@ -1,9 +1,10 @@
 // Worker-thread stages. Exceptions raised on a worker are stored with the element they belong to
 // and rethrown to the consumer when it reaches that element; destroying a cursor stops and joins
-// its threads (a worker finishes the element it is on first).
+// its threads (a worker finishes the element it is on first, not the rest of its chunk).
 #include "data/parallel.h"
 #include "detail/parallel.h"
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -25,27 +26,30 @@ struct Work {
   Chunk slots;  // stream inputs (empty for random access)
 };
 
-// Where the chunks come from. claim() runs on one worker at a time, fill() concurrently.
+// Where the chunks come from. claim() runs on one worker at a time, fill() concurrently. Both
+// look at `stop` between elements and return early once it is set (the cursor is being
+// destroyed, so what they return is dropped).
 class ChunkSource {
  public:
   virtual ~ChunkSource() = default;
-  virtual std::optional<Work> claim(int64_t seq) = 0;  // nullopt: no more input
-  virtual Chunk fill(Work& work) = 0;
+  // nullopt: no more input.
+  virtual std::optional<Work> claim(int64_t seq, const std::atomic<bool>& stop) = 0;
+  virtual Chunk fill(Work& work, const std::atomic<bool>& stop) = 0;
 };
 
 class IndexedSource : public ChunkSource {
  public:
   IndexedSource(std::shared_ptr<const Indexed> view, int64_t start, int chunk)
       : view_(std::move(view)), next_(start), chunk_(chunk), size_(view_->size()) {}
-  std::optional<Work> claim(int64_t seq) override {
+  std::optional<Work> claim(int64_t seq, const std::atomic<bool>&) override {
     if (next_ >= size_) return std::nullopt;
-    Work w{seq, next_, std::min(size_, next_ + chunk_), {}};
+    Work w{seq, next_, next_ + std::min(chunk_, size_ - next_), {}};
     next_ = w.end;
     return w;
   }
-  Chunk fill(Work& w) override {
+  Chunk fill(Work& w, const std::atomic<bool>& stop) override {
     Chunk out(static_cast<std::size_t>(w.end - w.begin));
-    for (int64_t i = w.begin; i < w.end; ++i) {
+    for (int64_t i = w.begin; i < w.end && !stop.load(std::memory_order_relaxed); ++i) {
       Slot& s = out[static_cast<std::size_t>(i - w.begin)];
       try {
         s.value = view_->get(i);
@@ -67,11 +71,10 @@ class StreamSource : public ChunkSource {
  public:
   StreamSource(std::unique_ptr<Cursor> input, int64_t first_index, IndexFn fn, int chunk)
       : input_(std::move(input)), next_index_(first_index), fn_(std::move(fn)), chunk_(chunk) {}
-  std::optional<Work> claim(int64_t seq) override {
+  std::optional<Work> claim(int64_t seq, const std::atomic<bool>& stop) override {
     if (done_) return std::nullopt;
-    Work w{seq, next_index_, next_index_, {}};
-    w.slots.reserve(static_cast<std::size_t>(chunk_));
-    while (static_cast<int64_t>(w.slots.size()) < chunk_) {
+    Work w{seq, next_index_, next_index_, {}};  // not reserved: chunk_ may be far beyond the data
+    while (static_cast<int64_t>(w.slots.size()) < chunk_ && !stop.load(std::memory_order_relaxed)) {
       Slot s;
       try {
         s.value = input_->next();
@@ -89,8 +92,8 @@ class StreamSource : public ChunkSource {
     w.end = next_index_;
     return w;
   }
-  Chunk fill(Work& w) override {
-    for (std::size_t j = 0; j < w.slots.size(); ++j) {
+  Chunk fill(Work& w, const std::atomic<bool>& stop) override {
+    for (std::size_t j = 0; j < w.slots.size() && !stop.load(std::memory_order_relaxed); ++j) {
       Slot& s = w.slots[j];
       if (s.error) continue;
       try {
@@ -181,7 +184,7 @@ class ChunkedCursor : public Cursor {
         std::lock_guard claim_lock(claim_mutex_);
         if (!claims_done_) {
           try {
-            w = source_->claim(next_seq_);
+            w = source_->claim(next_seq_, stopping_);
           } catch (...) {
             // claim() stores element errors itself; anything else still reaches the consumer.
             w = Work{next_seq_, 0, 0, {}};
@@ -208,7 +211,8 @@ class ChunkedCursor : public Cursor {
       }
       Chunk c;
       try {  // fill() stores element errors itself; this catches failures around them
-        c = w->slots.empty() || w->end > w->begin ? source_->fill(*w) : std::move(w->slots);
+        c = w->slots.empty() || w->end > w->begin ? source_->fill(*w, stopping_)
+                                                  : std::move(w->slots);
       } catch (...) {
         c.clear();
         c.push_back(Slot{std::nullopt, std::current_exception()});
@@ -250,7 +254,7 @@ class ChunkedCursor : public Cursor {
   int64_t consumed_ = 0;
   int64_t total_chunks_ = 0;
   bool exhausted_ = false;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};  // set under mutex_ (for the waits), read anywhere
 
   Chunk current_;  // consumer thread only
   std::size_t pos_ = 0;

@@ -7,8 +7,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "data/node.h"
+#include "data/sizes.h"
 
 namespace kiln::data {
 namespace detail {
@@ -30,8 +33,9 @@ class FieldsView : public Indexed {
   }
   int64_t size() const override { return n_; }
   Sample get(int64_t i) const override {
-    Sample s;
-    for (const auto& [name, t] : fields_) s.set(name, slice_view(t, i));
+    Sample s;  // the names are distinct (checked by the sources)
+    SampleAccess::reserve(s, fields_.size());
+    for (const auto& [name, t] : fields_) SampleAccess::append(s, name, slice_view(t, i));
     return s;
   }
   void prefetch(int64_t i) const override {
@@ -107,12 +111,19 @@ void convert_be(const uint8_t* src, Out* dst, int64_t n) {
 
 using namespace detail;  // NOLINT: this file is the detail namespace's main user
 
-Tensor read_idx(const std::string& path, OnError on_error, IdxReport* report) {
-  std::string problem;
-  std::vector<uint8_t> bytes = read_file(path);
-  const bool gz = bytes.size() >= 2 && bytes[0] == 0x1f && bytes[1] == 0x8b;
-  bytes = detail::inflate_if_compressed(std::move(bytes), path, on_error, &problem);
-  const char* where = gz ? " of the decompressed data" : "";
+Tensor read_idx(const std::string& path, IdxOptions options, IdxReport* report) {
+  if (options.max_bytes < 0)
+    fail("data.idx", "bad IdxOptions::max_bytes: got ", options.max_bytes, ", expected >= 0");
+  const OnError on_error = options.on_error;
+  detail::DecodedFile in(path);
+  const char* where = in.compressed() ? " of the decompressed data" : "";
+  // Damaged compressed data is the first thing to report.
+  const auto check_stream = [&] {
+    if (!in.problem().empty() && on_error == OnError::raise) fail("data.gzip", in.problem());
+  };
+  std::vector<uint8_t> bytes;
+  in.read(bytes, 4);
+  check_stream();
   if (bytes.size() < 4)
     fail("data.idx", "truncated IDX header in '", path, "': got ", bytes.size(), " bytes", where,
          ", expected at least 4");
@@ -129,28 +140,52 @@ Tensor read_idx(const std::string& path, OnError on_error, IdxReport* report) {
   if (ndim < 1)
     fail("data.idx", "bad IDX rank in '", path, "' at byte 3", where, ": got 0, expected >= 1");
   const std::size_t header = 4 + 4 * static_cast<std::size_t>(ndim);
+  in.read(bytes, header - 4);
+  check_stream();
   if (bytes.size() < header)
     fail("data.idx", "truncated IDX header in '", path, "': got ", bytes.size(), " bytes", where,
          ", expected ", header, " for ", ndim, " dimensions");
+  // The sizes the header declares, checked before anything is allocated from them.
   std::vector<int64_t> dims;
-  int64_t item = 1;  // elements per record (all dims but the first)
+  std::string dims_text;
   for (int d = 0; d < ndim; ++d) {
     dims.push_back(be32(bytes.data() + 4 + 4 * d));
-    if (d) item *= dims.back();
+    dims_text += (d ? " x " : "") + std::to_string(dims.back());
   }
-  const auto item_bytes = static_cast<uint64_t>(item) * type->size;
+  std::vector<int64_t> factors(dims.begin(), dims.end());
+  factors.push_back(static_cast<int64_t>(type->size));
+  const std::optional<int64_t> total = detail::checked_product(factors);
+  if (!total)
+    fail("data.idx", "IDX dimensions too large in '", path, "' at byte 4", where, ": got ",
+         dims_text, " ", type->name, ", expected a size in bytes that fits in 63 bits");
+  const int64_t want = *total;
+  if (want > options.max_bytes)
+    fail("data.idx", "IDX file too large: '", path, "' declares ", want, " data bytes (", dims_text,
+         " ", type->name, "), expected at most ", options.max_bytes, " (IdxOptions::max_bytes)");
+  // Elements per record (all dims but the first): a sub-product of `total`, so it fits.
+  const int64_t item = *detail::checked_product(std::span<const int64_t>(dims).subspan(1));
+  const int64_t item_bytes = item * static_cast<int64_t>(type->size);
   const int64_t count = dims[0];
-  const uint64_t have = bytes.size() - header;
-  const uint64_t want = item_bytes * static_cast<uint64_t>(count);
+  in.read(bytes, static_cast<std::size_t>(want));
+  const auto have = static_cast<int64_t>(bytes.size() - header);
+  bool oversized = false;
+  if (have == want) {
+    std::vector<uint8_t> extra;
+    in.read(extra, 1);
+    oversized = !extra.empty();
+  }
+  check_stream();
+  std::string problem = in.problem();
   int64_t kept = count;
-  if (have != want || !problem.empty()) {
+  if (have != want || oversized || !problem.empty()) {
     if (problem.empty())
-      problem = kiln::detail::cat(have < want ? "truncated" : "oversized", " IDX file '", path,
-                                  "': got ", have, " data bytes after the header at byte ", header,
-                                  where, ", expected ", want, " (", count, " records of ",
-                                  item_bytes, " bytes, ", type->name, ")");
+      problem = kiln::detail::cat(oversized ? "oversized" : "truncated", " IDX file '", path,
+                                  "': got ", oversized ? "more than " : "", have,
+                                  " data bytes after the header at byte ", header, where,
+                                  ", expected ", want, " (", count, " records of ", item_bytes,
+                                  " bytes, ", type->name, ")");
     if (on_error == OnError::raise) fail("data.idx", problem);
-    kept = item_bytes ? static_cast<int64_t>(std::min(have, want) / item_bytes) : count;
+    kept = item_bytes ? have / item_bytes : count;
   }
   dims[0] = kept;
   Tensor out = empty(Shape(dims), type->dtype);
@@ -215,12 +250,12 @@ Tensor head(const Tensor& t, int64_t n) {
 Pipeline from_idx(const std::string& images, std::optional<std::string> labels,
                   IdxOptions options) {
   IdxReport ri, rl;
-  Tensor img = read_idx(images, options.on_error, &ri);
+  Tensor img = read_idx(images, options, &ri);
   detail::Fields fields{{"image", img}};
   int64_t skipped = ri.skipped;
   std::string error = ri.error;
   if (labels) {
-    Tensor lab = read_idx(*labels, options.on_error, &rl);
+    Tensor lab = read_idx(*labels, options, &rl);
     if (lab.rank() != 1)
       fail("data.from_idx", "labels file '", *labels, "' is not 1-d: got shape ", lab.shape(),
            ", expected [N]");
@@ -256,11 +291,11 @@ Pipeline from_tensors(std::vector<std::pair<std::string, Tensor>> fields) {
            ", expected ", fields[0].second.shape()[0], " like '", fields[0].first, "'");
     if (!t.is_contiguous()) t = t.contiguous();  // sample slices are then contiguous too
   }
-  for (std::size_t i = 0; i < fields.size(); ++i)
-    for (std::size_t j = 0; j < i; ++j)
-      if (fields[i].first == fields[j].first)
-        fail("data.from_tensors", "duplicate field name: got '", fields[i].first,
-             "' twice, expected distinct names");
+  std::unordered_set<std::string_view> seen;
+  for (const auto& [name, t] : fields)
+    if (!seen.insert(name).second)
+      fail("data.from_tensors", "duplicate field name: got '", name,
+           "' twice, expected distinct names");
   return Pipeline(std::make_shared<detail::TensorSource>("from_tensors", std::move(fields)));
 }
 
@@ -384,23 +419,27 @@ std::optional<std::string> check_value(const CsvColumn& c, std::string_view v) {
       c.dtype ? "" : " (list the column in CsvOptions::text_columns to keep it as text)");
 }
 
-// Numeric columns as 1-d tensors (sliced to scalars), text columns as strings.
+// One kept column: numeric as a 1-d tensor (sliced to scalars), text as strings.
+struct CsvValues {
+  std::string name;
+  Tensor numeric;                 // undefined for text
+  std::vector<std::string> text;  // per row, for text columns
+};
+
 class CsvView : public Indexed {
  public:
-  CsvView(int64_t n, std::vector<std::pair<std::string, Tensor>> numeric,
-          std::vector<std::pair<std::string, std::vector<std::string>>> text,
-          std::vector<std::string> order)
-      : n_(n), numeric_(std::move(numeric)), text_(std::move(text)), order_(std::move(order)) {}
+  CsvView(int64_t n, std::vector<CsvValues> columns) : n_(n), columns_(std::move(columns)) {}
   int64_t size() const override { return n_; }
   Sample get(int64_t i) const override {
-    Sample out;
-    for (const auto& name : order_) {
-      for (const auto& [nn, t] : numeric_)
-        if (nn == name) out.set(name, slice_view(t, i));
-      for (const auto& [tn, vals] : text_) {
-        if (tn != name) continue;
-        const std::string& v = vals[static_cast<std::size_t>(i)];
-        out.set(name, bytes_tensor(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
+    Sample out;  // the names are distinct (header names deduplicated, select checked)
+    SampleAccess::reserve(out, columns_.size());
+    for (const auto& c : columns_) {
+      if (c.numeric.defined()) {
+        SampleAccess::append(out, c.name, slice_view(c.numeric, i));
+      } else {
+        const std::string& v = c.text[static_cast<std::size_t>(i)];
+        SampleAccess::append(out, c.name,
+                             bytes_tensor(reinterpret_cast<const uint8_t*>(v.data()), v.size()));
       }
     }
     return out;
@@ -408,10 +447,24 @@ class CsvView : public Indexed {
 
  private:
   int64_t n_;
-  std::vector<std::pair<std::string, Tensor>> numeric_;
-  std::vector<std::pair<std::string, std::vector<std::string>>> text_;
-  std::vector<std::string> order_;
+  std::vector<CsvValues> columns_;
 };
+
+// pandas.read_csv's renaming of repeated header names: the k-th repeat of "a" becomes "a.k",
+// where k skips past names already taken (by the header or an earlier rename).
+std::vector<std::string> dedup_names(std::vector<std::string> names) {
+  std::unordered_map<std::string, int64_t> counts;
+  for (auto& name : names) {
+    int64_t count = counts[name];
+    while (count > 0) {
+      counts[name] = count + 1;
+      name.append(".").append(std::to_string(count));
+      count = counts[name];
+    }
+    counts[name] = count + 1;
+  }
+  return names;
+}
 
 template <typename T>
 Tensor column_tensor(const std::vector<int64_t>& v) {
@@ -448,39 +501,52 @@ Pipeline from_csv(const std::string& path, CsvOptions options) {
   auto records = split_csv(bytes, options.delimiter, path);
   if (records.empty())
     fail("data.csv", "empty CSV file '", path, "': got no header line, expected a header");
-  const std::vector<std::string> header = records[0].fields;
+  const std::vector<std::string> header = dedup_names(records[0].fields);
+  std::unordered_map<std::string_view, std::size_t> index;  // header name -> position
+  for (std::size_t k = 0; k < header.size(); ++k) index.emplace(header[k], k);
   auto find_col = [&](const std::string& name) {
-    auto it = std::find(header.begin(), header.end(), name);
-    if (it == header.end()) {
+    const auto it = index.find(name);
+    if (it == index.end()) {
+      constexpr std::size_t kShown = 20;  // a wide file's whole header would drown the message
       std::string have;
-      for (const auto& h : header) have += (have.empty() ? "" : ", ") + h;
+      for (std::size_t k = 0; k < std::min(header.size(), kShown); ++k)
+        have += (k ? ", " : "") + header[k];
+      if (header.size() > kShown) have += kiln::detail::cat(", ... (", header.size(), " in all)");
       fail("data.csv", "no column '", name, "' in '", path, "': got columns {", have,
            "}, expected one named '", name, "'");
     }
-    return static_cast<std::size_t>(it - header.begin());
+    return it->second;
   };
+  // Per-column options by name; a later entry for the same column wins.
+  std::unordered_map<std::string_view, DType> types;
+  for (const auto& [name, dt] : options.types) {
+    find_col(name);
+    if (dt != float32 && dt != float64 && dt != int32 && dt != int64 && dt != uint8 &&
+        dt != uint32 && dt != bool_)
+      fail("data.csv", "unsupported column type for '", name, "': got ", dtype_name(dt),
+           ", expected f32, f64, i32, i64, u8, u32 or bool");
+    types.insert_or_assign(name, dt);
+  }
+  std::unordered_set<std::string_view> text_columns;
+  for (const auto& name : options.text_columns) {
+    find_col(name);
+    text_columns.insert(name);
+  }
   std::vector<CsvColumn> cols;
-  const std::vector<std::string> keep = options.select.empty() ? header : options.select;
+  const std::vector<std::string>& keep = options.select.empty() ? header : options.select;
+  std::unordered_set<std::string_view> kept;
   for (const auto& name : keep) {
+    if (!kept.insert(name).second)
+      fail("data.csv", "column '", name, "' twice in CsvOptions::select: got it twice, ",
+           "expected each column at most once");
     CsvColumn c{name, find_col(name), ColKind::integer, std::nullopt};
-    for (const auto& t : options.text_columns)
-      if (t == name) c.kind = ColKind::text;
-    for (const auto& [tn, dt] : options.types) {
-      if (tn != name) continue;
-      if (dt == float32 || dt == float64) {
-        c.kind = ColKind::floating;
-      } else if (dt == int32 || dt == int64 || dt == uint8 || dt == uint32 || dt == bool_) {
-        c.kind = ColKind::integer;
-      } else {
-        fail("data.csv", "unsupported column type for '", name, "': got ", dtype_name(dt),
-             ", expected f32, f64, i32, i64, u8, u32 or bool");
-      }
-      c.dtype = dt;
+    if (text_columns.contains(name)) c.kind = ColKind::text;
+    if (const auto t = types.find(name); t != types.end()) {  // a type overrides text
+      c.kind = t->second == float32 || t->second == float64 ? ColKind::floating : ColKind::integer;
+      c.dtype = t->second;
     }
     cols.push_back(c);
   }
-  for (const auto& [tn, dt] : options.types) find_col(tn);
-  for (const auto& t : options.text_columns) find_col(t);
 
   // Pass 1: keep the well-formed records. Unlisted columns start as integers and widen to floats.
   std::vector<const CsvRecord*> good;
@@ -519,17 +585,15 @@ Pipeline from_csv(const std::string& path, CsvOptions options) {
   }
   // Pass 2: fill one tensor per column.
   const auto n = static_cast<int64_t>(good.size());
-  std::vector<std::pair<std::string, Tensor>> numeric;
-  std::vector<std::pair<std::string, std::vector<std::string>>> text;
-  std::vector<std::string> order;
+  std::vector<CsvValues> columns;
+  columns.reserve(cols.size());
   std::string desc;
   for (const auto& c : cols) {
-    order.push_back(c.name);
     if (c.kind == ColKind::text) {
       std::vector<std::string> vals;
       vals.reserve(good.size());
       for (const auto* r : good) vals.push_back(r->fields[c.source]);
-      text.emplace_back(c.name, std::move(vals));
+      columns.push_back({c.name, Tensor(), std::move(vals)});
       desc += (desc.empty() ? "" : ", ") + c.name + ":text";
       continue;
     }
@@ -566,9 +630,9 @@ Pipeline from_csv(const std::string& path, CsvOptions options) {
       }
     }
     desc += (desc.empty() ? "" : ", ") + c.name + ":" + std::string(dtype_name(t.dtype()));
-    numeric.emplace_back(c.name, std::move(t));
+    columns.push_back({c.name, std::move(t), {}});
   }
-  auto view = std::make_shared<CsvView>(n, std::move(numeric), std::move(text), std::move(order));
+  auto view = std::make_shared<CsvView>(n, std::move(columns));
   return Pipeline(std::make_shared<CsvSource>(
       view, kiln::detail::cat("from_csv(", n, " rows: ", desc, ")"), skipped, last_error));
 }
@@ -667,10 +731,7 @@ Pipeline from_images(std::vector<std::string> paths, std::vector<int64_t> labels
   if (!labels.empty() && labels.size() != paths.size())
     fail("data.from_images", "label count differs: got ", labels.size(), " labels for ",
          paths.size(), " files, expected one per file");
-  if (options.channels &&
-      (*options.channels < 1 || *options.channels == 2 || *options.channels > 4))
-    fail("data.from_images", "unsupported channel count: got ", *options.channels,
-         ", expected 1, 3 or 4");
+  detail::check_image_options("data.from_images", options);
   return Pipeline(
       std::make_shared<FileSource>(std::move(paths), std::move(labels), FileKind::image, options));
 }

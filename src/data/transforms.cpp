@@ -5,6 +5,7 @@
 
 #include "data/node.h"
 #include "data/parallel.h"
+#include "data/sizes.h"
 
 namespace kiln::data {
 namespace detail {
@@ -18,6 +19,18 @@ StageCounters& stage_of(const OpenCtx& ctx, const Node& node) {
 void discard(Cursor& c, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     if (!c.next()) return;
+}
+
+// Where a stream stage that reads `step` input elements per output resumes its input: element
+// first + start * step. A position (from a restored state) whose element does not fit in int64
+// is one no input could have reached.
+int64_t resume_offset(const char* op, int64_t first, int64_t start, int64_t step) {
+  const auto skipped = checked_product({start, step});
+  const auto offset = skipped ? checked_sum({first, *skipped}) : std::nullopt;
+  if (!offset)
+    fail(op, "cannot resume: got position ", start, " (input element ", first, " + ", start, " x ",
+         step, "), expected a position whose input element fits in int64");
+  return *offset;
 }
 
 // ---- map ----------------------------------------------------------------------------------------
@@ -327,24 +340,39 @@ Batch collate(std::vector<Sample>& samples, const BatchOptions& opt,
   if (samples.empty()) fail("data.batch", "empty batch: got 0 samples, expected at least 1");
   const Sample& first = samples.front();
   const auto n = static_cast<int64_t>(samples.size());
+  // Field `name` of `s`, looked for first at position j: samples of one pipeline hold their
+  // fields in the same order, so batching f fields costs O(f), not O(f^2).
+  const auto field = [](const Sample& s, std::size_t j, const std::string& name) -> const Tensor* {
+    if (j < s.size() && (s.begin() + static_cast<std::ptrdiff_t>(j))->first == name)
+      return &(s.begin() + static_cast<std::ptrdiff_t>(j))->second;
+    return s.contains(name) ? &s.at(name) : nullptr;
+  };
   for (std::size_t k = 1; k < samples.size(); ++k) {
     const Sample& s = samples[k];
     bool same = s.size() == first.size();
-    for (const auto& [name, t] : first) same = same && s.contains(name);
+    std::size_t j = 0;
+    for (auto it = first.begin(); same && it != first.end(); ++it, ++j)
+      same = field(s, j, it->first) != nullptr;
     if (!same)
       fail("data.batch", "samples with different fields: got ", field_list(s), " in sample ", k,
            ", expected ", field_list(first), " as in sample 0");
   }
   Batch out;
-  for (const auto& [name, t0] : first) {
+  SampleAccess::reserve(out, first.size() + opt.pad.size());
+  std::size_t j = 0, next_slot = 0;
+  for (auto field_it = first.begin(); field_it != first.end(); ++field_it, ++j) {
+    const auto& [name, t0] = *field_it;
     const double* pad = nullptr;
     for (const auto& [pname, value] : opt.pad)
       if (pname == name) pad = &value;
+    if (pad && first.contains(name + "_length"))
+      fail("data.batch", "field '", name, "_length' exists already: got it in the samples, ",
+           "expected no such field next to '", name, "', whose lengths padding adds under it");
     std::vector<Tensor> parts;
     parts.reserve(samples.size());
     Shape max_shape = t0.shape();
     for (std::size_t k = 0; k < samples.size(); ++k) {
-      const Tensor& t = samples[k].at(name);
+      const Tensor& t = *field(samples[k], j, name);
       if (t.dtype() != t0.dtype())
         fail("data.batch", "field '", name, "' changes dtype: got ", dtype_name(t.dtype()),
              " in sample ", k, ", expected ", dtype_name(t0.dtype()), " as in sample 0");
@@ -367,15 +395,16 @@ Batch collate(std::vector<Sample>& samples, const BatchOptions& opt,
         const Tensor& p = parts[static_cast<std::size_t>(k)];
         lengths.push_back(p.rank() ? p.shape()[0] : 1);
       }
-      out.set(name, std::move(buf));
-      out.set(name + "_length", tensor(lengths, Shape{n}));
+      SampleAccess::append(out, name, std::move(buf));
+      SampleAccess::append(out, name + "_length", tensor(lengths, Shape{n}));
     } else {
+      // The slots follow the first sample's unpadded fields in order.
       Tensor buf;
-      if (prealloc)
-        for (const auto& slot : *prealloc)
-          if (slot.name == name && slot.batch->shape() == Shape(dims) &&
-              slot.batch->dtype() == t0.dtype())
-            buf = *slot.batch;
+      if (prealloc && next_slot < prealloc->size() && (*prealloc)[next_slot].name == name) {
+        const FieldSlot& slot = (*prealloc)[next_slot++];
+        if (slot.batch->shape() == Shape(dims) && slot.batch->dtype() == t0.dtype())
+          buf = *slot.batch;
+      }
       if (!buf.defined()) buf = empty(Shape(dims), t0.dtype());
       const std::size_t bytes = static_cast<std::size_t>(t0.numel()) * dtype_size(t0.dtype());
       auto* d = static_cast<uint8_t*>(buf.raw_data());
@@ -384,7 +413,7 @@ Batch collate(std::vector<Sample>& samples, const BatchOptions& opt,
         uint8_t* row = d + static_cast<std::size_t>(k) * bytes;
         if (part.raw_data() != row) std::memcpy(row, part.raw_data(), bytes);
       }
-      out.set(name, std::move(buf));
+      SampleAccess::append(out, name, std::move(buf));
     }
   }
   return out;
@@ -408,15 +437,15 @@ class BatchNode : public Node {
   std::optional<int64_t> size() const override {
     const auto n = in_->size();
     if (!n) return n;
-    return opt_.drop_remainder ? *n / size_ : (*n + size_ - 1) / size_;
+    return opt_.drop_remainder ? *n / size_ : ceil_div(*n, size_);
   }
   std::shared_ptr<const Indexed> open_indexed(const OpenCtx& ctx) const override {
     return std::make_shared<View>(in_->open_indexed(ctx), this);
   }
   std::unique_ptr<Cursor> open(const OpenCtx& ctx, int64_t start) const override {
     if (indexed()) return Node::open(ctx, start);
-    return std::make_unique<BatchCursor>(in_->open(ctx, start * size_), this,
-                                         &stage_of(ctx, *this));
+    return std::make_unique<BatchCursor>(
+        in_->open(ctx, resume_offset("data.batch", 0, start, size_)), this, &stage_of(ctx, *this));
   }
 
  private:
@@ -426,11 +455,11 @@ class BatchNode : public Node {
         : up_(std::move(up)), node_(node) {}
     int64_t size() const override {
       const int64_t n = up_->size(), b = node_->size_;
-      return node_->opt_.drop_remainder ? n / b : (n + b - 1) / b;
+      return node_->opt_.drop_remainder ? n / b : ceil_div(n, b);
     }
     Sample get(int64_t i) const override {
-      const int64_t begin = i * node_->size_;
-      const int64_t end = std::min(up_->size(), begin + node_->size_);
+      const int64_t begin = i * node_->size_;  // i < size(): within the upstream
+      const int64_t end = begin + std::min(up_->size() - begin, node_->size_);
       std::vector<Sample> samples;
       samples.reserve(static_cast<std::size_t>(end - begin));
       samples.push_back(up_->get(begin));
@@ -474,8 +503,7 @@ class BatchNode : public Node {
         : in_(std::move(in)), node_(node), stats_(stats) {}
     std::optional<Sample> next() override {
       mark_started(*stats_);
-      std::vector<Sample> samples;
-      samples.reserve(static_cast<std::size_t>(node_->size_));
+      std::vector<Sample> samples;  // not reserved: the size asked for may be far beyond the data
       while (static_cast<int64_t>(samples.size()) < node_->size_) {
         auto s = in_->next();  // an error drops the partial batch with it
         if (!s) break;
@@ -529,15 +557,19 @@ class RepeatNode : public Node {
     return count_ ? kiln::detail::cat("repeat(", *count_, ")") : std::string("repeat()");
   }
   std::vector<NodePtr> inputs() const override { return {in_}; }
+  // Unknown also when the count of elements does not fit in int64 (practically endless).
   std::optional<int64_t> size() const override {
     const auto n = in_->size();
     if (n && *n == 0) return 0;
     if (!n || !count_) return std::nullopt;
-    return *n * *count_;
+    return checked_product({*n, *count_});
   }
   // Each repetition is a distinct inner epoch, so shuffles and augmentations differ between them.
+  // It only keys random streams: far repetitions wrap around modulo 2^64 instead of overflowing.
   int64_t inner_epoch(int64_t epoch, int64_t r) const {
-    return count_ ? epoch * *count_ + r : (epoch << 32) + r;
+    const auto e = static_cast<uint64_t>(epoch), rep = static_cast<uint64_t>(r);
+    return static_cast<int64_t>(count_ ? e * static_cast<uint64_t>(*count_) + rep
+                                       : (e << 32) + rep);
   }
   std::unique_ptr<Cursor> open(const OpenCtx& ctx, int64_t start) const override {
     const auto n = in_->size();
@@ -618,8 +650,14 @@ class StridedIndexed : public Indexed {
 // take(n), skip(n) and shard(count, index) are all strided slices of their input.
 class SliceNode : public Node {
  public:
-  SliceNode(NodePtr in, std::string name, int64_t first, int64_t step, std::optional<int64_t> limit)
-      : in_(std::move(in)), name_(std::move(name)), first_(first), step_(step), limit_(limit) {}
+  SliceNode(NodePtr in, const char* op, std::string name, int64_t first, int64_t step,
+            std::optional<int64_t> limit)
+      : in_(std::move(in)),
+        op_(op),
+        name_(std::move(name)),
+        first_(first),
+        step_(step),
+        limit_(limit) {}
   std::string name() const override { return name_; }
   std::vector<NodePtr> inputs() const override { return {in_}; }
   bool indexed() const override { return in_->indexed(); }
@@ -635,13 +673,13 @@ class SliceNode : public Node {
   }
   std::unique_ptr<Cursor> open(const OpenCtx& ctx, int64_t start) const override {
     if (indexed()) return Node::open(ctx, start);
-    return std::make_unique<SliceCursor>(in_->open(ctx, first_ + start * step_), this, start,
-                                         &stage_of(ctx, *this));
+    return std::make_unique<SliceCursor>(in_->open(ctx, resume_offset(op_, first_, start, step_)),
+                                         this, start, &stage_of(ctx, *this));
   }
 
  private:
   int64_t count(int64_t n) const {
-    const int64_t c = n > first_ ? (n - first_ + step_ - 1) / step_ : 0;
+    const int64_t c = n > first_ ? ceil_div(n - first_, step_) : 0;
     return limit_ ? std::min(c, *limit_) : c;
   }
   class SliceCursor : public Cursor {
@@ -673,6 +711,7 @@ class SliceNode : public Node {
     bool done_ = false;
   };
   NodePtr in_;
+  const char* op_;
   std::string name_;
   int64_t first_, step_;
   std::optional<int64_t> limit_;
@@ -903,14 +942,14 @@ Pipeline Pipeline::repeat(std::optional<int64_t> count) const {
 
 Pipeline Pipeline::take(int64_t n) const {
   if (n < 0) fail("data.take", "negative count: got ", n, ", expected >= 0");
-  return then(
-      std::make_shared<detail::SliceNode>(node_, kiln::detail::cat("take(", n, ")"), 0, 1, n));
+  return then(std::make_shared<detail::SliceNode>(node_, "data.take",
+                                                  kiln::detail::cat("take(", n, ")"), 0, 1, n));
 }
 
 Pipeline Pipeline::skip(int64_t n) const {
   if (n < 0) fail("data.skip", "negative count: got ", n, ", expected >= 0");
-  return then(std::make_shared<detail::SliceNode>(node_, kiln::detail::cat("skip(", n, ")"), n, 1,
-                                                  std::nullopt));
+  return then(std::make_shared<detail::SliceNode>(
+      node_, "data.skip", kiln::detail::cat("skip(", n, ")"), n, 1, std::nullopt));
 }
 
 Pipeline Pipeline::shard(int64_t count, int64_t index) const {
@@ -918,7 +957,8 @@ Pipeline Pipeline::shard(int64_t count, int64_t index) const {
     fail("data.shard", "bad shard: got count ", count, " index ", index,
          ", expected count >= 1 and 0 <= index < count");
   return then(std::make_shared<detail::SliceNode>(
-      node_, kiln::detail::cat("shard(", count, ", ", index, ")"), index, count, std::nullopt));
+      node_, "data.shard", kiln::detail::cat("shard(", count, ", ", index, ")"), index, count,
+      std::nullopt));
 }
 
 Pipeline Pipeline::zip(const Pipeline& other) const { return data::zip({*this, other}); }

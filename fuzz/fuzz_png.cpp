@@ -1,0 +1,7 @@
+// libFuzzer target: kiln::data::decode_image on PNG-like bytes (the seeds and the dictionary are
+// PNG's); the checks are in image_decoding.h.
+#include "image_decoding.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
+  return image_decoding::check("fuzz_png", data, size);
+}
