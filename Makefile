@@ -9,7 +9,7 @@ CMAKE_FLAGS ?=
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz
 # make fuzz runs each fuzz/fuzz_<name>.cpp listed here for FUZZ_TIME seconds.
-FUZZ_TARGETS ?= safetensors idx csv png jpeg
+FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
 .PHONY: all deps deps-bench build demo test test-asan test-tsan fuzz bench install-test clean format
@@ -66,7 +66,7 @@ fuzz:
 	  dict=""; if [ -f fuzz/$$t.dict ]; then dict="-dict=fuzz/$$t.dict"; fi; \
 	  echo "== fuzz_$$t for $(FUZZ_TIME) s"; \
 	  $(FUZZ_BUILD)/fuzz/fuzz_$$t $(FUZZ_BUILD)/corpus/$$t $$dict -max_total_time=$(FUZZ_TIME) \
-	    -max_len=4096 -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 \
+	    -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 \
 	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t/ \
 	    -print_final_stats=1 || failed="$$failed $$t"; \
 	done; \

@@ -2,13 +2,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <kiln/ir.h>
 #include <kiln/kiln.h>
+#include <limits>
+#include <memory>
+
+#include "testing.h"
 
 namespace kiln {
 namespace {
 
 using Ts = std::vector<Tensor>;
+using testing::expect_error;
 
 ir::Traced trace_fx() {
   return ir::trace_function("f", {{float32, {3}}, {float32, {3}}}, [](const Ts& a) {
@@ -241,6 +247,339 @@ TEST(Ir, CallPrimitiveRoundTrips) {
   EXPECT_EQ(ir::print(*back), text);
   const Tensor x = tensor({1.f, 2.f, 3.f});
   EXPECT_NEAR(ir::evaluate(*back, Ts{x})[0].item<float>(), sum(sin(x) * x).item<float>(), 1e-6);
+}
+
+// ---- the text form on bad input ----------------------------------------------------------
+
+// `depth` levels of sub-functions, alternating call, cond, scan and checkpoint; only the
+// innermost computes (sin), every level above passes its value on, so f(x) = sin(x).
+std::string nested_program(int depth) {
+  std::string head;
+  std::vector<std::string> tails;
+  for (int level = 0; level < depth; ++level) {
+    head += "func @l" + std::to_string(level) + "(%x: f32[2]) -> f32[2] {\n";
+    std::string tail = "} : f32[2]\n  return %0\n}";
+    switch (level % 4) {
+      case 0:
+        head += "  %0 = call %x {fn=";
+        break;
+      case 1:
+        head += "  %c0 = const 0 : i32[]\n  %0 = cond %c0, %x {branch0=";
+        break;
+      case 2:
+        head += "  %0 = scan %x {body=";
+        tail = ", length=1, num_carry=1, num_xs=0, reverse=false" + tail;
+        break;
+      default:
+        head += "  %0 = checkpoint %x {fn=";
+        break;
+    }
+    tails.push_back(tail);
+  }
+  head += "func @leaf(%x: f32[2]) -> f32[2] {\n  %0 = sin %x : f32[2]\n  return %0\n}";
+  for (auto it = tails.rbegin(); it != tails.rend(); ++it) head += *it;
+  return head;
+}
+
+TEST(IrText, NestingUpToTheLimitParsesVerifiesAndEvaluates) {
+  // The deepest walks (AD and vmap through every level) are the ones that must fit the stack.
+  const std::string text = nested_program(ir::kMaxNesting);
+  const std::shared_ptr<ir::Function> f = ir::parse(text);
+  ir::verify(*f);
+  const std::string printed = ir::print(*f);
+  EXPECT_EQ(ir::print(*ir::parse(printed)), printed);
+  const Tensor x = tensor({0.5f, -1.f});
+  const std::vector<float> y = ir::evaluate(*f, Ts{x})[0].to_vector<float>();
+  EXPECT_NEAR(y[0], std::sin(0.5f), 1e-6);
+  EXPECT_NEAR(y[1], std::sin(-1.f), 1e-6);
+  const std::vector<Tangent> ct{ones({2})};
+  const std::vector<float> g = ad::vjp(f, Ts{x}).pullback(ct)[0]->to_vector<float>();
+  EXPECT_NEAR(g[0], std::cos(0.5f), 1e-6);
+  EXPECT_NEAR(g[1], std::cos(-1.f), 1e-6);
+  const std::vector<Tangent> t{ones({2})};
+  const std::vector<float> d = ad::jvp(*f, Ts{x}, t).tangents[0]->to_vector<float>();
+  EXPECT_NEAR(d[1], std::cos(-1.f), 1e-6);
+  const Tensor xs = tensor({0.5f, -1.f, 2.f, 3.f}, {2, 2});
+  const std::vector<Batched> batch{{xs, 0}};
+  const std::vector<float> v = batching::evaluate(*f, batch, 2, "")[0].value.to_vector<float>();
+  EXPECT_NEAR(v[3], std::sin(3.f), 1e-6);
+  const auto jitted = jit(grad([&](const Tensor& a) { return sum(ir::evaluate(*f, Ts{a})[0]); }));
+  EXPECT_NEAR(jitted(x).to_vector<float>()[0], std::cos(0.5f), 1e-6);
+  const ir::Function o = ir::optimize(*f);
+  ir::verify(o);
+}
+
+TEST(IrText, NestingPastTheLimitIsAnError) {
+  expect_error([] { ir::parse(nested_program(ir::kMaxNesting + 1)); }, "parse",
+               {"nested too deeply", "ir::kMaxNesting = 64", "line "});
+  // Far past it: an Error too, not a stack overflow.
+  expect_error([] { ir::parse(nested_program(30000)); }, "parse", {"nested too deeply"});
+}
+
+// A chain of `levels` sub-functions built directly (not parsed); each level applies its
+// sub-function `calls` times.
+std::shared_ptr<ir::Function> built_chain(int levels, int calls) {
+  const TensorType t{float32, {2}};
+  std::shared_ptr<ir::Function> f =
+      ir::parse("func @leaf(%x: f32[2]) -> f32[2] {\n  %0 = sin %x : f32[2]\n  return %0\n}");
+  for (int level = 0; level < levels; ++level) {
+    auto g = std::make_shared<ir::Function>();
+    g->params = {{0, t}};
+    ir::Value last = g->params[0];
+    for (int k = 0; k < calls; ++k) {
+      ir::Equation e;
+      e.prim = &primitive("call");
+      e.attrs.set("fn", FunctionRef(f));
+      e.inputs = {last};
+      last = {k + 1, t};
+      e.outputs = {last};
+      g->equations.push_back(std::move(e));
+    }
+    g->results = {last};
+    f = g;
+  }
+  return f;
+}
+
+TEST(Ir, VerifyBoundsTheNestingOfBuiltFunctions) {
+  ir::verify(*built_chain(ir::kMaxNesting, 1));
+  expect_error(
+      [] { ir::verify(*built_chain(ir::kMaxNesting + 1, 1)); }, "verify",
+      {"nests sub-functions too deeply", "got 65 levels", "expected at most ir::kMaxNesting = 64"});
+}
+
+TEST(Ir, VerifyChecksASharedSubFunctionOnce) {
+  // 2^40 paths lead to the leaf; checking each path would never finish.
+  ir::verify(*built_chain(40, 2));
+}
+
+TEST(Ir, VerifyNamesBothTypesOfAMistypedResult) {
+  std::shared_ptr<ir::Function> f = built_chain(0, 0);
+  auto g = std::make_shared<ir::Function>(*f);
+  g->results[0].type = {float32, {3}};
+  expect_error([&] { ir::verify(*g); }, "verify", {"return", "f32[3]", "f32[2]"});
+}
+
+TEST(IrText, DeclaredResultTypesMustMatchTheReturnedValues) {
+  expect_error(
+      [] { ir::parse("func @f(%x: f32[3]) -> f32[2] {\n  %0 = sin %x : f32[3]\n  return %0\n}"); },
+      "parse",
+      {"line 3:10", "@f returns other types than it declares", "got f32[3]", "expected f32[2]"});
+  expect_error([] { ir::parse("func @f(%x: f32[3]) -> (f32[3], f32[3]) {\n  return %x\n}"); },
+               "parse", {"line 2:10", "got f32[3], expected (f32[3], f32[3])"});
+  // In a sub-function too, although the call's type rule reads the values' types.
+  expect_error(
+      [] {
+        ir::parse(
+            "func @f(%x: f32[3]) -> f32[3] {\n"
+            "  %0 = call %x {fn=func @g(%y: f32[3]) -> i32[3] {\n"
+            "    return %y\n"
+            "  }} : f32[3]\n"
+            "  return %0\n"
+            "}");
+      },
+      "parse", {"line 3:12", "@g returns", "got f32[3], expected i32[3]"});
+}
+
+// Parses `text`, expecting an Error whose message contains each part.
+void expect_parse_error(const std::string& text, const std::vector<std::string>& parts) {
+  SCOPED_TRACE(text);
+  expect_error([&] { ir::parse(text); }, "parse", parts);
+}
+std::string with_param(const std::string& type) {
+  return "func @f(%x: " + type + ") -> " + type + " {\n  return %x\n}";
+}
+std::string with_constant(const std::string& literal, const std::string& type) {
+  return "func @f() -> " + type + " {\n  %c0 = const " + literal + " : " + type +
+         "\n  return %c0\n}";
+}
+std::string with_equation(const std::string& equation) {
+  return "func @f(%x: f32[2]) -> f32[2] {\n  " + equation + "\n  return %0\n}";
+}
+
+TEST(IrText, DimensionsAreNonNegativeIntegersOfABoundedProduct) {
+  expect_parse_error(with_param("f32[nan]"),
+                     {"line 1:17: invalid integer: got 'nan', expected decimal digits"});
+  expect_parse_error(with_param("f32[1e300]"), {"line 1:17: invalid integer: got '1e300'"});
+  expect_parse_error(with_param("f32[2.5]"), {"line 1:17: invalid integer"});
+  expect_parse_error(with_param("f32[-1]"),
+                     {"line 1:17: integer out of range for a dimension: got '-1'"});
+  expect_parse_error(with_param("f32[99999999999999999999]"),
+                     {"integer out of range for a dimension"});
+  expect_parse_error(with_param("f32[4294967296,4294967296]"), {"line 1:28: type too large"});
+  // Zero-size dimensions do not hide the others: strides would still overflow.
+  expect_parse_error(with_param("f32[0,4294967296,4294967296]"), {"type too large"});
+  const auto f = ir::parse(with_param("f32[0,536870912,1073741824]"));  // 2^59 elements
+  EXPECT_EQ(f->params[0].type.shape, Shape({0, 536870912, 1073741824}));
+}
+
+TEST(IrText, AttributeNumbersParseStrictly) {
+  expect_parse_error(with_equation("%0 = reshape %x {shape=[1e300]} : f32[2]"),
+                     {"line 2:27: invalid integer: got '1e300'"});
+  expect_parse_error(with_equation("%0 = reshape %x {shape=[nan]} : f32[2]"),
+                     {"invalid integer: got 'nan'"});
+  expect_parse_error(with_equation("%0 = reshape %x {shape=[99999999999999999999]} : f32[2]"),
+                     {"integer out of range for i64"});
+  expect_parse_error(with_equation("%0 = sin %x {scale=1e999} : f32[2]"),
+                     {"line 2:22: number out of range for f64"});
+  expect_parse_error(with_equation("%0 = sin %x {scale=1.5.5} : f32[2]"),
+                     {"invalid number: got '1.5.5'"});
+  expect_parse_error(with_equation("%0 = sin %x {scale=nancy} : f32[2]"),
+                     {"invalid number: got 'nancy'"});
+  expect_parse_error(with_equation("%0 = sin %x {scale=12abc} : f32[2]"),
+                     {"invalid integer: got '12abc'"});
+  expect_parse_error(with_equation("%0 = sin %x {scale=} : f32[2]"),
+                     {"line 2:22: got '} : f32[2]', expected an attribute value"});
+  // Integers stay exact, doubles keep their spelling's kind.
+  const auto f = ir::parse(
+      with_equation("%0 = sin %x {a=-9223372036854775808, b=1e-300, c=-inf, d=2.0} : f32[2]"));
+  const Attrs& a = f->equations[0].attrs;
+  EXPECT_EQ(a.get_int("a"), std::numeric_limits<int64_t>::min());
+  EXPECT_EQ(a.get_double("b"), 1e-300);
+  EXPECT_EQ(a.get_double("c"), -std::numeric_limits<double>::infinity());
+  EXPECT_EQ(a.get_double("d"), 2.0);
+}
+
+TEST(IrText, ConstantsParseStrictlyForTheirDtype) {
+  expect_parse_error(with_constant("nan", "i32[]"), {"line 2:15: invalid integer: got 'nan'"});
+  expect_parse_error(with_constant("1e300", "i32[]"), {"invalid integer: got '1e300'"});
+  expect_parse_error(with_constant("1.5", "i64[]"), {"invalid integer"});
+  expect_parse_error(with_constant("2147483648", "i32[]"),
+                     {"integer out of range for i32", "[-2147483648, 2147483647]"});
+  expect_parse_error(with_constant("256", "u8[]"), {"integer out of range for u8"});
+  expect_parse_error(with_constant("-1", "u32[]"), {"integer out of range for u32"});
+  expect_parse_error(with_constant("1e39", "f32[]"), {"literal out of range for f32: got '1e39'"});
+  expect_parse_error(with_constant("1e300", "bf16[]"), {"literal out of range for bf16"});
+  expect_parse_error(with_constant("65520", "f16[]"), {"literal out of range for f16"});
+  expect_parse_error(with_constant("1e999", "f64[]"), {"number out of range for f64"});
+  expect_parse_error(with_constant("2", "bool[]"),
+                     {"invalid bool literal: got '2', expected true or false"});
+  expect_parse_error(with_constant("true", "f32[]"), {"invalid number: got 'true'"});
+  expect_parse_error(
+      with_constant("[1, 2]", "f32[3]"),
+      {"line 2:15: the constant's value count differs from its type: got 2 values, expected 3"});
+  expect_parse_error(with_constant("1", "f32[1]"), {"expected a flat list in brackets"});
+  expect_parse_error(with_constant("[1]", "f32[]"), {"expected a scalar without brackets"});
+  // The extremes of each dtype are fine: 3.40282347e+38 is FLT_MAX as printed, 65504 f16's.
+  const auto f = ir::parse(
+      "func @f() -> (i32[2], u8[2], f32[3], f16[], f64[]) {\n"
+      "  %c0 = const [-2147483648, 2147483647] : i32[2]\n"
+      "  %c1 = const [0, 255] : u8[2]\n"
+      "  %c2 = const [3.40282347e+38, -inf, 1e-45] : f32[3]\n"
+      "  %c3 = const -65504 : f16[]\n"
+      "  %c4 = const nan : f64[]\n"
+      "  return %c0, %c1, %c2, %c3, %c4\n"
+      "}");
+  EXPECT_EQ(f->constants[0].tensor.to_vector<int32_t>(),
+            (std::vector<int32_t>{-2147483647 - 1, 2147483647}));
+  EXPECT_EQ(f->constants[1].tensor.to_vector<int>(), (std::vector<int>{0, 255}));
+  const std::vector<float> c2 = f->constants[2].tensor.to_vector<float>();
+  EXPECT_EQ(c2[0], std::numeric_limits<float>::max());
+  EXPECT_EQ(c2[1], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(c2[2], std::numeric_limits<float>::denorm_min());
+  EXPECT_EQ(f->constants[3].tensor.item<float>(), -65504.f);
+  EXPECT_TRUE(std::isnan(f->constants[4].tensor.item<double>()));
+}
+
+TEST(IrText, ParsingUnderATraceGivesConcreteConstants) {
+  // Converting the literals with ops would record them into the active trace instead.
+  std::shared_ptr<ir::Function> f;
+  ir::trace_function("outer", {{float32, {}}}, [&](const Ts& a) {
+    f = ir::parse(with_constant("[1.5, 2]", "f32[2]"));
+    return a;
+  });
+  EXPECT_EQ(f->constants[0].tensor.to_vector<float>(), (std::vector<float>{1.5f, 2.f}));
+}
+
+TEST(IrText, Int64ConstantsPrintExactly) {
+  // 2^53 + 1 has no double; printing through one gave 9007199254740992.
+  const Tensor c =
+      tensor(std::vector<int64_t>{9007199254740993LL, -9223372036854775807LL - 1}, Shape{2});
+  const auto f =
+      ir::trace_function("g", {{int64, {2}}}, [&](const Ts& a) { return Ts{a[0] + c}; }).function;
+  const std::string text = ir::print(*f);
+  EXPECT_NE(text.find("const [9007199254740993, -9223372036854775808] : i64[2]"), std::string::npos)
+      << text;
+  EXPECT_EQ(ir::parse(text)->constants[0].tensor.to_vector<int64_t>(), c.to_vector<int64_t>());
+}
+
+TEST(IrText, NeverReadsPastTheView) {
+  // Every prefix, from a heap buffer that ends where the text does (no NUL after it), so that
+  // AddressSanitizer reports any read past the view.
+  const std::string text =
+      "func @f(%x: f32[2], %i: i32[]) -> (f32[2], f32[]) {\n"
+      "  %c0 = const [1.5, -inf] : f32[2]\n"
+      "  %0 = mul %x, %c0 {note=\"a b\", scale=2.5} : f32[2]\n"
+      "  %1 = reduce_sum %0 {axes=[0], keepdims=false} : f32[]\n"
+      "  %2 = call %x {fn=func @g(%y: f32[2]) -> f32[2] {\n"
+      "    %0 = sin %y : f32[2]\n"
+      "    return %0\n"
+      "  }} : f32[2]\n"
+      "  return %2, %1\n"
+      "}";
+  for (std::size_t n = 0; n <= text.size(); ++n) {
+    const std::unique_ptr<char[]> buf(new char[n]);
+    std::memcpy(buf.get(), text.data(), n);
+    const std::string_view view(buf.get(), n);
+    if (n == text.size()) {
+      EXPECT_EQ(ir::print(*ir::parse(view)), text);
+    } else {
+      EXPECT_THROW(ir::parse(view), Error) << "prefix of " << n << " characters";
+    }
+  }
+}
+
+TEST(IrText, ErrorsNameLineAndColumn) {
+  expect_parse_error(with_equation("%0 = frobnicate %x : f32[2]"),
+                     {"line 2:8: unknown primitive: got 'frobnicate'"});
+  expect_parse_error(with_equation("%0 = sin %y : f32[2]"), {"line 2:12: undefined value %y"});
+  expect_parse_error(with_equation("%0 = sin %x : f32[3]"),
+                     {"line 2:15: the declared types of sin's results differ from its type rule: "
+                      "got f32[3], expected f32[2]"});
+  expect_parse_error(with_equation("%0 = matmul %x, %x : f32[2]"), {"line 2:8: [matmul] "});
+  expect_parse_error(with_equation("%0, %1 = sin %x : f32[2]"),
+                     {"line 2:12: sin names another number of values"});
+  expect_parse_error(with_equation("%0 = sin %x : f32[2]") + " x",
+                     {"line 4:3: trailing text after the function: got 'x'"});
+  expect_parse_error(with_equation("%0 = sin %x {note=\"open} : f32[2]"),
+                     {"line 2:21: unterminated string"});
+  expect_parse_error("func @f(%x: f32[2]) -> f32[2] {\n  return %x",
+                     {"line 2:12: got the end of the input, expected '}'"});
+}
+
+TEST(IrText, NamesAreDefinedOnce) {
+  expect_parse_error("func @f(%x: f32[2], %x: f32[2]) -> f32[2] {\n  return %x\n}",
+                     {"line 1:21: value %x defined twice", "the first is at 1:9"});
+  expect_parse_error(with_equation("%x = sin %x : f32[2]"), {"line 2:3: value %x defined twice"});
+  expect_parse_error(with_equation("%0, %0 = sin %x : (f32[2], f32[2])"),
+                     {"line 2:7: value %0 defined twice", "the first is at 2:3"});
+  expect_parse_error(with_equation("%0, %1 = const 1 : f32[]"),
+                     {"a constant defines one value: got 2 names"});
+  expect_parse_error(with_equation("%0 = reduce_sum %x {axes=[0], axes=[0]} : f32[]"),
+                     {"line 2:33: attribute 'axes' given twice"});
+}
+
+TEST(IrText, EquationsWithoutResultsRoundTrip) {
+  // A call of a function that returns nothing prints without "%... =".
+  const std::string text =
+      "func @f(%x: f32[2]) -> f32[2] {\n"
+      "  call %x {fn=func @g(%y: f32[2]) -> () {\n"
+      "    return\n"
+      "  }} : ()\n"
+      "  return %x\n"
+      "}";
+  const auto f = ir::parse(text);
+  EXPECT_EQ(f->equations.size(), 1u);
+  EXPECT_EQ(ir::print(*f), text);
+}
+
+TEST(IrText, FunctionNamesPrintAsNames) {
+  const auto f = ir::trace_function("my loss (v2)", {{float32, {}}}, [](const Ts& a) {
+                   return Ts{sin(a[0])};
+                 }).function;
+  const std::string text = ir::print(*f);
+  EXPECT_EQ(text.rfind("func @my_loss__v2_(", 0), 0u) << text;
+  EXPECT_EQ(ir::print(*ir::parse(text)), text);
 }
 
 }  // namespace

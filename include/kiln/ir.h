@@ -63,11 +63,19 @@ struct Function {
   std::vector<TensorType> result_types() const;
 };
 
-// Checks SSA form and that every equation's output types are what its type rule infers.
-// Throws Error("verify", ...) naming the equation.
+// How deeply sub-functions may nest: those of the top-level function are at level 1. parse
+// and verify raise an Error beyond it, so that no recursive walk over IR (printing, passes,
+// evaluation, AD, vmap) can run out of stack; docs/DESIGN.md ("Text form") has the figures.
+inline constexpr int kMaxNesting = 64;
+
+// Checks SSA form, that every equation's output types are what its type rule infers, that
+// results have the types of the values they return, and the nesting limit. Throws
+// Error("verify", ...) naming the equation.
 void verify(const Function& f);
 
-// The text form; parse(print(f)) computes what f computes and prints identically.
+// The text form; parse(print(f)) computes what f computes and prints identically. parse
+// returns a verified function, or raises Error("parse", ...) giving the line:column of the
+// first problem (docs/DESIGN.md, "Text form").
 std::string print(const Function& f);
 std::ostream& operator<<(std::ostream& os, const Function& f);
 std::shared_ptr<Function> parse(std::string_view text);

@@ -1,6 +1,7 @@
 // IR utilities, the verifier and the interpreter.
 #include <algorithm>
 #include <ostream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "ir/trace.h"
@@ -28,7 +29,12 @@ std::vector<TensorType> Function::result_types() const {
   return t;
 }
 
-void verify(const Function& f) {
+namespace {
+
+// Verifies f, found `depth` levels below the top-level function, and returns how many levels
+// of sub-functions it has below it. `heights` remembers the functions verified already: a
+// sub-function shared by several equations (as jit shares them) is checked once.
+int verify_at(const Function& f, int depth, std::unordered_map<const Function*, int>& heights) {
   std::unordered_map<int, TensorType> defined;
   auto define = [&](const Value& v, std::string_view what) {
     if (!defined.emplace(v.id, v.type).second)
@@ -44,6 +50,7 @@ void verify(const Function& f) {
       fail("verify", "@", f.name, ": ", where, " uses %", v.id, " as ", v.type,
            ", expected its defined type ", it->second);
   };
+  int height = 0;
   for (const Value& v : f.params) define(v, "parameter");
   for (const Constant& c : f.constants) {
     define(c.value, "constant");
@@ -53,18 +60,34 @@ void verify(const Function& f) {
   }
   for (std::size_t i = 0; i < f.equations.size(); ++i) {
     const Equation& e = f.equations[i];
+    if (!e.prim) fail("verify", "@", f.name, ": equation ", i, " has no primitive, expected one");
     const std::string where = "equation " + std::to_string(i) + " (" + e.prim->name + ")";
     std::vector<TensorType> in;
     for (const Value& v : e.inputs) {
       use(v, where);
       in.push_back(v.type);
     }
-    for (const auto& [name, attr] : e.attrs.items())
-      if (const auto* sub = std::get_if<FunctionRef>(&attr)) verify(**sub);
+    for (const auto& [name, attr] : e.attrs.items()) {
+      const auto* sub = std::get_if<FunctionRef>(&attr);
+      if (!sub) continue;
+      if (!*sub)
+        fail("verify", "@", f.name, ": ", where, " attribute '", name,
+             "' is a null function, expected a sub-function");
+      auto it = heights.find(sub->get());
+      // Checked before descending, so that verify itself never goes deeper than the limit.
+      const int below = it != heights.end() ? it->second : 0;
+      if (depth + 1 + below > kMaxNesting)
+        fail("verify", "@", f.name, ": ", where, " attribute '", name,
+             "' nests sub-functions too deeply: got ", depth + 1 + below,
+             " levels, expected at most ir::kMaxNesting = ", kMaxNesting);
+      if (it == heights.end())
+        it = heights.emplace(sub->get(), verify_at(**sub, depth + 1, heights)).first;
+      height = std::max(height, 1 + it->second);
+    }
     const std::vector<TensorType> out = e.prim->infer(in, e.attrs);
     if (out.size() != e.outputs.size())
-      fail("verify", "@", f.name, ": ", where, " has ", e.outputs.size(),
-           " outputs, expected ", out.size());
+      fail("verify", "@", f.name, ": ", where, " has ", e.outputs.size(), " outputs, expected ",
+           out.size());
     for (std::size_t k = 0; k < out.size(); ++k) {
       if (out[k] != e.outputs[k].type)
         fail("verify", "@", f.name, ": ", where, " output ", k, " is typed ", e.outputs[k].type,
@@ -73,6 +96,14 @@ void verify(const Function& f) {
     }
   }
   for (const Value& v : f.results) use(v, "return");
+  return height;
+}
+
+}  // namespace
+
+void verify(const Function& f) {
+  std::unordered_map<const Function*, int> heights;
+  verify_at(f, 0, heights);
 }
 
 namespace {

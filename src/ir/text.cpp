@@ -2,11 +2,14 @@
 // the printed form does not depend on internal ids and print(parse(s)) == s.
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/ir.h"
 #include "kiln/ops.h"
@@ -24,12 +27,28 @@ std::string format_element(double v, DType dt) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
   std::ostringstream os;
-  if (is_floating(dt)) {
-    os << std::setprecision(dt == float64 ? 17 : 9) << v;
-  } else {
-    os << static_cast<int64_t>(v);
-  }
+  os << std::setprecision(dt == float64 ? 17 : 9) << v;
   return os.str();
+}
+
+// "f32[3]" for one type, "(f32[3], i32[])" for any other number.
+std::string types_text(const std::vector<TensorType>& ts) {
+  if (ts.size() == 1) return ts[0].to_string();
+  std::string s = "(";
+  for (std::size_t i = 0; i < ts.size(); ++i) s += (i ? ", " : "") + ts[i].to_string();
+  return s + ")";
+}
+
+// Characters a name may have in the text form; others print as '_' so that the text parses.
+bool name_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.';
+}
+std::string function_name(const std::string& name) {
+  if (name.empty()) return "f";
+  std::string s = name;
+  std::replace_if(
+      s.begin(), s.end(), [](char c) { return !name_char(c); }, '_');
+  return s;
 }
 
 class Printer {
@@ -40,12 +59,12 @@ class Printer {
     names_.clear();
     counter_ = 0;
     const std::string pad(static_cast<std::size_t>(indent), ' ');
-    os_ << "func @" << f.name << "(";
+    os_ << "func @" << function_name(f.name) << "(";
+    std::unordered_set<std::string> taken;
     for (std::size_t i = 0; i < f.params.size(); ++i) {
       const std::string& n = i < f.param_names.size() ? f.param_names[i] : std::string();
-      std::string name = valid_name(n) ? n : numbered('a', i);
-      for (const auto& [id, existing] : names_)
-        if (existing == name) name = numbered('a', i);
+      std::string name = valid_name(n) && !taken.contains(n) ? n : numbered('a', i);
+      taken.insert(name);
       names_[f.params[i].id] = name;
       os_ << (i ? ", " : "") << "%" << name << ": " << f.params[i].type;
     }
@@ -98,24 +117,22 @@ class Printer {
     return it == names_.end() ? numbered('?', static_cast<std::size_t>(v.id)) : it->second;
   }
 
-  void types(const std::vector<TensorType>& ts) {
-    if (ts.size() == 1) {
-      os_ << ts[0];
-      return;
-    }
-    os_ << "(";
-    for (std::size_t i = 0; i < ts.size(); ++i) os_ << (i ? ", " : "") << ts[i];
-    os_ << ")";
-  }
+  void types(const std::vector<TensorType>& ts) { os_ << types_text(ts); }
 
+  // Integers print exactly (an i64 beyond 2^53 has no double), floats with round-trip digits.
   void constant(const Tensor& t) {
-    const std::vector<double> v = t.to_vector<double>();
+    std::vector<std::string> v;
+    if (is_integral(t.dtype())) {
+      for (int64_t x : t.to_vector<int64_t>()) v.push_back(std::to_string(x));
+    } else {
+      for (double x : t.to_vector<double>()) v.push_back(format_element(x, t.dtype()));
+    }
     if (t.rank() == 0) {
-      os_ << format_element(v[0], t.dtype());
+      os_ << v[0];
       return;
     }
     os_ << "[";
-    for (std::size_t i = 0; i < v.size(); ++i) os_ << (i ? ", " : "") << format_element(v[i], t.dtype());
+    for (std::size_t i = 0; i < v.size(); ++i) os_ << (i ? ", " : "") << v[i];
     os_ << "]";
   }
 
@@ -143,157 +160,292 @@ class Printer {
 
 // ---- parser ------------------------------------------------------------------------
 
+// Largest element count of a declared type. Zero-size dimensions count as one here, so that
+// strides fit as well; at 8 bytes an element the byte size of any such tensor fits in int64.
+constexpr int64_t kMaxElements = std::numeric_limits<int64_t>::max() / 8;
+
+// What the parser reads: names, numbers and words are runs of these characters.
+bool word_char(char c) { return name_char(c) || c == '+' || c == '-'; }
+
+// A literal as written, kept until the type after ':' says how to read it.
+struct Token {
+  std::string_view text;
+  std::size_t pos = 0;
+};
+
+// Where a name was defined, for the error that names a second definition.
+struct Definition {
+  Value value;
+  std::size_t pos = 0;
+};
+
+// The names of one function's values; a sub-function has its own (it sees nothing outside).
+struct Scope {
+  std::unordered_map<std::string, Definition> names;
+  int next = 0;
+};
+
+// Recursive descent over the text form (docs/DESIGN.md, "Text form"). Reads only inside the
+// view, checks every number strictly and every equation against its type rule as it goes, so
+// that each error carries the line:column of its cause.
 class Parser {
  public:
   explicit Parser(std::string_view text) : s_(text) {}
 
-  std::shared_ptr<Function> function() {
+  // `depth`: how many functions enclose this one (0 at the top level).
+  std::shared_ptr<Function> function(int depth) {
     auto f = std::make_shared<Function>();
-    std::unordered_map<std::string, Value> names;
-    int next = 0;
+    Scope scope;
     expect_word("func");
     expect('@');
     f->name = identifier();
     expect('(');
     while (!peek(')')) {
       if (!f->params.empty()) expect(',');
+      const std::size_t at = here();
       expect('%');
       const std::string n = identifier();
       expect(':');
-      Value v{next++, type()};
-      names[n] = v;
-      f->params.push_back(v);
+      f->params.push_back(define(scope, n, at, type()));
       f->param_names.push_back(n);
     }
     expect(')');
     expect('-');
     expect('>');
-    types();
+    const std::size_t declared_at = here();
+    const std::vector<TensorType> declared = types();
     expect('{');
-    while (true) {
-      skip_space();
-      if (try_word("return")) break;
-      std::vector<std::string> outs;
-      do {
-        expect('%');
-        outs.push_back(identifier());
-      } while (try_char(','));
-      expect('=');
-      const std::string op = identifier();
-      if (op == "const") {
-        const std::vector<double> values = literal_values();
-        expect(':');
-        const TensorType t = type();
-        Value v{next++, t};
-        names[outs.at(0)] = v;
-        f->constants.push_back({v, from_values(values, t)});
-        continue;
-      }
-      Equation e;
-      e.prim = find_primitive(op);
-      if (!e.prim) error("unknown primitive '" + op + "'");
-      e.inputs = uses(names);
-      if (peek('{')) e.attrs = attrs();
-      expect(':');
-      const std::vector<TensorType> ts = types();
-      if (ts.size() != outs.size()) error("result count differs from the number of types");
-      for (std::size_t i = 0; i < outs.size(); ++i) {
-        Value v{next++, ts[i]};
-        names[outs[i]] = v;
-        e.outputs.push_back(v);
-      }
-      f->equations.push_back(std::move(e));
-    }
-    f->results = uses(names);
+    while (!try_word("return")) statement(*f, scope, depth);
+    const std::size_t return_at = here();
+    f->results = uses(scope);
+    if (f->result_types() != declared)
+      error(return_at, "@" + f->name + " returns other types than it declares",
+            types_text(f->result_types()),
+            types_text(declared) + " as declared at " + where(declared_at));
     expect('}');
     return f;
   }
 
+  void expect_end() {
+    if (here() != s_.size())
+      error(pos_, "trailing text after the function", snippet(pos_), "the end of the input");
+  }
+
+ private:
+  void statement(Function& f, Scope& scope, int depth) {
+    std::vector<std::pair<std::string, std::size_t>> outs;  // an equation may define nothing
+    if (peek('%')) {
+      do {
+        const std::size_t at = here();
+        expect('%');
+        std::string n = identifier();
+        // Checked here, so that the error points at the name; defined once the types are known.
+        for (const auto& [other, other_at] : outs)
+          if (other == n) redefined(n, at, other_at);
+        if (auto it = scope.names.find(n); it != scope.names.end())
+          redefined(n, at, it->second.pos);
+        outs.emplace_back(std::move(n), at);
+      } while (try_char(','));
+      expect('=');
+    }
+    const std::size_t op_at = here();
+    const std::string op = identifier();
+    if (op == "const") {
+      constant(f, scope, outs, op_at);
+      return;
+    }
+    Equation e;
+    e.prim = find_primitive(op);
+    if (!e.prim) error(op_at, "unknown primitive", "'" + op + "'", "a registered primitive's name");
+    e.inputs = uses(scope);
+    if (peek('{')) e.attrs = attrs(depth);
+    const std::size_t types_at = here();
+    expect(':');
+    const std::vector<TensorType> declared = types();
+    if (declared.size() != outs.size())
+      error(op_at, op + " names another number of values than it declares types",
+            std::to_string(outs.size()) + " names",
+            std::to_string(declared.size()) + " for the types declared at " + where(types_at));
+    std::vector<TensorType> in;
+    for (const Value& v : e.inputs) in.push_back(v.type);
+    std::vector<TensorType> inferred;
+    try {
+      inferred = e.prim->infer(in, e.attrs);
+    } catch (const Error& err) {
+      fail_at(op_at, err.what());
+    }
+    if (inferred != declared)
+      error(types_at, "the declared types of " + op + "'s results differ from its type rule",
+            types_text(declared), types_text(inferred));
+    for (std::size_t i = 0; i < outs.size(); ++i)
+      e.outputs.push_back(define(scope, outs[i].first, outs[i].second, declared[i]));
+    f.equations.push_back(std::move(e));
+  }
+
+  // "%c = const 1.5 : f32[]" or "%c = const [1, 2] : i32[2]" (a flat list in row-major order).
+  void constant(Function& f, Scope& scope,
+                const std::vector<std::pair<std::string, std::size_t>>& outs, std::size_t at) {
+    if (outs.size() != 1)
+      error(at, "a constant defines one value", std::to_string(outs.size()) + " names", "one");
+    const std::size_t literal_at = here();
+    const bool bracketed = try_char('[');
+    std::vector<Token> literals;
+    if (bracketed) {
+      while (!peek(']')) {
+        if (!literals.empty()) expect(',');
+        literals.push_back(token("a literal"));
+      }
+      expect(']');
+    } else {
+      literals.push_back(token("a literal"));
+    }
+    expect(':');
+    const TensorType t = type();
+    if (bracketed != (t.shape.rank() > 0))
+      error(literal_at,
+            "a constant of type " + t.to_string() + " is written " +
+                (bracketed ? "as a list" : "as a scalar"),
+            snippet(literal_at),
+            bracketed ? "a scalar without brackets" : "a flat list in brackets");
+    if (static_cast<int64_t>(literals.size()) != t.shape.numel())
+      error(literal_at, "the constant's value count differs from its type",
+            std::to_string(literals.size()) + " values",
+            std::to_string(t.shape.numel()) + " for " + t.to_string());
+    f.constants.push_back(
+        {define(scope, outs[0].first, outs[0].second, t), literal_tensor(literals, t)});
+  }
+
+  Tensor literal_tensor(const std::vector<Token>& literals, const TensorType& t) {
+    auto make = [&]<typename T>(T (Parser::*read)(const Token&)) {
+      std::vector<T> v;
+      v.reserve(literals.size());
+      for (const Token& tok : literals) v.push_back((this->*read)(tok));
+      return detail::from_buffer(v.data(), v.size(), t.dtype, t.shape, Loc::current());
+    };
+    switch (t.dtype) {
+      case DType::bool_:
+        return make(&Parser::read_bool);
+      case DType::uint8:
+        return make(&Parser::read_int<uint8_t>);
+      case DType::uint32:
+        return make(&Parser::read_int<uint32_t>);
+      case DType::int32:
+        return make(&Parser::read_int<int32_t>);
+      case DType::int64:
+        return make(&Parser::read_int<int64_t>);
+      case DType::float16:
+        return make(&Parser::read_float<Half>);
+      case DType::bfloat16:
+        return make(&Parser::read_float<BFloat16>);
+      case DType::float32:
+        return make(&Parser::read_float<float>);
+      case DType::float64:
+        return make(&Parser::real);
+    }
+    fail_at(literals.empty() ? pos_ : literals[0].pos, "internal error: unhandled dtype");
+  }
+
+  uint8_t read_bool(const Token& tok) {
+    if (tok.text == "true") return 1;
+    if (tok.text == "false") return 0;
+    error(tok.pos, "invalid bool literal", quoted(tok.text), "true or false");
+  }
+  template <typename T>
+  T read_int(const Token& tok) {
+    return static_cast<T>(integer(tok, std::numeric_limits<T>::min(), std::numeric_limits<T>::max(),
+                                  dtype_name(dtype_v<T>)));
+  }
+  // A float literal in a narrower format must not overflow it: 1e39 is no f32.
+  template <typename T>
+  T read_float(const Token& tok) {
+    const double v = real(tok);
+    // Beyond the largest float plus half an ulp, rounding to float gives inf.
+    const bool fits_float = !std::isfinite(v) || std::abs(v) < 0x1.ffffffp127;
+    const T out = fits_float ? T(static_cast<float>(v)) : T();
+    if (!fits_float || (std::isfinite(v) && !std::isfinite(static_cast<float>(out))))
+      error(tok.pos, std::string("literal out of range for ") + std::string(dtype_name(dtype_v<T>)),
+            quoted(tok.text), "a finite value within its range, or inf");
+    return out;
+  }
+
+  // An integer in [lo, hi], written in decimal without a '+'.
+  int64_t integer(const Token& tok, int64_t lo, int64_t hi, std::string_view what) {
+    int64_t v = 0;
+    const char* b = tok.text.data();
+    const char* e = b + tok.text.size();
+    const auto [ptr, ec] = std::from_chars(b, e, v);
+    if (ec == std::errc() && ptr == e && v >= lo && v <= hi) return v;
+    const bool range =
+        (ec == std::errc::result_out_of_range && ptr == e) || (ec == std::errc() && ptr == e);
+    error(tok.pos,
+          range ? std::string("integer out of range for ") + std::string(what) : "invalid integer",
+          quoted(tok.text),
+          range ? "a value in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"
+                : "decimal digits");
+  }
+  // A double: decimal or exponent form, nan, inf or -inf; never out of f64's range.
+  double real(const Token& tok) {
+    double v = 0;
+    const char* b = tok.text.data();
+    const char* e = b + tok.text.size();
+    const auto [ptr, ec] = std::from_chars(b, e, v, std::chars_format::general);
+    if (ec == std::errc() && ptr == e) return v;
+    if (ec == std::errc::result_out_of_range && ptr == e)
+      error(tok.pos, "number out of range for f64", quoted(tok.text),
+            "a value representable as a double");
+    error(tok.pos, "invalid number", quoted(tok.text), "a decimal number, nan, inf or -inf");
+  }
+
+  Value define(Scope& scope, const std::string& name, std::size_t at, const TensorType& type) {
+    const Value v{scope.next++, type};
+    const auto [it, fresh] = scope.names.try_emplace(name, Definition{v, at});
+    if (!fresh) redefined(name, at, it->second.pos);
+    return v;
+  }
+  [[noreturn]] void redefined(const std::string& name, std::size_t at, std::size_t first) const {
+    error(at, "value %" + name + " defined twice", "a second definition",
+          "one definition (the first is at " + where(first) + ")");
+  }
+
   // "%a, %b, ..." (possibly empty): values defined above.
-  std::vector<Value> uses(const std::unordered_map<std::string, Value>& names) {
+  std::vector<Value> uses(const Scope& scope) {
     std::vector<Value> out;
     if (!peek('%')) return out;
     do {
+      const std::size_t at = here();
       expect('%');
       const std::string n = identifier();
-      auto it = names.find(n);
-      if (it == names.end()) error("undefined value %" + n);
-      out.push_back(it->second);
+      auto it = scope.names.find(n);
+      if (it == scope.names.end())
+        error(at, "undefined value %" + n, "a use before any definition",
+              "values defined above their uses");
+      out.push_back(it->second.value);
     } while (try_char(','));
     return out;
   }
 
-  void expect_end() {
-    skip_space();
-    if (pos_ != s_.size()) error("trailing text");
-  }
-
- private:
-  [[noreturn]] void error(const std::string& what) {
-    std::size_t line = 1 + static_cast<std::size_t>(std::count(s_.begin(), s_.begin() + static_cast<std::ptrdiff_t>(pos_), '\n'));
-    fail("parse", what, ": got '", s_.substr(pos_, 20), "' at line ", line,
-         ", expected the IR text form (see docs/DESIGN.md)");
-  }
-  void skip_space() {
-    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-  }
-  bool peek(char c) {
-    skip_space();
-    return pos_ < s_.size() && s_[pos_] == c;
-  }
-  bool try_char(char c) {
-    if (!peek(c)) return false;
-    ++pos_;
-    return true;
-  }
-  void expect(char c) {
-    if (!try_char(c)) error(std::string("expected '") + c + "'");
-  }
-  std::string identifier() {
-    skip_space();
-    const std::size_t b = pos_;
-    while (pos_ < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '_' || s_[pos_] == '.'))
-      ++pos_;
-    if (b == pos_) error("expected a name");
-    return std::string(s_.substr(b, pos_ - b));
-  }
-  bool try_word(std::string_view w) {
-    skip_space();
-    if (s_.substr(pos_, w.size()) != w) return false;
-    const std::size_t e = pos_ + w.size();
-    if (e < s_.size() && (std::isalnum(static_cast<unsigned char>(s_[e])) || s_[e] == '_')) return false;
-    pos_ = e;
-    return true;
-  }
-  void expect_word(std::string_view w) {
-    if (!try_word(w)) error("expected '" + std::string(w) + "'");
-  }
-  double number() {
-    skip_space();
-    if (try_word("true")) return 1;
-    if (try_word("false")) return 0;
-    if (try_word("nan")) return NAN;
-    if (try_word("inf")) return INFINITY;
-    if (s_.substr(pos_, 4) == "-inf") {
-      pos_ += 4;
-      return -INFINITY;
-    }
-    const std::string rest(s_.substr(pos_, 40));
-    char* end = nullptr;
-    const double v = std::strtod(rest.c_str(), &end);
-    if (end == rest.c_str()) error("expected a number");
-    pos_ += static_cast<std::size_t>(end - rest.c_str());
-    return v;
-  }
   TensorType type() {
+    const std::size_t at = here();
     const std::string d = identifier();
     const std::optional<DType> dt = dtype_from_name(d);
-    if (!dt) error("unknown dtype '" + d + "'");
+    if (!dt)
+      error(at, "unknown dtype", "'" + d + "'",
+            "one of bool, u8, u32, i32, i64, f16, bf16, f32, f64");
     expect('[');
     Shape s;
+    int64_t count = 1;  // of the non-zero dimensions
     while (!peek(']')) {
       if (s.rank()) expect(',');
-      s.dims().push_back(static_cast<int64_t>(number()));
+      const Token tok = token("a dimension");
+      const int64_t n = integer(tok, 0, kMaxElements, "a dimension");
+      if (n > 0 && count > kMaxElements / n)
+        error(
+            tok.pos, "type too large",
+            "dimension " + std::string(tok.text) + " after " + std::to_string(count) + " elements",
+            "at most " + std::to_string(kMaxElements) +
+                " elements (zero-size dimensions counting as one)");
+      if (n > 0) count *= n;
+      s.dims().push_back(n);
     }
     expect(']');
     return {*dt, s};
@@ -308,65 +460,130 @@ class Parser {
     expect(')');
     return ts;
   }
-  std::vector<double> literal_values() {
-    std::vector<double> v;
-    if (!try_char('[')) return {number()};
-    while (!peek(']')) {
-      if (!v.empty()) expect(',');
-      v.push_back(number());
-    }
-    expect(']');
-    return v;
-  }
-  static Tensor from_values(const std::vector<double>& v, const TensorType& t) {
-    return astype(tensor(v, t.shape), t.dtype);
-  }
-  Attrs attrs() {
+
+  Attrs attrs(int depth) {
     Attrs a;
     expect('{');
+    bool first = true;
     while (!peek('}')) {
-      if (!a.empty()) expect(',');
+      if (!first) expect(',');
+      first = false;
+      const std::size_t at = here();
       const std::string name = identifier();
+      if (a.has(name)) error(at, "attribute '" + name + "' given twice", "a second value", "one");
       expect('=');
-      a.set(name, attr_value());
+      a.set(name, attr_value(depth));
     }
     expect('}');
     return a;
   }
-  AttrValue attr_value() {
-    skip_space();
-    if (s_.substr(pos_, 4) == "func") return FunctionRef(function());
-    if (peek('"')) {
-      ++pos_;
-      const std::size_t b = pos_;
-      while (pos_ < s_.size() && s_[pos_] != '"') ++pos_;
-      std::string str(s_.substr(b, pos_ - b));
-      expect('"');
-      return str;
+  AttrValue attr_value(int depth) {
+    const std::size_t at = here();
+    if (at == s_.size()) error(at, "missing attribute value", "the end of the input", "a value");
+    if (s_[at] == '"') {
+      const std::size_t close = s_.find('"', at + 1);
+      if (close == std::string_view::npos)
+        error(at, "unterminated string", snippet(at), "a closing '\"'");
+      pos_ = close + 1;
+      return std::string(s_.substr(at + 1, close - at - 1));
     }
     if (try_char('[')) {
       std::vector<int64_t> v;
       while (!peek(']')) {
         if (!v.empty()) expect(',');
-        v.push_back(static_cast<int64_t>(number()));
+        v.push_back(integer(token("an integer"), std::numeric_limits<int64_t>::min(),
+                            std::numeric_limits<int64_t>::max(), "i64"));
       }
       expect(']');
       return v;
     }
-    if (try_word("true")) return true;
-    if (try_word("false")) return false;
-    if (std::isalpha(static_cast<unsigned char>(s_[pos_])) && s_.substr(pos_, 3) != "nan" &&
-        s_.substr(pos_, 3) != "inf") {
-      const std::string d = identifier();
-      if (auto dt = dtype_from_name(d)) return *dt;
-      error("unknown attribute value '" + d + "'");
+    if (try_word("func")) {
+      if (depth >= kMaxNesting)
+        error(at, "sub-functions nested too deeply",
+              "one more than " + std::to_string(kMaxNesting) + " levels",
+              "at most ir::kMaxNesting = " + std::to_string(kMaxNesting));
+      pos_ = at;
+      return FunctionRef(function(depth + 1));
     }
+    const Token tok = token("an attribute value");
+    if (tok.text == "true") return true;
+    if (tok.text == "false") return false;
+    if (auto dt = dtype_from_name(tok.text)) return *dt;
     // Integers print without a point; doubles always with one (or as nan/inf/exponent).
-    const std::size_t b = pos_;
-    const double v = number();
-    const std::string_view tok = s_.substr(b, pos_ - b);
-    if (tok.find_first_of(".eEni") == std::string_view::npos) return static_cast<int64_t>(v);
-    return v;
+    if (tok.text.find_first_of(".eEnNiI") == std::string_view::npos)
+      return integer(tok, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
+                     "i64");
+    return real(tok);
+  }
+
+  // ---- lexing ----
+
+  std::size_t here() {
+    skip_space();
+    return pos_;
+  }
+  void skip_space() {
+    while (pos_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
+  }
+  bool peek(char c) { return here() < s_.size() && s_[pos_] == c; }
+  bool try_char(char c) {
+    if (!peek(c)) return false;
+    ++pos_;
+    return true;
+  }
+  void expect(char c) {
+    if (!try_char(c)) error(pos_, "", snippet(pos_), std::string("'") + c + "'");
+  }
+  std::string identifier() {
+    const std::size_t b = here();
+    while (pos_ < s_.size() && name_char(s_[pos_])) ++pos_;
+    if (b == pos_) error(pos_, "", snippet(pos_), "a name");
+    return std::string(s_.substr(b, pos_ - b));
+  }
+  Token token(std::string_view what) {
+    const std::size_t b = here();
+    while (pos_ < s_.size() && word_char(s_[pos_])) ++pos_;
+    if (b == pos_) error(pos_, "", snippet(pos_), std::string(what));
+    return {s_.substr(b, pos_ - b), b};
+  }
+  bool try_word(std::string_view w) {
+    const std::size_t b = here();
+    if (s_.substr(b, w.size()) != w) return false;
+    const std::size_t e = b + w.size();
+    if (e < s_.size() && word_char(s_[e])) return false;
+    pos_ = e;
+    return true;
+  }
+  void expect_word(std::string_view w) {
+    if (!try_word(w)) error(pos_, "", snippet(pos_), "'" + std::string(w) + "'");
+  }
+
+  // ---- errors ----
+
+  std::string where(std::size_t pos) const {
+    const std::string_view before = s_.substr(0, pos);
+    const std::size_t line =
+        1 + static_cast<std::size_t>(std::count(before.begin(), before.end(), '\n'));
+    const std::size_t nl = before.rfind('\n');
+    const std::size_t column = nl == std::string_view::npos ? pos + 1 : pos - nl;
+    return std::to_string(line) + ":" + std::to_string(column);
+  }
+  // The text at pos, up to the end of its line (at most 20 characters).
+  std::string snippet(std::size_t pos) const {
+    if (pos >= s_.size()) return "the end of the input";
+    const std::string_view rest = s_.substr(pos, 20);
+    return quoted(rest.substr(0, rest.find('\n')));
+  }
+  // Built with append, which GCC 12's -Wrestrict does not misread.
+  static std::string quoted(std::string_view s) {
+    return std::string(1, '\'').append(s).append(1, '\'');
+  }
+  [[noreturn]] void fail_at(std::size_t pos, std::string_view message) const {
+    fail("parse", "line ", where(pos), ": ", message);
+  }
+  [[noreturn]] void error(std::size_t pos, const std::string& what, const std::string& got,
+                          const std::string& expected) const {
+    fail_at(pos, (what.empty() ? "" : what + ": ") + "got " + got + ", expected " + expected);
   }
 
   std::string_view s_;
@@ -383,7 +600,7 @@ std::string print(const Function& f) {
 
 std::shared_ptr<Function> parse(std::string_view text) {
   Parser p(text);
-  auto f = p.function();
+  auto f = p.function(0);
   p.expect_end();
   verify(*f);
   return f;
