@@ -563,19 +563,20 @@ void check_file_size(uint64_t size, std::string_view source) {
 std::vector<std::size_t> validate(const Header& h, uint64_t data_size, uint64_t data_start,
                                   std::string_view source) {
   for (const Entry& e : h.entries) {
-    // The product of the non-zero dimensions (and the element size) must fit in int64_t too:
-    // Kiln computes numel and strides from partial products, even for empty tensors.
-    uint64_t bound = dtype_size(e.dtype);
+    // Kiln's limit on every shape (docs/DESIGN.md, "Sizes"): the product of the non-zero
+    // dimensions at most Shape::kMaxNumel, as numel and strides come from partial products,
+    // even for empty tensors. Bytes then fit in int64_t at any element size.
+    uint64_t bound = 1;
     bool zero = false;
     for (int64_t d : e.shape) {
       zero = zero || d == 0;
       if (__builtin_mul_overflow(bound, static_cast<uint64_t>(std::max<int64_t>(d, 1)), &bound) ||
-          bound > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+          bound > static_cast<uint64_t>(Shape::kMaxNumel))
         fail(kLoad, "tensor ", quoted(e.name), " in ", where(source), " is too large: got shape ",
              shape_text(e.shape), " of ", safetensors_dtype_name(e.dtype),
-             ", expected sizes whose product in bytes fits in 63 bits");
+             ", expected its non-zero sizes to multiply to at most ", Shape::kMaxNumel);
     }
-    const uint64_t nbytes = zero ? 0 : bound;
+    const uint64_t nbytes = zero ? 0 : bound * dtype_size(e.dtype);
     if (e.begin > e.end)
       fail(kLoad, "tensor ", quoted(e.name), " in ", where(source),
            " has reversed data_offsets: got [", e.begin, ", ", e.end, "], expected begin <= end");
