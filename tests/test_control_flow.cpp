@@ -200,6 +200,22 @@ TEST(ControlFlow, EagerChecksWhatTracingChecks) {
   expect_error([&] { jit(never_runs)(tensor({1.0})); }, {"while_loop", "body_fn", "f64[2]", "f64[1]"});
 }
 
+TEST(ControlFlow, LoopBoundsAreChecked) {
+  // fori_loop counts in int32: bounds it cannot hold are an Error, not a wrapped counter.
+  auto body = [](const Tensor&, const Tensor& c) { return c; };
+  expect_error([&] { fori_loop(INT64_MIN, INT64_MAX, body, tensor(0.0)); }, {"[fori_loop]", "int32"});
+  expect_error([&] { fori_loop(0, int64_t{1} << 40, body, tensor(0.0)); }, {"[fori_loop]", "int32"});
+  EXPECT_EQ(fori_loop(5, -5, body, tensor(1.5)).item<double>(), 1.5);  // no steps
+  // A scan built by hand (as parsed IR would be) with a negative length.
+  const FunctionRef carry_only =
+      ir::trace_function("body", {TensorType{float64, Shape{}}},
+                         [](const std::vector<Tensor>& p) { return std::vector<Tensor>{p[0] * 2.0}; })
+          .function;
+  const Attrs a{{"body", carry_only}, {"length", int64_t{-5}}, {"reverse", false},
+                {"num_carry", int64_t{1}}, {"num_xs", int64_t{0}}};
+  expect_error([&] { bind(primitive("scan"), {tensor(1.0)}, a); }, {"[scan] negative length", "-5"});
+}
+
 // ---- 2. forward mode ----------------------------------------------------------------------
 
 TEST(ControlFlow, JvpThroughCondWhileScan) {

@@ -48,6 +48,9 @@ std::pair<std::vector<Tensor>, TreeDef> scan_flat(const FlatFn& body,
 Tensor predicate_index(std::string_view op, const Tensor& pred);
 // An int32 scalar holding v.
 Tensor int_scalar(int64_t v);
+// The number of steps of fori_loop(lo, hi): 0 when hi <= lo; an Error when the int32 loop
+// counter cannot hold the bounds.
+int64_t trip_count(int64_t lo, int64_t hi);
 
 template <class R, class... Ops>
 FlatFn flat_branch(std::function<R(const Ops&...)> f, TreeDef ops_def) {
@@ -201,7 +204,7 @@ T fori_loop(int64_t lo, int64_t hi, BF body, const T& init) {
                   "fori_loop: body must be callable as body(i, carry) and return the carry's type");
     return init;
   } else {
-  const int64_t n = hi > lo ? hi - lo : 0;
+  const int64_t n = detail::cf::trip_count(lo, hi);
   auto step = [&body](const std::pair<Tensor, T>& c, const std::tuple<>&) {
     return std::pair{std::pair<Tensor, T>{c.first + 1, static_cast<T>(body(c.first, c.second))},
                      std::tuple<>{}};

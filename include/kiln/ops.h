@@ -196,10 +196,12 @@ inline Tensor operator!(const Tensor& a) { return logical_not(a, Loc{}); }  // e
 #define KILN_SCALAR_OPERATOR(op, fn)                                \
   template <Scalar S>                                               \
   Tensor operator op(Operand a, S s) {                              \
+    const detail::CallSite site(a.loc);                             \
     return fn(a.tensor, weak(a.tensor, s), a.loc);                  \
   }                                                                 \
   template <Scalar S>                                               \
   Tensor operator op(S s, Operand a) {                              \
+    const detail::CallSite site(a.loc);                             \
     return fn(weak(a.tensor, s), a.tensor, a.loc);                  \
   }
 KILN_SCALAR_OPERATOR(+, add)
@@ -228,6 +230,7 @@ struct AssignTarget {
   }                                                      \
   template <Scalar S>                                    \
   Tensor& operator op(AssignTarget a, S s) {             \
+    const detail::CallSite site(a.loc);                  \
     a.tensor = fn(a.tensor, weak(a.tensor, s), a.loc);   \
     return a.tensor;                                     \
   }
@@ -239,14 +242,17 @@ KILN_COMPOUND_ASSIGNMENT(/=, div)
 
 template <Scalar S>
 Tensor pow(const Tensor& a, S s, Loc loc = Loc::current()) {
+  const detail::CallSite site(loc);
   return pow(a, weak(a, s), loc);
 }
 template <Scalar S>
 Tensor maximum(const Tensor& a, S s, Loc loc = Loc::current()) {
+  const detail::CallSite site(loc);
   return maximum(a, weak(a, s), loc);
 }
 template <Scalar S>
 Tensor minimum(const Tensor& a, S s, Loc loc = Loc::current()) {
+  const detail::CallSite site(loc);
   return minimum(a, weak(a, s), loc);
 }
 

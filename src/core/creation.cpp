@@ -38,6 +38,7 @@ Tensor full_like(const Tensor& t, double value) {
 }
 
 Tensor arange(double start, double stop, double step, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
   if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
     fail("arange", "invalid range: got start=", start, ", stop=", stop, ", step=", step, " at ",
          loc.file_name(), ":", loc.line(), ", expected finite values and a non-zero step");
@@ -54,6 +55,7 @@ Tensor arange(double start, double stop, double step, DType dtype, Loc loc) {
 }
 
 Tensor linspace(double start, double stop, int64_t num, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
   if (num < 0)
     fail("linspace", "negative count: got num=", num, " at ", loc.file_name(), ":", loc.line(),
          ", expected num >= 0");

@@ -23,6 +23,23 @@ std::string location_suffix(const std::source_location& loc) {
   return cat(" (at ", loc.file_name(), ":", loc.line(), ")");
 }
 
+namespace {
+thread_local const std::source_location* g_call_site = nullptr;
+}
+
+CallSite::CallSite(const std::source_location& loc) noexcept : outermost_(g_call_site == nullptr) {
+  if (outermost_) g_call_site = &loc;
+}
+
+CallSite::~CallSite() {
+  if (outermost_) g_call_site = nullptr;
+}
+
+std::string at_call_site(std::string message) {
+  if (g_call_site && message.find(" (at ") == std::string::npos) message += location_suffix(*g_call_site);
+  return message;
+}
+
 void rethrow_at(const Error& e, const std::source_location& loc) {
   const std::string where = location_suffix(loc);
   const std::string_view what = e.what();

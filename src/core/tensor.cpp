@@ -130,6 +130,7 @@ Tensor Tensor::contiguous() const {
 
 template <typename T>
 T Tensor::item(Loc loc) const {
+  const detail::CallSite site(loc);
   const TensorImpl& t = checked();
   if (t.tracer) detail::throw_concrete_value_error("item", *this);
   if (t.type.shape.numel() != 1)
@@ -218,6 +219,7 @@ Tensor empty(const Shape& shape, DType dtype) { return empty(TensorType{dtype, s
 namespace detail {
 Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape& shape,
                    Loc loc) {
+  const detail::CallSite site(loc);
   if (static_cast<int64_t>(count) != shape.numel("tensor"))
     fail("tensor", "value count does not match the shape: got ", count, " values for shape ",
          shape, " (", shape.numel(), " elements) at ", loc.file_name(), ":", loc.line(),

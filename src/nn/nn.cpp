@@ -33,6 +33,7 @@ auto located(Loc loc, F&& f) -> decltype(f()) {
 Tensor relu(const Tensor& x, Loc loc) { return where(x > 0.0, x, scalar_like(x, 0.0), loc); }
 
 Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
+  const kiln::detail::CallSite site(loc);
   if (tanh_approximation) {
     const double c = std::sqrt(2.0 / std::numbers::pi);
     return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x), loc));
@@ -47,6 +48,7 @@ Tensor silu(const Tensor& x, Loc loc) { return x * sigmoid(x, loc); }
 // never puts inf or NaN into the derivatives. (max(x, 0) + log1p(e^-|x|) has the right
 // values, but AD through its two kinks at 0 gives a second derivative of 0 there, not 1/4.)
 Tensor softplus(const Tensor& x, Loc loc) {
+  const kiln::detail::CallSite site(loc);
   const Tensor xf = astype(x, to_floating(x.dtype()), loc);
   const Tensor positive = xf > 0.0;
   const Tensor zero = scalar_like(xf, 0.0);
@@ -55,6 +57,7 @@ Tensor softplus(const Tensor& x, Loc loc) {
 }
 
 Tensor log_sigmoid(const Tensor& x, Loc loc) {
+  const kiln::detail::CallSite site(loc);
   return -softplus(-astype(x, to_floating(x.dtype()), loc), loc);
 }
 
@@ -116,6 +119,7 @@ const Primitive& check_labels_p = register_primitive(
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing,
                      std::optional<int64_t> ignore_index, Loc loc) {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.cross_entropy";
     expect_labels(op, logits, labels);
@@ -148,6 +152,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
 }
 
 Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc) {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.mse";
     expect_floating(op, "prediction", prediction);
@@ -159,6 +164,7 @@ Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc) {
 }
 
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Loc loc) {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.binary_cross_entropy_with_logits";
     expect_floating(op, "logits", logits);
@@ -174,6 +180,7 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
 }
 
 Tensor accuracy(const Tensor& logits, const Tensor& labels, Loc loc) {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     expect_labels("nn.accuracy", logits, labels);
     const Tensor hit = equal(argmax(logits, -1, false, loc), astype(labels, int64, loc), loc);
@@ -334,6 +341,7 @@ Linear::Linear(int64_t in, int64_t out, const Tensor& key, bool with_bias, DType
 }
 
 Tensor Linear::operator()(const Tensor& x, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.Linear";
     expect_input(op, x, 1, "[..., in]");
@@ -365,6 +373,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, cons
 }
 
 Tensor Conv2d::operator()(const Tensor& x, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     expect_input("nn.Conv2d", x, 4, "[N, C, H, W]");
     Tensor y = conv2d(x, weight, {stride, padding, dilation, groups}, loc);
@@ -375,18 +384,21 @@ Tensor Conv2d::operator()(const Tensor& x, Loc loc) const {
 }
 
 Tensor MaxPool2d::operator()(const Tensor& x, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   Tensor y = max_pool2d(x, {kernel, stride, padding}, loc);
   detail::summary_note("MaxPool2d", y, {});
   return y;
 }
 
 Tensor AvgPool2d::operator()(const Tensor& x, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   Tensor y = avg_pool2d(x, {kernel, stride, padding}, loc);
   detail::summary_note("AvgPool2d", y, {});
   return y;
 }
 
 Tensor Flatten::operator()(const Tensor& x, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     expect_input("nn.Flatten", x, static_cast<int>(start_dim) + 1, "more than start_dim dimensions");
     if (start_dim < 0) fail("nn.Flatten", "negative start_dim: got ", start_dim, ", expected >= 0");
@@ -401,6 +413,7 @@ Tensor Flatten::operator()(const Tensor& x, Loc loc) const {
 }
 
 Tensor Activation::operator()(const Tensor& x, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     Tensor y;
     if (kind == "relu") y = relu(x, loc);
@@ -418,6 +431,7 @@ Tensor Activation::operator()(const Tensor& x, Loc loc) const {
 }
 
 Tensor Dropout::operator()(const Tensor& x, Context& ctx, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.Dropout";
     if (!(rate >= 0.0 && rate < 1.0)) fail(op, "rate out of range: got ", rate, ", expected [0, 1)");
@@ -439,6 +453,7 @@ Embedding::Embedding(int64_t num, int64_t dim, const Tensor& key, DType dtype)
     : weight(random::normal(key, {num, dim}, dtype)) {}
 
 Tensor Embedding::operator()(const Tensor& indices, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     if (!indices.defined() || !is_integral(indices.dtype()))
       fail("nn.Embedding", "indices must be integers: got ",
@@ -453,6 +468,7 @@ LayerNorm::LayerNorm(const Shape& normalized_shape, double eps_, DType dtype)
     : weight(ones(normalized_shape, dtype)), bias(zeros(normalized_shape, dtype)), eps(eps_) {}
 
 Tensor LayerNorm::operator()(const Tensor& x, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.LayerNorm";
     const int k = weight.rank();
@@ -481,6 +497,7 @@ BatchNormState BatchNorm::initial_state() const {
 
 std::pair<Tensor, BatchNormState> BatchNorm::operator()(const Tensor& x, const BatchNormState& s,
                                                         bool training, Loc loc) const {
+  const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> std::pair<Tensor, BatchNormState> {
     constexpr std::string_view op = "nn.BatchNorm";
     expect_input(op, x, 2, "[N, C, ...]");

@@ -360,11 +360,13 @@ const Primitive& select_p = register_primitive(
       }}});
 
 Tensor binary(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
+  const detail::CallSite site(loc);
   auto [x, y] = ops::promote_broadcast(p.name, a, b, loc);
   return bind1(p, {x, y}, {}, loc);
 }
 // Arithmetic on bool operands computes in int32, like numpy's bool + bool.
 Tensor arithmetic(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
+  const detail::CallSite site(loc);
   auto [x, y] = ops::promote_broadcast(p.name, a, b, loc);
   if (x.dtype() == bool_) {
     x = astype(x, int32, loc);
@@ -373,6 +375,7 @@ Tensor arithmetic(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc)
   return bind1(p, {x, y}, {}, loc);
 }
 Tensor logical(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
+  const detail::CallSite site(loc);
   return binary(p, ops::cast_if_needed(a, bool_, loc), ops::cast_if_needed(b, bool_, loc), loc);
 }
 
@@ -396,13 +399,16 @@ Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc) { return logical(or
 Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc) { return logical(xor_p, a, b, loc); }
 
 Tensor clip(const Tensor& x, const Tensor& lo, const Tensor& hi, Loc loc) {
+  const detail::CallSite site(loc);
   return minimum(maximum(x, lo, loc), hi, loc);
 }
 Tensor clip(const Tensor& x, double lo, double hi, Loc loc) {
+  const detail::CallSite site(loc);
   return clip(x, scalar_like(x, lo, true), scalar_like(x, hi, true), loc);
 }
 
 Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, Loc loc) {
+  const detail::CallSite site(loc);
   auto [a, b] = ops::promote_broadcast("where", x, y, loc);
   Tensor c = ops::cast_if_needed(cond, bool_, loc);
   const Shape s = broadcast_shapes("where", c.shape(), a.shape());

@@ -891,10 +891,12 @@ const Primitive& avg_pool2d_p = define_pool<false>("avg_pool2d");
 std::vector<int64_t> ints(std::pair<int64_t, int64_t> p) { return {p.first, p.second}; }
 
 Tensor to_float(const Tensor& x, Loc loc) {
+  const detail::CallSite site(loc);
   return ops::cast_if_needed(x, to_floating(x.dtype()), loc);
 }
 
 Tensor pool(const Primitive& p, const Tensor& x, const Pool2dOptions& o, Loc loc) {
+  const detail::CallSite site(loc);
   if (!x.defined())
     fail(p.name, "undefined input: got a default-constructed Tensor, expected a tensor");
   const Attrs attrs{{"kernel", ints(o.kernel)},
@@ -906,6 +908,7 @@ Tensor pool(const Primitive& p, const Tensor& x, const Pool2dOptions& o, Loc loc
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc) {
+  const detail::CallSite site(loc);
   if (!x.defined() || !w.defined())
     fail("conv2d", "undefined operand: got a default-constructed Tensor, expected tensors");
   DType dt = promote_types(x.dtype(), w.dtype());
@@ -919,9 +922,11 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc)
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
+  const detail::CallSite site(loc);
   return pool(max_pool2d_p, x, o, loc);
 }
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
+  const detail::CallSite site(loc);
   return pool(avg_pool2d_p, x, o, loc);
 }
 

@@ -255,6 +255,7 @@ const Primitive& scatter_add_along_p = register_primitive(
       }}});
 
 Tensor as_index(const Tensor& idx, Loc loc) {
+  const detail::CallSite site(loc);
   if (idx.dtype() == int32 || idx.dtype() == int64) return idx;
   if (is_integral(idx.dtype())) return astype(idx, int64, loc);
   fail("take", "non-integer indices: got ", idx.type(), ", expected an integer dtype");
@@ -263,10 +264,12 @@ Tensor as_index(const Tensor& idx, Loc loc) {
 }  // namespace
 
 Tensor take(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(gather_p, {x, as_index(indices, loc)}, {{"axis", axis}}, loc);
 }
 
 Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
   const int a = normalize_axis("take_along_axis", axis, x.rank());
   if (indices.rank() != x.rank())
     fail("take_along_axis", "rank mismatch: got x ", x.type(), " and indices ", indices.type(),
@@ -286,11 +289,13 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc
 
 Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis,
                    Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(scatter_add_p, {x, as_index(indices, loc), ops::cast_if_needed(updates, x.dtype(), loc)},
                {{"axis", axis}}, loc);
 }
 
 Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
   if (!is_integral(labels.dtype()))
     fail("one_hot", "non-integer labels: got ", labels.type(), ", expected an integer dtype");
   if (num_classes < 0)

@@ -264,6 +264,7 @@ const Primitive& matmul_p = register_primitive(
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) {
+  const detail::CallSite site(loc);
   if (!a.defined() || !b.defined())
     fail(kOp, "undefined operand: got a default-constructed Tensor, expected tensors");
   if (a.rank() == 0 || b.rank() == 0)

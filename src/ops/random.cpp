@@ -232,10 +232,12 @@ Tensor key(uint64_t seed) {
 }
 
 Tensor split(const Tensor& key, int64_t n, Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(split_p, {key}, {{"n", n}}, loc);
 }
 
 std::pair<Tensor, Tensor> split(const Tensor& key, Loc loc) {
+  const detail::CallSite site(loc);
   const Tensor keys = split(key, 2, loc);
   const int axis = keys.rank() - 2;
   std::vector<Tensor> parts = kiln::split(keys, 2, axis, loc);
@@ -243,20 +245,24 @@ std::pair<Tensor, Tensor> split(const Tensor& key, Loc loc) {
 }
 
 Tensor fold_in(const Tensor& key, uint32_t data, Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(fold_in_p, {key}, {{"data", int64_t{data}}}, loc);
 }
 
 Tensor bits(const Tensor& key, const Shape& shape, Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(bits_p, {key}, {{"shape", shape.dims()}}, loc);
 }
 
 Tensor uniform(const Tensor& key, const Shape& shape, DType dtype, double lo, double hi, Loc loc) {
+  const detail::CallSite site(loc);
   Tensor u = bind1(uniform_p, {key}, {{"shape", shape.dims()}, {"dtype", dtype}}, loc);
   if (lo == 0.0 && hi == 1.0) return u;
   return add(mul(u, scalar_like(u, hi - lo), loc), scalar_like(u, lo), loc);
 }
 
 Tensor normal(const Tensor& key, const Shape& shape, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
   if (!is_floating(dtype))
     fail("normal", "non-float dtype: got ", dtype, ", expected a floating dtype");
   // Box-Muller in at least float32 (f16's 11-bit uniforms would clip the tails).
@@ -270,11 +276,13 @@ Tensor normal(const Tensor& key, const Shape& shape, DType dtype, Loc loc) {
 }
 
 Tensor bernoulli(const Tensor& key, double p, const Shape& shape, Loc loc) {
+  const detail::CallSite site(loc);
   const Tensor u = uniform(key, shape, float64, 0.0, 1.0, loc);
   return less(u, scalar_like(u, p), loc);
 }
 
 Tensor randint(const Tensor& key, const Shape& shape, int64_t lo, int64_t hi, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
   if (hi <= lo || !is_integral(dtype))
     fail("randint", "invalid range or dtype: got [", lo, ", ", hi, ") as ", dtype,
          ", expected lo < hi and an integer dtype");
@@ -287,6 +295,7 @@ Tensor randint(const Tensor& key, const Shape& shape, int64_t lo, int64_t hi, DT
 }
 
 Tensor permutation(const Tensor& key, int64_t n, Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(permutation_p, {key}, {{"n", n}}, loc);
 }
 

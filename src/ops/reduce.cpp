@@ -407,12 +407,14 @@ std::vector<int> axes_of(std::string_view op, const Tensor& x, const Axes& axes)
 
 // Reshapes a reduced result back to rank r with size-1 reduced axes.
 Tensor keep_dims(const Tensor& y, const Tensor& x, const std::vector<int>& axes, Loc loc) {
+  const detail::CallSite site(loc);
   std::vector<int64_t> dims = x.shape().dims();
   for (int a : axes) dims[static_cast<std::size_t>(a)] = 1;
   return reshape(y, Shape(dims), loc);
 }
 
 Tensor reduce(const Primitive& p, const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   const std::vector<int> ax = axes_of(p.name, x, axes);
   Tensor y = ax.empty() ? x : bind1(p, {x}, {{"axes", Axes(ax.begin(), ax.end())}}, loc);
   return keepdims ? keep_dims(y, x, ax, loc) : y;
@@ -425,6 +427,7 @@ int64_t count_over(const Tensor& x, const std::vector<int>& axes) {
 }
 
 Tensor arg(const Primitive& p, const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   Tensor v = x.dtype() == bool_ ? astype(x, int32, loc) : x;
   if (!axis) {
     Tensor flat = bind1(p, {reshape(v, Shape{v.numel()}, loc)}, {{"axis", int64_t{0}}}, loc);
@@ -444,6 +447,7 @@ Tensor numeric(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? astype(x,
 // (and cheaper). It is 0 where the max is infinite (all -inf, or an inf present), so that
 // inf - inf never makes a NaN, and 0 over an empty axis, which has no max.
 Tensor exp_shift(std::string_view op, const Tensor& xf, const Axes& axes, Loc loc) {
+  const detail::CallSite site(loc);
   if (count_over(xf, axes_of(op, xf, axes)) == 0) return scalar_like(xf, 0.0);
   const Tensor m = stop_gradient(max(xf, axes, true, loc), loc);
   return where(abs(m, loc) == INFINITY, scalar_like(m, 0.0), m, loc);
@@ -452,37 +456,47 @@ Tensor exp_shift(std::string_view op, const Tensor& xf, const Axes& axes, Loc lo
 }  // namespace
 
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   return reduce(sum_p, numeric(x, loc), axes, keepdims, loc);
 }
 Tensor prod(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   return reduce(prod_p, numeric(x, loc), axes, keepdims, loc);
 }
 Tensor max(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   return reduce(rmax_p, numeric(x, loc), axes, keepdims, loc);
 }
 Tensor min(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   return reduce(rmin_p, numeric(x, loc), axes, keepdims, loc);
 }
 Tensor any(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   return reduce(ror_p, ops::cast_if_needed(x, bool_, loc), axes, keepdims, loc);
 }
 Tensor all(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   return reduce(rand_p, ops::cast_if_needed(x, bool_, loc), axes, keepdims, loc);
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   return arg(argmax_p, x, axis, keepdims, loc);
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   return arg(argmin_p, x, axis, keepdims, loc);
 }
 
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
   const int64_t n = count_over(x, axes_of("mean", x, axes));
   return div(sum(xf, axes, keepdims, loc), scalar_like(xf, static_cast<double>(n)), loc);
 }
 
 Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
+  const detail::CallSite site(loc);
   const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
   const int64_t n = count_over(x, axes_of("var", x, axes));
   const Tensor centered = sub(xf, mean(xf, axes, true, loc), loc);
@@ -493,6 +507,7 @@ Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc l
 // The empty sum is 0, so the log-sum-exp over an empty axis is -inf (as numpy's
 // logaddexp.reduce and scipy's logsumexp).
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
   const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
   const std::vector<int> ax = axes_of("logsumexp", x, axes);
   const Axes all_axes(ax.begin(), ax.end());
@@ -505,12 +520,14 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
 // (x - shift) - log(sum(exp(x - shift))), not x - logsumexp(x): the latter adds the shift
 // back first and loses what it rounds away (log 2 next to 1e7 in float32 is 0.69 -> 1).
 Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
   const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
   const Tensor shifted = sub(xf, exp_shift("log_softmax", xf, {axis}, loc), loc);
   return sub(shifted, log(sum(exp(shifted, loc), {axis}, true, loc), loc), loc);
 }
 
 Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
   const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
   const Tensor e = exp(sub(xf, exp_shift("softmax", xf, {axis}, loc), loc), loc);
   return div(e, sum(e, {axis}, true, loc), loc);

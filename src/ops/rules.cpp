@@ -30,11 +30,13 @@ KernelSignature cpu_variadic(DTypeSet all_inputs) {
 }
 
 Tensor cast_if_needed(const Tensor& x, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
   return x.dtype() == dtype ? x : astype(x, dtype, loc);
 }
 
 std::pair<Tensor, Tensor> promote_broadcast(std::string_view op, const Tensor& a, const Tensor& b,
                                             Loc loc) {
+  const detail::CallSite site(loc);
   const DType dt = promote_types(a.dtype(), b.dtype());
   Tensor x = cast_if_needed(a, dt, loc), y = cast_if_needed(b, dt, loc);
   if (x.shape() != y.shape()) {

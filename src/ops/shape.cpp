@@ -394,6 +394,7 @@ const Primitive& pad_p = register_primitive(
 // ---- public ops --------------------------------------------------------------------
 
 Tensor reshape(const Tensor& x, const Shape& shape, Loc loc) {
+  const detail::CallSite site(loc);
   std::vector<int64_t> dims = shape.dims();
   int infer = -1;
   int64_t known = 1;
@@ -422,12 +423,14 @@ Tensor reshape(const Tensor& x, const Shape& shape, Loc loc) {
 Tensor flatten(const Tensor& x, Loc loc) { return reshape(x, Shape{x.numel()}, loc); }
 
 Tensor transpose(const Tensor& x, Loc loc) {
+  const detail::CallSite site(loc);
   Axes perm(static_cast<std::size_t>(x.rank()));
   std::iota(perm.rbegin(), perm.rend(), 0);
   return transpose(x, perm, loc);
 }
 
 Tensor transpose(const Tensor& x, const Axes& perm, Loc loc) {
+  const detail::CallSite site(loc);
   Axes p = perm;
   for (int64_t& a : p)
     if (a < 0) a += x.rank();
@@ -439,6 +442,7 @@ Tensor transpose(const Tensor& x, const Axes& perm, Loc loc) {
 Tensor permute(const Tensor& x, const Axes& perm, Loc loc) { return transpose(x, perm, loc); }
 
 Tensor swapaxes(const Tensor& x, int64_t a, int64_t b, Loc loc) {
+  const detail::CallSite site(loc);
   Axes perm(static_cast<std::size_t>(x.rank()));
   std::iota(perm.begin(), perm.end(), 0);
   std::swap(perm[static_cast<std::size_t>(normalize_axis("swapaxes", a, x.rank()))],
@@ -447,6 +451,7 @@ Tensor swapaxes(const Tensor& x, int64_t a, int64_t b, Loc loc) {
 }
 
 Tensor moveaxis(const Tensor& x, int64_t from, int64_t to, Loc loc) {
+  const detail::CallSite site(loc);
   const int f = normalize_axis("moveaxis", from, x.rank());
   const int t = normalize_axis("moveaxis", to, x.rank());
   Axes perm;
@@ -457,11 +462,13 @@ Tensor moveaxis(const Tensor& x, int64_t from, int64_t to, Loc loc) {
 }
 
 Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc) {
+  const detail::CallSite site(loc);
   if (x.shape() == shape) return x;
   return bind1(broadcast_p, {x}, {{"shape", shape.dims()}}, loc);
 }
 
 Tensor expand_dims(const Tensor& x, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
   const int a = normalize_axis("expand_dims", axis, x.rank() + 1);
   std::vector<int64_t> dims = x.shape().dims();
   dims.insert(dims.begin() + a, 1);
@@ -469,6 +476,7 @@ Tensor expand_dims(const Tensor& x, int64_t axis, Loc loc) {
 }
 
 Tensor squeeze(const Tensor& x, const Axes& axes, Loc loc) {
+  const detail::CallSite site(loc);
   std::vector<int64_t> dims;
   if (axes.empty()) {
     for (int64_t d : x.shape())
@@ -486,6 +494,7 @@ Tensor squeeze(const Tensor& x, const Axes& axes, Loc loc) {
 }
 
 Tensor flip(const Tensor& x, const Axes& axes, Loc loc) {
+  const detail::CallSite site(loc);
   Axes ax = axes;
   if (ax.empty())
     for (int i = 0; i < x.rank(); ++i) ax.push_back(i);
@@ -494,6 +503,7 @@ Tensor flip(const Tensor& x, const Axes& axes, Loc loc) {
 }
 
 Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc) {
+  const detail::CallSite site(loc);
   if (static_cast<int>(slices.size()) > x.rank())
     fail("slice", "too many slices: got ", slices.size(), " for ", x.type(),
          ", expected at most one per axis");
@@ -539,6 +549,7 @@ Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc) {
 }
 
 Tensor index(const Tensor& x, int64_t i, Loc loc) {
+  const detail::CallSite site(loc);
   if (x.rank() == 0)
     fail("index", "cannot index a 0-d tensor: got ", x.type(), ", expected rank >= 1");
   const int64_t n = x.shape()[0];
@@ -551,6 +562,7 @@ Tensor index(const Tensor& x, int64_t i, Loc loc) {
 }
 
 Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
   if (xs.empty()) fail("concatenate", "no inputs: got 0 tensors, expected at least one");
   if (xs.size() == 1) return xs.front();
   DType dt = xs.front().dtype();
@@ -561,6 +573,7 @@ Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
 }
 
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
   if (xs.empty()) fail("stack", "no inputs: got 0 tensors, expected at least one");
   for (const Tensor& x : xs)
     if (x.shape() != xs.front().shape())
@@ -574,6 +587,7 @@ Tensor stack(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
 
 std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& indices, int64_t axis,
                           Loc loc) {
+  const detail::CallSite site(loc);
   const int a = normalize_axis("split", axis, x.rank());
   const int64_t n = x.shape()[a];
   std::vector<Tensor> out;
@@ -593,6 +607,7 @@ std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& indices, 
 }
 
 std::vector<Tensor> split(const Tensor& x, int64_t sections, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
   const int a = normalize_axis("split", axis, x.rank());
   if (sections <= 0 || x.shape()[a] % sections != 0)
     fail("split", "unequal sections: got ", sections, " sections of axis ", a, " (size ",
@@ -605,6 +620,7 @@ std::vector<Tensor> split(const Tensor& x, int64_t sections, int64_t axis, Loc l
 
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, double value,
            Loc loc) {
+  const detail::CallSite site(loc);
   Axes lo, hi;
   for (const auto& [b, e] : widths) {
     lo.push_back(b);

@@ -201,14 +201,17 @@ const Primitive& convert_p = register_primitive(
 
 // Public ops on floats promote integer and bool inputs to float32 first, like numpy.
 Tensor float_op(const Primitive& p, const Tensor& x, Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(p, {ops::cast_if_needed(x, to_floating(x.dtype()), loc)}, {}, loc);
 }
 // Rounding is the identity on integers.
 Tensor rounding_op(const Primitive& p, const Tensor& x, Loc loc) {
+  const detail::CallSite site(loc);
   if (!is_floating(x.dtype())) return x;
   return bind1(p, {x}, {}, loc);
 }
 Tensor numeric_op(const Primitive& p, const Tensor& x, Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(p, {x.dtype() == bool_ ? astype(x, int32, loc) : x}, {}, loc);
 }
 
@@ -234,13 +237,16 @@ Tensor ceil(const Tensor& x, Loc loc) { return rounding_op(ceil_p, x, loc); }
 Tensor round(const Tensor& x, Loc loc) { return rounding_op(round_p, x, loc); }
 Tensor square(const Tensor& x, Loc loc) { return mul(x, x, loc); }
 Tensor logical_not(const Tensor& x, Loc loc) {
+  const detail::CallSite site(loc);
   return bind1(not_p, {ops::cast_if_needed(x, bool_, loc)}, {}, loc);
 }
 Tensor isnan(const Tensor& x, Loc loc) {
+  const detail::CallSite site(loc);
   if (!is_floating(x.dtype())) return zeros(x.shape(), bool_);
   return bind1(isnan_p, {x}, {}, loc);
 }
 Tensor astype(const Tensor& x, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
   if (x.dtype() == dtype) return x;
   return bind1(convert_p, {x}, {{"dtype", dtype}}, loc);
 }

@@ -552,6 +552,7 @@ ScanLayout scan_layout(std::size_t n_in, const Attrs& a) {
          n_in, " operands");
   l.ncap = n_in - l.nc - l.nx;
   l.length = a.get_int("length");
+  if (l.length < 0) fail("scan", "negative length: got ", l.length, ", expected >= 0");
   l.reverse = a.get_bool("reverse");
   return l;
 }
@@ -588,7 +589,8 @@ Tensors scan_run(const ir::Function& body, const ScanLayout& l, Ins in, bool res
   const TypeList rt = body.result_types();
   const std::size_t ny = rt.size() - l.nc;
   const std::size_t nstack = ny + (residuals ? l.nc : 0);
-  std::vector<Tensors> ys(nstack, Tensors(static_cast<std::size_t>(l.length)));
+  std::vector<Tensors> ys(nstack);  // sized below: with nothing stacked, length is just a count
+  for (Tensors& y : ys) y.resize(static_cast<std::size_t>(l.length));
   for (int64_t t = 0; t < l.length; ++t) {
     const int64_t i = l.reverse ? l.length - 1 - t : t;
     Tensors args = carry;
@@ -798,6 +800,15 @@ const Primitive& scan_p = register_primitive(
 namespace detail::cf {
 
 Tensor int_scalar(int64_t v) { return full(Shape{}, static_cast<double>(v), int32); }
+
+int64_t trip_count(int64_t lo, int64_t hi) {
+  if (hi <= lo) return 0;
+  int64_t n = 0;
+  if (__builtin_sub_overflow(hi, lo, &n) || lo < INT32_MIN || hi - 1 > INT32_MAX)
+    fail("fori_loop", "the bounds do not fit the int32 counter: got lo=", lo, ", hi=", hi,
+         ", expected both within int32");
+  return n;
+}
 
 Tensor predicate_index(std::string_view op, const Tensor& pred) {
   if (!pred.defined())

@@ -257,25 +257,30 @@ Attrs named(const std::string& axis_name) { return {{"axis_name", axis_name}}; }
 }  // namespace
 
 Tensor psum(const Tensor& x, const std::string& axis_name, Loc loc) {
+  const detail::CallSite site(loc);
   detail::find_axis("psum", axis_name);
   return bind1(psum_p, {x}, named(axis_name), loc);
 }
 Tensor pmean(const Tensor& x, const std::string& axis_name, Loc loc) {
+  const detail::CallSite site(loc);
   const int64_t n = detail::find_axis("pmean", axis_name).size;
   const Tensor xf = astype(x, to_floating(x.dtype()), loc);
   return div(psum(xf, axis_name, loc), scalar_like(xf, static_cast<double>(n)), loc);
 }
 Tensor pmax(const Tensor& x, const std::string& axis_name, Loc loc) {
+  const detail::CallSite site(loc);
   detail::find_axis("pmax", axis_name);
   return bind1(pmax_p, {x}, named(axis_name), loc);
 }
 Tensor all_gather(const Tensor& x, const std::string& axis_name, Loc loc) {
+  const detail::CallSite site(loc);
   const int64_t n = detail::find_axis("all_gather", axis_name).size;
   Attrs a = named(axis_name);
   a.set("axis_size", n);
   return bind1(all_gather_p, {x}, a, loc);
 }
 Tensor axis_index(const std::string& axis_name, Loc loc) {
+  const detail::CallSite site(loc);
   detail::find_axis("axis_index", axis_name);
   return bind1(axis_index_p, {}, named(axis_name), loc);
 }
