@@ -22,6 +22,8 @@ void expect_same_types(std::string_view op, std::span<const TensorType> in) {
            ", expected equal dtypes and shapes (the public op promotes and broadcasts first)");
 }
 
+Tensor zeros_of(const TensorType& t) { return broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape, Loc{}); }
+
 KernelSignature cpu(std::initializer_list<DTypeSet> inputs) {
   return KernelSignature{.device = Device::cpu, .inputs = inputs, .variadic = false};
 }

@@ -12,6 +12,15 @@
 
 namespace kiln::ops {
 
+// The shorthands every rule file uses.
+using Ts = std::vector<Tangent>;
+using Types = std::span<const TensorType>;
+using Ins = std::span<const Tensor>;
+
+// Zeros of type t that hold no memory (a broadcast scalar): symbolic-zero tangents made
+// concrete, stand-ins for tracing.
+Tensor zeros_of(const TensorType& t);
+
 // "(f32[2,3], f32[3])", for messages.
 std::string types_str(std::span<const TensorType> types);
 
