@@ -109,12 +109,14 @@ template <std::size_t K, class... Args>
 using arg_t = std::decay_t<std::tuple_element_t<K, std::tuple<Args...>>>;
 
 // The arguments in argnums: one type, or a tuple of them.
+template <int N, int... I>
+inline constexpr bool argnums_in_range = sizeof...(I) > 0 && ((I >= 0 && I < N) && ...);
+#define KILN_DETAIL_BAD_ARGNUMS "argnums: every index must name an argument of the function"
+
 template <class Argnums, class... Args>
 struct SelectedArgs;
 template <int... I, class... Args>
 struct SelectedArgs<Argnums<I...>, Args...> {
-  static_assert(sizeof...(I) > 0 && ((I >= 0 && I < int(sizeof...(Args))) && ...),
-                "argnums: every index must name an argument of the function");
   using type = std::conditional_t<sizeof...(I) == 1,
                                   std::tuple_element_t<0, std::tuple<arg_t<I, Args...>...>>,
                                   std::tuple<arg_t<I, Args...>...>>;
@@ -137,6 +139,8 @@ class Grad {
   auto operator()(const Args&... args) const {
     if constexpr (!returns_tree<const F&, Args...>) {
       static_assert(returns_tree<const F&, Args...>, "grad: " KILN_DETAIL_NOT_TREE_FN);
+    } else if constexpr (!argnums_in_range<sizeof...(Args), I...>) {
+      static_assert(argnums_in_range<sizeof...(Args), I...>, KILN_DETAIL_BAD_ARGNUMS);
     } else {
       using Out = result_of<F, Args...>;
       using Sel = SelectedArgs<Argnums<I...>, Args...>;
@@ -267,6 +271,8 @@ class Jacobian {
   auto operator()(const Args&... args) const {
     if constexpr (!returns_tree<const F&, Args...>) {
       static_assert(returns_tree<const F&, Args...>, "jacfwd/jacrev: " KILN_DETAIL_NOT_TREE_FN);
+    } else if constexpr (!argnums_in_range<sizeof...(Args), I...>) {
+      static_assert(argnums_in_range<sizeof...(Args), I...>, KILN_DETAIL_BAD_ARGNUMS);
     } else {
       using Out = result_of<F, Args...>;
       using Sel = SelectedArgs<Argnums<I...>, Args...>;
