@@ -92,8 +92,9 @@ template <class R>
 R switch_(const Tensor& index, const std::vector<std::function<R()>>& branches) {
   std::vector<detail::cf::FlatFn> flat;
   std::vector<std::string> names;
+  const TreeDef no_operands = tree_flatten(std::tuple<>{}).second;
   for (std::size_t k = 0; k < branches.size(); ++k) {
-    flat.push_back(detail::flat_fn<>(branches[k], tree_flatten(std::tuple<>{}).second));
+    flat.push_back(detail::flat_fn<>(branches[k], no_operands));
     names.push_back("branch " + std::to_string(k));
   }
   auto [out, out_def] = detail::cf::switch_flat("switch", index, flat, names, {});

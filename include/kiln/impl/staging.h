@@ -88,16 +88,19 @@ template <class F, class... Args>
 using result_of = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;
 
 // f as a FlatFn over the argument tuple described by args_def (f may be const or not). It
-// refers to f, so it must not outlive it: the transformations use it within the call.
+// refers to f and args_def, so it must not outlive them: the transformations use it within
+// the call that made it (a jit call makes one per call; copying nothing keeps that cheap).
 template <class... Args, class F>
-FlatFn flat_fn(F& f, TreeDef args_def) {
-  return [&f, args_def = std::move(args_def)](const std::vector<Tensor>& in, TreeDef& out_def) {
+FlatFn flat_fn(F& f, const TreeDef& args_def) {
+  return [&f, &args_def](const std::vector<Tensor>& in, TreeDef& out_def) {
     auto args = tree_unflatten<std::tuple<std::decay_t<Args>...>>(args_def, in);
     auto [leaves, def] = tree_flatten(std::apply(f, args));
     out_def = std::move(def);
     return leaves;
   };
 }
+template <class... Args, class F>
+FlatFn flat_fn(F& f, TreeDef&& args_def) = delete;  // it would dangle
 
 // The K-th argument's leaves of a flattened argument tuple, as that argument's type.
 template <class A>
