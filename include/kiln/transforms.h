@@ -94,27 +94,17 @@ Jitted<F> jit(F f, std::string name = "jit") {
 // ---- reverse and forward mode --------------------------------------------------------------
 
 // grad(f)(args...): the gradient of a scalar-valued f with respect to its first argument, as
-// a tree of that argument's type. grad(f, argnums<0, 2>) gives a tuple, grad(f, has_aux) a
-// (gradient, aux) pair for f returning (loss, aux).
-template <class F>
-auto grad(F f) { return detail::Grad<false, false, F, 0>(std::move(f)); }
-template <class F, int... I>
-auto grad(F f, Argnums<I...>) { return detail::Grad<false, false, F, I...>(std::move(f)); }
-template <class F>
-auto grad(F f, HasAux) { return detail::Grad<false, true, F, 0>(std::move(f)); }
-template <class F, int... I>
-auto grad(F f, Argnums<I...>, HasAux) { return detail::Grad<false, true, F, I...>(std::move(f)); }
+// a tree of that argument's type. Options, in any order: argnums<0, 2> (a tuple of gradients)
+// and has_aux (f returns (loss, aux); grad gives (gradient, aux)).
+template <class F, class... Options>
+auto grad(F f, Options... options) {
+  return detail::make_grad<false>(std::move(f), options...);
+}
 
-// value_and_grad(f)(args...) -> (f(args...), gradient).
-template <class F>
-auto value_and_grad(F f) { return detail::Grad<true, false, F, 0>(std::move(f)); }
-template <class F, int... I>
-auto value_and_grad(F f, Argnums<I...>) { return detail::Grad<true, false, F, I...>(std::move(f)); }
-template <class F>
-auto value_and_grad(F f, HasAux) { return detail::Grad<true, true, F, 0>(std::move(f)); }
-template <class F, int... I>
-auto value_and_grad(F f, Argnums<I...>, HasAux) {
-  return detail::Grad<true, true, F, I...>(std::move(f));
+// value_and_grad(f, options...)(args...) -> (f(args...), gradient).
+template <class F, class... Options>
+auto value_and_grad(F f, Options... options) {
+  return detail::make_grad<true>(std::move(f), options...);
 }
 
 // vjp(f, args...) -> (f(args...), pullback); pullback(cotangent of the output) returns a
@@ -223,20 +213,20 @@ Tensor axis_index(const std::string& axis_name, Loc loc = Loc::current());
 // Tensor -> Tensor function that is one tensor, shaped out.shape + in.shape. jacfwd maps jvp
 // over the input basis and jacrev the pullback over the output basis, both with vmap, so each
 // is one batched program rather than a loop.
-template <class F>
-auto jacfwd(F f) { return detail::Jacobian<true, F, 0>(std::move(f)); }
-template <class F, int... I>
-auto jacfwd(F f, Argnums<I...>) { return detail::Jacobian<true, F, I...>(std::move(f)); }
-template <class F>
-auto jacrev(F f) { return detail::Jacobian<false, F, 0>(std::move(f)); }
-template <class F, int... I>
-auto jacrev(F f, Argnums<I...>) { return detail::Jacobian<false, F, I...>(std::move(f)); }
+template <class F, class A = Argnums<0>>
+auto jacfwd(F f, A a = {}) {
+  return detail::make_jacobian<true>(std::move(f), a);
+}
+template <class F, class A = Argnums<0>>
+auto jacrev(F f, A a = {}) {
+  return detail::make_jacobian<false>(std::move(f), a);
+}
 
 // The Hessian of a scalar function: jacfwd of grad (forward over reverse), over the same
 // argnums; for a parameter struct P it is a std::map from leaf path to P.
-template <class F, int... I>
-auto hessian(F f, Argnums<I...> a) { return jacfwd(grad(std::move(f), a), a); }
-template <class F>
-auto hessian(F f) { return hessian(std::move(f), argnums<0>); }
+template <class F, class A = Argnums<0>>
+auto hessian(F f, A a = {}) {
+  return jacfwd(grad(std::move(f), a), a);
+}
 
 }  // namespace kiln

@@ -159,6 +159,27 @@ class Grad {
   F f_;
 };
 
+template <class T>
+inline constexpr bool is_argnums = false;
+template <int... I>
+inline constexpr bool is_argnums<Argnums<I...>> = true;
+
+template <bool ValueToo, bool Aux, class F, int... I>
+auto grad_with(F f, Argnums<I...>) {
+  return Grad<ValueToo, Aux, F, I...>(std::move(f));
+}
+// grad's options in any order: the first Argnums (default argnums<0>) and has_aux.
+template <bool ValueToo, class F, class... Options>
+auto make_grad(F f, Options...) {
+  static_assert(((is_argnums<Options> || std::is_same_v<Options, HasAux>) && ...),
+                "grad: the options are argnums<...> and has_aux");
+  using Picked = decltype(std::tuple_cat(
+      std::conditional_t<is_argnums<Options>, std::tuple<Options>, std::tuple<>>{}...,
+      std::tuple<Argnums<0>>{}));
+  return grad_with<ValueToo, (std::is_same_v<Options, HasAux> || ...)>(
+      std::move(f), std::tuple_element_t<0, Picked>{});
+}
+
 template <class F>
 class Vmapped {
  public:
@@ -303,6 +324,11 @@ class Jacobian {
  private:
   F f_;
 };
+
+template <bool Forward, class F, int... I>
+auto make_jacobian(F f, Argnums<I...>) {
+  return Jacobian<Forward, F, I...>(std::move(f));
+}
 
 }  // namespace kiln::detail
 
