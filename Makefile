@@ -12,7 +12,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
-.PHONY: all deps deps-bench build demo test test-asan test-tsan fuzz bench install-test clean format
+.PHONY: all deps deps-bench build demo test test-asan test-tsan fuzz bench install-test clean format format-check
 
 all: build
 
@@ -92,5 +92,10 @@ bench: deps-bench build
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
 
-format:
-	clang-format -i $$(git ls-files '*.h' '*.cpp')
+# Layout is .clang-format's, enforced in CI by format-check (Debian 12's clang-format 14).
+CLANG_FORMAT ?= clang-format-14
+format: deps
+	$(CLANG_FORMAT) -i $$(git ls-files '*.h' '*.cpp')
+
+format-check: deps
+	$(CLANG_FORMAT) --dry-run -Werror $$(git ls-files '*.h' '*.cpp')

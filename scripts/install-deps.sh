@@ -13,6 +13,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   python3-numpy          # reference values in tests are checked against numpy
+  clang-format-14        # Debian 12's clang-format: the layout check (make format-check)
   dataset-fashion-mnist  # the demo's data set (/usr/share/datasets/fashion-mnist)
 )
 if [[ "${1:-}" == "--bench" ]]; then

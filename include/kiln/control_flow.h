@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/impl/staging.h"
 #include "kiln/ops.h"
 #include "kiln/tree.h"
 
@@ -24,8 +25,8 @@ namespace kiln {
 
 namespace detail::cf {
 
-// A flattened user function: leaves in -> leaves out; it reports its result's structure.
-using FlatFn = std::function<std::vector<Tensor>(const std::vector<Tensor>&, TreeDef&)>;
+// The user's functions, flattened as every transformation stages them (kiln/impl/staging.h).
+using detail::FlatFn;
 
 // Applies branches[index] (index clamped to the valid range) to `operands`.
 // `names` label the branches in errors ("true_fn", "branch 2").
@@ -51,22 +52,6 @@ Tensor int_scalar(int64_t v);
 // The number of steps of fori_loop(lo, hi): 0 when hi <= lo; an Error when the int32 loop
 // counter cannot hold the bounds.
 int64_t trip_count(int64_t lo, int64_t hi);
-
-template <class R, class... Ops>
-FlatFn flat_branch(std::function<R(const Ops&...)> f, TreeDef ops_def) {
-  return [f = std::move(f), ops_def = std::move(ops_def)](const std::vector<Tensor>& in,
-                                                          TreeDef& out_def) {
-    auto args = tree_unflatten<std::tuple<std::decay_t<Ops>...>>(ops_def, in);
-    auto [leaves, def] = tree_flatten(std::apply(f, args));
-    out_def = std::move(def);
-    return leaves;
-  };
-}
-
-template <class Tup>
-std::pair<std::vector<Tensor>, TreeDef> flatten_tuple(const Tup& t) {
-  return tree_flatten(t);
-}
 
 // What f(args...) returns, or void when f cannot be called so: lets a static_assert be the
 // one error a wrong user function produces.
@@ -94,9 +79,8 @@ auto cond(const Tensor& pred, TF true_fn, FF false_fn, const Ops&... operands) {
   static_assert(std::is_same_v<R, std::decay_t<std::invoke_result_t<FF&, const Ops&...>>>,
                 "cond: both branches must return the same C++ type");
   auto [leaves, def] = tree_flatten(std::tuple<Ops...>(operands...));
-  std::vector<detail::cf::FlatFn> branches{
-      detail::cf::flat_branch(std::function<R(const Ops&...)>(std::move(false_fn)), def),
-      detail::cf::flat_branch(std::function<R(const Ops&...)>(std::move(true_fn)), def)};
+  std::vector<detail::cf::FlatFn> branches{detail::flat_fn<Ops...>(false_fn, def),
+                                            detail::flat_fn<Ops...>(true_fn, def)};
   auto [out, out_def] = detail::cf::switch_flat(
       "cond", detail::cf::predicate_index("cond", pred), branches, {"false_fn", "true_fn"}, leaves);
   return tree_unflatten<R>(out_def, out);
@@ -108,8 +92,9 @@ template <class R>
 R switch_(const Tensor& index, const std::vector<std::function<R()>>& branches) {
   std::vector<detail::cf::FlatFn> flat;
   std::vector<std::string> names;
+  const TreeDef no_operands = tree_flatten(std::tuple<>{}).second;
   for (std::size_t k = 0; k < branches.size(); ++k) {
-    flat.push_back(detail::cf::flat_branch(branches[k], tree_flatten(std::tuple<>{}).second));
+    flat.push_back(detail::flat_fn<>(branches[k], no_operands));
     names.push_back("branch " + std::to_string(k));
   }
   auto [out, out_def] = detail::cf::switch_flat("switch", index, flat, names, {});

@@ -6,7 +6,7 @@
 
 #include "ir/trace.h"
 #include "kiln/ops.h"
-#include "kiln/transforms.h"
+#include "kiln/impl/interpreters.h"
 
 namespace kiln::ad {
 namespace {
@@ -176,70 +176,3 @@ VjpResult vjp_pruned(std::shared_ptr<const ir::Function> f, std::span<const Tens
 }
 
 }  // namespace kiln::ad
-
-namespace kiln::detail {
-
-std::vector<TensorType> leaf_types(std::string_view op, const std::vector<Tensor>& leaves) {
-  std::vector<TensorType> types;
-  for (const Tensor& t : leaves) {
-    if (!t.defined())
-      fail(op, "undefined tensor in the arguments: got a default-constructed Tensor, "
-               "expected every tensor argument to hold a value");
-    types.push_back(t.type());
-  }
-  return types;
-}
-
-std::vector<Tensor> run_pruned(std::string_view op, const std::vector<Tensor>& inputs,
-                               const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body) {
-  if (ir::tracing()) return body(inputs);
-  const ir::Traced program = ir::trace_function(std::string(op), leaf_types(op, inputs), body);
-  return ir::evaluate(ir::dce(*program.function), inputs);
-}
-
-std::vector<std::pair<std::size_t, std::size_t>> arg_ranges(const TreeDef& args_def) {
-  std::vector<std::pair<std::size_t, std::size_t>> r;
-  std::size_t at = 0;
-  for (const TreeDef& c : args_def.children) {
-    r.emplace_back(at, at + c.num_leaves());
-    at += c.num_leaves();
-  }
-  return r;
-}
-
-std::vector<Tensor> materialize(std::span<const Tangent> ct, std::span<const Tensor> like) {
-  std::vector<Tensor> out;
-  for (std::size_t i = 0; i < like.size(); ++i) {
-    if (!like[i].defined()) {
-      out.emplace_back();
-    } else if (i < ct.size() && ct[i]) {
-      out.push_back(*ct[i]);
-    } else {
-      out.push_back(zeros(like[i].shape(), like[i].dtype()));  // no gradient reaches it
-    }
-  }
-  return out;
-}
-
-Tensor basis(const Tensor& like) {
-  const int64_t n = like.numel();
-  std::vector<int64_t> shape{n};
-  shape.insert(shape.end(), like.shape().begin(), like.shape().end());
-  return reshape(eye(n, like.dtype()), Shape(shape));
-}
-
-Tensor jacobian_layout(const Tensor& rows, const Shape& out, const Shape& in, bool rows_are_inputs) {
-  const int64_t n_out = out.numel(), n_in = in.numel();
-  Tensor m = rows_are_inputs ? transpose(reshape(rows, {n_in, n_out})) : reshape(rows, {n_out, n_in});
-  std::vector<int64_t> shape = out.dims();
-  shape.insert(shape.end(), in.begin(), in.end());
-  return reshape(m, Shape(shape));
-}
-
-void check_scalar_loss(std::string_view op, const Tensor& loss) {
-  if (loss.rank() != 0 || !is_floating(loss.dtype()))
-    fail(op, "the function must return a scalar: got ", loss.type(),
-         ", expected a 0-d float tensor (or a (loss, aux) pair with has_aux)");
-}
-
-}  // namespace kiln::detail

@@ -831,14 +831,12 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
   // Every branch is traced, eagerly too, so that eager and traced code accept the same
   // programs: branches must agree in structure and types whichever one runs.
   const TypeList op_t = types_of(operands);
-  std::vector<ir::Traced> traced;
-  std::vector<TreeDef> defs(branches.size());
+  std::vector<Staged> traced;
   for (std::size_t k = 0; k < branches.size(); ++k) {
-    traced.push_back(ir::trace_function(op == "cond" ? names[k] : "branch" + std::to_string(k), op_t,
-                                        [&](const Tensors& p) { return branches[k](p, defs[k]); }));
+    traced.push_back(stage(op == "cond" ? names[k] : "branch" + std::to_string(k), op_t, branches[k]));
     if (k > 0)
-      check_same_tree(op, "branch results", defs[0], traced[0].function->result_types(), names[0],
-                      defs[k], traced[k].function->result_types(), names[k]);
+      check_same_tree(op, "branch results", traced[0].out_def, traced[0].function->result_types(),
+                      names[0], traced[k].out_def, traced[k].function->result_types(), names[k]);
   }
   if (!ir::tracing()) {
     const std::size_t k = clamp_index(idx, branches.size());
@@ -850,7 +848,7 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
   append(ins, operands);
   TypeList all = op_t;
   std::vector<std::size_t> cap_at;
-  for (const ir::Traced& t : traced) {
+  for (const Staged& t : traced) {
     cap_at.push_back(all.size());
     append(ins, t.captures);
     for (const Tensor& c : t.captures) all.push_back(c.type());
@@ -858,7 +856,7 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
   Attrs a;
   for (std::size_t k = 0; k < branches.size(); ++k)
     a.set(bname(k), relayout(traced[k].function, all, op_t.size(), cap_at[k], traced[k].captures.size()));
-  return {bind(cond_p, ins, a), defs[0]};
+  return {bind(cond_p, ins, a), traced[0].out_def};
 }
 
 namespace {
@@ -885,9 +883,9 @@ Tensors while_flat(const FlatFn& cond_fn, const FlatFn& body_fn, const Tensors& 
   const TypeList init_t = types_of(init);
   TreeDef def;
   auto trace_body = [&] {
-    return ir::trace_function("body_fn", init_t, [&](const Tensors& p) {
-      Tensors r = body_fn(p, def);
-      check_carry("while_loop", "body_fn", init_def, init_t, def, types_of(r));
+    return stage("body_fn", init_t, [&](const Tensors& p, TreeDef& d) {
+      Tensors r = body_fn(p, d);
+      check_carry("while_loop", "body_fn", init_def, init_t, d, types_of(r));
       return r;
     });
   };
@@ -907,12 +905,12 @@ Tensors while_flat(const FlatFn& cond_fn, const FlatFn& body_fn, const Tensors& 
     if (!ran) trace_body();
     return carry;
   }
-  ir::Traced c = ir::trace_function("cond_fn", init_t, [&](const Tensors& p) {
-    Tensors r = cond_fn(p, def);
+  const Staged c = stage("cond_fn", init_t, [&](const Tensors& p, TreeDef& d) {
+    Tensors r = cond_fn(p, d);
     check_pred("while_loop", r);
     return r;
   });
-  ir::Traced b = trace_body();
+  const Staged b = trace_body();
   Tensors ins = init;
   append(ins, c.captures);
   append(ins, b.captures);
@@ -1049,10 +1047,11 @@ std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
     }
     if (L == 0) {
       // The structure and types of y come from a trace of the body (nothing runs).
-      ir::Traced tr = ir::trace_function("body", init_t, [&](const Tensors& p) {
+      const Staged tr = stage("body", init_t, [&](const Tensors& p, TreeDef& d) {
         Tensors args = p;
         for (const TensorType& t : x_t) args.push_back(zeros(t.shape, t.dtype));
-        Tensors out = body(args, def);
+        Tensors out = body(args, d);
+        def = d;
         check(out);
         return out;
       });
@@ -1067,8 +1066,9 @@ std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
   }
   TypeList params = init_t;
   params.insert(params.end(), x_t.begin(), x_t.end());
-  ir::Traced tr = ir::trace_function("body", params, [&](const Tensors& p) {
-    Tensors out = body(p, def);
+  const Staged tr = stage("body", params, [&](const Tensors& p, TreeDef& d) {
+    Tensors out = body(p, d);
+    def = d;
     check(out);
     return out;
   });

@@ -1,37 +1,67 @@
-#include <cctype>
+// jit: the per-signature cache and the call path (docs/DESIGN.md, "jit").
 #include <cstdlib>
+#include <condition_variable>
 #include <iostream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
 
 #include "kiln/transforms.h"
 
 namespace kiln::detail {
 
-std::vector<std::string> param_names(const TreeDef& args_def) {
-  std::vector<std::string> out;
-  const std::vector<std::string> paths = tree_paths(args_def);
-  for (const std::string& path : paths) {
-    // "[1].w" -> "w"; "[0]" -> "arg0"; "[2][\"k\"].b" -> "k_b".
-    const std::size_t close = path.find(']');
-    std::string rest = close == std::string::npos ? path : path.substr(close + 1);
-    std::string name;
-    for (char c : rest) {
-      if (std::isalnum(static_cast<unsigned char>(c))) {
-        name += c;
-      } else if (!name.empty() && name.back() != '_') {
-        name += '_';
-      }
-    }
-    while (!name.empty() && name.back() == '_') name.pop_back();
-    if (name.empty() || std::isdigit(static_cast<unsigned char>(name[0])))
-      name = "arg" + path.substr(1, close == std::string::npos ? 0 : close - 1) + (name.empty() ? "" : "_" + name);
-    out.push_back(name);
-  }
-  return out;
-}
+// One compiled specialisation of a jitted function.
+struct JitEntry {
+  std::shared_ptr<const ir::Function> function;  // optimised
+  std::shared_ptr<const ir::Executable> executable;
+  TreeDef out_def;
+};
 
-std::shared_ptr<const ir::Function> optimized(const ir::Function& f) {
-  return std::make_shared<const ir::Function>(ir::optimize(f));
-}
+// The per-signature cache of a jitted function, shared by its copies; thread-safe. No lock is
+// held while user code is traced, so a jitted function may call itself (on other signatures)
+// or other jitted functions from any thread.
+class JitCache {
+ public:
+  explicit JitCache(std::string name) : name_(std::move(name)) {}
+  // Cache key: argument structure (with static leaves) and each leaf's dtype and shape.
+  static std::string key(const TreeDef& def, const std::vector<Tensor>& leaves);
+  std::shared_ptr<const JitEntry> find(const std::string& key) const;
+  // Before tracing `key` on a miss: waits while another thread traces it and returns that
+  // entry, or returns nullptr and this thread traces it, holding the returned claim meanwhile.
+  // Recursion on the signature being traced raises an Error (it could never finish).
+  class Claim;
+  std::shared_ptr<const JitEntry> claim(const std::string& key, std::optional<Claim>& claim);
+  // Stores an entry (the first one stored for a key wins); logs why it was needed when
+  // KILN_LOG_RECOMPILES=1.
+  std::shared_ptr<const JitEntry> insert(const std::string& key, const TreeDef& def,
+                                         const std::vector<Tensor>& leaves, JitEntry entry);
+  std::size_t size() const;
+  const std::string& name() const { return name_; }
+
+ private:
+  void release(const std::string& key);
+
+  std::string name_;
+  mutable std::mutex mutex_;
+  std::condition_variable traced_;  // signalled when a claim ends
+  std::unordered_map<std::string, std::shared_ptr<const JitEntry>> entries_;
+  std::unordered_map<std::string, std::thread::id> tracing_;  // claimed keys and their thread
+  TreeDef last_def_;
+  std::vector<TensorType> last_types_;
+};
+
+// This thread is tracing one signature of a cache (see JitCache::claim).
+class JitCache::Claim {
+ public:
+  Claim(JitCache& cache, std::string key);
+  ~Claim();
+  Claim(const Claim&) = delete;
+  Claim& operator=(const Claim&) = delete;
+
+ private:
+  JitCache& cache_;
+  std::string key_;
+};
 
 std::string JitCache::key(const TreeDef& def, const std::vector<Tensor>& leaves) {
   std::string k = def.to_string();
@@ -138,6 +168,58 @@ std::shared_ptr<const JitEntry> JitCache::insert(const std::string& key, const T
   last_types_ = std::move(types);
   entries_.emplace(key, e);
   return e;
+}
+
+std::shared_ptr<JitCache> make_jit_cache(std::string name) {
+  return std::make_shared<JitCache>(std::move(name));
+}
+
+std::size_t jit_cache_size(const JitCache& cache) { return cache.size(); }
+
+namespace {
+
+// An entry to run now, with the values of an enclosing trace its function closes over.
+struct Specialisation {
+  std::shared_ptr<const JitEntry> entry;
+  std::vector<Tensor> captures;
+};
+
+Specialisation specialise(JitCache& cache, const TreeDef& def, const std::vector<Tensor>& leaves,
+                          const FlatFn& fn) {
+  const std::string key = JitCache::key(def, leaves);
+  if (auto hit = cache.find(key)) return {hit, {}};
+  std::optional<JitCache::Claim> claim;
+  if (auto hit = cache.claim(key, claim)) return {hit, {}};
+  Staged s = stage(cache.name(), def, leaves, fn);
+  JitEntry entry;
+  entry.function = std::make_shared<const ir::Function>(ir::optimize(*s.function));
+  entry.executable = ir::compile(entry.function);
+  entry.out_def = std::move(s.out_def);
+  // A function that closes over values of an enclosing trace is valid for this trace only.
+  if (!s.captures.empty()) return {std::make_shared<const JitEntry>(std::move(entry)), s.captures};
+  return {cache.insert(key, def, leaves, std::move(entry)), {}};
+}
+
+}  // namespace
+
+FlatTree jit_call(JitCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                  const FlatFn& fn) {
+  const Specialisation s = specialise(cache, args_def, leaves, fn);
+  FlatTree out{.leaves = {}, .def = s.entry->out_def};
+  if (ir::tracing()) {
+    // Inside another trace: one `call` equation, so the outer IR keeps the structure.
+    std::vector<Tensor> ins = leaves;
+    ins.insert(ins.end(), s.captures.begin(), s.captures.end());
+    out.leaves = bind(primitive("call"), std::move(ins), {{"fn", FunctionRef(s.entry->function)}});
+  } else {
+    out.leaves = s.entry->executable->run(leaves);
+  }
+  return out;
+}
+
+ir::Function jit_lower(JitCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                       const FlatFn& fn) {
+  return *specialise(cache, args_def, leaves, fn).entry->function;
 }
 
 }  // namespace kiln::detail

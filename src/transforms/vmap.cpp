@@ -26,6 +26,14 @@ const AxisScope& find_axis(std::string_view op, const std::string& name) {
        in_scope, "] (name one with vmap(f, ..., axis_name(\"", name, "\")))");
 }
 
+namespace {
+
+// Batch axis of each flattened leaf, normalised; and the common batch size.
+struct VmapInputs {
+  std::vector<std::optional<int>> dims;
+  int64_t size = -1;
+};
+
 VmapInputs vmap_inputs(const TreeDef& def, const std::vector<Tensor>& leaves,
                        const std::optional<InAxes>& in) {
   const std::size_t n_args = def.children.size();
@@ -69,8 +77,9 @@ VmapInputs vmap_inputs(const TreeDef& def, const std::vector<Tensor>& leaves,
   return r;
 }
 
+// Per-example stand-ins for tracing (broadcast scalars: no memory).
 std::vector<Tensor> example_stand_ins(const std::vector<Tensor>& leaves,
-                                         const std::vector<std::optional<int>>& dims) {
+                                      const std::vector<std::optional<int>>& dims) {
   std::vector<Tensor> out;
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     const Tensor& t = leaves[i];
@@ -85,6 +94,7 @@ std::vector<Tensor> example_stand_ins(const std::vector<Tensor>& leaves,
   return out;
 }
 
+// Moves each result's batch axis to where out_axes asks (broadcasting unbatched results).
 std::vector<Tensor> vmap_outputs(std::vector<Batched> results, int64_t size,
                                  const std::optional<OutAxes>& out) {
   if (out && out->axes.size() != 1 && out->axes.size() != results.size())
@@ -107,6 +117,25 @@ std::vector<Tensor> vmap_outputs(std::vector<Batched> results, int64_t size,
     r.push_back(d == 0 ? front : moveaxis(front, 0, d));
   }
   return r;
+}
+
+}  // namespace
+
+FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
+                   const std::vector<Tensor>& leaves, const FlatFn& fn) {
+  const VmapInputs in = vmap_inputs(args_def, leaves, options.in);
+  const int64_t size = in.size < 0 ? 1 : in.size;
+  Staged s;
+  {
+    AxisScopeGuard scope(options.name, size);
+    s = stage("vmap", args_def, example_stand_ins(leaves, in.dims), fn);
+  }
+  std::vector<Batched> ins;
+  for (std::size_t i = 0; i < leaves.size(); ++i) ins.push_back({leaves[i], in.dims[i]});
+  for (const Tensor& c : s.captures) ins.push_back({c, std::nullopt});
+  AxisScopeGuard scope(options.name, size);
+  std::vector<Batched> outs = batching::evaluate(ir::dce(*s.function), ins, size, options.name);
+  return {vmap_outputs(std::move(outs), size, options.out), std::move(s.out_def)};
 }
 
 }  // namespace detail

@@ -1,0 +1,61 @@
+// checkpoint, custom_jvp and custom_vjp on flat trees: each stages the user's function (and
+// rule) and binds one equation of its sub-function primitive (function_primitives.cpp).
+#include "ops/rules.h"
+#include "transforms/core.h"
+
+namespace kiln::detail {
+namespace {
+
+// Stand-ins of these types for staging a rule (broadcast scalars: no memory).
+void append_stand_ins(std::vector<Tensor>& out, const std::vector<TensorType>& types) {
+  for (const TensorType& t : types) out.push_back(ops::zeros_of(t));
+}
+
+// A function with a user rule may not close over traced values: the rule's parameters would
+// not line up with the primitive's operands.
+void check_closed(std::string_view op, std::string_view what, const Staged& s) {
+  if (!s.captures.empty())
+    fail(op, "the ", what, " closes over a traced value: got ", s.captures.size(),
+         " captured tracer(s), expected a ", what, " that takes what it needs as arguments");
+}
+
+// Stages fn and its rule (on rule_leaves of structure rule_def) and binds `prim`.
+FlatTree apply_with_rule(const char* prim, const char* rule_attr, const Staged& s,
+                         const std::vector<Tensor>& leaves, const TreeDef& rule_def,
+                         const std::vector<Tensor>& rule_leaves, const RuleFactory& rule) {
+  const Staged r = stage(prim, rule_def, rule_leaves, rule(rule_def));
+  check_closed(prim, "rule", r);
+  const Attrs attrs{{"fn", FunctionRef(s.function)}, {rule_attr, FunctionRef(r.function)}};
+  return {bind(primitive(prim), leaves, attrs), s.out_def};
+}
+
+}  // namespace
+
+FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn) {
+  const Staged s = stage("checkpoint", args_def, leaves, fn);
+  return {bind(primitive("checkpoint"), s.inputs(leaves), {{"fn", FunctionRef(s.function)}}), s.out_def};
+}
+
+FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn,
+                         const RuleFactory& jvp_rule) {
+  const Staged s = stage("custom_jvp", args_def, leaves, fn);
+  check_closed("custom_jvp", "function", s);
+  std::vector<Tensor> rule_leaves = leaves;  // (primals, tangents)
+  append_stand_ins(rule_leaves, leaf_types("custom_jvp", leaves));
+  return apply_with_rule("custom_jvp", "jvp", s, leaves, tuple_of({args_def, args_def}), rule_leaves,
+                         jvp_rule);
+}
+
+FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn,
+                         const RuleFactory& bwd) {
+  const Staged s = stage("custom_vjp", args_def, leaves, fn);
+  check_closed("custom_vjp", "function", s);
+  std::vector<Tensor> rule_leaves = leaves;  // (primals, output, cotangent)
+  const std::vector<TensorType> out_types = s.function->result_types();
+  append_stand_ins(rule_leaves, out_types);
+  append_stand_ins(rule_leaves, out_types);
+  return apply_with_rule("custom_vjp", "bwd", s, leaves, tuple_of({args_def, s.out_def, s.out_def}),
+                         rule_leaves, bwd);
+}
+
+}  // namespace kiln::detail
