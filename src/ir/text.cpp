@@ -12,7 +12,6 @@
 #include <unordered_set>
 
 #include "kiln/ir.h"
-#include "kiln/ops.h"
 
 namespace kiln::ir {
 namespace {
