@@ -509,7 +509,7 @@ TEST(IrText, NeverReadsPastTheView) {
   const std::string text =
       "func @f(%x: f32[2], %i: i32[]) -> (f32[2], f32[]) {\n"
       "  %c0 = const [1.5, -inf] : f32[2]\n"
-      "  %0 = mul %x, %c0 {note=\"a b\", scale=2.5} : f32[2]\n"
+      "  %0 = mul %x, %c0 {note=\"a \\\"b\\\\\", scale=2.5} : f32[2]\n"
       "  %1 = reduce_sum %0 {axes=[0], keepdims=false} : f32[]\n"
       "  %2 = call %x {fn=func @g(%y: f32[2]) -> f32[2] {\n"
       "    %0 = sin %y : f32[2]\n"
