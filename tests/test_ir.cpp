@@ -509,7 +509,7 @@ TEST(IrText, NeverReadsPastTheView) {
   const std::string text =
       "func @f(%x: f32[2], %i: i32[]) -> (f32[2], f32[]) {\n"
       "  %c0 = const [1.5, -inf] : f32[2]\n"
-      "  %0 = mul %x, %c0 {note=\"a b\", scale=2.5} : f32[2]\n"
+      "  %0 = mul %x, %c0 {note=\"a \\\"b\\\\\", scale=2.5} : f32[2]\n"
       "  %1 = reduce_sum %0 {axes=[0], keepdims=false} : f32[]\n"
       "  %2 = call %x {fn=func @g(%y: f32[2]) -> f32[2] {\n"
       "    %0 = sin %y : f32[2]\n"
@@ -545,6 +545,23 @@ TEST(IrText, ErrorsNameLineAndColumn) {
                      {"line 2:21: unterminated string"});
   expect_parse_error("func @f(%x: f32[2]) -> f32[2] {\n  return %x",
                      {"line 2:12: got the end of the input, expected '}'"});
+}
+
+TEST(IrText, StringAttributesRoundTripWithQuotesAndBackslashes) {
+  // A string printed as it was ended at its first '"' when read back (an axis name is any
+  // string the user chose).
+  ir::Function f = *trace_fx().function;
+  const std::string note = "say \"hi\" \\ \"bye\\";
+  f.equations[0].attrs.set("note", note);
+  const std::string text = ir::print(f);
+  EXPECT_NE(text.find(R"(note="say \"hi\" \\ \"bye\\")"), std::string::npos) << text;
+  const auto g = ir::parse(text);
+  EXPECT_EQ(g->equations[0].attrs.get<std::string>("note"), note);
+  EXPECT_EQ(ir::print(*g), text);
+  expect_parse_error(with_equation(R"(%0 = sin %x {note="a\qb"} : f32[2])"),
+                     {R"(line 2:23: invalid escape in a string: got '\q', expected \" or \\)"});
+  expect_parse_error(with_equation(R"(%0 = sin %x {note="a\"} : f32[2])"),
+                     {"line 2:21: unterminated string"});
 }
 
 TEST(IrText, NamesAreDefinedOnce) {

@@ -7,17 +7,6 @@
 
 namespace kiln::detail {
 
-std::vector<int64_t> broadcast_strides(const Tensor& t, const Shape& shape) {
-  const Shape& s = t.shape();
-  const auto& st = t.strides();
-  std::vector<int64_t> out(static_cast<std::size_t>(shape.rank()), 0);
-  for (int i = 0; i < s.rank(); ++i) {
-    const int j = shape.rank() - s.rank() + i;
-    out[static_cast<std::size_t>(j)] = s[i] == 1 ? 0 : st[static_cast<std::size_t>(i)];
-  }
-  return out;
-}
-
 void copy_cast(const Tensor& src, const Tensor& dst) {
   const int64_t n = dst.numel();
   if (n == 0) return;

@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iomanip>
 #include <limits>
 #include <new>
 #include <ostream>
@@ -229,5 +231,176 @@ Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape
   return t;
 }
 }  // namespace detail
+
+namespace {
+
+// Fills a new contiguous tensor with f(i) for each flat index i; `op` names the creation
+// function in errors (an invalid shape, an allocation that cannot be satisfied).
+template <typename F>
+Tensor generate(std::string_view op, const Shape& shape, DType dtype, F f) {
+  Tensor t = detail::allocate(op, TensorType{dtype, shape});
+  detail::visit_dtype(dtype, [&]<typename T>() {
+    T* p = t.data<T>();
+    const int64_t n = t.numel();
+    for (int64_t i = 0; i < n; ++i) p[i] = detail::convert<T>(f(i));
+  });
+  return t;
+}
+
+Tensor filled(std::string_view op, const Shape& shape, double value, DType dtype) {
+  return generate(op, shape, dtype, [value](int64_t) { return value; });
+}
+
+}  // namespace
+
+Tensor full(const Shape& shape, double value, DType dtype) {
+  return filled("full", shape, value, dtype);
+}
+Tensor zeros(const Shape& shape, DType dtype) { return filled("zeros", shape, 0.0, dtype); }
+Tensor ones(const Shape& shape, DType dtype) { return filled("ones", shape, 1.0, dtype); }
+Tensor zeros_like(const Tensor& t) { return filled("zeros_like", t.shape(), 0.0, t.dtype()); }
+Tensor ones_like(const Tensor& t) { return filled("ones_like", t.shape(), 1.0, t.dtype()); }
+Tensor full_like(const Tensor& t, double value) {
+  return filled("full_like", t.shape(), value, t.dtype());
+}
+
+Tensor arange(double start, double stop, double step, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
+  if (step == 0 || !std::isfinite(start) || !std::isfinite(stop) || !std::isfinite(step))
+    fail("arange", "invalid range: got start=", start, ", stop=", stop, ", step=", step, " at ",
+         loc.file_name(), ":", loc.line(), ", expected finite values and a non-zero step");
+  const double count = std::max(0.0, std::ceil((stop - start) / step));
+  // Checked before the conversion, which is undefined beyond int64_t (and the quotient can be
+  // infinite: arange(-1e308, 1e308, 1e-308)).
+  if (!(count <= static_cast<double>(Shape::kMaxNumel)))
+    fail("arange", "too many elements: got start=", start, ", stop=", stop, ", step=", step, " (",
+         count, " elements) at ", loc.file_name(), ":", loc.line(), ", expected at most ",
+         Shape::kMaxNumel);
+  const auto n = static_cast<int64_t>(count);
+  return generate("arange", Shape{n}, dtype,
+                  [=](int64_t i) { return start + static_cast<double>(i) * step; });
+}
+
+Tensor linspace(double start, double stop, int64_t num, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
+  if (num < 0)
+    fail("linspace", "negative count: got num=", num, " at ", loc.file_name(), ":", loc.line(),
+         ", expected num >= 0");
+  const double step = num > 1 ? (stop - start) / static_cast<double>(num - 1) : 0.0;
+  return generate("linspace", Shape{num}, dtype, [=](int64_t i) {
+    return num > 1 && i == num - 1 ? stop : start + static_cast<double>(i) * step;
+  });
+}
+
+Tensor eye(int64_t n, int64_t m, DType dtype) {
+  if (n < 0 || m < 0)
+    fail("eye", "negative size: got ", n, "x", m, ", expected sizes >= 0");
+  return generate("eye", Shape{n, m}, dtype, [m](int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
+}
+Tensor eye(int64_t n, DType dtype) { return eye(n, n, dtype); }
+
+// ---- printing -----------------------------------------------------------------
+// numpy-style: nested brackets, aligned columns, summarised beyond 1000 elements.
+
+namespace {
+
+constexpr int64_t kSummariseAbove = 1000;
+constexpr int64_t kEdgeItems = 3;
+
+std::string format_value(double v, DType dtype) {
+  if (dtype == bool_) return v != 0 ? "true" : "false";
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  std::ostringstream os;
+  if (is_floating(dtype)) {
+    os << std::setprecision(6) << v;
+  } else {
+    os << static_cast<int64_t>(v);
+  }
+  return os.str();
+}
+
+struct Printer {
+  const std::vector<double>& values;
+  const std::vector<int64_t>& ints;  // integer dtypes: exact values (doubles lose digits > 2^53)
+  const Shape& shape;
+  DType dtype;
+  bool summarise;
+  std::size_t width = 0;
+
+  std::string format(int64_t i) const {
+    if (is_integral(dtype)) return std::to_string(ints[static_cast<std::size_t>(i)]);
+    return format_value(values[static_cast<std::size_t>(i)], dtype);
+  }
+
+  // Indices shown along an axis of size n, with -1 marking the "..." gap.
+  std::vector<int64_t> shown(int64_t n) const {
+    std::vector<int64_t> idx;
+    if (!summarise || n <= 2 * kEdgeItems) {
+      for (int64_t i = 0; i < n; ++i) idx.push_back(i);
+    } else {
+      for (int64_t i = 0; i < kEdgeItems; ++i) idx.push_back(i);
+      idx.push_back(-1);
+      for (int64_t i = n - kEdgeItems; i < n; ++i) idx.push_back(i);
+    }
+    return idx;
+  }
+
+  void measure(int axis, int64_t base) {
+    if (axis == shape.rank()) {
+      width = std::max(width, format(base).size());
+      return;
+    }
+    for (int64_t i : shown(shape[axis]))
+      if (i >= 0) measure(axis + 1, base * shape[axis] + i);
+  }
+
+  void print(std::ostream& os, int axis, int64_t base) const {
+    if (axis == shape.rank()) {
+      std::string s = format(base);
+      os << std::string(width - s.size(), ' ') << s;
+      return;
+    }
+    os << "[";
+    const std::vector<int64_t> idx = shown(shape[axis]);
+    for (std::size_t k = 0; k < idx.size(); ++k) {
+      if (k) {
+        os << ",";
+        if (axis == shape.rank() - 1) {
+          os << " ";
+        } else {
+          os << std::string(static_cast<std::size_t>(shape.rank() - axis - 1), '\n')
+             << std::string(static_cast<std::size_t>(axis + 1), ' ');
+        }
+      }
+      if (idx[k] < 0) {
+        os << "...";
+      } else {
+        print(os, axis + 1, base * shape[axis] + idx[k]);
+      }
+    }
+    os << "]";
+  }
+};
+
+}  // namespace
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t) {
+  if (!t.defined()) return os << "Tensor(undefined)";
+  if (t.is_traced()) return os << "Tracer(" << t.type() << ")";
+  const bool integral = is_integral(t.dtype());
+  const std::vector<double> values = integral ? std::vector<double>{} : t.to_vector<double>();
+  const std::vector<int64_t> ints = integral ? t.to_vector<int64_t>() : std::vector<int64_t>{};
+  Printer p{values, ints, t.shape(), t.dtype(), t.numel() > kSummariseAbove};
+  p.measure(0, 0);
+  p.print(os, 0, 0);
+  return os;
+}
+
+std::string to_string(const Tensor& t) {
+  std::ostringstream os;
+  os << t;
+  return os.str();
+}
 
 }  // namespace kiln

@@ -109,6 +109,15 @@ void for_each_row(const std::vector<int64_t>& shape,
 }
 
 // Strides that view `t` as broadcast to `shape` (0 along repeated dimensions).
-std::vector<int64_t> broadcast_strides(const Tensor& t, const Shape& shape);
+inline std::vector<int64_t> broadcast_strides(const Tensor& t, const Shape& shape) {
+  const Shape& s = t.shape();
+  const auto& st = t.strides();
+  std::vector<int64_t> out(static_cast<std::size_t>(shape.rank()), 0);
+  for (int i = 0; i < s.rank(); ++i) {
+    const int j = shape.rank() - s.rank() + i;
+    out[static_cast<std::size_t>(j)] = s[i] == 1 ? 0 : st[static_cast<std::size_t>(i)];
+  }
+  return out;
+}
 
 }  // namespace kiln::detail

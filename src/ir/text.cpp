@@ -12,7 +12,6 @@
 #include <unordered_set>
 
 #include "kiln/ir.h"
-#include "kiln/ops.h"
 
 namespace kiln::ir {
 namespace {
@@ -49,6 +48,17 @@ std::string function_name(const std::string& name) {
   std::replace_if(
       s.begin(), s.end(), [](char c) { return !name_char(c); }, '_');
   return s;
+}
+
+// A string attribute between double quotes, with '"' and '\' escaped by '\' so that any
+// string reads back as it was (attr_to_string is for messages and does not escape).
+std::string string_literal(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + '"';
 }
 
 class Printer {
@@ -146,6 +156,8 @@ class Printer {
       if (const auto* fn = std::get_if<FunctionRef>(&value)) {
         Printer inner(os_);
         inner.function(**fn, indent);
+      } else if (const auto* str = std::get_if<std::string>(&value)) {
+        os_ << string_literal(*str);
       } else {
         os_ << attr_to_string(value);
       }
@@ -480,13 +492,7 @@ class Parser {
   AttrValue attr_value(int depth) {
     const std::size_t at = here();
     if (at == s_.size()) error(at, "missing attribute value", "the end of the input", "a value");
-    if (s_[at] == '"') {
-      const std::size_t close = s_.find('"', at + 1);
-      if (close == std::string_view::npos)
-        error(at, "unterminated string", snippet(at), "a closing '\"'");
-      pos_ = close + 1;
-      return std::string(s_.substr(at + 1, close - at - 1));
-    }
+    if (s_[at] == '"') return string_value(at);
     if (try_char('[')) {
       std::vector<int64_t> v;
       while (!peek(']')) {
@@ -514,6 +520,25 @@ class Parser {
       return integer(tok, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(),
                      "i64");
     return real(tok);
+  }
+
+  // A string literal starting at the '"' at `at`, as string_literal writes it.
+  std::string string_value(std::size_t at) {
+    std::string out;
+    for (std::size_t i = at + 1; i < s_.size(); ++i) {
+      if (s_[i] == '"') {
+        pos_ = i + 1;
+        return out;
+      }
+      if (s_[i] == '\\') {
+        if (i + 1 == s_.size()) break;
+        if (s_[i + 1] != '"' && s_[i + 1] != '\\')
+          error(i, "invalid escape in a string", quoted(s_.substr(i, 2)), "\\\" or \\\\");
+        ++i;
+      }
+      out += s_[i];
+    }
+    error(at, "unterminated string", snippet(at), "a closing '\"'");
   }
 
   // ---- lexing ----
