@@ -194,7 +194,7 @@ auto vmap(F f, Options... options) {
   return detail::Vmapped<F>(std::move(f), std::move(o));
 }
 
-// Collectives over a named vmap axis (the same primitives distributed pmap will use).
+// Collectives over a named vmap axis.
 Tensor psum(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
 Tensor pmean(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
 Tensor pmax(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
