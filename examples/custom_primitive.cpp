@@ -2,13 +2,13 @@
 // all its rules) runs eagerly, under grad to second order, jvp, jit and vmap, and its errors
 // read like the built-ins'. Every printed result is checked against values computed by hand;
 // the program exits non-zero on a mismatch (CI runs it).
+#include "custom_primitive.h"
+
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <string>
 #include <vector>
-
-#include "custom_primitive.h"
 
 namespace {
 
@@ -83,7 +83,8 @@ int main() {
   // once; per-example gradients are clip of each row.
   const Tensor rows = tensor({-3.0, 0.5, 0.25, 4.0}, {2, 2});
   check("vmap(grad) over rows", vmap(grad(loss))(rows), {-1.0, 0.5, 0.25, 1.0});
-  check("vmap over columns", vmap([](const Tensor& c) { return huber(c); }, in_axes(1), out_axes(1))(rows),
+  check("vmap over columns",
+        vmap([](const Tensor& c) { return huber(c); }, in_axes(1), out_axes(1))(rows),
         {2.5, 0.125, 0.03125, 3.5});
   check("jit(vmap(grad))", jit(vmap(grad(loss)))(rows), {-1.0, 0.5, 0.25, 1.0});
 
@@ -91,6 +92,7 @@ int main() {
   check_error("integer input", [] { huber(tensor({1, 2})); });
   check_error("negative delta", [&] { huber(x, -1.0); });
 
-  std::printf("%s\n", failures ? "custom_primitive: FAILED" : "custom_primitive: all checks passed");
+  std::printf("%s\n",
+              failures ? "custom_primitive: FAILED" : "custom_primitive: all checks passed");
   return failures ? 1 : 0;
 }

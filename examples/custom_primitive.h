@@ -103,8 +103,9 @@ inline const kiln::Primitive& huber_detail::register_huber() {
   p.batch = [](const BatchArgs& a) -> std::vector<Batched> {
     return {{bind1(huber_primitive(), {a.inputs[0]}, a.attrs), a.dims[0]}};
   };
-  return register_primitive(std::move(p), {{KernelSignature{Device::cpu, {float32}}, kernel<float>},
-                                           {KernelSignature{Device::cpu, {float64}}, kernel<double>}});
+  return register_primitive(std::move(p),
+                            {{KernelSignature{Device::cpu, {float32}}, kernel<float>},
+                             {KernelSignature{Device::cpu, {float64}}, kernel<double>}});
 }
 
 }  // namespace example
