@@ -1,28 +1,27 @@
-// Per-primitive derivative checks. For every differentiable primitive in the registry, in
-// float64 and with deterministic random inputs:
-//   a. its JVP against central finite differences of the primitive evaluated eagerly;
+// Per-primitive derivative checks (the AD walk over the shared sample table,
+// tests/primitive_samples.h). For every sample of a differentiable primitive, with
+// deterministic random inputs (float64 unless the sample is about another dtype):
+//   a. its JVP against central finite differences of the sample's function evaluated eagerly;
 //   b. its VJP against its JVP by the dot-product test <ct, J t> == <J^T ct, t>;
 //   c. its second derivatives: the Hessian-vector product of g(x) = sum(w * f(x)), computed
 //      forward-over-reverse (ad::jvp of the traced gradient) and reverse-over-reverse (ad::vjp
 //      of <gradient, v>), against central finite differences of the gradient.
 // Collectives (psum, pmax, all_gather) are checked per example inside a vmap with a named
 // axis, the only place they are defined.
-// The table `cases()` maps each primitive to a generator of valid inputs and attributes; a
-// differentiable primitive with no entry fails `EveryDifferentiablePrimitiveHasACase`, so a
-// new primitive cannot slip through untested.
+// `PrimitiveSamples.EveryPrimitiveHasTheSamplesItsWalksNeed` (below) is the table's one
+// completeness check, for this walk and the others.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 #include <ostream>
-#include <set>
 #include <string>
 #include <vector>
 
 #include <kiln/kiln.h>
 
-#include "testing.h"
+#include "primitive_samples.h"
 
 namespace kiln {
 namespace {
@@ -30,334 +29,14 @@ namespace {
 using Ts = std::vector<Tensor>;
 using Ints = std::vector<int64_t>;
 
-// ---- inputs ---------------------------------------------------------------------------
-
-// Deterministic random inputs: one key per case, a fresh subkey per draw.
-class Gen {
- public:
-  explicit Gen(uint64_t seed) : key_(random::key(seed)) {}
-
-  Tensor normal(const Shape& s) { return random::normal(next(), s, float64); }
-  Tensor uniform(const Shape& s, double lo, double hi) {
-    return random::uniform(next(), s, float64, lo, hi);
-  }
-  // |x| in [lo, hi) with a random sign: away from zero (kinks, poles, ties).
-  Tensor away_from_zero(const Shape& s, double lo, double hi) {
-    const Tensor sign = where(random::bernoulli(next(), 0.5, s), full(Shape{}, 1.0, float64),
-                              full(Shape{}, -1.0, float64));
-    return sign * uniform(s, lo, hi);
-  }
-  // Pairwise distinct values (gaps >= 0.2) in random order: no ties for max/min.
-  Tensor distinct(const Shape& s) {
-    const int64_t n = s.numel();
-    const Tensor p = astype(random::permutation(next(), n), float64);
-    return reshape(p * 0.3 + uniform(Shape{n}, 0.0, 0.1) - 0.15 * static_cast<double>(n), s);
-  }
-  Tensor bernoulli(const Shape& s) { return random::bernoulli(next(), 0.5, s); }
-  Tensor indices(const Shape& s, int64_t hi) { return random::randint(next(), s, 0, hi, int64); }
-
- private:
-  Tensor next() { return random::fold_in(key_, counter_++); }
-  Tensor key_;
-  uint32_t counter_ = 0;
-};
-
-// One input of the primitive: differentiated (a parameter of the checked function) or fixed
-// (indices, predicates: captured as constants, they get no tangent).
-struct Arg {
-  Tensor value;
-  bool wrt = true;
-};
-Arg fixed(Tensor t) { return Arg{std::move(t), false}; }
-
-struct Sample {
-  std::vector<Arg> args;
-  Attrs attrs;
-};
-
-struct Case {
-  std::string prim;
-  std::string label;  // tells apart several cases of one primitive ("" for the only one)
-  std::function<Sample(Gen&)> make;
-  double fd_h = 1e-6;      // step of the first-order finite differences
-  double fd_rtol = 1e-6;   // JVP vs finite differences, relative to max(1, |reference|)
-  double dot_rtol = 1e-10; // <ct, J t> vs <J^T ct, t>, relative to the sum of |terms|
-  double hvp_rtol = 1e-5;  // Hessian-vector products vs finite differences of the gradient
-  bool forward_mode = true;  // false: the primitive has no JVP by design (custom_vjp)
-  // Collectives: the name of the vmap axis they reduce over. Inputs then carry the batch as
-  // axis 0 and the primitive is applied per example inside vmap(..., axis_name(name)).
-  std::string vmap_axis = "";
-};
-
-std::string case_name(const Case& c) { return c.label.empty() ? c.prim : c.prim + "_" + c.label; }
-void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
-
-using kiln::testing::traced;
-using kiln::testing::with_fn;
-
-// Unary float primitives on x: f64[3,4] drawn by `draw`.
-Case unary(std::string prim, std::function<Tensor(Gen&, const Shape&)> draw) {
-  return {.prim = std::move(prim), .label = "", .make = [draw](Gen& g) {
-            return Sample{{{draw(g, Shape{3, 4})}}, {}};
-          }};
-}
-Tensor normal(Gen& g, const Shape& s) { return g.normal(s); }
-auto uniform_in(double lo, double hi) {
-  return [lo, hi](Gen& g, const Shape& s) { return g.uniform(s, lo, hi); };
-}
-
-Case binary(std::string prim, std::function<Sample(Gen&)> make) {
-  return {.prim = std::move(prim), .label = "", .make = std::move(make)};
-}
-
-// x: f64[3,4,5] with no zeros, and zeros at chosen places: one in slice (0, :, 0) and two in
-// slice (1, :, 2) along axis 1 (the cases reduce_prod's rule treats specially).
-Tensor with_zeros(Gen& g) {
-  std::vector<double> mask(60, 1.0);
-  auto at = [](int i, int j, int k) { return static_cast<std::size_t>((i * 4 + j) * 5 + k); };
-  mask[at(0, 1, 0)] = 0.0;
-  mask[at(1, 0, 2)] = 0.0;
-  mask[at(1, 3, 2)] = 0.0;
-  return g.away_from_zero(Shape{3, 4, 5}, 0.5, 1.5) * tensor(mask, Shape{3, 4, 5});
-}
-
-std::vector<Case> cases() {
-  std::vector<Case> c;
-  // ---- unary elementwise ----
-  c.push_back(unary("neg", normal));
-  c.push_back(unary("abs", [](Gen& g, const Shape& s) { return g.away_from_zero(s, 0.2, 1.5); }));
-  c.push_back(unary("exp", normal));
-  c.push_back(unary("log", uniform_in(0.5, 2.0)));
-  c.push_back(unary("log1p", uniform_in(-0.5, 2.0)));
-  c.push_back(unary("expm1", normal));
-  c.push_back(unary("sqrt", uniform_in(0.5, 2.0)));
-  c.push_back(unary("rsqrt", uniform_in(0.5, 2.0)));
-  c.push_back(unary("sin", normal));
-  c.push_back(unary("cos", normal));
-  c.push_back(unary("tan", uniform_in(-1.0, 1.0)));
-  c.push_back(unary("tanh", normal));
-  c.push_back(unary("sigmoid", normal));
-  c.push_back(unary("erf", normal));
-  // convert is linear, so finite differences with a large step are exact up to float32
-  // rounding of the values (~6e-8 relative): step 1e-2, tolerance 1e-4.
-  c.push_back({.prim = "convert", .label = "f64_to_f32", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 4})}}, {{"dtype", float32}}};
-               }, .fd_h = 1e-2, .fd_rtol = 1e-4, .dot_rtol = 1e-6});
-  c.push_back({.prim = "convert", .label = "f32_to_f64", .make = [](Gen& g) {
-                 return Sample{{{astype(g.normal(Shape{3, 4}), float32)}}, {{"dtype", float64}}};
-               }, .fd_h = 1e-2, .fd_rtol = 1e-4, .dot_rtol = 1e-6});
-
-  // ---- binary elementwise ----
-  for (const char* p : {"add", "sub", "mul"})
-    c.push_back(binary(p, [](Gen& g) {
-      return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}}, {}};
-    }));
-  c.push_back(binary("div", [](Gen& g) {
-    return Sample{{{g.normal(Shape{3, 4})}, {g.away_from_zero(Shape{3, 4}, 0.5, 2.0)}}, {}};
-  }));
-  c.push_back(binary("pow", [](Gen& g) {
-    return Sample{{{g.uniform(Shape{3, 4}, 0.5, 2.0)}, {g.uniform(Shape{3, 4}, -1.5, 1.5)}}, {}};
-  }));
-  for (const char* p : {"max", "min"})  // operands at least 0.2 apart: no ties
-    c.push_back(binary(p, [](Gen& g) {
-      const Tensor b = g.normal(Shape{3, 4});
-      return Sample{{{b + g.away_from_zero(Shape{3, 4}, 0.2, 1.0)}, {b}}, {}};
-    }));
-  c.push_back(binary("select", [](Gen& g) {
-    return Sample{{fixed(g.bernoulli(Shape{3, 4})), {g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}}, {}};
-  }));
-
-  // ---- reductions ----
-  c.push_back({.prim = "reduce_sum", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 4, 5})}}, {{"axes", Ints{0, 2}}}};
-               }});
-  c.push_back({.prim = "reduce_prod", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.away_from_zero(Shape{3, 4, 5}, 0.5, 1.5)}}, {{"axes", Ints{1}}}};
-               }});
-  // A product is a polynomial, so it is smooth at zeros too and finite differences hold there.
-  c.push_back({.prim = "reduce_prod", .label = "with_zeros", .make = [](Gen& g) {
-                 return Sample{{{with_zeros(g)}}, {{"axes", Ints{1}}}};
-               }});
-  c.push_back({.prim = "reduce_prod", .label = "two_axes_with_zeros", .make = [](Gen& g) {
-                 return Sample{{{with_zeros(g)}}, {{"axes", Ints{0, 2}}}};
-               }});
-  c.push_back({.prim = "reduce_max", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.distinct(Shape{3, 4, 5})}}, {{"axes", Ints{2}}}};
-               }});
-  c.push_back({.prim = "reduce_min", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.distinct(Shape{3, 4, 5})}}, {{"axes", Ints{0, 1}}}};
-               }});
-
-  // ---- shapes ----
-  c.push_back({.prim = "reshape", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 4})}}, {{"shape", Ints{2, 6}}}};
-               }});
-  c.push_back({.prim = "transpose", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{2, 3, 4})}}, {{"perm", Ints{2, 0, 1}}}};
-               }});
-  c.push_back({.prim = "broadcast_to", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 1})}}, {{"shape", Ints{2, 3, 4}}}};
-               }});
-  c.push_back({.prim = "slice", .label = "steps", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{7, 6, 3})}},
-                               {{"start", Ints{1, 0, 1}}, {"stop", Ints{7, 5, 3}}, {"step", Ints{2, 3, 1}}}};
-               }});
-  c.push_back({.prim = "slice", .label = "ragged_steps", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{8, 7})}},
-                               {{"start", Ints{2, 1}}, {"stop", Ints{7, 6}}, {"step", Ints{3, 2}}}};
-               }});
-  c.push_back({.prim = "flip", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 4, 5})}}, {{"axes", Ints{0, 2}}}};
-               }});
-  c.push_back({.prim = "concatenate", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{2, 3})}, {g.normal(Shape{2, 1})}, {g.normal(Shape{2, 4})}},
-                               {{"axis", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "pad", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 4})}},
-                               {{"low", Ints{1, 0}}, {"high", Ints{2, 3}}, {"value", 1.5}}};
-               }});
-
-  // ---- gather and scatter (indices repeat, so scatter_add accumulates) ----
-  const auto idx = [] { return tensor(std::vector<int64_t>{4, 0, 4, 1}, Shape{2, 2}); };
-  c.push_back({.prim = "gather", .label = "", .make = [idx](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 5, 2})}, fixed(idx())}, {{"axis", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "scatter_add", .label = "", .make = [idx](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 5, 2})}, fixed(idx()), {g.normal(Shape{3, 2, 2, 2})}},
-                               {{"axis", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "gather_along", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 4})}, fixed(g.indices(Shape{3, 5}, 4))},
-                               {{"axis", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "scatter_add_along", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{3, 4})}, fixed(g.indices(Shape{3, 5}, 4)), {g.normal(Shape{3, 5})}},
-                               {{"axis", int64_t{1}}}};
-               }});
-
-  // ---- linear algebra, convolution, pooling ----
-  c.push_back({.prim = "matmul", .label = "batched", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{2, 3, 4})}, {g.normal(Shape{2, 4, 5})}}, {}};
-               }});
-  c.push_back({.prim = "conv2d", .label = "strided_padded_dilated_grouped", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{2, 4, 7, 6})}, {g.normal(Shape{6, 2, 3, 2})}},
-                               {{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}},
-                                {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}}};
-               }});
-  // x [2, 4, 7, 6] and w [6, 2, 3, 2] under these attributes give dy [2, 6, 4, 8].
-  const auto conv_grad_attrs = [](const char* name, Ints value) {
-    Attrs a{{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}}, {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}};
-    a.set(name, std::move(value));
-    return a;
-  };
-  c.push_back({.prim = "conv2d_input_grad", .label = "strided_padded_dilated_grouped", .make = [=](Gen& g) {
-                 return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{6, 2, 3, 2})}},
-                               conv_grad_attrs("input_size", Ints{7, 6})};
-               }});
-  c.push_back({.prim = "conv2d_weight_grad", .label = "strided_padded_dilated_grouped", .make = [=](Gen& g) {
-                 return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{2, 4, 7, 6})}},
-                               conv_grad_attrs("kernel_size", Ints{3, 2})};
-               }});
-  const Attrs pool_attrs{{"kernel", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 1}}};
-  c.push_back({.prim = "max_pool2d", .label = "", .make = [pool_attrs](Gen& g) {
-                 return Sample{{{g.distinct(Shape{2, 3, 5, 6})}}, pool_attrs};  // no ties
-               }});
-  c.push_back({.prim = "max_pool2d_grad", .label = "", .make = [pool_attrs](Gen& g) {
-                 return Sample{{{g.distinct(Shape{2, 3, 5, 6})}, {g.normal(Shape{2, 3, 3, 6})}}, pool_attrs};
-               }});
-  c.push_back({.prim = "avg_pool2d", .label = "", .make = [pool_attrs](Gen& g) {
-                 return Sample{{{g.normal(Shape{2, 3, 5, 6})}}, pool_attrs};
-               }});
-
-  // ---- primitives holding sub-functions ----
-  const TensorType m34{float64, Shape{3, 4}};
-  c.push_back({.prim = "call", .label = "two_results", .make = [m34](Gen& g) {
-                 FunctionRef fn = traced("inner", {m34, m34}, [](const Ts& a) {
-                   return Ts{sin(a[0]) * a[1], exp(a[1]) - a[0]};
-                 });
-                 return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}}, with_fn("fn", fn)};
-               }});
-  c.push_back({.prim = "checkpoint", .label = "", .make = [m34](Gen& g) {
-                 FunctionRef fn = traced("inner", {m34}, [](const Ts& a) { return Ts{tanh(a[0]) * a[0]}; });
-                 return Sample{{{g.normal(Shape{3, 4})}}, with_fn("fn", fn)};
-               }});
-  // f(x, y) = sin(x) y with its true derivative as the user rule: checks the mechanism.
-  c.push_back({.prim = "custom_jvp", .label = "", .make = [m34](Gen& g) {
-                 FunctionRef fn = traced("f", {m34, m34}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
-                 FunctionRef rule = traced("f_jvp", {m34, m34, m34, m34}, [](const Ts& a) {
-                   return Ts{cos(a[0]) * a[2] * a[1] + sin(a[0]) * a[3]};
-                 });
-                 return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}},
-                               with_fn("fn", fn, with_fn("jvp", rule))};
-               }});
-  // custom_vjp has no JVP by design: its VJP is checked against finite differences directly,
-  // and its second derivatives reverse-over-reverse only.
-  c.push_back({.prim = "custom_vjp", .label = "", .make = [m34](Gen& g) {
-                 FunctionRef fn = traced("f", {m34, m34}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
-                 FunctionRef bwd = traced("f_bwd", {m34, m34, m34, m34}, [](const Ts& a) {
-                   return Ts{a[3] * cos(a[0]) * a[1], a[3] * sin(a[0])};  // (x, y, out, ct)
-                 });
-                 return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}},
-                               with_fn("fn", fn, with_fn("bwd", bwd))};
-               }, .forward_mode = false});
-
-  // ---- control flow (operand layouts in src/transforms/control_flow.cpp) ----
-  const TensorType m3{float64, Shape{3}}, i0{int32, Shape{}};
-  // cond: (index, operands...) with one branch function per index; both branches checked.
-  for (int32_t taken : {0, 1}) {
-    c.push_back({.prim = "cond", .label = taken ? "branch1" : "branch0", .make = [=](Gen& g) {
-                   FunctionRef b0 = traced("b0", {m3, m3}, [](const Ts& a) { return Ts{cos(a[0]) * a[1]}; });
-                   FunctionRef b1 = traced("b1", {m3, m3}, [](const Ts& a) { return Ts{sin(a[0]) * a[0] + a[1]}; });
-                   return Sample{{fixed(tensor(taken)), {g.normal(Shape{3})}, {g.normal(Shape{3})}},
-                                 with_fn("branch0", b0, with_fn("branch1", b1))};
-                 }});
-  }
-  // while: (carry..., captures...); three iterations of a smooth map, the counter fixed.
-  c.push_back({.prim = "while", .label = "", .make = [=](Gen& g) {
-                 FunctionRef cf = traced("c", {m3, i0, m3}, [](const Ts& a) { return Ts{a[1] < 3}; });
-                 FunctionRef bf = traced("b", {m3, i0, m3}, [](const Ts& a) {
-                   return Ts{sin(a[0]) * a[2] + a[0] * 0.5, a[1] + 1};
-                 });
-                 return Sample{{{g.normal(Shape{3})}, fixed(tensor(int32_t{0})), {g.normal(Shape{3})}},
-                               with_fn("cond_fn", cf, with_fn("body_fn", bf))};
-               }});
-  // scan: (carry..., xs...) -> (carry..., stacked ys...), forward and reverse.
-  for (bool reverse : {false, true}) {
-    c.push_back({.prim = "scan", .label = reverse ? "reverse" : "forward", .make = [=](Gen& g) {
-                   FunctionRef body = traced("body", {m3, m3}, [](const Ts& a) {
-                     return Ts{tanh(a[0] * 0.8 + a[1]), a[0] * a[1]};
-                   });
-                   Attrs attrs = with_fn("body", body);
-                   attrs.set("length", int64_t{4});
-                   attrs.set("reverse", reverse);
-                   attrs.set("num_carry", int64_t{1});
-                   attrs.set("num_xs", int64_t{1});
-                   return Sample{{{g.normal(Shape{3})}, {g.normal(Shape{4, 3})}}, attrs};
-                 }});
-  }
-
-  // ---- collectives over a named vmap axis (inputs: a batch of 4 examples) ----
-  c.push_back({.prim = "psum", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{4, 3})}}, {{"axis_name", std::string("i")}}};
-               }, .vmap_axis = "i"});
-  c.push_back({.prim = "pmax", .label = "", .make = [](Gen& g) {  // no ties across examples
-                 return Sample{{{g.distinct(Shape{4, 3})}}, {{"axis_name", std::string("i")}}};
-               }, .vmap_axis = "i"});
-  c.push_back({.prim = "all_gather", .label = "", .make = [](Gen& g) {
-                 return Sample{{{g.normal(Shape{4, 3})}},
-                               {{"axis_name", std::string("i")}, {"axis_size", int64_t{4}}}};
-               }, .vmap_axis = "i"});
-  return c;
-}
+using samples::Arg;
+using samples::fixed;
+using samples::Gen;
+using samples::PrimitiveSample;
+using samples::traced;
+using samples::with_fn;
 
 // ---- the checked function and numeric helpers -------------------------------------------
-
-uint64_t seed_of(const std::string& s) {  // FNV-1a: the same inputs on every platform
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  return h;
-}
 
 bool floating(const Tensor& t) { return is_floating(t.dtype()); }
 
@@ -386,42 +65,49 @@ std::vector<Ts> groups(const Ts& a, std::size_t n) {
   return out;
 }
 
-// The primitive applied once to its differentiated inputs (the parameters of `fn`), with the
-// fixed ones as constants. Collectives apply per example inside a vmap with a named axis:
+// The sample's function (its primitive bound once, or its body) of its differentiated inputs
+// (the parameters of `fn`), with the fixed ones as constants. Collectives apply per example
+// inside a vmap with a named axis:
 // `fn` then takes one example, and every derivative is taken per example and vmapped, so the
 // collective's own JVP/VJP rules run (and are batched), while the finite-difference reference
 // evaluates only the vmapped primitive.
 struct Problem {
-  Case c;
+  PrimitiveSample c;
   Gen gen;
-  Sample sample;
+  samples::Sample sample;
   Ts x;  // the differentiated inputs (batched for collectives)
   std::shared_ptr<const ir::Function> fn;
 
-  explicit Problem(Case c_) : c(std::move(c_)), gen(seed_of(case_name(c))), sample(c.make(gen)) {
+  explicit Problem(PrimitiveSample c_)
+      : c(std::move(c_)),
+        gen(samples::seed_of(name_of(c)), samples::seed_of(name_of(c))),
+        sample(c.make(gen)) {
     std::vector<TensorType> types;
     for (const Arg& a : sample.args)
       if (a.wrt) {
         x.push_back(a.value);
         TensorType t = a.value.type();
-        if (!c.vmap_axis.empty()) t.shape = Shape(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()));
+        if (!c.axis_name.empty())
+          t.shape = Shape(std::vector<int64_t>(t.shape.begin() + 1, t.shape.end()));
         types.push_back(t);
       }
-    const Primitive& p = primitive(c.prim);
     ir::Traced t = ir::trace_function(c.prim, types, [&](const Ts& params) {
       Ts ins;
       std::size_t k = 0;
       for (const Arg& a : sample.args) ins.push_back(a.wrt ? params[k++] : a.value);
-      return kiln::bind(p, ins, sample.attrs);
+      return samples::apply(c, ins, sample.attrs);
     });
     EXPECT_TRUE(t.captures.empty());
+    EXPECT_TRUE(samples::traces_primitive(*t.function, c))
+        << "the sample's function does not contain '" << c.prim << "':\n"
+        << ir::print(*t.function);
     fn = t.function;
   }
 
-  // body(args) directly, or vmapped over axis 0 of every argument with the case's axis name.
+  // body(args) directly, or vmapped over axis 0 of every argument with the sample's axis name.
   Ts run(const std::function<Ts(const Ts&)>& body, const Ts& args) const {
-    if (c.vmap_axis.empty()) return body(args);
-    return vmap([&](const Ts& a) { return body(a); }, axis_name(c.vmap_axis))(args);
+    if (c.axis_name.empty()) return body(args);
+    return vmap([&](const Ts& a) { return body(a); }, axis_name(c.axis_name))(args);
   }
 
   Ts eval(const Ts& xs) const {
@@ -517,16 +203,16 @@ std::pair<double, double> inner(const Ts& a, const Ts& b) {
 
 // ---- the checks ------------------------------------------------------------------------
 
-class PrimitiveRules : public ::testing::TestWithParam<Case> {};
+class PrimitiveRules : public ::testing::TestWithParam<PrimitiveSample> {};
 
 // a. JVP vs central finite differences of the primitive, evaluated eagerly.
 TEST_P(PrimitiveRules, JvpMatchesFiniteDifferences) {
   Problem p(GetParam());
-  if (!p.c.forward_mode) GTEST_SKIP() << p.c.prim << " has no forward mode by design";
+  if (!p.c.ad.forward_mode) GTEST_SKIP() << p.c.prim << " has no forward mode by design";
   const Ts t = p.random_like(p.x);
   const auto [y, jt] = p.jvp(p.x, t);
-  const Ts fd = central_difference([&](const Ts& a) { return p.eval(a); }, p.x, t, p.c.fd_h);
-  expect_close(jt, fd, p.c.fd_rtol, "JVP vs finite differences");
+  const Ts fd = central_difference([&](const Ts& a) { return p.eval(a); }, p.x, t, p.c.ad.fd_h);
+  expect_close(jt, fd, p.c.ad.fd_rtol, "JVP vs finite differences");
   expect_close(y, p.eval(p.x), 0.0, "jvp outputs vs evaluation");
 }
 
@@ -536,12 +222,12 @@ TEST_P(PrimitiveRules, VjpIsTheTransposeOfTheJvp) {
   const Ts t = p.random_like(p.x);
   const Ts ct = p.random_like(p.eval(p.x));
   Ts jt;
-  double rtol = p.c.dot_rtol;
-  if (p.c.forward_mode) {
+  double rtol = p.c.ad.dot_rtol;
+  if (p.c.ad.forward_mode) {
     jt = p.jvp(p.x, t).second;
   } else {
-    jt = central_difference([&](const Ts& a) { return p.eval(a); }, p.x, t, p.c.fd_h);
-    rtol = p.c.fd_rtol;
+    jt = central_difference([&](const Ts& a) { return p.eval(a); }, p.x, t, p.c.ad.fd_h);
+    rtol = p.c.ad.fd_rtol;
   }
   const Ts jtct = p.pullback(p.x, ct);
   for (std::size_t i = 0; i < jtct.size(); ++i)
@@ -579,7 +265,7 @@ TEST_P(PrimitiveRules, SecondDerivativesMatchFiniteDifferences) {
   const Ts fd = central_difference(gradient_at, p.x, v, h);
 
   // Forward over reverse: ad::jvp of the traced gradient (custom_vjp: none, by design).
-  if (p.c.forward_mode) {
+  if (p.c.ad.forward_mode) {
     const Ts hv = p.run([&](const Ts& a) {
       const auto [x, wx, vx] = parts(a);
       const ir::Traced g = ir::trace_function("grad_" + p.c.prim, types_of(x),
@@ -591,7 +277,7 @@ TEST_P(PrimitiveRules, SecondDerivativesMatchFiniteDifferences) {
       const ad::JvpResult r = ad::jvp(*g.function, cat(x, g.captures), tv);
       return or_zeros(r.tangents, r.outputs);
     }, cat(cat(p.x, w), v));
-    expect_close(hv, fd, p.c.hvp_rtol, "forward-over-reverse HVP");
+    expect_close(hv, fd, p.c.ad.hvp_rtol, "forward-over-reverse HVP");
   }
   // Reverse over reverse: the gradient of <gradient(x), v>.
   const Ts hv = p.run([&](const Ts& a) {
@@ -607,11 +293,13 @@ TEST_P(PrimitiveRules, SecondDerivativesMatchFiniteDifferences) {
     const Ts all = or_zeros(r.pullback(std::vector<Tangent>{ones(Shape{}, float64)}), cat(x, g.captures));
     return Ts(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(x.size()));
   }, cat(cat(p.x, w), v));
-  expect_close(hv, fd, p.c.hvp_rtol, "reverse-over-reverse HVP");
+  expect_close(hv, fd, p.c.ad.hvp_rtol, "reverse-over-reverse HVP");
 }
 
-INSTANTIATE_TEST_SUITE_P(AdRules, PrimitiveRules, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(AdRules, PrimitiveRules, ::testing::ValuesIn(samples::ad_samples()),
+                         [](const ::testing::TestParamInfo<PrimitiveSample>& info) {
+                           return name_of(info.param);
+                         });
 
 // ---- the registry ----------------------------------------------------------------------
 
@@ -624,23 +312,12 @@ TEST(AdRegistry, EveryDifferentiablePrimitiveHasJvpAndVjp) {
   }
 }
 
-// 2. Every differentiable primitive has a case above, and every case names one.
-TEST(AdRegistry, EveryDifferentiablePrimitiveHasACase) {
-  std::set<std::string> covered;
-  for (const Case& c : cases()) {
-    covered.insert(c.prim);
-    const Primitive* p = find_primitive(c.prim);
-    if (!p) ADD_FAILURE() << "case '" << case_name(c) << "' names no registered primitive";
-    else if (!p->differentiable)
-      ADD_FAILURE() << "case '" << case_name(c) << "' names a non-differentiable primitive";
-  }
-  // while_grad (the reverse pass of a while loop) is exercised through `while`'s second
-  // derivatives below and SecondOrderThroughADataDependentWhileLoop.
-  covered.insert("while_grad");
-  for (const Primitive* p : all_primitives())
-    if (p->differentiable && !covered.count(p->name))
-      ADD_FAILURE() << "differentiable primitive '" << p->name
-                    << "' has no derivative test: add a case to cases() in tests/test_ad_rules.cpp";
+// 2. The one completeness check of the shared sample table (tests/primitive_samples.h), for
+// this walk, the vmap walk and every other: every registered primitive has a sample, every
+// differentiable one a sample this walk checks, every one with a batching rule a sample the
+// vmap walk checks — so a new primitive cannot slip through untested.
+TEST(PrimitiveSamples, EveryPrimitiveHasTheSamplesItsWalksNeed) {
+  for (const std::string& gap : samples::coverage_gaps()) ADD_FAILURE() << gap;
 }
 
 TEST(AdRegistry, SecondOrderThroughADataDependentWhileLoop) {

@@ -1,457 +1,37 @@
 // vmap: per-primitive batching rules against a loop over examples, and the public API.
 //
-// 1. Registry: every primitive has a batching rule, and every batching rule has a case in
-//    `cases()` (a primitive without one fails `EveryBatchRuleHasACase`).
-// 2. For every case and several batching patterns — every input batched along its first,
-//    middle or last axis, one input batched alone, one input left out — the result of
-//    `batching::evaluate` on a traced one-primitive function, with its batch axis moved to the
-//    front, equals the primitive applied eagerly to each example and stacked. Collectives
-//    compare with the hand-computed sum / max / stack / arange over the examples instead.
+// 1. Registry: every primitive has a batching rule (that each has a sample is checked with the
+//    shared sample table, tests/primitive_samples.h).
+// 2. The vmap walk over that table: for every sample and several batching patterns — every
+//    input batched along its first, middle or last axis, one input batched alone, one input
+//    left out — the result of `batching::evaluate` on the traced sample function, with its
+//    batch axis moved to the front, equals the function applied eagerly to each example and
+//    stacked. Collectives compare with the hand-computed sum / max / stack / arange over the
+//    examples instead.
 // 3. The API: in_axes / out_axes / none / axis_name, nesting, composition with grad, jvp/vjp,
 //    jacfwd/jacrev and jit, random numbers under vmap, and the errors users see.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
-#include <limits>
 #include <optional>
-#include <random>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include <kiln/kiln.h>
 
+#include "primitive_samples.h"
 #include "testing.h"
 
 namespace kiln {
 namespace {
 
 using Ts = std::vector<Tensor>;
-using Ints = std::vector<int64_t>;
 using Dims = std::vector<std::optional<int>>;
 
-uint64_t seed_of(const std::string& s) {  // FNV-1a: the same inputs on every platform
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
-  return h;
-}
-
-// ---- inputs ---------------------------------------------------------------------------
-
-// Two streams: shapes (the same for every example of a case, so examples stack) and values
-// (a fresh key per example).
-class Gen {
- public:
-  Gen(uint64_t shape_seed, uint64_t value_seed) : rng_(shape_seed), key_(random::key(value_seed)) {}
-
-  // A random size in [lo, hi], the same for every example.
-  int64_t dim(int64_t lo = 1, int64_t hi = 4) {
-    return lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
-  }
-  Tensor normal(const Shape& s) { return random::normal(next(), s, float64); }
-  Tensor uniform(const Shape& s, double lo, double hi) { return random::uniform(next(), s, float64, lo, hi); }
-  Tensor away_from_zero(const Shape& s, double lo, double hi) {
-    const Tensor sign = where(random::bernoulli(next(), 0.5, s), full(Shape{}, 1.0, float64),
-                              full(Shape{}, -1.0, float64));
-    return sign * uniform(s, lo, hi);
-  }
-  // Pairwise distinct values in random order (no ties for max pooling).
-  Tensor distinct(const Shape& s) {
-    const int64_t n = s.numel();
-    const Tensor p = astype(random::permutation(next(), n), float64);
-    return reshape(p * 0.3 + uniform(Shape{n}, 0.0, 0.1), s);
-  }
-  // Small integers as floats: comparisons see equal pairs.
-  Tensor small_ints(const Shape& s) { return floor(uniform(s, -2.0, 2.0)); }
-  Tensor bernoulli(const Shape& s) { return random::bernoulli(next(), 0.5, s); }
-  Tensor indices(const Shape& s, int64_t lo, int64_t hi, DType dt = int64) {
-    return random::randint(next(), s, lo, hi, dt);
-  }
-  Tensor key() { return next(); }
-  Tensor keys(int64_t n) { return random::split(next(), n); }
-
- private:
-  Tensor next() { return random::fold_in(key_, counter_++); }
-  std::mt19937_64 rng_;
-  Tensor key_;
-  uint32_t counter_ = 0;
-};
-
-struct Sample {
-  Ts args;  // one example's inputs
-  Attrs attrs;
-};
-
-// Per-example outputs of all examples from per-example inputs (the loop reference).
-using Reference = std::function<std::vector<Ts>(const std::vector<Ts>& examples, const Attrs&)>;
-
-struct Case {
-  std::string prim;
-  std::string label;
-  std::function<Sample(Gen&)> make;
-  Reference reference = nullptr;  // default: the primitive applied eagerly to each example
-  std::string axis_name = "";     // collectives: the named axis of the vmap
-  double rtol = 1e-12;
-  // Primitives a user reaches only through an API (control flow, the reverse pass of a
-  // loop): a small function built with that API, traced (it must contain the primitive) and
-  // batched as a whole; the reference runs it eagerly per example.
-  std::function<Ts(const Ts&)> body = nullptr;
-};
-
-std::string case_name(const Case& c) { return c.label.empty() ? c.prim : c.prim + "_" + c.label; }
-void PrintTo(const Case& c, std::ostream* os) { *os << case_name(c); }
-
-using kiln::testing::traced;
-using kiln::testing::with_fn;
-
-Case unary(std::string prim, std::function<Tensor(Gen&, const Shape&)> draw, std::string label = "") {
-  return {.prim = std::move(prim), .label = std::move(label), .make = [draw](Gen& g) {
-            const Shape s{g.dim(), g.dim(), g.dim()};
-            return Sample{{draw(g, s)}, {}};
-          }};
-}
-Case binary(std::string prim, std::function<Tensor(Gen&, const Shape&)> a,
-            std::function<Tensor(Gen&, const Shape&)> b, std::string label = "") {
-  return {.prim = std::move(prim), .label = std::move(label), .make = [a, b](Gen& g) {
-            const Shape s{g.dim(), g.dim()};
-            return Sample{{a(g, s), b(g, s)}, {}};
-          }};
-}
-Tensor normal(Gen& g, const Shape& s) { return g.normal(s); }
-Tensor bools(Gen& g, const Shape& s) { return g.bernoulli(s); }
-auto uniform_in(double lo, double hi) { return [lo, hi](Gen& g, const Shape& s) { return g.uniform(s, lo, hi); }; }
-auto away(double lo, double hi) { return [lo, hi](Gen& g, const Shape& s) { return g.away_from_zero(s, lo, hi); }; }
-Tensor ints(Gen& g, const Shape& s) { return astype(g.small_ints(s) * 7.0, int32); }
-Tensor small(Gen& g, const Shape& s) { return g.small_ints(s); }
-
-// Reference for collectives: `combine` of all examples' first inputs, the same for each.
-Reference collective(std::function<Tensor(const Ts& xs)> combine) {
-  return [combine](const std::vector<Ts>& ex, const Attrs&) {
-    Ts xs;
-    for (const Ts& e : ex) xs.push_back(e[0]);
-    const Tensor r = combine(xs);
-    return std::vector<Ts>(ex.size(), Ts{r});
-  };
-}
-
-std::vector<Case> cases() {
-  std::vector<Case> c;
-  // ---- unary elementwise ----
-  for (const char* p : {"neg", "exp", "expm1", "sin", "cos", "tanh", "sigmoid", "erf", "sign"})
-    c.push_back(unary(p, normal));
-  c.push_back(unary("neg", ints, "int32"));
-  c.push_back(unary("abs", normal));
-  c.push_back(unary("abs", ints, "int32"));
-  for (const char* p : {"log", "sqrt", "rsqrt"}) c.push_back(unary(p, uniform_in(0.5, 2.0)));
-  c.push_back(unary("log1p", uniform_in(-0.5, 2.0)));
-  c.push_back(unary("tan", uniform_in(-1.0, 1.0)));
-  for (const char* p : {"floor", "ceil", "round"})
-    c.push_back(unary(p, [](Gen& g, const Shape& s) { return g.normal(s) * 3.0; }));
-  c.push_back(unary("not", bools));
-  c.push_back(unary("isnan", [](Gen& g, const Shape& s) {
-    return where(g.bernoulli(s), full(Shape{}, NAN, float64), g.normal(s));
-  }));
-  c.push_back(unary("stop_gradient", normal));
-  c.push_back({.prim = "convert", .label = "f64_to_f32", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), g.dim()})}, {{"dtype", float32}}};
-               }});
-  c.push_back({.prim = "convert", .label = "f64_to_i32", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), g.dim()}) * 4.0}, {{"dtype", int32}}};
-               }});
-
-  // ---- binary elementwise and select ----
-  for (const char* p : {"add", "sub", "mul", "max", "min"}) c.push_back(binary(p, normal, normal));
-  c.push_back(binary("add", ints, ints, "int32"));
-  c.push_back(binary("div", normal, away(0.5, 2.0)));
-  c.push_back(binary("pow", uniform_in(0.5, 2.0), uniform_in(-1.5, 1.5)));
-  for (const char* p : {"eq", "ne", "lt", "le", "gt", "ge"}) c.push_back(binary(p, small, small));
-  for (const char* p : {"and", "or", "xor"}) c.push_back(binary(p, bools, bools));
-  c.push_back({.prim = "select", .label = "", .make = [](Gen& g) {
-                 const Shape s{g.dim(), g.dim()};
-                 return Sample{{g.bernoulli(s), g.normal(s), g.normal(s)}, {}};
-               }});
-
-  // ---- reductions (negative axes count from the end, also under vmap) ----
-  const auto reduce = [&](const char* p, Ints axes, std::function<Tensor(Gen&, const Shape&)> draw,
-                          std::string label) {
-    c.push_back({.prim = p, .label = std::move(label), .make = [axes, draw](Gen& g) {
-                   return Sample{{draw(g, Shape{g.dim(), g.dim(), g.dim()})}, {{"axes", axes}}};
-                 }});
-  };
-  reduce("reduce_sum", {0, 2}, normal, "");
-  reduce("reduce_sum", {-1}, normal, "negative_axis");
-  reduce("reduce_sum", {}, normal, "no_axes");
-  reduce("reduce_prod", {1}, uniform_in(0.5, 1.5), "");
-  reduce("reduce_max", {2}, normal, "");
-  reduce("reduce_max", {-2, -1}, normal, "negative_axes");
-  reduce("reduce_min", {0, 1}, normal, "");
-  reduce("reduce_and", {1}, bools, "");
-  reduce("reduce_or", {0, -1}, bools, "");
-  for (const char* p : {"argmax", "argmin"}) {
-    c.push_back({.prim = p, .label = "", .make = [](Gen& g) {
-                   return Sample{{g.normal(Shape{g.dim(), g.dim(2, 5), g.dim()})}, {{"axis", int64_t{1}}}};
-                 }});
-    c.push_back({.prim = p, .label = "negative_axis", .make = [](Gen& g) {
-                   return Sample{{g.normal(Shape{g.dim(), g.dim(2, 5)})}, {{"axis", int64_t{-1}}}};
-                 }});
-  }
-  // nn.cross_entropy's label check (the identity on valid labels; -100 is the ignore_index).
-  c.push_back({.prim = "check_labels", .label = "", .make = [](Gen& g) {
-                 const Shape s{g.dim(), g.dim()};
-                 const Tensor ignored = full(Shape{}, -100.0, int64);
-                 return Sample{{where(g.bernoulli(s), g.indices(s, 0, 4), ignored)},
-                               {{"classes", int64_t{4}}, {"ignore_index", int64_t{-100}}}};
-               }});
-
-  // ---- shapes ----
-  c.push_back({.prim = "reshape", .label = "", .make = [](Gen& g) {
-                 const int64_t a = g.dim(), b = g.dim();
-                 return Sample{{g.normal(Shape{a, 2, b})}, {{"shape", Ints{b, 2 * a}}}};
-               }});
-  c.push_back({.prim = "reshape", .label = "to_scalar", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{1, 1})}, {{"shape", Ints{}}}};
-               }});
-  c.push_back({.prim = "transpose", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), g.dim(), g.dim()})}, {{"perm", Ints{2, 0, 1}}}};
-               }});
-  c.push_back({.prim = "broadcast_to", .label = "", .make = [](Gen& g) {
-                 const int64_t n = g.dim();
-                 return Sample{{g.normal(Shape{n, 1})}, {{"shape", Ints{2, n, 4}}}};
-               }});
-  c.push_back({.prim = "broadcast_to", .label = "scalar", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{})}, {{"shape", Ints{3, 2}}}};
-               }});
-  c.push_back({.prim = "slice", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{7, g.dim(5, 6), 3})},
-                               {{"start", Ints{1, 0, 1}}, {"stop", Ints{7, 5, 3}}, {"step", Ints{2, 3, 1}}}};
-               }});
-  c.push_back({.prim = "flip", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), g.dim(), g.dim()})}, {{"axes", Ints{0, 2}}}};
-               }});
-  c.push_back({.prim = "flip", .label = "negative_axis", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), g.dim(2, 4)})}, {{"axes", Ints{-1}}}};
-               }});
-  c.push_back({.prim = "concatenate", .label = "", .make = [](Gen& g) {
-                 const int64_t n = g.dim();
-                 return Sample{{g.normal(Shape{n, 3}), g.normal(Shape{n, 1}), g.normal(Shape{n, g.dim()})},
-                               {{"axis", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "concatenate", .label = "negative_axis", .make = [](Gen& g) {
-                 const int64_t n = g.dim();
-                 return Sample{{g.normal(Shape{2, n}), g.normal(Shape{2, g.dim()})}, {{"axis", int64_t{-1}}}};
-               }});
-  c.push_back({.prim = "pad", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), g.dim()})},
-                               {{"low", Ints{1, 0}}, {"high", Ints{2, 3}}, {"value", 1.5}}};
-               }});
-
-  // ---- gather and scatter: index inputs, batched and unbatched (negative indices too) ----
-  c.push_back({.prim = "gather", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), 5, 2}), g.indices(Shape{g.dim(), g.dim()}, -5, 5)},
-                               {{"axis", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "gather", .label = "negative_axis_i32", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), 4}), g.indices(Shape{3}, 0, 4, int32)},
-                               {{"axis", int64_t{-1}}}};
-               }});
-  c.push_back({.prim = "gather", .label = "scalar_index", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{4, g.dim()}), g.indices(Shape{}, 0, 4)}, {{"axis", int64_t{0}}}};
-               }});
-  c.push_back({.prim = "scatter_add", .label = "", .make = [](Gen& g) {
-                 const int64_t a = g.dim();
-                 return Sample{{g.normal(Shape{a, 5, 2}), g.indices(Shape{2, 2}, 0, 5),
-                                g.normal(Shape{a, 2, 2, 2})},
-                               {{"axis", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "gather_along", .label = "", .make = [](Gen& g) {
-                 const int64_t a = g.dim();
-                 return Sample{{g.normal(Shape{a, 4}), g.indices(Shape{a, 5}, 0, 4)}, {{"axis", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "scatter_add_along", .label = "", .make = [](Gen& g) {
-                 const int64_t a = g.dim();
-                 return Sample{{g.normal(Shape{a, 4}), g.indices(Shape{a, 5}, 0, 4), g.normal(Shape{a, 5})},
-                               {{"axis", int64_t{1}}}};
-               }});
-
-  // ---- linear algebra, convolution, pooling ----
-  c.push_back({.prim = "matmul", .label = "", .make = [](Gen& g) {
-                 const int64_t m = g.dim(), k = g.dim(2, 5), n = g.dim();
-                 return Sample{{g.normal(Shape{m, k}), g.normal(Shape{k, n})}, {}};
-               }});
-  c.push_back({.prim = "matmul", .label = "batched", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{2, 3, 4}), g.normal(Shape{2, 4, g.dim()})}, {}};
-               }});
-  c.push_back({.prim = "conv2d", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(1, 2), 3, 5, 6}), g.normal(Shape{g.dim(1, 3), 3, 3, 2})},
-                               {{"stride", Ints{1, 1}}, {"padding", Ints{0, 0}},
-                                {"dilation", Ints{1, 1}}, {"groups", int64_t{1}}}};
-               }});
-  c.push_back({.prim = "conv2d", .label = "strided_padded_dilated_grouped", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{2, 4, 7, 6}), g.normal(Shape{6, 2, 3, 2})},
-                               {{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}},
-                                {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}}};
-               }});
-  const auto conv_grad_attrs = [](const char* name, Ints value) {
-    Attrs a{{"stride", Ints{2, 1}}, {"padding", Ints{1, 2}}, {"dilation", Ints{1, 2}}, {"groups", int64_t{2}}};
-    a.set(name, std::move(value));
-    return a;
-  };
-  c.push_back({.prim = "conv2d_input_grad", .label = "", .make = [=](Gen& g) {
-                 return Sample{{g.normal(Shape{2, 6, 4, 8}), g.normal(Shape{6, 2, 3, 2})},
-                               conv_grad_attrs("input_size", Ints{7, 6})};
-               }});
-  c.push_back({.prim = "conv2d_weight_grad", .label = "", .make = [=](Gen& g) {
-                 return Sample{{g.normal(Shape{2, 6, 4, 8}), g.normal(Shape{2, 4, 7, 6})},
-                               conv_grad_attrs("kernel_size", Ints{3, 2})};
-               }});
-  const Attrs pool{{"kernel", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 1}}};
-  c.push_back({.prim = "max_pool2d", .label = "", .make = [pool](Gen& g) {
-                 return Sample{{g.distinct(Shape{g.dim(1, 2), 3, 5, 6})}, pool};
-               }});
-  c.push_back({.prim = "max_pool2d_grad", .label = "", .make = [pool](Gen& g) {
-                 const int64_t n = g.dim(1, 2);
-                 return Sample{{g.distinct(Shape{n, 3, 5, 6}), g.normal(Shape{n, 3, 3, 6})}, pool};
-               }});
-  c.push_back({.prim = "avg_pool2d", .label = "", .make = [pool](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(1, 2), 3, 5, 6})}, pool};
-               }});
-
-  // ---- random: batched keys give independent streams, unbatched keys the same numbers ----
-  c.push_back({.prim = "random_bits", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.key()}, {{"shape", Ints{g.dim(), 3}}}};
-               }});
-  c.push_back({.prim = "random_bits", .label = "key_batch", .make = [](Gen& g) {
-                 return Sample{{g.keys(3)}, {{"shape", Ints{g.dim()}}}};
-               }});
-  c.push_back({.prim = "random_uniform", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.key()}, {{"shape", Ints{g.dim(), 2}}, {"dtype", float32}}};
-               }});
-  c.push_back({.prim = "random_uniform", .label = "key_batch_f64", .make = [](Gen& g) {
-                 return Sample{{g.keys(2)}, {{"shape", Ints{3}}, {"dtype", float64}}};
-               }});
-  c.push_back({.prim = "random_split", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.key()}, {{"n", int64_t{3}}}};
-               }});
-  c.push_back({.prim = "random_fold_in", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.keys(2)}, {{"data", int64_t{17}}}};
-               }});
-  c.push_back({.prim = "random_permutation", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.key()}, {{"n", int64_t{6}}}};
-               }});
-
-  // ---- primitives holding sub-functions ----
-  c.push_back({.prim = "call", .label = "two_results", .make = [](Gen& g) {
-                 const TensorType m{float64, Shape{3, 4}}, v{float64, Shape{4}};
-                 FunctionRef fn = traced("inner", {m, v}, [](const Ts& a) {
-                   return Ts{sin(a[0]) * a[1], sum(exp(a[1])) + matmul(a[0], a[1])};
-                 });
-                 return Sample{{g.normal(Shape{3, 4}), g.normal(Shape{4})}, with_fn("fn", fn)};
-               }});
-  c.push_back({.prim = "call", .label = "nested_call_with_constant", .make = [](Gen& g) {
-                 const TensorType m{float64, Shape{2, 3}};
-                 FunctionRef inner = traced("inner", {m}, [](const Ts& a) {
-                   return Ts{a[0] * tensor({1.0, 2.0, 3.0})};
-                 });
-                 FunctionRef fn = traced("outer", {m}, [inner](const Ts& a) {
-                   Ts r = kiln::bind(primitive("call"), {tanh(a[0])}, with_fn("fn", inner));
-                   return Ts{r[0] + a[0], sum(a[0], {1})};
-                 });
-                 return Sample{{g.normal(Shape{2, 3})}, with_fn("fn", fn)};
-               }});
-  c.push_back({.prim = "checkpoint", .label = "", .make = [](Gen& g) {
-                 const TensorType m{float64, Shape{3, 4}};
-                 FunctionRef fn = traced("inner", {m, m}, [](const Ts& a) {
-                   return Ts{tanh(a[0]) * a[1] + max(a[0], {1}, true)};
-                 });
-                 return Sample{{g.normal(Shape{3, 4}), g.normal(Shape{3, 4})}, with_fn("fn", fn)};
-               }});
-  c.push_back({.prim = "custom_jvp", .label = "", .make = [](Gen& g) {
-                 const TensorType m{float64, Shape{3}};
-                 FunctionRef fn = traced("f", {m, m}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
-                 FunctionRef rule = traced("f_jvp", {m, m, m, m}, [](const Ts& a) {
-                   return Ts{cos(a[0]) * a[2] * a[1] + sin(a[0]) * a[3]};
-                 });
-                 return Sample{{g.normal(Shape{3}), g.normal(Shape{3})}, with_fn("fn", fn, with_fn("jvp", rule))};
-               }});
-  c.push_back({.prim = "custom_vjp", .label = "", .make = [](Gen& g) {
-                 const TensorType m{float64, Shape{3}};
-                 FunctionRef fn = traced("f", {m, m}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
-                 FunctionRef bwd = traced("f_bwd", {m, m, m, m}, [](const Ts& a) {
-                   return Ts{a[3] * cos(a[0]) * a[1], a[3] * sin(a[0])};
-                 });
-                 return Sample{{g.normal(Shape{3}), g.normal(Shape{3})}, with_fn("fn", fn, with_fn("bwd", bwd))};
-               }});
-
-  // ---- control flow, through the public API (batched and shared predicates, per-example trip
-  // counts, batched carries and xs, the reverse pass of a data-dependent loop) ----
-  c.push_back({.prim = "cond", .label = "", .make = [](Gen& g) {
-                 const Shape s{g.dim()};
-                 return Sample{{g.bernoulli(Shape{}), g.normal(s), g.normal(s)}, {}};
-               }, .body = [](const Ts& a) {
-                 return Ts{cond(a[0], [](const Tensor& x, const Tensor& y) { return sin(x) * y; },
-                                [](const Tensor& x, const Tensor& y) { return x - exp(y); }, a[1], a[2])};
-               }});
-  using Carry = std::pair<Tensor, Tensor>;
-  const auto trips = [](const Tensor& x, const Tensor& n) {
-    return while_loop([&](const Carry& s) { return s.first < n; },
-                      [](const Carry& s) { return Carry{s.first + 1, sin(s.second) * 1.5 + 0.1}; },
-                      Carry{tensor(int32_t{0}), x}).second;
-  };
-  c.push_back({.prim = "while", .label = "per_example_trip_counts", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim()}), g.indices(Shape{}, 0, 4, int32)}, {}};
-               }, .body = [trips](const Ts& a) { return Ts{trips(a[0], a[1])}; }});
-  c.push_back({.prim = "while_grad", .label = "", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim()}), g.indices(Shape{}, 0, 4, int32)}, {}};
-               }, .body = [trips](const Ts& a) {
-                 return Ts{grad([trips](const Tensor& x, const Tensor& n) { return sum(trips(x, n)); })(a[0], a[1])};
-               }});
-  c.push_back({.prim = "scan", .label = "", .make = [](Gen& g) {
-                 const int64_t n = g.dim();
-                 return Sample{{g.normal(Shape{n}), g.normal(Shape{g.dim(), n})}, {}};
-               }, .body = [](const Ts& a) {
-                 auto [carry, ys] = scan([](const Tensor& c, const Tensor& x) { return Carry{tanh(c + x), c * x}; },
-                                         a[0], a[1]);
-                 return Ts{carry, ys};
-               }});
-  c.push_back({.prim = "scan", .label = "reverse", .make = [](Gen& g) {
-                 return Sample{{g.normal(Shape{2}), g.normal(Shape{3, 2})}, {}};
-               }, .body = [](const Ts& a) {
-                 auto [carry, ys] = scan([](const Tensor& c, const Tensor& x) { return Carry{c * 0.5 + x, sum(c)}; },
-                                         a[0], a[1], ScanOptions{.reverse = true, .length = std::nullopt});
-                 return Ts{carry, ys};
-               }});
-
-  // ---- collectives over the vmap's named axis: hand-computed references ----
-  const Attrs named{{"axis_name", std::string("batch")}};
-  c.push_back({.prim = "psum", .label = "", .make = [named](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), 2})}, named};
-               }, .reference = collective([](const Ts& xs) {
-                 Tensor s = xs[0];
-                 for (std::size_t i = 1; i < xs.size(); ++i) s = s + xs[i];
-                 return s;
-               }), .axis_name = "batch"});
-  c.push_back({.prim = "pmax", .label = "", .make = [named](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), 2})}, named};
-               }, .reference = collective([](const Ts& xs) {
-                 Tensor m = xs[0];
-                 for (std::size_t i = 1; i < xs.size(); ++i) m = maximum(m, xs[i]);
-                 return m;
-               }), .axis_name = "batch"});
-  c.push_back({.prim = "all_gather", .label = "", .make = [named](Gen& g) {
-                 return Sample{{g.normal(Shape{g.dim(), 2})}, named};  // axis_size: set per batch
-               }, .reference = collective([](const Ts& xs) { return stack(xs, 0); }), .axis_name = "batch"});
-  c.push_back({.prim = "axis_index", .label = "", .make = [named](Gen&) { return Sample{{}, named}; },
-               .reference = [](const std::vector<Ts>& ex, const Attrs&) {
-                 std::vector<Ts> out;
-                 for (std::size_t i = 0; i < ex.size(); ++i)
-                   out.push_back({tensor(std::vector<int32_t>{static_cast<int32_t>(i)}, Shape{})});
-                 return out;
-               }, .axis_name = "batch"});
-  return c;
-}
+using samples::Gen;
+using samples::PrimitiveSample;
 
 // ---- comparison -----------------------------------------------------------------------
 
@@ -531,29 +111,45 @@ std::vector<Pattern> patterns(const Ts& example, bool collective) {
   return out;
 }
 
-class BatchRules : public ::testing::TestWithParam<Case> {};
+// B examples of a sample, all of the same shapes, and the attributes to apply them with.
+struct Examples {
+  std::vector<Ts> inputs;
+  Attrs attrs;
+};
+Examples draw(const PrimitiveSample& c, int64_t B) {
+  const uint64_t seed = samples::seed_of(name_of(c));
+  Examples out;
+  if (!c.axis_name.empty()) {
+    // A collective's sample is the whole named axis: example b is row b of every input.
+    Gen g(seed, seed, B);
+    const samples::Sample s = c.make(g);
+    out.inputs.resize(static_cast<std::size_t>(B));
+    for (int64_t b = 0; b < B; ++b)
+      for (const samples::Arg& a : s.args)
+        out.inputs[static_cast<std::size_t>(b)].push_back(index(a.value, b));
+    out.attrs = s.attrs;
+    return out;
+  }
+  // Independent examples: one shape stream, a value stream each.
+  for (int64_t b = 0; b < B; ++b) {
+    Gen g(seed, seed + 1000003ull * static_cast<uint64_t>(b + 1));
+    const samples::Sample s = c.make(g);
+    out.inputs.push_back(s.values());
+    if (b == 0) out.attrs = s.attrs;
+  }
+  return out;
+}
+
+class BatchRules : public ::testing::TestWithParam<PrimitiveSample> {};
 
 TEST_P(BatchRules, MatchesLoopOverExamples) {
-  const Case& c = GetParam();
-  const Primitive& p = primitive(c.prim);
-  const uint64_t seed = seed_of(case_name(c));
-  Sample first;
-  {
-    Gen g(seed, seed);
-    first = c.make(g);
-  }
-  for (const Pattern& pat : patterns(first.args, !c.axis_name.empty())) {
-    SCOPED_TRACE(case_name(c) + " / " + pat.label + " / batch size " + std::to_string(pat.size));
+  const PrimitiveSample& c = GetParam();
+  const Ts first = draw(c, 1).inputs[0];
+  for (const Pattern& pat : patterns(first, !c.axis_name.empty())) {
+    SCOPED_TRACE(name_of(c) + " / " + pat.label + " / batch size " + std::to_string(pat.size));
     const int64_t B = pat.size;
-    // B independent examples, all of the same shapes; attributes from the first.
-    std::vector<Ts> ex;
-    for (int64_t b = 0; b < B; ++b) {
-      Gen g(seed, seed + 1000003ull * static_cast<uint64_t>(b + 1));
-      ex.push_back(c.make(g).args);
-    }
-    Attrs attrs = first.attrs;
-    if (c.prim == "all_gather") attrs.set("axis_size", B);
-    const std::size_t n = first.args.size();
+    auto [ex, attrs] = draw(c, B);
+    const std::size_t n = first.size();
     // Unbatched inputs: example 0's for everyone.
     for (int64_t b = 1; b < B; ++b)
       for (std::size_t k = 0; k < n; ++k)
@@ -561,16 +157,13 @@ TEST_P(BatchRules, MatchesLoopOverExamples) {
 
     std::vector<TensorType> types;
     for (const Tensor& t : ex[0]) types.push_back(t.type());
-    const ir::Traced f = ir::trace_function(c.prim, types, [&](const Ts& params) {
-      return c.body ? c.body(params) : kiln::bind(p, params, attrs);
-    });
+    const ir::Traced f = ir::trace_function(
+        c.prim, types, [&](const Ts& params) { return samples::apply(c, params, attrs); });
     ir::verify(*f.function);
     ASSERT_TRUE(f.captures.empty());
-    if (c.body) {
-      bool found = false;
-      for (const ir::Equation& e : f.function->equations) found = found || e.prim == &p;
-      ASSERT_TRUE(found) << "the case's function does not contain '" << c.prim << "':\n" << ir::print(*f.function);
-    }
+    ASSERT_TRUE(samples::traces_primitive(*f.function, c))
+        << "the sample's function does not contain '" << c.prim << "':\n"
+        << ir::print(*f.function);
     std::vector<Batched> args;
     for (std::size_t k = 0; k < n; ++k) {
       if (!pat.dims[k]) {
@@ -588,12 +181,10 @@ TEST_P(BatchRules, MatchesLoopOverExamples) {
     }
 
     std::vector<Ts> want;
-    if (c.reference) {
-      want = c.reference(ex, attrs);
-    } else if (c.body) {
-      for (const Ts& e : ex) want.push_back(c.body(e));
+    if (c.vmap.reference) {
+      want = c.vmap.reference(ex, attrs);
     } else {
-      for (const Ts& e : ex) want.push_back(kiln::bind(p, e, attrs));
+      for (const Ts& e : ex) want.push_back(samples::apply(c, e, attrs));
     }
     const std::vector<TensorType> out_types = f.function->result_types();
     ASSERT_EQ(outs.size(), out_types.size());
@@ -615,31 +206,24 @@ TEST_P(BatchRules, MatchesLoopOverExamples) {
       std::vector<int64_t> shape{B};
       shape.insert(shape.end(), out_types[j].shape.begin(), out_types[j].shape.end());
       EXPECT_EQ(got.type(), (TensorType{out_types[j].dtype, Shape(shape)})) << "result " << j;
-      expect_close(got, expected, c.rtol, "result " + std::to_string(j));
+      expect_close(got, expected, c.vmap.rtol, "result " + std::to_string(j));
     }
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Vmap, BatchRules, ::testing::ValuesIn(cases()),
-                         [](const ::testing::TestParamInfo<Case>& info) { return case_name(info.param); });
+INSTANTIATE_TEST_SUITE_P(Vmap, BatchRules, ::testing::ValuesIn(samples::vmap_samples()),
+                         [](const ::testing::TestParamInfo<PrimitiveSample>& info) {
+                           return name_of(info.param);
+                         });
 
 // ---- the registry ----------------------------------------------------------------------
 
+// That every primitive with a batching rule has a sample this walk checks is part of the
+// shared table's one completeness check, PrimitiveSamples.EveryPrimitiveHasTheSamplesItsWalksNeed
+// (tests/test_ad_rules.cpp).
 TEST(VmapRegistry, EveryPrimitiveHasABatchRule) {
   for (const Primitive* p : all_primitives())
     if (!p->batch) ADD_FAILURE() << "primitive '" << p->name << "' has no batching rule";
-}
-
-TEST(VmapRegistry, EveryBatchRuleHasACase) {
-  std::set<std::string> covered;
-  for (const Case& c : cases()) {
-    covered.insert(c.prim);
-    if (!find_primitive(c.prim)) ADD_FAILURE() << "case '" << case_name(c) << "' names no registered primitive";
-  }
-  for (const Primitive* p : all_primitives())
-    if (p->batch && !covered.count(p->name))
-      ADD_FAILURE() << "primitive '" << p->name
-                    << "' has a batching rule but no case: add one to cases() in tests/test_vmap.cpp";
 }
 
 // ---- the API ---------------------------------------------------------------------------

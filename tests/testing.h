@@ -43,15 +43,4 @@ inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -
   return v;
 }
 
-// Attributes with a sub-function (for higher-order primitives' test samples).
-inline Attrs with_fn(const char* name, FunctionRef f, Attrs a = {}) {
-  a.set(name, std::move(f));
-  return a;
-}
-// body traced over arguments of the given types.
-inline FunctionRef traced(const std::string& name, const std::vector<TensorType>& types,
-                          const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body) {
-  return ir::trace_function(name, types, body).function;
-}
-
 }  // namespace kiln::testing

@@ -1,0 +1,724 @@
+// The table of primitive samples (see primitive_samples.h), and the completeness check.
+//
+// Shapes come from Gen::dim where the exact sizes do not matter (so the vmap walk sees size-1
+// axes, ranks and layouts vary), fixed where the sample is built around them (conv/pool
+// geometry, masks). Values come from the primitive's domain, away from kinks, poles and ties
+// where a derivative is checked there.
+#include "primitive_samples.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <iterator>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "../examples/custom_primitive.h"
+
+namespace kiln::samples {
+
+uint64_t seed_of(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+  return h;
+}
+
+// ---- Gen ------------------------------------------------------------------------------
+
+Gen::Gen(uint64_t shape_seed, uint64_t value_seed, int64_t axis_size)
+    : rng_(shape_seed), key_(random::key(value_seed)), axis_size_(axis_size) {}
+
+int64_t Gen::dim(int64_t lo, int64_t hi) {
+  return lo + static_cast<int64_t>(rng_() % static_cast<uint64_t>(hi - lo + 1));
+}
+Tensor Gen::normal(const Shape& s) { return random::normal(next(), s, float64); }
+Tensor Gen::uniform(const Shape& s, double lo, double hi) {
+  return random::uniform(next(), s, float64, lo, hi);
+}
+Tensor Gen::away_from_zero(const Shape& s, double lo, double hi) {
+  const Tensor sign = where(random::bernoulli(next(), 0.5, s), full(Shape{}, 1.0, float64),
+                            full(Shape{}, -1.0, float64));
+  return sign * uniform(s, lo, hi);
+}
+Tensor Gen::distinct(const Shape& s) {
+  const int64_t n = s.numel();
+  const Tensor p = astype(random::permutation(next(), n), float64);
+  return reshape(p * 0.3 + uniform(Shape{n}, 0.0, 0.1) - 0.15 * static_cast<double>(n), s);
+}
+Tensor Gen::small_ints(const Shape& s) { return floor(uniform(s, -2.0, 2.0)); }
+Tensor Gen::bernoulli(const Shape& s) { return random::bernoulli(next(), 0.5, s); }
+Tensor Gen::indices(const Shape& s, int64_t lo, int64_t hi, DType dtype) {
+  return random::randint(next(), s, lo, hi, dtype);
+}
+Tensor Gen::key() { return next(); }
+Tensor Gen::keys(int64_t n) { return random::split(next(), n); }
+Tensor Gen::next() { return random::fold_in(key_, counter_++); }
+
+Ts Sample::values() const {
+  Ts v;
+  for (const Arg& a : args) v.push_back(a.value);
+  return v;
+}
+
+std::string name_of(const PrimitiveSample& s) {
+  return s.label.empty() ? s.prim : s.prim + "_" + s.label;
+}
+void PrintTo(const PrimitiveSample& s, std::ostream* os) { *os << name_of(s); }
+
+namespace {
+
+// ---- building blocks ----------------------------------------------------------------------
+
+using Draw = std::function<Tensor(Gen&, const Shape&)>;
+using Ints = std::vector<int64_t>;
+
+Tensor normal(Gen& g, const Shape& s) { return g.normal(s); }
+Tensor bools(Gen& g, const Shape& s) { return g.bernoulli(s); }
+Tensor small(Gen& g, const Shape& s) { return g.small_ints(s); }
+Tensor ints(Gen& g, const Shape& s) { return astype(g.small_ints(s) * 7.0, int32); }
+Draw uniform_in(double lo, double hi) {
+  return [lo, hi](Gen& g, const Shape& s) { return g.uniform(s, lo, hi); };
+}
+Draw away(double lo, double hi) {
+  return [lo, hi](Gen& g, const Shape& s) { return g.away_from_zero(s, lo, hi); };
+}
+
+// The shape of elementwise and reduction samples: random sizes, the first possibly 1 (the vmap
+// walk sees size-1 axes), at least 12 elements (the AD walk sees both sides of value-dependent
+// rules: abs's sign, max's choice, huber's two pieces).
+Shape elementwise_shape(Gen& g) { return Shape{g.dim(), g.dim(3, 4), g.dim(4, 5)}; }
+
+PrimitiveSample unary(std::string prim, Draw draw, std::string label = "") {
+  return {.prim = std::move(prim), .label = std::move(label), .make = [draw](Gen& g) {
+            const Shape s = elementwise_shape(g);
+            return Sample{{{draw(g, s)}}, {}};
+          }};
+}
+PrimitiveSample binary(std::string prim, Draw a, Draw b, std::string label = "") {
+  return {.prim = std::move(prim), .label = std::move(label), .make = [a, b](Gen& g) {
+            const Shape s = elementwise_shape(g);
+            return Sample{{{a(g, s)}, {b(g, s)}}, {}};
+          }};
+}
+// Integers carry no derivatives (docs/DESIGN.md), so integer samples are not the AD walk's.
+PrimitiveSample integers(PrimitiveSample s) {
+  s.ad.check = false;
+  return s;
+}
+
+// x: f64[3,4,5] with no zeros, and zeros at chosen places: one in slice (0, :, 0) and two in
+// slice (1, :, 2) along axis 1 (the cases reduce_prod's rule treats specially).
+Tensor with_zeros(Gen& g) {
+  std::vector<double> mask(60, 1.0);
+  auto at = [](int i, int j, int k) { return static_cast<std::size_t>((i * 4 + j) * 5 + k); };
+  mask[at(0, 1, 0)] = 0.0;
+  mask[at(1, 0, 2)] = 0.0;
+  mask[at(1, 3, 2)] = 0.0;
+  return g.away_from_zero(Shape{3, 4, 5}, 0.5, 1.5) * tensor(mask, Shape{3, 4, 5});
+}
+
+// The vmap reference for collectives: `combine` of all examples' first inputs, the same for
+// each example.
+Reference collective(std::function<Tensor(const Ts& xs)> combine) {
+  return [combine](const std::vector<Ts>& ex, const Attrs&) {
+    Ts xs;
+    for (const Ts& e : ex) xs.push_back(e[0]);
+    const Tensor r = combine(xs);
+    return std::vector<Ts>(ex.size(), Ts{r});
+  };
+}
+
+// ---- the table ----------------------------------------------------------------------------
+
+std::vector<PrimitiveSample> make_table() {
+  std::vector<PrimitiveSample> c;
+  // ---- unary elementwise ----
+  for (const char* p : {"neg", "exp", "expm1", "sin", "cos", "tanh", "sigmoid", "erf", "sign"})
+    c.push_back(unary(p, normal));
+  c.push_back(integers(unary("neg", ints, "int32")));
+  c.push_back(unary("abs", away(0.2, 1.5)));  // away from the kink
+  c.push_back(integers(unary("abs", ints, "int32")));
+  for (const char* p : {"log", "sqrt", "rsqrt"}) c.push_back(unary(p, uniform_in(0.5, 2.0)));
+  c.push_back(unary("log1p", uniform_in(-0.5, 2.0)));
+  c.push_back(unary("tan", uniform_in(-1.0, 1.0)));
+  for (const char* p : {"floor", "ceil", "round"})
+    c.push_back(unary(p, [](Gen& g, const Shape& s) { return g.normal(s) * 3.0; }));
+  c.push_back(unary("not", bools));
+  c.push_back(unary("isnan", [](Gen& g, const Shape& s) {
+    return where(g.bernoulli(s), full(Shape{}, NAN, float64), g.normal(s));
+  }));
+  c.push_back(unary("stop_gradient", normal));
+  // convert is linear, so finite differences with a large step are exact up to float32
+  // rounding of the values (~6e-8 relative): step 1e-2, tolerance 1e-4.
+  const AdKnobs through_f32{.fd_h = 1e-2, .fd_rtol = 1e-4, .dot_rtol = 1e-6};
+  c.push_back({.prim = "convert",
+               .label = "f64_to_f32",
+               .make =
+                   [](Gen& g) {
+                     return Sample{{{g.normal(elementwise_shape(g))}}, {{"dtype", float32}}};
+                   },
+               .ad = through_f32});
+  c.push_back({.prim = "convert",
+               .label = "f32_to_f64",
+               .make =
+                   [](Gen& g) {
+                     return Sample{{{astype(g.normal(elementwise_shape(g)), float32)}},
+                                   {{"dtype", float64}}};
+                   },
+               .ad = through_f32});
+  c.push_back(
+      integers({.prim = "convert", .label = "f64_to_i32", .make = [](Gen& g) {
+                  return Sample{{{g.normal(elementwise_shape(g)) * 4.0}}, {{"dtype", int32}}};
+                }}));
+
+  // ---- binary elementwise and select ----
+  for (const char* p : {"add", "sub", "mul"}) c.push_back(binary(p, normal, normal));
+  c.push_back(integers(binary("add", ints, ints, "int32")));
+  c.push_back(binary("div", normal, away(0.5, 2.0)));
+  c.push_back(binary("pow", uniform_in(0.5, 2.0), uniform_in(-1.5, 1.5)));
+  for (const char* p : {"max", "min"})  // operands at least 0.2 apart: no ties
+    c.push_back({.prim = p, .label = "", .make = [](Gen& g) {
+                   const Shape s = elementwise_shape(g);
+                   const Tensor b = g.normal(s);
+                   return Sample{{{b + g.away_from_zero(s, 0.2, 1.0)}, {b}}, {}};
+                 }});
+  for (const char* p : {"eq", "ne", "lt", "le", "gt", "ge"}) c.push_back(binary(p, small, small));
+  for (const char* p : {"and", "or", "xor"}) c.push_back(binary(p, bools, bools));
+  c.push_back({.prim = "select", .label = "", .make = [](Gen& g) {
+                 const Shape s = elementwise_shape(g);
+                 return Sample{{fixed(g.bernoulli(s)), {g.normal(s)}, {g.normal(s)}}, {}};
+               }});
+
+  // ---- reductions (negative axes count from the end) ----
+  const auto reduce = [&](const char* p, Ints axes, Draw draw,
+                          std::string label) -> PrimitiveSample& {
+    c.push_back({.prim = p, .label = std::move(label), .make = [axes, draw](Gen& g) {
+                   return Sample{{{draw(g, elementwise_shape(g))}}, {{"axes", axes}}};
+                 }});
+    return c.back();
+  };
+  const Draw distinct = [](Gen& g, const Shape& s) { return g.distinct(s); };
+  // The samples with negative axes are not the AD walk's yet: the reductions' derivative
+  // rules index the shape with `axes` as given, so a negative axis writes out of bounds
+  // (expand_back and prod_partials in src/ops/reduce.cpp; reported with issue 13).
+  reduce("reduce_sum", {0, 2}, normal, "");
+  reduce("reduce_sum", {-1}, normal, "negative_axis").ad.check = false;
+  reduce("reduce_sum", {}, normal, "no_axes");
+  reduce("reduce_prod", {1}, away(0.5, 1.5), "");
+  // A product is a polynomial, so it is smooth at zeros too and finite differences hold there.
+  c.push_back({.prim = "reduce_prod", .label = "with_zeros", .make = [](Gen& g) {
+                 return Sample{{{with_zeros(g)}}, {{"axes", Ints{1}}}};
+               }});
+  c.push_back({.prim = "reduce_prod", .label = "two_axes_with_zeros", .make = [](Gen& g) {
+                 return Sample{{{with_zeros(g)}}, {{"axes", Ints{0, 2}}}};
+               }});
+  reduce("reduce_max", {2}, distinct, "");
+  reduce("reduce_max", {-2, -1}, distinct, "negative_axes").ad.check = false;
+  reduce("reduce_min", {0, 1}, distinct, "");
+  reduce("reduce_and", {1}, bools, "");
+  reduce("reduce_or", {0, -1}, bools, "");
+  for (const char* p : {"argmax", "argmin"}) {
+    c.push_back({.prim = p, .label = "", .make = [](Gen& g) {
+                   return Sample{{{g.normal(Shape{g.dim(), g.dim(2, 5), g.dim()})}},
+                                 {{"axis", int64_t{1}}}};
+                 }});
+    c.push_back(
+        {.prim = p, .label = "negative_axis", .make = [](Gen& g) {
+           return Sample{{{g.normal(Shape{g.dim(), g.dim(2, 5)})}}, {{"axis", int64_t{-1}}}};
+         }});
+  }
+  // nn.cross_entropy's label check (the identity on valid labels; -100 is the ignore_index).
+  c.push_back({.prim = "check_labels", .label = "", .make = [](Gen& g) {
+                 const Shape s{g.dim(), g.dim()};
+                 const Tensor ignored = full(Shape{}, -100.0, int64);
+                 return Sample{{{where(g.bernoulli(s), g.indices(s, 0, 4), ignored)}},
+                               {{"classes", int64_t{4}}, {"ignore_index", int64_t{-100}}}};
+               }});
+
+  // ---- shapes ----
+  c.push_back({.prim = "reshape", .label = "", .make = [](Gen& g) {
+                 const int64_t a = g.dim(), b = g.dim();
+                 return Sample{{{g.normal(Shape{a, 2, b})}}, {{"shape", Ints{b, 2 * a}}}};
+               }});
+  c.push_back({.prim = "reshape", .label = "to_scalar", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{1, 1})}}, {{"shape", Ints{}}}};
+               }});
+  c.push_back(
+      {.prim = "transpose", .label = "", .make = [](Gen& g) {
+         return Sample{{{g.normal(Shape{g.dim(), g.dim(), g.dim()})}}, {{"perm", Ints{2, 0, 1}}}};
+       }});
+  c.push_back({.prim = "broadcast_to", .label = "", .make = [](Gen& g) {
+                 const int64_t n = g.dim();
+                 return Sample{{{g.normal(Shape{n, 1})}}, {{"shape", Ints{2, n, 4}}}};
+               }});
+  c.push_back({.prim = "broadcast_to", .label = "scalar", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{})}}, {{"shape", Ints{3, 2}}}};
+               }});
+  c.push_back({.prim = "slice", .label = "steps", .make = [](Gen& g) {
+                 return Sample{
+                     {{g.normal(Shape{7, g.dim(5, 6), 3})}},
+                     {{"start", Ints{1, 0, 1}}, {"stop", Ints{7, 5, 3}}, {"step", Ints{2, 3, 1}}}};
+               }});
+  c.push_back({.prim = "slice", .label = "ragged_steps", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{8, 7})}},
+                               {{"start", Ints{2, 1}}, {"stop", Ints{7, 6}}, {"step", Ints{3, 2}}}};
+               }});
+  c.push_back(
+      {.prim = "flip", .label = "", .make = [](Gen& g) {
+         return Sample{{{g.normal(Shape{g.dim(), g.dim(), g.dim()})}}, {{"axes", Ints{0, 2}}}};
+       }});
+  c.push_back({.prim = "flip", .label = "negative_axis", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{g.dim(), g.dim(2, 4)})}}, {{"axes", Ints{-1}}}};
+               }});
+  c.push_back(
+      {.prim = "concatenate", .label = "", .make = [](Gen& g) {
+         const int64_t n = g.dim();
+         return Sample{
+             {{g.normal(Shape{n, 3})}, {g.normal(Shape{n, 1})}, {g.normal(Shape{n, g.dim()})}},
+             {{"axis", int64_t{1}}}};
+       }});
+  c.push_back({.prim = "concatenate", .label = "negative_axis", .make = [](Gen& g) {
+                 const int64_t n = g.dim();
+                 return Sample{{{g.normal(Shape{2, n})}, {g.normal(Shape{2, g.dim()})}},
+                               {{"axis", int64_t{-1}}}};
+               }});
+  c.push_back({.prim = "pad", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{g.dim(), g.dim()})}},
+                               {{"low", Ints{1, 0}}, {"high", Ints{2, 3}}, {"value", 1.5}}};
+               }});
+
+  // ---- gather and scatter: random indices (negative ones too), and fixed indices that repeat,
+  // so that scatter_add (gather's transpose) accumulates ----
+  const auto repeated = [] { return tensor(std::vector<int64_t>{4, 0, 4, 1}, Shape{2, 2}); };
+  c.push_back({.prim = "gather", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{g.dim(), 5, 2})},
+                                fixed(g.indices(Shape{g.dim(), g.dim()}, -5, 5))},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back(
+      {.prim = "gather", .label = "repeated_indices", .make = [repeated](Gen& g) {
+         return Sample{{{g.normal(Shape{3, 5, 2})}, fixed(repeated())}, {{"axis", int64_t{1}}}};
+       }});
+  c.push_back({.prim = "gather", .label = "negative_axis_i32", .make = [](Gen& g) {
+                 return Sample{
+                     {{g.normal(Shape{g.dim(), 4})}, fixed(g.indices(Shape{3}, 0, 4, int32))},
+                     {{"axis", int64_t{-1}}}};
+               }});
+  c.push_back({.prim = "gather", .label = "scalar_index", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{4, g.dim()})}, fixed(g.indices(Shape{}, 0, 4))},
+                               {{"axis", int64_t{0}}}};
+               }});
+  c.push_back({.prim = "scatter_add", .label = "", .make = [](Gen& g) {
+                 const int64_t a = g.dim();
+                 return Sample{{{g.normal(Shape{a, 5, 2})},
+                                fixed(g.indices(Shape{2, 2}, 0, 5)),
+                                {g.normal(Shape{a, 2, 2, 2})}},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "scatter_add", .label = "repeated_indices", .make = [repeated](Gen& g) {
+                 return Sample{
+                     {{g.normal(Shape{3, 5, 2})}, fixed(repeated()), {g.normal(Shape{3, 2, 2, 2})}},
+                     {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "gather_along", .label = "", .make = [](Gen& g) {
+                 const int64_t a = g.dim();
+                 return Sample{{{g.normal(Shape{a, 4})}, fixed(g.indices(Shape{a, 5}, 0, 4))},
+                               {{"axis", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "scatter_add_along", .label = "", .make = [](Gen& g) {
+                 const int64_t a = g.dim();
+                 return Sample{{{g.normal(Shape{a, 4})},
+                                fixed(g.indices(Shape{a, 5}, 0, 4)),
+                                {g.normal(Shape{a, 5})}},
+                               {{"axis", int64_t{1}}}};
+               }});
+
+  // ---- linear algebra, convolution, pooling ----
+  c.push_back({.prim = "matmul", .label = "", .make = [](Gen& g) {
+                 const int64_t m = g.dim(), k = g.dim(2, 5), n = g.dim();
+                 return Sample{{{g.normal(Shape{m, k})}, {g.normal(Shape{k, n})}}, {}};
+               }});
+  c.push_back({.prim = "matmul", .label = "batched", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 3, 4})}, {g.normal(Shape{2, 4, g.dim()})}}, {}};
+               }});
+  c.push_back({.prim = "conv2d", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{g.dim(1, 2), 3, 5, 6})},
+                                {g.normal(Shape{g.dim(1, 3), 3, 3, 2})}},
+                               {{"stride", Ints{1, 1}},
+                                {"padding", Ints{0, 0}},
+                                {"dilation", Ints{1, 1}},
+                                {"groups", int64_t{1}}}};
+               }});
+  c.push_back({.prim = "conv2d", .label = "strided_padded_dilated_grouped", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 4, 7, 6})}, {g.normal(Shape{6, 2, 3, 2})}},
+                               {{"stride", Ints{2, 1}},
+                                {"padding", Ints{1, 2}},
+                                {"dilation", Ints{1, 2}},
+                                {"groups", int64_t{2}}}};
+               }});
+  // x [2, 4, 7, 6] and w [6, 2, 3, 2] under these attributes give dy [2, 6, 4, 8].
+  const auto conv_grad_attrs = [](const char* name, Ints value) {
+    Attrs a{{"stride", Ints{2, 1}},
+            {"padding", Ints{1, 2}},
+            {"dilation", Ints{1, 2}},
+            {"groups", int64_t{2}}};
+    a.set(name, std::move(value));
+    return a;
+  };
+  c.push_back(
+      {.prim = "conv2d_input_grad", .label = "strided_padded_dilated_grouped", .make = [=](Gen& g) {
+         return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{6, 2, 3, 2})}},
+                       conv_grad_attrs("input_size", Ints{7, 6})};
+       }});
+  c.push_back({.prim = "conv2d_weight_grad",
+               .label = "strided_padded_dilated_grouped",
+               .make = [=](Gen& g) {
+                 return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{2, 4, 7, 6})}},
+                               conv_grad_attrs("kernel_size", Ints{3, 2})};
+               }});
+  const Attrs pool{{"kernel", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 1}}};
+  c.push_back({.prim = "max_pool2d", .label = "", .make = [pool](Gen& g) {
+                 return Sample{{{g.distinct(Shape{g.dim(1, 2), 3, 5, 6})}}, pool};  // no ties
+               }});
+  c.push_back(
+      {.prim = "max_pool2d_grad", .label = "", .make = [pool](Gen& g) {
+         const int64_t n = g.dim(1, 2);
+         return Sample{{{g.distinct(Shape{n, 3, 5, 6})}, {g.normal(Shape{n, 3, 3, 6})}}, pool};
+       }});
+  c.push_back({.prim = "avg_pool2d", .label = "", .make = [pool](Gen& g) {
+                 return Sample{{{g.normal(Shape{g.dim(1, 2), 3, 5, 6})}}, pool};
+               }});
+
+  // ---- random: batched keys give independent streams, unbatched keys the same numbers ----
+  c.push_back({.prim = "random_bits", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.key()}}, {{"shape", Ints{g.dim(), 3}}}};
+               }});
+  c.push_back({.prim = "random_bits", .label = "key_batch", .make = [](Gen& g) {
+                 return Sample{{{g.keys(3)}}, {{"shape", Ints{g.dim()}}}};
+               }});
+  c.push_back({.prim = "random_uniform", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.key()}}, {{"shape", Ints{g.dim(), 2}}, {"dtype", float32}}};
+               }});
+  c.push_back({.prim = "random_uniform", .label = "key_batch_f64", .make = [](Gen& g) {
+                 return Sample{{{g.keys(2)}}, {{"shape", Ints{3}}, {"dtype", float64}}};
+               }});
+  c.push_back({.prim = "random_split", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.key()}}, {{"n", int64_t{3}}}};
+               }});
+  c.push_back({.prim = "random_fold_in", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.keys(2)}}, {{"data", int64_t{17}}}};
+               }});
+  c.push_back({.prim = "random_permutation", .label = "", .make = [](Gen& g) {
+                 return Sample{{{g.key()}}, {{"n", int64_t{6}}}};
+               }});
+
+  // ---- primitives holding sub-functions ----
+  c.push_back({.prim = "call", .label = "two_results", .make = [](Gen& g) {
+                 const TensorType m{float64, Shape{3, 4}}, v{float64, Shape{4}};
+                 FunctionRef fn = traced("inner", {m, v}, [](const Ts& a) {
+                   return Ts{sin(a[0]) * a[1], sum(exp(a[1])) + matmul(a[0], a[1])};
+                 });
+                 return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{4})}}, with_fn("fn", fn)};
+               }});
+  c.push_back({.prim = "call", .label = "nested_call_with_constant", .make = [](Gen& g) {
+                 const TensorType m{float64, Shape{2, 3}};
+                 FunctionRef inner = traced("inner", {m}, [](const Ts& a) {
+                   return Ts{a[0] * tensor({1.0, 2.0, 3.0})};
+                 });
+                 FunctionRef fn = traced("outer", {m}, [inner](const Ts& a) {
+                   Ts r = kiln::bind(primitive("call"), {tanh(a[0])}, with_fn("fn", inner));
+                   return Ts{r[0] + a[0], sum(a[0], {1})};
+                 });
+                 return Sample{{{g.normal(Shape{2, 3})}}, with_fn("fn", fn)};
+               }});
+  c.push_back({.prim = "checkpoint", .label = "", .make = [](Gen& g) {
+                 const TensorType m{float64, Shape{3, 4}};
+                 FunctionRef fn =
+                     traced("inner", {m}, [](const Ts& a) { return Ts{tanh(a[0]) * a[0]}; });
+                 return Sample{{{g.normal(Shape{3, 4})}}, with_fn("fn", fn)};
+               }});
+  c.push_back(
+      {.prim = "checkpoint", .label = "two_inputs_with_max", .make = [](Gen& g) {
+         const TensorType m{float64, Shape{3, 4}};
+         FunctionRef fn = traced("inner", {m, m}, [](const Ts& a) {
+           return Ts{tanh(a[0]) * a[1] + max(a[0], {1}, true)};
+         });
+         return Sample{{{g.distinct(Shape{3, 4})}, {g.normal(Shape{3, 4})}}, with_fn("fn", fn)};
+       }});
+  // f(x, y) = sin(x) y with its true derivative as the user rule: checks the mechanism.
+  c.push_back(
+      {.prim = "custom_jvp", .label = "", .make = [](Gen& g) {
+         const TensorType m{float64, Shape{3, 4}};
+         FunctionRef fn = traced("f", {m, m}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
+         FunctionRef rule = traced("f_jvp", {m, m, m, m}, [](const Ts& a) {
+           return Ts{cos(a[0]) * a[2] * a[1] + sin(a[0]) * a[3]};
+         });
+         return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}},
+                       with_fn("fn", fn, with_fn("jvp", rule))};
+       }});
+  // custom_vjp has no JVP by design: the AD walk checks its VJP against finite differences
+  // directly, and its second derivatives reverse-over-reverse only.
+  c.push_back(
+      {.prim = "custom_vjp",
+       .label = "",
+       .make =
+           [](Gen& g) {
+             const TensorType m{float64, Shape{3, 4}};
+             FunctionRef fn = traced("f", {m, m}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
+             FunctionRef bwd = traced("f_bwd", {m, m, m, m}, [](const Ts& a) {
+               return Ts{a[3] * cos(a[0]) * a[1], a[3] * sin(a[0])};  // (x, y, out, ct)
+             });
+             return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}},
+                           with_fn("fn", fn, with_fn("bwd", bwd))};
+           },
+       .ad = {.forward_mode = false}});
+
+  // ---- control flow: the primitives bound directly (operand layouts in
+  // src/transforms/control_flow.cpp), and through the public API (batched and shared
+  // predicates, per-example trip counts, batched carries and xs, the reverse pass of a
+  // data-dependent loop) ----
+  const TensorType m3{float64, Shape{3}}, i0{int32, Shape{}};
+  // cond: (index, operands...) with one branch function per index; both branches checked.
+  for (int32_t taken : {0, 1}) {
+    c.push_back({.prim = "cond", .label = taken ? "branch1" : "branch0", .make = [=](Gen& g) {
+                   FunctionRef b0 =
+                       traced("b0", {m3, m3}, [](const Ts& a) { return Ts{cos(a[0]) * a[1]}; });
+                   FunctionRef b1 = traced("b1", {m3, m3},
+                                           [](const Ts& a) { return Ts{sin(a[0]) * a[0] + a[1]}; });
+                   return Sample{{fixed(tensor(taken)), {g.normal(Shape{3})}, {g.normal(Shape{3})}},
+                                 with_fn("branch0", b0, with_fn("branch1", b1))};
+                 }});
+  }
+  c.push_back({.prim = "cond",
+               .label = "api",
+               .make =
+                   [](Gen& g) {
+                     const Shape s{g.dim()};
+                     return Sample{{fixed(g.bernoulli(Shape{})), {g.normal(s)}, {g.normal(s)}}, {}};
+                   },
+               .body =
+                   [](const Ts& a) {
+                     return Ts{cond(
+                         a[0], [](const Tensor& x, const Tensor& y) { return sin(x) * y; },
+                         [](const Tensor& x, const Tensor& y) { return x - exp(y); }, a[1], a[2])};
+                   }});
+  // while: (carry..., captures...); three iterations of a smooth map, the counter fixed.
+  c.push_back(
+      {.prim = "while", .label = "", .make = [=](Gen& g) {
+         FunctionRef cf = traced("c", {m3, i0, m3}, [](const Ts& a) { return Ts{a[1] < 3}; });
+         FunctionRef bf = traced("b", {m3, i0, m3}, [](const Ts& a) {
+           return Ts{sin(a[0]) * a[2] + a[0] * 0.5, a[1] + 1};
+         });
+         return Sample{{{g.normal(Shape{3})}, fixed(tensor(int32_t{0})), {g.normal(Shape{3})}},
+                       with_fn("cond_fn", cf, with_fn("body_fn", bf))};
+       }});
+  using Carry = std::pair<Tensor, Tensor>;
+  const auto trips = [](const Tensor& x, const Tensor& n) {
+    return while_loop([&](const Carry& s) { return s.first < n; },
+                      [](const Carry& s) {
+                        return Carry{s.first + 1, sin(s.second) * 1.5 + 0.1};
+                      },
+                      Carry{tensor(int32_t{0}), x})
+        .second;
+  };
+  c.push_back({.prim = "while",
+               .label = "per_example_trip_counts",
+               .make =
+                   [](Gen& g) {
+                     return Sample{
+                         {{g.normal(Shape{g.dim()})}, fixed(g.indices(Shape{}, 0, 4, int32))}, {}};
+                   },
+               .body = [trips](const Ts& a) { return Ts{trips(a[0], a[1])}; }});
+  c.push_back({.prim = "while_grad",
+               .label = "",
+               .make =
+                   [](Gen& g) {
+                     return Sample{
+                         {{g.normal(Shape{g.dim()})}, fixed(g.indices(Shape{}, 0, 4, int32))}, {}};
+                   },
+               .body =
+                   [trips](const Ts& a) {
+                     return Ts{grad([trips](const Tensor& x, const Tensor& n) {
+                       return sum(trips(x, n));
+                     })(a[0], a[1])};
+                   }});
+  // scan: (carry..., xs...) -> (carry..., stacked ys...), forward and reverse.
+  for (bool reverse : {false, true}) {
+    c.push_back({.prim = "scan", .label = reverse ? "reverse" : "forward", .make = [=](Gen& g) {
+                   FunctionRef body = traced("body", {m3, m3}, [](const Ts& a) {
+                     return Ts{tanh(a[0] * 0.8 + a[1]), a[0] * a[1]};
+                   });
+                   Attrs attrs = with_fn("body", body);
+                   attrs.set("length", int64_t{4});
+                   attrs.set("reverse", reverse);
+                   attrs.set("num_carry", int64_t{1});
+                   attrs.set("num_xs", int64_t{1});
+                   return Sample{{{g.normal(Shape{3})}, {g.normal(Shape{4, 3})}}, attrs};
+                 }});
+  }
+  c.push_back({.prim = "scan",
+               .label = "api",
+               .make =
+                   [](Gen& g) {
+                     const int64_t n = g.dim();
+                     return Sample{{{g.normal(Shape{n})}, {g.normal(Shape{g.dim(), n})}}, {}};
+                   },
+               .body =
+                   [](const Ts& a) {
+                     auto [carry, ys] = scan(
+                         [](const Tensor& c, const Tensor& x) {
+                           return Carry{tanh(c + x), c * x};
+                         },
+                         a[0], a[1]);
+                     return Ts{carry, ys};
+                   }});
+  c.push_back({.prim = "scan",
+               .label = "api_reverse",
+               .make =
+                   [](Gen& g) {
+                     return Sample{{{g.normal(Shape{2})}, {g.normal(Shape{3, 2})}}, {}};
+                   },
+               .body =
+                   [](const Ts& a) {
+                     auto [carry, ys] = scan(
+                         [](const Tensor& c, const Tensor& x) {
+                           return Carry{c * 0.5 + x, sum(c)};
+                         },
+                         a[0], a[1], ScanOptions{.reverse = true, .length = std::nullopt});
+                     return Ts{carry, ys};
+                   }});
+
+  // ---- collectives over a named axis (inputs: the whole axis, Gen::axis_size examples) ----
+  const Attrs named{{"axis_name", std::string("batch")}};
+  c.push_back({.prim = "psum",
+               .label = "",
+               .make =
+                   [named](Gen& g) {
+                     return Sample{{{g.normal(Shape{g.axis_size(), g.dim(), 2})}}, named};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = collective([](const Ts& xs) {
+                          Tensor s = xs[0];
+                          for (std::size_t i = 1; i < xs.size(); ++i) s = s + xs[i];
+                          return s;
+                        })}});
+  c.push_back({.prim = "pmax",
+               .label = "",
+               .make =
+                   [named](Gen& g) {  // no ties across examples
+                     return Sample{{{g.distinct(Shape{g.axis_size(), g.dim(), 2})}}, named};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = collective([](const Ts& xs) {
+                          Tensor m = xs[0];
+                          for (std::size_t i = 1; i < xs.size(); ++i) m = maximum(m, xs[i]);
+                          return m;
+                        })}});
+  c.push_back({.prim = "all_gather",
+               .label = "",
+               .make =
+                   [](Gen& g) {
+                     return Sample{
+                         {{g.normal(Shape{g.axis_size(), g.dim(), 2})}},
+                         {{"axis_name", std::string("batch")}, {"axis_size", g.axis_size()}}};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = collective([](const Ts& xs) { return stack(xs, 0); })}});
+  c.push_back({.prim = "axis_index",
+               .label = "",
+               .make =
+                   [named](Gen&) {
+                     return Sample{{}, named};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = [](const std::vector<Ts>& ex, const Attrs&) {
+                 std::vector<Ts> out;
+                 for (std::size_t i = 0; i < ex.size(); ++i)
+                   out.push_back({tensor(std::vector<int32_t>{static_cast<int32_t>(i)}, Shape{})});
+                 return out;
+               }}});
+
+  // ---- user-defined: the example primitive (examples/custom_primitive.h), registered on
+  // first use here. |x| stays 0.2 away from delta = 1, where the second derivative jumps.
+  const std::string huber = example::huber_primitive().name;
+  c.push_back({.prim = huber, .label = "", .make = [](Gen& g) {
+                 const Shape s = elementwise_shape(g);
+                 return Sample{{{where(g.bernoulli(s), g.uniform(s, -0.8, 0.8),
+                                       g.away_from_zero(s, 1.2, 3.0))}},
+                               {{"delta", 1.0}}};
+               }});
+  // The float32 kernel. Finite differences in float32 are too coarse for the AD walk's
+  // tolerances; the float64 sample above checks the rules.
+  c.push_back({.prim = huber,
+               .label = "f32_delta_half",
+               .make =
+                   [](Gen& g) {
+                     return Sample{{{astype(g.normal(Shape{g.dim(), g.dim()}) * 2.0, float32)}},
+                                   {{"delta", 0.5}}};
+                   },
+               .ad = {.check = false}});
+  return c;
+}
+
+}  // namespace
+
+const std::vector<PrimitiveSample>& primitive_samples() {
+  static const std::vector<PrimitiveSample> table = make_table();
+  return table;
+}
+
+bool ad_checks(const PrimitiveSample& s) {
+  const Primitive* p = find_primitive(s.prim);
+  return p && p->differentiable && s.ad.check;
+}
+bool vmap_checks(const PrimitiveSample& s) {
+  const Primitive* p = find_primitive(s.prim);
+  return p && p->batch && s.vmap.check;
+}
+std::vector<PrimitiveSample> ad_samples() {
+  std::vector<PrimitiveSample> out;
+  std::copy_if(primitive_samples().begin(), primitive_samples().end(), std::back_inserter(out),
+               ad_checks);
+  return out;
+}
+std::vector<PrimitiveSample> vmap_samples() {
+  std::vector<PrimitiveSample> out;
+  std::copy_if(primitive_samples().begin(), primitive_samples().end(), std::back_inserter(out),
+               vmap_checks);
+  return out;
+}
+
+Ts apply(const PrimitiveSample& s, const Ts& inputs, const Attrs& attrs) {
+  return s.body ? s.body(inputs) : kiln::bind(primitive(s.prim), inputs, attrs);
+}
+
+bool traces_primitive(const ir::Function& f, const PrimitiveSample& s) {
+  const Primitive& p = primitive(s.prim);
+  return std::any_of(f.equations.begin(), f.equations.end(),
+                     [&](const ir::Equation& e) { return e.prim == &p; });
+}
+
+std::vector<std::string> coverage_gaps() {
+  std::vector<std::string> gaps;
+  std::set<std::string> any, ad, vmap;
+  for (const PrimitiveSample& s : primitive_samples()) {
+    if (!find_primitive(s.prim))
+      gaps.push_back("sample '" + name_of(s) + "' names no registered primitive");
+    any.insert(s.prim);
+    if (ad_checks(s)) ad.insert(s.prim);
+    if (vmap_checks(s)) vmap.insert(s.prim);
+  }
+  const std::string add = ": add one to the table in tests/primitive_samples.cpp";
+  for (const Primitive* p : all_primitives()) {
+    if (!any.count(p->name)) gaps.push_back("primitive '" + p->name + "' has no sample" + add);
+    if (p->differentiable && !ad.count(p->name))
+      gaps.push_back("differentiable primitive '" + p->name + "' has no sample the AD walk checks" +
+                     add);
+    if (p->batch && !vmap.count(p->name))
+      gaps.push_back("primitive '" + p->name +
+                     "' has a batching rule but no sample the vmap walk checks" + add);
+  }
+  return gaps;
+}
+
+}  // namespace kiln::samples
