@@ -7,12 +7,13 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
 TSAN_BUILD ?= build-tsan
+STATIC_BUILD ?= build-static
 FUZZ_BUILD ?= build-fuzz
 # make fuzz runs each fuzz/fuzz_<name>.cpp listed here for FUZZ_TIME seconds.
 FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
-.PHONY: all deps deps-bench build demo test test-asan test-tsan fuzz bench install-test clean format format-check
+.PHONY: all deps deps-bench build demo test test-asan test-tsan test-static fuzz bench install-test clean format format-check
 
 all: build
 
@@ -48,6 +49,15 @@ test-tsan: deps
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_data
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/tests/test_data
+
+# kiln as a static library, whose link keeps only the object files something references: the
+# tests that walk every registered primitive must still find all of them.
+test-static: deps
+	cmake -S . -B $(STATIC_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_STATIC_LIB=ON \
+	  -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_EXAMPLES=OFF
+	cmake --build $(STATIC_BUILD) -j $(JOBS) --target test_dispatch test_ad_rules
+	$(STATIC_BUILD)/tests/test_dispatch
+	$(STATIC_BUILD)/tests/test_ad_rules
 
 # Each fuzz target in FUZZ_TARGETS under libFuzzer + ASan + UBSan (clang 16) for FUZZ_TIME seconds,
 # starting from a copy of its seeds fuzz/corpus/<name>/ (the repository is not modified), with
@@ -90,7 +100,7 @@ bench: deps-bench build
 	bench/run.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(STATIC_BUILD) $(FUZZ_BUILD)
 
 # Layout is .clang-format's, enforced in CI by format-check (Debian 12's clang-format 14).
 CLANG_FORMAT ?= clang-format-14

@@ -296,6 +296,39 @@ TEST(Dispatch, RegistrationErrors) {
   expect_error([] { (void)primitive("no_such_primitive"); }, "primitive", {"'no_such_primitive'"});
 }
 
+// ---- where a primitive was defined -------------------------------------------------------
+
+// A user's differentiable primitive without derivative or batching rules yet: the errors of
+// the transformations that need them name the line that registered it.
+const int kNoRulesLine = __LINE__ + 1;
+const Primitive& no_rules_p = register_primitive(
+    prim("test_no_rules", 1, [](std::span<const TensorType> in, const Attrs&) {
+      return std::vector<TensorType>{in[0]};
+    }),
+    {{sig({DTypeSet::floating()}), [](std::span<const Tensor> in, const Attrs&) {
+        return std::vector<Tensor>{in[0]};
+      }}});
+
+TEST(Dispatch, MissingRulesNameWhereThePrimitiveWasDefined) {
+  // The file as the compiler was given it (absolute, or relative under ccache), then the line.
+  const std::string here = "test_dispatch.cpp:" + std::to_string(kNoRulesLine) + ")";
+  EXPECT_NE(no_rules_p.where_defined().find(" (defined at "), std::string::npos);
+  EXPECT_NE(no_rules_p.where_defined().find(here), std::string::npos) << no_rules_p.where_defined();
+  auto f = [](const Tensor& x) { return sum(bind1(no_rules_p, {x})); };
+  const Tensor x = tensor({1.0, 2.0});
+  expect_error([&] { (void)grad(f)(x); }, "vjp",
+               {"no VJP rule for primitive 'test_no_rules' (defined at ", here});
+  expect_error([&] { (void)jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{x}); }, "jvp",
+               {"no JVP rule for primitive 'test_no_rules' (defined at ", here});
+  expect_error([&] { (void)vmap(f)(tensor({1.0, 2.0, 3.0, 4.0}, Shape{2, 2})); }, "vmap",
+               {"no batching rule for primitive 'test_no_rules' (defined at ", here});
+  // A built-in's file is named relative to Kiln's source tree: the table entry that defines it.
+  EXPECT_EQ(primitive("add").where_defined().rfind(" (defined at src/ops/binary.cpp:", 0), 0u)
+      << primitive("add").where_defined();
+  EXPECT_EQ(primitive("while").where_defined().rfind(" (defined at src/transforms/control_flow.cpp:", 0), 0u)
+      << primitive("while").where_defined();
+}
+
 TEST(Dispatch, WrongInputCount) {
   const Tensor x = tensor({1.0f});
   expect_error([&] { (void)bind1(primitive("add"), {x}); }, "add",
@@ -369,15 +402,27 @@ TEST(Dispatch, EveryPrimitiveHasATypeRuleAndAKernel) {
   }
   // Ids index the registry.
   for (std::size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i]->id, static_cast<int>(i));
-  // The eager library's primitives are all there.
+}
+
+// Every built-in primitive is in the registry, whichever ops this program calls: the linker
+// takes from a static libkiln.a only the object files something references, and primitives
+// that registered themselves at load time went missing there (make test-static).
+TEST(Dispatch, EveryBuiltInPrimitiveIsRegistered) {
+  std::set<std::string> names;
+  for (const Primitive* p : all_primitives()) names.insert(p->name);
   for (const char* n :
        {"neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
         "tanh", "sigmoid", "erf", "floor", "ceil", "round", "not", "isnan", "convert", "add", "sub",
         "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
         "select", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and",
         "reduce_or", "argmax", "argmin", "reshape", "transpose", "broadcast_to", "slice", "flip",
-        "concatenate", "pad"})
-    EXPECT_TRUE(names.count(n)) << n;
+        "concatenate", "pad", "gather", "scatter_add", "gather_along", "scatter_add_along",
+        "matmul", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d",
+        "avg_pool2d", "max_pool2d_grad", "random_bits", "random_uniform", "random_split",
+        "random_fold_in", "random_permutation", "check_labels", "call", "checkpoint",
+        "custom_jvp", "custom_vjp", "stop_gradient", "psum", "pmax", "axis_index", "all_gather",
+        "cond", "while", "while_grad", "scan"})
+    EXPECT_TRUE(names.count(n)) << n << " is not registered";
 }
 
 // ---- attributes ------------------------------------------------------------------------

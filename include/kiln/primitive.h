@@ -87,11 +87,15 @@ struct KernelRegistration {
 // A tangent or cotangent; nullopt is a symbolic zero (nothing is materialised for it).
 using Tangent = std::optional<Tensor>;
 
-// What a derivative rule sees of one application: inputs, outputs and attributes.
+struct Primitive;
+
+// What a derivative rule sees of one application: inputs, outputs, attributes, and the
+// primitive applied (a rule that applies its own primitive again binds this one).
 struct RuleArgs {
   std::span<const Tensor> inputs;
   std::span<const Tensor> outputs;
   const Attrs& attrs;
+  const Primitive& primitive;
 };
 // Forward mode: output tangents from input tangents (at least one is non-zero).
 using JvpRule = std::function<std::vector<Tangent>(const RuleArgs&, std::span<const Tangent>)>;
@@ -109,6 +113,7 @@ struct BatchArgs {
   const Attrs& attrs;
   int64_t size;
   std::string_view axis_name;  // of the vmap being applied; empty when unnamed
+  const Primitive& primitive;  // the primitive being batched
 };
 struct Batched {
   Tensor value;
@@ -134,14 +139,25 @@ struct Primitive {
   // under the primitive's name.
   std::vector<TensorType> infer(std::span<const TensorType> inputs, const Attrs& attrs) const;
   int id = -1;  // index in the registry, set by register_primitive
+  // Where the primitive was registered (for a table-driven built-in family, its table entry),
+  // set by register_primitive from its `loc`. The errors for a missing JVP, VJP or batching
+  // rule name it.
+  Loc defined_at = {};
+  // " (defined at file:line)" for messages, a built-in's file relative to Kiln's source tree
+  // (src/ops/unary.cpp); "" when unknown.
+  std::string where_defined() const;
 };
 
-// Registers a primitive and its first kernels; names are unique. The returned reference
-// stays valid for the life of the program.
-const Primitive& register_primitive(Primitive primitive, std::vector<KernelRegistration> kernels = {});
+// Registers a primitive and its first kernels; names are unique, and every built-in primitive
+// is registered first. `loc` (the caller's line) becomes Primitive::defined_at. The returned
+// reference stays valid for the life of the program.
+const Primitive& register_primitive(Primitive primitive,
+                                    std::vector<KernelRegistration> kernels = {},
+                                    Loc loc = Loc::current());
 // Looks a primitive up by name; throws Error listing nothing-found.
 const Primitive& primitive(std::string_view name);
 const Primitive* find_primitive(std::string_view name);
+// Every registered primitive, built-ins included, in the order of their ids.
 std::vector<const Primitive*> all_primitives();
 
 // Registers a kernel. Among the registrations that accept the inputs' dtypes, the one with

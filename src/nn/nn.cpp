@@ -10,6 +10,7 @@
 
 #include "kiln/error.h"
 #include "kiln/primitive.h"
+#include "ops/primitives.h"
 
 namespace kiln::nn {
 
@@ -86,18 +87,23 @@ void expect_labels(std::string_view op, const Tensor& logits, const Tensor& labe
            Shape(std::vector<int64_t>(logits.shape().begin(), logits.shape().end() - 1)));
 }
 
+}  // namespace
+}  // namespace kiln::nn
+
+namespace kiln {
 // check_labels{classes, ignore_index?}(labels) -> labels, unchanged: raises unless every
 // label is in [0, classes) or is the ignore_index. A primitive rather than a check in
 // cross_entropy, so that traced labels (under jit, grad or vmap) are checked too, when the
 // traced function runs: gather_along alone would read -1 as the last class.
-const Primitive& check_labels_p = register_primitive(
+const Primitive& prim::check_labels() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "check_labels",
      .arity = 1,
      .type_rule = [](std::span<const TensorType> in,
                      const Attrs&) { return std::vector<TensorType>{in[0]}; },
      .differentiable = false,
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {  // elementwise: any batch axis
-       return {{bind1(primitive("check_labels"), {b.inputs[0]}, b.attrs), b.dims[0]}};
+       return {{bind1(b.primitive, {b.inputs[0]}, b.attrs), b.dims[0]}};
      }},
     {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::integral()}, .variadic = false},
       [](std::span<const Tensor> in, const Attrs& a) {
@@ -114,8 +120,11 @@ const Primitive& check_labels_p = register_primitive(
         }
         return std::vector<Tensor>{in[0]};
       }}});
+  return p;
+}
+}  // namespace kiln
 
-}  // namespace
+namespace kiln::nn {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing,
                      std::optional<int64_t> ignore_index, Loc loc) {
@@ -129,7 +138,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
     Attrs check{{"classes", classes}};
     if (ignore_index) check.set("ignore_index", *ignore_index);
     // int64, so that a negative ignore_index compares as itself with unsigned labels too.
-    const Tensor checked = astype(bind1(check_labels_p, {labels}, check, loc), int64, loc);
+    const Tensor checked = astype(bind1(prim::check_labels(), {labels}, check, loc), int64, loc);
     std::optional<Tensor> kept;
     if (ignore_index)
       kept = not_equal(checked, tensor(std::vector<int64_t>{*ignore_index}, Shape{}), loc);

@@ -6,6 +6,7 @@
 
 #include "detail/elementwise.h"
 #include "kiln/ops.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
@@ -47,8 +48,6 @@ T wrapping(T a, T b, Op op) {
   }
 }
 
-using Ts = std::vector<Tangent>;
-
 // Applies f to a tangent unless it is a symbolic zero.
 template <typename F>
 Tangent map_t(const Tangent& t, F f) {
@@ -71,7 +70,7 @@ struct Add {
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta, const Tangent& tb) {
     return plus(ta, tb);
   }
-  static Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) { return {ct, ct}; }
+  static ops::Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) { return {ct, ct}; }
   template <typename T> T operator()(T a, T b) const { return wrapping(a, b, std::plus<>{}); }
 };
 struct Sub {
@@ -79,7 +78,7 @@ struct Sub {
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta, const Tangent& tb) {
     return plus(ta, map_t(tb, [](const Tensor& t) { return -t; }));
   }
-  static Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) { return {ct, -ct}; }
+  static ops::Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) { return {ct, -ct}; }
   template <typename T> T operator()(T a, T b) const { return wrapping(a, b, std::minus<>{}); }
 };
 struct Mul {
@@ -88,7 +87,7 @@ struct Mul {
     return plus(map_t(ta, [&](const Tensor& t) { return t * b; }),
                 map_t(tb, [&](const Tensor& t) { return a * t; }));
   }
-  static Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) { return {ct * b, a * ct}; }
+  static ops::Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) { return {ct * b, a * ct}; }
   template <typename T> T operator()(T a, T b) const {
     if constexpr (std::is_same_v<T, uint8_t>) return static_cast<T>(static_cast<unsigned>(a) * b);
     else return wrapping(a, b, std::multiplies<>{});
@@ -101,7 +100,7 @@ struct Div {
     return plus(map_t(ta, [&](const Tensor& t) { return t / b; }),
                 map_t(tb, [&](const Tensor& t) { return -(t * y / b); }));
   }
-  static Ts vjp(const Tensor&, const Tensor& b, const Tensor& y, const Tensor& ct) {
+  static ops::Ts vjp(const Tensor&, const Tensor& b, const Tensor& y, const Tensor& ct) {
     return {ct / b, -(ct * y / b)};
   }
   static constexpr bool checks_zero_divisor = true;
@@ -133,7 +132,7 @@ struct Pow {
     return plus(map_t(ta, [&](const Tensor& t) { return t * pow_da(a, b); }),
                 map_t(tb, [&](const Tensor& t) { return t * pow_db(a, y); }));
   }
-  static Ts vjp(const Tensor& a, const Tensor& b, const Tensor& y, const Tensor& ct) {
+  static ops::Ts vjp(const Tensor& a, const Tensor& b, const Tensor& y, const Tensor& ct) {
     return {ct * pow_da(a, b), ct * pow_db(a, y)};
   }
   static constexpr bool checks_negative_exponent = true;
@@ -160,7 +159,7 @@ struct Max {
     return plus(map_t(ta, [&](const Tensor& t) { return t * w; }),
                 map_t(tb, [&](const Tensor& t) { return t * (1.0 - w); }));
   }
-  static Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) {
+  static ops::Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) {
     const Tensor w = max_weight(a, b);
     return {ct * w, ct * (1.0 - w)};
   }
@@ -177,7 +176,7 @@ struct Min {
     return plus(map_t(ta, [&](const Tensor& t) { return t * w; }),
                 map_t(tb, [&](const Tensor& t) { return t * (1.0 - w); }));
   }
-  static Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) {
+  static ops::Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) {
     const Tensor w = max_weight(b, a);
     return {ct * w, ct * (1.0 - w)};
   }
@@ -239,7 +238,7 @@ void check_operands(std::string_view name, const Tensor& b) {
 }
 
 template <typename F>
-const Primitive& define_binary(std::string name) {
+const Primitive& define_binary(std::string name, Loc loc) {
   TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
     ops::expect_same_types(name, in);
     ops::expect_dtype(name, in[0], domain_set(F::domain), domain_desc(F::domain));
@@ -258,36 +257,48 @@ const Primitive& define_binary(std::string name) {
   };
   const DTypeSet set = domain_set(F::domain);
   Primitive p{.name = std::move(name), .arity = 2, .type_rule = std::move(rule)};
-  p.batch = [self = p.name](const BatchArgs& b) { return ops::batch_elementwise(primitive(self), b); };
+  p.batch = ops::batch_elementwise;
   if constexpr (requires(const Tensor& t) { F::vjp(t, t, t, t); }) {
-    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
       return {F::jvp(r.inputs[0], r.inputs[1], r.outputs[0], t[0], t[1])};
     };
-    p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+    p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
       return F::vjp(r.inputs[0], r.inputs[1], r.outputs[0], *ct[0]);
     };
   } else {
     p.differentiable = false;
   }
-  return register_primitive(std::move(p), {{ops::cpu({set, set}), std::move(kernel)}});
+  return detail::register_builtin(std::move(p), {{ops::cpu({set, set}), std::move(kernel)}}, loc);
 }
 
-const Primitive& add_p = define_binary<Add>("add");
-const Primitive& sub_p = define_binary<Sub>("sub");
-const Primitive& mul_p = define_binary<Mul>("mul");
-const Primitive& div_p = define_binary<Div>("div");
-const Primitive& pow_p = define_binary<Pow>("pow");
-const Primitive& max_p = define_binary<Max>("max");
-const Primitive& min_p = define_binary<Min>("min");
-const Primitive& eq_p = define_binary<Eq>("eq");
-const Primitive& ne_p = define_binary<Ne>("ne");
-const Primitive& lt_p = define_binary<Lt>("lt");
-const Primitive& le_p = define_binary<Le>("le");
-const Primitive& gt_p = define_binary<Gt>("gt");
-const Primitive& ge_p = define_binary<Ge>("ge");
-const Primitive& and_p = define_binary<And>("and");
-const Primitive& or_p = define_binary<Or>("or");
-const Primitive& xor_p = define_binary<Xor>("xor");
+}  // namespace
+
+// The table: accessor (src/ops/primitives.h), functor, IR name. A primitive's definition is its
+// line here.
+#define KILN_BINARY(accessor, F, name)                                 \
+  const Primitive& prim::accessor() {                                  \
+    static const Primitive& p = define_binary<F>(name, Loc::current()); \
+    return p;                                                          \
+  }
+KILN_BINARY(add, Add, "add")
+KILN_BINARY(sub, Sub, "sub")
+KILN_BINARY(mul, Mul, "mul")
+KILN_BINARY(div, Div, "div")
+KILN_BINARY(pow, Pow, "pow")
+KILN_BINARY(max, Max, "max")
+KILN_BINARY(min, Min, "min")
+KILN_BINARY(eq, Eq, "eq")
+KILN_BINARY(ne, Ne, "ne")
+KILN_BINARY(lt, Lt, "lt")
+KILN_BINARY(le, Le, "le")
+KILN_BINARY(gt, Gt, "gt")
+KILN_BINARY(ge, Ge, "ge")
+KILN_BINARY(and_, And, "and")
+KILN_BINARY(or_, Or, "or")
+KILN_BINARY(xor_, Xor, "xor")
+#undef KILN_BINARY
+
+namespace {
 
 // c ? a : b through the bits, so that loops over it vectorise into masked blends.
 template <typename T>
@@ -303,8 +314,11 @@ T blend(bool c, T a, T b) {
   }
 }
 
+}  // namespace
+
 // select(pred, on_true, on_false): elementwise choice; all three have one shape.
-const Primitive& select_p = register_primitive(
+const Primitive& prim::select() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "select",
      .arity = 3,
      .type_rule =
@@ -315,16 +329,16 @@ const Primitive& select_p = register_primitive(
                   ", expected a bool predicate and two values of one dtype, all of one shape");
            return std::vector<TensorType>{in[1]};
          },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
        const Tensor& p = r.inputs[0];
        const Tensor zero = scalar_like(r.outputs[0], 0.0);
        return {where(p, t[1] ? *t[1] : zero, t[2] ? *t[2] : zero)};
      },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
        const Tensor zero = scalar_like(*ct[0], 0.0);
        return {std::nullopt, where(r.inputs[0], *ct[0], zero), where(r.inputs[0], zero, *ct[0])};
      },
-     .batch = [](const BatchArgs& b) { return ops::batch_elementwise(primitive("select"), b); }},
+     .batch = ops::batch_elementwise},
     {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
       [](std::span<const Tensor> in, const Attrs&) {
         Tensor out = empty(in[1].type());
@@ -358,6 +372,10 @@ const Primitive& select_p = register_primitive(
         });
         return std::vector<Tensor>{out};
       }}});
+  return p;
+}
+
+namespace {
 
 Tensor binary(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
   const detail::CallSite site(loc);
@@ -381,22 +399,22 @@ Tensor logical(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
 
 }  // namespace
 
-Tensor add(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(add_p, a, b, loc); }
-Tensor sub(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(sub_p, a, b, loc); }
-Tensor mul(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(mul_p, a, b, loc); }
-Tensor div(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(div_p, a, b, loc); }
-Tensor pow(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(pow_p, a, b, loc); }
-Tensor maximum(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(max_p, a, b, loc); }
-Tensor minimum(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(min_p, a, b, loc); }
-Tensor equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(eq_p, a, b, loc); }
-Tensor not_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(ne_p, a, b, loc); }
-Tensor less(const Tensor& a, const Tensor& b, Loc loc) { return binary(lt_p, a, b, loc); }
-Tensor less_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(le_p, a, b, loc); }
-Tensor greater(const Tensor& a, const Tensor& b, Loc loc) { return binary(gt_p, a, b, loc); }
-Tensor greater_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(ge_p, a, b, loc); }
-Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc) { return logical(and_p, a, b, loc); }
-Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc) { return logical(or_p, a, b, loc); }
-Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc) { return logical(xor_p, a, b, loc); }
+Tensor add(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::add(), a, b, loc); }
+Tensor sub(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::sub(), a, b, loc); }
+Tensor mul(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::mul(), a, b, loc); }
+Tensor div(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::div(), a, b, loc); }
+Tensor pow(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::pow(), a, b, loc); }
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::max(), a, b, loc); }
+Tensor minimum(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::min(), a, b, loc); }
+Tensor equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::eq(), a, b, loc); }
+Tensor not_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::ne(), a, b, loc); }
+Tensor less(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::lt(), a, b, loc); }
+Tensor less_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::le(), a, b, loc); }
+Tensor greater(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::gt(), a, b, loc); }
+Tensor greater_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::ge(), a, b, loc); }
+Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc) { return logical(prim::and_(), a, b, loc); }
+Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc) { return logical(prim::or_(), a, b, loc); }
+Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc) { return logical(prim::xor_(), a, b, loc); }
 
 Tensor clip(const Tensor& x, const Tensor& lo, const Tensor& hi, Loc loc) {
   const detail::CallSite site(loc);
@@ -412,7 +430,7 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, Loc loc) {
   auto [a, b] = ops::promote_broadcast("where", x, y, loc);
   Tensor c = ops::cast_if_needed(cond, bool_, loc);
   const Shape s = broadcast_shapes("where", c.shape(), a.shape());
-  return bind1(select_p, {broadcast_to(c, s, loc), broadcast_to(a, s, loc), broadcast_to(b, s, loc)},
+  return bind1(prim::select(), {broadcast_to(c, s, loc), broadcast_to(a, s, loc), broadcast_to(b, s, loc)},
                {}, loc);
 }
 

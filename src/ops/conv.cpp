@@ -22,6 +22,7 @@
 #include "detail/parallel.h"
 #include "kiln/ops.h"
 #include "ops/conv_dnnl.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
@@ -382,7 +383,7 @@ Tensor in_float(std::span<const Tensor> in, F&& impl) {
   });
 }
 
-Primitive make_primitive(std::string name, int arity, TypeRule rule) {
+Primitive primitive_of(std::string name, int arity, TypeRule rule) {
   Primitive p;
   p.name = std::move(name);
   p.arity = arity;
@@ -392,7 +393,6 @@ Primitive make_primitive(std::string name, int arity, TypeRule rule) {
 
 // ---- derivative rules, written with primitives so they differentiate again ---------------
 
-using Ts = std::vector<Tangent>;
 // The convolution attributes of any of the three conv primitives.
 Attrs conv_attrs(const Attrs& a) {
   return {{"stride", a.get_ints("stride")},
@@ -411,18 +411,18 @@ Attrs with(const Attrs& a, const char* name, std::vector<int64_t> value) {
 //   <dy, conv2d(x, w)> = <conv2d_input_grad(dy, w), x> = <conv2d_weight_grad(dy, x), w>,
 // and each of the three primitives' derivatives is one of the other two.
 Tensor input_grad(const Tensor& dy, const Tensor& w, const Attrs& a, const Shape& x) {
-  return bind1(primitive("conv2d_input_grad"), {dy, w}, with(a, "input_size", {x[2], x[3]}));
+  return bind1(prim::conv2d_input_grad(), {dy, w}, with(a, "input_size", {x[2], x[3]}));
 }
 Tensor weight_grad(const Tensor& dy, const Tensor& x, const Attrs& a, const Shape& w) {
-  return bind1(primitive("conv2d_weight_grad"), {dy, x}, with(a, "kernel_size", {w[2], w[3]}));
+  return bind1(prim::conv2d_weight_grad(), {dy, x}, with(a, "kernel_size", {w[2], w[3]}));
 }
 Tensor conv(const Tensor& x, const Tensor& w, const Attrs& a) {
-  return bind1(primitive("conv2d"), {x, w}, conv_attrs(a));
+  return bind1(prim::conv2d(), {x, w}, conv_attrs(a));
 }
 
 // A bilinear primitive's JVP: f(dt0, in1) + f(in0, dt1).
 template <class F>
-Ts bilinear_jvp(const RuleArgs& r, std::span<const Tangent> t, F f) {
+ops::Ts bilinear_jvp(const RuleArgs& r, std::span<const Tangent> t, F f) {
   Tangent out;
   if (t[0]) out = f(*t[0], r.inputs[1]);
   if (t[1]) {
@@ -434,13 +434,13 @@ Ts bilinear_jvp(const RuleArgs& r, std::span<const Tangent> t, F f) {
 
 // Batching: a batch of images with a shared kernel folds the batch into N; a batch of
 // kernels (per-example weights, as in per-example gradients) runs once per example.
-std::vector<Batched> batch_images(const std::string& prim, const BatchArgs& b) {
+std::vector<Batched> batch_images(const BatchArgs& b) {
   const Tensor x = ops::batch_first(b.inputs[0], b.dims[0], b.size);
   std::vector<int64_t> folded{x.shape()[0] * x.shape()[1]};
   folded.insert(folded.end(), x.shape().begin() + 2, x.shape().end());
   std::vector<Tensor> ins{reshape(x, Shape(folded))};
   for (std::size_t i = 1; i < b.inputs.size(); ++i) ins.push_back(b.inputs[i]);
-  const Tensor y = bind1(primitive(prim), ins, b.attrs);
+  const Tensor y = bind1(b.primitive, ins, b.attrs);
   std::vector<int64_t> unfolded{x.shape()[0], x.shape()[1]};
   unfolded.insert(unfolded.end(), y.shape().begin() + 1, y.shape().end());
   return {{reshape(y, Shape(unfolded)), 0}};
@@ -459,23 +459,26 @@ Kernel conv_kernel(std::function<ConvGeom(std::span<const Tensor>, const Attrs&)
 
 // `folds`: a batch of the first operand alone folds into N (conv2d, conv2d_input_grad); the
 // weight gradient sums over N, so a batched dy or x there runs once per example.
-const Primitive& define_conv(Primitive p, Kernel kernel, bool folds = true) {
-  const std::string name = p.name;
-  p.batch = [name, folds](const BatchArgs& b) {
-    return folds && !b.dims[1] ? batch_images(name, b) : ops::batch_by_loop(primitive(name), b);
+const Primitive& define_conv(Primitive p, Kernel kernel, bool folds = true,
+                             Loc loc = Loc::current()) {
+  p.batch = [folds](const BatchArgs& b) {
+    return folds && !b.dims[1] ? batch_images(b) : ops::batch_by_loop(b);
   };
-  return register_primitive(std::move(p),
-                            {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}), std::move(kernel)}});
+  return detail::register_builtin(
+      std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}), std::move(kernel)}}, loc);
 }
 
+}  // namespace
+
 // conv2d(x [N, C, H, W], w [O, C/groups, KH, KW]) -> [N, O, OH, OW].
-const Primitive& conv2d_p = define_conv(
+const Primitive& prim::conv2d() {
+  static const Primitive& p = define_conv(
     [] {
-      Primitive p = make_primitive("conv2d", 2, conv_rule);
+      Primitive p = primitive_of("conv2d", 2, conv_rule);
       p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
         return bilinear_jvp(r, t, [&](const Tensor& x, const Tensor& w) { return conv(x, w, r.attrs); });
       };
-      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
         return {input_grad(*ct[0], r.inputs[1], r.attrs, r.inputs[0].shape()),
                 weight_grad(*ct[0], r.inputs[0], r.attrs, r.inputs[1].shape())};
       };
@@ -486,6 +489,10 @@ const Primitive& conv2d_p = define_conv(
           return conv_geom("conv2d", std::vector<TensorType>{in[0].type(), in[1].type()}, a);
         },
         &conv_impl<float>, &conv_impl<double>));
+  return p;
+}
+
+namespace {
 
 // The forward geometry behind a gradient primitive, checked against the given dy.
 ConvGeom grad_geom(std::string_view op, const TensorType& dy, const TensorType& x,
@@ -522,9 +529,12 @@ ConvGeom weight_grad_geom(std::span<const TensorType> in, const Attrs& a) {
 }
 std::vector<TensorType> types(std::span<const Tensor> in) { return {in[0].type(), in[1].type()}; }
 
-const Primitive& conv2d_input_grad_p = define_conv(
+}  // namespace
+
+const Primitive& prim::conv2d_input_grad() {
+  static const Primitive& p = define_conv(
     [] {
-      Primitive p = make_primitive("conv2d_input_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
+      Primitive p = primitive_of("conv2d_input_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
         const ConvGeom g = input_grad_geom(in, a);
         return std::vector<TensorType>{{in[0].dtype, Shape{g.N, g.C, g.H, g.W}}};
       });
@@ -532,7 +542,7 @@ const Primitive& conv2d_input_grad_p = define_conv(
         const Shape& x = r.outputs[0].shape();
         return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& w) { return input_grad(dy, w, r.attrs, x); });
       };
-      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
         const Tensor &dy = r.inputs[0], &w = r.inputs[1];
         return {conv(*ct[0], w, r.attrs), weight_grad(dy, *ct[0], r.attrs, w.shape())};
       };
@@ -541,10 +551,13 @@ const Primitive& conv2d_input_grad_p = define_conv(
     conv_kernel(
         [](std::span<const Tensor> in, const Attrs& a) { return input_grad_geom(types(in), a); },
         &conv_input_grad_impl<float>, &conv_input_grad_impl<double>));
+  return p;
+}
 
-const Primitive& conv2d_weight_grad_p = define_conv(
+const Primitive& prim::conv2d_weight_grad() {
+  static const Primitive& p = define_conv(
     [] {
-      Primitive p = make_primitive("conv2d_weight_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
+      Primitive p = primitive_of("conv2d_weight_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
         const ConvGeom g = weight_grad_geom(in, a);
         return std::vector<TensorType>{{in[0].dtype, Shape{g.O, g.C / g.G, g.KH, g.KW}}};
       });
@@ -552,7 +565,7 @@ const Primitive& conv2d_weight_grad_p = define_conv(
         const Shape& w = r.outputs[0].shape();
         return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& x) { return weight_grad(dy, x, r.attrs, w); });
       };
-      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
         const Tensor &dy = r.inputs[0], &x = r.inputs[1];
         return {conv(x, *ct[0], r.attrs), input_grad(dy, *ct[0], r.attrs, x.shape())};
       };
@@ -562,6 +575,10 @@ const Primitive& conv2d_weight_grad_p = define_conv(
         [](std::span<const Tensor> in, const Attrs& a) { return weight_grad_geom(types(in), a); },
         &conv_weight_grad_impl<float>, &conv_weight_grad_impl<double>),
     false);
+  return p;
+}
+
+namespace {
 
 // ---- pooling ------------------------------------------------------------------------
 
@@ -722,16 +739,19 @@ Tensor at_chosen_max(const Tensor& x, const Tensor& y, const Tensor& t, const At
 }
 
 Tensor max_pool_grad(const Tensor& x, const Tensor& dy, const Attrs& attrs) {
-  return bind1(primitive("max_pool2d_grad"), {x, dy}, attrs);
+  return bind1(prim::max_pool2d_grad(), {x, dy}, attrs);
 }
 
 template <bool IsMax>
 Primitive with_pool_rules(Primitive p) {
-  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-    if constexpr (IsMax) return {at_chosen_max(r.inputs[0], r.outputs[0], *t[0], r.attrs)};
-    else return {bind1(primitive("avg_pool2d"), {*t[0]}, r.attrs)};
-  };
-  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+  if constexpr (IsMax) {
+    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+      return {at_chosen_max(r.inputs[0], r.outputs[0], *t[0], r.attrs)};
+    };
+  } else {
+    p.jvp = ops::linear_jvp;
+  }
+  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
     const Tensor& x = r.inputs[0];
     if constexpr (IsMax) return {max_pool_grad(x, *ct[0], r.attrs)};
     const Windows w = windows(x, r.attrs, r.outputs[0].shape(), 0.0);
@@ -745,7 +765,7 @@ Primitive with_pool_rules(Primitive p) {
 }
 
 template <bool IsMax>
-const Primitive& define_pool(std::string name) {
+const Primitive& define_pool(std::string name, Loc loc) {
   TypeRule rule = [name](std::span<const TensorType> in, const Attrs& attrs) {
     const PoolGeom g = pool_geom(name, in[0], attrs);
     return std::vector<TensorType>{{in[0].dtype, Shape{g.N, g.C, g.OH, g.OW}}};
@@ -757,10 +777,10 @@ const Primitive& define_pool(std::string name) {
                            [&]<typename T>() { pool_impl<IsMax, T>(in[0], out, g); });
     return std::vector<Tensor>{out};
   };
-  Primitive p = with_pool_rules<IsMax>(make_primitive(name, 1, std::move(rule)));
-  p.batch = [name](const BatchArgs& b) { return batch_images(name, b); };
-  return register_primitive(std::move(p),
-                            {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}});
+  Primitive p = with_pool_rules<IsMax>(primitive_of(name, 1, std::move(rule)));
+  p.batch = batch_images;
+  return detail::register_builtin(std::move(p), {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}},
+                                  loc);
 }
 
 // dx = max_pool2d_grad(x, dy): each dy entry added to the first maximum of its window in x
@@ -843,9 +863,12 @@ void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& d
 
 // max_pool2d_grad(x [N, C, H, W], dy [N, C, OH, OW]) -> dx [N, C, H, W]; the attributes of
 // the max_pool2d it differentiates. Linear in dy; piecewise constant in x.
-const Primitive& max_pool2d_grad_p = []() -> const Primitive& {
+}  // namespace
+
+const Primitive& prim::max_pool2d_grad() {
+  static const Primitive& p = [loc = Loc::current()]() -> const Primitive& {
   constexpr std::string_view op = "max_pool2d_grad";
-  Primitive p = make_primitive(std::string(op), 2, [op](std::span<const TensorType> in, const Attrs& a) {
+  Primitive p = primitive_of(std::string(op), 2, [op](std::span<const TensorType> in, const Attrs& a) {
     const PoolGeom g = pool_geom(op, in[0], a);
     const TensorType expected{in[0].dtype, Shape{g.N, g.C, g.OH, g.OW}};
     if (in[1] != expected)
@@ -853,13 +876,13 @@ const Primitive& max_pool2d_grad_p = []() -> const Primitive& {
            " for input ", in[0]);
     return std::vector<TensorType>{in[0]};
   });
-  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
     if (!t[1]) return {zeros_like(r.outputs[0])};
     return {max_pool_grad(r.inputs[0], *t[1], r.attrs)};
   };
-  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
     const Tensor& x = r.inputs[0];
-    const Tensor y = bind1(primitive("max_pool2d"), {x}, r.attrs);
+    const Tensor y = bind1(prim::max_pool2d(), {x}, r.attrs);
     return {std::nullopt, at_chosen_max(x, y, *ct[0], r.attrs)};
   };
   p.batch = [](const BatchArgs& b) {
@@ -871,7 +894,7 @@ const Primitive& max_pool2d_grad_p = []() -> const Primitive& {
       if (i == 0) x = s;
       ins.push_back(reshape(t, Shape{s[0] * s[1], s[2], s[3], s[4]}));
     }
-    const Tensor dx = bind1(primitive("max_pool2d_grad"), ins, b.attrs);
+    const Tensor dx = bind1(b.primitive, ins, b.attrs);
     return std::vector<Batched>{{reshape(dx, x), 0}};
   };
   Kernel kernel = [op](std::span<const Tensor> in, const Attrs& attrs) {
@@ -881,12 +904,22 @@ const Primitive& max_pool2d_grad_p = []() -> const Primitive& {
                            [&]<typename T>() { max_pool_grad_impl<T>(in[0], in[1], dx, g); });
     return std::vector<Tensor>{dx};
   };
-  return register_primitive(std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}),
-                                            std::move(kernel)}});
-}();
+  return detail::register_builtin(std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}),
+                                                  std::move(kernel)}}, loc);
+  }();
+  return p;
+}
 
-const Primitive& max_pool2d_p = define_pool<true>("max_pool2d");
-const Primitive& avg_pool2d_p = define_pool<false>("avg_pool2d");
+const Primitive& prim::max_pool2d() {
+  static const Primitive& p = define_pool<true>("max_pool2d", Loc::current());
+  return p;
+}
+const Primitive& prim::avg_pool2d() {
+  static const Primitive& p = define_pool<false>("avg_pool2d", Loc::current());
+  return p;
+}
+
+namespace {
 
 std::vector<int64_t> ints(std::pair<int64_t, int64_t> p) { return {p.first, p.second}; }
 
@@ -917,17 +950,17 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc)
                     {"padding", ints(o.padding)},
                     {"dilation", ints(o.dilation)},
                     {"groups", o.groups}};
-  return bind1(conv2d_p, {ops::cast_if_needed(x, dt, loc), ops::cast_if_needed(w, dt, loc)}, attrs,
+  return bind1(prim::conv2d(), {ops::cast_if_needed(x, dt, loc), ops::cast_if_needed(w, dt, loc)}, attrs,
                loc);
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
   const detail::CallSite site(loc);
-  return pool(max_pool2d_p, x, o, loc);
+  return pool(prim::max_pool2d(), x, o, loc);
 }
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
   const detail::CallSite site(loc);
-  return pool(avg_pool2d_p, x, o, loc);
+  return pool(prim::avg_pool2d(), x, o, loc);
 }
 
 }  // namespace kiln

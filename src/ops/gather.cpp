@@ -7,13 +7,11 @@
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
 #include "kiln/ops.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
-
-using Types = std::span<const TensorType>;
-using Ins = std::span<const Tensor>;
 
 const DTypeSet kIndex = DTypeSet(int32) | int64;
 
@@ -45,55 +43,45 @@ std::vector<int64_t> resolve(std::string_view op, const Tensor& idx, int64_t n) 
   return v;
 }
 
-using Ts = std::vector<Tangent>;
-
-Tensor zeros_as(const Tensor& like) {
-  return broadcast_to(full(Shape{}, 0.0, like.dtype()), like.shape());
-}
-Tensor value_or_zeros(const Tangent& t, const Tensor& like) { return t ? *t : zeros_as(like); }
+Tensor value_or_zeros(const Tangent& t, const Tensor& like) { return t ? *t : ops::zeros_of(like.type()); }
 
 // Batching: with unbatched indices the batch axis simply leads x (and the updates); with
 // batched indices each example gathers on its own, one primitive call per example.
-BatchRule batch_indexed(std::string self) {
-  return [self](const BatchArgs& b) -> std::vector<Batched> {
-    const Primitive& p = primitive(self);
-    if (b.dims[1]) return ops::batch_by_loop(p, b);
-    std::vector<Tensor> ins{ops::batch_first(b.inputs[0], b.dims[0], b.size), b.inputs[1]};
-    if (b.inputs.size() == 3) ins.push_back(ops::batch_first(b.inputs[2], b.dims[2], b.size));
-    const int axis = normalize_axis(self, b.attrs.get_int("axis"), ins[0].rank() - 1);
-    Attrs a = b.attrs;
-    a.set("axis", int64_t{axis + 1});
-    return {{bind1(p, ins, a), 0}};
-  };
+std::vector<Batched> batch_indexed(const BatchArgs& b) {
+  const Primitive& p = b.primitive;
+  if (b.dims[1]) return ops::batch_by_loop(b);
+  std::vector<Tensor> ins{ops::batch_first(b.inputs[0], b.dims[0], b.size), b.inputs[1]};
+  if (b.inputs.size() == 3) ins.push_back(ops::batch_first(b.inputs[2], b.dims[2], b.size));
+  const int axis = normalize_axis(p.name, b.attrs.get_int("axis"), ins[0].rank() - 1);
+  Attrs a = b.attrs;
+  a.set("axis", int64_t{axis + 1});
+  return {{bind1(p, ins, a), 0}};
 }
 
 // gather-like (x, idx) and scatter-like (x, idx, updates) pairs are each other's transposes.
-Primitive with_gather_rules(Primitive p, const char* scatter_name) {
-  const std::string self = p.name;
-  p.batch = self == "gather_along" ? BatchRule([self](const BatchArgs& b) {
-    return ops::batch_by_loop(primitive(self), b);
-  }) : batch_indexed(self);
-  p.jvp = [self](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-    return {bind1(primitive(self), {*t[0], r.inputs[1]}, r.attrs)};
+// The transpose comes as its accessor, called only when a rule runs: calling it while this
+// primitive registers would start registering each of the pair inside the other.
+using Accessor = const Primitive& (*)();
+Primitive with_gather_rules(Primitive p, Accessor scatter) {
+  p.batch = p.name == "gather_along" ? BatchRule(ops::batch_by_loop) : BatchRule(batch_indexed);
+  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+    return {bind1(r.primitive, {*t[0], r.inputs[1]}, r.attrs)};
   };
-  p.vjp = [scatter_name](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
-    return {bind1(primitive(scatter_name), {zeros_as(r.inputs[0]), r.inputs[1], *ct[0]}, r.attrs),
+  p.vjp = [scatter](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+    return {bind1(scatter(), {ops::zeros_of(r.inputs[0].type()), r.inputs[1], *ct[0]}, r.attrs),
             std::nullopt};
   };
   return p;
 }
-Primitive with_scatter_rules(Primitive p, const char* gather_name) {
-  const std::string self = p.name;
-  p.batch = self == "scatter_add_along" ? BatchRule([self](const BatchArgs& b) {
-    return ops::batch_by_loop(primitive(self), b);
-  }) : batch_indexed(self);
-  p.jvp = [self](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-    return {bind1(primitive(self),
+Primitive with_scatter_rules(Primitive p, Accessor gather) {
+  p.batch = p.name == "scatter_add_along" ? BatchRule(ops::batch_by_loop) : BatchRule(batch_indexed);
+  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+    return {bind1(r.primitive,
                   {value_or_zeros(t[0], r.inputs[0]), r.inputs[1], value_or_zeros(t[2], r.inputs[2])},
                   r.attrs)};
   };
-  p.vjp = [gather_name](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
-    return {*ct[0], std::nullopt, bind1(primitive(gather_name), {*ct[0], r.inputs[1]}, r.attrs)};
+  p.vjp = [gather](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+    return {*ct[0], std::nullopt, bind1(gather(), {*ct[0], r.inputs[1]}, r.attrs)};
   };
   return p;
 }
@@ -110,16 +98,19 @@ void copy_block(void* dst, const void* src, int64_t inner, std::size_t elem) {
   std::memcpy(dst, src, static_cast<std::size_t>(inner) * elem);
 }
 
-const Primitive& gather_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::gather() {
+  static const Primitive& p = detail::register_builtin(
     with_gather_rules(Primitive{.name = "gather",
      .arity = 2,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            expect_index("gather", in[1]);
            const int axis = normalize_axis("gather", a.get_int("axis"), in[0].shape.rank());
            return std::vector<TensorType>{{in[0].dtype, take_shape(in[0].shape, axis, in[1].shape)}};
-         }}, "scatter_add"),
-    {{ops::cpu({DTypeSet::all(), kIndex}), [](Ins in, const Attrs& a) {
+         }}, prim::scatter_add),
+    {{ops::cpu({DTypeSet::all(), kIndex}), [](ops::Ins in, const Attrs& a) {
         const Tensor x = in[0].contiguous();
         const int axis = normalize_axis("gather", a.get_int("axis"), x.rank());
         const AxisSplit s = split_at(x.shape(), axis);
@@ -138,6 +129,10 @@ const Primitive& gather_p = register_primitive(
         }, s.inner);
         return std::vector<Tensor>{out};
       }}});
+  return p;
+}
+
+namespace {
 
 // Accumulates updates [outer, m, inner] into a copy of x at index_of(o, j, k) along axis (serial per output row so
 // that repeated indices add up deterministically).
@@ -166,11 +161,14 @@ Tensor scatter_into(const Tensor& x0, const Tensor& upd0, int axis, int64_t m, I
   return out;
 }
 
-const Primitive& scatter_add_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::scatter_add() {
+  static const Primitive& p = detail::register_builtin(
     with_scatter_rules(Primitive{.name = "scatter_add",
      .arity = 3,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            expect_index("scatter_add", in[1]);
            ops::expect_dtype("scatter_add", in[0], DTypeSet::numeric(), "a numeric dtype");
            const int axis = normalize_axis("scatter_add", a.get_int("axis"), in[0].shape.rank());
@@ -180,8 +178,8 @@ const Primitive& scatter_add_p = register_primitive(
                   ", expected updates of type ", want, " (x's shape with the indices' shape at axis ",
                   axis, ")");
            return std::vector<TensorType>{in[0]};
-         }}, "gather"),
-    {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}), [](Ins in, const Attrs& a) {
+         }}, prim::gather),
+    {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}), [](ops::Ins in, const Attrs& a) {
         const int axis = normalize_axis("scatter_add", a.get_int("axis"), in[0].rank());
         const AxisSplit s = split_at(in[0].shape(), axis);
         const std::vector<int64_t> idx = resolve("scatter_add", in[1], s.n);
@@ -189,6 +187,10 @@ const Primitive& scatter_add_p = register_primitive(
         return std::vector<Tensor>{scatter_into(in[0], in[2], axis, m,
                                                 [&](int64_t, int64_t j, int64_t) { return idx[static_cast<std::size_t>(j)]; })};
       }}});
+  return p;
+}
+
+namespace {
 
 // take_along_axis: idx has x's rank and x's sizes except along axis.
 void expect_along(std::string_view op, const TensorType& x, const TensorType& idx, int axis) {
@@ -199,17 +201,20 @@ void expect_along(std::string_view op, const TensorType& x, const TensorType& id
          ", expected indices of x's rank with x's sizes except along axis ", axis);
 }
 
-const Primitive& gather_along_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::gather_along() {
+  static const Primitive& p = detail::register_builtin(
     with_gather_rules(Primitive{.name = "gather_along",
      .arity = 2,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            expect_index("gather_along", in[1]);
            const int axis = normalize_axis("gather_along", a.get_int("axis"), in[0].shape.rank());
            expect_along("gather_along", in[0], in[1], axis);
            return std::vector<TensorType>{{in[0].dtype, in[1].shape}};
-         }}, "scatter_add_along"),
-    {{ops::cpu({DTypeSet::all(), kIndex}), [](Ins in, const Attrs& a) {
+         }}, prim::scatter_add_along),
+    {{ops::cpu({DTypeSet::all(), kIndex}), [](ops::Ins in, const Attrs& a) {
         const Tensor x = in[0].contiguous();
         const int axis = normalize_axis("gather_along", a.get_int("axis"), x.rank());
         const AxisSplit s = split_at(x.shape(), axis);
@@ -228,12 +233,15 @@ const Primitive& gather_along_p = register_primitive(
         });
         return std::vector<Tensor>{out};
       }}});
+  return p;
+}
 
-const Primitive& scatter_add_along_p = register_primitive(
+const Primitive& prim::scatter_add_along() {
+  static const Primitive& p = detail::register_builtin(
     with_scatter_rules(Primitive{.name = "scatter_add_along",
      .arity = 3,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            expect_index("scatter_add_along", in[1]);
            ops::expect_dtype("scatter_add_along", in[0], DTypeSet::numeric(), "a numeric dtype");
            const int axis = normalize_axis("scatter_add_along", a.get_int("axis"), in[0].shape.rank());
@@ -242,8 +250,8 @@ const Primitive& scatter_add_along_p = register_primitive(
              fail("scatter_add_along", "updates do not match: got ", ops::types_str(in),
                   ", expected updates of x's dtype and the indices' shape");
            return std::vector<TensorType>{in[0]};
-         }}, "gather_along"),
-    {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}), [](Ins in, const Attrs& a) {
+         }}, prim::gather_along),
+    {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}), [](ops::Ins in, const Attrs& a) {
         const int axis = normalize_axis("scatter_add_along", a.get_int("axis"), in[0].rank());
         const AxisSplit s = split_at(in[0].shape(), axis);
         const int64_t m = in[1].shape()[axis];
@@ -253,6 +261,10 @@ const Primitive& scatter_add_along_p = register_primitive(
                                                   return idx[static_cast<std::size_t>((o * m + j) * s.inner + k)];
                                                 })};
       }}});
+  return p;
+}
+
+namespace {
 
 Tensor as_index(const Tensor& idx, Loc loc) {
   const detail::CallSite site(loc);
@@ -265,7 +277,7 @@ Tensor as_index(const Tensor& idx, Loc loc) {
 
 Tensor take(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(gather_p, {x, as_index(indices, loc)}, {{"axis", axis}}, loc);
+  return bind1(prim::gather(), {x, as_index(indices, loc)}, {{"axis", axis}}, loc);
 }
 
 Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc loc) {
@@ -282,7 +294,7 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc
     const int64_t d = broadcast_shapes("take_along_axis", Shape{xs[u]}, Shape{is[u]})[0];
     xs[u] = is[u] = d;
   }
-  return bind1(gather_along_p,
+  return bind1(prim::gather_along(),
                {broadcast_to(x, Shape(xs), loc), broadcast_to(as_index(indices, loc), Shape(is), loc)},
                {{"axis", int64_t{a}}}, loc);
 }
@@ -290,7 +302,7 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc
 Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis,
                    Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(scatter_add_p, {x, as_index(indices, loc), ops::cast_if_needed(updates, x.dtype(), loc)},
+  return bind1(prim::scatter_add(), {x, as_index(indices, loc), ops::cast_if_needed(updates, x.dtype(), loc)},
                {{"axis", axis}}, loc);
 }
 

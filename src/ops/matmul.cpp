@@ -16,6 +16,7 @@
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
 #include "kiln/ops.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
@@ -230,7 +231,7 @@ Primitive matmul_primitive() {
   p.arity = 2;
   p.type_rule = matmul_rule;
   p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
-    const Primitive& self = primitive("matmul");
+    const Primitive& self = r.primitive;
     Tangent out;
     if (t[0]) out = bind1(self, {*t[0], r.inputs[1]});
     if (t[1]) {
@@ -240,28 +241,31 @@ Primitive matmul_primitive() {
     return {out};
   };
   p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
-    const Primitive& self = primitive("matmul");
+    const Primitive& self = r.primitive;
     return {bind1(self, {*ct[0], swapaxes(r.inputs[1], -1, -2)}),
             bind1(self, {swapaxes(r.inputs[0], -1, -2), *ct[0]})};
   };
   // The batch axis becomes one more leading batch axis; an unbatched operand is broadcast
   // (a stride-0 view, which the kernel recognises as one shared matrix).
   p.batch = [](const BatchArgs& b) -> std::vector<Batched> {
-    return {{bind1(primitive("matmul"), {ops::batch_first(b.inputs[0], b.dims[0], b.size),
+    return {{bind1(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size),
                                          ops::batch_first(b.inputs[1], b.dims[1], b.size)}),
              0}};
   };
   return p;
 }
 
-const Primitive& matmul_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::matmul() {
+  static const Primitive& p = detail::register_builtin(
     matmul_primitive(),
     {{ops::cpu({DTypeSet::numeric(), DTypeSet::numeric()}),
       [](std::span<const Tensor> in, const Attrs&) {
         return std::vector<Tensor>{matmul_kernel_impl(in[0], in[1])};
       }}});
-
-}  // namespace
+  return p;
+}
 
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) {
   const detail::CallSite site(loc);
@@ -304,7 +308,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) {
   };
   if (Shape s = full_shape(x); s != x.shape()) x = broadcast_to(x, s, loc);
   if (Shape s = full_shape(y); s != y.shape()) y = broadcast_to(y, s, loc);
-  Tensor out = bind1(matmul_p, {x, y}, {}, loc);
+  Tensor out = bind1(prim::matmul(), {x, y}, {}, loc);
   if (a_vec && b_vec) return squeeze(out, {-2, -1}, loc);
   if (a_vec) return squeeze(out, {-2}, loc);
   if (b_vec) return squeeze(out, {-1}, loc);

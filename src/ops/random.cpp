@@ -9,13 +9,11 @@
 #include "detail/parallel.h"
 #include "kiln/ops.h"
 #include "kiln/random.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
-
-using Types = std::span<const TensorType>;
-using Ins = std::span<const Tensor>;
 
 struct Pair {
   uint32_t a, b;
@@ -78,17 +76,20 @@ void for_each_key(const Tensor& keys, int64_t per_key, F f) {
 
 Shape attr_shape(const Attrs& a) { return Shape(a.get_ints("shape")); }
 
-const Primitive& bits_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::random_bits() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "random_bits",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            expect_key("random_bits", in[0]);
            return std::vector<TensorType>{{uint32, concat(batch_of(in[0].shape), attr_shape(a))}};
          },
      .differentiable = false,
-     .batch = ops::batch_leading("random_bits", [](const Attrs& a, const Tensor&) { return a; })},
-    {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) { return a; })},
+    {{ops::cpu({uint32}), [](ops::Ins in, const Attrs& a) {
         const int64_t per = attr_shape(a).numel();
         Tensor out = empty(concat(batch_of(in[0].shape()), attr_shape(a)), uint32);
         uint32_t* po = out.data<uint32_t>();
@@ -99,14 +100,17 @@ const Primitive& bits_p = register_primitive(
         });
         return std::vector<Tensor>{out};
       }}});
+  return p;
+}
 
 // Uniform floats in [0, 1): the top mantissa-width bits of a word, scaled, so every value is
 // exactly representable and 1.0 is never produced.
-const Primitive& uniform_p = register_primitive(
+const Primitive& prim::random_uniform() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "random_uniform",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            expect_key("random_uniform", in[0]);
            const DType dt = a.get_dtype("dtype");
            if (!is_floating(dt))
@@ -114,8 +118,8 @@ const Primitive& uniform_p = register_primitive(
            return std::vector<TensorType>{{dt, concat(batch_of(in[0].shape), attr_shape(a))}};
          },
      .differentiable = false,
-     .batch = ops::batch_leading("random_uniform", [](const Attrs& a, const Tensor&) { return a; })},
-    {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) { return a; })},
+    {{ops::cpu({uint32}), [](ops::Ins in, const Attrs& a) {
         const DType dt = a.get_dtype("dtype");
         const int64_t per = attr_shape(a).numel();
         Tensor out = empty(concat(batch_of(in[0].shape()), attr_shape(a)), dt);
@@ -144,20 +148,23 @@ const Primitive& uniform_p = register_primitive(
         });
         return std::vector<Tensor>{out};
       }}});
+  return p;
+}
 
-const Primitive& split_p = register_primitive(
+const Primitive& prim::random_split() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "random_split",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            expect_key("random_split", in[0]);
            const int64_t n = a.get_int("n");
            if (n < 0) fail("random_split", "negative count: got n=", n, ", expected n >= 0");
            return std::vector<TensorType>{{uint32, concat(batch_of(in[0].shape), Shape{n, 2})}};
          },
      .differentiable = false,
-     .batch = ops::batch_leading("random_split", [](const Attrs& a, const Tensor&) { return a; })},
-    {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) { return a; })},
+    {{ops::cpu({uint32}), [](ops::Ins in, const Attrs& a) {
         const int64_t n = a.get_int("n");
         Tensor out = empty(concat(batch_of(in[0].shape()), Shape{n, 2}), uint32);
         uint32_t* po = out.data<uint32_t>();
@@ -170,18 +177,21 @@ const Primitive& split_p = register_primitive(
         });
         return std::vector<Tensor>{out};
       }}});
+  return p;
+}
 
-const Primitive& fold_in_p = register_primitive(
+const Primitive& prim::random_fold_in() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "random_fold_in",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs&) {
+         [](ops::Types in, const Attrs&) {
            expect_key("random_fold_in", in[0]);
            return std::vector<TensorType>{in[0]};
          },
      .differentiable = false,
-     .batch = ops::batch_leading("random_fold_in", [](const Attrs& a, const Tensor&) { return a; })},
-    {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) { return a; })},
+    {{ops::cpu({uint32}), [](ops::Ins in, const Attrs& a) {
         const auto data = static_cast<uint32_t>(a.get_int("data"));
         Tensor out = empty(in[0].type());
         uint32_t* po = out.data<uint32_t>();
@@ -192,21 +202,24 @@ const Primitive& fold_in_p = register_primitive(
         });
         return std::vector<Tensor>{out};
       }}});
+  return p;
+}
 
 // Fisher-Yates with 64-bit draws (modulo bias below 2^-32 for any n that fits in memory).
-const Primitive& permutation_p = register_primitive(
+const Primitive& prim::random_permutation() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "random_permutation",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            expect_key("random_permutation", in[0]);
            const int64_t n = a.get_int("n");
            if (n < 0) fail("random_permutation", "negative length: got n=", n, ", expected n >= 0");
            return std::vector<TensorType>{{int64, concat(batch_of(in[0].shape), Shape{n})}};
          },
      .differentiable = false,
-     .batch = ops::batch_leading("random_permutation", [](const Attrs& a, const Tensor&) { return a; })},
-    {{ops::cpu({uint32}), [](Ins in, const Attrs& a) {
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) { return a; })},
+    {{ops::cpu({uint32}), [](ops::Ins in, const Attrs& a) {
         const int64_t n = a.get_int("n");
         Tensor out = empty(concat(batch_of(in[0].shape()), Shape{n}), int64);
         int64_t* po = out.data<int64_t>();
@@ -221,8 +234,8 @@ const Primitive& permutation_p = register_primitive(
         });
         return std::vector<Tensor>{out};
       }}});
-
-}  // namespace
+  return p;
+}
 
 namespace random {
 
@@ -233,7 +246,7 @@ Tensor key(uint64_t seed) {
 
 Tensor split(const Tensor& key, int64_t n, Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(split_p, {key}, {{"n", n}}, loc);
+  return bind1(prim::random_split(), {key}, {{"n", n}}, loc);
 }
 
 std::pair<Tensor, Tensor> split(const Tensor& key, Loc loc) {
@@ -246,17 +259,17 @@ std::pair<Tensor, Tensor> split(const Tensor& key, Loc loc) {
 
 Tensor fold_in(const Tensor& key, uint32_t data, Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(fold_in_p, {key}, {{"data", int64_t{data}}}, loc);
+  return bind1(prim::random_fold_in(), {key}, {{"data", int64_t{data}}}, loc);
 }
 
 Tensor bits(const Tensor& key, const Shape& shape, Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(bits_p, {key}, {{"shape", shape.dims()}}, loc);
+  return bind1(prim::random_bits(), {key}, {{"shape", shape.dims()}}, loc);
 }
 
 Tensor uniform(const Tensor& key, const Shape& shape, DType dtype, double lo, double hi, Loc loc) {
   const detail::CallSite site(loc);
-  Tensor u = bind1(uniform_p, {key}, {{"shape", shape.dims()}, {"dtype", dtype}}, loc);
+  Tensor u = bind1(prim::random_uniform(), {key}, {{"shape", shape.dims()}, {"dtype", dtype}}, loc);
   if (lo == 0.0 && hi == 1.0) return u;
   return add(mul(u, scalar_like(u, hi - lo), loc), scalar_like(u, lo), loc);
 }
@@ -296,7 +309,7 @@ Tensor randint(const Tensor& key, const Shape& shape, int64_t lo, int64_t hi, DT
 
 Tensor permutation(const Tensor& key, int64_t n, Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(permutation_p, {key}, {{"n", n}}, loc);
+  return bind1(prim::random_permutation(), {key}, {{"n", n}}, loc);
 }
 
 }  // namespace random

@@ -9,13 +9,11 @@
 #include "detail/parallel.h"
 #include "detail/strided.h"
 #include "kiln/ops.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
-
-using Types = std::span<const TensorType>;
-using Ins = std::span<const Tensor>;
 
 Shape reduced_shape(const Shape& s, const std::vector<int>& axes) {
   Shape out;
@@ -212,21 +210,20 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
       std::max<int64_t>(L.red_count, 1));
 }
 
-using Ts = std::vector<Tangent>;
-
 // A reduced tensor (axes dropped) broadcast back over the input's shape.
 Tensor expand_back(const Tensor& y, const Tensor& x, const Attrs& a) {
   std::vector<int64_t> dims = x.shape().dims();
   for (int64_t ax : a.get_ints("axes")) dims[static_cast<std::size_t>(ax)] = 1;
   return broadcast_to(reshape(y, Shape(dims)), x.shape());
 }
-Tensor reduce_like(const Primitive& p, const Tensor& t, const Attrs& a) { return bind1(p, {t}, a); }
 
 // Rules for each reduction, written with primitives so they differentiate again.
 struct SumRules {
-  static Tangent jvp(const Primitive& p, const RuleArgs& r, const Tensor& t) { return reduce_like(p, t, r.attrs); }
-  static Tensor vjp(const Primitive&, const RuleArgs& r, const Tensor& ct) {
-    return expand_back(ct, r.inputs[0], r.attrs);
+  static ops::Ts jvp(const RuleArgs& r, std::span<const Tangent> t) {
+    return ops::linear_jvp(r, t);
+  }
+  static ops::Ts vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+    return {expand_back(*ct[0], r.inputs[0], r.attrs)};
   }
 };
 // The derivative of a product with respect to x_i is the product of the others: the
@@ -270,26 +267,26 @@ Tensor prod_partials(const RuleArgs& r) {
   return transpose(reshape(others, xt.shape()), inverse);
 }
 struct ProdRules {
-  static Tangent jvp(const Primitive&, const RuleArgs& r, const Tensor& t) {
-    return bind1(primitive("reduce_sum"), {t * prod_partials(r)}, r.attrs);
+  static ops::Ts jvp(const RuleArgs& r, std::span<const Tangent> t) {
+    return {bind1(prim::reduce_sum(), {*t[0] * prod_partials(r)}, r.attrs)};
   }
-  static Tensor vjp(const Primitive&, const RuleArgs& r, const Tensor& ct) {
-    return expand_back(ct, r.inputs[0], r.attrs) * prod_partials(r);
+  static ops::Ts vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+    return {expand_back(*ct[0], r.inputs[0], r.attrs) * prod_partials(r)};
   }
 };
 // max/min: the derivative is shared equally among the elements that attain the extreme.
 Tensor extreme_weights(const RuleArgs& r) {
   const Tensor& x = r.inputs[0];
   const Tensor hit = astype(x == expand_back(r.outputs[0], x, r.attrs), x.dtype());
-  const Tensor count = bind1(primitive("reduce_sum"), {hit}, r.attrs);
+  const Tensor count = bind1(prim::reduce_sum(), {hit}, r.attrs);
   return hit / expand_back(count, x, r.attrs);
 }
 struct ExtremeRules {
-  static Tangent jvp(const Primitive&, const RuleArgs& r, const Tensor& t) {
-    return bind1(primitive("reduce_sum"), {t * extreme_weights(r)}, r.attrs);
+  static ops::Ts jvp(const RuleArgs& r, std::span<const Tangent> t) {
+    return {bind1(prim::reduce_sum(), {*t[0] * extreme_weights(r)}, r.attrs)};
   }
-  static Tensor vjp(const Primitive&, const RuleArgs& r, const Tensor& ct) {
-    return expand_back(ct, r.inputs[0], r.attrs) * extreme_weights(r);
+  static ops::Ts vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+    return {expand_back(*ct[0], r.inputs[0], r.attrs) * extreme_weights(r)};
   }
 };
 template <typename R> struct RulesOf { using type = void; };
@@ -299,8 +296,8 @@ template <> struct RulesOf<MaxR> { using type = ExtremeRules; };
 template <> struct RulesOf<MinR> { using type = ExtremeRules; };
 
 template <typename R>
-const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_view desc) {
-  TypeRule rule = [name, domain, desc](Types in, const Attrs& a) {
+const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_view desc, Loc loc) {
+  TypeRule rule = [name, domain, desc](ops::Types in, const Attrs& a) {
     ops::expect_dtype(name, in[0], domain, desc);
     const std::vector<int> axes = normalize_axes(name, a.get_ints("axes"), in[0].shape.rank(), false);
     if (R::needs_elements)
@@ -310,7 +307,7 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
                ", expected a non-empty axis (this reduction has no identity)");
     return std::vector<TensorType>{{in[0].dtype, reduced_shape(in[0].shape, axes)}};
   };
-  Kernel kernel = [name](Ins in, const Attrs& a) {
+  Kernel kernel = [name](ops::Ins in, const Attrs& a) {
     const std::vector<int> axes = normalize_axes(name, a.get_ints("axes"), in[0].rank(), false);
     Tensor out = empty(reduced_shape(in[0].shape(), axes), in[0].dtype());
     detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
@@ -320,42 +317,30 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
     return std::vector<Tensor>{out};
   };
   Primitive prim{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
-  prim.batch = ops::batch_leading(prim.name, [](const Attrs& a, const Tensor&) {
+  prim.batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
     return ops::shift_ints(a, "axes");
   });
   using Rules = typename RulesOf<R>::type;
   if constexpr (std::is_void_v<Rules>) {
     prim.differentiable = false;
   } else {
-    const std::string self = prim.name;
-    prim.jvp = [self](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-      return {Rules::jvp(primitive(self), r, *t[0])};
-    };
-    prim.vjp = [self](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
-      return {Rules::vjp(primitive(self), r, *ct[0])};
-    };
+    prim.jvp = Rules::jvp;
+    prim.vjp = Rules::vjp;
   }
-  return register_primitive(std::move(prim), {{ops::cpu({domain}), std::move(kernel)}});
+  return detail::register_builtin(std::move(prim), {{ops::cpu({domain}), std::move(kernel)}}, loc);
 }
-
-const Primitive& sum_p = define_reduce<SumR>("reduce_sum", DTypeSet::numeric(), "a numeric dtype");
-const Primitive& prod_p = define_reduce<ProdR>("reduce_prod", DTypeSet::numeric(), "a numeric dtype");
-const Primitive& rmax_p = define_reduce<MaxR>("reduce_max", DTypeSet::numeric(), "a numeric dtype");
-const Primitive& rmin_p = define_reduce<MinR>("reduce_min", DTypeSet::numeric(), "a numeric dtype");
-const Primitive& rand_p = define_reduce<AndR>("reduce_and", bool_, "bool");
-const Primitive& ror_p = define_reduce<OrR>("reduce_or", bool_, "bool");
 
 // argmax/argmin{axis}: first index of the extreme value (NaN counts as the extreme).
 template <bool IsMax>
-const Primitive& define_arg(std::string name) {
-  TypeRule rule = [name](Types in, const Attrs& a) {
+const Primitive& define_arg(std::string name, Loc loc) {
+  TypeRule rule = [name](ops::Types in, const Attrs& a) {
     ops::expect_dtype(name, in[0], DTypeSet::numeric(), "a numeric dtype");
     const int ax = normalize_axis(name, a.get_int("axis"), in[0].shape.rank());
     if (in[0].shape[ax] == 0)
       fail(name, "empty axis: got ", in[0], " along axis ", ax, ", expected a non-empty axis");
     return std::vector<TensorType>{{int64, reduced_shape(in[0].shape, {ax})}};
   };
-  Kernel kernel = [name](Ins in, const Attrs& a) {
+  Kernel kernel = [name](ops::Ins in, const Attrs& a) {
     const Tensor& x = in[0];
     const int ax = normalize_axis(name, a.get_int("axis"), x.rank());
     Tensor out = empty(reduced_shape(x.shape(), {ax}), int64);
@@ -385,21 +370,42 @@ const Primitive& define_arg(std::string name) {
     });
     return std::vector<Tensor>{out};
   };
-  return register_primitive(
+  return detail::register_builtin(
       {.name = name,
        .arity = 1,
        .type_rule = std::move(rule),
        .differentiable = false,
-       .batch = [name](const BatchArgs& b) {
-         return ops::batch_leading(name, [](const Attrs& a, const Tensor&) {
-           return ops::shift_int(a, "axis");
-         })(b);
-       }},
-      {{ops::cpu({DTypeSet::numeric()}), std::move(kernel)}});
+       .batch = ops::batch_leading(
+           [](const Attrs& a, const Tensor&) { return ops::shift_int(a, "axis"); })},
+      {{ops::cpu({DTypeSet::numeric()}), std::move(kernel)}}, loc);
 }
 
-const Primitive& argmax_p = define_arg<true>("argmax");
-const Primitive& argmin_p = define_arg<false>("argmin");
+}  // namespace
+
+// The tables: accessor (src/ops/primitives.h), reducer, IR name (and domain). A primitive's
+// definition is its line here.
+#define KILN_REDUCE(accessor, R, domain, desc)                                    \
+  const Primitive& prim::accessor() {                                             \
+    static const Primitive& p = define_reduce<R>(#accessor, domain, desc, Loc::current()); \
+    return p;                                                                     \
+  }
+KILN_REDUCE(reduce_sum, SumR, DTypeSet::numeric(), "a numeric dtype")
+KILN_REDUCE(reduce_prod, ProdR, DTypeSet::numeric(), "a numeric dtype")
+KILN_REDUCE(reduce_max, MaxR, DTypeSet::numeric(), "a numeric dtype")
+KILN_REDUCE(reduce_min, MinR, DTypeSet::numeric(), "a numeric dtype")
+KILN_REDUCE(reduce_and, AndR, bool_, "bool")
+KILN_REDUCE(reduce_or, OrR, bool_, "bool")
+#undef KILN_REDUCE
+#define KILN_ARG(accessor, IsMax)                                              \
+  const Primitive& prim::accessor() {                                          \
+    static const Primitive& p = define_arg<IsMax>(#accessor, Loc::current()); \
+    return p;                                                                  \
+  }
+KILN_ARG(argmax, true)
+KILN_ARG(argmin, false)
+#undef KILN_ARG
+
+namespace {
 
 std::vector<int> axes_of(std::string_view op, const Tensor& x, const Axes& axes) {
   return normalize_axes(op, axes, x.rank(), true);
@@ -457,35 +463,35 @@ Tensor exp_shift(std::string_view op, const Tensor& xf, const Axes& axes, Loc lo
 
 Tensor sum(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return reduce(sum_p, numeric(x, loc), axes, keepdims, loc);
+  return reduce(prim::reduce_sum(), numeric(x, loc), axes, keepdims, loc);
 }
 Tensor prod(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return reduce(prod_p, numeric(x, loc), axes, keepdims, loc);
+  return reduce(prim::reduce_prod(), numeric(x, loc), axes, keepdims, loc);
 }
 Tensor max(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return reduce(rmax_p, numeric(x, loc), axes, keepdims, loc);
+  return reduce(prim::reduce_max(), numeric(x, loc), axes, keepdims, loc);
 }
 Tensor min(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return reduce(rmin_p, numeric(x, loc), axes, keepdims, loc);
+  return reduce(prim::reduce_min(), numeric(x, loc), axes, keepdims, loc);
 }
 Tensor any(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return reduce(ror_p, ops::cast_if_needed(x, bool_, loc), axes, keepdims, loc);
+  return reduce(prim::reduce_or(), ops::cast_if_needed(x, bool_, loc), axes, keepdims, loc);
 }
 Tensor all(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return reduce(rand_p, ops::cast_if_needed(x, bool_, loc), axes, keepdims, loc);
+  return reduce(prim::reduce_and(), ops::cast_if_needed(x, bool_, loc), axes, keepdims, loc);
 }
 Tensor argmax(const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return arg(argmax_p, x, axis, keepdims, loc);
+  return arg(prim::argmax(), x, axis, keepdims, loc);
 }
 Tensor argmin(const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return arg(argmin_p, x, axis, keepdims, loc);
+  return arg(prim::argmin(), x, axis, keepdims, loc);
 }
 
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {

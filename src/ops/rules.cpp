@@ -49,6 +49,14 @@ std::pair<Tensor, Tensor> promote_broadcast(std::string_view op, const Tensor& a
   return {x, y};
 }
 
+std::vector<Tangent> linear_jvp(const RuleArgs& r, std::span<const Tangent> t) {
+  std::vector<Tensor> ins;
+  for (std::size_t i = 0; i < t.size(); ++i)
+    ins.push_back(t[i] ? *t[i] : zeros_of(r.inputs[i].type()));
+  const std::vector<Tensor> outs = bind(r.primitive, std::move(ins), r.attrs);
+  return Ts(outs.begin(), outs.end());
+}
+
 // The transpose of slice: ct placed at start + k*step along each axis, zeros elsewhere.
 Tensor unslice(const Tensor& ct, const Shape& x, const Axes& start, const Axes& step) {
   Tensor g = ct;
@@ -85,7 +93,7 @@ Tensor batch_first(const Tensor& t, std::optional<int> dim, int64_t size) {
   return broadcast_to(expand_dims(t, 0), Shape(shape));  // a view: nothing is copied
 }
 
-std::vector<Batched> batch_elementwise(const Primitive& p, const BatchArgs& b) {
+std::vector<Batched> batch_elementwise(const BatchArgs& b) {
   // Already aligned (every input batched on the same axis): nothing to move.
   bool aligned = true;
   for (const auto& d : b.dims) aligned = aligned && d && *d == *b.dims[0];
@@ -93,15 +101,15 @@ std::vector<Batched> batch_elementwise(const Primitive& p, const BatchArgs& b) {
   for (std::size_t i = 0; i < b.inputs.size(); ++i)
     ins.push_back(aligned ? b.inputs[i] : batch_first(b.inputs[i], b.dims[i], b.size));
   std::vector<Batched> out;
-  for (Tensor& t : bind(p, ins, b.attrs)) out.push_back({std::move(t), aligned ? *b.dims[0] : 0});
+  for (Tensor& t : bind(b.primitive, ins, b.attrs)) out.push_back({std::move(t), aligned ? *b.dims[0] : 0});
   return out;
 }
 
-BatchRule batch_leading(std::string prim, std::function<Attrs(const Attrs&, const Tensor& x)> adjust) {
-  return [prim, adjust](const BatchArgs& b) -> std::vector<Batched> {
+BatchRule batch_leading(std::function<Attrs(const Attrs&, const Tensor& x)> adjust) {
+  return [adjust](const BatchArgs& b) -> std::vector<Batched> {
     const Tensor x = batch_first(b.inputs[0], b.dims[0], b.size);
     std::vector<Batched> out;
-    for (Tensor& t : bind(primitive(prim), {x}, adjust(b.attrs, x))) out.push_back({std::move(t), 0});
+    for (Tensor& t : bind(b.primitive, {x}, adjust(b.attrs, x))) out.push_back({std::move(t), 0});
     return out;
   };
 }
@@ -129,13 +137,13 @@ Attrs prepend_int(const Attrs& a, const char* name, int64_t value) {
   return r;
 }
 
-std::vector<Batched> batch_by_loop(const Primitive& p, const BatchArgs& b) {
+std::vector<Batched> batch_by_loop(const BatchArgs& b) {
   std::vector<std::vector<Tensor>> per_output;
   for (int64_t i = 0; i < b.size; ++i) {
     std::vector<Tensor> ins;
     for (std::size_t k = 0; k < b.inputs.size(); ++k)
       ins.push_back(b.dims[k] ? index(moveaxis(b.inputs[k], *b.dims[k], 0), i) : b.inputs[k]);
-    std::vector<Tensor> outs = bind(p, ins, b.attrs);
+    std::vector<Tensor> outs = bind(b.primitive, ins, b.attrs);
     per_output.resize(outs.size());
     for (std::size_t k = 0; k < outs.size(); ++k) per_output[k].push_back(outs[k]);
   }

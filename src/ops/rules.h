@@ -43,6 +43,12 @@ std::pair<Tensor, Tensor> promote_broadcast(std::string_view op, const Tensor& a
 // x converted to `dtype` when it has another one.
 Tensor cast_if_needed(const Tensor& x, DType dtype, Loc loc);
 
+// The JVP of a primitive linear in all its inputs (reshape, transpose, broadcast_to, slice,
+// flip, concatenate, reduce_sum, neg, avg_pool2d, psum, ...): the primitive itself applied to
+// the tangents with the same attributes. A zero tangent becomes zeros only next to a non-zero
+// one (concatenate).
+std::vector<Tangent> linear_jvp(const RuleArgs& r, std::span<const Tangent> t);
+
 // The transpose of a strided slice: g placed at start + k*step along each axis of a tensor of
 // shape x, zeros elsewhere. Built from pad and reshape, so it differentiates again.
 Tensor unslice(const Tensor& g, const Shape& x, const std::vector<int64_t>& start,
@@ -53,15 +59,15 @@ Tensor unslice(const Tensor& g, const Shape& x, const std::vector<int64_t>& star
 Tensor batch_first(const Tensor& t, std::optional<int> dim, int64_t size);
 // Rule for primitives applied independently to each element or row of same-shaped inputs
 // (elementwise, select): batch axes are aligned at the front, the primitive runs once.
-std::vector<Batched> batch_elementwise(const Primitive& p, const BatchArgs& b);
+std::vector<Batched> batch_elementwise(const BatchArgs& b);
 // Rule for single-input primitives whose attributes only need the batch axis in front,
 // with `adjust` rewriting the attributes for one more leading axis.
-BatchRule batch_leading(std::string prim, std::function<Attrs(const Attrs&, const Tensor& x)> adjust);
+BatchRule batch_leading(std::function<Attrs(const Attrs&, const Tensor& x)> adjust);
 // Attribute helpers for `adjust`: shift axis lists / single axes by one, prepend to lists.
 Attrs shift_ints(const Attrs& a, const char* name);
 Attrs shift_int(const Attrs& a, const char* name);
 Attrs prepend_int(const Attrs& a, const char* name, int64_t value);
 // The last resort: run the primitive once per example and stack (always right, slower).
-std::vector<Batched> batch_by_loop(const Primitive& p, const BatchArgs& b);
+std::vector<Batched> batch_by_loop(const BatchArgs& b);
 
 }  // namespace kiln::ops

@@ -8,13 +8,11 @@
 #include "detail/copy.h"
 #include "detail/strided.h"
 #include "kiln/ops.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
-
-using Types = std::span<const TensorType>;
-using Ins = std::span<const Tensor>;
 
 Tensor make_view(const Tensor& base, Shape shape, std::vector<int64_t> strides, int64_t offset) {
   auto impl = std::make_shared<TensorImpl>();
@@ -27,18 +25,6 @@ Tensor make_view(const Tensor& base, Shape shape, std::vector<int64_t> strides, 
 
 std::vector<Tensor> one(Tensor t) { return std::vector<Tensor>{std::move(t)}; }
 
-using Ts = std::vector<Tangent>;
-
-// Forward rule of a primitive that is linear in its single input: apply it to the tangent.
-JvpRule same_on_tangent(const char* name) {
-  return [name](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-    return {bind1(primitive(name), {*t[0]}, r.attrs)};
-  };
-}
-
-// A symbolic zero made concrete where a rule needs a tensor: a broadcast scalar.
-Tensor zeros_as(const TensorType& t) { return broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape); }
-
 // Sums a gradient of `shape` down to the shape it was broadcast from (numpy rules).
 Tensor unbroadcast(const Tensor& g, const Shape& to) {
   const int lead = g.rank() - to.rank();
@@ -48,14 +34,16 @@ Tensor unbroadcast(const Tensor& g, const Shape& to) {
   return reshape(axes.empty() ? g : sum(g, axes), to);
 }
 
+}  // namespace
 
 // ---- reshape{shape} --------------------------------------------------------------
 
-const Primitive& reshape_p = register_primitive(
+const Primitive& prim::reshape() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "reshape",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            Shape s(a.get_ints("shape"));
            s.check("reshape");
            if (s.numel() != in[0].shape.numel())
@@ -64,14 +52,14 @@ const Primitive& reshape_p = register_primitive(
                   " elements), expected the same number of elements");
            return std::vector<TensorType>{{in[0].dtype, s}};
          },
-     .jvp = same_on_tangent("reshape"),
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+     .jvp = ops::linear_jvp,
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
        return {reshape(*ct[0], r.inputs[0].shape())};
      },
-     .batch = ops::batch_leading("reshape", [](const Attrs& a, const Tensor& x) {
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor& x) {
        return ops::prepend_int(a, "shape", x.shape()[0]);
      })},
-    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
         Shape s(a.get_ints("shape"));
         if (!in[0].is_contiguous()) {
           // Inserting or removing size-1 axes (squeeze, expand_dims, index) is a view of any
@@ -103,14 +91,17 @@ const Primitive& reshape_p = register_primitive(
         const Tensor x = in[0].contiguous();
         return one(make_view(x, s, contiguous_strides(s), x.offset()));
       }}});
+  return p;
+}
 
 // ---- transpose{perm} -------------------------------------------------------------
 
-const Primitive& transpose_p = register_primitive(
+const Primitive& prim::transpose() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "transpose",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            const auto& perm = a.get_ints("perm");
            const int r = in[0].shape.rank();
            std::vector<int64_t> sorted = perm;
@@ -124,17 +115,17 @@ const Primitive& transpose_p = register_primitive(
            for (int64_t p : perm) out.dims().push_back(in[0].shape[static_cast<int>(p)]);
            return std::vector<TensorType>{{in[0].dtype, out}};
          },
-     .jvp = same_on_tangent("transpose"),
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+     .jvp = ops::linear_jvp,
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
        const auto& perm = r.attrs.get_ints("perm");
        Axes inverse(perm.size());
        for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = static_cast<int64_t>(i);
        return {transpose(*ct[0], inverse)};
      },
-     .batch = ops::batch_leading("transpose", [](const Attrs& a, const Tensor&) {
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
        return ops::prepend_int(ops::shift_ints(a, "perm"), "perm", 0);
      })},
-    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         Shape s;
         std::vector<int64_t> st;
@@ -144,14 +135,17 @@ const Primitive& transpose_p = register_primitive(
         }
         return one(make_view(x, s, st, x.offset()));
       }}});
+  return p;
+}
 
 // ---- broadcast_to{shape}: numpy broadcasting of x to a larger shape ---------------
 
-const Primitive& broadcast_p = register_primitive(
+const Primitive& prim::broadcast_to() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "broadcast_to",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            Shape s(a.get_ints("shape"));
            const Shape& xs = in[0].shape;
            bool ok = xs.rank() <= s.rank();
@@ -164,8 +158,8 @@ const Primitive& broadcast_p = register_primitive(
                   ", expected each trailing dimension of the input to equal the target's or be 1");
            return std::vector<TensorType>{{in[0].dtype, s}};
          },
-     .jvp = same_on_tangent("broadcast_to"),
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+     .jvp = ops::linear_jvp,
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
        return {unbroadcast(*ct[0], r.inputs[0].shape())};
      },
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {
@@ -179,10 +173,14 @@ const Primitive& broadcast_p = register_primitive(
        out.insert(out.end(), target.begin(), target.end());
        return {{broadcast_to(reshape(x, Shape(dims)), Shape(out)), 0}};
      }},
-    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
         Shape s(a.get_ints("shape"));
         return one(make_view(in[0], s, detail::broadcast_strides(in[0], s), in[0].offset()));
       }}});
+  return p;
+}
+
+namespace {
 
 // ---- slice{start, stop, step}: per axis, 0 <= start <= stop <= dim, step >= 1 ---------
 
@@ -192,11 +190,14 @@ int64_t slice_count(int64_t start, int64_t stop, int64_t step) {
   return stop == start ? 0 : (stop - start - 1) / step + 1;
 }
 
-const Primitive& slice_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::slice() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "slice",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
                       &step = a.get_ints("step");
            const Shape& xs = in[0].shape;
@@ -215,8 +216,8 @@ const Primitive& slice_p = register_primitive(
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
          },
-     .jvp = same_on_tangent("slice"),
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+     .jvp = ops::linear_jvp,
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
        // An axis that kept one element or none may carry any step (IR can say step=2^62);
        // step 1 says the same, and spares the transpose padding that element to a whole step.
        std::vector<int64_t> step = r.attrs.get_ints("step");
@@ -225,12 +226,11 @@ const Primitive& slice_p = register_primitive(
        return {ops::unslice(*ct[0], r.inputs[0].shape(), r.attrs.get_ints("start"), step)};
      },
      .batch = ops::batch_leading(
-         "slice",
          [](const Attrs& a, const Tensor& x) {
            return ops::prepend_int(
                ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]), "step", 1);
          })},
-    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
                    &step = a.get_ints("step");
@@ -246,21 +246,24 @@ const Primitive& slice_p = register_primitive(
         }
         return one(make_view(x, s, st, off));
       }}});
+  return p;
+}
 
 // ---- flip{axes}: reverses the given axes (a view with negative strides) -------------
 
-const Primitive& flip_p = register_primitive(
+const Primitive& prim::flip() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "flip",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            normalize_axes("flip", a.get_ints("axes"), in[0].shape.rank(), false);
            return std::vector<TensorType>{in[0]};
          },
-     .jvp = same_on_tangent("flip"),
-     .vjp = same_on_tangent("flip"),
-     .batch = ops::batch_leading("flip", [](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); })},
-    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+     .jvp = ops::linear_jvp,
+     .vjp = ops::linear_jvp,  // flip is its own transpose
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); })},
+    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         std::vector<int64_t> st = x.strides();
         int64_t off = x.offset();
@@ -271,15 +274,18 @@ const Primitive& flip_p = register_primitive(
         }
         return one(make_view(x, x.shape(), st, off));
       }}});
+  return p;
+}
 
 // ---- concatenate{axis} -------------------------------------------------------------
 
-const Primitive& concatenate_p = register_primitive(
+const Primitive& prim::concatenate() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "concatenate",
      .arity = 1,
      .variadic = true,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            const int r = in[0].shape.rank();
            if (r == 0)
              fail("concatenate", "zero-dimensional inputs: got ", ops::types_str(in),
@@ -296,14 +302,10 @@ const Primitive& concatenate_p = register_primitive(
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
          },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-       std::vector<Tensor> parts;
-       for (std::size_t i = 0; i < t.size(); ++i) parts.push_back(t[i] ? *t[i] : zeros_as(r.inputs[i].type()));
-       return {bind1(primitive("concatenate"), parts, r.attrs)};
-     },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+     .jvp = ops::linear_jvp,
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
        const int axis = normalize_axis("concatenate", r.attrs.get_int("axis"), ct[0]->rank());
-       Ts out;
+       ops::Ts out;
        int64_t at = 0;
        for (const Tensor& x : r.inputs) {
          std::vector<Slice> sl(static_cast<std::size_t>(axis) + 1);
@@ -319,9 +321,9 @@ const Primitive& concatenate_p = register_primitive(
        const int axis = normalize_axis("concatenate", b.attrs.get_int("axis"), ins[0].rank() - 1);
        Attrs a = b.attrs;
        a.set("axis", int64_t{axis + 1});
-       return {{bind1(primitive("concatenate"), ins, a), 0}};
+       return {{bind1(b.primitive, ins, a), 0}};
      }},
-    {{ops::cpu_variadic(DTypeSet::all()), [](Ins in, const Attrs& a) {
+    {{ops::cpu_variadic(DTypeSet::all()), [](ops::Ins in, const Attrs& a) {
         const int axis = normalize_axis("concatenate", a.get_int("axis"), in[0].rank());
         Shape s = in[0].shape();
         for (std::size_t i = 1; i < in.size(); ++i) s[axis] += in[i].shape()[axis];
@@ -335,14 +337,17 @@ const Primitive& concatenate_p = register_primitive(
         }
         return one(out);
       }}});
+  return p;
+}
 
 // ---- pad{low, high, value}: constant padding ----------------------------------------
 
-const Primitive& pad_p = register_primitive(
+const Primitive& prim::pad() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "pad",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            const auto &lo = a.get_ints("low"), &hi = a.get_ints("high");
            const int r = in[0].shape.rank();
            if (static_cast<int>(lo.size()) != r || static_cast<int>(hi.size()) != r)
@@ -358,12 +363,12 @@ const Primitive& pad_p = register_primitive(
            }
            return std::vector<TensorType>{{in[0].dtype, out}};
          },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
        Attrs a = r.attrs;
        a.set("value", 0.0);  // the padding value is a constant: its tangent is zero
-       return {bind1(primitive("pad"), {*t[0]}, a)};
+       return {bind1(r.primitive, {*t[0]}, a)};
      },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
        const auto& lo = r.attrs.get_ints("low");
        std::vector<Slice> sl;
        for (int i = 0; i < r.inputs[0].rank(); ++i) {
@@ -372,10 +377,10 @@ const Primitive& pad_p = register_primitive(
        }
        return {slice(*ct[0], sl)};
      },
-     .batch = ops::batch_leading("pad", [](const Attrs& a, const Tensor&) {
+     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
        return ops::prepend_int(ops::prepend_int(a, "low", 0), "high", 0);
      })},
-    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs& a) {
+    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
         const Tensor& x = in[0];
         const auto& lo = a.get_ints("low");
         Shape s = x.shape();
@@ -388,8 +393,8 @@ const Primitive& pad_p = register_primitive(
         detail::copy_cast(x, make_view(out, x.shape(), out.strides(), off));
         return one(out);
       }}});
-
-}  // namespace
+  return p;
+}
 
 // ---- public ops --------------------------------------------------------------------
 
@@ -417,7 +422,7 @@ Tensor reshape(const Tensor& x, const Shape& shape, Loc loc) {
     dims[static_cast<std::size_t>(infer)] = x.numel() / known;
   }
   if (Shape(dims) == x.shape()) return x;
-  return bind1(reshape_p, {x}, {{"shape", dims}}, loc);
+  return bind1(prim::reshape(), {x}, {{"shape", dims}}, loc);
 }
 
 Tensor flatten(const Tensor& x, Loc loc) { return reshape(x, Shape{x.numel()}, loc); }
@@ -437,7 +442,7 @@ Tensor transpose(const Tensor& x, const Axes& perm, Loc loc) {
   Axes iota(p.size());
   std::iota(iota.begin(), iota.end(), 0);
   if (p == iota && static_cast<int>(p.size()) == x.rank()) return x;
-  return bind1(transpose_p, {x}, {{"perm", p}}, loc);
+  return bind1(prim::transpose(), {x}, {{"perm", p}}, loc);
 }
 Tensor permute(const Tensor& x, const Axes& perm, Loc loc) { return transpose(x, perm, loc); }
 
@@ -464,7 +469,7 @@ Tensor moveaxis(const Tensor& x, int64_t from, int64_t to, Loc loc) {
 Tensor broadcast_to(const Tensor& x, const Shape& shape, Loc loc) {
   const detail::CallSite site(loc);
   if (x.shape() == shape) return x;
-  return bind1(broadcast_p, {x}, {{"shape", shape.dims()}}, loc);
+  return bind1(prim::broadcast_to(), {x}, {{"shape", shape.dims()}}, loc);
 }
 
 Tensor expand_dims(const Tensor& x, int64_t axis, Loc loc) {
@@ -499,7 +504,7 @@ Tensor flip(const Tensor& x, const Axes& axes, Loc loc) {
   if (ax.empty())
     for (int i = 0; i < x.rank(); ++i) ax.push_back(i);
   if (ax.empty()) return x;
-  return bind1(flip_p, {x}, {{"axes", ax}}, loc);
+  return bind1(prim::flip(), {x}, {{"axes", ax}}, loc);
 }
 
 Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc) {
@@ -545,7 +550,7 @@ Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc) {
     whole = whole && start[u] == 0 && stop[u] == x.shape()[i] && step[u] == 1;
   }
   if (whole) return y;
-  return bind1(slice_p, {y}, {{"start", start}, {"stop", stop}, {"step", step}}, loc);
+  return bind1(prim::slice(), {y}, {{"start", start}, {"stop", stop}, {"step", step}}, loc);
 }
 
 Tensor index(const Tensor& x, int64_t i, Loc loc) {
@@ -569,7 +574,7 @@ Tensor concatenate(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
   for (const Tensor& x : xs) dt = promote_types(dt, x.dtype());
   std::vector<Tensor> ins;
   for (const Tensor& x : xs) ins.push_back(ops::cast_if_needed(x, dt, loc));
-  return bind1(concatenate_p, ins, {{"axis", axis}}, loc);
+  return bind1(prim::concatenate(), ins, {{"axis", axis}}, loc);
 }
 
 Tensor stack(const std::vector<Tensor>& xs, int64_t axis, Loc loc) {
@@ -626,7 +631,7 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widt
     lo.push_back(b);
     hi.push_back(e);
   }
-  return bind1(pad_p, {x}, {{"low", lo}, {"high", hi}, {"value", value}}, loc);
+  return bind1(prim::pad(), {x}, {{"low", lo}, {"high", hi}, {"value", value}}, loc);
 }
 
 }  // namespace kiln

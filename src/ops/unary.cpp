@@ -5,6 +5,7 @@
 
 #include "detail/elementwise.h"
 #include "kiln/ops.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
@@ -40,8 +41,10 @@ constexpr bool in_domain(Domain d) {
 // Each functor: `domain`, whether the result is bool, and the scalar function on compute_t.
 // `scale(x, y, t)` applies dy/dx (diagonal, so the same for tangents and cotangents);
 // functors without it are not differentiable (their derivative is zero almost everywhere).
+// A `linear` one's JVP is the primitive itself on the tangent (ops::linear_jvp).
 struct Neg {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr bool linear = true;
   static Tensor scale(const Tensor&, const Tensor&, const Tensor& t) { return -t; }
   template <typename T> T operator()(T x) const {
     if constexpr (std::is_integral_v<T>)  // wraps (also for the most negative value)
@@ -123,7 +126,13 @@ constexpr bool has_derivative() {
 }
 
 template <typename F>
-const Primitive& define_unary(std::string name) {
+constexpr bool linear() {
+  if constexpr (requires { F::linear; }) return F::linear;
+  else return false;
+}
+
+template <typename F>
+const Primitive& define_unary(std::string name, Loc loc) {
   TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
     ops::expect_dtype(name, in[0], domain_set(F::domain), domain_desc(F::domain));
     return std::vector<TensorType>{{bool_result<F>() ? bool_ : in[0].dtype, in[0].shape}};
@@ -140,39 +149,20 @@ const Primitive& define_unary(std::string name) {
     return std::vector<Tensor>{out};
   };
   Primitive p{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
-  p.batch = [self = p.name](const BatchArgs& b) { return ops::batch_elementwise(primitive(self), b); };
+  p.batch = ops::batch_elementwise;
   if constexpr (has_derivative<F>()) {
     auto apply = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
       return {F::scale(r.inputs[0], r.outputs[0], *t[0])};
     };
-    p.jvp = apply;
+    if constexpr (linear<F>()) p.jvp = ops::linear_jvp;
+    else p.jvp = apply;
     p.vjp = apply;
   } else {
     p.differentiable = false;
   }
-  return register_primitive(std::move(p), {{ops::cpu({domain_set(F::domain)}), std::move(kernel)}});
+  return detail::register_builtin(std::move(p), {{ops::cpu({domain_set(F::domain)}), std::move(kernel)}},
+                                  loc);
 }
-
-const Primitive& neg_p = define_unary<Neg>("neg");
-const Primitive& abs_p = define_unary<Abs>("abs");
-const Primitive& sign_p = define_unary<Sign>("sign");
-const Primitive& exp_p = define_unary<Exp>("exp");
-const Primitive& log_p = define_unary<Log>("log");
-const Primitive& log1p_p = define_unary<Log1p>("log1p");
-const Primitive& expm1_p = define_unary<Expm1>("expm1");
-const Primitive& sqrt_p = define_unary<Sqrt>("sqrt");
-const Primitive& rsqrt_p = define_unary<Rsqrt>("rsqrt");
-const Primitive& sin_p = define_unary<Sin>("sin");
-const Primitive& cos_p = define_unary<Cos>("cos");
-const Primitive& tan_p = define_unary<Tan>("tan");
-const Primitive& tanh_p = define_unary<Tanh>("tanh");
-const Primitive& sigmoid_p = define_unary<Sigmoid>("sigmoid");
-const Primitive& erf_p = define_unary<Erf>("erf");
-const Primitive& floor_p = define_unary<Floor>("floor");
-const Primitive& ceil_p = define_unary<Ceil>("ceil");
-const Primitive& round_p = define_unary<Round>("round");
-const Primitive& not_p = define_unary<LogicalNot>("not");
-const Primitive& isnan_p = define_unary<IsNan>("isnan");
 
 // Conversion between dtypes; attribute `dtype` is the target.
 // Derivatives pass through float-to-float conversions and stop at integer ones.
@@ -181,23 +171,62 @@ Tangent convert_tangent(const Tensor& t, DType to) {
   return astype(t, to);
 }
 
-const Primitive& convert_p = register_primitive(
+}  // namespace
+
+// The table: accessor (src/ops/primitives.h), functor, IR name. A primitive's definition is its
+// line here.
+#define KILN_UNARY(accessor, F, name)                                 \
+  const Primitive& prim::accessor() {                                 \
+    static const Primitive& p = define_unary<F>(name, Loc::current()); \
+    return p;                                                         \
+  }
+KILN_UNARY(neg, Neg, "neg")
+KILN_UNARY(abs, Abs, "abs")
+KILN_UNARY(sign, Sign, "sign")
+KILN_UNARY(exp, Exp, "exp")
+KILN_UNARY(log, Log, "log")
+KILN_UNARY(log1p, Log1p, "log1p")
+KILN_UNARY(expm1, Expm1, "expm1")
+KILN_UNARY(sqrt, Sqrt, "sqrt")
+KILN_UNARY(rsqrt, Rsqrt, "rsqrt")
+KILN_UNARY(sin, Sin, "sin")
+KILN_UNARY(cos, Cos, "cos")
+KILN_UNARY(tan, Tan, "tan")
+KILN_UNARY(tanh, Tanh, "tanh")
+KILN_UNARY(sigmoid, Sigmoid, "sigmoid")
+KILN_UNARY(erf, Erf, "erf")
+KILN_UNARY(floor, Floor, "floor")
+KILN_UNARY(ceil, Ceil, "ceil")
+KILN_UNARY(round, Round, "round")
+KILN_UNARY(not_, LogicalNot, "not")
+KILN_UNARY(isnan, IsNan, "isnan")
+#undef KILN_UNARY
+
+const Primitive& prim::convert() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "convert",
      .arity = 1,
      .type_rule = [](std::span<const TensorType> in,
                      const Attrs& a) { return std::vector<TensorType>{{a.get_dtype("dtype"), in[0].shape}}; },
+     // Between floats convert is linear; a conversion to or from integers stops derivatives.
      .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
-       return {convert_tangent(*t[0], r.attrs.get_dtype("dtype"))};
+       if (!is_floating(r.attrs.get_dtype("dtype")) || !is_floating(t[0]->dtype()))
+         return {std::nullopt};
+       return ops::linear_jvp(r, t);
      },
      .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
        return {convert_tangent(*ct[0], r.inputs[0].dtype())};
      },
-     .batch = [](const BatchArgs& b) { return ops::batch_elementwise(primitive("convert"), b); }},
+     .batch = ops::batch_elementwise},
     {{ops::cpu({DTypeSet::all()}), [](std::span<const Tensor> in, const Attrs& a) {
         Tensor out = empty(in[0].shape(), a.get_dtype("dtype"));
         detail::copy_cast(in[0], out);
         return std::vector<Tensor>{out};
       }}});
+  return p;
+}
+
+namespace {
 
 // Public ops on floats promote integer and bool inputs to float32 first, like numpy.
 Tensor float_op(const Primitive& p, const Tensor& x, Loc loc) {
@@ -217,38 +246,38 @@ Tensor numeric_op(const Primitive& p, const Tensor& x, Loc loc) {
 
 }  // namespace
 
-Tensor neg(const Tensor& x, Loc loc) { return numeric_op(neg_p, x, loc); }
-Tensor abs(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? x : bind1(abs_p, {x}, {}, loc); }
-Tensor sign(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? x : bind1(sign_p, {x}, {}, loc); }
-Tensor exp(const Tensor& x, Loc loc) { return float_op(exp_p, x, loc); }
-Tensor log(const Tensor& x, Loc loc) { return float_op(log_p, x, loc); }
-Tensor log1p(const Tensor& x, Loc loc) { return float_op(log1p_p, x, loc); }
-Tensor expm1(const Tensor& x, Loc loc) { return float_op(expm1_p, x, loc); }
-Tensor sqrt(const Tensor& x, Loc loc) { return float_op(sqrt_p, x, loc); }
-Tensor rsqrt(const Tensor& x, Loc loc) { return float_op(rsqrt_p, x, loc); }
-Tensor sin(const Tensor& x, Loc loc) { return float_op(sin_p, x, loc); }
-Tensor cos(const Tensor& x, Loc loc) { return float_op(cos_p, x, loc); }
-Tensor tan(const Tensor& x, Loc loc) { return float_op(tan_p, x, loc); }
-Tensor tanh(const Tensor& x, Loc loc) { return float_op(tanh_p, x, loc); }
-Tensor sigmoid(const Tensor& x, Loc loc) { return float_op(sigmoid_p, x, loc); }
-Tensor erf(const Tensor& x, Loc loc) { return float_op(erf_p, x, loc); }
-Tensor floor(const Tensor& x, Loc loc) { return rounding_op(floor_p, x, loc); }
-Tensor ceil(const Tensor& x, Loc loc) { return rounding_op(ceil_p, x, loc); }
-Tensor round(const Tensor& x, Loc loc) { return rounding_op(round_p, x, loc); }
+Tensor neg(const Tensor& x, Loc loc) { return numeric_op(prim::neg(), x, loc); }
+Tensor abs(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? x : bind1(prim::abs(), {x}, {}, loc); }
+Tensor sign(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? x : bind1(prim::sign(), {x}, {}, loc); }
+Tensor exp(const Tensor& x, Loc loc) { return float_op(prim::exp(), x, loc); }
+Tensor log(const Tensor& x, Loc loc) { return float_op(prim::log(), x, loc); }
+Tensor log1p(const Tensor& x, Loc loc) { return float_op(prim::log1p(), x, loc); }
+Tensor expm1(const Tensor& x, Loc loc) { return float_op(prim::expm1(), x, loc); }
+Tensor sqrt(const Tensor& x, Loc loc) { return float_op(prim::sqrt(), x, loc); }
+Tensor rsqrt(const Tensor& x, Loc loc) { return float_op(prim::rsqrt(), x, loc); }
+Tensor sin(const Tensor& x, Loc loc) { return float_op(prim::sin(), x, loc); }
+Tensor cos(const Tensor& x, Loc loc) { return float_op(prim::cos(), x, loc); }
+Tensor tan(const Tensor& x, Loc loc) { return float_op(prim::tan(), x, loc); }
+Tensor tanh(const Tensor& x, Loc loc) { return float_op(prim::tanh(), x, loc); }
+Tensor sigmoid(const Tensor& x, Loc loc) { return float_op(prim::sigmoid(), x, loc); }
+Tensor erf(const Tensor& x, Loc loc) { return float_op(prim::erf(), x, loc); }
+Tensor floor(const Tensor& x, Loc loc) { return rounding_op(prim::floor(), x, loc); }
+Tensor ceil(const Tensor& x, Loc loc) { return rounding_op(prim::ceil(), x, loc); }
+Tensor round(const Tensor& x, Loc loc) { return rounding_op(prim::round(), x, loc); }
 Tensor square(const Tensor& x, Loc loc) { return mul(x, x, loc); }
 Tensor logical_not(const Tensor& x, Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(not_p, {ops::cast_if_needed(x, bool_, loc)}, {}, loc);
+  return bind1(prim::not_(), {ops::cast_if_needed(x, bool_, loc)}, {}, loc);
 }
 Tensor isnan(const Tensor& x, Loc loc) {
   const detail::CallSite site(loc);
   if (!is_floating(x.dtype())) return zeros(x.shape(), bool_);
-  return bind1(isnan_p, {x}, {}, loc);
+  return bind1(prim::isnan(), {x}, {}, loc);
 }
 Tensor astype(const Tensor& x, DType dtype, Loc loc) {
   const detail::CallSite site(loc);
   if (x.dtype() == dtype) return x;
-  return bind1(convert_p, {x}, {{"dtype", dtype}}, loc);
+  return bind1(prim::convert(), {x}, {{"dtype", dtype}}, loc);
 }
 
 }  // namespace kiln

@@ -7,6 +7,7 @@
 #include "ir/trace.h"
 #include "kiln/ops.h"
 #include "kiln/impl/interpreters.h"
+#include "ops/rules.h"
 
 namespace kiln::ad {
 namespace {
@@ -69,8 +70,9 @@ JvpResult jvp(const ir::Function& f, std::span<const Tensor> primals,
     }
     for (std::size_t k = 0; k < outs.size(); ++k) val[static_cast<std::size_t>(e.outputs[k].id)] = outs[k];
     if (!any || !e.prim->differentiable) continue;
-    if (!e.prim->jvp) fail("jvp", "no JVP rule for primitive '", e.prim->name, "'");
-    std::vector<Tangent> touts = e.prim->jvp(RuleArgs{ins, outs, e.attrs}, tins);
+    if (!e.prim->jvp)
+      fail("jvp", "no JVP rule for primitive '", e.prim->name, "'", e.prim->where_defined());
+    std::vector<Tangent> touts = e.prim->jvp(RuleArgs{ins, outs, e.attrs, *e.prim}, tins);
     check_rule_result("jvp", e, touts, e.outputs);
     for (std::size_t k = 0; k < touts.size(); ++k)
       if (carries_derivative(e.outputs[k].type))
@@ -99,7 +101,7 @@ std::vector<Tangent> Pullback::operator()(std::span<const Tangent> cotangents) c
   for (std::size_t i = 0; i < cotangents.size(); ++i) {
     const TensorType& t = f.results[i].type;
     const bool given = cotangents[i] && carries_derivative(t);
-    args.push_back(given ? *cotangents[i] : broadcast_to(zeros(Shape{}, t.dtype), t.shape, Loc{}));
+    args.push_back(given ? *cotangents[i] : ops::zeros_of(t));
   }
   const std::vector<Tensor> outs = ir::evaluate(*program_->backward, args);
   std::vector<Tangent> ct;
@@ -125,11 +127,12 @@ std::vector<Tangent> Pullback::run_rules(std::span<const Tangent> cotangents) co
       any = any || couts.back().has_value();
     }
     if (!any || !e.prim->differentiable) continue;
-    if (!e.prim->vjp) fail("vjp", "no VJP rule for primitive '", e.prim->name, "'");
+    if (!e.prim->vjp)
+      fail("vjp", "no VJP rule for primitive '", e.prim->name, "'", e.prim->where_defined());
     std::vector<Tensor> ins, outs;
     for (const ir::Value& v : e.inputs) ins.push_back(env_[static_cast<std::size_t>(v.id)]);
     for (const ir::Value& v : e.outputs) outs.push_back(env_[static_cast<std::size_t>(v.id)]);
-    std::vector<Tangent> cins = e.prim->vjp(RuleArgs{ins, outs, e.attrs}, couts);
+    std::vector<Tangent> cins = e.prim->vjp(RuleArgs{ins, outs, e.attrs, *e.prim}, couts);
     check_rule_result("vjp", e, cins, e.inputs);
     for (std::size_t k = 0; k < cins.size(); ++k) {
       if (!cins[k] || !carries_derivative(e.inputs[k].type)) continue;

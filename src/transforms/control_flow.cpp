@@ -15,14 +15,12 @@
 
 #include "kiln/control_flow.h"
 #include "kiln/transforms.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
 
-using Ts = std::vector<Tangent>;
-using Types = std::span<const TensorType>;
-using Ins = std::span<const Tensor>;
 using Tensors = std::vector<Tensor>;
 using TypeList = std::vector<TensorType>;
 using Idx = std::vector<std::size_t>;
@@ -37,8 +35,7 @@ Tensors sub(std::span<const Tensor> v, std::size_t b, std::size_t n) {
                  v.begin() + static_cast<std::ptrdiff_t>(b + n));
 }
 void append(Tensors& a, std::span<const Tensor> b) { a.insert(a.end(), b.begin(), b.end()); }
-Tensor zero_of(const TensorType& t) { return broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape); }
-Tensor or_zero(const Tangent& t, const TensorType& type) { return t ? *t : zero_of(type); }
+Tensor or_zero(const Tangent& t, const TensorType& type) { return t ? *t : ops::zeros_of(type); }
 // Indices (relative to b) of the floating entries of types[b, b+n): those carry derivatives.
 Idx floating(const TypeList& types, std::size_t b, std::size_t n) {
   Idx r;
@@ -112,7 +109,7 @@ void check_same_tree(std::string_view op, const std::string& what, const TreeDef
 
 // ---- cond --------------------------------------------------------------------------------
 
-TypeList cond_types(Types in, const Attrs& a) {
+TypeList cond_types(ops::Types in, const Attrs& a) {
   if (in.empty() || in[0].dtype != int32 || in[0].shape.rank() != 0)
     fail("cond", "the branch index must be an int32 scalar: got ",
          in.empty() ? std::string("no operands") : ops::types_str(in.first(1)), ", expected i32[]");
@@ -134,12 +131,12 @@ TypeList cond_types(Types in, const Attrs& a) {
   return out;
 }
 
-Ts cond_jvp(const RuleArgs& r, std::span<const Tangent> t) {
+ops::Ts cond_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   const std::size_t n = num_branches(r.attrs), nops = r.inputs.size() - 1;
   const Tensors ops = sub(r.inputs, 1, nops);
   const TypeList op_t = types_of(ops), out_t = types_of(r.outputs);
   const Idx fo = floating(op_t, 0, nops), fr = floating(out_t, 0, out_t.size());
-  Ts result(r.outputs.size());
+  ops::Ts result(r.outputs.size());
   if (fr.empty()) return result;
   TypeList params = op_t;
   for (std::size_t i : fo) params.push_back(op_t[i]);
@@ -147,7 +144,7 @@ Ts cond_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   for (std::size_t k = 0; k < n; ++k) {
     const FunctionRef fn = r.attrs.get<FunctionRef>(bname(k));
     a.set(bname(k), closed(fn->name + "_jvp", params, [&](const Tensors& p) {
-      Ts tan(nops);
+      ops::Ts tan(nops);
       for (std::size_t j = 0; j < fo.size(); ++j) tan[fo[j]] = p[nops + j];
       const ad::JvpResult res = ad::jvp(*fn, sub(p, 0, nops), tan);
       Tensors out;
@@ -158,18 +155,18 @@ Ts cond_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   Tensors ins{r.inputs[0]};
   append(ins, ops);
   for (std::size_t i : fo) ins.push_back(or_zero(t[1 + i], op_t[i]));
-  const Tensors outs = bind(primitive("cond"), ins, a);
+  const Tensors outs = bind(r.primitive, ins, a);
   for (std::size_t j = 0; j < fr.size(); ++j) result[fr[j]] = outs[j];
   return result;
 }
 
 // A cond over the branches' pullbacks: each recomputes its forward pass and pulls back.
-Ts cond_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+ops::Ts cond_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const std::size_t n = num_branches(r.attrs), nops = r.inputs.size() - 1;
   const Tensors ops = sub(r.inputs, 1, nops);
   const TypeList op_t = types_of(ops), out_t = types_of(r.outputs);
   const Idx fo = floating(op_t, 0, nops), fr = floating(out_t, 0, out_t.size());
-  Ts result(r.inputs.size());
+  ops::Ts result(r.inputs.size());
   if (fo.empty() || fr.empty()) return result;
   TypeList params = op_t;
   for (std::size_t i : fr) params.push_back(out_t[i]);
@@ -177,9 +174,9 @@ Ts cond_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   for (std::size_t k = 0; k < n; ++k) {
     const FunctionRef fn = r.attrs.get<FunctionRef>(bname(k));
     a.set(bname(k), closed(fn->name + "_vjp", params, [&](const Tensors& p) {
-      Ts cts(out_t.size());
+      ops::Ts cts(out_t.size());
       for (std::size_t j = 0; j < fr.size(); ++j) cts[fr[j]] = p[nops + j];
-      const Ts g = ad::vjp(fn, sub(p, 0, nops)).pullback(cts);
+      const ops::Ts g = ad::vjp(fn, sub(p, 0, nops)).pullback(cts);
       Tensors out;
       for (std::size_t i : fo) out.push_back(or_zero(g[i], op_t[i]));
       return out;
@@ -188,7 +185,7 @@ Ts cond_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   Tensors ins{r.inputs[0]};
   append(ins, ops);
   for (std::size_t i : fr) ins.push_back(or_zero(ct[i], out_t[i]));
-  const Tensors outs = bind(primitive("cond"), ins, a);
+  const Tensors outs = bind(r.primitive, ins, a);
   for (std::size_t j = 0; j < fo.size(); ++j) result[1 + fo[j]] = outs[j];
   return result;
 }
@@ -228,7 +225,7 @@ std::vector<Batched> cond_batch(const BatchArgs& b) {
     }
     Tensors ins{b.inputs[0]};
     append(ins, ops);
-    for (Tensor& t : bind(primitive("cond"), ins, a)) out.push_back({std::move(t), 0});
+    for (Tensor& t : bind(b.primitive, ins, a)) out.push_back({std::move(t), 0});
     return out;
   }
   // Per-example predicate: every branch runs, and each example selects its own. select's
@@ -252,7 +249,10 @@ std::vector<KernelRegistration> interpreter_kernels(Kernel k, bool nullary = fal
   return r;
 }
 
-const Primitive& cond_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::cond() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "cond",
      .arity = 1,
      .variadic = true,
@@ -260,16 +260,20 @@ const Primitive& cond_p = register_primitive(
      .jvp = cond_jvp,
      .vjp = cond_vjp,
      .batch = cond_batch},
-    interpreter_kernels([](Ins in, const Attrs& a) {
+    interpreter_kernels([](ops::Ins in, const Attrs& a) {
       const std::size_t k = clamp_index(in[0], num_branches(a));
       return ir::evaluate(*a.get<FunctionRef>(bname(k)), in.subspan(1));
     }));
+  return p;
+}
+
+namespace {
 
 // ---- while -------------------------------------------------------------------------------
 
 std::size_t while_carry(const Attrs& a) { return a.get<FunctionRef>("body_fn")->results.size(); }
 
-TypeList while_types(Types in, const Attrs& a) {
+TypeList while_types(ops::Types in, const Attrs& a) {
   const FunctionRef& c = a.get<FunctionRef>("cond_fn");
   const FunctionRef& b = a.get<FunctionRef>("body_fn");
   const TypeList all(in.begin(), in.end());
@@ -291,7 +295,7 @@ TypeList while_types(Types in, const Attrs& a) {
   return br;
 }
 
-Tensors while_run(const ir::Function& c, const ir::Function& b, Tensors carry, Ins caps,
+Tensors while_run(const ir::Function& c, const ir::Function& b, Tensors carry, ops::Ins caps,
                   std::vector<Tensors>* stack) {
   const std::size_t nc = carry.size();
   Tensors args = carry;
@@ -305,20 +309,20 @@ Tensors while_run(const ir::Function& c, const ir::Function& b, Tensors carry, I
 }
 
 // Forward mode: one while over (carry, carry tangents) whose body is the JVP of the body.
-Ts while_jvp(const RuleArgs& r, std::span<const Tangent> t) {
+ops::Ts while_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   const FunctionRef cf = r.attrs.get<FunctionRef>("cond_fn");
   const FunctionRef bf = r.attrs.get<FunctionRef>("body_fn");
   const std::size_t n = r.inputs.size(), nc = bf->results.size(), ncap = n - nc;
   const TypeList in_t = types_of(r.inputs);
   const Idx fc = floating(in_t, 0, nc), fk = floating(in_t, nc, ncap);
-  Ts result(nc);
+  ops::Ts result(nc);
   if (fc.empty()) return result;
   // Layout: carry, carry tangents, captures, capture tangents.
   TypeList params(in_t.begin(), in_t.begin() + static_cast<std::ptrdiff_t>(nc));
   for (std::size_t i : fc) params.push_back(in_t[i]);
   params.insert(params.end(), in_t.begin() + static_cast<std::ptrdiff_t>(nc), in_t.end());
   for (std::size_t i : fk) params.push_back(in_t[nc + i]);
-  auto unpack = [&](const Tensors& p, Tensors& prim, Ts& tan) {
+  auto unpack = [&](const Tensors& p, Tensors& prim, ops::Ts& tan) {
     prim = sub(p, 0, nc);
     append(prim, sub(p, nc + fc.size(), ncap));
     tan.assign(n, std::nullopt);
@@ -328,13 +332,13 @@ Ts while_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   Attrs a;
   a.set("cond_fn", closed(cf->name + "_jvp", params, [&](const Tensors& p) {
     Tensors prim;
-    Ts tan;
+    ops::Ts tan;
     unpack(p, prim, tan);
     return ir::evaluate(*cf, prim);
   }));
   a.set("body_fn", closed(bf->name + "_jvp", params, [&](const Tensors& p) {
     Tensors prim;
-    Ts tan;
+    ops::Ts tan;
     unpack(p, prim, tan);
     const ad::JvpResult res = ad::jvp(*bf, prim, tan);
     Tensors out = res.outputs;
@@ -345,14 +349,14 @@ Ts while_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   for (std::size_t i : fc) ins.push_back(or_zero(t[i], in_t[i]));
   append(ins, sub(r.inputs, nc, ncap));
   for (std::size_t i : fk) ins.push_back(or_zero(t[nc + i], in_t[nc + i]));
-  const Tensors outs = bind(primitive("while"), ins, a);
+  const Tensors outs = bind(r.primitive, ins, a);
   for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = outs[nc + j];
   return result;
 }
 
 // Reverse mode: while_grad runs the loop again keeping every iteration's carry on a stack
 // (its length is only known at run time), then walks it backwards through the body's VJP.
-Ts while_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+ops::Ts while_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const std::size_t n = r.inputs.size(), nc = r.outputs.size();
   const TypeList in_t = types_of(r.inputs);
   Tensors ins(r.inputs.begin(), r.inputs.end());
@@ -360,8 +364,8 @@ Ts while_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   Attrs a;
   a.set("cond_fn", r.attrs.get<FunctionRef>("cond_fn"));
   a.set("body_fn", r.attrs.get<FunctionRef>("body_fn"));
-  const Tensors outs = bind(primitive("while_grad"), ins, a);
-  Ts result(n);
+  const Tensors outs = bind(prim::while_grad(), ins, a);
+  ops::Ts result(n);
   for (std::size_t i = 0; i < n; ++i)
     if (is_floating(in_t[i].dtype)) result[i] = outs[i];
   return result;
@@ -408,11 +412,20 @@ std::vector<Batched> while_batch(const BatchArgs& b) {
     return next;
   }));
   std::vector<Batched> out;
-  for (Tensor& t : bind(primitive("while"), ins, a)) out.push_back({std::move(t), 0});
+  for (Tensor& t : bind(b.primitive, ins, a)) out.push_back({std::move(t), 0});
   return out;
 }
 
-const Primitive& while_p = register_primitive(
+Tensors while_kernel(ops::Ins in, const Attrs& a) {
+  const std::size_t nc = while_carry(a);
+  return while_run(*a.get<FunctionRef>("cond_fn"), *a.get<FunctionRef>("body_fn"), sub(in, 0, nc),
+                   in.subspan(nc), nullptr);
+}
+
+}  // namespace
+
+const Primitive& prim::while_() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "while",
      .arity = 1,
      .variadic = true,
@@ -420,11 +433,11 @@ const Primitive& while_p = register_primitive(
      .jvp = while_jvp,
      .vjp = while_vjp,
      .batch = while_batch},
-    interpreter_kernels([](Ins in, const Attrs& a) {
-      const std::size_t nc = while_carry(a);
-      return while_run(*a.get<FunctionRef>("cond_fn"), *a.get<FunctionRef>("body_fn"),
-                       sub(in, 0, nc), in.subspan(nc), nullptr);
-    }));
+    interpreter_kernels(while_kernel));
+  return p;
+}
+
+namespace {
 
 // while_grad's result written with while loops only: count the iterations, then, from the
 // last one back, recompute that iteration's carry from the start and pull the cotangent back
@@ -448,11 +461,10 @@ Tensors while_grad_recompute(const FunctionRef& cf, const FunctionRef& bf, std::
   Tensors counted = carry0;
   counted.push_back(zeros({}, int32));
   const Tensor n = while_loop([&](const Tensors& s) { return pred(sub(s, 0, nc)); }, step, counted)[nc];
-  auto zeros_as = [](const Tensor& t) { return broadcast_to(full(Shape{}, 0.0, t.dtype()), t.shape()); };
   // [j, ct_carry..., ct_caps...]: iteration n-1-j pulled back at step j.
   Tensors state{zeros({}, int32)};
   append(state, ct0);
-  for (const Tensor& c : caps) state.push_back(zeros_as(c));
+  for (const Tensor& c : caps) state.push_back(ops::zeros_of(c.type()));
   state = while_loop(
       [&](const Tensors& s) { return s[0] < n; },
       [&](const Tensors& s) {
@@ -464,7 +476,8 @@ Tensors while_grad_recompute(const FunctionRef& cf, const FunctionRef& bf, std::
         const std::vector<Tangent> g =
             ad::vjp(bf, with_caps(sub(c, 0, nc))).pullback(std::vector<Tangent>(ct.begin(), ct.end()));
         Tensors next{s[0] + 1};
-        for (std::size_t k = 0; k < nc; ++k) next.push_back(g[k] ? *g[k] : zeros_as(carry0[k]));
+        for (std::size_t k = 0; k < nc; ++k)
+          next.push_back(g[k] ? *g[k] : ops::zeros_of(carry0[k].type()));
         for (std::size_t k = 0; k < ncap; ++k)
           next.push_back(g[nc + k] ? s[1 + nc + k] + *g[nc + k] : s[1 + nc + k]);
         return next;
@@ -483,7 +496,7 @@ std::shared_ptr<ir::Function> while_grad_as_ir(const RuleArgs& r) {
 
 
 // while_grad {cond_fn, body_fn}: (carry..., captures..., ct_final...) -> (ct_carry..., ct_captures...)
-TypeList while_grad_types(Types in, const Attrs& a) {
+TypeList while_grad_types(ops::Types in, const Attrs& a) {
   const FunctionRef& b = a.get<FunctionRef>("body_fn");
   const std::size_t np = b->params.size(), nc = b->results.size();
   if (in.size() != np + nc)
@@ -497,7 +510,37 @@ TypeList while_grad_types(Types in, const Attrs& a) {
   return fwd;
 }
 
-const Primitive& while_grad_p = register_primitive(
+// The interpreter: the loop again with every carry on a stack, then the body's VJP backwards.
+Tensors while_grad_kernel(ops::Ins in, const Attrs& a) {
+  const FunctionRef& cf = a.get<FunctionRef>("cond_fn");
+  const FunctionRef& bf = a.get<FunctionRef>("body_fn");
+  const std::size_t np = bf->params.size(), nc = bf->results.size(), ncap = np - nc;
+  const Tensors caps = sub(in, nc, ncap);
+  std::vector<Tensors> stack;
+  while_run(*cf, *bf, sub(in, 0, nc), caps, &stack);
+  const TypeList in_t = types_of(in);
+  ops::Ts ct(in.begin() + static_cast<std::ptrdiff_t>(np), in.end());
+  ops::Ts ct_caps(ncap);
+  for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
+    Tensors args = *it;
+    append(args, caps);
+    const ops::Ts g = ad::vjp(bf, args).pullback(ct);
+    for (std::size_t i = 0; i < nc; ++i) ct[i] = g[i];
+    for (std::size_t i = 0; i < ncap; ++i)
+      if (g[nc + i]) ct_caps[i] = ct_caps[i] ? add(*ct_caps[i], *g[nc + i]) : *g[nc + i];
+  }
+  Tensors out;
+  for (std::size_t i = 0; i < nc; ++i)
+    out.push_back(ct[i] ? *ct[i] : zeros(in_t[i].shape, in_t[i].dtype));
+  for (std::size_t i = 0; i < ncap; ++i)
+    out.push_back(ct_caps[i] ? *ct_caps[i] : zeros(in_t[nc + i].shape, in_t[nc + i].dtype));
+  return out;
+}
+
+}  // namespace
+
+const Primitive& prim::while_grad() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "while_grad",
      .arity = 1,
      .variadic = true,
@@ -509,32 +552,12 @@ const Primitive& while_grad_p = register_primitive(
      .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
        return ad::vjp(while_grad_as_ir(r), r.inputs).pullback(ct);
      },
-     .batch = [](const BatchArgs& b) { return ops::batch_by_loop(primitive("while_grad"), b); }},
-    interpreter_kernels([](Ins in, const Attrs& a) {
-      const FunctionRef& cf = a.get<FunctionRef>("cond_fn");
-      const FunctionRef& bf = a.get<FunctionRef>("body_fn");
-      const std::size_t np = bf->params.size(), nc = bf->results.size(), ncap = np - nc;
-      const Tensors caps = sub(in, nc, ncap);
-      std::vector<Tensors> stack;
-      while_run(*cf, *bf, sub(in, 0, nc), caps, &stack);
-      const TypeList in_t = types_of(in);
-      Ts ct(in.begin() + static_cast<std::ptrdiff_t>(np), in.end());
-      Ts ct_caps(ncap);
-      for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
-        Tensors args = *it;
-        append(args, caps);
-        const Ts g = ad::vjp(bf, args).pullback(ct);
-        for (std::size_t i = 0; i < nc; ++i) ct[i] = g[i];
-        for (std::size_t i = 0; i < ncap; ++i)
-          if (g[nc + i]) ct_caps[i] = ct_caps[i] ? add(*ct_caps[i], *g[nc + i]) : *g[nc + i];
-      }
-      Tensors out;
-      for (std::size_t i = 0; i < nc; ++i)
-        out.push_back(ct[i] ? *ct[i] : zeros(in_t[i].shape, in_t[i].dtype));
-      for (std::size_t i = 0; i < ncap; ++i)
-        out.push_back(ct_caps[i] ? *ct_caps[i] : zeros(in_t[nc + i].shape, in_t[nc + i].dtype));
-      return out;
-    }));
+     .batch = ops::batch_by_loop},
+    interpreter_kernels(while_grad_kernel));
+  return p;
+}
+
+namespace {
 
 // ---- scan --------------------------------------------------------------------------------
 
@@ -557,7 +580,7 @@ ScanLayout scan_layout(std::size_t n_in, const Attrs& a) {
   return l;
 }
 
-TypeList scan_types(Types in, const Attrs& a) {
+TypeList scan_types(ops::Types in, const Attrs& a) {
   const ScanLayout l = scan_layout(in.size(), a);
   const FunctionRef& body = a.get<FunctionRef>("body");
   const TypeList p = body->param_types();
@@ -584,7 +607,7 @@ TypeList scan_types(Types in, const Attrs& a) {
 
 // The interpreter: xs are sliced natively, ys stacked at the end. With `residuals`, also
 // stacks each step's incoming carry (what reverse mode needs).
-Tensors scan_run(const ir::Function& body, const ScanLayout& l, Ins in, bool residuals) {
+Tensors scan_run(const ir::Function& body, const ScanLayout& l, ops::Ins in, bool residuals) {
   Tensors carry = sub(in, 0, l.nc);
   const TypeList rt = body.result_types();
   const std::size_t ny = rt.size() - l.nc;
@@ -623,14 +646,14 @@ Attrs scan_attrs(FunctionRef body, int64_t length, bool reverse, std::size_t nc,
 
 // Forward mode: a scan over (carry, carry tangents) with (xs, xs tangents) whose body is the
 // JVP of the body.
-Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
+ops::Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   const FunctionRef body = r.attrs.get<FunctionRef>("body");
   const ScanLayout l = scan_layout(r.inputs.size(), r.attrs);
   const std::size_t n = r.inputs.size(), ny = r.outputs.size() - l.nc;
   const TypeList in_t = types_of(r.inputs), p_t = body->param_types(), r_t = body->result_types();
   const Idx fc = floating(in_t, 0, l.nc), fx = floating(in_t, l.nc, l.nx),
             fk = floating(in_t, l.nc + l.nx, l.ncap), fy = floating(r_t, l.nc, ny);
-  Ts result(r.outputs.size());
+  ops::Ts result(r.outputs.size());
   if (fc.empty() && fy.empty()) return result;
   // Layout: carry, carry tangents | xs, xs tangents | captures, capture tangents.
   const std::size_t c0 = 0, ct0 = l.nc, x0 = ct0 + fc.size(), xt0 = x0 + l.nx,
@@ -647,7 +670,7 @@ Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
     Tensors prim = sub(p, c0, l.nc);
     append(prim, sub(p, x0, l.nx));
     append(prim, sub(p, k0, l.ncap));
-    Ts tan(n);
+    ops::Ts tan(n);
     for (std::size_t j = 0; j < fc.size(); ++j) tan[fc[j]] = p[ct0 + j];
     for (std::size_t j = 0; j < fx.size(); ++j) tan[l.nc + fx[j]] = p[xt0 + j];
     for (std::size_t j = 0; j < fk.size(); ++j) tan[l.nc + l.nx + fk[j]] = p[kt0 + j];
@@ -664,7 +687,7 @@ Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   for (std::size_t i : fx) ins.push_back(or_zero(t[l.nc + i], in_t[l.nc + i]));
   append(ins, sub(r.inputs, l.nc + l.nx, l.ncap));
   for (std::size_t i : fk) ins.push_back(or_zero(t[l.nc + l.nx + i], in_t[l.nc + l.nx + i]));
-  const Tensors outs = bind(primitive("scan"), ins,
+  const Tensors outs = bind(r.primitive, ins,
                             scan_attrs(fn, l.length, l.reverse, l.nc + fc.size(), l.nx + fx.size()));
   for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = outs[l.nc + j];
   const std::size_t yt0 = l.nc + fc.size() + ny;
@@ -676,7 +699,7 @@ Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
 // the opposite direction applying the body's VJP to each step, carrying the carry's
 // cotangent and the captures' accumulated cotangents. Both are scans, so this differentiates
 // again.
-Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
+ops::Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const FunctionRef body = r.attrs.get<FunctionRef>("body");
   const ScanLayout l = scan_layout(r.inputs.size(), r.attrs);
   const std::size_t n = r.inputs.size(), ny = r.outputs.size() - l.nc;
@@ -684,7 +707,7 @@ Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const TypeList out_t = types_of(r.outputs);
   const Idx fc = floating(in_t, 0, l.nc), fx = floating(in_t, l.nc, l.nx),
             fk = floating(in_t, l.nc + l.nx, l.ncap), fy = floating(r_t, l.nc, ny);
-  Ts result(n);
+  ops::Ts result(n);
   if (fc.empty() && fx.empty() && fk.empty()) return result;
   // 1. Forward again, with the residual carries as extra ys.
   FunctionRef fwd = closed(body->name + "_fwd", p_t, [&](const Tensors& p) {
@@ -692,7 +715,7 @@ Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
     append(out, sub(p, 0, l.nc));
     return out;
   });
-  const Tensors f = bind(primitive("scan"), Tensors(r.inputs.begin(), r.inputs.end()),
+  const Tensors f = bind(r.primitive, Tensors(r.inputs.begin(), r.inputs.end()),
                          scan_attrs(fwd, l.length, l.reverse, l.nc, l.nx));
   const Tensors carries = sub(f, l.nc + ny, l.nc);
   // 2. Backward. Carry: (carry cotangents, capture cotangents); xs: (carries, xs, ys
@@ -709,12 +732,12 @@ Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
     std::size_t at = nbc;
     Tensors prim = sub(p, at, l.nc + l.nx);
     at += l.nc + l.nx;
-    Ts cts(l.nc + ny);
+    ops::Ts cts(l.nc + ny);
     for (std::size_t j = 0; j < fc.size(); ++j) cts[fc[j]] = p[j];
     for (std::size_t j = 0; j < fy.size(); ++j) cts[l.nc + fy[j]] = p[at + j];
     at += fy.size();
     append(prim, sub(p, at, l.ncap));
-    const Ts g = ad::vjp(body, prim).pullback(cts);
+    const ops::Ts g = ad::vjp(body, prim).pullback(cts);
     Tensors out;
     for (std::size_t i : fc) out.push_back(or_zero(g[i], in_t[i]));
     for (std::size_t j = 0; j < fk.size(); ++j) {
@@ -726,12 +749,12 @@ Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   });
   Tensors ins;
   for (std::size_t i : fc) ins.push_back(or_zero(ct[i], out_t[i]));
-  for (std::size_t i : fk) ins.push_back(zero_of(in_t[l.nc + l.nx + i]));
+  for (std::size_t i : fk) ins.push_back(ops::zeros_of(in_t[l.nc + l.nx + i]));
   append(ins, carries);
   append(ins, sub(r.inputs, l.nc, l.nx));
   for (std::size_t i : fy) ins.push_back(or_zero(ct[l.nc + i], out_t[l.nc + i]));
   append(ins, sub(r.inputs, l.nc + l.nx, l.ncap));
-  const Tensors b = bind(primitive("scan"), ins,
+  const Tensors b = bind(r.primitive, ins,
                          scan_attrs(bwd, l.length, !l.reverse, nbc, l.nc + l.nx + fy.size()));
   for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = b[j];
   for (std::size_t j = 0; j < fk.size(); ++j) result[l.nc + l.nx + fk[j]] = b[fc.size() + j];
@@ -776,12 +799,15 @@ std::vector<Batched> scan_batch(const BatchArgs& b) {
   Attrs a = b.attrs;
   a.set("body", fn);
   std::vector<Batched> out;
-  const Tensors outs = bind(primitive("scan"), ins, a);
+  const Tensors outs = bind(b.primitive, ins, a);
   for (std::size_t i = 0; i < outs.size(); ++i) out.push_back({outs[i], i < l.nc ? 0 : 1});
   return out;
 }
 
-const Primitive& scan_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::scan() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "scan",
      .arity = 0,
      .variadic = true,
@@ -789,11 +815,11 @@ const Primitive& scan_p = register_primitive(
      .jvp = scan_jvp,
      .vjp = scan_vjp,
      .batch = scan_batch},
-    interpreter_kernels([](Ins in, const Attrs& a) {
+    interpreter_kernels([](ops::Ins in, const Attrs& a) {
       return scan_run(*a.get<FunctionRef>("body"), scan_layout(in.size(), a), in, false);
     }, true));
-
-}  // namespace
+  return p;
+}
 
 // ---- the public entry points -------------------------------------------------------------
 
@@ -856,7 +882,7 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
   Attrs a;
   for (std::size_t k = 0; k < branches.size(); ++k)
     a.set(bname(k), relayout(traced[k].function, all, op_t.size(), cap_at[k], traced[k].captures.size()));
-  return {bind(cond_p, ins, a), traced[0].out_def};
+  return {bind(prim::cond(), ins, a), traced[0].out_def};
 }
 
 namespace {
@@ -919,7 +945,7 @@ Tensors while_flat(const FlatFn& cond_fn, const FlatFn& body_fn, const Tensors& 
   Attrs a;
   a.set("cond_fn", relayout(c.function, all, nc, nc, c.captures.size()));
   a.set("body_fn", relayout(b.function, all, nc, nc + c.captures.size(), b.captures.size()));
-  return bind(while_p, ins, a);
+  return bind(prim::while_(), ins, a);
 }
 
 namespace {
@@ -1075,7 +1101,7 @@ std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
   Tensors ins = init;
   append(ins, xs);
   append(ins, tr.captures);
-  return {bind(scan_p, ins, scan_attrs(tr.function, L, reverse, nc, xs.size())), def.children[1]};
+  return {bind(prim::scan(), ins, scan_attrs(tr.function, L, reverse, nc, xs.size())), def.children[1]};
 }
 
 }  // namespace detail::cf

@@ -1,17 +1,14 @@
 // Primitives that hold sub-functions, each with its derivative rules: call (nested jit),
 // checkpoint (rematerialisation), custom_jvp and custom_vjp (user rules), and stop_gradient.
 #include "kiln/transforms.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
 
-using Ts = std::vector<Tangent>;
-using Types = std::span<const TensorType>;
-using Ins = std::span<const Tensor>;
-
 // Type rule shared by every primitive whose `fn` attribute is applied to its inputs.
-std::vector<TensorType> apply_fn_types(std::string_view op, Types in, const Attrs& a) {
+std::vector<TensorType> apply_fn_types(std::string_view op, ops::Types in, const Attrs& a) {
   const FunctionRef& fn = a.get<FunctionRef>("fn");
   const std::vector<TensorType> want = fn->param_types();
   if (!std::equal(in.begin(), in.end(), want.begin(), want.end()))
@@ -21,33 +18,33 @@ std::vector<TensorType> apply_fn_types(std::string_view op, Types in, const Attr
 }
 
 std::vector<KernelRegistration> apply_fn_kernels() {
-  Kernel k = [](Ins in, const Attrs& a) { return ir::evaluate(*a.get<FunctionRef>("fn"), in); };
+  Kernel k = [](ops::Ins in, const Attrs& a) { return ir::evaluate(*a.get<FunctionRef>("fn"), in); };
   // Variadic registrations need one input; a function of no arguments gets its own.
   return {{ops::cpu_variadic(DTypeSet::all()), k},
           {KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, k}};
 }
 
-std::vector<Tensor> zeros_for(Ins like, std::span<const Tangent> t) {
+std::vector<Tensor> zeros_for(ops::Ins like, std::span<const Tangent> t) {
   std::vector<Tensor> out;
   for (std::size_t i = 0; i < like.size(); ++i)
-    out.push_back(t[i] ? *t[i] : broadcast_to(full(Shape{}, 0.0, like[i].dtype()), like[i].shape()));
+    out.push_back(t[i] ? *t[i] : ops::zeros_of(like[i].type()));
   return out;
 }
 
 // Forward mode through the sub-function itself.
-Ts jvp_through_fn(const RuleArgs& r, std::span<const Tangent> t) {
+ops::Ts jvp_through_fn(const RuleArgs& r, std::span<const Tangent> t) {
   return ad::jvp(*r.attrs.get<FunctionRef>("fn"), r.inputs, t).tangents;
 }
 // Reverse mode through the sub-function, recomputing its forward pass: what `checkpoint`
 // is for, and what keeps a nested jit's intermediates out of the outer residuals.
-Ts vjp_recompute(const RuleArgs& r, std::span<const Tangent> ct) {
+ops::Ts vjp_recompute(const RuleArgs& r, std::span<const Tangent> ct) {
   return ad::vjp(r.attrs.get<FunctionRef>("fn"), r.inputs).pullback(ct);
 }
 
 // Batching keeps the sub-function boundary: the sub-function is batched into a new one
 // (every result with its batch axis in front) and applied by the same primitive, so a
 // checkpoint stays a checkpoint under vmap.
-std::vector<Batched> batch_sub_function(const char* prim, const BatchArgs& b) {
+std::vector<Batched> batch_sub_function(const BatchArgs& b) {
   const FunctionRef fn = b.attrs.get<FunctionRef>("fn");
   std::vector<TensorType> types;
   for (const Tensor& t : b.inputs) types.push_back(t.type());
@@ -67,92 +64,107 @@ std::vector<Batched> batch_sub_function(const char* prim, const BatchArgs& b) {
   Attrs a = b.attrs;
   a.set("fn", FunctionRef(batched.function));
   std::vector<Batched> out;
-  for (Tensor& t : bind(primitive(prim), ins, a)) out.push_back({std::move(t), 0});
+  for (Tensor& t : bind(b.primitive, ins, a)) out.push_back({std::move(t), 0});
   return out;
 }
 
-const Primitive& call_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::call() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "call",
      .arity = 0,
      .variadic = true,
-     .type_rule = [](Types in, const Attrs& a) { return apply_fn_types("call", in, a); },
+     .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("call", in, a); },
      .jvp = jvp_through_fn,
      .vjp = vjp_recompute,
-     .batch = [](const BatchArgs& b) { return batch_sub_function("call", b); }},
+     .batch = batch_sub_function},
     apply_fn_kernels());
+  return p;
+}
 
-const Primitive& checkpoint_p = register_primitive(
+const Primitive& prim::checkpoint() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "checkpoint",
      .arity = 0,
      .variadic = true,
-     .type_rule = [](Types in, const Attrs& a) { return apply_fn_types("checkpoint", in, a); },
+     .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("checkpoint", in, a); },
      .jvp = jvp_through_fn,
      .vjp = vjp_recompute,
-     .batch = [](const BatchArgs& b) { return batch_sub_function("checkpoint", b); }},
+     .batch = batch_sub_function},
     apply_fn_kernels());
+  return p;
+}
 
 // custom_jvp{fn, jvp}: `jvp` maps (primals..., tangents...) to the output tangents. It is
 // linear in the tangents, so reverse mode is its transpose: the VJP of `jvp` with respect to
 // the tangents, taken at zero tangents.
-const Primitive& custom_jvp_p = register_primitive(
+const Primitive& prim::custom_jvp() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "custom_jvp",
      .arity = 0,
      .variadic = true,
-     .type_rule = [](Types in, const Attrs& a) { return apply_fn_types("custom_jvp", in, a); },
+     .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("custom_jvp", in, a); },
      .jvp =
-         [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+         [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
            std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
            const std::vector<Tensor> tz = zeros_for(r.inputs, t);
            args.insert(args.end(), tz.begin(), tz.end());
            const std::vector<Tensor> out = ir::evaluate(*r.attrs.get<FunctionRef>("jvp"), args);
-           return Ts(out.begin(), out.end());
+           return ops::Ts(out.begin(), out.end());
          },
      .vjp =
-         [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+         [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
            std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
            const std::vector<Tensor> tz = zeros_for(r.inputs, std::vector<Tangent>(r.inputs.size()));
            args.insert(args.end(), tz.begin(), tz.end());
-           const Ts all = ad::vjp(r.attrs.get<FunctionRef>("jvp"), args).pullback(ct);
-           return Ts(all.begin() + static_cast<std::ptrdiff_t>(r.inputs.size()), all.end());
+           const ops::Ts all = ad::vjp(r.attrs.get<FunctionRef>("jvp"), args).pullback(ct);
+           return ops::Ts(all.begin() + static_cast<std::ptrdiff_t>(r.inputs.size()), all.end());
          },
      // One application per example keeps the user's rule attached to each.
-     .batch = [](const BatchArgs& b) { return ops::batch_by_loop(primitive("custom_jvp"), b); }},
+     .batch = ops::batch_by_loop},
     apply_fn_kernels());
+  return p;
+}
 
 // custom_vjp{fn, bwd}: `bwd` maps (primals..., outputs..., cotangents...) to the cotangents
 // of the primals. Forward mode is not defined by a reverse rule (as in JAX).
-const Primitive& custom_vjp_p = register_primitive(
+const Primitive& prim::custom_vjp() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "custom_vjp",
      .arity = 0,
      .variadic = true,
-     .type_rule = [](Types in, const Attrs& a) { return apply_fn_types("custom_vjp", in, a); },
+     .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("custom_vjp", in, a); },
      .jvp =
-         [](const RuleArgs&, std::span<const Tangent>) -> Ts {
+         [](const RuleArgs&, std::span<const Tangent>) -> ops::Ts {
            fail("custom_vjp", "forward-mode differentiation requested: got a tangent for a "
                               "function with a custom VJP, expected reverse mode only (give it "
                               "a custom_jvp rule for jvp, jacfwd or hessian)");
          },
      .vjp =
-         [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+         [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
            std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
            args.insert(args.end(), r.outputs.begin(), r.outputs.end());
            const std::vector<Tensor> cz = zeros_for(r.outputs, ct);
            args.insert(args.end(), cz.begin(), cz.end());
            const std::vector<Tensor> out = ir::evaluate(*r.attrs.get<FunctionRef>("bwd"), args);
-           return Ts(out.begin(), out.end());
+           return ops::Ts(out.begin(), out.end());
          },
-     .batch = [](const BatchArgs& b) { return ops::batch_by_loop(primitive("custom_vjp"), b); }},
+     .batch = ops::batch_by_loop},
     apply_fn_kernels());
+  return p;
+}
 
-const Primitive& stop_gradient_p = register_primitive(
+const Primitive& prim::stop_gradient() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "stop_gradient",
      .arity = 1,
-     .type_rule = [](Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+     .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
      .differentiable = false,
-     .batch = [](const BatchArgs& b) { return ops::batch_elementwise(primitive("stop_gradient"), b); }},
-    {{ops::cpu({DTypeSet::all()}), [](Ins in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
+     .batch = ops::batch_elementwise},
+    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
+  return p;
+}
 
-}  // namespace
-
-Tensor stop_gradient(const Tensor& x, Loc loc) { return bind1(stop_gradient_p, {x}, {}, loc); }
+Tensor stop_gradient(const Tensor& x, Loc loc) { return bind1(prim::stop_gradient(), {x}, {}, loc); }
 }  // namespace kiln

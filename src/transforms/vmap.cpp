@@ -2,6 +2,7 @@
 // each primitive's batching rule. Like the AD interpreters it goes through bind, so under a
 // trace it records the batched program.
 #include "kiln/transforms.h"
+#include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
@@ -89,7 +90,7 @@ std::vector<Tensor> example_stand_ins(const std::vector<Tensor>& leaves,
     }
     std::vector<int64_t> shape = t.shape().dims();
     shape.erase(shape.begin() + *dims[i]);
-    out.push_back(broadcast_to(full(Shape{}, 0.0, t.dtype()), Shape(shape)));
+    out.push_back(ops::zeros_of({t.dtype(), Shape(shape)}));
   }
   return out;
 }
@@ -166,8 +167,10 @@ std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> ar
     if (!any && !collective) {
       for (Tensor& t : bind(*e.prim, ins, e.attrs)) outs.push_back({std::move(t), std::nullopt});
     } else {
-      if (!e.prim->batch) fail("vmap", "no batching rule for primitive '", e.prim->name, "'");
-      outs = e.prim->batch(BatchArgs{ins, dims, e.attrs, size, axis_name});
+      if (!e.prim->batch)
+        fail("vmap", "no batching rule for primitive '", e.prim->name, "'",
+             e.prim->where_defined());
+      outs = e.prim->batch(BatchArgs{ins, dims, e.attrs, size, axis_name, *e.prim});
     }
     if (outs.size() != e.outputs.size())
       fail("vmap", "batching rule of '", e.prim->name, "' returned ", outs.size(),
@@ -186,12 +189,8 @@ std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> ar
 namespace kiln {
 namespace {
 
-using Ts = std::vector<Tangent>;
-using Types = std::span<const TensorType>;
-using Ins = std::span<const Tensor>;
-
 Kernel unbound(const char* op) {
-  return [op](Ins, const Attrs& a) -> std::vector<Tensor> {
+  return [op](ops::Ins, const Attrs& a) -> std::vector<Tensor> {
     fail(op, "axis '", a.get<std::string>("axis_name"), "' is not bound: got a collective "
              "outside a vmap over that axis, expected it inside vmap(f, ..., axis_name(\"",
              a.get<std::string>("axis_name"), "\"))");
@@ -205,81 +204,93 @@ Tensor sum_over_batch(const BatchArgs& b) {
   return sum(ops::batch_first(b.inputs[0], b.dims[0], b.size), {0});
 }
 
-const Primitive& psum_p = register_primitive(
+}  // namespace
+
+const Primitive& prim::psum() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "psum",
      .arity = 1,
-     .type_rule = [](Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-       return {bind1(primitive("psum"), {*t[0]}, r.attrs)};
-     },
+     .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+     .jvp = ops::linear_jvp,
      // Each example's output is the sum over all: its cotangent flows back to every input.
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
-       return {bind1(primitive("psum"), {*ct[0]}, r.attrs)};
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+       return {bind1(r.primitive, {*ct[0]}, r.attrs)};
      },
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       if (other_axis(b)) return ops::batch_elementwise(primitive("psum"), b);
+       if (other_axis(b)) return ops::batch_elementwise(b);
        return {{sum_over_batch(b), std::nullopt}};
      }},
     {{ops::cpu({DTypeSet::numeric()}), unbound("psum")}});
+  return p;
+}
 
-const Primitive& pmax_p = register_primitive(
+const Primitive& prim::pmax() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "pmax",
      .arity = 1,
-     .type_rule = [](Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-       const Primitive& psum = primitive("psum");
+     .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+       const Primitive& psum = prim::psum();
        const Tensor hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
        return {bind1(psum, {*t[0] * hit}, r.attrs) / bind1(psum, {hit}, r.attrs)};
      },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
-       const Primitive& psum = primitive("psum");
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+       const Primitive& psum = prim::psum();
        const Tensor hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
        return {hit * bind1(psum, {*ct[0]}, r.attrs) / bind1(psum, {hit}, r.attrs)};
      },
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       if (other_axis(b)) return ops::batch_elementwise(primitive("pmax"), b);
+       if (other_axis(b)) return ops::batch_elementwise(b);
        return {{max(ops::batch_first(b.inputs[0], b.dims[0], b.size), {0}), std::nullopt}};
      }},
     {{ops::cpu({DTypeSet::numeric()}), unbound("pmax")}});
+  return p;
+}
 
-const Primitive& axis_index_p = register_primitive(
+const Primitive& prim::axis_index() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "axis_index",
      .arity = 0,
-     .type_rule = [](Types, const Attrs&) { return std::vector<TensorType>{{int32, Shape{}}}; },
+     .type_rule = [](ops::Types, const Attrs&) { return std::vector<TensorType>{{int32, Shape{}}}; },
      .differentiable = false,
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {
        return {{arange(b.size, int32), 0}};
      }},
     {{KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, unbound("axis_index")}});
+  return p;
+}
 
 // all_gather{axis_name, axis_size}: every example receives the stacked batch.
-const Primitive& all_gather_p = register_primitive(
+const Primitive& prim::all_gather() {
+  static const Primitive& p = detail::register_builtin(
     {.name = "all_gather",
      .arity = 1,
      .type_rule =
-         [](Types in, const Attrs& a) {
+         [](ops::Types in, const Attrs& a) {
            std::vector<int64_t> d{a.get_int("axis_size")};
            d.insert(d.end(), in[0].shape.begin(), in[0].shape.end());
            return std::vector<TensorType>{{in[0].dtype, Shape(d)}};
          },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
-       return {bind1(primitive("all_gather"), {*t[0]}, r.attrs)};
-     },
+     .jvp = ops::linear_jvp,
      // Example i's input appears at row i of every example's output: sum those rows.
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
        const Attrs name{{"axis_name", r.attrs.get<std::string>("axis_name")}};
-       const Tensor total = bind1(primitive("psum"), {*ct[0]}, name);
-       const Tensor i = bind1(primitive("axis_index"), {}, name);
+       const Tensor total = bind1(prim::psum(), {*ct[0]}, name);
+       const Tensor i = bind1(prim::axis_index(), {}, name);
        return {squeeze(take(total, reshape(i, {1}), 0), {0})};
      },
      .batch = [](const BatchArgs& b) -> std::vector<Batched> {
        // Another axis: each example gathers on its own; the gathered axis comes first, so
        // this vmap's batch axis sits right after it.
        if (other_axis(b))
-         return {{bind1(primitive("all_gather"), {ops::batch_first(b.inputs[0], b.dims[0], b.size)}, b.attrs), 1}};
+         return {{bind1(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size)}, b.attrs), 1}};
        return {{ops::batch_first(b.inputs[0], b.dims[0], b.size), std::nullopt}};
      }},
     {{ops::cpu({DTypeSet::all()}), unbound("all_gather")}});
+  return p;
+}
+
+namespace {
 
 Attrs named(const std::string& axis_name) { return {{"axis_name", axis_name}}; }
 
@@ -288,7 +299,7 @@ Attrs named(const std::string& axis_name) { return {{"axis_name", axis_name}}; }
 Tensor psum(const Tensor& x, const std::string& axis_name, Loc loc) {
   const detail::CallSite site(loc);
   detail::find_axis("psum", axis_name);
-  return bind1(psum_p, {x}, named(axis_name), loc);
+  return bind1(prim::psum(), {x}, named(axis_name), loc);
 }
 Tensor pmean(const Tensor& x, const std::string& axis_name, Loc loc) {
   const detail::CallSite site(loc);
@@ -299,19 +310,19 @@ Tensor pmean(const Tensor& x, const std::string& axis_name, Loc loc) {
 Tensor pmax(const Tensor& x, const std::string& axis_name, Loc loc) {
   const detail::CallSite site(loc);
   detail::find_axis("pmax", axis_name);
-  return bind1(pmax_p, {x}, named(axis_name), loc);
+  return bind1(prim::pmax(), {x}, named(axis_name), loc);
 }
 Tensor all_gather(const Tensor& x, const std::string& axis_name, Loc loc) {
   const detail::CallSite site(loc);
   const int64_t n = detail::find_axis("all_gather", axis_name).size;
   Attrs a = named(axis_name);
   a.set("axis_size", n);
-  return bind1(all_gather_p, {x}, a, loc);
+  return bind1(prim::all_gather(), {x}, a, loc);
 }
 Tensor axis_index(const std::string& axis_name, Loc loc) {
   const detail::CallSite site(loc);
   detail::find_axis("axis_index", axis_name);
-  return bind1(axis_index_p, {}, named(axis_name), loc);
+  return bind1(prim::axis_index(), {}, named(axis_name), loc);
 }
 
 }  // namespace kiln

@@ -4,13 +4,16 @@
 #include <mutex>
 #include <new>
 #include <shared_mutex>
+#include <source_location>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "detail/trace_hooks.h"
 #include "ir/trace.h"
 #include "kiln/ir.h"
 #include "kiln/primitive.h"
+#include "ops/primitives.h"
 
 namespace kiln {
 
@@ -145,7 +148,31 @@ std::vector<TensorType> Primitive::infer(std::span<const TensorType> inputs,
   }
 }
 
-const Primitive& register_primitive(Primitive primitive, std::vector<KernelRegistration> kernels) {
+namespace {
+
+// The root of the source tree as the compiler named this file ("/path/to/kiln/", or "../"
+// when ccache rewrote the path): the built-ins' files start with it too.
+std::string_view source_root() {
+  constexpr std::string_view self = std::source_location::current().file_name();
+  constexpr std::string_view tail = "src/core/primitive.cpp";
+  return self.ends_with(tail) ? self.substr(0, self.size() - tail.size()) : std::string_view();
+}
+
+}  // namespace
+
+std::string Primitive::where_defined() const {
+  std::string_view file = defined_at.file_name();
+  if (defined_at.line() == 0 || file.empty()) return "";
+  const std::string_view root = source_root();
+  if (!root.empty() && file.starts_with(root) && file.substr(root.size()).starts_with("src/"))
+    file.remove_prefix(root.size());
+  return detail::cat(" (defined at ", file, ":", defined_at.line(), ")");
+}
+
+namespace detail {
+
+const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistration> kernels,
+                                  Loc loc) {
   Registry& r = registry();
   std::unique_lock lock(r.mutex);
   if (primitive.name.empty() || !primitive.type_rule)
@@ -155,12 +182,40 @@ const Primitive& register_primitive(Primitive primitive, std::vector<KernelRegis
     fail("register_primitive", "duplicate primitive name: got '", primitive.name,
          "', expected a name not registered yet");
   primitive.id = static_cast<int>(r.entries.size());
+  primitive.defined_at = loc;
   Entry& e = r.entries.emplace_back(Entry{std::move(primitive), std::move(kernels)});
   r.by_name.emplace(e.primitive.name, &e);
   return e.primitive;
 }
 
+}  // namespace detail
+
+namespace {
+
+// Registers every built-in primitive, once and thread-safely (a function-local static), before
+// anything looks one up by name, walks them or adds a user's: so names resolve whatever the
+// program has called so far, a user's name cannot take a built-in's, and users' ids come after.
+// The built-ins register through detail::register_builtin, which never comes back here.
+void register_builtins() {
+  static const bool registered = [] {
+#define KILN_REGISTER_PRIMITIVE(name) (void)prim::name();
+    KILN_BUILTIN_PRIMITIVES(KILN_REGISTER_PRIMITIVE)
+#undef KILN_REGISTER_PRIMITIVE
+    return true;
+  }();
+  (void)registered;
+}
+
+}  // namespace
+
+const Primitive& register_primitive(Primitive primitive, std::vector<KernelRegistration> kernels,
+                                    Loc loc) {
+  register_builtins();
+  return detail::register_builtin(std::move(primitive), std::move(kernels), loc);
+}
+
 const Primitive* find_primitive(std::string_view name) {
+  register_builtins();
   Registry& r = registry();
   std::shared_lock lock(r.mutex);
   auto it = r.by_name.find(std::string(name));
@@ -173,6 +228,7 @@ const Primitive& primitive(std::string_view name) {
 }
 
 std::vector<const Primitive*> all_primitives() {
+  register_builtins();
   Registry& r = registry();
   std::shared_lock lock(r.mutex);
   std::vector<const Primitive*> out;

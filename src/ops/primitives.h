@@ -1,0 +1,67 @@
+// Every built-in primitive by handle: prim::add(), prim::matmul(), prim::while_(), ...
+//
+// Each accessor is defined in the file that defines its primitive and registers the primitive
+// on its first call (a function-local static), so code uses a primitive through a C++ symbol
+// instead of looking a name up in the registry. The registry (src/core/primitive.cpp) calls
+// every accessor once before any look-up by name, walk of all_primitives() or registration
+// of a user's primitive; that reference is also what keeps every primitive's object file in a
+// link against the static library, which drops object files nobody references.
+//
+// Naming rule: an accessor is named like its primitive in the IR, with a trailing underscore
+// where that name is a C++ keyword or alternative token: and_, or_, not_, xor_, while_.
+#pragma once
+
+#include <vector>
+
+#include "kiln/primitive.h"
+
+// The built-in primitives, listed once: it declares the accessors below and the registry
+// registers every entry. A new built-in primitive is one entry here and its accessor where
+// it is defined.
+#define KILN_BUILTIN_PRIMITIVES(X)                                                              \
+  /* src/ops/unary.cpp */                                                                       \
+  X(neg) X(abs) X(sign) X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(sin) X(cos) X(tan)   \
+  X(tanh) X(sigmoid) X(erf) X(floor) X(ceil) X(round) X(not_) X(isnan) X(convert)               \
+  /* src/ops/binary.cpp */                                                                      \
+  X(add) X(sub) X(mul) X(div) X(pow) X(max) X(min) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(and_) \
+  X(or_) X(xor_) X(select)                                                                      \
+  /* src/ops/reduce.cpp */                                                                      \
+  X(reduce_sum) X(reduce_prod) X(reduce_max) X(reduce_min) X(reduce_and) X(reduce_or)           \
+  X(argmax) X(argmin)                                                                           \
+  /* src/ops/shape.cpp */                                                                       \
+  X(reshape) X(transpose) X(broadcast_to) X(slice) X(flip) X(concatenate) X(pad)                \
+  /* src/ops/gather.cpp */                                                                      \
+  X(gather) X(scatter_add) X(gather_along) X(scatter_add_along)                                 \
+  /* src/ops/matmul.cpp */                                                                      \
+  X(matmul)                                                                                     \
+  /* src/ops/conv.cpp */                                                                        \
+  X(conv2d) X(conv2d_input_grad) X(conv2d_weight_grad) X(max_pool2d_grad) X(max_pool2d)         \
+  X(avg_pool2d)                                                                                 \
+  /* src/ops/random.cpp */                                                                      \
+  X(random_bits) X(random_uniform) X(random_split) X(random_fold_in) X(random_permutation)      \
+  /* src/nn/nn.cpp */                                                                           \
+  X(check_labels)                                                                               \
+  /* src/transforms/function_primitives.cpp */                                                  \
+  X(call) X(checkpoint) X(custom_jvp) X(custom_vjp) X(stop_gradient)                            \
+  /* src/transforms/vmap.cpp */                                                                 \
+  X(psum) X(pmax) X(axis_index) X(all_gather)                                                   \
+  /* src/transforms/control_flow.cpp */                                                         \
+  X(cond) X(while_) X(while_grad) X(scan)
+
+namespace kiln::prim {
+
+#define KILN_DECLARE_PRIMITIVE(name) const Primitive& name();
+KILN_BUILTIN_PRIMITIVES(KILN_DECLARE_PRIMITIVE)
+#undef KILN_DECLARE_PRIMITIVE
+
+}  // namespace kiln::prim
+
+namespace kiln::detail {
+
+// What an accessor registers its primitive with: register_primitive without registering the
+// built-ins first (the accessor is itself part of doing that). `loc` becomes
+// Primitive::defined_at; a table-driven family passes its table entry's.
+const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistration> kernels = {},
+                                  Loc loc = Loc::current());
+
+}  // namespace kiln::detail
