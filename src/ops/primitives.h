@@ -22,6 +22,7 @@
   /* src/ops/unary.cpp */                                                                       \
   X(neg) X(abs) X(sign) X(exp) X(log) X(log1p) X(expm1) X(sqrt) X(rsqrt) X(sin) X(cos) X(tan)   \
   X(tanh) X(sigmoid) X(erf) X(floor) X(ceil) X(round) X(not_) X(isnan) X(convert)               \
+  X(stop_gradient)                                                                              \
   /* src/ops/binary.cpp */                                                                      \
   X(add) X(sub) X(mul) X(div) X(pow) X(max) X(min) X(eq) X(ne) X(lt) X(le) X(gt) X(ge) X(and_) \
   X(or_) X(xor_) X(select)                                                                      \
@@ -42,7 +43,7 @@
   /* src/nn/nn.cpp */                                                                           \
   X(check_labels)                                                                               \
   /* src/transforms/function_primitives.cpp */                                                  \
-  X(call) X(checkpoint) X(custom_jvp) X(custom_vjp) X(stop_gradient)                            \
+  X(call) X(checkpoint) X(custom_jvp) X(custom_vjp)                                             \
   /* src/transforms/vmap.cpp */                                                                 \
   X(psum) X(pmax) X(axis_index) X(all_gather)                                                   \
   /* src/transforms/control_flow.cpp */                                                         \

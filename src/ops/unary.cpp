@@ -226,6 +226,18 @@ const Primitive& prim::convert() {
   return p;
 }
 
+// The identity marked non-differentiable: derivatives are zero through it.
+const Primitive& prim::stop_gradient() {
+  static const Primitive& p = detail::register_builtin(
+    {.name = "stop_gradient",
+     .arity = 1,
+     .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+     .differentiable = false,
+     .batch = ops::batch_elementwise},
+    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
+  return p;
+}
+
 namespace {
 
 // Public ops on floats promote integer and bool inputs to float32 first, like numpy.
@@ -274,6 +286,7 @@ Tensor isnan(const Tensor& x, Loc loc) {
   if (!is_floating(x.dtype())) return zeros(x.shape(), bool_);
   return bind1(prim::isnan(), {x}, {}, loc);
 }
+Tensor stop_gradient(const Tensor& x, Loc loc) { return bind1(prim::stop_gradient(), {x}, {}, loc); }
 Tensor astype(const Tensor& x, DType dtype, Loc loc) {
   const detail::CallSite site(loc);
   if (x.dtype() == dtype) return x;

@@ -14,7 +14,7 @@
 #include <algorithm>
 
 #include "kiln/control_flow.h"
-#include "kiln/transforms.h"
+#include "transforms/core.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
@@ -25,11 +25,7 @@ using Tensors = std::vector<Tensor>;
 using TypeList = std::vector<TensorType>;
 using Idx = std::vector<std::size_t>;
 
-TypeList types_of(std::span<const Tensor> ts) {
-  TypeList r;
-  for (const Tensor& t : ts) r.push_back(t.type());
-  return r;
-}
+using detail::types_of;
 Tensors sub(std::span<const Tensor> v, std::size_t b, std::size_t n) {
   return Tensors(v.begin() + static_cast<std::ptrdiff_t>(b),
                  v.begin() + static_cast<std::ptrdiff_t>(b + n));

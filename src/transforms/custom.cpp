@@ -1,5 +1,6 @@
 // checkpoint, custom_jvp and custom_vjp on flat trees: each stages the user's function (and
 // rule) and binds one equation of its sub-function primitive (function_primitives.cpp).
+#include "ops/primitives.h"
 #include "ops/rules.h"
 #include "transforms/core.h"
 
@@ -20,20 +21,20 @@ void check_closed(std::string_view op, std::string_view what, const Staged& s) {
 }
 
 // Stages fn and its rule (on rule_leaves of structure rule_def) and binds `prim`.
-FlatTree apply_with_rule(const char* prim, const char* rule_attr, const Staged& s,
+FlatTree apply_with_rule(const Primitive& prim, const char* rule_attr, const Staged& s,
                          const std::vector<Tensor>& leaves, const TreeDef& rule_def,
                          const std::vector<Tensor>& rule_leaves, const RuleFactory& rule) {
-  const Staged r = stage(prim, rule_def, rule_leaves, rule(rule_def));
-  check_closed(prim, "rule", r);
+  const Staged r = stage(prim.name, rule_def, rule_leaves, rule(rule_def));
+  check_closed(prim.name, "rule", r);
   const Attrs attrs{{"fn", FunctionRef(s.function)}, {rule_attr, FunctionRef(r.function)}};
-  return {bind(primitive(prim), leaves, attrs), s.out_def};
+  return {bind(prim, leaves, attrs), s.out_def};
 }
 
 }  // namespace
 
 FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn) {
   const Staged s = stage("checkpoint", args_def, leaves, fn);
-  return {bind(primitive("checkpoint"), s.inputs(leaves), {{"fn", FunctionRef(s.function)}}), s.out_def};
+  return {bind(prim::checkpoint(), s.inputs(leaves), {{"fn", FunctionRef(s.function)}}), s.out_def};
 }
 
 FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn,
@@ -42,7 +43,7 @@ FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& lea
   check_closed("custom_jvp", "function", s);
   std::vector<Tensor> rule_leaves = leaves;  // (primals, tangents)
   append_stand_ins(rule_leaves, leaf_types("custom_jvp", leaves));
-  return apply_with_rule("custom_jvp", "jvp", s, leaves, tuple_of({args_def, args_def}), rule_leaves,
+  return apply_with_rule(prim::custom_jvp(), "jvp", s, leaves, tuple_of({args_def, args_def}), rule_leaves,
                          jvp_rule);
 }
 
@@ -54,7 +55,7 @@ FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& lea
   const std::vector<TensorType> out_types = s.function->result_types();
   append_stand_ins(rule_leaves, out_types);
   append_stand_ins(rule_leaves, out_types);
-  return apply_with_rule("custom_vjp", "bwd", s, leaves, tuple_of({args_def, s.out_def, s.out_def}),
+  return apply_with_rule(prim::custom_vjp(), "bwd", s, leaves, tuple_of({args_def, s.out_def, s.out_def}),
                          rule_leaves, bwd);
 }
 

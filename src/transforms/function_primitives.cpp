@@ -1,5 +1,5 @@
 // Primitives that hold sub-functions, each with its derivative rules: call (nested jit),
-// checkpoint (rematerialisation), custom_jvp and custom_vjp (user rules), and stop_gradient.
+// checkpoint (rematerialisation), custom_jvp and custom_vjp (user rules).
 #include "kiln/transforms.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
@@ -155,16 +155,4 @@ const Primitive& prim::custom_vjp() {
   return p;
 }
 
-const Primitive& prim::stop_gradient() {
-  static const Primitive& p = detail::register_builtin(
-    {.name = "stop_gradient",
-     .arity = 1,
-     .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
-     .differentiable = false,
-     .batch = ops::batch_elementwise},
-    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
-  return p;
-}
-
-Tensor stop_gradient(const Tensor& x, Loc loc) { return bind1(prim::stop_gradient(), {x}, {}, loc); }
 }  // namespace kiln

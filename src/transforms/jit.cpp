@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "kiln/transforms.h"
+#include "ops/primitives.h"
 
 namespace kiln::detail {
 
@@ -210,7 +211,7 @@ FlatTree jit_call(JitCache& cache, const TreeDef& args_def, const std::vector<Te
     // Inside another trace: one `call` equation, so the outer IR keeps the structure.
     std::vector<Tensor> ins = leaves;
     ins.insert(ins.end(), s.captures.begin(), s.captures.end());
-    out.leaves = bind(primitive("call"), std::move(ins), {{"fn", FunctionRef(s.entry->function)}});
+    out.leaves = bind(prim::call(), std::move(ins), {{"fn", FunctionRef(s.entry->function)}});
   } else {
     out.leaves = s.entry->executable->run(leaves);
   }
