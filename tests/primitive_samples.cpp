@@ -190,21 +190,17 @@ std::vector<PrimitiveSample> make_table() {
                }});
 
   // ---- reductions (negative axes count from the end) ----
-  const auto reduce = [&](const char* p, Ints axes, Draw draw,
-                          std::string label) -> PrimitiveSample& {
+  const auto reduce = [&](const char* p, Ints axes, Draw draw, std::string label) {
     c.push_back({.prim = p, .label = std::move(label), .make = [axes, draw](Gen& g) {
                    return Sample{{{draw(g, elementwise_shape(g))}}, {{"axes", axes}}};
                  }});
-    return c.back();
   };
   const Draw distinct = [](Gen& g, const Shape& s) { return g.distinct(s); };
-  // The samples with negative axes are not the AD walk's yet: the reductions' derivative
-  // rules index the shape with `axes` as given, so a negative axis writes out of bounds
-  // (expand_back and prod_partials in src/ops/reduce.cpp; reported with issue 13).
   reduce("reduce_sum", {0, 2}, normal, "");
-  reduce("reduce_sum", {-1}, normal, "negative_axis").ad.check = false;
+  reduce("reduce_sum", {-1}, normal, "negative_axis");
   reduce("reduce_sum", {}, normal, "no_axes");
   reduce("reduce_prod", {1}, away(0.5, 1.5), "");
+  reduce("reduce_prod", {0, -1}, away(0.5, 1.5), "negative_axis");
   // A product is a polynomial, so it is smooth at zeros too and finite differences hold there.
   c.push_back({.prim = "reduce_prod", .label = "with_zeros", .make = [](Gen& g) {
                  return Sample{{{with_zeros(g)}}, {{"axes", Ints{1}}}};
@@ -213,8 +209,9 @@ std::vector<PrimitiveSample> make_table() {
                  return Sample{{{with_zeros(g)}}, {{"axes", Ints{0, 2}}}};
                }});
   reduce("reduce_max", {2}, distinct, "");
-  reduce("reduce_max", {-2, -1}, distinct, "negative_axes").ad.check = false;
+  reduce("reduce_max", {-2, -1}, distinct, "negative_axes");
   reduce("reduce_min", {0, 1}, distinct, "");
+  reduce("reduce_min", {-3}, distinct, "negative_axis");
   reduce("reduce_and", {1}, bools, "");
   reduce("reduce_or", {0, -1}, bools, "");
   for (const char* p : {"argmax", "argmin"}) {

@@ -3,6 +3,8 @@
 //   tests/test_ad_rules.cpp  JVP vs finite differences, VJP vs the JVP's transpose, second
 //                            derivatives (the AD walk);
 //   tests/test_vmap.cpp      the batching rule vs a loop over examples (the vmap walk);
+//   tests/test_axis_attributes.cpp  negative vs non-negative axis attributes: values,
+//                            derivatives and vmap agree (the axis walk);
 //
 // and any later one (compiled vs interpreted evaluation): a walk is one loop over
 // `primitive_samples()` that draws each sample's inputs with a `Gen` and applies the sample's

@@ -309,6 +309,29 @@ TEST(IrText, NestingUpToTheLimitParsesVerifiesAndEvaluates) {
   ir::verify(o);
 }
 
+// Hand-written IR may give a reduction's axes from the end; its derivatives then reduce and
+// broadcast back over the same axes (they once indexed the shape with -1: heap corruption).
+TEST(IrText, NegativeReductionAxesDifferentiate) {
+  const auto f = ir::parse(
+      "func @f(%a0: f64[2,3]) -> f64[] {\n"
+      "  %0 = reduce_max %a0 {axes=[-1]} : f64[2]\n"
+      "  %1 = reduce_prod %a0 {axes=[-2]} : f64[3]\n"
+      "  %2 = reduce_sum %0 {axes=[-1]} : f64[]\n"
+      "  %3 = reduce_sum %1 {axes=[0]} : f64[]\n"
+      "  %4 = add %2, %3 : f64[]\n"
+      "  return %4\n"
+      "}");
+  const Tensor x = tensor({1.0, 5.0, 2.0, 7.0, 3.0, 4.0}, {2, 3});
+  // By hand: row maxima 5 + 7, column products 1*7 + 5*3 + 2*4.
+  EXPECT_EQ(ir::evaluate(*f, Ts{x})[0].item<double>(), 42.0);
+  // d/dx: one-hot at each row's maximum, plus the other element of each column.
+  const std::vector<double> want{7.0, 1.0 + 3.0, 4.0, 1.0 + 1.0, 5.0, 2.0};
+  const std::vector<Tangent> ct{tensor(1.0)};
+  EXPECT_EQ(ad::vjp(f, Ts{x}).pullback(ct)[0]->to_vector<double>(), want);
+  const std::vector<Tangent> t{ones({2, 3}, float64)};
+  EXPECT_EQ(ad::jvp(*f, Ts{x}, t).tangents[0]->item<double>(), 24.0);  // the sum of `want`
+}
+
 TEST(IrText, NestingPastTheLimitIsAnError) {
   expect_error([] { ir::parse(nested_program(ir::kMaxNesting + 1)); }, "parse",
                {"nested too deeply", "ir::kMaxNesting = 64", "line "});

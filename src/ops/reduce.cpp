@@ -15,6 +15,13 @@
 namespace kiln {
 namespace {
 
+// The `axes` attribute normalised (sorted, each in [0, rank)), or an Error naming the
+// primitive: it may count from the end, so the type rule, the kernel and every derivative rule
+// read it here and never index a shape with it directly.
+std::vector<int> reduced_axes(std::string_view op, const Attrs& a, int rank) {
+  return normalize_axes(op, a.get_ints("axes"), rank, false);
+}
+
 Shape reduced_shape(const Shape& s, const std::vector<int>& axes) {
   Shape out;
   for (int i = 0; i < s.rank(); ++i)
@@ -210,10 +217,12 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
       std::max<int64_t>(L.red_count, 1));
 }
 
-// A reduced tensor (axes dropped) broadcast back over the input's shape.
-Tensor expand_back(const Tensor& y, const Tensor& x, const Attrs& a) {
+// A tensor reduced like r's output (axes dropped) broadcast back over r's input's shape.
+Tensor expand_back(const Tensor& y, const RuleArgs& r) {
+  const Tensor& x = r.inputs[0];
   std::vector<int64_t> dims = x.shape().dims();
-  for (int64_t ax : a.get_ints("axes")) dims[static_cast<std::size_t>(ax)] = 1;
+  for (int ax : reduced_axes(r.primitive.name, r.attrs, x.rank()))
+    dims[static_cast<std::size_t>(ax)] = 1;
   return broadcast_to(reshape(y, Shape(dims)), x.shape());
 }
 
@@ -223,7 +232,7 @@ struct SumRules {
     return ops::linear_jvp(r, t);
   }
   static ops::Ts vjp(const RuleArgs& r, std::span<const Tangent> ct) {
-    return {expand_back(*ct[0], r.inputs[0], r.attrs)};
+    return {expand_back(*ct[0], r)};
   }
 };
 // The derivative of a product with respect to x_i is the product of the others: the
@@ -248,15 +257,15 @@ Tensor exclusive_cumprod_last(const Tensor& a) {
 }
 Tensor prod_partials(const RuleArgs& r) {
   const Tensor& x = r.inputs[0];
-  const Axes& axes = r.attrs.get_ints("axes");
+  const std::vector<int> axes = reduced_axes(r.primitive.name, r.attrs, x.rank());
   Axes perm;  // kept axes, then the reduced ones
-  for (int64_t i = 0; i < x.rank(); ++i)
-    if (std::find(axes.begin(), axes.end(), i) == axes.end()) perm.push_back(i);
+  for (int i = 0; i < x.rank(); ++i)
+    if (!std::binary_search(axes.begin(), axes.end(), i)) perm.push_back(i);
   perm.insert(perm.end(), axes.begin(), axes.end());
   const Tensor xt = transpose(x, perm);
   std::vector<int64_t> dims(xt.shape().begin(), xt.shape().end() - static_cast<std::ptrdiff_t>(axes.size()));
   int64_t n = 1;
-  for (int64_t a : axes) n *= x.shape()[static_cast<int>(a)];
+  for (int a : axes) n *= x.shape()[a];
   dims.push_back(n);
   const Tensor flat = reshape(xt, Shape(dims));
   const int64_t last = flat.rank() - 1;
@@ -271,22 +280,22 @@ struct ProdRules {
     return {bind1(prim::reduce_sum(), {*t[0] * prod_partials(r)}, r.attrs)};
   }
   static ops::Ts vjp(const RuleArgs& r, std::span<const Tangent> ct) {
-    return {expand_back(*ct[0], r.inputs[0], r.attrs) * prod_partials(r)};
+    return {expand_back(*ct[0], r) * prod_partials(r)};
   }
 };
 // max/min: the derivative is shared equally among the elements that attain the extreme.
 Tensor extreme_weights(const RuleArgs& r) {
   const Tensor& x = r.inputs[0];
-  const Tensor hit = astype(x == expand_back(r.outputs[0], x, r.attrs), x.dtype());
+  const Tensor hit = astype(x == expand_back(r.outputs[0], r), x.dtype());
   const Tensor count = bind1(prim::reduce_sum(), {hit}, r.attrs);
-  return hit / expand_back(count, x, r.attrs);
+  return hit / expand_back(count, r);
 }
 struct ExtremeRules {
   static ops::Ts jvp(const RuleArgs& r, std::span<const Tangent> t) {
     return {bind1(prim::reduce_sum(), {*t[0] * extreme_weights(r)}, r.attrs)};
   }
   static ops::Ts vjp(const RuleArgs& r, std::span<const Tangent> ct) {
-    return {expand_back(*ct[0], r.inputs[0], r.attrs) * extreme_weights(r)};
+    return {expand_back(*ct[0], r) * extreme_weights(r)};
   }
 };
 template <typename R> struct RulesOf { using type = void; };
@@ -299,7 +308,7 @@ template <typename R>
 const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_view desc, Loc loc) {
   TypeRule rule = [name, domain, desc](ops::Types in, const Attrs& a) {
     ops::expect_dtype(name, in[0], domain, desc);
-    const std::vector<int> axes = normalize_axes(name, a.get_ints("axes"), in[0].shape.rank(), false);
+    const std::vector<int> axes = reduced_axes(name, a, in[0].shape.rank());
     if (R::needs_elements)
       for (int ax : axes)
         if (in[0].shape[ax] == 0)
@@ -308,7 +317,7 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
     return std::vector<TensorType>{{in[0].dtype, reduced_shape(in[0].shape, axes)}};
   };
   Kernel kernel = [name](ops::Ins in, const Attrs& a) {
-    const std::vector<int> axes = normalize_axes(name, a.get_ints("axes"), in[0].rank(), false);
+    const std::vector<int> axes = reduced_axes(name, a, in[0].rank());
     Tensor out = empty(reduced_shape(in[0].shape(), axes), in[0].dtype());
     detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
       constexpr bool logical = std::is_same_v<R, AndR> || std::is_same_v<R, OrR>;
