@@ -47,8 +47,8 @@ Mlp init_mlp() {
   auto layer = [&](int i, int64_t in, int64_t out) {
     return random::normal(index(keys, i), {in, out}) * (1.0 / std::sqrt(static_cast<double>(in)));
   };
-  return {layer(0, 784, 512), zeros({512}), layer(1, 512, 512), zeros({512}), layer(2, 512, 10),
-          zeros({10})};
+  return {layer(0, 784, 512), zeros({512}),      layer(1, 512, 512),
+          zeros({512}),       layer(2, 512, 10), zeros({10})};
 }
 
 Tensor mlp_loss(const Mlp& p, const Tensor& x, const Tensor& labels) {
@@ -106,7 +106,9 @@ Tensor tanh_sum(const Tensor& w, const Tensor& x) { return sum(tanh(matmul(w, x)
 
 // Forward over reverse: the directional derivative of grad_x f along v.
 Tensor hvp(const Tensor& w, const Tensor& x, const Tensor& v) {
-  auto g = [&w](const Tensor& xx) { return grad([&w](const Tensor& y) { return tanh_sum(w, y); })(xx); };
+  auto g = [&w](const Tensor& xx) {
+    return grad([&w](const Tensor& y) { return tanh_sum(w, y); })(xx);
+  };
   return jvp(g, std::tuple<Tensor>{x}, std::tuple<Tensor>{v}).second;
 }
 
@@ -158,7 +160,9 @@ Tensor block(const Tensor& h, const std::vector<Tensor>& ws) {
 
 enum Remat { kNone = 0, kPerLayer = 1, kPerBlock = 2 };
 const char* remat_name(int r) {
-  return r == kNone ? "no checkpoint" : r == kPerLayer ? "checkpoint each layer" : "checkpoint blocks of 4";
+  return r == kNone       ? "no checkpoint"
+         : r == kPerLayer ? "checkpoint each layer"
+                          : "checkpoint blocks of 4";
 }
 
 template <int R>
@@ -180,7 +184,8 @@ struct DeepData {
   Tensor x;
   DeepData(int64_t width, int64_t batch) : x(random::normal(random::key(6), {batch, width})) {
     for (int i = 0; i < kDepth; ++i)
-      ws.push_back(random::normal(random::key(100 + i), {width, width}) * (1.0 / std::sqrt(double(width))));
+      ws.push_back(random::normal(random::key(100 + i), {width, width}) *
+                   (1.0 / std::sqrt(double(width))));
   }
 };
 
@@ -312,7 +317,8 @@ int check() {
     std::tie(le, p) = train_step(p, md.x, md.labels);
     std::tie(lj, q) = step(q, md.x, md.labels);
   }
-  report("mlp step: jit vs eager loss after 3 steps", std::abs(le.item<float>() - lj.item<float>()), 1e-5);
+  report("mlp step: jit vs eager loss after 3 steps", std::abs(le.item<float>() - lj.item<float>()),
+         1e-5);
   report("mlp step: jit vs eager w1 after 3 steps", max_abs_diff(p.w1, q.w1), 1e-5);
 #ifdef KILN_BENCH_WITH_TORCH
   {
@@ -321,7 +327,8 @@ int check() {
     auto f = torch::tanh(torch::mv(w, x)).sum();
     auto g = torch::autograd::grad({f}, {x}, {}, true, true)[0];
     auto hv = torch::autograd::grad({torch::dot(g, v)}, {x})[0];
-    report("hvp libtorch vs Kiln closed form", (hv - to_torch(ref)).abs().max().item<float>(), 1e-4);
+    report("hvp libtorch vs Kiln closed form", (hv - to_torch(ref)).abs().max().item<float>(),
+           1e-4);
   }
 #endif
   return bad;

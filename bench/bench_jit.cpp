@@ -1,8 +1,9 @@
 // jit call overhead and an MLP forward under jit vs eager.
 //   build/bench/bench_jit
 #include <benchmark/benchmark.h>
-#include <cmath>
 #include <kiln/kiln.h>
+
+#include <cmath>
 
 struct Mlp {
   kiln::Tensor w1, b1, w2, b2, w3, b3;
@@ -42,8 +43,8 @@ Mlp init_mlp() {
   auto layer = [&](int i, int64_t in, int64_t out) {
     return random::normal(index(keys, i), {in, out}) * (1.0 / std::sqrt(static_cast<double>(in)));
   };
-  return {layer(0, 784, 512), zeros({512}), layer(1, 512, 512), zeros({512}), layer(2, 512, 10),
-          zeros({10})};
+  return {layer(0, 784, 512), zeros({512}),      layer(1, 512, 512),
+          zeros({512}),       layer(2, 512, 10), zeros({10})};
 }
 
 void BM_mlp_forward_eager(benchmark::State& state) {

@@ -20,10 +20,10 @@ std::vector<float> random_floats(int64_t n, uint32_t seed) {
 }
 
 void set_gflops(benchmark::State& state, int64_t m, int64_t n, int64_t k) {
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      2e-9 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) *
-          static_cast<double>(state.iterations()),
-      benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2e-9 * static_cast<double>(m) * static_cast<double>(n) *
+                             static_cast<double>(k) * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 void BM_KilnMatmul(benchmark::State& state) {
@@ -53,11 +53,12 @@ void BM_KilnMatmulTransposedB(benchmark::State& state) {
 
 void BM_DirectSgemm(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
-  const std::vector<float> a = random_floats(int64_t{n} * n, 1), b = random_floats(int64_t{n} * n, 2);
+  const std::vector<float> a = random_floats(int64_t{n} * n, 1),
+                           b = random_floats(int64_t{n} * n, 2);
   std::vector<float> c(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
   for (auto _ : state) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(),
-                n, 0.0f, c.data(), n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
+                0.0f, c.data(), n);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }

@@ -35,14 +35,17 @@ constexpr int64_t B = 32, H = 256, D = 256;
 
 Tensor loss_scan(const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs,
                  int64_t unroll) {
-  auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) {
-    return std::pair{tanh(matmul(h, wh) + matmul(x, wx) + b), std::tuple<>{}};
-  }, zeros({B, H}, float32), xs, ScanOptions{.unroll = unroll});
+  auto [h, ys] = scan(
+      [&](const Tensor& h, const Tensor& x) {
+        return std::pair{tanh(matmul(h, wh) + matmul(x, wx) + b), std::tuple<>{}};
+      },
+      zeros({B, H}, float32), xs, ScanOptions{.unroll = unroll});
   return sum(h);
 }
 Tensor loss_unrolled(const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
   Tensor h = zeros({B, H}, float32);
-  for (int64_t t = 0; t < xs.shape()[0]; ++t) h = tanh(matmul(h, wh) + matmul(index(xs, t), wx) + b);
+  for (int64_t t = 0; t < xs.shape()[0]; ++t)
+    h = tanh(matmul(h, wh) + matmul(index(xs, t), wx) + b);
   return sum(h);
 }
 
@@ -68,8 +71,9 @@ int main(int argc, char** argv) {
   auto xs_of = [](int64_t T) { return random::normal(random::key(3), {T, B, D}, float32); };
   const Tensor xs = xs_of(100);
 
-  auto g_scan = jit(grad([](const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
-    return loss_scan(wh, wx, b, xs, 1); }, argnums<0, 1, 2>));
+  auto g_scan = jit(grad([](const Tensor& wh, const Tensor& wx, const Tensor& b,
+                            const Tensor& xs) { return loss_scan(wh, wx, b, xs, 1); },
+                         argnums<0, 1, 2>));
   auto g_unr = jit(grad(loss_unrolled, argnums<0, 1, 2>));
   {  // agreement
     auto [a1, a2, a3] = g_scan(wh, wx, b, xs);
@@ -80,18 +84,30 @@ int main(int argc, char** argv) {
     std::printf("max |dWh scan - dWh unrolled| = %.3g\n", md);
   }
   std::vector<Case> cases{
-      {"kiln_jit_scan", [&] { auto r = g_scan(wh, wx, b, xs); (void)r; }},
-      {"kiln_jit_unrolled", [&] { auto r = g_unr(wh, wx, b, xs); (void)r; }},
+      {"kiln_jit_scan",
+       [&] {
+         auto r = g_scan(wh, wx, b, xs);
+         (void)r;
+       }},
+      {"kiln_jit_unrolled",
+       [&] {
+         auto r = g_unr(wh, wx, b, xs);
+         (void)r;
+       }},
   };
   if (unroll > 1) {
-    auto g_u = jit(grad([unroll](const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
-      return loss_scan(wh, wx, b, xs, unroll); }, argnums<0, 1, 2>));
-    cases.push_back({"kiln_jit_scan_unroll" + std::to_string(unroll),
-                     [&, g_u] { auto r = g_u(wh, wx, b, xs); (void)r; }});
+    auto g_u = jit(grad([unroll](const Tensor& wh, const Tensor& wx, const Tensor& b,
+                                 const Tensor& xs) { return loss_scan(wh, wx, b, xs, unroll); },
+                        argnums<0, 1, 2>));
+    cases.push_back({"kiln_jit_scan_unroll" + std::to_string(unroll), [&, g_u] {
+                       auto r = g_u(wh, wx, b, xs);
+                       (void)r;
+                     }});
   }
   calibrate(cases, o.target, 2);
   const Rounds rounds = run_rounds(cases, o, [&](Times& t) {
-    return run_peer(o, "scan_torch.py", "", t, [](const std::string& l) { std::fputs(l.c_str(), stdout); });
+    return run_peer(o, "scan_torch.py", "", t,
+                    [](const std::string& l) { std::fputs(l.c_str(), stdout); });
   });
   std::printf("\nRNN hidden %lld, input %lld, batch %lld, 100 steps, f32, fwd+bwd (per call)\n",
               (long long)H, (long long)D, (long long)B);
@@ -110,8 +126,9 @@ int main(int argc, char** argv) {
     double ts = 1e30, tu = 1e30;
     std::size_t ns = 0, nu = 0;
     for (int r = 0; r < 3; ++r) {
-      auto fs = jit(grad([](const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
-        return loss_scan(wh, wx, b, xs, 1); }, argnums<0, 1, 2>));
+      auto fs = jit(grad([](const Tensor& wh, const Tensor& wx, const Tensor& b,
+                            const Tensor& xs) { return loss_scan(wh, wx, b, xs, 1); },
+                         argnums<0, 1, 2>));
       auto t0 = Clock::now();
       ir::Function f1 = fs.lower(wh, wx, b, x);
       ts = std::min(ts, seconds(t0, Clock::now()) * 1e3);
@@ -137,13 +154,21 @@ int main(int argc, char** argv) {
       return tanh(matmul(n1, wh));
     };
     auto loss_plain = [&](const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
-      return sum(scan([&](const Tensor& h, const Tensor& xt) {
-        return std::pair{body(wh, wx, b, h, xt), std::tuple<>{}}; }, zeros({B, H}, float32), xs).first);
+      return sum(scan(
+                     [&](const Tensor& h, const Tensor& xt) {
+                       return std::pair{body(wh, wx, b, h, xt), std::tuple<>{}};
+                     },
+                     zeros({B, H}, float32), xs)
+                     .first);
     };
     auto loss_ckpt = [&](const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
       auto cb = checkpoint(body);
-      return sum(scan([&](const Tensor& h, const Tensor& xt) {
-        return std::pair{cb(wh, wx, b, h, xt), std::tuple<>{}}; }, zeros({B, H}, float32), xs).first);
+      return sum(scan(
+                     [&](const Tensor& h, const Tensor& xt) {
+                       return std::pair{cb(wh, wx, b, h, xt), std::tuple<>{}};
+                     },
+                     zeros({B, H}, float32), xs)
+                     .first);
     };
     auto loss_unr = [&](const Tensor& wh, const Tensor& wx, const Tensor& b, const Tensor& xs) {
       Tensor h = zeros({B, H}, float32);
@@ -156,9 +181,7 @@ int main(int argc, char** argv) {
       }
       const int64_t base = memory_stats().current_bytes;
       reset_peak_memory();
-      {
-        auto r = f(wh, wx, b, x);
-      }
+      { auto r = f(wh, wx, b, x); }
       return (memory_stats().peak_bytes - base) / 1e6;
     };
     auto gp = jit(grad(loss_plain, argnums<0, 1, 2>));
@@ -169,14 +192,18 @@ int main(int argc, char** argv) {
     double md = 0;
     const auto u = p1.to_vector<float>(), v = c1.to_vector<float>();
     for (std::size_t i = 0; i < u.size(); ++i) md = std::max(md, double(std::abs(u[i] - v[i])));
-    std::printf("\nreverse-mode peak memory above the inputs, %lld steps, carry %lld x %lld f32 "
-                "(%.2f MB/step; xs %.1f MB are inputs)\n", (long long)T, (long long)B,
-                (long long)H, B * H * 4 / 1e6, T * B * D * 4 / 1e6);
+    std::printf(
+        "\nreverse-mode peak memory above the inputs, %lld steps, carry %lld x %lld f32 "
+        "(%.2f MB/step; xs %.1f MB are inputs)\n",
+        (long long)T, (long long)B, (long long)H, B * H * 4 / 1e6, T * B * D * 4 / 1e6);
     std::printf("  jit(grad) scan(body)              %8.1f MB\n", peak(gp));
-    std::printf("  jit(grad) scan(checkpoint(body))  %8.1f MB   (max |dWh diff| %.3g)\n", peak(gc), md);
+    std::printf("  jit(grad) scan(checkpoint(body))  %8.1f MB   (max |dWh diff| %.3g)\n", peak(gc),
+                md);
     std::printf("  jit(grad) unrolled C++ loop       %8.1f MB\n", peak(gu));
-    std::printf("  grad (no jit) scan(body)          %8.1f MB\n", peak(grad(loss_plain, argnums<0, 1, 2>)));
-    std::printf("  grad (no jit) scan(checkpoint)    %8.1f MB\n", peak(grad(loss_ckpt, argnums<0, 1, 2>)));
+    std::printf("  grad (no jit) scan(body)          %8.1f MB\n",
+                peak(grad(loss_plain, argnums<0, 1, 2>)));
+    std::printf("  grad (no jit) scan(checkpoint)    %8.1f MB\n",
+                peak(grad(loss_ckpt, argnums<0, 1, 2>)));
   }
   return 0;
 }

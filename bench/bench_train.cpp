@@ -102,7 +102,8 @@ Problem make_problem(const std::string& name, const M& model, const Tensor& x, c
   const optim::Optimizer opt = optim::sgd({.lr = kLr});
   auto step = jit(
       [opt](const M& m, const optim::OptState<M>& s, const Tensor& x, const Tensor& y) {
-        auto [loss, grads] = value_and_grad([&](const M& net) { return nn::cross_entropy(net(x), y); })(m);
+        auto [loss, grads] =
+            value_and_grad([&](const M& net) { return nn::cross_entropy(net(x), y); })(m);
         auto [m2, s2] = opt.update(m, grads, s);
         return std::tuple{m2, s2, loss};
       },
@@ -142,10 +143,14 @@ int main(int argc, char** argv) {
   int steps = 8;
   bool ir_only = false;
   if (!parse_options(argc, argv, o, [&](const std::string& a, const auto& next) {
-        if (a == "--only") only = next();
-        else if (a == "--steps") steps = std::stoi(next());
-        else if (a == "--ir") ir_only = true;
-        else return false;
+        if (a == "--only")
+          only = next();
+        else if (a == "--steps")
+          steps = std::stoi(next());
+        else if (a == "--ir")
+          ir_only = true;
+        else
+          return false;
         return true;
       }))
     return 2;
@@ -164,12 +169,13 @@ int main(int argc, char** argv) {
 
   std::vector<Problem> problems;
   if (only.empty() || only == "cnn")
-    problems.push_back(make_problem("cnn", make_cnn(random::key(0)),
-                                    random::normal(random::key(1), {64, 1, 28, 28}),
-                                    random::randint(random::key(2), {64}, 0, kClasses, int64), dir, steps, ir_only));
+    problems.push_back(make_problem(
+        "cnn", make_cnn(random::key(0)), random::normal(random::key(1), {64, 1, 28, 28}),
+        random::randint(random::key(2), {64}, 0, kClasses, int64), dir, steps, ir_only));
   if (only.empty() || only == "mlp")
-    problems.push_back(make_problem("mlp", make_mlp(random::key(3)), random::normal(random::key(4), {128, 784}),
-                                    random::randint(random::key(5), {128}, 0, kClasses, int64), dir, steps, ir_only));
+    problems.push_back(make_problem(
+        "mlp", make_mlp(random::key(3)), random::normal(random::key(4), {128, 784}),
+        random::randint(random::key(5), {128}, 0, kClasses, int64), dir, steps, ir_only));
 
   if (ir_only) {
     fs::remove_all(dir);
@@ -196,13 +202,16 @@ int main(int argc, char** argv) {
   });
   fs::remove_all(dir);
 
-  std::printf("# one training step (forward + backward + SGD lr %g on every parameter), f32:\n", kLr);
-  std::printf("#   cnn: batch 64 1x28x28, conv5x5(1->32) relu pool2 conv5x5(32->64) relu pool2 "
-              "linear(3136->1024) relu linear(1024->10)\n");
+  std::printf("# one training step (forward + backward + SGD lr %g on every parameter), f32:\n",
+              kLr);
+  std::printf(
+      "#   cnn: batch 64 1x28x28, conv5x5(1->32) relu pool2 conv5x5(32->64) relu pool2 "
+      "linear(3136->1024) relu linear(1024->10)\n");
   std::printf("#   mlp: batch 128, 784-512-512-10 relu; loss cross-entropy, integer labels\n");
-  std::printf("# kiln: jit(value_and_grad + optim::sgd), OMP threads %s; torch: eager, "
-              "set_num_threads(%d)\n",
-              std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "(default)", o.threads);
+  std::printf(
+      "# kiln: jit(value_and_grad + optim::sgd), OMP threads %s; torch: eager, "
+      "set_num_threads(%d)\n",
+      std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "(default)", o.threads);
   bool ok = true;
   for (const Problem& p : problems) {
     const bool falls = p.losses.back() < p.losses.front();
@@ -226,13 +235,17 @@ int main(int argc, char** argv) {
     const auto t = r.times.find(tn);
     const double tm = t == r.times.end() ? NAN : median(t->second);
     const std::vector<double>& k = r.times.at(kn);
-    if (std::isnan(tm)) std::printf("%-20s %10.3f %10.3f %12s\n", kn.c_str(), median(k), minimum(k), "-");
-    else std::printf("%-20s %10.3f %10.3f %11.2fx\n", kn.c_str(), median(k), minimum(k), median(k) / tm);
+    if (std::isnan(tm))
+      std::printf("%-20s %10.3f %10.3f %12s\n", kn.c_str(), median(k), minimum(k), "-");
+    else
+      std::printf("%-20s %10.3f %10.3f %11.2fx\n", kn.c_str(), median(k), minimum(k),
+                  median(k) / tm);
     if (t != r.times.end())
       std::printf("%-20s %10.3f %10.3f %11.2fx\n", tn.c_str(), tm, minimum(t->second), 1.0);
   }
   std::printf("# kiln/torch: ratio of medians, > 1 means Kiln takes longer\n");
-  if (!r.peer_ok && o.py != "none") std::printf("# (the PyTorch peer did not run: see the messages above)\n");
+  if (!r.peer_ok && o.py != "none")
+    std::printf("# (the PyTorch peer did not run: see the messages above)\n");
   if (!ok) std::fprintf(stderr, "loss check failed\n");
   return ok ? 0 : 1;
 }

@@ -51,7 +51,8 @@ Tensor loss(const Mlp& p, const Tensor& x, const Tensor& y) {
 
 Mlp init() {
   const Tensor keys = random::split(random::key(0), 2);
-  return {random::normal(index(keys, 0), {kIn, kHidden}) * (1.0 / std::sqrt(double(kIn))), zeros({kHidden}),
+  return {random::normal(index(keys, 0), {kIn, kHidden}) * (1.0 / std::sqrt(double(kIn))),
+          zeros({kHidden}),
           random::normal(index(keys, 1), {kHidden, kClasses}) * (1.0 / std::sqrt(double(kHidden))),
           zeros({kClasses})};
 }
@@ -100,8 +101,10 @@ int main(int argc, char** argv) {
   std::vector<Mlp> per;
   for (int64_t i = 0; i < kBatch; ++i) per.push_back(grad(loss)(p, index(x, i), index(y, i)));
   const Mlp want = stack_grads(per);
-  const double e1 = max_abs_diff(per_example(p, x, y), want), e2 = max_abs_diff(vmapped(p, x, y), want);
-  std::printf("# check: max |jit(vmap(grad)) - loop| = %.3g, max |vmap(grad) - loop| = %.3g\n", e1, e2);
+  const double e1 = max_abs_diff(per_example(p, x, y), want),
+               e2 = max_abs_diff(vmapped(p, x, y), want);
+  std::printf("# check: max |jit(vmap(grad)) - loop| = %.3g, max |vmap(grad) - loop| = %.3g\n", e1,
+              e2);
   if (!(e1 < 1e-4 && e2 < 1e-4)) {
     std::fprintf(stderr, "per-example gradients differ from the loop\n");
     return 1;
@@ -110,19 +113,23 @@ int main(int argc, char** argv) {
   std::vector<Case> cases{
       {"kiln_jit_vmap_grad", [&] { (void)per_example(p, x, y); }},
       {"kiln_vmap_grad", [&] { (void)vmapped(p, x, y); }},
-      {"kiln_loop_grad", [&] {
+      {"kiln_loop_grad",
+       [&] {
          std::vector<Mlp> gs;
          for (int64_t i = 0; i < kBatch; ++i) gs.push_back(grad(loss)(p, index(x, i), index(y, i)));
          (void)stack_grads(gs);
        }},
-      {"kiln_loop_jit_grad", [&] {
+      {"kiln_loop_jit_grad",
+       [&] {
          std::vector<Mlp> gs;
-         for (int64_t i = 0; i < kBatch; ++i) gs.push_back(jitted_grad(p, index(x, i), index(y, i)));
+         for (int64_t i = 0; i < kBatch; ++i)
+           gs.push_back(jitted_grad(p, index(x, i), index(y, i)));
          (void)stack_grads(gs);
        }},
   };
   calibrate(cases, o.target);
-  const Rounds r = run_rounds(cases, o, [&](Times& t) { return run_peer(o, "vmap_torch.py", "", t); });
+  const Rounds r =
+      run_rounds(cases, o, [&](Times& t) { return run_peer(o, "vmap_torch.py", "", t); });
   const Times& times = r.times;
 
   std::printf("# per-example gradients, MLP %lld-%lld-%lld relu, cross-entropy, batch %lld, f32\n",
@@ -135,9 +142,10 @@ int main(int argc, char** argv) {
               "vs kiln jit(vmap)");
   for (const auto& [name, ts] : times) {
     const double m = median(ts);
-    std::printf("%-28s %10.3f %10.3f %13.2fx %15.2fx\n", name.c_str(), m,
-                minimum(ts), m / functorch, m / kiln);
+    std::printf("%-28s %10.3f %10.3f %13.2fx %15.2fx\n", name.c_str(), m, minimum(ts),
+                m / functorch, m / kiln);
   }
-  if (!r.peer_ok && o.py != "none") std::printf("# (the PyTorch peer did not run: see the messages above)\n");
+  if (!r.peer_ok && o.py != "none")
+    std::printf("# (the PyTorch peer did not run: see the messages above)\n");
   return 0;
 }

@@ -54,7 +54,8 @@ inline double median(std::vector<double> v) {
 }
 
 inline double minimum(const std::vector<double>& v) {
-  return v.empty() ? std::numeric_limits<double>::quiet_NaN() : *std::min_element(v.begin(), v.end());
+  return v.empty() ? std::numeric_limits<double>::quiet_NaN()
+                   : *std::min_element(v.begin(), v.end());
 }
 
 // The 1/5/15-minute load averages, "a b c".
@@ -72,10 +73,10 @@ inline std::string load() {
 
 // The flags every side-by-side benchmark takes; defaults differ per benchmark.
 struct Options {
-  int reps = 5;       // --reps: repetitions per round
-  int rounds = 3;     // --rounds: Kiln / PyTorch alternations
-  int threads = 2;    // --threads: torch.set_num_threads of the peer
-  double target = 0.2;  // --target: seconds per timed batch of calls
+  int reps = 5;                         // --reps: repetitions per round
+  int rounds = 3;                       // --rounds: Kiln / PyTorch alternations
+  int threads = 2;                      // --threads: torch.set_num_threads of the peer
+  double target = 0.2;                  // --target: seconds per timed batch of calls
   std::string py = "/usr/bin/python3";  // --py: the Python with torch; "none" skips the peer
 };
 
@@ -83,17 +84,23 @@ struct Options {
 // the flag's value), which returns false for a flag it does not know. False on a bad flag.
 inline bool parse_options(
     int argc, char** argv, Options& o,
-    const std::function<bool(const std::string&, const std::function<std::string()>&)>& extra = {}) {
+    const std::function<bool(const std::string&, const std::function<std::string()>&)>& extra =
+        {}) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const std::function<std::string()> next = [&] {
       return i + 1 < argc ? std::string(argv[++i]) : std::string();
     };
-    if (a == "--reps") o.reps = std::stoi(next());
-    else if (a == "--rounds") o.rounds = std::stoi(next());
-    else if (a == "--target") o.target = std::stod(next());
-    else if (a == "--threads") o.threads = std::stoi(next());
-    else if (a == "--py") o.py = next();
+    if (a == "--reps")
+      o.reps = std::stoi(next());
+    else if (a == "--rounds")
+      o.rounds = std::stoi(next());
+    else if (a == "--target")
+      o.target = std::stod(next());
+    else if (a == "--threads")
+      o.threads = std::stoi(next());
+    else if (a == "--py")
+      o.py = next();
     else if (!extra || !extra(a, next)) {
       std::cerr << "unknown option " << a << "\n";
       return false;
@@ -106,7 +113,8 @@ inline bool parse_options(
 inline void calibrate(std::vector<Case>& cases, double target, int warmups = 3) {
   for (Case& c : cases) {
     for (int i = 0; i < warmups; ++i) c.run();
-    c.calls = std::max<int64_t>(1, static_cast<int64_t>(target / std::max(seconds_of(c.run, 1), 1e-6)));
+    c.calls =
+        std::max<int64_t>(1, static_cast<int64_t>(target / std::max(seconds_of(c.run, 1), 1e-6)));
   }
 }
 
@@ -129,8 +137,10 @@ inline bool run_peer(const Options& o, const std::string& script, const std::str
     in >> tag >> name;
     if (tag == "RESULT") continue;  // the script's own summary; the caller's table has it
     if (tag != "TIMES") {
-      if (other) other(line);
-      else std::fputs(line, stderr);
+      if (other)
+        other(line);
+      else
+        std::fputs(line, stderr);
       continue;
     }
     double t;

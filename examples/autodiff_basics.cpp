@@ -1,15 +1,18 @@
 // The autodiff issue's "usage that must work as written".
 #include <kiln/kiln.h>
+
 #include <iostream>
-struct Params { kiln::Tensor w, b; };
+struct Params {
+  kiln::Tensor w, b;
+};
 KILN_TREE(Params, w, b);
 int main() {
   using namespace kiln;
   auto f = [](const Tensor& x) { return sum(sin(x) * x); };
-  Tensor x = tensor({0.5, 1.0, 2.0});                       // float64
-  std::cout << grad(f)(x) << "\n";                          // sin(x) + x cos(x)
+  Tensor x = tensor({0.5, 1.0, 2.0});  // float64
+  std::cout << grad(f)(x) << "\n";     // sin(x) + x cos(x)
   std::cout << hessian(f)(x) << "\n";
-  std::cout << trace(grad(f), x) << "\n";                   // the derivative program
+  std::cout << trace(grad(f), x) << "\n";  // the derivative program
   auto loss = [](const Params& p, const Tensor& x, const Tensor& y) {
     Tensor pred = matmul(x, p.w) + p.b;
     return mean((pred - y) * (pred - y));

@@ -3,8 +3,8 @@
 // 10,000 test images after every epoch, and writes a checkpoint, a CSV of the metrics and an
 // SVG of the training curves. `--resume DIR` continues from a checkpoint and reaches the same
 // weights as an uninterrupted run. `demo --help` lists the flags.
-#include <kiln/kiln.h>
 #include <kiln/io.h>
+#include <kiln/kiln.h>
 #include <kiln/optim.h>
 
 #include <cstdio>
@@ -71,35 +71,50 @@ struct Flags {
   std::string model = "cnn";
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::optional<std::string> resume;
-  int64_t limit = 0;  // the first N images of each split only (quick checks); 0: all
-  int stop_after = 0;  // stop after this many epochs, as if interrupted; 0: never
+  int64_t limit = 0;            // the first N images of each split only (quick checks); 0: all
+  int stop_after = 0;           // stop after this many epochs, as if interrupted; 0: never
   std::set<std::string> given;  // flags set on the command line
 
   // The run's settings, stored in the checkpoint so that --resume continues the same run.
   std::map<std::string, std::string> settings() const {
-    return {{"epochs", std::to_string(epochs)}, {"batch_size", std::to_string(batch_size)},
-            {"lr", std::to_string(lr)},         {"seed", std::to_string(seed)},
-            {"model", model},                   {"limit", std::to_string(limit)}};
+    return {{"epochs", std::to_string(epochs)},
+            {"batch_size", std::to_string(batch_size)},
+            {"lr", std::to_string(lr)},
+            {"seed", std::to_string(seed)},
+            {"model", model},
+            {"limit", std::to_string(limit)}};
   }
   void restore(const std::map<std::string, std::string>& m) {
     for (const char* key : {"epochs", "batch_size", "lr", "seed", "model", "limit"}) {
-      const std::string flag = std::string("--") + (key == std::string("batch_size") ? "batch-size" : key);
+      const std::string flag =
+          std::string("--") + (key == std::string("batch_size") ? "batch-size" : key);
       if (given.count(flag) || !m.count(key)) continue;
       set(flag, m.at(key));
     }
   }
   void set(const std::string& flag, const std::string& v) {
-    if (flag == "--epochs") epochs = std::stoi(v);
-    else if (flag == "--batch-size") batch_size = std::stoll(v);
-    else if (flag == "--lr") lr = std::stod(v);
-    else if (flag == "--seed") seed = std::stoull(v);
-    else if (flag == "--out") out = v;
-    else if (flag == "--model") model = v;
-    else if (flag == "--resume") resume = v;
-    else if (flag == "--data") data = v;
-    else if (flag == "--limit") limit = std::stoll(v);
-    else if (flag == "--stop-after") stop_after = std::stoi(v);
-    else throw std::invalid_argument("unknown flag " + flag);
+    if (flag == "--epochs")
+      epochs = std::stoi(v);
+    else if (flag == "--batch-size")
+      batch_size = std::stoll(v);
+    else if (flag == "--lr")
+      lr = std::stod(v);
+    else if (flag == "--seed")
+      seed = std::stoull(v);
+    else if (flag == "--out")
+      out = v;
+    else if (flag == "--model")
+      model = v;
+    else if (flag == "--resume")
+      resume = v;
+    else if (flag == "--data")
+      data = v;
+    else if (flag == "--limit")
+      limit = std::stoll(v);
+    else if (flag == "--stop-after")
+      stop_after = std::stoi(v);
+    else
+      throw std::invalid_argument("unknown flag " + flag);
   }
 };
 
@@ -147,7 +162,8 @@ Flags parse_flags(int argc, char** argv) {
     if (!f.given.count("--out")) f.out = *f.resume;
     f.restore(io::load_tensors(*f.resume + "/checkpoint.safetensors").metadata);
   }
-  if (f.model != "cnn" && f.model != "mlp") usage_error("--model must be cnn or mlp, got " + f.model);
+  if (f.model != "cnn" && f.model != "mlp")
+    usage_error("--model must be cnn or mlp, got " + f.model);
   if (f.epochs < 1 || f.batch_size < 1 || !(f.lr > 0) || f.limit < 0)
     usage_error("--epochs, --batch-size and --lr must be positive, --limit not negative");
   return f;
@@ -178,8 +194,8 @@ int main(int argc, char** argv) {
   data::Pipeline test_data = fashion_mnist(flags, "t10k", false);
   const int64_t steps_per_epoch = *train_data.size();
 
-  const optim::Optimizer opt = optim::adam(
-      {.lr = optim::cosine_decay(flags.lr, flags.epochs * steps_per_epoch)});
+  const optim::Optimizer opt =
+      optim::adam({.lr = optim::cosine_decay(flags.lr, flags.epochs * steps_per_epoch)});
   TrainState state;
   state.model = make_net(flags.model, random::key(flags.seed));
   state.optimizer = opt.init(state.model);
@@ -221,7 +237,8 @@ int main(int argc, char** argv) {
   });
 
   fs::create_directories(flags.out);
-  const int last_epoch = flags.stop_after > 0 ? std::min(flags.stop_after, flags.epochs) : flags.epochs;
+  const int last_epoch =
+      flags.stop_after > 0 ? std::min(flags.stop_after, flags.epochs) : flags.epochs;
   for (int epoch = first_epoch; epoch < last_epoch; ++epoch) {
     ProgressBar bar("epoch " + std::to_string(epoch + 1) + "/" + std::to_string(flags.epochs),
                     steps_per_epoch * flags.batch_size, "img");
@@ -248,9 +265,10 @@ int main(int argc, char** argv) {
     history.push_back({epoch + 1, loss_sum / steps, acc_sum / steps, test_loss / seen,
                        test_acc / seen, bar.elapsed_seconds(), bar.rate()});
     const report::Epoch& e = history.back();
-    std::printf("epoch %d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s, %.0f img/s\n",
-                e.epoch, e.train_loss, 100 * e.train_accuracy, e.test_loss, 100 * e.test_accuracy,
-                e.seconds, e.images_per_second);
+    std::printf(
+        "epoch %d: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s, %.0f img/s\n",
+        e.epoch, e.train_loss, 100 * e.train_accuracy, e.test_loss, 100 * e.test_accuracy,
+        e.seconds, e.images_per_second);
 
     // The checkpoint and the metrics are replaced atomically after every epoch.
     std::map<std::string, std::string> metadata = flags.settings();
@@ -264,10 +282,11 @@ int main(int argc, char** argv) {
 
   double total = 0;
   for (const report::Epoch& e : history) total += e.seconds;
-  std::printf("%s: test accuracy %.2f%% after %d of %d epochs, %s of training; wrote "
-              "%s/{checkpoint.safetensors,metrics.csv,curves.svg}\n",
-              last_epoch < flags.epochs ? "stopped" : "done", 100 * history.back().test_accuracy,
-              static_cast<int>(history.size()), flags.epochs, format_duration(total).c_str(),
-              flags.out.c_str());
+  std::printf(
+      "%s: test accuracy %.2f%% after %d of %d epochs, %s of training; wrote "
+      "%s/{checkpoint.safetensors,metrics.csv,curves.svg}\n",
+      last_epoch < flags.epochs ? "stopped" : "done", 100 * history.back().test_accuracy,
+      static_cast<int>(history.size()), flags.epochs, format_duration(total).c_str(),
+      flags.out.c_str());
   return 0;
 }

@@ -59,7 +59,8 @@ int main() {
   const optim::Optimizer opt = optim::adam({.lr = 1e-2});
   Checkpoint state{model, opt.init(model)};
   auto step = jit([&opt](const Checkpoint& s, const Tensor& x, const Tensor& y) {
-    auto [l, grads] = value_and_grad([&](const Model& m) { return nn::cross_entropy(m(x), y); })(s.model);
+    auto [l, grads] =
+        value_and_grad([&](const Model& m) { return nn::cross_entropy(m(x), y); })(s.model);
     auto [m, o] = opt.update(s.model, grads, s.optimizer);
     return std::pair{Checkpoint{m, o}, l};
   });
@@ -69,7 +70,8 @@ int main() {
               loss(model, x, y).item<double>());
 
   // One checkpoint with every parameter and the optimiser state, by name.
-  const std::string path = (std::filesystem::temp_directory_path() / "kiln_nn_basics.safetensors").string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / "kiln_nn_basics.safetensors").string();
   io::save(path, state);
   for (const auto& [name, t] : nn::named_parameters(state))
     if (name.rfind("optimizer.slots.mu.", 0) != 0 && name.rfind("optimizer.slots.nu.", 0) != 0)

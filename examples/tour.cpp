@@ -26,9 +26,8 @@ int main() {
 
   const Tensor img = random::uniform(k2, {1, 1, 6, 6});
   const Tensor kernel = ones({1, 1, 3, 3}) / 9.0;
-  std::cout << "3x3 box blur of a 6x6 image -> "
-            << conv2d(img, kernel, {.padding = {1, 1}}).shape() << ", then max_pool2d -> "
-            << max_pool2d(img).shape() << "\n\n";
+  std::cout << "3x3 box blur of a 6x6 image -> " << conv2d(img, kernel, {.padding = {1, 1}}).shape()
+            << ", then max_pool2d -> " << max_pool2d(img).shape() << "\n\n";
 
   std::cout << "A mistake raises a kiln::Error:\n";
   try {

@@ -1,6 +1,9 @@
 #include <kiln/kiln.h>
+
 #include <iostream>
-struct Params { kiln::Tensor w, b; };
+struct Params {
+  kiln::Tensor w, b;
+};
 KILN_TREE(Params, w, b);
 int main() {
   using namespace kiln;
@@ -12,7 +15,8 @@ int main() {
   Tensor xs = ones({5, 3}), ys = zeros({5, 2});
   auto per_example = jit(vmap(grad(loss), in_axes(none, 0, 0)));
   Params g = per_example(p, xs, ys);
-  std::cout << g.w.shape() << "\n";                    // [5, 3, 2]
-  auto centered = vmap([](const Tensor& v) { return v - pmean(v, "batch"); }, in_axes(0), axis_name("batch"));
-  std::cout << centered(tensor({1.f, 2.f, 3.f})) << "\n";   // [-1, 0, 1]
+  std::cout << g.w.shape() << "\n";  // [5, 3, 2]
+  auto centered =
+      vmap([](const Tensor& v) { return v - pmean(v, "batch"); }, in_axes(0), axis_name("batch"));
+  std::cout << centered(tensor({1.f, 2.f, 3.f})) << "\n";  // [-1, 0, 1]
 }

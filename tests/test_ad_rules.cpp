@@ -11,6 +11,7 @@
 // `PrimitiveSamples.EveryPrimitiveHasTheSamplesItsWalksNeed` (below) is the table's one
 // completeness check, for this walk and the others.
 #include <gtest/gtest.h>
+#include <kiln/kiln.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +19,6 @@
 #include <ostream>
 #include <string>
 #include <vector>
-
-#include <kiln/kiln.h>
 
 #include "primitive_samples.h"
 
@@ -60,8 +59,9 @@ Ts cat(const Ts& a, const Ts& b) {
 // Splits a flat argument list into groups of n.
 std::vector<Ts> groups(const Ts& a, std::size_t n) {
   std::vector<Ts> out;
-  for (std::size_t i = 0; i < a.size(); i += n) out.emplace_back(a.begin() + static_cast<std::ptrdiff_t>(i),
-                                                                   a.begin() + static_cast<std::ptrdiff_t>(i + n));
+  for (std::size_t i = 0; i < a.size(); i += n)
+    out.emplace_back(a.begin() + static_cast<std::ptrdiff_t>(i),
+                     a.begin() + static_cast<std::ptrdiff_t>(i + n));
   return out;
 }
 
@@ -116,21 +116,25 @@ struct Problem {
   // (outputs, output tangents) of the JVP at xs along ts.
   std::pair<Ts, Ts> jvp(const Ts& xs, const Ts& ts) const {
     const std::size_t n = fn->results.size();
-    const Ts both = run([&](const Ts& a) {
-      const auto g = groups(a, xs.size());
-      const ad::JvpResult r = ad::jvp(*fn, g[0], tangents(g[1]));
-      return cat(r.outputs, or_zeros(r.tangents, r.outputs));
-    }, cat(xs, ts));
+    const Ts both = run(
+        [&](const Ts& a) {
+          const auto g = groups(a, xs.size());
+          const ad::JvpResult r = ad::jvp(*fn, g[0], tangents(g[1]));
+          return cat(r.outputs, or_zeros(r.tangents, r.outputs));
+        },
+        cat(xs, ts));
     const auto g = groups(both, n);
     return {g[0], g[1]};
   }
   // J^T ct at xs.
   Ts pullback(const Ts& xs, const Ts& cts) const {
-    return run([&](const Ts& a) {
-      const Ts ex(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(xs.size()));
-      const Ts ct(a.begin() + static_cast<std::ptrdiff_t>(xs.size()), a.end());
-      return or_zeros(ad::vjp(fn, ex).pullback(tangents(ct)), ex);
-    }, cat(xs, cts));
+    return run(
+        [&](const Ts& a) {
+          const Ts ex(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(xs.size()));
+          const Ts ct(a.begin() + static_cast<std::ptrdiff_t>(xs.size()), a.end());
+          return or_zeros(ad::vjp(fn, ex).pullback(tangents(ct)), ex);
+        },
+        cat(xs, cts));
   }
 
   // Random values shaped like `like` (tangents, cotangents, weights), in its dtype.
@@ -159,8 +163,9 @@ Ts central_difference(const std::function<Ts(const Ts&)>& f, const Ts& x, const 
   const Ts plus = f(step(x, h, t)), minus = f(step(x, -h, t));
   Ts out;
   for (std::size_t i = 0; i < plus.size(); ++i)
-    out.push_back(floating(plus[i]) ? (astype(plus[i], float64) - astype(minus[i], float64)) / (2 * h)
-                                    : Tensor());
+    out.push_back(floating(plus[i])
+                      ? (astype(plus[i], float64) - astype(minus[i], float64)) / (2 * h)
+                      : Tensor());
   return out;
 }
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
@@ -251,48 +256,57 @@ TEST_P(PrimitiveRules, SecondDerivativesMatchFiniteDifferences) {
   // Splits (x, w, v) of one example.
   auto parts = [n, m](const Ts& a) {
     auto at = [&](std::size_t b, std::size_t e) {
-      return Ts(a.begin() + static_cast<std::ptrdiff_t>(b), a.begin() + static_cast<std::ptrdiff_t>(e));
+      return Ts(a.begin() + static_cast<std::ptrdiff_t>(b),
+                a.begin() + static_cast<std::ptrdiff_t>(e));
     };
     return std::tuple<Ts, Ts, Ts>{at(0, n), at(n, n + m), at(n + m, a.size())};
   };
   // The reference: finite differences of the (first-order, already checked) gradient.
   auto gradient_at = [&](const Ts& xs) {
-    return p.run([&](const Ts& a) {  // a = (x, w) of one example
-      const auto mid = a.begin() + static_cast<std::ptrdiff_t>(n);
-      return example_gradient(p, Ts(mid, a.end()), Ts(a.begin(), mid));
-    }, cat(xs, w));
+    return p.run(
+        [&](const Ts& a) {  // a = (x, w) of one example
+          const auto mid = a.begin() + static_cast<std::ptrdiff_t>(n);
+          return example_gradient(p, Ts(mid, a.end()), Ts(a.begin(), mid));
+        },
+        cat(xs, w));
   };
   const Ts fd = central_difference(gradient_at, p.x, v, h);
 
   // Forward over reverse: ad::jvp of the traced gradient (custom_vjp: none, by design).
   if (p.c.ad.forward_mode) {
-    const Ts hv = p.run([&](const Ts& a) {
-      const auto [x, wx, vx] = parts(a);
-      const ir::Traced g = ir::trace_function("grad_" + p.c.prim, types_of(x),
-                                              [&](const Ts& b) { return example_gradient(p, wx, b); });
-      ir::verify(*g.function);
-      // Captured tracers (w, inside vmap) are extra parameters with no tangent.
-      std::vector<Tangent> tv = tangents(vx);
-      tv.resize(x.size() + g.captures.size());
-      const ad::JvpResult r = ad::jvp(*g.function, cat(x, g.captures), tv);
-      return or_zeros(r.tangents, r.outputs);
-    }, cat(cat(p.x, w), v));
+    const Ts hv = p.run(
+        [&](const Ts& a) {
+          const auto [x, wx, vx] = parts(a);
+          const ir::Traced g =
+              ir::trace_function("grad_" + p.c.prim, types_of(x),
+                                 [&](const Ts& b) { return example_gradient(p, wx, b); });
+          ir::verify(*g.function);
+          // Captured tracers (w, inside vmap) are extra parameters with no tangent.
+          std::vector<Tangent> tv = tangents(vx);
+          tv.resize(x.size() + g.captures.size());
+          const ad::JvpResult r = ad::jvp(*g.function, cat(x, g.captures), tv);
+          return or_zeros(r.tangents, r.outputs);
+        },
+        cat(cat(p.x, w), v));
     expect_close(hv, fd, p.c.ad.hvp_rtol, "forward-over-reverse HVP");
   }
   // Reverse over reverse: the gradient of <gradient(x), v>.
-  const Ts hv = p.run([&](const Ts& a) {
-    const auto [x, wx, vx] = parts(a);
-    const ir::Traced g = ir::trace_function("hv_" + p.c.prim, types_of(x), [&](const Ts& b) {
-      const Ts gr = example_gradient(p, wx, b);
-      Tensor s = full(Shape{}, 0.0, float64);
-      for (std::size_t i = 0; i < gr.size(); ++i) s = s + sum(astype(gr[i] * vx[i], float64));
-      return Ts{s};
-    });
-    ir::verify(*g.function);
-    ad::VjpResult r = ad::vjp(g.function, cat(x, g.captures));
-    const Ts all = or_zeros(r.pullback(std::vector<Tangent>{ones(Shape{}, float64)}), cat(x, g.captures));
-    return Ts(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(x.size()));
-  }, cat(cat(p.x, w), v));
+  const Ts hv = p.run(
+      [&](const Ts& a) {
+        const auto [x, wx, vx] = parts(a);
+        const ir::Traced g = ir::trace_function("hv_" + p.c.prim, types_of(x), [&](const Ts& b) {
+          const Ts gr = example_gradient(p, wx, b);
+          Tensor s = full(Shape{}, 0.0, float64);
+          for (std::size_t i = 0; i < gr.size(); ++i) s = s + sum(astype(gr[i] * vx[i], float64));
+          return Ts{s};
+        });
+        ir::verify(*g.function);
+        ad::VjpResult r = ad::vjp(g.function, cat(x, g.captures));
+        const Ts all =
+            or_zeros(r.pullback(std::vector<Tangent>{ones(Shape{}, float64)}), cat(x, g.captures));
+        return Ts(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(x.size()));
+      },
+      cat(cat(p.x, w), v));
   expect_close(hv, fd, p.c.ad.hvp_rtol, "reverse-over-reverse HVP");
 }
 
@@ -307,8 +321,10 @@ INSTANTIATE_TEST_SUITE_P(AdRules, PrimitiveRules, ::testing::ValuesIn(samples::a
 TEST(AdRegistry, EveryDifferentiablePrimitiveHasJvpAndVjp) {
   for (const Primitive* p : all_primitives()) {
     if (!p->differentiable) continue;
-    if (!p->jvp) ADD_FAILURE() << "primitive '" << p->name << "' is differentiable but has no JVP rule";
-    if (!p->vjp) ADD_FAILURE() << "primitive '" << p->name << "' is differentiable but has no VJP rule";
+    if (!p->jvp)
+      ADD_FAILURE() << "primitive '" << p->name << "' is differentiable but has no JVP rule";
+    if (!p->vjp)
+      ADD_FAILURE() << "primitive '" << p->name << "' is differentiable but has no VJP rule";
   }
 }
 
@@ -323,17 +339,17 @@ TEST(PrimitiveSamples, EveryPrimitiveHasTheSamplesItsWalksNeed) {
 TEST(AdRegistry, SecondOrderThroughADataDependentWhileLoop) {
   // x <- x * a while x < 10, from x = a: near a = 1.5 that is five steps, f(a) = a^6.
   auto f = [](const Tensor& a) {
-    return while_loop([](const Tensor& x) { return x < 10.0; }, [&](const Tensor& x) { return x * a; },
-                      a);
+    return while_loop([](const Tensor& x) { return x < 10.0; },
+                      [&](const Tensor& x) { return x * a; }, a);
   };
   const Tensor a = tensor(1.5);
   EXPECT_NEAR(grad(f)(a).item<double>(), 6 * std::pow(1.5, 5), 1e-10);
   auto df = [&](const Tensor& x) { return grad(f)(x); };
-  EXPECT_NEAR(grad(df)(a).item<double>(), 30 * std::pow(1.5, 4), 1e-9);        // reverse over reverse
+  EXPECT_NEAR(grad(df)(a).item<double>(), 30 * std::pow(1.5, 4), 1e-9);  // reverse over reverse
   EXPECT_NEAR(jit(grad(df))(a).item<double>(), 30 * std::pow(1.5, 4), 1e-9);
-  EXPECT_NEAR(hessian(f)(a).item<double>(), 30 * std::pow(1.5, 4), 1e-9);      // forward over reverse
+  EXPECT_NEAR(hessian(f)(a).item<double>(), 30 * std::pow(1.5, 4), 1e-9);  // forward over reverse
   auto d2f = [&](const Tensor& x) { return grad(df)(x); };
-  EXPECT_NEAR(grad(d2f)(a).item<double>(), 120 * std::pow(1.5, 3), 1e-8);      // third order
+  EXPECT_NEAR(grad(d2f)(a).item<double>(), 120 * std::pow(1.5, 3), 1e-8);  // third order
 }
 
 TEST(AdRegistry, CustomVjpRefusesForwardMode) {
@@ -342,8 +358,8 @@ TEST(AdRegistry, CustomVjpRefusesForwardMode) {
   FunctionRef bwd = traced("f_bwd", {m, m, m}, [](const Ts& a) { return Ts{a[2] * cos(a[0])}; });
   const Attrs attrs = with_fn("fn", fn, with_fn("bwd", bwd));
   const auto f = ir::trace_function("g", {m}, [&](const Ts& a) {
-    return kiln::bind(primitive("custom_vjp"), {a[0]}, attrs);
-  }).function;
+                   return kiln::bind(primitive("custom_vjp"), {a[0]}, attrs);
+                 }).function;
   const Ts x{tensor({0.1, 0.2, 0.3})};
   EXPECT_THROW(ad::jvp(*f, x, std::vector<Tangent>{tensor({1.0, 1.0, 1.0})}), Error);
 }
@@ -380,9 +396,12 @@ TEST(NonDifferentiable, ArgmaxIndexPathHasZeroGradient) {
   auto pick = [](const Tensor& a) { return take(a, argmax(a)); };
   expect_equal(grad(pick)(x), one_hot(tensor(std::vector<int64_t>{i}, Shape{}), 6, float64));
   // The index path alone: zero.
-  auto index_only = [](const Tensor& a) { return astype(argmax(a), float64) + astype(argmin(a), float64); };
+  auto index_only = [](const Tensor& a) {
+    return astype(argmax(a), float64) + astype(argmin(a), float64);
+  };
   expect_equal(grad(index_only)(x), zeros(Shape{6}, float64));
-  auto [y, ty] = jvp(index_only, std::tuple<Tensor>{x}, std::tuple<Tensor>{ones(Shape{6}, float64)});
+  auto [y, ty] =
+      jvp(index_only, std::tuple<Tensor>{x}, std::tuple<Tensor>{ones(Shape{6}, float64)});
   EXPECT_EQ(ty.item<double>(), 0.0);
 }
 

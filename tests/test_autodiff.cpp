@@ -51,7 +51,8 @@ TEST(Grad, SinTimesXMatchesTheAnalyticDerivative) {
 TEST(Grad, ThirdDerivativeOfSinIsMinusCos) {
   auto d = [](auto f) { return [f](const Tensor& x) { return grad(f)(x); }; };
   auto third = d(d(d([](const Tensor& x) { return sin(x); })));
-  for (double v : {-1.0, 0.3, 2.0}) EXPECT_NEAR(third(tensor(v)).item<double>(), -std::cos(v), 1e-14);
+  for (double v : {-1.0, 0.3, 2.0})
+    EXPECT_NEAR(third(tensor(v)).item<double>(), -std::cos(v), 1e-14);
 }
 
 TEST(Hessian, RosenbrockMatchesTheAnalyticMatrix) {
@@ -206,8 +207,20 @@ TEST(Grad, SmallCnnMatchesFiniteDifferences) {
   const Cnn p{random::normal(random::key(5), {2, 1, 3, 3}, float64),
               random::normal(random::key(6), {18, 3}, float64)};
   const Cnn g = grad(loss)(p);
-  expect_close(g.conv, fd_grad([&](const Tensor& c) { return loss({c, p.fc}).item<double>(); }, p.conv), 1e-6);
-  expect_close(g.fc, fd_grad([&](const Tensor& f) { return loss({p.conv, f}).item<double>(); }, p.fc), 1e-6);
+  expect_close(g.conv,
+               fd_grad(
+                   [&](const Tensor& c) {
+                     return loss({c, p.fc}).item<double>();
+                   },
+                   p.conv),
+               1e-6);
+  expect_close(g.fc,
+               fd_grad(
+                   [&](const Tensor& f) {
+                     return loss({p.conv, f}).item<double>();
+                   },
+                   p.fc),
+               1e-6);
   const Cnn gj = jit(grad(loss))(p);
   expect_close(gj.conv, g.conv.to_vector<double>(), 1e-12);
 }
@@ -219,18 +232,23 @@ TEST(Grad, ConvWithStrideDilationGroupsMatchesFiniteDifferences) {
   const Tensor wt = random::normal(random::key(9), conv2d(x, w, o).shape(), float64);
   auto lx = [&](const Tensor& xx) { return sum(conv2d(xx, w, o) * wt); };
   auto lw = [&](const Tensor& ww) { return sum(conv2d(x, ww, o) * wt); };
-  expect_close(grad(lx)(x), fd_grad([&](const Tensor& v) { return lx(v).item<double>(); }, x), 1e-7);
-  expect_close(grad(lw)(w), fd_grad([&](const Tensor& v) { return lw(v).item<double>(); }, w), 1e-7);
+  expect_close(grad(lx)(x), fd_grad([&](const Tensor& v) { return lx(v).item<double>(); }, x),
+               1e-7);
+  expect_close(grad(lw)(w), fd_grad([&](const Tensor& v) { return lw(v).item<double>(); }, w),
+               1e-7);
 }
 
 TEST(Grad, PoolingMatchesFiniteDifferences) {
   const Tensor x = random::normal(random::key(10), {1, 2, 5, 5}, float64);
-  const Pool2dOptions o{.kernel = {3, 3}, .stride = std::pair<int64_t, int64_t>{2, 2}, .padding = {1, 1}};
+  const Pool2dOptions o{
+      .kernel = {3, 3}, .stride = std::pair<int64_t, int64_t>{2, 2}, .padding = {1, 1}};
   const Tensor wt = random::normal(random::key(11), max_pool2d(x, o).shape(), float64);
   auto lmax = [&](const Tensor& v) { return sum(max_pool2d(v, o) * wt); };
   auto lavg = [&](const Tensor& v) { return sum(avg_pool2d(v, o) * wt); };
-  expect_close(grad(lmax)(x), fd_grad([&](const Tensor& v) { return lmax(v).item<double>(); }, x), 1e-7);
-  expect_close(grad(lavg)(x), fd_grad([&](const Tensor& v) { return lavg(v).item<double>(); }, x), 1e-7);
+  expect_close(grad(lmax)(x), fd_grad([&](const Tensor& v) { return lmax(v).item<double>(); }, x),
+               1e-7);
+  expect_close(grad(lavg)(x), fd_grad([&](const Tensor& v) { return lavg(v).item<double>(); }, x),
+               1e-7);
 }
 
 TEST(Ir, GradientProgramIsSmallAfterOptimisation) {
@@ -279,15 +297,16 @@ const Primitive& counted_mul_p = []() -> const Primitive& {
   };
   p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) {
     const Primitive& self = r.primitive;  // the rule's own primitive
-    return std::vector<Tangent>{bind1(self, {*ct[0], r.inputs[1]}), bind1(self, {*ct[0], r.inputs[0]})};
+    return std::vector<Tangent>{bind1(self, {*ct[0], r.inputs[1]}),
+                                bind1(self, {*ct[0], r.inputs[0]})};
   };
   return register_primitive(
-      std::move(p),
-      {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::floating(), DTypeSet::floating()}},
-        [](std::span<const Tensor> in, const Attrs&) {
-          ++g_counted_mul_runs;
-          return std::vector<Tensor>{mul(in[0], in[1])};
-        }}});
+      std::move(p), {{KernelSignature{.device = Device::cpu,
+                                      .inputs = {DTypeSet::floating(), DTypeSet::floating()}},
+                      [](std::span<const Tensor> in, const Attrs&) {
+                        ++g_counted_mul_runs;
+                        return std::vector<Tensor>{mul(in[0], in[1])};
+                      }}});
 }();
 
 // kept(x) = x + 0 as a fresh tensor, not differentiable; remembers its last output's storage,
@@ -297,16 +316,17 @@ const Primitive& kept_p = []() -> const Primitive& {
   Primitive p;
   p.name = "test_kept";
   p.differentiable = false;
-  p.type_rule = [](std::span<const TensorType> in, const Attrs&) { return std::vector<TensorType>{in[0]}; };
+  p.type_rule = [](std::span<const TensorType> in, const Attrs&) {
+    return std::vector<TensorType>{in[0]};
+  };
   return register_primitive(
-      std::move(p),
-      {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::floating()}},
-        [](std::span<const Tensor> in, const Attrs&) {
-          Tensor out = in[0].contiguous();
-          if (out.shares_storage_with(in[0])) out = mul(in[0], ones_like(in[0]));
-          g_kept_storage = out.storage();
-          return std::vector<Tensor>{out};
-        }}});
+      std::move(p), {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::floating()}},
+                      [](std::span<const Tensor> in, const Attrs&) {
+                        Tensor out = in[0].contiguous();
+                        if (out.shares_storage_with(in[0])) out = mul(in[0], ones_like(in[0]));
+                        g_kept_storage = out.storage();
+                        return std::vector<Tensor>{out};
+                      }}});
 }();
 
 TEST(ReverseMode, EagerGradComputesNoCotangentForClosedOverData) {
@@ -333,7 +353,9 @@ TEST(ReverseMode, EagerGradComputesNoCotangentForArgumentsNotAskedFor) {
 
 TEST(ReverseMode, EagerVjpKeepsOnlyTheForwardValuesItsPullbackReads) {
   const Tensor X = tensor({1.0, 2.0, 3.0});
-  auto f = [&](const Tensor& w) { return sum(bind1(counted_mul_p, {X, w})) + sum(bind1(kept_p, {X})); };
+  auto f = [&](const Tensor& w) {
+    return sum(bind1(counted_mul_p, {X, w})) + sum(bind1(kept_p, {X}));
+  };
   g_counted_mul_runs = 0;
   auto [y, pullback] = vjp(f, tensor({0.5, 0.5, 0.5}));
   EXPECT_DOUBLE_EQ(y.item<double>(), 3.0 + 6.0);
@@ -351,7 +373,10 @@ TEST(ReverseMode, EagerHessianOfALossOverDataDoesNotDifferentiateTheData) {
   std::vector<double> h(4, 0.0);
   for (int i = 0; i < 3; ++i)
     for (int a = 0; a < 2; ++a)
-      for (int b = 0; b < 2; ++b) h[static_cast<std::size_t>(a * 2 + b)] += 2.0 / 3.0 * x[static_cast<std::size_t>(i * 2 + a)] * x[static_cast<std::size_t>(i * 2 + b)];
+      for (int b = 0; b < 2; ++b)
+        h[static_cast<std::size_t>(a * 2 + b)] += 2.0 / 3.0 *
+                                                  x[static_cast<std::size_t>(i * 2 + a)] *
+                                                  x[static_cast<std::size_t>(i * 2 + b)];
   expect_close(hessian(loss)(tensor({0.3, -0.7})), h, 1e-12);
   reset_peak_memory();
   const int64_t before = memory_stats().current_bytes;

@@ -32,7 +32,9 @@ void expect_error(F f, const std::vector<std::string>& parts) {
 
 Tensor newton_sqrt(const Tensor& a) {
   auto s = while_loop([&](const P& s) { return abs(s.first * s.first - a) > 1e-10; },
-                      [&](const P& s) { return P{0.5 * (s.first + a / s.first), s.second + 1}; },
+                      [&](const P& s) {
+                        return P{0.5 * (s.first + a / s.first), s.second + 1};
+                      },
                       P{a, zeros({}, int32)});
   return s.first;
 }
@@ -47,27 +49,31 @@ TEST(ControlFlow, CondEagerRunsOnlyTheChosenBranch) {
     if (!v.is_traced()) ++calls;
     return v;
   };
-  Tensor y = cond(sum(x) > 0.0, [&](const Tensor& v) { return run(calls_t, v) * 2.0; },
-                  [&](const Tensor& v) { return run(calls_f, v) - 1.0; }, x);
+  Tensor y = cond(
+      sum(x) > 0.0, [&](const Tensor& v) { return run(calls_t, v) * 2.0; },
+      [&](const Tensor& v) { return run(calls_f, v) - 1.0; }, x);
   expect_close(y, {2, 4});
   EXPECT_EQ(calls_t, 1);
   EXPECT_EQ(calls_f, 0);
-  Tensor z = cond(sum(x) < 0.0, [](const Tensor& v) { return v * 2.0; },
-                  [](const Tensor& v) { return v - 1.0; }, x);
+  Tensor z = cond(
+      sum(x) < 0.0, [](const Tensor& v) { return v * 2.0; },
+      [](const Tensor& v) { return v - 1.0; }, x);
   expect_close(z, {0, 1});
 }
 
 TEST(ControlFlow, SwitchClampsTheIndex) {
   const Tensor x = tensor(3.0);
   auto f = [&](int i) {
-    return switch_(tensor(i), [&] { return x; }, [&] { return x * 2.0; }, [&] { return x * 3.0; });
+    return switch_(
+        tensor(i), [&] { return x; }, [&] { return x * 2.0; }, [&] { return x * 3.0; });
   };
   expect_close(f(0), {3});
   expect_close(f(1), {6});
   expect_close(f(7), {9});
   expect_close(f(-2), {3});
   auto j = jit([](const Tensor& i, const Tensor& v) {
-    return switch_(i, [&] { return v; }, [&] { return v * 2.0; }, [&] { return v * 3.0; });
+    return switch_(
+        i, [&] { return v; }, [&] { return v * 2.0; }, [&] { return v * 3.0; });
   });
   expect_close(j(tensor(1), x), {6});
   expect_close(j(tensor(5), x), {9});
@@ -75,11 +81,12 @@ TEST(ControlFlow, SwitchClampsTheIndex) {
 
 TEST(ControlFlow, WhileAndForiEager) {
   expect_close(newton_sqrt(tensor(2.0)), {std::sqrt(2.0)});
-  const Tensor s = fori_loop(0, 5, [](const Tensor& i, const Tensor& c) { return c + astype(i, float64); },
-                             tensor(0.0));
+  const Tensor s = fori_loop(
+      0, 5, [](const Tensor& i, const Tensor& c) { return c + astype(i, float64); }, tensor(0.0));
   expect_close(s, {10});
-  const Tensor s2 = fori_loop(tensor(1), tensor(4), [](const Tensor& i, const Tensor& c) {
-    return c * astype(i, float64); }, tensor(1.0));
+  const Tensor s2 = fori_loop(
+      tensor(1), tensor(4), [](const Tensor& i, const Tensor& c) { return c * astype(i, float64); },
+      tensor(1.0));
   expect_close(s2, {6});
 }
 
@@ -97,14 +104,23 @@ TEST(ControlFlow, ScanEagerForwardAndReverse) {
 TEST(ControlFlow, JitMatchesEager) {
   auto prog = [](const Tensor& a, const Tensor& xs) {
     Tensor r = newton_sqrt(a);
-    auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) {
-      Tensor n = tanh(h * r + x); return P{n, n}; }, zeros({2}, float64), xs);
-    Tensor y = cond(sum(h) > 0.0, [&] { return h * 2.0; }, [&] { return h - 1.0; });
-    auto rev = scan([&](const Tensor& c, const Tensor& x) { return P{c * 0.5 + x, c}; },
-                    zeros({2}, float64), xs, ScanOptions{.reverse = true});
+    auto [h, ys] = scan(
+        [&](const Tensor& h, const Tensor& x) {
+          Tensor n = tanh(h * r + x);
+          return P{n, n};
+        },
+        zeros({2}, float64), xs);
+    Tensor y = cond(
+        sum(h) > 0.0, [&] { return h * 2.0; }, [&] { return h - 1.0; });
+    auto rev = scan(
+        [&](const Tensor& c, const Tensor& x) {
+          return P{c * 0.5 + x, c};
+        },
+        zeros({2}, float64), xs, ScanOptions{.reverse = true});
     return std::make_tuple(y, ys, rev.first, rev.second);
   };
-  const Tensor a = tensor(3.0), xs = tensor(std::vector<double>{0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, {3, 2});
+  const Tensor a = tensor(3.0),
+               xs = tensor(std::vector<double>{0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, {3, 2});
   auto e = prog(a, xs);
   auto j = jit(prog)(a, xs);
   expect_close(std::get<0>(j), std::get<0>(e).to_vector<double>());
@@ -117,7 +133,8 @@ TEST(ControlFlow, PrintedIrShowsSubFunctionsAndRoundTrips) {
   auto f = [](const Tensor& a, const Tensor& xs) {
     Tensor r = newton_sqrt(a);
     auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) { return P{h + x * r, h}; }, a, xs);
-    return cond(h > 0.0, [&] { return h * 2.0; }, [&] { return h - r; });
+    return cond(
+        h > 0.0, [&] { return h * 2.0; }, [&] { return h - r; });
   };
   const ir::Function fn = trace(f, tensor(2.0), tensor({1.0, 2.0}));
   const std::string text = ir::print(fn);
@@ -134,7 +151,8 @@ TEST(ControlFlow, PrintedIrShowsSubFunctionsAndRoundTrips) {
 TEST(ControlFlow, PassesFoldConstantPredicatesAndReachIntoBodies) {
   // A constant predicate: the cond disappears and the chosen branch is inlined.
   auto f = jit([](const Tensor& x) {
-    return cond(tensor(true), [&] { return sin(x) * 1.0; }, [&] { return cos(x); });
+    return cond(
+        tensor(true), [&] { return sin(x) * 1.0; }, [&] { return cos(x); });
   });
   const Tensor x = tensor({0.25, 0.5});
   const std::string folded = ir::print(f.lower(x));
@@ -156,18 +174,33 @@ TEST(ControlFlow, PassesFoldConstantPredicatesAndReachIntoBodies) {
 
 TEST(ControlFlow, ErrorsNameTheLeafAndTypes) {
   auto mismatched = [](const Tensor& x) {
-    return cond(x > 0.0, [&] { return P{x, x}; }, [&] { return P{x, astype(x, float32)}; });
+    return cond(
+        x > 0.0,
+        [&] {
+          return P{x, x};
+        },
+        [&] {
+          return P{x, astype(x, float32)};
+        });
   };
-  expect_error([&] { trace(mismatched, tensor(1.0)); }, {"cond", "[1]", "f32[]", "f64[]", "true_fn", "false_fn"});
+  expect_error([&] { trace(mismatched, tensor(1.0)); },
+               {"cond", "[1]", "f32[]", "f64[]", "true_fn", "false_fn"});
   auto shape = [](const Tensor& x) {
-    return cond(sum(x) > 0.0, [&] { return x; }, [&] { return sum(x); });
+    return cond(
+        sum(x) > 0.0, [&] { return x; }, [&] { return sum(x); });
   };
   expect_error([&] { trace(shape, tensor({1.0, 2.0})); }, {"cond", "f64[2]", "f64[]"});
-  auto pred = [](const Tensor& x) { return cond(x, [&] { return x; }, [&] { return x; }); };
+  auto pred = [](const Tensor& x) {
+    return cond(
+        x, [&] { return x; }, [&] { return x; });
+  };
   expect_error([&] { pred(tensor({1.0, 2.0})); }, {"predicate", "f64[2]", "bool[]"});
   auto body = [](const Tensor& x) {
     return while_loop([](const P& s) { return s.first < 3.0; },
-                      [](const P& s) { return P{s.first + 1.0, astype(s.second, float32)}; }, P{x, x});
+                      [](const P& s) {
+                        return P{s.first + 1.0, astype(s.second, float32)};
+                      },
+                      P{x, x});
   };
   expect_error([&] { body(tensor(0.0)); }, {"while_loop", "[1]", "f32[]", "f64[]"});
   expect_error([&] { trace(body, tensor(0.0)); }, {"while_loop", "[1]", "f32[]", "f64[]"});
@@ -181,39 +214,53 @@ TEST(ControlFlow, ErrorsNameTheLeafAndTypes) {
 // run, or a loop body that never runs, is still checked.
 TEST(ControlFlow, EagerChecksWhatTracingChecks) {
   auto shape = [](const Tensor& x) {
-    return cond(sum(x) > 0.0, [&] { return x; }, [&] { return sum(x); });
+    return cond(
+        sum(x) > 0.0, [&] { return x; }, [&] { return sum(x); });
   };
   for (const Tensor& x : {tensor({1.0, 2.0}), tensor({-1.0, -2.0})}) {  // either branch taken
     expect_error([&] { shape(x); }, {"[cond] branch results differ", "f64[2]", "f64[]"});
     expect_error([&] { jit(shape)(x); }, {"[cond] branch results differ", "f64[2]", "f64[]"});
   }
   auto three = [](const Tensor& i, const Tensor& x) {
-    return switch_(i, [&] { return x; }, [&] { return x * 2.0; }, [&] { return astype(x, float32); });
+    return switch_(
+        i, [&] { return x; }, [&] { return x * 2.0; }, [&] { return astype(x, float32); });
   };
-  expect_error([&] { three(tensor(0), tensor({1.0})); }, {"[switch] branch results differ", "f32[1]"});
-  expect_error([&] { jit(three)(tensor(0), tensor({1.0})); }, {"[switch] branch results differ", "f32[1]"});
+  expect_error([&] { three(tensor(0), tensor({1.0})); },
+               {"[switch] branch results differ", "f32[1]"});
+  expect_error([&] { jit(three)(tensor(0), tensor({1.0})); },
+               {"[switch] branch results differ", "f32[1]"});
   auto never_runs = [](const Tensor& x) {
     return while_loop([](const Tensor& s) { return sum(s) > 10.0; },
-                      [](const Tensor& s) { return concatenate({s, s}); }, x);
+                      [](const Tensor& s) {
+                        return concatenate({s, s});
+                      },
+                      x);
   };
   expect_error([&] { never_runs(tensor({1.0})); }, {"while_loop", "body_fn", "f64[2]", "f64[1]"});
-  expect_error([&] { jit(never_runs)(tensor({1.0})); }, {"while_loop", "body_fn", "f64[2]", "f64[1]"});
+  expect_error([&] { jit(never_runs)(tensor({1.0})); },
+               {"while_loop", "body_fn", "f64[2]", "f64[1]"});
 }
 
 TEST(ControlFlow, LoopBoundsAreChecked) {
   // fori_loop counts in int32: bounds it cannot hold are an Error, not a wrapped counter.
   auto body = [](const Tensor&, const Tensor& c) { return c; };
-  expect_error([&] { fori_loop(INT64_MIN, INT64_MAX, body, tensor(0.0)); }, {"[fori_loop]", "int32"});
-  expect_error([&] { fori_loop(0, int64_t{1} << 40, body, tensor(0.0)); }, {"[fori_loop]", "int32"});
+  expect_error([&] { fori_loop(INT64_MIN, INT64_MAX, body, tensor(0.0)); },
+               {"[fori_loop]", "int32"});
+  expect_error([&] { fori_loop(0, int64_t{1} << 40, body, tensor(0.0)); },
+               {"[fori_loop]", "int32"});
   EXPECT_EQ(fori_loop(5, -5, body, tensor(1.5)).item<double>(), 1.5);  // no steps
   // A scan built by hand (as parsed IR would be) with a negative length.
   const FunctionRef carry_only =
-      ir::trace_function("body", {TensorType{float64, Shape{}}},
-                         [](const std::vector<Tensor>& p) { return std::vector<Tensor>{p[0] * 2.0}; })
-          .function;
-  const Attrs a{{"body", carry_only}, {"length", int64_t{-5}}, {"reverse", false},
-                {"num_carry", int64_t{1}}, {"num_xs", int64_t{0}}};
-  expect_error([&] { bind(primitive("scan"), {tensor(1.0)}, a); }, {"[scan] negative length", "-5"});
+      ir::trace_function("body", {TensorType{float64, Shape{}}}, [](const std::vector<Tensor>& p) {
+        return std::vector<Tensor>{p[0] * 2.0};
+      }).function;
+  const Attrs a{{"body", carry_only},
+                {"length", int64_t{-5}},
+                {"reverse", false},
+                {"num_carry", int64_t{1}},
+                {"num_xs", int64_t{0}}};
+  expect_error([&] { bind(primitive("scan"), {tensor(1.0)}, a); },
+               {"[scan] negative length", "-5"});
 }
 
 // ---- 2. forward mode ----------------------------------------------------------------------
@@ -221,13 +268,18 @@ TEST(ControlFlow, LoopBoundsAreChecked) {
 TEST(ControlFlow, JvpThroughCondWhileScan) {
   auto f = [](const Tensor& a) {
     Tensor r = newton_sqrt(a);
-    auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) { return P{h * a + x, h}; }, r,
-                        tensor({1.0, 2.0}));
-    return cond(h > 0.0, [&] { return h * h; }, [&] { return -h; });
+    auto [h, ys] = scan(
+        [&](const Tensor& h, const Tensor& x) {
+          return P{h * a + x, h};
+        },
+        r, tensor({1.0, 2.0}));
+    return cond(
+        h > 0.0, [&] { return h * h; }, [&] { return -h; });
   };
   const double a = 2.0, eps = 1e-6;
   auto [y, t] = jvp(f, std::tuple<Tensor>{tensor(a)}, std::tuple<Tensor>{tensor(1.0)});
-  const double fd = (f(tensor(a + eps)).item<double>() - f(tensor(a - eps)).item<double>()) / (2 * eps);
+  const double fd =
+      (f(tensor(a + eps)).item<double>() - f(tensor(a - eps)).item<double>()) / (2 * eps);
   EXPECT_NEAR(t.item<double>(), fd, 1e-5 * (1 + std::abs(fd)));
   expect_close(y, {f(tensor(a)).item<double>()});
 }
@@ -243,11 +295,13 @@ TEST(ControlFlow, NewtonSqrtGradEagerAndJit) {
 
 TEST(ControlFlow, ForiLoopGrads) {
   auto f = [](const Tensor& x) {
-    return fori_loop(0, 3, [&](const Tensor&, const Tensor& c) { return c * x; }, tensor(1.0));
+    return fori_loop(
+        0, 3, [&](const Tensor&, const Tensor& c) { return c * x; }, tensor(1.0));
   };
   expect_close(grad(f)(tensor(2.0)), {12});
   auto g = [](const Tensor& x) {
-    return fori_loop(tensor(0), tensor(3), [&](const Tensor&, const Tensor& c) { return c * x; }, tensor(1.0));
+    return fori_loop(
+        tensor(0), tensor(3), [&](const Tensor&, const Tensor& c) { return c * x; }, tensor(1.0));
   };
   expect_close(grad(g)(tensor(2.0)), {12});
   expect_close(jit(grad(g))(tensor(2.0)), {12});
@@ -258,9 +312,12 @@ struct Rnn {
 };
 
 Tensor rnn_scan(const Tensor& w, const Tensor& u, const Tensor& xs) {
-  auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) {
-    Tensor n = tanh(matmul(w, h) + matmul(u, x)); return P{n, sum(n * n)}; },
-    zeros({3}, float64), xs);
+  auto [h, ys] = scan(
+      [&](const Tensor& h, const Tensor& x) {
+        Tensor n = tanh(matmul(w, h) + matmul(u, x));
+        return P{n, sum(n * n)};
+      },
+      zeros({3}, float64), xs);
   return sum(h) + sum(ys);
 }
 Tensor rnn_unrolled(const Tensor& w, const Tensor& u, const Tensor& xs) {
@@ -290,21 +347,26 @@ TEST(ControlFlow, RnnScanGradsMatchUnrolledAndFiniteDifferences) {
     p[k] += eps;
     m[k] -= eps;
     fd[k] = (rnn_scan(tensor(p, {3, 3}), u, xs).item<double>() -
-             rnn_scan(tensor(m, {3, 3}), u, xs).item<double>()) / (2 * eps);
+             rnn_scan(tensor(m, {3, 3}), u, xs).item<double>()) /
+            (2 * eps);
   }
   expect_close(gw, fd, 1e-5);
 }
 
 TEST(ControlFlow, GradOfGradThroughCondAndScan) {
   auto f = [](const Tensor& x) {
-    return cond(x > 0.0, [&] { return x * x * x; }, [&] { return sin(x); });
+    return cond(
+        x > 0.0, [&] { return x * x * x; }, [&] { return sin(x); });
   };
   auto d2 = grad([&](const Tensor& x) { return grad(f)(x); });
   expect_close(d2(tensor(2.0)), {12});
   expect_close(d2(tensor(-1.0)), {-std::sin(-1.0)});
   auto s = [](const Tensor& x) {
-    auto [c, ys] = scan([&](const Tensor& c, const Tensor& v) { return P{c * x + v, c}; }, x,
-                        tensor({1.0, 2.0}));
+    auto [c, ys] = scan(
+        [&](const Tensor& c, const Tensor& v) {
+          return P{c * x + v, c};
+        },
+        x, tensor({1.0, 2.0}));
     return c;  // ((x*x + 1) * x + 2) = x^3 + x + 2
   };
   auto s2 = grad([&](const Tensor& x) { return grad(s)(x); });
@@ -369,7 +431,8 @@ TEST(ControlFlow, AdaptiveStepOdeGradMatchesFiniteDifferences) {
 
 // switch_ with three branches: a per-branch analytic derivative for each.
 Tensor three_way(const Tensor& i, const Tensor& x) {
-  return switch_(i, [&] { return sin(x); }, [&] { return x * x * x; }, [&] { return exp(0.5 * x); });
+  return switch_(
+      i, [&] { return sin(x); }, [&] { return x * x * x; }, [&] { return exp(0.5 * x); });
 }
 double three_way_native(int i, double x) {
   i = std::clamp(i, 0, 2);
@@ -402,7 +465,8 @@ TEST(ControlFlow, SwitchThreeBranchesJvpGradAndBatchedIndex) {
   for (std::size_t b = 0; b < idx.size(); ++b) {
     want_y.push_back(three_way_native(idx[b], xv[b]));
     want_d.push_back(three_way_d(idx[b], xv[b]));
-    loop_y.push_back(three_way(index(I, static_cast<int64_t>(b)), index(X, static_cast<int64_t>(b))).item<double>());
+    loop_y.push_back(three_way(index(I, static_cast<int64_t>(b)), index(X, static_cast<int64_t>(b)))
+                         .item<double>());
   }
   expect_close(tensor(loop_y), want_y);
   expect_close(vmap(three_way)(I, X), want_y);
@@ -412,7 +476,8 @@ TEST(ControlFlow, SwitchThreeBranchesJvpGradAndBatchedIndex) {
   // vmap of jvp with a batched index
   auto tang = [](const Tensor& i, const Tensor& v) {
     return jvp([&](const Tensor& u) { return three_way(i, u); }, std::tuple<Tensor>{v},
-               std::tuple<Tensor>{ones_like(v)}).second;
+               std::tuple<Tensor>{ones_like(v)})
+        .second;
   };
   expect_close(vmap(tang)(I, X), want_d);
 }
@@ -420,9 +485,12 @@ TEST(ControlFlow, SwitchThreeBranchesJvpGradAndBatchedIndex) {
 // ScanOptions::unroll: the emitted scan's body runs `unroll` steps; results are unchanged.
 Tensor rnn_scan_unroll(const Tensor& w, const Tensor& u, const Tensor& xs, int64_t unroll,
                        bool reverse) {
-  auto [h, ys] = scan([&](const Tensor& h, const Tensor& x) {
-    Tensor n = tanh(matmul(w, h) + matmul(u, x)); return P{n, sum(n * n) * x}; },
-    zeros({3}, float64), xs, ScanOptions{.reverse = reverse, .unroll = unroll});
+  auto [h, ys] = scan(
+      [&](const Tensor& h, const Tensor& x) {
+        Tensor n = tanh(matmul(w, h) + matmul(u, x));
+        return P{n, sum(n * n) * x};
+      },
+      zeros({3}, float64), xs, ScanOptions{.reverse = reverse, .unroll = unroll});
   return sum(h) + sum(ys * ys);
 }
 
@@ -459,17 +527,22 @@ TEST(ControlFlow, ScanUnrollMatchesUnroll1IncludingGrads) {
   EXPECT_NE(text.find("length=3"), std::string::npos) << text;
   EXPECT_EQ(text.find("length=23"), std::string::npos) << text;
   // The eager result (unroll ignored) is the same too; fori_loop-style length-only scans work.
-  expect_close(rnn_scan_unroll(w, u, xs, 4, false), {rnn_scan_unroll(w, u, xs, 1, false).item<double>()},
-               1e-12);
+  expect_close(rnn_scan_unroll(w, u, xs, 4, false),
+               {rnn_scan_unroll(w, u, xs, 1, false).item<double>()}, 1e-12);
   auto count = jit([](const Tensor& x) {
-    return scan([](const Tensor& c, const std::tuple<>&) { return std::pair{c * 1.5 + 1.0, std::tuple<>{}}; },
-                x, std::tuple<>{}, ScanOptions{.length = 7, .unroll = 3}).first;
+    return scan(
+               [](const Tensor& c, const std::tuple<>&) {
+                 return std::pair{c * 1.5 + 1.0, std::tuple<>{}};
+               },
+               x, std::tuple<>{}, ScanOptions{.length = 7, .unroll = 3})
+        .first;
   });
   double c = 2.0;
   for (int i = 0; i < 7; ++i) c = c * 1.5 + 1.0;
   expect_close(count(tensor(2.0)), {c});
-  expect_error([&] { jit([&](const Tensor& x) { return rnn_scan_unroll(w, u, x, 0, false); })(xs); },
-               {"scan", "unroll", "0", "23"});
+  expect_error(
+      [&] { jit([&](const Tensor& x) { return rnn_scan_unroll(w, u, x, 0, false); })(xs); },
+      {"scan", "unroll", "0", "23"});
 }
 
 // ---- 4. vmap -----------------------------------------------------------------------------
@@ -482,8 +555,11 @@ TEST(ControlFlow, VmapWhileWithPerExampleTripCounts) {
   expect_close(got, want, 1e-12);
   auto count = [](const Tensor& n) {
     return while_loop([&](const P& s) { return s.first < n; },
-                      [](const P& s) { return P{s.first + 1.0, s.second * 2.0}; },
-                      P{tensor(0.0), tensor(1.0)}).second;
+                      [](const P& s) {
+                        return P{s.first + 1.0, s.second * 2.0};
+                      },
+                      P{tensor(0.0), tensor(1.0)})
+        .second;
   };
   expect_close(vmap(count)(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32});
   expect_close(jit(vmap(count))(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32});
@@ -497,13 +573,15 @@ TEST(ControlFlow, VmapWhileWithPerExampleTripCounts) {
 
 TEST(ControlFlow, VmapCondSharedAndPerExamplePredicate) {
   auto f = [](const Tensor& x, const Tensor& p) {
-    return cond(p > 0.0, [&] { return x * 2.0; }, [&] { return x - 1.0; });
+    return cond(
+        p > 0.0, [&] { return x * 2.0; }, [&] { return x - 1.0; });
   };
   expect_close(vmap(f, in_axes(0, none))(tensor({1.0, 2.0}), tensor(1.0)), {2, 4});
   expect_close(vmap(f)(tensor({1.0, 2.0, 3.0}), tensor({1.0, -1.0, 1.0})), {2, 1, 6});
   // the branch not taken produces NaN; its gradient must not leak into the one taken
   auto g = [](const Tensor& x) {
-    return cond(x > 0.0, [&] { return sqrt(x); }, [&] { return x; });
+    return cond(
+        x > 0.0, [&] { return sqrt(x); }, [&] { return x; });
   };
   expect_close(vmap(grad(g))(tensor({4.0, -1.0})), {0.25, 1});
 }

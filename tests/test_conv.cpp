@@ -20,7 +20,6 @@ namespace {
 
 using kiln::testing::random_values;
 
-
 Tensor make(const std::vector<double>& v, const Shape& shape, DType dt = float32) {
   return astype(tensor(v, shape), dt);
 }
@@ -89,8 +88,10 @@ void check_conv(const ConvCase& c, DType dt, uint32_t seed) {
   const auto want = ref_conv(c, x, w, OH, OW);
   const Tensor out = conv2d(make(x, Shape{c.N, c.C, c.H, c.W}, dt),
                             make(w, Shape{c.O, c.C / c.groups, c.KH, c.KW}, dt),
-                            {.stride = {c.sh, c.sw}, .padding = {c.ph, c.pw},
-                             .dilation = {c.dh, c.dw}, .groups = c.groups});
+                            {.stride = {c.sh, c.sw},
+                             .padding = {c.ph, c.pw},
+                             .dilation = {c.dh, c.dw},
+                             .groups = c.groups});
   EXPECT_EQ(out.dtype(), dt);
   const double tol = dt == float64 ? 1e-12 : 1e-5;
   expect_close(out, Shape{c.N, c.O, OH, OW}, want, tol, tol);
@@ -108,13 +109,46 @@ const std::vector<ConvCase>& conv_cases() {
       {.N = 3, .C = 5, .H = 6, .W = 6, .O = 4, .KH = 1, .KW = 1},                    // 1x1 path
       {.N = 2, .C = 4, .H = 6, .W = 6, .O = 4, .KH = 1, .KW = 1, .groups = 2},       // 1x1, groups
       {.N = 2, .C = 3, .H = 7, .W = 7, .O = 2, .KH = 1, .KW = 1, .sh = 2, .sw = 2},  // strided 1x1
-      {.N = 1, .C = 2, .H = 7, .W = 9, .O = 3, .KH = 2, .KW = 4, .sh = 3, .sw = 2,
-       .ph = 2, .pw = 1, .dh = 2, .dw = 1},
-      {.N = 2, .C = 6, .H = 9, .W = 8, .O = 9, .KH = 3, .KW = 2, .sh = 2, .sw = 1,
-       .ph = 1, .pw = 2, .dh = 1, .dw = 2, .groups = 3},
+      {.N = 1,
+       .C = 2,
+       .H = 7,
+       .W = 9,
+       .O = 3,
+       .KH = 2,
+       .KW = 4,
+       .sh = 3,
+       .sw = 2,
+       .ph = 2,
+       .pw = 1,
+       .dh = 2,
+       .dw = 1},
+      {.N = 2,
+       .C = 6,
+       .H = 9,
+       .W = 8,
+       .O = 9,
+       .KH = 3,
+       .KW = 2,
+       .sh = 2,
+       .sw = 1,
+       .ph = 1,
+       .pw = 2,
+       .dh = 1,
+       .dw = 2,
+       .groups = 3},
       {.N = 1, .C = 1, .H = 3, .W = 3, .O = 1, .KH = 3, .KW = 3},  // 1x1 output
       {.N = 1, .C = 1, .H = 1, .W = 1, .O = 2, .KH = 3, .KW = 3, .ph = 1, .pw = 1},
-      {.N = 1, .C = 1, .H = 4, .W = 4, .O = 1, .KH = 2, .KW = 2, .sh = 5, .sw = 5, .ph = 2, .pw = 2},
+      {.N = 1,
+       .C = 1,
+       .H = 4,
+       .W = 4,
+       .O = 1,
+       .KH = 2,
+       .KW = 2,
+       .sh = 5,
+       .sw = 5,
+       .ph = 2,
+       .pw = 2},
   };
   return cases;
 }
@@ -146,10 +180,12 @@ TEST(Conv2d, MatchesDirectConvolution) {
 
 TEST(Conv2d, BatchedSmallImagesAndLargeImages) {
   // Small images are batched into one gemm (then scattered); large ones go image by image.
-  check_conv({.N = 9, .C = 3, .H = 5, .W = 5, .O = 4, .KH = 3, .KW = 3, .ph = 1, .pw = 1}, float32, 70);
+  check_conv({.N = 9, .C = 3, .H = 5, .W = 5, .O = 4, .KH = 3, .KW = 3, .ph = 1, .pw = 1}, float32,
+             70);
   check_conv({.N = 7, .C = 4, .H = 6, .W = 6, .O = 6, .KH = 3, .KW = 3, .groups = 2}, float64, 71);
   check_conv({.N = 300, .C = 2, .H = 4, .W = 4, .O = 3, .KH = 2, .KW = 2}, float32, 72);
-  check_conv({.N = 2, .C = 3, .H = 70, .W = 80, .O = 5, .KH = 3, .KW = 3, .ph = 1, .pw = 1}, float32, 73);
+  check_conv({.N = 2, .C = 3, .H = 70, .W = 80, .O = 5, .KH = 3, .KW = 3, .ph = 1, .pw = 1},
+             float32, 73);
   check_conv({.N = 2, .C = 8, .H = 40, .W = 40, .O = 16, .KH = 1, .KW = 1}, float32, 74);
 }
 
@@ -163,14 +199,19 @@ TEST(Conv2d, Float32GradientsMatchTheFloat64Ones) {
   uint32_t seed = 500;
   for (const ConvCase& c : cases) {
     SCOPED_TRACE(describe(c));
-    const Conv2dOptions o{.stride = {c.sh, c.sw}, .padding = {c.ph, c.pw}, .dilation = {c.dh, c.dw}, .groups = c.groups};
+    const Conv2dOptions o{.stride = {c.sh, c.sw},
+                          .padding = {c.ph, c.pw},
+                          .dilation = {c.dh, c.dw},
+                          .groups = c.groups};
     const auto xv = random_values(c.N * c.C * c.H * c.W, seed++);
     const auto wv = random_values(c.O * (c.C / c.groups) * c.KH * c.KW, seed++);
     const Shape xs{c.N, c.C, c.H, c.W}, ws{c.O, c.C / c.groups, c.KH, c.KW};
     const Tensor y64 = conv2d(make(xv, xs, float64), make(wv, ws, float64), o);
     const Tensor dy = random::normal(random::key(seed++), y64.shape(), float64);
     auto grads = [&](DType dt) {
-      auto f = [&](const Tensor& x, const Tensor& w) { return sum(conv2d(x, w, o) * astype(dy, dt)); };
+      auto f = [&](const Tensor& x, const Tensor& w) {
+        return sum(conv2d(x, w, o) * astype(dy, dt));
+      };
       return grad(f, argnums<0, 1>)(make(xv, xs, dt), make(wv, ws, dt));
     };
     const auto [dx64, dw64] = grads(float64);
@@ -190,8 +231,8 @@ TEST(Conv2d, HalfPrecision) {
     for (double& v : w) v = std::round(v * 8) / 8;
     int64_t OH = 0, OW = 0;
     const auto want = ref_conv(c, x, w, OH, OW);
-    const Tensor out = conv2d(make(x, Shape{2, 3, 6, 6}, dt), make(w, Shape{2, 3, 3, 3}, dt),
-                              {.padding = {1, 1}});
+    const Tensor out =
+        conv2d(make(x, Shape{2, 3, 6, 6}, dt), make(w, Shape{2, 3, 3, 3}, dt), {.padding = {1, 1}});
     EXPECT_EQ(out.dtype(), dt);
     expect_close(out, Shape{2, 2, OH, OW}, want, dt == float16 ? 1e-3 : 8e-3, 1e-2);
   }
@@ -247,45 +288,87 @@ void expect_error(std::string_view op, const std::function<void()>& f,
 
 TEST(Conv2d, Errors) {
   const Tensor x = ones({2, 4, 5, 5});
-  expect_error("conv2d", [] { conv2d(ones({4, 5, 5}), ones({2, 4, 3, 3})); },
+  expect_error("conv2d",
+               [] {
+                 conv2d(ones({4, 5, 5}), ones({2, 4, 3, 3}));
+               },
                {"input must have rank 4", "f32[4,5,5]", "[N, C, H, W]"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3})); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 4, 3}));
+               },
                {"weight must have rank 4", "f32[2,4,3]"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 3, 3, 3})); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 3, 3, 3}));
+               },
                {"weight channels do not match", "f32[2,4,5,5]", "f32[2,3,3,3]", "(3 vs 4)"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.groups = 3}); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 4, 3, 3}), {.groups = 3});
+               },
                {"input channels not divisible by groups", "groups=3"});
-  expect_error("conv2d", [&] { conv2d(x, ones({3, 2, 3, 3}), {.groups = 2}); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({3, 2, 3, 3}), {.groups = 2});
+               },
                {"output channels not divisible by groups", "f32[3,2,3,3]"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.groups = 0}); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 4, 3, 3}), {.groups = 0});
+               },
                {"non-positive groups"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 6, 3})); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 4, 6, 3}));
+               },
                {"kernel larger than the padded input", "f32[2,4,5,5]", "f32[2,4,6,3]", "6x3"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.dilation = {3, 1}}); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 4, 3, 3}), {.dilation = {3, 1}});
+               },
                {"kernel larger than the padded input", "7x3"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.stride = {0, 1}}); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 4, 3, 3}), {.stride = {0, 1}});
+               },
                {"non-positive stride", "[0, 1]"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.dilation = {1, -1}}); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 4, 3, 3}), {.dilation = {1, -1}});
+               },
                {"non-positive dilation", "[1, -1]"});
-  expect_error("conv2d", [&] { conv2d(x, ones({2, 4, 3, 3}), {.padding = {-1, 0}}); },
+  expect_error("conv2d",
+               [&] {
+                 conv2d(x, ones({2, 4, 3, 3}), {.padding = {-1, 0}});
+               },
                {"negative padding", "[-1, 0]"});
-  expect_error("conv2d", [&] { bind1(primitive("conv2d"), {x, ones({2, 4, 3, 3}, float64)},
-                                     {{"stride", std::vector<int64_t>{1, 1}},
-                                      {"padding", std::vector<int64_t>{0, 0}},
-                                      {"dilation", std::vector<int64_t>{1, 1}},
-                                      {"groups", int64_t{1}}}); },
+  expect_error("conv2d",
+               [&] {
+                 bind1(primitive("conv2d"), {x, ones({2, 4, 3, 3}, float64)},
+                       {{"stride", std::vector<int64_t>{1, 1}},
+                        {"padding", std::vector<int64_t>{0, 0}},
+                        {"dilation", std::vector<int64_t>{1, 1}},
+                        {"groups", int64_t{1}}});
+               },
                {"differ in dtype", "f32[2,4,5,5]", "f64[2,4,3,3]"});
-  expect_error("conv2d", [&] { bind1(primitive("conv2d"), {ones({1, 1, 3, 3}, int32), ones({1, 1, 1, 1}, int32)},
-                                     {{"stride", std::vector<int64_t>{1}},
-                                      {"padding", std::vector<int64_t>{0, 0}},
-                                      {"dilation", std::vector<int64_t>{1, 1}},
-                                      {"groups", int64_t{1}}}); },
+  expect_error("conv2d",
+               [&] {
+                 bind1(primitive("conv2d"), {ones({1, 1, 3, 3}, int32), ones({1, 1, 1, 1}, int32)},
+                       {{"stride", std::vector<int64_t>{1}},
+                        {"padding", std::vector<int64_t>{0, 0}},
+                        {"dilation", std::vector<int64_t>{1, 1}},
+                        {"groups", int64_t{1}}});
+               },
                {"unsupported dtype", "i32[1,1,3,3]"});
-  expect_error("conv2d", [&] { bind1(primitive("conv2d"), {ones({1, 1, 3, 3}), ones({1, 1, 1, 1})},
-                                     {{"stride", std::vector<int64_t>{1}},
-                                      {"padding", std::vector<int64_t>{0, 0}},
-                                      {"dilation", std::vector<int64_t>{1, 1}},
-                                      {"groups", int64_t{1}}}); },
+  expect_error("conv2d",
+               [&] {
+                 bind1(primitive("conv2d"), {ones({1, 1, 3, 3}), ones({1, 1, 1, 1})},
+                       {{"stride", std::vector<int64_t>{1}},
+                        {"padding", std::vector<int64_t>{0, 0}},
+                        {"dilation", std::vector<int64_t>{1, 1}},
+                        {"groups", int64_t{1}}});
+               },
                {"'stride' has the wrong length", "[1]"});
 }
 
@@ -337,8 +420,7 @@ TEST(Pool2d, HandComputed) {
             (std::vector<float>{0.25f, 1.25f, 1.0f, 3.5f, 8.5f, 5.0f, 3.25f, 7.25f, 4.0f}));
   // Max-pool padding never wins, even over negative values.
   const Tensor m = max_pool2d(neg(x), {.kernel = {2, 2}, .stride = {{2, 2}}, .padding = {1, 1}});
-  EXPECT_EQ(m.to_vector<float>(),
-            (std::vector<float>{-1, -2, -4, -5, -6, -8, -13, -14, -16}));
+  EXPECT_EQ(m.to_vector<float>(), (std::vector<float>{-1, -2, -4, -5, -6, -8, -13, -14, -16}));
   // Stride defaults to the kernel; overlapping windows with an explicit stride.
   EXPECT_EQ(max_pool2d(x, {.kernel = {3, 3}, .stride = {{1, 1}}}).to_vector<float>(),
             (std::vector<float>{11, 12, 15, 16}));
@@ -360,7 +442,8 @@ TEST(Pool2d, MatchesDirectLoops) {
         const auto x = random_values(c.N * c.C * c.H * c.W, seed++, -2.0, -0.5);
         int64_t OH = 0, OW = 0;
         const auto want = ref_pool(c, x, is_max, OH, OW);
-        const Pool2dOptions o{.kernel = {c.KH, c.KW}, .stride = {{c.sh, c.sw}}, .padding = {c.ph, c.pw}};
+        const Pool2dOptions o{
+            .kernel = {c.KH, c.KW}, .stride = {{c.sh, c.sw}}, .padding = {c.ph, c.pw}};
         const Tensor xt = make(x, Shape{c.N, c.C, c.H, c.W}, dt);
         const Tensor y = is_max ? max_pool2d(xt, o) : avg_pool2d(xt, o);
         EXPECT_EQ(y.dtype(), dt);
@@ -419,9 +502,11 @@ TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
             for (int64_t w = ow * st; w < ow * st + k; ++w) {
               const int64_t i = (p * H + h) * W + w;
               const auto u = static_cast<std::size_t>(i);
-              if (best < 0 || xs[u] > xs[static_cast<std::size_t>(best)] || std::isnan(xs[u])) best = i;
+              if (best < 0 || xs[u] > xs[static_cast<std::size_t>(best)] || std::isnan(xs[u]))
+                best = i;
             }
-          want[static_cast<std::size_t>(best)] += dys[static_cast<std::size_t>((p * OH + oh) * OW + ow)];
+          want[static_cast<std::size_t>(best)] +=
+              dys[static_cast<std::size_t>((p * OH + oh) * OW + ow)];
           want_y.push_back(xs[static_cast<std::size_t>(best)]);
         }
     expect_close(y, y.shape(), want_y, 0, 0);  // the forward pass, NaN window included
@@ -436,14 +521,30 @@ TEST(Pool2d, Errors) {
       return op == "max_pool2d" ? max_pool2d(t, o) : avg_pool2d(t, o);
     };
     expect_error(op, [&] { pool(ones({2, 4, 4}), {}); }, {"input must have rank 4", "f32[2,4,4]"});
-    expect_error(op, [&] { pool(x, {.kernel = {5, 2}, .stride = std::nullopt}); },
+    expect_error(op,
+                 [&] {
+                   pool(x, {.kernel = {5, 2}, .stride = std::nullopt});
+                 },
                  {"kernel larger than the padded input", "f32[1,2,4,4]", "[5, 2]"});
-    expect_error(op, [&] { pool(x, {.kernel = {2, 0}, .stride = std::nullopt}); }, {"non-positive kernel", "[2, 0]"});
-    expect_error(op, [&] { pool(x, {.kernel = {2, 2}, .stride = {{0, 2}}}); },
+    expect_error(op,
+                 [&] {
+                   pool(x, {.kernel = {2, 0}, .stride = std::nullopt});
+                 },
+                 {"non-positive kernel", "[2, 0]"});
+    expect_error(op,
+                 [&] {
+                   pool(x, {.kernel = {2, 2}, .stride = {{0, 2}}});
+                 },
                  {"non-positive stride", "[0, 2]"});
-    expect_error(op, [&] { pool(x, {.kernel = {2, 2}, .stride = std::nullopt, .padding = {0, -1}}); },
+    expect_error(op,
+                 [&] {
+                   pool(x, {.kernel = {2, 2}, .stride = std::nullopt, .padding = {0, -1}});
+                 },
                  {"negative padding", "[0, -1]"});
-    expect_error(op, [&] { pool(x, {.kernel = {2, 2}, .stride = std::nullopt, .padding = {2, 0}}); },
+    expect_error(op,
+                 [&] {
+                   pool(x, {.kernel = {2, 2}, .stride = std::nullopt, .padding = {2, 0}});
+                 },
                  {"padding larger than half the kernel", "[2, 0]", "[2, 2]"});
   }
 }

@@ -22,7 +22,6 @@ using kiln::testing::expect_error;
 
 using F = std::vector<float>;
 
-
 // A primitive description, built field by field (Primitive grows fields over time).
 Primitive prim(std::string name, int arity, TypeRule rule, bool variadic = false) {
   Primitive p;
@@ -57,7 +56,8 @@ std::vector<TensorType> float_unary_rule(std::string name, std::span<const Tenso
 
 // axpy{alpha}(x, y) = alpha * x + y, for floats of one dtype and shape.
 const Primitive& axpy_p = register_primitive(
-    prim("test_axpy", 2, [](std::span<const TensorType> in, const Attrs& a) {
+    prim("test_axpy", 2,
+         [](std::span<const TensorType> in, const Attrs& a) {
            (void)a.get_double("alpha");
            if (in[0] != in[1] || !is_floating(in[0].dtype))
              fail("test_axpy", "operands differ or are not floats: got ", in[0], " and ", in[1],
@@ -68,8 +68,8 @@ const Primitive& axpy_p = register_primitive(
       [](std::span<const Tensor> in, const Attrs& a) {
         const double alpha = a.get_double("alpha");
         const std::vector<double> y = in[1].to_vector<double>();
-        return std::vector<Tensor>{
-            map_double(in[0], in[0].dtype(), [&](double x, std::size_t i) { return alpha * x + y[i]; })};
+        return std::vector<Tensor>{map_double(
+            in[0], in[0].dtype(), [&](double x, std::size_t i) { return alpha * x + y[i]; })};
       }}});
 
 TEST(Dispatch, UserPrimitiveRunsThroughBind) {
@@ -107,8 +107,11 @@ TEST(Dispatch, UserPrimitiveRunsThroughBind) {
 TEST(Dispatch, InferChecksInputCount) {
   const TensorType t{float32, Shape{2}};
   const std::vector<TensorType> one = {t};
-  expect_error([&] { (void)axpy_p.infer(one, {{"alpha", 1.0}}); }, "test_axpy",
-               {"wrong number of inputs", "got 1", "expected 2"});
+  expect_error(
+      [&] {
+        (void)axpy_p.infer(one, {{"alpha", 1.0}});
+      },
+      "test_axpy", {"wrong number of inputs", "got 1", "expected 2"});
   const std::vector<TensorType> two = {t, t};
   EXPECT_EQ(axpy_p.infer(two, {{"alpha", 1.0}}), (std::vector<TensorType>{t}));
 }
@@ -121,10 +124,10 @@ TEST(Dispatch, MostSpecificKernelWins) {
   // softplus(x) = log(1 + exp(x)). The generic kernel computes it; the f32 one returns
   // the result plus 1000 so the test can tell which ran. Registration order: f32 first, then
   // the broader ones, so that only specificity (not order) can pick the f32 kernel.
-  const Primitive& p = register_primitive(
-      prim("test_softplus", 1, [](std::span<const TensorType> in, const Attrs&) {
-         return float_unary_rule("test_softplus", in);
-       }));
+  const Primitive& p =
+      register_primitive(prim("test_softplus", 1, [](std::span<const TensorType> in, const Attrs&) {
+        return float_unary_rule("test_softplus", in);
+      }));
   register_kernel(p, sig({float32}), [](std::span<const Tensor> in, const Attrs&) {
     ++g_f32_runs;
     return std::vector<Tensor>{map_double(
@@ -168,10 +171,10 @@ TEST(Dispatch, SpecificityIsPerInputAndSummed) {
   // Two inputs: (f32, any) vs (floating, floating): 8 + 0 vs 5 + 5 by the documented rule
   // (fewest accepted dtypes per input): the second is more specific for (f32, f32).
   static std::atomic<int> a_runs{0}, b_runs{0};
-  const Primitive& p = register_primitive(
-      prim("test_pair", 2, [](std::span<const TensorType> in, const Attrs&) {
-         return std::vector<TensorType>{in[0]};
-       }));
+  const Primitive& p =
+      register_primitive(prim("test_pair", 2, [](std::span<const TensorType> in, const Attrs&) {
+        return std::vector<TensorType>{in[0]};
+      }));
   register_kernel(p, sig({DTypeSet::floating(), DTypeSet::floating()}),
                   [](std::span<const Tensor> in, const Attrs&) {
                     ++b_runs;
@@ -190,11 +193,11 @@ TEST(Dispatch, SpecificityIsPerInputAndSummed) {
 
 TEST(Dispatch, LaterRegistrationWinsTies) {
   const Primitive& p = register_primitive(
-      prim("test_tie", 1, [](std::span<const TensorType> in, const Attrs&) {
-         return std::vector<TensorType>{in[0]};
-       }),
-      {{sig({DTypeSet::floating()}),
-        [](std::span<const Tensor> in, const Attrs&) {
+      prim("test_tie", 1,
+           [](std::span<const TensorType> in, const Attrs&) {
+             return std::vector<TensorType>{in[0]};
+           }),
+      {{sig({DTypeSet::floating()}), [](std::span<const Tensor> in, const Attrs&) {
           return std::vector<Tensor>{full_like(in[0], 1.0)};
         }}});
   EXPECT_EQ(bind1(p, {tensor({5.0f})}).item<float>(), 1.0f);
@@ -248,25 +251,29 @@ TEST(Dispatch, UserOverridesBuiltinAdd) {
 
 TEST(Dispatch, MissingKernelListsSignatures) {
   const Primitive& p = register_primitive(
-      prim("test_f32_only", 2, [](std::span<const TensorType> in, const Attrs&) {
-         return std::vector<TensorType>{in[0]};
-       }),
+      prim("test_f32_only", 2,
+           [](std::span<const TensorType> in, const Attrs&) {
+             return std::vector<TensorType>{in[0]};
+           }),
       {{sig({float32, float32}),
         [](std::span<const Tensor> in, const Attrs&) { return std::vector<Tensor>{in[0]}; }},
        {sig({DTypeSet(float64) | float16, DTypeSet::floating()}),
         [](std::span<const Tensor> in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
   EXPECT_EQ(kernel_signatures(p)[0].to_string(), "cpu(f32, f32)");
   EXPECT_EQ(kernel_signatures(p)[1].to_string(), "cpu(f16|f64, f16|bf16|f32|f64)");
-  expect_error([&] { (void)bind1(p, {tensor({1}), tensor({1.0f})}); }, "test_f32_only",
-               {"no kernel", "i32, f32", "cpu(f32, f32)", "cpu(f16|f64, f16|bf16|f32|f64)"});
+  expect_error(
+      [&] {
+        (void)bind1(p, {tensor({1}), tensor({1.0f})});
+      },
+      "test_f32_only",
+      {"no kernel", "i32, f32", "cpu(f32, f32)", "cpu(f16|f64, f16|bf16|f32|f64)"});
   const std::vector<DType> dts = {bfloat16, float32};
   expect_error([&] { (void)select_kernel(p, Device::cpu, dts); }, "test_f32_only",
                {"no kernel", "bf16, f32", "cpu(f32, f32)"});
   // No kernels at all.
-  const Primitive& q = register_primitive(
-      prim("test_no_kernels", 1, [](std::span<const TensorType> in, const Attrs&) {
-         return std::vector<TensorType>{in[0]};
-       }));
+  const Primitive& q = register_primitive(prim(
+      "test_no_kernels", 1,
+      [](std::span<const TensorType> in, const Attrs&) { return std::vector<TensorType>{in[0]}; }));
   EXPECT_TRUE(kernel_signatures(q).empty());
   expect_error([&] { (void)bind1(q, {tensor({1})}); }, "test_no_kernels",
                {"no kernel", "no kernels registered"});
@@ -275,18 +282,17 @@ TEST(Dispatch, MissingKernelListsSignatures) {
 TEST(Dispatch, RegistrationErrors) {
   expect_error(
       [] {
-        (void)register_primitive(prim("add", 2, [](std::span<const TensorType> in,
-                                                                             const Attrs&) {
-                                    return std::vector<TensorType>{in[0]};
-                                  }));
+        (void)register_primitive(prim("add", 2, [](std::span<const TensorType> in, const Attrs&) {
+          return std::vector<TensorType>{in[0]};
+        }));
       },
       "register_primitive", {"duplicate", "'add'"});
   expect_error(
       [] {
-        (void)register_primitive(prim("test_axpy", 2, [](std::span<const TensorType> in,
-                                                                                   const Attrs&) {
-                                    return std::vector<TensorType>{in[0]};
-                                  }));
+        (void)register_primitive(
+            prim("test_axpy", 2, [](std::span<const TensorType> in, const Attrs&) {
+              return std::vector<TensorType>{in[0]};
+            }));
       },
       "register_primitive", {"duplicate", "'test_axpy'"});
   expect_error([] { (void)register_primitive(prim("test_no_rule", 1, nullptr)); },
@@ -302,12 +308,12 @@ TEST(Dispatch, RegistrationErrors) {
 // the transformations that need them name the line that registered it.
 const int kNoRulesLine = __LINE__ + 1;
 const Primitive& no_rules_p = register_primitive(
-    prim("test_no_rules", 1, [](std::span<const TensorType> in, const Attrs&) {
-      return std::vector<TensorType>{in[0]};
-    }),
-    {{sig({DTypeSet::floating()}), [](std::span<const Tensor> in, const Attrs&) {
-        return std::vector<Tensor>{in[0]};
-      }}});
+    prim("test_no_rules", 1,
+         [](std::span<const TensorType> in, const Attrs&) {
+           return std::vector<TensorType>{in[0]};
+         }),
+    {{sig({DTypeSet::floating()}),
+      [](std::span<const Tensor> in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
 
 TEST(Dispatch, MissingRulesNameWhereThePrimitiveWasDefined) {
   // The file as the compiler was given it (absolute, or relative under ccache), then the line.
@@ -320,12 +326,17 @@ TEST(Dispatch, MissingRulesNameWhereThePrimitiveWasDefined) {
                {"no VJP rule for primitive 'test_no_rules' (defined at ", here});
   expect_error([&] { (void)jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{x}); }, "jvp",
                {"no JVP rule for primitive 'test_no_rules' (defined at ", here});
-  expect_error([&] { (void)vmap(f)(tensor({1.0, 2.0, 3.0, 4.0}, Shape{2, 2})); }, "vmap",
-               {"no batching rule for primitive 'test_no_rules' (defined at ", here});
+  expect_error(
+      [&] {
+        (void)vmap(f)(tensor({1.0, 2.0, 3.0, 4.0}, Shape{2, 2}));
+      },
+      "vmap", {"no batching rule for primitive 'test_no_rules' (defined at ", here});
   // A built-in's file is named relative to Kiln's source tree: the table entry that defines it.
   EXPECT_EQ(primitive("add").where_defined().rfind(" (defined at src/ops/binary.cpp:", 0), 0u)
       << primitive("add").where_defined();
-  EXPECT_EQ(primitive("while").where_defined().rfind(" (defined at src/transforms/control_flow.cpp:", 0), 0u)
+  EXPECT_EQ(
+      primitive("while").where_defined().rfind(" (defined at src/transforms/control_flow.cpp:", 0),
+      0u)
       << primitive("while").where_defined();
 }
 
@@ -333,27 +344,39 @@ TEST(Dispatch, WrongInputCount) {
   const Tensor x = tensor({1.0f});
   expect_error([&] { (void)bind1(primitive("add"), {x}); }, "add",
                {"wrong number of inputs", "got 1", "expected 2"});
-  expect_error([&] { (void)bind1(primitive("neg"), {x, x}); }, "neg",
-               {"wrong number of inputs", "got 2", "expected 1"});
-  expect_error([&] { (void)bind1(primitive("concatenate"), {}, {{"axis", int64_t{0}}}); },
-               "concatenate", {"wrong number of inputs", "got 0", "at least 1"});
-  expect_error([&] { (void)bind1(axpy_p, {x, x, x}, {{"alpha", 1.0}}); }, "test_axpy",
-               {"wrong number of inputs", "got 3"});
+  expect_error(
+      [&] {
+        (void)bind1(primitive("neg"), {x, x});
+      },
+      "neg", {"wrong number of inputs", "got 2", "expected 1"});
+  expect_error(
+      [&] {
+        (void)bind1(primitive("concatenate"), {}, {{"axis", int64_t{0}}});
+      },
+      "concatenate", {"wrong number of inputs", "got 0", "at least 1"});
+  expect_error(
+      [&] {
+        (void)bind1(axpy_p, {x, x, x}, {{"alpha", 1.0}});
+      },
+      "test_axpy", {"wrong number of inputs", "got 3"});
   // Undefined inputs are named by position.
-  expect_error([&] { (void)bind1(primitive("add"), {x, Tensor()}); }, "add",
-               {"input 1", "undefined"});
+  expect_error(
+      [&] {
+        (void)bind1(primitive("add"), {x, Tensor()});
+      },
+      "add", {"input 1", "undefined"});
 }
 
 TEST(Dispatch, KernelOutputsAreChecked) {
   const Primitive& p = register_primitive(
-      prim("test_bad_kernel", 1, [](std::span<const TensorType> in, const Attrs&) {
-         return std::vector<TensorType>{in[0]};
-       }),
-      {{sig({float32}),
-        [](std::span<const Tensor> in, const Attrs&) {
-          return std::vector<Tensor>{astype(in[0], float64)};
-        }},
-       {sig({float64}), [](std::span<const Tensor>, const Attrs&) { return std::vector<Tensor>{}; }}});
+      prim("test_bad_kernel", 1,
+           [](std::span<const TensorType> in, const Attrs&) {
+             return std::vector<TensorType>{in[0]};
+           }),
+      {{sig({float32}), [](std::span<const Tensor> in,
+                           const Attrs&) { return std::vector<Tensor>{astype(in[0], float64)}; }},
+       {sig({float64}),
+        [](std::span<const Tensor>, const Attrs&) { return std::vector<Tensor>{}; }}});
   expect_error([&] { (void)bind1(p, {tensor({1.0f})}); }, "test_bad_kernel",
                {"wrong type", "f64[1]", "f32[1]"});
   expect_error([&] { (void)bind1(p, {tensor({1.0})}); }, "test_bad_kernel",
@@ -363,11 +386,14 @@ TEST(Dispatch, KernelOutputsAreChecked) {
 TEST(Dispatch, VariadicUserPrimitive) {
   // sum_all(xs...) = elementwise sum of any number (>= 1) of same-typed inputs.
   const Primitive& p = register_primitive(
-      prim("test_sum_all", 1, [](std::span<const TensorType> in, const Attrs&) {
-         for (const TensorType& t : in)
-           if (t != in[0]) fail("test_sum_all", "inputs differ: got ", t, " and ", in[0]);
-         return std::vector<TensorType>{in[0]};
-       }, true),
+      prim(
+          "test_sum_all", 1,
+          [](std::span<const TensorType> in, const Attrs&) {
+            for (const TensorType& t : in)
+              if (t != in[0]) fail("test_sum_all", "inputs differ: got ", t, " and ", in[0]);
+            return std::vector<TensorType>{in[0]};
+          },
+          true),
       {{sig({DTypeSet::numeric()}, true), [](std::span<const Tensor> in, const Attrs&) {
           Tensor acc = in[0];
           for (std::size_t i = 1; i < in.size(); ++i) acc = add(acc, in[i]);
@@ -396,8 +422,10 @@ TEST(Dispatch, EveryPrimitiveHasATypeRuleAndAKernel) {
     EXPECT_FALSE(sigs.empty()) << p->name << " has no kernel";
     for (const KernelSignature& s : sigs) {
       EXPECT_EQ(s.device, Device::cpu) << p->name;
-      if (!s.variadic) EXPECT_EQ(static_cast<int>(s.inputs.size()), p->arity) << p->name;
-      else EXPECT_EQ(s.inputs.size(), 1u) << p->name;
+      if (!s.variadic)
+        EXPECT_EQ(static_cast<int>(s.inputs.size()), p->arity) << p->name;
+      else
+        EXPECT_EQ(s.inputs.size(), 1u) << p->name;
     }
   }
   // Ids index the registry.
@@ -410,18 +438,89 @@ TEST(Dispatch, EveryPrimitiveHasATypeRuleAndAKernel) {
 TEST(Dispatch, EveryBuiltInPrimitiveIsRegistered) {
   std::set<std::string> names;
   for (const Primitive* p : all_primitives()) names.insert(p->name);
-  for (const char* n :
-       {"neg", "abs", "sign", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
-        "tanh", "sigmoid", "erf", "floor", "ceil", "round", "not", "isnan", "convert", "add", "sub",
-        "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "xor",
-        "select", "reduce_sum", "reduce_prod", "reduce_max", "reduce_min", "reduce_and",
-        "reduce_or", "argmax", "argmin", "reshape", "transpose", "broadcast_to", "slice", "flip",
-        "concatenate", "pad", "gather", "scatter_add", "gather_along", "scatter_add_along",
-        "matmul", "conv2d", "conv2d_input_grad", "conv2d_weight_grad", "max_pool2d",
-        "avg_pool2d", "max_pool2d_grad", "random_bits", "random_uniform", "random_split",
-        "random_fold_in", "random_permutation", "check_labels", "call", "checkpoint",
-        "custom_jvp", "custom_vjp", "stop_gradient", "psum", "pmax", "axis_index", "all_gather",
-        "cond", "while", "while_grad", "scan"})
+  for (const char* n : {"neg",
+                        "abs",
+                        "sign",
+                        "exp",
+                        "log",
+                        "log1p",
+                        "expm1",
+                        "sqrt",
+                        "rsqrt",
+                        "sin",
+                        "cos",
+                        "tan",
+                        "tanh",
+                        "sigmoid",
+                        "erf",
+                        "floor",
+                        "ceil",
+                        "round",
+                        "not",
+                        "isnan",
+                        "convert",
+                        "add",
+                        "sub",
+                        "mul",
+                        "div",
+                        "pow",
+                        "max",
+                        "min",
+                        "eq",
+                        "ne",
+                        "lt",
+                        "le",
+                        "gt",
+                        "ge",
+                        "and",
+                        "or",
+                        "xor",
+                        "select",
+                        "reduce_sum",
+                        "reduce_prod",
+                        "reduce_max",
+                        "reduce_min",
+                        "reduce_and",
+                        "reduce_or",
+                        "argmax",
+                        "argmin",
+                        "reshape",
+                        "transpose",
+                        "broadcast_to",
+                        "slice",
+                        "flip",
+                        "concatenate",
+                        "pad",
+                        "gather",
+                        "scatter_add",
+                        "gather_along",
+                        "scatter_add_along",
+                        "matmul",
+                        "conv2d",
+                        "conv2d_input_grad",
+                        "conv2d_weight_grad",
+                        "max_pool2d",
+                        "avg_pool2d",
+                        "max_pool2d_grad",
+                        "random_bits",
+                        "random_uniform",
+                        "random_split",
+                        "random_fold_in",
+                        "random_permutation",
+                        "check_labels",
+                        "call",
+                        "checkpoint",
+                        "custom_jvp",
+                        "custom_vjp",
+                        "stop_gradient",
+                        "psum",
+                        "pmax",
+                        "axis_index",
+                        "all_gather",
+                        "cond",
+                        "while",
+                        "while_grad",
+                        "scan"})
     EXPECT_TRUE(names.count(n)) << n << " is not registered";
 }
 
@@ -435,8 +534,7 @@ TEST(Attrs, SortedTypedAndPrinted) {
   std::vector<std::string> keys;
   for (const auto& kv : a.items()) keys.push_back(kv.first);
   EXPECT_EQ(keys, (std::vector<std::string>{"alpha", "axes", "dtype", "flag", "name", "zeta"}));
-  EXPECT_EQ(a.to_string(),
-            "{alpha=2.0, axes=[0, -1], dtype=f16, flag=true, name=\"x\", zeta=3}");
+  EXPECT_EQ(a.to_string(), "{alpha=2.0, axes=[0, -1], dtype=f16, flag=true, name=\"x\", zeta=3}");
   EXPECT_EQ(a.get_int("zeta"), 3);
   EXPECT_EQ(a.get_double("alpha"), 2.0);
   EXPECT_EQ(a.get_ints("axes"), (std::vector<int64_t>{0, -1}));

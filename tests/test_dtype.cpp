@@ -73,8 +73,8 @@ TEST(DType, DTypeSet) {
 TEST(DType, PromotionLatticeTable) {
   using D = DType;
   // Row/column order: bool u8 u32 i32 i64 f16 bf16 f32 f64 (written out by hand).
-  const D b = bool_, u8 = uint8, u32 = uint32, i32 = int32, i64 = int64, h = float16,
-          bf = bfloat16, f = float32, d = float64;
+  const D b = bool_, u8 = uint8, u32 = uint32, i32 = int32, i64 = int64, h = float16, bf = bfloat16,
+          f = float32, d = float64;
   const D table[9][9] = {
       /* bool */ {b, u8, u32, i32, i64, h, bf, f, d},
       /* u8   */ {u8, u8, u32, i32, i64, h, bf, f, d},
@@ -199,20 +199,20 @@ TEST(Half, RoundingMatchesNumpy) {
       {0.1f, 0x2e66, 0.0999755859375},
       {0.33333334f, 0x3555, 0.333251953125},
       {3.1415927f, 0x4248, 3.140625},
-      {65504.0f, 0x7bff, 65504.0},                          // largest finite half
-      {65519.0f, 0x7bff, 65504.0},                          // just below the overflow tie
-      {65520.0f, 0x7c00, INFINITY},                         // tie rounds to even = inf
+      {65504.0f, 0x7bff, 65504.0},   // largest finite half
+      {65519.0f, 0x7bff, 65504.0},   // just below the overflow tie
+      {65520.0f, 0x7c00, INFINITY},  // tie rounds to even = inf
       {100000.0f, 0x7c00, INFINITY},
       {-100000.0f, 0xfc00, -INFINITY},
-      {6.1035156e-05f, 0x0400, 6.103515625e-05},            // smallest normal
-      {5.9604645e-08f, 0x0001, 5.960464477539063e-08},      // smallest subnormal
-      {2.9802322e-08f, 0x0000, 0.0},                        // half of it: tie to even = 0
-      {2.9802326e-08f, 0x0001, 5.960464477539063e-08},      // just above the tie
+      {6.1035156e-05f, 0x0400, 6.103515625e-05},        // smallest normal
+      {5.9604645e-08f, 0x0001, 5.960464477539063e-08},  // smallest subnormal
+      {2.9802322e-08f, 0x0000, 0.0},                    // half of it: tie to even = 0
+      {2.9802326e-08f, 0x0001, 5.960464477539063e-08},  // just above the tie
       {1e-08f, 0x0000, 0.0},
-      {3e-05f, 0x01f7, 2.9981136322021484e-05},             // subnormal
+      {3e-05f, 0x01f7, 2.9981136322021484e-05},  // subnormal
       {-3e-05f, 0x81f7, -2.9981136322021484e-05},
-      {1.0004883f, 0x3c00, 1.0},                            // 1 + 2^-11: tie to even (down)
-      {1.0014648f, 0x3c02, 1.001953125},                    // 1 + 3*2^-11: tie to even (up)
+      {1.0004883f, 0x3c00, 1.0},          // 1 + 2^-11: tie to even (down)
+      {1.0014648f, 0x3c02, 1.001953125},  // 1 + 3*2^-11: tie to even (up)
       {2049.0f, 0x6800, 2048.0},
       {2051.0f, 0x6802, 2052.0},
       {1e-04f, 0x068e, 0.00010001659393310547},
@@ -241,9 +241,12 @@ TEST(Half, RoundingMatchesNumpy) {
 double decode_half(uint16_t bits) {
   const int s = bits >> 15, e = (bits >> 10) & 0x1f, m = bits & 0x3ff;
   double v;
-  if (e == 0) v = std::ldexp(static_cast<double>(m), -24);
-  else if (e == 31) v = m ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
-  else v = std::ldexp(1.0 + m / 1024.0, e - 15);
+  if (e == 0)
+    v = std::ldexp(static_cast<double>(m), -24);
+  else if (e == 31)
+    v = m ? std::numeric_limits<double>::quiet_NaN() : INFINITY;
+  else
+    v = std::ldexp(1.0 + m / 1024.0, e - 15);
   return s ? -v : v;
 }
 
@@ -285,9 +288,12 @@ TEST(Half, RoundsToNearestEven) {
         // Above 65504 the next "value" is 65536 for rounding purposes (IEEE overflow rule).
         const double vhi = lo == 0x7bff ? 65536.0 : decode_half(hi);
         const double dl = x - decode_half(lo), dh = vhi - x;
-        if (dl < dh) want = lo;
-        else if (dh < dl) want = hi;
-        else want = (lo & 1) ? hi : lo;
+        if (dl < dh)
+          want = lo;
+        else if (dh < dl)
+          want = hi;
+        else
+          want = (lo & 1) ? hi : lo;
       }
       if (sign) want = static_cast<uint16_t>(want | 0x8000);
       ASSERT_EQ(got, want) << "input " << f << " (bits " << std::hex << (fb | sign) << ")";
@@ -304,8 +310,8 @@ TEST(Half, TensorConversionsMatchNumpy) {
   const Tensor h = astype(x, float16);
   EXPECT_EQ(h.dtype(), float16);
   const std::vector<double> got = h.to_vector<double>();
-  const std::vector<double> want = {0.0999755859375, 65504.0, INFINITY, 2.9981136322021484e-05,
-                                    2048.0, -INFINITY};
+  const std::vector<double> want = {0.0999755859375,        65504.0, INFINITY,
+                                    2.9981136322021484e-05, 2048.0,  -INFINITY};
   EXPECT_EQ(got, want);
   // f64 -> f16 goes through the nearest float first; these values are exact in f32.
   EXPECT_EQ(astype(tensor({0.5, -1.25}), float16).to_vector<float>(),

@@ -1,10 +1,10 @@
 // The IR: tracing, printing, parsing, verifying, evaluating, and the DCE/CSE passes.
 #include <gtest/gtest.h>
+#include <kiln/ir.h>
+#include <kiln/kiln.h>
 
 #include <cmath>
 #include <cstring>
-#include <kiln/ir.h>
-#include <kiln/kiln.h>
 #include <limits>
 #include <memory>
 
@@ -17,9 +17,8 @@ using Ts = std::vector<Tensor>;
 using testing::expect_error;
 
 ir::Traced trace_fx() {
-  return ir::trace_function("f", {{float32, {3}}, {float32, {3}}}, [](const Ts& a) {
-    return Ts{sum(sin(a[0]) * a[1])};
-  });
+  return ir::trace_function("f", {{float32, {3}}, {float32, {3}}},
+                            [](const Ts& a) { return Ts{sum(sin(a[0]) * a[1])}; });
 }
 
 TEST(Ir, TracePrintsReadableText) {
@@ -47,8 +46,8 @@ TEST(Ir, ParseRoundTripsAndComputesTheSame) {
 TEST(Ir, CapturedConcreteTensorsBecomeConstants) {
   const Tensor c = tensor({1.0, 2.0});
   const auto f = ir::trace_function("g", {{float64, {2}}}, [&](const Ts& a) {
-    return Ts{a[0] * c + 2.0};
-  }).function;
+                   return Ts{a[0] * c + 2.0};
+                 }).function;
   const std::string text = ir::print(*f);
   EXPECT_NE(text.find("= const [1, 2] : f64[2]"), std::string::npos) << text;
   EXPECT_NE(text.find("= const 2 : f64[]"), std::string::npos) << text;
@@ -61,15 +60,15 @@ TEST(Ir, NestedTraceClosureConvertsOuterValues) {
   std::shared_ptr<ir::Function> inner;
   std::size_t captures = 0;
   const auto outer = ir::trace_function("outer", {{float32, {2}}}, [&](const Ts& a) {
-    const Tensor y = exp(a[0]);
-    const ir::Traced t = ir::trace_function("inner", {{float32, {2}}},
-                                            [&](const Ts& b) { return Ts{b[0] * y}; });
-    inner = t.function;
-    captures = t.captures.size();
-    Ts args{a[0]};
-    args.insert(args.end(), t.captures.begin(), t.captures.end());
-    return ir::evaluate(*t.function, args);  // records into the outer trace
-  }).function;
+                       const Tensor y = exp(a[0]);
+                       const ir::Traced t = ir::trace_function(
+                           "inner", {{float32, {2}}}, [&](const Ts& b) { return Ts{b[0] * y}; });
+                       inner = t.function;
+                       captures = t.captures.size();
+                       Ts args{a[0]};
+                       args.insert(args.end(), t.captures.begin(), t.captures.end());
+                       return ir::evaluate(*t.function, args);  // records into the outer trace
+                     }).function;
   EXPECT_EQ(captures, 1u);
   ASSERT_EQ(inner->params.size(), 2u);  // declared x, then the captured y
   const Tensor x = tensor({0.f, 1.f});
@@ -93,7 +92,9 @@ TEST(Ir, ConcreteValueOfTracerRaisesPointingToCond) {
 
 TEST(Ir, TypeErrorsWhileTracingNameTheCallSite) {
   try {
-    ir::trace_function("h", {{float32, {2, 3}}}, [](const Ts& a) { return Ts{reshape(a[0], {4, 2})}; });
+    ir::trace_function("h", {{float32, {2, 3}}}, [](const Ts& a) {
+      return Ts{reshape(a[0], {4, 2})};
+    });
     FAIL() << "expected an Error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("test_ir.cpp"), std::string::npos) << e.what();
@@ -224,12 +225,14 @@ TEST(Passes, TransposedProductBecomesProductOfTransposes) {
       "}";
   EXPECT_EQ(optimized(shared), shared);
   // And the values agree with the unoptimised function.
-  const auto f = ir::parse("func @f(%a: f32[2,3], %b: f32[3,4]) -> f32[4,2] {\n"
-                           "  %0 = matmul %a, %b : f32[2,4]\n"
-                           "  %1 = transpose %0 {perm=[1, 0]} : f32[4,2]\n"
-                           "  return %1\n"
-                           "}");
-  const Tensor a = random::normal(random::key(1), {2, 3}), b = random::normal(random::key(2), {3, 4});
+  const auto f = ir::parse(
+      "func @f(%a: f32[2,3], %b: f32[3,4]) -> f32[4,2] {\n"
+      "  %0 = matmul %a, %b : f32[2,4]\n"
+      "  %1 = transpose %0 {perm=[1, 0]} : f32[4,2]\n"
+      "  return %1\n"
+      "}");
+  const Tensor a = random::normal(random::key(1), {2, 3}),
+               b = random::normal(random::key(2), {3, 4});
   const Tensor want = ir::evaluate(*f, Ts{a, b})[0];
   const Tensor got = ir::evaluate(ir::optimize(*f), Ts{a, b})[0];
   EXPECT_LT(max(abs(got - want)).item<float>(), 1e-6);
@@ -239,8 +242,8 @@ TEST(Passes, TransposedProductBecomesProductOfTransposes) {
 TEST(Ir, CallPrimitiveRoundTrips) {
   const auto inner = trace_fx().function;
   const auto outer = ir::trace_function("outer", {{float32, {3}}}, [&](const Ts& a) {
-    return bind(primitive("call"), {a[0], a[0]}, {{"fn", FunctionRef(inner)}});
-  }).function;
+                       return bind(primitive("call"), {a[0], a[0]}, {{"fn", FunctionRef(inner)}});
+                     }).function;
   const std::string text = ir::print(*outer);
   EXPECT_NE(text.find("call %a0, %a0 {fn=func @f("), std::string::npos) << text;
   const auto back = ir::parse(text);

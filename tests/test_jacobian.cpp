@@ -67,7 +67,8 @@ TEST_F(JacobianOfTrees, StructArgumentGivesOneBlockPerField) {
   const Shape out{4, 2};
   const D dw = fd_block([&](const Tensor& w) { return layer({w, p.b}, x); }, p.w);
   const D db = fd_block([&](const Tensor& b) { return layer({p.w, b}, x); }, p.b);
-  for (const auto& [mode, j] : {std::pair{"jacfwd", jacfwd(layer)(p, x)}, std::pair{"jacrev", jacrev(layer)(p, x)}}) {
+  for (const auto& [mode, j] :
+       {std::pair{"jacfwd", jacfwd(layer)(p, x)}, std::pair{"jacrev", jacrev(layer)(p, x)}}) {
     expect_close(j.w, cat(out, p.w.shape()), dw, 1e-8, std::string(mode) + " w");
     expect_close(j.b, cat(out, p.b.shape()), db, 1e-8, std::string(mode) + " b");
   }
@@ -95,7 +96,8 @@ TEST_F(JacobianOfTrees, TreeResultsGiveATreeOfArgumentTrees) {
   };
   const D dw_y = fd_block([&](const Tensor& w) { return f({w, p.b}, x).first; }, p.w);
   const D db_s = fd_block([&](const Tensor& b) { return f({p.w, b}, x).second; }, p.b);
-  for (const auto& [mode, j] : {std::pair{"jacfwd", jacfwd(f)(p, x)}, std::pair{"jacrev", jacrev(f)(p, x)}}) {
+  for (const auto& [mode, j] :
+       {std::pair{"jacfwd", jacfwd(f)(p, x)}, std::pair{"jacrev", jacrev(f)(p, x)}}) {
     expect_close(j.first.w, Shape{4, 2, 3, 2}, dw_y, 1e-8, std::string(mode) + " y/w");
     expect_close(j.second.b, Shape{2}, db_s, 1e-8, std::string(mode) + " s/b");
   }
@@ -105,7 +107,8 @@ TEST_F(JacobianOfTrees, TreeResultsGiveATreeOfArgumentTrees) {
   const auto jg = jacrev(g)(v);
   ASSERT_EQ(jg.size(), 2u);
   expect_close(jg[0][1], Shape{2, 2}, {0.5, 0, 0, -1.0}, 1e-14, "d(v0*v1)/dv1");
-  expect_close(jg[1][0], Shape{2, 2}, {std::cos(0.5), 0, 0, std::cos(-1.0)}, 1e-14, "d sin(v0)/dv0");
+  expect_close(jg[1][0], Shape{2, 2}, {std::cos(0.5), 0, 0, std::cos(-1.0)}, 1e-14,
+               "d sin(v0)/dv0");
   expect_close(jacfwd(g)(v)[0][0], Shape{2, 2}, {2.0, 0, 0, 3.0}, 1e-14, "jacfwd d(v0*v1)/dv0");
 }
 

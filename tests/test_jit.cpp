@@ -2,12 +2,12 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
-#include "testing.h"
-
 #include <atomic>
-#include <cstdlib>
 #include <cmath>
+#include <cstdlib>
 #include <thread>
+
+#include "testing.h"
 
 struct Params {
   kiln::Tensor w, b;
@@ -26,7 +26,8 @@ std::vector<double> predict_ref(const std::vector<double>& w, const std::vector<
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < m; ++j) {
       double s = b[static_cast<std::size_t>(j)];
-      for (int l = 0; l < k; ++l) s += x[static_cast<std::size_t>(i * k + l)] * w[static_cast<std::size_t>(l * m + j)];
+      for (int l = 0; l < k; ++l)
+        s += x[static_cast<std::size_t>(i * k + l)] * w[static_cast<std::size_t>(l * m + j)];
       out[static_cast<std::size_t>(i * m + j)] = std::tanh(s);
     }
   return out;
@@ -202,20 +203,26 @@ std::vector<Body> bodies_with_constants() {
       {"var", [](const Tensor& x) { return var(x, {0}); }},
       {"logsumexp", [](const Tensor& x) { return logsumexp(x, {1}); }},
       {"log_softmax", [](const Tensor& x) { return log_softmax(x); }},
-      {"cross_entropy", [](const Tensor& x) { return nn::cross_entropy(x, tensor({2, 0})); }},
+      {"cross_entropy",
+       [](const Tensor& x) {
+         return nn::cross_entropy(x, tensor({2, 0}));
+       }},
       {"layer_norm", [ln](const Tensor& x) { return ln(x); }},
-      {"batch_norm",
-       [bn](const Tensor& x) { return bn(x, bn.initial_state(), true).first; }},
+      {"batch_norm", [bn](const Tensor& x) { return bn(x, bn.initial_state(), true).first; }},
       {"scan",
        [](const Tensor& x) {
-         return scan([](const Tensor& c, const Tensor& r) { return std::pair{c * 0.5 + r, c}; },
-                     zeros({3}, float64), x)
+         return scan(
+                    [](const Tensor& c, const Tensor& r) {
+                      return std::pair{c * 0.5 + r, c};
+                    },
+                    zeros({3}, float64), x)
              .first;
        }},
       {"cond",
        [](const Tensor& x) {
-         return cond(sum(x) > 0.0, [](const Tensor& a) { return a * 2.0; },
-                     [](const Tensor& a) { return a - 1.0; }, x);
+         return cond(
+             sum(x) > 0.0, [](const Tensor& a) { return a * 2.0; },
+             [](const Tensor& a) { return a - 1.0; }, x);
        }},
       {"while_loop",
        [](const Tensor& x) {
@@ -228,7 +235,8 @@ std::vector<Body> bodies_with_constants() {
 void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(g[i], w[i], 1e-12) << what << " [" << i << "]";
+  for (std::size_t i = 0; i < w.size(); ++i)
+    EXPECT_NEAR(g[i], w[i], 1e-12) << what << " [" << i << "]";
 }
 
 // A jitted function first called inside another transformation compiles there (constant
@@ -274,7 +282,7 @@ TEST(Jit, CallsItselfOnSmallerInputs) {
   total = [jf](const Tensor& x) { return jf(x); };
   const Tensor x = tensor({1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0});
   EXPECT_EQ(total(x).to_vector<double>(), (std::vector<double>{36.0}));  // 1 + ... + 8
-  EXPECT_EQ(jf.cache_size(), 4u);  // lengths 8, 4, 2, 1
+  EXPECT_EQ(jf.cache_size(), 4u);                                        // lengths 8, 4, 2, 1
 }
 
 // Recursion on the very signature being traced can never finish: an Error, not a hang.
@@ -316,7 +324,8 @@ TEST(Jit, SimplifierKeepsTheSignOfZero) {
       EXPECT_EQ(eager[i], jitted[i]) << c.what;
       EXPECT_EQ(std::signbit(eager[i]), std::signbit(jitted[i])) << c.what << " at " << i;
     }
-    EXPECT_EQ(jf.lower(neg_zero).equations.empty(), c.removed) << c.what << "\n" << jf.lower(neg_zero);
+    EXPECT_EQ(jf.lower(neg_zero).equations.empty(), c.removed) << c.what << "\n"
+                                                               << jf.lower(neg_zero);
   }
   // Integers have one zero: x + 0 is x.
   EXPECT_TRUE(jit([](const Tensor& x) { return x + 0; }).lower(tensor({1, 2})).equations.empty());

@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <tuple>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kiln/kiln.h"
@@ -91,7 +91,8 @@ void expect_close(const Tensor& got, const Ref& want, double rtol, double atol) 
   const std::vector<double> g = got.to_vector<double>();
   ASSERT_EQ(g.size(), want.values.size());
   for (std::size_t i = 0; i < g.size(); ++i)
-    ASSERT_NEAR(g[i], want.values[i], atol + rtol * std::abs(want.values[i])) << "at flat index " << i;
+    ASSERT_NEAR(g[i], want.values[i], atol + rtol * std::abs(want.values[i]))
+        << "at flat index " << i;
 }
 
 // Runs the public matmul on random operands of the given shapes and checks the reference.
@@ -131,9 +132,15 @@ TEST(Matmul, HandComputed) {
 TEST(Matmul, RandomMatricesFloat) {
   uint32_t seed = 1;
   for (DType dt : {float32, float64})
-    for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-             {1, 1, 1}, {1, 7, 1}, {5, 1, 3}, {3, 4, 5}, {17, 33, 9}, {64, 64, 64},
-             {1, 50, 40}, {40, 50, 1}, {130, 70, 90}})
+    for (auto [m, k, n] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{1, 1, 1},
+                                                                             {1, 7, 1},
+                                                                             {5, 1, 3},
+                                                                             {3, 4, 5},
+                                                                             {17, 33, 9},
+                                                                             {64, 64, 64},
+                                                                             {1, 50, 40},
+                                                                             {40, 50, 1},
+                                                                             {130, 70, 90}})
       check_shapes({m, k}, {k, n}, dt, seed++);
 }
 
@@ -150,7 +157,7 @@ TEST(Matmul, BatchedAndBroadcastBatch) {
     check_shapes({2, 1, 3, 4}, {5, 4, 6}, dt, seed++);  // -> [2,5,3,6]
     check_shapes({4, 3, 4}, {4, 2}, dt, seed++);        // b shared: one folded gemm
     check_shapes({2, 3, 3, 4}, {4, 2}, dt, seed++);
-    check_shapes({3, 4}, {2, 4, 5}, dt, seed++);        // a shared
+    check_shapes({3, 4}, {2, 4, 5}, dt, seed++);  // a shared
     check_shapes({1, 3, 4}, {6, 4, 5}, dt, seed++);
     check_shapes({64, 16, 16}, {64, 16, 16}, dt, seed++);  // many small gemms, in parallel
     check_shapes({300, 2, 3}, {1, 3, 2}, dt, seed++);
@@ -224,7 +231,8 @@ TEST(Matmul, TransposedAndStridedViews) {
     std::vector<double> Qd(static_cast<std::size_t>(k * n));
     for (int64_t p = 0; p < k; ++p)
       for (int64_t j = 0; j < n; ++j) Qd[p * n + j] = Q[p * 2 * n + 2 * j];
-    const Tensor cols = slice(make(Q, {k, 2 * n}, dt), {Slice{}, Slice{std::nullopt, std::nullopt, 2}});
+    const Tensor cols =
+        slice(make(Q, {k, 2 * n}, dt), {Slice{}, Slice{std::nullopt, std::nullopt, 2}});
     expect_close(matmul(a, cols), ref_matmul(Ad, {m, k}, Qd, {k, n}), tol, tol);
 
     // Batched a with one shared b: batches that fold into one gemm (leading dimension 2k),
@@ -239,7 +247,8 @@ TEST(Matmul, TransposedAndStridedViews) {
     const auto S = random_values(4 * m * k, 8);
     std::vector<double> Sd(S.begin(), S.begin() + m * k);
     Sd.insert(Sd.end(), S.begin() + 2 * m * k, S.begin() + 3 * m * k);
-    const Tensor every_other = slice(make(S, {4, m, k}, dt), {Slice{std::nullopt, std::nullopt, 2}});
+    const Tensor every_other =
+        slice(make(S, {4, m, k}, dt), {Slice{std::nullopt, std::nullopt, 2}});
     expect_close(matmul(every_other, b), ref_matmul(Sd, {2, m, k}, Bd, {k, n}), tol, tol);
     std::vector<double> Ad5;
     for (int t = 0; t < 5; ++t) Ad5.insert(Ad5.end(), Ad.begin(), Ad.end());
@@ -262,15 +271,18 @@ TEST(Matmul, IntegerDtypesExact) {
     // Transposed integer operands.
     const std::vector<double> B2(B.begin(), B.begin() + 37 * 58);
     const Tensor ct = matmul(transpose(make(A, {37, 82}, dt)), make(B2, {37, 58}, dt));
-    expect_close(ct, [&] {
-      std::vector<double> At(82 * 37);
-      for (int i = 0; i < 82; ++i)
-        for (int p = 0; p < 37; ++p) At[i * 37 + p] = A[p * 82 + i];
-      Ref r = ref_matmul(At, {82, 37}, B2, {37, 58});
-      if (dt == uint8)
-        for (double& v : r.values) v = std::fmod(v, 256.0);
-      return r;
-    }(), 0, 0);
+    expect_close(
+        ct,
+        [&] {
+          std::vector<double> At(82 * 37);
+          for (int i = 0; i < 82; ++i)
+            for (int p = 0; p < 37; ++p) At[i * 37 + p] = A[p * 82 + i];
+          Ref r = ref_matmul(At, {82, 37}, B2, {37, 58});
+          if (dt == uint8)
+            for (double& v : r.values) v = std::fmod(v, 256.0);
+          return r;
+        }(),
+        0, 0);
     // A transposed integer b: [37,58] viewed from a row-major [58,37] buffer.
     std::vector<double> B2t(B2.size());
     for (int p = 0; p < 37; ++p)
@@ -365,22 +377,40 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
 }  // namespace
 
 TEST(Matmul, Errors) {
-  expect_error([] { matmul(ones({2, 3}), ones({4, 5})); },
-               {"[matmul] inner dimensions differ", "f32[2,3]", "f32[4,5]", "(3 vs 4)"});
+  expect_error(
+      [] {
+        matmul(ones({2, 3}), ones({4, 5}));
+      },
+      {"[matmul] inner dimensions differ", "f32[2,3]", "f32[4,5]", "(3 vs 4)"});
   EXPECT_THROW(matmul(ones({2, 3}), ones({4, 5})), Error);
   expect_error([] { matmul(ones({3}), ones({4})); }, {"f32[3]", "f32[4]", "(3 vs 4)"});
-  expect_error([] { matmul(ones({2, 3, 4}), ones({3, 4, 5})); },
-               {"batch dimensions cannot be broadcast", "f32[2,3,4]", "f32[3,4,5]", "(2 vs 3)"});
+  expect_error(
+      [] {
+        matmul(ones({2, 3, 4}), ones({3, 4, 5}));
+      },
+      {"batch dimensions cannot be broadcast", "f32[2,3,4]", "f32[3,4,5]", "(2 vs 3)"});
   expect_error([] { matmul(ones({}), ones({3})); }, {"0-d operand", "f32[]", "f32[3]"});
   // The primitive's own checks, reached by binding it directly.
   const Primitive& p = primitive("matmul");
   expect_error([&] { bind1(p, {ones({3}), ones({3, 2})}); }, {"rank >= 2", "f32[3]", "f32[3,2]"});
-  expect_error([&] { bind1(p, {ones({2, 2, 3}), ones({3, 3, 2})}); },
-               {"batch dimensions differ", "f32[2,2,3]", "f32[3,3,2]"});
-  expect_error([&] { bind1(p, {ones({2, 3}), ones({3, 2}, float64)}); },
-               {"differ in dtype", "f32[2,3]", "f64[3,2]"});
-  expect_error([&] { bind1(p, {ones({2, 3}, bool_), ones({3, 2}, bool_)}); },
-               {"unsupported dtype", "bool[2,3]"});
-  expect_error([&] { bind1(p, {ones({2, 3}), ones({4, 2})}); },
-               {"inner dimensions differ", "f32[2,3]", "f32[4,2]", "(3 vs 4)"});
+  expect_error(
+      [&] {
+        bind1(p, {ones({2, 2, 3}), ones({3, 3, 2})});
+      },
+      {"batch dimensions differ", "f32[2,2,3]", "f32[3,3,2]"});
+  expect_error(
+      [&] {
+        bind1(p, {ones({2, 3}), ones({3, 2}, float64)});
+      },
+      {"differ in dtype", "f32[2,3]", "f64[3,2]"});
+  expect_error(
+      [&] {
+        bind1(p, {ones({2, 3}, bool_), ones({3, 2}, bool_)});
+      },
+      {"unsupported dtype", "bool[2,3]"});
+  expect_error(
+      [&] {
+        bind1(p, {ones({2, 3}), ones({4, 2})});
+      },
+      {"inner dimensions differ", "f32[2,3]", "f32[4,2]", "(3 vs 4)"});
 }

@@ -24,7 +24,6 @@ using D = std::vector<double>;
 using I32 = std::vector<int32_t>;
 using I64 = std::vector<int64_t>;
 
-
 // ---- creation -------------------------------------------------------------------
 
 TEST(Creation, FromInitializerLists) {

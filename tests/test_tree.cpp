@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "testing.h"
 #include "kiln/tree.h"
+#include "testing.h"
 
 // The usage from the issue, verbatim: a struct in the global namespace.
 struct Params {
@@ -75,7 +75,6 @@ using kiln::testing::expect_error;
 
 using F = std::vector<float>;
 
-
 Tensor vec(std::initializer_list<float> v) { return tensor(v); }
 
 // Same handle (flatten/unflatten never copy tensors), or both undefined.
@@ -126,12 +125,14 @@ TEST(Tree, StaticLeaves) {
   EXPECT_EQ(round_trip(user::Mode::eval, "2", 0), user::Mode::eval);
   EXPECT_EQ(round_trip(std::vector<bool>{true, false}, "[true, false]", 0),
             (std::vector<bool>{true, false}));
-  EXPECT_EQ(round_trip(std::vector<unsigned>{1u, 2u}, "[1, 2]", 0), (std::vector<unsigned>{1u, 2u}));
+  EXPECT_EQ(round_trip(std::vector<unsigned>{1u, 2u}, "[1, 2]", 0),
+            (std::vector<unsigned>{1u, 2u}));
 }
 
 TEST(Tree, LeavesInFlattenOrder) {
   Tensor w = vec({1}), b = vec({2});
-  std::vector<Tensor> leaves = tree_leaves(std::make_tuple(Params{w, b}, 3, std::vector<Tensor>{b}));
+  std::vector<Tensor> leaves =
+      tree_leaves(std::make_tuple(Params{w, b}, 3, std::vector<Tensor>{b}));
   ASSERT_EQ(leaves.size(), 3u);
   expect_same(leaves[0], w);
   expect_same(leaves[1], b);
@@ -238,8 +239,8 @@ TEST(Tree, StructWithVectorOfStructs) {
 TEST(Tree, NamesInFeaturesStyle) {
   std::map<std::string, std::vector<Layer>> net{{"features", {Layer{vec({1}), {}, 1}}},
                                                 {"head", {Layer{vec({2}), vec({3}), 1}}}};
-  EXPECT_EQ(tree_names(net), (std::vector<std::string>{"features.0.weight", "head.0.weight",
-                                                       "head.0.bias"}));
+  EXPECT_EQ(tree_names(net),
+            (std::vector<std::string>{"features.0.weight", "head.0.weight", "head.0.bias"}));
   EXPECT_EQ(tree_paths(net),
             (std::vector<std::string>{"[\"features\"][0].weight", "[\"head\"][0].weight",
                                       "[\"head\"][0].bias"}));
@@ -283,7 +284,8 @@ TEST(Tree, NestedClassRegisteredAtNamespaceScope) {
 }
 
 TEST(Tree, NestedStandardContainers) {
-  using T = std::vector<std::pair<std::optional<Tensor>, std::array<std::map<std::string, Tensor>, 1>>>;
+  using T =
+      std::vector<std::pair<std::optional<Tensor>, std::array<std::map<std::string, Tensor>, 1>>>;
   Tensor a = vec({1}), b = vec({2});
   T t{{a, {{{{"k", b}}}}}, {std::nullopt, {{{}}}}};
   auto back = round_trip(t, "[(optional(*), array[{\"k\": *}]), (optional(), array[{}])]", 2);
@@ -304,7 +306,8 @@ TEST(TreeDef, EqualityAndHash) {
   // A static value changes it.
   EXPECT_NE(def(std::pair<Tensor, int>{a, 3}), def(std::pair<Tensor, int>{a, 4}));
   EXPECT_NE(def(std::pair<Tensor, double>{a, 0.0}), def(std::pair<Tensor, double>{a, -0.0}));
-  EXPECT_NE(def(std::pair<Tensor, std::string>{a, "x"}), def(std::pair<Tensor, std::string>{a, "y"}));
+  EXPECT_NE(def(std::pair<Tensor, std::string>{a, "x"}),
+            def(std::pair<Tensor, std::string>{a, "y"}));
   EXPECT_NE(def(1), def(1.0));
   EXPECT_NE(def(1), def(true));
   // A container size changes it.
@@ -313,7 +316,8 @@ TEST(TreeDef, EqualityAndHash) {
   // The kind of node changes it, even with the same leaves.
   EXPECT_NE(def(std::vector<Tensor>{a, a}), def(std::array<Tensor, 2>{a, a}));
   EXPECT_NE(def(std::vector<Tensor>{a, a}), def(std::tuple<Tensor, Tensor>{a, a}));
-  EXPECT_NE(def(std::map<std::string, Tensor>{{"a", a}}), def(std::map<std::string, Tensor>{{"b", a}}));
+  EXPECT_NE(def(std::map<std::string, Tensor>{{"a", a}}),
+            def(std::map<std::string, Tensor>{{"b", a}}));
   EXPECT_NE(def(std::optional<Tensor>{a}), def(a));
   // NaN static values still compare equal to themselves (jit cache hits).
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -337,7 +341,8 @@ TEST(TreeDef, FirstDifference) {
   Tensor a = vec({1});
   auto def = [](const auto& x) { return tree_structure(x); };
   EXPECT_EQ(first_difference(def(Params{a, a}), def(Params{})), std::nullopt);
-  EXPECT_EQ(first_difference(def(Layer{a, a, 3}), def(Layer{a, a, 4})), ".width: static value 3 vs 4");
+  EXPECT_EQ(first_difference(def(Layer{a, a, 3}), def(Layer{a, a, 4})),
+            ".width: static value 3 vs 4");
   Model two{{Layer{}, Layer{}}, "relu", 0.0}, three{{Layer{}, Layer{}, Layer{}}, "relu", 0.0};
   EXPECT_EQ(first_difference(def(two), def(three)), ".layers: vector of 2 vs 3 children");
   Model m1{{Layer{a, a, 1}}, "relu", 0.0}, m2{{Layer{a, std::nullopt, 1}}, "relu", 0.0};
@@ -350,7 +355,8 @@ TEST(TreeDef, FirstDifference) {
                              def(std::map<std::string, std::pair<Tensor, int>>{{"k", {a, 2}}})),
             "[\"k\"][1]: static value 1 vs 2");
   EXPECT_EQ(first_difference(def(a), def(2.0)), "(root): tensor vs static value 2.0");
-  EXPECT_EQ(first_difference(def(Params{}), def(Partial{})), "(root): struct Params vs struct Partial");
+  EXPECT_EQ(first_difference(def(Params{}), def(Partial{})),
+            "(root): struct Params vs struct Partial");
 }
 
 TEST(TreeMap, OneTree) {
@@ -375,7 +381,12 @@ TEST(TreeMap, TwoTreesSgdStep) {
 TEST(TreeMap, KeepsStaticLeavesAndUndefinedLeaves) {
   Model m{{Layer{tensor({1.0f}), std::nullopt, 5}}, "tanh", 0.1};
   int calls = 0;
-  Model out = tree_map([&](const Tensor& t) { ++calls; return t + 1.0; }, m);
+  Model out = tree_map(
+      [&](const Tensor& t) {
+        ++calls;
+        return t + 1.0;
+      },
+      m);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(out.layers[0].weight.to_vector<float>(), F{2.0f});
   EXPECT_EQ(out.layers[0].width, 5);
@@ -385,7 +396,12 @@ TEST(TreeMap, KeepsStaticLeavesAndUndefinedLeaves) {
   // An undefined leaf in every tree passes through without calling f.
   Params a{tensor({1.0f}), Tensor{}}, b{tensor({2.0f}), Tensor{}};
   calls = 0;
-  Params sum = tree_map([&](const Tensor& x, const Tensor& y) { ++calls; return x + y; }, a, b);
+  Params sum = tree_map(
+      [&](const Tensor& x, const Tensor& y) {
+        ++calls;
+        return x + y;
+      },
+      a, b);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(sum.w.to_vector<float>(), F{3.0f});
   EXPECT_FALSE(sum.b.defined());
@@ -394,7 +410,8 @@ TEST(TreeMap, KeepsStaticLeavesAndUndefinedLeaves) {
 TEST(TreeMap, ThreeTreesOfAStandardContainer) {
   std::vector<Tensor> x{tensor({1.0f}), tensor({2.0f})}, y{tensor({10.0f}), tensor({20.0f})},
       z{tensor({100.0f}), tensor({200.0f})};
-  auto r = tree_map([](const Tensor& a, const Tensor& b, const Tensor& c) { return a + b + c; }, x, y, z);
+  auto r = tree_map([](const Tensor& a, const Tensor& b, const Tensor& c) { return a + b + c; }, x,
+                    y, z);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(r[1].to_vector<float>(), F{222.0f});
 }
@@ -410,10 +427,13 @@ TEST(TreeMap, MismatchedStructuresNameThePath) {
   Model other_width{{Layer{a, a, 1}, Layer{a, a, 2}}, "relu", 0.0};
   expect_error([&] { tree_map(add, two, other_width); }, "tree_map",
                {"at .layers[1].width: got static value 2 in tree 2, expected static value 1"});
-  expect_error([&] { tree_map(add, Params{a, a}, std::map<std::string, Tensor>{{"w", a}, {"b", a}}); },
-               "tree_map",
-               {"at (root): got map with keys [\"b\", \"w\"] in tree 2, expected struct Params "
-                "with fields (w, b)"});
+  expect_error(
+      [&] {
+        tree_map(add, Params{a, a}, std::map<std::string, Tensor>{{"w", a}, {"b", a}});
+      },
+      "tree_map",
+      {"at (root): got map with keys [\"b\", \"w\"] in tree 2, expected struct Params "
+       "with fields (w, b)"});
   std::map<std::string, Tensor> m1{{"x", a}}, m2{{"y", a}};
   expect_error([&] { tree_map(add, m1, m2); }, "tree_map",
                {"got map with keys [\"y\"] in tree 2, expected map with keys [\"x\"]"});
@@ -443,19 +463,32 @@ TEST(TreeUnflatten, StructureDoesNotMatchTheType) {
   expect_error([&] { tree_unflatten<Params>(model, two); }, "tree_unflatten",
                {"structure does not match the type at (root): got struct Model with fields "
                 "(layers, activation, dropout), expected struct Params with fields (w, b)"});
-  expect_error([&] { tree_unflatten<std::vector<Tensor>>(tree_structure(std::array<Tensor, 2>{a, a}), two); },
-               "tree_unflatten", {"at (root): got array of 2 children, expected vector"});
-  expect_error([&] { tree_unflatten<std::array<Tensor, 3>>(tree_structure(std::array<Tensor, 2>{a, a}), two); },
-               "tree_unflatten", {"got array of 2 children, expected array of 3 children"});
+  expect_error(
+      [&] {
+        tree_unflatten<std::vector<Tensor>>(tree_structure(std::array<Tensor, 2>{a, a}), two);
+      },
+      "tree_unflatten", {"at (root): got array of 2 children, expected vector"});
+  expect_error(
+      [&] {
+        tree_unflatten<std::array<Tensor, 3>>(tree_structure(std::array<Tensor, 2>{a, a}), two);
+      },
+      "tree_unflatten", {"got array of 2 children, expected array of 3 children"});
   // A static value of the wrong type, deep inside.
   using Wrong = std::vector<std::pair<Tensor, double>>;
   const TreeDef ints = tree_structure(std::vector<std::pair<Tensor, int>>{{a, 1}, {a, 2}});
   expect_error([&] { tree_unflatten<Wrong>(ints, two); }, "tree_unflatten",
                {"at [0][1]: got static value 1, expected static floating-point value"});
-  expect_error([&] { tree_unflatten<std::map<std::string, Tensor>>(tree_structure(std::map<std::string, int>{{"k", 1}}), {}); },
-               "tree_unflatten", {"at [\"k\"]: got static value 1, expected tensor"});
-  expect_error([&] { tree_unflatten<Layer>(tree_structure(Layer{a, a, 1}), std::vector<Tensor>{a}); },
-               "tree_unflatten", {"wrong number of leaves"});
+  expect_error(
+      [&] {
+        tree_unflatten<std::map<std::string, Tensor>>(
+            tree_structure(std::map<std::string, int>{{"k", 1}}), {});
+      },
+      "tree_unflatten", {"at [\"k\"]: got static value 1, expected tensor"});
+  expect_error(
+      [&] {
+        tree_unflatten<Layer>(tree_structure(Layer{a, a, 1}), std::vector<Tensor>{a});
+      },
+      "tree_unflatten", {"wrong number of leaves"});
 }
 
 TEST(TreeUnflatten, HandBuiltTreeDef) {

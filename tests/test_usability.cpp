@@ -34,16 +34,34 @@ TEST(Errors, EveryOpNamesTheCallersLine) {
       {"clip", [&] { (void)clip(a, b, b); }},
       {"matmul", [&] { (void)matmul(a, a); }},
       {"reshape", [&] { (void)reshape(a, {5}); }},
-      {"transpose", [&] { (void)transpose(a, {0, 0}); }},
-      {"broadcast_to", [&] { (void)broadcast_to(a, {3, 3}); }},
+      {"transpose",
+       [&] {
+         (void)transpose(a, {0, 0});
+       }},
+      {"broadcast_to",
+       [&] {
+         (void)broadcast_to(a, {3, 3});
+       }},
       {"expand_dims", [&] { (void)expand_dims(a, 5); }},
       {"squeeze", [&] { (void)squeeze(a, {0}); }},
-      {"slice", [&] { (void)slice(a, {Slice{0, 1, 0}}); }},
+      {"slice",
+       [&] {
+         (void)slice(a, {Slice{0, 1, 0}});
+       }},
       {"index", [&] { (void)index(a, 7); }},
-      {"concatenate", [&] { (void)concatenate({a, b}); }},
-      {"stack", [&] { (void)stack({a, m}); }},
+      {"concatenate",
+       [&] {
+         (void)concatenate({a, b});
+       }},
+      {"stack",
+       [&] {
+         (void)stack({a, m});
+       }},
       {"split", [&] { (void)split(a, 4, 1); }},
-      {"pad", [&] { (void)pad(a, {{1, 1}}); }},
+      {"pad",
+       [&] {
+         (void)pad(a, {{1, 1}});
+       }},
       {"sum", [&] { (void)sum(a, {3}); }},
       {"mean", [&] { (void)mean(a, {-4}); }},
       {"max", [&] { (void)max(a, {2}); }},
@@ -62,11 +80,13 @@ TEST(Errors, EveryOpNamesTheCallersLine) {
       {"operator==", [&] { (void)(a == b); }},
       {"operator&&", [&] { (void)(flag && ones({3}, bool_)); }},
       {"operator+ (scalar)", [&] { (void)(Tensor() + 1.0); }},
-      {"operator+=", [&] {
+      {"operator+=",
+       [&] {
          Tensor c = a;
          c += b;
        }},
-      {"operator*= (scalar)", [&] {
+      {"operator*= (scalar)",
+       [&] {
          Tensor c;
          c *= 2.0;
        }},
@@ -104,14 +124,15 @@ TEST(Errors, ATracedValueUsedAfterItsTraceSaysItEscaped) {
   (void)f(ones({3}));
   for (const auto& use : std::vector<std::function<void()>>{
            [&] { (void)leaked.to_vector<float>(); },  // asking for its value
-           [&] { (void)(leaked + 1.0); },              // computing with it eagerly
+           [&] { (void)(leaked + 1.0); },             // computing with it eagerly
            [&] { (void)jit([&](const Tensor& x) { return x + leaked; })(ones({3})); }}) {
     try {
       use();
       ADD_FAILURE() << "expected an Error";
     } catch (const Error& e) {
       const std::string msg = e.what();
-      EXPECT_NE(msg.find("a traced value escaped the function that traced it"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("a traced value escaped the function that traced it"), std::string::npos)
+          << msg;
       EXPECT_NE(msg.find("created at"), std::string::npos) << msg;
       EXPECT_NE(msg.find("test_usability.cpp"), std::string::npos) << msg;
       EXPECT_EQ(msg.find("kiln::cond"), std::string::npos) << msg;

@@ -11,6 +11,7 @@
 // 3. The API: in_axes / out_axes / none / axis_name, nesting, composition with grad, jvp/vjp,
 //    jacfwd/jacrev and jit, random numbers under vmap, and the errors users see.
 #include <gtest/gtest.h>
+#include <kiln/kiln.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,8 +19,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <kiln/kiln.h>
 
 #include "primitive_samples.h"
 #include "testing.h"
@@ -49,8 +48,8 @@ void expect_close(const Tensor& got, const Tensor& want, double rtol, const std:
   for (std::size_t k = 0; k < g.size(); ++k) {
     if (std::isnan(w[k]) && std::isnan(g[k])) continue;
     if (!(std::abs(g[k] - w[k]) <= tol * scale)) {
-      ADD_FAILURE() << what << ": element " << k << " got " << g[k] << ", expected " << w[k]
-                    << " (" << want.type() << ")";
+      ADD_FAILURE() << what << ": element " << k << " got " << g[k] << ", expected " << w[k] << " ("
+                    << want.type() << ")";
       return;
     }
   }
@@ -238,8 +237,10 @@ Tensor loop(F f, const Ts& args, const Dims& axes, int64_t n, int out_axis = 0) 
     Ts a;
     for (std::size_t k = 0; k < args.size(); ++k)
       a.push_back(axes[k] ? index(moveaxis(args[k], *axes[k], 0), i) : args[k]);
-    if constexpr (N == 1) outs.push_back(f(a[0]));
-    else outs.push_back(f(a[0], a[1]));
+    if constexpr (N == 1)
+      outs.push_back(f(a[0]));
+    else
+      outs.push_back(f(a[0], a[1]));
   }
   return stack(outs, out_axis);
 }
@@ -247,14 +248,20 @@ Tensor loop(F f, const Ts& args, const Dims& axes, int64_t n, int out_axis = 0) 
 TEST(VmapApi, InAxesIntsNegativeAndNone) {
   auto f = [](const Tensor& x, const Tensor& y) { return sin(x) * y + sum(y * y); };
   const Tensor x = rand(1, Shape{4, 3}), y_last = rand(2, Shape{3, 4}), y = rand(3, Shape{3});
-  expect_close(vmap(f)(x, transpose(y_last)), loop<2>(f, {x, transpose(y_last)}, {0, 0}, 4), 1e-12, "default");
-  expect_close(vmap(f, in_axes(0, -1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4), 1e-12, "negative");
-  expect_close(vmap(f, in_axes(-2, 1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4), 1e-12, "both");
-  expect_close(vmap(f, in_axes(0, none))(x, y), loop<2>(f, {x, y}, {0, std::nullopt}, 4), 1e-12, "none");
-  expect_close(vmap(f, in_axes(none, 1))(y, y_last), loop<2>(f, {y, y_last}, {std::nullopt, 1}, 4), 1e-12,
-               "none first");
+  expect_close(vmap(f)(x, transpose(y_last)), loop<2>(f, {x, transpose(y_last)}, {0, 0}, 4), 1e-12,
+               "default");
+  expect_close(vmap(f, in_axes(0, -1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4), 1e-12,
+               "negative");
+  expect_close(vmap(f, in_axes(-2, 1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4), 1e-12,
+               "both");
+  expect_close(vmap(f, in_axes(0, none))(x, y), loop<2>(f, {x, y}, {0, std::nullopt}, 4), 1e-12,
+               "none");
+  expect_close(vmap(f, in_axes(none, 1))(y, y_last), loop<2>(f, {y, y_last}, {std::nullopt, 1}, 4),
+               1e-12, "none first");
   // A pair argument: in_axes applies to every leaf of the argument.
-  auto g = [](const std::pair<Tensor, Tensor>& p, const Tensor& x) { return p.first * x + p.second; };
+  auto g = [](const std::pair<Tensor, Tensor>& p, const Tensor& x) {
+    return p.first * x + p.second;
+  };
   const Tensor a = rand(4, Shape{4, 3}), b = rand(5, Shape{4, 3});
   const Tensor got = vmap(g, in_axes(0, 0))(std::make_pair(a, b), x);
   expect_close(got, a * x + b, 1e-12, "tree argument");
@@ -272,8 +279,8 @@ TEST(VmapApi, OutAxes) {
   expect_close(u, exp(c), 0, "out_axes none");
   // ... or broadcast along the requested axis.
   expect_close(vmap(g, in_axes(0, none))(x, c), broadcast_to(exp(c), Shape{4, 3}), 0, "broadcast");
-  expect_close(vmap(g, in_axes(0, none), out_axes(1))(x, c), broadcast_to(expand_dims(exp(c), 1), Shape{3, 4}),
-               0, "broadcast at 1");
+  expect_close(vmap(g, in_axes(0, none), out_axes(1))(x, c),
+               broadcast_to(expand_dims(exp(c), 1), Shape{3, 4}), 0, "broadcast at 1");
   // Several results, one axis each.
   auto two = [](const Tensor& v) { return std::make_tuple(v + 1.0, sum(v)); };
   const auto [p, q] = vmap(two, out_axes(1, 0))(x);
@@ -321,38 +328,49 @@ TEST(VmapApi, CollectivesOverNestedNamedAxes) {
   };
   const Tensor got = vmap(vmap(f, axis_name("inner")), axis_name("outer"))(x);
   const Tensor want = x - sum(x, {0}, true) + 10.0 * max(x, {1}, true) +
-                      astype(arange(3, int32), float64) + 100.0 * expand_dims(astype(arange(2, int32), float64), 1);
+                      astype(arange(3, int32), float64) +
+                      100.0 * expand_dims(astype(arange(2, int32), float64), 1);
   expect_close(got, want, 1e-12, "nested collectives");
   // all_gather and pmean over the outer axis from inside the inner one.
-  auto g = [](const Tensor& v) { return std::make_pair(all_gather(v, "outer"), pmean(v, "outer")); };
+  auto g = [](const Tensor& v) {
+    return std::make_pair(all_gather(v, "outer"), pmean(v, "outer"));
+  };
   const auto [ga, pm] = vmap(vmap(g, axis_name("inner")), axis_name("outer"))(x);
   // Example (a, b) gathers x[:, b].
   EXPECT_EQ(ga.shape(), (Shape{2, 3, 2}));
   for (int64_t a = 0; a < 2; ++a)
-    for (int64_t b = 0; b < 3; ++b) expect_close(index(index(ga, a), b), index(transpose(x), b), 0, "all_gather");
+    for (int64_t b = 0; b < 3; ++b)
+      expect_close(index(index(ga, a), b), index(transpose(x), b), 0, "all_gather");
   expect_close(pm, broadcast_to(mean(x, {0}, true), Shape{2, 3}), 1e-12, "pmean");
 }
 
 TEST(VmapApi, VmapOfGradMatchesLoopOfGrad) {
-  auto f = [](const Tensor& w, const Tensor& x) { return sum(tanh(matmul(x, w)) * tanh(matmul(x, w))); };
-  const Tensor ws = rand(12, Shape{4, 3, 2}), xs = rand(13, Shape{4, 5, 3}), w = rand(14, Shape{3, 2});
+  auto f = [](const Tensor& w, const Tensor& x) {
+    return sum(tanh(matmul(x, w)) * tanh(matmul(x, w)));
+  };
+  const Tensor ws = rand(12, Shape{4, 3, 2}), xs = rand(13, Shape{4, 5, 3}),
+               w = rand(14, Shape{3, 2});
   expect_close(vmap(grad(f))(ws, xs), loop<2>(grad(f), {ws, xs}, {0, 0}, 4), 1e-12, "both batched");
-  expect_close(vmap(grad(f), in_axes(none, 0))(w, xs), loop<2>(grad(f), {w, xs}, {std::nullopt, 0}, 4), 1e-12,
-               "per-example gradients");
+  expect_close(vmap(grad(f), in_axes(none, 0))(w, xs),
+               loop<2>(grad(f), {w, xs}, {std::nullopt, 0}, 4), 1e-12, "per-example gradients");
   expect_close(vmap(grad(f), in_axes(2, none))(moveaxis(ws, 0, 2), index(xs, 0)),
-               loop<2>(grad(f), {ws, index(xs, 0)}, {0, std::nullopt}, 4), 1e-12, "weights on axis 2");
+               loop<2>(grad(f), {ws, index(xs, 0)}, {0, std::nullopt}, 4), 1e-12,
+               "weights on axis 2");
 }
 
 TEST(VmapApi, GradOfVmappedFunctionMatchesLoop) {
   auto f = [](const Tensor& w, const Tensor& x) { return sum(sin(matmul(w, x))); };
   const Tensor w = rand(15, Shape{3, 4}), xs = rand(16, Shape{5, 4});
-  auto total = [f](const Tensor& w_, const Tensor& xs_) { return sum(vmap(f, in_axes(none, 0))(w_, xs_)); };
+  auto total = [f](const Tensor& w_, const Tensor& xs_) {
+    return sum(vmap(f, in_axes(none, 0))(w_, xs_));
+  };
   Tensor want = zeros(Shape{3, 4}, float64);
   for (int64_t i = 0; i < 5; ++i) want = want + grad(f)(w, index(xs, i));
   expect_close(grad(total)(w, xs), want, 1e-12, "grad of sum of vmap");
   // With respect to the batched argument: row i is the gradient for example i.
   const Tensor gx = grad(total, argnums<1>)(w, xs);
-  expect_close(gx, loop<2>(grad(f, argnums<1>), {w, xs}, {std::nullopt, 0}, 5), 1e-12, "grad wrt batch");
+  expect_close(gx, loop<2>(grad(f, argnums<1>), {w, xs}, {std::nullopt, 0}, 5), 1e-12,
+               "grad wrt batch");
   // jit of the whole thing.
   expect_close(jit(grad(total))(w, xs), want, 1e-12, "jit(grad(sum of vmap))");
 }
@@ -362,8 +380,9 @@ TEST(VmapApi, JacobiansMatchVmapOfJvpAndVjp) {
   auto f = [a](const Tensor& x) { return tanh(matmul(a, x)) + sum(x * x); };
   const Tensor x = rand(18, Shape{4});
   // Forward: J e_j for every basis vector at once, stacked as columns.
-  const Tensor jf = vmap([&](const Tensor& t) { return jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{t}).second; },
-                         in_axes(0), out_axes(1))(eye(4, float64));
+  const Tensor jf = vmap(
+      [&](const Tensor& t) { return jvp(f, std::tuple<Tensor>{x}, std::tuple<Tensor>{t}).second; },
+      in_axes(0), out_axes(1))(eye(4, float64));
   // Reverse: e_i^T J for every output at once, stacked as rows.
   const Tensor jr = vmap([&](const Tensor& ct) {
     auto [y, pullback] = vjp(f, x);
@@ -375,8 +394,8 @@ TEST(VmapApi, JacobiansMatchVmapOfJvpAndVjp) {
   expect_close(jf, jr, 1e-12, "forward vs reverse");
   // Jacobians of every example of a batch.
   const Tensor xs = rand(19, Shape{2, 4});
-  expect_close(vmap(jacrev(f))(xs), stack(Ts{jacrev(f)(index(xs, 0)), jacrev(f)(index(xs, 1))}, 0), 1e-12,
-               "vmap(jacrev)");
+  expect_close(vmap(jacrev(f))(xs), stack(Ts{jacrev(f)(index(xs, 0)), jacrev(f)(index(xs, 1))}, 0),
+               1e-12, "vmap(jacrev)");
 }
 
 TEST(VmapApi, JitAndVmapCompose) {
@@ -418,7 +437,8 @@ TEST(VmapApi, UsageExample) {
   // z = 3 everywhere, dL/dz = 2 z = 6, dL/dw = x^T (6) = 6, dL/db = 6.
   expect_close(g.w, full(Shape{5, 3, 2}, 6.0), 0, "g.w");
   expect_close(g.b, full(Shape{5, 2}, 6.0), 0, "g.b");
-  auto centered = vmap([](const Tensor& v) { return v - pmean(v, "batch"); }, in_axes(0), axis_name("batch"));
+  auto centered =
+      vmap([](const Tensor& v) { return v - pmean(v, "batch"); }, in_axes(0), axis_name("batch"));
   expect_close(centered(tensor({1.f, 2.f, 3.f})), tensor({-1.f, 0.f, 1.f}), 0, "centered");
   std::ostringstream os;
   os << g.w.shape();
@@ -446,7 +466,8 @@ TEST(VmapErrors, AxisOutOfRangeNamesTheArgumentAndRank) {
 }
 
 TEST(VmapErrors, UnknownAxisNameNamesTheAxesInScope) {
-  auto bad = vmap([](const Tensor& v) { return v - pmean(v, "oops"); }, in_axes(0), axis_name("batch"));
+  auto bad =
+      vmap([](const Tensor& v) { return v - pmean(v, "oops"); }, in_axes(0), axis_name("batch"));
   const std::string e = error_of([&] { bad(tensor({1.f, 2.f, 3.f})); });
   EXPECT_NE(e.find("'oops'"), std::string::npos) << e;
   EXPECT_NE(e.find("[batch]"), std::string::npos) << e;
@@ -461,7 +482,8 @@ TEST(VmapRandom, BatchedKeysGiveIndependentStreams) {
   const Tensor rows = vmap([](const Tensor& key) { return random::normal(key, {3}); })(keys);
   ASSERT_EQ(rows.type(), (TensorType{float32, Shape{4, 3}}));
   for (int64_t i = 0; i < 4; ++i) {
-    expect_close(index(rows, i), random::normal(index(keys, i), {3}), 0, "row " + std::to_string(i));
+    expect_close(index(rows, i), random::normal(index(keys, i), {3}), 0,
+                 "row " + std::to_string(i));
     for (int64_t j = 0; j < i; ++j)
       EXPECT_NE(values(index(rows, i)), values(index(rows, j))) << "rows " << i << " and " << j;
   }
@@ -480,7 +502,8 @@ TEST(VmapRandom, UnbatchedKeyGivesTheSameNumbersForEveryExample) {
   auto f = [](const Tensor& key, const Tensor& x) { return random::normal(key, {3}, float64) + x; };
   const Tensor got = vmap(f, in_axes(none, 0))(k, xs);
   const Tensor draw = random::normal(k, {3}, float64);
-  for (int64_t i = 0; i < 4; ++i) expect_close(index(got, i) - index(xs, i), draw, 1e-14, "example " + std::to_string(i));
+  for (int64_t i = 0; i < 4; ++i)
+    expect_close(index(got, i) - index(xs, i), draw, 1e-14, "example " + std::to_string(i));
 }
 
 }  // namespace
@@ -500,8 +523,11 @@ TEST(VmapApi, LeafAxesMapEachLeafOfAnArgument) {
     const Tensor want = f(Params{w, index(swapaxes(bs, 0, 1), i)}, index(xs, i));
     EXPECT_EQ(index(got, i).to_vector<double>(), want.to_vector<double>()) << "example " << i;
   }
-  kiln::testing::expect_error([&] { vmap(f, in_axes(leaf_axes(0), 0))(Params{w, bs}, xs); }, "vmap",
-                              {"leaf_axes for argument 0", "expected 2"});
+  kiln::testing::expect_error(
+      [&] {
+        vmap(f, in_axes(leaf_axes(0), 0))(Params{w, bs}, xs);
+      },
+      "vmap", {"leaf_axes for argument 0", "expected 2"});
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ inline void expect_error(const std::function<void()>& fn, const std::string& op,
       EXPECT_NE(msg.find(p), std::string::npos) << "missing '" << p << "' in: " << msg;
     return;
   } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected a kiln::Error from " << op << ", got another exception: " << e.what();
+    ADD_FAILURE() << "expected a kiln::Error from " << op
+                  << ", got another exception: " << e.what();
     return;
   }
   ADD_FAILURE() << "expected a kiln::Error from " << op;

@@ -69,9 +69,7 @@ inline void panel(std::ostringstream& os, double x0, const char* title,
   if (!(hi > lo)) lo -= 0.5, hi += 0.5;
   const double pad = (hi - lo) * 0.08;
   lo -= pad, hi += pad;
-  auto X = [&](int e) {
-    return x0 + left + (epochs > 1 ? pw * (e - 1) / (epochs - 1) : pw / 2);
-  };
+  auto X = [&](int e) { return x0 + left + (epochs > 1 ? pw * (e - 1) / (epochs - 1) : pw / 2); };
   auto Y = [&](double v) { return top + ph * (1 - (v - lo) / (hi - lo)); };
   os << "<text x='" << x0 + left + pw / 2 << "' y='22' text-anchor='middle' font-size='15'>"
      << title << "</text>\n";
@@ -81,12 +79,12 @@ inline void panel(std::ostringstream& os, double x0, const char* title,
     const double v = lo + (hi - lo) * i / 4, y = Y(v);
     os << "<line x1='" << x0 + left << "' x2='" << x0 + left + pw << "' y1='" << y << "' y2='" << y
        << "' stroke='#ddd'/><text x='" << x0 + left - 6 << "' y='" << y + 4
-       << "' text-anchor='end' font-size='11'>" << (std::abs(hi) < 10 ? std::round(v * 1000) / 1000 : std::round(v))
-       << "</text>\n";
+       << "' text-anchor='end' font-size='11'>"
+       << (std::abs(hi) < 10 ? std::round(v * 1000) / 1000 : std::round(v)) << "</text>\n";
   }
   for (int e = 1; e <= epochs; ++e)
-    os << "<text x='" << X(e) << "' y='" << top + ph + 16 << "' text-anchor='middle' font-size='11'>"
-       << e << "</text>\n";
+    os << "<text x='" << X(e) << "' y='" << top + ph + 16
+       << "' text-anchor='middle' font-size='11'>" << e << "</text>\n";
   os << "<text x='" << x0 + left + pw / 2 << "' y='" << top + ph + 34
      << "' text-anchor='middle' font-size='12'>epoch</text>\n";
   double ly = top + 14;
@@ -96,10 +94,10 @@ inline void panel(std::ostringstream& os, double x0, const char* title,
       os << X(static_cast<int>(i) + 1) << "," << Y(s.values[i]) << " ";
     os << "'/>\n";
     for (std::size_t i = 0; i < s.values.size(); ++i)
-      os << "<circle r='3' fill='" << s.color << "' cx='" << X(static_cast<int>(i) + 1)
-         << "' cy='" << Y(s.values[i]) << "'/>\n";
-    os << "<text x='" << x0 + left + pw - 8 << "' y='" << ly << "' text-anchor='end' font-size='12' fill='"
-       << s.color << "'>" << s.name << "</text>\n";
+      os << "<circle r='3' fill='" << s.color << "' cx='" << X(static_cast<int>(i) + 1) << "' cy='"
+         << Y(s.values[i]) << "'/>\n";
+    os << "<text x='" << x0 + left + pw - 8 << "' y='" << ly
+       << "' text-anchor='end' font-size='12' fill='" << s.color << "'>" << s.name << "</text>\n";
     ly += 16;
   }
 }

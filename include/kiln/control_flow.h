@@ -2,10 +2,11 @@
 //
 // Eagerly (no active trace) they run natively: cond runs only the chosen branch and loops are
 // C++ loops that read the predicate with item<bool>(). Branches and bodies that do not run are
-// still traced (abstractly, nothing computed), so eager code is checked exactly as traced code. Under a trace (jit, grad, vmap, ...)
-// they become higher-order primitives whose branches and bodies are sub-functions
-// (FunctionRef attributes); tensors of the enclosing trace that a branch or body closes over
-// become extra operands of the primitive (closure conversion). Every transform handles them.
+// still traced (abstractly, nothing computed), so eager code is checked exactly as traced code.
+// Under a trace (jit, grad, vmap, ...) they become higher-order primitives whose branches and
+// bodies are sub-functions (FunctionRef attributes); tensors of the enclosing trace that a branch
+// or body closes over become extra operands of the primitive (closure conversion). Every transform
+// handles them.
 #pragma once
 
 #include <cstdint>
@@ -39,12 +40,9 @@ std::vector<Tensor> while_flat(const FlatFn& cond_fn, const FlatFn& body_fn,
                                const std::vector<Tensor>& init, const TreeDef& init_def);
 // body maps (carry leaves ++ x leaves) to the leaves of a (carry, y) pair. Returns the final
 // carry leaves ++ the stacked y leaves, and the structure of y.
-std::pair<std::vector<Tensor>, TreeDef> scan_flat(const FlatFn& body,
-                                                  const std::vector<Tensor>& init,
-                                                  const TreeDef& init_def,
-                                                  const std::vector<Tensor>& xs,
-                                                  std::optional<int64_t> length, bool reverse,
-                                                  int64_t unroll = 1);
+std::pair<std::vector<Tensor>, TreeDef> scan_flat(
+    const FlatFn& body, const std::vector<Tensor>& init, const TreeDef& init_def,
+    const std::vector<Tensor>& xs, std::optional<int64_t> length, bool reverse, int64_t unroll = 1);
 // The predicate as a branch index (false -> 0, true -> 1); an Error unless it is a bool scalar.
 Tensor predicate_index(std::string_view op, const Tensor& pred);
 // An int32 scalar holding v.
@@ -56,9 +54,9 @@ int64_t trip_count(int64_t lo, int64_t hi);
 // What f(args...) returns, or void when f cannot be called so: lets a static_assert be the
 // one error a wrong user function produces.
 template <class F, class... Args>
-using result_or_void = typename std::conditional_t<std::is_invocable_v<F, Args...>,
-                                                   std::invoke_result<F, Args...>,
-                                                   std::type_identity<void>>::type;
+using result_or_void =
+    typename std::conditional_t<std::is_invocable_v<F, Args...>, std::invoke_result<F, Args...>,
+                                std::type_identity<void>>::type;
 
 // body(i, carry) returns the carry's type.
 template <class BF, class T>
@@ -66,7 +64,10 @@ concept fori_body = std::is_convertible_v<result_or_void<BF&, const Tensor&, con
 
 // A (carry, y) result: a std::pair or a two-element std::tuple.
 template <class T>
-concept carry_and_output = requires { std::tuple_size<T>::value; } && std::tuple_size_v<T> == 2;
+concept carry_and_output = requires {
+  std::tuple_size<T>::value;
+}
+&&std::tuple_size_v<T> == 2;
 
 }  // namespace detail::cf
 
@@ -80,9 +81,9 @@ auto cond(const Tensor& pred, TF true_fn, FF false_fn, const Ops&... operands) {
                 "cond: both branches must return the same C++ type");
   auto [leaves, def] = tree_flatten(std::tuple<Ops...>(operands...));
   std::vector<detail::cf::FlatFn> branches{detail::flat_fn<Ops...>(false_fn, def),
-                                            detail::flat_fn<Ops...>(true_fn, def)};
-  auto [out, out_def] = detail::cf::switch_flat(
-      "cond", detail::cf::predicate_index("cond", pred), branches, {"false_fn", "true_fn"}, leaves);
+                                           detail::flat_fn<Ops...>(true_fn, def)};
+  auto [out, out_def] = detail::cf::switch_flat("cond", detail::cf::predicate_index("cond", pred),
+                                                branches, {"false_fn", "true_fn"}, leaves);
   return tree_unflatten<R>(out_def, out);
 }
 
@@ -102,7 +103,7 @@ R switch_(const Tensor& index, const std::vector<std::function<R()>>& branches) 
 }
 // switch_(index, f0, f1, ...): the same with the branches as arguments.
 template <class F0, class... Fs>
-  requires std::invocable<F0&>
+requires std::invocable<F0&>
 auto switch_(const Tensor& index, F0 f0, Fs... fs) {
   using R = std::decay_t<std::invoke_result_t<F0&>>;
   return switch_<R>(index, std::vector<std::function<R()>>{std::function<R()>(std::move(f0)),
@@ -117,8 +118,12 @@ T while_loop(CF cond_fn, BF body_fn, const T& init) {
   constexpr bool cond_ok = std::is_convertible_v<detail::cf::result_or_void<CF&, const T&>, Tensor>;
   constexpr bool body_ok = std::is_convertible_v<detail::cf::result_or_void<BF&, const T&>, T>;
   if constexpr (!cond_ok || !body_ok) {
-    static_assert(cond_ok, "while_loop: cond_fn must be callable as cond_fn(carry) and return a bool scalar Tensor");
-    static_assert(body_ok, "while_loop: body_fn must be callable as body_fn(carry) and return the carry's type");
+    static_assert(
+        cond_ok,
+        "while_loop: cond_fn must be callable as cond_fn(carry) and return a bool scalar Tensor");
+    static_assert(
+        body_ok,
+        "while_loop: body_fn must be callable as body_fn(carry) and return the carry's type");
     return init;
   } else {
     auto [leaves, def] = tree_flatten(init);
@@ -189,14 +194,14 @@ T fori_loop(int64_t lo, int64_t hi, BF body, const T& init) {
                   "fori_loop: body must be callable as body(i, carry) and return the carry's type");
     return init;
   } else {
-  const int64_t n = detail::cf::trip_count(lo, hi);
-  auto step = [&body](const std::pair<Tensor, T>& c, const std::tuple<>&) {
-    return std::pair{std::pair<Tensor, T>{c.first + 1, static_cast<T>(body(c.first, c.second))},
-                     std::tuple<>{}};
-  };
-  return scan(step, std::pair<Tensor, T>{detail::cf::int_scalar(lo), init}, std::tuple<>{},
-              ScanOptions{.reverse = false, .length = n})
-      .first.second;
+    const int64_t n = detail::cf::trip_count(lo, hi);
+    auto step = [&body](const std::pair<Tensor, T>& c, const std::tuple<>&) {
+      return std::pair{std::pair<Tensor, T>{c.first + 1, static_cast<T>(body(c.first, c.second))},
+                       std::tuple<>{}};
+    };
+    return scan(step, std::pair<Tensor, T>{detail::cf::int_scalar(lo), init}, std::tuple<>{},
+                ScanOptions{.reverse = false, .length = n})
+        .first.second;
   }
 }
 template <class BF, class T>
@@ -206,14 +211,14 @@ T fori_loop(const Tensor& lo, const Tensor& hi, BF body, const T& init) {
                   "fori_loop: body must be callable as body(i, carry) and return the carry's type");
     return init;
   } else {
-  const Tensor l = astype(lo, int32), h = astype(hi, int32);
-  auto res = while_loop([&](const std::pair<Tensor, T>& c) { return c.first < h; },
-                        [&](const std::pair<Tensor, T>& c) {
-                          return std::pair<Tensor, T>{c.first + 1,
-                                                      static_cast<T>(body(c.first, c.second))};
-                        },
-                        std::pair<Tensor, T>{l, init});
-  return res.second;
+    const Tensor l = astype(lo, int32), h = astype(hi, int32);
+    auto res = while_loop(
+        [&](const std::pair<Tensor, T>& c) { return c.first < h; },
+        [&](const std::pair<Tensor, T>& c) {
+          return std::pair<Tensor, T>{c.first + 1, static_cast<T>(body(c.first, c.second))};
+        },
+        std::pair<Tensor, T>{l, init});
+    return res.second;
   }
 }
 

@@ -102,15 +102,42 @@ struct BFloat16 {
 // Maps C++ element types to dtypes and back.
 template <typename T>
 struct dtype_of;
-template <> struct dtype_of<bool> { static constexpr DType value = bool_; };
-template <> struct dtype_of<uint8_t> { static constexpr DType value = uint8; };
-template <> struct dtype_of<uint32_t> { static constexpr DType value = uint32; };
-template <> struct dtype_of<int32_t> { static constexpr DType value = int32; };
-template <> struct dtype_of<int64_t> { static constexpr DType value = int64; };
-template <> struct dtype_of<Half> { static constexpr DType value = float16; };
-template <> struct dtype_of<BFloat16> { static constexpr DType value = bfloat16; };
-template <> struct dtype_of<float> { static constexpr DType value = float32; };
-template <> struct dtype_of<double> { static constexpr DType value = float64; };
+template <>
+struct dtype_of<bool> {
+  static constexpr DType value = bool_;
+};
+template <>
+struct dtype_of<uint8_t> {
+  static constexpr DType value = uint8;
+};
+template <>
+struct dtype_of<uint32_t> {
+  static constexpr DType value = uint32;
+};
+template <>
+struct dtype_of<int32_t> {
+  static constexpr DType value = int32;
+};
+template <>
+struct dtype_of<int64_t> {
+  static constexpr DType value = int64;
+};
+template <>
+struct dtype_of<Half> {
+  static constexpr DType value = float16;
+};
+template <>
+struct dtype_of<BFloat16> {
+  static constexpr DType value = bfloat16;
+};
+template <>
+struct dtype_of<float> {
+  static constexpr DType value = float32;
+};
+template <>
+struct dtype_of<double> {
+  static constexpr DType value = float64;
+};
 template <typename T>
 inline constexpr DType dtype_v = dtype_of<T>::value;
 

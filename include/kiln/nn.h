@@ -216,9 +216,7 @@ template <class... Layers>
 struct Sequential {
   std::tuple<Layers...> layers;
   Sequential() = default;
-  explicit Sequential(Layers... ls)
-    requires(sizeof...(Layers) > 0)
-      : layers(std::move(ls)...) {}
+  explicit Sequential(Layers... ls) requires(sizeof...(Layers) > 0) : layers(std::move(ls)...) {}
 
   Tensor operator()(const Tensor& x) const {
     return std::apply([&](const auto&... l) { return chain(x, nullptr, l...); }, layers);
@@ -227,7 +225,9 @@ struct Sequential {
     return std::apply([&](const auto&... l) { return chain(x, &ctx, l...); }, layers);
   }
   template <std::size_t I>
-  const auto& get() const { return std::get<I>(layers); }
+  const auto& get() const {
+    return std::get<I>(layers);
+  }
 
  private:
   static Tensor chain(const Tensor& x, Context*) { return x; }
@@ -235,8 +235,10 @@ struct Sequential {
   static Tensor chain(const Tensor& x, Context* ctx, const L& l, const Rest&... rest) {
     Tensor y;
     if constexpr (detail::context_layer<L>) {
-      if (ctx != nullptr) y = l(x, *ctx);
-      else y = l(x);
+      if (ctx != nullptr)
+        y = l(x, *ctx);
+      else
+        y = l(x);
     } else {
       y = l(x);
     }
@@ -289,8 +291,7 @@ template <Tree M>
 std::string summary(const M& model, const Tensor& example) {
   detail::SummaryRecorder recorder;
   const Tensor y = model(example);
-  return detail::format_summary(recorder.rows, named_parameters(model), example.shape(),
-                                y.shape());
+  return detail::format_summary(recorder.rows, named_parameters(model), example.shape(), y.shape());
 }
 
 }  // namespace kiln::nn

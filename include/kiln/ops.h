@@ -69,8 +69,10 @@ Tensor weak(const Tensor& like, S s) {
 
 // ---- reductions (axes empty = all axes) -------------------------------------------
 Tensor sum(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
-Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
-Tensor prod(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
+Tensor mean(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+            Loc loc = Loc::current());
+Tensor prod(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+            Loc loc = Loc::current());
 Tensor max(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor min(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor logsumexp(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
@@ -138,8 +140,8 @@ Tensor take(const Tensor& x, const Tensor& indices, int64_t axis = 0, Loc loc = 
 Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis,
                        Loc loc = Loc::current());
 // Returns a copy of x with updates added at indices along axis (the transpose of take).
-Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates,
-                   int64_t axis = 0, Loc loc = Loc::current());
+Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis = 0,
+                   Loc loc = Loc::current());
 Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype = float32,
                Loc loc = Loc::current());
 
@@ -191,18 +193,20 @@ inline Tensor operator==(const Tensor& a, Operand b) { return equal(a, b.tensor,
 inline Tensor operator!=(const Tensor& a, Operand b) { return not_equal(a, b.tensor, b.loc); }
 inline Tensor operator&&(const Tensor& a, Operand b) { return logical_and(a, b.tensor, b.loc); }
 inline Tensor operator||(const Tensor& a, Operand b) { return logical_or(a, b.tensor, b.loc); }
-inline Tensor operator!(const Tensor& a) { return logical_not(a, Loc{}); }  // exact: bool has one too
+inline Tensor operator!(const Tensor& a) {
+  return logical_not(a, Loc{});
+}  // exact: bool has one too
 
-#define KILN_SCALAR_OPERATOR(op, fn)                                \
-  template <Scalar S>                                               \
-  Tensor operator op(Operand a, S s) {                              \
-    const detail::CallSite site(a.loc);                             \
-    return fn(a.tensor, weak(a.tensor, s), a.loc);                  \
-  }                                                                 \
-  template <Scalar S>                                               \
-  Tensor operator op(S s, Operand a) {                              \
-    const detail::CallSite site(a.loc);                             \
-    return fn(weak(a.tensor, s), a.tensor, a.loc);                  \
+#define KILN_SCALAR_OPERATOR(op, fn)               \
+  template <Scalar S>                              \
+  Tensor operator op(Operand a, S s) {             \
+    const detail::CallSite site(a.loc);            \
+    return fn(a.tensor, weak(a.tensor, s), a.loc); \
+  }                                                \
+  template <Scalar S>                              \
+  Tensor operator op(S s, Operand a) {             \
+    const detail::CallSite site(a.loc);            \
+    return fn(weak(a.tensor, s), a.tensor, a.loc); \
   }
 KILN_SCALAR_OPERATOR(+, add)
 KILN_SCALAR_OPERATOR(-, sub)
@@ -223,16 +227,16 @@ struct AssignTarget {
   Loc loc;
   AssignTarget(Tensor& t, Loc l = Loc::current()) : tensor(t), loc(l) {}  // NOLINT: implicit
 };
-#define KILN_COMPOUND_ASSIGNMENT(op, fn)                 \
+#define KILN_COMPOUND_ASSIGNMENT(op, fn)                        \
   inline Tensor& operator op(AssignTarget a, const Tensor& b) { \
-    a.tensor = fn(a.tensor, b, a.loc);                   \
-    return a.tensor;                                     \
-  }                                                      \
-  template <Scalar S>                                    \
-  Tensor& operator op(AssignTarget a, S s) {             \
-    const detail::CallSite site(a.loc);                  \
-    a.tensor = fn(a.tensor, weak(a.tensor, s), a.loc);   \
-    return a.tensor;                                     \
+    a.tensor = fn(a.tensor, b, a.loc);                          \
+    return a.tensor;                                            \
+  }                                                             \
+  template <Scalar S>                                           \
+  Tensor& operator op(AssignTarget a, S s) {                    \
+    const detail::CallSite site(a.loc);                         \
+    a.tensor = fn(a.tensor, weak(a.tensor, s), a.loc);          \
+    return a.tensor;                                            \
   }
 KILN_COMPOUND_ASSIGNMENT(+=, add)
 KILN_COMPOUND_ASSIGNMENT(-=, sub)

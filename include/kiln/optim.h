@@ -167,7 +167,8 @@ class Optimizer {
   template <Tree P>
   OptState<P> init(const P& params) const {
     auto [leaves, def] = tree_flatten(params);
-    detail::FlatState s = detail::init_leaves(*algorithm_, detail::FlatTree{std::move(leaves), def});
+    detail::FlatState s =
+        detail::init_leaves(*algorithm_, detail::FlatTree{std::move(leaves), def});
     OptState<P> out;
     out.step = std::move(s.step);
     for (const auto& [name, slot] : s.slots) out.slots.emplace(name, tree_unflatten<P>(def, slot));

@@ -6,9 +6,9 @@
 #pragma once
 
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
-#include <initializer_list>
 #include <span>
 #include <string>
 #include <string_view>

@@ -31,8 +31,8 @@ Tensor normal(const Tensor& key, const Shape& shape, DType dtype = float32,
 // True with probability p.
 Tensor bernoulli(const Tensor& key, double p, const Shape& shape, Loc loc = Loc::current());
 // Integers uniform in [lo, hi).
-Tensor randint(const Tensor& key, const Shape& shape, int64_t lo, int64_t hi,
-               DType dtype = int32, Loc loc = Loc::current());
+Tensor randint(const Tensor& key, const Shape& shape, int64_t lo, int64_t hi, DType dtype = int32,
+               Loc loc = Loc::current());
 // A random permutation of 0..n-1 (int64).
 Tensor permutation(const Tensor& key, int64_t n, Loc loc = Loc::current());
 

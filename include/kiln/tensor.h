@@ -135,13 +135,12 @@ Tensor empty(const TensorType& type);
 namespace detail {
 // empty() for the creation function `op`, whose name its errors carry.
 Tensor allocate(std::string_view op, const TensorType& type);
-Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape& shape,
-                   Loc loc);
-}
+Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape& shape, Loc loc);
+}  // namespace detail
 
 template <typename T>
-  requires std::is_arithmetic_v<T>
-Tensor tensor(const std::vector<T>& values, const Shape& shape, Loc loc = Loc::current()) {
+requires std::is_arithmetic_v<T> Tensor tensor(const std::vector<T>& values, const Shape& shape,
+                                               Loc loc = Loc::current()) {
   if constexpr (std::is_same_v<T, bool>) {
     std::vector<uint8_t> bytes(values.begin(), values.end());
     return detail::from_buffer(bytes.data(), bytes.size(), bool_, shape, loc);
@@ -160,25 +159,24 @@ Tensor tensor(const std::vector<T>& values, const Shape& shape, Loc loc = Loc::c
 }
 // 1-d from values; C++ float gives float32, double float64, int int32, int64_t int64.
 template <typename T>
-  requires std::is_arithmetic_v<T>
-Tensor tensor(std::initializer_list<T> values, Loc loc = Loc::current()) {
+requires std::is_arithmetic_v<T> Tensor tensor(std::initializer_list<T> values,
+                                               Loc loc = Loc::current()) {
   std::vector<T> v(values);
   return tensor(v, Shape{static_cast<int64_t>(v.size())}, loc);
 }
 template <typename T>
-  requires std::is_arithmetic_v<T>
-Tensor tensor(std::initializer_list<T> values, const Shape& shape, Loc loc = Loc::current()) {
+requires std::is_arithmetic_v<T> Tensor tensor(std::initializer_list<T> values, const Shape& shape,
+                                               Loc loc = Loc::current()) {
   return tensor(std::vector<T>(values), shape, loc);
 }
 template <typename T>
-  requires std::is_arithmetic_v<T>
-Tensor tensor(const std::vector<T>& values, Loc loc = Loc::current()) {
+requires std::is_arithmetic_v<T> Tensor tensor(const std::vector<T>& values,
+                                               Loc loc = Loc::current()) {
   return tensor(values, Shape{static_cast<int64_t>(values.size())}, loc);
 }
 // 0-d scalar.
 template <typename T>
-  requires std::is_arithmetic_v<T>
-Tensor tensor(T value, Loc loc = Loc::current()) {
+requires std::is_arithmetic_v<T> Tensor tensor(T value, Loc loc = Loc::current()) {
   return tensor(std::vector<T>{value}, Shape{}, loc);
 }
 

@@ -41,7 +41,9 @@ struct LeafAxes {
   std::vector<std::optional<int>> axes;
 };
 template <class... A>
-LeafAxes leaf_axes(A... a) { return {{detail::axis_of(a)...}}; }
+LeafAxes leaf_axes(A... a) {
+  return {{detail::axis_of(a)...}};
+}
 // Batch axes per argument: one axis (an int, negative from the end, or `none`) for all its
 // leaves, or one per leaf.
 using ArgAxes = std::variant<std::optional<int>, LeafAxes>;
@@ -58,9 +60,13 @@ inline ArgAxes arg_axes(NotBatched) { return std::optional<int>(); }
 inline ArgAxes arg_axes(LeafAxes l) { return l; }
 }  // namespace detail
 template <class... A>
-InAxes in_axes(A... a) { return {{detail::arg_axes(a)...}}; }
+InAxes in_axes(A... a) {
+  return {{detail::arg_axes(a)...}};
+}
 template <class... A>
-OutAxes out_axes(A... a) { return {{detail::axis_of(a)...}}; }
+OutAxes out_axes(A... a) {
+  return {{detail::axis_of(a)...}};
+}
 // Names the mapped axis, so collectives (psum, pmean, pmax, all_gather, axis_index) inside
 // the function can reduce over it.
 struct AxisName {
@@ -135,9 +141,10 @@ auto jvp(F f, const std::tuple<Args...>& primals, const std::tuple<Args...>& tan
     using Out = std::decay_t<std::invoke_result_t<F&, const Args&...>>;
     auto flat = [](const auto&... a) { return detail::flatten_args(a...); };
     const detail::FlatTree p = std::apply(flat, primals), t = std::apply(flat, tangents);
-    const detail::JvpFlat r = detail::jvp_call(p.def, p.leaves, t.def, t.leaves,
-                                               detail::flat_fn<Args...>(f, p.def));
-    return std::make_pair(detail::unflatten<Out>(r.out), tree_unflatten<Out>(r.out.def, r.tangents));
+    const detail::JvpFlat r =
+        detail::jvp_call(p.def, p.leaves, t.def, t.leaves, detail::flat_fn<Args...>(f, p.def));
+    return std::make_pair(detail::unflatten<Out>(r.out),
+                          tree_unflatten<Out>(r.out.def, r.tangents));
   }
 }
 
@@ -148,8 +155,8 @@ auto checkpoint(F f) {
   return [f = std::move(f)](const auto&... args) {
     using Out = detail::result_of<F, decltype(args)...>;
     const detail::FlatTree in = detail::flatten_args(args...);
-    return detail::unflatten<Out>(detail::checkpoint_call(
-        in.def, in.leaves, detail::flat_fn<decltype(args)...>(f, in.def)));
+    return detail::unflatten<Out>(
+        detail::checkpoint_call(in.def, in.leaves, detail::flat_fn<decltype(args)...>(f, in.def)));
   };
 }
 

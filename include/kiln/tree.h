@@ -150,9 +150,9 @@ concept Tree = requires(const T& x, std::vector<Tensor>& leaves, const TreeDef& 
   { TreeTraits<T>::unflatten(def, in, nullptr) } -> std::same_as<T>;
 };
 
-#define KILN_DETAIL_NOT_A_TREE \
+#define KILN_DETAIL_NOT_A_TREE                                                                \
   "not a kiln tree: use Tensor, a static leaf (arithmetic, enum, std::string), std::vector, " \
-  "std::array, std::map<std::string, T>, std::tuple, std::pair, std::optional, or a struct " \
+  "std::array, std::map<std::string, T>, std::tuple, std::pair, std::optional, or a struct "  \
   "registered with KILN_TREE(Type, fields...)"
 
 template <>
@@ -170,7 +170,7 @@ struct TreeTraits<Tensor> {
 };
 
 template <class T>
-  requires detail::static_leaf<T>
+requires detail::static_leaf<T>
 struct TreeTraits<T> {
   static TreeDef flatten(const T& x, std::vector<Tensor>&) {
     TreeDef def;
@@ -190,13 +190,13 @@ struct TreeTraits<T> {
   }
   static T unflatten(const TreeDef& def, detail::TreeCursor&, const detail::TreePathLink* at) {
     // The value comes back from the TreeDef, converted to T; the held alternative must match.
-    using Held = std::conditional_t<
-        std::is_same_v<T, bool>, bool,
-        std::conditional_t<std::is_floating_point_v<T>, double,
-                           std::conditional_t<std::is_same_v<T, std::string>, std::string,
-                                              int64_t>>>;
-    const Held* v = def.kind == TreeDef::Kind::static_leaf ? std::get_if<Held>(&def.value)
-                                                           : nullptr;
+    using Held =
+        std::conditional_t<std::is_same_v<T, bool>, bool,
+                           std::conditional_t<std::is_floating_point_v<T>, double,
+                                              std::conditional_t<std::is_same_v<T, std::string>,
+                                                                 std::string, int64_t>>>;
+    const Held* v =
+        def.kind == TreeDef::Kind::static_leaf ? std::get_if<Held>(&def.value) : nullptr;
     if (v == nullptr) {
       detail::tree_mismatch(def,
                             std::is_same_v<Held, bool>          ? "static bool value"
@@ -257,9 +257,8 @@ struct TreeTraits<std::array<T, N>> {
     };
     // Braced initialisation evaluates left to right, so leaves are consumed in order; T need
     // not be default-constructible.
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::array<T, N>{one(I)...};
-    }(std::make_index_sequence<N>{});
+    return [&]<std::size_t... I>(std::index_sequence<I...>) { return std::array<T, N>{one(I)...}; }
+    (std::make_index_sequence<N>{});
   }
 };
 
@@ -278,8 +277,7 @@ struct TreeTraits<std::map<std::string, T, C, A>> {
     }
     return def;
   }
-  static Map unflatten(const TreeDef& def, detail::TreeCursor& in,
-                       const detail::TreePathLink* at) {
+  static Map unflatten(const TreeDef& def, detail::TreeCursor& in, const detail::TreePathLink* at) {
     if (def.kind != TreeDef::Kind::map || def.names.size() != def.children.size()) {
       detail::tree_mismatch(def, "map", at);
     }
@@ -302,8 +300,7 @@ struct TupleTreeTraits {
     TreeDef def;
     def.kind = TreeDef::Kind::tuple;
     def.children.reserve(sizeof...(Ts));
-    std::apply([&](const auto&... e) { (def.children.push_back(flatten_one(e, leaves)), ...); },
-               x);
+    std::apply([&](const auto&... e) { (def.children.push_back(flatten_one(e, leaves)), ...); }, x);
     return def;
   }
   static Out unflatten(const TreeDef& def, TreeCursor& in, const TreePathLink* at) {
@@ -312,7 +309,8 @@ struct TupleTreeTraits {
     }
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return Out{unflatten_one<Ts>(def, in, at, I)...};  // braces: left to right
-    }(std::index_sequence_for<Ts...>{});
+    }
+    (std::index_sequence_for<Ts...>{});
   }
 
  private:
@@ -357,7 +355,7 @@ struct TreeTraits<std::optional<T>> {
 // A struct registered with KILN_TREE: its listed fields, in the order listed. Unflatten
 // value-initialises the struct and assigns the fields; fields not listed keep their defaults.
 template <class T>
-  requires detail::registered_struct<T>
+requires detail::registered_struct<T>
 struct TreeTraits<T> {
   static TreeDef flatten(const T& x, std::vector<Tensor>& leaves) {
     TreeDef def;
@@ -373,8 +371,7 @@ struct TreeTraits<T> {
         kiln_tree_fields(detail::TreeTag<T>{}));
     return def;
   }
-  static T unflatten(const TreeDef& def, detail::TreeCursor& in,
-                     const detail::TreePathLink* at) {
+  static T unflatten(const TreeDef& def, detail::TreeCursor& in, const detail::TreePathLink* at) {
     static constexpr auto fields = kiln_tree_fields(detail::TreeTag<T>{});
     if (!matches(def)) {
       std::apply(
@@ -445,8 +442,8 @@ T tree_unflatten(const TreeDef& def, std::span<const Tensor> leaves) {
   static_assert(Tree<T>, "tree_unflatten: the type is " KILN_DETAIL_NOT_A_TREE);
   const std::size_t want = def.num_leaves();
   if (leaves.size() != want) {
-    fail("tree_unflatten", "wrong number of leaves for ", def.to_string(), ": got ",
-         leaves.size(), ", expected ", want);
+    fail("tree_unflatten", "wrong number of leaves for ", def.to_string(), ": got ", leaves.size(),
+         ", expected ", want);
   }
   detail::TreeCursor in{leaves, 0};
   return TreeTraits<T>::unflatten(def, in, nullptr);
@@ -463,14 +460,12 @@ TreeDef tree_structure(const T& tree) {
 }
 
 template <class T>
-  requires(!std::is_same_v<T, TreeDef>)
-std::vector<std::string> tree_paths(const T& tree) {
+requires(!std::is_same_v<T, TreeDef>) std::vector<std::string> tree_paths(const T& tree) {
   return tree_paths(tree_structure(tree));
 }
 
 template <class T>
-  requires(!std::is_same_v<T, TreeDef>)
-std::vector<std::string> tree_names(const T& tree) {
+requires(!std::is_same_v<T, TreeDef>) std::vector<std::string> tree_names(const T& tree) {
   return tree_names(tree_structure(tree));
 }
 
@@ -504,7 +499,8 @@ T tree_map(F&& f, const T& tree, const Rest&... rest) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       if (!leaves[i].defined() && (!others[I][i].defined() && ...)) return;
       out[i] = std::invoke(f, leaves[i], others[I][i]...);
-    }(std::index_sequence_for<Rest...>{});
+    }
+    (std::index_sequence_for<Rest...>{});
   }
   return tree_unflatten<T>(flat.second, out);
 }
@@ -524,7 +520,7 @@ struct std::hash<kiln::TreeDef> {
 // The struct must be default-constructible and its listed fields assignable.
 #define KILN_TREE(Type, ...)                                                                    \
   [[maybe_unused]] inline constexpr auto kiln_tree_fields(::kiln::detail::TreeTag<Type>) {      \
-    return ::std::make_tuple(KILN_DETAIL_FOR_EACH(KILN_DETAIL_TREE_FIELD, Type, __VA_ARGS__)); \
+    return ::std::make_tuple(KILN_DETAIL_FOR_EACH(KILN_DETAIL_TREE_FIELD, Type, __VA_ARGS__));  \
   }                                                                                             \
   [[maybe_unused]] inline constexpr const char* kiln_tree_name(::kiln::detail::TreeTag<Type>) { \
     return #Type;                                                                               \
@@ -538,9 +534,13 @@ struct std::hash<kiln::TreeDef> {
 #define KILN_DETAIL_CAT_(a, b) a##b
 #define KILN_DETAIL_FOR_EACH(M, c, ...) \
   KILN_DETAIL_CAT(KILN_DETAIL_FE_, KILN_DETAIL_NARGS(__VA_ARGS__))(M, c, __VA_ARGS__)
-#define KILN_DETAIL_NARGS(...) \
-  KILN_DETAIL_NARGS_(__VA_ARGS__, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-#define KILN_DETAIL_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, _17, _18, _19, _20, _21, _22, _23, _24, _25, _26, _27, _28, _29, _30, _31, _32, N, ...) N
+#define KILN_DETAIL_NARGS(...)                                                                    \
+  KILN_DETAIL_NARGS_(__VA_ARGS__, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, \
+                     16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define KILN_DETAIL_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, _15, _16, \
+                           _17, _18, _19, _20, _21, _22, _23, _24, _25, _26, _27, _28, _29, _30,  \
+                           _31, _32, N, ...)                                                      \
+  N
 #define KILN_DETAIL_FE_1(M, c, x) M(c, x)
 #define KILN_DETAIL_FE_2(M, c, x, ...) M(c, x), KILN_DETAIL_FE_1(M, c, __VA_ARGS__)
 #define KILN_DETAIL_FE_3(M, c, x, ...) M(c, x), KILN_DETAIL_FE_2(M, c, __VA_ARGS__)

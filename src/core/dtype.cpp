@@ -39,9 +39,7 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
-bool is_floating(DType d) {
-  return d == float16 || d == bfloat16 || d == float32 || d == float64;
-}
+bool is_floating(DType d) { return d == float16 || d == bfloat16 || d == float32 || d == float64; }
 bool is_integral(DType d) { return d == uint8 || d == uint32 || d == int32 || d == int64; }
 bool is_unsigned(DType d) { return d == uint8 || d == uint32 || d == bool_; }
 
@@ -61,7 +59,7 @@ DType promote_types(DType a, DType b) {
   if (both(uint8, uint32)) return uint32;
   if (both(uint8, int32)) return int32;
   if (both(uint32, int32)) return int64;  // the smallest type that holds both ranges
-  return int64;                            // anything with int64
+  return int64;                           // anything with int64
 }
 
 DType weak_scalar_dtype(DType d, bool scalar_is_floating) {

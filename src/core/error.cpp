@@ -36,7 +36,8 @@ CallSite::~CallSite() {
 }
 
 std::string at_call_site(std::string message) {
-  if (g_call_site && message.find(" (at ") == std::string::npos) message += location_suffix(*g_call_site);
+  if (g_call_site && message.find(" (at ") == std::string::npos)
+    message += location_suffix(*g_call_site);
   return message;
 }
 

@@ -119,7 +119,9 @@ void write_file_atomically(std::string_view op, const std::string& path,
   if (path.empty() || path.back() == '/')
     fail(op, ctx, "bad path: got ", display_path, ", expected a file name");
   const std::size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   if (base.size() > 200) base.resize(200);  // keep the temporary name under NAME_MAX
   // rename() would replace a FIFO or a device node with a regular file and report success.

@@ -1,4 +1,6 @@
 // The primitive registry, multiple-dispatch kernel selection and bind.
+#include "kiln/primitive.h"
+
 #include <algorithm>
 #include <deque>
 #include <mutex>
@@ -12,7 +14,6 @@
 #include "detail/trace_hooks.h"
 #include "ir/trace.h"
 #include "kiln/ir.h"
-#include "kiln/primitive.h"
 #include "ops/primitives.h"
 
 namespace kiln {
@@ -55,7 +56,8 @@ Attrs::Attrs(std::initializer_list<std::pair<std::string, AttrValue>> items) {
 }
 
 bool Attrs::has(std::string_view name) const {
-  return std::any_of(items_.begin(), items_.end(), [&](const auto& kv) { return kv.first == name; });
+  return std::any_of(items_.begin(), items_.end(),
+                     [&](const auto& kv) { return kv.first == name; });
 }
 
 const AttrValue& Attrs::at(std::string_view name) const {
@@ -277,10 +279,12 @@ const Kernel& select_kernel(const Primitive& primitive, Device device,
   }
   if (best) return best->kernel;
   std::string got = "(";
-  for (std::size_t i = 0; i < dtypes.size(); ++i) got += (i ? ", " : "") + std::string(dtype_name(dtypes[i]));
+  for (std::size_t i = 0; i < dtypes.size(); ++i)
+    got += (i ? ", " : "") + std::string(dtype_name(dtypes[i]));
   got += ")";
   std::string have;
-  for (const KernelRegistration& k : e.kernels) have += (have.empty() ? "" : ", ") + k.signature.to_string();
+  for (const KernelRegistration& k : e.kernels)
+    have += (have.empty() ? "" : ", ") + k.signature.to_string();
   fail(primitive.name, "no kernel for these dtypes: got ", device_name(device), got,
        ", expected one of: ", have.empty() ? "(no kernels registered)" : have);
 }
@@ -292,16 +296,21 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
   if (detail::trace_active()) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       if (!inputs[i].defined())
-        fail(p.name, "input ", i, " is an undefined tensor: got a default-constructed Tensor, "
-                     "expected one created by an operation", detail::location_suffix(loc));
-    return detail::record(p, inputs, attrs, ir::SourceLoc{loc.file_name(), static_cast<int>(loc.line())});
+        fail(p.name, "input ", i,
+             " is an undefined tensor: got a default-constructed Tensor, "
+             "expected one created by an operation",
+             detail::location_suffix(loc));
+    return detail::record(p, inputs, attrs,
+                          ir::SourceLoc{loc.file_name(), static_cast<int>(loc.line())});
   }
   std::vector<TensorType> types;
   types.reserve(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
-      fail(p.name, "input ", i, " is an undefined tensor: got a default-constructed Tensor, "
-                   "expected one created by an operation", detail::location_suffix(loc));
+      fail(p.name, "input ", i,
+           " is an undefined tensor: got a default-constructed Tensor, "
+           "expected one created by an operation",
+           detail::location_suffix(loc));
     if (inputs[i].is_traced()) detail::throw_concrete_value_error(p.name, inputs[i]);
     types.push_back(inputs[i].type());
   }
@@ -313,8 +322,8 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
     const Kernel& kernel = select_kernel(p, Device::cpu, dtypes);
     std::vector<Tensor> outs = kernel(inputs, attrs);
     if (outs.size() != out_types.size())
-      fail(p.name, "kernel returned the wrong number of outputs: got ", outs.size(),
-           ", expected ", out_types.size());
+      fail(p.name, "kernel returned the wrong number of outputs: got ", outs.size(), ", expected ",
+           out_types.size());
     for (std::size_t i = 0; i < outs.size(); ++i)
       if (outs[i].type() != out_types[i])
         fail(p.name, "kernel output ", i, " has the wrong type: got ", outs[i].type(),
@@ -332,8 +341,7 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
 
 Tensor bind1(const Primitive& p, std::vector<Tensor> inputs, const Attrs& attrs, Loc loc) {
   std::vector<Tensor> outs = bind(p, std::move(inputs), attrs, loc);
-  if (outs.size() != 1)
-    fail(p.name, "expected a single output: got ", outs.size());
+  if (outs.size() != 1) fail(p.name, "expected a single output: got ", outs.size());
   return std::move(outs.front());
 }
 

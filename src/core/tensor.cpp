@@ -22,7 +22,8 @@ namespace kiln {
 
 std::string_view device_name(Device d) {
   switch (d) {
-    case Device::cpu: return "cpu";
+    case Device::cpu:
+      return "cpu";
   }
   return "unknown";
 }
@@ -50,7 +51,8 @@ Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(d
   const std::size_t rounded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
   data_ = std::aligned_alloc(64, rounded);
   if (!data_) throw std::bad_alloc();
-  const int64_t now = g_current_bytes.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
+  const int64_t now =
+      g_current_bytes.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
   int64_t peak = g_peak_bytes.load();
   while (now > peak && !g_peak_bytes.compare_exchange_weak(peak, now)) {
   }
@@ -62,8 +64,9 @@ Storage::~Storage() {
 
 const TensorImpl& Tensor::checked() const {
   if (!impl_)
-    fail("tensor", "used an undefined tensor: got a default-constructed Tensor, expected one "
-                   "created by an operation");
+    fail("tensor",
+         "used an undefined tensor: got a default-constructed Tensor, expected one "
+         "created by an operation");
   return *impl_;
 }
 
@@ -71,13 +74,11 @@ void Tensor::check_access(DType want, const char* what) const {
   const TensorImpl& t = checked();
   if (t.tracer) detail::throw_concrete_value_error(what, *this);
   if (t.type.dtype != want)
-    fail(what, "element type mismatch: got a tensor of ", dtype_name(t.type.dtype),
-         ", expected ", dtype_name(want));
+    fail(what, "element type mismatch: got a tensor of ", dtype_name(t.type.dtype), ", expected ",
+         dtype_name(want));
 }
 
-int64_t Tensor::dim(int axis) const {
-  return shape()[normalize_axis("dim", axis, rank())];
-}
+int64_t Tensor::dim(int axis) const { return shape()[normalize_axis("dim", axis, rank())]; }
 
 const std::vector<int64_t>& Tensor::strides() const {
   if (checked().tracer) detail::throw_concrete_value_error("strides", *this);
@@ -166,8 +167,8 @@ std::vector<bool> Tensor::to_vector<bool>(Loc) const {
   return std::vector<bool>(p, p + numel());
 }
 
-#define KILN_INSTANTIATE_READ(T)                 \
-  template T Tensor::item<T>(Loc) const;         \
+#define KILN_INSTANTIATE_READ(T)         \
+  template T Tensor::item<T>(Loc) const; \
   template std::vector<T> Tensor::to_vector<T>(Loc) const;
 KILN_INSTANTIATE_READ(uint8_t)
 KILN_INSTANTIATE_READ(uint32_t)
@@ -219,12 +220,11 @@ Tensor empty(const TensorType& type) { return detail::allocate("empty", type); }
 Tensor empty(const Shape& shape, DType dtype) { return empty(TensorType{dtype, shape}); }
 
 namespace detail {
-Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape& shape,
-                   Loc loc) {
+Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape& shape, Loc loc) {
   const detail::CallSite site(loc);
   if (static_cast<int64_t>(count) != shape.numel("tensor"))
-    fail("tensor", "value count does not match the shape: got ", count, " values for shape ",
-         shape, " (", shape.numel(), " elements) at ", loc.file_name(), ":", loc.line(),
+    fail("tensor", "value count does not match the shape: got ", count, " values for shape ", shape,
+         " (", shape.numel(), " elements) at ", loc.file_name(), ":", loc.line(),
          ", expected equal counts");
   Tensor t = allocate("tensor", TensorType{dtype, shape});
   if (count) std::memcpy(t.raw_data(), data, count * dtype_size(dtype));
@@ -293,8 +293,7 @@ Tensor linspace(double start, double stop, int64_t num, DType dtype, Loc loc) {
 }
 
 Tensor eye(int64_t n, int64_t m, DType dtype) {
-  if (n < 0 || m < 0)
-    fail("eye", "negative size: got ", n, "x", m, ", expected sizes >= 0");
+  if (n < 0 || m < 0) fail("eye", "negative size: got ", n, "x", m, ", expected sizes >= 0");
   return generate("eye", Shape{n, m}, dtype, [m](int64_t i) { return i / m == i % m ? 1.0 : 0.0; });
 }
 Tensor eye(int64_t n, DType dtype) { return eye(n, n, dtype); }

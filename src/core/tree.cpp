@@ -25,10 +25,18 @@ std::string quote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -56,10 +64,14 @@ std::string format_static(const StaticValue& v) {
   return std::visit(
       [](const auto& x) -> std::string {
         using X = std::decay_t<decltype(x)>;
-        if constexpr (std::is_same_v<X, int64_t>) return std::to_string(x);
-        else if constexpr (std::is_same_v<X, double>) return format_double(x);
-        else if constexpr (std::is_same_v<X, bool>) return x ? "true" : "false";
-        else return quote(x);
+        if constexpr (std::is_same_v<X, int64_t>)
+          return std::to_string(x);
+        else if constexpr (std::is_same_v<X, double>)
+          return format_double(x);
+        else if constexpr (std::is_same_v<X, bool>)
+          return x ? "true" : "false";
+        else
+          return quote(x);
       },
       v);
 }
@@ -78,10 +90,14 @@ void hash_combine(std::size_t& seed, std::size_t h) {
 
 const char* kind_word(Kind k) {
   switch (k) {
-    case Kind::vector: return "vector";
-    case Kind::array: return "array";
-    case Kind::tuple: return "tuple";
-    default: return "node";
+    case Kind::vector:
+      return "vector";
+    case Kind::array:
+      return "array";
+    case Kind::tuple:
+      return "tuple";
+    default:
+      return "node";
   }
 }
 
@@ -97,15 +113,20 @@ std::string join(const std::vector<std::string>& parts, bool quoted) {
 // What one node is, in the words error messages use.
 std::string describe(const TreeDef& d) {
   switch (d.kind) {
-    case Kind::leaf: return "tensor";
-    case Kind::static_leaf: return str({"static value ", format_static(d.value)});
+    case Kind::leaf:
+      return "tensor";
+    case Kind::static_leaf:
+      return str({"static value ", format_static(d.value)});
     case Kind::vector:
     case Kind::array:
     case Kind::tuple:
       return str({kind_word(d.kind), " of ", std::to_string(d.children.size()), " children"});
-    case Kind::map: return str({"map with keys [", join(d.names, true), "]"});
-    case Kind::optional: return d.children.empty() ? "empty optional" : "optional with a value";
-    case Kind::structure: return str({"struct ", d.type_name, " with fields (", join(d.names, false), ")"});
+    case Kind::map:
+      return str({"map with keys [", join(d.names, true), "]"});
+    case Kind::optional:
+      return d.children.empty() ? "empty optional" : "optional with a value";
+    case Kind::structure:
+      return str({"struct ", d.type_name, " with fields (", join(d.names, false), ")"});
   }
   return "?";
 }
@@ -126,11 +147,11 @@ std::optional<Diff> diff(const TreeDef& a, const TreeDef& b, const std::string& 
     return std::nullopt;
   };
   switch (a.kind) {
-    case Kind::leaf: return std::nullopt;
+    case Kind::leaf:
+      return std::nullopt;
     case Kind::static_leaf:
       if (same_static(a.value, b.value)) return std::nullopt;
-      return differ(
-          str({"static value ", format_static(a.value), " vs ", format_static(b.value)}));
+      return differ(str({"static value ", format_static(a.value), " vs ", format_static(b.value)}));
     case Kind::vector:
     case Kind::array:
     case Kind::tuple:
@@ -141,8 +162,7 @@ std::optional<Diff> diff(const TreeDef& a, const TreeDef& b, const std::string& 
       return children([](std::size_t i) { return str({"[", std::to_string(i), "]"}); });
     case Kind::map:
       if (a.names != b.names || a.children.size() != b.children.size()) {
-        return differ(
-            str({"map keys [", join(a.names, true), "] vs [", join(b.names, true), "]"}));
+        return differ(str({"map keys [", join(a.names, true), "] vs [", join(b.names, true), "]"}));
       }
       return children([&](std::size_t i) { return str({"[", quote(a.names[i]), "]"}); });
     case Kind::optional:
@@ -170,8 +190,11 @@ template <class Step>
 void collect_paths(const TreeDef& d, const std::string& prefix, const Step& step,
                    std::vector<std::string>& out) {
   switch (d.kind) {
-    case Kind::leaf: out.push_back(prefix); return;
-    case Kind::static_leaf: return;
+    case Kind::leaf:
+      out.push_back(prefix);
+      return;
+    case Kind::static_leaf:
+      return;
     case Kind::optional:
       for (const TreeDef& c : d.children) collect_paths(c, prefix, step, out);
       return;
@@ -202,14 +225,22 @@ std::string TreeDef::to_string() const {
     return s + close;
   };
   switch (kind) {
-    case Kind::leaf: return "*";
-    case Kind::static_leaf: return format_static(value);
-    case Kind::vector: return list("[", "]", false, false);
-    case Kind::array: return list("array[", "]", false, false);
-    case Kind::map: return list("{", "}", true, true);
-    case Kind::tuple: return list("(", ")", false, false);
-    case Kind::optional: return list("optional(", ")", false, false);
-    case Kind::structure: return type_name + list("{", "}", true, false);
+    case Kind::leaf:
+      return "*";
+    case Kind::static_leaf:
+      return format_static(value);
+    case Kind::vector:
+      return list("[", "]", false, false);
+    case Kind::array:
+      return list("array[", "]", false, false);
+    case Kind::map:
+      return list("{", "}", true, true);
+    case Kind::tuple:
+      return list("(", ")", false, false);
+    case Kind::optional:
+      return list("optional(", ")", false, false);
+    case Kind::structure:
+      return type_name + list("{", "}", true, false);
   }
   return "?";
 }
@@ -260,9 +291,12 @@ std::vector<std::string> tree_paths(const TreeDef& def) {
       def, "",
       [](const std::string& prefix, const TreeDef& d, std::size_t i) {
         switch (d.kind) {
-          case Kind::map: return str({prefix, "[", quote(d.names[i]), "]"});
-          case Kind::structure: return str({prefix, ".", d.names[i]});
-          default: return str({prefix, "[", std::to_string(i), "]"});
+          case Kind::map:
+            return str({prefix, "[", quote(d.names[i]), "]"});
+          case Kind::structure:
+            return str({prefix, ".", d.names[i]});
+          default:
+            return str({prefix, "[", std::to_string(i), "]"});
         }
       },
       out);
@@ -291,9 +325,15 @@ std::string render_path(const TreePathLink* at) {
   for (auto it = steps.rbegin(); it != steps.rend(); ++it) {
     const TreePathLink& s = **it;
     switch (s.step) {
-      case TreePathLink::Step::field: out.append(".").append(s.name); break;
-      case TreePathLink::Step::key: out.append("[").append(quote(s.name)).append("]"); break;
-      case TreePathLink::Step::index: out.append("[").append(std::to_string(s.index)).append("]"); break;
+      case TreePathLink::Step::field:
+        out.append(".").append(s.name);
+        break;
+      case TreePathLink::Step::key:
+        out.append("[").append(quote(s.name)).append("]");
+        break;
+      case TreePathLink::Step::index:
+        out.append("[").append(std::to_string(s.index)).append("]");
+        break;
     }
   }
   return out;
@@ -312,8 +352,8 @@ void tree_out_of_leaves(const TreePathLink* at) {
 void check_same_structure(std::string_view op, const TreeDef& expected, const TreeDef& got,
                           std::size_t got_index) {
   if (auto d = diff(got, expected, "")) {
-    fail(op, "structures differ at ", path_or_root(d->path), ": got ", d->a, " in tree ",
-         got_index, ", expected ", d->b, " as in tree 1");
+    fail(op, "structures differ at ", path_or_root(d->path), ": got ", d->a, " in tree ", got_index,
+         ", expected ", d->b, " as in tree 1");
   }
 }
 

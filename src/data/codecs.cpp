@@ -17,8 +17,8 @@
 #include <png.h>
 #include <zlib.h>
 
-#include "detail/files.h"
 #include "data/node.h"
+#include "detail/files.h"
 
 namespace kiln::data {
 

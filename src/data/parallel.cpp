@@ -2,13 +2,14 @@
 // and rethrown to the consumer when it reaches that element; destroying a cursor stops and joins
 // its threads (a worker finishes the element it is on first, not the rest of its chunk).
 #include "data/parallel.h"
-#include "detail/parallel.h"
 
 #include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <map>
 #include <thread>
+
+#include "detail/parallel.h"
 
 namespace kiln::data::detail {
 namespace {
@@ -125,10 +126,11 @@ class ChunkedCursor : public Cursor {
         max_in_flight_(2 * threads + 2),
         stats_(stats) {
     try {
-      for (int i = 0; i < threads; ++i) workers_.emplace_back([this] {
-        kiln::detail::serial_thread = true;
-        work();
-      });
+      for (int i = 0; i < threads; ++i)
+        workers_.emplace_back([this] {
+          kiln::detail::serial_thread = true;
+          work();
+        });
     } catch (...) {
       stop();
       throw;

@@ -12,15 +12,24 @@ namespace kiln::detail {
 template <typename F>
 decltype(auto) visit_dtype(DType d, F&& f) {
   switch (d) {
-    case DType::bool_: return f.template operator()<bool>();
-    case DType::uint8: return f.template operator()<uint8_t>();
-    case DType::uint32: return f.template operator()<uint32_t>();
-    case DType::int32: return f.template operator()<int32_t>();
-    case DType::int64: return f.template operator()<int64_t>();
-    case DType::float16: return f.template operator()<Half>();
-    case DType::bfloat16: return f.template operator()<BFloat16>();
-    case DType::float32: return f.template operator()<float>();
-    case DType::float64: return f.template operator()<double>();
+    case DType::bool_:
+      return f.template operator()<bool>();
+    case DType::uint8:
+      return f.template operator()<uint8_t>();
+    case DType::uint32:
+      return f.template operator()<uint32_t>();
+    case DType::int32:
+      return f.template operator()<int32_t>();
+    case DType::int64:
+      return f.template operator()<int64_t>();
+    case DType::float16:
+      return f.template operator()<Half>();
+    case DType::bfloat16:
+      return f.template operator()<BFloat16>();
+    case DType::float32:
+      return f.template operator()<float>();
+    case DType::float64:
+      return f.template operator()<double>();
   }
   fail("dtype", "unknown dtype code ", static_cast<int>(d));
 }
@@ -29,26 +38,40 @@ decltype(auto) visit_dtype(DType d, F&& f) {
 template <typename F>
 decltype(auto) visit_floating(DType d, F&& f) {
   switch (d) {
-    case DType::float16: return f.template operator()<Half>();
-    case DType::bfloat16: return f.template operator()<BFloat16>();
-    case DType::float32: return f.template operator()<float>();
-    case DType::float64: return f.template operator()<double>();
-    default: fail("dtype", "expected a floating dtype, got ", dtype_name(d));
+    case DType::float16:
+      return f.template operator()<Half>();
+    case DType::bfloat16:
+      return f.template operator()<BFloat16>();
+    case DType::float32:
+      return f.template operator()<float>();
+    case DType::float64:
+      return f.template operator()<double>();
+    default:
+      fail("dtype", "expected a floating dtype, got ", dtype_name(d));
   }
 }
 
 // The type arithmetic runs in: float for the 16-bit formats, the type itself otherwise.
 template <typename T>
-struct compute_type { using type = T; };
-template <> struct compute_type<Half> { using type = float; };
-template <> struct compute_type<BFloat16> { using type = float; };
+struct compute_type {
+  using type = T;
+};
+template <>
+struct compute_type<Half> {
+  using type = float;
+};
+template <>
+struct compute_type<BFloat16> {
+  using type = float;
+};
 template <typename T>
 using compute_t = typename compute_type<T>::type;
 
 // Accumulator for sums: double for every float (accuracy of long sums), int64 for integers.
 template <typename T>
-using accum_t = std::conditional_t<std::is_floating_point_v<compute_t<T>>, double,
-                                   std::conditional_t<std::is_same_v<T, bool>, int64_t,
-                                   std::conditional_t<std::is_unsigned_v<T>, uint64_t, int64_t>>>;
+using accum_t = std::conditional_t<
+    std::is_floating_point_v<compute_t<T>>, double,
+    std::conditional_t<std::is_same_v<T, bool>, int64_t,
+                       std::conditional_t<std::is_unsigned_v<T>, uint64_t, int64_t>>>;
 
 }  // namespace kiln::detail

@@ -20,13 +20,13 @@ void map_unary(const Tensor& in, const Tensor& out, F f) {
     });
     return;
   }
-  for_each_row<2>(out.shape().dims(), {&out.strides(), &in.strides()},
-                  [&](const std::array<int64_t, 2>& off, int64_t n,
-                      const std::array<int64_t, 2>& st) {
-                    Out* o = po + off[0];
-                    const In* x = pi + off[1];
-                    for (int64_t k = 0; k < n; ++k) o[k * st[0]] = apply(x[k * st[1]]);
-                  });
+  for_each_row<2>(
+      out.shape().dims(), {&out.strides(), &in.strides()},
+      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+        Out* o = po + off[0];
+        const In* x = pi + off[1];
+        for (int64_t k = 0; k < n; ++k) o[k * st[0]] = apply(x[k * st[1]]);
+      });
 }
 
 // out[i] = f(a[i], b[i]); a, b and out have the same shape (broadcast views allowed).
@@ -36,7 +36,9 @@ void map_binary(const Tensor& a, const Tensor& b, const Tensor& out, F f) {
   const In* pa = static_cast<const In*>(a.raw_data());
   const In* pb = static_cast<const In*>(b.raw_data());
   Out* po = static_cast<Out*>(out.raw_data());
-  auto apply = [&](In x, In y) { return static_cast<Out>(f(static_cast<C>(x), static_cast<C>(y))); };
+  auto apply = [&](In x, In y) {
+    return static_cast<Out>(f(static_cast<C>(x), static_cast<C>(y)));
+  };
   for_each_row<3>(
       out.shape().dims(), {&out.strides(), &a.strides(), &b.strides()},
       [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {

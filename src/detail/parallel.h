@@ -1,10 +1,10 @@
 // Splitting loops over the machine's cores. Small loops stay on the calling thread.
 #pragma once
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdint>
-
-#include <omp.h>
 
 namespace kiln::detail {
 
@@ -26,7 +26,7 @@ void parallel_for(int64_t n, F&& f, int64_t cost_per_item = 1) {
     return;
   }
   const int64_t chunks = std::min<int64_t>(threads, n);
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static, 1)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static, 1)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
     f(b, e);

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <algorithm>
-
 #include <array>
 #include <cstdint>
 #include <vector>
@@ -61,7 +60,8 @@ void for_each_row(const std::vector<int64_t>& shape,
   // A few long rows (a contiguous tensor is a single row) are cut into pieces, so that every
   // thread gets a share; many rows are shared out whole.
   const int64_t pieces =
-      rows >= 64 ? 1 : std::clamp<int64_t>(inner / kParallelGrain, 1, 64 / std::max<int64_t>(rows, 1));
+      rows >= 64 ? 1
+                 : std::clamp<int64_t>(inner / kParallelGrain, 1, 64 / std::max<int64_t>(rows, 1));
   if (pieces > 1) {
     parallel_for(
         rows * pieces,
@@ -74,7 +74,8 @@ void for_each_row(const std::vector<int64_t>& shape,
               for (std::size_t k = 0; k < N; ++k) off[k] += rem % L.shape[du] * L.strides[k][du];
               rem /= L.shape[du];
             }
-            const int64_t lo = inner * (t % pieces) / pieces, hi = inner * (t % pieces + 1) / pieces;
+            const int64_t lo = inner * (t % pieces) / pieces,
+                          hi = inner * (t % pieces + 1) / pieces;
             for (std::size_t k = 0; k < N; ++k) off[k] += lo * inner_strides[k];
             row(off, hi - lo, inner_strides);
           }

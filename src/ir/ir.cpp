@@ -1,11 +1,12 @@
 // IR utilities, the verifier and the interpreter.
+#include "kiln/ir.h"
+
 #include <algorithm>
 #include <ostream>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "ir/trace.h"
-#include "kiln/ir.h"
 
 namespace kiln::ir {
 
@@ -128,7 +129,8 @@ std::vector<Tensor> run(const Function& f, std::span<const Tensor> args, bool ke
     for (const Value& v : f.results) is_result[static_cast<std::size_t>(v.id)] = true;
     for (std::size_t i = 0; i < f.equations.size(); ++i)
       for (const Value& v : f.equations[i].inputs)
-        if (!is_result[static_cast<std::size_t>(v.id)]) last_use[static_cast<std::size_t>(v.id)] = i;
+        if (!is_result[static_cast<std::size_t>(v.id)])
+          last_use[static_cast<std::size_t>(v.id)] = i;
   }
   std::vector<Tensor> ins;
   for (std::size_t i = 0; i < f.equations.size(); ++i) {
@@ -145,7 +147,8 @@ std::vector<Tensor> run(const Function& f, std::span<const Tensor> args, bool ke
       env[static_cast<std::size_t>(e.outputs[k].id)] = std::move(outs[k]);
     if (!keep_all)
       for (const Value& v : e.inputs)
-        if (last_use[static_cast<std::size_t>(v.id)] == i) env[static_cast<std::size_t>(v.id)] = Tensor();
+        if (last_use[static_cast<std::size_t>(v.id)] == i)
+          env[static_cast<std::size_t>(v.id)] = Tensor();
   }
   return env;
 }
@@ -169,7 +172,9 @@ namespace {
 class Interpreter final : public Executable {
  public:
   explicit Interpreter(std::shared_ptr<const Function> f) : f_(std::move(f)) {}
-  std::vector<Tensor> run(std::span<const Tensor> args) const override { return evaluate(*f_, args); }
+  std::vector<Tensor> run(std::span<const Tensor> args) const override {
+    return evaluate(*f_, args);
+  }
 
  private:
   std::shared_ptr<const Function> f_;

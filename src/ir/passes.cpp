@@ -179,7 +179,8 @@ bool swaps_last_two(const std::vector<int64_t>& perm, const Value& a, const Valu
   if (r < 2 || a.type.shape.rank() != r || b.type.shape.rank() != r) return false;
   for (int64_t i = 0; i < r - 2; ++i)
     if (perm[static_cast<std::size_t>(i)] != i) return false;
-  return perm[static_cast<std::size_t>(r - 2)] == r - 1 && perm[static_cast<std::size_t>(r - 1)] == r - 2;
+  return perm[static_cast<std::size_t>(r - 2)] == r - 1 &&
+         perm[static_cast<std::size_t>(r - 1)] == r - 2;
 }
 
 Function simplify(const Function& f) {
@@ -203,7 +204,8 @@ Function simplify(const Function& f) {
     // A cond on a constant predicate is its chosen branch: inline it with fresh value ids.
     if (const Function* branch = constant_branch(e, defs)) {
       std::unordered_map<int, Value> local;
-      for (std::size_t i = 0; i < branch->params.size(); ++i) local[branch->params[i].id] = e.inputs[i + 1];
+      for (std::size_t i = 0; i < branch->params.size(); ++i)
+        local[branch->params[i].id] = e.inputs[i + 1];
       for (const Constant& c : branch->constants) {
         const Value v{next_id++, c.value.type};
         out.constants.push_back({v, c.tensor});
@@ -221,7 +223,8 @@ Function simplify(const Function& f) {
         defs.define(ne);
         out.equations.push_back(std::move(ne));
       }
-      for (std::size_t i = 0; i < e.outputs.size(); ++i) rename[e.outputs[i].id] = local.at(branch->results[i].id);
+      for (std::size_t i = 0; i < e.outputs.size(); ++i)
+        rename[e.outputs[i].id] = local.at(branch->results[i].id);
       continue;
     }
     const Value* a = e.inputs.empty() ? nullptr : &e.inputs[0];
@@ -234,8 +237,9 @@ Function simplify(const Function& f) {
       const std::optional<double> u = defs.uniform(v);
       return u == 0.0 && (!floating || std::signbit(*u) == negative);
     };
-    if ((op == "mul" && b && defs.uniform(*b) == 1.0) || (op == "div" && b && defs.uniform(*b) == 1.0) ||
-        (op == "add" && b && zero(*b, true)) || (op == "sub" && b && zero(*b, false))) {
+    if ((op == "mul" && b && defs.uniform(*b) == 1.0) ||
+        (op == "div" && b && defs.uniform(*b) == 1.0) || (op == "add" && b && zero(*b, true)) ||
+        (op == "sub" && b && zero(*b, false))) {
       forward(*a);
       continue;
     }
@@ -244,8 +248,7 @@ Function simplify(const Function& f) {
       continue;
     }
     // x * 0 is 0 only when x cannot be inf or NaN: integers and bools.
-    if (op == "mul" && b && !floating &&
-        (defs.uniform(*a) == 0.0 || defs.uniform(*b) == 0.0)) {
+    if (op == "mul" && b && !floating && (defs.uniform(*a) == 0.0 || defs.uniform(*b) == 0.0)) {
       const Value& zero = defs.uniform(*a) == 0.0 ? *a : *b;
       forward(zero);
       continue;
@@ -273,7 +276,8 @@ Function simplify(const Function& f) {
       auto transposed = [&](const Value& v) {
         std::vector<int64_t> dims = v.type.shape.dims();
         std::swap(dims[dims.size() - 1], dims[dims.size() - 2]);
-        Equation t{e.prim, e.attrs, {v}, {Value{next_id++, TensorType{v.type.dtype, Shape(dims)}}}, e.loc};
+        Equation t{
+            e.prim, e.attrs, {v}, {Value{next_id++, TensorType{v.type.dtype, Shape(dims)}}}, e.loc};
         defs.define(t);
         out.equations.push_back(t);
         return t.outputs[0];

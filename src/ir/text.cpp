@@ -19,7 +19,9 @@ namespace {
 // ---- printer -----------------------------------------------------------------------
 
 // "a3", "c0": built with append, which GCC 12's -Wrestrict does not misread.
-std::string numbered(char prefix, std::size_t i) { return std::string(1, prefix).append(std::to_string(i)); }
+std::string numbered(char prefix, std::size_t i) {
+  return std::string(1, prefix).append(std::to_string(i));
+}
 
 std::string format_element(double v, DType dt) {
   if (dt == bool_) return v != 0 ? "true" : "false";
@@ -119,7 +121,8 @@ class Printer {
       if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
     // Plain numbers and c<N>/a<N> are the printer's own names.
     return !((n[0] == 'c' || n[0] == 'a') && n.size() > 1 &&
-             std::all_of(n.begin() + 1, n.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }));
+             std::all_of(n.begin() + 1, n.end(),
+                         [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); }));
   }
 
   std::string name_of(const Value& v) {

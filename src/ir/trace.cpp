@@ -37,8 +37,7 @@ TracingPaused::TracingPaused() { saved_.swap(g_stack); }
 TracingPaused::~TracingPaused() { g_stack.swap(saved_); }
 
 ir::Value TraceState::value_of(const Tensor& t, const std::vector<TraceState*>& stack) {
-  if (t.is_traced() && t.impl()->tracer->trace().get() == this)
-    return t.impl()->tracer->value();
+  if (t.is_traced() && t.impl()->tracer->trace().get() == this) return t.impl()->tracer->value();
   if (auto it = known.find(t.impl()); it != known.end()) return it->second;
   ir::Value v = fresh(t.type());
   if (!t.is_traced()) {
@@ -95,12 +94,14 @@ Tensor Trace::param(const TensorType& type, std::string name) {
 
 std::shared_ptr<ir::Function> Trace::finish(std::span<const Tensor> results) {
   if (g_stack.empty() || g_stack.back() != state_.get())
-    fail("trace", "traces finished out of order: got a trace that is not the innermost one, "
-                  "expected nested traces to finish inner first");
+    fail("trace",
+         "traces finished out of order: got a trace that is not the innermost one, "
+         "expected nested traces to finish inner first");
   for (const Tensor& r : results) {
     if (!r.defined())
-      fail("trace", "the function returned an undefined tensor: got a default-constructed "
-                    "Tensor, expected every result to be computed");
+      fail("trace",
+           "the function returned an undefined tensor: got a default-constructed "
+           "Tensor, expected every result to be computed");
     state_->fn.results.push_back(state_->value_of(r, g_stack));
   }
   g_stack.pop_back();

@@ -3,8 +3,8 @@
 
 #include <memory>
 #include <span>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/ir.h"

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <iomanip>
 #include <map>
-#include <set>
 #include <numbers>
+#include <set>
 #include <sstream>
 
 #include "kiln/error.h"
@@ -67,7 +67,8 @@ Tensor log_sigmoid(const Tensor& x, Loc loc) {
 namespace {
 
 void expect_floating(std::string_view op, std::string_view what, const Tensor& t) {
-  if (!t.defined()) fail(op, "undefined ", what, ": got a default-constructed Tensor, expected a tensor");
+  if (!t.defined())
+    fail(op, "undefined ", what, ": got a default-constructed Tensor, expected a tensor");
   if (!is_floating(t.dtype()))
     fail(op, what, " must be floating point: got ", t.type(), ", expected f16, bf16, f32 or f64");
 }
@@ -75,8 +76,8 @@ void expect_floating(std::string_view op, std::string_view what, const Tensor& t
 void expect_labels(std::string_view op, const Tensor& logits, const Tensor& labels) {
   expect_floating(op, "logits", logits);
   if (!labels.defined() || !is_integral(labels.dtype()))
-    fail(op, "labels must be integers: got ",
-         labels.defined() ? labels.type() : TensorType{}, ", expected an integer tensor");
+    fail(op, "labels must be integers: got ", labels.defined() ? labels.type() : TensorType{},
+         ", expected an integer tensor");
   if (logits.rank() < 1 || labels.rank() != logits.rank() - 1)
     fail(op, "labels do not match the logits: got logits ", logits.type(), " and labels ",
          labels.type(), ", expected logits [..., C] and labels [...]");
@@ -97,29 +98,29 @@ namespace kiln {
 // traced function runs: gather_along alone would read -1 as the last class.
 const Primitive& prim::check_labels() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "check_labels",
-     .arity = 1,
-     .type_rule = [](std::span<const TensorType> in,
-                     const Attrs&) { return std::vector<TensorType>{in[0]}; },
-     .differentiable = false,
-     .batch = [](const BatchArgs& b) -> std::vector<Batched> {  // elementwise: any batch axis
-       return {{bind1(b.primitive, {b.inputs[0]}, b.attrs), b.dims[0]}};
-     }},
-    {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::integral()}, .variadic = false},
-      [](std::span<const Tensor> in, const Attrs& a) {
-        const int64_t classes = a.get_int("classes");
-        const bool has_ignore = a.has("ignore_index");
-        const int64_t ignore = has_ignore ? a.get_int("ignore_index") : 0;
-        const std::vector<int64_t> labels = in[0].to_vector<int64_t>();
-        for (std::size_t i = 0; i < labels.size(); ++i) {
-          const int64_t v = labels[i];
-          if ((v < 0 || v >= classes) && !(has_ignore && v == ignore))
-            fail("nn.cross_entropy", "label out of range: got ", v, " at flat position ", i,
-                 " of labels ", in[0].type(), ", expected labels in [0, ", classes, ")",
-                 has_ignore ? " or the ignore_index " + std::to_string(ignore) : std::string());
-        }
-        return std::vector<Tensor>{in[0]};
-      }}});
+      {.name = "check_labels",
+       .arity = 1,
+       .type_rule = [](std::span<const TensorType> in,
+                       const Attrs&) { return std::vector<TensorType>{in[0]}; },
+       .differentiable = false,
+       .batch = [](const BatchArgs& b) -> std::vector<Batched> {  // elementwise: any batch axis
+         return {{bind1(b.primitive, {b.inputs[0]}, b.attrs), b.dims[0]}};
+       }},
+      {{KernelSignature{.device = Device::cpu, .inputs = {DTypeSet::integral()}, .variadic = false},
+        [](std::span<const Tensor> in, const Attrs& a) {
+          const int64_t classes = a.get_int("classes");
+          const bool has_ignore = a.has("ignore_index");
+          const int64_t ignore = has_ignore ? a.get_int("ignore_index") : 0;
+          const std::vector<int64_t> labels = in[0].to_vector<int64_t>();
+          for (std::size_t i = 0; i < labels.size(); ++i) {
+            const int64_t v = labels[i];
+            if ((v < 0 || v >= classes) && !(has_ignore && v == ignore))
+              fail("nn.cross_entropy", "label out of range: got ", v, " at flat position ", i,
+                   " of labels ", in[0].type(), ", expected labels in [0, ", classes, ")",
+                   has_ignore ? " or the ignore_index " + std::to_string(ignore) : std::string());
+          }
+          return std::vector<Tensor>{in[0]};
+        }}});
   return p;
 }
 }  // namespace kiln
@@ -133,7 +134,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
     constexpr std::string_view op = "nn.cross_entropy";
     expect_labels(op, logits, labels);
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
-      fail(op, "label smoothing out of range: got ", label_smoothing, ", expected a value in [0, 1]");
+      fail(op, "label smoothing out of range: got ", label_smoothing,
+           ", expected a value in [0, 1]");
     const int64_t classes = logits.shape()[logits.rank() - 1];
     Attrs check{{"classes", classes}};
     if (ignore_index) check.set("ignore_index", *ignore_index);
@@ -246,8 +248,9 @@ Tensor lecun_uniform(const Tensor& key, const Shape& shape, double fan_in, DType
 
 Tensor Context::next_key(std::string_view who) {
   if (!key_ || !key_->defined())
-    fail(who, "training needs a random key: got a Context without one, expected "
-              "nn::Context::train(key)");
+    fail(who,
+         "training needs a random key: got a Context without one, expected "
+         "nn::Context::train(key)");
   const auto [next, use] = random::split(*key_);
   key_ = next;
   return use;
@@ -261,7 +264,8 @@ thread_local SummaryRecorder* active_recorder = nullptr;
 }
 SummaryRecorder::SummaryRecorder() {
   if (active_recorder != nullptr)
-    fail("nn.summary", "summaries do not nest: got a summary call inside another, expected one at a time");
+    fail("nn.summary",
+         "summaries do not nest: got a summary call inside another, expected one at a time");
   active_recorder = this;
 }
 SummaryRecorder::~SummaryRecorder() { active_recorder = nullptr; }
@@ -336,8 +340,10 @@ std::string format_summary(const std::vector<SummaryRow>& rows,
 
 namespace {
 void expect_input(std::string_view op, const Tensor& x, int min_rank, std::string_view layout) {
-  if (!x.defined()) fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
-  if (x.rank() < min_rank) fail(op, "input has too few dimensions: got ", x.type(), ", expected ", layout);
+  if (!x.defined())
+    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
+  if (x.rank() < min_rank)
+    fail(op, "input has too few dimensions: got ", x.type(), ", expected ", layout);
 }
 }  // namespace
 
@@ -409,7 +415,8 @@ Tensor AvgPool2d::operator()(const Tensor& x, Loc loc) const {
 Tensor Flatten::operator()(const Tensor& x, Loc loc) const {
   const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
-    expect_input("nn.Flatten", x, static_cast<int>(start_dim) + 1, "more than start_dim dimensions");
+    expect_input("nn.Flatten", x, static_cast<int>(start_dim) + 1,
+                 "more than start_dim dimensions");
     if (start_dim < 0) fail("nn.Flatten", "negative start_dim: got ", start_dim, ", expected >= 0");
     std::vector<int64_t> dims(x.shape().begin(), x.shape().begin() + start_dim);
     int64_t rest = 1;
@@ -425,12 +432,18 @@ Tensor Activation::operator()(const Tensor& x, Loc loc) const {
   const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     Tensor y;
-    if (kind == "relu") y = relu(x, loc);
-    else if (kind == "gelu") y = gelu(x, false, loc);
-    else if (kind == "gelu_tanh") y = gelu(x, true, loc);
-    else if (kind == "silu") y = silu(x, loc);
-    else if (kind == "tanh") y = tanh(x, loc);
-    else if (kind == "sigmoid") y = sigmoid(x, loc);
+    if (kind == "relu")
+      y = relu(x, loc);
+    else if (kind == "gelu")
+      y = gelu(x, false, loc);
+    else if (kind == "gelu_tanh")
+      y = gelu(x, true, loc);
+    else if (kind == "silu")
+      y = silu(x, loc);
+    else if (kind == "tanh")
+      y = tanh(x, loc);
+    else if (kind == "sigmoid")
+      y = sigmoid(x, loc);
     else
       fail("nn.Activation", "unknown activation: got '", kind,
            "', expected relu, gelu, gelu_tanh, silu, tanh or sigmoid");
@@ -443,7 +456,8 @@ Tensor Dropout::operator()(const Tensor& x, Context& ctx, Loc loc) const {
   const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.Dropout";
-    if (!(rate >= 0.0 && rate < 1.0)) fail(op, "rate out of range: got ", rate, ", expected [0, 1)");
+    if (!(rate >= 0.0 && rate < 1.0))
+      fail(op, "rate out of range: got ", rate, ", expected [0, 1)");
     if (!ctx.training() || rate == 0.0) return (*this)(x, loc);
     expect_floating(op, "input", x);
     const Tensor keep = random::bernoulli(ctx.next_key(op), 1.0 - rate, x.shape(), loc);
@@ -498,11 +512,12 @@ Tensor LayerNorm::operator()(const Tensor& x, Loc loc) const {
 }
 
 BatchNorm::BatchNorm(int64_t channels, double momentum_, double eps_, DType dtype)
-    : weight(ones({channels}, dtype)), bias(zeros({channels}, dtype)), momentum(momentum_), eps(eps_) {}
+    : weight(ones({channels}, dtype)),
+      bias(zeros({channels}, dtype)),
+      momentum(momentum_),
+      eps(eps_) {}
 
-BatchNormState BatchNorm::initial_state() const {
-  return {zeros_like(weight), ones_like(weight)};
-}
+BatchNormState BatchNorm::initial_state() const { return {zeros_like(weight), ones_like(weight)}; }
 
 std::pair<Tensor, BatchNormState> BatchNorm::operator()(const Tensor& x, const BatchNormState& s,
                                                         bool training, Loc loc) const {
@@ -512,7 +527,8 @@ std::pair<Tensor, BatchNormState> BatchNorm::operator()(const Tensor& x, const B
     expect_input(op, x, 2, "[N, C, ...]");
     const int64_t c = weight.shape()[0];
     if (x.shape()[1] != c)
-      fail(op, "channels do not match: got input ", x.type(), " for ", c, " channels, expected [N, ", c, ", ...]");
+      fail(op, "channels do not match: got input ", x.type(), " for ", c,
+           " channels, expected [N, ", c, ", ...]");
     std::vector<int64_t> bshape(static_cast<std::size_t>(x.rank()), 1);
     bshape[1] = c;
     const Shape b(bshape);

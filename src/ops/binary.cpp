@@ -16,17 +16,23 @@ enum class Domain { numeric, all, boolean };
 
 DTypeSet domain_set(Domain d) {
   switch (d) {
-    case Domain::numeric: return DTypeSet::numeric();
-    case Domain::all: return DTypeSet::all();
-    case Domain::boolean: return DTypeSet(bool_);
+    case Domain::numeric:
+      return DTypeSet::numeric();
+    case Domain::all:
+      return DTypeSet::all();
+    case Domain::boolean:
+      return DTypeSet(bool_);
   }
   return {};
 }
 std::string_view domain_desc(Domain d) {
   switch (d) {
-    case Domain::numeric: return "a numeric dtype (not bool)";
-    case Domain::all: return "any dtype";
-    case Domain::boolean: return "bool";
+    case Domain::numeric:
+      return "a numeric dtype (not bool)";
+    case Domain::all:
+      return "any dtype";
+    case Domain::boolean:
+      return "bool";
   }
   return "";
 }
@@ -67,36 +73,55 @@ Tensor max_weight(const Tensor& a, const Tensor& b) {
 // Each differentiable functor has `jvp(a, b, y, ta, tb)` and `vjp(a, b, y, ct)`.
 struct Add {
   static constexpr Domain domain = Domain::numeric;
-  static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta, const Tangent& tb) {
+  static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
+                     const Tangent& tb) {
     return plus(ta, tb);
   }
-  static ops::Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) { return {ct, ct}; }
-  template <typename T> T operator()(T a, T b) const { return wrapping(a, b, std::plus<>{}); }
+  static ops::Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) {
+    return {ct, ct};
+  }
+  template <typename T>
+  T operator()(T a, T b) const {
+    return wrapping(a, b, std::plus<>{});
+  }
 };
 struct Sub {
   static constexpr Domain domain = Domain::numeric;
-  static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta, const Tangent& tb) {
+  static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
+                     const Tangent& tb) {
     return plus(ta, map_t(tb, [](const Tensor& t) { return -t; }));
   }
-  static ops::Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) { return {ct, -ct}; }
-  template <typename T> T operator()(T a, T b) const { return wrapping(a, b, std::minus<>{}); }
+  static ops::Ts vjp(const Tensor&, const Tensor&, const Tensor&, const Tensor& ct) {
+    return {ct, -ct};
+  }
+  template <typename T>
+  T operator()(T a, T b) const {
+    return wrapping(a, b, std::minus<>{});
+  }
 };
 struct Mul {
   static constexpr Domain domain = Domain::numeric;
-  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta, const Tangent& tb) {
+  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
+                     const Tangent& tb) {
     return plus(map_t(ta, [&](const Tensor& t) { return t * b; }),
                 map_t(tb, [&](const Tensor& t) { return a * t; }));
   }
-  static ops::Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) { return {ct * b, a * ct}; }
-  template <typename T> T operator()(T a, T b) const {
-    if constexpr (std::is_same_v<T, uint8_t>) return static_cast<T>(static_cast<unsigned>(a) * b);
-    else return wrapping(a, b, std::multiplies<>{});
+  static ops::Ts vjp(const Tensor& a, const Tensor& b, const Tensor&, const Tensor& ct) {
+    return {ct * b, a * ct};
+  }
+  template <typename T>
+  T operator()(T a, T b) const {
+    if constexpr (std::is_same_v<T, uint8_t>)
+      return static_cast<T>(static_cast<unsigned>(a) * b);
+    else
+      return wrapping(a, b, std::multiplies<>{});
   }
 };
 // Integer division truncates; the kernel rejects zero divisors before the loop runs.
 struct Div {
   static constexpr Domain domain = Domain::numeric;
-  static Tangent jvp(const Tensor&, const Tensor& b, const Tensor& y, const Tangent& ta, const Tangent& tb) {
+  static Tangent jvp(const Tensor&, const Tensor& b, const Tensor& y, const Tangent& ta,
+                     const Tangent& tb) {
     return plus(map_t(ta, [&](const Tensor& t) { return t / b; }),
                 map_t(tb, [&](const Tensor& t) { return -(t * y / b); }));
   }
@@ -104,7 +129,8 @@ struct Div {
     return {ct / b, -(ct * y / b)};
   }
   static constexpr bool checks_zero_divisor = true;
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
       if (b == T{-1}) return wrapping(T{0}, a, std::minus<>{});  // MIN / -1 wraps
     }
@@ -128,7 +154,8 @@ Tensor pow_db(const Tensor& a, const Tensor& y) {
 }
 struct Pow {
   static constexpr Domain domain = Domain::numeric;
-  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor& y, const Tangent& ta, const Tangent& tb) {
+  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor& y, const Tangent& ta,
+                     const Tangent& tb) {
     return plus(map_t(ta, [&](const Tensor& t) { return t * pow_da(a, b); }),
                 map_t(tb, [&](const Tensor& t) { return t * pow_db(a, y); }));
   }
@@ -136,7 +163,8 @@ struct Pow {
     return {ct * pow_da(a, b), ct * pow_db(a, y)};
   }
   static constexpr bool checks_negative_exponent = true;
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>) {
       return std::pow(a, b);
     } else {  // exponentiation by squaring, wrapping like multiplication
@@ -154,7 +182,8 @@ struct Pow {
 // maximum/minimum propagate NaN, like numpy.
 struct Max {
   static constexpr Domain domain = Domain::numeric;
-  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta, const Tangent& tb) {
+  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
+                     const Tangent& tb) {
     const Tensor w = max_weight(a, b);
     return plus(map_t(ta, [&](const Tensor& t) { return t * w; }),
                 map_t(tb, [&](const Tensor& t) { return t * (1.0 - w); }));
@@ -163,7 +192,8 @@ struct Max {
     const Tensor w = max_weight(a, b);
     return {ct * w, ct * (1.0 - w)};
   }
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>)
       if (a != a || b != b) return a + b;
     return a > b ? a : b;
@@ -171,7 +201,8 @@ struct Max {
 };
 struct Min {
   static constexpr Domain domain = Domain::numeric;
-  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta, const Tangent& tb) {
+  static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
+                     const Tangent& tb) {
     const Tensor w = max_weight(b, a);
     return plus(map_t(ta, [&](const Tensor& t) { return t * w; }),
                 map_t(tb, [&](const Tensor& t) { return t * (1.0 - w); }));
@@ -180,17 +211,21 @@ struct Min {
     const Tensor w = max_weight(b, a);
     return {ct * w, ct * (1.0 - w)};
   }
-  template <typename T> T operator()(T a, T b) const {
+  template <typename T>
+  T operator()(T a, T b) const {
     if constexpr (std::is_floating_point_v<T>)
       if (a != a || b != b) return a + b;
     return a < b ? a : b;
   }
 };
-#define KILN_COMPARE(Name, expr)                            \
-  struct Name {                                             \
-    static constexpr Domain domain = Domain::all;           \
-    static constexpr bool bool_result = true;               \
-    template <typename T> bool operator()(T a, T b) const { return expr; } \
+#define KILN_COMPARE(Name, expr)                  \
+  struct Name {                                   \
+    static constexpr Domain domain = Domain::all; \
+    static constexpr bool bool_result = true;     \
+    template <typename T>                         \
+    bool operator()(T a, T b) const {             \
+      return expr;                                \
+    }                                             \
   };
 KILN_COMPARE(Eq, a == b)
 KILN_COMPARE(Ne, a != b)
@@ -214,8 +249,10 @@ struct Xor {
 
 template <typename F>
 constexpr bool bool_result() {
-  if constexpr (requires { F::bool_result; }) return F::bool_result;
-  else return false;
+  if constexpr (requires { F::bool_result; })
+    return F::bool_result;
+  else
+    return false;
 }
 
 // Rejects integer inputs the scalar function has no defined answer for.
@@ -223,7 +260,8 @@ template <typename F, typename T>
 void check_operands(std::string_view name, const Tensor& b) {
   if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
     constexpr bool zero = requires { F::checks_zero_divisor; };
-    constexpr bool negative = requires { F::checks_negative_exponent; } && std::is_signed_v<T>;
+    constexpr bool negative = requires { F::checks_negative_exponent; }
+    &&std::is_signed_v<T>;
     if constexpr (zero || negative) {
       for (T v : b.to_vector<T>()) {
         if (zero && v == T{0})
@@ -275,10 +313,10 @@ const Primitive& define_binary(std::string name, Loc loc) {
 
 // The table: accessor (src/ops/primitives.h), functor, IR name. A primitive's definition is its
 // line here.
-#define KILN_BINARY(accessor, F, name)                                 \
-  const Primitive& prim::accessor() {                                  \
+#define KILN_BINARY(accessor, F, name)                                  \
+  const Primitive& prim::accessor() {                                   \
     static const Primitive& p = define_binary<F>(name, Loc::current()); \
-    return p;                                                          \
+    return p;                                                           \
   }
 KILN_BINARY(add, Add, "add")
 KILN_BINARY(sub, Sub, "sub")
@@ -304,9 +342,10 @@ namespace {
 template <typename T>
 T blend(bool c, T a, T b) {
   if constexpr (sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8) {
-    using U = std::conditional_t<sizeof(T) == 1, uint8_t,
-                                 std::conditional_t<sizeof(T) == 2, uint16_t,
-                                                    std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
+    using U = std::conditional_t<
+        sizeof(T) == 1, uint8_t,
+        std::conditional_t<sizeof(T) == 2, uint16_t,
+                           std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>>;
     const U m = static_cast<U>(U{0} - static_cast<U>(c));
     return std::bit_cast<T>(static_cast<U>((std::bit_cast<U>(a) & m) | (std::bit_cast<U>(b) & ~m)));
   } else {
@@ -319,59 +358,61 @@ T blend(bool c, T a, T b) {
 // select(pred, on_true, on_false): elementwise choice; all three have one shape.
 const Primitive& prim::select() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "select",
-     .arity = 3,
-     .type_rule =
-         [](std::span<const TensorType> in, const Attrs&) {
-           ops::expect_dtype("select", in[0], bool_, "a bool predicate");
-           if (in[1] != in[2] || in[0].shape != in[1].shape)
-             fail("select", "operands differ: got ", ops::types_str(in),
-                  ", expected a bool predicate and two values of one dtype, all of one shape");
-           return std::vector<TensorType>{in[1]};
-         },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
-       const Tensor& p = r.inputs[0];
-       const Tensor zero = scalar_like(r.outputs[0], 0.0);
-       return {where(p, t[1] ? *t[1] : zero, t[2] ? *t[2] : zero)};
-     },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       const Tensor zero = scalar_like(*ct[0], 0.0);
-       return {std::nullopt, where(r.inputs[0], *ct[0], zero), where(r.inputs[0], zero, *ct[0])};
-     },
-     .batch = ops::batch_elementwise},
-    {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
-      [](std::span<const Tensor> in, const Attrs&) {
-        Tensor out = empty(in[1].type());
-        detail::visit_dtype(in[1].dtype(), [&]<typename T>() {
-          const bool* pc = static_cast<const bool*>(in[0].raw_data());
-          const T* px = static_cast<const T*>(in[1].raw_data());
-          const T* py = static_cast<const T*>(in[2].raw_data());
-          T* po = static_cast<T*>(out.raw_data());
-          detail::for_each_row<4>(
-              out.shape().dims(), {&out.strides(), &in[0].strides(), &in[1].strides(), &in[2].strides()},
-              [&](const std::array<int64_t, 4>& off, int64_t n, const std::array<int64_t, 4>& st) {
-                const bool* c = pc + off[1];
-                const T* x = px + off[2];
-                const T* y = py + off[3];
-                T* o = po + off[0];
-                // Bit blends, not branches: with a random mask (relu and its gradient) the
-                // branchy loop mispredicted on every other element and ran 6x slower.
-                if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
-                  for (int64_t k = 0; k < n; ++k) o[k] = blend(c[k], x[k], y[k]);
-                } else if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 0) {
-                  const T b = *y;
-                  for (int64_t k = 0; k < n; ++k) o[k] = blend(c[k], x[k], b);
-                } else if (st[0] == 1 && st[1] == 1 && st[2] == 0 && st[3] == 1) {
-                  const T a = *x;
-                  for (int64_t k = 0; k < n; ++k) o[k] = blend(c[k], a, y[k]);
-                } else {
-                  for (int64_t k = 0; k < n; ++k)
-                    o[k * st[0]] = c[k * st[1]] ? x[k * st[2]] : y[k * st[3]];
-                }
-              });
-        });
-        return std::vector<Tensor>{out};
-      }}});
+      {.name = "select",
+       .arity = 3,
+       .type_rule =
+           [](std::span<const TensorType> in, const Attrs&) {
+             ops::expect_dtype("select", in[0], bool_, "a bool predicate");
+             if (in[1] != in[2] || in[0].shape != in[1].shape)
+               fail("select", "operands differ: got ", ops::types_str(in),
+                    ", expected a bool predicate and two values of one dtype, all of one shape");
+             return std::vector<TensorType>{in[1]};
+           },
+       .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+         const Tensor& p = r.inputs[0];
+         const Tensor zero = scalar_like(r.outputs[0], 0.0);
+         return {where(p, t[1] ? *t[1] : zero, t[2] ? *t[2] : zero)};
+       },
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         const Tensor zero = scalar_like(*ct[0], 0.0);
+         return {std::nullopt, where(r.inputs[0], *ct[0], zero), where(r.inputs[0], zero, *ct[0])};
+       },
+       .batch = ops::batch_elementwise},
+      {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
+        [](std::span<const Tensor> in, const Attrs&) {
+          Tensor out = empty(in[1].type());
+          detail::visit_dtype(in[1].dtype(), [&]<typename T>() {
+            const bool* pc = static_cast<const bool*>(in[0].raw_data());
+            const T* px = static_cast<const T*>(in[1].raw_data());
+            const T* py = static_cast<const T*>(in[2].raw_data());
+            T* po = static_cast<T*>(out.raw_data());
+            detail::for_each_row<4>(
+                out.shape().dims(),
+                {&out.strides(), &in[0].strides(), &in[1].strides(), &in[2].strides()},
+                [&](const std::array<int64_t, 4>& off, int64_t n,
+                    const std::array<int64_t, 4>& st) {
+                  const bool* c = pc + off[1];
+                  const T* x = px + off[2];
+                  const T* y = py + off[3];
+                  T* o = po + off[0];
+                  // Bit blends, not branches: with a random mask (relu and its gradient) the
+                  // branchy loop mispredicted on every other element and ran 6x slower.
+                  if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 1) {
+                    for (int64_t k = 0; k < n; ++k) o[k] = blend(c[k], x[k], y[k]);
+                  } else if (st[0] == 1 && st[1] == 1 && st[2] == 1 && st[3] == 0) {
+                    const T b = *y;
+                    for (int64_t k = 0; k < n; ++k) o[k] = blend(c[k], x[k], b);
+                  } else if (st[0] == 1 && st[1] == 1 && st[2] == 0 && st[3] == 1) {
+                    const T a = *x;
+                    for (int64_t k = 0; k < n; ++k) o[k] = blend(c[k], a, y[k]);
+                  } else {
+                    for (int64_t k = 0; k < n; ++k)
+                      o[k * st[0]] = c[k * st[1]] ? x[k * st[2]] : y[k * st[3]];
+                  }
+                });
+          });
+          return std::vector<Tensor>{out};
+        }}});
   return p;
 }
 
@@ -404,17 +445,33 @@ Tensor sub(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::
 Tensor mul(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::mul(), a, b, loc); }
 Tensor div(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::div(), a, b, loc); }
 Tensor pow(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::pow(), a, b, loc); }
-Tensor maximum(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::max(), a, b, loc); }
-Tensor minimum(const Tensor& a, const Tensor& b, Loc loc) { return arithmetic(prim::min(), a, b, loc); }
+Tensor maximum(const Tensor& a, const Tensor& b, Loc loc) {
+  return arithmetic(prim::max(), a, b, loc);
+}
+Tensor minimum(const Tensor& a, const Tensor& b, Loc loc) {
+  return arithmetic(prim::min(), a, b, loc);
+}
 Tensor equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::eq(), a, b, loc); }
-Tensor not_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::ne(), a, b, loc); }
+Tensor not_equal(const Tensor& a, const Tensor& b, Loc loc) {
+  return binary(prim::ne(), a, b, loc);
+}
 Tensor less(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::lt(), a, b, loc); }
-Tensor less_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::le(), a, b, loc); }
+Tensor less_equal(const Tensor& a, const Tensor& b, Loc loc) {
+  return binary(prim::le(), a, b, loc);
+}
 Tensor greater(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::gt(), a, b, loc); }
-Tensor greater_equal(const Tensor& a, const Tensor& b, Loc loc) { return binary(prim::ge(), a, b, loc); }
-Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc) { return logical(prim::and_(), a, b, loc); }
-Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc) { return logical(prim::or_(), a, b, loc); }
-Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc) { return logical(prim::xor_(), a, b, loc); }
+Tensor greater_equal(const Tensor& a, const Tensor& b, Loc loc) {
+  return binary(prim::ge(), a, b, loc);
+}
+Tensor logical_and(const Tensor& a, const Tensor& b, Loc loc) {
+  return logical(prim::and_(), a, b, loc);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b, Loc loc) {
+  return logical(prim::or_(), a, b, loc);
+}
+Tensor logical_xor(const Tensor& a, const Tensor& b, Loc loc) {
+  return logical(prim::xor_(), a, b, loc);
+}
 
 Tensor clip(const Tensor& x, const Tensor& lo, const Tensor& hi, Loc loc) {
   const detail::CallSite site(loc);
@@ -430,8 +487,9 @@ Tensor where(const Tensor& cond, const Tensor& x, const Tensor& y, Loc loc) {
   auto [a, b] = ops::promote_broadcast("where", x, y, loc);
   Tensor c = ops::cast_if_needed(cond, bool_, loc);
   const Shape s = broadcast_shapes("where", c.shape(), a.shape());
-  return bind1(prim::select(), {broadcast_to(c, s, loc), broadcast_to(a, s, loc), broadcast_to(b, s, loc)},
-               {}, loc);
+  return bind1(prim::select(),
+               {broadcast_to(c, s, loc), broadcast_to(a, s, loc), broadcast_to(b, s, loc)}, {},
+               loc);
 }
 
 Tensor scalar_like(const Tensor& like, double value, bool is_floating) {

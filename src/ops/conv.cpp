@@ -3,8 +3,8 @@
 //
 // conv2d and its two gradients (conv2d_input_grad, conv2d_weight_grad) run through oneDNN
 // in float32 (src/ops/conv_dnnl.cpp: 1.5-2x faster than im2col here); otherwise they lower
-// to im2col + OpenBLAS gemm per group; small images are batched into one wide gemm so that gemm sees
-// enough columns. f16/bf16 compute in float32. im2col and its transpose run in parallel over
+// to im2col + OpenBLAS gemm per group; small images are batched into one wide gemm so that gemm
+// sees enough columns. f16/bf16 compute in float32. im2col and its transpose run in parallel over
 // image planes: OpenBLAS is the OpenMP build, so they share gemm's thread pool.
 #include <cblas.h>
 
@@ -71,8 +71,8 @@ ConvGeom conv_geom(std::string_view op, std::span<const TensorType> in, const At
   const auto [dh, dw] = pair_attr(op, attrs, "dilation", 1);
   const int64_t G = attrs.get_int("groups");
   if (G < 1) fail(op, "non-positive groups: got groups=", G, ", expected groups >= 1");
-  ConvGeom g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2], w.shape[3],
-             sh, sw, ph, pw, dh, dw, G, 0, 0};
+  ConvGeom g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2], w.shape[3], sh,
+             sw,         ph,         pw,         dh,         dw,         G,          0,          0};
   if (g.C % G != 0)
     fail(op, "input channels not divisible by groups: got input ", x, " with groups=", G,
          ", expected C (", g.C, ") to be a multiple of groups");
@@ -90,10 +90,9 @@ ConvGeom conv_geom(std::string_view op, std::span<const TensorType> in, const At
   const int64_t ekw = detail::checked_add(op, detail::checked_mul(op, dw, g.KW - 1), 1);
   const int64_t hp = g.H + 2 * ph, wp = g.W + 2 * pw;
   if (ekh > hp || ekw > wp)
-    fail(op, "kernel larger than the padded input: got input ", x, " and weight ", w,
-         " (padding [", ph, ", ", pw, "], dilation [", dh, ", ", dw,
-         "]), expected an effective kernel of ", ekh, "x", ekw, " to fit the padded input ", hp,
-         "x", wp);
+    fail(op, "kernel larger than the padded input: got input ", x, " and weight ", w, " (padding [",
+         ph, ", ", pw, "], dilation [", dh, ", ", dw, "]), expected an effective kernel of ", ekh,
+         "x", ekw, " to fit the padded input ", hp, "x", wp);
   g.OH = (hp - ekh) / sh + 1;
   g.OW = (wp - ekw) / sw + 1;
   return g;
@@ -170,7 +169,7 @@ void col2im_row_add(const ConvGeom& g, T* plane, int64_t kh, int64_t kw, const T
 }
 
 constexpr int64_t kColumnBudgetBytes = int64_t{64} << 20;  // im2col buffer per chunk
-constexpr int64_t kTargetColumns = 4096;                     // gemm width worth batching to
+constexpr int64_t kTargetColumns = 4096;                   // gemm width worth batching to
 
 // The im2col view of a batch: images [n0, n0 + cnt) side by side, so that one gemm of width
 // cnt * L serves them all (small images alone give gemm too few columns to be fast).
@@ -187,7 +186,8 @@ struct Columns {
     // Error ([shape]) is re-raised by bind under the primitive's name.
     Shape{K, L}.check("shape");
     nb = std::max<int64_t>(1, kTargetColumns / L);
-    nb = std::min({nb, g.N, std::max<int64_t>(1, kColumnBudgetBytes / (K * L * int64_t{sizeof(T)}))});
+    nb = std::min(
+        {nb, g.N, std::max<int64_t>(1, kColumnBudgetBytes / (K * L * int64_t{sizeof(T)}))});
     col.resize(static_cast<std::size_t>(K * nb * L));
     tmp.resize(static_cast<std::size_t>(Og * nb * L));
   }
@@ -204,9 +204,12 @@ struct Columns {
   // Planes (image i, channel c of group gi) in parallel: each writes its own rows.
   template <typename F>
   void each_plane(int64_t count, F&& f) const {
-    detail::parallel_for(count * Cg, [&](int64_t b, int64_t e) {
-      for (int64_t p = b; p < e; ++p) f(p / Cg, p % Cg);
-    }, L * g.KH * g.KW);
+    detail::parallel_for(
+        count * Cg,
+        [&](int64_t b, int64_t e) {
+          for (int64_t p = b; p < e; ++p) f(p / Cg, p % Cg);
+        },
+        L * g.KH * g.KW);
   }
   T* row(int64_t c, int64_t kh, int64_t kw, int64_t i) {
     return col.data() + ((c * g.KH + kh) * g.KW + kw) * width + i * L;
@@ -293,8 +296,8 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g) {
     cols.fill(px, n0, cnt, gi);
     const bool direct = cnt == 1;
     T* dst = direct ? po + n0 * g.O * L + gi * Og * L : cols.tmp.data();
-    gemm<T>(false, false, Og, cols.width, K, pw + gi * Og * K, K, cols.col.data(), cols.width,
-            T{0}, dst, direct ? L : cols.width);
+    gemm<T>(false, false, Og, cols.width, K, pw + gi * Og * K, K, cols.col.data(), cols.width, T{0},
+            dst, direct ? L : cols.width);
     if (!direct) cols.scatter(po, n0, cnt, gi);
   });
   return out;
@@ -465,7 +468,8 @@ const Primitive& define_conv(Primitive p, Kernel kernel, bool folds = true,
     return folds && !b.dims[1] ? batch_images(b) : ops::batch_by_loop(b);
   };
   return detail::register_builtin(
-      std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}), std::move(kernel)}}, loc);
+      std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}), std::move(kernel)}},
+      loc);
 }
 
 }  // namespace
@@ -473,22 +477,23 @@ const Primitive& define_conv(Primitive p, Kernel kernel, bool folds = true,
 // conv2d(x [N, C, H, W], w [O, C/groups, KH, KW]) -> [N, O, OH, OW].
 const Primitive& prim::conv2d() {
   static const Primitive& p = define_conv(
-    [] {
-      Primitive p = primitive_of("conv2d", 2, conv_rule);
-      p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
-        return bilinear_jvp(r, t, [&](const Tensor& x, const Tensor& w) { return conv(x, w, r.attrs); });
-      };
-      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-        return {input_grad(*ct[0], r.inputs[1], r.attrs, r.inputs[0].shape()),
-                weight_grad(*ct[0], r.inputs[0], r.attrs, r.inputs[1].shape())};
-      };
-      return p;
-    }(),
-    conv_kernel(
-        [](std::span<const Tensor> in, const Attrs& a) {
-          return conv_geom("conv2d", std::vector<TensorType>{in[0].type(), in[1].type()}, a);
-        },
-        &conv_impl<float>, &conv_impl<double>));
+      [] {
+        Primitive p = primitive_of("conv2d", 2, conv_rule);
+        p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+          return bilinear_jvp(
+              r, t, [&](const Tensor& x, const Tensor& w) { return conv(x, w, r.attrs); });
+        };
+        p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+          return {input_grad(*ct[0], r.inputs[1], r.attrs, r.inputs[0].shape()),
+                  weight_grad(*ct[0], r.inputs[0], r.attrs, r.inputs[1].shape())};
+        };
+        return p;
+      }(),
+      conv_kernel(
+          [](std::span<const Tensor> in, const Attrs& a) {
+            return conv_geom("conv2d", std::vector<TensorType>{in[0].type(), in[1].type()}, a);
+          },
+          &conv_impl<float>, &conv_impl<double>));
   return p;
 }
 
@@ -533,48 +538,54 @@ std::vector<TensorType> types(std::span<const Tensor> in) { return {in[0].type()
 
 const Primitive& prim::conv2d_input_grad() {
   static const Primitive& p = define_conv(
-    [] {
-      Primitive p = primitive_of("conv2d_input_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
-        const ConvGeom g = input_grad_geom(in, a);
-        return std::vector<TensorType>{{in[0].dtype, Shape{g.N, g.C, g.H, g.W}}};
-      });
-      p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
-        const Shape& x = r.outputs[0].shape();
-        return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& w) { return input_grad(dy, w, r.attrs, x); });
-      };
-      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-        const Tensor &dy = r.inputs[0], &w = r.inputs[1];
-        return {conv(*ct[0], w, r.attrs), weight_grad(dy, *ct[0], r.attrs, w.shape())};
-      };
-      return p;
-    }(),
-    conv_kernel(
-        [](std::span<const Tensor> in, const Attrs& a) { return input_grad_geom(types(in), a); },
-        &conv_input_grad_impl<float>, &conv_input_grad_impl<double>));
+      [] {
+        Primitive p = primitive_of(
+            "conv2d_input_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
+              const ConvGeom g = input_grad_geom(in, a);
+              return std::vector<TensorType>{{in[0].dtype, Shape{g.N, g.C, g.H, g.W}}};
+            });
+        p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+          const Shape& x = r.outputs[0].shape();
+          return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& w) {
+            return input_grad(dy, w, r.attrs, x);
+          });
+        };
+        p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+          const Tensor &dy = r.inputs[0], &w = r.inputs[1];
+          return {conv(*ct[0], w, r.attrs), weight_grad(dy, *ct[0], r.attrs, w.shape())};
+        };
+        return p;
+      }(),
+      conv_kernel(
+          [](std::span<const Tensor> in, const Attrs& a) { return input_grad_geom(types(in), a); },
+          &conv_input_grad_impl<float>, &conv_input_grad_impl<double>));
   return p;
 }
 
 const Primitive& prim::conv2d_weight_grad() {
   static const Primitive& p = define_conv(
-    [] {
-      Primitive p = primitive_of("conv2d_weight_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
-        const ConvGeom g = weight_grad_geom(in, a);
-        return std::vector<TensorType>{{in[0].dtype, Shape{g.O, g.C / g.G, g.KH, g.KW}}};
-      });
-      p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
-        const Shape& w = r.outputs[0].shape();
-        return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& x) { return weight_grad(dy, x, r.attrs, w); });
-      };
-      p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-        const Tensor &dy = r.inputs[0], &x = r.inputs[1];
-        return {conv(x, *ct[0], r.attrs), input_grad(dy, *ct[0], r.attrs, x.shape())};
-      };
-      return p;
-    }(),
-    conv_kernel(
-        [](std::span<const Tensor> in, const Attrs& a) { return weight_grad_geom(types(in), a); },
-        &conv_weight_grad_impl<float>, &conv_weight_grad_impl<double>),
-    false);
+      [] {
+        Primitive p = primitive_of(
+            "conv2d_weight_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
+              const ConvGeom g = weight_grad_geom(in, a);
+              return std::vector<TensorType>{{in[0].dtype, Shape{g.O, g.C / g.G, g.KH, g.KW}}};
+            });
+        p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+          const Shape& w = r.outputs[0].shape();
+          return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& x) {
+            return weight_grad(dy, x, r.attrs, w);
+          });
+        };
+        p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+          const Tensor &dy = r.inputs[0], &x = r.inputs[1];
+          return {conv(x, *ct[0], r.attrs), input_grad(dy, *ct[0], r.attrs, x.shape())};
+        };
+        return p;
+      }(),
+      conv_kernel(
+          [](std::span<const Tensor> in, const Attrs& a) { return weight_grad_geom(types(in), a); },
+          &conv_weight_grad_impl<float>, &conv_weight_grad_impl<double>),
+      false);
   return p;
 }
 
@@ -592,8 +603,8 @@ PoolGeom pool_geom(std::string_view op, const TensorType& x, const Attrs& attrs)
   const auto [sh, sw] = pair_attr(op, attrs, "stride", 1);
   const auto [ph, pw] = pair_attr(op, attrs, "padding", 0);
   if (2 * ph > kh || 2 * pw > kw)
-    fail(op, "padding larger than half the kernel: got padding [", ph, ", ", pw,
-         "] for kernel [", kh, ", ", kw, "], expected padding <= kernel / 2");
+    fail(op, "padding larger than half the kernel: got padding [", ph, ", ", pw, "] for kernel [",
+         kh, ", ", kw, "], expected padding <= kernel / 2");
   PoolGeom g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], kh, kw, sh, sw, ph, pw, 0, 0};
   const int64_t hp = g.H + 2 * ph, wp = g.W + 2 * pw;
   if (kh > hp || kw > wp)
@@ -664,8 +675,10 @@ void pool_impl(const Tensor& x_in, const Tensor& out, const PoolGeom& g) {
                     acc += static_cast<double>(v);
                   }
                 }
-              if constexpr (IsMax) dst[oh * g.OW + ow] = static_cast<T>(acc);
-              else dst[oh * g.OW + ow] = static_cast<T>(static_cast<C>(acc * inv));
+              if constexpr (IsMax)
+                dst[oh * g.OW + ow] = static_cast<T>(acc);
+              else
+                dst[oh * g.OW + ow] = static_cast<T>(static_cast<C>(acc * inv));
             }
           }
         }
@@ -685,7 +698,8 @@ struct Windows {
   // The transpose of `at`: g placed back on the input grid, padding cropped.
   Tensor back(const Tensor& g, int64_t kh, int64_t kw, const Shape& x) const {
     const Tensor full = ops::unslice(g, padded.shape(), {0, 0, kh, kw}, {1, 1, s[0], s[1]});
-    return slice(full, {Slice{}, Slice{}, Slice{p[0], p[0] + x[2], 1}, Slice{p[1], p[1] + x[3], 1}});
+    return slice(full,
+                 {Slice{}, Slice{}, Slice{p[0], p[0] + x[2], 1}, Slice{p[1], p[1] + x[3], 1}});
   }
 };
 Windows windows(const Tensor& x, const Attrs& a, const Shape& out, double pad_value) {
@@ -779,15 +793,16 @@ const Primitive& define_pool(std::string name, Loc loc) {
   };
   Primitive p = with_pool_rules<IsMax>(primitive_of(name, 1, std::move(rule)));
   p.batch = batch_images;
-  return detail::register_builtin(std::move(p), {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}},
-                                  loc);
+  return detail::register_builtin(std::move(p),
+                                  {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}}, loc);
 }
 
 // dx = max_pool2d_grad(x, dy): each dy entry added to the first maximum of its window in x
 // (the forward's comparison, so a NaN window routes to its NaN). One pass over x, where the
 // rule built from masks above takes a dozen full-size temporaries.
 template <typename T>
-void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& dx, const PoolGeom& g) {
+void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& dx,
+                        const PoolGeom& g) {
   using C = detail::compute_t<T>;
   const Tensor x = x_in.contiguous(), dy = dy_in.contiguous();
   const T* px = x.data<const T>();
@@ -853,7 +868,8 @@ void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& d
                   }
                 }
               if (best >= 0)
-                dst[best] = static_cast<T>(static_cast<C>(dst[best]) + static_cast<C>(grad[oh * g.OW + ow]));
+                dst[best] = static_cast<T>(static_cast<C>(dst[best]) +
+                                           static_cast<C>(grad[oh * g.OW + ow]));
             }
           }
         }
@@ -867,45 +883,47 @@ void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& d
 
 const Primitive& prim::max_pool2d_grad() {
   static const Primitive& p = [loc = Loc::current()]() -> const Primitive& {
-  constexpr std::string_view op = "max_pool2d_grad";
-  Primitive p = primitive_of(std::string(op), 2, [op](std::span<const TensorType> in, const Attrs& a) {
-    const PoolGeom g = pool_geom(op, in[0], a);
-    const TensorType expected{in[0].dtype, Shape{g.N, g.C, g.OH, g.OW}};
-    if (in[1] != expected)
-      fail(op, "output gradient does not match the pooling: got ", in[1], ", expected ", expected,
-           " for input ", in[0]);
-    return std::vector<TensorType>{in[0]};
-  });
-  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
-    if (!t[1]) return {zeros_like(r.outputs[0])};
-    return {max_pool_grad(r.inputs[0], *t[1], r.attrs)};
-  };
-  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-    const Tensor& x = r.inputs[0];
-    const Tensor y = bind1(prim::max_pool2d(), {x}, r.attrs);
-    return {std::nullopt, at_chosen_max(x, y, *ct[0], r.attrs)};
-  };
-  p.batch = [](const BatchArgs& b) {
-    std::vector<Tensor> ins;
-    Shape x;
-    for (std::size_t i = 0; i < 2; ++i) {
-      const Tensor t = ops::batch_first(b.inputs[i], b.dims[i], b.size);
-      const Shape& s = t.shape();
-      if (i == 0) x = s;
-      ins.push_back(reshape(t, Shape{s[0] * s[1], s[2], s[3], s[4]}));
-    }
-    const Tensor dx = bind1(b.primitive, ins, b.attrs);
-    return std::vector<Batched>{{reshape(dx, x), 0}};
-  };
-  Kernel kernel = [op](std::span<const Tensor> in, const Attrs& attrs) {
-    const PoolGeom g = pool_geom(op, in[0].type(), attrs);
-    Tensor dx = empty(in[0].shape(), in[0].dtype());
-    detail::visit_floating(in[0].dtype(),
-                           [&]<typename T>() { max_pool_grad_impl<T>(in[0], in[1], dx, g); });
-    return std::vector<Tensor>{dx};
-  };
-  return detail::register_builtin(std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}),
-                                                  std::move(kernel)}}, loc);
+    constexpr std::string_view op = "max_pool2d_grad";
+    Primitive p =
+        primitive_of(std::string(op), 2, [op](std::span<const TensorType> in, const Attrs& a) {
+          const PoolGeom g = pool_geom(op, in[0], a);
+          const TensorType expected{in[0].dtype, Shape{g.N, g.C, g.OH, g.OW}};
+          if (in[1] != expected)
+            fail(op, "output gradient does not match the pooling: got ", in[1], ", expected ",
+                 expected, " for input ", in[0]);
+          return std::vector<TensorType>{in[0]};
+        });
+    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+      if (!t[1]) return {zeros_like(r.outputs[0])};
+      return {max_pool_grad(r.inputs[0], *t[1], r.attrs)};
+    };
+    p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+      const Tensor& x = r.inputs[0];
+      const Tensor y = bind1(prim::max_pool2d(), {x}, r.attrs);
+      return {std::nullopt, at_chosen_max(x, y, *ct[0], r.attrs)};
+    };
+    p.batch = [](const BatchArgs& b) {
+      std::vector<Tensor> ins;
+      Shape x;
+      for (std::size_t i = 0; i < 2; ++i) {
+        const Tensor t = ops::batch_first(b.inputs[i], b.dims[i], b.size);
+        const Shape& s = t.shape();
+        if (i == 0) x = s;
+        ins.push_back(reshape(t, Shape{s[0] * s[1], s[2], s[3], s[4]}));
+      }
+      const Tensor dx = bind1(b.primitive, ins, b.attrs);
+      return std::vector<Batched>{{reshape(dx, x), 0}};
+    };
+    Kernel kernel = [op](std::span<const Tensor> in, const Attrs& attrs) {
+      const PoolGeom g = pool_geom(op, in[0].type(), attrs);
+      Tensor dx = empty(in[0].shape(), in[0].dtype());
+      detail::visit_floating(in[0].dtype(),
+                             [&]<typename T>() { max_pool_grad_impl<T>(in[0], in[1], dx, g); });
+      return std::vector<Tensor>{dx};
+    };
+    return detail::register_builtin(
+        std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}), std::move(kernel)}},
+        loc);
   }();
   return p;
 }
@@ -950,8 +968,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc)
                     {"padding", ints(o.padding)},
                     {"dilation", ints(o.dilation)},
                     {"groups", o.groups}};
-  return bind1(prim::conv2d(), {ops::cast_if_needed(x, dt, loc), ops::cast_if_needed(w, dt, loc)}, attrs,
-               loc);
+  return bind1(prim::conv2d(), {ops::cast_if_needed(x, dt, loc), ops::cast_if_needed(w, dt, loc)},
+               attrs, loc);
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {

@@ -1,7 +1,6 @@
 #include "ops/conv_dnnl.h"
 
 #include <dnnl.hpp>
-
 #include <map>
 #include <memory>
 #include <mutex>
@@ -17,8 +16,8 @@ using Dims = memory::dims;
 // and out of them around each call, as PyTorch does. Primitive creation JIT-compiles code,
 // so the primitives are cached per pass and geometry.
 struct Plan {
-  memory::desc a, b, out;                     // the caller's plain layouts
-  memory::desc a_used, b_used, out_used;      // the primitive's
+  memory::desc a, b, out;                 // the caller's plain layouts
+  memory::desc a_used, b_used, out_used;  // the primitive's
   dnnl::primitive prim;
   int a_arg, b_arg, out_arg;
 };
@@ -32,10 +31,13 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
   const Dims x_dims{g.N, g.C, g.H, g.W}, y_dims{g.N, g.O, g.OH, g.OW};
-  const Dims w_dims = g.G == 1 ? Dims{g.O, g.C, g.KH, g.KW} : Dims{g.G, g.O / g.G, g.C / g.G, g.KH, g.KW};
+  const Dims w_dims =
+      g.G == 1 ? Dims{g.O, g.C, g.KH, g.KW} : Dims{g.G, g.O / g.G, g.C / g.G, g.KH, g.KW};
   const tag w_tag = g.G == 1 ? tag::oihw : tag::goihw;
-  const memory::desc x_plain(x_dims, f32, tag::nchw), y_plain(y_dims, f32, tag::nchw), w_plain(w_dims, f32, w_tag);
-  const memory::desc x_any(x_dims, f32, tag::any), y_any(y_dims, f32, tag::any), w_any(w_dims, f32, tag::any);
+  const memory::desc x_plain(x_dims, f32, tag::nchw), y_plain(y_dims, f32, tag::nchw),
+      w_plain(w_dims, f32, w_tag);
+  const memory::desc x_any(x_dims, f32, tag::any), y_any(y_dims, f32, tag::any),
+      w_any(w_dims, f32, tag::any);
   // The far-side padding that reproduces OH and OW (floor division may drop rows).
   const int64_t pr_h = (g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1 - g.H - g.ph;
   const int64_t pr_w = (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1 - g.W - g.pw;
@@ -49,23 +51,49 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   auto plan = std::make_unique<Plan>();
   switch (pass) {
     case ConvPass::forward:
-      *plan = {x_plain, w_plain, y_plain, fwd.src_desc(), fwd.weights_desc(), fwd.dst_desc(),
-               dnnl::convolution_forward(fwd), DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST};
+      *plan = {x_plain,
+               w_plain,
+               y_plain,
+               fwd.src_desc(),
+               fwd.weights_desc(),
+               fwd.dst_desc(),
+               dnnl::convolution_forward(fwd),
+               DNNL_ARG_SRC,
+               DNNL_ARG_WEIGHTS,
+               DNNL_ARG_DST};
       break;
     case ConvPass::backward_data: {
       const dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(alg, x_any, w_any, y_any, strides, dilates, pad_l, pad_r),
+          dnnl::convolution_backward_data::desc(alg, x_any, w_any, y_any, strides, dilates, pad_l,
+                                                pad_r),
           engine(), fwd);
-      *plan = {y_plain, w_plain, x_plain, pd.diff_dst_desc(), pd.weights_desc(), pd.diff_src_desc(),
-               dnnl::convolution_backward_data(pd), DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC};
+      *plan = {y_plain,
+               w_plain,
+               x_plain,
+               pd.diff_dst_desc(),
+               pd.weights_desc(),
+               pd.diff_src_desc(),
+               dnnl::convolution_backward_data(pd),
+               DNNL_ARG_DIFF_DST,
+               DNNL_ARG_WEIGHTS,
+               DNNL_ARG_DIFF_SRC};
       break;
     }
     case ConvPass::backward_weights: {
       const dnnl::convolution_backward_weights::primitive_desc pd(
-          dnnl::convolution_backward_weights::desc(alg, x_any, w_any, y_any, strides, dilates, pad_l, pad_r),
+          dnnl::convolution_backward_weights::desc(alg, x_any, w_any, y_any, strides, dilates,
+                                                   pad_l, pad_r),
           engine(), fwd);
-      *plan = {y_plain, x_plain, w_plain, pd.diff_dst_desc(), pd.src_desc(), pd.diff_weights_desc(),
-               dnnl::convolution_backward_weights(pd), DNNL_ARG_DIFF_DST, DNNL_ARG_SRC, DNNL_ARG_DIFF_WEIGHTS};
+      *plan = {y_plain,
+               x_plain,
+               w_plain,
+               pd.diff_dst_desc(),
+               pd.src_desc(),
+               pd.diff_weights_desc(),
+               dnnl::convolution_backward_weights(pd),
+               DNNL_ARG_DIFF_DST,
+               DNNL_ARG_SRC,
+               DNNL_ARG_DIFF_WEIGHTS};
       break;
     }
   }
@@ -79,7 +107,21 @@ using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t
 const Plan* plan_for(ConvPass pass, const ConvGeom& g) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Plan>> plans;
-  const Key key{static_cast<int>(pass), g.N, g.C, g.H, g.W, g.O, g.KH, g.KW, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.G};
+  const Key key{static_cast<int>(pass),
+                g.N,
+                g.C,
+                g.H,
+                g.W,
+                g.O,
+                g.KH,
+                g.KW,
+                g.sh,
+                g.sw,
+                g.ph,
+                g.pw,
+                g.dh,
+                g.dw,
+                g.G};
   std::lock_guard lock(mu);
   auto it = plans.find(key);
   if (it == plans.end()) {
@@ -102,7 +144,8 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
   if (plan == nullptr) return false;
   const dnnl::engine& eng = engine();
   dnnl::stream stream(eng);
-  const memory a_user(plan->a, eng, const_cast<float*>(a)), b_user(plan->b, eng, const_cast<float*>(b));
+  const memory a_user(plan->a, eng, const_cast<float*>(a)),
+      b_user(plan->b, eng, const_cast<float*>(b));
   const memory out_user(plan->out, eng, out);
   auto into = [&](const memory& user, const memory::desc& used) {
     if (user.get_desc() == used) return user;
@@ -111,9 +154,12 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
     return m;
   };
   const memory a_in = into(a_user, plan->a_used), b_in = into(b_user, plan->b_used);
-  const memory result = out_user.get_desc() == plan->out_used ? out_user : memory(plan->out_used, eng);
+  const memory result =
+      out_user.get_desc() == plan->out_used ? out_user : memory(plan->out_used, eng);
   plan->prim.execute(stream, {{plan->a_arg, a_in}, {plan->b_arg, b_in}, {plan->out_arg, result}});
-  if (result != out_user) dnnl::reorder(result, out_user).execute(stream, const_cast<memory&>(result), const_cast<memory&>(out_user));
+  if (result != out_user)
+    dnnl::reorder(result, out_user)
+        .execute(stream, const_cast<memory&>(result), const_cast<memory&>(out_user));
   stream.wait();
   return true;
 }

@@ -36,14 +36,16 @@ std::vector<int64_t> resolve(std::string_view op, const Tensor& idx, int64_t n) 
   std::vector<int64_t> v = idx.to_vector<int64_t>();
   for (int64_t& i : v) {
     if (i < -n || i >= n)
-      fail(op, "index out of range: got ", i, " for an axis of size ", n, ", expected [", -n,
-           ", ", n - 1, "]");
+      fail(op, "index out of range: got ", i, " for an axis of size ", n, ", expected [", -n, ", ",
+           n - 1, "]");
     if (i < 0) i += n;
   }
   return v;
 }
 
-Tensor value_or_zeros(const Tangent& t, const Tensor& like) { return t ? *t : ops::zeros_of(like.type()); }
+Tensor value_or_zeros(const Tangent& t, const Tensor& like) {
+  return t ? *t : ops::zeros_of(like.type());
+}
 
 // Batching: with unbatched indices the batch axis simply leads x (and the updates); with
 // batched indices each example gathers on its own, one primitive call per example.
@@ -74,11 +76,13 @@ Primitive with_gather_rules(Primitive p, Accessor scatter) {
   return p;
 }
 Primitive with_scatter_rules(Primitive p, Accessor gather) {
-  p.batch = p.name == "scatter_add_along" ? BatchRule(ops::batch_by_loop) : BatchRule(batch_indexed);
+  p.batch =
+      p.name == "scatter_add_along" ? BatchRule(ops::batch_by_loop) : BatchRule(batch_indexed);
   p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
-    return {bind1(r.primitive,
-                  {value_or_zeros(t[0], r.inputs[0]), r.inputs[1], value_or_zeros(t[2], r.inputs[2])},
-                  r.attrs)};
+    return {
+        bind1(r.primitive,
+              {value_or_zeros(t[0], r.inputs[0]), r.inputs[1], value_or_zeros(t[2], r.inputs[2])},
+              r.attrs)};
   };
   p.vjp = [gather](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
     return {*ct[0], std::nullopt, bind1(gather(), {*ct[0], r.inputs[1]}, r.attrs)};
@@ -102,40 +106,48 @@ void copy_block(void* dst, const void* src, int64_t inner, std::size_t elem) {
 
 const Primitive& prim::gather() {
   static const Primitive& p = detail::register_builtin(
-    with_gather_rules(Primitive{.name = "gather",
-     .arity = 2,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           expect_index("gather", in[1]);
-           const int axis = normalize_axis("gather", a.get_int("axis"), in[0].shape.rank());
-           return std::vector<TensorType>{{in[0].dtype, take_shape(in[0].shape, axis, in[1].shape)}};
-         }}, prim::scatter_add),
-    {{ops::cpu({DTypeSet::all(), kIndex}), [](ops::Ins in, const Attrs& a) {
-        const Tensor x = in[0].contiguous();
-        const int axis = normalize_axis("gather", a.get_int("axis"), x.rank());
-        const AxisSplit s = split_at(x.shape(), axis);
-        const std::vector<int64_t> idx = resolve("gather", in[1], s.n);
-        const auto m = static_cast<int64_t>(idx.size());
-        Tensor out = empty(take_shape(x.shape(), axis, in[1].shape()), x.dtype());
-        const std::size_t elem = dtype_size(x.dtype());
-        const char* px = static_cast<const char*>(x.raw_data());
-        char* po = static_cast<char*>(out.raw_data());
-        const auto blk = static_cast<int64_t>(elem) * s.inner;
-        detail::parallel_for(s.outer * m, [&](int64_t b, int64_t e) {
-          for (int64_t t = b; t < e; ++t) {
-            const int64_t o = t / m, j = t % m;
-            copy_block(po + t * blk, px + (o * s.n + idx[static_cast<std::size_t>(j)]) * blk, s.inner, elem);
-          }
-        }, s.inner);
-        return std::vector<Tensor>{out};
-      }}});
+      with_gather_rules(
+          Primitive{.name = "gather",
+                    .arity = 2,
+                    .type_rule =
+                        [](ops::Types in, const Attrs& a) {
+                          expect_index("gather", in[1]);
+                          const int axis =
+                              normalize_axis("gather", a.get_int("axis"), in[0].shape.rank());
+                          return std::vector<TensorType>{
+                              {in[0].dtype, take_shape(in[0].shape, axis, in[1].shape)}};
+                        }},
+          prim::scatter_add),
+      {{ops::cpu({DTypeSet::all(), kIndex}), [](ops::Ins in, const Attrs& a) {
+          const Tensor x = in[0].contiguous();
+          const int axis = normalize_axis("gather", a.get_int("axis"), x.rank());
+          const AxisSplit s = split_at(x.shape(), axis);
+          const std::vector<int64_t> idx = resolve("gather", in[1], s.n);
+          const auto m = static_cast<int64_t>(idx.size());
+          Tensor out = empty(take_shape(x.shape(), axis, in[1].shape()), x.dtype());
+          const std::size_t elem = dtype_size(x.dtype());
+          const char* px = static_cast<const char*>(x.raw_data());
+          char* po = static_cast<char*>(out.raw_data());
+          const auto blk = static_cast<int64_t>(elem) * s.inner;
+          detail::parallel_for(
+              s.outer * m,
+              [&](int64_t b, int64_t e) {
+                for (int64_t t = b; t < e; ++t) {
+                  const int64_t o = t / m, j = t % m;
+                  copy_block(po + t * blk, px + (o * s.n + idx[static_cast<std::size_t>(j)]) * blk,
+                             s.inner, elem);
+                }
+              },
+              s.inner);
+          return std::vector<Tensor>{out};
+        }}});
   return p;
 }
 
 namespace {
 
-// Accumulates updates [outer, m, inner] into a copy of x at index_of(o, j, k) along axis (serial per output row so
-// that repeated indices add up deterministically).
+// Accumulates updates [outer, m, inner] into a copy of x at index_of(o, j, k) along axis (serial
+// per output row so that repeated indices add up deterministically).
 template <typename IndexOf>
 Tensor scatter_into(const Tensor& x0, const Tensor& upd0, int axis, int64_t m, IndexOf index_of) {
   Tensor out = empty(x0.type());
@@ -146,16 +158,19 @@ Tensor scatter_into(const Tensor& x0, const Tensor& upd0, int axis, int64_t m, I
     if constexpr (!std::is_same_v<T, bool>) {
       T* po = out.data<T>();
       const T* pu = upd.data<const T>();
-      detail::parallel_for(s.outer, [&](int64_t b, int64_t e) {
-        for (int64_t o = b; o < e; ++o)
-          for (int64_t j = 0; j < m; ++j)
-            for (int64_t k = 0; k < s.inner; ++k) {
-              const int64_t src = (o * m + j) * s.inner + k;
-              T& dst = po[(o * s.n + index_of(o, j, k)) * s.inner + k];
-              dst = static_cast<T>(static_cast<detail::compute_t<T>>(dst) +
-                                   static_cast<detail::compute_t<T>>(pu[src]));
-            }
-      }, m * s.inner);
+      detail::parallel_for(
+          s.outer,
+          [&](int64_t b, int64_t e) {
+            for (int64_t o = b; o < e; ++o)
+              for (int64_t j = 0; j < m; ++j)
+                for (int64_t k = 0; k < s.inner; ++k) {
+                  const int64_t src = (o * m + j) * s.inner + k;
+                  T& dst = po[(o * s.n + index_of(o, j, k)) * s.inner + k];
+                  dst = static_cast<T>(static_cast<detail::compute_t<T>>(dst) +
+                                       static_cast<detail::compute_t<T>>(pu[src]));
+                }
+          },
+          m * s.inner);
     }
   });
   return out;
@@ -165,28 +180,34 @@ Tensor scatter_into(const Tensor& x0, const Tensor& upd0, int axis, int64_t m, I
 
 const Primitive& prim::scatter_add() {
   static const Primitive& p = detail::register_builtin(
-    with_scatter_rules(Primitive{.name = "scatter_add",
-     .arity = 3,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           expect_index("scatter_add", in[1]);
-           ops::expect_dtype("scatter_add", in[0], DTypeSet::numeric(), "a numeric dtype");
-           const int axis = normalize_axis("scatter_add", a.get_int("axis"), in[0].shape.rank());
-           const TensorType want{in[0].dtype, take_shape(in[0].shape, axis, in[1].shape)};
-           if (in[2] != want)
-             fail("scatter_add", "updates do not match: got ", ops::types_str(in),
-                  ", expected updates of type ", want, " (x's shape with the indices' shape at axis ",
-                  axis, ")");
-           return std::vector<TensorType>{in[0]};
-         }}, prim::gather),
-    {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}), [](ops::Ins in, const Attrs& a) {
-        const int axis = normalize_axis("scatter_add", a.get_int("axis"), in[0].rank());
-        const AxisSplit s = split_at(in[0].shape(), axis);
-        const std::vector<int64_t> idx = resolve("scatter_add", in[1], s.n);
-        const auto m = static_cast<int64_t>(idx.size());
-        return std::vector<Tensor>{scatter_into(in[0], in[2], axis, m,
-                                                [&](int64_t, int64_t j, int64_t) { return idx[static_cast<std::size_t>(j)]; })};
-      }}});
+      with_scatter_rules(
+          Primitive{
+              .name = "scatter_add",
+              .arity = 3,
+              .type_rule =
+                  [](ops::Types in, const Attrs& a) {
+                    expect_index("scatter_add", in[1]);
+                    ops::expect_dtype("scatter_add", in[0], DTypeSet::numeric(), "a numeric dtype");
+                    const int axis =
+                        normalize_axis("scatter_add", a.get_int("axis"), in[0].shape.rank());
+                    const TensorType want{in[0].dtype, take_shape(in[0].shape, axis, in[1].shape)};
+                    if (in[2] != want)
+                      fail("scatter_add", "updates do not match: got ", ops::types_str(in),
+                           ", expected updates of type ", want,
+                           " (x's shape with the indices' shape at axis ", axis, ")");
+                    return std::vector<TensorType>{in[0]};
+                  }},
+          prim::gather),
+      {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}),
+        [](ops::Ins in, const Attrs& a) {
+          const int axis = normalize_axis("scatter_add", a.get_int("axis"), in[0].rank());
+          const AxisSplit s = split_at(in[0].shape(), axis);
+          const std::vector<int64_t> idx = resolve("scatter_add", in[1], s.n);
+          const auto m = static_cast<int64_t>(idx.size());
+          return std::vector<Tensor>{scatter_into(
+              in[0], in[2], axis, m,
+              [&](int64_t, int64_t j, int64_t) { return idx[static_cast<std::size_t>(j)]; })};
+        }}});
   return p;
 }
 
@@ -205,62 +226,70 @@ void expect_along(std::string_view op, const TensorType& x, const TensorType& id
 
 const Primitive& prim::gather_along() {
   static const Primitive& p = detail::register_builtin(
-    with_gather_rules(Primitive{.name = "gather_along",
-     .arity = 2,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           expect_index("gather_along", in[1]);
-           const int axis = normalize_axis("gather_along", a.get_int("axis"), in[0].shape.rank());
-           expect_along("gather_along", in[0], in[1], axis);
-           return std::vector<TensorType>{{in[0].dtype, in[1].shape}};
-         }}, prim::scatter_add_along),
-    {{ops::cpu({DTypeSet::all(), kIndex}), [](ops::Ins in, const Attrs& a) {
-        const Tensor x = in[0].contiguous();
-        const int axis = normalize_axis("gather_along", a.get_int("axis"), x.rank());
-        const AxisSplit s = split_at(x.shape(), axis);
-        const int64_t m = in[1].shape()[axis];
-        const std::vector<int64_t> idx = resolve("gather_along", in[1], s.n);
-        Tensor out = empty(in[1].shape(), x.dtype());
-        detail::visit_dtype(x.dtype(), [&]<typename T>() {
-          const T* px = x.data<const T>();
-          T* po = out.data<T>();
-          detail::parallel_for(s.outer * m * s.inner, [&](int64_t b, int64_t e) {
-            for (int64_t t = b; t < e; ++t) {
-              const int64_t o = t / (m * s.inner), k = t % s.inner;
-              po[t] = px[(o * s.n + idx[static_cast<std::size_t>(t)]) * s.inner + k];
-            }
+      with_gather_rules(Primitive{.name = "gather_along",
+                                  .arity = 2,
+                                  .type_rule =
+                                      [](ops::Types in, const Attrs& a) {
+                                        expect_index("gather_along", in[1]);
+                                        const int axis = normalize_axis(
+                                            "gather_along", a.get_int("axis"), in[0].shape.rank());
+                                        expect_along("gather_along", in[0], in[1], axis);
+                                        return std::vector<TensorType>{{in[0].dtype, in[1].shape}};
+                                      }},
+                        prim::scatter_add_along),
+      {{ops::cpu({DTypeSet::all(), kIndex}), [](ops::Ins in, const Attrs& a) {
+          const Tensor x = in[0].contiguous();
+          const int axis = normalize_axis("gather_along", a.get_int("axis"), x.rank());
+          const AxisSplit s = split_at(x.shape(), axis);
+          const int64_t m = in[1].shape()[axis];
+          const std::vector<int64_t> idx = resolve("gather_along", in[1], s.n);
+          Tensor out = empty(in[1].shape(), x.dtype());
+          detail::visit_dtype(x.dtype(), [&]<typename T>() {
+            const T* px = x.data<const T>();
+            T* po = out.data<T>();
+            detail::parallel_for(s.outer * m * s.inner, [&](int64_t b, int64_t e) {
+              for (int64_t t = b; t < e; ++t) {
+                const int64_t o = t / (m * s.inner), k = t % s.inner;
+                po[t] = px[(o * s.n + idx[static_cast<std::size_t>(t)]) * s.inner + k];
+              }
+            });
           });
-        });
-        return std::vector<Tensor>{out};
-      }}});
+          return std::vector<Tensor>{out};
+        }}});
   return p;
 }
 
 const Primitive& prim::scatter_add_along() {
   static const Primitive& p = detail::register_builtin(
-    with_scatter_rules(Primitive{.name = "scatter_add_along",
-     .arity = 3,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           expect_index("scatter_add_along", in[1]);
-           ops::expect_dtype("scatter_add_along", in[0], DTypeSet::numeric(), "a numeric dtype");
-           const int axis = normalize_axis("scatter_add_along", a.get_int("axis"), in[0].shape.rank());
-           expect_along("scatter_add_along", in[0], in[1], axis);
-           if (in[2] != TensorType{in[0].dtype, in[1].shape})
-             fail("scatter_add_along", "updates do not match: got ", ops::types_str(in),
-                  ", expected updates of x's dtype and the indices' shape");
-           return std::vector<TensorType>{in[0]};
-         }}, prim::gather_along),
-    {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}), [](ops::Ins in, const Attrs& a) {
-        const int axis = normalize_axis("scatter_add_along", a.get_int("axis"), in[0].rank());
-        const AxisSplit s = split_at(in[0].shape(), axis);
-        const int64_t m = in[1].shape()[axis];
-        const std::vector<int64_t> idx = resolve("scatter_add_along", in[1], s.n);
-        return std::vector<Tensor>{scatter_into(in[0], in[2], axis, m,
-                                                [&](int64_t o, int64_t j, int64_t k) {
-                                                  return idx[static_cast<std::size_t>((o * m + j) * s.inner + k)];
-                                                })};
-      }}});
+      with_scatter_rules(
+          Primitive{.name = "scatter_add_along",
+                    .arity = 3,
+                    .type_rule =
+                        [](ops::Types in, const Attrs& a) {
+                          expect_index("scatter_add_along", in[1]);
+                          ops::expect_dtype("scatter_add_along", in[0], DTypeSet::numeric(),
+                                            "a numeric dtype");
+                          const int axis = normalize_axis("scatter_add_along", a.get_int("axis"),
+                                                          in[0].shape.rank());
+                          expect_along("scatter_add_along", in[0], in[1], axis);
+                          if (in[2] != TensorType{in[0].dtype, in[1].shape})
+                            fail("scatter_add_along", "updates do not match: got ",
+                                 ops::types_str(in),
+                                 ", expected updates of x's dtype and the indices' shape");
+                          return std::vector<TensorType>{in[0]};
+                        }},
+          prim::gather_along),
+      {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}),
+        [](ops::Ins in, const Attrs& a) {
+          const int axis = normalize_axis("scatter_add_along", a.get_int("axis"), in[0].rank());
+          const AxisSplit s = split_at(in[0].shape(), axis);
+          const int64_t m = in[1].shape()[axis];
+          const std::vector<int64_t> idx = resolve("scatter_add_along", in[1], s.n);
+          return std::vector<Tensor>{
+              scatter_into(in[0], in[2], axis, m, [&](int64_t o, int64_t j, int64_t k) {
+                return idx[static_cast<std::size_t>((o * m + j) * s.inner + k)];
+              })};
+        }}});
   return p;
 }
 
@@ -294,15 +323,17 @@ Tensor take_along_axis(const Tensor& x, const Tensor& indices, int64_t axis, Loc
     const int64_t d = broadcast_shapes("take_along_axis", Shape{xs[u]}, Shape{is[u]})[0];
     xs[u] = is[u] = d;
   }
-  return bind1(prim::gather_along(),
-               {broadcast_to(x, Shape(xs), loc), broadcast_to(as_index(indices, loc), Shape(is), loc)},
-               {{"axis", int64_t{a}}}, loc);
+  return bind1(
+      prim::gather_along(),
+      {broadcast_to(x, Shape(xs), loc), broadcast_to(as_index(indices, loc), Shape(is), loc)},
+      {{"axis", int64_t{a}}}, loc);
 }
 
 Tensor scatter_add(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis,
                    Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(prim::scatter_add(), {x, as_index(indices, loc), ops::cast_if_needed(updates, x.dtype(), loc)},
+  return bind1(prim::scatter_add(),
+               {x, as_index(indices, loc), ops::cast_if_needed(updates, x.dtype(), loc)},
                {{"axis", axis}}, loc);
 }
 

@@ -34,8 +34,7 @@ std::vector<TensorType> matmul_rule(std::span<const TensorType> in, const Attrs&
     fail(kOp, "operands differ in dtype: got ", a, " and ", b,
          ", expected one dtype (the public matmul promotes first)");
   if (a.dtype == bool_)
-    fail(kOp, "unsupported dtype: got ", a, " and ", b,
-         ", expected a numeric dtype (not bool)");
+    fail(kOp, "unsupported dtype: got ", a, " and ", b, ", expected a numeric dtype (not bool)");
   const int ra = a.shape.rank(), rb = b.shape.rank();
   const int64_t k = a.shape[ra - 1];
   if (k != b.shape[rb - 2])
@@ -93,8 +92,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
     cblas_sgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), 0.0f, c,
                 i(ldc));
   else
-    cblas_dgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), 0.0, c,
-                i(ldc));
+    cblas_dgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), 0.0, c, i(ldc));
 }
 
 // Products this small run single-threaded inside OpenBLAS, so batches of them are split
@@ -112,7 +110,9 @@ Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
     std::fill(pc, pc + out.numel(), T{0});
     return out;
   }
-  const auto stride = [](const Tensor& t, int d) { return t.strides()[static_cast<std::size_t>(t.rank() + d)]; };
+  const auto stride = [](const Tensor& t, int d) {
+    return t.strides()[static_cast<std::size_t>(t.rank() + d)];
+  };
   GemmOperand la = gemm_layout(m, k, stride(a, -2), stride(a, -1));
   if (!la.ok) {
     a = a.contiguous();
@@ -153,7 +153,10 @@ Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
   if (batch > 1 && flops <= kSmallGemmFlops) {
     // parallel_for's grain is in elementwise-op units; gemm does ~64 multiply-adds in that time.
     detail::parallel_for(
-        batch, [&](int64_t b0, int64_t b1) { for (int64_t i = b0; i < b1; ++i) one(i); },
+        batch,
+        [&](int64_t b0, int64_t b1) {
+          for (int64_t i = b0; i < b1; ++i) one(i);
+        },
         std::max<int64_t>(1, flops / 64));
   } else {
     for (int64_t i = 0; i < batch; ++i) one(i);
@@ -196,7 +199,8 @@ Tensor integer_matmul(const Tensor& a, Tensor b, const Shape& out_shape) {
               acc[static_cast<std::size_t>(j)] += static_cast<U>(x * static_cast<U>(brow[j * bcs]));
           }
           T* crow = pc + r * n;
-          for (int64_t j = 0; j < n; ++j) crow[j] = static_cast<T>(acc[static_cast<std::size_t>(j)]);
+          for (int64_t j = 0; j < n; ++j)
+            crow[j] = static_cast<T>(acc[static_cast<std::size_t>(j)]);
         }
       },
       std::max<int64_t>(1, n * k));
@@ -249,7 +253,7 @@ Primitive matmul_primitive() {
   // (a stride-0 view, which the kernel recognises as one shared matrix).
   p.batch = [](const BatchArgs& b) -> std::vector<Batched> {
     return {{bind1(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size),
-                                         ops::batch_first(b.inputs[1], b.dims[1], b.size)}),
+                                 ops::batch_first(b.inputs[1], b.dims[1], b.size)}),
              0}};
   };
   return p;
@@ -259,11 +263,10 @@ Primitive matmul_primitive() {
 
 const Primitive& prim::matmul() {
   static const Primitive& p = detail::register_builtin(
-    matmul_primitive(),
-    {{ops::cpu({DTypeSet::numeric(), DTypeSet::numeric()}),
-      [](std::span<const Tensor> in, const Attrs&) {
-        return std::vector<Tensor>{matmul_kernel_impl(in[0], in[1])};
-      }}});
+      matmul_primitive(), {{ops::cpu({DTypeSet::numeric(), DTypeSet::numeric()}),
+                            [](std::span<const Tensor> in, const Attrs&) {
+                              return std::vector<Tensor>{matmul_kernel_impl(in[0], in[1])};
+                            }}});
   return p;
 }
 

@@ -59,18 +59,34 @@ int64_t offset_of(int64_t i, const std::vector<int64_t>& shape, const std::vecto
 // Each reducer: identity, combine, and whether it needs a non-empty input.
 struct SumR {
   static constexpr bool needs_elements = false;
-  template <typename A> static A identity() { return A{0}; }
-  template <typename A> static A combine(A a, A b) { return a + b; }
+  template <typename A>
+  static A identity() {
+    return A{0};
+  }
+  template <typename A>
+  static A combine(A a, A b) {
+    return a + b;
+  }
 };
 struct ProdR {
   static constexpr bool needs_elements = false;
-  template <typename A> static A identity() { return A{1}; }
-  template <typename A> static A combine(A a, A b) { return a * b; }
+  template <typename A>
+  static A identity() {
+    return A{1};
+  }
+  template <typename A>
+  static A combine(A a, A b) {
+    return a * b;
+  }
 };
 struct MaxR {
   static constexpr bool needs_elements = true;
-  template <typename A> static A identity() { return std::numeric_limits<A>::lowest(); }
-  template <typename A> static A combine(A a, A b) {
+  template <typename A>
+  static A identity() {
+    return std::numeric_limits<A>::lowest();
+  }
+  template <typename A>
+  static A combine(A a, A b) {
     if constexpr (std::is_floating_point_v<A>)
       if (a != a || b != b) return a + b;  // NaN propagates
     return a > b ? a : b;
@@ -78,11 +94,15 @@ struct MaxR {
 };
 struct MinR {
   static constexpr bool needs_elements = true;
-  template <typename A> static A identity() {
-    if constexpr (std::is_floating_point_v<A>) return std::numeric_limits<A>::infinity();
-    else return std::numeric_limits<A>::max();
+  template <typename A>
+  static A identity() {
+    if constexpr (std::is_floating_point_v<A>)
+      return std::numeric_limits<A>::infinity();
+    else
+      return std::numeric_limits<A>::max();
   }
-  template <typename A> static A combine(A a, A b) {
+  template <typename A>
+  static A combine(A a, A b) {
     if constexpr (std::is_floating_point_v<A>)
       if (a != a || b != b) return a + b;
     return a < b ? a : b;
@@ -90,13 +110,25 @@ struct MinR {
 };
 struct AndR {
   static constexpr bool needs_elements = false;
-  template <typename A> static A identity() { return true; }
-  template <typename A> static A combine(A a, A b) { return a && b; }
+  template <typename A>
+  static A identity() {
+    return true;
+  }
+  template <typename A>
+  static A combine(A a, A b) {
+    return a && b;
+  }
 };
 struct OrR {
   static constexpr bool needs_elements = false;
-  template <typename A> static A identity() { return false; }
-  template <typename A> static A combine(A a, A b) { return a || b; }
+  template <typename A>
+  static A identity() {
+    return false;
+  }
+  template <typename A>
+  static A combine(A a, A b) {
+    return a || b;
+  }
 };
 
 // Accumulator: sums and products of floats in double, of integers in 64 bits (wrapping);
@@ -104,9 +136,10 @@ struct OrR {
 template <typename R, typename T>
 using acc_for = std::conditional_t<
     std::is_same_v<R, AndR> || std::is_same_v<R, OrR>, bool,
-    std::conditional_t<std::is_same_v<R, SumR> || std::is_same_v<R, ProdR>,
-                       std::conditional_t<std::is_floating_point_v<detail::compute_t<T>>, double, uint64_t>,
-                       detail::compute_t<T>>>;
+    std::conditional_t<
+        std::is_same_v<R, SumR> || std::is_same_v<R, ProdR>,
+        std::conditional_t<std::is_floating_point_v<detail::compute_t<T>>, double, uint64_t>,
+        detail::compute_t<T>>>;
 
 template <typename R, typename T>
 void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& out) {
@@ -115,12 +148,16 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
   const T* px = static_cast<const T*>(x.raw_data());
   T* po = static_cast<T*>(out.raw_data());
   auto load = [](T v) -> A {
-    if constexpr (std::is_same_v<A, uint64_t>) return static_cast<A>(static_cast<int64_t>(v));
-    else return static_cast<A>(static_cast<detail::compute_t<T>>(v));
+    if constexpr (std::is_same_v<A, uint64_t>)
+      return static_cast<A>(static_cast<int64_t>(v));
+    else
+      return static_cast<A>(static_cast<detail::compute_t<T>>(v));
   };
   auto store = [](A v) -> T {
-    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>) return T(static_cast<float>(v));
-    else return static_cast<T>(v);
+    if constexpr (std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>)
+      return T(static_cast<float>(v));
+    else
+      return static_cast<T>(v);
   };
   const bool inner_kept = !L.kept_strides.empty() && L.kept_strides.back() == 1 &&
                           L.kept_shape.back() > 1 &&
@@ -145,8 +182,7 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
             const T* base = px + offset_of(o, outer_shape, outer_strides) + j0;
             for (int64_t r = 0; r < L.red_count; ++r) {
               const T* row = base + offset_of(r, L.red_shape, L.red_strides);
-              for (int64_t j = 0; j < len; ++j)
-                acc[j] = R::combine(acc[j], load(row[j]));
+              for (int64_t j = 0; j < len; ++j) acc[j] = R::combine(acc[j], load(row[j]));
             }
             for (int64_t j = 0; j < len; ++j) po[start + j] = store(acc[j]);
             start += len;
@@ -166,9 +202,11 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
     // threads, four independent accumulators each so the adds pipeline, then combine.
     const T* base = px + offset_of(0, L.kept_shape, L.kept_strides);
     const int64_t n = L.red_count, st = rst[0];
-    const int chunks = std::max(1, std::min<int>(omp_get_max_threads(), static_cast<int>(n / detail::kParallelGrain)));
+    const int chunks = std::max(
+        1, std::min<int>(omp_get_max_threads(), static_cast<int>(n / detail::kParallelGrain)));
     std::unique_ptr<A[]> part(new A[static_cast<std::size_t>(chunks)]);
-#pragma omp parallel for num_threads(chunks) schedule(static, 1) if (chunks > 1 && !omp_in_parallel() && !detail::serial_thread)
+#pragma omp parallel for num_threads(chunks) \
+    schedule(static, 1) if (chunks > 1 && !omp_in_parallel() && !detail::serial_thread)
     for (int c = 0; c < chunks; ++c) {
       const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
       A acc[4] = {R::template identity<A>(), R::template identity<A>(), R::template identity<A>(),
@@ -263,16 +301,18 @@ Tensor prod_partials(const RuleArgs& r) {
     if (!std::binary_search(axes.begin(), axes.end(), i)) perm.push_back(i);
   perm.insert(perm.end(), axes.begin(), axes.end());
   const Tensor xt = transpose(x, perm);
-  std::vector<int64_t> dims(xt.shape().begin(), xt.shape().end() - static_cast<std::ptrdiff_t>(axes.size()));
+  std::vector<int64_t> dims(xt.shape().begin(),
+                            xt.shape().end() - static_cast<std::ptrdiff_t>(axes.size()));
   int64_t n = 1;
   for (int a : axes) n *= x.shape()[a];
   dims.push_back(n);
   const Tensor flat = reshape(xt, Shape(dims));
   const int64_t last = flat.rank() - 1;
-  const Tensor others = exclusive_cumprod_last(flat) *
-                        flip(exclusive_cumprod_last(flip(flat, {last})), {last});
+  const Tensor others =
+      exclusive_cumprod_last(flat) * flip(exclusive_cumprod_last(flip(flat, {last})), {last});
   Axes inverse(perm.size());
-  for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = static_cast<int64_t>(i);
+  for (std::size_t i = 0; i < perm.size(); ++i)
+    inverse[static_cast<std::size_t>(perm[i])] = static_cast<int64_t>(i);
   return transpose(reshape(others, xt.shape()), inverse);
 }
 struct ProdRules {
@@ -298,11 +338,26 @@ struct ExtremeRules {
     return {expand_back(*ct[0], r) * extreme_weights(r)};
   }
 };
-template <typename R> struct RulesOf { using type = void; };
-template <> struct RulesOf<SumR> { using type = SumRules; };
-template <> struct RulesOf<ProdR> { using type = ProdRules; };
-template <> struct RulesOf<MaxR> { using type = ExtremeRules; };
-template <> struct RulesOf<MinR> { using type = ExtremeRules; };
+template <typename R>
+struct RulesOf {
+  using type = void;
+};
+template <>
+struct RulesOf<SumR> {
+  using type = SumRules;
+};
+template <>
+struct RulesOf<ProdR> {
+  using type = ProdRules;
+};
+template <>
+struct RulesOf<MaxR> {
+  using type = ExtremeRules;
+};
+template <>
+struct RulesOf<MinR> {
+  using type = ExtremeRules;
+};
 
 template <typename R>
 const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_view desc, Loc loc) {
@@ -326,9 +381,8 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
     return std::vector<Tensor>{out};
   };
   Primitive prim{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
-  prim.batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
-    return ops::shift_ints(a, "axes");
-  });
+  prim.batch =
+      ops::batch_leading([](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); });
   using Rules = typename RulesOf<R>::type;
   if constexpr (std::is_void_v<Rules>) {
     prim.differentiable = false;
@@ -360,43 +414,46 @@ const Primitive& define_arg(std::string name, Loc loc) {
         using C = detail::compute_t<T>;
         const T* px = static_cast<const T*>(x.raw_data());
         const int64_t n = L.red_shape[0], st = L.red_strides[0];
-        detail::parallel_for(L.kept_count, [&](int64_t b, int64_t e) {
-          for (int64_t o = b; o < e; ++o) {
-            const T* p = px + offset_of(o, L.kept_shape, L.kept_strides);
-            int64_t best = 0;
-            C bv = static_cast<C>(p[0]);
-            for (int64_t k = 1; k < n && bv == bv; ++k) {
-              const C v = static_cast<C>(p[k * st]);
-              if (v != v || (IsMax ? v > bv : v < bv)) {
-                best = k;
-                bv = v;
+        detail::parallel_for(
+            L.kept_count,
+            [&](int64_t b, int64_t e) {
+              for (int64_t o = b; o < e; ++o) {
+                const T* p = px + offset_of(o, L.kept_shape, L.kept_strides);
+                int64_t best = 0;
+                C bv = static_cast<C>(p[0]);
+                for (int64_t k = 1; k < n && bv == bv; ++k) {
+                  const C v = static_cast<C>(p[k * st]);
+                  if (v != v || (IsMax ? v > bv : v < bv)) {
+                    best = k;
+                    bv = v;
+                  }
+                }
+                po[o] = best;
               }
-            }
-            po[o] = best;
-          }
-        }, L.red_count);
+            },
+            L.red_count);
       }
     });
     return std::vector<Tensor>{out};
   };
-  return detail::register_builtin(
-      {.name = name,
-       .arity = 1,
-       .type_rule = std::move(rule),
-       .differentiable = false,
-       .batch = ops::batch_leading(
-           [](const Attrs& a, const Tensor&) { return ops::shift_int(a, "axis"); })},
-      {{ops::cpu({DTypeSet::numeric()}), std::move(kernel)}}, loc);
+  return detail::register_builtin({.name = name,
+                                   .arity = 1,
+                                   .type_rule = std::move(rule),
+                                   .differentiable = false,
+                                   .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
+                                     return ops::shift_int(a, "axis");
+                                   })},
+                                  {{ops::cpu({DTypeSet::numeric()}), std::move(kernel)}}, loc);
 }
 
 }  // namespace
 
 // The tables: accessor (src/ops/primitives.h), reducer, IR name (and domain). A primitive's
 // definition is its line here.
-#define KILN_REDUCE(accessor, R, domain, desc)                                    \
-  const Primitive& prim::accessor() {                                             \
+#define KILN_REDUCE(accessor, R, domain, desc)                                             \
+  const Primitive& prim::accessor() {                                                      \
     static const Primitive& p = define_reduce<R>(#accessor, domain, desc, Loc::current()); \
-    return p;                                                                     \
+    return p;                                                                              \
   }
 KILN_REDUCE(reduce_sum, SumR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_prod, ProdR, DTypeSet::numeric(), "a numeric dtype")
@@ -405,10 +462,10 @@ KILN_REDUCE(reduce_min, MinR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_and, AndR, bool_, "bool")
 KILN_REDUCE(reduce_or, OrR, bool_, "bool")
 #undef KILN_REDUCE
-#define KILN_ARG(accessor, IsMax)                                              \
-  const Primitive& prim::accessor() {                                          \
+#define KILN_ARG(accessor, IsMax)                                             \
+  const Primitive& prim::accessor() {                                         \
     static const Primitive& p = define_arg<IsMax>(#accessor, Loc::current()); \
-    return p;                                                                  \
+    return p;                                                                 \
   }
 KILN_ARG(argmax, true)
 KILN_ARG(argmin, false)
@@ -441,13 +498,16 @@ int64_t count_over(const Tensor& x, const std::vector<int>& axes) {
   return n;
 }
 
-Tensor arg(const Primitive& p, const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
+Tensor arg(const Primitive& p, const Tensor& x, std::optional<int64_t> axis, bool keepdims,
+           Loc loc) {
   const detail::CallSite site(loc);
   Tensor v = x.dtype() == bool_ ? astype(x, int32, loc) : x;
   if (!axis) {
     Tensor flat = bind1(p, {reshape(v, Shape{v.numel()}, loc)}, {{"axis", int64_t{0}}}, loc);
-    return keepdims ? reshape(flat, Shape(std::vector<int64_t>(static_cast<std::size_t>(x.rank()), 1)), loc)
-                    : flat;
+    return keepdims
+               ? reshape(flat, Shape(std::vector<int64_t>(static_cast<std::size_t>(x.rank()), 1)),
+                         loc)
+               : flat;
   }
   const int a = normalize_axis(p.name, *axis, x.rank());
   Tensor y = bind1(p, {v}, {{"axis", int64_t{a}}}, loc);

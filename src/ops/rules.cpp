@@ -22,7 +22,9 @@ void expect_same_types(std::string_view op, std::span<const TensorType> in) {
            ", expected equal dtypes and shapes (the public op promotes and broadcasts first)");
 }
 
-Tensor zeros_of(const TensorType& t) { return broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape, Loc{}); }
+Tensor zeros_of(const TensorType& t) {
+  return broadcast_to(full(Shape{}, 0.0, t.dtype), t.shape, Loc{});
+}
 
 KernelSignature cpu(std::initializer_list<DTypeSet> inputs) {
   return KernelSignature{.device = Device::cpu, .inputs = inputs, .variadic = false};
@@ -101,7 +103,8 @@ std::vector<Batched> batch_elementwise(const BatchArgs& b) {
   for (std::size_t i = 0; i < b.inputs.size(); ++i)
     ins.push_back(aligned ? b.inputs[i] : batch_first(b.inputs[i], b.dims[i], b.size));
   std::vector<Batched> out;
-  for (Tensor& t : bind(b.primitive, ins, b.attrs)) out.push_back({std::move(t), aligned ? *b.dims[0] : 0});
+  for (Tensor& t : bind(b.primitive, ins, b.attrs))
+    out.push_back({std::move(t), aligned ? *b.dims[0] : 0});
   return out;
 }
 

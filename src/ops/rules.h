@@ -1,12 +1,11 @@
 // Type rules and kernel helpers shared by the primitive families in src/ops/.
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
-
-#include <functional>
-#include <optional>
 
 #include "kiln/primitive.h"
 
@@ -25,7 +24,8 @@ Tensor zeros_of(const TensorType& t);
 std::string types_str(std::span<const TensorType> types);
 
 // Throws unless t.dtype is in `allowed`; `what` describes the expectation ("a floating dtype").
-void expect_dtype(std::string_view op, const TensorType& t, DTypeSet allowed, std::string_view what);
+void expect_dtype(std::string_view op, const TensorType& t, DTypeSet allowed,
+                  std::string_view what);
 // Throws unless every input has the same dtype and shape (binary elementwise primitives).
 void expect_same_types(std::string_view op, std::span<const TensorType> in);
 

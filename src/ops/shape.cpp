@@ -40,57 +40,57 @@ Tensor unbroadcast(const Tensor& g, const Shape& to) {
 
 const Primitive& prim::reshape() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "reshape",
-     .arity = 1,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           Shape s(a.get_ints("shape"));
-           s.check("reshape");
-           if (s.numel() != in[0].shape.numel())
-             fail("reshape", "element count differs: got ", in[0], " (", in[0].shape.numel(),
-                  " elements) to shape ", s, " (", s.numel(),
-                  " elements), expected the same number of elements");
-           return std::vector<TensorType>{{in[0].dtype, s}};
-         },
-     .jvp = ops::linear_jvp,
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       return {reshape(*ct[0], r.inputs[0].shape())};
-     },
-     .batch = ops::batch_leading([](const Attrs& a, const Tensor& x) {
-       return ops::prepend_int(a, "shape", x.shape()[0]);
-     })},
-    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
-        Shape s(a.get_ints("shape"));
-        if (!in[0].is_contiguous()) {
-          // Inserting or removing size-1 axes (squeeze, expand_dims, index) is a view of any
-          // strided input: the other axes keep their strides.
-          std::vector<int64_t> xd, xst, sd;
-          for (int i = 0; i < in[0].rank(); ++i)
-            if (in[0].shape()[i] != 1) {
-              xd.push_back(in[0].shape()[i]);
-              xst.push_back(in[0].strides()[static_cast<std::size_t>(i)]);
-            }
-          for (int64_t d : s)
-            if (d != 1) sd.push_back(d);
-          if (xd == sd) {
-            std::vector<int64_t> st(static_cast<std::size_t>(s.rank()));
-            int64_t inner = 1;  // stride a size-1 axis gets: as if contiguous from here in
-            std::size_t k = xst.size();
-            for (int i = s.rank() - 1; i >= 0; --i) {
-              const auto u = static_cast<std::size_t>(i);
-              if (s[i] != 1) {
-                st[u] = xst[--k];
-                inner = st[u] * s[i];
-              } else {
-                st[u] = inner;
+      {.name = "reshape",
+       .arity = 1,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             Shape s(a.get_ints("shape"));
+             s.check("reshape");
+             if (s.numel() != in[0].shape.numel())
+               fail("reshape", "element count differs: got ", in[0], " (", in[0].shape.numel(),
+                    " elements) to shape ", s, " (", s.numel(),
+                    " elements), expected the same number of elements");
+             return std::vector<TensorType>{{in[0].dtype, s}};
+           },
+       .jvp = ops::linear_jvp,
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         return {reshape(*ct[0], r.inputs[0].shape())};
+       },
+       .batch = ops::batch_leading([](const Attrs& a, const Tensor& x) {
+         return ops::prepend_int(a, "shape", x.shape()[0]);
+       })},
+      {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
+          Shape s(a.get_ints("shape"));
+          if (!in[0].is_contiguous()) {
+            // Inserting or removing size-1 axes (squeeze, expand_dims, index) is a view of any
+            // strided input: the other axes keep their strides.
+            std::vector<int64_t> xd, xst, sd;
+            for (int i = 0; i < in[0].rank(); ++i)
+              if (in[0].shape()[i] != 1) {
+                xd.push_back(in[0].shape()[i]);
+                xst.push_back(in[0].strides()[static_cast<std::size_t>(i)]);
               }
+            for (int64_t d : s)
+              if (d != 1) sd.push_back(d);
+            if (xd == sd) {
+              std::vector<int64_t> st(static_cast<std::size_t>(s.rank()));
+              int64_t inner = 1;  // stride a size-1 axis gets: as if contiguous from here in
+              std::size_t k = xst.size();
+              for (int i = s.rank() - 1; i >= 0; --i) {
+                const auto u = static_cast<std::size_t>(i);
+                if (s[i] != 1) {
+                  st[u] = xst[--k];
+                  inner = st[u] * s[i];
+                } else {
+                  st[u] = inner;
+                }
+              }
+              return one(make_view(in[0], s, std::move(st), in[0].offset()));
             }
-            return one(make_view(in[0], s, std::move(st), in[0].offset()));
           }
-        }
-        const Tensor x = in[0].contiguous();
-        return one(make_view(x, s, contiguous_strides(s), x.offset()));
-      }}});
+          const Tensor x = in[0].contiguous();
+          return one(make_view(x, s, contiguous_strides(s), x.offset()));
+        }}});
   return p;
 }
 
@@ -98,43 +98,44 @@ const Primitive& prim::reshape() {
 
 const Primitive& prim::transpose() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "transpose",
-     .arity = 1,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           const auto& perm = a.get_ints("perm");
-           const int r = in[0].shape.rank();
-           std::vector<int64_t> sorted = perm;
-           std::sort(sorted.begin(), sorted.end());
-           std::vector<int64_t> iota(static_cast<std::size_t>(r));
-           std::iota(iota.begin(), iota.end(), 0);
-           if (sorted != iota)
-             fail("transpose", "invalid permutation: got ", Shape(perm), " for ", in[0],
-                  ", expected a permutation of 0..", r - 1);
-           Shape out;
-           for (int64_t p : perm) out.dims().push_back(in[0].shape[static_cast<int>(p)]);
-           return std::vector<TensorType>{{in[0].dtype, out}};
-         },
-     .jvp = ops::linear_jvp,
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       const auto& perm = r.attrs.get_ints("perm");
-       Axes inverse(perm.size());
-       for (std::size_t i = 0; i < perm.size(); ++i) inverse[static_cast<std::size_t>(perm[i])] = static_cast<int64_t>(i);
-       return {transpose(*ct[0], inverse)};
-     },
-     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
-       return ops::prepend_int(ops::shift_ints(a, "perm"), "perm", 0);
-     })},
-    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
-        const Tensor& x = in[0];
-        Shape s;
-        std::vector<int64_t> st;
-        for (int64_t p : a.get_ints("perm")) {
-          s.dims().push_back(x.shape()[static_cast<int>(p)]);
-          st.push_back(x.strides()[static_cast<std::size_t>(p)]);
-        }
-        return one(make_view(x, s, st, x.offset()));
-      }}});
+      {.name = "transpose",
+       .arity = 1,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             const auto& perm = a.get_ints("perm");
+             const int r = in[0].shape.rank();
+             std::vector<int64_t> sorted = perm;
+             std::sort(sorted.begin(), sorted.end());
+             std::vector<int64_t> iota(static_cast<std::size_t>(r));
+             std::iota(iota.begin(), iota.end(), 0);
+             if (sorted != iota)
+               fail("transpose", "invalid permutation: got ", Shape(perm), " for ", in[0],
+                    ", expected a permutation of 0..", r - 1);
+             Shape out;
+             for (int64_t p : perm) out.dims().push_back(in[0].shape[static_cast<int>(p)]);
+             return std::vector<TensorType>{{in[0].dtype, out}};
+           },
+       .jvp = ops::linear_jvp,
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         const auto& perm = r.attrs.get_ints("perm");
+         Axes inverse(perm.size());
+         for (std::size_t i = 0; i < perm.size(); ++i)
+           inverse[static_cast<std::size_t>(perm[i])] = static_cast<int64_t>(i);
+         return {transpose(*ct[0], inverse)};
+       },
+       .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
+         return ops::prepend_int(ops::shift_ints(a, "perm"), "perm", 0);
+       })},
+      {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
+          const Tensor& x = in[0];
+          Shape s;
+          std::vector<int64_t> st;
+          for (int64_t p : a.get_ints("perm")) {
+            s.dims().push_back(x.shape()[static_cast<int>(p)]);
+            st.push_back(x.strides()[static_cast<std::size_t>(p)]);
+          }
+          return one(make_view(x, s, st, x.offset()));
+        }}});
   return p;
 }
 
@@ -142,41 +143,42 @@ const Primitive& prim::transpose() {
 
 const Primitive& prim::broadcast_to() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "broadcast_to",
-     .arity = 1,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           Shape s(a.get_ints("shape"));
-           const Shape& xs = in[0].shape;
-           bool ok = xs.rank() <= s.rank();
-           for (int i = 0; ok && i < xs.rank(); ++i) {
-             const int64_t d = xs[i], t = s[s.rank() - xs.rank() + i];
-             ok = d == t || d == 1;
-           }
-           if (!ok)
-             fail("broadcast_to", "cannot broadcast: got ", in[0], " to shape ", s,
-                  ", expected each trailing dimension of the input to equal the target's or be 1");
-           return std::vector<TensorType>{{in[0].dtype, s}};
-         },
-     .jvp = ops::linear_jvp,
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       return {unbroadcast(*ct[0], r.inputs[0].shape())};
-     },
-     .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       // Batch axis in front, then size-1 axes so the example's axes line up at the end.
-       const Tensor x = ops::batch_first(b.inputs[0], b.dims[0], b.size);
-       const auto& target = b.attrs.get_ints("shape");
-       std::vector<int64_t> dims{b.size};
-       dims.insert(dims.end(), target.size() - static_cast<std::size_t>(x.rank() - 1), 1);
-       dims.insert(dims.end(), x.shape().begin() + 1, x.shape().end());
-       std::vector<int64_t> out{b.size};
-       out.insert(out.end(), target.begin(), target.end());
-       return {{broadcast_to(reshape(x, Shape(dims)), Shape(out)), 0}};
-     }},
-    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
-        Shape s(a.get_ints("shape"));
-        return one(make_view(in[0], s, detail::broadcast_strides(in[0], s), in[0].offset()));
-      }}});
+      {.name = "broadcast_to",
+       .arity = 1,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             Shape s(a.get_ints("shape"));
+             const Shape& xs = in[0].shape;
+             bool ok = xs.rank() <= s.rank();
+             for (int i = 0; ok && i < xs.rank(); ++i) {
+               const int64_t d = xs[i], t = s[s.rank() - xs.rank() + i];
+               ok = d == t || d == 1;
+             }
+             if (!ok)
+               fail(
+                   "broadcast_to", "cannot broadcast: got ", in[0], " to shape ", s,
+                   ", expected each trailing dimension of the input to equal the target's or be 1");
+             return std::vector<TensorType>{{in[0].dtype, s}};
+           },
+       .jvp = ops::linear_jvp,
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         return {unbroadcast(*ct[0], r.inputs[0].shape())};
+       },
+       .batch = [](const BatchArgs& b) -> std::vector<Batched> {
+         // Batch axis in front, then size-1 axes so the example's axes line up at the end.
+         const Tensor x = ops::batch_first(b.inputs[0], b.dims[0], b.size);
+         const auto& target = b.attrs.get_ints("shape");
+         std::vector<int64_t> dims{b.size};
+         dims.insert(dims.end(), target.size() - static_cast<std::size_t>(x.rank() - 1), 1);
+         dims.insert(dims.end(), x.shape().begin() + 1, x.shape().end());
+         std::vector<int64_t> out{b.size};
+         out.insert(out.end(), target.begin(), target.end());
+         return {{broadcast_to(reshape(x, Shape(dims)), Shape(out)), 0}};
+       }},
+      {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
+          Shape s(a.get_ints("shape"));
+          return one(make_view(in[0], s, detail::broadcast_strides(in[0], s), in[0].offset()));
+        }}});
   return p;
 }
 
@@ -194,58 +196,57 @@ int64_t slice_count(int64_t start, int64_t stop, int64_t step) {
 
 const Primitive& prim::slice() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "slice",
-     .arity = 1,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
-                      &step = a.get_ints("step");
-           const Shape& xs = in[0].shape;
-           const auto r = static_cast<std::size_t>(xs.rank());
-           if (start.size() != r || stop.size() != r || step.size() != r)
-             fail("slice", "wrong number of bounds: got ", start.size(), " for ", in[0],
-                  ", expected one start, stop and step per axis (", r, ")");
-           Shape out;
-           for (std::size_t i = 0; i < r; ++i) {
-             if (start[i] < 0 || stop[i] < start[i] || stop[i] > xs[static_cast<int>(i)] ||
-                 step[i] < 1)
-               fail("slice", "bounds out of range on axis ", i, ": got start=", start[i],
-                    ", stop=", stop[i], ", step=", step[i], " for ", in[0],
-                    ", expected 0 <= start <= stop <= size and step >= 1");
-             out.dims().push_back(slice_count(start[i], stop[i], step[i]));
-           }
-           return std::vector<TensorType>{{in[0].dtype, out}};
-         },
-     .jvp = ops::linear_jvp,
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       // An axis that kept one element or none may carry any step (IR can say step=2^62);
-       // step 1 says the same, and spares the transpose padding that element to a whole step.
-       std::vector<int64_t> step = r.attrs.get_ints("step");
-       for (std::size_t i = 0; i < step.size(); ++i)
-         if (ct[0]->shape()[static_cast<int>(i)] <= 1) step[i] = 1;
-       return {ops::unslice(*ct[0], r.inputs[0].shape(), r.attrs.get_ints("start"), step)};
-     },
-     .batch = ops::batch_leading(
-         [](const Attrs& a, const Tensor& x) {
-           return ops::prepend_int(
-               ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]), "step", 1);
-         })},
-    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
-        const Tensor& x = in[0];
-        const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
-                   &step = a.get_ints("step");
-        Shape s;
-        std::vector<int64_t> st;
-        int64_t off = x.offset();
-        for (std::size_t i = 0; i < start.size(); ++i) {
-          const int64_t n = slice_count(start[i], stop[i], step[i]);
-          s.dims().push_back(n);
-          // With two elements or more, step < size and the product stays inside the storage.
-          st.push_back(n > 1 ? x.strides()[i] * step[i] : x.strides()[i]);
-          if (n > 0) off += start[i] * x.strides()[i];
-        }
-        return one(make_view(x, s, st, off));
-      }}});
+      {.name = "slice",
+       .arity = 1,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
+                        &step = a.get_ints("step");
+             const Shape& xs = in[0].shape;
+             const auto r = static_cast<std::size_t>(xs.rank());
+             if (start.size() != r || stop.size() != r || step.size() != r)
+               fail("slice", "wrong number of bounds: got ", start.size(), " for ", in[0],
+                    ", expected one start, stop and step per axis (", r, ")");
+             Shape out;
+             for (std::size_t i = 0; i < r; ++i) {
+               if (start[i] < 0 || stop[i] < start[i] || stop[i] > xs[static_cast<int>(i)] ||
+                   step[i] < 1)
+                 fail("slice", "bounds out of range on axis ", i, ": got start=", start[i],
+                      ", stop=", stop[i], ", step=", step[i], " for ", in[0],
+                      ", expected 0 <= start <= stop <= size and step >= 1");
+               out.dims().push_back(slice_count(start[i], stop[i], step[i]));
+             }
+             return std::vector<TensorType>{{in[0].dtype, out}};
+           },
+       .jvp = ops::linear_jvp,
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         // An axis that kept one element or none may carry any step (IR can say step=2^62);
+         // step 1 says the same, and spares the transpose padding that element to a whole step.
+         std::vector<int64_t> step = r.attrs.get_ints("step");
+         for (std::size_t i = 0; i < step.size(); ++i)
+           if (ct[0]->shape()[static_cast<int>(i)] <= 1) step[i] = 1;
+         return {ops::unslice(*ct[0], r.inputs[0].shape(), r.attrs.get_ints("start"), step)};
+       },
+       .batch = ops::batch_leading([](const Attrs& a, const Tensor& x) {
+         return ops::prepend_int(
+             ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]), "step", 1);
+       })},
+      {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
+          const Tensor& x = in[0];
+          const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
+                     &step = a.get_ints("step");
+          Shape s;
+          std::vector<int64_t> st;
+          int64_t off = x.offset();
+          for (std::size_t i = 0; i < start.size(); ++i) {
+            const int64_t n = slice_count(start[i], stop[i], step[i]);
+            s.dims().push_back(n);
+            // With two elements or more, step < size and the product stays inside the storage.
+            st.push_back(n > 1 ? x.strides()[i] * step[i] : x.strides()[i]);
+            if (n > 0) off += start[i] * x.strides()[i];
+          }
+          return one(make_view(x, s, st, off));
+        }}});
   return p;
 }
 
@@ -253,27 +254,28 @@ const Primitive& prim::slice() {
 
 const Primitive& prim::flip() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "flip",
-     .arity = 1,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           normalize_axes("flip", a.get_ints("axes"), in[0].shape.rank(), false);
-           return std::vector<TensorType>{in[0]};
-         },
-     .jvp = ops::linear_jvp,
-     .vjp = ops::linear_jvp,  // flip is its own transpose
-     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); })},
-    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
-        const Tensor& x = in[0];
-        std::vector<int64_t> st = x.strides();
-        int64_t off = x.offset();
-        for (int ax : normalize_axes("flip", a.get_ints("axes"), x.rank(), false)) {
-          const auto u = static_cast<std::size_t>(ax);
-          if (x.shape()[ax] > 0) off += (x.shape()[ax] - 1) * st[u];
-          st[u] = -st[u];
-        }
-        return one(make_view(x, x.shape(), st, off));
-      }}});
+      {.name = "flip",
+       .arity = 1,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             normalize_axes("flip", a.get_ints("axes"), in[0].shape.rank(), false);
+             return std::vector<TensorType>{in[0]};
+           },
+       .jvp = ops::linear_jvp,
+       .vjp = ops::linear_jvp,  // flip is its own transpose
+       .batch = ops::batch_leading(
+           [](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); })},
+      {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
+          const Tensor& x = in[0];
+          std::vector<int64_t> st = x.strides();
+          int64_t off = x.offset();
+          for (int ax : normalize_axes("flip", a.get_ints("axes"), x.rank(), false)) {
+            const auto u = static_cast<std::size_t>(ax);
+            if (x.shape()[ax] > 0) off += (x.shape()[ax] - 1) * st[u];
+            st[u] = -st[u];
+          }
+          return one(make_view(x, x.shape(), st, off));
+        }}});
   return p;
 }
 
@@ -281,62 +283,64 @@ const Primitive& prim::flip() {
 
 const Primitive& prim::concatenate() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "concatenate",
-     .arity = 1,
-     .variadic = true,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           const int r = in[0].shape.rank();
-           if (r == 0)
-             fail("concatenate", "zero-dimensional inputs: got ", ops::types_str(in),
-                  ", expected tensors of rank >= 1");
-           const int axis = normalize_axis("concatenate", a.get_int("axis"), r);
-           Shape out = in[0].shape;
-           for (std::size_t i = 1; i < in.size(); ++i) {
-             bool ok = in[i].dtype == in[0].dtype && in[i].shape.rank() == r;
-             for (int d = 0; ok && d < r; ++d) ok = d == axis || in[i].shape[d] == out[d];
-             if (!ok)
-               fail("concatenate", "inputs differ: got ", ops::types_str(in),
-                    ", expected one dtype and equal sizes except along axis ", axis);
-             out[axis] = detail::checked_add("concatenate", out[axis], in[i].shape[axis]);
-           }
-           return std::vector<TensorType>{{in[0].dtype, out}};
-         },
-     .jvp = ops::linear_jvp,
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       const int axis = normalize_axis("concatenate", r.attrs.get_int("axis"), ct[0]->rank());
-       ops::Ts out;
-       int64_t at = 0;
-       for (const Tensor& x : r.inputs) {
-         std::vector<Slice> sl(static_cast<std::size_t>(axis) + 1);
-         sl.back() = Slice{at, at + x.shape()[axis], 1};
-         out.push_back(slice(*ct[0], sl));
-         at += x.shape()[axis];
-       }
-       return out;
-     },
-     .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       std::vector<Tensor> ins;
-       for (std::size_t i = 0; i < b.inputs.size(); ++i) ins.push_back(ops::batch_first(b.inputs[i], b.dims[i], b.size));
-       const int axis = normalize_axis("concatenate", b.attrs.get_int("axis"), ins[0].rank() - 1);
-       Attrs a = b.attrs;
-       a.set("axis", int64_t{axis + 1});
-       return {{bind1(b.primitive, ins, a), 0}};
-     }},
-    {{ops::cpu_variadic(DTypeSet::all()), [](ops::Ins in, const Attrs& a) {
-        const int axis = normalize_axis("concatenate", a.get_int("axis"), in[0].rank());
-        Shape s = in[0].shape();
-        for (std::size_t i = 1; i < in.size(); ++i) s[axis] += in[i].shape()[axis];
-        Tensor out = empty(s, in[0].dtype());
-        int64_t pos = 0;
-        for (const Tensor& x : in) {
-          // Copy x into the matching window of out, viewed with out's strides.
-          Tensor window = make_view(out, x.shape(), out.strides(), pos * out.strides()[static_cast<std::size_t>(axis)]);
-          detail::copy_cast(x, window);
-          pos += x.shape()[axis];
-        }
-        return one(out);
-      }}});
+      {.name = "concatenate",
+       .arity = 1,
+       .variadic = true,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             const int r = in[0].shape.rank();
+             if (r == 0)
+               fail("concatenate", "zero-dimensional inputs: got ", ops::types_str(in),
+                    ", expected tensors of rank >= 1");
+             const int axis = normalize_axis("concatenate", a.get_int("axis"), r);
+             Shape out = in[0].shape;
+             for (std::size_t i = 1; i < in.size(); ++i) {
+               bool ok = in[i].dtype == in[0].dtype && in[i].shape.rank() == r;
+               for (int d = 0; ok && d < r; ++d) ok = d == axis || in[i].shape[d] == out[d];
+               if (!ok)
+                 fail("concatenate", "inputs differ: got ", ops::types_str(in),
+                      ", expected one dtype and equal sizes except along axis ", axis);
+               out[axis] = detail::checked_add("concatenate", out[axis], in[i].shape[axis]);
+             }
+             return std::vector<TensorType>{{in[0].dtype, out}};
+           },
+       .jvp = ops::linear_jvp,
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         const int axis = normalize_axis("concatenate", r.attrs.get_int("axis"), ct[0]->rank());
+         ops::Ts out;
+         int64_t at = 0;
+         for (const Tensor& x : r.inputs) {
+           std::vector<Slice> sl(static_cast<std::size_t>(axis) + 1);
+           sl.back() = Slice{at, at + x.shape()[axis], 1};
+           out.push_back(slice(*ct[0], sl));
+           at += x.shape()[axis];
+         }
+         return out;
+       },
+       .batch = [](const BatchArgs& b) -> std::vector<Batched> {
+         std::vector<Tensor> ins;
+         for (std::size_t i = 0; i < b.inputs.size(); ++i)
+           ins.push_back(ops::batch_first(b.inputs[i], b.dims[i], b.size));
+         const int axis = normalize_axis("concatenate", b.attrs.get_int("axis"), ins[0].rank() - 1);
+         Attrs a = b.attrs;
+         a.set("axis", int64_t{axis + 1});
+         return {{bind1(b.primitive, ins, a), 0}};
+       }},
+      {{ops::cpu_variadic(DTypeSet::all()), [](ops::Ins in, const Attrs& a) {
+          const int axis = normalize_axis("concatenate", a.get_int("axis"), in[0].rank());
+          Shape s = in[0].shape();
+          for (std::size_t i = 1; i < in.size(); ++i) s[axis] += in[i].shape()[axis];
+          Tensor out = empty(s, in[0].dtype());
+          int64_t pos = 0;
+          for (const Tensor& x : in) {
+            // Copy x into the matching window of out, viewed with out's strides.
+            Tensor window = make_view(out, x.shape(), out.strides(),
+                                      pos * out.strides()[static_cast<std::size_t>(axis)]);
+            detail::copy_cast(x, window);
+            pos += x.shape()[axis];
+          }
+          return one(out);
+        }}});
   return p;
 }
 
@@ -344,55 +348,57 @@ const Primitive& prim::concatenate() {
 
 const Primitive& prim::pad() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "pad",
-     .arity = 1,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           const auto &lo = a.get_ints("low"), &hi = a.get_ints("high");
-           const int r = in[0].shape.rank();
-           if (static_cast<int>(lo.size()) != r || static_cast<int>(hi.size()) != r)
-             fail("pad", "wrong number of widths: got ", lo.size(), " for ", in[0],
-                  ", expected one (before, after) pair per axis (", r, ")");
-           Shape out = in[0].shape;
-           for (int i = 0; i < r; ++i) {
-             const auto u = static_cast<std::size_t>(i);
-             if (lo[u] < 0 || hi[u] < 0)
-               fail("pad", "negative width on axis ", i, ": got (", lo[u], ", ", hi[u],
-                    "), expected widths >= 0");
-             out[i] = detail::checked_add("pad", detail::checked_add("pad", out[i], lo[u]), hi[u]);
-           }
-           return std::vector<TensorType>{{in[0].dtype, out}};
-         },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
-       Attrs a = r.attrs;
-       a.set("value", 0.0);  // the padding value is a constant: its tangent is zero
-       return {bind1(r.primitive, {*t[0]}, a)};
-     },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       const auto& lo = r.attrs.get_ints("low");
-       std::vector<Slice> sl;
-       for (int i = 0; i < r.inputs[0].rank(); ++i) {
-         const int64_t b = lo[static_cast<std::size_t>(i)];
-         sl.push_back(Slice{b, b + r.inputs[0].shape()[i], 1});
-       }
-       return {slice(*ct[0], sl)};
-     },
-     .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
-       return ops::prepend_int(ops::prepend_int(a, "low", 0), "high", 0);
-     })},
-    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
-        const Tensor& x = in[0];
-        const auto& lo = a.get_ints("low");
-        Shape s = x.shape();
-        for (int i = 0; i < s.rank(); ++i)
-          s[i] += lo[static_cast<std::size_t>(i)] + a.get_ints("high")[static_cast<std::size_t>(i)];
-        Tensor out = full(s, a.get_double("value"), x.dtype());
-        int64_t off = 0;
-        for (int i = 0; i < s.rank(); ++i)
-          off += lo[static_cast<std::size_t>(i)] * out.strides()[static_cast<std::size_t>(i)];
-        detail::copy_cast(x, make_view(out, x.shape(), out.strides(), off));
-        return one(out);
-      }}});
+      {.name = "pad",
+       .arity = 1,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             const auto &lo = a.get_ints("low"), &hi = a.get_ints("high");
+             const int r = in[0].shape.rank();
+             if (static_cast<int>(lo.size()) != r || static_cast<int>(hi.size()) != r)
+               fail("pad", "wrong number of widths: got ", lo.size(), " for ", in[0],
+                    ", expected one (before, after) pair per axis (", r, ")");
+             Shape out = in[0].shape;
+             for (int i = 0; i < r; ++i) {
+               const auto u = static_cast<std::size_t>(i);
+               if (lo[u] < 0 || hi[u] < 0)
+                 fail("pad", "negative width on axis ", i, ": got (", lo[u], ", ", hi[u],
+                      "), expected widths >= 0");
+               out[i] =
+                   detail::checked_add("pad", detail::checked_add("pad", out[i], lo[u]), hi[u]);
+             }
+             return std::vector<TensorType>{{in[0].dtype, out}};
+           },
+       .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+         Attrs a = r.attrs;
+         a.set("value", 0.0);  // the padding value is a constant: its tangent is zero
+         return {bind1(r.primitive, {*t[0]}, a)};
+       },
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         const auto& lo = r.attrs.get_ints("low");
+         std::vector<Slice> sl;
+         for (int i = 0; i < r.inputs[0].rank(); ++i) {
+           const int64_t b = lo[static_cast<std::size_t>(i)];
+           sl.push_back(Slice{b, b + r.inputs[0].shape()[i], 1});
+         }
+         return {slice(*ct[0], sl)};
+       },
+       .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
+         return ops::prepend_int(ops::prepend_int(a, "low", 0), "high", 0);
+       })},
+      {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
+          const Tensor& x = in[0];
+          const auto& lo = a.get_ints("low");
+          Shape s = x.shape();
+          for (int i = 0; i < s.rank(); ++i)
+            s[i] +=
+                lo[static_cast<std::size_t>(i)] + a.get_ints("high")[static_cast<std::size_t>(i)];
+          Tensor out = full(s, a.get_double("value"), x.dtype());
+          int64_t off = 0;
+          for (int i = 0; i < s.rank(); ++i)
+            off += lo[static_cast<std::size_t>(i)] * out.strides()[static_cast<std::size_t>(i)];
+          detail::copy_cast(x, make_view(out, x.shape(), out.strides(), off));
+          return one(out);
+        }}});
   return p;
 }
 
@@ -516,7 +522,8 @@ Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc) {
   for (int i = 0; i < x.rank(); ++i) {
     const int64_t n = x.shape()[i];
     Slice s = i < static_cast<int>(slices.size()) ? slices[static_cast<std::size_t>(i)] : Slice{};
-    if (s.step == 0) fail("slice", "zero step on axis ", i, ": got step=0, expected a non-zero step");
+    if (s.step == 0)
+      fail("slice", "zero step on axis ", i, ": got step=0, expected a non-zero step");
     auto clamp = [&](std::optional<int64_t> v, int64_t dflt, int64_t lo, int64_t hi) {
       if (!v) return dflt;
       int64_t w = *v < 0 ? *v + n : *v;
@@ -559,8 +566,8 @@ Tensor index(const Tensor& x, int64_t i, Loc loc) {
     fail("index", "cannot index a 0-d tensor: got ", x.type(), ", expected rank >= 1");
   const int64_t n = x.shape()[0];
   if (i < -n || i >= n)
-    fail("index", "index out of range: got ", i, " for axis 0 of ", x.type(), ", expected [",
-         -n, ", ", n - 1, "]");
+    fail("index", "index out of range: got ", i, " for axis 0 of ", x.type(), ", expected [", -n,
+         ", ", n - 1, "]");
   const int64_t j = i < 0 ? i + n : i;
   Tensor s = slice(x, {Slice{j, j + 1, 1}}, loc);
   return squeeze(s, {0}, loc);

@@ -15,17 +15,23 @@ enum class Domain { floating, numeric, boolean };
 
 DTypeSet domain_set(Domain d) {
   switch (d) {
-    case Domain::floating: return DTypeSet::floating();
-    case Domain::numeric: return DTypeSet::numeric();
-    case Domain::boolean: return DTypeSet(bool_);
+    case Domain::floating:
+      return DTypeSet::floating();
+    case Domain::numeric:
+      return DTypeSet::numeric();
+    case Domain::boolean:
+      return DTypeSet(bool_);
   }
   return {};
 }
 std::string_view domain_desc(Domain d) {
   switch (d) {
-    case Domain::floating: return "a floating dtype (f16, bf16, f32, f64)";
-    case Domain::numeric: return "a numeric dtype (not bool)";
-    case Domain::boolean: return "bool";
+    case Domain::floating:
+      return "a floating dtype (f16, bf16, f32, f64)";
+    case Domain::numeric:
+      return "a numeric dtype (not bool)";
+    case Domain::boolean:
+      return "bool";
   }
   return "";
 }
@@ -46,59 +52,73 @@ struct Neg {
   static constexpr Domain domain = Domain::numeric;
   static constexpr bool linear = true;
   static Tensor scale(const Tensor&, const Tensor&, const Tensor& t) { return -t; }
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     if constexpr (std::is_integral_v<T>)  // wraps (also for the most negative value)
       return static_cast<T>(std::make_unsigned_t<T>{0} - static_cast<std::make_unsigned_t<T>>(x));
-    else return -x;
+    else
+      return -x;
   }
 };
 struct Abs {
   static constexpr Domain domain = Domain::numeric;
   static Tensor scale(const Tensor& x, const Tensor&, const Tensor& t) { return t * sign(x); }
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     // fabs clears the sign bit: |-0| = +0, as numpy.
-    if constexpr (std::is_unsigned_v<T>) return x;
-    else if constexpr (std::is_floating_point_v<T>) return std::fabs(x);
-    else return x < T{0} ? Neg{}(x) : x;
+    if constexpr (std::is_unsigned_v<T>)
+      return x;
+    else if constexpr (std::is_floating_point_v<T>)
+      return std::fabs(x);
+    else
+      return x < T{0} ? Neg{}(x) : x;
   }
 };
 struct Sign {
   static constexpr Domain domain = Domain::numeric;
-  template <typename T> T operator()(T x) const {
+  template <typename T>
+  T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>)
       if (x != x) return x;
     return static_cast<T>((T{0} < x) - (x < T{0}));
   }
 };
-#define KILN_FLOAT_UNARY(Name, expr, derivative)                                       \
-  struct Name {                                                                        \
-    static constexpr Domain domain = Domain::floating;                                 \
-    template <typename T> T operator()(T x) const { return expr; }                     \
-    static Tensor scale(const Tensor& x, const Tensor& y, const Tensor& t) {           \
-      (void)x;                                                                         \
-      (void)y;                                                                         \
-      return derivative;                                                               \
-    }                                                                                  \
+#define KILN_FLOAT_UNARY(Name, expr, derivative)                             \
+  struct Name {                                                              \
+    static constexpr Domain domain = Domain::floating;                       \
+    template <typename T>                                                    \
+    T operator()(T x) const {                                                \
+      return expr;                                                           \
+    }                                                                        \
+    static Tensor scale(const Tensor& x, const Tensor& y, const Tensor& t) { \
+      (void)x;                                                               \
+      (void)y;                                                               \
+      return derivative;                                                     \
+    }                                                                        \
   };
-#define KILN_STEP_UNARY(Name, expr)                                                    \
-  struct Name {                                                                        \
-    static constexpr Domain domain = Domain::floating;                                 \
-    template <typename T> T operator()(T x) const { return expr; }                     \
+#define KILN_STEP_UNARY(Name, expr)                    \
+  struct Name {                                        \
+    static constexpr Domain domain = Domain::floating; \
+    template <typename T>                              \
+    T operator()(T x) const {                          \
+      return expr;                                     \
+    }                                                  \
   };
-KILN_FLOAT_UNARY(Exp, std::exp(x), t * y)
+KILN_FLOAT_UNARY(Exp, std::exp(x), t* y)
 KILN_FLOAT_UNARY(Log, std::log(x), t / x)
 KILN_FLOAT_UNARY(Log1p, std::log1p(x), t / (x + 1.0))
-KILN_FLOAT_UNARY(Expm1, std::expm1(x), t * (y + 1.0))
+KILN_FLOAT_UNARY(Expm1, std::expm1(x), t*(y + 1.0))
 KILN_FLOAT_UNARY(Sqrt, std::sqrt(x), t / (y * 2.0))
-KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x), t * y / x * -0.5)
-KILN_FLOAT_UNARY(Sin, std::sin(x), t * cos(x))
-KILN_FLOAT_UNARY(Cos, std::cos(x), -(t * sin(x)))
-KILN_FLOAT_UNARY(Tan, std::tan(x), t * (y * y + 1.0))
-KILN_FLOAT_UNARY(Tanh, std::tanh(x), t * (1.0 - y * y))
+KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x), t* y / x * -0.5)
+KILN_FLOAT_UNARY(Sin, std::sin(x), t* cos(x))
+KILN_FLOAT_UNARY(Cos, std::cos(x), -(t* sin(x)))
+KILN_FLOAT_UNARY(Tan, std::tan(x), t*(y* y + 1.0))
+KILN_FLOAT_UNARY(Tanh, std::tanh(x), t*(1.0 - y * y))
 // Stable for large |x|: never exponentiates a large positive number.
-KILN_FLOAT_UNARY(Sigmoid, x >= T{0} ? T{1} / (T{1} + std::exp(-x)) : std::exp(x) / (T{1} + std::exp(x)),
-                 t * y * (1.0 - y))
-KILN_FLOAT_UNARY(Erf, std::erf(x), t * exp(-(x * x)) * 1.1283791670955126)  // 2/sqrt(pi)
+KILN_FLOAT_UNARY(Sigmoid,
+                 x >= T{0} ? T{1} / (T{1} + std::exp(-x)) : std::exp(x) / (T{1} + std::exp(x)),
+                 t* y*(1.0 - y))
+KILN_FLOAT_UNARY(Erf, std::erf(x), t* exp(-(x* x)) * 1.1283791670955126)  // 2/sqrt(pi)
 KILN_STEP_UNARY(Floor, std::floor(x))
 KILN_STEP_UNARY(Ceil, std::ceil(x))
 KILN_STEP_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
@@ -111,13 +131,18 @@ struct LogicalNot {
 struct IsNan {
   static constexpr Domain domain = Domain::floating;
   static constexpr bool bool_result = true;
-  template <typename T> bool operator()(T x) const { return x != x; }
+  template <typename T>
+  bool operator()(T x) const {
+    return x != x;
+  }
 };
 
 template <typename F>
 constexpr bool bool_result() {
-  if constexpr (requires { F::bool_result; }) return F::bool_result;
-  else return false;
+  if constexpr (requires { F::bool_result; })
+    return F::bool_result;
+  else
+    return false;
 }
 
 template <typename F>
@@ -127,8 +152,10 @@ constexpr bool has_derivative() {
 
 template <typename F>
 constexpr bool linear() {
-  if constexpr (requires { F::linear; }) return F::linear;
-  else return false;
+  if constexpr (requires { F::linear; })
+    return F::linear;
+  else
+    return false;
 }
 
 template <typename F>
@@ -154,14 +181,16 @@ const Primitive& define_unary(std::string name, Loc loc) {
     auto apply = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
       return {F::scale(r.inputs[0], r.outputs[0], *t[0])};
     };
-    if constexpr (linear<F>()) p.jvp = ops::linear_jvp;
-    else p.jvp = apply;
+    if constexpr (linear<F>())
+      p.jvp = ops::linear_jvp;
+    else
+      p.jvp = apply;
     p.vjp = apply;
   } else {
     p.differentiable = false;
   }
-  return detail::register_builtin(std::move(p), {{ops::cpu({domain_set(F::domain)}), std::move(kernel)}},
-                                  loc);
+  return detail::register_builtin(std::move(p),
+                                  {{ops::cpu({domain_set(F::domain)}), std::move(kernel)}}, loc);
 }
 
 // Conversion between dtypes; attribute `dtype` is the target.
@@ -175,10 +204,10 @@ Tangent convert_tangent(const Tensor& t, DType to) {
 
 // The table: accessor (src/ops/primitives.h), functor, IR name. A primitive's definition is its
 // line here.
-#define KILN_UNARY(accessor, F, name)                                 \
-  const Primitive& prim::accessor() {                                 \
+#define KILN_UNARY(accessor, F, name)                                  \
+  const Primitive& prim::accessor() {                                  \
     static const Primitive& p = define_unary<F>(name, Loc::current()); \
-    return p;                                                         \
+    return p;                                                          \
   }
 KILN_UNARY(neg, Neg, "neg")
 KILN_UNARY(abs, Abs, "abs")
@@ -204,37 +233,40 @@ KILN_UNARY(isnan, IsNan, "isnan")
 
 const Primitive& prim::convert() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "convert",
-     .arity = 1,
-     .type_rule = [](std::span<const TensorType> in,
-                     const Attrs& a) { return std::vector<TensorType>{{a.get_dtype("dtype"), in[0].shape}}; },
-     // Between floats convert is linear; a conversion to or from integers stops derivatives.
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
-       if (!is_floating(r.attrs.get_dtype("dtype")) || !is_floating(t[0]->dtype()))
-         return {std::nullopt};
-       return ops::linear_jvp(r, t);
-     },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
-       return {convert_tangent(*ct[0], r.inputs[0].dtype())};
-     },
-     .batch = ops::batch_elementwise},
-    {{ops::cpu({DTypeSet::all()}), [](std::span<const Tensor> in, const Attrs& a) {
-        Tensor out = empty(in[0].shape(), a.get_dtype("dtype"));
-        detail::copy_cast(in[0], out);
-        return std::vector<Tensor>{out};
-      }}});
+      {.name = "convert",
+       .arity = 1,
+       .type_rule =
+           [](std::span<const TensorType> in, const Attrs& a) {
+             return std::vector<TensorType>{{a.get_dtype("dtype"), in[0].shape}};
+           },
+       // Between floats convert is linear; a conversion to or from integers stops derivatives.
+       .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
+         if (!is_floating(r.attrs.get_dtype("dtype")) || !is_floating(t[0]->dtype()))
+           return {std::nullopt};
+         return ops::linear_jvp(r, t);
+       },
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
+         return {convert_tangent(*ct[0], r.inputs[0].dtype())};
+       },
+       .batch = ops::batch_elementwise},
+      {{ops::cpu({DTypeSet::all()}), [](std::span<const Tensor> in, const Attrs& a) {
+          Tensor out = empty(in[0].shape(), a.get_dtype("dtype"));
+          detail::copy_cast(in[0], out);
+          return std::vector<Tensor>{out};
+        }}});
   return p;
 }
 
 // The identity marked non-differentiable: derivatives are zero through it.
 const Primitive& prim::stop_gradient() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "stop_gradient",
-     .arity = 1,
-     .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
-     .differentiable = false,
-     .batch = ops::batch_elementwise},
-    {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
+      {.name = "stop_gradient",
+       .arity = 1,
+       .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+       .differentiable = false,
+       .batch = ops::batch_elementwise},
+      {{ops::cpu({DTypeSet::all()}),
+        [](ops::Ins in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
   return p;
 }
 
@@ -259,8 +291,12 @@ Tensor numeric_op(const Primitive& p, const Tensor& x, Loc loc) {
 }  // namespace
 
 Tensor neg(const Tensor& x, Loc loc) { return numeric_op(prim::neg(), x, loc); }
-Tensor abs(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? x : bind1(prim::abs(), {x}, {}, loc); }
-Tensor sign(const Tensor& x, Loc loc) { return x.dtype() == bool_ ? x : bind1(prim::sign(), {x}, {}, loc); }
+Tensor abs(const Tensor& x, Loc loc) {
+  return x.dtype() == bool_ ? x : bind1(prim::abs(), {x}, {}, loc);
+}
+Tensor sign(const Tensor& x, Loc loc) {
+  return x.dtype() == bool_ ? x : bind1(prim::sign(), {x}, {}, loc);
+}
 Tensor exp(const Tensor& x, Loc loc) { return float_op(prim::exp(), x, loc); }
 Tensor log(const Tensor& x, Loc loc) { return float_op(prim::log(), x, loc); }
 Tensor log1p(const Tensor& x, Loc loc) { return float_op(prim::log1p(), x, loc); }
@@ -286,7 +322,9 @@ Tensor isnan(const Tensor& x, Loc loc) {
   if (!is_floating(x.dtype())) return zeros(x.shape(), bool_);
   return bind1(prim::isnan(), {x}, {}, loc);
 }
-Tensor stop_gradient(const Tensor& x, Loc loc) { return bind1(prim::stop_gradient(), {x}, {}, loc); }
+Tensor stop_gradient(const Tensor& x, Loc loc) {
+  return bind1(prim::stop_gradient(), {x}, {}, loc);
+}
 Tensor astype(const Tensor& x, DType dtype, Loc loc) {
   const detail::CallSite site(loc);
   if (x.dtype() == dtype) return x;

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "ir/trace.h"
-#include "kiln/ops.h"
 #include "kiln/impl/interpreters.h"
+#include "kiln/ops.h"
 #include "ops/rules.h"
 
 namespace kiln::ad {
@@ -47,8 +47,8 @@ JvpResult jvp(const ir::Function& f, std::span<const Tensor> primals,
     val[id] = primals[i];
     if (tangents[i] && carries_derivative(f.params[i].type)) {
       if (tangents[i]->type() != f.params[i].type)
-        fail("jvp", "tangent ", i, " has the wrong type: got ", tangents[i]->type(),
-             ", expected ", f.params[i].type, " (the primal's type)");
+        fail("jvp", "tangent ", i, " has the wrong type: got ", tangents[i]->type(), ", expected ",
+             f.params[i].type, " (the primal's type)");
       tan[id] = tangents[i];
     }
   }
@@ -68,7 +68,8 @@ JvpResult jvp(const ir::Function& f, std::span<const Tensor> primals,
     } catch (const Error& err) {
       detail::rethrow_at(err, e.loc);
     }
-    for (std::size_t k = 0; k < outs.size(); ++k) val[static_cast<std::size_t>(e.outputs[k].id)] = outs[k];
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      val[static_cast<std::size_t>(e.outputs[k].id)] = outs[k];
     if (!any || !e.prim->differentiable) continue;
     if (!e.prim->jvp)
       fail("jvp", "no JVP rule for primitive '", e.prim->name, "'", e.prim->where_defined());
@@ -89,8 +90,8 @@ JvpResult jvp(const ir::Function& f, std::span<const Tensor> primals,
 std::vector<Tangent> Pullback::operator()(std::span<const Tangent> cotangents) const {
   const ir::Function& f = *f_;
   if (cotangents.size() != f.results.size())
-    fail("vjp", "the pullback of @", f.name, " takes ", f.results.size(),
-         " cotangents: got ", cotangents.size(), ", expected one per output");
+    fail("vjp", "the pullback of @", f.name, " takes ", f.results.size(), " cotangents: got ",
+         cotangents.size(), ", expected one per output");
   for (std::size_t i = 0; i < cotangents.size(); ++i)
     if (cotangents[i] && carries_derivative(f.results[i].type) &&
         cotangents[i]->type() != f.results[i].type)
@@ -161,9 +162,10 @@ VjpResult vjp_pruned(std::shared_ptr<const ir::Function> f, std::span<const Tens
   Pullback::Program program;
   program.result_of_param.resize(f->params.size());
   const Pullback& rules = r.pullback;
-  const ir::Traced backward = ir::trace_function(
-      "pullback", f->result_types(), [&](const std::vector<Tensor>& cotangents) {
-        const std::vector<Tangent> ct = rules(std::vector<Tangent>(cotangents.begin(), cotangents.end()));
+  const ir::Traced backward =
+      ir::trace_function("pullback", f->result_types(), [&](const std::vector<Tensor>& cotangents) {
+        const std::vector<Tangent> ct =
+            rules(std::vector<Tangent>(cotangents.begin(), cotangents.end()));
         std::vector<Tensor> out;
         for (std::size_t i = 0; i < ct.size(); ++i)
           if (ct[i]) {

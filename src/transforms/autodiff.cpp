@@ -22,8 +22,9 @@ std::vector<Tensor> materialize(std::span<const Tangent> ct, std::span<const Ten
 // Runs body on flat inputs. With no trace active it is traced into one program, pruned of all
 // its results do not need (cotangents nobody asked for, forward values the backward pass never
 // reads) and evaluated; under a trace it simply records into that trace.
-std::vector<Tensor> run_pruned(std::string_view op, const std::vector<Tensor>& inputs,
-                               const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body) {
+std::vector<Tensor> run_pruned(
+    std::string_view op, const std::vector<Tensor>& inputs,
+    const std::function<std::vector<Tensor>(const std::vector<Tensor>&)>& body) {
   if (ir::tracing()) return body(inputs);
   const ir::Traced program = ir::trace_function(std::string(op), leaf_types(op, inputs), body);
   return ir::evaluate(ir::dce(*program.function), inputs);
@@ -78,13 +79,17 @@ GradResult grad_call(std::string_view op, const std::vector<int>& argnums, const
   return g;
 }
 
-FlatPullback::FlatPullback(ad::Pullback pullback, TreeDef out_def, std::vector<TensorType> arg_types)
-    : pullback_(std::move(pullback)), out_def_(std::move(out_def)), arg_types_(std::move(arg_types)) {}
+FlatPullback::FlatPullback(ad::Pullback pullback, TreeDef out_def,
+                           std::vector<TensorType> arg_types)
+    : pullback_(std::move(pullback)),
+      out_def_(std::move(out_def)),
+      arg_types_(std::move(arg_types)) {}
 
 std::vector<Tensor> FlatPullback::operator()(const std::vector<Tensor>& cotangent,
                                              const TreeDef& def) const {
   check_same_structure("vjp", out_def_, def, 1);
-  const std::vector<Tangent> ct = pullback_(std::vector<Tangent>(cotangent.begin(), cotangent.end()));
+  const std::vector<Tangent> ct =
+      pullback_(std::vector<Tangent>(cotangent.begin(), cotangent.end()));
   return materialize(std::span(ct).first(arg_types_.size()), arg_types_);
 }
 
@@ -96,7 +101,8 @@ VjpFlat vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, con
 }
 
 JvpFlat jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
-                 const TreeDef& tangents_def, const std::vector<Tensor>& tangents, const FlatFn& fn) {
+                 const TreeDef& tangents_def, const std::vector<Tensor>& tangents,
+                 const FlatFn& fn) {
   check_same_structure("jvp", args_def, tangents_def, 2);
   return jvp_along(args_def, leaves, std::vector<Tangent>(tangents.begin(), tangents.end()), fn);
 }

@@ -11,12 +11,13 @@
 //
 // Sub-functions take the primitive's operands in order (for scan: carry, one slice of each
 // xs, captures) and, for while, cond_fn and body_fn share one operand layout.
+#include "kiln/control_flow.h"
+
 #include <algorithm>
 
-#include "kiln/control_flow.h"
-#include "transforms/core.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
+#include "transforms/core.h"
 
 namespace kiln {
 namespace {
@@ -119,10 +120,11 @@ TypeList cond_types(ops::Types in, const Attrs& a) {
       fail("cond", "operands do not match branch ", k, " @", fn->name, ": got ",
            ops::types_str(ops), ", expected ", ops::types_str(fn->param_types()));
     const TypeList r = fn->result_types();
-    if (k == 0) out = r;
+    if (k == 0)
+      out = r;
     else if (r != out)
-      fail("cond", "branch ", k, " returns ", ops::types_str(r), ", expected ",
-           ops::types_str(out), " (what branch 0 returns)");
+      fail("cond", "branch ", k, " returns ", ops::types_str(r), ", expected ", ops::types_str(out),
+           " (what branch 0 returns)");
   }
   return out;
 }
@@ -140,13 +142,13 @@ ops::Ts cond_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   for (std::size_t k = 0; k < n; ++k) {
     const FunctionRef fn = r.attrs.get<FunctionRef>(bname(k));
     a.set(bname(k), closed(fn->name + "_jvp", params, [&](const Tensors& p) {
-      ops::Ts tan(nops);
-      for (std::size_t j = 0; j < fo.size(); ++j) tan[fo[j]] = p[nops + j];
-      const ad::JvpResult res = ad::jvp(*fn, sub(p, 0, nops), tan);
-      Tensors out;
-      for (std::size_t i : fr) out.push_back(or_zero(res.tangents[i], out_t[i]));
-      return out;
-    }));
+            ops::Ts tan(nops);
+            for (std::size_t j = 0; j < fo.size(); ++j) tan[fo[j]] = p[nops + j];
+            const ad::JvpResult res = ad::jvp(*fn, sub(p, 0, nops), tan);
+            Tensors out;
+            for (std::size_t i : fr) out.push_back(or_zero(res.tangents[i], out_t[i]));
+            return out;
+          }));
   }
   Tensors ins{r.inputs[0]};
   append(ins, ops);
@@ -170,13 +172,13 @@ ops::Ts cond_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   for (std::size_t k = 0; k < n; ++k) {
     const FunctionRef fn = r.attrs.get<FunctionRef>(bname(k));
     a.set(bname(k), closed(fn->name + "_vjp", params, [&](const Tensors& p) {
-      ops::Ts cts(out_t.size());
-      for (std::size_t j = 0; j < fr.size(); ++j) cts[fr[j]] = p[nops + j];
-      const ops::Ts g = ad::vjp(fn, sub(p, 0, nops)).pullback(cts);
-      Tensors out;
-      for (std::size_t i : fo) out.push_back(or_zero(g[i], op_t[i]));
-      return out;
-    }));
+            ops::Ts cts(out_t.size());
+            for (std::size_t j = 0; j < fr.size(); ++j) cts[fr[j]] = p[nops + j];
+            const ops::Ts g = ad::vjp(fn, sub(p, 0, nops)).pullback(cts);
+            Tensors out;
+            for (std::size_t i : fo) out.push_back(or_zero(g[i], op_t[i]));
+            return out;
+          }));
   }
   Tensors ins{r.inputs[0]};
   append(ins, ops);
@@ -188,8 +190,7 @@ ops::Ts cond_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
 
 // Per-example results of fn on batched operands, each with its batch axis in front.
 Tensors batch_apply(const ir::Function& fn, std::span<const Tensor> ins,
-                    std::span<const std::optional<int>> dims, int64_t size,
-                    std::string_view axis) {
+                    std::span<const std::optional<int>> dims, int64_t size, std::string_view axis) {
   std::vector<Batched> args;
   for (std::size_t i = 0; i < ins.size(); ++i) args.push_back({ins[i], dims[i]});
   Tensors out;
@@ -216,8 +217,8 @@ std::vector<Batched> cond_batch(const BatchArgs& b) {
     for (std::size_t k = 0; k < n; ++k) {
       const FunctionRef fn = b.attrs.get<FunctionRef>(bname(k));
       a.set(bname(k), closed(fn->name, types_of(ops), [&](const Tensors& p) {
-        return batch_apply(*fn, p, dims, b.size, axis);
-      }));
+              return batch_apply(*fn, p, dims, b.size, axis);
+            }));
     }
     Tensors ins{b.inputs[0]};
     append(ins, ops);
@@ -231,7 +232,8 @@ std::vector<Batched> cond_batch(const BatchArgs& b) {
   for (std::size_t k = 1; k < n; ++k) {
     const Tensors rk = batch_apply(*b.attrs.get<FunctionRef>(bname(k)), ops, dims, b.size, axis);
     const Tensor m = k + 1 == n ? idx >= static_cast<int>(k) : idx == static_cast<int>(k);
-    for (std::size_t i = 0; i < acc.size(); ++i) acc[i] = where(mask_for(m, acc[i].rank()), rk[i], acc[i]);
+    for (std::size_t i = 0; i < acc.size(); ++i)
+      acc[i] = where(mask_for(m, acc[i].rank()), rk[i], acc[i]);
   }
   for (Tensor& t : acc) out.push_back({std::move(t), 0});
   return out;
@@ -241,25 +243,26 @@ std::vector<Batched> cond_batch(const BatchArgs& b) {
 // zero-input registration too.
 std::vector<KernelRegistration> interpreter_kernels(Kernel k, bool nullary = false) {
   std::vector<KernelRegistration> r{{ops::cpu_variadic(DTypeSet::all()), k}};
-  if (nullary) r.push_back({KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, k});
+  if (nullary)
+    r.push_back({KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, k});
   return r;
 }
 
 }  // namespace
 
 const Primitive& prim::cond() {
-  static const Primitive& p = detail::register_builtin(
-    {.name = "cond",
-     .arity = 1,
-     .variadic = true,
-     .type_rule = cond_types,
-     .jvp = cond_jvp,
-     .vjp = cond_vjp,
-     .batch = cond_batch},
-    interpreter_kernels([](ops::Ins in, const Attrs& a) {
-      const std::size_t k = clamp_index(in[0], num_branches(a));
-      return ir::evaluate(*a.get<FunctionRef>(bname(k)), in.subspan(1));
-    }));
+  static const Primitive& p =
+      detail::register_builtin({.name = "cond",
+                                .arity = 1,
+                                .variadic = true,
+                                .type_rule = cond_types,
+                                .jvp = cond_jvp,
+                                .vjp = cond_vjp,
+                                .batch = cond_batch},
+                               interpreter_kernels([](ops::Ins in, const Attrs& a) {
+                                 const std::size_t k = clamp_index(in[0], num_branches(a));
+                                 return ir::evaluate(*a.get<FunctionRef>(bname(k)), in.subspan(1));
+                               }));
   return p;
 }
 
@@ -287,7 +290,8 @@ TypeList while_types(ops::Types in, const Attrs& a) {
          ", expected at most the ", all.size(), " operands");
   for (std::size_t i = 0; i < br.size(); ++i)
     if (br[i] != all[i])
-      fail("while", "body_fn changes the type of carry ", i, ": got ", br[i], ", expected ", all[i]);
+      fail("while", "body_fn changes the type of carry ", i, ": got ", br[i], ", expected ",
+           all[i]);
   return br;
 }
 
@@ -327,20 +331,20 @@ ops::Ts while_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   };
   Attrs a;
   a.set("cond_fn", closed(cf->name + "_jvp", params, [&](const Tensors& p) {
-    Tensors prim;
-    ops::Ts tan;
-    unpack(p, prim, tan);
-    return ir::evaluate(*cf, prim);
-  }));
+          Tensors prim;
+          ops::Ts tan;
+          unpack(p, prim, tan);
+          return ir::evaluate(*cf, prim);
+        }));
   a.set("body_fn", closed(bf->name + "_jvp", params, [&](const Tensors& p) {
-    Tensors prim;
-    ops::Ts tan;
-    unpack(p, prim, tan);
-    const ad::JvpResult res = ad::jvp(*bf, prim, tan);
-    Tensors out = res.outputs;
-    for (std::size_t i : fc) out.push_back(or_zero(res.tangents[i], in_t[i]));
-    return out;
-  }));
+          Tensors prim;
+          ops::Ts tan;
+          unpack(p, prim, tan);
+          const ad::JvpResult res = ad::jvp(*bf, prim, tan);
+          Tensors out = res.outputs;
+          for (std::size_t i : fc) out.push_back(or_zero(res.tangents[i], in_t[i]));
+          return out;
+        }));
   Tensors ins = sub(r.inputs, 0, nc);
   for (std::size_t i : fc) ins.push_back(or_zero(t[i], in_t[i]));
   append(ins, sub(r.inputs, nc, ncap));
@@ -394,19 +398,20 @@ std::vector<Batched> while_batch(const BatchArgs& b) {
   bool per_example = false;
   Attrs a;
   a.set("cond_fn", closed(cf->name, types_of(ins), [&](const Tensors& p) {
-    const Batched c = pred(p);
-    per_example = c.dim.has_value();
-    return Tensors{per_example ? any(c.value) : c.value};
-  }));
+          const Batched c = pred(p);
+          per_example = c.dim.has_value();
+          return Tensors{per_example ? any(c.value) : c.value};
+        }));
   a.set("body_fn", closed(bf->name, types_of(ins), [&](const Tensors& p) {
-    Tensors next = batch_apply(*bf, p, dims, b.size, axis);
-    if (per_example) {
-      const Batched c = pred(p);
-      const Tensor m = ops::batch_first(c.value, c.dim, b.size);
-      for (std::size_t i = 0; i < nc; ++i) next[i] = where(mask_for(m, next[i].rank()), next[i], p[i]);
-    }
-    return next;
-  }));
+          Tensors next = batch_apply(*bf, p, dims, b.size, axis);
+          if (per_example) {
+            const Batched c = pred(p);
+            const Tensor m = ops::batch_first(c.value, c.dim, b.size);
+            for (std::size_t i = 0; i < nc; ++i)
+              next[i] = where(mask_for(m, next[i].rank()), next[i], p[i]);
+          }
+          return next;
+        }));
   std::vector<Batched> out;
   for (Tensor& t : bind(b.primitive, ins, a)) out.push_back({std::move(t), 0});
   return out;
@@ -421,15 +426,14 @@ Tensors while_kernel(ops::Ins in, const Attrs& a) {
 }  // namespace
 
 const Primitive& prim::while_() {
-  static const Primitive& p = detail::register_builtin(
-    {.name = "while",
-     .arity = 1,
-     .variadic = true,
-     .type_rule = while_types,
-     .jvp = while_jvp,
-     .vjp = while_vjp,
-     .batch = while_batch},
-    interpreter_kernels(while_kernel));
+  static const Primitive& p = detail::register_builtin({.name = "while",
+                                                        .arity = 1,
+                                                        .variadic = true,
+                                                        .type_rule = while_types,
+                                                        .jvp = while_jvp,
+                                                        .vjp = while_vjp,
+                                                        .batch = while_batch},
+                                                       interpreter_kernels(while_kernel));
   return p;
 }
 
@@ -440,7 +444,8 @@ namespace {
 // through the body. O(n²) body evaluations instead of a stack, but every step is ordinary IR
 // of primitives with rules, so it differentiates again: this is what while_grad's own JVP and
 // VJP differentiate (second and higher order through a data-dependent loop).
-Tensors while_grad_recompute(const FunctionRef& cf, const FunctionRef& bf, std::span<const Tensor> in) {
+Tensors while_grad_recompute(const FunctionRef& cf, const FunctionRef& bf,
+                             std::span<const Tensor> in) {
   const std::size_t np = bf->params.size(), nc = bf->results.size(), ncap = np - nc;
   const Tensors carry0 = sub(in, 0, nc), caps = sub(in, nc, ncap), ct0 = sub(in, np, nc);
   auto with_caps = [&](Tensors c) {
@@ -456,53 +461,57 @@ Tensors while_grad_recompute(const FunctionRef& cf, const FunctionRef& bf, std::
   };
   Tensors counted = carry0;
   counted.push_back(zeros({}, int32));
-  const Tensor n = while_loop([&](const Tensors& s) { return pred(sub(s, 0, nc)); }, step, counted)[nc];
+  const Tensor n =
+      while_loop([&](const Tensors& s) { return pred(sub(s, 0, nc)); }, step, counted)[nc];
   // [j, ct_carry..., ct_caps...]: iteration n-1-j pulled back at step j.
   Tensors state{zeros({}, int32)};
   append(state, ct0);
   for (const Tensor& c : caps) state.push_back(ops::zeros_of(c.type()));
-  state = while_loop(
-      [&](const Tensors& s) { return s[0] < n; },
-      [&](const Tensors& s) {
-        const Tensor i = n - 1 - s[0];
-        Tensors c = carry0;
-        c.push_back(zeros({}, int32));
-        c = while_loop([&](const Tensors& t) { return t[nc] < i; }, step, c);
-        const Tensors ct = sub(s, 1, nc);
-        const std::vector<Tangent> g =
-            ad::vjp(bf, with_caps(sub(c, 0, nc))).pullback(std::vector<Tangent>(ct.begin(), ct.end()));
-        Tensors next{s[0] + 1};
-        for (std::size_t k = 0; k < nc; ++k)
-          next.push_back(g[k] ? *g[k] : ops::zeros_of(carry0[k].type()));
-        for (std::size_t k = 0; k < ncap; ++k)
-          next.push_back(g[nc + k] ? s[1 + nc + k] + *g[nc + k] : s[1 + nc + k]);
-        return next;
-      },
-      state);
+  state = while_loop([&](const Tensors& s) { return s[0] < n; },
+                     [&](const Tensors& s) {
+                       const Tensor i = n - 1 - s[0];
+                       Tensors c = carry0;
+                       c.push_back(zeros({}, int32));
+                       c = while_loop([&](const Tensors& t) { return t[nc] < i; }, step, c);
+                       const Tensors ct = sub(s, 1, nc);
+                       const std::vector<Tangent> g =
+                           ad::vjp(bf, with_caps(sub(c, 0, nc)))
+                               .pullback(std::vector<Tangent>(ct.begin(), ct.end()));
+                       Tensors next{s[0] + 1};
+                       for (std::size_t k = 0; k < nc; ++k)
+                         next.push_back(g[k] ? *g[k] : ops::zeros_of(carry0[k].type()));
+                       for (std::size_t k = 0; k < ncap; ++k)
+                         next.push_back(g[nc + k] ? s[1 + nc + k] + *g[nc + k] : s[1 + nc + k]);
+                       return next;
+                     },
+                     state);
   return sub(state, 1, nc + ncap);
 }
 
 // The recomputing form of one while_grad application, as a function to differentiate.
 std::shared_ptr<ir::Function> while_grad_as_ir(const RuleArgs& r) {
-  const FunctionRef cf = r.attrs.get<FunctionRef>("cond_fn"), bf = r.attrs.get<FunctionRef>("body_fn");
-  return ir::trace_function("while_grad", types_of(r.inputs), [&](const Tensors& params) {
-           return while_grad_recompute(cf, bf, params);
-         }).function;
+  const FunctionRef cf = r.attrs.get<FunctionRef>("cond_fn"),
+                    bf = r.attrs.get<FunctionRef>("body_fn");
+  return ir::trace_function(
+             "while_grad", types_of(r.inputs),
+             [&](const Tensors& params) { return while_grad_recompute(cf, bf, params); })
+      .function;
 }
 
-
-// while_grad {cond_fn, body_fn}: (carry..., captures..., ct_final...) -> (ct_carry..., ct_captures...)
+// while_grad {cond_fn, body_fn}: (carry..., captures..., ct_final...) -> (ct_carry...,
+// ct_captures...)
 TypeList while_grad_types(ops::Types in, const Attrs& a) {
   const FunctionRef& b = a.get<FunctionRef>("body_fn");
   const std::size_t np = b->params.size(), nc = b->results.size();
   if (in.size() != np + nc)
-    fail("while_grad", "expected the loop's ", np, " operands and ", nc,
-         " cotangents: got ", in.size(), " inputs");
+    fail("while_grad", "expected the loop's ", np, " operands and ", nc, " cotangents: got ",
+         in.size(), " inputs");
   const TypeList fwd(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(np));
   while_types(fwd, a);
   for (std::size_t i = 0; i < nc; ++i)
     if (in[np + i] != in[i])
-      fail("while_grad", "cotangent ", i, " has the wrong type: got ", in[np + i], ", expected ", in[i]);
+      fail("while_grad", "cotangent ", i, " has the wrong type: got ", in[np + i], ", expected ",
+           in[i]);
   return fwd;
 }
 
@@ -537,19 +546,19 @@ Tensors while_grad_kernel(ops::Ins in, const Attrs& a) {
 
 const Primitive& prim::while_grad() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "while_grad",
-     .arity = 1,
-     .variadic = true,
-     .type_rule = while_grad_types,
-     // Its own derivatives differentiate the stack-free recomputing form (second order and up).
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
-       return ad::jvp(*while_grad_as_ir(r), r.inputs, t).tangents;
-     },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
-       return ad::vjp(while_grad_as_ir(r), r.inputs).pullback(ct);
-     },
-     .batch = ops::batch_by_loop},
-    interpreter_kernels(while_grad_kernel));
+      {.name = "while_grad",
+       .arity = 1,
+       .variadic = true,
+       .type_rule = while_grad_types,
+       // Its own derivatives differentiate the stack-free recomputing form (second order and up).
+       .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
+         return ad::jvp(*while_grad_as_ir(r), r.inputs, t).tangents;
+       },
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
+         return ad::vjp(while_grad_as_ir(r), r.inputs).pullback(ct);
+       },
+       .batch = ops::batch_by_loop},
+      interpreter_kernels(while_grad_kernel));
   return p;
 }
 
@@ -567,8 +576,8 @@ ScanLayout scan_layout(std::size_t n_in, const Attrs& a) {
   l.nc = static_cast<std::size_t>(a.get_int("num_carry"));
   l.nx = static_cast<std::size_t>(a.get_int("num_xs"));
   if (l.nc + l.nx > n_in)
-    fail("scan", "num_carry + num_xs exceed the operands: got ", l.nc, " + ", l.nx, " for ",
-         n_in, " operands");
+    fail("scan", "num_carry + num_xs exceed the operands: got ", l.nc, " + ", l.nx, " for ", n_in,
+         " operands");
   l.ncap = n_in - l.nc - l.nx;
   l.length = a.get_int("length");
   if (l.length < 0) fail("scan", "negative length: got ", l.length, ", expected >= 0");
@@ -652,8 +661,8 @@ ops::Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   ops::Ts result(r.outputs.size());
   if (fc.empty() && fy.empty()) return result;
   // Layout: carry, carry tangents | xs, xs tangents | captures, capture tangents.
-  const std::size_t c0 = 0, ct0 = l.nc, x0 = ct0 + fc.size(), xt0 = x0 + l.nx,
-                    k0 = xt0 + fx.size(), kt0 = k0 + l.ncap;
+  const std::size_t c0 = 0, ct0 = l.nc, x0 = ct0 + fc.size(), xt0 = x0 + l.nx, k0 = xt0 + fx.size(),
+                    kt0 = k0 + l.ncap;
   TypeList params;
   auto add_group = [&](std::size_t b, std::size_t cnt, const Idx& f) {
     for (std::size_t i = 0; i < cnt; ++i) params.push_back(p_t[b + i]);
@@ -683,8 +692,8 @@ ops::Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   for (std::size_t i : fx) ins.push_back(or_zero(t[l.nc + i], in_t[l.nc + i]));
   append(ins, sub(r.inputs, l.nc + l.nx, l.ncap));
   for (std::size_t i : fk) ins.push_back(or_zero(t[l.nc + l.nx + i], in_t[l.nc + l.nx + i]));
-  const Tensors outs = bind(r.primitive, ins,
-                            scan_attrs(fn, l.length, l.reverse, l.nc + fc.size(), l.nx + fx.size()));
+  const Tensors outs = bind(
+      r.primitive, ins, scan_attrs(fn, l.length, l.reverse, l.nc + fc.size(), l.nx + fx.size()));
   for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = outs[l.nc + j];
   const std::size_t yt0 = l.nc + fc.size() + ny;
   for (std::size_t j = 0; j < fy.size(); ++j) result[l.nc + fy[j]] = outs[yt0 + j];
@@ -750,8 +759,8 @@ ops::Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   append(ins, sub(r.inputs, l.nc, l.nx));
   for (std::size_t i : fy) ins.push_back(or_zero(ct[l.nc + i], out_t[l.nc + i]));
   append(ins, sub(r.inputs, l.nc + l.nx, l.ncap));
-  const Tensors b = bind(r.primitive, ins,
-                         scan_attrs(bwd, l.length, !l.reverse, nbc, l.nc + l.nx + fy.size()));
+  const Tensors b =
+      bind(r.primitive, ins, scan_attrs(bwd, l.length, !l.reverse, nbc, l.nc + l.nx + fy.size()));
   for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = b[j];
   for (std::size_t j = 0; j < fk.size(); ++j) result[l.nc + l.nx + fk[j]] = b[fc.size() + j];
   for (std::size_t j = 0; j < fx.size(); ++j) result[l.nc + fx[j]] = b[nbc + j];
@@ -804,16 +813,18 @@ std::vector<Batched> scan_batch(const BatchArgs& b) {
 
 const Primitive& prim::scan() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "scan",
-     .arity = 0,
-     .variadic = true,
-     .type_rule = scan_types,
-     .jvp = scan_jvp,
-     .vjp = scan_vjp,
-     .batch = scan_batch},
-    interpreter_kernels([](ops::Ins in, const Attrs& a) {
-      return scan_run(*a.get<FunctionRef>("body"), scan_layout(in.size(), a), in, false);
-    }, true));
+      {.name = "scan",
+       .arity = 0,
+       .variadic = true,
+       .type_rule = scan_types,
+       .jvp = scan_jvp,
+       .vjp = scan_vjp,
+       .batch = scan_batch},
+      interpreter_kernels(
+          [](ops::Ins in, const Attrs& a) {
+            return scan_run(*a.get<FunctionRef>("body"), scan_layout(in.size(), a), in, false);
+          },
+          true));
   return p;
 }
 
@@ -846,7 +857,8 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
                                         const std::vector<std::string>& names,
                                         const Tensors& operands) {
   if (branches.empty()) fail(op, "no branches: got 0, expected at least one");
-  if (!index.defined() || index.rank() != 0 || !(is_integral(index.dtype()) || index.dtype() == bool_))
+  if (!index.defined() || index.rank() != 0 ||
+      !(is_integral(index.dtype()) || index.dtype() == bool_))
     fail(op, "the branch index must be an integer scalar: got ",
          index.defined() ? index.type() : TensorType{}, ", expected i32[]");
   const Tensor idx = astype(index, int32);
@@ -855,7 +867,8 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
   const TypeList op_t = types_of(operands);
   std::vector<Staged> traced;
   for (std::size_t k = 0; k < branches.size(); ++k) {
-    traced.push_back(stage(op == "cond" ? names[k] : "branch" + std::to_string(k), op_t, branches[k]));
+    traced.push_back(
+        stage(op == "cond" ? names[k] : "branch" + std::to_string(k), op_t, branches[k]));
     if (k > 0)
       check_same_tree(op, "branch results", traced[0].out_def, traced[0].function->result_types(),
                       names[0], traced[k].out_def, traced[k].function->result_types(), names[k]);
@@ -877,7 +890,8 @@ std::pair<Tensors, TreeDef> switch_flat(std::string_view op, const Tensor& index
   }
   Attrs a;
   for (std::size_t k = 0; k < branches.size(); ++k)
-    a.set(bname(k), relayout(traced[k].function, all, op_t.size(), cap_at[k], traced[k].captures.size()));
+    a.set(bname(k),
+          relayout(traced[k].function, all, op_t.size(), cap_at[k], traced[k].captures.size()));
   return {bind(prim::cond(), ins, a), traced[0].out_def};
 }
 
@@ -895,8 +909,8 @@ void check_carry(std::string_view op, const std::string& what, const TreeDef& wa
 }
 void check_pred(std::string_view op, const Tensors& p) {
   if (p.size() != 1 || p[0].dtype() != bool_ || p[0].rank() != 0)
-    fail(op, "cond_fn must return a bool scalar: got ",
-         p.size() == 1 ? p[0].type() : TensorType{}, ", expected bool[]");
+    fail(op, "cond_fn must return a bool scalar: got ", p.size() == 1 ? p[0].type() : TensorType{},
+         ", expected bool[]");
 }
 }  // namespace
 
@@ -982,7 +996,9 @@ std::pair<Tensors, TreeDef> scan_unrolled(const FlatFn& body, const Tensors& ini
   auto run_main = [&](const Tensors& c0) {
     return scan_flat(body_k, c0, init_def, xm, q, reverse, 1);
   };
-  auto run_rem = [&](const Tensors& c0) { return scan_flat(body, c0, init_def, xr, r, reverse, 1); };
+  auto run_rem = [&](const Tensors& c0) {
+    return scan_flat(body, c0, init_def, xr, r, reverse, 1);
+  };
   std::pair<Tensors, TreeDef> m, rm;
   Tensors carry;
   if (reverse && r) {
@@ -1011,8 +1027,7 @@ std::pair<Tensors, TreeDef> scan_unrolled(const FlatFn& body, const Tensors& ini
 
 std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
                                       const TreeDef& init_def, const Tensors& xs,
-                                      std::optional<int64_t> length, bool reverse,
-                                      int64_t unroll) {
+                                      std::optional<int64_t> length, bool reverse, int64_t unroll) {
   int64_t n = -1;
   for (std::size_t k = 0; k < xs.size(); ++k) {
     if (xs[k].rank() == 0)
@@ -1029,8 +1044,7 @@ std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
     fail("scan", "no length: got xs without leaves, expected ScanOptions{.length = n}");
   if (length && *length < 0) fail("scan", "negative length: got ", *length, ", expected >= 0");
   const int64_t L = length ? *length : n;
-  if (unroll < 1)
-    fail("scan", "unroll must be >= 1: got unroll=", unroll, " for length=", L);
+  if (unroll < 1) fail("scan", "unroll must be >= 1: got unroll=", unroll, " for length=", L);
   if (ir::tracing() && unroll > 1 && L > 1)
     return scan_unrolled(body, init, init_def, xs, L, reverse, std::min(unroll, L));
   const std::size_t nc = init.size();
@@ -1079,7 +1093,8 @@ std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
       });
       Tensors result = carry;
       const TypeList rt = tr.function->result_types();
-      for (std::size_t k = nc; k < rt.size(); ++k) result.push_back(zeros(stacked(rt[k], 0).shape, rt[k].dtype));
+      for (std::size_t k = nc; k < rt.size(); ++k)
+        result.push_back(zeros(stacked(rt[k], 0).shape, rt[k].dtype));
       return {std::move(result), def.children.size() == 2 ? def.children[1] : TreeDef{}};
     }
     Tensors result = carry;
@@ -1097,7 +1112,8 @@ std::pair<Tensors, TreeDef> scan_flat(const FlatFn& body, const Tensors& init,
   Tensors ins = init;
   append(ins, xs);
   append(ins, tr.captures);
-  return {bind(prim::scan(), ins, scan_attrs(tr.function, L, reverse, nc, xs.size())), def.children[1]};
+  return {bind(prim::scan(), ins, scan_attrs(tr.function, L, reverse, nc, xs.size())),
+          def.children[1]};
 }
 
 }  // namespace detail::cf

@@ -32,31 +32,32 @@ FlatTree apply_with_rule(const Primitive& prim, const char* rule_attr, const Sta
 
 }  // namespace
 
-FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn) {
+FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                         const FlatFn& fn) {
   const Staged s = stage("checkpoint", args_def, leaves, fn);
   return {bind(prim::checkpoint(), s.inputs(leaves), {{"fn", FunctionRef(s.function)}}), s.out_def};
 }
 
-FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn,
-                         const RuleFactory& jvp_rule) {
+FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                         const FlatFn& fn, const RuleFactory& jvp_rule) {
   const Staged s = stage("custom_jvp", args_def, leaves, fn);
   check_closed("custom_jvp", "function", s);
   std::vector<Tensor> rule_leaves = leaves;  // (primals, tangents)
   append_stand_ins(rule_leaves, leaf_types("custom_jvp", leaves));
-  return apply_with_rule(prim::custom_jvp(), "jvp", s, leaves, tuple_of({args_def, args_def}), rule_leaves,
-                         jvp_rule);
+  return apply_with_rule(prim::custom_jvp(), "jvp", s, leaves, tuple_of({args_def, args_def}),
+                         rule_leaves, jvp_rule);
 }
 
-FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn,
-                         const RuleFactory& bwd) {
+FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                         const FlatFn& fn, const RuleFactory& bwd) {
   const Staged s = stage("custom_vjp", args_def, leaves, fn);
   check_closed("custom_vjp", "function", s);
   std::vector<Tensor> rule_leaves = leaves;  // (primals, output, cotangent)
   const std::vector<TensorType> out_types = s.function->result_types();
   append_stand_ins(rule_leaves, out_types);
   append_stand_ins(rule_leaves, out_types);
-  return apply_with_rule(prim::custom_vjp(), "bwd", s, leaves, tuple_of({args_def, s.out_def, s.out_def}),
-                         rule_leaves, bwd);
+  return apply_with_rule(prim::custom_vjp(), "bwd", s, leaves,
+                         tuple_of({args_def, s.out_def, s.out_def}), rule_leaves, bwd);
 }
 
 }  // namespace kiln::detail

@@ -18,7 +18,9 @@ std::vector<TensorType> apply_fn_types(std::string_view op, ops::Types in, const
 }
 
 std::vector<KernelRegistration> apply_fn_kernels() {
-  Kernel k = [](ops::Ins in, const Attrs& a) { return ir::evaluate(*a.get<FunctionRef>("fn"), in); };
+  Kernel k = [](ops::Ins in, const Attrs& a) {
+    return ir::evaluate(*a.get<FunctionRef>("fn"), in);
+  };
   // Variadic registrations need one input; a function of no arguments gets its own.
   return {{ops::cpu_variadic(DTypeSet::all()), k},
           {KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, k}};
@@ -72,27 +74,28 @@ std::vector<Batched> batch_sub_function(const BatchArgs& b) {
 
 const Primitive& prim::call() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "call",
-     .arity = 0,
-     .variadic = true,
-     .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("call", in, a); },
-     .jvp = jvp_through_fn,
-     .vjp = vjp_recompute,
-     .batch = batch_sub_function},
-    apply_fn_kernels());
+      {.name = "call",
+       .arity = 0,
+       .variadic = true,
+       .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("call", in, a); },
+       .jvp = jvp_through_fn,
+       .vjp = vjp_recompute,
+       .batch = batch_sub_function},
+      apply_fn_kernels());
   return p;
 }
 
 const Primitive& prim::checkpoint() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "checkpoint",
-     .arity = 0,
-     .variadic = true,
-     .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("checkpoint", in, a); },
-     .jvp = jvp_through_fn,
-     .vjp = vjp_recompute,
-     .batch = batch_sub_function},
-    apply_fn_kernels());
+      {.name = "checkpoint",
+       .arity = 0,
+       .variadic = true,
+       .type_rule = [](ops::Types in,
+                       const Attrs& a) { return apply_fn_types("checkpoint", in, a); },
+       .jvp = jvp_through_fn,
+       .vjp = vjp_recompute,
+       .batch = batch_sub_function},
+      apply_fn_kernels());
   return p;
 }
 
@@ -101,29 +104,28 @@ const Primitive& prim::checkpoint() {
 // the tangents, taken at zero tangents.
 const Primitive& prim::custom_jvp() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "custom_jvp",
-     .arity = 0,
-     .variadic = true,
-     .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("custom_jvp", in, a); },
-     .jvp =
-         [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
-           std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
-           const std::vector<Tensor> tz = zeros_for(r.inputs, t);
-           args.insert(args.end(), tz.begin(), tz.end());
-           const std::vector<Tensor> out = ir::evaluate(*r.attrs.get<FunctionRef>("jvp"), args);
-           return ops::Ts(out.begin(), out.end());
-         },
-     .vjp =
-         [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-           std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
-           const std::vector<Tensor> tz = zeros_for(r.inputs, std::vector<Tangent>(r.inputs.size()));
-           args.insert(args.end(), tz.begin(), tz.end());
-           const ops::Ts all = ad::vjp(r.attrs.get<FunctionRef>("jvp"), args).pullback(ct);
-           return ops::Ts(all.begin() + static_cast<std::ptrdiff_t>(r.inputs.size()), all.end());
-         },
-     // One application per example keeps the user's rule attached to each.
-     .batch = ops::batch_by_loop},
-    apply_fn_kernels());
+      {.name = "custom_jvp",
+       .arity = 0,
+       .variadic = true,
+       .type_rule = [](ops::Types in,
+                       const Attrs& a) { return apply_fn_types("custom_jvp", in, a); },
+       .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+         std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
+         const std::vector<Tensor> tz = zeros_for(r.inputs, t);
+         args.insert(args.end(), tz.begin(), tz.end());
+         const std::vector<Tensor> out = ir::evaluate(*r.attrs.get<FunctionRef>("jvp"), args);
+         return ops::Ts(out.begin(), out.end());
+       },
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
+         const std::vector<Tensor> tz = zeros_for(r.inputs, std::vector<Tangent>(r.inputs.size()));
+         args.insert(args.end(), tz.begin(), tz.end());
+         const ops::Ts all = ad::vjp(r.attrs.get<FunctionRef>("jvp"), args).pullback(ct);
+         return ops::Ts(all.begin() + static_cast<std::ptrdiff_t>(r.inputs.size()), all.end());
+       },
+       // One application per example keeps the user's rule attached to each.
+       .batch = ops::batch_by_loop},
+      apply_fn_kernels());
   return p;
 }
 
@@ -131,27 +133,27 @@ const Primitive& prim::custom_jvp() {
 // of the primals. Forward mode is not defined by a reverse rule (as in JAX).
 const Primitive& prim::custom_vjp() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "custom_vjp",
-     .arity = 0,
-     .variadic = true,
-     .type_rule = [](ops::Types in, const Attrs& a) { return apply_fn_types("custom_vjp", in, a); },
-     .jvp =
-         [](const RuleArgs&, std::span<const Tangent>) -> ops::Ts {
-           fail("custom_vjp", "forward-mode differentiation requested: got a tangent for a "
-                              "function with a custom VJP, expected reverse mode only (give it "
-                              "a custom_jvp rule for jvp, jacfwd or hessian)");
-         },
-     .vjp =
-         [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-           std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
-           args.insert(args.end(), r.outputs.begin(), r.outputs.end());
-           const std::vector<Tensor> cz = zeros_for(r.outputs, ct);
-           args.insert(args.end(), cz.begin(), cz.end());
-           const std::vector<Tensor> out = ir::evaluate(*r.attrs.get<FunctionRef>("bwd"), args);
-           return ops::Ts(out.begin(), out.end());
-         },
-     .batch = ops::batch_by_loop},
-    apply_fn_kernels());
+      {.name = "custom_vjp",
+       .arity = 0,
+       .variadic = true,
+       .type_rule = [](ops::Types in,
+                       const Attrs& a) { return apply_fn_types("custom_vjp", in, a); },
+       .jvp = [](const RuleArgs&, std::span<const Tangent>) -> ops::Ts {
+         fail("custom_vjp",
+              "forward-mode differentiation requested: got a tangent for a "
+              "function with a custom VJP, expected reverse mode only (give it "
+              "a custom_jvp rule for jvp, jacfwd or hessian)");
+       },
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
+         args.insert(args.end(), r.outputs.begin(), r.outputs.end());
+         const std::vector<Tensor> cz = zeros_for(r.outputs, ct);
+         args.insert(args.end(), cz.begin(), cz.end());
+         const std::vector<Tensor> out = ir::evaluate(*r.attrs.get<FunctionRef>("bwd"), args);
+         return ops::Ts(out.begin(), out.end());
+       },
+       .batch = ops::batch_by_loop},
+      apply_fn_kernels());
   return p;
 }
 

@@ -59,7 +59,9 @@ std::vector<int64_t> concat_dims(const Shape& a, const Shape& b) {
 }
 
 // Rows [at, at + k) of a stacked [n, ...] tensor.
-Tensor rows(const Tensor& stacked, int64_t at, int64_t k) { return slice(stacked, {Slice{at, at + k}}); }
+Tensor rows(const Tensor& stacked, int64_t at, int64_t k) {
+  return slice(stacked, {Slice{at, at + k}});
+}
 
 }  // namespace
 
@@ -71,7 +73,8 @@ FlatJacobian jacfwd_call(const std::vector<int>& argnums, const TreeDef& args_de
   // primals shared (unbatched).
   FlatJacobian j;
   const FlatFn column = [&](const std::vector<Tensor>& in, TreeDef& out_def) {
-    const std::vector<Tensor> primals(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(leaves.size()));
+    const std::vector<Tensor> primals(in.begin(),
+                                      in.begin() + static_cast<std::ptrdiff_t>(leaves.size()));
     std::vector<Tangent> tangents(leaves.size());
     for (std::size_t i = 0; i < p.leaves.size(); ++i) tangents[p.leaves[i]] = in[leaves.size() + i];
     JvpFlat r = jvp_along(args_def, primals, std::move(tangents), fn);
@@ -120,7 +123,8 @@ FlatJacobian jacrev_call(const std::vector<int>& argnums, const TreeDef& args_de
   for (const TensorType& o : out_types) {
     const int64_t k = o.shape.numel();
     for (std::size_t i = 0; i < p.types.size(); ++i)  // [k, *in] -> [*out, *in]
-      j.blocks.push_back(reshape(rows(rws.leaves[i], at, k), Shape(concat_dims(o.shape, p.types[i].shape))));
+      j.blocks.push_back(
+          reshape(rows(rws.leaves[i], at, k), Shape(concat_dims(o.shape, p.types[i].shape))));
     at += k;
   }
   return j;

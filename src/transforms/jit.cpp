@@ -1,6 +1,6 @@
 // jit: the per-signature cache and the call path (docs/DESIGN.md, "jit").
-#include <cstdlib>
 #include <condition_variable>
+#include <cstdlib>
 #include <iostream>
 #include <mutex>
 #include <thread>
@@ -89,11 +89,14 @@ struct Tracing {
 thread_local std::vector<Tracing> g_tracing;
 }  // namespace
 
-std::shared_ptr<const JitEntry> JitCache::claim(const std::string& key, std::optional<Claim>& claim) {
+std::shared_ptr<const JitEntry> JitCache::claim(const std::string& key,
+                                                std::optional<Claim>& claim) {
   for (const Tracing& t : g_tracing)
     if (t.cache == this && t.key == key)
-      fail(name_, "the function calls itself with the signature it is being traced for: got a "
-                  "recursive call on ", key.substr(key.find('|') + 1),
+      fail(name_,
+           "the function calls itself with the signature it is being traced for: got a "
+           "recursive call on ",
+           key.substr(key.find('|') + 1),
            ", expected recursion to reach a base case on smaller (static) shapes");
   std::unique_lock lock(mutex_);
   for (;;) {
@@ -142,7 +145,8 @@ bool log_recompiles() {
 }  // namespace
 
 std::shared_ptr<const JitEntry> JitCache::insert(const std::string& key, const TreeDef& def,
-                                                 const std::vector<Tensor>& leaves, JitEntry entry) {
+                                                 const std::vector<Tensor>& leaves,
+                                                 JitEntry entry) {
   auto e = std::make_shared<const JitEntry>(std::move(entry));
   std::lock_guard lock(mutex_);
   if (auto it = entries_.find(key); it != entries_.end()) return it->second;

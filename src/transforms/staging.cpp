@@ -15,8 +15,9 @@ std::vector<TensorType> leaf_types(std::string_view op, std::span<const Tensor> 
   std::vector<TensorType> types;
   for (const Tensor& t : leaves) {
     if (!t.defined())
-      fail(op, "undefined tensor in the arguments: got a default-constructed Tensor, "
-               "expected every tensor argument to hold a value");
+      fail(op,
+           "undefined tensor in the arguments: got a default-constructed Tensor, "
+           "expected every tensor argument to hold a value");
     types.push_back(t.type());
   }
   return types;
@@ -73,8 +74,8 @@ Staged stage_types(std::string name, const std::vector<TensorType>& types, const
                    const std::vector<std::string>& names) {
   Staged s;
   ir::Traced t = ir::trace_function(
-      std::move(name), types, [&](const std::vector<Tensor>& params) { return fn(params, s.out_def); },
-      names);
+      std::move(name), types,
+      [&](const std::vector<Tensor>& params) { return fn(params, s.out_def); }, names);
   s.function = std::move(t.function);
   s.captures = std::move(t.captures);
   return s;

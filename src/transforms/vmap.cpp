@@ -48,8 +48,8 @@ VmapInputs vmap_inputs(const TreeDef& def, const std::vector<Tensor>& leaves,
     const std::size_t n_leaves = def.children[a].num_leaves();
     const LeafAxes* per_leaf = in ? std::get_if<LeafAxes>(&in->axes[a]) : nullptr;
     if (per_leaf && per_leaf->axes.size() != n_leaves)
-      fail("vmap", "leaf_axes for argument ", a, " lists ", per_leaf->axes.size(),
-           " axes: got ", per_leaf->axes.size(), ", expected ", n_leaves,
+      fail("vmap", "leaf_axes for argument ", a, " lists ", per_leaf->axes.size(), " axes: got ",
+           per_leaf->axes.size(), ", expected ", n_leaves,
            " (one per tensor leaf, in flatten order)");
     for (std::size_t k = 0; k < n_leaves; ++k, ++leaf) {
       const std::optional<int> axis =
@@ -61,9 +61,9 @@ VmapInputs vmap_inputs(const TreeDef& def, const std::vector<Tensor>& leaves,
         continue;
       }
       if (*axis < -t.rank() || *axis >= t.rank())
-        fail("vmap", "axis out of range for argument ", a, ": got in_axes ", *axis, " for a tensor ",
-             t.type(), " of rank ", t.rank(), ", expected an axis in [", -t.rank(), ", ",
-             t.rank() - 1, "]");
+        fail("vmap", "axis out of range for argument ", a, ": got in_axes ", *axis,
+             " for a tensor ", t.type(), " of rank ", t.rank(), ", expected an axis in [",
+             -t.rank(), ", ", t.rank() - 1, "]");
       const int d = *axis < 0 ? *axis + t.rank() : *axis;
       const int64_t n = t.shape()[d];
       if (r.size >= 0 && n != r.size)
@@ -148,8 +148,10 @@ std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> ar
   if (args.size() != f.params.size())
     fail("vmap", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size());
   std::vector<Batched> env(static_cast<std::size_t>(f.next_id()));
-  for (std::size_t i = 0; i < args.size(); ++i) env[static_cast<std::size_t>(f.params[i].id)] = args[i];
-  for (const ir::Constant& c : f.constants) env[static_cast<std::size_t>(c.value.id)] = {c.tensor, std::nullopt};
+  for (std::size_t i = 0; i < args.size(); ++i)
+    env[static_cast<std::size_t>(f.params[i].id)] = args[i];
+  for (const ir::Constant& c : f.constants)
+    env[static_cast<std::size_t>(c.value.id)] = {c.tensor, std::nullopt};
   for (const ir::Equation& e : f.equations) {
     std::vector<Tensor> ins;
     std::vector<std::optional<int>> dims;
@@ -175,7 +177,8 @@ std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> ar
     if (outs.size() != e.outputs.size())
       fail("vmap", "batching rule of '", e.prim->name, "' returned ", outs.size(),
            " outputs, expected ", e.outputs.size());
-    for (std::size_t k = 0; k < outs.size(); ++k) env[static_cast<std::size_t>(e.outputs[k].id)] = outs[k];
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      env[static_cast<std::size_t>(e.outputs[k].id)] = outs[k];
   }
   std::vector<Batched> results;
   for (const ir::Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
@@ -191,9 +194,10 @@ namespace {
 
 Kernel unbound(const char* op) {
   return [op](ops::Ins, const Attrs& a) -> std::vector<Tensor> {
-    fail(op, "axis '", a.get<std::string>("axis_name"), "' is not bound: got a collective "
-             "outside a vmap over that axis, expected it inside vmap(f, ..., axis_name(\"",
-             a.get<std::string>("axis_name"), "\"))");
+    fail(op, "axis '", a.get<std::string>("axis_name"),
+         "' is not bound: got a collective "
+         "outside a vmap over that axis, expected it inside vmap(f, ..., axis_name(\"",
+         a.get<std::string>("axis_name"), "\"))");
   };
 }
 
@@ -208,85 +212,90 @@ Tensor sum_over_batch(const BatchArgs& b) {
 
 const Primitive& prim::psum() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "psum",
-     .arity = 1,
-     .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
-     .jvp = ops::linear_jvp,
-     // Each example's output is the sum over all: its cotangent flows back to every input.
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       return {bind1(r.primitive, {*ct[0]}, r.attrs)};
-     },
-     .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       if (other_axis(b)) return ops::batch_elementwise(b);
-       return {{sum_over_batch(b), std::nullopt}};
-     }},
-    {{ops::cpu({DTypeSet::numeric()}), unbound("psum")}});
+      {.name = "psum",
+       .arity = 1,
+       .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+       .jvp = ops::linear_jvp,
+       // Each example's output is the sum over all: its cotangent flows back to every input.
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         return {bind1(r.primitive, {*ct[0]}, r.attrs)};
+       },
+       .batch = [](const BatchArgs& b) -> std::vector<Batched> {
+         if (other_axis(b)) return ops::batch_elementwise(b);
+         return {{sum_over_batch(b), std::nullopt}};
+       }},
+      {{ops::cpu({DTypeSet::numeric()}), unbound("psum")}});
   return p;
 }
 
 const Primitive& prim::pmax() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "pmax",
-     .arity = 1,
-     .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
-     .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
-       const Primitive& psum = prim::psum();
-       const Tensor hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
-       return {bind1(psum, {*t[0] * hit}, r.attrs) / bind1(psum, {hit}, r.attrs)};
-     },
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       const Primitive& psum = prim::psum();
-       const Tensor hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
-       return {hit * bind1(psum, {*ct[0]}, r.attrs) / bind1(psum, {hit}, r.attrs)};
-     },
-     .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       if (other_axis(b)) return ops::batch_elementwise(b);
-       return {{max(ops::batch_first(b.inputs[0], b.dims[0], b.size), {0}), std::nullopt}};
-     }},
-    {{ops::cpu({DTypeSet::numeric()}), unbound("pmax")}});
+      {.name = "pmax",
+       .arity = 1,
+       .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+       .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+         const Primitive& psum = prim::psum();
+         const Tensor hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
+         return {bind1(psum, {*t[0] * hit}, r.attrs) / bind1(psum, {hit}, r.attrs)};
+       },
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         const Primitive& psum = prim::psum();
+         const Tensor hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
+         return {hit * bind1(psum, {*ct[0]}, r.attrs) / bind1(psum, {hit}, r.attrs)};
+       },
+       .batch = [](const BatchArgs& b) -> std::vector<Batched> {
+         if (other_axis(b)) return ops::batch_elementwise(b);
+         return {{max(ops::batch_first(b.inputs[0], b.dims[0], b.size), {0}), std::nullopt}};
+       }},
+      {{ops::cpu({DTypeSet::numeric()}), unbound("pmax")}});
   return p;
 }
 
 const Primitive& prim::axis_index() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "axis_index",
-     .arity = 0,
-     .type_rule = [](ops::Types, const Attrs&) { return std::vector<TensorType>{{int32, Shape{}}}; },
-     .differentiable = false,
-     .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       return {{arange(b.size, int32), 0}};
-     }},
-    {{KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, unbound("axis_index")}});
+      {.name = "axis_index",
+       .arity = 0,
+       .type_rule =
+           [](ops::Types, const Attrs&) {
+             return std::vector<TensorType>{{int32, Shape{}}};
+           },
+       .differentiable = false,
+       .batch = [](const BatchArgs& b) -> std::vector<Batched> {
+         return {{arange(b.size, int32), 0}};
+       }},
+      {{KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false},
+        unbound("axis_index")}});
   return p;
 }
 
 // all_gather{axis_name, axis_size}: every example receives the stacked batch.
 const Primitive& prim::all_gather() {
   static const Primitive& p = detail::register_builtin(
-    {.name = "all_gather",
-     .arity = 1,
-     .type_rule =
-         [](ops::Types in, const Attrs& a) {
-           std::vector<int64_t> d{a.get_int("axis_size")};
-           d.insert(d.end(), in[0].shape.begin(), in[0].shape.end());
-           return std::vector<TensorType>{{in[0].dtype, Shape(d)}};
-         },
-     .jvp = ops::linear_jvp,
-     // Example i's input appears at row i of every example's output: sum those rows.
-     .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-       const Attrs name{{"axis_name", r.attrs.get<std::string>("axis_name")}};
-       const Tensor total = bind1(prim::psum(), {*ct[0]}, name);
-       const Tensor i = bind1(prim::axis_index(), {}, name);
-       return {squeeze(take(total, reshape(i, {1}), 0), {0})};
-     },
-     .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-       // Another axis: each example gathers on its own; the gathered axis comes first, so
-       // this vmap's batch axis sits right after it.
-       if (other_axis(b))
-         return {{bind1(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size)}, b.attrs), 1}};
-       return {{ops::batch_first(b.inputs[0], b.dims[0], b.size), std::nullopt}};
-     }},
-    {{ops::cpu({DTypeSet::all()}), unbound("all_gather")}});
+      {.name = "all_gather",
+       .arity = 1,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             std::vector<int64_t> d{a.get_int("axis_size")};
+             d.insert(d.end(), in[0].shape.begin(), in[0].shape.end());
+             return std::vector<TensorType>{{in[0].dtype, Shape(d)}};
+           },
+       .jvp = ops::linear_jvp,
+       // Example i's input appears at row i of every example's output: sum those rows.
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         const Attrs name{{"axis_name", r.attrs.get<std::string>("axis_name")}};
+         const Tensor total = bind1(prim::psum(), {*ct[0]}, name);
+         const Tensor i = bind1(prim::axis_index(), {}, name);
+         return {squeeze(take(total, reshape(i, {1}), 0), {0})};
+       },
+       .batch = [](const BatchArgs& b) -> std::vector<Batched> {
+         // Another axis: each example gathers on its own; the gathered axis comes first, so
+         // this vmap's batch axis sits right after it.
+         if (other_axis(b))
+           return {{bind1(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size)}, b.attrs),
+                    1}};
+         return {{ops::batch_first(b.inputs[0], b.dims[0], b.size), std::nullopt}};
+       }},
+      {{ops::cpu({DTypeSet::all()}), unbound("all_gather")}});
   return p;
 }
 

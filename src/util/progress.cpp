@@ -19,12 +19,17 @@ std::string format_duration(double seconds) {
 }
 
 ProgressBar::ProgressBar(std::string label, int64_t total, std::string unit, std::FILE* out)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(std::max<int64_t>(total, 0)),
-      out_(out), tty_(isatty(fileno(out)) != 0), start_(std::chrono::steady_clock::now()),
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(std::max<int64_t>(total, 0)),
+      out_(out),
+      tty_(isatty(fileno(out)) != 0),
+      start_(std::chrono::steady_clock::now()),
       last_draw_(start_) {}
 
 double ProgressBar::elapsed_seconds() const {
-  return std::chrono::duration<double>(finished_.value_or(std::chrono::steady_clock::now()) - start_)
+  return std::chrono::duration<double>(finished_.value_or(std::chrono::steady_clock::now()) -
+                                       start_)
       .count();
 }
 

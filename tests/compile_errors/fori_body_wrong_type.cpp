@@ -2,5 +2,6 @@
 #include <kiln/kiln.h>
 int main() {
   using namespace kiln;
-  (void)fori_loop(0, 3, [](const Tensor& c) { return c; }, tensor(1.0));
+  (void)fori_loop(
+      0, 3, [](const Tensor& c) { return c; }, tensor(1.0));
 }

@@ -38,15 +38,21 @@ int main() {
   auto [yv, tangent] = jvp(cube, std::tuple{x}, std::tuple{ones_like(x)});
   ok = ok && tangent.item<float>() == 3.f * (1.f + 4.f + 9.f) && yv.item<float>() == 36.f;
 
-  const auto [total, partial] =
-      scan([](const Tensor& c, const Tensor& v) { return std::pair{c + v, c}; }, tensor(0.f), x);
+  const auto [total, partial] = scan(
+      [](const Tensor& c, const Tensor& v) {
+        return std::pair{c + v, c};
+      },
+      tensor(0.f), x);
   (void)partial;
   ok = ok && total.item<float>() == 6.f;
   const Tensor halved = while_loop([](const Tensor& v) { return v > 1.f; },
                                    [](const Tensor& v) { return v / 2.f; }, tensor(10.f));
   ok = ok && halved.item<float>() == 0.625f;
-  ok = ok && cond(index(x, 0) > 0.f, [&] { return x; }, [&] { return -x; }).to_vector<float>() ==
-                 x.to_vector<float>();
+  ok = ok && cond(
+                 index(x, 0) > 0.f, [&] { return x; },
+                 [&] {
+                   return -x;
+                 }).to_vector<float>() == x.to_vector<float>();
 
   std::cout << (ok ? "consumer: all checks passed\n" : "consumer: a check FAILED\n");
   return ok ? 0 : 1;

@@ -80,9 +80,10 @@ FlatTree flatten_args(const Args&... args) {
 // check it first, so a wrong function gives one static_assert line, not pages of templates.
 template <class F, class... Args>
 concept returns_tree = std::is_invocable_v<F, const Args&...> &&
-                       Tree<std::decay_t<std::invoke_result_t<F, const Args&...>>>;
-#define KILN_DETAIL_NOT_TREE_FN \
-  "the function must be callable with these arguments and return a tree of tensors (see docs/TREES.md)"
+    Tree<std::decay_t<std::invoke_result_t<F, const Args&...>>>;
+#define KILN_DETAIL_NOT_TREE_FN                                                           \
+  "the function must be callable with these arguments and return a tree of tensors (see " \
+  "docs/TREES.md)"
 
 template <class F, class... Args>
 using result_of = std::decay_t<std::invoke_result_t<const F&, const Args&...>>;

@@ -62,7 +62,8 @@ struct JvpFlat {
   std::vector<Tensor> tangents;  // one per leaf of `out`
 };
 JvpFlat jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
-                 const TreeDef& tangents_def, const std::vector<Tensor>& tangents, const FlatFn& fn);
+                 const TreeDef& tangents_def, const std::vector<Tensor>& tangents,
+                 const FlatFn& fn);
 
 // Jacobians (src/transforms/jacobian.cpp): blocks[o * n + i] is d(result leaf o) / d(leaf i of
 // the arguments in argnums, n of them), shaped result.shape + leaf.shape.
@@ -90,13 +91,14 @@ FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
 // Sub-function primitives (src/transforms/custom.cpp). A rule is staged on arguments whose
 // structure the core knows only after staging fn, so it comes as a factory of FlatFns.
 using RuleFactory = std::function<FlatFn(const TreeDef& rule_args_def)>;
-FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn);
+FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                         const FlatFn& fn);
 // jvp_rule(primals, tangents): both the argument tuple.
-FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn,
-                         const RuleFactory& jvp_rule);
+FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                         const FlatFn& fn, const RuleFactory& jvp_rule);
 // bwd(primals, output, cotangent of the output) -> the argument tuple's cotangents.
-FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves, const FlatFn& fn,
-                         const RuleFactory& bwd);
+FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                         const FlatFn& fn, const RuleFactory& bwd);
 
 // ---- typed wrappers ------------------------------------------------------------------------
 
@@ -124,9 +126,12 @@ struct SelectedArgs<Argnums<I...>, Args...> {
   static type build(const TreeDef& args_def, const std::vector<std::vector<Tensor>>& parts) {
     std::size_t k = 0;
     // Braced initialisation runs left to right, so k walks the arguments in order.
-    std::tuple<arg_t<I, Args...>...> all{unflatten_arg<arg_t<I, Args...>>(args_def, I, parts[k++])...};
-    if constexpr (sizeof...(I) == 1) return std::get<0>(std::move(all));
-    else return all;
+    std::tuple<arg_t<I, Args...>...> all{
+        unflatten_arg<arg_t<I, Args...>>(args_def, I, parts[k++])...};
+    if constexpr (sizeof...(I) == 1)
+      return std::get<0>(std::move(all));
+    else
+      return all;
   }
 };
 
@@ -149,9 +154,12 @@ class Grad {
                                      in.leaves, flat_fn<Args...>(f_, in.def));
       auto grads = Sel::build(in.def, r.grads);
       const Out out = unflatten<Out>(r.value);
-      if constexpr (Aux && !ValueToo) return std::make_pair(std::move(grads), out.second);
-      else if constexpr (ValueToo) return std::make_pair(out, std::move(grads));
-      else return grads;
+      if constexpr (Aux && !ValueToo)
+        return std::make_pair(std::move(grads), out.second);
+      else if constexpr (ValueToo)
+        return std::make_pair(out, std::move(grads));
+      else
+        return grads;
     }
   }
 
@@ -171,7 +179,7 @@ auto grad_with(F f, Argnums<I...>) {
 // grad's options in any order: the first Argnums (default argnums<0>) and has_aux.
 template <bool ValueToo, class F, class... Options>
 auto make_grad(F f, Options...) {
-  static_assert(((is_argnums<Options> || std::is_same_v<Options, HasAux>) && ...),
+  static_assert(((is_argnums<Options> || std::is_same_v<Options, HasAux>)&&...),
                 "grad: the options are argnums<...> and has_aux");
   using Picked = decltype(std::tuple_cat(
       std::conditional_t<is_argnums<Options>, std::tuple<Options>, std::tuple<>>{}...,
@@ -191,7 +199,8 @@ class Vmapped {
       static_assert(returns_tree<const F&, Args...>, "vmap: " KILN_DETAIL_NOT_TREE_FN);
     } else {
       const FlatTree in = flatten_args(args...);
-      return unflatten<result_of<F, Args...>>(vmap_call(o_, in.def, in.leaves, flat_fn<Args...>(f_, in.def)));
+      return unflatten<result_of<F, Args...>>(
+          vmap_call(o_, in.def, in.leaves, flat_fn<Args...>(f_, in.def)));
     }
   }
 
@@ -207,7 +216,8 @@ class Vmapped {
 // a std::map from leaf path to In, since C++ cannot rebuild the struct with other field types.
 template <class Out, class In>
 struct JacobianTraits {
-  static_assert(detail::registered_struct<Out>, "jacfwd/jacrev: the result is " KILN_DETAIL_NOT_A_TREE);
+  static_assert(detail::registered_struct<Out>,
+                "jacfwd/jacrev: the result is " KILN_DETAIL_NOT_A_TREE);
   using type = std::map<std::string, In>;
   static type build(const TreeDef& def, const In*& next) {
     type m;
@@ -221,7 +231,7 @@ struct JacobianTraits<Tensor, In> {
   static type build(const TreeDef&, const In*& next) { return *next++; }
 };
 template <class T, class In>
-  requires static_leaf<T>
+requires static_leaf<T>
 struct JacobianTraits<T, In> {  // a static result stays what it is
   using type = T;
   static type build(const TreeDef& def, const In*&) {
@@ -242,7 +252,8 @@ struct JacobianTraits<std::array<T, N>, In> {
   using type = std::array<typename JacobianTraits<T, In>::type, N>;
   static type build(const TreeDef& def, const In*& next) {
     type a;
-    for (std::size_t k = 0; k < N; ++k) a[k] = JacobianTraits<T, In>::build(def.children.at(k), next);
+    for (std::size_t k = 0; k < N; ++k)
+      a[k] = JacobianTraits<T, In>::build(def.children.at(k), next);
     return a;
   }
 };
@@ -276,7 +287,8 @@ template <class In, class... Ts>
 struct JacobianTraits<std::tuple<Ts...>, In> : JacobianTuple<In, Ts...> {};
 template <class A, class B, class In>
 struct JacobianTraits<std::pair<A, B>, In> {
-  using type = std::pair<typename JacobianTraits<A, In>::type, typename JacobianTraits<B, In>::type>;
+  using type =
+      std::pair<typename JacobianTraits<A, In>::type, typename JacobianTraits<B, In>::type>;
   static type build(const TreeDef& def, const In*& next) {
     auto a = JacobianTraits<A, In>::build(def.children.at(0), next);
     return type{std::move(a), JacobianTraits<B, In>::build(def.children.at(1), next)};
@@ -339,7 +351,8 @@ namespace kiln {
 template <class F>
 class Jitted {
  public:
-  Jitted(F f, std::string name) : f_(std::move(f)), cache_(detail::make_jit_cache(std::move(name))) {}
+  Jitted(F f, std::string name)
+      : f_(std::move(f)), cache_(detail::make_jit_cache(std::move(name))) {}
 
   template <class... Args>
   auto operator()(const Args&... args) const {
