@@ -196,9 +196,7 @@ auto custom_vjp(F f, Bwd bwd) {
 // batched along axis 0. An argument mapped with `none` is shared by all examples.
 template <class F, class... Options>
 auto vmap(F f, Options... options) {
-  detail::VmapOptions o;
-  (o.set(options), ...);
-  return detail::Vmapped<F>(std::move(f), std::move(o));
+  return detail::Vmapped<F>(std::move(f), detail::vmap_options(options...));
 }
 
 // Collectives over a named vmap axis.

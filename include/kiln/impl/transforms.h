@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kiln/impl/interpreters.h"
@@ -85,6 +86,12 @@ struct VmapOptions {
   void set(const OutAxes& a) { out = a; }
   void set(const AxisName& a) { name = a.name; }
 };
+template <class... Options>
+VmapOptions vmap_options(const Options&... options) {
+  VmapOptions o;
+  (o.set(options), ...);
+  return o;
+}
 FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
                    const std::vector<Tensor>& leaves, const FlatFn& fn);
 
@@ -122,12 +129,17 @@ struct SelectedArgs<Argnums<I...>, Args...> {
   using type = std::conditional_t<sizeof...(I) == 1,
                                   std::tuple_element_t<0, std::tuple<arg_t<I, Args...>...>>,
                                   std::tuple<arg_t<I, Args...>...>>;
-  // From the leaves of each selected argument, in order.
+  // From the leaves of each selected argument, in order: parts[K] for argument I.
   static type build(const TreeDef& args_def, const std::vector<std::vector<Tensor>>& parts) {
-    std::size_t k = 0;
-    // Braced initialisation runs left to right, so k walks the arguments in order.
+    return build_at(args_def, parts, std::make_index_sequence<sizeof...(I)>{});
+  }
+
+ private:
+  template <std::size_t... K>
+  static type build_at(const TreeDef& args_def, const std::vector<std::vector<Tensor>>& parts,
+                       std::index_sequence<K...>) {
     std::tuple<arg_t<I, Args...>...> all{
-        unflatten_arg<arg_t<I, Args...>>(args_def, I, parts[k++])...};
+        unflatten_arg<arg_t<I, Args...>>(args_def, I, parts[K])...};
     if constexpr (sizeof...(I) == 1)
       return std::get<0>(std::move(all));
     else
@@ -279,8 +291,12 @@ template <class In, class... Ts>
 struct JacobianTuple {
   using type = std::tuple<typename JacobianTraits<Ts, In>::type...>;
   static type build(const TreeDef& def, const In*& next) {
-    std::size_t k = 0;
-    return type{JacobianTraits<Ts, In>::build(def.children.at(k++), next)...};
+    return build_at(def, next, std::index_sequence_for<Ts...>{});
+  }
+  // Braced initialisation runs left to right, so `next` walks the result leaves in order.
+  template <std::size_t... K>
+  static type build_at(const TreeDef& def, const In*& next, std::index_sequence<K...>) {
+    return type{JacobianTraits<Ts, In>::build(def.children.at(K), next)...};
   }
 };
 template <class In, class... Ts>
