@@ -12,6 +12,7 @@
 #include <functional>
 #include <iosfwd>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -109,13 +110,20 @@ std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args);
 // The same, returning every value of f indexed by value id (what reverse mode keeps).
 std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> args);
 
-// What runs an optimised function. Today the interpreter; compiled code slots in here
-// without changing jit.
+// What runs an optimised function: native code from the LLVM backend (src/compiler/), or
+// the interpreter, which stays as the reference the compiler is tested against.
 class Executable {
  public:
   virtual ~Executable() = default;
   virtual std::vector<Tensor> run(std::span<const Tensor> args) const = 0;
 };
-std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f);
+enum class Backend { interpreter, llvm };
+// KILN_JIT_BACKEND=interpreter|llvm, read at each call; llvm when unset.
+Backend default_backend();
+struct CompileOptions {
+  std::optional<Backend> backend;  // unset: default_backend()
+};
+std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f,
+                                          const CompileOptions& options = {});
 
 }  // namespace kiln::ir

@@ -2,6 +2,7 @@
 #include "kiln/ir.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <ostream>
 #include <unordered_map>
 #include <unordered_set>
@@ -181,7 +182,16 @@ class Interpreter final : public Executable {
 };
 }  // namespace
 
-std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f) {
+Backend default_backend() {
+  const char* v = std::getenv("KILN_JIT_BACKEND");
+  if (!v || !*v || std::string_view(v) == "llvm") return Backend::llvm;
+  if (std::string_view(v) == "interpreter") return Backend::interpreter;
+  fail("jit", "KILN_JIT_BACKEND is '", v, "', expected 'llvm' or 'interpreter'");
+}
+
+std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f,
+                                          const CompileOptions& options) {
+  (void)options.backend.value_or(default_backend());
   return std::make_shared<Interpreter>(std::move(f));
 }
 
