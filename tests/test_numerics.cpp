@@ -188,13 +188,22 @@ TEST(NumericsSignedZero, OtherKernelsMatchNumpy) {
   EXPECT_TRUE(negative_zero(first(sqrt(nz))));
   EXPECT_TRUE(negative_zero(first(neg(pz))));
   // numpy: np.maximum(-0.0, 0.0) -> 0.0, np.maximum(0.0, -0.0) -> -0.0, np.minimum likewise
-  // (the second operand wins a tie); np.max([-0.0, 0.0]) -> 0.0, np.max([0.0, -0.0]) -> -0.0
+  // (the second operand wins a tie).
   EXPECT_TRUE(positive_zero(first(maximum(nz, pz))));
   EXPECT_TRUE(negative_zero(first(maximum(pz, nz))));
   EXPECT_TRUE(positive_zero(first(minimum(nz, pz))));
   EXPECT_TRUE(negative_zero(first(minimum(pz, nz))));
+  // Reductions do not depend on the order they combine in (threads, vector lanes): +0 is the
+  // max and -0 the min of {-0, +0} (IEEE 754-2019 maximum/minimum), where numpy's np.max gives
+  // whichever comes last (np.max([0.0, -0.0]) -> -0.0); docs/DESIGN.md, "Kernels".
   EXPECT_TRUE(positive_zero(max(tensor({-0.0, 0.0})).item<double>()));
-  EXPECT_TRUE(negative_zero(max(tensor({0.0, -0.0})).item<double>()));
+  EXPECT_TRUE(positive_zero(max(tensor({0.0, -0.0})).item<double>()));
+  EXPECT_TRUE(negative_zero(min(tensor({-0.0, 0.0})).item<double>()));
+  EXPECT_TRUE(negative_zero(min(tensor({0.0, -0.0})).item<double>()));
+  // An all -inf max is -inf (not the lowest finite value), an all +inf min +inf.
+  EXPECT_EQ(max(tensor({-HUGE_VAL, -HUGE_VAL})).item<double>(), -HUGE_VAL);
+  EXPECT_EQ(min(tensor({HUGE_VAL})).item<double>(), HUGE_VAL);
+  EXPECT_EQ(max(tensor({-HUGE_VALF, -HUGE_VALF})).item<float>(), -HUGE_VALF);
   // numpy: np.clip(-0.0, 0.0, 1.0) -> 0.0; np.sum([-0.0, -0.0]) -> 0.0 (the sum starts at +0)
   EXPECT_TRUE(positive_zero(first(clip(nz, 0.0, 1.0))));
   EXPECT_TRUE(positive_zero(sum(tensor({-0.0, -0.0})).item<double>()));

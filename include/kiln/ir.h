@@ -112,12 +112,35 @@ std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> a
 
 // What runs an optimised function: native code from the LLVM backend (src/compiler/), or
 // the interpreter, which stays as the reference the compiler is tested against.
+enum class Backend { interpreter, llvm };
+
+// What a backend made of a function: `jit(f).compiled(args...)` shows it.
+struct CompiledInfo {
+  Backend backend = Backend::interpreter;
+  double compile_ms = 0;    // partitioning, LLVM (unless cached) and loading the code
+  bool from_cache = false;  // the native code was read from KILN_CACHE_DIR
+  // One fused loop nest: the equations it holds (indices into the function's equations),
+  // the bytes it reads and writes, and the text its kernel was generated from.
+  struct Group {
+    std::vector<int> equations;
+    int64_t bytes_read = 0;
+    int64_t bytes_written = 0;
+    std::string kernel;
+  };
+  std::vector<Group> groups;
+  // Equations run through their primitive's registered kernel (matmul, convolution, control
+  // flow, user primitives, ...), in order; under the interpreter, all of them.
+  std::vector<int> kernel_calls;
+  int64_t arena_bytes = 0;  // scratch memory for intermediates, reused on every call
+};
+std::ostream& operator<<(std::ostream& os, const CompiledInfo& info);
+
 class Executable {
  public:
   virtual ~Executable() = default;
   virtual std::vector<Tensor> run(std::span<const Tensor> args) const = 0;
+  virtual const CompiledInfo& info() const = 0;
 };
-enum class Backend { interpreter, llvm };
 // KILN_JIT_BACKEND=interpreter|llvm, read at each call; llvm when unset.
 Backend default_backend();
 struct CompileOptions {

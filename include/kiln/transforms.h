@@ -74,6 +74,13 @@ struct AxisName {
 };
 inline AxisName axis_name(std::string name) { return {std::move(name)}; }
 
+// jit's options: the name its IR and logs show, and the backend (unset: KILN_JIT_BACKEND,
+// else LLVM; ir::Backend::interpreter runs the optimised IR equation by equation).
+struct JitOptions {
+  std::string name = "jit";
+  std::optional<ir::Backend> backend;
+};
+
 }  // namespace kiln
 
 #include "kiln/impl/transforms.h"
@@ -90,11 +97,16 @@ ir::Function trace(F f, const Args&... args) {
 }
 
 // jit(f): a Jitted<F> with f's call signature. The first call for each abstract signature
-// (argument structure, static leaves, dtypes and shapes) traces f, optimises the IR and caches
-// an executable; later calls run it. Inside another trace it becomes one `call` equation.
+// (argument structure, static leaves, dtypes and shapes) traces f, optimises the IR and
+// compiles it to native code (docs/DESIGN.md, "Compiler"); later calls run that. Inside
+// another trace it becomes one `call` equation.
 template <class F>
-Jitted<F> jit(F f, std::string name = "jit") {
-  return Jitted<F>(std::move(f), std::move(name));
+Jitted<F> jit(F f, JitOptions options = {}) {
+  return Jitted<F>(std::move(f), std::move(options));
+}
+template <class F>
+Jitted<F> jit(F f, std::string name) {
+  return Jitted<F>(std::move(f), JitOptions{.name = std::move(name)});
 }
 
 // ---- reverse and forward mode --------------------------------------------------------------

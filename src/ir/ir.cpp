@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "compiler/executable.h"
 #include "ir/trace.h"
 
 namespace kiln::ir {
@@ -157,6 +158,9 @@ std::vector<Tensor> run(const Function& f, std::span<const Tensor> args, bool ke
 }  // namespace
 
 std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args) {
+  // A kernel of compiled code (a loop, a call) running one of its bodies runs it compiled.
+  if (!tracing())
+    if (const Executable* compiled = compiler::compiled_sub_function(f)) return compiled->run(args);
   const std::vector<Tensor> env = run(f, args, false);
   std::vector<Tensor> results;
   for (const Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
@@ -169,16 +173,35 @@ std::vector<Tensor> evaluate_values(const Function& f, std::span<const Tensor> a
 
 std::ostream& operator<<(std::ostream& os, const Function& f) { return os << print(f); }
 
+std::ostream& operator<<(std::ostream& os, const CompiledInfo& info) {
+  os << (info.backend == Backend::llvm ? "llvm" : "interpreter") << ": " << info.groups.size()
+     << " fused groups, " << info.kernel_calls.size() << " kernel calls, arena " << info.arena_bytes
+     << " bytes, compiled in " << info.compile_ms << " ms"
+     << (info.from_cache ? " (from the cache)" : "") << "\n";
+  for (std::size_t k = 0; k < info.groups.size(); ++k) {
+    const CompiledInfo::Group& g = info.groups[k];
+    os << "group " << k << ": equations";
+    for (int e : g.equations) os << " " << e;
+    os << "; reads " << g.bytes_read << " B, writes " << g.bytes_written << " B\n" << g.kernel;
+  }
+  return os;
+}
+
 namespace {
 class Interpreter final : public Executable {
  public:
-  explicit Interpreter(std::shared_ptr<const Function> f) : f_(std::move(f)) {}
+  explicit Interpreter(std::shared_ptr<const Function> f) : f_(std::move(f)) {
+    for (std::size_t i = 0; i < f_->equations.size(); ++i)
+      info_.kernel_calls.push_back(static_cast<int>(i));
+  }
   std::vector<Tensor> run(std::span<const Tensor> args) const override {
     return evaluate(*f_, args);
   }
+  const CompiledInfo& info() const override { return info_; }
 
  private:
   std::shared_ptr<const Function> f_;
+  CompiledInfo info_;
 };
 }  // namespace
 
@@ -191,7 +214,8 @@ Backend default_backend() {
 
 std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f,
                                           const CompileOptions& options) {
-  (void)options.backend.value_or(default_backend());
+  if (options.backend.value_or(default_backend()) == Backend::llvm)
+    return compiler::compile(std::move(f));
   return std::make_shared<Interpreter>(std::move(f));
 }
 

@@ -83,12 +83,19 @@ struct MaxR {
   static constexpr bool needs_elements = true;
   template <typename A>
   static A identity() {
-    return std::numeric_limits<A>::lowest();
+    if constexpr (std::is_floating_point_v<A>)
+      return -std::numeric_limits<A>::infinity();
+    else
+      return std::numeric_limits<A>::lowest();
   }
+  // NaN propagates, and +0 beats -0: the result does not depend on the order of combining
+  // (threads, vector lanes), as the compiled reductions rely on.
   template <typename A>
   static A combine(A a, A b) {
-    if constexpr (std::is_floating_point_v<A>)
-      if (a != a || b != b) return a + b;  // NaN propagates
+    if constexpr (std::is_floating_point_v<A>) {
+      if (a != a || b != b) return a + b;
+      if (a == b) return std::signbit(a) ? b : a;
+    }
     return a > b ? a : b;
   }
 };
@@ -103,8 +110,10 @@ struct MinR {
   }
   template <typename A>
   static A combine(A a, A b) {
-    if constexpr (std::is_floating_point_v<A>)
+    if constexpr (std::is_floating_point_v<A>) {
       if (a != a || b != b) return a + b;
+      if (a == b) return std::signbit(a) ? a : b;
+    }
     return a < b ? a : b;
   }
 };

@@ -23,7 +23,8 @@ struct JitEntry {
 // or other jitted functions from any thread.
 class JitCache {
  public:
-  explicit JitCache(std::string name) : name_(std::move(name)) {}
+  JitCache(std::string name, std::optional<ir::Backend> backend)
+      : name_(std::move(name)), backend_(backend) {}
   // Cache key: argument structure (with static leaves) and each leaf's dtype and shape.
   static std::string key(const TreeDef& def, const std::vector<Tensor>& leaves);
   std::shared_ptr<const JitEntry> find(const std::string& key) const;
@@ -38,11 +39,13 @@ class JitCache {
                                          const std::vector<Tensor>& leaves, JitEntry entry);
   std::size_t size() const;
   const std::string& name() const { return name_; }
+  std::optional<ir::Backend> backend() const { return backend_; }
 
  private:
   void release(const std::string& key);
 
   std::string name_;
+  std::optional<ir::Backend> backend_;
   mutable std::mutex mutex_;
   std::condition_variable traced_;  // signalled when a claim ends
   std::unordered_map<std::string, std::shared_ptr<const JitEntry>> entries_;
@@ -175,8 +178,8 @@ std::shared_ptr<const JitEntry> JitCache::insert(const std::string& key, const T
   return e;
 }
 
-std::shared_ptr<JitCache> make_jit_cache(std::string name) {
-  return std::make_shared<JitCache>(std::move(name));
+std::shared_ptr<JitCache> make_jit_cache(std::string name, std::optional<ir::Backend> backend) {
+  return std::make_shared<JitCache>(std::move(name), backend);
 }
 
 std::size_t jit_cache_size(const JitCache& cache) { return cache.size(); }
@@ -198,7 +201,10 @@ Specialisation specialise(JitCache& cache, const TreeDef& def, const std::vector
   Staged s = stage(cache.name(), def, leaves, fn);
   JitEntry entry;
   entry.function = std::make_shared<const ir::Function>(ir::optimize(*s.function));
-  entry.executable = ir::compile(entry.function);
+  entry.executable = ir::compile(entry.function, {.backend = cache.backend()});
+  if (log_recompiles())
+    std::cerr << "[jit] " << cache.name() << ": compiled in " << entry.executable->info().compile_ms
+              << " ms" << (entry.executable->info().from_cache ? " (from the cache)" : "") << "\n";
   entry.out_def = std::move(s.out_def);
   // A function that closes over values of an enclosing trace is valid for this trace only.
   if (!s.captures.empty()) return {std::make_shared<const JitEntry>(std::move(entry)), s.captures};
@@ -225,6 +231,11 @@ FlatTree jit_call(JitCache& cache, const TreeDef& args_def, const std::vector<Te
 ir::Function jit_lower(JitCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
                        const FlatFn& fn) {
   return *specialise(cache, args_def, leaves, fn).entry->function;
+}
+
+ir::CompiledInfo jit_compiled(JitCache& cache, const TreeDef& args_def,
+                              const std::vector<Tensor>& leaves, const FlatFn& fn) {
+  return specialise(cache, args_def, leaves, fn).entry->executable->info();
 }
 
 }  // namespace kiln::detail

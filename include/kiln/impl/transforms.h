@@ -22,15 +22,17 @@ namespace kiln::detail {
 
 // jit (src/transforms/jit.cpp): a per-signature cache shared by the copies of a jitted function.
 class JitCache;
-std::shared_ptr<JitCache> make_jit_cache(std::string name);
+std::shared_ptr<JitCache> make_jit_cache(std::string name, std::optional<ir::Backend> backend);
 std::size_t jit_cache_size(const JitCache& cache);
 // Runs fn's specialisation for these arguments, tracing, optimising and compiling it on a
 // miss; under another trace, records one `call` equation instead.
 FlatTree jit_call(JitCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
                   const FlatFn& fn);
-// The optimised IR of that specialisation.
+// The optimised IR of that specialisation, and what the backend made of it.
 ir::Function jit_lower(JitCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
                        const FlatFn& fn);
+ir::CompiledInfo jit_compiled(JitCache& cache, const TreeDef& args_def,
+                              const std::vector<Tensor>& leaves, const FlatFn& fn);
 
 // Reverse and forward mode (src/transforms/autodiff.cpp).
 struct GradResult {
@@ -367,8 +369,9 @@ namespace kiln {
 template <class F>
 class Jitted {
  public:
-  Jitted(F f, std::string name)
-      : f_(std::move(f)), cache_(detail::make_jit_cache(std::move(name))) {}
+  Jitted(F f, JitOptions options)
+      : f_(std::move(f)),
+        cache_(detail::make_jit_cache(std::move(options.name), options.backend)) {}
 
   template <class... Args>
   auto operator()(const Args&... args) const {
@@ -386,6 +389,13 @@ class Jitted {
   ir::Function lower(const Args&... args) const {
     const detail::FlatTree in = detail::flatten_args(args...);
     return detail::jit_lower(*cache_, in.def, in.leaves, detail::flat_fn<Args...>(f_, in.def));
+  }
+
+  // What the backend made of it: fused groups, kernel calls, compile time (compiles if needed).
+  template <class... Args>
+  ir::CompiledInfo compiled(const Args&... args) const {
+    const detail::FlatTree in = detail::flatten_args(args...);
+    return detail::jit_compiled(*cache_, in.def, in.leaves, detail::flat_fn<Args...>(f_, in.def));
   }
 
   std::size_t cache_size() const { return detail::jit_cache_size(*cache_); }

@@ -1,0 +1,844 @@
+// Each group becomes explicit vector code: the innermost loop runs W lanes at a time (W from
+// the host's vector width), then a scalar tail; loads are vector loads, splats or gathers by
+// their stride. Values follow the interpreter's kernels operation by operation (the same
+// formulas, float16/bfloat16 rounded after every operation), so compiled results match the
+// interpreter exactly except where docs/DESIGN.md says otherwise.
+#include "compiler/codegen.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+
+#include <functional>
+#include <map>
+
+#include "compiler/orc.h"
+#include "ops/primitives.h"
+
+namespace kiln::compiler {
+
+using Dims = std::vector<int64_t>;
+
+int64_t kernel_range(const Group& g) {
+  if (g.has_reduction()) return g.outer_size();
+  int64_t n = 1;
+  for (int64_t d : g.domain) n *= d;
+  return n;
+}
+
+int64_t kernel_cost(const Group& g) {
+  const int64_t per_element = 1 + static_cast<int64_t>(g.nodes.size()) / 4;
+  if (!g.has_reduction()) return per_element;
+  return per_element * std::max<int64_t>(1, g.inner_size());
+}
+
+namespace {
+
+// The SLEEF function (1.0-ulp variants) for a transcendental primitive.
+std::optional<std::string> sleef_name(const Primitive* p) {
+  static const std::map<const Primitive*, std::string> names = {
+      {&prim::exp(), "exp"},     {&prim::log(), "log"},   {&prim::log1p(), "log1p"},
+      {&prim::expm1(), "expm1"}, {&prim::sin(), "sin"},   {&prim::cos(), "cos"},
+      {&prim::tan(), "tan"},     {&prim::tanh(), "tanh"}, {&prim::erf(), "erf"},
+      {&prim::pow(), "pow"}};
+  auto it = names.find(p);
+  if (it == names.end()) return std::nullopt;
+  return it->second;
+}
+
+// SLEEF's symbol for `fn` on `lanes` lanes of float (f32) or double, for this host's ISA.
+std::string sleef_symbol(const std::string& fn, bool f32, int lanes) {
+  if (lanes == 1) return "Sleef_" + fn + (f32 ? "f" : "") + "_u10";
+  const int bits = lanes * (f32 ? 32 : 64);
+  const char* isa = bits == 512 ? "avx512f" : bits == 256 ? "avx2" : "sse4";
+  return "Sleef_" + fn + (f32 ? "f" : "d") + std::to_string(lanes) + "_u10" + isa;
+}
+
+// Coalesced form of a group: size-1 axes dropped and neighbours that every access walks
+// contiguously merged, so loops are few and long.
+struct Layout {
+  Dims domain;
+  std::vector<bool> reduced;
+  std::vector<Access> loads;    // per node (loads only; others empty)
+  std::vector<Access> outputs;  // per group output
+};
+
+Layout coalesce(const Group& g) {
+  Layout l;
+  const std::size_t rank = g.domain.size();
+  // Output strides: contiguous over the domain (inner) or over the kept axes (outer).
+  Dims inner(rank, 0), outer(rank, 0);
+  int64_t si = 1, so = 1;
+  for (std::size_t a = rank; a-- > 0;) {
+    inner[a] = si;
+    si *= g.domain[a];
+    if (!g.reduced[a]) {
+      outer[a] = so;
+      so *= g.domain[a];
+    }
+  }
+  std::vector<Access*> all;
+  l.loads.resize(g.nodes.size());
+  for (std::size_t k = 0; k < g.nodes.size(); ++k)
+    if (g.nodes[k].kind == Node::Kind::load) l.loads[k] = g.nodes[k].access;
+  for (const GroupOutput& o : g.outputs)
+    l.outputs.push_back({.offset = 0, .strides = o.level == Level::inner ? inner : outer});
+  for (std::size_t k = 0; k < g.nodes.size(); ++k)
+    if (g.nodes[k].kind == Node::Kind::load) all.push_back(&l.loads[k]);
+  for (Access& a : l.outputs) all.push_back(&a);
+
+  // Keep axes of size > 1; a reduction over size-1 axes only keeps one of them.
+  std::vector<std::size_t> keep;
+  for (std::size_t a = 0; a < rank; ++a)
+    if (g.domain[a] != 1) keep.push_back(a);
+  const bool reduces = g.has_reduction();
+  bool kept_reduced = false;
+  for (std::size_t a : keep) kept_reduced = kept_reduced || g.reduced[a];
+  for (std::size_t a : keep) {
+    l.domain.push_back(g.domain[a]);
+    l.reduced.push_back(g.reduced[a]);
+  }
+  // Rebuild the accesses over the kept axes, then merge neighbours.
+  for (Access* x : all) {
+    Dims s;
+    for (std::size_t a : keep) s.push_back(x->strides[a]);
+    x->strides = std::move(s);
+  }
+  if (reduces && !kept_reduced) {
+    l.domain.push_back(1);
+    l.reduced.push_back(true);
+    for (Access* x : all) x->strides.push_back(0);
+  }
+  if (l.domain.empty()) {
+    l.domain.push_back(1);
+    l.reduced.push_back(false);
+    for (Access* x : all) x->strides.push_back(0);
+  }
+  for (std::size_t a = l.domain.size() - 1; a > 0; --a) {
+    const bool same_kind = l.reduced[a] == l.reduced[a - 1];
+    const bool contiguous = std::all_of(all.begin(), all.end(), [&](const Access* x) {
+      return x->strides[a - 1] == x->strides[a] * l.domain[a];
+    });
+    if (!same_kind || !contiguous) continue;
+    l.domain[a - 1] *= l.domain[a];
+    l.domain.erase(l.domain.begin() + static_cast<std::ptrdiff_t>(a));
+    l.reduced.erase(l.reduced.begin() + static_cast<std::ptrdiff_t>(a));
+    for (Access* x : all) {
+      x->strides[a - 1] = x->strides[a];
+      x->strides.erase(x->strides.begin() + static_cast<std::ptrdiff_t>(a));
+    }
+  }
+  return l;
+}
+
+bool is_signed_int(DType d) { return d == int32 || d == int64; }
+
+class Emitter {
+ public:
+  Emitter(llvm::Module& m, const Group& g, const std::string& name)
+      : m_(m), ctx_(m.getContext()), b_(ctx_), g_(g), l_(coalesce(g)) {
+    lanes_ = host_cpu().vector_bits / 32;
+    auto* i64 = b_.getInt64Ty();
+    auto* ptr = llvm::PointerType::getUnqual(ctx_);
+    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
+    fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, m);
+    fn_->addFnAttr("target-cpu", host_cpu().name);
+    fn_->addFnAttr("target-features", host_cpu().features);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    for (unsigned i = 0; i < 3; ++i) args_[i] = fn_->getArg(i);
+  }
+
+  void run() {
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry);
+    const std::size_t n_in = g_.inputs.size();
+    for (std::size_t k = 0; k < n_in + g_.outputs.size(); ++k) {
+      llvm::Value* slot = b_.CreateConstGEP1_64(b_.getPtrTy(), args_[0], k);
+      buffers_.push_back(b_.CreateLoad(b_.getPtrTy(), slot));
+    }
+    if (has_reduction()) {
+      emit_reduction_group();
+    } else {
+      emit_elementwise_group();
+    }
+    b_.CreateRetVoid();
+  }
+
+ private:
+  using Idx = std::vector<llvm::Value*>;  // per domain axis: its index, or null
+
+  bool has_reduction() const {
+    return std::find(l_.reduced.begin(), l_.reduced.end(), true) != l_.reduced.end();
+  }
+  std::size_t rank() const { return l_.domain.size(); }
+  llvm::Value* i64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
+
+  // ---- types and conversions --------------------------------------------------------------
+  llvm::Type* compute_scalar(DType d) {
+    switch (d) {
+      case DType::bool_:
+        return b_.getInt1Ty();
+      case DType::uint8:
+        return b_.getInt8Ty();
+      case DType::uint32:
+      case DType::int32:
+        return b_.getInt32Ty();
+      case DType::int64:
+        return b_.getInt64Ty();
+      case DType::float64:
+        return b_.getDoubleTy();
+      default:
+        return b_.getFloatTy();
+    }
+  }
+  llvm::Type* storage_scalar(DType d) {
+    switch (d) {
+      case DType::bool_:
+        return b_.getInt8Ty();
+      case DType::float16:
+        return b_.getHalfTy();
+      case DType::bfloat16:
+        return b_.getInt16Ty();
+      default:
+        return compute_scalar(d);
+    }
+  }
+  llvm::Type* vec(llvm::Type* t, int lanes) {
+    return lanes == 1 ? t : llvm::FixedVectorType::get(t, static_cast<unsigned>(lanes));
+  }
+  int lanes_of(llvm::Value* v) {
+    if (auto* t = llvm::dyn_cast<llvm::FixedVectorType>(v->getType()))
+      return static_cast<int>(t->getNumElements());
+    return 1;
+  }
+  llvm::Value* splat(llvm::Value* v, int lanes) {
+    if (lanes == 1 || lanes_of(v) == lanes) return v;
+    return b_.CreateVectorSplat(static_cast<unsigned>(lanes), v);
+  }
+  llvm::Value* fconst(DType d, double v, int lanes) {
+    return splat(llvm::ConstantFP::get(compute_scalar(d), v), lanes);
+  }
+  llvm::Value* iconst(llvm::Type* t, int64_t v, int lanes) {
+    return splat(llvm::ConstantInt::get(t, static_cast<uint64_t>(v), true), lanes);
+  }
+  llvm::Value* intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value*> args,
+                         std::vector<llvm::Type*> types = {}) {
+    if (types.empty()) types = {args[0]->getType()};
+    return b_.CreateCall(llvm::Intrinsic::getDeclaration(&m_, id, types), args);
+  }
+
+  // float16/bfloat16 values are computed as float and rounded to their dtype after every
+  // operation, as the interpreter stores each result.
+  llvm::Value* to_storage(DType d, llvm::Value* v) {
+    const int lanes = lanes_of(v);
+    if (d == bool_) return b_.CreateZExt(v, vec(b_.getInt8Ty(), lanes));
+    if (d == float16) return b_.CreateFPTrunc(v, vec(b_.getHalfTy(), lanes));
+    if (d == bfloat16) {
+      // BFloat16(float): round to nearest even; a NaN stays a (quiet) NaN.
+      auto* i32 = vec(b_.getInt32Ty(), lanes);
+      llvm::Value* u = b_.CreateBitCast(v, i32);
+      llvm::Value* is_nan =
+          b_.CreateICmpUGT(b_.CreateAnd(u, iconst(b_.getInt32Ty(), 0x7fffffff, lanes)),
+                           iconst(b_.getInt32Ty(), 0x7f800000, lanes));
+      llvm::Value* nan_bits = b_.CreateOr(b_.CreateLShr(u, iconst(b_.getInt32Ty(), 16, lanes)),
+                                          iconst(b_.getInt32Ty(), 0x40, lanes));
+      llvm::Value* odd = b_.CreateAnd(b_.CreateLShr(u, iconst(b_.getInt32Ty(), 16, lanes)),
+                                      iconst(b_.getInt32Ty(), 1, lanes));
+      llvm::Value* rounded =
+          b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(u, iconst(b_.getInt32Ty(), 0x7fff, lanes)), odd),
+                        iconst(b_.getInt32Ty(), 16, lanes));
+      return b_.CreateTrunc(b_.CreateSelect(is_nan, nan_bits, rounded),
+                            vec(b_.getInt16Ty(), lanes));
+    }
+    return v;
+  }
+  llvm::Value* to_compute(DType d, llvm::Value* v) {
+    const int lanes = lanes_of(v);
+    if (d == bool_) return b_.CreateICmpNE(v, iconst(b_.getInt8Ty(), 0, lanes));
+    if (d == float16) return b_.CreateFPExt(v, vec(b_.getFloatTy(), lanes));
+    if (d == bfloat16) {
+      llvm::Value* u = b_.CreateShl(b_.CreateZExt(v, vec(b_.getInt32Ty(), lanes)),
+                                    iconst(b_.getInt32Ty(), 16, lanes));
+      return b_.CreateBitCast(u, vec(b_.getFloatTy(), lanes));
+    }
+    return v;
+  }
+  llvm::Value* round_to(DType d, llvm::Value* v) {
+    if (d != float16 && d != bfloat16) return v;
+    return to_compute(d, to_storage(d, v));
+  }
+
+  // ---- memory ------------------------------------------------------------------------------
+  // Element offset of an access at `idx` (the innermost axis excluded: it is added per lane).
+  llvm::Value* offset_of(const Access& a, const Idx& idx) {
+    llvm::Value* off = i64(a.offset);
+    for (std::size_t k = 0; k < idx.size(); ++k)
+      if (idx[k] && a.strides[k] != 0)
+        off = b_.CreateAdd(off, b_.CreateMul(idx[k], i64(a.strides[k])));
+    return off;
+  }
+  // Pointer and lane indices for `lanes` elements starting at innermost index j.
+  llvm::Value* load(DType d, llvm::Value* base, const Access& a, const Idx& idx, llvm::Value* j,
+                    int lanes) {
+    llvm::Type* t = storage_scalar(d);
+    const int64_t st = j ? a.strides.back() : 0;
+    llvm::Value* off = offset_of(a, idx);
+    if (j && st != 0) off = b_.CreateAdd(off, b_.CreateMul(j, i64(st)));
+    llvm::Value* p = b_.CreateGEP(t, base, off);
+    llvm::Value* v;
+    if (lanes == 1 || st == 0) {
+      v = splat(b_.CreateLoad(t, p), lanes);
+    } else if (st == 1) {
+      v = b_.CreateAlignedLoad(vec(t, lanes), p, llvm::Align(t->getScalarSizeInBits() / 8));
+    } else {
+      v = gather(t, p, st, lanes);
+    }
+    return to_compute(d, v);
+  }
+  llvm::Value* lane_pointers(llvm::Type* t, llvm::Value* p, int64_t st, int lanes) {
+    std::vector<llvm::Constant*> steps;
+    for (int k = 0; k < lanes; ++k)
+      steps.push_back(llvm::ConstantInt::get(b_.getInt64Ty(), static_cast<uint64_t>(k * st)));
+    return b_.CreateGEP(t, p, llvm::ConstantVector::get(steps));
+  }
+  llvm::Value* gather(llvm::Type* t, llvm::Value* p, int64_t st, int lanes) {
+    llvm::Value* ptrs = lane_pointers(t, p, st, lanes);
+    return b_.CreateMaskedGather(vec(t, lanes), ptrs, llvm::Align(t->getScalarSizeInBits() / 8));
+  }
+  void store(DType d, llvm::Value* base, const Access& a, const Idx& idx, llvm::Value* j,
+             llvm::Value* v) {
+    const int lanes = lanes_of(v);
+    v = to_storage(d, v);
+    llvm::Type* t = storage_scalar(d);
+    const int64_t st = j ? a.strides.back() : 0;
+    llvm::Value* off = offset_of(a, idx);
+    if (j && st != 0) off = b_.CreateAdd(off, b_.CreateMul(j, i64(st)));
+    llvm::Value* p = b_.CreateGEP(t, base, off);
+    const llvm::Align align(t->getScalarSizeInBits() / 8);
+    if (lanes == 1) {
+      b_.CreateStore(v, p);
+    } else if (st == 1) {
+      b_.CreateAlignedStore(v, p, align);
+    } else {
+      b_.CreateMaskedScatter(v, lane_pointers(t, p, st, lanes), align);
+    }
+  }
+
+  // ---- operations ----------------------------------------------------------------------------
+  llvm::Value* call_sleef(const std::string& fn, DType d, std::vector<llvm::Value*> args) {
+    const int lanes = lanes_of(args[0]);
+    const bool f32 = d != float64;
+    // One call per native vector: SLEEF's functions take the host's register width.
+    const int native = lanes == 1 ? 1 : host_cpu().vector_bits / (f32 ? 32 : 64);
+    llvm::Type* scalar = f32 ? b_.getFloatTy() : b_.getDoubleTy();
+    auto call = [&](std::vector<llvm::Value*> a, int n) -> llvm::Value* {
+      std::vector<llvm::Type*> types(a.size(), vec(scalar, n));
+      auto callee = m_.getOrInsertFunction(sleef_symbol(fn, f32, n),
+                                           llvm::FunctionType::get(vec(scalar, n), types, false));
+      return b_.CreateCall(callee, a);
+    };
+    if (lanes == native) return call(args, lanes);
+    llvm::Value* out = llvm::UndefValue::get(vec(scalar, lanes));
+    for (int start = 0; start < lanes; start += native) {
+      std::vector<int> mask;
+      for (int k = 0; k < native; ++k) mask.push_back(start + k);
+      std::vector<llvm::Value*> part;
+      for (llvm::Value* a : args) part.push_back(b_.CreateShuffleVector(a, mask));
+      llvm::Value* r = call(part, native);
+      for (int k = 0; k < native; ++k)
+        out = b_.CreateInsertElement(out, b_.CreateExtractElement(r, static_cast<uint64_t>(k)),
+                                     static_cast<uint64_t>(start + k));
+    }
+    return out;
+  }
+
+  llvm::Value* is_nan(llvm::Value* x) { return b_.CreateFCmpUNO(x, x); }
+
+  // max/min as the interpreter's kernels: NaN propagates (as a + b), ties give b.
+  llvm::Value* extreme(bool is_max, DType d, llvm::Value* a, llvm::Value* c) {
+    if (is_floating(d)) {
+      llvm::Value* pick = is_max ? b_.CreateFCmpOGT(a, c) : b_.CreateFCmpOLT(a, c);
+      llvm::Value* nan = b_.CreateOr(is_nan(a), is_nan(c));
+      return b_.CreateSelect(nan, b_.CreateFAdd(a, c), b_.CreateSelect(pick, a, c));
+    }
+    llvm::Value* pick = is_signed_int(d)
+                            ? (is_max ? b_.CreateICmpSGT(a, c) : b_.CreateICmpSLT(a, c))
+                            : (is_max ? b_.CreateICmpUGT(a, c) : b_.CreateICmpULT(a, c));
+    return b_.CreateSelect(pick, a, c);
+  }
+
+  llvm::Value* convert(DType from, DType to, llvm::Value* x) {
+    const int lanes = lanes_of(x);
+    llvm::Type* t = vec(compute_scalar(to), lanes);
+    if (from == to) return x;
+    if (to == bool_) {
+      if (is_floating(from)) return b_.CreateFCmpUNE(x, fconst(from, 0.0, lanes));
+      return b_.CreateICmpNE(x, iconst(x->getType()->getScalarType(), 0, lanes));
+    }
+    if (is_floating(to)) {
+      llvm::Value* r;
+      if (is_floating(from)) {
+        // double -> half goes through float, as the interpreter converts.
+        r = from == float64 && to != float64 ? b_.CreateFPTrunc(x, vec(b_.getFloatTy(), lanes))
+                                             : b_.CreateFPCast(x, t);
+      } else if (is_signed_int(from)) {
+        r = b_.CreateSIToFP(x, t);
+      } else {
+        r = b_.CreateUIToFP(x, t);
+      }
+      return round_to(to, r);
+    }
+    // To an integer dtype.
+    if (is_floating(from)) {
+      // Saturating, NaN to 0: exactly detail::convert.
+      return intrinsic(
+          is_signed_int(to) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat, {x},
+          {t, x->getType()});
+    }
+    return is_signed_int(from) || from == bool_
+               ? (from == bool_ ? b_.CreateZExt(x, t) : b_.CreateSExtOrTrunc(x, t))
+               : b_.CreateZExtOrTrunc(x, t);
+  }
+
+  llvm::Value* op(const Node& n, const std::vector<llvm::Value*>& a) {
+    const Primitive* p = n.prim;
+    const DType in = g_.nodes[static_cast<std::size_t>(n.args.back())].dtype;
+    const int lanes = lanes_of(a.back());
+    const bool fl = is_floating(in);
+    llvm::Value* r = nullptr;
+    if (auto fn = sleef_name(p)) {
+      r = call_sleef(*fn, in, a);
+    } else if (p == &prim::neg()) {
+      r = fl ? b_.CreateFNeg(a[0])
+             : b_.CreateSub(iconst(a[0]->getType()->getScalarType(), 0, lanes), a[0]);
+    } else if (p == &prim::abs()) {
+      if (fl)
+        r = intrinsic(llvm::Intrinsic::fabs, {a[0]});
+      else if (is_signed_int(in))
+        r = b_.CreateSelect(
+            b_.CreateICmpSLT(a[0], iconst(a[0]->getType()->getScalarType(), 0, lanes)),
+            b_.CreateSub(iconst(a[0]->getType()->getScalarType(), 0, lanes), a[0]), a[0]);
+      else
+        r = a[0];
+    } else if (p == &prim::sign()) {
+      llvm::Type* t = a[0]->getType()->getScalarType();
+      if (fl) {
+        llvm::Value* s =
+            b_.CreateSelect(b_.CreateFCmpOGT(a[0], fconst(in, 0, lanes)), fconst(in, 1, lanes),
+                            b_.CreateSelect(b_.CreateFCmpOLT(a[0], fconst(in, 0, lanes)),
+                                            fconst(in, -1, lanes), fconst(in, 0, lanes)));
+        r = b_.CreateSelect(is_nan(a[0]), a[0], s);
+      } else {
+        llvm::Value* zero = iconst(t, 0, lanes);
+        llvm::Value* pos =
+            is_signed_int(in) ? b_.CreateICmpSGT(a[0], zero) : b_.CreateICmpUGT(a[0], zero);
+        llvm::Value* neg = is_signed_int(in) ? b_.CreateICmpSLT(a[0], zero) : b_.getFalse();
+        if (lanes > 1 && !is_signed_int(in)) neg = splat(neg, lanes);
+        r = b_.CreateSelect(pos, iconst(t, 1, lanes),
+                            b_.CreateSelect(neg, iconst(t, -1, lanes), zero));
+      }
+    } else if (p == &prim::sqrt()) {
+      r = intrinsic(llvm::Intrinsic::sqrt, {a[0]});
+    } else if (p == &prim::rsqrt()) {
+      r = b_.CreateFDiv(fconst(in, 1, lanes), intrinsic(llvm::Intrinsic::sqrt, {a[0]}));
+    } else if (p == &prim::sigmoid()) {
+      // x >= 0: 1 / (1 + e^-x), else e^x / (1 + e^x): both exponentiate -|x| (one call).
+      llvm::Value* e =
+          call_sleef("exp", in, {b_.CreateFNeg(intrinsic(llvm::Intrinsic::fabs, {a[0]}))});
+      llvm::Value* den = b_.CreateFAdd(fconst(in, 1, lanes), e);
+      r = b_.CreateSelect(b_.CreateFCmpOGE(a[0], fconst(in, 0, lanes)),
+                          b_.CreateFDiv(fconst(in, 1, lanes), den), b_.CreateFDiv(e, den));
+    } else if (p == &prim::floor()) {
+      r = intrinsic(llvm::Intrinsic::floor, {a[0]});
+    } else if (p == &prim::ceil()) {
+      r = intrinsic(llvm::Intrinsic::ceil, {a[0]});
+    } else if (p == &prim::round()) {
+      r = intrinsic(llvm::Intrinsic::roundeven, {a[0]});
+    } else if (p == &prim::not_()) {
+      r = b_.CreateNot(a[0]);
+    } else if (p == &prim::isnan()) {
+      r = is_nan(a[0]);
+    } else if (p == &prim::convert()) {
+      return convert(in, n.attrs.get_dtype("dtype"), a[0]);
+    } else if (p == &prim::stop_gradient()) {
+      r = a[0];
+    } else if (p == &prim::add()) {
+      r = fl ? b_.CreateFAdd(a[0], a[1]) : b_.CreateAdd(a[0], a[1]);
+    } else if (p == &prim::sub()) {
+      r = fl ? b_.CreateFSub(a[0], a[1]) : b_.CreateSub(a[0], a[1]);
+    } else if (p == &prim::mul()) {
+      r = fl ? b_.CreateFMul(a[0], a[1]) : b_.CreateMul(a[0], a[1]);
+    } else if (p == &prim::div()) {
+      r = b_.CreateFDiv(a[0], a[1]);
+    } else if (p == &prim::max() || p == &prim::min()) {
+      r = extreme(p == &prim::max(), in, a[0], a[1]);
+    } else if (p == &prim::select()) {
+      r = b_.CreateSelect(a[0], a[1], a[2]);
+    } else if (p == &prim::and_()) {
+      r = b_.CreateAnd(a[0], a[1]);
+    } else if (p == &prim::or_()) {
+      r = b_.CreateOr(a[0], a[1]);
+    } else if (p == &prim::xor_()) {
+      r = b_.CreateXor(a[0], a[1]);
+    } else {
+      r = compare(p, in, a[0], a[1]);
+    }
+    return round_to(n.dtype, r);
+  }
+
+  llvm::Value* compare(const Primitive* p, DType d, llvm::Value* x, llvm::Value* y) {
+    using P = llvm::CmpInst::Predicate;
+    const bool fl = is_floating(d), sg = is_signed_int(d);
+    auto pick = [&](P f, P s, P u) { return fl ? f : sg ? s : u; };
+    P pred;
+    if (p == &prim::eq())
+      pred = pick(P::FCMP_OEQ, P::ICMP_EQ, P::ICMP_EQ);
+    else if (p == &prim::ne())
+      pred = pick(P::FCMP_UNE, P::ICMP_NE, P::ICMP_NE);
+    else if (p == &prim::lt())
+      pred = pick(P::FCMP_OLT, P::ICMP_SLT, P::ICMP_ULT);
+    else if (p == &prim::le())
+      pred = pick(P::FCMP_OLE, P::ICMP_SLE, P::ICMP_ULE);
+    else if (p == &prim::gt())
+      pred = pick(P::FCMP_OGT, P::ICMP_SGT, P::ICMP_UGT);
+    else if (p == &prim::ge())
+      pred = pick(P::FCMP_OGE, P::ICMP_SGE, P::ICMP_UGE);
+    else
+      fail("jit", "no lowering for primitive '", p->name, "', expected an elementwise one");
+    return fl ? b_.CreateFCmp(pred, x, y) : b_.CreateICmp(pred, x, y);
+  }
+
+  // ---- reductions ----------------------------------------------------------------------------
+  struct Reducer {
+    const Primitive* prim;
+    DType in;   // the reduced values' dtype
+    DType out;  // the result's dtype
+  };
+  // Sums and products of floats accumulate in double, of integers in 64 bits (wrapping), as
+  // the interpreter does; max/min in the compute type; and/or in bool.
+  llvm::Type* acc_scalar(const Reducer& r) {
+    if (r.prim == &prim::reduce_sum() || r.prim == &prim::reduce_prod())
+      return is_floating(r.in) ? b_.getDoubleTy() : b_.getInt64Ty();
+    return compute_scalar(r.in);
+  }
+  llvm::Value* to_acc(const Reducer& r, llvm::Value* v) {
+    llvm::Type* t = vec(acc_scalar(r), lanes_of(v));
+    if (v->getType() == t) return v;
+    if (is_floating(r.in)) return b_.CreateFPExt(v, t);
+    return is_signed_int(r.in) ? b_.CreateSExt(v, t) : b_.CreateZExt(v, t);
+  }
+  llvm::Value* identity(const Reducer& r, int lanes) {
+    llvm::Type* t = acc_scalar(r);
+    const Primitive* p = r.prim;
+    if (p == &prim::reduce_and()) return splat(b_.getTrue(), lanes);
+    if (p == &prim::reduce_or()) return splat(b_.getFalse(), lanes);
+    const bool fl = t->isFloatingPointTy();
+    if (p == &prim::reduce_sum())
+      return fl ? splat(llvm::ConstantFP::get(t, 0.0), lanes) : iconst(t, 0, lanes);
+    if (p == &prim::reduce_prod())
+      return fl ? splat(llvm::ConstantFP::get(t, 1.0), lanes) : iconst(t, 1, lanes);
+    const bool is_max = p == &prim::reduce_max();
+    if (fl) return splat(llvm::ConstantFP::getInfinity(t, is_max), lanes);
+    const unsigned bits = t->getIntegerBitWidth();
+    llvm::APInt v =
+        is_signed_int(r.in)
+            ? (is_max ? llvm::APInt::getSignedMinValue(bits) : llvm::APInt::getSignedMaxValue(bits))
+            : (is_max ? llvm::APInt::getMinValue(bits) : llvm::APInt::getMaxValue(bits));
+    return splat(llvm::ConstantInt::get(t, v), lanes);
+  }
+  llvm::Value* combine(const Reducer& r, llvm::Value* acc, llvm::Value* v) {
+    const Primitive* p = r.prim;
+    const bool fl = acc->getType()->getScalarType()->isFloatingPointTy();
+    if (p == &prim::reduce_sum()) return fl ? b_.CreateFAdd(acc, v) : b_.CreateAdd(acc, v);
+    if (p == &prim::reduce_prod()) return fl ? b_.CreateFMul(acc, v) : b_.CreateMul(acc, v);
+    if (p == &prim::reduce_and()) return b_.CreateAnd(acc, v);
+    if (p == &prim::reduce_or()) return b_.CreateOr(acc, v);
+    const bool is_max = p == &prim::reduce_max();
+    if (!fl) return extreme(is_max, r.in, acc, v);
+    // Order-independent: NaN wins, and +0 beats -0 for max (-0 for min), so that lanes and
+    // threads may combine in any order.
+    llvm::Value* pick = is_max ? b_.CreateFCmpOGT(v, acc) : b_.CreateFCmpOLT(v, acc);
+    llvm::Value* tie = b_.CreateFCmpOEQ(v, acc);
+    llvm::Type* bits_t = vec(b_.getIntNTy(acc->getType()->getScalarSizeInBits()), lanes_of(acc));
+    llvm::Value* sign_v =
+        b_.CreateICmpSLT(b_.CreateBitCast(v, bits_t), llvm::Constant::getNullValue(bits_t));
+    llvm::Value* tie_pick = is_max ? b_.CreateNot(sign_v) : sign_v;
+    llvm::Value* chosen = b_.CreateSelect(b_.CreateOr(pick, b_.CreateAnd(tie, tie_pick)), v, acc);
+    llvm::Value* nan = b_.CreateOr(is_nan(acc), is_nan(v));
+    return b_.CreateSelect(nan, b_.CreateFAdd(acc, v), chosen);
+  }
+  llvm::Value* from_acc(const Reducer& r, llvm::Value* acc) {
+    llvm::Type* t = compute_scalar(r.out);
+    if (acc->getType() == t) return round_to(r.out, acc);
+    if (acc->getType()->isFloatingPointTy()) return round_to(r.out, b_.CreateFPTrunc(acc, t));
+    return b_.CreateTrunc(acc, t);
+  }
+
+  // ---- loops ---------------------------------------------------------------------------------
+  // for (i = lo; i + step <= hi; i += step) body(i); returns the first i not run.
+  llvm::Value* loop(llvm::Value* lo, llvm::Value* hi, int64_t step,
+                    const std::function<void(llvm::Value*)>& body) {
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "loop", fn_);
+    auto* in = llvm::BasicBlock::Create(ctx_, "body", fn_);
+    auto* out = llvm::BasicBlock::Create(ctx_, "done", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
+    i->addIncoming(lo, pre);
+    llvm::Value* next = b_.CreateAdd(i, i64(step));
+    b_.CreateCondBr(b_.CreateICmpSLE(next, hi), in, out);
+    b_.SetInsertPoint(in);
+    body(i);
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(head);
+    b_.SetInsertPoint(out);
+    return i;
+  }
+  // The digits of a flat index over `axes` (row-major) into idx.
+  void digits(llvm::Value* flat, const std::vector<std::size_t>& axes, Idx& idx) {
+    for (std::size_t k = axes.size(); k-- > 0;) {
+      const int64_t d = l_.domain[axes[k]];
+      if (k == 0) {
+        idx[axes[k]] = flat;
+      } else {
+        idx[axes[k]] = b_.CreateURem(flat, i64(d));
+        flat = b_.CreateUDiv(flat, i64(d));
+      }
+    }
+  }
+  // Runs body over the innermost axis from j0 to j1: vector steps, then scalar ones.
+  void inner_loop(llvm::Value* j0, llvm::Value* j1,
+                  const std::function<void(llvm::Value* j, int lanes)>& body) {
+    llvm::Value* j = loop(j0, j1, lanes_, [&](llvm::Value* jv) { body(jv, lanes_); });
+    loop(j, j1, 1, [&](llvm::Value* js) { body(js, 1); });
+  }
+
+  // ---- node values ---------------------------------------------------------------------------
+  // Per inner-loop body: node -> value, for `lanes` lanes at innermost index j.
+  struct Scope {
+    const Idx* idx;
+    llvm::Value* j;
+    int lanes;
+    std::map<int, llvm::Value*> memo;
+  };
+  llvm::Value* value(int k, Scope& s) {
+    const Node& n = g_.nodes[static_cast<std::size_t>(k)];
+    if (n.level == Level::outer && has_reduction())
+      return splat(outer_[static_cast<std::size_t>(k)], s.lanes);
+    if (auto it = s.memo.find(k); it != s.memo.end()) return it->second;
+    llvm::Value* v;
+    if (n.kind == Node::Kind::load) {
+      v = load(n.dtype, buffers_[static_cast<std::size_t>(n.input)],
+               l_.loads[static_cast<std::size_t>(k)], *s.idx, s.j, s.lanes);
+    } else {
+      std::vector<llvm::Value*> args;
+      for (int a : n.args) args.push_back(value(a, s));
+      v = op(n, args);
+    }
+    s.memo[k] = v;
+    return v;
+  }
+  llvm::Value* output_buffer(std::size_t o) { return buffers_[g_.inputs.size() + o]; }
+
+  void emit_elementwise_group() {
+    const std::size_t last = rank() - 1;
+    const int64_t len = l_.domain[last];
+    std::vector<std::size_t> rows;
+    for (std::size_t a = 0; a < last; ++a) rows.push_back(a);
+    // [begin, end) over the flattened domain, row by row of the innermost axis.
+    auto* head = llvm::BasicBlock::Create(ctx_, "rows", fn_);
+    auto* body = llvm::BasicBlock::Create(ctx_, "row", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "finished", fn_);
+    llvm::BasicBlock* pre = b_.GetInsertBlock();
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
+    i->addIncoming(args_[1], pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, args_[2]), body, done);
+    b_.SetInsertPoint(body);
+    llvm::Value* row = b_.CreateUDiv(i, i64(len));
+    llvm::Value* j0 = b_.CreateSub(i, b_.CreateMul(row, i64(len)));
+    llvm::Value* n =
+        b_.CreateSelect(b_.CreateICmpSLT(b_.CreateSub(args_[2], i), b_.CreateSub(i64(len), j0)),
+                        b_.CreateSub(args_[2], i), b_.CreateSub(i64(len), j0));
+    Idx idx(rank(), nullptr);
+    if (!rows.empty()) digits(row, rows, idx);
+    inner_loop(j0, b_.CreateAdd(j0, n), [&](llvm::Value* j, int lanes) {
+      Scope s{&idx, j, lanes, {}};
+      for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
+        const GroupOutput& out = g_.outputs[o];
+        llvm::Value* v = value(out.node, s);
+        store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(o), l_.outputs[o],
+              idx, j, v);
+      }
+    });
+    i->addIncoming(b_.CreateAdd(i, n), b_.GetInsertBlock());
+    b_.CreateBr(head);
+    b_.SetInsertPoint(done);
+  }
+
+  // Nested loops over the reduced axes, the last of them innermost (vector + scalar).
+  void reduced_loops(Idx& idx, const std::function<void(llvm::Value* j, int lanes)>& body) {
+    std::vector<std::size_t> red;
+    for (std::size_t a = 0; a < rank(); ++a)
+      if (l_.reduced[a]) red.push_back(a);
+    std::function<void(std::size_t)> nest = [&](std::size_t k) {
+      if (k + 1 == red.size()) {
+        idx[red[k]] = nullptr;
+        inner_loop(i64(0), i64(l_.domain[red[k]]), body);
+        return;
+      }
+      loop(i64(0), i64(l_.domain[red[k]]), 1, [&](llvm::Value* r) {
+        idx[red[k]] = r;
+        nest(k + 1);
+      });
+    };
+    nest(0);
+    for (std::size_t a : red) idx[a] = nullptr;  // the loops' values end with them
+  }
+
+  void emit_reduction_group() {
+    // Which round of reductions each node waits for.
+    std::vector<int> phase(g_.nodes.size(), 0);
+    int rounds = 0;
+    for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
+      const Node& n = g_.nodes[k];
+      int p = 0;
+      for (int a : n.args) p = std::max(p, phase[static_cast<std::size_t>(a)]);
+      phase[k] = n.kind == Node::Kind::reduce ? p + 1 : p;
+      rounds = std::max(rounds, phase[k]);
+    }
+    // The innermost reduced axis is the loops' innermost one: accesses use its stride.
+    std::size_t innermost = 0;
+    for (std::size_t a = 0; a < rank(); ++a)
+      if (l_.reduced[a]) innermost = a;
+    reorder_innermost(innermost);
+    std::vector<std::size_t> kept;
+    for (std::size_t a = 0; a < rank(); ++a)
+      if (!l_.reduced[a]) kept.push_back(a);
+    outer_.assign(g_.nodes.size(), nullptr);
+
+    loop(args_[1], args_[2], 1, [&](llvm::Value* o) {
+      Idx idx(rank(), nullptr);
+      if (!kept.empty()) digits(o, kept, idx);
+      auto compute_outer = [&](int round) {
+        for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
+          const Node& n = g_.nodes[k];
+          if (n.level != Level::outer || n.kind == Node::Kind::reduce || phase[k] != round)
+            continue;
+          Scope s{&idx, nullptr, 1, {}};
+          if (n.kind == Node::Kind::load) {
+            outer_[k] = load(n.dtype, buffers_[static_cast<std::size_t>(n.input)], l_.loads[k], idx,
+                             nullptr, 1);
+          } else {
+            std::vector<llvm::Value*> args;
+            for (int a : n.args) args.push_back(value(a, s));
+            outer_[k] = op(n, args);
+          }
+        }
+      };
+      compute_outer(0);
+      for (int round = 1; round <= rounds; ++round) {
+        std::vector<std::size_t> reds;
+        for (std::size_t k = 0; k < g_.nodes.size(); ++k)
+          if (g_.nodes[k].kind == Node::Kind::reduce && phase[k] == round) reds.push_back(k);
+        std::vector<llvm::AllocaInst*> vacc, sacc;
+        std::vector<Reducer> rs;
+        for (std::size_t k : reds) {
+          const Node& n = g_.nodes[k];
+          const Reducer r{n.prim, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype, n.dtype};
+          rs.push_back(r);
+          vacc.push_back(entry_alloca(vec(acc_scalar(r), lanes_)));
+          sacc.push_back(entry_alloca(acc_scalar(r)));
+          b_.CreateStore(identity(r, lanes_), vacc.back());
+          b_.CreateStore(identity(r, 1), sacc.back());
+        }
+        reduced_loops(idx, [&](llvm::Value* j, int lanes) {
+          Scope s{&idx, j, lanes, {}};
+          for (std::size_t q = 0; q < reds.size(); ++q) {
+            llvm::AllocaInst* acc = lanes == 1 ? sacc[q] : vacc[q];
+            llvm::Value* v = to_acc(rs[q], value(g_.nodes[reds[q]].args[0], s));
+            b_.CreateStore(combine(rs[q], b_.CreateLoad(acc->getAllocatedType(), acc), v), acc);
+          }
+        });
+        for (std::size_t q = 0; q < reds.size(); ++q) {
+          // Lanes in order, then the scalar tail: the same order on every run.
+          llvm::Value* vv = b_.CreateLoad(vacc[q]->getAllocatedType(), vacc[q]);
+          llvm::Value* total = identity(rs[q], 1);
+          for (int k = 0; k < lanes_; ++k)
+            total = combine(rs[q], total, b_.CreateExtractElement(vv, static_cast<uint64_t>(k)));
+          total = combine(rs[q], total, b_.CreateLoad(sacc[q]->getAllocatedType(), sacc[q]));
+          outer_[reds[q]] = from_acc(rs[q], total);
+        }
+        compute_outer(round);
+      }
+      // The last pass stores the inner outputs; outer ones are stored once per kept index.
+      bool any_inner = false;
+      for (const GroupOutput& out : g_.outputs) any_inner = any_inner || out.level == Level::inner;
+      if (any_inner)
+        reduced_loops(idx, [&](llvm::Value* j, int lanes) {
+          Scope s{&idx, j, lanes, {}};
+          for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
+            const GroupOutput& out = g_.outputs[q];
+            if (out.level != Level::inner) continue;
+            store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(q),
+                  l_.outputs[q], idx, j, value(out.node, s));
+          }
+        });
+      for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
+        const GroupOutput& out = g_.outputs[q];
+        if (out.level != Level::outer) continue;
+        Scope s{&idx, nullptr, 1, {}};
+        store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(q), l_.outputs[q],
+              idx, nullptr, value(out.node, s));
+      }
+    });
+  }
+
+  // Moves the innermost reduced axis to the end of every access's stride list's meaning:
+  // accesses read `strides.back()` as the innermost loop's stride.
+  void reorder_innermost(std::size_t axis) {
+    if (axis + 1 == rank()) return;
+    auto move = [&](auto& v) {
+      auto x = v[axis];
+      v.erase(v.begin() + static_cast<std::ptrdiff_t>(axis));
+      v.push_back(x);
+    };
+    move(l_.domain);
+    {
+      std::vector<bool> r = l_.reduced;
+      const bool x = r[axis];
+      r.erase(r.begin() + static_cast<std::ptrdiff_t>(axis));
+      r.push_back(x);
+      l_.reduced = r;
+    }
+    for (Access& a : l_.loads)
+      if (!a.strides.empty()) move(a.strides);
+    for (Access& a : l_.outputs) move(a.strides);
+  }
+
+  llvm::AllocaInst* entry_alloca(llvm::Type* t) {
+    llvm::IRBuilder<> e(&fn_->getEntryBlock(), fn_->getEntryBlock().begin());
+    return e.CreateAlloca(t);
+  }
+
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  const Group& g_;
+  Layout l_;
+  int lanes_ = 4;
+  llvm::Function* fn_ = nullptr;
+  llvm::Value* args_[3] = {};
+  std::vector<llvm::Value*> buffers_;
+  std::vector<llvm::Value*> outer_;  // outer nodes' values in the current kept index
+};
+
+}  // namespace
+
+void emit_group(llvm::Module& m, const Group& g, const std::string& name) {
+  Emitter(m, g, name).run();
+}
+
+}  // namespace kiln::compiler

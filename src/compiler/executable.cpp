@@ -1,0 +1,364 @@
+#include "compiler/executable.h"
+
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+
+#include <chrono>
+#include <mutex>
+#include <sstream>
+#include <unordered_map>
+
+#include "compiler/codegen.h"
+#include "compiler/fusion.h"
+#include "compiler/orc.h"
+#include "detail/parallel.h"
+#include "ir/trace.h"
+
+namespace kiln::compiler {
+namespace {
+
+using ir::CompiledInfo;
+
+using SubFunctions = std::unordered_map<const ir::Function*, std::shared_ptr<const ir::Executable>>;
+
+thread_local const SubFunctions* active_subs = nullptr;
+
+// Installs a compiled function's sub-functions for the calls its kernels make.
+class ActiveSubs {
+ public:
+  explicit ActiveSubs(const SubFunctions* s) : saved_(active_subs) { active_subs = s; }
+  ~ActiveSubs() { active_subs = saved_; }
+  ActiveSubs(const ActiveSubs&) = delete;
+  ActiveSubs& operator=(const ActiveSubs&) = delete;
+
+ private:
+  const SubFunctions* saved_;
+};
+
+std::size_t element_size(DType d) { return static_cast<std::size_t>(dtype_size(d)); }
+std::size_t bytes_of(const TensorType& t) {
+  return static_cast<std::size_t>(t.shape.numel()) * element_size(t.dtype);
+}
+
+// A text that determines a group's kernel: the compile cache's key and the inspection dump.
+void describe(std::ostream& os, const Group& g) {
+  os << "group domain=[";
+  for (std::size_t a = 0; a < g.domain.size(); ++a)
+    os << (a ? "," : "") << g.domain[a] << (g.reduced[a] ? "r" : "");
+  os << "] inputs=" << g.inputs.size() << "\n";
+  for (std::size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
+    os << "  n" << k << " " << (n.level == Level::inner ? "inner " : "outer ")
+       << dtype_name(n.dtype) << " ";
+    if (n.kind == Node::Kind::load) {
+      os << "load in" << n.input << " @" << n.access.offset << " [";
+      for (std::size_t a = 0; a < n.access.strides.size(); ++a)
+        os << (a ? "," : "") << n.access.strides[a];
+      os << "]";
+    } else {
+      os << n.prim->name;
+      for (const auto& [name, attr] : n.attrs.items()) {
+        os << " " << name << "=";
+        if (const auto* d = std::get_if<DType>(&attr)) os << dtype_name(*d);
+        if (const auto* v = std::get_if<std::vector<int64_t>>(&attr))
+          for (int64_t x : *v) os << x << ",";
+      }
+      for (int a : n.args) os << " n" << a;
+    }
+    os << "\n";
+  }
+  for (const GroupOutput& o : g.outputs)
+    os << "  out n" << o.node << (o.level == Level::inner ? " inner" : " outer") << "\n";
+}
+
+// One step of the plan as the runtime walks it.
+struct GroupStep {
+  Group group;
+  KernelFn kernel = nullptr;
+  int64_t range = 0, cost = 1;
+};
+struct OpaqueStep {
+  int equation = -1;
+};
+
+// Where a value's memory is while a call runs.
+struct Slot {
+  std::optional<std::size_t> arena_offset;  // an arena slot; else a Tensor of its own
+};
+
+class CompiledFunction final : public ir::Executable {
+ public:
+  // `subs`: the compiled sub-functions of the whole program, owned by its top-level function
+  // (`owned`), which outlives every run of the others.
+  CompiledFunction(std::shared_ptr<const ir::Function> f, const SubFunctions* subs,
+                   std::unique_ptr<const SubFunctions> owned = nullptr)
+      : f_(std::move(f)),
+        owned_subs_(std::move(owned)),
+        subs_(owned_subs_ ? owned_subs_.get() : subs) {
+    const auto start = std::chrono::steady_clock::now();
+    Partition p = partition(*f_);
+    views_ = std::move(p.views);
+    std::ostringstream key;
+    std::vector<const Group*> groups;
+    for (Step& s : p.steps) {
+      if (auto* g = std::get_if<Group>(&s)) {
+        std::ostringstream text;
+        describe(text, *g);
+        key << text.str();
+        info_.groups.push_back({.equations = g->equations, .kernel = text.str()});
+        GroupStep gs{.group = std::move(*g)};
+        gs.range = kernel_range(gs.group);
+        gs.cost = kernel_cost(gs.group);
+        steps_.emplace_back(std::move(gs));
+      } else {
+        steps_.emplace_back(OpaqueStep{std::get<Opaque>(s).equation});
+        info_.kernel_calls.push_back(std::get<Opaque>(s).equation);
+      }
+    }
+    for (const auto& s : steps_)
+      if (const auto* g = std::get_if<GroupStep>(&s)) groups.push_back(&g->group);
+    if (!groups.empty()) {
+      NativeResult native = build_native(f_->name, key.str(), [&](llvm::LLVMContext& c) {
+        auto m = std::make_unique<llvm::Module>(f_->name, c);
+        for (std::size_t k = 0; k < groups.size(); ++k)
+          emit_group(*m, *groups[k], "kiln_group" + std::to_string(k));
+        return m;
+      });
+      code_ = std::move(native.code);
+      info_.from_cache = native.from_cache;
+      std::size_t k = 0;
+      for (auto& s : steps_)
+        if (auto* g = std::get_if<GroupStep>(&s))
+          g->kernel = reinterpret_cast<KernelFn>(code_->symbol("kiln_group" + std::to_string(k++)));
+    }
+    plan_memory();
+    for (const ir::Constant& c : f_->constants) constants_.push_back(c.tensor.contiguous());
+    info_.backend = ir::Backend::llvm;
+    info_.arena_bytes = static_cast<int64_t>(arena_bytes_);
+    std::size_t k = 0;
+    for (const auto& s : steps_)
+      if (const auto* g = std::get_if<GroupStep>(&s)) {
+        CompiledInfo::Group& gi = info_.groups[k++];
+        for (int v : g->group.inputs)
+          gi.bytes_read +=
+              static_cast<int64_t>(bytes_of(value_types_[static_cast<std::size_t>(v)]));
+        for (const GroupOutput& o : g->group.outputs)
+          gi.bytes_written +=
+              static_cast<int64_t>(bytes_of(value_types_[static_cast<std::size_t>(o.value)]));
+      }
+    info_.compile_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  const ir::CompiledInfo& info() const override { return info_; }
+
+  std::vector<Tensor> run(std::span<const Tensor> args) const override {
+    const ir::Function& f = *f_;
+    if (args.size() != f.params.size())
+      fail("jit", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
+           ", expected ", f.params.size());
+    const ActiveSubs active(subs_);
+    Arena arena = take_arena();
+    std::vector<Tensor> env(static_cast<std::size_t>(f.next_id()));
+    std::vector<char*> data(env.size(), nullptr);
+    auto bind_value = [&](int id, Tensor t) {
+      data[static_cast<std::size_t>(id)] = static_cast<char*>(t.raw_data());
+      env[static_cast<std::size_t>(id)] = std::move(t);
+    };
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      if (args[i].type() != f.params[i].type)
+        fail("jit", "@", f.name, " argument ", i, " has the wrong type: got ", args[i].type(),
+             ", expected ", f.params[i].type);
+      bind_value(f.params[i].id, args[i].contiguous());
+    }
+    for (std::size_t i = 0; i < constants_.size(); ++i)
+      bind_value(f.constants[i].value.id, constants_[i]);
+
+    std::vector<char*> buffers;
+    for (std::size_t s = 0; s < steps_.size(); ++s) {
+      if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
+        buffers.clear();
+        for (int v : g->group.inputs) buffers.push_back(data[static_cast<std::size_t>(v)]);
+        for (const GroupOutput& o : g->group.outputs) {
+          const auto& slot = slots_[static_cast<std::size_t>(o.value)];
+          if (slot.arena_offset) {
+            data[static_cast<std::size_t>(o.value)] = arena.base + *slot.arena_offset;
+          } else {
+            bind_value(o.value, empty(value_types_[static_cast<std::size_t>(o.value)]));
+          }
+          buffers.push_back(data[static_cast<std::size_t>(o.value)]);
+        }
+        char* const* b = buffers.data();
+        const KernelFn k = g->kernel;
+        detail::parallel_for(
+            g->range, [&](int64_t lo, int64_t hi) { k(b, lo, hi); }, g->cost);
+      } else {
+        const ir::Equation& e =
+            f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
+        std::vector<Tensor> ins;
+        for (const ir::Value& v : e.inputs) ins.push_back(tensor_of(v.id, env));
+        std::vector<Tensor> outs;
+        try {
+          outs = bind(*e.prim, ins, e.attrs, Loc{});
+        } catch (const Error& err) {
+          kiln::detail::rethrow_at(err, e.loc);
+        }
+        for (std::size_t k = 0; k < outs.size(); ++k) {
+          Tensor t = outs[k].is_contiguous() ? std::move(outs[k]) : outs[k].contiguous();
+          bind_value(e.outputs[k].id, std::move(t));
+        }
+      }
+      for (int v : release_after_[s]) env[static_cast<std::size_t>(v)] = Tensor();
+    }
+    std::vector<Tensor> results;
+    for (const ir::Value& v : f.results) results.push_back(tensor_of(v.id, env));
+    give_back(std::move(arena));
+    return results;
+  }
+
+ private:
+  struct Arena {
+    Tensor memory;
+    char* base = nullptr;
+  };
+
+  // A Tensor for value v: its own, or a strided view of the buffer it is a view of.
+  Tensor tensor_of(int v, const std::vector<Tensor>& env) const {
+    const auto& view = views_[static_cast<std::size_t>(v)];
+    const Tensor& base = env[static_cast<std::size_t>(view->buffer)];
+    if (view->buffer == v) return base;
+    auto impl = std::make_shared<TensorImpl>();
+    impl->type = value_types_[static_cast<std::size_t>(v)];
+    impl->storage = base.storage();
+    impl->strides = view->access.strides;
+    impl->offset = base.offset() + view->access.offset;
+    return Tensor(std::move(impl));
+  }
+
+  // Arena slots for values only fused kernels read (never a result, never a kernel's input:
+  // those may keep a reference), assigned by liveness; values released after their last use.
+  void plan_memory() {
+    const ir::Function& f = *f_;
+    const std::size_t n = static_cast<std::size_t>(f.next_id());
+    value_types_.assign(n, TensorType{});
+    for (const ir::Value& v : f.params) value_types_[static_cast<std::size_t>(v.id)] = v.type;
+    for (const ir::Constant& c : f.constants)
+      value_types_[static_cast<std::size_t>(c.value.id)] = c.value.type;
+    for (const ir::Equation& e : f.equations)
+      for (const ir::Value& v : e.outputs) value_types_[static_cast<std::size_t>(v.id)] = v.type;
+    slots_.assign(n, Slot{});
+    std::vector<bool> escapes(n, false);  // read by a kernel or returned
+    std::vector<std::size_t> last_use(n, 0), defined_at(n, 0);
+    auto buffer_of = [&](int v) { return views_[static_cast<std::size_t>(v)]->buffer; };
+    for (const ir::Value& v : f.results) escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
+    for (std::size_t s = 0; s < steps_.size(); ++s) {
+      if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
+        for (int v : g->group.inputs) last_use[static_cast<std::size_t>(v)] = s;
+        for (const GroupOutput& o : g->group.outputs)
+          defined_at[static_cast<std::size_t>(o.value)] = s;
+      } else {
+        const ir::Equation& e =
+            f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
+        for (const ir::Value& v : e.inputs) {
+          escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
+          last_use[static_cast<std::size_t>(buffer_of(v.id))] = s;
+        }
+      }
+    }
+    for (const ir::Value& v : f.results)
+      last_use[static_cast<std::size_t>(buffer_of(v.id))] = steps_.size();
+    release_after_.assign(steps_.size(), {});
+    for (std::size_t v = 0; v < n; ++v)
+      if (last_use[v] < steps_.size() && views_[v] && views_[v]->buffer == static_cast<int>(v))
+        release_after_[last_use[v]].push_back(static_cast<int>(v));
+    // Greedy interval assignment: a slot is free again after the step of its last read.
+    struct Free {
+      std::size_t offset, size, free_after;
+    };
+    std::vector<Free> arena_slots;
+    for (std::size_t s = 0; s < steps_.size(); ++s) {
+      const auto* g = std::get_if<GroupStep>(&steps_[s]);
+      if (!g) continue;
+      for (const GroupOutput& o : g->group.outputs) {
+        const std::size_t v = static_cast<std::size_t>(o.value);
+        if (escapes[v]) continue;
+        const std::size_t size = (bytes_of(value_types_[v]) + 63) / 64 * 64;
+        std::optional<std::size_t> best;
+        for (std::size_t k = 0; k < arena_slots.size(); ++k)
+          if (arena_slots[k].free_after < s && arena_slots[k].size >= size &&
+              (!best || arena_slots[k].size < arena_slots[*best].size))
+            best = k;
+        if (!best) {
+          arena_slots.push_back({arena_bytes_, size, 0});
+          arena_bytes_ += size;
+          best = arena_slots.size() - 1;
+        }
+        arena_slots[*best].free_after = last_use[v];
+        slots_[v].arena_offset = arena_slots[*best].offset;
+      }
+    }
+  }
+
+  Arena take_arena() const {
+    if (arena_bytes_ == 0) return {};
+    {
+      std::lock_guard lock(arena_mutex_);
+      if (!arenas_.empty()) {
+        Arena a = std::move(arenas_.back());
+        arenas_.pop_back();
+        return a;
+      }
+    }
+    Arena a;
+    a.memory = empty(Shape({static_cast<int64_t>(arena_bytes_)}), uint8);
+    a.base = static_cast<char*>(a.memory.raw_data());
+    return a;
+  }
+  void give_back(Arena a) const {
+    if (!a.base) return;
+    std::lock_guard lock(arena_mutex_);
+    arenas_.push_back(std::move(a));
+  }
+
+  std::shared_ptr<const ir::Function> f_;
+  std::unique_ptr<const SubFunctions> owned_subs_;
+  const SubFunctions* subs_;
+  std::vector<std::optional<View>> views_;
+  std::vector<std::variant<GroupStep, OpaqueStep>> steps_;
+  std::unique_ptr<NativeCode> code_;
+  std::vector<Tensor> constants_;
+  std::vector<TensorType> value_types_;
+  std::vector<Slot> slots_;
+  std::vector<std::vector<int>> release_after_;
+  std::size_t arena_bytes_ = 0;
+  ir::CompiledInfo info_;
+  mutable std::mutex arena_mutex_;
+  mutable std::vector<Arena> arenas_;
+};
+
+void collect_subs(const ir::Function& f, SubFunctions& subs) {
+  for (const ir::Equation& e : f.equations)
+    for (const auto& [name, attr] : e.attrs.items()) {
+      const auto* sub = std::get_if<FunctionRef>(&attr);
+      if (!sub || !*sub || subs.count(sub->get())) continue;
+      subs.emplace(sub->get(), std::make_shared<CompiledFunction>(*sub, &subs));
+      collect_subs(**sub, subs);
+    }
+}
+
+}  // namespace
+
+std::shared_ptr<const ir::Executable> compile(std::shared_ptr<const ir::Function> f) {
+  auto subs = std::make_unique<SubFunctions>();
+  collect_subs(*f, *subs);
+  const SubFunctions* table = subs.get();
+  return std::make_shared<CompiledFunction>(std::move(f), table, std::move(subs));
+}
+
+const ir::Executable* compiled_sub_function(const ir::Function& f) {
+  if (!active_subs) return nullptr;
+  auto it = active_subs->find(&f);
+  return it == active_subs->end() ? nullptr : it->second.get();
+}
+
+}  // namespace kiln::compiler

@@ -1,0 +1,505 @@
+// Fusion: list scheduling that keeps adding ready equations to the open group while they fit
+// its domain, so that independent chains interleaved in the IR still fuse (docs/DESIGN.md,
+// "Compiler").
+#include "compiler/fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "ops/primitives.h"
+
+namespace kiln::compiler {
+
+int64_t Group::outer_size() const {
+  int64_t n = 1;
+  for (std::size_t a = 0; a < domain.size(); ++a)
+    if (!reduced[a]) n *= domain[a];
+  return n;
+}
+int64_t Group::inner_size() const {
+  int64_t n = 1;
+  for (std::size_t a = 0; a < domain.size(); ++a)
+    if (reduced[a]) n *= domain[a];
+  return n;
+}
+bool Group::has_reduction() const {
+  return std::find(reduced.begin(), reduced.end(), true) != reduced.end();
+}
+
+namespace {
+
+using Dims = std::vector<int64_t>;
+
+Dims dims_of(const ir::Value& v) { return v.type.shape.dims(); }
+
+Dims contiguous_strides(const Dims& shape) {
+  Dims s(shape.size());
+  int64_t st = 1;
+  for (std::size_t i = shape.size(); i-- > 0;) {
+    s[i] = st;
+    st *= shape[i];
+  }
+  return s;
+}
+
+bool is_one_of(const Primitive* p, std::initializer_list<const Primitive*> ps) {
+  return std::find(ps.begin(), ps.end(), p) != ps.end();
+}
+
+bool is_layout(const Primitive* p) {
+  return is_one_of(p,
+                   {&prim::broadcast_to(), &prim::reshape(), &prim::transpose(), &prim::slice()});
+}
+bool is_reduce(const Primitive* p) {
+  return is_one_of(p, {&prim::reduce_sum(), &prim::reduce_prod(), &prim::reduce_max(),
+                       &prim::reduce_min(), &prim::reduce_and(), &prim::reduce_or()});
+}
+
+// A reshape of a strided view without copying, when its dimensions can be regrouped (numpy's
+// rule): each run of input dimensions that multiplies to a run of output dimensions must be
+// contiguous with itself.
+std::optional<Dims> reshape_strides(const Dims& in, const Dims& in_strides, const Dims& out) {
+  Dims is, ist;
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (in[i] != 1) {
+      is.push_back(in[i]);
+      ist.push_back(in_strides[i]);
+    }
+  Dims os(out.size(), 0);
+  int64_t numel = 1;
+  for (int64_t d : out) numel *= d;
+  if (numel == 0) return os;
+  std::size_t i = 0, j = 0;
+  while (i < is.size() || j < out.size()) {
+    if (j < out.size() && out[j] == 1) {
+      ++j;
+      continue;
+    }
+    if (i >= is.size() || j >= out.size()) return std::nullopt;
+    // Grow runs [i, i2) and [j, j2) until their products match.
+    std::size_t i2 = i + 1, j2 = j + 1;
+    int64_t pi = is[i], pj = out[j];
+    while (pi != pj) {
+      if (pi < pj) {
+        if (i2 >= is.size()) return std::nullopt;
+        pi *= is[i2++];
+      } else {
+        if (j2 >= out.size()) return std::nullopt;
+        pj *= out[j2++];
+      }
+    }
+    for (std::size_t k = i; k + 1 < i2; ++k)
+      if (ist[k] != ist[k + 1] * is[k + 1]) return std::nullopt;
+    int64_t st = ist[i2 - 1];
+    for (std::size_t k = j2; k-- > j;) {
+      os[k] = out[k] == 1 ? 0 : st;
+      st *= out[k];
+    }
+    i = i2;
+    j = j2;
+  }
+  return os;
+}
+
+// The view a layout equation makes of its input's view, if it can be read in place.
+std::optional<View> layout_view(const ir::Equation& e, const View& in) {
+  View out{.buffer = in.buffer, .shape = dims_of(e.outputs[0]), .access = in.access};
+  const std::size_t r_out = out.shape.size(), r_in = in.shape.size();
+  if (e.prim == &prim::broadcast_to()) {
+    out.access.strides.assign(r_out, 0);
+    for (std::size_t j = r_out - r_in; j < r_out; ++j) {
+      const std::size_t i = j - (r_out - r_in);
+      out.access.strides[j] = in.shape[i] == out.shape[j] ? in.access.strides[i] : 0;
+    }
+  } else if (e.prim == &prim::transpose()) {
+    const auto& perm = e.attrs.get_ints("perm");
+    for (std::size_t j = 0; j < r_out; ++j)
+      out.access.strides[j] = in.access.strides[static_cast<std::size_t>(perm[j])];
+  } else if (e.prim == &prim::slice()) {
+    const auto& start = e.attrs.get_ints("start");
+    const auto& step = e.attrs.get_ints("step");
+    for (std::size_t i = 0; i < r_in; ++i) {
+      if (out.shape[i] > 0) out.access.offset += start[i] * in.access.strides[i];
+      out.access.strides[i] *= step[i];
+    }
+  } else if (e.prim == &prim::reshape()) {
+    auto s = reshape_strides(in.shape, in.access.strides, out.shape);
+    if (!s) return std::nullopt;
+    out.access.strides = *s;
+  } else {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// The equation's dtype set the code generator handles.
+bool lowered_dtype(const ir::Equation& e) {
+  const DType in = e.inputs.empty() ? float32 : e.inputs.back().type.dtype;
+  const Primitive* p = e.prim;
+  // Integer division and power check their operands and raise; the kernels do that.
+  if (is_one_of(p, {&prim::div(), &prim::pow()})) return is_floating(in);
+  return true;
+}
+
+// One group being built.
+class Builder {
+ public:
+  Builder(const ir::Function& f, const std::vector<std::optional<View>>& views)
+      : f_(f), views_(views) {}
+
+  bool empty() const { return g_.equations.empty(); }
+  bool holds(int value) const { return members_.count(value) != 0; }
+  const Group& group() const { return g_; }
+
+  // Adds equation i if it fits the group; false (and no change) otherwise.
+  bool try_add(int i) {
+    const ir::Equation& e = f_.equations[static_cast<std::size_t>(i)];
+    if (is_reduce(e.prim)) return add_reduce(i, e);
+    if (is_layout(e.prim)) return add_alias(i, e);
+    return add_elementwise(i, e);
+  }
+
+  // Closes the group: the values something outside it (or the caller) reads become outputs.
+  Group finish(const std::vector<std::vector<int>>& users, const std::vector<bool>& is_result,
+               const std::vector<const ir::Value*>& value_of) {
+    std::unordered_set<int> inside(g_.equations.begin(), g_.equations.end());
+    for (const auto& [value, member] : members_) {
+      bool needed = is_result[static_cast<std::size_t>(value)];
+      for (int u : users[static_cast<std::size_t>(value)])
+        if (!inside.count(u)) needed = true;
+      if (!needed) continue;
+      const Dims shape = dims_of(*value_of[static_cast<std::size_t>(value)]);
+      const Level level = reducing() && shape != g_.domain ? Level::outer : Level::inner;
+      g_.outputs.push_back({.node = member, .value = value, .level = level});
+    }
+    std::sort(g_.outputs.begin(), g_.outputs.end(),
+              [](const GroupOutput& a, const GroupOutput& b) { return a.value < b.value; });
+    return std::move(g_);
+  }
+
+ private:
+  // The kept axes' shape, and the same with the reduced axes as 1s.
+  Dims outer_shape() const {
+    Dims s;
+    for (std::size_t a = 0; a < g_.domain.size(); ++a)
+      if (!g_.reduced[a]) s.push_back(g_.domain[a]);
+    return s;
+  }
+  Dims keepdims_shape() const {
+    Dims s = g_.domain;
+    for (std::size_t a = 0; a < s.size(); ++a)
+      if (g_.reduced[a]) s[a] = 1;
+    return s;
+  }
+  bool reducing() const { return g_.has_reduction(); }
+  std::optional<Level> level_of_shape(const Dims& s) const {
+    if (s == g_.domain) return Level::inner;
+    if (reducing() && (s == outer_shape() || s == keepdims_shape())) return Level::outer;
+    return std::nullopt;
+  }
+
+  // The node that reads IR value `value` (a member, or a view of a buffer) at `level`.
+  std::optional<int> operand(const ir::Value& value, Level level) {
+    const int v = value.id;
+    if (auto it = members_.find(v); it != members_.end()) {
+      const Node& n = g_.nodes[static_cast<std::size_t>(it->second)];
+      // Outer values read from inner loops are broadcast; the reverse cannot be.
+      if (level == Level::outer && n.level == Level::inner) return std::nullopt;
+      return it->second;
+    }
+    const auto& view = views_[static_cast<std::size_t>(v)];
+    if (!view) return std::nullopt;  // not available yet
+    Access a{.offset = view->access.offset, .strides = Dims(g_.domain.size(), 0)};
+    if (view->shape == g_.domain) {
+      if (level != Level::inner && reducing()) return std::nullopt;
+      a.strides = view->access.strides;
+    } else if (level == Level::outer && view->shape == keepdims_shape()) {
+      for (std::size_t k = 0; k < g_.domain.size(); ++k)
+        if (!g_.reduced[k]) a.strides[k] = view->access.strides[k];
+    } else if (level == Level::outer && view->shape == outer_shape()) {
+      std::size_t j = 0;
+      for (std::size_t k = 0; k < g_.domain.size(); ++k)
+        if (!g_.reduced[k]) a.strides[k] = view->access.strides[j++];
+    } else {
+      return std::nullopt;
+    }
+    for (std::size_t k = 0; k < g_.domain.size(); ++k)
+      if (g_.domain[k] == 1) a.strides[k] = 0;
+    auto in = std::find(g_.inputs.begin(), g_.inputs.end(), view->buffer);
+    const int input = static_cast<int>(in - g_.inputs.begin());
+    if (in == g_.inputs.end()) g_.inputs.push_back(view->buffer);
+    for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
+      const Node& n = g_.nodes[k];
+      if (n.kind == Node::Kind::load && n.input == input && n.access == a && n.level == level)
+        return static_cast<int>(k);
+    }
+    Node n{.kind = Node::Kind::load,
+           .level = level,
+           .dtype = value.type.dtype,
+           .input = input,
+           .access = std::move(a)};
+    g_.nodes.push_back(std::move(n));
+    return static_cast<int>(g_.nodes.size() - 1);
+  }
+
+  void start(const Dims& domain) {
+    g_.domain = domain;
+    g_.reduced.assign(domain.size(), false);
+  }
+
+  // Collects operand nodes for all inputs of e at `level`, or nothing if one does not fit.
+  std::optional<std::vector<int>> operands(const ir::Equation& e, Level level) {
+    // Snapshot so that a failed attempt leaves no stray loads behind.
+    const std::size_t nodes = g_.nodes.size(), inputs = g_.inputs.size();
+    std::vector<int> args;
+    for (const ir::Value& v : e.inputs) {
+      auto n = operand(v, level);
+      if (!n) {
+        g_.nodes.resize(nodes);
+        g_.inputs.resize(inputs);
+        return std::nullopt;
+      }
+      args.push_back(*n);
+    }
+    return args;
+  }
+
+  void add_node(int i, Node n, int value) {
+    g_.nodes.push_back(std::move(n));
+    members_[value] = static_cast<int>(g_.nodes.size() - 1);
+    g_.equations.push_back(i);
+  }
+
+  bool add_elementwise(int i, const ir::Equation& e) {
+    const Dims s = dims_of(e.outputs[0]);
+    const bool was_empty = empty();
+    if (was_empty) start(s);
+    const std::optional<Level> level = level_of_shape(s);
+    if (!level) return false;
+    auto args = operands(e, *level);
+    if (!args) {
+      if (was_empty) g_ = Group{};
+      return false;
+    }
+    add_node(i,
+             Node{.kind = Node::Kind::op,
+                  .level = *level,
+                  .dtype = e.outputs[0].type.dtype,
+                  .prim = e.prim,
+                  .attrs = e.attrs,
+                  .args = std::move(*args)},
+             e.outputs[0].id);
+    return true;
+  }
+
+  bool add_reduce(int i, const ir::Equation& e) {
+    const Dims s = dims_of(e.inputs[0]);
+    std::vector<bool> axes(s.size(), false);
+    for (int64_t a : e.attrs.get_ints("axes")) axes[static_cast<std::size_t>(a)] = true;
+    const bool was_empty = empty();
+    if (was_empty) {
+      start(s);
+      g_.reduced = axes;
+    } else if (s != g_.domain) {
+      return false;
+    } else if (!reducing()) {
+      // Only trailing axes join an elementwise group: its other loops then stay contiguous.
+      bool seen = false;
+      for (bool r : axes) {
+        if (seen && !r) return false;
+        seen = seen || r;
+      }
+      for (const Node& n : g_.nodes)
+        if (n.level != Level::inner) return false;
+      g_.reduced = axes;
+    } else if (axes != g_.reduced) {
+      return false;
+    }
+    auto args = operands(e, Level::inner);
+    if (!args) {
+      if (was_empty) {
+        g_ = Group{};
+      } else if (std::none_of(g_.nodes.begin(), g_.nodes.end(),
+                              [](const Node& n) { return n.kind == Node::Kind::reduce; })) {
+        g_.reduced.assign(g_.domain.size(), false);
+      }
+      return false;
+    }
+    add_node(i,
+             Node{.kind = Node::Kind::reduce,
+                  .level = Level::outer,
+                  .dtype = e.outputs[0].type.dtype,
+                  .prim = e.prim,
+                  .attrs = e.attrs,
+                  .args = std::move(*args)},
+             e.outputs[0].id);
+    return true;
+  }
+
+  // Layout ops on members that only relabel: a reduced value reshaped to or from its keepdims
+  // shape, or broadcast back over the domain (read as a broadcast by inner loops), and no-ops.
+  bool add_alias(int i, const ir::Equation& e) {
+    const int in = e.inputs[0].id;
+    auto it = members_.find(in);
+    if (it == members_.end()) return false;
+    const Dims si = dims_of(e.inputs[0]), so = dims_of(e.outputs[0]);
+    const Node& n = g_.nodes[static_cast<std::size_t>(it->second)];
+    bool ok = si == so && e.prim != &prim::transpose() && e.prim != &prim::slice();
+    if (!ok && n.level == Level::outer && reducing()) {
+      if (e.prim == &prim::reshape())
+        ok = level_of_shape(si) == Level::outer && level_of_shape(so) == Level::outer;
+      if (e.prim == &prim::broadcast_to() && so == g_.domain) {
+        Dims padded(so.size() - si.size(), 1);
+        padded.insert(padded.end(), si.begin(), si.end());
+        ok = padded == keepdims_shape();
+      }
+    }
+    if (!ok) return false;
+    members_[e.outputs[0].id] = it->second;
+    g_.equations.push_back(i);
+    return true;
+  }
+
+  const ir::Function& f_;
+  const std::vector<std::optional<View>>& views_;
+  Group g_;
+  std::map<int, int> members_;  // IR value id -> node
+};
+
+}  // namespace
+
+bool fusible(const ir::Equation& e) {
+  static const std::unordered_set<const Primitive*> lowered = {
+      &prim::neg(),         &prim::abs(),
+      &prim::sign(),        &prim::exp(),
+      &prim::log(),         &prim::log1p(),
+      &prim::expm1(),       &prim::sqrt(),
+      &prim::rsqrt(),       &prim::sin(),
+      &prim::cos(),         &prim::tan(),
+      &prim::tanh(),        &prim::sigmoid(),
+      &prim::erf(),         &prim::floor(),
+      &prim::ceil(),        &prim::round(),
+      &prim::not_(),        &prim::isnan(),
+      &prim::convert(),     &prim::stop_gradient(),
+      &prim::add(),         &prim::sub(),
+      &prim::mul(),         &prim::div(),
+      &prim::pow(),         &prim::max(),
+      &prim::min(),         &prim::eq(),
+      &prim::ne(),          &prim::lt(),
+      &prim::le(),          &prim::gt(),
+      &prim::ge(),          &prim::and_(),
+      &prim::or_(),         &prim::xor_(),
+      &prim::select(),      &prim::reduce_sum(),
+      &prim::reduce_prod(), &prim::reduce_max(),
+      &prim::reduce_min(),  &prim::reduce_and(),
+      &prim::reduce_or()};
+  if (!lowered.count(e.prim) || e.outputs.size() != 1) return false;
+  return lowered_dtype(e);
+}
+
+Partition partition(const ir::Function& f) {
+  const std::size_t n_values = static_cast<std::size_t>(f.next_id());
+  const std::size_t n_eq = f.equations.size();
+  Partition p;
+  p.views.assign(n_values, std::nullopt);
+  std::vector<std::vector<int>> users(n_values);
+  std::vector<bool> is_result(n_values, false);
+  for (std::size_t i = 0; i < n_eq; ++i)
+    for (const ir::Value& v : f.equations[i].inputs)
+      users[static_cast<std::size_t>(v.id)].push_back(static_cast<int>(i));
+  for (const ir::Value& v : f.results) is_result[static_cast<std::size_t>(v.id)] = true;
+
+  std::vector<const ir::Value*> value_of(n_values, nullptr);
+  for (const ir::Equation& e : f.equations)
+    for (const ir::Value& v : e.outputs) value_of[static_cast<std::size_t>(v.id)] = &v;
+  auto make_buffer = [&](const ir::Value& v) {
+    const Dims d = dims_of(v);
+    p.views[static_cast<std::size_t>(v.id)] =
+        View{.buffer = v.id, .shape = d, .access = {.offset = 0, .strides = contiguous_strides(d)}};
+  };
+  for (const ir::Value& v : f.params) make_buffer(v);
+  for (const ir::Constant& c : f.constants) make_buffer(c.value);
+
+  auto available = [&](const ir::Value& v) {
+    return p.views[static_cast<std::size_t>(v.id)].has_value();
+  };
+  std::vector<bool> done(n_eq, false);
+  std::size_t first_pending = 0;
+  std::optional<Builder> open;
+
+  auto close = [&] {
+    if (!open) return;
+    if (!open->empty()) {
+      Group g = open->finish(users, is_result, value_of);
+      for (const GroupOutput& o : g.outputs)
+        make_buffer(*value_of[static_cast<std::size_t>(o.value)]);
+      p.steps.emplace_back(std::move(g));
+    }
+    open.reset();
+  };
+  auto run_opaque = [&](std::size_t i) {
+    for (const ir::Value& v : f.equations[i].outputs) make_buffer(v);
+    p.steps.emplace_back(Opaque{static_cast<int>(i)});
+    done[i] = true;
+  };
+
+  while (first_pending < n_eq) {
+    bool progressed = false;
+    std::optional<std::size_t> first_ready;
+    for (std::size_t i = first_pending; i < n_eq; ++i) {
+      if (done[i]) continue;
+      const ir::Equation& e = f.equations[i];
+      bool ready = true, in_group = false;
+      for (const ir::Value& v : e.inputs) {
+        if (open && open->holds(v.id)) {
+          in_group = true;
+        } else if (!available(v)) {
+          ready = false;
+          break;
+        }
+      }
+      if (!ready) continue;
+      // A layout op on a buffer is a view: free, and no step of its own.
+      if (!in_group && is_layout(e.prim)) {
+        if (auto v = layout_view(e, *p.views[static_cast<std::size_t>(e.inputs[0].id)])) {
+          p.views[static_cast<std::size_t>(e.outputs[0].id)] = std::move(v);
+          done[i] = true;
+          progressed = true;
+          break;
+        }
+      }
+      if (open && (fusible(e) || is_layout(e.prim)) && open->try_add(static_cast<int>(i))) {
+        done[i] = true;
+        progressed = true;
+        break;
+      }
+      if (!in_group && !first_ready) first_ready = i;
+    }
+    if (!progressed) {
+      // Nothing fits the open group: close it, then start on the first ready equation.
+      const bool had_group = open && !open->empty();
+      close();
+      if (had_group) continue;  // its outputs may have made more equations ready
+      if (!first_ready)
+        fail("jit", "the fusion scheduler found no ready equation in @", f.name,
+             ", expected a function in SSA order");
+      const std::size_t i = *first_ready;
+      const ir::Equation& e = f.equations[i];
+      open.emplace(f, p.views);
+      if (!fusible(e) || !open->try_add(static_cast<int>(i))) {
+        open.reset();
+        run_opaque(i);
+      } else {
+        done[i] = true;
+      }
+    }
+    while (first_pending < n_eq && done[first_pending]) ++first_pending;
+  }
+  close();
+  return p;
+}
+
+}  // namespace kiln::compiler

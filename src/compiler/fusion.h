@@ -1,0 +1,95 @@
+// Partitions an optimised IR function into the steps a compiled function runs: fusion groups
+// (one loop nest each, see docs/DESIGN.md "Compiler") and opaque equations (their kernels).
+// Pure analysis: no LLVM here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "kiln/ir.h"
+
+namespace kiln::compiler {
+
+// How a group reads a buffer: domain element (i_0, ..., i_{n-1}) is element
+// offset + Σ i_a·strides[a] of the buffer (in elements; 0 strides broadcast, negative ones
+// flip). Reads at outer level use only the kept axes' strides (the reduced ones are 0).
+struct Access {
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+  bool operator==(const Access&) const = default;
+};
+
+// Where a node's values live: on the whole domain, or once per index of the kept axes
+// (what a reduction produces).
+enum class Level { inner, outer };
+
+struct Node {
+  enum class Kind { load, op, reduce };
+  Kind kind = Kind::op;
+  Level level = Level::inner;
+  DType dtype = float32;  // the stored dtype of the node's values
+  // load: which group input, and how it is read.
+  int input = -1;
+  Access access;
+  // op and reduce: the primitive (an elementwise one, or reduce_*), its attributes and its
+  // arguments (node indices, earlier in `nodes`).
+  const Primitive* prim = nullptr;
+  Attrs attrs;
+  std::vector<int> args;
+};
+
+struct GroupOutput {
+  int node = -1;
+  int value = -1;  // the IR value it is
+  // Stored over the whole domain, or once per kept index (contiguous either way). An outer
+  // node can be stored inner when the IR value is its broadcast back over the domain.
+  Level level = Level::inner;
+};
+
+// One fusion group: a loop nest over `domain`. With no reduced axes it is a plain elementwise
+// loop; otherwise, per index of the kept axes, one pass over the reduced axes per round of
+// reductions, then a last pass for the inner outputs.
+struct Group {
+  std::vector<int64_t> domain;
+  std::vector<bool> reduced;  // per domain axis
+  std::vector<int> inputs;    // IR value ids of the buffers it reads
+  std::vector<Node> nodes;    // in dependency order
+  std::vector<GroupOutput> outputs;
+  std::vector<int> equations;  // indices into the function's equations
+
+  int64_t outer_size() const;  // product of the kept axes
+  int64_t inner_size() const;  // product of the reduced axes
+  bool has_reduction() const;
+};
+
+// An equation run by binding its primitive (its registered kernel).
+struct Opaque {
+  int equation = -1;
+};
+
+using Step = std::variant<Group, Opaque>;
+
+// Values the function reads as buffers are `view`s of others (a layout op's output read in
+// place) or buffers in their own right.
+struct View {
+  int buffer = -1;  // the IR value holding the memory (a parameter, constant or step output)
+  std::vector<int64_t> shape;
+  Access access;  // over `shape`
+};
+
+struct Partition {
+  std::vector<Step> steps;
+  // For each IR value that is a view of another (by value id; absent: none).
+  std::vector<std::optional<View>> views;
+};
+
+// The partition of an optimised function. Every equation lands in exactly one step, and each
+// step's inputs are parameters, constants or outputs of earlier steps.
+Partition partition(const ir::Function& f);
+
+// Whether the code generator lowers this primitive on this dtype (else it is opaque).
+bool fusible(const ir::Equation& e);
+
+}  // namespace kiln::compiler
