@@ -1,0 +1,233 @@
+// The LLVM backend end to end: what fuses into one loop, that compiled results equal the
+// interpreter's, the on-disk cache, dumps and the backend switch. The registry walk and the
+// random programs are in test_compiled_walk.cpp and test_random_programs.cpp.
+#include <gtest/gtest.h>
+#include <kiln/kiln.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "testing.h"
+
+using namespace kiln;
+
+namespace {
+
+const JitOptions kCompiled{.name = "compiled", .backend = ir::Backend::llvm};
+const JitOptions kInterpreted{.name = "interpreted", .backend = ir::Backend::interpreter};
+
+// Elementwise differences between the two backends, for finite float results: at most
+// `ulps` units in the last place of float32.
+void expect_same(const Tensor& got, const Tensor& want, double rel = 0) {
+  ASSERT_EQ(got.type(), want.type());
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << i;
+      continue;
+    }
+    EXPECT_NEAR(g[i], w[i], rel * std::max(1.0, std::abs(w[i]))) << i;
+  }
+}
+
+Tensor normal(uint64_t seed, const Shape& s, DType d = float32) {
+  return random::normal(random::key(seed), s, d);
+}
+
+// A scratch directory removed with the test.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    std::string t = (std::filesystem::temp_directory_path() / "kiln-compiler-XXXXXX").string();
+    path = mkdtemp(t.data());
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+};
+
+struct EnvVar {
+  std::string name;
+  EnvVar(std::string n, const std::string& value) : name(std::move(n)) {
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~EnvVar() { unsetenv(name.c_str()); }
+};
+
+}  // namespace
+
+TEST(Compiler, AnElementwiseChainIsOneLoop) {
+  auto f = [](const Tensor& x, const Tensor& y, const Tensor& z) {
+    return tanh(x) * sigmoid(y) + exp(z);
+  };
+  const Tensor x = normal(1, {1000}), y = normal(2, {1000}), z = normal(3, {1000});
+  const auto info = jit(f, kCompiled).compiled(x, y, z);
+  EXPECT_EQ(info.backend, ir::Backend::llvm);
+  ASSERT_EQ(info.groups.size(), 1u);
+  EXPECT_TRUE(info.kernel_calls.empty());
+  EXPECT_EQ(info.groups[0].bytes_read, 3 * 1000 * 4);
+  EXPECT_EQ(info.groups[0].bytes_written, 1000 * 4);
+  // SLEEF's 1-ulp functions against glibc's: a few float32 ulps at most.
+  expect_same(jit(f, kCompiled)(x, y, z), jit(f, kInterpreted)(x, y, z), 1e-6);
+}
+
+TEST(Compiler, ReductionsFuseWithProducersAndConsumers) {
+  const Tensor x = normal(4, {33, 70}) * 5.0f;
+  const Tensor w = normal(5, {70}), b = normal(6, {70});
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> cases = {
+      {"softmax", [](const Tensor& t) { return softmax(t, -1); }},
+      {"log_softmax", [](const Tensor& t) { return log_softmax(t, -1); }},
+      {"logsumexp", [](const Tensor& t) { return logsumexp(t, {1}); }},
+      {"layer_norm",
+       [&](const Tensor& t) {
+         const Tensor m = mean(t, {-1}, true), c = t - m;
+         return c / sqrt(mean(c * c, {-1}, true) + 1e-5f) * w + b;
+       }},
+  };
+  for (const auto& [name, f] : cases) {
+    SCOPED_TRACE(name);
+    const auto info = jit(f, kCompiled).compiled(x);
+    EXPECT_EQ(info.groups.size(), 1u) << info;
+    EXPECT_TRUE(info.kernel_calls.empty()) << info;
+    expect_same(jit(f, kCompiled)(x), jit(f, kInterpreted)(x), 1e-6);
+  }
+}
+
+TEST(Compiler, GradientProgramsFuseAroundMatmul) {
+  auto loss = [](const Tensor& w, const Tensor& x) { return mean(log_softmax(matmul(x, w), -1)); };
+  const Tensor w = normal(7, {78, 10}) * 0.1f, x = normal(8, {32, 78});
+  auto compiled = jit(value_and_grad(loss), kCompiled);
+  const auto info = compiled.compiled(w, x);
+  const ir::Function lowered = compiled.lower(w, x);
+  for (int e : info.kernel_calls)
+    EXPECT_EQ(lowered.equations[static_cast<std::size_t>(e)].prim->name, "matmul") << info;
+  EXPECT_LE(info.groups.size(), 3u) << info;
+  const auto [l, g] = compiled(w, x);
+  const auto [li, gi] = jit(value_and_grad(loss), kInterpreted)(w, x);
+  expect_same(l, li, 1e-6);
+  expect_same(g, gi, 1e-6);
+}
+
+TEST(Compiler, LayoutOpsAreReadInPlace) {
+  // A transpose, a slice and a broadcast of arguments feed the loop without copies.
+  auto f = [](const Tensor& a, const Tensor& v) {
+    return transpose(a, {1, 0}) * slice(v, {Slice{1, 7, 1}}) + 1.0f;
+  };
+  const Tensor a = normal(9, {6, 5}), v = normal(10, {8});
+  const auto info = jit(f, kCompiled).compiled(a, v);
+  ASSERT_EQ(info.groups.size(), 1u) << info;
+  EXPECT_TRUE(info.kernel_calls.empty()) << info;
+  expect_same(jit(f, kCompiled)(a, v), jit(f, kInterpreted)(a, v));
+}
+
+TEST(Compiler, EdgeShapesAndStridedArguments) {
+  auto f = [](const Tensor& x) { return sum(exp(x) * 2.0f, {0}) + max(x); };
+  for (const Shape& s : {Shape{0, 3}, Shape{1, 1}, Shape{3, 0}, Shape{5, 7}}) {
+    const Tensor x = normal(11, s);
+    SCOPED_TRACE(x.type().to_string());
+    if (s.numel() == 0) {
+      // max of nothing has no identity: both backends raise the kernel's error.
+      EXPECT_THROW(jit(f, kInterpreted)(x), Error);
+      continue;
+    }
+    expect_same(jit(f, kCompiled)(x), jit(f, kInterpreted)(x), 1e-6);
+  }
+  auto g = [](const Tensor& x) { return x * x - 1.0f; };
+  const Tensor scalar = tensor(3.0f);
+  expect_same(jit(g, kCompiled)(scalar), jit(g, kInterpreted)(scalar));
+  const Tensor strided = transpose(normal(12, {4, 6}), {1, 0});  // a non-contiguous argument
+  ASSERT_FALSE(strided.is_contiguous());
+  expect_same(jit(g, kCompiled)(strided), g(strided));
+}
+
+TEST(Compiler, FloatReductionsFollowTheInterpreter) {
+  // Float sums accumulate in double in both backends, so float32 results agree exactly.
+  const Tensor x = normal(13, {3, 1000}) * 100.0f;
+  auto f = [](const Tensor& t) { return sum(t, {1}); };
+  const Tensor got = jit(f, kCompiled)(x), want = jit(f, kInterpreted)(x);
+  EXPECT_EQ(got.to_vector<float>(), want.to_vector<float>());
+  // max/min: NaN propagates, +0 beats -0 whatever the order.
+  const Tensor z = tensor({0.0f, -0.0f, -0.0f, 0.0f, -0.0f});
+  auto m = [](const Tensor& t) { return max(t); };
+  EXPECT_FALSE(std::signbit(jit(m, kCompiled)(z).item<float>()));
+  const Tensor n = tensor({1.0f, NAN, 3.0f});
+  EXPECT_TRUE(std::isnan(jit(m, kCompiled)(n).item<float>()));
+  const Tensor inf = tensor({-INFINITY, -INFINITY});
+  EXPECT_EQ(jit(m, kCompiled)(inf).item<float>(), -INFINITY);
+}
+
+TEST(Compiler, ControlFlowBodiesCompileAndAgree) {
+  auto f = [](const Tensor& x) {
+    return while_loop([](const Tensor& a) { return sum(abs(a)) < 50.0; },
+                      [](const Tensor& a) { return tanh(a) * 1.5 + a; }, x);
+  };
+  const Tensor x = normal(14, {8}, float64);
+  expect_same(jit(f, kCompiled)(x), jit(f, kInterpreted)(x), 1e-12);
+  // The reverse mode of a scan: its residual stack and both bodies run compiled.
+  auto rnn = [](const Tensor& w, const Tensor& xs) {
+    auto [h, ys] = scan(
+        [&](const Tensor& c, const Tensor& r) {
+          const Tensor n = tanh(c * w + r);
+          return std::pair{n, n};
+        },
+        zeros({4}, float64), xs);
+    return sum(ys) + sum(h);
+  };
+  const Tensor w = normal(15, {4}, float64), xs = normal(16, {6, 4}, float64);
+  expect_same(jit(grad(rnn), kCompiled)(w, xs), jit(grad(rnn), kInterpreted)(w, xs), 1e-12);
+}
+
+TEST(Compiler, TheBackendIsAnOption) {
+  auto f = [](const Tensor& x) { return x + 1.0f; };
+  EXPECT_EQ(jit(f, kInterpreted).compiled(ones({3})).backend, ir::Backend::interpreter);
+  EXPECT_EQ(jit(f, kCompiled).compiled(ones({3})).backend, ir::Backend::llvm);
+  {
+    const EnvVar env("KILN_JIT_BACKEND", "interpreter");
+    EXPECT_EQ(jit(f).compiled(ones({3})).backend, ir::Backend::interpreter);
+  }
+  {
+    const EnvVar env("KILN_JIT_BACKEND", "gpu");
+    kiln::testing::expect_error([&] { jit(f)(ones({3})); }, "jit",
+                                {"KILN_JIT_BACKEND is 'gpu'", "expected 'llvm' or 'interpreter'"});
+  }
+}
+
+TEST(Compiler, TheDiskCacheSkipsLlvmAndRebuildsDamagedEntries) {
+  const TempDir dir;
+  const EnvVar env("KILN_CACHE_DIR", dir.path.string());
+  auto f = [](const Tensor& x) { return exp(x) * 3.0f - x; };
+  const Tensor x = normal(15, {100});
+  const Tensor want = jit(f, kInterpreted)(x);
+  EXPECT_FALSE(jit(f, kCompiled).compiled(x).from_cache);
+  // A new jit of the same program (as a second process would) reads the cache.
+  EXPECT_TRUE(jit(f, kCompiled).compiled(x).from_cache);
+  expect_same(jit(f, kCompiled)(x), want, 1e-6);
+  // Damage every entry: the cache is not trusted, the code is rebuilt and rewritten.
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) entries.push_back(e.path());
+  ASSERT_EQ(entries.size(), 1u);
+  for (const auto& p : entries) {
+    std::fstream file(p, std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(200);
+    file.write("garbage", 7);
+  }
+  EXPECT_FALSE(jit(f, kCompiled).compiled(x).from_cache);
+  expect_same(jit(f, kCompiled)(x), want, 1e-6);
+  EXPECT_TRUE(jit(f, kCompiled).compiled(x).from_cache);
+  // A truncated or foreign file is no entry either.
+  for (const auto& p : entries) std::filesystem::resize_file(p, 10);
+  EXPECT_FALSE(jit(f, kCompiled).compiled(x).from_cache);
+}
+
+TEST(Compiler, DumpsLlvmIrAndAssembly) {
+  const TempDir dir;
+  const EnvVar env("KILN_DUMP_DIR", dir.path.string());
+  auto f = [](const Tensor& x) { return x * 2.0f + 1.0f; };
+  jit(f, kCompiled)(ones({16}));
+  int ll = 0, s = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
+    ll += e.path().extension() == ".ll";
+    s += e.path().extension() == ".s";
+  }
+  EXPECT_EQ(ll, 1);
+  EXPECT_EQ(s, 1);
+}
