@@ -366,6 +366,72 @@ TEST(CompiledWalkFaults, AllowedDifferencesPass) {
     EXPECT_EQ(failures(name, allowed), 0) << name;
 }
 
+// ---- transformations, compiled ------------------------------------------------------------
+
+// The programs grad, vmap, hessian, custom rules, control flow and nested jit produce,
+// compiled against the interpreter (by the program rule).
+template <class F, class... Args>
+void expect_compiles_like_interpreter(const std::string& what, F f, const Args&... args) {
+  const auto fn = std::make_shared<const ir::Function>(ir::optimize(trace(f, args...)));
+  ir::verify(*fn);
+  const Ts in{args...};
+  const auto m = testing::check_program(fn, in, testing::backend(ir::Backend::llvm));
+  EXPECT_FALSE(m) << what << ": " << *m << "\n" << ir::print(*fn);
+}
+
+TEST(CompiledTransforms, GradVmapHessianCustomRulesControlFlowNestedJit) {
+  const std::vector<TensorType> types{
+      {float32, Shape{8, 6}}, {float32, Shape{6}}, {float32, Shape{6, 4}}, {float32, Shape{5, 8}}};
+  const Ts a = testing::inputs_for(types, 42);
+  const Tensor &w1 = a[0], &b1 = a[1], &w2 = a[2], &x = a[3];
+  auto loss = [](const Tensor& w1, const Tensor& b1, const Tensor& w2, const Tensor& x) {
+    return mean(log_softmax(matmul(tanh(matmul(x, w1) + b1), w2), -1));
+  };
+  expect_compiles_like_interpreter("grad", grad(loss), w1, b1, w2, x);
+  expect_compiles_like_interpreter("value_and_grad", value_and_grad(loss), w1, b1, w2, x);
+  auto per_example = [&](const Tensor& w, const Tensor& xi) {
+    return grad([&](const Tensor& v, const Tensor& e) {
+      return loss(v, b1, w2, reshape(e, Shape{1, 8}));
+    })(w, xi);
+  };
+  expect_compiles_like_interpreter("vmap(grad)", vmap(per_example, in_axes(none, 0)), w1, x);
+  auto smooth = [](const Tensor& v) { return sum(sin(v) * v + exp(tanh(v))); };
+  expect_compiles_like_interpreter("hessian", hessian(smooth), b1);
+  auto clip_grad = custom_vjp([](const Tensor& v) { return v * 1.0; },
+                              [](const std::tuple<Tensor>&, const Tensor&, const Tensor& ct) {
+                                return std::tuple<Tensor>{clip(ct, -1.0, 1.0)};
+                              });
+  auto softplus = custom_jvp([](const Tensor& v) { return log1p(exp(v)); },
+                             [](const std::tuple<Tensor>& p, const std::tuple<Tensor>& t) {
+                               return sigmoid(std::get<0>(p)) * std::get<0>(t);
+                             });
+  expect_compiles_like_interpreter(
+      "grad of custom rules",
+      grad([&](const Tensor& v) { return sum(clip_grad(v) * 5.0 + softplus(v)); }), b1);
+  auto loop = [](const Tensor& v) {  // v: f32[6]
+    using Carry = std::pair<Tensor, Tensor>;
+    const Carry out =
+        while_loop([](const Carry& c) { return logical_and(sum(c.second) < 10.0, c.first < 6); },
+                   [](const Carry& c) {
+                     return Carry{c.first + 1, c.second * 1.5 + 0.5};
+                   },
+                   Carry{tensor(int32_t{0}), abs(v)});
+    auto [carry, ys] = scan(
+        [](const Tensor& c, const Tensor& e) {
+          return std::pair<Tensor, Tensor>{tanh(c + e), c * e};
+        },
+        slice(v, {Slice{0, 3, 1}}), reshape(out.second, Shape{2, 3}));
+    return sum(carry) + sum(ys);
+  };
+  expect_compiles_like_interpreter("while and scan", loop, b1);
+  expect_compiles_like_interpreter("grad of while and scan", grad(loop), b1);
+  auto inner = jit([](const Tensor& v) { return tanh(v) * v; });
+  expect_compiles_like_interpreter(
+      "nested jit", [&](const Tensor& v) { return inner(v) + inner(v * 2.0); }, b1);
+  expect_compiles_like_interpreter("grad of nested jit",
+                                   grad([&](const Tensor& v) { return sum(inner(v) * v); }), b1);
+}
+
 // ---- concurrency ------------------------------------------------------------------------
 
 // One compiled function called from four threads at once on different inputs, through jit
