@@ -220,7 +220,7 @@ Tensor edge_tensor(const TensorType& type, int64_t offset, bool tame) {
   // offsets pair every value with several others.
   for (int64_t i = 0; i < n; ++i)
     v[static_cast<std::size_t>(i)] = e[static_cast<std::size_t>((offset + i * (1 + offset)) % m)];
-  if (is_integral(type.dtype) && type.dtype == int64) {
+  if (type.dtype == int64) {
     // int64 extremes are not all doubles: build them from int64 directly.
     std::vector<int64_t> iv(v.size());
     for (std::size_t i = 0; i < v.size(); ++i)

@@ -27,6 +27,20 @@
 
 namespace kiln::testing {
 
+// Sanitizer and Debug builds run 10-50x slower: the compiled-vs-interpreted tests check
+// fewer cases there (CI runs every test under ASan/UBSan too).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
+inline constexpr bool kSlowBuild = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool kSlowBuild = true;
+#else
+inline constexpr bool kSlowBuild = false;
+#endif
+#else
+inline constexpr bool kSlowBuild = false;
+#endif
+
 // The bound for transcendental functions, between two implementations each within 1 ulp
 // of the exact value (SLEEF's 1.0-ulp functions vs libm), in ulps of the result's dtype.
 inline constexpr int64_t kTranscendentalUlps = 2;

@@ -58,13 +58,18 @@ Rule rule_of(const ir::Function& f);
 // the program rule's bound is stated in. float64 when f computes no floats.
 DType least_precise(const ir::Function& f);
 
-// Runs f through `compiled` and through `reference` on args and compares every result by
-// `rule` (rule_of(f) when unset). Empty when they agree, including when both raise an Error;
-// otherwise what differs.
+// Runs f through `compiled` and through `reference` on args and compares result j by
+// tolerance(j). Empty when they agree, including when both raise an Error; otherwise what
+// differs.
+using ToleranceFor = std::function<Tolerance(std::size_t result)>;
 std::optional<std::string> check_program(
     std::shared_ptr<const ir::Function> f, std::span<const Tensor> args, const Factory& compiled,
-    std::optional<Rule> rule = std::nullopt,
-    const Factory& reference = backend(ir::Backend::interpreter));
+    const ToleranceFor& tolerance, const Factory& reference = backend(ir::Backend::interpreter));
+// The same against the interpreter, every result by `rule` (rule_of(f) when unset) in the
+// precision least_precise(f).
+std::optional<std::string> check_program(std::shared_ptr<const ir::Function> f,
+                                         std::span<const Tensor> args, const Factory& compiled,
+                                         std::optional<Rule> rule = std::nullopt);
 
 // ---- random programs ----------------------------------------------------------------------
 
