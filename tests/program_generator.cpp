@@ -7,11 +7,9 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <limits>
 #include <numeric>
 #include <random>
 #include <set>
-#include <sstream>
 #include <utility>
 
 namespace kiln::testing {
@@ -925,7 +923,7 @@ RandomRunReport run_random_programs(const RandomRunOptions& options) {
       std::ofstream(failure.file) << failure.minimised;
     }
     report.failures.push_back(std::move(failure));
-    if (report.failures.size() >= 20) break;
+    if (static_cast<int64_t>(report.failures.size()) >= options.max_failures) break;
   }
   return report;
 }

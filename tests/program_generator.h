@@ -105,6 +105,8 @@ struct RandomRunOptions {
   std::filesystem::path failure_dir;
   // Stop early (and say so) after this much wall-clock time; 0: never.
   double time_budget_s = 0;
+  // Stop after this many failures; the first 5 are minimised and written.
+  int64_t max_failures = 20;
 };
 struct RandomFailure {
   uint64_t seed;          // random_program(seed) fails
@@ -118,8 +120,8 @@ struct RandomRunReport {
   bool out_of_time = false;
   std::vector<RandomFailure> failures;
 };
-// Program i uses seed options.seed * 1000003 + i; inputs the same seed. At most 5 failures
-// are minimised and written (as random_<seed>.kir); the run stops after 20.
+// Program i uses seed options.seed * 1000003 + i; inputs the same seed. Failures are
+// minimised and written as random_<seed>.kir.
 RandomRunReport run_random_programs(const RandomRunOptions& options);
 
 }  // namespace kiln::testing

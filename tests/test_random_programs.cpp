@@ -117,7 +117,8 @@ void expect_caught_and_minimised(const testing::Tamper& fault, const std::string
   testing::RandomRunOptions o{.seed = 3,
                               .count = 200,
                               .compiled = testing::tampered(fault),
-                              .failure_dir = failure_dir() / ("faulty_" + prim)};
+                              .failure_dir = failure_dir() / ("faulty_" + prim),
+                              .max_failures = 1};
   const testing::RandomRunReport r = testing::run_random_programs(o);
   ASSERT_FALSE(r.failures.empty()) << "a backend with a faulty " << prim << " went unnoticed";
   const testing::RandomFailure& f = r.failures.front();
