@@ -247,6 +247,8 @@ std::optional<std::string> check_program(std::shared_ptr<const ir::Function> f,
     got = compiled(f)->run(args);
   } catch (const Error& e) {
     got_error = e.what();
+  } catch (const std::exception& e) {  // anything else is a bug whatever the interpreter does
+    return std::string("the backend threw something other than a kiln::Error: ") + e.what();
   }
   if (want_error || got_error) {
     if (want_error && got_error) return std::nullopt;
