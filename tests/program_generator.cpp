@@ -82,28 +82,35 @@ Tensor lane_sum(const Tensor& x, const Attrs& attrs, const TensorType& out_type)
   return with_values(out, out_type);
 }
 
+// Binds f's equations in order on args (a trace records them; concrete arguments run
+// kernels), passing each one's outputs through `tamper` when given. Unlike ir::evaluate it
+// takes arguments of other shapes than f's parameters, for the minimiser to re-trace f on.
+Ts replay(const ir::Function& f, std::span<const Tensor> args, const Tamper* tamper) {
+  if (args.size() != f.params.size())
+    fail("replay", "wrong argument count: got ", args.size(), ", expected ", f.params.size());
+  std::vector<Tensor> env(static_cast<std::size_t>(f.next_id()));
+  for (std::size_t k = 0; k < args.size(); ++k)
+    env[static_cast<std::size_t>(f.params[k].id)] = args[k];
+  for (const ir::Constant& c : f.constants) env[static_cast<std::size_t>(c.value.id)] = c.tensor;
+  for (const ir::Equation& e : f.equations) {
+    Ts ins;
+    for (const ir::Value& v : e.inputs) ins.push_back(env[static_cast<std::size_t>(v.id)]);
+    Ts outs = kiln::bind(*e.prim, ins, e.attrs);
+    if (tamper) outs = (*tamper)(e, ins, std::move(outs));
+    for (std::size_t k = 0; k < outs.size(); ++k)
+      env[static_cast<std::size_t>(e.outputs[k].id)] = outs[k];
+  }
+  Ts results;
+  for (const ir::Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
+  return results;
+}
+
 class TamperedExecutable final : public ir::Executable {
  public:
   TamperedExecutable(std::shared_ptr<const ir::Function> f, Tamper tamper)
       : f_(std::move(f)), tamper_(std::move(tamper)) {}
   std::vector<Tensor> run(std::span<const Tensor> args) const override {
-    const ir::Function& f = *f_;
-    if (args.size() != f.params.size())
-      fail("tampered", "wrong argument count: got ", args.size(), ", expected ", f.params.size());
-    std::vector<Tensor> env(static_cast<std::size_t>(f.next_id()));
-    for (std::size_t k = 0; k < args.size(); ++k)
-      env[static_cast<std::size_t>(f.params[k].id)] = args[k];
-    for (const ir::Constant& c : f.constants) env[static_cast<std::size_t>(c.value.id)] = c.tensor;
-    for (const ir::Equation& e : f.equations) {
-      Ts ins;
-      for (const ir::Value& v : e.inputs) ins.push_back(env[static_cast<std::size_t>(v.id)]);
-      Ts outs = tamper_(e, ins, kiln::bind(*e.prim, ins, e.attrs));
-      for (std::size_t k = 0; k < outs.size(); ++k)
-        env[static_cast<std::size_t>(e.outputs[k].id)] = outs[k];
-    }
-    Ts results;
-    for (const ir::Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
-    return results;
+    return replay(*f_, args, &tamper_);
   }
 
  private:
@@ -855,6 +862,51 @@ std::shared_ptr<const ir::Function> minimise(
       if (fails(c)) {
         f = c;
         progress = true;
+      }
+    }
+    // Shapes: every parameter axis of one size halved (axes that meet in elementwise work
+    // shrink together), or one axis of one parameter; the program is traced again over the
+    // smaller types, and its type rules decide (a reshape or a slice with fixed sizes
+    // refuses; elementwise work and reductions follow).
+    std::vector<std::vector<TensorType>> smaller;
+    std::set<int64_t> sizes;
+    for (const ir::Value& p : f->params)
+      for (int64_t d : p.type.shape) sizes.insert(d);
+    for (int64_t size : sizes) {
+      if (size < 2) continue;
+      std::vector<TensorType> types = f->param_types();
+      for (TensorType& t : types) {
+        std::vector<int64_t> dims(t.shape.begin(), t.shape.end());
+        for (int64_t& d : dims)
+          if (d == size) d /= 2;
+        t.shape = Shape(dims);
+      }
+      smaller.push_back(types);
+    }
+    for (std::size_t k = 0; k < f->params.size(); ++k) {
+      for (int a = 0; a < f->params[k].type.shape.rank(); ++a) {
+        std::vector<TensorType> types = f->param_types();
+        std::vector<int64_t> dims(types[k].shape.begin(), types[k].shape.end());
+        if (dims[static_cast<std::size_t>(a)] < 2) continue;
+        dims[static_cast<std::size_t>(a)] /= 2;
+        types[k].shape = Shape(dims);
+        smaller.push_back(types);
+      }
+    }
+    for (const std::vector<TensorType>& types : smaller) {
+      std::shared_ptr<const ir::Function> c;
+      try {
+        const ir::Traced t = ir::trace_function(
+            f->name, types, [&](const Ts& params) { return replay(*f, params, nullptr); },
+            f->param_names);
+        c = finish(ir::optimize(*t.function));
+      } catch (const Error&) {
+        continue;
+      }
+      if (fails(c)) {
+        f = c;
+        progress = true;
+        break;
       }
     }
     // Parameters nothing uses any more.

@@ -83,9 +83,11 @@ std::shared_ptr<const ir::Function> random_program(uint64_t seed);
 
 // ---- minimising ---------------------------------------------------------------------------
 
-// Shrinks f while `fails` holds: drops results, and replaces equations' outputs by an earlier
-// value of the same type or by a new parameter (then drops what nothing uses), until no
-// single step keeps it failing. Returns f itself when nothing can go.
+// Shrinks f while `fails` holds: drops results, returns an equation's input instead of its
+// result, replaces equations' outputs by an earlier value of the same type or by a new
+// parameter (then drops what nothing uses), and halves parameter axes where the program's
+// type rules allow, until no single step keeps it failing. Returns f itself when nothing can
+// go.
 std::shared_ptr<const ir::Function> minimise(
     std::shared_ptr<const ir::Function> f,
     const std::function<bool(std::shared_ptr<const ir::Function>)>& fails);
