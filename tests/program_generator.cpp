@@ -118,7 +118,36 @@ class TamperedExecutable final : public ir::Executable {
   Tamper tamper_;
 };
 
+class DenseReader final : public ir::Executable {
+ public:
+  explicit DenseReader(std::shared_ptr<const ir::Executable> inner) : inner_(std::move(inner)) {}
+  std::vector<Tensor> run(std::span<const Tensor> args) const override {
+    Ts dense;
+    for (const Tensor& t : args) {
+      const auto capacity = static_cast<int64_t>(t.storage()->nbytes() / dtype_size(t.dtype()));
+      if (t.is_contiguous() || t.offset() + t.numel() > capacity) {
+        dense.push_back(t);
+        continue;
+      }
+      auto impl = std::make_shared<TensorImpl>(*t.impl());
+      Tensor c = empty(t.type());  // for its contiguous strides
+      impl->strides = c.strides();
+      dense.push_back(Tensor(std::move(impl)));
+    }
+    return inner_->run(dense);
+  }
+
+ private:
+  std::shared_ptr<const ir::Executable> inner_;
+};
+
 }  // namespace
+
+Factory ignoring_strides(Factory inner) {
+  return [inner](std::shared_ptr<const ir::Function> f) -> std::shared_ptr<const ir::Executable> {
+    return std::make_shared<DenseReader>(inner(std::move(f)));
+  };
+}
 
 Factory backend(ir::Backend b) {
   return [b](std::shared_ptr<const ir::Function> f) {

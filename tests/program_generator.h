@@ -39,6 +39,10 @@ Factory tampered(Tamper tamper);
 // `with` (the same inputs and attributes: reduce_max as reduce_min).
 Tamper ulps_up(std::string prim, int n);
 Tamper computed_as(std::string prim, std::string with);
+// A backend that ignores its arguments' strides: `inner` run on each non-contiguous
+// argument's buffer read as if it were contiguous from the view's first element (where that
+// stays inside the buffer), as a code generator that assumed dense inputs would.
+Factory ignoring_strides(Factory inner);
 // Differences the rules allow, which the checks must accept: transcendental results moved
 // towards zero by up to kTranscendentalUlps, float32/float64 reduce_sum accumulated in eight
 // lanes of the input's own dtype, in reverse order.
