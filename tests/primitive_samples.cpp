@@ -672,6 +672,9 @@ bool vmap_checks(const PrimitiveSample& s) {
   const Primitive* p = find_primitive(s.prim);
   return p && p->batch && s.vmap.check;
 }
+bool compiled_checks(const PrimitiveSample& s) {
+  return find_primitive(s.prim) && s.compiled.check;
+}
 std::vector<PrimitiveSample> ad_samples() {
   std::vector<PrimitiveSample> out;
   std::copy_if(primitive_samples().begin(), primitive_samples().end(), std::back_inserter(out),
@@ -682,6 +685,13 @@ std::vector<PrimitiveSample> vmap_samples() {
   std::vector<PrimitiveSample> out;
   std::copy_if(primitive_samples().begin(), primitive_samples().end(), std::back_inserter(out),
                vmap_checks);
+  return out;
+}
+
+std::vector<PrimitiveSample> compiled_samples() {
+  std::vector<PrimitiveSample> out;
+  std::copy_if(primitive_samples().begin(), primitive_samples().end(), std::back_inserter(out),
+               compiled_checks);
   return out;
 }
 
@@ -697,13 +707,14 @@ bool traces_primitive(const ir::Function& f, const PrimitiveSample& s) {
 
 std::vector<std::string> coverage_gaps() {
   std::vector<std::string> gaps;
-  std::set<std::string> any, ad, vmap;
+  std::set<std::string> any, ad, vmap, compiled;
   for (const PrimitiveSample& s : primitive_samples()) {
     if (!find_primitive(s.prim))
       gaps.push_back("sample '" + name_of(s) + "' names no registered primitive");
     any.insert(s.prim);
     if (ad_checks(s)) ad.insert(s.prim);
     if (vmap_checks(s)) vmap.insert(s.prim);
+    if (compiled_checks(s)) compiled.insert(s.prim);
   }
   const std::string add = ": add one to the table in tests/primitive_samples.cpp";
   for (const Primitive* p : all_primitives()) {
@@ -714,6 +725,9 @@ std::vector<std::string> coverage_gaps() {
     if (p->batch && !vmap.count(p->name))
       gaps.push_back("primitive '" + p->name +
                      "' has a batching rule but no sample the vmap walk checks" + add);
+    if (!compiled.count(p->name))
+      gaps.push_back("primitive '" + p->name +
+                     "' has no sample the compiled-vs-interpreted walk checks" + add);
   }
   return gaps;
 }

@@ -5,8 +5,11 @@
 //   tests/test_vmap.cpp      the batching rule vs a loop over examples (the vmap walk);
 //   tests/test_axis_attributes.cpp  negative vs non-negative axis attributes: values,
 //                            derivatives and vmap agree (the axis walk);
+//   tests/test_compiled_walk.cpp  the LLVM backend vs the interpreter, on every dtype the
+//                            kernels accept, edge values, empty, 0-d and non-contiguous inputs
+//                            (the compiled walk);
 //
-// and any later one (compiled vs interpreted evaluation): a walk is one loop over
+// and any later one: a walk is one loop over
 // `primitive_samples()` that draws each sample's inputs with a `Gen` and applies the sample's
 // function with `apply`. Adding a primitive means adding one entry to the table in
 // primitive_samples.cpp; `PrimitiveSamples.EveryPrimitiveHasTheSamplesItsWalksNeed`
@@ -97,6 +100,11 @@ struct VmapKnobs {
   Reference reference = nullptr;  // default: the sample's function applied to each example
 };
 
+// Knobs of the compiled walk.
+struct CompiledKnobs {
+  bool check = true;
+};
+
 struct PrimitiveSample {
   std::string prim;
   std::string label;  // tells apart several samples of one primitive ("" for the first)
@@ -110,6 +118,7 @@ struct PrimitiveSample {
   std::string axis_name = "";
   AdKnobs ad = {};
   VmapKnobs vmap = {};
+  CompiledKnobs compiled = {};
 };
 
 std::string name_of(const PrimitiveSample& s);  // "prim" or "prim_label"
@@ -122,8 +131,10 @@ const std::vector<PrimitiveSample>& primitive_samples();
 // the completeness check use these, so they agree.
 bool ad_checks(const PrimitiveSample& s);
 bool vmap_checks(const PrimitiveSample& s);
+bool compiled_checks(const PrimitiveSample& s);
 std::vector<PrimitiveSample> ad_samples();
 std::vector<PrimitiveSample> vmap_samples();
+std::vector<PrimitiveSample> compiled_samples();
 
 // The sample's function (its body, or its primitive bound once) on concrete or traced inputs.
 Ts apply(const PrimitiveSample& s, const Ts& inputs, const Attrs& attrs);
@@ -132,7 +143,8 @@ bool traces_primitive(const ir::Function& f, const PrimitiveSample& s);
 
 // What the table lacks, one message each: a registered primitive with no sample, a
 // differentiable primitive with none the AD walk checks, a primitive with a batching rule with
-// none the vmap walk checks, a sample naming no registered primitive. No primitive is exempt:
+// none the vmap walk checks, a primitive with none the compiled walk checks, a sample naming no
+// registered primitive. No primitive is exempt:
 // those reached only through an API (while_grad, the reverse pass of while) have a `body`.
 std::vector<std::string> coverage_gaps();
 
