@@ -112,8 +112,10 @@ class TamperedExecutable final : public ir::Executable {
   std::vector<Tensor> run(std::span<const Tensor> args) const override {
     return replay(*f_, args, &tamper_);
   }
+  const ir::CompiledInfo& info() const override { return info_; }
 
  private:
+  ir::CompiledInfo info_;
   std::shared_ptr<const ir::Function> f_;
   Tamper tamper_;
 };
@@ -136,6 +138,7 @@ class DenseReader final : public ir::Executable {
     }
     return inner_->run(dense);
   }
+  const ir::CompiledInfo& info() const override { return inner_->info(); }
 
  private:
   std::shared_ptr<const ir::Executable> inner_;

@@ -460,8 +460,8 @@ class Emitter {
       r = is_nan(a[0]);
     } else if (p == &prim::convert()) {
       return convert(in, n.attrs.get_dtype("dtype"), a[0]);
-    } else if (p == &prim::stop_gradient()) {
-      r = a[0];
+    } else if (p == &prim::stop_gradient() || is_reduction(p)) {
+      r = a[0];  // a reduction over no axes (see fusion.cpp) is the identity
     } else if (p == &prim::add()) {
       r = fl ? b_.CreateFAdd(a[0], a[1]) : b_.CreateAdd(a[0], a[1]);
     } else if (p == &prim::sub()) {

@@ -53,10 +53,6 @@ bool is_layout(const Primitive* p) {
   return is_one_of(p,
                    {&prim::broadcast_to(), &prim::reshape(), &prim::transpose(), &prim::slice()});
 }
-bool is_reduce(const Primitive* p) {
-  return is_one_of(p, {&prim::reduce_sum(), &prim::reduce_prod(), &prim::reduce_max(),
-                       &prim::reduce_min(), &prim::reduce_and(), &prim::reduce_or()});
-}
 
 // A reshape of a strided view without copying, when its dimensions can be regrouped (numpy's
 // rule): each run of input dimensions that multiplies to a run of output dimensions must be
@@ -157,7 +153,7 @@ class Builder {
   // Adds equation i if it fits the group; false (and no change) otherwise.
   bool try_add(int i) {
     const ir::Equation& e = f_.equations[static_cast<std::size_t>(i)];
-    if (is_reduce(e.prim)) return add_reduce(i, e);
+    if (is_reduction(e.prim)) return add_reduce(i, e);
     if (is_layout(e.prim)) return add_alias(i, e);
     return add_elementwise(i, e);
   }
@@ -298,7 +294,11 @@ class Builder {
   bool add_reduce(int i, const ir::Equation& e) {
     const Dims s = dims_of(e.inputs[0]);
     std::vector<bool> axes(s.size(), false);
-    for (int64_t a : e.attrs.get_ints("axes")) axes[static_cast<std::size_t>(a)] = true;
+    // Axes may be negative in the IR (the type rule accepts them): count them from the end.
+    for (int64_t a : e.attrs.get_ints("axes"))
+      axes[static_cast<std::size_t>(a < 0 ? a + static_cast<int64_t>(s.size()) : a)] = true;
+    // Reducing no axes is the identity: an elementwise node.
+    if (std::find(axes.begin(), axes.end(), true) == axes.end()) return add_elementwise(i, e);
     const bool was_empty = empty();
     if (was_empty) {
       start(s);
@@ -370,6 +370,11 @@ class Builder {
 };
 
 }  // namespace
+
+bool is_reduction(const Primitive* p) {
+  return is_one_of(p, {&prim::reduce_sum(), &prim::reduce_prod(), &prim::reduce_max(),
+                       &prim::reduce_min(), &prim::reduce_and(), &prim::reduce_or()});
+}
 
 bool fusible(const ir::Equation& e) {
   static const std::unordered_set<const Primitive*> lowered = {

@@ -89,6 +89,9 @@ struct Partition {
 // step's inputs are parameters, constants or outputs of earlier steps.
 Partition partition(const ir::Function& f);
 
+// reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and, reduce_or.
+bool is_reduction(const Primitive* p);
+
 // Whether the code generator lowers this primitive on this dtype (else it is opaque).
 bool fusible(const ir::Equation& e);
 
