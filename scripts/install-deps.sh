@@ -10,6 +10,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libopenblas-openmp-dev # GEMM for matmul and convolution (OpenMP build: one thread pool)
   libdnnl-dev            # oneDNN: float32 convolutions and their gradients
+  libsleef-dev           # SLEEF: vectorised exp, log, tanh, ... (variant picked at run time)
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   python3-numpy          # reference values in tests are checked against numpy
