@@ -61,29 +61,23 @@ struct Row {
   Variants f32, f64;
 };
 
-#define KILN_ROW(name)                                                                             \
-  Row {                                                                                            \
-    {{"Sleef_" #name "f1_u10purec", 1, reinterpret_cast<AnyFn>(&Sleef_##name##f1_u10purec)},       \
-     {"Sleef_" #name "f1_u10purecfma", 1, reinterpret_cast<AnyFn>(&Sleef_##name##f1_u10purecfma)}, \
-     {"Sleef_" #name "f4_u10sse4", 4, reinterpret_cast<AnyFn>(&Sleef_##name##f4_u10sse4)},         \
-     {"Sleef_" #name "f8_u10avx2", 8, reinterpret_cast<AnyFn>(&Sleef_##name##f8_u10avx2)},         \
-     {"Sleef_" #name "f16_u10avx512f", 16,                                                         \
-      reinterpret_cast<AnyFn>(&Sleef_##name##f16_u10avx512f)}},                                    \
-    {                                                                                              \
-      {"Sleef_" #name "d1_u10purec", 1, reinterpret_cast<AnyFn>(&Sleef_##name##d1_u10purec)},      \
-          {"Sleef_" #name "d1_u10purecfma", 1,                                                     \
-           reinterpret_cast<AnyFn>(&Sleef_##name##d1_u10purecfma)},                                \
-          {"Sleef_" #name "d2_u10sse4", 2, reinterpret_cast<AnyFn>(&Sleef_##name##d2_u10sse4)},    \
-          {"Sleef_" #name "d4_u10avx2", 4, reinterpret_cast<AnyFn>(&Sleef_##name##d4_u10avx2)},    \
-          {"Sleef_" #name "d8_u10avx512f", 8,                                                      \
-           reinterpret_cast<AnyFn>(&Sleef_##name##d8_u10avx512f)},                                 \
-    }                                                                                              \
+#define KILN_VARIANT(sym, lanes) \
+  Variant { "Sleef_" #sym, lanes, reinterpret_cast<AnyFn>(&Sleef_##sym) }
+#define KILN_ROW(name)                                                              \
+  Row {                                                                             \
+    {KILN_VARIANT(name##f1_u10purec, 1), KILN_VARIANT(name##f1_u10purecfma, 1),     \
+     KILN_VARIANT(name##f4_u10sse4, 4), KILN_VARIANT(name##f8_u10avx2, 8),          \
+     KILN_VARIANT(name##f16_u10avx512f, 16)},                                       \
+        {KILN_VARIANT(name##d1_u10purec, 1), KILN_VARIANT(name##d1_u10purecfma, 1), \
+         KILN_VARIANT(name##d2_u10sse4, 2), KILN_VARIANT(name##d4_u10avx2, 4),      \
+         KILN_VARIANT(name##d8_u10avx512f, 8)},                                     \
   }
 // Indexed by MathFn.
 const Row kTable[] = {KILN_ROW(exp), KILN_ROW(log), KILN_ROW(log1p), KILN_ROW(expm1),
                       KILN_ROW(sin), KILN_ROW(cos), KILN_ROW(tan),   KILN_ROW(tanh),
                       KILN_ROW(erf), KILN_ROW(pow)};
 #undef KILN_ROW
+#undef KILN_VARIANT
 static_assert(std::size(kTable) == std::size(kMathFns));
 
 template <typename T>
@@ -233,8 +227,6 @@ T libm(MathFn fn, T x, T y) {
   switch (fn) {
     case MathFn::exp:
       return std::exp(x);
-    case MathFn::expm1:
-      return std::expm1(x);
     case MathFn::pow:
       return std::pow(x, y);
     default:
