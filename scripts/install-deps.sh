@@ -11,6 +11,7 @@ packages=(
   libopenblas-openmp-dev # GEMM for matmul and convolution (OpenMP build: one thread pool)
   libdnnl-dev            # oneDNN: float32 convolutions and their gradients
   llvm-16-dev            # jit's code generator: LLVM 16 and its ORC JIT (src/compiler/)
+  libsleef-dev           # SLEEF: vectorised exp, log, tanh, ... (variant picked at run time)
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   python3-numpy          # reference values in tests are checked against numpy

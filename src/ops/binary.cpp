@@ -1,11 +1,13 @@
 // Binary elementwise primitives and `select`. The primitives take operands of one dtype and
 // shape; the public ops promote dtypes and broadcast shapes (as views) before binding.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <type_traits>
 
 #include "detail/elementwise.h"
 #include "kiln/ops.h"
+#include "math/vector_math.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
@@ -163,20 +165,20 @@ struct Pow {
     return {ct * pow_da(a, b), ct * pow_db(a, y)};
   }
   static constexpr bool checks_negative_exponent = true;
+  // Floats run SLEEF's vector pow (map_pow); integers exponentiate by squaring, wrapping like
+  // multiplication.
+  static constexpr bool vector_pow = true;
   template <typename T>
   T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      return std::pow(a, b);
-    } else {  // exponentiation by squaring, wrapping like multiplication
-      T result{1};
-      auto e = static_cast<std::make_unsigned_t<T>>(b);
-      while (e) {
-        if (e & 1u) result = Mul{}(result, a);
-        a = Mul{}(a, a);
-        e >>= 1u;
-      }
-      return result;
+    static_assert(std::is_integral_v<T>, "float pow runs map_pow");
+    T result{1};
+    auto e = static_cast<std::make_unsigned_t<T>>(b);
+    while (e) {
+      if (e & 1u) result = Mul{}(result, a);
+      a = Mul{}(a, a);
+      e >>= 1u;
     }
+    return result;
   }
 };
 // maximum/minimum propagate NaN, like numpy.
@@ -275,6 +277,43 @@ void check_operands(std::string_view name, const Tensor& b) {
   }
 }
 
+// Elements per chunk of strided, broadcast or 16-bit operands gathered for map_pow.
+constexpr int64_t kChunk = 256;
+
+// out = pow(a, b) for a floating T through the vector table (src/math/vector_math.h):
+// contiguous float and double rows go straight in; other rows (strided, broadcast, 16-bit) are
+// gathered into compute-type stack buffers kChunk at a time, computed, and scattered back.
+template <typename T>
+void map_pow(const Tensor& a, const Tensor& b, const Tensor& out) {
+  using C = detail::compute_t<T>;
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* po = static_cast<T*>(out.raw_data());
+  detail::for_each_row<3>(
+      out.shape().dims(), {&out.strides(), &a.strides(), &b.strides()},
+      [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
+        T* o = po + off[0];
+        const T* x = pa + off[1];
+        const T* y = pb + off[2];
+        if constexpr (std::is_same_v<T, C>) {
+          if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
+            math::apply_pow(x, y, o, n);
+            return;
+          }
+        }
+        C xb[kChunk], yb[kChunk];
+        for (int64_t s = 0; s < n; s += kChunk) {
+          const int64_t m = std::min(kChunk, n - s);
+          for (int64_t k = 0; k < m; ++k) {
+            xb[k] = static_cast<C>(x[(s + k) * st[1]]);
+            yb[k] = static_cast<C>(y[(s + k) * st[2]]);
+          }
+          math::apply_pow(xb, yb, xb, m);
+          for (int64_t k = 0; k < m; ++k) o[(s + k) * st[0]] = static_cast<T>(xb[k]);
+        }
+      });
+}
+
 template <typename F>
 const Primitive& define_binary(std::string name, Loc loc) {
   TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
@@ -288,7 +327,10 @@ const Primitive& define_binary(std::string name, Loc loc) {
       if constexpr (in_domain<T>(F::domain)) {
         check_operands<F, T>(name, in[1]);
         using Out = std::conditional_t<bool_result<F>(), bool, T>;
-        detail::map_binary<T, Out>(in[0], in[1], out, F{});
+        if constexpr (requires { F::vector_pow; } && std::is_floating_point_v<detail::compute_t<T>>)
+          map_pow<T>(in[0], in[1], out);
+        else
+          detail::map_binary<T, Out>(in[0], in[1], out, F{});
       }
     });
     return std::vector<Tensor>{out};

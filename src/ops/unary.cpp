@@ -1,10 +1,12 @@
 // Unary elementwise primitives: each entry of the table below is one primitive, with its
 // domain, type rule and kernel.
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "detail/elementwise.h"
 #include "kiln/ops.h"
+#include "math/vector_math.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
@@ -104,21 +106,59 @@ struct Sign {
       return expr;                                     \
     }                                                  \
   };
-KILN_FLOAT_UNARY(Exp, std::exp(x), t* y)
-KILN_FLOAT_UNARY(Log, std::log(x), t / x)
-KILN_FLOAT_UNARY(Log1p, std::log1p(x), t / (x + 1.0))
-KILN_FLOAT_UNARY(Expm1, std::expm1(x), t*(y + 1.0))
 KILN_FLOAT_UNARY(Sqrt, std::sqrt(x), t / (y * 2.0))
 KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x), t* y / x * -0.5)
-KILN_FLOAT_UNARY(Sin, std::sin(x), t* cos(x))
-KILN_FLOAT_UNARY(Cos, std::cos(x), -(t* sin(x)))
-KILN_FLOAT_UNARY(Tan, std::tan(x), t*(y* y + 1.0))
-KILN_FLOAT_UNARY(Tanh, std::tanh(x), t*(1.0 - y * y))
-// Stable for large |x|: never exponentiates a large positive number.
-KILN_FLOAT_UNARY(Sigmoid,
-                 x >= T{0} ? T{1} / (T{1} + std::exp(-x)) : std::exp(x) / (T{1} + std::exp(x)),
-                 t* y*(1.0 - y))
-KILN_FLOAT_UNARY(Erf, std::erf(x), t* exp(-(x* x)) * 1.1283791670955126)  // 2/sqrt(pi)
+// Transcendental functions run SLEEF's vector functions (src/math/vector_math.h) over
+// contiguous chunks: `chunk(x, y, n)` computes y[i] = f(x[i]) in float or double.
+#define KILN_VECTOR_UNARY(Name, fn, derivative)                              \
+  struct Name {                                                              \
+    static constexpr Domain domain = Domain::floating;                       \
+    template <typename C>                                                    \
+    static void chunk(const C* x, C* y, int64_t n) {                         \
+      math::apply(math::MathFn::fn, x, y, n);                                \
+    }                                                                        \
+    static Tensor scale(const Tensor& x, const Tensor& y, const Tensor& t) { \
+      (void)x;                                                               \
+      (void)y;                                                               \
+      return derivative;                                                     \
+    }                                                                        \
+  };
+KILN_VECTOR_UNARY(Exp, exp, t* y)
+KILN_VECTOR_UNARY(Log, log, t / x)
+KILN_VECTOR_UNARY(Log1p, log1p, t / (x + 1.0))
+KILN_VECTOR_UNARY(Expm1, expm1, t*(y + 1.0))
+KILN_VECTOR_UNARY(Sin, sin, t* cos(x))
+KILN_VECTOR_UNARY(Cos, cos, -(t* sin(x)))
+KILN_VECTOR_UNARY(Tan, tan, t*(y* y + 1.0))
+KILN_VECTOR_UNARY(Tanh, tanh, t*(1.0 - y * y))
+KILN_VECTOR_UNARY(Erf, erf, t* exp(-(x* x)) * 1.1283791670955126)  // 2/sqrt(pi)
+#undef KILN_VECTOR_UNARY
+// Elements per chunk: gathered strided or 16-bit inputs, and sigmoid's exponentials, live in
+// stack buffers of this many compute-type values.
+constexpr int64_t kChunk = 256;
+// Stable for large |x|: only e = exp(-|x|) <= 1 is computed (vectorised), then 1/(1+e) for
+// x >= 0 and e/(1+e) below. The rounding error of 1 + e is exact in Fast2Sum form (1 >= e)
+// and corrects the quotient: without it float32 reached 2.25 ulp, with it the error is e's
+// own plus one rounding (docs/DESIGN.md, "Kernels").
+struct Sigmoid {
+  static constexpr Domain domain = Domain::floating;
+  template <typename C>
+  static void chunk(const C* x, C* y, int64_t n) {
+    for (int64_t b = 0; b < n; b += kChunk) {
+      const int64_t m = std::min(kChunk, n - b);
+      C e[kChunk];
+      for (int64_t k = 0; k < m; ++k) e[k] = -std::fabs(x[b + k]);
+      math::apply(math::MathFn::exp, e, e, m);
+      for (int64_t k = 0; k < m; ++k) {
+        const C d = C{1} + e[k];
+        const C lo = (C{1} - d) + e[k];  // 1 + e == d + lo exactly
+        const C q = (x[b + k] >= C{0} ? C{1} : e[k]) / d;
+        y[b + k] = q - q * (lo / d);
+      }
+    }
+  }
+  static Tensor scale(const Tensor&, const Tensor& y, const Tensor& t) { return t * y * (1.0 - y); }
+};
 KILN_STEP_UNARY(Floor, std::floor(x))
 KILN_STEP_UNARY(Ceil, std::ceil(x))
 KILN_STEP_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
@@ -151,6 +191,40 @@ constexpr bool has_derivative() {
 }
 
 template <typename F>
+constexpr bool chunked() {
+  return requires(const float* x, float* y) { F::chunk(x, y, int64_t{0}); };
+}
+
+// y = F::chunk(x) over tensors of any layout: contiguous float and double rows are passed
+// straight through, anything else (strided rows, float16/bfloat16) goes through a stack buffer
+// of compute-type values, kChunk at a time; rows are split across threads by for_each_row.
+template <typename F, typename T>
+void map_chunks(const Tensor& in, const Tensor& out) {
+  using C = detail::compute_t<T>;
+  const T* pi = static_cast<const T*>(in.raw_data());
+  T* po = static_cast<T*>(out.raw_data());
+  detail::for_each_row<2>(
+      out.shape().dims(), {&out.strides(), &in.strides()},
+      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
+        T* o = po + off[0];
+        const T* x = pi + off[1];
+        if constexpr (std::is_same_v<T, C>) {
+          if (st[0] == 1 && st[1] == 1) {
+            F::chunk(x, o, n);
+            return;
+          }
+        }
+        C buf[kChunk];
+        for (int64_t b = 0; b < n; b += kChunk) {
+          const int64_t m = std::min(kChunk, n - b);
+          for (int64_t k = 0; k < m; ++k) buf[k] = static_cast<C>(x[(b + k) * st[1]]);
+          F::chunk(buf, buf, m);
+          for (int64_t k = 0; k < m; ++k) o[(b + k) * st[0]] = static_cast<T>(buf[k]);
+        }
+      });
+}
+
+template <typename F>
 constexpr bool linear() {
   if constexpr (requires { F::linear; })
     return F::linear;
@@ -170,7 +244,10 @@ const Primitive& define_unary(std::string name, Loc loc) {
     detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
       if constexpr (in_domain<T>(F::domain)) {
         using Out = std::conditional_t<bool_result<F>(), bool, T>;
-        detail::map_unary<T, Out>(in[0], out, F{});
+        if constexpr (chunked<F>())
+          map_chunks<F, T>(in[0], out);
+        else
+          detail::map_unary<T, Out>(in[0], out, F{});
       }
     });
     return std::vector<Tensor>{out};
