@@ -10,9 +10,11 @@
 #include <llvm/IR/Module.h>
 
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "compiler/orc.h"
+#include "math/vector_math.h"
 #include "ops/primitives.h"
 
 namespace kiln::compiler {
@@ -34,24 +36,17 @@ int64_t kernel_cost(const Group& g) {
 
 namespace {
 
-// The SLEEF function (1.0-ulp variants) for a transcendental primitive.
-std::optional<std::string> sleef_name(const Primitive* p) {
-  static const std::map<const Primitive*, std::string> names = {
-      {&prim::exp(), "exp"},     {&prim::log(), "log"},   {&prim::log1p(), "log1p"},
-      {&prim::expm1(), "expm1"}, {&prim::sin(), "sin"},   {&prim::cos(), "cos"},
-      {&prim::tan(), "tan"},     {&prim::tanh(), "tanh"}, {&prim::erf(), "erf"},
-      {&prim::pow(), "pow"}};
-  auto it = names.find(p);
-  if (it == names.end()) return std::nullopt;
+// The vector math function (src/math/vector_math.h) of a transcendental primitive.
+std::optional<math::MathFn> math_fn(const Primitive* p) {
+  static const std::map<const Primitive*, math::MathFn> fns = {
+      {&prim::exp(), math::MathFn::exp},     {&prim::log(), math::MathFn::log},
+      {&prim::log1p(), math::MathFn::log1p}, {&prim::expm1(), math::MathFn::expm1},
+      {&prim::sin(), math::MathFn::sin},     {&prim::cos(), math::MathFn::cos},
+      {&prim::tan(), math::MathFn::tan},     {&prim::tanh(), math::MathFn::tanh},
+      {&prim::erf(), math::MathFn::erf},     {&prim::pow(), math::MathFn::pow}};
+  auto it = fns.find(p);
+  if (it == fns.end()) return std::nullopt;
   return it->second;
-}
-
-// SLEEF's symbol for `fn` on `lanes` lanes of float (f32) or double, for this host's ISA.
-std::string sleef_symbol(const std::string& fn, bool f32, int lanes) {
-  if (lanes == 1) return "Sleef_" + fn + (f32 ? "f" : "") + "_u10";
-  const int bits = lanes * (f32 ? 32 : 64);
-  const char* isa = bits == 512 ? "avx512f" : bits == 256 ? "avx2" : "sse4";
-  return "Sleef_" + fn + (f32 ? "f" : "d") + std::to_string(lanes) + "_u10" + isa;
 }
 
 // Coalesced form of a group: size-1 axes dropped and neighbours that every access walks
@@ -137,7 +132,8 @@ class Emitter {
  public:
   Emitter(llvm::Module& m, const Group& g, const std::string& name)
       : m_(m), ctx_(m.getContext()), b_(ctx_), g_(g), l_(coalesce(g)) {
-    lanes_ = host_cpu().vector_bits / 32;
+    // The lanes of the host's float32 vector functions: 16 on AVX-512, 8 on AVX2, 4 on SSE4.1.
+    lanes_ = math::host_functions(math::MathFn::exp, float32).vector.lanes;
     auto* i64 = b_.getInt64Ty();
     auto* ptr = llvm::PointerType::getUnqual(ctx_);
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
@@ -325,19 +321,89 @@ class Emitter {
   }
 
   // ---- operations ----------------------------------------------------------------------------
-  llvm::Value* call_sleef(const std::string& fn, DType d, std::vector<llvm::Value*> args) {
+  // fn on every lane, through the same SLEEF functions and patches as the eager kernels
+  // (math::host_functions, math::patches).
+  llvm::Value* call_math(math::MathFn fn, DType d, const std::vector<llvm::Value*>& args) {
+    const DType t = d == float64 ? float64 : float32;
+    llvm::Value* r = call_sleef(fn, t, args);
+    const math::Patches patch = math::patches(fn, t);
+    llvm::Value* x = args[0];
+    const int lanes = lanes_of(x);
+    if (patch.identity_below_normal) {
+      const double tiny =
+          t == float64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
+      r = b_.CreateSelect(
+          b_.CreateFCmpOLT(intrinsic(llvm::Intrinsic::fabs, {x}), fconst(t, tiny, lanes)), x, r);
+    }
+    if (patch.log_above)
+      r = b_.CreateSelect(b_.CreateFCmpOGT(x, fconst(t, *patch.log_above, lanes)),
+                          call_sleef(math::MathFn::log, t, {x}), r);
+    if (patch.libm_on_overflow) r = libm_on_overflow(fn, t, args, r);
+    return r;
+  }
+
+  // Lanes where SLEEF overflowed to inf from finite arguments are recomputed by libm, on a
+  // branch that only runs when some lane needs it.
+  llvm::Value* libm_on_overflow(math::MathFn fn, DType t, const std::vector<llvm::Value*>& args,
+                                llvm::Value* r) {
+    const int lanes = lanes_of(r);
+    llvm::Value* inf = fconst(t, std::numeric_limits<double>::infinity(), lanes);
+    llvm::Value* mask = b_.CreateFCmpOEQ(intrinsic(llvm::Intrinsic::fabs, {r}), inf);
+    for (llvm::Value* a : args)
+      mask = b_.CreateAnd(mask, b_.CreateFCmpONE(intrinsic(llvm::Intrinsic::fabs, {a}), inf));
+    llvm::Value* any = lanes == 1 ? mask : b_.CreateOrReduce(mask);
+    llvm::BasicBlock* fast = b_.GetInsertBlock();
+    auto* slow = llvm::BasicBlock::Create(ctx_, "libm", fn_);
+    auto* join = llvm::BasicBlock::Create(ctx_, "patched", fn_);
+    b_.CreateCondBr(any, slow, join);
+    b_.SetInsertPoint(slow);
+    llvm::Type* scalar = compute_scalar(t);
+    const std::string name = std::string(math::fn_name(fn)) + (t == float32 ? "f" : "");
+    std::vector<llvm::Type*> types(args.size(), scalar);
+    auto libm = m_.getOrInsertFunction(name, llvm::FunctionType::get(scalar, types, false));
+    llvm::Value* fixed = r;
+    for (int k = 0; k < lanes; ++k) {
+      auto lane = [&](llvm::Value* v) {
+        return lanes == 1 ? v : b_.CreateExtractElement(v, static_cast<uint64_t>(k));
+      };
+      std::vector<llvm::Value*> a;
+      for (llvm::Value* v : args) a.push_back(lane(v));
+      llvm::Value* y = b_.CreateSelect(lane(mask), b_.CreateCall(libm, a), lane(r));
+      fixed = lanes == 1 ? y : b_.CreateInsertElement(fixed, y, static_cast<uint64_t>(k));
+    }
+    llvm::BasicBlock* slow_end = b_.GetInsertBlock();
+    b_.CreateBr(join);
+    b_.SetInsertPoint(join);
+    llvm::PHINode* phi = b_.CreatePHI(r->getType(), 2);
+    phi->addIncoming(r, fast);
+    phi->addIncoming(fixed, slow_end);
+    return phi;
+  }
+
+  // One call per native vector of the host's SLEEF variant (or the scalar one in tails).
+  llvm::Value* call_sleef(math::MathFn fn, DType t, const std::vector<llvm::Value*>& args) {
     const int lanes = lanes_of(args[0]);
-    const bool f32 = d != float64;
-    // One call per native vector: SLEEF's functions take the host's register width.
-    const int native = lanes == 1 ? 1 : host_cpu().vector_bits / (f32 ? 32 : 64);
-    llvm::Type* scalar = f32 ? b_.getFloatTy() : b_.getDoubleTy();
-    auto call = [&](std::vector<llvm::Value*> a, int n) -> llvm::Value* {
+    const math::MathFunctions fns = math::host_functions(fn, t);
+    const math::VectorFunction& v = lanes == 1 ? fns.scalar : fns.vector;
+    const int native = v.lanes;
+    llvm::Type* scalar = compute_scalar(t);
+    auto call = [&](const std::vector<llvm::Value*>& a, int n) -> llvm::Value* {
       std::vector<llvm::Type*> types(a.size(), vec(scalar, n));
-      auto callee = m_.getOrInsertFunction(sleef_symbol(fn, f32, n),
-                                           llvm::FunctionType::get(vec(scalar, n), types, false));
+      auto callee =
+          m_.getOrInsertFunction(v.symbol, llvm::FunctionType::get(vec(scalar, n), types, false));
       return b_.CreateCall(callee, a);
     };
     if (lanes == native) return call(args, lanes);
+    if (native == 1) {  // no vector variant on this host: lane by lane
+      llvm::Value* out = llvm::UndefValue::get(vec(scalar, lanes));
+      for (int k = 0; k < lanes; ++k) {
+        std::vector<llvm::Value*> a;
+        for (llvm::Value* x : args)
+          a.push_back(b_.CreateExtractElement(x, static_cast<uint64_t>(k)));
+        out = b_.CreateInsertElement(out, call(a, 1), static_cast<uint64_t>(k));
+      }
+      return out;
+    }
     llvm::Value* out = llvm::UndefValue::get(vec(scalar, lanes));
     for (int start = 0; start < lanes; start += native) {
       std::vector<int> mask;
@@ -406,8 +472,8 @@ class Emitter {
     const int lanes = lanes_of(a.back());
     const bool fl = is_floating(in);
     llvm::Value* r = nullptr;
-    if (auto fn = sleef_name(p)) {
-      r = call_sleef(*fn, in, a);
+    if (auto fn = math_fn(p)) {
+      r = call_math(*fn, in, a);
     } else if (p == &prim::neg()) {
       r = fl ? b_.CreateFNeg(a[0])
              : b_.CreateSub(iconst(a[0]->getType()->getScalarType(), 0, lanes), a[0]);
@@ -442,12 +508,16 @@ class Emitter {
     } else if (p == &prim::rsqrt()) {
       r = b_.CreateFDiv(fconst(in, 1, lanes), intrinsic(llvm::Intrinsic::sqrt, {a[0]}));
     } else if (p == &prim::sigmoid()) {
-      // x >= 0: 1 / (1 + e^-x), else e^x / (1 + e^x): both exponentiate -|x| (one call).
-      llvm::Value* e =
-          call_sleef("exp", in, {b_.CreateFNeg(intrinsic(llvm::Intrinsic::fabs, {a[0]}))});
-      llvm::Value* den = b_.CreateFAdd(fconst(in, 1, lanes), e);
-      r = b_.CreateSelect(b_.CreateFCmpOGE(a[0], fconst(in, 0, lanes)),
-                          b_.CreateFDiv(fconst(in, 1, lanes), den), b_.CreateFDiv(e, den));
+      // The eager kernel's formula (src/ops/unary.cpp): e = exp(-|x|), then 1/(1+e) or
+      // e/(1+e), corrected by the exact rounding error of 1 + e.
+      llvm::Value* e = call_math(math::MathFn::exp, in,
+                                 {b_.CreateFNeg(intrinsic(llvm::Intrinsic::fabs, {a[0]}))});
+      llvm::Value* one = fconst(in, 1, lanes);
+      llvm::Value* d = b_.CreateFAdd(one, e);
+      llvm::Value* lo = b_.CreateFAdd(b_.CreateFSub(one, d), e);
+      llvm::Value* num = b_.CreateSelect(b_.CreateFCmpOGE(a[0], fconst(in, 0, lanes)), one, e);
+      llvm::Value* q = b_.CreateFDiv(num, d);
+      r = b_.CreateFSub(q, b_.CreateFMul(q, b_.CreateFDiv(lo, d)));
     } else if (p == &prim::floor()) {
       r = intrinsic(llvm::Intrinsic::floor, {a[0]});
     } else if (p == &prim::ceil()) {

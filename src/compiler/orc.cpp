@@ -59,8 +59,8 @@ HostCpu detect_host() {
   return h;
 }
 
-// The one LLJIT of the process. Kernels resolve their calls (SLEEF, Kiln's own helpers) in
-// the process's symbol table.
+// The one LLJIT of the process. Kernels resolve their calls (SLEEF, which libkiln links, and
+// libm) in the process's symbol table.
 class Jit {
  public:
   static Jit& get() {
@@ -78,9 +78,7 @@ class Jit {
     const char prefix = jit_->getDataLayout().getGlobalPrefix();
     d.addGenerator(unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix),
                           "search the process for symbols"));
-    // SLEEF's vector functions, by their soname: the process need not have loaded it yet.
-    d.addGenerator(unwrap(llvm::orc::DynamicLibrarySearchGenerator::Load("libsleef.so.3", prefix),
-                          "load SLEEF (libsleef.so.3, Debian's libsleef3)"));
+
     return d;
   }
 
