@@ -837,7 +837,9 @@ class Emitter {
           llvm::Value* vv = b_.CreateLoad(vacc[q]->getAllocatedType(), vacc[q]);
           llvm::Value* total = identity(rs[q], 1);
           for (int k = 0; k < lanes_; ++k)
-            total = combine(rs[q], total, b_.CreateExtractElement(vv, static_cast<uint64_t>(k)));
+            total =
+                combine(rs[q], total,
+                        lanes_ == 1 ? vv : b_.CreateExtractElement(vv, static_cast<uint64_t>(k)));
           total = combine(rs[q], total, b_.CreateLoad(sacc[q]->getAllocatedType(), sacc[q]));
           outer_[reds[q]] = from_acc(rs[q], total);
         }
