@@ -5,7 +5,8 @@
 //   options: --reps R (default 7), --target S (seconds per timed batch, default 0.3),
 //            --threads T (torch.set_num_threads, default 1), --py PATH (default /usr/bin/python3;
 //            "none" skips PyTorch), --unroll K (also time scan with ScanOptions{.unroll = K}),
-//            --rounds N (Kiln/PyTorch alternations, default 1)
+//            --rounds N (Kiln/PyTorch alternations, default 1), --timing-only (the per-call
+//            table only: no compilation table, no memory table; bench/issue14.sh uses it)
 //
 // Problem: h = tanh(h @ Wh + x_t @ Wx + b), hidden 256, input 256, batch 32, 100 steps,
 // float32, h0 = 0; loss = sum of the final h; gradient w.r.t. (Wh, Wx, b).
@@ -61,9 +62,14 @@ int main(int argc, char** argv) {
   Options o;
   o.reps = 7, o.rounds = 1, o.threads = 1, o.target = 0.3;
   int64_t unroll = 0;
+  bool timing_only = false;
   if (!parse_options(argc, argv, o, [&](const std::string& a, const auto& next) {
-        if (a != "--unroll") return false;
-        unroll = std::stoll(next());
+        if (a == "--timing-only")
+          timing_only = true;
+        else if (a == "--unroll")
+          unroll = std::stoll(next());
+        else
+          return false;
         return true;
       }))
     return 2;
@@ -124,6 +130,7 @@ int main(int argc, char** argv) {
   for (const auto& [k, ts] : rounds.times)
     std::printf("%-28s %12.3f %12.3f %14s\n", k.c_str(), median(ts), minimum(ts),
                 tm > 0 ? (std::to_string(median(ts) / tm).substr(0, 5) + "x").c_str() : "-");
+  if (timing_only) return 0;
 
   std::printf("\ncompilation (fresh jit, .lower(): trace of grad + optimise), ms\n");
   std::printf("%8s %12s %14s %10s %12s\n", "steps", "scan", "unrolled", "scan eqns", "unr eqns");
