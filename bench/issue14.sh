@@ -36,7 +36,7 @@ section() {
   echo
   echo "=== $* ==="
   echo "# $(date -u +%FT%TZ)  $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
-    " $(uptime | sed 's/.*load/load/')  nproc $(nproc)"
+    " $(uptime | sed 's/.*load/load/')  cores $(nproc --all)"
 }
 
 for t in $threads; do
