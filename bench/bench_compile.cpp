@@ -30,7 +30,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>

@@ -22,11 +22,6 @@ using Cnn = nn::Sequential<nn::Conv2d, nn::Activation, nn::MaxPool2d, nn::Conv2d
                            nn::MaxPool2d, nn::Flatten, nn::Linear, nn::Activation, nn::Linear>;
 // The MLP 784-512-512-10 (also `demo --model mlp`).
 using Mlp = nn::Sequential<nn::Linear, nn::Activation, nn::Linear, nn::Activation, nn::Linear>;
-// examples/demo.cpp's CNN: conv 1->32 3x3 pad 1, relu, pool, conv 32->64 3x3 pad 1, relu, pool,
-// linear 3136->128, relu, linear 128->10 (the demo nests it differently; the arithmetic is
-// the same).
-using DemoCnn = Cnn;
-
 constexpr int64_t kClasses = 10;
 
 inline Cnn make_cnn(const Tensor& key) {
@@ -38,13 +33,16 @@ inline Cnn make_cnn(const Tensor& key) {
              nn::Linear(1024, kClasses, index(k, 3)));
 }
 
-inline DemoCnn make_demo_cnn(const Tensor& key) {
+// examples/demo.cpp's CNN, with the same layer types as Cnn: conv 1->32 3x3 pad 1, relu, pool,
+// conv 32->64 3x3 pad 1, relu, pool, linear 3136->128, relu, linear 128->10 (the demo nests
+// it differently; the arithmetic is the same).
+inline Cnn make_demo_cnn(const Tensor& key) {
   const Tensor k = random::split(key, 4);
   const nn::Conv2d::Options same{.padding = {1, 1}};
-  return DemoCnn(nn::Conv2d(1, 32, {3, 3}, index(k, 0), same), nn::ReLU(), nn::MaxPool2d{},
-                 nn::Conv2d(32, 64, {3, 3}, index(k, 1), same), nn::ReLU(), nn::MaxPool2d{},
-                 nn::Flatten{}, nn::Linear(64 * 7 * 7, 128, index(k, 2)), nn::ReLU(),
-                 nn::Linear(128, kClasses, index(k, 3)));
+  return Cnn(nn::Conv2d(1, 32, {3, 3}, index(k, 0), same), nn::ReLU(), nn::MaxPool2d{},
+             nn::Conv2d(32, 64, {3, 3}, index(k, 1), same), nn::ReLU(), nn::MaxPool2d{},
+             nn::Flatten{}, nn::Linear(64 * 7 * 7, 128, index(k, 2)), nn::ReLU(),
+             nn::Linear(128, kClasses, index(k, 3)));
 }
 
 inline Mlp make_mlp(const Tensor& key) {
