@@ -13,7 +13,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
-.PHONY: all deps deps-bench build demo test test-asan test-tsan test-static fuzz bench install-test clean format format-check
+.PHONY: all deps deps-bench build demo test test-asan test-tsan test-static fuzz bench bench-issue14 install-test clean format format-check
 
 all: build
 
@@ -101,6 +101,11 @@ install-test: build
 
 bench: deps-bench build
 	bench/run.sh $(BUILD)
+
+# Issue 14 (compiler, fusion, caching allocator) against PyTorch, 1 and 2 threads; see
+# docs/PERFORMANCE.md "Issue #14". Parts: bench/issue14.sh BUILD fusion|train|scan|vmap|compile|demo
+bench-issue14: deps-bench build
+	bench/issue14.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(STATIC_BUILD) $(FUZZ_BUILD)

@@ -5,12 +5,14 @@
 //   options: --reps R (default 7), --target S (seconds per timed batch, default 0.3),
 //            --threads T (torch.set_num_threads, default 1), --py PATH (default /usr/bin/python3;
 //            "none" skips PyTorch), --unroll K (also time scan with ScanOptions{.unroll = K}),
-//            --rounds N (Kiln/PyTorch alternations, default 1)
+//            --rounds N (Kiln/PyTorch alternations, default 1), --timing-only (the per-call
+//            table only: no compilation table, no memory table; bench/issue14.sh uses it)
 //
 // Problem: h = tanh(h @ Wh + x_t @ Wx + b), hidden 256, input 256, batch 32, 100 steps,
 // float32, h0 = 0; loss = sum of the final h; gradient w.r.t. (Wh, Wx, b).
-//   kiln_jit_scan        jit(grad(loss)) with the loop as kiln::scan
-//   kiln_jit_unrolled    jit(grad(loss)) with a C++ for loop inside the jitted function
+//   kiln_jit_scan        jit(grad(loss)) with the loop as kiln::scan, KILN_JIT_BACKEND=llvm
+//   kiln_jit_unrolled    jit(grad(loss)) with a C++ for loop inside the jitted function (llvm)
+//   kiln_interp_*        the same two with KILN_JIT_BACKEND=interpreter (bench/models.h)
 //   torch_eager_loop     bench/scan_torch.py: Python loop, loss.backward()
 // Timing (bench/side_by_side.h): warm-up, then repetitions of a batch of calls of ~target s,
 // the Kiln cases interleaved; the table gives median and min per call and median / torch's.
@@ -24,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "models.h"
 #include "side_by_side.h"
 
 using namespace kiln;
@@ -59,9 +62,14 @@ int main(int argc, char** argv) {
   Options o;
   o.reps = 7, o.rounds = 1, o.threads = 1, o.target = 0.3;
   int64_t unroll = 0;
+  bool timing_only = false;
   if (!parse_options(argc, argv, o, [&](const std::string& a, const auto& next) {
-        if (a != "--unroll") return false;
-        unroll = std::stoll(next());
+        if (a == "--timing-only")
+          timing_only = true;
+        else if (a == "--unroll")
+          unroll = std::stoll(next());
+        else
+          return false;
         return true;
       }))
     return 2;
@@ -71,11 +79,19 @@ int main(int argc, char** argv) {
   auto xs_of = [](int64_t T) { return random::normal(random::key(3), {T, B, D}, float32); };
   const Tensor xs = xs_of(100);
 
-  auto g_scan = jit(grad([](const Tensor& wh, const Tensor& wx, const Tensor& b,
-                            const Tensor& xs) { return loss_scan(wh, wx, b, xs, 1); },
-                         argnums<0, 1, 2>));
-  auto g_unr = jit(grad(loss_unrolled, argnums<0, 1, 2>));
+  const auto grad_scan = grad([](const Tensor& wh, const Tensor& wx, const Tensor& b,
+                                 const Tensor& xs) { return loss_scan(wh, wx, b, xs, 1); },
+                              argnums<0, 1, 2>);
+  const auto grad_unr = grad(loss_unrolled, argnums<0, 1, 2>);
+  auto g_scan = jit(grad_scan);
+  auto g_unr = jit(grad_unr);
+  // The interpreter's variants: jits of their own (a jit keeps the executable of its first
+  // call), always called under KILN_JIT_BACKEND=interpreter.
+  auto gi_scan = jit(grad_scan);
+  auto gi_unr = jit(grad_unr);
+  using bench_models::with_backend;
   {  // agreement
+    bench_models::BackendScope llvm("llvm");
     auto [a1, a2, a3] = g_scan(wh, wx, b, xs);
     auto [c1, c2, c3] = g_unr(wh, wx, b, xs);
     double md = 0;
@@ -84,16 +100,10 @@ int main(int argc, char** argv) {
     std::printf("max |dWh scan - dWh unrolled| = %.3g\n", md);
   }
   std::vector<Case> cases{
-      {"kiln_jit_scan",
-       [&] {
-         auto r = g_scan(wh, wx, b, xs);
-         (void)r;
-       }},
-      {"kiln_jit_unrolled",
-       [&] {
-         auto r = g_unr(wh, wx, b, xs);
-         (void)r;
-       }},
+      {"kiln_jit_scan", with_backend("llvm", [&] { (void)g_scan(wh, wx, b, xs); })},
+      {"kiln_jit_unrolled", with_backend("llvm", [&] { (void)g_unr(wh, wx, b, xs); })},
+      {"kiln_interp_scan", with_backend("interpreter", [&] { (void)gi_scan(wh, wx, b, xs); })},
+      {"kiln_interp_unrolled", with_backend("interpreter", [&] { (void)gi_unr(wh, wx, b, xs); })},
   };
   if (unroll > 1) {
     auto g_u = jit(grad([unroll](const Tensor& wh, const Tensor& wx, const Tensor& b,
@@ -109,8 +119,10 @@ int main(int argc, char** argv) {
     return run_peer(o, "scan_torch.py", "", t,
                     [](const std::string& l) { std::fputs(l.c_str(), stdout); });
   });
-  std::printf("\nRNN hidden %lld, input %lld, batch %lld, 100 steps, f32, fwd+bwd (per call)\n",
-              (long long)H, (long long)D, (long long)B);
+  std::printf(
+      "\nRNN hidden %lld, input %lld, batch %lld, 100 steps, f32, fwd+bwd (per call), Kiln "
+      "threads %s, torch threads %d\n",
+      (long long)H, (long long)D, (long long)B, bench_models::kiln_threads().c_str(), o.threads);
   print_loads(rounds, o);
   std::printf("%-28s %12s %12s %14s\n", "case", "median ms", "min ms", "vs torch (med)");
   const auto torch = rounds.times.find("torch_eager_loop");
@@ -118,6 +130,7 @@ int main(int argc, char** argv) {
   for (const auto& [k, ts] : rounds.times)
     std::printf("%-28s %12.3f %12.3f %14s\n", k.c_str(), median(ts), minimum(ts),
                 tm > 0 ? (std::to_string(median(ts) / tm).substr(0, 5) + "x").c_str() : "-");
+  if (timing_only) return 0;
 
   std::printf("\ncompilation (fresh jit, .lower(): trace of grad + optimise), ms\n");
   std::printf("%8s %12s %14s %10s %12s\n", "steps", "scan", "unrolled", "scan eqns", "unr eqns");

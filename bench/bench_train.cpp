@@ -5,17 +5,21 @@
 //   options: --reps R (per round, default 5), --rounds N (Kiln/PyTorch alternations, default 3),
 //            --target S (seconds per timed batch of calls, default 0.2), --threads T (PyTorch's
 //            torch.set_num_threads, default 2), --py PATH (default /usr/bin/python3),
-//            --only cnn|mlp (one problem), --steps K (loss values checked, default 8),
+//            --only cnn|mlp|demo (one problem), --steps K (loss values checked, default 8),
 //            --ir (print the optimised IR of the jitted steps and stop)
 //
 // Problems (float32, fixed normal inputs and random integer labels, made once):
 //   cnn  batch 64 of 1x28x28: conv 1->32 5x5 pad 2, relu, maxpool 2, conv 32->64 5x5 pad 2,
 //        relu, maxpool 2, flatten, linear 3136->1024, relu, linear 1024->10
 //   mlp  batch 128 of 784: linear 784->512, relu, linear 512->512, relu, linear 512->10
+//   demo examples/demo.cpp's CNN, batch 64 of 1x28x28: conv 1->32 3x3 pad 1, relu, maxpool 2,
+//        conv 32->64 3x3 pad 1, relu, maxpool 2, flatten, linear 3136->128, relu, linear 128->10
 // Loss: cross-entropy with integer labels (mean). One step = forward, backward and an SGD update
 // (lr 0.01, no momentum) of every parameter.
 //   kiln_jit_<p>     jit(model, opt_state, x, y -> value_and_grad(loss)(model), optim::sgd
-//                    update), the model an nn::Sequential; model and state go in and come out
+//                    update), the model an nn::Sequential; model and state go in and come out;
+//                    KILN_JIT_BACKEND=llvm (the compiler, issue 14)
+//   kiln_interp_<p>  the same jit with KILN_JIT_BACKEND=interpreter (bench/models.h)
 //   torch_eager_<p>  nn.Sequential of nn.Conv2d/nn.Linear..., F.cross_entropy, backward,
 //                    torch.optim.SGD step, zero_grad(set_to_none=True)
 // Both sides start from the same parameters and data: Kiln writes its initial parameters (named
@@ -39,6 +43,7 @@
 #include <tuple>
 #include <vector>
 
+#include "models.h"
 #include "side_by_side.h"
 
 namespace {
@@ -47,27 +52,10 @@ using namespace kiln;
 using namespace side_by_side;
 namespace fs = std::filesystem;
 
-using Cnn = nn::Sequential<nn::Conv2d, nn::Activation, nn::MaxPool2d, nn::Conv2d, nn::Activation,
-                           nn::MaxPool2d, nn::Flatten, nn::Linear, nn::Activation, nn::Linear>;
-using Mlp = nn::Sequential<nn::Linear, nn::Activation, nn::Linear, nn::Activation, nn::Linear>;
+using bench_models::kClasses;
+using bench_models::with_backend;
 
 constexpr double kLr = 0.01;
-constexpr int64_t kClasses = 10;
-
-Cnn make_cnn(const Tensor& key) {
-  const Tensor k = random::split(key, 4);
-  const nn::Conv2d::Options same{.padding = {2, 2}};
-  return Cnn(nn::Conv2d(1, 32, {5, 5}, index(k, 0), same), nn::ReLU(), nn::MaxPool2d{},
-             nn::Conv2d(32, 64, {5, 5}, index(k, 1), same), nn::ReLU(), nn::MaxPool2d{},
-             nn::Flatten{}, nn::Linear(64 * 7 * 7, 1024, index(k, 2)), nn::ReLU(),
-             nn::Linear(1024, kClasses, index(k, 3)));
-}
-
-Mlp make_mlp(const Tensor& key) {
-  const Tensor k = random::split(key, 3);
-  return Mlp(nn::Linear(784, 512, index(k, 0)), nn::ReLU(), nn::Linear(512, 512, index(k, 1)),
-             nn::ReLU(), nn::Linear(512, kClasses, index(k, 2)));
-}
 
 void write_raw(const fs::path& path, const Tensor& t) {
   std::ofstream out(path, std::ios::binary);
@@ -80,11 +68,12 @@ void write_raw(const fs::path& path, const Tensor& t) {
   }
 }
 
-// One problem: the jitted step with its state, the losses of the first steps.
+// One problem: the jitted step with its state for each backend, the losses of the first steps
+// with each backend.
 struct Problem {
   std::string name;
-  Case step;
-  std::vector<double> losses;
+  std::vector<Case> steps;
+  std::vector<double> losses, interp_losses;
 };
 
 // Writes the initial parameters and the batch to dir/<name>/ (raw little-endian f32, labels
@@ -100,17 +89,17 @@ Problem make_problem(const std::string& name, const M& model, const Tensor& x, c
   write_raw(at / "y.bin", y);
 
   const optim::Optimizer opt = optim::sgd({.lr = kLr});
-  auto step = jit(
-      [opt](const M& m, const optim::OptState<M>& s, const Tensor& x, const Tensor& y) {
-        auto [loss, grads] =
-            value_and_grad([&](const M& net) { return nn::cross_entropy(net(x), y); })(m);
-        auto [m2, s2] = opt.update(m, grads, s);
-        return std::tuple{m2, s2, loss};
-      },
-      "train_step_" + name);
+  const auto body = [opt](const M& m, const optim::OptState<M>& s, const Tensor& x,
+                          const Tensor& y) {
+    auto [loss, grads] =
+        value_and_grad([&](const M& net) { return nn::cross_entropy(net(x), y); })(m);
+    auto [m2, s2] = opt.update(m, grads, s);
+    return std::tuple{m2, s2, loss};
+  };
+  const auto step = jit(body, "train_step_" + name);
   if (ir_only) {
     std::cout << "# " << name << "\n" << ir::print(step.lower(model, opt.init(model), x, y));
-    return {name, {}, {}};
+    return {name, {}, {}, {}};
   }
   struct State {
     M model;
@@ -119,11 +108,19 @@ Problem make_problem(const std::string& name, const M& model, const Tensor& x, c
     decltype(step) f;
     void operator()() { std::tie(model, opt, loss) = f(model, opt, x, y); }
   };
-  auto s = std::make_shared<State>(State{model, opt.init(model), x, y, Tensor(), step});
-  Problem p{name, {"kiln_jit_" + name, [s] { (*s)(); }}, {}};
-  for (int i = 0; i < steps; ++i) {
-    (*s)();
-    p.losses.push_back(s->loss.template item<double>());
+  // One jitted function per backend: a jit's cache holds the executable of its first call.
+  Problem p{name, {}, {}};
+  for (const char* backend : {"llvm", "interpreter"}) {
+    auto s = std::make_shared<State>(
+        State{model, opt.init(model), x, y, Tensor(), jit(body, "train_step_" + name)});
+    const std::string case_name =
+        (backend == std::string("llvm") ? "kiln_jit_" : "kiln_interp_") + name;
+    p.steps.push_back({case_name, with_backend(backend, [s] { (*s)(); })});
+    std::vector<double>& losses = p.losses.empty() ? p.losses : p.interp_losses;
+    for (int i = 0; i < steps; ++i) {
+      p.steps.back().run();
+      losses.push_back(s->loss.template item<double>());
+    }
   }
   return p;
 }
@@ -154,8 +151,8 @@ int main(int argc, char** argv) {
         return true;
       }))
     return 2;
-  if (!only.empty() && only != "cnn" && only != "mlp") {
-    std::fprintf(stderr, "--only takes cnn or mlp\n");
+  if (!only.empty() && only != "cnn" && only != "mlp" && only != "demo") {
+    std::fprintf(stderr, "--only takes cnn, mlp or demo\n");
     return 2;
   }
   steps = std::max(steps, 2);
@@ -169,20 +166,26 @@ int main(int argc, char** argv) {
 
   std::vector<Problem> problems;
   if (only.empty() || only == "cnn")
-    problems.push_back(make_problem(
-        "cnn", make_cnn(random::key(0)), random::normal(random::key(1), {64, 1, 28, 28}),
-        random::randint(random::key(2), {64}, 0, kClasses, int64), dir, steps, ir_only));
+    problems.push_back(make_problem("cnn", bench_models::make_cnn(random::key(0)),
+                                    random::normal(random::key(1), {64, 1, 28, 28}),
+                                    random::randint(random::key(2), {64}, 0, kClasses, int64), dir,
+                                    steps, ir_only));
   if (only.empty() || only == "mlp")
     problems.push_back(make_problem(
-        "mlp", make_mlp(random::key(3)), random::normal(random::key(4), {128, 784}),
+        "mlp", bench_models::make_mlp(random::key(3)), random::normal(random::key(4), {128, 784}),
         random::randint(random::key(5), {128}, 0, kClasses, int64), dir, steps, ir_only));
+  if (only.empty() || only == "demo")
+    problems.push_back(make_problem("demo", bench_models::make_demo_cnn(random::key(6)),
+                                    random::normal(random::key(7), {64, 1, 28, 28}),
+                                    random::randint(random::key(8), {64}, 0, kClasses, int64), dir,
+                                    steps, ir_only));
 
   if (ir_only) {
     fs::remove_all(dir);
     return 0;
   }
   std::vector<Case> cases;
-  for (const Problem& p : problems) cases.push_back(p.step);
+  for (const Problem& p : problems) cases.insert(cases.end(), p.steps.begin(), p.steps.end());
   calibrate(cases, o.target);
 
   // The peer prints "LOSSES torch_eager_<p> l0 l1 ..." from the same parameters, every round.
@@ -209,15 +212,25 @@ int main(int argc, char** argv) {
       "linear(3136->1024) relu linear(1024->10)\n");
   std::printf("#   mlp: batch 128, 784-512-512-10 relu; loss cross-entropy, integer labels\n");
   std::printf(
-      "# kiln: jit(value_and_grad + optim::sgd), OMP threads %s; torch: eager, "
-      "set_num_threads(%d)\n",
-      std::getenv("OMP_NUM_THREADS") ? std::getenv("OMP_NUM_THREADS") : "(default)", o.threads);
+      "#   demo: batch 64 1x28x28, examples/demo.cpp's CNN: conv3x3(1->32) relu pool2 "
+      "conv3x3(32->64) relu pool2 linear(3136->128) relu linear(128->10)\n");
+  std::printf(
+      "# kiln: jit(value_and_grad + optim::sgd), kiln_jit_* KILN_JIT_BACKEND=llvm, kiln_interp_* "
+      "=interpreter, threads %s; torch: eager, set_num_threads(%d)\n",
+      bench_models::kiln_threads().c_str(), o.threads);
   bool ok = true;
   for (const Problem& p : problems) {
     const bool falls = p.losses.back() < p.losses.front();
     ok = ok && falls && std::isfinite(p.losses.back());
     std::printf("# %s loss, kiln, steps 0..%zu:%s  (%s)\n", p.name.c_str(), p.losses.size() - 1,
                 join(p.losses).c_str(), falls ? "falls" : "DOES NOT FALL");
+    double idiff = 0;
+    for (std::size_t i = 0; i < std::min(p.interp_losses.size(), p.losses.size()); ++i)
+      idiff = std::max(idiff, std::abs(p.interp_losses[i] - p.losses[i]) / std::abs(p.losses[i]));
+    const bool iagree = p.interp_losses.size() == p.losses.size() && idiff < 1e-3;
+    ok = ok && iagree;
+    std::printf("# %s loss, kiln interpreter:%s  (max rel. diff %.2g%s)\n", p.name.c_str(),
+                join(p.interp_losses).c_str(), idiff, iagree ? "" : ", DISAGREE");
     const auto t = torch_losses.find("torch_eager_" + p.name);
     if (t == torch_losses.end()) continue;
     double diff = 0;
@@ -231,15 +244,17 @@ int main(int argc, char** argv) {
   print_loads(r, o);
   std::printf("%-20s %10s %10s %12s\n", "case", "median ms", "min ms", "kiln/torch");
   for (const Problem& p : problems) {
-    const std::string kn = "kiln_jit_" + p.name, tn = "torch_eager_" + p.name;
+    const std::string tn = "torch_eager_" + p.name;
     const auto t = r.times.find(tn);
     const double tm = t == r.times.end() ? NAN : median(t->second);
-    const std::vector<double>& k = r.times.at(kn);
-    if (std::isnan(tm))
-      std::printf("%-20s %10.3f %10.3f %12s\n", kn.c_str(), median(k), minimum(k), "-");
-    else
-      std::printf("%-20s %10.3f %10.3f %11.2fx\n", kn.c_str(), median(k), minimum(k),
-                  median(k) / tm);
+    for (const Case& c : p.steps) {
+      const std::vector<double>& k = r.times.at(c.name);
+      if (std::isnan(tm))
+        std::printf("%-20s %10.3f %10.3f %12s\n", c.name.c_str(), median(k), minimum(k), "-");
+      else
+        std::printf("%-20s %10.3f %10.3f %11.2fx\n", c.name.c_str(), median(k), minimum(k),
+                    median(k) / tm);
+    }
     if (t != r.times.end())
       std::printf("%-20s %10.3f %10.3f %11.2fx\n", tn.c_str(), tm, minimum(t->second), 1.0);
   }

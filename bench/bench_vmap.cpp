@@ -10,7 +10,8 @@
 // Problem: cross-entropy -sum(one_hot(y, 10) * log_softmax(logits)) of an MLP 784-128-10
 // (relu), batch 64, float32; the gradient of each example's loss with respect to every
 // parameter (shapes [64, 784, 128], [64, 128], [64, 128, 10], [64, 10]).
-//   kiln_jit_vmap_grad    jit(vmap(grad(loss), in_axes(none, 0, 0)))
+//   kiln_jit_vmap_grad    jit(vmap(grad(loss), in_axes(none, 0, 0))), KILN_JIT_BACKEND=llvm
+//   kiln_interp_vmap_grad the same, KILN_JIT_BACKEND=interpreter (bench/models.h)
 //   kiln_vmap_grad        vmap(grad(loss), in_axes(none, 0, 0)), no jit (traced every call)
 //   kiln_loop_grad        eager grad(loss) per example, then stack per parameter
 //   kiln_loop_jit_grad    jit(grad(loss)) per example, then stack
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "models.h"
 #include "side_by_side.h"
 
 struct Mlp {
@@ -90,6 +92,8 @@ int main(int argc, char** argv) {
   const Tensor y = random::randint(random::key(2), {kBatch}, 0, kClasses, int64);
 
   auto per_example = jit(vmap(grad(loss), in_axes(none, 0, 0)));
+  auto per_example_interp = jit(vmap(grad(loss), in_axes(none, 0, 0)));
+  using bench_models::with_backend;
   auto vmapped = vmap(grad(loss), in_axes(none, 0, 0));
   auto jitted_grad = jit(grad(loss));
   if (ir_only) {
@@ -101,17 +105,24 @@ int main(int argc, char** argv) {
   std::vector<Mlp> per;
   for (int64_t i = 0; i < kBatch; ++i) per.push_back(grad(loss)(p, index(x, i), index(y, i)));
   const Mlp want = stack_grads(per);
-  const double e1 = max_abs_diff(per_example(p, x, y), want),
-               e2 = max_abs_diff(vmapped(p, x, y), want);
-  std::printf("# check: max |jit(vmap(grad)) - loop| = %.3g, max |vmap(grad) - loop| = %.3g\n", e1,
-              e2);
-  if (!(e1 < 1e-4 && e2 < 1e-4)) {
+  Mlp got, got_interp;
+  with_backend("llvm", [&] { got = per_example(p, x, y); })();
+  with_backend("interpreter", [&] { got_interp = per_example_interp(p, x, y); })();
+  const double e1 = max_abs_diff(got, want), e2 = max_abs_diff(vmapped(p, x, y), want),
+               e3 = max_abs_diff(got_interp, want);
+  std::printf(
+      "# check: max |jit(vmap(grad)) - loop| = %.3g (llvm), %.3g (interpreter), max "
+      "|vmap(grad) - loop| = %.3g\n",
+      e1, e3, e2);
+  if (!(e1 < 1e-4 && e2 < 1e-4 && e3 < 1e-4)) {
     std::fprintf(stderr, "per-example gradients differ from the loop\n");
     return 1;
   }
 
   std::vector<Case> cases{
-      {"kiln_jit_vmap_grad", [&] { (void)per_example(p, x, y); }},
+      {"kiln_jit_vmap_grad", with_backend("llvm", [&] { (void)per_example(p, x, y); })},
+      {"kiln_interp_vmap_grad",
+       with_backend("interpreter", [&] { (void)per_example_interp(p, x, y); })},
       {"kiln_vmap_grad", [&] { (void)vmapped(p, x, y); }},
       {"kiln_loop_grad",
        [&] {
@@ -132,8 +143,11 @@ int main(int argc, char** argv) {
       run_rounds(cases, o, [&](Times& t) { return run_peer(o, "vmap_torch.py", "", t); });
   const Times& times = r.times;
 
-  std::printf("# per-example gradients, MLP %lld-%lld-%lld relu, cross-entropy, batch %lld, f32\n",
-              (long long)kIn, (long long)kHidden, (long long)kClasses, (long long)kBatch);
+  std::printf(
+      "# per-example gradients, MLP %lld-%lld-%lld relu, cross-entropy, batch %lld, f32; Kiln "
+      "threads %s, torch threads %d\n",
+      (long long)kIn, (long long)kHidden, (long long)kClasses, (long long)kBatch,
+      bench_models::kiln_threads().c_str(), o.threads);
   print_loads(r, o);
   const auto ref = times.find("torch_functorch_vmap_grad");
   const double functorch = ref == times.end() ? NAN : median(ref->second);

@@ -2,11 +2,13 @@
 """PyTorch 1.13 eager peer of bench/bench_train.cpp: one training step of a CNN and an MLP.
 
     /usr/bin/python3 bench/train_torch.py [--reps 7] [--threads 2] [--target 0.2]
-                                          [--init DIR --steps K] [--only cnn|mlp]
+                                          [--init DIR --steps K] [--only cnn|mlp|demo]
 
 Problems (float32): cnn, batch 64 of 1x28x28: conv 1->32 5x5 padding 2, relu, maxpool 2,
 conv 32->64 5x5 padding 2, relu, maxpool 2, flatten, linear 3136->1024, relu, linear 1024->10;
-mlp, batch 128 of 784: 784-512-512-10 with relu. One step: zero_grad(set_to_none=True),
+mlp, batch 128 of 784: 784-512-512-10 with relu; demo, examples/demo.cpp's CNN, batch 64:
+conv 1->32 3x3 padding 1, relu, maxpool 2, conv 32->64 3x3 padding 1, relu, maxpool 2,
+flatten, linear 3136->128, relu, linear 128->10. One step: zero_grad(set_to_none=True),
 F.cross_entropy of the model's logits with integer labels, loss.backward(),
 torch.optim.SGD(lr=0.01) step. The models are nn.Sequential, so the parameter names
 ("0.weight", ...) are those bench_train writes: with --init DIR the parameters and the batch
@@ -34,12 +36,19 @@ def cnn():
         nn.Flatten(), nn.Linear(64 * 7 * 7, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
 
+def demo():  # examples/demo.cpp's CNN
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
 def mlp():
     return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
                          nn.Linear(512, 10))
 
 
-PROBLEMS = {"cnn": (cnn, (64, 1, 28, 28)), "mlp": (mlp, (128, 784))}
+PROBLEMS = {"cnn": (cnn, (64, 1, 28, 28)), "mlp": (mlp, (128, 784)), "demo": (demo, (64, 1, 28, 28))}
 
 
 def read_raw(path, dtype, shape):
