@@ -18,7 +18,6 @@
 #include <list>
 #include <mutex>
 #include <new>
-#include <string>
 #include <unordered_map>
 
 namespace kiln {
@@ -40,7 +39,8 @@ struct FreeBlock {
   std::size_t bytes;  // block_bytes of the request it served
 };
 
-// The default bound: the smaller of 2 GiB and 1/8 of physical memory.
+// KILN_ALLOCATOR_CACHE_LIMIT, else the smaller of 2 GiB and 1/8 of physical memory: room for
+// a training step's activations without holding a large share of the machine.
 std::size_t initial_limit() {
   if (auto v =
           parse_env_int("KILN_ALLOCATOR_CACHE_LIMIT", std::getenv("KILN_ALLOCATOR_CACHE_LIMIT"), 0,
