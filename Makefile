@@ -41,15 +41,16 @@ test-asan: deps
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
-# The data pipeline's threads, and one compiled function called from four threads, under
-# ThreadSanitizer (libgomp is not instrumented, so Kiln's own parallel loops stay on one thread
-# there).
+# The data pipeline's and the allocator's threads, and one compiled function called from four
+# threads, under ThreadSanitizer (libgomp is not instrumented, so Kiln's own parallel loops
+# stay on one thread there).
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_BENCH=OFF \
 	  -DKILN_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread
-	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_data test_compiled_walk
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_data test_runtime test_compiled_walk
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/tests/test_data
+	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/tests/test_runtime
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/tests/test_compiled_walk \
 	  --gtest_filter='CompiledConcurrency.*'
 

@@ -192,13 +192,13 @@ struct DeepData {
 // Peak bytes allocated above what was live before the call, during one call of f.
 template <class F>
 double peak_mib(F&& f) {
-  const int64_t before = memory_stats().current_bytes;
-  reset_peak_memory();
+  const int64_t before = memory_stats().bytes_in_use;
+  reset_peak_memory_stats();
   {
     auto out = f();
     benchmark::DoNotOptimize(out);
   }
-  return double(memory_stats().peak_bytes - before) / (1024.0 * 1024.0);
+  return double(memory_stats().peak_bytes_in_use - before) / (1024.0 * 1024.0);
 }
 
 template <int R>

@@ -192,10 +192,10 @@ int main(int argc, char** argv) {
       {
         auto warm = f(wh, wx, b, x);  // compile outside the measurement
       }
-      const int64_t base = memory_stats().current_bytes;
-      reset_peak_memory();
+      const int64_t base = memory_stats().bytes_in_use;
+      reset_peak_memory_stats();
       { auto r = f(wh, wx, b, x); }
-      return (memory_stats().peak_bytes - base) / 1e6;
+      return (memory_stats().peak_bytes_in_use - base) / 1e6;
     };
     auto gp = jit(grad(loss_plain, argnums<0, 1, 2>));
     auto gc = jit(grad(loss_ckpt, argnums<0, 1, 2>));

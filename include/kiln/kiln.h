@@ -13,6 +13,7 @@
 #include "kiln/primitive.h"
 #include "kiln/progress.h"
 #include "kiln/random.h"
+#include "kiln/runtime.h"
 #include "kiln/shape.h"
 #include "kiln/tensor.h"
 #include "kiln/transforms.h"

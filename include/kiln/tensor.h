@@ -31,7 +31,8 @@ struct TensorType {
 };
 std::ostream& operator<<(std::ostream& os, const TensorType& t);
 
-// A 64-byte aligned buffer. Views share it through shared_ptr.
+// A 64-byte aligned buffer. Views share it through shared_ptr. Large ones come from the caching
+// allocator (include/kiln/runtime.h).
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device);
@@ -47,14 +48,6 @@ class Storage {
   std::size_t nbytes_;
   Device device_;
 };
-
-// Bytes held by tensor storage in this process: now, and the most since the last reset.
-struct MemoryStats {
-  int64_t current_bytes = 0;
-  int64_t peak_bytes = 0;
-};
-MemoryStats memory_stats();
-void reset_peak_memory();
 
 namespace detail {
 class Tracer;  // a value being recorded into an IR function (src/ir)

@@ -1,18 +1,15 @@
 #include "kiln/tensor.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <iomanip>
-#include <limits>
 #include <new>
 #include <ostream>
 #include <sstream>
 
+#include "core/allocator.h"
 #include "detail/copy.h"
 #include "detail/dtype_dispatch.h"
 #include "detail/strided.h"
@@ -39,28 +36,9 @@ std::string TensorType::to_string() const {
 }
 std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t.to_string(); }
 
-namespace {
-std::atomic<int64_t> g_current_bytes{0};
-std::atomic<int64_t> g_peak_bytes{0};
-}  // namespace
-
-MemoryStats memory_stats() { return {g_current_bytes.load(), g_peak_bytes.load()}; }
-void reset_peak_memory() { g_peak_bytes.store(g_current_bytes.load()); }
-
-Storage::Storage(std::size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  const std::size_t rounded = (std::max<std::size_t>(nbytes, 1) + 63) / 64 * 64;
-  data_ = std::aligned_alloc(64, rounded);
-  if (!data_) throw std::bad_alloc();
-  const int64_t now =
-      g_current_bytes.fetch_add(static_cast<int64_t>(nbytes)) + static_cast<int64_t>(nbytes);
-  int64_t peak = g_peak_bytes.load();
-  while (now > peak && !g_peak_bytes.compare_exchange_weak(peak, now)) {
-  }
-}
-Storage::~Storage() {
-  std::free(data_);
-  g_current_bytes.fetch_sub(static_cast<int64_t>(nbytes_));
-}
+Storage::Storage(std::size_t nbytes, Device device)
+    : data_(detail::allocate_block(nbytes)), nbytes_(nbytes), device_(device) {}
+Storage::~Storage() { detail::free_block(data_, nbytes_); }
 
 const TensorImpl& Tensor::checked() const {
   if (!impl_)
@@ -183,27 +161,16 @@ template bool Tensor::item<bool>(Loc) const;
 
 // ---- creation -----------------------------------------------------------------
 
-namespace {
-// No single buffer larger than physical memory can be used, and asking the allocator for one
-// can abort (under sanitizers) or succeed only to be killed later (overcommit), so such a
-// request fails up front.
-std::size_t physical_memory() {
-  static const std::size_t bytes = [] {
-    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
-                                 : std::numeric_limits<std::size_t>::max();
-  }();
-  return bytes;
-}
-}  // namespace
-
 Tensor detail::allocate(std::string_view op, const TensorType& type) {
   // Cannot overflow: a valid shape has at most Shape::kMaxNumel elements of at most 8 bytes.
   const std::size_t nbytes =
       static_cast<std::size_t>(type.shape.numel(op)) * dtype_size(type.dtype);
-  if (nbytes > physical_memory())
+  // No single buffer larger than physical memory can be used, and asking the allocator for one
+  // can abort (under sanitizers) or succeed only to be killed later (overcommit).
+  if (nbytes > detail::physical_memory())
     fail(op, "cannot allocate ", type, ": got a request for ", nbytes,
-         " bytes, expected at most the machine's physical memory (", physical_memory(), " bytes)");
+         " bytes, expected at most the machine's physical memory (", detail::physical_memory(),
+         " bytes)");
   auto impl = std::make_shared<TensorImpl>();
   impl->type = type;
   impl->strides = contiguous_strides(type.shape);

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 namespace kiln::detail {
@@ -16,11 +17,31 @@ inline constexpr int64_t kParallelGrain = 1 << 15;
 // it: measured on 2 cores, a training loop fed by a prefetch thread ran 5x slower.
 inline thread_local bool serial_thread = false;
 
+// Kiln's thread count (kiln::set_num_threads, KILN_NUM_THREADS), one for the whole process:
+// OpenMP's own setting (omp_set_num_threads) belongs to the thread that made it. 0 until
+// first read (src/core/runtime.cpp).
+extern std::atomic<int> g_thread_count;
+int init_thread_count();
+inline int thread_count() {
+  const int n = g_thread_count.load(std::memory_order_relaxed);
+  return n > 0 ? n : init_thread_count();
+}
+
+// OpenBLAS (the OpenMP build) and oneDNN size their teams from the calling thread's OpenMP
+// setting (omp_get_max_threads), so calls into them set it to Kiln's count first. Returns the
+// count they will use.
+inline int set_library_threads() {
+  if (omp_in_parallel()) return 1;  // both run serially inside a parallel region
+  const int n = serial_thread ? 1 : thread_count();
+  if (omp_get_max_threads() != n) omp_set_num_threads(n);
+  return n;
+}
+
 // Calls f(begin, end) over [0, n) in contiguous chunks, in parallel when n * cost is large.
 template <typename F>
 void parallel_for(int64_t n, F&& f, int64_t cost_per_item = 1) {
   if (n <= 0) return;
-  const int threads = omp_get_max_threads();
+  const int threads = thread_count();
   if (threads <= 1 || n * cost_per_item < kParallelGrain || omp_in_parallel() || serial_thread) {
     f(int64_t{0}, n);
     return;

@@ -109,6 +109,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
           int64_t ldb, T beta, T* c, int64_t ldc) {
   const auto i = [](int64_t v) { return static_cast<blasint>(v); };
   const CBLAS_TRANSPOSE at = ta ? CblasTrans : CblasNoTrans, bt = tb ? CblasTrans : CblasNoTrans;
+  detail::set_library_threads();
   if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, at, bt, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), beta, c,
                 i(ldc));

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <tuple>
 
+#include "detail/parallel.h"
+
 namespace kiln::ops {
 namespace {
 
@@ -100,14 +102,16 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   return plan;
 }
 
-using Key = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-// The cached plan, or nullptr when oneDNN rejects the geometry (remembered too).
-const Plan* plan_for(ConvPass pass, const ConvGeom& g) {
+// The cached plan, or nullptr when oneDNN rejects the geometry (remembered too). A primitive
+// keeps the thread count it was created with (oneDNN's own primitive cache keys on it too).
+const Plan* plan_for(ConvPass pass, const ConvGeom& g, int threads) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Plan>> plans;
   const Key key{static_cast<int>(pass),
+                threads,
                 g.N,
                 g.C,
                 g.H,
@@ -140,7 +144,9 @@ const Plan* plan_for(ConvPass pass, const ConvGeom& g) {
 
 bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b, float* out) {
   if (g.N == 0 || g.C == 0 || g.O == 0 || g.OH == 0 || g.OW == 0) return false;
-  const Plan* plan = plan_for(pass, g);
+  // oneDNN takes its thread count from the calling thread's OpenMP setting.
+  const int threads = detail::set_library_threads();
+  const Plan* plan = plan_for(pass, g, threads);
   if (plan == nullptr) return false;
   const dnnl::engine& eng = engine();
   dnnl::stream stream(eng);

@@ -212,7 +212,7 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
     const T* base = px + offset_of(0, L.kept_shape, L.kept_strides);
     const int64_t n = L.red_count, st = rst[0];
     const int chunks = std::max(
-        1, std::min<int>(omp_get_max_threads(), static_cast<int>(n / detail::kParallelGrain)));
+        1, std::min<int>(detail::thread_count(), static_cast<int>(n / detail::kParallelGrain)));
     std::unique_ptr<A[]> part(new A[static_cast<std::size_t>(chunks)]);
 #pragma omp parallel for num_threads(chunks) \
     schedule(static, 1) if (chunks > 1 && !omp_in_parallel() && !detail::serial_thread)

@@ -1,0 +1,44 @@
+// The process-wide runtime: tensor memory (a caching allocator for large buffers) and the one
+// thread pool that Kiln's loops, OpenBLAS and oneDNN share.
+#pragma once
+
+#include <cstdint>
+
+namespace kiln {
+
+// Tensor storage in this process. Freed buffers of at least 256 KiB are kept in a cache and
+// reused by later requests of a similar size (a fresh buffer pays a page fault per page on
+// first touch); smaller ones go back to malloc. The cache holds at most cache_limit bytes
+// (default: the smaller of 2 GiB and 1/8 of physical memory; the environment variable
+// KILN_ALLOCATOR_CACHE_LIMIT, in bytes, overrides it and 0 disables caching) and evicts the
+// least recently freed buffers first. The counters run from process start.
+struct MemoryStats {
+  int64_t bytes_in_use = 0;        // bytes of tensor storage alive now, as requested
+  int64_t peak_bytes_in_use = 0;   // the most bytes_in_use since start or the last reset
+  int64_t bytes_cached = 0;        // bytes of freed buffers held by the cache for reuse
+  int64_t cache_limit = 0;         // the bound on bytes_cached
+  int64_t allocations = 0;         // storage buffers handed out
+  int64_t cache_hits = 0;          // ... of which the cache served
+  int64_t os_allocations = 0;      // ... of which the system allocator served
+  int64_t os_bytes_allocated = 0;  // bytes asked of the system allocator (large ones rounded up
+                                   // to the cache's size bins)
+  int64_t os_releases = 0;  // cached buffers handed back to the system (bound, pressure, request)
+};
+MemoryStats memory_stats();
+// Sets peak_bytes_in_use to bytes_in_use.
+void reset_peak_memory_stats();
+// Hands every cached buffer back to the system (and trims malloc's free pages). An allocation
+// that fails also releases the cache and tries once more before raising an Error.
+void release_cached_memory();
+
+// The number of threads Kiln's parallel loops, OpenBLAS and oneDNN use: one OpenMP pool in
+// the process. The setting holds for calls from any thread. Initially KILN_NUM_THREADS when
+// it is set to a valid count (an invalid value prints a warning and is ignored), otherwise
+// OpenMP's default (OMP_NUM_THREADS, or the number of cores). Threads that are themselves one
+// of many workers (the data pipeline's) run their loops serially whatever the count.
+inline constexpr int kMaxThreads = 1024;
+// n in [1, kMaxThreads], else an Error.
+void set_num_threads(int n);
+int num_threads();
+
+}  // namespace kiln

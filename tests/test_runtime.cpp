@@ -1,0 +1,450 @@
+// The runtime: the caching allocator behind tensor storage (memory_stats, the bound, release,
+// concurrency, the retry on allocation failure, ASan poisoning) and the one thread count that
+// Kiln's loops, OpenBLAS and oneDNN follow from any thread.
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/allocator.h"
+#include "detail/parallel.h"
+#include "kiln/kiln.h"
+#include "testing.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define KILN_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KILN_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define KILN_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define KILN_TEST_TSAN 1
+#endif
+#endif
+#ifdef KILN_TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+using namespace kiln;
+
+namespace {
+
+using kiln::testing::expect_error;
+
+constexpr int64_t MiB = int64_t{1} << 20;
+
+// A float32 tensor of exactly `bytes` bytes (a multiple of 4).
+Tensor buffer(int64_t bytes) { return empty({bytes / 4}, float32); }
+
+// Each test starts from an empty cache with a known bound and restores the bound after.
+class Allocator : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    saved_limit_ = memory_stats().cache_limit;
+    detail::set_cache_limit(256 * MiB);
+    release_cached_memory();
+  }
+  void TearDown() override {
+    release_cached_memory();
+    detail::set_cache_limit(saved_limit_);
+  }
+  int64_t saved_limit_ = 0;
+};
+
+TEST_F(Allocator, FreedLargeBufferIsReusedWithoutAskingTheSystem) {
+  const void* first = nullptr;
+  {
+    const Tensor a = buffer(4 * MiB);
+    first = a.raw_data();
+  }
+  const MemoryStats before = memory_stats();
+  EXPECT_EQ(before.bytes_cached, 4 * MiB);
+  const Tensor b = buffer(4 * MiB);
+  const MemoryStats after = memory_stats();
+  EXPECT_EQ(b.raw_data(), first);
+  EXPECT_EQ(after.allocations - before.allocations, 1);
+  EXPECT_EQ(after.cache_hits - before.cache_hits, 1);
+  EXPECT_EQ(after.os_allocations, before.os_allocations);
+  EXPECT_EQ(after.os_bytes_allocated, before.os_bytes_allocated);
+  EXPECT_EQ(after.bytes_cached, 0);
+}
+
+TEST_F(Allocator, ASimilarSizeReusesTheSameBin) {
+  // 1,000,000 and 1,040,000 bytes both round up to the 1 MiB bin.
+  { const Tensor a = buffer(1'000'000); }
+  const MemoryStats before = memory_stats();
+  const Tensor b = buffer(1'040'000);
+  EXPECT_EQ(memory_stats().cache_hits - before.cache_hits, 1);
+  EXPECT_EQ(memory_stats().os_allocations, before.os_allocations);
+  // A size in another bin (1.25 MiB) does not take it.
+  { const Tensor c = buffer(1'000'000); }
+  const Tensor d = buffer(1'100'000);
+  EXPECT_EQ(memory_stats().cache_hits - before.cache_hits, 1);
+  EXPECT_EQ(memory_stats().bytes_cached, MiB);
+}
+
+TEST_F(Allocator, SmallBuffersGoToMalloc) {
+  { const Tensor a = buffer(64 * 1024); }
+  EXPECT_EQ(memory_stats().bytes_cached, 0);
+  const MemoryStats before = memory_stats();
+  const Tensor b = buffer(64 * 1024);
+  EXPECT_EQ(memory_stats().cache_hits, before.cache_hits);
+  EXPECT_EQ(memory_stats().os_allocations - before.os_allocations, 1);
+}
+
+TEST_F(Allocator, LiveBuffersAreNeverShared) {
+  std::vector<Tensor> live;
+  for (int i = 0; i < 4; ++i) live.push_back(buffer(2 * MiB));
+  live.erase(live.begin() + 1);  // one goes back to the cache
+  for (int i = 0; i < 3; ++i) live.push_back(buffer(2 * MiB));
+  std::set<const void*> pointers;
+  for (const Tensor& t : live) pointers.insert(t.raw_data());
+  EXPECT_EQ(pointers.size(), live.size());
+  // Each one holds its own values.
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    float* p = live[i].data<float>();
+    std::fill(p, p + live[i].numel(), static_cast<float>(i));
+  }
+  for (std::size_t i = 0; i < live.size(); ++i) {
+    const float* p = live[i].data<float>();
+    EXPECT_TRUE(std::all_of(p, p + live[i].numel(), [&](float v) { return v == float(i); })) << i;
+  }
+}
+
+TEST_F(Allocator, BytesInUseAndPeakFollowLiveTensors) {
+  const int64_t base = memory_stats().bytes_in_use;
+  reset_peak_memory_stats();
+  EXPECT_EQ(memory_stats().peak_bytes_in_use, base);
+  Tensor a = buffer(3 * MiB);
+  Tensor small = buffer(1000);
+  EXPECT_EQ(memory_stats().bytes_in_use - base, 3 * MiB + 1000);
+  a = Tensor();
+  // Cached bytes are not in use; the peak remembers the high point.
+  EXPECT_EQ(memory_stats().bytes_in_use - base, 1000);
+  EXPECT_EQ(memory_stats().peak_bytes_in_use - base, 3 * MiB + 1000);
+  reset_peak_memory_stats();
+  EXPECT_EQ(memory_stats().peak_bytes_in_use - base, 1000);
+  { const Tensor b = buffer(MiB); }
+  EXPECT_EQ(memory_stats().peak_bytes_in_use - base, MiB + 1000);
+  small = Tensor();
+  EXPECT_EQ(memory_stats().bytes_in_use, base);
+}
+
+TEST_F(Allocator, CachedBytesStayWithinTheBoundEvictingTheLeastRecentlyFreed) {
+  detail::set_cache_limit(3 * MiB);
+  std::vector<Tensor> ts;
+  for (int i = 0; i < 4; ++i) ts.push_back(buffer(MiB));
+  std::vector<const void*> ptrs;
+  for (const Tensor& t : ts) ptrs.push_back(t.raw_data());
+  const MemoryStats before = memory_stats();
+  ts.clear();  // freed in order 0, 1, 2, 3: block 0 is evicted
+  const MemoryStats freed = memory_stats();
+  EXPECT_EQ(freed.bytes_cached, 3 * MiB);
+  EXPECT_EQ(freed.cache_limit, 3 * MiB);
+  EXPECT_EQ(freed.os_releases - before.os_releases, 1);
+  // The most recently freed come back first.
+  for (int i = 3; i >= 1; --i) {
+    ts.push_back(buffer(MiB));
+    EXPECT_EQ(ts.back().raw_data(), ptrs[static_cast<std::size_t>(i)]) << i;
+  }
+  EXPECT_EQ(memory_stats().cache_hits - freed.cache_hits, 3);
+  ts.push_back(buffer(MiB));
+  EXPECT_EQ(memory_stats().os_allocations - freed.os_allocations, 1);
+  ts.clear();
+  EXPECT_LE(memory_stats().bytes_cached, 3 * MiB);
+
+  // A block larger than the bound is not kept; lowering the bound evicts; 0 disables.
+  { const Tensor big = buffer(4 * MiB); }
+  EXPECT_EQ(memory_stats().bytes_cached, 3 * MiB);
+  detail::set_cache_limit(MiB);
+  EXPECT_EQ(memory_stats().bytes_cached, MiB);
+  detail::set_cache_limit(0);
+  EXPECT_EQ(memory_stats().bytes_cached, 0);
+  { const Tensor c = buffer(MiB); }
+  EXPECT_EQ(memory_stats().bytes_cached, 0);
+}
+
+TEST_F(Allocator, ReleaseReturnsEveryCachedBlock) {
+  { const Tensor a = buffer(MiB), b = buffer(2 * MiB), c = buffer(5 * MiB); }
+  const MemoryStats before = memory_stats();
+  EXPECT_EQ(before.bytes_cached, 8 * MiB);
+  release_cached_memory();
+  const MemoryStats after = memory_stats();
+  EXPECT_EQ(after.bytes_cached, 0);
+  EXPECT_EQ(after.os_releases - before.os_releases, 3);
+  const Tensor d = buffer(2 * MiB);
+  EXPECT_EQ(memory_stats().os_allocations - after.os_allocations, 1);
+  EXPECT_EQ(memory_stats().cache_hits, after.cache_hits);
+}
+
+// block_bytes against the bins written out: 64-byte multiples below 256 KiB, then the
+// smallest 2^k * {4, 5, 6, 7} / 4 at or above the request.
+TEST(AllocatorBins, SizesRoundUpToBoundedBins) {
+  const auto reference = [](std::size_t n) -> std::size_t {
+    const std::size_t r = (std::max<std::size_t>(n, 1) + 63) / 64 * 64;
+    if (r < (std::size_t{256} << 10)) return r;
+    for (int k = 18; k < 62; ++k)
+      for (std::size_t m = 4; m <= 7; ++m)
+        if ((std::size_t{1} << k) * m / 4 >= r) return (std::size_t{1} << k) * m / 4;
+    return 0;
+  };
+  std::vector<std::size_t> sizes = {0,
+                                    1,
+                                    63,
+                                    64,
+                                    65,
+                                    262'080,
+                                    262'143,
+                                    262'144,
+                                    262'145,
+                                    327'680,
+                                    327'681,
+                                    1'000'000,
+                                    1'835'008,
+                                    1'835'009,
+                                    std::size_t{40'000'000},
+                                    std::size_t{1} << 40};
+  for (std::size_t n = 200'000; n < 5'000'000; n += 7'919) sizes.push_back(n);
+  for (const std::size_t n : sizes) {
+    const std::size_t b = detail::block_bytes(n);
+    EXPECT_EQ(b, reference(n)) << n;
+    EXPECT_EQ(b % 64, 0u) << n;
+    if (n >= (std::size_t{256} << 10)) {
+      EXPECT_LE(b - n, n / 4) << n;
+    }
+  }
+  EXPECT_THROW(detail::allocate_block(SIZE_MAX), std::bad_alloc);
+}
+
+TEST_F(Allocator, ManyThreadsAllocateAndFreeConcurrently) {
+  detail::set_cache_limit(6 * MiB);  // small, so evictions race with reuse too
+  const int64_t base = memory_stats().bytes_in_use;
+  constexpr int kThreads = 8, kRounds = 150;
+  std::atomic<int> corrupted{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([t, &corrupted] {
+      std::vector<Tensor> held;
+      for (int r = 0; r < kRounds; ++r) {
+        // Sizes in several bins, large and small; each buffer holds its owner's mark.
+        const int64_t bytes = ((r * 7 + t) % 5 + 1) * 300'000 + (r % 3 == 0 ? 0 : 4000);
+        Tensor x = buffer(r % 4 == 0 ? 4096 : bytes);
+        const float mark = static_cast<float>(t * 1000 + r);
+        float* p = x.data<float>();
+        std::fill(p, p + x.numel(), mark);
+        held.push_back(std::move(x));
+        if (held.size() > 3) {
+          const Tensor& old = held.front();
+          const float* q = old.data<float>();
+          const float want = q[0];
+          if (!std::all_of(q, q + old.numel(), [&](float v) { return v == want; }))
+            corrupted.fetch_add(1);
+          held.erase(held.begin());
+        }
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(corrupted.load(), 0);
+  EXPECT_EQ(memory_stats().bytes_in_use, base);
+  EXPECT_LE(memory_stats().bytes_cached, 6 * MiB);
+}
+
+// An allocation that fails releases the cache and tries again: with the address space capped
+// just above what the process maps, a request larger than the headroom only fits once the
+// cached blocks are unmapped. (Sanitizers reserve terabytes of shadow address space, so the
+// cap cannot be set under them.)
+TEST_F(Allocator, AFailedAllocationReleasesTheCacheAndRetries) {
+#if defined(KILN_TEST_ASAN) || defined(KILN_TEST_TSAN)
+  GTEST_SKIP() << "RLIMIT_AS cannot be lowered under a sanitizer";
+#else
+  { const Tensor a = buffer(64 * MiB), b = buffer(64 * MiB), c = buffer(64 * MiB); }
+  ASSERT_EQ(memory_stats().bytes_cached, 192 * MiB);
+  const auto mapped_bytes = [] {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("VmSize:", 0) == 0) return int64_t{std::stoll(line.substr(7))} * 1024;
+    return int64_t{0};
+  };
+  const int64_t mapped = mapped_bytes();
+  ASSERT_GT(mapped, 0);
+  rlimit saved{};
+  ASSERT_EQ(getrlimit(RLIMIT_AS, &saved), 0);
+  rlimit capped = saved;
+  capped.rlim_cur = static_cast<rlim_t>(mapped + 128 * MiB);
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &capped), 0);
+  const MemoryStats before = memory_stats();
+  bool ok = true;
+  std::string error;
+  try {
+    const Tensor big = buffer(160 * MiB);
+  } catch (const std::exception& e) {
+    ok = false;
+    error = e.what();
+  }
+  setrlimit(RLIMIT_AS, &saved);
+  EXPECT_TRUE(ok) << error;
+  EXPECT_EQ(memory_stats().os_releases - before.os_releases, 3);
+  // A request that cannot be satisfied even then is still an Error naming the op.
+  ASSERT_EQ(setrlimit(RLIMIT_AS, &capped), 0);
+  try {
+    const Tensor huge = buffer(512 * MiB);
+    ok = true;
+  } catch (const Error& e) {
+    ok = false;
+    error = e.what();
+  }
+  setrlimit(RLIMIT_AS, &saved);
+  EXPECT_FALSE(ok);
+  EXPECT_NE(error.find("[empty] out of memory"), std::string::npos) << error;
+#endif
+}
+
+TEST_F(Allocator, CachedBlocksArePoisonedUnderAddressSanitizer) {
+#ifndef KILN_TEST_ASAN
+  GTEST_SKIP() << "only meaningful in the KILN_SANITIZE build";
+#else
+  // 1,000,000 bytes in the 1 MiB bin: the slack after the request is poisoned too.
+  const char* p = nullptr;
+  {
+    const Tensor a = buffer(1'000'000);
+    p = static_cast<const char*>(a.raw_data());
+    EXPECT_FALSE(__asan_address_is_poisoned(p));
+    EXPECT_FALSE(__asan_address_is_poisoned(p + 999'999));
+    EXPECT_TRUE(__asan_address_is_poisoned(p + 1'000'000));
+  }
+  EXPECT_TRUE(__asan_address_is_poisoned(p));
+  EXPECT_TRUE(__asan_address_is_poisoned(p + 500'000));
+  const Tensor b = buffer(1'000'000);
+  ASSERT_EQ(b.raw_data(), p);
+  EXPECT_FALSE(__asan_address_is_poisoned(p));
+  EXPECT_FALSE(__asan_address_is_poisoned(p + 999'999));
+  EXPECT_TRUE(__asan_address_is_poisoned(p + 1'000'000));
+#endif
+}
+
+// ---- threads ----------------------------------------------------------------------
+
+// Restores the thread count a test changes.
+class Threads : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifdef KILN_TEST_TSAN
+    GTEST_SKIP() << "libgomp is not instrumented: its teams look like races to TSan";
+#endif
+    saved_ = num_threads();
+  }
+  void TearDown() override {
+    if (saved_ > 0) set_num_threads(saved_);
+  }
+  int saved_ = 0;
+};
+
+// The distinct OpenMP thread numbers that run the chunks of a large detail::parallel_for.
+int threads_used() {
+  std::mutex mu;
+  std::set<int> seen;
+  detail::parallel_for(int64_t{1} << 22, [&](int64_t, int64_t) {
+    const int id = omp_get_thread_num();
+    std::lock_guard lock(mu);
+    seen.insert(id);
+  });
+  return static_cast<int>(seen.size());
+}
+
+TEST_F(Threads, ParallelLoopsUseTheCountSetFromAnyThread) {
+  set_num_threads(1);
+  EXPECT_EQ(num_threads(), 1);
+  EXPECT_EQ(threads_used(), 1);
+  set_num_threads(2);
+  EXPECT_EQ(num_threads(), 2);
+  EXPECT_EQ(threads_used(), 2);
+  // A thread that never called set_num_threads sees the count too, whatever its own OpenMP
+  // setting says.
+  int other = 0;
+  std::thread([&] {
+    omp_set_num_threads(3);
+    other = threads_used();
+  }).join();
+  EXPECT_EQ(other, 2);
+  // A count set on another thread holds on this one.
+  std::thread([] { set_num_threads(1); }).join();
+  EXPECT_EQ(num_threads(), 1);
+  EXPECT_EQ(threads_used(), 1);
+}
+
+TEST_F(Threads, InvalidCountsAreErrors) {
+  for (const int n : {0, -3})
+    expect_error([&] { set_num_threads(n); }, "set_num_threads",
+                 {"got " + std::to_string(n), "expected >= 1"});
+  expect_error([] { set_num_threads(kMaxThreads + 1); }, "set_num_threads",
+               {"got " + std::to_string(kMaxThreads + 1), "expected at most 1024"});
+  EXPECT_EQ(num_threads(), saved_);
+}
+
+int os_threads() {
+  const auto entries = std::filesystem::directory_iterator("/proc/self/task");
+  return static_cast<int>(
+      std::distance(std::filesystem::begin(entries), std::filesystem::end(entries)));
+}
+
+// OS threads started while fn runs on a new thread whose own OpenMP setting is omp_setting.
+// A new thread has an OpenMP pool of its own, so any team it starts shows up as new threads.
+int threads_started(int omp_setting, const std::function<void()>& fn) {
+  int started = 0;
+  std::thread([&] {
+    omp_set_num_threads(omp_setting);
+    const int before = os_threads();
+    fn();
+    started = os_threads() - before;
+  }).join();
+  return started;
+}
+
+// OpenBLAS and oneDNN size their OpenMP teams from the calling thread's own setting: with the
+// count at 1, a matmul and a convolution from a thread whose setting says 4 start no team.
+TEST_F(Threads, BlasAndConvolutionFollowTheCountOnAnyThread) {
+  const Tensor a = ones({512, 512}), b = ones({512, 512});
+  const Tensor x = ones({8, 16, 64, 64}), w = ones({32, 16, 3, 3});
+  // The check can see a team: with the count at 2 a convolution starts one. (Its oneDNN
+  // primitive, made for 2 threads, must not be reused below.)
+  set_num_threads(2);
+  EXPECT_GE(threads_started(1, [&] { conv2d(x, w); }), 1);
+  set_num_threads(1);
+  float mm = 0, conv = 0;
+  EXPECT_EQ(threads_started(4, [&] { mm = matmul(a, b).data<float>()[0]; }), 0);
+  EXPECT_EQ(threads_started(4, [&] { conv = conv2d(x, w).data<float>()[0]; }), 0);
+  EXPECT_EQ(mm, 512.0f);
+  EXPECT_EQ(conv, 16.0f * 9.0f);  // 16 channels x 3x3 taps of ones
+}
+
+TEST(RuntimeEnv, IntegersAreParsedAndInvalidValuesWarnedAboutAndIgnored) {
+  EXPECT_EQ(detail::parse_env_int("KILN_NUM_THREADS", nullptr, 1, 1024), std::nullopt);
+  EXPECT_EQ(detail::parse_env_int("KILN_NUM_THREADS", "3", 1, 1024), 3);
+  EXPECT_EQ(detail::parse_env_int("KILN_ALLOCATOR_CACHE_LIMIT", "0", 0, INT64_MAX), 0);
+  for (const char* bad : {"", "abc", "2x", " 4", "0", "-1", "1025", "99999999999999999999"}) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(detail::parse_env_int("KILN_NUM_THREADS", bad, 1, 1024), std::nullopt) << bad;
+    const std::string warning = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(warning.find("KILN_NUM_THREADS"), std::string::npos) << bad;
+    EXPECT_EQ(std::count(warning.begin(), warning.end(), '\n'), 1) << warning;
+  }
+}
+
+}  // namespace
