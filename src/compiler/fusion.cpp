@@ -131,6 +131,16 @@ std::optional<View> layout_view(const ir::Equation& e, const View& in) {
   return out;
 }
 
+// Which axes of its input a reduce equation reduces; axes may be negative in the IR (the type
+// rule accepts them) and count from the end.
+std::vector<bool> reduced_axes(const ir::Equation& e) {
+  const auto rank = static_cast<int64_t>(e.inputs[0].type.shape.rank());
+  std::vector<bool> axes(static_cast<std::size_t>(rank), false);
+  for (int64_t a : e.attrs.get_ints("axes"))
+    axes[static_cast<std::size_t>(a < 0 ? a + rank : a)] = true;
+  return axes;
+}
+
 // The equation's dtype set the code generator handles.
 bool lowered_dtype(const ir::Equation& e) {
   const DType in = e.inputs.empty() ? float32 : e.inputs.back().type.dtype;
@@ -293,10 +303,7 @@ class Builder {
 
   bool add_reduce(int i, const ir::Equation& e) {
     const Dims s = dims_of(e.inputs[0]);
-    std::vector<bool> axes(s.size(), false);
-    // Axes may be negative in the IR (the type rule accepts them): count them from the end.
-    for (int64_t a : e.attrs.get_ints("axes"))
-      axes[static_cast<std::size_t>(a < 0 ? a + static_cast<int64_t>(s.size()) : a)] = true;
+    const std::vector<bool> axes = reduced_axes(e);
     // Reducing no axes is the identity: an elementwise node.
     if (std::find(axes.begin(), axes.end(), true) == axes.end()) return add_elementwise(i, e);
     const bool was_empty = empty();
@@ -376,6 +383,17 @@ bool is_reduction(const Primitive* p) {
                        &prim::reduce_min(), &prim::reduce_and(), &prim::reduce_or()});
 }
 
+// Reductions whose innermost (non-unit) axis is kept, such as a bias gradient's sum over the
+// batch, run their kernel: it accumulates whole contiguous rows, where a fused loop would
+// read each kept index's reduced values strided (docs/DESIGN.md, "Compiler").
+bool reduces_innermost_axis(const ir::Equation& e) {
+  const Dims s = dims_of(e.inputs[0]);
+  const std::vector<bool> axes = reduced_axes(e);
+  for (std::size_t a = s.size(); a-- > 0;)
+    if (s[a] != 1) return axes[a];
+  return true;
+}
+
 bool fusible(const ir::Equation& e) {
   static const std::unordered_set<const Primitive*> lowered = {
       &prim::neg(),         &prim::abs(),
@@ -402,6 +420,7 @@ bool fusible(const ir::Equation& e) {
       &prim::reduce_min(),  &prim::reduce_and(),
       &prim::reduce_or()};
   if (!lowered.count(e.prim) || e.outputs.size() != 1) return false;
+  if (is_reduction(e.prim) && !reduces_innermost_axis(e)) return false;
   return lowered_dtype(e);
 }
 
