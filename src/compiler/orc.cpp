@@ -48,14 +48,10 @@ HostCpu detect_host() {
   if (llvm::sys::getHostCPUFeatures(features))
     for (const auto& f : features) {
       if (!list.empty()) list += ',';
-      list += (f.second ? "+" : "-") + f.first().str();
+      list += f.second ? '+' : '-';
+      list.append(f.first().data(), f.first().size());
     }
   h.features = list;
-  auto has = [&](const char* f) {
-    auto it = features.find(f);
-    return it != features.end() && it->second;
-  };
-  h.vector_bits = has("avx512f") ? 512 : has("avx2") ? 256 : 128;
   return h;
 }
 
