@@ -17,6 +17,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -44,14 +45,16 @@ HostCpu detect_host() {
   HostCpu h;
   h.name = llvm::sys::getHostCPUName().str();
   llvm::StringMap<bool> features;
-  std::string list;
+  // Sorted: the list is part of the disk cache's key, and a hash map's order is not promised.
+  std::vector<std::string> flags;
   if (llvm::sys::getHostCPUFeatures(features))
     for (const auto& f : features) {
-      if (!list.empty()) list += ',';
-      list += f.second ? '+' : '-';
-      list.append(f.first().data(), f.first().size());
+      std::string flag(1, f.second ? '+' : '-');
+      flag.append(f.first().data(), f.first().size());
+      flags.push_back(std::move(flag));
     }
-  h.features = list;
+  std::sort(flags.begin(), flags.end());
+  for (const std::string& f : flags) h.features += (h.features.empty() ? "" : ",") + f;
   return h;
 }
 
