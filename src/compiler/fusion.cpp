@@ -273,9 +273,16 @@ class Builder {
     return args;
   }
 
-  void add_node(int i, Node n, int value) {
-    g_.nodes.push_back(std::move(n));
-    members_[value] = static_cast<int>(g_.nodes.size() - 1);
+  // Adds equation i as a node computing its output from `args`.
+  void add_node(int i, Node::Kind kind, Level level, std::vector<int> args) {
+    const ir::Equation& e = f_.equations[static_cast<std::size_t>(i)];
+    g_.nodes.push_back(Node{.kind = kind,
+                            .level = level,
+                            .dtype = e.outputs[0].type.dtype,
+                            .prim = e.prim,
+                            .attrs = e.attrs,
+                            .args = std::move(args)});
+    members_[e.outputs[0].id] = static_cast<int>(g_.nodes.size() - 1);
     g_.equations.push_back(i);
   }
 
@@ -290,14 +297,7 @@ class Builder {
       if (was_empty) g_ = Group{};
       return false;
     }
-    add_node(i,
-             Node{.kind = Node::Kind::op,
-                  .level = *level,
-                  .dtype = e.outputs[0].type.dtype,
-                  .prim = e.prim,
-                  .attrs = e.attrs,
-                  .args = std::move(*args)},
-             e.outputs[0].id);
+    add_node(i, Node::Kind::op, *level, std::move(*args));
     return true;
   }
 
@@ -335,14 +335,7 @@ class Builder {
       }
       return false;
     }
-    add_node(i,
-             Node{.kind = Node::Kind::reduce,
-                  .level = Level::outer,
-                  .dtype = e.outputs[0].type.dtype,
-                  .prim = e.prim,
-                  .attrs = e.attrs,
-                  .args = std::move(*args)},
-             e.outputs[0].id);
+    add_node(i, Node::Kind::reduce, Level::outer, std::move(*args));
     return true;
   }
 
