@@ -85,18 +85,21 @@ struct Sign {
     return static_cast<T>((T{0} < x) - (x < T{0}));
   }
 };
-#define KILN_FLOAT_UNARY(Name, expr, derivative)                             \
-  struct Name {                                                              \
-    static constexpr Domain domain = Domain::floating;                       \
-    template <typename T>                                                    \
-    T operator()(T x) const {                                                \
-      return expr;                                                           \
-    }                                                                        \
-    static Tensor scale(const Tensor& x, const Tensor& y, const Tensor& t) { \
-      (void)x;                                                               \
-      (void)y;                                                               \
-      return derivative;                                                     \
-    }                                                                        \
+// dy/dx applied to a tangent t, from x and y = f(x) (functors use what they need).
+#define KILN_UNARY_SCALE(derivative)                                       \
+  static Tensor scale(const Tensor& x, const Tensor& y, const Tensor& t) { \
+    (void)x;                                                               \
+    (void)y;                                                               \
+    return derivative;                                                     \
+  }
+#define KILN_FLOAT_UNARY(Name, expr, derivative)       \
+  struct Name {                                        \
+    static constexpr Domain domain = Domain::floating; \
+    template <typename T>                              \
+    T operator()(T x) const {                          \
+      return expr;                                     \
+    }                                                  \
+    KILN_UNARY_SCALE(derivative)                       \
   };
 #define KILN_STEP_UNARY(Name, expr)                    \
   struct Name {                                        \
@@ -110,18 +113,14 @@ KILN_FLOAT_UNARY(Sqrt, std::sqrt(x), t / (y * 2.0))
 KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x), t* y / x * -0.5)
 // Transcendental functions run SLEEF's vector functions (src/math/vector_math.h) over
 // contiguous chunks: `chunk(x, y, n)` computes y[i] = f(x[i]) in float or double.
-#define KILN_VECTOR_UNARY(Name, fn, derivative)                              \
-  struct Name {                                                              \
-    static constexpr Domain domain = Domain::floating;                       \
-    template <typename C>                                                    \
-    static void chunk(const C* x, C* y, int64_t n) {                         \
-      math::apply(math::MathFn::fn, x, y, n);                                \
-    }                                                                        \
-    static Tensor scale(const Tensor& x, const Tensor& y, const Tensor& t) { \
-      (void)x;                                                               \
-      (void)y;                                                               \
-      return derivative;                                                     \
-    }                                                                        \
+#define KILN_VECTOR_UNARY(Name, fn, derivative)        \
+  struct Name {                                        \
+    static constexpr Domain domain = Domain::floating; \
+    template <typename C>                              \
+    static void chunk(const C* x, C* y, int64_t n) {   \
+      math::apply(math::MathFn::fn, x, y, n);          \
+    }                                                  \
+    KILN_UNARY_SCALE(derivative)                       \
   };
 KILN_VECTOR_UNARY(Exp, exp, t* y)
 KILN_VECTOR_UNARY(Log, log, t / x)
@@ -163,6 +162,7 @@ KILN_STEP_UNARY(Floor, std::floor(x))
 KILN_STEP_UNARY(Ceil, std::ceil(x))
 KILN_STEP_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
 #undef KILN_FLOAT_UNARY
+#undef KILN_UNARY_SCALE
 #undef KILN_STEP_UNARY
 struct LogicalNot {
   static constexpr Domain domain = Domain::boolean;
