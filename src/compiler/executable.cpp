@@ -35,9 +35,10 @@ class ActiveSubs {
   const SubFunctions* saved_;
 };
 
-std::size_t element_size(DType d) { return static_cast<std::size_t>(dtype_size(d)); }
+// Sizes here were checked when the function's types were built (the parser and the
+// allocator bound every tensor's bytes), so plain arithmetic cannot overflow.
 std::size_t bytes_of(const TensorType& t) {
-  return static_cast<std::size_t>(t.shape.numel()) * element_size(t.dtype);
+  return static_cast<std::size_t>(t.shape.numel() * dtype_size(t.dtype));
 }
 
 // A text that determines a group's kernel: the compile cache's key and the inspection dump.
