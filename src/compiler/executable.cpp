@@ -11,6 +11,7 @@
 #include "compiler/codegen.h"
 #include "compiler/fusion.h"
 #include "compiler/orc.h"
+#include "detail/checked.h"
 #include "detail/parallel.h"
 #include "ir/trace.h"
 
@@ -35,10 +36,8 @@ class ActiveSubs {
   const SubFunctions* saved_;
 };
 
-// Sizes here were checked when the function's types were built (the parser and the
-// allocator bound every tensor's bytes), so plain arithmetic cannot overflow.
 std::size_t bytes_of(const TensorType& t) {
-  return static_cast<std::size_t>(t.shape.numel() * dtype_size(t.dtype));
+  return static_cast<std::size_t>(detail::checked_mul("jit", t.shape.numel(), dtype_size(t.dtype)));
 }
 
 // A text that determines a group's kernel: the compile cache's key and the inspection dump.
