@@ -353,6 +353,88 @@ TEST(ControlFlow, RnnScanGradsMatchUnrolledAndFiniteDifferences) {
   expect_close(gw, fd, 1e-5);
 }
 
+// Counts equations of `prim` in f and every sub-function it holds.
+int count_prim(const ir::Function& f, const std::string& prim) {
+  int n = 0;
+  for (const ir::Equation& e : f.equations) {
+    n += e.prim->name == prim;
+    for (const auto& [name, value] : e.attrs.items())
+      if (const auto* sub = std::get_if<FunctionRef>(&value)) n += count_prim(**sub, prim);
+  }
+  return n;
+}
+const ir::Function* scan_body(const ir::Function& f, bool reverse) {
+  for (const ir::Equation& e : f.equations)
+    if (e.prim->name == "scan" && e.attrs.get_bool("reverse") == reverse)
+      return e.attrs.get<FunctionRef>("body").get();
+  return nullptr;
+}
+
+// Reverse mode through scan keeps each step's residuals (here 1 - tanh^2) from the forward
+// scan instead of recomputing the step's forward inside the backward scan, and the xs
+// cotangent nobody asked for is pruned, so a step costs what the unrolled loop's does.
+TEST(ControlFlow, ScanGradStoresResidualsInsteadOfRecomputingTheForward) {
+  const Tensor w = random::normal(random::key(1), {3, 3}, float64) * 0.5;
+  const Tensor u = random::normal(random::key(2), {3, 2}, float64) * 0.5;
+  const Tensor xs = random::normal(random::key(3), {7, 2}, float64);
+  const ir::Function g = jit(grad(rnn_scan, argnums<0, 1>)).lower(w, u, xs);
+  const ir::Function* fwd = scan_body(g, false);
+  const ir::Function* bwd = scan_body(g, true);
+  ASSERT_TRUE(fwd && bwd) << g;
+  EXPECT_EQ(count_prim(*fwd, "tanh"), 1) << g;
+  EXPECT_EQ(count_prim(*bwd, "tanh"), 0) << g;
+  // Per step, as many products as the loop unrolled at trace time has (which also skips
+  // the first step's carry cotangent: h0 is a constant).
+  const ir::Function unrolled = jit(grad(rnn_unrolled, argnums<0, 1>)).lower(w, u, xs);
+  EXPECT_EQ(count_prim(*fwd, "matmul"), 2) << g;
+  EXPECT_EQ(7 * (count_prim(*fwd, "matmul") + count_prim(*bwd, "matmul")),
+            count_prim(unrolled, "matmul") + 1)
+      << g << unrolled;
+  // The same gradients as the unrolled loop, eagerly and jitted.
+  auto [rw, ru] = grad(rnn_unrolled, argnums<0, 1>)(w, u, xs);
+  auto [gw, gu] = grad(rnn_scan, argnums<0, 1>)(w, u, xs);
+  auto [jw, ju] = jit(grad(rnn_scan, argnums<0, 1>))(w, u, xs);
+  expect_close(gw, rw.to_vector<double>(), 1e-12);
+  expect_close(gu, ru.to_vector<double>(), 1e-12);
+  expect_close(jw, rw.to_vector<double>(), 1e-12);
+  expect_close(ju, ru.to_vector<double>(), 1e-12);
+}
+
+// checkpoint around the body brings back per-step rematerialisation: the forward scan then
+// stacks only what the checkpoint reads, and the backward recomputes the step.
+TEST(ControlFlow, CheckpointedScanBodyStoresOnlyItsInputs) {
+  const Tensor w = random::normal(random::key(1), {3, 3}, float64) * 0.5;
+  const Tensor xs = random::normal(random::key(3), {6, 3}, float64);
+  auto loss = [](bool remat) {
+    return [remat](const Tensor& w, const Tensor& xs) {
+      auto step = [&](const Tensor& h, const Tensor& x) { return tanh(exp(matmul(w, h)) * x); };
+      auto [h, ys] = scan(
+          [&](const Tensor& h, const Tensor& x) {
+            Tensor n = remat ? checkpoint(step)(h, x) : step(h, x);
+            return std::pair{n, std::tuple<>{}};
+          },
+          ones({3}, float64), xs);
+      return sum(h);
+    };
+  };
+  const ir::Function plain = jit(grad(loss(false))).lower(w, xs);
+  const ir::Function remat = jit(grad(loss(true))).lower(w, xs);
+  // Residuals are the forward scan's stacked outputs beyond its carry.
+  auto stacked = [](const ir::Function& f) {
+    for (const ir::Equation& e : f.equations)
+      if (e.prim->name == "scan" && !e.attrs.get_bool("reverse"))
+        return static_cast<int>(e.outputs.size() - e.attrs.get_int("num_carry"));
+    return -1;
+  };
+  EXPECT_EQ(stacked(remat), 1) << remat;  // the incoming carry only
+  EXPECT_GT(stacked(plain), 1) << plain;  // carry, exp(w h) and 1 - tanh^2, say
+  EXPECT_EQ(count_prim(*scan_body(plain, true), "exp"), 0) << plain;
+  EXPECT_GT(count_prim(*scan_body(remat, true), "exp"), 0) << remat;
+  const Tensor a = grad(loss(false))(w, xs), b = grad(loss(true))(w, xs);
+  expect_close(b, a.to_vector<double>(), 1e-12);
+  expect_close(jit(grad(loss(true)))(w, xs), a.to_vector<double>(), 1e-12);
+}
+
 TEST(ControlFlow, GradOfGradThroughCondAndScan) {
   auto f = [](const Tensor& x) {
     return cond(

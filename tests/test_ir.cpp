@@ -8,6 +8,7 @@
 #include <limits>
 #include <memory>
 
+#include "ir/partial_eval.h"
 #include "testing.h"
 
 namespace kiln {
@@ -133,6 +134,79 @@ TEST(Ir, DceAndCse) {
             "  %1 = add %0, %0 : f32[3]\n"
             "  return %1\n"
             "}");
+}
+
+// A scan's ys that nobody reads leave its body, and so do the xs only they read.
+TEST(Passes, DceDropsUnreadScanOutputsAndTheXsOnlyTheyRead) {
+  const std::string text =
+      "func @f(%c: f64[], %xs: f64[4], %zs: f64[4]) -> f64[] {\n"
+      "  %0, %1, %2 = scan %c, %xs, %zs {body=func @b(%a: f64[], %x: f64[], %z: f64[]) -> "
+      "(f64[], f64[], f64[]) {\n"
+      "    %0 = add %a, %x : f64[]\n"
+      "    %1 = mul %z, %z : f64[]\n"
+      "    return %0, %0, %1\n"
+      "  }, length=4, num_carry=1, num_xs=2, reverse=false} : (f64[], f64[4], f64[4])\n"
+      "  return %0\n"
+      "}";
+  const auto f = ir::parse(text);
+  const ir::Function g = ir::dce(*f);
+  ir::verify(g);
+  EXPECT_EQ(ir::print(g),
+            "func @f(%c: f64[], %xs: f64[4], %zs: f64[4]) -> f64[] {\n"
+            "  %0 = scan %c, %xs {body=func @b(%a: f64[], %x: f64[]) -> f64[] {\n"
+            "    %0 = add %a, %x : f64[]\n"
+            "    return %0\n"
+            "  }, length=4, num_carry=1, num_xs=1, reverse=false} : f64[]\n"
+            "  return %0\n"
+            "}");
+  const std::vector<Tensor> args{tensor(0.5), tensor({1.0, 2.0, 3.0, 4.0}),
+                                 tensor({5.0, 6.0, 7.0, 8.0})};
+  EXPECT_EQ(ir::evaluate(g, args)[0].item<double>(), 10.5);  // 0.5 + 1 + 2 + 3 + 4
+  // Nothing to drop: the same equation, body still shared.
+  const ir::Function h = ir::dce(g);
+  EXPECT_EQ(h.equations[0].attrs.get<FunctionRef>("body"),
+            g.equations[0].attrs.get<FunctionRef>("body"));
+}
+
+std::vector<std::string> prims(const ir::Function& f) {
+  std::vector<std::string> out;
+  for (const ir::Equation& e : f.equations) out.push_back(e.prim->name);
+  return out;
+}
+
+// split_known moves work that reads only known parameters into `known`, except layout
+// equations, which `unknown` recomputes; needed known values become residuals.
+TEST(PartialEval, SplitsKnownWorkAndRecomputesLayoutOps) {
+  const auto f = ir::parse(
+      "func @f(%k: f64[2,3], %u: f64[2,3], %w: f64[3]) -> (f64[2,3], f64[2,3]) {\n"
+      "  %0 = exp %k : f64[2,3]\n"
+      "  %1 = broadcast_to %w {shape=[2, 3]} : f64[2,3]\n"
+      "  %2 = mul %0, %1 : f64[2,3]\n"
+      "  %3 = mul %2, %u : f64[2,3]\n"
+      "  %4 = add %3, %1 : f64[2,3]\n"
+      "  %5 = sin %k : f64[2,3]\n"
+      "  return %4, %0\n"
+      "}");
+  const ir::KnownSplit s = ir::split_known(*f, {true, false, true});
+  ir::verify(*s.known);
+  ir::verify(*s.unknown);
+  EXPECT_EQ(s.num_residuals, 2u);
+  EXPECT_EQ(prims(*s.known), (std::vector<std::string>{"exp", "broadcast_to", "mul"}));
+  EXPECT_EQ(prims(*s.unknown), (std::vector<std::string>{"broadcast_to", "mul", "add"}));
+  EXPECT_EQ(s.known->params.size(), 2u);
+  EXPECT_EQ(ir::params_read(*s.unknown), (std::vector<bool>{false, true, true, true, true}));
+  // unknown(p, known(p_known)) == f(p), exactly: the same operations on the same values.
+  const Tensor k = random::normal(random::key(1), {2, 3}, float64),
+               u = random::normal(random::key(2), {2, 3}, float64),
+               w = random::normal(random::key(3), {3}, float64);
+  const std::vector<Tensor> want = ir::evaluate(*f, std::vector<Tensor>{k, u, w});
+  std::vector<Tensor> args{k, u, w};
+  for (const Tensor& r : ir::evaluate(*s.known, std::vector<Tensor>{k, w})) args.push_back(r);
+  const std::vector<Tensor> got = ir::evaluate(*s.unknown, args);
+  ASSERT_EQ(got.size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i)
+    EXPECT_EQ(got[i].to_vector<double>(), want[i].to_vector<double>()) << "result " << i;
+  EXPECT_THROW(ir::split_known(*f, {true}), Error);
 }
 
 std::string optimized(const std::string& text) {

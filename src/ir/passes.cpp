@@ -11,20 +11,62 @@
 
 namespace kiln::ir {
 
+namespace {
+
+// A scan without the ys nobody reads, and then without the xs and captures its body no longer
+// reads; carries stay (each step reads the last). The body is pruned the same way.
+Equation prune_scan(const Equation& e, const std::set<int>& live) {
+  const auto nc = static_cast<std::size_t>(e.attrs.get_int("num_carry"));
+  const auto nx = static_cast<std::size_t>(e.attrs.get_int("num_xs"));
+  Function body = *e.attrs.get<FunctionRef>("body");
+  Equation out = e;
+  out.outputs.resize(nc);
+  body.results.resize(nc);
+  for (std::size_t k = nc; k < e.outputs.size(); ++k)
+    if (live.count(e.outputs[k].id)) {
+      out.outputs.push_back(e.outputs[k]);
+      body.results.push_back(e.attrs.get<FunctionRef>("body")->results[k]);
+    }
+  body = dce(body);
+  std::set<int> read;
+  for (const Equation& b : body.equations)
+    for (const Value& v : b.inputs) read.insert(v.id);
+  for (const Value& v : body.results) read.insert(v.id);
+  const std::vector<Value> params = body.params;
+  const std::vector<std::string> names = body.param_names;
+  body.params.clear();
+  body.param_names.clear();
+  out.inputs.clear();
+  std::size_t kept_xs = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (i >= nc && !read.count(params[i].id)) continue;
+    body.params.push_back(params[i]);
+    if (i < names.size()) body.param_names.push_back(names[i]);
+    out.inputs.push_back(e.inputs[i]);
+    kept_xs += i >= nc && i < nc + nx;
+  }
+  // Unchanged: keep the body shared (CSE compares sub-functions by identity).
+  if (out.inputs.size() == e.inputs.size() && out.outputs.size() == e.outputs.size()) return e;
+  out.attrs.set("body", std::make_shared<const Function>(std::move(body)));
+  out.attrs.set("num_xs", static_cast<int64_t>(kept_xs));
+  return out;
+}
+
+}  // namespace
+
 Function dce(const Function& f) {
   std::set<int> live;
   for (const Value& v : f.results) live.insert(v.id);
-  std::vector<const Equation*> kept;
+  std::vector<Equation> kept;
   for (auto it = f.equations.rbegin(); it != f.equations.rend(); ++it) {
     bool used = false;
     for (const Value& v : it->outputs) used = used || live.count(v.id);
     if (!used) continue;
-    kept.push_back(&*it);
-    for (const Value& v : it->inputs) live.insert(v.id);
+    kept.push_back(it->prim->name == "scan" ? prune_scan(*it, live) : *it);
+    for (const Value& v : kept.back().inputs) live.insert(v.id);
   }
   Function out = f;
-  out.equations.clear();
-  for (auto it = kept.rbegin(); it != kept.rend(); ++it) out.equations.push_back(**it);
+  out.equations.assign(kept.rbegin(), kept.rend());
   out.constants.clear();
   for (const Constant& c : f.constants)
     if (live.count(c.value.id)) out.constants.push_back(c);

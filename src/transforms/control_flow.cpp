@@ -15,6 +15,7 @@
 
 #include <algorithm>
 
+#include "ir/partial_eval.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 #include "transforms/core.h"
@@ -700,10 +701,12 @@ ops::Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   return result;
 }
 
-// Reverse mode: a forward scan that also stacks each step's incoming carry, then a scan in
-// the opposite direction applying the body's VJP to each step, carrying the carry's
-// cotangent and the captures' accumulated cotangents. Both are scans, so this differentiates
-// again.
+// Reverse mode: the per-step backward body (the body's VJP) split by what is known before
+// any cotangent exists (ir::split_known, docs/DESIGN.md "Reverse mode through scan stores
+// residuals"). A forward scan runs the body and the known part, stacking the residuals (and
+// the incoming carries the rest reads) as extra ys; a scan in the opposite direction runs
+// the unknown part, carrying the carry's cotangent and the captures' accumulated cotangents.
+// Both are scans, so this differentiates again.
 ops::Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const FunctionRef body = r.attrs.get<FunctionRef>("body");
   const ScanLayout l = scan_layout(r.inputs.size(), r.attrs);
@@ -714,17 +717,8 @@ ops::Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
             fk = floating(in_t, l.nc + l.nx, l.ncap), fy = floating(r_t, l.nc, ny);
   ops::Ts result(n);
   if (fc.empty() && fx.empty() && fk.empty()) return result;
-  // 1. Forward again, with the residual carries as extra ys.
-  FunctionRef fwd = closed(body->name + "_fwd", p_t, [&](const Tensors& p) {
-    Tensors out = ir::evaluate(*body, p);
-    append(out, sub(p, 0, l.nc));
-    return out;
-  });
-  const Tensors f = bind(r.primitive, Tensors(r.inputs.begin(), r.inputs.end()),
-                         scan_attrs(fwd, l.length, l.reverse, l.nc, l.nx));
-  const Tensors carries = sub(f, l.nc + ny, l.nc);
-  // 2. Backward. Carry: (carry cotangents, capture cotangents); xs: (carries, xs, ys
-  // cotangents); captures as they are. ys: the xs cotangents.
+  // 1. One backward step. Parameters: carry cotangents, capture cotangents (the backward
+  // scan's carry); the step's carry and xs; ys cotangents; captures.
   TypeList params;
   for (std::size_t i : fc) params.push_back(in_t[i]);
   for (std::size_t i : fk) params.push_back(in_t[l.nc + l.nx + i]);
@@ -732,16 +726,14 @@ ops::Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   for (std::size_t i = 0; i < l.nx; ++i) params.push_back(p_t[l.nc + i]);
   for (std::size_t i : fy) params.push_back(r_t[l.nc + i]);
   for (std::size_t i = 0; i < l.ncap; ++i) params.push_back(p_t[l.nc + l.nx + i]);
-  const std::size_t nbc = fc.size() + fk.size();
-  FunctionRef bwd = closed(body->name + "_bwd", params, [&](const Tensors& p) {
-    std::size_t at = nbc;
-    Tensors prim = sub(p, at, l.nc + l.nx);
-    at += l.nc + l.nx;
+  const std::size_t nbc = fc.size() + fk.size(), at_x = nbc + l.nc, at_y = at_x + l.nx,
+                    at_k = at_y + fy.size();
+  FunctionRef step = closed(body->name + "_bwd", params, [&](const Tensors& p) {
+    Tensors prim = sub(p, nbc, l.nc + l.nx);
     ops::Ts cts(l.nc + ny);
     for (std::size_t j = 0; j < fc.size(); ++j) cts[fc[j]] = p[j];
-    for (std::size_t j = 0; j < fy.size(); ++j) cts[l.nc + fy[j]] = p[at + j];
-    at += fy.size();
-    append(prim, sub(p, at, l.ncap));
+    for (std::size_t j = 0; j < fy.size(); ++j) cts[l.nc + fy[j]] = p[at_y + j];
+    append(prim, sub(p, at_k, l.ncap));
     const ops::Ts g = ad::vjp(body, prim).pullback(cts);
     Tensors out;
     for (std::size_t i : fc) out.push_back(or_zero(g[i], in_t[i]));
@@ -752,15 +744,58 @@ ops::Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
     for (std::size_t i : fx) out.push_back(or_zero(g[l.nc + i], p_t[l.nc + i]));
     return out;
   });
+  // Known: the step's carry, xs slice and captures — the forward body's own parameters.
+  std::vector<bool> known(params.size(), false);
+  for (std::size_t i = nbc; i < at_y; ++i) known[i] = true;
+  for (std::size_t i = at_k; i < params.size(); ++i) known[i] = true;
+  const ir::KnownSplit split = ir::split_known(*step, known);
+  const std::vector<bool> reads = ir::params_read(*split.unknown);
+  auto read = [&](std::size_t from, std::size_t count) {
+    Idx r;
+    for (std::size_t i = 0; i < count; ++i)
+      if (reads[from + i]) r.push_back(i);
+    return r;
+  };
+  const Idx rc = read(nbc, l.nc), rx = read(at_x, l.nx), ry = read(at_y, fy.size()),
+            rk = read(at_k, l.ncap);
+  // 2. Forward, with the carries the backward reads and the residuals as extra ys.
+  const ir::Function fwd_trace = *closed(body->name + "_fwd", p_t, [&](const Tensors& p) {
+    Tensors out = ir::evaluate(*body, p);
+    for (std::size_t i : rc) out.push_back(p[i]);
+    append(out, ir::evaluate(*split.known, p));
+    return out;
+  });
+  // The known part recomputes the body's forward: merge the two.
+  FunctionRef fwd = std::make_shared<const ir::Function>(ir::dce(ir::cse(fwd_trace)));
+  const Tensors f = bind(r.primitive, Tensors(r.inputs.begin(), r.inputs.end()),
+                         scan_attrs(fwd, l.length, l.reverse, l.nc, l.nx));
+  // 3. Backward over the unknown part, taking only the parameters it reads. Carry: the
+  // cotangents; xs: carries, xs, ys cotangents, residuals; then captures.
+  ir::Function bwd = *split.unknown;
+  const std::vector<ir::Value> all = bwd.params;
+  bwd.params.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nbc));
+  auto take = [&](std::size_t from, const Idx& which) {
+    for (std::size_t i : which) bwd.params.push_back(all[from + i]);
+  };
+  take(nbc, rc);
+  take(at_x, rx);
+  take(at_y, ry);
+  for (std::size_t i = 0; i < split.num_residuals; ++i)
+    bwd.params.push_back(all[params.size() + i]);
+  take(at_k, rk);
+  bwd.name = body->name + "_bwd";
   Tensors ins;
   for (std::size_t i : fc) ins.push_back(or_zero(ct[i], out_t[i]));
   for (std::size_t i : fk) ins.push_back(ops::zeros_of(in_t[l.nc + l.nx + i]));
-  append(ins, carries);
-  append(ins, sub(r.inputs, l.nc, l.nx));
-  for (std::size_t i : fy) ins.push_back(or_zero(ct[l.nc + i], out_t[l.nc + i]));
-  append(ins, sub(r.inputs, l.nc + l.nx, l.ncap));
-  const Tensors b =
-      bind(r.primitive, ins, scan_attrs(bwd, l.length, !l.reverse, nbc, l.nc + l.nx + fy.size()));
+  for (std::size_t j = 0; j < rc.size(); ++j) ins.push_back(f[l.nc + ny + j]);
+  for (std::size_t i : rx) ins.push_back(r.inputs[l.nc + i]);
+  for (std::size_t j : ry) ins.push_back(or_zero(ct[l.nc + fy[j]], out_t[l.nc + fy[j]]));
+  for (std::size_t j = 0; j < split.num_residuals; ++j) ins.push_back(f[l.nc + ny + rc.size() + j]);
+  for (std::size_t i : rk) ins.push_back(r.inputs[l.nc + l.nx + i]);
+  const std::size_t nbx = rc.size() + rx.size() + ry.size() + split.num_residuals;
+  const Tensors b = bind(r.primitive, ins,
+                         scan_attrs(std::make_shared<const ir::Function>(std::move(bwd)), l.length,
+                                    !l.reverse, nbc, nbx));
   for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = b[j];
   for (std::size_t j = 0; j < fk.size(); ++j) result[l.nc + l.nx + fk[j]] = b[fc.size() + j];
   for (std::size_t j = 0; j < fx.size(); ++j) result[l.nc + fx[j]] = b[nbc + j];

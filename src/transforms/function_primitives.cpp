@@ -38,9 +38,46 @@ ops::Ts jvp_through_fn(const RuleArgs& r, std::span<const Tangent> t) {
   return ad::jvp(*r.attrs.get<FunctionRef>("fn"), r.inputs, t).tangents;
 }
 // Reverse mode through the sub-function, recomputing its forward pass: what `checkpoint`
-// is for, and what keeps a nested jit's intermediates out of the outer residuals.
+// is for, and what keeps a nested jit's intermediates out of the outer residuals. The
+// recomputation and pullback are one equation of the same primitive over (inputs,
+// cotangents), so no pass can merge the recomputed forward with the original one or move it
+// out of the backward pass (scan's residual split: docs/DESIGN.md).
 ops::Ts vjp_recompute(const RuleArgs& r, std::span<const Tangent> ct) {
-  return ad::vjp(r.attrs.get<FunctionRef>("fn"), r.inputs).pullback(ct);
+  const FunctionRef fn = r.attrs.get<FunctionRef>("fn");
+  const std::size_t n = r.inputs.size();
+  std::vector<TensorType> types;
+  for (const Tensor& t : r.inputs) types.push_back(t.type());
+  std::vector<std::size_t> given;  // outputs with a cotangent
+  for (std::size_t i = 0; i < ct.size(); ++i)
+    if (ct[i]) {
+      given.push_back(i);
+      types.push_back(ct[i]->type());
+    }
+  std::vector<bool> has_grad(n, false);
+  ir::Traced bwd = ir::trace_function(fn->name + "_bwd", types, [&](const std::vector<Tensor>& p) {
+    ops::Ts cts(ct.size());
+    for (std::size_t j = 0; j < given.size(); ++j) cts[given[j]] = p[n + j];
+    const ops::Ts g =
+        ad::vjp(fn, std::span<const Tensor>(p.data(), n)).pullback(std::span<const Tangent>(cts));
+    std::vector<Tensor> out;
+    for (std::size_t i = 0; i < n; ++i)
+      if (g[i]) {
+        has_grad[i] = true;
+        out.push_back(*g[i]);
+      }
+    return out;
+  });
+  ops::Ts result(n);
+  if (bwd.function->results.empty()) return result;
+  std::vector<Tensor> ins(r.inputs.begin(), r.inputs.end());
+  for (std::size_t i : given) ins.push_back(*ct[i]);
+  ins.insert(ins.end(), bwd.captures.begin(), bwd.captures.end());
+  Attrs a = r.attrs;
+  a.set("fn", FunctionRef(bwd.function));
+  const std::vector<Tensor> g = bind(r.primitive, ins, a);
+  for (std::size_t i = 0, k = 0; i < n; ++i)
+    if (has_grad[i]) result[i] = g[k++];
+  return result;
 }
 
 // Batching keeps the sub-function boundary: the sub-function is batched into a new one

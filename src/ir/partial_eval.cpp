@@ -1,0 +1,93 @@
+#include "ir/partial_eval.h"
+
+#include <set>
+#include <string_view>
+
+#include "kiln/error.h"
+
+namespace kiln::ir {
+namespace {
+
+bool is_layout(const Equation& e) {
+  static const std::set<std::string_view> layout{"reshape", "transpose", "broadcast_to", "slice",
+                                                 "flip"};
+  return layout.count(e.prim->name) > 0;
+}
+
+}  // namespace
+
+std::vector<bool> params_read(const Function& f) {
+  std::set<int> read;
+  for (const Equation& e : f.equations)
+    for (const Value& v : e.inputs) read.insert(v.id);
+  for (const Value& v : f.results) read.insert(v.id);
+  std::vector<bool> out;
+  for (const Value& p : f.params) out.push_back(read.count(p.id) > 0);
+  return out;
+}
+
+KnownSplit split_known(const Function& f, const std::vector<bool>& param_known) {
+  if (param_known.size() != f.params.size())
+    fail("split_known", "one flag per parameter: got ", param_known.size(), " flags for ",
+         f.params.size(), " parameters of @", f.name);
+  std::set<int> known_values;
+  for (std::size_t i = 0; i < f.params.size(); ++i)
+    if (param_known[i]) known_values.insert(f.params[i].id);
+  for (const Constant& c : f.constants) known_values.insert(c.value.id);
+  std::vector<bool> eq_known;
+  for (const Equation& e : f.equations) {
+    bool k = true;
+    for (const Value& v : e.inputs) k = k && known_values.count(v.id);
+    eq_known.push_back(k);
+    if (k)
+      for (const Value& v : e.outputs) known_values.insert(v.id);
+  }
+  // Backwards from the results: the unknown side keeps unknown and layout equations that are
+  // needed; a needed output of any other known equation is a residual.
+  std::set<int> needed;
+  for (const Value& v : f.results) needed.insert(v.id);
+  std::vector<bool> on_unknown(f.equations.size(), false);
+  std::set<int> residual_ids;
+  for (std::size_t i = f.equations.size(); i-- > 0;) {
+    const Equation& e = f.equations[i];
+    bool any = false;
+    for (const Value& v : e.outputs) any = any || needed.count(v.id);
+    if (!any) continue;
+    if (eq_known[i] && !is_layout(e)) {
+      for (const Value& v : e.outputs)
+        if (needed.count(v.id)) residual_ids.insert(v.id);
+      continue;
+    }
+    on_unknown[i] = true;
+    for (const Value& v : e.inputs) needed.insert(v.id);
+  }
+  // Residuals in the order they are computed, so both sides agree on it.
+  std::vector<Value> residuals;
+  for (const Equation& e : f.equations)
+    for (const Value& v : e.outputs)
+      if (residual_ids.count(v.id)) residuals.push_back(v);
+
+  Function known = f;
+  known.name = f.name + "_known";
+  known.params.clear();
+  known.param_names.clear();
+  for (std::size_t i = 0; i < f.params.size(); ++i)
+    if (param_known[i]) known.params.push_back(f.params[i]);
+  known.equations.clear();
+  for (std::size_t i = 0; i < f.equations.size(); ++i)
+    if (eq_known[i]) known.equations.push_back(f.equations[i]);
+  known.results = residuals;
+
+  Function unknown = f;
+  unknown.name = f.name + "_unknown";
+  unknown.param_names.clear();
+  unknown.params.insert(unknown.params.end(), residuals.begin(), residuals.end());
+  unknown.equations.clear();
+  for (std::size_t i = 0; i < f.equations.size(); ++i)
+    if (on_unknown[i]) unknown.equations.push_back(f.equations[i]);
+
+  return {std::make_shared<const Function>(dce(known)),
+          std::make_shared<const Function>(dce(unknown)), residuals.size()};
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,30 @@
+// Partial evaluation of IR by known inputs: what reverse mode through loops uses to move a
+// step's forward recomputation out of the backward body (docs/DESIGN.md, "Reverse mode
+// through scan stores residuals").
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "kiln/ir.h"
+#include "kiln/primitive.h"
+
+namespace kiln::ir {
+
+// f split by which of its parameters are known ahead of the rest:
+//   known:   (f's known parameters, in order) -> residuals
+//   unknown: (f's parameters..., residuals...) -> f's results
+// so that unknown(p, known(p_known)) == f(p). `known` holds every equation that reads only
+// known parameters and constants, except layout equations (views: cheaper to redo than to
+// store), which `unknown` recomputes from what it has.
+struct KnownSplit {
+  FunctionRef known;
+  FunctionRef unknown;
+  std::size_t num_residuals = 0;
+};
+KnownSplit split_known(const Function& f, const std::vector<bool>& param_known);
+
+// Which of f's parameters its equations or results read, by position.
+std::vector<bool> params_read(const Function& f);
+
+}  // namespace kiln::ir
