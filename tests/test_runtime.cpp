@@ -398,21 +398,23 @@ TEST_F(Threads, InvalidCountsAreErrors) {
   EXPECT_EQ(num_threads(), saved_);
 }
 
-int os_threads() {
-  const auto entries = std::filesystem::directory_iterator("/proc/self/task");
-  return static_cast<int>(
-      std::distance(std::filesystem::begin(entries), std::filesystem::end(entries)));
+std::set<std::string> os_threads() {
+  std::set<std::string> ids;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/task"))
+    ids.insert(e.path().filename().string());
+  return ids;
 }
 
 // OS threads started while fn runs on a new thread whose own OpenMP setting is omp_setting.
 // A new thread has an OpenMP pool of its own, so any team it starts shows up as new threads.
+// New thread ids are counted, not the total: an earlier thread's pool may exit meanwhile.
 int threads_started(int omp_setting, const std::function<void()>& fn) {
   int started = 0;
   std::thread([&] {
     omp_set_num_threads(omp_setting);
-    const int before = os_threads();
+    const std::set<std::string> before = os_threads();
     fn();
-    started = os_threads() - before;
+    for (const std::string& id : os_threads()) started += before.count(id) == 0;
   }).join();
   return started;
 }
