@@ -164,6 +164,33 @@ TEST(Matmul, BatchedAndBroadcastBatch) {
   }
 }
 
+// k = 1 takes its own path (outer products, written once): the same values as the naive
+// reference, exactly (one rounded product each), batched, broadcast and strided.
+TEST(Matmul, InnerDimensionOneIsAnExactOuterProduct) {
+  uint32_t seed = 150;
+  for (DType dt : {float32, float64}) {
+    check_shapes({5, 1}, {1, 7}, dt, seed++);
+    check_shapes({64, 9, 1}, {64, 1, 13}, dt, seed++);
+    check_shapes({3, 1, 4, 1}, {5, 1, 6}, dt, seed++);  // -> [3,5,4,6]
+    check_shapes({2, 4, 1}, {1, 3}, dt, seed++);
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    const int64_t m = 6, n = 5;
+    const auto A = random_values(m, seed++), B = random_values(2 * n, seed++);
+    // a: [m,1] with row stride 1 (a transposed row); b: [1,n] with column stride 2.
+    const Tensor a = transpose(make(A, {1, m}, dt));
+    const Tensor b = slice(transpose(make(B, {n, 2}, dt)), {Slice{0, 1}});
+    ASSERT_EQ(b.strides()[1], 2);
+    const Tensor c = matmul(a, b);
+    std::vector<double> want;
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        const double x = A[static_cast<std::size_t>(i)], y = B[static_cast<std::size_t>(2 * j)];
+        want.push_back(dt == float32 ? double(float(x) * float(y)) : x * y);
+      }
+    EXPECT_EQ(c.to_vector<double>(), want);
+  }
+}
+
 TEST(Matmul, OneDimensionalOperands) {
   uint32_t seed = 200;
   for (DType dt : {float32, float64}) {

@@ -96,6 +96,34 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
     cblas_dgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), 0.0, c, i(ldc));
 }
 
+// k = 1 (per-example weight gradients under vmap are batches of these): c[i, j] = a[i] * b[j],
+// written once. gemm would first clear c (its beta pass) and then add the products: twice
+// the memory traffic for the same, exactly rounded, values.
+template <typename T>
+Tensor outer_product(const Tensor& a, const Tensor& b, int64_t as, int64_t bs, int64_t m, int64_t n,
+                     Tensor out) {
+  const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b);
+  const T* pa = static_cast<const T*>(a.raw_data());
+  const T* pb = static_cast<const T*>(b.raw_data());
+  T* pc = out.data<T>();
+  detail::parallel_for(
+      static_cast<int64_t>(oa.size()) * m,
+      [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {
+          const auto bi = static_cast<std::size_t>(r / m);
+          const T x = pa[oa[bi] + (r % m) * as];
+          const T* brow = pb + ob[bi];
+          T* crow = pc + r * n;
+          if (bs == 1)
+            for (int64_t j = 0; j < n; ++j) crow[j] = x * brow[j];
+          else
+            for (int64_t j = 0; j < n; ++j) crow[j] = x * brow[j * bs];
+        }
+      },
+      std::max<int64_t>(1, n));
+  return out;
+}
+
 // Products this small run single-threaded inside OpenBLAS, so batches of them are split
 // across our threads instead (OpenBLAS: SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD).
 constexpr int64_t kSmallGemmFlops = 65536 * 4;
@@ -114,6 +142,7 @@ Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
   const auto stride = [](const Tensor& t, int d) {
     return t.strides()[static_cast<std::size_t>(t.rank() + d)];
   };
+  if (k == 1) return outer_product<T>(a, b, stride(a, -2), stride(b, -1), m, n, std::move(out));
   GemmOperand la = gemm_layout(m, k, stride(a, -2), stride(a, -1));
   if (!la.ok) {
     a = a.contiguous();
