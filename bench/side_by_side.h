@@ -24,6 +24,8 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/runtime.h"
+
 #ifndef KILN_SOURCE_DIR
 #define KILN_SOURCE_DIR "."
 #endif
@@ -123,7 +125,11 @@ inline void calibrate(std::vector<Case>& cases, double target, int warmups = 3) 
 // when unset). True when the script exited 0 and reported at least one case.
 inline bool run_peer(const Options& o, const std::string& script, const std::string& args,
                      Times& times, const std::function<void(const std::string&)>& other = {}) {
-  const std::string cmd = o.py + " " KILN_SOURCE_DIR "/bench/" + script + " --reps " +
+  // The peer runs the same OpenBLAS kernels as Kiln (which corrects OpenBLAS's choice on CPUs
+  // it does not know: kiln::blas_kernels), so that matmul-bound cases compare like with like.
+  const std::string blas =
+      std::getenv("OPENBLAS_CORETYPE") ? "" : "OPENBLAS_CORETYPE=" + kiln::blas_kernels() + " ";
+  const std::string cmd = blas + o.py + " " KILN_SOURCE_DIR "/bench/" + script + " --reps " +
                           std::to_string(o.reps) + " --threads " + std::to_string(o.threads) +
                           " --target " + std::to_string(o.target) + (args.empty() ? "" : " ") +
                           args + " 2>&1";

@@ -436,6 +436,18 @@ TEST_F(Threads, BlasAndConvolutionFollowTheCountOnAnyThread) {
   EXPECT_EQ(conv, 16.0f * 9.0f);  // 16 channels x 3x3 taps of ones
 }
 
+// On a CPU with AVX2 or AVX-512, Kiln's first BLAS call leaves OpenBLAS on kernels for them,
+// not on its SSE3 fallback for CPUs it does not know (unless the user chose with
+// OPENBLAS_CORETYPE), and leaves the environment as it was.
+TEST(Blas, RunsKernelsForTheInstructionSetsTheCpuHas) {
+  if (std::getenv("OPENBLAS_CORETYPE")) GTEST_SKIP() << "the user chose the kernels";
+  const Tensor c = matmul(ones({64, 64}), ones({64, 64}));
+  EXPECT_EQ(c.data<float>()[0], 64.0f);
+  const std::string core = blas_kernels();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) EXPECT_NE(core, "Prescott");
+  EXPECT_EQ(std::getenv("OPENBLAS_CORETYPE"), nullptr);
+}
+
 TEST(RuntimeEnv, IntegersAreParsedAndInvalidValuesWarnedAboutAndIgnored) {
   EXPECT_EQ(detail::parse_env_int("KILN_NUM_THREADS", nullptr, 1, 1024), std::nullopt);
   EXPECT_EQ(detail::parse_env_int("KILN_NUM_THREADS", "3", 1, 1024), 3);

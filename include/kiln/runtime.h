@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace kiln {
 
@@ -40,5 +41,12 @@ inline constexpr int kMaxThreads = 1024;
 // n in [1, kMaxThreads], else an Error.
 void set_num_threads(int n);
 int num_threads();
+
+// The kernel set OpenBLAS runs matmul on (its core name, e.g. "SkylakeX", "Haswell", "Zen").
+// OpenBLAS picks it when it loads; on a CPU newer than it knows it falls back to its SSE3
+// kernels ("Prescott"), and Kiln then selects kernels by the instruction sets the CPU has
+// (AVX-512: SkylakeX, AVX2 with FMA: Haswell) before its first BLAS call. Setting
+// OPENBLAS_CORETYPE in the environment chooses instead and turns this off.
+std::string blas_kernels();
 
 }  // namespace kiln

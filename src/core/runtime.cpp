@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string_view>
 
 #include "core/allocator.h"
 #include "detail/parallel.h"
@@ -28,6 +29,34 @@ int init_thread_count() {
   return g_thread_count.compare_exchange_strong(expected, initial) ? initial : expected;
 }
 
+// In DYNAMIC_ARCH builds of OpenBLAS (Debian's) only; weak so that any other build links.
+extern "C" {
+void gotoblas_dynamic_init() __attribute__((weak));
+void gotoblas_dynamic_quit() __attribute__((weak));
+}
+
+bool select_blas_kernels() {
+  if (std::getenv("OPENBLAS_CORETYPE") || !gotoblas_dynamic_init || !gotoblas_dynamic_quit)
+    return false;
+  // Its fallback for an x86-64 CPU it cannot name.
+  if (std::string_view(openblas_get_corename()) != "Prescott") return false;
+  const char* core = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512cd"))
+    core = "SKYLAKEX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    core = "HASWELL";
+  if (!core) return false;
+  // OpenBLAS reads the choice from the environment when it initialises; the variable is
+  // removed again afterwards, so child processes see the environment they were given.
+  setenv("OPENBLAS_CORETYPE", core, 1);
+  gotoblas_dynamic_quit();
+  gotoblas_dynamic_init();
+  unsetenv("OPENBLAS_CORETYPE");
+  return true;
+}
+
 }  // namespace detail
 
 void set_num_threads(int n) {
@@ -42,5 +71,10 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return detail::thread_count(); }
+
+std::string blas_kernels() {
+  detail::set_library_threads();  // selects them first
+  return openblas_get_corename();
+}
 
 }  // namespace kiln

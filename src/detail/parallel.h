@@ -27,10 +27,18 @@ inline int thread_count() {
   return n > 0 ? n : init_thread_count();
 }
 
+// OpenBLAS 0.3.21 does not know CPUs newer than itself and runs them on its slowest x86-64
+// kernels (Prescott: SSE3, 5x slower sgemm than its AVX-512 ones on a Xeon it does not
+// recognise). Re-selects the kernels by the instruction sets the CPU has, once, unless the
+// user chose with OPENBLAS_CORETYPE (src/core/runtime.cpp; docs/DESIGN.md).
+bool select_blas_kernels();
+
 // OpenBLAS (the OpenMP build) and oneDNN size their teams from the calling thread's OpenMP
 // setting (omp_get_max_threads), so calls into them set it to Kiln's count first. Returns the
 // count they will use.
 inline int set_library_threads() {
+  static const bool blas_kernels = select_blas_kernels();
+  (void)blas_kernels;
   if (omp_in_parallel()) return 1;  // both run serially inside a parallel region
   const int n = serial_thread ? 1 : thread_count();
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
