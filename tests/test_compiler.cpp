@@ -7,6 +7,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <string>
 
 #include "testing.h"
 
@@ -103,6 +105,27 @@ TEST(Compiler, GradientProgramsFuseAroundMatmul) {
   EXPECT_LE(info.groups.size(), 3u) << info;
   const auto [l, g] = compiled(w, x);
   const auto [li, gi] = jit(value_and_grad(loss), kInterpreted)(w, x);
+  expect_same(l, li, 1e-6);
+  expect_same(g, gi, 1e-6);
+}
+
+// An unrolled loop's steps fuse into groups with the same kernel text; LLVM compiles each
+// distinct kernel once and every group runs it on its own buffers.
+TEST(Compiler, EqualGroupsShareOneKernel) {
+  auto f = [](const Tensor& w, const Tensor& xs) {
+    Tensor h = zeros({8, 16});
+    for (int64_t t = 0; t < 6; ++t) h = tanh(matmul(h, w) + index(xs, t));
+    return sum(h * h);
+  };
+  const Tensor w = normal(1, {16, 16}) * 0.3, xs = normal(2, {6, 8, 16});
+  const auto info = jit(value_and_grad(f), kCompiled).compiled(w, xs);
+  EXPECT_GE(info.groups.size(), 12u);
+  EXPECT_LE(2 * info.kernels, static_cast<int64_t>(info.groups.size())) << info;
+  std::set<std::string> texts;
+  for (const auto& g : info.groups) texts.insert(g.kernel);
+  EXPECT_EQ(info.kernels, static_cast<int64_t>(texts.size()));
+  const auto [l, g] = jit(value_and_grad(f), kCompiled)(w, xs);
+  const auto [li, gi] = jit(value_and_grad(f), kInterpreted)(w, xs);
   expect_same(l, li, 1e-6);
   expect_same(g, gi, 1e-6);
 }

@@ -128,6 +128,7 @@ struct CompiledInfo {
     std::string kernel;
   };
   std::vector<Group> groups;
+  int64_t kernels = 0;  // distinct native kernels: groups with the same kernel text share one
   // Equations run through their primitive's registered kernel (matmul, convolution, control
   // flow, user primitives, ...), in order; under the interpreter, all of them.
   std::vector<int> kernel_calls;

@@ -4,6 +4,7 @@
 #include <llvm/IR/Module.h>
 
 #include <chrono>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <unordered_map>
@@ -98,13 +99,22 @@ class CompiledFunction final : public ir::Executable {
     const auto start = std::chrono::steady_clock::now();
     Partition p = partition(*f_);
     views_ = std::move(p.views);
+    // Groups with the same description compute the same way (an unrolled loop's steps, equal
+    // layers): one function serves them all, so LLVM compiles each distinct kernel once.
     std::ostringstream key;
-    std::vector<const Group*> groups;
+    std::map<std::string, std::size_t> kernel_of;
+    std::vector<std::size_t> group_kernel;
+    std::vector<std::size_t> firsts;  // per kernel, the group it is emitted from
     for (Step& s : p.steps) {
       if (auto* g = std::get_if<Group>(&s)) {
         std::ostringstream text;
         describe(text, *g);
-        key << text.str();
+        const auto [it, fresh] = kernel_of.emplace(text.str(), kernel_of.size());
+        if (fresh) {
+          key << text.str();
+          firsts.push_back(group_kernel.size());
+        }
+        group_kernel.push_back(it->second);
         info_.groups.push_back({.equations = g->equations, .kernel = text.str()});
         GroupStep gs{.group = std::move(*g)};
         gs.range = kernel_range(gs.group);
@@ -115,13 +125,14 @@ class CompiledFunction final : public ir::Executable {
         info_.kernel_calls.push_back(std::get<Opaque>(s).equation);
       }
     }
+    std::vector<const Group*> groups;
     for (const auto& s : steps_)
       if (const auto* g = std::get_if<GroupStep>(&s)) groups.push_back(&g->group);
     if (!groups.empty()) {
       NativeResult native = build_native(f_->name, key.str(), [&](llvm::LLVMContext& c) {
         auto m = std::make_unique<llvm::Module>(f_->name, c);
-        for (std::size_t k = 0; k < groups.size(); ++k)
-          emit_group(*m, *groups[k], "kiln_group" + std::to_string(k));
+        for (std::size_t k = 0; k < firsts.size(); ++k)
+          emit_group(*m, *groups[firsts[k]], "kiln_group" + std::to_string(k));
         return m;
       });
       code_ = std::move(native.code);
@@ -129,12 +140,14 @@ class CompiledFunction final : public ir::Executable {
       std::size_t k = 0;
       for (auto& s : steps_)
         if (auto* g = std::get_if<GroupStep>(&s))
-          g->kernel = reinterpret_cast<KernelFn>(code_->symbol("kiln_group" + std::to_string(k++)));
+          g->kernel = reinterpret_cast<KernelFn>(
+              code_->symbol("kiln_group" + std::to_string(group_kernel[k++])));
     }
     plan_memory();
     for (const ir::Constant& c : f_->constants) constants_.push_back(c.tensor.contiguous());
     info_.backend = ir::Backend::llvm;
     info_.arena_bytes = static_cast<int64_t>(arena_bytes_);
+    info_.kernels = static_cast<int64_t>(firsts.size());
     std::size_t k = 0;
     for (const auto& s : steps_)
       if (const auto* g = std::get_if<GroupStep>(&s)) {

@@ -175,9 +175,9 @@ std::ostream& operator<<(std::ostream& os, const Function& f) { return os << pri
 
 std::ostream& operator<<(std::ostream& os, const CompiledInfo& info) {
   os << (info.backend == Backend::llvm ? "llvm" : "interpreter") << ": " << info.groups.size()
-     << " fused groups, " << info.kernel_calls.size() << " kernel calls, arena " << info.arena_bytes
-     << " bytes, compiled in " << info.compile_ms << " ms"
-     << (info.from_cache ? " (from the cache)" : "") << "\n";
+     << " fused groups (" << info.kernels << " distinct kernels), " << info.kernel_calls.size()
+     << " kernel calls, arena " << info.arena_bytes << " bytes, compiled in " << info.compile_ms
+     << " ms" << (info.from_cache ? " (from the cache)" : "") << "\n";
   for (std::size_t k = 0; k < info.groups.size(); ++k) {
     const CompiledInfo::Group& g = info.groups[k];
     os << "group " << k << ": equations";
