@@ -317,6 +317,51 @@ TEST(CompiledLoops, AnErrorInsideALoopReadsAsTheInterpretersDoes) {
   EXPECT_EQ(message(ir::Backend::llvm), interpreted);
 }
 
+TEST(CompiledLoops, AMalformedLoopEquationRaisesTheInterpretersError) {
+  // IR built by hand (not through verify) with a loop equation its type rule rejects: the
+  // compiled driver checks the operands as bind does, with the same message.
+  auto f = [](const Tensor& c, const Tensor& xs) {
+    auto [h, ys] = scan(
+        [](const Tensor& c, const Tensor& x) {
+          return std::pair{c + x, c};
+        },
+        c, xs);
+    return std::pair{h, while_loop([](const Tensor& v) { return sum(v) < 10.0f; },
+                                   [](const Tensor& v) { return v + 1.0f; }, h)};
+  };
+  const Ts in{draw(25, {4}), draw(26, {5, 4})};
+  const ir::Function traced = trace(f, in[0], in[1]);
+  auto with = [&](const std::string& prim, const std::string& attr, AttrValue value) {
+    auto bad = std::make_shared<ir::Function>(traced);
+    for (ir::Equation& e : bad->equations)
+      if (e.prim->name == prim) e.attrs.set(attr, value);
+    return std::shared_ptr<const ir::Function>(bad);
+  };
+  const FunctionRef body = [&] {
+    for (const ir::Equation& e : traced.equations)
+      if (e.prim->name == "while") return e.attrs.get<FunctionRef>("body_fn");
+    return FunctionRef();
+  }();
+  ASSERT_TRUE(body);
+  const std::vector<std::pair<std::shared_ptr<const ir::Function>, std::string>> cases{
+      {with("scan", "length", int64_t{3}), "[scan] xs 0 does not match"},
+      {with("scan", "num_carry", int64_t{7}), "[scan] num_carry + num_xs exceed the operands"},
+      {with("while", "cond_fn", body), "[while] cond_fn must return one bool scalar"}};
+  for (const auto& [fn, want] : cases) {
+    auto message = [&](ir::Backend b) {
+      try {
+        ir::compile(fn, {.backend = b})->run(in);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    const std::string interpreted = message(ir::Backend::interpreter);
+    EXPECT_EQ(interpreted.rfind(want, 0), 0u) << interpreted;
+    EXPECT_EQ(message(ir::Backend::llvm), interpreted);
+  }
+}
+
 TEST(CompiledLoops, AStepAllocatesNoTensorMemory) {
   // The tensor allocations of a call do not grow with the number of steps: carries alternate
   // between two buffer sets, ys go into their stacked outputs, xs are read in place.
