@@ -99,7 +99,7 @@ TEST(CompiledLoops, ScanStepsInOrderAndStacksYsAtTheirIndex) {
   }
 }
 
-TEST(CompiledLoops, ScanOfLengthZeroAndOne) {
+TEST(CompiledLoops, ScanOfLengthZeroAndOneAndEmptySlices) {
   auto f = [](const Tensor& c0, const Tensor& xs) {
     return scan(
         [](const Tensor& c, const Tensor& x) {
@@ -117,6 +117,8 @@ TEST(CompiledLoops, ScanOfLengthZeroAndOne) {
       EXPECT_EQ(c.to_vector<float>(), c0.to_vector<float>());
     }
   }
+  // Steps over empty slices (xs [3, 0]: views of no memory), and an empty carry.
+  expect_like_interpreter("empty slices", f, zeros({0}), zeros({3, 0}));
   // No xs at all: fori_loop with static bounds, including an empty range.
   for (int64_t hi : {0, 1, 6})
     expect_like_interpreter(
