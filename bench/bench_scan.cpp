@@ -6,7 +6,8 @@
 //            --threads T (torch.set_num_threads, default 1), --py PATH (default /usr/bin/python3;
 //            "none" skips PyTorch), --unroll K (also time scan with ScanOptions{.unroll = K}),
 //            --rounds N (Kiln/PyTorch alternations, default 1), --timing-only (the per-call
-//            table only: no compilation table, no memory table; bench/issue14.sh uses it)
+//            table only: no compilation table, no memory table; bench/issue14.sh uses it),
+//            --tiny-steps N (steps of the per-step overhead cases, default 100000; 0 skips them)
 //
 // Problem: h = tanh(h @ Wh + x_t @ Wx + b), hidden 256, input 256, batch 32, 100 steps,
 // float32, h0 = 0; loss = sum of the final h; gradient w.r.t. (Wh, Wx, b).
@@ -14,6 +15,10 @@
 //   kiln_jit_unrolled    jit(grad(loss)) with a C++ for loop inside the jitted function (llvm)
 //   kiln_interp_*        the same two with KILN_JIT_BACKEND=interpreter (bench/models.h)
 //   torch_eager_loop     bench/scan_torch.py: Python loop, loss.backward()
+// Per-step overhead (the loop machinery, not the arithmetic): jit of a scan whose body is one
+// fused line on a carry of f32[16] (c' = c * 0.5 + x, y = c'; xs [N, 16], ys stacked), of a
+// fori_loop with static bounds (a scan without xs or ys) and with tensor bounds (a while), each
+// N steps, llvm and interpreter; the table gives microseconds per step.
 // Timing (bench/side_by_side.h): warm-up, then repetitions of a batch of calls of ~target s,
 // the Kiln cases interleaved; the table gives median and min per call and median / torch's.
 // Compilation: jit(...).lower(args) on a fresh jit (trace of grad + ir::optimize; nothing runs)
@@ -61,13 +66,15 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 int main(int argc, char** argv) {
   Options o;
   o.reps = 7, o.rounds = 1, o.threads = 1, o.target = 0.3;
-  int64_t unroll = 0;
+  int64_t unroll = 0, tiny_steps = 100000;
   bool timing_only = false;
   if (!parse_options(argc, argv, o, [&](const std::string& a, const auto& next) {
         if (a == "--timing-only")
           timing_only = true;
         else if (a == "--unroll")
           unroll = std::stoll(next());
+        else if (a == "--tiny-steps")
+          tiny_steps = std::stoll(next());
         else
           return false;
         return true;
@@ -114,6 +121,40 @@ int main(int argc, char** argv) {
                        (void)r;
                      }});
   }
+  // The per-step overhead cases: one jit per backend each (a jit keeps its first executable).
+  const Tensor tiny_xs =
+      random::normal(random::key(4), {std::max<int64_t>(tiny_steps, 1), 16}, float32);
+  auto tiny_scan = [](const Tensor& c0, const Tensor& xs) {
+    return scan(
+        [](const Tensor& c, const Tensor& x) {
+          const Tensor n = c * 0.5f + x;
+          return std::pair{n, n};
+        },
+        c0, xs);
+  };
+  auto tiny_fori = [tiny_steps](const Tensor& c0) {
+    return fori_loop(
+        0, tiny_steps, [](const Tensor&, const Tensor& c) { return c * 0.5f + 1.0f; }, c0);
+  };
+  auto tiny_while = [](const Tensor& c0, const Tensor& n) {
+    return fori_loop(
+        zeros({}, int32), n, [](const Tensor&, const Tensor& c) { return c * 0.5f + 1.0f; }, c0);
+  };
+  const Tensor c0 = zeros({16}, float32), tiny_n = full({}, double(tiny_steps), int32);
+  std::vector<std::string> tiny_cases;
+  if (tiny_steps > 0)
+    for (const char* backend : {"llvm", "interpreter"}) {
+      const std::string suffix = std::string("_") + backend;
+      auto js = jit(tiny_scan);
+      auto jf = jit(tiny_fori);
+      auto jw = jit(tiny_while);
+      cases.push_back({"tiny_scan" + suffix,
+                       with_backend(backend, [=, &c0, &tiny_xs] { (void)js(c0, tiny_xs); })});
+      cases.push_back({"tiny_fori" + suffix, with_backend(backend, [=, &c0] { (void)jf(c0); })});
+      cases.push_back({"tiny_while" + suffix,
+                       with_backend(backend, [=, &c0, &tiny_n] { (void)jw(c0, tiny_n); })});
+      for (int k = 3; k > 0; --k) tiny_cases.push_back(cases[cases.size() - k].name);
+    }
   calibrate(cases, o.target, 2);
   const Rounds rounds = run_rounds(cases, o, [&](Times& t) {
     return run_peer(o, "scan_torch.py", "", t,
@@ -127,9 +168,21 @@ int main(int argc, char** argv) {
   std::printf("%-28s %12s %12s %14s\n", "case", "median ms", "min ms", "vs torch (med)");
   const auto torch = rounds.times.find("torch_eager_loop");
   const double tm = torch != rounds.times.end() ? median(torch->second) : 0;
-  for (const auto& [k, ts] : rounds.times)
+  for (const auto& [k, ts] : rounds.times) {
+    if (k.rfind("tiny_", 0) == 0) continue;
     std::printf("%-28s %12.3f %12.3f %14s\n", k.c_str(), median(ts), minimum(ts),
                 tm > 0 ? (std::to_string(median(ts) / tm).substr(0, 5) + "x").c_str() : "-");
+  }
+  if (!tiny_cases.empty()) {
+    std::printf("\nper-step overhead, %lld steps, carry f32[16] (per step)\n",
+                (long long)tiny_steps);
+    std::printf("%-28s %12s %12s\n", "case", "median us", "min us");
+    for (const std::string& k : tiny_cases) {
+      const std::vector<double>& ts = rounds.times.at(k);
+      std::printf("%-28s %12.3f %12.3f\n", k.c_str(), median(ts) * 1e3 / double(tiny_steps),
+                  minimum(ts) * 1e3 / double(tiny_steps));
+    }
+  }
   if (timing_only) return 0;
 
   std::printf("\ncompilation (fresh jit, .lower(): trace of grad + optimise), ms\n");

@@ -418,9 +418,9 @@ TEST(CompiledTransforms, GradVmapHessianCustomRulesControlFlowNestedJit) {
 
 // ---- concurrency ------------------------------------------------------------------------
 
-// One compiled function called from four threads at once on different inputs, through jit
-// (KILN_JIT_BACKEND=llvm) and through ir::compile; each result checked against the
-// interpreter.
+// One compiled function (fused groups, a while, a scan with a cond per step) called from four
+// threads at once on different inputs, through jit (KILN_JIT_BACKEND=llvm) and through
+// ir::compile; each result checked against the interpreter.
 TEST(CompiledConcurrency, FourThreadsCallOneFunction) {
   const char* old = std::getenv("KILN_JIT_BACKEND");
   const std::string saved = old ? old : "";
@@ -434,10 +434,19 @@ TEST(CompiledConcurrency, FourThreadsCallOneFunction) {
                                    return Carry{c.first + 1, sin(c.second) * 0.5 + c.second};
                                  },
                                  Carry{tensor(int32_t{0}), e / sum(e, {1}, true)});
-    return out.second;
+    // A scan over the rows with a cond per step: each call's loop buffers are its own.
+    auto [c, ys] = scan(
+        [](const Tensor& c, const Tensor& r) {
+          const Tensor n = cond(
+              index(r, 0) > index(r, 1), [&] { return c * 0.5f + r; },
+              [&] { return c - r * 0.25f; });
+          return std::pair{n, n * 2.0f};
+        },
+        zeros({12}), out.second);
+    return out.second + ys + c;
   };
   const auto f = jit(body);
-  const TensorType xt{float32, Shape{16, 8}}, wt{float32, Shape{8, 12}};
+  const TensorType xt{float32, Shape{64, 8}}, wt{float32, Shape{8, 12}};
   const auto traced =
       ir::trace_function("body", {xt, wt}, [&](const Ts& a) { return Ts{body(a[0], a[1])}; });
   const auto optimised = std::make_shared<const ir::Function>(ir::optimize(*traced.function));

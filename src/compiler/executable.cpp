@@ -11,8 +11,10 @@
 
 #include "compiler/codegen.h"
 #include "compiler/fusion.h"
+#include "compiler/loops.h"
 #include "compiler/orc.h"
 #include "detail/checked.h"
+#include "detail/copy.h"
 #include "detail/parallel.h"
 #include "ir/trace.h"
 
@@ -21,7 +23,7 @@ namespace {
 
 using ir::CompiledInfo;
 
-using SubFunctions = std::unordered_map<const ir::Function*, std::shared_ptr<const ir::Executable>>;
+using SubFunctions = std::unordered_map<const ir::Function*, std::shared_ptr<const Code>>;
 
 thread_local const SubFunctions* active_subs = nullptr;
 
@@ -87,7 +89,7 @@ struct Slot {
   std::optional<std::size_t> arena_offset;  // an arena slot; else a Tensor of its own
 };
 
-class CompiledFunction final : public ir::Executable {
+class CompiledFunction final : public Code {
  public:
   // `subs`: the compiled sub-functions of the whole program, owned by its top-level function
   // (`owned`), which outlives every run of the others.
@@ -165,7 +167,25 @@ class CompiledFunction final : public ir::Executable {
 
   const ir::CompiledInfo& info() const override { return info_; }
 
-  std::vector<Tensor> run(std::span<const Tensor> args) const override {
+  std::vector<Tensor> run(std::span<const Tensor> args) const override { return execute(args, {}); }
+
+  void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) const override {
+    const ir::Function& f = *f_;
+    if (dests.size() != f.results.size())
+      fail("jit", "@", f.name, " returns ", f.results.size(), " results: got ", dests.size(),
+           " destinations, expected ", f.results.size());
+    for (std::size_t i = 0; i < dests.size(); ++i)
+      if (dests[i].type() != f.results[i].type || !dests[i].is_contiguous())
+        fail("jit", "@", f.name, " result ", i, " cannot be written to its destination: got ",
+             dests[i].type(), ", expected a contiguous ", f.results[i].type);
+    const std::vector<Tensor> results = execute(args, dests);
+    for (std::size_t i = 0; i < results.size(); ++i)
+      if (results[i].raw_data() != dests[i].raw_data()) detail::copy_cast(results[i], dests[i]);
+  }
+
+ private:
+  // Runs f; a fused output that is result i is written into dests[i] when given.
+  std::vector<Tensor> execute(std::span<const Tensor> args, std::span<const Tensor> dests) const {
     const ir::Function& f = *f_;
     if (args.size() != f.params.size())
       fail("jit", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
@@ -196,6 +216,8 @@ class CompiledFunction final : public ir::Executable {
           const auto& slot = slots_[static_cast<std::size_t>(o.value)];
           if (slot.arena_offset) {
             data[static_cast<std::size_t>(o.value)] = arena.base + *slot.arena_offset;
+          } else if (const Tensor* d = destination(o.value, dests)) {
+            bind_value(o.value, *d);
           } else {
             bind_value(o.value, empty(value_types_[static_cast<std::size_t>(o.value)]));
           }
@@ -212,7 +234,7 @@ class CompiledFunction final : public ir::Executable {
         for (const ir::Value& v : e.inputs) ins.push_back(tensor_of(v.id, env));
         std::vector<Tensor> outs;
         try {
-          outs = bind(*e.prim, ins, e.attrs, Loc{});
+          outs = loops::drives(*e.prim) ? loops::run(e, ins) : bind(*e.prim, ins, e.attrs, Loc{});
         } catch (const Error& err) {
           kiln::detail::rethrow_at(err, e.loc);
         }
@@ -229,7 +251,13 @@ class CompiledFunction final : public ir::Executable {
     return results;
   }
 
- private:
+  // The destination of value v when it is a result (its first occurrence) and one is given.
+  const Tensor* destination(int v, std::span<const Tensor> dests) const {
+    for (std::size_t i = 0; i < dests.size(); ++i)
+      if (f_->results[i].id == v) return &dests[i];
+    return nullptr;
+  }
+
   struct Arena {
     Tensor memory;
     char* base = nullptr;
@@ -368,7 +396,7 @@ std::shared_ptr<const ir::Executable> compile(std::shared_ptr<const ir::Function
   return std::make_shared<CompiledFunction>(std::move(f), table, std::move(subs));
 }
 
-const ir::Executable* compiled_sub_function(const ir::Function& f) {
+const Code* compiled_sub_function(const ir::Function& f) {
   if (!active_subs) return nullptr;
   auto it = active_subs->find(&f);
   return it == active_subs->end() ? nullptr : it->second.get();

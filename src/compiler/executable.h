@@ -3,17 +3,28 @@
 #pragma once
 
 #include <memory>
+#include <span>
 
 #include "kiln/ir.h"
 
 namespace kiln::compiler {
 
+// Compiled code: an executable that can also write its results into the caller's buffers,
+// which is how the loop drivers (loops.h) reuse one step's carry and ys memory.
+class Code : public ir::Executable {
+ public:
+  // Runs with `args` and writes result i into dests[i]: a contiguous tensor of that result's
+  // type that overlaps no argument. Fused kernels write there directly; other results are
+  // copied in.
+  virtual void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) const = 0;
+};
+
 // Compiles f and every sub-function it holds (bodies of control flow, call, checkpoint and
 // custom rules).
 std::shared_ptr<const ir::Executable> compile(std::shared_ptr<const ir::Function> f);
 
-// While a compiled function runs on this thread, the compiled executable of one of its
+// While a compiled function runs on this thread, the compiled code of one of its
 // sub-functions; null otherwise (ir::evaluate then interprets).
-const ir::Executable* compiled_sub_function(const ir::Function& f);
+const Code* compiled_sub_function(const ir::Function& f);
 
 }  // namespace kiln::compiler
