@@ -126,6 +126,13 @@ struct CompiledInfo {
     int64_t bytes_read = 0;
     int64_t bytes_written = 0;
     std::string kernel;
+    // Outputs written over the arena memory of an input whose last reader this group is
+    // (IR value ids); see docs/DESIGN.md, "Compiler".
+    struct InPlace {
+      int output = -1;
+      int input = -1;
+    };
+    std::vector<InPlace> in_place;
   };
   std::vector<Group> groups;
   // Equations run through their primitive's registered kernel (matmul, convolution, control

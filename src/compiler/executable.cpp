@@ -71,6 +71,52 @@ void describe(std::ostream& os, const Group& g) {
     os << "  out n" << o.node << (o.level == Level::inner ? " inner" : " outer") << "\n";
 }
 
+// Whether every read of group input `in` is at the very element the group's inner outputs
+// write (offset 0, the domain's row-major strides, inner level): then lane k of a vector step
+// and each scalar tail step read and write the same element, and threads own disjoint ones.
+bool read_elementwise(const Group& g, int in) {
+  std::vector<int64_t> contiguous(g.domain.size());
+  int64_t stride = 1;
+  for (std::size_t a = g.domain.size(); a-- > 0;) {
+    contiguous[a] = stride;
+    stride *= g.domain[a];
+  }
+  for (const Node& n : g.nodes) {
+    if (n.kind != Node::Kind::load || n.input != in) continue;
+    if (n.level != Level::inner || n.access.offset != 0) return false;
+    for (std::size_t a = 0; a < g.domain.size(); ++a)
+      if (g.domain[a] != 1 && n.access.strides[a] != contiguous[a]) return false;
+  }
+  return true;
+}
+
+// Whether inner output q may overwrite input `in` element by element: the loop body (per
+// element, or per kept index's last pass) stores the inner outputs in order and loads an input
+// on first use (codegen.cpp), so every read of `in` that an output stored after q needs must
+// already have happened for an output stored up to q. Outer nodes are computed in earlier
+// passes and read no inner loads.
+bool loads_precede_store(const Group& g, std::size_t q, int in) {
+  auto reach = [&](std::size_t first, std::size_t last) {
+    std::vector<bool> seen(g.nodes.size(), false);
+    std::vector<int> stack;
+    for (std::size_t o = first; o < last; ++o)
+      if (g.outputs[o].level == Level::inner) stack.push_back(g.outputs[o].node);
+    while (!stack.empty()) {
+      const auto k = static_cast<std::size_t>(stack.back());
+      stack.pop_back();
+      if (seen[k] || g.nodes[k].level == Level::outer) continue;
+      seen[k] = true;
+      for (int a : g.nodes[k].args) stack.push_back(a);
+    }
+    return seen;
+  };
+  const std::vector<bool> before = reach(0, q + 1), after = reach(q + 1, g.outputs.size());
+  for (std::size_t k = 0; k < g.nodes.size(); ++k)
+    if (g.nodes[k].kind == Node::Kind::load && g.nodes[k].input == in && after[k] && !before[k])
+      return false;
+  return true;
+}
+
 // One step of the plan as the runtime walks it.
 struct GroupStep {
   Group group;
@@ -271,31 +317,55 @@ class CompiledFunction final : public ir::Executable {
     for (std::size_t v = 0; v < n; ++v)
       if (last_use[v] < steps_.size() && views_[v] && views_[v]->buffer == static_cast<int>(v))
         release_after_[last_use[v]].push_back(static_cast<int>(v));
-    // Greedy interval assignment: a slot is free again after the step of its last read.
+    // Greedy interval assignment: a slot is free again after the step of its last read, or
+    // taken over during that step by an output written in place over it.
     struct Free {
       std::size_t offset, size, free_after;
     };
     std::vector<Free> arena_slots;
+    std::vector<std::optional<std::size_t>> slot_index(n);  // arena values' slots
+    std::size_t group_index = 0;
     for (std::size_t s = 0; s < steps_.size(); ++s) {
       const auto* g = std::get_if<GroupStep>(&steps_[s]);
       if (!g) continue;
-      for (const GroupOutput& o : g->group.outputs) {
-        const std::size_t v = static_cast<std::size_t>(o.value);
+      const Group& group = g->group;
+      std::vector<bool> taken(group.inputs.size(), false);
+      for (std::size_t q = 0; q < group.outputs.size(); ++q) {
+        const std::size_t v = static_cast<std::size_t>(group.outputs[q].value);
         if (escapes[v]) continue;
         const std::size_t size = (bytes_of(value_types_[v]) + 63) / 64 * 64;
         std::optional<std::size_t> best;
-        for (std::size_t k = 0; k < arena_slots.size(); ++k)
-          if (arena_slots[k].free_after < s && arena_slots[k].size >= size &&
-              (!best || arena_slots[k].size < arena_slots[*best].size))
-            best = k;
+        // In place: an arena input (so no argument, constant, result or kernel input) that
+        // dies here, of the same size and element size, read only element by element.
+        for (std::size_t i = 0; i < group.inputs.size() && !best; ++i) {
+          const std::size_t in = static_cast<std::size_t>(group.inputs[i]);
+          if (taken[i] || !slot_index[in] || last_use[in] != s ||
+              group.outputs[q].level != Level::inner ||
+              bytes_of(value_types_[in]) != bytes_of(value_types_[v]) ||
+              dtype_size(value_types_[in].dtype) != dtype_size(value_types_[v].dtype) ||
+              !read_elementwise(group, static_cast<int>(i)) ||
+              !loads_precede_store(group, q, static_cast<int>(i)))
+            continue;
+          taken[i] = true;
+          best = slot_index[in];
+          info_.groups[group_index].in_place.push_back(
+              {.output = static_cast<int>(v), .input = static_cast<int>(in)});
+        }
+        if (!best)
+          for (std::size_t k = 0; k < arena_slots.size(); ++k)
+            if (arena_slots[k].free_after < s && arena_slots[k].size >= size &&
+                (!best || arena_slots[k].size < arena_slots[*best].size))
+              best = k;
         if (!best) {
           arena_slots.push_back({arena_bytes_, size, 0});
           arena_bytes_ += size;
           best = arena_slots.size() - 1;
         }
         arena_slots[*best].free_after = last_use[v];
+        slot_index[v] = best;
         slots_[v].arena_offset = arena_slots[*best].offset;
       }
+      ++group_index;
     }
   }
 
