@@ -126,11 +126,13 @@ struct CompiledInfo {
     int64_t bytes_read = 0;
     int64_t bytes_written = 0;
     std::string kernel;
-    // Outputs written over the arena memory of an input whose last reader this group is
-    // (IR value ids); see docs/DESIGN.md, "Compiler".
+    // Outputs written over the memory of an input whose last reader this group is (IR value
+    // ids): its arena slot, or (arena false) its buffer, a kernel's output, when at run time
+    // nothing else holds it; see docs/DESIGN.md, "Compiler".
     struct InPlace {
       int output = -1;
       int input = -1;
+      bool arena = true;
     };
     std::vector<InPlace> in_place;
   };

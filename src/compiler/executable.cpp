@@ -130,6 +130,12 @@ struct OpaqueStep {
 // Where a value's memory is while a call runs.
 struct Slot {
   std::optional<std::size_t> arena_offset;  // an arena slot; else a Tensor of its own
+  // A kernel's output that dies in the group computing this value, whose buffer the value
+  // takes when the run finds no other reference to it.
+  std::optional<int> reuses;
+  // A kernel's output that a group may take over: bound under a TensorImpl of its own, so
+  // that the count of its storage's owners tells whether anything else holds it.
+  bool sole_owner = false;
 };
 
 class CompiledFunction final : public ir::Executable {
@@ -230,7 +236,7 @@ class CompiledFunction final : public ir::Executable {
           if (slot.arena_offset) {
             data[static_cast<std::size_t>(o.value)] = arena.base + *slot.arena_offset;
           } else {
-            bind_value(o.value, empty(value_types_[static_cast<std::size_t>(o.value)]));
+            bind_value(o.value, own_buffer(o.value, slot.reuses, env));
           }
           buffers.push_back(data[static_cast<std::size_t>(o.value)]);
         }
@@ -251,6 +257,8 @@ class CompiledFunction final : public ir::Executable {
         }
         for (std::size_t k = 0; k < outs.size(); ++k) {
           Tensor t = outs[k].is_contiguous() ? std::move(outs[k]) : outs[k].contiguous();
+          if (slots_[static_cast<std::size_t>(e.outputs[k].id)].sole_owner)
+            t = Tensor(std::make_shared<TensorImpl>(*t.impl()));
           bind_value(e.outputs[k].id, std::move(t));
         }
       }
@@ -267,6 +275,24 @@ class CompiledFunction final : public ir::Executable {
     Tensor memory;
     char* base = nullptr;
   };
+
+  // A buffer for group output v: the dead kernel output `reuses` when nothing but env holds
+  // its storage (a kernel may have kept a reference: then it must not change), else a new one.
+  Tensor own_buffer(int v, std::optional<int> reuses, const std::vector<Tensor>& env) const {
+    const TensorType& type = value_types_[static_cast<std::size_t>(v)];
+    if (reuses) {
+      const Tensor& dead = env[static_cast<std::size_t>(*reuses)];
+      if (dead.storage().use_count() == 1) {
+        auto impl = std::make_shared<TensorImpl>();
+        impl->type = type;
+        impl->storage = dead.storage();
+        impl->strides = contiguous_strides(type.shape);
+        impl->offset = dead.offset();
+        return Tensor(std::move(impl));
+      }
+    }
+    return empty(type);
+  }
 
   // A Tensor for value v: its own, or a strided view of the buffer it is a view of.
   Tensor tensor_of(int v, const std::vector<Tensor>& env) const {
@@ -294,14 +320,13 @@ class CompiledFunction final : public ir::Executable {
       for (const ir::Value& v : e.outputs) value_types_[static_cast<std::size_t>(v.id)] = v.type;
     slots_.assign(n, Slot{});
     std::vector<bool> escapes(n, false);  // read by a kernel or returned
-    std::vector<std::size_t> last_use(n, 0), defined_at(n, 0);
+    std::vector<bool> from_kernel(n, false);
+    std::vector<std::size_t> last_use(n, 0);
     auto buffer_of = [&](int v) { return views_[static_cast<std::size_t>(v)]->buffer; };
     for (const ir::Value& v : f.results) escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
     for (std::size_t s = 0; s < steps_.size(); ++s) {
       if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
         for (int v : g->group.inputs) last_use[static_cast<std::size_t>(v)] = s;
-        for (const GroupOutput& o : g->group.outputs)
-          defined_at[static_cast<std::size_t>(o.value)] = s;
       } else {
         const ir::Equation& e =
             f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
@@ -309,6 +334,7 @@ class CompiledFunction final : public ir::Executable {
           escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
           last_use[static_cast<std::size_t>(buffer_of(v.id))] = s;
         }
+        for (const ir::Value& v : e.outputs) from_kernel[static_cast<std::size_t>(v.id)] = true;
       }
     }
     for (const ir::Value& v : f.results)
@@ -332,25 +358,38 @@ class CompiledFunction final : public ir::Executable {
       std::vector<bool> taken(group.inputs.size(), false);
       for (std::size_t q = 0; q < group.outputs.size(); ++q) {
         const std::size_t v = static_cast<std::size_t>(group.outputs[q].value);
-        if (escapes[v]) continue;
+        // In place over an input that dies here, of the same size and element size, read only
+        // element by element: for an arena value, an arena input; for a value of its own (a
+        // result or a kernel's input), a kernel's output that only groups read. Never an
+        // argument, a constant, a result or a kernel's input.
+        auto fits = [&](std::size_t i) {
+          const std::size_t in = static_cast<std::size_t>(group.inputs[i]);
+          const bool same_kind = escapes[v] ? from_kernel[in] && !escapes[in] : !!slot_index[in];
+          return same_kind && !taken[i] && last_use[in] == s &&
+                 group.outputs[q].level == Level::inner &&
+                 bytes_of(value_types_[in]) == bytes_of(value_types_[v]) &&
+                 dtype_size(value_types_[in].dtype) == dtype_size(value_types_[v].dtype) &&
+                 read_elementwise(group, static_cast<int>(i)) &&
+                 loads_precede_store(group, q, static_cast<int>(i));
+        };
+        std::optional<std::size_t> over;
+        for (std::size_t i = 0; i < group.inputs.size() && !over; ++i)
+          if (fits(i)) over = i;
+        if (over) {
+          taken[*over] = true;
+          info_.groups[group_index].in_place.push_back(
+              {.output = static_cast<int>(v), .input = group.inputs[*over], .arena = !escapes[v]});
+        }
+        if (escapes[v]) {
+          if (over) {
+            slots_[v].reuses = group.inputs[*over];
+            slots_[static_cast<std::size_t>(group.inputs[*over])].sole_owner = true;
+          }
+          continue;
+        }
         const std::size_t size = (bytes_of(value_types_[v]) + 63) / 64 * 64;
         std::optional<std::size_t> best;
-        // In place: an arena input (so no argument, constant, result or kernel input) that
-        // dies here, of the same size and element size, read only element by element.
-        for (std::size_t i = 0; i < group.inputs.size() && !best; ++i) {
-          const std::size_t in = static_cast<std::size_t>(group.inputs[i]);
-          if (taken[i] || !slot_index[in] || last_use[in] != s ||
-              group.outputs[q].level != Level::inner ||
-              bytes_of(value_types_[in]) != bytes_of(value_types_[v]) ||
-              dtype_size(value_types_[in].dtype) != dtype_size(value_types_[v].dtype) ||
-              !read_elementwise(group, static_cast<int>(i)) ||
-              !loads_precede_store(group, q, static_cast<int>(i)))
-            continue;
-          taken[i] = true;
-          best = slot_index[in];
-          info_.groups[group_index].in_place.push_back(
-              {.output = static_cast<int>(v), .input = static_cast<int>(in)});
-        }
+        if (over) best = slot_index[static_cast<std::size_t>(group.inputs[*over])];
         if (!best)
           for (std::size_t k = 0; k < arena_slots.size(); ++k)
             if (arena_slots[k].free_after < s && arena_slots[k].size >= size &&
