@@ -270,9 +270,253 @@ TEST(Compiler, TheSteadyStateAsksTheSystemForNoMemory) {
   const MemoryStats before = memory_stats();
   for (int i = 0; i < 10; ++i) step(w, x);
   const MemoryStats after = memory_stats();
-  EXPECT_GT(after.allocations, before.allocations);
+  // Per call: the two results (loss, gradient) and the forward product, which the fused
+  // group then overwrites with the cotangent the second matmul reads; every other
+  // intermediate lives in the arena.
+  EXPECT_EQ(after.allocations - before.allocations, 10 * 3);
   // Only the small buffers (the loss, below the cache's 256 KiB) go to malloc, which reuses
   // its own free lists: far less than one fresh page per call.
   EXPECT_LT(after.os_bytes_allocated - before.os_bytes_allocated, 10 * 4096);
   EXPECT_GT(after.cache_hits - before.cache_hits, 10);
+}
+
+namespace {
+
+// Equal bits (NaNs equal any NaN; +0 and -0 told apart); reports the first difference.
+void expect_identical(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.type(), want.type());
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const bool same = (std::isnan(w[i]) && std::isnan(g[i])) ||
+                      (g[i] == w[i] && std::signbit(g[i]) == std::signbit(w[i]));
+    if (same) continue;
+    ADD_FAILURE() << "element " << i << ": got " << g[i] << ", expected " << w[i];
+    return;
+  }
+}
+
+// Outputs written over an input's arena slot (arena) or over a kernel output's buffer.
+std::size_t in_place_count(const ir::CompiledInfo& info, bool arena = true) {
+  std::size_t n = 0;
+  for (const auto& g : info.groups)
+    for (const auto& p : g.in_place) n += p.arena == arena;
+  return n;
+}
+
+// The primitive whose equation defines value v; "" for a parameter or constant.
+std::string defined_by(const ir::Function& f, int v) {
+  for (const ir::Equation& e : f.equations)
+    for (const ir::Value& o : e.outputs)
+      if (o.id == v) return e.prim->name;
+  return "";
+}
+
+constexpr int64_t kSide = 67;  // rows of 67: vector steps and scalar tails in every row
+constexpr int64_t kBuffer = (kSide * kSide * 4 + 63) / 64 * 64;  // one arena slot
+
+}  // namespace
+
+TEST(Compiler, ElementwiseOutputsAreWrittenOverTheInputTheyKill) {
+  // Elementwise groups separated by matmuls, so each is a loop of its own: every intermediate
+  // dies in the group that reads it, which writes its output over it. The arena holds one
+  // buffer (the live set), not two (liveness alone) or four (one per intermediate).
+  auto f = [](const Tensor& x, const Tensor& y) {
+    Tensor a = exp(x), k = y;
+    for (int i = 0; i < 4; ++i) {
+      k = matmul(k, y);
+      a = tanh(a * k) + 1.0f;
+    }
+    return a * 2.0f;
+  };
+  const Tensor x = normal(40, {kSide, kSide}), y = normal(41, {kSide, kSide}) * 0.1f;
+  const auto info = jit(f, kCompiled).compiled(x, y);
+  ASSERT_EQ(info.groups.size(), 5u) << info;
+  EXPECT_EQ(info.arena_bytes, kBuffer) << info;
+  EXPECT_EQ(in_place_count(info), 3u) << info;
+  // The result is written over the last matmul's product, which dies in that group.
+  EXPECT_EQ(in_place_count(info, false), 1u) << info;
+  for (int call = 0; call < 2; ++call)
+    expect_identical(jit(f, kCompiled)(x, y), jit(f, kInterpreted)(x, y));
+}
+
+TEST(Compiler, NoInPlaceWhereTheGroupReadsTheInputAtOtherElements) {
+  // `a` dies in the group that computes b, but that group also reads `a` at other elements:
+  // written over, rows and lanes computed later would read new values.
+  const int64_t n = kSide;
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> reads = {
+      {"transposed",
+       [](const Tensor& a) {
+         return transpose(a, {1, 0});
+       }},
+      {"row 0 broadcast",
+       [=](const Tensor& a) {
+         return broadcast_to(slice(a, {Slice{0, 1}}), {n, n});
+       }},
+      {"row 1 broadcast",
+       [=](const Tensor& a) {
+         return broadcast_to(slice(a, {Slice{1, 2}}), {n, n});
+       }},
+      {"rows reversed",
+       [](const Tensor& a) {
+         return slice(a, {Slice{{}, {}, -1}});
+       }},
+      {"itself (the control: in place)", [](const Tensor& a) { return a; }},
+  };
+  const Tensor x = normal(42, {n, n}), y = normal(43, {n, n});
+  for (const auto& [name, read] : reads) {
+    SCOPED_TRACE(name);
+    auto f = [&](const Tensor& x, const Tensor& y) {
+      const Tensor a = exp(x * 0.1f);
+      const Tensor k = matmul(y, y);
+      const Tensor b = a * k + read(a);  // an intermediate: the next group reads it
+      return b * matmul(k, y);
+    };
+    const auto info = jit(f, kCompiled).compiled(x, y);
+    ASSERT_EQ(info.groups.size(), 3u) << info;
+    EXPECT_EQ(in_place_count(info), name.starts_with("itself") ? 1u : 0u) << info;
+    expect_identical(jit(f, kCompiled)(x, y), jit(f, kInterpreted)(x, y));
+  }
+}
+
+TEST(Compiler, NoInPlaceOverArgumentsConstantsResultsOrLiveViews) {
+  const Tensor x = normal(44, {kSide, kSide}), y = normal(45, {kSide, kSide});
+  const Tensor c = normal(46, {kSide, kSide});
+  const std::vector<float> x_before = x.to_vector<float>(), c_before = c.to_vector<float>();
+  const std::vector<
+      std::pair<std::string, std::function<std::vector<Tensor>(const Tensor&, const Tensor&)>>>
+      cases = {
+          // The caller's argument and a constant die in the group that computes b.
+          {"argument",
+           [](const Tensor& x, const Tensor& y) {
+             const Tensor k = matmul(y, y), b = x * k;
+             return std::vector<Tensor>{b * matmul(k, y)};
+           }},
+          {"constant",
+           [&](const Tensor&, const Tensor& y) {
+             const Tensor k = matmul(y, y), b = c * k;
+             return std::vector<Tensor>{b * matmul(k, y)};
+           }},
+          // a is returned: the group that reads it last must not write over it.
+          {"result",
+           [](const Tensor& x, const Tensor& y) {
+             const Tensor a = exp(x), k = matmul(y, y), b = a * k;
+             return std::vector<Tensor>{a, b * matmul(k, y)};
+           }},
+          // a's transpose is read after b's group: a is still live there.
+          {"live view",
+           [](const Tensor& x, const Tensor& y) {
+             const Tensor a = exp(x), k = matmul(y, y), b = a * k;
+             return std::vector<Tensor>{b * matmul(k, y) + transpose(a, {1, 0})};
+           }},
+      };
+  for (const auto& [name, f] : cases) {
+    SCOPED_TRACE(name);
+    auto compiled = jit(f, kCompiled);
+    // Only the last group may write its result over the dying product of a matmul.
+    const ir::Function lowered = compiled.lower(x, y);
+    for (const auto& g : compiled.compiled(x, y).groups)
+      for (const auto& p : g.in_place)
+        if (p.arena || defined_by(lowered, p.input) != "matmul")
+          ADD_FAILURE() << "value " << p.output << " over " << p.input << "\n" << lowered;
+    for (int call = 0; call < 2; ++call) {
+      const std::vector<Tensor> got = compiled(x, y), want = jit(f, kInterpreted)(x, y);
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i) expect_identical(got[i], want[i]);
+    }
+    EXPECT_EQ(x.to_vector<float>(), x_before);
+    EXPECT_EQ(c.to_vector<float>(), c_before);
+  }
+}
+
+TEST(Compiler, InPlaceWaitsForEveryReadOfTheLoopBody) {
+  // One group stores p, then q; only q reads a. p written over a would clobber a before q's
+  // loads read it, so q takes a's memory and p a slot of its own.
+  auto f = [](const Tensor& x, const Tensor& y) {
+    const Tensor a = exp(x);
+    const Tensor k = matmul(y, y);
+    const Tensor p = k * 2.0f, q = a * k;
+    const Tensor k2 = matmul(k, y);
+    return p * k2 + q * k2;
+  };
+  const Tensor x = normal(47, {kSide, kSide}), y = normal(48, {kSide, kSide});
+  const auto info = jit(f, kCompiled).compiled(x, y);
+  ASSERT_EQ(info.groups.size(), 3u) << info;
+  ASSERT_EQ(info.groups[1].in_place.size(), 1u) << info;
+  const ir::Function lowered = jit(f, kCompiled).lower(x, y);
+  // q is the group's second output (outputs are stored in value order).
+  const auto& eq = lowered.equations[static_cast<std::size_t>(info.groups[1].equations.back())];
+  EXPECT_EQ(info.groups[1].in_place[0].output, eq.outputs[0].id) << info << lowered;
+  EXPECT_EQ(info.arena_bytes, 2 * kBuffer) << info;
+  expect_identical(jit(f, kCompiled)(x, y), jit(f, kInterpreted)(x, y));
+}
+
+TEST(Compiler, ReductionGroupsWriteOverTheirInputRowByRow) {
+  // softmax reads a in three passes per row (max, sum, the quotient); the last one writes
+  // each row over a's.
+  auto f = [](const Tensor& x, const Tensor& y) {
+    const Tensor a = exp(x * 0.1f);
+    const Tensor k = matmul(y, y);
+    const Tensor s = softmax(a * k, -1);
+    return s * matmul(k, y);
+  };
+  const Tensor x = normal(49, {kSide, kSide}), y = normal(50, {kSide, kSide}) * 0.2f;
+  const auto info = jit(f, kCompiled).compiled(x, y);
+  ASSERT_EQ(info.groups.size(), 3u) << info;
+  EXPECT_EQ(info.groups[1].in_place.size(), 1u) << info;
+  EXPECT_EQ(info.arena_bytes, kBuffer) << info;
+  expect_identical(jit(f, kCompiled)(x, y), jit(f, kInterpreted)(x, y));
+}
+
+namespace {
+
+// A unary primitive whose kernel returns one cached tensor of ones (the same Tensor on every
+// call): it keeps a reference to its output, which must therefore never change.
+const Primitive& cached_ones_p = register_primitive(
+    [] {
+      Primitive p;
+      p.name = "test_cached_ones";
+      p.differentiable = false;
+      p.type_rule = [](std::span<const TensorType> in, const Attrs&) {
+        return std::vector<TensorType>{in[0]};
+      };
+      return p;
+    }(),
+    {{KernelSignature{.inputs = {DTypeSet::floating()}},
+      [](std::span<const Tensor> in, const Attrs&) {
+        static Tensor table;
+        if (!table.defined() || table.type() != in[0].type())
+          table = ones(in[0].shape(), in[0].dtype());
+        return std::vector<Tensor>{table};
+      }}});
+
+}  // namespace
+
+TEST(Compiler, ResultsAreWrittenOverTheDyingProductOfAKernel) {
+  // tanh(x @ w + b): the product dies in the epilogue group, which writes the result over it:
+  // one buffer per call (the product, which becomes the result), not two.
+  auto f = [](const Tensor& x, const Tensor& w, const Tensor& b) { return tanh(matmul(x, w) + b); };
+  const Tensor x = normal(51, {96, 80}), w = normal(52, {80, 67}), b = normal(53, {67});
+  auto compiled = jit(f, kCompiled);
+  const auto info = compiled.compiled(x, w, b);
+  ASSERT_EQ(info.groups.size(), 1u) << info;
+  EXPECT_EQ(in_place_count(info, false), 1u) << info;
+  for (int i = 0; i < 2; ++i) compiled(x, w, b);
+  const MemoryStats before = memory_stats();
+  const Tensor got = compiled(x, w, b);
+  EXPECT_EQ(memory_stats().allocations - before.allocations, 1);
+  expect_identical(got, jit(f, kInterpreted)(x, w, b));
+}
+
+TEST(Compiler, NoInPlaceOverAKernelOutputSomethingElseHolds) {
+  // The kernel keeps its output (a cached table); the group that reads it last must write
+  // its result elsewhere, call after call.
+  auto f = [](const Tensor& x) { return bind1(cached_ones_p, {x}) * 2.0f + x; };
+  const Tensor x = normal(54, {kSide, kSide});
+  auto compiled = jit(f, kCompiled);
+  EXPECT_EQ(in_place_count(compiled.compiled(x), false), 1u);  // planned, refused at run time
+  const Tensor want = x + 2.0f;
+  for (int call = 0; call < 3; ++call) {
+    expect_identical(compiled(x), want);
+    expect_identical(bind1(cached_ones_p, {x}), ones({kSide, kSide}));
+  }
 }

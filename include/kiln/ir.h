@@ -126,6 +126,15 @@ struct CompiledInfo {
     int64_t bytes_read = 0;
     int64_t bytes_written = 0;
     std::string kernel;
+    // Outputs written over the memory of an input whose last reader this group is (IR value
+    // ids): its arena slot, or (arena false) its buffer, a kernel's output, when at run time
+    // nothing else holds it; see docs/DESIGN.md, "Compiler".
+    struct InPlace {
+      int output = -1;
+      int input = -1;
+      bool arena = true;
+    };
+    std::vector<InPlace> in_place;
   };
   std::vector<Group> groups;
   int64_t kernels = 0;  // distinct native kernels: groups with the same kernel text share one

@@ -74,6 +74,52 @@ void describe(std::ostream& os, const Group& g) {
     os << "  out n" << o.node << (o.level == Level::inner ? " inner" : " outer") << "\n";
 }
 
+// Whether every read of group input `in` is at the very element the group's inner outputs
+// write (offset 0, the domain's row-major strides, inner level): then lane k of a vector step
+// and each scalar tail step read and write the same element, and threads own disjoint ones.
+bool read_elementwise(const Group& g, int in) {
+  std::vector<int64_t> contiguous(g.domain.size());
+  int64_t stride = 1;
+  for (std::size_t a = g.domain.size(); a-- > 0;) {
+    contiguous[a] = stride;
+    stride *= g.domain[a];
+  }
+  for (const Node& n : g.nodes) {
+    if (n.kind != Node::Kind::load || n.input != in) continue;
+    if (n.level != Level::inner || n.access.offset != 0) return false;
+    for (std::size_t a = 0; a < g.domain.size(); ++a)
+      if (g.domain[a] != 1 && n.access.strides[a] != contiguous[a]) return false;
+  }
+  return true;
+}
+
+// Whether inner output q may overwrite input `in` element by element: the loop body (per
+// element, or per kept index's last pass) stores the inner outputs in order and loads an input
+// on first use (codegen.cpp), so every read of `in` that an output stored after q needs must
+// already have happened for an output stored up to q. Outer nodes are computed in earlier
+// passes and read no inner loads.
+bool loads_precede_store(const Group& g, std::size_t q, int in) {
+  auto reach = [&](std::size_t first, std::size_t last) {
+    std::vector<bool> seen(g.nodes.size(), false);
+    std::vector<int> stack;
+    for (std::size_t o = first; o < last; ++o)
+      if (g.outputs[o].level == Level::inner) stack.push_back(g.outputs[o].node);
+    while (!stack.empty()) {
+      const auto k = static_cast<std::size_t>(stack.back());
+      stack.pop_back();
+      if (seen[k] || g.nodes[k].level == Level::outer) continue;
+      seen[k] = true;
+      for (int a : g.nodes[k].args) stack.push_back(a);
+    }
+    return seen;
+  };
+  const std::vector<bool> before = reach(0, q + 1), after = reach(q + 1, g.outputs.size());
+  for (std::size_t k = 0; k < g.nodes.size(); ++k)
+    if (g.nodes[k].kind == Node::Kind::load && g.nodes[k].input == in && after[k] && !before[k])
+      return false;
+  return true;
+}
+
 // One step of the plan as the runtime walks it.
 struct GroupStep {
   Group group;
@@ -87,6 +133,12 @@ struct OpaqueStep {
 // Where a value's memory is while a call runs.
 struct Slot {
   std::optional<std::size_t> arena_offset;  // an arena slot; else a Tensor of its own
+  // A kernel's output that dies in the group computing this value, whose buffer the value
+  // takes when the run finds no other reference to it.
+  std::optional<int> reuses;
+  // A kernel's output that a group may take over: bound under a TensorImpl of its own, so
+  // that the count of its storage's owners tells whether anything else holds it.
+  bool sole_owner = false;
 };
 
 class CompiledFunction final : public Code {
@@ -219,7 +271,7 @@ class CompiledFunction final : public Code {
           } else if (const Tensor* d = destination(o.value, dests)) {
             bind_value(o.value, *d);
           } else {
-            bind_value(o.value, empty(value_types_[static_cast<std::size_t>(o.value)]));
+            bind_value(o.value, own_buffer(o.value, slot.reuses, env));
           }
           buffers.push_back(data[static_cast<std::size_t>(o.value)]);
         }
@@ -240,6 +292,8 @@ class CompiledFunction final : public Code {
         }
         for (std::size_t k = 0; k < outs.size(); ++k) {
           Tensor t = outs[k].is_contiguous() ? std::move(outs[k]) : outs[k].contiguous();
+          if (slots_[static_cast<std::size_t>(e.outputs[k].id)].sole_owner)
+            t = Tensor(std::make_shared<TensorImpl>(*t.impl()));
           bind_value(e.outputs[k].id, std::move(t));
         }
       }
@@ -262,6 +316,24 @@ class CompiledFunction final : public Code {
     Tensor memory;
     char* base = nullptr;
   };
+
+  // A buffer for group output v: the dead kernel output `reuses` when nothing but env holds
+  // its storage (a kernel may have kept a reference: then it must not change), else a new one.
+  Tensor own_buffer(int v, std::optional<int> reuses, const std::vector<Tensor>& env) const {
+    const TensorType& type = value_types_[static_cast<std::size_t>(v)];
+    if (reuses) {
+      const Tensor& dead = env[static_cast<std::size_t>(*reuses)];
+      if (dead.storage().use_count() == 1) {
+        auto impl = std::make_shared<TensorImpl>();
+        impl->type = type;
+        impl->storage = dead.storage();
+        impl->strides = contiguous_strides(type.shape);
+        impl->offset = dead.offset();
+        return Tensor(std::move(impl));
+      }
+    }
+    return empty(type);
+  }
 
   // A Tensor for value v: its own, or a strided view of the buffer it is a view of.
   Tensor tensor_of(int v, const std::vector<Tensor>& env) const {
@@ -289,14 +361,13 @@ class CompiledFunction final : public Code {
       for (const ir::Value& v : e.outputs) value_types_[static_cast<std::size_t>(v.id)] = v.type;
     slots_.assign(n, Slot{});
     std::vector<bool> escapes(n, false);  // read by a kernel or returned
-    std::vector<std::size_t> last_use(n, 0), defined_at(n, 0);
+    std::vector<bool> from_kernel(n, false);
+    std::vector<std::size_t> last_use(n, 0);
     auto buffer_of = [&](int v) { return views_[static_cast<std::size_t>(v)]->buffer; };
     for (const ir::Value& v : f.results) escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
     for (std::size_t s = 0; s < steps_.size(); ++s) {
       if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
         for (int v : g->group.inputs) last_use[static_cast<std::size_t>(v)] = s;
-        for (const GroupOutput& o : g->group.outputs)
-          defined_at[static_cast<std::size_t>(o.value)] = s;
       } else {
         const ir::Equation& e =
             f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
@@ -304,6 +375,7 @@ class CompiledFunction final : public Code {
           escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
           last_use[static_cast<std::size_t>(buffer_of(v.id))] = s;
         }
+        for (const ir::Value& v : e.outputs) from_kernel[static_cast<std::size_t>(v.id)] = true;
       }
     }
     for (const ir::Value& v : f.results)
@@ -312,31 +384,68 @@ class CompiledFunction final : public Code {
     for (std::size_t v = 0; v < n; ++v)
       if (last_use[v] < steps_.size() && views_[v] && views_[v]->buffer == static_cast<int>(v))
         release_after_[last_use[v]].push_back(static_cast<int>(v));
-    // Greedy interval assignment: a slot is free again after the step of its last read.
+    // Greedy interval assignment: a slot is free again after the step of its last read, or
+    // taken over during that step by an output written in place over it.
     struct Free {
       std::size_t offset, size, free_after;
     };
     std::vector<Free> arena_slots;
+    std::vector<std::optional<std::size_t>> slot_index(n);  // arena values' slots
+    std::size_t group_index = 0;
     for (std::size_t s = 0; s < steps_.size(); ++s) {
       const auto* g = std::get_if<GroupStep>(&steps_[s]);
       if (!g) continue;
-      for (const GroupOutput& o : g->group.outputs) {
-        const std::size_t v = static_cast<std::size_t>(o.value);
-        if (escapes[v]) continue;
+      const Group& group = g->group;
+      std::vector<bool> taken(group.inputs.size(), false);
+      for (std::size_t q = 0; q < group.outputs.size(); ++q) {
+        const std::size_t v = static_cast<std::size_t>(group.outputs[q].value);
+        // In place over an input that dies here, of the same size and element size, read only
+        // element by element: for an arena value, an arena input; for a value of its own (a
+        // result or a kernel's input), a kernel's output that only groups read. Never an
+        // argument, a constant, a result or a kernel's input.
+        auto fits = [&](std::size_t i) {
+          const std::size_t in = static_cast<std::size_t>(group.inputs[i]);
+          const bool same_kind = escapes[v] ? from_kernel[in] && !escapes[in] : !!slot_index[in];
+          return same_kind && !taken[i] && last_use[in] == s &&
+                 group.outputs[q].level == Level::inner &&
+                 bytes_of(value_types_[in]) == bytes_of(value_types_[v]) &&
+                 dtype_size(value_types_[in].dtype) == dtype_size(value_types_[v].dtype) &&
+                 read_elementwise(group, static_cast<int>(i)) &&
+                 loads_precede_store(group, q, static_cast<int>(i));
+        };
+        std::optional<std::size_t> over;
+        for (std::size_t i = 0; i < group.inputs.size() && !over; ++i)
+          if (fits(i)) over = i;
+        if (over) {
+          taken[*over] = true;
+          info_.groups[group_index].in_place.push_back(
+              {.output = static_cast<int>(v), .input = group.inputs[*over], .arena = !escapes[v]});
+        }
+        if (escapes[v]) {
+          if (over) {
+            slots_[v].reuses = group.inputs[*over];
+            slots_[static_cast<std::size_t>(group.inputs[*over])].sole_owner = true;
+          }
+          continue;
+        }
         const std::size_t size = (bytes_of(value_types_[v]) + 63) / 64 * 64;
         std::optional<std::size_t> best;
-        for (std::size_t k = 0; k < arena_slots.size(); ++k)
-          if (arena_slots[k].free_after < s && arena_slots[k].size >= size &&
-              (!best || arena_slots[k].size < arena_slots[*best].size))
-            best = k;
+        if (over) best = slot_index[static_cast<std::size_t>(group.inputs[*over])];
+        if (!best)
+          for (std::size_t k = 0; k < arena_slots.size(); ++k)
+            if (arena_slots[k].free_after < s && arena_slots[k].size >= size &&
+                (!best || arena_slots[k].size < arena_slots[*best].size))
+              best = k;
         if (!best) {
           arena_slots.push_back({arena_bytes_, size, 0});
           arena_bytes_ += size;
           best = arena_slots.size() - 1;
         }
         arena_slots[*best].free_after = last_use[v];
+        slot_index[v] = best;
         slots_[v].arena_offset = arena_slots[*best].offset;
       }
+      ++group_index;
     }
   }
 

@@ -182,7 +182,11 @@ std::ostream& operator<<(std::ostream& os, const CompiledInfo& info) {
     const CompiledInfo::Group& g = info.groups[k];
     os << "group " << k << ": equations";
     for (int e : g.equations) os << " " << e;
-    os << "; reads " << g.bytes_read << " B, writes " << g.bytes_written << " B\n" << g.kernel;
+    os << "; reads " << g.bytes_read << " B, writes " << g.bytes_written << " B";
+    for (const CompiledInfo::Group::InPlace& p : g.in_place)
+      os << "; value " << p.output << " written over value " << p.input
+         << (p.arena ? " (arena)" : " (its buffer)");
+    os << "\n" << g.kernel;
   }
   return os;
 }
