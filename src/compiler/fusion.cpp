@@ -141,6 +141,15 @@ std::vector<bool> reduced_axes(const ir::Equation& e) {
   return axes;
 }
 
+// Whether a reduction over `reduced` keeps the domain's innermost axis of size > 1: the row
+// template (codegen.cpp), which accumulates whole rows, one accumulator per kept index, and
+// takes any reduced axes; otherwise the column template, which reduces along the innermost.
+bool keeps_innermost(const Dims& domain, const std::vector<bool>& reduced) {
+  for (std::size_t a = domain.size(); a-- > 0;)
+    if (domain[a] != 1) return !reduced[a];
+  return false;
+}
+
 // The equation's dtype set the code generator handles.
 bool lowered_dtype(const ir::Equation& e) {
   const DType in = e.inputs.empty() ? float32 : e.inputs.back().type.dtype;
@@ -313,12 +322,14 @@ class Builder {
     } else if (s != g_.domain) {
       return false;
     } else if (!reducing()) {
-      // Only trailing axes join an elementwise group: its other loops then stay contiguous.
-      bool seen = false;
+      // A column reduction joins an elementwise group only over trailing axes (its other loops
+      // then stay contiguous); a row reduction over any axes.
+      bool seen = false, trailing = true;
       for (bool r : axes) {
-        if (seen && !r) return false;
+        trailing = trailing && !(seen && !r);
         seen = seen || r;
       }
+      if (!trailing && !keeps_innermost(s, axes)) return false;
       for (const Node& n : g_.nodes)
         if (n.level != Level::inner) return false;
       g_.reduced = axes;
@@ -376,17 +387,6 @@ bool is_reduction(const Primitive* p) {
                        &prim::reduce_min(), &prim::reduce_and(), &prim::reduce_or()});
 }
 
-// Reductions whose innermost (non-unit) axis is kept, such as a bias gradient's sum over the
-// batch, run their kernel: it accumulates whole contiguous rows, where a fused loop would
-// read each kept index's reduced values strided (docs/DESIGN.md, "Compiler").
-bool reduces_innermost_axis(const ir::Equation& e) {
-  const Dims s = dims_of(e.inputs[0]);
-  const std::vector<bool> axes = reduced_axes(e);
-  for (std::size_t a = s.size(); a-- > 0;)
-    if (s[a] != 1) return axes[a];
-  return true;
-}
-
 bool fusible(const ir::Equation& e) {
   static const std::unordered_set<const Primitive*> lowered = {
       &prim::neg(),         &prim::abs(),
@@ -413,7 +413,6 @@ bool fusible(const ir::Equation& e) {
       &prim::reduce_min(),  &prim::reduce_and(),
       &prim::reduce_or()};
   if (!lowered.count(e.prim) || e.outputs.size() != 1) return false;
-  if (is_reduction(e.prim) && !reduces_innermost_axis(e)) return false;
   return lowered_dtype(e);
 }
 
