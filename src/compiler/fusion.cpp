@@ -216,6 +216,16 @@ class Builder {
     return std::nullopt;
   }
 
+  // Whether a read gathers along the vector loop of a row reduction over `reduced` (the
+  // domain's innermost axis of size > 1): a transposed operand made the row template 2x slower
+  // than the reduction's kernel, which reads such an operand along the reduced axis instead.
+  bool gathers_rows(const Access& a, const std::vector<bool>& reduced) const {
+    if (!keeps_innermost(g_.domain, reduced)) return false;
+    for (std::size_t k = g_.domain.size(); k-- > 0;)
+      if (g_.domain[k] != 1) return a.strides[k] != 0 && a.strides[k] != 1;
+    return false;
+  }
+
   // The node that reads IR value `value` (a member, or a view of a buffer) at `level`.
   std::optional<int> operand(const ir::Value& value, Level level) {
     const int v = value.id;
@@ -243,6 +253,7 @@ class Builder {
     }
     for (std::size_t k = 0; k < g_.domain.size(); ++k)
       if (g_.domain[k] == 1) a.strides[k] = 0;
+    if (reducing() && gathers_rows(a, g_.reduced)) return std::nullopt;
     auto in = std::find(g_.inputs.begin(), g_.inputs.end(), view->buffer);
     const int input = static_cast<int>(in - g_.inputs.begin());
     if (in == g_.inputs.end()) g_.inputs.push_back(view->buffer);
@@ -331,7 +342,8 @@ class Builder {
       }
       if (!trailing && !keeps_innermost(s, axes)) return false;
       for (const Node& n : g_.nodes)
-        if (n.level != Level::inner) return false;
+        if (n.level != Level::inner || (n.kind == Node::Kind::load && gathers_rows(n.access, axes)))
+          return false;
       g_.reduced = axes;
     } else if (axes != g_.reduced) {
       return false;
