@@ -700,7 +700,7 @@ class Emitter {
       return splat(outer_[static_cast<std::size_t>(k)], s.lanes);
     if (auto it = s.memo.find(k); it != s.memo.end()) return it->second;
     llvm::Value* v;
-    if (n.level == Level::outer && has_reduction()) {
+    if (row_ && n.level == Level::outer) {
       v = to_compute(n.dtype, block_load(outer_[static_cast<std::size_t>(k)], s));
     } else if (n.kind == Node::Kind::load) {
       v = load(n.dtype, buffers_[static_cast<std::size_t>(n.input)],
@@ -715,9 +715,9 @@ class Emitter {
   }
   llvm::Value* output_buffer(std::size_t o) { return buffers_[g_.inputs.size() + o]; }
 
-  // Calls body(row, j0, n) for the pieces of [begin, end), a flattened index over `rows`
-  // followed by the innermost axis (length len): each piece lies in one row and holds at most
-  // `cap` elements.
+  // Calls body(idx, j0, n) for the pieces [j0, j0 + n) of [begin, end), a flattened index over
+  // the axes `rows` (their indices in idx) and then the innermost axis (length len): each piece
+  // lies in one row and holds at most `cap` elements.
   void pieces(const std::vector<std::size_t>& rows, int64_t len, int64_t cap,
               const std::function<void(const Idx& idx, llvm::Value* j0, llvm::Value* n)>& body) {
     auto* head = llvm::BasicBlock::Create(ctx_, "rows", fn_);
