@@ -235,14 +235,22 @@ TEST(Compiler, RowReductionsFuseWithProducersAndConsumers) {
   const auto info = jit(transposed, kCompiled).compiled(x);
   EXPECT_TRUE(info.groups.empty()) << info;
   EXPECT_EQ(info.kernel_calls.size(), 1u) << info;
+  // So do rows of fewer than 8 elements (a branch on the data in the row template).
+  auto squares = [](const Tensor& t) { return sum(t * t, {0}); };
+  const auto narrow = jit(squares, kCompiled).compiled(normal(23, {rows, 7}));
+  EXPECT_EQ(narrow.kernel_calls.size(), 1u) << narrow;
+  const auto wide = jit(squares, kCompiled).compiled(normal(23, {rows, 8}));
+  EXPECT_TRUE(wide.kernel_calls.empty()) << wide;
 }
 
 TEST(Compiler, RowReductionsAgreeWithTheInterpreterBitForBit) {
   // One accumulator per kept element, combining rows in the interpreter's order: float32 and
-  // float64 sums agree to the bit. Shapes cross the vector width, the row block (at most 2048
-  // kept indices, fewer for this many reductions) and size-1 and empty axes.
-  for (const Shape& s : {Shape{0, 7}, Shape{1, 1}, Shape{1, 9}, Shape{3, 0}, Shape{5, 1},
-                         Shape{2, 3}, Shape{9, 16}, Shape{64, 17}, Shape{7, 513}, Shape{3, 2100}}) {
+  // float64 sums agree to the bit. Shapes cross the vector width and its halves (the steps
+  // after the full vectors), the row block (at most 2048 kept indices, fewer for this many
+  // reductions) and size-1 and empty axes; rows of fewer than 8 run the kernel.
+  for (const Shape& s :
+       {Shape{0, 9}, Shape{1, 1}, Shape{1, 9}, Shape{3, 0}, Shape{5, 1}, Shape{2, 3}, Shape{5, 15},
+        Shape{4, 29}, Shape{9, 16}, Shape{64, 17}, Shape{7, 513}, Shape{3, 2100}}) {
     for (DType d : {float32, float64}) {
       const Tensor x = normal(30, s, d) * 100.0, y = normal(31, s, d);
       SCOPED_TRACE(x.type().to_string());

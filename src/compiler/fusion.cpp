@@ -150,6 +150,19 @@ bool keeps_innermost(const Dims& domain, const std::vector<bool>& reduced) {
   return false;
 }
 
+// A row reduction whose rows hold fewer than 8 elements runs its kernel: the row template's
+// step of one element (what remains after steps of W, W/2, ..., 2) turns a select of loaded
+// values into a branch on the data, and a bias gradient after relu over rows of 3 ran 2.5x
+// slower than the kernel (docs/DESIGN.md, "Compiler").
+bool short_rows(const ir::Equation& e) {
+  const Dims s = dims_of(e.inputs[0]);
+  const std::vector<bool> axes = reduced_axes(e);
+  if (!keeps_innermost(s, axes)) return false;
+  for (std::size_t a = s.size(); a-- > 0;)
+    if (s[a] != 1) return s[a] < 8;
+  return false;
+}
+
 // The equation's dtype set the code generator handles.
 bool lowered_dtype(const ir::Equation& e) {
   const DType in = e.inputs.empty() ? float32 : e.inputs.back().type.dtype;
@@ -425,6 +438,7 @@ bool fusible(const ir::Equation& e) {
       &prim::reduce_min(),  &prim::reduce_and(),
       &prim::reduce_or()};
   if (!lowered.count(e.prim) || e.outputs.size() != 1) return false;
+  if (is_reduction(e.prim) && short_rows(e)) return false;
   return lowered_dtype(e);
 }
 
