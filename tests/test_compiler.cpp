@@ -37,6 +37,37 @@ Tensor normal(uint64_t seed, const Shape& s, DType d = float32) {
   return random::normal(random::key(seed), s, d);
 }
 
+// The same bits: equal values, the same sign of zero, NaN where the other has NaN (payloads
+// may differ).
+void expect_bits(const Tensor& got, const Tensor& want) {
+  ASSERT_EQ(got.type(), want.type());
+  if (!is_floating(want.dtype())) {
+    EXPECT_EQ(got.to_vector<int64_t>(), want.to_vector<int64_t>());
+    return;
+  }
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i])) {
+      EXPECT_TRUE(std::isnan(g[i])) << i;
+      continue;
+    }
+    EXPECT_EQ(g[i], w[i]) << i;
+    EXPECT_EQ(std::signbit(g[i]), std::signbit(w[i])) << i;
+  }
+}
+
+// Compiled against interpreted, bit for bit.
+template <class F, class... A>
+void expect_compiled_bits(const F& f, const A&... args) {
+  const auto got = jit(f, kCompiled)(args...), want = jit(f, kInterpreted)(args...);
+  if constexpr (std::is_same_v<std::decay_t<decltype(got)>, Tensor>) {
+    expect_bits(got, want);
+  } else {
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t k = 0; k < got.size(); ++k) expect_bits(got[k], want[k]);
+  }
+}
+
 // A scratch directory removed with the test.
 struct TempDir {
   std::filesystem::path path;
@@ -176,6 +207,152 @@ TEST(Compiler, FloatReductionsFollowTheInterpreter) {
   EXPECT_TRUE(std::isnan(jit(m, kCompiled)(n).item<float>()));
   const Tensor inf = tensor({-INFINITY, -INFINITY});
   EXPECT_EQ(jit(m, kCompiled)(inf).item<float>(), -INFINITY);
+}
+
+TEST(Compiler, RowReductionsFuseWithProducersAndConsumers) {
+  // Reductions that keep the innermost axis (sums over the batch) accumulate whole rows in
+  // the group that computes their operands.
+  const int64_t rows = 37, cols = 70, mat = rows * cols * 4, vec = cols * 4;
+  const Tensor x = normal(20, {rows, cols}), y = normal(21, {rows, cols}), b = normal(22, {cols});
+  struct Case {
+    std::string name;
+    std::function<std::vector<Tensor>(const Tensor&, const Tensor&, const Tensor&)> f;
+    int64_t bytes_written;
+  };
+  const std::vector<Case> cases = {
+      {"bias gradient after relu's backward",
+       [](const Tensor& h, const Tensor& dy, const Tensor&) {
+         const Tensor dz = where(h > 0.0f, dy, zeros_like(dy));
+         return std::vector<Tensor>{dz, sum(dz, {0})};
+       },
+       mat + vec},
+      {"layer norm's scale and shift gradients",
+       [](const Tensor& xhat, const Tensor& dy, const Tensor&) {
+         return std::vector<Tensor>{sum(dy * xhat, {0}), sum(dy, {0})};
+       },
+       2 * vec},
+      {"an elementwise consumer of the reduced rows",
+       [](const Tensor& t, const Tensor&, const Tensor& v) {
+         return std::vector<Tensor>{sum(t * t, {0}) * 0.5f + v};
+       },
+       vec},
+      {"centred columns, the mean broadcast back",
+       [](const Tensor& t, const Tensor&, const Tensor& v) {
+         return std::vector<Tensor>{(t - mean(t, {0}, true)) * v};
+       },
+       mat},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const auto info = jit(c.f, kCompiled).compiled(x, y, b);
+    ASSERT_EQ(info.groups.size(), 1u) << info;
+    EXPECT_TRUE(info.kernel_calls.empty()) << info;
+    EXPECT_EQ(info.groups[0].bytes_written, c.bytes_written) << info;
+    const auto got = jit(c.f, kCompiled)(x, y, b), want = jit(c.f, kInterpreted)(x, y, b);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t k = 0; k < got.size(); ++k) expect_bits(got[k], want[k]);
+  }
+  // Rows gathered from a transposed operand stay with the kernel, which reads along the
+  // reduced axis instead (the row template measured 2x slower).
+  auto transposed = [](const Tensor& t) { return sum(transpose(t, {1, 0}), {0}); };
+  const auto info = jit(transposed, kCompiled).compiled(x);
+  EXPECT_TRUE(info.groups.empty()) << info;
+  EXPECT_EQ(info.kernel_calls.size(), 1u) << info;
+  // So do rows of fewer than 8 elements (a branch on the data in the row template).
+  auto squares = [](const Tensor& t) { return sum(t * t, {0}); };
+  const auto narrow = jit(squares, kCompiled).compiled(normal(23, {rows, 7}));
+  EXPECT_EQ(narrow.kernel_calls.size(), 1u) << narrow;
+  const auto wide = jit(squares, kCompiled).compiled(normal(23, {rows, 8}));
+  EXPECT_TRUE(wide.kernel_calls.empty()) << wide;
+}
+
+TEST(Compiler, RowReductionsAgreeWithTheInterpreterBitForBit) {
+  // One accumulator per kept element, combining rows in the interpreter's order: float32 and
+  // float64 sums agree to the bit. Shapes cross the vector width and its halves (the steps
+  // after the full vectors), the row block (at most 2048 kept indices, fewer for this many
+  // reductions) and size-1 and empty axes; rows of fewer than 8 run the kernel.
+  for (const Shape& s :
+       {Shape{0, 9}, Shape{1, 1}, Shape{1, 9}, Shape{3, 0}, Shape{5, 1}, Shape{2, 3}, Shape{5, 15},
+        Shape{4, 29}, Shape{9, 16}, Shape{64, 17}, Shape{7, 513}, Shape{3, 2100}}) {
+    for (DType d : {float32, float64}) {
+      const Tensor x = normal(30, s, d) * 100.0, y = normal(31, s, d);
+      SCOPED_TRACE(x.type().to_string());
+      // Several reductions of one domain share the group; max and min have no identity.
+      const bool empty = s.numel() == 0;
+      expect_compiled_bits(
+          [empty](const Tensor& a, const Tensor& c) {
+            std::vector<Tensor> r = {sum(a * c + 1.0, {0}), prod(1.0 + a * 1e-3, {0}),
+                                     mean(exp(a * 1e-2), {0}, true), any(a > 50.0, {0}),
+                                     all(a < 50.0, {0})};
+            if (!empty) {
+              r.push_back(max(a * 2.0, {0}));
+              r.push_back(min(a - 1.0, {0}));
+            }
+            return r;
+          },
+          x, y);
+      const Tensor i = astype(x * 1e6, int32), l = astype(x * 1e9, int64);
+      expect_compiled_bits(
+          [empty](const Tensor& a, const Tensor& c) {
+            std::vector<Tensor> r = {sum(a * a, {0}), sum(c * 3 - 1, {0})};  // i32 wraps
+            if (!empty) r.push_back(max(a, {0}));
+            return r;
+          },
+          i, l);
+    }
+  }
+  // Higher rank: any kept axes before the innermost, any reduced ones.
+  const Tensor t = normal(32, {4, 6, 35}) * 10.0f;
+  for (const Axes& axes : {Axes{0}, Axes{1}, Axes{0, 1}}) {
+    SCOPED_TRACE(::testing::PrintToString(axes));
+    expect_compiled_bits([&](const Tensor& a) { return sum(sin(a), axes); }, t);
+    expect_compiled_bits([&](const Tensor& a) { return max(a * a, axes, true); }, t);
+  }
+  // Non-contiguous operands: a transpose (the kept axis read with a stride) and a stepped
+  // slice.
+  const Tensor u = normal(33, {40, 23});
+  expect_compiled_bits([](const Tensor& a) { return sum(transpose(a, {1, 0}) * 3.0f, {0}); }, u);
+  expect_compiled_bits(
+      [](const Tensor& a) {
+        return sum(slice(a, {Slice{1, 39, 2}, Slice{0, 23, 3}}), {0});
+      },
+      u);
+}
+
+TEST(Compiler, RowReductionsOfSignedZerosAndNaNs) {
+  // Columns: {-0, +0, -0}, {-0, -0, -0}, {1, NaN, 2}, {NaN, -inf, 3}, {-inf, -inf, -inf}; each
+  // max and min worked out by hand (NaN wins, +0 beats -0 for max and -0 for min).
+  const float nan = NAN, inf = INFINITY;
+  const Tensor x = tensor(
+      {-0.0f, -0.0f, 1.0f, nan, -inf, 0.0f, -0.0f, nan, -inf, -inf, -0.0f, -0.0f, 2.0f, 3.0f, -inf},
+      {3, 5});
+  auto mx = [](const Tensor& a) { return max(a * 1.0f, {0}); };
+  auto mn = [](const Tensor& a) { return min(a * 1.0f, {0}); };
+  expect_bits(jit(mx, kCompiled)(x), tensor({0.0f, -0.0f, nan, nan, -inf}));
+  expect_bits(jit(mn, kCompiled)(x), tensor({-0.0f, -0.0f, nan, nan, -inf}));
+  expect_compiled_bits(mx, x);
+  expect_compiled_bits(mn, x);
+  // 200 columns, 40 copies of each: vector lanes and the scalar tail.
+  const Tensor wide = reshape(broadcast_to(reshape(x, {3, 1, 5}), {3, 40, 5}), {3, 200});
+  expect_compiled_bits(mx, wide);
+  expect_compiled_bits(mn, wide);
+}
+
+TEST(Compiler, RowReductionsAreTheSameForAnyThreadCount) {
+  // Threads split the kept indices (here mid-row of the innermost axis), never a sum, so
+  // float64 sums too are the interpreter's bits.
+  for (DType d : {float32, float64}) {
+    const Tensor x = normal(34, {3, 200, 1001}, d) * 10.0;
+    auto f = [](const Tensor& a) { return sum(a * a + 1.0, {1}); };
+    const int saved = num_threads();
+    set_num_threads(1);
+    const Tensor one = jit(f, kCompiled)(x);
+    set_num_threads(2);
+    const Tensor two = jit(f, kCompiled)(x);
+    set_num_threads(saved);
+    expect_bits(two, one);
+    expect_bits(one, jit(f, kInterpreted)(x));
+  }
 }
 
 TEST(Compiler, ControlFlowBodiesCompileAndAgree) {

@@ -444,7 +444,9 @@ TEST(Blas, RunsKernelsForTheInstructionSetsTheCpuHas) {
   const Tensor c = matmul(ones({64, 64}), ones({64, 64}));
   EXPECT_EQ(c.data<float>()[0], 64.0f);
   const std::string core = blas_kernels();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) EXPECT_NE(core, "Prescott");
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_NE(core, "Prescott");
+  }
   EXPECT_EQ(std::getenv("OPENBLAS_CORETYPE"), nullptr);
 }
 

@@ -100,9 +100,10 @@ Layout coalesce(const Group& g) {
     x->strides = std::move(s);
   }
   if (reduces && !kept_reduced) {
-    l.domain.push_back(1);
-    l.reduced.push_back(true);
-    for (Access* x : all) x->strides.push_back(0);
+    // Only size-1 axes are reduced: one in front, so a kept innermost axis stays innermost.
+    l.domain.insert(l.domain.begin(), 1);
+    l.reduced.insert(l.reduced.begin(), true);
+    for (Access* x : all) x->strides.insert(x->strides.begin(), 0);
   }
   if (l.domain.empty()) {
     l.domain.push_back(1);
@@ -134,6 +135,7 @@ class Emitter {
       : m_(m), ctx_(m.getContext()), b_(ctx_), g_(g), l_(coalesce(g)) {
     // The lanes of the host's float32 vector functions: 16 on AVX-512, 8 on AVX2, 4 on SSE4.1.
     lanes_ = math::host_functions(math::MathFn::exp, float32).vector.lanes;
+    row_ = has_reduction() && !l_.reduced.back();
     auto* i64 = b_.getInt64Ty();
     auto* ptr = llvm::PointerType::getUnqual(ctx_);
     auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
@@ -394,6 +396,16 @@ class Emitter {
       return b_.CreateCall(callee, a);
     };
     if (lanes == native) return call(args, lanes);
+    if (lanes > 1 && lanes < native) {  // a part of a vector: zeros in the unused lanes
+      std::vector<int> widen(static_cast<std::size_t>(native)), narrow;
+      for (int k = 0; k < native; ++k) widen[static_cast<std::size_t>(k)] = k < lanes ? k : lanes;
+      for (int k = 0; k < lanes; ++k) narrow.push_back(k);
+      std::vector<llvm::Value*> wide;
+      for (llvm::Value* a : args)
+        wide.push_back(
+            b_.CreateShuffleVector(a, llvm::Constant::getNullValue(a->getType()), widen));
+      return b_.CreateShuffleVector(call(wide, native), narrow);
+    }
     if (native == 1) {  // no vector variant on this host: lane by lane
       llvm::Value* out = llvm::UndefValue::get(vec(scalar, lanes));
       for (int k = 0; k < lanes; ++k) {
@@ -638,9 +650,9 @@ class Emitter {
     return b_.CreateSelect(nan, b_.CreateFAdd(acc, v), chosen);
   }
   llvm::Value* from_acc(const Reducer& r, llvm::Value* acc) {
-    llvm::Type* t = compute_scalar(r.out);
+    llvm::Type* t = vec(compute_scalar(r.out), lanes_of(acc));
     if (acc->getType() == t) return round_to(r.out, acc);
-    if (acc->getType()->isFloatingPointTy()) return round_to(r.out, b_.CreateFPTrunc(acc, t));
+    if (acc->getType()->isFPOrFPVectorTy()) return round_to(r.out, b_.CreateFPTrunc(acc, t));
     return b_.CreateTrunc(acc, t);
   }
 
@@ -678,9 +690,29 @@ class Emitter {
     }
   }
   // Runs body over the innermost axis from j0 to j1: vector steps, then scalar ones.
+  // With `halving`, the rest after the full vectors runs as at most one step each of W/2, W/4,
+  // ..., 2 lanes before the scalar one: the row template's rows may be short (a bias of 10),
+  // and a scalar select there became a mispredicted branch (9x slower than its kernel).
   void inner_loop(llvm::Value* j0, llvm::Value* j1,
-                  const std::function<void(llvm::Value* j, int lanes)>& body) {
+                  const std::function<void(llvm::Value* j, int lanes)>& body,
+                  bool halving = false) {
     llvm::Value* j = loop(j0, j1, lanes_, [&](llvm::Value* jv) { body(jv, lanes_); });
+    for (int w = lanes_ / 2; halving && w > 1; w /= 2) {
+      llvm::BasicBlock* pre = b_.GetInsertBlock();
+      auto* step = llvm::BasicBlock::Create(ctx_, "half", fn_);
+      auto* next = llvm::BasicBlock::Create(ctx_, "halved", fn_);
+      b_.CreateCondBr(b_.CreateICmpSLE(b_.CreateAdd(j, i64(w)), j1), step, next);
+      b_.SetInsertPoint(step);
+      body(j, w);
+      llvm::Value* stepped = b_.CreateAdd(j, i64(w));
+      llvm::BasicBlock* step_end = b_.GetInsertBlock();
+      b_.CreateBr(next);
+      b_.SetInsertPoint(next);
+      llvm::PHINode* phi = b_.CreatePHI(b_.getInt64Ty(), 2);
+      phi->addIncoming(j, pre);
+      phi->addIncoming(stepped, step_end);
+      j = phi;
+    }
     loop(j, j1, 1, [&](llvm::Value* js) { body(js, 1); });
   }
 
@@ -694,11 +726,13 @@ class Emitter {
   };
   llvm::Value* value(int k, Scope& s) {
     const Node& n = g_.nodes[static_cast<std::size_t>(k)];
-    if (n.level == Level::outer && has_reduction())
+    if (n.level == Level::outer && has_reduction() && !row_)
       return splat(outer_[static_cast<std::size_t>(k)], s.lanes);
     if (auto it = s.memo.find(k); it != s.memo.end()) return it->second;
     llvm::Value* v;
-    if (n.kind == Node::Kind::load) {
+    if (row_ && n.level == Level::outer) {
+      v = to_compute(n.dtype, block_load(outer_[static_cast<std::size_t>(k)], s));
+    } else if (n.kind == Node::Kind::load) {
       v = load(n.dtype, buffers_[static_cast<std::size_t>(n.input)],
                l_.loads[static_cast<std::size_t>(k)], *s.idx, s.j, s.lanes);
     } else {
@@ -711,52 +745,70 @@ class Emitter {
   }
   llvm::Value* output_buffer(std::size_t o) { return buffers_[g_.inputs.size() + o]; }
 
-  void emit_elementwise_group() {
-    const std::size_t last = rank() - 1;
-    const int64_t len = l_.domain[last];
-    std::vector<std::size_t> rows;
-    for (std::size_t a = 0; a < last; ++a) rows.push_back(a);
-    // [begin, end) over the flattened domain, row by row of the innermost axis.
+  // Calls body(idx, j0, n) for the pieces [j0, j0 + n) of [begin, end), a flattened index over
+  // the axes `rows` (their indices in idx) and then the innermost axis (length len): each piece
+  // lies in one row and holds at most `cap` elements.
+  void pieces(const std::vector<std::size_t>& rows, int64_t len, int64_t cap,
+              const std::function<void(const Idx& idx, llvm::Value* j0, llvm::Value* n)>& body) {
     auto* head = llvm::BasicBlock::Create(ctx_, "rows", fn_);
-    auto* body = llvm::BasicBlock::Create(ctx_, "row", fn_);
+    auto* in = llvm::BasicBlock::Create(ctx_, "row", fn_);
     auto* done = llvm::BasicBlock::Create(ctx_, "finished", fn_);
     llvm::BasicBlock* pre = b_.GetInsertBlock();
     b_.CreateBr(head);
     b_.SetInsertPoint(head);
     llvm::PHINode* i = b_.CreatePHI(b_.getInt64Ty(), 2);
     i->addIncoming(args_[1], pre);
-    b_.CreateCondBr(b_.CreateICmpSLT(i, args_[2]), body, done);
-    b_.SetInsertPoint(body);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, args_[2]), in, done);
+    b_.SetInsertPoint(in);
     llvm::Value* row = b_.CreateUDiv(i, i64(len));
     llvm::Value* j0 = b_.CreateSub(i, b_.CreateMul(row, i64(len)));
-    llvm::Value* n =
-        b_.CreateSelect(b_.CreateICmpSLT(b_.CreateSub(args_[2], i), b_.CreateSub(i64(len), j0)),
-                        b_.CreateSub(args_[2], i), b_.CreateSub(i64(len), j0));
+    auto smaller = [&](llvm::Value* a, llvm::Value* c) {
+      return b_.CreateSelect(b_.CreateICmpSLT(a, c), a, c);
+    };
+    llvm::Value* n = smaller(b_.CreateSub(args_[2], i), b_.CreateSub(i64(len), j0));
+    if (cap < len) n = smaller(n, i64(cap));
     Idx idx(rank(), nullptr);
     if (!rows.empty()) digits(row, rows, idx);
-    inner_loop(j0, b_.CreateAdd(j0, n), [&](llvm::Value* j, int lanes) {
-      Scope s{&idx, j, lanes, {}};
-      for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
-        const GroupOutput& out = g_.outputs[o];
-        llvm::Value* v = value(out.node, s);
-        store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(o), l_.outputs[o],
-              idx, j, v);
-      }
-    });
+    body(idx, j0, n);
     i->addIncoming(b_.CreateAdd(i, n), b_.GetInsertBlock());
     b_.CreateBr(head);
     b_.SetInsertPoint(done);
   }
 
-  // Nested loops over the reduced axes, the last of them innermost (vector + scalar).
+  void emit_elementwise_group() {
+    const std::size_t last = rank() - 1;
+    std::vector<std::size_t> rows;
+    for (std::size_t a = 0; a < last; ++a) rows.push_back(a);
+    const int64_t len = l_.domain[last];
+    pieces(rows, len, len, [&](const Idx& idx, llvm::Value* j0, llvm::Value* n) {
+      inner_loop(j0, b_.CreateAdd(j0, n), [&](llvm::Value* j, int lanes) {
+        Scope s{&idx, j, lanes, {}};
+        for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
+          const GroupOutput& out = g_.outputs[o];
+          llvm::Value* v = value(out.node, s);
+          store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(o), l_.outputs[o],
+                idx, j, v);
+        }
+      });
+    });
+  }
+
+  // Nested loops over the reduced axes in domain order, the order in which the interpreter's
+  // kernel combines terms. The vector loop is the last reduced axis (column template) or, in
+  // the row template, the block of kept indices inside the last reduced loop.
   void reduced_loops(Idx& idx, const std::function<void(llvm::Value* j, int lanes)>& body) {
     std::vector<std::size_t> red;
     for (std::size_t a = 0; a < rank(); ++a)
       if (l_.reduced[a]) red.push_back(a);
+    const std::size_t scalar_loops = row_ ? red.size() : red.size() - 1;
     std::function<void(std::size_t)> nest = [&](std::size_t k) {
-      if (k + 1 == red.size()) {
-        idx[red[k]] = nullptr;
-        inner_loop(i64(0), i64(l_.domain[red[k]]), body);
+      if (k == scalar_loops) {
+        if (row_) {
+          over_block(body);
+        } else {
+          idx[red[k]] = nullptr;
+          inner_loop(i64(0), i64(l_.domain[red[k]]), body);
+        }
         return;
       }
       loop(i64(0), i64(l_.domain[red[k]]), 1, [&](llvm::Value* r) {
@@ -768,6 +820,136 @@ class Emitter {
     for (std::size_t a : red) idx[a] = nullptr;  // the loops' values end with them
   }
 
+  // ---- row template: memory per kept index of the block --------------------------------------
+  // Arrays of block_ elements on the stack, one element per kept index of the current block;
+  // bool is stored as a byte (an <N x i1> vector would be stored as packed bits).
+  llvm::Type* block_element(llvm::Type* t) { return t->isIntegerTy(1) ? b_.getInt8Ty() : t; }
+  // Blocks of up to 2048 kept indices (a whole row of most layers: long blocks stream memory
+  // best; 512 made a bias gradient 2x slower than its kernel), fewer when the group's arrays
+  // would take more than 64 KiB of stack.
+  int64_t block_length(const std::vector<llvm::Type*>& arrays) {
+    int64_t bytes = 1;
+    for (llvm::Type* t : arrays)
+      bytes += static_cast<int64_t>(block_element(t)->getPrimitiveSizeInBits() / 8);
+    const int64_t fit = (int64_t{64} << 10) / bytes / lanes_ * lanes_;
+    return std::clamp<int64_t>(fit, lanes_, 2048);
+  }
+  llvm::AllocaInst* block_array(llvm::Type* t) {
+    llvm::AllocaInst* a =
+        entry_alloca(llvm::ArrayType::get(block_element(t), static_cast<uint64_t>(block_)));
+    a->setAlignment(llvm::Align(64));
+    return a;
+  }
+  llvm::Value* block_slot(llvm::AllocaInst* a, const Scope& s) {
+    llvm::Type* t = a->getAllocatedType()->getArrayElementType();
+    return b_.CreateGEP(t, a, b_.CreateSub(s.j, block_lo_));
+  }
+  llvm::Value* block_load(llvm::Value* array, const Scope& s) {
+    auto* a = llvm::cast<llvm::AllocaInst>(array);
+    llvm::Type* t = a->getAllocatedType()->getArrayElementType();
+    return b_.CreateAlignedLoad(vec(t, s.lanes), block_slot(a, s),
+                                llvm::Align(t->getScalarSizeInBits() / 8));
+  }
+  void block_store(llvm::Value* array, const Scope& s, llvm::Value* v) {
+    auto* a = llvm::cast<llvm::AllocaInst>(array);
+    llvm::Type* t = a->getAllocatedType()->getArrayElementType();
+    b_.CreateAlignedStore(v, block_slot(a, s), llvm::Align(t->getScalarSizeInBits() / 8));
+  }
+  void over_block(const std::function<void(llvm::Value* j, int lanes)>& body) {
+    inner_loop(block_lo_, block_hi_, body, true);
+  }
+
+  // ---- reduction groups ----------------------------------------------------------------------
+  // An accumulator per reduction of a round: in the column template a vector of lanes and a
+  // scalar for the tail, combined in a fixed order; in the row template one per kept index.
+  struct Accumulator {
+    Reducer r;
+    llvm::AllocaInst* lanes = nullptr;  // column: vector; row: the block's array
+    llvm::AllocaInst* tail = nullptr;   // column only
+  };
+  Accumulator accumulator(const Node& n) {
+    Accumulator a{.r = {n.prim, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype, n.dtype}};
+    if (row_) {
+      a.lanes = block_array(acc_scalar(a.r));
+    } else {
+      a.lanes = entry_alloca(vec(acc_scalar(a.r), lanes_));
+      a.tail = entry_alloca(acc_scalar(a.r));
+    }
+    return a;
+  }
+  // In the outer scope s: the identity (row: for these kept indices).
+  void reset(const Accumulator& a, const Scope& s) {
+    if (row_) {
+      llvm::Value* id = identity(a.r, s.lanes);
+      if (id->getType()->getScalarType()->isIntegerTy(1))
+        id = b_.CreateZExt(id, vec(b_.getInt8Ty(), s.lanes));
+      block_store(a.lanes, s, id);
+      return;
+    }
+    b_.CreateStore(identity(a.r, lanes_), a.lanes);
+    b_.CreateStore(identity(a.r, 1), a.tail);
+  }
+  // In the inner scope s: combines v into the accumulator.
+  void accumulate(const Accumulator& a, const Scope& s, llvm::Value* v) {
+    v = to_acc(a.r, v);
+    if (row_) {
+      llvm::Value* acc = acc_from_block(a, s);
+      llvm::Value* c = combine(a.r, acc, v);
+      if (c->getType()->getScalarType()->isIntegerTy(1))
+        c = b_.CreateZExt(c, vec(b_.getInt8Ty(), s.lanes));
+      block_store(a.lanes, s, c);
+      return;
+    }
+    llvm::AllocaInst* acc = s.lanes == 1 ? a.tail : a.lanes;
+    b_.CreateStore(combine(a.r, b_.CreateLoad(acc->getAllocatedType(), acc), v), acc);
+  }
+  llvm::Value* acc_from_block(const Accumulator& a, const Scope& s) {
+    llvm::Value* v = block_load(a.lanes, s);
+    if (acc_scalar(a.r)->isIntegerTy(1)) v = b_.CreateICmpNE(v, iconst(b_.getInt8Ty(), 0, s.lanes));
+    return v;
+  }
+  // In the outer scope s: the reduction's result.
+  llvm::Value* result(const Accumulator& a, const Scope& s) {
+    if (row_) return from_acc(a.r, acc_from_block(a, s));
+    // Lanes in order, then the scalar tail: the same order on every run.
+    llvm::Value* vv = b_.CreateLoad(a.lanes->getAllocatedType(), a.lanes);
+    llvm::Value* total = identity(a.r, 1);
+    for (int k = 0; k < lanes_; ++k)
+      total = combine(a.r, total,
+                      lanes_ == 1 ? vv : b_.CreateExtractElement(vv, static_cast<uint64_t>(k)));
+    total = combine(a.r, total, b_.CreateLoad(a.tail->getAllocatedType(), a.tail));
+    return from_acc(a.r, total);
+  }
+
+  // Runs body once per outer scope: per kept index (column template: one lane, no innermost
+  // index) or, in the row template, vectorised over the kept indices of the current block.
+  void over_outer(const Idx& idx, const std::function<void(Scope&)>& body) {
+    if (!row_) {
+      Scope s{&idx, nullptr, 1, {}};
+      body(s);
+      return;
+    }
+    over_block([&](llvm::Value* j, int lanes) {
+      Scope s{&idx, j, lanes, {}};
+      body(s);
+    });
+  }
+  void set_outer(int k, Scope& s, llvm::Value* v) {
+    s.memo[k] = v;
+    if (!row_) {
+      outer_[static_cast<std::size_t>(k)] = v;
+      return;
+    }
+    block_store(outer_[static_cast<std::size_t>(k)], s,
+                to_storage(g_.nodes[static_cast<std::size_t>(k)].dtype, v));
+  }
+
+  // Both templates run, per outer index (a kept index, or a block of kept indices along the
+  // innermost axis), one pass over the reduced axes per round of reductions (a round waits for
+  // the previous one's results: softmax's sum needs its max). Inner outputs are stored in the
+  // first pass that can compute them, so a last pass runs only for those that need the last
+  // round. Every kept index combines its terms in the interpreter's order in the row template,
+  // and over a fixed lane order in the column template.
   void emit_reduction_group() {
     // Which round of reductions each node waits for.
     std::vector<int> phase(g_.nodes.size(), 0);
@@ -779,33 +961,53 @@ class Emitter {
       phase[k] = n.kind == Node::Kind::reduce ? p + 1 : p;
       rounds = std::max(rounds, phase[k]);
     }
-    // The innermost reduced axis is the loops' innermost one: accesses use its stride.
-    std::size_t innermost = 0;
-    for (std::size_t a = 0; a < rank(); ++a)
-      if (l_.reduced[a]) innermost = a;
-    reorder_innermost(innermost);
-    std::vector<std::size_t> kept;
-    for (std::size_t a = 0; a < rank(); ++a)
-      if (!l_.reduced[a]) kept.push_back(a);
+    if (row_) {
+      std::vector<llvm::Type*> arrays;
+      for (const Node& n : g_.nodes) {
+        if (n.kind == Node::Kind::reduce)
+          arrays.push_back(
+              acc_scalar({n.prim, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype, n.dtype}));
+        if (n.level == Level::outer) arrays.push_back(storage_scalar(n.dtype));
+      }
+      block_ = block_length(arrays);
+    }
+    std::vector<Accumulator> accs(g_.nodes.size());
+    for (std::size_t k = 0; k < g_.nodes.size(); ++k)
+      if (g_.nodes[k].kind == Node::Kind::reduce) accs[k] = accumulator(g_.nodes[k]);
     outer_.assign(g_.nodes.size(), nullptr);
+    if (row_)
+      for (std::size_t k = 0; k < g_.nodes.size(); ++k)
+        if (g_.nodes[k].level == Level::outer)
+          outer_[k] = block_array(storage_scalar(g_.nodes[k].dtype));
 
-    loop(args_[1], args_[2], 1, [&](llvm::Value* o) {
-      Idx idx(rank(), nullptr);
-      if (!kept.empty()) digits(o, kept, idx);
+    auto per_outer_index = [&](Idx& idx) {
       auto compute_outer = [&](int round) {
-        for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
-          const Node& n = g_.nodes[k];
-          if (n.level != Level::outer || n.kind == Node::Kind::reduce || phase[k] != round)
-            continue;
-          Scope s{&idx, nullptr, 1, {}};
-          if (n.kind == Node::Kind::load) {
-            outer_[k] = load(n.dtype, buffers_[static_cast<std::size_t>(n.input)], l_.loads[k], idx,
-                             nullptr, 1);
-          } else {
-            std::vector<llvm::Value*> args;
-            for (int a : n.args) args.push_back(value(a, s));
-            outer_[k] = op(n, args);
+        over_outer(idx, [&](Scope& s) {
+          for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
+            const Node& n = g_.nodes[k];
+            if (n.level != Level::outer || phase[k] != round) continue;
+            llvm::Value* v;
+            if (n.kind == Node::Kind::reduce) {
+              v = result(accs[k], s);
+            } else if (n.kind == Node::Kind::load) {
+              v = load(n.dtype, buffers_[static_cast<std::size_t>(n.input)], l_.loads[k], idx, s.j,
+                       s.lanes);
+            } else {
+              std::vector<llvm::Value*> args;
+              for (int a : n.args) args.push_back(value(a, s));
+              v = op(n, args);
+            }
+            set_outer(static_cast<int>(k), s, v);
           }
+        });
+      };
+      auto store_inner_outputs = [&](Scope& s, int round) {
+        for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
+          const GroupOutput& out = g_.outputs[q];
+          if (out.level != Level::inner || phase[static_cast<std::size_t>(out.node)] != round)
+            continue;
+          store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(q), l_.outputs[q],
+                idx, s.j, value(out.node, s));
         }
       };
       compute_outer(0);
@@ -813,58 +1015,63 @@ class Emitter {
         std::vector<std::size_t> reds;
         for (std::size_t k = 0; k < g_.nodes.size(); ++k)
           if (g_.nodes[k].kind == Node::Kind::reduce && phase[k] == round) reds.push_back(k);
-        std::vector<llvm::AllocaInst*> vacc, sacc;
-        std::vector<Reducer> rs;
-        for (std::size_t k : reds) {
-          const Node& n = g_.nodes[k];
-          const Reducer r{n.prim, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype, n.dtype};
-          rs.push_back(r);
-          vacc.push_back(entry_alloca(vec(acc_scalar(r), lanes_)));
-          sacc.push_back(entry_alloca(acc_scalar(r)));
-          b_.CreateStore(identity(r, lanes_), vacc.back());
-          b_.CreateStore(identity(r, 1), sacc.back());
-        }
+        over_outer(idx, [&](Scope& s) {
+          for (std::size_t k : reds) reset(accs[k], s);
+        });
         reduced_loops(idx, [&](llvm::Value* j, int lanes) {
           Scope s{&idx, j, lanes, {}};
-          for (std::size_t q = 0; q < reds.size(); ++q) {
-            llvm::AllocaInst* acc = lanes == 1 ? sacc[q] : vacc[q];
-            llvm::Value* v = to_acc(rs[q], value(g_.nodes[reds[q]].args[0], s));
-            b_.CreateStore(combine(rs[q], b_.CreateLoad(acc->getAllocatedType(), acc), v), acc);
-          }
+          for (std::size_t k : reds) accumulate(accs[k], s, value(g_.nodes[k].args[0], s));
+          store_inner_outputs(s, round - 1);
         });
-        for (std::size_t q = 0; q < reds.size(); ++q) {
-          // Lanes in order, then the scalar tail: the same order on every run.
-          llvm::Value* vv = b_.CreateLoad(vacc[q]->getAllocatedType(), vacc[q]);
-          llvm::Value* total = identity(rs[q], 1);
-          for (int k = 0; k < lanes_; ++k)
-            total =
-                combine(rs[q], total,
-                        lanes_ == 1 ? vv : b_.CreateExtractElement(vv, static_cast<uint64_t>(k)));
-          total = combine(rs[q], total, b_.CreateLoad(sacc[q]->getAllocatedType(), sacc[q]));
-          outer_[reds[q]] = from_acc(rs[q], total);
-        }
         compute_outer(round);
       }
-      // The last pass stores the inner outputs; outer ones are stored once per kept index.
-      bool any_inner = false;
-      for (const GroupOutput& out : g_.outputs) any_inner = any_inner || out.level == Level::inner;
-      if (any_inner)
+      bool last_pass = false;
+      for (const GroupOutput& out : g_.outputs)
+        last_pass = last_pass || (out.level == Level::inner &&
+                                  phase[static_cast<std::size_t>(out.node)] == rounds);
+      if (last_pass)
         reduced_loops(idx, [&](llvm::Value* j, int lanes) {
           Scope s{&idx, j, lanes, {}};
-          for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
-            const GroupOutput& out = g_.outputs[q];
-            if (out.level != Level::inner) continue;
-            store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(q),
-                  l_.outputs[q], idx, j, value(out.node, s));
-          }
+          store_inner_outputs(s, rounds);
         });
-      for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
-        const GroupOutput& out = g_.outputs[q];
-        if (out.level != Level::outer) continue;
-        Scope s{&idx, nullptr, 1, {}};
-        store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(q), l_.outputs[q],
-              idx, nullptr, value(out.node, s));
-      }
+      // Outer outputs are stored once per kept index.
+      over_outer(idx, [&](Scope& s) {
+        for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
+          const GroupOutput& out = g_.outputs[q];
+          if (out.level != Level::outer) continue;
+          store(g_.nodes[static_cast<std::size_t>(out.node)].dtype, output_buffer(q), l_.outputs[q],
+                idx, s.j, value(out.node, s));
+        }
+      });
+    };
+
+    std::vector<std::size_t> kept;
+    for (std::size_t a = 0; a < rank(); ++a)
+      if (!l_.reduced[a]) kept.push_back(a);
+    if (row_) {
+      // [begin, end) over the kept indices, in blocks along the innermost (kept) axis.
+      const std::size_t last = kept.back();
+      kept.pop_back();
+      pieces(kept, l_.domain[last], block_, [&](const Idx& at, llvm::Value* j0, llvm::Value* n) {
+        Idx idx = at;
+        block_lo_ = j0;
+        block_hi_ = b_.CreateAdd(j0, n);
+        per_outer_index(idx);
+      });
+      return;
+    }
+    // The innermost reduced axis is the loops' innermost one: accesses use its stride.
+    std::size_t innermost = 0;
+    for (std::size_t a = 0; a < rank(); ++a)
+      if (l_.reduced[a]) innermost = a;
+    reorder_innermost(innermost);
+    kept.clear();
+    for (std::size_t a = 0; a < rank(); ++a)
+      if (!l_.reduced[a]) kept.push_back(a);
+    loop(args_[1], args_[2], 1, [&](llvm::Value* o) {
+      Idx idx(rank(), nullptr);
+      if (!kept.empty()) digits(o, kept, idx);
+      per_outer_index(idx);
     });
   }
 
@@ -904,7 +1111,14 @@ class Emitter {
   llvm::Function* fn_ = nullptr;
   llvm::Value* args_[3] = {};
   std::vector<llvm::Value*> buffers_;
-  std::vector<llvm::Value*> outer_;  // outer nodes' values in the current kept index
+  // Whether the group is a row reduction: its innermost axis is kept.
+  bool row_ = false;
+  // Outer nodes' values: in the column template the current kept index's, in the row template
+  // the block arrays that hold them for the current block [block_lo_, block_hi_).
+  std::vector<llvm::Value*> outer_;
+  llvm::Value* block_lo_ = nullptr;
+  llvm::Value* block_hi_ = nullptr;
+  int64_t block_ = 0;  // the most kept indices of a block
 };
 
 }  // namespace

@@ -141,6 +141,28 @@ std::vector<bool> reduced_axes(const ir::Equation& e) {
   return axes;
 }
 
+// Whether a reduction over `reduced` keeps the domain's innermost axis of size > 1: the row
+// template (codegen.cpp), which accumulates whole rows, one accumulator per kept index, and
+// takes any reduced axes; otherwise the column template, which reduces along the innermost.
+bool keeps_innermost(const Dims& domain, const std::vector<bool>& reduced) {
+  for (std::size_t a = domain.size(); a-- > 0;)
+    if (domain[a] != 1) return !reduced[a];
+  return false;
+}
+
+// A row reduction whose rows hold fewer than 8 elements runs its kernel: the row template's
+// step of one element (what remains after steps of W, W/2, ..., 2) turns a select of loaded
+// values into a branch on the data, and a bias gradient after relu over rows of 3 ran 2.5x
+// slower than the kernel (docs/DESIGN.md, "Compiler").
+bool short_rows(const ir::Equation& e) {
+  const Dims s = dims_of(e.inputs[0]);
+  const std::vector<bool> axes = reduced_axes(e);
+  if (!keeps_innermost(s, axes)) return false;
+  for (std::size_t a = s.size(); a-- > 0;)
+    if (s[a] != 1) return s[a] < 8;
+  return false;
+}
+
 // The equation's dtype set the code generator handles.
 bool lowered_dtype(const ir::Equation& e) {
   const DType in = e.inputs.empty() ? float32 : e.inputs.back().type.dtype;
@@ -207,6 +229,16 @@ class Builder {
     return std::nullopt;
   }
 
+  // Whether a read gathers along the vector loop of a row reduction over `reduced` (the
+  // domain's innermost axis of size > 1): a transposed operand made the row template 2x slower
+  // than the reduction's kernel, which reads such an operand along the reduced axis instead.
+  bool gathers_rows(const Access& a, const std::vector<bool>& reduced) const {
+    if (!keeps_innermost(g_.domain, reduced)) return false;
+    for (std::size_t k = g_.domain.size(); k-- > 0;)
+      if (g_.domain[k] != 1) return a.strides[k] != 0 && a.strides[k] != 1;
+    return false;
+  }
+
   // The node that reads IR value `value` (a member, or a view of a buffer) at `level`.
   std::optional<int> operand(const ir::Value& value, Level level) {
     const int v = value.id;
@@ -234,6 +266,7 @@ class Builder {
     }
     for (std::size_t k = 0; k < g_.domain.size(); ++k)
       if (g_.domain[k] == 1) a.strides[k] = 0;
+    if (reducing() && gathers_rows(a, g_.reduced)) return std::nullopt;
     auto in = std::find(g_.inputs.begin(), g_.inputs.end(), view->buffer);
     const int input = static_cast<int>(in - g_.inputs.begin());
     if (in == g_.inputs.end()) g_.inputs.push_back(view->buffer);
@@ -313,14 +346,17 @@ class Builder {
     } else if (s != g_.domain) {
       return false;
     } else if (!reducing()) {
-      // Only trailing axes join an elementwise group: its other loops then stay contiguous.
-      bool seen = false;
+      // A column reduction joins an elementwise group only over trailing axes (its other loops
+      // then stay contiguous); a row reduction over any axes.
+      bool seen = false, trailing = true;
       for (bool r : axes) {
-        if (seen && !r) return false;
+        trailing = trailing && !(seen && !r);
         seen = seen || r;
       }
+      if (!trailing && !keeps_innermost(s, axes)) return false;
       for (const Node& n : g_.nodes)
-        if (n.level != Level::inner) return false;
+        if (n.level != Level::inner || (n.kind == Node::Kind::load && gathers_rows(n.access, axes)))
+          return false;
       g_.reduced = axes;
     } else if (axes != g_.reduced) {
       return false;
@@ -376,17 +412,6 @@ bool is_reduction(const Primitive* p) {
                        &prim::reduce_min(), &prim::reduce_and(), &prim::reduce_or()});
 }
 
-// Reductions whose innermost (non-unit) axis is kept, such as a bias gradient's sum over the
-// batch, run their kernel: it accumulates whole contiguous rows, where a fused loop would
-// read each kept index's reduced values strided (docs/DESIGN.md, "Compiler").
-bool reduces_innermost_axis(const ir::Equation& e) {
-  const Dims s = dims_of(e.inputs[0]);
-  const std::vector<bool> axes = reduced_axes(e);
-  for (std::size_t a = s.size(); a-- > 0;)
-    if (s[a] != 1) return axes[a];
-  return true;
-}
-
 bool fusible(const ir::Equation& e) {
   static const std::unordered_set<const Primitive*> lowered = {
       &prim::neg(),         &prim::abs(),
@@ -413,7 +438,7 @@ bool fusible(const ir::Equation& e) {
       &prim::reduce_min(),  &prim::reduce_and(),
       &prim::reduce_or()};
   if (!lowered.count(e.prim) || e.outputs.size() != 1) return false;
-  if (is_reduction(e.prim) && !reduces_innermost_axis(e)) return false;
+  if (is_reduction(e.prim) && short_rows(e)) return false;
   return lowered_dtype(e);
 }
 

@@ -49,8 +49,9 @@ struct GroupOutput {
 };
 
 // One fusion group: a loop nest over `domain`. With no reduced axes it is a plain elementwise
-// loop; otherwise, per index of the kept axes, one pass over the reduced axes per round of
-// reductions, then a last pass for the inner outputs.
+// loop; otherwise one pass over the reduced axes per round of reductions, per kept index when
+// the innermost axis is reduced (column template) or per block of kept indices along it when
+// it is kept (row template), then a last pass for inner outputs that need the last round.
 struct Group {
   std::vector<int64_t> domain;
   std::vector<bool> reduced;  // per domain axis
