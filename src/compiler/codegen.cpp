@@ -9,6 +9,7 @@
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <functional>
 #include <limits>
 #include <map>
@@ -951,16 +952,8 @@ class Emitter {
   // round. Every kept index combines its terms in the interpreter's order in the row template,
   // and over a fixed lane order in the column template.
   void emit_reduction_group() {
-    // Which round of reductions each node waits for.
-    std::vector<int> phase(g_.nodes.size(), 0);
-    int rounds = 0;
-    for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
-      const Node& n = g_.nodes[k];
-      int p = 0;
-      for (int a : n.args) p = std::max(p, phase[static_cast<std::size_t>(a)]);
-      phase[k] = n.kind == Node::Kind::reduce ? p + 1 : p;
-      rounds = std::max(rounds, phase[k]);
-    }
+    const std::vector<int> phase = g_.rounds();
+    const int rounds = *std::max_element(phase.begin(), phase.end());
     if (row_) {
       std::vector<llvm::Type*> arrays;
       for (const Node& n : g_.nodes) {

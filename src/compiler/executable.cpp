@@ -93,17 +93,19 @@ bool read_elementwise(const Group& g, int in) {
   return true;
 }
 
-// Whether inner output q may overwrite input `in` element by element: the loop body (per
-// element, or per kept index's last pass) stores the inner outputs in order and loads an input
-// on first use (codegen.cpp), so every read of `in` that an output stored after q needs must
-// already have happened for an output stored up to q. Outer nodes are computed in earlier
-// passes and read no inner loads.
+// Whether inner output q may overwrite input `in` element by element. A group stores its
+// inner outputs in passes (one for an elementwise group; Group::rounds for a reduction group):
+// output q is stored in the pass of its round, after that pass's reductions have accumulated,
+// with the outputs in order, each loading an input on first use (codegen.cpp). So no later pass
+// may read `in`, and within q's pass every read of `in` that a later output needs must already
+// have happened. Outer nodes are computed between passes and read no inner loads.
 bool loads_precede_store(const Group& g, std::size_t q, int in) {
-  auto reach = [&](std::size_t first, std::size_t last) {
+  const std::vector<int> round = g.rounds();
+  auto round_of = [&](std::size_t o) { return round[static_cast<std::size_t>(g.outputs[o].node)]; };
+  const int pass = round_of(q);  // q is stored where the reductions of round pass + 1 run
+  auto reach = [&](const std::vector<int>& from) {
     std::vector<bool> seen(g.nodes.size(), false);
-    std::vector<int> stack;
-    for (std::size_t o = first; o < last; ++o)
-      if (g.outputs[o].level == Level::inner) stack.push_back(g.outputs[o].node);
+    std::vector<int> stack = from;
     while (!stack.empty()) {
       const auto k = static_cast<std::size_t>(stack.back());
       stack.pop_back();
@@ -113,9 +115,22 @@ bool loads_precede_store(const Group& g, std::size_t q, int in) {
     }
     return seen;
   };
-  const std::vector<bool> before = reach(0, q + 1), after = reach(q + 1, g.outputs.size());
+  std::vector<int> before, after, later;  // read in q's pass before and after its store; later
   for (std::size_t k = 0; k < g.nodes.size(); ++k)
-    if (g.nodes[k].kind == Node::Kind::load && g.nodes[k].input == in && after[k] && !before[k])
+    if (g.nodes[k].kind == Node::Kind::reduce) {
+      const int operand = g.nodes[k].args[0];
+      if (round[k] == pass + 1) before.push_back(operand);
+      if (round[k] > pass + 1) later.push_back(operand);
+    }
+  for (std::size_t o = 0; o < g.outputs.size(); ++o) {
+    if (g.outputs[o].level != Level::inner || round_of(o) < pass) continue;
+    const int node = g.outputs[o].node;
+    (round_of(o) > pass ? later : o <= q ? before : after).push_back(node);
+  }
+  const std::vector<bool> early = reach(before), late = reach(after), next = reach(later);
+  for (std::size_t k = 0; k < g.nodes.size(); ++k)
+    if (g.nodes[k].kind == Node::Kind::load && g.nodes[k].input == in &&
+        (next[k] || (late[k] && !early[k])))
       return false;
   return true;
 }

@@ -28,6 +28,14 @@ int64_t Group::inner_size() const {
 bool Group::has_reduction() const {
   return std::find(reduced.begin(), reduced.end(), true) != reduced.end();
 }
+std::vector<int> Group::rounds() const {
+  std::vector<int> round(nodes.size(), 0);
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    for (int a : nodes[k].args) round[k] = std::max(round[k], round[static_cast<std::size_t>(a)]);
+    if (nodes[k].kind == Node::Kind::reduce) ++round[k];
+  }
+  return round;
+}
 
 namespace {
 

@@ -63,6 +63,11 @@ struct Group {
   int64_t outer_size() const;  // product of the kept axes
   int64_t inner_size() const;  // product of the reduced axes
   bool has_reduction() const;
+  // Per node, the round of reductions it waits for (0: none; a reduction is one round after
+  // its operand). A reduction group runs one pass over the reduced axes per round r ≥ 1,
+  // storing there the inner outputs of round r - 1, then a last pass for those of the last
+  // round (codegen.cpp).
+  std::vector<int> rounds() const;
 };
 
 // An equation run by binding its primitive (its registered kernel).
