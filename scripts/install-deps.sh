@@ -14,7 +14,7 @@ packages=(
   libsleef-dev           # SLEEF: vectorised exp, log, tanh, ... (variant picked at run time)
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
-  python3-numpy          # reference values in tests are checked against numpy
+  python3-numpy python3-scipy  # reference values in tests come from numpy and scipy
   clang-format-14        # Debian 12's clang-format: the layout check (make format-check)
   dataset-fashion-mnist  # the demo's data set (/usr/share/datasets/fashion-mnist)
 )

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiln/error.h"
+#include "kiln/io.h"
 #include "kiln/ir.h"
 #include "kiln/primitive.h"
 
@@ -43,5 +44,19 @@ inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -
   for (double& x : v) x = dist(gen);
   return v;
 }
+
+#ifdef KILN_REFERENCE_DIR
+// Reference values a script computed with numpy / scipy at build time: `name` is the file a
+// `kiln_reference_file(<test> <name>)` line in tests/CMakeLists.txt generates from
+// tests/reference/<name>_ref.py. `at(file, "case")` raises if the script did not write it.
+inline io::TensorFile reference(const std::string& name) {
+  return io::load_tensors(std::string(KILN_REFERENCE_DIR) + "/" + name + ".safetensors");
+}
+inline Tensor at(const io::TensorFile& file, const std::string& name) {
+  const Tensor* t = file.find(name);
+  if (!t) throw Error("reference", "no tensor '" + name + "' in the reference file");
+  return *t;
+}
+#endif
 
 }  // namespace kiln::testing
