@@ -432,6 +432,45 @@ TEST(Compiler, DumpsLlvmIrAndAssembly) {
   EXPECT_EQ(s, 1);
 }
 
+// A transcendental node that two passes of a reduction group read (softmax's exp(x - max): the
+// sum's pass and the output's) is computed once per element and kept for the later pass: the
+// generated code calls exp as often as for sum(exp(x)), which needs it in one pass only.
+TEST(Compiler, ExponentialsTwoPassesReadAreComputedOnce) {
+  auto exp_calls = [](const auto& f, const Tensor& x) {
+    const TempDir dir;
+    const EnvVar env("KILN_DUMP_DIR", dir.path.string());
+    jit(f, kCompiled)(x);
+    int calls = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
+      if (e.path().extension() != ".ll") continue;
+      std::ifstream in(e.path());
+      for (std::string line; std::getline(in, line);)
+        calls +=
+            line.find("call") != std::string::npos && line.find("@Sleef_exp") != std::string::npos;
+    }
+    return calls;
+  };
+  const Tensor x = normal(31, {5, 37});
+  const int once = exp_calls([](const Tensor& t) { return sum(exp(t), {1}); }, x);
+  EXPECT_GT(once, 0);
+  EXPECT_EQ(exp_calls([](const Tensor& t) { return softmax(t, -1); }, x), once);
+  // The kept values are the ones the interpreter computes: rows with a tail, ±inf and NaN,
+  // float64, and the backward pass.
+  std::vector<float> v = normal(32, {3, 1000}).to_vector<float>();
+  v[7] = INFINITY;
+  v[1003] = -INFINITY;
+  v[2010] = NAN;
+  const Tensor odd = tensor(v, {3, 1000});
+  expect_compiled_bits([](const Tensor& t) { return softmax(t, -1); }, x);
+  expect_compiled_bits([](const Tensor& t) { return log_softmax(t, -1); }, odd);
+  // float64 sums reassociate over the lanes (docs/DESIGN.md): equal to round-off.
+  auto sm = [](const Tensor& t) { return softmax(t, -1); };
+  const Tensor x64 = normal(33, {4, 129}, float64);
+  expect_same(jit(sm, kCompiled)(x64), jit(sm, kInterpreted)(x64), 1e-14);
+  auto grad_of = grad([](const Tensor& t) { return sum(softmax(t, -1) * t); });
+  expect_compiled_bits(grad_of, x);
+}
+
 TEST(Compiler, TheSteadyStateAsksTheSystemForNoMemory) {
   // A fused chain and a training-like step: after the first calls, the arena is reused and
   // every large buffer (results, kernel outputs) comes from the caching allocator.

@@ -730,8 +730,12 @@ class Emitter {
     if (n.level == Level::outer && has_reduction() && !row_)
       return splat(outer_[static_cast<std::size_t>(k)], s.lanes);
     if (auto it = s.memo.find(k); it != s.memo.end()) return it->second;
+    llvm::AllocaInst* kept = cache_.empty() ? nullptr : cache_[static_cast<std::size_t>(k)];
     llvm::Value* v;
-    if (row_ && n.level == Level::outer) {
+    if (kept && pass_ > cache_pass_[static_cast<std::size_t>(k)]) {
+      v = b_.CreateAlignedLoad(vec(kept->getAllocatedType()->getArrayElementType(), s.lanes),
+                               cache_slot(kept, s), llvm::Align(4));
+    } else if (row_ && n.level == Level::outer) {
       v = to_compute(n.dtype, block_load(outer_[static_cast<std::size_t>(k)], s));
     } else if (n.kind == Node::Kind::load) {
       v = load(n.dtype, buffers_[static_cast<std::size_t>(n.input)],
@@ -740,9 +744,57 @@ class Emitter {
       std::vector<llvm::Value*> args;
       for (int a : n.args) args.push_back(value(a, s));
       v = op(n, args);
+      if (kept) b_.CreateAlignedStore(v, cache_slot(kept, s), llvm::Align(4));
     }
     s.memo[k] = v;
     return v;
+  }
+  llvm::Value* cache_slot(llvm::AllocaInst* a, const Scope& s) {
+    return b_.CreateGEP(a->getAllocatedType()->getArrayElementType(), a, s.j);
+  }
+
+  // Column template over one reduced axis: a transcendental node that more than one pass needs
+  // (softmax's exp(x - max), in the sum's pass and the output's) is computed once per element
+  // and kept in a stack array as long as the row, not recomputed: the exponentials, not the
+  // memory, set softmax's time. Pass r in 1..rounds accumulates round r's reductions and
+  // stores the inner outputs of round r - 1; pass rounds + 1 those of the last round.
+  void plan_cache(const std::vector<int>& round, int rounds) {
+    cache_.assign(g_.nodes.size(), nullptr);
+    cache_pass_.assign(g_.nodes.size(), 0);
+    if (row_ || std::count(l_.reduced.begin(), l_.reduced.end(), true) != 1) return;
+    std::vector<int> first(g_.nodes.size(), 0), passes(g_.nodes.size(), 0);
+    for (int pass = 1; pass <= rounds + 1; ++pass) {
+      std::vector<int> stack;
+      for (std::size_t k = 0; k < g_.nodes.size(); ++k)
+        if (g_.nodes[k].kind == Node::Kind::reduce && round[k] == pass)
+          stack.push_back(g_.nodes[k].args[0]);
+      for (const GroupOutput& out : g_.outputs)
+        if (out.level == Level::inner && round[static_cast<std::size_t>(out.node)] == pass - 1)
+          stack.push_back(out.node);
+      std::vector<bool> seen(g_.nodes.size(), false);
+      while (!stack.empty()) {
+        const auto k = static_cast<std::size_t>(stack.back());
+        stack.pop_back();
+        if (seen[k] || g_.nodes[k].level == Level::outer) continue;
+        seen[k] = true;
+        if (!passes[k]++) first[k] = pass;
+        for (int a : g_.nodes[k].args) stack.push_back(a);
+      }
+    }
+    const int64_t len = l_.domain.back();
+    int64_t bytes = 0;
+    for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
+      const Node& n = g_.nodes[k];
+      const bool costly =
+          n.kind == Node::Kind::op && (math_fn(n.prim) || n.prim == &prim::sigmoid());
+      if (!costly || passes[k] < 2 || (n.dtype != float32 && n.dtype != float64)) continue;
+      bytes += len * static_cast<int64_t>(dtype_size(n.dtype));
+      if (bytes > (int64_t{64} << 10)) break;  // the stack arrays stay within 64 KiB
+      cache_[k] =
+          entry_alloca(llvm::ArrayType::get(compute_scalar(n.dtype), static_cast<uint64_t>(len)));
+      cache_[k]->setAlignment(llvm::Align(64));
+      cache_pass_[k] = first[k];
+    }
   }
   llvm::Value* output_buffer(std::size_t o) { return buffers_[g_.inputs.size() + o]; }
 
@@ -954,6 +1006,7 @@ class Emitter {
   void emit_reduction_group() {
     const std::vector<int> phase = g_.rounds();
     const int rounds = *std::max_element(phase.begin(), phase.end());
+    plan_cache(phase, rounds);
     if (row_) {
       std::vector<llvm::Type*> arrays;
       for (const Node& n : g_.nodes) {
@@ -1011,6 +1064,7 @@ class Emitter {
         over_outer(idx, [&](Scope& s) {
           for (std::size_t k : reds) reset(accs[k], s);
         });
+        pass_ = round;
         reduced_loops(idx, [&](llvm::Value* j, int lanes) {
           Scope s{&idx, j, lanes, {}};
           for (std::size_t k : reds) accumulate(accs[k], s, value(g_.nodes[k].args[0], s));
@@ -1022,6 +1076,7 @@ class Emitter {
       for (const GroupOutput& out : g_.outputs)
         last_pass = last_pass || (out.level == Level::inner &&
                                   phase[static_cast<std::size_t>(out.node)] == rounds);
+      pass_ = rounds + 1;
       if (last_pass)
         reduced_loops(idx, [&](llvm::Value* j, int lanes) {
           Scope s{&idx, j, lanes, {}};
@@ -1112,6 +1167,11 @@ class Emitter {
   llvm::Value* block_lo_ = nullptr;
   llvm::Value* block_hi_ = nullptr;
   int64_t block_ = 0;  // the most kept indices of a block
+  // Column template: per node, the row array its values are kept in (plan_cache), the pass
+  // that computes them, and the pass being emitted.
+  std::vector<llvm::AllocaInst*> cache_;
+  std::vector<int> cache_pass_;
+  int pass_ = 0;
 };
 
 }  // namespace

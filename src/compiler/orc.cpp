@@ -151,7 +151,7 @@ std::string hex(const Digest& d) {
 
 std::string full_key(const std::string& key) {
   const HostCpu& cpu = host_cpu();
-  return std::string("kiln-codegen-3\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
+  return std::string("kiln-codegen-4\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
          cpu.features + "\n" + key;
 }
 
