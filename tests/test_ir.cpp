@@ -209,6 +209,42 @@ TEST(PartialEval, SplitsKnownWorkAndRecomputesLayoutOps) {
   EXPECT_THROW(ir::split_known(*f, {true}), Error);
 }
 
+// Cheap arithmetic of one per-step value is redone rather than stored: tanh's derivative
+// 1 - y² needs only y as a residual (which the backward reads anyway), not y and 1 - y²; a product
+// of two per-step values and a transcendental function stay residuals.
+TEST(PartialEval, RedoesCheapArithmeticOfOneStoredValue) {
+  const auto f = ir::parse(
+      "func @f(%k: f64[3], %u: f64[3], %j: f64[3]) -> (f64[3], f64[3], f64[3]) {\n"
+      "  %c0 = const [1] : f64[1]\n"
+      "  %0 = tanh %k : f64[3]\n"
+      "  %1 = mul %0, %0 : f64[3]\n"
+      "  %2 = broadcast_to %c0 {shape=[3]} : f64[3]\n"
+      "  %3 = sub %2, %1 : f64[3]\n"
+      "  %4 = mul %3, %u : f64[3]\n"
+      "  %5 = mul %0, %j : f64[3]\n"
+      "  %6 = mul %5, %u : f64[3]\n"
+      "  %7 = mul %0, %u : f64[3]\n"
+      "  return %4, %6, %7\n"
+      "}");
+  const ir::KnownSplit s = ir::split_known(*f, {true, false, true});
+  ir::verify(*s.known);
+  ir::verify(*s.unknown);
+  EXPECT_EQ(s.num_residuals, 2u);  // tanh k and tanh k * j
+  EXPECT_EQ(prims(*s.known), (std::vector<std::string>{"tanh", "mul"}));
+  EXPECT_EQ(prims(*s.unknown),
+            (std::vector<std::string>{"mul", "broadcast_to", "sub", "mul", "mul", "mul"}));
+  const Tensor k = random::normal(random::key(4), {3}, float64),
+               u = random::normal(random::key(5), {3}, float64),
+               j = random::normal(random::key(6), {3}, float64);
+  const std::vector<Tensor> want = ir::evaluate(*f, std::vector<Tensor>{k, u, j});
+  std::vector<Tensor> args{k, u, j};
+  for (const Tensor& r : ir::evaluate(*s.known, std::vector<Tensor>{k, j})) args.push_back(r);
+  const std::vector<Tensor> got = ir::evaluate(*s.unknown, args);
+  ASSERT_EQ(got.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i)
+    EXPECT_EQ(got[i].to_vector<double>(), want[i].to_vector<double>()) << "result " << i;
+}
+
 std::string optimized(const std::string& text) {
   const ir::Function g = ir::optimize(*ir::parse(text));
   ir::verify(g);

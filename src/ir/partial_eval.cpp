@@ -14,6 +14,14 @@ bool is_layout(const Equation& e) {
   return layout.count(e.prim->name) > 0;
 }
 
+// Arithmetic cheap enough to redo in the backward pass (no transcendental functions).
+bool is_cheap_elementwise(const Equation& e) {
+  static const std::set<std::string_view> cheap{
+      "neg", "abs", "sign", "add", "sub", "mul", "div", "max", "min", "select", "convert",
+      "eq",  "ne",  "lt",   "le",  "gt",  "ge",  "not", "and", "or",  "xor"};
+  return cheap.count(e.prim->name) > 0;
+}
+
 }  // namespace
 
 std::vector<bool> params_read(const Function& f) {
@@ -42,8 +50,29 @@ KnownSplit split_known(const Function& f, const std::vector<bool>& param_known) 
     if (k)
       for (const Value& v : e.outputs) known_values.insert(v.id);
   }
-  // Backwards from the results: the unknown side keeps unknown and layout equations that are
-  // needed; a needed output of any other known equation is a residual.
+  // Values that are the same at every step: constants and layout or cheap arithmetic of them.
+  std::set<int> fixed;
+  for (const Constant& c : f.constants) fixed.insert(c.value.id);
+  for (const Equation& e : f.equations) {
+    bool all = is_layout(e) || is_cheap_elementwise(e);
+    for (const Value& v : e.inputs) all = all && fixed.count(v.id);
+    if (all)
+      for (const Value& v : e.outputs) fixed.insert(v.id);
+  }
+  // A known equation the unknown side redoes instead of reading its result as a residual:
+  // layout ops, and cheap arithmetic of at most one value that varies per step, which the
+  // unknown side then reads instead — never more stored values, often fewer (tanh's 1 - y² is
+  // redone from y, which the backward reads anyway).
+  auto redo = [&](const Equation& e) {
+    if (is_layout(e)) return true;
+    if (!is_cheap_elementwise(e)) return false;
+    std::set<int> varying;
+    for (const Value& v : e.inputs)
+      if (!fixed.count(v.id)) varying.insert(v.id);
+    return varying.size() <= 1;
+  };
+  // Backwards from the results: the unknown side keeps the unknown equations it needs and the
+  // known ones it redoes; a needed output of any other known equation is a residual.
   std::set<int> needed;
   for (const Value& v : f.results) needed.insert(v.id);
   std::vector<bool> on_unknown(f.equations.size(), false);
@@ -53,7 +82,7 @@ KnownSplit split_known(const Function& f, const std::vector<bool>& param_known) 
     bool any = false;
     for (const Value& v : e.outputs) any = any || needed.count(v.id);
     if (!any) continue;
-    if (eq_known[i] && !is_layout(e)) {
+    if (eq_known[i] && !redo(e)) {
       for (const Value& v : e.outputs)
         if (needed.count(v.id)) residual_ids.insert(v.id);
       continue;

@@ -15,8 +15,9 @@ namespace kiln::ir {
 //   known:   (f's known parameters, in order) -> residuals
 //   unknown: (f's parameters..., residuals...) -> f's results
 // so that unknown(p, known(p_known)) == f(p). `known` holds every equation that reads only
-// known parameters and constants, except layout equations (views: cheaper to redo than to
-// store), which `unknown` recomputes from what it has.
+// known parameters and constants; `unknown` redoes the ones cheaper to redo than to store —
+// layout ops (views), and arithmetic without transcendental functions that reads at most one
+// value varying per step (tanh's 1 - y² from y) — from what it has.
 struct KnownSplit {
   FunctionRef known;
   FunctionRef unknown;
