@@ -6,7 +6,8 @@
 //
 // Kernels call C's libm (correctly rounded or within 1 ulp for glibc's float and double
 // functions); the special functions have no libm version and are implemented below in double.
-// None has an LLVM lowering: compiled code calls these kernels (docs/OPS.md).
+// The exact ones are lowered to LLVM (src/compiler/codegen.cpp, math_op); compiled code calls
+// the kernels of the others (docs/OPS.md).
 #include <cmath>
 #include <limits>
 #include <numbers>
