@@ -263,6 +263,13 @@ TEST(MathErrors, BadInputsAreErrors) {
           f(tensor({1, 2}), tensor({1, 0}));
         },
         name, {"integer division by zero", "i32[2]"});
+  // Compiled code calls the same kernel, which raises the same Error.
+  auto compiled = jit([](const Tensor& a, const Tensor& b) { return floor_divide(a, b) + a; });
+  expect_error(
+      [&] {
+        compiled(tensor({1, 2}), tensor({1, 0}));
+      },
+      "floor_divide", {"integer division by zero"});
   expect_error([] { bitwise_and(tensor({1.0}), tensor({1.0})); }, "bitwise_and",
                {"f64[1]", "an integer or bool dtype"});
   expect_error([] { bitwise_not(tensor({1.0f})); }, "bitwise_not", {"f32[1]"});
