@@ -654,6 +654,51 @@ std::vector<PrimitiveSample> make_table() {
                                    {{"delta", 0.5}}};
                    },
                .ad = {.check = false}});
+
+  // ---- math (src/ops/math.cpp): domains away from poles, branch points and kinks ----
+  {
+    const Draw three_normal = [](Gen& g, const Shape& s) { return g.normal(s) * 3.0; };
+    const Draw with_inf = [](Gen& g, const Shape& s) {
+      return where(g.bernoulli(s), full(Shape{}, INFINITY, float64), g.normal(s));
+    };
+    // Integer divisors without zeros: |b| in {1, 2}.
+    const Draw int_divisor = [](Gen& g, const Shape& s) {
+      return astype(g.away_from_zero(s, 1.0, 2.99), int32);
+    };
+    const Draw small_bools = [](Gen& g, const Shape& s) { return g.bernoulli(s); };
+    const Draw shift_counts = [](Gen& g, const Shape& s) { return g.indices(s, -2, 34, int32); };
+    c.push_back(unary("trunc", three_normal));
+    for (const char* p : {"exp2", "sinh", "cosh", "atan", "asinh"}) c.push_back(unary(p, normal));
+    for (const char* p : {"log2", "log10"}) c.push_back(unary(p, uniform_in(0.5, 2.0)));
+    for (const char* p : {"asin", "acos", "atanh"}) c.push_back(unary(p, uniform_in(-0.8, 0.8)));
+    c.push_back(unary("acosh", uniform_in(1.2, 3.0)));
+    c.push_back(unary("erfinv", uniform_in(-0.9, 0.9)));
+    c.push_back(unary("lgamma", uniform_in(0.5, 4.0)));
+    c.push_back(unary("lgamma", uniform_in(-2.9, -2.1), "negative"));
+    c.push_back(unary("digamma", uniform_in(0.5, 4.0)));
+    c.push_back(unary("digamma", uniform_in(-1.9, -1.1), "negative"));
+    for (int64_t n : {1, 2})
+      c.push_back({.prim = "polygamma", .label = "n" + std::to_string(n), .make = [n](Gen& g) {
+                     return Sample{{{g.uniform(elementwise_shape(g), 0.5, 4.0)}}, {{"n", n}}};
+                   }});
+    for (const char* p : {"isinf", "isfinite"}) c.push_back(unary(p, with_inf));
+    for (const char* p : {"remainder", "fmod"}) {
+      c.push_back(binary(p, three_normal, away(0.5, 2.0)));
+      c.push_back(integers(binary(p, ints, int_divisor, "int32")));
+    }
+    c.push_back(binary("floor_divide", three_normal, away(0.5, 2.0)));
+    c.push_back(integers(binary("floor_divide", ints, int_divisor, "int32")));
+    for (const char* p : {"atan2", "hypot", "logaddexp"}) c.push_back(binary(p, normal, normal));
+    c.push_back(binary("copysign", away(0.2, 1.5), normal));
+    for (const char* p : {"bitwise_and", "bitwise_or", "bitwise_xor"}) {
+      c.push_back(integers(binary(p, ints, ints)));
+      c.push_back(integers(binary(p, small_bools, small_bools, "bool")));
+    }
+    c.push_back(integers(unary("bitwise_not", ints)));
+    c.push_back(integers(unary("bitwise_not", small_bools, "bool")));
+    for (const char* p : {"left_shift", "right_shift"})
+      c.push_back(integers(binary(p, ints, shift_counts)));
+  }
   return c;
 }
 

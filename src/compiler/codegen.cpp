@@ -563,10 +563,44 @@ class Emitter {
       r = b_.CreateOr(a[0], a[1]);
     } else if (p == &prim::xor_()) {
       r = b_.CreateXor(a[0], a[1]);
+    } else if (auto m = math_op(p, in, a)) {
+      r = m;
     } else {
       r = compare(p, in, a[0], a[1]);
     }
     return round_to(n.dtype, r);
+  }
+
+  // The exact ones of src/ops/math.cpp (the others run as kernel calls): nullptr for the rest.
+  llvm::Value* math_op(const Primitive* p, DType in, const std::vector<llvm::Value*>& a) {
+    const int lanes = lanes_of(a.back());
+    if (p == &prim::trunc()) return intrinsic(llvm::Intrinsic::trunc, {a[0]});
+    if (p == &prim::copysign()) return intrinsic(llvm::Intrinsic::copysign, {a[0], a[1]});
+    if (p == &prim::isinf() || p == &prim::isfinite()) {
+      llvm::Value* m = intrinsic(llvm::Intrinsic::fabs, {a[0]});
+      llvm::Value* inf = fconst(in, std::numeric_limits<double>::infinity(), lanes);
+      return p == &prim::isinf() ? b_.CreateFCmpOEQ(m, inf) : b_.CreateFCmpOLT(m, inf);
+    }
+    if (p == &prim::bitwise_and()) return b_.CreateAnd(a[0], a[1]);
+    if (p == &prim::bitwise_or()) return b_.CreateOr(a[0], a[1]);
+    if (p == &prim::bitwise_xor()) return b_.CreateXor(a[0], a[1]);
+    if (p == &prim::bitwise_not()) return b_.CreateNot(a[0]);
+    if (p == &prim::left_shift() || p == &prim::right_shift()) {
+      // As the kernels (numpy): counts outside [0, bits), compared unsigned, shift every bit
+      // out. The count is masked so that the shift itself is never poison.
+      llvm::Type* t = a[0]->getType()->getScalarType();
+      const unsigned bits = t->getIntegerBitWidth();
+      llvm::Value* in_range = b_.CreateICmpULT(a[1], iconst(t, bits, lanes));
+      llvm::Value* count = b_.CreateAnd(a[1], iconst(t, bits - 1, lanes));
+      const bool sg = is_signed_int(in);
+      if (p == &prim::left_shift())
+        return b_.CreateSelect(in_range, b_.CreateShl(a[0], count), iconst(t, 0, lanes));
+      // Out of range: 0, or -1 for negative signed values (the sign bit shifted across).
+      llvm::Value* out = sg ? b_.CreateAShr(a[0], iconst(t, bits - 1, lanes)) : iconst(t, 0, lanes);
+      return b_.CreateSelect(in_range, sg ? b_.CreateAShr(a[0], count) : b_.CreateLShr(a[0], count),
+                             out);
+    }
+    return nullptr;
   }
 
   llvm::Value* compare(const Primitive* p, DType d, llvm::Value* x, llvm::Value* y) {

@@ -445,7 +445,12 @@ bool fusible(const ir::Equation& e) {
       &prim::reduce_prod(), &prim::reduce_max(),
       &prim::reduce_min(),  &prim::reduce_and(),
       &prim::reduce_or()};
-  if (!lowered.count(e.prim) || e.outputs.size() != 1) return false;
+  // src/ops/math.cpp: the exact ones (the others run as calls to their kernels).
+  static const std::unordered_set<const Primitive*> lowered_math = {
+      &prim::trunc(),       &prim::copysign(),   &prim::isinf(),       &prim::isfinite(),
+      &prim::bitwise_and(), &prim::bitwise_or(), &prim::bitwise_xor(), &prim::bitwise_not(),
+      &prim::left_shift(),  &prim::right_shift()};
+  if (!(lowered.count(e.prim) || lowered_math.count(e.prim)) || e.outputs.size() != 1) return false;
   if (is_reduction(e.prim) && short_rows(e)) return false;
   return lowered_dtype(e);
 }

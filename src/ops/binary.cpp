@@ -8,42 +8,19 @@
 #include "detail/elementwise.h"
 #include "kiln/ops.h"
 #include "math/vector_math.h"
+#include "ops/elementwise_rules.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
 
-enum class Domain { numeric, all, boolean };
-
-DTypeSet domain_set(Domain d) {
-  switch (d) {
-    case Domain::numeric:
-      return DTypeSet::numeric();
-    case Domain::all:
-      return DTypeSet::all();
-    case Domain::boolean:
-      return DTypeSet(bool_);
-  }
-  return {};
-}
-std::string_view domain_desc(Domain d) {
-  switch (d) {
-    case Domain::numeric:
-      return "a numeric dtype (not bool)";
-    case Domain::all:
-      return "any dtype";
-    case Domain::boolean:
-      return "bool";
-  }
-  return "";
-}
-template <typename T>
-constexpr bool in_domain(Domain d) {
-  if (d == Domain::all) return true;
-  if (d == Domain::boolean) return std::is_same_v<T, bool>;
-  return !std::is_same_v<T, bool>;
-}
+using ops::arithmetic;
+using ops::binary;
+using ops::define_binary;
+using ops::Domain;
+using ops::map_t;
+using ops::plus;
 
 // Integer arithmetic wraps on overflow (as numpy does) instead of being undefined.
 template <typename T, typename Op>
@@ -54,17 +31,6 @@ T wrapping(T a, T b, Op op) {
   } else {
     return static_cast<T>(op(a, b));
   }
-}
-
-// Applies f to a tangent unless it is a symbolic zero.
-template <typename F>
-Tangent map_t(const Tangent& t, F f) {
-  return t ? Tangent(f(*t)) : std::nullopt;
-}
-Tangent plus(const Tangent& a, const Tangent& b) {
-  if (!a) return b;
-  if (!b) return a;
-  return *a + *b;
 }
 
 // The derivative of max(a, b) with respect to a: 1 where a wins, 1/2 at ties (as in JAX).
@@ -249,108 +215,6 @@ struct Xor {
   bool operator()(bool a, bool b) const { return a != b; }
 };
 
-template <typename F>
-constexpr bool bool_result() {
-  if constexpr (requires { F::bool_result; })
-    return F::bool_result;
-  else
-    return false;
-}
-
-// Rejects integer inputs the scalar function has no defined answer for.
-template <typename F, typename T>
-void check_operands(std::string_view name, const Tensor& b) {
-  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
-    constexpr bool zero = requires { F::checks_zero_divisor; };
-    constexpr bool negative = requires { F::checks_negative_exponent; }
-    &&std::is_signed_v<T>;
-    if constexpr (zero || negative) {
-      for (T v : b.to_vector<T>()) {
-        if (zero && v == T{0})
-          fail(name, "integer division by zero: got a zero in the divisor ", b.type(),
-               ", expected non-zero divisors (or use a float dtype)");
-        if (negative && v < T{0})
-          fail(name, "integer to a negative power: got a negative exponent in ", b.type(),
-               ", expected exponents >= 0 (or use a float dtype)");
-      }
-    }
-  }
-}
-
-// Elements per chunk of strided, broadcast or 16-bit operands gathered for map_pow.
-constexpr int64_t kChunk = 256;
-
-// out = pow(a, b) for a floating T through the vector table (src/math/vector_math.h):
-// contiguous float and double rows go straight in; other rows (strided, broadcast, 16-bit) are
-// gathered into compute-type stack buffers kChunk at a time, computed, and scattered back.
-template <typename T>
-void map_pow(const Tensor& a, const Tensor& b, const Tensor& out) {
-  using C = detail::compute_t<T>;
-  const T* pa = static_cast<const T*>(a.raw_data());
-  const T* pb = static_cast<const T*>(b.raw_data());
-  T* po = static_cast<T*>(out.raw_data());
-  detail::for_each_row<3>(
-      out.shape().dims(), {&out.strides(), &a.strides(), &b.strides()},
-      [&](const std::array<int64_t, 3>& off, int64_t n, const std::array<int64_t, 3>& st) {
-        T* o = po + off[0];
-        const T* x = pa + off[1];
-        const T* y = pb + off[2];
-        if constexpr (std::is_same_v<T, C>) {
-          if (st[0] == 1 && st[1] == 1 && st[2] == 1) {
-            math::apply_pow(x, y, o, n);
-            return;
-          }
-        }
-        C xb[kChunk], yb[kChunk];
-        for (int64_t s = 0; s < n; s += kChunk) {
-          const int64_t m = std::min(kChunk, n - s);
-          for (int64_t k = 0; k < m; ++k) {
-            xb[k] = static_cast<C>(x[(s + k) * st[1]]);
-            yb[k] = static_cast<C>(y[(s + k) * st[2]]);
-          }
-          math::apply_pow(xb, yb, xb, m);
-          for (int64_t k = 0; k < m; ++k) o[(s + k) * st[0]] = static_cast<T>(xb[k]);
-        }
-      });
-}
-
-template <typename F>
-const Primitive& define_binary(std::string name, Loc loc) {
-  TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
-    ops::expect_same_types(name, in);
-    ops::expect_dtype(name, in[0], domain_set(F::domain), domain_desc(F::domain));
-    return std::vector<TensorType>{{bool_result<F>() ? bool_ : in[0].dtype, in[0].shape}};
-  };
-  Kernel kernel = [name](std::span<const Tensor> in, const Attrs&) {
-    Tensor out = empty(in[0].shape(), bool_result<F>() ? bool_ : in[0].dtype());
-    detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
-      if constexpr (in_domain<T>(F::domain)) {
-        check_operands<F, T>(name, in[1]);
-        using Out = std::conditional_t<bool_result<F>(), bool, T>;
-        if constexpr (requires { F::vector_pow; } && std::is_floating_point_v<detail::compute_t<T>>)
-          map_pow<T>(in[0], in[1], out);
-        else
-          detail::map_binary<T, Out>(in[0], in[1], out, F{});
-      }
-    });
-    return std::vector<Tensor>{out};
-  };
-  const DTypeSet set = domain_set(F::domain);
-  Primitive p{.name = std::move(name), .arity = 2, .type_rule = std::move(rule)};
-  p.batch = ops::batch_elementwise;
-  if constexpr (requires(const Tensor& t) { F::vjp(t, t, t, t); }) {
-    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
-      return {F::jvp(r.inputs[0], r.inputs[1], r.outputs[0], t[0], t[1])};
-    };
-    p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-      return F::vjp(r.inputs[0], r.inputs[1], r.outputs[0], *ct[0]);
-    };
-  } else {
-    p.differentiable = false;
-  }
-  return detail::register_builtin(std::move(p), {{ops::cpu({set, set}), std::move(kernel)}}, loc);
-}
-
 }  // namespace
 
 // The table: accessor (src/ops/primitives.h), functor, IR name. A primitive's definition is its
@@ -460,21 +324,6 @@ const Primitive& prim::select() {
 
 namespace {
 
-Tensor binary(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
-  const detail::CallSite site(loc);
-  auto [x, y] = ops::promote_broadcast(p.name, a, b, loc);
-  return bind1(p, {x, y}, {}, loc);
-}
-// Arithmetic on bool operands computes in int32, like numpy's bool + bool.
-Tensor arithmetic(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
-  const detail::CallSite site(loc);
-  auto [x, y] = ops::promote_broadcast(p.name, a, b, loc);
-  if (x.dtype() == bool_) {
-    x = astype(x, int32, loc);
-    y = astype(y, int32, loc);
-  }
-  return bind1(p, {x, y}, {}, loc);
-}
 Tensor logical(const Primitive& p, const Tensor& a, const Tensor& b, Loc loc) {
   const detail::CallSite site(loc);
   return binary(p, ops::cast_if_needed(a, bool_, loc), ops::cast_if_needed(b, bool_, loc), loc);

@@ -49,7 +49,12 @@
   /* src/transforms/vmap.cpp */                                                                 \
   X(psum) X(pmax) X(axis_index) X(all_gather)                                                   \
   /* src/transforms/control_flow.cpp */                                                         \
-  X(cond) X(while_) X(while_grad) X(scan)
+  X(cond) X(while_) X(while_grad) X(scan)                                                       \
+  /* src/ops/math.cpp */                                                                        \
+  X(trunc) X(log2) X(log10) X(exp2) X(sinh) X(cosh) X(asin) X(acos) X(atan) X(asinh) X(acosh)  \
+  X(atanh) X(erfinv) X(lgamma) X(digamma) X(polygamma) X(isinf) X(isfinite) X(remainder)        \
+  X(fmod) X(floor_divide) X(atan2) X(hypot) X(copysign) X(logaddexp) X(bitwise_and)             \
+  X(bitwise_or) X(bitwise_xor) X(bitwise_not) X(left_shift) X(right_shift)
 // clang-format on
 
 namespace kiln::prim {

@@ -7,44 +7,18 @@
 #include "detail/elementwise.h"
 #include "kiln/ops.h"
 #include "math/vector_math.h"
+#include "ops/elementwise_rules.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
 
-enum class Domain { floating, numeric, boolean };
-
-DTypeSet domain_set(Domain d) {
-  switch (d) {
-    case Domain::floating:
-      return DTypeSet::floating();
-    case Domain::numeric:
-      return DTypeSet::numeric();
-    case Domain::boolean:
-      return DTypeSet(bool_);
-  }
-  return {};
-}
-std::string_view domain_desc(Domain d) {
-  switch (d) {
-    case Domain::floating:
-      return "a floating dtype (f16, bf16, f32, f64)";
-    case Domain::numeric:
-      return "a numeric dtype (not bool)";
-    case Domain::boolean:
-      return "bool";
-  }
-  return "";
-}
-
-template <typename T>
-constexpr bool in_domain(Domain d) {
-  if (d == Domain::boolean) return std::is_same_v<T, bool>;
-  if (std::is_same_v<T, bool>) return false;
-  if (d == Domain::numeric) return true;
-  return std::is_floating_point_v<detail::compute_t<T>>;
-}
+using ops::define_unary;
+using ops::Domain;
+using ops::float_op;
+using ops::kChunk;
+using ops::rounding_op;
 
 // Each functor: `domain`, whether the result is bool, and the scalar function on compute_t.
 // `scale(x, y, t)` applies dy/dx (diagonal, so the same for tangents and cotangents);
@@ -132,9 +106,6 @@ KILN_VECTOR_UNARY(Tan, tan, t*(y* y + 1.0))
 KILN_VECTOR_UNARY(Tanh, tanh, t*(1.0 - y * y))
 KILN_VECTOR_UNARY(Erf, erf, t* exp(-(x* x)) * 1.1283791670955126)  // 2/sqrt(pi)
 #undef KILN_VECTOR_UNARY
-// Elements per chunk: gathered strided or 16-bit inputs, and sigmoid's exponentials, live in
-// stack buffers of this many compute-type values.
-constexpr int64_t kChunk = 256;
 // Stable for large |x|: only e = exp(-|x|) <= 1 is computed (vectorised), then 1/(1+e) for
 // x >= 0 and e/(1+e) below. The rounding error of 1 + e is exact in Fast2Sum form (1 >= e)
 // and corrects the quotient: without it float32 reached 2.25 ulp, with it the error is e's
@@ -176,99 +147,6 @@ struct IsNan {
     return x != x;
   }
 };
-
-template <typename F>
-constexpr bool bool_result() {
-  if constexpr (requires { F::bool_result; })
-    return F::bool_result;
-  else
-    return false;
-}
-
-template <typename F>
-constexpr bool has_derivative() {
-  return requires(const Tensor& t) { F::scale(t, t, t); };
-}
-
-template <typename F>
-constexpr bool chunked() {
-  return requires(const float* x, float* y) { F::chunk(x, y, int64_t{0}); };
-}
-
-// y = F::chunk(x) over tensors of any layout: contiguous float and double rows are passed
-// straight through, anything else (strided rows, float16/bfloat16) goes through a stack buffer
-// of compute-type values, kChunk at a time; rows are split across threads by for_each_row.
-template <typename F, typename T>
-void map_chunks(const Tensor& in, const Tensor& out) {
-  using C = detail::compute_t<T>;
-  const T* pi = static_cast<const T*>(in.raw_data());
-  T* po = static_cast<T*>(out.raw_data());
-  detail::for_each_row<2>(
-      out.shape().dims(), {&out.strides(), &in.strides()},
-      [&](const std::array<int64_t, 2>& off, int64_t n, const std::array<int64_t, 2>& st) {
-        T* o = po + off[0];
-        const T* x = pi + off[1];
-        if constexpr (std::is_same_v<T, C>) {
-          if (st[0] == 1 && st[1] == 1) {
-            F::chunk(x, o, n);
-            return;
-          }
-        }
-        C buf[kChunk];
-        for (int64_t b = 0; b < n; b += kChunk) {
-          const int64_t m = std::min(kChunk, n - b);
-          for (int64_t k = 0; k < m; ++k) buf[k] = static_cast<C>(x[(b + k) * st[1]]);
-          F::chunk(buf, buf, m);
-          for (int64_t k = 0; k < m; ++k) o[(b + k) * st[0]] = static_cast<T>(buf[k]);
-        }
-      });
-}
-
-template <typename F>
-constexpr bool linear() {
-  if constexpr (requires { F::linear; })
-    return F::linear;
-  else
-    return false;
-}
-
-template <typename F>
-const Primitive& define_unary(std::string name, Loc loc) {
-  TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
-    ops::expect_dtype(name, in[0], domain_set(F::domain), domain_desc(F::domain));
-    return std::vector<TensorType>{{bool_result<F>() ? bool_ : in[0].dtype, in[0].shape}};
-  };
-  Kernel kernel = [](std::span<const Tensor> in, const Attrs&) {
-    const DType out_dtype = bool_result<F>() ? bool_ : in[0].dtype();
-    Tensor out = empty(in[0].shape(), out_dtype);
-    detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
-      if constexpr (in_domain<T>(F::domain)) {
-        using Out = std::conditional_t<bool_result<F>(), bool, T>;
-        if constexpr (chunked<F>())
-          map_chunks<F, T>(in[0], out);
-        else
-          detail::map_unary<T, Out>(in[0], out, F{});
-      }
-    });
-    return std::vector<Tensor>{out};
-  };
-  Primitive p{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
-  p.batch = ops::batch_elementwise;
-  if constexpr (has_derivative<F>()) {
-    auto apply = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
-      return {F::scale(r.inputs[0], r.outputs[0], *t[0])};
-    };
-    if constexpr (linear<F>())
-      p.jvp = ops::linear_jvp;
-    else
-      p.jvp = apply;
-    p.vjp = apply;
-  } else {
-    p.differentiable = false;
-  }
-  return detail::register_builtin(std::move(p),
-                                  {{ops::cpu({domain_set(F::domain)}), std::move(kernel)}}, loc);
-}
 
 // Conversion between dtypes; attribute `dtype` is the target.
 // Derivatives pass through float-to-float conversions and stop at integer ones.
@@ -349,17 +227,6 @@ const Primitive& prim::stop_gradient() {
 
 namespace {
 
-// Public ops on floats promote integer and bool inputs to float32 first, like numpy.
-Tensor float_op(const Primitive& p, const Tensor& x, Loc loc) {
-  const detail::CallSite site(loc);
-  return bind1(p, {ops::cast_if_needed(x, to_floating(x.dtype()), loc)}, {}, loc);
-}
-// Rounding is the identity on integers.
-Tensor rounding_op(const Primitive& p, const Tensor& x, Loc loc) {
-  const detail::CallSite site(loc);
-  if (!is_floating(x.dtype())) return x;
-  return bind1(p, {x}, {}, loc);
-}
 Tensor numeric_op(const Primitive& p, const Tensor& x, Loc loc) {
   const detail::CallSite site(loc);
   return bind1(p, {x.dtype() == bool_ ? astype(x, int32, loc) : x}, {}, loc);
