@@ -49,7 +49,9 @@
   /* src/transforms/vmap.cpp */                                                                 \
   X(psum) X(pmax) X(axis_index) X(all_gather)                                                   \
   /* src/transforms/control_flow.cpp */                                                         \
-  X(cond) X(while_) X(while_grad) X(scan)
+  X(cond) X(while_) X(while_grad) X(scan)                                                     \
+  /* src/ops/sort.cpp */                                                                        \
+  X(sort) X(cumsum) X(cumprod) X(cummax) X(cummin) X(cumlogsumexp) X(searchsorted)
 // clang-format on
 
 namespace kiln::prim {
