@@ -218,7 +218,9 @@ namespace {
 // value(s) the output. A line is cut into chunks of kScanChunk elements; chunk c starts from
 // the combined totals of the chunks before it, each total reduced in four lanes. That result
 // is the same whether the chunks of a long line run on one thread or several, and whether a
-// line is alone or in a batch.
+// line is alone or in a batch. Only a scan that computes much per element (kSplit:
+// cumlogsumexp's exp and log1p) splits one long line across threads; the others stream
+// memory at one pass, where a second thread measured slower (bench_sort, docs/PERFORMANCE.md).
 constexpr int64_t kScanChunk = int64_t{1} << 14;
 
 // Sums and products of floats accumulate in double, of integers in 64 bits (wrapping), as the
@@ -242,6 +244,7 @@ T from_acc(A v) {
 
 template <typename T>
 struct SumScan {
+  static constexpr bool kBlocked = true, kSplit = false;
   using S = acc_t<T>;
   static S identity() { return S{0}; }
   static S lift(T v, int64_t) { return to_acc(v); }
@@ -250,6 +253,7 @@ struct SumScan {
 };
 template <typename T>
 struct ProdScan {
+  static constexpr bool kBlocked = true, kSplit = false;
   using S = acc_t<T>;
   static S identity() { return S{1}; }
   static S lift(T v, int64_t) { return to_acc(v); }
@@ -259,6 +263,7 @@ struct ProdScan {
 // log(exp(a) + exp(b)) without overflow; -inf is the identity, inf + inf stays inf.
 template <typename T>
 struct LogSumExpScan {
+  static constexpr bool kBlocked = false, kSplit = true;
   using S = double;
   static S identity() { return -std::numeric_limits<double>::infinity(); }
   static S lift(T v, int64_t) { return static_cast<double>(static_cast<detail::compute_t<T>>(v)); }
@@ -275,6 +280,7 @@ struct LogSumExpScan {
 // combining, so lanes and chunks may combine in any grouping.
 template <typename T, bool IsMax>
 struct ExtremeScan {
+  static constexpr bool kBlocked = false, kSplit = false;
   using C = detail::compute_t<T>;
   struct S {
     C v;
@@ -317,29 +323,44 @@ void scan_kernel(const Tensor& x, const Lines& L, const Tensor& y, const Tensor*
   };
   auto scan = [&](int64_t off, int64_t c, S s) {
     const int64_t b = c * kScanChunk, e = std::min(n, b + kScanChunk);
-    for (int64_t j = b; j < e; ++j) {
+    int64_t j = b;
+    if constexpr (Op::kBlocked) {
+      // Four elements at a time: their running combine does not wait for s, so the chain
+      // through s is one combine per four elements instead of one per element.
+      for (; j + 4 <= e; j += 4) {
+        S p[4];
+        p[0] = Op::lift(px[off + j * inner], j);
+        for (int k = 1; k < 4; ++k)
+          p[k] = Op::combine(p[k - 1], Op::lift(px[off + (j + k) * inner], j + k));
+        for (int k = 0; k < 4; ++k) py[off + (j + k) * inner] = Op::value(Op::combine(s, p[k]));
+        s = Op::combine(s, p[3]);
+      }
+    }
+    for (; j < e; ++j) {
       const int64_t at = off + j * inner;
       s = Op::combine(s, Op::lift(px[at], j));
       py[at] = Op::value(s);
       if constexpr (Indexed<Op>) pi[at] = s.i;
     }
   };
-  if (L.count() == 1 && chunks > 1 && may_split(n)) {
+  if (Op::kSplit && L.count() == 1 && chunks > 1 && may_split(n)) {
+    // One parallel region: each thread totals its run of chunks, one thread turns the totals
+    // into each chunk's start, each thread scans its run.
     std::vector<S> start(static_cast<std::size_t>(chunks));
-    detail::parallel_for(
-        chunks,
-        [&](int64_t b, int64_t e) {
-          for (int64_t c = b; c < e; ++c) start[static_cast<std::size_t>(c)] = total(px, c);
-        },
-        kScanChunk);
-    S acc = Op::identity();
-    for (S& s : start) s = std::exchange(acc, Op::combine(acc, s));
-    detail::parallel_for(
-        chunks,
-        [&](int64_t b, int64_t e) {
-          for (int64_t c = b; c < e; ++c) scan(0, c, start[static_cast<std::size_t>(c)]);
-        },
-        kScanChunk);
+    const int threads = static_cast<int>(std::min<int64_t>(detail::thread_count(), chunks));
+#pragma omp parallel num_threads(threads)
+    {
+      const int64_t t = omp_get_thread_num();
+      const int64_t cb = chunks * t / threads, ce = chunks * (t + 1) / threads;
+      for (int64_t c = cb; c < ce; ++c) start[static_cast<std::size_t>(c)] = total(px, c);
+#pragma omp barrier
+#pragma omp single
+      {
+        S acc = Op::identity();
+        for (S& st : start) st = std::exchange(acc, Op::combine(acc, st));
+      }
+      for (int64_t c = cb; c < ce; ++c) scan(0, c, start[static_cast<std::size_t>(c)]);
+    }
     return;
   }
   detail::parallel_for(
