@@ -2,12 +2,14 @@
 // cumsum, cumprod, cummax, cummin (values and the running arg-extreme), cumlogsumexp and
 // searchsorted; and the ops composed from them: argsort, top_k, median, quantile, std.
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <numbers>
+#include <utility>
 
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
@@ -70,43 +72,46 @@ struct Item {
   I index;
 };
 
-// Stable LSD radix sort of items by key, one byte per pass, over `threads` threads (each
-// pass: per-thread histograms of a contiguous part, then each part scattered to its offsets).
-// Bytes every key shares are skipped. Returns the buffer (a or tmp) that holds the result.
+// How many keys have each value of each byte.
+template <typename K>
+using ByteCounts = std::array<std::array<int64_t, 256>, sizeof(K)>;
+
+// Stable LSD radix sort of items by key, one byte per pass. A byte every key shares (one
+// count is n) is skipped. On one thread each pass takes its offsets from `counts`; over
+// several, each thread counts its contiguous part again and scatters it to its own offsets.
+// Returns the buffer (a or tmp) that holds the result.
 template <typename K, typename I>
-Item<K, I>* radix_sort(Item<K, I>* a, Item<K, I>* tmp, int64_t n, int threads) {
-  if (n < 256) {
-    std::stable_sort(a, a + n,
-                     [](const Item<K, I>& x, const Item<K, I>& y) { return x.key < y.key; });
-    return a;
-  }
-  K varies = 0;
-#pragma omp parallel for num_threads(threads) reduction(| : varies) if (threads > 1)
-  for (int64_t i = 1; i < n; ++i) varies |= a[i].key ^ a[0].key;
-  std::vector<int64_t> count(static_cast<std::size_t>(threads) * 256);
+Item<K, I>* radix_sort(Item<K, I>* a, Item<K, I>* tmp, int64_t n, const ByteCounts<K>& counts,
+                       int threads) {
+  std::vector<int64_t> offset(static_cast<std::size_t>(threads) * 256);
   for (int byte = 0; byte < static_cast<int>(sizeof(K)); ++byte) {
+    const auto& h = counts[static_cast<std::size_t>(byte)];
+    if (std::find(h.begin(), h.end(), n) != h.end()) continue;
     const int shift = 8 * byte;
-    if (((varies >> shift) & 0xff) == 0) continue;
-    std::fill(count.begin(), count.end(), 0);
-#pragma omp parallel num_threads(threads) if (threads > 1)
-    {
-      const int t = threads > 1 ? omp_get_thread_num() : 0;
-      const int64_t b = n * t / threads, e = n * (t + 1) / threads;
-      int64_t* c = count.data() + static_cast<std::ptrdiff_t>(t) * 256;
-      for (int64_t i = b; i < e; ++i) ++c[(a[i].key >> shift) & 0xff];
+    if (threads == 1) {
+      int64_t at = 0;
+      for (std::size_t v = 0; v < 256; ++v) offset[v] = std::exchange(at, at + h[v]);
+      for (int64_t i = 0; i < n; ++i) tmp[offset[(a[i].key >> shift) & 0xff]++] = a[i];
+    } else {
+      std::fill(offset.begin(), offset.end(), 0);
+#pragma omp parallel num_threads(threads)
+      {
+        const int t = omp_get_thread_num();
+        const int64_t b = n * t / threads, e = n * (t + 1) / threads;
+        int64_t* c = offset.data() + static_cast<std::ptrdiff_t>(t) * 256;
+        for (int64_t i = b; i < e; ++i) ++c[(a[i].key >> shift) & 0xff];
 #pragma omp barrier
 #pragma omp single
-      {
-        int64_t at = 0;
-        for (int v = 0; v < 256; ++v)
-          for (int u = 0; u < threads; ++u) {
-            int64_t& slot = count[static_cast<std::size_t>(u) * 256 + static_cast<std::size_t>(v)];
-            const int64_t k = slot;
-            slot = at;
-            at += k;
-          }
+        {
+          int64_t at = 0;
+          for (std::size_t v = 0; v < 256; ++v)
+            for (std::size_t u = 0; u < static_cast<std::size_t>(threads); ++u) {
+              int64_t& slot = offset[u * 256 + v];
+              slot = std::exchange(at, at + slot);
+            }
+        }
+        for (int64_t i = b; i < e; ++i) tmp[c[(a[i].key >> shift) & 0xff]++] = a[i];
       }
-      for (int64_t i = b; i < e; ++i) tmp[c[(a[i].key >> shift) & 0xff]++] = a[i];
     }
     std::swap(a, tmp);
   }
@@ -126,14 +131,31 @@ void sort_kernel(const Tensor& x, const Lines& L, bool descending, const Tensor&
   auto sort_line = [&](int64_t line, It* buf, It* tmp, int threads) {
     const int64_t off = L.base(line);
     const T* src = px + off;
-    // Inside the loop over lines these parallel_for calls run serially.
-    detail::parallel_for(n, [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) {
-        const K k = sort_key(src[j * inner]);
-        buf[j] = It{descending ? static_cast<K>(~k) : k, static_cast<I>(j)};
-      }
-    });
-    const It* sorted = radix_sort(buf, tmp, n, threads);
+    auto key_of = [&](int64_t j) {
+      const K k = sort_key(src[j * inner]);
+      return descending ? static_cast<K>(~k) : k;
+    };
+    const It* sorted = buf;
+    if (n < 256) {
+      for (int64_t j = 0; j < n; ++j) buf[j] = It{key_of(j), static_cast<I>(j)};
+      std::stable_sort(buf, buf + n, [](const It& p, const It& q) { return p.key < q.key; });
+    } else {
+      // Inside the loop over lines this parallel_for runs serially.
+      ByteCounts<K> counts{};
+      detail::parallel_for(n, [&](int64_t b, int64_t e) {
+        ByteCounts<K> local{};
+        for (int64_t j = b; j < e; ++j) {
+          const K k = key_of(j);
+          buf[j] = It{k, static_cast<I>(j)};
+          for (std::size_t byte = 0; byte < sizeof(K); ++byte)
+            ++local[byte][(k >> (8 * byte)) & 0xff];
+        }
+#pragma omp critical(kiln_sort_counts)
+        for (std::size_t byte = 0; byte < sizeof(K); ++byte)
+          for (std::size_t v = 0; v < 256; ++v) counts[byte][v] += local[byte][v];
+      });
+      sorted = radix_sort(buf, tmp, n, counts, threads);
+    }
     // Values are read back from x, so -0 and NaN payloads survive the sort.
     detail::parallel_for(n, [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j) {
