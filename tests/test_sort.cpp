@@ -82,6 +82,13 @@ TEST(Sort, LongLinesGiveTheSameResultOnOneAndTwoThreads) {
   expect_identical(one.indices, R("sort/long/axis-1/indices"), "indices vs numpy");
 }
 
+TEST(Sort, BoolAndUnsigned) {
+  EXPECT_EQ(sort(tensor(std::vector<bool>{true, false, true})).to_vector<bool>(),
+            (std::vector<bool>{false, true, true}));
+  const Tensor u = astype(tensor(std::vector<int64_t>{200, 3, 255, 0}), uint8);
+  EXPECT_EQ(argsort(u, 0, true).to_vector<int64_t>(), (std::vector<int64_t>{2, 0, 1, 3}));
+}
+
 TEST(Sort, EmptyAndErrors) {
   EXPECT_EQ(sort(zeros(Shape{0})).shape(), Shape{0});
   EXPECT_EQ(argsort(zeros(Shape{3, 0}), 0).shape(), (Shape{3, 0}));
