@@ -176,8 +176,7 @@ struct SortResult {
 };
 SortResult sort_with_indices(const Tensor& x, int64_t axis = -1, bool descending = false,
                              Loc loc = Loc::current());
-Tensor sort(const Tensor& x, int64_t axis = -1, bool descending = false,
-            Loc loc = Loc::current());
+Tensor sort(const Tensor& x, int64_t axis = -1, bool descending = false, Loc loc = Loc::current());
 Tensor argsort(const Tensor& x, int64_t axis = -1, bool descending = false,
                Loc loc = Loc::current());
 // The k largest along the last axis, largest first (NaN counts as largest; ties: lower index
