@@ -699,6 +699,38 @@ std::vector<PrimitiveSample> make_table() {
     for (const char* p : {"left_shift", "right_shift"})
       c.push_back(integers(binary(p, ints, shift_counts)));
   }
+  // ---- sorting, scans and selection (src/ops/sort.cpp) ----
+  const auto along = [&](const char* p, int64_t axis, Draw draw, std::string label,
+                         Attrs extra = {}) {
+    c.push_back({.prim = p, .label = std::move(label), .make = [=](Gen& g) {
+                   Attrs a = extra;
+                   a.set("axis", axis);
+                   return Sample{{{draw(g, elementwise_shape(g))}}, a};
+                 }});
+  };
+  // Distinct values: no ties, so the permutation and finite differences agree.
+  along("sort", 1, distinct, "", {{"descending", false}});
+  along("sort", -1, distinct, "descending_negative_axis", {{"descending", true}});
+  along("cumsum", 1, normal, "");
+  along("cumsum", -1, normal, "negative_axis");
+  along("cumprod", 2, away(0.5, 1.5), "");
+  along("cumprod", -3, away(0.5, 1.5), "negative_axis");
+  // Exact where x has zeros (the rules never divide), including second order.
+  c.push_back({.prim = "cumprod", .label = "with_zeros", .make = [](Gen& g) {
+                 return Sample{{{with_zeros(g)}}, {{"axis", int64_t{1}}}};
+               }});
+  along("cummax", 1, distinct, "");
+  along("cummin", -1, distinct, "negative_axis");
+  along("cumlogsumexp", 2, normal, "");
+  along("cumlogsumexp", -2, uniform_in(-30.0, 30.0), "wide_range_negative_axis");
+  for (const bool right : {false, true})
+    c.push_back(
+        {.prim = "searchsorted", .label = right ? "right" : "left", .make = [right](Gen& g) {
+           // Small integers: values equal to elements of the sequence, where sides differ.
+           return Sample{
+               {{sort(g.small_ints(Shape{g.dim(2, 6)}))}, {g.small_ints(Shape{g.dim(), 3})}},
+               {{"right", right}}};
+         }});
   return c;
 }
 

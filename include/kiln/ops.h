@@ -167,6 +167,47 @@ Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = 
 // The identity, with a zero derivative: gradients do not flow through it.
 Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());
 
+// ---- sorting, scans and selection ----------------------------------------------------
+// A stable sort along one axis in numpy's order: NaN last, -0 and +0 equal (kept in input
+// order). Descending reverses the order (NaN first) and still keeps ties in input order.
+struct SortResult {
+  Tensor values;
+  Tensor indices;  // int64: where each value came from along the axis
+};
+SortResult sort_with_indices(const Tensor& x, int64_t axis = -1, bool descending = false,
+                             Loc loc = Loc::current());
+Tensor sort(const Tensor& x, int64_t axis = -1, bool descending = false, Loc loc = Loc::current());
+Tensor argsort(const Tensor& x, int64_t axis = -1, bool descending = false,
+               Loc loc = Loc::current());
+// The k largest along the last axis, largest first (NaN counts as largest; ties: lower index
+// first).
+SortResult top_k(const Tensor& x, int64_t k, Loc loc = Loc::current());
+// Cumulative scans along an axis; nullopt flattens first (numpy's axis=None). Sums and
+// products of bool count in int64; integers keep their dtype and wrap.
+Tensor cumsum(const Tensor& x, std::optional<int64_t> axis = std::nullopt,
+              Loc loc = Loc::current());
+Tensor cumprod(const Tensor& x, std::optional<int64_t> axis = std::nullopt,
+               Loc loc = Loc::current());
+Tensor cummax(const Tensor& x, std::optional<int64_t> axis = std::nullopt,
+              Loc loc = Loc::current());
+Tensor cummin(const Tensor& x, std::optional<int64_t> axis = std::nullopt,
+              Loc loc = Loc::current());
+Tensor cumlogsumexp(const Tensor& x, std::optional<int64_t> axis = std::nullopt,
+                    Loc loc = Loc::current());
+// For each value, the index into the 1-d ascending `sorted` where it would be inserted:
+// before equal elements (left) or after them (right), as numpy.searchsorted (NaN sorts last).
+enum class Side { left, right };
+Tensor searchsorted(const Tensor& sorted, const Tensor& values, Side side = Side::left,
+                    Loc loc = Loc::current());
+// numpy's default (linear) quantile, q in [0, 1]; NaN where the axis holds a NaN.
+Tensor quantile(const Tensor& x, double q, std::optional<int64_t> axis = std::nullopt,
+                bool keepdims = false, Loc loc = Loc::current());
+Tensor median(const Tensor& x, std::optional<int64_t> axis = std::nullopt, bool keepdims = false,
+              Loc loc = Loc::current());
+// Standard deviation: sqrt(var(x, axes, keepdims, ddof)).
+Tensor std(const Tensor& x, const Axes& axes = {}, bool keepdims = false, int64_t ddof = 0,
+           Loc loc = Loc::current());
+
 // ---- operators ---------------------------------------------------------------------
 template <typename T>
 concept Scalar = std::is_arithmetic_v<T> && !std::is_same_v<T, bool>;

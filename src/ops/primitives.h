@@ -54,7 +54,9 @@
   X(trunc) X(log2) X(log10) X(exp2) X(sinh) X(cosh) X(asin) X(acos) X(atan) X(asinh) X(acosh)  \
   X(atanh) X(erfinv) X(lgamma) X(digamma) X(polygamma) X(isinf) X(isfinite) X(remainder)        \
   X(fmod) X(floor_divide) X(atan2) X(hypot) X(copysign) X(logaddexp) X(bitwise_and)             \
-  X(bitwise_or) X(bitwise_xor) X(bitwise_not) X(left_shift) X(right_shift)
+  X(bitwise_or) X(bitwise_xor) X(bitwise_not) X(left_shift) X(right_shift)                      \
+  /* src/ops/sort.cpp */                                                                        \
+  X(sort) X(cumsum) X(cumprod) X(cummax) X(cummin) X(cumlogsumexp) X(searchsorted)
 // clang-format on
 
 namespace kiln::prim {
