@@ -71,7 +71,7 @@ TEST(Categorical, FrequenciesFollowSoftmax) {
   std::vector<double> p;
   for (double l : logits) p.push_back(std::exp(l) / z);
   for (DType dt : {float32, float64}) {
-    const Tensor s = random::categorical(random::key(1), astype(tensor(logits), dt), -1, Shape{kN});
+    const Tensor s = random::categorical(random::key(1), astype(tensor(logits), dt), -1, {kN});
     EXPECT_EQ(s.dtype(), int64);
     EXPECT_EQ(s.shape(), Shape({kN}));
     expect_frequencies(s, p);
@@ -138,7 +138,7 @@ TEST(TruncatedNormal, FarTailsAndNarrowIntervalsStayInside) {
 
 TEST(Gamma, DecilesMatchScipy) {
   for (double alpha : {0.1, 0.5, 1.0, 2.5, 10.0, 1e4}) {
-    const Tensor s = random::gamma(random::key(9), full({}, alpha, float64), Shape{kN});
+    const Tensor s = random::gamma(random::key(9), full({}, alpha, float64), {kN});
     EXPECT_EQ(s.shape(), Shape({kN}));
     char name[32];
     std::snprintf(name, sizeof name, "gamma/%g", alpha);
@@ -325,7 +325,7 @@ std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> sample
        [](const Tensor& k) { return random::truncated_normal(k, -1.0, 2.5, {5}, float64); }},
       {"gamma",
        [](const Tensor& k) {
-         return random::gamma(k, tensor({0.3, 1.0, 7.0}), Shape{2, 3});
+         return random::gamma(k, tensor({0.3, 1.0, 7.0}), {2, 3});
        }},
       {"beta",
        [](const Tensor& k) { return random::beta(k, tensor({0.5f}), tensor({2.0f}), Shape{4}); }},
@@ -361,6 +361,21 @@ TEST(RandomDistributions, VmapOverKeysIsALoop) {
     // A batch of keys given directly: the same.
     expect_same(f(keys), stack(loop));
   }
+}
+
+TEST(RandomDistributions, ThreadCountDoesNotMatter) {
+  const int threads = num_threads();
+  const Tensor key = random::key(28);
+  const auto draw = [&] {
+    return std::vector<Tensor>{random::gamma(key, full({}, 0.7, float64), Shape{50000}),
+                               random::truncated_normal(key, -0.2, 1.0, {50000}, float64)};
+  };
+  set_num_threads(1);
+  const std::vector<Tensor> one = draw();
+  set_num_threads(2);
+  const std::vector<Tensor> two = draw();
+  set_num_threads(threads);
+  for (std::size_t i = 0; i < one.size(); ++i) expect_same(one[i], two[i]);
 }
 
 TEST(RandomDistributions, JitMatchesEager) {

@@ -49,7 +49,9 @@ Tensor permutation(const Tensor& key, int64_t n, Loc loc = Loc::current());
 // when given (logits without `axis` broadcast to it). A -inf logit is never drawn (a row of
 // all -inf gives index 0); floating logits only.
 Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis = -1,
-                   std::optional<Shape> shape = std::nullopt, Loc loc = Loc::current());
+                   Loc loc = Loc::current());
+Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis, const Shape& shape,
+                   Loc loc = Loc::current());
 // Standard normal truncated to [lower, upper] (lower < upper; either may be infinite), by the
 // inverse CDF in float64 on the side of zero where it is accurate. Intervals wholly beyond
 // ~37 standard deviations, or narrower than ~1e-12 of the normal's mass, use the leading
@@ -60,18 +62,21 @@ Tensor truncated_normal(const Tensor& key, double lower, double upper, const Sha
 // Gamma(alpha + 1) * U^(1/alpha). `shape` defaults to alpha's; alpha broadcasts to it.
 // alpha <= 0 or NaN gives NaN; alpha = inf gives inf; tiny alpha underflows to 0 (use
 // loggamma then).
-Tensor gamma(const Tensor& key, const Tensor& alpha, std::optional<Shape> shape = std::nullopt,
-             Loc loc = Loc::current());
+Tensor gamma(const Tensor& key, const Tensor& alpha, Loc loc = Loc::current());
+Tensor gamma(const Tensor& key, const Tensor& alpha, const Shape& shape, Loc loc = Loc::current());
 // log of a Gamma(alpha, 1) sample, finite where gamma() underflows (alpha down to ~1e-300).
-Tensor loggamma(const Tensor& key, const Tensor& alpha, std::optional<Shape> shape = std::nullopt,
+Tensor loggamma(const Tensor& key, const Tensor& alpha, Loc loc = Loc::current());
+Tensor loggamma(const Tensor& key, const Tensor& alpha, const Shape& shape,
                 Loc loc = Loc::current());
 // Beta(a, b) through two log-gamma draws (exact for tiny a, b). `shape` defaults to the
 // broadcast of a's and b's shapes.
-Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b,
-            std::optional<Shape> shape = std::nullopt, Loc loc = Loc::current());
+Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b, const Shape& shape,
+            Loc loc = Loc::current());
 // Dirichlet(alpha) with alpha [..., K]: result shape + [K] (shape defaults to alpha's batch
 // shape), normalised log-gamma draws, so each row sums to 1.
-Tensor dirichlet(const Tensor& key, const Tensor& alpha, std::optional<Shape> shape = std::nullopt,
+Tensor dirichlet(const Tensor& key, const Tensor& alpha, Loc loc = Loc::current());
+Tensor dirichlet(const Tensor& key, const Tensor& alpha, const Shape& shape,
                  Loc loc = Loc::current());
 // Indices (int64) in [0, n) of the given shape, with or without replacement, uniformly or
 // with probabilities proportional to the weights p (1-d, length n, non-negative). Without

@@ -295,8 +295,8 @@ const Primitive& prim::random_gumbel_top_k() {
              expect_parameters_follow_key("random_gumbel_top_k", in[0], in[1]);
              if (in[1].shape.rank() != in[0].shape.rank())
                fail("random_gumbel_top_k", "log-weights are not one row per key: got key ", in[0],
-                    " and log-weights ", in[1], ", expected log-weights [", batch_of(in[0].shape),
-                    ", n]");
+                    " and log-weights ", in[1], ", expected log-weights of shape ",
+                    batch_of(in[0].shape), " + [n]");
              const int64_t n = in[1].shape[in[1].shape.rank() - 1], k = a.get_int("num_samples");
              if (k < 0 || k > n)
                fail("random_gumbel_top_k", "invalid count: got num_samples=", k, " of n=", n,
@@ -346,37 +346,49 @@ void expect_floating(std::string_view op, const char* what, const Tensor& t) {
     fail(op, "non-float ", what, ": got ", t.type(), ", expected a floating dtype");
 }
 
-// alpha broadcast to [key batch..., shape...], shape defaulting to alpha's.
-Tensor per_key(const Tensor& key, const Tensor& params, const std::optional<Shape>& shape,
-               Loc loc) {
-  return broadcast_to(params, concat(batch_of(key.shape()), shape.value_or(params.shape())), loc);
+// Parameters broadcast to [key batch..., shape...].
+Tensor per_key(const Tensor& key, const Tensor& params, const Shape& shape, Loc loc) {
+  return broadcast_to(params, concat(batch_of(key.shape()), shape), loc);
 }
 
 Tensor gamma_primitive(std::string_view op, const Tensor& key, const Tensor& alpha,
-                       const std::optional<Shape>& shape, bool log_space, Loc loc) {
+                       const Shape& shape, bool log_space, Loc loc) {
   expect_floating(op, "alpha", alpha);
   return bind1(prim::random_gamma(), {key, per_key(key, alpha, shape, loc)}, {{"log", log_space}},
                loc);
 }
 
+// alpha [..., K] checked, and K.
+int64_t categories(const Tensor& alpha) {
+  expect_floating("dirichlet", "alpha", alpha);
+  if (alpha.rank() < 1)
+    fail("dirichlet", "0-d alpha: got ", alpha.type(), ", expected alpha of shape [..., K]");
+  return alpha.shape()[alpha.rank() - 1];
+}
+
 }  // namespace
 
-Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis,
-                   std::optional<Shape> shape, Loc loc) {
+Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis, const Shape& shape,
+                   Loc loc) {
   const detail::CallSite site(loc);
   expect_floating("categorical", "logits", logits);
-  const int64_t ax = normalize_axis("categorical", axis, logits.rank());
-  const Tensor last = moveaxis(logits, ax, -1, loc);
+  const Tensor last = moveaxis(logits, normalize_axis("categorical", axis, logits.rank()), -1, loc);
   const int64_t n = last.shape()[last.rank() - 1];
   if (n == 0)
     fail("categorical", "no categories: got logits ", logits.type(), " with axis ", axis,
          " of size 0, expected at least one category");
-  Shape batch(std::vector<int64_t>(last.shape().begin(), last.shape().end() - 1));
-  const Shape full = concat(shape.value_or(batch), Shape{n});
+  const Shape full = concat(shape, Shape{n});
   const DType work = work_dtype(logits.dtype());
   const Tensor scores =
       add(astype(broadcast_to(last, full, loc), work, loc), gumbel(key, full, work, loc), loc);
   return argmax(scores, -1, false, loc);
+}
+
+Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
+  std::vector<int64_t> batch = logits.shape().dims();
+  batch.erase(batch.begin() + normalize_axis("categorical", axis, logits.rank()));
+  return categorical(key, logits, axis, Shape(batch), loc);
 }
 
 Tensor truncated_normal(const Tensor& key, double lower, double upper, const Shape& shape,
@@ -387,18 +399,25 @@ Tensor truncated_normal(const Tensor& key, double lower, double upper, const Sha
                loc);
 }
 
-Tensor gamma(const Tensor& key, const Tensor& alpha, std::optional<Shape> shape, Loc loc) {
+Tensor gamma(const Tensor& key, const Tensor& alpha, const Shape& shape, Loc loc) {
   const detail::CallSite site(loc);
   return gamma_primitive("gamma", key, alpha, shape, false, loc);
 }
 
-Tensor loggamma(const Tensor& key, const Tensor& alpha, std::optional<Shape> shape, Loc loc) {
+Tensor gamma(const Tensor& key, const Tensor& alpha, Loc loc) {
+  return gamma(key, alpha, alpha.shape(), loc);
+}
+
+Tensor loggamma(const Tensor& key, const Tensor& alpha, const Shape& shape, Loc loc) {
   const detail::CallSite site(loc);
   return gamma_primitive("loggamma", key, alpha, shape, true, loc);
 }
 
-Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b, std::optional<Shape> shape,
-            Loc loc) {
+Tensor loggamma(const Tensor& key, const Tensor& alpha, Loc loc) {
+  return loggamma(key, alpha, alpha.shape(), loc);
+}
+
+Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b, const Shape& shape, Loc loc) {
   const detail::CallSite site(loc);
   expect_floating("beta", "a", a);
   expect_floating("beta", "b", b);
@@ -410,15 +429,26 @@ Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b, std::optional<S
   return sigmoid(sub(la, lb, loc), loc);
 }
 
-Tensor dirichlet(const Tensor& key, const Tensor& alpha, std::optional<Shape> shape, Loc loc) {
+Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b, Loc loc) {
   const detail::CallSite site(loc);
-  expect_floating("dirichlet", "alpha", alpha);
-  if (alpha.rank() < 1)
-    fail("dirichlet", "0-d alpha: got ", alpha.type(), ", expected alpha of shape [..., K]");
-  const int64_t k = alpha.shape()[alpha.rank() - 1];
-  const std::optional<Shape> full =
-      shape ? std::optional<Shape>(concat(*shape, Shape{k})) : std::nullopt;
-  return softmax(gamma_primitive("dirichlet", key, alpha, full, true, loc), -1, loc);
+  expect_floating("beta", "a", a);
+  expect_floating("beta", "b", b);
+  return beta(key, a, b, ops::promote_broadcast("beta", a, b, loc).first.shape(), loc);
+}
+
+Tensor dirichlet(const Tensor& key, const Tensor& alpha, const Shape& shape, Loc loc) {
+  const detail::CallSite site(loc);
+  const int64_t k = categories(alpha);
+  return softmax(gamma_primitive("dirichlet", key, alpha, concat(shape, Shape{k}), true, loc), -1,
+                 loc);
+}
+
+Tensor dirichlet(const Tensor& key, const Tensor& alpha, Loc loc) {
+  const detail::CallSite site(loc);
+  categories(alpha);
+  std::vector<int64_t> batch = alpha.shape().dims();
+  batch.pop_back();
+  return dirichlet(key, alpha, Shape(batch), loc);
 }
 
 Tensor choice(const Tensor& key, int64_t n, const Shape& shape, bool replace,
