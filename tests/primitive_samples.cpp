@@ -425,17 +425,17 @@ std::vector<PrimitiveSample> make_table() {
                                 {"lower", 3.0},
                                 {"upper", std::numeric_limits<double>::infinity()}}};
                }});
-  c.push_back(
-      {.prim = "random_gamma", .label = "", .make = [](Gen& g) {
-         return Sample{{{g.keys(3)}, {g.uniform(Shape{3, g.dim()}, 0.2, 4.0)}}, {{"log", false}}};
-       }});
-  c.push_back(
-      {.prim = "random_gamma", .label = "log", .make = [](Gen& g) {
-         return Sample{{{g.key()}, {g.uniform(Shape{g.dim(), 2}, 0.01, 2.0)}}, {{"log", true}}};
-       }});
+  c.push_back({.prim = "random_gamma", .label = "", .make = [](Gen& g) {
+                 return Sample{{fixed(g.keys(3)), {g.uniform(Shape{3, g.dim()}, 0.2, 4.0)}},
+                               {{"log", false}}};
+               }});
+  c.push_back({.prim = "random_gamma", .label = "log", .make = [](Gen& g) {
+                 return Sample{{fixed(g.key()), {g.uniform(Shape{g.dim(), 2}, 0.01, 2.0)}},
+                               {{"log", true}}};
+               }});
   c.push_back(
       {.prim = "random_gumbel_top_k", .label = "", .make = [](Gen& g) {
-         return Sample{{{g.keys(2)}, {g.normal(Shape{2, 5})}}, {{"num_samples", int64_t{3}}}};
+         return Sample{{fixed(g.keys(2)), {g.normal(Shape{2, 5})}}, {{"num_samples", int64_t{3}}}};
        }});
 
   // ---- primitives holding sub-functions ----
