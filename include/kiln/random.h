@@ -54,7 +54,7 @@ Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis, const 
                    Loc loc = Loc::current());
 // Standard normal truncated to [lower, upper] (lower < upper; either may be infinite), by the
 // inverse CDF in float64 on the side of zero where it is accurate. Intervals wholly beyond
-// ~37 standard deviations, or narrower than ~1e-12 of the normal's mass, use the leading
+// ~37 standard deviations, or holding under ~1e-12 of the mass below them, use the leading
 // (exponentially tilted) approximation of the density there.
 Tensor truncated_normal(const Tensor& key, double lower, double upper, const Shape& shape,
                         DType dtype = float32, Loc loc = Loc::current());

@@ -117,29 +117,41 @@ double ndtri(double p) {
   return x - u / (1.0 + 0.5 * x * u);
 }
 
-// The sample of N(0, 1) truncated to [lo, hi] at uniform u in (0, 1).
-double truncated_normal_at(double lo, double hi, double u) {
-  // Mirror so that most of the interval lies below zero, where ndtr is small and keeps its
-  // relative precision.
-  const bool mirror = lo + hi > 0;
-  const double a = mirror ? -hi : lo, b = mirror ? -lo : hi;
-  const double pa = ndtr(a), pb = ndtr(b);
-  double x;
-  if (pb - pa > 1e-12 * pb) {
-    x = ndtri(pa + u * (pb - pa));
-  } else {
-    // The interval is beyond double's ndtr (below ~-37) or too narrow for its differences:
-    // there the density is exp(-b x) to first order about b, an exponential truncated to
-    // the width (a uniform when the tilt over the width is negligible).
-    const double rate = -b, width = b - a;
-    const double e = std::abs(rate * width) < 1e-8
-                         ? u * width
-                         : -std::log1p(u * std::expm1(-rate * width)) / rate;
-    x = b - e;
+// N(0, 1) truncated to [lo, hi], sampled at uniforms u in (0, 1); the CDF at the bounds is
+// computed once per draw of many samples.
+class TruncatedNormal {
+ public:
+  TruncatedNormal(double lo, double hi)
+      // Mirror so that most of the interval lies below zero, where ndtr is small and keeps its
+      // relative precision.
+      : mirror_(lo + hi > 0),
+        a_(mirror_ ? -hi : lo),
+        b_(mirror_ ? -lo : hi),
+        pa_(ndtr(a_)),
+        pb_(ndtr(b_)) {}
+
+  double at(double u) const {
+    double x;
+    if (pb_ - pa_ > 1e-12 * pb_) {
+      x = ndtri(pa_ + u * (pb_ - pa_));
+    } else {
+      // The interval is beyond double's ndtr (below ~-37) or too narrow for its differences:
+      // there the density is exp(-b x) to first order about b, an exponential truncated to
+      // the width (a uniform when the tilt over the width is negligible).
+      const double rate = -b_, width = b_ - a_;
+      const double e = std::abs(rate * width) < 1e-8
+                           ? u * width
+                           : -std::log1p(u * std::expm1(-rate * width)) / rate;
+      x = b_ - e;
+    }
+    x = std::clamp(x, a_, b_);
+    return mirror_ ? -x : x;
   }
-  x = std::clamp(x, a, b);
-  return mirror ? -x : x;
-}
+
+ private:
+  bool mirror_;
+  double a_, b_, pa_, pb_;
+};
 
 Shape attr_shape(const Attrs& a) { return Shape(a.get_ints("shape")); }
 
@@ -173,7 +185,10 @@ GammaDraw draw_gamma(double alpha, ElementStream& s) {
     if (t <= -1.0) continue;
     // v = (1 + t)^3 as v - 1, so that d (1 - v + log v) keeps its precision for huge d.
     const double vm1 = t * (3.0 + t * (3.0 + t));
-    if (std::log(s.uniform()) < 0.5 * x * x + d * log1p_minus(vm1)) return {d + d * vm1, log_scale};
+    const double u = s.uniform(), x2 = x * x;
+    // Marsaglia and Tsang's squeeze accepts most draws without the logarithms.
+    if (u < 1.0 - 0.0331 * x2 * x2 || std::log(u) < 0.5 * x2 + d * log1p_minus(vm1))
+      return {d + d * vm1, log_scale};
   }
 }
 
@@ -228,10 +243,11 @@ const Primitive& prim::random_truncated_normal() {
           const double lo = a.get_double("lower"), hi = a.get_double("upper");
           const int64_t per = attr_shape(a).numel();
           Tensor out = empty(concat(batch_of(in[0].shape()), attr_shape(a)), dt);
+          const TruncatedNormal dist(lo, hi);
           detail::visit_floating(dt, [&]<typename T>() {
             T* po = out.data<T>();
             for_each_element(in[0], per, 64, [&](Pair key, int64_t i, int64_t at) {
-              const double x = truncated_normal_at(lo, hi, open_unit_at(key, i));
+              const double x = dist.at(open_unit_at(key, i));
               if constexpr (std::is_same_v<T, double>) {
                 po[at] = x;
               } else {  // clamped again after rounding to float
