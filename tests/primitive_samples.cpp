@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <iterator>
+#include <limits>
 #include <optional>
 #include <set>
 #include <utility>
@@ -408,6 +409,34 @@ std::vector<PrimitiveSample> make_table() {
   c.push_back({.prim = "random_permutation", .label = "", .make = [](Gen& g) {
                  return Sample{{{g.key()}}, {{"n", int64_t{6}}}};
                }});
+
+  // ---- random distributions (src/ops/random_distributions.cpp): parameters follow the key's
+  // batch axes ----
+  c.push_back(
+      {.prim = "random_truncated_normal", .label = "", .make = [](Gen& g) {
+         return Sample{
+             {{g.key()}},
+             {{"shape", Ints{g.dim(), 3}}, {"dtype", float64}, {"lower", -0.5}, {"upper", 2.0}}};
+       }});
+  c.push_back({.prim = "random_truncated_normal", .label = "key_batch_tail", .make = [](Gen& g) {
+                 return Sample{{{g.keys(2)}},
+                               {{"shape", Ints{4}},
+                                {"dtype", float32},
+                                {"lower", 3.0},
+                                {"upper", std::numeric_limits<double>::infinity()}}};
+               }});
+  c.push_back({.prim = "random_gamma", .label = "", .make = [](Gen& g) {
+                 return Sample{{fixed(g.keys(3)), {g.uniform(Shape{3, g.dim()}, 0.2, 4.0)}},
+                               {{"log", false}}};
+               }});
+  c.push_back({.prim = "random_gamma", .label = "log", .make = [](Gen& g) {
+                 return Sample{{fixed(g.key()), {g.uniform(Shape{g.dim(), 2}, 0.01, 2.0)}},
+                               {{"log", true}}};
+               }});
+  c.push_back(
+      {.prim = "random_gumbel_top_k", .label = "", .make = [](Gen& g) {
+         return Sample{{fixed(g.keys(2)), {g.normal(Shape{2, 5})}}, {{"num_samples", int64_t{3}}}};
+       }});
 
   // ---- primitives holding sub-functions ----
   c.push_back({.prim = "call", .label = "two_results", .make = [](Gen& g) {

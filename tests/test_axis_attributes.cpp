@@ -62,6 +62,7 @@ const std::map<std::string, Kind>& kinds() {
       {"length", Kind::other},
       {"num_carry", Kind::other},
       {"num_xs", Kind::other},
+      {"num_samples", Kind::other},  // random_gumbel_top_k
   };
   return k;
 }

@@ -5,6 +5,7 @@
 // draws: split it.
 #pragma once
 
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -35,5 +36,57 @@ Tensor randint(const Tensor& key, const Shape& shape, int64_t lo, int64_t hi, DT
                Loc loc = Loc::current());
 // A random permutation of 0..n-1 (int64).
 Tensor permutation(const Tensor& key, int64_t n, Loc loc = Loc::current());
+
+// ---- distributions -----------------------------------------------------------------------
+// Every sampler is deterministic in its key and keyed per element, so vmap over keys gives
+// what a loop over the keys gives, and jit gives what eager gives. Derivatives: none with
+// respect to the key; the distribution parameters (logits, alpha, p) get a ZERO gradient (the
+// samplers are non-differentiable primitives; a reparameterised gamma gradient is not done).
+// A batch of keys (u32[B..., 2]) puts the batch axes B... in front of the sample shape.
+
+// Indices (int64) drawn from the categorical distributions with unnormalised log-probabilities
+// `logits` along `axis` (Gumbel-max). The result has logits' shape without `axis`, or `shape`
+// when given (logits without `axis` broadcast to it). A -inf logit is never drawn (a row of
+// all -inf gives index 0); floating logits only.
+Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis = -1,
+                   Loc loc = Loc::current());
+Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis, const Shape& shape,
+                   Loc loc = Loc::current());
+// Standard normal truncated to [lower, upper] (lower < upper; either may be infinite), by the
+// inverse CDF in float64 on the side of zero where it is accurate. Intervals wholly beyond
+// ~37 standard deviations, or holding under ~1e-12 of the mass below them, use the leading
+// (exponentially tilted) approximation of the density there.
+Tensor truncated_normal(const Tensor& key, double lower, double upper, const Shape& shape,
+                        DType dtype = float32, Loc loc = Loc::current());
+// Gamma(alpha, 1) of alpha's (floating) dtype: Marsaglia-Tsang, with alpha < 1 drawn as
+// Gamma(alpha + 1) * U^(1/alpha). `shape` defaults to alpha's; alpha broadcasts to it.
+// alpha <= 0 or NaN gives NaN; alpha = inf gives inf; tiny alpha underflows to 0 (use
+// loggamma then).
+Tensor gamma(const Tensor& key, const Tensor& alpha, Loc loc = Loc::current());
+Tensor gamma(const Tensor& key, const Tensor& alpha, const Shape& shape, Loc loc = Loc::current());
+// log of a Gamma(alpha, 1) sample, finite where gamma() underflows (alpha down to ~1e-300).
+Tensor loggamma(const Tensor& key, const Tensor& alpha, Loc loc = Loc::current());
+Tensor loggamma(const Tensor& key, const Tensor& alpha, const Shape& shape,
+                Loc loc = Loc::current());
+// Beta(a, b) through two log-gamma draws (exact for tiny a, b). `shape` defaults to the
+// broadcast of a's and b's shapes.
+Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+Tensor beta(const Tensor& key, const Tensor& a, const Tensor& b, const Shape& shape,
+            Loc loc = Loc::current());
+// Dirichlet(alpha) with alpha [..., K]: result shape + [K] (shape defaults to alpha's batch
+// shape), normalised log-gamma draws, so each row sums to 1.
+Tensor dirichlet(const Tensor& key, const Tensor& alpha, Loc loc = Loc::current());
+Tensor dirichlet(const Tensor& key, const Tensor& alpha, const Shape& shape,
+                 Loc loc = Loc::current());
+// Indices (int64) in [0, n) of the given shape, with or without replacement, uniformly or
+// with probabilities proportional to the weights p (1-d, length n, non-negative). Without
+// replacement, shape.numel() <= n (and <= the count of non-zero weights, checked when drawn):
+// uniform draws take a prefix of a permutation, weighted ones the top of Gumbel-perturbed
+// log-weights.
+Tensor choice(const Tensor& key, int64_t n, const Shape& shape, bool replace = true,
+              std::optional<Tensor> p = std::nullopt, Loc loc = Loc::current());
+// Elements of `a` along axis 0 at such indices: result shape + a.shape[1:].
+Tensor choice(const Tensor& key, const Tensor& a, const Shape& shape, bool replace = true,
+              std::optional<Tensor> p = std::nullopt, Loc loc = Loc::current());
 
 }  // namespace kiln::random

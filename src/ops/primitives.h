@@ -42,6 +42,8 @@
   X(avg_pool2d)                                                                                 \
   /* src/ops/random.cpp */                                                                      \
   X(random_bits) X(random_uniform) X(random_split) X(random_fold_in) X(random_permutation)      \
+  /* src/ops/random_distributions.cpp */                                                        \
+  X(random_truncated_normal) X(random_gamma) X(random_gumbel_top_k)                             \
   /* src/nn/nn.cpp */                                                                           \
   X(check_labels)                                                                               \
   /* src/transforms/function_primitives.cpp */                                                  \
