@@ -7,6 +7,7 @@
 #include "kiln/error.h"
 #include "kiln/io.h"
 #include "kiln/ir.h"
+#include "kiln/linalg.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "kiln/optim.h"

@@ -49,7 +49,9 @@
   /* src/transforms/vmap.cpp */                                                                 \
   X(psum) X(pmax) X(axis_index) X(all_gather)                                                   \
   /* src/transforms/control_flow.cpp */                                                         \
-  X(cond) X(while_) X(while_grad) X(scan)
+  X(cond) X(while_) X(while_grad) X(scan)                                                       \
+  /* src/ops/linalg.cpp */                                                                      \
+  X(cholesky) X(triangular_solve) X(solve) X(slogdet)
 // clang-format on
 
 namespace kiln::prim {
