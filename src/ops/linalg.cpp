@@ -123,12 +123,11 @@ void for_each_matrix(std::string_view op, int64_t batch, int64_t n, int64_t work
     std::vector<T> work(static_cast<std::size_t>(work_size));
     for (int64_t i = b0; i < b1; ++i) f(i, work.data());
   };
-  if (batch > 1 && n <= kSmall) {
+  detail::set_library_threads();  // for the calls made outside a parallel region
+  if (batch > 1 && n <= kSmall)
     detail::parallel_for(batch, run, std::max<int64_t>(1, n * n * n / 64));
-  } else {
-    detail::set_library_threads();
+  else
     run(0, batch);
-  }
 }
 
 template <typename T>
