@@ -667,6 +667,14 @@ std::vector<PrimitiveSample> make_table() {
   c.push_back({.prim = "slogdet", .label = "", .make = [=](Gen& g) {
                  return Sample{{{conditioned(g, g.dim(1, 4), 2.0)}}, {}};
                }});
+  // Eigenvalues about 1.5 apart: eigenvector derivatives scale with 1 / gap.
+  c.push_back({.prim = "eigh", .label = "", .make = [=](Gen& g) {
+                 const int64_t n = g.dim(1, 4);
+                 std::vector<double> d;
+                 for (int64_t i = 0; i < n; ++i) d.push_back(1.5 * static_cast<double>(i));
+                 const Tensor m = g.normal(Shape{n, n}) * 0.1;
+                 return Sample{{{m + swapaxes(m, 0, 1) + eye(n, float64) * tensor(d)}}, {}};
+               }});
   c.push_back({.prim = "slogdet", .label = "negative_batched", .make = [=](Gen& g) {
                  return Sample{{{stack({conditioned(g, 3, -2.0), conditioned(g, 3, 1.5)})}}, {}};
                }});

@@ -52,6 +52,11 @@ TEST_P(LapackDtypes, ValuesMatchNumpy) {
   expect_close(sign, at(ref(), "slogdet_sign"), 0.0);
   expect_close(logabs, at(ref(), "slogdet_logabs"), tol, tol);
   expect_close(linalg::det(in("general")), at(ref(), "det"), 10 * tol, tol);
+  // eigh: eigenvalues, and eigenvectors up to each one's sign: |V^T V_numpy| = I.
+  const auto [w, v] = linalg::eigh(in("general"));
+  expect_close(w, at(ref(), "eigh_w"), 10 * tol, 10 * tol);
+  expect_close(abs(matmul(swapaxes(astype(v, float64), -1, -2), at(ref(), "eigh_v"))),
+               broadcast_to(eye(4, float64), Shape({2, 3, 4, 4})), 0.0, 100 * tol);
   for (bool lower : {false, true})
     for (bool transpose : {false, true})
       for (bool unit : {false, true}) {
@@ -125,6 +130,13 @@ TEST(Lapack, GradientsMatchFiniteDifferences) {
   expect_grad_fd([&](const Tensor& a) { return sum(linalg::inv(a) * gen); }, gen, dir);
   expect_grad_fd([&](const Tensor& a) { return sum(linalg::det(a)); }, gen, dir);
   expect_grad_fd([&](const Tensor& a) { return sum(linalg::slogdet(a).second); }, gen, dir);
+  // eigh: through w, and through V by a function of V invariant to each column's sign.
+  expect_grad_fd(
+      [&](const Tensor& a) {
+        const auto [w, v] = linalg::eigh(a);
+        return sum(w * sin(w)) + sum(v * v * gen);
+      },
+      gen, dir);
   const Tensor tri = at(ref(), "tri_a");
   for (bool lower : {false, true})
     for (bool transpose : {false, true})
@@ -154,6 +166,12 @@ TEST(Lapack, VmapIsOneBatchedCall) {
     expect_close(index(got, {i}), f(index(spd, {i}), index(gen, {i}), index(vec, {i})), 1e-12,
                  1e-12);
   const ir::Function traced = trace(batched, spd, gen, vec);
+  const ir::Function eig = trace(vmap([](const Tensor& a) { return linalg::eigh(a).first; }), gen);
+  int eigh_calls = 0;
+  for (const ir::Equation& e : eig.equations) eigh_calls += e.prim->name == "eigh";
+  EXPECT_EQ(eigh_calls, 1) << eig;
+  expect_close(vmap([](const Tensor& a) { return linalg::eigh(a).first; })(gen),
+               linalg::eigh(gen).first, 0.0);
   for (const char* name : {"cholesky", "triangular_solve", "solve", "slogdet"}) {
     int count = 0;
     for (const ir::Equation& e : traced.equations) count += e.prim->name == name;
@@ -178,6 +196,10 @@ TEST(Lapack, DegenerateInputsFollowTheDocumentedRules) {
   const auto [sign, logabs] = linalg::slogdet(tensor({0.0, 0.0, 0.0, 0.0}, {2, 2}));
   EXPECT_EQ(sign.item<double>(), 0.0);
   EXPECT_EQ(logabs.item<double>(), -INFINITY);
+  // eigh: a repeated eigenvalue has the right values; NaN input gives NaNs.
+  expect_close(linalg::eigh(eye(3, float64) * 2.0).first, full({3}, 2.0, float64), 1e-15);
+  for (double x : linalg::eigh(tensor({nan, 1.0, 1.0, 1.0}, {2, 2})).second.to_vector<double>())
+    EXPECT_TRUE(std::isnan(x));
   // NaN input propagates.
   EXPECT_TRUE(std::isnan(linalg::det(tensor({nan, 1.0, 1.0, 1.0}, {2, 2})).item<double>()));
   // Empty: 0x0 matrices (det 1) and empty batches.
@@ -228,6 +250,7 @@ TEST(Lapack, BadInputIsAnError) {
       "triangular_solve", {"f64[2,3]"});
   expect_error([] { linalg::det(zeros({2, 3}, float32)); }, "slogdet", {"f32[2,3]"});
   expect_error([] { linalg::inv(Tensor()); }, "inv", {"undefined"});
+  expect_error([] { linalg::eigh(zeros({3, 2}, float64)); }, "eigh", {"f64[3,2]", "square"});
 }
 
 }  // namespace

@@ -41,4 +41,10 @@ std::pair<Tensor, Tensor> slogdet(const Tensor& a, Loc loc = Loc::current());
 // det A = sign * exp(log|det A|).
 Tensor det(const Tensor& a, Loc loc = Loc::current());
 
+// Eigenvalues (ascending, [..., n]) and eigenvectors (the columns of [..., n, n]) of the
+// symmetric (A + A^T) / 2: first w, second V, A = V diag(w) V^T. Each eigenvector's sign is
+// LAPACK's choice. Repeated eigenvalues: values are right, eigenvector derivatives are inf/NaN.
+// No convergence (or NaN/inf input): that matrix's w and V are NaN.
+std::pair<Tensor, Tensor> eigh(const Tensor& a, Loc loc = Loc::current());
+
 }  // namespace kiln::linalg

@@ -39,6 +39,12 @@ void sgetrs_(const char* trans, const blasint* n, const blasint* nrhs, const flo
 void dgetrs_(const char* trans, const blasint* n, const blasint* nrhs, const double* a,
              const blasint* lda, const blasint* ipiv, double* b, const blasint* ldb, blasint* info,
              std::size_t);
+void ssyevd_(const char* jobz, const char* uplo, const blasint* n, float* a, const blasint* lda,
+             float* w, float* work, const blasint* lwork, blasint* iwork, const blasint* liwork,
+             blasint* info, std::size_t, std::size_t);
+void dsyevd_(const char* jobz, const char* uplo, const blasint* n, double* a, const blasint* lda,
+             double* w, double* work, const blasint* lwork, blasint* iwork, const blasint* liwork,
+             blasint* info, std::size_t, std::size_t);
 }
 
 namespace kiln {
@@ -55,7 +61,7 @@ void expect_square(std::string_view op, const TensorType& t) {
   if (t.dtype != float32 && t.dtype != float64)
     fail(op, "unsupported dtype: got ", t, ", expected float32 or float64");
   if (t.shape.rank() < 2 || t.shape[t.shape.rank() - 1] != t.shape[t.shape.rank() - 2])
-    fail(op, "expected square matrices: got ", t, ", expected shape [..., n, n]");
+    fail(op, "not square matrices: got ", t, ", expected shape [..., n, n]");
 }
 
 // A [..., n, n] and B [..., n, k] of one dtype and identical batch dimensions -> B's type.
@@ -268,6 +274,51 @@ std::vector<Tensor> slogdet_kernel(const Tensor& a) {
   return {sign, logabs};
 }
 
+// Eigenvalues (ascending) and eigenvectors (columns) of (A + A^T) / 2 by divide and conquer;
+// NaNs where syevd fails to converge (or the input holds NaN).
+template <typename T>
+std::vector<Tensor> eigh_kernel(const Tensor& a) {
+  const int64_t n = a.dim(-1);
+  std::vector<int64_t> ws(a.shape().begin(), a.shape().end() - 1);
+  Tensor w = empty(Shape(ws), a.dtype()), v = empty(a.type());
+  T* pw = w.data<T>();
+  T* pv = v.data<T>();
+  // syevd's documented minimum workspaces for eigenvectors: 1 + 6n + 2n^2 and 3 + 5n.
+  const int64_t lwork = 1 + 6 * n + 2 * n * n, liwork = 3 + 5 * n;
+  if (n > 0 && lwork > INT_MAX)
+    fail("eigh", "matrix too large for LAPACK's workspace: got ", a.type(),
+         ", expected n below 32768");
+  const int64_t iwork_words =
+      (liwork * static_cast<int64_t>(sizeof(blasint)) + sizeof(T) - 1) / sizeof(T);
+  for_each_matrix<T>("eigh", batch_count(a), n, n * n + lwork + iwork_words, [&](int64_t i, T* x) {
+    const MatrixView<T> m = matrix<T>(a, i);
+    for (int64_t c = 0; c < n; ++c)
+      for (int64_t r = c; r < n; ++r) x[r + c * n] = (m.at(r, c) + m.at(c, r)) / T{2};
+    T* work = x + n * n;
+    auto* iwork = reinterpret_cast<blasint*>(work + lwork);
+    const blasint bn = static_cast<blasint>(n), bl = static_cast<blasint>(lwork),
+                  bli = static_cast<blasint>(liwork);
+    blasint info = 0;
+    T* wi = pw + i * n;
+    T* vi = pv + i * n * n;
+    bool finite = true;
+    for (int64_t k = 0; k < n * n; ++k) finite = finite && std::isfinite(x[k]);
+    if (finite) {
+      if constexpr (std::is_same_v<T, float>)
+        ssyevd_("V", "L", &bn, x, &bn, wi, work, &bl, iwork, &bli, &info, 1, 1);
+      else
+        dsyevd_("V", "L", &bn, x, &bn, wi, work, &bl, iwork, &bli, &info, 1, 1);
+    }
+    if (!finite || info != 0) {
+      fill_nan(wi, n);
+      return fill_nan(vi, n * n);
+    }
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < n; ++c) vi[r * n + c] = x[r + c * n];
+  });
+  return {w, v};
+}
+
 // ---- derivative helpers (public ops, so rules trace and differentiate again) --------------
 
 Tensor mT(const Tensor& x) { return swapaxes(x, -1, -2); }
@@ -423,6 +474,49 @@ Primitive slogdet_primitive() {
   return p;
 }
 
+// A = V diag(w) V^T (A symmetrised): with M = V^T sym(dA) V, dw = diag(M) and
+// dV = V (F o M), F_ij = 1 / (w_j - w_i) off the diagonal, 0 on it; the VJP is the adjoint,
+// sym(V (diag(wbar) + F o (V^T Vbar)) V^T). Repeated eigenvalues make F infinite: the
+// eigenvectors are not differentiable there (docs/OPS.md).
+Tensor eigen_gaps_inverse(const Tensor& w) {
+  const Tensor id = eye(w.dim(-1), w.dtype());
+  const Tensor gaps = expand_dims(w, -2) - expand_dims(w, -1);  // w_j - w_i
+  return (1.0 - id) / (gaps + id);
+}
+Tensor diag_embed(const Tensor& d) { return expand_dims(d, -1) * eye(d.dim(-1), d.dtype()); }
+
+Primitive eigh_primitive() {
+  Primitive p;
+  p.name = "eigh";
+  p.type_rule = [](Types in, const Attrs&) -> std::vector<TensorType> {
+    expect_square("eigh", in[0]);
+    const TensorType w{in[0].dtype,
+                       Shape(std::vector<int64_t>(in[0].shape.begin(), in[0].shape.end() - 1))};
+    return {w, in[0]};
+  };
+  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+    const Tensor &w = r.outputs[0], &v = r.outputs[1];
+    const Tensor m = matmul(mT(v), matmul(symmetrize(*t[0]), v));
+    return {sum(m * eye(w.dim(-1), w.dtype()), {-1}), matmul(v, eigen_gaps_inverse(w) * m)};
+  };
+  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+    const Tensor &w = r.outputs[0], &v = r.outputs[1];
+    std::optional<Tensor> inner;
+    if (ct[0]) inner = diag_embed(*ct[0]);
+    if (ct[1]) {
+      const Tensor f = eigen_gaps_inverse(w) * matmul(mT(v), *ct[1]);
+      inner = inner ? *inner + f : f;
+    }
+    return {symmetrize(matmul(v, matmul(*inner, mT(v))))};
+  };
+  p.batch = [](const BatchArgs& b) -> std::vector<Batched> {
+    const std::vector<Tensor> out =
+        bind(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size)});
+    return {{out[0], 0}, {out[1], 0}};
+  };
+  return p;
+}
+
 // Runs kernel.template operator()<T> for float (float32) or double (float64) inputs.
 template <typename K>
 std::vector<KernelRegistration> float_kernel(int arity, K kernel) {
@@ -469,24 +563,36 @@ const Primitive& prim::slogdet() {
   return p;
 }
 
+const Primitive& prim::eigh() {
+  static const Primitive& p = detail::register_builtin(
+      eigh_primitive(),
+      float_kernel(1, []<typename T>(Ins in, const Attrs&) { return eigh_kernel<T>(in[0]); }));
+  return p;
+}
+
 // ---- public ops ---------------------------------------------------------------------------
 
 namespace linalg {
 namespace {
 
-void expect_defined(std::string_view op, std::initializer_list<const Tensor*> ts) {
-  for (const Tensor* t : ts)
-    if (!t->defined())
-      fail(op, "undefined operand: got a default-constructed Tensor, expected a tensor");
+void expect_defined(std::string_view op, const Tensor& t) {
+  if (!t.defined())
+    fail(op, "undefined operand: got a default-constructed Tensor, expected a tensor");
+}
+
+// a, checked to be float32/float64 square matrices [..., n, n].
+const Tensor& square_operand(std::string_view op, const Tensor& a) {
+  expect_defined(op, a);
+  expect_square(op, a.type());
+  return a;
 }
 
 // A [..., n, n] against b [..., n, k] or a vector b [n]: checks, promotes, broadcasts the
 // batch dimensions and applies `solve_with` to the primitive-ready pair.
 template <typename F>
 Tensor solve_like(std::string_view op, const Tensor& a, const Tensor& b, Loc loc, F&& solve_with) {
-  expect_defined(op, {&a, &b});
-  if (a.rank() < 2 || a.dim(-1) != a.dim(-2))
-    fail(op, "expected square matrices: got ", a.type(), ", expected shape [..., n, n]");
+  expect_defined(op, b);
+  square_operand(op, a);
   const DType dt = promote_types(a.dtype(), b.dtype());
   if (dt != float32 && dt != float64)
     fail(op, "unsupported dtype: got ", a.type(), " and ", b.type(),
@@ -513,15 +619,6 @@ Tensor solve_like(std::string_view op, const Tensor& a, const Tensor& b, Loc loc
   };
   Tensor out = solve_with(with_batch(x), with_batch(y));
   return vector ? squeeze(out, {-1}, loc) : out;
-}
-
-const Tensor& square_operand(std::string_view op, const Tensor& a) {
-  expect_defined(op, {&a});
-  if (a.rank() < 2 || a.dim(-1) != a.dim(-2))
-    fail(op, "expected square matrices: got ", a.type(), ", expected shape [..., n, n]");
-  if (a.dtype() != float32 && a.dtype() != float64)
-    fail(op, "unsupported dtype: got ", a.type(), ", expected float32 or float64");
-  return a;
 }
 
 }  // namespace
@@ -564,6 +661,12 @@ Tensor det(const Tensor& a, Loc loc) {
   const detail::CallSite site(loc);
   const auto [sign, logabs] = slogdet(a, loc);
   return sign * exp(logabs, loc);
+}
+
+std::pair<Tensor, Tensor> eigh(const Tensor& a, Loc loc) {
+  const detail::CallSite site(loc);
+  const std::vector<Tensor> out = bind(prim::eigh(), {square_operand("eigh", a)}, {}, loc);
+  return {out[0], out[1]};
 }
 
 }  // namespace linalg

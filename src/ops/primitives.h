@@ -51,7 +51,7 @@
   /* src/transforms/control_flow.cpp */                                                         \
   X(cond) X(while_) X(while_grad) X(scan)                                                       \
   /* src/ops/linalg.cpp */                                                                      \
-  X(cholesky) X(triangular_solve) X(solve) X(slogdet)
+  X(cholesky) X(triangular_solve) X(solve) X(slogdet) X(eigh)
 // clang-format on
 
 namespace kiln::prim {

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Reference values for tests/test_lapack.cpp (linalg::cholesky, triangular_solve, solve, inv,
-slogdet, det), from numpy / scipy. Inputs are generated here and stored with the results:
+slogdet, det, eigh), from numpy / scipy. Inputs are generated here and stored with the results:
 batches of symmetric positive-definite, general and triangular matrices in float64."""
 import sys
 
@@ -40,5 +40,9 @@ for lower in (False, True):
                                                      unit_diagonal=unit)
             out[name] = x
 out["tri_a"] = gen + 3 * np.eye(4)
+
+# eigh of the symmetric part of `general` (Kiln symmetrises; numpy reads the lower triangle).
+sym = (gen + np.swapaxes(gen, -1, -2)) / 2
+out["eigh_w"], out["eigh_v"] = np.linalg.eigh(sym)
 
 reference_file.write(sys.argv[1], out)
