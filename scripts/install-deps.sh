@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
-  libopenblas-openmp-dev # GEMM for matmul and convolution (OpenMP build: one thread pool)
+  libopenblas-openmp-dev # GEMM for matmul and convolution, LAPACK for linalg (OpenMP build: one thread pool)
   libdnnl-dev            # oneDNN: float32 convolutions and their gradients
   llvm-16-dev            # jit's code generator: LLVM 16 and its ORC JIT (src/compiler/)
   libsleef-dev           # SLEEF: vectorised exp, log, tanh, ... (variant picked at run time)

@@ -12,6 +12,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "../examples/custom_primitive.h"
@@ -663,6 +664,49 @@ std::vector<PrimitiveSample> make_table() {
                    out.push_back({tensor(std::vector<int32_t>{static_cast<int32_t>(i)}, Shape{})});
                  return out;
                }}});
+
+  // ---- linear algebra through LAPACK (src/ops/linalg.cpp): well-conditioned matrices, so
+  // finite differences are accurate; SPD ones for cholesky ----
+  const auto conditioned = [](Gen& g, int64_t n, double diagonal) {
+    return g.normal(Shape{n, n}) * 0.3 + eye(n, float64) * diagonal;
+  };
+  c.push_back({.prim = "cholesky", .label = "", .make = [](Gen& g) {
+                 const int64_t n = g.dim(1, 4);
+                 const Tensor m = g.normal(Shape{n, n});
+                 return Sample{{{matmul(m, swapaxes(m, 0, 1)) + eye(n, float64) * 2.0}}, {}};
+               }});
+  for (const auto& [label, lower, transpose, unit] :
+       {std::tuple{"", true, false, false}, std::tuple{"upper_transposed", false, true, false},
+        std::tuple{"lower_unit_transposed", true, true, true}}) {
+    c.push_back({.prim = "triangular_solve", .label = label, .make = [=](Gen& g) {
+                   const int64_t n = g.dim(1, 4);
+                   return Sample{
+                       {{conditioned(g, n, 2.0)}, {g.normal(Shape{n, g.dim(1, 3)})}},
+                       {{"lower", lower}, {"transpose", transpose}, {"unit_diagonal", unit}}};
+                 }});
+  }
+  c.push_back({.prim = "solve", .label = "", .make = [=](Gen& g) {
+                 const int64_t n = g.dim(1, 4);
+                 return Sample{{{conditioned(g, n, 2.0)}, {g.normal(Shape{n, g.dim(1, 3)})}}, {}};
+               }});
+  c.push_back({.prim = "solve", .label = "batched", .make = [=](Gen& g) {
+                 const Tensor a = stack({conditioned(g, 3, 2.0), conditioned(g, 3, -2.0)});
+                 return Sample{{{a}, {g.normal(Shape{2, 3, 2})}}, {}};
+               }});
+  c.push_back({.prim = "slogdet", .label = "", .make = [=](Gen& g) {
+                 return Sample{{{conditioned(g, g.dim(1, 4), 2.0)}}, {}};
+               }});
+  // Eigenvalues about 1.5 apart: eigenvector derivatives scale with 1 / gap.
+  c.push_back({.prim = "eigh", .label = "", .make = [=](Gen& g) {
+                 const int64_t n = g.dim(1, 4);
+                 std::vector<double> d;
+                 for (int64_t i = 0; i < n; ++i) d.push_back(1.5 * static_cast<double>(i));
+                 const Tensor m = g.normal(Shape{n, n}) * 0.1;
+                 return Sample{{{m + swapaxes(m, 0, 1) + eye(n, float64) * tensor(d)}}, {}};
+               }});
+  c.push_back({.prim = "slogdet", .label = "negative_batched", .make = [=](Gen& g) {
+                 return Sample{{{stack({conditioned(g, 3, -2.0), conditioned(g, 3, 1.5)})}}, {}};
+               }});
 
   // ---- user-defined: the example primitive (examples/custom_primitive.h), registered on
   // first use here. |x| stays 0.2 away from delta = 1, where the second derivative jumps.

@@ -8,6 +8,7 @@
 #include "kiln/io.h"
 #include "kiln/ir.h"
 #include "kiln/math_ops.h"
+#include "kiln/linalg.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
 #include "kiln/optim.h"

@@ -58,7 +58,9 @@
   X(fmod) X(floor_divide) X(atan2) X(hypot) X(copysign) X(logaddexp) X(bitwise_and)             \
   X(bitwise_or) X(bitwise_xor) X(bitwise_not) X(left_shift) X(right_shift)                      \
   /* src/ops/sort.cpp */                                                                        \
-  X(sort) X(cumsum) X(cumprod) X(cummax) X(cummin) X(cumlogsumexp) X(searchsorted)
+  X(sort) X(cumsum) X(cumprod) X(cummax) X(cummin) X(cumlogsumexp) X(searchsorted)             \
+  /* src/ops/linalg.cpp */                                                                      \
+  X(cholesky) X(triangular_solve) X(solve) X(slogdet) X(eigh)
 // clang-format on
 
 namespace kiln::prim {
