@@ -654,6 +654,14 @@ std::vector<PrimitiveSample> make_table() {
                                    {{"delta", 0.5}}};
                    },
                .ad = {.check = false}});
+
+  // ---- tensor products and indexing (issue 15; the rest of the group are compositions) ----
+  // nonzero: zeros mixed in; size above the element count, so that fill rows show.
+  c.push_back({.prim = "nonzero", .label = "", .make = [](Gen& g) {
+                 const Shape s{3, 4};
+                 return Sample{{{where(g.bernoulli(s), g.normal(s), zeros({}, float64))}},
+                               {{"size", int64_t{14}}, {"fill", int64_t{-1}}}};
+               }});
   return c;
 }
 

@@ -484,4 +484,80 @@ TEST(DynamicSlice, BadArgumentsRaise) {
       "dynamic_update_slice", {"update does not fit"});
 }
 
+// ---- nonzero and bincount ---------------------------------------------------------------
+
+TEST(Nonzero, MatchesNumpyEagerAndJitted) {
+  const Tensor x = kiln::testing::at(refs(), "nonzero/in0");
+  const Tensor want = kiln::testing::at(refs(), "nonzero/out");
+  for (DType dt : {float64, float32})
+    EXPECT_EQ(argwhere(astype(x, dt), 10, -1).to_vector<int64_t>(), want.to_vector<int64_t>());
+  auto f = jit([](const Tensor& x) { return argwhere(x, 10, -1); });
+  EXPECT_EQ(f(x).to_vector<int64_t>(), want.to_vector<int64_t>());
+  const std::vector<Tensor> cols = nonzero(x, 10, -1);
+  ASSERT_EQ(cols.size(), 2u);
+  EXPECT_EQ(cols[0].shape(), Shape({10}));
+  EXPECT_EQ(stack(cols, 1).to_vector<int64_t>(), want.to_vector<int64_t>());
+}
+
+TEST(Nonzero, DtypesAndEdges) {
+  EXPECT_EQ(argwhere(tensor({0, 3, 0, -1}), 3).to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 3, 0}));
+  EXPECT_EQ(argwhere(tensor({false, true}), 2, 7).to_vector<int64_t>(),
+            (std::vector<int64_t>{1, 7}));
+  EXPECT_EQ(argwhere(tensor(-0.0), 1).shape(), Shape({1, 0}));
+  EXPECT_EQ(argwhere(zeros({0, 3}), 2, 5).to_vector<int64_t>(), (std::vector<int64_t>{5, 5, 5, 5}));
+  EXPECT_EQ(argwhere(zeros({4}), 0).shape(), Shape({0, 1}));
+}
+
+TEST(Nonzero, SizeTooSmallRaisesEagerlyAndInJit) {
+  const Tensor x = tensor({1.0, 0.0, 2.0, 3.0});
+  expect_error([&] { argwhere(x, 2); }, "nonzero",
+               {"more non-zero elements than size", "got more than 2", "f64[4]"});
+  auto f = jit([](const Tensor& x) { return argwhere(x, 2); });
+  expect_error([&] { f(x); }, "nonzero", {"more non-zero elements than size"});
+  expect_error([&] { argwhere(x, -1); }, "nonzero", {"negative size"});
+}
+
+TEST(Nonzero, VmapMatchesLoop) {
+  const Tensor xs = where(rand64({3, 4, 2}, 9) > 0.0, rand64({3, 4, 2}, 10), zeros({}, float64));
+  const Tensor got = vmap([](const Tensor& x) { return argwhere(x, 8, -1); })(xs);
+  for (int64_t b = 0; b < 3; ++b)
+    EXPECT_EQ(index(got, b).to_vector<int64_t>(),
+              argwhere(index(xs, b), 8, -1).to_vector<int64_t>());
+}
+
+TEST(Bincount, MatchesNumpy) {
+  const Tensor v = kiln::testing::at(refs(), "bincount/in0");
+  const Tensor w = kiln::testing::at(refs(), "bincount/weights");
+  const Tensor counts = bincount(v, 5);
+  EXPECT_EQ(counts.dtype(), int64);
+  EXPECT_EQ(counts.to_vector<int64_t>(),
+            kiln::testing::at(refs(), "bincount/out").to_vector<int64_t>());
+  EXPECT_EQ(bincount(astype(v, int32), 5).to_vector<int64_t>(), counts.to_vector<int64_t>());
+  expect_close(bincount(v, 5, w), kiln::testing::at(refs(), "bincount/out_weighted"), 1e-12,
+               "weighted");
+  auto f = jit([](const Tensor& v, const Tensor& w) { return bincount(v, 5, w); });
+  expect_close(f(v, w), kiln::testing::at(refs(), "bincount/out_weighted"), 1e-12, "jit");
+  EXPECT_EQ(bincount(tensor(std::vector<int64_t>{}), 3).to_vector<int64_t>(),
+            (std::vector<int64_t>{0, 0, 0}));
+  EXPECT_EQ(bincount(v, 0).shape(), Shape({0}));
+}
+
+TEST(Bincount, GradientAndVmap) {
+  const Tensor v = tensor(std::vector<int64_t>{0, 2, 2, 5, -1, 1});
+  const Fn f = [v](const std::vector<Tensor>& a) { return bincount(v, 4, a[0]); };
+  check_grad({rand64({6}, 11)}, f, "bincount weights");
+  check_vmap({rand64({6}, 12)}, f, "bincount weights");
+}
+
+TEST(Bincount, BadArgumentsRaise) {
+  expect_error([] { bincount(ones({3}), 2); }, "bincount", {"not a 1-d integer tensor", "f32[3]"});
+  expect_error([] { bincount(tensor({1, 2}), -1); }, "bincount", {"negative length"});
+  expect_error(
+      [] {
+        bincount(tensor({1, 2}), 3, ones({3}));
+      },
+      "bincount", {"weights do not match"});
+}
+
 }  // namespace

@@ -58,4 +58,17 @@ enum class PadMode { constant, reflect, edge, wrap };
 Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widths, PadMode mode,
            double value = 0.0, Loc loc = Loc::current());
 
+// The indices of x's non-zero elements (NaN counts as non-zero) in row-major order, padded with
+// `fill` to the static length `size` (the fixed shape jit needs; JAX's `size=`). More non-zero
+// elements than `size` raise an Error, eagerly and inside jit (JAX drops them silently).
+// argwhere: one int64 row per element, [size, rank]; nonzero: one int64 [size] per axis.
+Tensor argwhere(const Tensor& x, int64_t size, int64_t fill = 0, Loc loc = Loc::current());
+std::vector<Tensor> nonzero(const Tensor& x, int64_t size, int64_t fill = 0,
+                            Loc loc = Loc::current());
+// Counts of each value 0..length-1 in the 1-d integer x (weights: their sums instead), as
+// int64 (weights: the weights' dtype). Values outside [0, length) are dropped, as in JAX with
+// `length`, so that the output shape is static.
+Tensor bincount(const Tensor& x, int64_t length,
+                const std::optional<Tensor>& weights = std::nullopt, Loc loc = Loc::current());
+
 }  // namespace kiln

@@ -275,4 +275,23 @@ Tensor pad(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& widt
   return out;
 }
 
+Tensor bincount(const Tensor& x, int64_t length, const std::optional<Tensor>& weights, Loc loc) {
+  const detail::CallSite site(loc);
+  if (x.rank() != 1 || !is_integral(x.dtype()) || x.dtype() == bool_)
+    fail("bincount", "x is not a 1-d integer tensor: got ", x.type(),
+         ", expected a vector of an integer dtype");
+  if (length < 0) fail("bincount", "negative length: got ", length, ", expected >= 0");
+  if (weights && weights->shape() != x.shape())
+    fail("bincount", "weights do not match x: got x ", x.type(), " and weights ", weights->type(),
+         ", expected weights of x's shape");
+  const int64_t bins = detail::checked_add("bincount", length, 1);
+  // Values outside [0, length) go to one more bin, which is cut off.
+  const Tensor xi = ops::cast_if_needed(x, int64, loc);
+  const Tensor inside = logical_and(xi >= int64_t{0}, xi < length, loc);
+  const Tensor idx = where(inside, xi, tensor(length), loc);
+  const Tensor w = weights ? *weights : ones(x.shape(), int64);
+  const Tensor counts = scatter_add(zeros(Shape{bins}, w.dtype()), idx, w, 0, loc);
+  return slice(counts, {Slice{0, length, 1}}, loc);
+}
+
 }  // namespace kiln

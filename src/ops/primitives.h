@@ -49,7 +49,9 @@
   /* src/transforms/vmap.cpp */                                                                 \
   X(psum) X(pmax) X(axis_index) X(all_gather)                                                   \
   /* src/transforms/control_flow.cpp */                                                         \
-  X(cond) X(while_) X(while_grad) X(scan)
+  X(cond) X(while_) X(while_grad) X(scan)                                                       \
+  /* src/ops/nonzero.cpp */                                                                     \
+  X(nonzero)
 // clang-format on
 
 namespace kiln::prim {

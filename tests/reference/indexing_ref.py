@@ -92,4 +92,20 @@ for mode in ("reflect", "edge", "wrap"):
     case(f"pad_{mode}_long", lambda x, m=mode: np.pad(x, ((7, 9),), mode=m), (3,))
     case(f"pad_{mode}_one", lambda x, m=mode: np.pad(x, ((2, 3),), mode=m), (1,))
 
+# nonzero with a static size (padded with -1 here) and bincount with a length (values outside
+# [0, length) dropped).
+x = rng.uniform(-1.0, 1.0, (3, 4))
+x[x < 0] = 0.0
+x[0, 1], x[2, 2] = np.nan, -0.0
+nz = np.argwhere(x)
+out["nonzero/in0"] = x
+out["nonzero/out"] = np.concatenate([nz, np.full((10 - len(nz), 2), -1)]).astype(np.int64)
+v = rng.integers(-2, 8, 40)
+w = rng.uniform(-1.0, 1.0, 40)
+keep = (v >= 0) & (v < 5)
+out["bincount/in0"] = v.astype(np.int64)
+out["bincount/weights"] = w
+out["bincount/out"] = np.bincount(v[keep], minlength=5).astype(np.int64)
+out["bincount/out_weighted"] = np.bincount(v[keep], weights=w[keep], minlength=5)
+
 reference_file.write(sys.argv[1], out)
