@@ -560,4 +560,61 @@ TEST(Bincount, BadArgumentsRaise) {
       "bincount", {"weights do not match"});
 }
 
+// ---- scatter variants --------------------------------------------------------------------
+
+TEST(Scatter, MatchesNumpyWithRepeatedIndices) {
+  const Tensor x = kiln::testing::at(refs(), "scatter/x");
+  const Tensor idx = kiln::testing::at(refs(), "scatter/idx");
+  const Tensor u = kiln::testing::at(refs(), "scatter/u");
+  const std::pair<const char*, ScatterMode> modes[] = {{"set", ScatterMode::set},
+                                                       {"add", ScatterMode::add},
+                                                       {"max", ScatterMode::max},
+                                                       {"min", ScatterMode::min}};
+  for (const auto& [name, mode] : modes) {
+    const Tensor want = kiln::testing::at(refs(), std::string("scatter/") + name);
+    expect_close(scatter(x, idx, u, 1, mode), want, 0, name);
+    expect_close(scatter(astype(x, float32), idx, u, 1, mode), want, 1e-6, name);
+    auto f = jit([mode](const Tensor& x, const Tensor& i, const Tensor& u) {
+      return scatter(x, i, u, 1, mode);
+    });
+    expect_close(f(x, idx, u), want, 0, std::string("jit ") + name);
+    const Fn g = [mode, idx](const std::vector<Tensor>& v) {
+      return scatter(v[0], idx, v[1], 1, mode);
+    };
+    check_grad({x, u}, g, name);
+    check_vmap({x, u}, g, name);
+  }
+}
+
+TEST(Scatter, AtHelperAndBroadcastUpdates) {
+  const Tensor x = zeros({4}, float64), i = tensor({1, 3});
+  EXPECT_EQ(at(x, i).set(tensor(5.0)).to_vector<double>(), (std::vector<double>{0, 5, 0, 5}));
+  EXPECT_EQ(at(x, i).add(tensor({1.0, 2.0})).to_vector<double>(),
+            (std::vector<double>{0, 1, 0, 2}));
+  EXPECT_EQ(at(x, i).max(tensor(-1.0)).to_vector<double>(), (std::vector<double>{0, 0, 0, 0}));
+  EXPECT_EQ(at(x, i).min(tensor(-1.0)).to_vector<double>(), (std::vector<double>{0, -1, 0, -1}));
+  EXPECT_EQ(at(tensor({7, 8, 9}), tensor({-1})).get().to_vector<int32_t>(),
+            (std::vector<int32_t>{9}));
+  // Integer scatter; ties in max share the gradient equally.
+  EXPECT_EQ(at(tensor({1, 2, 3}), tensor({0, 0})).max(tensor({5, 4})).to_vector<int32_t>(),
+            (std::vector<int32_t>{5, 2, 3}));
+  const Tensor g = grad([](const Tensor& x) { return sum(at(x, tensor({0})).max(tensor({1.0}))); })(
+      tensor({1.0, 2.0}));
+  EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{0.5, 1.0}));
+  // NaN propagates through max.
+  EXPECT_TRUE(std::isnan(at(x, i).max(tensor(std::nan(""))).to_vector<double>()[1]));
+}
+
+TEST(Scatter, BadArgumentsRaise) {
+  const Tensor x = zeros({4});
+  expect_error([&] { at(x, tensor({4})).set(tensor(1.0f)); }, "scatter_set",
+               {"index out of range", "got 4", "[-4, 3]"});
+  expect_error([&] { at(x, tensor({-5})).max(tensor(1.0f)); }, "scatter_max",
+               {"index out of range"});
+  expect_error([&] { at(x, tensor({0.5})).set(tensor(1.0f)); }, "scatter", {"non-integer indices"});
+  expect_error([&] { at(x, tensor({1})).set(ones({3})); }, "broadcast_to", {});
+  auto f = jit([](const Tensor& x, const Tensor& i) { return at(x, i).min(tensor(1.0f)); });
+  expect_error([&] { f(x, tensor({9})); }, "scatter_min", {"index out of range"});
+}
+
 }  // namespace

@@ -51,7 +51,9 @@
   /* src/transforms/control_flow.cpp */                                                         \
   X(cond) X(while_) X(while_grad) X(scan)                                                       \
   /* src/ops/nonzero.cpp */                                                                     \
-  X(nonzero)
+  X(nonzero)                                                                                    \
+  /* src/ops/scatter.cpp */                                                                     \
+  X(scatter_set) X(scatter_max) X(scatter_min)
 // clang-format on
 
 namespace kiln::prim {

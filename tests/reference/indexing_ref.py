@@ -108,4 +108,18 @@ out["bincount/weights"] = w
 out["bincount/out"] = np.bincount(v[keep], minlength=5).astype(np.int64)
 out["bincount/out_weighted"] = np.bincount(v[keep], weights=w[keep], minlength=5)
 
+# scatter along axis 1 with repeated indices (4 and -1): set keeps the last in index order.
+x = rng.uniform(-1.0, 1.0, (3, 5, 2))
+idx = np.array([[4, 0], [-1, 1]])
+u = rng.uniform(-1.0, 1.0, (3, 2, 2, 2))
+out["scatter/x"], out["scatter/idx"], out["scatter/u"] = x, idx.astype(np.int64), u
+y = x.copy()
+for j, i in enumerate(idx.flat):
+    y[:, i, :] = u[:, j // 2, j % 2, :]
+out["scatter/set"] = y
+for name, ufunc in (("add", np.add), ("max", np.maximum), ("min", np.minimum)):
+    y = x.copy()
+    ufunc.at(y, (slice(None), idx), u)
+    out[f"scatter/{name}"] = y
+
 reference_file.write(sys.argv[1], out)
