@@ -208,10 +208,19 @@ TEST(Einsum, InvalidSubscriptsRaise) {
 }
 
 TEST(Einsum, GreedyOrderContractsTheSmallPairFirst) {
-  // a [2,100] b [100,100] c [100,2]: (a b) c costs far less than a (b c) would; either way the
-  // value is the same, so check the value and that the traced program has two matmuls.
-  const Tensor a = rand64({2, 100}, 1), b = rand64({100, 100}, 2), c = rand64({100, 2}, 3);
+  // a [2,100] b [100,100] c [100,50]: the greedy path contracts (a b) first (its first matmul
+  // gives [1, 2, 100]); a (b c) would first make [1, 100, 50].
+  const Tensor a = rand64({2, 100}, 1), b = rand64({100, 100}, 2), c = rand64({100, 50}, 3);
   expect_close(einsum("ij,jk,kl->il", a, b, c), matmul(matmul(a, b), c), 1e-12, "chain");
+  const ir::Function f =
+      kiln::trace([](const Tensor& a, const Tensor& b,
+                     const Tensor& c) { return einsum("ij,jk,kl->il", a, b, c); },
+                  a, b, c);
+  std::vector<Shape> products;
+  for (const auto& e : f.equations)
+    if (e.prim->name == "matmul") products.push_back(e.outputs.at(0).type.shape);
+  ASSERT_EQ(products.size(), 2u);
+  EXPECT_EQ(products[0], Shape({1, 2, 100}));
 }
 
 TEST(Tensordot, MatchesNumpy) {
@@ -348,6 +357,8 @@ TEST(Indexing, EdgeCases) {
   EXPECT_EQ(roll(zeros({0, 2}), 3, 0).shape(), Shape({0, 2}));
   EXPECT_EQ(repeat(ones({2}), 0).shape(), Shape({0}));
   EXPECT_EQ(tile(tensor(2.0), {3}).to_vector<double>(), (std::vector<double>{2, 2, 2}));
+  EXPECT_EQ(pad(tensor({1.0}), {{1, 2}}, PadMode::constant, 7.0).to_vector<double>(),
+            (std::vector<double>{7, 1, 7, 7}));
   // Integer and bool dtypes keep their dtype.
   const Tensor i = tensor({1, 2, 3, 4}, {2, 2});
   EXPECT_EQ(tril(i).to_vector<int32_t>(), (std::vector<int32_t>{1, 0, 3, 4}));
