@@ -62,6 +62,9 @@ const std::map<std::string, Kind>& kinds() {
       {"length", Kind::other},
       {"num_carry", Kind::other},
       {"num_xs", Kind::other},
+      // nonzero (issue 15, indexing): the static result length and its padding value.
+      {"size", Kind::other},
+      {"fill", Kind::other},
   };
   return k;
 }
