@@ -804,6 +804,24 @@ std::vector<PrimitiveSample> make_table() {
                {{sort(g.small_ints(Shape{g.dim(2, 6)}))}, {g.small_ints(Shape{g.dim(), 3})}},
                {{"right", right}}};
          }});
+  // ---- tensor products and indexing (issue 15; the rest of the group are compositions) ----
+  // nonzero: zeros mixed in; size above the element count, so that fill rows show.
+  c.push_back({.prim = "nonzero", .label = "", .make = [](Gen& g) {
+                 const Shape s{3, 4};
+                 return Sample{{{where(g.bernoulli(s), g.normal(s), zeros({}, float64))}},
+                               {{"size", int64_t{14}}, {"fill", int64_t{-1}}}};
+               }});
+  // scatter_set/max/min: repeated indices (set keeps the last; max/min combine); distinct values
+  // so that max/min have no ties for the finite differences.
+  for (const char* p : {"scatter_set", "scatter_max", "scatter_min"}) {
+    c.push_back({.prim = p, .label = "", .make = [](Gen& g) {
+                   const int64_t a = g.dim();
+                   return Sample{{{g.distinct(Shape{a, 5, 2})},
+                                  fixed(tensor(std::vector<int64_t>{4, 0, -1, 1}, Shape{2, 2})),
+                                  {g.distinct(Shape{a, 2, 2, 2})}},
+                                 {{"axis", int64_t{1}}}};
+                 }});
+  }
   return c;
 }
 

@@ -89,9 +89,10 @@ namespace kiln {
 
 // ---- staging and jit -----------------------------------------------------------------------
 
-// The IR of f for the abstract types of args (trees of tensors), before optimisation.
+// The IR of f for the abstract types of args (trees of tensors), before optimisation. (A
+// Tensor first is the matrix trace, kiln/indexing.h.)
 template <class F, class... Args>
-ir::Function trace(F f, const Args&... args) {
+requires(!std::same_as<F, Tensor>) ir::Function trace(F f, const Args&... args) {
   const detail::FlatTree in = detail::flatten_args(args...);
   return *detail::stage("f", in.def, in.leaves, detail::flat_fn<Args...>(f, in.def)).function;
 }

@@ -60,7 +60,11 @@
   /* src/ops/sort.cpp */                                                                        \
   X(sort) X(cumsum) X(cumprod) X(cummax) X(cummin) X(cumlogsumexp) X(searchsorted)             \
   /* src/ops/linalg.cpp */                                                                      \
-  X(cholesky) X(triangular_solve) X(solve) X(slogdet) X(eigh)
+  X(cholesky) X(triangular_solve) X(solve) X(slogdet) X(eigh)                                   \
+  /* src/ops/nonzero.cpp */                                                                     \
+  X(nonzero)                                                                                    \
+  /* src/ops/scatter.cpp */                                                                     \
+  X(scatter_set) X(scatter_max) X(scatter_min)
 // clang-format on
 
 namespace kiln::prim {

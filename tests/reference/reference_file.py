@@ -21,7 +21,8 @@ _DTYPES = {
 def write(path, arrays):
     header, blobs, offset = {}, [], 0
     for name in sorted(arrays):
-        a = np.ascontiguousarray(arrays[name])
+        # ascontiguousarray makes 0-d arrays 1-d (numpy < 2); the reshape keeps them 0-d.
+        a = np.ascontiguousarray(arrays[name]).reshape(np.shape(arrays[name]))
         if a.dtype not in _DTYPES:
             raise TypeError(f"{name}: dtype {a.dtype} has no safetensors name here")
         data = a.tobytes()
