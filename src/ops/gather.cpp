@@ -7,6 +7,7 @@
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
 #include "kiln/ops.h"
+#include "ops/axis_lines.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
@@ -17,18 +18,6 @@ const DTypeSet kIndex = DTypeSet(int32) | int64;
 
 void expect_index(std::string_view op, const TensorType& t) {
   ops::expect_dtype(op, t, kIndex, "integer indices (i32 or i64)");
-}
-
-// x viewed as [outer, n, inner] around `axis`.
-struct AxisSplit {
-  int64_t outer = 1, n = 1, inner = 1;
-};
-AxisSplit split_at(const Shape& s, int axis) {
-  AxisSplit r;
-  for (int i = 0; i < axis; ++i) r.outer *= s[i];
-  r.n = s[axis];
-  for (int i = axis + 1; i < s.rank(); ++i) r.inner *= s[i];
-  return r;
 }
 
 // Indices as int64 with negatives resolved; throws naming the first bad index.
@@ -121,7 +110,7 @@ const Primitive& prim::gather() {
       {{ops::cpu({DTypeSet::all(), kIndex}), [](ops::Ins in, const Attrs& a) {
           const Tensor x = in[0].contiguous();
           const int axis = normalize_axis("gather", a.get_int("axis"), x.rank());
-          const AxisSplit s = split_at(x.shape(), axis);
+          const ops::AxisLines s = ops::axis_lines(x.shape(), axis);
           const std::vector<int64_t> idx = resolve("gather", in[1], s.n);
           const auto m = static_cast<int64_t>(idx.size());
           Tensor out = empty(take_shape(x.shape(), axis, in[1].shape()), x.dtype());
@@ -153,7 +142,7 @@ Tensor scatter_into(const Tensor& x0, const Tensor& upd0, int axis, int64_t m, I
   Tensor out = empty(x0.type());
   detail::copy_cast(x0, out);
   const Tensor upd = upd0.contiguous();
-  const AxisSplit s = split_at(x0.shape(), axis);
+  const ops::AxisLines s = ops::axis_lines(x0.shape(), axis);
   detail::visit_dtype(x0.dtype(), [&]<typename T>() {
     if constexpr (!std::is_same_v<T, bool>) {
       T* po = out.data<T>();
@@ -201,7 +190,7 @@ const Primitive& prim::scatter_add() {
       {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}),
         [](ops::Ins in, const Attrs& a) {
           const int axis = normalize_axis("scatter_add", a.get_int("axis"), in[0].rank());
-          const AxisSplit s = split_at(in[0].shape(), axis);
+          const ops::AxisLines s = ops::axis_lines(in[0].shape(), axis);
           const std::vector<int64_t> idx = resolve("scatter_add", in[1], s.n);
           const auto m = static_cast<int64_t>(idx.size());
           return std::vector<Tensor>{scatter_into(
@@ -240,7 +229,7 @@ const Primitive& prim::gather_along() {
       {{ops::cpu({DTypeSet::all(), kIndex}), [](ops::Ins in, const Attrs& a) {
           const Tensor x = in[0].contiguous();
           const int axis = normalize_axis("gather_along", a.get_int("axis"), x.rank());
-          const AxisSplit s = split_at(x.shape(), axis);
+          const ops::AxisLines s = ops::axis_lines(x.shape(), axis);
           const int64_t m = in[1].shape()[axis];
           const std::vector<int64_t> idx = resolve("gather_along", in[1], s.n);
           Tensor out = empty(in[1].shape(), x.dtype());
@@ -282,7 +271,7 @@ const Primitive& prim::scatter_add_along() {
       {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}),
         [](ops::Ins in, const Attrs& a) {
           const int axis = normalize_axis("scatter_add_along", a.get_int("axis"), in[0].rank());
-          const AxisSplit s = split_at(in[0].shape(), axis);
+          const ops::AxisLines s = ops::axis_lines(in[0].shape(), axis);
           const int64_t m = in[1].shape()[axis];
           const std::vector<int64_t> idx = resolve("scatter_add_along", in[1], s.n);
           return std::vector<Tensor>{

@@ -13,26 +13,12 @@
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
 #include "kiln/ops.h"
+#include "ops/axis_lines.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
 namespace kiln {
 namespace {
-
-// x viewed as [outer, n, inner] around `axis`: line l = (o, k) holds the n elements
-// o*n*inner + k + j*inner.
-struct Lines {
-  int64_t outer = 1, n = 1, inner = 1;
-  int64_t count() const { return outer * inner; }
-  int64_t base(int64_t line) const { return (line / inner) * n * inner + line % inner; }
-};
-Lines lines_of(const Shape& s, int axis) {
-  Lines r;
-  for (int i = 0; i < axis; ++i) r.outer *= s[i];
-  r.n = s[axis];
-  for (int i = axis + 1; i < s.rank(); ++i) r.inner *= s[i];
-  return r;
-}
 
 // A long single line is split across threads; many lines run one per thread.
 bool may_split(int64_t n) {
@@ -119,7 +105,7 @@ Item<K, I>* radix_sort(Item<K, I>* a, Item<K, I>* tmp, int64_t n, const ByteCoun
 
 // Sorts every line of x into values and indices (int64). Items index elements with I.
 template <typename T, typename I>
-void sort_kernel(const Tensor& x, const Lines& L, bool descending, const Tensor& values,
+void sort_kernel(const Tensor& x, const ops::AxisLines& L, bool descending, const Tensor& values,
                  const Tensor& indices) {
   using K = key_t<T>;
   using It = Item<K, I>;
@@ -218,7 +204,8 @@ const Primitive& prim::sort() {
                 .batch = batch_axis()},
       {{ops::cpu({kSortable}), [](ops::Ins in, const Attrs& a) {
           const Tensor x = in[0].contiguous();
-          const Lines L = lines_of(x.shape(), normalize_axis("sort", a.get_int("axis"), x.rank()));
+          const ops::AxisLines L =
+              ops::axis_lines(x.shape(), normalize_axis("sort", a.get_int("axis"), x.rank()));
           Tensor values = empty(x.type()), indices = empty(x.shape(), int64);
           detail::visit_dtype(x.dtype(), [&]<typename T>() {
             if (L.n <= std::numeric_limits<uint32_t>::max())
@@ -325,7 +312,7 @@ concept Indexed = requires(typename Op::S s) {
 };
 
 template <typename Op, typename T>
-void scan_kernel(const Tensor& x, const Lines& L, const Tensor& y, const Tensor* index) {
+void scan_kernel(const Tensor& x, const ops::AxisLines& L, const Tensor& y, const Tensor* index) {
   using S = typename Op::S;
   const T* px = x.data<const T>();
   T* py = y.data<T>();
@@ -470,7 +457,8 @@ const Primitive& define_scan(std::string name, DTypeSet domain, std::string_view
   };
   Kernel kernel = [name](ops::Ins in, const Attrs& a) {
     const Tensor x = in[0].contiguous();
-    const Lines L = lines_of(x.shape(), normalize_axis(name, a.get_int("axis"), x.rank()));
+    const ops::AxisLines L =
+        ops::axis_lines(x.shape(), normalize_axis(name, a.get_int("axis"), x.rank()));
     Tensor y = empty(x.type());
     detail::visit_dtype(x.dtype(), [&]<typename T>() {
       if constexpr (!std::is_same_v<T, bool>) scan_kernel<Op<T>, T>(x, L, y, nullptr);
@@ -496,7 +484,8 @@ const Primitive& define_extreme_scan(std::string name, Loc loc) {
   };
   Kernel kernel = [name](ops::Ins in, const Attrs& a) {
     const Tensor x = in[0].contiguous();
-    const Lines L = lines_of(x.shape(), normalize_axis(name, a.get_int("axis"), x.rank()));
+    const ops::AxisLines L =
+        ops::axis_lines(x.shape(), normalize_axis(name, a.get_int("axis"), x.rank()));
     Tensor y = empty(x.type()), index = empty(x.shape(), int64);
     detail::visit_dtype(x.dtype(), [&]<typename T>() {
       if constexpr (!std::is_same_v<T, bool>)
