@@ -690,7 +690,8 @@ Tensor quantile(const Tensor& x, double q, std::optional<int64_t> axis, bool kee
   const auto lo = static_cast<int64_t>(std::floor(pos));
   const int64_t hi = std::min(lo + 1, n - 1);
   const double t = pos - static_cast<double>(lo);
-  auto at = [&](int64_t i) {
+  // Structured bindings are captured by an init-capture: clang 16 rejects them under OpenMP.
+  auto at = [&, a = a](int64_t i) {
     return take(sorted, full(Shape{}, static_cast<double>(i), int64), a, loc);
   };
   const Tensor below = at(lo), above = at(hi);
