@@ -811,9 +811,9 @@ std::vector<PrimitiveSample> make_table() {
                  return Sample{{{where(g.bernoulli(s), g.normal(s), zeros({}, float64))}},
                                {{"size", int64_t{14}}, {"fill", int64_t{-1}}}};
                }});
-  // scatter_set/max/min: repeated indices (set keeps the last; max/min combine); distinct values
-  // so that max/min have no ties for the finite differences.
-  for (const char* p : {"scatter_set", "scatter_max", "scatter_min"}) {
+  // scatter_set/mul/max/min: repeated indices (set keeps the last; the others combine); distinct
+  // values so that max/min have no ties for the finite differences.
+  for (const char* p : {"scatter_set", "scatter_mul", "scatter_max", "scatter_min"}) {
     c.push_back({.prim = p, .label = "", .make = [](Gen& g) {
                    const int64_t a = g.dim();
                    return Sample{{{g.distinct(Shape{a, 5, 2})},

@@ -579,6 +579,7 @@ TEST(Scatter, MatchesNumpyWithRepeatedIndices) {
   const Tensor u = kiln::testing::at(refs(), "scatter/u");
   const std::pair<const char*, ScatterMode> modes[] = {{"set", ScatterMode::set},
                                                        {"add", ScatterMode::add},
+                                                       {"mul", ScatterMode::mul},
                                                        {"max", ScatterMode::max},
                                                        {"min", ScatterMode::min}};
   for (const auto& [name, mode] : modes) {
@@ -614,6 +615,36 @@ TEST(Scatter, AtHelperAndBroadcastUpdates) {
   EXPECT_EQ(g.to_vector<double>(), (std::vector<double>{0.5, 1.0}));
   // NaN propagates through max.
   EXPECT_TRUE(std::isnan(at(x, i).max(tensor(std::nan(""))).to_vector<double>()[1]));
+}
+
+// The product's derivative for an update is the product of the rest at its position; with
+// zeros among them it must not divide by zero. f is multilinear in the updates, so central
+// differences are exact up to round-off.
+TEST(Scatter, MulGradientsWithZeroUpdates) {
+  const Tensor x = tensor({2.0, 3.0, -1.5});
+  const Tensor idx = tensor({0, 0, 0, 1, 1, 2});
+  const std::vector<Tensor> cases = {tensor({0.5, 4.0, -2.0, 0.0, 3.0, 7.0}),
+                                     tensor({0.0, 4.0, -2.0, 0.0, 0.0, 7.0}),
+                                     tensor({0.0, 0.0, 0.0, 0.0, 0.0, 0.0})};
+  for (const Tensor& u : cases) {
+    // numpy.multiply.at, by hand: position 0 gets u0 u1 u2, 1 gets u3 u4, 2 gets u5.
+    const std::vector<double> uv = u.to_vector<double>();
+    const std::vector<double> want = {2.0 * uv[0] * uv[1] * uv[2], 3.0 * uv[3] * uv[4],
+                                      -1.5 * uv[5]};
+    EXPECT_EQ(at(x, idx).mul(u).to_vector<double>(), want);
+    const Fn f = [idx](const std::vector<Tensor>& v) {
+      return at(v[0], idx).mul(v[1]) * tensor({1.0, -2.0, 0.5});
+    };
+    check_grad({x, u}, f, "mul with zeros");
+    const Tensor gu = grad([&](const Tensor& u) { return sum(at(x, idx).mul(u)); })(u);
+    const std::vector<double> want_gu = {2.0 * uv[1] * uv[2], 2.0 * uv[0] * uv[2],
+                                         2.0 * uv[0] * uv[1], 3.0 * uv[4],
+                                         3.0 * uv[3],         -1.5};
+    EXPECT_EQ(gu.to_vector<double>(), want_gu);
+  }
+  // Integer products.
+  EXPECT_EQ(at(tensor({1, 2, 3}), tensor({2, 2})).mul(tensor({4, 5})).to_vector<int32_t>(),
+            (std::vector<int32_t>{1, 2, 60}));
 }
 
 TEST(Scatter, BadArgumentsRaise) {

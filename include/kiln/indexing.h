@@ -74,21 +74,23 @@ Tensor bincount(const Tensor& x, int64_t length,
 // Scatter in numpy.take's index layout along `axis`: updates[..., j, ...] (x's shape with the
 // indices' shape at axis; updates broadcast to it) combined into x[..., indices[j], ...].
 // Negative indices count from the end; out-of-range ones raise. Repeated indices: `set` keeps
-// the last in index order, `add`, `max`, `min` combine all (NaN propagates through max/min).
-// Gradients: `set` passes the cotangent to the winning update only; `max`/`min` to whichever
-// of x and the updates attain the result, shared equally among ties.
-enum class ScatterMode { set, add, max, min };
+// the last in index order, `add`, `mul`, `max`, `min` combine all (NaN propagates through
+// max/min). Gradients: `set` passes the cotangent to the winning update only; `mul` gives an
+// update the product of everything else at its position (exact with zeros); `max`/`min` go to
+// whichever of x and the updates attain the result, shared equally among ties.
+enum class ScatterMode { set, add, mul, max, min };
 Tensor scatter(const Tensor& x, const Tensor& indices, const Tensor& updates, int64_t axis = 0,
                ScatterMode mode = ScatterMode::set, Loc loc = Loc::current());
 
 // JAX's x.at[idx].set(v), functionally: at(x, idx).set(v) is x with v written at idx along
-// axis 0 (or `axis`); .add/.max/.min combine instead; .get() is take(x, idx, axis).
+// axis 0 (or `axis`); .add/.mul/.max/.min combine instead; .get() is take(x, idx, axis).
 struct IndexedUpdate {
   Tensor x, indices;
   int64_t axis = 0;
   Tensor get(Loc loc = Loc::current()) const;
   Tensor set(const Tensor& v, Loc loc = Loc::current()) const;
   Tensor add(const Tensor& v, Loc loc = Loc::current()) const;
+  Tensor mul(const Tensor& v, Loc loc = Loc::current()) const;
   Tensor max(const Tensor& v, Loc loc = Loc::current()) const;
   Tensor min(const Tensor& v, Loc loc = Loc::current()) const;
 };

@@ -1,12 +1,14 @@
-// The scatter variants besides scatter_add (src/ops/gather.cpp): scatter_set, scatter_max and
-// scatter_min, in numpy.take's index layout along one axis: updates have x's shape with the
-// indices' shape at `axis`, and updates[..., j, ...] goes to x[..., indices[j], ...]. Indices are
-// int32 or int64, negative ones count from the end, out-of-range ones raise (as for take).
-// Repeated indices: set keeps the last update in index order; max/min combine them all.
+// The scatter variants besides scatter_add (src/ops/gather.cpp): scatter_set, scatter_mul,
+// scatter_max and scatter_min, in numpy.take's index layout along one axis: updates have x's shape
+// with the indices' shape at `axis`, and updates[..., j, ...] goes to x[..., indices[j], ...].
+// Indices are int32 or int64, negative ones count from the end, out-of-range ones raise (as for
+// take). Repeated indices: set keeps the last update in index order; mul/max/min combine them all.
 //
 // Derivatives: scatter_set is linear in (x, updates) jointly; only the update that wins a
-// position gets its cotangent. scatter_max/min pass the tangent of whichever of x and the
-// updates attain the result, averaged over ties (as JAX's scatter_max does).
+// position gets its cotangent. scatter_mul's derivative for an update is the product of
+// everything else at its position, computed without dividing by zero (zeros are counted).
+// scatter_max/min pass the tangent of whichever of x and the updates attain the result, averaged
+// over ties (as JAX's scatter_max does).
 #include <cmath>
 #include <limits>
 
@@ -21,7 +23,7 @@ namespace {
 
 const DTypeSet kIndex = DTypeSet(int32) | int64;
 
-enum class Combine { set, max, min };
+enum class Combine { set, mul, max, min };
 
 // updates' type for x, indices and axis: x's shape with the indices' shape at axis.
 Shape updates_shape(const Shape& x, int axis, const Shape& idx) {
@@ -75,6 +77,8 @@ Tensor scatter_kernel(std::string_view op, ops::Ins in, const Attrs& a) {
             const V cur = static_cast<V>(dst), v = static_cast<V>(u);
             if constexpr (C == Combine::set)
               dst = u;
+            else if constexpr (C == Combine::mul)
+              dst = static_cast<T>(cur * v);
             else if constexpr (C == Combine::max)
               dst = (v != v || v > cur) ? u : dst;  // NaN propagates
             else
@@ -131,6 +135,48 @@ Primitive with_set_rules(Primitive p) {
     const Tensor g = bind1(prim::gather(), {*ct[0], r.inputs[1]}, r.attrs);
     return {bind1(r.primitive, {*ct[0], r.inputs[1], ops::zeros_of(r.inputs[2].type())}, r.attrs),
             std::nullopt, where(kept, g, zeros({}, g.dtype()))};
+  };
+  return p;
+}
+
+// Update j's cofactor: the product of the other updates at its position, exact when some
+// of them are zero (one zero: the product of the rest; two or more: zero).
+Tensor cofactor(const RuleArgs& r) {
+  const Tensor& u = r.inputs[2];
+  const Tensor ones = ones_like(r.inputs[0]);
+  const Tensor zero = zeros({}, u.dtype()), one = scalar_like(u, 1.0);
+  const Tensor is_zero = equal(u, zero);
+  const Tensor nonzero_u = where(is_zero, one, u);
+  auto at_updates = [&](const Primitive& p, const Tensor& v, const Tensor& init) {
+    return bind1(prim::gather(), {bind1(p, {init, r.inputs[1], v}, r.attrs), r.inputs[1]}, r.attrs);
+  };
+  const Tensor rest = at_updates(prim::scatter_mul(), nonzero_u, ones);
+  const Tensor zero_count =
+      at_updates(prim::scatter_add(), astype(is_zero, u.dtype()), ops::zeros_of(ones.type()));
+  return where(is_zero, where(equal(zero_count, one), rest, zero),
+               where(equal(zero_count, zero), rest / nonzero_u, zero));
+}
+
+Primitive with_product_rules(Primitive p) {
+  p.batch = batch_scatter;
+  // out = x * P with P the product of the updates at each position: linear in x given P, and
+  // in each update given its cofactor.
+  auto product = [](const RuleArgs& r) {
+    return bind1(prim::scatter_mul(), {ones_like(r.inputs[0]), r.inputs[1], r.inputs[2]}, r.attrs);
+  };
+  p.jvp = [product](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
+    const Tensor& x = r.inputs[0];
+    Tensor out = t[0] ? *t[0] * product(r) : ops::zeros_of(x.type());
+    if (t[2]) {
+      const Tensor gx = bind1(prim::gather(), {x, r.inputs[1]}, r.attrs);
+      out = out + bind1(prim::scatter_add(),
+                        {ops::zeros_of(x.type()), r.inputs[1], *t[2] * cofactor(r) * gx}, r.attrs);
+    }
+    return {out};
+  };
+  p.vjp = [product](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+    const Tensor g = bind1(prim::gather(), {*ct[0] * r.inputs[0], r.inputs[1]}, r.attrs);
+    return {*ct[0] * product(r), std::nullopt, g * cofactor(r)};
   };
   return p;
 }
@@ -195,6 +241,11 @@ const Primitive& prim::scatter_set() {
       define_scatter<Combine::set>("scatter_set", with_set_rules, Loc::current());
   return p;
 }
+const Primitive& prim::scatter_mul() {
+  static const Primitive& p =
+      define_scatter<Combine::mul>("scatter_mul", with_product_rules, Loc::current());
+  return p;
+}
 const Primitive& prim::scatter_max() {
   static const Primitive& p =
       define_scatter<Combine::max>("scatter_max", with_extremal_rules, Loc::current());
@@ -221,6 +272,8 @@ Tensor scatter(const Tensor& x, const Tensor& indices, const Tensor& updates, in
       return bind1(prim::scatter_set(), {x, idx, u}, a, loc);
     case ScatterMode::add:
       return scatter_add(x, idx, u, axis, loc);
+    case ScatterMode::mul:
+      return bind1(prim::scatter_mul(), {x, idx, u}, a, loc);
     case ScatterMode::max:
       return bind1(prim::scatter_max(), {x, idx, u}, a, loc);
     case ScatterMode::min:
@@ -235,6 +288,9 @@ Tensor IndexedUpdate::set(const Tensor& v, Loc loc) const {
 }
 Tensor IndexedUpdate::add(const Tensor& v, Loc loc) const {
   return scatter(x, indices, v, axis, ScatterMode::add, loc);
+}
+Tensor IndexedUpdate::mul(const Tensor& v, Loc loc) const {
+  return scatter(x, indices, v, axis, ScatterMode::mul, loc);
 }
 Tensor IndexedUpdate::max(const Tensor& v, Loc loc) const {
   return scatter(x, indices, v, axis, ScatterMode::max, loc);
