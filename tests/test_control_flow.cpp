@@ -400,6 +400,64 @@ TEST(ControlFlow, ScanGradStoresResidualsInsteadOfRecomputingTheForward) {
   expect_close(ju, ru.to_vector<double>(), 1e-12);
 }
 
+// The two-layer body of bench_scan: h' = tanh(tanh(W h + U x) W). The backward reads h (for
+// dW), n1 and h' (for tanh'); h' is the next step's h, and when it is also a ys output it is
+// stacked there already. Either way only h and n1 are stacked as residuals, as the loop
+// unrolled at trace time keeps them, forwards and reversed.
+TEST(ControlFlow, ScanGradStoresANextCarryOrYsOnlyOnce) {
+  const Tensor w = random::normal(random::key(1), {3, 3}, float64) * 0.5;
+  const Tensor u = random::normal(random::key(2), {3, 2}, float64) * 0.5;
+  const Tensor xs = random::normal(random::key(3), {6, 2}, float64);
+  auto step = [](const Tensor& w, const Tensor& u, const Tensor& h, const Tensor& x) {
+    return tanh(matmul(w, tanh(matmul(w, h) + matmul(u, x))));
+  };
+  auto scanned = [&](bool with_ys, bool reverse) {
+    return [=](const Tensor& w, const Tensor& u, const Tensor& xs) {
+      auto [h, ys] = scan(
+          [&](const Tensor& h, const Tensor& x) {
+            const Tensor n = step(w, u, h, x);
+            return P{n, with_ys ? n : zeros({3}, float64)};  // unused ys are dropped
+          },
+          ones({3}, float64), xs, ScanOptions{.reverse = reverse});
+      return sum(h * h) + sum(ys * ys);
+    };
+  };
+  auto unrolled = [&](bool with_ys, bool reverse) {
+    return [=](const Tensor& w, const Tensor& u, const Tensor& xs) {
+      Tensor h = ones({3}, float64), total = tensor(0.0);
+      const int64_t n = xs.shape()[0];
+      for (int64_t i = 0; i < n; ++i) {
+        h = step(w, u, h, index(xs, reverse ? n - 1 - i : i));
+        if (with_ys) total = total + sum(h * h);
+      }
+      return sum(h * h) + total;
+    };
+  };
+  auto forward_scan = [](const ir::Function& f) -> const ir::Equation* {
+    for (const ir::Equation& e : f.equations)
+      if (e.prim->name == "scan" && e.attrs.get<FunctionRef>("body")->name.ends_with("_fwd"))
+        return &e;
+    return nullptr;
+  };
+  for (const bool with_ys : {false, true})
+    for (const bool reverse : {false, true}) {
+      SCOPED_TRACE(std::string(with_ys ? "ys" : "no ys") + (reverse ? ", reversed" : ""));
+      const ir::Function g = jit(grad(scanned(with_ys, reverse), argnums<0, 1>)).lower(w, u, xs);
+      const ir::Equation* fwd = forward_scan(g);
+      ASSERT_TRUE(fwd) << g;
+      const auto stacked =
+          fwd->outputs.size() - static_cast<std::size_t>(fwd->attrs.get_int("num_carry"));
+      EXPECT_EQ(stacked, with_ys ? 3u : 2u) << g;  // h and n1 (and the ys)
+      auto [rw, ru] = grad(unrolled(with_ys, reverse), argnums<0, 1>)(w, u, xs);
+      auto [gw, gu] = grad(scanned(with_ys, reverse), argnums<0, 1>)(w, u, xs);
+      auto [jw, ju] = jit(grad(scanned(with_ys, reverse), argnums<0, 1>))(w, u, xs);
+      expect_close(gw, rw.to_vector<double>(), 1e-12);
+      expect_close(gu, ru.to_vector<double>(), 1e-12);
+      expect_close(jw, rw.to_vector<double>(), 1e-12);
+      expect_close(ju, ru.to_vector<double>(), 1e-12);
+    }
+}
+
 // checkpoint around the body brings back per-step rematerialisation: the forward scan then
 // stacks only what the checkpoint reads, and the backward recomputes the step.
 TEST(ControlFlow, CheckpointedScanBodyStoresOnlyItsInputs) {

@@ -14,6 +14,8 @@
 #include "kiln/control_flow.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
 #include "ir/partial_eval.h"
 #include "ops/primitives.h"
@@ -701,6 +703,49 @@ ops::Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   return result;
 }
 
+// Residuals the forward scan computes anyway, so that they are not stacked a second time:
+// a residual equal to one of the body's ys is read from the stacked ys, and one equal to a
+// next carry whose incoming value is stacked (rc) is carried through the backward scan.
+struct ResidualReuse {
+  ir::Function forward;                           // without the reused residuals among its results
+  std::map<std::size_t, std::size_t> as_ys;       // residual -> ys index
+  std::map<std::size_t, std::size_t> next_carry;  // residual -> position in rc
+  std::map<std::size_t, std::size_t> stacked;     // residual -> position among stacked ones
+};
+ResidualReuse reuse_residuals(const ir::Function& fwd, std::size_t nc, std::size_t ny,
+                              const Idx& rc, std::size_t num_residuals) {
+  ResidualReuse r;
+  const std::size_t res0 = nc + ny + rc.size();
+  std::vector<ir::Value> kept(fwd.results.begin(),
+                              fwd.results.begin() + static_cast<std::ptrdiff_t>(res0));
+  auto position = [&](const ir::Value& v, std::size_t from, std::size_t to) {
+    std::optional<std::size_t> found;
+    for (std::size_t i = from; i < to && !found; ++i)
+      if (fwd.results[i] == v) found = i;
+    return found;
+  };
+  std::vector<bool> carried(nc, false);
+  for (std::size_t k = 0; k < num_residuals; ++k) {
+    const ir::Value& v = fwd.results[res0 + k];
+    if (const auto y = position(v, nc, nc + ny)) {
+      r.as_ys[k] = *y - nc;
+      continue;
+    }
+    const auto c = std::ranges::find_if(rc, [&](std::size_t i) { return fwd.results[i] == v; });
+    if (c != rc.end() && !carried[*c]) {
+      carried[*c] = true;
+      r.next_carry[k] = static_cast<std::size_t>(c - rc.begin());
+      continue;
+    }
+    r.stacked[k] = kept.size() - res0;
+    kept.push_back(v);
+  }
+  r.forward = fwd;
+  r.forward.results = std::move(kept);
+  r.forward = ir::dce(r.forward);
+  return r;
+}
+
 // Reverse mode: the per-step backward body (the body's VJP) split by what is known before
 // any cotangent exists (ir::split_known, docs/DESIGN.md "Reverse mode through scan stores
 // residuals"). A forward scan runs the body and the known part, stacking the residuals (and
@@ -766,39 +811,60 @@ ops::Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
     return out;
   });
   // The known part recomputes the body's forward: merge the two.
-  FunctionRef fwd = std::make_shared<const ir::Function>(ir::dce(ir::cse(fwd_trace)));
+  const ir::Function merged = ir::dce(ir::cse(fwd_trace));
+  const ResidualReuse reuse = reuse_residuals(merged, l.nc, ny, rc, split.num_residuals);
+  FunctionRef fwd = std::make_shared<const ir::Function>(reuse.forward);
   const Tensors f = bind(r.primitive, Tensors(r.inputs.begin(), r.inputs.end()),
                          scan_attrs(fwd, l.length, l.reverse, l.nc, l.nx));
   // 3. Backward over the unknown part, taking only the parameters it reads. Carry: the
-  // cotangents; xs: carries, xs, ys cotangents, residuals; then captures.
+  // cotangents, then the next carries reused as residuals; xs: carries, xs, ys cotangents,
+  // residuals; then captures.
   ir::Function bwd = *split.unknown;
   const std::vector<ir::Value> all = bwd.params;
   bwd.params.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(nbc));
+  auto residual = [&](std::size_t k) { return all[params.size() + k]; };
+  // A next carry read at step t is the incoming carry stacked for step t + 1 (t - 1 when
+  // reversed): the backward scan carries it, starting from the final carry.
+  const auto cot_out = static_cast<std::ptrdiff_t>(nbc);
+  std::vector<ir::Value> next_carries;
+  for (const auto& [k, c] : reuse.next_carry) {
+    bwd.params.push_back(residual(k));
+    next_carries.push_back(all[nbc + rc[c]]);
+  }
+  bwd.results.insert(bwd.results.begin() + cot_out, next_carries.begin(), next_carries.end());
   auto take = [&](std::size_t from, const Idx& which) {
     for (std::size_t i : which) bwd.params.push_back(all[from + i]);
   };
   take(nbc, rc);
   take(at_x, rx);
   take(at_y, ry);
-  for (std::size_t i = 0; i < split.num_residuals; ++i)
-    bwd.params.push_back(all[params.size() + i]);
+  for (std::size_t k = 0; k < split.num_residuals; ++k)
+    if (!reuse.next_carry.contains(k)) bwd.params.push_back(residual(k));
   take(at_k, rk);
   bwd.name = body->name + "_bwd";
   Tensors ins;
   for (std::size_t i : fc) ins.push_back(or_zero(ct[i], out_t[i]));
   for (std::size_t i : fk) ins.push_back(ops::zeros_of(in_t[l.nc + l.nx + i]));
+  for (const auto& [k, c] : reuse.next_carry) ins.push_back(f[rc[c]]);
   for (std::size_t j = 0; j < rc.size(); ++j) ins.push_back(f[l.nc + ny + j]);
   for (std::size_t i : rx) ins.push_back(r.inputs[l.nc + i]);
   for (std::size_t j : ry) ins.push_back(or_zero(ct[l.nc + fy[j]], out_t[l.nc + fy[j]]));
-  for (std::size_t j = 0; j < split.num_residuals; ++j) ins.push_back(f[l.nc + ny + rc.size() + j]);
+  for (std::size_t k = 0; k < split.num_residuals; ++k) {
+    if (const auto y = reuse.as_ys.find(k); y != reuse.as_ys.end())
+      ins.push_back(f[l.nc + y->second]);
+    else if (const auto s = reuse.stacked.find(k); s != reuse.stacked.end())
+      ins.push_back(f[l.nc + ny + rc.size() + s->second]);
+  }
   for (std::size_t i : rk) ins.push_back(r.inputs[l.nc + l.nx + i]);
-  const std::size_t nbx = rc.size() + rx.size() + ry.size() + split.num_residuals;
+  const std::size_t nbn = nbc + next_carries.size();
+  const std::size_t nbx =
+      rc.size() + rx.size() + ry.size() + split.num_residuals - reuse.next_carry.size();
   const Tensors b = bind(r.primitive, ins,
                          scan_attrs(std::make_shared<const ir::Function>(std::move(bwd)), l.length,
-                                    !l.reverse, nbc, nbx));
+                                    !l.reverse, nbn, nbx));
   for (std::size_t j = 0; j < fc.size(); ++j) result[fc[j]] = b[j];
   for (std::size_t j = 0; j < fk.size(); ++j) result[l.nc + l.nx + fk[j]] = b[fc.size() + j];
-  for (std::size_t j = 0; j < fx.size(); ++j) result[l.nc + fx[j]] = b[nbc + j];
+  for (std::size_t j = 0; j < fx.size(); ++j) result[l.nc + fx[j]] = b[nbn + j];
   return result;
 }
 
