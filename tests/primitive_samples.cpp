@@ -719,10 +719,11 @@ std::vector<PrimitiveSample> make_table() {
   };
   for (const auto& [label, tall, complete] :
        {std::tuple{"", true, false}, std::tuple{"complete_square", false, true}}) {
-    c.push_back({.prim = "qr", .label = label, .make = [=](Gen& g) {
-                   const int64_t n = g.dim(1, 3), m = tall ? n + g.dim(0, 2) : n;
-                   return Sample{{{separated(g, m, n)}}, {{"complete", complete}}};
-                 }});
+    c.push_back(
+        {.prim = "qr", .label = label, .make = [=, tall = tall, complete = complete](Gen& g) {
+           const int64_t n = g.dim(1, 3), m = tall ? n + g.dim(0, 2) : n;
+           return Sample{{{separated(g, m, n)}}, {{"complete", complete}}};
+         }});
   }
   c.push_back({.prim = "qr",
                .label = "wide_complete",
@@ -733,7 +734,7 @@ std::vector<PrimitiveSample> make_table() {
                    },
                .ad = {.check = false}});  // no derivative for m < n (Error)
   for (const auto& [label, tall] : {std::tuple{"", true}, std::tuple{"wide", false}}) {
-    c.push_back({.prim = "svd", .label = label, .make = [=](Gen& g) {
+    c.push_back({.prim = "svd", .label = label, .make = [=, tall = tall](Gen& g) {
                    const int64_t k = g.dim(1, 3), extra = g.dim(0, 2);
                    return Sample{{{tall ? separated(g, k + extra, k) : separated(g, k, k + extra)}},
                                  {{"full_matrices", false}}};
@@ -751,6 +752,13 @@ std::vector<PrimitiveSample> make_table() {
                      return Sample{{{separated(g, n + g.dim(1, 2), n)}}, {{"full_matrices", true}}};
                    },
                .ad = {.check = false}});  // no derivative with full_matrices for m != n (Error)
+  for (const auto& [label, tall] : {std::tuple{"", true}, std::tuple{"wide", false}}) {
+    c.push_back({.prim = "pinv", .label = label, .make = [=, tall = tall](Gen& g) {
+                   const int64_t k = g.dim(1, 3), extra = g.dim(0, 2);
+                   return Sample{{{tall ? separated(g, k + extra, k) : separated(g, k, k + extra)}},
+                                 {{"rcond", 1e-10}}};
+                 }});
+  }
   c.push_back({.prim = "svdvals", .label = "", .make = [=](Gen& g) {
                  const int64_t m = g.dim(1, 4);
                  return Sample{{{separated(g, m, g.dim(1, 4))}}, {}};

@@ -251,6 +251,13 @@ TEST(LinalgDecomp, VmapIsOneBatchedCall) {
   const auto batched = vmap(f);
   const Tensor got = batched(tall);
   for (int64_t i = 0; i < 6; ++i) expect_close(index(got, {i}), f(index(tall, {i})), 1e-12, 1e-12);
+  // pinv batches into one call too.
+  const auto pinv_batched = vmap([](const Tensor& a) { return linalg::pinv(a); });
+  expect_close(pinv_batched(tall), linalg::pinv(tall), 1e-12, 1e-12);
+  int pinv_calls = 0;
+  const ir::Function pinv_traced = trace(pinv_batched, tall);
+  for (const ir::Equation& e : pinv_traced.equations) pinv_calls += e.prim->name == "pinv";
+  EXPECT_EQ(pinv_calls, 1) << pinv_traced;
   const ir::Function traced = trace(batched, tall);
   for (const char* name : {"qr", "svd", "svdvals"}) {
     int count = 0;
@@ -287,6 +294,10 @@ TEST(LinalgDecomp, DegenerateInputsFollowTheDocumentedRules) {
   expect_close(linalg::svdvals(eye(3, float64) * 2.0), full({3}, 2.0, float64), 1e-15);
   const Tensor g = grad([](const Tensor& a) { return sum(linalg::svdvals(a)); })(eye(3, float64));
   expect_close(g, eye(3, float64), 1e-12, 1e-12);
+  // pinv's derivative stays finite at repeated singular values (constant-rank formula).
+  const Tensor d = tensor(kiln::testing::random_values(9, 3), {3, 3});
+  expect_grad_fd([&](const Tensor& x) { return sum(linalg::pinv(x) * cos(d)); },
+                 eye(3, float64) * 2.0, d);
   // Integers: norm computes in float32; matrix_power stays in the integer dtype.
   const Tensor ints = tensor(std::vector<int32_t>{3, 4}, {2});
   EXPECT_EQ(linalg::norm(ints).type(), (TensorType{float32, Shape{}}));

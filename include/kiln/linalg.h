@@ -77,9 +77,9 @@ SVD svd(const Tensor& a, bool full_matrices = true, Loc loc = Loc::current());
 Tensor svdvals(const Tensor& a, Loc loc = Loc::current());
 
 // numpy.linalg.pinv: V diag(1/s) U^T over the singular values s > rcond * max(s) (the rest
-// count as zero). rcond defaults to 10 * max(m, n) * epsilon of the dtype (numpy's 1e-15
-// for float64 is too tight for float32). Differentiated through svd: inf/NaN where the kept
-// singular values repeat (an identity matrix, say).
+// count as zero). rcond defaults to max(m, n) * epsilon of the dtype (numpy 2's default).
+// Its derivative is the constant-rank formula (finite at repeated singular values, not
+// continuous where the rank changes).
 Tensor pinv(const Tensor& a, std::optional<double> rcond = std::nullopt, Loc loc = Loc::current());
 
 // numpy.linalg.lstsq's solution: x minimising |A x - b| (the minimum-norm one when A is rank

@@ -1,6 +1,7 @@
 // Decompositions of [..., m, n] matrices through LAPACK (OpenBLAS): the primitives qr
-// (geqrf + orgqr), svd and svdvals (gesdd), and the public ops built on them and on the
-// primitives of src/ops/linalg.cpp: pinv, lstsq, norm, matrix_power (include/kiln/linalg.h).
+// (geqrf + orgqr), svd and svdvals (gesdd) and pinv (from gesdd, with its own derivative),
+// and the public ops built on them and on the primitives of src/ops/linalg.cpp: lstsq, norm,
+// matrix_power (include/kiln/linalg.h).
 // Kernels follow linalg.cpp: each matrix is copied into a column-major work buffer (any
 // strides), batches of small matrices are spread over Kiln's threads, and every LAPACK
 // argument is valid before the call (OpenBLAS's xerbla would print to stderr).
@@ -364,6 +365,85 @@ Primitive svdvals_primitive() {
   return p;
 }
 
+// ---- pinv ---------------------------------------------------------------------------------
+
+// V diag(1/s) U^T from a reduced SVD, over the singular values s > rcond * max(s) (the others
+// count as zero); NaN input gives NaNs (svd's rule).
+template <typename T>
+Tensor pinv_kernel(const Tensor& a, double rcond) {
+  const int64_t m = a.dim(-2), n = a.dim(-1), k = std::min(m, n);
+  Tensor out = empty(with_tail(a.shape(), 2, {n, m}), a.dtype());
+  T* po = out.data<T>();
+  if (k == 0) {
+    std::fill(po, po + out.numel(), T{0});
+    return out;
+  }
+  const std::vector<Tensor> f = svd_kernel<T>(a, true, false);
+  const T* pu = f[0].data<T>();
+  const T* ps = f[1].data<T>();
+  const T* pv = f[2].data<T>();
+  detail::parallel_for(
+      batch_count(a),
+      [&](int64_t b0, int64_t b1) {
+        std::vector<T> inv(static_cast<std::size_t>(k));
+        for (int64_t b = b0; b < b1; ++b) {
+          const T* u = pu + b * m * k;
+          const T* s = ps + b * k;
+          const T* vh = pv + b * k * n;
+          const T cutoff = static_cast<T>(rcond) * s[0];  // s descends
+          for (int64_t l = 0; l < k; ++l)
+            inv[l] = s[l] > cutoff ? T{1} / s[l] : std::isnan(s[l]) ? s[l] : T{0};
+          T* o = po + b * n * m;
+          for (int64_t i = 0; i < n; ++i)
+            for (int64_t j = 0; j < m; ++j) {
+              T acc = 0;
+              for (int64_t l = 0; l < k; ++l) acc += vh[l * n + i] * inv[l] * u[j * k + l];
+              o[i * m + j] = acc;
+            }
+        }
+      },
+      std::max<int64_t>(1, m * n * k / 64));
+  return out;
+}
+
+// The derivative at constant rank (Golub & Pereyra 1973; JAX's rule), finite at repeated
+// singular values where the SVD's is not:
+//   dP = -P dA P + P P^T dA^T (I - A P) + (I - P A) dA^T P^T P,
+// and its adjoint Abar = -P^T Pbar P^T + (I - A P) Pbar^T P P^T + P^T P Pbar^T (I - P A).
+struct PinvProjectors {
+  Tensor left, right;  // I - A P [m, m] and I - P A [n, n]
+};
+PinvProjectors pinv_projectors(const Tensor& a, const Tensor& p) {
+  return {eye(a.dim(-2), a.dtype()) - matmul(a, p), eye(a.dim(-1), a.dtype()) - matmul(p, a)};
+}
+
+Primitive pinv_primitive() {
+  Primitive p;
+  p.name = "pinv";
+  p.type_rule = [](Types in, const Attrs& attrs) -> std::vector<TensorType> {
+    expect_matrices("pinv", in[0]);
+    (void)attrs.get_double("rcond");
+    const int64_t m = in[0].shape[in[0].shape.rank() - 2], n = in[0].shape[in[0].shape.rank() - 1];
+    return {{in[0].dtype, with_tail(in[0].shape, 2, {n, m})}};
+  };
+  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+    const Tensor &a = r.inputs[0], &pa = r.outputs[0], &da = *t[0];
+    const PinvProjectors proj = pinv_projectors(a, pa);
+    const Tensor dat = mT(da);
+    return {-matmul(pa, matmul(da, pa)) + matmul(matmul(pa, mT(pa)), matmul(dat, proj.left)) +
+            matmul(proj.right, matmul(dat, matmul(mT(pa), pa)))};
+  };
+  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+    const Tensor &a = r.inputs[0], &pa = r.outputs[0], &pbar = *ct[0];
+    const PinvProjectors proj = pinv_projectors(a, pa);
+    const Tensor pt = mT(pa), pbart = mT(pbar);
+    return {-matmul(pt, matmul(pbar, pt)) + matmul(proj.left, matmul(pbart, matmul(pa, pt))) +
+            matmul(matmul(pt, pa), matmul(pbart, proj.right))};
+  };
+  p.batch = batch_unary;
+  return p;
+}
+
 }  // namespace
 
 const Primitive& prim::qr() {
@@ -386,6 +466,14 @@ const Primitive& prim::svdvals() {
   static const Primitive& p = detail::register_builtin(
       svdvals_primitive(), float_kernel(1, []<typename T>(Ins in, const Attrs&) {
         return svd_kernel<T>(in[0], false, false);
+      }));
+  return p;
+}
+
+const Primitive& prim::pinv() {
+  static const Primitive& p = detail::register_builtin(
+      pinv_primitive(), float_kernel(1, []<typename T>(Ins in, const Attrs& attrs) {
+        return std::vector<Tensor>{pinv_kernel<T>(in[0], attrs.get_double("rcond"))};
       }));
   return p;
 }
@@ -432,14 +520,7 @@ Tensor svdvals(const Tensor& a, Loc loc) {
 Tensor pinv(const Tensor& a, std::optional<double> rcond, Loc loc) {
   const detail::CallSite site(loc);
   matrix_operand("pinv", a);
-  const int64_t m = a.dim(-2), n = a.dim(-1);
-  if (std::min(m, n) == 0) return zeros(with_tail(a.shape(), 2, {n, m}), a.dtype());
-  const SVD f = svd(a, false, loc);
-  const Tensor cutoff = max(f.s, {-1}, true, loc) * rcond.value_or(default_rcond(a));
-  const Tensor keep = greater(f.s, cutoff, loc);
-  // 1/s where kept, 0 elsewhere; the inner where keeps the gradient of the dropped ones finite.
-  const Tensor s_inv = where(keep, 1.0 / where(keep, f.s, ones_like(f.s), loc), zeros_like(f.s));
-  return matmul(mT(f.vh) * expand_dims(s_inv, -2, loc), mT(f.u), loc);
+  return bind1(prim::pinv(), {a}, {{"rcond", rcond.value_or(default_rcond(a))}}, loc);
 }
 
 Tensor lstsq(const Tensor& a, const Tensor& b, std::optional<double> rcond, Loc loc) {

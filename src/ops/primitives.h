@@ -66,7 +66,7 @@
   /* src/ops/scatter.cpp */                                                                     \
   X(scatter_set) X(scatter_max) X(scatter_min)                                                 \
   /* src/ops/linalg_decomp.cpp */                                                               \
-  X(qr) X(svd) X(svdvals)
+  X(qr) X(svd) X(svdvals) X(pinv)
 // clang-format on
 
 namespace kiln::prim {
