@@ -678,7 +678,9 @@ std::vector<PrimitiveSample> make_table() {
   for (const auto& [label, lower, transpose, unit] :
        {std::tuple{"", true, false, false}, std::tuple{"upper_transposed", false, true, false},
         std::tuple{"lower_unit_transposed", true, true, true}}) {
-    c.push_back({.prim = "triangular_solve", .label = label, .make = [=](Gen& g) {
+    c.push_back({.prim = "triangular_solve",
+                 .label = label,
+                 .make = [=, lower = lower, transpose = transpose, unit = unit](Gen& g) {
                    const int64_t n = g.dim(1, 4);
                    return Sample{
                        {{conditioned(g, n, 2.0)}, {g.normal(Shape{n, g.dim(1, 3)})}},

@@ -589,7 +589,8 @@ Tensor matrix_norm(const Tensor& x, const NormOrd& ord, int64_t row, int64_t col
   } else if (ord.name() == "nuc" || (p && std::abs(*p) == 2)) {
     const Tensor s = svdvals(matrices_last(x, row, col, loc), loc);
     if (s.dim(-1) == 0 && ord.name() != "nuc")
-      fail("norm", "empty matrices have no ", ord.to_string(), "-norm: got ", x.type());
+      fail("norm", "empty matrices have no ", ord.to_string(), "-norm: got ", x.type(),
+           ", expected matrices with at least one row and one column");
     out = ord.name() == "nuc" ? sum(s, {-1}, false, loc)
           : *p > 0            ? max(s, {-1}, false, loc)
                               : min(s, {-1}, false, loc);
