@@ -678,7 +678,9 @@ std::vector<PrimitiveSample> make_table() {
   for (const auto& [label, lower, transpose, unit] :
        {std::tuple{"", true, false, false}, std::tuple{"upper_transposed", false, true, false},
         std::tuple{"lower_unit_transposed", true, true, true}}) {
-    c.push_back({.prim = "triangular_solve", .label = label, .make = [=](Gen& g) {
+    c.push_back({.prim = "triangular_solve",
+                 .label = label,
+                 .make = [=, lower = lower, transpose = transpose, unit = unit](Gen& g) {
                    const int64_t n = g.dim(1, 4);
                    return Sample{
                        {{conditioned(g, n, 2.0)}, {g.normal(Shape{n, g.dim(1, 3)})}},
@@ -706,6 +708,62 @@ std::vector<PrimitiveSample> make_table() {
                }});
   c.push_back({.prim = "slogdet", .label = "negative_batched", .make = [=](Gen& g) {
                  return Sample{{{stack({conditioned(g, 3, -2.0), conditioned(g, 3, 1.5)})}}, {}};
+               }});
+
+  // ---- linear algebra part 2 (src/ops/linalg_decomp.cpp): well-separated, non-zero
+  // singular values (derivatives scale with 1 / gap); shapes whose derivatives the rules
+  // cover, and the others for the vmap and compiled walks only ----
+  const auto separated = [](Gen& g, int64_t m, int64_t n) {
+    std::vector<double> d(static_cast<std::size_t>(m * n), 0.0);
+    for (int64_t i = 0; i < std::min(m, n); ++i)
+      d[static_cast<std::size_t>(i * n + i)] = 1.5 * static_cast<double>(i + 1);
+    return g.normal(Shape{m, n}) * 0.1 + tensor(d, Shape{m, n});
+  };
+  for (const auto& [label, tall, complete] :
+       {std::tuple{"", true, false}, std::tuple{"complete_square", false, true}}) {
+    c.push_back(
+        {.prim = "qr", .label = label, .make = [=, tall = tall, complete = complete](Gen& g) {
+           const int64_t n = g.dim(1, 3), m = tall ? n + g.dim(0, 2) : n;
+           return Sample{{{separated(g, m, n)}}, {{"complete", complete}}};
+         }});
+  }
+  c.push_back({.prim = "qr",
+               .label = "wide_complete",
+               .make =
+                   [=](Gen& g) {
+                     const int64_t m = g.dim(1, 3);
+                     return Sample{{{separated(g, m, m + g.dim(1, 2))}}, {{"complete", true}}};
+                   },
+               .ad = {.check = false}});  // no derivative for m < n (Error)
+  for (const auto& [label, tall] : {std::tuple{"", true}, std::tuple{"wide", false}}) {
+    c.push_back({.prim = "svd", .label = label, .make = [=, tall = tall](Gen& g) {
+                   const int64_t k = g.dim(1, 3), extra = g.dim(0, 2);
+                   return Sample{{{tall ? separated(g, k + extra, k) : separated(g, k, k + extra)}},
+                                 {{"full_matrices", false}}};
+                 }});
+  }
+  c.push_back({.prim = "svd", .label = "full_square", .make = [=](Gen& g) {
+                 const int64_t n = g.dim(1, 3);
+                 return Sample{{{separated(g, n, n)}}, {{"full_matrices", true}}};
+               }});
+  c.push_back({.prim = "svd",
+               .label = "full_tall",
+               .make =
+                   [=](Gen& g) {
+                     const int64_t n = g.dim(1, 3);
+                     return Sample{{{separated(g, n + g.dim(1, 2), n)}}, {{"full_matrices", true}}};
+                   },
+               .ad = {.check = false}});  // no derivative with full_matrices for m != n (Error)
+  for (const auto& [label, tall] : {std::tuple{"", true}, std::tuple{"wide", false}}) {
+    c.push_back({.prim = "pinv", .label = label, .make = [=, tall = tall](Gen& g) {
+                   const int64_t k = g.dim(1, 3), extra = g.dim(0, 2);
+                   return Sample{{{tall ? separated(g, k + extra, k) : separated(g, k, k + extra)}},
+                                 {{"rcond", 1e-10}}};
+                 }});
+  }
+  c.push_back({.prim = "svdvals", .label = "", .make = [=](Gen& g) {
+                 const int64_t m = g.dim(1, 4);
+                 return Sample{{{separated(g, m, g.dim(1, 4))}}, {}};
                }});
 
   // ---- user-defined: the example primitive (examples/custom_primitive.h), registered on

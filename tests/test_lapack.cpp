@@ -8,27 +8,16 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "linalg_testing.h"
 #include "testing.h"
 
 using namespace kiln;
 using kiln::testing::at;
+using kiln::testing::expect_close;
 using kiln::testing::expect_error;
+using kiln::testing::expect_grad_fd;
 
 namespace {
-
-// max |a - b| <= atol + rtol |b| elementwise, NaNs matching.
-void expect_close(const Tensor& a, const Tensor& b, double rtol, double atol = 0.0) {
-  ASSERT_EQ(a.shape(), b.shape());
-  const std::vector<double> x = astype(a, float64).to_vector<double>();
-  const std::vector<double> y = astype(b, float64).to_vector<double>();
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(y[i])) {
-      EXPECT_TRUE(std::isnan(x[i])) << "at " << i;
-      continue;
-    }
-    EXPECT_NEAR(x[i], y[i], atol + rtol * std::abs(y[i])) << "at " << i;
-  }
-}
 
 const io::TensorFile& ref() {
   static const io::TensorFile file = kiln::testing::reference("lapack");
@@ -108,16 +97,6 @@ TEST(Lapack, UsageExampleGradMatchesFiniteDifferences) {
         (f(tensor(p, {2, 2}), b).item<double>() - f(tensor(m, {2, 2}), b).item<double>()) / (2 * h);
     EXPECT_NEAR(gv[i], fd, 1e-6) << "entry " << i;
   }
-}
-
-// Directional derivatives of each op against central differences, float64.
-template <typename F>
-void expect_grad_fd(F f, const Tensor& x, const Tensor& direction) {
-  const Tensor g = grad(f)(x);
-  const double h = 1e-6;
-  const Tensor up = f(x + direction * h), down = f(x - direction * h);
-  const double fd = (up.item<double>() - down.item<double>()) / (2 * h);
-  EXPECT_NEAR(sum(g * direction).item<double>(), fd, 1e-6 * std::max(1.0, std::abs(fd)));
 }
 
 TEST(Lapack, GradientsMatchFiniteDifferences) {

@@ -9,7 +9,10 @@
 // dtypes are checked eagerly and raise kiln::Error. See docs/OPS.md, "Linear algebra".
 #pragma once
 
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "kiln/tensor.h"
 
@@ -46,5 +49,70 @@ Tensor det(const Tensor& a, Loc loc = Loc::current());
 // LAPACK's choice. Repeated eigenvalues: values are right, eigenvector derivatives are inf/NaN.
 // No convergence (or NaN/inf input): that matrix's w and V are NaN.
 std::pair<Tensor, Tensor> eigh(const Tensor& a, Loc loc = Loc::current());
+
+// ---- decompositions, least squares, norms, powers (src/ops/linalg_decomp.cpp) -------------
+
+// A = Q R for A [..., m, n], k = min(m, n). reduced: Q [..., m, k] with orthonormal columns,
+// R [..., k, n] upper triangular; complete: Q [..., m, m] orthogonal, R [..., m, n]. By
+// Householder reflections (LAPACK geqrf + orgqr); R's diagonal may be negative (LAPACK's
+// signs, as numpy). Derivatives: m >= n with reduced Q (or complete with m == n); any other
+// case raises Error when differentiated (Q's extra columns are not unique).
+enum class QrMode { reduced, complete };
+struct QR {
+  Tensor q, r;
+};
+QR qr(const Tensor& a, QrMode mode = QrMode::reduced, Loc loc = Loc::current());
+
+// A = U diag(s) Vh for A [..., m, n], k = min(m, n): s [..., k] descending, non-negative;
+// full_matrices: U [..., m, m], Vh [..., n, n], else U [..., m, k], Vh [..., k, n]. By
+// divide and conquer (LAPACK gesdd). Singular vectors' signs are LAPACK's. Derivatives: with
+// full_matrices = false (or m == n); U and Vh's are inf/NaN at repeated singular values (and,
+// for m != n, at zero ones). NaN/inf input or no convergence: NaN u, s, vh for that matrix.
+struct SVD {
+  Tensor u, s, vh;
+};
+SVD svd(const Tensor& a, bool full_matrices = true, Loc loc = Loc::current());
+// The singular values alone (numpy's svd(compute_uv=False)), [..., k] descending; their
+// derivative, U diag(s̄) Vh, is defined for every A (a subgradient at repeated values).
+Tensor svdvals(const Tensor& a, Loc loc = Loc::current());
+
+// numpy.linalg.pinv: V diag(1/s) U^T over the singular values s > rcond * max(s) (the rest
+// count as zero). rcond defaults to max(m, n) * epsilon of the dtype (numpy 2's default).
+// Its derivative is the constant-rank formula (finite at repeated singular values, not
+// continuous where the rank changes).
+Tensor pinv(const Tensor& a, std::optional<double> rcond = std::nullopt, Loc loc = Loc::current());
+
+// numpy.linalg.lstsq's solution: x minimising |A x - b| (the minimum-norm one when A is rank
+// deficient), A [..., m, n], b [..., m, k] or a vector [m] (then x is [n]); pinv(A, rcond) b.
+Tensor lstsq(const Tensor& a, const Tensor& b, std::optional<double> rcond = std::nullopt,
+             Loc loc = Loc::current());
+
+// numpy.linalg.norm's ord: a number (2, 1, inf, -inf, 0 or any p) or "fro" / "nuc".
+class NormOrd {
+ public:
+  NormOrd(double p) : p_(p) {}                         // NOLINT: implicit, like numpy
+  NormOrd(int p) : p_(static_cast<double>(p)) {}       // NOLINT
+  NormOrd(const char* name);                           // NOLINT: "fro" or "nuc"
+  std::optional<double> number() const { return p_; }  // nullopt: a named norm
+  const std::string& name() const { return name_; }
+  std::string to_string() const;
+
+ private:
+  std::optional<double> p_;
+  std::string name_;
+};
+// numpy.linalg.norm. axis: one axis (a vector norm), two (a matrix norm over them), or nullopt:
+// all of x as a vector when ord is nullopt (2-norm / Frobenius), else x must be 1-d or 2-d.
+// Vector ords: p = sum(|x|^p)^(1/p), inf/-inf = max/min |x|, 0 = the count of non-zeros.
+// Matrix ords: "fro", "nuc" (sum of singular values), 1/-1 = max/min column sum of |x|,
+// inf/-inf = max/min row sum, 2/-2 = largest/smallest singular value. Float dtypes keep
+// theirs; integers become float32. keepdims keeps the reduced axes as size 1.
+Tensor norm(const Tensor& x, std::optional<NormOrd> ord = std::nullopt,
+            std::optional<std::vector<int64_t>> axis = std::nullopt, bool keepdims = false,
+            Loc loc = Loc::current());
+
+// A^n for square A [..., n, n] by repeated squaring (matmul); n = 0 gives the identity,
+// n < 0 is inv(A)^|n|. Any dtype matmul takes for n >= 0; float32/float64 for n < 0.
+Tensor matrix_power(const Tensor& a, int64_t n, Loc loc = Loc::current());
 
 }  // namespace kiln::linalg

@@ -89,4 +89,15 @@ Tensor choice(const Tensor& key, int64_t n, const Shape& shape, bool replace = t
 Tensor choice(const Tensor& key, const Tensor& a, const Shape& shape, bool replace = true,
               std::optional<Tensor> p = std::nullopt, Loc loc = Loc::current());
 
+// ---- multivariate normal (src/ops/random_multivariate.cpp) ----
+// Draws from N(mean, cov), mean [..., d], cov [..., d, d] symmetric positive definite:
+// mean + L z with L = linalg::cholesky(cov) and z = normal(key, shape + [d]). shape defaults to
+// the broadcast batch shape of mean and cov (to which it must otherwise broadcast); the result
+// is shape + [d] in their promoted floating dtype. Differentiable in mean and cov
+// (reparameterised). A cov that is not positive definite gives NaN samples (cholesky's rule).
+Tensor multivariate_normal(const Tensor& key, const Tensor& mean, const Tensor& cov,
+                           Loc loc = Loc::current());
+Tensor multivariate_normal(const Tensor& key, const Tensor& mean, const Tensor& cov,
+                           const Shape& shape, Loc loc = Loc::current());
+
 }  // namespace kiln::random

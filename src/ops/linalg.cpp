@@ -9,8 +9,6 @@
 // Arguments are validated before every call: OpenBLAS's xerbla would print to stderr.
 #include "kiln/linalg.h"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <climits>
 #include <cmath>
@@ -20,6 +18,7 @@
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
 #include "kiln/ops.h"
+#include "ops/linalg_common.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
@@ -53,16 +52,9 @@ namespace {
 using ops::Ins;
 using ops::Ts;
 using ops::Types;
+using namespace lapack;
 
 // ---- shapes and types -------------------------------------------------------------------
-
-// Throws unless t is a float32/float64 stack of square matrices [..., n, n].
-void expect_square(std::string_view op, const TensorType& t) {
-  if (t.dtype != float32 && t.dtype != float64)
-    fail(op, "unsupported dtype: got ", t, ", expected float32 or float64");
-  if (t.shape.rank() < 2 || t.shape[t.shape.rank() - 1] != t.shape[t.shape.rank() - 2])
-    fail(op, "not square matrices: got ", t, ", expected shape [..., n, n]");
-}
 
 // A [..., n, n] and B [..., n, k] of one dtype and identical batch dimensions -> B's type.
 std::vector<TensorType> solve_rule(std::string_view op, Types in) {
@@ -79,67 +71,6 @@ std::vector<TensorType> solve_rule(std::string_view op, Types in) {
 }
 
 // ---- kernels ------------------------------------------------------------------------------
-
-// Matrix `index` (a flat batch index) of a [..., rows, cols] tensor, as a strided view.
-template <typename T>
-struct MatrixView {
-  const T* data;
-  int64_t rows, cols, row_stride, col_stride;
-  T at(int64_t i, int64_t j) const { return data[i * row_stride + j * col_stride]; }
-};
-template <typename T>
-MatrixView<T> matrix(const Tensor& t, int64_t index) {
-  const int r = t.rank();
-  int64_t offset = 0;
-  for (int d = r - 3; d >= 0; --d) {
-    const int64_t size = t.shape()[d];
-    offset += (index % size) * t.strides()[static_cast<std::size_t>(d)];
-    index /= size;
-  }
-  return {static_cast<const T*>(t.raw_data()) + offset, t.shape()[r - 2], t.shape()[r - 1],
-          t.strides()[static_cast<std::size_t>(r - 2)],
-          t.strides()[static_cast<std::size_t>(r - 1)]};
-}
-
-enum class Layout { row_major, col_major };
-template <typename T>
-void load(const MatrixView<T>& m, Layout layout, T* dst) {
-  for (int64_t i = 0; i < m.rows; ++i)
-    for (int64_t j = 0; j < m.cols; ++j)
-      dst[layout == Layout::row_major ? i * m.cols + j : i + j * m.rows] = m.at(i, j);
-}
-
-// The number of matrices in a [..., r, c] tensor.
-int64_t batch_count(const Tensor& t) {
-  int64_t count = 1;
-  for (int d = 0; d < t.rank() - 2; ++d) count *= t.shape()[d];
-  return count;
-}
-
-// Runs f(i, work) for every matrix i of a batch, `work` a buffer of `work_size` elements.
-// Small matrices are spread over Kiln's threads (LAPACK then runs serially inside the
-// parallel region); large ones take LAPACK's threads in turn.
-template <typename T, typename F>
-void for_each_matrix(std::string_view op, int64_t batch, int64_t n, int64_t work_size, F&& f) {
-  if (n > INT_MAX / 2 || work_size > std::numeric_limits<int64_t>::max() / 2)
-    fail(op, "matrix too large for LAPACK: got n = ", n, ", expected n below 2^30");
-  if (n == 0) return;  // nothing to compute, and LAPACK would reject lda = 0
-  constexpr int64_t kSmall = 256;
-  const auto run = [&](int64_t b0, int64_t b1) {
-    std::vector<T> work(static_cast<std::size_t>(work_size));
-    for (int64_t i = b0; i < b1; ++i) f(i, work.data());
-  };
-  detail::set_library_threads();  // for the calls made outside a parallel region
-  if (batch > 1 && n <= kSmall)
-    detail::parallel_for(batch, run, std::max<int64_t>(1, n * n * n / 64));
-  else
-    run(0, batch);
-}
-
-template <typename T>
-void fill_nan(T* p, int64_t count) {
-  std::fill(p, p + count, std::numeric_limits<T>::quiet_NaN());
-}
 
 template <typename T>
 blasint potrf(blasint n, T* a) {
@@ -321,8 +252,6 @@ std::vector<Tensor> eigh_kernel(const Tensor& a) {
 
 // ---- derivative helpers (public ops, so rules trace and differentiate again) --------------
 
-Tensor mT(const Tensor& x) { return swapaxes(x, -1, -2); }
-
 // A constant [n, n] matrix with value(i, j) at (i, j).
 template <typename F>
 Tensor constant_matrix(int64_t n, DType dtype, F&& value) {
@@ -337,11 +266,6 @@ Tensor triangle_mask(int64_t n, DType dtype, const TriangularAttrs& opt) {
     if (i == j) return opt.unit_diagonal ? 0.0 : 1.0;
     return (opt.lower ? j < i : j > i) ? 1.0 : 0.0;
   });
-}
-
-Tensor triangular(const Tensor& a, const Tensor& b, bool lower, bool transpose) {
-  return bind1(prim::triangular_solve(), {a, b},
-               {{"lower", lower}, {"transpose", transpose}, {"unit_diagonal", false}});
 }
 
 Tensor symmetrize(const Tensor& x) { return (x + mT(x)) * 0.5; }
@@ -374,9 +298,7 @@ Primitive cholesky_primitive() {
     const Tensor w = triangular(L, s, true, true);  // L^-T S
     return {symmetrize(mT(triangular(L, mT(w), true, true)))};
   };
-  p.batch = [](const BatchArgs& b) -> std::vector<Batched> {
-    return {{bind1(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size)}), 0}};
-  };
+  p.batch = batch_unary;
   return p;
 }
 
@@ -466,11 +388,7 @@ Primitive slogdet_primitive() {
         bind1(prim::solve(), {mT(a), broadcast_to(eye(a.dim(-1), a.dtype()), a.shape())});
     return {inv_t * expand_dims(expand_dims(*ct[1], -1), -1)};
   };
-  p.batch = [](const BatchArgs& b) -> std::vector<Batched> {
-    const std::vector<Tensor> out =
-        bind(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size)});
-    return {{out[0], 0}, {out[1], 0}};
-  };
+  p.batch = batch_unary;
   return p;
 }
 
@@ -478,12 +396,6 @@ Primitive slogdet_primitive() {
 // dV = V (F o M), F_ij = 1 / (w_j - w_i) off the diagonal, 0 on it; the VJP is the adjoint,
 // sym(V (diag(wbar) + F o (V^T Vbar)) V^T). Repeated eigenvalues make F infinite: the
 // eigenvectors are not differentiable there (docs/OPS.md).
-Tensor eigen_gaps_inverse(const Tensor& w) {
-  const Tensor id = eye(w.dim(-1), w.dtype());
-  const Tensor gaps = expand_dims(w, -2) - expand_dims(w, -1);  // w_j - w_i
-  return (1.0 - id) / (gaps + id);
-}
-Tensor diag_embed(const Tensor& d) { return expand_dims(d, -1) * eye(d.dim(-1), d.dtype()); }
 
 Primitive eigh_primitive() {
   Primitive p;
@@ -497,36 +409,20 @@ Primitive eigh_primitive() {
   p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
     const Tensor &w = r.outputs[0], &v = r.outputs[1];
     const Tensor m = matmul(mT(v), matmul(symmetrize(*t[0]), v));
-    return {sum(m * eye(w.dim(-1), w.dtype()), {-1}), matmul(v, eigen_gaps_inverse(w) * m)};
+    return {sum(m * eye(w.dim(-1), w.dtype()), {-1}), matmul(v, inverse_gaps(w) * m)};
   };
   p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
     const Tensor &w = r.outputs[0], &v = r.outputs[1];
     std::optional<Tensor> inner;
     if (ct[0]) inner = diag_embed(*ct[0]);
     if (ct[1]) {
-      const Tensor f = eigen_gaps_inverse(w) * matmul(mT(v), *ct[1]);
+      const Tensor f = inverse_gaps(w) * matmul(mT(v), *ct[1]);
       inner = inner ? *inner + f : f;
     }
     return {symmetrize(matmul(v, matmul(*inner, mT(v))))};
   };
-  p.batch = [](const BatchArgs& b) -> std::vector<Batched> {
-    const std::vector<Tensor> out =
-        bind(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size)});
-    return {{out[0], 0}, {out[1], 0}};
-  };
+  p.batch = batch_unary;
   return p;
-}
-
-// Runs kernel.template operator()<T> for float (float32) or double (float64) inputs.
-template <typename K>
-std::vector<KernelRegistration> float_kernel(int arity, K kernel) {
-  const DTypeSet floats = DTypeSet(float32) | float64;
-  KernelSignature signature = ops::cpu({});
-  signature.inputs.assign(static_cast<std::size_t>(arity), floats);
-  return {{signature, [kernel](Ins in, const Attrs& attrs) {
-             return in[0].dtype() == float32 ? kernel.template operator()<float>(in, attrs)
-                                             : kernel.template operator()<double>(in, attrs);
-           }}};
 }
 
 }  // namespace
@@ -574,11 +470,6 @@ const Primitive& prim::eigh() {
 
 namespace linalg {
 namespace {
-
-void expect_defined(std::string_view op, const Tensor& t) {
-  if (!t.defined())
-    fail(op, "undefined operand: got a default-constructed Tensor, expected a tensor");
-}
 
 // a, checked to be float32/float64 square matrices [..., n, n].
 const Tensor& square_operand(std::string_view op, const Tensor& a) {
