@@ -27,7 +27,8 @@ Tensor leaky_relu(const Tensor& x, double negative_slope, Loc loc) {
   });
 }
 
-// softplus(z) is exact and finite for every z, so only the threshold needs a where.
+// nn::softplus(z) (qualified: kiln::softplus, the primitive, has the same signature) is exact
+// and finite for every z, so only the threshold needs a where.
 Tensor softplus(const Tensor& x, double beta, double threshold, Loc loc) {
   const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
@@ -36,7 +37,7 @@ Tensor softplus(const Tensor& x, double beta, double threshold, Loc loc) {
     if (!(beta > 0.0 && std::isfinite(beta)))
       fail(op, "beta out of range: got ", beta, ", expected a positive finite value");
     const Tensor z = x * beta;
-    return where(z > threshold, x, softplus(z, loc) / beta, loc);
+    return where(z > threshold, x, nn::softplus(z, loc) / beta, loc);
   });
 }
 
