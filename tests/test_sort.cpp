@@ -16,7 +16,9 @@ using namespace kiln;
 namespace {
 
 using kiln::testing::at;
+using kiln::testing::expect_close;
 using kiln::testing::expect_error;
+using kiln::testing::numeric_grad;
 
 const io::TensorFile& ref() {
   static const io::TensorFile f = kiln::testing::reference("sort");
@@ -39,20 +41,6 @@ void expect_identical(const Tensor& got, const Tensor& want, const std::string& 
     ASSERT_EQ(std::signbit(g[i]), std::signbit(w[i])) << what << " sign of zero at " << i;
   }
 }
-// Within rtol of want (relative to max(1, |want|)); NaN and infinities must match.
-void expect_close(const Tensor& got, const Tensor& want, double rtol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = astype(got, float64).to_vector<double>();
-  const std::vector<double> w = astype(want, float64).to_vector<double>();
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(w[i]) || std::isinf(w[i])) {
-      ASSERT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i]) << what << " at " << i;
-      continue;
-    }
-    ASSERT_NEAR(g[i], w[i], rtol * std::max(1.0, std::abs(w[i]))) << what << " at " << i;
-  }
-}
-
 TEST(Sort, MatchesNumpyAndTorchWithTiesZerosInfAndNaN) {
   for (const std::string name : {"f32", "f64", "i32", "long"}) {
     const Tensor x = R("sort/" + name + "/x");
@@ -206,18 +194,6 @@ TEST(SortTransforms, JitMatchesEager) {
            astype(searchsorted(sort(flatten(a)), a), float64);
   };
   expect_close(jit(f)(x), f(x), 1e-12, "jit vs eager");
-}
-
-// Central differences in float64 of a scalar function of x.
-std::vector<double> numeric_grad(const std::function<Tensor(const Tensor&)>& f, const Tensor& x) {
-  std::vector<double> v = x.to_vector<double>(), g(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    std::vector<double> p = v, m = v;
-    p[i] += 1e-6;
-    m[i] -= 1e-6;
-    g[i] = (f(tensor(p, x.shape())).item<double>() - f(tensor(m, x.shape())).item<double>()) / 2e-6;
-  }
-  return g;
 }
 
 TEST(SortTransforms, GradientsMatchFiniteDifferences) {

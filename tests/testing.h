@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <random>
 #include <string>
@@ -11,6 +13,7 @@
 #include "kiln/error.h"
 #include "kiln/io.h"
 #include "kiln/ir.h"
+#include "kiln/ops.h"
 #include "kiln/primitive.h"
 
 namespace kiln::testing {
@@ -43,6 +46,34 @@ inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -
   std::vector<double> v(static_cast<std::size_t>(n));
   for (double& x : v) x = dist(gen);
   return v;
+}
+
+// Within tol of want, relative to max(1, |want|), in float64; NaN and infinities must match.
+inline void expect_close(const Tensor& got, const Tensor& want, double tol,
+                         const std::string& what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const std::vector<double> g = astype(got, float64).to_vector<double>();
+  const std::vector<double> w = astype(want, float64).to_vector<double>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    if (std::isnan(w[i]) || std::isinf(w[i])) {
+      ASSERT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i]) << what << " at " << i;
+      continue;
+    }
+    ASSERT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(w[i]))) << what << " at " << i;
+  }
+}
+
+// Central differences (step 1e-6) in float64 of a scalar function of a float64 x.
+inline std::vector<double> numeric_grad(const std::function<Tensor(const Tensor&)>& f,
+                                        const Tensor& x) {
+  std::vector<double> v = x.to_vector<double>(), g(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::vector<double> p = v, m = v;
+    p[i] += 1e-6;
+    m[i] -= 1e-6;
+    g[i] = (f(tensor(p, x.shape())).item<double>() - f(tensor(m, x.shape())).item<double>()) / 2e-6;
+  }
+  return g;
 }
 
 #ifdef KILN_REFERENCE_DIR

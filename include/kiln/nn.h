@@ -49,8 +49,10 @@ Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc = Loc::curren
 // overflow or cancellation for large |logits| and the right curvature at 0.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
                                         Loc loc = Loc::current());
-// Fraction of rows whose largest logit is at the label.
-Tensor accuracy(const Tensor& logits, const Tensor& labels, Loc loc = Loc::current());
+// Fraction of rows whose largest logit is at the label; positions whose label is
+// `ignore_index` are not counted, as in cross_entropy.
+Tensor accuracy(const Tensor& logits, const Tensor& labels,
+                std::optional<int64_t> ignore_index = -100, Loc loc = Loc::current());
 
 // ---- initialisers (PyTorch's conventions: weight [out, in, ...], fans from the shape) ----
 
@@ -158,7 +160,9 @@ struct Activation {
 };
 KILN_TREE(Activation, kind);
 inline Activation ReLU() { return {"relu"}; }
-inline Activation GELU() { return {"gelu"}; }
+inline Activation GELU(bool tanh_approximation = false) {
+  return {tanh_approximation ? "gelu_tanh" : "gelu"};
+}
 inline Activation SiLU() { return {"silu"}; }
 inline Activation Tanh() { return {"tanh"}; }
 
@@ -293,6 +297,87 @@ std::string summary(const M& model, const Tensor& example) {
   const Tensor y = model(example);
   return detail::format_summary(recorder.rows, named_parameters(model), example.shape(), y.shape());
 }
+
+// ---- more activations, normalisations and losses (issue 15; docs/NN.md, "nn layers and
+// functions"; src/nn/activations.cpp, norms.cpp, losses.cpp) ---------------------------------
+
+// PyTorch's activations with their parameters. elu: x for x > 0, alpha (e^x - 1) otherwise
+// (through expm1). leaky_relu: x for x > 0, negative_slope x otherwise. Both take the
+// negative branch's derivative at 0, as PyTorch. Floating-point inputs.
+Tensor elu(const Tensor& x, double alpha = 1.0, Loc loc = Loc::current());
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, Loc loc = Loc::current());
+// PyTorch's softplus(x, beta, threshold): log(1 + e^(beta x)) / beta, and x itself where
+// beta x > threshold. beta > 0. softplus(x) above is the exact one (no threshold).
+Tensor softplus(const Tensor& x, double beta, double threshold = 20.0, Loc loc = Loc::current());
+
+// Layers of the activations above (GELU and SiLU: Activation, above). Parameters are static
+// leaves: nn::ELU{}, nn::LeakyReLU{0.2}, nn::Softplus{.beta = 2}.
+struct ELU {
+  double alpha = 1.0;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(ELU, alpha);
+struct LeakyReLU {
+  double negative_slope = 0.01;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(LeakyReLU, negative_slope);
+struct Softplus {
+  double beta = 1.0, threshold = 20.0;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(Softplus, beta, threshold);
+
+// x [N, C, ...] normalised over each group of C / num_groups channels and every position
+// (biased variance, eps inside the square root), then weight[c] * . + bias[c] when given, as
+// PyTorch's group_norm.
+Tensor group_norm(const Tensor& x, int64_t num_groups, const std::optional<Tensor>& weight,
+                  const std::optional<Tensor>& bias, double eps = 1e-5, Loc loc = Loc::current());
+// x / sqrt(mean(x^2 over the last axis) + eps) * weight (when given, shape [x's last dim]).
+Tensor rms_norm(const Tensor& x, const std::optional<Tensor>& weight, double eps = 1e-6,
+                Loc loc = Loc::current());
+
+// Without `affine` the weight (1) and bias (0) are absent: no parameters, no names.
+struct GroupNorm {
+  std::optional<Tensor> weight, bias;  // [channels]
+  int64_t num_groups = 1, channels = 0;
+  double eps = 1e-5;
+  GroupNorm() = default;
+  GroupNorm(int64_t num_groups, int64_t channels, double eps = 1e-5, bool affine = true,
+            DType dtype = float32);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(GroupNorm, weight, bias, num_groups, channels, eps);
+struct RMSNorm {
+  std::optional<Tensor> weight;  // [dim], initialised to 1
+  int64_t dim = 0;
+  double eps = 1e-6;
+  RMSNorm() = default;
+  explicit RMSNorm(int64_t dim, double eps = 1e-6, bool affine = true, DType dtype = float32);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(RMSNorm, weight, dim, eps);
+
+// How a loss reduces its per-element values: none (the values), their sum, their mean, or
+// (kl_div only) the sum divided by the batch size, input.shape[0].
+enum class Reduction { none, sum, mean, batchmean };
+
+// Per element with d = prediction - target: d^2 / 2 where |d| < delta, else
+// delta (|d| - delta / 2). delta > 0; equal shapes.
+Tensor huber_loss(const Tensor& prediction, const Tensor& target, double delta = 1.0,
+                  Reduction reduction = Reduction::mean, Loc loc = Loc::current());
+// KL(target || exp(input)) with `input` log-probabilities: per element
+// target (log target - input), 0 where target = 0 (xlogy); with log_target the target is
+// given as log-probabilities too. Reduction::mean is PyTorch's default (the mean over every
+// element); batchmean is the true KL divergence averaged over the batch.
+Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean,
+              bool log_target = false, Loc loc = Loc::current());
+// -log_probs[..., label] for log-probabilities [..., C] (classes last, as cross_entropy;
+// PyTorch's are on axis 1) and integer labels [...]. Positions labelled ignore_index are 0
+// (none), add nothing (sum) and are not counted (mean); other labels outside [0, C) raise.
+Tensor nll_loss(const Tensor& log_probs, const Tensor& labels,
+                std::optional<int64_t> ignore_index = -100, Reduction reduction = Reduction::mean,
+                Loc loc = Loc::current());
 
 }  // namespace kiln::nn
 

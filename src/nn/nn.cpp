@@ -10,23 +10,10 @@
 
 #include "kiln/error.h"
 #include "kiln/primitive.h"
+#include "nn/checks.h"
 #include "ops/primitives.h"
 
 namespace kiln::nn {
-
-namespace {
-
-// Runs f; an Error from nn's own checks gets the caller's file:line, as the ops' errors do.
-template <class F>
-auto located(Loc loc, F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    kiln::detail::rethrow_at(e, loc);
-  }
-}
-
-}  // namespace
 
 // ---- activations ----------------------------------------------------------------------
 
@@ -62,40 +49,16 @@ Tensor log_sigmoid(const Tensor& x, Loc loc) {
   return -softplus(-astype(x, to_floating(x.dtype()), loc), loc);
 }
 
-// ---- losses ---------------------------------------------------------------------------
-
-namespace {
-
-void expect_floating(std::string_view op, std::string_view what, const Tensor& t) {
-  if (!t.defined())
-    fail(op, "undefined ", what, ": got a default-constructed Tensor, expected a tensor");
-  if (!is_floating(t.dtype()))
-    fail(op, what, " must be floating point: got ", t.type(), ", expected f16, bf16, f32 or f64");
-}
-
-void expect_labels(std::string_view op, const Tensor& logits, const Tensor& labels) {
-  expect_floating(op, "logits", logits);
-  if (!labels.defined() || !is_integral(labels.dtype()))
-    fail(op, "labels must be integers: got ", labels.defined() ? labels.type() : TensorType{},
-         ", expected an integer tensor");
-  if (logits.rank() < 1 || labels.rank() != logits.rank() - 1)
-    fail(op, "labels do not match the logits: got logits ", logits.type(), " and labels ",
-         labels.type(), ", expected logits [..., C] and labels [...]");
-  for (int i = 0; i < labels.rank(); ++i)
-    if (labels.shape()[i] != logits.shape()[i])
-      fail(op, "labels do not match the logits: got logits ", logits.type(), " and labels ",
-           labels.type(), ", expected labels of shape ",
-           Shape(std::vector<int64_t>(logits.shape().begin(), logits.shape().end() - 1)));
-}
-
-}  // namespace
 }  // namespace kiln::nn
 
+// ---- losses ---------------------------------------------------------------------------
+
 namespace kiln {
-// check_labels{classes, ignore_index?}(labels) -> labels, unchanged: raises unless every
+// check_labels{classes, ignore_index?, op?}(labels) -> labels, unchanged: raises unless every
 // label is in [0, classes) or is the ignore_index. A primitive rather than a check in
 // cross_entropy, so that traced labels (under jit, grad or vmap) are checked too, when the
-// traced function runs: gather_along alone would read -1 as the last class.
+// traced function runs: gather_along alone would read -1 as the last class. `op` names the
+// loss in the error (default nn.cross_entropy).
 const Primitive& prim::check_labels() {
   static const Primitive& p = detail::register_builtin(
       {.name = "check_labels",
@@ -111,12 +74,13 @@ const Primitive& prim::check_labels() {
           const int64_t classes = a.get_int("classes");
           const bool has_ignore = a.has("ignore_index");
           const int64_t ignore = has_ignore ? a.get_int("ignore_index") : 0;
+          const std::string op = a.has("op") ? a.get<std::string>("op") : "nn.cross_entropy";
           const std::vector<int64_t> labels = in[0].to_vector<int64_t>();
           for (std::size_t i = 0; i < labels.size(); ++i) {
             const int64_t v = labels[i];
             if ((v < 0 || v >= classes) && !(has_ignore && v == ignore))
-              fail("nn.cross_entropy", "label out of range: got ", v, " at flat position ", i,
-                   " of labels ", in[0].type(), ", expected labels in [0, ", classes, ")",
+              fail(op, "label out of range: got ", v, " at flat position ", i, " of labels ",
+                   in[0].type(), ", expected labels in [0, ", classes, ")",
                    has_ignore ? " or the ignore_index " + std::to_string(ignore) : std::string());
           }
           return std::vector<Tensor>{in[0]};
@@ -132,33 +96,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_sm
   const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.cross_entropy";
-    expect_labels(op, logits, labels);
+    expect_labels(op, "logits", logits, labels);
     if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
       fail(op, "label smoothing out of range: got ", label_smoothing,
            ", expected a value in [0, 1]");
-    const int64_t classes = logits.shape()[logits.rank() - 1];
-    Attrs check{{"classes", classes}};
-    if (ignore_index) check.set("ignore_index", *ignore_index);
-    // int64, so that a negative ignore_index compares as itself with unsigned labels too.
-    const Tensor checked = astype(bind1(prim::check_labels(), {labels}, check, loc), int64, loc);
-    std::optional<Tensor> kept;
-    if (ignore_index)
-      kept = not_equal(checked, tensor(std::vector<int64_t>{*ignore_index}, Shape{}), loc);
-    // Ignored positions read class 0 (any valid index will do) and are masked out below.
-    const Tensor index = kept ? where(*kept, checked, zeros(Shape{}, int64), loc) : checked;
     const Tensor logp = log_softmax(logits, -1, loc);
-    const Tensor picked =
-        squeeze(take_along_axis(logp, expand_dims(index, -1, loc), -1, loc), {-1}, loc);
-    Tensor nll = -picked;
+    auto [nll, kept] = pick_labels(op, logp, labels, ignore_index, loc);
     if (label_smoothing > 0.0) {
-      const auto c = static_cast<double>(classes);
+      const auto c = static_cast<double>(logits.shape()[logits.rank() - 1]);
       nll = (1.0 - label_smoothing) * nll - (label_smoothing / c) * sum(logp, {-1}, false, loc);
     }
-    if (!kept) return mean(nll, {}, false, loc);
-    // The mean over the kept positions (NaN when none is kept, as in PyTorch); where, not a
-    // product with the mask, so that an ignored position's -inf log-probability adds nothing.
-    return sum(where(*kept, nll, scalar_like(nll, 0.0), loc), {}, false, loc) /
-           sum(astype(*kept, nll.dtype(), loc), {}, false, loc);
+    return reduce_kept(nll, kept, Reduction::mean, op, loc);
   });
 }
 
@@ -190,12 +138,18 @@ Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targ
   });
 }
 
-Tensor accuracy(const Tensor& logits, const Tensor& labels, Loc loc) {
+Tensor accuracy(const Tensor& logits, const Tensor& labels, std::optional<int64_t> ignore_index,
+                Loc loc) {
   const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
-    expect_labels("nn.accuracy", logits, labels);
-    const Tensor hit = equal(argmax(logits, -1, false, loc), astype(labels, int64, loc), loc);
-    return mean(astype(hit, float32, loc), {}, false, loc);
+    constexpr std::string_view op = "nn.accuracy";
+    expect_labels(op, "logits", logits, labels);
+    const Tensor target = astype(labels, int64, loc);
+    const Tensor hit = astype(equal(argmax(logits, -1, false, loc), target, loc), float32, loc);
+    std::optional<Tensor> kept;
+    if (ignore_index)
+      kept = not_equal(target, tensor(std::vector<int64_t>{*ignore_index}, Shape{}), loc);
+    return reduce_kept(hit, kept, Reduction::mean, op, loc);
   });
 }
 
@@ -337,15 +291,6 @@ std::string format_summary(const std::vector<SummaryRow>& rows,
 }  // namespace detail
 
 // ---- layers -----------------------------------------------------------------------------
-
-namespace {
-void expect_input(std::string_view op, const Tensor& x, int min_rank, std::string_view layout) {
-  if (!x.defined())
-    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
-  if (x.rank() < min_rank)
-    fail(op, "input has too few dimensions: got ", x.type(), ", expected ", layout);
-}
-}  // namespace
 
 Linear::Linear(int64_t in, int64_t out, const Tensor& key, bool with_bias, DType dtype) {
   if (in < 1 || out < 1)
