@@ -134,6 +134,26 @@ TEST(Attention, JitAndVmapMatchEager) {
   expect_close(batched, stack(rows), 1e-5, "vmap");
 }
 
+// Under jit the scaling, masks and softmax run as one fused loop nest between the two matmuls:
+// the scores are written once (by the first matmul) and the weights once.
+TEST(Attention, JitFusesTheMaskedSoftmaxBetweenTheMatmuls) {
+  const Tensor q = random::normal(random::key(12), {1, 2, 64, 16});
+  const Tensor kpm = random::bernoulli(random::key(13), 0.2, {1, 1, 64});
+  const auto f = [](const Tensor& a, const Tensor& m) {
+    nn::AttentionOptions o;
+    o.is_causal = true;
+    o.key_padding_mask = m;
+    return nn::scaled_dot_product_attention(a, a, a, o);
+  };
+  const ir::CompiledInfo info =
+      jit(f, JitOptions{.name = "attention", .backend = ir::Backend::llvm}).compiled(q, kpm);
+  EXPECT_EQ(info.kernel_calls.size(), 2u) << info;  // the two matmuls
+  const int64_t scores_bytes = 2 * 64 * 64 * 4;
+  int64_t full_size_groups = 0;
+  for (const auto& g : info.groups) full_size_groups += g.bytes_written >= scores_bytes;
+  EXPECT_EQ(full_size_groups, 1) << info;
+}
+
 TEST(Attention, DropoutNeedsAKeyAndRescalesTheKeptWeights) {
   const Tensor q = random::normal(random::key(9), {2, 16, 8});
   const Tensor k = random::normal(random::key(10), {2, 32, 8});

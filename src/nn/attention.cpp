@@ -13,25 +13,71 @@ namespace {
 
 using detail::expect_floating_input;
 
-// A mask is bool (kept as is) or floating (cast to the scores' dtype); anything else is an
-// Error. Broadcasting it to `target` must not grow the target.
+// A mask is bool (kept as is) or floating (cast to `dtype`); anything else is an Error.
+// Broadcasting it to the scores' shape must not grow it.
 Tensor checked_mask(std::string_view op, std::string_view what, const Tensor& mask,
-                    const Tensor& scores, const Shape& target) {
+                    const Shape& scores, DType dtype) {
   if (!mask.defined())
     fail(op, "undefined ", what, ": got a default-constructed Tensor, expected a bool or ",
          "floating tensor");
   if (mask.dtype() != bool_ && !is_floating(mask.dtype()))
     fail(op, what, " must be bool or floating point: got ", mask.type(),
          ", expected bool or f16, bf16, f32, f64");
-  bool ok = mask.rank() <= target.rank();
+  bool ok = mask.rank() <= scores.rank();
   for (int i = 1; ok && i <= mask.rank(); ++i) {
-    const int64_t m = mask.shape()[mask.rank() - i], t = target[target.rank() - i];
+    const int64_t m = mask.shape()[mask.rank() - i], t = scores[scores.rank() - i];
     ok = m == t || m == 1;
   }
   if (!ok)
-    fail(op, what, " does not broadcast to the scores: got ", mask.type(), " for scores ", target,
-         ", expected a shape that broadcasts to ", target);
-  return mask.dtype() == bool_ ? mask : astype(mask, scores.dtype());
+    fail(op, what, " does not broadcast to the scores: got ", mask.type(), " for scores ", scores,
+         ", expected a shape that broadcasts to ", scores);
+  return mask.dtype() == bool_ ? mask : astype(mask, dtype);
+}
+
+// The scores' shape [..., L, S]: q's and k's batch axes broadcast.
+Shape scores_shape(const Tensor& q, const Tensor& k) {
+  const auto batch = [](const Tensor& t) {
+    return Shape(std::vector<int64_t>(t.shape().begin(), t.shape().end() - 2));
+  };
+  const Shape both = broadcast_shapes("nn.attention", batch(q), batch(k));
+  std::vector<int64_t> dims(both.begin(), both.end());
+  dims.push_back(q.shape()[q.rank() - 2]);
+  dims.push_back(k.shape()[k.rank() - 2]);
+  return Shape(dims);
+}
+
+// What the masks do to the scores: a bool `keep` (false: weight 0) and an additive `bias`,
+// each broadcasting to the scores.
+struct Masking {
+  std::optional<Tensor> keep, bias;
+};
+
+Masking masking(std::string_view op, const AttentionOptions& o, const Shape& shape, DType dtype,
+                Loc loc) {
+  Masking m;
+  const auto apply = [&](const Tensor& mask, bool true_keeps) {
+    if (mask.dtype() == bool_) {
+      const Tensor keep = true_keeps ? mask : logical_not(mask, loc);
+      m.keep = m.keep ? logical_and(*m.keep, keep, loc) : keep;
+    } else {
+      m.bias = m.bias ? *m.bias + mask : mask;
+    }
+  };
+  const int64_t l = shape[shape.rank() - 2], n = shape[shape.rank() - 1];
+  if (o.is_causal)
+    apply(expand_dims(arange(l, int64, loc), 1, loc) >= expand_dims(arange(n, int64, loc), 0, loc),
+          true);
+  if (o.attn_mask) apply(checked_mask(op, "attn_mask", *o.attn_mask, shape, dtype), true);
+  if (o.key_padding_mask) {
+    const Tensor& kpm = *o.key_padding_mask;
+    if (kpm.defined() && kpm.rank() < 1)
+      fail(op, "key_padding_mask has too few dimensions: got ", kpm.type(), ", expected [..., ", n,
+           "]");
+    apply(checked_mask(op, "key_padding_mask", kpm.defined() ? expand_dims(kpm, -2, loc) : kpm,
+                       shape, dtype),
+          false);
+  }
+  return m;
 }
 
 // softmax over the last axis where -inf scores weigh 0 and a row of -inf scores gives 0s
@@ -63,32 +109,12 @@ Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOption
     fail(op, "dropout needs a random key: got dropout ", o.dropout,
          " without dropout_key, expected both");
   const double scale = o.scale.value_or(1.0 / std::sqrt(static_cast<double>(e)));
+  // The masks first, so that under jit the scaling, masking and softmax are consecutive
+  // equations after the matmul and fuse into one loop nest.
+  const Masking m = masking(op, o, scores_shape(q, k), q.dtype(), loc);
   Tensor s = matmul(q, swapaxes(k, -1, -2, loc), loc) * scale;
-  const Shape& shape = s.shape();
-  const int64_t l = shape[shape.rank() - 2], n = shape[shape.rank() - 1];
-
-  std::optional<Tensor> keep;  // bool, broadcasting to the scores
-  const auto also_keep = [&](const Tensor& m) { keep = keep ? logical_and(*keep, m, loc) : m; };
-  const auto apply = [&](const Tensor& mask, bool true_keeps) {
-    if (mask.dtype() == bool_)
-      also_keep(true_keeps ? mask : logical_not(mask, loc));
-    else
-      s = s + mask;
-  };
-  if (o.is_causal)
-    also_keep(expand_dims(arange(l, int64, loc), 1, loc) >=
-              expand_dims(arange(n, int64, loc), 0, loc));
-  if (o.attn_mask) apply(checked_mask(op, "attn_mask", *o.attn_mask, s, shape), true);
-  if (o.key_padding_mask) {
-    const Tensor& kpm = *o.key_padding_mask;
-    if (kpm.defined() && kpm.rank() < 1)
-      fail(op, "key_padding_mask has too few dimensions: got ", kpm.type(), ", expected [..., ", n,
-           "]");
-    const Tensor m = checked_mask(op, "key_padding_mask",
-                                  kpm.defined() ? expand_dims(kpm, -2, loc) : kpm, s, shape);
-    apply(m, false);
-  }
-  if (keep) s = where(*keep, s, scalar_like(s, -INFINITY), loc);
+  if (m.bias) s = s + *m.bias;
+  if (m.keep) s = where(*m.keep, s, scalar_like(s, -INFINITY), loc);
   Tensor w = safe_softmax(s, loc);
   if (o.dropout > 0.0) {
     const Tensor kept = random::bernoulli(*o.dropout_key, 1.0 - o.dropout, w.shape(), loc);
