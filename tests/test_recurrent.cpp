@@ -195,6 +195,20 @@ TEST(Recurrent, ParameterGradientsMatchFiniteDifferences) {
       1e-7);
 }
 
+// vmap of the unbatched layer over the examples is the batched layer (batch_first).
+TEST(Recurrent, VmapOverExamplesIsTheBatchedLayer) {
+  const nn::LSTM m(3, 2, random::key(15),
+                   {.num_layers = 2, .batch_first = true, .bidirectional = true, .dtype = float64});
+  const Tensor x = random::normal(random::key(16), {4, 5, 3}, float64);
+  const auto [y, s] = m(x);
+  const auto one = [&](const Tensor& xi) { return m(xi); };  // [T, I]
+  const auto [vy, vs] = vmap(one)(x);
+  expect_close(vy, y, 1e-12, "outputs");
+  // The per-example final states [L D, H] stack on a leading batch axis.
+  expect_close(vs.h, swapaxes(s.h, 0, 1), 1e-12, "h");
+  expect_close(vs.c, swapaxes(s.c, 0, 1), 1e-12, "c");
+}
+
 TEST(Recurrent, JitMatchesEager) {
   const nn::LSTM lstm(3, 4, random::key(12), {.num_layers = 2, .bidirectional = true});
   const nn::GRU gru(3, 4, random::key(13), {.batch_first = true});
