@@ -323,6 +323,9 @@ Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOption
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     const AttentionOptions& options = {}, Loc loc = Loc::current());
 
+// MultiheadAttention's settings, call options and result (MultiheadAttention::Options, ...; at
+// namespace scope because a nested struct with member initialisers cannot be a default
+// argument inside its enclosing class).
 struct MultiheadAttentionOptions {
   bool bias = true;
   std::optional<int64_t> kdim, vdim;  // default embed_dim
