@@ -378,6 +378,171 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = R
 Tensor nll_loss(const Tensor& log_probs, const Tensor& labels,
                 std::optional<int64_t> ignore_index = -100, Reduction reduction = Reduction::mean,
                 Loc loc = Loc::current());
+// ---- attention and recurrent layers (issue 15; docs/NN.md "Attention and recurrent layers") --
+
+// Masks and settings of scaled_dot_product_attention. Scores are q k^T * scale, [..., L, S].
+struct AttentionOptions {
+  // bool: true where a query may attend to a key (PyTorch's scaled_dot_product_attention);
+  // floating: added to the scores. Broadcasts to the scores' shape [..., L, S].
+  std::optional<Tensor> attn_mask;
+  bool is_causal = false;  // query i attends to keys j <= i (top-left aligned, as PyTorch)
+  // [..., S], aligned with the scores' batch axes (so [N, 1, S] for scores [N, H, L, S]):
+  // bool true marks padding, which no query attends to (nn.MultiheadAttention's convention);
+  // floating is added to the scores.
+  std::optional<Tensor> key_padding_mask;
+  std::optional<double> scale;  // default 1 / sqrt(E)
+  // Dropout on the attention weights, rate in [0, 1), drawn from dropout_key.
+  double dropout = 0.0;
+  std::optional<Tensor> dropout_key;
+};
+
+// softmax(q k^T * scale + masks) over the keys: q [..., L, E], k [..., S, E] -> [..., L, S]
+// (batch axes broadcast). A row whose keys are all masked out has weights 0, so its output is
+// 0 and its gradients are 0: defined, never NaN (PyTorch 1.13-2.4's math path gives NaN;
+// 2.5's gives 0 too).
+Tensor attention_weights(const Tensor& q, const Tensor& k, const AttentionOptions& options = {},
+                         Loc loc = Loc::current());
+// attention_weights(q, k) v: v [..., S, Ev] -> [..., L, Ev]. PyTorch 2's
+// F.scaled_dot_product_attention (math path), with key_padding_mask as well.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options = {}, Loc loc = Loc::current());
+
+// MultiheadAttention's settings, call options and result (MultiheadAttention::Options, ...; at
+// namespace scope because a nested struct with member initialisers cannot be a default
+// argument inside its enclosing class).
+struct MultiheadAttentionOptions {
+  bool bias = true;
+  std::optional<int64_t> kdim, vdim;  // default embed_dim
+  bool batch_first = false;
+  double dropout = 0.0;
+  DType dtype = float32;
+};
+struct MultiheadAttentionCall {
+  // bool [N, S] (true: padding, ignored) or floating (added); [S] for unbatched inputs.
+  std::optional<Tensor> key_padding_mask;
+  bool need_weights = true;
+  // [L, S] or [N * num_heads, L, S]: bool true where attending is NOT allowed (PyTorch's
+  // convention here, the opposite of scaled_dot_product_attention's), or floating (added).
+  std::optional<Tensor> attn_mask;
+  bool average_attn_weights = true;
+  bool is_causal = false;  // applies the causal mask itself (with or without attn_mask)
+};
+struct MultiheadAttentionResult {
+  Tensor output;                  // like the query, embed_dim features
+  std::optional<Tensor> weights;  // [N, L, S] averaged over heads, else [N, H, L, S]
+};
+
+// torch.nn.MultiheadAttention, with its parameter names and layouts, so state dicts copy over:
+// in_proj_weight [3E, E] when kdim = vdim = E, else q/k/v_proj_weight [E, E], [E, kdim],
+// [E, vdim]; in_proj_bias [3E]; out_proj (Linear E -> E). Inputs [L, N, E] ([N, L, E] with
+// batch_first) or unbatched [L, E]; keys [S, N, kdim], values [S, N, vdim].
+struct MultiheadAttention {
+  std::optional<Tensor> in_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight;
+  std::optional<Tensor> in_proj_bias;
+  Linear out_proj;
+  int64_t num_heads = 1;
+  bool batch_first = false;
+  double dropout = 0.0;  // on the attention weights, in training
+
+  using Options = MultiheadAttentionOptions;
+  using CallOptions = MultiheadAttentionCall;
+  using Result = MultiheadAttentionResult;
+
+  MultiheadAttention() = default;
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, const Tensor& key,
+                     const Options& options);
+  MultiheadAttention(int64_t embed_dim, int64_t num_heads, const Tensor& key)
+      : MultiheadAttention(embed_dim, num_heads, key, Options{}) {}
+  Result operator()(const Tensor& query, const Tensor& key, const Tensor& value,
+                    const CallOptions& options = {}, Loc loc = Loc::current()) const;
+  // Training: dropout on the attention weights, with a key from the context.
+  Result operator()(const Tensor& query, const Tensor& key, const Tensor& value, Context& ctx,
+                    const CallOptions& options = {}, Loc loc = Loc::current()) const;
+
+ private:
+  Result forward(const Tensor& query, const Tensor& key, const Tensor& value,
+                 const CallOptions& options, Context* ctx, Loc loc) const;
+};
+KILN_TREE(MultiheadAttention, in_proj_weight, q_proj_weight, k_proj_weight, v_proj_weight,
+          in_proj_bias, out_proj, num_heads, batch_first, dropout);
+
+// Recurrent cells with PyTorch's gate layouts and equations, so weights copy over:
+// weight_ih [G H, I], weight_hh [G H, H], bias_ih, bias_hh [G H], all initialised
+// uniform(-1/sqrt(H), 1/sqrt(H)). Inputs [N, I] (or unbatched [I]), states [N, H] ([H]).
+struct LSTMState {
+  Tensor h, c;
+};
+KILN_TREE(LSTMState, h, c);
+
+// Gates i, f, g, o (G = 4): c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c').
+struct LSTMCell {
+  Tensor weight_ih, weight_hh;
+  std::optional<Tensor> bias_ih, bias_hh;
+  LSTMCell() = default;
+  LSTMCell(int64_t input_size, int64_t hidden_size, const Tensor& key, bool bias = true,
+           DType dtype = float32);
+  // No state: zeros.
+  LSTMState operator()(const Tensor& x, const std::optional<LSTMState>& state = std::nullopt,
+                       Loc loc = Loc::current()) const;
+};
+KILN_TREE(LSTMCell, weight_ih, weight_hh, bias_ih, bias_hh);
+
+// Gates r, z, n (G = 3): r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z likewise,
+// n = tanh(W_in x + b_in + r (W_hn h + b_hn)), h' = (1 - z) n + z h.
+struct GRUCell {
+  Tensor weight_ih, weight_hh;
+  std::optional<Tensor> bias_ih, bias_hh;
+  GRUCell() = default;
+  GRUCell(int64_t input_size, int64_t hidden_size, const Tensor& key, bool bias = true,
+          DType dtype = float32);
+  Tensor operator()(const Tensor& x, const std::optional<Tensor>& h = std::nullopt,
+                    Loc loc = Loc::current()) const;
+};
+KILN_TREE(GRUCell, weight_ih, weight_hh, bias_ih, bias_hh);
+
+struct RecurrentOptions {
+  int64_t num_layers = 1;
+  bool bias = true;
+  bool batch_first = false;
+  bool bidirectional = false;
+  DType dtype = float32;
+};
+
+// Multi-layer LSTM / GRU over a sequence, one kiln::scan per layer and direction (the input
+// projection of every step is one matmul before the scan). Input [T, N, I] ([N, T, I] with
+// batch_first) or unbatched [T, I]; output [T, N, D H] (D = 2 when bidirectional: forward
+// then backward features); states [num_layers * D, N, H] in PyTorch's order (layer 0
+// forward, layer 0 backward, layer 1 forward, ...). PyTorch's weight_ih_l{k}{_reverse} is
+// cells[D k (+ 1)].weight_ih here, and so on.
+struct LSTM {
+  std::vector<LSTMCell> cells;  // layer-major, forward then backward
+  int64_t num_layers = 1;
+  bool batch_first = false, bidirectional = false;
+  LSTM() = default;
+  LSTM(int64_t input_size, int64_t hidden_size, const Tensor& key, const RecurrentOptions& options);
+  LSTM(int64_t input_size, int64_t hidden_size, const Tensor& key)
+      : LSTM(input_size, hidden_size, key, RecurrentOptions{}) {}
+  // (output, final state); no initial state: zeros.
+  std::pair<Tensor, LSTMState> operator()(const Tensor& x,
+                                          const std::optional<LSTMState>& state = std::nullopt,
+                                          Loc loc = Loc::current()) const;
+};
+KILN_TREE(LSTM, cells, num_layers, batch_first, bidirectional);
+
+struct GRU {
+  std::vector<GRUCell> cells;  // layer-major, forward then backward
+  int64_t num_layers = 1;
+  bool batch_first = false, bidirectional = false;
+  GRU() = default;
+  GRU(int64_t input_size, int64_t hidden_size, const Tensor& key, const RecurrentOptions& options);
+  GRU(int64_t input_size, int64_t hidden_size, const Tensor& key)
+      : GRU(input_size, hidden_size, key, RecurrentOptions{}) {}
+  // (output, final h); no initial state: zeros.
+  std::pair<Tensor, Tensor> operator()(const Tensor& x,
+                                       const std::optional<Tensor>& h = std::nullopt,
+                                       Loc loc = Loc::current()) const;
+};
+KILN_TREE(GRU, cells, num_layers, batch_first, bidirectional);
 
 }  // namespace kiln::nn
 
