@@ -213,7 +213,7 @@ TEST(Resample, ValuesAndGradientsMatchPyTorch) {
     const std::string name = "adaptive/" + std::to_string(oh) + "x" + std::to_string(ow);
     SCOPED_TRACE(name);
     const Tensor x = case_at(name, "in0"), r = case_at(name, "r");
-    const auto f = [&](const Tensor& a) { return adaptive_avg_pool2d(a, {oh, ow}); };
+    const auto f = [oh = oh, ow = ow](const Tensor& a) { return adaptive_avg_pool2d(a, {oh, ow}); };
     expect_close(f(x), case_at(name, "y"), 1e-12, "value");
     expect_close(f(astype(x, float32)), case_at(name, "y"), 1e-6, "f32 value");
     expect_close(grad([&](const Tensor& a) { return sum(f(a) * r); })(x), case_at(name, "grad0"),
@@ -241,7 +241,7 @@ TEST(Resample, ValuesAndGradientsMatchPyTorch) {
       SCOPED_TRACE(key);
       const Tensor x = case_at(key, "in0"), r = case_at(key, "r");
       const double tol = x.dtype() == float64 ? 1e-12 : 1e-6;
-      const auto f = [&](const Tensor& a) { return interpolate(a, o); };
+      const auto f = [&o = o](const Tensor& a) { return interpolate(a, o); };
       expect_close(f(x), case_at(key, "y"), tol, "value");
       // PyTorch's backward of this one takes the identity its forward does not (out == in with
       // a scale factor): its gradient is not its forward's; ours (checked by finite
