@@ -340,7 +340,7 @@ std::vector<PrimitiveSample> make_table() {
   c.push_back({.prim = "matmul", .label = "batched", .make = [](Gen& g) {
                  return Sample{{{g.normal(Shape{2, 3, 4})}, {g.normal(Shape{2, 4, g.dim()})}}, {}};
                }});
-  c.push_back({.prim = "conv2d", .label = "", .make = [](Gen& g) {
+  c.push_back({.prim = "conv", .label = "", .make = [](Gen& g) {
                  return Sample{{{g.normal(Shape{g.dim(1, 2), 3, 5, 6})},
                                 {g.normal(Shape{g.dim(1, 3), 3, 3, 2})}},
                                {{"stride", Ints{1, 1}},
@@ -348,7 +348,7 @@ std::vector<PrimitiveSample> make_table() {
                                 {"dilation", Ints{1, 1}},
                                 {"groups", int64_t{1}}}};
                }});
-  c.push_back({.prim = "conv2d", .label = "strided_padded_dilated_grouped", .make = [](Gen& g) {
+  c.push_back({.prim = "conv", .label = "strided_padded_dilated_grouped", .make = [](Gen& g) {
                  return Sample{{{g.normal(Shape{2, 4, 7, 6})}, {g.normal(Shape{6, 2, 3, 2})}},
                                {{"stride", Ints{2, 1}},
                                 {"padding", Ints{1, 2}},
@@ -365,16 +365,15 @@ std::vector<PrimitiveSample> make_table() {
     return a;
   };
   c.push_back(
-      {.prim = "conv2d_input_grad", .label = "strided_padded_dilated_grouped", .make = [=](Gen& g) {
+      {.prim = "conv_input_grad", .label = "strided_padded_dilated_grouped", .make = [=](Gen& g) {
          return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{6, 2, 3, 2})}},
                        conv_grad_attrs("input_size", Ints{7, 6})};
        }});
-  c.push_back({.prim = "conv2d_weight_grad",
-               .label = "strided_padded_dilated_grouped",
-               .make = [=](Gen& g) {
-                 return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{2, 4, 7, 6})}},
-                               conv_grad_attrs("kernel_size", Ints{3, 2})};
-               }});
+  c.push_back(
+      {.prim = "conv_weight_grad", .label = "strided_padded_dilated_grouped", .make = [=](Gen& g) {
+         return Sample{{{g.normal(Shape{2, 6, 4, 8})}, {g.normal(Shape{2, 4, 7, 6})}},
+                       conv_grad_attrs("kernel_size", Ints{3, 2})};
+       }});
   const Attrs pool{{"kernel", Ints{2, 3}}, {"stride", Ints{2, 1}}, {"padding", Ints{1, 1}}};
   c.push_back({.prim = "max_pool2d", .label = "", .make = [pool](Gen& g) {
                  return Sample{{{g.distinct(Shape{g.dim(1, 2), 3, 5, 6})}}, pool};  // no ties
@@ -880,6 +879,38 @@ std::vector<PrimitiveSample> make_table() {
                                  {{"axis", int64_t{1}}}};
                  }});
   }
+  // ---- convolutions and resampling (issue 15): conv over 1 and 3 spatial axes; the
+  // transposed convolutions are conv_input_grad, resampling composes existing primitives ----
+  c.push_back({.prim = "conv", .label = "1d_strided_padded_dilated_grouped", .make = [](Gen& g) {
+                 return Sample{{{g.normal(Shape{g.dim(1, 2), 4, 9})}, {g.normal(Shape{6, 2, 3})}},
+                               {{"stride", Ints{2}},
+                                {"padding", Ints{1}},
+                                {"dilation", Ints{2}},
+                                {"groups", int64_t{2}}}};
+               }});
+  const Attrs conv3d{{"stride", Ints{1, 2, 1}},
+                     {"padding", Ints{1, 0, 1}},
+                     {"dilation", Ints{1, 1, 2}},
+                     {"groups", int64_t{2}}};
+  // x [1, 4, 3, 4, 5] and w [2, 2, 2, 2, 2] under conv3d give dy [1, 2, 4, 2, 5].
+  c.push_back({.prim = "conv", .label = "3d_strided_padded_dilated_grouped", .make = [=](Gen& g) {
+                 return Sample{
+                     {{g.normal(Shape{g.dim(1, 2), 4, 3, 4, 5})}, {g.normal(Shape{2, 2, 2, 2, 2})}},
+                     conv3d};
+               }});
+  const auto with3 = [=](const char* name, Ints value) {
+    Attrs a = conv3d;
+    a.set(name, std::move(value));
+    return a;
+  };
+  c.push_back({.prim = "conv_input_grad", .label = "3d", .make = [=](Gen& g) {
+                 return Sample{{{g.normal(Shape{1, 2, 4, 2, 5})}, {g.normal(Shape{2, 2, 2, 2, 2})}},
+                               with3("input_size", Ints{3, 4, 5})};
+               }});
+  c.push_back({.prim = "conv_weight_grad", .label = "3d", .make = [=](Gen& g) {
+                 return Sample{{{g.normal(Shape{1, 2, 4, 2, 5})}, {g.normal(Shape{1, 4, 3, 4, 5})}},
+                               with3("kernel_size", Ints{2, 2, 2})};
+               }});
   return c;
 }
 

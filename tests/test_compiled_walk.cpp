@@ -51,7 +51,7 @@ Rule rule_of(const std::string& prim) {
   static const std::set<std::string> reductions{"reduce_sum", "reduce_prod", "psum"};
   // Primitives holding a computation: sums in another order, transcendentals inside.
   static const std::set<std::string> programs{
-      "matmul",     "conv2d",          "conv2d_input_grad", "conv2d_weight_grad",
+      "matmul",     "conv",          "conv_input_grad", "conv_weight_grad",
       "avg_pool2d", "max_pool2d_grad", "scatter_add",       "scatter_add_along",
       "call",       "checkpoint",      "custom_jvp",        "custom_vjp",
       "cond",       "while",           "while_grad",        "scan"};

@@ -345,7 +345,7 @@ TEST(Conv2d, Errors) {
                {"negative padding", "[-1, 0]"});
   expect_error("conv2d",
                [&] {
-                 bind1(primitive("conv2d"), {x, ones({2, 4, 3, 3}, float64)},
+                 bind1(primitive("conv"), {x, ones({2, 4, 3, 3}, float64)},
                        {{"stride", std::vector<int64_t>{1, 1}},
                         {"padding", std::vector<int64_t>{0, 0}},
                         {"dilation", std::vector<int64_t>{1, 1}},
@@ -354,8 +354,8 @@ TEST(Conv2d, Errors) {
                {"differ in dtype", "f32[2,4,5,5]", "f64[2,4,3,3]"});
   expect_error("conv2d",
                [&] {
-                 bind1(primitive("conv2d"), {ones({1, 1, 3, 3}, int32), ones({1, 1, 1, 1}, int32)},
-                       {{"stride", std::vector<int64_t>{1}},
+                 bind1(primitive("conv"), {ones({1, 1, 3, 3}, int32), ones({1, 1, 1, 1}, int32)},
+                       {{"stride", std::vector<int64_t>{1, 1}},
                         {"padding", std::vector<int64_t>{0, 0}},
                         {"dilation", std::vector<int64_t>{1, 1}},
                         {"groups", int64_t{1}}});
@@ -363,13 +363,13 @@ TEST(Conv2d, Errors) {
                {"unsupported dtype", "i32[1,1,3,3]"});
   expect_error("conv2d",
                [&] {
-                 bind1(primitive("conv2d"), {ones({1, 1, 3, 3}), ones({1, 1, 1, 1})},
-                       {{"stride", std::vector<int64_t>{1}},
-                        {"padding", std::vector<int64_t>{0, 0}},
+                 bind1(primitive("conv"), {ones({1, 1, 3, 3}), ones({1, 1, 1, 1})},
+                       {{"stride", std::vector<int64_t>{1, 1}},
+                        {"padding", std::vector<int64_t>{0}},
                         {"dilation", std::vector<int64_t>{1, 1}},
                         {"groups", int64_t{1}}});
                },
-               {"'stride' has the wrong length", "[1]"});
+               {"'padding' has the wrong length", "[0]", "expected 2 values (height, width)"});
 }
 
 // ---- pooling ------------------------------------------------------------------------

@@ -303,7 +303,7 @@ TEST(Sizes, ConvInputGradGroupsAreChecked) {
                 {"input_size", I64{1, 1}}};
   expect_error(
       [&] {
-        (void)bind1(primitive("conv2d_input_grad"), {zeros({1, 1, 1, 1}), zeros({1, 4, 1, 1})}, a);
+        (void)bind1(primitive("conv_input_grad"), {zeros({1, 1, 1, 1}), zeros({1, 4, 1, 1})}, a);
       },
       "conv2d_input_grad", {"size overflows"});
 }

@@ -3,6 +3,7 @@
 // dtypes (docs/DESIGN.md); C++ arithmetic scalars are weakly typed: `x * 2.0` keeps x's dtype.
 #pragma once
 
+#include <array>
 #include <concepts>
 #include <optional>
 #include <vector>
@@ -163,6 +164,72 @@ struct Pool2dOptions {
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = Loc::current());
 // Padding counts toward the divisor (count_include_pad, like PyTorch's default).
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = Loc::current());
+
+// ---- convolutions and resampling (issue 15): 1d/3d, transposed, adaptive, interpolate ---
+// As conv2d over NCW (x [N, C, W], w [O, C/groups, KW]) and NCDHW (x [N, C, D, H, W],
+// w [O, C/groups, KD, KH, KW]).
+struct Conv1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+};
+Tensor conv1d(const Tensor& x, const Tensor& w, const Conv1dOptions& options = {},
+              Loc loc = Loc::current());
+struct Conv3dOptions {
+  std::array<int64_t, 3> stride{1, 1, 1};
+  std::array<int64_t, 3> padding{0, 0, 0};
+  std::array<int64_t, 3> dilation{1, 1, 1};
+  int64_t groups = 1;
+};
+Tensor conv3d(const Tensor& x, const Tensor& w, const Conv3dOptions& options = {},
+              Loc loc = Loc::current());
+// Transposed convolutions (PyTorch's conv_transposeNd): x [N, C, *in], w [C, O/groups, *k],
+// out = (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 per axis,
+// with output_padding < max(stride, dilation). The gradient of convNd with respect to its
+// input.
+struct ConvTranspose1dOptions {
+  int64_t stride = 1;
+  int64_t padding = 0;
+  int64_t output_padding = 0;
+  int64_t dilation = 1;
+  int64_t groups = 1;
+};
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w,
+                        const ConvTranspose1dOptions& options = {}, Loc loc = Loc::current());
+struct ConvTranspose2dOptions {
+  std::pair<int64_t, int64_t> stride{1, 1};
+  std::pair<int64_t, int64_t> padding{0, 0};
+  std::pair<int64_t, int64_t> output_padding{0, 0};
+  std::pair<int64_t, int64_t> dilation{1, 1};
+  int64_t groups = 1;
+};
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w,
+                        const ConvTranspose2dOptions& options = {}, Loc loc = Loc::current());
+struct ConvTranspose3dOptions {
+  std::array<int64_t, 3> stride{1, 1, 1};
+  std::array<int64_t, 3> padding{0, 0, 0};
+  std::array<int64_t, 3> output_padding{0, 0, 0};
+  std::array<int64_t, 3> dilation{1, 1, 1};
+  int64_t groups = 1;
+};
+Tensor conv_transpose3d(const Tensor& x, const Tensor& w,
+                        const ConvTranspose3dOptions& options = {}, Loc loc = Loc::current());
+// Averages over windows [floor(i * H / OH), ceil((i + 1) * H / OH)) per axis (PyTorch's
+// adaptive_avg_pool2d), x: [N, C, H, W] -> [N, C, OH, OW].
+Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_size,
+                           Loc loc = Loc::current());
+enum class InterpolateMode { nearest, bilinear };
+// Exactly one of size and scale_factor; with scale_factor the output is floor(in * scale) and
+// the source index uses 1 / scale, as PyTorch 1.13's F.interpolate.
+struct InterpolateOptions {
+  std::optional<std::pair<int64_t, int64_t>> size;
+  std::optional<std::pair<double, double>> scale_factor;
+  InterpolateMode mode = InterpolateMode::nearest;
+  bool align_corners = false;  // bilinear only
+};
+// Resamples x [N, C, H, W] (PyTorch's F.interpolate).
+Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
 
 // The identity, with a zero derivative: gradients do not flow through it.
 Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());

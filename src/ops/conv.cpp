@@ -1,11 +1,13 @@
-// Convolution and pooling over NCHW images: the `conv2d`, `max_pool2d` and `avg_pool2d`
-// primitives and their public ops.
+// Convolution over 1, 2 or 3 spatial axes (NCW, NCHW, NCDHW) and pooling over NCHW images:
+// the `conv`, `conv_input_grad`, `conv_weight_grad`, `max_pool2d` and `avg_pool2d` primitives
+// and their public ops (conv1d/2d/3d, conv_transpose1d/2d/3d, the poolings).
 //
-// conv2d and its two gradients (conv2d_input_grad, conv2d_weight_grad) run through oneDNN
-// in float32 (src/ops/conv_dnnl.cpp: 1.5-2x faster than im2col here); otherwise they lower
-// to im2col + OpenBLAS gemm per group; small images are batched into one wide gemm so that gemm
-// sees enough columns. f16/bf16 compute in float32. im2col and its transpose run in parallel over
-// image planes: OpenBLAS is the OpenMP build, so they share gemm's thread pool.
+// conv and its two gradients run through oneDNN in float32 (src/ops/conv_dnnl.cpp: 1.5-2x
+// faster than im2col here); otherwise they lower to im2col + OpenBLAS gemm per group; small
+// images are batched into one wide gemm so that gemm sees enough columns. f16/bf16 compute in
+// float32. im2col and its transpose run in parallel over image planes: OpenBLAS is the OpenMP
+// build, so they share gemm's thread pool. Every geometry is held as 3d (ops::ConvGeom), a
+// lower rank with unit leading axes.
 #include <cblas.h>
 
 #include <algorithm>
@@ -30,77 +32,144 @@ namespace {
 
 constexpr std::string_view kFloatDesc = "a floating dtype (f16, bf16, f32, f64)";
 
-// A 2-element attribute (stride, padding, ...), validated.
+using ops::ConvGeom;
+using ops::ConvPass;
+using ops::Spatial;
+
+// An attribute of one value per spatial axis (stride, padding, ...), validated.
+std::vector<int64_t> spatial_attr(std::string_view op, const Attrs& attrs, std::string_view name,
+                                  int64_t min_value, int rank) {
+  static constexpr std::string_view kAxes[] = {"(width)", "(height, width)",
+                                               "(depth, height, width)"};
+  const std::vector<int64_t>& v = attrs.get_ints(name);
+  if (v.size() != static_cast<std::size_t>(rank))
+    fail(op, "attribute '", name, "' has the wrong length: got ", attr_to_string(v), ", expected ",
+         rank, rank == 1 ? " value " : " values ", kAxes[rank - 1]);
+  for (const int64_t e : v) {
+    if (e < min_value)
+      fail(op, min_value > 0 ? "non-positive " : "negative ", name, ": got ", attr_to_string(v),
+           ", expected values >= ", min_value);
+    if (e > INT_MAX)
+      fail(op, "attribute '", name, "' too large: got ", attr_to_string(v),
+           ", expected values below 2^31");
+  }
+  return v;
+}
 std::pair<int64_t, int64_t> pair_attr(std::string_view op, const Attrs& attrs,
                                       std::string_view name, int64_t min_value) {
-  const std::vector<int64_t>& v = attrs.get_ints(name);
-  if (v.size() != 2)
-    fail(op, "attribute '", name, "' has the wrong length: got ", attr_to_string(v),
-         ", expected 2 values (height, width)");
-  if (v[0] < min_value || v[1] < min_value)
-    fail(op, min_value > 0 ? "non-positive " : "negative ", name, ": got ", attr_to_string(v),
-         ", expected values >= ", min_value);
-  if (v[0] > INT_MAX || v[1] > INT_MAX)
-    fail(op, "attribute '", name, "' too large: got ", attr_to_string(v),
-         ", expected values below 2^31");
+  const std::vector<int64_t> v = spatial_attr(op, attrs, name, min_value, 2);
   return {v[0], v[1]};
 }
+// v as the last entries of a Spatial whose leading entries are `neutral`.
+Spatial padded_spatial(std::span<const int64_t> v, int64_t neutral) {
+  Spatial s{neutral, neutral, neutral};
+  std::copy(v.begin(), v.end(), s.end() - static_cast<std::ptrdiff_t>(v.size()));
+  return s;
+}
+std::span<const int64_t> spatial_tail(const Spatial& s, int rank) {
+  return std::span<const int64_t>(s).last(static_cast<std::size_t>(rank));
+}
 
+// The spatial rank of a conv primitive: the length of its stride, named per rank in errors
+// ("conv3d_input_grad").
+struct ConvKind {
+  int rank;
+  std::string op;
+};
+ConvKind conv_kind(std::string_view suffix, const Attrs& attrs) {
+  const std::size_t r = attrs.get_ints("stride").size();
+  if (r < 1 || r > 3)
+    fail(std::string("conv").append(suffix), "attribute 'stride' has the wrong length: got ",
+         attr_to_string(attrs.get_ints("stride")), ", expected 1, 2 or 3 values (one per axis)");
+  return {static_cast<int>(r), "conv" + std::to_string(r) + "d" + std::string(suffix)};
+}
+
+const char* layout(int rank, bool weight) {
+  static constexpr const char* kData[] = {"[N, C, W]", "[N, C, H, W]", "[N, C, D, H, W]"};
+  static constexpr const char* kWeight[] = {"[O, C/groups, KW]", "[O, C/groups, KH, KW]",
+                                            "[O, C/groups, KD, KH, KW]"};
+  return (weight ? kWeight : kData)[rank - 1];
+}
+void expect_rank(std::string_view op, std::string_view what, const TensorType& t, int rank,
+                 bool weight = false) {
+  if (t.shape.rank() != rank + 2)
+    fail(op, what, " must have rank ", rank + 2, ": got ", t, ", expected ", layout(rank, weight));
+}
 void expect_image(std::string_view op, std::string_view what, const TensorType& t) {
-  if (t.shape.rank() != 4)
-    fail(op, what, " must have rank 4: got ", t, ", expected ",
-         what == "weight" ? "[O, C/groups, KH, KW]" : "[N, C, H, W]");
+  expect_rank(op, what, t, 2);
   ops::expect_dtype(op, t, DTypeSet::floating(), kFloatDesc);
 }
 
-using ops::ConvGeom;
-using ops::ConvPass;
+std::string spatial_string(std::span<const int64_t> v, const char* sep) {
+  std::string s;
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + std::to_string(v[i]);
+  return s;
+}
 
-// The geometry of x [N, C, H, W] convolved with w [O, C/groups, KH, KW]; `op` names the
+// The geometry of x [N, C, *in] convolved with w [O, C/groups, *k]; `kind` names the
 // primitive in errors (the gradient primitives share the forward's checks).
-ConvGeom conv_geom(std::string_view op, std::span<const TensorType> in, const Attrs& attrs) {
+ConvGeom conv_geom(const ConvKind& kind, std::span<const TensorType> in, const Attrs& attrs) {
+  const std::string& op = kind.op;
+  const int r = kind.rank;
   const TensorType& x = in[0];
   const TensorType& w = in[1];
-  expect_image(op, "input", x);
-  expect_image(op, "weight", w);
+  expect_rank(op, "input", x, r);
+  ops::expect_dtype(op, x, DTypeSet::floating(), kFloatDesc);
+  expect_rank(op, "weight", w, r, true);
+  ops::expect_dtype(op, w, DTypeSet::floating(), kFloatDesc);
   if (x.dtype != w.dtype)
     fail(op, "input and weight differ in dtype: got ", x, " and ", w,
-         ", expected one dtype (the public conv2d promotes first)");
-  const auto [sh, sw] = pair_attr(op, attrs, "stride", 1);
-  const auto [ph, pw] = pair_attr(op, attrs, "padding", 0);
-  const auto [dh, dw] = pair_attr(op, attrs, "dilation", 1);
+         ", expected one dtype (the public ", kind.op.substr(0, 6), " promotes first)");
+  const std::vector<int64_t> stride = spatial_attr(op, attrs, "stride", 1, r),
+                             pad = spatial_attr(op, attrs, "padding", 0, r),
+                             dil = spatial_attr(op, attrs, "dilation", 1, r);
   const int64_t G = attrs.get_int("groups");
   if (G < 1) fail(op, "non-positive groups: got groups=", G, ", expected groups >= 1");
-  ConvGeom g{x.shape[0], x.shape[1], x.shape[2], x.shape[3], w.shape[0], w.shape[2], w.shape[3], sh,
-             sw,         ph,         pw,         dh,         dw,         G,          0,          0};
+  const std::span<const int64_t> xs = x.shape.dims(), ws = w.shape.dims();
+  ConvGeom g{r,
+             xs[0],
+             xs[1],
+             ws[0],
+             G,
+             padded_spatial(xs.subspan(2), 1),
+             padded_spatial(ws.subspan(2), 1),
+             padded_spatial(stride, 1),
+             padded_spatial(pad, 0),
+             padded_spatial(dil, 1),
+             {1, 1, 1}};
   if (g.C % G != 0)
     fail(op, "input channels not divisible by groups: got input ", x, " with groups=", G,
          ", expected C (", g.C, ") to be a multiple of groups");
   if (g.O % G != 0)
     fail(op, "output channels not divisible by groups: got weight ", w, " with groups=", G,
          ", expected O (", g.O, ") to be a multiple of groups");
-  if (w.shape[1] != g.C / G)
+  if (ws[1] != g.C / G)
     fail(op, "weight channels do not match the input: got input ", x, " and weight ", w,
-         " with groups=", G, ", expected w.shape[1] == C/groups (", w.shape[1], " vs ", g.C / G,
-         ")");
-  if (g.KH < 1 || g.KW < 1)
-    fail(op, "empty kernel: got weight ", w, ", expected KH >= 1 and KW >= 1");
+         " with groups=", G, ", expected w.shape[1] == C/groups (", ws[1], " vs ", g.C / G, ")");
+  if (g.taps() == 0) fail(op, "empty kernel: got weight ", w, ", expected kernel sizes >= 1");
   // The dilated kernel's extent: checked, as a weight can be a broadcast view of 2^60 taps.
-  const int64_t ekh = detail::checked_add(op, detail::checked_mul(op, dh, g.KH - 1), 1);
-  const int64_t ekw = detail::checked_add(op, detail::checked_mul(op, dw, g.KW - 1), 1);
-  const int64_t hp = g.H + 2 * ph, wp = g.W + 2 * pw;
-  if (ekh > hp || ekw > wp)
+  Spatial extent{}, padded{};
+  bool fits = true;
+  for (std::size_t i = 0; i < 3; ++i) {
+    extent[i] = detail::checked_add(op, detail::checked_mul(op, g.dil[i], g.k[i] - 1), 1);
+    padded[i] = g.in[i] + 2 * g.pad[i];
+    fits = fits && extent[i] <= padded[i];
+    g.out[i] = fits ? (padded[i] - extent[i]) / g.stride[i] + 1 : 0;
+  }
+  if (!fits)
     fail(op, "kernel larger than the padded input: got input ", x, " and weight ", w, " (padding [",
-         ph, ", ", pw, "], dilation [", dh, ", ", dw, "]), expected an effective kernel of ", ekh,
-         "x", ekw, " to fit the padded input ", hp, "x", wp);
-  g.OH = (hp - ekh) / sh + 1;
-  g.OW = (wp - ekw) / sw + 1;
+         spatial_string(pad, ", "), "], dilation [", spatial_string(dil, ", "),
+         "]), expected an effective kernel of ", spatial_string(spatial_tail(extent, r), "x"),
+         " to fit the padded input ", spatial_string(spatial_tail(padded, r), "x"));
   return g;
 }
 
-std::vector<TensorType> conv_rule(std::span<const TensorType> in, const Attrs& attrs) {
-  const ConvGeom g = conv_geom("conv2d", in, attrs);
-  return {{in[0].dtype, Shape{g.N, g.O, g.OH, g.OW}}};
+// [n, c, *s] for the geometry's rank.
+Shape image_shape(const ConvGeom& g, int64_t n, int64_t c, const Spatial& s) {
+  std::vector<int64_t> d{n, c};
+  const std::span<const int64_t> t = spatial_tail(s, g.rank);
+  d.insert(d.end(), t.begin(), t.end());
+  return Shape(d);
 }
 
 // Row-major C = A·B + beta·C with either operand transposed, for float or double.
@@ -118,55 +187,71 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
                 i(ldc));
 }
 
-// Output columns [lo, hi) of kernel tap kw whose input column lies inside [0, W).
-std::pair<int64_t, int64_t> tap_columns(const ConvGeom& g, int64_t iw0) {
-  int64_t lo = iw0 >= 0 ? 0 : (-iw0 + g.sw - 1) / g.sw;
-  int64_t hi = iw0 >= g.W ? 0 : (g.W - 1 - iw0) / g.sw + 1;
-  lo = std::min(lo, g.OW);
-  hi = std::clamp(hi, lo, g.OW);
-  return {lo, hi};
-}
+// One kernel tap (kd, kh, kw) of the im2col matrix: output rows (od, oh) of OW entries each.
+struct Tap {
+  const ConvGeom& g;
+  int64_t kd, kh, iw0;  // iw0: the input column of output column 0 (ow's is iw0 + ow * sw)
+  int64_t lo, hi;       // the output columns [lo, hi) whose input column lies inside [0, W)
 
-// Fills one im2col row: dst[oh*OW + ow] = plane[ih, iw] for kernel tap (kh, kw), or 0 where
+  Tap(const ConvGeom& geom, int64_t t) : g(geom) {
+    const int64_t kw = t % g.k[2];
+    kh = t / g.k[2] % g.k[1];
+    kd = t / (g.k[2] * g.k[1]);
+    iw0 = kw * g.dil[2] - g.pad[2];
+    const int64_t W = g.in[2], OW = g.out[2], sw = g.stride[2];
+    lo = std::min(iw0 >= 0 ? 0 : (-iw0 + sw - 1) / sw, OW);
+    hi = std::clamp(iw0 >= W ? 0 : (W - 1 - iw0) / sw + 1, lo, OW);
+  }
+  // f(output row, offset of the input row in the plane or nullopt in the padding).
+  template <typename F>
+  void each_row(F&& f) const {
+    for (int64_t od = 0; od < g.out[0]; ++od) {
+      const int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+        const int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+        const bool inside = id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1];
+        f(od * g.out[1] + oh,
+          inside ? std::optional<int64_t>((id * g.in[1] + ih) * g.in[2]) : std::nullopt);
+      }
+    }
+  }
+};
+
+// Fills one im2col row: dst[output position] = the plane's input under tap t there, or 0 where
 // the tap falls into the padding.
 template <typename T>
-void im2col_row(const ConvGeom& g, const T* plane, int64_t kh, int64_t kw, T* dst) {
-  const int64_t iw0 = kw * g.dw - g.pw;  // input column of output column ow: iw0 + ow * sw
-  const auto [lo, hi] = tap_columns(g, iw0);
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    T* d = dst + oh * g.OW;
-    const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-    if (ih < 0 || ih >= g.H) {
-      std::fill(d, d + g.OW, T{0});
-      continue;
+void im2col_row(const ConvGeom& g, const T* plane, int64_t t, T* dst) {
+  const Tap tap(g, t);
+  const int64_t OW = g.out[2], sw = g.stride[2];
+  tap.each_row([&](int64_t row, std::optional<int64_t> in_row) {
+    T* d = dst + row * OW;
+    if (!in_row) {
+      std::fill(d, d + OW, T{0});
+      return;
     }
-    const T* s = plane + ih * g.W;
-    std::fill(d, d + lo, T{0});
-    if (g.sw == 1) {
-      if (hi > lo) std::memcpy(d + lo, s + iw0 + lo, static_cast<std::size_t>(hi - lo) * sizeof(T));
+    const T* s = plane + *in_row + tap.iw0;
+    std::fill(d, d + tap.lo, T{0});
+    if (sw == 1) {
+      if (tap.hi > tap.lo)
+        std::memcpy(d + tap.lo, s + tap.lo, static_cast<std::size_t>(tap.hi - tap.lo) * sizeof(T));
     } else {
-      for (int64_t ow = lo; ow < hi; ++ow) d[ow] = s[iw0 + ow * g.sw];
+      for (int64_t ow = tap.lo; ow < tap.hi; ++ow) d[ow] = s[ow * sw];
     }
-    std::fill(d + hi, d + g.OW, T{0});
-  }
+    std::fill(d + tap.hi, d + OW, T{0});
+  });
 }
 
-// The transpose of im2col_row: adds src[oh*OW + ow] back onto the input pixel it came from.
+// The transpose of im2col_row: adds each entry of src back onto the input it came from.
 template <typename T>
-void col2im_row_add(const ConvGeom& g, T* plane, int64_t kh, int64_t kw, const T* src) {
-  const int64_t iw0 = kw * g.dw - g.pw;
-  const auto [lo, hi] = tap_columns(g, iw0);
-  for (int64_t oh = 0; oh < g.OH; ++oh) {
-    const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
-    if (ih < 0 || ih >= g.H) continue;
-    T* d = plane + ih * g.W + iw0;
-    const T* s = src + oh * g.OW;
-    if (g.sw == 1) {
-      for (int64_t ow = lo; ow < hi; ++ow) d[ow] += s[ow];
-    } else {
-      for (int64_t ow = lo; ow < hi; ++ow) d[ow * g.sw] += s[ow];
-    }
-  }
+void col2im_row_add(const ConvGeom& g, T* plane, int64_t t, const T* src) {
+  const Tap tap(g, t);
+  const int64_t OW = g.out[2], sw = g.stride[2];
+  tap.each_row([&](int64_t row, std::optional<int64_t> in_row) {
+    if (!in_row) return;
+    T* d = plane + *in_row + tap.iw0;
+    const T* s = src + row * OW;
+    for (int64_t ow = tap.lo; ow < tap.hi; ++ow) d[ow * sw] += s[ow];
+  });
 }
 
 constexpr int64_t kColumnBudgetBytes = int64_t{64} << 20;  // im2col buffer per chunk
@@ -177,12 +262,12 @@ constexpr int64_t kTargetColumns = 4096;                   // gemm width worth b
 template <typename T>
 struct Columns {
   const ConvGeom& g;
-  int64_t Cg, Og, K, L, nb, width = 0;
-  std::vector<T> col;  // [K, nb * L]: row (c, kh, kw), image i in columns [i*L, (i+1)*L)
+  int64_t Cg, Og, taps, K, L, nb, width = 0;
+  std::vector<T> col;  // [K, nb * L]: row (c, tap), image i in columns [i*L, (i+1)*L)
   std::vector<T> tmp;  // [Og, nb * L]: one group's outputs (or output gradients) side by side
 
   explicit Columns(const ConvGeom& geom)
-      : g(geom), Cg(g.C / g.G), Og(g.O / g.G), K(Cg * g.KH * g.KW), L(g.OH * g.OW) {
+      : g(geom), Cg(g.C / g.G), Og(g.O / g.G), taps(g.taps()), K(Cg * taps), L(g.out_size()) {
     // One image's K x L columns can exceed any size though the weight and output fit; the
     // Error ([shape]) is re-raised by bind under the primitive's name.
     Shape{K, L}.check("shape");
@@ -210,28 +295,24 @@ struct Columns {
         [&](int64_t b, int64_t e) {
           for (int64_t p = b; p < e; ++p) f(p / Cg, p % Cg);
         },
-        L * g.KH * g.KW);
+        L * taps);
   }
-  T* row(int64_t c, int64_t kh, int64_t kw, int64_t i) {
-    return col.data() + ((c * g.KH + kh) * g.KW + kw) * width + i * L;
-  }
+  T* row(int64_t c, int64_t t, int64_t i) { return col.data() + (c * taps + t) * width + i * L; }
   void fill(const T* x, int64_t n0, int64_t count, int64_t gi) {
-    const int64_t HW = g.H * g.W;
+    const int64_t S = g.in_size();
     each_plane(count, [&](int64_t i, int64_t c) {
-      const T* plane = x + (n0 + i) * g.C * HW + (gi * Cg + c) * HW;
-      for (int64_t kh = 0; kh < g.KH; ++kh)
-        for (int64_t kw = 0; kw < g.KW; ++kw) im2col_row(g, plane, kh, kw, row(c, kh, kw, i));
+      const T* plane = x + (n0 + i) * g.C * S + (gi * Cg + c) * S;
+      for (int64_t t = 0; t < taps; ++t) im2col_row(g, plane, t, row(c, t, i));
     });
   }
   void add_back(T* dx, int64_t n0, int64_t count, int64_t gi) {
-    const int64_t HW = g.H * g.W;
+    const int64_t S = g.in_size();
     each_plane(count, [&](int64_t i, int64_t c) {
-      T* plane = dx + (n0 + i) * g.C * HW + (gi * Cg + c) * HW;
-      for (int64_t kh = 0; kh < g.KH; ++kh)
-        for (int64_t kw = 0; kw < g.KW; ++kw) col2im_row_add(g, plane, kh, kw, row(c, kh, kw, i));
+      T* plane = dx + (n0 + i) * g.C * S + (gi * Cg + c) * S;
+      for (int64_t t = 0; t < taps; ++t) col2im_row_add(g, plane, t, row(c, t, i));
     });
   }
-  // Group gi's rows of an [N, O, OH, OW] tensor for the current images, as [Og, width] with
+  // Group gi's rows of an [N, O, *out] tensor for the current images, as [Og, width] with
   // leading dimension ld: in place for one image, gathered into tmp for several.
   std::pair<const T*, int64_t> gather(const T* y, int64_t n0, int64_t count, int64_t gi) {
     const T* first = y + n0 * g.O * L + gi * Og * L;
@@ -251,15 +332,15 @@ struct Columns {
 };
 
 void check_blas_size(std::string_view op, const ConvGeom& g) {
-  const int64_t K = g.C / g.G * g.KH * g.KW, L = g.OH * g.OW;
-  if (std::max({g.O / g.G, K, L, g.H * g.W}) > INT_MAX / 2)
-    fail(op, "problem too large for BLAS: got input [", g.N, ", ", g.C, ", ", g.H, ", ", g.W,
-         "] and weight [", g.O, ", ", g.C / g.G, ", ", g.KH, ", ", g.KW,
-         "], expected matrix dimensions below 2^30");
+  const int64_t K = g.C / g.G * g.taps(), L = g.out_size();
+  if (std::max({g.O / g.G, K, L, g.in_size()}) > INT_MAX / 2)
+    fail(op, "problem too large for BLAS: got input ", image_shape(g, g.N, g.C, g.in),
+         " and weight ", image_shape(g, g.O, g.C / g.G, g.k),
+         ", expected matrix dimensions below 2^30");
 }
 
 bool is_pointwise(const ConvGeom& g) {
-  return g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+  return g.taps() == 1 && g.stride == Spatial{1, 1, 1} && g.pad == Spatial{0, 0, 0};
 }
 // f(n, gi) for each image and group: pointwise kernels need no im2col, one gemm per pair.
 template <typename F>
@@ -270,15 +351,15 @@ void each_image_group(const ConvGeom& g, F&& f) {
 
 // y = conv(x, w): per group, W_g [Og, K] · columns [K, width].
 template <typename T>
-Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g) {
-  Tensor out = empty(Shape{g.N, g.O, g.OH, g.OW}, dtype_v<T>);
+Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g, std::string_view op) {
+  Tensor out = empty(image_shape(g, g.N, g.O, g.out), dtype_v<T>);
   if (out.numel() == 0) return out;
-  check_blas_size("conv2d", g);
+  check_blas_size(op, g);
   const Tensor x = x_in.contiguous(), w = w_in.contiguous();
   const T* px = x.data<const T>();
   const T* pw = w.data<const T>();
   T* po = out.data<T>();
-  const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.KH * g.KW, L = g.OH * g.OW;
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.taps(), L = g.out_size();
   if (K == 0) {  // no input channels: every output is an empty sum
     std::fill(po, po + out.numel(), T{0});
     return out;
@@ -304,19 +385,20 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g) {
   return out;
 }
 
-// dx = conv2d_input_grad(dy, w): per group, columns [K, width] = W_g^T · dY_g, then each
+// dx = conv_input_grad(dy, w): per group, columns [K, width] = W_g^T · dY_g, then each
 // column entry is added back onto the pixel im2col took it from.
 template <typename T>
-Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvGeom& g) {
-  Tensor dx = empty(Shape{g.N, g.C, g.H, g.W}, dtype_v<T>);
+Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvGeom& g,
+                            std::string_view op) {
+  Tensor dx = empty(image_shape(g, g.N, g.C, g.in), dtype_v<T>);
   if (dx.numel() == 0) return dx;
   if (ct_in.numel() == 0) return zeros(dx.shape(), dx.dtype());
-  check_blas_size("conv2d_input_grad", g);
+  check_blas_size(op, g);
   const Tensor ct = ct_in.contiguous(), w = w_in.contiguous();
   const T* pc = ct.data<const T>();
   const T* pw = w.data<const T>();
   T* px = dx.data<T>();
-  const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.KH * g.KW, L = g.OH * g.OW;
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.taps(), L = g.out_size();
   if constexpr (std::is_same_v<T, float>)
     if (ops::dnnl_conv(ConvPass::backward_data, g, pc, pw, px)) return dx;
   if (is_pointwise(g)) {
@@ -337,14 +419,15 @@ Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvG
   return dx;
 }
 
-// dw = conv2d_weight_grad(dy, x): per group, dW_g [Og, K] += dY_g [Og, width] · columns^T.
+// dw = conv_weight_grad(dy, x): per group, dW_g [Og, K] += dY_g [Og, width] · columns^T.
 template <typename T>
-Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const ConvGeom& g) {
-  const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.KH * g.KW, L = g.OH * g.OW;
-  Tensor dw = empty(Shape{g.O, Cg, g.KH, g.KW}, dtype_v<T>);
+Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const ConvGeom& g,
+                             std::string_view op) {
+  const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.taps(), L = g.out_size();
+  Tensor dw = empty(image_shape(g, g.O, Cg, g.k), dtype_v<T>);
   if (dw.numel() == 0) return dw;
   if (ct_in.numel() == 0) return zeros(dw.shape(), dw.dtype());
-  check_blas_size("conv2d_weight_grad", g);
+  check_blas_size(op, g);
   const Tensor ct = ct_in.contiguous(), x = x_in.contiguous();
   const T* pc = ct.data<const T>();
   const T* px = x.data<const T>();
@@ -409,19 +492,21 @@ Attrs with(const Attrs& a, const char* name, std::vector<int64_t> value) {
   out.set(name, std::move(value));
   return out;
 }
+std::vector<int64_t> spatial_dims(const Shape& s) { return {s.begin() + 2, s.end()}; }
 
-// The gradients of y = conv2d(x, w) as primitives of their own (im2col + gemm, no
-// transposed copies of the operands). conv2d is bilinear, so
-//   <dy, conv2d(x, w)> = <conv2d_input_grad(dy, w), x> = <conv2d_weight_grad(dy, x), w>,
+// The gradients of y = conv(x, w) as primitives of their own (im2col + gemm, no transposed
+// copies of the operands). conv is bilinear, so
+//   <dy, conv(x, w)> = <conv_input_grad(dy, w), x> = <conv_weight_grad(dy, x), w>,
 // and each of the three primitives' derivatives is one of the other two.
-Tensor input_grad(const Tensor& dy, const Tensor& w, const Attrs& a, const Shape& x) {
-  return bind1(prim::conv2d_input_grad(), {dy, w}, with(a, "input_size", {x[2], x[3]}));
+Tensor input_grad(const Tensor& dy, const Tensor& w, const Attrs& a, const Shape& x,
+                  Loc loc = Loc::current()) {
+  return bind1(prim::conv_input_grad(), {dy, w}, with(a, "input_size", spatial_dims(x)), loc);
 }
 Tensor weight_grad(const Tensor& dy, const Tensor& x, const Attrs& a, const Shape& w) {
-  return bind1(prim::conv2d_weight_grad(), {dy, x}, with(a, "kernel_size", {w[2], w[3]}));
+  return bind1(prim::conv_weight_grad(), {dy, x}, with(a, "kernel_size", spatial_dims(w)));
 }
-Tensor conv(const Tensor& x, const Tensor& w, const Attrs& a) {
-  return bind1(prim::conv2d(), {x, w}, conv_attrs(a));
+Tensor conv_of(const Tensor& x, const Tensor& w, const Attrs& a) {
+  return bind1(prim::conv(), {x, w}, conv_attrs(a));
 }
 
 // A bilinear primitive's JVP: f(dt0, in1) + f(in0, dt1).
@@ -450,143 +535,142 @@ std::vector<Batched> batch_images(const BatchArgs& b) {
   return {{reshape(y, Shape(unfolded)), 0}};
 }
 
-Kernel conv_kernel(std::function<ConvGeom(std::span<const Tensor>, const Attrs&)> geom,
-                   Tensor (*f32)(const Tensor&, const Tensor&, const ConvGeom&),
-                   Tensor (*f64)(const Tensor&, const Tensor&, const ConvGeom&)) {
-  return [geom, f32, f64](std::span<const Tensor> in, const Attrs& attrs) {
-    const ConvGeom g = geom(in, attrs);
-    return std::vector<Tensor>{in_float(in, [&]<typename T>(const Tensor& a, const Tensor& b) {
-      return std::is_same_v<T, float> ? f32(a, b, g) : f64(a, b, g);
-    })};
-  };
-}
+using ConvImpl = Tensor (*)(const Tensor&, const Tensor&, const ConvGeom&, std::string_view);
+using GeomOf = ConvGeom (*)(const ConvKind&, std::span<const TensorType>, const Attrs&);
 
-// `folds`: a batch of the first operand alone folds into N (conv2d, conv2d_input_grad); the
-// weight gradient sums over N, so a batched dy or x there runs once per example.
-const Primitive& define_conv(Primitive p, Kernel kernel, bool folds = true,
-                             Loc loc = Loc::current()) {
-  p.batch = [folds](const BatchArgs& b) {
+std::vector<TensorType> types(std::span<const Tensor> in) { return {in[0].type(), in[1].type()}; }
+
+// One of the three conv primitives: `geom` checks its operands, `result` is the shape of the
+// geometry it produces. `folds`: a batch of the first operand alone folds into N (conv,
+// conv_input_grad); the weight gradient sums over N, so a batched dy or x there runs once per
+// example.
+struct ConvSpec {
+  std::string_view name;  // and the suffix of the per-rank names in errors
+  GeomOf geom;
+  Shape (*result)(const ConvGeom&);
+  ConvImpl f32, f64;
+  bool folds;
+};
+const Primitive& define_conv(const ConvSpec& s, Primitive p, Loc loc = Loc::current()) {
+  const std::string suffix(s.name.substr(4));
+  p.name = std::string(s.name);
+  p.arity = 2;
+  p.type_rule = [s, suffix](std::span<const TensorType> in, const Attrs& a) {
+    return std::vector<TensorType>{{in[0].dtype, s.result(s.geom(conv_kind(suffix, a), in, a))}};
+  };
+  p.batch = [folds = s.folds](const BatchArgs& b) {
     return folds && !b.dims[1] ? batch_images(b) : ops::batch_by_loop(b);
+  };
+  Kernel kernel = [s, suffix](std::span<const Tensor> in, const Attrs& attrs) {
+    const ConvKind kind = conv_kind(suffix, attrs);
+    const ConvGeom g = s.geom(kind, types(in), attrs);
+    return std::vector<Tensor>{in_float(in, [&]<typename T>(const Tensor& a, const Tensor& b) {
+      return (std::is_same_v<T, float> ? s.f32 : s.f64)(a, b, g, kind.op);
+    })};
   };
   return detail::register_builtin(
       std::move(p), {{ops::cpu({DTypeSet::floating(), DTypeSet::floating()}), std::move(kernel)}},
       loc);
 }
 
-}  // namespace
-
-// conv2d(x [N, C, H, W], w [O, C/groups, KH, KW]) -> [N, O, OH, OW].
-const Primitive& prim::conv2d() {
-  static const Primitive& p = define_conv(
-      [] {
-        Primitive p = primitive_of("conv2d", 2, conv_rule);
-        p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
-          return bilinear_jvp(
-              r, t, [&](const Tensor& x, const Tensor& w) { return conv(x, w, r.attrs); });
-        };
-        p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-          return {input_grad(*ct[0], r.inputs[1], r.attrs, r.inputs[0].shape()),
-                  weight_grad(*ct[0], r.inputs[0], r.attrs, r.inputs[1].shape())};
-        };
-        return p;
-      }(),
-      conv_kernel(
-          [](std::span<const Tensor> in, const Attrs& a) {
-            return conv_geom("conv2d", std::vector<TensorType>{in[0].type(), in[1].type()}, a);
-          },
-          &conv_impl<float>, &conv_impl<double>));
-  return p;
-}
-
-namespace {
-
 // The forward geometry behind a gradient primitive, checked against the given dy.
-ConvGeom grad_geom(std::string_view op, const TensorType& dy, const TensorType& x,
+ConvGeom grad_geom(const ConvKind& kind, const TensorType& dy, const TensorType& x,
                    const TensorType& w, const Attrs& a) {
-  const ConvGeom g = conv_geom(op, std::vector<TensorType>{x, w}, a);
-  const Shape expected{g.N, g.O, g.OH, g.OW};
+  const ConvGeom g = conv_geom(kind, std::vector<TensorType>{x, w}, a);
+  const Shape expected = image_shape(g, g.N, g.O, g.out);
   if (dy.shape != expected || dy.dtype != x.dtype)
-    fail(op, "output gradient does not match the convolution: got ", dy, ", expected ",
+    fail(kind.op, "output gradient does not match the convolution: got ", dy, ", expected ",
          TensorType{x.dtype, expected}, " for input ", x, " and weight ", w);
   return g;
 }
-void expect_rank4(std::string_view op, std::string_view what, const TensorType& t) {
-  if (t.shape.rank() != 4) fail(op, what, " must have rank 4: got ", t, ", expected rank 4");
+void expect_operand_rank(const ConvKind& kind, std::string_view what, const TensorType& t) {
+  if (t.shape.rank() != kind.rank + 2)
+    fail(kind.op, what, " must have rank ", kind.rank + 2, ": got ", t, ", expected rank ",
+         kind.rank + 2);
 }
-// conv2d_input_grad(dy [N, O, OH, OW], w) -> dx [N, C, H, W]; attribute input_size = [H, W].
-ConvGeom input_grad_geom(std::span<const TensorType> in, const Attrs& a) {
-  constexpr std::string_view op = "conv2d_input_grad";
-  expect_rank4(op, "output gradient", in[0]);
-  expect_rank4(op, "weight", in[1]);
-  const auto [h, w] = pair_attr(op, a, "input_size", 0);
-  const int64_t c = detail::checked_mul(op, in[1].shape[1], a.get_int("groups"));
-  const TensorType x{in[0].dtype, Shape{in[0].shape[0], c, h, w}};
-  return grad_geom(op, in[0], x, in[1], a);
+Shape with_spatial(int64_t n, int64_t c, const std::vector<int64_t>& s) {
+  std::vector<int64_t> d{n, c};
+  d.insert(d.end(), s.begin(), s.end());
+  return Shape(d);
 }
-// conv2d_weight_grad(dy [N, O, OH, OW], x) -> dw [O, C/groups, KH, KW]; kernel_size = [KH, KW].
-ConvGeom weight_grad_geom(std::span<const TensorType> in, const Attrs& a) {
-  constexpr std::string_view op = "conv2d_weight_grad";
-  expect_rank4(op, "output gradient", in[0]);
-  expect_rank4(op, "input", in[1]);
-  const auto [kh, kw] = pair_attr(op, a, "kernel_size", 1);
+// conv_input_grad(dy [N, O, *out], w) -> dx [N, C, *in]; attribute input_size = in.
+ConvGeom input_grad_geom(const ConvKind& kind, std::span<const TensorType> in, const Attrs& a) {
+  expect_operand_rank(kind, "output gradient", in[0]);
+  expect_operand_rank(kind, "weight", in[1]);
+  const std::vector<int64_t> size = spatial_attr(kind.op, a, "input_size", 0, kind.rank);
+  const int64_t c = detail::checked_mul(kind.op, in[1].shape[1], a.get_int("groups"));
+  const TensorType x{in[0].dtype, with_spatial(in[0].shape[0], c, size)};
+  return grad_geom(kind, in[0], x, in[1], a);
+}
+// conv_weight_grad(dy [N, O, *out], x) -> dw [O, C/groups, *k]; attribute kernel_size = k.
+ConvGeom weight_grad_geom(const ConvKind& kind, std::span<const TensorType> in, const Attrs& a) {
+  expect_operand_rank(kind, "output gradient", in[0]);
+  expect_operand_rank(kind, "input", in[1]);
+  const std::vector<int64_t> size = spatial_attr(kind.op, a, "kernel_size", 1, kind.rank);
   const int64_t groups = std::max<int64_t>(1, a.get_int("groups"));
-  const TensorType w{in[1].dtype, Shape{in[0].shape[1], in[1].shape[1] / groups, kh, kw}};
-  return grad_geom(op, in[0], in[1], w, a);
+  const TensorType w{in[1].dtype, with_spatial(in[0].shape[1], in[1].shape[1] / groups, size)};
+  return grad_geom(kind, in[0], in[1], w, a);
 }
-std::vector<TensorType> types(std::span<const Tensor> in) { return {in[0].type(), in[1].type()}; }
 
 }  // namespace
 
-const Primitive& prim::conv2d_input_grad() {
-  static const Primitive& p = define_conv(
-      [] {
-        Primitive p = primitive_of(
-            "conv2d_input_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
-              const ConvGeom g = input_grad_geom(in, a);
-              return std::vector<TensorType>{{in[0].dtype, Shape{g.N, g.C, g.H, g.W}}};
-            });
-        p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
-          const Shape& x = r.outputs[0].shape();
-          return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& w) {
-            return input_grad(dy, w, r.attrs, x);
-          });
-        };
-        p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-          const Tensor &dy = r.inputs[0], &w = r.inputs[1];
-          return {conv(*ct[0], w, r.attrs), weight_grad(dy, *ct[0], r.attrs, w.shape())};
-        };
-        return p;
-      }(),
-      conv_kernel(
-          [](std::span<const Tensor> in, const Attrs& a) { return input_grad_geom(types(in), a); },
-          &conv_input_grad_impl<float>, &conv_input_grad_impl<double>));
+// conv(x [N, C, *in], w [O, C/groups, *k]) -> [N, O, *out] over 1, 2 or 3 spatial axes.
+const Primitive& prim::conv() {
+  static const Primitive& p = [] {
+    Primitive p;
+    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+      return bilinear_jvp(r, t,
+                          [&](const Tensor& x, const Tensor& w) { return conv_of(x, w, r.attrs); });
+    };
+    p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+      return {input_grad(*ct[0], r.inputs[1], r.attrs, r.inputs[0].shape()),
+              weight_grad(*ct[0], r.inputs[0], r.attrs, r.inputs[1].shape())};
+    };
+    return define_conv(
+        {"conv", conv_geom, [](const ConvGeom& g) { return image_shape(g, g.N, g.O, g.out); },
+         &conv_impl<float>, &conv_impl<double>, true},
+        std::move(p));
+  }();
   return p;
 }
 
-const Primitive& prim::conv2d_weight_grad() {
-  static const Primitive& p = define_conv(
-      [] {
-        Primitive p = primitive_of(
-            "conv2d_weight_grad", 2, [](std::span<const TensorType> in, const Attrs& a) {
-              const ConvGeom g = weight_grad_geom(in, a);
-              return std::vector<TensorType>{{in[0].dtype, Shape{g.O, g.C / g.G, g.KH, g.KW}}};
-            });
-        p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
-          const Shape& w = r.outputs[0].shape();
-          return bilinear_jvp(r, t, [&](const Tensor& dy, const Tensor& x) {
-            return weight_grad(dy, x, r.attrs, w);
-          });
-        };
-        p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-          const Tensor &dy = r.inputs[0], &x = r.inputs[1];
-          return {conv(x, *ct[0], r.attrs), input_grad(dy, *ct[0], r.attrs, x.shape())};
-        };
-        return p;
-      }(),
-      conv_kernel(
-          [](std::span<const Tensor> in, const Attrs& a) { return weight_grad_geom(types(in), a); },
-          &conv_weight_grad_impl<float>, &conv_weight_grad_impl<double>),
-      false);
+const Primitive& prim::conv_input_grad() {
+  static const Primitive& p = [] {
+    Primitive p;
+    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+      const Shape& x = r.outputs[0].shape();
+      return bilinear_jvp(
+          r, t, [&](const Tensor& dy, const Tensor& w) { return input_grad(dy, w, r.attrs, x); });
+    };
+    p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+      const Tensor &dy = r.inputs[0], &w = r.inputs[1];
+      return {conv_of(*ct[0], w, r.attrs), weight_grad(dy, *ct[0], r.attrs, w.shape())};
+    };
+    return define_conv({"conv_input_grad", input_grad_geom,
+                        [](const ConvGeom& g) { return image_shape(g, g.N, g.C, g.in); },
+                        &conv_input_grad_impl<float>, &conv_input_grad_impl<double>, true},
+                       std::move(p));
+  }();
+  return p;
+}
+
+const Primitive& prim::conv_weight_grad() {
+  static const Primitive& p = [] {
+    Primitive p;
+    p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) {
+      const Shape& w = r.outputs[0].shape();
+      return bilinear_jvp(
+          r, t, [&](const Tensor& dy, const Tensor& x) { return weight_grad(dy, x, r.attrs, w); });
+    };
+    p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+      const Tensor &dy = r.inputs[0], &x = r.inputs[1];
+      return {conv_of(x, *ct[0], r.attrs), input_grad(dy, *ct[0], r.attrs, x.shape())};
+    };
+    return define_conv({"conv_weight_grad", weight_grad_geom,
+                        [](const ConvGeom& g) { return image_shape(g, g.O, g.C / g.G, g.k); },
+                        &conv_weight_grad_impl<float>, &conv_weight_grad_impl<double>, false},
+                       std::move(p));
+  }();
   return p;
 }
 
@@ -959,18 +1043,136 @@ Tensor pool(const Primitive& p, const Tensor& x, const Pool2dOptions& o, Loc loc
 
 }  // namespace
 
-Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc) {
-  const detail::CallSite site(loc);
+namespace {
+
+// The options of a public convolution of any rank, one value per spatial axis.
+struct ConvArgs {
+  std::vector<int64_t> stride, padding, dilation, output_padding;
+  int64_t groups;
+};
+std::vector<int64_t> ints(int64_t v) { return {v}; }
+std::vector<int64_t> ints(const std::array<int64_t, 3>& v) { return {v.begin(), v.end()}; }
+
+std::string conv_name(std::string_view stem, int rank) {
+  return std::string(stem) + std::to_string(rank) + "d";
+}
+
+// x and w promoted to one floating dtype.
+std::pair<Tensor, Tensor> conv_operands(const std::string& op, const Tensor& x, const Tensor& w,
+                                        Loc loc) {
   if (!x.defined() || !w.defined())
-    fail("conv2d", "undefined operand: got a default-constructed Tensor, expected tensors");
-  DType dt = promote_types(x.dtype(), w.dtype());
-  dt = to_floating(dt);
-  const Attrs attrs{{"stride", ints(o.stride)},
-                    {"padding", ints(o.padding)},
-                    {"dilation", ints(o.dilation)},
-                    {"groups", o.groups}};
-  return bind1(prim::conv2d(), {ops::cast_if_needed(x, dt, loc), ops::cast_if_needed(w, dt, loc)},
-               attrs, loc);
+    fail(op, "undefined operand: got a default-constructed Tensor, expected tensors");
+  const DType dt = to_floating(promote_types(x.dtype(), w.dtype()));
+  return {ops::cast_if_needed(x, dt, loc), ops::cast_if_needed(w, dt, loc)};
+}
+
+Tensor conv_nd(int rank, const Tensor& x, const Tensor& w, const ConvArgs& a, Loc loc) {
+  const detail::CallSite site(loc);
+  const auto [xf, wf] = conv_operands(conv_name("conv", rank), x, w, loc);
+  const Attrs attrs{
+      {"stride", a.stride}, {"padding", a.padding}, {"dilation", a.dilation}, {"groups", a.groups}};
+  return bind1(prim::conv(), {xf, wf}, attrs, loc);
+}
+
+// The transposed convolution of x [N, C, *in] with w [C, O/groups, *k] (PyTorch's layout): the
+// gradient of conv with respect to its input, at an input of size
+//   out = (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1.
+// That is conv_input_grad itself when output_padding < stride (conv's floor division then maps
+// out back to in); otherwise (output_padding < dilation) the unpadded transpose, cropped by
+// padding and extended by zeros.
+Tensor conv_transpose_nd(int rank, const Tensor& x_in, const Tensor& w_in, const ConvArgs& a,
+                         Loc loc) {
+  const detail::CallSite site(loc);
+  const std::string op = conv_name("conv_transpose", rank);
+  const auto [x, w] = conv_operands(op, x_in, w_in, loc);
+  expect_rank(op, "input", x.type(), rank);
+  if (w.shape().rank() != rank + 2)
+    fail(op, "weight must have rank ", rank + 2, ": got ", w.type(), ", expected ",
+         std::array{"[C, O/groups, KW]", "[C, O/groups, KH, KW]",
+                    "[C, O/groups, KD, KH, KW]"}[static_cast<std::size_t>(rank - 1)]);
+  const Attrs given{{"stride", a.stride},
+                    {"padding", a.padding},
+                    {"dilation", a.dilation},
+                    {"output_padding", a.output_padding}};
+  const std::vector<int64_t> stride = spatial_attr(op, given, "stride", 1, rank),
+                             padding = spatial_attr(op, given, "padding", 0, rank),
+                             dil = spatial_attr(op, given, "dilation", 1, rank),
+                             out_padding = spatial_attr(op, given, "output_padding", 0, rank);
+  if (a.groups < 1)
+    fail(op, "non-positive groups: got groups=", a.groups, ", expected groups >= 1");
+  const int64_t C = x.shape()[1];
+  if (w.shape()[0] != C)
+    fail(op, "weight does not match the input channels: got input ", x.type(), " and weight ",
+         w.type(), ", expected w.shape[0] == C (", w.shape()[0], " vs ", C, ")");
+  if (C % a.groups != 0)
+    fail(op, "input channels not divisible by groups: got input ", x.type(),
+         " with groups=", a.groups, ", expected C (", C, ") to be a multiple of groups");
+  std::vector<int64_t> out(static_cast<std::size_t>(rank)), full(out.size());
+  bool direct = true;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out_padding[i] >= std::max(stride[i], dil[i]))
+      fail(op, "output_padding not smaller than stride or dilation: got output_padding [",
+           spatial_string(out_padding, ", "), "] with stride [", spatial_string(stride, ", "),
+           "] and dilation [", spatial_string(dil, ", "),
+           "], expected output_padding < max(stride, dilation) on each axis");
+    const int64_t in = x.shape()[static_cast<int64_t>(i) + 2],
+                  k = w.shape()[static_cast<int64_t>(i) + 2];
+    // The unpadded transpose's size.
+    full[i] = detail::checked_add(op, detail::checked_mul(op, in - 1, stride[i]),
+                                  detail::checked_mul(op, dil[i], k - 1) + 1);
+    out[i] = full[i] - 2 * padding[i] + out_padding[i];
+    if (out[i] < 1)
+      fail(op, "output size not positive: got input ", x.type(), " and weight ", w.type(),
+           " with padding [", spatial_string(padding, ", "), "], giving an output of size ", out[i],
+           " on spatial axis ", i, ", expected sizes >= 1");
+    direct = direct && out_padding[i] < stride[i];
+  }
+  Attrs attrs{{"stride", stride},
+              {"padding", padding},
+              {"dilation", dil},
+              {"groups", a.groups},
+              {"input_size", out}};
+  if (direct) return bind1(prim::conv_input_grad(), {x, w}, attrs, loc);
+  attrs.set("padding", std::vector<int64_t>(out.size(), 0));
+  attrs.set("input_size", full);
+  const Tensor y = bind1(prim::conv_input_grad(), {x, w}, attrs, loc);
+  std::vector<Slice> crop{Slice{}, Slice{}};
+  std::vector<std::pair<int64_t, int64_t>> zeros_after{{0, 0}, {0, 0}};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    crop.push_back(Slice{padding[i], std::min(full[i], padding[i] + out[i]), 1});
+    zeros_after.emplace_back(0, std::max<int64_t>(0, padding[i] + out[i] - full[i]));
+  }
+  return pad(slice(y, crop, loc), zeros_after, 0.0, loc);
+}
+
+}  // namespace
+
+Tensor conv1d(const Tensor& x, const Tensor& w, const Conv1dOptions& o, Loc loc) {
+  return conv_nd(1, x, w, {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups}, loc);
+}
+Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc) {
+  return conv_nd(2, x, w, {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups}, loc);
+}
+Tensor conv3d(const Tensor& x, const Tensor& w, const Conv3dOptions& o, Loc loc) {
+  return conv_nd(3, x, w, {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups}, loc);
+}
+Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const ConvTranspose1dOptions& o,
+                        Loc loc) {
+  return conv_transpose_nd(
+      1, x, w,
+      {ints(o.stride), ints(o.padding), ints(o.dilation), ints(o.output_padding), o.groups}, loc);
+}
+Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const ConvTranspose2dOptions& o,
+                        Loc loc) {
+  return conv_transpose_nd(
+      2, x, w,
+      {ints(o.stride), ints(o.padding), ints(o.dilation), ints(o.output_padding), o.groups}, loc);
+}
+Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const ConvTranspose3dOptions& o,
+                        Loc loc) {
+  return conv_transpose_nd(
+      3, x, w,
+      {ints(o.stride), ints(o.padding), ints(o.dilation), ints(o.output_padding), o.groups}, loc);
 }
 
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {

@@ -4,7 +4,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
+#include <vector>
 
 #include "detail/parallel.h"
 
@@ -29,22 +29,39 @@ const dnnl::engine& engine() {
   return e;
 }
 
+// The spatial tail (the last `rank` entries) of s, offset by `delta`.
+Dims tail(const ConvGeom& g, const Spatial& s, int64_t delta = 0) {
+  Dims d;
+  for (int i = 3 - g.rank; i < 3; ++i) d.push_back(s[static_cast<std::size_t>(i)] + delta);
+  return d;
+}
+Dims cat(Dims head, const Dims& rest) {
+  head.insert(head.end(), rest.begin(), rest.end());
+  return head;
+}
+
 std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   using tag = memory::format_tag;
   const auto f32 = memory::data_type::f32;
-  const Dims x_dims{g.N, g.C, g.H, g.W}, y_dims{g.N, g.O, g.OH, g.OW};
+  const Dims x_dims = cat({g.N, g.C}, tail(g, g.in)), y_dims = cat({g.N, g.O}, tail(g, g.out));
   const Dims w_dims =
-      g.G == 1 ? Dims{g.O, g.C, g.KH, g.KW} : Dims{g.G, g.O / g.G, g.C / g.G, g.KH, g.KW};
-  const tag w_tag = g.G == 1 ? tag::oihw : tag::goihw;
-  const memory::desc x_plain(x_dims, f32, tag::nchw), y_plain(y_dims, f32, tag::nchw),
+      g.G == 1 ? cat({g.O, g.C}, tail(g, g.k)) : cat({g.G, g.O / g.G, g.C / g.G}, tail(g, g.k));
+  const std::size_t r = static_cast<std::size_t>(g.rank - 1);
+  const tag data_tag = std::array{tag::ncw, tag::nchw, tag::ncdhw}[r];
+  const tag w_tag = g.G == 1 ? std::array{tag::oiw, tag::oihw, tag::oidhw}[r]
+                             : std::array{tag::goiw, tag::goihw, tag::goidhw}[r];
+  const memory::desc x_plain(x_dims, f32, data_tag), y_plain(y_dims, f32, data_tag),
       w_plain(w_dims, f32, w_tag);
   const memory::desc x_any(x_dims, f32, tag::any), y_any(y_dims, f32, tag::any),
       w_any(w_dims, f32, tag::any);
-  // The far-side padding that reproduces OH and OW (floor division may drop rows).
-  const int64_t pr_h = (g.OH - 1) * g.sh + (g.KH - 1) * g.dh + 1 - g.H - g.ph;
-  const int64_t pr_w = (g.OW - 1) * g.sw + (g.KW - 1) * g.dw + 1 - g.W - g.pw;
-  if (pr_h < 0 || pr_w < 0) return nullptr;
-  const Dims strides{g.sh, g.sw}, dilates{g.dh - 1, g.dw - 1}, pad_l{g.ph, g.pw}, pad_r{pr_h, pr_w};
+  // The far-side padding that reproduces the output size (floor division may drop rows).
+  Spatial far{};
+  for (std::size_t i = 0; i < 3; ++i) {
+    far[i] = (g.out[i] - 1) * g.stride[i] + (g.k[i] - 1) * g.dil[i] + 1 - g.in[i] - g.pad[i];
+    if (far[i] < 0) return nullptr;
+  }
+  const Dims strides = tail(g, g.stride), dilates = tail(g, g.dil, -1), pad_l = tail(g, g.pad),
+             pad_r = tail(g, far);
   const auto alg = dnnl::algorithm::convolution_direct;
   const dnnl::convolution_forward::primitive_desc fwd(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x_any, w_any, y_any,
@@ -102,30 +119,17 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   return plan;
 }
 
-using Key = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
-                       int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+// Pass, threads, then every size of the geometry.
+using Key = std::vector<int64_t>;
 
 // The cached plan, or nullptr when oneDNN rejects the geometry (remembered too). A primitive
 // keeps the thread count it was created with (oneDNN's own primitive cache keys on it too).
 const Plan* plan_for(ConvPass pass, const ConvGeom& g, int threads) {
   static std::mutex mu;
   static std::map<Key, std::unique_ptr<Plan>> plans;
-  const Key key{static_cast<int>(pass),
-                threads,
-                g.N,
-                g.C,
-                g.H,
-                g.W,
-                g.O,
-                g.KH,
-                g.KW,
-                g.sh,
-                g.sw,
-                g.ph,
-                g.pw,
-                g.dh,
-                g.dw,
-                g.G};
+  Key key{static_cast<int64_t>(pass), threads, g.rank, g.N, g.C, g.O, g.G};
+  for (const Spatial* s : {&g.in, &g.k, &g.stride, &g.pad, &g.dil})
+    key.insert(key.end(), s->begin(), s->end());
   std::lock_guard lock(mu);
   auto it = plans.find(key);
   if (it == plans.end()) {
@@ -143,7 +147,7 @@ const Plan* plan_for(ConvPass pass, const ConvGeom& g, int threads) {
 }  // namespace
 
 bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b, float* out) {
-  if (g.N == 0 || g.C == 0 || g.O == 0 || g.OH == 0 || g.OW == 0) return false;
+  if (g.N == 0 || g.C == 0 || g.O == 0 || g.out_size() == 0) return false;
   // oneDNN takes its thread count from the calling thread's OpenMP setting.
   const int threads = detail::set_library_threads();
   const Plan* plan = plan_for(pass, g, threads);

@@ -3,13 +3,25 @@
 // not take.
 #pragma once
 
+#include <array>
 #include <cstdint>
 
 namespace kiln::ops {
 
-// x [N, C, H, W] convolved with w [O, C/G, KH, KW] into y [N, O, OH, OW].
+// Sizes along the spatial axes (depth, height, width). A convolution of rank r < 3 uses the
+// last r entries; the leading ones are neutral (size 1, stride 1, padding 0, dilation 1), so
+// that one set of kernels serves 1d, 2d and 3d.
+using Spatial = std::array<int64_t, 3>;
+
+// x [N, C, *in] convolved with w [O, C/G, *k] into y [N, O, *out].
 struct ConvGeom {
-  int64_t N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, G, OH, OW;
+  int rank;  // spatial axes: 1, 2 or 3
+  int64_t N, C, O, G;
+  Spatial in, k, stride, pad, dil, out;
+
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t taps() const { return k[0] * k[1] * k[2]; }
 };
 
 enum class ConvPass {

@@ -38,7 +38,7 @@
   /* src/ops/matmul.cpp */                                                                      \
   X(matmul)                                                                                     \
   /* src/ops/conv.cpp */                                                                        \
-  X(conv2d) X(conv2d_input_grad) X(conv2d_weight_grad) X(max_pool2d_grad) X(max_pool2d)         \
+  X(conv) X(conv_input_grad) X(conv_weight_grad) X(max_pool2d_grad) X(max_pool2d)               \
   X(avg_pool2d)                                                                                 \
   /* src/ops/random.cpp */                                                                      \
   X(random_bits) X(random_uniform) X(random_split) X(random_fold_in) X(random_permutation)      \

@@ -1,0 +1,183 @@
+// Resampling NCHW images: adaptive_avg_pool2d and interpolate (nearest, bilinear). Both are
+// linear and separable, so they compose from existing primitives (take, multiply-add, matmul,
+// avg_pool2d) with index and weight tables computed here by PyTorch 1.13's formulas; their
+// derivatives (take's is a scatter-add), batching and compilation are those of the parts.
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "detail/checked.h"
+#include "kiln/ops.h"
+#include "ops/rules.h"
+
+namespace kiln {
+namespace {
+
+void expect_images(std::string_view op, const Tensor& x) {
+  if (!x.defined())
+    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
+  if (x.shape().rank() != 4)
+    fail(op, "input must have rank 4: got ", x.type(), ", expected [N, C, H, W]");
+  if (x.shape()[2] == 0 || x.shape()[3] == 0)
+    fail(op, "empty image: got input ", x.type(), ", expected H >= 1 and W >= 1");
+}
+
+Tensor as_floating(const Tensor& x, Loc loc) {
+  return ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+}
+
+// The [out, in] matrix averaging input j into output i for j in
+// [floor(i * in / out), ceil((i + 1) * in / out)).
+std::vector<double> averaging(std::string_view op, int64_t in, int64_t out) {
+  std::vector<double> a(static_cast<std::size_t>(detail::checked_mul(op, in, out)), 0.0);
+  for (int64_t i = 0; i < out; ++i) {
+    const int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
+    for (int64_t j = start; j < end; ++j)
+      a[static_cast<std::size_t>(i * in + j)] = 1.0 / static_cast<double>(end - start);
+  }
+  return a;
+}
+
+// One axis of a resampling: sizes and, when the caller gave one, its scale factor.
+struct Axis {
+  int64_t in, out;
+  std::optional<double> scale;
+};
+
+// PyTorch's compute_scales_value: 1 / scale when given, else in / out, in precision A.
+template <typename A>
+A inverse_scale(const Axis& a) {
+  return a.scale && *a.scale > 0 ? static_cast<A>(1.0 / *a.scale)
+                                 : static_cast<A>(a.in) / static_cast<A>(a.out);
+}
+
+// Nearest: source floor(dst * in / out) in float, as PyTorch 1.13 for every dtype (its
+// index tables, the path of images with C > 1: without the shortcuts its C = 1 path takes when
+// out == in or out == 2 * in despite a scale factor). Nullopt for the identity.
+std::optional<std::vector<int64_t>> nearest_index(const Axis& a) {
+  std::vector<int64_t> idx(static_cast<std::size_t>(a.out));
+  const float s = inverse_scale<float>(a);
+  bool identity = a.out == a.in;
+  for (int64_t j = 0; j < a.out; ++j) {
+    idx[static_cast<std::size_t>(j)] =
+        std::min(static_cast<int64_t>(std::floor(static_cast<float>(j) * s)), a.in - 1);
+    identity = identity && idx[static_cast<std::size_t>(j)] == j;
+  }
+  if (identity) return std::nullopt;
+  return idx;
+}
+
+// Bilinear along one axis: out[j] = l0[j] * in[i0[j]] + l1[j] * in[i1[j]].
+struct Lerp {
+  std::vector<int64_t> i0, i1;
+  std::vector<double> l0, l1;
+};
+// PyTorch's compute_source_index_and_lambda in the precision A of its kernel (float for
+// float32 and narrower, double for float64).
+template <typename A>
+Lerp lerp_weights(const Axis& a, bool align_corners) {
+  Lerp w;
+  const A ratio = align_corners
+                      ? (a.out > 1 ? static_cast<A>(a.in - 1) / static_cast<A>(a.out - 1) : A{0})
+                      : inverse_scale<A>(a);
+  for (int64_t j = 0; j < a.out; ++j) {
+    if (a.out == a.in) {  // a copy
+      w.i0.push_back(j);
+      w.i1.push_back(j);
+      w.l0.push_back(1.0);
+      w.l1.push_back(0.0);
+      continue;
+    }
+    A src = align_corners ? ratio * static_cast<A>(j)
+                          : ratio * (static_cast<A>(j) + static_cast<A>(0.5)) - static_cast<A>(0.5);
+    if (src < A{0}) src = A{0};
+    const int64_t i0 = static_cast<int64_t>(src);
+    const A l1 = std::clamp(src - static_cast<A>(i0), A{0}, A{1});
+    w.i0.push_back(i0);
+    w.i1.push_back(i0 + (i0 < a.in - 1 ? 1 : 0));
+    w.l0.push_back(static_cast<double>(A{1} - l1));
+    w.l1.push_back(static_cast<double>(l1));
+  }
+  return w;
+}
+
+// A weight per position along `axis` (2 or 3) of an NCHW tensor, in dtype dt.
+Tensor along(const std::vector<double>& v, int axis, DType dt) {
+  const auto n = static_cast<int64_t>(v.size());
+  return astype(tensor(v, axis == 2 ? Shape{n, 1} : Shape{n}), dt);
+}
+
+Tensor lerp_axis(const Tensor& x, int axis, const Lerp& w) {
+  const auto n = static_cast<int64_t>(w.i0.size());
+  const Tensor a = take(x, tensor(w.i0, Shape{n}), axis) * along(w.l0, axis, x.dtype());
+  return a + take(x, tensor(w.i1, Shape{n}), axis) * along(w.l1, axis, x.dtype());
+}
+
+}  // namespace
+
+Tensor adaptive_avg_pool2d(const Tensor& x_in, std::pair<int64_t, int64_t> size, Loc loc) {
+  constexpr std::string_view op = "adaptive_avg_pool2d";
+  const detail::CallSite site(loc);
+  expect_images(op, x_in);
+  const auto [oh, ow] = size;
+  if (oh < 1 || ow < 1)
+    fail(op, "non-positive output size: got [", oh, ", ", ow, "], expected sizes >= 1");
+  const Tensor x = as_floating(x_in, loc);
+  const int64_t h = x.shape()[2], w = x.shape()[3];
+  // Equal windows tile the image: an average pooling, exact and without the matrices.
+  if (h % oh == 0 && w % ow == 0) return avg_pool2d(x, {.kernel = {h / oh, w / ow}}, loc);
+  const Tensor rows = astype(tensor(averaging(op, h, oh), Shape{oh, h}), x.dtype(), loc);
+  const Tensor cols = astype(tensor(averaging(op, w, ow), Shape{ow, w}), x.dtype(), loc);
+  return matmul(matmul(rows, x, loc), transpose(cols, loc), loc);
+}
+
+Tensor interpolate(const Tensor& x_in, const InterpolateOptions& o, Loc loc) {
+  constexpr std::string_view op = "interpolate";
+  const detail::CallSite site(loc);
+  expect_images(op, x_in);
+  if (o.size.has_value() == o.scale_factor.has_value())
+    fail(op, "give exactly one of size and scale_factor: got ", o.size ? "both" : "neither",
+         ", expected one");
+  if (o.align_corners && o.mode == InterpolateMode::nearest)
+    fail(op,
+         "align_corners with mode nearest: got align_corners=true, expected it only with "
+         "bilinear (as PyTorch)");
+  std::vector<Axis> axes;
+  for (int i = 0; i < 2; ++i) {
+    const int64_t in = x_in.shape()[i + 2];
+    if (o.size) {
+      const int64_t out = i == 0 ? o.size->first : o.size->second;
+      if (out < 1)
+        fail(op, "non-positive output size: got size [", o.size->first, ", ", o.size->second,
+             "], expected sizes >= 1");
+      axes.push_back({in, out, std::nullopt});
+      continue;
+    }
+    const double s = i == 0 ? o.scale_factor->first : o.scale_factor->second;
+    const double out = std::floor(static_cast<double>(in) * s);
+    if (!std::isfinite(s) || s <= 0 || !(out >= 1) || out > 1e15)
+      fail(op, "bad scale_factor: got [", o.scale_factor->first, ", ", o.scale_factor->second,
+           "] for input ", x_in.type(), ", expected finite positive factors giving sizes >= 1");
+    axes.push_back({in, static_cast<int64_t>(out), s});
+  }
+  if (o.mode == InterpolateMode::nearest) {
+    Tensor y = x_in;
+    for (int i = 1; i >= 0; --i) {
+      if (const auto idx = nearest_index(axes[i]))
+        y = take(y, tensor(*idx, Shape{axes[i].out}), i + 2, loc);
+    }
+    return y;
+  }
+  Tensor y = as_floating(x_in, loc);
+  // Width first, then height: PyTorch's order of the sums.
+  for (int i = 1; i >= 0; --i) {
+    if (axes[i].out == axes[i].in) continue;
+    const Lerp w = y.dtype() == float64 ? lerp_weights<double>(axes[i], o.align_corners)
+                                        : lerp_weights<float>(axes[i], o.align_corners);
+    y = lerp_axis(y, i + 2, w);
+  }
+  return y;
+}
+
+}  // namespace kiln
