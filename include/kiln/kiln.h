@@ -15,6 +15,7 @@
 #include "kiln/ops.h"
 #include "kiln/optim.h"
 #include "kiln/primitive.h"
+#include "kiln/printing.h"
 #include "kiln/progress.h"
 #include "kiln/random.h"
 #include "kiln/runtime.h"
