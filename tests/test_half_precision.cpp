@@ -158,5 +158,63 @@ TEST(HalfPrecision, MixedPrecisionGradientsReachFloat32MasterWeights) {
   EXPECT_EQ(tree_norm(std::vector<Tensor>{x}).dtype(), float32);
 }
 
+// ---- loss scaling ---------------------------------------------------------------------------
+
+TEST(LossScaler, KeepsSmallFloat16GradientsFromFlushingToZero) {
+  // d/dw of sum((w * x) * c) is c * x ~ 1e-8, below half of float16's smallest subnormal
+  // (2^-24 ~ 6e-8), so it flushes to 0 in a float16 backward pass; scaled by 2^15 it is a
+  // normal float16 (~3e-4), and unscaled in float32 it is c * x again.
+  const Tensor w = ones(Shape{8});
+  const Tensor x = astype(tensor(testing::random_values(8, 15, 0.01, 0.02)), float16);
+  const Tensor c = astype(tensor(1e-6), float16);
+  const auto loss = [&](const Tensor& master) {
+    return astype(sum((astype(master, float16) * x) * c), float32);
+  };
+  EXPECT_EQ(max(abs(grad(loss)(w))).item<float>(), 0.0f);
+  const optim::LossScaler scaler({.init_scale = 32768});
+  const optim::LossScale state = scaler.init();
+  const Tensor scaled = grad([&](const Tensor& m) { return scaler.scale(loss(m), state); })(w);
+  auto [g, finite] = scaler.unscale(scaled, state);
+  EXPECT_TRUE(finite.item<bool>());
+  const std::vector<double> got = g.to_vector<double>(), xs = x.to_vector<double>();
+  const double cv = c.item<double>();
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], cv * xs[i], 2e-3 * cv * xs[i]);
+}
+
+TEST(LossScaler, SkipsOverflowingStepsAndAdjustsTheScale) {
+  const optim::LossScaler scaler({.init_scale = 1024, .growth_interval = 2});
+  optim::LossScale s = scaler.init();
+  EXPECT_EQ(s.scale.type(), (TensorType{float32, Shape{}}));
+  const std::vector<Tensor> params{tensor({1.0f, 2.0f})};
+  // An overflowed gradient: not finite, the step is not taken, the scale halves.
+  auto [bad, bad_finite] = scaler.unscale(std::vector<Tensor>{tensor({INFINITY, 1.0f})}, s);
+  EXPECT_FALSE(bad_finite.item<bool>());
+  const std::vector<Tensor> stepped{params[0] - 0.1f * bad[0]};
+  const std::vector<Tensor> kept = optim::select(bad_finite, stepped, params);
+  EXPECT_EQ(kept[0].to_vector<float>(), (std::vector<float>{1.0f, 2.0f}));
+  s = scaler.update(s, bad_finite);
+  EXPECT_EQ(s.scale.item<float>(), 512.0f);
+  // Finite steps: the gradients are divided by the scale; after 2 of them the scale doubles.
+  auto [good, good_finite] = scaler.unscale(std::vector<Tensor>{tensor({512.0f, -1024.0f})}, s);
+  EXPECT_TRUE(good_finite.item<bool>());
+  EXPECT_EQ(good[0].to_vector<float>(), (std::vector<float>{1.0f, -2.0f}));
+  s = scaler.update(s, good_finite);
+  EXPECT_EQ(s.scale.item<float>(), 512.0f);
+  EXPECT_EQ(s.good_steps.item<int32_t>(), 1);
+  s = scaler.update(s, good_finite);
+  EXPECT_EQ(s.scale.item<float>(), 1024.0f);
+  EXPECT_EQ(s.good_steps.item<int32_t>(), 0);
+  // The same under jit.
+  const auto step = jit([&](const optim::LossScale& st, const Tensor& g) {
+    auto [u, finite] = scaler.unscale(std::vector<Tensor>{g}, st);
+    return scaler.update(st, finite);
+  });
+  EXPECT_EQ(step(s, tensor({NAN})).scale.item<float>(), 512.0f);
+  testing::expect_error([] { optim::LossScaler({.backoff_factor = 1.5}); }, "optim.loss_scale",
+                        {"backoff_factor", "1.5"});
+  testing::expect_error([] { optim::LossScaler({.init_scale = 0}); }, "optim.loss_scale",
+                        {"init_scale"});
+}
+
 }  // namespace
 }  // namespace kiln

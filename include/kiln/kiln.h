@@ -10,6 +10,7 @@
 #include "kiln/io.h"
 #include "kiln/ir.h"
 #include "kiln/linalg.h"
+#include "kiln/loss_scale.h"
 #include "kiln/math_ops.h"
 #include "kiln/nn.h"
 #include "kiln/ops.h"
