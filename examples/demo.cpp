@@ -2,7 +2,9 @@
 // training step (value_and_grad of the loss + the optimiser update), evaluates it on the
 // 10,000 test images after every epoch, and writes a checkpoint, a CSV of the metrics and an
 // SVG of the training curves. `--resume DIR` continues from a checkpoint and reaches the same
-// weights as an uninterrupted run. `demo --help` lists the flags.
+// weights as an uninterrupted run. `--dtype bf16` (or f16) trains in mixed precision: float32
+// master weights, the forward and backward passes in 16 bits, dynamic loss scaling for f16
+// (docs/NN.md, "Mixed precision"). `demo --help` lists the flags.
 #include <kiln/io.h>
 #include <kiln/kiln.h>
 #include <kiln/optim.h>
@@ -55,10 +57,11 @@ Net make_net(const std::string& kind, const Tensor& key) {
 
 // What a checkpoint holds: "model.features.0.weight", "optimizer.slots.mu.head.1.bias", ...
 struct TrainState {
-  Net model;
+  Net model;  // float32 master weights, whatever --dtype computes in
   optim::OptState<Net> optimizer;
+  std::optional<optim::LossScale> loss_scale;  // --dtype f16 only
 };
-KILN_TREE(TrainState, model, optimizer);
+KILN_TREE(TrainState, model, optimizer, loss_scale);
 
 // ---- flags ---------------------------------------------------------------------------------
 
@@ -69,6 +72,7 @@ struct Flags {
   uint64_t seed = 0;
   std::string out = "demo-out";
   std::string model = "cnn";
+  std::string dtype = "f32";  // what the forward and backward passes compute in
   std::string data = "/usr/share/datasets/fashion-mnist";
   std::optional<std::string> resume;
   int64_t limit = 0;            // the first N images of each split only (quick checks); 0: all
@@ -82,10 +86,11 @@ struct Flags {
             {"lr", std::to_string(lr)},
             {"seed", std::to_string(seed)},
             {"model", model},
+            {"dtype", dtype},
             {"limit", std::to_string(limit)}};
   }
   void restore(const std::map<std::string, std::string>& m) {
-    for (const char* key : {"epochs", "batch_size", "lr", "seed", "model", "limit"}) {
+    for (const char* key : {"epochs", "batch_size", "lr", "seed", "model", "dtype", "limit"}) {
       const std::string flag =
           std::string("--") + (key == std::string("batch_size") ? "batch-size" : key);
       if (given.count(flag) || !m.count(key)) continue;
@@ -105,6 +110,8 @@ struct Flags {
       out = v;
     else if (flag == "--model")
       model = v;
+    else if (flag == "--dtype")
+      dtype = v;
     else if (flag == "--resume")
       resume = v;
     else if (flag == "--data")
@@ -127,6 +134,8 @@ Trains a classifier on Fashion-MNIST and evaluates it on the test set after ever
   --out DIR         where to write checkpoint.safetensors, metrics.csv, curves.svg
                     (default demo-out, or the --resume directory)
   --model KIND      cnn (default) or mlp (784-512-512-10)
+  --dtype D         f32 (default), bf16 or f16: mixed precision with float32 master weights
+                    (f16 with dynamic loss scaling)
   --resume DIR      continue the run saved in DIR: model, optimiser, data position and the
                     settings above (flags given explicitly override them)
   --data DIR        the IDX files (default /usr/share/datasets/fashion-mnist)
@@ -164,6 +173,8 @@ Flags parse_flags(int argc, char** argv) {
   }
   if (f.model != "cnn" && f.model != "mlp")
     usage_error("--model must be cnn or mlp, got " + f.model);
+  if (f.dtype != "f32" && f.dtype != "bf16" && f.dtype != "f16")
+    usage_error("--dtype must be f32, bf16 or f16, got " + f.dtype);
   if (f.epochs < 1 || f.batch_size < 1 || !(f.lr > 0) || f.limit < 0)
     usage_error("--epochs, --batch-size and --lr must be positive, --limit not negative");
   return f;
@@ -196,9 +207,15 @@ int main(int argc, char** argv) {
 
   const optim::Optimizer opt =
       optim::adam({.lr = optim::cosine_decay(flags.lr, flags.epochs * steps_per_epoch)});
+  // Mixed precision: the parameters stay float32 (the optimiser's small updates would round
+  // away in 16 bits); each step casts them and the images to `compute`, and the loss is taken
+  // in float32. float16's narrow range needs the loss scaled (bfloat16 has float32's range).
+  const DType compute = flags.dtype == "bf16" ? bfloat16 : flags.dtype == "f16" ? float16 : float32;
+  const optim::LossScaler scaler;
   TrainState state;
   state.model = make_net(flags.model, random::key(flags.seed));
   state.optimizer = opt.init(state.model);
+  if (compute == float16) state.loss_scale = scaler.init();
   std::vector<report::Epoch> history;
   int first_epoch = 0;
 
@@ -216,23 +233,44 @@ int main(int argc, char** argv) {
                 static_cast<unsigned long long>(flags.seed));
   }
 
-  std::printf("%s on Fashion-MNIST: %lld parameters, %lld steps of %lld images per epoch\n%s\n",
-              flags.model.c_str(), static_cast<long long>(nn::parameter_count(state.model)),
-              static_cast<long long>(steps_per_epoch), static_cast<long long>(flags.batch_size),
-              nn::summary(state.model, zeros({1, 1, 28, 28})).c_str());
+  std::printf(
+      "%s on Fashion-MNIST (%s): %lld parameters, %lld steps of %lld images per epoch\n%s\n",
+      flags.model.c_str(), flags.dtype.c_str(),
+      static_cast<long long>(nn::parameter_count(state.model)),
+      static_cast<long long>(steps_per_epoch), static_cast<long long>(flags.batch_size),
+      nn::summary(state.model, zeros({1, 1, 28, 28})).c_str());
 
+  // The logits of the model computed in `compute`, as float32.
+  auto logits_of = [compute](const Net& model, const Tensor& x) {
+    const Net cast = tree_map([compute](const Tensor& p) { return astype(p, compute); }, model);
+    return astype(cast(astype(x, compute)), float32);
+  };
   // One step: loss and gradients, then the optimiser, compiled once for the batch shape.
-  auto train_step = jit([&opt](const TrainState& s, const Tensor& x, const Tensor& y) {
-    auto loss_fn = [&](const Net& model) {
-      const Tensor logits = model(x);
-      return std::pair{nn::cross_entropy(logits, y), nn::accuracy(logits, y)};
-    };
-    auto [loss_acc, grads] = value_and_grad(loss_fn, has_aux)(s.model);
-    auto [model, optimizer] = opt.update(s.model, grads, s.optimizer);
-    return std::tuple{TrainState{model, optimizer}, loss_acc.first, loss_acc.second};
-  });
-  auto eval_step = jit([](const Net& model, const Tensor& x, const Tensor& y) {
-    const Tensor logits = model(x);
+  auto train_step =
+      jit([&opt, &scaler, &logits_of](const TrainState& s, const Tensor& x, const Tensor& y) {
+        auto loss_fn = [&](const Net& model) {
+          const Tensor logits = logits_of(model, x);
+          const Tensor loss = nn::cross_entropy(logits, y);
+          const Tensor scaled = s.loss_scale ? scaler.scale(loss, *s.loss_scale) : loss;
+          return std::pair{scaled, std::pair{loss, nn::accuracy(logits, y)}};
+        };
+        auto [scaled_aux, grads] = value_and_grad(loss_fn, has_aux)(s.model);
+        const auto& [loss, accuracy] = scaled_aux.second;
+        if (!s.loss_scale) {
+          auto [model, optimizer] = opt.update(s.model, grads, s.optimizer);
+          return std::tuple{TrainState{model, optimizer, std::nullopt}, loss, accuracy};
+        }
+        // f16: unscale the gradients; a step whose gradients overflowed is skipped (and the scale
+        // lowered), without C++ control flow on values.
+        auto [unscaled, finite] = scaler.unscale(grads, *s.loss_scale);
+        auto [model, optimizer] = opt.update(s.model, unscaled, s.optimizer);
+        return std::tuple{TrainState{optim::select(finite, model, s.model),
+                                     optim::select(finite, optimizer, s.optimizer),
+                                     scaler.update(*s.loss_scale, finite)},
+                          loss, accuracy};
+      });
+  auto eval_step = jit([&logits_of](const Net& model, const Tensor& x, const Tensor& y) {
+    const Tensor logits = logits_of(model, x);
     return std::pair{nn::cross_entropy(logits, y), nn::accuracy(logits, y)};
   });
 

@@ -503,4 +503,161 @@ TEST(TreeUnflatten, HandBuiltTreeDef) {
   EXPECT_EQ(def, tree_structure(v));
 }
 
+// ---- tree_reduce, tree_sum, tree_dot, tree_norm (issue 15) --------------------------------
+
+// The values of all leaves, in flatten order, for the independent references below.
+std::vector<double> all_values(const std::vector<Tensor>& leaves) {
+  std::vector<double> out;
+  for (const Tensor& t : leaves)
+    if (t.defined())
+      for (double v : t.to_vector<double>()) out.push_back(v);
+  return out;
+}
+
+double p_norm(const std::vector<double>& v, double ord) {
+  double acc = 0;
+  for (double x : v)
+    acc = std::isinf(ord) ? std::max(acc, std::abs(x)) : acc + std::pow(std::abs(x), ord);
+  return std::isinf(ord) ? acc : std::pow(acc, 1.0 / ord);
+}
+
+Model reduction_model() {
+  const auto w = kiln::testing::random_values(6, 1), b = kiln::testing::random_values(3, 2),
+             v = kiln::testing::random_values(4, 3);
+  return Model{{Layer{tensor(w, Shape{2, 3}), tensor(b, Shape{3}), 3},
+                Layer{tensor(v, Shape{4}), std::nullopt, 4}},
+               "relu",
+               0.5};
+}
+
+TEST(TreeReduce, FoldsOverDefinedLeavesInFlattenOrder) {
+  Model m = reduction_model();
+  m.layers[1].weight = Tensor();  // undefined: skipped
+  const std::string order =
+      tree_reduce([](std::string acc, const Tensor& t) { return acc + t.type().to_string() + ";"; },
+                  m, std::string());
+  EXPECT_EQ(order, "f64[2,3];f64[3];");
+  EXPECT_EQ(tree_reduce([](int64_t n, const Tensor& t) { return n + t.numel(); }, reduction_model(),
+                        int64_t{0}),
+            13);
+  // A Tensor accumulator: the sum of the leaves' maxima.
+  const Tensor top =
+      tree_reduce([](Tensor acc, const Tensor& t) { return acc + max(t); },
+                  std::vector<Tensor>{tensor({1.0, 5.0}), tensor({-2.0})}, tensor(0.0));
+  EXPECT_EQ(top.item<double>(), 3.0);
+}
+
+TEST(TreeSum, MatchesTheSumOfAllValues) {
+  const Model m = reduction_model();
+  const std::vector<double> v = all_values(tree_leaves(m));
+  double want = 0;
+  for (double x : v) want += x;
+  const Tensor got = tree_sum(m);
+  EXPECT_EQ(got.type(), (TensorType{float64, Shape{}}));
+  EXPECT_NEAR(got.item<double>(), want, 1e-12);
+  // Leaves of several dtypes promote; a tree without leaves sums to 0.f.
+  const Tensor mixed = tree_sum(std::make_tuple(tensor({1.5f, 2.0f}), tensor({int64_t{3}}), 7));
+  EXPECT_EQ(mixed.dtype(), float32);
+  EXPECT_EQ(mixed.item<float>(), 6.5f);
+  const Tensor empty = tree_sum(std::vector<Tensor>{});
+  EXPECT_EQ(empty.type(), (TensorType{float32, Shape{}}));
+  EXPECT_EQ(empty.item<float>(), 0.0f);
+  EXPECT_EQ(tree_sum(std::vector<Tensor>{zeros(Shape{0, 3})}).item<float>(), 0.0f);
+}
+
+TEST(TreeDot, MatchesTheInnerProductAndChecksStructure) {
+  const Model a = reduction_model();
+  const Model b = tree_map([](const Tensor& t) { return t * 2.0 - 0.25; }, a);
+  const std::vector<double> va = all_values(tree_leaves(a)), vb = all_values(tree_leaves(b));
+  double want = 0;
+  for (std::size_t i = 0; i < va.size(); ++i) want += va[i] * vb[i];
+  EXPECT_NEAR(tree_dot(a, b).item<double>(), want, 1e-12);
+  Model c = a;
+  c.layers.pop_back();
+  expect_error([&] { (void)tree_dot(a, c); }, "tree_dot", {".layers", "vector of 1 children"});
+}
+
+TEST(TreeNorm, MatchesManualNormsForEachOrd) {
+  const Model m = reduction_model();
+  const std::vector<double> v = all_values(tree_leaves(m));
+  for (double ord : {2.0, 1.0, 3.0, 0.5, double(INFINITY)}) {
+    const Tensor got = tree_norm(m, ord);
+    EXPECT_EQ(got.type(), (TensorType{float64, Shape{}})) << ord;
+    EXPECT_NEAR(got.item<double>(), p_norm(v, ord), 1e-12) << ord;
+  }
+  // float32 leaves: the norm of the float32 values, in float32.
+  const Tensor f = tensor({3.0f, -4.0f});
+  EXPECT_EQ(tree_norm(std::vector<Tensor>{f, tensor({12.0f})}).item<float>(), 13.0f);
+  // Integer leaves count as float32; an empty tree has norm 0.
+  const Tensor i = tree_norm(std::vector<Tensor>{tensor({int64_t{3}, int64_t{-4}})});
+  EXPECT_EQ(i.dtype(), float32);
+  EXPECT_EQ(i.item<float>(), 5.0f);
+  EXPECT_EQ(tree_norm(std::vector<Tensor>{}, INFINITY).item<float>(), 0.0f);
+  EXPECT_EQ(tree_norm(std::vector<Tensor>{zeros(Shape{0})}, INFINITY).item<float>(), 0.0f);
+  for (double bad : {0.0, -1.0, double(NAN)})
+    expect_error([&] { (void)tree_norm(m, bad); }, "tree_norm", {"invalid ord", "expected"});
+}
+
+TEST(TreeNorm, GradMatchesFiniteDifferences) {
+  const Tensor w = tensor(kiln::testing::random_values(6, 4), Shape{2, 3});
+  const Tensor b = tensor(kiln::testing::random_values(3, 5), Shape{3});
+  for (double ord : {2.0, 3.0, 1.0}) {
+    const auto f = [ord](const Params& p) { return tree_norm(p, ord); };
+    const Params g = grad(f)(Params{w, b});
+    const double h = 1e-6;
+    for (Tensor Params::*field : {&Params::w, &Params::b}) {
+      const Tensor x = Params{w, b}.*field;
+      const std::vector<double> got = (g.*field).to_vector<double>();
+      std::vector<double> xs = x.to_vector<double>();
+      for (std::size_t k = 0; k < xs.size(); ++k) {
+        auto at = [&](double delta) {
+          std::vector<double> moved = xs;
+          moved[k] += delta;
+          Params p{w, b};
+          p.*field = tensor(moved, x.shape());
+          return f(p).item<double>();
+        };
+        EXPECT_NEAR(got[k], (at(h) - at(-h)) / (2 * h), 1e-6) << "ord " << ord << " k " << k;
+      }
+    }
+  }
+  // At an all-zero tree the gradient is 0, not NaN.
+  const Params zero = grad([](const Params& p) { return tree_norm(p); })(
+      Params{zeros(Shape{2}, float64), zeros(Shape{1}, float64)});
+  EXPECT_EQ(zero.w.to_vector<double>(), (std::vector<double>{0, 0}));
+  EXPECT_EQ(zero.b.to_vector<double>(), (std::vector<double>{0}));
+}
+
+TEST(TreeNorm, PerExampleNormsUnderVmapAndJitMatchALoop) {
+  // A batch of 5 examples' gradients: w [5, 2, 3], b [5, 3].
+  const Params batch{tensor(kiln::testing::random_values(30, 6), Shape{5, 2, 3}),
+                     tensor(kiln::testing::random_values(15, 7), Shape{5, 3})};
+  const auto norm = [](const Params& p) { return tree_norm(p); };
+  const Tensor eager = vmap(norm)(batch);
+  const Tensor compiled = jit(vmap(norm))(batch);
+  ASSERT_EQ(eager.shape(), (Shape{5}));
+  for (int64_t i = 0; i < 5; ++i) {
+    const double want = p_norm(all_values({index(batch.w, i), index(batch.b, i)}), 2.0);
+    EXPECT_NEAR(eager.to_vector<double>()[static_cast<std::size_t>(i)], want, 1e-12);
+    EXPECT_NEAR(compiled.to_vector<double>()[static_cast<std::size_t>(i)], want, 1e-12);
+  }
+  // tree_sum and tree_dot batch too.
+  const Tensor dots = vmap([](const Params& p) { return tree_dot(p, p); })(batch);
+  EXPECT_NEAR(dots.to_vector<double>()[2], std::pow(eager.to_vector<double>()[2], 2), 1e-12);
+  const Tensor sums = jit(vmap([](const Params& p) { return tree_sum(p); }))(batch);
+  EXPECT_NEAR(sums.to_vector<double>()[4],
+              sum(index(batch.w, 4)).item<double>() + sum(index(batch.b, 4)).item<double>(), 1e-12);
+}
+
+TEST(TreeNorm, GlobalGradientNormForClipping) {
+  // The DP-SGD / clipping use: the norm of a gradient tree, without a loop over leaves.
+  const Params p{tensor({1.0, 2.0}), tensor({3.0})};
+  const auto loss = [](const Params& q) { return sum(q.w * q.w) + sum(q.b); };
+  const Params g = grad(loss)(p);  // w: 2w = [2, 4], b: [1]
+  EXPECT_NEAR(tree_norm(g).item<double>(), std::sqrt(4.0 + 16.0 + 1.0), 1e-12);
+  const Tensor scale = minimum(tensor(1.0), 1.0 / tree_norm(g));
+  const Params clipped = tree_map([&](const Tensor& t) { return t * scale; }, g);
+  EXPECT_NEAR(tree_norm(clipped).item<double>(), 1.0, 1e-12);
+}
+
 }  // namespace

@@ -505,6 +505,88 @@ T tree_map(F&& f, const T& tree, const Rest&... rest) {
   return tree_unflatten<T>(flat.second, out);
 }
 
+// ---- trees and printing (issue 15) ----------------------------------------------------------
+
+// Folds f over the defined Tensor leaves in flatten order: f(f(init, leaf0), leaf1)...
+// Undefined leaves are skipped. Works on traced leaves (under grad, vmap, jit) like any op.
+template <class F, class T, class Acc>
+Acc tree_reduce(F&& f, const T& tree, Acc init) {
+  static_assert(Tree<T>, "tree_reduce: the type is " KILN_DETAIL_NOT_A_TREE);
+  static_assert(std::is_invocable_r_v<Acc, F&, Acc, const Tensor&>,
+                "tree_reduce: f must take (accumulator, const Tensor&) and return an accumulator");
+  for (const Tensor& leaf : tree_leaves(tree))
+    if (leaf.defined()) init = std::invoke(f, std::move(init), leaf);
+  return init;
+}
+
+namespace detail {
+Tensor leaves_sum(std::span<const Tensor> leaves);
+Tensor leaves_dot(std::span<const Tensor> a, std::span<const Tensor> b);
+Tensor leaves_norm(std::span<const Tensor> leaves, double ord);
+}  // namespace detail
+
+// The sum of every element of every defined leaf, a 0-d tensor. Its dtype is the promotion of
+// the leaves' sum dtypes; partial sums of 16-bit floats are added in float32. 0.f for a tree
+// without defined leaves.
+template <class T>
+Tensor tree_sum(const T& tree) {
+  static_assert(Tree<T>, "tree_sum: the type is " KILN_DETAIL_NOT_A_TREE);
+  return detail::leaves_sum(tree_leaves(tree));
+}
+
+// Σ over leaves of sum(a_leaf * b_leaf): the inner product of two trees of the same structure
+// (Error naming the first differing path otherwise). Leaves undefined in both are skipped.
+template <class A, class B>
+Tensor tree_dot(const A& a, const B& b) {
+  static_assert(Tree<A> && Tree<B>, "tree_dot: a type is " KILN_DETAIL_NOT_A_TREE);
+  auto fa = tree_flatten(a);
+  auto fb = tree_flatten(b);
+  detail::check_same_structure("tree_dot", fa.second, fb.second, 2);
+  return detail::leaves_dot(fa.first, fb.first);
+}
+
+// The norm of all elements of all leaves as one vector: ord 2 (default) sqrt(Σ x²), 1 Σ|x|,
+// INFINITY max|x|, any other p > 0 (Σ|x|^p)^(1/p). Computed in the leaves' promoted float
+// dtype, at least float32 (integer and 16-bit float leaves count as float32). Its gradient at
+// an all-zero tree is 0 rather than NaN. A global gradient norm is tree_norm(grads);
+// vmap(tree_norm) gives per-example norms. Error for ord <= 0 or NaN.
+template <class T>
+Tensor tree_norm(const T& tree, double ord = 2) {
+  static_assert(Tree<T>, "tree_norm: the type is " KILN_DETAIL_NOT_A_TREE);
+  return detail::leaves_norm(tree_leaves(tree), ord);
+}
+
+namespace detail {
+// A tree that is not a single leaf: what operator<< and to_string below print.
+template <class T>
+concept printable_tree = Tree<T> && !std::is_same_v<T, Tensor> && !static_leaf<T>;
+std::string tree_text(const TreeDef& def, std::span<const Tensor> leaves);
+std::ostream& print_tree(std::ostream& os, const TreeDef& def, std::span<const Tensor> leaves);
+}  // namespace detail
+
+// A tree as nested text: struct fields and map keys by name, tensors as `std::cout << t` prints
+// them (with the print options of kiln/printing.h). A container fits on one line when it can:
+//   Params{w: [1., 2.], b: 0.5, n: 3}
+// and otherwise puts each child on a line of its own, indented by two:
+//   Params{
+//     w: [[1., 2.],
+//         [3., 4.]],
+//     n: 3
+//   }
+template <class T>
+requires detail::printable_tree<T> std::string to_string(const T& tree) {
+  const auto flat = tree_flatten(tree);
+  return detail::tree_text(flat.second, flat.first);
+}
+
+// Found by argument-dependent lookup for containers of kiln types, and (through KILN_TREE) for
+// registered structs; elsewhere `using namespace kiln` or to_string(tree) reaches it.
+template <class T>
+requires detail::printable_tree<T> std::ostream& operator<<(std::ostream& os, const T& tree) {
+  const auto flat = tree_flatten(tree);
+  return detail::print_tree(os, flat.second, flat.first);
+}
+
 }  // namespace kiln
 
 template <>
@@ -524,6 +606,15 @@ struct std::hash<kiln::TreeDef> {
   }                                                                                             \
   [[maybe_unused]] inline constexpr const char* kiln_tree_name(::kiln::detail::TreeTag<Type>) { \
     return #Type;                                                                               \
+  }                                                                                             \
+  /* operator<< next to the struct, for argument-dependent lookup; more constrained than */     \
+  /* kiln's own, and a user's non-template operator<< for Type wins over both. */               \
+  template <class KilnTree>                                                                     \
+  requires(::kiln::detail::printable_tree<KilnTree> &&                                          \
+           ::std::is_same_v<KilnTree, Type>)::std::ostream&                                     \
+  operator<<(::std::ostream& os, const KilnTree& tree) {                                        \
+    const auto flat = ::kiln::tree_flatten(tree);                                               \
+    return ::kiln::detail::print_tree(os, flat.second, flat.first);                             \
   }                                                                                             \
   static_assert(true, "KILN_TREE is followed by a semicolon")
 

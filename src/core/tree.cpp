@@ -8,6 +8,8 @@
 #include <initializer_list>
 #include <ostream>
 
+#include "kiln/printing.h"
+
 namespace kiln {
 
 namespace {
@@ -278,6 +280,93 @@ bool TreeDef::operator==(const TreeDef& other) const {
 }
 
 std::ostream& operator<<(std::ostream& os, const TreeDef& def) { return os << def.to_string(); }
+
+// ---- printing trees of tensors -----------------------------------------------------------------
+
+namespace {
+
+struct TreePrinter {
+  std::span<const Tensor> leaves;
+  std::size_t linewidth;
+  std::size_t next = 0;
+
+  // The text of `d`, whose first line starts at column `col`; a multi-line container indents
+  // its children by two from `indent`, the indentation of the line it starts on.
+  std::string render(const TreeDef& d, std::size_t indent, std::size_t col) {
+    switch (d.kind) {
+      case Kind::leaf:
+        return hang(kiln::to_string(leaves[next++]), col);
+      case Kind::static_leaf:
+        return format_static(d.value);
+      case Kind::vector:
+        return list(d, "[", "]", indent, col);
+      case Kind::array:
+        return list(d, "array[", "]", indent, col);
+      case Kind::map:
+      case Kind::tuple:
+        return list(d, d.kind == Kind::map ? "{" : "(", d.kind == Kind::map ? "}" : ")", indent,
+                    col);
+      case Kind::optional:
+        return list(d, "optional(", ")", indent, col);
+      case Kind::structure:
+        return list(d, d.type_name + "{", "}", indent, col);
+    }
+    return "?";
+  }
+
+  // Continuation lines of a tensor's text aligned under its first character.
+  static std::string hang(const std::string& text, std::size_t col) {
+    std::string out;
+    for (std::size_t i = 0; i < text.size(); ++i) {
+      out += text[i];
+      if (text[i] == '\n' && i + 1 < text.size() && text[i + 1] != '\n') out.append(col, ' ');
+    }
+    return out;
+  }
+
+  std::string list(const TreeDef& d, const std::string& open, const char* close, std::size_t indent,
+                   std::size_t col) {
+    const std::size_t child_indent = indent + 2;
+    std::vector<std::string> items;
+    bool one_line = true;
+    std::size_t length = col + open.size() + 1;
+    for (std::size_t i = 0; i < d.children.size(); ++i) {
+      std::string key;
+      if (d.kind == Kind::map) key = quote(d.names[i]) + ": ";
+      if (d.kind == Kind::structure) key = d.names[i] + ": ";
+      items.push_back(key + render(d.children[i], child_indent, child_indent + key.size()));
+      one_line = one_line && items.back().find('\n') == std::string::npos;
+      length += items.back().size() + 2;
+    }
+    std::string out = open;
+    if (one_line && length <= linewidth + 2) {
+      for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+      return out + close;
+    }
+    for (std::size_t i = 0; i < items.size(); ++i)
+      out += "\n" + std::string(child_indent, ' ') + items[i] + (i + 1 < items.size() ? "," : "");
+    return out + "\n" + std::string(indent, ' ') + close;
+  }
+};
+
+}  // namespace
+
+namespace detail {
+
+std::string tree_text(const TreeDef& def, std::span<const Tensor> leaves) {
+  if (leaves.size() != def.num_leaves()) {
+    fail("tree_text", "wrong number of leaves for ", def.to_string(), ": got ", leaves.size(),
+         ", expected ", def.num_leaves());
+  }
+  TreePrinter p{leaves, static_cast<std::size_t>(get_printoptions().linewidth)};
+  return p.render(def, 0, 0);
+}
+
+std::ostream& print_tree(std::ostream& os, const TreeDef& def, std::span<const Tensor> leaves) {
+  return os << tree_text(def, leaves);
+}
+
+}  // namespace detail
 
 std::optional<std::string> first_difference(const TreeDef& a, const TreeDef& b) {
   auto d = diff(a, b, "");

@@ -572,49 +572,67 @@ Tensor argmin(const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc l
   return arg(prim::argmin(), x, axis, keepdims, loc);
 }
 
+namespace {
+
+// The float dtype mean, var, logsumexp, softmax and log_softmax (compositions of several
+// primitives) work in: 16-bit floats widen to float32, so that the intermediate results are not
+// rounded to 16 bits on the way and the result is rounded once, as a kernel's would be.
+DType working_float(DType d) {
+  const DType f = to_floating(d);
+  return f == float16 || f == bfloat16 ? float32 : f;
+}
+
+}  // namespace
+
 Tensor mean(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const int64_t n = count_over(x, axes_of("mean", x, axes));
-  return div(sum(xf, axes, keepdims, loc), scalar_like(xf, static_cast<double>(n)), loc);
+  const Tensor out =
+      div(sum(xf, axes, keepdims, loc), scalar_like(xf, static_cast<double>(n)), loc);
+  return ops::cast_if_needed(out, to_floating(x.dtype()), loc);
 }
 
 Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
   const detail::CallSite site(loc);
-  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const int64_t n = count_over(x, axes_of("var", x, axes));
   const Tensor centered = sub(xf, mean(xf, axes, true, loc), loc);
   const Tensor ss = sum(mul(centered, centered, loc), axes, keepdims, loc);
-  return div(ss, scalar_like(xf, static_cast<double>(std::max<int64_t>(n - ddof, 0))), loc);
+  const Tensor out =
+      div(ss, scalar_like(xf, static_cast<double>(std::max<int64_t>(n - ddof, 0))), loc);
+  return ops::cast_if_needed(out, to_floating(x.dtype()), loc);
 }
 
 // The empty sum is 0, so the log-sum-exp over an empty axis is -inf (as numpy's
 // logaddexp.reduce and scipy's logsumexp).
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const std::vector<int> ax = axes_of("logsumexp", x, axes);
   const Axes all_axes(ax.begin(), ax.end());
   const Tensor m = exp_shift("logsumexp", xf, all_axes, loc);
   const Tensor s = sum(exp(sub(xf, m, loc), loc), all_axes, true, loc);
   const Tensor out = add(log(s, loc), m, loc);
-  return keepdims ? out : squeeze(out, all_axes, loc);
+  return ops::cast_if_needed(keepdims ? out : squeeze(out, all_axes, loc), to_floating(x.dtype()),
+                             loc);
 }
 
 // (x - shift) - log(sum(exp(x - shift))), not x - logsumexp(x): the latter adds the shift
 // back first and loses what it rounds away (log 2 next to 1e7 in float32 is 0.69 -> 1).
 Tensor log_softmax(const Tensor& x, int64_t axis, Loc loc) {
   const detail::CallSite site(loc);
-  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const Tensor shifted = sub(xf, exp_shift("log_softmax", xf, {axis}, loc), loc);
-  return sub(shifted, log(sum(exp(shifted, loc), {axis}, true, loc), loc), loc);
+  const Tensor out = sub(shifted, log(sum(exp(shifted, loc), {axis}, true, loc), loc), loc);
+  return ops::cast_if_needed(out, to_floating(x.dtype()), loc);
 }
 
 Tensor softmax(const Tensor& x, int64_t axis, Loc loc) {
   const detail::CallSite site(loc);
-  const Tensor xf = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
+  const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const Tensor e = exp(sub(xf, exp_shift("softmax", xf, {axis}, loc), loc), loc);
-  return div(e, sum(e, {axis}, true, loc), loc);
+  return ops::cast_if_needed(div(e, sum(e, {axis}, true, loc), loc), to_floating(x.dtype()), loc);
 }
 
 }  // namespace kiln

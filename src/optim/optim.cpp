@@ -261,6 +261,16 @@ FlatUpdate update_leaves(const Algorithm& algorithm, const FlatTree& params, con
     for (const auto& [name, slot] : slots) ss[name].push_back(slot.leaves[i]);
   }
   for (const std::string& name : want) ss[name];  // present even with no active leaf
+  // 16-bit float leaves update in float32 and are rounded once at the end: in bfloat16, b2 =
+  // 0.999 would be 1.0, and every rounded intermediate would lose part of a small update.
+  std::vector<DType> stored;
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    stored.push_back(ps[k].dtype());
+    if (stored[k] != float16 && stored[k] != bfloat16) continue;
+    ps[k] = astype(ps[k], float32);
+    gs[k] = astype(gs[k], float32);
+    for (auto& [name, slot] : ss) slot[k] = astype(slot[k], float32);
+  }
   if (auto c = algorithm.clip_norm()) gs = clip_leaves(gs, *c);
   std::vector<Tensor> new_ps = algorithm.apply(ps, gs, step, ss);
   if (new_ps.size() != ps.size())
@@ -271,6 +281,11 @@ FlatUpdate update_leaves(const Algorithm& algorithm, const FlatTree& params, con
     if (updated.size() != active.size())
       fail(op, algorithm.name(), " returned the wrong number of leaves for slot \"", name,
            "\": got ", updated.size(), ", expected ", active.size());
+  for (std::size_t k = 0; k < ps.size(); ++k) {
+    if (stored[k] != float16 && stored[k] != bfloat16) continue;
+    new_ps[k] = astype(new_ps[k], stored[k]);
+    for (auto& [name, slot] : ss) slot[k] = astype(slot[k], stored[k]);
+  }
 
   FlatUpdate out;
   out.params = params.leaves;
@@ -284,23 +299,9 @@ FlatUpdate update_leaves(const Algorithm& algorithm, const FlatTree& params, con
   return out;
 }
 
+// tree_norm's ord 2: float32 at least, gradient 0 at an all-zero tree.
 Tensor global_norm_leaves(std::span<const Tensor> leaves) {
-  DType acc = float32;
-  bool any = false;
-  for (const Tensor& t : leaves) {
-    if (!t.defined()) continue;
-    acc = any ? promote_types(acc, to_floating(t.dtype())) : to_floating(t.dtype());
-    any = true;
-  }
-  if (acc == float16 || acc == bfloat16) acc = float32;
-  Tensor total;
-  for (const Tensor& t : leaves) {
-    if (!t.defined()) continue;
-    const Tensor s = sum(square(cast(t, acc)));
-    total = total.defined() ? total + s : s;
-  }
-  if (!total.defined()) return zeros(Shape{}, acc);
-  return sqrt(total);
+  return kiln::detail::leaves_norm(leaves, 2.0);
 }
 
 std::vector<Tensor> clip_leaves(std::span<const Tensor> leaves, double max_norm) {
