@@ -69,8 +69,7 @@ Tensor argument(const TensorType& t) {
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   // The built-in primitives register from static initialisers of objects the parser does not
   // reference; without whole-archive linking (fuzz/CMakeLists.txt) every seed would fail.
-  for (const char* name :
-       {"add", "matmul", "reduce_sum", "call", "cond", "while", "scan", "conv"})
+  for (const char* name : {"add", "matmul", "reduce_sum", "call", "cond", "while", "scan", "conv"})
     if (!find_primitive(name)) die("a built-in primitive is not linked in", name);
   return 0;
 }

@@ -26,9 +26,9 @@ const std::set<std::string>& transcendental() {
 // Primitives that add many float terms, in an order a backend may choose.
 const std::set<std::string>& accumulating() {
   static const std::set<std::string> s{
-      "reduce_sum",        "reduce_prod",        "matmul",     "conv",
-      "conv_input_grad", "conv_weight_grad", "avg_pool2d", "max_pool2d_grad",
-      "scatter_add",       "scatter_add_along",  "psum"};
+      "reduce_sum",      "reduce_prod",       "matmul",     "conv",
+      "conv_input_grad", "conv_weight_grad",  "avg_pool2d", "max_pool2d_grad",
+      "scatter_add",     "scatter_add_along", "psum"};
   return s;
 }
 

@@ -50,11 +50,22 @@ Rule rule_of(const std::string& prim) {
                                                     "sigmoid", "erf", "pow",   "rsqrt"};
   static const std::set<std::string> reductions{"reduce_sum", "reduce_prod", "psum"};
   // Primitives holding a computation: sums in another order, transcendentals inside.
-  static const std::set<std::string> programs{
-      "matmul",     "conv",          "conv_input_grad", "conv_weight_grad",
-      "avg_pool2d", "max_pool2d_grad", "scatter_add",       "scatter_add_along",
-      "call",       "checkpoint",      "custom_jvp",        "custom_vjp",
-      "cond",       "while",           "while_grad",        "scan"};
+  static const std::set<std::string> programs{"matmul",
+                                              "conv",
+                                              "conv_input_grad",
+                                              "conv_weight_grad",
+                                              "avg_pool2d",
+                                              "max_pool2d_grad",
+                                              "scatter_add",
+                                              "scatter_add_along",
+                                              "call",
+                                              "checkpoint",
+                                              "custom_jvp",
+                                              "custom_vjp",
+                                              "cond",
+                                              "while",
+                                              "while_grad",
+                                              "scan"};
   if (transcendental.count(prim)) return Rule::ulps;
   if (reductions.count(prim)) return Rule::reduction;
   if (programs.count(prim)) return Rule::program;

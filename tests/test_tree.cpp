@@ -452,7 +452,8 @@ TEST(TreeMap, MismatchedStructuresNameThePath) {
 TEST(TreeUnflatten, WrongLeafCount) {
   auto [leaves, def] = tree_flatten(Params{tensor({1.0f}), tensor({2.0f})});
   leaves.pop_back();
-  expect_error([&] { tree_unflatten<Params>(def, leaves); }, "tree_unflatten",
+  expect_error([&, def = def, leaves = leaves] { tree_unflatten<Params>(def, leaves); },
+               "tree_unflatten",
                {"wrong number of leaves for Params{w: *, b: *}: got 1, expected 2"});
 }
 

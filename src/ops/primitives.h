@@ -64,7 +64,7 @@
   /* src/ops/nonzero.cpp */                                                                     \
   X(nonzero)                                                                                    \
   /* src/ops/scatter.cpp */                                                                     \
-  X(scatter_set) X(scatter_mul) X(scatter_max) X(scatter_min)                                  \
+  X(scatter_set) X(scatter_mul) X(scatter_max) X(scatter_min)                                   \
   /* src/ops/linalg_decomp.cpp */                                                               \
   X(qr) X(svd) X(svdvals) X(pinv)
 // clang-format on
