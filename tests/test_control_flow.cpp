@@ -435,7 +435,7 @@ TEST(ControlFlow, ScanGradStoresANextCarryOrYsOnlyOnce) {
   };
   auto forward_scan = [](const ir::Function& f) -> const ir::Equation* {
     for (const ir::Equation& e : f.equations)
-      if (e.prim->name == "scan" && e.attrs.get<FunctionRef>("body")->name.ends_with("_fwd"))
+      if (e.prim->name == "scan" && !e.attrs.get<FunctionRef>("body")->name.ends_with("_bwd"))
         return &e;
     return nullptr;
   };
@@ -448,6 +448,9 @@ TEST(ControlFlow, ScanGradStoresANextCarryOrYsOnlyOnce) {
       const auto stacked =
           fwd->outputs.size() - static_cast<std::size_t>(fwd->attrs.get_int("num_carry"));
       EXPECT_EQ(stacked, with_ys ? 3u : 2u) << g;  // h and n1 (and the ys)
+      // The cotangent of sum(h * h) reads the final carry: the primal scan that computes it
+      // merges into the forward scan (ir::merge_scans), leaving forward and backward.
+      EXPECT_EQ(count_prim(g, "scan"), 2) << g;
       auto [rw, ru] = grad(unrolled(with_ys, reverse), argnums<0, 1>)(w, u, xs);
       auto [gw, gu] = grad(scanned(with_ys, reverse), argnums<0, 1>)(w, u, xs);
       auto [jw, ju] = jit(grad(scanned(with_ys, reverse), argnums<0, 1>))(w, u, xs);
@@ -456,6 +459,44 @@ TEST(ControlFlow, ScanGradStoresANextCarryOrYsOnlyOnce) {
       expect_close(jw, rw.to_vector<double>(), 1e-12);
       expect_close(ju, ru.to_vector<double>(), 1e-12);
     }
+}
+
+// ir::merge_scans: scans over the same operands merge when their carries evolve identically
+// (their ys may differ), and stay apart when they do not.
+TEST(ControlFlow, SiblingScansWithEqualCarriesMerge) {
+  auto two_scans = [](double second_rate) {
+    return [=](const Tensor& c0, const Tensor& xs) {
+      auto [c1, ys1] = scan(
+          [](const Tensor& c, const Tensor& x) {
+            return P{c * 2.0 + x, c};
+          },
+          c0, xs);
+      auto [c2, ys2] = scan(
+          [=](const Tensor& c, const Tensor& x) {
+            return P{c * second_rate + x, exp(c)};
+          },
+          c0, xs);
+      return sum(c1) + sum(ys1) + 3.0 * sum(c2) + sum(ys2);
+    };
+  };
+  const Tensor c0 = tensor({0.5, -0.25}), xs = tensor({0.1, 0.2, 0.3, -0.1, 0.0, 0.4}, {3, 2});
+  for (const double rate : {2.0, 3.0}) {
+    SCOPED_TRACE(rate);
+    const ir::Function f = jit(two_scans(rate)).lower(c0, xs);
+    EXPECT_EQ(count_prim(f, "scan"), rate == 2.0 ? 1 : 2) << f;
+    // Against the loop in doubles.
+    std::vector<double> c = c0.to_vector<double>(), d = c, x = xs.to_vector<double>();
+    double want = 0;
+    for (int t = 0; t < 3; ++t)
+      for (int i = 0; i < 2; ++i) {
+        want += c[i] + std::exp(d[i]);
+        c[i] = c[i] * 2.0 + x[t * 2 + i];
+        d[i] = d[i] * rate + x[t * 2 + i];
+      }
+    for (int i = 0; i < 2; ++i) want += c[i] + 3.0 * d[i];
+    EXPECT_NEAR(jit(two_scans(rate))(c0, xs).item<double>(), want, 1e-12);
+    EXPECT_NEAR(two_scans(rate)(c0, xs).item<double>(), want, 1e-12);
+  }
 }
 
 // checkpoint around the body brings back per-step rematerialisation: the forward scan then

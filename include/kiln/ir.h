@@ -102,6 +102,9 @@ Function fold_constants(const Function& f);  // evaluates equations on constants
 // integer x*0 -> 0 (floats keep it: inf*0 is NaN); neg(neg(x)) -> x;
 // transpose of transpose, reshape of reshape, broadcast of broadcast -> one step or none.
 Function simplify(const Function& f);
+// Sibling scans over the same operands whose carries evolve identically become one scan
+// (src/ir/merge_scans.cpp): reverse mode's forward scan and the primal scan it recomputes.
+Function merge_scans(const Function& f);
 Function optimize(const Function& f);
 
 // Evaluates f by binding each equation's primitive in order: with concrete arguments and no

@@ -368,9 +368,9 @@ Function optimize_subfunctions(const Function& f) {
 
 Function optimize(const Function& f) {
   // Each pass can expose work for the others; iterate while the program shrinks.
-  Function cur = dce(cse(simplify(fold_constants(optimize_subfunctions(f)))));
+  Function cur = dce(merge_scans(cse(simplify(fold_constants(optimize_subfunctions(f))))));
   for (int round = 0; round < 8; ++round) {
-    Function next = dce(cse(simplify(fold_constants(cur))));
+    Function next = dce(merge_scans(cse(simplify(fold_constants(cur)))));
     const bool same = next.equations.size() == cur.equations.size() &&
                       next.constants.size() == cur.constants.size();
     cur = std::move(next);
