@@ -642,9 +642,11 @@ TEST(Scatter, MulGradientsWithZeroUpdates) {
                                          3.0 * uv[3],         -1.5};
     EXPECT_EQ(gu.to_vector<double>(), want_gu);
   }
-  // Integer products.
+  // Integer products; overflow wraps as in numpy (2^30 * 2 * 2 = 2^32 = 0 in int32).
   EXPECT_EQ(at(tensor({1, 2, 3}), tensor({2, 2})).mul(tensor({4, 5})).to_vector<int32_t>(),
             (std::vector<int32_t>{1, 2, 60}));
+  EXPECT_EQ(at(tensor({1 << 30}), tensor({0, 0})).mul(tensor({2, 2})).to_vector<int32_t>(),
+            (std::vector<int32_t>{0}));
 }
 
 TEST(Scatter, BadArgumentsRaise) {

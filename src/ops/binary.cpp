@@ -6,6 +6,7 @@
 #include <type_traits>
 
 #include "detail/elementwise.h"
+#include "detail/wrapping.h"
 #include "kiln/ops.h"
 #include "math/vector_math.h"
 #include "ops/elementwise_rules.h"
@@ -22,16 +23,7 @@ using ops::Domain;
 using ops::map_t;
 using ops::plus;
 
-// Integer arithmetic wraps on overflow (as numpy does) instead of being undefined.
-template <typename T, typename Op>
-T wrapping(T a, T b, Op op) {
-  if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(op(static_cast<U>(a), static_cast<U>(b)));
-  } else {
-    return static_cast<T>(op(a, b));
-  }
-}
+using detail::wrapping;  // integers wrap on overflow, as in numpy
 
 // The derivative of max(a, b) with respect to a: 1 where a wins, 1/2 at ties (as in JAX).
 Tensor max_weight(const Tensor& a, const Tensor& b) {

@@ -10,10 +10,12 @@
 // scatter_max/min pass the tangent of whichever of x and the updates attain the result, averaged
 // over ties (as JAX's scatter_max does).
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "detail/copy.h"
 #include "detail/dtype_dispatch.h"
+#include "detail/wrapping.h"
 #include "kiln/indexing.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
@@ -77,6 +79,8 @@ Tensor scatter_kernel(std::string_view op, ops::Ins in, const Attrs& a) {
             const V cur = static_cast<V>(dst), v = static_cast<V>(u);
             if constexpr (C == Combine::set)
               dst = u;
+            else if constexpr (C == Combine::mul && std::is_integral_v<T>)
+              dst = detail::wrapping(dst, u, std::multiplies<>{});  // as numpy, not UB
             else if constexpr (C == Combine::mul)
               dst = static_cast<T>(cur * v);
             else if constexpr (C == Combine::max)
