@@ -121,8 +121,10 @@ Mlp gradient_scale(const Mlp& p, const Tensor& x, const Tensor& y) {
 // θ -= lr m̂ / (√v̂ + ε). Interval arithmetic carries the gradients' uncertainty [g - Δg,
 // g + Δg] through those formulas exactly (in float64, along the reference trajectory): the
 // width of the step's interval bounds how far the two runs' steps can differ. Summed over
-// the steps, plus the float32 rounding of the updates themselves (both runs round θ, m, v and
-// the step; ≤ 4 u |θ| + 8 u lr |m̂/(√v̂+ε)| per step covers it), it bounds |θ_dp - θ_ref|.
+// the steps, plus the float32 rounding of the updates themselves, it bounds |θ_dp - θ_ref|:
+// each run rounds θ (u |θ| per step) and carries m, v with relative errors that grow by about
+// 2u a step (≤ 40 u after 20), so the step m̂/(√v̂+ε) by ≤ 2 · (40 + 6) u of it: 4 u |θ| +
+// 96 u lr |m̂/(√v̂+ε)| per step for the two runs.
 // The bound is first order. A parameter difference δθ also changes the next gradients, by
 // H δθ (H the loss's Hessian); the intervals use 2 Δg, and FeedbackStaysWithinTheBound checks
 // that |H δθ| ≤ Δg at every step (H δθ by jvp of the gradient along θ_dp - θ_ref).
@@ -149,7 +151,7 @@ struct RoundOffBound {
       const double d_lo = mh_lo >= 0 ? mh_lo / den_hi : mh_lo / den_lo;
       const double d_hi = mh_hi >= 0 ? mh_hi / den_lo : mh_hi / den_hi;
       const double d = std::max(std::abs(d_lo), std::abs(d_hi));
-      width[e] += kLr * (d_hi - d_lo) + 4 * kUnit * std::abs(theta[e]) + 8 * kUnit * kLr * d;
+      width[e] += kLr * (d_hi - d_lo) + 4 * kUnit * std::abs(theta[e]) + 96 * kUnit * kLr * d;
     }
   }
 };
