@@ -129,10 +129,10 @@ std::vector<Tensor> vmap_outputs(std::vector<Batched> results, int64_t size,
 
 }  // namespace
 
-int64_t vmap_size(const VmapOptions& options, const TreeDef& args_def,
-                  const std::vector<Tensor>& leaves) {
-  const int64_t size = vmap_inputs(args_def, leaves, options.in).size;
-  return size < 0 ? 1 : size;
+MappedLeaves mapped_leaves(const VmapOptions& options, const TreeDef& args_def,
+                           const std::vector<Tensor>& leaves) {
+  VmapInputs in = vmap_inputs(args_def, leaves, options.in);
+  return {std::move(in.dims), in.size < 0 ? 1 : in.size};
 }
 
 FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
