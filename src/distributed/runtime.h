@@ -5,11 +5,13 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kiln/dtype.h"
+#include "kiln/impl/interpreters.h"
 #include "kiln/shape.h"
 
 namespace kiln::distributed {
@@ -26,8 +28,14 @@ struct Arrival {
 // Waits until every process has reached this collective, polling for faults (a process that
 // failed or left, a dead peer on this host, SIGTERM, the KILN_COLLECTIVE_TIMEOUT deadline),
 // and checks that all brought the same; raises the same Error on every process otherwise.
-// Call it before the collective's MPI call; with one process it returns at once.
-void arrive(const Arrival& a);
+// Call it before the collective's MPI call and hold the returned lock through that call
+// (collectives run one at a time); with one process it returns at once.
+[[nodiscard]] std::unique_lock<std::mutex> arrive(const Arrival& a);
+
+// pmap's start: every process's local example count along the axis, after checking that all
+// call with the same `signature` (argument structure, dtypes, per-example shapes).
+detail::ProcessSpan exchange_sizes(int64_t local, const std::string& signature,
+                                   std::string_view axis);
 
 // The communicator payloads use (a duplicate of MPI_COMM_WORLD, errors returned).
 MPI_Comm world();

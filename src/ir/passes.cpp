@@ -376,7 +376,7 @@ Function optimize(const Function& f) {
     cur = std::move(next);
     if (same) break;
   }
-  return cur;
+  return bucket_all_reduces(cur);
 }
 
 }  // namespace kiln::ir
