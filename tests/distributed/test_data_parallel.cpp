@@ -1,10 +1,10 @@
 // Data-parallel training is training on the combined batch (issue #16, "Equivalence"). Run
-// under `mpirun -np N` (tests/CMakeLists.txt: N = 2 and 3; without mpirun N = 1): each process
+// as 1 process and under `mpirun -np N`, N = 2 and 3 (tests/CMakeLists.txt): each process
 // trains a small MLP with Adam for 20 steps under pmap on its B/N examples of every batch,
 // pmean-ing the gradients, and also computes itself the reference, the same training on the
 // whole batch of B in one process (jit, no collectives). The parameters must agree within a
 // float32 round-off bound derived below, and every process must hold bitwise the same ones.
-// Every process runs every test (they meet in collectives); only process 0 prints.
+// Every process runs every test (they meet in collectives); mpi_main.cpp has process 0 report.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -276,13 +276,3 @@ TEST(DataParallel, EveryProcessHoldsTheSameParameters) {
 }
 
 }  // namespace
-
-int main(int argc, char** argv) {
-  testing::InitGoogleTest(&argc, argv);
-  distributed::initialize();
-  if (distributed::process_index() != 0) {
-    testing::TestEventListeners& listeners = testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-  }
-  return RUN_ALL_TESTS();
-}
