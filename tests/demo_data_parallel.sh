@@ -9,6 +9,9 @@ set -euo pipefail
 demo="$1"
 np="$2"
 mpirun=("${3:-mpirun}" --allow-run-as-root --oversubscribe -np "$np")
+# One thread per process: N processes of the default thread count on a 2-core machine spin
+# against each other (3 processes ran 10x slower than with one thread each).
+export OMP_NUM_THREADS=1 KILN_NUM_THREADS=1
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 common=(--model mlp --limit 1536 --epochs 2 --batch-size 24 --seed 7)
