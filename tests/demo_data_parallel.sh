@@ -2,8 +2,8 @@
 # `demo --data-parallel` on N processes (issue #16, "Data-parallel training"): a short run
 # reaches a sane test accuracy with one process's output only; stopping after epoch 1 and
 # resuming on N processes gives a checkpoint byte-identical to the straight run's; the N-process
-# checkpoint of epoch 1 continues in one process without mpirun; a batch size that N does not
-# divide is a usage error.
+# checkpoint of epoch 1 continues in one process without mpirun; --dtype f16 trains; a batch
+# size that N does not divide is a usage error.
 #   tests/demo_data_parallel.sh build/examples/demo 2 [mpirun]
 set -euo pipefail
 demo="$1"
@@ -51,6 +51,12 @@ paste -d, "$out/straight/metrics.csv" "$out/single/metrics.csv" | awk -F, 'NR ==
     d = $2 - $9; if (d < 0) d = -d
     printf "1 process after %s: epoch 2 train loss %.5f (straight run %.5f)\n", "'"$np"'", $9, $2
     exit !(d < 1e-3) }'
+
+# Mixed precision trains data-parallel too (f16: the loss scaler skips the same steps on all).
+run "$out/f16.log" "${mpirun[@]}" "$demo" --data-parallel "${common[@]}" --dtype f16 --out "$out/f16"
+awk -F, -v np="$np" 'NR == 3 {
+    printf "%s processes, f16: test accuracy %.1f%% after 2 epochs\n", np, 100 * $5
+    exit !($5 > 0.6) }' "$out/f16/metrics.csv"
 
 # The batch size counts images over all processes: N must divide it.
 if "${mpirun[@]}" "$demo" --data-parallel --batch-size 25 > "$out/usage.log" 2>&1; then
