@@ -146,6 +146,49 @@ TEST_P(Pmap, ReductionsAreDeterministicAndTheSameOnEveryProcess) {
         << "example " << p << " differs";
 }
 
+int64_t count(const ir::Function& f, const std::string& prim) {
+  int64_t n = 0;
+  for (const ir::Equation& e : f.equations) n += e.prim->name == prim;
+  return n;
+}
+
+// A pmean over a tree of gradients is one MPI call per bucket (4 MB by default), not one per
+// tensor; all-reduces that depend on each other stay apart. Values as vmap's.
+TEST(PmapBucketing, IndependentAllReducesShareACall) {
+  const Split s = split(false);
+  std::vector<Tensor> small;
+  for (int k = 0; k < 6; ++k) small.push_back(global_data(s, {k + 1, 3}, 20 + k));
+  auto mean_all = [](const std::vector<Tensor>& xs) {
+    std::vector<Tensor> out;
+    for (const Tensor& x : xs) out.push_back(pmean(x * 2.0, "dp"));
+    return out;
+  };
+  std::vector<Tensor> local;
+  for (const Tensor& x : small) local.push_back(mine(x, s));
+  const auto p = pmap(mean_all, axis_name("dp"));
+  EXPECT_EQ(count(p.lower(local), "process_all_reduce"), 1);
+  const std::vector<Tensor> got = p(local), want = vmap(mean_all, axis_name("dp"))(small);
+  for (std::size_t k = 0; k < got.size(); ++k)
+    expect_close(got[k], mine(want[k], s), 1e-12, "bucketed pmean " + std::to_string(k));
+
+  // 3 x 1.5 MB of float32: two buckets.
+  std::vector<Tensor> big(3, zeros({1, 3 * (1 << 17)}));
+  EXPECT_EQ(count(pmap(mean_all, axis_name("dp")).lower(big), "process_all_reduce"), 2);
+
+  // psum of a psum: the second depends on the first.
+  auto chained = [](const Tensor& a, const Tensor& b) {
+    const Tensor first = psum(a, "dp");
+    return std::pair{first, psum(b * first, "dp")};
+  };
+  const Tensor a = global_data(s, {3}, 30), b = global_data(s, {3}, 31);
+  const auto q = pmap(chained, axis_name("dp"));
+  EXPECT_EQ(count(q.lower(mine(a, s), mine(b, s)), "process_all_reduce"), 2);
+  const auto [g1, g2] = q(mine(a, s), mine(b, s));
+  const auto [w1, w2] = vmap(chained, axis_name("dp"))(a, b);
+  expect_close(g1, mine(w1, s), 1e-12, "first psum");
+  expect_close(g2, mine(w2, s), 1e-12, "psum of a psum");
+}
+
 TEST(PmapErrors, MismatchedArgumentsAcrossProcessesAreReportedByName) {
   const int me = distributed::process_index();
   const auto p = pmap([](const Tensor& v) { return psum(v, "dp"); }, axis_name("dp"));
