@@ -6,10 +6,11 @@
 // normalised. For every sample with such an attribute, the primitive applied with the
 // attribute in its non-negative form and in its negative form gives the same values, the same
 // JVPs and VJPs and the same vmapped values; an axis outside [-rank, rank) is an Error naming
-// the primitive. A `perm` (transpose) is a permutation of 0..rank-1 and nothing else: its
-// negative form is an Error naming the primitive.
-// Every integer attribute in the table is classified below, so that a primitive with an axis
-// attribute under a new name cannot pass by this walk.
+// the primitive. Collectives (all_to_all, psum_scatter) are applied per example inside a vmap
+// over their axis name, their axes counting from the end of one example's axes. A `perm`
+// (transpose) is a permutation of 0..rank-1 and nothing else: its negative form is an Error naming
+// the primitive. Every integer attribute in the table is classified below, so that a primitive with
+// an axis attribute under a new name cannot pass by this walk.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 

@@ -6,10 +6,12 @@
 //    input batched along its first, middle or last axis, one input batched alone, one input
 //    left out — the result of `batching::evaluate` on the traced sample function, with its
 //    batch axis moved to the front, equals the function applied eagerly to each example and
-//    stacked. Collectives compare with the hand-computed sum / max / stack / arange over the
-//    examples instead.
+//    stacked. Collectives compare with the hand-computed sum / max / stack / arange /
+//    permutation / exchange over the examples instead.
 // 3. The API: in_axes / out_axes / none / axis_name, nesting, composition with grad, jvp/vjp,
 //    jacfwd/jacrev and jit, random numbers under vmap, and the errors users see.
+// 4. The collectives against loops over examples, their gradients against finite differences,
+//    over an outer axis from inside an inner vmap, under jit and grad, and their errors.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -632,15 +634,19 @@ TEST(VmapCollectives, OwnAxisRulesAreCheap) {
   EXPECT_EQ(ir2.find("gather"), std::string::npos) << ir2;
 }
 
-// grad of sum(w * vmap(collective)(x)) vs float64 central differences, for each collective and
-// through the rules for an outer axis (the same collective over "outer" inside vmap "inner").
+// Gradients of total(x) = sum over examples of loss(example's x, example's w), with loss(v, w) =
+// sum(w * c(v) + sin(c(v))) for a collective c, vs float64 central differences of total:
+// vmap(grad(loss)) runs each collective's own VJP rule (example j's gradient is d total / d x_j:
+// the transposed collective sums over the examples), grad(total) differentiates the batched
+// program. Each for c over the vmap's own axis, and over the outer axis "i" from inside a vmap
+// "inner" (the rules for another axis, batched again by the outer vmap).
 TEST(VmapCollectives, GradientsMatchFiniteDifferences) {
   const Pairs perm{{0, 1}, {1, 2}};
   using Fn = std::function<Tensor(const Tensor&)>;
   struct Case {
     std::string name;
-    Fn per_example;  // over axis "i"
-    Shape shape;     // the batch [3, ...]
+    Fn c;         // per example, over axis "i"
+    Shape shape;  // the batch [3, ...]
   };
   const std::vector<Case> cases{
       {"pmin", [](const Tensor& v) { return pmin(v, "i"); }, Shape{3, 2}},
@@ -652,21 +658,24 @@ TEST(VmapCollectives, GradientsMatchFiniteDifferences) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    const Tensor x = samples::Gen(7, 7).distinct(c.shape);  // no ties for pmin/pmax
-    const Tensor y = vmap(c.per_example, axis_name("i"))(x);
-    const Tensor w = rand(44, y.shape());
-    auto loss = [&](const Tensor& v) { return sum(w * vmap(c.per_example, axis_name("i"))(v)); };
-    expect_close(grad(loss)(x), tensor(kiln::testing::numeric_grad(loss, x), x.shape()), 1e-7,
-                 "own axis");
-    // The collective over the outer axis "i" from inside vmap "inner" (over axis 1 of x, and
-    // then every example's slice of the inner batch is the same collective over "i").
-    const Tensor x2 = stack({x, x * 0.5 + 0.25}, 1);  // [3, 2, ...]
-    auto nested = [&](const Tensor& v) {
-      const Tensor out = vmap(vmap(c.per_example, axis_name("inner")), axis_name("i"))(v);
-      return sum(w * index(swapaxes(out, 0, 1), 0)) + sum(sin(index(swapaxes(out, 0, 1), 1)));
+    auto loss = [&c](const Tensor& v, const Tensor& w) {
+      const Tensor y = c.c(v);
+      return sum(w * y + sin(y));
     };
-    expect_close(grad(nested)(x2), tensor(kiln::testing::numeric_grad(nested, x2), x2.shape()),
-                 1e-7, "outer axis");
+    const Tensor x = samples::Gen(7, 7).distinct(c.shape);  // no ties for pmin/pmax
+    const Tensor w = rand(44, vmap(c.c, axis_name("i"))(x).shape());
+    auto total = [&](const Tensor& v) { return sum(vmap(loss, axis_name("i"))(v, w)); };
+    const Tensor want = tensor(kiln::testing::numeric_grad(total, x), x.shape());
+    expect_close(vmap(grad(loss), axis_name("i"))(x, w), want, 1e-7, "vmap(grad), own axis");
+    expect_close(grad(total)(x), want, 1e-7, "grad(vmap), own axis");
+
+    // Example (a, b) of the nested vmaps is x2[a, b]; the collective runs over a.
+    const Tensor x2 = stack({x, x * 0.5 + 0.25}, 1), w2 = stack({w, w * -2.0}, 1);
+    auto nested = [&](const auto& f) { return vmap(vmap(f, axis_name("inner")), axis_name("i")); };
+    auto total2 = [&](const Tensor& v) { return sum(nested(loss)(v, w2)); };
+    const Tensor want2 = tensor(kiln::testing::numeric_grad(total2, x2), x2.shape());
+    expect_close(nested(grad(loss))(x2, w2), want2, 1e-7, "vmap(grad), outer axis");
+    expect_close(grad(total2)(x2), want2, 1e-7, "grad(vmap), outer axis");
   }
 }
 
