@@ -51,6 +51,9 @@
   /* src/transforms/collectives.cpp */                                                          \
   X(psum) X(pmax) X(pmin) X(axis_index) X(all_gather) X(ppermute) X(all_to_all)                 \
   X(psum_scatter)                                                                               \
+  /* src/distributed/collectives.cpp */                                                         \
+  X(process_all_reduce) X(process_all_gather) X(process_reduce_scatter) X(process_all_to_all)   \
+  X(process_permute)                                                                            \
   /* src/transforms/control_flow.cpp */                                                         \
   X(cond) X(while_) X(while_grad) X(scan)                                                       \
   /* src/ops/math.cpp */                                                                        \

@@ -2,8 +2,10 @@
 // ppermute, all_to_all, psum_scatter. They are primitives with an `axis_name` attribute whose
 // kernels only raise "axis is not bound": the batching rule of the vmap with that name gives
 // them their meaning (docs/DESIGN.md, "vmap"). Each rule for its own axis is a named helper in
-// two steps, the local part over the batch and then the result, so that an axis spanning
-// processes can combine the local parts in between.
+// two steps, the local part over the batch and then the result; when the axis spans processes
+// (pmap), the local parts are combined across them in between (src/distributed/collectives.h).
+#include "distributed/collectives.h"
+
 #include <set>
 #include <utility>
 
@@ -27,7 +29,20 @@ Kernel unbound(const char* op) {
 bool other_axis(const BatchArgs& b) { return b.attrs.get<std::string>("axis_name") != b.axis_name; }
 
 Tensor sum_over_batch(const BatchArgs& b) {
-  return sum(ops::batch_first(b.inputs[0], b.dims[0], b.size), {0});
+  const Tensor x = ops::batch_first(b.inputs[0], b.dims[0], b.size);
+  return b.size == 1 ? squeeze(x, {0}) : sum(x, {0});
+}
+
+// The processes this vmap's axis spans, under pmap: the local part of a collective is then
+// combined across them (src/distributed/collectives.h).
+const detail::ProcessSpan* spanned(const BatchArgs& b) {
+  const detail::AxisScope& s = detail::find_axis(b.primitive.name, std::string(b.axis_name));
+  return s.processes ? &*s.processes : nullptr;
+}
+const std::string& axis_of(const BatchArgs& b) { return b.attrs.get<std::string>("axis_name"); }
+// The size of the whole axis: every process's examples under pmap, else the batch.
+int64_t axis_size(const BatchArgs& b) {
+  return detail::find_axis(b.primitive.name, std::string(b.axis_name)).size;
 }
 
 // The type of one example's x (a batching rule sees the batch axis too, when there is one).
@@ -116,30 +131,40 @@ std::vector<Batched> psum_own_axis(const BatchArgs& b) {
   // The local part: the batch's sum.
   const Tensor local = sum_over_batch(b);
   // The result: the same for every example.
-  return {{local, std::nullopt}};
+  if (!spanned(b)) return {{local, std::nullopt}};
+  return {{distributed::all_reduce(local, distributed::Reduce::sum, axis_of(b)), std::nullopt}};
 }
 
-std::vector<Batched> extremum_own_axis(const BatchArgs& b, bool is_max) {
+// pmax (op max) and pmin (op min).
+std::vector<Batched> extremum_own_axis(const BatchArgs& b, distributed::Reduce op) {
   // The local part: the batch's max (min).
   const Tensor batch = ops::batch_first(b.inputs[0], b.dims[0], b.size);
-  const Tensor local = is_max ? max(batch, {0}) : min(batch, {0});
+  const Tensor local = op == distributed::Reduce::max ? max(batch, {0}) : min(batch, {0});
   // The result: the same for every example.
-  return {{local, std::nullopt}};
+  if (!spanned(b)) return {{local, std::nullopt}};
+  return {{distributed::all_reduce(local, op, axis_of(b)), std::nullopt}};
 }
 
 std::vector<Batched> all_gather_own_axis(const BatchArgs& b) {
   // The local part: the batch, examples along axis 0.
   const Tensor local = ops::batch_first(b.inputs[0], b.dims[0], b.size);
   // The result: every example receives all of it.
-  return {{local, std::nullopt}};
+  const detail::ProcessSpan* span = spanned(b);
+  if (!span) return {{local, std::nullopt}};
+  return {{distributed::all_gather(local, *span, axis_of(b)), std::nullopt}};
 }
 
 std::vector<Batched> ppermute_own_axis(const BatchArgs& b) {
   const std::vector<PermPair> pairs = pairs_of(b.attrs);
-  check_pairs(pairs, b.size, b.axis_name);
+  check_pairs(pairs, axis_size(b), b.axis_name);
   // The local part: the batch, examples along axis 0.
   const Tensor local = ops::batch_first(b.inputs[0], b.dims[0], b.size);
   // The result: row `dest` is row `source` of its pair; rows no pair sends to are zeros.
+  if (const detail::ProcessSpan* span = spanned(b)) {
+    std::vector<std::pair<int64_t, int64_t>> perm;
+    for (const PermPair& p : pairs) perm.emplace_back(p.source, p.dest);
+    return {{distributed::permute(local, perm, *span, axis_of(b)), 0}};
+  }
   std::vector<int64_t> source(static_cast<std::size_t>(b.size), 0);
   std::vector<int32_t> received(static_cast<std::size_t>(b.size), 0);
   for (const PermPair& p : pairs) {
@@ -158,29 +183,44 @@ std::vector<Batched> all_to_all_own_axis(const BatchArgs& b) {
   const TensorType example = example_type(b);
   const int rank = example.shape.rank();
   const int split = sized_axis("all_to_all", "split_axis", b.attrs.get_int("split_axis"), example,
-                               b.size, b.axis_name);
+                               axis_size(b), b.axis_name);
   const int concat = normalize_axis("all_to_all", b.attrs.get_int("concat_axis"), rank);
   // The local part: the batch, examples (j) along axis 0, example axis k at k + 1.
   const Tensor local = ops::batch_first(b.inputs[0], b.dims[0], b.size);
   // The result: example i takes index i of every example's split axis (local's axis
   // split + 1, now the batch axis) and lays the examples j out along concat_axis.
-  Axes perm;
+  Axes rest;  // local's other axes, in order
   for (int k = 1; k <= rank; ++k)
-    if (k != split + 1) perm.push_back(k);
-  perm.insert(perm.begin() + concat, 0);
-  perm.insert(perm.begin(), split + 1);
-  return {{transpose(local, perm), 0}};
+    if (k != split + 1) rest.push_back(k);
+  const detail::ProcessSpan* span = spanned(b);
+  if (!span) {
+    Axes perm = rest;
+    perm.insert(perm.begin() + concat, 0);
+    perm.insert(perm.begin(), split + 1);
+    return {{transpose(local, perm), 0}};
+  }
+  // Across processes: [N (i), L_p (j), rest...] is exchanged to [L_p (i), N (j), rest...].
+  Axes to_send{split + 1, 0};
+  to_send.insert(to_send.end(), rest.begin(), rest.end());
+  const Tensor received = distributed::all_to_all(transpose(local, to_send), *span, axis_of(b));
+  Axes perm;
+  for (int k = 2; k <= rank; ++k) perm.push_back(k);
+  perm.insert(perm.begin() + concat, 1);
+  perm.insert(perm.begin(), 0);
+  return {{transpose(received, perm), 0}};
 }
 
 std::vector<Batched> psum_scatter_own_axis(const BatchArgs& b) {
   const int sd =
       sized_axis("psum_scatter", "scatter_dimension", b.attrs.get_int("scatter_dimension"),
-                 example_type(b), b.size, b.axis_name);
+                 example_type(b), axis_size(b), b.axis_name);
   // The local part: the batch's sum.
   const Tensor local = sum_over_batch(b);
   // The result: example i's part is index i along scatter_dimension, which thus is the batch
-  // axis.
-  return {{local, sd}};
+  // axis; across processes, this process's rows of the sum over processes.
+  const detail::ProcessSpan* span = spanned(b);
+  if (!span) return {{local, sd}};
+  return {{distributed::reduce_scatter(moveaxis(local, sd, 0), *span, axis_of(b)), 0}};
 }
 
 }  // namespace
@@ -218,7 +258,7 @@ const Primitive& prim::pmax() {
                                 .vjp = extremum_vjp,
                                 .batch = [](const BatchArgs& b) -> std::vector<Batched> {
                                   if (other_axis(b)) return ops::batch_elementwise(b);
-                                  return extremum_own_axis(b, true);
+                                  return extremum_own_axis(b, distributed::Reduce::max);
                                 }},
                                {{ops::cpu({DTypeSet::numeric()}), unbound("pmax")}});
   return p;
@@ -236,7 +276,7 @@ const Primitive& prim::pmin() {
                                 .vjp = extremum_vjp,
                                 .batch = [](const BatchArgs& b) -> std::vector<Batched> {
                                   if (other_axis(b)) return ops::batch_elementwise(b);
-                                  return extremum_own_axis(b, false);
+                                  return extremum_own_axis(b, distributed::Reduce::min);
                                 }},
                                {{ops::cpu({DTypeSet::numeric()}), unbound("pmin")}});
   return p;
@@ -252,7 +292,12 @@ const Primitive& prim::axis_index() {
            },
        .differentiable = false,
        .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-         return {{arange(b.size, int32), 0}};
+         // The local part: the batch's positions; under pmap, shifted by the examples of the
+         // processes before this one.
+         const Tensor local = arange(b.size, int32);
+         const detail::ProcessSpan* span = spanned(b);
+         if (!span) return {{local, 0}};
+         return {{local + weak(local, span->offset()), 0}};
        }},
       {{KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false},
         unbound("axis_index")}});

@@ -12,8 +12,15 @@ namespace {
 thread_local std::vector<AxisScope> g_axes;
 }
 
-AxisScopeGuard::AxisScopeGuard(std::string name, int64_t size) {
-  g_axes.push_back({std::move(name), size});
+int64_t ProcessSpan::offset() const {
+  int64_t o = 0;
+  for (int p = 0; p < index; ++p) o += sizes[static_cast<std::size_t>(p)];
+  return o;
+}
+
+AxisScopeGuard::AxisScopeGuard(std::string name, int64_t size,
+                               std::optional<ProcessSpan> processes) {
+  g_axes.push_back({std::move(name), size, std::move(processes)});
 }
 AxisScopeGuard::~AxisScopeGuard() { g_axes.pop_back(); }
 
@@ -24,7 +31,13 @@ const AxisScope& find_axis(std::string_view op, const std::string& name) {
   for (const AxisScope& a : g_axes)
     if (!a.name.empty()) in_scope += (in_scope.empty() ? "" : ", ") + a.name;
   fail(op, "unknown axis name: got '", name, "', expected one of the named axes in scope: [",
-       in_scope, "] (name one with vmap(f, ..., axis_name(\"", name, "\")))");
+       in_scope, "] (name one with vmap or pmap(f, ..., axis_name(\"", name, "\")))");
+}
+
+const AxisScope* find_process_axis() {
+  for (const AxisScope& a : g_axes)
+    if (a.processes) return &a;
+  return nullptr;
 }
 
 namespace {
@@ -122,19 +135,31 @@ std::vector<Tensor> vmap_outputs(std::vector<Batched> results, int64_t size,
 
 }  // namespace
 
+MappedLeaves mapped_leaves(const VmapOptions& options, const TreeDef& args_def,
+                           const std::vector<Tensor>& leaves) {
+  VmapInputs in = vmap_inputs(args_def, leaves, options.in);
+  return {std::move(in.dims), in.size < 0 ? 1 : in.size};
+}
+
 FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
                    const std::vector<Tensor>& leaves, const FlatFn& fn) {
   const VmapInputs in = vmap_inputs(args_def, leaves, options.in);
   const int64_t size = in.size < 0 ? 1 : in.size;
+  // Under pmap the axis holds every process's examples; this process batches its own.
+  int64_t axis_size = size;
+  if (options.processes) {
+    axis_size = 0;
+    for (int64_t n : options.processes->sizes) axis_size += n;
+  }
   Staged s;
   {
-    AxisScopeGuard scope(options.name, size);
+    AxisScopeGuard scope(options.name, axis_size, options.processes);
     s = stage("vmap", args_def, example_stand_ins(leaves, in.dims), fn);
   }
   std::vector<Batched> ins;
   for (std::size_t i = 0; i < leaves.size(); ++i) ins.push_back({leaves[i], in.dims[i]});
   for (const Tensor& c : s.captures) ins.push_back({c, std::nullopt});
-  AxisScopeGuard scope(options.name, size);
+  AxisScopeGuard scope(options.name, axis_size, options.processes);
   std::vector<Batched> outs = batching::evaluate(ir::dce(*s.function), ins, size, options.name);
   return {vmap_outputs(std::move(outs), size, options.out), std::move(s.out_def)};
 }

@@ -70,20 +70,32 @@ std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> ar
 
 namespace detail {
 
+// An axis whose examples are spread over processes (pmap): how many each process holds, in
+// process order, and which process this is.
+struct ProcessSpan {
+  std::vector<int64_t> sizes;
+  int index = 0;
+  int64_t local() const { return sizes[static_cast<std::size_t>(index)]; }
+  // The axis position of this process's first example.
+  int64_t offset() const;
+};
 // The named axes of the vmaps being traced or evaluated on this thread, innermost last.
 struct AxisScope {
   std::string name;
-  int64_t size = 0;
+  int64_t size = 0;                        // the whole axis: every process's examples
+  std::optional<ProcessSpan> processes;  // set under pmap
 };
 class AxisScopeGuard {
  public:
-  AxisScopeGuard(std::string name, int64_t size);
+  AxisScopeGuard(std::string name, int64_t size, std::optional<ProcessSpan> processes = {});
   ~AxisScopeGuard();
   AxisScopeGuard(const AxisScopeGuard&) = delete;
   AxisScopeGuard& operator=(const AxisScopeGuard&) = delete;
 };
 // The innermost axis with this name; an Error naming the axes in scope otherwise.
 const AxisScope& find_axis(std::string_view op, const std::string& name);
+// The axis in scope that spans processes (pmap's), if any.
+const AxisScope* find_process_axis();
 
 }  // namespace detail
 }  // namespace kiln
