@@ -45,6 +45,8 @@ const std::map<std::string, Kind>& kinds() {
       {"split_axis", Kind::axes},
       {"concat_axis", Kind::axes},
       {"scatter_dimension", Kind::axes},
+      // Process-level collectives: each process's example count.
+      {"sizes", Kind::other},
       // Sizes, bounds, window geometry, counts, labels and data: not axes.
       {"shape", Kind::other},
       {"start", Kind::other},
