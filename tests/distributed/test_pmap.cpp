@@ -86,6 +86,18 @@ TEST_P(Pmap, ExchangingCollectivesMatchVmapOverTheWholeAxis) {
       grad([&](const Tensor& v) { return sum(pmap(g, axis_name("dp"))(v)); })(mine(x, s));
   const Tensor want = grad([&](const Tensor& v) { return sum(vmap(g, axis_name("dp"))(v)); })(x);
   expect_close(got, mine(want, s), 1e-12, "grad through the exchanges");
+  // Over "dp" from inside a vmap "inner": the rules for another axis, then the exchange.
+  auto two = [perm](const Tensor& u) {
+    return vmap(
+        [perm](const Tensor& v) {
+          return all_to_all(v, "dp", 0, 0) * psum_scatter(v, "dp", 0) + ppermute(v, "dp", perm) -
+                 pmin(v, "dp") * psum(v, "inner");
+        },
+        axis_name("inner"))(u);
+  };
+  const Tensor y = global_data(s, {3, n}, 12);  // example: 3 inner examples of [N]
+  expect_close(pmap(two, axis_name("dp"))(mine(y, s)), mine(vmap(two, axis_name("dp"))(y), s),
+               1e-12, "pmap(vmap) with two axis names");
 }
 
 TEST_P(Pmap, DtypesOfTheReductions) {
