@@ -60,6 +60,46 @@ TEST_P(Pmap, CollectivesMatchVmapOverTheWholeAxis) {
   expect_close(c, mine(rc, s), 0, "all_gather");
 }
 
+// pmin, ppermute, all_to_all and psum_scatter: their local parts, combined across processes.
+TEST_P(Pmap, ExchangingCollectivesMatchVmapOverTheWholeAxis) {
+  const Split s = split(GetParam());
+  const int64_t n = s.total;
+  const Tensor x = global_data(s, {2, n}, 11);    // example: [2, N]
+  std::vector<std::pair<int64_t, int64_t>> perm;  // example 0 receives nothing
+  for (int64_t i = 0; i + 1 < n; ++i) perm.emplace_back(i, i + 1);
+  auto f = [perm](const Tensor& v) {
+    return std::tuple{pmin(v, "dp"), ppermute(v, "dp", perm), all_to_all(v, "dp", 1, 0),
+                      psum_scatter(v, "dp", 1)};
+  };
+  const auto [a, b, c, d] = pmap(f, axis_name("dp"))(mine(x, s));
+  const auto [ra, rb, rc, rd] = vmap(f, axis_name("dp"))(x);
+  expect_close(a, mine(ra, s), 0, "pmin");
+  expect_close(b, mine(rb, s), 0, "ppermute");
+  expect_close(c, mine(rc, s), 0, "all_to_all");
+  expect_close(d, mine(rd, s), 1e-12, "psum_scatter");
+  // Their transposes communicate too: the gradient of the sum over all processes.
+  auto g = [perm](const Tensor& v) {
+    return sin(psum_scatter(all_to_all(ppermute(v, "dp", perm), "dp", 1, 0), "dp", 0)) *
+           sum(pmin(v, "dp"), {1});
+  };
+  const Tensor got =
+      grad([&](const Tensor& v) { return sum(pmap(g, axis_name("dp"))(v)); })(mine(x, s));
+  const Tensor want = grad([&](const Tensor& v) { return sum(vmap(g, axis_name("dp"))(v)); })(x);
+  expect_close(got, mine(want, s), 1e-12, "grad through the exchanges");
+  // Over "dp" from inside a vmap "inner": the rules for another axis, then the exchange.
+  auto two = [perm](const Tensor& u) {
+    return vmap(
+        [perm](const Tensor& v) {
+          return all_to_all(v, "dp", 0, 0) * psum_scatter(v, "dp", 0) + ppermute(v, "dp", perm) -
+                 pmin(v, "dp") * psum(v, "inner");
+        },
+        axis_name("inner"))(u);
+  };
+  const Tensor y = global_data(s, {3, n}, 12);  // example: 3 inner examples of [N]
+  expect_close(pmap(two, axis_name("dp"))(mine(y, s)), mine(vmap(two, axis_name("dp"))(y), s),
+               1e-12, "pmap(vmap) with two axis names");
+}
+
 TEST_P(Pmap, DtypesOfTheReductions) {
   const Split s = split(GetParam());
   const Tensor x = global_data(s, {3}, 2);
