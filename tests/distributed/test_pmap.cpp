@@ -120,7 +120,8 @@ TEST_P(Pmap, SharedArgumentsAndOutAxes) {
   const Split s = split(GetParam());
   const Tensor x = global_data(s, {2, 3}, 3), w = tensor(testing::random_values(3, 4), {3});
   auto f = [](const Tensor& w, const Tensor& v) { return psum(v, "dp") * w + v; };
-  const Tensor got = pmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(mine(x, s), 0, 1));
+  const Tensor got =
+      pmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(mine(x, s), 0, 1));
   const Tensor want = vmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(x, 0, 1));
   expect_close(got, slice(want, {Slice{}, Slice{}, Slice{s.offset, s.offset + s.local}}), 1e-12,
                "in_axes(none, 1), out_axes(2)");
@@ -133,7 +134,8 @@ TEST_P(Pmap, GradOfPmap) {
   const Split s = split(GetParam());
   const Tensor x = global_data(s, {3}, 5);
   auto f = [](const Tensor& v) { return sin(v) * pmean(v * v, "dp") + pmax(v, "dp"); };
-  const Tensor got = grad([&](const Tensor& v) { return sum(pmap(f, axis_name("dp"))(v)); })(mine(x, s));
+  const Tensor got =
+      grad([&](const Tensor& v) { return sum(pmap(f, axis_name("dp"))(v)); })(mine(x, s));
   const Tensor want = grad([&](const Tensor& v) { return sum(vmap(f, axis_name("dp"))(v)); })(x);
   expect_close(got, mine(want, s), 1e-12, "grad(pmap(f))");
   const Tensor gathered = grad([&](const Tensor& v) {
@@ -243,13 +245,17 @@ TEST(PmapErrors, MismatchedArgumentsAcrossProcessesAreReportedByName) {
 }
 
 TEST(PmapErrors, UnknownAxisListsTheAxesInScope) {
-  const auto p = pmap([](const Tensor& v) {
-    return vmap([](const Tensor& u) { return psum(u, "batch"); }, axis_name("inner"))(v);
-  }, axis_name("dp"));
+  const auto p = pmap(
+      [](const Tensor& v) {
+        return vmap([](const Tensor& u) { return psum(u, "batch"); }, axis_name("inner"))(v);
+      },
+      axis_name("dp"));
   expect_error([&] { p(ones({1, 2, 3})); }, "psum", {"'batch'", "dp, inner"});
-  const auto nested = pmap([](const Tensor& v) {
-    return pmap([](const Tensor& u) { return u; }, axis_name("inner"))(v);
-  }, axis_name("dp"));
+  const auto nested = pmap(
+      [](const Tensor& v) {
+        return pmap([](const Tensor& u) { return u; }, axis_name("inner"))(v);
+      },
+      axis_name("dp"));
   expect_error([&] { nested(ones({1, 1, 2})); }, "pmap", {"nested pmap", "'dp'"});
 }
 
@@ -258,11 +264,16 @@ TEST(PmapErrors, ProcessCollectivesCheckTheirOperandOnEveryProcess) {
   // The arguments agree, but process 1's function brings another shape to the all-reduce:
   // every process gets the Error, naming both operands.
   const int me = distributed::process_index();
-  const auto p = pmap([me](const Tensor& v) {
-    return psum(me == 1 ? concatenate({v, v}) : v, "dp");
-  }, axis_name("dp"));
-  expect_error([&] { p(ones({1, 2})); }, "psum",
-               {"processes disagree on the operand", "f32[2]", "f32[4]"});
+  const auto p = pmap(
+      [me](const Tensor& v) {
+        return psum(me == 1 ? concatenate({v, v}) : v, "dp");
+      },
+      axis_name("dp"));
+  expect_error(
+      [&] {
+        p(ones({1, 2}));
+      },
+      "psum", {"processes disagree on the operand", "f32[2]", "f32[4]"});
   const auto q = pmap([](const Tensor& v) { return psum(v, "dp"); }, axis_name("dp"));
   expect_close(q(ones({1, 2})), full({1, 2}, distributed::process_count()), 0,
                "psum after the error");
