@@ -100,6 +100,26 @@ TEST_P(Pmap, ExchangingCollectivesMatchVmapOverTheWholeAxis) {
                1e-12, "pmap(vmap) with two axis names");
 }
 
+// vmap of a pmapped function: the process-level collectives' own batching rules. Checked
+// against a loop that calls the pmapped function once per vmap example.
+TEST_P(Pmap, VmapOfPmap) {
+  const Split s = split(GetParam());
+  const int64_t n = s.total;
+  const Tensor x = global_data(s, {2, n}, 13);  // local [L, 2, N]: vmap over axis 1
+  std::vector<std::pair<int64_t, int64_t>> perm;
+  for (int64_t i = 0; i < n; ++i) perm.emplace_back(i, (i + 1) % n);
+  auto f = [perm](const Tensor& v) {
+    return psum(v, "dp") * ppermute(v, "dp", perm) + sum(all_gather(v, "dp"), {0}) +
+           all_to_all(v, "dp", 0, 0) * pmax(v, "dp") + psum_scatter(v, "dp", 0);
+  };
+  const auto p = pmap(f, axis_name("dp"));
+  const Tensor got =
+      vmap([&](const Tensor& u) { return p(u); }, in_axes(1), out_axes(1))(mine(x, s));
+  std::vector<Tensor> loop;
+  for (int64_t b = 0; b < 2; ++b) loop.push_back(p(index(moveaxis(mine(x, s), 1, 0), b)));
+  expect_close(got, stack(loop, 1), 1e-12, "vmap(pmap(f))");
+}
+
 TEST_P(Pmap, DtypesOfTheReductions) {
   const Split s = split(GetParam());
   const Tensor x = global_data(s, {3}, 2);
