@@ -208,6 +208,15 @@ TEST_P(Pmap, ReductionsAreDeterministicAndTheSameOnEveryProcess) {
         << "example " << p << " differs";
 }
 
+// A pmapped function with static storage is destroyed at exit, after the compiler's
+// singletons were: it must still drop its code cleanly (it crashed at exit under mpirun).
+const auto g_static_psum = pmap([](const Tensor& v) { return psum(v, "dp"); }, axis_name("dp"));
+
+TEST(PmapLifetime, StaticPmappedFunctionOutlivesMain) {
+  const Tensor got = g_static_psum(ones({1, 3}));
+  expect_close(got, full({1, 3}, distributed::process_count()), 0, "psum of ones");
+}
+
 int64_t count(const ir::Function& f, const std::string& prim) {
   int64_t n = 0;
   for (const ir::Equation& e : f.equations) n += e.prim->name == prim;
