@@ -324,6 +324,22 @@ TEST(VmapApi, NestedVmapMatchesDoubleLoop) {
   expect_close(vmap(vmap(f, in_axes(0, none)))(x, ws), stack(rows3, 0), 1e-12, "outer maps w");
 }
 
+// A collective inside a jitted call or a loop body whose inputs are all unbatched still
+// reduces over the axis (it ran unbatched and raised "not bound" before).
+TEST(VmapApi, CollectivesInsideSubFunctionsOfUnbatchedValues) {
+  const Tensor xs = tensor(std::vector<double>{1, 2, 3, 4}, {4}), w = tensor(2.5);
+  auto inner = jit([](const Tensor& v) { return psum(v, "i"); });
+  const Tensor got = vmap([&](const Tensor& x, const Tensor& v) { return x + inner(v); },
+                          in_axes(0, none), axis_name("i"))(xs, w);
+  EXPECT_EQ(got.to_vector<double>(), (std::vector<double>{11, 12, 13, 14}));  // x + 4 * 2.5
+  const Tensor looped = vmap(
+      [&](const Tensor& x, const Tensor& v) {
+        return x + fori_loop(0, 2, [](const Tensor&, const Tensor& c) { return psum(c, "i"); }, v);
+      },
+      in_axes(0, none), axis_name("i"))(xs, w);
+  EXPECT_EQ(looped.to_vector<double>(), (std::vector<double>{41, 42, 43, 44}));  // 16 * 2.5
+}
+
 TEST(VmapApi, CollectivesOverNestedNamedAxes) {
   const Tensor x = rand(11, Shape{2, 3});
   auto f = [](const Tensor& v) {

@@ -156,8 +156,14 @@ FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
     AxisScopeGuard scope(options.name, axis_size, options.processes);
     s = stage("vmap", args_def, example_stand_ins(leaves, in.dims), fn);
   }
+  // pmap with one example per process, its common use: the example runs as it is, unbatched,
+  // and only the collectives over the axis take their rules (batching::evaluate gives them
+  // unbatched inputs too), instead of every equation paying for a batch of one.
+  const bool one_example = options.processes && size == 1;
   std::vector<Batched> ins;
-  for (std::size_t i = 0; i < leaves.size(); ++i) ins.push_back({leaves[i], in.dims[i]});
+  for (std::size_t i = 0; i < leaves.size(); ++i)
+    ins.push_back(one_example && in.dims[i] ? Batched{squeeze(leaves[i], {*in.dims[i]}), {}}
+                                            : Batched{leaves[i], in.dims[i]});
   for (const Tensor& c : s.captures) ins.push_back({c, std::nullopt});
   AxisScopeGuard scope(options.name, axis_size, options.processes);
   std::vector<Batched> outs = batching::evaluate(ir::dce(*s.function), ins, size, options.name);
@@ -167,6 +173,23 @@ FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
 }  // namespace detail
 
 namespace batching {
+namespace {
+
+// A collective over `axis`, or an equation whose sub-functions (a jitted call, a loop body,
+// a branch) hold one: it takes its batching rule even with unbatched inputs, since the
+// collective's result depends on the axis.
+bool uses_axis(const ir::Equation& e, std::string_view axis) {
+  for (const auto& [name, value] : e.attrs.items()) {
+    if (const auto* s = std::get_if<std::string>(&value); s && name == "axis_name" && *s == axis)
+      return true;
+    if (const auto* f = std::get_if<FunctionRef>(&value); f && *f)
+      for (const ir::Equation& inner : (*f)->equations)
+        if (uses_axis(inner, axis)) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> args, int64_t size,
                               std::string_view axis_name) {
@@ -187,11 +210,8 @@ std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> ar
       dims.push_back(b.dim);
       any = any || b.dim.has_value();
     }
-    // A collective over this vmap's axis needs its rule even with unbatched inputs.
-    const bool collective = !axis_name.empty() && e.attrs.has("axis_name") &&
-                            e.attrs.get<std::string>("axis_name") == axis_name;
     std::vector<Batched> outs;
-    if (!any && !collective) {
+    if (!any && (axis_name.empty() || !uses_axis(e, axis_name))) {
       for (Tensor& t : bind(*e.prim, ins, e.attrs)) outs.push_back({std::move(t), std::nullopt});
     } else {
       if (!e.prim->batch)
