@@ -23,6 +23,28 @@ std::shared_ptr<PmapCache> make_pmap_cache(const VmapOptions& options) {
 
 namespace {
 
+std::size_t mix(std::size_t h, std::size_t v) {
+  return h ^ (v + 0x9e3779b97f4a7c15 + (h << 6) + (h >> 2));
+}
+
+// The hash of signature()'s content, without making its text (pmap calls it every step).
+std::size_t signature_hash(const TreeDef& def, const std::vector<Tensor>& leaves,
+                           const MappedLeaves& mapped) {
+  std::size_t h = def.hash();
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    if (!leaves[i].defined()) {
+      h = mix(h, 0xdead);
+      continue;
+    }
+    h = mix(h, static_cast<std::size_t>(leaves[i].dtype()));
+    for (int d = 0; d < leaves[i].rank(); ++d)
+      h = mix(h, mapped.dims[i] == d ? std::size_t{0xfeed}
+                                     : static_cast<std::size_t>(leaves[i].shape()[d]));
+    h = mix(h, static_cast<std::size_t>(leaves[i].rank()));
+  }
+  return h;
+}
+
 // What every process must agree on: the argument structure, and each leaf's dtype and shape
 // with its mapped axis shown as `*` (local example counts may differ).
 std::string signature(const TreeDef& def, const std::vector<Tensor>& leaves,
@@ -55,8 +77,9 @@ auto with_split(PmapCache& cache, const TreeDef& args_def, const std::vector<Ten
          "', expected one pmap at a time (map an inner axis with vmap)");
   const MappedLeaves mapped = mapped_leaves(cache.options, args_def, leaves);
   VmapOptions options = cache.options;
-  options.processes = distributed::exchange_sizes(mapped.size, signature(args_def, leaves, mapped),
-                                                  cache.options.name);
+  options.processes = distributed::exchange_sizes(
+      mapped.size, signature_hash(args_def, leaves, mapped),
+      [&] { return signature(args_def, leaves, mapped); }, cache.options.name);
   std::shared_ptr<JitCache>& jit = cache.jits[options.processes->sizes];
   if (!jit) jit = make_jit_cache("pmap", std::nullopt);
   const FlatFn mapped_fn = [&](const std::vector<Tensor>& in, TreeDef& out_def) {

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -150,16 +151,19 @@ std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto next_check = start + std::chrono::milliseconds(20);
-  const std::string where =
-      std::string("process ") + std::to_string(w.rank) + " waits in " + describe(mine);
+  // Only a fault needs the words (this runs for every collective).
+  const auto where = [&] {
+    return std::string("process ") + std::to_string(w.rank) + " waits in " + describe(mine);
+  };
   for (long spin = 0;; ++spin) {
     int done = 0;
     if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      broken_fail(w, op, "MPI_Test failed while " + where);
+      broken_fail(w, op, "MPI_Test failed while " + where());
     if (done) return all;
     if (g_sigterm.load())
       broken_fail(
-          w, op, "the launcher is ending the job (SIGTERM: another process failed) while " + where);
+          w, op,
+          "the launcher is ending the job (SIGTERM: another process failed) while " + where());
     const auto now = Clock::now();
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(20);
@@ -168,12 +172,12 @@ std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op
         if (p != w.rank && std::strcmp(peer.host, w.peers[w.rank].host) == 0 && gone(peer))
           broken_fail(w, op,
                       "process " + std::to_string(p) + " (pid " + std::to_string(peer.pid) +
-                          ") has exited while " + where);
+                          ") has exited while " + where());
       }
       if (std::chrono::duration<double>(now - start).count() > timeout) {
         std::ostringstream os;
         os << "no answer from every process within " << timeout
-           << " s (KILN_COLLECTIVE_TIMEOUT) while " << where;
+           << " s (KILN_COLLECTIVE_TIMEOUT) while " << where();
         broken_fail(w, op, os.str());
       }
     }
@@ -395,7 +399,8 @@ std::unique_lock<std::mutex> arrive(const Arrival& a) {
   return lock;
 }
 
-detail::ProcessSpan exchange_sizes(int64_t local, const std::string& signature,
+detail::ProcessSpan exchange_sizes(int64_t local, std::size_t signature_hash,
+                                   const std::function<std::string()>& signature,
                                    std::string_view axis) {
   initialize();
   World& w = state();
@@ -405,7 +410,7 @@ detail::ProcessSpan exchange_sizes(int64_t local, const std::string& signature,
   copy_text(mine.collective, sizeof mine.collective, "pmap");
   copy_text(mine.axis, sizeof mine.axis, axis);
   mine.value = local;
-  mine.dims[0] = static_cast<int64_t>(std::hash<std::string>{}(signature) >> 1);
+  mine.dims[0] = static_cast<int64_t>(signature_hash >> 1);
   const std::vector<Header> all = gather(w, mine, "pmap");
   detail::ProcessSpan span{{}, w.rank};
   bool same = true;
@@ -414,11 +419,12 @@ detail::ProcessSpan exchange_sizes(int64_t local, const std::string& signature,
     same = same && h.dims[0] == mine.dims[0];
   }
   if (!same) {
-    const std::vector<std::string> text = gather_text(w, signature);
+    const std::string own = signature();
+    const std::vector<std::string> text = gather_text(w, own);
     for (std::size_t p = 0; p < text.size(); ++p)
-      if (text[p] != signature)
-        fail("pmap", "processes call pmap over '", axis, "' with different arguments: got ",
-             signature, " on process ", w.rank, " and ", text[p], " on process ", p,
+      if (text[p] != own)
+        fail("pmap", "processes call pmap over '", axis, "' with different arguments: got ", own,
+             " on process ", w.rank, " and ", text[p], " on process ", p,
              ", expected the same structure, dtypes and per-example shapes on every process");
   }
   return span;

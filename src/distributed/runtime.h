@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -35,8 +36,10 @@ struct Arrival {
 [[nodiscard]] std::unique_lock<std::mutex> arrive(const Arrival& a);
 
 // pmap's start: every process's local example count along the axis, after checking that all
-// call with the same `signature` (argument structure, dtypes, per-example shapes).
-detail::ProcessSpan exchange_sizes(int64_t local, const std::string& signature,
+// call with the same signature (argument structure, dtypes, per-example shapes): its hash is
+// compared, its text only made for the message when they differ.
+detail::ProcessSpan exchange_sizes(int64_t local, std::size_t signature_hash,
+                                   const std::function<std::string()>& signature,
                                    std::string_view axis);
 
 // The communicator payloads use (a duplicate of MPI_COMM_WORLD, errors returned).

@@ -37,7 +37,8 @@ Tensor sum_over_batch(const BatchArgs& b) {
 // combined across them (src/distributed/collectives.h).
 const detail::ProcessSpan* spanned(const BatchArgs& b) {
   const detail::AxisScope& s = detail::find_axis(b.primitive.name, std::string(b.axis_name));
-  return s.processes ? &*s.processes : nullptr;
+  // One process holds the whole axis: its local part is the answer.
+  return s.processes && s.processes->sizes.size() > 1 ? &*s.processes : nullptr;
 }
 const std::string& axis_of(const BatchArgs& b) { return b.attrs.get<std::string>("axis_name"); }
 // The size of the whole axis: every process's examples under pmap, else the batch.

@@ -238,14 +238,16 @@ TEST(PmapBucketing, IndependentAllReducesShareACall) {
   std::vector<Tensor> local;
   for (const Tensor& x : small) local.push_back(mine(x, s));
   const auto p = pmap(mean_all, axis_name("dp"));
-  EXPECT_EQ(count(p.lower(local), "process_all_reduce"), 1);
+  // One process holds the whole axis: no communication at all.
+  const int64_t one = distributed::process_count() > 1 ? 1 : 0;
+  EXPECT_EQ(count(p.lower(local), "process_all_reduce"), one);
   const std::vector<Tensor> got = p(local), want = vmap(mean_all, axis_name("dp"))(small);
   for (std::size_t k = 0; k < got.size(); ++k)
     expect_close(got[k], mine(want[k], s), 1e-12, "bucketed pmean " + std::to_string(k));
 
   // 3 x 1.5 MB of float32: two buckets.
   std::vector<Tensor> big(3, zeros({1, 3 * (1 << 17)}));
-  EXPECT_EQ(count(pmap(mean_all, axis_name("dp")).lower(big), "process_all_reduce"), 2);
+  EXPECT_EQ(count(pmap(mean_all, axis_name("dp")).lower(big), "process_all_reduce"), 2 * one);
 
   // psum of a psum: the second depends on the first.
   auto chained = [](const Tensor& a, const Tensor& b) {
@@ -254,7 +256,7 @@ TEST(PmapBucketing, IndependentAllReducesShareACall) {
   };
   const Tensor a = global_data(s, {3}, 30), b = global_data(s, {3}, 31);
   const auto q = pmap(chained, axis_name("dp"));
-  EXPECT_EQ(count(q.lower(mine(a, s), mine(b, s)), "process_all_reduce"), 2);
+  EXPECT_EQ(count(q.lower(mine(a, s), mine(b, s)), "process_all_reduce"), 2 * one);
   const auto [g1, g2] = q(mine(a, s), mine(b, s));
   const auto [w1, w2] = vmap(chained, axis_name("dp"))(a, b);
   expect_close(g1, mine(w1, s), 1e-12, "first psum");
