@@ -12,6 +12,7 @@ packages=(
   libdnnl-dev            # oneDNN: float32 convolutions and their gradients
   llvm-16-dev            # jit's code generator: LLVM 16 and its ORC JIT (src/compiler/)
   libsleef-dev           # SLEEF: vectorised exp, log, tanh, ... (variant picked at run time)
+  libopenmpi-dev openmpi-bin  # OpenMPI: pmap's collectives across processes, mpirun for its tests
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   python3-numpy python3-scipy  # reference values in tests come from numpy and scipy

@@ -105,6 +105,9 @@ Function simplify(const Function& f);
 // Sibling scans over the same operands whose carries evolve identically become one scan
 // (src/ir/merge_scans.cpp): reverse mode's forward scan and the primal scan it recomputes.
 Function merge_scans(const Function& f);
+// Independent all-reduces over processes of one reduction and dtype become one per bucket of
+// KILN_ALLREDUCE_BUCKET_MB (default 4) megabytes (src/ir/bucket_all_reduces.cpp).
+Function bucket_all_reduces(const Function& f);
 Function optimize(const Function& f);
 
 // Evaluates f by binding each equation's primitive in order: with concrete arguments and no

@@ -3,6 +3,7 @@
 
 #include "kiln/control_flow.h"
 #include "kiln/data.h"
+#include "kiln/distributed.h"
 #include "kiln/dtype.h"
 #include "kiln/einsum.h"
 #include "kiln/error.h"

@@ -135,6 +135,9 @@ struct Primitive {
   VjpRule vjp;
   // Batching rule (docs/DESIGN.md, "vmap"). Inputs that are all unbatched never reach it.
   BatchRule batch;
+  // False for primitives whose kernels talk to other processes (the process-level
+  // collectives): the optimiser must not run them at compile time.
+  bool foldable = true;
   // Checks the input count, applies type_rule, then checks every output shape (Shape::check)
   // under the primitive's name.
   std::vector<TensorType> infer(std::span<const TensorType> inputs, const Attrs& attrs) const;

@@ -180,7 +180,7 @@ Function fold_constants(const Function& f) {
     }
     int64_t out_size = 0;
     for (const Value& v : e.outputs) out_size += v.type.shape.numel();
-    if (!all_const || (out_size > kFoldLimit && out_size > in_size)) {
+    if (!all_const || !e.prim->foldable || (out_size > kFoldLimit && out_size > in_size)) {
       out.equations.push_back(e);
       continue;
     }
@@ -376,7 +376,7 @@ Function optimize(const Function& f) {
     cur = std::move(next);
     if (same) break;
   }
-  return cur;
+  return bucket_all_reduces(cur);
 }
 
 }  // namespace kiln::ir

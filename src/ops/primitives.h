@@ -50,6 +50,9 @@
   X(call) X(checkpoint) X(custom_jvp) X(custom_vjp)                                             \
   /* src/transforms/vmap.cpp */                                                                 \
   X(psum) X(pmax) X(axis_index) X(all_gather)                                                   \
+  /* src/distributed/collectives.cpp */                                                         \
+  X(process_all_reduce) X(process_all_gather) X(process_reduce_scatter) X(process_all_to_all)   \
+  X(process_permute)                                                                            \
   /* src/transforms/control_flow.cpp */                                                         \
   X(cond) X(while_) X(while_grad) X(scan)                                                       \
   /* src/ops/math.cpp */                                                                        \

@@ -1,6 +1,7 @@
 // vmap: evaluates a per-example IR function on batched inputs, equation by equation, with
 // each primitive's batching rule. Like the AD interpreters it goes through bind, so under a
 // trace it records the batched program.
+#include "distributed/collectives.h"
 #include "kiln/transforms.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
@@ -32,6 +33,12 @@ const AxisScope& find_axis(std::string_view op, const std::string& name) {
     if (!a.name.empty()) in_scope += (in_scope.empty() ? "" : ", ") + a.name;
   fail(op, "unknown axis name: got '", name, "', expected one of the named axes in scope: [",
        in_scope, "] (name one with vmap or pmap(f, ..., axis_name(\"", name, "\")))");
+}
+
+const AxisScope* find_process_axis() {
+  for (const AxisScope& a : g_axes)
+    if (a.processes) return &a;
+  return nullptr;
 }
 
 namespace {
@@ -129,10 +136,10 @@ std::vector<Tensor> vmap_outputs(std::vector<Batched> results, int64_t size,
 
 }  // namespace
 
-int64_t vmap_size(const VmapOptions& options, const TreeDef& args_def,
-                  const std::vector<Tensor>& leaves) {
-  const int64_t size = vmap_inputs(args_def, leaves, options.in).size;
-  return size < 0 ? 1 : size;
+MappedLeaves mapped_leaves(const VmapOptions& options, const TreeDef& args_def,
+                           const std::vector<Tensor>& leaves) {
+  VmapInputs in = vmap_inputs(args_def, leaves, options.in);
+  return {std::move(in.dims), in.size < 0 ? 1 : in.size};
 }
 
 FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
@@ -224,8 +231,17 @@ Kernel unbound(const char* op) {
 bool other_axis(const BatchArgs& b) { return b.attrs.get<std::string>("axis_name") != b.axis_name; }
 
 Tensor sum_over_batch(const BatchArgs& b) {
-  return sum(ops::batch_first(b.inputs[0], b.dims[0], b.size), {0});
+  const Tensor x = ops::batch_first(b.inputs[0], b.dims[0], b.size);
+  return b.size == 1 ? squeeze(x, {0}) : sum(x, {0});
 }
+
+// The processes this vmap's axis spans, under pmap: the local part of a collective is then
+// combined across them (src/distributed/collectives.h).
+const detail::ProcessSpan* spanned(const BatchArgs& b) {
+  const detail::AxisScope& s = detail::find_axis(b.primitive.name, std::string(b.axis_name));
+  return s.processes ? &*s.processes : nullptr;
+}
+const std::string& axis_of(const BatchArgs& b) { return b.attrs.get<std::string>("axis_name"); }
 
 }  // namespace
 
@@ -241,7 +257,10 @@ const Primitive& prim::psum() {
        },
        .batch = [](const BatchArgs& b) -> std::vector<Batched> {
          if (other_axis(b)) return ops::batch_elementwise(b);
-         return {{sum_over_batch(b), std::nullopt}};
+         const Tensor local = sum_over_batch(b);
+         if (!spanned(b)) return {{local, std::nullopt}};
+         return {{distributed::all_reduce(local, distributed::Reduce::sum, axis_of(b)),
+                  std::nullopt}};
        }},
       {{ops::cpu({DTypeSet::numeric()}), unbound("psum")}});
   return p;
@@ -264,7 +283,10 @@ const Primitive& prim::pmax() {
        },
        .batch = [](const BatchArgs& b) -> std::vector<Batched> {
          if (other_axis(b)) return ops::batch_elementwise(b);
-         return {{max(ops::batch_first(b.inputs[0], b.dims[0], b.size), {0}), std::nullopt}};
+         const Tensor local = max(ops::batch_first(b.inputs[0], b.dims[0], b.size), {0});
+         if (!spanned(b)) return {{local, std::nullopt}};
+         return {{distributed::all_reduce(local, distributed::Reduce::max, axis_of(b)),
+                  std::nullopt}};
        }},
       {{ops::cpu({DTypeSet::numeric()}), unbound("pmax")}});
   return p;
@@ -280,7 +302,10 @@ const Primitive& prim::axis_index() {
            },
        .differentiable = false,
        .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-         return {{arange(b.size, int32), 0}};
+         const Tensor local = arange(b.size, int32);
+         const detail::ProcessSpan* span = spanned(b);
+         if (!span) return {{local, 0}};
+         return {{local + weak(local, span->offset()), 0}};
        }},
       {{KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false},
         unbound("axis_index")}});
@@ -312,7 +337,10 @@ const Primitive& prim::all_gather() {
          if (other_axis(b))
            return {{bind1(b.primitive, {ops::batch_first(b.inputs[0], b.dims[0], b.size)}, b.attrs),
                     1}};
-         return {{ops::batch_first(b.inputs[0], b.dims[0], b.size), std::nullopt}};
+         const Tensor local = ops::batch_first(b.inputs[0], b.dims[0], b.size);
+         const detail::ProcessSpan* span = spanned(b);
+         if (!span) return {{local, std::nullopt}};
+         return {{distributed::all_gather(local, *span, axis_of(b)), std::nullopt}};
        }},
       {{ops::cpu({DTypeSet::all()}), unbound("all_gather")}});
   return p;

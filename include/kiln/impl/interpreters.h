@@ -94,6 +94,8 @@ class AxisScopeGuard {
 };
 // The innermost axis with this name; an Error naming the axes in scope otherwise.
 const AxisScope& find_axis(std::string_view op, const std::string& name);
+// The axis in scope that spans processes (pmap's), if any.
+const AxisScope* find_process_axis();
 
 }  // namespace detail
 }  // namespace kiln

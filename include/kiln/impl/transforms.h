@@ -97,9 +97,14 @@ VmapOptions vmap_options(const Options&... options) {
 }
 FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
                    const std::vector<Tensor>& leaves, const FlatFn& fn);
-// The number of examples vmap_call would map over (1 when no argument is batched).
-int64_t vmap_size(const VmapOptions& options, const TreeDef& args_def,
-                  const std::vector<Tensor>& leaves);
+// How vmap_call maps the argument leaves: each one's batch axis, and the number of examples
+// (1 when no argument is batched). Raises vmap's Errors for bad in_axes.
+struct MappedLeaves {
+  std::vector<std::optional<int>> dims;
+  int64_t size = 1;
+};
+MappedLeaves mapped_leaves(const VmapOptions& options, const TreeDef& args_def,
+                           const std::vector<Tensor>& leaves);
 
 // Sub-function primitives (src/transforms/custom.cpp). A rule is staged on arguments whose
 // structure the core knows only after staging fn, so it comes as a factory of FlatFns.

@@ -1,0 +1,189 @@
+// bucket_all_reduces: independent process_all_reduce equations of one reduction, axis and
+// dtype become one all-reduce per bucket of at most KILN_ALLREDUCE_BUCKET_MB (default 4)
+// megabytes: flatten, concatenate, one MPI call, slice back. Data-parallel training's
+// gradient pmean is one all-reduce per parameter tensor before this pass; the latency of an
+// MPI call is paid per bucket after it (docs/DESIGN.md, "pmap and the distributed runtime").
+#include <cstdlib>
+#include <map>
+#include <tuple>
+#include <unordered_map>
+
+#include "distributed/collectives.h"
+#include "kiln/ir.h"
+#include "kiln/ops.h"
+#include "ops/primitives.h"
+
+namespace kiln::ir {
+namespace {
+
+std::size_t bucket_bytes() {
+  static const std::size_t bytes = [] {
+    const char* v = std::getenv("KILN_ALLREDUCE_BUCKET_MB");
+    const double mb = v && *v ? std::strtod(v, nullptr) : 4.0;
+    return static_cast<std::size_t>((mb > 0 ? mb : 4.0) * (1 << 20));
+  }();
+  return bytes;
+}
+
+std::size_t bytes_of(const TensorType& t) {
+  return static_cast<std::size_t>(t.shape.numel()) * dtype_size(t.dtype);
+}
+
+struct Bucket {
+  std::vector<std::size_t> members;  // equation indices, in program order
+  std::size_t bytes = 0;
+};
+
+// The equations computing the bucket: its members' inputs in, their outputs out (same ids).
+std::vector<Equation> bucket_equations(const Function& f, const Bucket& b, int& next_id,
+                                       std::vector<Constant>& constants) {
+  const Equation& first = f.equations[b.members.front()];
+  std::vector<TensorType> types;
+  for (std::size_t m : b.members) types.push_back(f.equations[m].inputs[0].type);
+  const auto op = first.attrs.get<std::string>("op");
+  const distributed::Reduce reduce = op == "sum"   ? distributed::Reduce::sum
+                                     : op == "max" ? distributed::Reduce::max
+                                                   : distributed::Reduce::min;
+  const std::string axis = first.attrs.get<std::string>("over");
+  const Traced t = trace_function("bucket", types, [&](const std::vector<Tensor>& xs) {
+    std::vector<Tensor> flat;
+    for (const Tensor& x : xs) flat.push_back(reshape(x, {-1}));
+    const Tensor all = distributed::all_reduce(concatenate(flat), reduce, axis);
+    std::vector<Tensor> out;
+    int64_t start = 0;
+    for (const Tensor& x : xs) {
+      out.push_back(reshape(slice(all, {Slice{start, start + x.numel()}}), x.shape()));
+      start += x.numel();
+    }
+    return out;
+  });
+  std::unordered_map<int, Value> renamed;
+  for (std::size_t i = 0; i < b.members.size(); ++i) {
+    renamed[t.function->params[i].id] = f.equations[b.members[i]].inputs[0];
+    renamed[t.function->results[i].id] = f.equations[b.members[i]].outputs[0];
+  }
+  auto in_f = [&](const Value& v) {
+    auto it = renamed.find(v.id);
+    return it != renamed.end() ? it->second : (renamed[v.id] = Value{next_id++, v.type});
+  };
+  for (const Constant& c : t.function->constants) constants.push_back({in_f(c.value), c.tensor});
+  std::vector<Equation> out;
+  for (const Equation& e : t.function->equations) {
+    Equation copy = e;
+    for (Value& v : copy.inputs) v = in_f(v);
+    for (Value& v : copy.outputs) v = in_f(v);
+    copy.loc = first.loc;
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+// Equations in an order where every value is defined before use, keeping the given order
+// wherever it already allows (Kahn's algorithm, lowest position first).
+std::vector<Equation> topological(std::vector<Equation> eqs, const Function& f) {
+  std::unordered_map<int, std::size_t> producer;
+  for (std::size_t i = 0; i < eqs.size(); ++i)
+    for (const Value& v : eqs[i].outputs) producer[v.id] = i;
+  std::vector<std::vector<std::size_t>> users(eqs.size());
+  std::vector<int> waiting(eqs.size(), 0);
+  for (std::size_t i = 0; i < eqs.size(); ++i)
+    for (const Value& v : eqs[i].inputs)
+      if (auto it = producer.find(v.id); it != producer.end()) {
+        users[it->second].push_back(i);
+        ++waiting[i];
+      }
+  std::map<std::size_t, bool> ready;
+  for (std::size_t i = 0; i < eqs.size(); ++i)
+    if (waiting[i] == 0) ready[i] = true;
+  std::vector<Equation> out;
+  while (!ready.empty()) {
+    const std::size_t i = ready.begin()->first;
+    ready.erase(ready.begin());
+    for (std::size_t u : users[i])
+      if (--waiting[u] == 0) ready[u] = true;
+    out.push_back(std::move(eqs[i]));
+  }
+  if (out.size() != eqs.size())
+    fail("bucket_all_reduces", "a cycle in @", f.name, " after bucketing: got ", out.size(),
+         " of ", eqs.size(), " equations in order");
+  return out;
+}
+
+}  // namespace
+
+Function bucket_all_reduces(const Function& f) {
+  const Primitive& all_reduce = prim::process_all_reduce();
+  // For each value, the candidate all-reduces it depends on (by index among candidates).
+  std::vector<std::size_t> candidates;
+  for (std::size_t i = 0; i < f.equations.size(); ++i)
+    if (f.equations[i].prim == &all_reduce) candidates.push_back(i);
+  if (candidates.size() < 2) return f;
+  const std::size_t words = (candidates.size() + 63) / 64;
+  std::unordered_map<int, std::vector<uint64_t>> depends;
+  std::vector<Bucket> buckets;
+  std::map<std::tuple<std::string, std::string, DType>, std::vector<std::size_t>> open;
+  std::size_t k = 0;  // candidates seen
+  for (std::size_t i = 0; i < f.equations.size(); ++i) {
+    const Equation& e = f.equations[i];
+    std::vector<uint64_t> d(words, 0);
+    for (const Value& v : e.inputs)
+      if (auto it = depends.find(v.id); it != depends.end())
+        for (std::size_t w = 0; w < words; ++w) d[w] |= it->second[w];
+    if (e.prim == &all_reduce) {
+      const std::size_t bytes = bytes_of(e.inputs[0].type);
+      auto& keyed = open[{e.attrs.get<std::string>("op"), e.attrs.get<std::string>("over"),
+                          e.inputs[0].type.dtype}];
+      // The first open bucket it fits, with no member it depends on.
+      std::optional<std::size_t> chosen;
+      for (std::size_t b : keyed) {
+        bool independent = buckets[b].bytes + bytes <= bucket_bytes();
+        for (std::size_t m = 0; independent && m < buckets[b].members.size(); ++m) {
+          const std::size_t c = static_cast<std::size_t>(
+              std::lower_bound(candidates.begin(), candidates.end(), buckets[b].members[m]) -
+              candidates.begin());
+          independent = !(d[c / 64] >> (c % 64) & 1);
+        }
+        if (independent) {
+          chosen = b;
+          break;
+        }
+      }
+      if (!chosen) {
+        chosen = buckets.size();
+        buckets.emplace_back();
+        keyed.push_back(*chosen);
+      }
+      buckets[*chosen].members.push_back(i);
+      buckets[*chosen].bytes += bytes;
+      d[k / 64] |= uint64_t{1} << (k % 64);
+      ++k;
+    }
+    for (const Value& v : e.outputs) depends[v.id] = d;
+  }
+  Function out = f;
+  out.equations.clear();
+  int next_id = f.next_id();
+  std::vector<std::optional<std::size_t>> bucket_of(f.equations.size());
+  for (std::size_t b = 0; b < buckets.size(); ++b)
+    if (buckets[b].members.size() > 1)
+      for (std::size_t m : buckets[b].members) bucket_of[m] = b;
+  bool changed = false;
+  for (std::size_t i = 0; i < f.equations.size(); ++i) {
+    if (!bucket_of[i]) {
+      out.equations.push_back(f.equations[i]);
+      continue;
+    }
+    // A bucket is computed where its last member was; the stable sort below moves the uses
+    // of earlier members after it.
+    const Bucket& b = buckets[*bucket_of[i]];
+    if (i != b.members.back()) continue;
+    for (Equation& e : bucket_equations(f, b, next_id, out.constants))
+      out.equations.push_back(std::move(e));
+    changed = true;
+  }
+  if (!changed) return f;
+  out.equations = topological(std::move(out.equations), f);
+  return out;
+}
+
+}  // namespace kiln::ir

@@ -1,0 +1,189 @@
+// pmap across processes (run as 1 process and under mpirun with 2 and 3): every result is
+// checked against a single-process reference that runs the same function with vmap over the
+// whole axis, which every process can compute from the same global data.
+#include <kiln/kiln.h>
+
+#include <cstring>
+
+#include "../testing.h"
+
+namespace kiln {
+namespace {
+
+using testing::expect_close;
+using testing::expect_error;
+
+// How the axis is split over processes: one example each, or process p holding p + 1.
+struct Split {
+  std::vector<int64_t> sizes;
+  int64_t offset = 0, local = 0, total = 0;
+};
+Split split(bool uneven) {
+  Split s;
+  const int me = distributed::process_index();
+  for (int p = 0; p < distributed::process_count(); ++p) {
+    const int64_t n = uneven ? p + 1 : 1;
+    if (p < me) s.offset += n;
+    if (p == me) s.local = n;
+    s.sizes.push_back(n);
+    s.total += n;
+  }
+  return s;
+}
+
+// The same global data on every process.
+Tensor global_data(const Split& s, std::vector<int64_t> example, uint32_t seed) {
+  example.insert(example.begin(), s.total);
+  const Shape shape(example);
+  return tensor(testing::random_values(shape.numel(), seed), shape);
+}
+Tensor mine(const Tensor& global, const Split& s) {
+  return slice(global, {Slice{s.offset, s.offset + s.local}});
+}
+
+class Pmap : public ::testing::TestWithParam<bool> {};  // param: uneven split
+INSTANTIATE_TEST_SUITE_P(Splits, Pmap, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Uneven" : "OnePerProcess"; });
+
+TEST_P(Pmap, CollectivesMatchVmapOverTheWholeAxis) {
+  const Split s = split(GetParam());
+  const Tensor x = global_data(s, {4}, 1);
+  auto f = [](const Tensor& v) {
+    const Tensor i = astype(axis_index("dp"), float64);
+    return std::tuple{v - pmean(v, "dp") + pmax(v, "dp") * i, psum(v * v, "dp"),
+                      all_gather(v, "dp")};
+  };
+  const auto [a, b, c] = pmap(f, axis_name("dp"))(mine(x, s));
+  const auto [ra, rb, rc] = vmap(f, axis_name("dp"))(x);
+  expect_close(a, mine(ra, s), 1e-12, "centered + pmax * index");
+  expect_close(b, mine(rb, s), 1e-12, "psum");
+  expect_close(c, mine(rc, s), 0, "all_gather");
+}
+
+TEST_P(Pmap, DtypesOfTheReductions) {
+  const Split s = split(GetParam());
+  const Tensor x = global_data(s, {3}, 2);
+  for (DType d : {float32, float16, bfloat16, int32, int64, uint8}) {
+    const Tensor xd = astype(x * 10.0 + 20.0, d);
+    auto f = [](const Tensor& v) { return std::pair{psum(v, "dp"), pmax(v, "dp")}; };
+    const auto [sum_p, max_p] = pmap(f, axis_name("dp"))(mine(xd, s));
+    const auto [sum_v, max_v] = vmap(f, axis_name("dp"))(xd);
+    EXPECT_EQ(sum_p.dtype(), d);
+    // Halves are summed in float32 and rounded once, as vmap's sum does.
+    const double tol = d == float16 ? 1e-3 : d == bfloat16 ? 1e-2 : 1e-6;
+    expect_close(sum_p, mine(sum_v, s), tol, "psum in " + to_string(d));
+    expect_close(max_p, mine(max_v, s), 0, "pmax in " + to_string(d));
+  }
+}
+
+TEST_P(Pmap, SharedArgumentsAndOutAxes) {
+  const Split s = split(GetParam());
+  const Tensor x = global_data(s, {2, 3}, 3), w = tensor(testing::random_values(3, 4), {3});
+  auto f = [](const Tensor& w, const Tensor& v) { return psum(v, "dp") * w + v; };
+  const Tensor got = pmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(mine(x, s), 0, 1));
+  const Tensor want = vmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(x, 0, 1));
+  expect_close(got, slice(want, {Slice{}, Slice{}, Slice{s.offset, s.offset + s.local}}), 1e-12,
+               "in_axes(none, 1), out_axes(2)");
+}
+
+// grad of a function of pmap's local results: each process's loss is the sum of its own
+// results, and reverse mode through the collectives gives the gradient of the sum over all
+// processes, as grad of the vmapped function over the whole axis does.
+TEST_P(Pmap, GradOfPmap) {
+  const Split s = split(GetParam());
+  const Tensor x = global_data(s, {3}, 5);
+  auto f = [](const Tensor& v) { return sin(v) * pmean(v * v, "dp") + pmax(v, "dp"); };
+  const Tensor got = grad([&](const Tensor& v) { return sum(pmap(f, axis_name("dp"))(v)); })(mine(x, s));
+  const Tensor want = grad([&](const Tensor& v) { return sum(vmap(f, axis_name("dp"))(v)); })(x);
+  expect_close(got, mine(want, s), 1e-12, "grad(pmap(f))");
+  const Tensor gathered = grad([&](const Tensor& v) {
+    return sum(pmap([](const Tensor& e) { return all_gather(e, "dp") * 2.0; }, axis_name("dp"))(v));
+  })(mine(x, s));
+  expect_close(gathered, full_like(gathered, 2.0 * static_cast<double>(s.total)), 1e-12,
+               "grad through all_gather");
+}
+
+TEST_P(Pmap, PmapOfGradAndOfVmapWithTwoAxisNames) {
+  const Split s = split(GetParam());
+  const Tensor x = global_data(s, {2, 3}, 6), w = tensor(testing::random_values(3, 7), {3});
+  auto loss = [](const Tensor& w, const Tensor& v) {
+    return sum(tanh(w * v) * psum(v, "inner")) + sum(w * pmean(v, "dp"));
+  };
+  auto per_example = [&](const Tensor& w, const Tensor& v) {
+    return vmap([&](const Tensor& u) { return grad(loss)(w, u); }, axis_name("inner"))(v);
+  };
+  auto step = [&](const Tensor& w, const Tensor& v) { return pmean(per_example(w, v), "dp"); };
+  const Tensor got = pmap(step, in_axes(none, 0), axis_name("dp"))(w, mine(x, s));
+  const Tensor want = vmap(step, in_axes(none, 0), axis_name("dp"))(w, x);
+  expect_close(got, mine(want, s), 1e-12, "pmap(vmap(grad(f))) with pmean over dp");
+}
+
+TEST_P(Pmap, JitInsideAndOutside) {
+  const Split s = split(GetParam());
+  const Tensor x = global_data(s, {5}, 8);
+  auto inner = jit([](const Tensor& v) { return exp(v) / psum(exp(v), "dp"); });
+  auto f = [&](const Tensor& v) { return inner(v) * 3.0; };
+  const Tensor want = vmap(f, axis_name("dp"))(x);
+  const auto p = pmap(f, axis_name("dp"));
+  expect_close(p(mine(x, s)), mine(want, s), 1e-12, "pmap(jit(f))");
+  expect_close(jit([&](const Tensor& v) { return p(v); })(mine(x, s)), mine(want, s), 1e-12,
+               "jit(pmap(jit(f)))");
+}
+
+// The same program gives bitwise the same result run to run, and on every process.
+TEST_P(Pmap, ReductionsAreDeterministicAndTheSameOnEveryProcess) {
+  const Split s = split(GetParam());
+  const Tensor x = astype(global_data(s, {1 << 16}, 9), float32);
+  const auto p = pmap([](const Tensor& v) { return psum(v * 1.1f, "dp"); }, axis_name("dp"));
+  const Tensor first = p(mine(x, s)), second = p(mine(x, s));
+  ASSERT_EQ(std::memcmp(first.raw_data(), second.raw_data(), first.numel() * sizeof(float)), 0);
+  const Tensor everywhere = pmap([](const Tensor& v) { return all_gather(v, "dp"); },
+                                 axis_name("dp"))(index(first, 0) + zeros({s.local, 1 << 16}));
+  for (int64_t p = 0; p < s.total; ++p)
+    ASSERT_EQ(std::memcmp(index(index(everywhere, 0), p).contiguous().raw_data(),
+                          index(first, 0).contiguous().raw_data(), (1 << 16) * sizeof(float)),
+              0)
+        << "example " << p << " differs";
+}
+
+TEST(PmapErrors, MismatchedArgumentsAcrossProcessesAreReportedByName) {
+  const int me = distributed::process_index();
+  const auto p = pmap([](const Tensor& v) { return psum(v, "dp"); }, axis_name("dp"));
+  if (distributed::process_count() > 1) {
+    // Process 1 passes another per-example shape: every process gets the Error.
+    const Tensor x = zeros({1, me == 1 ? 4 : 3});
+    expect_error([&] { p(x); }, "pmap", {"different arguments", "process", "f32[*,3]", "f32[*,4]"});
+  }
+  // The group is still usable afterwards.
+  const Tensor ok = p(ones({1, 2}));
+  expect_close(ok, full({1, 2}, distributed::process_count()), 0, "psum after the error");
+}
+
+TEST(PmapErrors, UnknownAxisListsTheAxesInScope) {
+  const auto p = pmap([](const Tensor& v) {
+    return vmap([](const Tensor& u) { return psum(u, "batch"); }, axis_name("inner"))(v);
+  }, axis_name("dp"));
+  expect_error([&] { p(ones({1, 2, 3})); }, "psum", {"'batch'", "dp, inner"});
+  const auto nested = pmap([](const Tensor& v) {
+    return pmap([](const Tensor& u) { return u; }, axis_name("inner"))(v);
+  }, axis_name("dp"));
+  expect_error([&] { nested(ones({1, 1, 2})); }, "pmap", {"nested pmap", "'dp'"});
+}
+
+TEST(PmapErrors, ProcessCollectivesCheckTheirOperandOnEveryProcess) {
+  if (distributed::process_count() == 1) GTEST_SKIP() << "needs two processes";
+  // The arguments agree, but process 1's function brings another shape to the all-reduce:
+  // every process gets the Error, naming both operands.
+  const int me = distributed::process_index();
+  const auto p = pmap([me](const Tensor& v) {
+    return psum(me == 1 ? concatenate({v, v}) : v, "dp");
+  }, axis_name("dp"));
+  expect_error([&] { p(ones({1, 2})); }, "psum",
+               {"processes disagree on the operand", "f32[2]", "f32[4]"});
+  const auto q = pmap([](const Tensor& v) { return psum(v, "dp"); }, axis_name("dp"));
+  expect_close(q(ones({1, 2})), full({1, 2}, distributed::process_count()), 0,
+               "psum after the error");
+}
+
+}  // namespace
+}  // namespace kiln
