@@ -465,23 +465,24 @@ const Primitive& prim::process_permute() {
 
 namespace distributed {
 
+// Loc{}: the equations stand for the user's collective, not for a line of this file.
 Tensor all_reduce(const Tensor& x, Reduce op, const std::string& axis) {
-  return bind1(prim::process_all_reduce(), {x}, reduce_attrs(op, axis));
+  return bind1(prim::process_all_reduce(), {x}, reduce_attrs(op, axis), Loc{});
 }
 Tensor all_gather(const Tensor& local, const detail::ProcessSpan& span, const std::string& axis) {
-  return bind1(prim::process_all_gather(), {local}, with_sizes(axis, span.sizes));
+  return bind1(prim::process_all_gather(), {local}, with_sizes(axis, span.sizes), Loc{});
 }
 Tensor reduce_scatter(const Tensor& x, const detail::ProcessSpan& span, const std::string& axis) {
-  return bind1(prim::process_reduce_scatter(), {x}, with_sizes(axis, span.sizes));
+  return bind1(prim::process_reduce_scatter(), {x}, with_sizes(axis, span.sizes), Loc{});
 }
 Tensor all_to_all(const Tensor& y, const detail::ProcessSpan& span, const std::string& axis) {
-  return bind1(prim::process_all_to_all(), {y}, with_sizes(axis, span.sizes));
+  return bind1(prim::process_all_to_all(), {y}, with_sizes(axis, span.sizes), Loc{});
 }
 Tensor permute(const Tensor& local, std::span<const std::pair<int64_t, int64_t>> perm,
                const detail::ProcessSpan& span, const std::string& axis) {
   Attrs a = with_sizes(axis, span.sizes);
   a.set("perm", flat_pairs(perm));
-  return bind1(prim::process_permute(), {local}, a);
+  return bind1(prim::process_permute(), {local}, a, Loc{});
 }
 
 }  // namespace distributed

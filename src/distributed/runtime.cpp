@@ -47,7 +47,7 @@ struct Peer {
 
 struct World {
   std::mutex mutex;  // collectives run one at a time (MPI_THREAD_SERIALIZED)
-  bool initialized = false;
+  std::atomic<bool> initialized{false};  // read without the mutex: kernels holding it ask
   bool owns_mpi = false;  // we called MPI_Init, so finalize ends MPI
   bool finalized = false;
   int rank = 0, size = 1;
@@ -258,12 +258,15 @@ void finalize_at_exit() {
 
 void initialize() {
   World& w = state();
+  if (w.initialized.load()) return;
   const std::lock_guard lock(w.mutex);
-  if (w.initialized) return;
-  w.initialized = true;
+  if (w.initialized.load()) return;
   int already = 0;
   MPI_Initialized(&already);
-  if (!already && !launched_by_mpirun()) return;  // one process, no MPI
+  if (!already && !launched_by_mpirun()) {  // one process, no MPI
+    w.initialized.store(true);
+    return;
+  }
   if (!already) {
     int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
@@ -286,6 +289,7 @@ void initialize() {
   sigaction(SIGTERM, nullptr, &old);
   if (old.sa_handler == SIG_DFL) std::signal(SIGTERM, on_sigterm);
   if (w.owns_mpi) std::atexit(finalize_at_exit);
+  w.initialized.store(true);
 }
 
 bool initialized() { return state().initialized; }
@@ -311,9 +315,10 @@ void finalize() {
       const std::vector<Header> all =
           rendezvous(w, header(w, Kind::finalize, nullptr), "distributed::finalize",
                      seconds_from_env("KILN_COLLECTIVE_TIMEOUT", 300));
-      problem = fault_in(all, w.rank);
       for (std::size_t p = 0; !problem && p < all.size(); ++p)
-        if (all[p].kind == Kind::collective)
+        if (all[p].kind == Kind::failed)
+          problem = "process " + std::to_string(p) + " failed: " + all[p].text;
+        else if (all[p].kind == Kind::collective)
           problem = "process " + std::to_string(p) + " still waits in " + describe(all[p]) +
                     ", but this process (" + std::to_string(w.rank) + ") has finished";
     } catch (const Error& e) {

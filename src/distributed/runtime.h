@@ -2,6 +2,8 @@
 // driver every one of them goes through (docs/DESIGN.md, "pmap and the distributed runtime").
 #pragma once
 
+// Only MPI's C API (its C++ bindings are deprecated and warn).
+#define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <cstdint>

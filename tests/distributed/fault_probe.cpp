@@ -1,6 +1,6 @@
 // A program whose process 1 misbehaves while process 0 waits in a psum; process 0 must fail
 // with an Error naming process 1 and the collective, in bounded time (tests/distributed/
-// faults.sh runs it under mpirun). Usage: fault_probe throw|exit|kill|late
+// faults.sh runs it under mpirun). Usage: fault_probe throw|inside|exit|kill|late
 #include <kiln/kiln.h>
 
 #include <chrono>
@@ -23,7 +23,15 @@ int main(int argc, char** argv) {
     if (mode == "kill") std::raise(SIGKILL);
     if (mode == "late") std::this_thread::sleep_for(std::chrono::seconds(4));
   }
+  // "inside": process 1 throws while tracing the function, after the call's start, so that
+  // process 0 waits inside the compiled psum.
+  const auto inside = pmap([me](const Tensor& v) {
+    if (me == 1) throw Error("model", "process 1 hit a bad batch");
+    return psum(v * 2.0, "dp");
+  }, axis_name("dp"));
+  if (mode == "inside" && me == 1) inside(ones({1, 4}));
   try {
+    if (mode == "inside") inside(ones({1, 4}));
     total(ones({1, 4}));
     std::printf("process %d: psum completed\n", me);
   } catch (const Error& e) {

@@ -12,7 +12,7 @@ check() {  # mode, expected text in process 0's output (an extended regex)
   start=$(date +%s)
   out=$(KILN_COLLECTIVE_TIMEOUT="${TIMEOUT:-60}" timeout 120 "${mpirun[@]}" "$probe" "$mode" 2>&1)
   end=$(date +%s)
-  if ! grep -qE "process 0 caught: \[psum\] .*$want" <<< "$out"; then
+  if ! grep -qE "process 0 caught: \[(pmap|psum)\] .*$want" <<< "$out"; then
     echo "FAIL $mode: process 0 did not report '$want' ($((end - start)) s):"
     echo "$out" | head -30
     failed=1
@@ -24,6 +24,7 @@ check() {  # mode, expected text in process 0's output (an extended regex)
   fi
 }
 check throw "process 1 failed: \[model\] process 1 hit a bad batch"
+check inside "process 1 failed: .* while process 0 waits in psum"
 check exit "process 1 has finished"
 check kill "process 1 \(pid [0-9]+\) has exited|launcher is ending the job"
 TIMEOUT=1 check late "within 1 s"
