@@ -664,6 +664,157 @@ std::vector<PrimitiveSample> make_table() {
                  return out;
                }}});
 
+  // ---- pmin and the collectives that move data between examples (inputs: the whole axis).
+  // References built per example i from every example's first input xs[j], with numpy's
+  // indexing ----
+  const auto each = [](std::function<Tensor(const Ts& xs, int64_t i, const Attrs&)> f) {
+    return [f](const std::vector<Ts>& ex, const Attrs& a) {
+      Ts xs;
+      for (const Ts& e : ex) xs.push_back(e[0]);
+      std::vector<Ts> out;
+      for (std::size_t i = 0; i < ex.size(); ++i)
+        out.push_back({f(xs, static_cast<int64_t>(i), a)});
+      return out;
+    };
+  };
+  // x[..., i, ...] with i at `axis` (negative: from the end).
+  const auto at = [](const Tensor& x, int64_t axis, int64_t i) {
+    return index(moveaxis(x, axis < 0 ? axis + x.rank() : axis, 0), i);
+  };
+  c.push_back({.prim = "pmin",
+               .label = "",
+               .make =
+                   [named](Gen& g) {  // no ties across examples
+                     return Sample{{{g.distinct(Shape{g.axis_size(), g.dim(), 2})}}, named};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = collective([](const Ts& xs) {
+                          Tensor m = xs[0];
+                          for (std::size_t i = 1; i < xs.size(); ++i) m = minimum(m, xs[i]);
+                          return m;
+                        })}});
+  c.push_back(integers({.prim = "pmin",
+                        .label = "int32",
+                        .make =
+                            [named](Gen& g) {
+                              return Sample{{{ints(g, Shape{g.axis_size(), 3})}}, named};
+                            },
+                        .axis_name = "batch",
+                        .vmap = {.reference = collective([](const Ts& xs) {
+                                   Tensor m = xs[0];
+                                   for (std::size_t i = 1; i < xs.size(); ++i)
+                                     m = minimum(m, xs[i]);
+                                   return m;
+                                 })}}));
+  // ppermute's pairs (i, i + 1): example 0 receives nothing, the last sends nothing; with
+  // `cycle` also (n - 1, 0), a whole permutation.
+  const auto shifted = [](int64_t n, bool cycle) {
+    std::vector<int64_t> perm;
+    for (int64_t i = 0; i < (cycle ? n : n - 1); ++i) {
+      perm.push_back(i);
+      perm.push_back((i + 1) % n);
+    }
+    return Attrs{{"axis_name", std::string("batch")}, {"perm", perm}};
+  };
+  const Reference permuted = [](const std::vector<Ts>& ex, const Attrs& a) {
+    const std::vector<int64_t>& perm = a.get_ints("perm");
+    std::vector<Ts> out(ex.size(), Ts{zeros_like(ex[0][0])});
+    for (std::size_t k = 0; k < perm.size(); k += 2)
+      out[static_cast<std::size_t>(perm[k + 1])] = {ex[static_cast<std::size_t>(perm[k])][0]};
+    return out;
+  };
+  for (const auto& [label, cycle, draw, differentiable] :
+       {std::tuple{"", false, Draw(normal), true}, std::tuple{"cycle", true, Draw(normal), true},
+        std::tuple{"bool", false, Draw(bools), false},
+        std::tuple{"int32_cycle", true, Draw(ints), false}}) {
+    const PrimitiveSample ps{.prim = "ppermute",
+                             .label = label,
+                             .make =
+                                 [shifted, cycle = cycle, draw = draw](Gen& g) {
+                                   return Sample{{{draw(g, Shape{g.axis_size(), g.dim(), 3})}},
+                                                 shifted(g.axis_size(), cycle)};
+                                 },
+                             .axis_name = "batch",
+                             .vmap = {.reference = permuted}};
+    c.push_back(differentiable ? ps : integers(ps));
+  }
+  // all_to_all: example i's result at j along concat_axis is example j's x at i along
+  // split_axis.
+  const Reference exchanged = each([at](const Ts& xs, int64_t i, const Attrs& a) {
+    Ts parts;
+    for (const Tensor& x : xs) parts.push_back(at(x, a.get_int("split_axis"), i));
+    const int64_t concat = a.get_int("concat_axis");
+    return stack(parts, concat < 0 ? concat + xs[0].rank() : concat);
+  });
+  const auto to_all = [](int64_t split, int64_t concat) {
+    return Attrs{
+        {"axis_name", std::string("batch")}, {"split_axis", split}, {"concat_axis", concat}};
+  };
+  c.push_back({.prim = "all_to_all",
+               .label = "",
+               .make =
+                   [to_all](Gen& g) {
+                     const int64_t n = g.axis_size();
+                     return Sample{{{g.normal(Shape{n, 2, n, 3})}}, to_all(1, 0)};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = exchanged}});
+  c.push_back({.prim = "all_to_all",
+               .label = "negative_axes",
+               .make =
+                   [to_all](Gen& g) {
+                     const int64_t n = g.axis_size();
+                     return Sample{{{g.normal(Shape{n, g.dim(), n, 2})}}, to_all(-2, -1)};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = exchanged}});
+  c.push_back(integers({.prim = "all_to_all",
+                        .label = "bool_same_axis",
+                        .make =
+                            [to_all](Gen& g) {
+                              const int64_t n = g.axis_size();
+                              return Sample{{{g.bernoulli(Shape{n, n, 3})}}, to_all(0, 0)};
+                            },
+                        .axis_name = "batch",
+                        .vmap = {.reference = exchanged}}));
+  // psum_scatter: example i gets the sum over examples j of x_j at i along scatter_dimension.
+  const Reference scattered = each([at](const Ts& xs, int64_t i, const Attrs& a) {
+    Tensor s = at(xs[0], a.get_int("scatter_dimension"), i);
+    for (std::size_t j = 1; j < xs.size(); ++j)
+      s = s + at(xs[j], a.get_int("scatter_dimension"), i);
+    return s;
+  });
+  const auto scatter = [](int64_t dimension) {
+    return Attrs{{"axis_name", std::string("batch")}, {"scatter_dimension", dimension}};
+  };
+  c.push_back({.prim = "psum_scatter",
+               .label = "",
+               .make =
+                   [scatter](Gen& g) {
+                     const int64_t n = g.axis_size();
+                     return Sample{{{g.normal(Shape{n, n, g.dim()})}}, scatter(0)};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = scattered}});
+  c.push_back({.prim = "psum_scatter",
+               .label = "negative_dimension",
+               .make =
+                   [scatter](Gen& g) {
+                     const int64_t n = g.axis_size();
+                     return Sample{{{g.normal(Shape{n, 2, 3, n})}}, scatter(-1)};
+                   },
+               .axis_name = "batch",
+               .vmap = {.reference = scattered}});
+  c.push_back(integers({.prim = "psum_scatter",
+                        .label = "int32_middle",
+                        .make =
+                            [scatter](Gen& g) {
+                              const int64_t n = g.axis_size();
+                              return Sample{{{ints(g, Shape{n, 2, n})}}, scatter(1)};
+                            },
+                        .axis_name = "batch",
+                        .vmap = {.reference = scattered}}));
+
   // ---- process-level collectives (src/distributed/collectives.cpp). The walks run as one
   // process, where each is the identity on its rows (or all_to_all's block move) with the
   // same rules as across processes; tests/distributed/ checks them under mpirun ----

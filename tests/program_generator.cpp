@@ -28,7 +28,7 @@ const std::set<std::string>& accumulating() {
   static const std::set<std::string> s{
       "reduce_sum",      "reduce_prod",       "matmul",     "conv",
       "conv_input_grad", "conv_weight_grad",  "avg_pool2d", "max_pool2d_grad",
-      "scatter_add",     "scatter_add_along", "psum"};
+      "scatter_add",     "scatter_add_along", "psum",       "psum_scatter"};
   return s;
 }
 

@@ -6,8 +6,8 @@
 //   c. its second derivatives: the Hessian-vector product of g(x) = sum(w * f(x)), computed
 //      forward-over-reverse (ad::jvp of the traced gradient) and reverse-over-reverse (ad::vjp
 //      of <gradient, v>), against central finite differences of the gradient.
-// Collectives (psum, pmax, all_gather) are checked per example inside a vmap with a named
-// axis, the only place they are defined.
+// Collectives (psum, pmax, all_gather, ppermute, ...) are checked per example inside a vmap
+// with a named axis, the only place they are defined.
 // `PrimitiveSamples.EveryPrimitiveHasTheSamplesItsWalksNeed` (below) is the table's one
 // completeness check, for this walk and the others.
 #include <gtest/gtest.h>

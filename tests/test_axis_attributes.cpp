@@ -6,10 +6,11 @@
 // normalised. For every sample with such an attribute, the primitive applied with the
 // attribute in its non-negative form and in its negative form gives the same values, the same
 // JVPs and VJPs and the same vmapped values; an axis outside [-rank, rank) is an Error naming
-// the primitive. A `perm` (transpose) is a permutation of 0..rank-1 and nothing else: its
-// negative form is an Error naming the primitive.
-// Every integer attribute in the table is classified below, so that a primitive with an axis
-// attribute under a new name cannot pass by this walk.
+// the primitive. Collectives (all_to_all, psum_scatter) are applied per example inside a vmap
+// over their axis name, their axes counting from the end of one example's axes. A `perm`
+// (transpose) is a permutation of 0..rank-1 and nothing else: its negative form is an Error naming
+// the primitive. Every integer attribute in the table is classified below, so that a primitive with
+// an axis attribute under a new name cannot pass by this walk.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -40,6 +41,12 @@ const std::map<std::string, Kind>& kinds() {
       {"axis", Kind::axes},
       {"axes", Kind::axes},
       {"perm", Kind::permutation},
+      // Collectives (all_to_all, psum_scatter).
+      {"split_axis", Kind::axes},
+      {"concat_axis", Kind::axes},
+      {"scatter_dimension", Kind::axes},
+      // Process-level collectives: each process's example count.
+      {"sizes", Kind::other},
       // Sizes, bounds, window geometry, counts, labels and data: not axes.
       {"shape", Kind::other},
       {"start", Kind::other},
@@ -242,6 +249,90 @@ TEST_P(AxisForms, NegativeAxesMeanTheSameAsNonNegativeOnes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AxisAttributes, AxisForms, ::testing::ValuesIn(axis_samples()),
+                         [](const ::testing::TestParamInfo<PrimitiveSample>& info) {
+                           return name_of(info.param);
+                         });
+
+// ---- collectives with axis attributes (all_to_all, psum_scatter) ----
+// They exist only inside a vmap over their axis name, so each form is applied per example
+// there (axes count from the end of one example's axes), and again from inside an inner vmap,
+// where the rule for another axis runs.
+
+std::vector<PrimitiveSample> collective_axis_samples() {
+  std::vector<PrimitiveSample> out;
+  for (const PrimitiveSample& c : samples::primitive_samples())
+    if (!c.axis_name.empty() && has_kind(make(c).attrs, Kind::axes)) out.push_back(c);
+  return out;
+}
+
+class CollectiveAxisForms : public ::testing::TestWithParam<PrimitiveSample> {};
+
+TEST_P(CollectiveAxisForms, NegativeAxesMeanTheSameAsNonNegativeOnes) {
+  const PrimitiveSample& c = GetParam();
+  const Primitive& p = primitive(c.prim);
+  const Tensor x = make(c).values().at(0), x2 = make(c, 1000003).values().at(0);
+  const int rank = x.rank() - 1;  // of one example
+  const Attrs canonical =
+      map_values(make(c).attrs, Kind::axes, [rank](int64_t a) { return a < 0 ? a + rank : a; });
+  const Attrs negative =
+      map_values(make(c).attrs, Kind::axes, [rank](int64_t a) { return a < 0 ? a : a - rank; });
+  SCOPED_TRACE(c.prim + " " + canonical.to_string() + " vs " + negative.to_string());
+  const auto named = axis_name(c.axis_name);
+  const auto over = [&](const Attrs& attrs, const Tensor& batch) {
+    return vmap([&](const Tensor& v) { return kiln::bind1(p, {v}, attrs); }, named)(batch);
+  };
+  const Tensor want = over(canonical, x);
+  expect_same({over(negative, x)}, {want}, 0.0, "values");
+
+  if (is_floating(x.dtype())) {
+    Gen g(1, 2);
+    const Tensor t = g.normal(x.shape()), ct = g.normal(want.shape());
+    const auto jvp_of = [&](const Attrs& attrs) {
+      return vmap(
+          [&](const Tensor& v, const Tensor& tv) {
+            return jvp([&](const Tensor& u) { return kiln::bind1(p, {u}, attrs); },
+                       std::tuple<Tensor>{v}, std::tuple<Tensor>{tv})
+                .second;
+          },
+          named)(x, t);
+    };
+    const auto vjp_of = [&](const Attrs& attrs) {
+      return vmap(
+          [&](const Tensor& v, const Tensor& cv) {
+            auto [y, pullback] =
+                vjp([&](const Tensor& u) { return kiln::bind1(p, {u}, attrs); }, v);
+            return std::get<0>(pullback(cv));
+          },
+          named)(x, ct);
+    };
+    expect_same({jvp_of(negative)}, {jvp_of(canonical)}, 1e-12, "JVP tangents");
+    expect_same({vjp_of(negative)}, {vjp_of(canonical)}, 1e-12, "VJP cotangents");
+  }
+
+  // From inside an inner vmap over a second batch, its axis first and last.
+  for (int at : {0, -1}) {
+    const Tensor expected = stack({want, over(canonical, x2)}, 1);
+    for (const Attrs& attrs : {canonical, negative}) {
+      const Tensor got =
+          vmap(vmap([&](const Tensor& v) { return kiln::bind1(p, {v}, attrs); }, in_axes(at)),
+               named)(stack({x, x2}, at < 0 ? at : 1));
+      expect_same({got}, {expected}, 1e-12,
+                  "inner vmap over axis " + std::to_string(at) + " with " + attrs.to_string());
+    }
+  }
+
+  const Attrs outside =
+      map_values(make(c).attrs, Kind::axes, [rank](int64_t) { return -rank - 1; });
+  try {
+    (void)over(outside, x);
+    ADD_FAILURE() << c.prim << " accepted " << outside.to_string() << " for rank " << rank;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.op(), c.prim) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AxisAttributes, CollectiveAxisForms,
+                         ::testing::ValuesIn(collective_axis_samples()),
                          [](const ::testing::TestParamInfo<PrimitiveSample>& info) {
                            return name_of(info.param);
                          });

@@ -48,7 +48,8 @@ Rule rule_of(const std::string& prim) {
   static const std::set<std::string> transcendental{"exp",     "log", "log1p", "expm1",
                                                     "sin",     "cos", "tan",   "tanh",
                                                     "sigmoid", "erf", "pow",   "rsqrt"};
-  static const std::set<std::string> reductions{"reduce_sum", "reduce_prod", "psum"};
+  static const std::set<std::string> reductions{"reduce_sum", "reduce_prod", "psum",
+                                                "psum_scatter"};
   // Primitives holding a computation: sums in another order, transcendentals inside.
   static const std::set<std::string> programs{"matmul",
                                               "conv",

@@ -6,10 +6,12 @@
 //    input batched along its first, middle or last axis, one input batched alone, one input
 //    left out — the result of `batching::evaluate` on the traced sample function, with its
 //    batch axis moved to the front, equals the function applied eagerly to each example and
-//    stacked. Collectives compare with the hand-computed sum / max / stack / arange over the
-//    examples instead.
+//    stacked. Collectives compare with the hand-computed sum / max / stack / arange /
+//    permutation / exchange over the examples instead.
 // 3. The API: in_axes / out_axes / none / axis_name, nesting, composition with grad, jvp/vjp,
 //    jacfwd/jacrev and jit, random numbers under vmap, and the errors users see.
+// 4. The collectives against loops over examples, their gradients against finite differences,
+//    over an outer axis from inside an inner vmap, under jit and grad, and their errors.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
@@ -147,7 +149,9 @@ TEST_P(BatchRules, MatchesLoopOverExamples) {
   for (const Pattern& pat : patterns(first, !c.axis_name.empty())) {
     SCOPED_TRACE(name_of(c) + " / " + pat.label + " / batch size " + std::to_string(pat.size));
     const int64_t B = pat.size;
-    auto [ex, attrs] = draw(c, B);
+    Examples drawn = draw(c, B);  // not a structured binding: the lambda below captures it
+    std::vector<Ts>& ex = drawn.inputs;
+    const Attrs& attrs = drawn.attrs;
     const std::size_t n = first.size();
     // Unbatched inputs: example 0's for everyone.
     for (int64_t b = 1; b < B; ++b)
@@ -528,6 +532,252 @@ TEST(VmapApi, LeafAxesMapEachLeafOfAnArgument) {
         vmap(f, in_axes(leaf_axes(0), 0))(Params{w, bs}, xs);
       },
       "vmap", {"leaf_axes for argument 0", "expected 2"});
+}
+
+}  // namespace
+}  // namespace kiln
+
+// ---- pmin, ppermute, all_to_all, psum_scatter, all_gather: against loops over examples ----
+namespace kiln {
+namespace {
+
+using Pairs = std::vector<std::pair<int64_t, int64_t>>;
+
+// x[..., i, ...] with i at `axis`.
+Tensor at(const Tensor& x, int64_t axis, int64_t i) { return index(moveaxis(x, axis, 0), i); }
+
+// The references: example i's result from the examples xs (numpy-style indexing only).
+Tensor ppermute_ref(const Ts& xs, const Pairs& perm, int64_t i) {
+  for (const auto& [source, dest] : perm)
+    if (dest == i) return xs[static_cast<std::size_t>(source)];
+  return zeros_like(xs[0]);
+}
+Tensor all_to_all_ref(const Ts& xs, int64_t split, int64_t concat, int64_t i) {
+  Ts parts;
+  for (const Tensor& x : xs) parts.push_back(at(x, split, i));
+  return stack(parts, concat);
+}
+Tensor psum_scatter_ref(const Ts& xs, int64_t dimension, int64_t i) {
+  Tensor s = at(xs[0], dimension, i);
+  for (std::size_t j = 1; j < xs.size(); ++j) s = s + at(xs[j], dimension, i);
+  return s;
+}
+Ts rows(const Tensor& x) {
+  Ts r;
+  for (int64_t i = 0; i < x.shape()[0]; ++i) r.push_back(index(x, i));
+  return r;
+}
+// ref(examples, i) for every example, stacked.
+template <class R>
+Tensor each_example(const Ts& xs, R ref) {
+  Ts out;
+  for (std::size_t i = 0; i < xs.size(); ++i) out.push_back(ref(xs, static_cast<int64_t>(i)));
+  return stack(out, 0);
+}
+
+TEST(VmapCollectives, EachMatchesALoopOverExamples) {
+  const Tensor x = rand(40, Shape{4, 3, 2});
+  const Ts xs = rows(x);
+  auto over = [](auto f) { return vmap(f, axis_name("i")); };
+  expect_close(over([](const Tensor& v) { return pmin(v, "i"); })(x),
+               broadcast_to(min(x, {0}, true), x.shape()), 0, "pmin");
+  const Tensor xi = astype(x * 10.0, int32);
+  expect_close(over([](const Tensor& v) { return pmin(v, "i"); })(xi),
+               broadcast_to(min(xi, {0}, true), xi.shape()), 0, "pmin int32");
+
+  const Pairs perm{{0, 2}, {2, 1}, {1, 0}};  // example 3 receives nothing, sends nothing
+  expect_close(over([&](const Tensor& v) { return ppermute(v, "i", perm); })(x),
+               each_example(xs, [&](const Ts& e, int64_t i) { return ppermute_ref(e, perm, i); }),
+               0, "ppermute");
+  const Tensor xb = x > 0.0;
+  expect_close(
+      over([&](const Tensor& v) { return ppermute(v, "i", perm); })(xb),
+      each_example(rows(xb), [&](const Ts& e, int64_t i) { return ppermute_ref(e, perm, i); }), 0,
+      "ppermute bool");
+
+  // Per example [2, 4, 3]: split the axis of size 4, concatenate at 2 (or -1).
+  const Tensor y = rand(41, Shape{4, 2, 4, 3});
+  const Tensor want_a2a =
+      each_example(rows(y), [](const Ts& e, int64_t i) { return all_to_all_ref(e, 1, 2, i); });
+  EXPECT_EQ(want_a2a.shape(), (Shape{4, 2, 3, 4}));
+  expect_close(over([](const Tensor& v) { return all_to_all(v, "i", 1, 2); })(y), want_a2a, 0,
+               "all_to_all");
+  expect_close(over([](const Tensor& v) { return all_to_all(v, "i", -2, -1); })(y), want_a2a, 0,
+               "all_to_all, negative axes");
+  const Tensor yi = astype(y * 10.0, int64);
+  expect_close(
+      over([](const Tensor& v) { return all_to_all(v, "i", 1, 0); })(yi),
+      each_example(rows(yi), [](const Ts& e, int64_t i) { return all_to_all_ref(e, 1, 0, i); }), 0,
+      "all_to_all int64");
+
+  for (int64_t d : {0, 1, 2}) {
+    const Tensor z = moveaxis(rand(42, Shape{4, 4, 2, 3}), 1, d + 1);  // the axis of size 4 at d
+    const Tensor want =
+        each_example(rows(z), [d](const Ts& e, int64_t i) { return psum_scatter_ref(e, d, i); });
+    expect_close(over([d](const Tensor& v) { return psum_scatter(v, "i", d); })(z), want, 1e-12,
+                 "psum_scatter at " + std::to_string(d));
+    expect_close(over([d](const Tensor& v) { return psum_scatter(v, "i", d - 3); })(z), want, 1e-12,
+                 "psum_scatter at " + std::to_string(d - 3));
+  }
+}
+
+// The own-axis rules return what the design promises: psum_scatter's sum keeps the batch at
+// scatter_dimension (no transpose), all_to_all is one transpose.
+TEST(VmapCollectives, OwnAxisRulesAreCheap) {
+  const Tensor z = rand(43, Shape{3, 2, 3});
+  auto f = [](const Tensor& v) { return psum_scatter(v, "i", 1); };
+  const std::string ir = ir::print(jit(vmap(f, axis_name("i"), out_axes(1))).lower(z));
+  EXPECT_EQ(ir.find("transpose"), std::string::npos) << ir;
+  auto g = [](const Tensor& v) { return all_to_all(v, "i", 1, 0); };
+  const std::string ir2 = ir::print(jit(vmap(g, axis_name("i"))).lower(z));
+  EXPECT_NE(ir2.find("transpose"), std::string::npos) << ir2;
+  EXPECT_EQ(ir2.find("gather"), std::string::npos) << ir2;
+}
+
+// Gradients of total(x) = sum over examples of loss(example's x, example's w), with loss(v, w) =
+// sum(w * c(v) + sin(c(v))) for a collective c, vs float64 central differences of total:
+// vmap(grad(loss)) runs each collective's own VJP rule (example j's gradient is d total / d x_j:
+// the transposed collective sums over the examples), grad(total) differentiates the batched
+// program. Each for c over the vmap's own axis, and over the outer axis "i" from inside a vmap
+// "inner" (the rules for another axis, batched again by the outer vmap).
+TEST(VmapCollectives, GradientsMatchFiniteDifferences) {
+  const Pairs perm{{0, 1}, {1, 2}};
+  using Fn = std::function<Tensor(const Tensor&)>;
+  struct Case {
+    std::string name;
+    Fn c;         // per example, over axis "i"
+    Shape shape;  // the batch [3, ...]
+  };
+  const std::vector<Case> cases{
+      {"pmin", [](const Tensor& v) { return pmin(v, "i"); }, Shape{3, 2}},
+      {"pmax", [](const Tensor& v) { return pmax(v, "i"); }, Shape{3, 2}},
+      {"ppermute", [perm](const Tensor& v) { return ppermute(v, "i", perm); }, Shape{3, 2}},
+      {"all_to_all", [](const Tensor& v) { return all_to_all(v, "i", 0, 1); }, Shape{3, 3, 2}},
+      {"psum_scatter", [](const Tensor& v) { return psum_scatter(v, "i", 1); }, Shape{3, 2, 3}},
+      {"all_gather", [](const Tensor& v) { return all_gather(v, "i"); }, Shape{3, 2}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto loss = [&c](const Tensor& v, const Tensor& w) {
+      const Tensor y = c.c(v);
+      return sum(w * y + sin(y));
+    };
+    const Tensor x = samples::Gen(7, 7).distinct(c.shape);  // no ties for pmin/pmax
+    const Tensor w = rand(44, vmap(c.c, axis_name("i"))(x).shape());
+    auto total = [&](const Tensor& v) { return sum(vmap(loss, axis_name("i"))(v, w)); };
+    const Tensor want = tensor(kiln::testing::numeric_grad(total, x), x.shape());
+    expect_close(vmap(grad(loss), axis_name("i"))(x, w), want, 1e-7, "vmap(grad), own axis");
+    expect_close(grad(total)(x), want, 1e-7, "grad(vmap), own axis");
+
+    // Example (a, b) of the nested vmaps is x2[a, b]; the collective runs over a.
+    const Tensor x2 = stack({x, x * 0.5 + 0.25}, 1), w2 = stack({w, w * -2.0}, 1);
+    auto nested = [&](const auto& f) { return vmap(vmap(f, axis_name("inner")), axis_name("i")); };
+    auto total2 = [&](const Tensor& v) { return sum(nested(loss)(v, w2)); };
+    const Tensor want2 = tensor(kiln::testing::numeric_grad(total2, x2), x2.shape());
+    expect_close(nested(grad(loss))(x2, w2), want2, 1e-7, "vmap(grad), outer axis");
+    expect_close(grad(total2)(x2), want2, 1e-7, "grad(vmap), outer axis");
+  }
+}
+
+// A collective over the outer name inside the inner vmap: example (a, b) is x[a, b] and the
+// collective runs over a for each b. Inner batch axes before and after the collective's axes.
+TEST(VmapCollectives, OverTheOuterAxisInsideAnInnerVmap) {
+  const int64_t A = 3, B = 2;
+  const Pairs perm{{0, 1}, {1, 2}, {2, 0}};
+  // x[a, b] for an inner batch on axis `inner_axis` of the outer example.
+  auto run = [](auto f, const Tensor& x, int inner_axis) {
+    return vmap(vmap(f, in_axes(inner_axis), axis_name("inner")), axis_name("outer"))(x);
+  };
+  auto ref = [&](const Tensor& x, auto per_b) {  // result[a][b] = per_b(column b, a)
+    Ts out_a;
+    for (int64_t a = 0; a < A; ++a) {
+      Ts out_b;
+      for (int64_t b = 0; b < B; ++b) out_b.push_back(per_b(rows(at(x, 1, b)), a));
+      out_a.push_back(stack(out_b, 0));
+    }
+    return stack(out_a, 0);
+  };
+  const Tensor x = rand(45, Shape{A, B, 4, A});  // example (a, b): [4, A]
+  for (int inner_axis : {0, 2}) {
+    SCOPED_TRACE("inner batch on axis " + std::to_string(inner_axis));
+    const Tensor xin = moveaxis(x, 1, 1 + inner_axis);
+    expect_close(run([](const Tensor& v) { return pmin(v, "outer"); }, xin, inner_axis),
+                 ref(x, [](const Ts& e, int64_t) { return min(stack(e, 0), {0}); }), 0, "pmin");
+    expect_close(run([&](const Tensor& v) { return ppermute(v, "outer", perm); }, xin, inner_axis),
+                 ref(x, [&](const Ts& e, int64_t a) { return ppermute_ref(e, perm, a); }), 0,
+                 "ppermute");
+    expect_close(run([](const Tensor& v) { return all_to_all(v, "outer", 1, 0); }, xin, inner_axis),
+                 ref(x, [](const Ts& e, int64_t a) { return all_to_all_ref(e, 1, 0, a); }), 0,
+                 "all_to_all");
+    expect_close(run([](const Tensor& v) { return psum_scatter(v, "outer", 1); }, xin, inner_axis),
+                 ref(x, [](const Ts& e, int64_t a) { return psum_scatter_ref(e, 1, a); }), 1e-12,
+                 "psum_scatter");
+  }
+  // Both names in one function: scatter over the outer axis, then permute over the inner.
+  auto both = [](const Tensor& v) {
+    return ppermute(psum_scatter(v, "outer", 1), "inner", Pairs{{0, 1}, {1, 0}});
+  };
+  const Tensor got = run(both, x, 0);
+  const Tensor scattered = ref(x, [](const Ts& e, int64_t a) { return psum_scatter_ref(e, 1, a); });
+  expect_close(got, flip(scattered, {1}), 1e-12, "two names");
+}
+
+TEST(VmapCollectives, ComposeWithJitAndGrad) {
+  const Tensor x = rand(46, Shape{3, 3, 3});
+  const Pairs perm{{0, 1}, {1, 2}, {2, 0}};
+  auto f = [perm](const Tensor& v) {
+    return psum_scatter(all_to_all(ppermute(v, "i", perm), "i", 0, 1), "i", 0) + pmin(v, "i");
+  };
+  const Tensor plain = vmap(f, axis_name("i"))(x);
+  auto jf = jit(vmap(f, axis_name("i")));
+  expect_close(jf(x), plain, 1e-12, "jit(vmap)");
+  expect_close(jf(x), plain, 1e-12, "jit(vmap), cached");
+  // vmap(grad(h)): the transposed collectives sum over the examples, so example j's gradient is
+  // that of the total over examples with respect to x_j.
+  auto h = [f](const Tensor& v) { return sum(sin(f(v))); };
+  auto total = [h](const Tensor& xs) { return sum(vmap(h, axis_name("i"))(xs)); };
+  const Tensor want = tensor(kiln::testing::numeric_grad(total, x), x.shape());
+  expect_close(vmap(grad(h), axis_name("i"))(x), want, 1e-7, "vmap(grad)");
+  expect_close(jit(vmap(grad(h), axis_name("i")))(x), want, 1e-7, "jit(vmap(grad))");
+  expect_close(grad(total)(x), want, 1e-7, "grad(vmap)");
+}
+
+TEST(VmapCollectives, ErrorsSayWhatWasExpected) {
+  const Tensor x = ones({3, 2}, float64);
+  auto permuted = [&](Pairs perm) {
+    return [&x, perm] {
+      vmap([&](const Tensor& v) { return ppermute(v, "i", perm); }, axis_name("i"))(x);
+    };
+  };
+  kiln::testing::expect_error(permuted({{0, 3}}), "ppermute",
+                              {"got the pair (0, 3)", "expected indices in [0, 3)", "'i'"});
+  kiln::testing::expect_error(permuted({{-1, 0}}), "ppermute", {"got the pair (-1, 0)"});
+  kiln::testing::expect_error(permuted({{0, 1}, {0, 2}}), "ppermute",
+                              {"repeated source: got 0", "expected each example to send"});
+  kiln::testing::expect_error(permuted({{0, 1}, {2, 1}}), "ppermute",
+                              {"repeated destination: got 1", "expected each example to receive"});
+  kiln::testing::expect_error(
+      [&] { vmap([](const Tensor& v) { return all_to_all(v, "i", 0, 0); }, axis_name("i"))(x); },
+      "all_to_all", {"split_axis 0", "got f64[2]", "expected size 3"});
+  kiln::testing::expect_error(
+      [&] {
+        vmap([](const Tensor& v) { return psum_scatter(v, "i", -1); },
+             axis_name("i"))(ones({3, 4, 5}));
+      },
+      "psum_scatter", {"scatter_dimension -1", "got f32[4,5]", "expected size 3"});
+  // An unknown name lists the axes in scope, outermost first.
+  auto unknown = [](const Tensor& v) { return all_to_all(v, "oops", 0, 0); };
+  kiln::testing::expect_error(
+      [&] {
+        vmap(vmap(unknown, axis_name("inner")), axis_name("outer"))(ones({2, 3, 4}));
+      },
+      "all_to_all", {"'oops'", "[outer, inner]"});
+  // Bound directly outside any vmap: the kernel says the axis is not bound.
+  kiln::testing::expect_error(
+      [] {
+        bind1(primitive("pmin"), {ones({2})}, Attrs{{"axis_name", std::string("i")}});
+      },
+      "pmin", {"axis 'i' is not bound"});
 }
 
 }  // namespace

@@ -36,6 +36,9 @@ std::shared_ptr<PmapCache> make_pmap_cache(const VmapOptions& options);
 // the named axis spanning every process's examples.
 FlatTree pmap_call(PmapCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
                    const FlatFn& fn);
+// The optimised IR pmap_call runs for these arguments (all processes call it together).
+ir::Function pmap_lower(PmapCache& cache, const TreeDef& args_def,
+                        const std::vector<Tensor>& leaves, const FlatFn& fn);
 
 template <class F>
 class Pmapped {
@@ -50,6 +53,13 @@ class Pmapped {
       return unflatten<result_of<F, Args...>>(
           pmap_call(*cache_, in.def, in.leaves, flat_fn<Args...>(f_, in.def)));
     }
+  }
+  // The optimised IR of this process's program: the batched function with its process-level
+  // collectives (a collective call: every process must call it too).
+  template <class... Args>
+  ir::Function lower(const Args&... args) const {
+    const FlatTree in = flatten_args(args...);
+    return pmap_lower(*cache_, in.def, in.leaves, flat_fn<Args...>(f_, in.def));
   }
 
  private:

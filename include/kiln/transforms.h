@@ -67,8 +67,8 @@ template <class... A>
 OutAxes out_axes(A... a) {
   return {{detail::axis_of(a)...}};
 }
-// Names the mapped axis, so collectives (psum, pmean, pmax, all_gather, axis_index) inside
-// the function can reduce over it.
+// Names the mapped axis, so collectives (psum, pmean, pmax, pmin, all_gather, axis_index,
+// ppermute, all_to_all, psum_scatter) inside the function can communicate over it.
 struct AxisName {
   std::string name;
 };
@@ -212,14 +212,26 @@ auto vmap(F f, Options... options) {
   return detail::Vmapped<F>(std::move(f), detail::vmap_options(options...));
 }
 
-// Collectives over a named vmap axis.
+// Collectives over a named vmap axis of size N, called per example inside the vmap (JAX's
+// semantics, non-tiled forms); each one's transpose is a collective too.
+// The sum (mean, max, min) of x over all examples.
 Tensor psum(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
 Tensor pmean(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
 Tensor pmax(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
+Tensor pmin(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
 // Every example's x, stacked along a new leading axis.
 Tensor all_gather(const Tensor& x, const std::string& axis_name, Loc loc = Loc::current());
 // This example's position along the axis (int32 scalar).
 Tensor axis_index(const std::string& axis_name, Loc loc = Loc::current());
+// For each (source, dest) pair, example dest gets example source's x; others get zeros.
+Tensor ppermute(const Tensor& x, const std::string& axis_name,
+                const std::vector<std::pair<int64_t, int64_t>>& perm, Loc loc = Loc::current());
+// Example i's result at j along concat_axis is example j's x at i along split_axis (size N).
+Tensor all_to_all(const Tensor& x, const std::string& axis_name, int64_t split_axis,
+                  int64_t concat_axis, Loc loc = Loc::current());
+// Example i gets the sum over examples of x at index i along scatter_dimension (size N).
+Tensor psum_scatter(const Tensor& x, const std::string& axis_name, int64_t scatter_dimension = 0,
+                    Loc loc = Loc::current());
 
 // ---- Jacobians -----------------------------------------------------------------------------
 

@@ -45,10 +45,11 @@ std::string signature(const TreeDef& def, const std::vector<Tensor>& leaves,
   return os.str();
 }
 
-}  // namespace
-
-FlatTree pmap_call(PmapCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
-                   const FlatFn& fn) {
+// Runs `run` with the jit cache of this call's split over processes and f vmapped over the
+// local examples with the axis spanning the processes.
+template <class Run>
+auto with_split(PmapCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                const FlatFn& fn, Run run) {
   if (const AxisScope* outer = find_process_axis())
     fail("pmap", "nested pmap: got a pmap inside the pmap over '", outer->name,
          "', expected one pmap at a time (map an inner axis with vmap)");
@@ -63,7 +64,23 @@ FlatTree pmap_call(PmapCache& cache, const TreeDef& args_def, const std::vector<
     out_def = std::move(r.def);
     return std::move(r.leaves);
   };
-  return jit_call(*jit, args_def, leaves, mapped_fn);
+  return run(*jit, mapped_fn);
+}
+
+}  // namespace
+
+FlatTree pmap_call(PmapCache& cache, const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                   const FlatFn& fn) {
+  return with_split(cache, args_def, leaves, fn, [&](JitCache& jit, const FlatFn& mapped) {
+    return jit_call(jit, args_def, leaves, mapped);
+  });
+}
+
+ir::Function pmap_lower(PmapCache& cache, const TreeDef& args_def,
+                        const std::vector<Tensor>& leaves, const FlatFn& fn) {
+  return with_split(cache, args_def, leaves, fn, [&](JitCache& jit, const FlatFn& mapped) {
+    return jit_lower(jit, args_def, leaves, mapped);
+  });
 }
 
 }  // namespace kiln::detail

@@ -48,8 +48,9 @@
   X(check_labels)                                                                               \
   /* src/transforms/function_primitives.cpp */                                                  \
   X(call) X(checkpoint) X(custom_jvp) X(custom_vjp)                                             \
-  /* src/transforms/vmap.cpp */                                                                 \
-  X(psum) X(pmax) X(axis_index) X(all_gather)                                                   \
+  /* src/transforms/collectives.cpp */                                                          \
+  X(psum) X(pmax) X(pmin) X(axis_index) X(all_gather) X(ppermute) X(all_to_all)                 \
+  X(psum_scatter)                                                                               \
   /* src/distributed/collectives.cpp */                                                         \
   X(process_all_reduce) X(process_all_gather) X(process_reduce_scatter) X(process_all_to_all)   \
   X(process_permute)                                                                            \

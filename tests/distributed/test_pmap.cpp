@@ -60,6 +60,46 @@ TEST_P(Pmap, CollectivesMatchVmapOverTheWholeAxis) {
   expect_close(c, mine(rc, s), 0, "all_gather");
 }
 
+// pmin, ppermute, all_to_all and psum_scatter: their local parts, combined across processes.
+TEST_P(Pmap, ExchangingCollectivesMatchVmapOverTheWholeAxis) {
+  const Split s = split(GetParam());
+  const int64_t n = s.total;
+  const Tensor x = global_data(s, {2, n}, 11);    // example: [2, N]
+  std::vector<std::pair<int64_t, int64_t>> perm;  // example 0 receives nothing
+  for (int64_t i = 0; i + 1 < n; ++i) perm.emplace_back(i, i + 1);
+  auto f = [perm](const Tensor& v) {
+    return std::tuple{pmin(v, "dp"), ppermute(v, "dp", perm), all_to_all(v, "dp", 1, 0),
+                      psum_scatter(v, "dp", 1)};
+  };
+  const auto [a, b, c, d] = pmap(f, axis_name("dp"))(mine(x, s));
+  const auto [ra, rb, rc, rd] = vmap(f, axis_name("dp"))(x);
+  expect_close(a, mine(ra, s), 0, "pmin");
+  expect_close(b, mine(rb, s), 0, "ppermute");
+  expect_close(c, mine(rc, s), 0, "all_to_all");
+  expect_close(d, mine(rd, s), 1e-12, "psum_scatter");
+  // Their transposes communicate too: the gradient of the sum over all processes.
+  auto g = [perm](const Tensor& v) {
+    return sin(psum_scatter(all_to_all(ppermute(v, "dp", perm), "dp", 1, 0), "dp", 0)) *
+           sum(pmin(v, "dp"), {1});
+  };
+  const Tensor got =
+      grad([&](const Tensor& v) { return sum(pmap(g, axis_name("dp"))(v)); })(mine(x, s));
+  const Tensor want = grad([&](const Tensor& v) { return sum(vmap(g, axis_name("dp"))(v)); })(x);
+  expect_close(got, mine(want, s), 1e-12, "grad through the exchanges");
+  // Over "dp" from inside a vmap "inner": the rules for another axis, then the exchange.
+  auto two = [perm](const Tensor& u) {
+    return vmap(
+        [perm](const Tensor& v) {
+          return all_to_all(v, "dp", 0, 0) * psum_scatter(v, "dp", 0) + ppermute(v, "dp", perm) -
+                 pmin(v, "dp") * psum(v, "inner");
+        },
+        axis_name("inner"))(u);
+  };
+  const Tensor y = global_data(s, {3, n}, 12);  // example: 3 inner examples of [N]
+  expect_close(pmap(two, axis_name("dp"))(mine(y, s)), mine(vmap(two, axis_name("dp"))(y), s),
+               1e-12, "pmap(vmap) with two axis names");
+}
+
 TEST_P(Pmap, DtypesOfTheReductions) {
   const Split s = split(GetParam());
   const Tensor x = global_data(s, {3}, 2);
@@ -144,6 +184,49 @@ TEST_P(Pmap, ReductionsAreDeterministicAndTheSameOnEveryProcess) {
                           index(first, 0).contiguous().raw_data(), (1 << 16) * sizeof(float)),
               0)
         << "example " << p << " differs";
+}
+
+int64_t count(const ir::Function& f, const std::string& prim) {
+  int64_t n = 0;
+  for (const ir::Equation& e : f.equations) n += e.prim->name == prim;
+  return n;
+}
+
+// A pmean over a tree of gradients is one MPI call per bucket (4 MB by default), not one per
+// tensor; all-reduces that depend on each other stay apart. Values as vmap's.
+TEST(PmapBucketing, IndependentAllReducesShareACall) {
+  const Split s = split(false);
+  std::vector<Tensor> small;
+  for (int k = 0; k < 6; ++k) small.push_back(global_data(s, {k + 1, 3}, 20 + k));
+  auto mean_all = [](const std::vector<Tensor>& xs) {
+    std::vector<Tensor> out;
+    for (const Tensor& x : xs) out.push_back(pmean(x * 2.0, "dp"));
+    return out;
+  };
+  std::vector<Tensor> local;
+  for (const Tensor& x : small) local.push_back(mine(x, s));
+  const auto p = pmap(mean_all, axis_name("dp"));
+  EXPECT_EQ(count(p.lower(local), "process_all_reduce"), 1);
+  const std::vector<Tensor> got = p(local), want = vmap(mean_all, axis_name("dp"))(small);
+  for (std::size_t k = 0; k < got.size(); ++k)
+    expect_close(got[k], mine(want[k], s), 1e-12, "bucketed pmean " + std::to_string(k));
+
+  // 3 x 1.5 MB of float32: two buckets.
+  std::vector<Tensor> big(3, zeros({1, 3 * (1 << 17)}));
+  EXPECT_EQ(count(pmap(mean_all, axis_name("dp")).lower(big), "process_all_reduce"), 2);
+
+  // psum of a psum: the second depends on the first.
+  auto chained = [](const Tensor& a, const Tensor& b) {
+    const Tensor first = psum(a, "dp");
+    return std::pair{first, psum(b * first, "dp")};
+  };
+  const Tensor a = global_data(s, {3}, 30), b = global_data(s, {3}, 31);
+  const auto q = pmap(chained, axis_name("dp"));
+  EXPECT_EQ(count(q.lower(mine(a, s), mine(b, s)), "process_all_reduce"), 2);
+  const auto [g1, g2] = q(mine(a, s), mine(b, s));
+  const auto [w1, w2] = vmap(chained, axis_name("dp"))(a, b);
+  expect_close(g1, mine(w1, s), 1e-12, "first psum");
+  expect_close(g2, mine(w2, s), 1e-12, "psum of a psum");
 }
 
 TEST(PmapErrors, MismatchedArgumentsAcrossProcessesAreReportedByName) {
