@@ -25,6 +25,8 @@
 // for psum: >= 0.9x).
 #include <kiln/distributed.h>
 #include <kiln/kiln.h>
+// The MPI C API only (OpenMPI's C++ bindings are deprecated and would need their library).
+#define OMPI_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <algorithm>
@@ -199,8 +201,7 @@ int main(int argc, char** argv) {
     std::vector<Contender> sides;
     for (const std::string& name : flags->sides) sides.push_back({name, run.at(name)});
 
-    // Warm-up (f compiles in its first call), a correctness check, then the batch sizes:
-    // rank 0's estimate, so that every process makes the same number of calls.
+    // Warm-up (f compiles in its first call), a correctness check, then the batch sizes.
     for (Contender& s : sides)
       for (int i = 0; i < 3; ++i) s.run();
     const auto all_expected = [expected](const std::vector<float>& v) {
@@ -214,10 +215,14 @@ int main(int argc, char** argv) {
       }
     }
     for (Contender& s : sides) {
-      const double one = timed(s.run, 1);
-      int64_t calls = std::max<int64_t>(1, static_cast<int64_t>(flags->target / one));
-      MPI_Bcast(&calls, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
-      s.calls = calls;
+      // Doubling until a batch takes a tenth of the target; `timed` is the same on every
+      // process, so all make the same number of calls.
+      double per_call = timed(s.run, s.calls);
+      while (per_call * static_cast<double>(s.calls) < flags->target / 10) {
+        s.calls *= 2;
+        per_call = timed(s.run, s.calls);
+      }
+      s.calls = std::max<int64_t>(1, static_cast<int64_t>(flags->target / per_call));
     }
     for (int k = 0; k < flags->reps; ++k)
       for (std::size_t j = 0; j < sides.size(); ++j) {
