@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < argc; ++i) std::printf(" %s", argv[i]);
     std::printf("\n# %d processes x %d Kiln threads, %d repetitions per side, load [%s]\n", procs,
                 flags->threads, flags->reps, side_by_side::load().c_str());
-    std::printf("%-7s %-5s %6s %10s %10s %10s %10s %10s\n", "size", "side", "calls", "median ms",
+    std::printf("%-9s %-5s %6s %10s %10s %10s %10s %10s\n", "size", "side", "calls", "median ms",
                 "min ms", "algbw GB/s", "busbw GB/s", "vs bare");
   }
   auto f = pmap([](const Tensor& x) { return psum(x, "dp"); }, axis_name("dp"));
@@ -237,7 +237,7 @@ int main(int argc, char** argv) {
     for (const Contender& s : sides) {
       const double ms = median(s.ms), gbps = size.bytes / (ms * 1e-3) / 1e9;
       const bool collective = s.name != "local";
-      std::printf("%-7s %-5s %6lld %10.4f %10.4f %10.2f %10s %10s\n", size.label.c_str(),
+      std::printf("%-9s %-5s %6lld %10.4f %10.4f %10.2f %10s %10s\n", size.label.c_str(),
                   s.name.c_str(), static_cast<long long>(s.calls), ms, minimum(s.ms), gbps,
                   collective ? fixed(gbps * bus_factor, "").c_str() : "-",
                   collective ? fixed(bare_ms / ms, "x").c_str() : "-");
