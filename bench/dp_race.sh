@@ -14,9 +14,9 @@
 #             so, when the demo has no --data-parallel)
 #   torch_p1  PY bench/ddp_torch.py --procs 1 (plain PyTorch, no DDP)
 #   torch_p2  PY bench/ddp_torch.py --procs 2 (DistributedDataParallel, gloo)
-# Step time: Kiln's demo prints each epoch's training seconds (the training loop only, data
-# waits included, evaluation not); its step time is that over the epoch's steps, median over
-# epochs 2..E (epoch 1 compiles). PyTorch's is the mean over (E - 1) x steps-per-epoch timed
+# Step time: Kiln's demo prints each epoch's training rate in images/s (the training loop
+# only, data waits included, evaluation not); its step time is the batch over the median rate
+# of epochs 2..E (epoch 1 compiles). PyTorch's is the mean over (E - 1) x steps-per-epoch timed
 # steps after 20 warm-up steps (ddp_torch.py's RESULT line). Table: step ms and images/s per
 # variant (median over repeats), speedup of 2 processes over 1 for each side (target for Kiln
 # >= 1.7x), and Kiln's step time over DDP's on 2 processes (target <= 0.7x).
@@ -89,12 +89,11 @@ step_ms() {
   "${cmd[@]}" >"$log" 2>"$out/$name.err"
   local rc=$?
   if [[ "$name" == kiln_* ]]; then
-    # "K steps of B images per epoch" in the header; "epoch N: ... | S s, R img/s" per epoch
-    # (process 0 only), the first one left out.
-    local steps seconds
-    steps="$(awk '{ for (i = 2; i < NF; ++i) if ($i == "steps" && $(i + 1) == "of") { print $(i - 1); exit } }' "$log")"
-    seconds="$(awk '/^epoch [0-9]+:/ && $2 != "1:" { n = split($0, p, "|"); split(p[n], f, " "); print f[1] }' "$log" | median)"
-    [[ -n "$seconds" ]] && awk -v s="$seconds" -v k="${steps:-$steps_per_epoch}" 'BEGIN { printf "%.2f\n", s / k * 1000 }'
+    # "epoch N: ... | S s, R img/s" per epoch (process 0 only), the first one left out; R has
+    # four digits where S has one decimal, so the step time is batch / R.
+    local rate
+    rate="$(awk '/^epoch [0-9]+:/ && $2 != "1:" { n = split($0, p, "|"); split(p[n], f, " "); print f[3] }' "$log" | median)"
+    [[ -n "$rate" ]] && awk -v r="$rate" -v b="$batch" 'BEGIN { printf "%.2f\n", b / r * 1000 }'
   else
     awk '/^RESULT/ { printf "%.2f\n", $4 }' "$log"
   fi
