@@ -5,7 +5,7 @@ time of a step measured on one process, and assumed networks. docs/DISTRIBUTED.m
 paper") explains the model and prints these tables.
 
     /usr/bin/python3 bench/scaling_model.py [--bytes 1686576] [--gamma-gbs 12.7]
-        [--compute 1:1.44,8:5.3,32:19.3,64:42.5] [--compute-speedup 1] [--procs 8,64,512]
+        [--compute 1:1.44,8:5.3,32:18.3,64:39.0] [--compute-speedup 1] [--procs 8,64,512]
 
 Per step, one process per node, P a power of two (the figures in docs/DISTRIBUTED.md):
   * the gradient all-reduce, one bucket of --bytes n (parameters x 4, plus loss and accuracy),
@@ -49,7 +49,7 @@ def main():
                     help="bytes all-reduced per step (421,642 parameters x 4 + loss, accuracy)")
     ap.add_argument("--gamma-gbs", type=float, default=12.7,
                     help="rate of the reduction's additions, GB/s (MPI_Reduce_local, measured)")
-    ap.add_argument("--compute", default="1:1.44,8:5.3,32:19.3,64:42.5",
+    ap.add_argument("--compute", default="1:1.44,8:5.3,32:18.3,64:39.0",
                     help="batch:ms per step on one process, one thread (measured)")
     ap.add_argument("--compute-speedup", type=float, default=1.0,
                     help="divide the compute times by this (a node with more cores or a GPU)")
