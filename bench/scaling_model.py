@@ -67,8 +67,8 @@ def main():
     for net, (alpha, beta, o) in NETWORKS.items():
         print(f"\n## {net}: alpha {alpha * 1e6:g} us, beta {1 / beta / 1e9:g} GB/s, "
               f"o {o * 1e6:g} us per message")
-        print(f"| scaling | P | local batch | compute ms | all-reduce ms | 2 rendezvous ms | "
-              f"step ms | images/s | speedup vs 1 process | efficiency |")
+        print("| scaling | P | local batch | compute ms | all-reduce ms | 2 rendezvous ms | "
+              "step ms | images/s | speedup vs 1 process | efficiency |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for scaling, batch_of, global_of in (("weak", lambda p: 32, lambda p: 32 * p),
                                              ("strong", lambda p: 64 // p, lambda p: 64)):
