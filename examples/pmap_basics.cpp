@@ -15,6 +15,7 @@ int main() {
   auto loss = [](const Tensor& w, const Tensor& x) { return sum(w * x); };
   auto step = pmap([&](const Tensor& w, const Tensor& x) { return pmean(grad(loss)(w, x), "dp"); },
                    in_axes(none, 0), axis_name("dp"));
-  std::cout << rank << ": " << step(ones({3}), expand_dims(local, 0)) << "\n";  // mean of x over ranks
+  // The mean of x over ranks:
+  std::cout << rank << ": " << step(ones({3}), expand_dims(local, 0)) << "\n";
   if (rank == 0) std::cout << n << " processes\n";
 }

@@ -822,43 +822,29 @@ std::vector<PrimitiveSample> make_table() {
     a.set("over", std::string("dp"));
     return a;
   };
-  c.push_back({.prim = "process_all_reduce",
-               .label = "",
-               .make =
-                   [over](Gen& g) {
-                     return Sample{{{g.normal(Shape{g.dim(), 2})}},
-                                   over({{"op", std::string("sum")}})};
-                   }});
-  c.push_back({.prim = "process_all_reduce",
-               .label = "max",
-               .make =
-                   [over](Gen& g) {
-                     return Sample{{{g.distinct(Shape{g.dim(), 2})}},
-                                   over({{"op", std::string("max")}})};
-                   }});
+  c.push_back({.prim = "process_all_reduce", .label = "", .make = [over](Gen& g) {
+                 return Sample{{{g.normal(Shape{g.dim(), 2})}}, over({{"op", std::string("sum")}})};
+               }});
+  c.push_back(
+      {.prim = "process_all_reduce", .label = "max", .make = [over](Gen& g) {
+         return Sample{{{g.distinct(Shape{g.dim(), 2})}}, over({{"op", std::string("max")}})};
+       }});
   for (const char* prim : {"process_all_gather", "process_reduce_scatter"})
-    c.push_back({.prim = prim,
-                 .label = "",
-                 .make =
-                     [over](Gen& g) {
-                       return Sample{{{g.normal(Shape{3, g.dim()})}},
-                                     over({{"sizes", std::vector<int64_t>{3}}})};
-                     }});
-  c.push_back({.prim = "process_all_to_all",
-               .label = "",
-               .make =
-                   [over](Gen& g) {
-                     return Sample{{{g.normal(Shape{3, 3, g.dim()})}},
-                                   over({{"sizes", std::vector<int64_t>{3}}})};
-                   }});
+    c.push_back({.prim = prim, .label = "", .make = [over](Gen& g) {
+                   return Sample{{{g.normal(Shape{3, g.dim()})}},
+                                 over({{"sizes", std::vector<int64_t>{3}}})};
+                 }});
+  c.push_back({.prim = "process_all_to_all", .label = "", .make = [over](Gen& g) {
+                 return Sample{{{g.normal(Shape{3, 3, g.dim()})}},
+                               over({{"sizes", std::vector<int64_t>{3}}})};
+               }});
   c.push_back({.prim = "process_permute",
                .label = "",
-               .make =
-                   [over](Gen& g) {  // example 0 receives nothing: zeros
-                     return Sample{{{g.normal(Shape{3, g.dim()})}},
-                                   over({{"sizes", std::vector<int64_t>{3}},
-                                         {"perm", std::vector<int64_t>{0, 2, 2, 1}}})};
-                   }});
+               .make = [over](Gen& g) {  // example 0 receives nothing: zeros
+                 return Sample{{{g.normal(Shape{3, g.dim()})}},
+                               over({{"sizes", std::vector<int64_t>{3}},
+                                     {"perm", std::vector<int64_t>{0, 2, 2, 1}}})};
+               }});
 
   // ---- linear algebra through LAPACK (src/ops/linalg.cpp): well-conditioned matrices, so
   // finite differences are accurate; SPD ones for cholesky ----

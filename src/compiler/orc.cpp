@@ -62,8 +62,10 @@ HostCpu detect_host() {
 // libm) in the process's symbol table.
 class Jit {
  public:
+  // Never destroyed: jitted functions with static storage are destroyed at exit, after this
+  // would be, and still drop their code from it.
   static Jit& get() {
-    static Jit jit;
+    static Jit& jit = *new Jit;
     return jit;
   }
   llvm::orc::LLJIT& lljit() { return *jit_; }

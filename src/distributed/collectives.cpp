@@ -86,9 +86,7 @@ std::vector<int64_t> dims_with(const Shape& s, std::initializer_list<int> varyin
 
 std::byte* bytes(const Tensor& t) { return static_cast<std::byte*>(t.raw_data()); }
 
-Attrs with_sizes(const std::string& axis, const Sizes& s) {
-  return {{"over", axis}, {"sizes", s}};
-}
+Attrs with_sizes(const std::string& axis, const Sizes& s) { return {{"over", axis}, {"sizes", s}}; }
 
 // ---- all_reduce ----------------------------------------------------------------------------
 
@@ -111,10 +109,11 @@ std::vector<Tensor> all_reduce_kernel(ops::Ins in, const Attrs& a) {
   Tensor out = empty(src.type());
   const Arrival arrival{user_name(r), over(a), x.dtype(), x.shape().dims()};
   if (distributed::process_count() == 1) {
-    std::memcpy(out.raw_data(), src.raw_data(), static_cast<std::size_t>(src.numel()) * dtype_size(src.dtype()));
+    std::memcpy(out.raw_data(), src.raw_data(),
+                static_cast<std::size_t>(src.numel()) * dtype_size(src.dtype()));
   } else {
     const auto lock = distributed::arrive(arrival);
-    const MPI_Op op = r == distributed::Reduce::sum ? MPI_SUM
+    const MPI_Op op = r == distributed::Reduce::sum   ? MPI_SUM
                       : r == distributed::Reduce::max ? MPI_MAX
                                                       : MPI_MIN;
     const std::size_t es = dtype_size(src.dtype());
@@ -122,10 +121,10 @@ std::vector<Tensor> all_reduce_kernel(ops::Ins in, const Attrs& a) {
     constexpr int64_t kPiece = int64_t{1} << 30;
     for (int64_t done = 0; done < src.numel(); done += kPiece) {
       const int n = static_cast<int>(std::min(kPiece, src.numel() - done));
-      distributed::check(MPI_Allreduce(bytes(src) + done * es, bytes(out) + done * es, n,
-                                       distributed::mpi_type(src.dtype()), op,
-                                       distributed::world()),
-                         arrival, "MPI_Allreduce");
+      distributed::check(
+          MPI_Allreduce(bytes(src) + done * es, bytes(out) + done * es, n,
+                        distributed::mpi_type(src.dtype()), op, distributed::world()),
+          arrival, "MPI_Allreduce");
     }
   }
   return {is_half(x.dtype()) ? astype(out, x.dtype()) : out};
@@ -168,10 +167,11 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
     starts.push_back(to_int("all_gather", offset_of(s, static_cast<int>(p)), "row offset"));
   }
   const RowType t("all_gather", row);
-  distributed::check(MPI_Allgatherv(x.raw_data(), counts[static_cast<std::size_t>(distributed::process_index())],
-                                    t.type, out.raw_data(), counts.data(), starts.data(), t.type,
-                                    distributed::world()),
-                     arrival, "MPI_Allgatherv");
+  distributed::check(
+      MPI_Allgatherv(x.raw_data(), counts[static_cast<std::size_t>(distributed::process_index())],
+                     t.type, out.raw_data(), counts.data(), starts.data(), t.type,
+                     distributed::world()),
+      arrival, "MPI_Allgatherv");
   return {out};
 }
 
@@ -194,10 +194,10 @@ std::vector<Tensor> reduce_scatter_kernel(ops::Ins in, const Attrs& a) {
     std::vector<int> counts;
     for (int64_t k : s) counts.push_back(to_int("psum_scatter", k * row, "elements per process"));
     if (src.numel() > 0)
-      distributed::check(MPI_Reduce_scatter(src.raw_data(), out.raw_data(), counts.data(),
-                                            distributed::mpi_type(src.dtype()), MPI_SUM,
-                                            distributed::world()),
-                         arrival, "MPI_Reduce_scatter");
+      distributed::check(
+          MPI_Reduce_scatter(src.raw_data(), out.raw_data(), counts.data(),
+                             distributed::mpi_type(src.dtype()), MPI_SUM, distributed::world()),
+          arrival, "MPI_Reduce_scatter");
   }
   return {is_half(x.dtype()) ? astype(out, x.dtype()) : out};
 }
@@ -218,7 +218,8 @@ std::vector<Tensor> all_to_all_kernel(ops::Ins in, const Attrs& a) {
   // From process q: y_q[offset_me : offset_me + mine] = [mine, L_q, R...], back to back.
   std::vector<int64_t> from(static_cast<std::size_t>(n_proc) + 1, 0);
   for (int q = 0; q < n_proc; ++q)
-    from[static_cast<std::size_t>(q) + 1] = from[static_cast<std::size_t>(q)] + mine * s[static_cast<std::size_t>(q)];
+    from[static_cast<std::size_t>(q) + 1] =
+        from[static_cast<std::size_t>(q)] + mine * s[static_cast<std::size_t>(q)];
   Tensor received = y;
   if (n_proc > 1) {
     const Arrival arrival{"all_to_all", over(a), y.dtype(), dims_with(y.shape(), {1})};
@@ -231,7 +232,8 @@ std::vector<Tensor> all_to_all_kernel(ops::Ins in, const Attrs& a) {
         send_counts.push_back(to_int("all_to_all", lq * mine, "blocks per process"));
         send_starts.push_back(to_int("all_to_all", offset_of(s, q) * mine, "block offset"));
         recv_counts.push_back(to_int("all_to_all", mine * lq, "blocks per process"));
-        recv_starts.push_back(to_int("all_to_all", from[static_cast<std::size_t>(q)], "block offset"));
+        recv_starts.push_back(
+            to_int("all_to_all", from[static_cast<std::size_t>(q)], "block offset"));
       }
       const RowType t("all_to_all", unit);
       distributed::check(MPI_Alltoallv(y.raw_data(), send_counts.data(), send_starts.data(), t.type,
@@ -280,7 +282,8 @@ std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
   const int me = distributed::process_index(), n_proc = static_cast<int>(s.size());
   const int64_t base = offset_of(s, me);
   Tensor out = ops::zeros_of(x.type()).contiguous();
-  const std::size_t row = static_cast<std::size_t>(elems_from(x.shape(), 1)) * dtype_size(x.dtype());
+  const std::size_t row =
+      static_cast<std::size_t>(elems_from(x.shape(), 1)) * dtype_size(x.dtype());
   // Rows to each peer and the rows expected from each, in pair order on both sides.
   std::vector<std::vector<int64_t>> send(static_cast<std::size_t>(n_proc)), recv(send.size());
   for (const auto& [from, to] : pairs_of(a)) {
@@ -303,9 +306,11 @@ std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
     if (!recv[k].empty()) {
       incoming[k].resize(recv[k].size() * row);
       requests.emplace_back();
-      distributed::check(MPI_Irecv(incoming[k].data(), to_int("ppermute", static_cast<int64_t>(incoming[k].size()), "bytes per peer"),
-                                   MPI_BYTE, q, 0, distributed::world(), &requests.back()),
-                         arrival, "MPI_Irecv");
+      distributed::check(
+          MPI_Irecv(incoming[k].data(),
+                    to_int("ppermute", static_cast<int64_t>(incoming[k].size()), "bytes per peer"),
+                    MPI_BYTE, q, 0, distributed::world(), &requests.back()),
+          arrival, "MPI_Irecv");
     }
     if (!send[k].empty()) {
       for (int64_t r : send[k]) {
@@ -313,14 +318,16 @@ std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
         outgoing[k].insert(outgoing[k].end(), p, p + row);
       }
       requests.emplace_back();
-      distributed::check(MPI_Isend(outgoing[k].data(), to_int("ppermute", static_cast<int64_t>(outgoing[k].size()), "bytes per peer"),
-                                   MPI_BYTE, q, 0, distributed::world(), &requests.back()),
-                         arrival, "MPI_Isend");
+      distributed::check(
+          MPI_Isend(outgoing[k].data(),
+                    to_int("ppermute", static_cast<int64_t>(outgoing[k].size()), "bytes per peer"),
+                    MPI_BYTE, q, 0, distributed::world(), &requests.back()),
+          arrival, "MPI_Isend");
     }
   }
-  distributed::check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(),
-                                 MPI_STATUSES_IGNORE),
-                     arrival, "MPI_Waitall");
+  distributed::check(
+      MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE), arrival,
+      "MPI_Waitall");
   for (std::size_t q = 0; q < recv.size(); ++q)
     for (std::size_t i = 0; i < recv[q].size(); ++i)
       std::memcpy(bytes(out) + recv[q][i] * static_cast<int64_t>(row), incoming[q].data() + i * row,

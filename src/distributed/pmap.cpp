@@ -55,8 +55,8 @@ auto with_split(PmapCache& cache, const TreeDef& args_def, const std::vector<Ten
          "', expected one pmap at a time (map an inner axis with vmap)");
   const MappedLeaves mapped = mapped_leaves(cache.options, args_def, leaves);
   VmapOptions options = cache.options;
-  options.processes = distributed::exchange_sizes(
-      mapped.size, signature(args_def, leaves, mapped), cache.options.name);
+  options.processes = distributed::exchange_sizes(mapped.size, signature(args_def, leaves, mapped),
+                                                  cache.options.name);
   std::shared_ptr<JitCache>& jit = cache.jits[options.processes->sizes];
   if (!jit) jit = make_jit_cache("pmap", std::nullopt);
   const FlatFn mapped_fn = [&](const std::vector<Tensor>& in, TreeDef& out_def) {

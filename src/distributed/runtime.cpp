@@ -46,9 +46,9 @@ struct Peer {
 };
 
 struct World {
-  std::mutex mutex;  // collectives run one at a time (MPI_THREAD_SERIALIZED)
+  std::mutex mutex;                      // collectives run one at a time (MPI_THREAD_SERIALIZED)
   std::atomic<bool> initialized{false};  // read without the mutex: kernels holding it ask
-  bool owns_mpi = false;  // we called MPI_Init, so finalize ends MPI
+  bool owns_mpi = false;                 // we called MPI_Init, so finalize ends MPI
   bool finalized = false;
   int rank = 0, size = 1;
   MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
@@ -137,8 +137,7 @@ bool same_operand(const Header& a, const Header& b) {
 
 // Exchanges headers with every process. Returns them in process order once all have arrived;
 // raises an Error (and marks the group broken) when a fault means they never will.
-std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op,
-                               double timeout) {
+std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op, double timeout) {
   std::vector<Header> all(static_cast<std::size_t>(w.size));
   MPI_Request request;
   int rc = MPI_Iallgather(&mine, sizeof(Header), MPI_BYTE, all.data(), sizeof(Header), MPI_BYTE,
@@ -159,8 +158,8 @@ std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op
       broken_fail(w, op, "MPI_Test failed while " + where);
     if (done) return all;
     if (g_sigterm.load())
-      broken_fail(w, op,
-                  "the launcher is ending the job (SIGTERM: another process failed) while " + where);
+      broken_fail(
+          w, op, "the launcher is ending the job (SIGTERM: another process failed) while " + where);
     const auto now = Clock::now();
     if (now >= next_check) {
       next_check = now + std::chrono::milliseconds(20);
@@ -234,7 +233,8 @@ void on_terminate() {
     Header h = header(w, Kind::failed, nullptr);
     copy_text(h.text, sizeof h.text, what);
     try {
-      rendezvous(w, h, "distributed", std::min(30.0, seconds_from_env("KILN_COLLECTIVE_TIMEOUT", 300)));
+      rendezvous(w, h, "distributed",
+                 std::min(30.0, seconds_from_env("KILN_COLLECTIVE_TIMEOUT", 300)));
       // Give the others a moment to report before the launcher ends the job.
       std::this_thread::sleep_for(std::chrono::milliseconds(300));
     } catch (...) {
@@ -345,8 +345,9 @@ std::vector<Header> gather(World& w, const Header& mine, const std::string& op) 
   std::vector<Header> all =
       rendezvous(w, mine, op, seconds_from_env("KILN_COLLECTIVE_TIMEOUT", 300));
   if (std::optional<std::string> fault = fault_in(all, w.rank))
-    broken_fail(w, op, *fault + ", while process " + std::to_string(w.rank) + " waits in " +
-                           describe(mine));
+    broken_fail(
+        w, op,
+        *fault + ", while process " + std::to_string(w.rank) + " waits in " + describe(mine));
   for (std::size_t p = 0; p < all.size(); ++p) {
     const Header& h = all[p];
     if (h.sequence != mine.sequence || std::strcmp(h.collective, mine.collective) != 0 ||
@@ -370,8 +371,8 @@ std::vector<std::string> gather_text(World& w, const std::string& mine) {
                  w.control);
   std::vector<std::string> out;
   for (std::size_t p = 0; p < lengths.size(); ++p)
-    out.push_back(all.substr(static_cast<std::size_t>(starts[p]),
-                             static_cast<std::size_t>(lengths[p])));
+    out.push_back(
+        all.substr(static_cast<std::size_t>(starts[p]), static_cast<std::size_t>(lengths[p])));
   return out;
 }
 
@@ -416,9 +417,8 @@ detail::ProcessSpan exchange_sizes(int64_t local, const std::string& signature,
     const std::vector<std::string> text = gather_text(w, signature);
     for (std::size_t p = 0; p < text.size(); ++p)
       if (text[p] != signature)
-        fail("pmap", "processes call pmap over '", axis,
-             "' with different arguments: got ", signature, " on process ", w.rank, " and ",
-             text[p], " on process ", p,
+        fail("pmap", "processes call pmap over '", axis, "' with different arguments: got ",
+             signature, " on process ", w.rank, " and ", text[p], " on process ", p,
              ", expected the same structure, dtypes and per-example shapes on every process");
   }
   return span;
@@ -432,8 +432,8 @@ void check(int rc, const Arrival& a, std::string_view call) {
   int n = 0;
   MPI_Error_string(rc, text, &n);
   broken_fail(state(), a.collective,
-              std::string(call) + " over '" + std::string(a.axis) + "' failed: " +
-                  std::string(text, static_cast<std::size_t>(n)));
+              std::string(call) + " over '" + std::string(a.axis) +
+                  "' failed: " + std::string(text, static_cast<std::size_t>(n)));
 }
 
 MPI_Datatype mpi_type(DType d) {

@@ -104,8 +104,8 @@ std::vector<Equation> topological(std::vector<Equation> eqs, const Function& f) 
     out.push_back(std::move(eqs[i]));
   }
   if (out.size() != eqs.size())
-    fail("bucket_all_reduces", "a cycle in @", f.name, " after bucketing: got ", out.size(),
-         " of ", eqs.size(), " equations in order");
+    fail("bucket_all_reduces", "a cycle in @", f.name, " after bucketing: got ", out.size(), " of ",
+         eqs.size(), " equations in order");
   return out;
 }
 

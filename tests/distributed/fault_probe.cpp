@@ -25,10 +25,12 @@ int main(int argc, char** argv) {
   }
   // "inside": process 1 throws while tracing the function, after the call's start, so that
   // process 0 waits inside the compiled psum.
-  const auto inside = pmap([me](const Tensor& v) {
-    if (me == 1) throw Error("model", "process 1 hit a bad batch");
-    return psum(v * 2.0, "dp");
-  }, axis_name("dp"));
+  const auto inside = pmap(
+      [me](const Tensor& v) {
+        if (me == 1) throw Error("model", "process 1 hit a bad batch");
+        return psum(v * 2.0, "dp");
+      },
+      axis_name("dp"));
   if (mode == "inside" && me == 1) inside(ones({1, 4}));
   try {
     if (mode == "inside") inside(ones({1, 4}));

@@ -100,6 +100,26 @@ TEST_P(Pmap, ExchangingCollectivesMatchVmapOverTheWholeAxis) {
                1e-12, "pmap(vmap) with two axis names");
 }
 
+// vmap of a pmapped function: the process-level collectives' own batching rules. Checked
+// against a loop that calls the pmapped function once per vmap example.
+TEST_P(Pmap, VmapOfPmap) {
+  const Split s = split(GetParam());
+  const int64_t n = s.total;
+  const Tensor x = global_data(s, {2, n}, 13);  // local [L, 2, N]: vmap over axis 1
+  std::vector<std::pair<int64_t, int64_t>> perm;
+  for (int64_t i = 0; i < n; ++i) perm.emplace_back(i, (i + 1) % n);
+  auto f = [perm](const Tensor& v) {
+    return psum(v, "dp") * ppermute(v, "dp", perm) + sum(all_gather(v, "dp"), {0}) +
+           all_to_all(v, "dp", 0, 0) * pmax(v, "dp") + psum_scatter(v, "dp", 0);
+  };
+  const auto p = pmap(f, axis_name("dp"));
+  const Tensor got =
+      vmap([&](const Tensor& u) { return p(u); }, in_axes(1), out_axes(1))(mine(x, s));
+  std::vector<Tensor> loop;
+  for (int64_t b = 0; b < 2; ++b) loop.push_back(p(index(moveaxis(mine(x, s), 1, 0), b)));
+  expect_close(got, stack(loop, 1), 1e-12, "vmap(pmap(f))");
+}
+
 TEST_P(Pmap, DtypesOfTheReductions) {
   const Split s = split(GetParam());
   const Tensor x = global_data(s, {3}, 2);
@@ -120,7 +140,8 @@ TEST_P(Pmap, SharedArgumentsAndOutAxes) {
   const Split s = split(GetParam());
   const Tensor x = global_data(s, {2, 3}, 3), w = tensor(testing::random_values(3, 4), {3});
   auto f = [](const Tensor& w, const Tensor& v) { return psum(v, "dp") * w + v; };
-  const Tensor got = pmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(mine(x, s), 0, 1));
+  const Tensor got =
+      pmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(mine(x, s), 0, 1));
   const Tensor want = vmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(x, 0, 1));
   expect_close(got, slice(want, {Slice{}, Slice{}, Slice{s.offset, s.offset + s.local}}), 1e-12,
                "in_axes(none, 1), out_axes(2)");
@@ -133,7 +154,8 @@ TEST_P(Pmap, GradOfPmap) {
   const Split s = split(GetParam());
   const Tensor x = global_data(s, {3}, 5);
   auto f = [](const Tensor& v) { return sin(v) * pmean(v * v, "dp") + pmax(v, "dp"); };
-  const Tensor got = grad([&](const Tensor& v) { return sum(pmap(f, axis_name("dp"))(v)); })(mine(x, s));
+  const Tensor got =
+      grad([&](const Tensor& v) { return sum(pmap(f, axis_name("dp"))(v)); })(mine(x, s));
   const Tensor want = grad([&](const Tensor& v) { return sum(vmap(f, axis_name("dp"))(v)); })(x);
   expect_close(got, mine(want, s), 1e-12, "grad(pmap(f))");
   const Tensor gathered = grad([&](const Tensor& v) {
@@ -184,6 +206,16 @@ TEST_P(Pmap, ReductionsAreDeterministicAndTheSameOnEveryProcess) {
                           index(first, 0).contiguous().raw_data(), (1 << 16) * sizeof(float)),
               0)
         << "example " << p << " differs";
+}
+
+// A pmapped function with static storage is destroyed at exit, after the compiler's
+// singletons were: it must still drop its code cleanly (it crashed at exit under mpirun, and
+// ASan reports the use after free of the destroyed JIT).
+const auto g_static_psum = pmap([](const Tensor& v) { return psum(v, "dp"); }, axis_name("dp"));
+
+TEST(PmapLifetime, StaticPmappedFunctionOutlivesMain) {
+  const Tensor got = g_static_psum(ones({1, 3}));
+  expect_close(got, full({1, 3}, distributed::process_count()), 0, "psum of ones");
 }
 
 int64_t count(const ir::Function& f, const std::string& prim) {
@@ -243,13 +275,17 @@ TEST(PmapErrors, MismatchedArgumentsAcrossProcessesAreReportedByName) {
 }
 
 TEST(PmapErrors, UnknownAxisListsTheAxesInScope) {
-  const auto p = pmap([](const Tensor& v) {
-    return vmap([](const Tensor& u) { return psum(u, "batch"); }, axis_name("inner"))(v);
-  }, axis_name("dp"));
+  const auto p = pmap(
+      [](const Tensor& v) {
+        return vmap([](const Tensor& u) { return psum(u, "batch"); }, axis_name("inner"))(v);
+      },
+      axis_name("dp"));
   expect_error([&] { p(ones({1, 2, 3})); }, "psum", {"'batch'", "dp, inner"});
-  const auto nested = pmap([](const Tensor& v) {
-    return pmap([](const Tensor& u) { return u; }, axis_name("inner"))(v);
-  }, axis_name("dp"));
+  const auto nested = pmap(
+      [](const Tensor& v) {
+        return pmap([](const Tensor& u) { return u; }, axis_name("inner"))(v);
+      },
+      axis_name("dp"));
   expect_error([&] { nested(ones({1, 1, 2})); }, "pmap", {"nested pmap", "'dp'"});
 }
 
@@ -258,11 +294,16 @@ TEST(PmapErrors, ProcessCollectivesCheckTheirOperandOnEveryProcess) {
   // The arguments agree, but process 1's function brings another shape to the all-reduce:
   // every process gets the Error, naming both operands.
   const int me = distributed::process_index();
-  const auto p = pmap([me](const Tensor& v) {
-    return psum(me == 1 ? concatenate({v, v}) : v, "dp");
-  }, axis_name("dp"));
-  expect_error([&] { p(ones({1, 2})); }, "psum",
-               {"processes disagree on the operand", "f32[2]", "f32[4]"});
+  const auto p = pmap(
+      [me](const Tensor& v) {
+        return psum(me == 1 ? concatenate({v, v}) : v, "dp");
+      },
+      axis_name("dp"));
+  expect_error(
+      [&] {
+        p(ones({1, 2}));
+      },
+      "psum", {"processes disagree on the operand", "f32[2]", "f32[4]"});
   const auto q = pmap([](const Tensor& v) { return psum(v, "dp"); }, axis_name("dp"));
   expect_close(q(ones({1, 2})), full({1, 2}, distributed::process_count()), 0,
                "psum after the error");

@@ -82,7 +82,7 @@ struct ProcessSpan {
 // The named axes of the vmaps being traced or evaluated on this thread, innermost last.
 struct AxisScope {
   std::string name;
-  int64_t size = 0;                        // the whole axis: every process's examples
+  int64_t size = 0;                      // the whole axis: every process's examples
   std::optional<ProcessSpan> processes;  // set under pmap
 };
 class AxisScopeGuard {
