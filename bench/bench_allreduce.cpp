@@ -160,9 +160,10 @@ int main(int argc, char** argv) {
   }
   const std::optional<Flags> flags = parse_flags(argc, argv);
   if (!flags) {
-    std::fprintf(stderr,
-                 "usage: bench_allreduce [--sizes 1MB,16MB,256MB] [--reps 9] [--target 0.2] "
-                 "[--threads 1] [--sides bare,psum,local]\n");
+    if (distributed::process_index() == 0)
+      std::fprintf(stderr,
+                   "usage: bench_allreduce [--sizes 1MB,16MB,256MB] [--reps 9] [--target 0.2] "
+                   "[--threads 1] [--sides bare,psum,local]\n");
     return 2;
   }
   set_num_threads(flags->threads);
@@ -247,7 +248,7 @@ int main(int argc, char** argv) {
   int all_failures = 0;
   MPI_Allreduce(&failures, &all_failures, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (root) {
-    std::printf("# load at the end [%s]; bare/psum > 1: psum is faster\n",
+    std::printf("# load at the end [%s]; vs bare > 1: faster than bare\n",
                 side_by_side::load().c_str());
     if (all_failures) std::printf("# WRONG RESULTS: %d checks failed\n", all_failures);
   }
