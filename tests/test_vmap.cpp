@@ -334,7 +334,8 @@ TEST(VmapApi, CollectivesInsideSubFunctionsOfUnbatchedValues) {
   EXPECT_EQ(got.to_vector<double>(), (std::vector<double>{11, 12, 13, 14}));  // x + 4 * 2.5
   const Tensor looped = vmap(
       [&](const Tensor& x, const Tensor& v) {
-        return x + fori_loop(0, 2, [](const Tensor&, const Tensor& c) { return psum(c, "i"); }, v);
+        return x + fori_loop(
+                       0, 2, [](const Tensor&, const Tensor& c) { return psum(c, "i"); }, v);
       },
       in_axes(0, none), axis_name("i"))(xs, w);
   EXPECT_EQ(looped.to_vector<double>(), (std::vector<double>{41, 42, 43, 44}));  // 16 * 2.5
