@@ -247,39 +247,35 @@ const Primitive& prim::psum() {
   return p;
 }
 
+namespace {
+
+// pmax and pmin: one definition, the reduction apart.
+const Primitive& register_extremum(const char* name, distributed::Reduce reduce) {
+  return detail::register_builtin(
+      {.name = name,
+       .arity = 1,
+       .type_rule =
+           [name](ops::Types in, const Attrs&) {
+             return std::vector<TensorType>{same_numeric_type(name, in)};
+           },
+       .jvp = extremum_jvp,
+       .vjp = extremum_vjp,
+       .batch = [reduce](const BatchArgs& b) -> std::vector<Batched> {
+         if (other_axis(b)) return ops::batch_elementwise(b);
+         return extremum_own_axis(b, reduce);
+       }},
+      {{ops::cpu({DTypeSet::numeric()}), unbound(name)}});
+}
+
+}  // namespace
+
 const Primitive& prim::pmax() {
-  static const Primitive& p =
-      detail::register_builtin({.name = "pmax",
-                                .arity = 1,
-                                .type_rule =
-                                    [](ops::Types in, const Attrs&) {
-                                      return std::vector<TensorType>{same_numeric_type("pmax", in)};
-                                    },
-                                .jvp = extremum_jvp,
-                                .vjp = extremum_vjp,
-                                .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-                                  if (other_axis(b)) return ops::batch_elementwise(b);
-                                  return extremum_own_axis(b, distributed::Reduce::max);
-                                }},
-                               {{ops::cpu({DTypeSet::numeric()}), unbound("pmax")}});
+  static const Primitive& p = register_extremum("pmax", distributed::Reduce::max);
   return p;
 }
 
 const Primitive& prim::pmin() {
-  static const Primitive& p =
-      detail::register_builtin({.name = "pmin",
-                                .arity = 1,
-                                .type_rule =
-                                    [](ops::Types in, const Attrs&) {
-                                      return std::vector<TensorType>{same_numeric_type("pmin", in)};
-                                    },
-                                .jvp = extremum_jvp,
-                                .vjp = extremum_vjp,
-                                .batch = [](const BatchArgs& b) -> std::vector<Batched> {
-                                  if (other_axis(b)) return ops::batch_elementwise(b);
-                                  return extremum_own_axis(b, distributed::Reduce::min);
-                                }},
-                               {{ops::cpu({DTypeSet::numeric()}), unbound("pmin")}});
+  static const Primitive& p = register_extremum("pmin", distributed::Reduce::min);
   return p;
 }
 
