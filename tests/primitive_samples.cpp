@@ -616,18 +616,23 @@ std::vector<PrimitiveSample> make_table() {
 
   // ---- collectives over a named axis (inputs: the whole axis, Gen::axis_size examples) ----
   const Attrs named{{"axis_name", std::string("batch")}};
-  c.push_back({.prim = "psum",
-               .label = "",
-               .make =
-                   [named](Gen& g) {
-                     return Sample{{{g.normal(Shape{g.axis_size(), g.dim(), 2})}}, named};
-                   },
-               .axis_name = "batch",
-               .vmap = {.reference = collective([](const Ts& xs) {
-                          Tensor s = xs[0];
-                          for (std::size_t i = 1; i < xs.size(); ++i) s = s + xs[i];
-                          return s;
-                        })}});
+  // The reference of a reduction over the axis: the examples folded with op, in order.
+  const auto folded = [](auto op) {
+    return collective([op](const Ts& xs) {
+      Tensor r = xs[0];
+      for (std::size_t i = 1; i < xs.size(); ++i) r = op(r, xs[i]);
+      return r;
+    });
+  };
+  c.push_back(
+      {.prim = "psum",
+       .label = "",
+       .make =
+           [named](Gen& g) {
+             return Sample{{{g.normal(Shape{g.axis_size(), g.dim(), 2})}}, named};
+           },
+       .axis_name = "batch",
+       .vmap = {.reference = folded([](const Tensor& a, const Tensor& b) { return a + b; })}});
   c.push_back({.prim = "pmax",
                .label = "",
                .make =
@@ -635,11 +640,8 @@ std::vector<PrimitiveSample> make_table() {
                      return Sample{{{g.distinct(Shape{g.axis_size(), g.dim(), 2})}}, named};
                    },
                .axis_name = "batch",
-               .vmap = {.reference = collective([](const Ts& xs) {
-                          Tensor m = xs[0];
-                          for (std::size_t i = 1; i < xs.size(); ++i) m = maximum(m, xs[i]);
-                          return m;
-                        })}});
+               .vmap = {.reference = folded(
+                            [](const Tensor& a, const Tensor& b) { return maximum(a, b); })}});
   c.push_back({.prim = "all_gather",
                .label = "",
                .make =
@@ -688,11 +690,8 @@ std::vector<PrimitiveSample> make_table() {
                      return Sample{{{g.distinct(Shape{g.axis_size(), g.dim(), 2})}}, named};
                    },
                .axis_name = "batch",
-               .vmap = {.reference = collective([](const Ts& xs) {
-                          Tensor m = xs[0];
-                          for (std::size_t i = 1; i < xs.size(); ++i) m = minimum(m, xs[i]);
-                          return m;
-                        })}});
+               .vmap = {.reference = folded(
+                            [](const Tensor& a, const Tensor& b) { return minimum(a, b); })}});
   c.push_back(integers({.prim = "pmin",
                         .label = "int32",
                         .make =
