@@ -36,6 +36,9 @@ std::ostream& operator<<(std::ostream& os, const TensorType& t);
 class Storage {
  public:
   Storage(std::size_t nbytes, Device device);
+  // Memory owned elsewhere (a NumPy array, a DLPack tensor): `owner` stays alive as long as
+  // this storage does, and is what releases the memory.
+  Storage(void* data, std::size_t nbytes, Device device, std::shared_ptr<void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -47,6 +50,7 @@ class Storage {
   void* data_;
   std::size_t nbytes_;
   Device device_;
+  std::shared_ptr<void> owner_;  // set for borrowed memory
 };
 
 namespace detail {

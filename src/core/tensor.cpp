@@ -36,7 +36,11 @@ std::ostream& operator<<(std::ostream& os, const TensorType& t) { return os << t
 
 Storage::Storage(std::size_t nbytes, Device device)
     : data_(detail::allocate_block(nbytes)), nbytes_(nbytes), device_(device) {}
-Storage::~Storage() { detail::free_block(data_, nbytes_); }
+Storage::Storage(void* data, std::size_t nbytes, Device device, std::shared_ptr<void> owner)
+    : data_(data), nbytes_(nbytes), device_(device), owner_(std::move(owner)) {}
+Storage::~Storage() {
+  if (!owner_) detail::free_block(data_, nbytes_);
+}
 
 const TensorImpl& Tensor::checked() const {
   if (!impl_)

@@ -1,0 +1,7 @@
+"""Kiln: differentiable programming with eager tensors and composable transformations.
+
+`import kiln as kl`; see docs/PYTHON.md. The native core is kiln._kiln (C++, pybind11); this
+package re-exports it and adds the parts written in Python.
+"""
+from ._kiln import *  # noqa: F401,F403
+from ._kiln import Error, Tensor, asarray, dtype  # noqa: F401

@@ -1,0 +1,75 @@
+// Internal to the Python module kiln._kiln (docs/PYTHON.md): what its files share. Each file
+// binds one part of Kiln's API; module.cpp calls them in order.
+#pragma once
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "kiln/kiln.h"
+
+namespace kiln::python {
+
+namespace py = pybind11;
+
+// One function per part of the API, each in the file of its name; module.cpp calls them in
+// this order.
+void bind_errors(py::module_& m);        // kiln.Error
+void bind_tensor(py::module_& m);        // kiln.Tensor, dtypes, asarray, NumPy's buffers
+void bind_dlpack(py::module_& m);        // __dlpack__, from_dlpack
+void bind_ops(py::module_& m);           // the operations, on the top level
+void bind_random(py::module_& m);        // kiln.random
+void bind_tree(py::module_& m);          // pytrees, kiln.tree
+void bind_transforms(py::module_& m);    // grad, vjp, jvp, vmap, jit, ...; collectives
+void bind_control_flow(py::module_& m);  // cond, switch, while_loop, fori_loop, scan
+void bind_nn(py::module_& m);            // kiln.nn
+void bind_optim(py::module_& m);         // kiln.optim
+void bind_data(py::module_& m);          // kiln.data
+void bind_io(py::module_& m);            // kiln.io: safetensors
+
+// An Error's message for Python: Kiln's C++ location replaced by the user's Python line.
+std::string python_message(const Error& e);
+
+// A Python value as a Tensor. A kiln.Tensor is taken as is; an object with the buffer protocol
+// or __array_interface__ (a NumPy array) shares its memory when Kiln can view it (a supported
+// dtype, strides in whole elements) and is copied otherwise; Python scalars and nested lists are
+// copied (bool -> bool, int -> int32, float -> float32, as JAX does). `dtype` converts.
+Tensor to_tensor(py::handle value, std::optional<DType> dtype = std::nullopt);
+// An operand next to `like` in arithmetic: a Python scalar is weakly typed (`x * 2.0` keeps x's
+// dtype, as in C++); anything else goes through to_tensor.
+Tensor operand(py::handle value, const Tensor& like);
+// kiln.float32, a NumPy dtype or type, a name ("float32"), or Python's bool, int or float.
+DType to_dtype(py::handle value);
+// The Python object for a dtype (kiln.float32, ...).
+py::object dtype_object(DType dtype);
+
+// Python types whose values are C++ trees (nn layers, optimiser states; kiln/tree.h): the pytree
+// code flattens them into Tensor leaves and a TreeDef, and rebuilds them from those.
+struct NativeTree {
+  std::function<detail::FlatTree(py::handle value)> flatten;
+  std::function<py::object(const TreeDef& def, std::span<const Tensor> leaves)> unflatten;
+};
+void register_native_tree(py::handle type, NativeTree tree);
+// nullptr when `type` is not registered.
+const NativeTree* find_native_tree(py::handle type);
+// Registers a bound C++ tree type T.
+template <class T>
+void register_native_tree(const py::class_<T>& cls) {
+  register_native_tree(cls, NativeTree{
+                                .flatten =
+                                    [](py::handle value) {
+                                      auto [leaves, def] = tree_flatten(value.cast<const T&>());
+                                      return detail::FlatTree{std::move(leaves), std::move(def)};
+                                    },
+                                .unflatten =
+                                    [](const TreeDef& def, std::span<const Tensor> leaves) {
+                                      return py::cast(tree_unflatten<T>(def, leaves));
+                                    },
+                            });
+}
+
+}  // namespace kiln::python

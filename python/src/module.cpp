@@ -1,0 +1,10 @@
+// kiln._kiln: Kiln's C++ API as a Python extension module. The package kiln (python/kiln/)
+// re-exports it with the parts written in Python; see docs/PYTHON.md.
+#include "bindings.h"
+
+PYBIND11_MODULE(_kiln, m) {
+  m.doc() = "Kiln's native core; import kiln, not this module.";
+  using namespace kiln::python;
+  bind_errors(m);
+  bind_tensor(m);
+}
