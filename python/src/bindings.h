@@ -85,6 +85,8 @@ std::optional<DType> to_optional_dtype(py::handle value);
 std::pair<Tensor, Tensor> operands(py::handle a, py::handle b);
 // A Python int from an index-like object (int, NumPy integer, 0-d integer tensor).
 int64_t to_int(py::handle value);
+// True for a Python int (not a bool) or a NumPy integer scalar: not an array or a tensor.
+bool is_int(py::handle value);
 // Python's `/` (numpy.true_divide): integers and bools divide as floats.
 Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc);
 

@@ -40,7 +40,7 @@ py::tuple tuple_of(const std::vector<Tensor>& ts) {
 template <std::size_t N>
 std::array<int64_t, N> ints(py::handle v, const char* op, const char* what) {
   std::array<int64_t, N> out{};
-  if (PyIndex_Check(v.ptr())) {
+  if (is_int(v)) {
     out.fill(to_int(v));
     return out;
   }
@@ -76,12 +76,12 @@ PadMode pad_mode(const std::string& mode) {
 // numpy's pad_width: n, (before, after), or one (before, after) per axis.
 std::vector<std::pair<int64_t, int64_t>> pad_widths(py::handle v, int rank) {
   std::vector<std::pair<int64_t, int64_t>> out;
-  if (PyIndex_Check(v.ptr())) {
+  if (is_int(v)) {
     const int64_t n = to_int(v);
     return std::vector<std::pair<int64_t, int64_t>>(static_cast<std::size_t>(rank), {n, n});
   }
   py::sequence seq = py::reinterpret_borrow<py::sequence>(v);
-  if (seq.size() == 2 && PyIndex_Check(py::object(seq[0]).ptr())) {
+  if (seq.size() == 2 && is_int(seq[0])) {
     const std::pair<int64_t, int64_t> w{to_int(seq[0]), to_int(seq[1])};
     return std::vector<std::pair<int64_t, int64_t>>(static_cast<std::size_t>(rank), w);
   }
@@ -118,7 +118,7 @@ DType default_dtype(std::initializer_list<py::handle> values) {
       d = values.size() == 1 ? bool_ : d;
     } else if (PyFloat_Check(v.ptr())) {
       d = promote_types(d, float32);
-    } else if (!PyIndex_Check(v.ptr())) {
+    } else if (!is_int(v)) {
       d = promote_types(d, to_tensor(v).dtype());
     }
   }
@@ -561,7 +561,7 @@ void bind_shapes(py::module_& m) {
       "split",
       [](py::handle x, py::handle indices_or_sections, int64_t axis) {
         const Tensor t = arg(x);
-        if (PyIndex_Check(indices_or_sections.ptr()))
+        if (is_int(indices_or_sections))
           return py::list(py::cast(split(t, to_int(indices_or_sections), axis, Loc{})));
         return py::list(py::cast(split(t, to_shape(indices_or_sections).dims(), axis, Loc{})));
       },
@@ -752,7 +752,7 @@ void bind_products(py::module_& m) {
       "tensordot",
       [](py::handle a, py::handle b, py::handle axes) {
         auto ab = operands(a, b);
-        if (PyIndex_Check(axes.ptr())) return tensordot(ab.first, ab.second, to_int(axes), Loc{});
+        if (is_int(axes)) return tensordot(ab.first, ab.second, to_int(axes), Loc{});
         py::sequence pair = py::reinterpret_borrow<py::sequence>(axes);
         if (pair.size() != 2)
           fail("tensordot", "axes is an int or a pair of axis lists: got ", pair.size(),

@@ -70,7 +70,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
   r.def(
       "bernoulli",
       [](py::handle key, py::handle p, py::handle shape) {
-        if (tensor_ptr(p) || !PyNumber_Check(p.ptr())) {
+        if (!PyFloat_Check(p.ptr()) && !PyLong_Check(p.ptr())) {
           // Per-element probabilities: uniform draws below them.
           const Tensor probs = parameter(p, py::none());
           const Shape s = shape.is_none() ? probs.shape() : to_shape(shape);
@@ -93,7 +93,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
   r.def(
       "permutation",
       [](py::handle key, py::handle x, int64_t axis) {
-        if (PyIndex_Check(x.ptr()) && !tensor_ptr(x))
+        if (is_int(x))
           return random::permutation(key_arg(key), to_int(x), Loc{});
         const Tensor t = to_tensor(x);
         return take(t, random::permutation(key_arg(key), t.dim(static_cast<int>(axis)), Loc{}),
@@ -158,7 +158,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       [](py::handle key, py::handle a, py::handle shape, bool replace, py::handle p, int64_t axis) {
         std::optional<Tensor> probs;
         if (!p.is_none()) probs = to_tensor(p);
-        if (PyIndex_Check(a.ptr()) && !tensor_ptr(a))
+        if (is_int(a))
           return random::choice(key_arg(key), to_int(a), to_shape(shape), replace, probs, Loc{});
         const Tensor t = to_tensor(a);
         const int ax = normalize_axis("choice", axis, t.rank());

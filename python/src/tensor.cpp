@@ -393,8 +393,7 @@ IndexEntry parse_index(py::handle v) {
     fail("getitem", "a Python bool is no index: got ", py::repr(v).cast<std::string>(),
          ", expected an int, a slice, None, ..., or an integer or bool tensor");
   if (const Tensor* t = tensor_ptr(v)) return {Kind::array, 0, {}, *t};
-  if (PyLong_Check(v.ptr()) || (PyIndex_Check(v.ptr()) && !PyObject_CheckBuffer(v.ptr())))
-    return {Kind::integer, to_int(v)};
+  if (is_int(v)) return {Kind::integer, to_int(v)};
   Tensor t = to_tensor(v);
   // An empty list is an (empty) integer index, as in numpy.
   if (t.numel() == 0 && is_floating(t.dtype())) t = astype(t, int64, Loc{});
@@ -581,7 +580,7 @@ py::object item(const Tensor& t) {
 
 // x.reshape(2, 3) and x.reshape((2, 3)), as numpy's method takes both.
 Shape shape_of_args(const py::args& args) {
-  if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) return to_shape(args[0]);
+  if (args.size() == 1 && !is_int(args[0])) return to_shape(args[0]);
   return to_shape(args);
 }
 
@@ -601,7 +600,7 @@ const Tensor* tensor_ptr(py::handle value) {
 }
 
 Shape to_shape(py::handle value) {
-  if (PyIndex_Check(value.ptr()) && !tensor_ptr(value)) return Shape{to_int(value)};
+  if (is_int(value)) return Shape{to_int(value)};
   if (const Tensor* t = tensor_ptr(value)) {
     if (t->rank() == 0) return Shape{to_int(value)};
     std::vector<int64_t> dims = t->to_vector<int64_t>(Loc{});
@@ -646,10 +645,17 @@ int64_t to_int(py::handle value) {
   if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
     fail("index", "an integer is needed: got ", py::repr(value).cast<std::string>(),
          ", expected an int");
-  const long long v =
-      PyLong_AsLongLong(py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr())).ptr());
-  if (PyErr_Occurred()) throw py::error_already_set();
+  const auto index = py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr()));
+  if (!index) throw py::error_already_set();
+  const long long v = PyLong_AsLongLong(index.ptr());
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
   return v;
+}
+
+bool is_int(py::handle value) {
+  PyObject* o = value.ptr();
+  if (PyLong_Check(o)) return !PyBool_Check(o);
+  return PyIndex_Check(o) && !PySequence_Check(o) && !tensor_ptr(value);
 }
 
 Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc) {
