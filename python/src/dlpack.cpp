@@ -100,6 +100,12 @@ void delete_capsule(PyObject* capsule) {
 py::capsule to_dlpack(const Tensor& t) {
   // A traced tensor has no memory: this raises Kiln's error naming kiln.cond / while_loop.
   if (t.is_traced()) (void)t.item<double>(Loc{});
+  // PyTorch 1.13 aborts the process on a negative stride (its storage size overflows), so
+  // such views are refused rather than handed to a consumer that may be PyTorch.
+  for (int64_t stride : t.strides())
+    if (stride < 0)
+      fail("__dlpack__", "a view with negative strides cannot be exported: got strides ",
+           Shape(t.strides()), ", expected non-negative ones (copy it first: kiln.array(x))");
   auto e = std::make_unique<Exported>();
   e->tensor = t;
   e->shape.assign(t.shape().begin(), t.shape().end());

@@ -93,8 +93,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
   r.def(
       "permutation",
       [](py::handle key, py::handle x, int64_t axis) {
-        if (is_int(x))
-          return random::permutation(key_arg(key), to_int(x), Loc{});
+        if (is_int(x)) return random::permutation(key_arg(key), to_int(x), Loc{});
         const Tensor t = to_tensor(x);
         return take(t, random::permutation(key_arg(key), t.dim(static_cast<int>(axis)), Loc{}),
                     axis, Loc{});

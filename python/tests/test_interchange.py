@@ -139,6 +139,11 @@ def test_dlpack_strided_views_and_bool():
     b = torch.from_dlpack(kl.asarray(np.array([True, False])))
     assert b.dtype == torch.uint8 and b.tolist() == [1, 0]  # DLPack 0.6 has no bool
     assert kl.asarray(1.0).__dlpack_device__() == (1, 0)
+    with pytest.raises(kl.Error, match=r"\[__dlpack__\] a view with negative strides cannot be "
+                                       r"exported: got strides \[-1\], expected non-negative"):
+        torch.from_dlpack(kl.arange(3, dtype=kl.float32)[::-1])
+    np.testing.assert_array_equal(torch.from_dlpack(kl.array(t[::-1])).numpy(),
+                                  np.arange(12, dtype=np.float32).reshape(3, 4)[::-1])
 
 
 def test_dlpack_with_numpy():
