@@ -550,6 +550,57 @@ Tensor getitem(const Tensor& x, py::handle index) {
   return transpose(r, back, Loc{});
 }
 
+// ---- x.at[index].set(v) and friends (JAX's functional updates) -------------------------
+
+// x.at: indexing it gives an IndexedUpdate.
+struct UpdateHelper {
+  Tensor x;
+};
+struct IndexedUpdateRef {
+  Tensor x;
+  py::object index;
+};
+
+// x with `v` combined in at x[index]: the flat positions the index selects (numpy's rules,
+// through getitem on an arange of positions) scattered into the flattened x.
+Tensor update_at(const IndexedUpdateRef& ref, py::handle v, ScatterMode mode) {
+  const Tensor& x = ref.x;
+  const Tensor positions =
+      reshape(arange(0.0, static_cast<double>(x.numel()), 1.0, int64, Loc{}), x.shape(), Loc{});
+  const Tensor selected = getitem(positions, ref.index);
+  const Tensor updates =
+      broadcast_to(astype(operand(v, x), x.dtype(), Loc{}), selected.shape(), Loc{});
+  const Tensor flat =
+      scatter(flatten(x, Loc{}), flatten(selected, Loc{}), flatten(updates, Loc{}), 0, mode, Loc{});
+  return reshape(flat, x.shape(), Loc{});
+}
+
+void bind_at(py::class_<Tensor>& tensor) {
+  py::class_<UpdateHelper>(tensor, "_At", "x.at[index]: see Tensor.at.")
+      .def("__getitem__", [](const UpdateHelper& h, py::object index) {
+        return IndexedUpdateRef{h.x, std::move(index)};
+      });
+  py::class_<IndexedUpdateRef> ref(tensor, "_AtIndex",
+                                   "x.at[index].set(v), .add(v), .multiply(v), .min(v), .max(v), "
+                                   ".get(): new tensors, x unchanged.");
+  ref.def(
+      "get", [](const IndexedUpdateRef& r) { return getitem(r.x, r.index); }, "x[index].");
+  const std::pair<const char*, ScatterMode> modes[] = {
+      {"set", ScatterMode::set}, {"add", ScatterMode::add}, {"multiply", ScatterMode::mul},
+      {"mul", ScatterMode::mul}, {"min", ScatterMode::min}, {"max", ScatterMode::max}};
+  for (const auto& [name, mode] : modes)
+    ref.def(
+        name,
+        [mode = mode](const IndexedUpdateRef& r, py::handle v) { return update_at(r, v, mode); },
+        py::arg("values"),
+        "A copy of x with values (broadcast to x[index]) combined in at index; repeated "
+        "indices: set keeps the last, the others combine all.");
+  tensor.def_property_readonly(
+      "at", [](const Tensor& t) { return UpdateHelper{t}; },
+      "JAX's functional updates: x.at[index].set(v) is a copy of x with x[index] = v (any "
+      "numpy index); also .add, .multiply, .min, .max and .get.");
+}
+
 // ---- repr -------------------------------------------------------------------------------
 
 std::string tensor_repr(const Tensor& t) {
@@ -815,6 +866,7 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
     return a.dtype() == bool_ ? logical_not(a, Loc{}) : bitwise_not(a, Loc{});
   });
   install_number_slots(tensor);
+  bind_at(tensor);
   // No __iadd__ and friends: Python falls back to `x = x + y`, rebinding x (tensors are
   // immutable values, as in JAX).
 

@@ -284,3 +284,25 @@ def test_traced_repr_shows_the_type():
     seen = []
     kl.jit(lambda x: seen.append(repr(x)) or x)(kl.zeros((2, 3)))
     assert seen == ["Tensor(traced, shape=(2, 3), dtype=float32)"]
+
+
+def test_at_updates_like_jax():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = kl.asarray(a)
+    e = a.copy()
+    e[1, ::2] = -1.0
+    np.testing.assert_array_equal(np.asarray(t.at[1, ::2].set(-1.0)), e)
+    np.testing.assert_array_equal(np.asarray(t), a)  # t itself is unchanged
+    e = a.copy()
+    np.add.at(e, ([0, 0, 2], [1, 1, 3]), 10.0)
+    np.testing.assert_array_equal(np.asarray(t.at[[0, 0, 2], [1, 1, 3]].add(10.0)), e)
+    e = a.copy()
+    e[a > 6] *= 2
+    np.testing.assert_array_equal(np.asarray(t.at[t > 6].multiply(2)), e)
+    e = a.copy()
+    e[:, 1] = np.minimum(e[:, 1], [0.0, 100.0, 5.0])
+    np.testing.assert_array_equal(np.asarray(t.at[:, 1].min(np.array([0.0, 100.0, 5.0]))), e)
+    np.testing.assert_array_equal(np.asarray(t.at[..., -1].max(9.0)),
+                                  np.where(np.arange(4) == 3, np.maximum(a, 9.0), a))
+    np.testing.assert_array_equal(np.asarray(t.at[2].get()), a[2])
+    assert t.at[0].set(1).dtype == kl.float32
