@@ -522,7 +522,10 @@ Tensor getitem(const Tensor& x, py::handle index) {
     idx = where(less(idx, scalar_like(idx, 0, false), Loc{}), add(idx, scalar_like(idx, n, false)),
                 idx, Loc{});
     if (idx.is_traced()) {
-      idx = clip(idx, 0.0, static_cast<double>(std::max<int64_t>(n - 1, 0)), Loc{});  // as JAX
+      // As JAX: clamped into range.
+      idx = kiln::minimum(kiln::maximum(idx, scalar_like(idx, 0, false), Loc{}),
+                          scalar_like(idx, static_cast<double>(std::max<int64_t>(n - 1, 0)), false),
+                          Loc{});
     } else if (idx.numel() > 0) {
       const auto lo = min(idx, {}, false, Loc{}).item<int64_t>(Loc{});
       const auto hi = max(idx, {}, false, Loc{}).item<int64_t>(Loc{});
