@@ -306,3 +306,24 @@ def test_at_updates_like_jax():
                                   np.where(np.arange(4) == 3, np.maximum(a, 9.0), a))
     np.testing.assert_array_equal(np.asarray(t.at[2].get()), a[2])
     assert t.at[0].set(1).dtype == kl.float32
+
+
+@pytest.mark.skipif(not hasattr(kl, "jit"), reason="needs kiln.jit (transforms)")
+def test_indexing_traces_and_differentiates():
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    f = kl.jit(lambda x, i: x[1:, ::-2][i, None] + x[..., [0, 2]].sum())
+    np.testing.assert_array_equal(np.asarray(f(kl.asarray(a), kl.asarray(2))),
+                                  a[1:, ::-2][2, None] + a[..., [0, 2]].sum())
+    # A traced index out of range is clamped, as in JAX.
+    np.testing.assert_array_equal(np.asarray(kl.jit(lambda x, i: x[i])(kl.asarray(a),
+                                                                        kl.asarray(7))), a[3])
+    g = kl.grad(lambda x: (x[::2, [1, 1, 4]] ** 2).sum())(kl.asarray(a))
+    expected = np.zeros_like(a)
+    np.add.at(expected, (np.arange(0, 4, 2)[:, None], [1, 1, 4]), 2 * a[::2][:, [1, 1, 4]])
+    np.testing.assert_array_equal(np.asarray(g), expected)
+    h = kl.vmap(lambda row: row[[0, -1]] * 2 + row.at[0].set(100.0)[:2])(kl.asarray(a))
+    np.testing.assert_array_equal(np.asarray(h),
+                                  a[:, [0, -1]] * 2 + np.stack([np.full(4, 100.0), a[:, 1]], 1))
+    with pytest.raises(kl.Error, match=r"\[getitem\] a bool mask gives a shape that depends on "
+                                       r"values: got a traced mask bool\[4,6\]"):
+        kl.jit(lambda x: x[x > 3])(kl.asarray(a))
