@@ -3,6 +3,7 @@
 #include <Python.h>
 #include <pybind11/numpy.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -730,6 +731,30 @@ void bind_tensor(py::module_& m) {
       if (n.dtype == d) return "kiln." + std::string(n.name);
     return std::string("kiln.dtype(?)");
   });
+  // kl.float32 == np.float32 == "float32", and np.dtype(kl.float32) works (NumPy reads a
+  // `dtype` attribute), so NumPy calls take Kiln's dtypes.
+  for (const char* name : {"__eq__", "__ne__", "__hash__"}) py::delattr(dtype, name);
+  dtype.def("__eq__", [](DType d, py::handle other) {
+    if (other.is_none()) return false;
+    try {
+      return to_dtype(other) == d;
+    } catch (const Error&) {
+      return false;
+    } catch (const py::error_already_set&) {
+      return false;
+    }
+  });
+  dtype.def("__ne__", [](py::handle self, py::handle other) {
+    return !self.attr("__eq__")(other).cast<bool>();
+  });
+  dtype.def("__hash__", [](DType d) { return static_cast<int>(d); });
+  dtype.def_property_readonly(
+      "dtype",
+      [](DType d) -> py::object {
+        if (d == bfloat16) return py::none();
+        return py::dtype(format_of(d));
+      },
+      "The NumPy dtype (None for bfloat16, which NumPy lacks).");
 
   py::class_<Tensor> tensor(m, "Tensor", py::buffer_protocol(), R"doc(
 An n-dimensional array: eager (holding memory), or traced inside jit, grad or vmap.
@@ -823,6 +848,28 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
            ", expected a 0-d integer tensor");
     return f(t).item<int64_t>(Loc{});
   });
+  tensor.def("__setitem__", [](const Tensor& t, py::handle, py::handle) {
+    fail("setitem", "tensors are immutable: got an assignment to an element of ", t.type(),
+         ", expected x = x.at[index].set(value), which returns the updated tensor");
+  });
+  tensor.def(
+      "__reduce__",
+      [](py::handle self) {
+        // Pickled as its values (a NumPy copy) and dtype: bfloat16 travels as float32.
+        const Tensor& t = *tensor_ptr(self);
+        return py::make_tuple(self.get_type(), py::make_tuple(numpy_view(t, self).attr("copy")(),
+                                                              dtype_str(t.dtype())));
+      },
+      "Pickling: the values and the dtype.");
+  tensor.def(
+      "__round__",
+      [](const Tensor& t, py::handle ndigits) {
+        if (ndigits.is_none()) return round(t, Loc{});
+        const double scale = std::pow(10.0, static_cast<double>(to_int(ndigits)));
+        return div(round(mul(t, scalar_like(t, scale), Loc{}), Loc{}), scalar_like(t, scale),
+                   Loc{});
+      },
+      py::arg("ndigits") = py::none(), "round(x, n): half to even, as numpy.round.");
   tensor.def("__getitem__", &getitem,
              "numpy's indexing: ints, slices (any step), None, ..., integer tensors and lists "
              "(gathers, broadcast together) and bool masks (eager only: the result's size "

@@ -327,3 +327,30 @@ def test_indexing_traces_and_differentiates():
     with pytest.raises(kl.Error, match=r"\[getitem\] a bool mask gives a shape that depends on "
                                        r"values: got a traced mask bool\[4,6\]"):
         kl.jit(lambda x: x[x > 3])(kl.asarray(a))
+
+
+def test_dtypes_compare_with_numpy_and_names():
+    assert kl.float32 == np.float32 and kl.float32 == "float32" and kl.int64 == np.dtype("int64")
+    assert kl.float32 != kl.float64 and kl.bool_ == bool and not (kl.int32 == None)  # noqa: E711
+    assert np.dtype(kl.float16) == np.float16
+    assert np.zeros(2, dtype=kl.uint8).dtype == np.uint8
+    assert kl.bfloat16.dtype is None
+    assert len({kl.float32, kl.float32, kl.int32}) == 2
+
+
+def test_immutability_pickling_and_round():
+    import copy
+    import pickle
+
+    t = kl.asarray(np.array([[1.25, 2.5]], np.float32))
+    with pytest.raises(kl.Error, match=r"\[setitem\] tensors are immutable.*x.at\[index\]"):
+        t[0, 0] = 1.0
+    u = pickle.loads(pickle.dumps(t))
+    assert u.dtype == kl.float32 and u.tolist() == t.tolist()
+    b = pickle.loads(pickle.dumps(t.astype(kl.bfloat16)))
+    assert b.dtype == kl.bfloat16 and b.tolist() == [[1.25, 2.5]]
+    d = copy.deepcopy(t)
+    np.asarray(d)[0, 0] = 7.0
+    assert float(t[0, 0]) == 1.25
+    np.testing.assert_array_equal(np.asarray(round(t, 1)), np.round(np.asarray(t), 1))
+    assert round(kl.asarray(2.5)).item() == 2.0
