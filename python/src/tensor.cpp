@@ -440,12 +440,14 @@ Tensor getitem(const Tensor& x, py::handle index) {
   struct Advanced {
     int axis;  // in y, x after slicing and new axes
     Tensor indices;
+    int entry;  // its place in the index tuple (a mask's indices share one)
   };
   std::vector<Slice> slices(static_cast<std::size_t>(x.rank()));
   std::vector<int64_t> new_axes, drop;
   std::vector<Advanced> advanced;
   int xa = 0, ya = 0;
-  for (IndexEntry& e : entries) {
+  for (int entry = 0; entry < static_cast<int>(entries.size()); ++entry) {
+    IndexEntry& e = entries[static_cast<std::size_t>(entry)];
     switch (e.kind) {
       case Kind::ellipsis:
         xa += x.rank() - consumed;
@@ -466,7 +468,7 @@ Tensor getitem(const Tensor& x, py::handle index) {
                ", expected ", -n, " <= index < ", n);
         const int64_t i = e.i < 0 ? e.i + n : e.i;
         if (has_array) {
-          advanced.push_back({ya, full(Shape{}, static_cast<double>(i), int64)});
+          advanced.push_back({ya, full(Shape{}, static_cast<double>(i), int64), entry});
         } else {
           slices[static_cast<std::size_t>(xa)] = Slice{i, i + 1, 1};
           drop.push_back(ya);
@@ -476,7 +478,7 @@ Tensor getitem(const Tensor& x, py::handle index) {
       }
       case Kind::array: {
         if (e.indices.dtype() != bool_) {
-          advanced.push_back({ya++, e.indices});
+          advanced.push_back({ya++, e.indices, entry});
           ++xa;
           break;
         }
@@ -491,7 +493,7 @@ Tensor getitem(const Tensor& x, py::handle index) {
                mask.type(), ", expected a concrete one (inside jit use kiln.where, or ",
                "kiln.nonzero with size=)");
         const auto count = sum(mask, {}, false, Loc{}).item<int64_t>(Loc{});
-        for (Tensor& idx : nonzero(mask, count, 0, Loc{})) advanced.push_back({ya++, idx});
+        for (Tensor& idx : nonzero(mask, count, 0, Loc{})) advanced.push_back({ya++, idx, entry});
         xa += mask.rank();
         break;
       }
@@ -542,7 +544,7 @@ Tensor getitem(const Tensor& x, py::handle index) {
   Tensor r = take(z, broadcast_to(linear, batch, Loc{}), 0, Loc{});
   bool adjacent = true;
   for (std::size_t k = 1; k < advanced.size(); ++k)
-    adjacent = adjacent && advanced[k].axis == advanced[k - 1].axis + 1;
+    adjacent = adjacent && advanced[k].entry - advanced[k - 1].entry <= 1;
   const int first = advanced.front().axis;
   if (!adjacent || first == 0) return r;
   // numpy puts the indexed axes where the (adjacent) indices stood.

@@ -354,3 +354,51 @@ def test_immutability_pickling_and_round():
     assert float(t[0, 0]) == 1.25
     np.testing.assert_array_equal(np.asarray(round(t, 1)), np.round(np.asarray(t), 1))
     assert round(kl.asarray(2.5)).item() == 2.0
+
+
+def random_index(r, shape):
+    """A random numpy index for an array of `shape`: ints, slices, None, ..., int lists, masks."""
+    entries, axis, ellipsis = [], 0, False
+    while axis < len(shape) and r.random() < 0.8:
+        kind = r.integers(0, 6)
+        n = shape[axis]
+        if kind == 0:
+            entries.append(int(r.integers(-n, n)))
+        elif kind == 1:
+            step = int(r.choice([-3, -2, -1, 1, 2, 3]))
+            start, stop = (None if r.random() < 0.3 else int(r.integers(-n - 2, n + 2))
+                           for _ in range(2))
+            entries.append(slice(start, stop, step))
+        elif kind == 2:
+            entries.append(None)
+            continue
+        elif kind == 3 and not ellipsis:
+            ellipsis = True
+            entries.append(Ellipsis)
+            rest = len(shape) - axis - int(r.integers(0, len(shape) - axis + 1))
+            axis += rest
+            continue
+        elif kind == 4:
+            entries.append(r.integers(-n, n, int(r.integers(1, 4))).tolist())
+        else:
+            entries.append(r.random(n) < 0.5)
+        axis += 1
+    return tuple(entries)
+
+
+def test_random_indices_match_numpy():
+    r = np.random.default_rng(7)
+    a = r.standard_normal((3, 4, 5, 2)).astype(np.float32)
+    t = kl.asarray(a)
+    checked = 0
+    for _ in range(400):
+        index = random_index(r, a.shape)
+        try:
+            expected = a[index]
+        except IndexError:  # e.g. int lists that do not broadcast together
+            continue
+        got = t[index]
+        assert got.shape == expected.shape, index
+        np.testing.assert_array_equal(np.asarray(got), expected, err_msg=repr(index))
+        checked += 1
+    assert checked > 200
