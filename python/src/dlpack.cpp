@@ -212,7 +212,7 @@ void bind_dlpack(py::module_& m) {
       "(device type, device id): (1, 0), the CPU.");
   m.def(
       "from_dlpack",
-      [](py::handle x) {
+      [](py::object x) {
         if (const Tensor* t = tensor_ptr(x)) return *t;
         if (py::hasattr(x, "__dlpack__")) {
           if (py::hasattr(x, "__dlpack_device__")) {

@@ -17,14 +17,14 @@ using Reduction = Tensor (*)(const Tensor&, const Axes&, bool, Loc);
 using Scan = Tensor (*)(const Tensor&, std::optional<int64_t>, Loc);
 using ArgReduction = Tensor (*)(const Tensor&, std::optional<int64_t>, bool, Loc);
 
-Tensor arg(py::handle v) { return to_tensor(v); }
+Tensor arg(py::object v) { return to_tensor(v); }
 
-std::optional<int64_t> optional_int(py::handle v) {
+std::optional<int64_t> optional_int(py::object v) {
   if (v.is_none()) return std::nullopt;
   return to_int(v);
 }
 
-std::vector<Tensor> tensors(py::handle seq) {
+std::vector<Tensor> tensors(py::object seq) {
   std::vector<Tensor> out;
   for (py::handle v : py::reinterpret_borrow<py::iterable>(seq)) out.push_back(to_tensor(v));
   return out;
@@ -38,7 +38,7 @@ py::tuple tuple_of(const std::vector<Tensor>& ts) {
 
 // An int or a sequence of `n` ints (PyTorch's int-or-tuple arguments).
 template <std::size_t N>
-std::array<int64_t, N> ints(py::handle v, const char* op, const char* what) {
+std::array<int64_t, N> ints(py::object v, const char* op, const char* what) {
   std::array<int64_t, N> out{};
   if (is_int(v)) {
     out.fill(to_int(v));
@@ -50,13 +50,13 @@ std::array<int64_t, N> ints(py::handle v, const char* op, const char* what) {
   for (std::size_t i = 0; i < N; ++i) out[i] = s[static_cast<int>(i)];
   return out;
 }
-std::pair<int64_t, int64_t> pair(py::handle v, const char* op, const char* what) {
+std::pair<int64_t, int64_t> pair(py::object v, const char* op, const char* what) {
   const auto a = ints<2>(v, op, what);
   return {a[0], a[1]};
 }
 
 // numpy's axis argument of a reduction: None reduces all axes, () none of them.
-Tensor reduce(Reduction fn, const Tensor& x, py::handle axis, bool keepdims) {
+Tensor reduce(Reduction fn, const Tensor& x, py::object axis, bool keepdims) {
   const std::optional<Axes> axes = to_axes(axis);
   if (!axes) return fn(x, {}, keepdims, Loc{});
   // Kiln's empty axes mean all of them; numpy's () reduces over none (keeping the reduction's
@@ -74,7 +74,7 @@ PadMode pad_mode(const std::string& mode) {
 }
 
 // numpy's pad_width: n, (before, after), or one (before, after) per axis.
-std::vector<std::pair<int64_t, int64_t>> pad_widths(py::handle v, int rank) {
+std::vector<std::pair<int64_t, int64_t>> pad_widths(py::object v, int rank) {
   std::vector<std::pair<int64_t, int64_t>> out;
   if (is_int(v)) {
     const int64_t n = to_int(v);
@@ -125,7 +125,7 @@ DType default_dtype(std::initializer_list<py::handle> values) {
   return d;
 }
 
-double to_double(py::handle v) {
+double to_double(py::object v) {
   if (const Tensor* t = tensor_ptr(v)) return t->item<double>(Loc{});
   return v.cast<double>();
 }
@@ -183,7 +183,7 @@ void bind_elementwise(py::module_& m) {
   };
   for (const UnaryOp& op : unary)
     m.def(
-        op.name, [fn = op.fn](py::handle x) { return fn(arg(x), Loc{}); }, py::arg("x"), op.doc);
+        op.name, [fn = op.fn](py::object x) { return fn(arg(x), Loc{}); }, py::arg("x"), op.doc);
   m.attr("neg") = m.attr("negative");
   m.attr("absolute") = m.attr("abs");
   m.attr("asin") = m.attr("arcsin");
@@ -240,7 +240,7 @@ void bind_elementwise(py::module_& m) {
   for (const BinaryOp& op : binary)
     m.def(
         op.name,
-        [fn = op.fn](py::handle x, py::handle y) {
+        [fn = op.fn](py::object x, py::object y) {
           auto xy = operands(x, y);
           return fn(xy.first, xy.second, Loc{});
         },
@@ -254,7 +254,7 @@ void bind_elementwise(py::module_& m) {
 
   m.def(
       "round",
-      [](py::handle x, int decimals) {
+      [](py::object x, int decimals) {
         Tensor t = arg(x);
         if (decimals == 0) return kiln::round(t, Loc{});
         const double scale = std::pow(10.0, decimals);
@@ -265,7 +265,7 @@ void bind_elementwise(py::module_& m) {
       "Rounds half to even (numpy's rule) to `decimals` digits after the point.");
   m.def(
       "where",
-      [](py::handle condition, py::handle x, py::handle y) {
+      [](py::object condition, py::object x, py::object y) {
         auto xy = operands(x, y);
         return where(arg(condition), xy.first, xy.second, Loc{});
       },
@@ -273,7 +273,7 @@ void bind_elementwise(py::module_& m) {
       "x where condition (bool) holds, else y; all three broadcast, x and y promote.");
   m.def(
       "clip",
-      [](py::handle x, py::handle min, py::handle max) {
+      [](py::object x, py::object min, py::object max) {
         Tensor t = arg(x);
         if (!min.is_none() && !max.is_none())
           return clip(t, operand(min, t), operand(max, t), Loc{});
@@ -285,14 +285,14 @@ void bind_elementwise(py::module_& m) {
       "x limited to [min, max] (either may be None).");
   m.def(
       "astype",
-      [](py::handle x, py::handle dtype) { return astype(arg(x), to_dtype(dtype), Loc{}); },
+      [](py::object x, py::object dtype) { return astype(arg(x), to_dtype(dtype), Loc{}); },
       py::arg("x"), py::arg("dtype"), "x converted to dtype.");
   m.def(
-      "polygamma", [](int64_t n, py::handle x) { return polygamma(n, arg(x), Loc{}); },
+      "polygamma", [](int64_t n, py::object x) { return polygamma(n, arg(x), Loc{}); },
       py::arg("n"), py::arg("x"), "The n-th derivative of digamma.");
   m.def(
       "nan_to_num",
-      [](py::handle x, double nan, std::optional<double> posinf, std::optional<double> neginf) {
+      [](py::object x, double nan, std::optional<double> posinf, std::optional<double> neginf) {
         return nan_to_num(arg(x), NanToNum{nan, posinf, neginf}, Loc{});
       },
       py::arg("x"), py::arg("nan") = 0.0, py::arg("posinf") = py::none(),
@@ -319,7 +319,7 @@ void bind_reductions(py::module_& m) {
   for (const ReductionOp& op : reductions)
     m.def(
         op.name,
-        [fn = op.fn](py::handle x, py::handle axis, bool keepdims) {
+        [fn = op.fn](py::object x, py::object axis, bool keepdims) {
           return reduce(fn, arg(x), axis, keepdims);
         },
         py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false, op.doc);
@@ -330,7 +330,7 @@ void bind_reductions(py::module_& m) {
   for (const auto& [name, fn] : moments)
     m.def(
         name,
-        [fn = fn](py::handle x, py::handle axis, bool keepdims, int64_t ddof) {
+        [fn = fn](py::object x, py::object axis, bool keepdims, int64_t ddof) {
           const Tensor t = arg(x);
           const std::optional<Axes> axes = to_axes(axis);
           if (axes && axes->empty()) return fn(expand_dims(t, 0, Loc{}), {0}, false, ddof, Loc{});
@@ -346,7 +346,7 @@ void bind_reductions(py::module_& m) {
   for (const auto& [name, fn] : args)
     m.def(
         name,
-        [fn = fn](py::handle x, py::handle axis, bool keepdims) {
+        [fn = fn](py::object x, py::object axis, bool keepdims) {
           return fn(arg(x), optional_int(axis), keepdims, Loc{});
         },
         py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false,
@@ -366,47 +366,47 @@ void bind_reductions(py::module_& m) {
   for (const ScanOp& op : scans)
     m.def(
         op.name,
-        [fn = op.fn](py::handle x, py::handle axis) {
+        [fn = op.fn](py::object x, py::object axis) {
           return fn(arg(x), optional_int(axis), Loc{});
         },
         py::arg("x"), py::arg("axis") = py::none(), op.doc);
   m.def(
-      "softmax", [](py::handle x, int64_t axis) { return softmax(arg(x), axis, Loc{}); },
+      "softmax", [](py::object x, int64_t axis) { return softmax(arg(x), axis, Loc{}); },
       py::arg("x"), py::arg("axis") = -1, "exp(x) normalised to sum to 1 along `axis`.");
   m.def(
-      "log_softmax", [](py::handle x, int64_t axis) { return log_softmax(arg(x), axis, Loc{}); },
+      "log_softmax", [](py::object x, int64_t axis) { return log_softmax(arg(x), axis, Loc{}); },
       py::arg("x"), py::arg("axis") = -1, "log(softmax(x, axis)), stable.");
   m.def(
       "quantile",
-      [](py::handle x, double q, py::handle axis, bool keepdims) {
+      [](py::object x, double q, py::object axis, bool keepdims) {
         return quantile(arg(x), q, optional_int(axis), keepdims, Loc{});
       },
       py::arg("x"), py::arg("q"), py::arg("axis") = py::none(), py::arg("keepdims") = false,
       "numpy's (linear) quantile q in [0, 1] along `axis` (None: of all of x).");
   m.def(
       "median",
-      [](py::handle x, py::handle axis, bool keepdims) {
+      [](py::object x, py::object axis, bool keepdims) {
         return median(arg(x), optional_int(axis), keepdims, Loc{});
       },
       py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false,
       "The median along `axis` (None: of all of x).");
   m.def(
       "sort",
-      [](py::handle x, int64_t axis, bool descending) {
+      [](py::object x, int64_t axis, bool descending) {
         return sort(arg(x), axis, descending, Loc{});
       },
       py::arg("x"), py::arg("axis") = -1, py::arg("descending") = false,
       "A stable sort along `axis`, NaN last (first when descending).");
   m.def(
       "argsort",
-      [](py::handle x, int64_t axis, bool descending) {
+      [](py::object x, int64_t axis, bool descending) {
         return argsort(arg(x), axis, descending, Loc{});
       },
       py::arg("x"), py::arg("axis") = -1, py::arg("descending") = false,
       "The (int64) indices that sort x along `axis` (stable).");
   m.def(
       "top_k",
-      [](py::handle x, int64_t k) {
+      [](py::object x, int64_t k) {
         SortResult r = top_k(arg(x), k, Loc{});
         return py::make_tuple(r.values, r.indices);
       },
@@ -414,7 +414,7 @@ void bind_reductions(py::module_& m) {
       "(values, indices) of the k largest along the last axis, largest first.");
   m.def(
       "searchsorted",
-      [](py::handle sorted, py::handle values, const std::string& side) {
+      [](py::object sorted, py::object values, const std::string& side) {
         if (side != "left" && side != "right")
           fail("searchsorted", "unknown side: got '", side, "', expected 'left' or 'right'");
         return searchsorted(arg(sorted), arg(values), side == "left" ? Side::left : Side::right,
@@ -427,25 +427,25 @@ void bind_reductions(py::module_& m) {
 void bind_creation(py::module_& m) {
   m.def(
       "zeros",
-      [](py::handle shape, py::handle dtype) {
+      [](py::object shape, py::object dtype) {
         return zeros(to_shape(shape), to_optional_dtype(dtype).value_or(float32));
       },
       py::arg("shape"), py::arg("dtype") = py::none(), "Zeros of `shape` (an int or a tuple).");
   m.def(
       "ones",
-      [](py::handle shape, py::handle dtype) {
+      [](py::object shape, py::object dtype) {
         return ones(to_shape(shape), to_optional_dtype(dtype).value_or(float32));
       },
       py::arg("shape"), py::arg("dtype") = py::none(), "Ones of `shape` (an int or a tuple).");
   m.def(
       "empty",
-      [](py::handle shape, py::handle dtype) {
+      [](py::object shape, py::object dtype) {
         return empty(to_shape(shape), to_optional_dtype(dtype).value_or(float32));
       },
       py::arg("shape"), py::arg("dtype") = py::none(), "An uninitialised tensor of `shape`.");
   m.def(
       "full",
-      [](py::handle shape, py::handle fill_value, py::handle dtype) {
+      [](py::object shape, py::object fill_value, py::object dtype) {
         const DType d = to_optional_dtype(dtype).value_or(default_dtype({fill_value}));
         if (!PyFloat_Check(fill_value.ptr()) && !PyLong_Check(fill_value.ptr()))
           return broadcast_to(to_tensor(fill_value, d), to_shape(shape), Loc{}).contiguous();
@@ -456,21 +456,21 @@ void bind_creation(py::module_& m) {
       "Python float: float32, an int: int32).");
   m.def(
       "zeros_like",
-      [](py::handle x, py::handle dtype) {
+      [](py::object x, py::object dtype) {
         const Tensor t = arg(x);
         return zeros(t.shape(), to_optional_dtype(dtype).value_or(t.dtype()));
       },
       py::arg("x"), py::arg("dtype") = py::none(), "Zeros of x's shape and dtype.");
   m.def(
       "ones_like",
-      [](py::handle x, py::handle dtype) {
+      [](py::object x, py::object dtype) {
         const Tensor t = arg(x);
         return ones(t.shape(), to_optional_dtype(dtype).value_or(t.dtype()));
       },
       py::arg("x"), py::arg("dtype") = py::none(), "Ones of x's shape and dtype.");
   m.def(
       "full_like",
-      [](py::handle x, double fill_value, py::handle dtype) {
+      [](py::object x, double fill_value, py::object dtype) {
         const Tensor t = arg(x);
         return full(t.shape(), fill_value, to_optional_dtype(dtype).value_or(t.dtype()));
       },
@@ -478,7 +478,7 @@ void bind_creation(py::module_& m) {
       "fill_value in x's shape and dtype.");
   m.def(
       "arange",
-      [](py::handle start, py::handle stop, py::handle step, py::handle dtype) {
+      [](py::object start, py::object stop, py::object step, py::object dtype) {
         const DType d = to_optional_dtype(dtype).value_or(default_dtype({start, stop, step}));
         if (stop.is_none()) return arange(0.0, to_double(start), 1.0, d, Loc{});
         return arange(to_double(start), to_double(stop), step.is_none() ? 1.0 : to_double(step), d,
@@ -490,14 +490,14 @@ void bind_creation(py::module_& m) {
       "float32 (JAX's defaults).");
   m.def(
       "linspace",
-      [](double start, double stop, int64_t num, py::handle dtype) {
+      [](double start, double stop, int64_t num, py::object dtype) {
         return linspace(start, stop, num, to_optional_dtype(dtype).value_or(float32), Loc{});
       },
       py::arg("start"), py::arg("stop"), py::arg("num") = 50, py::arg("dtype") = py::none(),
       "num evenly spaced values from start to stop, both included.");
   m.def(
       "eye",
-      [](int64_t n, std::optional<int64_t> m_, py::handle dtype) {
+      [](int64_t n, std::optional<int64_t> m_, py::object dtype) {
         return eye(n, m_.value_or(n), to_optional_dtype(dtype).value_or(float32));
       },
       py::arg("N"), py::arg("M") = py::none(), py::arg("dtype") = py::none(),
@@ -507,34 +507,34 @@ void bind_creation(py::module_& m) {
 void bind_shapes(py::module_& m) {
   m.def(
       "reshape",
-      [](py::handle x, py::handle shape) { return reshape(arg(x), to_shape(shape), Loc{}); },
+      [](py::object x, py::object shape) { return reshape(arg(x), to_shape(shape), Loc{}); },
       py::arg("x"), py::arg("shape"),
       "x with a new shape (one size may be -1); a view when x is contiguous.");
   m.def(
       "transpose",
-      [](py::handle x, py::handle axes) {
+      [](py::object x, py::object axes) {
         if (axes.is_none()) return transpose(arg(x), Loc{});
         return transpose(arg(x), to_shape(axes).dims(), Loc{});
       },
       py::arg("x"), py::arg("axes") = py::none(),
       "The axes permuted by `axes`, or reversed (None). A view.");
   m.def(
-      "swapaxes", [](py::handle x, int64_t a, int64_t b) { return swapaxes(arg(x), a, b, Loc{}); },
+      "swapaxes", [](py::object x, int64_t a, int64_t b) { return swapaxes(arg(x), a, b, Loc{}); },
       py::arg("x"), py::arg("axis1"), py::arg("axis2"), "Two axes exchanged. A view.");
   m.def(
       "moveaxis",
-      [](py::handle x, int64_t source, int64_t destination) {
+      [](py::object x, int64_t source, int64_t destination) {
         return moveaxis(arg(x), source, destination, Loc{});
       },
       py::arg("x"), py::arg("source"), py::arg("destination"),
       "One axis moved to a new position. A view.");
   m.def(
       "broadcast_to",
-      [](py::handle x, py::handle shape) { return broadcast_to(arg(x), to_shape(shape), Loc{}); },
+      [](py::object x, py::object shape) { return broadcast_to(arg(x), to_shape(shape), Loc{}); },
       py::arg("x"), py::arg("shape"), "x broadcast to `shape` (numpy's rules). A view.");
   m.def(
       "expand_dims",
-      [](py::handle x, py::handle axis) {
+      [](py::object x, py::object axis) {
         Tensor t = arg(x);
         Axes axes = to_shape(axis).dims();
         const int64_t rank = t.rank() + static_cast<int64_t>(axes.size());
@@ -546,20 +546,20 @@ void bind_shapes(py::module_& m) {
       py::arg("x"), py::arg("axis"), "New size-1 axes at `axis` (an int or a tuple).");
   m.def(
       "squeeze",
-      [](py::handle x, py::handle axis) {
+      [](py::object x, py::object axis) {
         return squeeze(arg(x), to_axes(axis).value_or(Axes{}), Loc{});
       },
       py::arg("x"), py::arg("axis") = py::none(), "Size-1 axes removed (`axis`, or all).");
   m.def(
       "concatenate",
-      [](py::handle arrays, int64_t axis) { return concatenate(tensors(arrays), axis, Loc{}); },
+      [](py::object arrays, int64_t axis) { return concatenate(tensors(arrays), axis, Loc{}); },
       py::arg("arrays"), py::arg("axis") = 0, "The tensors joined along an existing axis.");
   m.def(
-      "stack", [](py::handle arrays, int64_t axis) { return stack(tensors(arrays), axis, Loc{}); },
+      "stack", [](py::object arrays, int64_t axis) { return stack(tensors(arrays), axis, Loc{}); },
       py::arg("arrays"), py::arg("axis") = 0, "The tensors joined along a new axis.");
   m.def(
       "split",
-      [](py::handle x, py::handle indices_or_sections, int64_t axis) {
+      [](py::object x, py::object indices_or_sections, int64_t axis) {
         const Tensor t = arg(x);
         if (is_int(indices_or_sections))
           return py::list(py::cast(split(t, to_int(indices_or_sections), axis, Loc{})));
@@ -569,13 +569,13 @@ void bind_shapes(py::module_& m) {
       "A list of parts: `n` equal ones, or split at the given indices.");
   m.def(
       "flip",
-      [](py::handle x, py::handle axis) {
+      [](py::object x, py::object axis) {
         return flip(arg(x), to_axes(axis).value_or(Axes{}), Loc{});
       },
       py::arg("x"), py::arg("axis") = py::none(), "The order reversed along `axis` (None: all).");
   m.def(
       "pad",
-      [](py::handle x, py::handle pad_width, const std::string& mode, double constant_values) {
+      [](py::object x, py::object pad_width, const std::string& mode, double constant_values) {
         const Tensor t = arg(x);
         return pad(t, pad_widths(pad_width, t.rank()), pad_mode(mode), constant_values, Loc{});
       },
@@ -585,7 +585,7 @@ void bind_shapes(py::module_& m) {
       "edge or wrap.");
   m.def(
       "take",
-      [](py::handle x, py::handle indices, py::handle axis) {
+      [](py::object x, py::object indices, py::object axis) {
         const Tensor t = arg(x);
         if (axis.is_none()) return take(flatten(t, Loc{}), arg(indices), 0, Loc{});
         return take(t, arg(indices), to_int(axis), Loc{});
@@ -595,13 +595,13 @@ void bind_shapes(py::module_& m) {
       "raises.");
   m.def(
       "take_along_axis",
-      [](py::handle x, py::handle indices, int64_t axis) {
+      [](py::object x, py::object indices, int64_t axis) {
         return take_along_axis(arg(x), arg(indices), axis, Loc{});
       },
       py::arg("x"), py::arg("indices"), py::arg("axis"), "numpy.take_along_axis.");
   m.def(
       "scatter_add",
-      [](py::handle x, py::handle indices, py::handle updates, int64_t axis) {
+      [](py::object x, py::object indices, py::object updates, int64_t axis) {
         const Tensor t = arg(x);
         return scatter_add(t, arg(indices), operand(updates, t), axis, Loc{});
       },
@@ -609,7 +609,7 @@ void bind_shapes(py::module_& m) {
       "A copy of x with `updates` added at `indices` along `axis` (the transpose of take).");
   m.def(
       "scatter",
-      [](py::handle x, py::handle indices, py::handle updates, int64_t axis,
+      [](py::object x, py::object indices, py::object updates, int64_t axis,
          const std::string& mode) {
         const Tensor t = arg(x);
         return scatter(t, arg(indices), operand(updates, t), axis, scatter_mode(mode), Loc{});
@@ -620,37 +620,37 @@ void bind_shapes(py::module_& m) {
       "last repeated index wins), add, mul, max or min.");
   m.def(
       "one_hot",
-      [](py::handle x, int64_t num_classes, py::handle dtype) {
+      [](py::object x, int64_t num_classes, py::object dtype) {
         return one_hot(arg(x), num_classes, to_optional_dtype(dtype).value_or(float32), Loc{});
       },
       py::arg("x"), py::arg("num_classes"), py::arg("dtype") = py::none(),
       "Integer labels as one-hot vectors along a new last axis.");
   m.def(
       "diagonal",
-      [](py::handle x, int64_t offset, int64_t axis1, int64_t axis2) {
+      [](py::object x, int64_t offset, int64_t axis1, int64_t axis2) {
         return diagonal(arg(x), offset, axis1, axis2, Loc{});
       },
       py::arg("x"), py::arg("offset") = 0, py::arg("axis1") = 0, py::arg("axis2") = 1,
       "numpy.diagonal: x[i, i + offset] over axis1 and axis2, as a new last axis.");
   m.def(
-      "diag", [](py::handle x, int64_t k) { return diag(arg(x), k, Loc{}); }, py::arg("x"),
+      "diag", [](py::object x, int64_t k) { return diag(arg(x), k, Loc{}); }, py::arg("x"),
       py::arg("k") = 0, "Of a 1-d x: a matrix with x on diagonal k; of a 2-d x: its diagonal k.");
   m.def(
       "trace",
-      [](py::handle x, int64_t offset, int64_t axis1, int64_t axis2) {
+      [](py::object x, int64_t offset, int64_t axis1, int64_t axis2) {
         return trace(arg(x), offset, axis1, axis2, Loc{});
       },
       py::arg("x"), py::arg("offset") = 0, py::arg("axis1") = 0, py::arg("axis2") = 1,
       "The sum of a diagonal.");
   m.def(
-      "tril", [](py::handle x, int64_t k) { return tril(arg(x), k, Loc{}); }, py::arg("x"),
+      "tril", [](py::object x, int64_t k) { return tril(arg(x), k, Loc{}); }, py::arg("x"),
       py::arg("k") = 0, "Zeros above diagonal k (of the last two axes).");
   m.def(
-      "triu", [](py::handle x, int64_t k) { return triu(arg(x), k, Loc{}); }, py::arg("x"),
+      "triu", [](py::object x, int64_t k) { return triu(arg(x), k, Loc{}); }, py::arg("x"),
       py::arg("k") = 0, "Zeros below diagonal k (of the last two axes).");
   m.def(
       "dynamic_slice",
-      [](py::handle x, py::handle start_indices, py::handle slice_sizes) {
+      [](py::object x, py::object start_indices, py::object slice_sizes) {
         return dynamic_slice(arg(x), tensors(start_indices), to_shape(slice_sizes), Loc{});
       },
       py::arg("x"), py::arg("start_indices"), py::arg("slice_sizes"),
@@ -658,7 +658,7 @@ void bind_shapes(py::module_& m) {
       "scalars), clamped to lie inside x.");
   m.def(
       "dynamic_update_slice",
-      [](py::handle x, py::handle update, py::handle start_indices) {
+      [](py::object x, py::object update, py::object start_indices) {
         const Tensor t = arg(x);
         return dynamic_update_slice(t, arg(update), tensors(start_indices), Loc{});
       },
@@ -666,18 +666,18 @@ void bind_shapes(py::module_& m) {
       "jax.lax.dynamic_update_slice: x with `update` written at `start_indices` (clamped).");
   m.def(
       "tile",
-      [](py::handle x, py::handle reps) { return tile(arg(x), to_shape(reps).dims(), Loc{}); },
+      [](py::object x, py::object reps) { return tile(arg(x), to_shape(reps).dims(), Loc{}); },
       py::arg("x"), py::arg("reps"), "numpy.tile: x repeated reps[i] times along axis i.");
   m.def(
       "repeat",
-      [](py::handle x, int64_t repeats, py::handle axis) {
+      [](py::object x, int64_t repeats, py::object axis) {
         return repeat(arg(x), repeats, optional_int(axis), Loc{});
       },
       py::arg("x"), py::arg("repeats"), py::arg("axis") = py::none(),
       "Each element `repeats` times in a row along `axis` (None: of the flattened x).");
   m.def(
       "roll",
-      [](py::handle x, int64_t shift, py::handle axis) {
+      [](py::object x, int64_t shift, py::object axis) {
         return roll(arg(x), shift, optional_int(axis), Loc{});
       },
       py::arg("x"), py::arg("shift"), py::arg("axis") = py::none(),
@@ -690,7 +690,7 @@ void bind_shapes(py::module_& m) {
       py::kw_only(), py::arg("indexing") = "xy",
       "numpy.meshgrid of 1-d tensors: 'xy' (Cartesian) or 'ij' (matrix) indexing.");
   // The count of non-zeros, for argwhere/nonzero without `size` (eager only).
-  auto count_nonzero = [](const Tensor& t, py::handle size, const char* op) {
+  auto count_nonzero = [](const Tensor& t, py::object size, const char* op) {
     if (!size.is_none()) return to_int(size);
     if (t.is_traced())
       fail(op,
@@ -701,7 +701,7 @@ void bind_shapes(py::module_& m) {
   };
   m.def(
       "argwhere",
-      [count_nonzero](py::handle x, py::handle size, int64_t fill_value) {
+      [count_nonzero](py::object x, py::object size, int64_t fill_value) {
         const Tensor t = arg(x);
         return argwhere(t, count_nonzero(t, size, "argwhere"), fill_value, Loc{});
       },
@@ -710,7 +710,7 @@ void bind_shapes(py::module_& m) {
       "with fill_value (required inside jit, JAX's rule).");
   m.def(
       "nonzero",
-      [count_nonzero](py::handle x, py::handle size, int64_t fill_value) {
+      [count_nonzero](py::object x, py::object size, int64_t fill_value) {
         const Tensor t = arg(x);
         return tuple_of(nonzero(t, count_nonzero(t, size, "nonzero"), fill_value, Loc{}));
       },
@@ -718,7 +718,7 @@ void bind_shapes(py::module_& m) {
       "A tuple of int64 index tensors, one per axis, of the non-zero elements (as argwhere).");
   m.def(
       "bincount",
-      [](py::handle x, py::handle weights, int64_t minlength, py::handle length) {
+      [](py::object x, py::object weights, int64_t minlength, py::object length) {
         const Tensor t = arg(x);
         int64_t n = 0;
         if (!length.is_none()) {
@@ -750,7 +750,7 @@ void bind_products(py::module_& m) {
       "numpy.einsum: 'ij,jk->ik', implicit outputs, repeated labels (diagonals) and '...'.");
   m.def(
       "tensordot",
-      [](py::handle a, py::handle b, py::handle axes) {
+      [](py::object a, py::object b, py::object axes) {
         auto ab = operands(a, b);
         if (is_int(axes)) return tensordot(ab.first, ab.second, to_int(axes), Loc{});
         py::sequence pair = py::reinterpret_borrow<py::sequence>(axes);
@@ -768,7 +768,7 @@ void bind_products(py::module_& m) {
 void bind_conv(py::module_& m) {
   m.def(
       "conv1d",
-      [](py::handle x, py::handle w, int64_t stride, int64_t padding, int64_t dilation,
+      [](py::object x, py::object w, int64_t stride, int64_t padding, int64_t dilation,
          int64_t groups) {
         return conv1d(arg(x), arg(w), Conv1dOptions{stride, padding, dilation, groups}, Loc{});
       },
@@ -777,7 +777,7 @@ void bind_conv(py::module_& m) {
       "Convolution (cross-correlation) of x [N, C, W] with w [O, C/groups, KW].");
   m.def(
       "conv2d",
-      [](py::handle x, py::handle w, py::handle stride, py::handle padding, py::handle dilation,
+      [](py::object x, py::object w, py::object stride, py::object padding, py::object dilation,
          int64_t groups) {
         return conv2d(
             arg(x), arg(w),
@@ -791,7 +791,7 @@ void bind_conv(py::module_& m) {
       "dilation are ints or pairs (PyTorch's F.conv2d).");
   m.def(
       "conv3d",
-      [](py::handle x, py::handle w, py::handle stride, py::handle padding, py::handle dilation,
+      [](py::object x, py::object w, py::object stride, py::object padding, py::object dilation,
          int64_t groups) {
         return conv3d(arg(x), arg(w),
                       Conv3dOptions{ints<3>(stride, "conv3d", "stride"),
@@ -804,7 +804,7 @@ void bind_conv(py::module_& m) {
       "Convolution of x [N, C, D, H, W] with w [O, C/groups, KD, KH, KW].");
   m.def(
       "conv_transpose1d",
-      [](py::handle x, py::handle w, int64_t stride, int64_t padding, int64_t output_padding,
+      [](py::object x, py::object w, int64_t stride, int64_t padding, int64_t output_padding,
          int64_t dilation, int64_t groups) {
         return conv_transpose1d(
             arg(x), arg(w),
@@ -816,8 +816,8 @@ void bind_conv(py::module_& m) {
       "conv1d with respect to its input).");
   m.def(
       "conv_transpose2d",
-      [](py::handle x, py::handle w, py::handle stride, py::handle padding,
-         py::handle output_padding, py::handle dilation, int64_t groups) {
+      [](py::object x, py::object w, py::object stride, py::object padding,
+         py::object output_padding, py::object dilation, int64_t groups) {
         const char* op = "conv_transpose2d";
         return conv_transpose2d(
             arg(x), arg(w),
@@ -831,8 +831,8 @@ void bind_conv(py::module_& m) {
       "Transposed convolution of x [N, C, H, W] with w [C, O/groups, KH, KW].");
   m.def(
       "conv_transpose3d",
-      [](py::handle x, py::handle w, py::handle stride, py::handle padding,
-         py::handle output_padding, py::handle dilation, int64_t groups) {
+      [](py::object x, py::object w, py::object stride, py::object padding,
+         py::object output_padding, py::object dilation, int64_t groups) {
         const char* op = "conv_transpose3d";
         return conv_transpose3d(
             arg(x), arg(w),
@@ -844,7 +844,7 @@ void bind_conv(py::module_& m) {
       py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
       py::arg("output_padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
       "Transposed convolution of x [N, C, D, H, W] with w [C, O/groups, KD, KH, KW].");
-  auto pool_options = [](py::handle kernel_size, py::handle stride, py::handle padding,
+  auto pool_options = [](py::object kernel_size, py::object stride, py::object padding,
                          const char* op) {
     Pool2dOptions o;
     o.kernel = pair(kernel_size, op, "kernel_size");
@@ -854,14 +854,14 @@ void bind_conv(py::module_& m) {
   };
   m.def(
       "max_pool2d",
-      [pool_options](py::handle x, py::handle kernel_size, py::handle stride, py::handle padding) {
+      [pool_options](py::object x, py::object kernel_size, py::object stride, py::object padding) {
         return max_pool2d(arg(x), pool_options(kernel_size, stride, padding, "max_pool2d"), Loc{});
       },
       py::arg("x"), py::arg("kernel_size") = 2, py::arg("stride") = py::none(),
       py::arg("padding") = 0, "Max pooling over x [N, C, H, W]; stride defaults to the kernel.");
   m.def(
       "avg_pool2d",
-      [pool_options](py::handle x, py::handle kernel_size, py::handle stride, py::handle padding) {
+      [pool_options](py::object x, py::object kernel_size, py::object stride, py::object padding) {
         return avg_pool2d(arg(x), pool_options(kernel_size, stride, padding, "avg_pool2d"), Loc{});
       },
       py::arg("x"), py::arg("kernel_size") = 2, py::arg("stride") = py::none(),
@@ -870,7 +870,7 @@ void bind_conv(py::module_& m) {
       "default).");
   m.def(
       "adaptive_avg_pool2d",
-      [](py::handle x, py::handle output_size) {
+      [](py::object x, py::object output_size) {
         return adaptive_avg_pool2d(arg(x), pair(output_size, "adaptive_avg_pool2d", "output_size"),
                                    Loc{});
       },
@@ -878,7 +878,7 @@ void bind_conv(py::module_& m) {
       "Averages over windows giving an output of `output_size` (PyTorch's).");
   m.def(
       "interpolate",
-      [](py::handle x, py::handle size, py::handle scale_factor, const std::string& mode,
+      [](py::object x, py::object size, py::object scale_factor, const std::string& mode,
          bool align_corners) {
         InterpolateOptions o;
         if (!size.is_none()) o.size = pair(size, "interpolate", "size");
@@ -906,11 +906,11 @@ void bind_linalg(py::module_& m) {
                                    "Linear algebra (numpy.linalg style), batched over "
                                    "leading axes, float32 and float64.");
   la.def(
-      "cholesky", [](py::handle a) { return linalg::cholesky(arg(a), Loc{}); }, py::arg("a"),
+      "cholesky", [](py::object a) { return linalg::cholesky(arg(a), Loc{}); }, py::arg("a"),
       "Lower-triangular L with L L^T = a (a symmetrised first); NaNs if not positive definite.");
   la.def(
       "triangular_solve",
-      [](py::handle a, py::handle b, bool lower, bool transpose, bool unit_diagonal) {
+      [](py::object a, py::object b, bool lower, bool transpose, bool unit_diagonal) {
         return linalg::triangular_solve(
             arg(a), arg(b),
             {.lower = lower, .transpose = transpose, .unit_diagonal = unit_diagonal}, Loc{});
@@ -920,24 +920,24 @@ void bind_linalg(py::module_& m) {
       "x with op(a) x = b for a triangular a (also kiln.linalg.solve_triangular).");
   la.attr("solve_triangular") = la.attr("triangular_solve");
   la.def(
-      "solve", [](py::handle a, py::handle b) { return linalg::solve(arg(a), arg(b), Loc{}); },
+      "solve", [](py::object a, py::object b) { return linalg::solve(arg(a), arg(b), Loc{}); },
       py::arg("a"), py::arg("b"), "x with a x = b (LU with partial pivoting).");
   la.def(
-      "inv", [](py::handle a) { return linalg::inv(arg(a), Loc{}); }, py::arg("a"),
+      "inv", [](py::object a) { return linalg::inv(arg(a), Loc{}); }, py::arg("a"),
       "The inverse matrix; NaNs when singular.");
   la.def(
       "slogdet",
-      [](py::handle a) {
+      [](py::object a) {
         auto [sign, logabsdet] = linalg::slogdet(arg(a), Loc{});
         return py::make_tuple(sign, logabsdet);
       },
       py::arg("a"), "(sign, log|det a|).");
   la.def(
-      "det", [](py::handle a) { return linalg::det(arg(a), Loc{}); }, py::arg("a"),
+      "det", [](py::object a) { return linalg::det(arg(a), Loc{}); }, py::arg("a"),
       "The determinant.");
   la.def(
       "eigh",
-      [](py::handle a) {
+      [](py::object a) {
         auto [w, v] = linalg::eigh(arg(a), Loc{});
         return py::make_tuple(w, v);
       },
@@ -945,7 +945,7 @@ void bind_linalg(py::module_& m) {
       "(eigenvalues ascending, eigenvectors as columns) of the symmetric (a + a^T) / 2.");
   la.def(
       "qr",
-      [](py::handle a, const std::string& mode) {
+      [](py::object a, const std::string& mode) {
         if (mode != "reduced" && mode != "complete")
           fail("qr", "unknown mode: got '", mode, "', expected 'reduced' or 'complete'");
         linalg::QR r = linalg::qr(
@@ -955,7 +955,7 @@ void bind_linalg(py::module_& m) {
       py::arg("a"), py::arg("mode") = "reduced", "(q, r) with a = q r.");
   la.def(
       "svd",
-      [](py::handle a, bool full_matrices, bool compute_uv) -> py::object {
+      [](py::object a, bool full_matrices, bool compute_uv) -> py::object {
         if (!compute_uv) return py::cast(linalg::svdvals(arg(a), Loc{}));
         linalg::SVD r = linalg::svd(arg(a), full_matrices, Loc{});
         return py::make_tuple(r.u, r.s, r.vh);
@@ -963,22 +963,22 @@ void bind_linalg(py::module_& m) {
       py::arg("a"), py::arg("full_matrices") = true, py::arg("compute_uv") = true,
       "(u, s, vh) with a = u diag(s) vh, s descending; compute_uv=False: s alone.");
   la.def(
-      "svdvals", [](py::handle a) { return linalg::svdvals(arg(a), Loc{}); }, py::arg("a"),
+      "svdvals", [](py::object a) { return linalg::svdvals(arg(a), Loc{}); }, py::arg("a"),
       "The singular values, descending.");
   la.def(
       "pinv",
-      [](py::handle a, std::optional<double> rcond) { return linalg::pinv(arg(a), rcond, Loc{}); },
+      [](py::object a, std::optional<double> rcond) { return linalg::pinv(arg(a), rcond, Loc{}); },
       py::arg("a"), py::arg("rcond") = py::none(), "The pseudo-inverse.");
   la.def(
       "lstsq",
-      [](py::handle a, py::handle b, std::optional<double> rcond) {
+      [](py::object a, py::object b, std::optional<double> rcond) {
         return linalg::lstsq(arg(a), arg(b), rcond, Loc{});
       },
       py::arg("a"), py::arg("b"), py::arg("rcond") = py::none(),
       "The least-squares solution x of a x = b (only x: not numpy's residuals, rank and s).");
   la.def(
       "norm",
-      [](py::handle x, py::handle ord, py::handle axis, bool keepdims) {
+      [](py::object x, py::object ord, py::object axis, bool keepdims) {
         std::optional<linalg::NormOrd> o;
         std::string name;
         if (PyUnicode_Check(ord.ptr())) {
@@ -997,7 +997,7 @@ void bind_linalg(py::module_& m) {
       "norms ('fro', 'nuc', 1, -1, 2, -2, inf, -inf) over two.");
   la.def(
       "matrix_power",
-      [](py::handle a, int64_t n) { return linalg::matrix_power(arg(a), n, Loc{}); }, py::arg("a"),
+      [](py::object a, int64_t n) { return linalg::matrix_power(arg(a), n, Loc{}); }, py::arg("a"),
       py::arg("n"), "a**n by repeated squaring (n < 0: of the inverse).");
 }
 

@@ -6,11 +6,11 @@
 namespace kiln::python {
 namespace {
 
-Tensor key_arg(py::handle key) { return to_tensor(key); }
+Tensor key_arg(py::object key) { return to_tensor(key); }
 
 // A floating parameter tensor (gamma's a, dirichlet's alpha): Python numbers become float32,
 // or `dtype` when given.
-Tensor parameter(py::handle value, py::handle dtype) {
+Tensor parameter(py::object value, py::object dtype) {
   std::optional<DType> d = to_optional_dtype(dtype);
   Tensor t = to_tensor(value, d);
   return is_floating(t.dtype()) ? t : astype(t, float32, Loc{});
@@ -29,7 +29,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
   r.attr("PRNGKey") = r.attr("key");
   r.def(
       "split",
-      [](py::handle key, py::handle num) -> py::object {
+      [](py::object key, py::object num) -> py::object {
         if (num.is_none()) {
           auto [a, b] = random::split(key_arg(key), Loc{});
           return py::make_tuple(a, b);
@@ -41,19 +41,19 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       "unpacks as `a, b, c = split(key, 3)`).");
   r.def(
       "fold_in",
-      [](py::handle key, int64_t data) {
+      [](py::object key, int64_t data) {
         return random::fold_in(key_arg(key), static_cast<uint32_t>(data), Loc{});
       },
       py::arg("key"), py::arg("data"), "A new key derived from key and an integer (a step).");
   r.def(
       "bits",
-      [](py::handle key, py::handle shape) {
+      [](py::object key, py::object shape) {
         return random::bits(key_arg(key), to_shape(shape), Loc{});
       },
       py::arg("key"), py::arg("shape") = py::tuple(), "Raw uint32 bits.");
   r.def(
       "uniform",
-      [](py::handle key, py::handle shape, py::handle dtype, double minval, double maxval) {
+      [](py::object key, py::object shape, py::object dtype, double minval, double maxval) {
         return random::uniform(key_arg(key), to_shape(shape),
                                to_optional_dtype(dtype).value_or(float32), minval, maxval, Loc{});
       },
@@ -61,7 +61,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       py::arg("minval") = 0.0, py::arg("maxval") = 1.0, "Uniform in [minval, maxval).");
   r.def(
       "normal",
-      [](py::handle key, py::handle shape, py::handle dtype) {
+      [](py::object key, py::object shape, py::object dtype) {
         return random::normal(key_arg(key), to_shape(shape),
                               to_optional_dtype(dtype).value_or(float32), Loc{});
       },
@@ -69,7 +69,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       "Standard normal.");
   r.def(
       "bernoulli",
-      [](py::handle key, py::handle p, py::handle shape) {
+      [](py::object key, py::object p, py::object shape) {
         if (!PyFloat_Check(p.ptr()) && !PyLong_Check(p.ptr())) {
           // Per-element probabilities: uniform draws below them.
           const Tensor probs = parameter(p, py::none());
@@ -84,7 +84,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       "True with probability p (a number or a tensor; shape defaults to p's).");
   r.def(
       "randint",
-      [](py::handle key, py::handle shape, int64_t minval, int64_t maxval, py::handle dtype) {
+      [](py::object key, py::object shape, int64_t minval, int64_t maxval, py::object dtype) {
         return random::randint(key_arg(key), to_shape(shape), minval, maxval,
                                to_optional_dtype(dtype).value_or(int32), Loc{});
       },
@@ -92,7 +92,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       py::arg("dtype") = py::none(), "Integers uniform in [minval, maxval).");
   r.def(
       "permutation",
-      [](py::handle key, py::handle x, int64_t axis) {
+      [](py::object key, py::object x, int64_t axis) {
         if (is_int(x)) return random::permutation(key_arg(key), to_int(x), Loc{});
         const Tensor t = to_tensor(x);
         return take(t, random::permutation(key_arg(key), t.dim(static_cast<int>(axis)), Loc{}),
@@ -102,7 +102,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       "A random permutation of 0..x-1 (an int x, int64), or x shuffled along `axis`.");
   r.def(
       "categorical",
-      [](py::handle key, py::handle logits, int64_t axis, py::handle shape) {
+      [](py::object key, py::object logits, int64_t axis, py::object shape) {
         if (shape.is_none())
           return random::categorical(key_arg(key), to_tensor(logits), axis, Loc{});
         return random::categorical(key_arg(key), to_tensor(logits), axis, to_shape(shape), Loc{});
@@ -111,7 +111,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       "Indices (int64) drawn with unnormalised log-probabilities `logits` along `axis`.");
   r.def(
       "truncated_normal",
-      [](py::handle key, double lower, double upper, py::handle shape, py::handle dtype) {
+      [](py::object key, double lower, double upper, py::object shape, py::object dtype) {
         return random::truncated_normal(key_arg(key), lower, upper, to_shape(shape),
                                         to_optional_dtype(dtype).value_or(float32), Loc{});
       },
@@ -135,8 +135,8 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
   for (const auto& s : one_parameter)
     r.def(
         s.name,
-        [fn = s.fn, shaped = s.shaped](py::handle key, py::handle a, py::handle shape,
-                                       py::handle dtype) {
+        [fn = s.fn, shaped = s.shaped](py::object key, py::object a, py::object shape,
+                                       py::object dtype) {
           const Tensor p = parameter(a, dtype);
           if (shape.is_none()) return fn(key_arg(key), p, Loc{});
           return shaped(key_arg(key), p, to_shape(shape), Loc{});
@@ -145,7 +145,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
         s.doc);
   r.def(
       "beta",
-      [](py::handle key, py::handle a, py::handle b, py::handle shape, py::handle dtype) {
+      [](py::object key, py::object a, py::object b, py::object shape, py::object dtype) {
         const Tensor pa = parameter(a, dtype), pb = parameter(b, dtype);
         if (shape.is_none()) return random::beta(key_arg(key), pa, pb, Loc{});
         return random::beta(key_arg(key), pa, pb, to_shape(shape), Loc{});
@@ -154,7 +154,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       py::arg("dtype") = py::none(), "Beta(a, b) samples.");
   r.def(
       "choice",
-      [](py::handle key, py::handle a, py::handle shape, bool replace, py::handle p, int64_t axis) {
+      [](py::object key, py::object a, py::object shape, bool replace, py::object p, int64_t axis) {
         std::optional<Tensor> probs;
         if (!p.is_none()) probs = to_tensor(p);
         if (is_int(a))
@@ -177,7 +177,7 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       "without replacement, uniformly or with probabilities p.");
   r.def(
       "multivariate_normal",
-      [](py::handle key, py::handle mean, py::handle cov, py::handle shape) {
+      [](py::object key, py::object mean, py::object cov, py::object shape) {
         if (shape.is_none())
           return random::multivariate_normal(key_arg(key), to_tensor(mean), to_tensor(cov), Loc{});
         return random::multivariate_normal(key_arg(key), to_tensor(mean), to_tensor(cov),

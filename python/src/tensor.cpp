@@ -947,7 +947,7 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
 
   m.def(
       "asarray",
-      [](py::handle value, py::handle dtype) { return to_tensor(value, to_optional_dtype(dtype)); },
+      [](py::object value, py::object dtype) { return to_tensor(value, to_optional_dtype(dtype)); },
       py::arg("value"), py::arg("dtype") = py::none(), R"doc(
 A Tensor of `value`: a kiln.Tensor as is; a NumPy array (or any buffer) of a dtype Kiln has,
 viewed without a copy (writes through either are visible in the other, and the array stays alive
@@ -955,7 +955,7 @@ as long as a view of it does); Python scalars and nested lists copied, with JAX'
 int32, float32). `dtype` converts (a copy).)doc");
   m.def(
       "array",
-      [](py::handle value, py::handle dtype) {
+      [](py::object value, py::object dtype) {
         const Tensor t = to_tensor(value, to_optional_dtype(dtype));
         return t.is_traced() ? t : copy_of(t);
       },
