@@ -205,3 +205,25 @@ def test_no_leak_over_dlpack_round_trips():
     assert rss_bytes() - before < 4 << 20
     assert sys.getrefcount(p) == base
     assert p._version == 0
+
+
+def test_no_leak_over_operator_calls():
+    a = kl.asarray(np.ones(2, np.float32))
+    b = np.ones(2, np.float32)
+    base_a, base_b = sys.getrefcount(a), sys.getrefcount(b)
+
+    def calls(n):
+        for _ in range(n):
+            c = a + b  # a NumPy operand on the right: viewed, then released
+            c = 2.0 * c - a
+            c = c / a @ a
+        return c
+
+    calls(2000)
+    before = rss_bytes()
+    c = calls(100_000)
+    gc.collect()
+    assert rss_bytes() - before < 4 << 20
+    assert sys.getrefcount(a) == base_a and sys.getrefcount(b) == base_b
+    assert sys.getrefcount(c) == 2  # c and getrefcount's argument: no hidden owner
+    assert float(c) == 6.0  # ((1 + 1) * 2 - 1) / 1 summed over two elements
