@@ -383,22 +383,23 @@ std::optional<int64_t> slice_bound(PyObject* v) {
 
 IndexEntry parse_index(py::handle v) {
   using Kind = IndexEntry::Kind;
-  if (v.is_none()) return {Kind::new_axis};
-  if (v.ptr() == Py_Ellipsis) return {Kind::ellipsis};
+  if (v.is_none()) return {.kind = Kind::new_axis};
+  if (v.ptr() == Py_Ellipsis) return {.kind = Kind::ellipsis};
   if (PySlice_Check(v.ptr())) {
     auto* s = reinterpret_cast<PySliceObject*>(v.ptr());
     const std::optional<int64_t> step = slice_bound(s->step);
-    return {Kind::slice, 0, Slice{slice_bound(s->start), slice_bound(s->stop), step.value_or(1)}};
+    return {.kind = Kind::slice,
+            .s = Slice{slice_bound(s->start), slice_bound(s->stop), step.value_or(1)}};
   }
   if (PyBool_Check(v.ptr()))
     fail("getitem", "a Python bool is no index: got ", py::repr(v).cast<std::string>(),
          ", expected an int, a slice, None, ..., or an integer or bool tensor");
-  if (const Tensor* t = tensor_ptr(v)) return {Kind::array, 0, {}, *t};
-  if (is_int(v)) return {Kind::integer, to_int(v)};
+  if (const Tensor* t = tensor_ptr(v)) return {.kind = Kind::array, .indices = *t};
+  if (is_int(v)) return {.kind = Kind::integer, .i = to_int(v)};
   Tensor t = to_tensor(v);
   // An empty list is an (empty) integer index, as in numpy.
   if (t.numel() == 0 && is_floating(t.dtype())) t = astype(t, int64, Loc{});
-  return {Kind::array, 0, {}, t};
+  return {.kind = Kind::array, .indices = t};
 }
 
 Tensor getitem(const Tensor& x, py::handle index) {
