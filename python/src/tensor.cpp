@@ -309,10 +309,7 @@ void tensor_releasebuffer(PyObject*, Py_buffer* view) {
   delete static_cast<BufferDims*>(view->internal);
 }
 
-// ---- arithmetic operators as CPython's number slots -------------------------------------
-// `a + b` is the hot path of eager code: these slots skip pybind11's dispatcher (argument
-// vectors, overload resolution, a type lookup per call) and the generic slot's method lookup.
-// The __add__ ... methods pybind11 defines stay for introspection and explicit calls.
+// ---- results and errors of the operator slots (install_slots) ---------------------------
 
 const py::detail::type_info* g_tensor_info = nullptr;
 
@@ -356,16 +353,6 @@ PyObject* binary_slot(PyObject* a, PyObject* b) {
   }
 }
 
-void install_number_slots(py::handle type) {
-  g_tensor_info = py::detail::get_type_info(reinterpret_cast<PyTypeObject*>(type.ptr()));
-  PyNumberMethods& n = reinterpret_cast<PyHeapTypeObject*>(type.ptr())->as_number;
-  n.nb_add = binary_slot<add>;
-  n.nb_subtract = binary_slot<sub>;
-  n.nb_multiply = binary_slot<mul>;
-  n.nb_true_divide = binary_slot<true_divide>;
-  n.nb_matrix_multiply = binary_slot<matmul>;
-}
-
 // ---- indexing (numpy's rules) ----------------------------------------------------------
 
 // One entry of an index tuple.
@@ -402,13 +389,20 @@ IndexEntry parse_index(py::handle v) {
   return {.kind = Kind::array, .indices = t};
 }
 
-Tensor getitem(const Tensor& x, py::handle index) {
+Tensor getitem(const Tensor& x, py::handle key) {
   using Kind = IndexEntry::Kind;
+  // x[i]: the common case, one view.
+  if (PyLong_CheckExact(key.ptr()) && x.rank() > 0) {
+    const int64_t n = x.shape()[0];
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(key.ptr(), &overflow);
+    if (!overflow && i >= -n && i < n) return index(x, i < 0 ? i + n : i, Loc{});
+  }
   std::vector<IndexEntry> entries;
-  if (PyTuple_Check(index.ptr())) {
-    for (py::handle v : py::reinterpret_borrow<py::tuple>(index)) entries.push_back(parse_index(v));
+  if (PyTuple_Check(key.ptr())) {
+    for (py::handle v : py::reinterpret_borrow<py::tuple>(key)) entries.push_back(parse_index(v));
   } else {
-    entries.push_back(parse_index(index));
+    entries.push_back(parse_index(key));
   }
   int consumed = 0, ellipses = 0;
   bool has_array = false;
@@ -555,6 +549,81 @@ Tensor getitem(const Tensor& x, py::handle index) {
   for (int i = 0; i < nb; ++i) back.push_back(i);
   for (int i = nb + first; i < r.rank(); ++i) back.push_back(i);
   return transpose(r, back, Loc{});
+}
+
+// ---- operators as CPython's slots -------------------------------------------------------
+
+template <Tensor (*Fn)(const Tensor&, Loc)>
+PyObject* unary_slot(PyObject* a) {
+  try {
+    return wrap(Fn(*tensor_ptr(a), Loc{}));
+  } catch (...) {
+    set_python_error();
+    return nullptr;
+  }
+}
+
+// ~x: logical not of bools, bitwise not of integers.
+Tensor invert(const Tensor& a, Loc loc) {
+  return a.dtype() == bool_ ? logical_not(a, loc) : bitwise_not(a, loc);
+}
+
+// Python calls it with a tensor first (swapping the operands, and the comparison, for
+// `2 < x`). == and != with None or a string are Python's identity tests.
+PyObject* richcompare_slot(PyObject* a, PyObject* b, int op) {
+  try {
+    const Tensor* x = tensor_ptr(a);
+    if (!x) Py_RETURN_NOTIMPLEMENTED;
+    if ((op == Py_EQ || op == Py_NE) && (b == Py_None || PyUnicode_Check(b)))
+      return PyBool_FromLong(op == Py_NE);
+    const Tensor y = operand(b, *x);
+    switch (op) {
+      case Py_LT:
+        return wrap(less(*x, y, Loc{}));
+      case Py_LE:
+        return wrap(less_equal(*x, y, Loc{}));
+      case Py_GT:
+        return wrap(greater(*x, y, Loc{}));
+      case Py_GE:
+        return wrap(greater_equal(*x, y, Loc{}));
+      case Py_EQ:
+        return wrap(equal(*x, y, Loc{}));
+      default:
+        return wrap(not_equal(*x, y, Loc{}));
+    }
+  } catch (...) {
+    set_python_error();
+    return nullptr;
+  }
+}
+
+PyObject* subscript_slot(PyObject* self, PyObject* key) {
+  try {
+    return wrap(getitem(*tensor_ptr(self), key));
+  } catch (...) {
+    set_python_error();
+    return nullptr;
+  }
+}
+
+// `a + b`, `a < b` and `a[i]` are the hot paths of eager code: these slots skip pybind11's
+// dispatcher (argument vectors, overload resolution, a type lookup per call) and the generic
+// slots' method lookups. The methods pybind11 defines (__add__, ...) stay for introspection and
+// explicit calls; this runs after them, as defining a method resets its slot.
+void install_slots(py::handle type) {
+  g_tensor_info = py::detail::get_type_info(reinterpret_cast<PyTypeObject*>(type.ptr()));
+  auto* heap = reinterpret_cast<PyHeapTypeObject*>(type.ptr());
+  PyNumberMethods& n = heap->as_number;
+  n.nb_add = binary_slot<add>;
+  n.nb_subtract = binary_slot<sub>;
+  n.nb_multiply = binary_slot<mul>;
+  n.nb_true_divide = binary_slot<true_divide>;
+  n.nb_matrix_multiply = binary_slot<matmul>;
+  n.nb_negative = unary_slot<neg>;
+  n.nb_absolute = unary_slot<kiln::abs>;
+  n.nb_invert = unary_slot<invert>;
+  heap->ht_type.tp_richcompare = richcompare_slot;
+  heap->as_mapping.mp_subscript = subscript_slot;
 }
 
 // ---- x.at[index].set(v) and friends (JAX's functional updates) -------------------------
@@ -915,10 +984,7 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
   tensor.def("__neg__", [](const Tensor& a) { return neg(a, Loc{}); });
   tensor.def("__pos__", [](const Tensor& a) { return a; });
   tensor.def("__abs__", [](const Tensor& a) { return abs(a, Loc{}); });
-  tensor.def("__invert__", [](const Tensor& a) {
-    return a.dtype() == bool_ ? logical_not(a, Loc{}) : bitwise_not(a, Loc{});
-  });
-  install_number_slots(tensor);
+  tensor.def("__invert__", [](const Tensor& a) { return invert(a, Loc{}); });
   bind_at(tensor);
   // No __iadd__ and friends: Python falls back to `x = x + y`, rebinding x (tensors are
   // immutable values, as in JAX).
@@ -945,6 +1011,8 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
   tensor.def(
       "copy", [](const Tensor& t) { return t.is_traced() ? t : copy_of(t); },
       "A copy of the values in new memory.");
+
+  install_slots(tensor);
 
   m.def(
       "asarray",
