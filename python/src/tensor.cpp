@@ -1,5 +1,5 @@
 // kiln.Tensor, the dtypes, and conversion from Python values: NumPy arrays and other buffers
-// are viewed without a copy where Kiln can (docs/PYTHON.md, "Interchange").
+// are viewed without a copy where Kiln can (docs/PYTHON.md, "Tensors, operations and interchange").
 #include <Python.h>
 #include <pybind11/numpy.h>
 
