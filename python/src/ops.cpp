@@ -19,6 +19,14 @@ using ArgReduction = Tensor (*)(const Tensor&, std::optional<int64_t>, bool, Loc
 
 Tensor arg(py::object v) { return to_tensor(v); }
 
+// Runs `f`, Kiln's C++ only (arguments converted before), with the GIL released: the long
+// operations (matmul, einsum, tensordot, convolutions) let other Python threads run meanwhile.
+template <class F>
+Tensor without_gil(F&& f) {
+  py::gil_scoped_release released;
+  return f();
+}
+
 std::optional<int64_t> optional_int(py::object v) {
   if (v.is_none()) return std::nullopt;
   return to_int(v);
@@ -231,9 +239,6 @@ void bind_elementwise(py::module_& m) {
       {"bitwise_xor", &bitwise_xor, "x ^ y (integers and bools)."},
       {"left_shift", &left_shift, "x << y (integers)."},
       {"right_shift", &right_shift, "x >> y (integers; arithmetic for signed ones)."},
-      {"matmul", &matmul,
-       "x @ y with numpy's rules: 1-d operands are promoted and the added axis removed; batch "
-       "axes broadcast."},
       {"outer", &outer, "out[i, j] = x.ravel()[i] * y.ravel()[j]."},
       {"kron", &kron, "The Kronecker product."},
   };
@@ -245,6 +250,15 @@ void bind_elementwise(py::module_& m) {
           return fn(xy.first, xy.second, Loc{});
         },
         py::arg("x"), py::arg("y"), op.doc);
+  m.def(
+      "matmul",
+      [](py::object x, py::object y) {
+        auto xy = operands(x, y);
+        return without_gil([&] { return matmul(xy.first, xy.second, Loc{}); });
+      },
+      py::arg("x"), py::arg("y"),
+      "x @ y with numpy's rules: 1-d operands are promoted and the added axis removed; batch "
+      "axes broadcast. Runs without the GIL.");
   m.attr("sub") = m.attr("subtract");
   m.attr("mul") = m.attr("multiply");
   m.attr("true_divide") = m.attr("divide");
@@ -744,7 +758,8 @@ void bind_products(py::module_& m) {
   m.def(
       "einsum",
       [](const std::string& subscripts, const py::args& operands) {
-        return einsum(subscripts, tensors(operands), Loc{});
+        const std::vector<Tensor> ts = tensors(operands);
+        return without_gil([&] { return einsum(subscripts, ts, Loc{}); });
       },
       py::arg("subscripts"),
       "numpy.einsum: 'ij,jk->ik', implicit outputs, repeated labels (diagonals) and '...'.");
@@ -752,13 +767,16 @@ void bind_products(py::module_& m) {
       "tensordot",
       [](py::object a, py::object b, py::object axes) {
         auto ab = operands(a, b);
-        if (is_int(axes)) return tensordot(ab.first, ab.second, to_int(axes), Loc{});
+        if (is_int(axes)) {
+          const int64_t n = to_int(axes);
+          return without_gil([&] { return tensordot(ab.first, ab.second, n, Loc{}); });
+        }
         py::sequence pair = py::reinterpret_borrow<py::sequence>(axes);
         if (pair.size() != 2)
           fail("tensordot", "axes is an int or a pair of axis lists: got ", pair.size(),
                " entries, expected 2");
-        return tensordot(ab.first, ab.second, {to_shape(pair[0]).dims(), to_shape(pair[1]).dims()},
-                         Loc{});
+        const std::pair<Axes, Axes> paired{to_shape(pair[0]).dims(), to_shape(pair[1]).dims()};
+        return without_gil([&] { return tensordot(ab.first, ab.second, paired, Loc{}); });
       },
       py::arg("a"), py::arg("b"), py::arg("axes") = 2,
       "numpy.tensordot: the product summed over the last `axes` axes of a and the first of b, "
@@ -770,7 +788,9 @@ void bind_conv(py::module_& m) {
       "conv1d",
       [](py::object x, py::object w, int64_t stride, int64_t padding, int64_t dilation,
          int64_t groups) {
-        return conv1d(arg(x), arg(w), Conv1dOptions{stride, padding, dilation, groups}, Loc{});
+        const Tensor tx = arg(x), tw = arg(w);
+        const Conv1dOptions o{stride, padding, dilation, groups};
+        return without_gil([&] { return conv1d(tx, tw, o, Loc{}); });
       },
       py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
       py::arg("dilation") = 1, py::arg("groups") = 1,
@@ -779,11 +799,10 @@ void bind_conv(py::module_& m) {
       "conv2d",
       [](py::object x, py::object w, py::object stride, py::object padding, py::object dilation,
          int64_t groups) {
-        return conv2d(
-            arg(x), arg(w),
-            Conv2dOptions{pair(stride, "conv2d", "stride"), pair(padding, "conv2d", "padding"),
-                          pair(dilation, "conv2d", "dilation"), groups},
-            Loc{});
+        const Tensor tx = arg(x), tw = arg(w);
+        const Conv2dOptions o{pair(stride, "conv2d", "stride"), pair(padding, "conv2d", "padding"),
+                              pair(dilation, "conv2d", "dilation"), groups};
+        return without_gil([&] { return conv2d(tx, tw, o, Loc{}); });
       },
       py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
       py::arg("dilation") = 1, py::arg("groups") = 1,
@@ -793,11 +812,11 @@ void bind_conv(py::module_& m) {
       "conv3d",
       [](py::object x, py::object w, py::object stride, py::object padding, py::object dilation,
          int64_t groups) {
-        return conv3d(arg(x), arg(w),
-                      Conv3dOptions{ints<3>(stride, "conv3d", "stride"),
-                                    ints<3>(padding, "conv3d", "padding"),
-                                    ints<3>(dilation, "conv3d", "dilation"), groups},
-                      Loc{});
+        const Tensor tx = arg(x), tw = arg(w);
+        const Conv3dOptions o{ints<3>(stride, "conv3d", "stride"),
+                              ints<3>(padding, "conv3d", "padding"),
+                              ints<3>(dilation, "conv3d", "dilation"), groups};
+        return without_gil([&] { return conv3d(tx, tw, o, Loc{}); });
       },
       py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
       py::arg("dilation") = 1, py::arg("groups") = 1,

@@ -477,3 +477,31 @@ def test_errors_name_op_and_python_line():
         kl.conv2d(np.ones((1, 1, 3, 3)), np.ones((1, 1, 1, 1)), stride=(1, 1, 1))
     with pytest.raises(kl.Error, match=r"\[shape\] a shape is an int or a sequence"):
         kl.zeros(1.5)
+
+
+def test_long_operations_release_the_gil():
+    import threading
+    import time
+
+    a = kl.asarray(R.standard_normal((700, 700)))
+    kl.matmul(a, a)  # warm up
+    stamps, stop = [], threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            stamps.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    time.sleep(0.01)
+    spans = []
+    for _ in range(3):
+        start = time.perf_counter()
+        kl.matmul(a, a)
+        spans.append((start, time.perf_counter()))
+    stop.set()
+    thread.join()
+    # With the GIL held for the whole product, no tick could land strictly inside one.
+    inside = sum(s + 0.002 < t < e - 0.002 for s, e in spans for t in stamps)
+    assert inside > 0, spans
