@@ -20,9 +20,10 @@ using ArgReduction = Tensor (*)(const Tensor&, std::optional<int64_t>, bool, Loc
 Tensor arg(py::object v) { return to_tensor(v); }
 
 // Runs `f`, Kiln's C++ only (arguments converted before), with the GIL released: the long
-// operations (matmul, einsum, tensordot, convolutions) let other Python threads run meanwhile.
+// operations (matmul, einsum, tensordot, convolutions, kiln.linalg) let other Python threads
+// run meanwhile.
 template <class F>
-Tensor without_gil(F&& f) {
+auto without_gil(F&& f) {
   py::gil_scoped_release released;
   return f();
 }
@@ -925,40 +926,60 @@ void bind_linalg(py::module_& m) {
                                    "Linear algebra (numpy.linalg style), batched over "
                                    "leading axes, float32 and float64.");
   la.def(
-      "cholesky", [](py::object a) { return linalg::cholesky(arg(a), Loc{}); }, py::arg("a"),
+      "cholesky",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::cholesky(t, Loc{}); });
+      },
+      py::arg("a"),
       "Lower-triangular L with L L^T = a (a symmetrised first); NaNs if not positive definite.");
   la.def(
       "triangular_solve",
       [](py::object a, py::object b, bool lower, bool transpose, bool unit_diagonal) {
-        return linalg::triangular_solve(
-            arg(a), arg(b),
-            {.lower = lower, .transpose = transpose, .unit_diagonal = unit_diagonal}, Loc{});
+        const Tensor ta = arg(a), tb = arg(b);
+        const linalg::TriangularSolveOptions o{
+            .lower = lower, .transpose = transpose, .unit_diagonal = unit_diagonal};
+        return without_gil([&] { return linalg::triangular_solve(ta, tb, o, Loc{}); });
       },
       py::arg("a"), py::arg("b"), py::arg("lower") = false, py::arg("transpose") = false,
       py::arg("unit_diagonal") = false,
       "x with op(a) x = b for a triangular a (also kiln.linalg.solve_triangular).");
   la.attr("solve_triangular") = la.attr("triangular_solve");
   la.def(
-      "solve", [](py::object a, py::object b) { return linalg::solve(arg(a), arg(b), Loc{}); },
+      "solve",
+      [](py::object a, py::object b) {
+        const Tensor ta = arg(a), tb = arg(b);
+        return without_gil([&] { return linalg::solve(ta, tb, Loc{}); });
+      },
       py::arg("a"), py::arg("b"), "x with a x = b (LU with partial pivoting).");
   la.def(
-      "inv", [](py::object a) { return linalg::inv(arg(a), Loc{}); }, py::arg("a"),
-      "The inverse matrix; NaNs when singular.");
+      "inv",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::inv(t, Loc{}); });
+      },
+      py::arg("a"), "The inverse matrix; NaNs when singular.");
   la.def(
       "slogdet",
       [](py::object a) {
-        auto [sign, logabsdet] = linalg::slogdet(arg(a), Loc{});
-        return py::make_tuple(sign, logabsdet);
+        const Tensor t = arg(a);
+        const auto r = without_gil([&] { return linalg::slogdet(t, Loc{}); });
+        return py::make_tuple(r.first, r.second);
       },
       py::arg("a"), "(sign, log|det a|).");
   la.def(
-      "det", [](py::object a) { return linalg::det(arg(a), Loc{}); }, py::arg("a"),
-      "The determinant.");
+      "det",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::det(t, Loc{}); });
+      },
+      py::arg("a"), "The determinant.");
   la.def(
       "eigh",
       [](py::object a) {
-        auto [w, v] = linalg::eigh(arg(a), Loc{});
-        return py::make_tuple(w, v);
+        const Tensor t = arg(a);
+        const auto r = without_gil([&] { return linalg::eigh(t, Loc{}); });
+        return py::make_tuple(r.first, r.second);
       },
       py::arg("a"),
       "(eigenvalues ascending, eigenvectors as columns) of the symmetric (a + a^T) / 2.");
@@ -967,31 +988,42 @@ void bind_linalg(py::module_& m) {
       [](py::object a, const std::string& mode) {
         if (mode != "reduced" && mode != "complete")
           fail("qr", "unknown mode: got '", mode, "', expected 'reduced' or 'complete'");
-        linalg::QR r = linalg::qr(
-            arg(a), mode == "reduced" ? linalg::QrMode::reduced : linalg::QrMode::complete, Loc{});
+        const Tensor t = arg(a);
+        const linalg::QrMode m =
+            mode == "reduced" ? linalg::QrMode::reduced : linalg::QrMode::complete;
+        const linalg::QR r = without_gil([&] { return linalg::qr(t, m, Loc{}); });
         return py::make_tuple(r.q, r.r);
       },
       py::arg("a"), py::arg("mode") = "reduced", "(q, r) with a = q r.");
   la.def(
       "svd",
       [](py::object a, bool full_matrices, bool compute_uv) -> py::object {
-        if (!compute_uv) return py::cast(linalg::svdvals(arg(a), Loc{}));
-        linalg::SVD r = linalg::svd(arg(a), full_matrices, Loc{});
+        const Tensor t = arg(a);
+        if (!compute_uv) return py::cast(without_gil([&] { return linalg::svdvals(t, Loc{}); }));
+        const linalg::SVD r = without_gil([&] { return linalg::svd(t, full_matrices, Loc{}); });
         return py::make_tuple(r.u, r.s, r.vh);
       },
       py::arg("a"), py::arg("full_matrices") = true, py::arg("compute_uv") = true,
       "(u, s, vh) with a = u diag(s) vh, s descending; compute_uv=False: s alone.");
   la.def(
-      "svdvals", [](py::object a) { return linalg::svdvals(arg(a), Loc{}); }, py::arg("a"),
-      "The singular values, descending.");
+      "svdvals",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::svdvals(t, Loc{}); });
+      },
+      py::arg("a"), "The singular values, descending.");
   la.def(
       "pinv",
-      [](py::object a, std::optional<double> rcond) { return linalg::pinv(arg(a), rcond, Loc{}); },
+      [](py::object a, std::optional<double> rcond) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::pinv(t, rcond, Loc{}); });
+      },
       py::arg("a"), py::arg("rcond") = py::none(), "The pseudo-inverse.");
   la.def(
       "lstsq",
       [](py::object a, py::object b, std::optional<double> rcond) {
-        return linalg::lstsq(arg(a), arg(b), rcond, Loc{});
+        const Tensor ta = arg(a), tb = arg(b);
+        return without_gil([&] { return linalg::lstsq(ta, tb, rcond, Loc{}); });
       },
       py::arg("a"), py::arg("b"), py::arg("rcond") = py::none(),
       "The least-squares solution x of a x = b (only x: not numpy's residuals, rank and s).");
