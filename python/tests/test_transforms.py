@@ -324,7 +324,7 @@ def test_vmap_against_a_python_loop():
     for i in range(8):
         gi = kl.grad(loss)(p, x[i], y[i])
         for k in p:
-            close(per_example[k][i], gi[k], 1e-4, 1e-5)
+            close(np.asarray(per_example[k])[i], gi[k], 1e-4, 1e-5)
     # A pytree prefix per argument: w shared, b batched.
     f = lambda q, v: add(matmul(v, q["w"]), q["b"])  # noqa: E731
     q = {"w": randn(3, 2), "b": randn(5, 2)}
@@ -408,7 +408,7 @@ def test_kiln_error_inside_a_traced_function_names_the_users_line():
     line = bad.__code__.co_firstlineno + 1
     for t in (kl.jit, kl.grad, kl.vmap):
         with pytest.raises(kl.Error) as info:
-            t(bad)(randn(3))
+            t(bad)(randn(3, 4))
         assert f"test_transforms.py:{line}" in str(info.value)
 
 
