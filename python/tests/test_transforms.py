@@ -453,3 +453,40 @@ def test_no_leak_over_many_jitted_calls_and_refcounts_unchanged():
     gc.collect()
     assert [sys.getrefcount(v) for v in (p, p["w"], p["b"], x)] == refs
     assert rss_mb() - before_rss < 16
+
+
+def test_transformed_functions_bind_as_methods_and_take_attributes():
+    @dataclasses.dataclass
+    class Model:  # a pytree, so that `self` can be an argument of a transformation
+        w: object
+
+        @kl.jit
+        def apply(self, x):
+            return mul(self.w, x)
+
+        @kl.grad
+        def slope(self, x):
+            return sum(mul(self.w, square(x)))
+
+    m = Model(np.float32(3.0))
+    x = randn(3)
+    close(m.apply(x), 3 * x)
+    grad_of_model = m.slope(x)  # with respect to self, the first argument
+    assert isinstance(grad_of_model, Model)
+    close(grad_of_model.w, np.sum(x * x), 1e-5, 1e-5)
+    g = kl.grad(sin)
+    g.note = "attributes stick"
+    assert g.note == "attributes stick" and g.__wrapped__ is sin
+
+
+def test_refcounts_unchanged_under_grad_and_vmap():
+    f = lambda p, x: sum(mul(p["w"], x))  # noqa: E731
+    p, x = {"w": randn(3)}, randn(4, 3)
+    g, v = kl.grad(f), kl.vmap(f, in_axes=(None, 0))
+    g(p, x[0])
+    v(p, x)
+    refs = [sys.getrefcount(o) for o in (p, p["w"], x)]
+    for _ in range(2000):
+        g(p, x[0])
+        v(p, x)
+    assert [sys.getrefcount(o) for o in (p, p["w"], x)] == refs
