@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kiln as kl
-from kops import (add, close, cos, div, exp, greater, log, matmul, maximum, mean, mul, neg, pow,
+from kops import (add, close, cos, div, exp, greater, less, log, matmul, maximum, mean, mul, neg, pow,
                   sin, square, sub, sum, tanh)
 
 rng = np.random.default_rng(0)
@@ -178,6 +178,15 @@ def test_every_pytree_kind_through_every_transformation():
     close(jac["list"][0], np.zeros((3, 3)))
     carry = kl.fori_loop(0, 2, lambda i, t: scale(t), every_kind(x))
     check_every_kind(carry, 4 * x)
+    n, carry = kl.while_loop(lambda c: less(c[0], 3), lambda c: (add(c[0], 1), scale(c[1])),
+                             (kl.asarray(0), every_kind(x)))
+    check_every_kind(carry, 8 * x)
+    check_every_kind(kl.cond(True, scale, lambda t: t, every_kind(x)), 2 * x)
+    carry, ys = kl.scan(lambda c, x: (scale(c), x), every_kind(x), every_kind(xs))
+    check_every_kind(ys, xs)
+    check_every_kind(carry, 16 * x)
+    check_every_kind(kl.jit(kl.vmap(kl.grad(lambda t: tree_sum(scale(t)))))(every_kind(xs)),
+                     np.full((4, 3), 2.0))
 
 
 # ---- reverse and forward mode ------------------------------------------------------------------
