@@ -55,17 +55,8 @@ std::string python_location() {
 
 }  // namespace
 
-// py-transforms: messages name Kiln's C++ API ("use kiln::cond / kiln::while_loop"); Python
-// users read the Python names.
-std::string python_names(std::string message) {
-  for (std::size_t at = message.find("kiln::"); at != std::string::npos;
-       at = message.find("kiln::", at))
-    message.replace(at, 6, "kiln.");
-  return message;
-}
-
 std::string python_message(const Error& e) {
-  return python_names(without_cpp_location(e.what())) + python_location();
+  return without_cpp_location(e.what()) + python_location();
 }
 
 void bind_errors(py::module_& m) {
