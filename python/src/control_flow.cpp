@@ -39,8 +39,7 @@ TreeDef tuple_of(std::vector<TreeDef> children) {
 py::object cond(py::handle pred, py::object true_fun, py::object false_fun,
                 const py::args& operands) {
   const Flat ops = flatten(operands);
-  const std::vector<FlatFn> branches{python_fn(std::move(false_fun), ops.def),
-                                     python_fn(std::move(true_fun), ops.def)};
+  const std::vector<FlatFn> branches{python_fn(false_fun, ops.def), python_fn(true_fun, ops.def)};
   auto [out, def] =
       detail::cf::switch_flat("cond", detail::cf::predicate_index("cond", to_tensor(pred)),
                               branches, {"false_fun", "true_fun"}, ops.leaves);
@@ -49,11 +48,13 @@ py::object cond(py::handle pred, py::object true_fun, py::object false_fun,
 
 py::object switch_(py::handle index, const py::sequence& branches, const py::args& operands) {
   const Flat ops = flatten(operands);
+  std::vector<py::object> fns;
+  for (py::handle b : branches) fns.push_back(py::reinterpret_borrow<py::object>(b));
   std::vector<FlatFn> flat;
   std::vector<std::string> names;
-  for (py::handle b : branches) {
+  for (const py::object& b : fns) {
     names.push_back("branch " + std::to_string(flat.size()));
-    flat.push_back(python_fn(py::reinterpret_borrow<py::object>(b), ops.def));
+    flat.push_back(python_fn(b, ops.def));
   }
   if (flat.empty()) fail("switch", "no branches: got [], expected at least one function");
   auto [out, def] = detail::cf::switch_flat("switch", to_tensor(index), flat, names, ops.leaves);
@@ -68,7 +69,7 @@ py::object while_loop(py::object cond_fun, py::object body_fun, py::handle init_
     out_def = TreeDef{};
     return std::vector<Tensor>{to_tensor(p)};
   };
-  const FlatFn b = python_fn(std::move(body_fun), arg);
+  const FlatFn b = python_fn(body_fun, arg);
   return unflatten_tensors(init.def, detail::cf::while_flat(c, b, init.leaves, init.def));
 }
 

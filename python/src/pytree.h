@@ -39,9 +39,16 @@ py::object static_value(const TreeDef& def);
 TreeDef one_arg(TreeDef def);
 
 // The one adaptor of Python callables to the staging core: f(*args, **kwargs) on the leaves of
-// the argument tuple `args_def`, its result flattened. args_def is copied (it is small), so the
-// FlatFn may outlive it; a Python exception in f crosses Kiln's C++ as py::error_already_set.
-detail::FlatFn python_fn(py::object f, TreeDef args_def, py::object kwargs = py::object());
+// the argument tuple `args_def`, its result flattened. Like the core's flat_fn (staging.h) it
+// refers to f, args_def and kwargs (nothing is copied on jit's hot path), so it must not outlive
+// them: the core uses a FlatFn only within the call it was given to. A Python exception in f
+// crosses Kiln's C++ as py::error_already_set.
+detail::FlatFn python_fn(const py::object& f, const TreeDef& args_def,
+                         const py::dict* kwargs = nullptr);
+detail::FlatFn python_fn(py::object&& f, const TreeDef& args_def,
+                         const py::dict* kwargs = nullptr) = delete;  // it would dangle
+detail::FlatFn python_fn(const py::object& f, TreeDef&& args_def,
+                         const py::dict* kwargs = nullptr) = delete;
 
 // `prefix` is a tree prefix of the tree `def` describes (in_axes, out_axes): calls
 // emit(leaf of prefix) once for every leaf of `def` under it, in flatten order.

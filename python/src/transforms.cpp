@@ -114,7 +114,7 @@ py::object make_grad(py::object f, py::handle argnums, bool has_aux, bool value_
                 const Args in = flatten_args(args);
                 const detail::GradResult r = detail::grad_call(
                     op, nums, in.def, in.leaves,
-                    checked_result(op, python_fn(f, in.def, kwargs), has_aux, true));
+                    checked_result(op, python_fn(f, in.def, &kwargs), has_aux, true));
                 py::tuple grads(nums.size());
                 for (std::size_t k = 0; k < nums.size(); ++k)
                   grads[k] = unflatten_tensors(in.def.children[static_cast<std::size_t>(nums[k])],
@@ -186,7 +186,7 @@ py::object make_jacobian(py::object f, py::handle argnums, bool forward) {
   return wrap(f, [f, spec, forward, op](const py::args& args, const py::kwargs& kwargs) {
     const std::vector<int> nums = resolve_argnums(op, spec.nums, args.size());
     const Args in = flatten_args(args);
-    const FlatFn fn = python_fn(f, in.def, kwargs);
+    const FlatFn fn = python_fn(f, in.def, &kwargs);
     const detail::FlatJacobian j = forward ? detail::jacfwd_call(nums, in.def, in.leaves, fn)
                                            : detail::jacrev_call(nums, in.def, in.leaves, fn);
     // Each result leaf becomes the chosen argument trees holding its blocks.
@@ -253,7 +253,7 @@ py::object make_vmap(py::object f, py::object in_axes, py::object out_axes,
                                                                        const py::kwargs& kwargs) {
     const Args in = flatten_args(args);
     detail::VmapOptions o = vmap_options(in_axes, in.def, name);
-    FlatFn fn = python_fn(f, in.def, kwargs);
+    FlatFn fn = python_fn(f, in.def, &kwargs);
     if (out_axes.is_none() || PyLong_Check(out_axes.ptr())) {
       o.out =
           OutAxes{{out_axes.is_none() ? std::nullopt : std::optional<int>(out_axes.cast<int>())}};
@@ -644,7 +644,7 @@ void bind_transforms(py::module_& m) {
         return wrap(f, [f](const py::args& args, const py::kwargs& kwargs) {
           const Args in = flatten_args(args);
           const FlatTree r =
-              detail::checkpoint_call(in.def, in.leaves, python_fn(f, in.def, kwargs));
+              detail::checkpoint_call(in.def, in.leaves, python_fn(f, in.def, &kwargs));
           return unflatten_tensors(r.def, r.leaves);
         });
       },

@@ -103,6 +103,12 @@ const TypeInfo& info_of(const TreeDef& def) {
   return r.types[k];
 }
 
+// The Tensor inside a kiln.Tensor object (its exact type), without pybind11's type lookup.
+const Tensor& tensor_in(py::handle v) {
+  auto* inst = reinterpret_cast<py::detail::instance*>(v.ptr());
+  return *static_cast<const Tensor*>(inst->get_value_and_holder().value_ptr());
+}
+
 // Where flatten puts leaves: Python objects as they are, or Tensors.
 struct ObjectSink {
   std::vector<py::object>& leaves;
@@ -112,7 +118,7 @@ struct ObjectSink {
 struct TensorSink {
   std::vector<Tensor>& leaves;
   void leaf(py::handle v) {
-    leaves.push_back(Py_TYPE(v.ptr()) == tensor_type() ? v.cast<const Tensor&>() : to_tensor(v));
+    leaves.push_back(Py_TYPE(v.ptr()) == tensor_type() ? tensor_in(v) : to_tensor(v));
   }
   void tensor(const Tensor& t) { leaves.push_back(t); }
 };
@@ -226,7 +232,7 @@ struct ObjectSource {
     std::vector<Tensor> out;
     for (std::size_t i = 0; i < n; ++i) {
       py::handle v = leaves[next++];
-      out.push_back(Py_TYPE(v.ptr()) == tensor_type() ? v.cast<const Tensor&>() : to_tensor(v));
+      out.push_back(Py_TYPE(v.ptr()) == tensor_type() ? tensor_in(v) : to_tensor(v));
     }
     return out;
   }
@@ -388,12 +394,11 @@ TreeDef one_arg(TreeDef def) {
   return d;
 }
 
-detail::FlatFn python_fn(py::object f, TreeDef args_def, py::object kwargs) {
-  if (kwargs && py::len(kwargs) == 0) kwargs = py::object();
-  return [f = std::move(f), args_def = std::move(args_def), kwargs = std::move(kwargs)](
-             const std::vector<Tensor>& in, TreeDef& out_def) {
+detail::FlatFn python_fn(const py::object& f, const TreeDef& args_def, const py::dict* kwargs) {
+  if (kwargs && kwargs->empty()) kwargs = nullptr;
+  return [&f, &args_def, kwargs](const std::vector<Tensor>& in, TreeDef& out_def) {
     const py::object args = unflatten_tensors(args_def, in);
-    const py::object out = kwargs ? f(*args, **kwargs) : f(*args);
+    const py::object out = kwargs ? f(*args, **(*kwargs)) : f(*args);
     std::vector<Tensor> leaves;
     out_def = flatten_tensors(out, leaves);
     return leaves;
