@@ -7,6 +7,7 @@
 
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -284,11 +285,38 @@ class Jit {
   }
 
   py::object call(const py::args& args, const py::kwargs& kwargs) {
+    return with_signature(args, kwargs,
+                          [](detail::JitCache& cache, const Args& in, const FlatFn& fn) {
+                            const FlatTree r = detail::jit_call(cache, in.def, in.leaves, fn);
+                            return unflatten_tensors(r.def, r.leaves);
+                          });
+  }
+
+  // The optimised IR for these arguments (traces if needed), as text.
+  py::object lower(const py::args& args, const py::kwargs& kwargs) {
+    return with_signature(args, kwargs,
+                          [](detail::JitCache& cache, const Args& in, const FlatFn& fn) {
+                            std::ostringstream text;
+                            text << detail::jit_lower(cache, in.def, in.leaves, fn);
+                            return py::object(py::str(text.str()));
+                          });
+  }
+
+  // The number of traced signatures over all static-argument values.
+  std::size_t cache_size() const {
+    std::size_t n = plain_ ? detail::jit_cache_size(*plain_) : 0;
+    for (const auto& c : by_static_) n += detail::jit_cache_size(*c);
+    return n;
+  }
+
+ private:
+  // run(cache, flattened arguments, f as a FlatFn) with the cache of these static arguments.
+  template <class Run>
+  py::object with_signature(const py::args& args, const py::kwargs& kwargs, const Run& run) {
     if (static_argnums_.empty() && kwargs.empty()) {  // the common case, kept short
       if (!plain_) plain_ = detail::make_jit_cache(name_, std::nullopt);
       const Args in = flatten_args(args);
-      const FlatTree r = detail::jit_call(*plain_, in.def, in.leaves, python_fn(f_, in.def));
-      return unflatten_tensors(r.def, r.leaves);
+      return run(*plain_, in, python_fn(f_, in.def));
     }
     // Static arguments are replaced by None in the traced tuple and passed by value to f;
     // keyword arguments are traced, as one dict after the positional arguments.
@@ -305,34 +333,24 @@ class Jit {
       caches_[key] = slot;
       by_static_.push_back(detail::make_jit_cache(name_, std::nullopt));
     }
-    detail::JitCache& cache = *by_static_[slot.cast<std::size_t>()];
     dynamic.append(kwargs);
     const Args in = flatten_args(py::tuple(dynamic));
     const std::size_t n = args.size();
-    FlatFn fn = [f = f_, key, statics, n, def = in.def](const std::vector<Tensor>& leaves,
-                                                        TreeDef& out_def) {
-      py::tuple all = pytree::unflatten_tensors(def, leaves);
+    const FlatFn fn = [this, &key, &statics, n, &in](const std::vector<Tensor>& leaves,
+                                                     TreeDef& out_def) {
+      py::tuple all = pytree::unflatten_tensors(in.def, leaves);
       py::tuple call_args(n);
       for (std::size_t i = 0; i < n; ++i) call_args[i] = all[i];
       for (std::size_t k = 0; k < statics.size(); ++k)
         call_args[static_cast<std::size_t>(statics[k])] = key[k];
-      const py::object out = f(*call_args, **py::reinterpret_borrow<py::dict>(all[n]));
+      const py::object out = f_(*call_args, **py::reinterpret_borrow<py::dict>(all[n]));
       std::vector<Tensor> flat;
       out_def = flatten_tensors(out, flat);
       return flat;
     };
-    const FlatTree r = detail::jit_call(cache, in.def, in.leaves, fn);
-    return unflatten_tensors(r.def, r.leaves);
+    return run(*by_static_[slot.cast<std::size_t>()], in, fn);
   }
 
-  // The number of traced signatures over all static-argument values.
-  std::size_t cache_size() const {
-    std::size_t n = plain_ ? detail::jit_cache_size(*plain_) : 0;
-    for (const auto& c : by_static_) n += detail::jit_cache_size(*c);
-    return n;
-  }
-
- private:
   py::object f_;
   std::vector<int> static_argnums_;
   std::string name_;
@@ -616,6 +634,9 @@ void bind_transforms(py::module_& m) {
 
   callable_class<Jit>(m, "Jitted", "A function compiled by kiln.jit.")
       .def("__call__", &Jit::call)
+      .def("lower", &Jit::lower,
+           "lower(*args, **kwargs): the optimised IR compiled for these arguments, as text "
+           "(traces f if this signature is new).")
       .def("_cache_size", &Jit::cache_size,
            "The number of signatures traced so far (over all static-argument values).");
   m.def(

@@ -48,6 +48,8 @@ def test_jit_traces_once_per_signature_then_runs_without_python():
     assert len(calls) == 2 and jf._cache_size() == 2
     jf(kl.asarray(x), kl.asarray(y))  # the first signature again: cached
     assert len(calls) == 2
+    ir = jf.lower(x, y)  # the IR of a cached signature: no new trace
+    assert "sin" in ir and len(calls) == 2
 
 
 def test_jit_metadata_and_decorator_forms():
