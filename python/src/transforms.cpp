@@ -284,12 +284,23 @@ class Jit {
     name_ = py::getattr(f_, "__name__", py::str("jit")).cast<std::string>();
   }
 
+  // Runs without the GIL (f, when traced, takes it back): another Python thread that traces
+  // the same signature waits for this one inside jit_call and must not hold the GIL meanwhile,
+  // and compiled code runs while other Python threads do.
   py::object call(const py::args& args, const py::kwargs& kwargs) {
-    return with_signature(args, kwargs,
-                          [](detail::JitCache& cache, const Args& in, const FlatFn& fn) {
-                            const FlatTree r = detail::jit_call(cache, in.def, in.leaves, fn);
-                            return unflatten_tensors(r.def, r.leaves);
-                          });
+    return with_signature(
+        args, kwargs, [](detail::JitCache& cache, const Args& in, const FlatFn& fn) {
+          const FlatFn with_gil = [&fn](const std::vector<Tensor>& leaves, TreeDef& out_def) {
+            py::gil_scoped_acquire gil;
+            return fn(leaves, out_def);
+          };
+          FlatTree r;
+          {
+            py::gil_scoped_release no_gil;
+            r = detail::jit_call(cache, in.def, in.leaves, with_gil);
+          }
+          return unflatten_tensors(r.def, r.leaves);
+        });
   }
 
   // The optimised IR for these arguments (traces if needed), as text.

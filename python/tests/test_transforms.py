@@ -501,3 +501,40 @@ def test_refcounts_unchanged_under_grad_and_vmap():
         g(p, x[0])
         v(p, x)
     assert [sys.getrefcount(o) for o in (p, p["w"], x)] == refs
+
+
+THREADS_PROGRAM = """
+import threading, time
+import numpy as np
+import kiln as kl
+from kops import sin
+
+calls = []
+
+def f(x):
+    calls.append(1)
+    time.sleep(0.2)  # releases the GIL while this thread traces
+    return sin(x)
+
+jf = kl.jit(f)
+x = np.linspace(0, 1, 3, dtype=np.float32)
+out = []
+threads = [threading.Thread(target=lambda: out.append(np.asarray(jf(x)))) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+assert len(calls) == 1 and len(out) == 4, (calls, out)
+for o in out:
+    np.testing.assert_allclose(o, np.sin(x), rtol=1e-6)
+"""
+
+
+def test_threads_calling_one_jitted_function_share_its_trace():
+    # In a subprocess with a timeout: a thread waiting for another's trace while holding the
+    # GIL would hang the interpreter.
+    import os
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
+    subprocess.run([sys.executable, "-c", THREADS_PROGRAM], env=env, check=True, timeout=60)
