@@ -538,3 +538,23 @@ def test_threads_calling_one_jitted_function_share_its_trace():
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, "-c", THREADS_PROGRAM], env=env, check=True, timeout=60)
+
+
+def test_hessian_of_a_dict_and_custom_vjp_with_none_cotangents():
+    # f(p) = sum(a^2 * b): d2f/da2 = diag(2b), d2f/dadb = diag(2a), d2f/db2 = 0.
+    f = lambda p: sum(mul(square(p["a"]), p["b"]))  # noqa: E731
+    a, b = randn(3, dtype=np.float64), randn(3, dtype=np.float64)
+    h = kl.hessian(f)({"a": a, "b": b})
+    close(h["a"]["a"], np.diag(2 * b))
+    close(h["a"]["b"], np.diag(2 * a))
+    close(h["b"]["a"], np.diag(2 * a))
+    close(h["b"]["b"], np.zeros((3, 3)))
+
+    @kl.custom_vjp
+    def scaled(x, s):
+        return mul(x, s)
+
+    scaled.defvjp(lambda x, s: (mul(x, s), s), lambda s, g: (mul(g, s), None))
+    gx, gs = kl.grad(lambda x, s: sum(scaled(x, s)), argnums=(0, 1))(a, b)
+    close(gx, b)
+    close(gs, np.zeros(3))  # bwd gave None: zeros
