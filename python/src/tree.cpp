@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <deque>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <utility>
 
@@ -147,28 +148,37 @@ TreeDef flatten_node(py::handle v, Sink& sink) {
   }
   if (type == &PyDict_Type) {
     TreeDef d = node(TreeDef::Kind::map);
-    std::vector<std::pair<std::string, py::handle>> items;
-    bool all_str = true;
-    for (auto [key, value] : py::reinterpret_borrow<py::dict>(v)) {
-      if (!PyUnicode_Check(key.ptr())) {
-        all_str = false;
+    const auto n = static_cast<std::size_t>(PyDict_GET_SIZE(v.ptr()));
+    d.names.reserve(n);
+    d.children.reserve(n);
+    // String keys sorted as views of Python's own UTF-8 (byte order is code point order).
+    std::vector<std::pair<std::string_view, PyObject*>> items;
+    items.reserve(n);
+    PyObject *key, *value;
+    py::ssize_t pos = 0;
+    while (PyDict_Next(v.ptr(), &pos, &key, &value)) {
+      py::ssize_t size = 0;
+      const char* text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &size) : nullptr;
+      if (!text) {
+        PyErr_Clear();
         break;
       }
-      items.emplace_back(py::cast<std::string>(key), value);
+      items.emplace_back(std::string_view(text, static_cast<std::size_t>(size)), value);
     }
-    if (all_str) {
+    if (items.size() == n) {
       std::sort(items.begin(), items.end(),
                 [](const auto& a, const auto& b) { return a.first < b.first; });
-    } else {  // other keys: Python's order, each key interned and named by its index
-      items.clear();
-      py::list keys = py::module_::import("builtins").attr("sorted")(v);
-      for (py::handle key : keys)
-        items.emplace_back("\x01" + std::to_string(std::get<int64_t>(static_leaf(key).value)),
-                           PyDict_GetItem(v.ptr(), key.ptr()));
+      for (const auto& [name, child] : items) {
+        d.names.emplace_back(name);
+        d.children.push_back(flatten_node(child, sink));
+      }
+      return d;
     }
-    for (auto& [name, value] : items) {
-      d.names.push_back(std::move(name));
-      d.children.push_back(flatten_node(value, sink));
+    // Other keys: Python's sorted order, each key interned and named by its index.
+    py::list keys = py::module_::import("builtins").attr("sorted")(v);
+    for (py::handle k : keys) {
+      d.names.push_back("\x01" + std::to_string(std::get<int64_t>(static_leaf(k).value)));
+      d.children.push_back(flatten_node(PyDict_GetItem(v.ptr(), k.ptr()), sink));
     }
     return d;
   }
