@@ -7,4 +7,9 @@ PYBIND11_MODULE(_kiln, m) {
   using namespace kiln::python;
   bind_errors(m);
   bind_tensor(m);
+  // py-nn: nn, optim, data, io
+  bind_nn(m);
+  bind_optim(m);
+  bind_data(m);
+  bind_io(m);
 }
