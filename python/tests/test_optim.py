@@ -22,7 +22,7 @@ def key(i):
 
 def grad_of(name, p, step):
     """A made-up gradient, a function of the parameter and the step (the same on both sides)."""
-    return np.sin(p * (1.0 + 0.1 * step)) + 0.3 * p + (0.05 * len(name))
+    return np.asarray(np.sin(p * (1.0 + 0.1 * step)) + 0.3 * p + (0.05 * len(name)), np.float32)
 
 
 def run_both(make_kiln, make_torch, steps=6):
@@ -82,21 +82,27 @@ def test_state_is_a_pytree_named_as_in_cpp():
     leaves, structure = _flat.flatten(state)
     names = _flat.names(structure)
     assert names[0] == "step" and "slots.mu.layers.0.weight" in names
-    assert "slots.nu.layers.1.bias" in names  # an unset leaf keeps its place
+    assert "slots.nu.layers.1.bias" not in names  # an unset optional has no leaf, as in C++
     assert isinstance(state.slots["mu"]["layers"][0], kl.nn.Linear)
     assert np.all(np.asarray(state.slots["nu"]["layers"][0].weight) == 0)
 
 
 def test_layers_as_parameters_and_none_gradients():
-    layer = kl.nn.Linear(2, 2, key(3))
-    w0, b0 = np.asarray(layer.weight).copy(), np.asarray(layer.bias).copy()
+    params = {"layer": kl.nn.Linear(2, 2, key(3)), "other": kl.asarray(np.ones(3, np.float32))}
+    w0, b0 = np.asarray(params["layer"].weight).copy(), np.asarray(params["layer"].bias).copy()
     opt = kl.optim.sgd(0.5)
-    grads = kl.nn.Linear(2, 2, key(4))
-    grads.weight = np.ones((2, 2), np.float32)
-    grads.bias = None  # no gradient: left as it is
-    new, state = opt.update(layer, grads, opt.init(layer))
-    np.testing.assert_allclose(np.asarray(new.weight), w0 - 0.5)
-    np.testing.assert_array_equal(np.asarray(new.bias), b0)
+    grads = {"layer": kl.nn.Linear(2, 2, key(4)), "other": None}  # None: left as it is
+    grads["layer"].weight = np.ones((2, 2), np.float32)
+    grads["layer"].bias = np.full(2, 2.0, np.float32)
+    new, state = opt.update(params, grads, opt.init(params))
+    assert isinstance(new["layer"], kl.nn.Linear)
+    np.testing.assert_allclose(np.asarray(new["layer"].weight), w0 - 0.5)
+    np.testing.assert_allclose(np.asarray(new["layer"].bias), b0 - 1.0)
+    np.testing.assert_array_equal(np.asarray(new["other"]), np.ones(3))
+    no_bias = kl.nn.Linear(2, 2, key(5))
+    no_bias.bias = None  # an absent optional is a different structure, as in C++
+    with pytest.raises(ValueError, match="structure"):
+        opt.update(params, {"layer": no_bias, "other": None}, state)
 
 
 def test_mismatched_gradients_raise():
