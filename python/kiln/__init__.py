@@ -5,8 +5,5 @@ package re-exports it and adds the parts written in Python.
 """
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import Error, Tensor, asarray, dtype  # noqa: F401
-# py-nn: nn, optim, data and io, Python modules over the native submodules of the same names
-# (which the star import bound first, so `from . import nn` would keep the native one).
-import importlib as _importlib  # noqa: E402
-
-data, io, nn, optim = (_importlib.import_module(f"kiln.{m}") for m in ("data", "io", "nn", "optim"))
+# py-nn: nn, optim, data and io (Python modules over the native _nn, _optim, _data and _io)
+from . import data, io, nn, optim  # noqa: E402,F401

@@ -9,7 +9,7 @@ import dataclasses
 
 from . import _kiln
 
-_native = _kiln.nn
+_native = _kiln._nn
 
 
 class _Node:

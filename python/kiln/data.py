@@ -12,6 +12,6 @@ Native stages (sources, image transforms, shuffle, batch, prefetch) run on C++ t
 the GIL. A Python function given to map or filter takes the GIL for each call: it is correct on
 worker threads, but Python maps on several threads run one at a time.
 """
-from ._kiln import data as _native
+from ._kiln import _data as _native
 
 globals().update({k: v for k, v in vars(_native).items() if not k.startswith("__")})

@@ -8,7 +8,7 @@ written from Python and from C++ for the same tree match. Writes are atomic: a t
 the same directory is written, fsync'ed and renamed over the path.
 """
 from . import _flat
-from ._kiln import io as _native
+from ._kiln import _io as _native
 
 
 def save(path, tree, metadata=None):

@@ -7,7 +7,7 @@ holding a list of layers; user models are dataclasses (or any pytree) of layers.
 import dataclasses as _dataclasses
 
 from . import _flat
-from ._kiln import nn as _native
+from ._kiln import _nn as _native
 
 from . import _kiln
 

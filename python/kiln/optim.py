@@ -13,7 +13,7 @@ C++ ("step", "slots.mu.layers.0.weight").
 import dataclasses as _dataclasses
 
 from . import _flat
-from ._kiln import optim as _native
+from ._kiln import _optim as _native
 
 Schedule = _native.Schedule
 constant, step_decay, cosine_decay = _native.constant, _native.step_decay, _native.cosine_decay

@@ -3,6 +3,8 @@
 // filter function takes the GIL for its call, and every wait on the pipeline (next, destruction)
 // releases it, so workers calling Python cannot deadlock against the consumer
 // (docs/PYTHON.md, "nn, optim, data and io").
+#include "kiln/data.h"
+
 #include <memory>
 #include <optional>
 #include <string>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "bindings.h"
-#include "kiln/data.h"
 
 namespace kiln::python {
 namespace {
@@ -68,7 +69,8 @@ data::OnError to_on_error(const std::string& name) {
 // blocked on the GIL in a Python map can finish.
 struct PyPipeline {
   std::unique_ptr<data::Pipeline> pipeline;
-  explicit PyPipeline(data::Pipeline p) : pipeline(std::make_unique<data::Pipeline>(std::move(p))) {}
+  explicit PyPipeline(data::Pipeline p)
+      : pipeline(std::make_unique<data::Pipeline>(std::move(p))) {}
   PyPipeline(PyPipeline&&) = default;
   ~PyPipeline() {
     if (pipeline && Py_IsInitialized() && PyGILState_Check()) {
@@ -87,8 +89,9 @@ PyPipeline map_python(const PyPipeline& p, py::handle fn, const data::MapOptions
   return PyPipeline(p->map(
       [callable, with_rng](data::Sample s, data::Rng& rng) {
         py::gil_scoped_acquire gil;
-        py::object result = with_rng ? callable->fn(to_dict(s), py::cast(&rng, py::return_value_policy::reference))
-                                     : callable->fn(to_dict(s));
+        py::object result =
+            with_rng ? callable->fn(to_dict(s), py::cast(&rng, py::return_value_policy::reference))
+                     : callable->fn(to_dict(s));
         return to_sample(result, "data.map");
       },
       options));
@@ -149,10 +152,8 @@ void bind_pipeline(py::module_& data) {
       "map",
       [](const PyPipeline& p, py::handle fn, int num_threads, bool ordered, uint64_t seed,
          int chunk_size) {
-        const data::MapOptions options{.num_threads = num_threads,
-                                       .ordered = ordered,
-                                       .seed = seed,
-                                       .chunk_size = chunk_size};
+        const data::MapOptions options{
+            .num_threads = num_threads, .ordered = ordered, .seed = seed, .chunk_size = chunk_size};
         if (py::isinstance<data::ImageTransform>(fn))
           return PyPipeline(p->map(fn.cast<const data::ImageTransform&>(), options));
         return map_python(p, fn, options);
@@ -184,7 +185,8 @@ void bind_pipeline(py::module_& data) {
       "batch",
       [](const PyPipeline& p, int64_t size, bool drop_remainder,
          std::vector<std::pair<std::string, double>> pad) {
-        return PyPipeline(p->batch(size, {.drop_remainder = drop_remainder, .pad = std::move(pad)}));
+        return PyPipeline(
+            p->batch(size, {.drop_remainder = drop_remainder, .pad = std::move(pad)}));
       },
       py::arg("size"), py::arg("drop_remainder") = false,
       py::arg("pad") = std::vector<std::pair<std::string, double>>{},
@@ -199,11 +201,9 @@ void bind_pipeline(py::module_& data) {
       },
       py::arg("count") = py::none(), "Repeats the upstream count times (None: forever).");
   pipeline.def(
-      "take", [](const PyPipeline& p, int64_t n) { return PyPipeline(p->take(n)); },
-      py::arg("n"));
+      "take", [](const PyPipeline& p, int64_t n) { return PyPipeline(p->take(n)); }, py::arg("n"));
   pipeline.def(
-      "skip", [](const PyPipeline& p, int64_t n) { return PyPipeline(p->skip(n)); },
-      py::arg("n"));
+      "skip", [](const PyPipeline& p, int64_t n) { return PyPipeline(p->skip(n)); }, py::arg("n"));
   pipeline.def(
       "zip",
       [](const PyPipeline& p, const PyPipeline& other) { return PyPipeline(p->zip(*other)); },
@@ -286,18 +286,20 @@ void bind_sources(py::module_& data) {
       "from_tensors",
       [](const py::dict& fields) {
         std::vector<std::pair<std::string, Tensor>> f;
-        for (auto [name, t] : fields) f.emplace_back(py::str(name).cast<std::string>(), to_tensor(t));
+        for (auto [name, t] : fields)
+          f.emplace_back(py::str(name).cast<std::string>(), to_tensor(t));
         return PyPipeline(data::from_tensors(std::move(f)));
       },
       py::arg("fields"),
       "Samples are slices along the leading axis of each tensor of {name: array} (views).");
   data.def(
       "from_idx",
-      [](const std::string& images, std::optional<std::string> labels,
-         const std::string& on_error, int64_t max_bytes) {
+      [](const std::string& images, std::optional<std::string> labels, const std::string& on_error,
+         int64_t max_bytes) {
         py::gil_scoped_release release;
-        return PyPipeline(data::from_idx(
-            images, std::move(labels), {.on_error = to_on_error(on_error), .max_bytes = max_bytes}));
+        return PyPipeline(
+            data::from_idx(images, std::move(labels),
+                           {.on_error = to_on_error(on_error), .max_bytes = max_bytes}));
       },
       py::arg("images"), py::arg("labels") = py::none(), py::arg("on_error") = "raise",
       py::arg("max_bytes") = int64_t{1} << 31,
@@ -377,7 +379,8 @@ void bind_sources(py::module_& data) {
 }  // namespace
 
 void bind_data(py::module_& m) {
-  py::module_ data = m.def_submodule("data", "Kiln's native data pipeline.");
+  py::module_ data = m.def_submodule("_data", "Kiln's native data pipeline.");
+  data.attr("__name__") = "kiln.data";  // where its classes say they live
   bind_pipeline(data);
   bind_sources(data);
 }

@@ -1,18 +1,20 @@
 // kiln.io's native half: safetensors files (include/kiln/io.h), written atomically as in C++.
 // python/kiln/io.py names the leaves of pytrees as kiln::tree_names does (docs/PYTHON.md,
 // "nn, optim, data and io").
+#include "kiln/io.h"
+
 #include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bindings.h"
-#include "kiln/io.h"
 
 namespace kiln::python {
 namespace {
 
-std::vector<io::NamedTensor> named_tensors(const std::vector<std::pair<std::string, py::object>>& items) {
+std::vector<io::NamedTensor> named_tensors(
+    const std::vector<std::pair<std::string, py::object>>& items) {
   std::vector<io::NamedTensor> out;
   out.reserve(items.size());
   for (const auto& [name, value] : items) out.push_back({name, to_tensor(value)});
@@ -28,7 +30,8 @@ py::dict tensor_dict(const io::TensorFile& file) {
 }  // namespace
 
 void bind_io(py::module_& m) {
-  py::module_ io = m.def_submodule("io", "safetensors files (native half of kiln.io).");
+  py::module_ io = m.def_submodule("_io", "safetensors files (native half of kiln.io).");
+  io.attr("__name__") = "kiln.io";  // where its classes say they live
   io.def(
       "save_tensors",
       [](const std::string& path, const std::vector<std::pair<std::string, py::object>>& tensors,
@@ -37,7 +40,8 @@ void bind_io(py::module_& m) {
         py::gil_scoped_release release;
         io::save_tensors(path, named, metadata);
       },
-      py::arg("path"), py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{},
+      py::arg("path"), py::arg("tensors"),
+      py::arg("metadata") = std::map<std::string, std::string>{},
       "Writes (name, tensor) pairs in order to a safetensors file, atomically: a temporary file "
       "in the same directory is written, fsync'ed and renamed over `path`.");
   io.def(
@@ -76,7 +80,8 @@ void bind_io(py::module_& m) {
       "serialize",
       [](const std::vector<std::pair<std::string, py::object>>& tensors,
          const std::map<std::string, std::string>& metadata) {
-        const std::vector<uint8_t> bytes = io::serialize_safetensors(named_tensors(tensors), metadata);
+        const std::vector<uint8_t> bytes =
+            io::serialize_safetensors(named_tensors(tensors), metadata);
         return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
       },
       py::arg("tensors"), py::arg("metadata") = std::map<std::string, std::string>{},

@@ -1,6 +1,8 @@
 // kiln.nn: the layers of kiln::nn as Python classes that are pytrees (each bound struct is
 // registered with register_native_tree, so transformations flatten it as C++ does), their
 // functional forms, losses and initialisers (docs/PYTHON.md, "nn, optim, data and io").
+#include "kiln/nn.h"
+
 #include <cstdint>
 #include <optional>
 #include <sstream>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "bindings.h"
-#include "kiln/nn.h"
 
 namespace kiln::python {
 namespace {
@@ -80,7 +81,8 @@ template <class T>
 py::class_<T> layer_class(py::module_& m, const char* name, const char* doc) {
   py::class_<T> cls(m, name, doc);
   cls.def("__copy__", [](const T& self) { return T(self); });
-  cls.def("__deepcopy__", [](const T& self, py::handle) { return T(self); }, py::arg("memo"));
+  cls.def(
+      "__deepcopy__", [](const T& self, py::handle) { return T(self); }, py::arg("memo"));
   register_native_tree(cls);
   return cls;
 }
@@ -93,7 +95,8 @@ void bind_activations(py::module_& nn) {
       "gelu",
       [](py::handle x, bool approximate) { return nn::gelu(to_tensor(x), approximate, Loc{}); },
       py::arg("x"), py::arg("approximate") = false,
-      "Exact GELU x * Phi(x); approximate=True uses the tanh formula (PyTorch approximate='tanh').");
+      "Exact GELU x * Phi(x); approximate=True uses the tanh formula (PyTorch "
+      "approximate='tanh').");
   nn.def(
       "silu", [](py::handle x) { return nn::silu(to_tensor(x), Loc{}); }, py::arg("x"),
       "x * sigmoid(x).");
@@ -151,8 +154,7 @@ void bind_losses(py::module_& nn) {
       "Mean cross-entropy of logits [..., C] (classes last) and integer labels [...]; labels equal "
       "to ignore_index (None: none) are not counted.");
   nn.def(
-      "mse",
-      [](py::handle p, py::handle t) { return nn::mse(to_tensor(p), to_tensor(t), Loc{}); },
+      "mse", [](py::handle p, py::handle t) { return nn::mse(to_tensor(p), to_tensor(t), Loc{}); },
       py::arg("prediction"), py::arg("target"), "Mean squared error.");
   nn.def(
       "binary_cross_entropy_with_logits",
@@ -217,10 +219,10 @@ void bind_attention_functions(py::module_& nn) {
       [](py::handle q, py::handle k, py::handle attn_mask, bool is_causal,
          py::handle key_padding_mask, std::optional<double> scale, double dropout,
          py::handle dropout_key) {
-        return nn::attention_weights(to_tensor(q), to_tensor(k),
-                                     attention_options(attn_mask, is_causal, key_padding_mask,
-                                                       scale, dropout, dropout_key),
-                                     Loc{});
+        return nn::attention_weights(
+            to_tensor(q), to_tensor(k),
+            attention_options(attn_mask, is_causal, key_padding_mask, scale, dropout, dropout_key),
+            Loc{});
       },
       py::arg("q"), py::arg("k"), py::kw_only(), py::arg("attn_mask") = py::none(),
       py::arg("is_causal") = false, py::arg("key_padding_mask") = py::none(),
@@ -304,8 +306,8 @@ void bind_simple_layers(py::module_& nn) {
   auto conv = layer_class<nn::Conv2d>(
       nn, "Conv2d", "2-D convolution over [N, C, H, W], weight [out, in / groups, kh, kw].");
   conv.def(py::init([](int64_t in, int64_t out, py::handle kernel, py::handle key,
-                       py::handle stride, py::handle padding, py::handle dilation,
-                       int64_t groups, bool bias, py::handle dtype) {
+                       py::handle stride, py::handle padding, py::handle dilation, int64_t groups,
+                       bool bias, py::handle dtype) {
              nn::Conv2d::Options o;
              o.stride = to_pair(stride);
              o.padding = to_pair(padding);
@@ -348,8 +350,7 @@ void bind_simple_layers(py::module_& nn) {
         .def_readwrite("stride", &P::stride)
         .def_readwrite("padding", &P::padding);
     pool.def(
-        "__call__", [](const P& l, py::handle x) { return l(to_tensor(x), Loc{}); },
-        py::arg("x"));
+        "__call__", [](const P& l, py::handle x) { return l(to_tensor(x), Loc{}); }, py::arg("x"));
     pool.def("__repr__", [name = std::string(name)](const P& l) {
       return name + "(kernel_size=" + pair_text(l.kernel) + ", stride=" + pair_text(l.stride) +
              ", padding=" + pair_text(l.padding) + ")";
@@ -381,8 +382,7 @@ void bind_simple_layers(py::module_& nn) {
   act.def(
       "__call__", [](const nn::Activation& l, py::handle x) { return l(to_tensor(x), Loc{}); },
       py::arg("x"));
-  act.def("__repr__",
-          [](const nn::Activation& l) { return "Activation(\"" + l.kind + "\")"; });
+  act.def("__repr__", [](const nn::Activation& l) { return "Activation(\"" + l.kind + "\")"; });
   nn.def("ReLU", &nn::ReLU, "Activation(\"relu\").");
   nn.def("GELU", &nn::GELU, py::arg("approximate") = false,
          "Activation(\"gelu\"), or \"gelu_tanh\" with approximate=True.");
@@ -401,9 +401,8 @@ void bind_simple_layers(py::module_& nn) {
         return ctx ? l(to_tensor(x), *ctx, Loc{}) : l(to_tensor(x), Loc{});
       },
       py::arg("x"), py::arg("ctx") = py::none());
-  dropout.def("__repr__", [](const nn::Dropout& l) {
-    return "Dropout(rate=" + number_text(l.rate) + ")";
-  });
+  dropout.def("__repr__",
+              [](const nn::Dropout& l) { return "Dropout(rate=" + number_text(l.rate) + ")"; });
 
   auto embedding =
       layer_class<nn::Embedding>(nn, "Embedding", "Rows of weight [num, dim] by integer index.");
@@ -426,14 +425,12 @@ void bind_simple_layers(py::module_& nn) {
     auto cls = layer_class<A>(nn, name, doc);
     cls.def(py::init([](double v) { return A{v}; }), py::arg(field) = default_value);
     cls.def(
-        "__call__", [](const A& l, py::handle x) { return l(to_tensor(x), Loc{}); },
-        py::arg("x"));
+        "__call__", [](const A& l, py::handle x) { return l(to_tensor(x), Loc{}); }, py::arg("x"));
     return cls;
   };
   bind_parametric(std::type_identity<nn::ELU>{}, "ELU", "alpha", 1.0, "nn.elu as a layer.")
       .def_readwrite("alpha", &nn::ELU::alpha)
-      .def("__repr__",
-           [](const nn::ELU& l) { return "ELU(alpha=" + number_text(l.alpha) + ")"; });
+      .def("__repr__", [](const nn::ELU& l) { return "ELU(alpha=" + number_text(l.alpha) + ")"; });
   bind_parametric(std::type_identity<nn::LeakyReLU>{}, "LeakyReLU", "negative_slope", 0.01,
                   "nn.leaky_relu as a layer.")
       .def_readwrite("negative_slope", &nn::LeakyReLU::negative_slope)
@@ -441,7 +438,9 @@ void bind_simple_layers(py::module_& nn) {
         return "LeakyReLU(negative_slope=" + number_text(l.negative_slope) + ")";
       });
   auto softplus = layer_class<nn::Softplus>(nn, "Softplus", "PyTorch's Softplus(beta, threshold).");
-  softplus.def(py::init([](double beta, double threshold) { return nn::Softplus{beta, threshold}; }),
+  softplus.def(py::init([](double beta, double threshold) {
+                 return nn::Softplus{beta, threshold};
+               }),
                py::arg("beta") = 1.0, py::arg("threshold") = 20.0);
   softplus.def_readwrite("beta", &nn::Softplus::beta)
       .def_readwrite("threshold", &nn::Softplus::threshold);
@@ -449,14 +448,14 @@ void bind_simple_layers(py::module_& nn) {
       "__call__", [](const nn::Softplus& l, py::handle x) { return l(to_tensor(x), Loc{}); },
       py::arg("x"));
   softplus.def("__repr__", [](const nn::Softplus& l) {
-    return "Softplus(beta=" + number_text(l.beta) + ", threshold=" + number_text(l.threshold) +
-           ")";
+    return "Softplus(beta=" + number_text(l.beta) + ", threshold=" + number_text(l.threshold) + ")";
   });
 }
 
 void bind_norms(py::module_& nn) {
   auto ln = layer_class<nn::LayerNorm>(
-      nn, "LayerNorm", "Normalises over the trailing normalized_shape axes, then scales and shifts.");
+      nn, "LayerNorm",
+      "Normalises over the trailing normalized_shape axes, then scales and shifts.");
   ln.def(py::init([](py::handle shape, double eps, py::handle dtype) {
            std::vector<int64_t> dims;
            if (py::isinstance<py::int_>(shape))
@@ -485,8 +484,8 @@ void bind_norms(py::module_& nn) {
   tensor_property(bn_state, "mean", &nn::BatchNormState::mean, "running mean [C]");
   tensor_property(bn_state, "var", &nn::BatchNormState::var, "running (unbiased) variance [C]");
   bn_state.def("__repr__", [](const nn::BatchNormState& s) {
-    return "BatchNormState(mean=" + s.mean.type().to_string() + ", var=" +
-           s.var.type().to_string() + ")";
+    return "BatchNormState(mean=" + s.mean.type().to_string() +
+           ", var=" + s.var.type().to_string() + ")";
   });
 
   auto bn = layer_class<nn::BatchNorm>(
@@ -571,8 +570,7 @@ void bind_attention(py::module_& nn) {
           }),
           py::arg("embed_dim"), py::arg("num_heads"), py::arg("key"), py::arg("bias") = true,
           py::arg("kdim") = py::none(), py::arg("vdim") = py::none(),
-          py::arg("batch_first") = false, py::arg("dropout") = 0.0,
-          py::arg("dtype") = py::none());
+          py::arg("batch_first") = false, py::arg("dropout") = 0.0, py::arg("dtype") = py::none());
   tensor_property(mha, "in_proj_weight", &nn::MultiheadAttention::in_proj_weight, "[3E, E]");
   tensor_property(mha, "q_proj_weight", &nn::MultiheadAttention::q_proj_weight, "[E, E]");
   tensor_property(mha, "k_proj_weight", &nn::MultiheadAttention::k_proj_weight, "[E, kdim]");
@@ -643,12 +641,12 @@ void bind_recurrent(py::module_& nn) {
 
   auto lstm_cell = layer_class<nn::LSTMCell>(
       nn, "LSTMCell", "PyTorch's LSTMCell (gates i, f, g, o); call: x, state=None -> LSTMState.");
-  lstm_cell.def(py::init([](int64_t in, int64_t hidden, py::handle key, bool bias,
-                            py::handle dtype) {
-                  return nn::LSTMCell(in, hidden, to_tensor(key), bias, dtype_or_f32(dtype));
-                }),
-                py::arg("input_size"), py::arg("hidden_size"), py::arg("key"),
-                py::arg("bias") = true, py::arg("dtype") = py::none());
+  lstm_cell.def(
+      py::init([](int64_t in, int64_t hidden, py::handle key, bool bias, py::handle dtype) {
+        return nn::LSTMCell(in, hidden, to_tensor(key), bias, dtype_or_f32(dtype));
+      }),
+      py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("bias") = true,
+      py::arg("dtype") = py::none());
   cell_properties(lstm_cell);
   lstm_cell.def(
       "__call__",
@@ -662,12 +660,12 @@ void bind_recurrent(py::module_& nn) {
 
   auto gru_cell = layer_class<nn::GRUCell>(
       nn, "GRUCell", "PyTorch's GRUCell (gates r, z, n); call: x, h=None -> h'.");
-  gru_cell.def(py::init([](int64_t in, int64_t hidden, py::handle key, bool bias,
-                           py::handle dtype) {
-                 return nn::GRUCell(in, hidden, to_tensor(key), bias, dtype_or_f32(dtype));
-               }),
-               py::arg("input_size"), py::arg("hidden_size"), py::arg("key"),
-               py::arg("bias") = true, py::arg("dtype") = py::none());
+  gru_cell.def(
+      py::init([](int64_t in, int64_t hidden, py::handle key, bool bias, py::handle dtype) {
+        return nn::GRUCell(in, hidden, to_tensor(key), bias, dtype_or_f32(dtype));
+      }),
+      py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("bias") = true,
+      py::arg("dtype") = py::none());
   cell_properties(gru_cell);
   gru_cell.def(
       "__call__",
@@ -689,9 +687,9 @@ void bind_recurrent(py::module_& nn) {
                  in, hidden, to_tensor(key),
                  recurrent_options(num_layers, bias, batch_first, bidirectional, dtype));
            }),
-           py::arg("input_size"), py::arg("hidden_size"), py::arg("key"),
-           py::arg("num_layers") = 1, py::arg("bias") = true, py::arg("batch_first") = false,
-           py::arg("bidirectional") = false, py::arg("dtype") = py::none());
+           py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("num_layers") = 1,
+           py::arg("bias") = true, py::arg("batch_first") = false, py::arg("bidirectional") = false,
+           py::arg("dtype") = py::none());
   lstm.def_readwrite("cells", &nn::LSTM::cells)
       .def_readwrite("num_layers", &nn::LSTM::num_layers)
       .def_readwrite("batch_first", &nn::LSTM::batch_first)
@@ -716,9 +714,9 @@ void bind_recurrent(py::module_& nn) {
             return nn::GRU(in, hidden, to_tensor(key),
                            recurrent_options(num_layers, bias, batch_first, bidirectional, dtype));
           }),
-          py::arg("input_size"), py::arg("hidden_size"), py::arg("key"),
-          py::arg("num_layers") = 1, py::arg("bias") = true, py::arg("batch_first") = false,
-          py::arg("bidirectional") = false, py::arg("dtype") = py::none());
+          py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("num_layers") = 1,
+          py::arg("bias") = true, py::arg("batch_first") = false, py::arg("bidirectional") = false,
+          py::arg("dtype") = py::none());
   gru.def_readwrite("cells", &nn::GRU::cells)
       .def_readwrite("num_layers", &nn::GRU::num_layers)
       .def_readwrite("batch_first", &nn::GRU::batch_first)
@@ -747,13 +745,10 @@ struct NativeStructure {
 void bind_native_structure(py::module_& nn) {
   py::class_<NativeStructure>(nn, "_NativeStructure",
                               "The structure of a bound C++ tree (internal).")
-      .def("__eq__",
-           [](const NativeStructure& a, const NativeStructure& b) {
-             return a.type.is(b.type) && a.def == b.def;
-           })
+      .def("__eq__", [](const NativeStructure& a,
+                        const NativeStructure& b) { return a.type.is(b.type) && a.def == b.def; })
       .def("__repr__", [](const NativeStructure& s) { return s.def.to_string(); })
-      .def_property_readonly("names",
-                             [](const NativeStructure& s) { return tree_names(s.def); });
+      .def_property_readonly("names", [](const NativeStructure& s) { return tree_names(s.def); });
   nn.def(
       "_flatten_native",
       [](py::handle value) -> py::object {
@@ -762,9 +757,9 @@ void bind_native_structure(py::module_& nn) {
         detail::FlatTree flat = tree->flatten(value);
         py::list leaves;
         for (const Tensor& t : flat.leaves) leaves.append(t.defined() ? py::cast(t) : py::none());
-        return py::make_tuple(leaves, NativeStructure{py::reinterpret_borrow<py::object>(
-                                                          value.get_type()),
-                                                      std::move(flat.def)});
+        return py::make_tuple(leaves,
+                              NativeStructure{py::reinterpret_borrow<py::object>(value.get_type()),
+                                              std::move(flat.def)});
       },
       py::arg("value"),
       "(leaves, structure) of a bound C++ tree, None leaves where a tensor is undefined; None "
@@ -783,7 +778,8 @@ void bind_native_structure(py::module_& nn) {
 }  // namespace
 
 void bind_nn(py::module_& m) {
-  py::module_ nn = m.def_submodule("nn", "Kiln's neural-network layers, functions and losses.");
+  py::module_ nn = m.def_submodule("_nn", "Kiln's neural-network layers, functions and losses.");
+  nn.attr("__name__") = "kiln.nn";  // where its classes say they live
   bind_activations(nn);
   bind_losses(nn);
   bind_attention_functions(nn);

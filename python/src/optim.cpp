@@ -1,6 +1,8 @@
 // kiln.optim's native half: the optimisers of include/kiln/optim.h on flat lists of leaves and
 // the learning-rate schedules. python/kiln/optim.py flattens pytrees of parameters and keeps the
 // state as a pytree (docs/PYTHON.md, "nn, optim, data and io").
+#include "kiln/optim.h"
+
 #include <map>
 #include <optional>
 #include <string>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "bindings.h"
-#include "kiln/optim.h"
 
 namespace kiln::python {
 namespace {
@@ -29,7 +30,8 @@ py::list from_leaves(const std::vector<Tensor>& leaves) {
 
 // A TreeDef whose leaves carry the Python tree's names, so Kiln's messages name them
 // ("gradient for 'layers.0.weight' ..."). Python checks the structures themselves.
-optim::detail::FlatTree named_flat(std::vector<Tensor> leaves, const std::vector<std::string>& names) {
+optim::detail::FlatTree named_flat(std::vector<Tensor> leaves,
+                                   const std::vector<std::string>& names) {
   if (names.size() != leaves.size())
     fail("optim", "internal: got ", names.size(), " names for ", leaves.size(), " leaves");
   TreeDef def;
@@ -61,8 +63,7 @@ void bind_schedules(py::module_& optim) {
   schedule.def(py::init([](py::handle value) { return to_schedule(value); }), py::arg("value"),
                "From a number (constant) or a callable step -> rate.");
   schedule.def(
-      "__call__", [](const optim::Schedule& s, int64_t step) { return s(step); },
-      py::arg("step"));
+      "__call__", [](const optim::Schedule& s, int64_t step) { return s(step); }, py::arg("step"));
   schedule.def(
       "__call__", [](const optim::Schedule& s, const Tensor& step) { return s(step); },
       py::arg("step"));
@@ -70,8 +71,8 @@ void bind_schedules(py::module_& optim) {
                                  "The rate when the schedule is a constant, else None.");
 
   optim.def("constant", &optim::constant, py::arg("lr"), "lr at every step.");
-  optim.def("step_decay", &optim::step_decay, py::arg("lr"), py::arg("step_size"),
-            py::arg("gamma"), "lr * gamma^floor(step / step_size), as torch's StepLR.");
+  optim.def("step_decay", &optim::step_decay, py::arg("lr"), py::arg("step_size"), py::arg("gamma"),
+            "lr * gamma^floor(step / step_size), as torch's StepLR.");
   optim.def("cosine_decay", &optim::cosine_decay, py::arg("lr"), py::arg("decay_steps"),
             py::arg("final_lr") = 0.0,
             "Cosine from lr at step 0 to final_lr at decay_steps, then constant.");
@@ -198,7 +199,8 @@ void bind_algorithms(py::module_& optim) {
 }  // namespace
 
 void bind_optim(py::module_& m) {
-  py::module_ optim = m.def_submodule("optim", "Kiln's optimisers (native half).");
+  py::module_ optim = m.def_submodule("_optim", "Kiln's optimisers (native half).");
+  optim.attr("__name__") = "kiln.optim";  // where its classes say they live
   bind_schedules(optim);
   bind_algorithms(optim);
 }
