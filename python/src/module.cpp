@@ -7,6 +7,10 @@ PYBIND11_MODULE(_kiln, m) {
   using namespace kiln::python;
   bind_errors(m);
   bind_tensor(m);
+  // py-transforms: pytrees, transformations, control flow
+  bind_tree(m);
+  bind_transforms(m);
+  bind_control_flow(m);
   // py-nn: nn, optim, data, io
   bind_nn(m);
   bind_optim(m);
