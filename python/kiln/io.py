@@ -12,19 +12,19 @@ from ._kiln import _io as _native
 
 
 def save(path, tree, metadata=None):
-    """Saves every tensor leaf of `tree` under its name; unset leaves (None) are not written.
+    """Saves every leaf of `tree` (a pytree, kiln.tree) under its name.
     metadata: an optional {str: str} stored in the header's "__metadata__"."""
-    leaves, structure = _flat.flatten(tree)
-    pairs = [(n, t) for n, t in zip(_flat.names(structure), leaves) if t is not None]
+    leaves, _ = _flat.flatten(tree)
+    pairs = list(zip(_flat.names(tree), leaves))
     _native.save_tensors(str(path), pairs, metadata or {})
 
 
 def load(path, like, allow_extra=False):
     """A tree shaped like `like` from the file: each leaf name must be there with the leaf's
-    dtype and shape (a None leaf takes the file's tensor as it is, or stays None). Tensors in the
+    dtype and shape; static values and structure come from `like`. Tensors in the
     file that the tree does not have raise kiln.Error unless allow_extra."""
     leaves, structure = _flat.flatten(like)
-    loaded = _native.load_leaves(str(path), _flat.names(structure), leaves, allow_extra)
+    loaded = _native.load_leaves(str(path), _flat.names(like), leaves, allow_extra)
     return _flat.unflatten(structure, loaded)
 
 

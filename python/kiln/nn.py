@@ -51,8 +51,8 @@ class Sequential:
 
 def named_parameters(model):
     """[(name, tensor)] for every tensor leaf of `model`, in tree order (kiln::tree_names)."""
-    leaves, structure = _flat.flatten(model)
-    return [(n, t) for n, t in zip(_flat.names(structure), leaves) if t is not None]
+    leaves, _ = _flat.flatten(model)
+    return list(zip(_flat.names(model), leaves))
 
 
 def parameter_count(model):

@@ -33,9 +33,8 @@ class OptState:
 class Optimizer:
     """A pure optimiser: init(params) -> state; update(params, grads, state) -> (params, state).
 
-    Parameters are any pytree of floating tensors (dicts, lists, dataclasses, nn layers). A
-    gradient leaf that is None leaves its parameter (and slots) as they are, as PyTorch skips
-    parameters whose .grad is None.
+    Parameters are any pytree (kiln.tree) of floating tensors: dicts, lists, dataclasses, nn
+    layers, registered types. The gradients must have the parameters' structure.
     """
 
     def __init__(self, native):
@@ -58,13 +57,13 @@ class Optimizer:
     def init(self, params):
         """The state before the first update: step 0 and zero slots shaped like `params`."""
         leaves, structure = _flat.flatten(params)
-        step, slots = self._native.init_leaves(leaves, _flat.names(structure))
+        step, slots = self._native.init_leaves(leaves, _flat.names(params))
         return OptState(step, {k: _flat.unflatten(structure, v) for k, v in slots.items()})
 
     def update(self, params, grads, state):
         """One step: (new params, new state). `grads` has the structure of `params`."""
         leaves, structure = _flat.flatten(params)
-        names = _flat.names(structure)
+        names = _flat.names(params)
         grad_leaves = _flat.flatten_like(structure, grads, "the gradients")
         slots = {k: _flat.flatten_like(structure, v, f'state slot "{k}"')
                  for k, v in state.slots.items()}

@@ -72,4 +72,8 @@ void register_native_tree(const py::class_<T>& cls) {
                             });
 }
 
+// py-nn: the names of a pytree's leaves (its TreeDef from pytree::flatten), as kiln::tree_names
+// gives them for C++ trees ("layers.0.weight"): checkpoints' keys and optimiser messages.
+std::vector<std::string> leaf_names(const TreeDef& def);
+
 }  // namespace kiln::python

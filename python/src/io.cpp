@@ -61,8 +61,7 @@ void bind_io(py::module_& m) {
          const std::vector<py::object>& like, bool allow_extra) {
         std::vector<Tensor> like_leaves;
         like_leaves.reserve(like.size());
-        for (const py::object& l : like)
-          like_leaves.push_back(l.is_none() ? Tensor() : to_tensor(l));
+        for (const py::object& l : like) like_leaves.push_back(to_tensor(l));
         std::vector<Tensor> loaded;
         {
           py::gil_scoped_release release;
@@ -70,12 +69,12 @@ void bind_io(py::module_& m) {
                                             io::LoadOptions{.allow_extra = allow_extra});
         }
         py::list out;
-        for (const Tensor& t : loaded) out.append(t.defined() ? py::cast(t) : py::none());
+        for (const Tensor& t : loaded) out.append(py::cast(t));
         return out;
       },
       py::arg("path"), py::arg("names"), py::arg("like"), py::arg("allow_extra"),
       "The file's tensors in the order of `names`, checked against the dtypes and shapes of "
-      "`like` (None: taken as it is, or None when missing).");
+      "`like`.");
   io.def(
       "serialize",
       [](const std::vector<std::pair<std::string, py::object>>& tensors,

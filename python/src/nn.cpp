@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bindings.h"
+#include "pytree.h"
 
 namespace kiln::python {
 namespace {
@@ -735,47 +736,40 @@ void bind_recurrent(py::module_& nn) {
   });
 }
 
-// A bound C++ tree's structure, for kiln/_flat.py (the package's own flattening of pytrees
-// for optim and io): the type to rebuild and the TreeDef.
-struct NativeStructure {
-  py::object type;
-  TreeDef def;
-};
-
-void bind_native_structure(py::module_& nn) {
-  py::class_<NativeStructure>(nn, "_NativeStructure",
-                              "The structure of a bound C++ tree (internal).")
-      .def("__eq__", [](const NativeStructure& a,
-                        const NativeStructure& b) { return a.type.is(b.type) && a.def == b.def; })
-      .def("__repr__", [](const NativeStructure& s) { return s.def.to_string(); })
-      .def_property_readonly("names", [](const NativeStructure& s) { return tree_names(s.def); });
-  nn.def(
-      "_flatten_native",
-      [](py::handle value) -> py::object {
-        const NativeTree* tree = find_native_tree(value.get_type());
-        if (!tree) return py::none();
-        detail::FlatTree flat = tree->flatten(value);
-        py::list leaves;
-        for (const Tensor& t : flat.leaves) leaves.append(t.defined() ? py::cast(t) : py::none());
-        return py::make_tuple(leaves,
-                              NativeStructure{py::reinterpret_borrow<py::object>(value.get_type()),
-                                              std::move(flat.def)});
-      },
-      py::arg("value"),
-      "(leaves, structure) of a bound C++ tree, None leaves where a tensor is undefined; None "
-      "when the value's type is not one (internal).");
-  nn.def(
-      "_unflatten_native",
-      [](const NativeStructure& s, const std::vector<py::object>& leaves) {
-        std::vector<Tensor> tensors;
-        tensors.reserve(leaves.size());
-        for (const py::object& l : leaves) tensors.push_back(l.is_none() ? Tensor() : to_tensor(l));
-        return find_native_tree(s.type)->unflatten(s.def, tensors);
-      },
-      py::arg("structure"), py::arg("leaves"), "Rebuilds a bound C++ tree (internal).");
+// Appends the names of def's leaves under `prefix`: as kiln::tree_names, and a bound C++ tree's
+// node (whose one child, its own TreeDef, is named "") adds no step either.
+void collect_names(const TreeDef& def, const std::string& prefix, std::vector<std::string>& out) {
+  switch (def.kind) {
+    case TreeDef::Kind::leaf:
+      out.push_back(prefix);
+      return;
+    case TreeDef::Kind::static_leaf:
+      return;
+    default:
+      break;
+  }
+  const bool named = def.kind == TreeDef::Kind::map || def.kind == TreeDef::Kind::structure;
+  for (std::size_t i = 0; i < def.children.size(); ++i) {
+    // std::optional adds no step, as in tree_names.
+    std::string step = named                                 ? def.names[i]
+                       : def.kind == TreeDef::Kind::optional ? std::string()
+                                                             : std::to_string(i);
+    if (!step.empty() && step[0] == '\x01') step.erase(0, 1);  // a non-str dict key's index
+    collect_names(def.children[i],
+                  step.empty()     ? prefix
+                  : prefix.empty() ? step
+                                   : prefix + "." + step,
+                  out);
+  }
 }
 
 }  // namespace
+
+std::vector<std::string> leaf_names(const TreeDef& def) {
+  std::vector<std::string> out;
+  collect_names(def, "", out);
+  return out;
+}
 
 void bind_nn(py::module_& m) {
   py::module_ nn = m.def_submodule("_nn", "Kiln's neural-network layers, functions and losses.");
@@ -789,7 +783,15 @@ void bind_nn(py::module_& m) {
   bind_norms(nn);
   bind_attention(nn);
   bind_recurrent(nn);
-  bind_native_structure(nn);
+  nn.def(
+      "_leaf_names",
+      [](py::handle tree) {
+        std::vector<py::object> leaves;
+        return leaf_names(pytree::flatten(tree, leaves));
+      },
+      py::arg("tree"),
+      "The names of the leaves of a pytree, in kiln.tree.flatten's order: kiln::tree_names "
+      "(\"layers.0.weight\"), which checkpoints and optimiser messages use (internal).");
 }
 
 }  // namespace kiln::python

@@ -270,11 +270,11 @@ def test_sequential_and_names():
 
 
 def test_layers_are_native_pytrees():
-    from kiln import _flat
     conv = kl.nn.Conv2d(2, 3, 3, key(1), stride=2, bias=False)
-    leaves, structure = _flat.flatten(conv)
-    assert len(leaves) == 1 and _flat.names(structure) == ["weight"]  # no bias: no leaf
-    rebuilt = _flat.unflatten(structure, [np.zeros((3, 2, 3, 3), np.float32)])
+    leaves, structure = kl.tree.flatten(conv)
+    assert len(leaves) == 1  # no bias: no leaf
+    assert [n for n, _ in kl.nn.named_parameters({"c": conv})] == ["c.weight"]
+    rebuilt = kl.tree.unflatten(structure, [np.zeros((3, 2, 3, 3), np.float32)])
     assert isinstance(rebuilt, kl.nn.Conv2d) and rebuilt.stride == (2, 2)
     assert np.all(a(rebuilt.weight) == 0) and rebuilt.bias is None
     c2 = copy.deepcopy(conv)

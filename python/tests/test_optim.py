@@ -79,30 +79,39 @@ def test_adamw_matches_torch():
 def test_state_is_a_pytree_named_as_in_cpp():
     model = {"layers": [kl.nn.Linear(2, 3, key(1)), kl.nn.Linear(3, 1, key(2), bias=False)]}
     state = kl.optim.adam(1e-3).init(model)
-    leaves, structure = _flat.flatten(state)
-    names = _flat.names(structure)
+    names = _flat.names(state)
     assert names[0] == "step" and "slots.mu.layers.0.weight" in names
     assert "slots.nu.layers.1.bias" not in names  # an unset optional has no leaf, as in C++
     assert isinstance(state.slots["mu"]["layers"][0], kl.nn.Linear)
     assert np.all(np.asarray(state.slots["nu"]["layers"][0].weight) == 0)
 
 
-def test_layers_as_parameters_and_none_gradients():
-    params = {"layer": kl.nn.Linear(2, 2, key(3)), "other": kl.asarray(np.ones(3, np.float32))}
-    w0, b0 = np.asarray(params["layer"].weight).copy(), np.asarray(params["layer"].bias).copy()
+def test_layers_and_static_fields_as_parameters():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Model:
+        layer: object
+        other: object
+        tag: str = dataclasses.field(default="x", metadata={"static": True})
+
+    params = Model(kl.nn.Linear(2, 2, key(3)), kl.asarray(np.ones(3, np.float32)))
+    w0, b0 = np.asarray(params.layer.weight).copy(), np.asarray(params.layer.bias).copy()
     opt = kl.optim.sgd(0.5)
-    grads = {"layer": kl.nn.Linear(2, 2, key(4)), "other": None}  # None: left as it is
-    grads["layer"].weight = np.ones((2, 2), np.float32)
-    grads["layer"].bias = np.full(2, 2.0, np.float32)
+    grads = Model(kl.nn.Linear(2, 2, key(4)), np.full(3, 4.0, np.float32))
+    grads.layer.weight = np.ones((2, 2), np.float32)
+    grads.layer.bias = np.full(2, 2.0, np.float32)
     new, state = opt.update(params, grads, opt.init(params))
-    assert isinstance(new["layer"], kl.nn.Linear)
-    np.testing.assert_allclose(np.asarray(new["layer"].weight), w0 - 0.5)
-    np.testing.assert_allclose(np.asarray(new["layer"].bias), b0 - 1.0)
-    np.testing.assert_array_equal(np.asarray(new["other"]), np.ones(3))
+    assert isinstance(new, Model) and isinstance(new.layer, kl.nn.Linear) and new.tag == "x"
+    np.testing.assert_allclose(np.asarray(new.layer.weight), w0 - 0.5)
+    np.testing.assert_allclose(np.asarray(new.layer.bias), b0 - 1.0)
+    np.testing.assert_array_equal(np.asarray(new.other), np.full(3, -1.0))
+    assert _flat.names(state) == ["step", "slots.momentum.layer.weight", "slots.momentum.layer.bias",
+                                  "slots.momentum.other"] or "momentum" not in state.slots
     no_bias = kl.nn.Linear(2, 2, key(5))
     no_bias.bias = None  # an absent optional is a different structure, as in C++
     with pytest.raises(ValueError, match="structure"):
-        opt.update(params, {"layer": no_bias, "other": None}, state)
+        opt.update(params, Model(no_bias, grads.other), state)
 
 
 def test_mismatched_gradients_raise():
