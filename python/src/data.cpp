@@ -6,6 +6,7 @@
 #include "kiln/data.h"
 
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -66,9 +67,11 @@ data::OnError to_on_error(const std::string& name) {
 }
 
 // A Pipeline whose destruction (which joins its worker threads) releases the GIL, so workers
-// blocked on the GIL in a Python map can finish.
+// blocked on the GIL in a Python map can finish. Its iteration runs without the GIL, so
+// `busy` keeps two Python threads from advancing it at once (taken after releasing the GIL).
 struct PyPipeline {
   std::unique_ptr<data::Pipeline> pipeline;
+  std::unique_ptr<std::mutex> busy = std::make_unique<std::mutex>();
   explicit PyPipeline(data::Pipeline p)
       : pipeline(std::make_unique<data::Pipeline>(std::move(p))) {}
   PyPipeline(PyPipeline&&) = default;
@@ -233,6 +236,7 @@ void bind_pipeline(py::module_& data) {
         data::Sample s;
         {
           py::gil_scoped_release release;
+          std::lock_guard lock(*p.busy);
           s = p->get(index);
         }
         return to_dict(s);
@@ -243,6 +247,7 @@ void bind_pipeline(py::module_& data) {
     std::optional<data::Sample> s;
     {
       py::gil_scoped_release release;  // workers may need it to run Python functions
+      std::lock_guard lock(*p.busy);
       s = p->next();
     }
     if (!s) throw py::stop_iteration();
@@ -252,6 +257,7 @@ void bind_pipeline(py::module_& data) {
       "epoch", [](const PyPipeline& p) { return p->epoch(); },
       [](PyPipeline& p, int64_t epoch) {
         py::gil_scoped_release release;
+        std::lock_guard lock(*p.busy);
         p->set_epoch(epoch);
       },
       "The current epoch; setting it starts that epoch from its beginning.");
@@ -263,6 +269,7 @@ void bind_pipeline(py::module_& data) {
       [](PyPipeline& p, const std::string& state) {
         const data::PipelineState s = data::PipelineState::parse(state);
         py::gil_scoped_release release;
+        std::lock_guard lock(*p.busy);
         p->restore(s);
       },
       py::arg("state"), "Continues from a state() of an identically built pipeline.");

@@ -17,7 +17,10 @@ std::vector<io::NamedTensor> named_tensors(
     const std::vector<std::pair<std::string, py::object>>& items) {
   std::vector<io::NamedTensor> out;
   out.reserve(items.size());
-  for (const auto& [name, value] : items) out.push_back({name, to_tensor(value)});
+  for (const auto& [name, value] : items) {
+    Tensor t = to_tensor(value);
+    if (t.defined()) out.push_back({name, std::move(t)});  // an unset C++ leaf is not written
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 """kiln.data from Python: sources, order and determinism, Python map functions on worker
 threads (GIL handling, exceptions with their type and message), image transforms."""
+import collections
 import faulthandler
 import gzip
 import struct
@@ -182,3 +183,25 @@ def test_images_and_transforms(tmp_path):
     crop = kl.data.image.center_crop(4, 4)
     np.testing.assert_array_equal(np.asarray(crop(img)), img[1:5, 2:6])
     assert "normalize" in repr(norm)
+
+
+def test_two_python_threads_share_one_iteration():
+    p = kl.data.from_tensors({"i": np.arange(2000, dtype=np.int64)}).map(
+        lambda s: s, num_threads=2).prefetch(4)
+    seen = [[], []]
+
+    def drain(k):
+        for s in p:
+            seen[k].append(int(np.asarray(s["i"])))
+
+    threads = [threading.Thread(target=drain, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    # Each element is handed out once per epoch; the first thread to reach the end of an epoch
+    # starts the next one, which the other may still be reading from.
+    counts = collections.Counter(seen[0] + seen[1])
+    assert set(counts) == set(range(2000)) and set(counts.values()) <= {1, 2}
+    for k in range(2):
+        assert sum(b < a for a, b in zip(seen[k], seen[k][1:])) <= 1  # at most one new epoch
