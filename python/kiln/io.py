@@ -3,7 +3,7 @@
     kl.io.save("model.safetensors", {"model": model, "opt": state})
     restored = kl.io.load("model.safetensors", like={"model": model, "opt": state})
 
-Each tensor leaf is stored under its kiln::tree_names name ("model.layers.0.weight"), so files
+Each tensor leaf is stored under its kiln::tree_names name ("model.0.weight"), so files
 written from Python and from C++ for the same tree match. Writes are atomic: a temporary file in
 the same directory is written, fsync'ed and renamed over the path.
 """

@@ -1,15 +1,12 @@
 """kiln.nn: layers, activations, losses and initialisers (docs/PYTHON.md, "nn, optim, data and io").
 
 The layers are Kiln's C++ structs (kiln::nn) bound as Python classes; each is a pytree, so
-`kl.grad(loss)(model, x, y)` returns a model of gradients, as in C++. Sequential is a dataclass
-holding a list of layers; user models are dataclasses (or any pytree) of layers.
+`kl.grad(loss)(model, x, y)` returns a model of gradients, as in C++. Sequential is a
+registered pytree of its layers; user models are dataclasses (or any pytree) of layers.
 """
-import dataclasses as _dataclasses
-
-from . import _flat
+from . import _flat, _kiln
+from . import tree as _tree
 from ._kiln import _nn as _native
-
-from . import _kiln
 
 # The native layers, functions, losses and initialisers.
 globals().update({k: v for k, v in vars(_native).items() if not k.startswith("__")})
@@ -19,19 +16,15 @@ globals().update({k: getattr(_kiln, k) for k in (
     "adaptive_avg_pool2d") if hasattr(_kiln, k)})
 
 
-@_dataclasses.dataclass
 class Sequential:
     """Layers applied in order: Sequential([Linear(...), ReLU(), Linear(...)]).
 
-    A pytree (a dataclass with one field), so its parameter names are "layers.0.weight", ...
-    A layer that takes a Context (Dropout) gets `ctx` when one is given.
+    A pytree whose children are the layers, so its parameter names are C++'s: "0.weight",
+    "2.bias", ... A layer that takes a Context (Dropout, Sequential) gets `ctx` when one is given.
     """
 
-    layers: list
-
-    def __init__(self, layers=None, *more):
-        self.layers = list(layers) if isinstance(layers, (list, tuple)) else (
-            [] if layers is None else [layers])
+    def __init__(self, layers=(), *more):
+        self.layers = list(layers) if isinstance(layers, (list, tuple)) else [layers]
         self.layers.extend(more)
 
     def __call__(self, x, ctx=None):
@@ -47,6 +40,12 @@ class Sequential:
 
     def __len__(self):
         return len(self.layers)
+
+    def __repr__(self):
+        return "Sequential([" + ", ".join(map(repr, self.layers)) + "])"
+
+
+_tree.register(Sequential, lambda s: (s.layers, None), lambda _, layers: Sequential(list(layers)))
 
 
 def named_parameters(model):

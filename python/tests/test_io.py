@@ -51,9 +51,9 @@ def test_tree_round_trip_and_file_is_valid_safetensors(tmp_path):
     kl.io.save(path, tree, metadata={"epoch": "3"})
     tensors, metadata = read_safetensors(path)
     assert metadata == {"epoch": "3"}
-    assert sorted(tensors) == sorted(["model.layers.0.weight", "model.layers.0.bias",
-                                      "model.layers.1.weight", "extra.0", "extra.1", "flags"])
-    np.testing.assert_array_equal(tensors["model.layers.0.weight"],
+    assert sorted(tensors) == sorted(["model.0.weight", "model.0.bias", "model.1.weight",
+                                      "extra.0", "extra.1", "flags"])
+    np.testing.assert_array_equal(tensors["model.0.weight"],
                                   np.asarray(tree["model"][0].weight))
     np.testing.assert_array_equal(tensors["extra.0"], np.asarray(tree["extra"][0]))
     np.testing.assert_array_equal(tensors["flags"], [True, False])

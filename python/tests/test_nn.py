@@ -263,7 +263,7 @@ def test_sequential_and_names():
     want = np.maximum(x @ a(l0.weight).T + a(l0.bias), 0) @ a(l3.weight).T
     close(model(x), want, 1e-5)
     names = [n for n, _ in kl.nn.named_parameters(model)]
-    assert names == ["layers.0.weight", "layers.0.bias", "layers.3.weight"]
+    assert names == ["0.weight", "0.bias", "3.weight"]
     assert kl.nn.parameter_count(model) == 4 * 8 + 8 + 8 * 2
     y = a(model(x, kl.nn.Context.train(key(3))))
     assert y.shape == (3, 2)
