@@ -176,3 +176,40 @@ def test_update_inside_jit_matches_eager():
     jitted = kl.jit(opt.update)(params, grads, state)
     np.testing.assert_allclose(np.asarray(jitted[0]["w"]), np.asarray(eager[0]["w"]), rtol=1e-6)
     assert int(np.asarray(jitted[1].step)) == 1
+
+
+def test_jitted_training_of_a_sequential_matches_torch():
+    model = kl.nn.Sequential([kl.nn.Linear(4, 8, key(1)), kl.nn.Tanh(), kl.nn.Linear(8, 3, key(2))])
+    opt = kl.optim.adamw(0.05, weight_decay=0.1)
+    state = opt.init(model)
+
+    def loss(m, x, y):
+        return kl.nn.cross_entropy(m(x), y)
+
+    @kl.jit
+    def step(m, s, x, y):
+        value, grads = kl.value_and_grad(loss)(m, x, y)
+        m, s = opt.update(m, grads, s)
+        return m, s, value
+
+    tm = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
+    with torch.no_grad():
+        for i in (0, 2):
+            tm[i].weight.copy_(torch.from_numpy(np.array(model[i].weight)))
+            tm[i].bias.copy_(torch.from_numpy(np.array(model[i].bias)))
+    topt = torch.optim.AdamW(tm.parameters(), lr=0.05, weight_decay=0.1)
+    for i in range(5):
+        x = rng.standard_normal((16, 4)).astype(np.float32)
+        y = rng.integers(0, 3, 16).astype(np.int64)
+        model, state, value = step(model, state, kl.asarray(x), kl.asarray(y))
+        topt.zero_grad()
+        want = torch.nn.functional.cross_entropy(tm(torch.from_numpy(x)), torch.from_numpy(y))
+        want.backward()
+        topt.step()
+        assert float(np.asarray(value)) == pytest.approx(float(want), rel=1e-5)
+    assert isinstance(model, kl.nn.Sequential) and int(np.asarray(state.step)) == 5
+    for i in (0, 2):
+        np.testing.assert_allclose(np.asarray(model[i].weight), tm[i].weight.detach().numpy(),
+                                   rtol=1e-4, atol=1e-5)
+    assert [n for n, _ in kl.nn.named_parameters(state.slots["mu"])] == [
+        "0.weight", "0.bias", "2.weight", "2.bias"]
