@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -48,6 +49,37 @@ struct PyCallable {
   }
 };
 
+// The GIL for a call into Python from a pipeline thread. A thread Python did not start keeps its
+// Python thread state from its first call to its exit: gil_scoped_acquire alone would create
+// and delete one on every call, which made up most of a Python map's cost on a worker.
+class PythonCall {
+ public:
+  PythonCall() {
+    if (foreign_) {
+      thread_local StateKeeper keeper;  // constructed once per thread, with the GIL held
+    }
+  }
+
+ private:
+  struct StateKeeper {
+    PyThreadState* state = PyThreadState_Get();
+    StateKeeper() { ++state->gilstate_counter; }
+    ~StateKeeper() {
+      if (!Py_IsInitialized() || _Py_IsFinalizing()) return;  // the interpreter cleans up
+      py::gil_scoped_acquire gil;  // finds `state`; its release drops the last count
+      --state->gilstate_counter;
+    }
+  };
+  // Whether this thread had no Python thread state before its first call (asked before
+  // acquiring the GIL, which creates one).
+  static bool foreign_thread() {
+    thread_local const bool foreign = PyGILState_GetThisThreadState() == nullptr;
+    return foreign;
+  }
+  bool foreign_ = foreign_thread();
+  py::gil_scoped_acquire gil_;
+};
+
 // Positional parameters `fn` takes (2 for map(fn(sample, rng))).
 int positional_count(py::handle fn) {
   py::object inspect = py::module_::import("inspect");
@@ -66,24 +98,75 @@ data::OnError to_on_error(const std::string& name) {
   fail("data", "unknown on_error policy: got \"", name, "\", expected \"raise\" or \"skip\"");
 }
 
+struct PyPipeline;
+
+// The pipelines alive, so that they can be stopped before the interpreter finalises: a worker
+// that asks for the GIL after that is ended by Python, from inside Kiln's C++.
+struct LivePipelines {
+  std::mutex mutex;
+  std::unordered_set<PyPipeline*> set;
+};
+LivePipelines& live_pipelines() {
+  static auto* live = new LivePipelines;  // never destroyed: pipelines may outlive statics
+  return *live;
+}
+
 // A Pipeline whose destruction (which joins its worker threads) releases the GIL, so workers
 // blocked on the GIL in a Python map can finish. Its iteration runs without the GIL, so
 // `busy` keeps two Python threads from advancing it at once (taken after releasing the GIL).
 struct PyPipeline {
   std::unique_ptr<data::Pipeline> pipeline;
   std::unique_ptr<std::mutex> busy = std::make_unique<std::mutex>();
-  explicit PyPipeline(data::Pipeline p)
-      : pipeline(std::make_unique<data::Pipeline>(std::move(p))) {}
-  PyPipeline(PyPipeline&&) = default;
-  ~PyPipeline() {
-    if (pipeline && Py_IsInitialized() && PyGILState_Check()) {
-      py::gil_scoped_release release;
-      pipeline.reset();
-    }
+
+  explicit PyPipeline(data::Pipeline p) : pipeline(std::make_unique<data::Pipeline>(std::move(p))) {
+    enlist();
   }
-  data::Pipeline& operator*() const { return *pipeline; }
-  data::Pipeline* operator->() const { return pipeline.get(); }
+  PyPipeline(PyPipeline&& other) noexcept
+      : pipeline(std::move(other.pipeline)), busy(std::move(other.busy)) {
+    enlist();
+  }
+  PyPipeline& operator=(PyPipeline&&) = delete;
+  ~PyPipeline() {
+    {
+      std::lock_guard lock(live_pipelines().mutex);
+      live_pipelines().set.erase(this);
+    }
+    stop();
+  }
+  // Joins the workers and drops the pipeline (the GIL released when this thread holds it).
+  void stop() {
+    if (!pipeline) return;
+    std::optional<py::gil_scoped_release> release;
+    if (Py_IsInitialized() && PyGILState_Check()) release.emplace();
+    std::lock_guard lock(*busy);  // another Python thread may be advancing it
+    pipeline.reset();
+  }
+  data::Pipeline& operator*() const { return *get(); }
+  data::Pipeline* operator->() const { return get(); }
+
+ private:
+  void enlist() {
+    std::lock_guard lock(live_pipelines().mutex);
+    live_pipelines().set.insert(this);
+  }
+  data::Pipeline* get() const {
+    if (!pipeline)
+      fail("data.Pipeline",
+           "the pipeline was stopped: got a pipeline used after the interpreter "
+           "began to exit, expected one used before");
+    return pipeline.get();
+  }
 };
+
+// Stops every pipeline (atexit, before the interpreter finalises).
+void stop_all_pipelines() {
+  std::vector<PyPipeline*> all;
+  {
+    std::lock_guard lock(live_pipelines().mutex);
+    all.assign(live_pipelines().set.begin(), live_pipelines().set.end());
+  }
+  for (PyPipeline* p : all) p->stop();
+}
 
 PyPipeline map_python(const PyPipeline& p, py::handle fn, const data::MapOptions& options) {
   const bool with_rng = positional_count(fn) >= 2;
@@ -91,7 +174,7 @@ PyPipeline map_python(const PyPipeline& p, py::handle fn, const data::MapOptions
       std::shared_ptr<PyCallable>(new PyCallable{py::reinterpret_borrow<py::object>(fn)});
   return PyPipeline(p->map(
       [callable, with_rng](data::Sample s, data::Rng& rng) {
-        py::gil_scoped_acquire gil;
+        const PythonCall call;
         py::object result =
             with_rng ? callable->fn(to_dict(s), py::cast(&rng, py::return_value_policy::reference))
                      : callable->fn(to_dict(s));
@@ -172,7 +255,7 @@ void bind_pipeline(py::module_& data) {
         auto callable =
             std::shared_ptr<PyCallable>(new PyCallable{py::reinterpret_borrow<py::object>(fn)});
         return PyPipeline(p->filter([callable](const data::Sample& s) {
-          py::gil_scoped_acquire gil;
+          const PythonCall call;
           return py::bool_(callable->fn(to_dict(s))).cast<bool>();
         }));
       },
@@ -387,6 +470,7 @@ void bind_sources(py::module_& data) {
 
 void bind_data(py::module_& m) {
   py::module_ data = m.def_submodule("_data", "Kiln's native data pipeline.");
+  py::module_::import("atexit").attr("register")(py::cpp_function(&stop_all_pipelines));
   data.attr("__name__") = "kiln.data";  // where its classes say they live
   bind_pipeline(data);
   bind_sources(data);

@@ -205,3 +205,23 @@ def test_two_python_threads_share_one_iteration():
     assert set(counts) == set(range(2000)) and set(counts.values()) <= {1, 2}
     for k in range(2):
         assert sum(b < a for a, b in zip(seen[k], seen[k][1:])) <= 1  # at most one new epoch
+
+
+def test_exit_with_python_workers_busy_is_clean():
+    script = """
+import time, numpy as np, kiln as kl
+def f(s):
+    time.sleep(0.001)
+    return s
+p = kl.data.from_tensors({"x": np.arange(100000, dtype=np.float32)}).map(f, num_threads=2)
+it = iter(p.prefetch(4))
+next(it)
+print("exiting")
+"""
+    import os
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=60, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "exiting"
