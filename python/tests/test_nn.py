@@ -308,3 +308,23 @@ def test_grad_through_a_model_pytree():
     F.mse_loss(tm(tt(x)), tt(y)).backward()
     close(g["l1"].weight, tm[0].weight.grad, 1e-5)
     close(g["l2"].bias, tm[2].bias.grad, 1e-5)
+
+
+def test_layers_inside_transformations():
+    x = np.ones(64, np.float32)
+
+    @kl.jit
+    def drop(x, k):
+        return kl.nn.Dropout(0.5)(x, kl.nn.Context.train(k))
+
+    np.testing.assert_array_equal(a(drop(x, key(7))),
+                                  a(kl.nn.Dropout(0.5)(x, kl.nn.Context.train(key(7)))))
+    bn = kl.nn.BatchNorm(3)
+    xb = randn(4, 3, 2, 2)
+    y, state = kl.jit(lambda b, s, x: b(x, s, True))(bn, bn.initial_state(), xb)
+    assert isinstance(state, kl.nn.BatchNormState)
+    close(state.mean, 0.1 * xb.mean(axis=(0, 2, 3)), 1e-6)
+    layer = kl.nn.Linear(3, 2, key(8))
+    xs = randn(5, 4, 3)
+    ys = kl.vmap(lambda l, x: l(x), in_axes=(None, 0))(layer, xs)
+    close(ys, xs @ a(layer.weight).T + a(layer.bias), 1e-5)
