@@ -1,17 +1,21 @@
 """Kiln ops for the tests of pytrees, transformations and control flow.
 
-They come from kiln._kiln._ops_for_tests, a few ops bound for these tests so that they do not
-depend on the top-level operations (bound by another part of the module).
+The top-level operations (kiln.add, ...) where the module has them; otherwise
+kiln._kiln._ops_for_tests, the few ops transforms.cpp binds so that these tests run before the
+operations are bound.
 """
 import numpy as np
 
 import kiln as kl
 
-_ops = kl._kiln._ops_for_tests
-add, sub, mul, div, pow, maximum = _ops.add, _ops.sub, _ops.mul, _ops.div, _ops.pow, _ops.maximum
-less, greater, matmul, where, astype = _ops.less, _ops.greater, _ops.matmul, _ops.where, _ops.astype
-sin, cos, exp, log, tanh, neg, square = _ops.sin, _ops.cos, _ops.exp, _ops.log, _ops.tanh, _ops.neg, _ops.square
-sum, mean, reshape = _ops.sum, _ops.mean, _ops.reshape
+_NAMES = {"add": "add", "sub": "sub", "mul": "mul", "div": "divide", "pow": "pow",
+          "maximum": "maximum", "less": "less", "greater": "greater", "matmul": "matmul",
+          "where": "where", "astype": "astype", "sin": "sin", "cos": "cos", "exp": "exp",
+          "log": "log", "tanh": "tanh", "neg": "neg", "square": "square", "sum": "sum",
+          "mean": "mean", "reshape": "reshape"}
+_top_level = all(hasattr(kl, n) for n in _NAMES.values())
+for _ours, _theirs in _NAMES.items():
+    globals()[_ours] = getattr(kl, _theirs) if _top_level else getattr(kl._kiln._ops_for_tests, _ours)
 
 
 def np_(x):
