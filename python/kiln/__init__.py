@@ -18,3 +18,5 @@ from ._kiln import (  # noqa: F401,E402
     all_gather, all_to_all, axis_index, checkpoint, cond, custom_jvp, custom_vjp, fori_loop,
     grad, hessian, jacfwd, jacrev, jit, jvp, pmap, pmax, pmean, pmin, ppermute, psum,
     psum_scatter, scan, stop_gradient, switch, value_and_grad, vjp, vmap, while_loop)
+# py-nn: nn, optim, data and io (Python modules over the native _nn, _optim, _data and _io)
+from . import data, io, nn, optim  # noqa: E402,F401

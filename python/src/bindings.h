@@ -89,5 +89,8 @@ int64_t to_int(py::handle value);
 bool is_int(py::handle value);
 // Python's `/` (numpy.true_divide): integers and bools divide as floats.
 Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc);
+// py-nn: the names of a pytree's leaves (its TreeDef from pytree::flatten), as kiln::tree_names
+// gives them for C++ trees ("layers.0.weight"): checkpoints' keys and optimiser messages.
+std::vector<std::string> leaf_names(const TreeDef& def);
 
 }  // namespace kiln::python

@@ -15,4 +15,9 @@ PYBIND11_MODULE(_kiln, m) {
   bind_tree(m);
   bind_transforms(m);
   bind_control_flow(m);
+  // py-nn: nn, optim, data, io
+  bind_nn(m);
+  bind_optim(m);
+  bind_data(m);
+  bind_io(m);
 }

@@ -1,0 +1,59 @@
+"""kiln.nn: layers, activations, losses and initialisers (docs/PYTHON.md, "nn, optim, data and io").
+
+The layers are Kiln's C++ structs (kiln::nn) bound as Python classes; each is a pytree, so
+`kl.grad(loss)(model, x, y)` returns a model of gradients, as in C++. Sequential is a
+registered pytree of its layers; user models are dataclasses (or any pytree) of layers.
+"""
+from . import _flat, _kiln
+from . import tree as _tree
+from ._kiln import _nn as _native
+
+# The native layers, functions, losses and initialisers.
+globals().update({k: v for k, v in vars(_native).items() if not k.startswith("__")})
+# The convolution and pooling functions are Kiln ops (kiln.conv2d, ...), here too as in nn.h's users.
+globals().update({k: getattr(_kiln, k) for k in (
+    "conv1d", "conv2d", "conv3d", "conv_transpose2d", "max_pool2d", "avg_pool2d",
+    "adaptive_avg_pool2d") if hasattr(_kiln, k)})
+
+
+class Sequential:
+    """Layers applied in order: Sequential([Linear(...), ReLU(), Linear(...)]).
+
+    A pytree whose children are the layers, so its parameter names are C++'s: "0.weight",
+    "2.bias", ... A layer that takes a Context (Dropout, Sequential) gets `ctx` when one is given.
+    """
+
+    def __init__(self, layers=(), *more):
+        self.layers = list(layers) if isinstance(layers, (list, tuple)) else [layers]
+        self.layers.extend(more)
+
+    def __call__(self, x, ctx=None):
+        for layer in self.layers:
+            if ctx is not None and isinstance(layer, (_native.Dropout, Sequential)):
+                x = layer(x, ctx)
+            else:
+                x = layer(x)
+        return x
+
+    def __getitem__(self, i):
+        return self.layers[i]
+
+    def __len__(self):
+        return len(self.layers)
+
+    def __repr__(self):
+        return "Sequential([" + ", ".join(map(repr, self.layers)) + "])"
+
+
+_tree.register(Sequential, lambda s: (s.layers, None), lambda _, layers: Sequential(list(layers)))
+
+
+def named_parameters(model):
+    """[(name, tensor)] for every tensor leaf of `model`, in tree order (kiln::tree_names)."""
+    leaves, _ = _flat.flatten(model)
+    return list(zip(_flat.names(model), leaves))
+
+
+def parameter_count(model):
+    """The number of elements of every tensor leaf of `model`."""
+    return sum(t.size for _, t in named_parameters(model))

@@ -1,0 +1,106 @@
+"""kiln.optim: optimisers as pure init/update functions over pytrees (docs/PYTHON.md).
+
+    opt = kl.optim.adam(1e-3)
+    state = opt.init(params)
+    params, state = opt.update(params, grads, state)
+
+This is C++'s Optimizer (include/kiln/optim.h) with the same argument order. `update` is built
+from Kiln ops, so it runs eagerly and inside `kl.jit` together with the loss and its gradient.
+The state is an OptState dataclass (a pytree: `step` and `slots`, e.g. slots["mu"] shaped like
+the parameters), so it goes through jit and checkpoints with kiln.io under the same names as in
+C++ ("step", "slots.mu.layers.0.weight").
+"""
+import dataclasses as _dataclasses
+
+from . import _flat
+from ._kiln import _optim as _native
+
+Schedule = _native.Schedule
+constant, step_decay, cosine_decay = _native.constant, _native.step_decay, _native.cosine_decay
+linear_warmup, join = _native.linear_warmup, _native.join
+warmup_cosine_decay = _native.warmup_cosine_decay
+
+
+@_dataclasses.dataclass
+class OptState:
+    """An optimiser's state: `step` (i32 scalar, updates done) and `slots` ({name: params-shaped
+    tree}: "momentum" for SGD with momentum, "mu" and "nu" for Adam and AdamW)."""
+
+    step: object
+    slots: dict
+
+
+class Optimizer:
+    """A pure optimiser: init(params) -> state; update(params, grads, state) -> (params, state).
+
+    Parameters are any pytree (kiln.tree) of floating tensors: dicts, lists, dataclasses, nn
+    layers, registered types. The gradients must have the parameters' structure.
+    """
+
+    def __init__(self, native):
+        self._native = native
+
+    @property
+    def name(self):
+        """"sgd", "adam" or "adamw"."""
+        return self._native.name
+
+    @property
+    def slot_names(self):
+        return self._native.slot_names
+
+    def learning_rate(self, step):
+        """The rate the update after `step` updates uses (an int gives a float; an i32 scalar
+        Tensor gives a float64 scalar Tensor, also traced)."""
+        return self._native.learning_rate(step)
+
+    def init(self, params):
+        """The state before the first update: step 0 and zero slots shaped like `params`."""
+        leaves, structure = _flat.flatten(params)
+        step, slots = self._native.init_leaves(leaves, _flat.names(params))
+        return OptState(step, {k: _flat.unflatten(structure, v) for k, v in slots.items()})
+
+    def update(self, params, grads, state):
+        """One step: (new params, new state). `grads` has the structure of `params`."""
+        leaves, structure = _flat.flatten(params)
+        names = _flat.names(params)
+        grad_leaves = _flat.flatten_like(structure, grads, "the gradients")
+        slots = {k: _flat.flatten_like(structure, v, f'state slot "{k}"')
+                 for k, v in state.slots.items()}
+        new, step, new_slots = self._native.update_leaves(leaves, grad_leaves, state.step, slots,
+                                                          names)
+        return (_flat.unflatten(structure, new),
+                OptState(step, {k: _flat.unflatten(structure, v) for k, v in new_slots.items()}))
+
+    def __repr__(self):
+        return f"Optimizer({self.name})"
+
+
+def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, clip_norm=None):
+    """torch.optim.SGD: g += weight_decay * p; with momentum b = momentum * b + (1 - dampening) g
+    (b = g on the first update); direction b, or g + momentum * b with nesterov; p -= lr * it.
+    lr: a number, a Schedule or a callable step -> rate. clip_norm: clip the gradients to this
+    global norm first."""
+    return Optimizer(_native._sgd(lr, momentum, dampening, nesterov, weight_decay, clip_norm))
+
+
+def adam(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, clip_norm=None):
+    """torch.optim.Adam (weight_decay is L2, added to the gradient)."""
+    return Optimizer(_native._adam(lr, b1, b2, eps, weight_decay, clip_norm))
+
+
+def adamw(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, clip_norm=None):
+    """torch.optim.AdamW: p *= 1 - lr * weight_decay (decoupled), then Adam's step."""
+    return Optimizer(_native._adamw(lr, b1, b2, eps, weight_decay, clip_norm))
+
+
+def global_norm(tree):
+    """sqrt of the sum of squares of every leaf (a scalar tensor; works traced)."""
+    leaves, _ = _flat.flatten(tree)
+    return _native._global_norm(leaves)
+
+
+def clip_by_global_norm(tree, max_norm):
+    """Every leaf times min(1, max_norm / (global_norm + 1e-6)), as clip_grad_norm_."""
+    leaves, structure = _flat.flatten(tree)
+    return _flat.unflatten(structure, _native._clip_leaves(leaves, max_norm))

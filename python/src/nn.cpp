@@ -1,0 +1,797 @@
+// kiln.nn: the layers of kiln::nn as Python classes that are pytrees (each bound struct is
+// registered with register_native_tree, so transformations flatten it as C++ does), their
+// functional forms, losses and initialisers (docs/PYTHON.md, "nn, optim, data and io").
+#include "kiln/nn.h"
+
+#include <cstdint>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+#include "pytree.h"
+
+namespace kiln::python {
+namespace {
+
+using Pair = std::pair<int64_t, int64_t>;
+
+// An int or a pair of ints (PyTorch's convention for kernel sizes, strides, paddings).
+Pair to_pair(py::handle value) {
+  if (py::isinstance<py::int_>(value)) {
+    const auto v = value.cast<int64_t>();
+    return {v, v};
+  }
+  return value.cast<Pair>();
+}
+
+DType dtype_or_f32(py::handle dtype) { return dtype.is_none() ? float32 : to_dtype(dtype); }
+
+std::optional<Tensor> optional_tensor(py::handle value) {
+  if (value.is_none()) return std::nullopt;
+  return to_tensor(value);
+}
+
+py::object tensor_or_none(const std::optional<Tensor>& t) {
+  if (!t || !t->defined()) return py::none();
+  return py::cast(*t);
+}
+
+std::string type_text(const std::optional<Tensor>& t) {
+  return t && t->defined() ? t->type().to_string() : "None";
+}
+
+std::string pair_text(Pair p) {
+  return "(" + std::to_string(p.first) + ", " + std::to_string(p.second) + ")";
+}
+
+std::string number_text(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+nn::Reduction to_reduction(const std::string& name) {
+  if (name == "none") return nn::Reduction::none;
+  if (name == "sum") return nn::Reduction::sum;
+  if (name == "mean") return nn::Reduction::mean;
+  if (name == "batchmean") return nn::Reduction::batchmean;
+  fail("nn", "unknown reduction: got \"", name,
+       "\", expected \"none\", \"sum\", \"mean\" or \"batchmean\"");
+}
+
+// A tensor-valued field as a Python property: a Tensor, or None when the optional is empty.
+template <class T>
+void tensor_property(py::class_<T>& cls, const char* name, std::optional<Tensor> T::*member,
+                     const char* doc) {
+  cls.def_property(
+      name, [member](const T& self) { return tensor_or_none(self.*member); },
+      [member](T& self, py::handle v) { self.*member = optional_tensor(v); }, doc);
+}
+template <class T>
+void tensor_property(py::class_<T>& cls, const char* name, Tensor T::*member, const char* doc) {
+  cls.def_property(
+      name, [member](const T& self) { return self.*member; },
+      [member](T& self, py::handle v) { self.*member = to_tensor(v); }, doc);
+}
+
+// The bound struct's class with value semantics: copy, and registration as a pytree.
+template <class T>
+py::class_<T> layer_class(py::module_& m, const char* name, const char* doc) {
+  py::class_<T> cls(m, name, doc);
+  cls.def("__copy__", [](const T& self) { return T(self); });
+  cls.def(
+      "__deepcopy__", [](const T& self, py::handle) { return T(self); }, py::arg("memo"));
+  register_native_tree(cls);
+  return cls;
+}
+
+void bind_activations(py::module_& nn) {
+  nn.def(
+      "relu", [](py::handle x) { return nn::relu(to_tensor(x), Loc{}); }, py::arg("x"),
+      "max(x, 0).");
+  nn.def(
+      "gelu",
+      [](py::handle x, bool approximate) { return nn::gelu(to_tensor(x), approximate, Loc{}); },
+      py::arg("x"), py::arg("approximate") = false,
+      "Exact GELU x * Phi(x); approximate=True uses the tanh formula (PyTorch "
+      "approximate='tanh').");
+  nn.def(
+      "silu", [](py::handle x) { return nn::silu(to_tensor(x), Loc{}); }, py::arg("x"),
+      "x * sigmoid(x).");
+  nn.def(
+      "softplus",
+      [](py::handle x, std::optional<double> beta, double threshold) {
+        return beta ? nn::softplus(to_tensor(x), *beta, threshold, Loc{})
+                    : nn::softplus(to_tensor(x), Loc{});
+      },
+      py::arg("x"), py::arg("beta") = py::none(), py::arg("threshold") = 20.0,
+      "log(1 + e^x), exact for every x. With beta: PyTorch's softplus(x, beta, threshold).");
+  nn.def(
+      "log_sigmoid", [](py::handle x) { return nn::log_sigmoid(to_tensor(x), Loc{}); },
+      py::arg("x"), "log(sigmoid(x)) = -softplus(-x), without overflow.");
+  nn.def(
+      "softmax", [](py::handle x, int64_t axis) { return softmax(to_tensor(x), axis, Loc{}); },
+      py::arg("x"), py::arg("axis") = -1, "exp(x) / sum(exp(x)) along `axis`.");
+  nn.def(
+      "log_softmax",
+      [](py::handle x, int64_t axis) { return log_softmax(to_tensor(x), axis, Loc{}); },
+      py::arg("x"), py::arg("axis") = -1, "x - logsumexp(x) along `axis`.");
+  nn.def(
+      "elu", [](py::handle x, double alpha) { return nn::elu(to_tensor(x), alpha, Loc{}); },
+      py::arg("x"), py::arg("alpha") = 1.0, "x for x > 0, alpha (e^x - 1) otherwise.");
+  nn.def(
+      "leaky_relu",
+      [](py::handle x, double slope) { return nn::leaky_relu(to_tensor(x), slope, Loc{}); },
+      py::arg("x"), py::arg("negative_slope") = 0.01, "x for x > 0, negative_slope x otherwise.");
+  nn.def(
+      "group_norm",
+      [](py::handle x, int64_t groups, py::handle w, py::handle b, double eps) {
+        return nn::group_norm(to_tensor(x), groups, optional_tensor(w), optional_tensor(b), eps,
+                              Loc{});
+      },
+      py::arg("x"), py::arg("num_groups"), py::arg("weight") = py::none(),
+      py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
+      "x [N, C, ...] normalised over groups of C / num_groups channels, as PyTorch's group_norm.");
+  nn.def(
+      "rms_norm",
+      [](py::handle x, py::handle w, double eps) {
+        return nn::rms_norm(to_tensor(x), optional_tensor(w), eps, Loc{});
+      },
+      py::arg("x"), py::arg("weight") = py::none(), py::arg("eps") = 1e-6,
+      "x / sqrt(mean(x^2 over the last axis) + eps) * weight.");
+}
+
+void bind_losses(py::module_& nn) {
+  nn.def(
+      "cross_entropy",
+      [](py::handle logits, py::handle labels, double smoothing, std::optional<int64_t> ignore) {
+        return nn::cross_entropy(to_tensor(logits), to_tensor(labels), smoothing, ignore, Loc{});
+      },
+      py::arg("logits"), py::arg("labels"), py::arg("label_smoothing") = 0.0,
+      py::arg("ignore_index") = -100,
+      "Mean cross-entropy of logits [..., C] (classes last) and integer labels [...]; labels equal "
+      "to ignore_index (None: none) are not counted.");
+  nn.def(
+      "mse", [](py::handle p, py::handle t) { return nn::mse(to_tensor(p), to_tensor(t), Loc{}); },
+      py::arg("prediction"), py::arg("target"), "Mean squared error.");
+  nn.def(
+      "binary_cross_entropy_with_logits",
+      [](py::handle x, py::handle t) {
+        return nn::binary_cross_entropy_with_logits(to_tensor(x), to_tensor(t), Loc{});
+      },
+      py::arg("logits"), py::arg("targets"),
+      "Mean of t softplus(-x) + (1 - t) softplus(x), stable for large |logits|.");
+  nn.def(
+      "accuracy",
+      [](py::handle logits, py::handle labels, std::optional<int64_t> ignore) {
+        return nn::accuracy(to_tensor(logits), to_tensor(labels), ignore, Loc{});
+      },
+      py::arg("logits"), py::arg("labels"), py::arg("ignore_index") = -100,
+      "Fraction of rows whose largest logit is at the label.");
+  nn.def(
+      "huber_loss",
+      [](py::handle p, py::handle t, double delta, const std::string& reduction) {
+        return nn::huber_loss(to_tensor(p), to_tensor(t), delta, to_reduction(reduction), Loc{});
+      },
+      py::arg("prediction"), py::arg("target"), py::arg("delta") = 1.0,
+      py::arg("reduction") = "mean",
+      "d^2 / 2 where |d| < delta, else delta (|d| - delta / 2); reduction 'none', 'sum' or "
+      "'mean'.");
+  nn.def(
+      "kl_div",
+      [](py::handle input, py::handle target, const std::string& reduction, bool log_target) {
+        return nn::kl_div(to_tensor(input), to_tensor(target), to_reduction(reduction), log_target,
+                          Loc{});
+      },
+      py::arg("input"), py::arg("target"), py::arg("reduction") = "mean",
+      py::arg("log_target") = false,
+      "KL(target || exp(input)) for log-probabilities `input`, as torch.nn.functional.kl_div.");
+  nn.def(
+      "nll_loss",
+      [](py::handle log_probs, py::handle labels, std::optional<int64_t> ignore,
+         const std::string& reduction) {
+        return nn::nll_loss(to_tensor(log_probs), to_tensor(labels), ignore,
+                            to_reduction(reduction), Loc{});
+      },
+      py::arg("log_probs"), py::arg("labels"), py::arg("ignore_index") = -100,
+      py::arg("reduction") = "mean",
+      "-log_probs[..., label] (classes last), reduced; ignore_index positions are not counted.");
+}
+
+nn::AttentionOptions attention_options(py::handle attn_mask, bool is_causal,
+                                       py::handle key_padding_mask, std::optional<double> scale,
+                                       double dropout, py::handle dropout_key) {
+  nn::AttentionOptions o;
+  o.attn_mask = optional_tensor(attn_mask);
+  o.is_causal = is_causal;
+  o.key_padding_mask = optional_tensor(key_padding_mask);
+  o.scale = scale;
+  o.dropout = dropout;
+  o.dropout_key = optional_tensor(dropout_key);
+  return o;
+}
+
+void bind_attention_functions(py::module_& nn) {
+  nn.def(
+      "attention_weights",
+      [](py::handle q, py::handle k, py::handle attn_mask, bool is_causal,
+         py::handle key_padding_mask, std::optional<double> scale, double dropout,
+         py::handle dropout_key) {
+        return nn::attention_weights(
+            to_tensor(q), to_tensor(k),
+            attention_options(attn_mask, is_causal, key_padding_mask, scale, dropout, dropout_key),
+            Loc{});
+      },
+      py::arg("q"), py::arg("k"), py::kw_only(), py::arg("attn_mask") = py::none(),
+      py::arg("is_causal") = false, py::arg("key_padding_mask") = py::none(),
+      py::arg("scale") = py::none(), py::arg("dropout") = 0.0, py::arg("dropout_key") = py::none(),
+      "softmax(q k^T * scale + masks) over the keys: [..., L, S]. A bool attn_mask is true where "
+      "attending is allowed; a bool key_padding_mask is true at padding.");
+  nn.def(
+      "scaled_dot_product_attention",
+      [](py::handle q, py::handle k, py::handle v, py::handle attn_mask, bool is_causal,
+         py::handle key_padding_mask, std::optional<double> scale, double dropout,
+         py::handle dropout_key) {
+        return nn::scaled_dot_product_attention(
+            to_tensor(q), to_tensor(k), to_tensor(v),
+            attention_options(attn_mask, is_causal, key_padding_mask, scale, dropout, dropout_key),
+            Loc{});
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(), py::arg("attn_mask") = py::none(),
+      py::arg("is_causal") = false, py::arg("key_padding_mask") = py::none(),
+      py::arg("scale") = py::none(), py::arg("dropout") = 0.0, py::arg("dropout_key") = py::none(),
+      "attention_weights(q, k) v, as PyTorch 2's F.scaled_dot_product_attention.");
+}
+
+void bind_init(py::module_& nn) {
+  py::module_ init = nn.def_submodule("init", "Initialisers with PyTorch's fan conventions.");
+  using Init = Tensor (*)(const Tensor&, const Shape&, double, DType);
+  const auto def_init = [&](const char* name, Init f, const char* arg, double default_value,
+                            const char* doc) {
+    init.def(
+        name,
+        [f](py::handle key, const std::vector<int64_t>& shape, double a, py::handle dtype) {
+          return f(to_tensor(key), Shape(shape), a, dtype_or_f32(dtype));
+        },
+        py::arg("key"), py::arg("shape"), py::arg(arg) = default_value,
+        py::arg("dtype") = py::none(), doc);
+  };
+  def_init("kaiming_uniform", &nn::init::kaiming_uniform, "negative_slope", 0.0,
+           "Kaiming (He) uniform for relu, or leaky relu with negative_slope.");
+  def_init("kaiming_normal", &nn::init::kaiming_normal, "negative_slope", 0.0,
+           "Kaiming (He) normal for relu, or leaky relu with negative_slope.");
+  def_init("xavier_uniform", &nn::init::xavier_uniform, "gain", 1.0, "Xavier (Glorot) uniform.");
+  def_init("xavier_normal", &nn::init::xavier_normal, "gain", 1.0, "Xavier (Glorot) normal.");
+  def_init("lecun_uniform", &nn::init::lecun_uniform, "fan_in", 1.0,
+           "uniform(-1/sqrt(fan_in), 1/sqrt(fan_in)): PyTorch's default for Linear and Conv2d.");
+}
+
+void bind_context(py::module_& nn) {
+  py::class_<nn::Context> ctx(
+      nn, "Context",
+      "Training mode and the key that Dropout draws from: Context.train(key) or Context.eval(). "
+      "Each random layer splits the key, so pass the same Context through one forward pass.");
+  ctx.def_static(
+      "train", [](py::handle key) { return nn::Context::train(to_tensor(key)); }, py::arg("key"),
+      "A training context whose random layers draw from `key`.");
+  ctx.def_static("eval", &nn::Context::eval, "An evaluation context (Dropout is the identity).");
+  ctx.def_property_readonly("training", &nn::Context::training);
+  ctx.def(
+      "next_key", [](nn::Context& c) { return c.next_key("nn.Context.next_key"); },
+      "A fresh key for one random layer (the context's key is split).");
+  ctx.def("__repr__", [](const nn::Context& c) {
+    return std::string(c.training() ? "Context.train(...)" : "Context.eval()");
+  });
+}
+
+void bind_simple_layers(py::module_& nn) {
+  auto linear = layer_class<nn::Linear>(nn, "Linear",
+                                        "y = x W^T + b with weight [out, in], PyTorch's layout.");
+  linear.def(py::init([](int64_t in, int64_t out, py::handle key, bool bias, py::handle dtype) {
+               return nn::Linear(in, out, to_tensor(key), bias, dtype_or_f32(dtype));
+             }),
+             py::arg("in_features"), py::arg("out_features"), py::arg("key"),
+             py::arg("bias") = true, py::arg("dtype") = py::none());
+  tensor_property(linear, "weight", &nn::Linear::weight, "[out_features, in_features]");
+  tensor_property(linear, "bias", &nn::Linear::bias, "[out_features], or None");
+  linear.def(
+      "__call__", [](const nn::Linear& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  linear.def("__repr__", [](const nn::Linear& l) {
+    return "Linear(weight=" + l.weight.type().to_string() + ", bias=" + type_text(l.bias) + ")";
+  });
+
+  auto conv = layer_class<nn::Conv2d>(
+      nn, "Conv2d", "2-D convolution over [N, C, H, W], weight [out, in / groups, kh, kw].");
+  conv.def(py::init([](int64_t in, int64_t out, py::handle kernel, py::handle key,
+                       py::handle stride, py::handle padding, py::handle dilation, int64_t groups,
+                       bool bias, py::handle dtype) {
+             nn::Conv2d::Options o;
+             o.stride = to_pair(stride);
+             o.padding = to_pair(padding);
+             o.dilation = to_pair(dilation);
+             o.groups = groups;
+             o.bias = bias;
+             o.dtype = dtype_or_f32(dtype);
+             return nn::Conv2d(in, out, to_pair(kernel), to_tensor(key), o);
+           }),
+           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"), py::arg("key"),
+           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1,
+           py::arg("groups") = 1, py::arg("bias") = true, py::arg("dtype") = py::none());
+  tensor_property(conv, "weight", &nn::Conv2d::weight, "[out, in / groups, kh, kw]");
+  tensor_property(conv, "bias", &nn::Conv2d::bias, "[out], or None");
+  conv.def_readwrite("stride", &nn::Conv2d::stride)
+      .def_readwrite("padding", &nn::Conv2d::padding)
+      .def_readwrite("dilation", &nn::Conv2d::dilation)
+      .def_readwrite("groups", &nn::Conv2d::groups);
+  conv.def(
+      "__call__", [](const nn::Conv2d& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  conv.def("__repr__", [](const nn::Conv2d& l) {
+    return "Conv2d(weight=" + l.weight.type().to_string() + ", bias=" + type_text(l.bias) +
+           ", stride=" + pair_text(l.stride) + ", padding=" + pair_text(l.padding) +
+           ", dilation=" + pair_text(l.dilation) + ", groups=" + std::to_string(l.groups) + ")";
+  });
+
+  const auto bind_pool = [&](auto tag, const char* name, const char* doc) {
+    using P = typename decltype(tag)::type;
+    auto pool = layer_class<P>(nn, name, doc);
+    pool.def(py::init([](py::handle kernel, py::handle stride, py::handle padding) {
+               P p;
+               p.kernel = to_pair(kernel);
+               p.stride = stride.is_none() ? p.kernel : to_pair(stride);
+               p.padding = to_pair(padding);
+               return p;
+             }),
+             py::arg("kernel_size") = 2, py::arg("stride") = py::none(), py::arg("padding") = 0);
+    pool.def_readwrite("kernel_size", &P::kernel)
+        .def_readwrite("stride", &P::stride)
+        .def_readwrite("padding", &P::padding);
+    pool.def(
+        "__call__", [](const P& l, py::handle x) { return l(to_tensor(x), Loc{}); }, py::arg("x"));
+    pool.def("__repr__", [name = std::string(name)](const P& l) {
+      return name + "(kernel_size=" + pair_text(l.kernel) + ", stride=" + pair_text(l.stride) +
+             ", padding=" + pair_text(l.padding) + ")";
+    });
+  };
+  bind_pool(std::type_identity<nn::MaxPool2d>{}, "MaxPool2d",
+            "Max over kernel windows of [N, C, H, W]; stride defaults to the kernel size.");
+  bind_pool(std::type_identity<nn::AvgPool2d>{}, "AvgPool2d",
+            "Mean over kernel windows of [N, C, H, W] (padding counts in the divisor).");
+
+  auto flatten = layer_class<nn::Flatten>(nn, "Flatten",
+                                          "Keeps the axes before start_dim, flattens the rest.");
+  flatten.def(py::init([](int64_t start_dim) { return nn::Flatten{start_dim}; }),
+              py::arg("start_dim") = 1);
+  flatten.def_readwrite("start_dim", &nn::Flatten::start_dim);
+  flatten.def(
+      "__call__", [](const nn::Flatten& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  flatten.def("__repr__", [](const nn::Flatten& l) {
+    return "Flatten(start_dim=" + std::to_string(l.start_dim) + ")";
+  });
+
+  auto act = layer_class<nn::Activation>(
+      nn, "Activation",
+      "An activation as a layer: kind is relu, gelu, gelu_tanh, silu, tanh or sigmoid.");
+  act.def(py::init([](std::string kind) { return nn::Activation{std::move(kind)}; }),
+          py::arg("kind") = "relu");
+  act.def_readwrite("kind", &nn::Activation::kind);
+  act.def(
+      "__call__", [](const nn::Activation& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  act.def("__repr__", [](const nn::Activation& l) { return "Activation(\"" + l.kind + "\")"; });
+  nn.def("ReLU", &nn::ReLU, "Activation(\"relu\").");
+  nn.def("GELU", &nn::GELU, py::arg("approximate") = false,
+         "Activation(\"gelu\"), or \"gelu_tanh\" with approximate=True.");
+  nn.def("SiLU", &nn::SiLU, "Activation(\"silu\").");
+  nn.def("Tanh", &nn::Tanh, "Activation(\"tanh\").");
+
+  auto dropout = layer_class<nn::Dropout>(
+      nn, "Dropout",
+      "Zeroes elements with probability rate in training (key from the Context) and scales the "
+      "rest by 1 / (1 - rate); the identity without a training Context.");
+  dropout.def(py::init([](double rate) { return nn::Dropout{rate}; }), py::arg("rate") = 0.5);
+  dropout.def_readwrite("rate", &nn::Dropout::rate);
+  dropout.def(
+      "__call__",
+      [](const nn::Dropout& l, py::handle x, nn::Context* ctx) {
+        return ctx ? l(to_tensor(x), *ctx, Loc{}) : l(to_tensor(x), Loc{});
+      },
+      py::arg("x"), py::arg("ctx") = py::none());
+  dropout.def("__repr__",
+              [](const nn::Dropout& l) { return "Dropout(rate=" + number_text(l.rate) + ")"; });
+
+  auto embedding =
+      layer_class<nn::Embedding>(nn, "Embedding", "Rows of weight [num, dim] by integer index.");
+  embedding.def(py::init([](int64_t num, int64_t dim, py::handle key, py::handle dtype) {
+                  return nn::Embedding(num, dim, to_tensor(key), dtype_or_f32(dtype));
+                }),
+                py::arg("num_embeddings"), py::arg("embedding_dim"), py::arg("key"),
+                py::arg("dtype") = py::none());
+  tensor_property(embedding, "weight", &nn::Embedding::weight, "[num_embeddings, embedding_dim]");
+  embedding.def(
+      "__call__", [](const nn::Embedding& l, py::handle i) { return l(to_tensor(i), Loc{}); },
+      py::arg("indices"));
+  embedding.def("__repr__", [](const nn::Embedding& l) {
+    return "Embedding(weight=" + l.weight.type().to_string() + ")";
+  });
+
+  const auto bind_parametric = [&](auto tag, const char* name, const char* field,
+                                   double default_value, const char* doc) {
+    using A = typename decltype(tag)::type;
+    auto cls = layer_class<A>(nn, name, doc);
+    cls.def(py::init([](double v) { return A{v}; }), py::arg(field) = default_value);
+    cls.def(
+        "__call__", [](const A& l, py::handle x) { return l(to_tensor(x), Loc{}); }, py::arg("x"));
+    return cls;
+  };
+  bind_parametric(std::type_identity<nn::ELU>{}, "ELU", "alpha", 1.0, "nn.elu as a layer.")
+      .def_readwrite("alpha", &nn::ELU::alpha)
+      .def("__repr__", [](const nn::ELU& l) { return "ELU(alpha=" + number_text(l.alpha) + ")"; });
+  bind_parametric(std::type_identity<nn::LeakyReLU>{}, "LeakyReLU", "negative_slope", 0.01,
+                  "nn.leaky_relu as a layer.")
+      .def_readwrite("negative_slope", &nn::LeakyReLU::negative_slope)
+      .def("__repr__", [](const nn::LeakyReLU& l) {
+        return "LeakyReLU(negative_slope=" + number_text(l.negative_slope) + ")";
+      });
+  auto softplus = layer_class<nn::Softplus>(nn, "Softplus", "PyTorch's Softplus(beta, threshold).");
+  softplus.def(py::init([](double beta, double threshold) {
+                 return nn::Softplus{beta, threshold};
+               }),
+               py::arg("beta") = 1.0, py::arg("threshold") = 20.0);
+  softplus.def_readwrite("beta", &nn::Softplus::beta)
+      .def_readwrite("threshold", &nn::Softplus::threshold);
+  softplus.def(
+      "__call__", [](const nn::Softplus& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  softplus.def("__repr__", [](const nn::Softplus& l) {
+    return "Softplus(beta=" + number_text(l.beta) + ", threshold=" + number_text(l.threshold) + ")";
+  });
+}
+
+void bind_norms(py::module_& nn) {
+  auto ln = layer_class<nn::LayerNorm>(
+      nn, "LayerNorm",
+      "Normalises over the trailing normalized_shape axes, then scales and shifts.");
+  ln.def(py::init([](py::handle shape, double eps, py::handle dtype) {
+           std::vector<int64_t> dims;
+           if (py::isinstance<py::int_>(shape))
+             dims.push_back(shape.cast<int64_t>());
+           else
+             dims = shape.cast<std::vector<int64_t>>();
+           return nn::LayerNorm(Shape(dims), eps, dtype_or_f32(dtype));
+         }),
+         py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("dtype") = py::none());
+  tensor_property(ln, "weight", &nn::LayerNorm::weight, "normalized_shape, initialised to 1");
+  tensor_property(ln, "bias", &nn::LayerNorm::bias, "normalized_shape, initialised to 0");
+  ln.def_readwrite("eps", &nn::LayerNorm::eps);
+  ln.def(
+      "__call__", [](const nn::LayerNorm& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  ln.def("__repr__", [](const nn::LayerNorm& l) {
+    return "LayerNorm(weight=" + l.weight.type().to_string() + ", eps=" + number_text(l.eps) + ")";
+  });
+
+  auto bn_state = layer_class<nn::BatchNormState>(
+      nn, "BatchNormState", "BatchNorm's running statistics (state, not parameters).");
+  bn_state.def(py::init([](py::handle mean, py::handle var) {
+                 return nn::BatchNormState{to_tensor(mean), to_tensor(var)};
+               }),
+               py::arg("mean"), py::arg("var"));
+  tensor_property(bn_state, "mean", &nn::BatchNormState::mean, "running mean [C]");
+  tensor_property(bn_state, "var", &nn::BatchNormState::var, "running (unbiased) variance [C]");
+  bn_state.def("__repr__", [](const nn::BatchNormState& s) {
+    return "BatchNormState(mean=" + s.mean.type().to_string() +
+           ", var=" + s.var.type().to_string() + ")";
+  });
+
+  auto bn = layer_class<nn::BatchNorm>(
+      nn, "BatchNorm",
+      "Batch normalisation over every axis but 1. The running statistics are a separate "
+      "BatchNormState: y, state = bn(x, state, training).");
+  bn.def(py::init([](int64_t channels, double momentum, double eps, py::handle dtype) {
+           return nn::BatchNorm(channels, momentum, eps, dtype_or_f32(dtype));
+         }),
+         py::arg("num_features"), py::arg("momentum") = 0.1, py::arg("eps") = 1e-5,
+         py::arg("dtype") = py::none());
+  tensor_property(bn, "weight", &nn::BatchNorm::weight, "[C], initialised to 1");
+  tensor_property(bn, "bias", &nn::BatchNorm::bias, "[C], initialised to 0");
+  bn.def_readwrite("momentum", &nn::BatchNorm::momentum).def_readwrite("eps", &nn::BatchNorm::eps);
+  bn.def("initial_state", &nn::BatchNorm::initial_state, "Running mean 0 and variance 1.");
+  bn.def(
+      "__call__",
+      [](const nn::BatchNorm& l, py::handle x, const nn::BatchNormState& state, bool training) {
+        auto [y, next] = l(to_tensor(x), state, training, Loc{});
+        return py::make_tuple(y, next);
+      },
+      py::arg("x"), py::arg("state"), py::arg("training"),
+      "(y, new state). Training: batch statistics, the running ones move by momentum. "
+      "Evaluation: the running statistics, returned unchanged.");
+  bn.def("__repr__", [](const nn::BatchNorm& l) {
+    return "BatchNorm(weight=" + l.weight.type().to_string() +
+           ", momentum=" + number_text(l.momentum) + ", eps=" + number_text(l.eps) + ")";
+  });
+
+  auto gn = layer_class<nn::GroupNorm>(nn, "GroupNorm", "nn.group_norm as a layer.");
+  gn.def(py::init([](int64_t groups, int64_t channels, double eps, bool affine, py::handle dtype) {
+           return nn::GroupNorm(groups, channels, eps, affine, dtype_or_f32(dtype));
+         }),
+         py::arg("num_groups"), py::arg("num_channels"), py::arg("eps") = 1e-5,
+         py::arg("affine") = true, py::arg("dtype") = py::none());
+  tensor_property(gn, "weight", &nn::GroupNorm::weight, "[C] or None");
+  tensor_property(gn, "bias", &nn::GroupNorm::bias, "[C] or None");
+  gn.def_readwrite("num_groups", &nn::GroupNorm::num_groups)
+      .def_readwrite("num_channels", &nn::GroupNorm::channels)
+      .def_readwrite("eps", &nn::GroupNorm::eps);
+  gn.def(
+      "__call__", [](const nn::GroupNorm& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  gn.def("__repr__", [](const nn::GroupNorm& l) {
+    return "GroupNorm(num_groups=" + std::to_string(l.num_groups) +
+           ", num_channels=" + std::to_string(l.channels) + ", eps=" + number_text(l.eps) +
+           ", affine=" + (l.weight ? "True" : "False") + ")";
+  });
+
+  auto rms = layer_class<nn::RMSNorm>(nn, "RMSNorm", "nn.rms_norm as a layer.");
+  rms.def(py::init([](int64_t dim, double eps, bool affine, py::handle dtype) {
+            return nn::RMSNorm(dim, eps, affine, dtype_or_f32(dtype));
+          }),
+          py::arg("dim"), py::arg("eps") = 1e-6, py::arg("affine") = true,
+          py::arg("dtype") = py::none());
+  tensor_property(rms, "weight", &nn::RMSNorm::weight, "[dim] or None");
+  rms.def_readwrite("dim", &nn::RMSNorm::dim).def_readwrite("eps", &nn::RMSNorm::eps);
+  rms.def(
+      "__call__", [](const nn::RMSNorm& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  rms.def("__repr__", [](const nn::RMSNorm& l) {
+    return "RMSNorm(dim=" + std::to_string(l.dim) + ", eps=" + number_text(l.eps) + ")";
+  });
+}
+
+void bind_attention(py::module_& nn) {
+  auto mha = layer_class<nn::MultiheadAttention>(
+      nn, "MultiheadAttention",
+      "torch.nn.MultiheadAttention with its parameter names and layouts. Call: (output, weights "
+      "or None).");
+  mha.def(py::init([](int64_t embed_dim, int64_t num_heads, py::handle key, bool bias,
+                      std::optional<int64_t> kdim, std::optional<int64_t> vdim, bool batch_first,
+                      double dropout, py::handle dtype) {
+            nn::MultiheadAttentionOptions o;
+            o.bias = bias;
+            o.kdim = kdim;
+            o.vdim = vdim;
+            o.batch_first = batch_first;
+            o.dropout = dropout;
+            o.dtype = dtype_or_f32(dtype);
+            return nn::MultiheadAttention(embed_dim, num_heads, to_tensor(key), o);
+          }),
+          py::arg("embed_dim"), py::arg("num_heads"), py::arg("key"), py::arg("bias") = true,
+          py::arg("kdim") = py::none(), py::arg("vdim") = py::none(),
+          py::arg("batch_first") = false, py::arg("dropout") = 0.0, py::arg("dtype") = py::none());
+  tensor_property(mha, "in_proj_weight", &nn::MultiheadAttention::in_proj_weight, "[3E, E]");
+  tensor_property(mha, "q_proj_weight", &nn::MultiheadAttention::q_proj_weight, "[E, E]");
+  tensor_property(mha, "k_proj_weight", &nn::MultiheadAttention::k_proj_weight, "[E, kdim]");
+  tensor_property(mha, "v_proj_weight", &nn::MultiheadAttention::v_proj_weight, "[E, vdim]");
+  tensor_property(mha, "in_proj_bias", &nn::MultiheadAttention::in_proj_bias, "[3E]");
+  mha.def_readwrite("out_proj", &nn::MultiheadAttention::out_proj)
+      .def_readwrite("num_heads", &nn::MultiheadAttention::num_heads)
+      .def_readwrite("batch_first", &nn::MultiheadAttention::batch_first)
+      .def_readwrite("dropout", &nn::MultiheadAttention::dropout);
+  mha.def(
+      "__call__",
+      [](const nn::MultiheadAttention& l, py::handle query, py::handle key, py::handle value,
+         py::handle key_padding_mask, bool need_weights, py::handle attn_mask,
+         bool average_attn_weights, bool is_causal, nn::Context* ctx) {
+        nn::MultiheadAttentionCall c;
+        c.key_padding_mask = optional_tensor(key_padding_mask);
+        c.need_weights = need_weights;
+        c.attn_mask = optional_tensor(attn_mask);
+        c.average_attn_weights = average_attn_weights;
+        c.is_causal = is_causal;
+        const Tensor q = to_tensor(query), k = to_tensor(key), v = to_tensor(value);
+        nn::MultiheadAttentionResult r = ctx ? l(q, k, v, *ctx, c, Loc{}) : l(q, k, v, c, Loc{});
+        return py::make_tuple(r.output, tensor_or_none(r.weights));
+      },
+      py::arg("query"), py::arg("key"), py::arg("value"), py::kw_only(),
+      py::arg("key_padding_mask") = py::none(), py::arg("need_weights") = true,
+      py::arg("attn_mask") = py::none(), py::arg("average_attn_weights") = true,
+      py::arg("is_causal") = false, py::arg("ctx") = py::none(),
+      "(output, weights): a bool attn_mask is true where attending is NOT allowed, as PyTorch's "
+      "MultiheadAttention; ctx (a training Context) enables dropout.");
+  mha.def("__repr__", [](const nn::MultiheadAttention& l) {
+    return "MultiheadAttention(embed_dim=" + std::to_string(l.out_proj.weight.shape()[0]) +
+           ", num_heads=" + std::to_string(l.num_heads) +
+           ", batch_first=" + (l.batch_first ? "True" : "False") + ")";
+  });
+}
+
+template <class Cell>
+void cell_properties(py::class_<Cell>& cls) {
+  tensor_property(cls, "weight_ih", &Cell::weight_ih, "[G H, input_size]");
+  tensor_property(cls, "weight_hh", &Cell::weight_hh, "[G H, hidden_size]");
+  tensor_property(cls, "bias_ih", &Cell::bias_ih, "[G H] or None");
+  tensor_property(cls, "bias_hh", &Cell::bias_hh, "[G H] or None");
+}
+
+nn::RecurrentOptions recurrent_options(int64_t num_layers, bool bias, bool batch_first,
+                                       bool bidirectional, py::handle dtype) {
+  nn::RecurrentOptions o;
+  o.num_layers = num_layers;
+  o.bias = bias;
+  o.batch_first = batch_first;
+  o.bidirectional = bidirectional;
+  o.dtype = dtype_or_f32(dtype);
+  return o;
+}
+
+void bind_recurrent(py::module_& nn) {
+  auto state = layer_class<nn::LSTMState>(nn, "LSTMState", "An LSTM's hidden and cell state.");
+  state.def(py::init([](py::handle h, py::handle c) {
+              return nn::LSTMState{to_tensor(h), to_tensor(c)};
+            }),
+            py::arg("h"), py::arg("c"));
+  tensor_property(state, "h", &nn::LSTMState::h, "hidden state");
+  tensor_property(state, "c", &nn::LSTMState::c, "cell state");
+  state.def("__repr__", [](const nn::LSTMState& s) {
+    return "LSTMState(h=" + s.h.type().to_string() + ", c=" + s.c.type().to_string() + ")";
+  });
+
+  auto lstm_cell = layer_class<nn::LSTMCell>(
+      nn, "LSTMCell", "PyTorch's LSTMCell (gates i, f, g, o); call: x, state=None -> LSTMState.");
+  lstm_cell.def(
+      py::init([](int64_t in, int64_t hidden, py::handle key, bool bias, py::handle dtype) {
+        return nn::LSTMCell(in, hidden, to_tensor(key), bias, dtype_or_f32(dtype));
+      }),
+      py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("bias") = true,
+      py::arg("dtype") = py::none());
+  cell_properties(lstm_cell);
+  lstm_cell.def(
+      "__call__",
+      [](const nn::LSTMCell& l, py::handle x, std::optional<nn::LSTMState> s) {
+        return l(to_tensor(x), s, Loc{});
+      },
+      py::arg("x"), py::arg("state") = py::none());
+  lstm_cell.def("__repr__", [](const nn::LSTMCell& l) {
+    return "LSTMCell(weight_ih=" + l.weight_ih.type().to_string() + ")";
+  });
+
+  auto gru_cell = layer_class<nn::GRUCell>(
+      nn, "GRUCell", "PyTorch's GRUCell (gates r, z, n); call: x, h=None -> h'.");
+  gru_cell.def(
+      py::init([](int64_t in, int64_t hidden, py::handle key, bool bias, py::handle dtype) {
+        return nn::GRUCell(in, hidden, to_tensor(key), bias, dtype_or_f32(dtype));
+      }),
+      py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("bias") = true,
+      py::arg("dtype") = py::none());
+  cell_properties(gru_cell);
+  gru_cell.def(
+      "__call__",
+      [](const nn::GRUCell& l, py::handle x, py::handle h) {
+        return l(to_tensor(x), optional_tensor(h), Loc{});
+      },
+      py::arg("x"), py::arg("h") = py::none());
+  gru_cell.def("__repr__", [](const nn::GRUCell& l) {
+    return "GRUCell(weight_ih=" + l.weight_ih.type().to_string() + ")";
+  });
+
+  auto lstm = layer_class<nn::LSTM>(
+      nn, "LSTM",
+      "Multi-layer LSTM over [T, N, I] ([N, T, I] with batch_first); call: x, state=None -> "
+      "(output, LSTMState). PyTorch's weight_ih_l{k}{_reverse} is cells[D k (+ 1)].weight_ih.");
+  lstm.def(py::init([](int64_t in, int64_t hidden, py::handle key, int64_t num_layers, bool bias,
+                       bool batch_first, bool bidirectional, py::handle dtype) {
+             return nn::LSTM(
+                 in, hidden, to_tensor(key),
+                 recurrent_options(num_layers, bias, batch_first, bidirectional, dtype));
+           }),
+           py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("num_layers") = 1,
+           py::arg("bias") = true, py::arg("batch_first") = false, py::arg("bidirectional") = false,
+           py::arg("dtype") = py::none());
+  lstm.def_readwrite("cells", &nn::LSTM::cells)
+      .def_readwrite("num_layers", &nn::LSTM::num_layers)
+      .def_readwrite("batch_first", &nn::LSTM::batch_first)
+      .def_readwrite("bidirectional", &nn::LSTM::bidirectional);
+  lstm.def(
+      "__call__",
+      [](const nn::LSTM& l, py::handle x, std::optional<nn::LSTMState> s) {
+        auto [y, next] = l(to_tensor(x), s, Loc{});
+        return py::make_tuple(y, next);
+      },
+      py::arg("x"), py::arg("state") = py::none());
+  lstm.def("__repr__", [](const nn::LSTM& l) {
+    return "LSTM(cells=" + std::to_string(l.cells.size()) +
+           ", num_layers=" + std::to_string(l.num_layers) +
+           ", bidirectional=" + (l.bidirectional ? "True" : "False") + ")";
+  });
+
+  auto gru = layer_class<nn::GRU>(
+      nn, "GRU", "Multi-layer GRU; call: x, h=None -> (output, final h). See LSTM for layouts.");
+  gru.def(py::init([](int64_t in, int64_t hidden, py::handle key, int64_t num_layers, bool bias,
+                      bool batch_first, bool bidirectional, py::handle dtype) {
+            return nn::GRU(in, hidden, to_tensor(key),
+                           recurrent_options(num_layers, bias, batch_first, bidirectional, dtype));
+          }),
+          py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("num_layers") = 1,
+          py::arg("bias") = true, py::arg("batch_first") = false, py::arg("bidirectional") = false,
+          py::arg("dtype") = py::none());
+  gru.def_readwrite("cells", &nn::GRU::cells)
+      .def_readwrite("num_layers", &nn::GRU::num_layers)
+      .def_readwrite("batch_first", &nn::GRU::batch_first)
+      .def_readwrite("bidirectional", &nn::GRU::bidirectional);
+  gru.def(
+      "__call__",
+      [](const nn::GRU& l, py::handle x, py::handle h) {
+        auto [y, last] = l(to_tensor(x), optional_tensor(h), Loc{});
+        return py::make_tuple(y, last);
+      },
+      py::arg("x"), py::arg("h") = py::none());
+  gru.def("__repr__", [](const nn::GRU& l) {
+    return "GRU(cells=" + std::to_string(l.cells.size()) +
+           ", num_layers=" + std::to_string(l.num_layers) +
+           ", bidirectional=" + (l.bidirectional ? "True" : "False") + ")";
+  });
+}
+
+// Appends the names of def's leaves under `prefix`: as kiln::tree_names, and a bound C++ tree's
+// node (whose one child, its own TreeDef, is named "") adds no step either.
+void collect_names(const TreeDef& def, const std::string& prefix, std::vector<std::string>& out) {
+  switch (def.kind) {
+    case TreeDef::Kind::leaf:
+      out.push_back(prefix);
+      return;
+    case TreeDef::Kind::static_leaf:
+      return;
+    default:
+      break;
+  }
+  const bool named = def.kind == TreeDef::Kind::map || def.kind == TreeDef::Kind::structure;
+  for (std::size_t i = 0; i < def.children.size(); ++i) {
+    // std::optional adds no step, as in tree_names.
+    std::string step = named                                 ? def.names[i]
+                       : def.kind == TreeDef::Kind::optional ? std::string()
+                                                             : std::to_string(i);
+    if (!step.empty() && step[0] == '\x01') step.erase(0, 1);  // a non-str dict key's index
+    collect_names(def.children[i],
+                  step.empty()     ? prefix
+                  : prefix.empty() ? step
+                                   : prefix + "." + step,
+                  out);
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> leaf_names(const TreeDef& def) {
+  std::vector<std::string> out;
+  collect_names(def, "", out);
+  return out;
+}
+
+void bind_nn(py::module_& m) {
+  py::module_ nn = m.def_submodule("_nn", "Kiln's neural-network layers, functions and losses.");
+  nn.attr("__name__") = "kiln.nn";  // where its classes say they live
+  bind_activations(nn);
+  bind_losses(nn);
+  bind_attention_functions(nn);
+  bind_init(nn);
+  bind_context(nn);
+  bind_simple_layers(nn);
+  bind_norms(nn);
+  bind_attention(nn);
+  bind_recurrent(nn);
+  nn.def(
+      "_leaf_names",
+      [](py::handle tree) {
+        std::vector<py::object> leaves;
+        return leaf_names(pytree::flatten(tree, leaves));
+      },
+      py::arg("tree"),
+      "The names of the leaves of a pytree, in kiln.tree.flatten's order: kiln::tree_names "
+      "(\"layers.0.weight\"), which checkpoints and optimiser messages use (internal).");
+}
+
+}  // namespace kiln::python

@@ -1,0 +1,208 @@
+// kiln.optim's native half: the optimisers of include/kiln/optim.h on flat lists of leaves and
+// the learning-rate schedules. python/kiln/optim.py flattens pytrees of parameters and keeps the
+// state as a pytree (docs/PYTHON.md, "nn, optim, data and io").
+#include "kiln/optim.h"
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bindings.h"
+
+namespace kiln::python {
+namespace {
+
+// Python's leaves (kiln.tree.flatten's: Tensors, arrays, scalars) as Tensors.
+std::vector<Tensor> to_leaves(const std::vector<py::object>& leaves) {
+  std::vector<Tensor> out;
+  out.reserve(leaves.size());
+  for (const py::object& l : leaves) out.push_back(to_tensor(l));
+  return out;
+}
+
+py::list from_leaves(const std::vector<Tensor>& leaves) {
+  py::list out;
+  for (const Tensor& t : leaves) out.append(py::cast(t));
+  return out;
+}
+
+// A TreeDef whose leaves carry the Python tree's names, so Kiln's messages name them
+// ("gradient for 'layers.0.weight' ..."). Python checks the structures themselves.
+optim::detail::FlatTree named_flat(std::vector<Tensor> leaves,
+                                   const std::vector<std::string>& names) {
+  if (names.size() != leaves.size())
+    fail("optim", "internal: got ", names.size(), " names for ", leaves.size(), " leaves");
+  TreeDef def;
+  def.kind = TreeDef::Kind::map;
+  def.names = names;
+  def.children.resize(leaves.size());
+  return {std::move(leaves), std::move(def)};
+}
+
+// A learning rate from Python: a number, a Schedule, or a callable step -> rate.
+optim::Schedule to_schedule(py::handle value) {
+  if (py::isinstance<optim::Schedule>(value)) return value.cast<optim::Schedule>();
+  if (py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value))
+    return optim::Schedule(value.cast<double>());
+  if (PyCallable_Check(value.ptr())) {
+    auto fn = py::reinterpret_borrow<py::object>(value);
+    return optim::Schedule([fn](const Tensor& step) { return to_tensor(fn(step)); });
+  }
+  fail("optim", "a learning rate must be a number, a Schedule or a callable step -> rate: got a ",
+       py::str(value.get_type().attr("__name__")).cast<std::string>());
+}
+
+void bind_schedules(py::module_& optim) {
+  py::class_<optim::Schedule> schedule(
+      optim, "Schedule",
+      "A learning rate as a function of the step (updates done before this one), computed with "
+      "Kiln ops so that it is traced inside jit. Call it with an int (a float) or an i32 scalar "
+      "Tensor (a float64 scalar Tensor).");
+  schedule.def(py::init([](py::handle value) { return to_schedule(value); }), py::arg("value"),
+               "From a number (constant) or a callable step -> rate.");
+  schedule.def(
+      "__call__", [](const optim::Schedule& s, int64_t step) { return s(step); }, py::arg("step"));
+  schedule.def(
+      "__call__", [](const optim::Schedule& s, const Tensor& step) { return s(step); },
+      py::arg("step"));
+  schedule.def_property_readonly("constant_value", &optim::Schedule::constant_value,
+                                 "The rate when the schedule is a constant, else None.");
+
+  optim.def("constant", &optim::constant, py::arg("lr"), "lr at every step.");
+  optim.def("step_decay", &optim::step_decay, py::arg("lr"), py::arg("step_size"), py::arg("gamma"),
+            "lr * gamma^floor(step / step_size), as torch's StepLR.");
+  optim.def("cosine_decay", &optim::cosine_decay, py::arg("lr"), py::arg("decay_steps"),
+            py::arg("final_lr") = 0.0,
+            "Cosine from lr at step 0 to final_lr at decay_steps, then constant.");
+  optim.def(
+      "linear_warmup",
+      [](int64_t warmup_steps, py::handle after, double init_lr) {
+        return optim::linear_warmup(warmup_steps, to_schedule(after), init_lr);
+      },
+      py::arg("warmup_steps"), py::arg("after"), py::arg("init_lr") = 0.0,
+      "Linear from init_lr to after(0) over warmup_steps, then after(step - warmup_steps).");
+  optim.def(
+      "join",
+      [](const std::vector<py::object>& schedules, std::vector<int64_t> boundaries) {
+        std::vector<optim::Schedule> s;
+        for (const py::object& o : schedules) s.push_back(to_schedule(o));
+        return optim::join(std::move(s), std::move(boundaries));
+      },
+      py::arg("schedules"), py::arg("boundaries"),
+      "schedules[i](step - boundaries[i-1]) between boundaries (optax.join_schedules).");
+  optim.def("warmup_cosine_decay", &optim::warmup_cosine_decay, py::arg("init_lr"),
+            py::arg("peak_lr"), py::arg("warmup_steps"), py::arg("decay_steps"),
+            py::arg("end_lr") = 0.0, "optax.warmup_cosine_decay_schedule.");
+}
+
+void bind_algorithms(py::module_& optim) {
+  py::class_<optim::Optimizer> opt(
+      optim, "_Optimizer",
+      "The native optimiser on flat lists of leaves; kiln.optim.Optimizer wraps it for pytrees.");
+  opt.def_property_readonly("name", &optim::Optimizer::name);
+  opt.def_property_readonly("slot_names", &optim::Optimizer::slot_names);
+  opt.def(
+      "learning_rate",
+      [](const optim::Optimizer& o, int64_t step) { return o.learning_rate(step); },
+      py::arg("step"));
+  opt.def(
+      "learning_rate",
+      [](const optim::Optimizer& o, const Tensor& step) { return o.learning_rate(step); },
+      py::arg("step"));
+  opt.def(
+      "init_leaves",
+      [](const optim::Optimizer& o, const std::vector<py::object>& params,
+         const std::vector<std::string>& names) {
+        optim::detail::FlatState s =
+            optim::detail::init_leaves(o.algorithm(), named_flat(to_leaves(params), names));
+        py::dict slots;
+        for (const auto& [name, leaves] : s.slots) slots[py::str(name)] = from_leaves(leaves);
+        return py::make_tuple(s.step, slots);
+      },
+      py::arg("params"), py::arg("names"), "(step, {slot: leaves}) before the first update.");
+  opt.def(
+      "update_leaves",
+      [](const optim::Optimizer& o, const std::vector<py::object>& params,
+         const std::vector<py::object>& grads, py::handle step,
+         const std::map<std::string, std::vector<py::object>>& slots,
+         const std::vector<std::string>& names) {
+        std::map<std::string, optim::detail::FlatTree> flat_slots;
+        for (const auto& [name, leaves] : slots)
+          flat_slots.emplace(name, named_flat(to_leaves(leaves), names));
+        optim::detail::FlatUpdate u = optim::detail::update_leaves(
+            o.algorithm(), named_flat(to_leaves(params), names),
+            named_flat(to_leaves(grads), names), to_tensor(step), flat_slots);
+        py::dict next_slots;
+        for (const auto& [name, leaves] : u.state.slots)
+          next_slots[py::str(name)] = from_leaves(leaves);
+        return py::make_tuple(from_leaves(u.params), u.state.step, next_slots);
+      },
+      py::arg("params"), py::arg("grads"), py::arg("step"), py::arg("slots"), py::arg("names"),
+      "(params, step, slots) after one update; None gradients leave their leaves as they are.");
+
+  optim.def(
+      "_sgd",
+      [](py::handle lr, double momentum, double dampening, bool nesterov, double weight_decay,
+         std::optional<double> clip_norm) {
+        return optim::sgd({.lr = to_schedule(lr),
+                           .momentum = momentum,
+                           .dampening = dampening,
+                           .nesterov = nesterov,
+                           .weight_decay = weight_decay,
+                           .clip_norm = clip_norm});
+      },
+      py::arg("lr"), py::arg("momentum"), py::arg("dampening"), py::arg("nesterov"),
+      py::arg("weight_decay"), py::arg("clip_norm"));
+  optim.def(
+      "_adam",
+      [](py::handle lr, double b1, double b2, double eps, double weight_decay,
+         std::optional<double> clip_norm) {
+        return optim::adam({.lr = to_schedule(lr),
+                            .b1 = b1,
+                            .b2 = b2,
+                            .eps = eps,
+                            .weight_decay = weight_decay,
+                            .clip_norm = clip_norm});
+      },
+      py::arg("lr"), py::arg("b1"), py::arg("b2"), py::arg("eps"), py::arg("weight_decay"),
+      py::arg("clip_norm"));
+  optim.def(
+      "_adamw",
+      [](py::handle lr, double b1, double b2, double eps, double weight_decay,
+         std::optional<double> clip_norm) {
+        return optim::adamw({.lr = to_schedule(lr),
+                             .b1 = b1,
+                             .b2 = b2,
+                             .eps = eps,
+                             .weight_decay = weight_decay,
+                             .clip_norm = clip_norm});
+      },
+      py::arg("lr"), py::arg("b1"), py::arg("b2"), py::arg("eps"), py::arg("weight_decay"),
+      py::arg("clip_norm"));
+
+  optim.def(
+      "_global_norm",
+      [](const std::vector<py::object>& leaves) {
+        return optim::detail::global_norm_leaves(to_leaves(leaves));
+      },
+      py::arg("leaves"));
+  optim.def(
+      "_clip_leaves",
+      [](const std::vector<py::object>& leaves, double max_norm) {
+        return from_leaves(optim::detail::clip_leaves(to_leaves(leaves), max_norm));
+      },
+      py::arg("leaves"), py::arg("max_norm"));
+}
+
+}  // namespace
+
+void bind_optim(py::module_& m) {
+  py::module_ optim = m.def_submodule("_optim", "Kiln's optimisers (native half).");
+  optim.attr("__name__") = "kiln.optim";  // where its classes say they live
+  bind_schedules(optim);
+  bind_algorithms(optim);
+}
+
+}  // namespace kiln::python
