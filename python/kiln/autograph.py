@@ -1,0 +1,880 @@
+"""Control flow from native Python under `kiln.jit` (docs/PYTHON.md, "Python control flow under
+jit (autograph)").
+
+`convert(f)` rewrites the `if`, `while` and `for` statements of `f`'s source (Python's `ast`, as
+TensorFlow's AutoGraph and MindSpore's graph mode do) into calls of the run-time helpers below.
+A helper looks at its condition when it runs: a traced kiln.Tensor builds `kiln.cond`,
+`kiln.while_loop` or `kiln.fori_loop` over the variables the statement assigns; anything else
+runs Python's own statement, so code on Python values behaves as before. `to_source(f)` shows
+the rewritten source; `jit` converts, then calls the C++ `jit`.
+
+How a statement becomes functions (`n` and `steps` assigned in the loop and live after it):
+
+    while n != 1:                   def ag__while_test_1(n, steps):
+        n = n // 2                      return n != 1
+        steps += 1                  def ag__while_body_1(n, steps):
+                                        n = n // 2
+                                        steps += 1
+                                        return (n, steps)
+                                    (n, steps) = ag__.while_stmt(ag__while_test_1,
+                                        ag__while_body_1, ag__.state(locals(), ('n', 'steps')),
+                                        ('n', 'steps'), ('file.py', 2))
+"""
+import ast
+import builtins
+import copy
+import functools
+import linecache
+import types
+import weakref
+
+from . import _kiln
+
+__all__ = ["convert", "to_source", "jit", "Undefined"]
+
+# ---------------------------------------------------------------------------------------------
+# Run-time helpers: the converted code calls them as ag__.<name>.
+# ---------------------------------------------------------------------------------------------
+
+
+class Undefined:
+    """The value of a variable that Python would leave unbound (assigned on some paths only).
+
+    A converted statement passes every variable it assigns in and out of functions, so one that
+    was never bound travels as an Undefined; using it raises an error naming the variable."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name):
+        self.name = name
+
+    def __repr__(self):
+        return f"<undefined variable {self.name!r}>"
+
+    def _fail(self, *args, **kwargs):
+        raise NameError(f"variable {self.name!r} is not defined here: it is assigned only on "
+                        "some paths of a converted if/while/for before this use")
+
+    __bool__ = __call__ = __iter__ = __len__ = __index__ = __float__ = __int__ = _fail
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _fail
+    __rtruediv__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = __pow__ = _fail
+    __matmul__ = __rmatmul__ = __neg__ = __getitem__ = __lt__ = __le__ = __gt__ = __ge__ = _fail
+
+    def __getattr__(self, attr):
+        self._fail()
+
+
+def _where(loc):
+    return f"{loc[0]}:{loc[1]}"
+
+
+def _error(op, message, loc):
+    """A kiln.Error in Kiln's style ('[op] ... (at file:line)'), naming the user's line."""
+    exc = _kiln.Error(f"[{op}] {message} (at {_where(loc)})")
+    exc.op = op
+    return exc
+
+
+def _is_traced(value):
+    """Whether `value` is a kiln.Tensor of an active trace (jit, grad, vmap, ...)."""
+    if not isinstance(value, _kiln.Tensor):
+        return False
+    traced = getattr(value, "is_traced", None)
+    # Without the property every Tensor takes the functional path: Kiln's eager cond and loops
+    # compute the same as Python's statements on concrete tensors.
+    return True if traced is None else bool(traced() if callable(traced) else traced)
+
+
+def state(frame_locals, names):
+    """The values of `names` in `frame_locals` (the caller's locals()), Undefined when unbound."""
+    return tuple(frame_locals[n] if n in frame_locals else Undefined(n) for n in names)
+
+
+def _as_tensor_like(value, like):
+    """A Python scalar result next to a Tensor carry becomes a Tensor of the carry's dtype."""
+    if isinstance(value, (bool, int, float)) and isinstance(like, _kiln.Tensor):
+        return _kiln.asarray(value, like.dtype)
+    return value
+
+
+def _as_carry(value):
+    """A loop carry or branch result: Python scalars become Tensors (bool, int32, float32)."""
+    if isinstance(value, (bool, int, float)):
+        return _kiln.asarray(value)
+    return value
+
+
+def _annotate(exc, what, names, loc):
+    """Adds which converted statement, and which variable each result leaf is, to an Error that
+    a control-flow construct raised (the first time only: nested statements pass it on)."""
+    if getattr(exc, "_ag_annotated", False):
+        return exc
+    leaves = ", ".join(f"[{i}] {n}" for i, n in enumerate(names)) or "none"
+    new = _kiln.Error(f"{exc}\n  in the {what} at {_where(loc)} converted by kiln.autograph; "
+                      f"its variables (result leaves): {leaves}")
+    new.op = getattr(exc, "op", what)
+    new._ag_annotated = True
+    return new
+
+
+def if_stmt(test, true_fn, false_fn, args, names, loc):
+    """`if test:` whose branches, given the assigned variables `args`, return `names`' values.
+
+    A traced test becomes kiln.cond (both branches traced); anything else picks one in Python."""
+    if not _is_traced(test):
+        return true_fn(*args) if test else false_fn(*args)
+    undefined = {}
+
+    def branch(fn, which):
+        def run():
+            results = fn(*args)
+            undefined[which] = {n for n, v in zip(names, results) if isinstance(v, Undefined)}
+            return tuple(None if isinstance(v, Undefined) else _as_carry(v) for v in results)
+
+        return run
+
+    def check_defined():
+        if len(undefined) < 2 or undefined[True] == undefined[False]:
+            return
+        name = sorted(undefined[True] ^ undefined[False])[0]
+        where = "false" if name in undefined[True] else "true"
+        raise _error(
+            "autograph",
+            f"variable {name!r} is assigned only in the {where} branch of an `if` whose "
+            "condition is a traced tensor, and is used after it: got it undefined on the other "
+            "path, expected it defined on every path (assign it before the `if` or in both "
+            "branches)", loc)
+
+    try:
+        results = _kiln.cond(test, branch(true_fn, True), branch(false_fn, False))
+    except _kiln.Error as exc:
+        check_defined()
+        raise _annotate(exc, "`if`", names, loc) from None
+    check_defined()
+    return tuple(Undefined(n) if n in undefined.get(True, ()) else v
+                 for n, v in zip(names, results))
+
+
+def _functional_carry(args, names, loc, what):
+    for n, v in zip(names, args):
+        if isinstance(v, Undefined):
+            raise _error(
+                "autograph",
+                f"variable {n!r} is carried by a {what} whose condition is a traced tensor but "
+                "is not defined before it: got it undefined on entry, expected a value "
+                "(initialise it before the loop)", loc)
+    return tuple(_as_carry(v) for v in args)
+
+
+def _body_results(results, init, names, loc, what):
+    out = []
+    for n, v, like in zip(names, results, init):
+        if isinstance(v, Undefined):
+            raise _error("autograph", f"variable {n!r} is deleted in the body of a {what} whose "
+                         "condition is a traced tensor: got it undefined, expected a value", loc)
+        out.append(_as_tensor_like(v, like))
+    return tuple(out)
+
+
+def while_stmt(test_fn, body_fn, args, names, loc):
+    """`while test_fn(*carry): carry = body_fn(*carry)` over the variables `names`.
+
+    Runs as a Python loop while the test gives Python values (or concrete tensors); from the
+    first test that is a traced tensor on, the rest of the loop is one kiln.while_loop."""
+    while True:
+        test = test_fn(*args)
+        if _is_traced(test):
+            break
+        if not test:
+            return args
+        args = body_fn(*args)
+    init = _functional_carry(args, names, loc, "`while` loop")
+    try:
+        return tuple(_kiln.while_loop(
+            lambda carry: test_fn(*carry),
+            lambda carry: _body_results(body_fn(*carry), init, names, loc, "`while` loop"),
+            init))
+    except _kiln.Error as exc:
+        raise _annotate(exc, "`while` loop", names, loc) from None
+
+
+def for_range(range_fn, range_args, body_fn, args, names, target_live, loc):
+    """`for i in range(*range_args): carry = body_fn(i, *carry)`.
+
+    Bounds that are traced tensors make a kiln.fori_loop (step 1) or kiln.while_loop; otherwise
+    (or when `range` is not the builtin) Python iterates. `target_live`: the loop variable is
+    read after the loop, which a functional loop cannot give back."""
+    if range_fn is not builtins.range or not any(_is_traced(a) for a in range_args):
+        for i in range_fn(*range_args):
+            args = body_fn(i, *args)
+        return args
+    if target_live:
+        raise _error(
+            "autograph",
+            f"the loop variable of a `for ... in range(...)` with a traced tensor bound is read "
+            f"after the loop: got a use of {target_live!r}, expected none (copy it to another "
+            "variable inside the loop)", loc)
+    if len(range_args) == 1:
+        lower, upper, step = 0, range_args[0], 1
+    elif len(range_args) == 2:
+        (lower, upper), step = range_args, 1
+    else:
+        lower, upper, step = range_args
+    init = _functional_carry(args, names, loc, "`for` loop")
+    try:
+        if isinstance(step, int) and step == 1:
+            return tuple(_kiln.fori_loop(
+                lower, upper,
+                lambda i, carry: _body_results(body_fn(i, *carry), init, names, loc, "`for` loop"),
+                init))
+        lower, upper, step = (_kiln.asarray(v) if isinstance(v, int) else v
+                              for v in (lower, upper, step))
+
+        def test(carry):
+            i = carry[0]
+            if isinstance(step, int):
+                return i < upper if step > 0 else i > upper
+            return _kiln.where(step > 0, i < upper, i > upper)
+
+        def body(carry):
+            i, rest = carry[0], carry[1:]
+            return (i + step,) + _body_results(body_fn(i, *rest), init, names, loc, "`for` loop")
+
+        return tuple(_kiln.while_loop(test, body, (lower,) + init))[1:]
+    except _kiln.Error as exc:
+        raise _annotate(exc, "`for` loop", names, loc) from None
+
+
+def for_stmt(iterable, body_fn, args, names, loc):
+    """`for x in iterable: carry = body_fn(x, *carry)`. A traced tensor is scanned along its
+    leading axis with kiln.scan; anything else is iterated by Python."""
+    if not _is_traced(iterable) or not hasattr(_kiln, "scan"):
+        for item in iterable:
+            args = body_fn(item, *args)
+        return args
+    init = _functional_carry(args, names, loc, "`for` loop")
+
+    def step(carry, x):
+        return _body_results(body_fn(x, *carry), init, names, loc, "`for` loop"), None
+
+    try:
+        carry, _ = _kiln.scan(step, init, iterable)
+    except _kiln.Error as exc:
+        raise _annotate(exc, "`for` loop", names, loc) from None
+    return tuple(carry)
+
+
+def guard(test, loc, construct, reason):
+    """The test of a statement that stays Python's (it contains `reason`): fine on Python values
+    and concrete tensors, a clear error on a traced tensor."""
+    if _is_traced(test):
+        raise _error(
+            "autograph",
+            f"this {construct} cannot be converted to Kiln control flow ({reason}): got a "
+            "condition that is a traced tensor, expected a Python value or a concrete tensor "
+            "(restructure it, or use kiln.cond / kiln.while_loop directly)", loc)
+    return test
+
+
+def guard_range(range_fn, range_args, loc, reason):
+    """range(*range_args) for a `for` loop that stays Python's (see guard)."""
+    for a in range_args:
+        guard(a, loc, "`for` loop", reason)
+    return range_fn(*range_args)
+
+
+def and_(first, second):
+    """`a and b` in a converted test: logical_and when `a` is traced, else Python's `and`."""
+    a = first()
+    if _is_traced(a):
+        return _kiln.logical_and(a, second())
+    return a and second()
+
+
+def or_(first, second):
+    """`a or b` in a converted test: logical_or when `a` is traced, else Python's `or`."""
+    a = first()
+    if _is_traced(a):
+        return _kiln.logical_or(a, second())
+    return a or second()
+
+
+def not_(a):
+    """`not a` in a converted test: logical_not when `a` is traced, else Python's `not`."""
+    return _kiln.logical_not(a) if _is_traced(a) else not a
+
+
+# ---------------------------------------------------------------------------------------------
+# Analysis: which names a statement assigns, and which are live (read before being reassigned)
+# after it.
+# ---------------------------------------------------------------------------------------------
+
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+           ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _walk_scope(node, enter=True):
+    """The nodes of `node` that run in its scope: not inside nested functions, classes or
+    comprehensions (their names, defaults and decorators do run here); `enter`: `node` itself
+    is the scope (a function's body), not a nested one."""
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        if (n is not node or not enter) and isinstance(n, _SCOPES):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                todo.extend(n.decorator_list)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                todo.extend(n.args.defaults + [d for d in n.args.kw_defaults if d])
+            if isinstance(n, ast.ClassDef):
+                todo.extend(n.bases + [k.value for k in n.keywords])
+            if isinstance(n, (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+                todo.append(n.generators[0].iter)
+            continue
+        todo.extend(ast.iter_child_nodes(n))
+
+
+def _assigned(nodes):
+    """Names the statements `nodes` bind in the current scope."""
+    out = set()
+    for node in nodes:
+        for n in _walk_scope(node, enter=False):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                out.add(n.id)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out.add(n.name)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                out.update((a.asname or a.name).split(".")[0] for a in n.names)
+            elif isinstance(n, ast.ExceptHandler) and n.name:
+                out.add(n.name)
+    return out
+
+
+def _reads(node):
+    """Every name `node` reads, nested functions included (they may run at any later time)."""
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _simple_defs(stmt):
+    """Names a simple statement binds, which are dead before it (unless it also reads them)."""
+    return _assigned([stmt])
+
+
+class _Liveness:
+    """Backward liveness over one function body. Records, for each if/while/for, the names live
+    after it (`after`) and live at its start (`before`); for loops `header` is what is live at
+    the loop's test."""
+
+    def __init__(self):
+        self.after = {}
+        self.header = {}
+        self.loops = []  # (live after the loop, live at its header) of enclosing loops
+
+    def block(self, stmts, live):
+        for s in reversed(stmts):
+            live = self.stmt(s, live)
+        return live
+
+    def stmt(self, s, live):
+        self.after[s] = frozenset(live)
+        if isinstance(s, ast.If):
+            return _reads(s.test) | self.block(s.body, live) | self.block(s.orelse, live)
+        if isinstance(s, (ast.While, ast.For, ast.AsyncFor)):
+            return self.loop(s, live)
+        if isinstance(s, ast.Break):
+            return set(self.loops[-1][0]) if self.loops else set(live)
+        if isinstance(s, ast.Continue):
+            return set(self.loops[-1][1]) if self.loops else set(live)
+        if isinstance(s, (ast.Return, ast.Raise)):
+            return set().union(*(_reads(c) for c in ast.iter_child_nodes(s)))
+        if isinstance(s, (ast.With, ast.AsyncWith)):
+            inner = self.block(s.body, live) - _assigned([i.optional_vars for i in s.items
+                                                          if i.optional_vars])
+            return inner | set().union(*(_reads(i.context_expr) for i in s.items))
+        if isinstance(s, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+            final = self.block(s.finalbody, live)
+            after_body = self.block(s.orelse, final)
+            handlers = set()
+            for h in s.handlers:
+                handlers |= self.block(h.body, final) - ({h.name} if h.name else set())
+                handlers |= _reads(h.type) if h.type else set()
+            # Any statement of the body may raise: what the handlers read is live throughout.
+            return self.block(s.body, after_body | handlers) | handlers | final
+        if isinstance(s, ast.Match):
+            out = _reads(s.subject)
+            for case in s.cases:
+                out |= self.block(case.body, live) | _reads(case.pattern)
+                out |= _reads(case.guard) if case.guard else set()
+            return out
+        # A simple statement, a nested function or class: kill what it binds, add what it reads.
+        return (set(live) - _simple_defs(s)) | _reads(s)
+
+    def loop(self, s, live):
+        exit_live = self.block(s.orelse, live)
+        header = set(exit_live)
+        while True:  # the header's set only grows; a fixpoint comes in a few rounds
+            self.loops.append((frozenset(live), frozenset(header)))
+            body = self.block(s.body, header)
+            self.loops.pop()
+            if isinstance(s, ast.While):
+                new = header | body | _reads(s.test)
+            else:
+                new = header | (body - _assigned([s.target])) | _reads(s.target)
+            if new == header:
+                break
+            header = new
+        self.header[s] = frozenset(header)
+        return header | (_reads(s.iter) if not isinstance(s, ast.While) else set())
+
+
+def _escapes(stmts, loop_level):
+    """The first `return`/`yield`/`await` in `stmts`, or `break`/`continue` leaving the statement
+    (loop_level: inside how many loops of the statement we are); None when there is none."""
+    for s in stmts:
+        for n in _walk_scope(s, enter=False):
+            if isinstance(n, (ast.Return, ast.Yield, ast.YieldFrom, ast.Await)):
+                return n
+        if isinstance(s, (ast.Break, ast.Continue)) and loop_level == 0:
+            return s
+        if isinstance(s, (ast.While, ast.For, ast.AsyncFor)):
+            found = _escapes(s.body, loop_level + 1) or _escapes(s.orelse, loop_level)
+        elif isinstance(s, _SCOPES):
+            found = None
+        else:
+            found = None
+            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+                for child in getattr(s, field, ()):
+                    inner = child.body if isinstance(child, (ast.ExceptHandler,
+                                                              ast.match_case)) else [child]
+                    found = found or _escapes(inner, loop_level)
+        if found:
+            return found
+    return None
+
+
+_ESCAPE_NAMES = {ast.Return: "return", ast.Yield: "yield", ast.YieldFrom: "yield from",
+                 ast.Await: "await", ast.Break: "break", ast.Continue: "continue"}
+
+
+def _has_return(stmts):
+    return any(isinstance(n, ast.Return) for s in stmts for n in _walk_scope(s, enter=False))
+
+
+def _returns_only_through_ifs(stmts):
+    """Every `return` in `stmts` is reached through `if` statements only (no loop, with, try)."""
+    for s in stmts:
+        if isinstance(s, ast.If):
+            if not _returns_only_through_ifs(s.body) or not _returns_only_through_ifs(s.orelse):
+                return False
+        elif not isinstance(s, ast.Return) and _has_return([s]):
+            return False
+    return True
+
+
+def _always_returns(stmts):
+    if not stmts:
+        return False
+    last = stmts[-1]
+    if isinstance(last, (ast.Return, ast.Raise)):
+        return True
+    return isinstance(last, ast.If) and _always_returns(last.body) and \
+        _always_returns(last.orelse)
+
+
+def _lift_returns(stmts):
+    """Moves the statements after an `if` that returns on some of its paths into the branches
+    that fall through, so that the `if` ends its block and every path through it returns:
+    `if c: return a` + `rest` -> `if c: return a` / `else: rest`."""
+    for i, s in enumerate(stmts):
+        if isinstance(s, ast.Return):
+            return stmts[:i + 1]
+        if isinstance(s, ast.If) and _has_return([s]) and _returns_only_through_ifs([s]):
+            rest = stmts[i + 1:]
+            for branch in ("body", "orelse"):
+                block = getattr(s, branch)
+                if not _always_returns(block):
+                    block = block + copy.deepcopy(rest)
+                setattr(s, branch, _lift_returns(block))
+            return stmts[:i] + [s]
+    return stmts
+
+
+def _returns_to_assignments(stmts):
+    """`return v` -> `ag__return = v` through the `if`s of stmts (see _lift_returns)."""
+    for i, s in enumerate(stmts):
+        if isinstance(s, ast.Return):
+            stmts[i] = ast.copy_location(
+                ast.Assign(targets=[_name("ag__return", store=True)],
+                           value=s.value or ast.Constant(None)), s)
+        elif isinstance(s, ast.If):
+            _returns_to_assignments(s.body)
+            _returns_to_assignments(s.orelse)
+
+
+def _convert_returns(fn):
+    """A function whose `return`s sit in `if` statements (outside loops) returns once, at the
+    end, a variable the branches assign; so those `if`s can become kiln.cond."""
+    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for s in fn.body
+           for n in _walk_scope(s, enter=False)):
+        return
+    body = fn.body if _always_returns(fn.body) else fn.body + [
+        ast.copy_location(ast.Return(value=None), fn.body[-1])]
+    body = _lift_returns(body)
+    last = body[-1]
+    if isinstance(last, ast.If) and _has_return([last]) and _returns_only_through_ifs([last]):
+        _returns_to_assignments([last])
+        body.append(ast.copy_location(ast.Return(value=_name("ag__return")), last))
+        fn.body = body
+
+
+# ---------------------------------------------------------------------------------------------
+# The rewrite.
+# ---------------------------------------------------------------------------------------------
+
+
+def _name(id_, store=False):
+    return ast.Name(id=id_, ctx=ast.Store() if store else ast.Load())
+
+
+def _tuple(names, store=False):
+    return ast.Tuple(elts=[_name(n, store) for n in names], ctx=ast.Store() if store else ast.Load())
+
+
+def _strings(names):
+    return ast.Tuple(elts=[ast.Constant(n) for n in names], ctx=ast.Load())
+
+
+def _call(helper, *args):
+    return ast.Call(func=ast.Attribute(value=_name("ag__"), attr=helper, ctx=ast.Load()),
+                    args=list(args), keywords=[])
+
+
+def _lambda(expr):
+    return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[],
+                                         kw_defaults=[], kwarg=None, defaults=[]), body=expr)
+
+
+class _Converter(ast.NodeTransformer):
+    """Rewrites the statements of one function (and of the functions defined inside it)."""
+
+    def __init__(self, filename):
+        self.filename = filename
+        self.liveness = []  # one per enclosing function
+        self.globals = []  # names declared global, per enclosing function
+        self.declared = []  # names declared global or nonlocal, per enclosing function
+
+    # -- scopes --
+
+    def visit_FunctionDef(self, node):
+        _convert_returns(node)
+        live = _Liveness()
+        live.block(node.body, set())
+        self.liveness.append(live)
+        self.globals.append({n for s in _walk_scope(node) if isinstance(s, ast.Global)
+                             for n in s.names})
+        self.declared.append(self.globals[-1] | {n for s in _walk_scope(node)
+                                                 if isinstance(s, ast.Nonlocal) for n in s.names})
+        self.generic_visit(node)
+        self.liveness.pop()
+        self.globals.pop()
+        self.declared.pop()
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        return node  # a class body runs once, at definition: its statements stay Python's
+
+    def visit_Lambda(self, node):
+        return node
+
+    # -- helpers --
+
+    def _loc(self, node):
+        return ast.Tuple(elts=[ast.Constant(self.filename), ast.Constant(node.lineno)],
+                         ctx=ast.Load())
+
+    def _fresh(self, kind, node):
+        return f"ag__{kind}_{node.lineno}"
+
+    def _modified(self, stmts):
+        return _assigned(stmts) - self.declared[-1]
+
+    def _def(self, name, params, body, results, node):
+        """def name(params): <declarations> body; return (results)"""
+        fn = ast.FunctionDef(
+            name=name,
+            args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params],
+                               vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
+                               defaults=[]),
+            body=self._declarations() + list(body) + [ast.Return(value=_tuple(results))],
+            decorator_list=[], returns=None, type_comment=None)
+        return fn
+
+    def _declarations(self):
+        """The enclosing function's global/nonlocal declarations, repeated in a new function
+        so that its assignments reach the same variables."""
+        globals_, nonlocals = self.globals[-1], self.declared[-1] - self.globals[-1]
+        out = []
+        if globals_:
+            out.append(ast.Global(names=sorted(globals_)))
+        if nonlocals:
+            out.append(ast.Nonlocal(names=sorted(nonlocals)))
+        return out
+
+    def _assign(self, names, value):
+        if not names:
+            return ast.Expr(value=value)
+        return ast.Assign(targets=[_tuple(names, store=True)], value=value)
+
+    def _test(self, expr):
+        """A test expression with `and`/`or`/`not` that work on traced tensors."""
+        if isinstance(expr, ast.BoolOp):
+            helper = "and_" if isinstance(expr.op, ast.And) else "or_"
+            out = self._test(expr.values[0])
+            for v in expr.values[1:]:
+                out = _call(helper, _lambda(out), _lambda(self._test(v)))
+            return out
+        if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
+            return _call("not_", self._test(expr.operand))
+        return expr
+
+    def _escape_reason(self, node, stmts, loop_level):
+        found = _escapes(stmts, loop_level)
+        if found is None:
+            return None
+        return f"`{_ESCAPE_NAMES[type(found)]}` at line {found.lineno}"
+
+    def _finish(self, node, stmts):
+        """Gives the new statements the position of the statement's test (its `if`/`while`
+        line), so tracebacks and Kiln's errors point there."""
+        where = node.iter if isinstance(node, ast.For) else node.test
+        for s in stmts:
+            for n in ast.walk(s):
+                if "lineno" in n._attributes and getattr(n, "lineno", None) is None:
+                    ast.copy_location(n, where)
+        return stmts
+
+    # -- statements --
+
+    def visit_If(self, node):
+        reason = self._escape_reason(node, node.body + node.orelse, 0)
+        live = self.liveness[-1]
+        after = live.after[node]
+        modified = self._modified(node.body + node.orelse)
+        self.generic_visit(node)
+        if reason:
+            node.test = _call("guard", node.test, self._loc(node), ast.Constant("`if`"),
+                              ast.Constant(f"it contains {reason}"))
+            return node
+        outputs = sorted(modified & after)
+        reads = _reads(ast.Module(body=node.body + node.orelse, type_ignores=[]))
+        params = sorted(modified & (after | reads))
+        true_name, false_name = self._fresh("if_true", node), self._fresh("if_false", node)
+        true_fn = self._def(true_name, params, node.body, outputs, node)
+        false_fn = self._def(false_name, params, node.orelse or [ast.Pass()], outputs, node)
+        call = _call("if_stmt", self._test(node.test), _name(true_name), _name(false_name),
+                     _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
+                           _strings(params)),
+                     _strings(outputs), self._loc(node))
+        return self._finish(node, [true_fn, false_fn, self._assign(outputs, call)])
+
+    def visit_While(self, node):
+        reason = self._escape_reason(node, node.body, 0)
+        live = self.liveness[-1]
+        header = live.header[node]
+        modified = self._modified(node.body)
+        self.generic_visit(node)
+        if reason:
+            node.test = _call("guard", node.test, self._loc(node), ast.Constant("`while` loop"),
+                              ast.Constant(f"its body contains {reason}"))
+            return node
+        carries = sorted(modified & header)
+        test_name, body_name = self._fresh("while_test", node), self._fresh("while_body", node)
+        test_fn = self._def(test_name, carries, [], [], node)
+        test_fn.body[-1] = ast.Return(value=self._test(node.test))
+        body_fn = self._def(body_name, carries, node.body, carries, node)
+        call = _call("while_stmt", _name(test_name), _name(body_name),
+                     _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
+                           _strings(carries)),
+                     _strings(carries), self._loc(node))
+        return self._finish(node, [test_fn, body_fn, self._assign(carries, call)] + node.orelse)
+
+    def visit_For(self, node):
+        reason = self._escape_reason(node, node.body, 0)
+        live = self.liveness[-1]
+        header, after = live.header[node], live.after[node]
+        targets = _assigned([node.target])
+        modified = self._modified(node.body) | (targets - self.declared[-1])
+        self.generic_visit(node)
+        is_range = (isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name)
+                    and node.iter.func.id == "range" and not node.iter.keywords
+                    and 1 <= len(node.iter.args) <= 3
+                    and not any(isinstance(a, ast.Starred) for a in node.iter.args))
+        if reason or not isinstance(node.target, (ast.Name, ast.Tuple, ast.List)) \
+                or targets & self.declared[-1]:
+            if is_range and reason:
+                node.iter = _call("guard_range", node.iter.func,
+                                  ast.Tuple(elts=node.iter.args, ctx=ast.Load()), self._loc(node),
+                                  ast.Constant(f"its body contains {reason}"))
+            return node
+        carries = sorted(modified & header)
+        body_name = self._fresh("for_body", node)
+        body_fn = self._def(body_name, ["ag__item"] + carries,
+                            [ast.Assign(targets=[node.target], value=_name("ag__item"))]
+                            + node.body, carries, node)
+        state = _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
+                      _strings(carries))
+        if is_range:
+            target_live = sorted(targets & after)
+            call = _call("for_range", node.iter.func, ast.Tuple(elts=node.iter.args,
+                                                                ctx=ast.Load()),
+                         _name(body_name), state, _strings(carries),
+                         ast.Constant(", ".join(target_live)), self._loc(node))
+        else:
+            call = _call("for_stmt", node.iter, _name(body_name), state, _strings(carries),
+                         self._loc(node))
+        return self._finish(node, [body_fn, self._assign(carries, call)] + node.orelse)
+
+
+# ---------------------------------------------------------------------------------------------
+# Converting a function: find its source, rewrite it, compile it with the function's own
+# globals and closure cells.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Conversion:
+    """The rewritten code of one code object, and its source for to_source."""
+
+    def __init__(self, code, source):
+        self.code = code
+        self.source = source
+
+
+_conversions = {}  # code object -> _Conversion, or None when it cannot be converted
+_converted = weakref.WeakKeyDictionary()  # function -> converted function
+_converted_codes = set()  # the code objects conversion made (already converted)
+_no_source = "no source"
+
+
+def _find_def(fun):
+    """The FunctionDef of `fun` in its file's source, or a string saying why there is none."""
+    code = fun.__code__
+    lines = linecache.getlines(code.co_filename, fun.__globals__)
+    if not lines:
+        return f"{_no_source}: {code.co_filename!r} is not a file linecache can read"
+    try:
+        tree = ast.parse("".join(lines), code.co_filename)
+    except SyntaxError as exc:
+        return f"{_no_source}: {code.co_filename} does not parse ({exc.msg})"
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                and node.name == code.co_name:
+            first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
+            if code.co_firstlineno in (first, node.lineno):
+                return node
+    return (f"{_no_source}: no `def {code.co_name}` at {code.co_filename}:{code.co_firstlineno} "
+            "(a lambda, or a file changed since it was imported)")
+
+
+def _rewrite(fun):
+    """The converted FunctionDef of `fun` (decorators dropped: `fun` is the undecorated function)
+    and the module that builds it, or a string saying why it cannot be converted."""
+    if fun.__code__.co_name == "<lambda>":
+        return f"{_no_source}: a lambda has no statements to convert"
+    node = _find_def(fun)
+    if isinstance(node, str):
+        return node
+    node.decorator_list = []
+    node = _Converter(fun.__code__.co_filename).visit(node)
+    ast.fix_missing_locations(node)
+    # def ag__factory(ag__, <free variables>): <converted def>; so that the converted code's
+    # free variables are the original's, and the original closure cells can be reused.
+    freevars = list(fun.__code__.co_freevars)
+    factory = ast.FunctionDef(
+        name="ag__factory",
+        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in ["ag__"] + freevars],
+                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
+        body=[node, ast.Return(value=_name(node.name))], decorator_list=[], returns=None,
+        type_comment=None)
+    module = ast.Module(body=[factory], type_ignores=[])
+    ast.copy_location(factory, node)
+    ast.fix_missing_locations(module)
+    return node, module
+
+
+def _conversion(fun):
+    code = fun.__code__
+    if code not in _conversions:
+        rewritten = _rewrite(fun)
+        if isinstance(rewritten, str):
+            _conversions[code] = rewritten
+        else:
+            node, module = rewritten
+            factory = compile(module, code.co_filename, "exec")
+            factory_code = next(c for c in factory.co_consts if isinstance(c, types.CodeType))
+            new_code = next(c for c in factory_code.co_consts
+                            if isinstance(c, types.CodeType) and c.co_name == code.co_name)
+            _converted_codes.add(new_code)
+            _conversions[code] = _Conversion(new_code, ast.unparse(node))
+    return _conversions[code]
+
+
+def _cell(value):
+    return (lambda: value).__closure__[0]
+
+
+def convert(fun):
+    """`fun` with its `if`, `while` and `for` statements rewritten to work on traced tensors.
+
+    Usable on its own (eagerly, under grad, vmap or jit) and as a decorator. The conversion is
+    made once per function and cached. What cannot be converted is returned unchanged: objects
+    that are not Python functions (builtins, functools.partial, callable objects), lambdas, and
+    functions whose source Python cannot find (typed at the interactive prompt, made by exec);
+    their control flow stays Python's. Bound methods are converted through their function."""
+    if isinstance(fun, types.MethodType):
+        return types.MethodType(convert(fun.__func__), fun.__self__)
+    if not isinstance(fun, types.FunctionType) or fun.__code__ in _converted_codes:
+        return fun
+    cached = _converted.get(fun)
+    if cached is not None:
+        return cached
+    conversion = _conversion(fun)
+    if isinstance(conversion, str):
+        return fun
+    module = __import__(__name__, fromlist=["_"])
+    cells = dict(zip(fun.__code__.co_freevars, fun.__closure__ or ()))
+    closure = tuple(_cell(module) if name == "ag__" else cells[name]
+                    for name in conversion.code.co_freevars)
+    new = types.FunctionType(conversion.code, fun.__globals__, fun.__name__, fun.__defaults__,
+                             closure)
+    new.__kwdefaults__ = fun.__kwdefaults__
+    functools.update_wrapper(new, fun)
+    del new.__wrapped__  # inspect should see the converted function's own signature and code
+    _converted[fun] = new
+    return new
+
+
+def to_source(fun):
+    """The converted source of `fun` as a string (what `convert` and `jit` run): a kiln.Error
+    when `fun` cannot be converted, saying why."""
+    target = fun.__func__ if isinstance(fun, types.MethodType) else fun
+    if not isinstance(target, types.FunctionType):
+        raise _kiln.Error(f"[autograph] to_source needs a Python function: got "
+                          f"{type(fun).__name__}, expected a def")
+    conversion = _conversion(target)
+    if isinstance(conversion, str):
+        raise _kiln.Error(f"[autograph] {target.__qualname__} cannot be converted: "
+                          f"{conversion}")
+    return conversion.source
+
+
+def jit(fun=None, *, static_argnums=(), autograph=True, **options):
+    """kiln.jit with Python control flow: `fun` is converted (see kiln.autograph.convert) unless
+    `autograph=False`, then compiled by the native jit (traced once per signature, then run
+    without calling back into Python). Usable as @kiln.jit and @kiln.jit(static_argnums=...)."""
+    if fun is None:
+        return functools.partial(jit, static_argnums=static_argnums, autograph=autograph,
+                                 **options)
+    return _kiln.jit(convert(fun) if autograph else fun, static_argnums=static_argnums,
+                     **options)

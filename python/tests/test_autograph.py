@@ -1,0 +1,482 @@
+"""kiln.autograph: Python if/while/for on traced tensors under jit, Python values unchanged.
+
+References are independent: plain Python loops on ints and floats, numpy, analytic derivatives,
+and the unconverted function run eagerly on concrete tensors."""
+import ast
+import math
+
+import numpy as np
+import pytest
+
+import kiln as kl
+from kiln import autograph
+
+# The tensor path needs the control-flow bindings, jit and the Tensor operators.
+_needs = [n for n in ("jit", "cond", "while_loop", "fori_loop", "where", "grad")
+          if not hasattr(kl._kiln, n)]
+if not hasattr(kl.Tensor, "__mod__") or not hasattr(kl.Tensor, "is_traced"):
+    _needs.append("Tensor operators / is_traced")
+tensor_path = pytest.mark.skipif(bool(_needs), reason=f"kiln lacks {', '.join(_needs)}")
+
+THIS_FILE = __file__
+
+
+def line_of(fun, text):
+    """The line number in this file of the first line of `fun` containing `text`."""
+    import inspect
+    lines, first = inspect.getsourcelines(fun)
+    return first + next(i for i, l in enumerate(lines) if text in l)
+
+
+def collatz_python(n):
+    steps = 0
+    while n != 1:
+        n = n // 2 if n % 2 == 0 else 3 * n + 1
+        steps += 1
+    return steps
+
+
+def collatz_steps(n):
+    steps = kl.zeros((), kl.int32) if isinstance(n, kl.Tensor) else 0
+    while n != 1:
+        if n % 2 == 0:
+            n = n // 2
+        else:
+            n = 3 * n + 1
+        steps += 1
+    return steps
+
+
+def piecewise(x):
+    if x < -1.0:
+        y = -x
+    elif x < 1.0:
+        if x < 0.0:
+            y = x * x
+        else:
+            y = 2.0 * x
+    else:
+        y = x + 1.0
+    return y
+
+
+def piecewise_reference(x):
+    if x < -1:
+        return -x
+    if x < 0:
+        return x * x
+    if x < 1:
+        return 2 * x
+    return x + 1
+
+
+def halve_while_big(x, flag):
+    # A while loop inside an if.
+    if flag > 0:
+        while x > 1.0:
+            x = x * 0.5
+    else:
+        x = x - 1.0
+    return x
+
+
+def sum_of_multiples(x, n):
+    total = x * 0.0
+    for i in range(n):
+        total = total + x * i
+    return total
+
+
+def early_return(x):
+    if x > 0.0:
+        return x * 3.0
+    y = x * x
+    if y > 4.0:
+        return y
+    return -y
+
+
+# ---------------------------------------------------------------------------------------------
+# The rewritten source.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_to_source_parses_and_calls_the_helpers():
+    src = autograph.to_source(collatz_steps)
+    tree = ast.parse(src)
+    assert isinstance(tree.body[0], ast.FunctionDef) and tree.body[0].name == "collatz_steps"
+    assert "ag__.while_stmt(" in src and "ag__.if_stmt(" in src
+    assert "ag__.for_range(" in autograph.to_source(sum_of_multiples)
+    assert "while " not in src and "if n % 2" not in src
+
+
+def test_decorators_are_not_reapplied():
+    calls = []
+
+    def counting(f):
+        calls.append(f)
+        return f
+
+    @counting
+    def double_if_positive(x):
+        if x > 0:
+            x = x * 2
+        return x
+
+    assert len(calls) == 1
+    converted = autograph.convert(double_if_positive)
+    assert "@" not in autograph.to_source(double_if_positive)
+    assert converted(3) == 6 and converted(-3) == -3
+    assert len(calls) == 1
+
+
+def test_conversion_is_cached_per_function_and_per_code():
+    assert autograph.convert(piecewise) is autograph.convert(piecewise)
+    converted = autograph.convert(piecewise)
+    assert autograph.convert(converted) is converted
+
+    def make(k):
+        def add_k(x):
+            if x > 0:
+                x = x + k
+            return x
+        return add_k
+
+    a, b = autograph.convert(make(1)), autograph.convert(make(10))
+    assert a.__code__ is b.__code__  # one conversion of the code, two closures
+    assert (a(1), b(1), a(-1)) == (2, 11, -1)
+
+
+def test_unconvertible_objects_are_returned_unchanged():
+    namespace = {}
+    exec("def typed_at_a_prompt(x):\n    if x:\n        return 1\n    return 2\n", namespace)
+    fun = namespace["typed_at_a_prompt"]
+    assert autograph.convert(fun) is fun
+    square = lambda x: x * x  # noqa: E731
+    assert autograph.convert(square) is square
+    assert autograph.convert(abs) is abs
+    with pytest.raises(kl.Error, match="cannot be converted: no source"):
+        autograph.to_source(fun)
+    with pytest.raises(kl.Error, match="lambda"):
+        autograph.to_source(square)
+
+
+# ---------------------------------------------------------------------------------------------
+# Python values: the converted function computes what the original does.
+# ---------------------------------------------------------------------------------------------
+
+
+def test_python_values_collatz():
+    converted = autograph.convert(collatz_steps)
+    for n in (1, 2, 3, 7, 27, 97):
+        assert converted(n) == collatz_python(n)
+    assert converted(27) == 111
+
+
+def test_python_values_match_the_original():
+    cases = [(piecewise, [(-3.0,), (-0.5,), (0.5,), (2.0,)]),
+             (halve_while_big, [(10.0, 1), (10.0, 0), (0.5, 1)]),
+             (sum_of_multiples, [(1.5, 0), (1.5, 4)]),
+             (early_return, [(2.0,), (-1.0,), (-3.0,)])]
+    for fun, argsets in cases:
+        converted = autograph.convert(fun)
+        assert converted is not fun
+        for args in argsets:
+            assert converted(*args) == fun(*args), (fun.__name__, args)
+    assert [early_return(v) for v in (2.0, -1.0, -3.0)] == [6.0, -1.0, 9.0]
+
+
+def test_python_control_flow_statements_unchanged():
+    trace = []
+
+    def loops(xs, limit):
+        total = 0
+        for i, x in enumerate(xs):  # tuple target, Python iterable
+            if x < 0:
+                continue
+            if total > limit:
+                break
+            trace.append(i)
+            total += x
+        else:
+            total = -total
+        k = 0
+        while True:
+            k += 1
+            if k >= 3:
+                break
+        for j in range(10, 0, -3):
+            total += j
+        return total, k, j
+
+    converted = autograph.convert(loops)
+    for args in (([1, -2, 3], 100), ([5, 5, 5, 5], 7), ([], 0)):
+        trace.clear()
+        expected = loops(*args)
+        expected_trace = list(trace)
+        trace.clear()
+        assert converted(*args) == expected
+        assert trace == expected_trace
+
+
+def test_closures_globals_and_nested_functions():
+    counter = {"n": 0}
+    scale = 3
+
+    def outer(x):
+        hits = 0
+
+        def bump(v):
+            nonlocal hits
+            if v > 0:
+                hits += 1
+            return hits
+
+        for v in (x, -x, x):
+            bump(v)
+        if hits > 1:
+            counter["n"] += 1
+            result = hits * scale
+        else:
+            result = 0
+        return result
+
+    converted = autograph.convert(outer)
+    assert converted(2) == outer(2) == 6
+    assert converted(-2) == outer(-2) == 0
+    assert counter["n"] == 2
+    assert "ag__.if_stmt(" in autograph.to_source(outer).split("def bump")[1]
+
+
+_GLOBAL_COUNT = 0
+
+
+def bump_global(x):
+    global _GLOBAL_COUNT
+    if x > 0:
+        _GLOBAL_COUNT += x
+    return _GLOBAL_COUNT
+
+
+def test_global_assignments_reach_the_module():
+    converted = autograph.convert(bump_global)
+    assert converted(2) == 2 and converted(-5) == 2 and converted(3) == 5
+    assert _GLOBAL_COUNT == 5
+
+
+def test_variable_defined_in_one_branch_is_fine_on_python_values():
+    def maybe(x):
+        if x > 0:
+            y = x
+        if x > 0:
+            return y
+        return 0
+
+    converted = autograph.convert(maybe)
+    assert converted(4) == 4 and converted(-4) == 0
+
+
+def test_bound_methods_are_converted():
+    class Counter:
+        def __init__(self):
+            self.limit = 5
+
+        def count(self, n):
+            k = 0
+            while k < n and k < self.limit:
+                k += 1
+            return k
+
+    c = Counter()
+    converted = autograph.convert(c.count)
+    assert converted(3) == 3 and converted(9) == 5
+    assert "ag__.and_(" in autograph.to_source(c.count)
+
+
+# ---------------------------------------------------------------------------------------------
+# Traced tensors: cond / while_loop / fori_loop, same results as eager.
+# ---------------------------------------------------------------------------------------------
+
+
+@tensor_path
+def test_issue_collatz_under_jit():
+    @kl.jit
+    def collatz(n):
+        steps = kl.zeros((), kl.int32)
+        while n != 1:                     # tensor-dependent: becomes kl.while_loop
+            n = kl.where(n % 2 == 0, n // 2, 3 * n + 1)
+            steps += 1
+        return steps
+
+    assert int(np.asarray(collatz(kl.asarray(27)))) == collatz_python(27) == 111
+    for n in (1, 6, 97):
+        assert int(np.asarray(collatz(kl.asarray(n)))) == collatz_python(n)
+
+
+@tensor_path
+def test_collatz_with_nested_if_under_jit_matches_eager():
+    jitted = kl.jit(collatz_steps)
+    for n in (1, 7, 27):
+        eager = collatz_steps(kl.asarray(n))  # unconverted, concrete tensors
+        assert int(np.asarray(jitted(kl.asarray(n)))) == int(np.asarray(eager)) \
+            == collatz_python(n)
+
+
+@tensor_path
+def test_if_elif_else_and_nested_conditionals():
+    jitted = kl.jit(piecewise)
+    for v in (-3.0, -1.0, -0.5, 0.0, 0.25, 1.0, 2.5):
+        x = kl.asarray(np.float32(v))
+        got = float(np.asarray(jitted(x)))
+        assert got == pytest.approx(piecewise_reference(v), rel=1e-6)
+        assert got == pytest.approx(float(np.asarray(piecewise(x))), rel=1e-6)
+
+
+@tensor_path
+def test_while_inside_if():
+    jitted = kl.jit(halve_while_big)
+    for v, flag in ((10.0, 1), (10.0, 0), (0.5, 1), (100.0, 2)):
+        x, f = kl.asarray(np.float32(v)), kl.asarray(flag)
+        expected = halve_while_big(v, flag)  # Python floats and ints
+        assert float(np.asarray(jitted(x, f))) == pytest.approx(expected, rel=1e-6)
+
+
+@tensor_path
+def test_for_range_with_a_tensor_bound():
+    jitted = kl.jit(sum_of_multiples)
+    x = kl.asarray(np.float32(1.5))
+    for n in (0, 1, 5):
+        expected = sum(1.5 * i for i in range(n))
+        assert float(np.asarray(jitted(x, kl.asarray(n)))) == pytest.approx(expected)
+
+    def strided(n):
+        total = kl.zeros((), kl.int32)
+        for i in range(1, n, 3):
+            total = total + i
+        return total
+
+    for n in (0, 2, 11):
+        assert int(np.asarray(kl.jit(strided)(kl.asarray(n)))) == sum(range(1, n, 3))
+
+
+@tensor_path
+def test_early_return_becomes_one_cond():
+    jitted = kl.jit(early_return)
+    for v in (2.0, -1.0, -3.0):
+        assert float(np.asarray(jitted(kl.asarray(np.float32(v))))) == \
+            pytest.approx(early_return(v))
+
+
+@tensor_path
+def test_and_or_not_in_tensor_conditions():
+    def clipped_steps(x, limit):
+        k = kl.zeros((), kl.int32)
+        while x > 1.0 and not k >= limit:
+            x = x * 0.5
+            k += 1
+        return k
+
+    jitted = kl.jit(clipped_steps)
+    for v, limit in ((100.0, 3), (100.0, 50), (0.5, 3)):
+        expected = 0
+        x = v
+        while x > 1.0 and expected < limit:
+            x, expected = x * 0.5, expected + 1
+        got = jitted(kl.asarray(np.float32(v)), kl.asarray(limit))
+        assert int(np.asarray(got)) == expected
+
+
+@tensor_path
+def test_convert_under_grad():
+    def f(x):
+        if x > 0.0:
+            y = x * x * x
+        else:
+            y = -2.0 * x
+        return y
+
+    df = kl.grad(autograph.convert(f))
+    for v in (1.5, -0.5):
+        expected = 3 * v * v if v > 0 else -2.0
+        got = float(np.asarray(df(kl.asarray(np.float64(v)))))
+        assert math.isclose(got, expected, rel_tol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors name the construct, the variable and the Python line.
+# ---------------------------------------------------------------------------------------------
+
+
+@tensor_path
+def test_break_in_a_tensor_loop_is_a_clear_error():
+    def first_big(x):
+        k = kl.zeros((), kl.int32)
+        while k < 10:
+            if x > 5.0:
+                break
+            x = x * 2.0
+            k += 1
+        return k
+
+    assert autograph.convert(first_big)(kl.asarray(np.float32(1.0))) is not None  # eager: fine
+    with pytest.raises(kl.Error) as info:
+        kl.jit(first_big)(kl.asarray(np.float32(1.0)))
+    message = str(info.value)
+    assert "`break`" in message and "[autograph]" in message
+    assert f"test_autograph.py:{line_of(first_big, 'while k < 10')}" in message
+
+
+@tensor_path
+def test_variable_defined_in_one_branch_only_is_a_clear_error():
+    def one_sided(x):
+        if x > 0.0:
+            y = x
+        return y
+
+    with pytest.raises(kl.Error) as info:
+        kl.jit(one_sided)(kl.asarray(np.float32(1.0)))
+    message = str(info.value)
+    assert "'y'" in message and "true branch" in message
+    assert f"test_autograph.py:{line_of(one_sided, 'if x > 0.0')}" in message
+
+
+@tensor_path
+def test_carry_changing_type_names_the_python_line():
+    def widening(n):
+        x = kl.zeros((), kl.int32)
+        while x < n:
+            x = kl.zeros((), kl.float32) + 1.0
+        return x
+
+    with pytest.raises(kl.Error) as info:
+        kl.jit(widening)(kl.asarray(3))
+    message = str(info.value)
+    assert "[while_loop]" in message and "[0] x" in message
+    assert f"test_autograph.py:{line_of(widening, 'while x < n')}" in message
+
+
+@tensor_path
+def test_carry_undefined_before_a_tensor_loop():
+    def late(n):
+        i = kl.zeros((), kl.int32)
+        while i < n:
+            last = i
+            i = i + 1
+        return last
+
+    with pytest.raises(kl.Error, match="'last'.*not defined before it"):
+        kl.jit(late)(kl.asarray(3))
+    assert late(3) == 2  # Python values: unchanged
+    assert autograph.convert(late)(3) == 2
+
+
+@tensor_path
+def test_loop_variable_read_after_a_tensor_range():
+    def last_index(n):
+        total = kl.zeros((), kl.int32)
+        for i in range(n):
+            total = total + i
+        return total + i
+
+    with pytest.raises(kl.Error, match="loop variable.*'i'|use of 'i'"):
+        kl.jit(last_index)(kl.asarray(3))
