@@ -5,3 +5,8 @@ package re-exports it and adds the parts written in Python.
 """
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import Error, Tensor, asarray, dtype  # noqa: F401
+
+# autograph (issue #17): kiln.jit converts Python if/while/for on traced tensors; it replaces
+# the native jit exported above (which it calls). See kiln.autograph.
+from .autograph import jit  # noqa: E402,F401
+from . import autograph  # noqa: E402,F401

@@ -85,6 +85,13 @@ def _is_traced(value):
     return True if traced is None else bool(traced() if callable(traced) else traced)
 
 
+def _truth(test):
+    """Python's truth of a traced scalar, as the bool scalar kiln.cond and loops take."""
+    if test.dtype != _kiln.bool_ and test.ndim == 0:
+        return test != 0
+    return test
+
+
 def state(frame_locals, names):
     """The values of `names` in `frame_locals` (the caller's locals()), Undefined when unbound."""
     return tuple(frame_locals[n] if n in frame_locals else Undefined(n) for n in names)
@@ -123,6 +130,11 @@ def if_stmt(test, true_fn, false_fn, args, names, loc):
     A traced test becomes kiln.cond (both branches traced); anything else picks one in Python."""
     if not _is_traced(test):
         return true_fn(*args) if test else false_fn(*args)
+    test = _truth(test)
+    if not names:  # nothing to select: trace both branches for what they check and do
+        true_fn(*args)
+        false_fn(*args)
+        return ()
     undefined = {}
 
     def branch(fn, which):
@@ -153,6 +165,17 @@ def if_stmt(test, true_fn, false_fn, args, names, loc):
     check_defined()
     return tuple(Undefined(n) if n in undefined.get(True, ()) else v
                  for n, v in zip(names, results))
+
+
+def if_exp(test, true_value, false_value, loc):
+    """`true_value() if test else false_value()`: kiln.cond when `test` is traced."""
+    if not _is_traced(test):
+        return true_value() if test else false_value()
+    try:
+        return _kiln.cond(_truth(test), lambda: _as_carry(true_value()),
+                          lambda: _as_carry(false_value()))
+    except _kiln.Error as exc:
+        raise _annotate(exc, "conditional expression", ["value"], loc) from None
 
 
 def _functional_carry(args, names, loc, what):
@@ -191,7 +214,7 @@ def while_stmt(test_fn, body_fn, args, names, loc):
     init = _functional_carry(args, names, loc, "`while` loop")
     try:
         return tuple(_kiln.while_loop(
-            lambda carry: test_fn(*carry),
+            lambda carry: _truth(test_fn(*carry)),
             lambda carry: _body_results(body_fn(*carry), init, names, loc, "`while` loop"),
             init))
     except _kiln.Error as exc:
@@ -586,7 +609,13 @@ class _Converter(ast.NodeTransformer):
         return node  # a class body runs once, at definition: its statements stay Python's
 
     def visit_Lambda(self, node):
-        return node
+        return node  # a lambda's body is an expression; its `x if c else y` stays Python's
+
+    def visit_IfExp(self, node):
+        self.generic_visit(node)
+        return ast.copy_location(
+            _call("if_exp", self._test(node.test), _lambda(node.body), _lambda(node.orelse),
+                  self._loc(node)), node)
 
     # -- helpers --
 
@@ -607,9 +636,20 @@ class _Converter(ast.NodeTransformer):
             args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params],
                                vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
                                defaults=[]),
-            body=self._declarations() + list(body) + [ast.Return(value=_tuple(results))],
+            body=self._declarations() + list(body) + [ast.Return(value=self._results(body,
+                                                                                   results))],
             decorator_list=[], returns=None, type_comment=None)
         return fn
+
+    def _results(self, body, results):
+        """(results): a tuple of the names, or, when the body may `del` one, their values or
+        Undefined read from locals()."""
+        deleted = {n.id for s in body for n in _walk_scope(s, enter=False)
+                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)}
+        if not deleted & set(results):
+            return _tuple(results)
+        return _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
+                     _strings(results))
 
     def _declarations(self):
         """The enclosing function's global/nonlocal declarations, repeated in a new function
@@ -637,13 +677,30 @@ class _Converter(ast.NodeTransformer):
             return out
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
             return _call("not_", self._test(expr.operand))
+        simple = (ast.Name, ast.Constant)
+        if isinstance(expr, ast.Compare) and len(expr.ops) > 1 \
+                and all(isinstance(c, simple) for c in expr.comparators[:-1]):
+            # a < b < c -> (a < b) and (b < c): b is evaluated twice, so only names/constants.
+            operands = [expr.left] + expr.comparators
+            pairs = [ast.Compare(left=operands[i], ops=[op], comparators=[operands[i + 1]])
+                     for i, op in enumerate(expr.ops)]
+            return self._test(ast.BoolOp(op=ast.And(), values=pairs))
         return expr
 
     def _escape_reason(self, node, stmts, loop_level):
+        """Why the statement cannot become functions, or None."""
         found = _escapes(stmts, loop_level)
-        if found is None:
-            return None
-        return f"`{_ESCAPE_NAMES[type(found)]}` at line {found.lineno}"
+        if found is not None:
+            return f"`{_ESCAPE_NAMES[type(found)]}` at line {found.lineno}"
+        for s in stmts:
+            for n in _walk_scope(s, enter=False):
+                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
+                        and n.func.id == "super" and not n.args:
+                    return f"`super()` without arguments at line {n.lineno}"
+        if isinstance(node, ast.While) and any(isinstance(n, ast.NamedExpr)
+                                                for n in ast.walk(node.test)):
+            return "`:=` in its condition"
+        return None
 
     def _finish(self, node, stmts):
         """Gives the new statements the position of the statement's test (its `if`/`while`
@@ -856,9 +913,12 @@ def convert(fun):
 
 
 def to_source(fun):
-    """The converted source of `fun` as a string (what `convert` and `jit` run): a kiln.Error
-    when `fun` cannot be converted, saying why."""
-    target = fun.__func__ if isinstance(fun, types.MethodType) else fun
+    """The converted source of `fun` (a function, or what kiln.jit made of one) as a string:
+    what `convert` and `jit` run. A kiln.Error when `fun` cannot be converted, saying why."""
+    target = fun
+    while not isinstance(target, types.FunctionType) and hasattr(target, "__wrapped__"):
+        target = target.__wrapped__  # a jitted function: the function it compiles
+    target = target.__func__ if isinstance(target, types.MethodType) else target
     if not isinstance(target, types.FunctionType):
         raise _kiln.Error(f"[autograph] to_source needs a Python function: got "
                           f"{type(fun).__name__}, expected a def")
@@ -876,5 +936,10 @@ def jit(fun=None, *, static_argnums=(), autograph=True, **options):
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums, autograph=autograph,
                                  **options)
-    return _kiln.jit(convert(fun) if autograph else fun, static_argnums=static_argnums,
-                     **options)
+    jitted = _kiln.jit(convert(fun) if autograph else fun, static_argnums=static_argnums,
+                       **options)
+    try:
+        jitted.__wrapped__ = fun  # for to_source and inspect
+    except (AttributeError, TypeError):
+        pass
+    return jitted

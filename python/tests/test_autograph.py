@@ -480,3 +480,38 @@ def test_loop_variable_read_after_a_tensor_range():
 
     with pytest.raises(kl.Error, match="loop variable.*'i'|use of 'i'"):
         kl.jit(last_index)(kl.asarray(3))
+
+
+def test_conditional_expressions_chained_comparisons_and_del():
+    def mixed(x, lo, hi):
+        inside = 1 if lo < x < hi else 0
+        if lo < x <= hi:
+            tmp = x
+            del tmp
+            label = "in"
+        else:
+            label = "out"
+        return inside, label
+
+    converted = autograph.convert(mixed)
+    src = autograph.to_source(mixed)
+    assert "ag__.if_exp(" in src and "ag__.and_(" in src
+    for args in ((1, 0, 2), (2, 0, 2), (5, 0, 2)):
+        assert converted(*args) == mixed(*args)
+
+
+@tensor_path
+def test_conditional_expression_on_a_traced_tensor():
+    def relu_ish(x):
+        return x * 2.0 if x > 0.0 else x * 0.5
+
+    jitted = kl.jit(relu_ish)
+    for v in (3.0, -3.0):
+        assert float(np.asarray(jitted(kl.asarray(np.float32(v))))) == pytest.approx(
+            relu_ish(v))
+
+
+@tensor_path
+def test_to_source_of_a_jitted_function():
+    jitted = kl.jit(collatz_steps)
+    assert autograph.to_source(jitted) == autograph.to_source(collatz_steps)
