@@ -12,7 +12,8 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
-.PHONY: all deps deps-bench build demo test test-asan test-tsan test-static fuzz bench bench-issue14 install-test clean format format-check
+# The Python package: make python builds kiln._kiln into python/kiln/ (then PYTHONPATH=python).
+.PHONY: all deps deps-bench build python demo test test-asan test-tsan test-static fuzz bench bench-issue14 install-test clean format format-check
 
 all: build
 
@@ -27,6 +28,10 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+
+python: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target _kiln
+	@echo "kiln is built in place: export PYTHONPATH=$(CURDIR)/python"
 
 demo: build
 	$(BUILD)/examples/demo
@@ -86,6 +91,8 @@ fuzz:
 
 # cmake --install into a prefix, then build a separate project against it with find_package:
 # once with g++, once with clang++ 16 and -fopenmp (the public headers must compile with both).
+# Then pip installs the Python package into a fresh virtual environment (Debian's pip, no
+# network) from this build, and it is imported from outside the source tree.
 install-test: build
 	@scripts/install-deps.sh --clang
 	rm -rf $(BUILD)/install $(BUILD)/consumer $(BUILD)/consumer-clang
@@ -97,6 +104,12 @@ install-test: build
 	  -DCMAKE_CXX_FLAGS=-fopenmp -DCMAKE_PREFIX_PATH=$(CURDIR)/$(BUILD)/install
 	cmake --build $(BUILD)/consumer-clang
 	$(BUILD)/consumer-clang/consumer
+	rm -rf $(BUILD)/venv
+	/usr/bin/python3 -m venv --system-site-packages $(BUILD)/venv
+	KILN_BUILD_DIR=$(CURDIR)/$(BUILD) $(BUILD)/venv/bin/pip install -q --no-build-isolation --no-index .
+	cd /tmp && $(CURDIR)/$(BUILD)/venv/bin/python -c 'import kiln, numpy; \
+	  assert kiln.__file__.startswith("$(CURDIR)/$(BUILD)/venv/"), kiln.__file__; \
+	  print("pip-installed kiln:", kiln.asarray(numpy.ones(3, numpy.float32)).shape)'
 
 bench: deps-bench build
 	bench/run.sh $(BUILD)

@@ -66,7 +66,7 @@ void bind_errors(py::module_& m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& e) {
-      py::object exc = error(python_message(e));
+      py::object exc = py::handle(error.ptr())(python_message(e));
       exc.attr("op") = e.op();
       PyErr_SetObject(error.ptr(), exc.ptr());
     }
