@@ -25,6 +25,7 @@ import builtins
 import copy
 import functools
 import linecache
+import sys
 import types
 import weakref
 
@@ -244,14 +245,17 @@ def for_range(range_fn, range_args, body_fn, args, names, target_live, loc):
     else:
         lower, upper, step = range_args
     init = _functional_carry(args, names, loc, "`for` loop")
+    traced = next(a for a in range_args if _is_traced(a))
+    # Python int bounds take the traced bound's integer dtype.
+    lower, upper = (_kiln.asarray(v, traced.dtype) if isinstance(v, int) else v
+                    for v in (lower, upper))
+    unit_step = isinstance(step, int) and step == 1
     try:
-        if isinstance(step, int) and step == 1:
+        if unit_step:
             return tuple(_kiln.fori_loop(
                 lower, upper,
                 lambda i, carry: _body_results(body_fn(i, *carry), init, names, loc, "`for` loop"),
                 init))
-        lower, upper, step = (_kiln.asarray(v) if isinstance(v, int) else v
-                              for v in (lower, upper, step))
 
         def test(carry):
             i = carry[0]
@@ -265,7 +269,8 @@ def for_range(range_fn, range_args, body_fn, args, names, target_live, loc):
 
         return tuple(_kiln.while_loop(test, body, (lower,) + init))[1:]
     except _kiln.Error as exc:
-        raise _annotate(exc, "`for` loop", names, loc) from None
+        leaves = names if unit_step else ("<the range's index>",) + tuple(names)
+        raise _annotate(exc, "`for` loop", leaves, loc) from None
 
 
 def for_stmt(iterable, body_fn, args, names, loc):
@@ -899,7 +904,7 @@ def convert(fun):
     conversion = _conversion(fun)
     if isinstance(conversion, str):
         return fun
-    module = __import__(__name__, fromlist=["_"])
+    module = sys.modules[__name__]
     cells = dict(zip(fun.__code__.co_freevars, fun.__closure__ or ()))
     closure = tuple(_cell(module) if name == "ag__" else cells[name]
                     for name in conversion.code.co_freevars)
