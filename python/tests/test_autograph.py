@@ -515,3 +515,31 @@ def test_conditional_expression_on_a_traced_tensor():
 def test_to_source_of_a_jitted_function():
     jitted = kl.jit(collatz_steps)
     assert autograph.to_source(jitted) == autograph.to_source(collatz_steps)
+
+
+@tensor_path
+def test_for_over_a_traced_tensor_scans():
+    def decayed_sum(xs):
+        total = kl.zeros((3,), kl.float32)
+        for row in xs:
+            total = total * 0.5 + row
+        return total
+
+    xs = np.arange(12, dtype=np.float32).reshape(4, 3)
+    expected = np.zeros(3, np.float32)
+    for row in xs:
+        expected = expected * 0.5 + row
+    assert "ag__.for_stmt(" in autograph.to_source(decayed_sum)
+    np.testing.assert_allclose(np.asarray(kl.jit(decayed_sum)(kl.asarray(xs))), expected,
+                               rtol=1e-6)
+
+
+@tensor_path
+def test_converted_function_on_concrete_tensors_runs_python_statements():
+    converted = autograph.convert(collatz_steps)
+    for n in (6, 27):
+        assert int(np.asarray(converted(kl.asarray(n)))) == collatz_python(n)
+    for v in (-3.0, 0.5):
+        x = kl.asarray(np.float32(v))
+        assert float(np.asarray(autograph.convert(piecewise)(x))) == \
+            pytest.approx(piecewise_reference(v))
