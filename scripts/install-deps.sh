@@ -17,6 +17,7 @@ packages=(
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   python3-numpy python3-scipy  # reference values in tests come from numpy and scipy
   python3-dev python3-pybind11 python3-pytest  # the Python module (python/) and its tests
+  python3-mypy           # its stubgen writes the module's type stubs (python/stubs.py)
   libdlpack-dev          # DLPack: the Python module exchanges tensors with PyTorch through it
   python3-torch          # the Python tests' DLPack interchange with PyTorch 1.13
   clang-format-14        # Debian 12's clang-format: the layout check (make format-check)
