@@ -72,4 +72,20 @@ void register_native_tree(const py::class_<T>& cls) {
                             });
 }
 
+// ---- py-tensor: what tensor.cpp, ops.cpp, random.cpp and dlpack.cpp share ----
+// The Tensor a Python object holds, or nullptr when it is not a kiln.Tensor (fast: no lookup).
+const Tensor* tensor_ptr(py::handle value);
+// A shape from an int or a sequence of ints.
+Shape to_shape(py::handle value);
+// None -> nullopt (all axes); an int or a sequence of ints -> those axes (possibly none).
+std::optional<Axes> to_axes(py::handle value);
+// None -> nullopt, else to_dtype.
+std::optional<DType> to_optional_dtype(py::handle value);
+// The operands of a binary operation: a Python scalar is weakly typed next to the other one.
+std::pair<Tensor, Tensor> operands(py::handle a, py::handle b);
+// A Python int from an index-like object (int, NumPy integer, 0-d integer tensor).
+int64_t to_int(py::handle value);
+// Python's `/` (numpy.true_divide): integers and bools divide as floats.
+Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc);
+
 }  // namespace kiln::python

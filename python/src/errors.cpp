@@ -56,7 +56,12 @@ std::string python_location() {
 }  // namespace
 
 std::string python_message(const Error& e) {
-  return without_cpp_location(e.what()) + python_location();
+  // C++ names read as Python's: "use kiln::cond" -> "use kiln.cond".
+  std::string message = without_cpp_location(e.what());
+  for (std::size_t at = message.find("kiln::"); at != std::string::npos;
+       at = message.find("kiln::", at))
+    message.replace(at, 6, "kiln.");
+  return message + python_location();
 }
 
 void bind_errors(py::module_& m) {

@@ -7,4 +7,8 @@ PYBIND11_MODULE(_kiln, m) {
   using namespace kiln::python;
   bind_errors(m);
   bind_tensor(m);
+  // py-tensor: DLPack, the operations, kiln.random
+  bind_dlpack(m);
+  bind_ops(m);
+  bind_random(m);
 }

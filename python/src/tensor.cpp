@@ -135,6 +135,16 @@ std::optional<Tensor> view_buffer(py::handle obj) {
   return Tensor(std::move(impl));
 }
 
+// A copy of a concrete tensor's values in new contiguous memory.
+Tensor copy_of(const Tensor& t) {
+  if (!t.is_contiguous()) return t.contiguous();
+  Tensor out = empty(t.type());
+  if (t.numel() > 0)
+    std::memcpy(out.raw_data(), t.raw_data(),
+                static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype()));
+  return out;
+}
+
 Tensor from_python_value(py::handle value, std::optional<DType> dtype) {
   if (py::isinstance<py::bool_>(value))
     return full(Shape({}), value.cast<bool>() ? 1.0 : 0.0, dtype.value_or(bool_));
@@ -158,9 +168,9 @@ Tensor from_python_value(py::handle value, std::optional<DType> dtype) {
          py::str(value.get_type().attr("__name__")).cast<std::string>(), " holding NumPy dtype ",
          py::str(array.dtype()).cast<std::string>(),
          ", expected a bool, integer or floating-point array Kiln has a dtype for");
-  // A temporary NumPy array: copy, so the tensor does not keep it alive.
-  return dtype && *dtype != t->dtype() ? astype(*t, *dtype, Loc{})
-                                       : astype(*t, t->dtype(), Loc{}).contiguous();
+  // A NumPy array made here (from a list, or by __array__): copied into Kiln's own (aligned)
+  // memory, so that the tensor holds no Python object.
+  return dtype && *dtype != t->dtype() ? astype(*t, *dtype, Loc{}) : copy_of(*t);
 }
 
 }  // namespace
@@ -207,54 +217,585 @@ DType to_dtype(py::handle value) {
 
 py::object dtype_object(DType dtype) { return py::cast(dtype); }
 
+namespace {
+
+PyTypeObject* g_tensor_type = nullptr;  // kiln.Tensor, set by bind_tensor
+
+bool is_python_scalar(py::handle v) {
+  return PyBool_Check(v.ptr()) || PyLong_CheckExact(v.ptr()) || PyFloat_CheckExact(v.ptr()) ||
+         PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr());
+}
+
+std::string dtype_str(DType d) {
+  if (d == bool_) return "bool";
+  for (const DTypeName& n : kDTypes)
+    if (n.dtype == d) return n.name;
+  return std::string(dtype_name(d));
+}
+
+py::tuple shape_tuple(const Shape& shape) {
+  py::tuple out(shape.rank());
+  for (int i = 0; i < shape.rank(); ++i) out[static_cast<std::size_t>(i)] = py::int_(shape[i]);
+  return out;
+}
+
+// Raises Kiln's concrete-value error (which names kiln.cond / kiln.while_loop) for a traced
+// tensor: Python needs its values here.
+void require_concrete(const Tensor& t) {
+  if (t.is_traced()) (void)t.item<double>(Loc{});
+}
+
+// The tensor's values as a NumPy array viewing its memory (bfloat16, which NumPy lacks: a
+// float32 copy). The array keeps `owner`, the Python tensor, alive.
+py::array numpy_view(const Tensor& t, py::handle owner) {
+  require_concrete(t);
+  if (t.dtype() == bfloat16) {
+    Tensor f = astype(t, float32, Loc{});
+    return numpy_view(f, py::cast(f));
+  }
+  const auto item = static_cast<py::ssize_t>(dtype_size(t.dtype()));
+  std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
+  for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s) * item);
+  return py::array(py::dtype(format_of(t.dtype())), std::move(shape), std::move(strides),
+                   t.raw_data(), owner);
+}
+
+// ---- the buffer protocol, written as CPython's slots so that no C++ exception can cross them
+// (pybind11's def_buffer lets one through, and cannot refuse a traced or bfloat16 tensor).
+struct BufferDims {
+  std::vector<Py_ssize_t> shape, strides;
+};
+
+int tensor_getbuffer(PyObject* self, Py_buffer* view, int flags) {
+  view->obj = nullptr;
+  try {
+    const Tensor* t = tensor_ptr(self);
+    if (!t || t->is_traced() || t->dtype() == bfloat16) {
+      PyErr_SetString(PyExc_BufferError,
+                      !t ? "not a kiln.Tensor"
+                      : t->is_traced()
+                          ? "a traced tensor has no memory (inside jit, grad or vmap)"
+                          : "bfloat16 has no buffer format (np.asarray converts through "
+                            "__array__, to float32)");
+      return -1;
+    }
+    const char* format = format_of(t->dtype());
+    const auto item = static_cast<Py_ssize_t>(dtype_size(t->dtype()));
+    auto dims = std::make_unique<BufferDims>();
+    dims->shape.assign(t->shape().begin(), t->shape().end());
+    for (int64_t s : t->strides()) dims->strides.push_back(static_cast<Py_ssize_t>(s) * item);
+    const bool strided = (flags & PyBUF_STRIDES) == PyBUF_STRIDES;
+    if (!strided && !t->is_contiguous()) {
+      PyErr_SetString(PyExc_BufferError, "the tensor is not contiguous; ask for strides");
+      return -1;
+    }
+    view->buf = t->raw_data();
+    view->len = static_cast<Py_ssize_t>(t->numel()) * item;
+    view->readonly = 0;
+    view->itemsize = item;
+    view->format = (flags & PyBUF_FORMAT) ? const_cast<char*>(format) : nullptr;
+    view->ndim = t->rank();
+    view->shape = (flags & PyBUF_ND) == PyBUF_ND ? dims->shape.data() : nullptr;
+    view->strides = strided ? dims->strides.data() : nullptr;
+    view->suboffsets = nullptr;
+    view->internal = dims.release();
+    view->obj = Py_NewRef(self);
+    return 0;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_BufferError, e.what());
+    return -1;
+  }
+}
+
+void tensor_releasebuffer(PyObject*, Py_buffer* view) {
+  delete static_cast<BufferDims*>(view->internal);
+}
+
+// ---- indexing (numpy's rules) ----------------------------------------------------------
+
+// One entry of an index tuple.
+struct IndexEntry {
+  enum class Kind { integer, slice, new_axis, ellipsis, array } kind;
+  int64_t i = 0;
+  Slice s;
+  Tensor indices;  // array: an integer or bool tensor
+};
+
+std::optional<int64_t> slice_bound(PyObject* v) {
+  if (v == Py_None) return std::nullopt;
+  return to_int(v);
+}
+
+IndexEntry parse_index(py::handle v) {
+  using Kind = IndexEntry::Kind;
+  if (v.is_none()) return {Kind::new_axis};
+  if (v.ptr() == Py_Ellipsis) return {Kind::ellipsis};
+  if (PySlice_Check(v.ptr())) {
+    auto* s = reinterpret_cast<PySliceObject*>(v.ptr());
+    const std::optional<int64_t> step = slice_bound(s->step);
+    return {Kind::slice, 0, Slice{slice_bound(s->start), slice_bound(s->stop), step.value_or(1)}};
+  }
+  if (PyBool_Check(v.ptr()))
+    fail("getitem", "a Python bool is no index: got ", py::repr(v).cast<std::string>(),
+         ", expected an int, a slice, None, ..., or an integer or bool tensor");
+  if (const Tensor* t = tensor_ptr(v)) return {Kind::array, 0, {}, *t};
+  if (PyLong_Check(v.ptr()) || (PyIndex_Check(v.ptr()) && !PyObject_CheckBuffer(v.ptr())))
+    return {Kind::integer, to_int(v)};
+  Tensor t = to_tensor(v);
+  // An empty list is an (empty) integer index, as in numpy.
+  if (t.numel() == 0 && is_floating(t.dtype())) t = astype(t, int64, Loc{});
+  return {Kind::array, 0, {}, t};
+}
+
+Tensor getitem(const Tensor& x, py::handle index) {
+  using Kind = IndexEntry::Kind;
+  std::vector<IndexEntry> entries;
+  if (PyTuple_Check(index.ptr())) {
+    for (py::handle v : py::reinterpret_borrow<py::tuple>(index)) entries.push_back(parse_index(v));
+  } else {
+    entries.push_back(parse_index(index));
+  }
+  int consumed = 0, ellipses = 0;
+  bool has_array = false;
+  for (IndexEntry& e : entries) {
+    if (e.kind == Kind::array) {
+      has_array = true;
+      if (e.indices.dtype() == bool_) {
+        if (e.indices.rank() == 0)
+          fail("getitem", "a 0-d bool index is not supported: got ", e.indices.type(),
+               ", expected a bool mask with at least one axis");
+        consumed += e.indices.rank();
+        continue;
+      }
+      if (!is_integral(e.indices.dtype()))
+        fail("getitem", "tensor indices must be integers or bools: got ", e.indices.type(),
+             ", expected an integer or bool dtype");
+    }
+    if (e.kind == Kind::ellipsis) ++ellipses;
+    if (e.kind == Kind::integer || e.kind == Kind::slice || e.kind == Kind::array) ++consumed;
+  }
+  if (ellipses > 1)
+    fail("getitem", "an index can only have a single ellipsis: got ", ellipses,
+         ", expected at most one");
+  if (consumed > x.rank())
+    fail("getitem", "too many indices for ", x.type(), ": got ", consumed, ", expected at most ",
+         x.rank());
+
+  // Basic indexing first: one slice per axis of x, new axes, the integer-indexed axes to drop.
+  // With a tensor index present, integers index as 0-d tensors (numpy's rule).
+  struct Advanced {
+    int axis;  // in y, x after slicing and new axes
+    Tensor indices;
+  };
+  std::vector<Slice> slices(static_cast<std::size_t>(x.rank()));
+  std::vector<int64_t> new_axes, drop;
+  std::vector<Advanced> advanced;
+  int xa = 0, ya = 0;
+  for (IndexEntry& e : entries) {
+    switch (e.kind) {
+      case Kind::ellipsis:
+        xa += x.rank() - consumed;
+        ya += x.rank() - consumed;
+        break;
+      case Kind::new_axis:
+        new_axes.push_back(ya++);
+        break;
+      case Kind::slice:
+        if (e.s.step == 0) fail("getitem", "slice step cannot be zero: got 0, expected non-zero");
+        slices[static_cast<std::size_t>(xa++)] = e.s;
+        ++ya;
+        break;
+      case Kind::integer: {
+        const int64_t n = x.shape()[xa];
+        if (e.i < -n || e.i >= n)
+          fail("getitem", "index out of bounds for axis ", xa, " of ", x.type(), ": got ", e.i,
+               ", expected ", -n, " <= index < ", n);
+        const int64_t i = e.i < 0 ? e.i + n : e.i;
+        if (has_array) {
+          advanced.push_back({ya, full(Shape{}, static_cast<double>(i), int64)});
+        } else {
+          slices[static_cast<std::size_t>(xa)] = Slice{i, i + 1, 1};
+          drop.push_back(ya);
+        }
+        ++xa, ++ya;
+        break;
+      }
+      case Kind::array: {
+        if (e.indices.dtype() != bool_) {
+          advanced.push_back({ya++, e.indices});
+          ++xa;
+          break;
+        }
+        const Tensor& mask = e.indices;
+        for (int k = 0; k < mask.rank(); ++k)
+          if (mask.shape()[k] != x.shape()[xa + k])
+            fail("getitem", "bool mask shape does not match the indexed axes: got mask ",
+                 mask.type(), " at axis ", xa, " of ", x.type(), ", expected the mask's shape ",
+                 "to equal those axes' sizes");
+        if (mask.is_traced())
+          fail("getitem", "a bool mask gives a shape that depends on values: got a traced mask ",
+               mask.type(), ", expected a concrete one (inside jit use kiln.where, or ",
+               "kiln.nonzero with size=)");
+        const auto count = sum(mask, {}, false, Loc{}).item<int64_t>(Loc{});
+        for (Tensor& idx : nonzero(mask, count, 0, Loc{})) advanced.push_back({ya++, idx});
+        xa += mask.rank();
+        break;
+      }
+    }
+  }
+  bool whole = true;
+  for (const Slice& s : slices) whole = whole && !s.start && !s.stop && s.step == 1;
+  Tensor y = whole ? x : slice(x, slices, Loc{});
+  for (int64_t a : new_axes) y = expand_dims(y, a, Loc{});
+  if (advanced.empty()) return drop.empty() ? y : squeeze(y, drop, Loc{});
+
+  // Advanced indexing: the indexed axes moved to the front and merged into one, the indices
+  // combined into one linear index into it, and one take.
+  Shape batch = advanced.front().indices.shape();
+  for (const Advanced& a : advanced) batch = broadcast_shapes("getitem", batch, a.indices.shape());
+  Axes perm;
+  std::vector<int64_t> rest_dims{1};
+  for (const Advanced& a : advanced) perm.push_back(a.axis);
+  for (int i = 0; i < y.rank(); ++i)
+    if (std::find(perm.begin(), perm.end(), i) == perm.end()) {
+      perm.push_back(i);
+      rest_dims.push_back(y.shape()[i]);
+    }
+  Tensor linear = full(Shape{}, 0.0, int64);
+  int64_t stride = 1;
+  for (auto a = advanced.rbegin(); a != advanced.rend(); ++a) {
+    const int64_t n = y.shape()[a->axis];
+    Tensor idx = astype(a->indices, int64, Loc{});
+    idx = where(less(idx, scalar_like(idx, 0, false), Loc{}), add(idx, scalar_like(idx, n, false)),
+                idx, Loc{});
+    if (idx.is_traced()) {
+      idx = clip(idx, 0.0, static_cast<double>(std::max<int64_t>(n - 1, 0)), Loc{});  // as JAX
+    } else if (idx.numel() > 0) {
+      const auto lo = min(idx, {}, false, Loc{}).item<int64_t>(Loc{});
+      const auto hi = max(idx, {}, false, Loc{}).item<int64_t>(Loc{});
+      if (lo < 0 || hi >= n)
+        fail("getitem", "index out of bounds for axis ", a->axis, " of size ", n, ": got ",
+             lo < 0 ? lo - n : hi, ", expected ", -n, " <= index < ", n);
+    }
+    linear = add(linear, mul(idx, scalar_like(idx, static_cast<double>(stride), false)), Loc{});
+    stride *= n;
+  }
+  rest_dims[0] = stride;
+  Tensor z = reshape(transpose(y, perm, Loc{}), Shape(rest_dims), Loc{});
+  Tensor r = take(z, broadcast_to(linear, batch, Loc{}), 0, Loc{});
+  bool adjacent = true;
+  for (std::size_t k = 1; k < advanced.size(); ++k)
+    adjacent = adjacent && advanced[k].axis == advanced[k - 1].axis + 1;
+  const int first = advanced.front().axis;
+  if (!adjacent || first == 0) return r;
+  // numpy puts the indexed axes where the (adjacent) indices stood.
+  const int nb = batch.rank();
+  Axes back;
+  for (int i = 0; i < first; ++i) back.push_back(nb + i);
+  for (int i = 0; i < nb; ++i) back.push_back(i);
+  for (int i = nb + first; i < r.rank(); ++i) back.push_back(i);
+  return transpose(r, back, Loc{});
+}
+
+// ---- repr -------------------------------------------------------------------------------
+
+std::string tensor_repr(const Tensor& t) {
+  if (t.is_traced())
+    return "Tensor(traced, shape=" + py::repr(shape_tuple(t.shape())).cast<std::string>() +
+           ", dtype=" + dtype_str(t.dtype()) + ")";
+  py::array view = numpy_view(t, py::cast(t));
+  py::module_ np = py::module_::import("numpy");
+  std::string body;
+  if (t.numel() == 0 && t.rank() != 1) {
+    body = "[], shape=" + py::repr(shape_tuple(t.shape())).cast<std::string>();
+  } else {
+    body = np.attr("array2string")(view, py::arg("separator") = ", ", py::arg("prefix") = "Tensor(")
+               .cast<std::string>();
+  }
+  return "Tensor(" + body + ", dtype=" + dtype_str(t.dtype()) + ")";
+}
+
+py::object item(const Tensor& t) {
+  require_concrete(t);
+  if (t.numel() != 1)
+    fail("item", "only one-element tensors convert to Python scalars: got ", t.type(),
+         ", expected one element");
+  if (t.dtype() == bool_) return py::bool_(t.item<bool>(Loc{}));
+  if (is_floating(t.dtype())) return py::float_(t.item<double>(Loc{}));
+  return py::int_(t.item<int64_t>(Loc{}));
+}
+
+// x.reshape(2, 3) and x.reshape((2, 3)), as numpy's method takes both.
+Shape shape_of_args(const py::args& args) {
+  if (args.size() == 1 && !PyIndex_Check(args[0].ptr())) return to_shape(args[0]);
+  return to_shape(args);
+}
+
+}  // namespace
+
+const Tensor* tensor_ptr(py::handle value) {
+  PyObject* o = value.ptr();
+  if (Py_TYPE(o) == g_tensor_type) {
+    // A kiln.Tensor has no base classes: pybind11's simple layout, the value pointer first.
+    auto* p = static_cast<const Tensor*>(
+        reinterpret_cast<py::detail::instance*>(o)->simple_value_holder[0]);
+    if (!p) throw py::type_error("kiln.Tensor used before its __init__");
+    return p;
+  }
+  if (!g_tensor_type || !PyObject_TypeCheck(o, g_tensor_type)) return nullptr;
+  return &value.cast<const Tensor&>();  // a Python subclass
+}
+
+Shape to_shape(py::handle value) {
+  if (PyIndex_Check(value.ptr()) && !tensor_ptr(value)) return Shape{to_int(value)};
+  if (const Tensor* t = tensor_ptr(value)) {
+    if (t->rank() == 0) return Shape{to_int(value)};
+    std::vector<int64_t> dims = t->to_vector<int64_t>(Loc{});
+    return Shape(std::move(dims));
+  }
+  if (!PySequence_Check(value.ptr()))
+    fail("shape", "a shape is an int or a sequence of ints: got ",
+         py::repr(value).cast<std::string>(), ", expected e.g. 3 or (2, 3)");
+  std::vector<int64_t> dims;
+  for (py::handle d : py::reinterpret_borrow<py::sequence>(value)) dims.push_back(to_int(d));
+  return Shape(std::move(dims));
+}
+
+std::optional<Axes> to_axes(py::handle value) {
+  if (value.is_none()) return std::nullopt;
+  return to_shape(value).dims();
+}
+
+std::optional<DType> to_optional_dtype(py::handle value) {
+  if (value.is_none()) return std::nullopt;
+  return to_dtype(value);
+}
+
+std::pair<Tensor, Tensor> operands(py::handle a, py::handle b) {
+  if (const Tensor* x = tensor_ptr(a)) return {*x, operand(b, *x)};
+  if (const Tensor* y = tensor_ptr(b)) return {operand(a, *y), *y};
+  if (is_python_scalar(a) && !is_python_scalar(b)) {
+    Tensor y = to_tensor(b);
+    return {operand(a, y), y};
+  }
+  Tensor x = to_tensor(a);
+  return {x, operand(b, x)};
+}
+
+int64_t to_int(py::handle value) {
+  if (const Tensor* t = tensor_ptr(value)) {
+    if (t->rank() != 0 || !(is_integral(t->dtype()) || t->dtype() == bool_))
+      fail("index", "only 0-d integer tensors are Python ints: got ", t->type(),
+           ", expected a 0-d integer tensor");
+    return t->item<int64_t>(Loc{});
+  }
+  if (PyBool_Check(value.ptr()) || !PyIndex_Check(value.ptr()))
+    fail("index", "an integer is needed: got ", py::repr(value).cast<std::string>(),
+         ", expected an int");
+  const long long v =
+      PyLong_AsLongLong(py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr())).ptr());
+  if (PyErr_Occurred()) throw py::error_already_set();
+  return v;
+}
+
+Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc) {
+  if (is_floating(a.dtype()) || is_floating(b.dtype())) return div(a, b, loc);
+  const DType f = to_floating(promote_types(a.dtype(), b.dtype()));
+  return div(astype(a, f, loc), astype(b, f, loc), loc);
+}
+
 void bind_tensor(py::module_& m) {
   py::enum_<DType> dtype(m, "dtype", "The element type of a Tensor.");
   for (const DTypeName& d : kDTypes) dtype.value(d.name, d.dtype);
   dtype.export_values();
-  dtype.def_property_readonly("itemsize", [](DType d) { return dtype_size(d); });
+  dtype.def_property_readonly(
+      "itemsize", [](DType d) { return dtype_size(d); }, "Bytes per element.");
+  dtype.def_property_readonly("name", &dtype_str, "numpy's name: 'float32', 'bool', ...");
   dtype.def("__repr__", [](DType d) {
     for (const DTypeName& n : kDTypes)
       if (n.dtype == d) return "kiln." + std::string(n.name);
     return std::string("kiln.dtype(?)");
   });
 
-  py::class_<Tensor> tensor(m, "Tensor", py::buffer_protocol(),
-                            "An n-dimensional array: eager, or traced inside a transformation.");
-  tensor.def(py::init([](py::handle value, py::object dtype) {
-               return to_tensor(
-                   value, dtype.is_none() ? std::nullopt : std::optional<DType>(to_dtype(dtype)));
+  py::class_<Tensor> tensor(m, "Tensor", py::buffer_protocol(), R"doc(
+An n-dimensional array: eager (holding memory), or traced inside jit, grad or vmap.
+
+Tensors are immutable values: `x += 1` rebinds x to a new tensor, as for a JAX array. NumPy
+arrays convert without a copy (kiln.asarray), and np.asarray(t) views a tensor's memory through
+the buffer protocol; bfloat16, which NumPy lacks, converts to a float32 copy through __array__.
+torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorch.)doc");
+  g_tensor_type = reinterpret_cast<PyTypeObject*>(tensor.ptr());
+  auto* heap = reinterpret_cast<PyHeapTypeObject*>(tensor.ptr());
+  heap->as_buffer.bf_getbuffer = tensor_getbuffer;
+  heap->as_buffer.bf_releasebuffer = tensor_releasebuffer;
+  // NumPy defers to Tensor's reflected operators: np_array + t is a Tensor, as in JAX.
+  tensor.attr("__array_priority__") = 100;
+
+  tensor.def(py::init([](py::handle value, py::handle dtype) {
+               return to_tensor(value, to_optional_dtype(dtype));
              }),
-             py::arg("value"), py::arg("dtype") = py::none());
-  tensor.def_property_readonly("dtype", [](const Tensor& t) { return t.dtype(); });
-  tensor.def_property_readonly("shape", [](const Tensor& t) {
-    py::tuple out(t.rank());
-    for (int i = 0; i < t.rank(); ++i) out[i] = t.shape().dims()[static_cast<std::size_t>(i)];
-    return out;
+             py::arg("value"), py::arg("dtype") = py::none(),
+             "kiln.asarray(value, dtype): shares a NumPy array's memory where it can.");
+  tensor.def_property_readonly(
+      "dtype", [](const Tensor& t) { return t.dtype(); }, "The element type.");
+  tensor.def_property_readonly(
+      "shape", [](const Tensor& t) { return shape_tuple(t.shape()); }, "The sizes, a tuple.");
+  tensor.def_property_readonly("ndim", &Tensor::rank, "The number of axes.");
+  tensor.def_property_readonly("size", &Tensor::numel, "The number of elements.");
+  tensor.def_property_readonly(
+      "itemsize", [](const Tensor& t) { return dtype_size(t.dtype()); }, "Bytes per element.");
+  tensor.def_property_readonly(
+      "nbytes", [](const Tensor& t) { return t.numel() * dtype_size(t.dtype()); },
+      "Bytes of the elements.");
+  tensor.def_property_readonly(
+      "T", [](const Tensor& t) { return transpose(t, Loc{}); }, "The axes reversed.");
+  tensor.def_property_readonly(
+      "is_traced", &Tensor::is_traced,
+      "True for a tensor being traced inside jit, grad or vmap (it has no values).");
+  tensor.def("__repr__", &tensor_repr);
+  tensor.def("__str__", [](const Tensor& t) {
+    if (t.is_traced()) return tensor_repr(t);
+    return py::str(numpy_view(t, py::cast(t))).cast<std::string>();
   });
-  tensor.def_property_readonly("ndim", &Tensor::rank);
-  tensor.def_property_readonly("size", &Tensor::numel);
-  tensor.def("__repr__", [](const Tensor& t) { return to_string(t); });
-  tensor.def_buffer([](const Tensor& t) {
-    const char* format = format_of(t.dtype());
-    if (!format)
-      fail("buffer",
-           "bfloat16 has no buffer format: got a bfloat16 tensor, expected another dtype (convert "
-           "with astype)");
-    const auto item = static_cast<py::ssize_t>(dtype_size(t.dtype()));
-    std::vector<py::ssize_t> shape(t.shape().dims().begin(), t.shape().dims().end());
-    std::vector<py::ssize_t> strides;
-    for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s) * item);
-    return py::buffer_info(t.raw_data(), item, format, t.rank(), shape, strides, false);
+  tensor.def("item", &item, "The value of a one-element tensor as a Python bool, int or float.");
+  tensor.def(
+      "tolist",
+      [](py::handle self) { return numpy_view(*tensor_ptr(self), self).attr("tolist")(); },
+      "The values as nested Python lists (a Python scalar for a 0-d tensor).");
+  tensor.def(
+      "numpy", [](py::handle self) { return numpy_view(*tensor_ptr(self), self); },
+      "A NumPy array viewing the tensor's memory (bfloat16: a float32 copy).");
+  tensor.def(
+      "__array__",
+      [](py::handle self, py::handle dtype) {
+        py::array a = numpy_view(*tensor_ptr(self), self);
+        return dtype.is_none() ? py::object(a) : a.attr("astype")(dtype);
+      },
+      py::arg("dtype") = py::none(),
+      "NumPy's conversion: a view of the tensor's memory; bfloat16 (no NumPy dtype) converts "
+      "to a float32 copy.");
+  tensor.def("__len__", [](const Tensor& t) {
+    if (t.rank() == 0) throw py::type_error("len() of a 0-d tensor");
+    return t.shape()[0];
   });
+  tensor.def("__iter__", [](const Tensor& t) {
+    if (t.rank() == 0) throw py::type_error("iteration over a 0-d tensor");
+    py::list rows;
+    for (int64_t i = 0; i < t.shape()[0]; ++i) rows.append(index(t, i, Loc{}));
+    return py::iter(rows);
+  });
+  tensor.def(
+      "__bool__", [](const Tensor& t) { return static_cast<bool>(t); },
+      "Truth of a one-element tensor; inside jit use kiln.cond / kiln.while_loop.");
+  auto scalar = [](const char* op) {
+    return [op](const Tensor& t) {
+      require_concrete(t);
+      if (t.numel() != 1)
+        fail(op, "only one-element tensors convert to Python scalars: got ", t.type(),
+             ", expected one element");
+      return t;
+    };
+  };
+  tensor.def("__float__",
+             [f = scalar("float")](const Tensor& t) { return f(t).item<double>(Loc{}); });
+  tensor.def("__int__", [f = scalar("int")](const Tensor& t) {
+    const Tensor& u = f(t);
+    return is_floating(u.dtype()) ? static_cast<int64_t>(u.item<double>(Loc{}))
+                                  : u.item<int64_t>(Loc{});
+  });
+  tensor.def("__index__", [f = scalar("index")](const Tensor& t) {
+    if (t.rank() != 0 || !(is_integral(t.dtype()) || t.dtype() == bool_))
+      fail("index", "only 0-d integer tensors can be indices: got ", t.type(),
+           ", expected a 0-d integer tensor");
+    return f(t).item<int64_t>(Loc{});
+  });
+  tensor.def("__getitem__", &getitem,
+             "numpy's indexing: ints, slices (any step), None, ..., integer tensors and lists "
+             "(gathers, broadcast together) and bool masks (eager only: the result's size "
+             "depends on values).");
+
+  // Operators. Python scalars are weakly typed (`x * 2.0` keeps x's dtype).
+#define KILN_BINARY(name, rname, fn)                                                           \
+  tensor.def(name, [](const Tensor& a, py::handle b) { return fn(a, operand(b, a), Loc{}); }); \
+  tensor.def(rname, [](const Tensor& a, py::handle b) { return fn(operand(b, a), a, Loc{}); });
+  KILN_BINARY("__add__", "__radd__", add)
+  KILN_BINARY("__sub__", "__rsub__", sub)
+  KILN_BINARY("__mul__", "__rmul__", mul)
+  KILN_BINARY("__truediv__", "__rtruediv__", true_divide)
+  KILN_BINARY("__floordiv__", "__rfloordiv__", floor_divide)
+  KILN_BINARY("__mod__", "__rmod__", remainder)
+  KILN_BINARY("__pow__", "__rpow__", pow)
+  KILN_BINARY("__matmul__", "__rmatmul__", matmul)
+  KILN_BINARY("__and__", "__rand__", bitwise_and)
+  KILN_BINARY("__or__", "__ror__", bitwise_or)
+  KILN_BINARY("__xor__", "__rxor__", bitwise_xor)
+  KILN_BINARY("__lshift__", "__rlshift__", left_shift)
+  KILN_BINARY("__rshift__", "__rrshift__", right_shift)
+#undef KILN_BINARY
+#define KILN_COMPARE(name, fn) \
+  tensor.def(name, [](const Tensor& a, py::handle b) { return fn(a, operand(b, a), Loc{}); });
+  KILN_COMPARE("__lt__", less)
+  KILN_COMPARE("__le__", less_equal)
+  KILN_COMPARE("__gt__", greater)
+  KILN_COMPARE("__ge__", greater_equal)
+#undef KILN_COMPARE
+  // == and != with a value that is no array (None, a string) are Python's identity tests.
+  tensor.def("__eq__", [](const Tensor& a, py::handle b) -> py::object {
+    if (b.is_none() || PyUnicode_Check(b.ptr())) return py::bool_(false);
+    return py::cast(equal(a, operand(b, a), Loc{}));
+  });
+  tensor.def("__ne__", [](const Tensor& a, py::handle b) -> py::object {
+    if (b.is_none() || PyUnicode_Check(b.ptr())) return py::bool_(true);
+    return py::cast(not_equal(a, operand(b, a), Loc{}));
+  });
+  tensor.def("__neg__", [](const Tensor& a) { return neg(a, Loc{}); });
+  tensor.def("__pos__", [](const Tensor& a) { return a; });
+  tensor.def("__abs__", [](const Tensor& a) { return abs(a, Loc{}); });
+  tensor.def("__invert__", [](const Tensor& a) {
+    return a.dtype() == bool_ ? logical_not(a, Loc{}) : bitwise_not(a, Loc{});
+  });
+  // No __iadd__ and friends: Python falls back to `x = x + y`, rebinding x (tensors are
+  // immutable values, as in JAX).
+
+  // Methods numpy's and PyTorch's users reach for; the rest are the top-level functions bound
+  // as methods in ops.cpp.
+  tensor.def(
+      "astype", [](const Tensor& t, py::handle d) { return astype(t, to_dtype(d), Loc{}); },
+      py::arg("dtype"), "A copy converted to dtype (the tensor itself when it has it).");
+  tensor.def(
+      "reshape",
+      [](const Tensor& t, const py::args& shape) {
+        return reshape(t, shape_of_args(shape), Loc{});
+      },
+      "x.reshape(2, 3) or x.reshape((2, 3)); one size may be -1.");
+  tensor.def(
+      "transpose",
+      [](const Tensor& t, const py::args& axes) {
+        if (axes.empty() || (axes.size() == 1 && axes[0].is_none())) return transpose(t, Loc{});
+        return transpose(t, shape_of_args(axes).dims(), Loc{});
+      },
+      "x.transpose() reverses the axes; x.transpose(1, 0, 2) or x.transpose((1, 0, 2)) "
+      "permutes them (numpy's method, not torch's two-axis swap: see swapaxes).");
+  tensor.def(
+      "copy", [](const Tensor& t) { return t.is_traced() ? t : copy_of(t); },
+      "A copy of the values in new memory.");
 
   m.def(
       "asarray",
-      [](py::handle value, py::object dtype) {
-        return to_tensor(value,
-                         dtype.is_none() ? std::nullopt : std::optional<DType>(to_dtype(dtype)));
+      [](py::handle value, py::handle dtype) { return to_tensor(value, to_optional_dtype(dtype)); },
+      py::arg("value"), py::arg("dtype") = py::none(), R"doc(
+A Tensor of `value`: a kiln.Tensor as is; a NumPy array (or any buffer) of a dtype Kiln has,
+viewed without a copy (writes through either are visible in the other, and the array stays alive
+as long as a view of it does); Python scalars and nested lists copied, with JAX's dtypes (bool,
+int32, float32). `dtype` converts (a copy).)doc");
+  m.def(
+      "array",
+      [](py::handle value, py::handle dtype) {
+        const Tensor t = to_tensor(value, to_optional_dtype(dtype));
+        return t.is_traced() ? t : copy_of(t);
       },
       py::arg("value"), py::arg("dtype") = py::none(),
-      "A Tensor of `value`, sharing its memory when it is a NumPy array Kiln can view.");
+      "A Tensor holding a copy of `value` (asarray shares a NumPy array's memory instead).");
 }
 
 }  // namespace kiln::python

@@ -1,0 +1,281 @@
+"""kiln.Tensor from Python: properties, conversions, operators, indexing and repr, against
+numpy on the same values."""
+import inspect
+import operator
+
+import numpy as np
+import pytest
+
+import kiln as kl
+
+
+def rng():
+    return np.random.default_rng(0)
+
+
+def check(t, expected, dtype=None):
+    assert isinstance(t, kl.Tensor)
+    expected = np.asarray(expected)
+    assert t.shape == expected.shape
+    if dtype is not None:
+        assert t.dtype == dtype
+    np.testing.assert_allclose(np.asarray(t).astype(np.float64), expected.astype(np.float64),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_properties():
+    a = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    t = kl.asarray(a)
+    assert t.dtype == kl.float32 and t.dtype.name == "float32"
+    assert t.shape == (2, 3, 4) and t.ndim == 3 and t.size == 24 and len(t) == 2
+    assert t.itemsize == 4 and t.nbytes == 96
+    assert t.tolist() == a.tolist()
+    assert kl.asarray(np.float64(2.5)).item() == 2.5
+    assert isinstance(kl.asarray(np.int64(3)).item(), int)
+    assert kl.asarray(np.array([True])).item() is True
+    assert [row.shape for row in t] == [(3, 4), (3, 4)]
+    k1, k2, k3 = kl.asarray(np.arange(3))
+    assert (int(k1), int(k2), int(k3)) == (0, 1, 2)
+
+
+def test_scalar_conversions():
+    assert float(kl.asarray(np.float32(1.5))) == 1.5
+    assert int(kl.asarray(np.array([7], np.int64))) == 7
+    assert int(kl.asarray(-2.7)) == -2
+    assert bool(kl.asarray(np.array([[1.0]])))
+    assert not bool(kl.asarray(0))
+    assert [10, 20, 30][kl.asarray(2)] == 30  # __index__
+    with pytest.raises(kl.Error, match=r"\[bool\].*got .*expected one element"):
+        bool(kl.asarray(np.ones(2)))
+    with pytest.raises(kl.Error, match=r"\[float\].*got f32\[3\], expected one element"):
+        float(kl.asarray(np.ones(3, np.float32)))
+    with pytest.raises(kl.Error, match=r"\[index\].*got f32\[\]"):
+        operator.index(kl.asarray(1.0))
+    with pytest.raises(TypeError):
+        len(kl.asarray(1.0))
+
+
+DTYPES = [np.float32, np.float64, np.int32, np.int64, np.float16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", [operator.add, operator.sub, operator.mul, operator.truediv,
+                                operator.floordiv, operator.mod, operator.pow, operator.lt,
+                                operator.le, operator.gt, operator.ge, operator.eq, operator.ne])
+def test_binary_operators(op, dtype):
+    r = rng()
+    a = r.uniform(1, 5, (3, 4)).astype(dtype)
+    b = r.uniform(1, 3, (4,)).astype(dtype)  # broadcasts
+    if op is operator.pow and np.issubdtype(dtype, np.integer):
+        b = np.array([0, 1, 2, 3], dtype)
+    x, y = kl.asarray(a), kl.asarray(b)
+    expected = op(a, b)
+    tol = 2e-3 if dtype == np.float16 else 1e-6
+    for got in (op(x, y), op(x, b), op(a, y)):  # tensor-tensor, and numpy on either side
+        assert isinstance(got, kl.Tensor)
+        assert got.shape == expected.shape
+        if expected.dtype == np.bool_:
+            assert got.dtype == kl.bool_
+            np.testing.assert_array_equal(np.asarray(got), expected)
+        else:
+            np.testing.assert_allclose(np.asarray(got).astype(np.float64),
+                                       expected.astype(np.float64), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype,kl_dtype", [(np.float16, kl.float16), (np.int32, kl.int32),
+                                            (np.float32, kl.float32), (np.uint8, kl.uint8)])
+def test_python_scalars_are_weak(dtype, kl_dtype):
+    a = np.array([1, 2, 3], dtype)
+    t = kl.asarray(a)
+    for got in (t + 2, 2 + t, t * 3, t - 1, 5 - t, t // 2, t % 2):
+        assert got.dtype == kl_dtype
+    np.testing.assert_array_equal(np.asarray(5 - t), (5 - a).astype(dtype))
+    # A Python float next to integers gives a float; next to float16 keeps float16.
+    assert (t * 2.0).dtype == (kl_dtype if np.issubdtype(dtype, np.floating) else kl.float32)
+    # True division of integers gives floats, as in Python.
+    assert (t / 2).dtype in (kl.float16, kl.float32)
+    np.testing.assert_allclose(np.asarray(t / 2).astype(np.float64), a / 2, rtol=1e-3)
+
+
+def test_unary_and_bitwise_operators():
+    a = np.array([[-1.5, 2.0], [0.0, -3.25]], np.float32)
+    t = kl.asarray(a)
+    check(-t, -a)
+    check(abs(t), np.abs(a))
+    check(+t, a)
+    m = np.array([True, False, True])
+    np.testing.assert_array_equal(np.asarray(~kl.asarray(m)), ~m)
+    i = np.array([5, -3, 12], np.int32)
+    j = np.array([3, 6, 1], np.int32)
+    for op in (operator.and_, operator.or_, operator.xor, operator.lshift, operator.rshift):
+        np.testing.assert_array_equal(np.asarray(op(kl.asarray(i), kl.asarray(j))), op(i, j))
+    np.testing.assert_array_equal(np.asarray(~kl.asarray(i)), ~i)
+    np.testing.assert_array_equal(np.asarray(kl.asarray(m) & True), m & True)
+
+
+def test_matmul_operator():
+    r = rng()
+    a, b = r.standard_normal((2, 3, 4)).astype(np.float32), r.standard_normal((4, 5))
+    b = b.astype(np.float32)
+    check(kl.asarray(a) @ kl.asarray(b), a @ b)
+    check(a @ kl.asarray(b), a @ b)
+    check(kl.asarray(a) @ b, a @ b)
+
+
+def test_compound_assignment_rebinds():
+    a = np.ones(3, np.float32)
+    t = kl.asarray(a)
+    u = t
+    u += 1
+    u *= 3
+    assert u is not t
+    np.testing.assert_array_equal(np.asarray(t), np.ones(3))  # the original is untouched
+    np.testing.assert_array_equal(np.asarray(u), np.full(3, 6.0))
+    assert not hasattr(kl.Tensor, "__iadd__")
+
+
+def test_comparison_with_non_arrays():
+    t = kl.asarray(np.ones(2))
+    assert (t == None) is False  # noqa: E711
+    assert (t != "a") is True
+
+
+A = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+INDICES = [
+    0, -1, (1, 2), (slice(None), 1), slice(1, None), (Ellipsis, 0), (0, Ellipsis, -2),
+    (slice(None, None, -1),), (slice(None), slice(None, None, -2), slice(3, 0, -1)),
+    (slice(-3, None), None, 1), (None, Ellipsis, None), (1, slice(0, 3, 2), None, -1),
+    ([0, 1, 1],), (slice(None), [2, 0]), (slice(None), [[0, 1], [2, 2]], slice(1, 3)),
+    ([1, 0], [2, 1]), ([1, 0], slice(None), [3, 1]), (0, slice(None), [1, 2]),
+    (Ellipsis, [4, 0, -1]), (1, [0, -1], [[2], [3]]), (slice(None), 1, [0, 3]),
+    (np.array([1, 0]),), (None, [1]), (slice(10, 20),), (slice(-10, 2),),
+]
+
+
+@pytest.mark.parametrize("index", INDICES, ids=[repr(i) for i in INDICES])
+def test_indexing_matches_numpy(index):
+    t = kl.asarray(A)
+    got = t[index]
+    expected = A[index]
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(np.asarray(got), expected)
+
+
+def test_tensor_and_bool_indices():
+    t = kl.asarray(A)
+    idx = np.array([[1, 0], [0, 1]])
+    np.testing.assert_array_equal(np.asarray(t[kl.asarray(idx)]), A[idx])
+    np.testing.assert_array_equal(np.asarray(t[:, kl.asarray(np.array([2, -1]))]), A[:, [2, -1]])
+    mask = A > 60
+    np.testing.assert_array_equal(np.asarray(t[kl.asarray(mask)]), A[mask])
+    np.testing.assert_array_equal(np.asarray(t[t > 60]), A[mask])
+    m2 = np.array([True, False, True])
+    np.testing.assert_array_equal(np.asarray(t[:, m2]), A[:, m2])
+    np.testing.assert_array_equal(np.asarray(t[1, m2, 2:]), A[1, m2, 2:])
+    np.testing.assert_array_equal(np.asarray(t[[]]), A[[]])
+
+
+def test_index_errors():
+    t = kl.asarray(A)
+    line = inspect.currentframe().f_lineno + 2
+    with pytest.raises(kl.Error) as info:
+        t[2]
+    message = str(info.value)
+    assert message.startswith("[getitem] index out of bounds")
+    assert "got 2, expected -2 <= index < 2" in message
+    assert f"test_tensor.py:{line}" in message
+    with pytest.raises(kl.Error, match=r"\[getitem\] too many indices.*got 5, expected at most 4"):
+        t[0, 0, 0, 0, 0]
+    with pytest.raises(kl.Error, match=r"\[getitem\] index out of bounds.*got 7"):
+        t[:, [0, 7]]
+    with pytest.raises(kl.Error, match=r"\[getitem\] tensor indices must be integers"):
+        t[kl.asarray(np.array([0.5]))]
+    with pytest.raises(kl.Error, match=r"\[getitem\] bool mask shape"):
+        t[np.array([True, False, True])]
+
+
+def test_views_share_memory():
+    a = np.zeros((4, 5), np.float32)
+    t = kl.asarray(a)
+    v = t[1:3, ::2]
+    a[1, 2] = 7.0
+    assert float(v[0, 1]) == 7.0
+    assert t.T.shape == (5, 4)
+    np.testing.assert_array_equal(np.asarray(t.T), a.T)
+
+
+def test_methods():
+    a = rng().standard_normal((3, 4, 2)).astype(np.float32)
+    t = kl.asarray(a)
+    check(t.reshape(4, 6), a.reshape(4, 6))
+    check(t.reshape((2, -1)), a.reshape(2, -1))
+    check(t.transpose(), a.transpose())
+    check(t.transpose(1, 0, 2), a.transpose(1, 0, 2))
+    check(t.transpose((2, 0, 1)), a.transpose(2, 0, 1))
+    check(t.sum(axis=(0, 2), keepdims=True), a.sum(axis=(0, 2), keepdims=True))
+    check(t.mean(1), a.mean(1))
+    check(t.max(axis=-1), a.max(axis=-1))
+    check(t.min(), a.min())
+    check(t.var(axis=0, ddof=1), a.var(axis=0, ddof=1))
+    check(t.std(), a.std())
+    check(t.argmax(axis=1), a.argmax(axis=1))
+    check(t.cumsum(axis=1), a.cumsum(axis=1))
+    check(t.astype(kl.int32), a.astype(np.int32), kl.int32)
+    check(t.astype(np.float64), a, kl.float64)
+    check(t.astype("float16"), a.astype(np.float16), kl.float16)
+    check(t.ravel(), a.ravel())
+    check(t.squeeze(), a)
+    check(t.swapaxes(0, 2), a.swapaxes(0, 2))
+    check(t.clip(-0.5, 0.5), a.clip(-0.5, 0.5))
+    check(t.round(2), a.round(2))
+    check(t.copy(), a)
+    assert not np.shares_memory(np.asarray(t.copy()), np.asarray(t))
+    assert isinstance(t.numpy(), np.ndarray)
+
+
+def test_repr_matches_numpy():
+    a = np.array([[1.0, 2.5], [-3.0, 4.0]], np.float32)
+    assert repr(kl.asarray(a)) == repr(a).replace("array", "Tensor")
+    i = np.arange(6, dtype=np.int32).reshape(2, 3)
+    assert repr(kl.asarray(i)) == repr(i).replace("array", "Tensor")
+    assert repr(kl.asarray(np.array([True, False]))) == "Tensor([ True, False], dtype=bool)"
+    assert repr(kl.asarray(np.float64(1.5))) == "Tensor(1.5, dtype=float64)"
+    assert repr(kl.zeros((0, 3))) == "Tensor([], shape=(0, 3), dtype=float32)"
+    assert str(kl.asarray(a)) == str(a)
+    b = kl.asarray(a).astype(kl.bfloat16)
+    assert repr(b) == "Tensor([[ 1. ,  2.5],\n        [-3. ,  4. ]], dtype=bfloat16)"
+
+
+def test_bfloat16_converts_through_array():
+    a = np.array([1.0, 2.5, -3.0], np.float32)
+    b = kl.asarray(a).astype(kl.bfloat16)
+    c = np.asarray(b)
+    assert c.dtype == np.float32
+    np.testing.assert_array_equal(c, a)
+    assert np.array(b, dtype=np.float64).dtype == np.float64
+    assert b.tolist() == [1.0, 2.5, -3.0]
+    with pytest.raises(BufferError):
+        memoryview(b)
+
+
+def test_numpy_defers_to_tensor_operators():
+    a = np.ones(3, np.float32)
+    t = kl.asarray(np.arange(3, dtype=np.float32))
+    for got in (a + t, a * t, a < t, a @ t):
+        assert isinstance(got, kl.Tensor)
+    # ufuncs convert through __array__, giving numpy arrays (as for JAX arrays).
+    assert isinstance(np.sin(t), np.ndarray)
+
+
+@pytest.mark.skipif(not hasattr(kl, "jit"), reason="needs kiln.jit (transforms)")
+@pytest.mark.parametrize("convert", [bool, float, int])
+def test_traced_values_name_kiln_cond(convert):
+    with pytest.raises(kl.Error, match=r"got a traced tensor.*kiln\.cond / kiln\.while_loop"):
+        kl.jit(lambda x: x * convert(x))(kl.asarray(1.0))
+
+
+@pytest.mark.skipif(not hasattr(kl, "jit"), reason="needs kiln.jit (transforms)")
+def test_traced_repr_shows_the_type():
+    seen = []
+    kl.jit(lambda x: seen.append(repr(x)) or x)(kl.zeros((2, 3)))
+    assert seen == ["Tensor(traced, shape=(2, 3), dtype=float32)"]
