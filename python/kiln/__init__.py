@@ -13,6 +13,13 @@ from ._kiln import from_dlpack, linalg, random  # noqa: E402,F401
 _sys.modules[__name__ + ".linalg"] = linalg
 _sys.modules[__name__ + ".random"] = random
 
+# py-transforms: pytrees, transformations of Python callables and control flow.
+from . import tree  # noqa: F401,E402
+from ._kiln import (  # noqa: F401,E402
+    all_gather, all_to_all, axis_index, checkpoint, cond, custom_jvp, custom_vjp, fori_loop,
+    grad, hessian, jacfwd, jacrev, jit, jvp, pmap, pmax, pmean, pmin, ppermute, psum,
+    psum_scatter, scan, stop_gradient, switch, value_and_grad, vjp, vmap, while_loop)
+
 # autograph (issue #17): kiln.jit converts Python if/while/for on traced tensors; it replaces
 # the native jit exported above (which it calls). See kiln.autograph.
 from .autograph import jit  # noqa: E402,F401

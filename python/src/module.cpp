@@ -11,4 +11,8 @@ PYBIND11_MODULE(_kiln, m) {
   bind_dlpack(m);
   bind_ops(m);
   bind_random(m);
+  // py-transforms: pytrees, transformations, control flow
+  bind_tree(m);
+  bind_transforms(m);
+  bind_control_flow(m);
 }

@@ -1,5 +1,6 @@
 #include "compiler/orc.h"
 
+#include <dlfcn.h>
 #include <llvm/ADT/StringMap.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -30,8 +31,21 @@
 #include "detail/files.h"
 #include "kiln/error.h"
 
+// One of SLEEF's functions, to find its library (declared here as src/math/vector_math.cpp
+// does, rather than from sleef.h).
+extern "C" double Sleef_exp_u10(double);
+
 namespace kiln::compiler {
 namespace {
+
+// Adds SLEEF's library to the process's global symbol table, where kernels look their calls up:
+// a program linked with it has it there, but Python loads Kiln's module (and with it SLEEF) with
+// RTLD_LOCAL, which leaves it out.
+void make_sleef_global() {
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&Sleef_exp_u10), &info) != 0 && info.dli_fname != nullptr)
+    dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+}
 
 std::string llvm_error(llvm::Error e) { return llvm::toString(std::move(e)); }
 
@@ -85,6 +99,7 @@ class Jit {
 
  private:
   Jit() : jtmb_(unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detect the host")) {
+    make_sleef_global();
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     jtmb_.setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);

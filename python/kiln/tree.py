@@ -1,0 +1,8 @@
+"""Pytrees: nested containers whose leaves are tensors, arrays or scalars (docs/PYTHON.md).
+
+dict (keys sorted), list, tuple, namedtuple, None (an empty node), dataclasses (automatically;
+a field with metadata={"static": True} is static) and types registered with `register` are
+nodes; strings are static leaves (part of the structure); everything else is a leaf. The
+functions are Kiln's C++ (kiln._kiln.tree), the same code the transformations flatten with.
+"""
+from ._kiln.tree import TreeDef, flatten, leaves, map, register, structure, unflatten  # noqa: F401

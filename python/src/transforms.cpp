@@ -1,0 +1,773 @@
+// Transformations of Python callables (docs/PYTHON.md, "Pytrees, transformations and control
+// flow"): each one flattens its arguments in C++ (pytree.h), calls the flat core of
+// kiln/impl/transforms.h with pytree::python_fn around the callable, and rebuilds the Python
+// result. The callables they return are C++ objects (Transformed, Jit, CustomJvp, CustomVjp)
+// that carry the wrapped function's __name__, __doc__ and __wrapped__.
+#include "kiln/transforms.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "kiln/distributed.h"
+#include "pytree.h"
+
+namespace kiln::python {
+namespace {
+
+using detail::FlatFn;
+using detail::FlatTree;
+using pytree::flatten_tensors;
+using pytree::python_fn;
+using pytree::unflatten_tensors;
+
+// A transformed function: __call__ runs `call`; attributes (functools-style metadata) live in
+// the instance dictionary.
+struct Transformed {
+  std::function<py::object(const py::args&, const py::kwargs&)> call;
+};
+
+// Copies what functools.wraps copies, and sets __wrapped__.
+void copy_metadata(py::handle to, py::handle f) {
+  for (const char* name : {"__module__", "__name__", "__qualname__", "__doc__"})
+    if (py::hasattr(f, name)) to.attr(name) = f.attr(name);
+  to.attr("__wrapped__") = f;
+}
+
+py::object wrap(py::handle f, std::function<py::object(const py::args&, const py::kwargs&)> call) {
+  py::object out = py::cast(Transformed{std::move(call)});
+  copy_metadata(out, f);
+  return out;
+}
+
+// The positional arguments of a call, flattened.
+struct Args {
+  std::vector<Tensor> leaves;
+  TreeDef def;
+};
+Args flatten_args(py::handle args) {
+  Args a;
+  a.def = flatten_tensors(args, a.leaves);
+  return a;
+}
+
+std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
+
+// argnums: an int (one gradient) or a tuple of ints (a tuple of gradients).
+struct ArgnumsSpec {
+  std::vector<int> nums;
+  bool single = true;
+};
+ArgnumsSpec argnums_spec(std::string_view op, py::handle argnums) {
+  ArgnumsSpec s;
+  if (PyLong_Check(argnums.ptr())) {
+    s.nums.push_back(argnums.cast<int>());
+    return s;
+  }
+  if (!py::isinstance<py::tuple>(argnums) && !py::isinstance<py::list>(argnums))
+    fail(op, "argnums must be an int or a tuple of ints: got ", repr_of(argnums),
+         ", expected e.g. 0 or (0, 2)");
+  s.single = false;
+  for (py::handle a : argnums) s.nums.push_back(a.cast<int>());
+  if (s.nums.empty()) fail(op, "argnums is empty: got (), expected at least one argument index");
+  return s;
+}
+// The argnums for a call with n positional arguments: negative ones from the end.
+std::vector<int> resolve_argnums(std::string_view op, const std::vector<int>& nums, std::size_t n) {
+  std::vector<int> out;
+  for (int k : nums) {
+    const int r = k < 0 ? k + static_cast<int>(n) : k;
+    if (r < 0 || r >= static_cast<int>(n))
+      fail(op, "argnums out of range: got ", k, " for a call with ", n,
+           " positional arguments, expected an index in [", -static_cast<int>(n), ", ", n - 1, "]");
+    out.push_back(r);
+  }
+  return out;
+}
+
+// fn whose result must be (value, aux) when has_aux, else one leaf: grad's and vjp's check.
+FlatFn checked_result(std::string_view op, FlatFn fn, bool has_aux, bool scalar) {
+  return [op, fn = std::move(fn), has_aux, scalar](const std::vector<Tensor>& in,
+                                                   TreeDef& out_def) {
+    std::vector<Tensor> out = fn(in, out_def);
+    if (has_aux && (out_def.kind != TreeDef::Kind::tuple || out_def.children.size() != 2))
+      fail(op, "has_aux: the function must return a pair (output, aux): got ", out_def.to_string(),
+           ", expected a tuple of two");
+    const TreeDef& value = has_aux ? out_def.children[0] : out_def;
+    if (scalar && value.kind != TreeDef::Kind::leaf)
+      fail(op, "the function must return one scalar tensor", has_aux ? " (and aux)" : "", ": got ",
+           value.to_string(), ", expected a single tensor (use has_aux=True to return ", "more)");
+    return out;
+  };
+}
+
+py::object make_grad(py::object f, py::handle argnums, bool has_aux, bool value_too) {
+  const char* op = value_too ? "value_and_grad" : "grad";
+  ArgnumsSpec spec = argnums_spec(op, argnums);
+  return wrap(f,
+              [f, spec, has_aux, value_too, op](const py::args& args,
+                                                const py::kwargs& kwargs) -> py::object {
+                const std::vector<int> nums = resolve_argnums(op, spec.nums, args.size());
+                const Args in = flatten_args(args);
+                const detail::GradResult r = detail::grad_call(
+                    op, nums, in.def, in.leaves,
+                    checked_result(op, python_fn(f, in.def, kwargs), has_aux, true));
+                py::tuple grads(nums.size());
+                for (std::size_t k = 0; k < nums.size(); ++k)
+                  grads[k] = unflatten_tensors(in.def.children[static_cast<std::size_t>(nums[k])],
+                                               r.grads[k]);
+                py::object g = spec.single ? py::object(grads[0]) : py::object(grads);
+                py::object value = unflatten_tensors(r.value.def, r.value.leaves);
+                if (value_too) return py::make_tuple(value, g);
+                if (has_aux) return py::make_tuple(g, value[py::int_(1)]);
+                return g;
+              });
+}
+
+// Zeros shaped like each leaf.
+std::vector<Tensor> zeros_like_all(std::span<const Tensor> leaves) {
+  std::vector<Tensor> out;
+  for (const Tensor& t : leaves) out.push_back(zeros_like(t));
+  return out;
+}
+
+py::object vjp(py::object f, const py::args& primals, bool has_aux) {
+  Args in = flatten_args(primals);
+  detail::VjpFlat r = detail::vjp_call(in.def, in.leaves,
+                                       checked_result("vjp", python_fn(f, in.def), has_aux, false));
+  const TreeDef out_def = r.out.def;
+  std::size_t n_out = r.out.leaves.size();
+  std::vector<Tensor> aux_zeros;
+  if (has_aux) {
+    n_out = out_def.children[0].num_leaves();
+    aux_zeros = zeros_like_all(std::span<const Tensor>(r.out.leaves).subspan(n_out));
+  }
+  auto pullback = std::make_shared<detail::FlatPullback>(std::move(r.pullback));
+  py::object vjp_fn = wrap(f, [pullback, out_def, aux_zeros, has_aux, args_def = in.def](
+                                  const py::args& ct, const py::kwargs&) {
+    if (ct.size() != 1)
+      fail("vjp", "vjp_fn takes one cotangent: got ", ct.size(), " arguments, expected 1");
+    std::vector<Tensor> leaves;
+    TreeDef def = flatten_tensors(ct[0], leaves);
+    if (has_aux) {  // the aux output gets a zero cotangent
+      TreeDef both;
+      both.kind = TreeDef::Kind::tuple;
+      both.children = {std::move(def), out_def.children[1]};
+      def = std::move(both);
+      leaves.insert(leaves.end(), aux_zeros.begin(), aux_zeros.end());
+    }
+    return unflatten_tensors(args_def, (*pullback)(leaves, def));
+  });
+  vjp_fn.attr("__name__") = "vjp_fn";
+  const std::span<const Tensor> out(r.out.leaves);
+  if (!has_aux) return py::make_tuple(unflatten_tensors(out_def, out), vjp_fn);
+  return py::make_tuple(unflatten_tensors(out_def.children[0], out.first(n_out)), vjp_fn,
+                        unflatten_tensors(out_def.children[1], out.subspan(n_out)));
+}
+
+py::object jvp(py::object f, py::handle primals, py::handle tangents) {
+  for (py::handle v : {primals, tangents})
+    if (!py::isinstance<py::tuple>(v) && !py::isinstance<py::list>(v))
+      fail("jvp", "primals and tangents must be tuples (or lists) of arguments: got ", repr_of(v),
+           ", expected e.g. (x,)");
+  const Args p = flatten_args(py::tuple(py::reinterpret_borrow<py::object>(primals)));
+  const Args t = flatten_args(py::tuple(py::reinterpret_borrow<py::object>(tangents)));
+  const detail::JvpFlat r = detail::jvp_call(p.def, p.leaves, t.def, t.leaves, python_fn(f, p.def));
+  return py::make_tuple(unflatten_tensors(r.out.def, r.out.leaves),
+                        unflatten_tensors(r.out.def, r.tangents));
+}
+
+py::object make_jacobian(py::object f, py::handle argnums, bool forward) {
+  const char* op = forward ? "jacfwd" : "jacrev";
+  ArgnumsSpec spec = argnums_spec(op, argnums);
+  return wrap(f, [f, spec, forward, op](const py::args& args, const py::kwargs& kwargs) {
+    const std::vector<int> nums = resolve_argnums(op, spec.nums, args.size());
+    const Args in = flatten_args(args);
+    const FlatFn fn = python_fn(f, in.def, kwargs);
+    const detail::FlatJacobian j = forward ? detail::jacfwd_call(nums, in.def, in.leaves, fn)
+                                           : detail::jacrev_call(nums, in.def, in.leaves, fn);
+    // Each result leaf becomes the chosen argument trees holding its blocks.
+    const std::vector<detail::LeafRange> ranges = detail::arg_ranges(in.def);
+    std::size_t n = 0;
+    for (int k : nums) n += ranges[static_cast<std::size_t>(k)].size();
+    const std::span<const Tensor> blocks(j.blocks);
+    std::vector<py::object> per_leaf;
+    for (std::size_t o = 0; o * n < blocks.size(); ++o) {
+      py::tuple parts(nums.size());
+      std::size_t at = o * n;
+      for (std::size_t k = 0; k < nums.size(); ++k) {
+        const auto arg = static_cast<std::size_t>(nums[k]);
+        parts[k] = unflatten_tensors(in.def.children[arg], blocks.subspan(at, ranges[arg].size()));
+        at += ranges[arg].size();
+      }
+      per_leaf.push_back(spec.single ? py::object(parts[0]) : py::object(parts));
+    }
+    return pytree::unflatten(j.out_def, per_leaf);
+  });
+}
+
+// vmap's options for one call: in_axes resolved against the arguments' structure.
+detail::VmapOptions vmap_options(py::handle in_axes, const TreeDef& args_def,
+                                 const std::string& axis_name) {
+  auto axis = [](py::handle a) -> std::optional<int> {
+    if (a.is_none()) return std::nullopt;
+    if (!PyLong_Check(a.ptr()))
+      fail("vmap", "an axis must be an int or None: got ", repr_of(a), ", expected e.g. 0");
+    return a.cast<int>();
+  };
+  detail::VmapOptions o;
+  o.name = axis_name;
+  InAxes in;
+  const std::size_t n = args_def.children.size();
+  if (in_axes.is_none() || PyLong_Check(in_axes.ptr())) {
+    in.axes.assign(n, axis(in_axes));
+  } else {
+    if (!py::isinstance<py::tuple>(in_axes) && !py::isinstance<py::list>(in_axes))
+      fail("vmap", "in_axes must be an int, None, or a tuple with one entry per argument: got ",
+           repr_of(in_axes), ", expected e.g. (0, None)");
+    if (py::len(in_axes) != n)
+      fail("vmap", "in_axes has ", py::len(in_axes), " entries: got ", repr_of(in_axes), " for ", n,
+           " arguments, expected one per argument");
+    for (std::size_t a = 0; a < n; ++a) {
+      py::handle spec = in_axes[py::int_(a)];
+      if (spec.is_none() || PyLong_Check(spec.ptr())) {
+        in.axes.emplace_back(axis(spec));
+        continue;
+      }
+      LeafAxes leaves;
+      pytree::broadcast_prefix("vmap", spec, args_def.children[a],
+                               [&](py::handle x) { leaves.axes.push_back(axis(x)); });
+      in.axes.emplace_back(std::move(leaves));
+    }
+  }
+  o.in = std::move(in);
+  return o;
+}
+
+py::object make_vmap(py::object f, py::object in_axes, py::object out_axes,
+                     std::optional<std::string> axis_name) {
+  return wrap(f, [f, in_axes, out_axes, name = axis_name.value_or("")](const py::args& args,
+                                                                       const py::kwargs& kwargs) {
+    const Args in = flatten_args(args);
+    detail::VmapOptions o = vmap_options(in_axes, in.def, name);
+    FlatFn fn = python_fn(f, in.def, kwargs);
+    if (out_axes.is_none() || PyLong_Check(out_axes.ptr())) {
+      o.out =
+          OutAxes{{out_axes.is_none() ? std::nullopt : std::optional<int>(out_axes.cast<int>())}};
+    } else {
+      // A prefix of the result: known once f is traced, and vmap_call reads o.out only after
+      // tracing, so the traced function fills it in.
+      fn = [fn = std::move(fn), &o, out_axes](const std::vector<Tensor>& x, TreeDef& out_def) {
+        std::vector<Tensor> out = fn(x, out_def);
+        OutAxes axes;
+        pytree::broadcast_prefix("vmap", out_axes, out_def, [&](py::handle a) {
+          axes.axes.push_back(a.is_none() ? std::nullopt : std::optional<int>(a.cast<int>()));
+        });
+        o.out = std::move(axes);
+        return out;
+      };
+    }
+    const FlatTree r = detail::vmap_call(o, in.def, in.leaves, fn);
+    return unflatten_tensors(r.def, r.leaves);
+  });
+}
+
+// jit(f): one JitCache per value of the static arguments.
+class Jit {
+ public:
+  Jit(py::object f, std::vector<int> static_argnums)
+      : f_(std::move(f)), static_argnums_(std::move(static_argnums)) {
+    name_ = py::getattr(f_, "__name__", py::str("jit")).cast<std::string>();
+  }
+
+  py::object call(const py::args& args, const py::kwargs& kwargs) {
+    if (static_argnums_.empty() && kwargs.empty()) {  // the common case, kept short
+      if (!plain_) plain_ = detail::make_jit_cache(name_, std::nullopt);
+      const Args in = flatten_args(args);
+      const FlatTree r = detail::jit_call(*plain_, in.def, in.leaves, python_fn(f_, in.def));
+      return unflatten_tensors(r.def, r.leaves);
+    }
+    // Static arguments are replaced by None in the traced tuple and passed by value to f;
+    // keyword arguments are traced, as one dict after the positional arguments.
+    const std::vector<int> statics = resolve_argnums("jit", static_argnums_, args.size());
+    py::tuple key(statics.size());
+    py::list dynamic(args);
+    for (std::size_t k = 0; k < statics.size(); ++k) {
+      key[k] = args[static_cast<std::size_t>(statics[k])];
+      dynamic[static_cast<std::size_t>(statics[k])] = py::none();
+    }
+    py::object slot = caches_.attr("get")(key);
+    if (slot.is_none()) {
+      slot = py::int_(by_static_.size());
+      caches_[key] = slot;
+      by_static_.push_back(detail::make_jit_cache(name_, std::nullopt));
+    }
+    detail::JitCache& cache = *by_static_[slot.cast<std::size_t>()];
+    dynamic.append(kwargs);
+    const Args in = flatten_args(py::tuple(dynamic));
+    const std::size_t n = args.size();
+    FlatFn fn = [f = f_, key, statics, n, def = in.def](const std::vector<Tensor>& leaves,
+                                                        TreeDef& out_def) {
+      py::tuple all = pytree::unflatten_tensors(def, leaves);
+      py::tuple call_args(n);
+      for (std::size_t i = 0; i < n; ++i) call_args[i] = all[i];
+      for (std::size_t k = 0; k < statics.size(); ++k)
+        call_args[static_cast<std::size_t>(statics[k])] = key[k];
+      const py::object out = f(*call_args, **py::reinterpret_borrow<py::dict>(all[n]));
+      std::vector<Tensor> flat;
+      out_def = flatten_tensors(out, flat);
+      return flat;
+    };
+    const FlatTree r = detail::jit_call(cache, in.def, in.leaves, fn);
+    return unflatten_tensors(r.def, r.leaves);
+  }
+
+  // The number of traced signatures over all static-argument values.
+  std::size_t cache_size() const {
+    std::size_t n = plain_ ? detail::jit_cache_size(*plain_) : 0;
+    for (const auto& c : by_static_) n += detail::jit_cache_size(*c);
+    return n;
+  }
+
+ private:
+  py::object f_;
+  std::vector<int> static_argnums_;
+  std::string name_;
+  std::shared_ptr<detail::JitCache> plain_;
+  py::dict caches_;  // static values (a tuple) -> index into by_static_
+  std::vector<std::shared_ptr<detail::JitCache>> by_static_;
+};
+
+std::vector<int> static_argnums_of(py::handle s) {
+  if (PyLong_Check(s.ptr())) return {s.cast<int>()};
+  return s.cast<std::vector<int>>();
+}
+
+// custom_jvp(f) with JAX's f.defjvp(rule): rule(primals, tangents) -> (primal_out, tangent_out).
+struct CustomJvp {
+  py::object f, rule;
+  py::object call(const py::args& args) const {
+    if (rule.is_none())
+      fail("custom_jvp",
+           "no rule: got a custom_jvp function without one, expected f.defjvp(rule) "
+           "before calling it");
+    const Args in = flatten_args(args);
+    // Kiln's core computes the primal output with f and takes only the tangent from the rule.
+    auto factory = [r = rule](const TreeDef& rule_args_def) -> FlatFn {
+      return [r, def = rule_args_def](const std::vector<Tensor>& leaves, TreeDef& out_def) {
+        const py::tuple pt = unflatten_tensors(def, leaves);
+        const py::object out = r(pt[0], pt[1]);
+        if (!py::isinstance<py::tuple>(out) || py::len(out) != 2)
+          fail("custom_jvp", "the rule must return (primal_out, tangent_out): got ", repr_of(out),
+               ", expected a tuple of two");
+        std::vector<Tensor> flat;
+        out_def = flatten_tensors(out[py::int_(1)], flat);
+        return flat;
+      };
+    };
+    const FlatTree r = detail::custom_jvp_call(in.def, in.leaves, python_fn(f, in.def), factory);
+    return unflatten_tensors(r.def, r.leaves);
+  }
+};
+
+// custom_vjp(f) with JAX's f.defvjp(fwd, bwd): fwd(*args) -> (out, residuals),
+// bwd(residuals, cotangent) -> one cotangent per argument (None: zeros).
+struct CustomVjp {
+  py::object f, fwd, bwd;
+  py::object call(const py::args& args) const {
+    if (fwd.is_none())
+      fail("custom_vjp",
+           "no rule: got a custom_vjp function without one, expected "
+           "f.defvjp(fwd, bwd) before calling it");
+    const Args in = flatten_args(args);
+    // Kiln's core hands the rule (primals, output, cotangent), not saved residuals: fwd runs
+    // again inside the backward rule to make them.
+    auto factory = [fw = fwd, bw = bwd](const TreeDef& rule_args_def) -> FlatFn {
+      return [fw, bw, def = rule_args_def](const std::vector<Tensor>& leaves, TreeDef& out_def) {
+        const py::tuple pc = unflatten_tensors(def, leaves);  // (primals, output, cotangent)
+        const py::tuple primals = pc[0];
+        const py::object fwd_out = fw(*primals);
+        if (!py::isinstance<py::tuple>(fwd_out) || py::len(fwd_out) != 2)
+          fail("custom_vjp", "fwd must return (output, residuals): got ", repr_of(fwd_out),
+               ", expected a tuple of two");
+        const py::object cts = bw(fwd_out[py::int_(1)], pc[2]);
+        if ((!py::isinstance<py::tuple>(cts) && !py::isinstance<py::list>(cts)) ||
+            py::len(cts) != primals.size())
+          fail("custom_vjp", "bwd must return one cotangent per argument: got ", repr_of(cts),
+               ", expected a tuple of ", primals.size());
+        std::vector<Tensor> flat;
+        out_def.kind = TreeDef::Kind::tuple;
+        out_def.children.clear();
+        for (std::size_t i = 0; i < primals.size(); ++i) {
+          py::handle ct = cts[py::int_(i)];
+          if (ct.is_none()) {  // no cotangent: zeros shaped like the argument
+            std::vector<Tensor> p;
+            out_def.children.push_back(flatten_tensors(primals[i], p));
+            for (const Tensor& t : p) flat.push_back(zeros_like(t));
+          } else {
+            out_def.children.push_back(flatten_tensors(ct, flat));
+          }
+        }
+        return flat;
+      };
+    };
+    const FlatTree r = detail::custom_vjp_call(in.def, in.leaves, python_fn(f, in.def), factory);
+    return unflatten_tensors(r.def, r.leaves);
+  }
+};
+
+// A Tensor -> Tensor collective applied to every leaf of a tree.
+py::object tree_apply(py::handle x, const std::function<Tensor(const Tensor&)>& op) {
+  std::vector<Tensor> leaves;
+  const TreeDef def = flatten_tensors(x, leaves);
+  for (Tensor& t : leaves) t = op(t);
+  return unflatten_tensors(def, leaves);
+}
+
+// pmap(f): one cache per number of positional arguments (in_axes are resolved against it).
+class Pmap {
+ public:
+  Pmap(py::object f, py::object in_axes, py::object out_axes, std::string name)
+      : f_(std::move(f)),
+        in_axes_(std::move(in_axes)),
+        out_axes_(std::move(out_axes)),
+        name_(std::move(name)) {}
+  py::object call(const py::args& args) {
+    const Args in = flatten_args(args);
+    std::shared_ptr<detail::PmapCache>& cache = caches_[args.size()];
+    if (!cache) {
+      detail::VmapOptions o = vmap_options(in_axes_, in.def, name_);
+      if (!out_axes_.is_none() && !PyLong_Check(out_axes_.ptr()))
+        fail("pmap", "out_axes must be an int or None: got ", repr_of(out_axes_),
+             ", expected e.g. 0");
+      o.out =
+          OutAxes{{out_axes_.is_none() ? std::nullopt : std::optional<int>(out_axes_.cast<int>())}};
+      cache = detail::make_pmap_cache(o);
+    }
+    const FlatTree r = detail::pmap_call(*cache, in.def, in.leaves, python_fn(f_, in.def));
+    return unflatten_tensors(r.def, r.leaves);
+  }
+
+ private:
+  py::object f_, in_axes_, out_axes_;
+  std::string name_;
+  std::unordered_map<std::size_t, std::shared_ptr<detail::PmapCache>> caches_;
+};
+
+// Binds a callable class: __call__, __get__ (so it works as a method) and free attributes.
+template <class T>
+py::class_<T> callable_class(py::module_& m, const char* name, const char* doc) {
+  py::class_<T> cls(m, name, py::dynamic_attr(), doc);
+  cls.def("__get__", [](py::object self, py::object obj, py::object) -> py::object {
+    if (obj.is_none()) return self;
+    return py::module_::import("functools").attr("partial")(self, obj);
+  });
+  return cls;
+}
+
+// A few of Kiln's ops for this part's tests (python/tests/kops.py), so they run before the
+// operations are bound on the top level; the tests switch to those once they land.
+void bind_ops_for_tests(py::module_& m) {
+  py::module_ t = m.def_submodule("_ops_for_tests", "Ops for the transformation tests only.");
+  using Binary = Tensor (*)(const Tensor&, const Tensor&, Loc);
+  using Unary = Tensor (*)(const Tensor&, Loc);
+  auto binary = [&](const char* name, Binary op) {
+    t.def(name, [op](py::handle a, py::handle b) {
+      const bool a_tensor = py::isinstance<Tensor>(a);
+      const Tensor x = a_tensor ? a.cast<Tensor>() : Tensor();
+      const Tensor y = py::isinstance<Tensor>(b) ? b.cast<Tensor>() : Tensor();
+      if (a_tensor) return op(x, y.defined() ? y : operand(b, x), Loc{});
+      if (y.defined()) return op(operand(a, y), y, Loc{});
+      return op(to_tensor(a), to_tensor(b), Loc{});
+    });
+  };
+  binary("add", &add);
+  binary("sub", &sub);
+  binary("mul", &mul);
+  binary("div", &div);
+  binary("pow", &pow);
+  binary("maximum", &maximum);
+  binary("less", &less);
+  binary("greater", &greater);
+  binary("matmul", &matmul);
+  for (auto [name, op] : {std::pair<const char*, Unary>{"sin", &sin},
+                          {"cos", &cos},
+                          {"exp", &exp},
+                          {"log", &log},
+                          {"tanh", &tanh},
+                          {"neg", &neg},
+                          {"square", &square}})
+    t.def(name, [op = op](py::handle x) { return op(to_tensor(x), Loc{}); });
+  t.def(
+      "sum",
+      [](py::handle x, std::optional<Axes> axis) {
+        return sum(to_tensor(x), axis.value_or(Axes{}), false, Loc{});
+      },
+      py::arg("x"), py::arg("axis") = py::none());
+  t.def(
+      "mean",
+      [](py::handle x, std::optional<Axes> axis) {
+        return mean(to_tensor(x), axis.value_or(Axes{}), false, Loc{});
+      },
+      py::arg("x"), py::arg("axis") = py::none());
+  t.def("where", [](py::handle c, py::handle x, py::handle y) {
+    return where(to_tensor(c), to_tensor(x), to_tensor(y), Loc{});
+  });
+  t.def("astype",
+        [](py::handle x, py::handle d) { return astype(to_tensor(x), to_dtype(d), Loc{}); });
+  t.def("reshape", [](py::handle x, std::vector<int64_t> shape) {
+    return reshape(to_tensor(x), Shape(shape), Loc{});
+  });
+}
+
+}  // namespace
+
+void bind_transforms(py::module_& m) {
+  bind_ops_for_tests(m);
+  callable_class<Transformed>(m, "Transformed", "A function transformed by Kiln.")
+      .def("__call__", [](const Transformed& t, const py::args& args, const py::kwargs& kwargs) {
+        return t.call(args, kwargs);
+      });
+
+  m.def(
+      "grad",
+      [](py::object f, py::object argnums, bool has_aux) {
+        return make_grad(std::move(f), argnums, has_aux, false);
+      },
+      py::arg("f"), py::arg("argnums") = 0, py::arg("has_aux") = false,
+      "grad(f, argnums=0, has_aux=False): a function returning the gradient of the scalar f "
+      "with respect to argument `argnums` (a tuple of them for a tuple of ints), shaped like "
+      "that argument's pytree. With has_aux f returns (value, aux) and the result is "
+      "(gradient, aux). Other keyword arguments pass through to f undifferentiated.");
+  m.def(
+      "value_and_grad",
+      [](py::object f, py::object argnums, bool has_aux) {
+        return make_grad(std::move(f), argnums, has_aux, true);
+      },
+      py::arg("f"), py::arg("argnums") = 0, py::arg("has_aux") = false,
+      "value_and_grad(f, argnums=0, has_aux=False): like grad, returning (f(...), gradient); "
+      "with has_aux ((value, aux), gradient).");
+  m.def(
+      "vjp",
+      [](py::object f, const py::args& primals, const py::kwargs& kwargs) {
+        bool has_aux = false;
+        for (auto [k, v] : kwargs) {
+          if (k.cast<std::string>() != "has_aux")
+            fail("vjp", "unknown keyword argument: got ", k.cast<std::string>(),
+                 ", expected has_aux");
+          has_aux = v.cast<bool>();
+        }
+        return vjp(std::move(f), primals, has_aux);
+      },
+      py::arg("f"),
+      "vjp(f, *primals, has_aux=False) -> (f(*primals), vjp_fn): vjp_fn(cotangent) returns a "
+      "tuple with the cotangent of each primal. With has_aux f returns (out, aux) and vjp "
+      "returns (out, vjp_fn, aux).");
+  m.def("jvp", &jvp, py::arg("f"), py::arg("primals"), py::arg("tangents"),
+        "jvp(f, primals, tangents) -> (f(*primals), tangent of the output): primals and "
+        "tangents are tuples of arguments with the same pytree structure.");
+  m.def(
+      "jacfwd",
+      [](py::object f, py::object argnums) { return make_jacobian(std::move(f), argnums, true); },
+      py::arg("f"), py::arg("argnums") = 0,
+      "jacfwd(f, argnums=0): the Jacobian by forward mode. The result has f's output "
+      "structure with each leaf replaced by the argument's pytree (a tuple of them for a tuple "
+      "argnums) whose leaves hold d(output leaf)/d(argument leaf), shaped out.shape + "
+      "leaf.shape.");
+  m.def(
+      "jacrev",
+      [](py::object f, py::object argnums) { return make_jacobian(std::move(f), argnums, false); },
+      py::arg("f"), py::arg("argnums") = 0,
+      "jacrev(f, argnums=0): the Jacobian by reverse mode, shaped as jacfwd's.");
+  m.def(
+      "hessian",
+      [](py::object f, py::object argnums) {
+        py::object g = make_grad(f, argnums, false, false);
+        py::object h = make_jacobian(g, argnums, true);
+        copy_metadata(h, f);
+        return h;
+      },
+      py::arg("f"), py::arg("argnums") = 0,
+      "hessian(f, argnums=0): jacfwd(grad(f, argnums), argnums), the Hessian of a scalar f "
+      "(forward over reverse).");
+  m.def("vmap", &make_vmap, py::arg("f"), py::arg("in_axes") = 0, py::arg("out_axes") = 0,
+        py::arg("axis_name") = py::none(),
+        "vmap(f, in_axes=0, out_axes=0, axis_name=None): f written for one example, run on a "
+        "batch. in_axes: an int or None for every argument, or a tuple with one entry per "
+        "argument, each an int, None (not batched) or a pytree prefix of that argument. "
+        "out_axes: an int, None, or a pytree prefix of the result. axis_name names the axis "
+        "for collectives (psum, ...).");
+
+  callable_class<Jit>(m, "Jitted", "A function compiled by kiln.jit.")
+      .def("__call__", &Jit::call)
+      .def("_cache_size", &Jit::cache_size,
+           "The number of signatures traced so far (over all static-argument values).");
+  m.def(
+      "jit",
+      [](py::object f, py::object static_argnums) -> py::object {
+        std::vector<int> statics = static_argnums_of(static_argnums);
+        auto make = [statics](py::object fn) {
+          py::object j = py::cast(Jit(fn, statics));
+          copy_metadata(j, fn);
+          return j;
+        };
+        if (f.is_none())  // @jit(static_argnums=...)
+          return py::cpp_function([make](py::object fn) { return make(std::move(fn)); });
+        return make(std::move(f));
+      },
+      py::arg("f") = py::none(), py::arg("static_argnums") = py::tuple(),
+      "jit(f, static_argnums=()): f compiled. The first call for each signature (pytree "
+      "structure, strings and static arguments by value, dtypes and shapes) traces f once and "
+      "compiles it; later calls run the compiled code without calling f. Static arguments must "
+      "be hashable; they are passed to f as they are. Usable as @jit and "
+      "@jit(static_argnums=...).");
+
+  m.def(
+      "checkpoint",
+      [](py::object f) {
+        return wrap(f, [f](const py::args& args, const py::kwargs& kwargs) {
+          const Args in = flatten_args(args);
+          const FlatTree r =
+              detail::checkpoint_call(in.def, in.leaves, python_fn(f, in.def, kwargs));
+          return unflatten_tensors(r.def, r.leaves);
+        });
+      },
+      py::arg("f"),
+      "checkpoint(f): the same function, but reverse mode keeps only its inputs and recomputes "
+      "its intermediates in the backward pass (memory for compute).");
+
+  callable_class<CustomJvp>(m, "CustomJvp", "A function with a custom forward-mode rule.")
+      .def("__call__", &CustomJvp::call)
+      .def(
+          "defjvp",
+          [](CustomJvp& self, py::object rule) {
+            self.rule = rule;
+            return rule;
+          },
+          py::arg("rule"),
+          "defjvp(rule): rule(primals, tangents) -> (primal_out, tangent_out). Returns rule, so "
+          "it works as a decorator.");
+  m.def(
+      "custom_jvp",
+      [](py::object f) {
+        py::object out = py::cast(CustomJvp{f, py::none()});
+        copy_metadata(out, f);
+        return out;
+      },
+      py::arg("f"),
+      "custom_jvp(f): f with a derivative rule given by f.defjvp(rule), rule(primals, "
+      "tangents) -> (primal_out, tangent_out) with primals and tangents tuples of f's "
+      "arguments. Kiln computes the primal output with f and takes the tangent from the rule; "
+      "reverse mode transposes the rule, so grad uses it too.");
+  callable_class<CustomVjp>(m, "CustomVjp", "A function with a custom reverse-mode rule.")
+      .def("__call__", &CustomVjp::call)
+      .def(
+          "defvjp",
+          [](CustomVjp& self, py::object fwd, py::object bwd) {
+            self.fwd = std::move(fwd);
+            self.bwd = std::move(bwd);
+          },
+          py::arg("fwd"), py::arg("bwd"),
+          "defvjp(fwd, bwd): fwd(*args) -> (out, residuals); bwd(residuals, cotangent) -> a "
+          "tuple with one cotangent per argument (None for zeros).");
+  m.def(
+      "custom_vjp",
+      [](py::object f) {
+        py::object out = py::cast(CustomVjp{f, py::none(), py::none()});
+        copy_metadata(out, f);
+        return out;
+      },
+      py::arg("f"),
+      "custom_vjp(f): f with a reverse rule given by f.defvjp(fwd, bwd). Kiln's core hands the "
+      "rule the primals rather than saved residuals, so fwd runs again inside the backward "
+      "pass to make the residuals for bwd.");
+
+  m.def(
+      "stop_gradient",
+      [](py::handle x) {
+        return tree_apply(x, [](const Tensor& t) { return stop_gradient(t, Loc{}); });
+      },
+      py::arg("x"), "x (a pytree) as a constant for differentiation: its derivative is zero.");
+
+  // Collectives over a named vmap / pmap axis, applied to each leaf of a pytree.
+  m.def(
+      "psum",
+      [](py::handle x, const std::string& axis) {
+        return tree_apply(x, [&](const Tensor& t) { return psum(t, axis, Loc{}); });
+      },
+      py::arg("x"), py::arg("axis_name"), "The sum of x over all examples of the named axis.");
+  m.def(
+      "pmean",
+      [](py::handle x, const std::string& axis) {
+        return tree_apply(x, [&](const Tensor& t) { return pmean(t, axis, Loc{}); });
+      },
+      py::arg("x"), py::arg("axis_name"), "The mean of x over all examples of the named axis.");
+  m.def(
+      "pmax",
+      [](py::handle x, const std::string& axis) {
+        return tree_apply(x, [&](const Tensor& t) { return pmax(t, axis, Loc{}); });
+      },
+      py::arg("x"), py::arg("axis_name"), "The maximum of x over all examples of the named axis.");
+  m.def(
+      "pmin",
+      [](py::handle x, const std::string& axis) {
+        return tree_apply(x, [&](const Tensor& t) { return pmin(t, axis, Loc{}); });
+      },
+      py::arg("x"), py::arg("axis_name"), "The minimum of x over all examples of the named axis.");
+  m.def(
+      "all_gather",
+      [](py::handle x, const std::string& axis) {
+        return tree_apply(x, [&](const Tensor& t) { return all_gather(t, axis, Loc{}); });
+      },
+      py::arg("x"), py::arg("axis_name"), "Every example's x, stacked along a new leading axis.");
+  m.def(
+      "axis_index", [](const std::string& axis) { return axis_index(axis, Loc{}); },
+      py::arg("axis_name"), "This example's position along the named axis (int32 scalar).");
+  m.def(
+      "ppermute",
+      [](py::handle x, const std::string& axis,
+         const std::vector<std::pair<int64_t, int64_t>>& perm) {
+        return tree_apply(x, [&](const Tensor& t) { return ppermute(t, axis, perm, Loc{}); });
+      },
+      py::arg("x"), py::arg("axis_name"), py::arg("perm"),
+      "For each (source, dest) pair in perm, example dest gets example source's x; the others "
+      "get zeros.");
+  m.def(
+      "all_to_all",
+      [](py::handle x, const std::string& axis, int64_t split_axis, int64_t concat_axis) {
+        return tree_apply(x, [&](const Tensor& t) {
+          return all_to_all(t, axis, split_axis, concat_axis, Loc{});
+        });
+      },
+      py::arg("x"), py::arg("axis_name"), py::arg("split_axis"), py::arg("concat_axis"),
+      "Example i's result at j along concat_axis is example j's x at i along split_axis.");
+  m.def(
+      "psum_scatter",
+      [](py::handle x, const std::string& axis, int64_t scatter_dimension) {
+        return tree_apply(
+            x, [&](const Tensor& t) { return psum_scatter(t, axis, scatter_dimension, Loc{}); });
+      },
+      py::arg("x"), py::arg("axis_name"), py::arg("scatter_dimension") = 0,
+      "Example i gets the sum over examples of x at index i along scatter_dimension.");
+
+  callable_class<Pmap>(m, "Pmapped", "A function mapped over processes by kiln.pmap.")
+      .def("__call__", &Pmap::call);
+  m.def(
+      "pmap",
+      [](py::object f, py::object in_axes, py::object out_axes, std::optional<std::string> name) {
+        py::object p = py::cast(Pmap(f, in_axes, out_axes, name.value_or("")));
+        copy_metadata(p, f);
+        return p;
+      },
+      py::arg("f"), py::arg("in_axes") = 0, py::arg("out_axes") = 0,
+      py::arg("axis_name") = py::none(),
+      "pmap(f, in_axes=0, out_axes=0, axis_name=None): SPMD over the processes started by "
+      "mpirun (docs/DISTRIBUTED.md): each process passes its local examples and the named axis "
+      "spans all of them; traced once per signature and compiled. In one process it is "
+      "jit(vmap(f)). in_axes: an int, None or a tuple of them; out_axes: an int or None.");
+}
+
+}  // namespace kiln::python

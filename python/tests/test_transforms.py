@@ -1,0 +1,455 @@
+"""Transformations of Python callables against independent references: analytic derivatives,
+float64 central differences, Python loops instead of vmap, eager runs instead of jit."""
+import collections
+import dataclasses
+import gc
+import resource
+import sys
+
+import numpy as np
+import pytest
+
+import kiln as kl
+from kops import (add, close, cos, div, exp, greater, log, matmul, maximum, mean, mul, neg, pow,
+                  sin, square, sub, sum, tanh)
+
+rng = np.random.default_rng(0)
+
+
+def randn(*shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def central_diff(f, x, eps=1e-6):
+    """The gradient of a scalar NumPy function f at float64 x."""
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g
+
+
+# ---- jit ---------------------------------------------------------------------------------------
+
+def test_jit_traces_once_per_signature_then_runs_without_python():
+    calls = []
+
+    def f(x, y):
+        calls.append(1)
+        return add(mul(sin(x), y), 1.0)
+
+    jf = kl.jit(f)
+    x, y = randn(3), randn(3)
+    for _ in range(5):
+        close(jf(x, y), np.sin(x) * y + 1)
+    assert len(calls) == 1 and jf._cache_size() == 1
+    jf(randn(4), randn(4))  # a new shape: traced again
+    assert len(calls) == 2 and jf._cache_size() == 2
+    jf(kl.asarray(x), kl.asarray(y))  # the first signature again: cached
+    assert len(calls) == 2
+
+
+def test_jit_metadata_and_decorator_forms():
+    def scaled(x, n):
+        """Doc of scaled."""
+        return mul(x, float(n))
+
+    j = kl.jit(scaled, static_argnums=(1,))
+    assert j.__name__ == "scaled" and j.__doc__ == "Doc of scaled." and j.__wrapped__ is scaled
+
+    @kl.jit
+    def double(x):
+        return add(x, x)
+
+    assert double.__name__ == "double"
+    close(double(np.arange(3.0, dtype=np.float32)), [0, 2, 4])
+
+    @kl.jit(static_argnums=1)
+    def power(x, n):
+        out = x
+        for _ in range(n - 1):  # Python control flow on the static argument
+            out = mul(out, x)
+        return out
+
+    x = randn(4)
+    close(power(x, 3), x ** 3, rtol=1e-5)
+    close(power(x, 2), x ** 2)
+
+
+def test_jit_static_argnums_one_cache_per_value():
+    calls = []
+
+    def f(x, mode):
+        calls.append(mode)
+        return sin(x) if mode == "sin" else cos(x)
+
+    jf = kl.jit(f, static_argnums=1)
+    x = randn(3)
+    close(jf(x, "sin"), np.sin(x))
+    close(jf(x, "cos"), np.cos(x))
+    close(jf(x, "sin"), np.sin(x))
+    assert calls == ["sin", "cos"]
+
+
+def test_jit_kwargs_are_traced():
+    calls = []
+
+    def f(x, scale=None):
+        calls.append(1)
+        return mul(x, scale)
+
+    jf = kl.jit(f)
+    x = randn(3)
+    close(jf(x, scale=np.float32(2.0)), 2 * x)
+    close(jf(x, scale=np.float32(3.0)), 3 * x)
+    assert len(calls) == 1
+
+
+Point = collections.namedtuple("Point", ["x", "y"])
+
+
+@dataclasses.dataclass
+class Params:
+    w: object
+    b: object
+    name: str = "p"
+
+
+class Pair:
+    """A registered pytree node."""
+
+    def __init__(self, a, b):
+        self.a, self.b = a, b
+
+
+kl.tree.register(Pair, lambda p: ((p.a, p.b), "pair"), lambda aux, ch: Pair(*ch))
+
+
+def every_kind(x):
+    """A pytree with one of every kind of node around x."""
+    return {"list": [x, x], "tuple": (x,), "point": Point(x, x), "none": None,
+            "params": Params(w=x, b=x), "pair": Pair(x, x), "label": "static"}
+
+
+def check_every_kind(tree, expect):
+    assert set(tree) == {"list", "tuple", "point", "none", "params", "pair", "label"}
+    close(tree["list"][0], expect)
+    close(tree["list"][1], expect)
+    assert isinstance(tree["tuple"], tuple)
+    close(tree["tuple"][0], expect)
+    assert isinstance(tree["point"], Point)
+    close(tree["point"].y, expect)
+    assert tree["none"] is None
+    assert isinstance(tree["params"], Params) and tree["params"].name == "p"
+    close(tree["params"].b, expect)
+    assert isinstance(tree["pair"], Pair)
+    close(tree["pair"].b, expect)
+    assert tree["label"] == "static"
+
+
+def tree_sum(tree):
+    total = 0.0
+    for leaf in kl.tree.leaves(tree):
+        total = add(sum(leaf), total)
+    return total
+
+
+def test_every_pytree_kind_through_every_transformation():
+    x = randn(3)
+    scale = lambda t: kl.tree.map(lambda v: mul(v, 2.0), t)  # noqa: E731
+    check_every_kind(scale(every_kind(x)), 2 * x)
+    check_every_kind(kl.jit(scale)(every_kind(x)), 2 * x)
+    # grad: d/dleaf sum(2 * leaf) = 2 for every leaf; the gradient has the argument's structure.
+    check_every_kind(kl.grad(lambda t: tree_sum(scale(t)))(every_kind(x)), np.full(3, 2.0))
+    xs = randn(4, 3)
+    batched = kl.vmap(scale)(every_kind(xs))
+    check_every_kind(batched, 2 * xs)
+    out, tangent = kl.jvp(scale, (every_kind(x),), (every_kind(np.ones(3, np.float32)),))
+    check_every_kind(out, 2 * x)
+    check_every_kind(tangent, np.full(3, 2.0))
+    out, vjp_fn = kl.vjp(scale, every_kind(x))
+    (ct,) = vjp_fn(every_kind(np.ones(3, np.float32)))
+    check_every_kind(ct, np.full(3, 2.0))
+    check_every_kind(kl.checkpoint(scale)(every_kind(x)), 2 * x)
+    # jacrev: each result leaf holds the argument's structure of blocks d(out)/d(leaf).
+    jac = kl.jacrev(lambda t: mul(t["tuple"][0], 2.0))(every_kind(x))
+    close(jac["tuple"][0], 2 * np.eye(3))
+    close(jac["list"][0], np.zeros((3, 3)))
+    carry = kl.fori_loop(0, 2, lambda i, t: scale(t), every_kind(x))
+    check_every_kind(carry, 4 * x)
+
+
+# ---- reverse and forward mode ------------------------------------------------------------------
+
+def test_grad_analytic_and_argnums():
+    f = lambda x, y: sum(mul(sin(x), y))  # noqa: E731
+    x, y = randn(5), randn(5)
+    close(kl.grad(f)(x, y), np.cos(x) * y)
+    gx, gy = kl.grad(f, argnums=(0, 1))(x, y)
+    close(gx, np.cos(x) * y)
+    close(gy, np.sin(x))
+    close(kl.grad(f, argnums=-1)(x, y), np.sin(x))
+    value, g = kl.value_and_grad(f)(x, y)
+    close(value, np.sum(np.sin(x) * y))
+    close(g, np.cos(x) * y)
+
+
+def test_grad_has_aux_and_value_and_grad_has_aux():
+    def f(x):
+        return sum(square(x)), {"double": mul(x, 2.0)}
+
+    x = randn(4)
+    g, aux = kl.grad(f, has_aux=True)(x)
+    close(g, 2 * x)
+    close(aux["double"], 2 * x)
+    (value, aux), g = kl.value_and_grad(f, has_aux=True)(x)
+    close(value, np.sum(x * x))
+    close(aux["double"], 2 * x)
+
+
+def loss_np(w1, b1, w2, x, y):
+    h = np.tanh(x @ w1 + b1)
+    return np.mean((h @ w2 - y) ** 2)
+
+
+def loss(params, x, y):
+    h = tanh(add(matmul(x, params["w1"]), params["b1"]))
+    return mean(square(sub(matmul(h, params["w2"]), y)))
+
+
+def test_grad_of_mlp_loss_against_float64_central_differences():
+    p = {"w1": randn(3, 4, dtype=np.float64), "b1": randn(4, dtype=np.float64),
+         "w2": randn(4, 1, dtype=np.float64)}
+    x, y = randn(6, 3, dtype=np.float64), randn(6, 1, dtype=np.float64)
+    g = kl.grad(loss)(p, x, y)
+    close(g["w1"], central_diff(lambda w: loss_np(w, p["b1"], p["w2"], x, y), p["w1"]), 1e-6, 1e-8)
+    close(g["b1"], central_diff(lambda b: loss_np(p["w1"], b, p["w2"], x, y), p["b1"]), 1e-6, 1e-8)
+    close(g["w2"], central_diff(lambda w: loss_np(p["w1"], p["b1"], w, x, y), p["w2"]), 1e-6, 1e-8)
+    # The same under jit, and value_and_grad's value against NumPy.
+    value, gj = kl.jit(kl.value_and_grad(loss))(p, x, y)
+    close(value, loss_np(p["w1"], p["b1"], p["w2"], x, y), 1e-10, 1e-12)
+    for k in p:
+        close(gj[k], g[k], 1e-10, 1e-12)
+
+
+def test_higher_order_grad():
+    f = lambda x: sum(pow(x, 3.0))  # noqa: E731
+    x = randn(4, dtype=np.float64)
+    close(kl.grad(lambda x: sum(kl.grad(f)(x)))(x), 6 * x)
+    h = kl.hessian(f)(x)
+    close(h, np.diag(6 * x))
+    a = randn(3, 3, dtype=np.float64)
+    q = lambda v: sum(mul(v, matmul(a, v)))  # noqa: E731
+    close(kl.hessian(q)(randn(3, dtype=np.float64)), a + a.T, 1e-10, 1e-12)
+
+
+def test_vjp_and_jvp():
+    f = lambda x, y: (mul(sin(x), y), exp(x))  # noqa: E731
+    x, y = randn(3), randn(3)
+    (a, b), vjp_fn = kl.vjp(f, x, y)
+    close(a, np.sin(x) * y)
+    close(b, np.exp(x))
+    ca, cb = randn(3), randn(3)
+    gx, gy = vjp_fn((ca, cb))
+    close(gx, ca * np.cos(x) * y + cb * np.exp(x), 1e-5, 1e-5)
+    close(gy, ca * np.sin(x))
+    tx, ty = randn(3), randn(3)
+    (a, b), (ta, tb) = kl.jvp(f, (x, y), (tx, ty))
+    close(ta, np.cos(x) * tx * y + np.sin(x) * ty, 1e-5, 1e-5)
+    close(tb, np.exp(x) * tx, 1e-5, 1e-5)
+    out, vjp_fn, aux = kl.vjp(lambda x: (sin(x), {"c": cos(x)}), x, has_aux=True)
+    close(aux["c"], np.cos(x))
+    close(vjp_fn(np.ones(3, np.float32))[0], np.cos(x))
+
+
+def test_jacobians():
+    a = randn(2, 3, dtype=np.float64)
+    f = lambda x: tanh(matmul(a, x))  # noqa: E731
+    x = randn(3, dtype=np.float64)
+    expect = (1 - np.tanh(a @ x) ** 2)[:, None] * a
+    close(kl.jacfwd(f)(x), expect, 1e-10, 1e-12)
+    close(kl.jacrev(f)(x), expect, 1e-10, 1e-12)
+    g = lambda x, y: {"p": mul(x, y)}  # noqa: E731
+    y = randn(3, dtype=np.float64)
+    jx, jy = kl.jacrev(g, argnums=(0, 1))(x, y)["p"]
+    close(jx, np.diag(y))
+    close(jy, np.diag(x))
+
+
+def test_checkpoint_stop_gradient_and_custom_rules():
+    f = lambda x: sum(sin(mul(x, x)))  # noqa: E731
+    x = randn(4, dtype=np.float64)
+    close(kl.grad(kl.checkpoint(f))(x), 2 * x * np.cos(x * x), 1e-10, 1e-12)
+    close(kl.grad(lambda x: sum(mul(x, kl.stop_gradient(x))))(x), x)
+
+    @kl.custom_jvp
+    def softplus(x):
+        return log(add(exp(x), 1.0))
+
+    @softplus.defjvp
+    def softplus_jvp(primals, tangents):
+        (x,), (t,) = primals, tangents
+        # Deliberately twice the true derivative, to see the rule is what is used.
+        sigmoid = div(1.0, add(exp(neg(x)), 1.0))
+        return softplus(x), mul(t, mul(sigmoid, 2.0))
+
+    assert softplus.__name__ == "softplus"
+    sig = 1 / (1 + np.exp(-x))
+    close(softplus(x), np.log1p(np.exp(x)))
+    close(kl.grad(lambda x: sum(softplus(x)))(x), 2 * sig, 1e-10, 1e-12)
+    close(kl.jvp(softplus, (x,), (np.ones(4),))[1], 2 * sig, 1e-10, 1e-12)
+
+    @kl.custom_vjp
+    def clip_gradient(x):
+        return x
+
+    def fwd(x):
+        return x, None
+
+    def bwd(res, g):
+        return (neg(maximum(neg(maximum(g, -1.0)), -1.0)),)  # clip(g, -1, 1)
+
+    clip_gradient.defvjp(fwd, bwd)
+    g = kl.grad(lambda x: sum(mul(clip_gradient(x), 5.0)))(x)
+    close(g, np.clip(np.full(4, 5.0), -1, 1))
+
+
+# ---- vmap and collectives ----------------------------------------------------------------------
+
+def test_vmap_against_a_python_loop():
+    p = {"w1": randn(3, 4), "b1": randn(4), "w2": randn(4, 1)}
+    x, y = randn(8, 1, 3), randn(8, 1, 1)
+    per_example = kl.vmap(kl.grad(loss), in_axes=(None, 0, 0))(p, x, y)
+    for i in range(8):
+        gi = kl.grad(loss)(p, x[i], y[i])
+        for k in p:
+            close(per_example[k][i], gi[k], 1e-4, 1e-5)
+    # A pytree prefix per argument: w shared, b batched.
+    f = lambda q, v: add(matmul(v, q["w"]), q["b"])  # noqa: E731
+    q = {"w": randn(3, 2), "b": randn(5, 2)}
+    v = randn(5, 3)
+    out = kl.vmap(f, in_axes=({"w": None, "b": 0}, 0))(q, v)
+    close(out, np.stack([v[i] @ q["w"] + q["b"][i] for i in range(5)]), 1e-5, 1e-5)
+    # in_axes 1 and out_axes 1.
+    xt = randn(3, 6)
+    close(kl.vmap(sin, in_axes=1, out_axes=1)(xt), np.sin(xt))
+    # out_axes as a prefix of the result.
+    a, b = kl.vmap(lambda v: (sin(v), cos(v)), out_axes=(0, 1))(randn(4, 2))
+    assert a.shape == (4, 2) and b.shape == (2, 4)
+
+
+def test_collectives_under_vmap():
+    x = randn(5, 3)
+    name = "i"
+    close(kl.vmap(lambda v: kl.psum(v, name), axis_name=name)(x), np.broadcast_to(x.sum(0), x.shape),
+          1e-5, 1e-5)
+    close(kl.vmap(lambda v: kl.pmean(v, name), axis_name=name)(x),
+          np.broadcast_to(x.mean(0), x.shape), 1e-5, 1e-6)
+    close(kl.vmap(lambda v: kl.pmax(v, name), axis_name=name)(x), np.broadcast_to(x.max(0), x.shape))
+    close(kl.vmap(lambda v: kl.pmin(v, name), axis_name=name)(x), np.broadcast_to(x.min(0), x.shape))
+    close(kl.vmap(lambda v: kl.all_gather(v, name), axis_name=name)(x),
+          np.broadcast_to(x, (5, 5, 3)))
+    close(kl.vmap(lambda v: kl.axis_index(name), axis_name=name)(x), np.arange(5))
+    perm = [(i, (i + 1) % 5) for i in range(5)]
+    close(kl.vmap(lambda v: kl.ppermute(v, name, perm), axis_name=name)(x), np.roll(x, 1, axis=0))
+    y = randn(5, 5)
+    close(kl.vmap(lambda v: kl.all_to_all(v, name, 0, 0), axis_name=name)(y), y.T)
+    close(kl.vmap(lambda v: kl.psum_scatter(v, name), axis_name=name)(y), y.sum(0), 1e-5, 1e-5)
+    # A pytree through a collective.
+    t = kl.vmap(lambda v: kl.psum({"a": v, "b": (v,)}, name), axis_name=name)(x)
+    close(t["b"][0], np.broadcast_to(x.sum(0), x.shape), 1e-5, 1e-5)
+
+
+def test_pmap_in_one_process_is_jit_of_vmap():
+    x = randn(4, 3)
+    out = kl.pmap(lambda v: sub(v, kl.pmean(v, "p")), axis_name="p")(x)
+    close(out, x - x.mean(0), 1e-5, 1e-6)
+
+
+# ---- nesting -----------------------------------------------------------------------------------
+
+def test_nesting_in_any_order():
+    f = lambda w, x: sum(sin(mul(w, x)))  # noqa: E731
+    w, xs = randn(3), randn(6, 3)
+    expect = np.stack([np.cos(w * x) * x for x in xs])
+    close(kl.jit(kl.vmap(kl.grad(f), in_axes=(None, 0)))(w, xs), expect, 1e-5, 1e-5)
+    close(kl.vmap(kl.jit(kl.grad(f)), in_axes=(None, 0))(w, xs), expect, 1e-5, 1e-5)
+    close(kl.vmap(kl.grad(kl.jit(f)), in_axes=(None, 0))(w, xs), expect, 1e-5, 1e-5)
+    close(kl.grad(lambda w: sum(kl.vmap(lambda x: f(w, x))(xs)))(w), expect.sum(0), 1e-4, 1e-5)
+    close(kl.jit(kl.grad(kl.grad(sin)))(np.float32(0.3)), -np.sin(0.3), 1e-5, 1e-6)
+    close(kl.jit(kl.jit(sin))(w), np.sin(w))
+
+
+# ---- errors, lifetimes -------------------------------------------------------------------------
+
+class Boom(Exception):
+    pass
+
+
+def raiser(x):
+    raise Boom("from inside")
+
+
+@pytest.mark.parametrize("transform", [
+    kl.jit, kl.grad, kl.vmap, kl.checkpoint, kl.jacfwd, kl.jacrev,
+    lambda f: (lambda x: kl.vjp(f, x)), lambda f: (lambda x: kl.jvp(f, (x,), (x,))),
+    lambda f: kl.jit(kl.vmap(kl.grad(f))),
+])
+def test_python_exceptions_keep_their_type(transform):
+    with pytest.raises(Boom, match="from inside"):
+        transform(raiser)(randn(3))
+
+
+def test_kiln_error_inside_a_traced_function_names_the_users_line():
+    def bad(x):
+        return add(x, randn(7))  # the line the error must name
+
+    line = bad.__code__.co_firstlineno + 1
+    for t in (kl.jit, kl.grad, kl.vmap):
+        with pytest.raises(kl.Error) as info:
+            t(bad)(randn(3))
+        assert f"test_transforms.py:{line}" in str(info.value)
+
+
+def test_concrete_value_errors_name_python_control_flow():
+    if not hasattr(kl.Tensor, "__bool__"):
+        pytest.skip("Tensor.__bool__ is bound by the tensor part")
+
+    def f(x):
+        if greater(sum(x), 0.0):
+            return x
+        return neg(x)
+
+    with pytest.raises(kl.Error, match=r"kiln\.cond"):
+        kl.jit(f)(randn(3))
+
+
+def test_transformation_argument_errors():
+    with pytest.raises(kl.Error, match="argnums out of range"):
+        kl.grad(sin, argnums=2)(randn(3))
+    with pytest.raises(kl.Error, match="has_aux"):
+        kl.grad(lambda x: sum(x), has_aux=True)(randn(3))
+    with pytest.raises(kl.Error, match="in_axes"):
+        kl.vmap(add, in_axes=(0,))(randn(3), randn(3))
+
+
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+def test_no_leak_over_many_jitted_calls_and_refcounts_unchanged():
+    f = kl.jit(lambda p, x: {"y": add(mul(p["w"], x), p["b"])})
+    p = {"w": kl.asarray(randn(4)), "b": kl.asarray(randn(4))}
+    x = randn(4)
+    for _ in range(1000):
+        f(p, x)
+    gc.collect()
+    before_rss = rss_mb()
+    refs = [sys.getrefcount(v) for v in (p, p["w"], p["b"], x)]
+    for _ in range(100_000):
+        f(p, x)
+    gc.collect()
+    assert [sys.getrefcount(v) for v in (p, p["w"], p["b"], x)] == refs
+    assert rss_mb() - before_rss < 16
