@@ -380,7 +380,13 @@ def _assigned(nodes):
 
 def _reads(node):
     """Every name `node` reads, nested functions included (they may run at any later time)."""
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    out = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            out.add(n.id)
+        elif isinstance(n, ast.AugAssign) and isinstance(n.target, ast.Name):
+            out.add(n.target.id)  # `k += 1` reads k
+    return out
 
 
 def _simple_defs(stmt):

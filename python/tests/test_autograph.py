@@ -220,6 +220,47 @@ def test_python_control_flow_statements_unchanged():
         assert trace == expected_trace
 
 
+def dead_counter(x):
+    k = 0
+    while x > 1.0:
+        x = x / 2.0
+        k += 1  # read by the next iteration only: carried, not a result
+    return x
+
+
+def assorted(n, xs):
+    out = []
+    for i in range(n):
+        if i % 3 == 0:
+            first = i  # defined in the loop, read after it
+            continue_with = [v * i for v in xs if v > i]
+        j = 0
+        while j < i:
+            tmp = j * 2
+            j += 1
+        else:
+            tmp2 = j
+        try:
+            if i == 2:
+                raise ValueError(i)
+        except ValueError as err:
+            out.append(("err", err.args[0]))
+        with open(__file__) as fh:
+            if fh.readable():
+                out.append(tmp2)
+        fns = [lambda k=k: k + i for k in range(2)]
+        out.append(sum(f() for f in fns))
+    return out, first, continue_with
+
+
+def test_python_values_loops_temporaries_and_nesting():
+    converted = autograph.convert(dead_counter)
+    assert converted(100.0) == dead_counter(100.0) == 100.0 / 128
+    converted = autograph.convert(assorted)
+    for args in ((4, [1, 5, 9]), (7, [0, 3])):
+        assert converted(*args) == assorted(*args)
+
+
 def test_closures_globals_and_nested_functions():
     counter = {"n": 0}
     scale = 3
@@ -544,3 +585,30 @@ def test_converted_function_on_concrete_tensors_runs_python_statements():
         x = kl.asarray(np.float32(v))
         assert float(np.asarray(autograph.convert(piecewise)(x))) == \
             pytest.approx(piecewise_reference(v))
+
+
+@tensor_path
+def test_vmap_with_per_example_trip_counts():
+    ns = np.array([1, 6, 27, 97], np.int32)
+    expected = [collatz_python(int(n)) for n in ns]
+    converted = autograph.convert(collatz_steps)
+    np.testing.assert_array_equal(np.asarray(kl.vmap(converted)(kl.asarray(ns))), expected)
+    np.testing.assert_array_equal(np.asarray(kl.jit(kl.vmap(converted))(kl.asarray(ns))),
+                                  expected)
+
+
+@tensor_path
+def test_grad_through_a_converted_data_dependent_loop():
+    def newton_sqrt(a):
+        x = a
+        k = 0
+        while kl.abs(x * x - a) > 1e-12 and k < 100:
+            x = 0.5 * (x + a / x)
+            k += 1
+        return x
+
+    for a in (2.0, 9.0):
+        x = kl.asarray(np.float64(a))
+        assert float(np.asarray(kl.jit(newton_sqrt)(x))) == pytest.approx(math.sqrt(a), 1e-12)
+        got = float(np.asarray(kl.grad(autograph.convert(newton_sqrt))(x)))
+        assert got == pytest.approx(0.5 / math.sqrt(a), rel=1e-9)
