@@ -97,6 +97,15 @@ def early_return(x):
     return -y
 
 
+@kl.jit
+def collatz_jitted_at_module_level(n):
+    steps = kl.zeros((), kl.int32)
+    while n != 1:
+        n = kl.where(n % 2 == 0, n // 2, 3 * n + 1)
+        steps += 1
+    return steps
+
+
 # ---------------------------------------------------------------------------------------------
 # The rewritten source.
 # ---------------------------------------------------------------------------------------------
@@ -612,3 +621,44 @@ def test_grad_through_a_converted_data_dependent_loop():
         assert float(np.asarray(kl.jit(newton_sqrt)(x))) == pytest.approx(math.sqrt(a), 1e-12)
         got = float(np.asarray(kl.grad(autograph.convert(newton_sqrt))(x)))
         assert got == pytest.approx(0.5 / math.sqrt(a), rel=1e-9)
+
+
+@tensor_path
+def test_python_loop_becoming_traced_and_side_effect_only_if():
+    seen = []
+
+    def accumulate(t):
+        x = 0
+        while x < 5:  # Python on the first test, then one while_loop on the traced x
+            x = x + t
+        if t > 100.0:
+            seen.append("traced both branches")
+        return x
+
+    for v in (2.0, 0.75):
+        expected, x = None, 0
+        while x < 5:
+            x = x + v
+        expected = x
+        got = kl.jit(accumulate)(kl.asarray(np.float32(v)))
+        assert float(np.asarray(got)) == pytest.approx(expected)
+    assert seen  # the branch without results was traced, not selected
+
+
+@tensor_path
+def test_module_level_decorated_function():
+    assert int(np.asarray(collatz_jitted_at_module_level(kl.asarray(27)))) == 111
+    src = autograph.to_source(collatz_jitted_at_module_level)
+    assert "@" not in src and "ag__.while_stmt(" in src
+
+
+@tensor_path
+def test_autograph_false_keeps_python_semantics():
+    def sign(x):
+        if x > 0.0:
+            return x
+        return -x
+
+    with pytest.raises(kl.Error, match=r"kiln\.cond"):
+        kl.jit(sign, autograph=False)(kl.asarray(np.float32(2.0)))
+    assert float(np.asarray(kl.jit(sign)(kl.asarray(np.float32(-2.0))))) == 2.0
