@@ -825,22 +825,28 @@ _converted_codes = set()  # the code objects conversion made (already converted)
 _no_source = "no source"
 
 
+_parsed = {}  # file name -> (its source, its ast.Module): one parse per file
+
+
 def _find_def(fun):
-    """The FunctionDef of `fun` in its file's source, or a string saying why there is none."""
+    """A copy of the FunctionDef of `fun` in its file's source, or a string saying why there is
+    none."""
     code = fun.__code__
-    lines = linecache.getlines(code.co_filename, fun.__globals__)
-    if not lines:
+    source = "".join(linecache.getlines(code.co_filename, fun.__globals__))
+    if not source:
         return f"{_no_source}: {code.co_filename!r} is not a file linecache can read"
-    try:
-        tree = ast.parse("".join(lines), code.co_filename)
-    except SyntaxError as exc:
-        return f"{_no_source}: {code.co_filename} does not parse ({exc.msg})"
-    for node in ast.walk(tree):
+    cached = _parsed.get(code.co_filename)
+    if cached is None or cached[0] != source:
+        try:
+            cached = _parsed[code.co_filename] = (source, ast.parse(source, code.co_filename))
+        except SyntaxError as exc:
+            return f"{_no_source}: {code.co_filename} does not parse ({exc.msg})"
+    for node in ast.walk(cached[1]):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                 and node.name == code.co_name:
             first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
             if code.co_firstlineno in (first, node.lineno):
-                return node
+                return copy.deepcopy(node)  # the rewrite changes it in place
     return (f"{_no_source}: no `def {code.co_name}` at {code.co_filename}:{code.co_firstlineno} "
             "(a lambda, or a file changed since it was imported)")
 
