@@ -222,15 +222,27 @@ def while_stmt(test_fn, body_fn, args, names, loc):
         raise _annotate(exc, "`while` loop", names, loc) from None
 
 
-def for_range(range_fn, range_args, body_fn, args, names, target_live, loc):
+def _broken(args, names, break_flag):
+    """Whether a loop's `break` flag is set, as a Python bool (a traced flag: no, the guarded
+    body does nothing once it is set)."""
+    if break_flag is None:
+        return False
+    flag = args[names.index(break_flag)]
+    return not _is_traced(flag) and bool(flag)
+
+
+def for_range(range_fn, range_args, body_fn, args, names, target_live, break_flag, loc):
     """`for i in range(*range_args): carry = body_fn(i, *carry)`.
 
-    Bounds that are traced tensors make a kiln.fori_loop (step 1) or kiln.while_loop; otherwise
-    (or when `range` is not the builtin) Python iterates. `target_live`: the loop variable is
-    read after the loop, which a functional loop cannot give back."""
+    Bounds that are traced tensors make a kiln.fori_loop (step 1, no `break`) or a
+    kiln.while_loop; otherwise (or when `range` is not the builtin) Python iterates.
+    `target_live`: the loop variable is read after the loop, which a functional loop cannot give
+    back. `break_flag`: the carry that a `break` sets (see _lower_jumps), or None."""
     if range_fn is not builtins.range or not any(_is_traced(a) for a in range_args):
         for i in range_fn(*range_args):
             args = body_fn(i, *args)
+            if _broken(args, names, break_flag):
+                break
         return args
     if target_live:
         raise _error(
@@ -249,19 +261,22 @@ def for_range(range_fn, range_args, body_fn, args, names, target_live, loc):
     # Python int bounds take the traced bound's integer dtype.
     lower, upper = (_kiln.asarray(v, traced.dtype) if isinstance(v, int) else v
                     for v in (lower, upper))
-    unit_step = isinstance(step, int) and step == 1
+    fori = isinstance(step, int) and step == 1 and break_flag is None
     try:
-        if unit_step:
+        if fori:
             return tuple(_kiln.fori_loop(
                 lower, upper,
                 lambda i, carry: _body_results(body_fn(i, *carry), init, names, loc, "`for` loop"),
                 init))
+        flag = None if break_flag is None else 1 + names.index(break_flag)
 
         def test(carry):
             i = carry[0]
             if isinstance(step, int):
-                return i < upper if step > 0 else i > upper
-            return _kiln.where(step > 0, i < upper, i > upper)
+                more = i < upper if step > 0 else i > upper
+            else:
+                more = _kiln.where(step > 0, i < upper, i > upper)
+            return more if flag is None else _kiln.logical_and(more, _kiln.logical_not(carry[flag]))
 
         def body(carry):
             i, rest = carry[0], carry[1:]
@@ -269,16 +284,19 @@ def for_range(range_fn, range_args, body_fn, args, names, target_live, loc):
 
         return tuple(_kiln.while_loop(test, body, (lower,) + init))[1:]
     except _kiln.Error as exc:
-        leaves = names if unit_step else ("<the range's index>",) + tuple(names)
+        leaves = names if fori else ("<the range's index>",) + tuple(names)
         raise _annotate(exc, "`for` loop", leaves, loc) from None
 
 
-def for_stmt(iterable, body_fn, args, names, loc):
+def for_stmt(iterable, body_fn, args, names, break_flag, loc):
     """`for x in iterable: carry = body_fn(x, *carry)`. A traced tensor is scanned along its
-    leading axis with kiln.scan; anything else is iterated by Python."""
-    if not _is_traced(iterable) or not hasattr(_kiln, "scan"):
+    leading axis with kiln.scan (after a `break` the guarded body does nothing); anything else
+    is iterated by Python."""
+    if not _is_traced(iterable):
         for item in iterable:
             args = body_fn(item, *args)
+            if _broken(args, names, break_flag):
+                break
         return args
     init = _functional_carry(args, names, loc, "`for` loop")
 
@@ -561,6 +579,109 @@ def _convert_returns(fn):
         fn.body = body
 
 
+def _jumps(stmts):
+    """The kinds (ast.Break, ast.Continue) that `stmts` can take out of their loop: through
+    if/with/try/match, not through nested loops or functions."""
+    found = set()
+    for s in stmts:
+        if isinstance(s, (ast.Break, ast.Continue)):
+            found.add(type(s))
+        elif not isinstance(s, (ast.While, ast.For, ast.AsyncFor) + _SCOPES):
+            for block in _blocks(s):
+                found |= _jumps(block)
+    return found
+
+
+def _blocks(s):
+    """The statement lists directly inside the statement `s`."""
+    out = [getattr(s, f) for f in ("body", "orelse", "finalbody") if hasattr(s, f)]
+    out += [h.body for h in getattr(s, "handlers", ())]
+    out += [c.body for c in getattr(s, "cases", ())]
+    return out
+
+
+def _set_blocks(s, fn):
+    for f in ("body", "orelse", "finalbody"):
+        if hasattr(s, f):
+            setattr(s, f, fn(getattr(s, f)))
+    for h in getattr(s, "handlers", ()):
+        h.body = fn(h.body)
+    for c in getattr(s, "cases", ()):
+        c.body = fn(c.body)
+
+
+def _flag_test(kinds, flags):
+    """`not flag` (or `not b and not c`) for the flags of the jump kinds in `kinds`."""
+    tests = [ast.UnaryOp(op=ast.Not(), operand=_name(flags[k])) for k in (ast.Break, ast.Continue)
+             if k in kinds]
+    return tests[0] if len(tests) == 1 else ast.BoolOp(op=ast.And(), values=tests)
+
+
+def _guard_jumps(stmts, flags):
+    """`break`/`continue` -> `flag = True`, and what follows a statement that may set a flag
+    runs under `if not flag:`."""
+    out = []
+    for i, s in enumerate(stmts):
+        if isinstance(s, (ast.Break, ast.Continue)):
+            out.append(ast.copy_location(ast.Assign(targets=[_name(flags[type(s)], store=True)],
+                                                    value=ast.Constant(True)), s))
+            return out
+        kinds = _jumps([s])
+        if not kinds:
+            out.append(s)
+            continue
+        _set_blocks(s, lambda block: _guard_jumps(block, flags))
+        out.append(s)
+        if stmts[i + 1:]:
+            out.append(ast.copy_location(ast.If(test=_flag_test(kinds, flags),
+                                                body=_guard_jumps(stmts[i + 1:], flags),
+                                                orelse=[]), stmts[i + 1]))
+        return out
+    return out
+
+
+def _lower_jumps(stmts):
+    """Rewrites the loops of `stmts` (innermost first) whose `break`/`continue` can become
+    flags: `break` sets ag__break_<line>, which the loop's test (a `while`) or its helper (a
+    `for`) checks and which guards the body and the `else` clause; `continue` sets
+    ag__continue_<line>, reset at the top of each iteration. The flags are ordinary variables,
+    so a traced condition makes them bool tensors carried by the loop. Loops that also
+    `return` or `yield` keep their jumps (they stay Python's)."""
+    out = []
+    for s in stmts:
+        if isinstance(s, _SCOPES):
+            out.append(s)
+            continue
+        _set_blocks(s, _lower_jumps)
+        kinds = _jumps(s.body) if isinstance(s, (ast.While, ast.For)) else set()
+        if not kinds or _escapes(s.body, 1) is not None:
+            out.append(s)
+            continue
+        flags = {ast.Break: f"ag__break_{s.lineno}", ast.Continue: f"ag__continue_{s.lineno}"}
+        body = _guard_jumps(s.body, flags)
+        if ast.Continue in kinds:
+            body.insert(0, ast.copy_location(
+                ast.Assign(targets=[_name(flags[ast.Continue], store=True)],
+                           value=ast.Constant(False)), s.body[0]))
+        if ast.Break in kinds:
+            out.append(ast.copy_location(
+                ast.Assign(targets=[_name(flags[ast.Break], store=True)],
+                           value=ast.Constant(False)), s))
+            not_broken = _flag_test({ast.Break}, flags)
+            if isinstance(s, ast.While):
+                s.test = ast.copy_location(ast.BoolOp(op=ast.And(), values=[not_broken, s.test]),
+                                           s.test)
+            else:  # the whole body, so that a scan or an unrolled loop does nothing once broken
+                body = [ast.copy_location(ast.If(test=not_broken, body=body, orelse=[]), s)]
+                s.ag_break = flags[ast.Break]
+            if s.orelse:
+                s.orelse = [ast.copy_location(ast.If(test=copy.deepcopy(not_broken),
+                                                     body=s.orelse, orelse=[]), s.orelse[0])]
+        s.body = body
+        out.append(s)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The rewrite.
 # ---------------------------------------------------------------------------------------------
@@ -594,6 +715,7 @@ class _Converter(ast.NodeTransformer):
     def __init__(self, filename):
         self.filename = filename
         self.liveness = []  # one per enclosing function
+        self.names = set()  # the functions made so far
         self.globals = []  # names declared global, per enclosing function
         self.declared = []  # names declared global or nonlocal, per enclosing function
 
@@ -601,6 +723,7 @@ class _Converter(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node):
         _convert_returns(node)
+        node.body = _lower_jumps(node.body)
         live = _Liveness()
         live.block(node.body, set())
         self.liveness.append(live)
@@ -635,7 +758,13 @@ class _Converter(ast.NodeTransformer):
                          ctx=ast.Load())
 
     def _fresh(self, kind, node):
-        return f"ag__{kind}_{node.lineno}"
+        """ag__<kind>_<line>: the line of the statement it comes from (made unique)."""
+        name, n = f"ag__{kind}_{node.lineno}", 1
+        while name in self.names:
+            n += 1
+            name = f"ag__{kind}_{node.lineno}_{n}"
+        self.names.add(name)
+        return name
 
     def _modified(self, stmts):
         return _assigned(stmts) - self.declared[-1]
@@ -793,15 +922,16 @@ class _Converter(ast.NodeTransformer):
                             + node.body, carries, node)
         state = _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
                       _strings(carries))
+        flag = ast.Constant(getattr(node, "ag_break", None))
         if is_range:
             target_live = sorted(targets & after)
             call = _call("for_range", node.iter.func, ast.Tuple(elts=node.iter.args,
                                                                 ctx=ast.Load()),
                          _name(body_name), state, _strings(carries),
-                         ast.Constant(", ".join(target_live)), self._loc(node))
+                         ast.Constant(", ".join(target_live)), flag, self._loc(node))
         else:
             call = _call("for_stmt", node.iter, _name(body_name), state, _strings(carries),
-                         self._loc(node))
+                         flag, self._loc(node))
         return self._finish(node, [body_fn, self._assign(carries, call)] + node.orelse)
 
 

@@ -459,21 +459,22 @@ def test_convert_under_grad():
 
 
 @tensor_path
-def test_break_in_a_tensor_loop_is_a_clear_error():
+def test_return_in_a_tensor_loop_is_a_clear_error():
     def first_big(x):
         k = kl.zeros((), kl.int32)
         while k < 10:
             if x > 5.0:
-                break
+                return k
             x = x * 2.0
             k += 1
         return k
 
-    assert autograph.convert(first_big)(kl.asarray(np.float32(1.0))) is not None  # eager: fine
+    eager = autograph.convert(first_big)(kl.asarray(np.float32(1.0)))  # concrete: Python's loop
+    assert int(np.asarray(eager)) == 3
     with pytest.raises(kl.Error) as info:
         kl.jit(first_big)(kl.asarray(np.float32(1.0)))
     message = str(info.value)
-    assert "`break`" in message and "[autograph]" in message
+    assert "`return`" in message and "[autograph]" in message
     assert f"test_autograph.py:{line_of(first_big, 'while k < 10')}" in message
 
 
@@ -662,3 +663,63 @@ def test_autograph_false_keeps_python_semantics():
     with pytest.raises(kl.Error, match=r"kiln\.cond"):
         kl.jit(sign, autograph=False)(kl.asarray(np.float32(2.0)))
     assert float(np.asarray(kl.jit(sign)(kl.asarray(np.float32(-2.0))))) == 2.0
+
+
+def break_and_continue(x, n, xs):
+    k = 0
+    while k < 10:  # break
+        if x > 5.0:
+            break
+        x = x * 2.0
+        k += 1
+    else:
+        k = -1
+    odd = 0
+    for i in range(n):  # continue, and a break with an else clause
+        if i % 2 == 0:
+            continue
+        if i > 7:
+            break
+        odd = odd + i
+    else:
+        odd = odd + 1000
+    total = 0.0
+    for row in xs:  # break in a for over an iterable
+        if row > 2.0:
+            break
+        total = total + row
+    steps = 0
+    while True:
+        steps += 1
+        if steps * x > 40.0:
+            break
+    return k, odd, total, steps
+
+
+def test_break_and_continue_on_python_values():
+    converted = autograph.convert(break_and_continue)
+    src = autograph.to_source(break_and_continue)
+    assert not [l for l in src.splitlines() if l.strip() in ("break", "continue")]
+    for args in ((1.0, 5, [1.0, 0.5, 3.0, 1.0]), (7.0, 12, [0.1, 0.2]), (0.001, 0, [])):
+        assert converted(*args) == break_and_continue(*args)
+
+    def first_two(it):
+        out = []
+        for v in it:
+            out.append(v)
+            if len(out) == 2:
+                break
+        return out
+
+    it = iter(range(5))
+    assert autograph.convert(first_two)(it) == [0, 1] and next(it) == 2  # nothing extra read
+
+
+@tensor_path
+def test_break_and_continue_on_traced_tensors():
+    jitted = kl.jit(break_and_continue)
+    for x, n, xs in ((1.0, 5, [1.0, 0.5, 3.0, 1.0]), (7.0, 12, [0.1, 0.2]), (0.01, 0, [0.5])):
+        expected = break_and_continue(x, n, xs)
+        got = jitted(kl.asarray(np.float32(x)), kl.asarray(n), kl.asarray(np.float32(xs)))
+        got = [float(np.asarray(g)) for g in got]
+        assert got == pytest.approx([float(e) for e in expected], rel=1e-6), (x, n, xs)
