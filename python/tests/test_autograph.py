@@ -723,3 +723,87 @@ def test_break_and_continue_on_traced_tensors():
         got = jitted(kl.asarray(np.float32(x)), kl.asarray(n), kl.asarray(np.float32(xs)))
         got = [float(np.asarray(g)) for g in got]
         assert got == pytest.approx([float(e) for e in expected], rel=1e-6), (x, n, xs)
+
+
+class _ProgramGenerator:
+    """Random integer programs of assignments, if/elif/else, while and for-range loops (bounded
+    trip counts), and/or/not, break and continue; all values stay in 0..96."""
+
+    def __init__(self, seed):
+        import random
+        self.r = random.Random(seed)
+        self.loops = 0
+
+    def atom(self, scope):
+        return str(self.r.randint(0, 9)) if self.r.random() < 0.3 else self.r.choice(scope)
+
+    def expr(self, scope):
+        return f"({self.atom(scope)} {self.r.choice('+*+')} {self.atom(scope)}) % 97"
+
+    def cond(self, scope, nested=False):
+        k, r = self.r.random(), self.r
+        if not nested and k < 0.2:
+            return f"{self.cond(scope, True)} {r.choice(['and', 'or'])} {self.cond(scope, True)}"
+        if not nested and k < 0.3:
+            return f"not {self.cond(scope, True)}"
+        return (f"{self.atom(scope)} % {r.randint(2, 5)} {r.choice(['<', '>', '==', '!='])} "
+                f"{r.randint(0, 3)}")
+
+    def block(self, scope, depth, in_loop):
+        r, out = self.r, []
+        indent = lambda lines: ["    " + line for line in lines]  # noqa: E731
+        for _ in range(r.randint(1, 3)):
+            k = r.random()
+            if depth >= 3 or k < 0.45:
+                v = r.choice("abct")
+                if r.random() < 0.3:
+                    out += [f"{v} += {self.atom(scope)} % 7", f"{v} = {v} % 97"]
+                else:
+                    out.append(f"{v} = {self.expr(scope)}")
+            elif k < 0.65:
+                out.append(f"if {self.cond(scope)}:")
+                out += indent(self.block(scope, depth + 1, in_loop))
+                if r.random() < 0.5:
+                    out.append(f"elif {self.cond(scope)}:")
+                    out += indent(self.block(scope, depth + 1, in_loop))
+                if r.random() < 0.5:
+                    out.append("else:")
+                    out += indent(self.block(scope, depth + 1, in_loop))
+            elif k < 0.8:
+                self.loops += 1
+                i = f"i{self.loops}"
+                out += [f"{i} = 0", f"while {i} < {self.atom(scope)} % 4 + 1:", f"    {i} += 1"]
+                out += indent(self.block(scope + [i], depth + 1, True))
+            elif k < 0.93:
+                self.loops += 1
+                j = f"j{self.loops}"
+                out.append(f"for {j} in range({self.atom(scope)} % 4):")
+                out += indent(self.block(scope + [j], depth + 1, True))
+            elif in_loop:
+                out += [f"if {self.cond(scope)}:", "    " + r.choice(["break", "continue"])]
+            else:
+                out.append(f"t = {self.expr(scope)}")
+        return out
+
+    def program(self, name):
+        body = ["t = 0"] + self.block(list("abct"), 0, False) + ["return a, b, c, t"]
+        return f"def {name}(a, b, c):\n" + "".join(f"    {line}\n" for line in body)
+
+
+@tensor_path
+def test_random_programs_agree_on_python_values_and_traced_tensors(tmp_path):
+    import importlib.util
+    count = 25
+    path = tmp_path / "ag_random_programs.py"
+    path.write_text("".join(_ProgramGenerator(seed).program(f"p{seed}") for seed in range(count)))
+    spec = importlib.util.spec_from_file_location("ag_random_programs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for seed in range(count):
+        original = getattr(module, f"p{seed}")
+        converted, jitted = autograph.convert(original), kl.jit(original)
+        for args in ((1, 2, 3), (5, 0, 7), (4, 9, 2)):
+            expected = original(*args)
+            assert converted(*args) == expected, (seed, args)
+            got = jitted(*[kl.asarray(v) for v in args])
+            assert tuple(int(np.asarray(g)) for g in got) == expected, (seed, args)
