@@ -727,7 +727,7 @@ def test_break_and_continue_on_traced_tensors():
 
 class _ProgramGenerator:
     """Random integer programs of assignments, if/elif/else, while and for-range loops (bounded
-    trip counts), and/or/not, break and continue; all values stay in 0..96."""
+    trip counts), and/or/not, break, continue and early returns; values stay in 0..96."""
 
     def __init__(self, seed):
         import random
@@ -782,7 +782,7 @@ class _ProgramGenerator:
             elif in_loop:
                 out += [f"if {self.cond(scope)}:", "    " + r.choice(["break", "continue"])]
             else:
-                out.append(f"t = {self.expr(scope)}")
+                out += [f"if {self.cond(scope)}:", "    return a, b, c, (t + 1) % 97"]
         return out
 
     def program(self, name):
