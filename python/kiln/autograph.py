@@ -4,20 +4,23 @@ jit (autograph)").
 `convert(f)` rewrites the `if`, `while` and `for` statements of `f`'s source (Python's `ast`, as
 TensorFlow's AutoGraph and MindSpore's graph mode do) into calls of the run-time helpers below.
 A helper looks at its condition when it runs: a traced kiln.Tensor builds `kiln.cond`,
-`kiln.while_loop` or `kiln.fori_loop` over the variables the statement assigns; anything else
-runs Python's own statement, so code on Python values behaves as before. `to_source(f)` shows
-the rewritten source; `jit` converts, then calls the C++ `jit`.
+`kiln.while_loop`, `kiln.fori_loop` or `kiln.scan` over the variables the statement assigns;
+anything else runs Python's own statement, so code on Python values behaves as before. Before
+that, `return`s inside `if`s become one assignment per path and `break`/`continue` become flag
+variables, so those statements convert too. `to_source(f)` shows the rewritten source; `jit`
+converts, then calls the native `jit`.
 
-How a statement becomes functions (`n` and `steps` assigned in the loop and live after it):
+How a statement becomes functions (`n` and `steps` assigned in the loop and live after it; the
+functions are named after the statement's line):
 
-    while n != 1:                   def ag__while_test_1(n, steps):
+    while n != 1:                   def ag__while_test_2(n, steps):
         n = n // 2                      return n != 1
-        steps += 1                  def ag__while_body_1(n, steps):
+        steps += 1                  def ag__while_body_2(n, steps):
                                         n = n // 2
                                         steps += 1
                                         return (n, steps)
-                                    (n, steps) = ag__.while_stmt(ag__while_test_1,
-                                        ag__while_body_1, ag__.state(locals(), ('n', 'steps')),
+                                    (n, steps) = ag__.while_stmt(ag__while_test_2,
+                                        ag__while_body_2, ag__.state(locals(), ('n', 'steps')),
                                         ('n', 'steps'), ('file.py', 2))
 """
 import ast
@@ -78,12 +81,7 @@ def _error(op, message, loc):
 
 def _is_traced(value):
     """Whether `value` is a kiln.Tensor of an active trace (jit, grad, vmap, ...)."""
-    if not isinstance(value, _kiln.Tensor):
-        return False
-    traced = getattr(value, "is_traced", None)
-    # Without the property every Tensor takes the functional path: Kiln's eager cond and loops
-    # compute the same as Python's statements on concrete tensors.
-    return True if traced is None else bool(traced() if callable(traced) else traced)
+    return isinstance(value, _kiln.Tensor) and value.is_traced
 
 
 def _truth(test):
@@ -179,14 +177,23 @@ def if_exp(test, true_value, false_value, loc):
         raise _annotate(exc, "conditional expression", ["value"], loc) from None
 
 
-def _functional_carry(args, names, loc, what):
+def _functional_carry(args, names, loc, what, targets=()):
+    """The initial carry of a functional loop: every carry defined (`targets`: the loop
+    variables among them), Python scalars as tensors."""
     for n, v in zip(names, args):
-        if isinstance(v, Undefined):
+        if not isinstance(v, Undefined):
+            continue
+        if n in targets:
             raise _error(
                 "autograph",
-                f"variable {n!r} is carried by a {what} whose condition is a traced tensor but "
-                "is not defined before it: got it undefined on entry, expected a value "
-                "(initialise it before the loop)", loc)
+                f"the loop variable {n!r} of a {what} over a traced tensor is read after the "
+                "loop but has no value before it: got it undefined on entry (the loop may run "
+                "zero times), expected a value (assign it before the loop)", loc)
+        raise _error(
+            "autograph",
+            f"variable {n!r} is carried by a {what} whose condition is a traced tensor but "
+            "is not defined before it: got it undefined on entry, expected a value "
+            "(initialise it before the loop)", loc)
     return tuple(_as_carry(v) for v in args)
 
 
@@ -231,32 +238,26 @@ def _broken(args, names, break_flag):
     return not _is_traced(flag) and bool(flag)
 
 
-def for_range(range_fn, range_args, body_fn, args, names, target_live, break_flag, loc):
+def for_range(range_fn, range_args, body_fn, args, names, targets, break_flag, loc):
     """`for i in range(*range_args): carry = body_fn(i, *carry)`.
 
     Bounds that are traced tensors make a kiln.fori_loop (step 1, no `break`) or a
     kiln.while_loop; otherwise (or when `range` is not the builtin) Python iterates.
-    `target_live`: the loop variable is read after the loop, which a functional loop cannot give
-    back. `break_flag`: the carry that a `break` sets (see _lower_jumps), or None."""
+    `targets`: the loop variables among the carries (read after the loop). `break_flag`: the
+    carry that a `break` sets (see _lower_jumps), or None."""
     if range_fn is not builtins.range or not any(_is_traced(a) for a in range_args):
         for i in range_fn(*range_args):
             args = body_fn(i, *args)
             if _broken(args, names, break_flag):
                 break
         return args
-    if target_live:
-        raise _error(
-            "autograph",
-            f"the loop variable of a `for ... in range(...)` with a traced tensor bound is read "
-            f"after the loop: got a use of {target_live!r}, expected none (copy it to another "
-            "variable inside the loop)", loc)
     if len(range_args) == 1:
         lower, upper, step = 0, range_args[0], 1
     elif len(range_args) == 2:
         (lower, upper), step = range_args, 1
     else:
         lower, upper, step = range_args
-    init = _functional_carry(args, names, loc, "`for` loop")
+    init = _functional_carry(args, names, loc, "`for` loop", targets)
     traced = next(a for a in range_args if _is_traced(a))
     # Python int bounds take the traced bound's integer dtype.
     lower, upper = (_kiln.asarray(v, traced.dtype) if isinstance(v, int) else v
@@ -288,7 +289,7 @@ def for_range(range_fn, range_args, body_fn, args, names, target_live, break_fla
         raise _annotate(exc, "`for` loop", leaves, loc) from None
 
 
-def for_stmt(iterable, body_fn, args, names, break_flag, loc):
+def for_stmt(iterable, body_fn, args, names, targets, break_flag, loc):
     """`for x in iterable: carry = body_fn(x, *carry)`. A traced tensor is scanned along its
     leading axis with kiln.scan (after a `break` the guarded body does nothing); anything else
     is iterated by Python."""
@@ -298,7 +299,7 @@ def for_stmt(iterable, body_fn, args, names, break_flag, loc):
             if _broken(args, names, break_flag):
                 break
         return args
-    init = _functional_carry(args, names, loc, "`for` loop")
+    init = _functional_carry(args, names, loc, "`for` loop", targets)
 
     def step(carry, x):
         return _body_results(body_fn(x, *carry), init, names, loc, "`for` loop"), None
@@ -900,7 +901,7 @@ class _Converter(ast.NodeTransformer):
     def visit_For(self, node):
         reason = self._escape_reason(node, node.body, 0)
         live = self.liveness[-1]
-        header, after = live.header[node], live.after[node]
+        header = live.header[node]
         targets = _assigned([node.target])
         modified = self._modified(node.body) | (targets - self.declared[-1])
         self.generic_visit(node)
@@ -923,15 +924,15 @@ class _Converter(ast.NodeTransformer):
         state = _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
                       _strings(carries))
         flag = ast.Constant(getattr(node, "ag_break", None))
+        carried_targets = _strings(sorted(targets & set(carries)))
         if is_range:
-            target_live = sorted(targets & after)
             call = _call("for_range", node.iter.func, ast.Tuple(elts=node.iter.args,
                                                                 ctx=ast.Load()),
-                         _name(body_name), state, _strings(carries),
-                         ast.Constant(", ".join(target_live)), flag, self._loc(node))
+                         _name(body_name), state, _strings(carries), carried_targets, flag,
+                         self._loc(node))
         else:
             call = _call("for_stmt", node.iter, _name(body_name), state, _strings(carries),
-                         flag, self._loc(node))
+                         carried_targets, flag, self._loc(node))
         return self._finish(node, [body_fn, self._assign(carries, call)] + node.orelse)
 
 

@@ -530,8 +530,18 @@ def test_loop_variable_read_after_a_tensor_range():
             total = total + i
         return total + i
 
-    with pytest.raises(kl.Error, match="loop variable.*'i'|use of 'i'"):
+    def last_index_defined(n):
+        i = -1
+        total = 0
+        for i in range(n):
+            total = total + i
+        return total * 100 + i
+
+    with pytest.raises(kl.Error, match="loop variable 'i'.*no value before it"):
         kl.jit(last_index)(kl.asarray(3))
+    for n in (0, 1, 4):  # as Python: the last index, or the value before an empty loop
+        got = kl.jit(last_index_defined)(kl.asarray(n))
+        assert int(np.asarray(got)) == last_index_defined(n)
 
 
 def test_conditional_expressions_chained_comparisons_and_del():
