@@ -976,7 +976,13 @@ def _find_def(fun):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                 and node.name == code.co_name:
             first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
-            if code.co_firstlineno in (first, node.lineno):
+            a = node.args
+            params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs
+                      + [v for v in (a.vararg, a.kwarg) if v]]
+            nparams = code.co_argcount + code.co_kwonlyargcount + \
+                bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)  # *args, **kwargs
+            if code.co_firstlineno in (first, node.lineno) and \
+                    params == list(code.co_varnames[:nparams]):
                 return copy.deepcopy(node)  # the rewrite changes it in place
     return (f"{_no_source}: no `def {code.co_name}` at {code.co_filename}:{code.co_firstlineno} "
             "(a lambda, or a file changed since it was imported)")
