@@ -41,7 +41,8 @@ test: build
 
 # Tests again under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF
+	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF \
+	  -DKILN_OPT_FLAGS="-O1;-g1"
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
@@ -50,7 +51,7 @@ test-asan: deps
 # stay on one thread there).
 test-tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_BENCH=OFF \
-	  -DKILN_BUILD_EXAMPLES=OFF -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
+	  -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_PYTHON=OFF -DKILN_OPT_FLAGS="-O1;-g1" -DCMAKE_CXX_FLAGS="-fsanitize=thread -fno-omit-frame-pointer" \
 	  -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target test_data test_runtime test_compiled_walk
 	OMP_NUM_THREADS=1 TSAN_OPTIONS=halt_on_error=1 $(TSAN_BUILD)/tests/test_data
@@ -74,7 +75,7 @@ fuzz:
 	@scripts/install-deps.sh --clang
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-16 \
 	  -DCMAKE_CXX_COMPILER=clang++-16 -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF \
-	  -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_FUZZ=ON
+	  -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_PYTHON=OFF -DKILN_BUILD_FUZZ=ON
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
 	rm -rf $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
 	@failed=""; for t in $(FUZZ_TARGETS); do \
