@@ -14,12 +14,20 @@ from mypy.stubgen import main as stubgen
 
 root = Path(sys.argv[1]).resolve()
 sys.path.insert(0, str(root))
+# Native submodules (kiln.linalg, kiln.random: kiln/__init__.py registers them under those
+# names) get stubs of their own, which _kiln.pyi imports.
+SUBMODULES = ["linalg", "random"]
+stubs = {}
 with tempfile.TemporaryDirectory() as out:
-    stubgen(["-m", "kiln._kiln", "-o", out, "--quiet"])
-    text = (Path(out) / "kiln" / "_kiln.pyi").read_text()
-# pybind11 names a parameter taking any Python object by its C++ type, py::handle.
-text = re.sub(r"\bhandle\b", "object", text)
-target = root / "kiln" / "_kiln.pyi"
-tmp = target.with_suffix(".pyi.tmp")
-tmp.write_text(text)
-os.replace(tmp, target)
+    modules = ["kiln._kiln"] + [f"kiln.{name}" for name in SUBMODULES]
+    stubgen([arg for m in modules for arg in ("-m", m)] + ["-o", out, "--quiet"])
+    for name in ["_kiln"] + SUBMODULES:
+        stubs[name] = (Path(out) / "kiln" / f"{name}.pyi").read_text()
+stubs["_kiln"] += "".join(f"from kiln import {n} as {n}\n" for n in SUBMODULES)
+for name, text in stubs.items():
+    # pybind11 names a parameter taking any Python object by its C++ type, py::handle.
+    text = re.sub(r"\bhandle\b", "object", text)
+    target = root / "kiln" / f"{name}.pyi"
+    tmp = target.with_suffix(".pyi.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, target)

@@ -123,6 +123,9 @@ py::capsule to_dlpack(const Tensor& t) {
 
 // Releases a consumed DLManagedTensor when the last Kiln view of its memory goes.
 struct Imported {
+  explicit Imported(DLManagedTensor* m) : managed(m) {}
+  Imported(const Imported&) = delete;
+  Imported& operator=(const Imported&) = delete;
   DLManagedTensor* managed;
   ~Imported() {
     if (!managed->deleter) return;
@@ -172,7 +175,7 @@ Tensor from_capsule(py::handle capsule) {
   }
   char* first = static_cast<char*>(dl.data) + dl.byte_offset;
   const std::size_t nbytes = empty ? 0 : static_cast<std::size_t>((high - low + 1) * item);
-  auto owner = std::make_shared<Imported>(Imported{managed});
+  auto owner = std::make_shared<Imported>(managed);
   PyCapsule_SetName(capsule.ptr(), kUsedCapsule);  // consumed: the owner calls the deleter
   auto impl = std::make_shared<TensorImpl>();
   impl->type = TensorType{*dtype, Shape(std::move(dims))};

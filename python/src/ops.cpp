@@ -447,7 +447,7 @@ void bind_creation(py::module_& m) {
       "full",
       [](py::handle shape, py::handle fill_value, py::handle dtype) {
         const DType d = to_optional_dtype(dtype).value_or(default_dtype({fill_value}));
-        if (tensor_ptr(fill_value) || !PyNumber_Check(fill_value.ptr()))
+        if (!PyFloat_Check(fill_value.ptr()) && !PyLong_Check(fill_value.ptr()))
           return broadcast_to(to_tensor(fill_value, d), to_shape(shape), Loc{}).contiguous();
         return full(to_shape(shape), to_double(fill_value), d);
       },

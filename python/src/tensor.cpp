@@ -176,10 +176,7 @@ Tensor from_python_value(py::handle value, std::optional<DType> dtype) {
 }  // namespace
 
 Tensor to_tensor(py::handle value, std::optional<DType> dtype) {
-  if (py::isinstance<Tensor>(value)) {
-    const Tensor& t = value.cast<const Tensor&>();
-    return dtype && *dtype != t.dtype() ? astype(t, *dtype, Loc{}) : t;
-  }
+  if (const Tensor* t = tensor_ptr(value)) return dtype ? astype(*t, *dtype, Loc{}) : *t;
   if (PyObject_CheckBuffer(value.ptr())) {
     if (std::optional<Tensor> t = view_buffer(value))
       return dtype && *dtype != t->dtype() ? astype(*t, *dtype, Loc{}) : *t;
@@ -309,6 +306,63 @@ int tensor_getbuffer(PyObject* self, Py_buffer* view, int flags) {
 
 void tensor_releasebuffer(PyObject*, Py_buffer* view) {
   delete static_cast<BufferDims*>(view->internal);
+}
+
+// ---- arithmetic operators as CPython's number slots -------------------------------------
+// `a + b` is the hot path of eager code: these slots skip pybind11's dispatcher (argument
+// vectors, overload resolution, a type lookup per call) and the generic slot's method lookup.
+// The __add__ ... methods pybind11 defines stay for introspection and explicit calls.
+
+const py::detail::type_info* g_tensor_info = nullptr;
+
+PyObject* wrap(Tensor&& t) {
+  return py::detail::type_caster_generic::cast(
+             &t, py::return_value_policy::move, py::handle(), g_tensor_info, nullptr,
+             [](const void* p) -> void* {
+               return new Tensor(std::move(*const_cast<Tensor*>(static_cast<const Tensor*>(p))));
+             })
+      .ptr();
+}
+
+// Sets the Python error for the exception being handled (kiln.Error through the translator
+// errors.cpp registers), as pybind11's dispatcher does.
+void set_python_error() {
+  try {
+    throw;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (...) {
+    if (py::detail::apply_exception_translators(
+            py::detail::get_local_internals().registered_exception_translators) ||
+        py::detail::apply_exception_translators(
+            py::detail::get_internals().registered_exception_translators))
+      return;
+    PyErr_SetString(PyExc_SystemError, "kiln: unknown C++ exception");
+  }
+}
+
+template <Tensor (*Fn)(const Tensor&, const Tensor&, Loc)>
+PyObject* binary_slot(PyObject* a, PyObject* b) {
+  try {
+    const Tensor* x = tensor_ptr(a);
+    const Tensor* y = tensor_ptr(b);
+    if (x && y) return wrap(Fn(*x, *y, Loc{}));
+    if (x) return wrap(Fn(*x, operand(b, *x), Loc{}));
+    return wrap(Fn(operand(a, *y), *y, Loc{}));
+  } catch (...) {
+    set_python_error();
+    return nullptr;
+  }
+}
+
+void install_number_slots(py::handle type) {
+  g_tensor_info = py::detail::get_type_info(reinterpret_cast<PyTypeObject*>(type.ptr()));
+  PyNumberMethods& n = reinterpret_cast<PyHeapTypeObject*>(type.ptr())->as_number;
+  n.nb_add = binary_slot<add>;
+  n.nb_subtract = binary_slot<sub>;
+  n.nb_multiply = binary_slot<mul>;
+  n.nb_true_divide = binary_slot<true_divide>;
+  n.nb_matrix_multiply = binary_slot<matmul>;
 }
 
 // ---- indexing (numpy's rules) ----------------------------------------------------------
@@ -754,6 +808,7 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
   tensor.def("__invert__", [](const Tensor& a) {
     return a.dtype() == bool_ ? logical_not(a, Loc{}) : bitwise_not(a, Loc{});
   });
+  install_number_slots(tensor);
   // No __iadd__ and friends: Python falls back to `x = x + y`, rebinding x (tensors are
   // immutable values, as in JAX).
 
@@ -796,6 +851,12 @@ int32, float32). `dtype` converts (a copy).)doc");
       },
       py::arg("value"), py::arg("dtype") = py::none(),
       "A Tensor holding a copy of `value` (asarray shares a NumPy array's memory instead).");
+  m.def(
+      "set_num_threads", [](int n) { set_num_threads(n); }, py::arg("n"),
+      "The number of threads Kiln's loops, OpenBLAS and oneDNN use (one OpenMP pool; initially "
+      "KILN_NUM_THREADS or OMP_NUM_THREADS).");
+  m.def(
+      "num_threads", [] { return num_threads(); }, "The number of threads Kiln's loops use.");
 }
 
 }  // namespace kiln::python

@@ -1,0 +1,202 @@
+"""Zero-copy interchange: NumPy through the buffer protocol, PyTorch (and NumPy) through DLPack;
+memory shared both ways, owners kept alive by views, and no leaks over 10^5 round trips."""
+import gc
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import kiln as kl
+
+NUMPY_DTYPES = [(np.float32, kl.float32), (np.float64, kl.float64), (np.int32, kl.int32),
+                (np.int64, kl.int64), (np.uint8, kl.uint8), (np.uint32, kl.uint32),
+                (np.float16, kl.float16), (np.bool_, kl.bool_)]
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+@pytest.mark.parametrize("np_dtype,kl_dtype", NUMPY_DTYPES)
+def test_numpy_shares_memory_both_ways(np_dtype, kl_dtype):
+    a = np.zeros((3, 4), np_dtype)
+    t = kl.asarray(a)
+    assert t.dtype == kl_dtype
+    v = np.asarray(t)
+    assert np.shares_memory(a, v) and v.dtype == np_dtype and v.flags.writeable
+    a[1, 2] = 1
+    assert np.asarray(t)[1, 2] == 1
+    v[2, 3] = 1  # written through the tensor's view
+    assert a[2, 3] == 1
+
+
+def test_tensor_memory_viewed_by_numpy():
+    t = kl.arange(12, dtype=kl.float32).reshape(3, 4)
+    v = np.asarray(t)
+    v[0, 1] = 42.0
+    assert float(t[0, 1]) == 42.0
+    assert np.asarray(t).ctypes.data == v.ctypes.data
+    tt = t.T  # a strided view: numpy sees the same strides
+    np.testing.assert_array_equal(np.asarray(tt), v.T)
+    assert np.shares_memory(np.asarray(tt), v)
+    m = memoryview(t)
+    assert m.format == "f" and m.shape == (3, 4) and not m.readonly
+
+
+def test_strided_and_reversed_numpy_views():
+    a = np.arange(60, dtype=np.float64).reshape(6, 10)
+    for view in (a[::2, 1::3], a[::-1, ::-2], a.T, a[:, 3]):
+        t = kl.asarray(view)
+        np.testing.assert_array_equal(np.asarray(t), view)
+        np.testing.assert_array_equal(np.asarray(t * 1.0), view)
+        assert np.shares_memory(np.asarray(t), a)
+
+
+def test_views_keep_their_owners_alive():
+    a = np.arange(6, dtype=np.float32)
+    base = sys.getrefcount(a)
+    t = kl.asarray(a)
+    assert sys.getrefcount(a) == base + 1  # the tensor's storage holds the array's buffer
+    s = t[2:]
+    del t
+    assert sys.getrefcount(a) == base + 1  # ... as long as any view of it lives
+    del a
+    gc.collect()
+    np.testing.assert_array_equal(np.asarray(s), [2, 3, 4, 5])
+    v = np.asarray(kl.arange(4, dtype=kl.float64) * 2.0)  # the tensor lives in v's base
+    gc.collect()
+    np.testing.assert_array_equal(v, [0, 2, 4, 6])
+
+
+def test_refcounts_return_after_views_go():
+    a = np.ones(8, np.float32)
+    base = sys.getrefcount(a)
+    views = [kl.asarray(a)[1:] for _ in range(100)]
+    assert sys.getrefcount(a) == base + 100
+    del views
+    assert sys.getrefcount(a) == base
+
+
+def test_no_leak_over_numpy_round_trips():
+    a = np.ones(16, np.float32)
+    base = sys.getrefcount(a)
+
+    def round_trips(n):
+        for _ in range(n):
+            v = np.asarray(kl.asarray(a))
+            v = np.asarray(kl.asarray(v)[::2])
+        return v
+
+    round_trips(2000)
+    before = rss_bytes()
+    round_trips(100_000)
+    gc.collect()
+    assert rss_bytes() - before < 4 << 20
+    assert sys.getrefcount(a) == base
+
+
+TORCH_DTYPES = [(torch.float32, kl.float32), (torch.float64, kl.float64),
+                (torch.int32, kl.int32), (torch.int64, kl.int64), (torch.uint8, kl.uint8),
+                (torch.float16, kl.float16), (torch.bfloat16, kl.bfloat16)]
+
+
+@pytest.mark.parametrize("torch_dtype,kl_dtype", TORCH_DTYPES)
+def test_torch_from_kiln_shares_memory(torch_dtype, kl_dtype):
+    t = kl.zeros((2, 3), dtype=kl_dtype)
+    p = torch.from_dlpack(t)
+    assert p.dtype == torch_dtype and p.shape == (2, 3)
+    p[1, 2] = 5
+    assert float(t[1, 2]) == 5.0
+    if kl_dtype != kl.bfloat16:
+        np.asarray(t)[0, 1] = 3
+        assert float(p[0, 1]) == 3.0
+
+
+@pytest.mark.parametrize("torch_dtype,kl_dtype", TORCH_DTYPES)
+def test_kiln_from_torch_shares_memory(torch_dtype, kl_dtype):
+    p = torch.zeros((3, 2), dtype=torch_dtype)
+    t = kl.from_dlpack(p)
+    assert t.dtype == kl_dtype and t.shape == (3, 2)
+    p[2, 1] = 7
+    assert float(t[2, 1]) == 7.0
+    if kl_dtype != kl.bfloat16:
+        np.asarray(t)[0, 0] = 4
+        assert float(p[0, 0]) == 4.0
+    np.testing.assert_array_equal(np.asarray((t * 2).astype(kl.float32)),
+                                  (p * 2).float().numpy())
+
+
+def test_dlpack_strided_views_and_bool():
+    t = kl.arange(12, dtype=kl.float32).reshape(3, 4)
+    p = torch.from_dlpack(t.T)
+    np.testing.assert_array_equal(p.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4).T)
+    assert p.stride() == (1, 4)
+    q = torch.arange(24.0).reshape(4, 6)[1:, ::2]
+    k = kl.from_dlpack(q)
+    np.testing.assert_array_equal(np.asarray(k), q.numpy())
+    b = torch.from_dlpack(kl.asarray(np.array([True, False])))
+    assert b.dtype == torch.uint8 and b.tolist() == [1, 0]  # DLPack 0.6 has no bool
+    assert kl.asarray(1.0).__dlpack_device__() == (1, 0)
+
+
+def test_dlpack_with_numpy():
+    t = kl.arange(5, dtype=kl.int64)
+    n = np.from_dlpack(t)  # read-only in numpy 1.24
+    np.asarray(t)[0] = 9
+    assert n[0] == 9
+    a = np.arange(4.0)
+    k = kl.from_dlpack(a)
+    a[3] = -1
+    assert float(k[3]) == -1.0
+
+
+def test_dlpack_lifetimes():
+    t = kl.arange(4, dtype=kl.float32) + 1.0
+    p = torch.from_dlpack(t)
+    del t
+    gc.collect()
+    assert p.tolist() == [1.0, 2.0, 3.0, 4.0]  # the capsule's deleter runs when p goes
+    q = torch.arange(3.0)
+    k = kl.from_dlpack(q)
+    del q
+    gc.collect()
+    assert np.asarray(k).tolist() == [0.0, 1.0, 2.0]
+
+
+def test_capsules_are_consumed_once():
+    t = kl.ones(3)
+    capsule = t.__dlpack__()
+    k = kl.from_dlpack(capsule)
+    assert np.asarray(k).tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(kl.Error, match=r"\[from_dlpack\] the capsule cannot be consumed: got "
+                                       r"one named 'used_dltensor', expected"):
+        kl.from_dlpack(capsule)
+    p = torch.utils.dlpack.from_dlpack(t.__dlpack__())
+    assert p.tolist() == [1.0, 1.0, 1.0]
+    t.__dlpack__()  # never consumed: the capsule's destructor frees it
+    with pytest.raises(kl.Error, match=r"\[from_dlpack\] not a DLPack capsule"):
+        kl.from_dlpack(3)
+    with pytest.raises(kl.Error, match=r"\[__dlpack__\] a CPU tensor has no stream"):
+        t.__dlpack__(stream=1)
+
+
+def test_no_leak_over_dlpack_round_trips():
+    p = torch.ones(16)
+    base = sys.getrefcount(p)
+
+    def round_trips(n):
+        for _ in range(n):
+            k = kl.from_dlpack(p)
+            q = torch.from_dlpack(k)
+            k.__dlpack__()  # dropped unconsumed
+        return q
+
+    round_trips(2000)
+    before = rss_bytes()
+    round_trips(100_000)
+    gc.collect()
+    assert rss_bytes() - before < 4 << 20
+    assert sys.getrefcount(p) == base
+    assert p._version == 0
