@@ -3,6 +3,6 @@
 dict (keys sorted), list, tuple, namedtuple, None (an empty node), dataclasses (automatically;
 a field with metadata={"static": True} is static) and types registered with `register` are
 nodes; strings are static leaves (part of the structure); everything else is a leaf. The
-functions are Kiln's C++ (kiln._kiln.tree), the same code the transformations flatten with.
+functions are Kiln's C++ (kiln._kiln._tree), the same code the transformations flatten with.
 """
-from ._kiln.tree import TreeDef, flatten, leaves, map, register, structure, unflatten  # noqa: F401
+from ._kiln._tree import TreeDef, flatten, leaves, map, register, structure, unflatten  # noqa: F401

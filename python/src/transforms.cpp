@@ -349,17 +349,30 @@ std::vector<int> static_argnums_of(py::handle s) {
 // custom_jvp(f) with JAX's f.defjvp(rule): rule(primals, tangents) -> (primal_out, tangent_out).
 struct CustomJvp {
   py::object f, rule;
+  // Set while the rule runs: a rule that calls the function itself (as JAX's rules may, for
+  // primal_out) gets plain f, since Kiln takes the primal output from f anyway.
+  std::shared_ptr<int> in_rule = std::make_shared<int>(0);
+
   py::object call(const py::args& args) const {
+    if (*in_rule > 0) return f(*args);
     if (rule.is_none())
       fail("custom_jvp",
            "no rule: got a custom_jvp function without one, expected f.defjvp(rule) "
            "before calling it");
     const Args in = flatten_args(args);
     // Kiln's core computes the primal output with f and takes only the tangent from the rule.
-    auto factory = [r = rule](const TreeDef& rule_args_def) -> FlatFn {
-      return [r, def = rule_args_def](const std::vector<Tensor>& leaves, TreeDef& out_def) {
+    auto factory = [r = rule, depth = in_rule](const TreeDef& rule_args_def) -> FlatFn {
+      return [r, depth, def = rule_args_def](const std::vector<Tensor>& leaves, TreeDef& out_def) {
         const py::tuple pt = unflatten_tensors(def, leaves);
-        const py::object out = r(pt[0], pt[1]);
+        ++*depth;
+        py::object out;
+        try {
+          out = r(pt[0], pt[1]);
+        } catch (...) {
+          --*depth;
+          throw;
+        }
+        --*depth;
         if (!py::isinstance<py::tuple>(out) || py::len(out) != 2)
           fail("custom_jvp", "the rule must return (primal_out, tangent_out): got ", repr_of(out),
                ", expected a tuple of two");

@@ -454,7 +454,7 @@ namespace kiln::python {
 void bind_tree(py::module_& m) {
   using namespace pytree;
   py::module_ t = m.def_submodule(
-      "tree",
+      "_tree",
       "Pytrees: nested dict, list, tuple, namedtuple, None, dataclasses and registered types "
       "whose leaves are tensors, arrays or scalars (docs/PYTHON.md, 'Pytrees').");
 

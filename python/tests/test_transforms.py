@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kiln as kl
-from kops import (add, close, cos, div, exp, greater, log, matmul, maximum, mean, mul, neg, pow,
+from kops import (add, close, cos, div, exp, greater, less, log, matmul, maximum, mean, mul, neg, pow,
                   sin, square, sub, sum, tanh)
 
 rng = np.random.default_rng(0)
@@ -178,6 +178,15 @@ def test_every_pytree_kind_through_every_transformation():
     close(jac["list"][0], np.zeros((3, 3)))
     carry = kl.fori_loop(0, 2, lambda i, t: scale(t), every_kind(x))
     check_every_kind(carry, 4 * x)
+    n, carry = kl.while_loop(lambda c: less(c[0], 3), lambda c: (add(c[0], 1), scale(c[1])),
+                             (kl.asarray(0), every_kind(x)))
+    check_every_kind(carry, 8 * x)
+    check_every_kind(kl.cond(True, scale, lambda t: t, every_kind(x)), 2 * x)
+    carry, ys = kl.scan(lambda c, x: (scale(c), x), every_kind(x), every_kind(xs))
+    check_every_kind(ys, xs)
+    check_every_kind(carry, 16 * x)
+    check_every_kind(kl.jit(kl.vmap(kl.grad(lambda t: tree_sum(scale(t)))))(every_kind(xs)),
+                     np.full((4, 3), 2.0))
 
 
 # ---- reverse and forward mode ------------------------------------------------------------------
@@ -324,7 +333,7 @@ def test_vmap_against_a_python_loop():
     for i in range(8):
         gi = kl.grad(loss)(p, x[i], y[i])
         for k in p:
-            close(per_example[k][i], gi[k], 1e-4, 1e-5)
+            close(np.asarray(per_example[k])[i], gi[k], 1e-4, 1e-5)
     # A pytree prefix per argument: w shared, b batched.
     f = lambda q, v: add(matmul(v, q["w"]), q["b"])  # noqa: E731
     q = {"w": randn(3, 2), "b": randn(5, 2)}
@@ -408,7 +417,7 @@ def test_kiln_error_inside_a_traced_function_names_the_users_line():
     line = bad.__code__.co_firstlineno + 1
     for t in (kl.jit, kl.grad, kl.vmap):
         with pytest.raises(kl.Error) as info:
-            t(bad)(randn(3))
+            t(bad)(randn(3, 4))
         assert f"test_transforms.py:{line}" in str(info.value)
 
 
@@ -453,3 +462,40 @@ def test_no_leak_over_many_jitted_calls_and_refcounts_unchanged():
     gc.collect()
     assert [sys.getrefcount(v) for v in (p, p["w"], p["b"], x)] == refs
     assert rss_mb() - before_rss < 16
+
+
+def test_transformed_functions_bind_as_methods_and_take_attributes():
+    @dataclasses.dataclass
+    class Model:  # a pytree, so that `self` can be an argument of a transformation
+        w: object
+
+        @kl.jit
+        def apply(self, x):
+            return mul(self.w, x)
+
+        @kl.grad
+        def slope(self, x):
+            return sum(mul(self.w, square(x)))
+
+    m = Model(np.float32(3.0))
+    x = randn(3)
+    close(m.apply(x), 3 * x)
+    grad_of_model = m.slope(x)  # with respect to self, the first argument
+    assert isinstance(grad_of_model, Model)
+    close(grad_of_model.w, np.sum(x * x), 1e-5, 1e-5)
+    g = kl.grad(sin)
+    g.note = "attributes stick"
+    assert g.note == "attributes stick" and g.__wrapped__ is sin
+
+
+def test_refcounts_unchanged_under_grad_and_vmap():
+    f = lambda p, x: sum(mul(p["w"], x))  # noqa: E731
+    p, x = {"w": randn(3)}, randn(4, 3)
+    g, v = kl.grad(f), kl.vmap(f, in_axes=(None, 0))
+    g(p, x[0])
+    v(p, x)
+    refs = [sys.getrefcount(o) for o in (p, p["w"], x)]
+    for _ in range(2000):
+        g(p, x[0])
+        v(p, x)
+    assert [sys.getrefcount(o) for o in (p, p["w"], x)] == refs
