@@ -817,3 +817,82 @@ def test_random_programs_agree_on_python_values_and_traced_tensors(tmp_path):
             assert converted(*args) == expected, (seed, args)
             got = jitted(*[kl.asarray(v) for v in args])
             assert tuple(int(np.asarray(g)) for g in got) == expected, (seed, args)
+
+
+def test_python_values_with_try_with_match_generators_coroutines_and_super():
+    import asyncio
+    import contextlib
+    log = []
+
+    @contextlib.contextmanager
+    def scope(tag):
+        log.append(("enter", tag))
+        yield
+        log.append(("exit", tag))
+
+    def jumps_through_with_and_finally(n):
+        out = []
+        for i in range(n):
+            with scope(i):
+                try:
+                    if i == 2:
+                        continue
+                    if i == 4:
+                        break
+                    out.append(i)
+                finally:
+                    out.append(-i)
+        return out
+
+    def walrus(xs):
+        it, s = iter(xs), 0
+        while (v := next(it, None)) is not None:
+            s += v
+        return s
+
+    def matcher(v):
+        match v:
+            case [a, b]:
+                if a > b:
+                    r = a
+                else:
+                    r = b
+            case _:
+                r = None
+        return r
+
+    def odd_numbers(n):
+        i = 0
+        while i < n:
+            if i % 2:
+                yield i
+            i += 1
+
+    async def odd_sum(n):
+        t = 0
+        for i in range(n):
+            if i % 2:
+                await asyncio.sleep(0)
+                t += i
+        return t
+
+    class Base:
+        def f(self, x):
+            return x + 1
+
+    class Derived(Base):
+        def f(self, x):
+            if x > 0:
+                x = super().f(x)
+            return x
+
+    for fun, args in ((jumps_through_with_and_finally, (6,)), (walrus, ([1, 2, 3],)),
+                      (matcher, ([1, 5],)), (matcher, (3,))):
+        log.clear()
+        expected, expected_log = fun(*args), list(log)
+        log.clear()
+        assert autograph.convert(fun)(*args) == expected and log == expected_log
+    assert list(autograph.convert(odd_numbers)(7)) == list(odd_numbers(7)) == [1, 3, 5]
+    assert asyncio.run(autograph.convert(odd_sum)(6)) == asyncio.run(odd_sum(6)) == 9
+    d = Derived()
+    assert autograph.convert(d.f)(1) == d.f(1) == 2
