@@ -896,3 +896,24 @@ def test_python_values_with_try_with_match_generators_coroutines_and_super():
     assert asyncio.run(autograph.convert(odd_sum)(6)) == asyncio.run(odd_sum(6)) == 9
     d = Derived()
     assert autograph.convert(d.f)(1) == d.f(1) == 2
+
+
+@tensor_path
+def test_static_arguments_keep_python_control_flow():
+    traces = []
+
+    def power(x, n, mode):
+        traces.append((n, mode))
+        y = x * 0.0 + 1.0
+        for _ in range(n):  # n static: unrolled at trace time
+            y = y * x
+        if mode == "neg":  # a Python string: Python's if
+            y = -y
+        return y
+
+    jitted = kl.jit(power, static_argnums=(1, 2))
+    x = kl.asarray(np.float32(1.5))
+    assert float(np.asarray(jitted(x, 3, "neg"))) == pytest.approx(-1.5 ** 3)
+    assert float(np.asarray(jitted(x, 3, "neg"))) == pytest.approx(-1.5 ** 3)
+    assert float(np.asarray(jitted(x, 2, "pos"))) == pytest.approx(1.5 ** 2)
+    assert traces == [(3, "neg"), (2, "pos")]  # traced once per static value
