@@ -394,6 +394,10 @@ def _assigned(nodes):
                 out.update((a.asname or a.name).split(".")[0] for a in n.names)
             elif isinstance(n, ast.ExceptHandler) and n.name:
                 out.add(n.name)
+            elif isinstance(n, (ast.MatchAs, ast.MatchStar)) and n.name:
+                out.add(n.name)
+            elif isinstance(n, ast.MatchMapping) and n.rest:
+                out.add(n.rest)
     return out
 
 
@@ -408,15 +412,9 @@ def _reads(node):
     return out
 
 
-def _simple_defs(stmt):
-    """Names a simple statement binds, which are dead before it (unless it also reads them)."""
-    return _assigned([stmt])
-
-
 class _Liveness:
-    """Backward liveness over one function body. Records, for each if/while/for, the names live
-    after it (`after`) and live at its start (`before`); for loops `header` is what is live at
-    the loop's test."""
+    """Backward liveness over one function body. Records, for each statement, the names live
+    after it (`after`), and for each loop what is live at its test (`header`)."""
 
     def __init__(self):
         self.after = {}
@@ -460,7 +458,7 @@ class _Liveness:
                 out |= _reads(case.guard) if case.guard else set()
             return out
         # A simple statement, a nested function or class: kill what it binds, add what it reads.
-        return (set(live) - _simple_defs(s)) | _reads(s)
+        return (set(live) - _assigned([s])) | _reads(s)
 
     def loop(self, s, live):
         exit_live = self.block(s.orelse, live)
