@@ -442,7 +442,7 @@ class _Liveness:
             inner = self.block(s.body, live) - _assigned([i.optional_vars for i in s.items
                                                           if i.optional_vars])
             return inner | set().union(*(_reads(i.context_expr) for i in s.items))
-        if isinstance(s, (ast.Try, getattr(ast, "TryStar", ast.Try))):
+        if isinstance(s, (ast.Try, ast.TryStar)):
             final = self.block(s.finalbody, live)
             after_body = self.block(s.orelse, final)
             handlers = set()
@@ -454,7 +454,8 @@ class _Liveness:
         if isinstance(s, ast.Match):
             out = _reads(s.subject)
             for case in s.cases:
-                out |= self.block(case.body, live) | _reads(case.pattern)
+                out |= (self.block(case.body, live) - _assigned([case.pattern])) | \
+                    _reads(case.pattern)
                 out |= _reads(case.guard) if case.guard else set()
             return out
         # A simple statement, a nested function or class: kill what it binds, add what it reads.
