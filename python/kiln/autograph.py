@@ -692,7 +692,8 @@ def _name(id_, store=False):
 
 
 def _tuple(names, store=False):
-    return ast.Tuple(elts=[_name(n, store) for n in names], ctx=ast.Store() if store else ast.Load())
+    return ast.Tuple(elts=[_name(n, store) for n in names],
+                     ctx=ast.Store() if store else ast.Load())
 
 
 def _strings(names):

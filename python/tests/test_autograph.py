@@ -245,7 +245,7 @@ def assorted(n, xs):
             continue_with = [v * i for v in xs if v > i]
         j = 0
         while j < i:
-            tmp = j * 2
+            tmp = j * 2  # noqa: F841 (a temporary of the loop body)
             j += 1
         else:
             tmp2 = j
@@ -548,7 +548,7 @@ def test_conditional_expressions_chained_comparisons_and_del():
     def mixed(x, lo, hi):
         inside = 1 if lo < x < hi else 0
         if lo < x <= hi:
-            tmp = x
+            tmp = x  # noqa: F841 (deleted below)
             del tmp
             label = "in"
         else:
