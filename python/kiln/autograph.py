@@ -28,7 +28,9 @@ import builtins
 import copy
 import functools
 import linecache
+import os
 import sys
+import sysconfig
 import types
 import weakref
 
@@ -349,6 +351,40 @@ def or_(first, second):
 def not_(a):
     """`not a` in a converted test: logical_not when `a` is traced, else Python's `not`."""
     return _kiln.logical_not(a) if _is_traced(a) else not a
+
+
+_FRAME_BUILTINS = {"super", "locals", "globals", "vars", "dir", "eval", "exec"}
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+# Where the standard library and installed packages live: their functions are not converted.
+_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for k in ("stdlib", "platstdlib",
+                                                                    "purelib", "platlib")
+                              if (p := sysconfig.get_paths().get(k))}))
+_user_code = {}  # code object -> whether callee converts functions with it
+
+
+def _is_user_code(code):
+    """Functions of the user's own files are converted when called from converted code; those of
+    Kiln, the standard library and installed packages are not."""
+    user = _user_code.get(code)
+    if user is None:
+        path = os.path.abspath(code.co_filename)
+        user = _user_code[code] = not (
+            code.co_filename.startswith("<") or path.startswith(_PACKAGE_DIR)
+            or path.startswith(_LIBRARY_DIRS) or os.sep + "dist-packages" + os.sep in path
+            or os.sep + "site-packages" + os.sep in path)
+    return user
+
+
+def callee(fun):
+    """What converted code calls for `fun(...)`: the converted function when `fun` is a Python
+    function (or bound method) of the user's code, else `fun` itself."""
+    kind = type(fun)
+    if kind is types.FunctionType:
+        return convert(fun) if _is_user_code(fun.__code__) else fun
+    if kind is types.MethodType and type(fun.__func__) is types.FunctionType \
+            and _is_user_code(fun.__func__.__code__):
+        return convert(fun)
+    return fun
 
 
 # ---------------------------------------------------------------------------------------------
@@ -713,8 +749,9 @@ def _lambda(expr):
 class _Converter(ast.NodeTransformer):
     """Rewrites the statements of one function (and of the functions defined inside it)."""
 
-    def __init__(self, filename):
+    def __init__(self, filename, recursive):
         self.filename = filename
+        self.recursive = recursive
         self.liveness = []  # one per enclosing function
         self.names = set()  # the functions made so far
         self.globals = []  # names declared global, per enclosing function
@@ -745,6 +782,16 @@ class _Converter(ast.NodeTransformer):
 
     def visit_Lambda(self, node):
         return node  # a lambda's body is an expression; its `x if c else y` stays Python's
+
+    def visit_Call(self, node):
+        """f(...) -> ag__.callee(f)(...): a user function called from converted code is
+        converted too (when `recursive`). Calls that look at their caller's frame stay as they
+        are."""
+        self.generic_visit(node)
+        if self.recursive and not (isinstance(node.func, ast.Name)
+                                   and node.func.id in _FRAME_BUILTINS):
+            node.func = ast.copy_location(_call("callee", node.func), node.func)
+        return node
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
@@ -904,11 +951,16 @@ class _Converter(ast.NodeTransformer):
         header = live.header[node]
         targets = _assigned([node.target])
         modified = self._modified(node.body) | (targets - self.declared[-1])
-        self.generic_visit(node)
         is_range = (isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name)
                     and node.iter.func.id == "range" and not node.iter.keywords
                     and 1 <= len(node.iter.args) <= 3
                     and not any(isinstance(a, ast.Starred) for a in node.iter.args))
+        if is_range:  # range itself is passed to the helper, not called through ag__.callee
+            range_name = node.iter.func
+            self.generic_visit(node)
+            node.iter.func = range_name
+        else:
+            self.generic_visit(node)
         if reason or not isinstance(node.target, (ast.Name, ast.Tuple, ast.List)) \
                 or targets & self.declared[-1]:
             if is_range and reason:
@@ -950,9 +1002,9 @@ class _Conversion:
         self.source = source
 
 
-_conversions = {}  # code object -> _Conversion, or None when it cannot be converted
-_converted = weakref.WeakKeyDictionary()  # function -> converted function
-_converted_codes = set()  # the code objects conversion made (already converted)
+_conversions = {}  # (code object, recursive) -> _Conversion, or why it cannot be converted
+_converted = weakref.WeakKeyDictionary()  # function -> {recursive: converted function}
+_converted_codes = set()  # the code objects conversion made
 _no_source = "no source"
 
 
@@ -988,7 +1040,7 @@ def _find_def(fun):
             "(a lambda, or a file changed since it was imported)")
 
 
-def _rewrite(fun):
+def _rewrite(fun, recursive):
     """The converted FunctionDef of `fun` (decorators dropped: `fun` is the undecorated function)
     and the module that builds it, or a string saying why it cannot be converted."""
     if fun.__code__.co_name == "<lambda>":
@@ -997,7 +1049,7 @@ def _rewrite(fun):
     if isinstance(node, str):
         return node
     node.decorator_list = []
-    node = _Converter(fun.__code__.co_filename).visit(node)
+    node = _Converter(fun.__code__.co_filename, recursive).visit(node)
     ast.fix_missing_locations(node)
     # def ag__factory(ag__, <free variables>): <converted def>; so that the converted code's
     # free variables are the original's, and the original closure cells can be reused.
@@ -1014,45 +1066,52 @@ def _rewrite(fun):
     return node, module
 
 
-def _conversion(fun):
-    code = fun.__code__
-    if code not in _conversions:
-        rewritten = _rewrite(fun)
+def _conversion(fun, recursive):
+    key = (fun.__code__, recursive)
+    if key not in _conversions:
+        try:
+            rewritten = _rewrite(fun, recursive)
+            if not isinstance(rewritten, str):
+                node, module = rewritten
+                factory = compile(module, fun.__code__.co_filename, "exec")
+        except Exception as exc:  # noqa: BLE001 (a construct the rewrite gets wrong: no rewrite)
+            rewritten = f"the rewrite failed ({type(exc).__name__}: {exc})"
         if isinstance(rewritten, str):
-            _conversions[code] = rewritten
+            _conversions[key] = rewritten
         else:
-            node, module = rewritten
-            factory = compile(module, code.co_filename, "exec")
             factory_code = next(c for c in factory.co_consts if isinstance(c, types.CodeType))
             new_code = next(c for c in factory_code.co_consts
-                            if isinstance(c, types.CodeType) and c.co_name == code.co_name)
+                            if isinstance(c, types.CodeType) and c.co_name == key[0].co_name)
             _converted_codes.add(new_code)
-            _conversions[code] = _Conversion(new_code, ast.unparse(node))
-    return _conversions[code]
+            _conversions[key] = _Conversion(new_code, ast.unparse(node))
+    return _conversions[key]
 
 
 def _cell(value):
     return (lambda: value).__closure__[0]
 
 
-def convert(fun):
+def convert(fun, recursive=True):
     """`fun` with its `if`, `while` and `for` statements rewritten to work on traced tensors.
 
-    Usable on its own (eagerly, under grad, vmap or jit) and as a decorator. The conversion is
-    made once per function and cached. What cannot be converted is returned unchanged: objects
-    that are not Python functions (builtins, functools.partial, callable objects), lambdas, and
+    Usable on its own (eagerly, under grad, vmap or jit) and as a decorator. With `recursive`,
+    the functions of the user's own code that `fun` calls are converted too when called (not
+    those of Kiln, the standard library or installed packages). The conversion is made once
+    per function and cached. What cannot be converted is returned unchanged: objects that are
+    not Python functions (builtins, functools.partial, callable objects), lambdas, and
     functions whose source Python cannot find (typed at the interactive prompt, made by exec);
     their control flow stays Python's. Bound methods are converted through their function."""
     if isinstance(fun, types.MethodType):
-        return types.MethodType(convert(fun.__func__), fun.__self__)
-    if not isinstance(fun, types.FunctionType) or fun.__code__ in _converted_codes:
-        return fun
+        return types.MethodType(convert(fun.__func__, recursive), fun.__self__)
+    if not isinstance(fun, types.FunctionType) or fun.__code__ in _converted_codes \
+            or "ag__" in fun.__code__.co_freevars:
+        return fun  # not a function, or one conversion made (or a function defined inside it)
     cached = _converted.get(fun)
-    if cached is not None:
-        return cached
-    conversion = _conversion(fun)
+    if cached is not None and recursive in cached:
+        return cached[recursive]
+    conversion = _conversion(fun, recursive)
     if isinstance(conversion, str):
-        return fun
+        return fun  # not cached here (a value holding its weak key would keep it alive)
     module = sys.modules[__name__]
     cells = dict(zip(fun.__code__.co_freevars, fun.__closure__ or ()))
     closure = tuple(_cell(module) if name == "ag__" else cells[name]
@@ -1061,12 +1120,12 @@ def convert(fun):
                              closure)
     new.__kwdefaults__ = fun.__kwdefaults__
     functools.update_wrapper(new, fun)
-    del new.__wrapped__  # inspect should see the converted function's own signature and code
-    _converted[fun] = new
+    del new.__wrapped__  # inspect should see the converted function's own code
+    _converted.setdefault(fun, {})[recursive] = new
     return new
 
 
-def to_source(fun):
+def to_source(fun, recursive=True):
     """The converted source of `fun` (a function, or what kiln.jit made of one) as a string:
     what `convert` and `jit` run. A kiln.Error when `fun` cannot be converted, saying why."""
     target = fun
@@ -1076,7 +1135,7 @@ def to_source(fun):
     if not isinstance(target, types.FunctionType):
         raise _kiln.Error(f"[autograph] to_source needs a Python function: got "
                           f"{type(fun).__name__}, expected a def")
-    conversion = _conversion(target)
+    conversion = _conversion(target, recursive)
     if isinstance(conversion, str):
         raise _kiln.Error(f"[autograph] {target.__qualname__} cannot be converted: "
                           f"{conversion}")

@@ -917,3 +917,49 @@ def test_static_arguments_keep_python_control_flow():
     assert float(np.asarray(jitted(x, 3, "neg"))) == pytest.approx(-1.5 ** 3)
     assert float(np.asarray(jitted(x, 2, "pos"))) == pytest.approx(1.5 ** 2)
     assert traces == [(3, "neg"), (2, "pos")]  # traced once per static value
+
+
+def helper_with_tensor_if(x):
+    if x > 0.0:
+        x = x * 10.0
+    return x
+
+
+class Scaler:
+    def __init__(self, k):
+        self.k = k
+
+    def apply(self, x):
+        while x < self.k:
+            x = x * 2.0
+        return x
+
+
+def test_called_functions_are_converted_but_not_library_ones():
+    import statistics
+
+    def caller(x, s):
+        y = helper_with_tensor_if(x) + s.apply(x)
+        return statistics.mean([1.0, 3.0]) + y
+
+    src = autograph.to_source(caller)
+    assert "ag__.callee(helper_with_tensor_if)(x)" in src
+    assert autograph.to_source(caller, recursive=False).count("ag__.callee") == 0
+    assert autograph.callee(helper_with_tensor_if) is autograph.convert(helper_with_tensor_if)
+    assert autograph.callee(statistics.mean) is statistics.mean  # the standard library
+    assert autograph.callee(np.mean) is np.mean  # an installed package
+    assert autograph.callee(autograph.to_source) is autograph.to_source  # Kiln itself
+    assert autograph.convert(caller)(1.0, Scaler(5.0)) == caller(1.0, Scaler(5.0)) == 20.0
+
+
+@tensor_path
+def test_called_functions_with_tensor_control_flow_under_jit():
+    def caller(x):
+        return helper_with_tensor_if(x - 2.0) + Scaler(5.0).apply(x)
+
+    for v in (1.0, 0.75, 7.0):
+        got = float(np.asarray(kl.jit(caller)(kl.asarray(np.float32(v)))))
+        assert got == pytest.approx(caller(v))
+    with pytest.raises(kl.Error):  # shallow conversion: the helper's `if` stays Python's
+        kl.jit(autograph.convert(caller, recursive=False), autograph=False)(
+            kl.asarray(np.float32(1.0)))
