@@ -7,7 +7,8 @@ A helper looks at its condition when it runs: a traced kiln.Tensor builds `kiln.
 `kiln.while_loop`, `kiln.fori_loop` or `kiln.scan` over the variables the statement assigns;
 anything else runs Python's own statement, so code on Python values behaves as before. Before
 that, `return`s inside `if`s become one assignment per path and `break`/`continue` become flag
-variables, so those statements convert too. `to_source(f)` shows the rewritten source; `jit`
+variables, so those statements convert too; calls go through `callee`, which converts the
+user's functions when they are called. `to_source(f)` shows the rewritten source; `jit`
 converts, then calls the native `jit`.
 
 How a statement becomes functions (`n` and `steps` assigned in the loop and live after it; the
