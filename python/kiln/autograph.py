@@ -378,13 +378,16 @@ def _is_user_code(code):
 
 def callee(fun):
     """What converted code calls for `fun(...)`: the converted function when `fun` is a Python
-    function (or bound method) of the user's code, else `fun` itself."""
+    function, bound method or callable object (its __call__) of the user's code, else `fun`."""
     kind = type(fun)
     if kind is types.FunctionType:
         return convert(fun) if _is_user_code(fun.__code__) else fun
     if kind is types.MethodType and type(fun.__func__) is types.FunctionType \
             and _is_user_code(fun.__func__.__code__):
         return convert(fun)
+    call = getattr(kind, "__call__", None)  # an instance of a user class with __call__
+    if type(call) is types.FunctionType and _is_user_code(call.__code__):
+        return types.MethodType(convert(call), fun)
     return fun
 
 

@@ -934,6 +934,11 @@ class Scaler:
             x = x * 2.0
         return x
 
+    def __call__(self, x):
+        if x > self.k:
+            x = x - self.k
+        return x
+
 
 def test_called_functions_are_converted_but_not_library_ones():
     import statistics
@@ -955,7 +960,8 @@ def test_called_functions_are_converted_but_not_library_ones():
 @tensor_path
 def test_called_functions_with_tensor_control_flow_under_jit():
     def caller(x):
-        return helper_with_tensor_if(x - 2.0) + Scaler(5.0).apply(x)
+        scaler = Scaler(5.0)
+        return helper_with_tensor_if(x - 2.0) + scaler.apply(x) + scaler(x)
 
     for v in (1.0, 0.75, 7.0):
         got = float(np.asarray(kl.jit(caller)(kl.asarray(np.float32(v)))))
