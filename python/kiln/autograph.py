@@ -59,8 +59,8 @@ class Undefined:
         return f"<undefined variable {self.name!r}>"
 
     def _fail(self, *args, **kwargs):
-        raise NameError(f"variable {self.name!r} is not defined here: it is assigned only on "
-                        "some paths of a converted if/while/for before this use")
+        raise UnboundLocalError(f"variable {self.name!r} is not defined here: it is assigned only "
+                                "on some paths of a converted if/while/for before this use")
 
     __bool__ = __call__ = __iter__ = __len__ = __index__ = __float__ = __int__ = _fail
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _fail
