@@ -326,6 +326,16 @@ def test_variable_defined_in_one_branch_is_fine_on_python_values():
     converted = autograph.convert(maybe)
     assert converted(4) == 4 and converted(-4) == 0
 
+    def unbound(x):
+        if x > 0:
+            y = x
+        return y + 1
+
+    with pytest.raises(UnboundLocalError):
+        unbound(-1)
+    with pytest.raises(UnboundLocalError, match="'y'"):
+        autograph.convert(unbound)(-1)
+
 
 def test_bound_methods_are_converted():
     class Counter:
