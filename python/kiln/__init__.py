@@ -12,6 +12,7 @@ from ._kiln import from_dlpack, linalg, random  # noqa: E402,F401
 
 _sys.modules[__name__ + ".linalg"] = linalg
 _sys.modules[__name__ + ".random"] = random
+
 # py-transforms: pytrees, transformations of Python callables and control flow.
 from . import tree  # noqa: F401,E402
 from ._kiln import (  # noqa: F401,E402
@@ -20,3 +21,8 @@ from ._kiln import (  # noqa: F401,E402
     psum_scatter, scan, stop_gradient, switch, value_and_grad, vjp, vmap, while_loop)
 # py-nn: nn, optim, data and io (Python modules over the native _nn, _optim, _data and _io)
 from . import data, io, nn, optim  # noqa: E402,F401
+
+# autograph (issue #17): kiln.jit converts Python if/while/for on traced tensors; it replaces
+# the native jit exported above (which it calls). See kiln.autograph.
+from .autograph import jit  # noqa: E402,F401
+from . import autograph  # noqa: E402,F401
