@@ -186,8 +186,6 @@ void bind_elementwise(py::module_& m) {
       {"softplus", &softplus, "log(1 + exp(x)), stable for every x."},
       {"log_sigmoid", &log_sigmoid, "log(sigmoid(x)) = -softplus(-x)."},
       {"bitwise_not", &bitwise_not, "~x for integers and bools (also kiln.invert)."},
-      {"stop_gradient", &stop_gradient,
-       "The identity, with a zero derivative: gradients do not flow through it."},
       {"ravel", &flatten, "x as a 1-d tensor (a view when x is contiguous)."},
   };
   for (const UnaryOp& op : unary)

@@ -510,65 +510,9 @@ py::class_<T> callable_class(py::module_& m, const char* name, const char* doc) 
   return cls;
 }
 
-// A few of Kiln's ops for this part's tests (python/tests/kops.py), so they run before the
-// operations are bound on the top level; the tests switch to those once they land.
-void bind_ops_for_tests(py::module_& m) {
-  py::module_ t = m.def_submodule("_ops_for_tests", "Ops for the transformation tests only.");
-  using Binary = Tensor (*)(const Tensor&, const Tensor&, Loc);
-  using Unary = Tensor (*)(const Tensor&, Loc);
-  auto binary = [&](const char* name, Binary op) {
-    t.def(name, [op](py::handle a, py::handle b) {
-      const bool a_tensor = py::isinstance<Tensor>(a);
-      const Tensor x = a_tensor ? a.cast<Tensor>() : Tensor();
-      const Tensor y = py::isinstance<Tensor>(b) ? b.cast<Tensor>() : Tensor();
-      if (a_tensor) return op(x, y.defined() ? y : operand(b, x), Loc{});
-      if (y.defined()) return op(operand(a, y), y, Loc{});
-      return op(to_tensor(a), to_tensor(b), Loc{});
-    });
-  };
-  binary("add", &add);
-  binary("sub", &sub);
-  binary("mul", &mul);
-  binary("div", &div);
-  binary("pow", &pow);
-  binary("maximum", &maximum);
-  binary("less", &less);
-  binary("greater", &greater);
-  binary("matmul", &matmul);
-  for (auto [name, op] : {std::pair<const char*, Unary>{"sin", &sin},
-                          {"cos", &cos},
-                          {"exp", &exp},
-                          {"log", &log},
-                          {"tanh", &tanh},
-                          {"neg", &neg},
-                          {"square", &square}})
-    t.def(name, [op = op](py::handle x) { return op(to_tensor(x), Loc{}); });
-  t.def(
-      "sum",
-      [](py::handle x, std::optional<Axes> axis) {
-        return sum(to_tensor(x), axis.value_or(Axes{}), false, Loc{});
-      },
-      py::arg("x"), py::arg("axis") = py::none());
-  t.def(
-      "mean",
-      [](py::handle x, std::optional<Axes> axis) {
-        return mean(to_tensor(x), axis.value_or(Axes{}), false, Loc{});
-      },
-      py::arg("x"), py::arg("axis") = py::none());
-  t.def("where", [](py::handle c, py::handle x, py::handle y) {
-    return where(to_tensor(c), to_tensor(x), to_tensor(y), Loc{});
-  });
-  t.def("astype",
-        [](py::handle x, py::handle d) { return astype(to_tensor(x), to_dtype(d), Loc{}); });
-  t.def("reshape", [](py::handle x, std::vector<int64_t> shape) {
-    return reshape(to_tensor(x), Shape(shape), Loc{});
-  });
-}
-
 }  // namespace
 
 void bind_transforms(py::module_& m) {
-  bind_ops_for_tests(m);
   callable_class<Transformed>(m, "Transformed", "A function transformed by Kiln.")
       .def("__call__", [](const Transformed& t, const py::args& args, const py::kwargs& kwargs) {
         return t.call(args, kwargs);

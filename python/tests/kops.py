@@ -1,21 +1,14 @@
-"""Kiln ops for the tests of pytrees, transformations and control flow.
-
-The top-level operations (kiln.add, ...) where the module has them; otherwise
-kiln._kiln._ops_for_tests, the few ops transforms.cpp binds so that these tests run before the
-operations are bound.
-"""
+"""Kiln ops under short names, and comparisons, for the tests of pytrees, transformations and
+control flow."""
 import numpy as np
 
 import kiln as kl
 
-_NAMES = {"add": "add", "sub": "sub", "mul": "mul", "div": "divide", "pow": "pow",
-          "maximum": "maximum", "less": "less", "greater": "greater", "matmul": "matmul",
-          "where": "where", "astype": "astype", "sin": "sin", "cos": "cos", "exp": "exp",
-          "log": "log", "tanh": "tanh", "neg": "neg", "square": "square", "sum": "sum",
-          "mean": "mean", "reshape": "reshape"}
-_top_level = all(hasattr(kl, n) for n in _NAMES.values())
-for _ours, _theirs in _NAMES.items():
-    globals()[_ours] = getattr(kl, _theirs) if _top_level else getattr(kl._kiln._ops_for_tests, _ours)
+add, sub, mul, div, pow = kl.add, kl.sub, kl.mul, kl.divide, kl.pow
+maximum, less, greater, matmul, where, astype = (kl.maximum, kl.less, kl.greater, kl.matmul,
+                                                 kl.where, kl.astype)
+sin, cos, exp, log, tanh, neg, square = kl.sin, kl.cos, kl.exp, kl.log, kl.tanh, kl.neg, kl.square
+sum, mean, reshape = kl.sum, kl.mean, kl.reshape
 
 
 def np_(x):

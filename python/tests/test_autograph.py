@@ -11,14 +11,6 @@ import pytest
 import kiln as kl
 from kiln import autograph
 
-# Concrete tensors need the Tensor operators; the traced path also the control-flow bindings,
-# jit and grad (each from another part of the Python API).
-_ops = hasattr(kl.Tensor, "__mod__") and hasattr(kl.Tensor, "is_traced") and hasattr(kl, "where")
-_needs = [n for n in ("jit", "cond", "while_loop", "fori_loop", "scan", "grad")
-          if not hasattr(kl._kiln, n)] + ([] if _ops else ["Tensor operators"])
-tensor_ops = pytest.mark.skipif(not _ops, reason="kiln lacks the Tensor operators")
-tensor_path = pytest.mark.skipif(bool(_needs), reason=f"kiln lacks {', '.join(_needs)}")
-
 THIS_FILE = __file__
 
 
@@ -359,7 +351,6 @@ def test_bound_methods_are_converted():
 # ---------------------------------------------------------------------------------------------
 
 
-@tensor_path
 def test_issue_collatz_under_jit():
     @kl.jit
     def collatz(n):
@@ -374,7 +365,6 @@ def test_issue_collatz_under_jit():
         assert int(np.asarray(collatz(kl.asarray(n)))) == collatz_python(n)
 
 
-@tensor_path
 def test_collatz_with_nested_if_under_jit_matches_eager():
     jitted = kl.jit(collatz_steps)
     for n in (1, 7, 27):
@@ -383,7 +373,6 @@ def test_collatz_with_nested_if_under_jit_matches_eager():
             == collatz_python(n)
 
 
-@tensor_path
 def test_if_elif_else_and_nested_conditionals():
     jitted = kl.jit(piecewise)
     for v in (-3.0, -1.0, -0.5, 0.0, 0.25, 1.0, 2.5):
@@ -393,7 +382,6 @@ def test_if_elif_else_and_nested_conditionals():
         assert got == pytest.approx(float(np.asarray(piecewise(x))), rel=1e-6)
 
 
-@tensor_path
 def test_while_inside_if():
     jitted = kl.jit(halve_while_big)
     for v, flag in ((10.0, 1), (10.0, 0), (0.5, 1), (100.0, 2)):
@@ -402,7 +390,6 @@ def test_while_inside_if():
         assert float(np.asarray(jitted(x, f))) == pytest.approx(expected, rel=1e-6)
 
 
-@tensor_path
 def test_for_range_with_a_tensor_bound():
     jitted = kl.jit(sum_of_multiples)
     x = kl.asarray(np.float32(1.5))
@@ -420,7 +407,6 @@ def test_for_range_with_a_tensor_bound():
         assert int(np.asarray(kl.jit(strided)(kl.asarray(n)))) == sum(range(1, n, 3))
 
 
-@tensor_path
 def test_early_return_becomes_one_cond():
     jitted = kl.jit(early_return)
     for v in (2.0, -1.0, -3.0):
@@ -428,7 +414,6 @@ def test_early_return_becomes_one_cond():
             pytest.approx(early_return(v))
 
 
-@tensor_path
 def test_and_or_not_in_tensor_conditions():
     def clipped_steps(x, limit):
         k = kl.zeros((), kl.int32)
@@ -447,7 +432,6 @@ def test_and_or_not_in_tensor_conditions():
         assert int(np.asarray(got)) == expected
 
 
-@tensor_path
 def test_convert_under_grad():
     def f(x):
         if x > 0.0:
@@ -468,7 +452,6 @@ def test_convert_under_grad():
 # ---------------------------------------------------------------------------------------------
 
 
-@tensor_path
 def test_return_in_a_tensor_loop_is_a_clear_error():
     def first_big(x):
         k = kl.zeros((), kl.int32)
@@ -488,7 +471,6 @@ def test_return_in_a_tensor_loop_is_a_clear_error():
     assert f"test_autograph.py:{line_of(first_big, 'while k < 10')}" in message
 
 
-@tensor_path
 def test_variable_defined_in_one_branch_only_is_a_clear_error():
     def one_sided(x):
         if x > 0.0:
@@ -502,7 +484,6 @@ def test_variable_defined_in_one_branch_only_is_a_clear_error():
     assert f"test_autograph.py:{line_of(one_sided, 'if x > 0.0')}" in message
 
 
-@tensor_path
 def test_carry_changing_type_names_the_python_line():
     def widening(n):
         x = kl.zeros((), kl.int32)
@@ -517,7 +498,6 @@ def test_carry_changing_type_names_the_python_line():
     assert f"test_autograph.py:{line_of(widening, 'while x < n')}" in message
 
 
-@tensor_path
 def test_carry_undefined_before_a_tensor_loop():
     def late(n):
         i = kl.zeros((), kl.int32)
@@ -532,7 +512,6 @@ def test_carry_undefined_before_a_tensor_loop():
     assert autograph.convert(late)(3) == 2
 
 
-@tensor_path
 def test_loop_variable_read_after_a_tensor_range():
     def last_index(n):
         total = kl.zeros((), kl.int32)
@@ -572,7 +551,6 @@ def test_conditional_expressions_chained_comparisons_and_del():
         assert converted(*args) == mixed(*args)
 
 
-@tensor_path
 def test_conditional_expression_on_a_traced_tensor():
     def relu_ish(x):
         return x * 2.0 if x > 0.0 else x * 0.5
@@ -583,13 +561,11 @@ def test_conditional_expression_on_a_traced_tensor():
             relu_ish(v))
 
 
-@tensor_path
 def test_to_source_of_a_jitted_function():
     jitted = kl.jit(collatz_steps)
     assert autograph.to_source(jitted) == autograph.to_source(collatz_steps)
 
 
-@tensor_path
 def test_for_over_a_traced_tensor_scans():
     def decayed_sum(xs):
         total = kl.zeros((3,), kl.float32)
@@ -606,7 +582,6 @@ def test_for_over_a_traced_tensor_scans():
                                rtol=1e-6)
 
 
-@tensor_ops
 def test_converted_function_on_concrete_tensors_runs_python_statements():
     converted = autograph.convert(collatz_steps)
     for n in (6, 27):
@@ -617,7 +592,6 @@ def test_converted_function_on_concrete_tensors_runs_python_statements():
             pytest.approx(piecewise_reference(v))
 
 
-@tensor_path
 def test_vmap_with_per_example_trip_counts():
     ns = np.array([1, 6, 27, 97], np.int32)
     expected = [collatz_python(int(n)) for n in ns]
@@ -627,7 +601,6 @@ def test_vmap_with_per_example_trip_counts():
                                   expected)
 
 
-@tensor_path
 def test_grad_through_a_converted_data_dependent_loop():
     def newton_sqrt(a):
         x = a
@@ -644,7 +617,6 @@ def test_grad_through_a_converted_data_dependent_loop():
         assert got == pytest.approx(0.5 / math.sqrt(a), rel=1e-9)
 
 
-@tensor_path
 def test_python_loop_becoming_traced_and_side_effect_only_if():
     seen = []
 
@@ -666,14 +638,12 @@ def test_python_loop_becoming_traced_and_side_effect_only_if():
     assert seen  # the branch without results was traced, not selected
 
 
-@tensor_path
 def test_module_level_decorated_function():
     assert int(np.asarray(collatz_jitted_at_module_level(kl.asarray(27)))) == 111
     src = autograph.to_source(collatz_jitted_at_module_level)
     assert "@" not in src and "ag__.while_stmt(" in src
 
 
-@tensor_path
 def test_autograph_false_keeps_python_semantics():
     def sign(x):
         if x > 0.0:
@@ -735,7 +705,6 @@ def test_break_and_continue_on_python_values():
     assert autograph.convert(first_two)(it) == [0, 1] and next(it) == 2  # nothing extra read
 
 
-@tensor_path
 def test_break_and_continue_on_traced_tensors():
     jitted = kl.jit(break_and_continue)
     for x, n, xs in ((1.0, 5, [1.0, 0.5, 3.0, 1.0]), (7.0, 12, [0.1, 0.2]), (0.01, 0, [0.5])):
@@ -810,7 +779,6 @@ class _ProgramGenerator:
         return f"def {name}(a, b, c):\n" + "".join(f"    {line}\n" for line in body)
 
 
-@tensor_path
 def test_random_programs_agree_on_python_values_and_traced_tensors(tmp_path):
     import importlib.util
     count = 25
@@ -908,7 +876,6 @@ def test_python_values_with_try_with_match_generators_coroutines_and_super():
     assert autograph.convert(d.f)(1) == d.f(1) == 2
 
 
-@tensor_path
 def test_static_arguments_keep_python_control_flow():
     traces = []
 
@@ -967,7 +934,6 @@ def test_called_functions_are_converted_but_not_library_ones():
     assert autograph.convert(caller)(1.0, Scaler(5.0)) == caller(1.0, Scaler(5.0)) == 20.0
 
 
-@tensor_path
 def test_called_functions_with_tensor_control_flow_under_jit():
     def caller(x):
         scaler = Scaler(5.0)

@@ -290,7 +290,6 @@ def test_init_functions():
     assert abs(w.std() - np.sqrt(2 / 500)) < 0.05 * np.sqrt(2 / 500)
 
 
-@pytest.mark.skipif(not hasattr(kl, "grad"), reason="needs kiln.grad (py-transforms)")
 def test_grad_through_a_model_pytree():
     model = {"l1": kl.nn.Linear(3, 4, key(1)), "l2": kl.nn.Linear(4, 1, key(2))}
     x, y = randn(5, 3), randn(5, 1)

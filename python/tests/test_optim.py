@@ -166,7 +166,6 @@ def test_clip_by_global_norm_matches_torch():
     np.testing.assert_allclose(np.asarray(clipped["b"]), ts[1].grad.numpy(), rtol=1e-6)
 
 
-@pytest.mark.skipif(not hasattr(kl, "jit"), reason="needs kiln.jit (py-transforms)")
 def test_update_inside_jit_matches_eager():
     opt = kl.optim.adam(0.1)
     params = {"w": kl.asarray(np.arange(4, dtype=np.float32))}

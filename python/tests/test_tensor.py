@@ -272,14 +272,12 @@ def test_numpy_defers_to_tensor_operators():
     assert isinstance(np.sin(t), np.ndarray)
 
 
-@pytest.mark.skipif(not hasattr(kl, "jit"), reason="needs kiln.jit (transforms)")
 @pytest.mark.parametrize("convert", [bool, float, int])
 def test_traced_values_name_kiln_cond(convert):
     with pytest.raises(kl.Error, match=r"got a traced tensor.*kiln\.cond / kiln\.while_loop"):
         kl.jit(lambda x: x * convert(x))(kl.asarray(1.0))
 
 
-@pytest.mark.skipif(not hasattr(kl, "jit"), reason="needs kiln.jit (transforms)")
 def test_traced_repr_shows_the_type():
     seen = []
     kl.jit(lambda x: seen.append(repr(x)) or x)(kl.zeros((2, 3)))
@@ -308,7 +306,6 @@ def test_at_updates_like_jax():
     assert t.at[0].set(1).dtype == kl.float32
 
 
-@pytest.mark.skipif(not hasattr(kl, "jit"), reason="needs kiln.jit (transforms)")
 def test_indexing_traces_and_differentiates():
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     f = kl.jit(lambda x, i: x[1:, ::-2][i, None] + x[..., [0, 2]].sum())
