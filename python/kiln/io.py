@@ -7,15 +7,15 @@ Each tensor leaf is stored under its kiln::tree_names name ("model.0.weight"), s
 written from Python and from C++ for the same tree match. Writes are atomic: a temporary file in
 the same directory is written, fsync'ed and renamed over the path.
 """
-from . import _flat
+from . import tree as _tree
 from ._kiln import _io as _native
 
 
 def save(path, tree, metadata=None):
     """Saves every leaf of `tree` (a pytree, kiln.tree) under its name.
     metadata: an optional {str: str} stored in the header's "__metadata__"."""
-    leaves, _ = _flat.flatten(tree)
-    pairs = list(zip(_flat.names(tree), leaves))
+    leaves, _ = _tree.flatten(tree)
+    pairs = list(zip(_tree.names(tree), leaves))
     _native.save_tensors(str(path), pairs, metadata or {})
 
 
@@ -23,9 +23,9 @@ def load(path, like, allow_extra=False):
     """A tree shaped like `like` from the file: each leaf name must be there with the leaf's
     dtype and shape; static values and structure come from `like`. Tensors in the
     file that the tree does not have raise kiln.Error unless allow_extra."""
-    leaves, structure = _flat.flatten(like)
-    loaded = _native.load_leaves(str(path), _flat.names(like), leaves, allow_extra)
-    return _flat.unflatten(structure, loaded)
+    leaves, structure = _tree.flatten(like)
+    loaded = _native.load_leaves(str(path), _tree.names(like), leaves, allow_extra)
+    return _tree.unflatten(structure, loaded)
 
 
 def save_tensors(path, tensors, metadata=None):

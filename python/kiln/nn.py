@@ -4,7 +4,8 @@ The layers are Kiln's C++ structs (kiln::nn) bound as Python classes; each is a 
 `kl.grad(loss)(model, x, y)` returns a model of gradients, as in C++. Sequential is a
 registered pytree of its layers; user models are dataclasses (or any pytree) of layers.
 """
-from . import _flat, _kiln
+from . import _kiln
+from . import tree as _tree
 from . import tree as _tree
 from ._kiln import _nn as _native
 
@@ -50,8 +51,8 @@ _tree.register(Sequential, lambda s: (s.layers, None), lambda _, layers: Sequent
 
 def named_parameters(model):
     """[(name, tensor)] for every tensor leaf of `model`, in tree order (kiln::tree_names)."""
-    leaves, _ = _flat.flatten(model)
-    return list(zip(_flat.names(model), leaves))
+    leaves, _ = _tree.flatten(model)
+    return list(zip(_tree.names(model), leaves))
 
 
 def parameter_count(model):

@@ -12,7 +12,7 @@ C++ ("step", "slots.mu.layers.0.weight").
 """
 import dataclasses as _dataclasses
 
-from . import _flat
+from . import tree as _tree
 from ._kiln import _optim as _native
 
 Schedule = _native.Schedule
@@ -56,21 +56,21 @@ class Optimizer:
 
     def init(self, params):
         """The state before the first update: step 0 and zero slots shaped like `params`."""
-        leaves, structure = _flat.flatten(params)
-        step, slots = self._native.init_leaves(leaves, _flat.names(params))
-        return OptState(step, {k: _flat.unflatten(structure, v) for k, v in slots.items()})
+        leaves, structure = _tree.flatten(params)
+        step, slots = self._native.init_leaves(leaves, _tree.names(params))
+        return OptState(step, {k: _tree.unflatten(structure, v) for k, v in slots.items()})
 
     def update(self, params, grads, state):
         """One step: (new params, new state). `grads` has the structure of `params`."""
-        leaves, structure = _flat.flatten(params)
-        names = _flat.names(params)
-        grad_leaves = _flat.flatten_like(structure, grads, "the gradients")
-        slots = {k: _flat.flatten_like(structure, v, f'state slot "{k}"')
+        leaves, structure = _tree.flatten(params)
+        names = _tree.names(params)
+        grad_leaves = _flatten_like(structure, grads, "the gradients")
+        slots = {k: _flatten_like(structure, v, f'state slot "{k}"')
                  for k, v in state.slots.items()}
         new, step, new_slots = self._native.update_leaves(leaves, grad_leaves, state.step, slots,
                                                           names)
-        return (_flat.unflatten(structure, new),
-                OptState(step, {k: _flat.unflatten(structure, v) for k, v in new_slots.items()}))
+        return (_tree.unflatten(structure, new),
+                OptState(step, {k: _tree.unflatten(structure, v) for k, v in new_slots.items()}))
 
     def __repr__(self):
         return f"Optimizer({self.name})"
@@ -96,11 +96,20 @@ def adamw(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, clip_norm=None
 
 def global_norm(tree):
     """sqrt of the sum of squares of every leaf (a scalar tensor; works traced)."""
-    leaves, _ = _flat.flatten(tree)
+    leaves, _ = _tree.flatten(tree)
     return _native._global_norm(leaves)
 
 
 def clip_by_global_norm(tree, max_norm):
     """Every leaf times min(1, max_norm / (global_norm + 1e-6)), as clip_grad_norm_."""
-    leaves, structure = _flat.flatten(tree)
-    return _flat.unflatten(structure, _native._clip_leaves(leaves, max_norm))
+    leaves, structure = _tree.flatten(tree)
+    return _tree.unflatten(structure, _native._clip_leaves(leaves, max_norm))
+
+
+def _flatten_like(treedef, tree, what):
+    """The leaves of `tree`, which must have the structure `treedef` (ValueError otherwise)."""
+    leaves, got = _tree.flatten(tree)
+    if got != treedef:
+        raise ValueError(f"{what} must have the parameters' structure: got {got!r}, "
+                         f"expected {treedef!r}")
+    return leaves

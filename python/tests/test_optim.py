@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kiln as kl
-from kiln import _flat
+
 
 torch.set_num_threads(1)
 rng = np.random.default_rng(1)
@@ -79,7 +79,7 @@ def test_adamw_matches_torch():
 def test_state_is_a_pytree_named_as_in_cpp():
     model = {"layers": [kl.nn.Linear(2, 3, key(1)), kl.nn.Linear(3, 1, key(2), bias=False)]}
     state = kl.optim.adam(1e-3).init(model)
-    names = _flat.names(state)
+    names = kl.tree.names(state)
     assert names[0] == "step" and "slots.mu.layers.0.weight" in names
     assert "slots.nu.layers.1.bias" not in names  # an unset optional has no leaf, as in C++
     assert isinstance(state.slots["mu"]["layers"][0], kl.nn.Linear)
@@ -106,7 +106,7 @@ def test_layers_and_static_fields_as_parameters():
     np.testing.assert_allclose(np.asarray(new.layer.weight), w0 - 0.5)
     np.testing.assert_allclose(np.asarray(new.layer.bias), b0 - 1.0)
     np.testing.assert_array_equal(np.asarray(new.other), np.full(3, -1.0))
-    assert _flat.names(state) == ["step", "slots.momentum.layer.weight", "slots.momentum.layer.bias",
+    assert kl.tree.names(state) == ["step", "slots.momentum.layer.weight", "slots.momentum.layer.bias",
                                   "slots.momentum.other"] or "momentum" not in state.slots
     no_bias = kl.nn.Linear(2, 2, key(5))
     no_bias.bias = None  # an absent optional is a different structure, as in C++
