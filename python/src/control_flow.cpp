@@ -19,16 +19,6 @@ using pytree::one_arg;
 using pytree::python_fn;
 using pytree::unflatten_tensors;
 
-struct Flat {
-  std::vector<Tensor> leaves;
-  TreeDef def;
-};
-Flat flatten(py::handle value) {
-  Flat f;
-  f.def = flatten_tensors(value, f.leaves);
-  return f;
-}
-
 TreeDef tuple_of(std::vector<TreeDef> children) {
   TreeDef d;
   d.kind = TreeDef::Kind::tuple;
@@ -38,7 +28,7 @@ TreeDef tuple_of(std::vector<TreeDef> children) {
 
 py::object cond(py::handle pred, py::object true_fun, py::object false_fun,
                 const py::args& operands) {
-  const Flat ops = flatten(operands);
+  const detail::FlatTree ops = pytree::flatten_tree(operands);
   const std::vector<FlatFn> branches{python_fn(false_fun, ops.def), python_fn(true_fun, ops.def)};
   auto [out, def] =
       detail::cf::switch_flat("cond", detail::cf::predicate_index("cond", to_tensor(pred)),
@@ -47,7 +37,7 @@ py::object cond(py::handle pred, py::object true_fun, py::object false_fun,
 }
 
 py::object switch_(py::handle index, const py::sequence& branches, const py::args& operands) {
-  const Flat ops = flatten(operands);
+  const detail::FlatTree ops = pytree::flatten_tree(operands);
   std::vector<py::object> fns;
   for (py::handle b : branches) fns.push_back(py::reinterpret_borrow<py::object>(b));
   std::vector<FlatFn> flat;
@@ -62,7 +52,7 @@ py::object switch_(py::handle index, const py::sequence& branches, const py::arg
 }
 
 py::object while_loop(py::object cond_fun, py::object body_fun, py::handle init_val) {
-  const Flat init = flatten(init_val);
+  const detail::FlatTree init = pytree::flatten_tree(init_val);
   const TreeDef arg = one_arg(init.def);
   const FlatFn c = [f = std::move(cond_fun), arg](const std::vector<Tensor>& in, TreeDef& out_def) {
     const py::object p = f(*unflatten_tensors(arg, in));
@@ -75,8 +65,8 @@ py::object while_loop(py::object cond_fun, py::object body_fun, py::handle init_
 
 py::object scan(py::object f, py::handle init_val, py::handle xs, std::optional<int64_t> length,
                 bool reverse, int64_t unroll) {
-  const Flat init = flatten(init_val);
-  const Flat x = flatten(xs);
+  const detail::FlatTree init = pytree::flatten_tree(init_val);
+  const detail::FlatTree x = pytree::flatten_tree(xs);
   const std::size_t nc = init.leaves.size();
   const TreeDef args = tuple_of({init.def, x.def});
   const FlatFn body = [f = std::move(f), args](const std::vector<Tensor>& in, TreeDef& out_def) {
@@ -98,7 +88,7 @@ py::object scan(py::object f, py::handle init_val, py::handle xs, std::optional<
 }
 
 py::object fori_loop(py::handle lower, py::handle upper, py::object body_fun, py::handle init_val) {
-  const Flat init = flatten(init_val);
+  const detail::FlatTree init = pytree::flatten_tree(init_val);
   const std::size_t nc = init.leaves.size();
   // The carry is (i, value); body_fun(i, value) gives the next value.
   const TreeDef carry = tuple_of({TreeDef{}, init.def});

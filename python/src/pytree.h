@@ -26,6 +26,8 @@ namespace kiln::python::pytree {
 TreeDef flatten(py::handle value, std::vector<py::object>& leaves);
 // Appends the leaves of `value` as Tensors (to_tensor): how values enter a transformation.
 TreeDef flatten_tensors(py::handle value, std::vector<Tensor>& leaves);
+// `value` flattened, its leaves as Tensors.
+detail::FlatTree flatten_tree(py::handle value);
 // The Python value of `def` with these leaves (exactly def.num_leaves() of them).
 py::object unflatten(const TreeDef& def, std::span<const py::object> leaves);
 py::object unflatten_tensors(const TreeDef& def, std::span<const Tensor> leaves);

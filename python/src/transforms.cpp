@@ -44,17 +44,6 @@ py::object wrap(py::handle f, std::function<py::object(const py::args&, const py
   return out;
 }
 
-// The positional arguments of a call, flattened.
-struct Args {
-  std::vector<Tensor> leaves;
-  TreeDef def;
-};
-Args flatten_args(py::handle args) {
-  Args a;
-  a.def = flatten_tensors(args, a.leaves);
-  return a;
-}
-
 std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
 
 // argnums: an int (one gradient) or a tuple of ints (a tuple of gradients).
@@ -112,7 +101,7 @@ py::object make_grad(py::object f, py::handle argnums, bool has_aux, bool value_
               [f, spec, has_aux, value_too, op](const py::args& args,
                                                 const py::kwargs& kwargs) -> py::object {
                 const std::vector<int> nums = resolve_argnums(op, spec.nums, args.size());
-                const Args in = flatten_args(args);
+                const detail::FlatTree in = pytree::flatten_tree(args);
                 const detail::GradResult r = detail::grad_call(
                     op, nums, in.def, in.leaves,
                     checked_result(op, python_fn(f, in.def, &kwargs), has_aux, true));
@@ -136,7 +125,7 @@ std::vector<Tensor> zeros_like_all(std::span<const Tensor> leaves) {
 }
 
 py::object vjp(py::object f, const py::args& primals, bool has_aux) {
-  Args in = flatten_args(primals);
+  detail::FlatTree in = pytree::flatten_tree(primals);
   detail::VjpFlat r = detail::vjp_call(in.def, in.leaves,
                                        checked_result("vjp", python_fn(f, in.def), has_aux, false));
   const TreeDef out_def = r.out.def;
@@ -174,8 +163,10 @@ py::object jvp(py::object f, py::handle primals, py::handle tangents) {
     if (!py::isinstance<py::tuple>(v) && !py::isinstance<py::list>(v))
       fail("jvp", "primals and tangents must be tuples (or lists) of arguments: got ", repr_of(v),
            ", expected e.g. (x,)");
-  const Args p = flatten_args(py::tuple(py::reinterpret_borrow<py::object>(primals)));
-  const Args t = flatten_args(py::tuple(py::reinterpret_borrow<py::object>(tangents)));
+  const detail::FlatTree p =
+      pytree::flatten_tree(py::tuple(py::reinterpret_borrow<py::object>(primals)));
+  const detail::FlatTree t =
+      pytree::flatten_tree(py::tuple(py::reinterpret_borrow<py::object>(tangents)));
   const detail::JvpFlat r = detail::jvp_call(p.def, p.leaves, t.def, t.leaves, python_fn(f, p.def));
   return py::make_tuple(unflatten_tensors(r.out.def, r.out.leaves),
                         unflatten_tensors(r.out.def, r.tangents));
@@ -186,7 +177,7 @@ py::object make_jacobian(py::object f, py::handle argnums, bool forward) {
   ArgnumsSpec spec = argnums_spec(op, argnums);
   return wrap(f, [f, spec, forward, op](const py::args& args, const py::kwargs& kwargs) {
     const std::vector<int> nums = resolve_argnums(op, spec.nums, args.size());
-    const Args in = flatten_args(args);
+    const detail::FlatTree in = pytree::flatten_tree(args);
     const FlatFn fn = python_fn(f, in.def, &kwargs);
     const detail::FlatJacobian j = forward ? detail::jacfwd_call(nums, in.def, in.leaves, fn)
                                            : detail::jacrev_call(nums, in.def, in.leaves, fn);
@@ -252,7 +243,7 @@ py::object make_vmap(py::object f, py::object in_axes, py::object out_axes,
                      std::optional<std::string> axis_name) {
   return wrap(f, [f, in_axes, out_axes, name = axis_name.value_or("")](const py::args& args,
                                                                        const py::kwargs& kwargs) {
-    const Args in = flatten_args(args);
+    const detail::FlatTree in = pytree::flatten_tree(args);
     detail::VmapOptions o = vmap_options(in_axes, in.def, name);
     FlatFn fn = python_fn(f, in.def, &kwargs);
     if (out_axes.is_none() || PyLong_Check(out_axes.ptr())) {
@@ -289,7 +280,7 @@ class Jit {
   // and compiled code runs while other Python threads do.
   py::object call(const py::args& args, const py::kwargs& kwargs) {
     return with_signature(
-        args, kwargs, [](detail::JitCache& cache, const Args& in, const FlatFn& fn) {
+        args, kwargs, [](detail::JitCache& cache, const detail::FlatTree& in, const FlatFn& fn) {
           const FlatFn with_gil = [&fn](const std::vector<Tensor>& leaves, TreeDef& out_def) {
             py::gil_scoped_acquire gil;
             return fn(leaves, out_def);
@@ -305,12 +296,12 @@ class Jit {
 
   // The optimised IR for these arguments (traces if needed), as text.
   py::object lower(const py::args& args, const py::kwargs& kwargs) {
-    return with_signature(args, kwargs,
-                          [](detail::JitCache& cache, const Args& in, const FlatFn& fn) {
-                            std::ostringstream text;
-                            text << detail::jit_lower(cache, in.def, in.leaves, fn);
-                            return py::object(py::str(text.str()));
-                          });
+    return with_signature(
+        args, kwargs, [](detail::JitCache& cache, const detail::FlatTree& in, const FlatFn& fn) {
+          std::ostringstream text;
+          text << detail::jit_lower(cache, in.def, in.leaves, fn);
+          return py::object(py::str(text.str()));
+        });
   }
 
   // The number of traced signatures over all static-argument values.
@@ -326,7 +317,7 @@ class Jit {
   py::object with_signature(const py::args& args, const py::kwargs& kwargs, const Run& run) {
     if (static_argnums_.empty() && kwargs.empty()) {  // the common case, kept short
       if (!plain_) plain_ = detail::make_jit_cache(name_, std::nullopt);
-      const Args in = flatten_args(args);
+      const detail::FlatTree in = pytree::flatten_tree(args);
       return run(*plain_, in, python_fn(f_, in.def));
     }
     // Static arguments are replaced by None in the traced tuple and passed by value to f;
@@ -345,7 +336,7 @@ class Jit {
       by_static_.push_back(detail::make_jit_cache(name_, std::nullopt));
     }
     dynamic.append(kwargs);
-    const Args in = flatten_args(py::tuple(dynamic));
+    const detail::FlatTree in = pytree::flatten_tree(py::tuple(dynamic));
     const std::size_t n = args.size();
     const FlatFn fn = [this, &key, &statics, n, &in](const std::vector<Tensor>& leaves,
                                                      TreeDef& out_def) {
@@ -388,7 +379,7 @@ struct CustomJvp {
       fail("custom_jvp",
            "no rule: got a custom_jvp function without one, expected f.defjvp(rule) "
            "before calling it");
-    const Args in = flatten_args(args);
+    const detail::FlatTree in = pytree::flatten_tree(args);
     // Kiln's core computes the primal output with f and takes only the tangent from the rule.
     auto factory = [r = rule, depth = in_rule](const TreeDef& rule_args_def) -> FlatFn {
       return [r, depth, def = rule_args_def](const std::vector<Tensor>& leaves, TreeDef& out_def) {
@@ -424,7 +415,7 @@ struct CustomVjp {
       fail("custom_vjp",
            "no rule: got a custom_vjp function without one, expected "
            "f.defvjp(fwd, bwd) before calling it");
-    const Args in = flatten_args(args);
+    const detail::FlatTree in = pytree::flatten_tree(args);
     // Kiln's core hands the rule (primals, output, cotangent), not saved residuals: fwd runs
     // again inside the backward rule to make them.
     auto factory = [fw = fwd, bw = bwd](const TreeDef& rule_args_def) -> FlatFn {
@@ -478,7 +469,7 @@ class Pmap {
         out_axes_(std::move(out_axes)),
         name_(std::move(name)) {}
   py::object call(const py::args& args) {
-    const Args in = flatten_args(args);
+    const detail::FlatTree in = pytree::flatten_tree(args);
     std::shared_ptr<detail::PmapCache>& cache = caches_[args.size()];
     if (!cache) {
       detail::VmapOptions o = vmap_options(in_axes_, in.def, name_);
@@ -618,7 +609,7 @@ void bind_transforms(py::module_& m) {
       "checkpoint",
       [](py::object f) {
         return wrap(f, [f](const py::args& args, const py::kwargs& kwargs) {
-          const Args in = flatten_args(args);
+          const detail::FlatTree in = pytree::flatten_tree(args);
           const FlatTree r =
               detail::checkpoint_call(in.def, in.leaves, python_fn(f, in.def, &kwargs));
           return unflatten_tensors(r.def, r.leaves);

@@ -349,6 +349,12 @@ TreeDef flatten_tensors(py::handle value, std::vector<Tensor>& leaves) {
   return flatten_node(value, sink);
 }
 
+detail::FlatTree flatten_tree(py::handle value) {
+  detail::FlatTree out;
+  out.def = flatten_tensors(value, out.leaves);
+  return out;
+}
+
 py::object unflatten(const TreeDef& def, std::span<const py::object> leaves) {
   if (leaves.size() != def.num_leaves())
     fail("tree.unflatten", "wrong number of leaves: got ", leaves.size(), ", expected ",
