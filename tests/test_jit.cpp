@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <thread>
 
 #include "testing.h"
@@ -167,6 +169,46 @@ TEST(Jit, LogsWhyItRecompiles) {
             std::string::npos)
       << log;
   EXPECT_EQ(log.find("specialisation 3"), std::string::npos) << log;
+}
+
+// The cache is keyed by structure, static values, dtypes and shapes, each of which must tell
+// signatures apart (and nothing else may).
+TEST(Jit, TheCacheTellsSignaturesApartByStructureStaticValuesDTypesAndShapes) {
+  int traces = 0;
+  auto f = jit([&traces](const std::map<std::string, Tensor>& m, int scale) {
+    ++traces;
+    Tensor s = zeros({});
+    for (const auto& [name, t] : m) s = s + sum(astype(t, float32));
+    return s * static_cast<double>(scale);
+  });
+  const std::map<std::string, Tensor> a{{"w", ones({2})}}, b{{"v", ones({2})}};
+  EXPECT_FLOAT_EQ(f(a, 3).item<float>(), 6.f);
+  EXPECT_FLOAT_EQ(f(std::map<std::string, Tensor>{{"w", full({2}, 2.0)}}, 3).item<float>(), 12.f);
+  EXPECT_EQ(traces, 1);  // new values, same signature: a hit
+  f(b, 3);               // another key
+  f(a, 4);               // another static value
+  f(std::map<std::string, Tensor>{{"w", ones({2}, float64)}}, 3);  // another dtype
+  f(std::map<std::string, Tensor>{{"w", ones({3})}}, 3);           // another shape
+  EXPECT_EQ(traces, 5);
+  f(b, 3);
+  f(a, 4);
+  EXPECT_EQ(traces, 5);
+}
+
+TEST(Jit, ACallOfItselfOnTheSignatureBeingTracedIsAnError) {
+  std::function<Tensor(const Tensor&)> self;
+  auto f = jit([&self](const Tensor& x) { return self(x) + 1.0; }, "recurse");
+  self = [&f](const Tensor& x) { return f(x); };
+  try {
+    f(ones({3}));
+    FAIL() << "expected an Error";
+  } catch (const Error& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("[recurse] the function calls itself with the signature "
+                                   "it is being traced for: got a recursive call on (f32[3])"),
+        std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Trace, BranchingOnATracedValueSuggestsCond) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <unordered_map>
 
@@ -18,6 +19,64 @@ struct JitEntry {
   TreeDef out_def;
 };
 
+namespace {
+
+// A call's signature, the cache's key: the argument structure (with static leaves) and each
+// leaf's dtype and shape. A lookup hashes and compares the call's own TreeDef and leaves
+// (a SignatureView), so a cache hit allocates nothing; a Signature is made on a miss only.
+struct Signature {
+  TreeDef def;
+  std::vector<TensorType> types;
+};
+struct SignatureView {
+  const TreeDef& def;
+  std::span<const Tensor> leaves;
+};
+
+std::size_t mix(std::size_t h, std::size_t v) {
+  return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+std::size_t hash_type(std::size_t h, const TensorType& t) {
+  h = mix(h, static_cast<std::size_t>(t.dtype));
+  h = mix(h, static_cast<std::size_t>(t.shape.rank()));
+  for (int64_t d : t.shape.dims()) h = mix(h, static_cast<std::size_t>(d));
+  return h;
+}
+struct SignatureHash {
+  using is_transparent = void;
+  std::size_t operator()(const Signature& s) const noexcept {
+    std::size_t h = s.def.hash();
+    for (const TensorType& t : s.types) h = hash_type(h, t);
+    return h;
+  }
+  std::size_t operator()(const SignatureView& s) const noexcept {
+    std::size_t h = s.def.hash();
+    for (const Tensor& t : s.leaves) h = hash_type(h, t.type());
+    return h;
+  }
+};
+struct SignatureEqual {
+  using is_transparent = void;
+  bool operator()(const Signature& a, const Signature& b) const {
+    return a.types == b.types && a.def == b.def;
+  }
+  bool operator()(const SignatureView& a, const Signature& b) const {
+    if (a.leaves.size() != b.types.size()) return false;
+    for (std::size_t i = 0; i < a.leaves.size(); ++i)
+      if (a.leaves[i].type() != b.types[i]) return false;
+    return a.def == b.def;
+  }
+  bool operator()(const Signature& a, const SignatureView& b) const { return (*this)(b, a); }
+};
+Signature signature(const SignatureView& v) {
+  Signature s{v.def, {}};
+  s.types.reserve(v.leaves.size());
+  for (const Tensor& t : v.leaves) s.types.push_back(t.type());
+  return s;
+}
+
+}  // namespace
+
 // The per-signature cache of a jitted function, shared by its copies; thread-safe. No lock is
 // held while user code is traced, so a jitted function may call itself (on other signatures)
 // or other jitted functions from any thread.
@@ -25,59 +84,47 @@ class JitCache {
  public:
   JitCache(std::string name, std::optional<ir::Backend> backend)
       : name_(std::move(name)), backend_(backend) {}
-  // Cache key: argument structure (with static leaves) and each leaf's dtype and shape.
-  static std::string key(const TreeDef& def, const std::vector<Tensor>& leaves);
-  std::shared_ptr<const JitEntry> find(const std::string& key) const;
+  std::shared_ptr<const JitEntry> find(const SignatureView& key) const;
   // Before tracing `key` on a miss: waits while another thread traces it and returns that
   // entry, or returns nullptr and this thread traces it, holding the returned claim meanwhile.
   // Recursion on the signature being traced raises an Error (it could never finish).
   class Claim;
-  std::shared_ptr<const JitEntry> claim(const std::string& key, std::optional<Claim>& claim);
+  std::shared_ptr<const JitEntry> claim(const SignatureView& key, std::optional<Claim>& claim);
   // Stores an entry (the first one stored for a key wins); logs why it was needed when
   // KILN_LOG_RECOMPILES=1.
-  std::shared_ptr<const JitEntry> insert(const std::string& key, const TreeDef& def,
-                                         const std::vector<Tensor>& leaves, JitEntry entry);
+  std::shared_ptr<const JitEntry> insert(Signature key, JitEntry entry);
   std::size_t size() const;
   const std::string& name() const { return name_; }
   std::optional<ir::Backend> backend() const { return backend_; }
 
  private:
-  void release(const std::string& key);
+  void release(const Signature& key);
 
   std::string name_;
   std::optional<ir::Backend> backend_;
   mutable std::mutex mutex_;
   std::condition_variable traced_;  // signalled when a claim ends
-  std::unordered_map<std::string, std::shared_ptr<const JitEntry>> entries_;
-  std::unordered_map<std::string, std::thread::id> tracing_;  // claimed keys and their thread
-  TreeDef last_def_;
-  std::vector<TensorType> last_types_;
+  std::unordered_map<Signature, std::shared_ptr<const JitEntry>, SignatureHash, SignatureEqual>
+      entries_;
+  // Claimed keys and their thread.
+  std::unordered_map<Signature, std::thread::id, SignatureHash, SignatureEqual> tracing_;
+  Signature last_;
 };
 
 // This thread is tracing one signature of a cache (see JitCache::claim).
 class JitCache::Claim {
  public:
-  Claim(JitCache& cache, std::string key);
+  Claim(JitCache& cache, Signature key);
   ~Claim();
   Claim(const Claim&) = delete;
   Claim& operator=(const Claim&) = delete;
 
  private:
   JitCache& cache_;
-  std::string key_;
+  Signature key_;
 };
 
-std::string JitCache::key(const TreeDef& def, const std::vector<Tensor>& leaves) {
-  std::string k = def.to_string();
-  k += '|';
-  for (const Tensor& t : leaves) {
-    k += t.type().to_string();
-    k += ';';
-  }
-  return k;
-}
-
-std::shared_ptr<const JitEntry> JitCache::find(const std::string& key) const {
+std::shared_ptr<const JitEntry> JitCache::find(const SignatureView& key) const {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(key);
   return it == entries_.end() ? nullptr : it->second;
@@ -87,20 +134,23 @@ namespace {
 // The signatures this thread is tracing, innermost last.
 struct Tracing {
   const JitCache* cache;
-  std::string key;
+  const Signature* key;  // the Claim's
 };
 thread_local std::vector<Tracing> g_tracing;
 }  // namespace
 
-std::shared_ptr<const JitEntry> JitCache::claim(const std::string& key,
+std::shared_ptr<const JitEntry> JitCache::claim(const SignatureView& key,
                                                 std::optional<Claim>& claim) {
   for (const Tracing& t : g_tracing)
-    if (t.cache == this && t.key == key)
+    if (t.cache == this && SignatureEqual{}(key, *t.key)) {
+      std::string types;
+      for (const Tensor& leaf : key.leaves)
+        types += (types.empty() ? "" : ", ") + leaf.type().to_string();
       fail(name_,
            "the function calls itself with the signature it is being traced for: got a "
-           "recursive call on ",
-           key.substr(key.find('|') + 1),
-           ", expected recursion to reach a base case on smaller (static) shapes");
+           "recursive call on (",
+           types, "), expected recursion to reach a base case on smaller (static) shapes");
+    }
   std::unique_lock lock(mutex_);
   for (;;) {
     if (auto it = entries_.find(key); it != entries_.end()) return it->second;
@@ -110,14 +160,15 @@ std::shared_ptr<const JitEntry> JitCache::claim(const std::string& key,
     if (owner == tracing_.end() || !g_tracing.empty()) break;
     traced_.wait(lock);
   }
-  tracing_.try_emplace(key, std::this_thread::get_id());
+  Signature owned = signature(key);
+  tracing_.try_emplace(owned, std::this_thread::get_id());
   lock.unlock();
-  claim.emplace(*this, key);
+  claim.emplace(*this, std::move(owned));
   return nullptr;
 }
 
-JitCache::Claim::Claim(JitCache& cache, std::string key) : cache_(cache), key_(std::move(key)) {
-  g_tracing.push_back({&cache_, key_});
+JitCache::Claim::Claim(JitCache& cache, Signature key) : cache_(cache), key_(std::move(key)) {
+  g_tracing.push_back({&cache_, &key_});
 }
 
 JitCache::Claim::~Claim() {
@@ -125,7 +176,7 @@ JitCache::Claim::~Claim() {
   cache_.release(key_);
 }
 
-void JitCache::release(const std::string& key) {
+void JitCache::release(const Signature& key) {
   {
     std::lock_guard lock(mutex_);
     auto it = tracing_.find(key);
@@ -147,24 +198,22 @@ bool log_recompiles() {
 }
 }  // namespace
 
-std::shared_ptr<const JitEntry> JitCache::insert(const std::string& key, const TreeDef& def,
-                                                 const std::vector<Tensor>& leaves,
-                                                 JitEntry entry) {
+std::shared_ptr<const JitEntry> JitCache::insert(Signature key, JitEntry entry) {
   auto e = std::make_shared<const JitEntry>(std::move(entry));
   std::lock_guard lock(mutex_);
   if (auto it = entries_.find(key); it != entries_.end()) return it->second;
-  std::vector<TensorType> types;
-  for (const Tensor& t : leaves) types.push_back(t.type());
+  const TreeDef& def = key.def;
+  const std::vector<TensorType>& types = key.types;
   if (log_recompiles() && !entries_.empty()) {
     // Explain the miss against the previous signature, the way users debug recompiles.
     std::string why;
-    if (auto d = first_difference(last_def_, def)) {
+    if (auto d = first_difference(last_.def, def)) {
       why = "argument structure changed at " + *d;
     } else {
       const std::vector<std::string> paths = tree_paths(def);
-      for (std::size_t i = 0; i < types.size() && i < last_types_.size(); ++i)
-        if (types[i] != last_types_[i]) {
-          why = "argument " + paths[i] + " changed from " + last_types_[i].to_string() + " to " +
+      for (std::size_t i = 0; i < types.size() && i < last_.types.size(); ++i)
+        if (types[i] != last_.types[i]) {
+          why = "argument " + paths[i] + " changed from " + last_.types[i].to_string() + " to " +
                 types[i].to_string();
           break;
         }
@@ -172,9 +221,8 @@ std::shared_ptr<const JitEntry> JitCache::insert(const std::string& key, const T
     std::cerr << "[jit] " << name_ << ": recompiling (specialisation " << entries_.size() + 1
               << "): " << why << "\n";
   }
-  last_def_ = def;
-  last_types_ = std::move(types);
-  entries_.emplace(key, e);
+  last_ = key;
+  entries_.emplace(std::move(key), e);
   return e;
 }
 
@@ -194,7 +242,7 @@ struct Specialisation {
 
 Specialisation specialise(JitCache& cache, const TreeDef& def, const std::vector<Tensor>& leaves,
                           const FlatFn& fn) {
-  const std::string key = JitCache::key(def, leaves);
+  const SignatureView key{def, leaves};
   if (auto hit = cache.find(key)) return {hit, {}};
   std::optional<JitCache::Claim> claim;
   if (auto hit = cache.claim(key, claim)) return {hit, {}};
@@ -208,7 +256,7 @@ Specialisation specialise(JitCache& cache, const TreeDef& def, const std::vector
   entry.out_def = std::move(s.out_def);
   // A function that closes over values of an enclosing trace is valid for this trace only.
   if (!s.captures.empty()) return {std::make_shared<const JitEntry>(std::move(entry)), s.captures};
-  return {cache.insert(key, def, leaves, std::move(entry)), {}};
+  return {cache.insert(signature(key), std::move(entry)), {}};
 }
 
 }  // namespace
