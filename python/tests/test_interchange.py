@@ -8,15 +8,11 @@ import pytest
 import torch
 
 import kiln as kl
+from memory import check_rss_growth, rss_bytes
 
 NUMPY_DTYPES = [(np.float32, kl.float32), (np.float64, kl.float64), (np.int32, kl.int32),
                 (np.int64, kl.int64), (np.uint8, kl.uint8), (np.uint32, kl.uint32),
                 (np.float16, kl.float16), (np.bool_, kl.bool_)]
-
-
-def rss_bytes():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
 
 
 @pytest.mark.parametrize("np_dtype,kl_dtype", NUMPY_DTYPES)
@@ -93,7 +89,7 @@ def test_no_leak_over_numpy_round_trips():
     before = rss_bytes()
     round_trips(100_000)
     gc.collect()
-    assert rss_bytes() - before < 4 << 20
+    check_rss_growth(before, 4 << 20)
     assert sys.getrefcount(a) == base
 
 
@@ -202,7 +198,7 @@ def test_no_leak_over_dlpack_round_trips():
     before = rss_bytes()
     round_trips(100_000)
     gc.collect()
-    assert rss_bytes() - before < 4 << 20
+    check_rss_growth(before, 4 << 20)
     assert sys.getrefcount(p) == base
     assert p._version == 0
 
@@ -223,7 +219,7 @@ def test_no_leak_over_operator_calls():
     before = rss_bytes()
     c = calls(100_000)
     gc.collect()
-    assert rss_bytes() - before < 4 << 20
+    check_rss_growth(before, 4 << 20)
     assert sys.getrefcount(a) == base_a and sys.getrefcount(b) == base_b
     assert sys.getrefcount(c) == 2  # c and getrefcount's argument: no hidden owner
     assert float(c) == 6.0  # ((1 + 1) * 2 - 1) / 1 summed over two elements

@@ -3,13 +3,13 @@ float64 central differences, Python loops instead of vmap, eager runs instead of
 import collections
 import dataclasses
 import gc
-import resource
 import sys
 
 import numpy as np
 import pytest
 
 import kiln as kl
+from memory import check_rss_growth, rss_bytes
 from kops import (add, close, cos, div, exp, greater, less, log, matmul, maximum, mean, mul, neg, pow,
                   sin, square, sub, sum, tanh)
 
@@ -457,11 +457,6 @@ def test_transformation_argument_errors():
         kl.vmap(add, in_axes=(0,))(randn(3), randn(3))
 
 
-def rss_mb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
-
-
 def test_no_leak_over_many_jitted_calls_and_refcounts_unchanged():
     f = kl.jit(lambda p, x: {"y": add(mul(p["w"], x), p["b"])})
     p = {"w": kl.asarray(randn(4)), "b": kl.asarray(randn(4))}
@@ -469,13 +464,13 @@ def test_no_leak_over_many_jitted_calls_and_refcounts_unchanged():
     for _ in range(1000):
         f(p, x)
     gc.collect()
-    before_rss = rss_mb()
+    before_rss = rss_bytes()
     refs = [sys.getrefcount(v) for v in (p, p["w"], p["b"], x)]
     for _ in range(100_000):
         f(p, x)
     gc.collect()
     assert [sys.getrefcount(v) for v in (p, p["w"], p["b"], x)] == refs
-    assert rss_mb() - before_rss < 16
+    check_rss_growth(before_rss, 16 << 20)
 
 
 def test_transformed_functions_bind_as_methods_and_take_attributes():
