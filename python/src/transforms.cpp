@@ -748,6 +748,10 @@ void bind_transforms(py::module_& m) {
       "mpirun (docs/DISTRIBUTED.md): each process passes its local examples and the named axis "
       "spans all of them; traced once per signature and compiled. In one process it is "
       "jit(vmap(f)). in_axes: an int, None or a tuple of them; out_axes: an int or None.");
+  m.def("process_index", &distributed::process_index,
+        "This process's index among those mpirun started (0 without mpirun), as JAX's.");
+  m.def("process_count", &distributed::process_count,
+        "The number of processes mpirun started (1 without mpirun), as JAX's.");
 }
 
 }  // namespace kiln::python
