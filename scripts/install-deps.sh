@@ -18,6 +18,7 @@ packages=(
   python3-numpy python3-scipy  # reference values in tests come from numpy and scipy
   python3-dev python3-pybind11 python3-pytest  # the Python module (python/) and its tests
   python3-mypy           # its stubgen writes the module's type stubs (python/stubs.py)
+  python3-venv python3-pip python3-setuptools python3-wheel  # pip install of the package (install-test)
   libdlpack-dev          # DLPack: the Python module exchanges tensors with PyTorch through it
   python3-torch          # the Python tests' DLPack interchange with PyTorch 1.13
   clang-format-14        # Debian 12's clang-format: the layout check (make format-check)
