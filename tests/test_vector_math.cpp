@@ -376,6 +376,12 @@ TEST(VectorMath, TailsMatchLoopBodies) {
     }
 }
 
+void* address_of(const std::string& symbol) {
+  for (const math::SymbolAddress& s : math::symbols())
+    if (s.name == symbol) return s.address;
+  return nullptr;
+}
+
 // The symbols the code generator will call exist in the process, and the scalar variant named
 // for loop tails gives the vector variant's bits (same algorithm, same FMA contractions).
 template <typename T>
@@ -395,6 +401,9 @@ void check_symbols() {
       EXPECT_NE(dlsym(RTLD_DEFAULT, f.vector.symbol.c_str()), nullptr) << f.vector.symbol;
       void* scalar = dlsym(RTLD_DEFAULT, f.scalar.symbol.c_str());
       ASSERT_NE(scalar, nullptr) << f.scalar.symbol;
+      // The addresses the JIT defines for them (Python loads Kiln out of the symbol table).
+      EXPECT_EQ(address_of(f.vector.symbol), dlsym(RTLD_DEFAULT, f.vector.symbol.c_str()));
+      EXPECT_EQ(address_of(f.scalar.symbol), scalar);
       if (fn == MathFn::pow) continue;
       std::vector<T> vec(x.size());
       math::apply(isa, fn, x.data(), vec.data(), static_cast<int64_t>(x.size()));

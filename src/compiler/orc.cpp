@@ -1,6 +1,5 @@
 #include "compiler/orc.h"
 
-#include <dlfcn.h>
 #include <llvm/ADT/StringMap.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
@@ -30,22 +29,10 @@
 
 #include "detail/files.h"
 #include "kiln/error.h"
-
-// One of SLEEF's functions, to find its library (declared here as src/math/vector_math.cpp
-// does, rather than from sleef.h).
-extern "C" double Sleef_exp_u10(double);
+#include "math/vector_math.h"
 
 namespace kiln::compiler {
 namespace {
-
-// Adds SLEEF's library to the process's global symbol table, where kernels look their calls up:
-// a program linked with it has it there, but Python loads Kiln's module (and with it SLEEF) with
-// RTLD_LOCAL, which leaves it out.
-void make_sleef_global() {
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&Sleef_exp_u10), &info) != 0 && info.dli_fname != nullptr)
-    dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
-}
 
 std::string llvm_error(llvm::Error e) { return llvm::toString(std::move(e)); }
 
@@ -72,8 +59,8 @@ HostCpu detect_host() {
   return h;
 }
 
-// The one LLJIT of the process. Kernels resolve their calls (SLEEF, which libkiln links, and
-// libm) in the process's symbol table.
+// The one LLJIT of the process. Kernels call the vector math table's functions (SLEEF's and
+// Kiln's own), defined in each JITDylib at their addresses, and libm, found in the process.
 class Jit {
  public:
   // Never destroyed: jitted functions with static storage are destroyed at exit, after this
@@ -93,13 +80,20 @@ class Jit {
     const char prefix = jit_->getDataLayout().getGlobalPrefix();
     d.addGenerator(unwrap(llvm::orc::DynamicLibrarySearchGenerator::GetForCurrentProcess(prefix),
                           "search the process for symbols"));
+    // By address, not by name: under Python, Kiln (with SLEEF) is loaded with RTLD_LOCAL, out of
+    // the process's symbol table.
+    llvm::orc::SymbolMap math;
+    for (const math::SymbolAddress& s : math::symbols())
+      math[jit_->mangleAndIntern(s.name)] = llvm::JITEvaluatedSymbol(
+          llvm::pointerToJITTargetAddress(s.address), llvm::JITSymbolFlags::Exported);
+    if (llvm::Error e = d.define(llvm::orc::absoluteSymbols(std::move(math))))
+      fail("jit", "LLVM failed to define the math functions: ", llvm_error(std::move(e)));
 
     return d;
   }
 
  private:
   Jit() : jtmb_(unwrap(llvm::orc::JITTargetMachineBuilder::detectHost(), "detect the host")) {
-    make_sleef_global();
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     jtmb_.setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);

@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "kiln/error.h"
+#include "math/fast_math.h"
 
 // SLEEF's functions, declared here rather than taken from sleef.h: the header declares the
 // AVX2 and AVX-512 variants only in code compiled for those instruction sets, and this file is
@@ -62,21 +63,38 @@ struct Row {
 };
 
 #define KILN_VARIANT(sym, lanes) \
-  Variant { "Sleef_" #sym, lanes, reinterpret_cast<AnyFn>(&Sleef_##sym) }
-#define KILN_ROW(name)                                                              \
-  Row {                                                                             \
-    {KILN_VARIANT(name##f1_u10purec, 1), KILN_VARIANT(name##f1_u10purecfma, 1),     \
-     KILN_VARIANT(name##f4_u10sse4, 4), KILN_VARIANT(name##f8_u10avx2, 8),          \
-     KILN_VARIANT(name##f16_u10avx512f, 16)},                                       \
-        {KILN_VARIANT(name##d1_u10purec, 1), KILN_VARIANT(name##d1_u10purecfma, 1), \
-         KILN_VARIANT(name##d2_u10sse4, 2), KILN_VARIANT(name##d4_u10avx2, 4),      \
-         KILN_VARIANT(name##d8_u10avx512f, 8)},                                     \
+  Variant { #sym, lanes, reinterpret_cast < AnyFn>(&sym) }
+#define KILN_SLEEF_F32(name)                                                                   \
+  {                                                                                            \
+    KILN_VARIANT(Sleef_##name##f1_u10purec, 1), KILN_VARIANT(Sleef_##name##f1_u10purecfma, 1), \
+        KILN_VARIANT(Sleef_##name##f4_u10sse4, 4), KILN_VARIANT(Sleef_##name##f8_u10avx2, 8),  \
+        KILN_VARIANT(Sleef_##name##f16_u10avx512f, 16)                                         \
+  }
+#define KILN_SLEEF_F64(name)                                                                   \
+  {                                                                                            \
+    KILN_VARIANT(Sleef_##name##d1_u10purec, 1), KILN_VARIANT(Sleef_##name##d1_u10purecfma, 1), \
+        KILN_VARIANT(Sleef_##name##d2_u10sse4, 2), KILN_VARIANT(Sleef_##name##d4_u10avx2, 4),  \
+        KILN_VARIANT(Sleef_##name##d8_u10avx512f, 8)                                           \
+  }
+#define KILN_SLEEF_ROW(name) \
+  Row { KILN_SLEEF_F32(name), KILN_SLEEF_F64(name) }
+// float32 exp and tanh are Kiln's own (fast_math.h: as accurate, and faster), float64 SLEEF's.
+#define KILN_OWN_F32_ROW(name)                                                     \
+  Row {                                                                            \
+    {KILN_VARIANT(kiln_##name##f1, 1), KILN_VARIANT(kiln_##name##f1_fma, 1),       \
+     KILN_VARIANT(kiln_##name##f4_sse4, 4), KILN_VARIANT(kiln_##name##f8_avx2, 8), \
+     KILN_VARIANT(kiln_##name##f16_avx512, 16)},                                   \
+        KILN_SLEEF_F64(name)                                                       \
   }
 // Indexed by MathFn.
-const Row kTable[] = {KILN_ROW(exp), KILN_ROW(log), KILN_ROW(log1p), KILN_ROW(expm1),
-                      KILN_ROW(sin), KILN_ROW(cos), KILN_ROW(tan),   KILN_ROW(tanh),
-                      KILN_ROW(erf), KILN_ROW(pow)};
-#undef KILN_ROW
+const Row kTable[] = {KILN_OWN_F32_ROW(exp), KILN_SLEEF_ROW(log),    KILN_SLEEF_ROW(log1p),
+                      KILN_SLEEF_ROW(expm1), KILN_SLEEF_ROW(sin),    KILN_SLEEF_ROW(cos),
+                      KILN_SLEEF_ROW(tan),   KILN_OWN_F32_ROW(tanh), KILN_SLEEF_ROW(erf),
+                      KILN_SLEEF_ROW(pow)};
+#undef KILN_OWN_F32_ROW
+#undef KILN_SLEEF_ROW
+#undef KILN_SLEEF_F64
+#undef KILN_SLEEF_F32
 #undef KILN_VARIANT
 static_assert(std::size(kTable) == std::size(kMathFns));
 
@@ -372,6 +390,15 @@ MathFunctions math_functions(MathFn fn, DType dtype, Isa isa) {
   const Variant& vec = vector_variant(v, isa);
   const Variant& tail = scalar_variant(v, isa);
   return {{vec.symbol, vec.lanes}, {tail.symbol, tail.lanes}};
+}
+
+std::vector<SymbolAddress> symbols() {
+  std::vector<SymbolAddress> out;
+  for (const Row& row : kTable)
+    for (const Variants* v : {&row.f32, &row.f64})
+      for (const Variant* x : {&v->purec, &v->purecfma, &v->sse4, &v->avx2, &v->avx512})
+        out.push_back({x->symbol, reinterpret_cast<void*>(x->fn)});
+  return out;
 }
 
 Patches patches(MathFn fn, DType dtype) {

@@ -1,5 +1,6 @@
-// Vectorised transcendental functions: one table of SLEEF's 1.0-ulp ("u10") functions per
-// function, dtype and instruction set, chosen at run time from the host CPU's features (never
+// Vectorised transcendental functions: one table of functions within about 1 ulp per function,
+// dtype and instruction set (SLEEF's 1.0-ulp "u10" ones, and Kiln's own float32 exp and tanh,
+// fast_math.h), chosen at run time from the host CPU's features (never
 // from build flags: the library runs on AMD and Intel machines with and without AVX-512).
 // Eager kernels call apply(); the LLVM code generator reads host_functions() and calls the
 // same symbols, so eager and compiled code run the same algorithms.
@@ -9,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/dtype.h"
 
@@ -34,7 +36,8 @@ inline constexpr MathFn kMathFns[] = {MathFn::exp, MathFn::log, MathFn::log1p, M
 std::string_view fn_name(MathFn fn);
 int arity(MathFn fn);  // 2 for pow, 1 otherwise
 
-// A SLEEF function: its symbol (in libsleef.so) and how many elements one call computes.
+// A function of the table: its symbol (SLEEF's, in libsleef.so, or Kiln's own) and how many
+// elements one call computes.
 // Vector variants take and return one vector register (__m128, __m256, __m512, or two of them
 // for pow); lanes == 1 is the scalar C function float(float) / double(double).
 struct VectorFunction {
@@ -53,6 +56,14 @@ MathFunctions math_functions(MathFn fn, DType dtype, Isa isa);
 inline MathFunctions host_functions(MathFn fn, DType dtype) {
   return math_functions(fn, dtype, host_isa());
 }
+
+// Every symbol of the table with its address, which the code generator's JIT defines for the
+// code it loads (the process's symbol table lacks them when Python loads Kiln with RTLD_LOCAL).
+struct SymbolAddress {
+  std::string name;
+  void* address;
+};
+std::vector<SymbolAddress> symbols();
 
 // Where SLEEF 3.5.1 differs from C's libm beyond its ulp bound (found by
 // tests/test_vector_math.cpp); apply() patches these after the call, and compiled code must

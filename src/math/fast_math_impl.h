@@ -1,0 +1,118 @@
+// The algorithms of Kiln's own float32 exp and tanh (fast_math.h), written once over an
+// instruction-set policy P. Each fast_math_<isa>.cpp defines its P and the entry points and is
+// the only file compiled for that instruction set, so nothing here may have external linkage.
+//
+// P provides: V (float lanes), I (int32 lanes), Mask; set, add, sub, mul, div, fma (a * b + c,
+// fused where the variant is, two roundings where it is not), clamp (NaN passes through), abs,
+// copysign, lt, select(mask, a, b), bits / from_bits, iset, iadd, isub, shl, sra.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace kiln::math::fast {
+namespace {
+
+// exp(x): n = round(x / ln 2), r = x - n ln 2 (Cody and Waite's two-part ln 2, exact first
+// product), e^r by Cephes' degree-6 polynomial on |r| <= ln 2 / 2 (1 + r + r^2 P(r), summed small
+// terms first), times 2^n as 2^(n/2) 2^(n - n/2): both halves are normal numbers, so only the
+// last product rounds, once, where the result is a denormal. Arguments are clamped to
+// [-104, 89], beyond which the result is 0 or inf anyway; NaN passes.
+template <class P>
+inline typename P::V exp(typename P::V x) {
+  using V = typename P::V;
+  const V xc = P::clamp(x, P::set(-104.0f), P::set(89.0f));
+  const V magic = P::set(0x1.8p23f);  // adding it rounds to an integer, kept in the low bits
+  const V t = P::fma(xc, P::set(1.44269504088896341f), magic);
+  const V n = P::sub(t, magic);
+  V r = P::fma(n, P::set(-0.693359375f), xc);  // ln 2's leading 9 bits: n times it is exact
+  r = P::fma(n, P::set(2.12194440e-4f), r);    // the rest of ln 2, negated
+  V p = P::set(1.9875691500e-4f);
+  p = P::fma(p, r, P::set(1.3981999507e-3f));
+  p = P::fma(p, r, P::set(8.3334519073e-3f));
+  p = P::fma(p, r, P::set(4.1665795894e-2f));
+  p = P::fma(p, r, P::set(1.6666665459e-1f));
+  p = P::fma(p, r, P::set(5.0000001201e-1f));
+  const V y = P::add(P::fma(p, P::mul(r, r), r), P::set(1.0f));
+  const typename P::I k = P::isub(P::bits(t), P::bits(magic));
+  const typename P::I k1 = P::sra(k, 1);
+  const typename P::I k2 = P::isub(k, k1);
+  const typename P::I bias = P::iset(127);
+  return P::mul(P::mul(y, P::from_bits(P::shl(P::iadd(k1, bias), 23))),
+                P::from_bits(P::shl(P::iadd(k2, bias), 23)));
+}
+
+// tanh(x): x below 2^-12 in magnitude (±0 and denormals included), where x^3/3 is below half
+// an ulp of x; Cephes' odd polynomial x + x^3 P(x^2) below 0.625; above, 1 - 2 / (e^(2|x|) + 1)
+// with x's sign (tanh(0.625) > 1/2, so the subtraction loses no leading bits). Infinite
+// arguments give ±1 (e^(2|x|) = inf), NaN gives NaN.
+template <class P>
+inline typename P::V tanh(typename P::V x) {
+  using V = typename P::V;
+  const V a = P::abs(x);
+  const V one = P::set(1.0f);
+  const V e = exp<P>(P::add(a, a));
+  const V large = P::copysign(P::sub(one, P::div(P::set(2.0f), P::add(e, one))), x);
+  const V z = P::mul(x, x);
+  V p = P::set(-5.70498872745e-3f);
+  p = P::fma(p, z, P::set(2.06390887954e-2f));
+  p = P::fma(p, z, P::set(-5.37397155531e-2f));
+  p = P::fma(p, z, P::set(1.33314422036e-1f));
+  p = P::fma(p, z, P::set(-3.33332819422e-1f));
+  const V small = P::fma(P::mul(p, z), x, x);
+  return P::select(P::lt(a, P::set(0.625f)), P::select(P::lt(a, P::set(0x1p-12f)), x, small),
+                   large);
+}
+
+// The one-lane policy of the scalar variants; kFused: fma is one rounding (__builtin_fmaf, an
+// instruction where the file is compiled with -mfma).
+template <bool kFused>
+struct Scalar {
+  using V = float;
+  using I = int32_t;
+  using Mask = bool;
+  static V set(float v) { return v; }
+  static V add(V a, V b) { return a + b; }
+  static V sub(V a, V b) { return a - b; }
+  static V mul(V a, V b) { return a * b; }
+  static V div(V a, V b) { return a / b; }
+  static V fma(V a, V b, V c) {
+    if constexpr (kFused)
+      return __builtin_fmaf(a, b, c);
+    else
+      return a * b + c;
+  }
+  static V clamp(V x, V lo, V hi) {  // NaN fails both tests and passes
+    const V m = x < lo ? lo : x;
+    return m > hi ? hi : m;
+  }
+  static I bits(V v) {
+    I i;
+    std::memcpy(&i, &v, sizeof i);
+    return i;
+  }
+  static V from_bits(I i) {
+    V v;
+    std::memcpy(&v, &i, sizeof v);
+    return v;
+  }
+  static V abs(V v) { return from_bits(bits(v) & 0x7fffffff); }
+  static V copysign(V mag, V s) {
+    return from_bits((bits(mag) & 0x7fffffff) | (bits(s) & static_cast<I>(0x80000000u)));
+  }
+  static Mask lt(V a, V b) { return a < b; }
+  static V select(Mask m, V a, V b) { return m ? a : b; }
+  static I iset(int32_t v) { return v; }
+  // Wrapping, as the vector instructions do (a NaN's bits reach them too).
+  static I iadd(I a, I b) {
+    return static_cast<I>(static_cast<uint32_t>(a) + static_cast<uint32_t>(b));
+  }
+  static I isub(I a, I b) {
+    return static_cast<I>(static_cast<uint32_t>(a) - static_cast<uint32_t>(b));
+  }
+  static I shl(I a, int n) { return static_cast<I>(static_cast<uint32_t>(a) << n); }
+  static I sra(I a, int n) { return a >> n; }
+};
+
+}  // namespace
+}  // namespace kiln::math::fast
