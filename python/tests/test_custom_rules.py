@@ -278,3 +278,23 @@ def test_fwd_that_does_not_return_output_and_residuals():
 
     with pytest.raises(kl.Error, match="nondiff_argnums must be an int or a tuple"):
         kl.custom_vjp(lambda x: x, nondiff_argnums="0")
+
+
+def test_a_traced_tensor_as_a_nondiff_argument_or_an_object_residual_is_an_error():
+    @functools.partial(kl.custom_vjp, nondiff_argnums=(0,))
+    def g(k, x):
+        return mul(x, k)
+
+    g.defvjp(lambda k, x: (mul(x, k), None), lambda k, res, ct: (mul(ct, k),))
+    k, x = randn(3), randn(3)
+    close(kl.grad(lambda x: sum(g(k, x)))(x), k, 0, 0)  # a concrete tensor is a constant
+    with pytest.raises(kl.Error, match="closes over a traced value"):
+        kl.grad(lambda k, x: sum(g(k, x)), argnums=1)(k, x)
+
+    @kl.custom_vjp
+    def h(x):
+        return x
+
+    h.defvjp(lambda x: (x, object()), lambda res, g: (g,))
+    with pytest.raises(kl.Error, match="cannot convert"):
+        kl.grad(lambda x: sum(h(x)))(x)
