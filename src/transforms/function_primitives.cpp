@@ -19,13 +19,14 @@ std::vector<TensorType> apply_fn_types(std::string_view op, ops::Types in, const
   return fn->result_types();
 }
 
-std::vector<KernelRegistration> apply_fn_kernels() {
-  Kernel k = [](ops::Ins in, const Attrs& a) {
-    return ir::evaluate(*a.get<FunctionRef>("fn"), in);
-  };
-  // Variadic registrations need one input; a function of no arguments gets its own.
+// k for any inputs: variadic registrations need one input; no arguments get their own.
+std::vector<KernelRegistration> any_inputs(const Kernel& k) {
   return {{ops::cpu_variadic(DTypeSet::all()), k},
           {KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, k}};
+}
+std::vector<KernelRegistration> apply_fn_kernels() {
+  return any_inputs(
+      [](ops::Ins in, const Attrs& a) { return ir::evaluate(*a.get<FunctionRef>("fn"), in); });
 }
 
 std::vector<Tensor> zeros_for(ops::Ins like, std::span<const Tangent> t) {
@@ -200,14 +201,6 @@ std::vector<TensorType> custom_vjp_types(ops::Types in, const Attrs& a) {
   return all;
 }
 
-std::vector<KernelRegistration> custom_vjp_kernels() {
-  Kernel k = [](ops::Ins in, const Attrs& a) {
-    return ir::evaluate(*a.get<FunctionRef>(a.has("fwd") ? "fwd" : "fn"), in);
-  };
-  return {{ops::cpu_variadic(DTypeSet::all()), k},
-          {KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, k}};
-}
-
 ops::Ts custom_vjp_pullback(const RuleArgs& r, std::span<const Tangent> ct) {
   const FunctionRef bwd = r.attrs.get<FunctionRef>("bwd");
   if (!r.attrs.has("fwd")) {
@@ -258,7 +251,9 @@ const Primitive& prim::custom_vjp() {
        },
        .vjp = custom_vjp_pullback,
        .batch = ops::batch_by_loop},
-      custom_vjp_kernels());
+      any_inputs([](ops::Ins in, const Attrs& a) {  // the residual form's results come from fwd
+        return ir::evaluate(*a.get<FunctionRef>(a.has("fwd") ? "fwd" : "fn"), in);
+      }));
   return p;
 }
 
