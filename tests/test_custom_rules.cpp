@@ -191,6 +191,40 @@ TEST(CustomVjpResiduals, CheckpointAroundIt) {
   expect_close(jit(grad(loss))(x, y), want, 1e-14);
 }
 
+TEST(CustomVjpResiduals, GradOfAJittedFunctionAndOfAScanUsingIt) {
+  const auto f = SinTimes{}.function();
+  auto loss = [f](const Tensor& x, const Tensor& y) { return sum(f(x, y)); };
+  const Tensor x = xs(), y = ys();
+  const std::vector<double> want =
+      times(map(x, [](double v) { return std::cos(v); }), y.to_vector<double>());
+  expect_close(grad(jit(loss))(x, y), want, 1e-14);  // through the optimised IR of a call
+  // A scan stores the residuals of each step (its residual split keeps fwd in the forward
+  // scan): c <- f(c, y_t) over three rows of y.
+  const Tensor rows =
+      reshape(tensor({1.5, 0.4, -0.8, 2.2, 0.3, -1.1, 0.9, 0.6, 1.2, -0.5, 0.7, 1.0}), Shape{3, 4});
+  auto chain = [f](const Tensor& c0, const Tensor& ys_) {
+    const auto [c, unused] = scan(
+        [f](const Tensor& c, const Tensor& yt) {
+          return std::pair<Tensor, Tensor>{f(c, yt), c};
+        },
+        c0, ys_);
+    (void)unused;
+    return sum(c);
+  };
+  const Tensor g = grad(chain)(x, rows);
+  expect_close(g, fd_grad([&](const Tensor& v) { return chain(v, rows).item<double>(); }, x), 1e-8);
+  expect_close(jit(grad(chain))(x, rows), g.to_vector<double>(), 1e-14);
+  // The backward scan (the last one) reads the stacked residuals: no fwd, sin or cos in it.
+  const ir::Function program = trace(grad(chain), x, rows);
+  const ir::Equation* backward = nullptr;
+  for (const ir::Equation& e : program.equations)
+    if (e.prim->name == "scan") backward = &e;
+  ASSERT_NE(backward, nullptr);
+  for (const ir::Equation& e : backward->attrs.get<FunctionRef>("body")->equations)
+    EXPECT_TRUE(e.prim->name != "custom_vjp" && e.prim->name != "sin" && e.prim->name != "cos")
+        << ir::print(program);
+}
+
 // The rule is what reverse mode uses: a clipped gradient differs from the true one.
 TEST(CustomVjpResiduals, ClipsGradientsWithAResidual) {
   auto clip_grad =
