@@ -113,6 +113,7 @@ TEST(CustomVjpResiduals, FwdRunsOnceAndItsResidualsAreSaved) {
   }
   EXPECT_EQ(custom, 1) << ir::print(program);
   EXPECT_EQ(top_level_trig, 0) << ir::print(program);
+  EXPECT_EQ(ir::print(*ir::parse(ir::print(program))), ir::print(program));  // the text form
 }
 
 TEST(CustomVjpResiduals, JitOnBothBackendsMatchesEager) {
