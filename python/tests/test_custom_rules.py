@@ -298,3 +298,24 @@ def test_a_traced_tensor_as_a_nondiff_argument_or_an_object_residual_is_an_error
     h.defvjp(lambda x: (x, object()), lambda res, g: (g,))
     with pytest.raises(kl.Error, match="cannot convert"):
         kl.grad(lambda x: sum(h(x)))(x)
+
+
+def test_an_integer_residual_under_vmap_and_jit():
+    # max(x) saving the index of the maximum (an int tensor) for bwd, against torch.
+    @kl.custom_vjp
+    def vmax(x):
+        return kl.max(x)
+
+    def fwd(x):
+        return kl.max(x), kl.argmax(x)
+
+    def bwd(i, g):
+        return (mul(kl.astype(kl.equal(kl.arange(4), i), kl.float64), g),)
+
+    vmax.defvjp(fwd, bwd)
+    xs = randn(3, 4)
+    close(kl.vmap(vmax)(xs), xs.max(axis=1), 0, 0)
+    per_example = kl.jit(kl.vmap(kl.grad(lambda x: mul(vmax(x), 2.0))))(xs)
+    for x, g in zip(xs, np.asarray(per_example)):
+        (want,) = torch_grads(lambda x: x.max() * 2.0, x)
+        close(g, want, 0, 0)
