@@ -124,6 +124,12 @@ int main(int argc, char** argv) {
                             });
   s.add("custom_vjp", trace(clipped, v));
   s.add("custom_vjp_grad", trace(grad([&](const Tensor& a) { return sum(clipped(a)); }), v));
+  auto saved = custom_vjp(  // the residual form: fwd's cos(a) is a result, read by bwd
+      [](const Tensor& a) { return sin(a); },
+      [](const Tensor& a) { return std::make_pair(sin(a), cos(a)); },
+      [](const Tensor& cos_a, const Tensor& ct) { return std::make_tuple(ct * cos_a); });
+  s.add("custom_vjp_residuals_grad",
+        trace(grad([&](const Tensor& a) { return sum(saved(a)); }), v));
   auto smooth = custom_jvp([](const Tensor& a) { return log1p(exp(a)); },
                            [](const std::tuple<Tensor>& p, const std::tuple<Tensor>& t) {
                              return std::get<0>(t) * sigmoid(std::get<0>(p));

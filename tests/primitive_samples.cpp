@@ -498,6 +498,25 @@ std::vector<PrimitiveSample> make_table() {
                            with_fn("fn", fn, with_fn("bwd", bwd))};
            },
        .ad = {.forward_mode = false}});
+  // custom_vjp's residual form: fwd returns (sin(x) y, cos x, sin x, y), so the walks see the
+  // residuals as results too (their VJP goes through fwd by ordinary reverse mode).
+  c.push_back(
+      {.prim = "custom_vjp",
+       .label = "residuals",
+       .make =
+           [](Gen& g) {
+             const TensorType m{float64, Shape{3, 4}};
+             FunctionRef fn = traced("f", {m, m}, [](const Ts& a) { return Ts{sin(a[0]) * a[1]}; });
+             FunctionRef fwd = traced("f_fwd", {m, m}, [](const Ts& a) {
+               return Ts{sin(a[0]) * a[1], cos(a[0]), sin(a[0]), a[1]};
+             });
+             FunctionRef bwd = traced("f_bwd", {m, m, m, m}, [](const Ts& a) {
+               return Ts{a[3] * a[0] * a[2], a[3] * a[1]};  // (cos x, sin x, y, ct)
+             });
+             return Sample{{{g.normal(Shape{3, 4})}, {g.normal(Shape{3, 4})}},
+                           with_fn("fn", fn, with_fn("fwd", fwd, with_fn("bwd", bwd)))};
+           },
+       .ad = {.forward_mode = false}});
 
   // ---- control flow: the primitives bound directly (operand layouts in
   // src/transforms/control_flow.cpp), and through the public API (batched and shared

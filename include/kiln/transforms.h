@@ -189,7 +189,8 @@ auto custom_jvp(F f, Rule rule) {
 
 // custom_vjp(f, bwd): f with a user-given reverse rule. bwd(primals, output, cotangent)
 // receives a std::tuple of f's arguments, f's output and its cotangent, and returns a
-// std::tuple with the cotangent of each argument.
+// std::tuple with the cotangent of each argument. (For residuals saved by a forward rule, use
+// the three-argument form below.)
 template <class F, class Bwd>
 auto custom_vjp(F f, Bwd bwd) {
   return [f = std::move(f), bwd = std::move(bwd)](const auto&... args) {
@@ -199,6 +200,31 @@ auto custom_vjp(F f, Bwd bwd) {
     return detail::unflatten<Out>(detail::custom_vjp_call(
         in.def, in.leaves, detail::flat_fn<decltype(args)...>(f, in.def),
         [&](const TreeDef& d) { return detail::flat_fn<Args, Out, Out>(bwd, d); }));
+  };
+}
+
+// custom_vjp(f, fwd, bwd): the residual form, JAX's f.defvjp(fwd, bwd). fwd(args...) returns
+// a std::pair (or two-element std::tuple) (output, residuals) with f's output and any tree of
+// tensors to save; bwd(residuals, cotangent) returns a std::tuple with the cotangent of each
+// argument. fwd runs once, in the forward pass, and reverse mode keeps its residuals (they are
+// not recomputed); f gives the output's structure and types. Differentiating the backward pass
+// again (grad of grad) differentiates bwd, and fwd for the residuals, by ordinary reverse mode.
+template <class F, class Fwd, class Bwd>
+auto custom_vjp(F f, Fwd fwd, Bwd bwd) {
+  return [f = std::move(f), fwd = std::move(fwd), bwd = std::move(bwd)](const auto&... args) {
+    using Out = detail::result_of<F, decltype(args)...>;
+    using FwdOut = detail::result_of<Fwd, decltype(args)...>;
+    if constexpr (!detail::output_and_residuals<FwdOut, Out>) {
+      static_assert(detail::output_and_residuals<FwdOut, Out>,
+                    "custom_vjp: fwd must return a std::pair (output of f, residuals)");
+    } else {
+      using Res = std::decay_t<std::tuple_element_t<1, FwdOut>>;
+      const detail::FlatTree in = detail::flatten_args(args...);
+      return detail::unflatten<Out>(detail::custom_vjp_call(
+          in.def, in.leaves, detail::flat_fn<decltype(args)...>(f, in.def),
+          detail::flat_fn<decltype(args)...>(fwd, in.def),
+          [&](const TreeDef& d) { return detail::flat_fn<Res, Out>(bwd, d); }));
+    }
   };
 }
 

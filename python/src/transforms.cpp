@@ -366,9 +366,64 @@ std::vector<int> static_argnums_of(py::handle s) {
   return s.cast<std::vector<int>>();
 }
 
-// custom_jvp(f) with JAX's f.defjvp(rule): rule(primals, tangents) -> (primal_out, tangent_out).
+// nondiff_argnums of custom_jvp and custom_vjp (JAX's): positional arguments that are static
+// Python values (callables, ints, ...). They are not traced or differentiated; the function
+// gets them in place and the rules first, as JAX passes them.
+struct Nondiff {
+  std::vector<int> argnums;
+
+  // One call's arguments split into the traced ones (in order) and the nondiff values (in
+  // argnums order), with f and the rules bound to the nondiff values.
+  struct Call {
+    py::tuple diff;
+    py::object f, fwd, rule;  // fwd and rule: unset when the object has none
+  };
+  Call split(std::string_view op, const py::args& args, const py::object& f, const py::object& fwd,
+             const py::object& rule) const {
+    if (argnums.empty()) return {py::tuple(args), f, fwd, rule};
+    const std::vector<int> at = resolve_argnums(op, argnums, args.size());
+    std::vector<bool> is_static(args.size(), false);
+    py::tuple statics(at.size());
+    for (std::size_t k = 0; k < at.size(); ++k) {
+      const auto i = static_cast<std::size_t>(at[k]);
+      if (is_static[i]) fail(op, "nondiff_argnums repeats ", at[k], ", expected distinct indices");
+      is_static[i] = true;
+      statics[k] = args[i];
+    }
+    py::list diff;
+    for (std::size_t i = 0; i < args.size(); ++i)
+      if (!is_static[i]) diff.append(args[i]);
+    // f and fwd take the arguments in place: the traced ones come back between the statics.
+    auto in_place = [is_static, statics, at](py::object fn) -> py::object {
+      if (fn.is_none()) return fn;
+      return py::cpp_function([fn, is_static, statics, at](const py::args& d) {
+        py::tuple full(is_static.size());
+        for (std::size_t k = 0; k < at.size(); ++k)
+          full[static_cast<std::size_t>(at[k])] = statics[k];
+        for (std::size_t i = 0, j = 0; i < is_static.size(); ++i)
+          if (!is_static[i]) full[i] = d[j++];
+        return fn(*full);
+      });
+    };
+    py::object partial = py::module_::import("functools").attr("partial");
+    return {py::tuple(diff), in_place(f), in_place(fwd),
+            rule.is_none() ? rule : partial(rule, *statics)};
+  }
+};
+
+std::vector<int> nondiff_argnums_of(std::string_view op, py::handle s) {
+  if (PyLong_Check(s.ptr())) return {s.cast<int>()};
+  if (!py::isinstance<py::tuple>(s) && !py::isinstance<py::list>(s))
+    fail(op, "nondiff_argnums must be an int or a tuple of ints: got ", repr_of(s),
+         ", expected e.g. (0,)");
+  return s.cast<std::vector<int>>();
+}
+
+// custom_jvp(f) with JAX's f.defjvp(rule): rule(*nondiff, primals, tangents) -> (primal_out,
+// tangent_out).
 struct CustomJvp {
   py::object f, rule;
+  Nondiff nondiff;
   // Set while the rule runs: a rule that calls the function itself (as JAX's rules may, for
   // primal_out) gets plain f, since Kiln takes the primal output from f anyway.
   std::shared_ptr<int> in_rule = std::make_shared<int>(0);
@@ -379,9 +434,10 @@ struct CustomJvp {
       fail("custom_jvp",
            "no rule: got a custom_jvp function without one, expected f.defjvp(rule) "
            "before calling it");
-    const detail::FlatTree in = pytree::flatten_tree(args);
+    const Nondiff::Call c = nondiff.split("custom_jvp", args, f, py::none(), rule);
+    const detail::FlatTree in = pytree::flatten_tree(c.diff);
     // Kiln's core computes the primal output with f and takes only the tangent from the rule.
-    auto factory = [r = rule, depth = in_rule](const TreeDef& rule_args_def) -> FlatFn {
+    auto factory = [r = c.rule, depth = in_rule](const TreeDef& rule_args_def) -> FlatFn {
       return [r, depth, def = rule_args_def](const std::vector<Tensor>& leaves, TreeDef& out_def) {
         const py::tuple pt = unflatten_tensors(def, leaves);
         ++*depth;
@@ -401,53 +457,67 @@ struct CustomJvp {
         return flat;
       };
     };
-    const FlatTree r = detail::custom_jvp_call(in.def, in.leaves, python_fn(f, in.def), factory);
+    const FlatTree r = detail::custom_jvp_call(in.def, in.leaves, python_fn(c.f, in.def), factory);
     return unflatten_tensors(r.def, r.leaves);
   }
 };
 
-// custom_vjp(f) with JAX's f.defvjp(fwd, bwd): fwd(*args) -> (out, residuals),
-// bwd(residuals, cotangent) -> one cotangent per argument (None: zeros).
+// custom_vjp(f) with JAX's f.defvjp(fwd, bwd): fwd(*args) -> (out, residuals) runs once, in
+// the forward pass (the core's residual form saves the residuals); bwd(*nondiff, residuals,
+// cotangent) -> one cotangent per traced argument (None: zeros).
 struct CustomVjp {
   py::object f, fwd, bwd;
+  Nondiff nondiff;
+
   py::object call(const py::args& args) const {
     if (fwd.is_none())
       fail("custom_vjp",
            "no rule: got a custom_vjp function without one, expected "
            "f.defvjp(fwd, bwd) before calling it");
-    const detail::FlatTree in = pytree::flatten_tree(args);
-    // Kiln's core hands the rule (primals, output, cotangent), not saved residuals: fwd runs
-    // again inside the backward rule to make them.
-    auto factory = [fw = fwd, bw = bwd](const TreeDef& rule_args_def) -> FlatFn {
-      return [fw, bw, def = rule_args_def](const std::vector<Tensor>& leaves, TreeDef& out_def) {
-        const py::tuple pc = unflatten_tensors(def, leaves);  // (primals, output, cotangent)
-        const py::tuple primals = pc[0];
-        const py::object fwd_out = fw(*primals);
-        if (!py::isinstance<py::tuple>(fwd_out) || py::len(fwd_out) != 2)
-          fail("custom_vjp", "fwd must return (output, residuals): got ", repr_of(fwd_out),
-               ", expected a tuple of two");
-        const py::object cts = bw(fwd_out[py::int_(1)], pc[2]);
+    const Nondiff::Call c = nondiff.split("custom_vjp", args, f, fwd, bwd);
+    const detail::FlatTree in = pytree::flatten_tree(c.diff);
+    // What a None cotangent stands for: zeros of each argument's leaf types.
+    std::vector<std::vector<TensorType>> arg_types;
+    for (const detail::LeafRange& r : detail::arg_ranges(in.def)) {
+      arg_types.emplace_back();
+      for (std::size_t i = r.begin; i < r.end; ++i) arg_types.back().push_back(in.leaves[i].type());
+    }
+    const bool has_nondiff = !nondiff.argnums.empty();
+    auto factory = [bw = c.rule, arg_defs = in.def.children, arg_types,
+                    has_nondiff](const TreeDef& rule_args_def) -> FlatFn {
+      return [bw, arg_defs, arg_types, has_nondiff, def = rule_args_def](
+                 const std::vector<Tensor>& leaves, TreeDef& out_def) {
+        const py::tuple rc = unflatten_tensors(def, leaves);  // (residuals, cotangent)
+        const py::object cts = bw(rc[0], rc[1]);
+        const std::size_t n = arg_defs.size();
         if ((!py::isinstance<py::tuple>(cts) && !py::isinstance<py::list>(cts)) ||
-            py::len(cts) != primals.size())
-          fail("custom_vjp", "bwd must return one cotangent per argument: got ", repr_of(cts),
-               ", expected a tuple of ", primals.size());
+            py::len(cts) != n)
+          fail("custom_vjp", "bwd must return one cotangent per argument",
+               has_nondiff ? " not in nondiff_argnums" : "", ": got ", repr_of(cts),
+               ", expected a tuple of ", n);
         std::vector<Tensor> flat;
         out_def.kind = TreeDef::Kind::tuple;
         out_def.children.clear();
-        for (std::size_t i = 0; i < primals.size(); ++i) {
+        for (std::size_t i = 0; i < n; ++i) {
           py::handle ct = cts[py::int_(i)];
-          if (ct.is_none()) {  // no cotangent: zeros shaped like the argument
-            std::vector<Tensor> p;
-            out_def.children.push_back(flatten_tensors(primals[i], p));
-            for (const Tensor& t : p) flat.push_back(zeros_like(t));
-          } else {
-            out_def.children.push_back(flatten_tensors(ct, flat));
+          if (ct.is_none()) {
+            for (const TensorType& t : arg_types[i])
+              flat.push_back(broadcast_to(zeros(Shape{}, t.dtype), t.shape, Loc{}));
+            out_def.children.push_back(arg_defs[i]);
+            continue;
           }
+          TreeDef d = flatten_tensors(ct, flat);
+          if (d != arg_defs[i])
+            fail("custom_vjp", "bwd's cotangent ", i,
+                 " does not have its argument's structure: got ", d.to_string(), ", expected ",
+                 arg_defs[i].to_string());
+          out_def.children.push_back(std::move(d));
         }
         return flat;
       };
     };
-    const FlatTree r = detail::custom_vjp_call(in.def, in.leaves, python_fn(f, in.def), factory);
+    const FlatTree r = detail::custom_vjp_call(in.def, in.leaves, python_fn(c.f, in.def),
+                                               python_fn(c.fwd, in.def), factory);
     return unflatten_tensors(r.def, r.leaves);
   }
 };
@@ -628,20 +698,24 @@ void bind_transforms(py::module_& m) {
             return rule;
           },
           py::arg("rule"),
-          "defjvp(rule): rule(primals, tangents) -> (primal_out, tangent_out). Returns rule, so "
-          "it works as a decorator.");
+          "defjvp(rule): rule(*nondiff_args, primals, tangents) -> (primal_out, tangent_out). "
+          "Returns rule, so it works as a decorator.");
   m.def(
       "custom_jvp",
-      [](py::object f) {
-        py::object out = py::cast(CustomJvp{f, py::none()});
+      [](py::object f, py::object nondiff_argnums) {
+        py::object out = py::cast(
+            CustomJvp{f, py::none(), Nondiff{nondiff_argnums_of("custom_jvp", nondiff_argnums)}});
         copy_metadata(out, f);
         return out;
       },
-      py::arg("f"),
-      "custom_jvp(f): f with a derivative rule given by f.defjvp(rule), rule(primals, "
-      "tangents) -> (primal_out, tangent_out) with primals and tangents tuples of f's "
-      "arguments. Kiln computes the primal output with f and takes the tangent from the rule; "
-      "reverse mode transposes the rule, so grad uses it too.");
+      py::arg("f"), py::arg("nondiff_argnums") = py::tuple(),
+      "custom_jvp(f, nondiff_argnums=()): f with a derivative rule given by f.defjvp(rule), "
+      "rule(*nondiff_args, primals, tangents) -> (primal_out, tangent_out), with primals and "
+      "tangents tuples of f's other arguments. Kiln computes the primal output with f and "
+      "takes the tangent from the rule; reverse mode transposes the rule, so grad uses it "
+      "too. nondiff_argnums: positional arguments that are static Python values (callables, "
+      "ints, ...), not differentiated and passed first to the rule, as in JAX. With "
+      "functools.partial(kiln.custom_jvp, nondiff_argnums=(0,)) it is a decorator.");
   callable_class<CustomVjp>(m, "CustomVjp", "A function with a custom reverse-mode rule.")
       .def("__call__", &CustomVjp::call)
       .def(
@@ -651,19 +725,29 @@ void bind_transforms(py::module_& m) {
             self.bwd = std::move(bwd);
           },
           py::arg("fwd"), py::arg("bwd"),
-          "defvjp(fwd, bwd): fwd(*args) -> (out, residuals); bwd(residuals, cotangent) -> a "
-          "tuple with one cotangent per argument (None for zeros).");
+          "defvjp(fwd, bwd): fwd(*args) -> (out, residuals), run once in the forward pass; "
+          "bwd(*nondiff_args, residuals, cotangent) -> a tuple with one cotangent per argument "
+          "not in nondiff_argnums (None for zeros).");
   m.def(
       "custom_vjp",
-      [](py::object f) {
-        py::object out = py::cast(CustomVjp{f, py::none(), py::none()});
+      [](py::object f, py::object nondiff_argnums) {
+        py::object out = py::cast(CustomVjp{
+            f, py::none(), py::none(), Nondiff{nondiff_argnums_of("custom_vjp", nondiff_argnums)}});
         copy_metadata(out, f);
         return out;
       },
-      py::arg("f"),
-      "custom_vjp(f): f with a reverse rule given by f.defvjp(fwd, bwd). Kiln's core hands the "
-      "rule the primals rather than saved residuals, so fwd runs again inside the backward "
-      "pass to make the residuals for bwd.");
+      py::arg("f"), py::arg("nondiff_argnums") = py::tuple(),
+      "custom_vjp(f, nondiff_argnums=()): f with a reverse rule given by f.defvjp(fwd, bwd). "
+      "fwd(*args) returns (out, residuals) with out what f returns; it runs once per forward "
+      "pass and its residuals are saved for bwd (not recomputed). Residuals may be any "
+      "pytree: tensors, NumPy arrays and Python scalars arrive in bwd as Tensors, None and "
+      "strings as they are. bwd(*nondiff_args, residuals, cotangent) returns a tuple with one "
+      "cotangent per differentiated argument, each with that argument's structure, or None "
+      "for zeros. Without differentiation f's value is computed by fwd. nondiff_argnums: "
+      "positional arguments that are static Python values (callables, ints, ...), passed to "
+      "f and fwd in place and first to bwd, as in JAX; with functools.partial(kiln."
+      "custom_vjp, nondiff_argnums=(0,)) it is a decorator. Forward mode (jvp, jacfwd, "
+      "hessian) is not defined by a reverse rule.");
 
   m.def(
       "stop_gradient",

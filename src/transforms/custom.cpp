@@ -1,5 +1,5 @@
 // checkpoint, custom_jvp and custom_vjp on flat trees: each stages the user's function (and
-// rule) and binds one equation of its sub-function primitive (function_primitives.cpp).
+// rules) and binds one equation of its sub-function primitive (function_primitives.cpp).
 #include "ops/primitives.h"
 #include "ops/rules.h"
 #include "transforms/core.h"
@@ -58,6 +58,34 @@ FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& lea
   append_stand_ins(rule_leaves, out_types);
   return apply_with_rule(prim::custom_vjp(), "bwd", s, leaves,
                          tuple_of({args_def, s.out_def, s.out_def}), rule_leaves, bwd);
+}
+
+FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                         const FlatFn& fn, const FlatFn& fwd, const RuleFactory& bwd) {
+  const Staged s = stage("custom_vjp", args_def, leaves, fn);
+  check_closed("custom_vjp", "function", s);
+  const Staged fw = stage("custom_vjp_fwd", args_def, leaves, fwd);
+  check_closed("custom_vjp", "fwd", fw);
+  const TreeDef& out_def = s.out_def;
+  if (fw.out_def.kind != TreeDef::Kind::tuple || fw.out_def.children.size() != 2 ||
+      fw.out_def.children[0] != out_def)
+    fail("custom_vjp", "fwd must return (output, residuals) with the output of the function: got ",
+         fw.out_def.to_string(), ", expected a pair whose first element is ", out_def.to_string());
+  // bwd's arguments: (residuals, cotangent of the output).
+  const std::vector<TensorType> all = fw.function->result_types();
+  const std::size_t n_out = s.function->results.size();
+  std::vector<Tensor> rule_leaves;
+  append_stand_ins(rule_leaves, {all.begin() + static_cast<std::ptrdiff_t>(n_out), all.end()});
+  append_stand_ins(rule_leaves, s.function->result_types());
+  const TreeDef rule_def = tuple_of({fw.out_def.children[1], out_def});
+  const Staged r = stage("custom_vjp_bwd", rule_def, rule_leaves, bwd(rule_def));
+  check_closed("custom_vjp", "bwd", r);
+  const Attrs attrs{{"fn", FunctionRef(s.function)},
+                    {"fwd", FunctionRef(fw.function)},
+                    {"bwd", FunctionRef(r.function)}};
+  std::vector<Tensor> outs = bind(prim::custom_vjp(), leaves, attrs);
+  outs.resize(n_out);  // the residuals stay in the program, for reverse mode
+  return {std::move(outs), out_def};
 }
 
 }  // namespace kiln::detail

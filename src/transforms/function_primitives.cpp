@@ -1,5 +1,7 @@
 // Primitives that hold sub-functions, each with its derivative rules: call (nested jit),
 // checkpoint (rematerialisation), custom_jvp and custom_vjp (user rules).
+#include <algorithm>
+
 #include "kiln/transforms.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
@@ -17,13 +19,14 @@ std::vector<TensorType> apply_fn_types(std::string_view op, ops::Types in, const
   return fn->result_types();
 }
 
-std::vector<KernelRegistration> apply_fn_kernels() {
-  Kernel k = [](ops::Ins in, const Attrs& a) {
-    return ir::evaluate(*a.get<FunctionRef>("fn"), in);
-  };
-  // Variadic registrations need one input; a function of no arguments gets its own.
+// k for any inputs: variadic registrations need one input; no arguments get their own.
+std::vector<KernelRegistration> any_inputs(const Kernel& k) {
   return {{ops::cpu_variadic(DTypeSet::all()), k},
           {KernelSignature{.device = Device::cpu, .inputs = {}, .variadic = false}, k}};
+}
+std::vector<KernelRegistration> apply_fn_kernels() {
+  return any_inputs(
+      [](ops::Ins in, const Attrs& a) { return ir::evaluate(*a.get<FunctionRef>("fn"), in); });
 }
 
 std::vector<Tensor> zeros_for(ops::Ins like, std::span<const Tangent> t) {
@@ -166,31 +169,91 @@ const Primitive& prim::custom_jvp() {
   return p;
 }
 
-// custom_vjp{fn, bwd}: `bwd` maps (primals..., outputs..., cotangents...) to the cotangents
-// of the primals. Forward mode is not defined by a reverse rule (as in JAX).
+// custom_vjp has two forms. custom_vjp{fn, bwd}: `bwd` maps (primals..., outputs...,
+// cotangents...) to the cotangents of the primals. custom_vjp{fn, fwd, bwd}, the residual form
+// (JAX's defvjp): `fwd` maps the primals to (outputs..., residuals...), the primitive's results
+// are all of them, and `bwd` maps (residuals..., cotangents of the outputs...) to the cotangents
+// of the primals. The residuals are results, so reverse mode saves them with the forward pass
+// instead of recomputing them. Forward mode is not defined by a reverse rule (as in JAX).
+namespace {
+
+std::vector<TensorType> custom_vjp_types(ops::Types in, const Attrs& a) {
+  const std::vector<TensorType> out = apply_fn_types("custom_vjp", in, a);
+  if (!a.has("fwd")) return out;
+  const FunctionRef& fwd = a.get<FunctionRef>("fwd");
+  const FunctionRef& bwd = a.get<FunctionRef>("bwd");
+  const std::vector<TensorType> all = fwd->result_types();
+  if (fwd->param_types() != std::vector<TensorType>(in.begin(), in.end()) ||
+      all.size() < out.size() || !std::equal(out.begin(), out.end(), all.begin()))
+    fail("custom_vjp", "@", fwd->name, " does not match @", a.get<FunctionRef>("fn")->name,
+         ": got ", ops::types_str(fwd->param_types()), " -> ", ops::types_str(all), ", expected ",
+         ops::types_str(in), " -> ", ops::types_str(out), " followed by the residuals");
+  // bwd: (residuals..., cotangents...) -> one cotangent per primal.
+  std::vector<TensorType> bwd_in(all.begin() + static_cast<std::ptrdiff_t>(out.size()), all.end());
+  bwd_in.insert(bwd_in.end(), out.begin(), out.end());
+  if (bwd->param_types() != bwd_in)
+    fail("custom_vjp", "@", bwd->name, " takes the wrong arguments: got ",
+         ops::types_str(bwd->param_types()), ", expected the residuals and cotangents ",
+         ops::types_str(bwd_in));
+  if (bwd->result_types() != std::vector<TensorType>(in.begin(), in.end()))
+    fail("custom_vjp", "@", bwd->name, " must return one cotangent per argument: got ",
+         ops::types_str(bwd->result_types()), ", expected ", ops::types_str(in));
+  return all;
+}
+
+ops::Ts custom_vjp_pullback(const RuleArgs& r, std::span<const Tangent> ct) {
+  const FunctionRef bwd = r.attrs.get<FunctionRef>("bwd");
+  if (!r.attrs.has("fwd")) {
+    std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
+    args.insert(args.end(), r.outputs.begin(), r.outputs.end());
+    const std::vector<Tensor> cz = zeros_for(r.outputs, ct);
+    args.insert(args.end(), cz.begin(), cz.end());
+    const std::vector<Tensor> out = ir::evaluate(*bwd, args);
+    return ops::Ts(out.begin(), out.end());
+  }
+  const auto n_out = static_cast<std::ptrdiff_t>(r.attrs.get<FunctionRef>("fn")->results.size());
+  const std::span<const Tangent> ct_out = ct.first(static_cast<std::size_t>(n_out));
+  ops::Ts result(r.inputs.size());
+  if (std::any_of(ct_out.begin(), ct_out.end(), [](const Tangent& t) { return t.has_value(); })) {
+    std::vector<Tensor> args(r.outputs.begin() + n_out, r.outputs.end());  // residuals
+    const std::vector<Tensor> cz = zeros_for(r.outputs.first(ct_out.size()), ct_out);
+    args.insert(args.end(), cz.begin(), cz.end());
+    const std::vector<Tensor> out = ir::evaluate(*bwd, args);
+    result.assign(out.begin(), out.end());
+  }
+  // A cotangent on a residual arises only when the backward pass is differentiated again
+  // (grad of grad): the residuals are fwd's ordinary functions of the primals, so that part
+  // goes through fwd by ordinary reverse mode (as in JAX), with fwd recomputed.
+  if (std::any_of(ct.begin() + n_out, ct.end(), [](const Tangent& t) { return t.has_value(); })) {
+    std::vector<Tangent> ct_res(ct.begin(), ct.end());
+    std::fill(ct_res.begin(), ct_res.begin() + n_out, std::nullopt);
+    const ops::Ts g = ad::vjp(r.attrs.get<FunctionRef>("fwd"), r.inputs)
+                          .pullback(std::span<const Tangent>(ct_res));
+    for (std::size_t i = 0; i < result.size(); ++i)
+      if (g[i]) result[i] = result[i] ? *result[i] + *g[i] : *g[i];
+  }
+  return result;
+}
+
+}  // namespace
+
 const Primitive& prim::custom_vjp() {
   static const Primitive& p = detail::register_builtin(
       {.name = "custom_vjp",
        .arity = 0,
        .variadic = true,
-       .type_rule = [](ops::Types in,
-                       const Attrs& a) { return apply_fn_types("custom_vjp", in, a); },
+       .type_rule = custom_vjp_types,
        .jvp = [](const RuleArgs&, std::span<const Tangent>) -> ops::Ts {
          fail("custom_vjp",
               "forward-mode differentiation requested: got a tangent for a "
               "function with a custom VJP, expected reverse mode only (give it "
               "a custom_jvp rule for jvp, jacfwd or hessian)");
        },
-       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-         std::vector<Tensor> args(r.inputs.begin(), r.inputs.end());
-         args.insert(args.end(), r.outputs.begin(), r.outputs.end());
-         const std::vector<Tensor> cz = zeros_for(r.outputs, ct);
-         args.insert(args.end(), cz.begin(), cz.end());
-         const std::vector<Tensor> out = ir::evaluate(*r.attrs.get<FunctionRef>("bwd"), args);
-         return ops::Ts(out.begin(), out.end());
-       },
+       .vjp = custom_vjp_pullback,
        .batch = ops::batch_by_loop},
-      apply_fn_kernels());
+      any_inputs([](ops::Ins in, const Attrs& a) {  // the residual form's results come from fwd
+        return ir::evaluate(*a.get<FunctionRef>(a.has("fwd") ? "fwd" : "fn"), in);
+      }));
   return p;
 }
 

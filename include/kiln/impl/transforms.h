@@ -4,6 +4,7 @@
 // with a FlatFn of the user's callable, and unflattens the result types.
 #pragma once
 
+#include <concepts>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -117,8 +118,19 @@ FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& lea
 // bwd(primals, output, cotangent of the output) -> the argument tuple's cotangents.
 FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
                          const FlatFn& fn, const RuleFactory& bwd);
+// The residual form: fwd(primals) -> the pair (output, residuals), run once in the forward
+// pass; bwd(residuals, cotangent of the output) -> the argument tuple's cotangents.
+FlatTree custom_vjp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
+                         const FlatFn& fn, const FlatFn& fwd, const RuleFactory& bwd);
 
 // ---- typed wrappers ------------------------------------------------------------------------
+
+// custom_vjp's fwd result: a pair (or two-element tuple) whose first element is f's output.
+template <class T, class Out>
+concept output_and_residuals = requires {
+  std::tuple_size<T>::value;
+}
+&&std::tuple_size_v<T> == 2 && std::same_as<std::decay_t<std::tuple_element_t<0, T>>, Out>;
 
 template <class Out>
 Out unflatten(const FlatTree& t) {
