@@ -1,0 +1,138 @@
+"""jit's static_argnames, is_leaf in kiln.tree, the short path of x[int] and DLPack's bool, as a
+JAX or PyTorch user expects them: results against NumPy / PyTorch, trace counts by hand."""
+import collections
+
+import numpy as np
+import pytest
+import torch
+
+import kiln as kl
+from kops import close, cos, mul, sin
+
+rng = np.random.default_rng(0)
+
+
+def randn(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+# ---- jit: static_argnames, and static_argnums <-> static_argnames through the signature --------
+
+def power_counting(traces):
+    def power(x, n, mode="sin"):
+        traces.append((n, mode))
+        out = sin(x) if mode == "sin" else cos(x)
+        for _ in range(n - 1):  # Python control flow on the static n
+            out = mul(out, x)
+        return out
+    return power
+
+
+def ref_power(x, n, mode="sin"):
+    return (np.sin(x) if mode == "sin" else np.cos(x)) * x ** (n - 1)
+
+
+def test_static_argnames_one_trace_per_value():
+    traces = []
+    jf = kl.jit(power_counting(traces), static_argnames=("n", "mode"))
+    x = randn(4)
+    close(jf(x, n=3), ref_power(x, 3), rtol=1e-5)
+    close(jf(x, n=3), ref_power(x, 3), rtol=1e-5)  # a cache hit: no trace
+    close(jf(x, n=2, mode="cos"), ref_power(x, 2, "cos"), rtol=1e-5)
+    close(jf(x, mode="cos", n=2), ref_power(x, 2, "cos"), rtol=1e-5)  # keyword order is no key
+    assert traces == [(3, "sin"), (2, "cos")]
+    assert jf._cache_size() == 2
+
+
+def test_static_argnames_reach_positional_arguments_and_back():
+    # static_argnames=("n",) holds n static when it is passed by position too, and
+    # static_argnums=(1,) holds it static when passed by keyword: the signature maps them.
+    for options in ({"static_argnames": "n"}, {"static_argnums": 1}):
+        traces = []
+        jf = kl.jit(power_counting(traces), **options)
+        x = randn(3)
+        close(jf(x, 3), ref_power(x, 3), rtol=1e-5)
+        close(jf(x, 3), ref_power(x, 3), rtol=1e-5)
+        close(jf(x, n=3), ref_power(x, 3), rtol=1e-5)
+        close(jf(x, n=3), ref_power(x, 3), rtol=1e-5)
+        close(jf(x, n=4), ref_power(x, 4), rtol=1e-5)
+        # By position and by keyword are two signatures (as in JAX), each traced once.
+        assert traces == [(3, "sin"), (3, "sin"), (4, "sin")], options
+        assert isinstance(traces[0][0], int)  # passed by value, not traced
+
+
+def test_non_static_keyword_arguments_are_traced():
+    traces = []
+
+    def f(x, scale, n):
+        traces.append(type(scale))
+        return mul(x, scale) if n == 1 else mul(mul(x, scale), scale)
+
+    jf = kl.jit(f, static_argnames="n")
+    x = randn(3)
+    close(jf(x, scale=np.float32(2.0), n=1), 2 * x)
+    close(jf(x, scale=np.float32(3.0), n=1), 3 * x)  # scale traced: no new trace
+    close(jf(x, np.float32(3.0), n=2), 9 * x)
+    assert traces == [kl.Tensor, kl.Tensor]
+
+
+def test_static_values_are_keyed_with_their_type():
+    traces = []
+
+    def f(x, n):
+        traces.append(n)
+        return mul(x, float(n))
+
+    jf = kl.jit(f, static_argnames="n")
+    x = randn(2)
+    jf(x, n=1)
+    jf(x, n=True)  # 1 == True in Python, but a different static value
+    jf(x, n=1.0)
+    assert [type(t) for t in traces] == [int, bool, float]
+
+
+def test_static_argnames_with_autograph_and_decorator():
+    @kl.jit(static_argnames=("steps",))
+    def repeat(x, steps):
+        for _ in range(steps):  # a Python int: stays a Python loop
+            x = x * 2.0
+        return x
+
+    x = randn(3)
+    close(repeat(x, steps=3), 8 * x)
+    close(repeat(x, 2), 4 * x)
+    traces = []
+    native = kl._kiln.jit(power_counting(traces), static_argnames="n")
+    close(native(x, n=2), ref_power(x, 2), rtol=1e-5)
+    close(native(x, 2), ref_power(x, 2), rtol=1e-5)
+    assert [t[0] for t in traces] == [2, 2]
+
+
+def test_static_argument_errors():
+    def f(x, n):
+        return mul(x, float(len(n)))
+
+    jf = kl.jit(f, static_argnames="n")
+    with pytest.raises(kl.Error, match=r"\[jit\] static argument 'n' of f is not hashable: got "
+                                       r"\[1, 2\] of type list"):
+        jf(randn(2), n=[1, 2])
+    with pytest.raises(kl.Error, match=r"static argument 1 \('n'\) of f is not hashable"):
+        jf(randn(2), [1, 2])
+    close(jf(randn(2) * 0 + 1, n=(1, 2)), [2.0, 2.0])  # a tuple is hashable
+    with pytest.raises(kl.Error, match=r"static_argnames has 'm', which .*f does not take as a "
+                                       r"keyword"):
+        kl.jit(f, static_argnames="m")
+    with pytest.raises(kl.Error, match=r"static_argnums has 2, but .*f takes 2 positional"):
+        kl.jit(f, static_argnums=2)
+
+    def only_positional(x, n, /):
+        return x
+
+    with pytest.raises(kl.Error, match="does not take as a keyword"):
+        kl.jit(only_positional, static_argnames="n")
+
+    def anything(*args, **kwargs):
+        return args[0]
+
+    # *args and **kwargs accept any position and any name.
+    close(kl.jit(anything, static_argnums=3, static_argnames="k")(np.ones(2), k=1), [1, 1])
