@@ -136,3 +136,64 @@ def test_static_argument_errors():
 
     # *args and **kwargs accept any position and any name.
     close(kl.jit(anything, static_argnums=3, static_argnames="k")(np.ones(2), k=1), [1, 1])
+
+
+# ---- kiln.tree: is_leaf, and map over trees that extend the first (JAX's tree_util semantics) --
+
+Point = collections.namedtuple("Point", "x y")
+
+
+def test_is_leaf_none_becomes_a_leaf():
+    tree = [None, 1, (2, None)]
+    assert kl.tree.leaves(tree) == [1, 2]  # None is an empty node by default
+    is_none = lambda x: x is None  # noqa: E731
+    assert kl.tree.leaves(tree, is_leaf=is_none) == [None, 1, 2, None]
+    leaves, treedef = kl.tree.flatten(tree, is_leaf=is_none)
+    assert treedef.num_leaves == 4 and kl.tree.unflatten(treedef, leaves) == tree
+    assert kl.tree.map(lambda x: x, {"a": None, "b": 1.0}) == {"a": None, "b": 1.0}
+    assert kl.tree.map(lambda x: "none" if x is None else x + 1, {"a": None, "b": 1.0},
+                       is_leaf=is_none) == {"a": "none", "b": 2.0}
+
+
+def test_is_leaf_on_tuples_stops_flattening():
+    pairs = [(1, 2), Point(3, 4), ((5, 6), 7)]
+    is_tuple = lambda x: isinstance(x, tuple)  # noqa: E731
+    assert kl.tree.leaves(pairs, is_leaf=is_tuple) == [(1, 2), Point(3, 4), ((5, 6), 7)]
+    # The predicate is asked about the root too.
+    assert kl.tree.leaves(((1, 2), (3, 4)), is_leaf=is_tuple) == [((1, 2), (3, 4))]
+    # Only pairs of numbers: the outer pair of pairs is flattened, its elements are not.
+    is_pair = lambda x: isinstance(x, tuple) and all(isinstance(e, int) for e in x)  # noqa: E731
+    assert kl.tree.leaves(pairs, is_leaf=is_pair) == [(1, 2), Point(3, 4), (5, 6), 7]
+    swapped = kl.tree.map(lambda p: p[::-1] if isinstance(p, tuple) else p, pairs, is_leaf=is_pair)
+    assert swapped == [(2, 1), (4, 3), ((6, 5), 7)]
+    assert kl.tree.structure(pairs, is_leaf=is_pair).num_leaves == 4
+    # Tensors are leaves either way; the predicate sees each of them.
+    seen = []
+    t = kl.asarray(np.ones(2, np.float32))
+    assert kl.tree.leaves({"t": t}, is_leaf=lambda x: seen.append(type(x)) or False)[0] is t
+    assert seen == [dict, kl.Tensor]
+
+
+def test_map_over_several_trees_with_prefix_structure():
+    # Where the first tree has a leaf, f gets the other trees' whole subtrees (None included).
+    out = kl.tree.map(lambda a, b: (a, b), {"x": 1, "y": 2}, {"x": [3, 4], "y": None})
+    assert out == {"x": (1, [3, 4]), "y": (2, None)}
+    # The optimiser pattern: params and grads where some grads are None, is_leaf on the first.
+    params = {"w": np.ones(2), "b": None, "c": np.zeros(1)}
+    grads = {"w": np.full(2, 0.5), "b": np.ones(3), "c": None}
+    step = kl.tree.map(lambda p, g: p if g is None or p is None else p - g, params, grads,
+                       is_leaf=lambda x: x is None)
+    np.testing.assert_array_equal(step["w"], [0.5, 0.5])
+    assert step["b"] is None and step["c"] is params["c"]
+    # is_leaf applies to the first tree only: the second's tuples reach f whole.
+    is_tuple = lambda x: isinstance(x, tuple) and not isinstance(x[0], tuple)  # noqa: E731
+    got = kl.tree.map(lambda a, b, c: len(a) + len(b) + c, [(1, 2), (3,)], [(1,), (1, 2, 3)],
+                      [10, 20], is_leaf=is_tuple)
+    assert got == [13, 24]
+    with pytest.raises(kl.Error, match=r"\[tree.map\] tree 2 does not have the first tree's "
+                                       r"structure: got \(1, 2\)"):
+        kl.tree.map(lambda a, b: a, [1, 2], (1, 2))
+    with pytest.raises(kl.Error, match=r"tree 3 does not have"):
+        kl.tree.map(lambda a, b, c: a, {"a": 1}, {"a": 2}, {"b": 3})
+    with pytest.raises(kl.Error, match=r"tree 2 does not have"):
+        kl.tree.map(lambda a, b: a, {"a": None}, {"a": 1.0})  # None is a node without children
