@@ -197,3 +197,75 @@ def test_map_over_several_trees_with_prefix_structure():
         kl.tree.map(lambda a, b, c: a, {"a": 1}, {"a": 2}, {"b": 3})
     with pytest.raises(kl.Error, match=r"tree 2 does not have"):
         kl.tree.map(lambda a, b: a, {"a": None}, {"a": 1.0})  # None is a node without children
+
+
+# ---- x[int], x[int, int], x[slice]: the eager short path makes the same views -----------------
+
+def layouts():
+    """A [4, 5, 3] float32 array under several layouts, as (numpy view, kiln view) pairs."""
+    base = np.arange(60, dtype=np.float32).reshape(4, 5, 3)
+    k = kl.asarray(base)  # shares base's memory
+    yield base, k
+    yield base.transpose(2, 0, 1), k.transpose((2, 0, 1))
+    yield base[1:, ::2], k[1:, ::2]
+    yield base[::-1, :, ::-2], k[::-1, :, ::-2]
+    yield base[:, 2:3], k[:, 2:3]  # a size-1 axis
+
+
+@pytest.mark.parametrize("key", [0, -1, 2, (0, 1), (-1, 0, 2), (1, slice(None), 0),
+                                 slice(1, 3), slice(None, None, -1), (slice(0, 2), 1),
+                                 (Ellipsis, 0), (None, 0), (0, None, slice(1, None))])
+def test_basic_indexing_matches_numpy_and_shares_memory(key):
+    for a, x in layouts():
+        try:
+            expected = a[key]
+        except IndexError:  # out of bounds for this layout: an error on both sides
+            with pytest.raises(kl.Error, match=r"\[getitem\] index out of bounds"):
+                x[key]
+            continue
+        got = x[key]
+        np.testing.assert_array_equal(np.asarray(got), expected)
+        assert got.shape == expected.shape and got.dtype == kl.float32
+    base = np.zeros((3, 4), np.float32)
+    view = kl.asarray(base)[1]
+    base[1, 2] = 7.0  # the result views the same memory, as NumPy's and PyTorch's do
+    assert np.asarray(view)[2] == 7.0
+
+
+def test_indexing_under_transformations_takes_the_traced_path():
+    x = randn(3, 4)
+    g = kl.grad(lambda t: kl.sum(t[1] * t[1]) + kl.sum(t[0, 2:]))(x)
+    expected = np.zeros_like(x)
+    expected[1] = 2 * x[1]
+    expected[0, 2:] += 1
+    np.testing.assert_allclose(np.asarray(g), expected, rtol=1e-6)
+    rows = kl.vmap(lambda r: r[2])(x)
+    np.testing.assert_array_equal(np.asarray(rows), x[:, 2])
+    np.testing.assert_array_equal(np.asarray(kl.jit(lambda t: t[-1])(x)), x[-1])
+    with pytest.raises(kl.Error, match=r"index out of bounds for axis 0"):
+        kl.asarray(x)[3]
+    with pytest.raises(kl.Error, match=r"too many indices"):
+        kl.asarray(x)[0, 1, 2]
+
+
+# ---- DLPack and bool ---------------------------------------------------------------------------
+
+def test_dlpack_bool_travels_as_uint8_both_ways_zero_copy():
+    # Debian's DLPack is 0.6 (no kDLBool); PyTorch 1.13 neither exports bool nor reads kDLBool.
+    with pytest.raises(RuntimeError, match="Bool type is not supported by dlpack"):
+        torch.utils.dlpack.to_dlpack(torch.tensor([True]))
+    flags = np.array([True, False, True])
+    k = kl.asarray(flags)
+    t = torch.from_dlpack(k)
+    assert t.dtype == torch.uint8 and t.tolist() == [1, 0, 1]
+    flags[1] = True  # t views kiln's memory, which views flags
+    assert t.tolist() == [1, 1, 1]
+    # Back: a uint8 PyTorch tensor is read in place, then compared to make bools.
+    u = torch.tensor([0, 1, 1], dtype=torch.uint8)
+    back = kl.from_dlpack(u)
+    assert back.dtype == kl.uint8
+    u[0] = 1
+    assert np.asarray(back).tolist() == [1, 1, 1]
+    assert np.asarray(back != 0).dtype == np.bool_
+    with pytest.raises(kl.Error, match=r"negative strides .*PyTorch has no negative strides"):
+        torch.from_dlpack(kl.asarray(flags)[::-1])
