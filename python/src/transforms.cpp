@@ -444,7 +444,8 @@ class Jit {
       static_kwargs[name] = value;
     }
     // Keyword order is the caller's: the key takes them sorted.
-    py::list names = py::module_::import("builtins").attr("sorted")(static_kwargs);
+    py::list names(static_kwargs);
+    if (PyList_Sort(names.ptr()) != 0) throw py::error_already_set();
     for (py::handle name : names)
       key.append(key_entry(py::reinterpret_borrow<py::object>(name), static_kwargs[name],
                            "'" + py::cast<std::string>(name) + "'"));
