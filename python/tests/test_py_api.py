@@ -42,6 +42,10 @@ def test_static_argnames_one_trace_per_value():
     close(jf(x, mode="cos", n=2), ref_power(x, 2, "cos"), rtol=1e-5)  # keyword order is no key
     assert traces == [(3, "sin"), (2, "cos")]
     assert jf._cache_size() == 2
+    assert "cos" in jf.lower(x, n=2, mode="cos") and len(traces) == 2  # cached: no trace
+    y = randn(5)
+    close(jf(y, n=3), ref_power(y, 3), rtol=1e-5)  # a new shape: traced again
+    assert traces == [(3, "sin"), (2, "cos"), (3, "sin")]
 
 
 def test_static_argnames_reach_positional_arguments_and_back():
