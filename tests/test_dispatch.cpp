@@ -247,6 +247,31 @@ TEST(Dispatch, UserOverridesBuiltinAdd) {
   EXPECT_EQ(g_user_add_runs.load(), before + 3);
 }
 
+std::atomic<int> g_user_slice_runs{0};
+
+// Eager slices, indexing and reshapes make their views without bind while the built-in kernels
+// are the only ones (src/ops/shape.cpp); a user kernel over them turns that short path off.
+TEST(Dispatch, UserOverridesBuiltinViews) {
+  const Tensor x = tensor({1.0, 2.0, 3.0, 4.0}, {2, 2});
+  EXPECT_EQ(slice(x, {Slice{1, 2, 1}}).to_vector<double>(), (std::vector<double>{3.0, 4.0}));
+  // Correct values (a copy of the rows), so that it may stay active for the rest of the binary.
+  register_kernel(
+      primitive("slice"), sig({float64}), [](std::span<const Tensor> in, const Attrs& a) {
+        ++g_user_slice_runs;
+        const int64_t start = a.get_ints("start")[0], stop = a.get_ints("stop")[0];
+        const int64_t cols = in[0].shape()[1];
+        const std::vector<double> v = in[0].to_vector<double>();
+        return std::vector<Tensor>{
+            tensor(std::vector<double>(v.begin() + start * cols, v.begin() + stop * cols),
+                   Shape{stop - start, cols})};
+      });
+  const int before = g_user_slice_runs.load();
+  EXPECT_EQ(slice(x, {Slice{1, 2, 1}}).to_vector<double>(), (std::vector<double>{3.0, 4.0}));
+  EXPECT_EQ(g_user_slice_runs.load(), before + 1);
+  EXPECT_EQ(index(x, 0).to_vector<double>(), (std::vector<double>{1.0, 2.0}));
+  EXPECT_EQ(g_user_slice_runs.load(), before + 2);
+}
+
 // ---- errors ---------------------------------------------------------------------------
 
 TEST(Dispatch, MissingKernelListsSignatures) {

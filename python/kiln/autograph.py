@@ -1146,15 +1146,18 @@ def to_source(fun, recursive=True):
     return conversion.source
 
 
-def jit(fun=None, *, static_argnums=(), autograph=True, **options):
+def jit(fun=None, *, static_argnums=(), static_argnames=(), autograph=True, **options):
     """kiln.jit with Python control flow: `fun` is converted (see kiln.autograph.convert) unless
     `autograph=False`, then compiled by the native jit (traced once per signature, then run
-    without calling back into Python). Usable as @kiln.jit and @kiln.jit(static_argnums=...)."""
+    without calling back into Python). static_argnums / static_argnames: the arguments held
+    static (hashable, passed to `fun` by value, one trace per value), by position or keyword
+    name; `fun`'s signature maps one onto the other, as in JAX. Usable as @kiln.jit and
+    @kiln.jit(static_argnums=..., static_argnames=...)."""
     if fun is None:
-        return functools.partial(jit, static_argnums=static_argnums, autograph=autograph,
-                                 **options)
+        return functools.partial(jit, static_argnums=static_argnums,
+                                 static_argnames=static_argnames, autograph=autograph, **options)
     jitted = _kiln.jit(convert(fun) if autograph else fun, static_argnums=static_argnums,
-                       **options)
+                       static_argnames=static_argnames, **options)
     try:
         jitted.__wrapped__ = fun  # for to_source and inspect
     except (AttributeError, TypeError):

@@ -16,7 +16,8 @@ namespace {
 constexpr const char* kCapsule = "dltensor";
 constexpr const char* kUsedCapsule = "used_dltensor";
 
-// DLPack 0.6 has no bool code: bool travels as uint8 (PyTorch 1.13 does the same).
+// DLPack 0.6 (Debian's libdlpack-dev) has no bool code, and PyTorch 1.13 neither exports bool
+// nor accepts later DLPack's kDLBool (6): bool travels as uint8, the one form both sides read.
 DLDataType dl_dtype(DType d) {
   switch (d) {
     case DType::bool_:
@@ -105,7 +106,9 @@ py::capsule to_dlpack(const Tensor& t) {
   for (int64_t stride : t.strides())
     if (stride < 0)
       fail("__dlpack__", "a view with negative strides cannot be exported: got strides ",
-           Shape(t.strides()), ", expected non-negative ones (copy it first: kiln.array(x))");
+           Shape(t.strides()),
+           ", expected non-negative ones (PyTorch has no negative strides and aborts on a "
+           "DLPack tensor with them; copy first: kiln.array(x))");
   auto e = std::make_unique<Exported>();
   e->tensor = t;
   e->shape.assign(t.shape().begin(), t.shape().end());

@@ -22,8 +22,9 @@
 
 namespace kiln::python::pytree {
 
-// Appends the leaves of `value` as they are.
-TreeDef flatten(py::handle value, std::vector<py::object>& leaves);
+// Appends the leaves of `value` as they are. is_leaf (kiln.tree's predicate; null or None for
+// none) makes leaves of the nodes for which it returns true.
+TreeDef flatten(py::handle value, std::vector<py::object>& leaves, py::handle is_leaf = {});
 // Appends the leaves of `value` as Tensors (to_tensor): how values enter a transformation.
 TreeDef flatten_tensors(py::handle value, std::vector<Tensor>& leaves);
 // `value` flattened, its leaves as Tensors.

@@ -389,15 +389,38 @@ IndexEntry parse_index(py::handle v) {
   return {.kind = Kind::array, .indices = t};
 }
 
+// x[i] and x[i, j, ...] with ints in range: one index per int (each one view, made directly
+// when eager: docs/PERFORMANCE.md, "Issue #17: indexing"). nullopt: getitem's general path.
+std::optional<Tensor> index_ints(const Tensor& x, py::handle key) {
+  auto in_range = [](const Tensor& t, PyObject* k) -> std::optional<int64_t> {
+    if (!PyLong_CheckExact(k) || t.rank() == 0) return std::nullopt;
+    const int64_t n = t.shape()[0];
+    int overflow = 0;
+    const long long i = PyLong_AsLongLongAndOverflow(k, &overflow);
+    if (overflow || i < -n || i >= n) return std::nullopt;
+    return i < 0 ? i + n : i;
+  };
+  if (!PyTuple_CheckExact(key.ptr())) {
+    const std::optional<int64_t> i = in_range(x, key.ptr());
+    if (!i) return std::nullopt;
+    return index(x, *i, Loc{});
+  }
+  const py::ssize_t n = PyTuple_GET_SIZE(key.ptr());
+  if (n == 0 || n > x.rank()) return std::nullopt;
+  for (py::ssize_t k = 0; k < n; ++k)
+    if (!PyLong_CheckExact(PyTuple_GET_ITEM(key.ptr(), k))) return std::nullopt;
+  Tensor y = x;
+  for (py::ssize_t k = 0; k < n; ++k) {
+    const std::optional<int64_t> i = in_range(y, PyTuple_GET_ITEM(key.ptr(), k));
+    if (!i) return std::nullopt;
+    y = index(y, *i, Loc{});
+  }
+  return y;
+}
+
 Tensor getitem(const Tensor& x, py::handle key) {
   using Kind = IndexEntry::Kind;
-  // x[i]: the common case, one view.
-  if (PyLong_CheckExact(key.ptr()) && x.rank() > 0) {
-    const int64_t n = x.shape()[0];
-    int overflow = 0;
-    const long long i = PyLong_AsLongLongAndOverflow(key.ptr(), &overflow);
-    if (!overflow && i >= -n && i < n) return index(x, i < 0 ? i + n : i, Loc{});
-  }
+  if (std::optional<Tensor> y = index_ints(x, key)) return std::move(*y);
   std::vector<IndexEntry> entries;
   if (PyTuple_Check(key.ptr())) {
     for (py::handle v : py::reinterpret_borrow<py::tuple>(key)) entries.push_back(parse_index(v));

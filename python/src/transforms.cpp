@@ -267,11 +267,90 @@ py::object make_vmap(py::object f, py::object in_axes, py::object out_axes,
   });
 }
 
+std::string name_of(py::handle f) {
+  return py::str(py::getattr(f, "__qualname__", py::getattr(f, "__name__", py::repr(f))));
+}
+
+// Which arguments jit holds static, as JAX has it: static_argnums and static_argnames name
+// them, and f's signature maps one onto the other, so an argument named in either is static
+// whether it is passed by position or by keyword.
+struct StaticArgs {
+  std::vector<int> nums;           // positions (negative: from the end of the call's arguments)
+  std::vector<std::string> names;  // keywords
+  std::vector<std::string> positional;  // f's positional parameters' names, for messages
+};
+
+StaticArgs static_args_of(py::handle f, py::handle argnums, py::handle argnames) {
+  StaticArgs s;
+  if (PyLong_Check(argnums.ptr()))
+    s.nums.push_back(argnums.cast<int>());
+  else
+    for (py::handle k : argnums) {
+      if (!PyLong_Check(k.ptr()))
+        fail("jit", "static_argnums must be an int or a sequence of ints: got ", repr_of(argnums),
+             ", expected e.g. 1 or (1, 2)");
+      s.nums.push_back(k.cast<int>());
+    }
+  if (PyUnicode_Check(argnames.ptr()))
+    s.names.push_back(argnames.cast<std::string>());
+  else
+    for (py::handle n : argnames) {
+      if (!PyUnicode_Check(n.ptr()))
+        fail("jit", "static_argnames must be a str or a sequence of str: got ", repr_of(argnames),
+             ", expected e.g. \"n\" or (\"n\", \"mode\")");
+      s.names.push_back(n.cast<std::string>());
+    }
+  py::object sig;
+  try {
+    sig = py::module_::import("inspect").attr("signature")(f);
+  } catch (const py::error_already_set&) {
+    return s;  // no signature (some builtins): the arguments are taken as given
+  }
+  // Parameter kinds, as inspect numbers them.
+  enum Kind { positional_only, positional_or_keyword, var_positional, keyword_only, var_keyword };
+  std::vector<std::pair<std::string, int>> params;
+  bool var_args = false, var_kwargs = false;
+  for (py::handle p : sig.attr("parameters").attr("values")()) {
+    const int kind = py::int_(p.attr("kind")).cast<int>();
+    var_args = var_args || kind == var_positional;
+    var_kwargs = var_kwargs || kind == var_keyword;
+    if (kind == positional_only || kind == positional_or_keyword)
+      s.positional.push_back(p.attr("name").cast<std::string>());
+    params.emplace_back(p.attr("name").cast<std::string>(), kind);
+  }
+  const auto n = static_cast<int>(s.positional.size());
+  const std::vector<int> given = s.nums;
+  for (int k : given) {
+    if (!var_args && (k >= n || k < -n))
+      fail("jit", "static_argnums has ", k, ", but ", name_of(f), " takes ", n,
+           " positional arguments: got static_argnums=", repr_of(argnums),
+           ", expected indices in [", -n, ", ", n - 1, "]");
+    if (k >= 0 && k < n && params[static_cast<std::size_t>(k)].second == positional_or_keyword &&
+        std::find(s.names.begin(), s.names.end(), s.positional[static_cast<std::size_t>(k)]) ==
+            s.names.end())
+      s.names.push_back(s.positional[static_cast<std::size_t>(k)]);
+  }
+  for (const std::string& name : std::vector<std::string>(s.names)) {
+    auto p =
+        std::find_if(params.begin(), params.end(), [&](const auto& q) { return q.first == name; });
+    if (p == params.end() ? !var_kwargs
+                          : p->second == positional_only || p->second == var_positional ||
+                                p->second == var_keyword)
+      fail("jit", "static_argnames has '", name, "', which ", name_of(f),
+           " does not take as a keyword: got static_argnames=", repr_of(argnames),
+           ", expected names of its parameters");
+    const auto k = static_cast<int>(p - params.begin());
+    if (p != params.end() && p->second == positional_or_keyword &&
+        std::find(s.nums.begin(), s.nums.end(), k) == s.nums.end())
+      s.nums.push_back(k);
+  }
+  return s;
+}
+
 // jit(f): one JitCache per value of the static arguments.
 class Jit {
  public:
-  Jit(py::object f, std::vector<int> static_argnums)
-      : f_(std::move(f)), static_argnums_(std::move(static_argnums)) {
+  Jit(py::object f, StaticArgs statics) : f_(std::move(f)), statics_(std::move(statics)) {
     name_ = py::getattr(f_, "__name__", py::str("jit")).cast<std::string>();
   }
 
@@ -312,40 +391,83 @@ class Jit {
   }
 
  private:
+  // A static value joins the cache key with its type, so 1, 1.0 and True stay apart; one that
+  // cannot be hashed cannot be a key.
+  py::tuple key_entry(py::object id, py::handle value, const std::string& what) const {
+    if (PyObject_Hash(value.ptr()) == -1) {
+      PyErr_Clear();
+      fail("jit", "static argument ", what, " of ", name_, " is not hashable: got ", repr_of(value),
+           " of type ", Py_TYPE(value.ptr())->tp_name,
+           ", expected a hashable value (a tuple rather than a list, say)");
+    }
+    return py::make_tuple(std::move(id), py::type::handle_of(value), value);
+  }
+
   // run(cache, flattened arguments, f as a FlatFn) with the cache of these static arguments.
   template <class Run>
   py::object with_signature(const py::args& args, const py::kwargs& kwargs, const Run& run) {
-    if (static_argnums_.empty() && kwargs.empty()) {  // the common case, kept short
+    if (statics_.nums.empty() && kwargs.empty()) {  // the common case, kept short
       if (!plain_) plain_ = detail::make_jit_cache(name_, std::nullopt);
       const detail::FlatTree in = pytree::flatten_tree(args);
       return run(*plain_, in, python_fn(f_, in.def));
     }
     // Static arguments are replaced by None in the traced tuple and passed by value to f;
-    // keyword arguments are traced, as one dict after the positional arguments.
-    const std::vector<int> statics = resolve_argnums("jit", static_argnums_, args.size());
-    py::tuple key(statics.size());
-    py::list dynamic(args);
-    for (std::size_t k = 0; k < statics.size(); ++k) {
-      key[k] = args[static_cast<std::size_t>(statics[k])];
-      dynamic[static_cast<std::size_t>(statics[k])] = py::none();
+    // the other keyword arguments are traced, as one dict after the positional arguments.
+    // A static position past the call's arguments is one passed by keyword or left to its
+    // default, as in JAX.
+    const auto n = static_cast<int>(args.size());
+    std::vector<std::size_t> positions;
+    for (int k : statics_.nums) {
+      const int r = k < 0 ? k + n : k;
+      if (r >= 0 && r < n &&
+          std::find(positions.begin(), positions.end(), static_cast<std::size_t>(r)) ==
+              positions.end())
+        positions.push_back(static_cast<std::size_t>(r));
     }
-    py::object slot = caches_.attr("get")(key);
+    std::sort(positions.begin(), positions.end());
+    py::list key;
+    py::list dynamic(args);
+    for (std::size_t i : positions) {
+      const std::string what = i < statics_.positional.size()
+                                   ? std::to_string(i) + " ('" + statics_.positional[i] + "')"
+                                   : std::to_string(i);
+      key.append(key_entry(py::int_(i), args[i], what));
+      dynamic[i] = py::none();
+    }
+    py::dict traced_kwargs, static_kwargs;
+    for (auto [name, value] : kwargs) {
+      const auto s = py::cast<std::string>(name);
+      if (std::find(statics_.names.begin(), statics_.names.end(), s) == statics_.names.end()) {
+        traced_kwargs[name] = value;
+        continue;
+      }
+      static_kwargs[name] = value;
+    }
+    // Keyword order is the caller's: the key takes them sorted.
+    py::list names(static_kwargs);
+    if (PyList_Sort(names.ptr()) != 0) throw py::error_already_set();
+    for (py::handle name : names)
+      key.append(key_entry(py::reinterpret_borrow<py::object>(name), static_kwargs[name],
+                           "'" + py::cast<std::string>(name) + "'"));
+    const py::tuple key_tuple(key);
+    py::object slot = caches_.attr("get")(key_tuple);
     if (slot.is_none()) {
       slot = py::int_(by_static_.size());
-      caches_[key] = slot;
+      caches_[key_tuple] = slot;
       by_static_.push_back(detail::make_jit_cache(name_, std::nullopt));
     }
-    dynamic.append(kwargs);
+    dynamic.append(traced_kwargs);
     const detail::FlatTree in = pytree::flatten_tree(py::tuple(dynamic));
-    const std::size_t n = args.size();
-    const FlatFn fn = [this, &key, &statics, n, &in](const std::vector<Tensor>& leaves,
-                                                     TreeDef& out_def) {
+    const FlatFn fn = [this, &args, &positions, &static_kwargs, &in](
+                          const std::vector<Tensor>& leaves, TreeDef& out_def) {
+      const std::size_t n = args.size();
       py::tuple all = pytree::unflatten_tensors(in.def, leaves);
       py::tuple call_args(n);
       for (std::size_t i = 0; i < n; ++i) call_args[i] = all[i];
-      for (std::size_t k = 0; k < statics.size(); ++k)
-        call_args[static_cast<std::size_t>(statics[k])] = key[k];
-      const py::object out = f_(*call_args, **py::reinterpret_borrow<py::dict>(all[n]));
+      for (std::size_t i : positions) call_args[i] = args[i];
+      py::dict call_kwargs = py::reinterpret_borrow<py::dict>(all[n]);
+      for (auto [name, value] : static_kwargs) call_kwargs[name] = value;
+      const py::object out = f_(*call_args, **call_kwargs);
       std::vector<Tensor> flat;
       out_def = flatten_tensors(out, flat);
       return flat;
@@ -354,17 +476,12 @@ class Jit {
   }
 
   py::object f_;
-  std::vector<int> static_argnums_;
+  StaticArgs statics_;
   std::string name_;
   std::shared_ptr<detail::JitCache> plain_;
   py::dict caches_;  // static values (a tuple) -> index into by_static_
   std::vector<std::shared_ptr<detail::JitCache>> by_static_;
 };
-
-std::vector<int> static_argnums_of(py::handle s) {
-  if (PyLong_Check(s.ptr())) return {s.cast<int>()};
-  return s.cast<std::vector<int>>();
-}
 
 // nondiff_argnums of custom_jvp and custom_vjp (JAX's): positional arguments that are static
 // Python values (callables, ints, ...). They are not traced or differentiated; the function
@@ -657,10 +774,9 @@ void bind_transforms(py::module_& m) {
            "The number of signatures traced so far (over all static-argument values).");
   m.def(
       "jit",
-      [](py::object f, py::object static_argnums) -> py::object {
-        std::vector<int> statics = static_argnums_of(static_argnums);
-        auto make = [statics](py::object fn) {
-          py::object j = py::cast(Jit(fn, statics));
+      [](py::object f, py::object static_argnums, py::object static_argnames) -> py::object {
+        auto make = [static_argnums, static_argnames](py::object fn) {
+          py::object j = py::cast(Jit(fn, static_args_of(fn, static_argnums, static_argnames)));
           copy_metadata(j, fn);
           return j;
         };
@@ -669,11 +785,15 @@ void bind_transforms(py::module_& m) {
         return make(std::move(f));
       },
       py::arg("f") = py::none(), py::arg("static_argnums") = py::tuple(),
-      "jit(f, static_argnums=()): f compiled. The first call for each signature (pytree "
-      "structure, strings and static arguments by value, dtypes and shapes) traces f once and "
-      "compiles it; later calls run the compiled code without calling f. Static arguments must "
-      "be hashable; they are passed to f as they are. Usable as @jit and "
-      "@jit(static_argnums=...).");
+      py::arg("static_argnames") = py::tuple(),
+      "jit(f, static_argnums=(), static_argnames=()): f compiled. The first call for each "
+      "signature (pytree structure, strings and static arguments by value, dtypes and shapes) "
+      "traces f once and compiles it; later calls run the compiled code without calling f. "
+      "Static arguments (positions in static_argnums, keyword names in static_argnames) must "
+      "be hashable and are passed to f as they are; f's signature maps names and positions "
+      "onto each other, so an argument named in either is static whether passed by position "
+      "or by keyword. Other keyword arguments are traced like positional ones. Usable as @jit "
+      "and @jit(static_argnums=..., static_argnames=...).");
 
   m.def(
       "checkpoint",

@@ -110,14 +110,24 @@ const Tensor& tensor_in(py::handle v) {
   return *static_cast<const Tensor*>(inst->get_value_and_holder().value_ptr());
 }
 
-// Where flatten puts leaves: Python objects as they are, or Tensors.
+// Where flatten puts leaves: Python objects as they are, or Tensors. is_leaf says which nodes
+// are leaves besides those flatten_node knows (kiln.tree's is_leaf predicate).
 struct ObjectSink {
   std::vector<py::object>& leaves;
+  py::handle predicate;  // null or None: none
   void leaf(py::handle v) { leaves.push_back(py::reinterpret_borrow<py::object>(v)); }
   void tensor(const Tensor& t) { leaves.push_back(py::cast(t)); }
+  bool is_leaf(py::handle v) const {
+    if (!predicate || predicate.is_none()) return false;
+    const int truth = PyObject_IsTrue(predicate(v).ptr());
+    if (truth < 0) throw py::error_already_set();
+    return truth == 1;
+  }
 };
+// The transformations' flattening (jit's hot path): no predicate.
 struct TensorSink {
   std::vector<Tensor>& leaves;
+  static constexpr bool is_leaf(py::handle) { return false; }
   void leaf(py::handle v) {
     leaves.push_back(Py_TYPE(v.ptr()) == tensor_type() ? tensor_in(v) : to_tensor(v));
   }
@@ -133,7 +143,7 @@ TreeDef node(TreeDef::Kind kind) {
 template <class Sink>
 TreeDef flatten_node(py::handle v, Sink& sink) {
   PyTypeObject* type = Py_TYPE(v.ptr());
-  if (type == tensor_type() || type == &PyFloat_Type || type == &PyLong_Type ||
+  if (sink.is_leaf(v) || type == tensor_type() || type == &PyFloat_Type || type == &PyLong_Type ||
       type == &PyBool_Type) {
     sink.leaf(v);
     return TreeDef{};
@@ -332,6 +342,81 @@ py::object unflatten_node(const TreeDef& d, Source& src) {
        ", expected a namedtuple, dataclass, registered or native type");
 }
 
+// The subtrees of `v` at the leaves of `d`, a prefix of v's structure, appended to `out` (JAX's
+// flatten_up_to: how map reads its other trees). v's nodes above them must be d's.
+void flatten_up_to(const TreeDef& d, py::handle v, std::vector<py::object>& out,
+                   const std::function<void(py::handle, const TreeDef&)>& mismatch) {
+  PyTypeObject* type = Py_TYPE(v.ptr());
+  auto same_static = [&](const TreeDef& s, py::handle x) {
+    if (!(static_leaf(x) == s)) mismatch(x, s);
+  };
+  switch (d.kind) {
+    case TreeDef::Kind::leaf:
+      out.push_back(py::reinterpret_borrow<py::object>(v));
+      return;
+    case TreeDef::Kind::static_leaf:
+      same_static(d, v);
+      return;
+    case TreeDef::Kind::optional:
+      if (!v.is_none()) mismatch(v, d);
+      return;
+    case TreeDef::Kind::tuple:
+    case TreeDef::Kind::vector:
+    case TreeDef::Kind::array:
+      if (type != (d.kind == TreeDef::Kind::tuple ? &PyTuple_Type : &PyList_Type) ||
+          static_cast<std::size_t>(PySequence_Fast_GET_SIZE(v.ptr())) != d.children.size())
+        mismatch(v, d);
+      for (std::size_t i = 0; i < d.children.size(); ++i)
+        flatten_up_to(d.children[i], PySequence_Fast_GET_ITEM(v.ptr(), i), out, mismatch);
+      return;
+    case TreeDef::Kind::map:
+      if (type != &PyDict_Type ||
+          static_cast<std::size_t>(PyDict_GET_SIZE(v.ptr())) != d.names.size())
+        mismatch(v, d);
+      for (std::size_t i = 0; i < d.children.size(); ++i) {
+        PyObject* child = PyDict_GetItem(v.ptr(), key_of(d.names[i]).ptr());
+        if (!child) mismatch(v, d);
+        flatten_up_to(d.children[i], child, out, mismatch);
+      }
+      return;
+    case TreeDef::Kind::structure:
+      break;
+  }
+  const TypeInfo& info = info_of(type);
+  if (info.type_name != d.type_name) mismatch(v, d);
+  switch (info.kind) {
+    case NodeKind::namedtuple:
+    case NodeKind::dataclass:
+      for (std::size_t i = 0; i < info.fields.size(); ++i) {
+        py::object field = info.kind == NodeKind::namedtuple
+                               ? py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(v.ptr(), i))
+                               : v.attr(info.fields[i].c_str());
+        if (!info.static_fields.empty() && info.static_fields[i])
+          same_static(d.children[i], field);
+        else
+          flatten_up_to(d.children[i], field, out, mismatch);
+      }
+      return;
+    case NodeKind::registered: {
+      const py::object parts = info.flatten(v);
+      const py::list children(parts[py::int_(0)]);
+      same_static(d.children[0], parts[py::int_(1)]);
+      if (children.size() + 1 != d.children.size()) mismatch(v, d);
+      for (std::size_t i = 0; i < children.size(); ++i)
+        flatten_up_to(d.children[i + 1], children[i], out, mismatch);
+      return;
+    }
+    case NodeKind::native: {
+      const detail::FlatTree flat = info.native->flatten(v);
+      if (!(flat.def == d.children[0])) mismatch(v, d);
+      for (const Tensor& t : flat.leaves) out.push_back(py::cast(t));
+      return;
+    }
+    case NodeKind::leaf:
+      mismatch(v, d);
+  }
+}
+
 // kiln.tree.TreeDef: a flattened tree's structure.
 struct PyTreeDef {
   TreeDef def;
@@ -339,8 +424,8 @@ struct PyTreeDef {
 
 }  // namespace
 
-TreeDef flatten(py::handle value, std::vector<py::object>& leaves) {
-  ObjectSink sink{leaves};
+TreeDef flatten(py::handle value, std::vector<py::object>& leaves, py::handle is_leaf) {
+  ObjectSink sink{leaves, is_leaf};
   return flatten_node(value, sink);
 }
 
@@ -495,15 +580,19 @@ void bind_tree(py::module_& m) {
       .def("__hash__", [](const PyTreeDef& d) { return d.def.hash(); })
       .def("__repr__", [](const PyTreeDef& d) { return "TreeDef(" + d.def.to_string() + ")"; });
 
+  // is_leaf, as JAX's: a predicate called on every subtree (the root, nodes and leaves); where
+  // it returns true, the subtree is a leaf as it is.
   t.def(
       "flatten",
-      [](py::handle tree) {
+      [](py::handle tree, py::handle is_leaf) {
         std::vector<py::object> leaves;
-        TreeDef def = flatten(tree, leaves);
+        TreeDef def = flatten(tree, leaves, is_leaf);
         return py::make_tuple(py::cast(leaves), PyTreeDef{std::move(def)});
       },
-      py::arg("tree"),
-      "(leaves, treedef): the leaves in order (dict entries by sorted key) and the structure.");
+      py::arg("tree"), py::arg("is_leaf") = py::none(),
+      "flatten(tree, is_leaf=None) -> (leaves, treedef): the leaves in order (dict entries by "
+      "sorted key) and the structure. is_leaf(x) -> bool, called on every subtree: where it is "
+      "true, x is a leaf and is not flattened further (None included).");
   t.def(
       "unflatten",
       [](const PyTreeDef& d, const py::iterable& leaves) {
@@ -514,28 +603,36 @@ void bind_tree(py::module_& m) {
       py::arg("treedef"), py::arg("leaves"), "The tree of structure `treedef` with these leaves.");
   t.def(
       "leaves",
-      [](py::handle tree) {
+      [](py::handle tree, py::handle is_leaf) {
         std::vector<py::object> leaves;
-        flatten(tree, leaves);
+        flatten(tree, leaves, is_leaf);
         return leaves;
       },
-      py::arg("tree"), "The leaves of `tree`, in flatten order.");
+      py::arg("tree"), py::arg("is_leaf") = py::none(),
+      "leaves(tree, is_leaf=None): the leaves of `tree`, in flatten order (is_leaf as in "
+      "flatten).");
   t.def(
       "structure",
-      [](py::handle tree) {
+      [](py::handle tree, py::handle is_leaf) {
         std::vector<py::object> leaves;
-        return PyTreeDef{flatten(tree, leaves)};
+        return PyTreeDef{flatten(tree, leaves, is_leaf)};
       },
-      py::arg("tree"), "The TreeDef of `tree`.");
+      py::arg("tree"), py::arg("is_leaf") = py::none(),
+      "structure(tree, is_leaf=None): the TreeDef of `tree` (is_leaf as in flatten).");
   t.def(
       "map",
-      [](const py::function& f, py::handle tree, const py::args& rest) {
+      [](const py::function& f, py::handle tree, const py::args& rest, py::handle is_leaf) {
         std::vector<py::object> leaves;
-        const TreeDef def = flatten(tree, leaves);
+        const TreeDef def = flatten(tree, leaves, is_leaf);
         std::vector<std::vector<py::object>> others(rest.size());
         for (std::size_t k = 0; k < rest.size(); ++k) {
-          const TreeDef d = flatten(rest[k], others[k]);
-          detail::check_same_structure("tree.map", def, d, k + 2);
+          auto mismatch = [&def, k](py::handle got, const TreeDef& where) {
+            fail("tree.map", "tree ", k + 2, " does not have the first tree's structure: got ",
+                 py::repr(got).cast<std::string>(), " where the first tree has ", where.to_string(),
+                 ", expected the same nodes down to the first tree's leaves (", def.to_string(),
+                 ")");
+          };
+          flatten_up_to(def, rest[k], others[k], mismatch);
         }
         std::vector<py::object> out;
         out.reserve(leaves.size());
@@ -547,9 +644,11 @@ void bind_tree(py::module_& m) {
         }
         return unflatten(def, out);
       },
-      py::arg("f"), py::arg("tree"),
-      "map(f, tree, *rest): the tree of f(leaf, *corresponding leaves of rest); every tree must "
-      "have tree's structure.");
+      py::arg("f"), py::arg("tree"), py::arg("is_leaf") = py::none(),
+      "map(f, tree, *rest, is_leaf=None): the tree of f(leaf, *corresponding subtrees of rest). "
+      "Each tree of rest must have tree's structure, or tree's structure as a prefix: where "
+      "tree has a leaf, f gets the whole subtree of the others (as JAX's tree_map). is_leaf "
+      "applies to tree, as in flatten.");
   t.def(
       "register",
       [](py::handle type, py::function flatten_fn, py::function unflatten_fn) {

@@ -92,6 +92,7 @@ namespace {
 struct Entry {
   Primitive primitive;
   std::vector<KernelRegistration> kernels;
+  bool extended = false;  // register_kernel added to `kernels`
 };
 
 struct Registry {
@@ -243,6 +244,13 @@ void register_kernel(const Primitive& primitive, KernelSignature signature, Kern
   std::unique_lock lock(r.mutex);
   Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
   e.kernels.push_back({std::move(signature), std::move(kernel)});
+  e.extended = true;
+}
+
+bool detail::builtin_kernels_only(const Primitive& primitive) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  return !r.entries.at(static_cast<std::size_t>(primitive.id)).extended;
 }
 
 std::vector<KernelSignature> kernel_signatures(const Primitive& primitive) {

@@ -89,4 +89,9 @@ namespace kiln::detail {
 const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistration> kernels = {},
                                   Loc loc = Loc::current());
 
+// Whether `primitive` runs only the kernels it was registered with: no register_kernel has
+// added one that could win its dispatch. Eager short paths that skip bind (view ops) take
+// this as their licence.
+bool builtin_kernels_only(const Primitive& primitive);
+
 }  // namespace kiln::detail

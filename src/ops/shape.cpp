@@ -7,6 +7,7 @@
 #include "detail/checked.h"
 #include "detail/copy.h"
 #include "detail/strided.h"
+#include "ir/trace.h"
 #include "kiln/ops.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
@@ -24,6 +25,44 @@ Tensor make_view(const Tensor& base, Shape shape, std::vector<int64_t> strides, 
 }
 
 std::vector<Tensor> one(Tensor t) { return std::vector<Tensor>{std::move(t)}; }
+
+// Whether an op on x runs now, on x's data: no trace is recording and x is concrete. View ops
+// then make their view directly (the helpers their kernels use), skipping bind's type rule,
+// attribute map and kernel lookup, which cost several times the view itself: x[0] from
+// Python is an index, a slice and a squeeze (docs/PERFORMANCE.md, "Issue #17: indexing").
+// A user kernel registered over the primitive's (register_kernel) keeps it on bind.
+bool eager(const Primitive& p, const Tensor& x) {
+  return !detail::trace_active() && !x.is_traced() && detail::builtin_kernels_only(p);
+}
+
+// reshape's view of x as shape s (s.numel() == x.numel()), when the data allows one: x
+// contiguous, or s only inserts or removes size-1 axes (squeeze, expand_dims, index), which
+// keeps the other axes' strides. nullopt: reshape copies.
+std::optional<Tensor> reshape_view(const Tensor& x, const Shape& s) {
+  if (x.is_contiguous()) return make_view(x, s, contiguous_strides(s), x.offset());
+  std::vector<int64_t> xd, xst, sd;
+  for (int i = 0; i < x.rank(); ++i)
+    if (x.shape()[i] != 1) {
+      xd.push_back(x.shape()[i]);
+      xst.push_back(x.strides()[static_cast<std::size_t>(i)]);
+    }
+  for (int64_t d : s)
+    if (d != 1) sd.push_back(d);
+  if (xd != sd) return std::nullopt;
+  std::vector<int64_t> st(static_cast<std::size_t>(s.rank()));
+  int64_t inner = 1;  // stride a size-1 axis gets: as if contiguous from here in
+  std::size_t k = xst.size();
+  for (int i = s.rank() - 1; i >= 0; --i) {
+    const auto u = static_cast<std::size_t>(i);
+    if (s[i] != 1) {
+      st[u] = xst[--k];
+      inner = st[u] * s[i];
+    } else {
+      st[u] = inner;
+    }
+  }
+  return make_view(x, s, std::move(st), x.offset());
+}
 
 // Sums a gradient of `shape` down to the shape it was broadcast from (numpy rules).
 Tensor unbroadcast(const Tensor& g, const Shape& to) {
@@ -61,33 +100,7 @@ const Primitive& prim::reshape() {
        })},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           Shape s(a.get_ints("shape"));
-          if (!in[0].is_contiguous()) {
-            // Inserting or removing size-1 axes (squeeze, expand_dims, index) is a view of any
-            // strided input: the other axes keep their strides.
-            std::vector<int64_t> xd, xst, sd;
-            for (int i = 0; i < in[0].rank(); ++i)
-              if (in[0].shape()[i] != 1) {
-                xd.push_back(in[0].shape()[i]);
-                xst.push_back(in[0].strides()[static_cast<std::size_t>(i)]);
-              }
-            for (int64_t d : s)
-              if (d != 1) sd.push_back(d);
-            if (xd == sd) {
-              std::vector<int64_t> st(static_cast<std::size_t>(s.rank()));
-              int64_t inner = 1;  // stride a size-1 axis gets: as if contiguous from here in
-              std::size_t k = xst.size();
-              for (int i = s.rank() - 1; i >= 0; --i) {
-                const auto u = static_cast<std::size_t>(i);
-                if (s[i] != 1) {
-                  st[u] = xst[--k];
-                  inner = st[u] * s[i];
-                } else {
-                  st[u] = inner;
-                }
-              }
-              return one(make_view(in[0], s, std::move(st), in[0].offset()));
-            }
-          }
+          if (std::optional<Tensor> view = reshape_view(in[0], s)) return one(std::move(*view));
           const Tensor x = in[0].contiguous();
           return one(make_view(x, s, contiguous_strides(s), x.offset()));
         }}});
@@ -192,6 +205,22 @@ int64_t slice_count(int64_t start, int64_t stop, int64_t step) {
   return stop == start ? 0 : (stop - start - 1) / step + 1;
 }
 
+// slice's view (its kernel, and slice's eager short path).
+Tensor slice_view(const Tensor& x, const std::vector<int64_t>& start,
+                  const std::vector<int64_t>& stop, const std::vector<int64_t>& step) {
+  Shape s;
+  std::vector<int64_t> st;
+  int64_t off = x.offset();
+  for (std::size_t i = 0; i < start.size(); ++i) {
+    const int64_t n = slice_count(start[i], stop[i], step[i]);
+    s.dims().push_back(n);
+    // With two elements or more, step < size and the product stays inside the storage.
+    st.push_back(n > 1 ? x.strides()[i] * step[i] : x.strides()[i]);
+    if (n > 0) off += start[i] * x.strides()[i];
+  }
+  return make_view(x, std::move(s), std::move(st), off);
+}
+
 }  // namespace
 
 const Primitive& prim::slice() {
@@ -232,20 +261,8 @@ const Primitive& prim::slice() {
              ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]), "step", 1);
        })},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
-          const Tensor& x = in[0];
-          const auto &start = a.get_ints("start"), &stop = a.get_ints("stop"),
-                     &step = a.get_ints("step");
-          Shape s;
-          std::vector<int64_t> st;
-          int64_t off = x.offset();
-          for (std::size_t i = 0; i < start.size(); ++i) {
-            const int64_t n = slice_count(start[i], stop[i], step[i]);
-            s.dims().push_back(n);
-            // With two elements or more, step < size and the product stays inside the storage.
-            st.push_back(n > 1 ? x.strides()[i] * step[i] : x.strides()[i]);
-            if (n > 0) off += start[i] * x.strides()[i];
-          }
-          return one(make_view(x, s, st, off));
+          return one(
+              slice_view(in[0], a.get_ints("start"), a.get_ints("stop"), a.get_ints("step")));
         }}});
   return p;
 }
@@ -427,7 +444,10 @@ Tensor reshape(const Tensor& x, const Shape& shape, Loc loc) {
            ", expected the other sizes to multiply to a divisor of the element count ", x.numel());
     dims[static_cast<std::size_t>(infer)] = x.numel() / known;
   }
-  if (Shape(dims) == x.shape()) return x;
+  Shape s(dims);
+  if (s == x.shape()) return x;
+  if (eager(prim::reshape(), x) && s.numel("reshape") == x.numel())
+    if (std::optional<Tensor> view = reshape_view(x, s)) return std::move(*view);
   return bind1(prim::reshape(), {x}, {{"shape", dims}}, loc);
 }
 
@@ -557,6 +577,7 @@ Tensor slice(const Tensor& x, const std::vector<Slice>& slices, Loc loc) {
     whole = whole && start[u] == 0 && stop[u] == x.shape()[i] && step[u] == 1;
   }
   if (whole) return y;
+  if (eager(prim::slice(), y)) return slice_view(y, start, stop, step);
   return bind1(prim::slice(), {y}, {{"start", start}, {"stop", stop}, {"step", step}}, loc);
 }
 
@@ -569,6 +590,11 @@ Tensor index(const Tensor& x, int64_t i, Loc loc) {
     fail("index", "index out of range: got ", i, " for axis 0 of ", x.type(), ", expected [", -n,
          ", ", n - 1, "]");
   const int64_t j = i < 0 ? i + n : i;
+  if (eager(prim::slice(), x) && eager(prim::reshape(), x)) {  // the view slice and squeeze make
+    const std::vector<int64_t>& xs = x.strides();
+    return make_view(x, Shape(std::vector<int64_t>(x.shape().begin() + 1, x.shape().end())),
+                     std::vector<int64_t>(xs.begin() + 1, xs.end()), x.offset() + j * xs[0]);
+  }
   Tensor s = slice(x, {Slice{j, j + 1, 1}}, loc);
   return squeeze(s, {0}, loc);
 }
