@@ -15,6 +15,7 @@
 #include <map>
 
 #include "compiler/orc.h"
+#include "math/fast_math_impl.h"
 #include "math/vector_math.h"
 #include "ops/primitives.h"
 
@@ -129,6 +130,57 @@ Layout coalesce(const Group& g) {
 }
 
 bool is_signed_int(DType d) { return d == int32 || d == int64; }
+
+// fast_math_impl.h's policy for compiled code: each operation emits its instruction, so loops
+// compute Kiln's own float32 exp and tanh inline (no call, which would spill every vector
+// register around it) and bit for bit as the library's variants: llvm.fma where the host's
+// variant fuses, fmul then fadd where it does not (no fast-math flags, so LLVM contracts
+// nothing), and selects for the clamps, which keep NaN as maxps/minps do.
+struct IrMath {
+  llvm::IRBuilder<>& b;
+  int lanes;
+  bool fused;
+  using V = llvm::Value*;
+  using I = llvm::Value*;
+  using Mask = llvm::Value*;
+
+  llvm::Type* lanes_of(llvm::Type* t) const {
+    return lanes == 1 ? t : llvm::FixedVectorType::get(t, static_cast<unsigned>(lanes));
+  }
+  V set(float v) const {
+    llvm::Constant* c = llvm::ConstantFP::get(b.getFloatTy(), v);
+    return lanes == 1 ? c : b.CreateVectorSplat(static_cast<unsigned>(lanes), c);
+  }
+  I iset(int32_t v) const {
+    llvm::Constant* c = b.getInt32(static_cast<uint32_t>(v));
+    return lanes == 1 ? c : b.CreateVectorSplat(static_cast<unsigned>(lanes), c);
+  }
+  V add(V x, V y) const { return b.CreateFAdd(x, y); }
+  V sub(V x, V y) const { return b.CreateFSub(x, y); }
+  V mul(V x, V y) const { return b.CreateFMul(x, y); }
+  V div(V x, V y) const { return b.CreateFDiv(x, y); }
+  V fma(V x, V y, V z) const {
+    if (!fused) return b.CreateFAdd(b.CreateFMul(x, y), z);
+    return b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, y, z});
+  }
+  V clamp(V x, V lo, V hi) const {  // NaN fails both comparisons and passes
+    V m = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x);
+    return b.CreateSelect(b.CreateFCmpOGT(m, hi), hi, m);
+  }
+  I bits(V v) const { return b.CreateBitCast(v, lanes_of(b.getInt32Ty())); }
+  V from_bits(I i) const { return b.CreateBitCast(i, lanes_of(b.getFloatTy())); }
+  V abs(V v) const { return from_bits(b.CreateAnd(bits(v), iset(0x7fffffff))); }
+  V copysign(V mag, V s) const {
+    return from_bits(b.CreateOr(b.CreateAnd(bits(mag), iset(0x7fffffff)),
+                                b.CreateAnd(bits(s), iset(std::numeric_limits<int32_t>::min()))));
+  }
+  Mask lt(V x, V y) const { return b.CreateFCmpOLT(x, y); }
+  V select(Mask k, V x, V y) const { return b.CreateSelect(k, x, y); }
+  I iadd(I x, I y) const { return b.CreateAdd(x, y); }  // wrapping, as the vector instructions
+  I isub(I x, I y) const { return b.CreateSub(x, y); }
+  I shl(I x, int n) const { return b.CreateShl(x, static_cast<uint64_t>(n)); }
+  I sra(I x, int n) const { return b.CreateAShr(x, static_cast<uint64_t>(n)); }
+};
 
 class Emitter {
  public:
@@ -328,6 +380,10 @@ class Emitter {
   // (math::host_functions, math::patches).
   llvm::Value* call_math(math::MathFn fn, DType d, const std::vector<llvm::Value*>& args) {
     const DType t = d == float64 ? float64 : float32;
+    if (math::is_own(fn, t)) {  // Kiln's own: emitted inline (fast_math_impl.h)
+      const IrMath m{b_, lanes_of(args[0]), math::host_isa() >= math::Isa::avx2};
+      return fn == math::MathFn::exp ? math::fast::exp(m, args[0]) : math::fast::tanh(m, args[0]);
+    }
     llvm::Value* r = call_sleef(fn, t, args);
     const math::Patches patch = math::patches(fn, t);
     llvm::Value* x = args[0];

@@ -35,5 +35,5 @@ struct Avx2 {
 
 }  // namespace
 
-__m256 kiln_expf8_avx2(__m256 x) { return kiln::math::fast::exp<Avx2>(x); }
-__m256 kiln_tanhf8_avx2(__m256 x) { return kiln::math::fast::tanh<Avx2>(x); }
+__m256 kiln_expf8_avx2(__m256 x) { return kiln::math::fast::exp(Avx2{}, x); }
+__m256 kiln_tanhf8_avx2(__m256 x) { return kiln::math::fast::tanh(Avx2{}, x); }

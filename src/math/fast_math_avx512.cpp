@@ -39,5 +39,5 @@ struct Avx512 {
 
 }  // namespace
 
-__m512 kiln_expf16_avx512(__m512 x) { return kiln::math::fast::exp<Avx512>(x); }
-__m512 kiln_tanhf16_avx512(__m512 x) { return kiln::math::fast::tanh<Avx512>(x); }
+__m512 kiln_expf16_avx512(__m512 x) { return kiln::math::fast::exp(Avx512{}, x); }
+__m512 kiln_tanhf16_avx512(__m512 x) { return kiln::math::fast::tanh(Avx512{}, x); }

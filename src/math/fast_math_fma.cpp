@@ -4,5 +4,5 @@
 #include "math/fast_math_impl.h"
 
 using Fused = kiln::math::fast::Scalar<true>;
-float kiln_expf1_fma(float x) { return kiln::math::fast::exp<Fused>(x); }
-float kiln_tanhf1_fma(float x) { return kiln::math::fast::tanh<Fused>(x); }
+float kiln_expf1_fma(float x) { return kiln::math::fast::exp(Fused{}, x); }
+float kiln_tanhf1_fma(float x) { return kiln::math::fast::tanh(Fused{}, x); }

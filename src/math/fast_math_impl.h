@@ -2,6 +2,10 @@
 // instruction-set policy P. Each fast_math_<isa>.cpp defines its P and the entry points and is
 // the only file compiled for that instruction set, so nothing here may have external linkage.
 //
+// The algorithms take the policy as an object m (m.fma(a, b, c)): the intrinsic policies are
+// stateless; the code generator's policy emits LLVM IR through a builder
+// (src/compiler/codegen.cpp), so compiled loops compute the same operations inline, bit for bit.
+//
 // P provides: V (float lanes), I (int32 lanes), Mask; set, add, sub, mul, div, fma (a * b + c,
 // fused where the variant is, two roundings where it is not), clamp (NaN passes through), abs,
 // copysign, lt, select(mask, a, b), bits / from_bits, iset, iadd, isub, shl, sra.
@@ -19,27 +23,27 @@ namespace {
 // last product rounds, once, where the result is a denormal. Arguments are clamped to
 // [-104, 89], beyond which the result is 0 or inf anyway; NaN passes.
 template <class P>
-inline typename P::V exp(typename P::V x) {
+inline typename P::V exp(const P& m, typename P::V x) {
   using V = typename P::V;
-  const V xc = P::clamp(x, P::set(-104.0f), P::set(89.0f));
-  const V magic = P::set(0x1.8p23f);  // adding it rounds to an integer, kept in the low bits
-  const V t = P::fma(xc, P::set(1.44269504088896341f), magic);
-  const V n = P::sub(t, magic);
-  V r = P::fma(n, P::set(-0.693359375f), xc);  // ln 2's leading 9 bits: n times it is exact
-  r = P::fma(n, P::set(2.12194440e-4f), r);    // the rest of ln 2, negated
-  V p = P::set(1.9875691500e-4f);
-  p = P::fma(p, r, P::set(1.3981999507e-3f));
-  p = P::fma(p, r, P::set(8.3334519073e-3f));
-  p = P::fma(p, r, P::set(4.1665795894e-2f));
-  p = P::fma(p, r, P::set(1.6666665459e-1f));
-  p = P::fma(p, r, P::set(5.0000001201e-1f));
-  const V y = P::add(P::fma(p, P::mul(r, r), r), P::set(1.0f));
-  const typename P::I k = P::isub(P::bits(t), P::bits(magic));
-  const typename P::I k1 = P::sra(k, 1);
-  const typename P::I k2 = P::isub(k, k1);
-  const typename P::I bias = P::iset(127);
-  return P::mul(P::mul(y, P::from_bits(P::shl(P::iadd(k1, bias), 23))),
-                P::from_bits(P::shl(P::iadd(k2, bias), 23)));
+  const V xc = m.clamp(x, m.set(-104.0f), m.set(89.0f));
+  const V magic = m.set(0x1.8p23f);  // adding it rounds to an integer, kept in the low bits
+  const V t = m.fma(xc, m.set(1.44269504088896341f), magic);
+  const V n = m.sub(t, magic);
+  V r = m.fma(n, m.set(-0.693359375f), xc);  // ln 2's leading 9 bits: n times it is exact
+  r = m.fma(n, m.set(2.12194440e-4f), r);    // the rest of ln 2, negated
+  V p = m.set(1.9875691500e-4f);
+  p = m.fma(p, r, m.set(1.3981999507e-3f));
+  p = m.fma(p, r, m.set(8.3334519073e-3f));
+  p = m.fma(p, r, m.set(4.1665795894e-2f));
+  p = m.fma(p, r, m.set(1.6666665459e-1f));
+  p = m.fma(p, r, m.set(5.0000001201e-1f));
+  const V y = m.add(m.fma(p, m.mul(r, r), r), m.set(1.0f));
+  const typename P::I k = m.isub(m.bits(t), m.bits(magic));
+  const typename P::I k1 = m.sra(k, 1);
+  const typename P::I k2 = m.isub(k, k1);
+  const typename P::I bias = m.iset(127);
+  return m.mul(m.mul(y, m.from_bits(m.shl(m.iadd(k1, bias), 23))),
+               m.from_bits(m.shl(m.iadd(k2, bias), 23)));
 }
 
 // tanh(x): x below 2^-12 in magnitude (±0 and denormals included), where x^3/3 is below half
@@ -47,21 +51,20 @@ inline typename P::V exp(typename P::V x) {
 // with x's sign (tanh(0.625) > 1/2, so the subtraction loses no leading bits). Infinite
 // arguments give ±1 (e^(2|x|) = inf), NaN gives NaN.
 template <class P>
-inline typename P::V tanh(typename P::V x) {
+inline typename P::V tanh(const P& m, typename P::V x) {
   using V = typename P::V;
-  const V a = P::abs(x);
-  const V one = P::set(1.0f);
-  const V e = exp<P>(P::add(a, a));
-  const V large = P::copysign(P::sub(one, P::div(P::set(2.0f), P::add(e, one))), x);
-  const V z = P::mul(x, x);
-  V p = P::set(-5.70498872745e-3f);
-  p = P::fma(p, z, P::set(2.06390887954e-2f));
-  p = P::fma(p, z, P::set(-5.37397155531e-2f));
-  p = P::fma(p, z, P::set(1.33314422036e-1f));
-  p = P::fma(p, z, P::set(-3.33332819422e-1f));
-  const V small = P::fma(P::mul(p, z), x, x);
-  return P::select(P::lt(a, P::set(0.625f)), P::select(P::lt(a, P::set(0x1p-12f)), x, small),
-                   large);
+  const V a = m.abs(x);
+  const V one = m.set(1.0f);
+  const V e = exp(m, m.add(a, a));
+  const V large = m.copysign(m.sub(one, m.div(m.set(2.0f), m.add(e, one))), x);
+  const V z = m.mul(x, x);
+  V p = m.set(-5.70498872745e-3f);
+  p = m.fma(p, z, m.set(2.06390887954e-2f));
+  p = m.fma(p, z, m.set(-5.37397155531e-2f));
+  p = m.fma(p, z, m.set(1.33314422036e-1f));
+  p = m.fma(p, z, m.set(-3.33332819422e-1f));
+  const V small = m.fma(m.mul(p, z), x, x);
+  return m.select(m.lt(a, m.set(0.625f)), m.select(m.lt(a, m.set(0x1p-12f)), x, small), large);
 }
 
 // The one-lane policy of the scalar variants; kFused: fma is one rounding (__builtin_fmaf, an

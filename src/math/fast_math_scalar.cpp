@@ -4,5 +4,5 @@
 #include "math/fast_math_impl.h"
 
 using Plain = kiln::math::fast::Scalar<false>;
-float kiln_expf1(float x) { return kiln::math::fast::exp<Plain>(x); }
-float kiln_tanhf1(float x) { return kiln::math::fast::tanh<Plain>(x); }
+float kiln_expf1(float x) { return kiln::math::fast::exp(Plain{}, x); }
+float kiln_tanhf1(float x) { return kiln::math::fast::tanh(Plain{}, x); }

@@ -35,5 +35,5 @@ struct Sse4 {
 
 }  // namespace
 
-__m128 kiln_expf4_sse4(__m128 x) { return kiln::math::fast::exp<Sse4>(x); }
-__m128 kiln_tanhf4_sse4(__m128 x) { return kiln::math::fast::tanh<Sse4>(x); }
+__m128 kiln_expf4_sse4(__m128 x) { return kiln::math::fast::exp(Sse4{}, x); }
+__m128 kiln_tanhf4_sse4(__m128 x) { return kiln::math::fast::tanh(Sse4{}, x); }

@@ -392,6 +392,12 @@ MathFunctions math_functions(MathFn fn, DType dtype, Isa isa) {
   return {{vec.symbol, vec.lanes}, {tail.symbol, tail.lanes}};
 }
 
+bool is_own(MathFn fn, DType dtype) {
+  if (dtype != float32 && dtype != float64) return false;
+  const Row& row = kTable[static_cast<int>(fn)];
+  return std::string_view((dtype == float32 ? row.f32 : row.f64).avx2.symbol).starts_with("kiln_");
+}
+
 std::vector<SymbolAddress> symbols() {
   std::vector<SymbolAddress> out;
   for (const Row& row : kTable)

@@ -57,6 +57,11 @@ inline MathFunctions host_functions(MathFn fn, DType dtype) {
   return math_functions(fn, dtype, host_isa());
 }
 
+// Whether the table's function for fn and dtype is Kiln's own (fast_math.h: float32 exp and
+// tanh), whose algorithm the code generator emits inline instead of calling it (the same
+// operations over the same policy: the same bits).
+bool is_own(MathFn fn, DType dtype);
+
 // Every symbol of the table with its address, which the code generator's JIT defines for the
 // code it loads (the process's symbol table lacks them when Python loads Kiln with RTLD_LOCAL).
 struct SymbolAddress {
