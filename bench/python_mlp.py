@@ -6,6 +6,10 @@ thread count runs in a child process (OpenMP reads OMP_NUM_THREADS at start-up) 
 PyTorch alternate in interleaved repeats; the median time per step is reported.
 
     PYTHONPATH=python /usr/bin/python3 bench/python_mlp.py [--steps 200] [--repeats 7]
+
+Also timed, in the same repeats: the step's eight matmuls alone (three forward; two per layer
+backward, none for the input) through torch.matmul at the same shapes, a floor for any
+implementation that hands its matmuls to this machine's BLAS ("matmuls / torch" column).
 """
 import argparse
 import os
@@ -72,7 +76,18 @@ def child(steps, repeats, batch):
         model, state, _ = step(model, state, x, y)
         torch_step()
 
-    kiln_times, torch_times = [], []
+    # The step's matmuls alone: forward x W1, h1 W2, h2 W3; backward dW3, dh2, dW2, dh1, dW1.
+    mats = {n: torch.randn(*shape) for n, shape in dict(
+        x=(batch, 784), w1=(784, 256), w2=(256, 256), w3=(256, 10), h=(batch, 256),
+        g=(batch, 10)).items()}
+
+    def matmuls():
+        m = mats
+        m["x"] @ m["w1"], m["h"] @ m["w2"], m["h"] @ m["w3"]
+        m["h"].T @ m["g"], m["g"] @ m["w3"].T, m["h"].T @ m["h"], m["h"] @ m["w2"].T
+        m["x"].T @ m["h"]
+
+    kiln_times, torch_times, matmul_times = [], [], []
     for _ in range(repeats):
         t0 = time.perf_counter()
         for _ in range(steps):
@@ -83,7 +98,12 @@ def child(steps, repeats, batch):
         for _ in range(steps):
             torch_step()
         torch_times.append((time.perf_counter() - t0) / steps)
-    print(statistics.median(kiln_times), statistics.median(torch_times))
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            matmuls()
+        matmul_times.append((time.perf_counter() - t0) / steps)
+    print(statistics.median(kiln_times), statistics.median(torch_times),
+          statistics.median(matmul_times))
 
 
 def main():
@@ -98,14 +118,16 @@ def main():
         return
     print(f"MLP 784-256-256-10, batch {args.batch}, SGD momentum, {args.steps} steps x "
           f"{args.repeats} interleaved repeats, median ms/step")
-    print(f"{'threads':>7} {'kiln':>9} {'torch':>9} {'kiln/torch':>10}")
+    print(f"{'threads':>7} {'kiln':>9} {'torch':>9} {'matmuls':>9} {'kiln/torch':>10} "
+          f"{'matmuls/torch':>13}")
     for threads in (1, 2):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
         out = subprocess.run([sys.executable, __file__, "--child", "--steps", str(args.steps),
                               "--repeats", str(args.repeats), "--batch", str(args.batch)],
                              env=env, check=True, capture_output=True, text=True).stdout
-        kiln_s, torch_s = map(float, out.split()[-2:])
-        print(f"{threads:>7} {kiln_s * 1e3:>9.3f} {torch_s * 1e3:>9.3f} {kiln_s / torch_s:>9.2f}x")
+        kiln_s, torch_s, mm_s = map(float, out.split()[-3:])
+        print(f"{threads:>7} {kiln_s * 1e3:>9.3f} {torch_s * 1e3:>9.3f} {mm_s * 1e3:>9.3f} "
+              f"{kiln_s / torch_s:>9.2f}x {mm_s / torch_s:>12.2f}x")
 
 
 if __name__ == "__main__":
