@@ -6,6 +6,8 @@
 #include <cmath>
 #include <functional>
 
+#include "testing.h"
+
 struct Params {
   kiln::Tensor w, b;
 };
@@ -19,25 +21,8 @@ KILN_TREE(Cnn, conv, fc);
 namespace kiln {
 namespace {
 
-void expect_close(const Tensor& got, const std::vector<double>& want, double tol) {
-  const std::vector<double> g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.size());
-  for (std::size_t i = 0; i < g.size(); ++i)
-    EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
-}
-
-// Central finite differences of a scalar function, element by element, in float64.
-std::vector<double> fd_grad(const std::function<double(const Tensor&)>& f, const Tensor& x,
-                            double h = 1e-6) {
-  std::vector<double> v = x.to_vector<double>(), g(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    std::vector<double> p = v, m = v;
-    p[i] += h;
-    m[i] -= h;
-    g[i] = (f(tensor(p, x.shape())) - f(tensor(m, x.shape()))) / (2 * h);
-  }
-  return g;
-}
+using testing::expect_close;
+using testing::fd_grad;
 
 TEST(Grad, SinTimesXMatchesTheAnalyticDerivative) {
   auto f = [](const Tensor& x) { return sum(sin(x) * x); };

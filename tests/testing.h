@@ -63,17 +63,30 @@ inline void expect_close(const Tensor& got, const Tensor& want, double tol,
   }
 }
 
-// Central differences (step 1e-6) in float64 of a scalar function of a float64 x.
-inline std::vector<double> numeric_grad(const std::function<Tensor(const Tensor&)>& f,
-                                        const Tensor& x) {
+// Within tol of want, relative to 1 + |want|, element by element.
+inline void expect_close(const Tensor& got, const std::vector<double>& want, double tol) {
+  const std::vector<double> g = got.to_vector<double>();
+  ASSERT_EQ(g.size(), want.size());
+  for (std::size_t i = 0; i < g.size(); ++i)
+    EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
+}
+
+// Central finite differences of a scalar function, element by element, in float64.
+inline std::vector<double> fd_grad(const std::function<double(const Tensor&)>& f, const Tensor& x,
+                                   double h = 1e-6) {
   std::vector<double> v = x.to_vector<double>(), g(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     std::vector<double> p = v, m = v;
-    p[i] += 1e-6;
-    m[i] -= 1e-6;
-    g[i] = (f(tensor(p, x.shape())).item<double>() - f(tensor(m, x.shape())).item<double>()) / 2e-6;
+    p[i] += h;
+    m[i] -= h;
+    g[i] = (f(tensor(p, x.shape())) - f(tensor(m, x.shape()))) / (2 * h);
   }
   return g;
+}
+// The same for f returning a 0-d tensor.
+inline std::vector<double> numeric_grad(const std::function<Tensor(const Tensor&)>& f,
+                                        const Tensor& x) {
+  return fd_grad([&](const Tensor& t) { return f(t).item<double>(); }, x);
 }
 
 #ifdef KILN_REFERENCE_DIR

@@ -18,3 +18,13 @@ def np_(x):
 
 def close(a, b, rtol=1e-5, atol=1e-6):
     np.testing.assert_allclose(np_(a), np_(b), rtol=rtol, atol=atol)
+
+
+def central_diff(f, x, eps=1e-6):
+    """The gradient of a scalar NumPy function f at float64 x."""
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        d = np.zeros_like(x)
+        d[i] = eps
+        g[i] = (f(x + d) - f(x - d)) / (2 * eps)
+    return g
