@@ -16,18 +16,18 @@ double cpu_seconds() {
 }
 
 // One body per instruction set (compiled for it alone): GFLOP/s, 2 per lane per FMA.
-#define KILN_FMA_PEAK(name, isa, V, set1, fmadd, lanes)                                   \
-  __attribute__((target(isa))) double name(long iters) {                                  \
-    V a[12];                                                                              \
-    for (int k = 0; k < 12; ++k) a[k] = set1(0.1f * static_cast<float>(k + 1));           \
-    const V m = set1(0.9999f), c = set1(1e-4f);                                           \
-    const double t0 = cpu_seconds();                                                      \
-    for (long i = 0; i < iters; ++i)                                                      \
-      for (V & x : a) x = fmadd(x, m, c);                                                 \
-    const double s = cpu_seconds() - t0;                                                  \
-    volatile float sink = 0; /* keeps the chains alive */                                 \
-    for (V & x : a) sink = sink + reinterpret_cast<float*>(&x)[0];                        \
-    return static_cast<double>(iters) * 12 * 2 * lanes / s / 1e9;                         \
+#define KILN_FMA_PEAK(name, isa, V, set1, fmadd, lanes)                         \
+  __attribute__((target(isa))) double name(long iters) {                        \
+    V a[12];                                                                    \
+    for (int k = 0; k < 12; ++k) a[k] = set1(0.1f * static_cast<float>(k + 1)); \
+    const V m = set1(0.9999f), c = set1(1e-4f);                                 \
+    const double t0 = cpu_seconds();                                            \
+    for (long i = 0; i < iters; ++i)                                            \
+      for (V & x : a) x = fmadd(x, m, c);                                       \
+    const double s = cpu_seconds() - t0;                                        \
+    volatile float sink = 0; /* keeps the chains alive */                       \
+    for (V & x : a) sink = sink + reinterpret_cast<float*>(&x)[0];              \
+    return static_cast<double>(iters) * 12 * 2 * lanes / s / 1e9;               \
   }
 KILN_FMA_PEAK(peak_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, 8)
 KILN_FMA_PEAK(peak_avx512, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, 16)
