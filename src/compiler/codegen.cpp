@@ -1009,14 +1009,46 @@ class Emitter {
     Reducer r;
     llvm::AllocaInst* lanes = nullptr;  // column: vector; row: the block's array
     llvm::AllocaInst* tail = nullptr;   // column only
+    // Column float max/min: lanes and tail hold order keys (ordered_key), and whether a NaN
+    // was seen is kept apart, so the loop's dependency chain is one integer max per step
+    // instead of the compare-and-select chain of combine (a softmax's max pass waited on it).
+    llvm::AllocaInst* nan_lanes = nullptr;
+    llvm::AllocaInst* nan_tail = nullptr;
   };
+  bool keyed(const Reducer& r) {
+    return !row_ && (r.prim == &prim::reduce_max() || r.prim == &prim::reduce_min()) &&
+           acc_scalar(r)->isFloatingPointTy();
+  }
+  // A float's bits as a signed integer that orders as the float does, -0 below +0 (so max
+  // picks +0 and min -0, as combine does); NaNs get keys too, but the NaN flag overrides them.
+  // Its own inverse.
+  llvm::Value* ordered_key(llvm::Value* bits) {
+    llvm::Type* t = bits->getType();
+    const unsigned w = t->getScalarSizeInBits();
+    llvm::Value* sign = b_.CreateAShr(bits, w - 1);
+    llvm::Value* magnitude = llvm::ConstantInt::get(t, llvm::APInt::getSignedMaxValue(w));
+    return b_.CreateXor(bits, b_.CreateAnd(sign, magnitude));
+  }
+  llvm::Value* key_of(llvm::Value* v) {
+    llvm::Type* it = vec(b_.getIntNTy(v->getType()->getScalarSizeInBits()), lanes_of(v));
+    return ordered_key(b_.CreateBitCast(v, it));
+  }
+  llvm::Value* value_of_key(llvm::Value* k, llvm::Type* t) {
+    return b_.CreateBitCast(ordered_key(k), t);
+  }
   Accumulator accumulator(const Node& n) {
     Accumulator a{.r = {n.prim, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype, n.dtype}};
     if (row_) {
       a.lanes = block_array(acc_scalar(a.r));
     } else {
-      a.lanes = entry_alloca(vec(acc_scalar(a.r), lanes_));
-      a.tail = entry_alloca(acc_scalar(a.r));
+      llvm::Type* t = acc_scalar(a.r);
+      if (keyed(a.r)) t = b_.getIntNTy(t->getScalarSizeInBits());  // keys
+      a.lanes = entry_alloca(vec(t, lanes_));
+      a.tail = entry_alloca(t);
+      if (keyed(a.r)) {
+        a.nan_lanes = entry_alloca(vec(b_.getInt1Ty(), lanes_));
+        a.nan_tail = entry_alloca(b_.getInt1Ty());
+      }
     }
     return a;
   }
@@ -1027,6 +1059,13 @@ class Emitter {
       if (id->getType()->getScalarType()->isIntegerTy(1))
         id = b_.CreateZExt(id, vec(b_.getInt8Ty(), s.lanes));
       block_store(a.lanes, s, id);
+      return;
+    }
+    if (keyed(a.r)) {
+      b_.CreateStore(key_of(identity(a.r, lanes_)), a.lanes);
+      b_.CreateStore(key_of(identity(a.r, 1)), a.tail);
+      b_.CreateStore(splat(b_.getFalse(), lanes_), a.nan_lanes);
+      b_.CreateStore(b_.getFalse(), a.nan_tail);
       return;
     }
     b_.CreateStore(identity(a.r, lanes_), a.lanes);
@@ -1044,6 +1083,16 @@ class Emitter {
       return;
     }
     llvm::AllocaInst* acc = s.lanes == 1 ? a.tail : a.lanes;
+    if (keyed(a.r)) {
+      llvm::AllocaInst* nan = s.lanes == 1 ? a.nan_tail : a.nan_lanes;
+      b_.CreateStore(b_.CreateOr(b_.CreateLoad(nan->getAllocatedType(), nan), is_nan(v)), nan);
+      llvm::Value* k = b_.CreateLoad(acc->getAllocatedType(), acc);
+      const bool is_max = a.r.prim == &prim::reduce_max();
+      llvm::Value* kv = key_of(v);
+      b_.CreateStore(
+          b_.CreateSelect(is_max ? b_.CreateICmpSGT(kv, k) : b_.CreateICmpSLT(kv, k), kv, k), acc);
+      return;
+    }
     b_.CreateStore(combine(a.r, b_.CreateLoad(acc->getAllocatedType(), acc), v), acc);
   }
   llvm::Value* acc_from_block(const Accumulator& a, const Scope& s) {
@@ -1056,11 +1105,22 @@ class Emitter {
     if (row_) return from_acc(a.r, acc_from_block(a, s));
     // Lanes in order, then the scalar tail: the same order on every run.
     llvm::Value* vv = b_.CreateLoad(a.lanes->getAllocatedType(), a.lanes);
+    llvm::Value* tail = b_.CreateLoad(a.tail->getAllocatedType(), a.tail);
+    if (keyed(a.r)) {
+      vv = value_of_key(vv, vec(acc_scalar(a.r), lanes_));
+      tail = value_of_key(tail, acc_scalar(a.r));
+    }
     llvm::Value* total = identity(a.r, 1);
     for (int k = 0; k < lanes_; ++k)
       total = combine(a.r, total,
                       lanes_ == 1 ? vv : b_.CreateExtractElement(vv, static_cast<uint64_t>(k)));
-    total = combine(a.r, total, b_.CreateLoad(a.tail->getAllocatedType(), a.tail));
+    total = combine(a.r, total, tail);
+    if (keyed(a.r)) {
+      llvm::Value* nv = b_.CreateLoad(a.nan_lanes->getAllocatedType(), a.nan_lanes);
+      llvm::Value* any = b_.CreateOr(lanes_ == 1 ? nv : b_.CreateOrReduce(nv),
+                                     b_.CreateLoad(b_.getInt1Ty(), a.nan_tail));
+      total = b_.CreateSelect(any, llvm::ConstantFP::getNaN(total->getType()), total);
+    }
     return from_acc(a.r, total);
   }
 
