@@ -479,6 +479,25 @@ TEST(Compiler, ExponentialsTwoPassesReadAreComputedOnce) {
   expect_compiled_bits(grad_of, x);
 }
 
+// Column max/min accumulate order keys with a NaN flag apart (docs/DESIGN.md): rows mixing
+// NaN, ±0 and ±inf, of lengths with and without a vector tail, in float32 and float64, give
+// the interpreter's results bit for bit (+0 beats -0 for max, -0 for min; NaN wins).
+TEST(Compiler, ColumnMaxAndMinFollowTheInterpreterOnEdgeValues) {
+  const double specials[] = {0.0, -0.0, INFINITY, -INFINITY, NAN, 1.5, -2.5};
+  for (DType dt : {float32, float64})
+    for (int64_t n : {1, 3, 8, 9, 17, 33}) {
+      std::vector<double> v(static_cast<std::size_t>(7 * n));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = specials[(i * 5 + i / 3) % 7];
+      for (int64_t j = 0; j < n; ++j) {  // row 0 without NaN, row 1 only zeros of both signs
+        v[static_cast<std::size_t>(j)] = j % 2 ? -0.0 : 1.0;
+        v[static_cast<std::size_t>(n + j)] = j % 3 ? -0.0 : 0.0;
+      }
+      const Tensor x = astype(tensor(v, {7, n}), dt);
+      expect_compiled_bits([](const Tensor& t) { return max(t, {1}); }, x);
+      expect_compiled_bits([](const Tensor& t) { return min(t, {1}); }, x);
+    }
+}
+
 TEST(Compiler, TheSteadyStateAsksTheSystemForNoMemory) {
   // A fused chain and a training-like step: after the first calls, the arena is reused and
   // every large buffer (results, kernel outputs) comes from the caching allocator.
