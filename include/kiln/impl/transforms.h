@@ -161,12 +161,8 @@ struct SelectedArgs<Argnums<I...>, Args...> {
   template <std::size_t... K>
   static type build_at(const TreeDef& args_def, const std::vector<std::vector<Tensor>>& parts,
                        std::index_sequence<K...>) {
-    std::tuple<arg_t<I, Args...>...> all{
-        unflatten_arg<arg_t<I, Args...>>(args_def, I, parts[K])...};
-    if constexpr (sizeof...(I) == 1)
-      return std::get<0>(std::move(all));
-    else
-      return all;
+    // One argument is returned as itself (a single-element list initialises from it).
+    return type{unflatten_arg<arg_t<I, Args...>>(args_def, I, parts[K])...};
   }
 };
 
