@@ -7,9 +7,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 #include <string>
 
+#include "detail/streaming.h"
 #include "math/vector_math.h"
 #include "testing.h"
 
@@ -78,6 +80,18 @@ struct TempDir {
   }
   ~TempDir() { std::filesystem::remove_all(path); }
 };
+
+// The lines of the LLVM IR dumped into dir (KILN_DUMP_DIR) for which match holds.
+int ir_lines(const std::filesystem::path& dir,
+             const std::function<bool(const std::string&)>& match) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() != ".ll") continue;
+    std::ifstream in(e.path());
+    for (std::string line; std::getline(in, line);) n += match(line);
+  }
+  return n;
+}
 
 struct EnvVar {
   std::string name;
@@ -444,15 +458,11 @@ TEST(Compiler, ExponentialsTwoPassesReadAreComputedOnce) {
     const TempDir dir;
     const EnvVar env("KILN_DUMP_DIR", dir.path.string());
     jit(f, kCompiled)(x);
-    int calls = 0;
-    for (const auto& e : std::filesystem::directory_iterator(dir.path)) {
-      if (e.path().extension() != ".ll") continue;
-      std::ifstream in(e.path());
-      for (std::string line; std::getline(in, line);)
-        calls += line.find("call") != std::string::npos &&
-                 (line.find("@" + fns.vector.symbol + "(") != std::string::npos ||
-                  line.find("@" + fns.scalar.symbol + "(") != std::string::npos);
-    }
+    const int calls = ir_lines(dir.path, [&](const std::string& line) {
+      return line.find("call") != std::string::npos &&
+             (line.find("@" + fns.vector.symbol + "(") != std::string::npos ||
+              line.find("@" + fns.scalar.symbol + "(") != std::string::npos);
+    });
     return calls;
   };
   auto sum_exp = [](const Tensor& t) { return sum(exp(t), {1}); };
@@ -477,6 +487,42 @@ TEST(Compiler, ExponentialsTwoPassesReadAreComputedOnce) {
   expect_same(jit(sm, kCompiled)(x64), jit(sm, kInterpreted)(x64), 1e-14);
   auto grad_of = grad([](const Tensor& t) { return sum(softmax(t, -1) * t); });
   expect_compiled_bits(grad_of, x);
+}
+
+// An elementwise group whose outputs reach detail::streaming_bytes() stores its vector steps
+// non-temporally, from the first vector-aligned index of each thread's range (the ones before
+// it, and the tail, store as usual): the LLVM IR says so, and the results are the
+// interpreter's bit for bit, over one and two threads' splits, lengths with a vector tail, and
+// two outputs of different element sizes. (ctest runs this file again with
+// KILN_STREAMING_BYTES=0, where every group that can streams.)
+TEST(Compiler, LargeOutputsAreStreamedBitForBit) {
+  const int64_t n = std::max<int64_t>(detail::streaming_bytes() / 4, 1000) + 13;
+  const Tensor x = normal(41, {n}), y = normal(42, {n}), z = normal(43, {n});
+  auto chain = [](const Tensor& a, const Tensor& b, const Tensor& c) {
+    return tanh(a) * sigmoid(b) + exp(c);
+  };
+  auto two = [](const Tensor& a) {
+    return std::vector<Tensor>{exp(a) * 2.0f, astype(tanh(a), float64)};
+  };
+  const TempDir dir;
+  const EnvVar env("KILN_DUMP_DIR", dir.path.string());
+  const int threads = num_threads();
+  for (int t : {1, 2}) {
+    set_num_threads(t);
+    expect_compiled_bits(chain, x, y, z);
+    expect_compiled_bits(two, x);
+    expect_compiled_bits(chain, slice(x, {{3, n}}), slice(y, {{1, n - 2}}), slice(z, {{0, n - 3}}));
+  }
+  set_num_threads(threads);
+  const int streamed = ir_lines(dir.path, [](const std::string& line) {
+    return line.find("store ") != std::string::npos &&
+           line.find("!nontemporal") != std::string::npos;
+  });
+  // Under KILN_ISA=scalar the loops have no vector steps, so nothing streams.
+  if (math::host_functions(math::MathFn::exp, float32).vector.lanes >= 4)
+    EXPECT_GT(streamed, 0);
+  else
+    EXPECT_EQ(streamed, 0);
 }
 
 // Column max/min accumulate order keys with a NaN flag apart (docs/DESIGN.md): rows mixing

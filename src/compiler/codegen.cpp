@@ -7,6 +7,7 @@
 
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <map>
 
 #include "compiler/orc.h"
+#include "detail/streaming.h"
 #include "math/fast_math_impl.h"
 #include "math/vector_math.h"
 #include "ops/primitives.h"
@@ -368,6 +370,10 @@ class Emitter {
     const llvm::Align align(t->getScalarSizeInBits() / 8);
     if (lanes == 1) {
       b_.CreateStore(v, p);
+    } else if (st == 1 && streaming_) {
+      llvm::StoreInst* store = b_.CreateAlignedStore(v, p, llvm::Align(stream_align()));
+      store->setMetadata(llvm::LLVMContext::MD_nontemporal,
+                         llvm::MDNode::get(ctx_, llvm::ConstantAsMetadata::get(b_.getInt32(1))));
     } else if (st == 1) {
       b_.CreateAlignedStore(v, p, align);
     } else {
@@ -920,11 +926,8 @@ class Emitter {
 
   void emit_elementwise_group() {
     const std::size_t last = rank() - 1;
-    std::vector<std::size_t> rows;
-    for (std::size_t a = 0; a < last; ++a) rows.push_back(a);
-    const int64_t len = l_.domain[last];
-    pieces(rows, len, len, [&](const Idx& idx, llvm::Value* j0, llvm::Value* n) {
-      inner_loop(j0, b_.CreateAdd(j0, n), [&](llvm::Value* j, int lanes) {
+    auto elements = [&](const Idx& idx, llvm::Value* j0, llvm::Value* j1) {
+      inner_loop(j0, j1, [&](llvm::Value* j, int lanes) {
         Scope s{&idx, j, lanes, {}};
         for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
           const GroupOutput& out = g_.outputs[o];
@@ -933,7 +936,76 @@ class Emitter {
                 idx, j, v);
         }
       });
+    };
+    if (streams()) {
+      emit_streaming(elements);
+      return;
+    }
+    std::vector<std::size_t> rows;
+    for (std::size_t a = 0; a < last; ++a) rows.push_back(a);
+    const int64_t len = l_.domain[last];
+    pieces(rows, len, len, [&](const Idx& idx, llvm::Value* j0, llvm::Value* n) {
+      elements(idx, j0, b_.CreateAdd(j0, n));
     });
+  }
+
+  // ---- streaming stores (detail/streaming.h) -------------------------------------------------
+  // A one-loop elementwise group whose outputs, all contiguous with elements of 4 or 8 bytes,
+  // total at least detail::streaming_bytes() writes its vector steps with non-temporal stores.
+  bool streams() const {
+    if (rank() != 1 || lanes_ < 4) return false;
+    int64_t bytes = 0;
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
+      const int64_t size = output_size(o);
+      if (l_.outputs[o].strides.back() != 1 || (size != 4 && size != 8)) return false;
+      bytes += size * l_.domain[0];
+    }
+    return bytes >= detail::streaming_bytes();
+  }
+  int64_t output_size(std::size_t o) const {
+    return static_cast<int64_t>(
+        dtype_size(g_.nodes[static_cast<std::size_t>(g_.outputs[o].node)].dtype));
+  }
+  // A non-temporal vector store must be aligned to the vector (movntps faults otherwise).
+  int64_t stream_align() const { return int64_t{4} * lanes_; }
+
+  // The first iterations of [begin, end) run with ordinary stores up to the index a at which
+  // the first output is vector-aligned, the rest streamed when every output is aligned at a
+  // (all are, from Kiln's allocator); otherwise the whole range runs with ordinary stores.
+  void emit_streaming(
+      const std::function<void(const Idx&, llvm::Value* j0, llvm::Value* j1)>& elements) {
+    const Idx idx;
+    llvm::Value* begin = args_[1];
+    llvm::Value* end = args_[2];
+    const int64_t align = stream_align();
+    auto address = [&](std::size_t o, llvm::Value* j) {
+      llvm::Value* base = b_.CreatePtrToInt(output_buffer(o), b_.getInt64Ty());
+      llvm::Value* first = b_.CreateAdd(i64(l_.outputs[o].offset), j);
+      return b_.CreateAdd(base, b_.CreateMul(first, i64(output_size(o))));
+    };
+    llvm::Value* gap = b_.CreateAnd(b_.CreateSub(i64(0), address(0, begin)), i64(align - 1));
+    llvm::Value* a = b_.CreateAdd(begin, b_.CreateUDiv(gap, i64(output_size(0))));
+    a = b_.CreateSelect(b_.CreateICmpSLT(a, end), a, end);
+    llvm::Value* aligned = b_.getTrue();
+    for (std::size_t o = 0; o < g_.outputs.size(); ++o)
+      aligned = b_.CreateAnd(aligned,
+                             b_.CreateICmpEQ(b_.CreateAnd(address(o, a), i64(align - 1)), i64(0)));
+    auto* stream = llvm::BasicBlock::Create(ctx_, "stream", fn_);
+    auto* plain = llvm::BasicBlock::Create(ctx_, "plain", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "streamed", fn_);
+    b_.CreateCondBr(aligned, stream, plain);
+    b_.SetInsertPoint(stream);
+    elements(idx, begin, a);
+    streaming_ = true;
+    elements(idx, a, end);
+    streaming_ = false;
+    // Orders the streamed lines before whatever the caller does next (another thread's read).
+    b_.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
+    b_.CreateBr(done);
+    b_.SetInsertPoint(plain);
+    elements(idx, begin, end);
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
   }
 
   // Nested loops over the reduced axes in domain order, the order in which the interpreter's
@@ -1311,6 +1383,8 @@ class Emitter {
   std::vector<llvm::Value*> buffers_;
   // Whether the group is a row reduction: its innermost axis is kept.
   bool row_ = false;
+  // Whether vector stores along the innermost axis are being emitted non-temporal.
+  bool streaming_ = false;
   // Outer nodes' values: in the column template the current kept index's, in the row template
   // the block arrays that hold them for the current block [block_lo_, block_hi_).
   std::vector<llvm::Value*> outer_;

@@ -28,6 +28,7 @@
 #include <optional>
 
 #include "detail/files.h"
+#include "detail/streaming.h"
 #include "kiln/error.h"
 #include "math/vector_math.h"
 
@@ -163,7 +164,7 @@ std::string hex(const Digest& d) {
 std::string full_key(const std::string& key) {
   const HostCpu& cpu = host_cpu();
   return std::string("kiln-codegen-4\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
-         cpu.features + "\n" + key;
+         cpu.features + "\nstreaming " + std::to_string(detail::streaming_bytes()) + "\n" + key;
 }
 
 std::optional<std::string> read_cached(const std::filesystem::path& file, const Digest& key) {
