@@ -489,12 +489,37 @@ TEST(Compiler, ExponentialsTwoPassesReadAreComputedOnce) {
   expect_compiled_bits(grad_of, x);
 }
 
+namespace {
+
+// Runs each check with the compiled functions' LLVM IR dumped, over one thread's range and two
+// threads' split, and expects streamed (non-temporal) stores in it, or none under
+// KILN_ISA=scalar, whose loops have no vector steps.
+void expect_streamed(const std::function<void()>& checks) {
+  const TempDir dir;
+  const EnvVar env("KILN_DUMP_DIR", dir.path.string());
+  const int threads = num_threads();
+  for (int t : {1, 2}) {
+    set_num_threads(t);
+    checks();
+  }
+  set_num_threads(threads);
+  const int streamed = ir_lines(dir.path, [](const std::string& line) {
+    return line.find("store ") != std::string::npos &&
+           line.find("!nontemporal") != std::string::npos;
+  });
+  if (math::host_functions(math::MathFn::exp, float32).vector.lanes >= 4)
+    EXPECT_GT(streamed, 0);
+  else
+    EXPECT_EQ(streamed, 0);
+}
+
+}  // namespace
+
 // An elementwise group whose outputs reach detail::streaming_bytes() stores its vector steps
 // non-temporally, from the first vector-aligned index of each thread's range (the ones before
-// it, and the tail, store as usual): the LLVM IR says so, and the results are the
-// interpreter's bit for bit, over one and two threads' splits, lengths with a vector tail, and
-// two outputs of different element sizes. (ctest runs this file again with
-// KILN_STREAMING_BYTES=0, where every group that can streams.)
+// it, and the tail, store as usual), bit for bit as the interpreter: lengths with a vector
+// tail, offset arguments, two outputs of different element sizes. (ctest runs this file again
+// with KILN_STREAMING_BYTES=0, where every group that can streams.)
 TEST(Compiler, LargeOutputsAreStreamedBitForBit) {
   const int64_t n = std::max<int64_t>(detail::streaming_bytes() / 4, 1000) + 13;
   const Tensor x = normal(41, {n}), y = normal(42, {n}), z = normal(43, {n});
@@ -504,25 +529,25 @@ TEST(Compiler, LargeOutputsAreStreamedBitForBit) {
   auto two = [](const Tensor& a) {
     return std::vector<Tensor>{exp(a) * 2.0f, astype(tanh(a), float64)};
   };
-  const TempDir dir;
-  const EnvVar env("KILN_DUMP_DIR", dir.path.string());
-  const int threads = num_threads();
-  for (int t : {1, 2}) {
-    set_num_threads(t);
+  expect_streamed([&] {
     expect_compiled_bits(chain, x, y, z);
     expect_compiled_bits(two, x);
     expect_compiled_bits(chain, slice(x, {{3, n}}), slice(y, {{1, n - 2}}), slice(z, {{0, n - 3}}));
-  }
-  set_num_threads(threads);
-  const int streamed = ir_lines(dir.path, [](const std::string& line) {
-    return line.find("store ") != std::string::npos &&
-           line.find("!nontemporal") != std::string::npos;
   });
-  // Under KILN_ISA=scalar the loops have no vector steps, so nothing streams.
-  if (math::host_functions(math::MathFn::exp, float32).vector.lanes >= 4)
-    EXPECT_GT(streamed, 0);
-  else
-    EXPECT_EQ(streamed, 0);
+}
+
+// The column template (softmax's rows) streams its row outputs the same way when every row
+// starts on a vector boundary; rows of 1000 float32 do not, and store as usual.
+TEST(Compiler, LargeSoftmaxRowsAreStreamedBitForBit) {
+  const int64_t rows = std::max<int64_t>(detail::streaming_bytes() / 4096, 8) + 3;
+  const Tensor x = normal(44, {rows, 1024}), odd = normal(45, {rows, 1000});
+  auto sm = [](const Tensor& t) { return softmax(t, -1); };
+  auto lsm_grad = grad([](const Tensor& t) { return sum(log_softmax(t, -1) * t); });
+  expect_streamed([&] { expect_compiled_bits(sm, x); });  // one column group, nothing else
+  expect_streamed([&] {
+    expect_compiled_bits(lsm_grad, x);
+    expect_compiled_bits(sm, odd);
+  });
 }
 
 // Column max/min accumulate order keys with a NaN flag apart (docs/DESIGN.md): rows mixing

@@ -990,22 +990,64 @@ class Emitter {
     for (std::size_t o = 0; o < g_.outputs.size(); ++o)
       aligned = b_.CreateAnd(aligned,
                              b_.CreateICmpEQ(b_.CreateAnd(address(o, a), i64(align - 1)), i64(0)));
-    auto* stream = llvm::BasicBlock::Create(ctx_, "stream", fn_);
-    auto* plain = llvm::BasicBlock::Create(ctx_, "plain", fn_);
+    streamed_or_plain(
+        aligned,
+        [&] {
+          elements(idx, begin, a);
+          streaming_ = true;
+          elements(idx, a, end);
+        },
+        [&] { elements(idx, begin, end); });
+  }
+  // Emits `stream` where `aligned` holds at run time, `plain` where not; the stores `stream`
+  // emits once it sets streaming_ are non-temporal, and an sfence orders them before whatever
+  // the caller does next (another thread's read).
+  void streamed_or_plain(llvm::Value* aligned, const std::function<void()>& stream,
+                         const std::function<void()>& plain) {
+    auto* streamed = llvm::BasicBlock::Create(ctx_, "stream", fn_);
+    auto* ordinary = llvm::BasicBlock::Create(ctx_, "plain", fn_);
     auto* done = llvm::BasicBlock::Create(ctx_, "streamed", fn_);
-    b_.CreateCondBr(aligned, stream, plain);
-    b_.SetInsertPoint(stream);
-    elements(idx, begin, a);
-    streaming_ = true;
-    elements(idx, a, end);
+    b_.CreateCondBr(aligned, streamed, ordinary);
+    b_.SetInsertPoint(streamed);
+    stream();
     streaming_ = false;
-    // Orders the streamed lines before whatever the caller does next (another thread's read).
     b_.CreateIntrinsic(llvm::Intrinsic::x86_sse_sfence, {}, {});
     b_.CreateBr(done);
-    b_.SetInsertPoint(plain);
-    elements(idx, begin, end);
+    b_.SetInsertPoint(ordinary);
+    plain();
     b_.CreateBr(done);
     b_.SetInsertPoint(done);
+  }
+  // The column template streams its inner outputs (softmax's rows) when they total at least
+  // detail::streaming_bytes(), each is contiguous along the loops' innermost axis, and every
+  // other stride and offset keeps a vector step that starts a row on a vector boundary: then
+  // each vector store is aligned wherever the output's buffer is, which the kernel checks on
+  // entry. Call after reorder_innermost.
+  bool column_streams() const {
+    if (lanes_ < 4) return false;
+    int64_t elements = 1, bytes = 0;
+    for (int64_t d : l_.domain) elements *= d;
+    for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
+      if (g_.outputs[q].level != Level::inner) continue;
+      const Access& a = l_.outputs[q];
+      const int64_t size = output_size(q);
+      if ((size != 4 && size != 8) || a.strides.back() != 1 || a.offset * size % stream_align())
+        return false;
+      for (std::size_t k = 0; k + 1 < a.strides.size(); ++k)
+        if (a.strides[k] * size % stream_align()) return false;
+      bytes += size * elements;
+    }
+    return bytes > 0 && bytes >= detail::streaming_bytes();
+  }
+  llvm::Value* inner_outputs_aligned() {
+    llvm::Value* aligned = b_.getTrue();
+    for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
+      if (g_.outputs[q].level != Level::inner) continue;
+      llvm::Value* base = b_.CreatePtrToInt(output_buffer(q), b_.getInt64Ty());
+      aligned = b_.CreateAnd(aligned,
+                             b_.CreateICmpEQ(b_.CreateAnd(base, i64(stream_align() - 1)), i64(0)));
+    }
+    return aligned;
   }
 
   // Nested loops over the reduced axes in domain order, the order in which the interpreter's
@@ -1278,6 +1320,7 @@ class Emitter {
                 idx, s.j, value(out.node, s));
         }
       };
+      pass_ = 0;  // the column template emits this twice when it streams
       compute_outer(0);
       for (int round = 1; round <= rounds; ++round) {
         std::vector<std::size_t> reds;
@@ -1338,11 +1381,24 @@ class Emitter {
     kept.clear();
     for (std::size_t a = 0; a < rank(); ++a)
       if (!l_.reduced[a]) kept.push_back(a);
-    loop(args_[1], args_[2], 1, [&](llvm::Value* o) {
-      Idx idx(rank(), nullptr);
-      if (!kept.empty()) digits(o, kept, idx);
-      per_outer_index(idx);
-    });
+    auto column = [&] {
+      loop(args_[1], args_[2], 1, [&](llvm::Value* o) {
+        Idx idx(rank(), nullptr);
+        if (!kept.empty()) digits(o, kept, idx);
+        per_outer_index(idx);
+      });
+    };
+    if (!column_streams()) {
+      column();
+      return;
+    }
+    streamed_or_plain(
+        inner_outputs_aligned(),
+        [&] {
+          streaming_ = true;
+          column();
+        },
+        column);
   }
 
   // Moves the innermost reduced axis to the end of every access's stride list's meaning:
