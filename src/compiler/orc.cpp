@@ -5,6 +5,7 @@
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
@@ -98,8 +99,23 @@ class Jit {
     llvm::InitializeNativeTarget();
     llvm::InitializeNativeTargetAsmPrinter();
     jtmb_.setCodeGenOptLevel(llvm::CodeGenOpt::Aggressive);
-    jit_ = unwrap(llvm::orc::LLJITBuilder().setJITTargetMachineBuilder(jtmb_).create(),
-                  "start the ORC JIT");
+    // The small code model, as for an ordinary shared library: constants are RIP-relative
+    // memory operands. LLVM 16 links ELF x86-64 with RuntimeDyld and the large model, where
+    // every constant takes a register first; a softmax loop then spent 22 of its 57
+    // instructions shuffling registers. JITLink (LLVM's choice on MachO, and on ELF from LLVM
+    // 17) keeps an object's sections together and reaches far symbols through stubs.
+    jtmb_.setRelocationModel(llvm::Reloc::PIC_);
+    jtmb_.setCodeModel(llvm::CodeModel::Small);
+    jit_ = unwrap(
+        llvm::orc::LLJITBuilder()
+            .setJITTargetMachineBuilder(jtmb_)
+            .setObjectLinkingLayerCreator(
+                [](llvm::orc::ExecutionSession& es,
+                   const llvm::Triple&) -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
+                  return std::make_unique<llvm::orc::ObjectLinkingLayer>(es);
+                })
+            .create(),
+        "start the ORC JIT");
   }
   llvm::orc::JITTargetMachineBuilder jtmb_;
   std::unique_ptr<llvm::orc::LLJIT> jit_;
@@ -163,7 +179,7 @@ std::string hex(const Digest& d) {
 
 std::string full_key(const std::string& key) {
   const HostCpu& cpu = host_cpu();
-  return std::string("kiln-codegen-4\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
+  return std::string("kiln-codegen-5\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
          cpu.features + "\nstreaming " + std::to_string(detail::streaming_bytes()) + "\n" + key;
 }
 
