@@ -102,8 +102,8 @@ class Jit {
     // The small code model, as for an ordinary shared library: constants are RIP-relative
     // memory operands. LLVM 16 links ELF x86-64 with RuntimeDyld and the large model, where
     // every constant takes a register first; a softmax loop then spent 22 of its 57
-    // instructions shuffling registers. JITLink (LLVM's choice on MachO, and on ELF from LLVM
-    // 17) keeps an object's sections together and reaches far symbols through stubs.
+    // instructions shuffling registers. JITLink, which LLVM itself picks on MachO and on later
+    // versions' ELF, keeps an object's sections together and reaches far symbols by stubs.
     jtmb_.setRelocationModel(llvm::Reloc::PIC_);
     jtmb_.setCodeModel(llvm::CodeModel::Small);
     jit_ = unwrap(
