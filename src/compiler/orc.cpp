@@ -102,8 +102,9 @@ class Jit {
     // The small code model, as for an ordinary shared library: constants are RIP-relative
     // memory operands. LLVM 16 links ELF x86-64 with RuntimeDyld and the large model, where
     // every constant takes a register first; a softmax loop then spent 22 of its 57
-    // instructions shuffling registers. JITLink, which LLVM itself picks on MachO and on later
-    // versions' ELF, keeps an object's sections together and reaches far symbols by stubs.
+    // instructions shuffling registers. JITLink (the linker LLVM itself picks on MachO, and on
+    // ELF in newer releases) keeps the sections of an object together and makes stubs for far
+    // symbols.
     jtmb_.setRelocationModel(llvm::Reloc::PIC_);
     jtmb_.setCodeModel(llvm::CodeModel::Small);
     jit_ = unwrap(
