@@ -103,7 +103,8 @@ class Jit {
     // memory operands. LLVM 16 links ELF x86-64 with RuntimeDyld and the large model, where
     // every constant takes a register first; a softmax loop then spent 22 of its 57
     // instructions shuffling registers. JITLink keeps the sections of an object together and
-    // makes stubs for far symbols; LLVM itself picks it on MachO, and on ELF in newer releases.
+    // reaches far symbols through a GOT and PLT of its own; LLVM itself picks it on MachO, and
+    // on ELF in newer releases.
     jtmb_.setRelocationModel(llvm::Reloc::PIC_);
     jtmb_.setCodeModel(llvm::CodeModel::Small);
     jit_ = unwrap(
