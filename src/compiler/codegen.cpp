@@ -956,11 +956,16 @@ class Emitter {
     if (rank() != 1 || lanes_ < 4) return false;
     int64_t bytes = 0;
     for (std::size_t o = 0; o < g_.outputs.size(); ++o) {
-      const int64_t size = output_size(o);
-      if (l_.outputs[o].strides.back() != 1 || (size != 4 && size != 8)) return false;
-      bytes += size * l_.domain[0];
+      if (!streamable(o)) return false;
+      bytes += output_size(o) * l_.domain[0];
     }
     return bytes >= detail::streaming_bytes();
+  }
+  // An output whose vector steps can stream: 4- or 8-byte elements, contiguous along the
+  // loops' innermost axis.
+  bool streamable(std::size_t o) const {
+    const int64_t size = output_size(o);
+    return (size == 4 || size == 8) && l_.outputs[o].strides.back() == 1;
   }
   int64_t output_size(std::size_t o) const {
     return static_cast<int64_t>(
@@ -968,6 +973,9 @@ class Emitter {
   }
   // A non-temporal vector store must be aligned to the vector (movntps faults otherwise).
   int64_t stream_align() const { return int64_t{4} * lanes_; }
+  llvm::Value* vector_aligned(llvm::Value* address) {
+    return b_.CreateICmpEQ(b_.CreateAnd(address, i64(stream_align() - 1)), i64(0));
+  }
 
   // The first iterations of [begin, end) run with ordinary stores up to the index a at which
   // the first output is vector-aligned, the rest streamed when every output is aligned at a
@@ -988,8 +996,7 @@ class Emitter {
     a = b_.CreateSelect(b_.CreateICmpSLT(a, end), a, end);
     llvm::Value* aligned = b_.getTrue();
     for (std::size_t o = 0; o < g_.outputs.size(); ++o)
-      aligned = b_.CreateAnd(aligned,
-                             b_.CreateICmpEQ(b_.CreateAnd(address(o, a), i64(align - 1)), i64(0)));
+      aligned = b_.CreateAnd(aligned, vector_aligned(address(o, a)));
     streamed_or_plain(
         aligned,
         [&] {
@@ -1031,8 +1038,7 @@ class Emitter {
       if (g_.outputs[q].level != Level::inner) continue;
       const Access& a = l_.outputs[q];
       const int64_t size = output_size(q);
-      if ((size != 4 && size != 8) || a.strides.back() != 1 || a.offset * size % stream_align())
-        return false;
+      if (!streamable(q) || a.offset * size % stream_align()) return false;
       for (std::size_t k = 0; k + 1 < a.strides.size(); ++k)
         if (a.strides[k] * size % stream_align()) return false;
       bytes += size * elements;
@@ -1043,9 +1049,8 @@ class Emitter {
     llvm::Value* aligned = b_.getTrue();
     for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
       if (g_.outputs[q].level != Level::inner) continue;
-      llvm::Value* base = b_.CreatePtrToInt(output_buffer(q), b_.getInt64Ty());
       aligned = b_.CreateAnd(aligned,
-                             b_.CreateICmpEQ(b_.CreateAnd(base, i64(stream_align() - 1)), i64(0)));
+                             vector_aligned(b_.CreatePtrToInt(output_buffer(q), b_.getInt64Ty())));
     }
     return aligned;
   }
