@@ -434,6 +434,42 @@ TEST(Compiler, TheDiskCacheSkipsLlvmAndRebuildsDamagedEntries) {
   EXPECT_FALSE(jit(f, kCompiled).compiled(x).from_cache);
 }
 
+// A module large enough is split into parts that compile on threads of their own
+// (KILN_COMPILE_THREADS): the same kernels, so the same bits as compiling it whole, and the
+// disk cache keeps every part's object.
+TEST(Compiler, ModulesCompiledInPartsOnThreadsComputeAsOnePart) {
+  auto step = grad([](const Tensor& w1, const Tensor& w2, const Tensor& x) {
+    const Tensor h = tanh(matmul(x, w1)) * sigmoid(x);
+    const Tensor p = softmax(matmul(h, w2), -1);
+    return mean(log_softmax(p * h, -1) * exp(-h) + log1p(p * p));
+  });
+  const Tensor w1 = normal(40, {24, 24}), w2 = normal(41, {24, 24}), x = normal(42, {9, 24});
+  // The dumped modules (one per part), and the gradient.
+  auto compile = [&](int threads) {
+    const TempDir dir;
+    const EnvVar dump("KILN_DUMP_DIR", dir.path.string());
+    const EnvVar env("KILN_COMPILE_THREADS", std::to_string(threads));
+    const Tensor g = jit(step, kCompiled)(w1, w2, x);
+    int modules = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path))
+      modules += e.path().extension() == ".ll";
+    return std::pair{modules, g};
+  };
+  const auto [whole_modules, whole] = compile(1);
+  const auto [split_modules, split] = compile(3);
+  EXPECT_EQ(whole_modules, 1);
+  EXPECT_GT(split_modules, 1);
+  expect_bits(split, whole);
+  expect_same(whole, jit(step, kInterpreted)(w1, w2, x), 1e-5);
+
+  const TempDir cache;
+  const EnvVar env("KILN_CACHE_DIR", cache.path.string());
+  const EnvVar threads("KILN_COMPILE_THREADS", "3");
+  EXPECT_FALSE(jit(step, kCompiled).compiled(w1, w2, x).from_cache);
+  EXPECT_TRUE(jit(step, kCompiled).compiled(w1, w2, x).from_cache);
+  expect_bits(jit(step, kCompiled)(w1, w2, x), whole);
+}
+
 TEST(Compiler, DumpsLlvmIrAndAssembly) {
   const TempDir dir;
   const EnvVar env("KILN_DUMP_DIR", dir.path.string());

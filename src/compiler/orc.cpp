@@ -1,6 +1,8 @@
 #include "compiler/orc.h"
 
 #include <llvm/ADT/StringMap.h>
+#include <llvm/Bitcode/BitcodeReader.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
@@ -17,6 +19,7 @@
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,9 +28,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <mutex>
 #include <optional>
 
+#include "core/allocator.h"  // detail::parse_env_int
 #include "detail/files.h"
 #include "detail/streaming.h"
 #include "kiln/error.h"
@@ -158,9 +163,10 @@ std::optional<std::filesystem::path> env_dir(const char* var) {
   return std::filesystem::path(v);
 }
 
-// Cache entries: magic, the SHA-256 of the full key, the object's size and SHA-256, then
-// the object. Anything else in the file (truncated, foreign, corrupt) is ignored and rebuilt.
-constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '1'};
+// Cache entries: magic, the SHA-256 of the full key, the payload's size and SHA-256, then the
+// payload: the number of objects, each one's size, and the objects. Anything else in the file
+// (truncated, foreign, corrupt) is ignored and rebuilt.
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '2'};
 using Digest = std::array<uint8_t, 32>;
 
 Digest sha256(llvm::StringRef bytes) {
@@ -184,29 +190,54 @@ std::string full_key(const std::string& key) {
          cpu.features + "\nstreaming " + std::to_string(detail::streaming_bytes()) + "\n" + key;
 }
 
-std::optional<std::string> read_cached(const std::filesystem::path& file, const Digest& key) {
+uint64_t read_u64(const std::string& bytes, std::size_t at) {
+  uint64_t v = 0;
+  std::memcpy(&v, bytes.data() + at, 8);
+  return v;
+}
+void append_u64(std::string& bytes, uint64_t v) {
+  bytes.append(reinterpret_cast<const char*>(&v), 8);
+}
+
+std::optional<std::vector<std::string>> read_cached(const std::filesystem::path& file,
+                                                    const Digest& key) {
   const std::string bytes = read_file(file);
   const std::size_t header = sizeof kMagic + 32 + 8 + 32;
   if (bytes.size() < header || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
     return std::nullopt;
   if (std::memcmp(bytes.data() + sizeof kMagic, key.data(), 32) != 0) return std::nullopt;
-  uint64_t size = 0;
-  std::memcpy(&size, bytes.data() + sizeof kMagic + 32, 8);
-  if (size != bytes.size() - header) return std::nullopt;
-  std::string object = bytes.substr(header);
-  const Digest sum = sha256(object);
+  if (read_u64(bytes, sizeof kMagic + 32) != bytes.size() - header) return std::nullopt;
+  const std::string payload = bytes.substr(header);
+  const Digest sum = sha256(payload);
   if (std::memcmp(bytes.data() + sizeof kMagic + 40, sum.data(), 32) != 0) return std::nullopt;
-  return object;
+  // Sizes are checked against what is left before anything is taken.
+  if (payload.size() < 8) return std::nullopt;
+  const uint64_t count = read_u64(payload, 0);
+  if (count == 0 || count > (payload.size() - 8) / 8) return std::nullopt;
+  std::size_t at = 8 + 8 * count;
+  std::vector<std::string> objects;
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint64_t size = read_u64(payload, 8 + 8 * i);
+    if (size > payload.size() - at) return std::nullopt;
+    objects.push_back(payload.substr(at, size));
+    at += size;
+  }
+  if (at != payload.size()) return std::nullopt;
+  return objects;
 }
 
-void write_cached(const std::filesystem::path& file, const Digest& key, const std::string& object) {
+void write_cached(const std::filesystem::path& file, const Digest& key,
+                  const std::vector<std::string>& objects) {
+  std::string payload;
+  append_u64(payload, objects.size());
+  for (const std::string& o : objects) append_u64(payload, o.size());
+  for (const std::string& o : objects) payload += o;
   std::string bytes(kMagic, sizeof kMagic);
   bytes.append(reinterpret_cast<const char*>(key.data()), 32);
-  const uint64_t size = object.size();
-  bytes.append(reinterpret_cast<const char*>(&size), 8);
-  const Digest sum = sha256(object);
+  append_u64(bytes, payload.size());
+  const Digest sum = sha256(payload);
   bytes.append(reinterpret_cast<const char*>(sum.data()), 32);
-  bytes += object;
+  bytes += payload;
   try {
     std::filesystem::create_directories(file.parent_path());
     write_file(file, bytes);
@@ -262,6 +293,107 @@ std::string module_text(const llvm::Module& m) {
   return s;
 }
 
+// How many threads may compile one module: KILN_COMPILE_THREADS, else the cores this process
+// may run on. Compiling happens once per signature, so it does not follow set_num_threads (nor
+// do XLA's or PyTorch's compilers).
+int compile_threads() {
+  if (auto n = detail::parse_env_int("KILN_COMPILE_THREADS", std::getenv("KILN_COMPILE_THREADS"), 1,
+                                     256))
+    return static_cast<int>(*n);
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (sched_getaffinity(0, sizeof cpus, &cpus) != 0) return 1;
+  return std::max(1, CPU_COUNT(&cpus));
+}
+
+// A part smaller than this many instructions (before optimisation) is not worth a thread:
+// LLVM spends about 75 µs per instruction of the MLP step's module here, a thread and its
+// copy of the module about 1 ms.
+constexpr unsigned kMinPartInstructions = 500;
+
+// The module's kernels (its function definitions) dealt into at most `threads` parts of
+// similar size, heaviest first to the lightest part: LLVM's time grows with the instructions.
+std::vector<std::vector<std::string>> deal_kernels(const llvm::Module& m, int threads) {
+  struct Kernel {
+    std::string name;
+    unsigned size;
+  };
+  std::vector<Kernel> kernels;
+  unsigned total = 0;
+  for (const llvm::Function& f : m)
+    if (!f.isDeclaration()) {
+      kernels.push_back({f.getName().str(), f.getInstructionCount()});
+      total += kernels.back().size;
+    }
+  const std::size_t parts = std::max<std::size_t>(
+      1, std::min<std::size_t>(
+             {static_cast<std::size_t>(threads), kernels.size(), total / kMinPartInstructions}));
+  std::stable_sort(kernels.begin(), kernels.end(),
+                   [](const Kernel& a, const Kernel& b) { return a.size > b.size; });
+  std::vector<std::vector<std::string>> names(parts);
+  std::vector<unsigned> load(parts, 0);
+  for (const Kernel& k : kernels) {
+    const std::size_t p =
+        static_cast<std::size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    names[p].push_back(k.name);
+    load[p] += k.size;
+  }
+  return names;
+}
+
+// Optimises the kernels named `keep` (the module's other definitions are dropped) and
+// compiles them into an object file.
+std::string compile_part(llvm::Module& m, const std::vector<std::string>& keep,
+                         const std::string& dump_stem) {
+  std::vector<llvm::Function*> dropped;
+  for (llvm::Function& f : m)
+    if (!f.isDeclaration() && std::find(keep.begin(), keep.end(), f.getName()) == keep.end())
+      dropped.push_back(&f);
+  for (llvm::Function* f : dropped) f->eraseFromParent();
+  std::unique_ptr<llvm::TargetMachine> tm =
+      unwrap(Jit::get().machine().createTargetMachine(), "create a target machine");
+  optimise(m, *tm);
+  std::string object = emit(m, *tm, llvm::CGFT_ObjectFile);
+  if (const std::optional<std::filesystem::path> dir = env_dir("KILN_DUMP_DIR")) {
+    dump(*dir, dump_stem, ".ll", module_text(m));
+    dump(*dir, dump_stem, ".s", emit(m, *tm, llvm::CGFT_AssemblyFile));
+  }
+  return object;
+}
+
+// The module's objects: its kernels split into parts that compile at once on threads of their
+// own, each in an LLVMContext of its own (a context is one thread's), which reads the module
+// from bitcode written here, as LLVM's LTO splits its code generation.
+std::vector<std::string> compile_in_parts(llvm::Module& m, const std::string& stem, int threads) {
+  m.setDataLayout(Jit::get().lljit().getDataLayout());
+  m.setTargetTriple(Jit::get().lljit().getTargetTriple().str());
+  std::string problems;
+  llvm::raw_string_ostream problems_os(problems);
+  if (llvm::verifyModule(m, &problems_os))
+    fail("jit", "generated LLVM IR for ", stem, " does not verify: ", problems);
+  const std::vector<std::vector<std::string>> parts = deal_kernels(m, threads);
+  if (parts.size() == 1) return {compile_part(m, parts[0], stem)};
+
+  llvm::SmallVector<char, 0> bitcode;
+  llvm::raw_svector_ostream bitcode_os(bitcode);
+  llvm::WriteBitcodeToFile(m, bitcode_os);
+  const llvm::StringRef bitcode_ref(bitcode.data(), bitcode.size());
+  auto part_stem = [&](std::size_t p) { return stem + "-part" + std::to_string(p); };
+  std::vector<std::future<std::string>> others;
+  for (std::size_t p = 1; p < parts.size(); ++p)
+    others.push_back(std::async(std::launch::async, [&, p] {
+      llvm::LLVMContext context;
+      std::unique_ptr<llvm::Module> copy =
+          unwrap(llvm::parseBitcodeFile(llvm::MemoryBufferRef(bitcode_ref, stem), context),
+                 "read back a module's bitcode");
+      return compile_part(*copy, parts[p], part_stem(p));
+    }));
+  std::vector<std::string> objects;
+  objects.push_back(compile_part(m, parts[0], part_stem(0)));
+  for (std::future<std::string>& o : others) objects.push_back(o.get());
+  return objects;
+}
+
 }  // namespace
 
 const HostCpu& host_cpu() {
@@ -275,43 +407,31 @@ NativeResult build_native(const std::string& name, const std::string& key,
   const std::string full = full_key(key);
   const Digest digest = sha256(full);
   const std::optional<std::filesystem::path> cache_dir = env_dir("KILN_CACHE_DIR");
-  const std::optional<std::filesystem::path> dump_dir = env_dir("KILN_DUMP_DIR");
   const std::string stem = name + "-" + hex(digest).substr(0, 16);
   std::optional<std::filesystem::path> cache_file;
   if (cache_dir) cache_file = *cache_dir / (hex(digest) + ".o");
 
   NativeResult result;
-  std::optional<std::string> object;
-  if (cache_file && (object = read_cached(*cache_file, digest))) result.from_cache = true;
-  if (!object) {
+  std::optional<std::vector<std::string>> objects;
+  if (cache_file && (objects = read_cached(*cache_file, digest))) result.from_cache = true;
+  if (!objects) {
     const auto start = std::chrono::steady_clock::now();
     llvm::LLVMContext context;
     std::unique_ptr<llvm::Module> m = build(context);
-    std::unique_ptr<llvm::TargetMachine> tm =
-        unwrap(jit.machine().createTargetMachine(), "create a target machine");
-    m->setDataLayout(tm->createDataLayout());
-    m->setTargetTriple(tm->getTargetTriple().str());
-    std::string problems;
-    llvm::raw_string_ostream problems_os(problems);
-    if (llvm::verifyModule(*m, &problems_os))
-      fail("jit", "generated LLVM IR for ", name, " does not verify: ", problems);
-    optimise(*m, *tm);
-    object = emit(*m, *tm, llvm::CGFT_ObjectFile);
-    if (dump_dir) {
-      dump(*dump_dir, stem, ".ll", module_text(*m));
-      dump(*dump_dir, stem, ".s", emit(*m, *tm, llvm::CGFT_AssemblyFile));
-    }
+    objects = compile_in_parts(*m, stem, compile_threads());
     result.optimise_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (cache_file) write_cached(*cache_file, digest, *object);
+    if (cache_file) write_cached(*cache_file, digest, *objects);
   }
   static std::atomic<uint64_t> counter{0};
   llvm::orc::JITDylib& dylib = jit.new_dylib("kiln" + std::to_string(counter++));
   result.code = std::make_unique<LoadedObject>(dylib);
-  auto buffer = llvm::MemoryBuffer::getMemBufferCopy(*object, stem);
-  if (llvm::Error e = jit.lljit().addObjectFile(dylib, std::move(buffer)))
-    fail("jit", "LLVM failed to load the compiled object for ", name, ": ",
-         llvm_error(std::move(e)));
+  for (const std::string& object : *objects) {
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, stem);
+    if (llvm::Error e = jit.lljit().addObjectFile(dylib, std::move(buffer)))
+      fail("jit", "LLVM failed to load the compiled object for ", name, ": ",
+           llvm_error(std::move(e)));
+  }
   return result;
 }
 
