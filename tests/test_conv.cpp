@@ -477,15 +477,28 @@ TEST(Pool2d, HalfPrecisionNanAndStridedInput) {
 }
 
 // The max-pool gradient goes to each window's first maximum (a NaN window: its last NaN,
-// the forward's choice). 2x2 windows with stride 2 take their own fast path; an odd width
-// leaves the last column outside every window.
+// the forward's choice). 2x2 windows with stride 2 take their own fast path (float32: four
+// windows at a time, then the rest one by one); an odd width leaves the last column outside
+// every window.
 TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
-  for (const auto& [k, st] : {std::pair<int64_t, int64_t>{2, 2}, {3, 2}, {2, 1}}) {
-    SCOPED_TRACE("kernel " + std::to_string(k) + " stride " + std::to_string(st));
-    const int64_t N = 2, C = 3, H = 6, W = 7;
+  for (const auto& [k, st, W] :
+       {std::tuple<int64_t, int64_t, int64_t>{2, 2, 7}, {2, 2, 23}, {3, 2, 7}, {2, 1, 7}}) {
+    SCOPED_TRACE("kernel " + std::to_string(k) + " stride " + std::to_string(st) + " width " +
+                 std::to_string(W));
+    const int64_t N = 2, C = 3, H = 6;
     std::vector<double> xv = random_values(N * C * H * W, 900);
     xv[3] = xv[4] = xv[W + 3] = 5.0;  // a tie in the first plane
     xv[2 * W + 1] = NAN;
+    if (W > 20) {
+      const int64_t plane = H * W;
+      // Two NaNs in one window (the last wins), in the second plane; a window whose maximum
+      // is a tie of -0 and +0 (the first wins), in the third.
+      xv[plane + 8] = xv[plane + W + 9] = NAN;
+      for (const int64_t i : {int64_t{12}, int64_t{13}, W + 12, W + 13})
+        xv[2 * plane + 2 * W + i] = -1.0;
+      xv[2 * plane + 2 * W + 13] = -0.0;
+      xv[2 * plane + 3 * W + 12] = 0.0;
+    }
     const Tensor x = make(xv, Shape{N, C, H, W}, float32);
     const Pool2dOptions o{.kernel = {k, k}, .stride = std::pair<int64_t, int64_t>{st, st}};
     const Tensor y = max_pool2d(x, o);
