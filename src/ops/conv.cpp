@@ -435,8 +435,12 @@ Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const Conv
   const T* pc = ct.data<const T>();
   const T* px = x.data<const T>();
   T* pw = dw.data<T>();
+  // oneDNN's weight gradient of a single-channel input (a grayscale image's first layer) runs
+  // its slow plain-layout path: im2col + gemm takes about half its time there (bench_train's
+  // demo CNN, docs/PERFORMANCE.md "Session 13").
+  const bool single_channel = g.C == 1 && g.G == 1;
   if constexpr (std::is_same_v<T, float>)
-    if (ops::dnnl_conv(ConvPass::backward_weights, g, pc, px, pw)) return dw;
+    if (!single_channel && ops::dnnl_conv(ConvPass::backward_weights, g, pc, px, pw)) return dw;
   std::fill(pw, pw + dw.numel(), T{0});  // the gemms below accumulate over images
   if (is_pointwise(g)) {
     each_image_group(g, [&](int64_t n, int64_t gi) {
