@@ -371,6 +371,61 @@ TEST(Compiler, RowReductionsAreTheSameForAnyThreadCount) {
   }
 }
 
+// Sums over the rows that a column group normalises (a layer norm's scale and shift
+// gradients) and over everything (a loss) join that group as totals: each thread sums its rows
+// in double and the runtime adds the threads' sums in order.
+TEST(Compiler, TotalsOverTheKeptAxesJoinTheColumnGroup) {
+  auto layer_norm = [](const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& r) {
+    const Tensor m = mean(x, {-1}, true), c = x - m;
+    return sum((c * rsqrt(mean(c * c, {-1}, true) + 1e-5) * w + b) * r);
+  };
+  auto step = value_and_grad(layer_norm, argnums<0, 1, 2>);
+  const int saved = num_threads();
+  // Rows across the vector width and its tail; enough of them for two threads to split; no
+  // rows; a batch axis in front (the totals then run over two kept axes).
+  for (const Shape& s : {Shape{5, 70}, Shape{300, 1003}, Shape{0, 9}, Shape{3, 40, 33}}) {
+    for (DType d : {float32, float64}) {
+      const int64_t n = s.dims().back();
+      const Tensor x = normal(40, s, d) * 3.0, r = normal(41, s, d);
+      const Tensor w = 1.0 + 0.1 * normal(42, {n}, d), b = 0.1 * normal(43, {n}, d);
+      SCOPED_TRACE(x.type().to_string());
+      const auto info = jit(step, kCompiled).compiled(x, w, b, r);
+      EXPECT_EQ(info.groups.size(), 1u) << info;
+      EXPECT_TRUE(info.kernel_calls.empty()) << info;
+      const auto [li, gi] = jit(step, kInterpreted)(x, w, b, r);
+      const double tol = d == float32 ? 1e-5 : 1e-12;
+      for (int t : {1, 2}) {
+        SCOPED_TRACE(t);
+        set_num_threads(t);
+        const auto [l, g] = jit(step, kCompiled)(x, w, b, r);
+        expect_same(l, li, tol);
+        expect_same(std::get<0>(g), std::get<0>(gi), tol);
+        expect_same(std::get<1>(g), std::get<1>(gi), tol);
+        expect_same(std::get<2>(g), std::get<2>(gi), tol);
+        // The same bits on every run with this many threads.
+        const auto [l2, g2] = jit(step, kCompiled)(x, w, b, r);
+        expect_bits(l2, l);
+        expect_bits(std::get<1>(g2), std::get<1>(g));
+      }
+    }
+  }
+  // On one thread a total over the kept axes adds the rows in the interpreter's order, in
+  // double: the interpreter's bits, float64 too (the group's other reduction is a max, which
+  // does not depend on the order). Its consumers run after the group.
+  for (DType d : {float32, float64}) {
+    const Tensor x = normal(44, {300, 1003}, d) * 3.0;
+    SCOPED_TRACE(x.type().to_string());
+    auto f = [](const Tensor& a) {
+      const Tensor c = a - max(a, {-1}, true);
+      return std::vector<Tensor>{sum(c * a, {0}) * 2.0 - 1.0, sum(exp(c), {0})};
+    };
+    EXPECT_EQ(jit(f, kCompiled).compiled(x).groups.size(), 2u);
+    set_num_threads(1);
+    expect_compiled_bits(f, x);
+  }
+  set_num_threads(saved);
+}
+
 TEST(Compiler, ControlFlowBodiesCompileAndAgree) {
   auto f = [](const Tensor& x) {
     return while_loop([](const Tensor& a) { return sum(abs(a)) < 50.0; },

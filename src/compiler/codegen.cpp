@@ -60,6 +60,7 @@ struct Layout {
   std::vector<bool> reduced;
   std::vector<Access> loads;    // per node (loads only; others empty)
   std::vector<Access> outputs;  // per group output
+  std::vector<Access> totals;   // per node (totals of inner nodes only): into their slots
 };
 
 Layout coalesce(const Group& g) {
@@ -85,6 +86,22 @@ Layout coalesce(const Group& g) {
   for (std::size_t k = 0; k < g.nodes.size(); ++k)
     if (g.nodes[k].kind == Node::Kind::load) all.push_back(&l.loads[k]);
   for (Access& a : l.outputs) all.push_back(&a);
+  // A total's slot is row-major over the reduced axes, the same for every kept index.
+  l.totals.resize(g.nodes.size());
+  for (const Group::TotalSlot& t : g.totals()) {
+    const Node& arg =
+        g.nodes[static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(t.node)].args[0])];
+    if (arg.level != Level::inner) continue;
+    Access& a = l.totals[static_cast<std::size_t>(t.node)];
+    a = {.offset = t.offset, .strides = Dims(rank, 0)};
+    int64_t st = 1;
+    for (std::size_t d = rank; d-- > 0;)
+      if (g.reduced[d]) {
+        a.strides[d] = st;
+        st *= g.domain[d];
+      }
+    all.push_back(&a);
+  }
 
   // Keep axes of size > 1; a reduction over size-1 axes only keeps one of them.
   std::vector<std::size_t> keep;
@@ -193,12 +210,12 @@ class Emitter {
     row_ = has_reduction() && !l_.reduced.back();
     auto* i64 = b_.getInt64Ty();
     auto* ptr = llvm::PointerType::getUnqual(ctx_);
-    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64}, false);
+    auto* type = llvm::FunctionType::get(b_.getVoidTy(), {ptr, i64, i64, ptr}, false);
     fn_ = llvm::Function::Create(type, llvm::Function::ExternalLinkage, name, m);
     fn_->addFnAttr("target-cpu", host_cpu().name);
     fn_->addFnAttr("target-features", host_cpu().features);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
-    for (unsigned i = 0; i < 3; ++i) args_[i] = fn_->getArg(i);
+    for (unsigned i = 0; i < 4; ++i) args_[i] = fn_->getArg(i);
   }
 
   void run() {
@@ -867,6 +884,9 @@ class Emitter {
       for (const GroupOutput& out : g_.outputs)
         if (out.level == Level::inner && round[static_cast<std::size_t>(out.node)] == pass - 1)
           stack.push_back(out.node);
+      for (const Node& n : g_.nodes)
+        if (n.kind == Node::Kind::total && round[static_cast<std::size_t>(n.args[0])] == pass - 1)
+          stack.push_back(n.args[0]);
       std::vector<bool> seen(g_.nodes.size(), false);
       while (!stack.empty()) {
         const auto k = static_cast<std::size_t>(stack.back());
@@ -1272,8 +1292,21 @@ class Emitter {
   // first pass that can compute them, so a last pass runs only for those that need the last
   // round. Every kept index combines its terms in the interpreter's order in the row template,
   // and over a fixed lane order in the column template.
+  // totals[slot] += v, in double, lane by lane (the slots of consecutive j are consecutive).
+  void add_to_total(const Access& a, const Idx& idx, llvm::Value* j, llvm::Value* v) {
+    const int lanes = lanes_of(v);
+    llvm::Type* t = vec(b_.getDoubleTy(), lanes);
+    if (v->getType() != t) v = b_.CreateFPExt(v, t);
+    llvm::Value* off = offset_of(a, idx);
+    if (j && a.strides.back() != 0) off = b_.CreateAdd(off, b_.CreateMul(j, i64(a.strides.back())));
+    llvm::Value* p = b_.CreateGEP(b_.getDoubleTy(), args_[3], off);
+    llvm::Value* sum = b_.CreateFAdd(b_.CreateAlignedLoad(t, p, llvm::Align(8)), v);
+    b_.CreateAlignedStore(sum, p, llvm::Align(8));
+  }
+
   void emit_reduction_group() {
     const std::vector<int> phase = g_.rounds();
+    const std::vector<Group::TotalSlot> totals = g_.totals();
     const int rounds = *std::max_element(phase.begin(), phase.end());
     plan_cache(phase, rounds);
     if (row_) {
@@ -1316,6 +1349,17 @@ class Emitter {
           }
         });
       };
+      // Before the pass's stores, as the pass's reductions are (executable.cpp relies on it
+      // when it writes an output over an input).
+      auto add_inner_totals = [&](Scope& s, int round) {
+        for (const Group::TotalSlot& t : totals) {
+          const int arg = g_.nodes[static_cast<std::size_t>(t.node)].args[0];
+          if (g_.nodes[static_cast<std::size_t>(arg)].level != Level::inner ||
+              phase[static_cast<std::size_t>(arg)] != round)
+            continue;
+          add_to_total(l_.totals[static_cast<std::size_t>(t.node)], idx, s.j, value(arg, s));
+        }
+      };
       auto store_inner_outputs = [&](Scope& s, int round) {
         for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
           const GroupOutput& out = g_.outputs[q];
@@ -1338,6 +1382,7 @@ class Emitter {
         reduced_loops(idx, [&](llvm::Value* j, int lanes) {
           Scope s{&idx, j, lanes, {}};
           for (std::size_t k : reds) accumulate(accs[k], s, value(g_.nodes[k].args[0], s));
+          add_inner_totals(s, round - 1);
           store_inner_outputs(s, round - 1);
         });
         compute_outer(round);
@@ -1346,14 +1391,26 @@ class Emitter {
       for (const GroupOutput& out : g_.outputs)
         last_pass = last_pass || (out.level == Level::inner &&
                                   phase[static_cast<std::size_t>(out.node)] == rounds);
+      for (const Group::TotalSlot& t : totals) {
+        const auto arg =
+            static_cast<std::size_t>(g_.nodes[static_cast<std::size_t>(t.node)].args[0]);
+        last_pass = last_pass || (g_.nodes[arg].level == Level::inner && phase[arg] == rounds);
+      }
       pass_ = rounds + 1;
       if (last_pass)
         reduced_loops(idx, [&](llvm::Value* j, int lanes) {
           Scope s{&idx, j, lanes, {}};
+          add_inner_totals(s, rounds);
           store_inner_outputs(s, rounds);
         });
-      // Outer outputs are stored once per kept index.
+      // Outer outputs are stored once per kept index; totals of outer nodes add it up.
       over_outer(idx, [&](Scope& s) {
+        for (const Group::TotalSlot& t : totals) {
+          const int arg = g_.nodes[static_cast<std::size_t>(t.node)].args[0];
+          if (g_.nodes[static_cast<std::size_t>(arg)].level != Level::outer) continue;
+          add_to_total(Access{.offset = t.offset, .strides = Dims(rank(), 0)}, idx, nullptr,
+                       value(arg, s));
+        }
         for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
           const GroupOutput& out = g_.outputs[q];
           if (out.level != Level::outer) continue;
@@ -1426,6 +1483,8 @@ class Emitter {
     for (Access& a : l_.loads)
       if (!a.strides.empty()) move(a.strides);
     for (Access& a : l_.outputs) move(a.strides);
+    for (Access& a : l_.totals)
+      if (!a.strides.empty()) move(a.strides);
   }
 
   llvm::AllocaInst* entry_alloca(llvm::Type* t) {
@@ -1440,7 +1499,7 @@ class Emitter {
   Layout l_;
   int lanes_ = 4;
   llvm::Function* fn_ = nullptr;
-  llvm::Value* args_[3] = {};
+  llvm::Value* args_[4] = {};
   std::vector<llvm::Value*> buffers_;
   // Whether the group is a row reduction: its innermost axis is kept.
   bool row_ = false;

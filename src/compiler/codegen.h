@@ -14,8 +14,10 @@ class Module;
 namespace kiln::compiler {
 
 // A group's kernel: `buffers` holds the group's inputs (Group::inputs order) then its outputs
-// (Group::outputs order); it computes indices [begin, end) of its range.
-using KernelFn = void (*)(char* const* buffers, int64_t begin, int64_t end);
+// (Group::outputs order); it computes indices [begin, end) of its range, and adds their terms
+// of the group's totals into `totals` (Group::totals; the caller zeroes it, adds the calls'
+// arrays and stores the totals: the kernel does not write their outputs).
+using KernelFn = void (*)(char* const* buffers, int64_t begin, int64_t end, double* totals);
 
 // The index range a kernel splits across threads: the elements of an elementwise group, the
 // kept indices of a reduction group.

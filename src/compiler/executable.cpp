@@ -43,6 +43,11 @@ std::size_t bytes_of(const TensorType& t) {
   return static_cast<std::size_t>(detail::checked_mul("jit", t.shape.numel(), dtype_size(t.dtype)));
 }
 
+const char* level_name(Level l) {
+  static constexpr const char* names[] = {"inner", "outer", "total"};
+  return names[static_cast<int>(l)];
+}
+
 // A text that determines a group's kernel: the compile cache's key and the inspection dump.
 void describe(std::ostream& os, const Group& g) {
   os << "group domain=[";
@@ -51,8 +56,7 @@ void describe(std::ostream& os, const Group& g) {
   os << "] inputs=" << g.inputs.size() << "\n";
   for (std::size_t k = 0; k < g.nodes.size(); ++k) {
     const Node& n = g.nodes[k];
-    os << "  n" << k << " " << (n.level == Level::inner ? "inner " : "outer ")
-       << dtype_name(n.dtype) << " ";
+    os << "  n" << k << " " << level_name(n.level) << " " << dtype_name(n.dtype) << " ";
     if (n.kind == Node::Kind::load) {
       os << "load in" << n.input << " @" << n.access.offset << " [";
       for (std::size_t a = 0; a < n.access.strides.size(); ++a)
@@ -71,7 +75,7 @@ void describe(std::ostream& os, const Group& g) {
     os << "\n";
   }
   for (const GroupOutput& o : g.outputs)
-    os << "  out n" << o.node << (o.level == Level::inner ? " inner" : " outer") << "\n";
+    os << "  out n" << o.node << " " << level_name(o.level) << "\n";
 }
 
 // Whether every read of group input `in` is at the very element the group's inner outputs
@@ -292,8 +296,14 @@ class CompiledFunction final : public Code {
         }
         char* const* b = buffers.data();
         const KernelFn k = g->kernel;
-        detail::parallel_for(
-            g->range, [&](int64_t lo, int64_t hi) { k(b, lo, hi); }, g->cost);
+        const int64_t chunks = detail::parallel_chunks(g->range, g->cost);
+        const int64_t slots = g->group.total_doubles();
+        std::vector<double> partial(static_cast<std::size_t>(
+            detail::checked_mul("jit", std::max<int64_t>(chunks, 1), slots)));
+        double* p = partial.data();
+        detail::run_chunks(g->range, chunks,
+                           [&](int64_t c, int64_t lo, int64_t hi) { k(b, lo, hi, p + c * slots); });
+        if (slots) finish_totals(g->group, partial, std::max<int64_t>(chunks, 1), buffers);
       } else {
         const ir::Equation& e =
             f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
@@ -318,6 +328,30 @@ class CompiledFunction final : public Code {
     for (const ir::Value& v : f.results) results.push_back(tensor_of(v.id, env));
     give_back(std::move(arena));
     return results;
+  }
+
+  // Adds the kernel calls' partial sums of each total in chunk order (deterministic for a
+  // given thread count) and stores them in the total's outputs.
+  static void finish_totals(const Group& g, const std::vector<double>& partial, int64_t chunks,
+                            const std::vector<char*>& buffers) {
+    const auto slots = static_cast<std::size_t>(g.total_doubles());
+    for (const Group::TotalSlot& t : g.totals())
+      for (std::size_t q = 0; q < g.outputs.size(); ++q) {
+        if (g.outputs[q].node != t.node) continue;
+        char* out = buffers[g.inputs.size() + q];
+        const bool f64 = g.nodes[static_cast<std::size_t>(t.node)].dtype == float64;
+        for (int64_t j = 0; j < t.size; ++j) {
+          double sum = 0;
+          for (int64_t c = 0; c < chunks; ++c)
+            sum += partial[static_cast<std::size_t>(c) * slots +
+                           static_cast<std::size_t>(t.offset + j)];
+          if (f64) {
+            reinterpret_cast<double*>(out)[j] = sum;
+          } else {
+            reinterpret_cast<float*>(out)[j] = static_cast<float>(sum);
+          }
+        }
+      }
   }
 
   // The destination of value v when it is a result (its first occurrence) and one is given.

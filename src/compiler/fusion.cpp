@@ -36,6 +36,22 @@ std::vector<int> Group::rounds() const {
   }
   return round;
 }
+std::vector<Group::TotalSlot> Group::totals() const {
+  std::vector<TotalSlot> slots;
+  int64_t offset = 0;
+  for (std::size_t k = 0; k < nodes.size(); ++k) {
+    if (nodes[k].kind != Node::Kind::total) continue;
+    const Node& arg = nodes[static_cast<std::size_t>(nodes[k].args[0])];
+    const int64_t size = arg.level == Level::inner ? inner_size() : 1;
+    slots.push_back({.node = static_cast<int>(k), .offset = offset, .size = size});
+    offset += size;
+  }
+  return slots;
+}
+int64_t Group::total_doubles() const {
+  const std::vector<TotalSlot> slots = totals();
+  return slots.empty() ? 0 : slots.back().offset + slots.back().size;
+}
 
 namespace {
 
@@ -208,7 +224,8 @@ class Builder {
         if (!inside.count(u)) needed = true;
       if (!needed) continue;
       const Dims shape = dims_of(*value_of[static_cast<std::size_t>(value)]);
-      const Level level = reducing() && shape != g_.domain ? Level::outer : Level::inner;
+      Level level = reducing() && shape != g_.domain ? Level::outer : Level::inner;
+      if (g_.nodes[static_cast<std::size_t>(member)].level == Level::total) level = Level::total;
       g_.outputs.push_back({.node = member, .value = value, .level = level});
     }
     std::sort(g_.outputs.begin(), g_.outputs.end(),
@@ -252,7 +269,9 @@ class Builder {
     const int v = value.id;
     if (auto it = members_.find(v); it != members_.end()) {
       const Node& n = g_.nodes[static_cast<std::size_t>(it->second)];
-      // Outer values read from inner loops are broadcast; the reverse cannot be.
+      // Outer values read from inner loops are broadcast; the reverse cannot be. A total is
+      // known only after the group has run.
+      if (n.level == Level::total) return std::nullopt;
       if (level == Level::outer && n.level == Level::inner) return std::nullopt;
       return it->second;
     }
@@ -367,7 +386,7 @@ class Builder {
           return false;
       g_.reduced = axes;
     } else if (axes != g_.reduced) {
-      return false;
+      return add_total(i, e, axes);
     }
     auto args = operands(e, Level::inner);
     if (!args) {
@@ -380,6 +399,42 @@ class Builder {
       return false;
     }
     add_node(i, Node::Kind::reduce, Level::outer, std::move(*args));
+    return true;
+  }
+
+  // A float sum over the kept axes of a column group, or over all its axes: the first is
+  // accumulated per kept index in the loop over the reduced axes, the second as the sum of
+  // each kept index's sum over them (kept in double, so that the result is rounded once, as
+  // the interpreter's is). Either way the sum never goes through memory at the domain's size.
+  bool add_total(int i, const ir::Equation& e, const std::vector<bool>& axes) {
+    const DType d = e.inputs[0].type.dtype;
+    if (e.prim != &prim::reduce_sum() || (d != float32 && d != float64) ||
+        keeps_innermost(g_.domain, g_.reduced))
+      return false;
+    bool over_kept = true, over_all = true;
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      if (g_.domain[a] == 1) continue;
+      over_kept = over_kept && axes[a] == !g_.reduced[a];
+      over_all = over_all && axes[a];
+    }
+    if (!over_kept && !over_all) return false;
+    auto args = operands(e, Level::inner);
+    if (!args) return false;
+    if (!over_kept) {
+      std::vector<int64_t> reduced;
+      for (std::size_t a = 0; a < axes.size(); ++a)
+        if (g_.reduced[a]) reduced.push_back(static_cast<int64_t>(a));
+      Attrs attrs;
+      attrs.set("axes", reduced);
+      g_.nodes.push_back(Node{.kind = Node::Kind::reduce,
+                              .level = Level::outer,
+                              .dtype = float64,
+                              .prim = e.prim,
+                              .attrs = std::move(attrs),
+                              .args = std::move(*args)});
+      args = std::vector<int>{static_cast<int>(g_.nodes.size() - 1)};
+    }
+    add_node(i, Node::Kind::total, Level::total, std::move(*args));
     return true;
   }
 

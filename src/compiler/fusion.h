@@ -21,12 +21,17 @@ struct Access {
   bool operator==(const Access&) const = default;
 };
 
-// Where a node's values live: on the whole domain, or once per index of the kept axes
-// (what a reduction produces).
-enum class Level { inner, outer };
+// Where a node's values live: on the whole domain, once per index of the kept axes (what a
+// reduction produces), or, for a total, once per index of the reduced axes (the total of an
+// inner node) or once (of an outer node).
+enum class Level { inner, outer, total };
 
 struct Node {
-  enum class Kind { load, op, reduce };
+  // total: a float sum over the kept axes of a column group (a layer norm's scale gradient,
+  // summed over the rows that the group normalises), which each kernel call accumulates over
+  // its kept indices in double and the runtime finishes by adding the calls' partial sums in
+  // order. Nothing in the group reads it.
+  enum class Kind { load, op, reduce, total };
   Kind kind = Kind::op;
   Level level = Level::inner;
   DType dtype = float32;  // the stored dtype of the node's values
@@ -68,6 +73,14 @@ struct Group {
   // storing there the inner outputs of round r - 1, then a last pass for those of the last
   // round (codegen.cpp).
   std::vector<int> rounds() const;
+  // Where each total's partial sums lie in a kernel call's array of doubles (the 4th argument
+  // of KernelFn): `size` of them from `offset`, row-major over the reduced axes.
+  struct TotalSlot {
+    int node = -1;
+    int64_t offset = 0, size = 0;
+  };
+  std::vector<TotalSlot> totals() const;
+  int64_t total_doubles() const;  // the array's length
 };
 
 // An equation run by binding its primitive (its registered kernel).

@@ -45,21 +45,34 @@ inline int set_library_threads() {
   return n;
 }
 
+// How many chunks parallel_for splits n items of this cost into: one (run on the calling
+// thread) when the work is small or already runs in parallel, else one per thread.
+inline int64_t parallel_chunks(int64_t n, int64_t cost_per_item = 1) {
+  const int threads = thread_count();
+  if (threads <= 1 || n * cost_per_item < kParallelGrain || omp_in_parallel() || serial_thread)
+    return 1;
+  return std::min<int64_t>(threads, n);
+}
+
+// Calls f(c, begin, end) for each chunk c of [0, n) split into `chunks` contiguous ones (from
+// parallel_chunks), in parallel when there are several: chunk c's range depends only on n and
+// chunks, so whatever combines per-chunk results in chunk order is deterministic.
+template <typename F>
+void run_chunks(int64_t n, int64_t chunks, F&& f) {
+  if (n <= 0) return;
+  if (chunks <= 1) {
+    f(int64_t{0}, int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static, 1)
+  for (int64_t c = 0; c < chunks; ++c) f(c, n * c / chunks, n * (c + 1) / chunks);
+}
+
 // Calls f(begin, end) over [0, n) in contiguous chunks, in parallel when n * cost is large.
 template <typename F>
 void parallel_for(int64_t n, F&& f, int64_t cost_per_item = 1) {
-  if (n <= 0) return;
-  const int threads = thread_count();
-  if (threads <= 1 || n * cost_per_item < kParallelGrain || omp_in_parallel() || serial_thread) {
-    f(int64_t{0}, n);
-    return;
-  }
-  const int64_t chunks = std::min<int64_t>(threads, n);
-#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static, 1)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
-    f(b, e);
-  }
+  run_chunks(n, parallel_chunks(n, cost_per_item),
+             [&](int64_t, int64_t begin, int64_t end) { f(begin, end); });
 }
 
 }  // namespace kiln::detail
