@@ -426,6 +426,28 @@ TEST(Compiler, TotalsOverTheKeptAxesJoinTheColumnGroup) {
   set_num_threads(saved);
 }
 
+// A column group's second pass over a row asks for the next row's inputs (the first pass then
+// finds them in cache); inputs read as a broadcast along the kept axes, and row groups, get no
+// prefetches.
+TEST(Compiler, ColumnGroupsPrefetchTheNextRow) {
+  auto prefetches = [&](const auto& f, const auto&... args) {
+    const TempDir dir;
+    const EnvVar env("KILN_DUMP_DIR", dir.path.string());
+    jit(f, kCompiled)(args...);
+    return ir_lines(dir.path, [](const std::string& line) {
+      return line.find("call void @llvm.prefetch") != std::string::npos;
+    });
+  };
+  const Tensor x = normal(45, {16, 1000}), w = normal(46, {1000});
+  // softmax reads x (two rounds); x - max(x) has one round and a last pass. (A column group
+  // that streams its output emits its row loops twice.)
+  EXPECT_GE(prefetches([](const Tensor& t) { return softmax(t, -1); }, x), 1);
+  EXPECT_GE(prefetches([](const Tensor& t) { return t - max(t, {-1}, true); }, x), 1);
+  EXPECT_GE(prefetches([](const Tensor& t, const Tensor& c) { return softmax(t * c, -1); }, x, w),
+            1);
+  EXPECT_EQ(prefetches([](const Tensor& t) { return t - max(t, {0}, true); }, x), 0);
+}
+
 TEST(Compiler, ControlFlowBodiesCompileAndAgree) {
   auto f = [](const Tensor& x) {
     return while_loop([](const Tensor& a) { return sum(abs(a)) < 50.0; },

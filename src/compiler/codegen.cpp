@@ -1292,6 +1292,30 @@ class Emitter {
   // first pass that can compute them, so a last pass runs only for those that need the last
   // round. Every kept index combines its terms in the interpreter's order in the row template,
   // and over a fixed lane order in the column template.
+  // Column template: the first pass over a row reads it from memory, the later ones from
+  // L1; in the second, each vector step asks for the next kept index's elements of every
+  // input read contiguously along the row, so that its first pass need not wait for memory.
+  // (A prefetch past the buffer's end is harmless: prefetches never fault.)
+  void prefetch_next_row(const Idx& idx, llvm::Value* j, int lanes) {
+    if (row_ || lanes != lanes_) return;
+    std::optional<std::size_t> kept;  // the innermost kept axis
+    for (std::size_t d = 0; d < rank(); ++d)
+      if (!l_.reduced[d]) kept = d;
+    if (!kept) return;
+    for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
+      const Node& n = g_.nodes[k];
+      const Access& a = l_.loads[k];
+      if (n.kind != Node::Kind::load || n.level != Level::inner || a.strides.back() != 1) continue;
+      const int64_t next = a.strides[*kept];
+      if (next == 0) continue;
+      llvm::Value* off = b_.CreateAdd(b_.CreateAdd(offset_of(a, idx), j), i64(next));
+      llvm::Value* p =
+          b_.CreateGEP(storage_scalar(n.dtype), buffers_[static_cast<std::size_t>(n.input)], off);
+      b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {p->getType()},
+                         {p, b_.getInt32(0), b_.getInt32(3), b_.getInt32(1)});
+    }
+  }
+
   // totals[slot] += v, in double, lane by lane (the slots of consecutive j are consecutive).
   void add_to_total(const Access& a, const Idx& idx, llvm::Value* j, llvm::Value* v) {
     const int lanes = lanes_of(v);
@@ -1381,6 +1405,7 @@ class Emitter {
         pass_ = round;
         reduced_loops(idx, [&](llvm::Value* j, int lanes) {
           Scope s{&idx, j, lanes, {}};
+          if (round == 2) prefetch_next_row(idx, j, lanes);
           for (std::size_t k : reds) accumulate(accs[k], s, value(g_.nodes[k].args[0], s));
           add_inner_totals(s, round - 1);
           store_inner_outputs(s, round - 1);
@@ -1400,6 +1425,7 @@ class Emitter {
       if (last_pass)
         reduced_loops(idx, [&](llvm::Value* j, int lanes) {
           Scope s{&idx, j, lanes, {}};
+          if (rounds == 1) prefetch_next_row(idx, j, lanes);
           add_inner_totals(s, rounds);
           store_inner_outputs(s, rounds);
         });
