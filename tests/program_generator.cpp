@@ -546,7 +546,7 @@ class Builder {
     int64_t n = 1;
     for (int64_t a : axes) n *= t.shape()[static_cast<int>(a)];
     const bool keep = coin(0.5);
-    const int64_t op = exact_only_ ? uniform(2, 3) : uniform(0, 7);
+    const int64_t op = exact_only_ ? uniform(2, 3) : uniform(0, 8);
     switch (op) {
       case 0:
         return push(sum(t, axes, keep), x.mag * static_cast<double>(n), false);
@@ -566,10 +566,21 @@ class Builder {
         const Tensor d = t - mean(t, axes, true);
         return push(d * rsqrt(mean(d * d, axes, true) + 1.0), 2 * x.mag, false);
       }
-      default: {  // logsumexp, broadcast back
+      case 7: {  // logsumexp, broadcast back
         const Tensor m = max(t, axes, true);
         return push(t - (m + log(sum(exp(t - m), axes, true))),
                     2 * x.mag + std::log(static_cast<double>(n)), false);
+      }
+      default: {  // softmax over the axes, then a sum over the others or over all (a total)
+        const Tensor e = exp(t - max(t, axes, true));
+        const Tensor p = e / sum(e, axes, true) * t;
+        Axes rest;
+        for (int64_t a = 0; a < t.rank(); ++a)
+          if (std::find(axes.begin(), axes.end(), a) == axes.end()) rest.push_back(a);
+        if (rest.empty() || coin(0.3))
+          return push(sum(p), x.mag * static_cast<double>(t.numel()), false);
+        return push(sum(p, rest, keep),
+                    x.mag * static_cast<double>(t.numel() / std::max<int64_t>(n, 1)), false);
       }
     }
   }
