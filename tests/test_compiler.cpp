@@ -409,6 +409,40 @@ TEST(Compiler, TotalsOverTheKeptAxesJoinTheColumnGroup) {
       }
     }
   }
+  // Sums over the kept axes of: a kernel's output that an output of an earlier pass would be
+  // written over (the total still reads it in the last pass); a value broadcast over the
+  // reduced axes (not a total: its slots would be per kept index); a row normalised over two
+  // axes (slots over both); a single row.
+  {
+    const Tensor a = normal(47, {64, 30}), b = normal(48, {30, 256});
+    auto f = [](const Tensor& p, const Tensor& q) {
+      const Tensor x = matmul(p, q);
+      return std::vector<Tensor>{x * 2.0f, sum(x - max(x, {1}, true), {0})};
+    };
+    const auto got = jit(f, kCompiled)(a, b), want = jit(f, kInterpreted)(a, b);
+    expect_same(got[0], want[0], 1e-6);
+    expect_same(got[1], want[1], 1e-5);
+  }
+  auto normalised = [](const Axes& axes) {
+    return [axes](const Tensor& t) {
+      const Tensor e = exp(t - max(t, axes, true));
+      return sum(e / sum(e, axes, true) * t, {0});
+    };
+  };
+  const std::vector<std::pair<std::function<Tensor(const Tensor&)>, Shape>> more = {
+      {[](const Tensor& t) {
+         return sum(broadcast_to(max(t, {1}, true), {4, 16}), {0});
+       },
+       Shape{4, 16}},
+      {normalised({1, 2}), Shape{6, 5, 40}},
+      {normalised({1}), Shape{1, 37}},
+  };
+  for (const auto& [f, s] : more) {
+    const Tensor x = normal(49, s);
+    SCOPED_TRACE(x.type().to_string());
+    expect_same(jit(f, kCompiled)(x), jit(f, kInterpreted)(x), 1e-5);
+  }
+  EXPECT_EQ(jit(normalised({1, 2}), kCompiled).compiled(normal(49, {6, 5, 40})).groups.size(), 1u);
   // On one thread a total over the kept axes adds the rows in the interpreter's order, in
   // double: the interpreter's bits, float64 too (the group's other reduction is a max, which
   // does not depend on the order). Its consumers run after the group.

@@ -120,12 +120,22 @@ bool loads_precede_store(const Group& g, std::size_t q, int in) {
     return seen;
   };
   std::vector<int> before, after, later;  // read in q's pass before and after its store; later
-  for (std::size_t k = 0; k < g.nodes.size(); ++k)
-    if (g.nodes[k].kind == Node::Kind::reduce) {
-      const int operand = g.nodes[k].args[0];
-      if (round[k] == pass + 1) before.push_back(operand);
-      if (round[k] > pass + 1) later.push_back(operand);
+  // A total of an inner node adds it up in the pass of a reduction one round after it, before
+  // that pass's stores (codegen.cpp), so it reads where such a reduction does.
+  for (std::size_t k = 0; k < g.nodes.size(); ++k) {
+    const Node& n = g.nodes[k];
+    const auto operand = static_cast<std::size_t>(n.args.empty() ? 0 : n.args[0]);
+    int reads_in;  // the round of reductions in whose pass node k reads its operand
+    if (n.kind == Node::Kind::reduce) {
+      reads_in = round[k];
+    } else if (n.kind == Node::Kind::total && g.nodes[operand].level == Level::inner) {
+      reads_in = round[operand] + 1;
+    } else {
+      continue;
     }
+    if (reads_in == pass + 1) before.push_back(static_cast<int>(operand));
+    if (reads_in > pass + 1) later.push_back(static_cast<int>(operand));
+  }
   for (std::size_t o = 0; o < g.outputs.size(); ++o) {
     if (g.outputs[o].level != Level::inner || round_of(o) < pass) continue;
     const int node = g.outputs[o].node;

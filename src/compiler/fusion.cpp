@@ -174,6 +174,18 @@ bool keeps_innermost(const Dims& domain, const std::vector<bool>& reduced) {
   return false;
 }
 
+// The most reduced indices of a total over the kept axes: each kernel call sums into an array
+// of that many doubles, one per thread, which the runtime adds up after the kernel.
+constexpr int64_t kMaxTotalSlots = int64_t{1} << 16;
+
+// Whether an access reads the domain's innermost axis of size > 1 contiguously or as a
+// broadcast (the vector loops run along it).
+bool reads_along_rows(const Access& a, const Dims& domain) {
+  for (std::size_t k = domain.size(); k-- > 0;)
+    if (domain[k] != 1) return a.strides[k] == 0 || a.strides[k] == 1;
+  return true;
+}
+
 // A row reduction whose rows hold fewer than 8 elements runs its kernel: the row template's
 // step of one element (what remains after steps of W, W/2, ..., 2) turns a select of loaded
 // values into a branch on the data, and a bias gradient after relu over rows of 3 ran 2.5x
@@ -258,10 +270,7 @@ class Builder {
   // domain's innermost axis of size > 1): a transposed operand made the row template 2x slower
   // than the reduction's kernel, which reads such an operand along the reduced axis instead.
   bool gathers_rows(const Access& a, const std::vector<bool>& reduced) const {
-    if (!keeps_innermost(g_.domain, reduced)) return false;
-    for (std::size_t k = g_.domain.size(); k-- > 0;)
-      if (g_.domain[k] != 1) return a.strides[k] != 0 && a.strides[k] != 1;
-    return false;
+    return keeps_innermost(g_.domain, reduced) && !reads_along_rows(a, g_.domain);
   }
 
   // The node that reads IR value `value` (a member, or a view of a buffer) at `level`.
@@ -418,8 +427,21 @@ class Builder {
       over_all = over_all && axes[a];
     }
     if (!over_kept && !over_all) return false;
+    // A kernel call keeps a double per reduced index: bounded, as the row template's blocks.
+    if (over_kept && g_.inner_size() > kMaxTotalSlots) return false;
+    const std::size_t nodes = g_.nodes.size(), inputs = g_.inputs.size();
     auto args = operands(e, Level::inner);
     if (!args) return false;
+    const Node& arg = g_.nodes[static_cast<std::size_t>((*args)[0])];
+    // A value broadcast over the reduced axes (an outer node) has one slot per kept index,
+    // not per reduced index; and a load that gathers along the row would run slower here than
+    // in a group of its own.
+    const bool gathers = arg.kind == Node::Kind::load && !reads_along_rows(arg.access, g_.domain);
+    if ((over_kept && arg.level != Level::inner) || gathers) {
+      g_.nodes.resize(nodes);
+      g_.inputs.resize(inputs);
+      return false;
+    }
     if (!over_kept) {
       std::vector<int64_t> reduced;
       for (std::size_t a = 0; a < axes.size(); ++a)
