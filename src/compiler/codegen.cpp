@@ -347,14 +347,18 @@ class Emitter {
         off = b_.CreateAdd(off, b_.CreateMul(idx[k], i64(a.strides[k])));
     return off;
   }
+  // Element offset of an access at idx and innermost index j (null: the innermost excluded).
+  llvm::Value* offset_at(const Access& a, const Idx& idx, llvm::Value* j) {
+    llvm::Value* off = offset_of(a, idx);
+    const int64_t st = j ? a.strides.back() : 0;
+    return st == 0 ? off : b_.CreateAdd(off, b_.CreateMul(j, i64(st)));
+  }
   // Pointer and lane indices for `lanes` elements starting at innermost index j.
   llvm::Value* load(DType d, llvm::Value* base, const Access& a, const Idx& idx, llvm::Value* j,
                     int lanes) {
     llvm::Type* t = storage_scalar(d);
     const int64_t st = j ? a.strides.back() : 0;
-    llvm::Value* off = offset_of(a, idx);
-    if (j && st != 0) off = b_.CreateAdd(off, b_.CreateMul(j, i64(st)));
-    llvm::Value* p = b_.CreateGEP(t, base, off);
+    llvm::Value* p = b_.CreateGEP(t, base, offset_at(a, idx, j));
     llvm::Value* v;
     if (lanes == 1 || st == 0) {
       v = splat(b_.CreateLoad(t, p), lanes);
@@ -381,9 +385,7 @@ class Emitter {
     v = to_storage(d, v);
     llvm::Type* t = storage_scalar(d);
     const int64_t st = j ? a.strides.back() : 0;
-    llvm::Value* off = offset_of(a, idx);
-    if (j && st != 0) off = b_.CreateAdd(off, b_.CreateMul(j, i64(st)));
-    llvm::Value* p = b_.CreateGEP(t, base, off);
+    llvm::Value* p = b_.CreateGEP(t, base, offset_at(a, idx, j));
     const llvm::Align align(t->getScalarSizeInBits() / 8);
     if (lanes == 1) {
       b_.CreateStore(v, p);
@@ -1286,12 +1288,6 @@ class Emitter {
                 to_storage(g_.nodes[static_cast<std::size_t>(k)].dtype, v));
   }
 
-  // Both templates run, per outer index (a kept index, or a block of kept indices along the
-  // innermost axis), one pass over the reduced axes per round of reductions (a round waits for
-  // the previous one's results: softmax's sum needs its max). Inner outputs are stored in the
-  // first pass that can compute them, so a last pass runs only for those that need the last
-  // round. Every kept index combines its terms in the interpreter's order in the row template,
-  // and over a fixed lane order in the column template.
   // Column template: the first pass over a row reads it from memory, the later ones from
   // L1; in the second, each vector step asks for the next kept index's elements of every
   // input read contiguously along the row, so that its first pass need not wait for memory.
@@ -1308,7 +1304,7 @@ class Emitter {
       if (n.kind != Node::Kind::load || n.level != Level::inner || a.strides.back() != 1) continue;
       const int64_t next = a.strides[*kept];
       if (next == 0) continue;
-      llvm::Value* off = b_.CreateAdd(b_.CreateAdd(offset_of(a, idx), j), i64(next));
+      llvm::Value* off = b_.CreateAdd(offset_at(a, idx, j), i64(next));
       llvm::Value* p =
           b_.CreateGEP(storage_scalar(n.dtype), buffers_[static_cast<std::size_t>(n.input)], off);
       b_.CreateIntrinsic(llvm::Intrinsic::prefetch, {p->getType()},
@@ -1321,13 +1317,17 @@ class Emitter {
     const int lanes = lanes_of(v);
     llvm::Type* t = vec(b_.getDoubleTy(), lanes);
     if (v->getType() != t) v = b_.CreateFPExt(v, t);
-    llvm::Value* off = offset_of(a, idx);
-    if (j && a.strides.back() != 0) off = b_.CreateAdd(off, b_.CreateMul(j, i64(a.strides.back())));
-    llvm::Value* p = b_.CreateGEP(b_.getDoubleTy(), args_[3], off);
+    llvm::Value* p = b_.CreateGEP(b_.getDoubleTy(), args_[3], offset_at(a, idx, j));
     llvm::Value* sum = b_.CreateFAdd(b_.CreateAlignedLoad(t, p, llvm::Align(8)), v);
     b_.CreateAlignedStore(sum, p, llvm::Align(8));
   }
 
+  // Both templates run, per outer index (a kept index, or a block of kept indices along the
+  // innermost axis), one pass over the reduced axes per round of reductions (a round waits for
+  // the previous one's results: softmax's sum needs its max). Inner outputs are stored in the
+  // first pass that can compute them, so a last pass runs only for those that need the last
+  // round. Every kept index combines its terms in the interpreter's order in the row template,
+  // and over a fixed lane order in the column template.
   void emit_reduction_group() {
     const std::vector<int> phase = g_.rounds();
     const std::vector<Group::TotalSlot> totals = g_.totals();
