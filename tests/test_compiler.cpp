@@ -461,8 +461,7 @@ TEST(Compiler, TotalsOverTheKeptAxesJoinTheColumnGroup) {
 }
 
 // A column group's second pass over a row asks for the next row's inputs (the first pass then
-// finds them in cache); inputs read as a broadcast along the kept axes, and row groups, get no
-// prefetches.
+// finds them in cache); row groups get no prefetches.
 TEST(Compiler, ColumnGroupsPrefetchTheNextRow) {
   auto prefetches = [&](const auto& f, const auto&... args) {
     const TempDir dir;

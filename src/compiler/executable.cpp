@@ -154,6 +154,8 @@ struct GroupStep {
   Group group;
   KernelFn kernel = nullptr;
   int64_t range = 0, cost = 1;
+  std::vector<Group::TotalSlot> totals;  // group.totals(), and the doubles they take per call
+  int64_t total_doubles = 0;
 };
 struct OpaqueStep {
   int equation = -1;
@@ -202,6 +204,8 @@ class CompiledFunction final : public Code {
         GroupStep gs{.group = std::move(*g)};
         gs.range = kernel_range(gs.group);
         gs.cost = kernel_cost(gs.group);
+        gs.totals = gs.group.totals();
+        gs.total_doubles = gs.group.total_doubles();
         steps_.emplace_back(std::move(gs));
       } else {
         steps_.emplace_back(OpaqueStep{std::get<Opaque>(s).equation});
@@ -307,13 +311,13 @@ class CompiledFunction final : public Code {
         char* const* b = buffers.data();
         const KernelFn k = g->kernel;
         const int64_t chunks = detail::parallel_chunks(g->range, g->cost);
-        const int64_t slots = g->group.total_doubles();
+        const int64_t slots = g->total_doubles;
         std::vector<double> partial(static_cast<std::size_t>(
             detail::checked_mul("jit", std::max<int64_t>(chunks, 1), slots)));
         double* p = partial.data();
         detail::run_chunks(g->range, chunks,
                            [&](int64_t c, int64_t lo, int64_t hi) { k(b, lo, hi, p + c * slots); });
-        if (slots) finish_totals(g->group, partial, std::max<int64_t>(chunks, 1), buffers);
+        if (slots) finish_totals(*g, partial, std::max<int64_t>(chunks, 1), buffers);
       } else {
         const ir::Equation& e =
             f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
@@ -342,10 +346,11 @@ class CompiledFunction final : public Code {
 
   // Adds the kernel calls' partial sums of each total in chunk order (deterministic for a
   // given thread count) and stores them in the total's outputs.
-  static void finish_totals(const Group& g, const std::vector<double>& partial, int64_t chunks,
-                            const std::vector<char*>& buffers) {
-    const auto slots = static_cast<std::size_t>(g.total_doubles());
-    for (const Group::TotalSlot& t : g.totals())
+  static void finish_totals(const GroupStep& step, const std::vector<double>& partial,
+                            int64_t chunks, const std::vector<char*>& buffers) {
+    const Group& g = step.group;
+    const auto slots = static_cast<std::size_t>(step.total_doubles);
+    for (const Group::TotalSlot& t : step.totals)
       for (std::size_t q = 0; q < g.outputs.size(); ++q) {
         if (g.outputs[q].node != t.node) continue;
         char* out = buffers[g.inputs.size() + q];
