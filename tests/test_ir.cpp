@@ -264,6 +264,21 @@ TEST(Passes, ConstantFoldingEvaluatesSmallConstantExpressions) {
             "  %0 = add %x, %c0 : f32[2]\n"
             "  return %0\n"
             "}");
+  // A broadcast stays a view of its constant, however small its result.
+  EXPECT_EQ(optimized("func @f(%x: f32[3,2]) -> f32[3,2] {\n"
+                      "  %c0 = const [1, 2] : f32[2]\n"
+                      "  %c1 = const [3, 4] : f32[2]\n"
+                      "  %0 = add %c0, %c1 : f32[2]\n"
+                      "  %1 = broadcast_to %0 {shape=[3, 2]} : f32[3,2]\n"
+                      "  %2 = mul %x, %1 : f32[3,2]\n"
+                      "  return %2\n"
+                      "}"),
+            "func @f(%x: f32[3,2]) -> f32[3,2] {\n"
+            "  %c0 = const [4, 6] : f32[2]\n"
+            "  %0 = broadcast_to %c0 {shape=[3, 2]} : f32[3,2]\n"
+            "  %1 = mul %x, %0 : f32[3,2]\n"
+            "  return %1\n"
+            "}");
 }
 
 TEST(Passes, SimplifiesIdentitiesSafely) {
@@ -292,6 +307,73 @@ TEST(Passes, SimplifiesIdentitiesSafely) {
             "func @f(%i: i32[2]) -> i32[2] {\n"
             "  %c0 = const [0, 0] : i32[2]\n"
             "  return %c0\n"
+            "}");
+}
+
+// Commutative operations are one value whichever operand comes first; the others are not.
+TEST(Passes, CseMergesCommutedOperands) {
+  EXPECT_EQ(optimized("func @f(%x: f32[2], %y: f32[2]) -> (f32[2], f32[2], f32[2], f32[2]) {\n"
+                      "  %0 = mul %x, %y : f32[2]\n"
+                      "  %1 = mul %y, %x : f32[2]\n"
+                      "  %2 = sub %x, %y : f32[2]\n"
+                      "  %3 = sub %y, %x : f32[2]\n"
+                      "  %4 = max %x, %y : f32[2]\n"
+                      "  %5 = max %y, %x : f32[2]\n"
+                      "  %6 = add %1, %0 : f32[2]\n"
+                      "  return %6, %2, %3, %5\n"
+                      "}"),
+            "func @f(%x: f32[2], %y: f32[2]) -> (f32[2], f32[2], f32[2], f32[2]) {\n"
+            "  %0 = mul %x, %y : f32[2]\n"
+            "  %1 = sub %x, %y : f32[2]\n"
+            "  %2 = sub %y, %x : f32[2]\n"
+            "  %3 = max %y, %x : f32[2]\n"
+            "  %4 = add %0, %0 : f32[2]\n"
+            "  return %4, %1, %2, %3\n"
+            "}");
+}
+
+// Equal literals traced at different uses are one constant; +0 and -0 are not equal bits.
+TEST(Passes, CseMergesEqualSmallConstants) {
+  EXPECT_EQ(optimized("func @f(%x: f32[2]) -> (f32[2], f32[2], f32[2], f32[2]) {\n"
+                      "  %c0 = const [3, 4] : f32[2]\n"
+                      "  %c1 = const [3, 4] : f32[2]\n"
+                      "  %c2 = const [0, 0] : f32[2]\n"
+                      "  %c3 = const [-0, -0] : f32[2]\n"
+                      "  %0 = div %x, %c0 : f32[2]\n"
+                      "  %1 = div %x, %c1 : f32[2]\n"
+                      "  %2 = max %x, %c2 : f32[2]\n"
+                      "  %3 = max %x, %c3 : f32[2]\n"
+                      "  return %0, %1, %2, %3\n"
+                      "}"),
+            "func @f(%x: f32[2]) -> (f32[2], f32[2], f32[2], f32[2]) {\n"
+            "  %c0 = const [3, 4] : f32[2]\n"
+            "  %c1 = const [0, 0] : f32[2]\n"
+            "  %c2 = const [-0, -0] : f32[2]\n"
+            "  %0 = div %x, %c0 : f32[2]\n"
+            "  %1 = max %x, %c1 : f32[2]\n"
+            "  %2 = max %x, %c2 : f32[2]\n"
+            "  return %0, %0, %1, %2\n"
+            "}");
+}
+
+// The identities see through the broadcast (and reshape) that reverse mode puts between its
+// seed of ones and the first product: too large to fold, still known to be all ones.
+TEST(Passes, SimplifiesIdentitiesThroughBroadcasts) {
+  EXPECT_EQ(optimized("func @f(%x: f32[4096,2]) -> (f32[4096,2], f32[4096,2]) {\n"
+                      "  %c0 = const [1] : f32[1]\n"
+                      "  %c1 = const [2] : f32[1]\n"
+                      "  %0 = reshape %c0 {shape=[1, 1]} : f32[1,1]\n"
+                      "  %1 = broadcast_to %0 {shape=[4096, 2]} : f32[4096,2]\n"
+                      "  %2 = mul %1, %x : f32[4096,2]\n"
+                      "  %3 = broadcast_to %c1 {shape=[4096, 2]} : f32[4096,2]\n"
+                      "  %4 = mul %x, %3 : f32[4096,2]\n"
+                      "  return %2, %4\n"
+                      "}"),
+            "func @f(%x: f32[4096,2]) -> (f32[4096,2], f32[4096,2]) {\n"
+            "  %c0 = const [2] : f32[1]\n"
+            "  %0 = broadcast_to %c0 {shape=[4096, 2]} : f32[4096,2]\n"
+            "  %1 = mul %x, %0 : f32[4096,2]\n"
+            "  return %x, %1\n"
             "}");
 }
 

@@ -4,31 +4,19 @@
 // forward scan recomputes the primal scan's carries and ys alongside its residuals, and CSE
 // cannot merge the two equations because their bodies differ.
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <optional>
 #include <unordered_map>
 
-#include "ir/trace.h"
 #include "kiln/ir.h"
 
 namespace kiln::ir {
 namespace {
 
-// Constants of equal type and bytes: traces of the same code make equal constants. (Large
-// ones are left apart rather than compared.)
-bool same_constant(const Tensor& x, const Tensor& y) {
-  constexpr int64_t kCompareLimit = 4096;
-  if (x.type() != y.type() || x.numel() > kCompareLimit) return false;
-  const detail::TracingPaused concrete;  // an outer trace must not record these copies
-  const Tensor cx = x.contiguous(), cy = y.contiguous();
-  return std::memcmp(cx.raw_data(), cy.raw_data(),
-                     static_cast<std::size_t>(cx.numel()) * dtype_size(cx.dtype())) == 0;
-}
-
 // a's body with b's appended over the same parameters, returning a's results then b's ys not
 // among them; or nothing when b's carries do not come out as the same values as a's (after
-// CSE). Equal carry updates from equal initial carries keep the carries equal at every step.
+// CSE, which also merges equal constants). Equal carry updates from equal initial carries keep the
+// carries equal at every step.
 struct MergedBody {
   Function body;
   std::vector<std::size_t> b_ys;  // where each of b's ys is among body's results
@@ -40,14 +28,7 @@ std::optional<MergedBody> merged_body(const Function& a, const Function& b, std:
   for (std::size_t i = 0; i < b.params.size(); ++i) renamed[b.params[i].id] = a.params[i];
   auto fresh = [&](const Value& v) { return renamed[v.id] = Value{next++, v.type}; };
   auto in_m = [&](const Value& v) { return renamed.at(v.id); };
-  for (const Constant& c : b.constants) {
-    const auto same = std::ranges::find_if(
-        a.constants, [&](const Constant& k) { return same_constant(k.tensor, c.tensor); });
-    if (same != a.constants.end())
-      renamed[c.value.id] = same->value;
-    else
-      m.constants.push_back({fresh(c.value), c.tensor});
-  }
+  for (const Constant& c : b.constants) m.constants.push_back({fresh(c.value), c.tensor});
   for (const Equation& e : b.equations) {
     Equation copy = e;
     for (Value& v : copy.inputs) v = in_m(v);

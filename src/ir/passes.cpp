@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
+#include <string>
 #include <unordered_map>
 
 #include "ir/trace.h"
@@ -73,8 +75,34 @@ Function dce(const Function& f) {
   return out;
 }
 
+namespace {
+
+// Primitives whose two operands may be swapped without changing a bit of the result (NaN
+// payloads aside, which Kiln does not promise): a * b and b * a are one value. max and min are
+// not here: which of +0 and -0 they return depends on the order.
+bool commutative(const Primitive& p) {
+  static const std::set<std::string> names = {"add", "mul", "eq", "ne", "and", "or", "xor"};
+  return names.count(p.name) > 0;
+}
+
+// Constants of equal type and bits are one value (so -0 and +0 stay apart): tracing makes a
+// fresh constant at every use of a literal, and traces of the same code make equal constants.
+// The key is the type and the bytes; large constants get none and are left apart.
+std::optional<std::string> constant_key(const Tensor& t) {
+  constexpr int64_t kCompareLimit = 4096;
+  if (t.numel() > kCompareLimit) return std::nullopt;
+  const detail::TracingPaused concrete;  // an outer trace must not record this copy
+  const Tensor c = t.contiguous();
+  const auto* bytes = static_cast<const char*>(c.raw_data());
+  return t.type().to_string() + ":" +
+         std::string(bytes, static_cast<std::size_t>(c.numel()) * dtype_size(c.dtype()));
+}
+
+}  // namespace
+
 Function cse(const Function& f) {
-  // Two equations are the same when primitive, attributes and (renamed) inputs agree.
+  // Two equations are the same when primitive, attributes and (renamed) inputs agree, the
+  // inputs in either order for a commutative primitive.
   // Random primitives are pure functions of their key, so they may be merged too.
   std::unordered_map<int, Value> rename;
   auto resolve = [&](const Value& v) {
@@ -83,6 +111,17 @@ Function cse(const Function& f) {
   };
   std::map<std::pair<std::string, std::vector<int>>, std::vector<const Equation*>> seen;
   Function out = f;
+  out.constants.clear();
+  std::map<std::string, Value> constants;
+  for (const Constant& c : f.constants) {
+    const std::optional<std::string> key = constant_key(c.tensor);
+    if (key && constants.count(*key)) {
+      rename[c.value.id] = constants.at(*key);
+      continue;
+    }
+    if (key) constants.emplace(*key, c.value);
+    out.constants.push_back(c);
+  }
   out.equations.clear();
   out.equations.reserve(f.equations.size());  // buckets hold pointers into it
   for (const Equation& e0 : f.equations) {
@@ -92,6 +131,7 @@ Function cse(const Function& f) {
       v = resolve(v);
       ids.push_back(v.id);
     }
+    if (ids.size() == 2 && commutative(*e.prim)) std::sort(ids.begin(), ids.end());
     auto& bucket = seen[{e.prim->name, ids}];
     const Equation* same = nullptr;
     for (const Equation* prev : bucket)
@@ -110,7 +150,8 @@ Function cse(const Function& f) {
 namespace {
 
 // Folding never grows the program's constants by much: an output may be as large as the
-// inputs together, or small. (Folding broadcast_to of a scalar to a huge shape would.)
+// inputs together, or small. A broadcast is never folded into a larger constant: it is free
+// as a view, and a compiled loop reads a scalar from a register instead of a table.
 constexpr int64_t kFoldLimit = 4096;
 
 // When every element of t equals one value, that value.
@@ -132,9 +173,14 @@ class Defs {
     auto it = constants_.find(v.id);
     return it == constants_.end() ? nullptr : &it->second;
   }
+  // Seen through broadcasts and reshapes, which AD puts between a seed of ones and its use.
   std::optional<double> uniform(const Value& v) const {
-    const Tensor* t = constant(v);
-    return t ? uniform_value(*t) : std::nullopt;
+    if (const Tensor* t = constant(v)) return uniform_value(*t);
+    const Equation* e = producer(v);
+    if (e && (e->prim->name == "broadcast_to" || e->prim->name == "reshape") &&
+        v.type.shape.numel() > 0)
+      return uniform(e->inputs[0]);
+    return std::nullopt;
   }
   void add_constant(const Value& v, const Tensor& t) { constants_.emplace(v.id, t); }
   void define(const Equation& e) {
@@ -180,7 +226,9 @@ Function fold_constants(const Function& f) {
     }
     int64_t out_size = 0;
     for (const Value& v : e.outputs) out_size += v.type.shape.numel();
-    if (!all_const || !e.prim->foldable || (out_size > kFoldLimit && out_size > in_size)) {
+    const bool grows = out_size > in_size;
+    if (!all_const || !e.prim->foldable || (grows && out_size > kFoldLimit) ||
+        (grows && e.prim->name == "broadcast_to")) {
       out.equations.push_back(e);
       continue;
     }
