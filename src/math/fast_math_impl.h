@@ -17,33 +17,45 @@
 namespace kiln::math::fast {
 namespace {
 
-// exp(x): n = round(x / ln 2), r = x - n ln 2 (Cody and Waite's two-part ln 2, exact first
-// product), e^r by Cephes' degree-6 polynomial on |r| <= ln 2 / 2 (1 + r + r^2 P(r), summed small
-// terms first), times 2^n as 2^(n/2) 2^(n - n/2): both halves are normal numbers, so only the
-// last product rounds, once, where the result is a denormal. Arguments are clamped to
-// [-104, 89], beyond which the result is 0 or inf anyway; NaN passes.
+// e^x = 2^n e^r: n = round(x / ln 2), r = x - n ln 2 (Cody and Waite's two-part ln 2, exact
+// first product), e^r by Cephes' degree-6 polynomial on |r| <= ln 2 / 2 (1 + r + r^2 P(r),
+// summed small terms first). The caller scales by 2^n.
 template <class P>
-inline typename P::V exp(const P& m, typename P::V x) {
+struct ExpParts {
+  typename P::V y;  // e^r
+  typename P::I n;
+};
+template <class P>
+inline ExpParts<P> exp_parts(const P& m, typename P::V x) {
   using V = typename P::V;
-  const V xc = m.clamp(x, m.set(-104.0f), m.set(89.0f));
   const V magic = m.set(0x1.8p23f);  // adding it rounds to an integer, kept in the low bits
-  const V t = m.fma(xc, m.set(1.44269504088896341f), magic);
+  const V t = m.fma(x, m.set(1.44269504088896341f), magic);
   const V n = m.sub(t, magic);
-  V r = m.fma(n, m.set(-0.693359375f), xc);  // ln 2's leading 9 bits: n times it is exact
-  r = m.fma(n, m.set(2.12194440e-4f), r);    // the rest of ln 2, negated
+  V r = m.fma(n, m.set(-0.693359375f), x);  // ln 2's leading 9 bits: n times it is exact
+  r = m.fma(n, m.set(2.12194440e-4f), r);   // the rest of ln 2, negated
   V p = m.set(1.9875691500e-4f);
   p = m.fma(p, r, m.set(1.3981999507e-3f));
   p = m.fma(p, r, m.set(8.3334519073e-3f));
   p = m.fma(p, r, m.set(4.1665795894e-2f));
   p = m.fma(p, r, m.set(1.6666665459e-1f));
   p = m.fma(p, r, m.set(5.0000001201e-1f));
-  const V y = m.add(m.fma(p, m.mul(r, r), r), m.set(1.0f));
-  const typename P::I k = m.isub(m.bits(t), m.bits(magic));
-  const typename P::I k1 = m.sra(k, 1);
-  const typename P::I k2 = m.isub(k, k1);
-  const typename P::I bias = m.iset(127);
-  return m.mul(m.mul(y, m.from_bits(m.shl(m.iadd(k1, bias), 23))),
-               m.from_bits(m.shl(m.iadd(k2, bias), 23)));
+  return {m.add(m.fma(p, m.mul(r, r), r), m.set(1.0f)), m.isub(m.bits(t), m.bits(magic))};
+}
+
+// 2^n as a float, for -126 <= n <= 127.
+template <class P>
+inline typename P::V pow2(const P& m, typename P::I n) {
+  return m.from_bits(m.shl(m.iadd(n, m.iset(127)), 23));
+}
+
+// exp(x): e^r times 2^n as 2^(n/2) 2^(n - n/2): both halves are normal numbers, so only the
+// last product rounds, once, where the result is a denormal. Arguments are clamped to
+// [-104, 89], beyond which the result is 0 or inf anyway; NaN passes.
+template <class P>
+inline typename P::V exp(const P& m, typename P::V x) {
+  const ExpParts<P> e = exp_parts(m, m.clamp(x, m.set(-104.0f), m.set(89.0f)));
+  const typename P::I n1 = m.sra(e.n, 1);
+  return m.mul(m.mul(e.y, pow2(m, n1)), pow2(m, m.isub(e.n, n1)));
 }
 
 // tanh(x): x below 2^-12 in magnitude (±0 and denormals included), where x^3/3 is below half
@@ -55,7 +67,11 @@ inline typename P::V tanh(const P& m, typename P::V x) {
   using V = typename P::V;
   const V a = m.abs(x);
   const V one = m.set(1.0f);
-  const V e = exp(m, m.add(a, a));
+  // e^(2|x|) with 2|x| clamped to 20, past which 2 / (e + 1) is below half an ulp of 1 (the
+  // result is ±1 either way): 2^n is then one normal number, so one product scales (the same
+  // bits as exp's two).
+  const ExpParts<P> ep = exp_parts(m, m.clamp(m.add(a, a), m.set(0.0f), m.set(20.0f)));
+  const V e = m.mul(ep.y, pow2(m, ep.n));
   const V large = m.copysign(m.sub(one, m.div(m.set(2.0f), m.add(e, one))), x);
   const V z = m.mul(x, x);
   V p = m.set(-5.70498872745e-3f);
