@@ -9,11 +9,12 @@
 
 #include "kiln/error.h"
 #include "math/fast_math.h"
+#include "math/vector_loops.h"
 
 // SLEEF's functions, declared here rather than taken from sleef.h: the header declares the
 // AVX2 and AVX-512 variants only in code compiled for those instruction sets, and this file is
-// compiled for the baseline (x86-64-v2). Only the loops below that call them are compiled for
-// more, with target attributes, and they run only where detected_isa() found the instructions.
+// compiled for the baseline (x86-64-v2). Only the loops that call them (vector_loops.h) are
+// compiled for more, and they run only where detected_isa() found the instructions.
 #define KILN_ONE(T) (T)
 #define KILN_TWO(T) (T, T)
 #define KILN_SLEEF_DECLARE(name, ARGS)               \
@@ -45,9 +46,6 @@ KILN_SLEEF_DECLARE(pow, KILN_TWO)
 
 namespace kiln::math {
 namespace {
-
-// A function pointer of any signature; cast back to the variant's own type before a call.
-using AnyFn = void (*)();
 
 struct Variant {
   const char* symbol;
@@ -124,8 +122,7 @@ const Variant& scalar_variant(const Variants& v, Isa isa) {
   return isa >= Isa::avx2 ? v.purecfma : v.purec;
 }
 
-// The loops over contiguous arrays, one per instruction set. Each runs whole registers, then
-// the tail through a zero-padded register (zeros are in every function's domain).
+// The loops over contiguous arrays: scalar ones here, vector ones in vector_loops.h.
 template <typename T>
 using UnaryLoop = void (*)(AnyFn, const T*, T*, int64_t);
 template <typename T>
@@ -141,40 +138,6 @@ void scalar_binary(AnyFn f, const T* a, const T* b, T* out, int64_t n) {
   const auto fn = reinterpret_cast<T (*)(T, T)>(f);
   for (int64_t i = 0; i < n; ++i) out[i] = fn(a[i], b[i]);
 }
-
-#define KILN_VECTOR_LOOPS(isa_flags, suffix, T, V, W, load, store)                                 \
-  __attribute__((target(isa_flags))) void unary_##suffix(AnyFn f, const T* in, T* out,             \
-                                                         int64_t n) {                              \
-    const auto fn = reinterpret_cast<V (*)(V)>(f);                                                 \
-    int64_t i = 0;                                                                                 \
-    for (; i + W <= n; i += W) store(out + i, fn(load(in + i)));                                   \
-    if (i == n) return;                                                                            \
-    alignas(64) T x[W] = {};                                                                       \
-    for (int64_t k = i; k < n; ++k) x[k - i] = in[k];                                              \
-    store(x, fn(load(x)));                                                                         \
-    for (int64_t k = i; k < n; ++k) out[k] = x[k - i];                                             \
-  }                                                                                                \
-  __attribute__((target(isa_flags))) void binary_##suffix(AnyFn f, const T* a, const T* b, T* out, \
-                                                          int64_t n) {                             \
-    const auto fn = reinterpret_cast<V (*)(V, V)>(f);                                              \
-    int64_t i = 0;                                                                                 \
-    for (; i + W <= n; i += W) store(out + i, fn(load(a + i), load(b + i)));                       \
-    if (i == n) return;                                                                            \
-    alignas(64) T x[W] = {}, y[W] = {};                                                            \
-    for (int64_t k = i; k < n; ++k) {                                                              \
-      x[k - i] = a[k];                                                                             \
-      y[k - i] = b[k];                                                                             \
-    }                                                                                              \
-    store(x, fn(load(x), load(y)));                                                                \
-    for (int64_t k = i; k < n; ++k) out[k] = x[k - i];                                             \
-  }
-KILN_VECTOR_LOOPS("sse4.1", sse4_f32, float, __m128, 4, _mm_loadu_ps, _mm_storeu_ps)
-KILN_VECTOR_LOOPS("sse4.1", sse4_f64, double, __m128d, 2, _mm_loadu_pd, _mm_storeu_pd)
-KILN_VECTOR_LOOPS("avx2,fma", avx2_f32, float, __m256, 8, _mm256_loadu_ps, _mm256_storeu_ps)
-KILN_VECTOR_LOOPS("avx2,fma", avx2_f64, double, __m256d, 4, _mm256_loadu_pd, _mm256_storeu_pd)
-KILN_VECTOR_LOOPS("avx512f", avx512_f32, float, __m512, 16, _mm512_loadu_ps, _mm512_storeu_ps)
-KILN_VECTOR_LOOPS("avx512f", avx512_f64, double, __m512d, 8, _mm512_loadu_pd, _mm512_storeu_pd)
-#undef KILN_VECTOR_LOOPS
 
 template <typename T>
 UnaryLoop<T> unary_loop(Isa isa) {
