@@ -25,18 +25,14 @@
 #include <string>
 #include <vector>
 
+#include "sanitizers.h"
+
 namespace kiln::testing {
 
 // Sanitizer and Debug builds run 10-50x slower: the compiled-vs-interpreted tests check
 // fewer cases there (CI runs every test under ASan/UBSan too).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || !defined(NDEBUG)
+#if defined(KILN_TEST_ASAN) || defined(KILN_TEST_TSAN) || !defined(NDEBUG)
 inline constexpr bool kSlowBuild = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-inline constexpr bool kSlowBuild = true;
-#else
-inline constexpr bool kSlowBuild = false;
-#endif
 #else
 inline constexpr bool kSlowBuild = false;
 #endif

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kiln/data.h"
+#include "sanitizers.h"
 
 namespace fs = std::filesystem;
 namespace data = kiln::data;
@@ -1313,7 +1314,7 @@ TEST(DataImage, SizeArgumentsAreCheckedBeforeAnyArithmetic) {
 }
 
 TEST(DataImage, OutOfMemoryIsAnError) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if defined(KILN_TEST_ASAN) || defined(KILN_TEST_TSAN)
   GTEST_SKIP() << "the sanitizers reserve more address space than the limit below allows";
 #else
   // Room for 2 GiB more than the process maps now; a 32768 x 32768 x 3 resize needs 3 GiB.

@@ -21,22 +21,8 @@
 #include "core/allocator.h"
 #include "detail/parallel.h"
 #include "kiln/kiln.h"
+#include "sanitizers.h"
 #include "testing.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define KILN_TEST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KILN_TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__)
-#define KILN_TEST_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KILN_TEST_TSAN 1
-#endif
-#endif
 #ifdef KILN_TEST_ASAN
 #include <sanitizer/asan_interface.h>
 #endif
