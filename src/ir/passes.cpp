@@ -115,11 +115,13 @@ Function cse(const Function& f) {
   std::map<std::string, Value> constants;
   for (const Constant& c : f.constants) {
     const std::optional<std::string> key = constant_key(c.tensor);
-    if (key && constants.count(*key)) {
-      rename[c.value.id] = constants.at(*key);
-      continue;
+    if (key) {
+      const auto [it, fresh] = constants.emplace(*key, c.value);
+      if (!fresh) {
+        rename[c.value.id] = it->second;
+        continue;
+      }
     }
-    if (key) constants.emplace(*key, c.value);
     out.constants.push_back(c);
   }
   out.equations.clear();
