@@ -129,6 +129,54 @@ TEST(ControlFlow, JitMatchesEager) {
   expect_close(std::get<3>(j), std::get<3>(e).to_vector<double>());
 }
 
+// A scan that carries and yields nothing (what a Python `for` whose body keeps no state
+// becomes) is dead code for the passes, not an equation without outputs to crash on.
+TEST(ControlFlow, JitOfAScanThatCarriesAndYieldsNothing) {
+  auto prog = [](const Tensor& xs) {
+    scan(
+        [](const std::tuple<>&, const Tensor&) {
+          return std::pair{std::tuple<>{}, std::tuple<>{}};
+        },
+        std::tuple<>{}, xs);
+    return xs * 2.0;
+  };
+  const Tensor xs = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2});
+  for (ir::Backend backend : {ir::Backend::interpreter, ir::Backend::llvm})
+    expect_close(jit(prog, JitOptions{.backend = backend})(xs), {2, 4, 6, 8, 10, 12});
+  EXPECT_NO_THROW(ir::optimize(trace(prog, xs)));
+}
+
+// Carries with a zero-size axis (an empty batch) run compiled as they do eagerly, whatever
+// strides the empty carry has (a reversed empty view among them).
+TEST(ControlFlow, JitLoopsWithEmptyCarries) {
+  for (const Tensor& init : {zeros({2, 0}, float64), flip(zeros({0, 3}, float64), {0})}) {
+    auto loops = [](const Tensor& c) {
+      const Tensor f = fori_loop(
+          0, 3, [](const Tensor&, const Tensor& c) { return c + 1.0; }, c);
+      const Tensor w = while_loop([](const P& s) { return s.second < 2; },
+                                  [](const P& s) {
+                                    return P{s.first * 2.0, s.second + 1};
+                                  },
+                                  P{c, zeros({}, int32)})
+                           .first;
+      auto [h, ys] = scan(
+          [](const Tensor& h, const Tensor& x) {
+            return P{h + x, h};
+          },
+          c, stack({c, c}));
+      return std::make_tuple(f, w, h, ys);
+    };
+    const auto e = loops(init);
+    for (ir::Backend backend : {ir::Backend::interpreter, ir::Backend::llvm}) {
+      const auto j = jit(loops, JitOptions{.backend = backend})(init);
+      EXPECT_EQ(std::get<0>(j).type(), std::get<0>(e).type());
+      EXPECT_EQ(std::get<1>(j).type(), std::get<1>(e).type());
+      EXPECT_EQ(std::get<2>(j).type(), std::get<2>(e).type());
+      EXPECT_EQ(std::get<3>(j).type(), std::get<3>(e).type());
+    }
+  }
+}
+
 TEST(ControlFlow, PrintedIrShowsSubFunctionsAndRoundTrips) {
   auto f = [](const Tensor& a, const Tensor& xs) {
     Tensor r = newton_sqrt(a);

@@ -83,6 +83,7 @@ void* Tensor::raw_data() const {
 bool Tensor::is_contiguous() const {
   const auto& st = strides();
   const Shape& sh = shape();
+  if (sh.numel() == 0) return true;  // no element to address: any strides will do (as numpy)
   int64_t expect = 1;
   for (int i = sh.rank() - 1; i >= 0; --i) {
     if (sh[i] != 1 && st[static_cast<std::size_t>(i)] != expect) return false;

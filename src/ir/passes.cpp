@@ -319,6 +319,10 @@ Function simplify(const Function& f) {
         rename[e.outputs[i].id] = local.at(branch->results[i].id);
       continue;
     }
+    if (e.outputs.empty()) {  // nothing to rewrite (a scan that carries and yields nothing)
+      out.equations.push_back(std::move(e));
+      continue;
+    }
     const Value* a = e.inputs.empty() ? nullptr : &e.inputs[0];
     const Value* b = e.inputs.size() > 1 ? &e.inputs[1] : nullptr;
     auto forward = [&](const Value& to) { rename[e.outputs[0].id] = to; };
