@@ -649,6 +649,38 @@ TEST(Scatter, MulGradientsWithZeroUpdates) {
             (std::vector<int32_t>{0}));
 }
 
+// Second derivatives through the cofactor where updates are zero: for f(u) = sum_p x_p times
+// the product of the updates at p, d2f/du_j du_k (j != k at one position p) is x_p times the
+// product of the others there; every other entry is 0.
+TEST(Scatter, MulHessianWithZeroUpdates) {
+  const Tensor x = tensor({2.0, 3.0, -1.5});
+  const std::vector<int64_t> pos = {0, 0, 0, 1, 1, 2};
+  const Tensor idx = tensor(pos);
+  const std::vector<Tensor> cases = {
+      tensor({0.5, 4.0, -2.0, 0.0, 3.0, 7.0}), tensor({0.0, 4.0, -2.0, 0.0, 0.0, 7.0}),
+      tensor({0.0, 0.0, 0.0, 0.0, 0.0, 0.0}), tensor({0.0, 0.0, 5.0, 0.0, 2.0, 0.0})};
+  const std::vector<double> xv = x.to_vector<double>();
+  for (const Tensor& u : cases) {
+    const std::vector<double> uv = u.to_vector<double>();
+    const auto n = uv.size();
+    std::vector<double> want(n * n, 0.0);
+    for (std::size_t j = 0; j < n; ++j)
+      for (std::size_t k = 0; k < n; ++k) {
+        if (j == k || pos[j] != pos[k]) continue;
+        double rest = xv[static_cast<std::size_t>(pos[j])];
+        for (std::size_t l = 0; l < n; ++l)
+          if (l != j && l != k && pos[l] == pos[j]) rest *= uv[l];
+        want[j * n + k] = rest;
+      }
+    const Tensor h = hessian([&](const Tensor& u) { return sum(at(x, idx).mul(u)); })(u);
+    EXPECT_EQ(h.to_vector<double>(), want) << u;
+  }
+  // The report's case: 3 u0 u1 through two updates at one position.
+  const auto f = [](const Tensor& u) { return sum(at(tensor({3.0}), tensor({0, 0})).mul(u)); };
+  for (const Tensor& u : {tensor({0.0, 2.0}), tensor({0.0, 0.0})})
+    EXPECT_EQ(hessian(f)(u).to_vector<double>(), (std::vector<double>{0, 3, 3, 0})) << u;
+}
+
 TEST(Scatter, BadArgumentsRaise) {
   const Tensor x = zeros({4});
   expect_error([&] { at(x, tensor({4})).set(tensor(1.0f)); }, "scatter_set",

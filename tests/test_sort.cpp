@@ -100,7 +100,7 @@ TEST(TopK, MatchesTorchAndTheIssueExample) {
 }
 
 TEST(Scans, MatchNumpy) {
-  for (const std::string name : {"f32", "f64", "i32", "edge"}) {
+  for (const std::string name : {"f32", "f64", "i32", "edge", "zeros"}) {
     const Tensor x = R("scan/" + name + "/x");
     // float32 sums accumulate in double here and in float32 in numpy.
     const double rtol = x.dtype() == float32 ? 1e-5 : 1e-12;

@@ -143,22 +143,31 @@ Primitive with_set_rules(Primitive p) {
   return p;
 }
 
-// Update j's cofactor: the product of the other updates at its position, exact when some
-// of them are zero (one zero: the product of the rest; two or more: zero).
+// Update j's cofactor: the product of the other updates at its position, written so that its
+// own derivatives are right where updates are zero (the Hessian of a product of zeros is not).
+// With Z the updates at the position that are zero and m their number:
+//   u_j != 0: (product of the non-zero ones / u_j) * (product of Z, through scatter_mul, whose
+//             rules differentiate it again);
+//   u_j == 0: (product of the non-zero ones) * (product of Z without u_j): 1 when m = 1, the
+//             other zero update (the sum of Z minus u_j) when m = 2, else 0 — exact to every
+//             order for m <= 2; for m >= 3, derivatives of order m and above read 0.
 Tensor cofactor(const RuleArgs& r) {
   const Tensor& u = r.inputs[2];
   const Tensor ones = ones_like(r.inputs[0]);
-  const Tensor zero = zeros({}, u.dtype()), one = scalar_like(u, 1.0);
+  const Tensor zero = zeros({}, u.dtype()), one = scalar_like(u, 1.0), two = scalar_like(u, 2.0);
   const Tensor is_zero = equal(u, zero);
   const Tensor nonzero_u = where(is_zero, one, u);
   auto at_updates = [&](const Primitive& p, const Tensor& v, const Tensor& init) {
     return bind1(prim::gather(), {bind1(p, {init, r.inputs[1], v}, r.attrs), r.inputs[1]}, r.attrs);
   };
-  const Tensor rest = at_updates(prim::scatter_mul(), nonzero_u, ones);
-  const Tensor zero_count =
-      at_updates(prim::scatter_add(), astype(is_zero, u.dtype()), ops::zeros_of(ones.type()));
-  return where(is_zero, where(equal(zero_count, one), rest, zero),
-               where(equal(zero_count, zero), rest / nonzero_u, zero));
+  const Tensor none = ops::zeros_of(ones.type());
+  const Tensor nonzero_product = at_updates(prim::scatter_mul(), nonzero_u, ones);
+  const Tensor zero_product = at_updates(prim::scatter_mul(), where(is_zero, u, one), ones);
+  const Tensor zero_sum = at_updates(prim::scatter_add(), where(is_zero, u, zero), none);
+  const Tensor zero_count = at_updates(prim::scatter_add(), astype(is_zero, u.dtype()), none);
+  const Tensor other_zeros =
+      where(equal(zero_count, one), one, where(equal(zero_count, two), zero_sum - u, zero));
+  return where(is_zero, nonzero_product * other_zeros, nonzero_product / nonzero_u * zero_product);
 }
 
 Primitive with_product_rules(Primitive p) {

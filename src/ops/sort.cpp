@@ -301,7 +301,10 @@ struct ExtremeScan {
     if (b.i < 0) return a;
     const bool an = a.v != a.v, bn = b.v != b.v;  // NOLINT: NaN test that works for integers
     if (an != bn) return an ? a : b;
-    if (an || a.v == b.v) return a.i < b.i ? a : b;
+    if (an) return a.i < b.i ? a : b;
+    // Equal values: numpy's maximum/minimum return the later one (so -0 and +0 come out as
+    // numpy.maximum.accumulate gives them); the index stays the earliest's.
+    if (a.v == b.v) return a.i < b.i ? S{b.v, a.i} : S{a.v, b.i};
     return (IsMax ? b.v > a.v : b.v < a.v) ? b : a;
   }
   static T value(S s) { return static_cast<T>(s.v); }

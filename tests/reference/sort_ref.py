@@ -46,6 +46,7 @@ for name, x in {
     "f64": rng.normal(size=(4, 6, 5)),
     "i32": rng.integers(-3, 4, size=(4, 6, 5)).astype(np.int32),
     "edge": edgy((3, 12), np.float64),
+    "zeros": rng.choice([-0.0, 0.0, 0.0, -0.0, 1.0], size=(4, 9)),  # ties of signed zeros
 }.items():
     out[f"scan/{name}/x"] = x
     for axis in (0, 1):
