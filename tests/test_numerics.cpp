@@ -122,6 +122,12 @@ TEST(NumericsEmpty, LogsumexpAndSoftmaxOverAnEmptyAxis) {
   expect_close(v, D(6, -kInf), 0);
   EXPECT_EQ(vmap([](const Tensor& x) { return log_softmax(x, 0); })(zeros({2, 0})).shape(),
             (Shape{2, 0}));
+  // The result is a constant -inf: its tangent is 0, as the empty sum's (not log's 0 / 0).
+  const auto [value, tangent] =
+      jvp([](const Tensor& x) { return logsumexp(x, {0}); }, std::tuple{zeros({0, 3}, float64)},
+          std::tuple{zeros({0, 3}, float64)});
+  expect_close(value, {-kInf, -kInf, -kInf}, 0);
+  expect_close(tangent, {0, 0, 0}, 0);
 }
 
 TEST(NumericsEmpty, EveryReductionFollowsNumpy) {

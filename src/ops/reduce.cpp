@@ -605,7 +605,8 @@ Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc l
 }
 
 // The empty sum is 0, so the log-sum-exp over an empty axis is -inf (as numpy's
-// logaddexp.reduce and scipy's logsumexp).
+// logaddexp.reduce and scipy's logsumexp), a constant: its tangent is 0, as the empty sum's,
+// not log's 0 / 0.
 Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
   const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
@@ -613,7 +614,8 @@ Tensor logsumexp(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const Axes all_axes(ax.begin(), ax.end());
   const Tensor m = exp_shift("logsumexp", xf, all_axes, loc);
   const Tensor s = sum(exp(sub(xf, m, loc), loc), all_axes, true, loc);
-  const Tensor out = add(log(s, loc), m, loc);
+  const Tensor out =
+      count_over(xf, ax) == 0 ? full(s.shape(), -INFINITY, s.dtype()) : add(log(s, loc), m, loc);
   return ops::cast_if_needed(keepdims ? out : squeeze(out, all_axes, loc), to_floating(x.dtype()),
                              loc);
 }
