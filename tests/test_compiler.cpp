@@ -708,7 +708,7 @@ TEST(Compiler, LargeSoftmaxRowsAreStreamedBitForBit) {
   });
 }
 
-// Column max/min accumulate order keys with a NaN flag apart (docs/DESIGN.md): rows mixing
+// Column max/min accumulate order keys with the last NaN apart (docs/DESIGN.md): rows mixing
 // NaN, ±0 and ±inf, of lengths with and without a vector tail, in float32 and float64, give
 // the interpreter's results bit for bit (+0 beats -0 for max, -0 for min; NaN wins).
 TEST(Compiler, ColumnMaxAndMinFollowTheInterpreterOnEdgeValues) {
@@ -724,6 +724,28 @@ TEST(Compiler, ColumnMaxAndMinFollowTheInterpreterOnEdgeValues) {
       const Tensor x = astype(tensor(v, {7, n}), dt);
       expect_compiled_bits([](const Tensor& t) { return max(t, {1}); }, x);
       expect_compiled_bits([](const Tensor& t) { return min(t, {1}); }, x);
+    }
+}
+
+// The NaN a max or min returns is one of its inputs', sign included, as the interpreter's
+// (x - x at inf is the negative default NaN on x86): not a NaN constant of its own.
+TEST(Compiler, MaxAndMinKeepTheSignOfTheirNaN) {
+  for (DType dt : {float32, float64})
+    for (int64_t n : {5, 8, 21}) {
+      std::vector<double> v(static_cast<std::size_t>(2 * n), 1.0);
+      v[3] = INFINITY;
+      v[static_cast<std::size_t>(n + 2)] = -INFINITY;
+      const Tensor x = astype(tensor(v, {2, n}), dt);
+      for (const auto& f :
+           {std::function<Tensor(const Tensor&)>([](const Tensor& t) { return max(t - t, {1}); }),
+            std::function<Tensor(const Tensor&)>(
+                [](const Tensor& t) { return min(-(t - t), {1}); })}) {
+        const std::vector<double> want = f(x).to_vector<double>();
+        const std::vector<double> got = jit(f, kCompiled)(x).to_vector<double>();
+        ASSERT_TRUE(std::isnan(want[0]) && std::isnan(got[0]));
+        EXPECT_EQ(std::signbit(got[0]), std::signbit(want[0])) << dt << " n=" << n;
+        EXPECT_EQ(std::signbit(got[1]), std::signbit(want[1])) << dt << " n=" << n;
+      }
     }
 }
 

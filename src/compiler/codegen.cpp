@@ -1150,9 +1150,10 @@ class Emitter {
     Reducer r;
     llvm::AllocaInst* lanes = nullptr;  // column: vector; row: the block's array
     llvm::AllocaInst* tail = nullptr;   // column only
-    // Column float max/min: lanes and tail hold order keys (ordered_key), and whether a NaN
-    // was seen is kept apart, so the loop's dependency chain is one integer max per step
+    // Column float max/min: lanes and tail hold order keys (ordered_key), and the last NaN
+    // seen (if any) is kept apart, so the loop's dependency chain is one integer max per step
     // instead of the compare-and-select chain of combine (a softmax's max pass waited on it).
+    // The NaN itself, not a flag: the result keeps its sign, as the interpreter's a + b does.
     llvm::AllocaInst* nan_lanes = nullptr;
     llvm::AllocaInst* nan_tail = nullptr;
   };
@@ -1187,8 +1188,8 @@ class Emitter {
       a.lanes = entry_alloca(vec(t, lanes_));
       a.tail = entry_alloca(t);
       if (keyed(a.r)) {
-        a.nan_lanes = entry_alloca(vec(b_.getInt1Ty(), lanes_));
-        a.nan_tail = entry_alloca(b_.getInt1Ty());
+        a.nan_lanes = entry_alloca(vec(acc_scalar(a.r), lanes_));
+        a.nan_tail = entry_alloca(acc_scalar(a.r));
       }
     }
     return a;
@@ -1205,8 +1206,8 @@ class Emitter {
     if (keyed(a.r)) {
       b_.CreateStore(key_of(identity(a.r, lanes_)), a.lanes);
       b_.CreateStore(key_of(identity(a.r, 1)), a.tail);
-      b_.CreateStore(splat(b_.getFalse(), lanes_), a.nan_lanes);
-      b_.CreateStore(b_.getFalse(), a.nan_tail);
+      b_.CreateStore(llvm::Constant::getNullValue(a.nan_lanes->getAllocatedType()), a.nan_lanes);
+      b_.CreateStore(llvm::Constant::getNullValue(a.nan_tail->getAllocatedType()), a.nan_tail);
       return;
     }
     b_.CreateStore(identity(a.r, lanes_), a.lanes);
@@ -1226,7 +1227,8 @@ class Emitter {
     llvm::AllocaInst* acc = s.lanes == 1 ? a.tail : a.lanes;
     if (keyed(a.r)) {
       llvm::AllocaInst* nan = s.lanes == 1 ? a.nan_tail : a.nan_lanes;
-      b_.CreateStore(b_.CreateOr(b_.CreateLoad(nan->getAllocatedType(), nan), is_nan(v)), nan);
+      b_.CreateStore(b_.CreateSelect(is_nan(v), v, b_.CreateLoad(nan->getAllocatedType(), nan)),
+                     nan);
       llvm::Value* k = b_.CreateLoad(acc->getAllocatedType(), acc);
       const bool is_max = a.r.prim == &prim::reduce_max();
       llvm::Value* kv = key_of(v);
@@ -1258,9 +1260,13 @@ class Emitter {
     total = combine(a.r, total, tail);
     if (keyed(a.r)) {
       llvm::Value* nv = b_.CreateLoad(a.nan_lanes->getAllocatedType(), a.nan_lanes);
-      llvm::Value* any = b_.CreateOr(lanes_ == 1 ? nv : b_.CreateOrReduce(nv),
-                                     b_.CreateLoad(b_.getInt1Ty(), a.nan_tail));
-      total = b_.CreateSelect(any, llvm::ConstantFP::getNaN(total->getType()), total);
+      llvm::Value* nan = b_.CreateLoad(a.nan_tail->getAllocatedType(), a.nan_tail);
+      for (int k = 0; k < lanes_; ++k) {
+        llvm::Value* lane =
+            lanes_ == 1 ? nv : b_.CreateExtractElement(nv, static_cast<uint64_t>(k));
+        nan = b_.CreateSelect(is_nan(lane), lane, nan);
+      }
+      total = b_.CreateSelect(is_nan(nan), nan, total);
     }
     return from_acc(a.r, total);
   }

@@ -186,7 +186,7 @@ std::string hex(const Digest& d) {
 
 std::string full_key(const std::string& key) {
   const HostCpu& cpu = host_cpu();
-  return std::string("kiln-codegen-6\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
+  return std::string("kiln-codegen-7\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
          cpu.features + "\nstreaming " + std::to_string(detail::streaming_bytes()) + "\n" + key;
 }
 
