@@ -9,11 +9,13 @@ namespace {
 Tensor key_arg(py::object key) { return to_tensor(key); }
 
 // A floating parameter tensor (gamma's a, dirichlet's alpha): Python numbers become float32,
-// or `dtype` when given.
+// or `dtype` when given; integer and bool tensors and arrays stay as they are, so the sampler
+// raises for them (as categorical's logits and the C++ API do).
 Tensor parameter(py::object value, py::object dtype) {
-  std::optional<DType> d = to_optional_dtype(dtype);
-  Tensor t = to_tensor(value, d);
-  return is_floating(t.dtype()) ? t : astype(t, float32, Loc{});
+  const std::optional<DType> d = to_optional_dtype(dtype);
+  const bool number = (py::isinstance<py::int_>(value) && !py::isinstance<py::bool_>(value)) ||
+                      py::isinstance<py::float_>(value);
+  return to_tensor(value, number ? d.value_or(float32) : d);
 }
 
 }  // namespace

@@ -372,6 +372,34 @@ def test_where_clip_round_astype():
     close(kl.astype(x, "float64"), x.astype(np.float64), dtype=kl.float64)
 
 
+def test_convolution_string_paddings_against_torch():
+    # "same" with odd and even totals (kernel 4, dilation 1 / kernel 3, dilation 2), "valid".
+    x = R.standard_normal((2, 2, 7, 6))
+    for kh, kw, dil in ((4, 3, (1, 2)), (2, 5, 1), (3, 3, 2)):
+        w = R.standard_normal((3, 2, kh, kw))
+        for padding in ("same", "valid"):
+            want = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding,
+                            dilation=dil).numpy()
+            close(kl.conv2d(x, w, padding=padding, dilation=dil), want, tol=1e-9)
+    x1, w1 = R.standard_normal((2, 3, 10)), R.standard_normal((4, 3, 4))
+    close(kl.conv1d(x1, w1, padding="same"),
+          F.conv1d(torch.from_numpy(x1), torch.from_numpy(w1), padding="same").numpy(),
+          tol=1e-9)
+    x3, w3 = R.standard_normal((1, 2, 5, 6, 4)), R.standard_normal((3, 2, 2, 3, 2))
+    close(kl.conv3d(x3, w3, padding="same"),
+          F.conv3d(torch.from_numpy(x3), torch.from_numpy(w3), padding="same").numpy(),
+          tol=1e-9)
+    with pytest.raises(kl.Error, match=r"\[conv2d\] padding='same' needs stride 1"):
+        kl.conv2d(x, w, stride=2, padding="same")
+    with pytest.raises(kl.Error, match=r"\[conv2d\] padding is an int, 2 ints, 'same' or 'valid'"):
+        kl.conv2d(x, w, padding="full")
+    # Gradients through the extra padding: against finite differences of the padded input.
+    g = kl.grad(lambda x: kl.sum(kl.conv2d(x, w1[:1, :2, None, :], padding="same") ** 2))(x)
+    tx = torch.from_numpy(x).requires_grad_()
+    (F.conv2d(tx, torch.from_numpy(w1[:1, :2, None, :]), padding="same") ** 2).sum().backward()
+    close(g, tx.grad.numpy(), tol=1e-9)
+
+
 def test_convolution_and_pooling_against_torch():
     x = R.standard_normal((2, 4, 9, 8))
     w = R.standard_normal((6, 2, 3, 3))

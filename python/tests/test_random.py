@@ -117,6 +117,18 @@ def test_continuous_distributions():
     assert d.shape == (N, 3)
     np.testing.assert_allclose(d.sum(axis=1), 1.0, atol=1e-5)
     np.testing.assert_allclose(d.mean(axis=0), [1 / 6, 2 / 6, 3 / 6], atol=0.01)
+    # Python numbers are parameters as floats; integer tensors and arrays raise, as for
+    # categorical's logits.
+    assert kr.gamma(key, 2, (3,)).dtype == kl.float32
+    assert kr.beta(key, 2, 5, (3,)).dtype == kl.float32
+    for call in (lambda: kr.gamma(key, np.array([1, 2])),
+                 lambda: kr.gamma(key, kl.asarray([1, 2])),
+                 lambda: kr.loggamma(key, np.array([1, 2])),
+                 lambda: kr.beta(key, np.array([2]), 5.0),
+                 lambda: kr.dirichlet(key, np.array([1, 2, 3])),
+                 lambda: kr.categorical(key, np.array([1, 2]))):
+        with pytest.raises(kl.Error, match="expected a floating dtype"):
+            call()
     cov = np.array([[2.0, 0.6], [0.6, 1.0]])
     mv = np.asarray(kr.multivariate_normal(key, np.array([1.0, -1.0]), cov, (N,)))
     np.testing.assert_allclose(mv.mean(axis=0), [1.0, -1.0], atol=0.02)
