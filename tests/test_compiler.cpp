@@ -727,6 +727,21 @@ TEST(Compiler, ColumnMaxAndMinFollowTheInterpreterOnEdgeValues) {
     }
 }
 
+// A long unrolled chain is split into groups of bounded size (LLVM's compile time grows faster
+// than a function's length), with the interpreter's results.
+TEST(Compiler, LongChainsSplitIntoBoundedGroups) {
+  const auto chain = [](const Tensor& x) {
+    Tensor y = x;
+    for (int i = 0; i < 1500; ++i) y = sin(y) * 0.999f + 0.01f;
+    return y;
+  };
+  const Tensor x = normal(3, {37});
+  expect_compiled_bits(chain, x);
+  const ir::CompiledInfo info = jit(chain, kCompiled).compiled(x);
+  ASSERT_GT(info.groups.size(), 1u);
+  for (const auto& g : info.groups) EXPECT_LE(g.equations.size(), 512u);
+}
+
 // The NaN a max or min returns is one of its inputs', sign included, as the interpreter's
 // (x - x at inf is the negative default NaN on x86): not a NaN constant of its own.
 TEST(Compiler, MaxAndMinKeepTheSignOfTheirNaN) {

@@ -177,6 +177,10 @@ bool keeps_innermost(const Dims& domain, const std::vector<bool>& reduced) {
 // The most reduced indices of a total over the kept axes: each kernel call sums into an array
 // of that many doubles, one per thread, which the runtime adds up after the kernel.
 constexpr int64_t kMaxTotalSlots = int64_t{1} << 16;
+// Nodes in one group at most: LLVM's register allocation and scheduling grow faster than the
+// function they compile, so a long unrolled program fused into one loop body took most of its
+// compile time there. Groups of real layers have tens to a few hundred nodes.
+constexpr std::size_t kMaxGroupNodes = 512;
 
 // Whether an access reads the domain's innermost axis of size > 1 contiguously or as a
 // broadcast (the vector loops run along it).
@@ -220,6 +224,7 @@ class Builder {
 
   // Adds equation i if it fits the group; false (and no change) otherwise.
   bool try_add(int i) {
+    if (g_.nodes.size() >= kMaxGroupNodes) return false;
     const ir::Equation& e = f_.equations[static_cast<std::size_t>(i)];
     if (is_reduction(e.prim)) return add_reduce(i, e);
     if (is_layout(e.prim)) return add_alias(i, e);

@@ -15,6 +15,18 @@ namespace kiln::ir {
 
 namespace {
 
+// f without its equations: what a pass starts from before it writes the equations anew (a copy
+// of f would copy every equation only to drop it, a large share of a long program's passes).
+Function without_equations(const Function& f) {
+  Function out;
+  out.name = f.name;
+  out.params = f.params;
+  out.param_names = f.param_names;
+  out.constants = f.constants;
+  out.results = f.results;
+  return out;
+}
+
 // A scan without the ys nobody reads, and then without the xs and captures its body no longer
 // reads; carries stay (each step reads the last). The body is pruned the same way.
 Equation prune_scan(const Equation& e, const std::set<int>& live) {
@@ -67,7 +79,7 @@ Function dce(const Function& f) {
     kept.push_back(it->prim->name == "scan" ? prune_scan(*it, live) : *it);
     for (const Value& v : kept.back().inputs) live.insert(v.id);
   }
-  Function out = f;
+  Function out = without_equations(f);
   out.equations.assign(kept.rbegin(), kept.rend());
   out.constants.clear();
   for (const Constant& c : f.constants)
@@ -110,7 +122,7 @@ Function cse(const Function& f) {
     return it == rename.end() ? v : it->second;
   };
   std::map<std::pair<std::string, std::vector<int>>, std::vector<const Equation*>> seen;
-  Function out = f;
+  Function out = without_equations(f);
   out.constants.clear();
   std::map<std::string, Value> constants;
   for (const Constant& c : f.constants) {
@@ -124,7 +136,6 @@ Function cse(const Function& f) {
     }
     out.constants.push_back(c);
   }
-  out.equations.clear();
   out.equations.reserve(f.equations.size());  // buckets hold pointers into it
   for (const Equation& e0 : f.equations) {
     Equation e = e0;
@@ -142,7 +153,7 @@ Function cse(const Function& f) {
       for (std::size_t k = 0; k < e.outputs.size(); ++k) rename[e.outputs[k].id] = same->outputs[k];
       continue;
     }
-    out.equations.push_back(e);
+    out.equations.push_back(std::move(e));
     bucket.push_back(&out.equations.back());
   }
   for (Value& v : out.results) v = resolve(v);
@@ -217,8 +228,7 @@ Function fold_constants(const Function& f) {
   // a function first called under grad, vmap or an outer jit).
   detail::TracingPaused concrete;
   Defs defs(f);
-  Function out = f;
-  out.equations.clear();
+  Function out = without_equations(f);
   for (const Equation& e : f.equations) {
     bool all_const = !e.inputs.empty();
     int64_t in_size = 0;
@@ -286,8 +296,7 @@ Function simplify(const Function& f) {
     auto it = rename.find(v.id);
     return it == rename.end() ? v : it->second;
   };
-  Function out = f;
-  out.equations.clear();
+  Function out = without_equations(f);
   int next_id = f.next_id();
   for (const Equation& e0 : f.equations) {
     Equation e = e0;
