@@ -223,3 +223,15 @@ def test_no_leak_over_operator_calls():
     assert sys.getrefcount(a) == base_a and sys.getrefcount(b) == base_b
     assert sys.getrefcount(c) == 2  # c and getrefcount's argument: no hidden owner
     assert float(c) == 6.0  # ((1 + 1) * 2 - 1) / 1 summed over two elements
+
+
+def test_kiln_and_pytorch_share_one_thread_count():
+    # One OpenMP runtime in the process: each library's setter sets the other's count.
+    before = kl.num_threads()
+    try:
+        kl.set_num_threads(3)
+        assert torch.get_num_threads() == 3
+        torch.set_num_threads(2)
+        assert kl.num_threads() == 2
+    finally:
+        kl.set_num_threads(before)
