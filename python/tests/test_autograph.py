@@ -1058,30 +1058,18 @@ def test_an_unconvertible_function_under_jit_says_so():
     assert "kiln.autograph.convert" in message
 
 
-def ranges(x, a, b):
-    """Sums over range(b), range(a, b), range(a, b, 3) and range(b, a, -2) (traced bounds)."""
+def ranges(x, a, b, m=kl):
+    """Loops over range(b), range(a, b), range(a, b, 3) and range(b, a, -2); with Python ints
+    and m=np it is plain Python, the reference."""
     acc = x * 0.0
     for i in range(b):
-        acc = kl.sin(acc * x + i)
+        acc = m.sin(acc * x + i)
     for i in range(a, b):
-        acc = acc + x * kl.cos(acc + i)
+        acc = acc + x * m.cos(acc + i)
     for i in range(a, b, 3):
         acc = acc * x + i
     for i in range(b, a, -2):
-        acc = kl.sin(acc) * x - i
-    return acc
-
-
-def ranges_numpy(x, a, b):
-    acc = x * 0.0
-    for i in range(b):
-        acc = np.sin(acc * x + i)
-    for i in range(a, b):
-        acc = acc + x * np.cos(acc + i)
-    for i in range(a, b, 3):
-        acc = acc * x + i
-    for i in range(b, a, -2):
-        acc = np.sin(acc) * x - i
+        acc = m.sin(acc) * x - i
     return acc
 
 
@@ -1093,9 +1081,9 @@ def test_ranges_over_traced_bounds_become_fori_loops_with_right_gradients():
             x = kl.asarray(np.float64(v))
             bounds = (kl.asarray(a), kl.asarray(b))
             assert float(np.asarray(jitted(x, *bounds))) == \
-                pytest.approx(ranges_numpy(v, a, b), rel=1e-12)
+                pytest.approx(ranges(v, a, b, np), rel=1e-12)
             h = 1e-6
-            fd = (ranges_numpy(v + h, a, b) - ranges_numpy(v - h, a, b)) / (2 * h)
+            fd = (ranges(v + h, a, b, np) - ranges(v - h, a, b, np)) / (2 * h)
             assert float(np.asarray(dx(x, *bounds))) == pytest.approx(fd, rel=1e-7, abs=1e-9)
     # Each loop is the fori_loop form (a counter from the start bound or 0, stepping by 1, tested
     # against the end bound or the trip count), not a while_loop stepping i by the range's step.
@@ -1108,6 +1096,19 @@ def test_ranges_over_traced_bounds_become_fori_loops_with_right_gradients():
         assert one and f"= add %a0, {one.group(1)} : i32[]" in body
         assert cond.split("{")[1].split("}")[0].split() == \
             "%0 = lt %a0, %a2 : bool[] return %0".split()
+
+
+def test_range_with_a_zero_step_over_traced_bounds_is_pythons_error():
+    def zero_step(a, b):
+        total = a * 0
+        for i in range(a, b, 0):
+            total = total + i
+        return total
+
+    with pytest.raises(ValueError, match="must not be zero"):
+        zero_step(1, 2)
+    with pytest.raises(ValueError, match="must not be zero"):
+        kl.jit(zero_step)(kl.asarray(1), kl.asarray(2))
 
 
 def test_range_over_traced_bounds_lowers_as_the_handwritten_fori_loop():
