@@ -521,32 +521,51 @@ def _reads(node):
     return out
 
 
-def _captured(fn):
-    """The names of `fn`'s scope that the functions and lambdas defined in it read: such a
-    function may run at any later time, so they are live everywhere."""
-    out = set()
+def _closures(fn):
+    """The functions and lambdas of `fn`'s scope bound to names (`def g` or `g = lambda ...`):
+    name -> the names of `fn`'s scope they read (transitively, through each other). Reading
+    such a name reads those names too: the function may be called at any later time."""
+    out = {}
     for s in fn.body:
         for n in _walk_scope(s, enter=False):
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                a = n.args
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                bound = [(n.name, n)]
+            elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda):
+                bound = [(t.id, n.value) for t in n.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            for name, f in bound:
+                a = f.args
                 own = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs
                        + [v for v in (a.vararg, a.kwarg) if v]}
-                if not isinstance(n, ast.Lambda):
-                    own |= _assigned(n.body)
-                out |= _reads(n) - own
+                if not isinstance(f, ast.Lambda):
+                    own |= _assigned(f.body)
+                out[name] = out.get(name, set()) | (_reads(f) - own)
+    changed = True
+    while changed:  # one closure calling another reads what that one reads
+        changed = False
+        for name, reads in out.items():
+            more = set().union(*(out[r] for r in reads & out.keys())) - reads
+            if more:
+                reads |= more
+                changed = True
     return out
 
 
 class _Liveness:
     """Backward liveness over one function body. Records, for each statement, the names live
-    after it (`after`), and for each loop what is live at its test (`header`); `captured` (see
-    _captured) is in both."""
+    after it (`after`), and for each loop what is live at its test (`header`). `closures` (see
+    _closures): reading one of its names reads what that function reads."""
 
-    def __init__(self, captured=frozenset()):
+    def __init__(self, closures):
         self.after = {}
         self.header = {}
-        self.captured = frozenset(captured)
+        self.closures = closures
         self.loops = []  # (live after the loop, live at its header) of enclosing loops
+
+    def reads(self, node):
+        out = _reads(node)
+        return out.union(*(self.closures[n] for n in out & self.closures.keys()))
 
     def block(self, stmts, live):
         for s in reversed(stmts):
@@ -554,9 +573,9 @@ class _Liveness:
         return live
 
     def stmt(self, s, live):
-        self.after[s] = frozenset(live) | self.captured
+        self.after[s] = frozenset(live)
         if isinstance(s, ast.If):
-            return _reads(s.test) | self.block(s.body, live) | self.block(s.orelse, live)
+            return self.reads(s.test) | self.block(s.body, live) | self.block(s.orelse, live)
         if isinstance(s, (ast.While, ast.For, ast.AsyncFor)):
             return self.loop(s, live)
         if isinstance(s, ast.Break):
@@ -564,29 +583,29 @@ class _Liveness:
         if isinstance(s, ast.Continue):
             return set(self.loops[-1][1]) if self.loops else set(live)
         if isinstance(s, (ast.Return, ast.Raise)):
-            return set().union(*(_reads(c) for c in ast.iter_child_nodes(s)))
+            return set().union(*(self.reads(c) for c in ast.iter_child_nodes(s)))
         if isinstance(s, (ast.With, ast.AsyncWith)):
             inner = self.block(s.body, live) - _assigned([i.optional_vars for i in s.items
                                                           if i.optional_vars])
-            return inner | set().union(*(_reads(i.context_expr) for i in s.items))
+            return inner | set().union(*(self.reads(i.context_expr) for i in s.items))
         if isinstance(s, (ast.Try, ast.TryStar)):
             final = self.block(s.finalbody, live)
             after_body = self.block(s.orelse, final)
             handlers = set()
             for h in s.handlers:
                 handlers |= self.block(h.body, final) - ({h.name} if h.name else set())
-                handlers |= _reads(h.type) if h.type else set()
+                handlers |= self.reads(h.type) if h.type else set()
             # Any statement of the body may raise: what the handlers read is live throughout.
             return self.block(s.body, after_body | handlers) | handlers | final
         if isinstance(s, ast.Match):
-            out = _reads(s.subject)
+            out = self.reads(s.subject)
             for case in s.cases:
                 out |= (self.block(case.body, live) - _assigned([case.pattern])) | \
-                    _reads(case.pattern)
-                out |= _reads(case.guard) if case.guard else set()
+                    self.reads(case.pattern)
+                out |= self.reads(case.guard) if case.guard else set()
             return out
         # A simple statement, a nested function or class: kill what it binds, add what it reads.
-        return (set(live) - _assigned([s])) | _reads(s)
+        return (set(live) - _assigned([s])) | self.reads(s)
 
     def loop(self, s, live):
         exit_live = self.block(s.orelse, live)
@@ -596,14 +615,14 @@ class _Liveness:
             body = self.block(s.body, header)
             self.loops.pop()
             if isinstance(s, ast.While):
-                new = header | body | _reads(s.test)
+                new = header | body | self.reads(s.test)
             else:
-                new = header | (body - _assigned([s.target])) | _reads(s.target)
+                new = header | (body - _assigned([s.target])) | self.reads(s.target)
             if new == header:
                 break
             header = new
-        self.header[s] = frozenset(header) | self.captured
-        return header | (_reads(s.iter) if not isinstance(s, ast.While) else set())
+        self.header[s] = frozenset(header)
+        return header | (self.reads(s.iter) if not isinstance(s, ast.While) else set())
 
 
 def _escapes(stmts, loop_level):
@@ -854,7 +873,7 @@ class _Converter(ast.NodeTransformer):
     def visit_FunctionDef(self, node):
         _convert_returns(node)
         node.body = _lower_jumps(node.body)
-        live = _Liveness(_captured(node))
+        live = _Liveness(_closures(node))
         live.block(node.body, set())
         self.liveness.append(live)
         self.globals.append({n for s in _walk_scope(node) if isinstance(s, ast.Global)

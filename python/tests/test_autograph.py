@@ -977,6 +977,20 @@ def pair_through_a_nested_def(x):
     return get()
 
 
+def halve_with_closures_in_the_body(x, n):
+    i = 0
+    while i < n:
+        d = x - 1.0         # a temporary of the body that its closures read: not carried
+        x = kl.cond(d > 0, lambda: x - d * 0.5, lambda: x + 1.0)
+
+        def twice():
+            return d * 2
+
+        x = x + twice() * 0.25
+        i = i + 1
+    return x
+
+
 def test_variables_read_only_through_closures_after_converted_statements():
     assert last_multiple_through_a_lambda(10.0, 4) == 30.0  # plain Python: the reference
     got = kl.jit(last_multiple_through_a_lambda)(kl.asarray(10.0), kl.asarray(4))
@@ -985,6 +999,9 @@ def test_variables_read_only_through_closures_after_converted_statements():
         expected = pair_through_a_nested_def(v)
         got = kl.jit(pair_through_a_nested_def)(kl.asarray(v))
         assert [int(np.asarray(t)) for t in got] == expected
+    eager = halve_with_closures_in_the_body(kl.asarray(np.float64(10.0)), 3)  # concrete tensors
+    got = kl.jit(halve_with_closures_in_the_body)(kl.asarray(np.float64(10.0)), kl.asarray(3))
+    assert float(np.asarray(got)) == float(np.asarray(eager))
 
 
 def factorial(n):
