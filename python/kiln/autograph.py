@@ -95,9 +95,9 @@ def _truth(test):
     return test
 
 
-# Per thread: how deep kiln.jit traces are nested (`jit_depth`), the functions it met that could
-# not be converted (`unconverted`: name -> reason), and how many times each converted statement is
-# being traced inside itself (`tracing`: loc -> count; only recursion re-enters one).
+# Per thread: how deep kiln.jit traces are nested (`jit_depth`), and how many times each
+# converted statement is being traced inside itself (`tracing`: loc -> count; only recursion
+# re-enters one).
 _local = threading.local()
 # A function that calls itself inside its own `if`/loop on a traced tensor this many times deep
 # recurses on a traced value (both branches of a kiln.cond are traced, so it would never end).
@@ -1228,8 +1228,6 @@ def convert(fun, recursive=True):
         return cached[recursive]
     conversion = _conversion(fun, recursive)
     if isinstance(conversion, str):
-        if getattr(_local, "jit_depth", 0):
-            _local.unconverted.setdefault(fun.__qualname__, conversion)
         return fun  # not cached here (a value holding its weak key would keep it alive)
     module = sys.modules[__name__]
     cells = dict(zip(fun.__code__.co_freevars, fun.__closure__ or ()))
@@ -1262,26 +1260,45 @@ def to_source(fun, recursive=True):
 
 
 def _entry(fun):
-    """What grad, vjp, jvp, jacfwd, jacrev, hessian, vmap and checkpoint call for `fun` (their
-    hook in kiln._kiln): while kiln.jit traces, `fun` converted as the calls of converted code
-    are (see callee), so that `jit(grad(f))` converts f as `jit(f)` does; otherwise `fun`."""
+    """What the transformations (grad, vjp, jvp, jacfwd, jacrev, hessian, vmap, checkpoint) and
+    the control-flow constructs (cond, switch, while_loop, fori_loop, scan) call for `fun`
+    (their hook in kiln._kiln): while kiln.jit traces, `fun` converted as the calls of converted
+    code are (see callee), so that `jit(grad(f))` converts f as `jit(f)` does; otherwise
+    `fun`."""
     return callee(fun) if getattr(_local, "jit_depth", 0) else fun
 
 
 _kiln._set_autograph_entry(_entry)
 
 
+def _unconverted_frames(tb):
+    """(code, why) for the frames of the traceback `tb` that run the user's code unconverted,
+    outermost first; `why`: the reason conversion gave, or None when it was never asked (the
+    function was called from unconverted code)."""
+    out = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code not in _converted_codes and _is_user_code(code):
+            why = _conversions.get((code, True), _conversions.get((code, False)))
+            out.append((code, why if isinstance(why, str) else None))
+        tb = tb.tb_next
+    return out
+
+
 def _concrete_value_hint(exc):
-    """`exc` with a note on the functions that jit could not convert, when it is Kiln's error
-    for a Python statement that needs a traced tensor's value (`if x > 0` unconverted)."""
-    if "needs a concrete value" not in str(exc) or not _local.unconverted:
+    """`exc` with a note naming the unconverted functions it was raised in, when it is Kiln's
+    error for a Python statement that needs a traced tensor's value (`if x > 0` unconverted)."""
+    frames = _unconverted_frames(exc.__traceback__)
+    if "needs a concrete value" not in str(exc) or not frames:
         return exc
-    functions = "; ".join(f"{name} ({why})" for name, why in _local.unconverted.items())
+    functions = ", ".join(
+        f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}: "
+        f"{why or 'called from code that was not converted'})" for code, why in frames)
     new = _kiln.Error(
-        f"{exc}\n  kiln.jit converts Python if/while/for on traced tensors in the functions it "
-        f"traces, but could not convert {functions}, nor therefore the functions called from "
-        "there. Give such a function a `def` in a source file (kiln.autograph.convert(f) "
-        "converts it; kiln.autograph.to_source(f) says why it cannot), or write its control "
+        f"{exc}\n  kiln.jit converts Python if/while/for on traced tensors, but this statement "
+        f"runs in code it did not convert: {functions}. Convert such a function with "
+        "kiln.autograph.convert (kiln.autograph.to_source says why one cannot be: a lambda has "
+        "no statements, so neither it nor what it calls is converted), or write its control "
         "flow with kiln.cond / kiln.while_loop / kiln.fori_loop")
     new.op = getattr(exc, "op", "autograph")
     return new
@@ -1293,8 +1310,6 @@ def _jit_tracing(fun):
     @functools.wraps(fun)
     def traced(*args, **kwargs):
         depth = getattr(_local, "jit_depth", 0)
-        if not depth:
-            _local.unconverted = {}
         _local.jit_depth = depth + 1
         try:
             return convert(fun)(*args, **kwargs)  # cached after the first trace
@@ -1311,8 +1326,9 @@ def _jit_tracing(fun):
 
 def jit(fun=None, *, static_argnums=(), static_argnames=(), autograph=True, **options):
     """kiln.jit with Python control flow: `fun` is converted (see kiln.autograph.convert) unless
-    `autograph=False`, and so is every function of the user's code that grad, vjp, jvp, jacfwd,
-    jacrev, hessian, vmap or checkpoint call while it is traced (`jit(grad(f))` converts f);
+    `autograph=False`, and so is every function of the user's code that a transformation
+    (grad, vmap, ...) or a control-flow construct (cond, scan, ...) calls while it is traced
+    (`jit(grad(f))` converts f);
     then it is compiled by the native jit (traced once per signature, then run without calling
     back into Python). static_argnums / static_argnames: the arguments held static (hashable,
     passed to `fun` by value, one trace per value), by position or keyword name; `fun`'s

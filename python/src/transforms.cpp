@@ -20,6 +20,22 @@
 namespace kiln::python {
 namespace {
 
+// kiln.autograph's hook (set by _set_autograph_entry; leaked, so that nothing is released after
+// the interpreter): entering(f) calls it, so that `jit(grad(f))` converts f as `jit(f)` does.
+py::object& autograph_entry() {
+  static auto* hook = new py::object();
+  return *hook;
+}
+
+}  // namespace
+
+py::object entering(const py::object& f) {
+  const py::object& hook = autograph_entry();
+  return hook ? hook(f) : f;
+}
+
+namespace {
+
 using detail::FlatFn;
 using detail::FlatTree;
 using pytree::flatten_tensors;
@@ -46,18 +62,6 @@ py::object wrap(py::handle f, std::function<py::object(const py::args&, const py
 }
 
 std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
-
-// kiln.autograph's hook (set by _set_autograph_entry; leaked, so that nothing is released after
-// the interpreter): what a transformation calls instead of f. While kiln.jit traces, that is f
-// with its Python control flow converted, so that `jit(grad(f))` converts f as `jit(f)` does.
-py::object& autograph_entry() {
-  static auto* hook = new py::object();
-  return *hook;
-}
-py::object entering(const py::object& f) {
-  const py::object& hook = autograph_entry();
-  return hook ? hook(f) : f;
-}
 
 // The positional arguments that grad and the Jacobians take as they are, as JAX does: Python
 // scalars (bool, int, float) that are not differentiated stay concrete, so `range(n)` or
@@ -752,8 +756,9 @@ void bind_transforms(py::module_& m) {
   m.def(
       "_set_autograph_entry", [](py::object hook) { autograph_entry() = std::move(hook); },
       py::arg("hook"),
-      "Internal (kiln.autograph): hook(f) gives the function grad, vjp, jvp, jacfwd, jacrev, "
-      "hessian, vmap and checkpoint call for f.");
+      "Internal (kiln.autograph): hook(f) gives the function that grad, vjp, jvp, jacfwd, "
+      "jacrev, hessian, vmap, checkpoint, cond, switch, while_loop, fori_loop and scan call "
+      "for f.");
   callable_class<Transformed>(m, "Transformed", "A function transformed by Kiln.")
       .def("__call__", [](const Transformed& t, const py::args& args, const py::kwargs& kwargs) {
         return t.call(args, kwargs);

@@ -1065,13 +1065,33 @@ def test_functions_entering_transformations_under_jit_are_converted():
         kl.grad(triangle_sum)(p, kl.asarray(n))
 
 
+def keep_larger(carry, x):
+    if x > carry:  # a Python `if` on traced values in a body that kiln.scan calls
+        carry = x
+    return carry, carry * 2.0
+
+
+def running_max_doubled(xs):
+    return kl.scan(keep_larger, xs[0], xs)
+
+
+def test_bodies_entering_control_flow_under_jit_are_converted():
+    xs = np.array([0.5, -1.0, 2.0, 1.5, 3.0, -2.0])
+    carry, ys = kl.jit(running_max_doubled)(kl.asarray(xs))
+    assert float(np.asarray(carry)) == xs.max()
+    np.testing.assert_array_equal(np.asarray(ys), 2.0 * np.maximum.accumulate(xs))
+
+
 def test_an_unconvertible_function_under_jit_says_so():
     f = kl.jit(kl.grad(lambda p, n: triangle_sum(p, n)))
     with pytest.raises(kl.Error) as info:
         f(kl.asarray(np.array([1.0])), kl.asarray(3))
     message = str(info.value)
-    assert "needs a concrete value" in message
-    assert "could not convert" in message and "<lambda> (no source: a lambda" in message
+    assert "needs a concrete value" in message and "code it did not convert" in message
+    line = line_of(test_an_unconvertible_function_under_jit_says_so, "lambda p, n")
+    assert f"<lambda> ({THIS_FILE}:{line}: no source: a lambda" in message
+    line = line_of(triangle_sum, "def triangle_sum")
+    assert f"triangle_sum ({THIS_FILE}:{line}: called from code that was not converted)" in message
     assert "kiln.autograph.convert" in message
 
 
