@@ -1288,8 +1288,10 @@ def _unconverted_frames(tb):
 def _concrete_value_hint(exc):
     """`exc` with a note naming the unconverted functions it was raised in, when it is Kiln's
     error for a Python statement that needs a traced tensor's value (`if x > 0` unconverted)."""
+    if getattr(exc, "_ag_hinted", False) or "needs a concrete value" not in str(exc):
+        return exc  # (hinted already by a jit nested in this one)
     frames = _unconverted_frames(exc.__traceback__)
-    if "needs a concrete value" not in str(exc) or not frames:
+    if not frames:
         return exc
     functions = ", ".join(
         f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}: "
@@ -1301,6 +1303,7 @@ def _concrete_value_hint(exc):
         "no statements, so neither it nor what it calls is converted), or write its control "
         "flow with kiln.cond / kiln.while_loop / kiln.fori_loop")
     new.op = getattr(exc, "op", "autograph")
+    new._ag_hinted = True
     return new
 
 
