@@ -164,7 +164,7 @@ def _annotate(exc, what, names, loc):
                       f"its variables (result leaves): {leaves}")
     new.op = getattr(exc, "op", what)
     new._ag_annotated = True
-    return new
+    return new.with_traceback(exc.__traceback__)  # the frames that raised it, for tracebacks
 
 
 def if_stmt(test, true_fn, false_fn, args, names, loc):
@@ -1118,8 +1118,9 @@ class _Conversion:
 
 _conversions = {}  # (code object, recursive) -> _Conversion, or why it cannot be converted
 _converted = weakref.WeakKeyDictionary()  # function -> {recursive: converted function}
-_converted_codes = set()  # the code objects conversion made
+_converted_codes = set()  # the code objects conversion made, the functions inside them too
 _no_source = "no source"
+_lambda_reason = f"{_no_source}: a lambda has no statements to convert"
 
 
 _parsed = {}  # file name -> (its source, its ast.Module): one parse per file
@@ -1158,7 +1159,7 @@ def _rewrite(fun, recursive):
     """The converted FunctionDef of `fun` (decorators dropped: `fun` is the undecorated function)
     and the module that builds it, or a string saying why it cannot be converted."""
     if fun.__code__.co_name == "<lambda>":
-        return f"{_no_source}: a lambda has no statements to convert"
+        return _lambda_reason
     node = _find_def(fun)
     if isinstance(node, str):
         return node
@@ -1199,7 +1200,12 @@ def _conversion(fun, recursive):
             factory_code = next(c for c in factory.co_consts if isinstance(c, types.CodeType))
             new_code = next(c for c in factory_code.co_consts
                             if isinstance(c, types.CodeType) and c.co_name == key[0].co_name)
-            _converted_codes.add(new_code)
+            nested = [new_code]
+            while nested:  # the generated functions and nested defs (lambdas stay as written)
+                code = nested.pop()
+                _converted_codes.add(code)
+                nested.extend(c for c in code.co_consts
+                              if isinstance(c, types.CodeType) and c.co_name != "<lambda>")
             _conversions[key] = _Conversion(new_code, ast.unparse(node))
     return _conversions[key]
 
@@ -1279,7 +1285,8 @@ def _unconverted_frames(tb):
     while tb is not None:
         code = tb.tb_frame.f_code
         if code not in _converted_codes and _is_user_code(code):
-            why = _conversions.get((code, True), _conversions.get((code, False)))
+            why = _lambda_reason if code.co_name == "<lambda>" else \
+                _conversions.get((code, True), _conversions.get((code, False)))
             out.append((code, why if isinstance(why, str) else None))
         tb = tb.tb_next
     return out

@@ -1094,6 +1094,22 @@ def test_an_unconvertible_function_under_jit_says_so():
     assert f"triangle_sum ({THIS_FILE}:{line}: called from code that was not converted)" in message
     assert "kiln.autograph.convert" in message
 
+    def through_a_converted_if(p, n):
+        total = lambda: triangle_sum(p, n)  # noqa: E731 (a lambda: its calls stay unconverted)
+        if p.sum() > 0:
+            y = total()
+        else:
+            y = p.sum()
+        return y
+
+    with pytest.raises(kl.Error) as info:
+        kl.jit(through_a_converted_if)(kl.asarray(np.array([1.0])), kl.asarray(3))
+    message = str(info.value)
+    line = line_of(through_a_converted_if, "lambda: triangle_sum")
+    assert "in the `if` at" in message
+    assert f"did not convert: through_a_converted_if.<locals>.<lambda> ({THIS_FILE}:{line}: " \
+        "no source: a lambda" in message and "triangle_sum (" in message
+
 
 def ranges(x, a, b, m=kl):
     """Loops over range(b), range(a, b), range(a, b, 3) and range(b, a, -2); with Python ints
