@@ -5,6 +5,7 @@ Builds the extension module kiln._kiln with CMake in the build folder that `make
 python/kiln with it. Debian's pip, setuptools and wheel; nothing is downloaded.
 """
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -13,6 +14,15 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
+
+
+def project_version():
+    """The version in CMakeLists.txt's project(): Kiln's one definition of it."""
+    found = re.search(r"project\(Kiln VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text())
+    if not found:
+        raise RuntimeError("CMakeLists.txt has no `project(Kiln VERSION x.y.z ...)`")
+    return found.group(1)
+
 (ROOT / "build" / "setuptools").mkdir(parents=True, exist_ok=True)  # setup.cfg's egg_base
 
 
@@ -33,6 +43,7 @@ class CMakeBuild(build_ext):
 
 
 setup(
+    version=project_version(),
     packages=["kiln"],
     package_dir={"": "python"},
     package_data={"kiln": ["*.pyi", "py.typed"]},

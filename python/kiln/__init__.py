@@ -4,7 +4,7 @@
 package re-exports it and adds the parts written in Python.
 """
 from ._kiln import *  # noqa: F401,F403
-from ._kiln import Error, Tensor, asarray, dtype  # noqa: F401
+from ._kiln import Error, Tensor, __version__, asarray, dtype  # noqa: F401
 # py-tensor: kiln.linalg and kiln.random are native submodules; `import kiln.random` works too.
 import sys as _sys  # noqa: E402
 

@@ -22,7 +22,7 @@ functions are named after the statement's line):
                                         return (n, steps)
                                     (n, steps) = ag__.while_stmt(ag__while_test_2,
                                         ag__while_body_2, ag__.state(locals(), ('n', 'steps')),
-                                        ('n', 'steps'), ('file.py', 2))
+                                        ('n', 'steps'), ('file.py', 2, 'f'))
 """
 import ast
 import builtins
@@ -32,6 +32,7 @@ import linecache
 import os
 import sys
 import sysconfig
+import threading
 import types
 import weakref
 
@@ -94,6 +95,46 @@ def _truth(test):
     return test
 
 
+# Per thread: how deep kiln.jit traces are nested (`jit_depth`), and how many times each
+# converted statement is being traced inside itself (`tracing`: loc -> count; only recursion
+# re-enters one).
+_local = threading.local()
+# A function that calls itself inside its own `if`/loop on a traced tensor this many times deep
+# recurses on a traced value (both branches of a kiln.cond are traced, so it would never end).
+_MAX_TRACED_RECURSION = 32
+
+
+class _Tracing:
+    """Counts a converted statement as being traced while it traces its branches or body; one
+    entered again too deep inside itself is recursion on a traced condition: a kiln.Error
+    naming the function."""
+
+    def __init__(self, loc, what):
+        self.loc, self.what = loc, what
+
+    def __enter__(self):
+        tracing = _local.__dict__.setdefault("tracing", {})
+        depth = tracing.get(self.loc, 0) + 1
+        if depth > _MAX_TRACED_RECURSION:
+            exc = _error(
+                "autograph",
+                f"{self.loc[2]} calls itself inside this {self.what}, whose condition is a "
+                "traced tensor: got recursion "
+                f"{_MAX_TRACED_RECURSION} calls deep on a traced value, expected recursion "
+                "that ends on Python values (a traced condition traces every path, so the "
+                f"recursion never ends): make the depth a Python value (a static argument), "
+                f"or write {self.loc[2]} with kiln.while_loop / kiln.fori_loop", self.loc)
+            exc._ag_annotated = True  # the enclosing statements need not add their variables
+            raise exc
+        tracing[self.loc] = depth
+
+    def __exit__(self, *exc):
+        tracing = _local.tracing
+        tracing[self.loc] -= 1
+        if not tracing[self.loc]:
+            del tracing[self.loc]
+
+
 def state(frame_locals, names):
     """The values of `names` in `frame_locals` (the caller's locals()), Undefined when unbound."""
     return tuple(frame_locals[n] if n in frame_locals else Undefined(n) for n in names)
@@ -123,7 +164,7 @@ def _annotate(exc, what, names, loc):
                       f"its variables (result leaves): {leaves}")
     new.op = getattr(exc, "op", what)
     new._ag_annotated = True
-    return new
+    return new.with_traceback(exc.__traceback__)  # the frames that raised it, for tracebacks
 
 
 def if_stmt(test, true_fn, false_fn, args, names, loc):
@@ -132,7 +173,12 @@ def if_stmt(test, true_fn, false_fn, args, names, loc):
     A traced test becomes kiln.cond (both branches traced); anything else picks one in Python."""
     if not _is_traced(test):
         return true_fn(*args) if test else false_fn(*args)
-    test = _truth(test)
+    with _Tracing(loc, "`if`"):
+        return _traced_if(_truth(test), true_fn, false_fn, args, names, loc)
+
+
+def _traced_if(test, true_fn, false_fn, args, names, loc):
+    """if_stmt on a traced test: kiln.cond over the variables `names`."""
     if not names:  # nothing to select: trace both branches for what they check and do
         true_fn(*args)
         false_fn(*args)
@@ -174,8 +220,9 @@ def if_exp(test, true_value, false_value, loc):
     if not _is_traced(test):
         return true_value() if test else false_value()
     try:
-        return _kiln.cond(_truth(test), lambda: _as_carry(true_value()),
-                          lambda: _as_carry(false_value()))
+        with _Tracing(loc, "conditional expression"):
+            return _kiln.cond(_truth(test), lambda: _as_carry(true_value()),
+                              lambda: _as_carry(false_value()))
     except _kiln.Error as exc:
         raise _annotate(exc, "conditional expression", ["value"], loc) from None
 
@@ -224,10 +271,11 @@ def while_stmt(test_fn, body_fn, args, names, loc):
         args = body_fn(*args)
     init = _functional_carry(args, names, loc, "`while` loop")
     try:
-        return tuple(_kiln.while_loop(
-            lambda carry: _truth(test_fn(*carry)),
-            lambda carry: _body_results(body_fn(*carry), init, names, loc, "`while` loop"),
-            init))
+        with _Tracing(loc, "`while` loop"):
+            return tuple(_kiln.while_loop(
+                lambda carry: _truth(test_fn(*carry)),
+                lambda carry: _body_results(body_fn(*carry), init, names, loc, "`while` loop"),
+                init))
     except _kiln.Error as exc:
         raise _annotate(exc, "`while` loop", names, loc) from None
 
@@ -244,7 +292,8 @@ def _broken(args, names, break_flag):
 def for_range(range_fn, range_args, body_fn, args, names, targets, break_flag, loc):
     """`for i in range(*range_args): carry = body_fn(i, *carry)`.
 
-    Bounds that are traced tensors make a kiln.fori_loop (step 1, no `break`) or a
+    Bounds that are traced tensors make a kiln.fori_loop over the trip count (a step that is a
+    Python int) or, for a traced step or a `break` (which stops the loop early), a
     kiln.while_loop; otherwise (or when `range` is not the builtin) Python iterates.
     `targets`: the loop variables among the carries (read after the loop). `break_flag`: the
     carry that a `break` sets (see _lower_jumps), or None."""
@@ -260,36 +309,55 @@ def for_range(range_fn, range_args, body_fn, args, names, targets, break_flag, l
         (lower, upper), step = range_args, 1
     else:
         lower, upper, step = range_args
+    if isinstance(step, int) and step == 0:
+        raise ValueError("range() arg 3 must not be zero")
     init = _functional_carry(args, names, loc, "`for` loop", targets)
     traced = next(a for a in range_args if _is_traced(a))
     # Python int bounds take the traced bound's integer dtype.
     lower, upper = (_kiln.asarray(v, traced.dtype) if isinstance(v, int) else v
                     for v in (lower, upper))
-    fori = isinstance(step, int) and step == 1 and break_flag is None
+    fori = isinstance(step, int) and break_flag is None
     try:
-        if fori:
-            return tuple(_kiln.fori_loop(
-                lower, upper,
-                lambda i, carry: _body_results(body_fn(i, *carry), init, names, loc, "`for` loop"),
-                init))
-        flag = None if break_flag is None else 1 + names.index(break_flag)
-
-        def test(carry):
-            i = carry[0]
-            if isinstance(step, int):
-                more = i < upper if step > 0 else i > upper
-            else:
-                more = _kiln.where(step > 0, i < upper, i > upper)
-            return more if flag is None else _kiln.logical_and(more, _kiln.logical_not(carry[flag]))
-
-        def body(carry):
-            i, rest = carry[0], carry[1:]
-            return (i + step,) + _body_results(body_fn(i, *rest), init, names, loc, "`for` loop")
-
-        return tuple(_kiln.while_loop(test, body, (lower,) + init))[1:]
+        with _Tracing(loc, "`for` loop"):
+            if fori:
+                return _fori_range(lower, upper, step, body_fn, init, names, loc)
+            return _while_range(lower, upper, step, body_fn, init, names, break_flag, loc)
     except _kiln.Error as exc:
         leaves = names if fori else ("<the range's index>",) + tuple(names)
         raise _annotate(exc, "`for` loop", leaves, loc) from None
+
+
+def _fori_range(lower, upper, step, body_fn, init, names, loc):
+    """range(lower, upper, step) with a Python int step as one kiln.fori_loop: over the bounds
+    themselves for step 1, else over the trip count, with i = lower + k * step."""
+    def body(i, carry):
+        return _body_results(body_fn(i, *carry), init, names, loc, "`for` loop")
+
+    if step == 1:
+        return tuple(_kiln.fori_loop(lower, upper, body, init))
+    span = upper - lower if step > 0 else lower - upper
+    trips = _kiln.maximum((span + (abs(step) - 1)) // abs(step), 0)
+    return tuple(_kiln.fori_loop(0, trips, lambda k, carry: body(lower + k * step, carry), init))
+
+
+def _while_range(lower, upper, step, body_fn, init, names, break_flag, loc):
+    """range(lower, upper, step) with a traced step or a `break` flag as a kiln.while_loop over
+    (i, carry), which stops once the flag is set."""
+    flag = None if break_flag is None else 1 + names.index(break_flag)
+
+    def test(carry):
+        i = carry[0]
+        if isinstance(step, int):
+            more = i < upper if step > 0 else i > upper
+        else:
+            more = _kiln.where(step > 0, i < upper, i > upper)
+        return more if flag is None else _kiln.logical_and(more, _kiln.logical_not(carry[flag]))
+
+    def body(carry):
+        i, rest = carry[0], carry[1:]
+        return (i + step,) + _body_results(body_fn(i, *rest), init, names, loc, "`for` loop")
+
+    return tuple(_kiln.while_loop(test, body, (lower,) + init))[1:]
 
 
 def for_stmt(iterable, body_fn, args, names, targets, break_flag, loc):
@@ -308,7 +376,8 @@ def for_stmt(iterable, body_fn, args, names, targets, break_flag, loc):
         return _body_results(body_fn(x, *carry), init, names, loc, "`for` loop"), None
 
     try:
-        carry, _ = _kiln.scan(step, init, iterable)
+        with _Tracing(loc, "`for` loop"):
+            carry, _ = _kiln.scan(step, init, iterable)
     except _kiln.Error as exc:
         raise _annotate(exc, "`for` loop", names, loc) from None
     return tuple(carry)
@@ -452,14 +521,51 @@ def _reads(node):
     return out
 
 
+def _closures(fn):
+    """The functions and lambdas of `fn`'s scope bound to names (`def g` or `g = lambda ...`):
+    name -> the names of `fn`'s scope they read (transitively, through each other). Reading
+    such a name reads those names too: the function may be called at any later time."""
+    out = {}
+    for s in fn.body:
+        for n in _walk_scope(s, enter=False):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                bound = [(n.name, n)]
+            elif isinstance(n, ast.Assign) and isinstance(n.value, ast.Lambda):
+                bound = [(t.id, n.value) for t in n.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            for name, f in bound:
+                a = f.args
+                own = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs
+                       + [v for v in (a.vararg, a.kwarg) if v]}
+                if not isinstance(f, ast.Lambda):
+                    own |= _assigned(f.body)
+                out[name] = out.get(name, set()) | (_reads(f) - own)
+    changed = True
+    while changed:  # one closure calling another reads what that one reads
+        changed = False
+        for name, reads in out.items():
+            more = set().union(*(out[r] for r in reads & out.keys())) - reads
+            if more:
+                reads |= more
+                changed = True
+    return out
+
+
 class _Liveness:
     """Backward liveness over one function body. Records, for each statement, the names live
-    after it (`after`), and for each loop what is live at its test (`header`)."""
+    after it (`after`), and for each loop what is live at its test (`header`). `closures` (see
+    _closures): reading one of its names reads what that function reads."""
 
-    def __init__(self):
+    def __init__(self, closures):
         self.after = {}
         self.header = {}
+        self.closures = closures
         self.loops = []  # (live after the loop, live at its header) of enclosing loops
+
+    def reads(self, node):
+        out = _reads(node)
+        return out.union(*(self.closures[n] for n in out & self.closures.keys()))
 
     def block(self, stmts, live):
         for s in reversed(stmts):
@@ -469,7 +575,7 @@ class _Liveness:
     def stmt(self, s, live):
         self.after[s] = frozenset(live)
         if isinstance(s, ast.If):
-            return _reads(s.test) | self.block(s.body, live) | self.block(s.orelse, live)
+            return self.reads(s.test) | self.block(s.body, live) | self.block(s.orelse, live)
         if isinstance(s, (ast.While, ast.For, ast.AsyncFor)):
             return self.loop(s, live)
         if isinstance(s, ast.Break):
@@ -477,29 +583,29 @@ class _Liveness:
         if isinstance(s, ast.Continue):
             return set(self.loops[-1][1]) if self.loops else set(live)
         if isinstance(s, (ast.Return, ast.Raise)):
-            return set().union(*(_reads(c) for c in ast.iter_child_nodes(s)))
+            return set().union(*(self.reads(c) for c in ast.iter_child_nodes(s)))
         if isinstance(s, (ast.With, ast.AsyncWith)):
             inner = self.block(s.body, live) - _assigned([i.optional_vars for i in s.items
                                                           if i.optional_vars])
-            return inner | set().union(*(_reads(i.context_expr) for i in s.items))
+            return inner | set().union(*(self.reads(i.context_expr) for i in s.items))
         if isinstance(s, (ast.Try, ast.TryStar)):
             final = self.block(s.finalbody, live)
             after_body = self.block(s.orelse, final)
             handlers = set()
             for h in s.handlers:
                 handlers |= self.block(h.body, final) - ({h.name} if h.name else set())
-                handlers |= _reads(h.type) if h.type else set()
+                handlers |= self.reads(h.type) if h.type else set()
             # Any statement of the body may raise: what the handlers read is live throughout.
             return self.block(s.body, after_body | handlers) | handlers | final
         if isinstance(s, ast.Match):
-            out = _reads(s.subject)
+            out = self.reads(s.subject)
             for case in s.cases:
                 out |= (self.block(case.body, live) - _assigned([case.pattern])) | \
-                    _reads(case.pattern)
-                out |= _reads(case.guard) if case.guard else set()
+                    self.reads(case.pattern)
+                out |= self.reads(case.guard) if case.guard else set()
             return out
         # A simple statement, a nested function or class: kill what it binds, add what it reads.
-        return (set(live) - _assigned([s])) | _reads(s)
+        return (set(live) - _assigned([s])) | self.reads(s)
 
     def loop(self, s, live):
         exit_live = self.block(s.orelse, live)
@@ -509,14 +615,14 @@ class _Liveness:
             body = self.block(s.body, header)
             self.loops.pop()
             if isinstance(s, ast.While):
-                new = header | body | _reads(s.test)
+                new = header | body | self.reads(s.test)
             else:
-                new = header | (body - _assigned([s.target])) | _reads(s.target)
+                new = header | (body - _assigned([s.target])) | self.reads(s.target)
             if new == header:
                 break
             header = new
         self.header[s] = frozenset(header)
-        return header | (_reads(s.iter) if not isinstance(s, ast.While) else set())
+        return header | (self.reads(s.iter) if not isinstance(s, ast.While) else set())
 
 
 def _escapes(stmts, loop_level):
@@ -760,23 +866,26 @@ class _Converter(ast.NodeTransformer):
         self.names = set()  # the functions made so far
         self.globals = []  # names declared global, per enclosing function
         self.declared = []  # names declared global or nonlocal, per enclosing function
+        self.functions = []  # the enclosing functions' names, innermost last
 
     # -- scopes --
 
     def visit_FunctionDef(self, node):
         _convert_returns(node)
         node.body = _lower_jumps(node.body)
-        live = _Liveness()
+        live = _Liveness(_closures(node))
         live.block(node.body, set())
         self.liveness.append(live)
         self.globals.append({n for s in _walk_scope(node) if isinstance(s, ast.Global)
                              for n in s.names})
         self.declared.append(self.globals[-1] | {n for s in _walk_scope(node)
                                                  if isinstance(s, ast.Nonlocal) for n in s.names})
+        self.functions.append(node.name)
         self.generic_visit(node)
         self.liveness.pop()
         self.globals.pop()
         self.declared.pop()
+        self.functions.pop()
         return node
 
     visit_AsyncFunctionDef = visit_FunctionDef
@@ -806,8 +915,9 @@ class _Converter(ast.NodeTransformer):
     # -- helpers --
 
     def _loc(self, node):
-        return ast.Tuple(elts=[ast.Constant(self.filename), ast.Constant(node.lineno)],
-                         ctx=ast.Load())
+        """(file, line, function): where a helper's errors point."""
+        return ast.Tuple(elts=[ast.Constant(self.filename), ast.Constant(node.lineno),
+                               ast.Constant(self.functions[-1])], ctx=ast.Load())
 
     def _fresh(self, kind, node):
         """ag__<kind>_<line>: the line of the statement it comes from (made unique)."""
@@ -1008,8 +1118,9 @@ class _Conversion:
 
 _conversions = {}  # (code object, recursive) -> _Conversion, or why it cannot be converted
 _converted = weakref.WeakKeyDictionary()  # function -> {recursive: converted function}
-_converted_codes = set()  # the code objects conversion made
+_converted_codes = set()  # the code objects conversion made, the functions inside them too
 _no_source = "no source"
+_lambda_reason = f"{_no_source}: a lambda has no statements to convert"
 
 
 _parsed = {}  # file name -> (its source, its ast.Module): one parse per file
@@ -1048,7 +1159,7 @@ def _rewrite(fun, recursive):
     """The converted FunctionDef of `fun` (decorators dropped: `fun` is the undecorated function)
     and the module that builds it, or a string saying why it cannot be converted."""
     if fun.__code__.co_name == "<lambda>":
-        return f"{_no_source}: a lambda has no statements to convert"
+        return _lambda_reason
     node = _find_def(fun)
     if isinstance(node, str):
         return node
@@ -1058,12 +1169,15 @@ def _rewrite(fun, recursive):
     # def ag__factory(ag__, <free variables>): <converted def>; so that the converted code's
     # free variables are the original's, and the original closure cells can be reused.
     freevars = list(fun.__code__.co_freevars)
+    # The def binds its name in the factory; a function that calls itself by a global name
+    # must still find the global there (the factory never runs, so nothing is assigned).
+    own_name = [] if node.name in freevars else [ast.Global(names=[node.name])]
     factory = ast.FunctionDef(
         name="ag__factory",
         args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in ["ag__"] + freevars],
                            vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-        body=[node, ast.Return(value=_name(node.name))], decorator_list=[], returns=None,
-        type_comment=None)
+        body=own_name + [node, ast.Return(value=_name(node.name))], decorator_list=[],
+        returns=None, type_comment=None)
     module = ast.Module(body=[factory], type_ignores=[])
     ast.copy_location(factory, node)
     ast.fix_missing_locations(module)
@@ -1086,7 +1200,12 @@ def _conversion(fun, recursive):
             factory_code = next(c for c in factory.co_consts if isinstance(c, types.CodeType))
             new_code = next(c for c in factory_code.co_consts
                             if isinstance(c, types.CodeType) and c.co_name == key[0].co_name)
-            _converted_codes.add(new_code)
+            nested = [new_code]
+            while nested:  # the generated functions and nested defs (lambdas stay as written)
+                code = nested.pop()
+                _converted_codes.add(code)
+                nested.extend(c for c in code.co_consts
+                              if isinstance(c, types.CodeType) and c.co_name != "<lambda>")
             _conversions[key] = _Conversion(new_code, ast.unparse(node))
     return _conversions[key]
 
@@ -1146,18 +1265,91 @@ def to_source(fun, recursive=True):
     return conversion.source
 
 
+def _entry(fun):
+    """What the transformations (grad, vjp, jvp, jacfwd, jacrev, hessian, vmap, checkpoint) and
+    the control-flow constructs (cond, switch, while_loop, fori_loop, scan) call for `fun`
+    (their hook in kiln._kiln): while kiln.jit traces, `fun` converted as the calls of converted
+    code are (see callee), so that `jit(grad(f))` converts f as `jit(f)` does; otherwise
+    `fun`."""
+    return callee(fun) if getattr(_local, "jit_depth", 0) else fun
+
+
+_kiln._set_autograph_entry(_entry)
+
+
+def _unconverted_frames(tb):
+    """(code, why) for the frames of the traceback `tb` that run the user's code unconverted,
+    outermost first; `why`: the reason conversion gave, or None when it was never asked (the
+    function was called from unconverted code)."""
+    out = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code not in _converted_codes and _is_user_code(code):
+            why = _lambda_reason if code.co_name == "<lambda>" else \
+                _conversions.get((code, True), _conversions.get((code, False)))
+            out.append((code, why if isinstance(why, str) else None))
+        tb = tb.tb_next
+    return out
+
+
+def _concrete_value_hint(exc):
+    """`exc` with a note naming the unconverted functions it was raised in, when it is Kiln's
+    error for a Python statement that needs a traced tensor's value (`if x > 0` unconverted)."""
+    if getattr(exc, "_ag_hinted", False) or "needs a concrete value" not in str(exc):
+        return exc  # (hinted already by a jit nested in this one)
+    frames = _unconverted_frames(exc.__traceback__)
+    if not frames:
+        return exc
+    functions = ", ".join(
+        f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}: "
+        f"{why or 'called from code that was not converted'})" for code, why in frames)
+    new = _kiln.Error(
+        f"{exc}\n  kiln.jit converts Python if/while/for on traced tensors, but this statement "
+        f"runs in code it did not convert: {functions}. Convert such a function with "
+        "kiln.autograph.convert (kiln.autograph.to_source says why one cannot be: a lambda has "
+        "no statements, so neither it nor what it calls is converted), or write its control "
+        "flow with kiln.cond / kiln.while_loop / kiln.fori_loop")
+    new.op = getattr(exc, "op", "autograph")
+    new._ag_hinted = True
+    return new
+
+
+def _jit_tracing(fun):
+    """What jit traces for `fun`: `fun` converted, run as a jit trace for _entry, with the hint
+    of _concrete_value_hint on its errors."""
+    @functools.wraps(fun)
+    def traced(*args, **kwargs):
+        depth = getattr(_local, "jit_depth", 0)
+        _local.jit_depth = depth + 1
+        try:
+            return convert(fun)(*args, **kwargs)  # cached after the first trace
+        except _kiln.Error as exc:
+            hinted = _concrete_value_hint(exc)
+            if hinted is exc:
+                raise
+            raise hinted.with_traceback(exc.__traceback__) from None
+        finally:
+            _local.jit_depth = depth
+
+    return traced
+
+
 def jit(fun=None, *, static_argnums=(), static_argnames=(), autograph=True, **options):
     """kiln.jit with Python control flow: `fun` is converted (see kiln.autograph.convert) unless
-    `autograph=False`, then compiled by the native jit (traced once per signature, then run
-    without calling back into Python). static_argnums / static_argnames: the arguments held
-    static (hashable, passed to `fun` by value, one trace per value), by position or keyword
-    name; `fun`'s signature maps one onto the other, as in JAX. Usable as @kiln.jit and
+    `autograph=False`, and so is every function of the user's code that a transformation
+    (grad, vmap, ...) or a control-flow construct (cond, scan, ...) calls while it is traced
+    (`jit(grad(f))` converts f);
+    then it is compiled by the native jit (traced once per signature, then run without calling
+    back into Python). static_argnums / static_argnames: the arguments held static (hashable,
+    passed to `fun` by value, one trace per value), by position or keyword name; `fun`'s
+    signature maps one onto the other, as in JAX. Usable as @kiln.jit and
     @kiln.jit(static_argnums=..., static_argnames=...)."""
     if fun is None:
         return functools.partial(jit, static_argnums=static_argnums,
                                  static_argnames=static_argnames, autograph=autograph, **options)
-    jitted = _kiln.jit(convert(fun) if autograph else fun, static_argnums=static_argnums,
-                       static_argnames=static_argnames, **options)
+    traced = _jit_tracing(fun) if autograph else fun
+    jitted = _kiln.jit(traced, static_argnums=static_argnums, static_argnames=static_argnames,
+                       **options)
     try:
         jitted.__wrapped__ = fun  # for to_source and inspect
     except (AttributeError, TypeError):

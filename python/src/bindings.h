@@ -92,5 +92,9 @@ Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc);
 // py-nn: the names of a pytree's leaves (its TreeDef from pytree::flatten), as kiln::tree_names
 // gives them for C++ trees ("layers.0.weight"): checkpoints' keys and optimiser messages.
 std::vector<std::string> leaf_names(const TreeDef& def);
+// py-transforms: what a transformation or a control-flow construct calls for the Python function
+// f (transforms.cpp): while kiln.jit traces, f with its Python control flow converted
+// (kiln.autograph's hook), else f.
+py::object entering(const py::object& f);
 
 }  // namespace kiln::python

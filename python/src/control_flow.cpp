@@ -29,7 +29,8 @@ TreeDef tuple_of(std::vector<TreeDef> children) {
 py::object cond(py::handle pred, py::object true_fun, py::object false_fun,
                 const py::args& operands) {
   const detail::FlatTree ops = pytree::flatten_tree(operands);
-  const std::vector<FlatFn> branches{python_fn(false_fun, ops.def), python_fn(true_fun, ops.def)};
+  const py::object on_false = entering(false_fun), on_true = entering(true_fun);
+  const std::vector<FlatFn> branches{python_fn(on_false, ops.def), python_fn(on_true, ops.def)};
   auto [out, def] =
       detail::cf::switch_flat("cond", detail::cf::predicate_index("cond", to_tensor(pred)),
                               branches, {"false_fun", "true_fun"}, ops.leaves);
@@ -39,7 +40,7 @@ py::object cond(py::handle pred, py::object true_fun, py::object false_fun,
 py::object switch_(py::handle index, const py::sequence& branches, const py::args& operands) {
   const detail::FlatTree ops = pytree::flatten_tree(operands);
   std::vector<py::object> fns;
-  for (py::handle b : branches) fns.push_back(py::reinterpret_borrow<py::object>(b));
+  for (py::handle b : branches) fns.push_back(entering(py::reinterpret_borrow<py::object>(b)));
   std::vector<FlatFn> flat;
   std::vector<std::string> names;
   for (const py::object& b : fns) {
@@ -54,12 +55,13 @@ py::object switch_(py::handle index, const py::sequence& branches, const py::arg
 py::object while_loop(py::object cond_fun, py::object body_fun, py::handle init_val) {
   const detail::FlatTree init = pytree::flatten_tree(init_val);
   const TreeDef arg = one_arg(init.def);
-  const FlatFn c = [f = std::move(cond_fun), arg](const std::vector<Tensor>& in, TreeDef& out_def) {
+  const FlatFn c = [f = entering(cond_fun), arg](const std::vector<Tensor>& in, TreeDef& out_def) {
     const py::object p = f(*unflatten_tensors(arg, in));
     out_def = TreeDef{};
     return std::vector<Tensor>{to_tensor(p)};
   };
-  const FlatFn b = python_fn(body_fun, arg);
+  const py::object body = entering(body_fun);
+  const FlatFn b = python_fn(body, arg);
   return unflatten_tensors(init.def, detail::cf::while_flat(c, b, init.leaves, init.def));
 }
 
@@ -69,7 +71,7 @@ py::object scan(py::object f, py::handle init_val, py::handle xs, std::optional<
   const detail::FlatTree x = pytree::flatten_tree(xs);
   const std::size_t nc = init.leaves.size();
   const TreeDef args = tuple_of({init.def, x.def});
-  const FlatFn body = [f = std::move(f), args](const std::vector<Tensor>& in, TreeDef& out_def) {
+  const FlatFn body = [f = entering(f), args](const std::vector<Tensor>& in, TreeDef& out_def) {
     const py::object r = f(*unflatten_tensors(args, in));
     if (!py::isinstance<py::tuple>(r) || py::len(r) != 2)
       fail("scan", "the body must return (carry, y): got ", py::repr(r).cast<std::string>(),
@@ -93,7 +95,7 @@ py::object fori_loop(py::handle lower, py::handle upper, py::object body_fun, py
   // The carry is (i, value); body_fun(i, value) gives the next value.
   const TreeDef carry = tuple_of({TreeDef{}, init.def});
   const TreeDef args = tuple_of({TreeDef{}, init.def});
-  auto step = [f = std::move(body_fun), args](const std::vector<Tensor>& in, TreeDef& value_def) {
+  auto step = [f = entering(body_fun), args](const std::vector<Tensor>& in, TreeDef& value_def) {
     const py::object r = f(*unflatten_tensors(args, in));
     std::vector<Tensor> out{in[0] + 1};
     value_def = flatten_tensors(r, out);

@@ -4,6 +4,7 @@
 
 PYBIND11_MODULE(_kiln, m) {
   m.doc() = "Kiln's native core; import kiln, not this module.";
+  m.attr("__version__") = KILN_VERSION;  // CMake's project version (python/CMakeLists.txt)
   using namespace kiln::python;
   bind_errors(m);
   bind_tensor(m);

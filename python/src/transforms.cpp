@@ -5,6 +5,7 @@
 // that carry the wrapped function's __name__, __doc__ and __wrapped__.
 #include "kiln/transforms.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -17,6 +18,22 @@
 #include "pytree.h"
 
 namespace kiln::python {
+namespace {
+
+// kiln.autograph's hook (set by _set_autograph_entry; leaked, so that nothing is released after
+// the interpreter): entering(f) calls it, so that `jit(grad(f))` converts f as `jit(f)` does.
+py::object& autograph_entry() {
+  static auto* hook = new py::object();
+  return *hook;
+}
+
+}  // namespace
+
+py::object entering(const py::object& f) {
+  const py::object& hook = autograph_entry();
+  return hook ? hook(f) : f;
+}
+
 namespace {
 
 using detail::FlatFn;
@@ -45,6 +62,43 @@ py::object wrap(py::handle f, std::function<py::object(const py::args&, const py
 }
 
 std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
+
+// The positional arguments that grad and the Jacobians take as they are, as JAX does: Python
+// scalars (bool, int, float) that are not differentiated stay concrete, so `range(n)` or
+// `if n > 2` in f works on them, and jit's static arguments stay static through grad.
+struct HeldArgs {
+  py::tuple traced;             // the call's arguments, the held ones replaced by None
+  std::vector<std::size_t> at;  // the held ones' positions
+};
+HeldArgs hold_python_scalars(const py::args& args, const std::vector<int>& nums) {
+  HeldArgs h{py::tuple(args.size()), {}};
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    PyTypeObject* type = Py_TYPE(args[i].ptr());
+    const bool scalar = type == &PyBool_Type || type == &PyLong_Type || type == &PyFloat_Type;
+    if (scalar && std::find(nums.begin(), nums.end(), static_cast<int>(i)) == nums.end()) {
+      h.at.push_back(i);
+      h.traced[i] = py::none();
+    } else {
+      h.traced[i] = args[i];
+    }
+  }
+  return h;
+}
+// python_fn for the arguments `h` made: f gets the held arguments back in place. Like python_fn
+// it refers to its arguments, which must outlive it.
+FlatFn held_fn(const py::object& f, const TreeDef& def, const HeldArgs& h, const py::args& args,
+               const py::dict* kwargs) {
+  if (h.at.empty()) return python_fn(f, def, kwargs);
+  return [&f, &def, &h, &args, kwargs](const std::vector<Tensor>& in, TreeDef& out_def) {
+    const py::tuple traced = unflatten_tensors(def, in);
+    py::list call(traced);
+    for (std::size_t i : h.at) call[i] = args[i];
+    const py::object out = kwargs ? f(*call, **(*kwargs)) : f(*call);
+    std::vector<Tensor> leaves;
+    out_def = flatten_tensors(out, leaves);
+    return leaves;
+  };
+}
 
 // argnums: an int (one gradient) or a tuple of ints (a tuple of gradients).
 struct ArgnumsSpec {
@@ -101,10 +155,12 @@ py::object make_grad(py::object f, py::handle argnums, bool has_aux, bool value_
               [f, spec, has_aux, value_too, op](const py::args& args,
                                                 const py::kwargs& kwargs) -> py::object {
                 const std::vector<int> nums = resolve_argnums(op, spec.nums, args.size());
-                const detail::FlatTree in = pytree::flatten_tree(args);
+                const HeldArgs held = hold_python_scalars(args, nums);
+                const detail::FlatTree in = pytree::flatten_tree(held.traced);
+                const py::object fn = entering(f);
                 const detail::GradResult r = detail::grad_call(
                     op, nums, in.def, in.leaves,
-                    checked_result(op, python_fn(f, in.def, &kwargs), has_aux, true));
+                    checked_result(op, held_fn(fn, in.def, held, args, &kwargs), has_aux, true));
                 py::tuple grads(nums.size());
                 for (std::size_t k = 0; k < nums.size(); ++k)
                   grads[k] = unflatten_tensors(in.def.children[static_cast<std::size_t>(nums[k])],
@@ -126,8 +182,9 @@ std::vector<Tensor> zeros_like_all(std::span<const Tensor> leaves) {
 
 py::object vjp(py::object f, const py::args& primals, bool has_aux) {
   detail::FlatTree in = pytree::flatten_tree(primals);
-  detail::VjpFlat r = detail::vjp_call(in.def, in.leaves,
-                                       checked_result("vjp", python_fn(f, in.def), has_aux, false));
+  const py::object fn = entering(f);
+  detail::VjpFlat r = detail::vjp_call(
+      in.def, in.leaves, checked_result("vjp", python_fn(fn, in.def), has_aux, false));
   const TreeDef out_def = r.out.def;
   std::size_t n_out = r.out.leaves.size();
   std::vector<Tensor> aux_zeros;
@@ -167,7 +224,9 @@ py::object jvp(py::object f, py::handle primals, py::handle tangents) {
       pytree::flatten_tree(py::tuple(py::reinterpret_borrow<py::object>(primals)));
   const detail::FlatTree t =
       pytree::flatten_tree(py::tuple(py::reinterpret_borrow<py::object>(tangents)));
-  const detail::JvpFlat r = detail::jvp_call(p.def, p.leaves, t.def, t.leaves, python_fn(f, p.def));
+  const py::object fn = entering(f);
+  const detail::JvpFlat r =
+      detail::jvp_call(p.def, p.leaves, t.def, t.leaves, python_fn(fn, p.def));
   return py::make_tuple(unflatten_tensors(r.out.def, r.out.leaves),
                         unflatten_tensors(r.out.def, r.tangents));
 }
@@ -177,8 +236,10 @@ py::object make_jacobian(py::object f, py::handle argnums, bool forward) {
   ArgnumsSpec spec = argnums_spec(op, argnums);
   return wrap(f, [f, spec, forward, op](const py::args& args, const py::kwargs& kwargs) {
     const std::vector<int> nums = resolve_argnums(op, spec.nums, args.size());
-    const detail::FlatTree in = pytree::flatten_tree(args);
-    const FlatFn fn = python_fn(f, in.def, &kwargs);
+    const HeldArgs held = hold_python_scalars(args, nums);
+    const detail::FlatTree in = pytree::flatten_tree(held.traced);
+    const py::object entered = entering(f);
+    const FlatFn fn = held_fn(entered, in.def, held, args, &kwargs);
     const detail::FlatJacobian j = forward ? detail::jacfwd_call(nums, in.def, in.leaves, fn)
                                            : detail::jacrev_call(nums, in.def, in.leaves, fn);
     // Each result leaf becomes the chosen argument trees holding its blocks.
@@ -245,7 +306,8 @@ py::object make_vmap(py::object f, py::object in_axes, py::object out_axes,
                                                                        const py::kwargs& kwargs) {
     const detail::FlatTree in = pytree::flatten_tree(args);
     detail::VmapOptions o = vmap_options(in_axes, in.def, name);
-    FlatFn fn = python_fn(f, in.def, &kwargs);
+    const py::object entered = entering(f);
+    FlatFn fn = python_fn(entered, in.def, &kwargs);
     if (out_axes.is_none() || PyLong_Check(out_axes.ptr())) {
       o.out =
           OutAxes{{out_axes.is_none() ? std::nullopt : std::optional<int>(out_axes.cast<int>())}};
@@ -691,6 +753,12 @@ py::class_<T> callable_class(py::module_& m, const char* name, const char* doc) 
 }  // namespace
 
 void bind_transforms(py::module_& m) {
+  m.def(
+      "_set_autograph_entry", [](py::object hook) { autograph_entry() = std::move(hook); },
+      py::arg("hook"),
+      "Internal (kiln.autograph): hook(f) gives the function that grad, vjp, jvp, jacfwd, "
+      "jacrev, hessian, vmap, checkpoint, cond, switch, while_loop, fori_loop and scan call "
+      "for f.");
   callable_class<Transformed>(m, "Transformed", "A function transformed by Kiln.")
       .def("__call__", [](const Transformed& t, const py::args& args, const py::kwargs& kwargs) {
         return t.call(args, kwargs);
@@ -800,8 +868,9 @@ void bind_transforms(py::module_& m) {
       [](py::object f) {
         return wrap(f, [f](const py::args& args, const py::kwargs& kwargs) {
           const detail::FlatTree in = pytree::flatten_tree(args);
+          const py::object fn = entering(f);
           const FlatTree r =
-              detail::checkpoint_call(in.def, in.leaves, python_fn(f, in.def, &kwargs));
+              detail::checkpoint_call(in.def, in.leaves, python_fn(fn, in.def, &kwargs));
           return unflatten_tensors(r.def, r.leaves);
         });
       },

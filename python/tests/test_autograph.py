@@ -4,6 +4,7 @@ References are independent: plain Python loops on ints and floats, numpy, analyt
 and the unconverted function run eagerly on concrete tensors."""
 import ast
 import math
+import re
 
 import numpy as np
 import pytest
@@ -945,3 +946,235 @@ def test_called_functions_with_tensor_control_flow_under_jit():
     with pytest.raises(kl.Error):  # shallow conversion: the helper's `if` stays Python's
         kl.jit(autograph.convert(caller, recursive=False), autograph=False)(
             kl.asarray(np.float32(1.0)))
+
+
+# ---------------------------------------------------------------------------------------------
+# Variables read only through closures, recursion, functions entering transformations under
+# jit, and ranges over traced bounds as fori_loop.
+# ---------------------------------------------------------------------------------------------
+
+
+def last_multiple_through_a_lambda(x, n):
+    last = x * 0.0
+    show = lambda: last * 1.0  # noqa: E731 (the lambda is the point)
+    i = 0
+    while i < n:
+        last = x * i       # `last` is read after the loop only through `show`
+        i = i + 1
+    return show()
+
+
+def pair_through_a_nested_def(x):
+    vals = [0, 0]
+
+    def get():
+        return vals
+
+    if x > 0:
+        vals = [101, 102]  # read after the `if` only through `get`
+    else:
+        vals = [1, 2]
+    return get()
+
+
+def halve_with_closures_in_the_body(x, n):
+    i = 0
+    while i < n:
+        d = x - 1.0         # a temporary of the body that its closures read: not carried
+        x = kl.cond(d > 0, lambda: x - d * 0.5, lambda: x + 1.0)
+
+        def twice():
+            return d * 2
+
+        x = x + twice() * 0.25
+        i = i + 1
+    return x
+
+
+def test_variables_read_only_through_closures_after_converted_statements():
+    assert last_multiple_through_a_lambda(10.0, 4) == 30.0  # plain Python: the reference
+    got = kl.jit(last_multiple_through_a_lambda)(kl.asarray(10.0), kl.asarray(4))
+    assert float(np.asarray(got)) == 30.0
+    for v in (1.0, -1.0):
+        expected = pair_through_a_nested_def(v)
+        got = kl.jit(pair_through_a_nested_def)(kl.asarray(v))
+        assert [int(np.asarray(t)) for t in got] == expected
+    eager = halve_with_closures_in_the_body(kl.asarray(np.float64(10.0)), 3)  # concrete tensors
+    got = kl.jit(halve_with_closures_in_the_body)(kl.asarray(np.float64(10.0)), kl.asarray(3))
+    assert float(np.asarray(got)) == float(np.asarray(eager))
+
+
+def factorial(n):
+    if n <= 1:
+        return 1
+    return n * factorial(n - 1)
+
+
+def scaled_factorial(x, n):
+    return x * factorial(n)  # calls a recursive helper
+
+
+def power(x, n):
+    if n == 0:
+        return x * 0.0 + 1.0
+    return x * power(x, n - 1)
+
+
+def test_recursion_that_ends_on_python_values():
+    assert kl.jit(factorial, static_argnums=0)(6) == math.factorial(6)
+    got = kl.jit(scaled_factorial, static_argnums=1)(kl.asarray(2.0), 5)
+    assert float(np.asarray(got)) == 2.0 * math.factorial(5)
+    got = kl.jit(power, static_argnums=1)(kl.asarray(np.float64(1.5)), 7)
+    assert float(np.asarray(got)) == pytest.approx(1.5 ** 7, rel=1e-14)
+
+    def countdown(n):  # recursive through its closure cell rather than a global
+        if n == 0:
+            return 0
+        return 1 + countdown(n - 1)
+
+    assert kl.jit(countdown, static_argnums=0)(5) == 5
+
+
+def test_recursion_on_a_traced_condition_is_an_error_naming_the_function():
+    with pytest.raises(kl.Error) as info:
+        kl.jit(factorial)(kl.asarray(5))
+    message = str(info.value)
+    assert message.startswith("[autograph] factorial calls itself inside this `if`")
+    assert "traced" in message and "static argument" in message
+    assert f"{THIS_FILE}:{line_of(factorial, 'if n <= 1')}" in message
+
+
+def triangle_sum(p, n):
+    acc = p * 0.0
+    for i in range(n):
+        acc = acc + p * p * (i + 1)
+    return acc.sum()
+
+
+def test_functions_entering_transformations_under_jit_are_converted():
+    p = kl.asarray(np.array([1.0, 2.0]))
+    n = 4
+    weights = n * (n + 1) / 2  # reference: the sum of (i + 1), analytically
+    value, grad = kl.jit(kl.value_and_grad(triangle_sum))(p, kl.asarray(n))
+    np.testing.assert_allclose(np.asarray(value), weights * 5.0, rtol=1e-14)
+    np.testing.assert_allclose(np.asarray(grad), weights * 2 * np.asarray(p), rtol=1e-14)
+    batched = kl.jit(kl.vmap(triangle_sum, in_axes=(0, None)))(kl.ones((3, 2)), kl.asarray(n))
+    np.testing.assert_allclose(np.asarray(batched), [weights * 2] * 3, rtol=1e-6)
+    # Outside jit, grad does not convert: Python's own `for` on a traced bound fails as before.
+    with pytest.raises(kl.Error, match="needs a concrete value"):
+        kl.grad(triangle_sum)(p, kl.asarray(n))
+
+
+def keep_larger(carry, x):
+    if x > carry:  # a Python `if` on traced values in a body that kiln.scan calls
+        carry = x
+    return carry, carry * 2.0
+
+
+def running_max_doubled(xs):
+    return kl.scan(keep_larger, xs[0], xs)
+
+
+def test_bodies_entering_control_flow_under_jit_are_converted():
+    xs = np.array([0.5, -1.0, 2.0, 1.5, 3.0, -2.0])
+    carry, ys = kl.jit(running_max_doubled)(kl.asarray(xs))
+    assert float(np.asarray(carry)) == xs.max()
+    np.testing.assert_array_equal(np.asarray(ys), 2.0 * np.maximum.accumulate(xs))
+
+
+def test_an_unconvertible_function_under_jit_says_so():
+    f = kl.jit(kl.grad(lambda p, n: triangle_sum(p, n)))
+    with pytest.raises(kl.Error) as info:
+        f(kl.asarray(np.array([1.0])), kl.asarray(3))
+    message = str(info.value)
+    assert "needs a concrete value" in message and "code it did not convert" in message
+    line = line_of(test_an_unconvertible_function_under_jit_says_so, "lambda p, n")
+    assert f"<lambda> ({THIS_FILE}:{line}: no source: a lambda" in message
+    line = line_of(triangle_sum, "def triangle_sum")
+    assert f"triangle_sum ({THIS_FILE}:{line}: called from code that was not converted)" in message
+    assert "kiln.autograph.convert" in message
+
+    def through_a_converted_if(p, n):
+        total = lambda: triangle_sum(p, n)  # noqa: E731 (a lambda: its calls stay unconverted)
+        if p.sum() > 0:
+            y = total()
+        else:
+            y = p.sum()
+        return y
+
+    with pytest.raises(kl.Error) as info:
+        kl.jit(through_a_converted_if)(kl.asarray(np.array([1.0])), kl.asarray(3))
+    message = str(info.value)
+    line = line_of(through_a_converted_if, "lambda: triangle_sum")
+    assert "in the `if` at" in message
+    assert f"did not convert: through_a_converted_if.<locals>.<lambda> ({THIS_FILE}:{line}: " \
+        "no source: a lambda" in message and "triangle_sum (" in message
+
+
+def ranges(x, a, b, m=kl):
+    """Loops over range(b), range(a, b), range(a, b, 3) and range(b, a, -2); with Python ints
+    and m=np it is plain Python, the reference."""
+    acc = x * 0.0
+    for i in range(b):
+        acc = m.sin(acc * x + i)
+    for i in range(a, b):
+        acc = acc + x * m.cos(acc + i)
+    for i in range(a, b, 3):
+        acc = acc * x + i
+    for i in range(b, a, -2):
+        acc = m.sin(acc) * x - i
+    return acc
+
+
+def test_ranges_over_traced_bounds_become_fori_loops_with_right_gradients():
+    jitted = kl.jit(ranges)
+    dx = kl.jit(kl.grad(ranges))
+    for a, b in ((1, 9), (2, 3), (5, 5), (7, 2)):
+        for v in (0.3, 0.8):
+            x = kl.asarray(np.float64(v))
+            bounds = (kl.asarray(a), kl.asarray(b))
+            assert float(np.asarray(jitted(x, *bounds))) == \
+                pytest.approx(ranges(v, a, b, np), rel=1e-12)
+            h = 1e-6
+            fd = (ranges(v + h, a, b, np) - ranges(v - h, a, b, np)) / (2 * h)
+            assert float(np.asarray(dx(x, *bounds))) == pytest.approx(fd, rel=1e-7, abs=1e-9)
+    # Each loop is the fori_loop form (a counter from the start bound or 0, stepping by 1, tested
+    # against the end bound or the trip count), not a while_loop stepping i by the range's step.
+    ir = jitted.lower(kl.asarray(np.float64(0.3)), kl.asarray(1), kl.asarray(9))
+    loops = ir.split("body_fn=func @body_fn(")[1:]
+    assert len(loops) == 4
+    for loop in loops:
+        body, cond = loop.split("cond_fn=func @cond_fn(")
+        one = re.search(r"(%c\d+) = const 1 : i32\[\]", body)
+        assert one and f"= add %a0, {one.group(1)} : i32[]" in body
+        assert cond.split("{")[1].split("}")[0].split() == \
+            "%0 = lt %a0, %a2 : bool[] return %0".split()
+
+
+def test_range_with_a_zero_step_over_traced_bounds_is_pythons_error():
+    def zero_step(a, b):
+        total = a * 0
+        for i in range(a, b, 0):
+            total = total + i
+        return total
+
+    with pytest.raises(ValueError, match="must not be zero"):
+        zero_step(1, 2)
+    with pytest.raises(ValueError, match="must not be zero"):
+        kl.jit(zero_step)(kl.asarray(1), kl.asarray(2))
+
+
+def test_range_over_traced_bounds_lowers_as_the_handwritten_fori_loop():
+    def converted(x, a, b):
+        acc = x * 0.0
+        for i in range(a, b):
+            acc = acc * x + i
+        return acc
+
+    def handwritten(x, a, b):
+        return kl.fori_loop(a, b, lambda i, acc: acc * x + i, x * 0.0)
+
+    args = (kl.asarray(np.float64(0.5)), kl.asarray(2), kl.asarray(7))
+    ir = kl.jit(converted).lower(*args)
+    assert ir.replace("@converted", "@f") == \
+        kl.jit(handwritten).lower(*args).replace("@handwritten", "@f")

@@ -1,8 +1,20 @@
 """The package imports, tensors round-trip through NumPy, and errors name the Python line."""
+import pathlib
+import re
+
 import numpy as np
 import pytest
 
 import kiln as kl
+
+
+def test_version_is_the_projects_one_definition():
+    root = pathlib.Path(__file__).resolve().parents[2]
+    cmake = re.search(r"project\(Kiln VERSION ([0-9.]+)", (root / "CMakeLists.txt").read_text())
+    assert kl.__version__ == cmake.group(1)
+    # pip takes it from setup.py, which reads CMakeLists.txt: pyproject.toml has no copy.
+    pyproject = (root / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in pyproject and "\nversion =" not in pyproject
 
 
 def test_asarray_shares_numpy_memory():

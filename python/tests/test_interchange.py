@@ -223,3 +223,18 @@ def test_no_leak_over_operator_calls():
     assert sys.getrefcount(a) == base_a and sys.getrefcount(b) == base_b
     assert sys.getrefcount(c) == 2  # c and getrefcount's argument: no hidden owner
     assert float(c) == 6.0  # ((1 + 1) * 2 - 1) / 1 summed over two elements
+
+
+def test_kiln_and_pytorch_share_one_thread_count():
+    # One OpenMP runtime in the process: kl.set_num_threads sets PyTorch's count, and Kiln's ops
+    # set the runtime's count back to Kiln's own on their thread.
+    before = kl.num_threads()
+    try:
+        kl.set_num_threads(3)
+        assert torch.get_num_threads() == 3
+        torch.set_num_threads(2)
+        assert kl.num_threads() == 3 and torch.get_num_threads() == 2
+        np.asarray(kl.ones((64, 64)) @ kl.ones((64, 64)))
+        assert torch.get_num_threads() == 3
+    finally:
+        kl.set_num_threads(before)

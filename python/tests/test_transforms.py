@@ -208,6 +208,38 @@ def test_grad_analytic_and_argnums():
     close(g, np.cos(x) * y)
 
 
+def polynomial_loss(p, n):
+    """sum(p**k for k = 1..n): `range(n)` needs n to be a Python int."""
+    total, power = 0.0, 1.0
+    for _ in range(n):
+        power = mul(power, p)
+        total = add(total, power)
+    return sum(total)
+
+
+def polynomial_loss_derivative(p, n):
+    return np.sum([k * p ** (k - 1) for k in range(1, n + 1)], axis=0)
+
+
+def test_grad_keeps_non_differentiated_python_scalars_concrete():
+    p = randn(3, dtype=np.float64) * 0.5
+    close(kl.grad(polynomial_loss)(p, 10), polynomial_loss_derivative(p, 10), 1e-12, 1e-12)
+    value, g = kl.value_and_grad(polynomial_loss)(p, 6)
+    close(value, np.sum([p ** k for k in range(1, 7)]), 1e-12, 1e-12)
+    close(g, polynomial_loss_derivative(p, 6), 1e-12, 1e-12)
+    # jit's static argument stays static through value_and_grad: one trace per value of n.
+    jitted = kl.jit(kl.value_and_grad(polynomial_loss), static_argnums=1)
+    for n in (3, 100, 3):
+        close(jitted(p, n)[1], polynomial_loss_derivative(p, n), 1e-10, 1e-12)
+    assert jitted._cache_size() == 2
+    # So do the Jacobians and hessian (forward over reverse) over the differentiated argument.
+    close(kl.jacrev(polynomial_loss)(p, 4), polynomial_loss_derivative(p, 4), 1e-12, 1e-12)
+    hess = np.diag(np.sum([k * (k - 1) * p ** (k - 2) for k in range(2, 5)], axis=0))
+    close(kl.hessian(polynomial_loss)(p, 4), hess, 1e-12, 1e-12)
+    # A Python scalar that is differentiated is traced, as before.
+    close(kl.grad(lambda x, y: mul(x, y), argnums=1)(2.0, 3.0), 2.0)
+
+
 def test_grad_has_aux_and_value_and_grad_has_aux():
     def f(x):
         return sum(square(x)), {"double": mul(x, 2.0)}
