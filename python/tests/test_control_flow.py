@@ -168,3 +168,21 @@ def test_structure_errors_name_the_operation():
         kl.while_loop(lambda c: greater(c[0], 0.0), lambda c: (c[0],), (np.float32(1.0), 2.0))
     with pytest.raises(kl.Error, match="cond"):
         kl.cond(True, lambda: kl.asarray(1.0), lambda: (kl.asarray(1.0),))
+
+
+def test_jit_of_a_loop_that_carries_nothing():
+    # A scan with an empty carry and no outputs (what such a Python for loop becomes) is dead
+    # code for jit's passes, on either backend.
+    x = kl.asarray(np.arange(6.0).reshape(3, 2))
+
+    def f(x):
+        kl.scan(lambda c, r: ((), ()), (), x)
+        return x * 2
+
+    def g(x):
+        for r in x:
+            y = r * 2  # noqa: F841
+        return x * 2
+
+    for fn in (f, g):
+        np.testing.assert_array_equal(np.asarray(kl.jit(fn)(x)), np.arange(6.0).reshape(3, 2) * 2)

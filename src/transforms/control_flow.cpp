@@ -6,7 +6,8 @@
 //   while {cond_fn, body_fn}                 (carry..., captures...) -> carry
 //   scan {body, length, reverse, num_carry, num_xs}
 //                                            (carry..., xs..., captures...) -> (carry..., ys...)
-//   while_grad {cond_fn, body_fn}            (carry..., captures..., ct_final...)
+//   while_grad {cond_fn, body_fn, pullback_fn}
+//                                            (carry..., captures..., ct_final...)
 //                                            -> (ct_carry..., ct_captures...)
 //
 // Sub-functions take the primitive's operands in order (for scan: carry, one slice of each
@@ -357,8 +358,28 @@ ops::Ts while_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   return result;
 }
 
+// The body's pullback as a function: (carry..., captures..., ct_next_carry...) ->
+// (ct_carry..., ct_captures...), zeros where the body passes none. Staged once, so while_grad's
+// backward walk evaluates it at every step (compiled, inside compiled code) instead of
+// differentiating the body again at every step.
+FunctionRef body_pullback(const FunctionRef& bf) {
+  const TypeList params = bf->param_types();
+  const std::size_t np = params.size(), nc = bf->results.size();
+  TypeList types = params;
+  types.insert(types.end(), params.begin(), params.begin() + static_cast<std::ptrdiff_t>(nc));
+  return closed(bf->name + "_pullback", types, [&](const Tensors& p) {
+    const Tensors args(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(np));
+    const ops::Ts ct(p.begin() + static_cast<std::ptrdiff_t>(np), p.end());
+    const ops::Ts g = ad::vjp(bf, args).pullback(ct);
+    Tensors out;
+    for (std::size_t i = 0; i < np; ++i)
+      out.push_back(g[i] ? *g[i] : zeros(params[i].shape, params[i].dtype));
+    return out;
+  });
+}
+
 // Reverse mode: while_grad runs the loop again keeping every iteration's carry on a stack
-// (its length is only known at run time), then walks it backwards through the body's VJP.
+// (its length is only known at run time), then walks it backwards through the body's pullback.
 ops::Ts while_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const std::size_t n = r.inputs.size(), nc = r.outputs.size();
   const TypeList in_t = types_of(r.inputs);
@@ -367,6 +388,7 @@ ops::Ts while_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   Attrs a;
   a.set("cond_fn", r.attrs.get<FunctionRef>("cond_fn"));
   a.set("body_fn", r.attrs.get<FunctionRef>("body_fn"));
+  a.set("pullback_fn", body_pullback(r.attrs.get<FunctionRef>("body_fn")));
   const Tensors outs = bind(prim::while_grad(), ins, a);
   ops::Ts result(n);
   for (std::size_t i = 0; i < n; ++i)
@@ -518,28 +540,30 @@ TypeList while_grad_types(ops::Types in, const Attrs& a) {
   return fwd;
 }
 
-// The interpreter: the loop again with every carry on a stack, then the body's VJP backwards.
+// The interpreter: the loop again with every carry on a stack, then the body's pullback
+// (`pullback_fn`, or staged here when the equation has none) backwards.
 Tensors while_grad_kernel(ops::Ins in, const Attrs& a) {
   const FunctionRef& cf = a.get<FunctionRef>("cond_fn");
   const FunctionRef& bf = a.get<FunctionRef>("body_fn");
+  const FunctionRef pull =
+      a.has("pullback_fn") ? a.get<FunctionRef>("pullback_fn") : body_pullback(bf);
   const std::size_t np = bf->params.size(), nc = bf->results.size(), ncap = np - nc;
   const Tensors caps = sub(in, nc, ncap);
   std::vector<Tensors> stack;
   while_run(*cf, *bf, sub(in, 0, nc), caps, &stack);
   const TypeList in_t = types_of(in);
-  ops::Ts ct(in.begin() + static_cast<std::ptrdiff_t>(np), in.end());
+  Tensors ct(in.begin() + static_cast<std::ptrdiff_t>(np), in.end());
   ops::Ts ct_caps(ncap);
   for (auto it = stack.rbegin(); it != stack.rend(); ++it) {
     Tensors args = *it;
     append(args, caps);
-    const ops::Ts g = ad::vjp(bf, args).pullback(ct);
+    append(args, ct);
+    const Tensors g = ir::evaluate(*pull, args);
     for (std::size_t i = 0; i < nc; ++i) ct[i] = g[i];
     for (std::size_t i = 0; i < ncap; ++i)
-      if (g[nc + i]) ct_caps[i] = ct_caps[i] ? add(*ct_caps[i], *g[nc + i]) : *g[nc + i];
+      ct_caps[i] = ct_caps[i] ? add(*ct_caps[i], g[nc + i]) : g[nc + i];
   }
-  Tensors out;
-  for (std::size_t i = 0; i < nc; ++i)
-    out.push_back(ct[i] ? *ct[i] : zeros(in_t[i].shape, in_t[i].dtype));
+  Tensors out = ct;
   for (std::size_t i = 0; i < ncap; ++i)
     out.push_back(ct_caps[i] ? *ct_caps[i] : zeros(in_t[nc + i].shape, in_t[nc + i].dtype));
   return out;
