@@ -47,7 +47,48 @@ using side_by_side::Clock;
 
 struct Measurement {
   double first_ms = 0, steady_ms = 0;
+  int64_t equations = 0;  // of the optimised IR (lower only)
 };
+
+// Times `step` (a jitted function of args...) as measure() does the training step.
+template <class J, class... A>
+Measurement time_calls(bool lower_only, const J& step, const A&... args) {
+  Measurement r;
+  if (lower_only) {
+    const auto t0 = Clock::now();
+    const ir::Function f = step.lower(args...);
+    r.first_ms = std::chrono::duration<double>(Clock::now() - t0).count() * 1e3;
+    r.equations = static_cast<int64_t>(f.equations.size());
+    return r;
+  }
+  auto call = [&] {
+    const auto t0 = Clock::now();
+    (void)std::get<0>(step(args...)).template item<double>();
+    return std::chrono::duration<double>(Clock::now() - t0).count() * 1e3;
+  };
+  r.first_ms = call();
+  std::vector<double> later;
+  for (int i = 0; i < 9; ++i) later.push_back(call());
+  r.steady_ms = side_by_side::median(later);
+  return r;
+}
+
+// A long straight-line program: value_and_grad of `steps` RK4 steps of y' = -k y + sin y,
+// unrolled at trace time (a Python `for` over a concrete range does the same).
+Measurement measure_rk4(bool lower_only, int steps) {
+  auto f = [steps](const Tensor& y0, const Tensor& k) {
+    auto rhs = [&](const Tensor& y) { return -k * y + sin(y); };
+    Tensor y = y0;
+    const float h = 0.01f;
+    for (int i = 0; i < steps; ++i) {
+      const Tensor a = rhs(y), b = rhs(y + h / 2 * a), c = rhs(y + h / 2 * b), d = rhs(y + h * c);
+      y = y + h / 6 * (a + 2.0f * b + 2.0f * c + d);
+    }
+    return sum(y);
+  };
+  const auto step = jit(value_and_grad(f, argnums<0, 1>), "rk4");
+  return time_calls(lower_only, step, random::normal(random::key(1), {8}), tensor(0.5f));
+}
 
 template <class M>
 Measurement measure(bool lower_only, const M& model, const Tensor& x, const Tensor& y) {
@@ -80,7 +121,7 @@ Measurement measure(bool lower_only, const M& model, const Tensor& x, const Tens
   Measurement r;
   if (lower_only) {
     const auto t0 = Clock::now();
-    (void)step.lower(m, s, x, y);
+    r.equations = static_cast<int64_t>(step.lower(m, s, x, y).equations.size());
     r.first_ms = std::chrono::duration<double>(Clock::now() - t0).count() * 1e3;
     return r;
   }
@@ -95,7 +136,9 @@ int child(const std::string& mode, const std::string& model, const std::string& 
   bench_models::BackendScope scope(backend);
   const bool lower_only = mode == "lower";
   Measurement r;
-  if (model == "mlp")
+  if (model.rfind("rk4_", 0) == 0)
+    r = measure_rk4(lower_only, std::stoi(model.substr(4)));
+  else if (model == "mlp")
     r = measure(lower_only, bench_models::make_mlp(random::key(0)),
                 random::normal(random::key(1), {128, 784}),
                 random::randint(random::key(2), {128}, 0, 10, int64));
@@ -103,7 +146,8 @@ int child(const std::string& mode, const std::string& model, const std::string& 
     r = measure(lower_only, bench_models::make_demo_cnn(random::key(0)),
                 random::normal(random::key(1), {64, 1, 28, 28}),
                 random::randint(random::key(2), {64}, 0, 10, int64));
-  std::printf("COMPILE %s %s %.3f %.3f\n", model.c_str(), backend.c_str(), r.first_ms, r.steady_ms);
+  std::printf("COMPILE %s %s %.3f %.3f %lld\n", model.c_str(), backend.c_str(), r.first_ms,
+              r.steady_ms, static_cast<long long>(r.equations));
   return 0;
 }
 
@@ -122,7 +166,7 @@ std::optional<Measurement> run_child(const std::string& self, const std::string&
     std::istringstream in(line);
     std::string tag, m, b;
     Measurement x;
-    if (in >> tag >> m >> b >> x.first_ms >> x.steady_ms && tag == "COMPILE")
+    if (in >> tag >> m >> b >> x.first_ms >> x.steady_ms >> x.equations && tag == "COMPILE")
       r = x;
     else
       std::fputs(line, stderr);
@@ -136,14 +180,17 @@ std::optional<Measurement> run_child(const std::string& self, const std::string&
 int main(int argc, char** argv) {
   if (argc == 5 && std::string(argv[1]) == "--child") return child(argv[2], argv[3], argv[4]);
   int reps = 3;
-  std::vector<std::string> models{"mlp", "demo"}, backends{"llvm", "interpreter"};
+  std::vector<std::string> models{"mlp", "demo", "rk4_100", "rk4_1000"},
+      backends{"llvm", "interpreter"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const std::string v = i + 1 < argc ? argv[i + 1] : "";
     if (a == "--reps" && !v.empty())
       reps = std::max(1, std::stoi(v)), ++i;
-    else if (a == "--only" && (v == "mlp" || v == "demo"))
-      models = {v}, ++i;
+    else if (a == "--only" && (v == "mlp" || v == "demo" || v == "rk4"))
+      models = v == "rk4" ? std::vector<std::string>{"rk4_100", "rk4_1000"}
+                          : std::vector<std::string>{v},
+      ++i;
     else if (a == "--backends" && !v.empty()) {
       backends.clear();
       std::istringstream in(v);
@@ -151,7 +198,7 @@ int main(int argc, char** argv) {
       ++i;
     } else {
       std::fprintf(stderr,
-                   "usage: bench_compile [--reps R] [--only mlp|demo] [--backends "
+                   "usage: bench_compile [--reps R] [--only mlp|demo|rk4] [--backends "
                    "llvm,interpreter]\n");
       return 2;
     }
@@ -161,6 +208,7 @@ int main(int argc, char** argv) {
   struct Row {
     std::string label;
     std::vector<double> compile, first, steady, lower;
+    int64_t equations = 0;
   };
   std::vector<Row> rows;
   bool ok = true;
@@ -177,11 +225,12 @@ int main(int argc, char** argv) {
     row.first.push_back(m->first_ms);
     row.steady.push_back(m->steady_ms);
     row.lower.push_back(l->first_ms);
+    row.equations = l->equations;
   };
   const std::string load0 = side_by_side::load();
   for (const std::string& model : models)
     for (const std::string& backend : backends) {
-      Row cold{model + " " + backend + " cold", {}, {}, {}, {}};
+      Row cold{model + " " + backend + " cold", {}, {}, {}, {}, 0};
       for (int r = 0; r < reps; ++r) record(cold, model, backend, "");
       rows.push_back(cold);
       if (backend == "interpreter") continue;
@@ -190,9 +239,9 @@ int main(int argc, char** argv) {
         std::perror("mkdtemp");
         return 1;
       }
-      Row populate{model + " " + backend + " populate", {}, {}, {}, {}};
+      Row populate{model + " " + backend + " populate", {}, {}, {}, {}, 0};
       record(populate, model, backend, tmpl);
-      Row warm{model + " " + backend + " warm cache", {}, {}, {}, {}};
+      Row warm{model + " " + backend + " warm cache", {}, {}, {}, {}, 0};
       for (int r = 0; r < reps; ++r) record(warm, model, backend, tmpl);
       std::uintmax_t bytes = 0;
       for (const auto& e : fs::recursive_directory_iterator(tmpl))
@@ -212,17 +261,23 @@ int main(int argc, char** argv) {
       "before the first run)\n");
   std::printf("# mlp 784-512-512-10 batch 128, demo = the demo's CNN batch 64; load %s -> %s\n",
               load0.c_str(), side_by_side::load().c_str());
-  std::printf("%-46s %5s %11s %8s %10s %10s %9s %8s\n", "case", "procs", "compile ms", "(min)",
-              "first ms", "steady ms", "lower ms", "(min)");
+  std::printf(
+      "# rk4_N: value_and_grad of N RK4 steps unrolled at trace time; eqs: equations of "
+      "the optimised IR, ms/eq: first call / eqs (target <= 1)\n");
+  std::printf("%-46s %5s %11s %8s %10s %10s %9s %8s %7s %6s\n", "case", "procs", "compile ms",
+              "(min)", "first ms", "steady ms", "lower ms", "(min)", "eqs", "ms/eq");
   for (const Row& r : rows) {
     if (r.compile.empty()) {
       std::printf("%-46s %5s %11s\n", r.label.c_str(), "0", "(failed)");
       continue;
     }
-    std::printf("%-46s %5zu %11.1f %8.1f %10.1f %10.2f %9.1f %8.1f\n", r.label.c_str(),
-                r.compile.size(), side_by_side::median(r.compile), side_by_side::minimum(r.compile),
-                side_by_side::median(r.first), side_by_side::median(r.steady),
-                side_by_side::median(r.lower), side_by_side::minimum(r.lower));
+    std::printf(
+        "%-46s %5zu %11.1f %8.1f %10.1f %10.2f %9.1f %8.1f %7lld %6.3f\n", r.label.c_str(),
+        r.compile.size(), side_by_side::median(r.compile), side_by_side::minimum(r.compile),
+        side_by_side::median(r.first), side_by_side::median(r.steady),
+        side_by_side::median(r.lower), side_by_side::minimum(r.lower),
+        static_cast<long long>(r.equations),
+        side_by_side::median(r.first) / static_cast<double>(std::max<int64_t>(r.equations, 1)));
   }
   if (!ok) std::fprintf(stderr, "a measurement failed (see the messages above)\n");
   return ok ? 0 : 1;
