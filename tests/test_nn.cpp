@@ -744,6 +744,29 @@ TEST(NnNorms, FunctionalNormsMatchTheLayersAndFiniteDifferences) {
   }
 }
 
+// Composites of primitives, so jit (compiled) and vmap agree with eager code.
+TEST(NnNorms, NewFunctionsUnderJitAndVmapMatchEager) {
+  const Tensor x = rand64({3, 4, 6}, 60, -4.0, 4.0);
+  const Tensor labels = tensor(std::vector<int64_t>{1, -100, 3}, Shape{3});
+  const Tensor w = rand64({4}, 61, 0.5, 1.5);
+  const auto f = [&](const Tensor& t) {
+    const Tensor h = nn::hardswish(t) + nn::mish(t) + nn::relu6(t) + nn::selu(t) +
+                     nn::celu(t, 0.5) + nn::hardsigmoid(t) + nn::normalize(t);
+    const Tensor n = nn::layer_norm(h, Shape{6}) + nn::instance_norm(h, w, w) +
+                     nn::batch_norm(h, std::nullopt, w, w, true).y + sum(nn::glu(h, 2), {2}, true);
+    const Tensor logits = mean(n, {2});
+    return nn::cross_entropy(logits, labels, 0.1, -100, nn::Reduction::mean, w) +
+           nn::smooth_l1_loss(n, h, 0.5) + nn::binary_cross_entropy(sigmoid(n), sigmoid(h));
+  };
+  const auto compiled = jit(f, {.name = "nn_new", .backend = ir::Backend::llvm});
+  EXPECT_NEAR(compiled(x).item<double>(), f(x).item<double>(), 1e-12);
+  expect_close(jit(grad(f), {.name = "nn_new_grad", .backend = ir::Backend::llvm})(x),
+               vals(grad(f)(x)), 1e-10);
+  const Tensor per = vmap([](const Tensor& t) { return nn::layer_norm(nn::mish(t), Shape{6}); })(x);
+  for (int64_t i = 0; i < 3; ++i)
+    expect_close(index(per, i), vals(nn::layer_norm(nn::mish(index(x, i)), Shape{6})), 1e-14);
+}
+
 TEST(NnErrors, NewFunctionsCheckTheirArguments) {
   const Tensor x = ones({2, 3});
   expect_error([&] { (void)nn::hardtanh(x, 1.0, -1.0); }, "nn.hardtanh", {"bounds out of order"});
