@@ -393,6 +393,412 @@ TEST(NnTorch, GeluMatchesPyTorch) {
   expect_close(nn::gelu(g, true), kTorchGeluTanh, 1e-14);
 }
 
+// ---- NaN through the activations, and the activations built on where ------------------------
+
+// relu(NaN) is NaN and its derivative there 1: PyTorch 1.13's values (F.relu and its grad at
+// NaN), in eager code, the layer forms, and jit on both backends.
+TEST(NnActivation, ReluPropagatesNanEverywhere) {
+  const double nan = std::nan("");
+  const Tensor x = tensor(std::vector<double>{nan, -1.0, 0.0, 2.0});
+  auto expect_relu = [&](const Tensor& y, const std::string& where) {
+    const std::vector<double> v = vals(y);
+    EXPECT_TRUE(std::isnan(v[0])) << where;
+    EXPECT_EQ(v[1], 0.0) << where;
+    EXPECT_EQ(v[2], 0.0) << where;
+    EXPECT_EQ(v[3], 2.0) << where;
+  };
+  expect_relu(nn::relu(x), "eager");
+  expect_relu(nn::ReLU()(x), "ReLU()");
+  expect_relu(nn::Activation{"relu"}(x), "Activation");
+  const auto f = [](const Tensor& t) { return nn::relu(t); };
+  expect_relu(jit(f, {.name = "interp", .backend = ir::Backend::interpreter})(x), "interpreter");
+  expect_relu(jit(f, {.name = "llvm", .backend = ir::Backend::llvm})(x), "llvm");
+  const auto loss = [](const Tensor& t) { return sum(nn::relu(t)); };
+  const std::vector<double> torch_grad{1.0, 0.0, 0.0, 1.0};
+  EXPECT_EQ(vals(grad(loss)(x)), torch_grad);
+  EXPECT_EQ(vals(jit(grad(loss), {.name = "llvm_grad", .backend = ir::Backend::llvm})(x)),
+            torch_grad);
+}
+
+// The piecewise activations' derivatives at NaN, as PyTorch 1.13 gives them: the identity
+// branch for elu, celu, selu, hardtanh, relu6 and hardswish, the negative branch for
+// leaky_relu; the value is NaN for every activation.
+TEST(NnActivation, DerivativesAtNanMatchPyTorch) {
+  const double nan = std::nan("");
+  const Tensor x = tensor(std::vector<double>{nan});
+  struct Case {
+    std::string name;
+    std::function<Tensor(const Tensor&)> f;
+    double torch_grad;
+  };
+  const std::vector<Case> cases{
+      {"elu", [](const Tensor& t) { return nn::elu(t); }, 1.0},
+      {"celu", [](const Tensor& t) { return nn::celu(t, 0.5); }, 1.0},
+      {"selu", [](const Tensor& t) { return nn::selu(t); }, 1.0507009873554805},
+      {"hardtanh", [](const Tensor& t) { return nn::hardtanh(t); }, 1.0},
+      {"relu6", [](const Tensor& t) { return nn::relu6(t); }, 1.0},
+      {"hardswish", [](const Tensor& t) { return nn::hardswish(t); }, 1.0},
+      {"leaky_relu", [](const Tensor& t) { return nn::leaky_relu(t); }, 0.01},
+  };
+  for (const Case& c : cases) {
+    EXPECT_TRUE(std::isnan(c.f(x).item<double>())) << c.name;
+    const auto loss = [&](const Tensor& t) { return sum(c.f(t)); };
+    EXPECT_DOUBLE_EQ(grad(loss)(x).item<double>(), c.torch_grad) << c.name;
+  }
+  for (const auto& f : std::vector<std::function<Tensor(const Tensor&)>>{
+           [](const Tensor& t) { return nn::mish(t); },
+           [](const Tensor& t) { return nn::hardsigmoid(t); },
+           [](const Tensor& t) { return nn::Activation{"relu6"}(t); }})
+    EXPECT_TRUE(std::isnan(f(x).item<double>()));
+}
+
+// The mean of no elements is 0/0 = NaN, and so is its tangent, as PyTorch's forward-mode AD
+// gives for mean and mse_loss; sum's tangent is 0. mse over 0 elements is the mean of them.
+TEST(NnLoss, MseOfNoElementsHasTheTangentOfMean) {
+  const Tensor e = zeros({0}, float64);
+  const auto mse_of = [&](const Tensor& p) { return nn::mse(p, e); };
+  const auto [value, tangent] = jvp(mse_of, std::tuple{e}, std::tuple{e});
+  const auto [mean_value, mean_tangent] =
+      jvp([](const Tensor& p) { return mean(p); }, std::tuple{e}, std::tuple{e});
+  EXPECT_TRUE(std::isnan(value.item<double>()));
+  EXPECT_TRUE(std::isnan(tangent.item<double>()));
+  EXPECT_TRUE(std::isnan(mean_tangent.item<double>()));
+  const auto [sum_value, sum_tangent] =
+      jvp([&](const Tensor& p) { return nn::mse(p, e, nn::Reduction::sum); }, std::tuple{e},
+          std::tuple{e});
+  EXPECT_EQ(sum_tangent.item<double>(), 0.0);
+}
+
+double mish_ref(double v) { return v * std::tanh(std::log1p(std::exp(v))); }
+double hardswish_ref(double v) { return v * std::min(std::max(v + 3, 0.0), 6.0) / 6; }
+double selu_ref(double v) {
+  const double alpha = 1.6732632423543772848170429916717;
+  const double scale = 1.0507009873554804934193349852946;
+  return scale * (v > 0 ? v : alpha * std::expm1(v));
+}
+
+TEST(NnActivation, NewActivationsMatchTheirFormulas) {
+  const std::vector<double> xv = random_values(64, 7, -8.0, 8.0);
+  const Tensor x = f64(xv, {8, 8});
+  struct Case {
+    std::string name;
+    std::function<Tensor(const Tensor&)> f;
+    std::function<double(double)> ref;
+  };
+  const std::vector<Case> cases{
+      {"mish", [](const Tensor& t) { return nn::mish(t); }, mish_ref},
+      {"hardtanh", [](const Tensor& t) { return nn::hardtanh(t, -2.0, 3.0); },
+       [](double v) { return std::min(std::max(v, -2.0), 3.0); }},
+      {"relu6", [](const Tensor& t) { return nn::relu6(t); },
+       [](double v) { return std::min(std::max(v, 0.0), 6.0); }},
+      {"hardswish", [](const Tensor& t) { return nn::hardswish(t); }, hardswish_ref},
+      {"hardsigmoid", [](const Tensor& t) { return nn::hardsigmoid(t); },
+       [](double v) { return std::min(std::max(v + 3, 0.0), 6.0) / 6; }},
+      {"selu", [](const Tensor& t) { return nn::selu(t); }, selu_ref},
+      {"celu", [](const Tensor& t) { return nn::celu(t, 0.7); },
+       [](double v) { return std::max(v, 0.0) + std::min(0.0, 0.7 * std::expm1(v / 0.7)); }},
+      {"Activation mish", [](const Tensor& t) { return nn::Mish()(t); }, mish_ref},
+      {"Activation selu", [](const Tensor& t) { return nn::SELU()(t); }, selu_ref},
+      {"Activation hardswish", [](const Tensor& t) { return nn::Hardswish()(t); }, hardswish_ref},
+  };
+  for (const Case& c : cases) {
+    std::vector<double> want;
+    for (double v : xv) want.push_back(c.ref(v));
+    const Tensor y = c.f(x);
+    EXPECT_EQ(y.shape(), x.shape()) << c.name;
+    expect_close(y, want, 1e-14, c.name);
+  }
+  // softmin is the softmax of -x; glu halves the axis.
+  std::vector<double> softmin_want, glu_want;
+  for (int r = 0; r < 8; ++r) {
+    double z = 0;
+    for (int j = 0; j < 8; ++j) z += std::exp(-xv[r * 8 + j]);
+    for (int j = 0; j < 8; ++j) softmin_want.push_back(std::exp(-xv[r * 8 + j]) / z);
+    for (int j = 0; j < 4; ++j) glu_want.push_back(xv[r * 8 + j] * sigmoid_ref(xv[r * 8 + j + 4]));
+  }
+  expect_close(nn::softmin(x), softmin_want, 1e-14);
+  expect_close(nn::glu(x), glu_want, 1e-14);
+  EXPECT_EQ(nn::GLU{0}(x).shape(), (Shape{4, 8}));
+  // normalize along axis 1 with p = 2 and p = 1; a zero row stays 0.
+  std::vector<double> l2_want, l1_want;
+  for (int r = 0; r < 8; ++r) {
+    double s2 = 0, s1 = 0;
+    for (int j = 0; j < 8; ++j) {
+      s2 += xv[r * 8 + j] * xv[r * 8 + j];
+      s1 += std::abs(xv[r * 8 + j]);
+    }
+    for (int j = 0; j < 8; ++j) {
+      l2_want.push_back(xv[r * 8 + j] / std::sqrt(s2));
+      l1_want.push_back(xv[r * 8 + j] / s1);
+    }
+  }
+  expect_close(nn::normalize(x), l2_want, 1e-14);
+  expect_close(nn::normalize(x, 1.0), l1_want, 1e-14);
+  EXPECT_EQ(vals(nn::normalize(zeros({2, 3}, float64))), std::vector<double>(6, 0.0));
+  // prelu: one weight, or one per channel of axis 1.
+  const Tensor w = f64({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, {8});
+  std::vector<double> prelu_want;
+  for (int r = 0; r < 8; ++r)
+    for (int j = 0; j < 8; ++j) {
+      const double v = xv[r * 8 + j];
+      prelu_want.push_back(v > 0 ? v : 0.1 * (j + 1) * v);
+    }
+  expect_close(nn::prelu(x, w), prelu_want, 1e-15);
+  nn::PReLU layer(1, 0.25, float64);
+  std::vector<double> prelu1_want;
+  for (double v : xv) prelu1_want.push_back(v > 0 ? v : 0.25 * v);
+  expect_close(layer(x), prelu1_want, 1e-15);
+  EXPECT_EQ(nn::named_parameters(layer).at(0).first, "weight");
+}
+
+// Gradients of every new activation against float64 finite differences, away from kinks.
+TEST(NnActivation, NewActivationGradientsMatchFiniteDifferences) {
+  Tensor x = rand64({4, 6}, 8, -5.0, 5.0);
+  // Stay off the kinks at 0, +-3, 6, -2, 3 (finite differences straddling one are wrong).
+  std::vector<double> xv = vals(x);
+  for (double& v : xv)
+    for (double kink : {-3.0, -2.0, 0.0, 3.0, 6.0})
+      if (std::abs(v - kink) < 1e-3) v += 2e-3;
+  x = f64(xv, {4, 6});
+  const Tensor w = rand64({6}, 9, 0.1, 0.5);
+  const Tensor key = random::key(3);
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> cases{
+      {"mish", [](const Tensor& t) { return nn::mish(t); }},
+      {"hardtanh", [](const Tensor& t) { return nn::hardtanh(t, -2.0, 3.0); }},
+      {"relu6", [](const Tensor& t) { return nn::relu6(t * 2.0); }},
+      {"hardswish", [](const Tensor& t) { return nn::hardswish(t); }},
+      {"hardsigmoid", [](const Tensor& t) { return nn::hardsigmoid(t); }},
+      {"selu", [](const Tensor& t) { return nn::selu(t); }},
+      {"celu", [](const Tensor& t) { return nn::celu(t, 0.7); }},
+      {"glu", [](const Tensor& t) { return nn::glu(t); }},
+      {"prelu", [&](const Tensor& t) { return nn::prelu(t, w); }},
+      {"softmin", [](const Tensor& t) { return nn::softmin(t, 0); }},
+      {"normalize", [](const Tensor& t) { return nn::normalize(t); }},
+      {"normalize_p3", [](const Tensor& t) { return nn::normalize(t, 3.0, 0); }},
+      {"dropout", [&](const Tensor& t) { return nn::dropout(t, 0.3, key); }},
+  };
+  for (const auto& [name, f] : cases) {
+    // A random cotangent, so that every output element counts with its own weight.
+    const Tensor y0 = f(x);
+    const Tensor c = rand64(y0.shape(), 10);
+    const auto loss = [&, &f = f](const Tensor& t) { return sum(f(t) * c); };
+    const std::function<double(const Tensor&)> scalar = [&](const Tensor& t) {
+      return loss(t).item<double>();
+    };
+    SCOPED_TRACE(name);
+    expect_tree_close(grad(loss)(x), fd_tree(scalar, x), 1e-7);
+  }
+}
+
+// ---- the losses' new arguments and the functional normalisations: gradients ----------------
+
+// Gradient of a scalar function of one float64 tensor against central finite differences.
+void expect_grad_matches_fd(const std::function<Tensor(const Tensor&)>& loss, const Tensor& x,
+                            double tol = 1e-7) {
+  const std::function<double(const Tensor&)> scalar = [&](const Tensor& t) {
+    return loss(t).item<double>();
+  };
+  expect_tree_close(grad(loss)(x), fd_tree(scalar, x), tol);
+}
+
+TEST(NnLoss, NewLossGradientsMatchFiniteDifferences) {
+  const Tensor logits = rand64({5, 4}, 30, -3.0, 3.0);
+  const Tensor labels = tensor(std::vector<int64_t>{0, 3, -100, 2, 1}, Shape{5});
+  const Tensor class_weight = rand64({4}, 31, 0.2, 2.0);
+  const Tensor soft = softmax(rand64({5, 4}, 32), -1);
+  const Tensor target = rand64({5, 4}, 33, -2.0, 2.0);
+  const Tensor probs_target = rand64({5, 4}, 34, 0.0, 1.0);
+  const Tensor pos_weight = rand64({4}, 35, 0.5, 3.0);
+  const Tensor elem_weight = rand64({5, 1}, 36, 0.5, 2.0);
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> cases{
+      {"cross_entropy weight",
+       [&](const Tensor& x) {
+         return nn::cross_entropy(x, labels, 0.0, -100, nn::Reduction::mean, class_weight);
+       }},
+      {"cross_entropy weight smoothing",
+       [&](const Tensor& x) {
+         return nn::cross_entropy(x, labels, 0.2, -100, nn::Reduction::mean, class_weight);
+       }},
+      {"cross_entropy sum",
+       [&](const Tensor& x) {
+         return nn::cross_entropy(x, labels, 0.1, -100, nn::Reduction::sum);
+       }},
+      {"cross_entropy probabilities",
+       [&](const Tensor& x) {
+         return nn::cross_entropy(x, soft, 0.1, -100, nn::Reduction::mean, class_weight);
+       }},
+      {"nll_loss weight",
+       [&](const Tensor& x) {
+         return nn::nll_loss(log_softmax(x, -1), labels, -100, nn::Reduction::mean, class_weight);
+       }},
+      {"mse sum", [&](const Tensor& x) { return nn::mse(x, target, nn::Reduction::sum); }},
+      {"l1_loss", [&](const Tensor& x) { return nn::l1_loss(x, target); }},
+      {"smooth_l1_loss", [&](const Tensor& x) { return nn::smooth_l1_loss(x, target, 0.8); }},
+      {"bce_with_logits pos_weight",
+       [&](const Tensor& x) {
+         return nn::binary_cross_entropy_with_logits(x, probs_target, nn::Reduction::mean,
+                                                     pos_weight, elem_weight);
+       }},
+      {"binary_cross_entropy",
+       [&](const Tensor& x) {
+         return nn::binary_cross_entropy(sigmoid(x), probs_target, nn::Reduction::sum, elem_weight);
+       }},
+  };
+  for (const auto& [name, f] : cases) {
+    SCOPED_TRACE(name);
+    expect_grad_matches_fd(f, logits);
+  }
+}
+
+// The reductions and weights against loops over the textbook formulas.
+TEST(NnLoss, WeightsAndReductionsMatchLoops) {
+  const std::vector<double> x = random_values(12, 40, -2.0, 2.0);
+  const Tensor logits = f64(x, {3, 4});
+  const Tensor labels = tensor(std::vector<int64_t>{2, -100, 0}, Shape{3});
+  const std::vector<double> w{0.5, 1.0, 1.5, 2.0};
+  const Tensor weight = f64(w, {4});
+  std::vector<double> per(3, 0.0);
+  double num = 0, den = 0;
+  for (int r : {0, 2}) {
+    double z = 0;
+    for (int j = 0; j < 4; ++j) z += std::exp(x[r * 4 + j]);
+    const int y = r == 0 ? 2 : 0;
+    per[r] = -w[y] * (x[r * 4 + y] - std::log(z));
+    num += per[r];
+    den += w[y];
+  }
+  expect_close(nn::cross_entropy(logits, labels, 0.0, -100, nn::Reduction::none, weight), per,
+               1e-14);
+  EXPECT_NEAR(
+      nn::cross_entropy(logits, labels, 0.0, -100, nn::Reduction::sum, weight).item<double>(), num,
+      1e-14);
+  EXPECT_NEAR(
+      nn::cross_entropy(logits, labels, 0.0, -100, nn::Reduction::mean, weight).item<double>(),
+      num / den, 1e-14);
+  // binary_cross_entropy clamps each log at -100: p = 0 with t = 1 costs 100, not inf.
+  const Tensor p = f64({0.0, 1.0, 0.25}, {3}), t = f64({1.0, 1.0, 0.0}, {3});
+  expect_close(nn::binary_cross_entropy(p, t, nn::Reduction::none), {100.0, 0.0, -std::log(0.75)},
+               1e-15);
+  for (double g : vals(grad([&](const Tensor& q) { return nn::binary_cross_entropy(q, t); })(p)))
+    EXPECT_TRUE(std::isfinite(g));
+  // smooth_l1_loss with beta = 0 is l1_loss.
+  const Tensor a = rand64({6}, 41), b = rand64({6}, 42);
+  expect_close(nn::smooth_l1_loss(a, b, 0.0, nn::Reduction::none),
+               vals(nn::l1_loss(a, b, nn::Reduction::none)), 0.0);
+}
+
+TEST(NnNorms, FunctionalNormsMatchTheLayersAndFiniteDifferences) {
+  const Tensor x = rand64({3, 4, 5}, 50, -2.0, 2.0);
+  const Tensor w = rand64({4}, 51, 0.5, 1.5), b = rand64({4}, 52);
+  const Tensor w5 = rand64({5}, 53, 0.5, 1.5), b5 = rand64({5}, 54);
+  // layer_norm against loops; the layer without affine parameters has no names.
+  std::vector<double> ones5(5, 1.0), zeros5(5, 0.0);
+  expect_close(nn::layer_norm(x, Shape{5}, w5, b5),
+               layer_norm_ref(vals(x), 5, vals(w5), vals(b5), 1e-5), 1e-12);
+  const nn::LayerNorm plain(Shape{5}, 1e-5, float64, /*elementwise_affine=*/false);
+  EXPECT_TRUE(nn::named_parameters(plain).empty());
+  expect_close(plain(x), layer_norm_ref(vals(x), 5, ones5, zeros5, 1e-5), 1e-12);
+  // batch_norm in training without running statistics returns none; with, the layer's.
+  const nn::BatchNormResult r = nn::batch_norm(x, std::nullopt, w, b, /*training=*/true);
+  EXPECT_FALSE(r.state.has_value());
+  nn::BatchNorm bn(4, 0.1, 1e-5, float64);
+  bn.weight = w;
+  bn.bias = b;
+  const auto [y, next] = bn(x, bn.initial_state(), true);
+  expect_close(r.y, vals(y), 1e-15);
+  const nn::BatchNorm plain_bn(4, 0.1, 1e-5, float64, /*affine=*/false);
+  EXPECT_TRUE(nn::named_parameters(plain_bn).empty());
+  EXPECT_EQ(plain_bn.initial_state().mean.dtype(), float64);
+  const nn::BatchNormResult plain_r =
+      nn::batch_norm(x, std::nullopt, std::nullopt, std::nullopt, true);
+  expect_close(plain_bn(x, plain_bn.initial_state(), true).first, vals(plain_r.y), 0.0);
+  const std::vector<double> bw = vals(w), bb = vals(b);
+  const ChannelStats st = channel_stats(vals(x), 3, 4, 5);
+  expect_close(r.y, batch_norm_apply(vals(x), 3, 4, 5, st.mean, st.var, bw, bb, 1e-5), 1e-12);
+  // instance_norm: per sample and channel over the positions.
+  std::vector<double> inst;
+  const std::vector<double> xv = vals(x);
+  for (int n = 0; n < 3; ++n)
+    for (int c = 0; c < 4; ++c) {
+      double m = 0, v = 0;
+      for (int s = 0; s < 5; ++s) m += xv[(n * 4 + c) * 5 + s] / 5;
+      for (int s = 0; s < 5; ++s) v += std::pow(xv[(n * 4 + c) * 5 + s] - m, 2) / 5;
+      for (int s = 0; s < 5; ++s)
+        inst.push_back((xv[(n * 4 + c) * 5 + s] - m) / std::sqrt(v + 1e-5) * bw[c] + bb[c]);
+    }
+  expect_close(nn::instance_norm(x, w, b), inst, 1e-12);
+  // Gradients.
+  const Tensor c = rand64({3, 4, 5}, 55);
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> cases{
+      {"layer_norm",
+       [&](const Tensor& t) {
+         return sum(nn::layer_norm(t, Shape{4, 5}) * c);
+       }},
+      {"batch_norm",
+       [&](const Tensor& t) { return sum(nn::batch_norm(t, std::nullopt, w, b, true).y * c); }},
+      {"instance_norm", [&](const Tensor& t) { return sum(nn::instance_norm(t, w, b) * c); }},
+  };
+  for (const auto& [name, f] : cases) {
+    SCOPED_TRACE(name);
+    expect_grad_matches_fd(f, x, 1e-6);
+  }
+}
+
+// Composites of primitives, so jit (compiled) and vmap agree with eager code.
+TEST(NnNorms, NewFunctionsUnderJitAndVmapMatchEager) {
+  const Tensor x = rand64({3, 4, 6}, 60, -4.0, 4.0);
+  const Tensor labels = tensor(std::vector<int64_t>{1, -100, 3}, Shape{3});
+  const Tensor w = rand64({4}, 61, 0.5, 1.5);
+  const auto f = [&](const Tensor& t) {
+    const Tensor h = nn::hardswish(t) + nn::mish(t) + nn::relu6(t) + nn::selu(t) +
+                     nn::celu(t, 0.5) + nn::hardsigmoid(t) + nn::normalize(t);
+    const Tensor n = nn::layer_norm(h, Shape{6}) + nn::instance_norm(h, w, w) +
+                     nn::batch_norm(h, std::nullopt, w, w, true).y + sum(nn::glu(h, 2), {2}, true);
+    const Tensor logits = mean(n, {2});
+    return nn::cross_entropy(logits, labels, 0.1, -100, nn::Reduction::mean, w) +
+           nn::smooth_l1_loss(n, h, 0.5) + nn::binary_cross_entropy(sigmoid(n), sigmoid(h));
+  };
+  const auto compiled = jit(f, {.name = "nn_new", .backend = ir::Backend::llvm});
+  EXPECT_NEAR(compiled(x).item<double>(), f(x).item<double>(), 1e-12);
+  expect_close(jit(grad(f), {.name = "nn_new_grad", .backend = ir::Backend::llvm})(x),
+               vals(grad(f)(x)), 1e-10);
+  const Tensor per = vmap([](const Tensor& t) { return nn::layer_norm(nn::mish(t), Shape{6}); })(x);
+  for (int64_t i = 0; i < 3; ++i)
+    expect_close(index(per, i), vals(nn::layer_norm(nn::mish(index(x, i)), Shape{6})), 1e-14);
+}
+
+TEST(NnErrors, NewFunctionsCheckTheirArguments) {
+  const Tensor x = ones({2, 3});
+  expect_error([&] { (void)nn::hardtanh(x, 1.0, -1.0); }, "nn.hardtanh", {"bounds out of order"});
+  expect_error([&] { (void)nn::celu(x, 0.0); }, "nn.celu", {"alpha out of range"});
+  expect_error([&] { (void)nn::glu(x, 1); }, "nn.glu", {"odd size along the axis", "f32[2,3]"});
+  expect_error([&] { (void)nn::prelu(x, ones({2})); }, "nn.prelu",
+               {"weight does not match the channels", "expected one element or [3]"});
+  expect_error([&] { (void)nn::normalize(x, 0.0); }, "nn.normalize", {"p out of range"});
+  expect_error([&] { (void)nn::dropout(x, 1.0, random::key(0)); }, "nn.dropout",
+               {"rate out of range"});
+  expect_error([&] { (void)nn::mish(ones({2}, int32)); }, "nn.mish", {"must be floating point"});
+  expect_error([&] { (void)nn::smooth_l1_loss(x, x, -1.0); }, "nn.smooth_l1_loss",
+               {"beta out of range"});
+  expect_error([&] { (void)nn::l1_loss(x, ones({3})); }, "nn.l1_loss", {"differ in shape"});
+  expect_error(
+      [&] {
+        (void)nn::cross_entropy(x, zeros({2}, int64), 0.0, -100, nn::Reduction::mean, ones({2}));
+      },
+      "nn.cross_entropy", {"weight does not match the classes", "expected weight [3]"});
+  expect_error(
+      [&] { (void)nn::binary_cross_entropy_with_logits(x, x, nn::Reduction::mean, ones({2})); },
+      "nn.binary_cross_entropy_with_logits", {"cannot be broadcast", "[2, 3]"});
+  expect_error(
+      [&] { (void)nn::cross_entropy(x, zeros({2}, int64), 0.0, -100, nn::Reduction::batchmean); },
+      "nn.cross_entropy", {"unsupported reduction"});
+  expect_error([&] { (void)nn::batch_norm(x, std::nullopt, std::nullopt, std::nullopt, false); },
+               "nn.batch_norm", {"evaluation needs running statistics"});
+  expect_error([&] { (void)nn::instance_norm(x); }, "nn.instance_norm", {"too few dimensions"});
+  expect_error([&] { (void)nn::layer_norm(x, Shape{3}, ones({2})); }, "nn.layer_norm",
+               {"weight does not match"});
+}
+
 // ================================ Linear ==================================================
 
 TEST(NnLinear, ForwardWithBiasMatchesLoops) {
@@ -713,8 +1119,8 @@ TEST(NnEmbedding, GradientAccumulatesRepeatedRows) {
 
 TEST(NnLayerNorm, NormalisesTheTrailingAxesThenScalesAndShifts) {
   nn::LayerNorm ln(Shape{4}, 1e-5, float64);
-  EXPECT_EQ(vals(ln.weight), std::vector<double>(4, 1.0));
-  EXPECT_EQ(vals(ln.bias), std::vector<double>(4, 0.0));
+  EXPECT_EQ(vals(*ln.weight), std::vector<double>(4, 1.0));
+  EXPECT_EQ(vals(*ln.bias), std::vector<double>(4, 0.0));
   const std::vector<double> w = random_values(4, 90, 0.5, 1.5), b = random_values(4, 91);
   ln.weight = f64(w, {4});
   ln.bias = f64(b, {4});
@@ -733,7 +1139,7 @@ TEST(NnLayerNorm, NormalisesTheTrailingAxesThenScalesAndShifts) {
 
 TEST(NnLayerNorm, Float32DefaultMatchesDoubleLoops) {
   const nn::LayerNorm ln(Shape{16});
-  EXPECT_EQ(ln.weight.dtype(), float32);
+  EXPECT_EQ(ln.weight->dtype(), float32);
   const Tensor x = astype(rand64({8, 16}, 95, -10.0, 10.0), float32);
   expect_close(
       ln(x),
@@ -1457,7 +1863,8 @@ TEST(NnErrors, LayersNameThemselves) {
       "nn.Conv2d", {"non-positive size"});
 
   expect_error([] { (void)nn::Activation{"swish"}(ones({2})); }, "nn.Activation",
-               {"unknown activation", "'swish'", "relu, gelu, gelu_tanh, silu, tanh or sigmoid"});
+               {"unknown activation", "'swish'",
+                "expected one of relu, gelu, gelu_tanh, silu, tanh, sigmoid, mish"});
 
   expect_error([] { (void)nn::Flatten{3}(ones({2, 3})); }, "nn.Flatten", {"too few dimensions"});
   expect_error([] { (void)nn::Flatten{-1}(ones({2, 3})); }, "nn.Flatten", {"negative start_dim"});
@@ -1471,8 +1878,8 @@ TEST(NnErrors, LayersNameThemselves) {
       [&] {
         (void)ln(ones({2, 5}));
       },
-      "nn.LayerNorm", {"trailing dimensions do not match"});
-  expect_error([&] { (void)ln(ones(Shape{})); }, "nn.LayerNorm", {"too few dimensions"});
+      "nn.layer_norm", {"trailing dimensions do not match"});
+  expect_error([&] { (void)ln(ones(Shape{})); }, "nn.layer_norm", {"too few dimensions"});
 }
 
 TEST(NnErrors, BatchNormChecksChannelsAndBatchSize) {
@@ -1493,7 +1900,7 @@ TEST(NnErrors, BatchNormChecksChannelsAndBatchSize) {
       [&] {
         (void)bn(ones({1, 3}), bn.initial_state(), true);
       },
-      "nn.BatchNorm", {"more than one value per channel"});
+      "nn.batch_norm", {"more than one value per channel"});
 }
 
 TEST(NnErrors, LossesCheckTheirArguments) {

@@ -24,6 +24,7 @@ namespace kiln::nn {
 
 // ---- activations ----------------------------------------------------------------------
 
+// max(x, 0); NaN stays NaN (with derivative 1, as PyTorch), the derivative at 0 is 0.
 Tensor relu(const Tensor& x, Loc loc = Loc::current());
 // Exact GELU, x * Phi(x); `tanh_approximation` uses the tanh formula (PyTorch approximate='tanh').
 Tensor gelu(const Tensor& x, bool tanh_approximation = false, Loc loc = Loc::current());
@@ -35,20 +36,48 @@ Tensor log_sigmoid(const Tensor& x, Loc loc = Loc::current());
 using kiln::log_softmax;
 using kiln::softmax;
 
-// ---- losses (means over every example) -------------------------------------------------
+// ---- losses ----------------------------------------------------------------------------
 
-// logits [..., C], integer labels [...] in [0, C). With label smoothing e the target is
-// (1 - e) on the label plus e / C on every class, as in PyTorch. Positions whose label is
-// `ignore_index` (PyTorch's default -100; nullopt: none) add nothing and are not counted in
-// the mean; any other label outside [0, C) is an Error, also when the labels are traced (then
-// when the traced function runs). See docs/NN.md.
+// How a loss reduces its per-element values: none (the values), their sum, their mean, or
+// (kl_div only) the sum divided by the batch size, input.shape[0].
+enum class Reduction { none, sum, mean, batchmean };
+
+// logits [..., C] and either integer labels [...] in [0, C) or probabilities [..., C] (a
+// floating target of the logits' shape: PyTorch's soft targets). With label smoothing e the
+// target is (1 - e) on the label (or times the probabilities) plus e / C on every class, as in
+// PyTorch. `weight` [C] scales each class's term; with labels the mean then divides by the
+// sum of the labels' weights (PyTorch's rule), with probabilities by the number of positions.
+// Positions whose label is `ignore_index` (PyTorch's default -100; nullopt: none) are 0 with
+// Reduction::none, add nothing and are not counted in the mean; any other label outside
+// [0, C) is an Error, also when the labels are traced (then when the traced function runs).
+// See docs/NN.md.
 Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing = 0.0,
-                     std::optional<int64_t> ignore_index = -100, Loc loc = Loc::current());
-Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc = Loc::current());
-// targets in [0, 1], same shape as the logits: t softplus(-x) + (1 - t) softplus(x), with no
-// overflow or cancellation for large |logits| and the right curvature at 0.
+                     std::optional<int64_t> ignore_index = -100,
+                     Reduction reduction = Reduction::mean,
+                     const std::optional<Tensor>& weight = std::nullopt, Loc loc = Loc::current());
+Tensor mse(const Tensor& prediction, const Tensor& target, Reduction reduction = Reduction::mean,
+           Loc loc = Loc::current());
+// |prediction - target| per element.
+Tensor l1_loss(const Tensor& prediction, const Tensor& target,
+               Reduction reduction = Reduction::mean, Loc loc = Loc::current());
+// Per element with d = prediction - target: d^2 / (2 beta) where |d| < beta, else
+// |d| - beta / 2 (beta = 0: |d|). beta >= 0.
+Tensor smooth_l1_loss(const Tensor& prediction, const Tensor& target, double beta = 1.0,
+                      Reduction reduction = Reduction::mean, Loc loc = Loc::current());
+// targets in [0, 1], same shape as the logits: pos_weight t softplus(-x) + (1 - t) softplus(x),
+// with no overflow or cancellation for large |logits| and the right curvature at 0. pos_weight
+// (the positive class's weight, per class) and weight (per element) broadcast to the logits.
 Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets,
+                                        Reduction reduction = Reduction::mean,
+                                        const std::optional<Tensor>& pos_weight = std::nullopt,
+                                        const std::optional<Tensor>& weight = std::nullopt,
                                         Loc loc = Loc::current());
+// probabilities p and targets t in [0, 1] of one shape: -(t log p + (1 - t) log(1 - p)) with
+// each log clamped at -100, as PyTorch (so p = 0 or 1 gives 100, not inf); weight broadcasts.
+Tensor binary_cross_entropy(const Tensor& probabilities, const Tensor& targets,
+                            Reduction reduction = Reduction::mean,
+                            const std::optional<Tensor>& weight = std::nullopt,
+                            Loc loc = Loc::current());
 // Fraction of rows whose largest logit is at the label; positions whose label is
 // `ignore_index` are not counted, as in cross_entropy.
 Tensor accuracy(const Tensor& logits, const Tensor& labels,
@@ -155,7 +184,9 @@ KILN_TREE(Flatten, start_dim);
 
 // Activations as layers, for Sequential. `kind` is a static leaf naming the function.
 struct Activation {
-  std::string kind = "relu";  // relu, gelu, gelu_tanh, silu, tanh, sigmoid
+  // relu, gelu, gelu_tanh, silu, tanh, sigmoid, mish, relu6, hardtanh, hardswish,
+  // hardsigmoid, selu, celu (each with its default parameters)
+  std::string kind = "relu";
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
 };
 KILN_TREE(Activation, kind);
@@ -165,6 +196,11 @@ inline Activation GELU(bool tanh_approximation = false) {
 }
 inline Activation SiLU() { return {"silu"}; }
 inline Activation Tanh() { return {"tanh"}; }
+inline Activation Mish() { return {"mish"}; }
+inline Activation ReLU6() { return {"relu6"}; }
+inline Activation Hardswish() { return {"hardswish"}; }
+inline Activation Hardsigmoid() { return {"hardsigmoid"}; }
+inline Activation SELU() { return {"selu"}; }
 
 // Zeroes each element with probability `rate` in training and scales the rest by
 // 1 / (1 - rate); the identity in evaluation. The key comes from the Context.
@@ -183,15 +219,19 @@ struct Embedding {
 };
 KILN_TREE(Embedding, weight);
 
-// Normalises over the trailing dims of `weight`'s shape, then scales and shifts.
+// Normalises over the trailing normalized_shape axes (biased variance, eps inside the square
+// root), then scales and shifts. Without elementwise_affine the weight (1) and bias (0) are
+// absent: no parameters, no names.
 struct LayerNorm {
-  Tensor weight, bias;
+  std::optional<Tensor> weight, bias;  // normalized_shape
+  std::vector<int64_t> normalized_shape;
   double eps = 1e-5;
   LayerNorm() = default;
-  explicit LayerNorm(const Shape& normalized_shape, double eps = 1e-5, DType dtype = float32);
+  explicit LayerNorm(const Shape& normalized_shape, double eps = 1e-5, DType dtype = float32,
+                     bool elementwise_affine = true);
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
 };
-KILN_TREE(LayerNorm, weight, bias, eps);
+KILN_TREE(LayerNorm, weight, bias, normalized_shape, eps);
 
 // Running statistics are state, not parameters: they go in and come out, so grad never
 // sees them and the optimiser never decays them. Normalises over every axis but 1.
@@ -199,19 +239,47 @@ struct BatchNormState {
   Tensor mean, var;
 };
 KILN_TREE(BatchNormState, mean, var);
+// Without `affine` the weight (1) and bias (0) are absent: no parameters, no names.
 struct BatchNorm {
-  Tensor weight, bias;  // [C]
+  std::optional<Tensor> weight, bias;  // [C]
+  int64_t channels = 0;
   double momentum = 0.1, eps = 1e-5;
+  DType dtype = float32;  // of the parameters and of initial_state()
   BatchNorm() = default;
   explicit BatchNorm(int64_t channels, double momentum = 0.1, double eps = 1e-5,
-                     DType dtype = float32);
+                     DType dtype = float32, bool affine = true);
   BatchNormState initial_state() const;  // mean 0, var 1
   // Training: batch statistics; the running ones move by `momentum` (unbiased variance, as
   // PyTorch). Evaluation: the running statistics, returned unchanged.
   std::pair<Tensor, BatchNormState> operator()(const Tensor& x, const BatchNormState& state,
                                                bool training, Loc loc = Loc::current()) const;
 };
-KILN_TREE(BatchNorm, weight, bias, momentum, eps);
+KILN_TREE(BatchNorm, weight, bias, channels, momentum, eps, dtype);
+
+// The normalisations as functions (docs/NN.md, "Normalisation functions"). weight and bias are
+// optional (nullopt: none).
+// layer_norm: over the trailing axes, which must be normalized_shape; weight and bias
+// normalized_shape.
+Tensor layer_norm(const Tensor& x, const Shape& normalized_shape,
+                  const std::optional<Tensor>& weight = std::nullopt,
+                  const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5,
+                  Loc loc = Loc::current());
+// batch_norm: x [N, C, ...], weight and bias [C]. The running statistics are explicit state, as
+// BatchNorm's: training normalises with the batch's and returns `running` moved by momentum
+// (nullopt in, nullopt out); evaluation normalises with `running`, which it needs, and returns it.
+struct BatchNormResult {
+  Tensor y;
+  std::optional<BatchNormState> state;
+};
+BatchNormResult batch_norm(const Tensor& x, const std::optional<BatchNormState>& running,
+                           const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                           bool training, double momentum = 0.1, double eps = 1e-5,
+                           Loc loc = Loc::current());
+// instance_norm: x [N, C, ...] (rank >= 3) normalised per sample and channel over the positions
+// (group_norm with one channel per group); weight and bias [C]. No running statistics.
+Tensor instance_norm(const Tensor& x, const std::optional<Tensor>& weight = std::nullopt,
+                     const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5,
+                     Loc loc = Loc::current());
 
 // Layers applied in order. Any type with `Tensor operator()(const Tensor&) const` (or one
 // taking a Context& as well) that is a tree can be a layer, user-defined ones included.
@@ -310,6 +378,34 @@ Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01, Loc loc = Loc::
 // beta x > threshold. beta > 0. softplus(x) above is the exact one (no threshold).
 Tensor softplus(const Tensor& x, double beta, double threshold = 20.0, Loc loc = Loc::current());
 
+// PyTorch's remaining activations (docs/NN.md, "Activations"). hardtanh clamps to
+// [min_val, max_val] (relu6: [0, 6]) with derivative 0 at and beyond the ends; hardswish is
+// x relu6(x + 3) / 6 and hardsigmoid relu6(x + 3) / 6, with PyTorch's derivatives at +-3; selu
+// is scale elu(x, alpha) with the self-normalising constants; celu(x, alpha) is
+// alpha elu(x / alpha) (alpha != 0); mish is x tanh(softplus(x)). Floating-point inputs.
+Tensor mish(const Tensor& x, Loc loc = Loc::current());
+Tensor hardtanh(const Tensor& x, double min_val = -1.0, double max_val = 1.0,
+                Loc loc = Loc::current());
+Tensor relu6(const Tensor& x, Loc loc = Loc::current());
+Tensor hardswish(const Tensor& x, Loc loc = Loc::current());
+Tensor hardsigmoid(const Tensor& x, Loc loc = Loc::current());
+Tensor selu(const Tensor& x, Loc loc = Loc::current());
+Tensor celu(const Tensor& x, double alpha = 1.0, Loc loc = Loc::current());
+// a * sigmoid(b) for the two halves a, b of x along `axis` (its size must be even).
+Tensor glu(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
+// x for x > 0, weight x otherwise; weight has one element or one per channel (axis 1 of x,
+// or axis 0 of a 1-d x), as PyTorch's prelu.
+Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc = Loc::current());
+// softmax(-x) along `axis`.
+Tensor softmin(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
+// x / max(||x||_p, eps) along `axis` (PyTorch's F.normalize, whose default axis is 1); p > 0,
+// or infinity for the largest magnitude.
+Tensor normalize(const Tensor& x, double p = 2.0, int64_t axis = 1, double eps = 1e-12,
+                 Loc loc = Loc::current());
+// Dropout as a function: zeroes each element with probability `rate` (in [0, 1)) drawn from
+// `key`, and scales the rest by 1 / (1 - rate). The Dropout layer calls it in training.
+Tensor dropout(const Tensor& x, double rate, const Tensor& key, Loc loc = Loc::current());
+
 // Layers of the activations above (GELU and SiLU: Activation, above). Parameters are static
 // leaves: nn::ELU{}, nn::LeakyReLU{0.2}, nn::Softplus{.beta = 2}.
 struct ELU {
@@ -327,6 +423,29 @@ struct Softplus {
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
 };
 KILN_TREE(Softplus, beta, threshold);
+struct Hardtanh {
+  double min_val = -1.0, max_val = 1.0;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(Hardtanh, min_val, max_val);
+struct CELU {
+  double alpha = 1.0;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(CELU, alpha);
+struct GLU {
+  int64_t axis = -1;
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(GLU, axis);
+// A learned slope for x <= 0: weight [num_parameters], initialised to `init` (PyTorch's 0.25).
+struct PReLU {
+  Tensor weight;
+  PReLU() = default;
+  explicit PReLU(int64_t num_parameters, double init = 0.25, DType dtype = float32);
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+KILN_TREE(PReLU, weight);
 
 // x [N, C, ...] normalised over each group of C / num_groups channels and every position
 // (biased variance, eps inside the square root), then weight[c] * . + bias[c] when given, as
@@ -358,10 +477,6 @@ struct RMSNorm {
 };
 KILN_TREE(RMSNorm, weight, dim, eps);
 
-// How a loss reduces its per-element values: none (the values), their sum, their mean, or
-// (kl_div only) the sum divided by the batch size, input.shape[0].
-enum class Reduction { none, sum, mean, batchmean };
-
 // Per element with d = prediction - target: d^2 / 2 where |d| < delta, else
 // delta (|d| - delta / 2). delta > 0; equal shapes.
 Tensor huber_loss(const Tensor& prediction, const Tensor& target, double delta = 1.0,
@@ -375,9 +490,10 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = R
 // -log_probs[..., label] for log-probabilities [..., C] (classes last, as cross_entropy;
 // PyTorch's are on axis 1) and integer labels [...]. Positions labelled ignore_index are 0
 // (none), add nothing (sum) and are not counted (mean); other labels outside [0, C) raise.
+// `weight` [C] scales each class's term, and the mean divides by the labels' weights' sum.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& labels,
                 std::optional<int64_t> ignore_index = -100, Reduction reduction = Reduction::mean,
-                Loc loc = Loc::current());
+                const std::optional<Tensor>& weight = std::nullopt, Loc loc = Loc::current());
 // ---- attention and recurrent layers (issue 15; docs/NN.md "Attention and recurrent layers") --
 
 // Masks and settings of scaled_dot_product_attention. Scores are q k^T * scale, [..., L, S].

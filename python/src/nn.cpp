@@ -27,6 +27,12 @@ Pair to_pair(py::handle value) {
   return value.cast<Pair>();
 }
 
+// An int or a sequence of ints (PyTorch's normalized_shape).
+Shape to_shape(py::handle value) {
+  if (py::isinstance<py::int_>(value)) return Shape{value.cast<int64_t>()};
+  return Shape(value.cast<std::vector<int64_t>>());
+}
+
 DType dtype_or_f32(py::handle dtype) { return dtype.is_none() ? float32 : to_dtype(dtype); }
 
 std::optional<Tensor> optional_tensor(py::handle value) {
@@ -126,6 +132,78 @@ void bind_activations(py::module_& nn) {
       "leaky_relu",
       [](py::handle x, double slope) { return nn::leaky_relu(to_tensor(x), slope, Loc{}); },
       py::arg("x"), py::arg("negative_slope") = 0.01, "x for x > 0, negative_slope x otherwise.");
+  using Unary = Tensor (*)(const Tensor&, Loc);
+  const auto def_unary = [&](const char* name, Unary f, const char* doc) {
+    nn.def(
+        name, [f](py::handle x) { return f(to_tensor(x), Loc{}); }, py::arg("x"), doc);
+  };
+  def_unary("mish", &nn::mish, "x * tanh(softplus(x)).");
+  def_unary("relu6", &nn::relu6, "min(max(x, 0), 6).");
+  def_unary("hardswish", &nn::hardswish, "x * relu6(x + 3) / 6.");
+  def_unary("hardsigmoid", &nn::hardsigmoid, "relu6(x + 3) / 6.");
+  def_unary("selu", &nn::selu, "scale * elu(x, alpha) with the self-normalising constants.");
+  nn.def(
+      "hardtanh",
+      [](py::handle x, double lo, double hi) { return nn::hardtanh(to_tensor(x), lo, hi, Loc{}); },
+      py::arg("x"), py::arg("min_val") = -1.0, py::arg("max_val") = 1.0,
+      "x clamped to [min_val, max_val].");
+  nn.def(
+      "celu", [](py::handle x, double alpha) { return nn::celu(to_tensor(x), alpha, Loc{}); },
+      py::arg("x"), py::arg("alpha") = 1.0, "x for x > 0, alpha (e^(x / alpha) - 1) otherwise.");
+  nn.def(
+      "glu", [](py::handle x, int64_t axis) { return nn::glu(to_tensor(x), axis, Loc{}); },
+      py::arg("x"), py::arg("axis") = -1, "a * sigmoid(b) for the halves a, b of x along axis.");
+  nn.def(
+      "prelu",
+      [](py::handle x, py::handle w) { return nn::prelu(to_tensor(x), to_tensor(w), Loc{}); },
+      py::arg("x"), py::arg("weight"),
+      "x for x > 0, weight * x otherwise; weight has one element or one per channel (axis 1).");
+  nn.def(
+      "softmin", [](py::handle x, int64_t axis) { return nn::softmin(to_tensor(x), axis, Loc{}); },
+      py::arg("x"), py::arg("axis") = -1, "softmax(-x) along axis.");
+  nn.def(
+      "normalize",
+      [](py::handle x, double p, int64_t axis, double eps) {
+        return nn::normalize(to_tensor(x), p, axis, eps, Loc{});
+      },
+      py::arg("x"), py::arg("p") = 2.0, py::arg("axis") = 1, py::arg("eps") = 1e-12,
+      "x / max(||x||_p, eps) along axis (PyTorch's F.normalize; default axis 1).");
+  nn.def(
+      "dropout",
+      [](py::handle x, double rate, py::handle key) {
+        return nn::dropout(to_tensor(x), rate, to_tensor(key), Loc{});
+      },
+      py::arg("x"), py::arg("rate"), py::arg("key"),
+      "Zeroes each element with probability rate (drawn from key), scales the rest by "
+      "1 / (1 - rate).");
+  nn.def(
+      "layer_norm",
+      [](py::handle x, py::handle shape, py::handle w, py::handle b, double eps) {
+        return nn::layer_norm(to_tensor(x), to_shape(shape), optional_tensor(w), optional_tensor(b),
+                              eps, Loc{});
+      },
+      py::arg("x"), py::arg("normalized_shape"), py::arg("weight") = py::none(),
+      py::arg("bias") = py::none(), py::arg("eps") = 1e-5,
+      "x normalised over its trailing normalized_shape axes, then * weight + bias.");
+  nn.def(
+      "batch_norm",
+      [](py::handle x, std::optional<nn::BatchNormState> state, py::handle w, py::handle b,
+         bool training, double momentum, double eps) {
+        nn::BatchNormResult r = nn::batch_norm(to_tensor(x), state, optional_tensor(w),
+                                               optional_tensor(b), training, momentum, eps, Loc{});
+        return py::make_tuple(r.y, r.state ? py::cast(*r.state) : py::none());
+      },
+      py::arg("x"), py::arg("state"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
+      py::arg("training") = false, py::arg("momentum") = 0.1, py::arg("eps") = 1e-5,
+      "(y, state): x [N, C, ...] normalised per channel. Training: batch statistics, and the "
+      "running BatchNormState (or None) moved by momentum; evaluation: the running statistics.");
+  nn.def(
+      "instance_norm",
+      [](py::handle x, py::handle w, py::handle b, double eps) {
+        return nn::instance_norm(to_tensor(x), optional_tensor(w), optional_tensor(b), eps, Loc{});
+      },
+      py::arg("x"), py::arg("weight") = py::none(), py::arg("bias") = py::none(),
+      py::arg("eps") = 1e-5, "x [N, C, ...] normalised per sample and channel over the positions.");
   nn.def(
       "group_norm",
       [](py::handle x, int64_t groups, py::handle w, py::handle b, double eps) {
@@ -147,23 +225,54 @@ void bind_activations(py::module_& nn) {
 void bind_losses(py::module_& nn) {
   nn.def(
       "cross_entropy",
-      [](py::handle logits, py::handle labels, double smoothing, std::optional<int64_t> ignore) {
-        return nn::cross_entropy(to_tensor(logits), to_tensor(labels), smoothing, ignore, Loc{});
+      [](py::handle logits, py::handle labels, double smoothing, std::optional<int64_t> ignore,
+         const std::string& reduction, py::handle weight) {
+        return nn::cross_entropy(to_tensor(logits), to_tensor(labels), smoothing, ignore,
+                                 to_reduction(reduction), optional_tensor(weight), Loc{});
       },
       py::arg("logits"), py::arg("labels"), py::arg("label_smoothing") = 0.0,
-      py::arg("ignore_index") = -100,
-      "Mean cross-entropy of logits [..., C] (classes last) and integer labels [...]; labels equal "
-      "to ignore_index (None: none) are not counted.");
+      py::arg("ignore_index") = -100, py::arg("reduction") = "mean", py::arg("weight") = py::none(),
+      "Cross-entropy of logits [..., C] (classes last) and integer labels [...] or probabilities "
+      "[..., C]; labels equal to ignore_index (None: none) are not counted; weight [C] per class.");
+  using PairLoss = Tensor (*)(const Tensor&, const Tensor&, nn::Reduction, Loc);
+  const auto def_pair_loss = [&](const char* name, PairLoss f, const char* doc) {
+    nn.def(
+        name,
+        [f](py::handle p, py::handle t, const std::string& reduction) {
+          return f(to_tensor(p), to_tensor(t), to_reduction(reduction), Loc{});
+        },
+        py::arg("prediction"), py::arg("target"), py::arg("reduction") = "mean", doc);
+  };
+  def_pair_loss("mse", &nn::mse, "Squared error, reduced.");
+  def_pair_loss("l1_loss", &nn::l1_loss, "Absolute error, reduced.");
   nn.def(
-      "mse", [](py::handle p, py::handle t) { return nn::mse(to_tensor(p), to_tensor(t), Loc{}); },
-      py::arg("prediction"), py::arg("target"), "Mean squared error.");
+      "smooth_l1_loss",
+      [](py::handle p, py::handle t, double beta, const std::string& reduction) {
+        return nn::smooth_l1_loss(to_tensor(p), to_tensor(t), beta, to_reduction(reduction), Loc{});
+      },
+      py::arg("prediction"), py::arg("target"), py::arg("beta") = 1.0,
+      py::arg("reduction") = "mean",
+      "d^2 / (2 beta) where |d| < beta, else |d| - beta / 2 (PyTorch's smooth_l1_loss).");
   nn.def(
       "binary_cross_entropy_with_logits",
-      [](py::handle x, py::handle t) {
-        return nn::binary_cross_entropy_with_logits(to_tensor(x), to_tensor(t), Loc{});
+      [](py::handle x, py::handle t, const std::string& reduction, py::handle pos_weight,
+         py::handle weight) {
+        return nn::binary_cross_entropy_with_logits(
+            to_tensor(x), to_tensor(t), to_reduction(reduction), optional_tensor(pos_weight),
+            optional_tensor(weight), Loc{});
       },
-      py::arg("logits"), py::arg("targets"),
-      "Mean of t softplus(-x) + (1 - t) softplus(x), stable for large |logits|.");
+      py::arg("logits"), py::arg("targets"), py::arg("reduction") = "mean",
+      py::arg("pos_weight") = py::none(), py::arg("weight") = py::none(),
+      "pos_weight t softplus(-x) + (1 - t) softplus(x), stable for large |logits|, reduced.");
+  nn.def(
+      "binary_cross_entropy",
+      [](py::handle p, py::handle t, const std::string& reduction, py::handle weight) {
+        return nn::binary_cross_entropy(to_tensor(p), to_tensor(t), to_reduction(reduction),
+                                        optional_tensor(weight), Loc{});
+      },
+      py::arg("probabilities"), py::arg("targets"), py::arg("reduction") = "mean",
+      py::arg("weight") = py::none(),
+      "-(t log p + (1 - t) log(1 - p)), each log clamped at -100 as PyTorch, reduced.");
   nn.def(
       "accuracy",
       [](py::handle logits, py::handle labels, std::optional<int64_t> ignore) {
@@ -192,12 +301,12 @@ void bind_losses(py::module_& nn) {
   nn.def(
       "nll_loss",
       [](py::handle log_probs, py::handle labels, std::optional<int64_t> ignore,
-         const std::string& reduction) {
+         const std::string& reduction, py::handle weight) {
         return nn::nll_loss(to_tensor(log_probs), to_tensor(labels), ignore,
-                            to_reduction(reduction), Loc{});
+                            to_reduction(reduction), optional_tensor(weight), Loc{});
       },
       py::arg("log_probs"), py::arg("labels"), py::arg("ignore_index") = -100,
-      py::arg("reduction") = "mean",
+      py::arg("reduction") = "mean", py::arg("weight") = py::none(),
       "-log_probs[..., label] (classes last), reduced; ignore_index positions are not counted.");
 }
 
@@ -376,7 +485,8 @@ void bind_simple_layers(py::module_& nn) {
 
   auto act = layer_class<nn::Activation>(
       nn, "Activation",
-      "An activation as a layer: kind is relu, gelu, gelu_tanh, silu, tanh or sigmoid.");
+      "An activation as a layer: kind is relu, gelu, gelu_tanh, silu, tanh, sigmoid, mish, "
+      "relu6, hardtanh, hardswish, hardsigmoid, selu or celu.");
   act.def(py::init([](std::string kind) { return nn::Activation{std::move(kind)}; }),
           py::arg("kind") = "relu");
   act.def_readwrite("kind", &nn::Activation::kind);
@@ -389,6 +499,11 @@ void bind_simple_layers(py::module_& nn) {
          "Activation(\"gelu\"), or \"gelu_tanh\" with approximate=True.");
   nn.def("SiLU", &nn::SiLU, "Activation(\"silu\").");
   nn.def("Tanh", &nn::Tanh, "Activation(\"tanh\").");
+  nn.def("Mish", &nn::Mish, "Activation(\"mish\").");
+  nn.def("ReLU6", &nn::ReLU6, "Activation(\"relu6\").");
+  nn.def("Hardswish", &nn::Hardswish, "Activation(\"hardswish\").");
+  nn.def("Hardsigmoid", &nn::Hardsigmoid, "Activation(\"hardsigmoid\").");
+  nn.def("SELU", &nn::SELU, "Activation(\"selu\").");
 
   auto dropout = layer_class<nn::Dropout>(
       nn, "Dropout",
@@ -438,42 +553,82 @@ void bind_simple_layers(py::module_& nn) {
       .def("__repr__", [](const nn::LeakyReLU& l) {
         return "LeakyReLU(negative_slope=" + number_text(l.negative_slope) + ")";
       });
-  auto softplus = layer_class<nn::Softplus>(nn, "Softplus", "PyTorch's Softplus(beta, threshold).");
-  softplus.def(py::init([](double beta, double threshold) {
-                 return nn::Softplus{beta, threshold};
-               }),
-               py::arg("beta") = 1.0, py::arg("threshold") = 20.0);
-  softplus.def_readwrite("beta", &nn::Softplus::beta)
-      .def_readwrite("threshold", &nn::Softplus::threshold);
-  softplus.def(
-      "__call__", [](const nn::Softplus& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+  bind_parametric(std::type_identity<nn::CELU>{}, "CELU", "alpha", 1.0, "nn.celu as a layer.")
+      .def_readwrite("alpha", &nn::CELU::alpha)
+      .def("__repr__",
+           [](const nn::CELU& l) { return "CELU(alpha=" + number_text(l.alpha) + ")"; });
+  auto glu = layer_class<nn::GLU>(nn, "GLU", "nn.glu as a layer.");
+  glu.def(py::init([](int64_t axis) { return nn::GLU{axis}; }), py::arg("axis") = -1);
+  glu.def_readwrite("axis", &nn::GLU::axis);
+  glu.def(
+      "__call__", [](const nn::GLU& l, py::handle x) { return l(to_tensor(x), Loc{}); },
       py::arg("x"));
-  softplus.def("__repr__", [](const nn::Softplus& l) {
-    return "Softplus(beta=" + number_text(l.beta) + ", threshold=" + number_text(l.threshold) + ")";
-  });
+  glu.def("__repr__", [](const nn::GLU& l) { return "GLU(axis=" + std::to_string(l.axis) + ")"; });
+  auto prelu = layer_class<nn::PReLU>(
+      nn, "PReLU", "nn.prelu with a learned weight [num_parameters], initialised to init.");
+  prelu.def(py::init([](int64_t n, double init, py::handle dtype) {
+              return nn::PReLU(n, init, dtype_or_f32(dtype));
+            }),
+            py::arg("num_parameters") = 1, py::arg("init") = 0.25, py::arg("dtype") = py::none());
+  tensor_property(prelu, "weight", &nn::PReLU::weight, "[num_parameters]");
+  prelu.def(
+      "__call__", [](const nn::PReLU& l, py::handle x) { return l(to_tensor(x), Loc{}); },
+      py::arg("x"));
+  prelu.def("__repr__",
+            [](const nn::PReLU& l) { return "PReLU(weight=" + l.weight.type().to_string() + ")"; });
+  // A layer whose two static parameters are doubles: constructor, fields, call and repr.
+  struct Field {
+    const char* name;
+    double value;  // the default
+  };
+  const auto bind_two_parameters = [&]<class A>(std::type_identity<A>, const char* name,
+                                                const char* doc, Field a, double A::*a_member,
+                                                Field b, double A::*b_member) {
+    auto cls = layer_class<A>(nn, name, doc);
+    cls.def(py::init([a_member, b_member](double av, double bv) {
+              A layer;
+              layer.*a_member = av;
+              layer.*b_member = bv;
+              return layer;
+            }),
+            py::arg(a.name) = a.value, py::arg(b.name) = b.value);
+    cls.def_readwrite(a.name, a_member).def_readwrite(b.name, b_member);
+    cls.def(
+        "__call__", [](const A& l, py::handle x) { return l(to_tensor(x), Loc{}); }, py::arg("x"));
+    cls.def("__repr__", [name = std::string(name), a, a_member, b, b_member](const A& l) {
+      return name + "(" + a.name + "=" + number_text(l.*a_member) + ", " + b.name + "=" +
+             number_text(l.*b_member) + ")";
+    });
+  };
+  bind_two_parameters(std::type_identity<nn::Softplus>{}, "Softplus",
+                      "PyTorch's Softplus(beta, threshold).", {"beta", 1.0}, &nn::Softplus::beta,
+                      {"threshold", 20.0}, &nn::Softplus::threshold);
+  bind_two_parameters(std::type_identity<nn::Hardtanh>{}, "Hardtanh", "nn.hardtanh as a layer.",
+                      {"min_val", -1.0}, &nn::Hardtanh::min_val, {"max_val", 1.0},
+                      &nn::Hardtanh::max_val);
 }
 
 void bind_norms(py::module_& nn) {
   auto ln = layer_class<nn::LayerNorm>(
       nn, "LayerNorm",
       "Normalises over the trailing normalized_shape axes, then scales and shifts.");
-  ln.def(py::init([](py::handle shape, double eps, py::handle dtype) {
-           std::vector<int64_t> dims;
-           if (py::isinstance<py::int_>(shape))
-             dims.push_back(shape.cast<int64_t>());
-           else
-             dims = shape.cast<std::vector<int64_t>>();
-           return nn::LayerNorm(Shape(dims), eps, dtype_or_f32(dtype));
+  ln.def(py::init([](py::handle shape, double eps, py::handle dtype, bool affine) {
+           return nn::LayerNorm(to_shape(shape), eps, dtype_or_f32(dtype), affine);
          }),
-         py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("dtype") = py::none());
-  tensor_property(ln, "weight", &nn::LayerNorm::weight, "normalized_shape, initialised to 1");
-  tensor_property(ln, "bias", &nn::LayerNorm::bias, "normalized_shape, initialised to 0");
-  ln.def_readwrite("eps", &nn::LayerNorm::eps);
+         py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("dtype") = py::none(),
+         py::arg("elementwise_affine") = true);
+  tensor_property(ln, "weight", &nn::LayerNorm::weight,
+                  "normalized_shape, initialised to 1, or None");
+  tensor_property(ln, "bias", &nn::LayerNorm::bias, "normalized_shape, initialised to 0, or None");
+  ln.def_readwrite("eps", &nn::LayerNorm::eps)
+      .def_readwrite("normalized_shape", &nn::LayerNorm::normalized_shape);
   ln.def(
       "__call__", [](const nn::LayerNorm& l, py::handle x) { return l(to_tensor(x), Loc{}); },
       py::arg("x"));
   ln.def("__repr__", [](const nn::LayerNorm& l) {
-    return "LayerNorm(weight=" + l.weight.type().to_string() + ", eps=" + number_text(l.eps) + ")";
+    return "LayerNorm(normalized_shape=" + Shape(l.normalized_shape).to_string() +
+           ", eps=" + number_text(l.eps) + ", elementwise_affine=" + (l.weight ? "True" : "False") +
+           ")";
   });
 
   auto bn_state = layer_class<nn::BatchNormState>(
@@ -493,13 +648,14 @@ void bind_norms(py::module_& nn) {
       nn, "BatchNorm",
       "Batch normalisation over every axis but 1. The running statistics are a separate "
       "BatchNormState: y, state = bn(x, state, training).");
-  bn.def(py::init([](int64_t channels, double momentum, double eps, py::handle dtype) {
-           return nn::BatchNorm(channels, momentum, eps, dtype_or_f32(dtype));
+  bn.def(py::init([](int64_t channels, double momentum, double eps, py::handle dtype, bool affine) {
+           return nn::BatchNorm(channels, momentum, eps, dtype_or_f32(dtype), affine);
          }),
          py::arg("num_features"), py::arg("momentum") = 0.1, py::arg("eps") = 1e-5,
-         py::arg("dtype") = py::none());
-  tensor_property(bn, "weight", &nn::BatchNorm::weight, "[C], initialised to 1");
-  tensor_property(bn, "bias", &nn::BatchNorm::bias, "[C], initialised to 0");
+         py::arg("dtype") = py::none(), py::arg("affine") = true);
+  tensor_property(bn, "weight", &nn::BatchNorm::weight, "[C], initialised to 1, or None");
+  tensor_property(bn, "bias", &nn::BatchNorm::bias, "[C], initialised to 0, or None");
+  bn.def_readwrite("num_features", &nn::BatchNorm::channels);
   bn.def_readwrite("momentum", &nn::BatchNorm::momentum).def_readwrite("eps", &nn::BatchNorm::eps);
   bn.def("initial_state", &nn::BatchNorm::initial_state, "Running mean 0 and variance 1.");
   bn.def(
@@ -512,8 +668,9 @@ void bind_norms(py::module_& nn) {
       "(y, new state). Training: batch statistics, the running ones move by momentum. "
       "Evaluation: the running statistics, returned unchanged.");
   bn.def("__repr__", [](const nn::BatchNorm& l) {
-    return "BatchNorm(weight=" + l.weight.type().to_string() +
-           ", momentum=" + number_text(l.momentum) + ", eps=" + number_text(l.eps) + ")";
+    return "BatchNorm(num_features=" + std::to_string(l.channels) +
+           ", affine=" + (l.weight ? "True" : "False") + ", momentum=" + number_text(l.momentum) +
+           ", eps=" + number_text(l.eps) + ")";
   });
 
   auto gn = layer_class<nn::GroupNorm>(nn, "GroupNorm", "nn.group_norm as a layer.");

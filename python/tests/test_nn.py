@@ -327,3 +327,129 @@ def test_layers_inside_transformations():
     xs = randn(5, 4, 3)
     ys = kl.vmap(lambda l, x: l(x), in_axes=(None, 0))(layer, xs)
     close(ys, xs @ a(layer.weight).T + a(layer.bias), 1e-5)
+
+
+def test_more_activations_match_torch():
+    x = randn(6, 8) * 5
+    x[0, :5] = [-3, 3, 0, 6, -1]  # the kinks
+    f64 = x.astype(np.float64)
+    for ours, theirs in [(kl.nn.mish, F.mish), (kl.nn.relu6, F.relu6),
+                         (kl.nn.hardswish, F.hardswish), (kl.nn.hardsigmoid, F.hardsigmoid),
+                         (kl.nn.selu, F.selu), (lambda v: kl.nn.celu(v, 0.7),
+                                                 lambda v: F.celu(v, 0.7)),
+                         (lambda v: kl.nn.hardtanh(v, -2.0, 3.0),
+                          lambda v: F.hardtanh(v, -2.0, 3.0)),
+                         (lambda v: kl.nn.glu(v, 1), lambda v: F.glu(v, 1)),
+                         (lambda v: kl.nn.softmin(v, 0), lambda v: F.softmin(v, 0)),
+                         (kl.nn.normalize, F.normalize),
+                         (lambda v: kl.nn.normalize(v, 1.0, 0), lambda v: F.normalize(v, 1.0, 0)),
+                         (lambda v: kl.nn.normalize(v, float("inf"), -1),
+                          lambda v: F.normalize(v, float("inf"), -1))]:
+        close(ours(x), theirs(tt(x)), 1e-5)
+        # float64, with the gradients of a random weighting PyTorch's autograd gives (to 1e-7:
+        # PyTorch's hardsigmoid backward multiplies by a float32 1/6 in float64 too).
+        c = rng.standard_normal(theirs(tt(f64)).shape)
+        t = tt(f64).requires_grad_()
+        (theirs(t) * tt(c)).sum().backward()
+        close(kl.grad(lambda v: kl.sum(ours(v) * c))(f64), t.grad, 1e-7)
+    w = rng.uniform(0.1, 0.5, 8).astype(np.float32)
+    close(kl.nn.prelu(x, w[:1]), F.prelu(tt(x), tt(w[:1])), 1e-6)
+    image = randn(2, 8, 3, 3)
+    close(kl.nn.prelu(image, w), F.prelu(tt(image), tt(w)), 1e-6)
+    layer = kl.nn.PReLU(8)
+    assert kl.nn.named_parameters(layer)[0][0] == "weight"
+    close(layer(image), torch.nn.PReLU(8)(tt(image)), 1e-6)
+    for layer, ref in [(kl.nn.Mish(), torch.nn.Mish()), (kl.nn.ReLU6(), torch.nn.ReLU6()),
+                       (kl.nn.Hardswish(), torch.nn.Hardswish()),
+                       (kl.nn.Hardsigmoid(), torch.nn.Hardsigmoid()), (kl.nn.SELU(), torch.nn.SELU()),
+                       (kl.nn.Activation("celu"), torch.nn.CELU()),
+                       (kl.nn.Activation("hardtanh"), torch.nn.Hardtanh()),
+                       (kl.nn.Hardtanh(-2.0, 2.0), torch.nn.Hardtanh(-2.0, 2.0)),
+                       (kl.nn.CELU(2.0), torch.nn.CELU(2.0)), (kl.nn.GLU(0), torch.nn.GLU(0))]:
+        close(layer(x), ref(tt(x)), 1e-5)
+
+
+def test_relu_propagates_nan_as_torch():
+    x = np.array([np.nan, -1.0, 0.0, 2.0])
+    t = tt(x).requires_grad_()
+    F.relu(t).sum().backward()
+    for f in (kl.nn.relu, kl.nn.ReLU(), kl.nn.Activation("relu"), kl.jit(kl.nn.relu)):
+        close(f(x), F.relu(tt(x)))
+    close(kl.grad(lambda v: kl.sum(kl.nn.relu(v)))(x), t.grad)
+
+
+def test_functional_dropout():
+    x = np.ones((200, 50), np.float32)
+    y = a(kl.nn.dropout(x, 0.25, key(5)))
+    assert set(np.unique(y)) <= {0.0, np.float32(1 / 0.75)}
+    assert abs((y == 0).mean() - 0.25) < 0.02
+    np.testing.assert_array_equal(y, a(kl.nn.dropout(x, 0.25, key(5))))
+    with pytest.raises(kl.Error, match="rate out of range"):
+        kl.nn.dropout(x, 1.0, key(5))
+
+
+def test_more_losses_match_torch():
+    logits = randn(6, 5)
+    labels = np.array([0, 4, 2, -100, 1, 3], np.int64)
+    w = rng.uniform(0.2, 2.0, 5).astype(np.float32)
+    probs = F.softmax(tt(randn(6, 5)), -1).numpy()
+    for reduction in ("none", "sum", "mean"):
+        for smoothing in (0.0, 0.2):
+            close(kl.nn.cross_entropy(logits, labels, smoothing, reduction=reduction, weight=w),
+                  F.cross_entropy(tt(logits), tt(labels), tt(w), reduction=reduction,
+                                  label_smoothing=smoothing), 1e-5)
+            close(kl.nn.cross_entropy(logits, probs, smoothing, reduction=reduction, weight=w),
+                  F.cross_entropy(tt(logits), tt(probs), tt(w), reduction=reduction,
+                                  label_smoothing=smoothing), 1e-5)
+        logp = F.log_softmax(tt(logits), -1)
+        close(kl.nn.nll_loss(logp.numpy(), labels, reduction=reduction, weight=w),
+              F.nll_loss(logp, tt(labels), tt(w), reduction=reduction), 1e-5)
+        p, t = randn(4, 3), randn(4, 3)
+        close(kl.nn.mse(p, t, reduction), F.mse_loss(tt(p), tt(t), reduction=reduction), 1e-6)
+        close(kl.nn.l1_loss(p, t, reduction), F.l1_loss(tt(p), tt(t), reduction=reduction), 1e-6)
+        for beta in (0.0, 0.5, 1.0):
+            close(kl.nn.smooth_l1_loss(p, t, beta, reduction),
+                  F.smooth_l1_loss(tt(p), tt(t), reduction=reduction, beta=beta), 1e-6)
+        q = rng.uniform(size=(4, 3)).astype(np.float32)
+        q[0, :2] = [0.0, 1.0]  # log clamped at -100
+        target = rng.uniform(size=(4, 3)).astype(np.float32)
+        elem = rng.uniform(0.5, 2, (4, 1)).astype(np.float32)
+        close(kl.nn.binary_cross_entropy(q, target, reduction, weight=elem),
+              F.binary_cross_entropy(tt(q), tt(target), tt(elem), reduction=reduction), 1e-5)
+        pos = rng.uniform(0.5, 3, 3).astype(np.float32)
+        close(kl.nn.binary_cross_entropy_with_logits(p * 10, target, reduction, pos_weight=pos,
+                                                     weight=elem),
+              F.binary_cross_entropy_with_logits(tt(p * 10), tt(target), tt(elem),
+                                                 reduction=reduction, pos_weight=tt(pos)), 1e-5)
+
+
+def test_normalisation_functions_match_torch():
+    x = randn(4, 3, 5, 2)
+    w, b = randn(3), randn(3)
+    close(kl.nn.layer_norm(x, (5, 2)), F.layer_norm(tt(x), (5, 2)), 1e-5)
+    w2, b2 = randn(2), randn(2)
+    close(kl.nn.layer_norm(x, 2, w2, b2), F.layer_norm(tt(x), (2,), tt(w2), tt(b2)), 1e-5)
+    close(kl.nn.instance_norm(x, w, b), F.instance_norm(tt(x), weight=tt(w), bias=tt(b)), 1e-5)
+    close(kl.nn.instance_norm(x), F.instance_norm(tt(x)), 1e-5)
+    mean, var = torch.zeros(3), torch.ones(3)
+    state = kl.nn.BatchNormState(mean.numpy().copy(), var.numpy().copy())
+    y, new = kl.nn.batch_norm(x, state, w, b, training=True, momentum=0.3)
+    want = F.batch_norm(tt(x), mean, var, tt(w), tt(b), training=True, momentum=0.3)
+    close(y, want, 1e-5)
+    close(new.mean, mean, 1e-6)
+    close(new.var, var, 1e-5)
+    y, none = kl.nn.batch_norm(x, None, training=True)
+    assert none is None
+    close(y, F.batch_norm(tt(x), None, None, training=True), 1e-5)
+    y, same = kl.nn.batch_norm(x, new, w, b)
+    close(y, F.batch_norm(tt(x), mean, var, tt(w), tt(b)), 1e-5)
+    # The layers without affine parameters.
+    ln = kl.nn.LayerNorm((5, 2), elementwise_affine=False)
+    assert ln.weight is None and kl.nn.named_parameters(ln) == []
+    close(ln(x), torch.nn.LayerNorm((5, 2), elementwise_affine=False)(tt(x)), 1e-5)
+    bn = kl.nn.BatchNorm(3, affine=False)
+    assert bn.weight is None and kl.nn.named_parameters(bn) == []
+    ref = torch.nn.BatchNorm2d(3, affine=False)
+    y, s = bn(x, bn.initial_state(), training=True)
+    close(y, ref(tt(x)), 1e-5)
+    close(s.var, ref.running_var, 1e-5)

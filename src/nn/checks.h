@@ -60,13 +60,16 @@ inline void expect_labels(std::string_view op, std::string_view what, const Tens
 struct PickedLabels {
   Tensor nll;
   std::optional<Tensor> kept;
+  Tensor index;  // the class each position read (0 where ignored)
 };
 PickedLabels pick_labels(std::string_view op, const Tensor& logp, const Tensor& labels,
                          std::optional<int64_t> ignore_index, Loc loc);
 
 // per-position values reduced over the kept positions: ignored ones are 0 (none), add nothing
-// (sum), and are not counted (mean; NaN when nothing is kept, as in PyTorch).
+// (sum), and are not counted (mean; NaN when nothing is kept, as in PyTorch). With `counts`
+// the mean divides by their sum over the kept positions instead of the kept positions' number.
 Tensor reduce_kept(const Tensor& per, const std::optional<Tensor>& kept, Reduction reduction,
-                   std::string_view op, Loc loc);
+                   std::string_view op, Loc loc,
+                   const std::optional<Tensor>& counts = std::nullopt);
 
 }  // namespace kiln::nn

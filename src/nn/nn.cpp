@@ -18,7 +18,9 @@ namespace kiln::nn {
 // ---- activations ----------------------------------------------------------------------
 
 // where, not maximum: the derivative at 0 is 0 (PyTorch's convention), where maximum splits it.
-Tensor relu(const Tensor& x, Loc loc) { return where(x > 0.0, x, scalar_like(x, 0.0), loc); }
+// The test is x <= 0, so that NaN (for which every comparison is false) takes the x branch:
+// relu(NaN) = NaN with derivative 1, as PyTorch.
+Tensor relu(const Tensor& x, Loc loc) { return where(x <= 0.0, scalar_like(x, 0.0), x, loc); }
 
 Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
   const kiln::detail::CallSite site(loc);
@@ -90,53 +92,6 @@ const Primitive& prim::check_labels() {
 }  // namespace kiln
 
 namespace kiln::nn {
-
-Tensor cross_entropy(const Tensor& logits, const Tensor& labels, double label_smoothing,
-                     std::optional<int64_t> ignore_index, Loc loc) {
-  const kiln::detail::CallSite site(loc);
-  return located(loc, [&]() -> Tensor {
-    constexpr std::string_view op = "nn.cross_entropy";
-    expect_labels(op, "logits", logits, labels);
-    if (!(label_smoothing >= 0.0 && label_smoothing <= 1.0))
-      fail(op, "label smoothing out of range: got ", label_smoothing,
-           ", expected a value in [0, 1]");
-    const Tensor logp = log_softmax(logits, -1, loc);
-    auto [nll, kept] = pick_labels(op, logp, labels, ignore_index, loc);
-    if (label_smoothing > 0.0) {
-      const auto c = static_cast<double>(logits.shape()[logits.rank() - 1]);
-      nll = (1.0 - label_smoothing) * nll - (label_smoothing / c) * sum(logp, {-1}, false, loc);
-    }
-    return reduce_kept(nll, kept, Reduction::mean, op, loc);
-  });
-}
-
-Tensor mse(const Tensor& prediction, const Tensor& target, Loc loc) {
-  const kiln::detail::CallSite site(loc);
-  return located(loc, [&]() -> Tensor {
-    constexpr std::string_view op = "nn.mse";
-    expect_floating(op, "prediction", prediction);
-    if (!target.defined() || prediction.shape() != target.shape())
-      fail(op, "prediction and target differ in shape: got ", prediction.type(), " and ",
-           target.defined() ? target.type() : TensorType{}, ", expected equal shapes");
-    return mean(square(prediction - target, loc), {}, false, loc);
-  });
-}
-
-Tensor binary_cross_entropy_with_logits(const Tensor& logits, const Tensor& targets, Loc loc) {
-  const kiln::detail::CallSite site(loc);
-  return located(loc, [&]() -> Tensor {
-    constexpr std::string_view op = "nn.binary_cross_entropy_with_logits";
-    expect_floating(op, "logits", logits);
-    if (!targets.defined() || logits.shape() != targets.shape())
-      fail(op, "logits and targets differ in shape: got ", logits.type(), " and ",
-           targets.defined() ? targets.type() : TensorType{}, ", expected equal shapes");
-    // -[t log s + (1 - t) log(1 - s)] with s = sigmoid(x): log s = -softplus(-x) and
-    // log(1 - s) = -softplus(x). Two non-negative terms, so nothing cancels at large |x|, and
-    // softplus is smooth, so the curvature at x = 0 is the true 1/4 (Newton steps need it).
-    const Tensor t = astype(targets, logits.dtype(), loc);
-    return mean(t * softplus(-logits, loc) + (1.0 - t) * softplus(logits, loc), {}, false, loc);
-  });
-}
 
 Tensor accuracy(const Tensor& logits, const Tensor& labels, std::optional<int64_t> ignore_index,
                 Loc loc) {
@@ -373,27 +328,42 @@ Tensor Flatten::operator()(const Tensor& x, Loc loc) const {
   });
 }
 
+namespace {
+struct ActivationKind {
+  std::string_view name;
+  Tensor (*apply)(const Tensor&, Loc);
+};
+// Activation's kinds, each with its function's default parameters.
+constexpr ActivationKind kActivationKinds[] = {
+    {"relu", [](const Tensor& x, Loc loc) { return relu(x, loc); }},
+    {"gelu", [](const Tensor& x, Loc loc) { return gelu(x, false, loc); }},
+    {"gelu_tanh", [](const Tensor& x, Loc loc) { return gelu(x, true, loc); }},
+    {"silu", [](const Tensor& x, Loc loc) { return silu(x, loc); }},
+    {"tanh", [](const Tensor& x, Loc loc) { return tanh(x, loc); }},
+    {"sigmoid", [](const Tensor& x, Loc loc) { return sigmoid(x, loc); }},
+    {"mish", [](const Tensor& x, Loc loc) { return mish(x, loc); }},
+    {"relu6", [](const Tensor& x, Loc loc) { return relu6(x, loc); }},
+    {"hardtanh", [](const Tensor& x, Loc loc) { return hardtanh(x, -1.0, 1.0, loc); }},
+    {"hardswish", [](const Tensor& x, Loc loc) { return hardswish(x, loc); }},
+    {"hardsigmoid", [](const Tensor& x, Loc loc) { return hardsigmoid(x, loc); }},
+    {"selu", [](const Tensor& x, Loc loc) { return selu(x, loc); }},
+    {"celu", [](const Tensor& x, Loc loc) { return celu(x, 1.0, loc); }},
+};
+}  // namespace
+
 Tensor Activation::operator()(const Tensor& x, Loc loc) const {
   const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
-    Tensor y;
-    if (kind == "relu")
-      y = relu(x, loc);
-    else if (kind == "gelu")
-      y = gelu(x, false, loc);
-    else if (kind == "gelu_tanh")
-      y = gelu(x, true, loc);
-    else if (kind == "silu")
-      y = silu(x, loc);
-    else if (kind == "tanh")
-      y = tanh(x, loc);
-    else if (kind == "sigmoid")
-      y = sigmoid(x, loc);
-    else
-      fail("nn.Activation", "unknown activation: got '", kind,
-           "', expected relu, gelu, gelu_tanh, silu, tanh or sigmoid");
-    detail::summary_note(kind, y, {});
-    return y;
+    for (const ActivationKind& k : kActivationKinds) {
+      if (k.name != kind) continue;
+      Tensor y = k.apply(x, loc);
+      detail::summary_note(kind, y, {});
+      return y;
+    }
+    std::string known;
+    for (const ActivationKind& k : kActivationKinds)
+      known += (known.empty() ? "" : ", ") + std::string(k.name);
+    fail("nn.Activation", "unknown activation: got '", kind, "', expected one of ", known);
   });
 }
 
@@ -405,8 +375,7 @@ Tensor Dropout::operator()(const Tensor& x, Context& ctx, Loc loc) const {
       fail(op, "rate out of range: got ", rate, ", expected [0, 1)");
     if (!ctx.training() || rate == 0.0) return (*this)(x, loc);
     expect_floating(op, "input", x);
-    const Tensor keep = random::bernoulli(ctx.next_key(op), 1.0 - rate, x.shape(), loc);
-    Tensor y = where(keep, x * (1.0 / (1.0 - rate)), scalar_like(x, 0.0), loc);
+    Tensor y = dropout(x, rate, ctx.next_key(op), loc);
     detail::summary_note("Dropout", y, {});
     return y;
   });
@@ -429,80 +398,6 @@ Tensor Embedding::operator()(const Tensor& indices, Loc loc) const {
     Tensor y = take(weight, indices, 0, loc);
     detail::summary_note("Embedding", y, {&weight});
     return y;
-  });
-}
-
-LayerNorm::LayerNorm(const Shape& normalized_shape, double eps_, DType dtype)
-    : weight(ones(normalized_shape, dtype)), bias(zeros(normalized_shape, dtype)), eps(eps_) {}
-
-Tensor LayerNorm::operator()(const Tensor& x, Loc loc) const {
-  const kiln::detail::CallSite site(loc);
-  return located(loc, [&]() -> Tensor {
-    constexpr std::string_view op = "nn.LayerNorm";
-    const int k = weight.rank();
-    expect_input(op, x, k, "[..., normalized_shape]");
-    for (int i = 0; i < k; ++i)
-      if (x.shape()[x.rank() - k + i] != weight.shape()[i])
-        fail(op, "trailing dimensions do not match: got input ", x.type(), ", expected [..., ",
-             weight.shape(), "]");
-    Axes axes;
-    for (int i = 0; i < k; ++i) axes.push_back(x.rank() - k + i);
-    const Tensor mu = mean(x, axes, true, loc);
-    const Tensor centred = x - mu;
-    const Tensor v = mean(square(centred, loc), axes, true, loc);
-    Tensor y = centred * rsqrt(v + eps, loc) * weight + bias;
-    detail::summary_note("LayerNorm", y, {&weight, &bias});
-    return y;
-  });
-}
-
-BatchNorm::BatchNorm(int64_t channels, double momentum_, double eps_, DType dtype)
-    : weight(ones({channels}, dtype)),
-      bias(zeros({channels}, dtype)),
-      momentum(momentum_),
-      eps(eps_) {}
-
-BatchNormState BatchNorm::initial_state() const { return {zeros_like(weight), ones_like(weight)}; }
-
-std::pair<Tensor, BatchNormState> BatchNorm::operator()(const Tensor& x, const BatchNormState& s,
-                                                        bool training, Loc loc) const {
-  const kiln::detail::CallSite site(loc);
-  return located(loc, [&]() -> std::pair<Tensor, BatchNormState> {
-    constexpr std::string_view op = "nn.BatchNorm";
-    expect_input(op, x, 2, "[N, C, ...]");
-    const int64_t c = weight.shape()[0];
-    if (x.shape()[1] != c)
-      fail(op, "channels do not match: got input ", x.type(), " for ", c,
-           " channels, expected [N, ", c, ", ...]");
-    std::vector<int64_t> bshape(static_cast<std::size_t>(x.rank()), 1);
-    bshape[1] = c;
-    const Shape b(bshape);
-    Axes axes{0};
-    int64_t count = x.shape()[0];
-    for (int i = 2; i < x.rank(); ++i) {
-      axes.push_back(i);
-      count *= x.shape()[i];
-    }
-    Tensor mu, var;
-    BatchNormState next = s;
-    if (training) {
-      if (count < 2)
-        fail(op, "training needs more than one value per channel: got input ", x.type(),
-             ", expected N * H * W > 1");
-      mu = mean(x, axes, true, loc);
-      var = mean(square(x - mu, loc), axes, true, loc);
-      const double unbias = static_cast<double>(count) / static_cast<double>(count - 1);
-      const Tensor batch_mean = stop_gradient(reshape(mu, {c}, loc), loc);
-      const Tensor batch_var = stop_gradient(reshape(var, {c}, loc), loc) * unbias;
-      next.mean = (1.0 - momentum) * s.mean + momentum * batch_mean;
-      next.var = (1.0 - momentum) * s.var + momentum * batch_var;
-    } else {
-      mu = reshape(s.mean, b, loc);
-      var = reshape(s.var, b, loc);
-    }
-    Tensor y = (x - mu) * rsqrt(var + eps, loc) * reshape(weight, b, loc) + reshape(bias, b, loc);
-    detail::summary_note("BatchNorm", y, {&weight, &bias});
-    return {y, next};
   });
 }
 
