@@ -53,6 +53,18 @@ TEST(Creation, FromInitializerLists) {
   EXPECT_EQ(bools.to_vector<int32_t>(), (I32{1, 0, 1}));
 }
 
+// detail::from_buffer takes raw bytes as bool (tensor<bool> and readers build on it): every
+// non-zero byte is true, stored as 1, so that ops see canonical bools.
+TEST(Creation, FromBufferStoresBoolsAsZeroOrOne) {
+  const std::vector<uint8_t> bytes = {0, 1, 2, 128, 255};
+  const Tensor b = detail::from_buffer(bytes.data(), bytes.size(), bool_, Shape{5}, Loc::current());
+  const auto* stored = static_cast<const uint8_t*>(b.raw_data());
+  for (std::size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(stored[i], bytes[i] != 0 ? 1 : 0) << i;
+  EXPECT_EQ(logical_not(b).to_vector<int32_t>(), (I32{1, 0, 0, 0, 0}));
+  EXPECT_EQ(astype(b, int32).to_vector<int32_t>(), (I32{0, 1, 1, 1, 1}));
+  EXPECT_EQ(sum(b).item<int64_t>(), 4);
+}
+
 TEST(Creation, FromVectors) {
   const std::vector<double> v = {0.5, 1.5, 2.5, 3.5};
   const Tensor a = tensor(v, Shape{2, 1, 2});

@@ -13,6 +13,26 @@
 #include "kiln/kiln.h"
 
 namespace kiln::python {
+// True for a kiln.Tensor (or subclass) instance made by __new__ without __init__: it holds no
+// Tensor, and pybind11 would hand bindings uninitialised memory for it.
+bool is_uninitialised_tensor(PyObject* o);
+}  // namespace kiln::python
+
+// Every binding that takes a Tensor (arguments, `self`, py::cast) refuses an uninitialised
+// instance with a TypeError.
+namespace pybind11::detail {
+template <>
+class type_caster<kiln::Tensor> : public type_caster_base<kiln::Tensor> {
+ public:
+  bool load(handle src, bool convert) {
+    if (kiln::python::is_uninitialised_tensor(src.ptr()))
+      throw type_error("kiln.Tensor used before its __init__");
+    return type_caster_base<kiln::Tensor>::load(src, convert);
+  }
+};
+}  // namespace pybind11::detail
+
+namespace kiln::python {
 
 namespace py = pybind11;
 
@@ -87,6 +107,11 @@ std::pair<Tensor, Tensor> operands(py::handle a, py::handle b);
 int64_t to_int(py::handle value);
 // True for a Python int (not a bool) or a NumPy integer scalar: not an array or a tensor.
 bool is_int(py::handle value);
+// A copy of a concrete tensor's values in new contiguous memory.
+Tensor copy_of(const Tensor& t);
+// True when a concrete tensor views read-only memory (a read-only NumPy array, bytes): what
+// exports it must not let anyone write to.
+bool is_read_only(const Tensor& t);
 // Python's `/` (numpy.true_divide): integers and bools divide as floats.
 Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc);
 // py-nn: the names of a pytree's leaves (its TreeDef from pytree::flatten), as kiln::tree_names

@@ -98,19 +98,22 @@ void delete_capsule(PyObject* capsule) {
   PyErr_Restore(type, value, traceback);
 }
 
-py::capsule to_dlpack(const Tensor& t) {
+py::capsule to_dlpack(const Tensor& x) {
   // A traced tensor has no memory: this raises Kiln's error naming kiln.cond / while_loop.
-  if (t.is_traced()) (void)t.item<double>(Loc{});
+  if (x.is_traced()) (void)x.item<double>(Loc{});
   // PyTorch 1.13 aborts the process on a negative stride (its storage size overflows), so
   // such views are refused rather than handed to a consumer that may be PyTorch.
-  for (int64_t stride : t.strides())
+  for (int64_t stride : x.strides())
     if (stride < 0)
       fail("__dlpack__", "a view with negative strides cannot be exported: got strides ",
-           Shape(t.strides()),
+           Shape(x.strides()),
            ", expected non-negative ones (PyTorch has no negative strides and aborts on a "
            "DLPack tensor with them; copy first: kiln.array(x))");
   auto e = std::make_unique<Exported>();
-  e->tensor = t;
+  // DLPack 0.6 cannot mark memory read-only, and its consumers write to it: read-only memory
+  // travels as a copy.
+  e->tensor = is_read_only(x) ? copy_of(x) : x;
+  const Tensor& t = e->tensor;
   e->shape.assign(t.shape().begin(), t.shape().end());
   e->strides = t.strides();
   DLTensor& dl = e->managed.dl_tensor;

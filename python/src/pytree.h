@@ -22,6 +22,11 @@
 
 namespace kiln::python::pytree {
 
+// How deeply containers may nest in a tree flattened from Python: flatten raises kiln.Error past
+// it (and for a tree that contains itself), so that neither it nor any walk over the TreeDef it
+// makes can run out of stack. Python's own default recursion limit.
+inline constexpr int kMaxTreeDepth = 1000;
+
 // Appends the leaves of `value` as they are. is_leaf (kiln.tree's predicate; null or None for
 // none) makes leaves of the nodes for which it returns true.
 TreeDef flatten(py::handle value, std::vector<py::object>& leaves, py::handle is_leaf = {});

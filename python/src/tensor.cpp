@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "bindings.h"
@@ -23,6 +26,13 @@ constexpr DTypeName kDTypes[] = {
     {int32, "int32"},       {int64, "int64"},     {float16, "float16"},
     {bfloat16, "bfloat16"}, {float32, "float32"}, {float64, "float64"},
 };
+
+std::string dtype_str(DType d) {
+  if (d == bool_) return "bool";
+  for (const DTypeName& n : kDTypes)
+    if (n.dtype == d) return n.name;
+  return std::string(dtype_name(d));
+}
 
 // The dtype of a buffer's struct-module format character, if Kiln has it.
 std::optional<DType> dtype_of_format(std::string_view format, py::ssize_t itemsize) {
@@ -81,15 +91,59 @@ const char* format_of(DType d) {
   return nullptr;
 }
 
+// The storages that view read-only memory (a read-only NumPy array or mmap, bytes). Kiln never
+// writes to a tensor's memory, but its exports hand that memory to code that may: those of
+// these storages are read-only. An entry lives exactly as long as its storage (the storage's
+// owner, a HeldBuffer, erases it).
+class ReadOnlyStorages {
+ public:
+  void insert(const Storage* s) {
+    const std::lock_guard lock(mutex_);
+    storages_.insert(s);
+  }
+  void erase(const Storage* s) {
+    const std::lock_guard lock(mutex_);
+    storages_.erase(s);
+  }
+  bool contains(const Storage* s) {
+    const std::lock_guard lock(mutex_);
+    return storages_.contains(s);
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_set<const Storage*> storages_;
+};
+
+// Never destroyed: storages may outlive the module's statics.
+ReadOnlyStorages& read_only_storages() {
+  static auto* s = new ReadOnlyStorages;
+  return *s;
+}
+
 // A Py_buffer held by a Storage: released, with the GIL, when the last view of it goes.
 struct HeldBuffer {
   Py_buffer view{};
+  const Storage* read_only = nullptr;  // the storage viewing it, when view.readonly
   ~HeldBuffer() {
+    if (read_only) read_only_storages().erase(read_only);
     if (!Py_IsInitialized()) return;  // the interpreter is gone: nothing left to release
     py::gil_scoped_acquire gil;
     PyBuffer_Release(&view);
   }
 };
+
+// NumPy's bool is any byte (a bool view of uint8 memory can hold 2 or 255); Kiln's is 0 or 1,
+// which its kernels and compiled code rely on. A tensor viewing other bytes becomes a copy
+// holding 0 and 1 (numpy's truth: any non-zero byte is True).
+Tensor canonical_bools(const Tensor& t) {
+  if (t.dtype() != bool_ || t.numel() == 0) return t;
+  auto impl = std::make_shared<TensorImpl>(*t.impl());
+  impl->type.dtype = uint8;
+  const Tensor bytes(std::move(impl));
+  if (max(bytes, {}, false, Loc{}).item<int64_t>(Loc{}) <= 1) return t;
+  return not_equal(bytes, scalar_like(bytes, 0, false), Loc{});
+}
 
 // A view of `obj`'s memory when it exports a buffer Kiln can address, else nullopt.
 std::optional<Tensor> view_buffer(py::handle obj) {
@@ -133,10 +187,15 @@ std::optional<Tensor> view_buffer(py::handle obj) {
   impl->storage = std::make_shared<Storage>(base, nbytes, Device::cpu, held);
   impl->strides = std::move(strides);
   impl->offset = -low / v.itemsize;
-  return Tensor(std::move(impl));
+  if (v.readonly) {
+    held->read_only = impl->storage.get();
+    read_only_storages().insert(held->read_only);
+  }
+  return canonical_bools(Tensor(std::move(impl)));
 }
 
-// A copy of a concrete tensor's values in new contiguous memory.
+}  // namespace
+
 Tensor copy_of(const Tensor& t) {
   if (!t.is_contiguous()) return t.contiguous();
   Tensor out = empty(t.type());
@@ -146,24 +205,97 @@ Tensor copy_of(const Tensor& t) {
   return out;
 }
 
+bool is_read_only(const Tensor& t) {
+  return !t.is_traced() && read_only_storages().contains(t.storage().get());
+}
+
+namespace {
+
+// The values an integer dtype holds, as long long (all of them fit).
+struct IntegerRange {
+  long long lo, hi;
+};
+IntegerRange range_of(DType d) {
+  switch (d) {
+    case DType::uint8:
+      return {0, 255};
+    case DType::uint32:
+      return {0, 4294967295LL};
+    case DType::int32:
+      return {-2147483648LL, 2147483647LL};
+    default:
+      return {std::numeric_limits<long long>::min(), std::numeric_limits<long long>::max()};
+  }
+}
+
+// The Python int `value` when the integer dtype holds it; else OverflowError, as JAX raises.
+long long checked_int(py::handle value, DType dtype) {
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  const IntegerRange range = range_of(dtype);
+  if (overflow != 0 || v < range.lo || v > range.hi) {
+    PyErr_Format(PyExc_OverflowError, "Python int %S too large to convert to %s", value.ptr(),
+                 dtype_str(dtype).c_str());
+    throw py::error_already_set();
+  }
+  return v;
+}
+
+// The ints of a NumPy array made from Python lists must fit the integer dtype they go to.
+void check_python_ints(const py::array& array, DType dtype) {
+  if (array.size() == 0) return;
+  checked_int(py::int_(array.attr("min")()), dtype);
+  checked_int(py::int_(array.attr("max")()), dtype);
+}
+
+// A Python int as a 0-d tensor of `dtype`, exactly: an integer dtype must hold it (else
+// OverflowError), a floating one gets it rounded once, as float(value) is.
+Tensor int_scalar(py::handle value, DType dtype) {
+  if (dtype == bool_) {
+    const int truth = PyObject_IsTrue(value.ptr());
+    if (truth < 0) throw py::error_already_set();
+    return full(Shape{}, truth, bool_);
+  }
+  if (is_floating(dtype)) {
+    const double d = PyLong_AsDouble(value.ptr());
+    if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();
+    return full(Shape{}, d, dtype);
+  }
+  const long long v = checked_int(value, dtype);
+  if (dtype == int64) {
+    const int64_t exact = v;
+    return detail::from_buffer(&exact, 1, int64, Shape{}, Loc{});
+  }
+  return full(Shape{}, static_cast<double>(v), dtype);  // exact: |v| < 2^32
+}
+
 Tensor from_python_value(py::handle value, std::optional<DType> dtype) {
   if (py::isinstance<py::bool_>(value))
     return full(Shape({}), value.cast<bool>() ? 1.0 : 0.0, dtype.value_or(bool_));
-  if (py::isinstance<py::int_>(value))
-    return full(Shape({}), value.cast<double>(), dtype.value_or(int32));
+  if (py::isinstance<py::int_>(value)) return int_scalar(value, dtype.value_or(int32));
   if (py::isinstance<py::float_>(value))
     return full(Shape({}), value.cast<double>(), dtype.value_or(float32));
   // Anything else goes through NumPy: nested lists, __array__, __array_interface__.
   py::module_ np = py::module_::import("numpy");
   py::array array = np.attr("asarray")(value);
-  if (!dtype) {
-    const char kind = array.dtype().kind();
-    if (kind == 'f' && array.dtype().itemsize() == 8 && !py::hasattr(value, "dtype"))
+  const char kind = array.dtype().kind();
+  const bool from_python = !py::hasattr(value, "dtype");  // nested lists of Python scalars
+  if (!dtype && from_python) {
+    if (kind == 'f' && array.dtype().itemsize() == 8)
       dtype = float32;  // a Python list of floats: float32, as JAX does
-    else if (kind == 'i' && !py::hasattr(value, "dtype"))
-      dtype = int32;
+    else if (kind == 'i' || kind == 'u')
+      dtype = int32;  // and of ints: int32
   }
+  if (from_python && (kind == 'i' || kind == 'u') && dtype && is_integral(*dtype))
+    check_python_ints(array, *dtype);
   std::optional<Tensor> t = view_buffer(array);
+  if (!t && (kind == 'b' || kind == 'i' || kind == 'u' || kind == 'f')) {
+    // A layout Kiln cannot view (another byte order, strides that are not whole elements, as
+    // a field of a structured array has): a C-ordered copy in the native byte order.
+    array = np.attr("ascontiguousarray")(array, array.dtype().attr("newbyteorder")("="));
+    t = view_buffer(array);
+  }
   if (!t)
     fail("asarray", "cannot convert a value: got a Python ",
          py::str(value.get_type().attr("__name__")).cast<std::string>(), " holding NumPy dtype ",
@@ -187,7 +319,8 @@ Tensor to_tensor(py::handle value, std::optional<DType> dtype) {
 
 Tensor operand(py::handle value, const Tensor& like) {
   if (py::isinstance<py::bool_>(value)) return to_tensor(value);
-  if (py::isinstance<py::int_>(value)) return scalar_like(like, value.cast<double>(), false);
+  if (py::isinstance<py::int_>(value))
+    return int_scalar(value, weak_scalar_dtype(like.dtype(), false));
   if (py::isinstance<py::float_>(value)) return scalar_like(like, value.cast<double>(), true);
   return to_tensor(value);
 }
@@ -224,13 +357,6 @@ bool is_python_scalar(py::handle v) {
          PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr());
 }
 
-std::string dtype_str(DType d) {
-  if (d == bool_) return "bool";
-  for (const DTypeName& n : kDTypes)
-    if (n.dtype == d) return n.name;
-  return std::string(dtype_name(d));
-}
-
 py::tuple shape_tuple(const Shape& shape) {
   py::tuple out(shape.rank());
   for (int i = 0; i < shape.rank(); ++i) out[static_cast<std::size_t>(i)] = py::int_(shape[i]);
@@ -241,6 +367,15 @@ py::tuple shape_tuple(const Shape& shape) {
 // tensor: Python needs its values here.
 void require_concrete(const Tensor& t) {
   if (t.is_traced()) (void)t.item<double>(Loc{});
+}
+
+// Whether an export of the tensor's memory may be written through: not when the memory is
+// read-only, nor when the view repeats elements (a zero stride on an axis longer than one, as
+// broadcast_to makes: numpy's broadcast_to is read-only for the same reason).
+bool writable_export(const Tensor& t) {
+  for (int i = 0; i < t.rank(); ++i)
+    if (t.strides()[static_cast<std::size_t>(i)] == 0 && t.shape()[i] > 1) return false;
+  return !is_read_only(t);
 }
 
 // The tensor's values as a NumPy array viewing its memory (bfloat16, which NumPy lacks: a
@@ -254,8 +389,10 @@ py::array numpy_view(const Tensor& t, py::handle owner) {
   const auto item = static_cast<py::ssize_t>(dtype_size(t.dtype()));
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
   for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s) * item);
-  return py::array(py::dtype(format_of(t.dtype())), std::move(shape), std::move(strides),
-                   t.raw_data(), owner);
+  py::array a(py::dtype(format_of(t.dtype())), std::move(shape), std::move(strides), t.raw_data(),
+              owner);
+  if (!writable_export(t)) a.attr("setflags")(py::arg("write") = false);
+  return a;
 }
 
 // ---- the buffer protocol, written as CPython's slots so that no C++ exception can cross them
@@ -282,6 +419,13 @@ int tensor_getbuffer(PyObject* self, Py_buffer* view, int flags) {
     auto dims = std::make_unique<BufferDims>();
     dims->shape.assign(t->shape().begin(), t->shape().end());
     for (int64_t s : t->strides()) dims->strides.push_back(static_cast<Py_ssize_t>(s) * item);
+    const bool writable = writable_export(*t);
+    if (!writable && (flags & PyBUF_WRITABLE) == PyBUF_WRITABLE) {
+      PyErr_SetString(PyExc_BufferError,
+                      "the tensor's memory is read-only (it views read-only memory, or repeats "
+                      "elements through a zero stride)");
+      return -1;
+    }
     const bool strided = (flags & PyBUF_STRIDES) == PyBUF_STRIDES;
     if (!strided && !t->is_contiguous()) {
       PyErr_SetString(PyExc_BufferError, "the tensor is not contiguous; ask for strides");
@@ -289,7 +433,7 @@ int tensor_getbuffer(PyObject* self, Py_buffer* view, int flags) {
     }
     view->buf = t->raw_data();
     view->len = static_cast<Py_ssize_t>(t->numel()) * item;
-    view->readonly = 0;
+    view->readonly = writable ? 0 : 1;
     view->itemsize = item;
     view->format = (flags & PyBUF_FORMAT) ? const_cast<char*>(format) : nullptr;
     view->ndim = t->rank();
@@ -740,13 +884,18 @@ const Tensor* tensor_ptr(py::handle value) {
   PyObject* o = value.ptr();
   if (Py_TYPE(o) == g_tensor_type) {
     // A kiln.Tensor has no base classes: pybind11's simple layout, the value pointer first.
-    auto* p = static_cast<const Tensor*>(
-        reinterpret_cast<py::detail::instance*>(o)->simple_value_holder[0]);
-    if (!p) throw py::type_error("kiln.Tensor used before its __init__");
-    return p;
+    const auto* inst = reinterpret_cast<py::detail::instance*>(o);
+    if (!inst->simple_holder_constructed)
+      throw py::type_error("kiln.Tensor used before its __init__");
+    return static_cast<const Tensor*>(inst->simple_value_holder[0]);
   }
   if (!g_tensor_type || !PyObject_TypeCheck(o, g_tensor_type)) return nullptr;
   return &value.cast<const Tensor&>();  // a Python subclass
+}
+
+bool is_uninitialised_tensor(PyObject* o) {
+  return g_tensor_type && PyObject_TypeCheck(o, g_tensor_type) &&
+         !reinterpret_cast<py::detail::instance*>(o)->get_value_and_holder().holder_constructed();
 }
 
 Shape to_shape(py::handle value) {
@@ -934,8 +1083,11 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
              [f = scalar("float")](const Tensor& t) { return f(t).item<double>(Loc{}); });
   tensor.def("__int__", [f = scalar("int")](const Tensor& t) {
     const Tensor& u = f(t);
-    return is_floating(u.dtype()) ? static_cast<int64_t>(u.item<double>(Loc{}))
-                                  : u.item<int64_t>(Loc{});
+    if (!is_floating(u.dtype())) return py::object(py::int_(u.item<int64_t>(Loc{})));
+    // Python's int(float): exact, and ValueError for NaN, OverflowError for infinities.
+    auto out = py::reinterpret_steal<py::object>(PyLong_FromDouble(u.item<double>(Loc{})));
+    if (!out) throw py::error_already_set();
+    return out;
   });
   tensor.def("__index__", [f = scalar("index")](const Tensor& t) {
     if (t.rank() != 0 || !(is_integral(t.dtype()) || t.dtype() == bool_))

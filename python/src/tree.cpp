@@ -104,12 +104,6 @@ const TypeInfo& info_of(const TreeDef& def) {
   return r.types[k];
 }
 
-// The Tensor inside a kiln.Tensor object (its exact type), without pybind11's type lookup.
-const Tensor& tensor_in(py::handle v) {
-  auto* inst = reinterpret_cast<py::detail::instance*>(v.ptr());
-  return *static_cast<const Tensor*>(inst->get_value_and_holder().value_ptr());
-}
-
 // Where flatten puts leaves: Python objects as they are, or Tensors. is_leaf says which nodes
 // are leaves besides those flatten_node knows (kiln.tree's is_leaf predicate).
 struct ObjectSink {
@@ -128,9 +122,7 @@ struct ObjectSink {
 struct TensorSink {
   std::vector<Tensor>& leaves;
   static constexpr bool is_leaf(py::handle) { return false; }
-  void leaf(py::handle v) {
-    leaves.push_back(Py_TYPE(v.ptr()) == tensor_type() ? tensor_in(v) : to_tensor(v));
-  }
+  void leaf(py::handle v) { leaves.push_back(to_tensor(v)); }
   void tensor(const Tensor& t) { leaves.push_back(t); }
 };
 
@@ -140,60 +132,120 @@ TreeDef node(TreeDef::Kind kind) {
   return d;
 }
 
+// The nodes being flattened, outermost first. Flattening recurses once per level, and so does
+// every walk over the TreeDef it makes: past kMaxTreeDepth levels it raises instead of running
+// out of stack, and a node met again on its own path is a cycle.
+class Path {
+ public:
+  // Enters `v` for the lifetime of the Step.
+  class Step {
+   public:
+    Step(Path& path, py::handle v) : path_(path) {
+      if (path.nodes_.size() >= static_cast<std::size_t>(kMaxTreeDepth)) path.fail_at(v);
+      path.nodes_.push_back(v.ptr());
+    }
+    Step(const Step&) = delete;
+    Step& operator=(const Step&) = delete;
+    ~Step() { path_.nodes_.pop_back(); }
+
+   private:
+    Path& path_;
+  };
+
+ private:
+  [[noreturn]] void fail_at(py::handle v) const {
+    if (std::find(nodes_.begin(), nodes_.end(), v.ptr()) != nodes_.end())
+      fail("tree.flatten", "the tree contains itself: got a ", type_name_of(v.get_type()),
+           " that is its own descendant, expected a tree without cycles");
+    fail("tree.flatten", "the tree is nested too deeply: got more than ", kMaxTreeDepth,
+         " levels, expected at most ", kMaxTreeDepth);
+  }
+  std::vector<PyObject*> nodes_;
+};
+
 template <class Sink>
-TreeDef flatten_node(py::handle v, Sink& sink) {
+TreeDef flatten_node(py::handle v, Sink& sink, Path& path);
+
+// A list's or tuple's items. Each is held while it is flattened, and the size is read again
+// before each one: a registered type's flatten may shrink a list that holds it.
+template <class Sink>
+TreeDef flatten_sequence(py::handle v, Sink& sink, Path& path) {
+  TreeDef d =
+      node(Py_TYPE(v.ptr()) == &PyTuple_Type ? TreeDef::Kind::tuple : TreeDef::Kind::vector);
+  const py::ssize_t n = PySequence_Fast_GET_SIZE(v.ptr());
+  d.children.reserve(static_cast<std::size_t>(n));
+  for (py::ssize_t i = 0; i < n && i < PySequence_Fast_GET_SIZE(v.ptr()); ++i) {
+    const auto item = py::reinterpret_borrow<py::object>(PySequence_Fast_GET_ITEM(v.ptr(), i));
+    d.children.push_back(flatten_node(item, sink, path));
+  }
+  return d;
+}
+
+// A dict's entries in sorted key order. Keys and values are held while the children are
+// flattened: a registered type's flatten may change the dict.
+template <class Sink>
+TreeDef flatten_dict(py::handle v, Sink& sink, Path& path) {
+  TreeDef d = node(TreeDef::Kind::map);
+  const auto n = static_cast<std::size_t>(PyDict_GET_SIZE(v.ptr()));
+  d.names.reserve(n);
+  d.children.reserve(n);
+  // String keys sorted as views of Python's own UTF-8 (byte order is code point order).
+  struct Entry {
+    std::string_view name;  // the key's UTF-8, which lives as long as `key`
+    py::object key, value;
+  };
+  std::vector<Entry> items;
+  items.reserve(n);
+  PyObject *key, *value;
+  py::ssize_t pos = 0;
+  while (PyDict_Next(v.ptr(), &pos, &key, &value)) {
+    py::ssize_t size = 0;
+    const char* text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &size) : nullptr;
+    if (!text) {
+      PyErr_Clear();
+      break;
+    }
+    items.push_back({std::string_view(text, static_cast<std::size_t>(size)),
+                     py::reinterpret_borrow<py::object>(key),
+                     py::reinterpret_borrow<py::object>(value)});
+  }
+  if (items.size() == n) {
+    std::sort(items.begin(), items.end(),
+              [](const Entry& a, const Entry& b) { return a.name < b.name; });
+    for (const Entry& e : items) {
+      d.names.emplace_back(e.name);
+      d.children.push_back(flatten_node(e.value, sink, path));
+    }
+    return d;
+  }
+  // Other keys: Python's sorted order, each key interned and named by its index.
+  items.clear();
+  for (py::handle k : py::list(py::module_::import("builtins").attr("sorted")(v))) {
+    d.names.push_back("\x01" + std::to_string(std::get<int64_t>(static_leaf(k).value)));
+    PyObject* found = PyDict_GetItem(v.ptr(), k.ptr());
+    if (!found)
+      fail("tree.flatten", "a dict changed while it was flattened: got a key ",
+           py::repr(k).cast<std::string>(), " that is gone, expected the dict unchanged");
+    items.push_back(
+        {{}, py::reinterpret_borrow<py::object>(k), py::reinterpret_borrow<py::object>(found)});
+  }
+  for (const Entry& e : items) d.children.push_back(flatten_node(e.value, sink, path));
+  return d;
+}
+
+template <class Sink>
+TreeDef flatten_node(py::handle v, Sink& sink, Path& path) {
   PyTypeObject* type = Py_TYPE(v.ptr());
   if (sink.is_leaf(v) || type == tensor_type() || type == &PyFloat_Type || type == &PyLong_Type ||
       type == &PyBool_Type) {
     sink.leaf(v);
     return TreeDef{};
   }
-  if (type == &PyTuple_Type || type == &PyList_Type) {
-    TreeDef d = node(type == &PyTuple_Type ? TreeDef::Kind::tuple : TreeDef::Kind::vector);
-    const py::ssize_t n = PySequence_Fast_GET_SIZE(v.ptr());
-    PyObject** items = PySequence_Fast_ITEMS(v.ptr());
-    d.children.reserve(static_cast<std::size_t>(n));
-    for (py::ssize_t i = 0; i < n; ++i) d.children.push_back(flatten_node(items[i], sink));
-    return d;
-  }
-  if (type == &PyDict_Type) {
-    TreeDef d = node(TreeDef::Kind::map);
-    const auto n = static_cast<std::size_t>(PyDict_GET_SIZE(v.ptr()));
-    d.names.reserve(n);
-    d.children.reserve(n);
-    // String keys sorted as views of Python's own UTF-8 (byte order is code point order).
-    std::vector<std::pair<std::string_view, PyObject*>> items;
-    items.reserve(n);
-    PyObject *key, *value;
-    py::ssize_t pos = 0;
-    while (PyDict_Next(v.ptr(), &pos, &key, &value)) {
-      py::ssize_t size = 0;
-      const char* text = PyUnicode_Check(key) ? PyUnicode_AsUTF8AndSize(key, &size) : nullptr;
-      if (!text) {
-        PyErr_Clear();
-        break;
-      }
-      items.emplace_back(std::string_view(text, static_cast<std::size_t>(size)), value);
-    }
-    if (items.size() == n) {
-      std::sort(items.begin(), items.end(),
-                [](const auto& a, const auto& b) { return a.first < b.first; });
-      for (const auto& [name, child] : items) {
-        d.names.emplace_back(name);
-        d.children.push_back(flatten_node(child, sink));
-      }
-      return d;
-    }
-    // Other keys: Python's sorted order, each key interned and named by its index.
-    py::list keys = py::module_::import("builtins").attr("sorted")(v);
-    for (py::handle k : keys) {
-      d.names.push_back("\x01" + std::to_string(std::get<int64_t>(static_leaf(k).value)));
-      d.children.push_back(flatten_node(PyDict_GetItem(v.ptr(), k.ptr()), sink));
-    }
-    return d;
-  }
   if (v.is_none()) return node(TreeDef::Kind::optional);
   if (type == &PyUnicode_Type) return static_leaf(v);
+  const Path::Step step(path, v);
+  if (type == &PyTuple_Type || type == &PyList_Type) return flatten_sequence(v, sink, path);
+  if (type == &PyDict_Type) return flatten_dict(v, sink, path);
 
   const TypeInfo& info = info_of(type);
   TreeDef d = node(TreeDef::Kind::structure);
@@ -211,7 +263,7 @@ TreeDef flatten_node(py::handle v, Sink& sink) {
                                : v.attr(info.fields[i].c_str());
         d.children.push_back(!info.static_fields.empty() && info.static_fields[i]
                                  ? static_leaf(field)
-                                 : flatten_node(field, sink));
+                                 : flatten_node(field, sink, path));
       }
       return d;
     case NodeKind::registered: {
@@ -226,7 +278,7 @@ TreeDef flatten_node(py::handle v, Sink& sink) {
       std::size_t i = 0;
       for (py::handle child : parts[py::int_(0)]) {
         d.names.push_back(std::to_string(i++));
-        d.children.push_back(flatten_node(child, sink));
+        d.children.push_back(flatten_node(child, sink, path));
       }
       return d;
     }
@@ -252,7 +304,7 @@ struct ObjectSource {
     std::vector<Tensor> out;
     for (std::size_t i = 0; i < n; ++i) {
       py::handle v = leaves[next++];
-      out.push_back(Py_TYPE(v.ptr()) == tensor_type() ? tensor_in(v) : to_tensor(v));
+      out.push_back(to_tensor(v));
     }
     return out;
   }
@@ -366,16 +418,22 @@ void flatten_up_to(const TreeDef& d, py::handle v, std::vector<py::object>& out,
       if (type != (d.kind == TreeDef::Kind::tuple ? &PyTuple_Type : &PyList_Type) ||
           static_cast<std::size_t>(PySequence_Fast_GET_SIZE(v.ptr())) != d.children.size())
         mismatch(v, d);
-      for (std::size_t i = 0; i < d.children.size(); ++i)
-        flatten_up_to(d.children[i], PySequence_Fast_GET_ITEM(v.ptr(), i), out, mismatch);
+      // Each item held, and the size read again: a registered type's flatten may change v.
+      for (std::size_t i = 0; i < d.children.size(); ++i) {
+        if (static_cast<std::size_t>(PySequence_Fast_GET_SIZE(v.ptr())) != d.children.size())
+          mismatch(v, d);
+        const auto item = py::reinterpret_borrow<py::object>(PySequence_Fast_GET_ITEM(v.ptr(), i));
+        flatten_up_to(d.children[i], item, out, mismatch);
+      }
       return;
     case TreeDef::Kind::map:
       if (type != &PyDict_Type ||
           static_cast<std::size_t>(PyDict_GET_SIZE(v.ptr())) != d.names.size())
         mismatch(v, d);
       for (std::size_t i = 0; i < d.children.size(); ++i) {
-        PyObject* child = PyDict_GetItem(v.ptr(), key_of(d.names[i]).ptr());
-        if (!child) mismatch(v, d);
+        PyObject* found = PyDict_GetItem(v.ptr(), key_of(d.names[i]).ptr());
+        if (!found) mismatch(v, d);
+        const auto child = py::reinterpret_borrow<py::object>(found);
         flatten_up_to(d.children[i], child, out, mismatch);
       }
       return;
@@ -426,12 +484,14 @@ struct PyTreeDef {
 
 TreeDef flatten(py::handle value, std::vector<py::object>& leaves, py::handle is_leaf) {
   ObjectSink sink{leaves, is_leaf};
-  return flatten_node(value, sink);
+  Path path;
+  return flatten_node(value, sink, path);
 }
 
 TreeDef flatten_tensors(py::handle value, std::vector<Tensor>& leaves) {
   TensorSink sink{leaves};
-  return flatten_node(value, sink);
+  Path path;
+  return flatten_node(value, sink, path);
 }
 
 detail::FlatTree flatten_tree(py::handle value) {

@@ -1,5 +1,6 @@
 """Zero-copy interchange: NumPy through the buffer protocol, PyTorch (and NumPy) through DLPack;
 memory shared both ways, owners kept alive by views, and no leaks over 10^5 round trips."""
+import ctypes
 import gc
 import sys
 
@@ -238,3 +239,100 @@ def test_kiln_and_pytorch_share_one_thread_count():
         assert torch.get_num_threads() == 3
     finally:
         kl.set_num_threads(before)
+
+
+# ---- read-only memory ----------------------------------------------------------------------------
+
+def get_writable_buffer(obj):
+    """PyObject_GetBuffer(obj, PyBUF_WRITABLE), as a C extension that writes would ask."""
+    view = (ctypes.c_char * 256)()  # room for a Py_buffer
+    get = ctypes.pythonapi.PyObject_GetBuffer
+    get.argtypes = [ctypes.py_object, ctypes.c_void_p, ctypes.c_int]
+    get(obj, view, 1)  # PyBUF_WRITABLE
+    ctypes.pythonapi.PyBuffer_Release(view)
+
+
+def read_only_sources():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a.setflags(write=False)
+    return {
+        "read-only array": (a, a),
+        "broadcast view": (np.broadcast_to(np.arange(4, dtype=np.float32), (3, 4)), None),
+        "bytes": (b"\x01\x02\x03\x04", None),
+    }
+
+
+@pytest.mark.parametrize("name", ["read-only array", "broadcast view", "bytes"])
+def test_read_only_memory_stays_read_only(name):
+    source, base = read_only_sources()[name]
+    expected = np.array(np.frombuffer(source, np.uint8) if isinstance(source, bytes) else source)
+    t = kl.asarray(source)
+    v = np.asarray(t)
+    np.testing.assert_array_equal(v, expected)
+    assert not v.flags.writeable and not t.numpy().flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        v[0] = 7
+    assert memoryview(t).readonly
+    with pytest.raises(BufferError, match="read-only"):
+        get_writable_buffer(t)
+    for view in (t[1:], t.T):  # views of the same memory stay read-only
+        assert not np.asarray(view).flags.writeable
+    # DLPack 0.6 cannot mark memory read-only: PyTorch gets a copy it may write to.
+    p = torch.from_dlpack(t)
+    p.view(-1)[0] = 7
+    np.testing.assert_array_equal(np.asarray(t), expected)
+    if base is not None:
+        assert np.shares_memory(v, base)  # still shared, without a copy
+    # Values Kiln computes are new memory, writable as before.
+    assert np.asarray(t + 0).flags.writeable and np.asarray(kl.array(t)).flags.writeable
+
+
+def test_writable_memory_and_kiln_broadcasts():
+    a = np.arange(4, dtype=np.float32)
+    assert np.asarray(kl.asarray(a)).flags.writeable
+    # A zero-stride view repeats elements: numpy's broadcast_to is read-only for that reason.
+    b = np.asarray(kl.broadcast_to(kl.asarray(a), (3, 4)))
+    assert not b.flags.writeable
+    np.testing.assert_array_equal(b, np.broadcast_to(a, (3, 4)))
+
+
+# ---- bool bytes --------------------------------------------------------------------------------
+
+def test_non_canonical_bool_bytes_are_true_everywhere():
+    raw = np.array([0, 1, 2, 128, 255, 0, 7, 1], np.uint8)
+    b = raw.view(np.bool_)  # numpy's bool: any non-zero byte is True
+    truth = raw != 0
+    t = kl.asarray(b)
+    other = kl.asarray(np.array([True, False] * 4))
+    ops = {
+        "logical_not": (lambda x: kl.logical_not(x), np.logical_not(truth)),
+        "invert": (lambda x: ~x, ~truth),
+        "eq_true": (lambda x: x == True, truth),  # noqa: E712
+        "astype": (lambda x: x.astype(kl.int32), truth.astype(np.int32)),
+        "sum": (lambda x: kl.sum(x), truth.sum()),
+        "xor": (lambda x: x ^ other, truth ^ np.asarray(other)),
+        "max": (lambda x: kl.max(x), truth.max()),
+    }
+    for name, (f, expected) in ops.items():
+        np.testing.assert_array_equal(np.asarray(f(t)), expected, err_msg=name)
+        np.testing.assert_array_equal(np.asarray(kl.jit(f)(t)), expected, err_msg=name + " (jit)")
+    assert not np.shares_memory(np.asarray(t), raw)  # copied as 0/1
+    canonical = np.array([True, False, True])
+    assert np.shares_memory(np.asarray(kl.asarray(canonical)), canonical)  # shared as before
+
+
+# ---- layouts Kiln cannot view ------------------------------------------------------------------
+
+def test_unviewable_layouts_are_copied():
+    records = np.zeros(4, dtype=[("a", np.uint8), ("b", np.float32)])  # itemsize 5, packed
+    records["b"] = [1.5, -2.0, 3.25, 4.0]
+    field = records["b"]  # float32 with a stride of 5 bytes
+    t = kl.asarray(field)
+    assert t.dtype == kl.float32
+    np.testing.assert_array_equal(np.asarray(t), field)
+    big = np.arange(6, dtype=">f4").reshape(2, 3)
+    t = kl.asarray(big)
+    assert t.dtype == kl.float32
+    np.testing.assert_array_equal(np.asarray(t), big.astype(np.float32))
+    np.testing.assert_array_equal(np.asarray(kl.asarray(np.array([1, -2], ">i8"))), [1, -2])
+    np.testing.assert_array_equal(np.asarray(kl.asarray(big.T)), big.T.astype(np.float32))

@@ -399,3 +399,108 @@ def test_random_indices_match_numpy():
         np.testing.assert_array_equal(np.asarray(got), expected, err_msg=repr(index))
         checked += 1
     assert checked > 200
+
+
+# ---- Python ints and floats converted exactly ----------------------------------------------------
+
+def test_python_ints_convert_exactly_or_overflow():
+    big = 2**53 + 1  # not a float64: a detour through double gives 2**53
+    assert kl.asarray(big, dtype=kl.int64).item() == big
+    assert (kl.asarray(np.array(1, np.int64)) + big).item() == big + 1
+    assert (big - kl.asarray(np.array(1, np.int64))).item() == big - 1
+    assert kl.asarray(-2**63, dtype=kl.int64).item() == -2**63
+    assert kl.asarray([big, 1], dtype=kl.int64).tolist() == [big, 1]
+    assert kl.asarray(2**31 - 1).item() == 2**31 - 1 and kl.asarray(2**31 - 1).dtype == kl.int32
+    assert kl.asarray(4294967295, dtype=kl.uint32).item() == 4294967295
+    assert kl.asarray(big, dtype=kl.float64).item() == float(big)  # rounded once, as float()
+    assert kl.asarray(2**70, dtype=kl.float32).item() == float(np.float32(2**70))
+    assert (kl.asarray(np.float32(1)) + 2**70).item() == float(np.float32(2**70))
+    # Python ints default to int32 (as JAX's without x64): one that does not fit overflows.
+    for value, dtype in [(2**31, None), (-2**31 - 1, None), (2**70, None), (2**63, kl.int64),
+                         (256, kl.uint8), (-1, kl.uint32), (2**32, kl.uint32)]:
+        with pytest.raises(OverflowError, match=f"Python int {value} too large to convert to"):
+            kl.asarray(value, dtype=dtype)
+    for values in ([2**31, 1], [1, -2**31 - 1], [2**63]):
+        with pytest.raises(OverflowError, match="too large to convert to int32"):
+            kl.asarray(values)
+    assert kl.asarray([2**31 - 1, -2**31]).tolist() == [2**31 - 1, -2**31]
+    i32 = kl.asarray(np.array([1, 2], np.int32))
+    with pytest.raises(OverflowError, match="too large to convert to int32"):
+        i32 + 2**40
+    with pytest.raises(OverflowError, match="too large to convert to int32"):
+        2**31 * i32
+    with pytest.raises(OverflowError, match="too large to convert to uint8"):
+        kl.asarray(np.array([1], np.uint8)) + 256
+    assert (i32 + (2**31 - 3)).tolist() == [2**31 - 2, 2**31 - 1]
+    assert (kl.asarray(np.array([True])) + 5).tolist() == [6]
+
+
+def test_int_of_floats_is_pythons():
+    for value in (1e30, -3.0e20, 2.0**62, -2.7, 0.5):
+        assert int(kl.asarray(value)) == int(float(np.float32(value)))
+        assert int(kl.asarray(value, dtype=kl.float64)) == int(value)
+    with pytest.raises(ValueError, match="NaN"):
+        int(kl.asarray(float("nan")))
+    for inf in (float("inf"), float("-inf")):
+        with pytest.raises(OverflowError, match="infinity"):
+            int(kl.asarray(inf))
+
+
+# ---- a Tensor made without __init__ -------------------------------------------------------------
+
+UNINITIALISED_PROGRAM = r"""
+import inspect, operator, pickle, sys
+import numpy as np
+import kiln as kl
+
+bare = kl.Tensor.__new__(kl.Tensor)
+class Sub(kl.Tensor):
+    pass
+sub = Sub.__new__(Sub)
+good = kl.asarray(np.ones((2, 2), np.float32))
+arguments = [(), (good,), (1,), (1.5,), (0, 1), ((1, 4),), (kl.float32,), (slice(None),),
+             (None,), (good, good)]
+tried = 0
+for t in (bare, sub):
+    for name in sorted(dir(kl.Tensor)):
+        if name in ("__new__", "__init__", "__init_subclass__", "__subclasshook__", "__class__",
+                    "__getattribute__", "__setattr__", "__delattr__", "__dir__", "__sizeof__",
+                    "__format__", "__reduce_ex__", "__getstate__"):
+            continue
+        try:
+            attr = getattr(t, name)
+        except (TypeError, kl.Error):
+            tried += 1
+            continue
+        if not callable(attr):
+            continue
+        for args in arguments:
+            tried += 1
+            try:
+                attr(*args)
+            except (TypeError, kl.Error, ValueError, NotImplementedError, BufferError):
+                pass
+    for use in (lambda: np.asarray(t), lambda: memoryview(t), lambda: good + t, lambda: t + good,
+                lambda: t + 1, lambda: -t, lambda: t[0], lambda: t < 1, lambda: 1 < t,
+                lambda: good[t], lambda: bool(t), lambda: kl.sin(t), lambda: kl.jit(kl.sin)(t),
+                lambda: kl.tree.leaves([t]), lambda: kl.grad(lambda x: x)(t),
+                lambda: pickle.dumps(t), lambda: repr(t), lambda: str(t), lambda: hash(t),
+                lambda: __import__('torch').from_dlpack(t), lambda: kl.from_dlpack(t), lambda: t == t,
+                lambda: [1, 2][t], lambda: kl.asarray(t), lambda: kl.vmap(kl.sin)(t)):
+        tried += 1
+        try:
+            use()
+        except (TypeError, kl.Error, ValueError, BufferError):
+            pass
+print(tried)
+"""
+
+
+def test_uninitialised_tensor_raises_for_every_method():
+    # In a subprocess, so that a crash fails this test instead of ending pytest.
+    import subprocess
+    import sys
+    run = subprocess.run([sys.executable, "-c", UNINITIALISED_PROGRAM], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert int(run.stdout) > 1000

@@ -90,3 +90,74 @@ def test_register_errors():
     kl.tree.register(Bad, lambda b: [1, 2, 3], lambda a, c: Bad())
     with pytest.raises(kl.Error, match="children, aux_data"):
         kl.tree.flatten(Bad())
+
+
+# ---- cycles, depth and trees changed while flattened ----------------------------------------------
+
+def test_cycles_and_deep_nesting_raise():
+    loop = [1.0]
+    loop.append(loop)
+    d = {"a": 1.0}
+    d["self"] = [d]
+    for tree in (loop, d, (loop,)):
+        for f in (kl.tree.leaves, kl.tree.structure, lambda x: kl.tree.map(lambda v: v, x)):
+            with pytest.raises(kl.Error, match=r"\[tree.flatten\] the tree contains itself"):
+                f(tree)
+        with pytest.raises(kl.Error, match="contains itself"):
+            kl.jit(lambda x: 0.0)(tree)
+    deep = 1.0
+    for _ in range(300_000):
+        deep = [deep]
+    with pytest.raises(kl.Error, match=r"nested too deeply: got more than 1000 levels"):
+        kl.tree.leaves(deep)
+    with pytest.raises(kl.Error, match="nested too deeply"):
+        kl.grad(lambda x: 0.0)(deep)
+    # At the limit: 1000 nested containers flatten and round-trip.
+    ok = 1.0
+    for _ in range(1000):
+        ok = [ok]
+    leaves, treedef = kl.tree.flatten(ok)
+    assert leaves == [1.0]
+    rebuilt = kl.tree.unflatten(treedef, [2.0])
+    for _ in range(1000):
+        rebuilt = rebuilt[0]
+    assert rebuilt == 2.0
+    with pytest.raises(kl.Error, match="nested too deeply"):
+        kl.tree.leaves([ok])
+
+
+class Mutator:
+    """A registered node whose flatten empties the containers that hold it."""
+
+    def __init__(self, victims):
+        self.victims = victims
+
+
+def _flatten_mutator(m):
+    for victim in m.victims:
+        victim.clear()
+    for _ in range(100):  # churn the allocator over the freed memory
+        [object() for _ in range(50)]
+    return [2.0], None
+
+
+kl.tree.register(Mutator, _flatten_mutator, lambda aux, children: Mutator([]))
+
+
+def test_containers_changed_by_a_flatten_do_not_crash():
+    victim = [Mutator(None)] + [list(map(float, range(i, i + 3))) for i in range(20)]
+    victim[0].victims = [victim]
+    leaves = kl.tree.leaves(victim)  # the rest of the list is gone when the Mutator returns
+    assert leaves == [2.0]
+    table = {"a": Mutator(None), "b": [1.0, 2.0], "c": {"d": 3.0}}
+    table["a"].victims = [table]
+    assert kl.tree.leaves(table) == [2.0, 1.0, 2.0, 3.0]  # the entries as they were
+    keys = {1: Mutator(None), 2: [5.0], 3: 6.0}
+    keys[1].victims = [keys]
+    assert kl.tree.leaves(keys) == [2.0, 5.0, 6.0]
+    # map reads its other trees with flatten_up_to, which calls the registered flatten too.
+    first = [Mutator([]), 0.0]
+    second = [Mutator(None), 1.0]
+    second[0].victims = [second]
+    with pytest.raises(kl.Error, match="does not have the first tree's structure"):
+        kl.tree.map(lambda a, b: a, first, second)

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <new>
 #include <ostream>
+#include <span>
 
 #include "core/allocator.h"
 #include "detail/copy.h"
@@ -198,6 +199,9 @@ Tensor from_buffer(const void* data, std::size_t count, DType dtype, const Shape
          ", expected equal counts");
   Tensor t = allocate("tensor", TensorType{dtype, shape});
   if (count) std::memcpy(t.raw_data(), data, count * dtype_size(dtype));
+  // A bool is stored as 0 or 1, which kernels and compiled code rely on: any other byte is true.
+  if (dtype == bool_)
+    for (uint8_t& b : std::span(static_cast<uint8_t*>(t.raw_data()), count)) b = b != 0;
   return t;
 }
 }  // namespace detail
