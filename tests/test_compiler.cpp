@@ -10,8 +10,10 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 
+#include "compiler/orc.h"
 #include "detail/streaming.h"
 #include "math/vector_math.h"
 #include "testing.h"
@@ -1028,4 +1030,73 @@ TEST(Compiler, NoInPlaceOverAKernelOutputSomethingElseHolds) {
     expect_identical(compiled(x), want);
     expect_identical(bind1(cached_ones_p, {x}), ones({kSide, kSide}));
   }
+}
+
+namespace {
+
+// The bytes of the process's anonymous executable mappings: the JIT's code, nothing else.
+int64_t jit_code_bytes() {
+  std::ifstream maps("/proc/self/maps");
+  int64_t bytes = 0;
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream fields(line);
+    std::string range, perms, offset, device, inode, path;
+    fields >> range >> perms >> offset >> device >> inode >> path;
+    if (perms.find('x') == std::string::npos || !path.empty()) continue;
+    const std::size_t dash = range.find('-');
+    bytes += static_cast<int64_t>(std::stoull(range.substr(dash + 1), nullptr, 16) -
+                                  std::stoull(range.substr(0, dash), nullptr, 16));
+  }
+  return bytes;
+}
+
+}  // namespace
+
+// A jitted function dropped frees its compiled code: the modules loaded and the executable
+// memory mapped return to what they were.
+TEST(JitMemory, DroppedFunctionsUnmapTheirCode) {
+  auto f = [](const Tensor& x) { return x * 2.0f + 1.0f; };
+  const Tensor x = ones({8});
+  jit(f, kCompiled)(x);
+  const std::size_t modules = compiler::live_native_code();
+  const int64_t code = jit_code_bytes();
+  for (int i = 0; i < 50; ++i) {
+    auto g = jit(f, kCompiled);
+    g(x);
+    EXPECT_EQ(compiler::live_native_code(), modules + 1);
+  }
+  EXPECT_EQ(compiler::live_native_code(), modules);
+  EXPECT_EQ(jit_code_bytes(), code);
+}
+
+// A jitted function keeps its KILN_JIT_CACHE_SIZE most recently used specialisations; the
+// others are freed, and traced again when called again.
+TEST(JitMemory, TheCacheKeepsTheMostRecentlyUsedSpecialisations) {
+  int traces = 0;
+  auto body = [&traces](const Tensor& x) {
+    ++traces;
+    return x * 2.0f + 1.0f;
+  };
+  const std::size_t modules = compiler::live_native_code();
+  {
+    const EnvVar size("KILN_JIT_CACHE_SIZE", "4");
+    auto f = jit(body, kCompiled);
+    for (int64_t n = 1; n <= 20; ++n) {
+      const Tensor x = full({n}, static_cast<float>(n));
+      EXPECT_EQ(f(x).to_vector<float>(),
+                std::vector<float>(static_cast<std::size_t>(n), 2.0f * n + 1));
+      EXPECT_EQ(f.cache_size(), std::min<std::size_t>(static_cast<std::size_t>(n), 4));
+    }
+    EXPECT_EQ(traces, 20);
+    EXPECT_EQ(compiler::live_native_code(), modules + 4);
+    // Using shape 17 makes it the most recent: a new shape evicts 18, the least recent.
+    f(ones({17}));
+    f(ones({21}));
+    EXPECT_EQ(traces, 21);
+    f(ones({17}));
+    EXPECT_EQ(traces, 21);
+    f(ones({18}));
+    EXPECT_EQ(traces, 22);
+  }
+  EXPECT_EQ(compiler::live_native_code(), modules);
 }

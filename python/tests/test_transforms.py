@@ -4,6 +4,7 @@ import collections
 import dataclasses
 import gc
 import sys
+import weakref
 
 import numpy as np
 import pytest
@@ -40,6 +41,36 @@ def test_jit_traces_once_per_signature_then_runs_without_python():
     assert len(calls) == 2
     ir = jf.lower(x, y)  # the IR of a cached signature: no new trace
     assert "sin" in ir and len(calls) == 2
+
+
+def test_jit_keeps_its_most_recent_specialisations_and_frees_the_rest(monkeypatch):
+    monkeypatch.setenv("KILN_JIT_CACHE_SIZE", "4")  # read when the jitted function is made
+    calls = []
+
+    def f(x):
+        calls.append(1)
+        return add(mul(x, 2.0), 1.0)
+
+    jf = kl.jit(f)
+    for n in range(1, 21):
+        x = randn(n)
+        close(jf(x), x * 2 + 1)
+        assert jf._cache_size() == min(n, 4)
+    assert len(calls) == 20
+    jf(randn(1))  # evicted: traced again
+    assert len(calls) == 21
+
+
+def test_a_dropped_jitted_function_is_freed():
+    def f(x):
+        return add(mul(x, 2.0), 1.0)
+
+    jf = kl.jit(f)
+    jf(randn(3))
+    ref = weakref.ref(f)
+    del f, jf
+    gc.collect()
+    assert ref() is None
 
 
 def test_jit_metadata_and_decorator_forms():

@@ -4,10 +4,12 @@
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/Config/llvm-config.h>
+#include <llvm/ExecutionEngine/JITLink/JITLinkMemoryManager.h>
 #include <llvm/ExecutionEngine/Orc/ExecutionUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
+#include <llvm/ExecutionEngine/Orc/Shared/WrapperFunctionUtils.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
@@ -66,6 +68,38 @@ HostCpu detect_host() {
   return h;
 }
 
+// A deallocation action that does nothing (see ReleasingMemoryManager).
+llvm::orc::shared::CWrapperFunctionResult no_action(const char* args, std::size_t size) {
+  using Signature = llvm::orc::shared::SPSError();
+  return llvm::orc::shared::WrapperFunction<Signature>::handle(
+             args, size, [] { return llvm::Error::success(); })
+      .release();
+}
+
+// JITLink's in-process memory manager, each allocation given a deallocation action: LLVM 16's
+// unmaps an allocation's code and data only when it has one (fixed in LLVM 19), so the code of
+// every executable dropped stayed mapped, a page or more each.
+class ReleasingMemoryManager final : public llvm::jitlink::JITLinkMemoryManager {
+ public:
+  ReleasingMemoryManager()
+      : memory_(unwrap(llvm::jitlink::InProcessMemoryManager::Create(), "set up JIT memory")) {}
+  void allocate(const llvm::jitlink::JITLinkDylib* dylib, llvm::jitlink::LinkGraph& graph,
+                OnAllocatedFunction allocated) override {
+    graph.allocActions().push_back(
+        {{},
+         llvm::orc::shared::WrapperFunctionCall(llvm::orc::ExecutorAddr::fromPtr(&no_action), {})});
+    memory_->allocate(dylib, graph, std::move(allocated));
+  }
+  void deallocate(std::vector<FinalizedAlloc> allocs, OnDeallocatedFunction done) override {
+    memory_->deallocate(std::move(allocs), std::move(done));
+  }
+  using JITLinkMemoryManager::allocate;
+  using JITLinkMemoryManager::deallocate;
+
+ private:
+  std::unique_ptr<llvm::jitlink::InProcessMemoryManager> memory_;
+};
+
 // The one LLJIT of the process. Kernels call the vector math table's functions (SLEEF's and
 // Kiln's own), defined in each JITDylib at their addresses, and libm, found in the process.
 class Jit {
@@ -118,7 +152,8 @@ class Jit {
             .setObjectLinkingLayerCreator(
                 [](llvm::orc::ExecutionSession& es,
                    const llvm::Triple&) -> llvm::Expected<std::unique_ptr<llvm::orc::ObjectLayer>> {
-                  return std::make_unique<llvm::orc::ObjectLinkingLayer>(es);
+                  return std::make_unique<llvm::orc::ObjectLinkingLayer>(
+                      es, std::make_unique<ReleasingMemoryManager>());
                 })
             .create(),
         "start the ORC JIT");
@@ -129,10 +164,13 @@ class Jit {
 
 // Each object gets a JITDylib of its own: two executables of one function define the same
 // kernel names, and dropping an executable drops its code.
+std::atomic<std::size_t> g_live_code{0};
+
 class LoadedObject final : public NativeCode {
  public:
-  explicit LoadedObject(llvm::orc::JITDylib& dylib) : dylib_(dylib) {}
+  explicit LoadedObject(llvm::orc::JITDylib& dylib) : dylib_(dylib) { ++g_live_code; }
   ~LoadedObject() override {
+    --g_live_code;
     if (llvm::Error e = Jit::get().lljit().getExecutionSession().removeJITDylib(dylib_))
       llvm::consumeError(std::move(e));
   }
@@ -395,6 +433,8 @@ std::vector<std::string> compile_in_parts(llvm::Module& m, const std::string& st
 }
 
 }  // namespace
+
+std::size_t live_native_code() { return g_live_code.load(); }
 
 const HostCpu& host_cpu() {
   static const HostCpu h = detect_host();

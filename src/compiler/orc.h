@@ -31,6 +31,9 @@ class NativeCode {
   virtual void* symbol(const std::string& name) const = 0;
 };
 
+// How many NativeCode objects are alive: modules loaded and not yet dropped (for tests).
+std::size_t live_native_code();
+
 struct NativeResult {
   std::unique_ptr<NativeCode> code;
   bool from_cache = false;  // the object came from KILN_CACHE_DIR, LLVM was skipped

@@ -2,11 +2,13 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <iostream>
+#include <list>
 #include <mutex>
 #include <span>
 #include <thread>
 #include <unordered_map>
 
+#include "core/allocator.h"  // detail::parse_env_int
 #include "kiln/transforms.h"
 #include "ops/primitives.h"
 
@@ -77,14 +79,26 @@ Signature signature(const SignatureView& v) {
 
 }  // namespace
 
+namespace {
+// How many specialisations a jitted function keeps: KILN_JIT_CACHE_SIZE, read when the function
+// is created, else 1024.
+std::size_t cache_capacity() {
+  const char* v = std::getenv("KILN_JIT_CACHE_SIZE");
+  return static_cast<std::size_t>(
+      parse_env_int("KILN_JIT_CACHE_SIZE", v, 1, int64_t{1} << 40).value_or(1024));
+}
+}  // namespace
+
 // The per-signature cache of a jitted function, shared by its copies; thread-safe. No lock is
 // held while user code is traced, so a jitted function may call itself (on other signatures)
-// or other jitted functions from any thread.
+// or other jitted functions from any thread. It keeps the `capacity` most recently used
+// specialisations: an entry evicted is freed (its IR, compiled code and arena) once no running
+// call holds it.
 class JitCache {
  public:
   JitCache(std::string name, std::optional<ir::Backend> backend)
-      : name_(std::move(name)), backend_(backend) {}
-  std::shared_ptr<const JitEntry> find(const SignatureView& key) const;
+      : name_(std::move(name)), backend_(backend), capacity_(cache_capacity()) {}
+  std::shared_ptr<const JitEntry> find(const SignatureView& key);
   // Before tracing `key` on a miss: waits while another thread traces it and returns that
   // entry, or returns nullptr and this thread traces it, holding the returned claim meanwhile.
   // Recursion on the signature being traced raises an Error (it could never finish).
@@ -99,13 +113,21 @@ class JitCache {
 
  private:
   void release(const Signature& key);
+  // Drops the least recently used entries beyond the capacity; the lock is held.
+  void evict();
+
+  struct Cached {
+    std::shared_ptr<const JitEntry> entry;
+    std::list<const Signature*>::iterator use;  // its place in recent_
+  };
 
   std::string name_;
   std::optional<ir::Backend> backend_;
+  std::size_t capacity_;
   mutable std::mutex mutex_;
   std::condition_variable traced_;  // signalled when a claim ends
-  std::unordered_map<Signature, std::shared_ptr<const JitEntry>, SignatureHash, SignatureEqual>
-      entries_;
+  std::unordered_map<Signature, Cached, SignatureHash, SignatureEqual> entries_;
+  std::list<const Signature*> recent_;  // the keys of entries_, most recently used first
   // Claimed keys and their thread.
   std::unordered_map<Signature, std::thread::id, SignatureHash, SignatureEqual> tracing_;
   Signature last_;
@@ -124,10 +146,12 @@ class JitCache::Claim {
   Signature key_;
 };
 
-std::shared_ptr<const JitEntry> JitCache::find(const SignatureView& key) const {
+std::shared_ptr<const JitEntry> JitCache::find(const SignatureView& key) {
   std::lock_guard lock(mutex_);
   auto it = entries_.find(key);
-  return it == entries_.end() ? nullptr : it->second;
+  if (it == entries_.end()) return nullptr;
+  recent_.splice(recent_.begin(), recent_, it->second.use);
+  return it->second.entry;
 }
 
 namespace {
@@ -153,7 +177,7 @@ std::shared_ptr<const JitEntry> JitCache::claim(const SignatureView& key,
     }
   std::unique_lock lock(mutex_);
   for (;;) {
-    if (auto it = entries_.find(key); it != entries_.end()) return it->second;
+    if (auto it = entries_.find(key); it != entries_.end()) return it->second.entry;
     auto owner = tracing_.find(key);
     // A thread inside a trace never waits: its wait could close a cycle of threads tracing
     // functions that call each other. It traces the signature itself; the first entry wins.
@@ -201,7 +225,7 @@ bool log_recompiles() {
 std::shared_ptr<const JitEntry> JitCache::insert(Signature key, JitEntry entry) {
   auto e = std::make_shared<const JitEntry>(std::move(entry));
   std::lock_guard lock(mutex_);
-  if (auto it = entries_.find(key); it != entries_.end()) return it->second;
+  if (auto it = entries_.find(key); it != entries_.end()) return it->second.entry;
   const TreeDef& def = key.def;
   const std::vector<TensorType>& types = key.types;
   if (log_recompiles() && !entries_.empty()) {
@@ -222,8 +246,18 @@ std::shared_ptr<const JitEntry> JitCache::insert(Signature key, JitEntry entry) 
               << "): " << why << "\n";
   }
   last_ = key;
-  entries_.emplace(std::move(key), e);
+  const auto it = entries_.emplace(std::move(key), Cached{e, {}}).first;
+  recent_.push_front(&it->first);
+  it->second.use = recent_.begin();
+  evict();
   return e;
+}
+
+void JitCache::evict() {
+  while (entries_.size() > capacity_) {
+    entries_.erase(entries_.find(*recent_.back()));
+    recent_.pop_back();
+  }
 }
 
 std::shared_ptr<JitCache> make_jit_cache(std::string name, std::optional<ir::Backend> backend) {
