@@ -596,6 +596,26 @@ TEST(Compiler, DumpsLlvmIrAndAssembly) {
   EXPECT_EQ(s, 1);
 }
 
+// A function's name becomes a file name inside KILN_DUMP_DIR: one with "../" or a leading "/"
+// writes there too, never beside or above it.
+TEST(Compiler, DumpsStayInsideTheDumpDirectory) {
+  const TempDir root;
+  const std::filesystem::path dir = root.path / "dumps";
+  const EnvVar env("KILN_DUMP_DIR", dir.string());
+  auto f = [](const Tensor& x) { return x * 2.0f + 1.0f; };
+  for (const std::string name : {"../escaped", "/abs/escaped", "..", ".hidden"})
+    jit(f, JitOptions{.name = name, .backend = ir::Backend::llvm})(ones({16}));
+  int inside = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(root.path)) {
+    if (!e.is_regular_file()) continue;
+    EXPECT_EQ(e.path().parent_path(), dir) << e.path();
+    EXPECT_NE(e.path().filename().string()[0], '.') << e.path();
+    ++inside;
+  }
+  EXPECT_EQ(inside, 8);  // a .ll and a .s per function
+  EXPECT_FALSE(std::filesystem::exists("/abs"));
+}
+
 // A transcendental node that two passes of a reduction group read (softmax's exp(x - max): the
 // sum's pass and the output's) is computed once per element and kept for the later pass: the
 // generated code calls exp as often as for sum(exp(x)), which needs it in one pass only. Counted

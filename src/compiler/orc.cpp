@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -314,6 +315,16 @@ std::string emit(llvm::Module& m, llvm::TargetMachine& tm, llvm::CodeGenFileType
   return std::string(buffer.data(), buffer.size());
 }
 
+// `name` as one file name inside a directory: characters other than [A-Za-z0-9_.-] and a leading
+// dot become '_', so "../x" or "/abs" cannot leave the dump directory.
+std::string file_name_of(const std::string& name) {
+  std::string out = name.empty() ? "_" : name;
+  for (char& c : out)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '-') c = '_';
+  if (out[0] == '.') out[0] = '_';
+  return out;
+}
+
 void dump(const std::filesystem::path& dir, const std::string& name, const std::string& ext,
           const std::string& text) {
   try {
@@ -447,7 +458,7 @@ NativeResult build_native(const std::string& name, const std::string& key,
   const std::string full = full_key(key);
   const Digest digest = sha256(full);
   const std::optional<std::filesystem::path> cache_dir = env_dir("KILN_CACHE_DIR");
-  const std::string stem = name + "-" + hex(digest).substr(0, 16);
+  const std::string stem = file_name_of(name) + "-" + hex(digest).substr(0, 16);
   std::optional<std::filesystem::path> cache_file;
   if (cache_dir) cache_file = *cache_dir / (hex(digest) + ".o");
 
