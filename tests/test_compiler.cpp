@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
+#include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -544,6 +547,113 @@ TEST(Compiler, TheDiskCacheSkipsLlvmAndRebuildsDamagedEntries) {
   // A truncated or foreign file is no entry either.
   for (const auto& p : entries) std::filesystem::resize_file(p, 10);
   EXPECT_FALSE(jit(f, kCompiled).compiled(x).from_cache);
+}
+
+namespace {
+
+// The one entry of cache directory `dir`.
+std::filesystem::path only_entry(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) entries.push_back(e.path());
+  EXPECT_EQ(entries.size(), 1u);
+  return entries.at(0);
+}
+
+std::string file_bytes(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+// An entry replaced by something other than a regular file of a plausible size is ignored: the
+// code is rebuilt, without waiting on a FIFO or reading a device or a huge file.
+TEST(Compiler, TheDiskCacheReadsOnlyRegularFilesOfAPlausibleSize) {
+  const TempDir dir;
+  const EnvVar env("KILN_CACHE_DIR", dir.path.string());
+  auto f = [](const Tensor& x) { return exp(x) * 3.0f - x; };
+  const Tensor x = normal(16, {100});
+  const Tensor want = jit(f, kInterpreted)(x);
+  jit(f, kCompiled)(x);
+  const std::filesystem::path entry = only_entry(dir.path);
+  const std::vector<std::function<void()>> replacements = {
+      [&] { std::filesystem::create_directory(entry); },
+      [&] { ASSERT_EQ(mkfifo(entry.c_str(), 0600), 0); },
+      [&] { std::filesystem::create_symlink("/dev/zero", entry); },
+      [&] {
+        std::ofstream(entry).put('K');
+        std::filesystem::resize_file(entry, uint64_t{3} << 30);  // sparse
+      },
+  };
+  for (const auto& replace : replacements) {
+    std::filesystem::remove_all(entry);
+    replace();
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_FALSE(jit(f, kCompiled).compiled(x).from_cache);
+    expect_same(jit(f, kCompiled)(x), want, 1e-6);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  }
+}
+
+// An entry is checked against the full key stored inside it and its objects parsed before the
+// JIT links them: an entry whose checksum was recomputed over a damaged object is rebuilt.
+TEST(Compiler, TheDiskCacheChecksTheKeyAndTheObjectsInsideAnEntry) {
+  const TempDir dir;
+  const EnvVar env("KILN_CACHE_DIR", dir.path.string());
+  auto f = [](const Tensor& x) { return tanh(x) * 2.0f; };
+  const Tensor x = normal(17, {100});
+  const Tensor want = jit(f, kInterpreted)(x);
+  jit(f, kCompiled)(x);
+  const std::filesystem::path entry = only_entry(dir.path);
+  const std::string bytes = file_bytes(entry);
+  // The format: magic, the key's size and text, ...
+  uint64_t key_size = 0;
+  std::memcpy(&key_size, bytes.data() + 8, 8);
+  const std::string key = bytes.substr(16, key_size);
+  EXPECT_NE(key.find("\nisa " + std::string(math::isa_name(math::host_isa())) + "\n"),
+            std::string::npos);
+  EXPECT_FALSE(compiler::decode_cache_entry(bytes, key + " ").has_value());
+  const std::optional<std::vector<std::string>> objects = compiler::decode_cache_entry(bytes, key);
+  ASSERT_TRUE(objects.has_value());
+  const std::vector<std::function<void(std::string&)>> damages = {
+      [](std::string& o) { o.resize(o.size() / 2); },
+      [](std::string& o) { std::memset(o.data() + 0x28, 0x7f, 8); },  // e_shoff
+      [](std::string& o) { std::memset(o.data() + 0x40, 0xff, o.size() - 0x40); },
+  };
+  for (const auto& damage : damages) {
+    std::vector<std::string> forged = *objects;
+    damage(forged[0]);
+    const std::string forged_entry = compiler::encode_cache_entry(key, forged);
+    EXPECT_FALSE(compiler::decode_cache_entry(forged_entry, key).has_value());
+    std::ofstream(entry, std::ios::binary | std::ios::trunc) << forged_entry;
+    EXPECT_FALSE(jit(f, kCompiled).compiled(x).from_cache);
+    expect_same(jit(f, kCompiled)(x), want, 1e-6);
+  }
+  EXPECT_TRUE(jit(f, kCompiled).compiled(x).from_cache);
+}
+
+// Fills KILN_CACHE_DIR for TheDiskCacheKeysTheInstructionSet, in a process of its own.
+TEST(Compiler, DISABLED_FillTheDiskCache) {
+  jit([](const Tensor& x) { return exp(x) + 1.0f; }, kCompiled)(normal(18, {100}));
+}
+
+// A cache filled under KILN_ISA=avx2 is not used by a process on another instruction set: the
+// key holds the instruction set the code was generated for.
+TEST(Compiler, TheDiskCacheKeysTheInstructionSet) {
+  if (math::host_isa() == math::Isa::avx2) GTEST_SKIP() << "the host's instruction set is avx2";
+  const TempDir dir;
+  const std::string child = "KILN_ISA=avx2 KILN_CACHE_DIR=" + dir.path.string() + " " +
+                            std::filesystem::read_symlink("/proc/self/exe").string() +
+                            " --gtest_also_run_disabled_tests "
+                            "--gtest_filter=Compiler.DISABLED_FillTheDiskCache > /dev/null";
+  ASSERT_EQ(std::system(child.c_str()), 0);
+  only_entry(dir.path);
+  const EnvVar env("KILN_CACHE_DIR", dir.path.string());
+  auto f = [](const Tensor& x) { return exp(x) + 1.0f; };
+  const Tensor x = normal(18, {100});
+  EXPECT_FALSE(jit(f, kCompiled).compiled(x).from_cache);
+  expect_same(jit(f, kCompiled)(x), jit(f, kInterpreted)(x), 1e-6);
+  EXPECT_TRUE(jit(f, kCompiled).compiled(x).from_cache);
 }
 
 // A module large enough is split into parts that compile on threads of their own

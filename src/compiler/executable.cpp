@@ -216,10 +216,13 @@ class CompiledFunction final : public Code {
     for (const auto& s : steps_)
       if (const auto* g = std::get_if<GroupStep>(&s)) groups.push_back(&g->group);
     if (!groups.empty()) {
-      NativeResult native = build_native(f_->name, key.str(), [&](llvm::LLVMContext& c) {
+      std::vector<std::string> kernels;
+      for (std::size_t k = 0; k < firsts.size(); ++k)
+        kernels.push_back("kiln_group" + std::to_string(k));
+      NativeResult native = build_native(f_->name, key.str(), kernels, [&](llvm::LLVMContext& c) {
         auto m = std::make_unique<llvm::Module>(f_->name, c);
         for (std::size_t k = 0; k < firsts.size(); ++k)
-          emit_group(*m, *groups[firsts[k]], "kiln_group" + std::to_string(k));
+          emit_group(*m, *groups[firsts[k]], kernels[k]);
         return m;
       });
       code_ = std::move(native.code);
@@ -227,8 +230,7 @@ class CompiledFunction final : public Code {
       std::size_t k = 0;
       for (auto& s : steps_)
         if (auto* g = std::get_if<GroupStep>(&s))
-          g->kernel = reinterpret_cast<KernelFn>(
-              code_->symbol("kiln_group" + std::to_string(group_kernel[k++])));
+          g->kernel = reinterpret_cast<KernelFn>(native.functions[group_kernel[k++]]);
     }
     plan_memory();
     for (const ir::Constant& c : f_->constants) constants_.push_back(c.tensor.contiguous());

@@ -1,5 +1,6 @@
 #include "compiler/orc.h"
 
+#include <fcntl.h>
 #include <llvm/ADT/StringMap.h>
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
@@ -14,6 +15,7 @@
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
+#include <llvm/Object/ObjectFile.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -22,6 +24,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 #include <sched.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,10 +33,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <future>
 #include <mutex>
 #include <optional>
+#include <span>
+#include <string_view>
 
 #include "core/allocator.h"  // detail::parse_env_int
 #include "detail/files.h"
@@ -175,20 +179,10 @@ class LoadedObject final : public NativeCode {
     if (llvm::Error e = Jit::get().lljit().getExecutionSession().removeJITDylib(dylib_))
       llvm::consumeError(std::move(e));
   }
-  void* symbol(const std::string& name) const override {
-    auto addr = Jit::get().lljit().lookup(dylib_, name);
-    return unwrap(std::move(addr), "find the compiled kernel " + name).toPtr<void*>();
-  }
 
  private:
   llvm::orc::JITDylib& dylib_;
 };
-
-std::string read_file(const std::filesystem::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return {};
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
 
 void write_file(const std::filesystem::path& file, const std::string& bytes) {
   detail::write_file_atomically("jit", file.string(), file.string(), [&](int fd) {
@@ -202,10 +196,12 @@ std::optional<std::filesystem::path> env_dir(const char* var) {
   return std::filesystem::path(v);
 }
 
-// Cache entries: magic, the SHA-256 of the full key, the payload's size and SHA-256, then the
+// Cache entries: magic, the full key's size and text, the payload's size and SHA-256, then the
 // payload: the number of objects, each one's size, and the objects. Anything else in the file
-// (truncated, foreign, corrupt) is ignored and rebuilt.
-constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '2'};
+// (truncated, foreign, corrupt, another key's) is ignored and rebuilt.
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'O', 'B', 'J', '3'};
+// No entry is larger: the objects of the largest programs measured are a few MB.
+constexpr uint64_t kMaxEntryBytes = uint64_t{256} << 20;
 using Digest = std::array<uint8_t, 32>;
 
 Digest sha256(llvm::StringRef bytes) {
@@ -223,63 +219,112 @@ std::string hex(const Digest& d) {
   return s;
 }
 
+// Everything the generated code depends on besides the program: the code generator's version,
+// LLVM's, the CPU, the instruction set the vector math was chosen for (KILN_ISA) and the
+// streaming threshold.
 std::string full_key(const std::string& key) {
   const HostCpu& cpu = host_cpu();
   return std::string("kiln-codegen-7\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
-         cpu.features + "\nstreaming " + std::to_string(detail::streaming_bytes()) + "\n" + key;
+         cpu.features + "\nisa " + std::string(math::isa_name(math::host_isa())) + "\nstreaming " +
+         std::to_string(detail::streaming_bytes()) + "\n" + key;
 }
 
-uint64_t read_u64(const std::string& bytes, std::size_t at) {
-  uint64_t v = 0;
-  std::memcpy(&v, bytes.data() + at, 8);
-  return v;
-}
 void append_u64(std::string& bytes, uint64_t v) {
   bytes.append(reinterpret_cast<const char*>(&v), 8);
 }
 
-std::optional<std::vector<std::string>> read_cached(const std::filesystem::path& file,
-                                                    const Digest& key) {
-  const std::string bytes = read_file(file);
-  const std::size_t header = sizeof kMagic + 32 + 8 + 32;
-  if (bytes.size() < header || std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0)
-    return std::nullopt;
-  if (std::memcmp(bytes.data() + sizeof kMagic, key.data(), 32) != 0) return std::nullopt;
-  if (read_u64(bytes, sizeof kMagic + 32) != bytes.size() - header) return std::nullopt;
-  const std::string payload = bytes.substr(header);
-  const Digest sum = sha256(payload);
-  if (std::memcmp(bytes.data() + sizeof kMagic + 40, sum.data(), 32) != 0) return std::nullopt;
-  // Sizes are checked against what is left before anything is taken.
-  if (payload.size() < 8) return std::nullopt;
-  const uint64_t count = read_u64(payload, 0);
-  if (count == 0 || count > (payload.size() - 8) / 8) return std::nullopt;
-  std::size_t at = 8 + 8 * count;
-  std::vector<std::string> objects;
-  for (uint64_t i = 0; i < count; ++i) {
-    const uint64_t size = read_u64(payload, 8 + 8 * i);
-    if (size > payload.size() - at) return std::nullopt;
-    objects.push_back(payload.substr(at, size));
-    at += size;
+// Reads an entry's fields in order; each size is checked against what is left first.
+class EntryReader {
+ public:
+  explicit EntryReader(std::string_view bytes) : rest_(bytes) {}
+  std::optional<std::string_view> bytes(uint64_t n) {
+    if (n > rest_.size()) return std::nullopt;
+    const std::string_view out = rest_.substr(0, static_cast<std::size_t>(n));
+    rest_.remove_prefix(static_cast<std::size_t>(n));
+    return out;
   }
-  if (at != payload.size()) return std::nullopt;
-  return objects;
+  std::optional<uint64_t> u64() {
+    const std::optional<std::string_view> b = bytes(8);
+    if (!b) return std::nullopt;
+    uint64_t v = 0;
+    std::memcpy(&v, b->data(), 8);
+    return v;
+  }
+  std::string_view rest() const { return rest_; }
+
+ private:
+  std::string_view rest_;
+};
+
+// The bytes of cache entry `file` when it is a regular file of at most kMaxEntryBytes. Opened
+// without following a symbolic link or waiting on a FIFO: a link, directory, FIFO or device is
+// no entry.
+std::optional<std::string> read_entry(const std::filesystem::path& file) {
+  const detail::Fd f(::open(file.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st {};
+  if (f.fd < 0 || ::fstat(f.fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+      static_cast<uint64_t>(st.st_size) > kMaxEntryBytes)
+    return std::nullopt;
+  std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
+  for (std::size_t got = 0; got < bytes.size();) {
+    const ssize_t r = ::read(f.fd, bytes.data() + got, bytes.size() - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return std::nullopt;
+    got += static_cast<std::size_t>(r);
+  }
+  return bytes;
 }
 
-void write_cached(const std::filesystem::path& file, const Digest& key,
+// Whether Expected `v` holds a value (an error is dropped).
+template <typename T>
+bool holds(llvm::Expected<T> v) {
+  if (v) return true;
+  llvm::consumeError(v.takeError());
+  return false;
+}
+
+// Whether `object` is a relocatable ELF object for the JIT's target whose sections, symbols and
+// relocations all parse within its bounds: what the JIT linker reads of it.
+bool well_formed_object(std::string_view object) {
+  auto parsed = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "cache entry"));
+  if (!parsed) {
+    llvm::consumeError(parsed.takeError());
+    return false;
+  }
+  const llvm::object::ObjectFile& o = **parsed;
+  if (!o.isELF() || !o.isRelocatableObject() ||
+      o.getArch() != Jit::get().lljit().getTargetTriple().getArch())
+    return false;
+  for (const llvm::object::SymbolRef& sym : o.symbols())
+    if (!holds(sym.getName()) || !holds(sym.getAddress()) || !holds(sym.getType()) ||
+        !holds(sym.getSection()))
+      return false;
+  for (const llvm::object::SectionRef& section : o.sections()) {
+    if (!holds(section.getName()) || (!section.isBSS() && !holds(section.getContents())))
+      return false;
+    // A relocation section's entries patch the section it relocates, within its size.
+    if (section.relocations().empty()) continue;
+    auto target = section.getRelocatedSection();
+    if (!target) {
+      llvm::consumeError(target.takeError());
+      return false;
+    }
+    if (*target == o.section_end()) return false;
+    for (const llvm::object::RelocationRef& r : section.relocations()) {
+      if (r.getOffset() >= (*target)->getSize()) return false;
+      const llvm::object::symbol_iterator sym = r.getSymbol();
+      if (sym != o.symbol_end() && !holds(sym->getName())) return false;
+    }
+  }
+  return true;
+}
+
+void write_cached(const std::filesystem::path& file, const std::string& key,
                   const std::vector<std::string>& objects) {
-  std::string payload;
-  append_u64(payload, objects.size());
-  for (const std::string& o : objects) append_u64(payload, o.size());
-  for (const std::string& o : objects) payload += o;
-  std::string bytes(kMagic, sizeof kMagic);
-  bytes.append(reinterpret_cast<const char*>(key.data()), 32);
-  append_u64(bytes, payload.size());
-  const Digest sum = sha256(payload);
-  bytes.append(reinterpret_cast<const char*>(sum.data()), 32);
-  bytes += payload;
   try {
     std::filesystem::create_directories(file.parent_path());
-    write_file(file, bytes);
+    write_file(file, encode_cache_entry(key, objects));
   } catch (const std::exception&) {
     // A cache that cannot be written is only slower; the compiled code is still good.
   }
@@ -452,9 +497,79 @@ const HostCpu& host_cpu() {
   return h;
 }
 
-NativeResult build_native(const std::string& name, const std::string& key,
-                          const ModuleBuilder& build) {
+std::string encode_cache_entry(const std::string& key, const std::vector<std::string>& objects) {
+  std::string payload;
+  append_u64(payload, objects.size());
+  for (const std::string& o : objects) append_u64(payload, o.size());
+  for (const std::string& o : objects) payload += o;
+  std::string bytes(kMagic, sizeof kMagic);
+  append_u64(bytes, key.size());
+  bytes += key;
+  append_u64(bytes, payload.size());
+  const Digest sum = sha256(payload);
+  bytes.append(reinterpret_cast<const char*>(sum.data()), 32);
+  return bytes + payload;
+}
+
+std::optional<std::vector<std::string>> decode_cache_entry(std::string_view entry,
+                                                           const std::string& key) {
+  EntryReader in(entry);
+  const auto magic = in.bytes(sizeof kMagic);
+  if (!magic || std::memcmp(magic->data(), kMagic, sizeof kMagic) != 0) return std::nullopt;
+  const auto key_size = in.u64();
+  if (!key_size || in.bytes(*key_size) != std::optional<std::string_view>(key)) return std::nullopt;
+  const auto payload_size = in.u64();
+  const auto sum = in.bytes(32);
+  if (!payload_size || !sum || *payload_size != in.rest().size()) return std::nullopt;
+  const Digest want = sha256(llvm::StringRef(in.rest().data(), in.rest().size()));
+  if (std::memcmp(sum->data(), want.data(), 32) != 0) return std::nullopt;
+  const auto count = in.u64();
+  if (!count || *count == 0 || *count > in.rest().size() / 8) return std::nullopt;
+  std::vector<uint64_t> sizes;
+  for (uint64_t i = 0; i < *count; ++i) sizes.push_back(*in.u64());
+  std::vector<std::string> objects;
+  for (uint64_t size : sizes) {
+    const auto object = in.bytes(size);
+    if (!object) return std::nullopt;
+    // A copy of its own, aligned as the ELF reader needs (the entry places it at any offset).
+    objects.emplace_back(*object);
+    if (!well_formed_object(objects.back())) return std::nullopt;
+  }
+  if (!in.rest().empty()) return std::nullopt;
+  return objects;
+}
+
+std::string cache_key(const std::string& key) { return full_key(key); }
+
+namespace {
+
+// `objects` loaded into a JITDylib of their own, and the addresses of `functions`; an Error
+// when LLVM cannot link them or one of the functions is missing.
+NativeResult load(const std::vector<std::string>& objects, const std::string& stem,
+                  std::span<const std::string> functions) {
   Jit& jit = Jit::get();
+  static std::atomic<uint64_t> counter{0};
+  llvm::orc::JITDylib& dylib = jit.new_dylib("kiln" + std::to_string(counter++));
+  NativeResult result;
+  result.code = std::make_unique<LoadedObject>(dylib);
+  for (const std::string& object : objects) {
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, stem);
+    if (llvm::Error e = jit.lljit().addObjectFile(dylib, std::move(buffer)))
+      fail("jit", "LLVM failed to load the compiled object for ", stem, ": ",
+           llvm_error(std::move(e)));
+  }
+  for (const std::string& f : functions) {
+    auto address = jit.lljit().lookup(dylib, f);
+    result.functions.push_back(
+        unwrap(std::move(address), "find the compiled kernel " + f).toPtr<void*>());
+  }
+  return result;
+}
+
+}  // namespace
+
+NativeResult build_native(const std::string& name, const std::string& key,
+                          std::span<const std::string> functions, const ModuleBuilder& build) {
   const std::string full = full_key(key);
   const Digest digest = sha256(full);
   const std::optional<std::filesystem::path> cache_dir = env_dir("KILN_CACHE_DIR");
@@ -462,27 +577,26 @@ NativeResult build_native(const std::string& name, const std::string& key,
   std::optional<std::filesystem::path> cache_file;
   if (cache_dir) cache_file = *cache_dir / (hex(digest) + ".o");
 
-  NativeResult result;
-  std::optional<std::vector<std::string>> objects;
-  if (cache_file && (objects = read_cached(*cache_file, digest))) result.from_cache = true;
-  if (!objects) {
-    const auto start = std::chrono::steady_clock::now();
-    llvm::LLVMContext context;
-    std::unique_ptr<llvm::Module> m = build(context);
-    objects = compile_in_parts(*m, stem, compile_threads());
-    result.optimise_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (cache_file) write_cached(*cache_file, digest, *objects);
-  }
-  static std::atomic<uint64_t> counter{0};
-  llvm::orc::JITDylib& dylib = jit.new_dylib("kiln" + std::to_string(counter++));
-  result.code = std::make_unique<LoadedObject>(dylib);
-  for (const std::string& object : *objects) {
-    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(object, stem);
-    if (llvm::Error e = jit.lljit().addObjectFile(dylib, std::move(buffer)))
-      fail("jit", "LLVM failed to load the compiled object for ", name, ": ",
-           llvm_error(std::move(e)));
-  }
+  if (cache_file)
+    if (const std::optional<std::string> entry = read_entry(*cache_file))
+      if (const auto objects = decode_cache_entry(*entry, full)) {
+        // An entry that passed every check but still does not link is rebuilt too.
+        try {
+          NativeResult cached = load(*objects, stem, functions);
+          cached.from_cache = true;
+          return cached;
+        } catch (const Error&) {
+        }
+      }
+  const auto start = std::chrono::steady_clock::now();
+  llvm::LLVMContext context;
+  std::unique_ptr<llvm::Module> m = build(context);
+  const std::vector<std::string> objects = compile_in_parts(*m, stem, compile_threads());
+  const double optimise_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (cache_file) write_cached(*cache_file, full, objects);
+  NativeResult result = load(objects, stem, functions);
+  result.optimise_ms = optimise_ms;
   return result;
 }
 

@@ -5,7 +5,10 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace llvm {
@@ -23,12 +26,10 @@ struct HostCpu {
 };
 const HostCpu& host_cpu();
 
-// Native code for one module; its functions stay valid while this object lives.
+// Native code for one module: its functions stay valid while this object lives.
 class NativeCode {
  public:
   virtual ~NativeCode() = default;
-  // The address of a function the module defines.
-  virtual void* symbol(const std::string& name) const = 0;
 };
 
 // How many NativeCode objects are alive: modules loaded and not yet dropped (for tests).
@@ -36,16 +37,28 @@ std::size_t live_native_code();
 
 struct NativeResult {
   std::unique_ptr<NativeCode> code;
-  bool from_cache = false;  // the object came from KILN_CACHE_DIR, LLVM was skipped
-  double optimise_ms = 0;   // LLVM's optimisation and code generation (0 from the cache)
+  std::vector<void*> functions;  // the address of each function asked for, in order
+  bool from_cache = false;       // the object came from KILN_CACHE_DIR, LLVM was skipped
+  double optimise_ms = 0;        // LLVM's optimisation and code generation (0 from the cache)
 };
 
-// Builds a module into `context` (called only when the cache has no object for `key`), then
-// optimises, compiles and loads it. `key` names what the module computes: equal keys must
-// mean equal modules (the IR text of the function it was generated from does). `name`
-// prefixes dump files.
+// Builds a module into `context` (called only when the cache has no usable object for `key`),
+// then optimises, compiles and loads it, and looks up `functions`, which it must define. `key`
+// names what the module computes: equal keys must mean equal modules (the IR text of the
+// function it was generated from does). `name` prefixes dump files.
 using ModuleBuilder = std::function<std::unique_ptr<llvm::Module>(llvm::LLVMContext&)>;
 NativeResult build_native(const std::string& name, const std::string& key,
-                          const ModuleBuilder& build);
+                          std::span<const std::string> functions, const ModuleBuilder& build);
+
+// The disk cache's entries (docs/DESIGN.md, "Compiler"), for the tests and the fuzz target.
+// The full key of a module's `key`: it with the code generator's and LLVM's versions, the CPU,
+// the instruction set and the streaming threshold.
+std::string cache_key(const std::string& key);
+// An entry holding `objects` under full key `key`.
+std::string encode_cache_entry(const std::string& key, const std::vector<std::string>& objects);
+// The objects of `entry` when it is an intact entry for full key `key` and each object is a
+// well-formed relocatable ELF object for this JIT's target; nullopt for anything else.
+std::optional<std::vector<std::string>> decode_cache_entry(std::string_view entry,
+                                                           const std::string& key);
 
 }  // namespace kiln::compiler
