@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "compiler/orc.h"
 #include "detail/streaming.h"
@@ -1229,4 +1231,44 @@ TEST(JitMemory, TheCacheKeepsTheMostRecentlyUsedSpecialisations) {
     EXPECT_EQ(traces, 22);
   }
   EXPECT_EQ(compiler::live_native_code(), modules);
+}
+
+// A compiled while_loop that never ends stops at the next step after request_interrupt (from
+// another thread here, from a signal handler in a program), with an Error; a later run is not
+// interrupted.
+TEST(JitInterrupts, AnEndlessCompiledWhileLoopStopsOnRequest) {
+  auto loop = jit(
+      [](const Tensor& x, const Tensor& bound) {
+        return while_loop([&](const Tensor& c) { return c < bound; },
+                          [](const Tensor& c) { return c + 1.0f; }, x);
+      },
+      kCompiled);
+  const Tensor start = zeros({}), endless = full({}, INFINITY);
+  ASSERT_FALSE(loop.compiled(start, endless).kernel_calls.empty());  // the while runs compiled
+  std::thread interrupter([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    request_interrupt();
+  });
+  kiln::testing::expect_error([&] { loop(start, endless); }, "while", {"interrupted"});
+  interrupter.join();
+  EXPECT_EQ(loop(start, full({}, 5.0f)).item<float>(), 5.0f);
+}
+
+// The check a binding installs (Python's runs its signal handlers) is called while a loop runs;
+// what it raises leaves the loop.
+TEST(JitInterrupts, TheInstalledCheckRunsDuringALoop) {
+  struct Stop {};
+  static std::atomic<int> calls{0};
+  set_interrupt_check([] {
+    if (++calls == 3) throw Stop{};
+  });
+  auto loop = jit(
+      [](const Tensor& x) {
+        return while_loop([](const Tensor& c) { return c > -1.0f; },
+                          [](const Tensor& c) { return c + 1.0f; }, x);
+      },
+      kCompiled);
+  EXPECT_THROW(loop(zeros({})), Stop);
+  set_interrupt_check(nullptr);
+  EXPECT_EQ(calls.load(), 3);
 }

@@ -49,4 +49,15 @@ int num_threads();
 // OPENBLAS_CORETYPE in the environment chooses instead and turns this off.
 std::string blas_kernels();
 
+// Asks the compiled loops running in this process to stop: the next step of a compiled
+// while_loop or scan (in any thread) raises Error "[while] interrupted: ..." (or "[scan]"), and
+// the request is then cleared; one made while no loop runs stops the next one to start.
+// Async-signal-safe, so a SIGINT handler may call it. Python's Ctrl-C stops them as
+// KeyboardInterrupt (docs/PYTHON.md).
+void request_interrupt() noexcept;
+// Installs `check` (null: none), which compiled loops call at most every 10 ms of a thread's
+// running; it may raise an exception, which leaves the loop, or call request_interrupt. The
+// Python module installs one that runs Python's signal handlers.
+void set_interrupt_check(void (*check)());
+
 }  // namespace kiln

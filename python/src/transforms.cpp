@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kiln/distributed.h"
+#include "kiln/runtime.h"
 #include "pytree.h"
 
 namespace kiln::python {
@@ -750,6 +751,18 @@ py::class_<T> callable_class(py::module_& m, const char* name, const char* doc) 
   return cls;
 }
 
+// Python's main thread, the one that runs its signal handlers.
+unsigned long g_main_thread = 0;
+
+// Runs Python's signal handlers from inside a compiled loop (kiln::set_interrupt_check), on the
+// main thread as Python does: Ctrl-C's raises KeyboardInterrupt, which leaves the loop and the
+// jitted call.
+void check_python_signals() {
+  if (PyThread_get_thread_ident() != g_main_thread) return;
+  py::gil_scoped_acquire gil;
+  if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+}
+
 }  // namespace
 
 void bind_transforms(py::module_& m) {
@@ -759,6 +772,9 @@ void bind_transforms(py::module_& m) {
       "Internal (kiln.autograph): hook(f) gives the function that grad, vjp, jvp, jacfwd, "
       "jacrev, hessian, vmap, checkpoint, cond, switch, while_loop, fori_loop and scan call "
       "for f.");
+  g_main_thread =
+      py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  set_interrupt_check(&check_python_signals);
   callable_class<Transformed>(m, "Transformed", "A function transformed by Kiln.")
       .def("__call__", [](const Transformed& t, const py::args& args, const py::kwargs& kwargs) {
         return t.call(args, kwargs);

@@ -2,8 +2,12 @@
 float64 central differences, Python loops instead of vmap, eager runs instead of jit."""
 import collections
 import dataclasses
+import faulthandler
 import gc
+import signal
 import sys
+import threading
+import time
 import weakref
 
 import numpy as np
@@ -71,6 +75,28 @@ def test_a_dropped_jitted_function_is_freed():
     del f, jf
     gc.collect()
     assert ref() is None
+
+
+def test_ctrl_c_stops_an_endless_jitted_while_loop():
+    @kl.jit
+    def loop(x, bound):
+        return kl.while_loop(lambda c: less(c, bound), lambda c: add(c, 1.0), x)
+
+    x = np.float32(0)
+    assert float(loop(x, np.float32(5))) == 5  # compiled, and a bounded run is not interrupted
+    # Were Ctrl-C ignored, the process would end here after 60 s instead of hanging.
+    faulthandler.dump_traceback_later(60, exit=True)
+    timer = threading.Timer(0.3, signal.raise_signal, (signal.SIGINT,))
+    start = time.monotonic()
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            loop(x, np.float32(np.inf))
+    finally:
+        timer.join()
+        faulthandler.cancel_dump_traceback_later()
+    assert time.monotonic() - start < 10
+    assert float(loop(x, np.float32(3))) == 3
 
 
 def test_jit_metadata_and_decorator_forms():

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "compiler/executable.h"
+#include "core/interrupt.h"
 #include "ops/primitives.h"
 
 namespace kiln::compiler::loops {
@@ -87,6 +88,7 @@ Tensors run_scan(const ir::Equation& e, std::span<const Tensor> ins) {
   contiguous_in_place(args, nc + nx, args.size());
   CarryBuffers carry("scan", std::span(out_t).first(nc));
   for (int64_t t = 0; t < length; ++t) {
+    detail::check_interrupt("scan");
     const int64_t i = reverse ? length - 1 - t : t;
     for (std::size_t k = 0; k < nx; ++k) point_at(args[nc + k], xs[k], i);
     const Tensors& next = carry.for_step(t);
@@ -110,6 +112,7 @@ Tensors run_while(const ir::Equation& e, std::span<const Tensor> ins) {
   const Tensors pred{detail::allocate("while", TensorType{bool_, Shape{}})};
   CarryBuffers carry("while", carry_t);
   for (int64_t t = 0;; ++t) {
+    detail::check_interrupt("while");
     cond.run_into(args, pred);
     if (!*static_cast<const bool*>(pred[0].raw_data())) break;
     const Tensors& next = carry.for_step(t);

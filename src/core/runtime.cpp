@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "core/allocator.h"
+#include "core/interrupt.h"
 #include "detail/parallel.h"
 #include "kiln/error.h"
 
@@ -71,6 +72,10 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return detail::thread_count(); }
+
+void request_interrupt() noexcept { detail::interrupt_pending().store(true); }
+
+void set_interrupt_check(void (*check)()) { detail::interrupt_check().store(check); }
 
 std::string blas_kernels() {
   detail::set_library_threads();  // selects them first
