@@ -15,7 +15,8 @@ std::atomic<void (*)()>& interrupt_check();
 
 // Called at every step of a compiled loop: raises Error "[op] interrupted: ..." when an
 // interrupt is pending, and runs the installed check at most every 10 ms of this thread's time
-// (it may raise, or request an interrupt). Costs a clock read otherwise.
+// (it may raise, or request an interrupt). Costs an atomic load, and a clock read when a check
+// is installed.
 void check_interrupt(std::string_view op);
 
 }  // namespace kiln::detail
