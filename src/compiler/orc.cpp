@@ -15,7 +15,7 @@
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
-#include <llvm/Object/ObjectFile.h>
+#include <llvm/Object/ELF.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/Host.h>
 #include <llvm/Support/MemoryBuffer.h>
@@ -275,47 +275,65 @@ std::optional<std::string> read_entry(const std::filesystem::path& file) {
   return bytes;
 }
 
-// Whether Expected `v` holds a value (an error is dropped).
+// The value of `v`, or nullopt when it holds an error (dropped).
 template <typename T>
-bool holds(llvm::Expected<T> v) {
-  if (v) return true;
+std::optional<T> value_of(llvm::Expected<T> v) {
+  if (v) return std::move(*v);
   llvm::consumeError(v.takeError());
-  return false;
+  return std::nullopt;
 }
 
-// Whether `object` is a relocatable ELF object for the JIT's target whose sections, symbols and
-// relocations all parse within its bounds: what the JIT linker reads of it.
+using Elf = llvm::object::ELF64LE;
+
+// Whether the symbols of symbol table `table` have names and sections within the file.
+bool well_formed_symbols(const llvm::object::ELFFile<Elf>& file, const Elf::Shdr& table,
+                         std::size_t sections) {
+  const auto symbols = value_of(file.symbols(&table));
+  const auto names = value_of(file.getStringTableForSymtab(table));
+  if (!symbols || !names) return false;
+  for (const Elf::Sym& sym : *symbols)
+    if (!value_of(sym.getName(*names)) ||
+        (sym.st_shndx < llvm::ELF::SHN_LORESERVE && sym.st_shndx >= sections))
+      return false;
+  return true;
+}
+
+// Whether the entries of relocation section `rela` patch a section of the file within its size
+// and name symbols of its symbol table.
+bool well_formed_relocations(const llvm::object::ELFFile<Elf>& file, const Elf::Shdr& rela,
+                             llvm::ArrayRef<Elf::Shdr> sections) {
+  const auto entries = value_of(file.relas(rela));
+  if (!entries || rela.sh_info >= sections.size() || rela.sh_link >= sections.size()) return false;
+  const Elf::Shdr& target = sections[rela.sh_info];
+  for (const Elf::Rela& r : *entries)
+    if (r.r_offset >= target.sh_size ||
+        !value_of(file.getRelocationSymbol(r, &sections[rela.sh_link])))
+      return false;
+  return true;
+}
+
+// Whether `object` is a relocatable x86-64 ELF object whose sections, symbols and relocations
+// all parse within its bounds: what the JIT linker reads of it. Read with ELFFile, whose every
+// accessor reports an error (ObjectFile's iterators end the process on some).
 bool well_formed_object(std::string_view object) {
-  auto parsed = llvm::object::ObjectFile::createObjectFile(
-      llvm::MemoryBufferRef(llvm::StringRef(object.data(), object.size()), "cache entry"));
-  if (!parsed) {
-    llvm::consumeError(parsed.takeError());
+  static_assert(sizeof(void*) == 8);
+  auto file =
+      value_of(llvm::object::ELFFile<Elf>::create(llvm::StringRef(object.data(), object.size())));
+  if (!file) return false;
+  const Elf::Ehdr& header = file->getHeader();
+  if (!header.checkMagic() || header.getFileClass() != llvm::ELF::ELFCLASS64 ||
+      header.getDataEncoding() != llvm::ELF::ELFDATA2LSB || header.e_type != llvm::ELF::ET_REL ||
+      header.e_machine != llvm::ELF::EM_X86_64)
     return false;
-  }
-  const llvm::object::ObjectFile& o = **parsed;
-  if (!o.isELF() || !o.isRelocatableObject() ||
-      o.getArch() != Jit::get().lljit().getTargetTriple().getArch())
-    return false;
-  for (const llvm::object::SymbolRef& sym : o.symbols())
-    if (!holds(sym.getName()) || !holds(sym.getAddress()) || !holds(sym.getType()) ||
-        !holds(sym.getSection()))
+  const auto sections = value_of(file->sections());
+  if (!sections) return false;
+  for (const Elf::Shdr& s : *sections) {
+    if (!value_of(file->getSectionName(s)) ||
+        (s.sh_type != llvm::ELF::SHT_NOBITS && !value_of(file->getSectionContents(s))) ||
+        s.sh_type == llvm::ELF::SHT_REL ||  // x86-64 objects relocate with RELA only
+        (s.sh_type == llvm::ELF::SHT_SYMTAB && !well_formed_symbols(*file, s, sections->size())) ||
+        (s.sh_type == llvm::ELF::SHT_RELA && !well_formed_relocations(*file, s, *sections)))
       return false;
-  for (const llvm::object::SectionRef& section : o.sections()) {
-    if (!holds(section.getName()) || (!section.isBSS() && !holds(section.getContents())))
-      return false;
-    // A relocation section's entries patch the section it relocates, within its size.
-    if (section.relocations().empty()) continue;
-    auto target = section.getRelocatedSection();
-    if (!target) {
-      llvm::consumeError(target.takeError());
-      return false;
-    }
-    if (*target == o.section_end()) return false;
-    for (const llvm::object::RelocationRef& r : section.relocations()) {
-      if (r.getOffset() >= (*target)->getSize()) return false;
-      const llvm::object::symbol_iterator sym = r.getSymbol();
-      if (sym != o.symbol_end() && !holds(sym->getName())) return false;
-    }
   }
   return true;
 }
