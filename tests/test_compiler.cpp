@@ -1237,21 +1237,24 @@ TEST(JitMemory, TheCacheKeepsTheMostRecentlyUsedSpecialisations) {
 // another thread here, from a signal handler in a program), with an Error; a later run is not
 // interrupted.
 TEST(JitInterrupts, AnEndlessCompiledWhileLoopStopsOnRequest) {
-  auto loop = jit(
-      [](const Tensor& x, const Tensor& bound) {
-        return while_loop([&](const Tensor& c) { return c < bound; },
-                          [](const Tensor& c) { return c + 1.0f; }, x);
-      },
-      kCompiled);
-  const Tensor start = zeros({}), endless = full({}, INFINITY);
-  ASSERT_FALSE(loop.compiled(start, endless).kernel_calls.empty());  // the while runs compiled
-  std::thread interrupter([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    request_interrupt();
-  });
-  kiln::testing::expect_error([&] { loop(start, endless); }, "while", {"interrupted"});
-  interrupter.join();
-  EXPECT_EQ(loop(start, full({}, 5.0f)).item<float>(), 5.0f);
+  for (const JitOptions& options : {kCompiled, kInterpreted}) {
+    auto loop = jit(
+        [](const Tensor& x, const Tensor& bound) {
+          return while_loop([&](const Tensor& c) { return c < bound; },
+                            [](const Tensor& c) { return c + 1.0f; }, x);
+        },
+        options);
+    const Tensor start = zeros({}), endless = full({}, INFINITY);
+    if (options.backend == ir::Backend::llvm)  // the while runs compiled
+      ASSERT_FALSE(loop.compiled(start, endless).kernel_calls.empty());
+    std::thread interrupter([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      request_interrupt();
+    });
+    kiln::testing::expect_error([&] { loop(start, endless); }, "while", {"interrupted"});
+    interrupter.join();
+    EXPECT_EQ(loop(start, full({}, 5.0f)).item<float>(), 5.0f);
+  }
 }
 
 // The check a binding installs (Python's runs its signal handlers) is called while a loop runs;

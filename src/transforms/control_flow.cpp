@@ -18,6 +18,7 @@
 #include <map>
 #include <optional>
 
+#include "core/interrupt.h"
 #include "ir/partial_eval.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
@@ -305,6 +306,7 @@ Tensors while_run(const ir::Function& c, const ir::Function& b, Tensors carry, o
   Tensors args = carry;
   append(args, caps);
   while (ir::evaluate(c, args)[0].item<bool>()) {
+    detail::check_interrupt("while");  // the interpreter's loops stop as the compiled ones do
     if (stack) stack->push_back(sub(args, 0, nc));
     Tensors next = ir::evaluate(b, args);
     std::copy(next.begin(), next.end(), args.begin());
