@@ -15,7 +15,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # OpenMPI: pmap's collectives across processes, mpirun for its tests
   libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
-  python3-numpy python3-scipy  # reference values in tests come from numpy and scipy
+  python3-numpy python3-scipy python3-mpmath  # reference values in tests: numpy, scipy, mpmath
   python3-dev python3-pybind11 python3-pytest  # the Python module (python/) and its tests
   python3-mypy           # its stubgen writes the module's type stubs (python/stubs.py)
   python3-venv python3-pip python3-setuptools python3-wheel  # pip install of the package (install-test)

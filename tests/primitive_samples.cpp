@@ -425,6 +425,11 @@ std::vector<PrimitiveSample> make_table() {
                                 {"lower", 3.0},
                                 {"upper", std::numeric_limits<double>::infinity()}}};
                }});
+  for (const double lam : {3.0, 25.0})  // Knuth's method, transformed rejection
+    c.push_back(
+        {.prim = "random_poisson", .label = lam < 10 ? "small" : "large", .make = [lam](Gen& g) {
+           return Sample{{{g.keys(2)}}, {{"shape", Ints{g.dim()}}, {"dtype", int32}, {"lam", lam}}};
+         }});
   c.push_back({.prim = "random_gamma", .label = "", .make = [](Gen& g) {
                  return Sample{{fixed(g.keys(3)), {g.uniform(Shape{3, g.dim()}, 0.2, 4.0)}},
                                {{"log", false}}};
@@ -1003,6 +1008,7 @@ std::vector<PrimitiveSample> make_table() {
     for (const char* p : {"asin", "acos", "atanh"}) c.push_back(unary(p, uniform_in(-0.8, 0.8)));
     c.push_back(unary("acosh", uniform_in(1.2, 3.0)));
     c.push_back(unary("erfinv", uniform_in(-0.9, 0.9)));
+    c.push_back(unary("erfc", normal));
     c.push_back(unary("lgamma", uniform_in(0.5, 4.0)));
     c.push_back(unary("lgamma", uniform_in(-2.9, -2.1), "negative"));
     c.push_back(unary("digamma", uniform_in(0.5, 4.0)));

@@ -101,6 +101,7 @@ TEST(MathValues, UnaryMatchNumpyAndScipy) {
   check_unary("asinh", [](const Tensor& x) { return asinh(x); });
   check_unary("acosh", [](const Tensor& x) { return acosh(x); });
   check_unary("atanh", [](const Tensor& x) { return atanh(x); });
+  check_unary("erfc", [](const Tensor& x) { return erfc(x); });
   check_unary("softplus", [](const Tensor& x) { return softplus(x); });
   check_unary("log_sigmoid", [](const Tensor& x) { return log_sigmoid(x); });
   // Kiln's own special functions (double precision throughout): near their zeros (lgamma at

@@ -1978,3 +1978,118 @@ TEST(Reductions, WholeTensorOfManyElementsMatchesPlainLoops) {
   EXPECT_FALSE(all(tensor(b, {n})).item<bool>());
   EXPECT_TRUE(any(tensor(b, {n})).item<bool>());
 }
+
+// ---- numpy's names: gradients against float64 finite differences ----------------------------
+
+namespace {
+
+// A float64 [rows, cols] tensor of fixed values in (-1, 1).
+Tensor values64(int64_t rows, int64_t cols, uint32_t seed) {
+  return tensor(kiln::testing::random_values(rows * cols, seed), Shape{rows, cols});
+}
+
+void expect_gradient_matches(const std::function<Tensor(const Tensor&)>& f, const Tensor& x,
+                             const std::string& what) {
+  const D g = grad(f)(x).to_vector<double>(), n = kiln::testing::numeric_grad(f, x);
+  ASSERT_EQ(g.size(), n.size());
+  for (std::size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], n[i], 1e-6) << what << " at " << i;
+}
+
+}  // namespace
+
+TEST(NumpyNames, GradientsMatchFiniteDifferences) {
+  const Tensor x = values64(3, 4, 5), w = values64(3, 4, 6), v = values64(2, 3, 7);
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> fs{
+      {"diff",
+       [w](const Tensor& a) {
+         return sum(diff(a, {.n = 2, .axis = 1}) * slice(w, {{}, Slice{0, 2}}));
+       }},
+      {"diff prepend",
+       [](const Tensor& a) { return sum(square(diff(a, {.axis = 0, .prepend = a}))); }},
+      {"cross",
+       [v](const Tensor& a) {
+         return sum(cross(slice(a, {Slice{0, 2}, Slice{0, 3}}), v) * v);
+       }},
+      {"cross axis 0",
+       [v](const Tensor& a) {
+         return sum(square(cross(slice(a, {Slice{0, 3}, Slice{0, 2}}), transpose(v), 0)));
+       }},
+      {"dot", [w](const Tensor& a) { return sum(square(dot(a, transpose(w)))); }},
+      {"dot 3-d",
+       [w](const Tensor& a) {
+         return sum(dot(reshape(a, Shape{3, 2, 2}), reshape(w, Shape{2, 2, 3})));
+       }},
+      {"erfc", [w](const Tensor& a) { return sum(erfc(a * 2.0) * w); }},
+      {"xlogy", [w](const Tensor& a) { return sum(xlogy(a, w + 1.5) + xlogy(w, a + 1.5)); }},
+      {"logcumsumexp", [w](const Tensor& a) { return sum(logcumsumexp(a, 1) * w); }},
+      {"nanvar", [](const Tensor& a) { return sum(nanvar(a, {1}, false, 1)); }},
+      {"unique", [w](const Tensor& a) { return sum(unique(a, 12) * reshape(w, Shape{12})); }},
+  };
+  for (const auto& [what, f] : fs) expect_gradient_matches(f, x, what);
+}
+
+TEST(NumpyNames, NanReductionsIgnoreNaNsAndTheirGradientIsZeroThere) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  // Row 1 holds a NaN, row 2 only NaNs.
+  const Tensor x = tensor(D{0.5, -1.0, 2.0, 3.0, nan, -0.25, nan, nan, nan}, Shape{3, 3});
+  const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> fs{
+      {"nansum", [](const Tensor& a) { return nansum(a * 3.0, {1}); }},
+      {"nanprod", [](const Tensor& a) { return nanprod(a, {1}); }},
+      {"nanmean", [](const Tensor& a) { return nanmean(a, {1}); }},
+      {"nanmax", [](const Tensor& a) { return nanmax(a, {1}); }},
+      {"nanmin", [](const Tensor& a) { return nanmin(a, {1}); }},
+      {"nanvar", [](const Tensor& a) { return nanvar(a, {1}); }},
+      {"nanstd", [](const Tensor& a) { return nanstd(a, {1}); }},
+  };
+  for (const auto& [what, f] : fs) {
+    // Rows 0 and 1 only: row 2 (all NaN) gives NaN (0 for nansum, 1 for nanprod).
+    const auto rows01 = [f = f](const Tensor& a) { return sum(slice(f(a), {Slice{0, 2}})); };
+    const D g = grad(rows01)(x).to_vector<double>();
+    const D xs = x.to_vector<double>();
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      if (std::isnan(xs[i])) {
+        EXPECT_EQ(g[i], 0.0) << what << " at " << i;
+        continue;
+      }
+      // Central differences of the element's own row, NaNs held fixed.
+      const double h = 1e-6;
+      D p = xs, m = xs;
+      p[i] += h;
+      m[i] -= h;
+      const double fd = (rows01(tensor(p, x.shape())).item<double>() -
+                         rows01(tensor(m, x.shape())).item<double>()) /
+                        (2 * h);
+      EXPECT_NEAR(g[i], fd, 1e-6) << what << " at " << i;
+    }
+  }
+}
+
+TEST(NumpyNames, XlogyHasJaxDerivativeAtZero) {
+  // d/dx x log y = log y and d/dy = x / y, also at x = 0 (where the value is 0 whatever y is).
+  const Tensor x = tensor(D{0.0, 0.0, 2.0}), y = tensor(D{0.5, 0.0, 3.0});
+  const Tensor value = xlogy(x, y);
+  const D v = value.to_vector<double>();
+  EXPECT_EQ(v[0], 0.0);
+  EXPECT_EQ(v[1], 0.0);
+  EXPECT_DOUBLE_EQ(v[2], 2.0 * std::log(3.0));
+  const D dx = grad([&](const Tensor& a) { return sum(xlogy(a, y)); })(x).to_vector<double>();
+  EXPECT_DOUBLE_EQ(dx[0], std::log(0.5));
+  EXPECT_DOUBLE_EQ(dx[2], std::log(3.0));
+  const D dy = grad([&](const Tensor& b) { return sum(xlogy(x, b)); })(tensor(D{0.5, 1.0, 3.0}))
+                   .to_vector<double>();
+  EXPECT_EQ(dy[0], 0.0);
+  EXPECT_EQ(dy[1], 0.0);
+  EXPECT_DOUBLE_EQ(dy[2], 2.0 / 3.0);
+}
+
+TEST(NumpyNames, Errors) {
+  const Tensor x = zeros(Shape{2, 3}, float64);
+  expect_error([&] { diff(x, {.n = -1}); }, "diff", {"negative order", "n=-1"});
+  expect_error([&] { cross(x, x, 0); }, "cross", {"not of length 3", "f64[2,3]", "size 3"});
+  expect_error([&] { cross(x, zeros(Shape{}, float64)); }, "cross", {"0-d operand"});
+  expect_error([&] { unique(x, -2); }, "unique", {"negative size"});
+  expect_error([&] { kiln::random::poisson(kiln::random::key(0), -1.0, Shape{2}); },
+               "random_poisson", {"rate out of range", "lam=-1"});
+  expect_error([&] { kiln::random::exponential(kiln::random::key(0), Shape{2}, int32); },
+               "exponential", {"non-float dtype"});
+}

@@ -33,6 +33,12 @@ Tensor tensordot(const Tensor& a, const Tensor& b, const std::pair<Axes, Axes>& 
                  Loc loc = Loc::current());
 // numpy.outer: both flattened; out[i, j] = a[i] * b[j].
 Tensor outer(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// numpy.dot: a product with a 0-d operand, the inner product of 1-d ones, matmul of 2-d ones,
+// and otherwise the sum over a's last axis and b's second to last (b's only, for 1-d b).
+Tensor dot(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// numpy.cross of 3-vectors along `axis` of a and of b (each of size 3 there; the other axes
+// broadcast); the result holds the vectors along `axis`.
+Tensor cross(const Tensor& a, const Tensor& b, int64_t axis = -1, Loc loc = Loc::current());
 // numpy.kron: the Kronecker product; the lower rank operand gets leading size-1 axes.
 Tensor kron(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 

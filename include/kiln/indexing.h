@@ -47,6 +47,16 @@ Tensor repeat(const Tensor& x, int64_t repeats, std::optional<int64_t> axis = st
 // flattened x, reshaped back).
 Tensor roll(const Tensor& x, int64_t shift, std::optional<int64_t> axis = std::nullopt,
             Loc loc = Loc::current());
+// numpy.diff: the n-th forward difference x[i + 1] - x[i] along axis (n = 0: x), with
+// `prepend` / `append` concatenated first (a 0-d one is broadcast to one slice of x). Bools
+// difference as not_equal, as numpy.
+struct DiffOptions {
+  int64_t n = 1;
+  int64_t axis = -1;
+  std::optional<Tensor> prepend;
+  std::optional<Tensor> append;
+};
+Tensor diff(const Tensor& x, const DiffOptions& options = {}, Loc loc = Loc::current());
 // numpy.meshgrid of 1-d tensors: "xy" (Cartesian, the first two output axes swapped) or "ij"
 // (matrix) indexing.
 std::vector<Tensor> meshgrid(const std::vector<Tensor>& xs, std::string_view indexing = "xy",

@@ -25,6 +25,7 @@ Tensor asinh(const Tensor& x, Loc loc = Loc::current());
 Tensor acosh(const Tensor& x, Loc loc = Loc::current());
 Tensor atanh(const Tensor& x, Loc loc = Loc::current());
 Tensor erfinv(const Tensor& x, Loc loc = Loc::current());  // NaN outside [-1, 1]
+Tensor erfc(const Tensor& x, Loc loc = Loc::current());    // 1 - erf(x), accurate in the tail
 Tensor lgamma(const Tensor& x, Loc loc = Loc::current());  // log |Gamma(x)|
 Tensor digamma(const Tensor& x, Loc loc = Loc::current());
 // The n-th derivative of digamma (n = 0: digamma); n < 0 is an Error.
@@ -51,6 +52,23 @@ Tensor atan2(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor hypot(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor copysign(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor logaddexp(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
+// x log(y), and 0 where x == 0 (also for y == 0; NaN y stays NaN), as scipy.special.xlogy; JAX's
+// derivative (log(y) and x / y, also at x == 0).
+Tensor xlogy(const Tensor& x, const Tensor& y, Loc loc = Loc::current());
+
+// ---- comparison with a tolerance (numpy.isclose's rule) ----------------------------------
+struct Closeness {
+  double rtol = 1e-5;
+  double atol = 1e-8;
+  bool equal_nan = false;  // NaN counts as close to NaN
+};
+// |a - b| <= atol + rtol |b| elementwise (bool; a and b broadcast); infinities close only to
+// themselves.
+Tensor isclose(const Tensor& a, const Tensor& b, const Closeness& tolerance = {},
+               Loc loc = Loc::current());
+// all(isclose(a, b)): a 0-d bool tensor (traceable, as JAX's allclose).
+Tensor allclose(const Tensor& a, const Tensor& b, const Closeness& tolerance = {},
+                Loc loc = Loc::current());
 // log(1 + exp(x)) and log(sigmoid(x)) = -softplus(-x), stable for every x.
 Tensor softplus(const Tensor& x, Loc loc = Loc::current());
 Tensor log_sigmoid(const Tensor& x, Loc loc = Loc::current());

@@ -81,6 +81,23 @@ Tensor logsumexp(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
 // Variance with `ddof` delta degrees of freedom (0: population variance, like numpy).
 Tensor var(const Tensor& x, const Axes& axes = {}, bool keepdims = false, int64_t ddof = 0,
            Loc loc = Loc::current());
+// numpy's NaN-ignoring reductions: NaN elements are left out (a sum of none is 0, a product
+// 1; a mean, variance, max or min of none is NaN). Their derivative is 0 at the NaN elements.
+// Integers and bools have no NaN: these are then sum, prod, ... themselves.
+Tensor nansum(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+              Loc loc = Loc::current());
+Tensor nanprod(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+               Loc loc = Loc::current());
+Tensor nanmean(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+               Loc loc = Loc::current());
+Tensor nanmax(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+              Loc loc = Loc::current());
+Tensor nanmin(const Tensor& x, const Axes& axes = {}, bool keepdims = false,
+              Loc loc = Loc::current());
+Tensor nanvar(const Tensor& x, const Axes& axes = {}, bool keepdims = false, int64_t ddof = 0,
+              Loc loc = Loc::current());
+Tensor nanstd(const Tensor& x, const Axes& axes = {}, bool keepdims = false, int64_t ddof = 0,
+              Loc loc = Loc::current());
 Tensor any(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
 Tensor all(const Tensor& x, const Axes& axes = {}, bool keepdims = false, Loc loc = Loc::current());
 // Index (int64) of the first maximum/minimum along one axis; nullopt flattens first.
@@ -261,6 +278,26 @@ Tensor cummin(const Tensor& x, std::optional<int64_t> axis = std::nullopt,
               Loc loc = Loc::current());
 Tensor cumlogsumexp(const Tensor& x, std::optional<int64_t> axis = std::nullopt,
                     Loc loc = Loc::current());
+// numpy's (and PyTorch's) name for cumlogsumexp.
+inline Tensor logcumsumexp(const Tensor& x, std::optional<int64_t> axis = std::nullopt,
+                           Loc loc = Loc::current()) {
+  return cumlogsumexp(x, axis, loc);
+}
+// numpy.unique of the flattened x: its distinct values, ascending in numpy's sort order (all
+// NaNs count as one value, last; -0 and +0 as one). Without `size` the number of values is
+// read from the data, so x must be concrete (not traced); with `size` (needed under jit and
+// vmap) there are exactly `size` values: the `size` smallest distinct ones, padded with
+// `fill_value` (default: the smallest element), as JAX's jnp.unique(size=, fill_value=).
+Tensor unique(const Tensor& x, std::optional<int64_t> size = std::nullopt,
+              std::optional<double> fill_value = std::nullopt, Loc loc = Loc::current());
+struct UniqueResult {
+  Tensor values;   // as unique()
+  Tensor inverse;  // int64 [x.numel()]: where each element of the flattened x is in values
+                   // (>= size for one cut off by `size`)
+  Tensor counts;   // int64, values' length: how often each value occurs (0 for the padding)
+};
+UniqueResult unique_all(const Tensor& x, std::optional<int64_t> size = std::nullopt,
+                        std::optional<double> fill_value = std::nullopt, Loc loc = Loc::current());
 // For each value, the index into the 1-d ascending `sorted` where it would be inserted:
 // before equal elements (left) or after them (right), as numpy.searchsorted (NaN sorts last).
 enum class Side { left, right };

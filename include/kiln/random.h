@@ -37,6 +37,22 @@ Tensor randint(const Tensor& key, const Shape& shape, int64_t lo, int64_t hi, DT
 // A random permutation of 0..n-1 (int64).
 Tensor permutation(const Tensor& key, int64_t n, Loc loc = Loc::current());
 
+// Standard exponential (rate 1), standard Laplace (density e^-|x| / 2) and standard Gumbel
+// (CDF exp(-exp(-x))) samples, by inverting the CDF at a uniform computed in float32 (float64
+// for float64; 16-bit dtypes round the float32 result). Always finite. Scale and shift them
+// (`loc + scale * x`) for other parameters; they are differentiable in those.
+Tensor exponential(const Tensor& key, const Shape& shape, DType dtype = float32,
+                   Loc loc = Loc::current());
+Tensor laplace(const Tensor& key, const Shape& shape, DType dtype = float32,
+               Loc loc = Loc::current());
+Tensor gumbel(const Tensor& key, const Shape& shape, DType dtype = float32,
+              Loc loc = Loc::current());
+// Poisson(lam) counts, int32 or int64: Knuth's method below lam = 10, Hoermann's transformed
+// rejection (PTRS, as numpy and JAX) from 10. lam >= 0 and finite (lam = 0 gives zeros), and
+// small enough that the counts fit the dtype (about 2.1e9 for int32).
+Tensor poisson(const Tensor& key, double lam, const Shape& shape, DType dtype = int32,
+               Loc loc = Loc::current());
+
 // ---- distributions -----------------------------------------------------------------------
 // Every sampler is deterministic in its key and keyed per element, so vmap over keys gives
 // what a loop over the keys gives, and jit gives what eager gives. Derivatives: none with

@@ -221,6 +221,7 @@ void bind_elementwise(py::module_& m) {
       {"arccosh", &kiln::acosh, "The inverse hyperbolic cosine (also kiln.acosh)."},
       {"arctanh", &kiln::atanh, "The inverse hyperbolic tangent (also kiln.atanh)."},
       {"erfinv", &erfinv, "The inverse error function (NaN outside [-1, 1])."},
+      {"erfc", &kiln::erfc, "1 - erf(x), accurate where erf(x) is near 1."},
       {"lgamma", &kiln::lgamma, "log|Gamma(x)| (also kiln.gammaln)."},
       {"digamma", &digamma, "The derivative of lgamma."},
       {"softplus", &softplus, "log(1 + exp(x)), stable for every x."},
@@ -273,6 +274,7 @@ void bind_elementwise(py::module_& m) {
       {"hypot", &kiln::hypot, "sqrt(x**2 + y**2) without overflow."},
       {"copysign", &kiln::copysign, "|x| with the sign of y."},
       {"logaddexp", &logaddexp, "log(exp(x) + exp(y)), stable."},
+      {"xlogy", &xlogy, "x * log(y), 0 where x == 0 (scipy.special.xlogy)."},
       {"bitwise_and", &bitwise_and, "x & y (integers and bools)."},
       {"bitwise_or", &bitwise_or, "x | y (integers and bools)."},
       {"bitwise_xor", &bitwise_xor, "x ^ y (integers and bools)."},
@@ -280,6 +282,7 @@ void bind_elementwise(py::module_& m) {
       {"right_shift", &right_shift, "x >> y (integers; arithmetic for signed ones)."},
       {"outer", &outer, "out[i, j] = x.ravel()[i] * y.ravel()[j]."},
       {"kron", &kron, "The Kronecker product."},
+      {"dot", &dot, "numpy.dot: inner, matrix, or last-axis by second-to-last-axis product."},
   };
   for (const BinaryOp& op : binary)
     m.def(
@@ -340,6 +343,20 @@ void bind_elementwise(py::module_& m) {
       "astype",
       [](py::object x, py::object dtype) { return astype(arg(x), to_dtype(dtype), Loc{}); },
       py::arg("x"), py::arg("dtype"), "x converted to dtype.");
+  const std::pair<const char*, Tensor (*)(const Tensor&, const Tensor&, const Closeness&, Loc)>
+      closeness[] = {{"isclose", &isclose}, {"allclose", &allclose}};
+  for (const auto& [name, fn] : closeness)
+    m.def(
+        name,
+        [fn = fn](py::object a, py::object b, double rtol, double atol, bool equal_nan) {
+          auto ab = operands(a, b);
+          return fn(ab.first, ab.second, Closeness{rtol, atol, equal_nan}, Loc{});
+        },
+        py::arg("a"), py::arg("b"), py::arg("rtol") = 1e-5, py::arg("atol") = 1e-8,
+        py::arg("equal_nan") = false,
+        std::string(name) == "isclose"
+            ? "|a - b| <= atol + rtol * |b| elementwise (numpy's rule; bool)."
+            : "isclose(...) everywhere, as a 0-d bool tensor (JAX's allclose).");
   m.def(
       "polygamma", [](int64_t n, py::object x) { return polygamma(n, arg(x), Loc{}); },
       py::arg("n"), py::arg("x"), "The n-th derivative of digamma.");
@@ -366,6 +383,11 @@ void bind_reductions(py::module_& m) {
       {"max", &kiln::max, "The maximum over `axis` (None: all); NaN propagates (also amax)."},
       {"min", &kiln::min, "The minimum over `axis` (None: all); NaN propagates (also amin)."},
       {"logsumexp", &logsumexp, "log(sum(exp(x))) over `axis`, stable."},
+      {"nansum", &nansum, "The sum over `axis` ignoring NaNs (None: all)."},
+      {"nanprod", &nanprod, "The product over `axis` ignoring NaNs (None: all)."},
+      {"nanmean", &nanmean, "The mean over `axis` ignoring NaNs (None: all)."},
+      {"nanmax", &nanmax, "The maximum over `axis` ignoring NaNs (NaN where all are NaN)."},
+      {"nanmin", &nanmin, "The minimum over `axis` ignoring NaNs (NaN where all are NaN)."},
       {"any", &any, "True where any element over `axis` is non-zero."},
       {"all", &all, "True where every element over `axis` is non-zero."},
   };
@@ -379,7 +401,7 @@ void bind_reductions(py::module_& m) {
   m.attr("amax") = m.attr("max");
   m.attr("amin") = m.attr("min");
   const std::pair<const char*, Tensor (*)(const Tensor&, const Axes&, bool, int64_t, Loc)>
-      moments[] = {{"var", &var}, {"std", &kiln::std}};
+      moments[] = {{"var", &var}, {"std", &kiln::std}, {"nanvar", &nanvar}, {"nanstd", &nanstd}};
   for (const auto& [name, fn] : moments)
     m.def(
         name,
@@ -391,9 +413,10 @@ void bind_reductions(py::module_& m) {
         },
         py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdims") = false,
         py::arg("ddof") = 0,
-        std::string(name) == "var"
-            ? "The variance over `axis`, dividing by n - ddof (numpy's default ddof=0)."
-            : "The standard deviation: sqrt(var(x, axis, keepdims, ddof)).");
+        std::string(name).ends_with("var")
+            ? "The variance over `axis`, dividing by n - ddof (numpy's default ddof=0); "
+              "nanvar leaves NaNs out."
+            : "The standard deviation: sqrt of var (nanstd: of nanvar).");
 
   const std::pair<const char*, ArgReduction> args[] = {{"argmax", &argmax}, {"argmin", &argmin}};
   for (const auto& [name, fn] : args)
@@ -423,6 +446,24 @@ void bind_reductions(py::module_& m) {
           return fn(arg(x), optional_int(axis), Loc{});
         },
         py::arg("x"), py::arg("axis") = py::none(), op.doc);
+  m.attr("logcumsumexp") = m.attr("cumlogsumexp");
+  m.def(
+      "unique",
+      [](py::object x, bool return_inverse, bool return_counts, std::optional<int64_t> size,
+         std::optional<double> fill_value) -> py::object {
+        const Tensor t = arg(x);
+        if (!return_inverse && !return_counts) return py::cast(unique(t, size, fill_value, Loc{}));
+        const UniqueResult r = unique_all(t, size, fill_value, Loc{});
+        py::list out;
+        out.append(r.values);
+        if (return_inverse) out.append(r.inverse);
+        if (return_counts) out.append(r.counts);
+        return py::tuple(out);
+      },
+      py::arg("x"), py::arg("return_inverse") = false, py::arg("return_counts") = false,
+      py::kw_only(), py::arg("size") = py::none(), py::arg("fill_value") = py::none(),
+      "The sorted distinct values of the flattened x (numpy.unique); inside jit give `size` "
+      "(padded with fill_value, default the minimum, as jnp.unique(size=)).");
   m.def(
       "softmax", [](py::object x, int64_t axis) { return softmax(arg(x), axis, Loc{}); },
       py::arg("x"), py::arg("axis") = -1, "exp(x) normalised to sum to 1 along `axis`.");
@@ -736,6 +777,18 @@ void bind_shapes(py::module_& m) {
       py::arg("x"), py::arg("shift"), py::arg("axis") = py::none(),
       "Elements shifted by `shift` along `axis`, wrapping around (None: flattened).");
   m.def(
+      "diff",
+      [](py::object x, int64_t n, int64_t axis, py::object prepend, py::object append) {
+        const Tensor t = arg(x);
+        const auto edge = [&](py::object e) {
+          return e.is_none() ? std::nullopt : std::optional<Tensor>(operand(e, t));
+        };
+        return diff(t, DiffOptions{n, axis, edge(prepend), edge(append)}, Loc{});
+      },
+      py::arg("x"), py::arg("n") = 1, py::arg("axis") = -1, py::arg("prepend") = py::none(),
+      py::arg("append") = py::none(),
+      "numpy.diff: the n-th forward difference along `axis`, after prepend/append.");
+  m.def(
       "meshgrid",
       [](const py::args& xs, const std::string& indexing) {
         return py::list(py::cast(meshgrid(tensors(xs), indexing, Loc{})));
@@ -820,6 +873,14 @@ void bind_products(py::module_& m) {
       py::arg("a"), py::arg("b"), py::arg("axes") = 2,
       "numpy.tensordot: the product summed over the last `axes` axes of a and the first of b, "
       "or over paired axis lists.");
+  m.def(
+      "cross",
+      [](py::object a, py::object b, int64_t axis) {
+        auto ab = operands(a, b);
+        return cross(ab.first, ab.second, axis, Loc{});
+      },
+      py::arg("a"), py::arg("b"), py::arg("axis") = -1,
+      "numpy.cross of 3-vectors along `axis` (other axes broadcast).");
 }
 
 void bind_conv(py::module_& m) {

@@ -111,6 +111,28 @@ numbers, on any thread count; draws are traceable (jit) and batch under vmap ove
       },
       py::arg("key"), py::arg("logits"), py::arg("axis") = -1, py::arg("shape") = py::none(),
       "Indices (int64) drawn with unnormalised log-probabilities `logits` along `axis`.");
+  using Standard = Tensor (*)(const Tensor&, const Shape&, DType, Loc);
+  const std::tuple<const char*, Standard, const char*> standard[] = {
+      {"exponential", &random::exponential, "Standard exponential samples (rate 1)."},
+      {"laplace", &random::laplace, "Standard Laplace samples (density exp(-|x|) / 2)."},
+      {"gumbel", &random::gumbel, "Standard Gumbel samples (CDF exp(-exp(-x)))."},
+  };
+  for (const auto& [name, fn, doc] : standard)
+    r.def(
+        name,
+        [fn = fn](py::object key, py::object shape, py::object dtype) {
+          return fn(key_arg(key), to_shape(shape), to_optional_dtype(dtype).value_or(float32),
+                    Loc{});
+        },
+        py::arg("key"), py::arg("shape") = py::tuple(), py::arg("dtype") = py::none(), doc);
+  r.def(
+      "poisson",
+      [](py::object key, double lam, py::object shape, py::object dtype) {
+        return random::poisson(key_arg(key), lam, to_shape(shape),
+                               to_optional_dtype(dtype).value_or(int32), Loc{});
+      },
+      py::arg("key"), py::arg("lam"), py::arg("shape") = py::tuple(), py::arg("dtype") = py::none(),
+      "Poisson(lam) counts (int32 by default), lam a float >= 0.");
   r.def(
       "truncated_normal",
       [](py::object key, double lower, double upper, py::object shape, py::object dtype) {

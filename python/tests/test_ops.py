@@ -533,3 +533,84 @@ def test_long_operations_release_the_gil():
     # With the GIL held for a whole call, no tick could land strictly inside it.
     for s, e in spans:
         assert any(s + 0.002 < t < e - 0.002 for t in stamps), (s, e)
+
+
+def test_numpy_names():
+    import scipy.special as sp
+    x = R.standard_normal((3, 4, 5))
+    close(kl.logcumsumexp(x, axis=1), np.logaddexp.accumulate(x, axis=1), tol=1e-10)
+    for n, axis in ((1, -1), (2, 0), (0, 1), (7, 2)):
+        close(kl.diff(x, n=n, axis=axis), np.diff(x, n=n, axis=axis), tol=1e-10)
+    close(kl.diff(x, axis=1, prepend=0.5, append=x[:, :2]),
+          np.diff(x, axis=1, prepend=0.5, append=x[:, :2]), tol=1e-10)
+    b = np.array([True, True, False, True])
+    close(kl.diff(b), np.diff(b))
+    close(kl.diff(np.array([1, 4, 9], np.int32)), np.diff(np.array([1, 4, 9], np.int32)))
+    u, v = R.standard_normal((4, 3)), R.standard_normal((2, 1, 3))
+    close(kl.cross(u, v), np.cross(u, v), tol=1e-10)
+    close(kl.cross(u.T, v.T[:, 0, :1], axis=0), np.cross(u.T, v.T[:, 0, :1], axis=0), tol=1e-10)
+    a2, b1, b3 = R.standard_normal((2, 3, 4)), R.standard_normal(4), R.standard_normal((5, 4, 2))
+    for p, q in ((a2, b1), (a2, b3), (b1, b1), (a2[0], b3[0]), (a2, 2.0), (b1, a2[0].T)):
+        close(kl.dot(p, q), np.dot(p, q), tol=1e-10)
+    e = np.array([-3.0, 0.0, 0.5, 6.0, 26.0])
+    np.testing.assert_allclose(np.asarray(kl.erfc(e)), sp.erfc(e), rtol=1e-14)  # the tail too
+    xs, ys = np.array([0.0, 0.0, 0.0, 2.0, 1.5, 0.0]), np.array([0.0, 3.0, np.nan, 0.5, 0.0, -1.0])
+    close(kl.xlogy(xs, ys), sp.xlogy(xs, ys), tol=1e-14)
+    # The custom derivative under jit and vmap: d/dx x log y = log y, also at x = 0.
+    dx = kl.jit(kl.vmap(kl.grad(lambda p, q: kl.xlogy(p, q))))(np.array([0.0, 2.0]),
+                                                                 np.array([0.5, 3.0]))
+    close(dx, np.log([0.5, 3.0]), tol=1e-14)
+
+
+def test_nan_reductions():
+    x = R.standard_normal((4, 5))
+    x[0, 1] = x[2, 2] = x[2, 4] = np.nan
+    x[3, :] = np.nan
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        for name in ("nansum", "nanprod", "nanmean", "nanmax", "nanmin", "nanvar", "nanstd"):
+            ref = getattr(np, name)
+            for axis in (None, 0, 1):
+                close(getattr(kl, name)(x, axis=axis), ref(x, axis=axis), tol=1e-10)
+            close(getattr(kl, name)(x, axis=1, keepdims=True), ref(x, axis=1, keepdims=True),
+                  tol=1e-10)
+        close(kl.nanvar(x, axis=1, ddof=1), np.nanvar(x, axis=1, ddof=1), tol=1e-10)
+    ints = np.array([[1, 5], [3, 2]], np.int32)
+    close(kl.nansum(ints, axis=0), np.nansum(ints, axis=0))
+    close(kl.nanmax(ints), np.nanmax(ints))
+
+
+def test_isclose():
+    a = np.array([1.0, 1.0, np.inf, np.inf, np.nan, 1e-9, 0.0, 1.0, -np.inf])
+    b = np.array([1.0 + 1e-6, 1.1, np.inf, -np.inf, np.nan, 0.0, 1e-7, np.inf, -np.inf])
+    close(kl.isclose(a, b), np.isclose(a, b))
+    close(kl.isclose(a, b, equal_nan=True), np.isclose(a, b, equal_nan=True))
+    close(kl.isclose(a, b, rtol=0.2, atol=0.0), np.isclose(a, b, rtol=0.2, atol=0.0))
+    close(kl.isclose(np.array([1, 2], np.int32), 2), np.isclose(np.array([1, 2]), 2))
+    assert bool(kl.allclose(a[:3], a[:3])) and not bool(kl.allclose(a, b))
+    assert bool(kl.allclose(a, a, equal_nan=True))
+    f = kl.jit(lambda p, q: kl.allclose(p, q, atol=0.2))
+    assert bool(f(np.ones(3), np.full(3, 1.1)))
+
+
+def test_unique():
+    x = np.array([[3.0, 1.0, np.nan], [1.0, -0.0, 0.0], [np.nan, 7.0, 3.0]])
+    close(kl.unique(x), np.unique(x))
+    values, inverse, counts = kl.unique(x, return_inverse=True, return_counts=True)
+    ref = np.unique(x, return_inverse=True, return_counts=True)
+    for got, want in zip((values, inverse, counts), ref):
+        close(got, want)
+    ints = np.array([5, 2, 2, 9, 5, 5], np.int32)
+    close(kl.unique(ints), np.unique(ints))
+    # Under jit the size is given (jnp.unique(size=)): padded with fill_value or the minimum.
+    f = kl.jit(lambda t: kl.unique(t, size=5))
+    close(f(ints), np.array([2, 5, 9, 2, 2], np.int32))
+    g = kl.jit(lambda t: kl.unique(t, return_counts=True, size=2, fill_value=-1))
+    v, c = g(ints)
+    close(v, np.array([2, 5], np.int32))
+    close(c, np.array([2, 3]))
+    close(kl.unique(np.zeros((0,))), np.unique(np.zeros((0,))))
+    rows = np.array([[1, 1, 4], [3, 2, 3]], np.int32)
+    close(kl.vmap(lambda r: kl.unique(r, size=3, fill_value=0))(rows),
+          np.array([[1, 4, 0], [2, 3, 0]], np.int32))
+    with pytest.raises(kl.Error, match=r"\[unique\].*expected a size"):
+        kl.jit(lambda t: kl.unique(t))(ints)

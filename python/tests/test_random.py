@@ -138,3 +138,47 @@ def test_continuous_distributions():
 def test_errors():
     with pytest.raises(kl.Error, match=r"\[randint\].*got.*expected"):
         kr.randint(kr.key(0), (2,), 5, 5)
+
+
+def test_exponential_laplace_gumbel_poisson():
+    key = kr.key(11)
+    # Mean and standard deviation of the standard distributions: exponential (1, 1),
+    # Laplace (0, sqrt 2), Gumbel (Euler's gamma, pi / sqrt 6).
+    cases = ((kr.exponential, 1.0, 1.0), (kr.laplace, 0.0, math.sqrt(2)),
+             (kr.gumbel, 0.5772156649015329, math.pi / math.sqrt(6)))
+    for fn, mean, std in cases:
+        for dtype in (kl.float32, kl.float64):
+            s = fn(key, (N,), dtype=dtype)
+            assert s.dtype == dtype and s.shape == (N,)
+            assert np.isfinite(np.asarray(s)).all()
+            m, sd = moments(s)
+            assert abs(m - mean) < 0.03 and abs(sd - std) < 0.03, (fn, m, sd)
+        np.testing.assert_array_equal(np.asarray(fn(key, (5,))), np.asarray(fn(key, (5,))))
+        assert fn(key, (4,), dtype=kl.bfloat16).dtype == kl.bfloat16
+    assert np.asarray(kr.exponential(key, (N,))).min() >= 0
+    for lam in (0.0, 0.3, 4.0, 10.0, 37.5, 1e5):
+        p = kr.poisson(key, lam, (N,))
+        assert p.dtype == kl.int32
+        v = np.asarray(p).astype(np.float64)
+        assert v.min() >= 0
+        # The mean is within 4 standard errors; the variance equals the mean.
+        assert abs(v.mean() - lam) <= 4 * math.sqrt(lam / N) + 1e-12, (lam, v.mean())
+        assert abs(v.var() - lam) <= 0.05 * lam + 1e-12, (lam, v.var())
+    # Frequencies against the pmf, on both sides of the switch of methods at lam = 10.
+    from scipy import stats
+    for lam in (4.0, 37.5):
+        v = np.asarray(kr.poisson(key, lam, (N,)))
+        ks = np.arange(int(lam + 4 * math.sqrt(lam)))
+        pmf = stats.poisson.pmf(ks, lam)
+        freq = np.array([(v == k).mean() for k in ks])
+        assert np.all(np.abs(freq - pmf) <= 5 * np.sqrt(pmf / N) + 1e-4), lam
+    assert kr.poisson(key, 3.0, (2, 3), dtype=kl.int64).dtype == kl.int64
+    keys = kr.split(key, 3)
+    np.testing.assert_array_equal(np.asarray(kl.vmap(lambda k: kr.poisson(k, 12.0, (4,)))(keys)),
+                                  np.stack([np.asarray(kr.poisson(keys[i], 12.0, (4,)))
+                                            for i in range(3)]))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(kl.Error, match=r"\[random_poisson\] rate out of range"):
+            kr.poisson(key, bad, (2,))
+    with pytest.raises(kl.Error, match=r"expected int32 or int64"):
+        kr.poisson(key, 1.0, (2,), dtype=kl.float32)

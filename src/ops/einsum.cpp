@@ -423,6 +423,35 @@ Tensor outer(const Tensor& a, const Tensor& b, Loc loc) {
   return mul(reshape(a, Shape{a.numel(), 1}, loc), reshape(b, Shape{1, b.numel()}, loc), loc);
 }
 
+Tensor dot(const Tensor& a, const Tensor& b, Loc loc) {
+  const detail::CallSite site(loc);
+  if (a.rank() == 0 || b.rank() == 0) return mul(a, b, loc);
+  if (a.rank() <= 2 && b.rank() <= 2) return matmul(a, b, loc);
+  return tensordot(a, b, {{a.rank() - 1}, {std::max(b.rank() - 2, 0)}}, loc);
+}
+
+Tensor cross(const Tensor& a, const Tensor& b, int64_t axis, Loc loc) {
+  const detail::CallSite site(loc);
+  // Each operand with its vector axis last, so that the other axes broadcast.
+  const auto components = [&](const Tensor& v) {
+    if (v.rank() == 0)
+      fail("cross", "a 0-d operand has no vector axis: got ", v.type(), ", expected rank >= 1");
+    const int k = normalize_axis("cross", axis, v.rank());
+    if (v.shape()[k] != 3)
+      fail("cross", "vectors are not of length 3: got ", v.type(), " along axis ", axis,
+           ", expected size 3");
+    return moveaxis(v, k, -1, loc);
+  };
+  const auto [u, v] = ops::promote_broadcast("cross", components(a), components(b), loc);
+  // Component i of each vector: the vector axis moved to the front, then indexed.
+  const auto c = [&](const Tensor& t, int64_t i) { return index(moveaxis(t, -1, 0, loc), i, loc); };
+  const Tensor out = stack({sub(mul(c(u, 1), c(v, 2), loc), mul(c(u, 2), c(v, 1), loc), loc),
+                            sub(mul(c(u, 2), c(v, 0), loc), mul(c(u, 0), c(v, 2), loc), loc),
+                            sub(mul(c(u, 0), c(v, 1), loc), mul(c(u, 1), c(v, 0), loc), loc)},
+                           0, loc);
+  return moveaxis(out, 0, normalize_axis("cross", axis, out.rank()), loc);
+}
+
 Tensor kron(const Tensor& a, const Tensor& b, Loc loc) {
   const detail::CallSite site(loc);
   // out[i * nb + j] = a[i] * b[j] per axis: a as [a0, 1, a1, 1, ...] times b as [1, b0, 1, b1,

@@ -213,6 +213,37 @@ Tensor roll(const Tensor& x, int64_t shift, std::optional<int64_t> axis, Loc loc
       loc);
 }
 
+namespace {
+
+// A prepended or appended operand of diff: a 0-d one becomes one slice of x along axis.
+Tensor diff_edge(const Tensor& edge, const Tensor& x, int axis, Loc loc) {
+  if (edge.rank() != 0) return edge;
+  std::vector<int64_t> dims = x.shape().dims();
+  dims[static_cast<std::size_t>(axis)] = 1;
+  return broadcast_to(edge, Shape(dims), loc);
+}
+
+}  // namespace
+
+Tensor diff(const Tensor& x, const DiffOptions& options, Loc loc) {
+  const detail::CallSite site(loc);
+  if (options.n < 0) fail("diff", "negative order: got n=", options.n, ", expected n >= 0");
+  if (x.rank() == 0)
+    fail("diff", "a 0-d input has no axis: got ", x.type(), ", expected rank >= 1");
+  const int a = normalize_axis("diff", options.axis, x.rank());
+  std::vector<Tensor> parts;
+  if (options.prepend) parts.push_back(diff_edge(*options.prepend, x, a, loc));
+  parts.push_back(x);
+  if (options.append) parts.push_back(diff_edge(*options.append, x, a, loc));
+  Tensor y = parts.size() == 1 ? x : concatenate(parts, a, loc);
+  for (int64_t i = 0; i < options.n && y.shape()[a] > 0; ++i) {
+    const Tensor later = slice_axis(y, a, Slice{1, std::nullopt, 1}, loc);
+    const Tensor earlier = slice_axis(y, a, Slice{0, -1, 1}, loc);
+    y = y.dtype() == bool_ ? not_equal(later, earlier, loc) : sub(later, earlier, loc);
+  }
+  return y;
+}
+
 std::vector<Tensor> meshgrid(const std::vector<Tensor>& xs, std::string_view indexing, Loc loc) {
   const detail::CallSite site(loc);
   if (indexing != "xy" && indexing != "ij")

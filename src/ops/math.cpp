@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "kiln/math_ops.h"
+#include "kiln/transforms.h"
 #include "ops/elementwise_rules.h"
 #include "ops/primitives.h"
 
@@ -206,6 +207,9 @@ KILN_MATH_UNARY(Atanh, std::atanh(x), t / ((1.0 - x) * (1.0 + x)))
 // d erfinv(x)/dx = sqrt(pi)/2 exp(erfinv(x)^2).
 KILN_MATH_UNARY(Erfinv, static_cast<T>(erfinv_of(x)),
                 t* exp(y* y) * (0.5 / std::numbers::inv_sqrtpi))
+// d erfc(x)/dx = -2/sqrt(pi) exp(-x^2); libm's erfc keeps its relative precision in the tail
+// (1 - erf(x) is 0 from x ~ 6 in float64).
+KILN_MATH_UNARY(Erfc, std::erfc(x), -(t* exp(-(x* x)) * (2.0 * std::numbers::inv_sqrtpi)))
 KILN_MATH_UNARY(Lgamma, static_cast<T>(lgamma_of(x)), t* digamma(x))
 KILN_MATH_UNARY(Digamma, static_cast<T>(digamma_of(x)), t* polygamma(1, x))
 #undef KILN_MATH_UNARY
@@ -494,6 +498,7 @@ KILN_UNARY(asinh, Asinh, "asinh")
 KILN_UNARY(acosh, Acosh, "acosh")
 KILN_UNARY(atanh, Atanh, "atanh")
 KILN_UNARY(erfinv, Erfinv, "erfinv")
+KILN_UNARY(erfc, Erfc, "erfc")
 KILN_UNARY(lgamma, Lgamma, "lgamma")
 KILN_UNARY(digamma, Digamma, "digamma")
 KILN_UNARY(isinf, IsInf, "isinf")
@@ -602,6 +607,7 @@ Tensor asinh(const Tensor& x, Loc loc) { return ops::float_op(prim::asinh(), x, 
 Tensor acosh(const Tensor& x, Loc loc) { return ops::float_op(prim::acosh(), x, loc); }
 Tensor atanh(const Tensor& x, Loc loc) { return ops::float_op(prim::atanh(), x, loc); }
 Tensor erfinv(const Tensor& x, Loc loc) { return ops::float_op(prim::erfinv(), x, loc); }
+Tensor erfc(const Tensor& x, Loc loc) { return ops::float_op(prim::erfc(), x, loc); }
 Tensor lgamma(const Tensor& x, Loc loc) { return ops::float_op(prim::lgamma(), x, loc); }
 Tensor digamma(const Tensor& x, Loc loc) { return ops::float_op(prim::digamma(), x, loc); }
 Tensor polygamma(int64_t n, const Tensor& x, Loc loc) {
@@ -658,6 +664,42 @@ Tensor log_sigmoid(const Tensor& x, Loc loc) {
   const detail::CallSite site(loc);
   const Tensor f = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
   return neg(softplus(neg(f, loc), loc), loc);
+}
+
+// x log(y), 0 where x == 0 and y is not NaN (scipy's xlogy). The derivative is JAX's:
+// log(y) dx + x / y dy everywhere, so d/dx at x == 0 is log(y), not the 0 of the `where`.
+Tensor xlogy(const Tensor& x, const Tensor& y, Loc loc) {
+  const detail::CallSite site(loc);
+  auto [a, b] = ops::promote_broadcast("xlogy", x, y, loc);
+  const DType d = to_floating(a.dtype());
+  const auto value = [](const Tensor& u, const Tensor& v) {
+    return where((u == 0.0) && !isnan(v), zeros_like(u), u * log(v));
+  };
+  const auto rule = [value](const std::tuple<Tensor, Tensor>& p,
+                            const std::tuple<Tensor, Tensor>& t) {
+    const auto& [u, v] = p;
+    const auto& [du, dv] = t;
+    return du * log(v) + dv * u / v;
+  };
+  return custom_jvp(value, rule)(ops::cast_if_needed(a, d, loc), ops::cast_if_needed(b, d, loc));
+}
+
+// numpy's rule: |a - b| <= atol + rtol |b| for finite values, equality for infinities (a finite
+// value is never close to an infinite one), and NaN close to NaN only with equal_nan.
+Tensor isclose(const Tensor& a, const Tensor& b, const Closeness& tolerance, Loc loc) {
+  const detail::CallSite site(loc);
+  auto [x, y] = ops::promote_broadcast("isclose", a, b, loc);
+  const DType d = to_floating(x.dtype());
+  x = ops::cast_if_needed(x, d, loc);
+  y = ops::cast_if_needed(y, d, loc);
+  const Tensor within = abs(x - y) <= scalar_like(y, tolerance.atol) + abs(y) * tolerance.rtol;
+  Tensor close = logical_or(x == y, isfinite(x) && isfinite(y) && within, loc);
+  if (tolerance.equal_nan) close = close || (isnan(x) && isnan(y));
+  return close;
+}
+Tensor allclose(const Tensor& a, const Tensor& b, const Closeness& tolerance, Loc loc) {
+  const detail::CallSite site(loc);
+  return all(isclose(a, b, tolerance, loc), {}, false, loc);
 }
 
 Tensor bitwise_and(const Tensor& a, const Tensor& b, Loc loc) {

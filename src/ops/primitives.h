@@ -43,7 +43,7 @@
   /* src/ops/random.cpp */                                                                      \
   X(random_bits) X(random_uniform) X(random_split) X(random_fold_in) X(random_permutation)      \
   /* src/ops/random_distributions.cpp */                                                        \
-  X(random_truncated_normal) X(random_gamma) X(random_gumbel_top_k)                             \
+  X(random_truncated_normal) X(random_gamma) X(random_gumbel_top_k) X(random_poisson)                             \
   /* src/nn/nn.cpp */                                                                           \
   X(check_labels)                                                                               \
   /* src/transforms/function_primitives.cpp */                                                  \
@@ -58,7 +58,7 @@
   X(cond) X(while_) X(while_grad) X(scan)                                                       \
   /* src/ops/math.cpp */                                                                        \
   X(trunc) X(log2) X(log10) X(exp2) X(sinh) X(cosh) X(asin) X(acos) X(atan) X(asinh) X(acosh)  \
-  X(atanh) X(erfinv) X(lgamma) X(digamma) X(polygamma) X(isinf) X(isfinite) X(remainder)        \
+  X(atanh) X(erfinv) X(erfc) X(lgamma) X(digamma) X(polygamma) X(isinf) X(isfinite) X(remainder)        \
   X(fmod) X(floor_divide) X(atan2) X(hypot) X(copysign) X(logaddexp) X(bitwise_and)             \
   X(bitwise_or) X(bitwise_xor) X(bitwise_not) X(left_shift) X(right_shift)                      \
   /* src/ops/sort.cpp */                                                                        \

@@ -194,6 +194,44 @@ GammaDraw draw_gamma(double alpha, ElementStream& s) {
 
 // ---- weighted choice without replacement -------------------------------------------------
 
+// One Poisson(lam) draw, lam >= 0 finite. Below 10: Knuth's multiplication of uniforms until
+// the product falls below exp(-lam) (about lam + 1 uniforms). From 10: Hoermann's transformed
+// rejection with squeeze, PTRS ("The transformed rejection method for generating Poisson
+// random variables", 1993), numpy's algorithm, with the same constants.
+double draw_poisson(double lam, ElementStream& s) {
+  if (lam < 10) {
+    const double limit = std::exp(-lam);
+    double k = 0, product = s.uniform();
+    while (product > limit) {
+      k += 1;
+      product *= s.uniform();
+    }
+    return k;
+  }
+  const double slam = std::sqrt(lam), loglam = std::log(lam);
+  const double b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
+  const double invalpha = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2);
+  for (;;) {
+    const double u = s.uniform() - 0.5, v = s.uniform();
+    const double us = 0.5 - std::abs(u);
+    const double k = std::floor((2 * a / us + b) * u + lam + 0.43);
+    if (us >= 0.07 && v <= vr) return k;
+    if (k < 0 || (us < 0.013 && v > us)) continue;
+    int sign = 0;  // lgamma_r: lgamma writes a global, a race between threads
+    if (std::log(v) + std::log(invalpha) - std::log(a / (us * us) + b) <=
+        -lam + k * loglam - ::lgamma_r(k + 1, &sign))
+      return k;
+  }
+}
+
+// The largest count of the integer dtype d kept exactly as a double (int64: just below 2^63).
+double largest_count(DType d) { return d == int32 ? 2147483647.0 : 9.2e18; }
+// The largest lam whose draws fit d with room to spare (40 standard deviations).
+double max_poisson_lam(DType d) {
+  const double top = largest_count(d);
+  return top - 40 * std::sqrt(top);
+}
+
 // Indices of the k largest log-weights plus Gumbel noise (ties to the lower index): k draws
 // without replacement with probabilities proportional to exp(logits).
 void gumbel_top_k(Pair key, const double* logits, int64_t n, int64_t k, int64_t* out) {
@@ -255,6 +293,45 @@ const Primitive& prim::random_truncated_normal() {
                                       static_cast<float>(hi)));
               }
             });
+          });
+          return std::vector<Tensor>{out};
+        }}});
+  return p;
+}
+
+// Poisson(lam) counts of the shape and integer dtype of the attributes, per key of a batch.
+const Primitive& prim::random_poisson() {
+  static const Primitive& p = detail::register_builtin(
+      {.name = "random_poisson",
+       .arity = 1,
+       .type_rule =
+           [](ops::Types in, const Attrs& a) {
+             expect_key("random_poisson", in[0]);
+             const DType dt = a.get_dtype("dtype");
+             if (dt != int32 && dt != int64)
+               fail("random_poisson", "unsupported dtype: got ", dt, ", expected int32 or int64");
+             const double lam = a.get_double("lam");
+             if (!(lam >= 0 && lam <= max_poisson_lam(dt)))
+               fail("random_poisson", "rate out of range: got lam=", lam,
+                    ", expected 0 <= lam <= ", max_poisson_lam(dt), " for ", dt);
+             return std::vector<TensorType>{{dt, concat(batch_of(in[0].shape), attr_shape(a))}};
+           },
+       .differentiable = false,
+       .batch = ops::batch_leading([](const Attrs& a, const Tensor&) { return a; })},
+      {{ops::cpu({uint32}), [](ops::Ins in, const Attrs& a) {
+          const DType dt = a.get_dtype("dtype");
+          const double lam = a.get_double("lam");
+          const int64_t per = attr_shape(a).numel();
+          Tensor out = empty(concat(batch_of(in[0].shape()), attr_shape(a)), dt);
+          detail::visit_dtype(dt, [&]<typename T>() {
+            if constexpr (std::is_same_v<T, int32_t> || std::is_same_v<T, int64_t>) {
+              T* po = out.data<T>();
+              for_each_element(in[0], per, 64, [&](Pair key, int64_t i, int64_t at) {
+                ElementStream s(key, i);
+                const double k = draw_poisson(lam, s);
+                po[at] = static_cast<T>(std::min(k, largest_count(dt)));
+              });
+            }
           });
           return std::vector<Tensor>{out};
         }}});
@@ -342,14 +419,6 @@ namespace {
 
 DType work_dtype(DType d) { return d == float64 ? float64 : float32; }
 
-// Standard Gumbel noise of the given shape (per key of a batch), from uniforms kept off 0.
-Tensor gumbel(const Tensor& key, const Shape& shape, DType dtype, Loc loc) {
-  const Tensor u = uniform(key, shape, dtype, 0.0, 1.0, loc);
-  const Tensor tiny = scalar_like(
-      u, dtype == float64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min());
-  return neg(log(neg(log(maximum(u, tiny, loc), loc), loc), loc), loc);
-}
-
 int64_t normalize_axis(std::string_view op, int64_t axis, int64_t rank) {
   if (axis < -rank || axis >= rank)
     fail(op, "axis out of range: got axis=", axis, " for rank ", rank, ", expected -", rank,
@@ -382,7 +451,45 @@ int64_t categories(const Tensor& alpha) {
   return alpha.shape()[alpha.rank() - 1];
 }
 
+// Uniforms on [0, 1) in float32 (float64 for float64): those of 16-bit dtypes would have too
+// few values for the tails of the distributions drawn from them.
+Tensor work_uniform(std::string_view op, const Tensor& key, const Shape& shape, DType dtype,
+                    Loc loc) {
+  if (!is_floating(dtype)) fail(op, "non-float dtype: got ", dtype, ", expected a floating dtype");
+  return uniform(key, shape, work_dtype(dtype), 0.0, 1.0, loc);
+}
+
 }  // namespace
+
+// From uniforms kept off 0, so the noise is finite.
+Tensor gumbel(const Tensor& key, const Shape& shape, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
+  const Tensor u = work_uniform("gumbel", key, shape, dtype, loc);
+  const Tensor tiny = scalar_like(u, u.dtype() == float64 ? std::numeric_limits<double>::min()
+                                                          : std::numeric_limits<float>::min());
+  return astype(neg(log(neg(log(maximum(u, tiny, loc), loc), loc), loc), loc), dtype, loc);
+}
+// -log(1 - U): finite, as U < 1.
+Tensor exponential(const Tensor& key, const Shape& shape, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
+  const Tensor u = work_uniform("exponential", key, shape, dtype, loc);
+  return astype(neg(log1p(neg(u, loc), loc), loc), dtype, loc);
+}
+// An exponential with a random sign: -sign(v) log(1 - |v|), v = 2U - 1 uniform on [-1, 1).
+// v = -1 (at U = 0) is moved to the next value up, so that |v| < 1 and the sample is finite.
+Tensor laplace(const Tensor& key, const Shape& shape, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
+  const Tensor u = work_uniform("laplace", key, shape, dtype, loc);
+  const double eps = u.dtype() == float64 ? std::numeric_limits<double>::epsilon()
+                                          : std::numeric_limits<float>::epsilon();
+  const Tensor v = maximum(u * 2.0 - 1.0, scalar_like(u, -1.0 + eps), loc);
+  return astype(neg(sign(v, loc) * log1p(neg(abs(v, loc), loc), loc), loc), dtype, loc);
+}
+Tensor poisson(const Tensor& key, double lam, const Shape& shape, DType dtype, Loc loc) {
+  const detail::CallSite site(loc);
+  return bind1(prim::random_poisson(), {key},
+               {{"shape", shape.dims()}, {"dtype", dtype}, {"lam", lam}}, loc);
+}
 
 Tensor categorical(const Tensor& key, const Tensor& logits, int64_t axis, const Shape& shape,
                    Loc loc) {

@@ -604,6 +604,69 @@ Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc l
   return ops::cast_if_needed(out, to_floating(x.dtype()), loc);
 }
 
+namespace {
+
+// x with its NaNs replaced by `fill` (a select: the derivative there is 0).
+Tensor nan_filled(const Tensor& x, double fill, Loc loc) {
+  return where(isnan(x, loc), full({}, fill, x.dtype()), x, loc);
+}
+// The number of non-NaN elements over the axes, in x's dtype.
+Tensor count_not_nan(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  return astype(sum(logical_not(isnan(x, loc), loc), axes, keepdims, loc), x.dtype(), loc);
+}
+// The reduction of x without its NaNs (replaced by `neutral`), NaN where all are NaN.
+Tensor nan_extreme(Tensor (*reduce_fn)(const Tensor&, const Axes&, bool, Loc), const Tensor& x,
+                   double neutral, const Axes& axes, bool keepdims, Loc loc) {
+  if (!is_floating(x.dtype())) return reduce_fn(x, axes, keepdims, loc);
+  const Tensor none = all(isnan(x, loc), axes, keepdims, loc);
+  return where(none, full({}, NAN, x.dtype()),
+               reduce_fn(nan_filled(x, neutral, loc), axes, keepdims, loc), loc);
+}
+
+}  // namespace
+
+Tensor nansum(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
+  return sum(is_floating(x.dtype()) ? nan_filled(x, 0.0, loc) : x, axes, keepdims, loc);
+}
+Tensor nanprod(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
+  return prod(is_floating(x.dtype()) ? nan_filled(x, 1.0, loc) : x, axes, keepdims, loc);
+}
+Tensor nanmax(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
+  return nan_extreme(&max, x, -INFINITY, axes, keepdims, loc);
+}
+Tensor nanmin(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
+  return nan_extreme(&min, x, INFINITY, axes, keepdims, loc);
+}
+// The sum over the count of non-NaN elements: 0 / 0 = NaN where all are NaN, as numpy.
+Tensor nanmean(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
+  if (!is_floating(x.dtype())) return mean(x, axes, keepdims, loc);
+  const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
+  const Tensor out =
+      div(nansum(xf, axes, keepdims, loc), count_not_nan(xf, axes, keepdims, loc), loc);
+  return ops::cast_if_needed(out, x.dtype(), loc);
+}
+// The squared deviations from nanmean over max(count - ddof, 0), with NaNs left out.
+Tensor nanvar(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
+  const detail::CallSite site(loc);
+  if (!is_floating(x.dtype())) return var(x, axes, keepdims, ddof, loc);
+  const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
+  const Tensor centered = nan_filled(sub(xf, nanmean(xf, axes, true, loc), loc), 0.0, loc);
+  const Tensor ss = sum(mul(centered, centered, loc), axes, keepdims, loc);
+  const Tensor dof = maximum(
+      sub(count_not_nan(xf, axes, keepdims, loc), scalar_like(xf, static_cast<double>(ddof)), loc),
+      scalar_like(xf, 0.0), loc);
+  return ops::cast_if_needed(div(ss, dof, loc), x.dtype(), loc);
+}
+Tensor nanstd(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
+  const detail::CallSite site(loc);
+  return sqrt(nanvar(x, axes, keepdims, ddof, loc), loc);
+}
+
 // The empty sum is 0, so the log-sum-exp over an empty axis is -inf (as numpy's
 // logaddexp.reduce and scipy's logsumexp), a constant: its tangent is 0, as the empty sum's,
 // not log's 0 / 0.

@@ -12,6 +12,7 @@
 
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
+#include "kiln/indexing.h"
 #include "kiln/ops.h"
 #include "ops/axis_lines.h"
 #include "ops/primitives.h"
@@ -710,6 +711,72 @@ Tensor quantile(const Tensor& x, double q, std::optional<int64_t> axis, bool kee
 Tensor median(const Tensor& x, std::optional<int64_t> axis, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
   return quantile(x, 0.5, axis, keepdims, loc);
+}
+
+namespace {
+
+// The flattened x sorted, with each sorted element's index among the distinct values.
+struct Runs {
+  SortResult sorted;
+  Tensor starts;    // bool: the element differs from the one before it
+  Tensor position;  // int64: the number of runs of equal values before this one's
+  int64_t count;    // the number of values kept: `size`, or all distinct ones
+};
+
+Runs runs_of(const Tensor& x, std::optional<int64_t> size, Loc loc) {
+  if (size && *size < 0) fail("unique", "negative size: got ", *size, ", expected size >= 0");
+  if (!size && x.is_traced())
+    fail("unique", "the number of distinct values of a traced ", x.type(),
+         " is unknown: got size=None, expected a size (and fill_value) under jit or vmap");
+  const int64_t n = x.numel();
+  const SortResult s = sort_with_indices(reshape(x, Shape{n}, loc), 0, false, loc);
+  // A run starts where an element differs from the one before; NaNs (sorted last) are one run.
+  Tensor starts = full(Shape{std::min<int64_t>(n, 1)}, 1.0, bool_);
+  if (n > 1) {
+    const Tensor later = slice(s.values, {Slice{1, std::nullopt, 1}}, loc);
+    const Tensor earlier = slice(s.values, {Slice{0, -1, 1}}, loc);
+    Tensor differs = not_equal(later, earlier, loc);
+    if (is_floating(x.dtype()))
+      differs =
+          logical_and(differs, logical_not(isnan(later, loc) && isnan(earlier, loc), loc), loc);
+    starts = concatenate({starts, differs}, 0, loc);
+  }
+  const Tensor position = cumsum(starts, 0, loc) - int64_t{1};
+  const int64_t count = size ? *size : sum(starts, {}, false, loc).item<int64_t>();
+  return {s, starts, position, count};
+}
+
+// The first `count` distinct values, padded with fill_value (default: the smallest element).
+Tensor distinct_values(const Runs& r, const Tensor& x, std::optional<double> fill_value, Loc loc) {
+  const Tensor& sorted = r.sorted.values;
+  const Tensor fill = fill_value || sorted.numel() == 0
+                          ? full(Shape{}, fill_value.value_or(0.0), x.dtype())
+                          : index(sorted, 0, loc);
+  // The first element of each run is written to its position, the others (and the runs cut
+  // off by size) to an extra slot at `count`, dropped afterwards.
+  const Tensor extra = full(Shape{}, static_cast<double>(r.count), int64);
+  const Tensor slot = where(logical_and(r.starts, r.position < extra, loc), r.position, extra, loc);
+  const Tensor written =
+      scatter(broadcast_to(fill, Shape{r.count + 1}, loc), slot, sorted, 0, ScatterMode::set, loc);
+  return slice(written, {Slice{0, r.count, 1}}, loc);
+}
+
+}  // namespace
+
+Tensor unique(const Tensor& x, std::optional<int64_t> size, std::optional<double> fill_value,
+              Loc loc) {
+  const detail::CallSite site(loc);
+  return distinct_values(runs_of(x, size, loc), x, fill_value, loc);
+}
+
+UniqueResult unique_all(const Tensor& x, std::optional<int64_t> size,
+                        std::optional<double> fill_value, Loc loc) {
+  const detail::CallSite site(loc);
+  const Runs r = runs_of(x, size, loc);
+  const Tensor inverse = scatter(zeros(Shape{x.numel()}, int64), r.sorted.indices, r.position, 0,
+                                 ScatterMode::set, loc);
+  return {distinct_values(r, x, fill_value, loc), inverse,
+          bincount(r.position, r.count, std::nullopt, loc)};
 }
 
 Tensor std(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
