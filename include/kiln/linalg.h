@@ -111,8 +111,47 @@ Tensor norm(const Tensor& x, std::optional<NormOrd> ord = std::nullopt,
             std::optional<std::vector<int64_t>> axis = std::nullopt, bool keepdims = false,
             Loc loc = Loc::current());
 
+// torch.linalg.vector_norm: the ord-norm of x over `axis` (any number of axes; nullopt: all of
+// x flattened). Same ords as norm's vector norms; integers become float32.
+Tensor vector_norm(const Tensor& x, NormOrd ord = 2,
+                   std::optional<std::vector<int64_t>> axis = std::nullopt, bool keepdims = false,
+                   Loc loc = Loc::current());
+// torch.linalg.matrix_norm: the ord-norm of the matrices over axes `axes` (rows, columns), by
+// default the last two. Same ords as norm's matrix norms.
+Tensor matrix_norm(const Tensor& x, NormOrd ord = "fro",
+                   std::pair<int64_t, int64_t> axes = {-2, -1}, bool keepdims = false,
+                   Loc loc = Loc::current());
+
 // A^n for square A [..., n, n] by repeated squaring (matmul); n = 0 gives the identity,
 // n < 0 is inv(A)^|n|. Any dtype matmul takes for n >= 0; float32/float64 for n < 0.
 Tensor matrix_power(const Tensor& a, int64_t n, Loc loc = Loc::current());
+
+// ---- compositions (src/ops/linalg_composite.cpp) -------------------------------------------
+
+// numpy.linalg.multi_dot: the product of the matrices in order, parenthesised to need the
+// fewest scalar multiplications (the classic dynamic programme on their shapes). The first may
+// be a vector [n] (a row) and the last a vector [n] (a column); their axes are dropped from
+// the result. The others are 2-d. At least two operands.
+Tensor multi_dot(const std::vector<Tensor>& arrays, Loc loc = Loc::current());
+
+// numpy.linalg.cond: the condition number of A [..., m, n] in the norm p: nullopt or 2 the
+// ratio of the largest to the smallest singular value, -2 its inverse; the other ords ("fro",
+// "nuc", 1, -1, inf, -inf; square A) matrix_norm(A, p) * matrix_norm(inv(A), p).
+Tensor cond(const Tensor& a, std::optional<NormOrd> p = std::nullopt, Loc loc = Loc::current());
+
+// numpy.linalg.matrix_rank: the number of singular values of A [..., m, n] above a cutoff, as
+// int64 [...]. tol: an absolute cutoff; rtol: relative to the largest singular value; neither:
+// max(m, n) * eps(dtype) * max(s) (numpy's default). Giving both is an Error.
+struct MatrixRankOptions {
+  std::optional<double> tol, rtol;
+};
+Tensor matrix_rank(const Tensor& a, MatrixRankOptions options = {}, Loc loc = Loc::current());
+
+// scipy.linalg.cho_solve: x with A x = b from A's Cholesky factor c (lower: A = c c^T, the
+// factor cholesky returns; else upper: A = c^T c), by two triangular solves. b as in solve.
+Tensor cho_solve(const Tensor& c, const Tensor& b, bool lower = true, Loc loc = Loc::current());
+
+// numpy.linalg.eigvalsh: eigh's eigenvalues alone, ascending, [..., n].
+Tensor eigvalsh(const Tensor& a, Loc loc = Loc::current());
 
 }  // namespace kiln::linalg
