@@ -50,6 +50,28 @@ Tensor det(const Tensor& a, Loc loc = Loc::current());
 // No convergence (or NaN/inf input): that matrix's w and V are NaN.
 std::pair<Tensor, Tensor> eigh(const Tensor& a, Loc loc = Loc::current());
 
+// scipy.linalg.lu_factor of a square A [..., n, n] (LU with partial pivoting, LAPACK getrf):
+// lu holds L's strict lower triangle (its diagonal is ones) and U; pivots (int32 [..., n],
+// 0-based as scipy's) say that row i was swapped with row pivots[i], in order. A singular A
+// is factored all the same (U has a zero on its diagonal). Differentiable in lu.
+struct LUFactor {
+  Tensor lu, pivots;
+};
+LUFactor lu_factor(const Tensor& a, Loc loc = Loc::current());
+// scipy.linalg.lu_solve: x with op(A) x = b from A's lu_factor; trans 0: A x = b, 1 (or 2,
+// the same for real matrices): A^T x = b. b as in solve.
+Tensor lu_solve(const LUFactor& factor, const Tensor& b, int trans = 0, Loc loc = Loc::current());
+// scipy.linalg.lu: A = P L U with P a permutation matrix, L unit lower and U upper triangular,
+// each [..., n, n] in A's dtype.
+struct LU {
+  Tensor p, l, u;
+};
+LU lu(const Tensor& a, Loc loc = Loc::current());
+// The permutation [..., size] that the row swaps `pivots` (int32 [..., k], 0-based, k <= size)
+// make of 0..size-1: row r of the swapped matrix is row perm[r] of the original (JAX's
+// lu_pivots_to_permutation). A pivot outside [0, size) is an Error when the kernel runs.
+Tensor lu_pivots_to_permutation(const Tensor& pivots, int64_t size, Loc loc = Loc::current());
+
 // ---- decompositions, least squares, norms, powers (src/ops/linalg_decomp.cpp) -------------
 
 // A = Q R for A [..., m, n], k = min(m, n). reduced: Q [..., m, k] with orthonormal columns,
@@ -153,5 +175,11 @@ Tensor cho_solve(const Tensor& c, const Tensor& b, bool lower = true, Loc loc = 
 
 // numpy.linalg.eigvalsh: eigh's eigenvalues alone, ascending, [..., n].
 Tensor eigvalsh(const Tensor& a, Loc loc = Loc::current());
+
+// scipy.linalg.expm: the matrix exponential of A [..., n, n], by scaling and squaring with the
+// [13/13] Padé approximant (Higham 2005): A / 2^s with s the fewest squarings that bring its
+// 1-norm to 5.37 or less, r13 by one solve, then s squarings (a loop). Differentiable (through
+// matmul, solve and the loop); jit and vmap run one loop of max(s) steps over the batch.
+Tensor expm(const Tensor& a, Loc loc = Loc::current());
 
 }  // namespace kiln::linalg

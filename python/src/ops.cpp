@@ -1036,6 +1036,37 @@ void bind_linalg(py::module_& m) {
       py::arg("a"),
       "(eigenvalues ascending, eigenvectors as columns) of the symmetric (a + a^T) / 2.");
   la.def(
+      "lu_factor",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        const linalg::LUFactor f = without_gil([&] { return linalg::lu_factor(t, Loc{}); });
+        return py::make_tuple(f.lu, f.pivots);
+      },
+      py::arg("a"),
+      "scipy.linalg.lu_factor: (lu, piv), L's strict lower triangle and U in lu, 0-based int32 "
+      "pivots.");
+  la.def(
+      "lu_solve",
+      [](py::object lu_and_piv, py::object b, int trans) {
+        const py::tuple pair = py::cast<py::tuple>(lu_and_piv);
+        if (pair.size() != 2)
+          fail("lu_solve", "lu_and_piv needs two items: got ", pair.size(), ", expected (lu, piv)");
+        const linalg::LUFactor f{arg(pair[0]), arg(pair[1])};
+        const Tensor tb = arg(b);
+        return without_gil([&] { return linalg::lu_solve(f, tb, trans, Loc{}); });
+      },
+      py::arg("lu_and_piv"), py::arg("b"), py::arg("trans") = 0,
+      "scipy.linalg.lu_solve: x with a x = b (trans=0) or a^T x = b (trans=1 or 2) from "
+      "lu_factor(a).");
+  la.def(
+      "lu",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        const linalg::LU f = without_gil([&] { return linalg::lu(t, Loc{}); });
+        return py::make_tuple(f.p, f.l, f.u);
+      },
+      py::arg("a"), "scipy.linalg.lu: (p, l, u) with a = p l u.");
+  la.def(
       "qr",
       [](py::object a, const std::string& mode) {
         if (mode != "reduced" && mode != "complete")
@@ -1155,6 +1186,13 @@ void bind_linalg(py::module_& m) {
       py::arg("c_and_lower"), py::arg("b"),
       "scipy.linalg.cho_solve: x with a x = b from a's Cholesky factor, given as (c, lower) or "
       "as the lower factor alone.");
+  la.def(
+      "expm",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::expm(t, Loc{}); });
+      },
+      py::arg("a"), "scipy.linalg.expm: the matrix exponential (scaling and squaring, Pade 13).");
   la.def(
       "eigvalsh",
       [](py::object a) {

@@ -128,3 +128,78 @@ def test_eigvalsh_matches_numpy():
     m = R.standard_normal((3, 5, 5))
     a = m + m.transpose(0, 2, 1)
     close(la.eigvalsh(a), np.linalg.eigvalsh(a))
+
+
+def test_lu_factor_and_lu_match_scipy():
+    a = R.standard_normal((3, 5, 5))
+    for i in range(3):
+        lu, piv = la.lu_factor(a[i])
+        elu, epiv = scipy.linalg.lu_factor(a[i])
+        close(lu, elu)
+        assert piv.dtype == kl.int32
+        np.testing.assert_array_equal(np.asarray(piv), epiv)
+        p, l, u = la.lu(a[i])
+        for got, expected in zip((p, l, u), scipy.linalg.lu(a[i])):
+            close(got, expected)
+    # Batched: each matrix as alone.
+    lu, piv = la.lu_factor(a)
+    close(lu, np.stack([scipy.linalg.lu_factor(m)[0] for m in a]))
+    p, l, u = la.lu(a)
+    close(kl.matmul(p, kl.matmul(l, u)), a)
+    # Singular: factored all the same, a zero on U's diagonal.
+    s = np.array([[1.0, 2.0], [2.0, 4.0]])
+    with np.errstate(all="ignore"), pytest.warns(scipy.linalg.LinAlgWarning):
+        elu, epiv = scipy.linalg.lu_factor(s)
+    close(la.lu_factor(s)[0], elu)
+
+
+@pytest.mark.parametrize("trans", [0, 1, 2])
+def test_lu_solve_matches_scipy(trans):
+    a = R.standard_normal((4, 4))
+    b = R.standard_normal((4, 3))
+    f = la.lu_factor(a)
+    ef = scipy.linalg.lu_factor(a)
+    close(la.lu_solve(f, b, trans=trans), scipy.linalg.lu_solve(ef, b, trans=trans))
+    close(la.lu_solve(f, b[:, 0], trans=trans), scipy.linalg.lu_solve(ef, b[:, 0], trans=trans))
+    # A batch of factors against one right-hand side.
+    batch = R.standard_normal((2, 4, 4))
+    expected = np.linalg.solve(batch if trans == 0 else batch.transpose(0, 2, 1),
+                               np.broadcast_to(b, (2, 4, 3)))
+    close(la.lu_solve(la.lu_factor(batch), b, trans=trans), expected)
+
+
+def test_lu_errors():
+    with pytest.raises(kl.Error, match=r"\[lu_factor\] not square matrices"):
+        la.lu_factor(np.zeros((2, 3)))
+    lu, piv = la.lu_factor(np.eye(3))
+    with pytest.raises(kl.Error, match=r"\[lu_solve\] shapes do not match"):
+        la.lu_solve((lu, piv), np.zeros(2))
+    with pytest.raises(kl.Error, match=r"\[lu_solve\] pivots do not match the factor"):
+        la.lu_solve((lu, kl.zeros((2,), dtype=kl.int32)), np.zeros(3))
+    with pytest.raises(kl.Error, match=r"\[lu_solve\] unknown trans"):
+        la.lu_solve((lu, piv), np.zeros(3), trans=3)
+    with pytest.raises(kl.Error, match=r"\[lu_pivots_to_permutation\] pivot out of range"):
+        la.lu_solve((lu, kl.full((3,), 5, dtype=kl.int32)), np.zeros(3))
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 30.0, 1e4])
+def test_expm_matches_scipy(scale):
+    a = R.standard_normal((3, 4, 4)) * scale / 4
+    got = la.expm(a)
+    expected = np.stack([scipy.linalg.expm(m) for m in a])
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-9 if scale < 100 else 1e-6,
+                               atol=1e-12 * np.abs(expected).max())
+    f = la.expm(a.astype(np.float32))
+    assert f.dtype == kl.float32
+
+
+def test_expm_special_matrices():
+    close(la.expm(np.zeros((3, 3))), np.eye(3))
+    d = np.diag([1.0, -2.0, 0.5])
+    close(la.expm(d), np.diag(np.exp([1.0, -2.0, 0.5])))
+    close(la.expm(-1e3 * np.eye(2)), np.zeros((2, 2)))
+    nilpotent = np.array([[0.0, 1.0], [0.0, 0.0]])
+    close(la.expm(nilpotent), np.eye(2) + nilpotent)
+    assert np.isnan(np.asarray(la.expm(np.full((2, 2), np.nan)))).all()
+    with pytest.raises(kl.Error, match=r"\[expm\] not square matrices"):
+        la.expm(np.zeros((2, 3)))
