@@ -1,6 +1,7 @@
-// Linear algebra through LAPACK (OpenBLAS): the primitives cholesky, triangular_solve, solve
-// and slogdet ([..., n, n] matrices, float32/float64, identical batch dimensions), and the
-// public ops of include/kiln/linalg.h built on them (inv and det compose).
+// Linear algebra through LAPACK (OpenBLAS): the primitives cholesky, triangular_solve, solve,
+// slogdet, eigh and lu ([..., n, n] matrices, float32/float64, identical batch dimensions) and
+// lu_pivots_to_permutation, and the public ops of include/kiln/linalg.h built on them (inv,
+// det, lu_solve and lu compose).
 //
 // Kernels copy each matrix into a work buffer in the layout LAPACK wants (any strides, so
 // views and broadcast operands need no contiguous copy first), which also keeps LAPACK from
@@ -160,7 +161,7 @@ Tensor solve_kernel(const Tensor& a, const Tensor& b) {
   if (k > INT_MAX) fail("solve", "too many right-hand sides for LAPACK: got ", b.type());
   T* po = out.data<T>();
   // Work: the LU factors, the right-hand sides (column-major), the pivots.
-  const int64_t piv_words = (n * static_cast<int64_t>(sizeof(blasint)) + sizeof(T) - 1) / sizeof(T);
+  const int64_t piv_words = words_for_ints(n, sizeof(T));
   for_each_matrix<T>("solve", batch_count(b), n, n * n + n * k + piv_words, [&](int64_t i, T* w) {
     T* lu = w;
     T* x = w + n * n;
@@ -188,7 +189,7 @@ std::vector<Tensor> slogdet_kernel(const Tensor& a) {
     std::fill(ps, ps + batch.numel(), T{1});
     std::fill(pl, pl + batch.numel(), T{0});
   }
-  const int64_t piv_words = (n * static_cast<int64_t>(sizeof(blasint)) + sizeof(T) - 1) / sizeof(T);
+  const int64_t piv_words = words_for_ints(n, sizeof(T));
   for_each_matrix<T>("slogdet", batch.numel(), n, n * n + piv_words, [&](int64_t i, T* w) {
     auto* ipiv = reinterpret_cast<blasint*>(w + n * n);
     load(matrix<T>(a, i), Layout::col_major, w);
@@ -225,7 +226,7 @@ std::vector<Tensor> lu_kernel(const Tensor& a) {
   T* pl = lu.data<T>();
   int32_t* pp = pivots.data<int32_t>();
   int32_t* pm = perm.data<int32_t>();
-  const int64_t piv_words = (n * static_cast<int64_t>(sizeof(blasint)) + sizeof(T) - 1) / sizeof(T);
+  const int64_t piv_words = words_for_ints(n, sizeof(T));
   for_each_matrix<T>("lu", batch_count(a), n, n * n + piv_words, [&](int64_t i, T* w) {
     auto* ipiv = reinterpret_cast<blasint*>(w + n * n);
     load(matrix<T>(a, i), Layout::col_major, w);
@@ -252,8 +253,7 @@ std::vector<Tensor> eigh_kernel(const Tensor& a) {
   if (n > 0 && lwork > INT_MAX)
     fail("eigh", "matrix too large for LAPACK's workspace: got ", a.type(),
          ", expected n below 32768");
-  const int64_t iwork_words =
-      (liwork * static_cast<int64_t>(sizeof(blasint)) + sizeof(T) - 1) / sizeof(T);
+  const int64_t iwork_words = words_for_ints(liwork, sizeof(T));
   for_each_matrix<T>("eigh", batch_count(a), n, n * n + lwork + iwork_words, [&](int64_t i, T* x) {
     const MatrixView<T> m = matrix<T>(a, i);
     for (int64_t c = 0; c < n; ++c)
@@ -483,8 +483,7 @@ Primitive lu_pivots_to_permutation_primitive() {
            " for ", in[0], ", expected at least ", in[0].shape[in[0].shape.rank() - 1]);
     return {{int32, with_tail(in[0].shape, 1, {size})}};
   };
-  p.jvp = [](const RuleArgs&, std::span<const Tangent>) -> Ts { return {std::nullopt}; };
-  p.vjp = [](const RuleArgs&, std::span<const Tangent>) -> Ts { return {std::nullopt}; };
+  p.differentiable = false;  // integers to integers
   p.batch = batch_unary;
   return p;
 }

@@ -81,11 +81,6 @@ int64_t queried_lwork(int64_t least, Query&& query) {
   return std::max<int64_t>(least, static_cast<int64_t>(size));
 }
 
-int64_t words_for_ints(int64_t count, std::size_t word) {
-  return (count * static_cast<int64_t>(sizeof(blasint)) + static_cast<int64_t>(word) - 1) /
-         static_cast<int64_t>(word);
-}
-
 template <typename T>
 void fill_identity(T* p, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
