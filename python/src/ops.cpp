@@ -1178,7 +1178,7 @@ void bind_linalg(py::module_& m) {
             fail("cho_solve", "c_and_lower needs two items: got ", pair.size(),
                  ", expected (c, lower)");
           c = pair[0];
-          lower = pair[1].cast<bool>();
+          lower = py::bool_(pair[1]);  // Python truth, as scipy
         }
         const Tensor tc = arg(c), tb = arg(b);
         return without_gil([&] { return linalg::cho_solve(tc, tb, lower, Loc{}); });

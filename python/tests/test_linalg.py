@@ -122,6 +122,7 @@ def test_cho_solve_matches_scipy(lower):
         close(la.cho_solve((factor, lower), b[i]), scipy.linalg.cho_solve(c, b[i]))
         close(la.cho_solve((factor, lower), b[i, :, 0]), scipy.linalg.cho_solve(c, b[i, :, 0]))
     close(la.cho_solve(la.cholesky(a), b), np.linalg.solve(a, b))
+    close(la.cho_solve((la.cholesky(a), 1), b), np.linalg.solve(a, b))
 
 
 def test_eigvalsh_matches_numpy():
@@ -201,5 +202,6 @@ def test_expm_special_matrices():
     nilpotent = np.array([[0.0, 1.0], [0.0, 0.0]])
     close(la.expm(nilpotent), np.eye(2) + nilpotent)
     assert np.isnan(np.asarray(la.expm(np.full((2, 2), np.nan)))).all()
+    assert la.expm(np.zeros((2, 0, 0))).shape == (2, 0, 0)
     with pytest.raises(kl.Error, match=r"\[expm\] not square matrices"):
         la.expm(np.zeros((2, 3)))

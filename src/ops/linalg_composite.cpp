@@ -181,6 +181,7 @@ Tensor expm(const Tensor& a, Loc loc) {
   const detail::CallSite site(loc);
   expect_defined("expm", a);
   lapack::expect_square("expm", a.type());
+  if (a.dim(-1) == 0) return a;  // exp of a 0x0 matrix: itself (there is no norm to scale by)
   // s squarings bring each matrix's 1-norm to at most theta13; the count is piecewise constant
   // in A (no derivative), 0 for non-finite norms (the result is then NaN anyway).
   const Tensor norm1 = matrix_norm(a, 1, {-2, -1}, true, loc);
