@@ -910,6 +910,18 @@ std::vector<PrimitiveSample> make_table() {
                  const Tensor m = g.normal(Shape{n, n}) * 0.1;
                  return Sample{{{m + swapaxes(m, 0, 1) + eye(n, float64) * tensor(d)}}, {}};
                }});
+  // LU: pivoting stays put under small steps (no ties); "pivoted" makes it swap rows.
+  c.push_back({.prim = "lu", .label = "", .make = [=](Gen& g) {
+                 return Sample{{{conditioned(g, g.dim(1, 4), 2.0)}}, {}};
+               }});
+  c.push_back({.prim = "lu", .label = "pivoted", .make = [=](Gen& g) {
+                 const Tensor m = conditioned(g, 3, 2.0);
+                 return Sample{{{stack({index(m, 2), index(m, 0), index(m, 1)})}}, {}};
+               }});
+  c.push_back(
+      integers({.prim = "lu_pivots_to_permutation", .label = "", .make = [](Gen& g) {
+                  return Sample{{{g.indices(Shape{3}, 0, 4, int32)}}, {{"size", int64_t{4}}}};
+                }}));
   c.push_back({.prim = "slogdet", .label = "negative_batched", .make = [=](Gen& g) {
                  return Sample{{{stack({conditioned(g, 3, -2.0), conditioned(g, 3, 1.5)})}}, {}};
                }});

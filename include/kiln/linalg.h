@@ -50,6 +50,28 @@ Tensor det(const Tensor& a, Loc loc = Loc::current());
 // No convergence (or NaN/inf input): that matrix's w and V are NaN.
 std::pair<Tensor, Tensor> eigh(const Tensor& a, Loc loc = Loc::current());
 
+// scipy.linalg.lu_factor of a square A [..., n, n] (LU with partial pivoting, LAPACK getrf):
+// lu holds L's strict lower triangle (its diagonal is ones) and U; pivots (int32 [..., n],
+// 0-based as scipy's) say that row i was swapped with row pivots[i], in order. A singular A
+// is factored all the same (U has a zero on its diagonal). Differentiable in lu.
+struct LUFactor {
+  Tensor lu, pivots;
+};
+LUFactor lu_factor(const Tensor& a, Loc loc = Loc::current());
+// scipy.linalg.lu_solve: x with op(A) x = b from A's lu_factor; trans 0: A x = b, 1 (or 2,
+// the same for real matrices): A^T x = b. b as in solve.
+Tensor lu_solve(const LUFactor& factor, const Tensor& b, int trans = 0, Loc loc = Loc::current());
+// scipy.linalg.lu: A = P L U with P a permutation matrix, L unit lower and U upper triangular,
+// each [..., n, n] in A's dtype.
+struct LU {
+  Tensor p, l, u;
+};
+LU lu(const Tensor& a, Loc loc = Loc::current());
+// The permutation [..., size] that the row swaps `pivots` (int32 [..., k], 0-based, k <= size)
+// make of 0..size-1: row r of the swapped matrix is row perm[r] of the original (JAX's
+// lu_pivots_to_permutation). A pivot outside [0, size) is an Error when the kernel runs.
+Tensor lu_pivots_to_permutation(const Tensor& pivots, int64_t size, Loc loc = Loc::current());
+
 // ---- decompositions, least squares, norms, powers (src/ops/linalg_decomp.cpp) -------------
 
 // A = Q R for A [..., m, n], k = min(m, n). reduced: Q [..., m, k] with orthonormal columns,
@@ -111,8 +133,53 @@ Tensor norm(const Tensor& x, std::optional<NormOrd> ord = std::nullopt,
             std::optional<std::vector<int64_t>> axis = std::nullopt, bool keepdims = false,
             Loc loc = Loc::current());
 
+// torch.linalg.vector_norm: the ord-norm of x over `axis` (any number of axes; nullopt: all of
+// x flattened). Same ords as norm's vector norms; integers become float32.
+Tensor vector_norm(const Tensor& x, NormOrd ord = 2,
+                   std::optional<std::vector<int64_t>> axis = std::nullopt, bool keepdims = false,
+                   Loc loc = Loc::current());
+// torch.linalg.matrix_norm: the ord-norm of the matrices over axes `axes` (rows, columns), by
+// default the last two. Same ords as norm's matrix norms.
+Tensor matrix_norm(const Tensor& x, NormOrd ord = "fro",
+                   std::pair<int64_t, int64_t> axes = {-2, -1}, bool keepdims = false,
+                   Loc loc = Loc::current());
+
 // A^n for square A [..., n, n] by repeated squaring (matmul); n = 0 gives the identity,
 // n < 0 is inv(A)^|n|. Any dtype matmul takes for n >= 0; float32/float64 for n < 0.
 Tensor matrix_power(const Tensor& a, int64_t n, Loc loc = Loc::current());
+
+// ---- compositions (src/ops/linalg_composite.cpp) -------------------------------------------
+
+// numpy.linalg.multi_dot: the product of the matrices in order, parenthesised to need the
+// fewest scalar multiplications (the classic dynamic programme on their shapes). The first may
+// be a vector [n] (a row) and the last a vector [n] (a column); their axes are dropped from
+// the result. The others are 2-d. At least two operands.
+Tensor multi_dot(const std::vector<Tensor>& arrays, Loc loc = Loc::current());
+
+// numpy.linalg.cond: the condition number of A [..., m, n] in the norm p: nullopt or 2 the
+// ratio of the largest to the smallest singular value, -2 its inverse; the other ords ("fro",
+// "nuc", 1, -1, inf, -inf; square A) matrix_norm(A, p) * matrix_norm(inv(A), p).
+Tensor cond(const Tensor& a, std::optional<NormOrd> p = std::nullopt, Loc loc = Loc::current());
+
+// numpy.linalg.matrix_rank: the number of singular values of A [..., m, n] above a cutoff, as
+// int64 [...]. tol: an absolute cutoff; rtol: relative to the largest singular value; neither:
+// max(m, n) * eps(dtype) * max(s) (numpy's default). Giving both is an Error.
+struct MatrixRankOptions {
+  std::optional<double> tol, rtol;
+};
+Tensor matrix_rank(const Tensor& a, MatrixRankOptions options = {}, Loc loc = Loc::current());
+
+// scipy.linalg.cho_solve: x with A x = b from A's Cholesky factor c (lower: A = c c^T, the
+// factor cholesky returns; else upper: A = c^T c), by two triangular solves. b as in solve.
+Tensor cho_solve(const Tensor& c, const Tensor& b, bool lower = true, Loc loc = Loc::current());
+
+// numpy.linalg.eigvalsh: eigh's eigenvalues alone, ascending, [..., n].
+Tensor eigvalsh(const Tensor& a, Loc loc = Loc::current());
+
+// scipy.linalg.expm: the matrix exponential of A [..., n, n], by scaling and squaring with the
+// [13/13] Padé approximant (Higham 2005): A / 2^s with s the fewest squarings that bring its
+// 1-norm to 5.37 or less, r13 by one solve, then s squarings (a loop). Differentiable (through
+// matmul, solve and the loop); jit and vmap run one loop of max(s) steps over the batch.
+Tensor expm(const Tensor& a, Loc loc = Loc::current());
 
 }  // namespace kiln::linalg

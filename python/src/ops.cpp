@@ -1027,6 +1027,13 @@ void bind_conv(py::module_& m) {
       "Resamples x [N, C, H, W] to `size` or by `scale_factor` (PyTorch 1.13's F.interpolate).");
 }
 
+// numpy's ord: None, a number or a name ("fro", "nuc").
+std::optional<linalg::NormOrd> norm_ord(py::object ord) {
+  if (ord.is_none()) return std::nullopt;
+  if (PyUnicode_Check(ord.ptr())) return linalg::NormOrd(ord.cast<std::string>().c_str());
+  return linalg::NormOrd(ord.cast<double>());
+}
+
 void bind_linalg(py::module_& m) {
   py::module_ la = m.def_submodule("linalg",
                                    "Linear algebra (numpy.linalg style), batched over "
@@ -1090,6 +1097,37 @@ void bind_linalg(py::module_& m) {
       py::arg("a"),
       "(eigenvalues ascending, eigenvectors as columns) of the symmetric (a + a^T) / 2.");
   la.def(
+      "lu_factor",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        const linalg::LUFactor f = without_gil([&] { return linalg::lu_factor(t, Loc{}); });
+        return py::make_tuple(f.lu, f.pivots);
+      },
+      py::arg("a"),
+      "scipy.linalg.lu_factor: (lu, piv), L's strict lower triangle and U in lu, 0-based int32 "
+      "pivots.");
+  la.def(
+      "lu_solve",
+      [](py::object lu_and_piv, py::object b, int trans) {
+        const py::tuple pair = py::cast<py::tuple>(lu_and_piv);
+        if (pair.size() != 2)
+          fail("lu_solve", "lu_and_piv needs two items: got ", pair.size(), ", expected (lu, piv)");
+        const linalg::LUFactor f{arg(pair[0]), arg(pair[1])};
+        const Tensor tb = arg(b);
+        return without_gil([&] { return linalg::lu_solve(f, tb, trans, Loc{}); });
+      },
+      py::arg("lu_and_piv"), py::arg("b"), py::arg("trans") = 0,
+      "scipy.linalg.lu_solve: x with a x = b (trans=0) or a^T x = b (trans=1 or 2) from "
+      "lu_factor(a).");
+  la.def(
+      "lu",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        const linalg::LU f = without_gil([&] { return linalg::lu(t, Loc{}); });
+        return py::make_tuple(f.p, f.l, f.u);
+      },
+      py::arg("a"), "scipy.linalg.lu: (p, l, u) with a = p l u.");
+  la.def(
       "qr",
       [](py::object a, const std::string& mode) {
         if (mode != "reduced" && mode != "complete")
@@ -1136,22 +1174,93 @@ void bind_linalg(py::module_& m) {
   la.def(
       "norm",
       [](py::object x, py::object ord, py::object axis, bool keepdims) {
-        std::optional<linalg::NormOrd> o;
-        std::string name;
-        if (PyUnicode_Check(ord.ptr())) {
-          name = ord.cast<std::string>();
-          o = linalg::NormOrd(name.c_str());
-        } else if (!ord.is_none()) {
-          o = linalg::NormOrd(ord.cast<double>());
-        }
         std::optional<std::vector<int64_t>> axes;
         if (!axis.is_none()) axes = to_shape(axis).dims();
-        return linalg::norm(arg(x), o, axes, keepdims, Loc{});
+        return linalg::norm(arg(x), norm_ord(ord), axes, keepdims, Loc{});
       },
       py::arg("x"), py::arg("ord") = py::none(), py::arg("axis") = py::none(),
       py::arg("keepdims") = false,
       "numpy.linalg.norm: vector norms (ord a number, inf, -inf, 0) over one axis, matrix "
       "norms ('fro', 'nuc', 1, -1, 2, -2, inf, -inf) over two.");
+  la.def(
+      "vector_norm",
+      [](py::object x, py::object ord, py::object axis, bool keepdims) {
+        std::optional<std::vector<int64_t>> axes;
+        if (!axis.is_none()) axes = to_shape(axis).dims();
+        return linalg::vector_norm(arg(x), norm_ord(ord).value_or(2), axes, keepdims, Loc{});
+      },
+      py::arg("x"), py::arg("ord") = 2, py::arg("axis") = py::none(), py::arg("keepdims") = false,
+      "torch.linalg.vector_norm: the ord-norm over axis (any number of axes; None: all).");
+  la.def(
+      "matrix_norm",
+      [](py::object x, py::object ord, py::object axis, bool keepdims) {
+        return linalg::matrix_norm(arg(x), norm_ord(ord).value_or("fro"),
+                                   pair(axis, "matrix_norm", "axis"), keepdims, Loc{});
+      },
+      py::arg("x"), py::arg("ord") = "fro", py::arg("axis") = py::make_tuple(-2, -1),
+      py::arg("keepdims") = false,
+      "torch.linalg.matrix_norm: the ord-norm of the matrices over two axes (default the last).");
+  la.def(
+      "multi_dot",
+      [](py::object arrays) {
+        const std::vector<Tensor> ts = tensors(arrays);
+        return without_gil([&] { return linalg::multi_dot(ts, Loc{}); });
+      },
+      py::arg("arrays"),
+      "numpy.linalg.multi_dot: the chained product, in the cheapest parenthesisation.");
+  la.def(
+      "cond",
+      [](py::object x, py::object p) {
+        const Tensor t = arg(x);
+        const std::optional<linalg::NormOrd> o = norm_ord(p);
+        return without_gil([&] { return linalg::cond(t, o, Loc{}); });
+      },
+      py::arg("x"), py::arg("p") = py::none(),
+      "numpy.linalg.cond: the condition number (p None or 2: by singular values).");
+  la.def(
+      "matrix_rank",
+      [](py::object a, std::optional<double> tol, std::optional<double> rtol) {
+        const Tensor t = arg(a);
+        return without_gil(
+            [&] { return linalg::matrix_rank(t, {.tol = tol, .rtol = rtol}, Loc{}); });
+      },
+      py::arg("a"), py::arg("tol") = py::none(), py::kw_only(), py::arg("rtol") = py::none(),
+      "numpy.linalg.matrix_rank: singular values above tol (absolute) or rtol * max(s); "
+      "default max(m, n) * eps * max(s).");
+  la.def(
+      "cho_solve",
+      [](py::object c_and_lower, py::object b) {
+        // scipy's (c, lower) pair, or a factor alone: the lower one cholesky returns.
+        py::object c = c_and_lower;
+        bool lower = true;
+        if (py::isinstance<py::tuple>(c_and_lower)) {
+          const py::tuple pair = c_and_lower;
+          if (pair.size() != 2)
+            fail("cho_solve", "c_and_lower needs two items: got ", pair.size(),
+                 ", expected (c, lower)");
+          c = pair[0];
+          lower = py::bool_(pair[1]);  // Python truth, as scipy
+        }
+        const Tensor tc = arg(c), tb = arg(b);
+        return without_gil([&] { return linalg::cho_solve(tc, tb, lower, Loc{}); });
+      },
+      py::arg("c_and_lower"), py::arg("b"),
+      "scipy.linalg.cho_solve: x with a x = b from a's Cholesky factor, given as (c, lower) or "
+      "as the lower factor alone.");
+  la.def(
+      "expm",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::expm(t, Loc{}); });
+      },
+      py::arg("a"), "scipy.linalg.expm: the matrix exponential (scaling and squaring, Pade 13).");
+  la.def(
+      "eigvalsh",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::eigvalsh(t, Loc{}); });
+      },
+      py::arg("a"), "The eigenvalues of the symmetric (a + a^T) / 2, ascending.");
   la.def(
       "matrix_power",
       [](py::object a, int64_t n) { return linalg::matrix_power(arg(a), n, Loc{}); }, py::arg("a"),

@@ -1,6 +1,7 @@
-// Linear algebra through LAPACK (OpenBLAS): the primitives cholesky, triangular_solve, solve
-// and slogdet ([..., n, n] matrices, float32/float64, identical batch dimensions), and the
-// public ops of include/kiln/linalg.h built on them (inv and det compose).
+// Linear algebra through LAPACK (OpenBLAS): the primitives cholesky, triangular_solve, solve,
+// slogdet, eigh and lu ([..., n, n] matrices, float32/float64, identical batch dimensions) and
+// lu_pivots_to_permutation, and the public ops of include/kiln/linalg.h built on them (inv,
+// det, lu_solve and lu compose).
 //
 // Kernels copy each matrix into a work buffer in the layout LAPACK wants (any strides, so
 // views and broadcast operands need no contiguous copy first), which also keeps LAPACK from
@@ -17,6 +18,7 @@
 
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
+#include "kiln/indexing.h"
 #include "kiln/ops.h"
 #include "ops/linalg_common.h"
 #include "ops/primitives.h"
@@ -159,7 +161,7 @@ Tensor solve_kernel(const Tensor& a, const Tensor& b) {
   if (k > INT_MAX) fail("solve", "too many right-hand sides for LAPACK: got ", b.type());
   T* po = out.data<T>();
   // Work: the LU factors, the right-hand sides (column-major), the pivots.
-  const int64_t piv_words = (n * static_cast<int64_t>(sizeof(blasint)) + sizeof(T) - 1) / sizeof(T);
+  const int64_t piv_words = words_for_ints(n, sizeof(T));
   for_each_matrix<T>("solve", batch_count(b), n, n * n + n * k + piv_words, [&](int64_t i, T* w) {
     T* lu = w;
     T* x = w + n * n;
@@ -187,7 +189,7 @@ std::vector<Tensor> slogdet_kernel(const Tensor& a) {
     std::fill(ps, ps + batch.numel(), T{1});
     std::fill(pl, pl + batch.numel(), T{0});
   }
-  const int64_t piv_words = (n * static_cast<int64_t>(sizeof(blasint)) + sizeof(T) - 1) / sizeof(T);
+  const int64_t piv_words = words_for_ints(n, sizeof(T));
   for_each_matrix<T>("slogdet", batch.numel(), n, n * n + piv_words, [&](int64_t i, T* w) {
     auto* ipiv = reinterpret_cast<blasint*>(w + n * n);
     load(matrix<T>(a, i), Layout::col_major, w);
@@ -205,6 +207,38 @@ std::vector<Tensor> slogdet_kernel(const Tensor& a) {
   return {sign, logabs};
 }
 
+// The permutation that applying LAPACK's row swaps (0-based: row i with row pivots[i], in
+// order) makes of 0..size-1: row r of the swapped matrix is row perm[r] of the original.
+void apply_swaps(const int32_t* pivots, int64_t count, int32_t* perm, int64_t size) {
+  for (int64_t r = 0; r < size; ++r) perm[r] = static_cast<int32_t>(r);
+  for (int64_t r = 0; r < count; ++r) std::swap(perm[r], perm[pivots[r]]);
+}
+
+// LU with partial pivoting, P^T A = L U: L's strict lower triangle and U in one matrix, the
+// 0-based pivots (scipy's) and the permutation. A zero pivot (singular A) is kept, as LAPACK
+// leaves it: U then has a zero on its diagonal.
+template <typename T>
+std::vector<Tensor> lu_kernel(const Tensor& a) {
+  const int64_t n = a.dim(-1);
+  Tensor lu = empty(a.type());
+  const Shape vectors = with_tail(a.shape(), 1, {});
+  Tensor pivots = empty(vectors, int32), perm = empty(vectors, int32);
+  T* pl = lu.data<T>();
+  int32_t* pp = pivots.data<int32_t>();
+  int32_t* pm = perm.data<int32_t>();
+  const int64_t piv_words = words_for_ints(n, sizeof(T));
+  for_each_matrix<T>("lu", batch_count(a), n, n * n + piv_words, [&](int64_t i, T* w) {
+    auto* ipiv = reinterpret_cast<blasint*>(w + n * n);
+    load(matrix<T>(a, i), Layout::col_major, w);
+    getrf<T>(static_cast<blasint>(n), w, ipiv);  // info > 0: a zero pivot, kept
+    store_row_major(w, n, n, n, pl + i * n * n);
+    int32_t* piv = pp + i * n;
+    for (int64_t r = 0; r < n; ++r) piv[r] = static_cast<int32_t>(ipiv[r] - 1);
+    apply_swaps(piv, n, pm + i * n, n);
+  });
+  return {lu, pivots, perm};
+}
+
 // Eigenvalues (ascending) and eigenvectors (columns) of (A + A^T) / 2 by divide and conquer;
 // NaNs where syevd fails to converge (or the input holds NaN).
 template <typename T>
@@ -219,8 +253,7 @@ std::vector<Tensor> eigh_kernel(const Tensor& a) {
   if (n > 0 && lwork > INT_MAX)
     fail("eigh", "matrix too large for LAPACK's workspace: got ", a.type(),
          ", expected n below 32768");
-  const int64_t iwork_words =
-      (liwork * static_cast<int64_t>(sizeof(blasint)) + sizeof(T) - 1) / sizeof(T);
+  const int64_t iwork_words = words_for_ints(liwork, sizeof(T));
   for_each_matrix<T>("eigh", batch_count(a), n, n * n + lwork + iwork_words, [&](int64_t i, T* x) {
     const MatrixView<T> m = matrix<T>(a, i);
     for (int64_t c = 0; c < n; ++c)
@@ -392,6 +425,86 @@ Primitive slogdet_primitive() {
   return p;
 }
 
+// P^T [..., n, n] from a permutation [..., n] (P^T A = A's rows in perm's order).
+Tensor permutation_matrix_t(const Tensor& perm, DType dtype) {
+  const Tensor cols = arange(perm.dim(-1), int32);
+  return astype(equal(expand_dims(perm, -1), cols), dtype);
+}
+
+// P^T A = L U (L unit lower, U upper, both in `lu`), as JAX's lu_jvp_rule: with
+// M = L^-1 P^T dA U^-1, dL = L tril(M, -1) and dU = triu(M) U, so d(lu) = dL + dU. The adjoint:
+// M̄ = tril(L^T ḡ, -1) + triu(ḡ U^T), Ā = P L^-T M̄ U^-T. Pivots and permutation: integers,
+// no derivative.
+struct LuFactors {
+  Tensor l, u, pt;  // unit-lower L, upper U, P^T
+};
+LuFactors lu_factors(const RuleArgs& r) {
+  const Tensor& lu = r.outputs[0];
+  return {tril(lu, -1) + eye(lu.dim(-1), lu.dtype()), triu(lu),
+          permutation_matrix_t(r.outputs[2], lu.dtype())};
+}
+
+Primitive lu_primitive() {
+  Primitive p;
+  p.name = "lu";
+  p.type_rule = [](Types in, const Attrs&) -> std::vector<TensorType> {
+    expect_square("lu", in[0]);
+    const TensorType vectors{int32, with_tail(in[0].shape, 1, {})};
+    return {in[0], vectors, vectors};
+  };
+  p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
+    const LuFactors f = lu_factors(r);
+    const Tensor la = triangular(f.l, matmul(f.pt, *t[0]), true, false);  // L^-1 P^T dA
+    const Tensor m = mT(triangular(f.u, mT(la), false, true));            // ... U^-1
+    return {matmul(f.l, tril(m, -1)) + matmul(triu(m), f.u), std::nullopt, std::nullopt};
+  };
+  p.vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> Ts {
+    const LuFactors f = lu_factors(r);
+    const Tensor& g = *ct[0];
+    const Tensor mbar = tril(matmul(mT(f.l), g), -1) + triu(matmul(g, mT(f.u)));
+    const Tensor x = triangular(f.l, mbar, true, true);            // L^-T M̄
+    const Tensor xbar = mT(triangular(f.u, mT(x), false, false));  // ... U^-T
+    return {matmul(mT(f.pt), xbar)};
+  };
+  p.batch = batch_unary;
+  return p;
+}
+
+Primitive lu_pivots_to_permutation_primitive() {
+  Primitive p;
+  p.name = "lu_pivots_to_permutation";
+  p.type_rule = [](Types in, const Attrs& attrs) -> std::vector<TensorType> {
+    if (in[0].dtype != int32 || in[0].shape.rank() < 1)
+      fail("lu_pivots_to_permutation", "unsupported operand: got ", in[0],
+           ", expected int32 pivots [..., k]");
+    const int64_t size = attrs.get_int("size");
+    if (size < in[0].shape[in[0].shape.rank() - 1])
+      fail("lu_pivots_to_permutation", "permutation shorter than the pivots: got size ", size,
+           " for ", in[0], ", expected at least ", in[0].shape[in[0].shape.rank() - 1]);
+    return {{int32, with_tail(in[0].shape, 1, {size})}};
+  };
+  p.differentiable = false;  // integers to integers
+  p.batch = batch_unary;
+  return p;
+}
+
+// The permutation of lu_pivots_to_permutation; a pivot outside [0, size) is an Error.
+std::vector<Tensor> lu_pivots_to_permutation_kernel(const Tensor& pivots, int64_t size) {
+  const Tensor piv = pivots.contiguous();
+  const int64_t k = piv.dim(-1);
+  int64_t batch = 1;
+  for (int d = 0; d + 1 < piv.rank(); ++d) batch *= piv.dim(d);
+  Tensor perm = empty(with_tail(piv.shape(), 1, {size}), int32);
+  const int32_t* pp = piv.data<int32_t>();
+  for (int64_t i = 0; i < piv.numel(); ++i)
+    if (pp[i] < 0 || pp[i] >= size)
+      fail("lu_pivots_to_permutation", "pivot out of range: got ", pp[i],
+           ", expected 0 <= pivot < ", size);
+  for (int64_t b = 0; b < batch; ++b)
+    apply_swaps(pp + b * k, k, perm.data<int32_t>() + b * size, size);
+  return {perm};
+}
+
 // A = V diag(w) V^T (A symmetrised): with M = V^T sym(dA) V, dw = diag(M) and
 // dV = V (F o M), F_ij = 1 / (w_j - w_i) off the diagonal, 0 on it; the VJP is the adjoint,
 // sym(V (diag(wbar) + F o (V^T Vbar)) V^T). Repeated eigenvalues make F infinite: the
@@ -456,6 +569,22 @@ const Primitive& prim::slogdet() {
   static const Primitive& p = detail::register_builtin(
       slogdet_primitive(),
       float_kernel(1, []<typename T>(Ins in, const Attrs&) { return slogdet_kernel<T>(in[0]); }));
+  return p;
+}
+
+const Primitive& prim::lu() {
+  static const Primitive& p = detail::register_builtin(
+      lu_primitive(),
+      float_kernel(1, []<typename T>(Ins in, const Attrs&) { return lu_kernel<T>(in[0]); }));
+  return p;
+}
+
+const Primitive& prim::lu_pivots_to_permutation() {
+  static const Primitive& p = detail::register_builtin(
+      lu_pivots_to_permutation_primitive(),
+      {{ops::cpu({DTypeSet(int32)}), [](Ins in, const Attrs& attrs) {
+          return lu_pivots_to_permutation_kernel(in[0], attrs.get_int("size"));
+        }}});
   return p;
 }
 
@@ -552,6 +681,62 @@ Tensor det(const Tensor& a, Loc loc) {
   const detail::CallSite site(loc);
   const auto [sign, logabs] = slogdet(a, loc);
   return sign * exp(logabs, loc);
+}
+
+LUFactor lu_factor(const Tensor& a, Loc loc) {
+  const detail::CallSite site(loc);
+  const std::vector<Tensor> out = bind(prim::lu(), {square_operand("lu_factor", a)}, {}, loc);
+  return {out[0], out[1]};
+}
+
+Tensor lu_pivots_to_permutation(const Tensor& pivots, int64_t size, Loc loc) {
+  const detail::CallSite site(loc);
+  expect_defined("lu_pivots_to_permutation", pivots);
+  return bind1(prim::lu_pivots_to_permutation(), {pivots}, {{"size", size}}, loc);
+}
+
+Tensor lu_solve(const LUFactor& factor, const Tensor& b, int trans, Loc loc) {
+  const detail::CallSite site(loc);
+  if (trans < 0 || trans > 2)
+    fail("lu_solve", "unknown trans: got ", trans, ", expected 0, 1 or 2");
+  expect_defined("lu_solve", factor.pivots);
+  square_operand("lu_solve", factor.lu);
+  const Shape vectors = with_tail(factor.lu.shape(), 1, {});
+  if (factor.pivots.type() != TensorType{int32, vectors})
+    fail("lu_solve", "pivots do not match the factor: got ", factor.pivots.type(), " for ",
+         factor.lu.type(), ", expected ", TensorType{int32, vectors});
+  // P^T A = L U, P^T [..., n, n] from the permutation; only lu's triangles are read.
+  const Tensor pt = permutation_matrix_t(
+      lu_pivots_to_permutation(factor.pivots, factor.lu.dim(-1), loc), factor.lu.dtype());
+  const TriangularSolveOptions unit_lower{.lower = true, .unit_diagonal = true};
+  const TriangularSolveOptions upper{.lower = false};
+  expect_defined("lu_solve", b);
+  const bool vector = b.rank() == 1;
+  const int64_t n = factor.lu.dim(-1);
+  if (b.rank() == 0 || b.dim(vector ? -1 : -2) != n)
+    fail("lu_solve", "shapes do not match: got ", factor.lu.type(), " and ", b.type(),
+         ", expected b of shape [", n, "] or [..., ", n, ", k]");
+  const Tensor rhs = vector ? expand_dims(b, -1, loc) : b;
+  Tensor x;
+  if (trans == 0) {  // x = U^-1 L^-1 P^T b
+    const Tensor y = triangular_solve(factor.lu, matmul(pt, rhs, loc), unit_lower, loc);
+    x = triangular_solve(factor.lu, y, upper, loc);
+  } else {  // A^T = U^T L^T P^T: x = P L^-T U^-T b
+    TriangularSolveOptions ut = upper, lt = unit_lower;
+    ut.transpose = lt.transpose = true;
+    x = matmul(mT(pt),
+               triangular_solve(factor.lu, triangular_solve(factor.lu, rhs, ut, loc), lt, loc),
+               loc);
+  }
+  return vector ? squeeze(x, {-1}, loc) : x;
+}
+
+LU lu(const Tensor& a, Loc loc) {
+  const detail::CallSite site(loc);
+  const std::vector<Tensor> out = bind(prim::lu(), {square_operand("lu", a)}, {}, loc);
+  const Tensor& f = out[0];
+  return {mT(permutation_matrix_t(out[2], f.dtype())), tril(f, -1, loc) + eye(f.dim(-1), f.dtype()),
+          triu(f, 0, loc)};
 }
 
 std::pair<Tensor, Tensor> eigh(const Tensor& a, Loc loc) {

@@ -108,6 +108,13 @@ void for_each_matrix(std::string_view op, int64_t batch, int64_t n, int64_t work
     run(0, batch);
 }
 
+// The number of `word`-byte elements that hold `count` LAPACK integers (pivots, iwork) at the
+// end of a work buffer.
+inline int64_t words_for_ints(int64_t count, std::size_t word) {
+  return (count * static_cast<int64_t>(sizeof(blasint)) + static_cast<int64_t>(word) - 1) /
+         static_cast<int64_t>(word);
+}
+
 template <typename T>
 void fill_nan(T* p, int64_t count) {
   std::fill(p, p + count, std::numeric_limits<T>::quiet_NaN());

@@ -81,11 +81,6 @@ int64_t queried_lwork(int64_t least, Query&& query) {
   return std::max<int64_t>(least, static_cast<int64_t>(size));
 }
 
-int64_t words_for_ints(int64_t count, std::size_t word) {
-  return (count * static_cast<int64_t>(sizeof(blasint)) + static_cast<int64_t>(word) - 1) /
-         static_cast<int64_t>(word);
-}
-
 template <typename T>
 void fill_identity(T* p, int64_t rows, int64_t cols) {
   for (int64_t r = 0; r < rows; ++r)
@@ -554,12 +549,13 @@ std::string NormOrd::to_string() const {
 
 namespace {
 
-Tensor vector_norm(const Tensor& x, const NormOrd& ord, int64_t axis, bool keepdims, Loc loc) {
+// The ord-norm over `axes` (all of x when empty); `op` names the caller in errors.
+Tensor vector_norm_over(std::string_view op, const Tensor& x, const NormOrd& ord, const Axes& axes,
+                        bool keepdims, Loc loc) {
   if (!ord.number())
-    fail("norm", "invalid ord for a vector norm: got ", ord.to_string(),
+    fail(op, "invalid ord for a vector norm: got ", ord.to_string(),
          ", expected a number (\"fro\" and \"nuc\" are matrix norms)");
   const double p = *ord.number();
-  const Axes axes{axis};
   if (p == INFINITY) return max(abs(x, loc), axes, keepdims, loc);
   if (p == -INFINITY) return min(abs(x, loc), axes, keepdims, loc);
   if (p == 0)
@@ -579,8 +575,8 @@ Tensor matrices_last(const Tensor& x, int64_t row, int64_t col, Loc loc) {
   return transpose(x, perm, loc);
 }
 
-Tensor matrix_norm(const Tensor& x, const NormOrd& ord, int64_t row, int64_t col, bool keepdims,
-                   Loc loc) {
+Tensor matrix_norm_over(std::string_view op, const Tensor& x, const NormOrd& ord, int64_t row,
+                        int64_t col, bool keepdims, Loc loc) {
   Tensor out;
   const Axes both{row, col};
   const std::optional<double> p = ord.number();
@@ -589,7 +585,7 @@ Tensor matrix_norm(const Tensor& x, const NormOrd& ord, int64_t row, int64_t col
   } else if (ord.name() == "nuc" || (p && std::abs(*p) == 2)) {
     const Tensor s = svdvals(matrices_last(x, row, col, loc), loc);
     if (s.dim(-1) == 0 && ord.name() != "nuc")
-      fail("norm", "empty matrices have no ", ord.to_string(), "-norm: got ", x.type(),
+      fail(op, "empty matrices have no ", ord.to_string(), "-norm: got ", x.type(),
            ", expected matrices with at least one row and one column");
     out = ord.name() == "nuc" ? sum(s, {-1}, false, loc)
           : *p > 0            ? max(s, {-1}, false, loc)
@@ -603,7 +599,7 @@ Tensor matrix_norm(const Tensor& x, const NormOrd& ord, int64_t row, int64_t col
     const Tensor sums = sum(abs(x, loc), {summed}, false, loc);
     out = *p > 0 ? max(sums, {kept}, false, loc) : min(sums, {kept}, false, loc);
   } else {
-    fail("norm", "invalid ord for a matrix norm: got ", ord.to_string(),
+    fail(op, "invalid ord for a matrix norm: got ", ord.to_string(),
          ", expected \"fro\", \"nuc\", 1, -1, 2, -2, inf or -inf");
   }
   if (keepdims)
@@ -611,11 +607,28 @@ Tensor matrix_norm(const Tensor& x, const NormOrd& ord, int64_t row, int64_t col
   return out;
 }
 
-int64_t normalized_axis(const Tensor& x, int64_t axis) {
+int64_t normalized_axis(std::string_view op, const Tensor& x, int64_t axis) {
   if (axis < -x.rank() || axis >= x.rank())
-    fail("norm", "axis out of range: got axis ", axis, " for ", x.type(), ", expected -", x.rank(),
+    fail(op, "axis out of range: got axis ", axis, " for ", x.type(), ", expected -", x.rank(),
          " <= axis < ", x.rank());
   return axis < 0 ? axis + x.rank() : axis;
+}
+
+// x, or x in float32 when it holds integers; bool is an Error.
+Tensor norm_operand(std::string_view op, const Tensor& x, Loc loc) {
+  expect_defined(op, x);
+  if (x.dtype() == bool_)
+    fail(op, "unsupported dtype: got ", x.type(), ", expected a numeric dtype");
+  return is_floating(x.dtype()) ? x : astype(x, float32, loc);
+}
+
+Tensor matrix_norm_checked(std::string_view op, const Tensor& y, const NormOrd& ord,
+                           std::pair<int64_t, int64_t> axes, bool keepdims, Loc loc) {
+  const int64_t row = normalized_axis(op, y, axes.first), col = normalized_axis(op, y, axes.second);
+  if (row == col)
+    fail(op, "duplicate axes: got axis (", axes.first, ", ", axes.second, ") for ", y.type(),
+         ", expected two different axes");
+  return matrix_norm_over(op, y, ord, row, col, keepdims, loc);
 }
 
 }  // namespace
@@ -623,10 +636,7 @@ int64_t normalized_axis(const Tensor& x, int64_t axis) {
 Tensor norm(const Tensor& x, std::optional<NormOrd> ord, std::optional<std::vector<int64_t>> axis,
             bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  expect_defined("norm", x);
-  if (x.dtype() == bool_)
-    fail("norm", "unsupported dtype: got ", x.type(), ", expected a numeric dtype");
-  const Tensor y = is_floating(x.dtype()) ? x : astype(x, float32, loc);
+  const Tensor y = norm_operand("norm", x, loc);
   if (!axis) {
     if (!ord) return sqrt(sum(y * y, {}, keepdims, loc), loc);
     if (y.rank() != 1 && y.rank() != 2)
@@ -635,16 +645,38 @@ Tensor norm(const Tensor& x, std::optional<NormOrd> ord, std::optional<std::vect
     axis = y.rank() == 1 ? std::vector<int64_t>{0} : std::vector<int64_t>{0, 1};
   }
   if (axis->size() == 1)
-    return vector_norm(y, ord.value_or(NormOrd(2)), normalized_axis(y, (*axis)[0]), keepdims, loc);
+    return vector_norm_over("norm", y, ord.value_or(NormOrd(2)),
+                            {normalized_axis("norm", y, (*axis)[0])}, keepdims, loc);
   if (axis->size() == 2) {
-    const int64_t row = normalized_axis(y, (*axis)[0]), col = normalized_axis(y, (*axis)[1]);
-    if (row == col)
-      fail("norm", "duplicate axes: got axis (", (*axis)[0], ", ", (*axis)[1], ") for ", y.type(),
-           ", expected two different axes");
-    return matrix_norm(y, ord.value_or(NormOrd("fro")), row, col, keepdims, loc);
+    return matrix_norm_checked("norm", y, ord.value_or(NormOrd("fro")), {(*axis)[0], (*axis)[1]},
+                               keepdims, loc);
   }
   fail("norm", "too many axes: got ", axis->size(), " for ", y.type(),
        ", expected one (a vector norm) or two (a matrix norm)");
+}
+
+Tensor vector_norm(const Tensor& x, NormOrd ord, std::optional<std::vector<int64_t>> axis,
+                   bool keepdims, Loc loc) {
+  const detail::CallSite site(loc);
+  const Tensor y = norm_operand("vector_norm", x, loc);
+  Axes axes;  // empty: every axis
+  for (int64_t a : axis.value_or(std::vector<int64_t>{})) {
+    const int64_t d = normalized_axis("vector_norm", y, a);
+    if (std::find(axes.begin(), axes.end(), d) != axes.end())
+      fail("vector_norm", "duplicate axis: got axis ", a, " twice for ", y.type(),
+           ", expected distinct axes");
+    axes.push_back(d);
+  }
+  return vector_norm_over("vector_norm", y, ord, axes, keepdims, loc);
+}
+
+Tensor matrix_norm(const Tensor& x, NormOrd ord, std::pair<int64_t, int64_t> axes, bool keepdims,
+                   Loc loc) {
+  const detail::CallSite site(loc);
+  const Tensor y = norm_operand("matrix_norm", x, loc);
+  if (y.rank() < 2)
+    fail("matrix_norm", "not matrices: got ", y.type(), ", expected shape [..., m, n]");
+  return matrix_norm_checked("matrix_norm", y, ord, axes, keepdims, loc);
 }
 
 Tensor matrix_power(const Tensor& a, int64_t n, Loc loc) {

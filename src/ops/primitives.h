@@ -64,7 +64,7 @@
   /* src/ops/sort.cpp */                                                                        \
   X(sort) X(cumsum) X(cumprod) X(cummax) X(cummin) X(cumlogsumexp) X(searchsorted)             \
   /* src/ops/linalg.cpp */                                                                      \
-  X(cholesky) X(triangular_solve) X(solve) X(slogdet) X(eigh)                                   \
+  X(cholesky) X(triangular_solve) X(solve) X(slogdet) X(eigh) X(lu) X(lu_pivots_to_permutation) \
   /* src/ops/nonzero.cpp */                                                                     \
   X(nonzero)                                                                                    \
   /* src/ops/scatter.cpp */                                                                     \
