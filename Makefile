@@ -5,6 +5,10 @@ BUILD ?= build
 ASAN_BUILD ?= build-asan
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# ccache keys on paths relative to the clone, so another clone of Kiln hits the same entries.
+export CCACHE_BASEDIR ?= $(CURDIR)
+# The tests' precompiled header is cached only with these (ccache's manual, "Precompiled headers").
+export CCACHE_SLOPPINESS ?= pch_defines,time_macros
 
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz

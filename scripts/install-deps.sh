@@ -8,6 +8,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config git
+  ccache                 # compiler cache: the several build folders of make test and CI share objects
   libopenblas-openmp-dev # GEMM for matmul and convolution, LAPACK for linalg (OpenMP build: one thread pool)
   libdnnl-dev            # oneDNN: float32 convolutions and their gradients
   llvm-16-dev            # jit's code generator: LLVM 16 and its ORC JIT (src/compiler/)
