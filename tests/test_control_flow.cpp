@@ -454,7 +454,9 @@ TEST(ControlFlow, ScanGradStoresResidualsInsteadOfRecomputingTheForward) {
 TEST(ControlFlow, WhileGradCarriesItsBodysPullback) {
   auto f = [](const Tensor& x, const Tensor& n) {
     const auto s = while_loop([&](const P& s) { return s.second < n; },
-                              [](const P& s) { return P{sin(s.first) * 1.5, s.second + 1}; },
+                              [](const P& s) {
+                                return P{sin(s.first) * 1.5, s.second + 1};
+                              },
                               P{x, zeros({}, int32)});
     return sum(s.first);
   };
