@@ -277,6 +277,24 @@ Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_s
 Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
 Tensor adaptive_avg_pool3d(const Tensor& x, std::array<int64_t, 3> output_size,
                            Loc loc = Loc::current());
+// PyTorch's F.unfold (im2col): x [N, C, H, W] -> [N, C * KH * KW, L], column l holding
+// window l's elements (zero where in the padding), channel-major then row-major in the window;
+// windows row-major, L of them. Any padding >= 0.
+struct UnfoldOptions {
+  std::pair<int64_t, int64_t> kernel{1, 1};
+  std::pair<int64_t, int64_t> dilation{1, 1};
+  std::pair<int64_t, int64_t> padding{0, 0};
+  std::pair<int64_t, int64_t> stride{1, 1};
+};
+Tensor unfold(const Tensor& x, const UnfoldOptions& options, Loc loc = Loc::current());
+// PyTorch's F.fold, unfold's transpose: x [N, C * KH * KW, L] summed back into
+// [N, C, output_size], the padding dropped.
+Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> output_size, const UnfoldOptions& options,
+            Loc loc = Loc::current());
+// [N, C * r * r, H, W] -> [N, C, H * r, W * r] and back (PyTorch's pixel_shuffle and
+// pixel_unshuffle; r = upscale_factor or downscale_factor).
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor, Loc loc = Loc::current());
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor, Loc loc = Loc::current());
 enum class InterpolateMode { nearest, bilinear };
 // Exactly one of size and scale_factor; with scale_factor the output is floor(in * scale) and
 // the source index uses 1 / scale, as PyTorch 1.13's F.interpolate.

@@ -1055,6 +1055,45 @@ void bind_conv(py::module_& m) {
       },
       py::arg("x"), py::arg("output_size"), py::arg("return_indices") = false,
       "Maxima over windows of x [N, C, D, H, W] giving `output_size` (PyTorch's).");
+  auto unfold_options = [](py::object kernel_size, py::object dilation, py::object padding,
+                           py::object stride, const char* op) {
+    return UnfoldOptions{pair(kernel_size, op, "kernel_size"), pair(dilation, op, "dilation"),
+                         pair(padding, op, "padding"), pair(stride, op, "stride")};
+  };
+  m.def(
+      "unfold",
+      [unfold_options](py::object x, py::object kernel_size, py::object dilation,
+                       py::object padding, py::object stride) {
+        return unfold(arg(x), unfold_options(kernel_size, dilation, padding, stride, "unfold"),
+                      Loc{});
+      },
+      py::arg("x"), py::arg("kernel_size"), py::arg("dilation") = 1, py::arg("padding") = 0,
+      py::arg("stride") = 1,
+      "Sliding windows of x [N, C, H, W] as columns [N, C * KH * KW, L] (PyTorch's F.unfold).");
+  m.def(
+      "fold",
+      [unfold_options](py::object x, py::object output_size, py::object kernel_size,
+                       py::object dilation, py::object padding, py::object stride) {
+        return fold(arg(x), pair(output_size, "fold", "output_size"),
+                    unfold_options(kernel_size, dilation, padding, stride, "fold"), Loc{});
+      },
+      py::arg("x"), py::arg("output_size"), py::arg("kernel_size"), py::arg("dilation") = 1,
+      py::arg("padding") = 0, py::arg("stride") = 1,
+      "Columns [N, C * KH * KW, L] summed back into [N, C, *output_size] (PyTorch's F.fold).");
+  m.def(
+      "pixel_shuffle",
+      [](py::object x, int64_t upscale_factor) {
+        return pixel_shuffle(arg(x), upscale_factor, Loc{});
+      },
+      py::arg("x"), py::arg("upscale_factor"),
+      "[N, C * r * r, H, W] -> [N, C, H * r, W * r] (PyTorch's F.pixel_shuffle).");
+  m.def(
+      "pixel_unshuffle",
+      [](py::object x, int64_t downscale_factor) {
+        return pixel_unshuffle(arg(x), downscale_factor, Loc{});
+      },
+      py::arg("x"), py::arg("downscale_factor"),
+      "[N, C, H * r, W * r] -> [N, C * r * r, H, W] (PyTorch's F.pixel_unshuffle).");
   m.def(
       "interpolate",
       [](py::object x, py::object size, py::object scale_factor, const std::string& mode,

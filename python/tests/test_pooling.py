@@ -145,7 +145,7 @@ def test_composite_pools_under_jit_and_vmap():
 
 
 def test_pooling_errors():
-    with pytest.raises(kl.Error, match=r"\[avg_pool2d\] padding outside \[0, kernel / 2\]"):
+    with pytest.raises(kl.Error, match=r"\[avg_pool2d\] padding larger than half the kernel"):
         kl.avg_pool2d(X2, 2, padding=2, ceil_mode=True)
     with pytest.raises(kl.Error, match=r"\[max_pool3d\] input must have rank 5"):
         kl.max_pool3d(X2, 2)
@@ -157,3 +157,29 @@ def test_pooling_errors():
         kl.adaptive_max_pool2d(X2, (0, 2))
     with pytest.raises(kl.Error, match=r"\[max_pool2d\] non-positive kernel, stride or dilation"):
         kl.max_pool2d(X2, 2, dilation=0)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(kernel_size=3),
+    dict(kernel_size=(2, 3), dilation=(2, 1), padding=(3, 1), stride=(2, 3)),
+])
+def test_unfold_and_fold(kw):
+    check("unfold", X2, **kw)
+    cols = F.unfold(torch.from_numpy(X2), **kw).detach().numpy()
+    check("fold", cols, output_size=(7, 8), **kw)
+
+
+def test_pixel_shuffle_and_unshuffle():
+    check("pixel_shuffle", R.standard_normal((2, 12, 3, 4)), upscale_factor=2)
+    check("pixel_unshuffle", X2[:, :, :6, :], downscale_factor=2)
+
+
+def test_unfold_fold_and_shuffle_errors():
+    with pytest.raises(kl.Error, match=r"\[fold\] input does not match the windows"):
+        kl.fold(np.ones((1, 9, 5)), (4, 4), kernel_size=3)
+    with pytest.raises(kl.Error, match=r"\[unfold\] output size below 1"):
+        kl.unfold(X2, kernel_size=9)
+    with pytest.raises(kl.Error, match=r"\[pixel_shuffle\] channels not divisible"):
+        kl.pixel_shuffle(X2, 2)
+    with pytest.raises(kl.Error, match=r"\[pixel_unshuffle\] image not divisible"):
+        kl.pixel_unshuffle(X2, 2)

@@ -1,4 +1,5 @@
-// The public poolings over 1, 2 or 3 spatial axes (NCW, NCHW, NCDHW). PyTorch's default 2-d
+// The public poolings over 1, 2 or 3 spatial axes (NCW, NCHW, NCDHW), and unfold/fold (im2col
+// and its transpose, on the same window tables). PyTorch's default 2-d
 // options bind the max_pool2d/avg_pool2d primitives (src/ops/conv.cpp), as do 1-d poolings
 // that are those on a [N, C, 1, W] image. Every other pooling (3-d, ceil_mode, dilation,
 // indices, count_include_pad=false, divisor_override, adaptive max pooling) composes existing
@@ -141,19 +142,30 @@ Tensor pool_input(std::string_view op, const Tensor& x, int rank, Loc loc) {
   return ops::cast_if_needed(x, to_floating(x.dtype()), loc);
 }
 
-std::vector<AxisWindows> strided_axes(std::string_view op, const Tensor& x, const PoolSpec& s) {
+// The windows of `s` over the spatial sizes `in`.
+std::vector<AxisWindows> strided_axes(std::string_view op, const std::vector<int64_t>& in,
+                                      const PoolSpec& s) {
   std::vector<AxisWindows> axes;
   for (std::size_t i = 0; i < s.kernel.size(); ++i) {
     const int64_t k = s.kernel[i], st = s.stride[i], p = s.padding[i], d = s.dilation[i];
     if (k < 1 || st < 1 || d < 1)
       fail(op, "non-positive kernel, stride or dilation: got kernel ", k, ", stride ", st,
            " and dilation ", d, " on spatial axis ", i, ", expected values >= 1");
-    if (p < 0 || 2 * p > k)
-      fail(op, "padding outside [0, kernel / 2]: got padding ", p, " for kernel ", k,
-           " on spatial axis ", i, ", expected 0 <= padding <= kernel / 2");
-    axes.push_back(strided_axis(op, x.shape()[static_cast<int>(i) + 2], k, st, p, d, s.ceil_mode));
+    if (p < 0)
+      fail(op, "negative padding: got ", p, " on spatial axis ", i, ", expected padding >= 0");
+    axes.push_back(strided_axis(op, in[i], k, st, p, d, s.ceil_mode));
   }
   return axes;
+}
+
+// A pooling's windows over x: padding at most half the kernel, as PyTorch's.
+std::vector<AxisWindows> pool_axes(std::string_view op, const Tensor& x, const PoolSpec& s) {
+  for (std::size_t i = 0; i < s.kernel.size(); ++i)
+    if (2 * s.padding[i] > s.kernel[i])
+      fail(op, "padding larger than half the kernel: got padding ", s.padding[i], " for kernel ",
+           s.kernel[i], " on spatial axis ", i, ", expected padding <= kernel / 2");
+  const std::vector<int64_t>& dims = x.shape().dims();
+  return strided_axes(op, {dims.begin() + 2, dims.end()}, s);
 }
 
 // x [N, C, *spatial] as [N, C, plane].
@@ -226,7 +238,7 @@ std::string pool_name(std::string_view stem, std::size_t rank) {
 MaxPoolResult max_pool_nd(const Tensor& x_in, const PoolSpec& s, Loc loc) {
   const std::string op = pool_name("max_pool", s.kernel.size());
   const Tensor x = pool_input(op, x_in, static_cast<int>(s.kernel.size()), loc);
-  return max_over(x, combine(op, strided_axes(op, x, s)), loc);
+  return max_over(x, combine(op, pool_axes(op, x, s)), loc);
 }
 
 Tensor avg_pool_nd(const Tensor& x_in, const PoolArgs& a, Loc loc) {
@@ -236,7 +248,7 @@ Tensor avg_pool_nd(const Tensor& x_in, const PoolArgs& a, Loc loc) {
     if (d != 1) fail(op, "dilation: got ", d, ", expected 1 (average pooling has none)");
   if (a.divisor_override && *a.divisor_override == 0)
     fail(op, "divisor_override of 0: got 0, expected a non-zero divisor");
-  const Windows t = combine(op, strided_axes(op, x, a.spec));
+  const Windows t = combine(op, pool_axes(op, x, a.spec));
   std::vector<double> divisor = a.count_include_pad ? t.padded_count : t.input_count;
   if (a.divisor_override) std::fill(divisor.begin(), divisor.end(), *a.divisor_override);
   return average_over(x, t, divisor, loc);
@@ -300,6 +312,14 @@ MaxPoolResult adaptive_max_nd(std::string_view stem, const Tensor& x_in,
   for (std::size_t i = 0; i < size.size(); ++i)
     axes.push_back(adaptive_axis(op, x.shape()[static_cast<int>(i) + 2], size[i]));
   return max_over(x, combine(op, axes), loc);
+}
+
+PoolSpec unfold_spec(const UnfoldOptions& o) {
+  return {{o.kernel.first, o.kernel.second},
+          {o.stride.first, o.stride.second},
+          {o.padding.first, o.padding.second},
+          {o.dilation.first, o.dilation.second},
+          false};
 }
 
 }  // namespace
@@ -391,6 +411,48 @@ Tensor adaptive_avg_pool3d(const Tensor& x_in, std::array<int64_t, 3> size, Loc 
     axes.push_back(adaptive_axis(op, x.shape()[static_cast<int>(i) + 2], size[i]));
   const Windows t = combine(op, axes);
   return average_over(x, t, t.input_count, loc);
+}
+
+Tensor unfold(const Tensor& x_in, const UnfoldOptions& o, Loc loc) {
+  const detail::CallSite site(loc);
+  constexpr std::string_view op = "unfold";
+  if (!x_in.defined())
+    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
+  if (x_in.rank() != 4)
+    fail(op, "input must have rank 4: got ", x_in.type(), ", expected [N, C, H, W]");
+  const Shape& s = x_in.shape();
+  const Windows t = combine(op, strided_axes(op, {s[2], s[3]}, unfold_spec(o)));
+  const Tensor v = gather(x_in, t, loc);
+  const Tensor inside = tensor(t.inside, Shape{t.count, t.slots}, loc);
+  const Tensor cols = transpose(where(inside, v, zeros_like(v), loc), {0, 1, 3, 2}, loc);
+  return reshape(cols, Shape{s[0], detail::checked_mul(op, s[1], t.slots), t.count}, loc);
+}
+
+Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> size, const UnfoldOptions& o, Loc loc) {
+  const detail::CallSite site(loc);
+  constexpr std::string_view op = "fold";
+  if (!x.defined())
+    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
+  if (x.rank() != 3)
+    fail(op, "input must have rank 3: got ", x.type(), ", expected [N, C * KH * KW, L]");
+  if (size.first < 1 || size.second < 1)
+    fail(op, "non-positive output size: got [", size.first, ", ", size.second,
+         "], expected sizes >= 1");
+  const Windows t = combine(op, strided_axes(op, {size.first, size.second}, unfold_spec(o)));
+  const Shape& s = x.shape();
+  if (s[1] % t.slots != 0 || s[2] != t.count)
+    fail(op, "input does not match the windows: got ", x.type(), " for ", t.slots,
+         "-element windows at ", t.count, " positions, expected [N, C * ", t.slots, ", ", t.count,
+         "]");
+  const int64_t n = s[0], c = s[1] / t.slots;
+  const Tensor v = transpose(reshape(x, Shape{n, c, t.slots, t.count}, loc), {0, 1, 3, 2}, loc);
+  const Tensor inside = tensor(t.inside, Shape{t.count, t.slots}, loc);
+  const Tensor updates =
+      reshape(where(inside, v, zeros_like(v), loc), Shape{n, c, t.count * t.slots}, loc);
+  const Tensor index = tensor(t.index, Shape{t.count * t.slots}, loc);
+  const Tensor plane = zeros(Shape{n, c, size.first * size.second}, x.dtype());
+  return reshape(scatter_add(plane, index, updates, 2, loc), Shape{n, c, size.first, size.second},
+                 loc);
 }
 
 }  // namespace kiln

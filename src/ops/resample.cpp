@@ -1,5 +1,6 @@
-// Resampling NCHW images: adaptive_avg_pool2d and interpolate (nearest, bilinear). Both are
-// linear and separable, so they compose from existing primitives (take, multiply-add, matmul,
+// Resampling NCHW images: adaptive_avg_pool2d, interpolate (nearest, bilinear) and
+// pixel_shuffle/pixel_unshuffle (a reshape and a transpose). The first two are linear and
+// separable, so they compose from existing primitives (take, multiply-add, matmul,
 // avg_pool2d) with index and weight tables computed here by PyTorch 1.13's formulas; their
 // derivatives (take's is a scatter-add), batching and compilation are those of the parts.
 #include <algorithm>
@@ -178,6 +179,43 @@ Tensor interpolate(const Tensor& x_in, const InterpolateOptions& o, Loc loc) {
     y = lerp_axis(y, i + 2, w);
   }
   return y;
+}
+
+// A channel block of r * r as an r x r tile: [N, C, r, r, H, W] -> [N, C, H, r, W, r].
+Tensor pixel_shuffle(const Tensor& x, int64_t r, Loc loc) {
+  const detail::CallSite site(loc);
+  constexpr std::string_view op = "pixel_shuffle";
+  if (!x.defined())
+    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
+  if (x.rank() != 4) fail(op, "input must have rank 4: got ", x.type(), ", expected [N, C, H, W]");
+  if (r < 1) fail(op, "non-positive upscale_factor: got ", r, ", expected >= 1");
+  const Shape& s = x.shape();
+  const int64_t rr = detail::checked_mul(op, r, r);
+  if (s[1] % rr != 0)
+    fail(op, "channels not divisible by upscale_factor squared: got ", x.type(),
+         " with upscale_factor ", r, ", expected C to be a multiple of ", rr);
+  const int64_t c = s[1] / rr;
+  const Tensor t =
+      transpose(reshape(x, Shape{s[0], c, r, r, s[2], s[3]}, loc), {0, 1, 4, 2, 5, 3}, loc);
+  return reshape(
+      t, Shape{s[0], c, detail::checked_mul(op, s[2], r), detail::checked_mul(op, s[3], r)}, loc);
+}
+
+// An r x r tile as a channel block: [N, C, H, r, W, r] -> [N, C, r, r, H, W].
+Tensor pixel_unshuffle(const Tensor& x, int64_t r, Loc loc) {
+  const detail::CallSite site(loc);
+  constexpr std::string_view op = "pixel_unshuffle";
+  if (!x.defined())
+    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
+  if (x.rank() != 4) fail(op, "input must have rank 4: got ", x.type(), ", expected [N, C, H, W]");
+  if (r < 1) fail(op, "non-positive downscale_factor: got ", r, ", expected >= 1");
+  const Shape& s = x.shape();
+  if (s[2] % r != 0 || s[3] % r != 0)
+    fail(op, "image not divisible by downscale_factor: got ", x.type(), " with downscale_factor ",
+         r, ", expected H and W to be multiples of it");
+  const Tensor t = transpose(reshape(x, Shape{s[0], s[1], s[2] / r, r, s[3] / r, r}, loc),
+                             {0, 1, 3, 5, 2, 4}, loc);
+  return reshape(t, Shape{s[0], detail::checked_mul(op, s[1], r * r), s[2] / r, s[3] / r}, loc);
 }
 
 }  // namespace kiln
