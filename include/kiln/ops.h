@@ -295,14 +295,15 @@ Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> output_size, const Unfo
 // pixel_unshuffle; r = upscale_factor or downscale_factor).
 Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor, Loc loc = Loc::current());
 Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor, Loc loc = Loc::current());
-enum class InterpolateMode { nearest, bilinear };
+// area is adaptive_avg_pool2d to the output size; bicubic is PyTorch's (A = -0.75).
+enum class InterpolateMode { nearest, nearest_exact, bilinear, bicubic, area };
 // Exactly one of size and scale_factor; with scale_factor the output is floor(in * scale) and
 // the source index uses 1 / scale, as PyTorch 1.13's F.interpolate.
 struct InterpolateOptions {
   std::optional<std::pair<int64_t, int64_t>> size;
   std::optional<std::pair<double, double>> scale_factor;
   InterpolateMode mode = InterpolateMode::nearest;
-  bool align_corners = false;  // bilinear only
+  bool align_corners = false;  // bilinear and bicubic only
 };
 // Resamples x [N, C, H, W] (PyTorch's F.interpolate).
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());

@@ -2,6 +2,7 @@
 // keyword arguments (docs/PYTHON.md, "Tensors, operations and interchange"), and kiln.linalg.
 // Arguments are anything asarray takes; Python scalars next to a tensor are weakly typed.
 #include <cmath>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -1108,9 +1109,17 @@ void bind_conv(py::module_& m) {
             o.scale_factor = scale_factor.cast<std::pair<double, double>>();
           }
         }
-        if (mode != "nearest" && mode != "bilinear")
-          fail("interpolate", "unknown mode: got '", mode, "', expected nearest or bilinear");
-        o.mode = mode == "nearest" ? InterpolateMode::nearest : InterpolateMode::bilinear;
+        static const std::map<std::string, InterpolateMode> modes{
+            {"nearest", InterpolateMode::nearest},
+            {"nearest-exact", InterpolateMode::nearest_exact},
+            {"bilinear", InterpolateMode::bilinear},
+            {"bicubic", InterpolateMode::bicubic},
+            {"area", InterpolateMode::area}};
+        const auto found = modes.find(mode);
+        if (found == modes.end())
+          fail("interpolate", "unknown mode: got '", mode,
+               "', expected nearest, nearest-exact, bilinear, bicubic or area");
+        o.mode = found->second;
         o.align_corners = align_corners;
         return interpolate(arg(x), o, Loc{});
       },

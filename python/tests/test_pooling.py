@@ -183,3 +183,26 @@ def test_unfold_fold_and_shuffle_errors():
         kl.pixel_shuffle(X2, 2)
     with pytest.raises(kl.Error, match=r"\[pixel_unshuffle\] image not divisible"):
         kl.pixel_unshuffle(X2, 2)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(size=(5, 11), mode="bicubic"),
+    dict(size=(5, 11), mode="bicubic", align_corners=True),
+    dict(scale_factor=1.7, mode="bicubic"),
+    dict(size=(7, 3), mode="bicubic"),
+    dict(size=(5, 11), mode="nearest-exact"),
+    dict(scale_factor=1.7, mode="nearest-exact"),
+    dict(size=(3, 5), mode="area"),
+    dict(scale_factor=0.6, mode="area"),
+])
+def test_interpolate_modes(kw):
+    check("interpolate", X2, **kw)
+    x = X2.astype(np.float32)
+    same(kl.interpolate(x, **kw), F.interpolate(torch.from_numpy(x), **kw), tol=1e-5)
+
+
+def test_interpolate_mode_errors():
+    with pytest.raises(kl.Error, match=r"\[interpolate\] unknown mode: got 'cubic'"):
+        kl.interpolate(X2, size=(3, 3), mode="cubic")
+    with pytest.raises(kl.Error, match=r"\[interpolate\] align_corners with a mode other"):
+        kl.interpolate(X2, size=(3, 3), mode="area", align_corners=True)
