@@ -128,14 +128,18 @@ Windows combine(std::string_view op, const std::vector<AxisWindows>& axes) {
   return t;
 }
 
+// x defined and of rank `rank`, the layout naming its axes.
+void expect_layout(std::string_view op, const Tensor& x, int rank, std::string_view layout) {
+  if (!x.defined())
+    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
+  if (x.rank() != rank)
+    fail(op, "input must have rank ", rank, ": got ", x.type(), ", expected ", layout);
+}
+
 // x [N, C, *spatial] with `rank` spatial axes, each non-empty, as floating point.
 Tensor pool_input(std::string_view op, const Tensor& x, int rank, Loc loc) {
   static constexpr std::array layouts{"[N, C, W]", "[N, C, H, W]", "[N, C, D, H, W]"};
-  if (!x.defined())
-    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
-  if (x.rank() != rank + 2)
-    fail(op, "input must have rank ", rank + 2, ": got ", x.type(), ", expected ",
-         layouts[static_cast<std::size_t>(rank - 1)]);
+  expect_layout(op, x, rank + 2, layouts[static_cast<std::size_t>(rank - 1)]);
   for (int i = 2; i < x.rank(); ++i)
     if (x.shape()[i] == 0)
       fail(op, "empty spatial axis: got input ", x.type(), ", expected spatial sizes >= 1");
@@ -416,10 +420,7 @@ Tensor adaptive_avg_pool3d(const Tensor& x_in, std::array<int64_t, 3> size, Loc 
 Tensor unfold(const Tensor& x_in, const UnfoldOptions& o, Loc loc) {
   const detail::CallSite site(loc);
   constexpr std::string_view op = "unfold";
-  if (!x_in.defined())
-    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
-  if (x_in.rank() != 4)
-    fail(op, "input must have rank 4: got ", x_in.type(), ", expected [N, C, H, W]");
+  expect_layout(op, x_in, 4, "[N, C, H, W]");
   const Shape& s = x_in.shape();
   const Windows t = combine(op, strided_axes(op, {s[2], s[3]}, unfold_spec(o)));
   const Tensor v = gather(x_in, t, loc);
@@ -431,10 +432,7 @@ Tensor unfold(const Tensor& x_in, const UnfoldOptions& o, Loc loc) {
 Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> size, const UnfoldOptions& o, Loc loc) {
   const detail::CallSite site(loc);
   constexpr std::string_view op = "fold";
-  if (!x.defined())
-    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
-  if (x.rank() != 3)
-    fail(op, "input must have rank 3: got ", x.type(), ", expected [N, C * KH * KW, L]");
+  expect_layout(op, x, 3, "[N, C * KH * KW, L]");
   if (size.first < 1 || size.second < 1)
     fail(op, "non-positive output size: got [", size.first, ", ", size.second,
          "], expected sizes >= 1");

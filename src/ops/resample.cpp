@@ -15,11 +15,15 @@
 namespace kiln {
 namespace {
 
-void expect_images(std::string_view op, const Tensor& x) {
+void expect_nchw(std::string_view op, const Tensor& x) {
   if (!x.defined())
     fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
   if (x.shape().rank() != 4)
     fail(op, "input must have rank 4: got ", x.type(), ", expected [N, C, H, W]");
+}
+
+void expect_images(std::string_view op, const Tensor& x) {
+  expect_nchw(op, x);
   if (x.shape()[2] == 0 || x.shape()[3] == 0)
     fail(op, "empty image: got input ", x.type(), ", expected H >= 1 and W >= 1");
 }
@@ -239,9 +243,7 @@ Tensor interpolate(const Tensor& x_in, const InterpolateOptions& o, Loc loc) {
 Tensor pixel_shuffle(const Tensor& x, int64_t r, Loc loc) {
   const detail::CallSite site(loc);
   constexpr std::string_view op = "pixel_shuffle";
-  if (!x.defined())
-    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
-  if (x.rank() != 4) fail(op, "input must have rank 4: got ", x.type(), ", expected [N, C, H, W]");
+  expect_nchw(op, x);
   if (r < 1) fail(op, "non-positive upscale_factor: got ", r, ", expected >= 1");
   const Shape& s = x.shape();
   const int64_t rr = detail::checked_mul(op, r, r);
@@ -259,9 +261,7 @@ Tensor pixel_shuffle(const Tensor& x, int64_t r, Loc loc) {
 Tensor pixel_unshuffle(const Tensor& x, int64_t r, Loc loc) {
   const detail::CallSite site(loc);
   constexpr std::string_view op = "pixel_unshuffle";
-  if (!x.defined())
-    fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
-  if (x.rank() != 4) fail(op, "input must have rank 4: got ", x.type(), ", expected [N, C, H, W]");
+  expect_nchw(op, x);
   if (r < 1) fail(op, "non-positive downscale_factor: got ", r, ", expected >= 1");
   const Shape& s = x.shape();
   if (s[2] % r != 0 || s[3] % r != 0)
