@@ -173,14 +173,69 @@ struct Conv2dOptions {
 // x: [N, C, H, W], w: [O, C/groups, KH, KW].
 Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& options = {},
               Loc loc = Loc::current());
+// PyTorch's pooling options. ceil_mode rounds the output size up, but the last window must
+// start inside the input or the left padding. dilation is max pooling's only;
+// count_include_pad and divisor_override average pooling's.
 struct Pool2dOptions {
   std::pair<int64_t, int64_t> kernel{2, 2};
   std::optional<std::pair<int64_t, int64_t>> stride;  // defaults to the kernel size
   std::pair<int64_t, int64_t> padding{0, 0};
+  std::pair<int64_t, int64_t> dilation{1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+  std::optional<int64_t> divisor_override;
 };
 Tensor max_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = Loc::current());
-// Padding counts toward the divisor (count_include_pad, like PyTorch's default).
 Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& options = {}, Loc loc = Loc::current());
+// A max pooling's values and, per element, the flat index of the chosen input element within
+// its [*spatial] plane (int64; PyTorch's return_indices).
+struct MaxPoolResult {
+  Tensor values;
+  Tensor indices;
+};
+MaxPoolResult max_pool2d_with_indices(const Tensor& x, const Pool2dOptions& options = {},
+                                      Loc loc = Loc::current());
+// 1-d (x [N, C, W]) and 3-d (x [N, C, D, H, W]) pooling with the options of Pool2dOptions
+// (divisor_override: 3-d only, as PyTorch).
+struct Pool1dOptions {
+  int64_t kernel = 2;
+  std::optional<int64_t> stride;
+  int64_t padding = 0;
+  int64_t dilation = 1;
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+};
+struct Pool3dOptions {
+  std::array<int64_t, 3> kernel{2, 2, 2};
+  std::optional<std::array<int64_t, 3>> stride;
+  std::array<int64_t, 3> padding{0, 0, 0};
+  std::array<int64_t, 3> dilation{1, 1, 1};
+  bool ceil_mode = false;
+  bool count_include_pad = true;
+  std::optional<int64_t> divisor_override;
+};
+Tensor max_pool1d(const Tensor& x, const Pool1dOptions& options = {}, Loc loc = Loc::current());
+Tensor avg_pool1d(const Tensor& x, const Pool1dOptions& options = {}, Loc loc = Loc::current());
+MaxPoolResult max_pool1d_with_indices(const Tensor& x, const Pool1dOptions& options = {},
+                                      Loc loc = Loc::current());
+Tensor max_pool3d(const Tensor& x, const Pool3dOptions& options = {}, Loc loc = Loc::current());
+Tensor avg_pool3d(const Tensor& x, const Pool3dOptions& options = {}, Loc loc = Loc::current());
+MaxPoolResult max_pool3d_with_indices(const Tensor& x, const Pool3dOptions& options = {},
+                                      Loc loc = Loc::current());
+// Maxima over windows [floor(i * in / out), ceil((i + 1) * in / out)) per axis (PyTorch's
+// adaptive_max_poolNd).
+Tensor adaptive_max_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
+Tensor adaptive_max_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_size,
+                           Loc loc = Loc::current());
+Tensor adaptive_max_pool3d(const Tensor& x, std::array<int64_t, 3> output_size,
+                           Loc loc = Loc::current());
+MaxPoolResult adaptive_max_pool1d_with_indices(const Tensor& x, int64_t output_size,
+                                               Loc loc = Loc::current());
+MaxPoolResult adaptive_max_pool2d_with_indices(const Tensor& x,
+                                               std::pair<int64_t, int64_t> output_size,
+                                               Loc loc = Loc::current());
+MaxPoolResult adaptive_max_pool3d_with_indices(const Tensor& x, std::array<int64_t, 3> output_size,
+                                               Loc loc = Loc::current());
 
 // ---- convolutions and resampling (issue 15): 1d/3d, transposed, adaptive, interpolate ---
 // As conv2d over NCW (x [N, C, W], w [O, C/groups, KW]) and NCDHW (x [N, C, D, H, W],
@@ -236,14 +291,36 @@ Tensor conv_transpose3d(const Tensor& x, const Tensor& w,
 // adaptive_avg_pool2d), x: [N, C, H, W] -> [N, C, OH, OW].
 Tensor adaptive_avg_pool2d(const Tensor& x, std::pair<int64_t, int64_t> output_size,
                            Loc loc = Loc::current());
-enum class InterpolateMode { nearest, bilinear };
+Tensor adaptive_avg_pool1d(const Tensor& x, int64_t output_size, Loc loc = Loc::current());
+Tensor adaptive_avg_pool3d(const Tensor& x, std::array<int64_t, 3> output_size,
+                           Loc loc = Loc::current());
+// PyTorch's F.unfold (im2col): x [N, C, H, W] -> [N, C * KH * KW, L], column l holding
+// window l's elements (zero where in the padding), channel-major then row-major in the window;
+// windows row-major, L of them. Any padding >= 0.
+struct UnfoldOptions {
+  std::pair<int64_t, int64_t> kernel{1, 1};
+  std::pair<int64_t, int64_t> dilation{1, 1};
+  std::pair<int64_t, int64_t> padding{0, 0};
+  std::pair<int64_t, int64_t> stride{1, 1};
+};
+Tensor unfold(const Tensor& x, const UnfoldOptions& options, Loc loc = Loc::current());
+// PyTorch's F.fold, unfold's transpose: x [N, C * KH * KW, L] summed back into
+// [N, C, output_size], the padding dropped.
+Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> output_size, const UnfoldOptions& options,
+            Loc loc = Loc::current());
+// [N, C * r * r, H, W] -> [N, C, H * r, W * r] and back (PyTorch's pixel_shuffle and
+// pixel_unshuffle; r = upscale_factor or downscale_factor).
+Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor, Loc loc = Loc::current());
+Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor, Loc loc = Loc::current());
+// area is adaptive_avg_pool2d to the output size; bicubic is PyTorch's (A = -0.75).
+enum class InterpolateMode { nearest, nearest_exact, bilinear, bicubic, area };
 // Exactly one of size and scale_factor; with scale_factor the output is floor(in * scale) and
 // the source index uses 1 / scale, as PyTorch 1.13's F.interpolate.
 struct InterpolateOptions {
   std::optional<std::pair<int64_t, int64_t>> size;
   std::optional<std::pair<double, double>> scale_factor;
   InterpolateMode mode = InterpolateMode::nearest;
-  bool align_corners = false;  // bilinear only
+  bool align_corners = false;  // bilinear and bicubic only
 };
 // Resamples x [N, C, H, W] (PyTorch's F.interpolate).
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());

@@ -2,6 +2,7 @@
 // keyword arguments (docs/PYTHON.md, "Tensors, operations and interchange"), and kiln.linalg.
 // Arguments are anything asarray takes; Python scalars next to a tensor are weakly typed.
 #include <cmath>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -970,30 +971,112 @@ void bind_conv(py::module_& m) {
       py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
       py::arg("output_padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
       "Transposed convolution of x [N, C, D, H, W] with w [C, O/groups, KD, KH, KW].");
-  auto pool_options = [](py::object kernel_size, py::object stride, py::object padding,
-                         const char* op) {
-    Pool2dOptions o;
-    o.kernel = pair(kernel_size, op, "kernel_size");
-    if (!stride.is_none()) o.stride = pair(stride, op, "stride");
-    o.padding = pair(padding, op, "padding");
-    return o;
+  // PyTorch's F.max_poolNd / F.avg_poolNd / F.adaptive_*_poolNd, keyword for keyword.
+  auto max_result = [](MaxPoolResult r, bool return_indices) -> py::object {
+    if (return_indices) return py::make_tuple(r.values, r.indices);
+    return py::cast(r.values);
   };
   m.def(
+      "max_pool1d",
+      [max_result](py::object x, int64_t kernel_size, std::optional<int64_t> stride,
+                   int64_t padding, int64_t dilation, bool ceil_mode, bool return_indices) {
+        const Pool1dOptions o{kernel_size, stride, padding, dilation, ceil_mode, true};
+        if (return_indices) return max_result(max_pool1d_with_indices(arg(x), o, Loc{}), true);
+        return py::cast(max_pool1d(arg(x), o, Loc{}));
+      },
+      py::arg("x"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+      py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = false,
+      "Max pooling over x [N, C, W] (PyTorch's F.max_pool1d); stride defaults to the kernel.");
+  m.def(
       "max_pool2d",
-      [pool_options](py::object x, py::object kernel_size, py::object stride, py::object padding) {
-        return max_pool2d(arg(x), pool_options(kernel_size, stride, padding, "max_pool2d"), Loc{});
+      [max_result](py::object x, py::object kernel_size, py::object stride, py::object padding,
+                   py::object dilation, bool ceil_mode, bool return_indices) {
+        constexpr const char* op = "max_pool2d";
+        Pool2dOptions o;
+        o.kernel = pair(kernel_size, op, "kernel_size");
+        if (!stride.is_none()) o.stride = pair(stride, op, "stride");
+        o.padding = pair(padding, op, "padding");
+        o.dilation = pair(dilation, op, "dilation");
+        o.ceil_mode = ceil_mode;
+        if (return_indices) return max_result(max_pool2d_with_indices(arg(x), o, Loc{}), true);
+        return py::cast(max_pool2d(arg(x), o, Loc{}));
       },
       py::arg("x"), py::arg("kernel_size") = 2, py::arg("stride") = py::none(),
-      py::arg("padding") = 0, "Max pooling over x [N, C, H, W]; stride defaults to the kernel.");
+      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("ceil_mode") = false,
+      py::arg("return_indices") = false,
+      "Max pooling over x [N, C, H, W] (PyTorch's F.max_pool2d); stride defaults to the "
+      "kernel; return_indices adds each maximum's flat index in its plane.");
+  m.def(
+      "max_pool3d",
+      [max_result](py::object x, py::object kernel_size, py::object stride, py::object padding,
+                   py::object dilation, bool ceil_mode, bool return_indices) {
+        constexpr const char* op = "max_pool3d";
+        Pool3dOptions o;
+        o.kernel = ints<3>(kernel_size, op, "kernel_size");
+        if (!stride.is_none()) o.stride = ints<3>(stride, op, "stride");
+        o.padding = ints<3>(padding, op, "padding");
+        o.dilation = ints<3>(dilation, op, "dilation");
+        o.ceil_mode = ceil_mode;
+        if (return_indices) return max_result(max_pool3d_with_indices(arg(x), o, Loc{}), true);
+        return py::cast(max_pool3d(arg(x), o, Loc{}));
+      },
+      py::arg("x"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+      py::arg("dilation") = 1, py::arg("ceil_mode") = false, py::arg("return_indices") = false,
+      "Max pooling over x [N, C, D, H, W] (PyTorch's F.max_pool3d).");
+  m.def(
+      "avg_pool1d",
+      [](py::object x, int64_t kernel_size, std::optional<int64_t> stride, int64_t padding,
+         bool ceil_mode, bool count_include_pad) {
+        return avg_pool1d(arg(x), {kernel_size, stride, padding, 1, ceil_mode, count_include_pad},
+                          Loc{});
+      },
+      py::arg("x"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+      py::arg("ceil_mode") = false, py::arg("count_include_pad") = true,
+      "Average pooling over x [N, C, W] (PyTorch's F.avg_pool1d).");
   m.def(
       "avg_pool2d",
-      [pool_options](py::object x, py::object kernel_size, py::object stride, py::object padding) {
-        return avg_pool2d(arg(x), pool_options(kernel_size, stride, padding, "avg_pool2d"), Loc{});
+      [](py::object x, py::object kernel_size, py::object stride, py::object padding,
+         bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
+        constexpr const char* op = "avg_pool2d";
+        Pool2dOptions o;
+        o.kernel = pair(kernel_size, op, "kernel_size");
+        if (!stride.is_none()) o.stride = pair(stride, op, "stride");
+        o.padding = pair(padding, op, "padding");
+        o.ceil_mode = ceil_mode;
+        o.count_include_pad = count_include_pad;
+        o.divisor_override = divisor_override;
+        return avg_pool2d(arg(x), o, Loc{});
       },
       py::arg("x"), py::arg("kernel_size") = 2, py::arg("stride") = py::none(),
-      py::arg("padding") = 0,
-      "Average pooling over x [N, C, H, W]; padding counts toward the divisor (PyTorch's "
-      "default).");
+      py::arg("padding") = 0, py::arg("ceil_mode") = false, py::arg("count_include_pad") = true,
+      py::arg("divisor_override") = py::none(),
+      "Average pooling over x [N, C, H, W] (PyTorch's F.avg_pool2d); padding counts toward "
+      "the divisor unless count_include_pad=False.");
+  m.def(
+      "avg_pool3d",
+      [](py::object x, py::object kernel_size, py::object stride, py::object padding,
+         bool ceil_mode, bool count_include_pad, std::optional<int64_t> divisor_override) {
+        constexpr const char* op = "avg_pool3d";
+        Pool3dOptions o;
+        o.kernel = ints<3>(kernel_size, op, "kernel_size");
+        if (!stride.is_none()) o.stride = ints<3>(stride, op, "stride");
+        o.padding = ints<3>(padding, op, "padding");
+        o.ceil_mode = ceil_mode;
+        o.count_include_pad = count_include_pad;
+        o.divisor_override = divisor_override;
+        return avg_pool3d(arg(x), o, Loc{});
+      },
+      py::arg("x"), py::arg("kernel_size"), py::arg("stride") = py::none(), py::arg("padding") = 0,
+      py::arg("ceil_mode") = false, py::arg("count_include_pad") = true,
+      py::arg("divisor_override") = py::none(),
+      "Average pooling over x [N, C, D, H, W] (PyTorch's F.avg_pool3d).");
+  m.def(
+      "adaptive_avg_pool1d",
+      [](py::object x, int64_t output_size) {
+        return adaptive_avg_pool1d(arg(x), output_size, Loc{});
+      },
+      py::arg("x"), py::arg("output_size"),
+      "Averages over windows of x [N, C, W] giving `output_size` (PyTorch's).");
   m.def(
       "adaptive_avg_pool2d",
       [](py::object x, py::object output_size) {
@@ -1002,6 +1085,77 @@ void bind_conv(py::module_& m) {
       },
       py::arg("x"), py::arg("output_size"),
       "Averages over windows giving an output of `output_size` (PyTorch's).");
+  m.def(
+      "adaptive_avg_pool3d",
+      [](py::object x, py::object output_size) {
+        return adaptive_avg_pool3d(
+            arg(x), ints<3>(output_size, "adaptive_avg_pool3d", "output_size"), Loc{});
+      },
+      py::arg("x"), py::arg("output_size"),
+      "Averages over windows of x [N, C, D, H, W] giving `output_size` (PyTorch's).");
+  m.def(
+      "adaptive_max_pool1d",
+      [max_result](py::object x, int64_t output_size, bool return_indices) {
+        return max_result(adaptive_max_pool1d_with_indices(arg(x), output_size, Loc{}),
+                          return_indices);
+      },
+      py::arg("x"), py::arg("output_size"), py::arg("return_indices") = false,
+      "Maxima over windows of x [N, C, W] giving `output_size` (PyTorch's).");
+  m.def(
+      "adaptive_max_pool2d",
+      [max_result](py::object x, py::object output_size, bool return_indices) {
+        const auto size = pair(output_size, "adaptive_max_pool2d", "output_size");
+        return max_result(adaptive_max_pool2d_with_indices(arg(x), size, Loc{}), return_indices);
+      },
+      py::arg("x"), py::arg("output_size"), py::arg("return_indices") = false,
+      "Maxima over windows of x [N, C, H, W] giving `output_size` (PyTorch's).");
+  m.def(
+      "adaptive_max_pool3d",
+      [max_result](py::object x, py::object output_size, bool return_indices) {
+        const auto size = ints<3>(output_size, "adaptive_max_pool3d", "output_size");
+        return max_result(adaptive_max_pool3d_with_indices(arg(x), size, Loc{}), return_indices);
+      },
+      py::arg("x"), py::arg("output_size"), py::arg("return_indices") = false,
+      "Maxima over windows of x [N, C, D, H, W] giving `output_size` (PyTorch's).");
+  auto unfold_options = [](py::object kernel_size, py::object dilation, py::object padding,
+                           py::object stride, const char* op) {
+    return UnfoldOptions{pair(kernel_size, op, "kernel_size"), pair(dilation, op, "dilation"),
+                         pair(padding, op, "padding"), pair(stride, op, "stride")};
+  };
+  m.def(
+      "unfold",
+      [unfold_options](py::object x, py::object kernel_size, py::object dilation,
+                       py::object padding, py::object stride) {
+        return unfold(arg(x), unfold_options(kernel_size, dilation, padding, stride, "unfold"),
+                      Loc{});
+      },
+      py::arg("x"), py::arg("kernel_size"), py::arg("dilation") = 1, py::arg("padding") = 0,
+      py::arg("stride") = 1,
+      "Sliding windows of x [N, C, H, W] as columns [N, C * KH * KW, L] (PyTorch's F.unfold).");
+  m.def(
+      "fold",
+      [unfold_options](py::object x, py::object output_size, py::object kernel_size,
+                       py::object dilation, py::object padding, py::object stride) {
+        return fold(arg(x), pair(output_size, "fold", "output_size"),
+                    unfold_options(kernel_size, dilation, padding, stride, "fold"), Loc{});
+      },
+      py::arg("x"), py::arg("output_size"), py::arg("kernel_size"), py::arg("dilation") = 1,
+      py::arg("padding") = 0, py::arg("stride") = 1,
+      "Columns [N, C * KH * KW, L] summed back into [N, C, *output_size] (PyTorch's F.fold).");
+  m.def(
+      "pixel_shuffle",
+      [](py::object x, int64_t upscale_factor) {
+        return pixel_shuffle(arg(x), upscale_factor, Loc{});
+      },
+      py::arg("x"), py::arg("upscale_factor"),
+      "[N, C * r * r, H, W] -> [N, C, H * r, W * r] (PyTorch's F.pixel_shuffle).");
+  m.def(
+      "pixel_unshuffle",
+      [](py::object x, int64_t downscale_factor) {
+        return pixel_unshuffle(arg(x), downscale_factor, Loc{});
+      },
+      py::arg("x"), py::arg("downscale_factor"),
+      "[N, C, H * r, W * r] -> [N, C * r * r, H, W] (PyTorch's F.pixel_unshuffle).");
   m.def(
       "interpolate",
       [](py::object x, py::object size, py::object scale_factor, const std::string& mode,
@@ -1016,9 +1170,17 @@ void bind_conv(py::module_& m) {
             o.scale_factor = scale_factor.cast<std::pair<double, double>>();
           }
         }
-        if (mode != "nearest" && mode != "bilinear")
-          fail("interpolate", "unknown mode: got '", mode, "', expected nearest or bilinear");
-        o.mode = mode == "nearest" ? InterpolateMode::nearest : InterpolateMode::bilinear;
+        static const std::map<std::string, InterpolateMode> modes{
+            {"nearest", InterpolateMode::nearest},
+            {"nearest-exact", InterpolateMode::nearest_exact},
+            {"bilinear", InterpolateMode::bilinear},
+            {"bicubic", InterpolateMode::bicubic},
+            {"area", InterpolateMode::area}};
+        const auto found = modes.find(mode);
+        if (found == modes.end())
+          fail("interpolate", "unknown mode: got '", mode,
+               "', expected nearest, nearest-exact, bilinear, bicubic or area");
+        o.mode = found->second;
         o.align_corners = align_corners;
         return interpolate(arg(x), o, Loc{});
       },

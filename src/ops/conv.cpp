@@ -1,6 +1,7 @@
 // Convolution over 1, 2 or 3 spatial axes (NCW, NCHW, NCDHW) and pooling over NCHW images:
 // the `conv`, `conv_input_grad`, `conv_weight_grad`, `max_pool2d` and `avg_pool2d` primitives
-// and their public ops (conv1d/2d/3d, conv_transpose1d/2d/3d, the poolings).
+// and the public convolutions (conv1d/2d/3d, conv_transpose1d/2d/3d; the public poolings are
+// in src/ops/pool.cpp).
 //
 // conv and its two gradients run through oneDNN in float32 (src/ops/conv_dnnl.cpp: 1.5-2x
 // faster than im2col here); otherwise they lower to im2col + OpenBLAS gemm per group; small
@@ -1074,32 +1075,12 @@ const Primitive& prim::avg_pool2d() {
 
 namespace {
 
-std::vector<int64_t> ints(std::pair<int64_t, int64_t> p) { return {p.first, p.second}; }
-
-Tensor to_float(const Tensor& x, Loc loc) {
-  const detail::CallSite site(loc);
-  return ops::cast_if_needed(x, to_floating(x.dtype()), loc);
-}
-
-Tensor pool(const Primitive& p, const Tensor& x, const Pool2dOptions& o, Loc loc) {
-  const detail::CallSite site(loc);
-  if (!x.defined())
-    fail(p.name, "undefined input: got a default-constructed Tensor, expected a tensor");
-  const Attrs attrs{{"kernel", ints(o.kernel)},
-                    {"stride", ints(o.stride.value_or(o.kernel))},
-                    {"padding", ints(o.padding)}};
-  return bind1(p, {to_float(x, loc)}, attrs, loc);
-}
-
-}  // namespace
-
-namespace {
-
 // The options of a public convolution of any rank, one value per spatial axis.
 struct ConvArgs {
   std::vector<int64_t> stride, padding, dilation, output_padding;
   int64_t groups;
 };
+std::vector<int64_t> ints(std::pair<int64_t, int64_t> p) { return {p.first, p.second}; }
 std::vector<int64_t> ints(int64_t v) { return {v}; }
 std::vector<int64_t> ints(const std::array<int64_t, 3>& v) { return {v.begin(), v.end()}; }
 
@@ -1223,15 +1204,6 @@ Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const ConvTranspose3dO
   return conv_transpose_nd(
       3, x, w,
       {ints(o.stride), ints(o.padding), ints(o.dilation), ints(o.output_padding), o.groups}, loc);
-}
-
-Tensor max_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
-  const detail::CallSite site(loc);
-  return pool(prim::max_pool2d(), x, o, loc);
-}
-Tensor avg_pool2d(const Tensor& x, const Pool2dOptions& o, Loc loc) {
-  const detail::CallSite site(loc);
-  return pool(prim::avg_pool2d(), x, o, loc);
 }
 
 }  // namespace kiln

@@ -1,5 +1,6 @@
-// Resampling NCHW images: adaptive_avg_pool2d and interpolate (nearest, bilinear). Both are
-// linear and separable, so they compose from existing primitives (take, multiply-add, matmul,
+// Resampling NCHW images: adaptive_avg_pool2d, interpolate (nearest, bilinear) and
+// pixel_shuffle/pixel_unshuffle (a reshape and a transpose). The first two are linear and
+// separable, so they compose from existing primitives (take, multiply-add, matmul,
 // avg_pool2d) with index and weight tables computed here by PyTorch 1.13's formulas; their
 // derivatives (take's is a scatter-add), batching and compilation are those of the parts.
 #include <algorithm>
@@ -14,11 +15,15 @@
 namespace kiln {
 namespace {
 
-void expect_images(std::string_view op, const Tensor& x) {
+void expect_nchw(std::string_view op, const Tensor& x) {
   if (!x.defined())
     fail(op, "undefined input: got a default-constructed Tensor, expected a tensor");
   if (x.shape().rank() != 4)
     fail(op, "input must have rank 4: got ", x.type(), ", expected [N, C, H, W]");
+}
+
+void expect_images(std::string_view op, const Tensor& x) {
+  expect_nchw(op, x);
   if (x.shape()[2] == 0 || x.shape()[3] == 0)
     fail(op, "empty image: got input ", x.type(), ", expected H >= 1 and W >= 1");
 }
@@ -68,25 +73,34 @@ std::optional<std::vector<int64_t>> nearest_index(const Axis& a) {
   return idx;
 }
 
-// Bilinear along one axis: out[j] = l0[j] * in[i0[j]] + l1[j] * in[i1[j]].
-struct Lerp {
-  std::vector<int64_t> i0, i1;
-  std::vector<double> l0, l1;
+// One axis of a linear resampling: out[j] = sum over taps t of weight[t][j] * in[index[t][j]].
+struct Taps {
+  std::vector<std::vector<int64_t>> index;
+  std::vector<std::vector<double>> weight;
+  explicit Taps(std::size_t n) : index(n), weight(n) {}
+  void add(std::size_t t, int64_t i, double w) {
+    index[t].push_back(i);
+    weight[t].push_back(w);
+  }
 };
+
+// PyTorch's area_pixel_compute_scale: the source step per output step.
+template <typename A>
+A source_step(const Axis& a, bool align_corners) {
+  if (!align_corners) return inverse_scale<A>(a);
+  return a.out > 1 ? static_cast<A>(a.in - 1) / static_cast<A>(a.out - 1) : A{0};
+}
+
 // PyTorch's compute_source_index_and_lambda in the precision A of its kernel (float for
 // float32 and narrower, double for float64).
 template <typename A>
-Lerp lerp_weights(const Axis& a, bool align_corners) {
-  Lerp w;
-  const A ratio = align_corners
-                      ? (a.out > 1 ? static_cast<A>(a.in - 1) / static_cast<A>(a.out - 1) : A{0})
-                      : inverse_scale<A>(a);
+Taps lerp_weights(const Axis& a, bool align_corners) {
+  Taps w(2);
+  const A ratio = source_step<A>(a, align_corners);
   for (int64_t j = 0; j < a.out; ++j) {
     if (a.out == a.in) {  // a copy
-      w.i0.push_back(j);
-      w.i1.push_back(j);
-      w.l0.push_back(1.0);
-      w.l1.push_back(0.0);
+      w.add(0, j, 1.0);
+      w.add(1, j, 0.0);
       continue;
     }
     A src = align_corners ? ratio * static_cast<A>(j)
@@ -94,10 +108,31 @@ Lerp lerp_weights(const Axis& a, bool align_corners) {
     if (src < A{0}) src = A{0};
     const int64_t i0 = static_cast<int64_t>(src);
     const A l1 = std::clamp(src - static_cast<A>(i0), A{0}, A{1});
-    w.i0.push_back(i0);
-    w.i1.push_back(i0 + (i0 < a.in - 1 ? 1 : 0));
-    w.l0.push_back(static_cast<double>(A{1} - l1));
-    w.l1.push_back(static_cast<double>(l1));
+    w.add(0, i0, static_cast<double>(A{1} - l1));
+    w.add(1, i0 + (i0 < a.in - 1 ? 1 : 0), static_cast<double>(l1));
+  }
+  return w;
+}
+
+// PyTorch's bicubic taps (cubic convolution with A = -0.75) at source x - 1 .. x + 2, clamped
+// to the input; the source index is not clamped at 0 (unlike bilinear).
+template <typename A>
+Taps cubic_weights(const Axis& a, bool align_corners) {
+  Taps w(4);
+  const A ratio = source_step<A>(a, align_corners), c = static_cast<A>(-0.75);
+  auto near = [c](A x) { return ((c + 2) * x - (c + 3)) * x * x + 1; };       // |x| <= 1
+  auto far = [c](A x) { return ((c * x - 5 * c) * x + 8 * c) * x - 4 * c; };  // 1 < |x| < 2
+  for (int64_t j = 0; j < a.out; ++j) {
+    const A src = align_corners
+                      ? ratio * static_cast<A>(j)
+                      : ratio * (static_cast<A>(j) + static_cast<A>(0.5)) - static_cast<A>(0.5);
+    const A fl = std::floor(src);
+    const auto i = static_cast<int64_t>(fl);
+    const A t = src - fl;
+    const A weights[4] = {far(t + 1), near(t), near(1 - t), far(2 - t)};
+    for (int64_t k = 0; k < 4; ++k)
+      w.add(static_cast<std::size_t>(k), std::clamp<int64_t>(i - 1 + k, 0, a.in - 1),
+            static_cast<double>(weights[k]));
   }
   return w;
 }
@@ -108,10 +143,26 @@ Tensor along(const std::vector<double>& v, int axis, DType dt) {
   return astype(tensor(v, axis == 2 ? Shape{n, 1} : Shape{n}), dt);
 }
 
-Tensor lerp_axis(const Tensor& x, int axis, const Lerp& w) {
-  const auto n = static_cast<int64_t>(w.i0.size());
-  const Tensor a = take(x, tensor(w.i0, Shape{n}), axis) * along(w.l0, axis, x.dtype());
-  return a + take(x, tensor(w.i1, Shape{n}), axis) * along(w.l1, axis, x.dtype());
+Tensor taps_axis(const Tensor& x, int axis, const Taps& w) {
+  Tensor y;
+  for (std::size_t t = 0; t < w.index.size(); ++t) {
+    const auto n = static_cast<int64_t>(w.index[t].size());
+    const Tensor term =
+        take(x, tensor(w.index[t], Shape{n}), axis) * along(w.weight[t], axis, x.dtype());
+    y = t == 0 ? term : y + term;
+  }
+  return y;
+}
+
+// PyTorch's nearest-exact: source min(floor((dst + 1/2) * in / out), in - 1) in float.
+std::vector<int64_t> nearest_exact_index(const Axis& a) {
+  std::vector<int64_t> idx;
+  const float s = inverse_scale<float>(a);
+  for (int64_t j = 0; j < a.out; ++j)
+    idx.push_back(std::min(static_cast<int64_t>(std::floor(static_cast<float>(
+                               (static_cast<double>(j) + 0.5) * static_cast<double>(s)))),
+                           a.in - 1));
+  return idx;
 }
 
 }  // namespace
@@ -139,10 +190,10 @@ Tensor interpolate(const Tensor& x_in, const InterpolateOptions& o, Loc loc) {
   if (o.size.has_value() == o.scale_factor.has_value())
     fail(op, "give exactly one of size and scale_factor: got ", o.size ? "both" : "neither",
          ", expected one");
-  if (o.align_corners && o.mode == InterpolateMode::nearest)
+  if (o.align_corners && o.mode != InterpolateMode::bilinear && o.mode != InterpolateMode::bicubic)
     fail(op,
-         "align_corners with mode nearest: got align_corners=true, expected it only with "
-         "bilinear (as PyTorch)");
+         "align_corners with a mode other than bilinear or bicubic: got align_corners=true, "
+         "expected it only with those (as PyTorch)");
   std::vector<Axis> axes;
   for (int i = 0; i < 2; ++i) {
     const int64_t in = x_in.shape()[i + 2];
@@ -161,23 +212,64 @@ Tensor interpolate(const Tensor& x_in, const InterpolateOptions& o, Loc loc) {
            "] for input ", x_in.type(), ", expected finite positive factors giving sizes >= 1");
     axes.push_back({in, static_cast<int64_t>(out), s});
   }
-  if (o.mode == InterpolateMode::nearest) {
+  if (o.mode == InterpolateMode::nearest || o.mode == InterpolateMode::nearest_exact) {
     Tensor y = x_in;
     for (int i = 1; i >= 0; --i) {
-      if (const auto idx = nearest_index(axes[i]))
-        y = take(y, tensor(*idx, Shape{axes[i].out}), i + 2, loc);
+      const std::optional<std::vector<int64_t>> idx = o.mode == InterpolateMode::nearest
+                                                          ? nearest_index(axes[i])
+                                                          : nearest_exact_index(axes[i]);
+      if (idx) y = take(y, tensor(*idx, Shape{axes[i].out}), i + 2, loc);
     }
     return y;
   }
+  if (o.mode == InterpolateMode::area)
+    return adaptive_avg_pool2d(x_in, {axes[0].out, axes[1].out}, loc);
   Tensor y = as_floating(x_in, loc);
+  const bool cubic = o.mode == InterpolateMode::bicubic;
   // Width first, then height: PyTorch's order of the sums.
   for (int i = 1; i >= 0; --i) {
-    if (axes[i].out == axes[i].in) continue;
-    const Lerp w = y.dtype() == float64 ? lerp_weights<double>(axes[i], o.align_corners)
-                                        : lerp_weights<float>(axes[i], o.align_corners);
-    y = lerp_axis(y, i + 2, w);
+    if (axes[i].out == axes[i].in && !cubic) continue;
+    const bool wide = y.dtype() == float64;
+    const Taps w = cubic ? (wide ? cubic_weights<double>(axes[i], o.align_corners)
+                                 : cubic_weights<float>(axes[i], o.align_corners))
+                         : (wide ? lerp_weights<double>(axes[i], o.align_corners)
+                                 : lerp_weights<float>(axes[i], o.align_corners));
+    y = taps_axis(y, i + 2, w);
   }
   return y;
+}
+
+// A channel block of r * r as an r x r tile: [N, C, r, r, H, W] -> [N, C, H, r, W, r].
+Tensor pixel_shuffle(const Tensor& x, int64_t r, Loc loc) {
+  const detail::CallSite site(loc);
+  constexpr std::string_view op = "pixel_shuffle";
+  expect_nchw(op, x);
+  if (r < 1) fail(op, "non-positive upscale_factor: got ", r, ", expected >= 1");
+  const Shape& s = x.shape();
+  const int64_t rr = detail::checked_mul(op, r, r);
+  if (s[1] % rr != 0)
+    fail(op, "channels not divisible by upscale_factor squared: got ", x.type(),
+         " with upscale_factor ", r, ", expected C to be a multiple of ", rr);
+  const int64_t c = s[1] / rr;
+  const Tensor t =
+      transpose(reshape(x, Shape{s[0], c, r, r, s[2], s[3]}, loc), {0, 1, 4, 2, 5, 3}, loc);
+  return reshape(
+      t, Shape{s[0], c, detail::checked_mul(op, s[2], r), detail::checked_mul(op, s[3], r)}, loc);
+}
+
+// An r x r tile as a channel block: [N, C, H, r, W, r] -> [N, C, r, r, H, W].
+Tensor pixel_unshuffle(const Tensor& x, int64_t r, Loc loc) {
+  const detail::CallSite site(loc);
+  constexpr std::string_view op = "pixel_unshuffle";
+  expect_nchw(op, x);
+  if (r < 1) fail(op, "non-positive downscale_factor: got ", r, ", expected >= 1");
+  const Shape& s = x.shape();
+  if (s[2] % r != 0 || s[3] % r != 0)
+    fail(op, "image not divisible by downscale_factor: got ", x.type(), " with downscale_factor ",
+         r, ", expected H and W to be multiples of it");
+  const Tensor t = transpose(reshape(x, Shape{s[0], s[1], s[2] / r, r, s[3] / r, r}, loc),
+                             {0, 1, 3, 5, 2, 4}, loc);
+  return reshape(t, Shape{s[0], detail::checked_mul(op, s[1], r * r), s[2] / r, s[3] / r}, loc);
 }
 
 }  // namespace kiln
