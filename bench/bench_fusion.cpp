@@ -1,4 +1,4 @@
-// Fusion benchmarks of issue 14: an elementwise chain, softmax and layer norm, Kiln (jit with the
+// Fusion benchmarks: an elementwise chain, softmax and layer norm, Kiln (jit with the
 // LLVM backend, jit with the interpreter, eager) against PyTorch 1.13 eager
 // (bench/fusion_torch.py), side by side in one run, with GB/s against a memcpy roofline.
 //
