@@ -1079,7 +1079,7 @@ std::vector<PrimitiveSample> make_table() {
                {{sort(g.small_ints(Shape{g.dim(2, 6)}))}, {g.small_ints(Shape{g.dim(), 3})}},
                {{"right", right}}};
          }});
-  // ---- tensor products and indexing (issue 15; the rest of the group are compositions) ----
+  // ---- tensor products and indexing (the rest of the group are compositions) -------------
   // nonzero: zeros mixed in; size above the element count, so that fill rows show.
   c.push_back({.prim = "nonzero", .label = "", .make = [](Gen& g) {
                  const Shape s{3, 4};
@@ -1097,7 +1097,7 @@ std::vector<PrimitiveSample> make_table() {
                                  {{"axis", int64_t{1}}}};
                  }});
   }
-  // ---- convolutions and resampling (issue 15): conv over 1 and 3 spatial axes; the
+  // ---- convolutions and resampling: conv over 1 and 3 spatial axes; the
   // transposed convolutions are conv_input_grad, resampling composes existing primitives ----
   c.push_back({.prim = "conv", .label = "1d_strided_padded_dilated_grouped", .make = [](Gen& g) {
                  return Sample{{{g.normal(Shape{g.dim(1, 2), 4, 9})}, {g.normal(Shape{6, 2, 3})}},
