@@ -926,7 +926,7 @@ std::vector<PrimitiveSample> make_table() {
                  return Sample{{{stack({conditioned(g, 3, -2.0), conditioned(g, 3, 1.5)})}}, {}};
                }});
 
-  // ---- linear algebra part 2 (src/ops/linalg_decomp.cpp): well-separated, non-zero
+  // ---- linear algebra decompositions (src/ops/linalg_decomp.cpp): well-separated, non-zero
   // singular values (derivatives scale with 1 / gap); shapes whose derivatives the rules
   // cover, and the others for the vmap and compiled walks only ----
   const auto separated = [](Gen& g, int64_t m, int64_t n) {
