@@ -534,7 +534,7 @@ IndexEntry parse_index(py::handle v) {
 }
 
 // x[i] and x[i, j, ...] with ints in range: one index per int (each one view, made directly
-// when eager: docs/PERFORMANCE.md, "Issue #17: indexing"). nullopt: getitem's general path.
+// when eager: docs/PERFORMANCE.md, "Python: indexing"). nullopt: getitem's general path.
 std::optional<Tensor> index_ints(const Tensor& x, py::handle key) {
   auto in_range = [](const Tensor& t, PyObject* k) -> std::optional<int64_t> {
     if (!PyLong_CheckExact(k) || t.rank() == 0) return std::nullopt;

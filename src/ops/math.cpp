@@ -1,4 +1,4 @@
-// Elementwise math beyond the basic arithmetic (issue #15, "Math"): inverse and hyperbolic
+// Elementwise math beyond the basic arithmetic (docs/OPS.md, "Math"): inverse and hyperbolic
 // trigonometry, base-2/10 exponentials and logarithms, special functions (erfinv, lgamma,
 // digamma, polygamma), float classification, remainders and floor division, atan2, hypot,
 // copysign, logaddexp, and bitwise operations on integers. Each is a functor turned into a
