@@ -85,6 +85,26 @@ def test_max_pool_ties_nan_and_infinities_pick_pytorchs_element():
         same(got, expected)
 
 
+
+def test_max_pool_window_wholly_in_the_padding_is_minus_infinity():
+    # Dilation can step over the input: such a window has no element, so its maximum is -inf
+    # (PyTorch's value and index), and the other windows' gradients are unchanged.
+    for name, x, kw in [
+            ("max_pool1d", np.ones((1, 1, 1)), dict(kernel_size=2, stride=1, padding=1,
+                                                   dilation=2)),
+            ("max_pool2d", R.standard_normal((1, 2, 1, 3)),
+             dict(kernel_size=2, stride=1, padding=1, dilation=(2, 1)))]:
+        got = getattr(kl, name)(x, return_indices=True, **kw)
+        expected = getattr(F, name)(torch.from_numpy(x), return_indices=True, **kw)
+        assert np.isneginf(np.asarray(got[0])).any()
+        same(got[0], expected[0])
+        same(got[1], expected[1])
+        finite = np.isfinite(expected[0].numpy())
+        grad = kl.grad(lambda a: kl.sum(kl.where(finite, getattr(kl, name)(a, **kw), 0.0)))(x)
+        t = torch.from_numpy(x).requires_grad_()
+        getattr(F, name)(t, **kw)[torch.from_numpy(finite)].sum().backward()
+        same(grad, t.grad)
+
 @pytest.mark.parametrize("name,kw", [
     ("max_pool1d", dict(kernel_size=3, stride=2, padding=1)),
     ("max_pool1d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, dilation=2)),

@@ -27,6 +27,9 @@ struct AxisWindows {
   std::vector<std::optional<int64_t>> pos;  // out * slots
   std::vector<int64_t> padded_count;        // within the padded input (count_include_pad)
   std::vector<int64_t> input_count;         // within the input
+  // Per window, its first slot at or after position 0 (PyTorch's clamped start, which is
+  // max pooling's index of a window wholly in the padding: it may lie past the input).
+  std::vector<int64_t> first;
 };
 
 // A strided pooling's geometry per spatial axis.
@@ -48,7 +51,7 @@ AxisWindows strided_axis(std::string_view op, int64_t in, int64_t k, int64_t s, 
   if (out < 1)
     fail(op, "output size below 1: got input size ", in, " with kernel ", k, ", stride ", s,
          ", padding ", p, " and dilation ", d, ", expected an input of at least ", span - 2 * p);
-  AxisWindows w{in, out, k, {}, {}, {}};
+  AxisWindows w{in, out, k, {}, {}, {}, {}};
   w.pos.reserve(static_cast<std::size_t>(detail::checked_mul(op, out, k)));
   for (int64_t i = 0; i < out; ++i) {
     const int64_t start = i * s - p;
@@ -60,6 +63,7 @@ AxisWindows strided_axis(std::string_view op, int64_t in, int64_t k, int64_t s, 
     const int64_t end = std::min(start + k, in + p);
     w.padded_count.push_back(end - start);
     w.input_count.push_back(std::min(end, in) - std::max<int64_t>(start, 0));
+    w.first.push_back(start < 0 ? start + (-start + d - 1) / d * d : start);
   }
   return w;
 }
@@ -67,7 +71,7 @@ AxisWindows strided_axis(std::string_view op, int64_t in, int64_t k, int64_t s, 
 // Adaptive pooling: window i covers [floor(i * in / out), ceil((i + 1) * in / out)).
 AxisWindows adaptive_axis(std::string_view op, int64_t in, int64_t out) {
   if (out < 1) fail(op, "non-positive output size: got ", out, ", expected sizes >= 1");
-  AxisWindows w{in, out, 0, {}, {}, {}};
+  AxisWindows w{in, out, 0, {}, {}, {}, {}};
   auto bounds = [&](int64_t i) { return std::pair{i * in / out, ((i + 1) * in + out - 1) / out}; };
   for (int64_t i = 0; i < out; ++i) w.slots = std::max(w.slots, bounds(i).second - bounds(i).first);
   w.pos.reserve(static_cast<std::size_t>(detail::checked_mul(op, out, w.slots)));
@@ -77,6 +81,7 @@ AxisWindows adaptive_axis(std::string_view op, int64_t in, int64_t out) {
       w.pos.push_back(start + j < end ? std::optional(start + j) : std::nullopt);
     w.padded_count.push_back(end - start);
     w.input_count.push_back(end - start);
+    w.first.push_back(start);
   }
   return w;
 }
@@ -90,6 +95,7 @@ struct Windows {
   std::vector<int64_t> index;
   std::vector<bool> inside;
   std::vector<double> padded_count, input_count;  // per output
+  std::vector<int64_t> first;                     // per output: the axes' `first`, flat
 };
 
 Windows combine(std::string_view op, const std::vector<AxisWindows>& axes) {
@@ -104,6 +110,7 @@ Windows combine(std::string_view op, const std::vector<AxisWindows>& axes) {
   t.inside.assign(n, true);
   t.padded_count.assign(static_cast<std::size_t>(t.count), 1.0);
   t.input_count.assign(static_cast<std::size_t>(t.count), 1.0);
+  t.first.assign(static_cast<std::size_t>(t.count), 0);
   // Axis by axis: the flat input index and output counts of the axes so far, outer first.
   int64_t outer_outs = 1, outer_slots = 1;
   for (const AxisWindows& a : axes) {
@@ -121,6 +128,7 @@ Windows combine(std::string_view op, const std::vector<AxisWindows>& axes) {
       const auto i = static_cast<std::size_t>((static_cast<int64_t>(l) / inner_outs) % a.out);
       t.padded_count[l] *= static_cast<double>(a.padded_count[i]);
       t.input_count[l] *= static_cast<double>(a.input_count[i]);
+      t.first[l] = t.first[l] * a.in + a.first[i];
     }
     outer_outs *= a.out;
     outer_slots *= a.slots;
@@ -193,7 +201,8 @@ Shape pooled_shape(const Tensor& x, const Windows& t) {
 }
 
 // The first maximum of each window in scan order, or its last NaN (PyTorch's rule); padding
-// never. The value is read back from x at that index, so the gradient flows to it alone.
+// never. The value is read back from x at that index, so the gradient flows to it alone. A
+// window wholly in the padding (possible with dilation) is -inf at PyTorch's index, `first`.
 MaxPoolResult max_over(const Tensor& x, const Windows& t, Loc loc) {
   const Tensor v = gather(x, t, loc);
   const Tensor inside = tensor(t.inside, Shape{t.count, t.slots}, loc);
@@ -210,12 +219,15 @@ MaxPoolResult max_over(const Tensor& x, const Windows& t, Loc loc) {
   const Tensor key = where(inside && isnan(v, loc), tensor(nan_key, slots, loc),
                            where(inside && v == peak, tensor(max_key, slots, loc), none, loc), loc);
   const Tensor slot = argmax(key, 3, false, loc);
-  const Tensor first =
+  const Tensor row_starts =
       arange(0.0, static_cast<double>(t.count * t.slots), static_cast<double>(t.slots), int64, loc);
-  const Tensor chosen = take(tensor(t.index, Shape{t.count * t.slots}, loc), slot + first, 0, loc);
+  const Tensor chosen =
+      take(tensor(t.index, Shape{t.count * t.slots}, loc), slot + row_starts, 0, loc);
+  const Tensor filled = any(inside, {1}, false, loc);
+  const Tensor values = take_along_axis(planes(x, loc), chosen, 2, loc);
   const Shape out = pooled_shape(x, t);
-  return {reshape(take_along_axis(planes(x, loc), chosen, 2, loc), out, loc),
-          reshape(chosen, out, loc)};
+  return {reshape(where(filled, values, scalar_like(values, -INFINITY), loc), out, loc),
+          reshape(where(filled, chosen, tensor(t.first, Shape{t.count}, loc), loc), out, loc)};
 }
 
 // Window sums over a divisor per window.
