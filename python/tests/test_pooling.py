@@ -177,6 +177,12 @@ def test_pooling_errors():
         kl.adaptive_max_pool2d(X2, (0, 2))
     with pytest.raises(kl.Error, match=r"\[max_pool2d\] non-positive kernel, stride or dilation"):
         kl.max_pool2d(X2, 2, dilation=0)
+    with pytest.raises(kl.Error, match=r"\[max_pool1d\] size overflows"):
+        kl.max_pool1d(X1, 2, stride=2**63 - 1, ceil_mode=True)
+    with pytest.raises(kl.Error, match=r"\[adaptive_max_pool1d\] window table too large"):
+        kl.adaptive_max_pool1d(X1, 2**60)  # before: a loop over 2^60 windows
+    with pytest.raises(kl.Error, match=r"\[max_pool1d\] window table too large"):
+        kl.max_pool1d(X1, 2**60, padding=2**59, ceil_mode=True)
 
 
 @pytest.mark.parametrize("kw", [
@@ -199,6 +205,11 @@ def test_unfold_fold_and_shuffle_errors():
         kl.fold(np.ones((1, 9, 5)), (4, 4), kernel_size=3)
     with pytest.raises(kl.Error, match=r"\[unfold\] output size below 1"):
         kl.unfold(X2, kernel_size=9)
+    # Sizes whose arithmetic overflows int64, and tables larger than memory, are Errors.
+    with pytest.raises(kl.Error, match=r"\[unfold\] size overflows"):
+        kl.unfold(X2, kernel_size=2, padding=2**62)
+    with pytest.raises(kl.Error, match=r"\[fold\] size overflows"):
+        kl.fold(np.ones((1, 1, 1)), (2**40, 2**40), kernel_size=1, stride=2**40)
     with pytest.raises(kl.Error, match=r"\[pixel_shuffle\] channels not divisible"):
         kl.pixel_shuffle(X2, 2)
     with pytest.raises(kl.Error, match=r"\[pixel_unshuffle\] image not divisible"):

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/allocator.h"
 #include "detail/checked.h"
 #include "kiln/ops.h"
 #include "ops/primitives.h"
@@ -40,30 +41,44 @@ struct PoolSpec {
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
+// A window table of `entries` elements must fit in memory, so that an absurd geometry (a huge
+// output size, padding or kernel) is an Error rather than a failed allocation or a loop that
+// does not end.
+void expect_table_fits(std::string_view op, int64_t entries) {
+  const auto limit = static_cast<int64_t>(
+      std::min<std::size_t>(detail::physical_memory() / sizeof(int64_t), INT64_MAX));
+  if (entries > limit)
+    fail(op, "window table too large: got ", entries, " window slots, expected at most ", limit,
+         " (the machine's memory)");
+}
+
 // PyTorch's pooling_output_shape: with ceil_mode the size rounds up, but the last window must
 // start inside the input or the left padding.
 AxisWindows strided_axis(std::string_view op, int64_t in, int64_t k, int64_t s, int64_t p,
                          int64_t d, bool ceil_mode) {
   const int64_t span = detail::checked_add(op, detail::checked_mul(op, d, k - 1), 1);
-  const int64_t room = detail::checked_add(op, in, 2 * p) - span;
-  int64_t out = floor_div(room + (ceil_mode ? s - 1 : 0), s) + 1;
+  const int64_t room = detail::checked_add(op, in, detail::checked_mul(op, 2, p)) - span;
+  int64_t out = floor_div(ceil_mode ? detail::checked_add(op, room, s - 1) : room, s) + 1;
   if (ceil_mode && (out - 1) * s >= in + p) --out;
   if (out < 1)
     fail(op, "output size below 1: got input size ", in, " with kernel ", k, ", stride ", s,
          ", padding ", p, " and dilation ", d, ", expected an input of at least ", span - 2 * p);
+  expect_table_fits(op, detail::checked_mul(op, out, k));
   AxisWindows w{in, out, k, {}, {}, {}, {}};
-  w.pos.reserve(static_cast<std::size_t>(detail::checked_mul(op, out, k)));
+  w.pos.reserve(static_cast<std::size_t>(out * k));
   for (int64_t i = 0; i < out; ++i) {
     const int64_t start = i * s - p;
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t q = start + j * d;
+      const int64_t q = detail::checked_add(op, start, j * d);
       w.pos.push_back(q >= 0 && q < in ? std::optional(q) : std::nullopt);
     }
     // Averaging's divisors (PyTorch's avg_pool kernels; averaging has no dilation).
-    const int64_t end = std::min(start + k, in + p);
+    const int64_t end = std::min(detail::checked_add(op, start, k), in + p);
     w.padded_count.push_back(end - start);
     w.input_count.push_back(std::min(end, in) - std::max<int64_t>(start, 0));
-    w.first.push_back(start < 0 ? start + (-start + d - 1) / d * d : start);
+    w.first.push_back(
+        start < 0 ? detail::checked_add(op, start, detail::checked_mul(op, (-start - 1) / d + 1, d))
+                  : start);
   }
   return w;
 }
@@ -71,10 +86,13 @@ AxisWindows strided_axis(std::string_view op, int64_t in, int64_t k, int64_t s, 
 // Adaptive pooling: window i covers [floor(i * in / out), ceil((i + 1) * in / out)).
 AxisWindows adaptive_axis(std::string_view op, int64_t in, int64_t out) {
   if (out < 1) fail(op, "non-positive output size: got ", out, ", expected sizes >= 1");
+  expect_table_fits(op, out);
+  (void)detail::checked_add(op, detail::checked_mul(op, out, in), out);  // bounds' arithmetic
   AxisWindows w{in, out, 0, {}, {}, {}, {}};
   auto bounds = [&](int64_t i) { return std::pair{i * in / out, ((i + 1) * in + out - 1) / out}; };
   for (int64_t i = 0; i < out; ++i) w.slots = std::max(w.slots, bounds(i).second - bounds(i).first);
-  w.pos.reserve(static_cast<std::size_t>(detail::checked_mul(op, out, w.slots)));
+  expect_table_fits(op, detail::checked_mul(op, out, w.slots));
+  w.pos.reserve(static_cast<std::size_t>(out * w.slots));
   for (int64_t i = 0; i < out; ++i) {
     const auto [start, end] = bounds(i);
     for (int64_t j = 0; j < w.slots; ++j)
@@ -105,7 +123,8 @@ Windows combine(std::string_view op, const std::vector<AxisWindows>& axes) {
     t.count = detail::checked_mul(op, t.count, a.out);
     t.slots = detail::checked_mul(op, t.slots, a.slots);
   }
-  const auto n = static_cast<std::size_t>(detail::checked_mul(op, t.count, t.slots));
+  expect_table_fits(op, detail::checked_mul(op, t.count, t.slots));
+  const auto n = static_cast<std::size_t>(t.count * t.slots);
   t.index.assign(n, 0);
   t.inside.assign(n, true);
   t.padded_count.assign(static_cast<std::size_t>(t.count), 1.0);
@@ -144,13 +163,18 @@ void expect_layout(std::string_view op, const Tensor& x, int rank, std::string_v
     fail(op, "input must have rank ", rank, ": got ", x.type(), ", expected ", layout);
 }
 
+// x [N, C, *spatial] must have windows to read: no spatial axis may be empty (PyTorch's).
+void expect_spatial(std::string_view op, const Tensor& x) {
+  for (int i = 2; i < x.rank(); ++i)
+    if (x.shape()[i] == 0)
+      fail(op, "empty spatial axis: got input ", x.type(), ", expected spatial sizes >= 1");
+}
+
 // x [N, C, *spatial] with `rank` spatial axes, each non-empty, as floating point.
 Tensor pool_input(std::string_view op, const Tensor& x, int rank, Loc loc) {
   static constexpr std::array layouts{"[N, C, W]", "[N, C, H, W]", "[N, C, D, H, W]"};
   expect_layout(op, x, rank + 2, layouts[static_cast<std::size_t>(rank - 1)]);
-  for (int i = 2; i < x.rank(); ++i)
-    if (x.shape()[i] == 0)
-      fail(op, "empty spatial axis: got input ", x.type(), ", expected spatial sizes >= 1");
+  expect_spatial(op, x);
   return ops::cast_if_needed(x, to_floating(x.dtype()), loc);
 }
 
@@ -173,7 +197,7 @@ std::vector<AxisWindows> strided_axes(std::string_view op, const std::vector<int
 // A pooling's windows over x: padding at most half the kernel, as PyTorch's.
 std::vector<AxisWindows> pool_axes(std::string_view op, const Tensor& x, const PoolSpec& s) {
   for (std::size_t i = 0; i < s.kernel.size(); ++i)
-    if (2 * s.padding[i] > s.kernel[i])
+    if (s.kernel[i] >= 1 && s.padding[i] > s.kernel[i] / 2)
       fail(op, "padding larger than half the kernel: got padding ", s.padding[i], " for kernel ",
            s.kernel[i], " on spatial axis ", i, ", expected padding <= kernel / 2");
   const std::vector<int64_t>& dims = x.shape().dims();
@@ -448,6 +472,7 @@ Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> size, const UnfoldOptio
   if (size.first < 1 || size.second < 1)
     fail(op, "non-positive output size: got [", size.first, ", ", size.second,
          "], expected sizes >= 1");
+  const int64_t plane = detail::checked_mul(op, size.first, size.second);
   const Windows t = combine(op, strided_axes(op, {size.first, size.second}, unfold_spec(o)));
   const Shape& s = x.shape();
   if (s[1] % t.slots != 0 || s[2] != t.count)
@@ -460,9 +485,8 @@ Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> size, const UnfoldOptio
   const Tensor updates =
       reshape(where(inside, v, zeros_like(v), loc), Shape{n, c, t.count * t.slots}, loc);
   const Tensor index = tensor(t.index, Shape{t.count * t.slots}, loc);
-  const Tensor plane = zeros(Shape{n, c, size.first * size.second}, x.dtype());
-  return reshape(scatter_add(plane, index, updates, 2, loc), Shape{n, c, size.first, size.second},
-                 loc);
+  const Tensor sums = scatter_add(zeros(Shape{n, c, plane}, x.dtype()), index, updates, 2, loc);
+  return reshape(sums, Shape{n, c, size.first, size.second}, loc);
 }
 
 }  // namespace kiln
