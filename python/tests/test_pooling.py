@@ -205,6 +205,9 @@ def test_unfold_fold_and_shuffle_errors():
         kl.fold(np.ones((1, 9, 5)), (4, 4), kernel_size=3)
     with pytest.raises(kl.Error, match=r"\[unfold\] output size below 1"):
         kl.unfold(X2, kernel_size=9)
+    # PyTorch's rule: every spatial axis non-empty, even when the padding would make windows.
+    with pytest.raises(kl.Error, match=r"\[unfold\] empty spatial axis"):
+        kl.unfold(np.ones((1, 1, 0, 4)), kernel_size=2, padding=1)
     # Sizes whose arithmetic overflows int64, and tables larger than memory, are Errors.
     with pytest.raises(kl.Error, match=r"\[unfold\] size overflows"):
         kl.unfold(X2, kernel_size=2, padding=2**62)

@@ -457,6 +457,7 @@ Tensor unfold(const Tensor& x_in, const UnfoldOptions& o, Loc loc) {
   const detail::CallSite site(loc);
   constexpr std::string_view op = "unfold";
   expect_layout(op, x_in, 4, "[N, C, H, W]");
+  expect_spatial(op, x_in);
   const Shape& s = x_in.shape();
   const Windows t = combine(op, strided_axes(op, {s[2], s[3]}, unfold_spec(o)));
   const Tensor v = gather(x_in, t, loc);
