@@ -429,6 +429,8 @@ def test_normalisation_functions_match_torch():
     close(kl.nn.layer_norm(x, (5, 2)), F.layer_norm(tt(x), (5, 2)), 1e-5)
     w2, b2 = randn(2), randn(2)
     close(kl.nn.layer_norm(x, 2, w2, b2), F.layer_norm(tt(x), (2,), tt(w2), tt(b2)), 1e-5)
+    with pytest.raises(kl.Error, match=r"\[nn.layer_norm\] empty normalized_shape"):
+        kl.nn.layer_norm(x, ())  # PyTorch's error; not a normalisation over every axis
     close(kl.nn.instance_norm(x, w, b), F.instance_norm(tt(x), weight=tt(w), bias=tt(b)), 1e-5)
     close(kl.nn.instance_norm(x), F.instance_norm(tt(x)), 1e-5)
     mean, var = torch.zeros(3), torch.ones(3)
