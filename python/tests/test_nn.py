@@ -416,6 +416,10 @@ def test_more_losses_match_torch():
         elem = rng.uniform(0.5, 2, (4, 1)).astype(np.float32)
         close(kl.nn.binary_cross_entropy(q, target, reduction, weight=elem),
               F.binary_cross_entropy(tt(q), tt(target), tt(elem), reduction=reduction), 1e-5)
+        # Outside [0, 1] the loss is NaN (PyTorch raises), never a finite, even negative, value.
+        outside = kl.nn.binary_cross_entropy(np.array([1.5, -0.5, 0.5], np.float32),
+                                             np.array([1.0, 0.0, 0.5], np.float32), "none")
+        assert np.isnan(np.asarray(outside)[:2]).all() and np.isfinite(np.asarray(outside)[2])
         pos = rng.uniform(0.5, 3, 3).astype(np.float32)
         close(kl.nn.binary_cross_entropy_with_logits(p * 10, target, reduction, pos_weight=pos,
                                                      weight=elem),
