@@ -359,6 +359,9 @@ def test_more_activations_match_torch():
     layer = kl.nn.PReLU(8)
     assert kl.nn.named_parameters(layer)[0][0] == "weight"
     close(layer(image), torch.nn.PReLU(8)(tt(image)), 1e-6)
+    for bad in (0, -1):  # the layer's own error, not full's
+        with pytest.raises(kl.Error, match=r"\[nn.PReLU\] non-positive size"):
+            kl.nn.PReLU(bad)
     for layer, ref in [(kl.nn.Mish(), torch.nn.Mish()), (kl.nn.ReLU6(), torch.nn.ReLU6()),
                        (kl.nn.Hardswish(), torch.nn.Hardswish()),
                        (kl.nn.Hardsigmoid(), torch.nn.Hardsigmoid()), (kl.nn.SELU(), torch.nn.SELU()),
