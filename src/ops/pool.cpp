@@ -194,6 +194,15 @@ std::vector<AxisWindows> strided_axes(std::string_view op, const std::vector<int
   return axes;
 }
 
+// The adaptive windows of x [N, C, *spatial] for the spatial output sizes `size`.
+std::vector<AxisWindows> adaptive_axes(std::string_view op, const Tensor& x,
+                                       const std::vector<int64_t>& size) {
+  std::vector<AxisWindows> axes;
+  for (std::size_t i = 0; i < size.size(); ++i)
+    axes.push_back(adaptive_axis(op, x.shape()[static_cast<int>(i) + 2], size[i]));
+  return axes;
+}
+
 // A pooling's windows over x: padding at most half the kernel, as PyTorch's.
 std::vector<AxisWindows> pool_axes(std::string_view op, const Tensor& x, const PoolSpec& s) {
   for (std::size_t i = 0; i < s.kernel.size(); ++i)
@@ -348,10 +357,7 @@ MaxPoolResult adaptive_max_nd(std::string_view stem, const Tensor& x_in,
                               const std::vector<int64_t>& size, Loc loc) {
   const std::string op = pool_name(stem, size.size());
   const Tensor x = pool_input(op, x_in, static_cast<int>(size.size()), loc);
-  std::vector<AxisWindows> axes;
-  for (std::size_t i = 0; i < size.size(); ++i)
-    axes.push_back(adaptive_axis(op, x.shape()[static_cast<int>(i) + 2], size[i]));
-  return max_over(x, combine(op, axes), loc);
+  return max_over(x, combine(op, adaptive_axes(op, x, size)), loc);
 }
 
 PoolSpec unfold_spec(const UnfoldOptions& o) {
@@ -446,10 +452,7 @@ Tensor adaptive_avg_pool3d(const Tensor& x_in, std::array<int64_t, 3> size, Loc 
   const detail::CallSite site(loc);
   constexpr std::string_view op = "adaptive_avg_pool3d";
   const Tensor x = pool_input(op, x_in, 3, loc);
-  std::vector<AxisWindows> axes;
-  for (std::size_t i = 0; i < 3; ++i)
-    axes.push_back(adaptive_axis(op, x.shape()[static_cast<int>(i) + 2], size[i]));
-  const Windows t = combine(op, axes);
+  const Windows t = combine(op, adaptive_axes(op, x, {size.begin(), size.end()}));
   return average_over(x, t, t.input_count, loc);
 }
 
