@@ -366,7 +366,7 @@ std::string summary(const M& model, const Tensor& example) {
   return detail::format_summary(recorder.rows, named_parameters(model), example.shape(), y.shape());
 }
 
-// ---- more activations, normalisations and losses (issue 15; docs/NN.md, "nn layers and
+// ---- more activations, normalisations and losses (docs/NN.md, "nn layers and
 // functions"; src/nn/activations.cpp, norms.cpp, losses.cpp) ---------------------------------
 
 // PyTorch's activations with their parameters. elu: x for x > 0, alpha (e^x - 1) otherwise
@@ -494,7 +494,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = R
 Tensor nll_loss(const Tensor& log_probs, const Tensor& labels,
                 std::optional<int64_t> ignore_index = -100, Reduction reduction = Reduction::mean,
                 const std::optional<Tensor>& weight = std::nullopt, Loc loc = Loc::current());
-// ---- attention and recurrent layers (issue 15; docs/NN.md "Attention and recurrent layers") --
+// ---- attention and recurrent layers (docs/NN.md "Attention and recurrent layers") --
 
 // Masks and settings of scaled_dot_product_attention. Scores are q k^T * scale, [..., L, S].
 struct AttentionOptions {
