@@ -177,6 +177,12 @@ def test_pooling_errors():
         kl.adaptive_max_pool2d(X2, (0, 2))
     with pytest.raises(kl.Error, match=r"\[max_pool2d\] non-positive kernel, stride or dilation"):
         kl.max_pool2d(X2, 2, dilation=0)
+    # 1-d pooling by the 2-d primitive: the errors still name the 1-d call and its sizes.
+    with pytest.raises(kl.Error, match=r"\[max_pool1d\] padding larger than half the kernel: "
+                                       r"got padding 2 for kernel 2"):
+        kl.max_pool1d(X1, 2, padding=2)
+    with pytest.raises(kl.Error, match=r"\[avg_pool1d\] output size below 1"):
+        kl.avg_pool1d(X1, 12)
     with pytest.raises(kl.Error, match=r"\[max_pool1d\] size overflows"):
         kl.max_pool1d(X1, 2, stride=2**63 - 1, ceil_mode=True)
     with pytest.raises(kl.Error, match=r"\[adaptive_max_pool1d\] window table too large"):

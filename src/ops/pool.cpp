@@ -353,6 +353,15 @@ Tensor squeeze_row(const Tensor& y, Loc loc) {
   return reshape(y, Shape{s[0], s[1], s[3]}, loc);
 }
 
+// A 1-d pooling by the 2-d primitive p on [N, C, 1, W]. The geometry is checked here first, so
+// that its errors name the 1-d call and give its own sizes, not the 2-d ones.
+Tensor pool1d_by_primitive(const Primitive& p, std::string_view op, const Tensor& x_in,
+                           const PoolSpec& s, Loc loc) {
+  const Tensor x = pool_input(op, x_in, 1, loc);
+  (void)pool_axes(op, x, s);
+  return squeeze_row(bind_pool(p, unsqueeze_row(x, loc), as_2d(s), loc), loc);
+}
+
 MaxPoolResult adaptive_max_nd(std::string_view stem, const Tensor& x_in,
                               const std::vector<int64_t>& size, Loc loc) {
   const std::string op = pool_name(stem, size.size());
@@ -391,15 +400,13 @@ Tensor max_pool1d(const Tensor& x_in, const Pool1dOptions& o, Loc loc) {
   const detail::CallSite site(loc);
   const PoolArgs a = args_of(o);
   if (!primitive_pools(a)) return max_pool_nd(x_in, a.spec, loc).values;
-  const Tensor x = pool_input("max_pool1d", x_in, 1, loc);
-  return squeeze_row(bind_pool(prim::max_pool2d(), unsqueeze_row(x, loc), as_2d(a.spec), loc), loc);
+  return pool1d_by_primitive(prim::max_pool2d(), "max_pool1d", x_in, a.spec, loc);
 }
 Tensor avg_pool1d(const Tensor& x_in, const Pool1dOptions& o, Loc loc) {
   const detail::CallSite site(loc);
   const PoolArgs a = args_of(o);
   if (!primitive_pools(a)) return avg_pool_nd(x_in, a, loc);
-  const Tensor x = pool_input("avg_pool1d", x_in, 1, loc);
-  return squeeze_row(bind_pool(prim::avg_pool2d(), unsqueeze_row(x, loc), as_2d(a.spec), loc), loc);
+  return pool1d_by_primitive(prim::avg_pool2d(), "avg_pool1d", x_in, a.spec, loc);
 }
 MaxPoolResult max_pool1d_with_indices(const Tensor& x, const Pool1dOptions& o, Loc loc) {
   const detail::CallSite site(loc);
