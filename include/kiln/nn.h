@@ -394,7 +394,7 @@ Tensor celu(const Tensor& x, double alpha = 1.0, Loc loc = Loc::current());
 // a * sigmoid(b) for the two halves a, b of x along `axis` (its size must be even).
 Tensor glu(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
 // x for x > 0, weight x otherwise; weight has one element or one per channel (axis 1 of x,
-// or axis 0 of a 1-d x), as PyTorch's prelu.
+// or axis 0 of a 1-d x, which PyTorch 1.13's prelu takes as a single channel).
 Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc = Loc::current());
 // softmax(-x) along `axis`.
 Tensor softmin(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());

@@ -3,6 +3,7 @@
 #include <Python.h>
 #include <pybind11/numpy.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -135,14 +136,18 @@ struct HeldBuffer {
 
 // NumPy's bool is any byte (a bool view of uint8 memory can hold 2 or 255); Kiln's is 0 or 1,
 // which its kernels and compiled code rely on. A tensor viewing other bytes becomes a copy
-// holding 0 and 1 (numpy's truth: any non-zero byte is True).
+// holding 0 and 1 (numpy's truth: any non-zero byte is True). The bytes are read directly, not
+// by tensor ops, which inside a traced function would be traced.
 Tensor canonical_bools(const Tensor& t) {
   if (t.dtype() != bool_ || t.numel() == 0) return t;
-  auto impl = std::make_shared<TensorImpl>(*t.impl());
-  impl->type.dtype = uint8;
-  const Tensor bytes(std::move(impl));
-  if (max(bytes, {}, false, Loc{}).item<int64_t>(Loc{}) <= 1) return t;
-  return not_equal(bytes, scalar_like(bytes, 0, false), Loc{});
+  const Tensor dense = t.contiguous();  // a copy only when t is strided
+  const auto* bytes = static_cast<const uint8_t*>(dense.raw_data());
+  const auto n = static_cast<std::size_t>(t.numel());
+  if (std::all_of(bytes, bytes + n, [](uint8_t b) { return b <= 1; })) return t;
+  Tensor out = empty(t.type());
+  std::transform(bytes, bytes + n, static_cast<uint8_t*>(out.raw_data()),
+                 [](uint8_t b) { return static_cast<uint8_t>(b != 0); });
+  return out;
 }
 
 // A view of `obj`'s memory when it exports a buffer Kiln can address, else nullopt.

@@ -106,8 +106,12 @@ Tensor cond(const Tensor& a, std::optional<NormOrd> p, Loc loc) {
     return p && *p->number() < 0 ? smallest / largest : largest / smallest;
   }
   lapack::expect_square("cond", a.type());
-  return matrix_norm(a, *p, {-2, -1}, false, loc) *
-         matrix_norm(inv(a, loc), *p, {-2, -1}, false, loc);
+  const Tensor r =
+      matrix_norm(a, *p, {-2, -1}, false, loc) * matrix_norm(inv(a, loc), *p, {-2, -1}, false, loc);
+  // numpy's rule: a NaN that inv made of a singular matrix (one without NaNs) is inf.
+  const Tensor singular =
+      logical_and(isnan(r, loc), logical_not(any(isnan(a, loc), {-2, -1}, false, loc), loc), loc);
+  return where(singular, scalar_like(r, INFINITY), r, loc);
 }
 
 Tensor matrix_rank(const Tensor& a, MatrixRankOptions o, Loc loc) {
