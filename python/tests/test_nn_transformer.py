@@ -288,3 +288,14 @@ def test_numpy_bool_masks_inside_transformations():
     close(kl.jit(lambda x: layer(x, src_mask=raw))(x), want, 1e-6)
     g = kl.grad(lambda x: layer(x, src_mask=raw).sum())(x)
     close(g, np.asarray(kl.grad(lambda x: layer(x, is_causal=True).sum())(x)), 1e-6)
+
+
+def test_sequential_passes_its_context_to_the_encoder():
+    layer = kl.nn.TransformerEncoderLayer(E, H, key(13), dim_feedforward=F, dropout=0.5)
+    model = kl.nn.Sequential([kl.nn.Linear(E, E, key(14)), layer])
+    x = randn(4, 2, E).astype(np.float32)
+    y = np.asarray(model(x))
+    close(y, np.asarray(layer(model[0](x))), 0)
+    y1 = np.asarray(model(x, kl.nn.Context.train(key(15))))
+    close(y1, np.asarray(layer(model[0](x), ctx=kl.nn.Context.train(key(15)))), 0)
+    assert not np.allclose(y1, y)
