@@ -2,6 +2,7 @@
 // optionally bidirectional sequence layers built on kiln::scan (one scan per layer and
 // direction, so a traced model has one loop per scan, not one copy of the cell per step).
 #include <cmath>
+#include <type_traits>
 
 #include "kiln/control_flow.h"
 #include "kiln/error.h"
@@ -239,10 +240,11 @@ std::pair<Tensor, State> run_layers(std::string_view op, const std::vector<Cell>
 }
 
 // The options' settings that belong to other layers must be their defaults.
+template <class Cell>
 void expect_options(std::string_view op, const RecurrentOptions& o, int64_t hidden) {
   if (o.num_layers < 1) fail(op, "non-positive num_layers: got ", o.num_layers, ", expected >= 1");
   expect_dropout(op, o.dropout);
-  const bool lstm = op == "nn.LSTM", rnn = op == "nn.RNN";
+  constexpr bool lstm = std::is_same_v<Cell, LSTMCell>, rnn = std::is_same_v<Cell, RNNCell>;
   if (o.proj_size != 0 && (!lstm || o.proj_size < 0 || o.proj_size >= hidden))
     fail(op, "proj_size out of range: got ", o.proj_size, " for hidden_size ", hidden,
          lstm ? ", expected 0 (none) or in [1, hidden_size)" : ", expected 0 (only LSTM projects)");
@@ -256,7 +258,7 @@ void expect_options(std::string_view op, const RecurrentOptions& o, int64_t hidd
 template <class Cell>
 std::vector<Cell> make_cells(std::string_view op, int64_t gates, const CellShape& size,
                              const Tensor& key, const RecurrentOptions& o) {
-  expect_options(op, o, size.hidden);
+  expect_options<Cell>(op, o, size.hidden);
   const int64_t dirs = o.bidirectional ? 2 : 1;
   const int64_t out = o.proj_size > 0 ? o.proj_size : size.hidden;
   const Tensor keys = random::split(key, o.num_layers * dirs);

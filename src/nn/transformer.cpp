@@ -188,6 +188,16 @@ Tensor TransformerDecoderLayer::forward(const Tensor& tgt, const Tensor& memory,
 
 namespace {
 
+// The layers in turn, then the final norm when there is one.
+template <class Layer, class Apply>
+Tensor run_stack(std::string_view op, const std::vector<Layer>& layers,
+                 const std::optional<LayerNorm>& norm, const Tensor& input, Loc loc, Apply apply) {
+  if (layers.empty()) fail(op, "no layers: got an empty stack, expected num_layers >= 1");
+  Tensor x = input;
+  for (const Layer& layer : layers) x = apply(layer, x);
+  return norm ? (*norm)(x, loc) : x;
+}
+
 template <class Layer>
 std::vector<Layer> copies(std::string_view op, const Layer& layer, int64_t num_layers) {
   if (num_layers < 1) fail(op, "non-positive num_layers: got ", num_layers, ", expected >= 1");
@@ -212,12 +222,10 @@ Tensor TransformerEncoder::operator()(const Tensor& src, Context& ctx,
 Tensor TransformerEncoder::forward(const Tensor& src, const TransformerEncoderCall& o, Context* ctx,
                                    Loc loc) const {
   const kiln::detail::CallSite site(loc);
-  if (layers.empty())
-    fail("nn.TransformerEncoder", "no layers: got an empty stack, expected num_layers >= 1");
-  Tensor x = src;
-  for (const TransformerEncoderLayer& layer : layers)
-    x = ctx != nullptr ? layer(x, *ctx, o, loc) : layer(x, o, loc);
-  return norm ? (*norm)(x, loc) : x;
+  return run_stack("nn.TransformerEncoder", layers, norm, src, loc,
+                   [&](const TransformerEncoderLayer& layer, const Tensor& x) {
+                     return ctx != nullptr ? layer(x, *ctx, o, loc) : layer(x, o, loc);
+                   });
 }
 
 TransformerDecoder::TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
@@ -236,12 +244,11 @@ Tensor TransformerDecoder::operator()(const Tensor& tgt, const Tensor& memory, C
 Tensor TransformerDecoder::forward(const Tensor& tgt, const Tensor& memory,
                                    const TransformerDecoderCall& o, Context* ctx, Loc loc) const {
   const kiln::detail::CallSite site(loc);
-  if (layers.empty())
-    fail("nn.TransformerDecoder", "no layers: got an empty stack, expected num_layers >= 1");
-  Tensor x = tgt;
-  for (const TransformerDecoderLayer& layer : layers)
-    x = ctx != nullptr ? layer(x, memory, *ctx, o, loc) : layer(x, memory, o, loc);
-  return norm ? (*norm)(x, loc) : x;
+  return run_stack("nn.TransformerDecoder", layers, norm, tgt, loc,
+                   [&](const TransformerDecoderLayer& layer, const Tensor& x) {
+                     return ctx != nullptr ? layer(x, memory, *ctx, o, loc)
+                                           : layer(x, memory, o, loc);
+                   });
 }
 
 }  // namespace kiln::nn
