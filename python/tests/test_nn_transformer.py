@@ -299,3 +299,13 @@ def test_sequential_passes_its_context_to_the_encoder():
     y1 = np.asarray(model(x, kl.nn.Context.train(key(15))))
     close(y1, np.asarray(layer(model[0](x), ctx=kl.nn.Context.train(key(15)))), 0)
     assert not np.allclose(y1, y)
+
+
+def test_jit_and_vmap_match_eager():
+    layer = kl.nn.TransformerDecoderLayer(E, H, key(16), dim_feedforward=F, batch_first=True,
+                                          dropout=0.0)
+    tgt, memory = randn(3, 4, E).astype(np.float32), randn(3, 6, E).astype(np.float32)
+    want = np.asarray(layer(tgt, memory, tgt_is_causal=True))
+    close(kl.jit(lambda m, t, s: m(t, s, tgt_is_causal=True))(layer, tgt, memory), want, 1e-5)
+    # vmap of the unbatched layer over the examples is the batched layer.
+    close(kl.vmap(lambda t, s: layer(t, s, tgt_is_causal=True))(tgt, memory), want, 1e-5)
