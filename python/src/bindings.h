@@ -38,20 +38,22 @@ namespace py = pybind11;
 
 // One function per part of the API, each in the file of its name; module.cpp calls them in
 // this order.
-void bind_errors(py::module_& m);           // kiln.Error
-void bind_tensor(py::module_& m);           // kiln.Tensor, dtypes, asarray, NumPy's buffers
-void bind_dlpack(py::module_& m);           // __dlpack__, from_dlpack
-void bind_ops(py::module_& m);              // the operations, on the top level
-void bind_random(py::module_& m);           // kiln.random
-void bind_tree(py::module_& m);             // pytrees, kiln.tree
-void bind_transforms(py::module_& m);       // grad, vjp, jvp, vmap, jit, ...; collectives
-void bind_control_flow(py::module_& m);     // cond, switch, while_loop, fori_loop, scan
-void bind_nn(py::module_& m);               // kiln.nn
-void bind_nn_recurrent(py::module_& nn);    // kiln.nn's recurrent layers (bind_nn calls it)
-void bind_nn_transformer(py::module_& nn);  // kiln.nn's transformer layers (bind_nn calls it)
-void bind_optim(py::module_& m);            // kiln.optim
-void bind_data(py::module_& m);             // kiln.data
-void bind_io(py::module_& m);               // kiln.io: safetensors
+void bind_errors(py::module_& m);        // kiln.Error
+void bind_tensor(py::module_& m);        // kiln.Tensor, dtypes, asarray, NumPy's buffers
+void bind_dlpack(py::module_& m);        // __dlpack__, from_dlpack
+void bind_ops(py::module_& m);           // the operations, on the top level
+void bind_random(py::module_& m);        // kiln.random
+void bind_tree(py::module_& m);          // pytrees, kiln.tree
+void bind_transforms(py::module_& m);    // grad, vjp, jvp, vmap, jit, ...; collectives
+void bind_control_flow(py::module_& m);  // cond, switch, while_loop, fori_loop, scan
+void bind_nn(py::module_& m);            // kiln.nn
+void bind_optim(py::module_& m);         // kiln.optim
+void bind_data(py::module_& m);          // kiln.data
+void bind_io(py::module_& m);            // kiln.io: safetensors
+// Parts of kiln.nn that bind_nn calls with the submodule: the recurrent layers
+// (nn_recurrent.cpp) and the transformer layers (nn_transformer.cpp).
+void bind_nn_recurrent(py::module_& nn);
+void bind_nn_transformer(py::module_& nn);
 
 // An Error's message for Python: Kiln's C++ location replaced by the user's Python line.
 std::string python_message(const Error& e);
