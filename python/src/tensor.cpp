@@ -136,17 +136,33 @@ struct HeldBuffer {
 
 // NumPy's bool is any byte (a bool view of uint8 memory can hold 2 or 255); Kiln's is 0 or 1,
 // which its kernels and compiled code rely on. A tensor viewing other bytes becomes a copy
-// holding 0 and 1 (numpy's truth: any non-zero byte is True). The bytes are read directly, not
-// by tensor ops, which inside a traced function would be traced.
+// holding 0 and 1 (numpy's truth: any non-zero byte is True).
+// The bytes are read directly, not through operations, which inside a trace (a NumPy mask
+// closed over by a function under grad or jit) would be traced and have no values.
+template <class F>
+void for_each_byte(const Tensor& t, F f) {
+  const auto* base = static_cast<const uint8_t*>(t.raw_data());
+  const std::vector<int64_t>& strides = t.strides();
+  std::vector<int64_t> index(static_cast<std::size_t>(t.rank()), 0);
+  for (int64_t n = 0; n < t.numel(); ++n) {
+    int64_t offset = 0;
+    for (std::size_t i = 0; i < index.size(); ++i) offset += index[i] * strides[i];
+    f(base[offset]);
+    for (int i = t.rank() - 1; i >= 0; --i) {
+      if (++index[static_cast<std::size_t>(i)] < t.shape()[i]) break;
+      index[static_cast<std::size_t>(i)] = 0;
+    }
+  }
+}
+
 Tensor canonical_bools(const Tensor& t) {
   if (t.dtype() != bool_ || t.numel() == 0) return t;
-  const Tensor dense = t.contiguous();  // a copy only when t is strided
-  const auto* bytes = static_cast<const uint8_t*>(dense.raw_data());
-  const auto n = static_cast<std::size_t>(t.numel());
-  if (std::all_of(bytes, bytes + n, [](uint8_t b) { return b <= 1; })) return t;
+  bool canonical = true;
+  for_each_byte(t, [&](uint8_t b) { canonical = canonical && b <= 1; });
+  if (canonical) return t;
   Tensor out = empty(t.type());
-  std::transform(bytes, bytes + n, static_cast<uint8_t*>(out.raw_data()),
-                 [](uint8_t b) { return static_cast<uint8_t>(b != 0); });
+  auto* bytes = static_cast<uint8_t*>(out.raw_data());
+  for_each_byte(t, [&](uint8_t b) { *bytes++ = b != 0 ? 1 : 0; });
   return out;
 }
 
