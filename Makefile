@@ -17,27 +17,38 @@ FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
 # The Python package: make python builds kiln._kiln into python/kiln/ (then PYTHONPATH=python).
-.PHONY: all deps deps-bench build python demo test test-asan test-python-asan test-tsan test-static fuzz bench bench-jit install-test clean format format-check check-structure
+.PHONY: all deps deps-demo deps-bench configure build python demo test test-asan test-python-asan test-tsan test-static fuzz bench bench-jit install-test clean format format-check check-structure
 
 all: build
 
 deps:
 	@scripts/install-deps.sh
 
+deps-demo:
+	@scripts/install-deps.sh --demo
+
 deps-bench:
 	@scripts/install-deps.sh --bench
 
-$(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+# The whole build (tests, benchmarks, the Python module). make demo may have configured
+# $(BUILD) without them, so a folder whose cache lacks the tests is configured again.
+FULL_CONFIG = cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DKILN_BUILD_TESTS=ON \
+  -DKILN_BUILD_BENCH=ON -DKILN_BUILD_PYTHON=ON $(CMAKE_FLAGS)
+configure: deps
+	@grep -qs '^KILN_BUILD_TESTS:BOOL=ON' $(BUILD)/CMakeCache.txt || $(FULL_CONFIG)
 
-build: deps $(BUILD)/build.ninja
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-python: deps $(BUILD)/build.ninja
+python: configure
 	cmake --build $(BUILD) -j $(JOBS) --target _kiln
 	@echo "kiln is built in place: export PYTHONPATH=$(CURDIR)/python"
 
-demo: build
+# Only the library and the demo, from only their packages.
+demo: deps-demo
+	@test -f $(BUILD)/build.ninja || cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
+	  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS) --target demo
 	$(BUILD)/examples/demo
 
 test: build
@@ -137,13 +148,18 @@ bench-jit: deps-bench build
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
 
-# Layout is .clang-format's, enforced in CI by format-check (Debian 12's clang-format 14).
+# Layout is .clang-format's for C++ (Debian 12's clang-format 14) and black's for Python
+# (pyproject.toml), with flake8's lint (setup.cfg); format-check enforces them in CI.
 CLANG_FORMAT ?= clang-format-14
+PYTHON_FILES = $$(git ls-files '*.py')
 format: deps
 	$(CLANG_FORMAT) -i $$(git ls-files '*.h' '*.cpp')
+	black -q $(PYTHON_FILES)
 
 format-check: deps
 	$(CLANG_FORMAT) --dry-run -Werror $$(git ls-files '*.h' '*.cpp')
+	black -q --check $(PYTHON_FILES)
+	flake8 $(PYTHON_FILES)
 
 # No include points from a lower layer to a higher one (docs/DESIGN.md, "Layers"), and
 # DESIGN.md's Layout lists the tree as it is.

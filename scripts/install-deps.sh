@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages Kiln needs, calling apt-get only for what is missing.
 #   scripts/install-deps.sh          build, test and demo dependencies
+#   scripts/install-deps.sh --demo   only what the library and the demo need (make demo)
 #   scripts/install-deps.sh --bench  also the peers the benchmarks compare against
 #   scripts/install-deps.sh --clang  also clang 16, libFuzzer and clang's OpenMP (make fuzz, and
 #                                    the clang build of the find_package consumer in install-test)
@@ -14,8 +15,12 @@ packages=(
   llvm-16-dev            # jit's code generator: LLVM 16 and its ORC JIT (src/compiler/)
   libsleef-dev           # SLEEF: vectorised exp, log, tanh, ... (variant picked at run time)
   libopenmpi-dev openmpi-bin  # OpenMPI: pmap's collectives across processes, mpirun for its tests
-  libgtest-dev libgmock-dev libbenchmark-dev
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
+  dataset-fashion-mnist  # the demo's data set (/usr/share/datasets/fashion-mnist)
+)
+# Everything else: the tests, benchmarks, Python module and the checks.
+[[ "${1:-}" == "--demo" ]] || packages+=(
+  libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy python3-scipy python3-mpmath  # reference values in tests: numpy, scipy, mpmath
   python3-dev python3-pybind11 python3-pytest  # the Python module (python/) and its tests
   python3-mypy           # its stubgen writes the module's type stubs (python/stubs.py)
@@ -23,7 +28,7 @@ packages=(
   libdlpack-dev          # DLPack: the Python module exchanges tensors with PyTorch through it
   python3-torch          # the Python tests' DLPack interchange with PyTorch 1.13
   clang-format-14        # Debian 12's clang-format: the layout check (make format-check)
-  dataset-fashion-mnist  # the demo's data set (/usr/share/datasets/fashion-mnist)
+  black flake8           # the Python formatter and linter (make format, make format-check)
 )
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(libtorch-dev python3-torch)  # PyTorch 1.13 (C++ and Python) as the peer
