@@ -8,6 +8,8 @@
 //   tests/test_compiled_walk.cpp  the LLVM backend vs the interpreter, on every dtype the
 //                            kernels accept, edge values, empty, 0-d and non-contiguous inputs
 //                            (the compiled walk);
+//   tests/test_algebra.cpp   the facts a primitive declares for the optimiser hold (the
+//                            algebra walk);
 //
 // and any later one: a walk is one loop over
 // `primitive_samples()` that draws each sample's inputs with a `Gen` and applies the sample's

@@ -9,6 +9,7 @@
 #include <initializer_list>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -22,7 +23,8 @@ namespace kiln {
 
 namespace ir {
 struct Function;
-}
+struct Equation;
+}  // namespace ir
 // A sub-function held by a higher-order primitive (call, cond, while, ...).
 using FunctionRef = std::shared_ptr<const ir::Function>;
 
@@ -121,6 +123,43 @@ struct Batched {
 };
 using BatchRule = std::function<std::vector<Batched>(const BatchArgs&)>;
 
+// Facts the IR optimiser rewrites by (ir::simplify, ir::fold_constants), declared with the
+// primitive so that the passes name none. Each is exact in IEEE arithmetic, signed zeros
+// included.
+struct Algebra {
+  // op(x, c) == x for a constant c filled with this value: mul and div 1, add -0, sub +0 (a
+  // zero's sign matters for floats only).
+  std::optional<double> right_identity;
+  // op(c, x) == x: mul 1, add -0.
+  std::optional<double> left_identity;
+  // op(x, 0) == op(0, x) == 0 for integers and bools, not floats (inf * 0 is NaN): mul.
+  bool integer_zero_absorbs = false;
+  // op(op(x)) == x: neg.
+  bool involution = false;
+  // A view determined by its output type: op(op(x)) == op(x), op(x) == x when the types
+  // agree, and a constant-filled input gives a constant-filled output (reshape, broadcast_to).
+  bool reshapes = false;
+  // The attribute of this name permutes the input's axes: op(op(x, p), q) == op(x, p o q) and
+  // op(x, identity) == x (transpose's "perm").
+  std::string_view permutation_attr;
+  // (A B)^T == B^T A^T over the last two axes (matmul).
+  bool transposes_as_product = false;
+  // Folding constant inputs would only make a larger constant (broadcast_to).
+  bool expands = false;
+  // Input 0 is an index choosing the sub-function "branch<k>" that the other inputs are given
+  // to (cond): with a constant index, the equation is that branch.
+  bool selects_branch = false;
+  // op(a, b) == op(b, a) bit for bit (add, mul, eq, ...; not max and min, whose choice between
+  // +0 and -0 depends on the order): common-subexpression elimination merges both orders.
+  bool commutative = false;
+  // Moves or repeats elements without arithmetic (reshape, transpose, slice, ...): reverse
+  // mode's partial evaluation recomputes it instead of storing its result.
+  bool rearranges = false;
+  // Arithmetic without transcendental functions (add, mul, select, ...): recomputed instead
+  // of stored when at most one of its inputs varies per step.
+  bool cheap_arithmetic = false;
+};
+
 struct Primitive {
   std::string name;
   // Number of inputs; a variadic primitive (concatenate) takes `arity` or more.
@@ -138,6 +177,10 @@ struct Primitive {
   // False for primitives whose kernels talk to other processes (the process-level
   // collectives): the optimiser must not run them at compile time.
   bool foldable = true;
+  Algebra algebra;
+  // Dead-code elimination of some outputs (ir::dce): the equation without the outputs not in
+  // `live` (value ids) that it can drop, when it can drop any (scan: unread ys).
+  std::function<ir::Equation(const ir::Equation&, const std::set<int>& live)> prune;
   // Checks the input count, applies type_rule, then checks every output shape (Shape::check)
   // under the primitive's name.
   std::vector<TensorType> infer(std::span<const TensorType> inputs, const Attrs& attrs) const;

@@ -1,28 +1,10 @@
 #include "ir/partial_eval.h"
 
 #include <set>
-#include <string_view>
 
 #include "kiln/error.h"
 
 namespace kiln::ir {
-namespace {
-
-bool is_layout(const Equation& e) {
-  static const std::set<std::string_view> layout{"reshape", "transpose", "broadcast_to", "slice",
-                                                 "flip"};
-  return layout.count(e.prim->name) > 0;
-}
-
-// Arithmetic cheap enough to redo in the backward pass (no transcendental functions).
-bool is_cheap_elementwise(const Equation& e) {
-  static const std::set<std::string_view> cheap{
-      "neg", "abs", "sign", "add", "sub", "mul", "div", "max", "min", "select", "convert",
-      "eq",  "ne",  "lt",   "le",  "gt",  "ge",  "not", "and", "or",  "xor"};
-  return cheap.count(e.prim->name) > 0;
-}
-
-}  // namespace
 
 std::vector<bool> params_read(const Function& f) {
   std::set<int> read;
@@ -54,7 +36,7 @@ KnownSplit split_known(const Function& f, const std::vector<bool>& param_known) 
   std::set<int> fixed;
   for (const Constant& c : f.constants) fixed.insert(c.value.id);
   for (const Equation& e : f.equations) {
-    bool all = is_layout(e) || is_cheap_elementwise(e);
+    bool all = e.prim->algebra.rearranges || e.prim->algebra.cheap_arithmetic;
     for (const Value& v : e.inputs) all = all && fixed.count(v.id);
     if (all)
       for (const Value& v : e.outputs) fixed.insert(v.id);
@@ -64,8 +46,8 @@ KnownSplit split_known(const Function& f, const std::vector<bool>& param_known) 
   // unknown side then reads instead — never more stored values, often fewer (tanh's 1 - y² is
   // redone from y, which the backward reads anyway).
   auto redo = [&](const Equation& e) {
-    if (is_layout(e)) return true;
-    if (!is_cheap_elementwise(e)) return false;
+    if (e.prim->algebra.rearranges) return true;
+    if (!e.prim->algebra.cheap_arithmetic) return false;
     std::set<int> varying;
     for (const Value& v : e.inputs)
       if (!fixed.count(v.id)) varying.insert(v.id);

@@ -27,45 +27,6 @@ Function without_equations(const Function& f) {
   return out;
 }
 
-// A scan without the ys nobody reads, and then without the xs and captures its body no longer
-// reads; carries stay (each step reads the last). The body is pruned the same way.
-Equation prune_scan(const Equation& e, const std::set<int>& live) {
-  const auto nc = static_cast<std::size_t>(e.attrs.get_int("num_carry"));
-  const auto nx = static_cast<std::size_t>(e.attrs.get_int("num_xs"));
-  Function body = *e.attrs.get<FunctionRef>("body");
-  Equation out = e;
-  out.outputs.resize(nc);
-  body.results.resize(nc);
-  for (std::size_t k = nc; k < e.outputs.size(); ++k)
-    if (live.count(e.outputs[k].id)) {
-      out.outputs.push_back(e.outputs[k]);
-      body.results.push_back(e.attrs.get<FunctionRef>("body")->results[k]);
-    }
-  body = dce(body);
-  std::set<int> read;
-  for (const Equation& b : body.equations)
-    for (const Value& v : b.inputs) read.insert(v.id);
-  for (const Value& v : body.results) read.insert(v.id);
-  const std::vector<Value> params = body.params;
-  const std::vector<std::string> names = body.param_names;
-  body.params.clear();
-  body.param_names.clear();
-  out.inputs.clear();
-  std::size_t kept_xs = 0;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    if (i >= nc && !read.count(params[i].id)) continue;
-    body.params.push_back(params[i]);
-    if (i < names.size()) body.param_names.push_back(names[i]);
-    out.inputs.push_back(e.inputs[i]);
-    kept_xs += i >= nc && i < nc + nx;
-  }
-  // Unchanged: keep the body shared (CSE compares sub-functions by identity).
-  if (out.inputs.size() == e.inputs.size() && out.outputs.size() == e.outputs.size()) return e;
-  out.attrs.set("body", std::make_shared<const Function>(std::move(body)));
-  out.attrs.set("num_xs", static_cast<int64_t>(kept_xs));
-  return out;
-}
-
 }  // namespace
 
 Function dce(const Function& f) {
@@ -76,7 +37,7 @@ Function dce(const Function& f) {
     bool used = false;
     for (const Value& v : it->outputs) used = used || live.count(v.id);
     if (!used) continue;
-    kept.push_back(it->prim->name == "scan" ? prune_scan(*it, live) : *it);
+    kept.push_back(it->prim->prune ? it->prim->prune(*it, live) : *it);
     for (const Value& v : kept.back().inputs) live.insert(v.id);
   }
   Function out = without_equations(f);
@@ -88,14 +49,6 @@ Function dce(const Function& f) {
 }
 
 namespace {
-
-// Primitives whose two operands may be swapped without changing a bit of the result (NaN
-// payloads aside, which Kiln does not promise): a * b and b * a are one value. max and min are
-// not here: which of +0 and -0 they return depends on the order.
-bool commutative(const Primitive& p) {
-  static const std::set<std::string> names = {"add", "mul", "eq", "ne", "and", "or", "xor"};
-  return names.count(p.name) > 0;
-}
 
 // Constants of equal type and bits are one value (so -0 and +0 stay apart): tracing makes a
 // fresh constant at every use of a literal, and traces of the same code make equal constants.
@@ -144,7 +97,7 @@ Function cse(const Function& f) {
       v = resolve(v);
       ids.push_back(v.id);
     }
-    if (ids.size() == 2 && commutative(*e.prim)) std::sort(ids.begin(), ids.end());
+    if (ids.size() == 2 && e.prim->algebra.commutative) std::sort(ids.begin(), ids.end());
     auto& bucket = seen[{e.prim->name, ids}];
     const Equation* same = nullptr;
     for (const Equation* prev : bucket)
@@ -190,9 +143,7 @@ class Defs {
   std::optional<double> uniform(const Value& v) const {
     if (const Tensor* t = constant(v)) return uniform_value(*t);
     const Equation* e = producer(v);
-    if (e && (e->prim->name == "broadcast_to" || e->prim->name == "reshape") &&
-        v.type.shape.numel() > 0)
-      return uniform(e->inputs[0]);
+    if (e && e->prim->algebra.reshapes && v.type.shape.numel() > 0) return uniform(e->inputs[0]);
     return std::nullopt;
   }
   void add_constant(const Value& v, const Tensor& t) { constants_.emplace(v.id, t); }
@@ -240,7 +191,7 @@ Function fold_constants(const Function& f) {
     for (const Value& v : e.outputs) out_size += v.type.shape.numel();
     const bool grows = out_size > in_size;
     if (!all_const || !e.prim->foldable || (grows && out_size > kFoldLimit) ||
-        (grows && e.prim->name == "broadcast_to")) {
+        (grows && e.prim->algebra.expands)) {
       out.equations.push_back(e);
       continue;
     }
@@ -265,7 +216,7 @@ Function fold_constants(const Function& f) {
 
 // A cond whose branch index is a constant: the chosen branch (clamped, as the kernel does).
 const Function* constant_branch(const Equation& e, const Defs& defs) {
-  if (e.prim->name != "cond" || e.inputs.empty()) return nullptr;
+  if (!e.prim->algebra.selects_branch || e.inputs.empty()) return nullptr;
   const Tensor* index = defs.constant(e.inputs[0]);
   if (!index) return nullptr;
   int64_t n = 0;
@@ -301,7 +252,7 @@ Function simplify(const Function& f) {
   for (const Equation& e0 : f.equations) {
     Equation e = e0;
     for (Value& v : e.inputs) v = resolve(v);
-    const std::string& op = e.prim->name;
+    const Algebra& alg = e.prim->algebra;
     // A cond on a constant predicate is its chosen branch: inline it with fresh value ids.
     if (const Function* branch = constant_branch(e, defs)) {
       std::unordered_map<int, Value> local;
@@ -342,42 +293,47 @@ Function simplify(const Function& f) {
       const std::optional<double> u = defs.uniform(v);
       return u == 0.0 && (!floating || std::signbit(*u) == negative);
     };
-    if ((op == "mul" && b && defs.uniform(*b) == 1.0) ||
-        (op == "div" && b && defs.uniform(*b) == 1.0) || (op == "add" && b && zero(*b, true)) ||
-        (op == "sub" && b && zero(*b, false))) {
+    auto is = [&](const Value* v, std::optional<double> identity) {
+      if (!v || !identity) return false;
+      if (*identity == 0.0) return zero(*v, std::signbit(*identity));
+      return defs.uniform(*v) == *identity;
+    };
+    if (b && is(b, alg.right_identity)) {
       forward(*a);
       continue;
     }
-    if ((op == "mul" && a && defs.uniform(*a) == 1.0) || (op == "add" && a && zero(*a, true))) {
+    if (b && is(a, alg.left_identity)) {
       forward(*b);
       continue;
     }
     // x * 0 is 0 only when x cannot be inf or NaN: integers and bools.
-    if (op == "mul" && b && !floating && (defs.uniform(*a) == 0.0 || defs.uniform(*b) == 0.0)) {
+    if (alg.integer_zero_absorbs && b && !floating &&
+        (defs.uniform(*a) == 0.0 || defs.uniform(*b) == 0.0)) {
       const Value& zero = defs.uniform(*a) == 0.0 ? *a : *b;
       forward(zero);
       continue;
     }
     const Equation* pa = a ? defs.producer(*a) : nullptr;
-    if (op == "neg" && pa && pa->prim->name == "neg") {
+    if (alg.involution && pa && pa->prim == e.prim) {
       forward(pa->inputs[0]);
       continue;
     }
-    if (op == "transpose" && pa && pa->prim->name == "transpose") {
-      const std::vector<int64_t> p = compose(pa->attrs.get_ints("perm"), e.attrs.get_ints("perm"));
+    const std::string perm(alg.permutation_attr);
+    if (!perm.empty() && pa && pa->prim == e.prim) {
+      const std::vector<int64_t> p = compose(pa->attrs.get_ints(perm), e.attrs.get_ints(perm));
       if (is_identity(p)) {
         forward(pa->inputs[0]);
         continue;
       }
       e.inputs[0] = pa->inputs[0];
-      e.attrs.set("perm", p);
+      e.attrs.set(perm, p);
     }
     // (A B)^T = B^T A^T when the product has no other use: matmul reads transposed operands
     // in place, so the result comes out contiguous instead of as a transposed view that the
     // next elementwise op walks with a large stride (the weight gradient of x W^T, read by
     // the optimiser update, was 40x slower to walk than a contiguous one).
-    if (op == "transpose" && pa && pa->prim->name == "matmul" && uses[a->id] == 1 &&
-        swaps_last_two(e.attrs.get_ints("perm"), pa->inputs[0], pa->inputs[1])) {
+    if (!perm.empty() && pa && pa->prim->algebra.transposes_as_product && uses[a->id] == 1 &&
+        swaps_last_two(e.attrs.get_ints(perm), pa->inputs[0], pa->inputs[1])) {
       auto transposed = [&](const Value& v) {
         std::vector<int64_t> dims = v.type.shape.dims();
         std::swap(dims[dims.size() - 1], dims[dims.size() - 2]);
@@ -394,10 +350,10 @@ Function simplify(const Function& f) {
       out.equations.push_back(std::move(m));
       continue;
     }
-    if ((op == "reshape" || op == "broadcast_to") && pa && pa->prim->name == op) {
+    if (alg.reshapes && pa && pa->prim == e.prim) {
       e.inputs[0] = pa->inputs[0];  // reshape of reshape, broadcast of broadcast: one step
     }
-    if ((op == "reshape" || op == "broadcast_to") && e.inputs[0].type == e.outputs[0].type) {
+    if (alg.reshapes && e.inputs[0].type == e.outputs[0].type) {
       forward(e.inputs[0]);
       continue;
     }

@@ -33,6 +33,8 @@ Tensor max_weight(const Tensor& a, const Tensor& b) {
 // Each differentiable functor has `jvp(a, b, y, ta, tb)` and `vjp(a, b, y, ct)`.
 struct Add {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{
+      .right_identity = -0.0, .left_identity = -0.0, .commutative = true, .cheap_arithmetic = true};
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
     return plus(ta, tb);
@@ -47,6 +49,7 @@ struct Add {
 };
 struct Sub {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{.right_identity = 0.0, .cheap_arithmetic = true};
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
     return plus(ta, map_t(tb, [](const Tensor& t) { return -t; }));
@@ -61,6 +64,11 @@ struct Sub {
 };
 struct Mul {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{.right_identity = 1.0,
+                                   .left_identity = 1.0,
+                                   .integer_zero_absorbs = true,
+                                   .commutative = true,
+                                   .cheap_arithmetic = true};
   static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
     return plus(map_t(ta, [&](const Tensor& t) { return t * b; }),
@@ -80,6 +88,7 @@ struct Mul {
 // Integer division truncates; the kernel rejects zero divisors before the loop runs.
 struct Div {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{.right_identity = 1.0, .cheap_arithmetic = true};
   static Tangent jvp(const Tensor&, const Tensor& b, const Tensor& y, const Tangent& ta,
                      const Tangent& tb) {
     return plus(map_t(ta, [&](const Tensor& t) { return t / b; }),
@@ -142,6 +151,7 @@ struct Pow {
 // maximum/minimum propagate NaN, like numpy.
 struct Max {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{.cheap_arithmetic = true};
   static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
     const Tensor w = max_weight(a, b);
@@ -161,6 +171,7 @@ struct Max {
 };
 struct Min {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{.cheap_arithmetic = true};
   static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
     const Tensor w = max_weight(b, a);
@@ -178,32 +189,36 @@ struct Min {
     return a < b ? a : b;
   }
 };
-#define KILN_COMPARE(Name, expr)                  \
-  struct Name {                                   \
-    static constexpr Domain domain = Domain::all; \
-    static constexpr bool bool_result = true;     \
-    template <typename T>                         \
-    bool operator()(T a, T b) const {             \
-      return expr;                                \
-    }                                             \
+#define KILN_COMPARE(Name, expr, is_commutative)                                               \
+  struct Name {                                                                                \
+    static constexpr Domain domain = Domain::all;                                              \
+    static constexpr bool bool_result = true;                                                  \
+    static constexpr Algebra algebra{.commutative = is_commutative, .cheap_arithmetic = true}; \
+    template <typename T>                                                                      \
+    bool operator()(T a, T b) const {                                                          \
+      return expr;                                                                             \
+    }                                                                                          \
   };
-KILN_COMPARE(Eq, a == b)
-KILN_COMPARE(Ne, a != b)
-KILN_COMPARE(Lt, a < b)
-KILN_COMPARE(Le, a <= b)
-KILN_COMPARE(Gt, a > b)
-KILN_COMPARE(Ge, a >= b)
+KILN_COMPARE(Eq, a == b, true)
+KILN_COMPARE(Ne, a != b, true)
+KILN_COMPARE(Lt, a < b, false)
+KILN_COMPARE(Le, a <= b, false)
+KILN_COMPARE(Gt, a > b, false)
+KILN_COMPARE(Ge, a >= b, false)
 #undef KILN_COMPARE
 struct And {
   static constexpr Domain domain = Domain::boolean;
+  static constexpr Algebra algebra{.commutative = true, .cheap_arithmetic = true};
   bool operator()(bool a, bool b) const { return a && b; }
 };
 struct Or {
   static constexpr Domain domain = Domain::boolean;
+  static constexpr Algebra algebra{.commutative = true, .cheap_arithmetic = true};
   bool operator()(bool a, bool b) const { return a || b; }
 };
 struct Xor {
   static constexpr Domain domain = Domain::boolean;
+  static constexpr Algebra algebra{.commutative = true, .cheap_arithmetic = true};
   bool operator()(bool a, bool b) const { return a != b; }
 };
 
@@ -275,7 +290,8 @@ const Primitive& prim::select() {
          const Tensor zero = scalar_like(*ct[0], 0.0);
          return {std::nullopt, where(r.inputs[0], *ct[0], zero), where(r.inputs[0], zero, *ct[0])};
        },
-       .batch = ops::batch_elementwise},
+       .batch = ops::batch_elementwise,
+       .algebra = {.cheap_arithmetic = true}},
       {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
         [](std::span<const Tensor> in, const Attrs&) {
           Tensor out = empty(in[1].type());

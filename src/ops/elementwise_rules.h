@@ -164,6 +164,7 @@ const Primitive& define_unary(std::string name, Loc loc) {
   };
   Primitive p{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
   p.batch = batch_elementwise;
+  if constexpr (requires { F::algebra; }) p.algebra = F::algebra;
   if constexpr (has_derivative<F>()) {
     auto apply = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
       return {F::scale(r.inputs[0], r.outputs[0], *t[0])};
@@ -283,6 +284,7 @@ const Primitive& define_binary(std::string name, Loc loc) {
   const DTypeSet set = domain_set(F::domain);
   Primitive p{.name = std::move(name), .arity = 2, .type_rule = std::move(rule)};
   p.batch = batch_elementwise;
+  if constexpr (requires { F::algebra; }) p.algebra = F::algebra;
   if constexpr (requires(const Tensor& t) { F::vjp(t, t, t, t); }) {
     p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
       return {F::jvp(r.inputs[0], r.inputs[1], r.outputs[0], t[0], t[1])};

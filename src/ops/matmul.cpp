@@ -263,6 +263,7 @@ Primitive matmul_primitive() {
   Primitive p;
   p.name = "matmul";
   p.arity = 2;
+  p.algebra.transposes_as_product = true;
   p.type_rule = matmul_rule;
   p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
     const Primitive& self = r.primitive;

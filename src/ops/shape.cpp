@@ -97,7 +97,8 @@ const Primitive& prim::reshape() {
        },
        .batch = ops::batch_leading([](const Attrs& a, const Tensor& x) {
          return ops::prepend_int(a, "shape", x.shape()[0]);
-       })},
+       }),
+       .algebra = {.reshapes = true, .rearranges = true}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           Shape s(a.get_ints("shape"));
           if (std::optional<Tensor> view = reshape_view(in[0], s)) return one(std::move(*view));
@@ -138,7 +139,8 @@ const Primitive& prim::transpose() {
        },
        .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
          return ops::prepend_int(ops::shift_ints(a, "perm"), "perm", 0);
-       })},
+       }),
+       .algebra = {.permutation_attr = "perm", .rearranges = true}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           const Tensor& x = in[0];
           Shape s;
@@ -187,7 +189,8 @@ const Primitive& prim::broadcast_to() {
          std::vector<int64_t> out{b.size};
          out.insert(out.end(), target.begin(), target.end());
          return {{broadcast_to(reshape(x, Shape(dims)), Shape(out)), 0}};
-       }},
+       },
+       .algebra = {.reshapes = true, .expands = true, .rearranges = true}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           Shape s(a.get_ints("shape"));
           return one(make_view(in[0], s, detail::broadcast_strides(in[0], s), in[0].offset()));
@@ -259,7 +262,8 @@ const Primitive& prim::slice() {
        .batch = ops::batch_leading([](const Attrs& a, const Tensor& x) {
          return ops::prepend_int(
              ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]), "step", 1);
-       })},
+       }),
+       .algebra = {.rearranges = true}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           return one(
               slice_view(in[0], a.get_ints("start"), a.get_ints("stop"), a.get_ints("step")));
@@ -281,7 +285,8 @@ const Primitive& prim::flip() {
        .jvp = ops::linear_jvp,
        .vjp = ops::linear_jvp,  // flip is its own transpose
        .batch = ops::batch_leading(
-           [](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); })},
+           [](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); }),
+       .algebra = {.rearranges = true}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           const Tensor& x = in[0];
           std::vector<int64_t> st = x.strides();

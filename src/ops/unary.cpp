@@ -26,6 +26,7 @@ using ops::rounding_op;
 // A `linear` one's JVP is the primitive itself on the tangent (ops::linear_jvp).
 struct Neg {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{.involution = true, .cheap_arithmetic = true};
   static constexpr bool linear = true;
   static Tensor scale(const Tensor&, const Tensor&, const Tensor& t) { return -t; }
   template <typename T>
@@ -38,6 +39,7 @@ struct Neg {
 };
 struct Abs {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{.cheap_arithmetic = true};
   static Tensor scale(const Tensor& x, const Tensor&, const Tensor& t) { return t * sign(x); }
   template <typename T>
   T operator()(T x) const {
@@ -52,6 +54,7 @@ struct Abs {
 };
 struct Sign {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr Algebra algebra{.cheap_arithmetic = true};
   template <typename T>
   T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>)
@@ -137,6 +140,7 @@ KILN_STEP_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to eve
 #undef KILN_STEP_UNARY
 struct LogicalNot {
   static constexpr Domain domain = Domain::boolean;
+  static constexpr Algebra algebra{.cheap_arithmetic = true};
   bool operator()(bool x) const { return !x; }
 };
 struct IsNan {
@@ -203,7 +207,8 @@ const Primitive& prim::convert() {
        .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> std::vector<Tangent> {
          return {convert_tangent(*ct[0], r.inputs[0].dtype())};
        },
-       .batch = ops::batch_elementwise},
+       .batch = ops::batch_elementwise,
+       .algebra = {.cheap_arithmetic = true}},
       {{ops::cpu({DTypeSet::all()}), [](std::span<const Tensor> in, const Attrs& a) {
           Tensor out = empty(in[0].shape(), a.get_dtype("dtype"));
           detail::copy_cast(in[0], out);

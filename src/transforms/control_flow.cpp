@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "core/interrupt.h"
 #include "ir/partial_eval.h"
@@ -263,7 +264,8 @@ const Primitive& prim::cond() {
                                 .type_rule = cond_types,
                                 .jvp = cond_jvp,
                                 .vjp = cond_vjp,
-                                .batch = cond_batch},
+                                .batch = cond_batch,
+                                .algebra = {.selects_branch = true}},
                                interpreter_kernels([](ops::Ins in, const Attrs& a) {
                                  const std::size_t k = clamp_index(in[0], num_branches(a));
                                  return ir::evaluate(*a.get<FunctionRef>(bname(k)), in.subspan(1));
@@ -594,6 +596,48 @@ const Primitive& prim::while_grad() {
 namespace {
 
 // ---- scan --------------------------------------------------------------------------------
+
+// A scan without the ys nobody reads, and then without the xs and captures its body no longer
+// reads; carries stay (each step reads the last). The body is pruned the same way.
+ir::Equation prune_scan(const ir::Equation& e, const std::set<int>& live) {
+  using ir::Equation;
+  using ir::Function;
+  using ir::Value;
+  const auto nc = static_cast<std::size_t>(e.attrs.get_int("num_carry"));
+  const auto nx = static_cast<std::size_t>(e.attrs.get_int("num_xs"));
+  Function body = *e.attrs.get<FunctionRef>("body");
+  Equation out = e;
+  out.outputs.resize(nc);
+  body.results.resize(nc);
+  for (std::size_t k = nc; k < e.outputs.size(); ++k)
+    if (live.count(e.outputs[k].id)) {
+      out.outputs.push_back(e.outputs[k]);
+      body.results.push_back(e.attrs.get<FunctionRef>("body")->results[k]);
+    }
+  body = ir::dce(body);
+  std::set<int> read;
+  for (const Equation& b : body.equations)
+    for (const Value& v : b.inputs) read.insert(v.id);
+  for (const Value& v : body.results) read.insert(v.id);
+  const std::vector<Value> params = body.params;
+  const std::vector<std::string> names = body.param_names;
+  body.params.clear();
+  body.param_names.clear();
+  out.inputs.clear();
+  std::size_t kept_xs = 0;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    if (i >= nc && !read.count(params[i].id)) continue;
+    body.params.push_back(params[i]);
+    if (i < names.size()) body.param_names.push_back(names[i]);
+    out.inputs.push_back(e.inputs[i]);
+    kept_xs += i >= nc && i < nc + nx;
+  }
+  // Unchanged: keep the body shared (CSE compares sub-functions by identity).
+  if (out.inputs.size() == e.inputs.size() && out.outputs.size() == e.outputs.size()) return e;
+  out.attrs.set("body", std::make_shared<const Function>(std::move(body)));
+  out.attrs.set("num_xs", static_cast<int64_t>(kept_xs));
+  return out;
+}
 
 struct ScanLayout {
   std::size_t nc, nx, ncap;
@@ -946,7 +990,8 @@ const Primitive& prim::scan() {
        .type_rule = scan_types,
        .jvp = scan_jvp,
        .vjp = scan_vjp,
-       .batch = scan_batch},
+       .batch = scan_batch,
+       .prune = prune_scan},
       interpreter_kernels(
           [](ops::Ins in, const Attrs& a) {
             return scan_run(*a.get<FunctionRef>("body"), scan_layout(in.size(), a), in, false);
