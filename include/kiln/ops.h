@@ -320,8 +320,12 @@ enum class InterpolateMode { nearest, nearest_exact, linear, bilinear, bicubic, 
 template <typename T>
 struct SpatialValues {
   std::vector<T> values;
-  SpatialValues(T all) : values{all} {}                                    // NOLINT: implicit
-  SpatialValues(std::pair<T, T> hw) : values{hw.first, hw.second} {}       // NOLINT: implicit
+  SpatialValues(T all) : values{all} {}  // NOLINT: implicit
+  template <typename A, typename B>      // numbers of T's kind, as std::pair{NAN, 1.0}
+  requires(std::is_integral_v<A> == std::is_integral_v<T> &&
+           std::is_integral_v<B> == std::is_integral_v<T>)
+      SpatialValues(std::pair<A, B> hw)  // NOLINT: implicit
+      : values{static_cast<T>(hw.first), static_cast<T>(hw.second)} {}
   SpatialValues(std::array<T, 3> dhw) : values(dhw.begin(), dhw.end()) {}  // NOLINT: implicit
   explicit SpatialValues(std::vector<T> v) : values(std::move(v)) {}
 };

@@ -884,6 +884,18 @@ void bind_products(py::module_& m) {
       "numpy.cross of 3-vectors along `axis` (other axes broadcast).");
 }
 
+// The enum value a Python name (PyTorch's spelling) stands for; others are an error.
+template <typename E>
+E named(const char* op, const char* what, const std::string& name,
+        std::initializer_list<std::pair<const char*, E>> names) {
+  std::string known;
+  for (const auto& [n, e] : names) {
+    if (name == n) return e;
+    known += std::string(known.empty() ? "" : ", ") + n;
+  }
+  fail(op, "unknown ", what, ": got '", name, "', expected one of ", known);
+}
+
 void bind_conv(py::module_& m) {
   m.def(
       "conv1d",
@@ -1168,19 +1180,14 @@ void bind_conv(py::module_& m) {
                   ? SpatialValues<double>(scale_factor.cast<double>())
                   : SpatialValues<double>(scale_factor.cast<std::vector<double>>());
         }
-        static const std::map<std::string, InterpolateMode> modes{
-            {"nearest", InterpolateMode::nearest},
-            {"nearest-exact", InterpolateMode::nearest_exact},
-            {"linear", InterpolateMode::linear},
-            {"bilinear", InterpolateMode::bilinear},
-            {"bicubic", InterpolateMode::bicubic},
-            {"trilinear", InterpolateMode::trilinear},
-            {"area", InterpolateMode::area}};
-        const auto found = modes.find(mode);
-        if (found == modes.end())
-          fail("interpolate", "unknown mode: got '", mode,
-               "', expected nearest, nearest-exact, linear, bilinear, bicubic, trilinear or area");
-        o.mode = found->second;
+        o.mode = named<InterpolateMode>("interpolate", "mode", mode,
+                                        {{"nearest", InterpolateMode::nearest},
+                                         {"nearest-exact", InterpolateMode::nearest_exact},
+                                         {"linear", InterpolateMode::linear},
+                                         {"bilinear", InterpolateMode::bilinear},
+                                         {"bicubic", InterpolateMode::bicubic},
+                                         {"trilinear", InterpolateMode::trilinear},
+                                         {"area", InterpolateMode::area}});
         o.align_corners = align_corners;
         return interpolate(arg(x), o, Loc{});
       },
@@ -1192,23 +1199,17 @@ void bind_conv(py::module_& m) {
       "grid_sample",
       [](py::object x, py::object grid, const std::string& mode, const std::string& padding_mode,
          bool align_corners) {
-        static const std::map<std::string, GridSampleMode> modes{
-            {"bilinear", GridSampleMode::bilinear},
-            {"nearest", GridSampleMode::nearest},
-            {"bicubic", GridSampleMode::bicubic}};
-        static const std::map<std::string, GridSamplePadding> paddings{
-            {"zeros", GridSamplePadding::zeros},
-            {"border", GridSamplePadding::border},
-            {"reflection", GridSamplePadding::reflection}};
-        const auto m = modes.find(mode);
-        if (m == modes.end())
-          fail("grid_sample", "unknown mode: got '", mode,
-               "', expected bilinear, nearest or bicubic");
-        const auto p = paddings.find(padding_mode);
-        if (p == paddings.end())
-          fail("grid_sample", "unknown padding_mode: got '", padding_mode,
-               "', expected zeros, border or reflection");
-        return grid_sample(arg(x), arg(grid), {m->second, p->second, align_corners}, Loc{});
+        const GridSampleOptions o{
+            named<GridSampleMode>("grid_sample", "mode", mode,
+                                  {{"bilinear", GridSampleMode::bilinear},
+                                   {"nearest", GridSampleMode::nearest},
+                                   {"bicubic", GridSampleMode::bicubic}}),
+            named<GridSamplePadding>("grid_sample", "padding_mode", padding_mode,
+                                     {{"zeros", GridSamplePadding::zeros},
+                                      {"border", GridSamplePadding::border},
+                                      {"reflection", GridSamplePadding::reflection}}),
+            align_corners};
+        return grid_sample(arg(x), arg(grid), o, Loc{});
       },
       py::arg("input"), py::arg("grid"), py::arg("mode") = "bilinear",
       py::arg("padding_mode") = "zeros", py::arg("align_corners") = false,
