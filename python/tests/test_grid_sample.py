@@ -67,6 +67,19 @@ def test_grid_sample_far_outside_and_single_pixel_axes(padding_mode):
                               align_corners=align_corners)
 
 
+def test_grid_sample_zeros_padding_never_reads_outside_values():
+    # Taps outside the input contribute an exact zero even next to an infinite pixel.
+    x = X4.copy()
+    x[:, :, 0, 0] = np.inf
+    grid = np.concatenate([G4, np.full((2, 1, 3, 2), -3.0)], axis=1)
+    for mode in ("bilinear", "nearest", "bicubic"):
+        expected = F.grid_sample(torch.from_numpy(x), torch.from_numpy(grid), mode=mode,
+                                 align_corners=False)
+        got = np.asarray(kl.grid_sample(x, grid, mode=mode))
+        np.testing.assert_array_equal(got[:, :, 4:], 0.0)
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-12, atol=1e-12)
+
+
 def test_grid_sample_under_jit_and_vmap():
     f = lambda a, g: kl.grid_sample(a, g, padding_mode="reflection")
     close(kl.jit(f)(X4, G4), F.grid_sample(torch.from_numpy(X4), torch.from_numpy(G4),

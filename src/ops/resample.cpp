@@ -468,21 +468,21 @@ Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions&
         next.push_back({c.index * x.shape()[i + 2] + t.index, logical_and(c.inside, t.inside), {}});
     corners = std::move(next);
   }
-  const auto taps = static_cast<int64_t>(corners.size());
-  std::vector<Tensor> index, inside;
-  for (const Tap& c : corners) {
-    index.push_back(c.index);
-    inside.push_back(c.inside);
-  }
-  Tensor v =
-      take_along_axis(reshape(x, Shape{n, channels, plane}, loc),
-                      reshape(stack(index, 1, loc), Shape{n, 1, taps * points}, loc), 2, loc);
+  // Taps outside the input read a zero appended to each plane: cheaper than masking the
+  // gathered values (taps times larger than the input).
+  std::vector<Tensor> index;
+  for (const Tap& c : corners)
+    index.push_back(where(c.inside, c.index, full_like(c.index, static_cast<double>(plane)), loc));
+  const Tensor planes =
+      pad(reshape(x, Shape{n, channels, plane}, loc), {{0, 0}, {0, 0}, {0, 1}}, 0.0, loc);
   std::vector<int64_t> tap_dims{n, channels};
   for (const std::vector<Tap>& a : axes) tap_dims.push_back(static_cast<int64_t>(a.size()));
   tap_dims.push_back(points);
-  v = where(reshape(stack(inside, 1, loc), Shape{n, 1, taps, points}, loc),
-            reshape(v, Shape{n, channels, taps, points}, loc), zeros(Shape{}, x.dtype()), loc);
-  v = reshape(v, Shape(tap_dims), loc);
+  const auto taps = static_cast<int64_t>(corners.size());
+  Tensor v =
+      reshape(take_along_axis(
+                  planes, reshape(stack(index, 1, loc), Shape{n, 1, taps * points}, loc), 2, loc),
+              Shape(tap_dims), loc);
   // Contract the taps axis by axis, the last axis first (PyTorch's order of the sums).
   for (int i = spatial - 1; i >= 0; --i) {
     const std::vector<Tap>& a = axes[static_cast<std::size_t>(i)];
