@@ -282,6 +282,66 @@ TEST(Resample, GradientsMatchFiniteDifferences) {
       x, "bilinear");
 }
 
+TEST(Resample, OneAndThreeDimensionalInterpolateGradientsMatchFiniteDifferences) {
+  const Tensor x1 = random::normal(random::key(4), {2, 3, 7}, float64);
+  const Tensor x3 = random::normal(random::key(5), {1, 2, 3, 4, 5}, float64);
+  expect_grad_matches_differences(
+      [](const Tensor& a) {
+        return interpolate(a, {.scale_factor = 1.7, .mode = InterpolateMode::linear});
+      },
+      x1, "linear");
+  expect_grad_matches_differences(
+      [](const Tensor& a) {
+        return interpolate(a, {.size = std::array<int64_t, 3>{4, 3, 7},
+                               .mode = InterpolateMode::trilinear,
+                               .align_corners = true});
+      },
+      x3, "trilinear");
+  expect_grad_matches_differences(
+      [](const Tensor& a) {
+        return interpolate(a, {.scale_factor = std::array{1.5, 0.6, 1.3}});
+      },
+      x3, "nearest 3-d");
+}
+
+// grid_sample's gradients w.r.t. the input and the grid (VJP) and its JVP w.r.t. the grid,
+// against float64 central differences, for every mode, padding mode and align_corners.
+TEST(Resample, GridSampleDerivativesMatchFiniteDifferences) {
+  const Tensor x4 = random::normal(random::key(6), {2, 3, 5, 7}, float64);
+  const Tensor x5 = random::normal(random::key(7), {1, 2, 3, 4, 5}, float64);
+  // Grids reaching past [-1, 1], so that every padding mode matters.
+  const Tensor g4 = random::uniform(random::key(8), {2, 4, 3, 2}, float64, -1.6, 1.6);
+  const Tensor g5 = random::uniform(random::key(9), {1, 2, 3, 2, 3}, float64, -1.6, 1.6);
+  for (const GridSampleMode mode :
+       {GridSampleMode::bilinear, GridSampleMode::nearest, GridSampleMode::bicubic}) {
+    for (const GridSamplePadding padding :
+         {GridSamplePadding::zeros, GridSamplePadding::border, GridSamplePadding::reflection}) {
+      for (const bool corners : {false, true}) {
+        const GridSampleOptions o{mode, padding, corners};
+        const std::string what = std::to_string(static_cast<int>(mode)) + "/" +
+                                 std::to_string(static_cast<int>(padding)) + "/" +
+                                 std::to_string(corners);
+        for (const auto& [x, g] : std::vector<std::pair<Tensor, Tensor>>{{x4, g4}, {x5, g5}}) {
+          if (mode == GridSampleMode::bicubic && x.rank() == 5) continue;
+          SCOPED_TRACE(what + " rank " + std::to_string(x.rank()));
+          expect_grad_matches_differences([&](const Tensor& a) { return grid_sample(a, g, o); }, x,
+                                          "input");
+          const auto at_grid = [&](const Tensor& b) { return grid_sample(x, b, o); };
+          expect_grad_matches_differences(at_grid, g, "grid");
+          const Tensor r = random::normal(random::key(3), at_grid(g).shape(), float64);
+          const Tensor dg = random::normal(random::key(10), g.shape(), float64);
+          const double directional =
+              sum(tensor(numeric_grad(at_grid, g, r), g.shape()) * dg).item<double>();
+          const Tensor tangent = jvp(at_grid, std::tuple{g}, std::tuple{dg}).second;
+          EXPECT_NEAR(sum(tangent * r).item<double>(), directional,
+                      1e-6 * (1 + std::abs(directional)))
+              << "jvp";
+        }
+      }
+    }
+  }
+}
+
 TEST(ConvNd, EmptyBatch) {
   EXPECT_EQ(conv3d(zeros({0, 2, 3, 3, 3}), ones({4, 2, 2, 2, 2})).shape(), (Shape{0, 4, 2, 2, 2}));
   EXPECT_EQ(conv1d(zeros({0, 2, 5}), ones({4, 2, 2})).shape(), (Shape{0, 4, 4}));
@@ -417,5 +477,6 @@ TEST(Resample, Errors) {
       [] {
         interpolate(ones({1, 1, 4, 4}), {.size = P{2, 2}, .align_corners = true});
       },
-      "interpolate", {"align_corners with a mode other than bilinear or bicubic"});
+      "interpolate",
+      {"align_corners with a mode other than linear, bilinear, bicubic or trilinear"});
 }

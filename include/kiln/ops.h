@@ -312,18 +312,50 @@ Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> output_size, const Unfo
 // pixel_unshuffle; r = upscale_factor or downscale_factor).
 Tensor pixel_shuffle(const Tensor& x, int64_t upscale_factor, Loc loc = Loc::current());
 Tensor pixel_unshuffle(const Tensor& x, int64_t downscale_factor, Loc loc = Loc::current());
-// area is adaptive_avg_pool2d to the output size; bicubic is PyTorch's (A = -0.75).
-enum class InterpolateMode { nearest, nearest_exact, bilinear, bicubic, area };
+// area is adaptive_avg_pool1d/2d/3d to the output size; bicubic is PyTorch's (A = -0.75).
+// linear needs x [N, C, W], bilinear and bicubic [N, C, H, W], trilinear [N, C, D, H, W];
+// nearest, nearest_exact and area take any of the three.
+enum class InterpolateMode { nearest, nearest_exact, linear, bilinear, bicubic, trilinear, area };
+// One value per spatial axis: one for every axis, (H, W) or (D, H, W).
+template <typename T>
+struct SpatialValues {
+  std::vector<T> values;
+  SpatialValues(T all) : values{all} {}  // NOLINT: implicit
+  template <typename A, typename B>      // numbers of T's kind, as std::pair{NAN, 1.0}
+  requires(std::is_integral_v<A> == std::is_integral_v<T> &&
+           std::is_integral_v<B> == std::is_integral_v<T>)
+      SpatialValues(std::pair<A, B> hw)  // NOLINT: implicit
+      : values{static_cast<T>(hw.first), static_cast<T>(hw.second)} {}
+  SpatialValues(std::array<T, 3> dhw) : values(dhw.begin(), dhw.end()) {}  // NOLINT: implicit
+  explicit SpatialValues(std::vector<T> v) : values(std::move(v)) {}
+};
 // Exactly one of size and scale_factor; with scale_factor the output is floor(in * scale) and
 // the source index uses 1 / scale, as PyTorch 1.13's F.interpolate.
 struct InterpolateOptions {
-  std::optional<std::pair<int64_t, int64_t>> size;
-  std::optional<std::pair<double, double>> scale_factor;
+  std::optional<SpatialValues<int64_t>> size;
+  std::optional<SpatialValues<double>> scale_factor;
   InterpolateMode mode = InterpolateMode::nearest;
-  bool align_corners = false;  // bilinear and bicubic only
+  bool align_corners = false;  // linear, bilinear, bicubic and trilinear only
 };
-// Resamples x [N, C, H, W] (PyTorch's F.interpolate).
+// Resamples x [N, C, W], [N, C, H, W] or [N, C, D, H, W] (PyTorch's F.interpolate).
 Tensor interpolate(const Tensor& x, const InterpolateOptions& options, Loc loc = Loc::current());
+// PyTorch 1.13's F.grid_sample: samples x [N, C, H, W] at grid [N, Ho, Wo, 2] (x, y in
+// [-1, 1]) into [N, C, Ho, Wo], or x [N, C, D, H, W] at grid [N, Do, Ho, Wo, 3] (x, y, z)
+// into [N, C, Do, Ho, Wo]; bicubic is 4-d only. Differentiable w.r.t. x and grid.
+enum class GridSampleMode { bilinear, nearest, bicubic };
+enum class GridSamplePadding { zeros, border, reflection };
+struct GridSampleOptions {
+  GridSampleMode mode = GridSampleMode::bilinear;
+  GridSamplePadding padding_mode = GridSamplePadding::zeros;
+  bool align_corners = false;
+};
+Tensor grid_sample(const Tensor& x, const Tensor& grid, const GridSampleOptions& options = {},
+                   Loc loc = Loc::current());
+// PyTorch 1.13's F.affine_grid: theta [N, 2, 3] and size [N, C, H, W] give the grid
+// [N, H, W, 2] of theta applied to the output's normalised coordinates; theta [N, 3, 4] and
+// size [N, C, D, H, W] give [N, D, H, W, 3].
+Tensor affine_grid(const Tensor& theta, const Shape& size, bool align_corners = false,
+                   Loc loc = Loc::current());
 
 // The identity, with a zero derivative: gradients do not flow through it.
 Tensor stop_gradient(const Tensor& x, Loc loc = Loc::current());

@@ -884,6 +884,18 @@ void bind_products(py::module_& m) {
       "numpy.cross of 3-vectors along `axis` (other axes broadcast).");
 }
 
+// The enum value a Python name (PyTorch's spelling) stands for; others are an error.
+template <typename E>
+E named(const char* op, const char* what, const std::string& name,
+        std::initializer_list<std::pair<const char*, E>> names) {
+  std::string known;
+  for (const auto& [n, e] : names) {
+    if (name == n) return e;
+    known += std::string(known.empty() ? "" : ", ") + n;
+  }
+  fail(op, "unknown ", what, ": got '", name, "', expected one of ", known);
+}
+
 void bind_conv(py::module_& m) {
   m.def(
       "conv1d",
@@ -1161,32 +1173,56 @@ void bind_conv(py::module_& m) {
       [](py::object x, py::object size, py::object scale_factor, const std::string& mode,
          bool align_corners) {
         InterpolateOptions o;
-        if (!size.is_none()) o.size = pair(size, "interpolate", "size");
+        if (!size.is_none()) o.size = SpatialValues<int64_t>(to_shape(size).dims());
         if (!scale_factor.is_none()) {
-          if (PyNumber_Check(scale_factor.ptr()) && !PySequence_Check(scale_factor.ptr())) {
-            const double s = scale_factor.cast<double>();
-            o.scale_factor = std::pair{s, s};
-          } else {
-            o.scale_factor = scale_factor.cast<std::pair<double, double>>();
-          }
+          o.scale_factor =
+              PyNumber_Check(scale_factor.ptr()) && !PySequence_Check(scale_factor.ptr())
+                  ? SpatialValues<double>(scale_factor.cast<double>())
+                  : SpatialValues<double>(scale_factor.cast<std::vector<double>>());
         }
-        static const std::map<std::string, InterpolateMode> modes{
-            {"nearest", InterpolateMode::nearest},
-            {"nearest-exact", InterpolateMode::nearest_exact},
-            {"bilinear", InterpolateMode::bilinear},
-            {"bicubic", InterpolateMode::bicubic},
-            {"area", InterpolateMode::area}};
-        const auto found = modes.find(mode);
-        if (found == modes.end())
-          fail("interpolate", "unknown mode: got '", mode,
-               "', expected nearest, nearest-exact, bilinear, bicubic or area");
-        o.mode = found->second;
+        o.mode = named<InterpolateMode>("interpolate", "mode", mode,
+                                        {{"nearest", InterpolateMode::nearest},
+                                         {"nearest-exact", InterpolateMode::nearest_exact},
+                                         {"linear", InterpolateMode::linear},
+                                         {"bilinear", InterpolateMode::bilinear},
+                                         {"bicubic", InterpolateMode::bicubic},
+                                         {"trilinear", InterpolateMode::trilinear},
+                                         {"area", InterpolateMode::area}});
         o.align_corners = align_corners;
         return interpolate(arg(x), o, Loc{});
       },
       py::arg("x"), py::arg("size") = py::none(), py::arg("scale_factor") = py::none(),
       py::arg("mode") = "nearest", py::arg("align_corners") = false,
-      "Resamples x [N, C, H, W] to `size` or by `scale_factor` (PyTorch 1.13's F.interpolate).");
+      "Resamples x [N, C, W], [N, C, H, W] or [N, C, D, H, W] to `size` or by `scale_factor` "
+      "(PyTorch 1.13's F.interpolate).");
+  m.def(
+      "grid_sample",
+      [](py::object x, py::object grid, const std::string& mode, const std::string& padding_mode,
+         bool align_corners) {
+        const GridSampleOptions o{
+            named<GridSampleMode>("grid_sample", "mode", mode,
+                                  {{"bilinear", GridSampleMode::bilinear},
+                                   {"nearest", GridSampleMode::nearest},
+                                   {"bicubic", GridSampleMode::bicubic}}),
+            named<GridSamplePadding>("grid_sample", "padding_mode", padding_mode,
+                                     {{"zeros", GridSamplePadding::zeros},
+                                      {"border", GridSamplePadding::border},
+                                      {"reflection", GridSamplePadding::reflection}}),
+            align_corners};
+        return grid_sample(arg(x), arg(grid), o, Loc{});
+      },
+      py::arg("input"), py::arg("grid"), py::arg("mode") = "bilinear",
+      py::arg("padding_mode") = "zeros", py::arg("align_corners") = false,
+      "Samples input [N, C, H, W] at grid [N, Ho, Wo, 2] (or [N, C, D, H, W] at "
+      "[N, Do, Ho, Wo, 3]) (PyTorch 1.13's F.grid_sample).");
+  m.def(
+      "affine_grid",
+      [](py::object theta, py::object size, bool align_corners) {
+        return affine_grid(arg(theta), to_shape(size), align_corners, Loc{});
+      },
+      py::arg("theta"), py::arg("size"), py::arg("align_corners") = false,
+      "The sampling grid of affine maps theta [N, 2, 3] (or [N, 3, 4]) for an output of `size` "
+      "(PyTorch 1.13's F.affine_grid).");
 }
 
 // numpy's ord: None, a number or a name ("fro", "nuc").

@@ -246,3 +246,76 @@ def test_interpolate_mode_errors():
         kl.interpolate(X2, size=(3, 3), mode="cubic")
     with pytest.raises(kl.Error, match=r"\[interpolate\] align_corners with a mode other"):
         kl.interpolate(X2, size=(3, 3), mode="area", align_corners=True)
+
+
+@pytest.mark.parametrize("x,kw", [
+    (X1, dict(size=5)),
+    (X1, dict(size=22)),
+    (X1, dict(scale_factor=1.7)),
+    (X1, dict(scale_factor=0.6)),
+    (X1, dict(size=7, mode="nearest-exact")),
+    (X1, dict(scale_factor=1.7, mode="nearest-exact")),
+    (X1, dict(size=17, mode="linear")),
+    (X1, dict(size=17, mode="linear", align_corners=True)),
+    (X1, dict(size=4, mode="linear")),
+    (X1, dict(scale_factor=2.5, mode="linear")),
+    (X1, dict(scale_factor=0.6, mode="linear", align_corners=True)),
+    (X1, dict(size=4, mode="area")),
+    (X1, dict(scale_factor=0.7, mode="area")),
+    (X3, dict(size=(3, 8, 4))),
+    (X3, dict(scale_factor=1.5)),
+    (X3, dict(scale_factor=(1.5, 0.7, 2.2))),
+    (X3, dict(size=(7, 4, 9), mode="nearest-exact")),
+    (X3, dict(scale_factor=(0.6, 1.3, 1.7), mode="nearest-exact")),
+    (X3, dict(size=(7, 4, 9), mode="trilinear")),
+    (X3, dict(size=(7, 4, 9), mode="trilinear", align_corners=True)),
+    (X3, dict(size=(1, 6, 3), mode="trilinear", align_corners=True)),
+    (X3, dict(scale_factor=1.7, mode="trilinear")),
+    (X3, dict(scale_factor=(0.6, 1.3, 2.5), mode="trilinear")),
+    (X3, dict(scale_factor=(0.6, 1.3, 2.5), mode="trilinear", align_corners=True)),
+    (X3, dict(size=(3, 4, 5), mode="area")),
+    (X3, dict(scale_factor=0.6, mode="area")),
+])
+def test_interpolate_1d_and_3d(x, kw):
+    check("interpolate", x, **kw)
+    x32 = x.astype(np.float32)
+    same(kl.interpolate(x32, **kw), F.interpolate(torch.from_numpy(x32), **kw), tol=1e-5)
+
+
+def test_interpolate_1d_and_3d_under_jit_and_vmap():
+    f = lambda a: kl.interpolate(a, scale_factor=(0.6, 1.3, 2.5), mode="trilinear")
+    same(kl.jit(f)(X3), F.interpolate(torch.from_numpy(X3), scale_factor=(0.6, 1.3, 2.5),
+                                      mode="trilinear"))
+    g = lambda a: kl.interpolate(a, size=17, mode="linear", align_corners=True)
+    xs = np.stack([X1, -2 * X1])
+    batched = np.asarray(kl.vmap(g)(xs))
+    for i in range(2):
+        same(batched[i], torch.from_numpy(np.asarray(g(xs[i]))))
+
+
+@pytest.mark.parametrize("x,mode,expected", [
+    (X2, "linear", r"linear needs a 3-d input: got f64\[2,3,7,8\], expected \[N, C, W\]"),
+    (X3, "bilinear", r"bilinear needs a 4-d input: got f64\[2,2,5,6,7\], expected \[N, C, H, W\]"),
+    (X3, "bicubic", r"bicubic needs a 4-d input"),
+    (X1, "trilinear", r"trilinear needs a 5-d input: got f64\[2,3,11\], expected \[N, C, D, H, W\]"),
+    (X2, "trilinear", r"trilinear needs a 5-d input"),
+])
+def test_interpolate_mode_and_rank_mismatch(x, mode, expected):
+    with pytest.raises(kl.Error, match=r"\[interpolate\] " + expected):
+        kl.interpolate(x, scale_factor=2.0, mode=mode)
+
+
+def test_interpolate_1d_and_3d_errors():
+    with pytest.raises(kl.Error, match=r"\[interpolate\] size has 2 values: got \[3, 4\], "
+                       r"expected 1 or 3"):
+        kl.interpolate(X3, size=(3, 4))
+    with pytest.raises(kl.Error, match=r"\[interpolate\] scale_factor has 2 values"):
+        kl.interpolate(X1, scale_factor=(2.0, 2.0), mode="linear")
+    with pytest.raises(kl.Error, match=r"\[interpolate\] align_corners with a mode other than "
+                       r"linear, bilinear, bicubic or trilinear: got align_corners=true with area"):
+        kl.interpolate(X1, size=4, mode="area", align_corners=True)
+    with pytest.raises(kl.Error, match=r"\[interpolate\] input must have rank 3, 4 or 5: got "
+                       r"f64\[2,3,7,8,1,1\]"):
+        kl.interpolate(X2.reshape(2, 3, 7, 8, 1, 1), size=2)
+    with pytest.raises(kl.Error, match=r"\[interpolate\] unknown mode: got 'cubic'"):
+        kl.interpolate(X1, size=4, mode="cubic")
