@@ -11,20 +11,6 @@
 
 namespace kiln::testing {
 
-// max |a - b| <= atol + rtol |b| elementwise, NaNs matching.
-inline void expect_close(const Tensor& a, const Tensor& b, double rtol, double atol = 0.0) {
-  ASSERT_EQ(a.shape(), b.shape());
-  const std::vector<double> x = astype(a, float64).to_vector<double>();
-  const std::vector<double> y = astype(b, float64).to_vector<double>();
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    if (std::isnan(y[i])) {
-      EXPECT_TRUE(std::isnan(x[i])) << "at " << i;
-      continue;
-    }
-    EXPECT_NEAR(x[i], y[i], atol + rtol * std::abs(y[i])) << "at " << i;
-  }
-}
-
 // The gradient of a scalar f at x along `direction` against central differences (float64).
 template <typename F>
 void expect_grad_fd(F f, const Tensor& x, const Tensor& direction, double rtol = 1e-6) {

@@ -6,8 +6,11 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iomanip>
+#include <optional>
 #include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/error.h"
@@ -48,27 +51,62 @@ inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -
   return v;
 }
 
-// Within tol of want, relative to max(1, |want|), in float64; NaN and infinities must match.
-inline void expect_close(const Tensor& got, const Tensor& want, double tol,
-                         const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = astype(got, float64).to_vector<double>();
-  const std::vector<double> w = astype(want, float64).to_vector<double>();
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(w[i]) || std::isinf(w[i])) {
-      ASSERT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i]) << what << " at " << i;
-      continue;
+// How close two values must be to count as equal: |got - want| <= atol + rtol * |want|, the rule
+// of numpy.allclose, with its defaults.
+struct Tolerance {
+  double rtol = 1e-5;
+  double atol = 1e-8;
+};
+
+// The one closeness check of the tests (the overloads below only gather values): element by
+// element within tol; NaN equals NaN at the same position only, and an infinity only the same
+// infinity. A failure names `what`, how many elements differ, and the one furthest past its
+// bound: flat index, got, want and the bound.
+inline void expect_allclose(const std::vector<double>& got, const std::vector<double>& want,
+                            Tolerance tol = {}, std::string_view what = "") {
+  ASSERT_EQ(got.size(), want.size()) << what << ": element counts differ";
+  std::optional<std::size_t> worst;
+  double worst_excess = 0.0;
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    double excess = 0.0;  // how far past its bound; infinite for a NaN or infinity mismatch
+    if (std::isnan(g) || std::isnan(w) || std::isinf(g) || std::isinf(w))
+      excess = (std::isnan(g) && std::isnan(w)) || g == w ? 0.0 : INFINITY;
+    else
+      excess = std::abs(g - w) - (tol.atol + tol.rtol * std::abs(w));
+    if (excess <= 0.0) continue;
+    ++differing;
+    if (!worst || excess > worst_excess) {
+      worst = i;
+      worst_excess = excess;
     }
-    ASSERT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(w[i]))) << what << " at " << i;
   }
+  if (!worst) return;
+  const double w = want[*worst];
+  ADD_FAILURE() << std::setprecision(17) << (what.empty() ? "values" : what) << ": " << differing
+                << " of " << got.size() << " elements differ; worst at flat index " << *worst
+                << ": got " << got[*worst] << ", want " << w << ", |got - want| "
+                << std::abs(got[*worst] - w) << " > bound " << tol.atol + tol.rtol * std::abs(w)
+                << " (rtol " << tol.rtol << ", atol " << tol.atol << ")";
 }
 
-// Within tol of want, relative to 1 + |want|, element by element.
-inline void expect_close(const Tensor& got, const std::vector<double>& want, double tol) {
-  const std::vector<double> g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.size());
-  for (std::size_t i = 0; i < g.size(); ++i)
-    EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
+// Tensors of one shape and dtype. A floating `got` may be checked against a float64 `want`: a
+// reference computed in double precision.
+inline void expect_allclose(const Tensor& got, const Tensor& want, Tolerance tol = {},
+                            std::string_view what = "") {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const bool reference = want.dtype() == float64 && is_floating(got.dtype());
+  ASSERT_TRUE(got.dtype() == want.dtype() || reference)
+      << what << ": dtype " << dtype_name(got.dtype()) << ", want " << dtype_name(want.dtype());
+  expect_allclose(astype(got, float64).to_vector<double>(),
+                  astype(want, float64).to_vector<double>(), tol, what);
+}
+
+// A tensor against values listed in row-major order (any dtype, same element count).
+inline void expect_allclose(const Tensor& got, const std::vector<double>& want, Tolerance tol = {},
+                            std::string_view what = "") {
+  expect_allclose(astype(got, float64).to_vector<double>(), want, tol, what);
 }
 
 // Central finite differences of a scalar function, element by element, in float64.
