@@ -1229,7 +1229,7 @@ TEST(NnBatchNorm, NoGradientFlowsIntoTheRunningStats) {
   static_assert(std::is_same_v<std::decay_t<decltype(g)>, nn::BatchNorm>);
   EXPECT_EQ(nn::named_parameters(g).size(), 2u);
   // ... and it matches finite differences of the y-part (the state part has no slope).
-  const nn::BatchNorm fd = fd_tree<nn::BatchNorm>(
+  const nn::BatchNorm fd = finite_differences<nn::BatchNorm>(
       [&](const nn::BatchNorm& m) {
         const auto [y, next] = m(x, s0, true);
         return sum(y * f64(c, {4, 3, 2, 2})).item<double>();
@@ -1247,7 +1247,8 @@ TEST(NnBatchNorm, InputGradientThroughBatchStatsMatchesFiniteDifferences) {
   auto loss = [&](const Tensor& xin) {
     return sum(square(bn(xin, bn.initial_state(), true).first) * f64(c, {3, 2, 2, 2}));
   };
-  const Tensor fd = fd_tree<Tensor>([&](const Tensor& t) { return loss(t).item<double>(); }, x);
+  const Tensor fd =
+      finite_differences<Tensor>([&](const Tensor& t) { return loss(t).item<double>(); }, x);
   expect_allclose(grad(loss)(x), vals(fd), {.rtol = 1e-7, .atol = 1e-7});
 }
 
@@ -1608,7 +1609,7 @@ TEST(NnModel, GradOfAUserModelHasItsTypeAndMatchesFiniteDifferences) {
   auto loss = [&](const Net& m) { return nn::cross_entropy(m(x), y, 0.1); };
   const auto g = grad(loss)(net);
   static_assert(std::is_same_v<std::decay_t<decltype(g)>, Net>);
-  const Net fd = fd_tree<Net>([&](const Net& m) { return loss(m).item<double>(); }, net);
+  const Net fd = finite_differences<Net>([&](const Net& m) { return loss(m).item<double>(); }, net);
   expect_tree_allclose(g, fd, {.rtol = 1e-7, .atol = 1e-7});
   // value_and_grad agrees, and the gradient of a static setting is the setting itself.
   auto [v, g2] = value_and_grad(loss)(net);
@@ -1627,7 +1628,7 @@ TEST(NnModel, MlpWithLayerNormGradMatchesFiniteDifferences) {
   using M = std::decay_t<decltype(mlp)>;
   auto loss = [&](const M& m) { return nn::mse(m(x), t); };
   const M g = grad(loss)(mlp);
-  const M fd = fd_tree<M>([&](const M& m) { return loss(m).item<double>(); }, mlp);
+  const M fd = finite_differences<M>([&](const M& m) { return loss(m).item<double>(); }, mlp);
   expect_tree_allclose(g, fd, {.rtol = 1e-7, .atol = 1e-7});
 }
 
@@ -1678,7 +1679,7 @@ TEST(NnModel, PerExampleGradientsViaVmapOfGradEqualALoop) {
     }
   }
   // And one of them against finite differences.
-  const M fd0 = fd_tree<M>(
+  const M fd0 = finite_differences<M>(
       [&](const M& m) { return per_example(m, index(xs, 0), index(ys, 0)).item<double>(); }, model);
   const auto fl = tree_leaves(fd0);
   for (std::size_t k = 0; k < fl.size(); ++k)

@@ -53,7 +53,7 @@ inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -
 
 // How close two values must be to count as equal: |got - want| <= atol + rtol * |want|, the rule
 // of numpy.allclose, with its defaults.
-struct Tolerance {
+struct Closeness {
   double rtol = 1e-5;
   double atol = 1e-8;
 };
@@ -63,7 +63,7 @@ struct Tolerance {
 // infinity. A failure names `what`, how many elements differ, and the one furthest past its
 // bound: flat index, got, want and the bound.
 inline void expect_allclose(const std::vector<double>& got, const std::vector<double>& want,
-                            Tolerance tol = {}, std::string_view what = "") {
+                            Closeness tol = {}, std::string_view what = "") {
   ASSERT_EQ(got.size(), want.size()) << what << ": element counts differ";
   std::optional<std::size_t> worst;
   double worst_excess = 0.0;
@@ -93,7 +93,7 @@ inline void expect_allclose(const std::vector<double>& got, const std::vector<do
 
 // Tensors of one shape and dtype. A floating `got` may be checked against a float64 `want`: a
 // reference computed in double precision.
-inline void expect_allclose(const Tensor& got, const Tensor& want, Tolerance tol = {},
+inline void expect_allclose(const Tensor& got, const Tensor& want, Closeness tol = {},
                             std::string_view what = "") {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   const bool reference = want.dtype() == float64 && is_floating(got.dtype());
@@ -104,7 +104,7 @@ inline void expect_allclose(const Tensor& got, const Tensor& want, Tolerance tol
 }
 
 // A tensor against values listed in row-major order (any dtype, same element count).
-inline void expect_allclose(const Tensor& got, const std::vector<double>& want, Tolerance tol = {},
+inline void expect_allclose(const Tensor& got, const std::vector<double>& want, Closeness tol = {},
                             std::string_view what = "") {
   expect_allclose(astype(got, float64).to_vector<double>(), want, tol, what);
 }

@@ -41,7 +41,7 @@ M finite_differences(const std::function<double(const M&)>& loss, const M& at, d
 
 // Same structure (static values included), and each leaf within tol (expect_allclose).
 template <class M>
-void expect_tree_allclose(const M& got, const M& want, Tolerance tol) {
+void expect_tree_allclose(const M& got, const M& want, Closeness tol) {
   auto [gl, gd] = tree_flatten(got);
   auto [wl, wd] = tree_flatten(want);
   ASSERT_TRUE(gd == wd) << gd << " vs " << wd;
