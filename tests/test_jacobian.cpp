@@ -106,11 +106,11 @@ TEST_F(JacobianOfTrees, TreeResultsGiveATreeOfArgumentTrees) {
   const std::vector<Tensor> v{f64({0.5, -1.0}, {2}), f64({2.0, 3.0}, {2})};
   const auto jg = jacrev(g)(v);
   ASSERT_EQ(jg.size(), 2u);
-  expect_allclose(jg[0][1], tensor({0.5, 0, 0, -1.0}, Shape{2, 2}), {.rtol = 1e-14, .atol = 1e-14},
+  expect_allclose(jg[0][1], f64({0.5, 0, 0, -1.0}, Shape{2, 2}), {.rtol = 1e-14, .atol = 1e-14},
                   "d(v0*v1)/dv1");
-  expect_allclose(jg[1][0], tensor({std::cos(0.5), 0, 0, std::cos(-1.0)}, Shape{2, 2}),
+  expect_allclose(jg[1][0], f64({std::cos(0.5), 0, 0, std::cos(-1.0)}, Shape{2, 2}),
                   {.rtol = 1e-14, .atol = 1e-14}, "d sin(v0)/dv0");
-  expect_allclose(jacfwd(g)(v)[0][0], tensor({2.0, 0, 0, 3.0}, Shape{2, 2}),
+  expect_allclose(jacfwd(g)(v)[0][0], f64({2.0, 0, 0, 3.0}, Shape{2, 2}),
                   {.rtol = 1e-14, .atol = 1e-14}, "jacfwd d(v0*v1)/dv0");
 }
 
