@@ -174,8 +174,7 @@ Ts central_difference(const std::function<Ts(const Ts&)>& f, const Ts& x, const 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
 // Each result whose `want` is defined (a sample's non-differentiable results have none).
-void expect_each_allclose(const Ts& got, const Ts& want, testing::Closeness tol,
-                          const std::string& what) {
+void expect_each_allclose(const Ts& got, const Ts& want, Closeness tol, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i)
     if (want[i].defined())

@@ -47,9 +47,7 @@ double rtol(DType d) {
   }
 }
 // Values that a few roundings in the dtype explain.
-kiln::testing::Closeness dtype_tolerance(DType d) {
-  return {.rtol = rtol(d), .atol = rtol(d) * 1e-2};
-}
+Closeness dtype_tolerance(DType d) { return {.rtol = rtol(d), .atol = rtol(d) * 1e-2}; }
 
 // Exact comparison through double (every value used here is exact in every dtype).
 void expect_values(const Tensor& t, const D& want, const std::string& what = "") {

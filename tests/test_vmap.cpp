@@ -42,7 +42,7 @@ std::vector<double> values(const Tensor& t) { return astype(t, float64).to_vecto
 
 // Exact for integers and bools; at least 1e-6 for floats narrower than float64. Half of rtol on
 // each side of |got - want| <= atol + rtol |want| keeps it within rtol * max(1, |want|).
-testing::Closeness vmap_tolerance(DType d, double rtol) {
+Closeness vmap_tolerance(DType d, double rtol) {
   const double tol = !is_floating(d) ? 0.0 : d == float64 ? rtol : std::max(rtol, 1e-6);
   return {.rtol = tol / 2, .atol = tol / 2};
 }

@@ -51,17 +51,12 @@ inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -
   return v;
 }
 
-// How close two values must be to count as equal: |got - want| <= atol + rtol * |want|, the rule
-// of numpy.allclose, with its defaults.
-struct Closeness {
-  double rtol = 1e-5;
-  double atol = 1e-8;
-};
-
-// The one closeness check of the tests (the overloads below only gather values): element by
-// element within tol; NaN equals NaN at the same position only, and an infinity only the same
-// infinity. A failure names `what`, how many elements differ, and the one furthest past its
-// bound: flat index, got, want and the bound.
+// The one closeness check of the tests (the overloads below only gather values), by the rule of
+// kiln::isclose and numpy.isclose: |got - want| <= atol + rtol |want| element by element (the
+// defaults are numpy's); a NaN matches only a NaN at the same position, and only with
+// tol.equal_nan; an infinity matches only the same infinity. Computed here, not with
+// kiln::isclose, which tests check. A failure names `what`, how many elements differ, and the
+// one furthest past its bound: flat index, got, want and the bound.
 inline void expect_allclose(const std::vector<double>& got, const std::vector<double>& want,
                             Closeness tol = {}, std::string_view what = "") {
   ASSERT_EQ(got.size(), want.size()) << what << ": element counts differ";
@@ -71,8 +66,10 @@ inline void expect_allclose(const std::vector<double>& got, const std::vector<do
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double g = got[i], w = want[i];
     double excess = 0.0;  // how far past its bound; infinite for a NaN or infinity mismatch
-    if (std::isnan(g) || std::isnan(w) || std::isinf(g) || std::isinf(w))
-      excess = (std::isnan(g) && std::isnan(w)) || g == w ? 0.0 : INFINITY;
+    if (std::isnan(g) || std::isnan(w))
+      excess = tol.equal_nan && std::isnan(g) && std::isnan(w) ? 0.0 : INFINITY;
+    else if (std::isinf(g) || std::isinf(w))
+      excess = g == w ? 0.0 : INFINITY;
     else
       excess = std::abs(g - w) - (tol.atol + tol.rtol * std::abs(w));
     if (excess <= 0.0) continue;
