@@ -174,11 +174,12 @@ Ts central_difference(const std::function<Ts(const Ts&)>& f, const Ts& x, const 
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
 
 // Each result whose `want` is defined (a sample's non-differentiable results have none).
-void expect_each_allclose(const Ts& got, const Ts& want, Closeness tol, const std::string& what) {
+void expect_each_allclose(const Ts& got, const Ts& want, Closeness tol, const std::string& what,
+                          std::source_location at = std::source_location::current()) {
   ASSERT_EQ(got.size(), want.size()) << what;
   for (std::size_t i = 0; i < got.size(); ++i)
     if (want[i].defined())
-      expect_allclose(got[i], want[i], tol, what + " [" + std::to_string(i) + "]");
+      expect_allclose(got[i], want[i], tol, what + " [" + std::to_string(i) + "]", at);
 }
 
 // sum_i <a_i, b_i> over the floating pairs, and the sum of |a_i b_i| as its scale.

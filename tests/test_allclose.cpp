@@ -47,12 +47,16 @@ TEST(Allclose, InfinityEqualsOnlyTheSameInfinity) {
 }
 
 TEST(Allclose, ShapesAndDtypesMustMatch) {
-  EXPECT_FATAL_FAILURE(expect_allclose(zeros({2, 3}), zeros({3, 2})), "");
-  EXPECT_FATAL_FAILURE(expect_allclose(zeros({2}, int32), zeros({2}, int64)), "dtype int32");
-  EXPECT_FATAL_FAILURE(expect_allclose(zeros({2}, float64), zeros({2}, float32)), "");
-  EXPECT_FATAL_FAILURE(expect_allclose(zeros({2}), {0.0, 0.0, 0.0}), "element counts");
+  EXPECT_NONFATAL_FAILURE(expect_allclose(zeros({2, 3}), zeros({3, 2})), "f32[2,3], want f32[3,2]");
+  EXPECT_NONFATAL_FAILURE(expect_allclose(zeros({2}, int32), zeros({2}, int64)), "want i64[2]");
+  EXPECT_NONFATAL_FAILURE(expect_allclose(zeros({2}, float64), zeros({2}, float32)), "");
+  EXPECT_NONFATAL_FAILURE(expect_allclose(zeros({2}), {0.0, 0.0, 0.0}), "2 elements, want 3");
   // A floating result against a float64 reference is the one promotion.
   expect_allclose(astype(tensor({0.1, 0.2}), float32), tensor({0.1, 0.2}), {.rtol = 1e-7});
+}
+
+TEST(Allclose, FailuresPointAtTheCaller) {
+  EXPECT_NONFATAL_FAILURE(expect_allclose(tensor({1.0}), {2.0}), "test_allclose.cpp");
 }
 
 TEST(Allclose, FailureNamesWhatTheWorstElementAndTheBound) {

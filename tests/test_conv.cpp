@@ -512,8 +512,8 @@ TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
               dys[static_cast<std::size_t>((p * OH + oh) * OW + ow)];
           want_y.push_back(xs[static_cast<std::size_t>(best)]);
         }
-    expect_allclose(y, tensor(want_y, y.shape()),
-                    {.rtol = 0, .atol = 0});  // the forward pass, NaN window included
+    // The forward pass, NaN window included.
+    expect_allclose(y, tensor(want_y, y.shape()), {.rtol = 0, .atol = 0, .equal_nan = true});
     expect_allclose(dx, tensor(want, x.shape()), {.rtol = 1e-6, .atol = 1e-6});
   }
 }

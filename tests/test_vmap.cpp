@@ -40,15 +40,17 @@ using samples::PrimitiveSample;
 
 std::vector<double> values(const Tensor& t) { return astype(t, float64).to_vector<double>(); }
 
-// Exact for integers and bools; at least 1e-6 for floats narrower than float64. Half of rtol on
-// each side of |got - want| <= atol + rtol |want| keeps it within rtol * max(1, |want|).
+// Exact for integers and bools; at least 1e-6 for floats narrower than float64.
+// Half of rtol on each side of |got - want| <= atol + rtol |want| keeps it within rtol * max(1,
+// |want|).
 Closeness vmap_tolerance(DType d, double rtol) {
   const double tol = !is_floating(d) ? 0.0 : d == float64 ? rtol : std::max(rtol, 1e-6);
   return {.rtol = tol / 2, .atol = tol / 2};
 }
 void expect_batched_allclose(const Tensor& got, const Tensor& want, double rtol,
-                             const std::string& what) {
-  expect_allclose(got, want, vmap_tolerance(want.dtype(), rtol), what);
+                             const std::string& what,
+                             std::source_location at = std::source_location::current()) {
+  expect_allclose(got, want, vmap_tolerance(want.dtype(), rtol), what, at);
 }
 
 template <class F>

@@ -9,6 +9,8 @@
 #include <iomanip>
 #include <optional>
 #include <random>
+#include <source_location>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -55,11 +57,17 @@ inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -
 // kiln::isclose and numpy.isclose: |got - want| <= atol + rtol |want| element by element (the
 // defaults are numpy's); a NaN matches only a NaN at the same position, and only with
 // tol.equal_nan; an infinity matches only the same infinity. Computed here, not with
-// kiln::isclose, which tests check. A failure names `what`, how many elements differ, and the
-// one furthest past its bound: flat index, got, want and the bound.
+// kiln::isclose, which tests check. A failure, reported at the caller's line, names `what`, how
+// many elements differ, and the one furthest past its bound: flat index, got, want and the bound.
 inline void expect_allclose(const std::vector<double>& got, const std::vector<double>& want,
-                            Closeness tol = {}, std::string_view what = "") {
-  ASSERT_EQ(got.size(), want.size()) << what << ": element counts differ";
+                            Closeness tol = {}, std::string_view what = "",
+                            std::source_location at = std::source_location::current()) {
+  const std::string name(what.empty() ? "values" : what);
+  if (got.size() != want.size()) {
+    ADD_FAILURE_AT(at.file_name(), at.line())
+        << name << ": " << got.size() << " elements, want " << want.size();
+    return;
+  }
   std::optional<std::size_t> worst;
   double worst_excess = 0.0;
   std::size_t differing = 0;
@@ -80,30 +88,41 @@ inline void expect_allclose(const std::vector<double>& got, const std::vector<do
     }
   }
   if (!worst) return;
-  const double w = want[*worst];
-  ADD_FAILURE() << std::setprecision(17) << (what.empty() ? "values" : what) << ": " << differing
-                << " of " << got.size() << " elements differ; worst at flat index " << *worst
-                << ": got " << got[*worst] << ", want " << w << ", |got - want| "
-                << std::abs(got[*worst] - w) << " > bound " << tol.atol + tol.rtol * std::abs(w)
-                << " (rtol " << tol.rtol << ", atol " << tol.atol << ")";
+  const double g = got[*worst], w = want[*worst];
+  std::ostringstream why;
+  why << std::setprecision(17);
+  if (std::isinf(worst_excess))
+    why << "a NaN or infinity matches only itself"
+        << (tol.equal_nan ? "" : " (NaN with equal_nan)");
+  else
+    why << "|got - want| " << std::abs(g - w) << " > bound " << tol.atol + tol.rtol * std::abs(w)
+        << " (rtol " << tol.rtol << ", atol " << tol.atol << ")";
+  ADD_FAILURE_AT(at.file_name(), at.line())
+      << std::setprecision(17) << name << ": " << differing << " of " << got.size()
+      << " elements differ; worst at flat index " << *worst << ": got " << g << ", want " << w
+      << ", " << why.str();
 }
 
 // Tensors of one shape and dtype. A floating `got` may be checked against a float64 `want`: a
 // reference computed in double precision.
 inline void expect_allclose(const Tensor& got, const Tensor& want, Closeness tol = {},
-                            std::string_view what = "") {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
+                            std::string_view what = "",
+                            std::source_location at = std::source_location::current()) {
   const bool reference = want.dtype() == float64 && is_floating(got.dtype());
-  ASSERT_TRUE(got.dtype() == want.dtype() || reference)
-      << what << ": dtype " << dtype_name(got.dtype()) << ", want " << dtype_name(want.dtype());
+  if (got.shape() != want.shape() || (got.dtype() != want.dtype() && !reference)) {
+    ADD_FAILURE_AT(at.file_name(), at.line())
+        << (what.empty() ? "values" : what) << ": " << got.type() << ", want " << want.type();
+    return;
+  }
   expect_allclose(astype(got, float64).to_vector<double>(),
-                  astype(want, float64).to_vector<double>(), tol, what);
+                  astype(want, float64).to_vector<double>(), tol, what, at);
 }
 
 // A tensor against values listed in row-major order (any dtype, same element count).
 inline void expect_allclose(const Tensor& got, const std::vector<double>& want, Closeness tol = {},
-                            std::string_view what = "") {
-  expect_allclose(astype(got, float64).to_vector<double>(), want, tol, what);
+                            std::string_view what = "",
+                            std::source_location at = std::source_location::current()) {
+  expect_allclose(astype(got, float64).to_vector<double>(), want, tol, what, at);
 }
 
 // Central finite differences of a scalar function, element by element, in float64.

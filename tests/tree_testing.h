@@ -7,6 +7,7 @@
 #include <kiln/kiln.h>
 
 #include <functional>
+#include <source_location>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,8 @@ M finite_differences(const std::function<double(const M&)>& loss, const M& at, d
 
 // Same structure (static values included), and each leaf within tol (expect_allclose).
 template <class M>
-void expect_tree_allclose(const M& got, const M& want, Closeness tol) {
+void expect_tree_allclose(const M& got, const M& want, Closeness tol,
+                          std::source_location at = std::source_location::current()) {
   auto [gl, gd] = tree_flatten(got);
   auto [wl, wd] = tree_flatten(want);
   ASSERT_TRUE(gd == wd) << gd << " vs " << wd;
@@ -49,7 +51,7 @@ void expect_tree_allclose(const M& got, const M& want, Closeness tol) {
   const std::vector<std::string> names = tree_names(gd);
   for (std::size_t i = 0; i < gl.size(); ++i) {
     ASSERT_EQ(gl[i].defined(), wl[i].defined()) << names[i];
-    if (gl[i].defined()) expect_allclose(gl[i], wl[i], tol, names[i]);
+    if (gl[i].defined()) expect_allclose(gl[i], wl[i], tol, names[i], at);
   }
 }
 
