@@ -179,7 +179,7 @@ TEST(Attention, DropoutNeedsAKeyAndRescalesTheKeptWeights) {
                   "rescaled");
   const double dropped_share = 1.0 - mean(astype(kept, float32)).item<float>();
   EXPECT_NEAR(dropped_share, 0.25, 0.03);
-  expect_allclose(nn::attention_weights(q, k, o), dropped, {.rtol = 0.0, .atol = 0.0},
+  expect_allclose(nn::attention_weights(q, k, o), dropped, {.rtol = 0, .atol = 0},
                   "same key, same draw");
 }
 
@@ -340,7 +340,7 @@ TEST(MultiheadAttention, DropoutInTrainingOnly) {
   const nn::MultiheadAttention m(8, 2, random::key(9), {.dropout = 0.5});
   const Tensor x = random::normal(random::key(10), {4, 2, 8});
   nn::Context eval = nn::Context::eval();
-  expect_allclose(m(x, x, x, eval).output, m(x, x, x).output, {.rtol = 0.0, .atol = 0.0}, "eval");
+  expect_allclose(m(x, x, x, eval).output, m(x, x, x).output, {.rtol = 0, .atol = 0}, "eval");
   nn::Context train = nn::Context::train(random::key(11));
   const auto r = m(x, x, x, train);
   EXPECT_GT(max(abs(r.output - m(x, x, x).output)).item<float>(), 1e-3);

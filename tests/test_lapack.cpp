@@ -39,7 +39,7 @@ TEST_P(LapackDtypes, ValuesMatchNumpy) {
                   at(ref(), "solve_vec"), {.rtol = 100 * tol, .atol = tol});
   expect_allclose(linalg::inv(in("general")), at(ref(), "inv"), {.rtol = 100 * tol, .atol = tol});
   const auto [sign, logabs] = linalg::slogdet(in("general"));
-  expect_allclose(sign, at(ref(), "slogdet_sign"), {.rtol = 0.0, .atol = 0});
+  expect_allclose(sign, at(ref(), "slogdet_sign"), {.rtol = 0, .atol = 0});
   expect_allclose(logabs, at(ref(), "slogdet_logabs"), {.rtol = tol, .atol = tol});
   expect_allclose(linalg::det(in("general")), at(ref(), "det"), {.rtol = 10 * tol, .atol = tol});
   // eigh: eigenvalues, and eigenvectors up to each one's sign: |V^T V_numpy| = I.
@@ -47,7 +47,7 @@ TEST_P(LapackDtypes, ValuesMatchNumpy) {
   expect_allclose(w, at(ref(), "eigh_w"), {.rtol = 10 * tol, .atol = 10 * tol});
   expect_allclose(abs(matmul(swapaxes(astype(v, float64), -1, -2), at(ref(), "eigh_v"))),
                   broadcast_to(eye(4, float64), Shape({2, 3, 4, 4})),
-                  {.rtol = 0.0, .atol = 100 * tol});
+                  {.rtol = 0, .atol = 100 * tol});
   for (bool lower : {false, true})
     for (bool transpose : {false, true})
       for (bool unit : {false, true}) {
@@ -152,7 +152,7 @@ TEST(Lapack, VmapIsOneBatchedCall) {
   for (const ir::Equation& e : eig.equations) eigh_calls += e.prim->name == "eigh";
   EXPECT_EQ(eigh_calls, 1) << eig;
   expect_allclose(vmap([](const Tensor& a) { return linalg::eigh(a).first; })(gen),
-                  linalg::eigh(gen).first, {.rtol = 0.0, .atol = 0});
+                  linalg::eigh(gen).first, {.rtol = 0, .atol = 0});
   for (const char* name : {"cholesky", "triangular_solve", "solve", "slogdet"}) {
     int count = 0;
     for (const ir::Equation& e : traced.equations) count += e.prim->name == name;
@@ -187,7 +187,7 @@ TEST(Lapack, DegenerateInputsFollowTheDocumentedRules) {
   // Empty: 0x0 matrices (det 1) and empty batches.
   EXPECT_EQ(linalg::cholesky(zeros({3, 0, 0}, float64)).shape(), Shape({3, 0, 0}));
   expect_allclose(linalg::det(zeros({3, 0, 0}, float64)), ones({3}, float64),
-                  {.rtol = 0.0, .atol = 0});
+                  {.rtol = 0, .atol = 0});
   EXPECT_EQ(linalg::solve(zeros({0, 2, 2}, float64), zeros({0, 2, 3}, float64)).shape(),
             Shape({0, 2, 3}));
   EXPECT_EQ(linalg::triangular_solve(eye(2, float32), zeros({2, 0}, float32)).shape(),
@@ -196,7 +196,7 @@ TEST(Lapack, DegenerateInputsFollowTheDocumentedRules) {
   const Tensor g = at(ref(), "general");
   const Tensor r = index(index(at(ref(), "rhs"), 0), 0);
   expect_allclose(linalg::solve(g, r), linalg::solve(g, broadcast_to(r, Shape({2, 3, 4, 2}))),
-                  {.rtol = 0.0, .atol = 0});
+                  {.rtol = 0, .atol = 0});
   expect_allclose(linalg::inv(swapaxes(g, -1, -2)), swapaxes(at(ref(), "inv"), -1, -2),
                   {.rtol = 1e-10, .atol = 1e-10});
 }

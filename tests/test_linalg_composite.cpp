@@ -100,15 +100,15 @@ TEST(LinalgLu, FactorsReassembleAndPivotsAreScipys) {
   const Tensor a = pivoted(20);
   const linalg::LU f = linalg::lu(a);
   expect_allclose(matmul(f.p, matmul(f.l, f.u)), a, {.rtol = 1e-12, .atol = 1e-12});
-  expect_allclose(f.l, tril(f.l), {.rtol = 0.0, .atol = 0});
-  expect_allclose(f.u, triu(f.u), {.rtol = 0.0, .atol = 0});
+  expect_allclose(f.l, tril(f.l), {.rtol = 0, .atol = 0});
+  expect_allclose(f.u, triu(f.u), {.rtol = 0, .atol = 0});
   const linalg::LUFactor lf = linalg::lu_factor(a);
   EXPECT_EQ(lf.pivots.type(), (TensorType{int32, Shape{3}}));
   // The largest entry of column 0 is row 1 (a's row 0 is m's row 2): pivots[0] = 1.
   EXPECT_EQ(lf.pivots.to_vector<int32_t>()[0], 1);
   expect_allclose(linalg::lu_pivots_to_permutation(lf.pivots, 3),
                   linalg::lu_pivots_to_permutation(tensor(std::vector<int32_t>{1, 2, 2}), 3),
-                  {.rtol = 0.0, .atol = 0});
+                  {.rtol = 0, .atol = 0});
 }
 
 TEST(LinalgLu, GradientsMatchFiniteDifferences) {

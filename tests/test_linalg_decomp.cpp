@@ -79,14 +79,13 @@ TEST_P(DecompDtypes, SvdMatchesNumpy) {
       const Tensor vv = abs(matmul(astype(f.vh, float64), mT(vh_np)));
       expect_allclose(slice(uu, {Slice{}, Slice{}, Slice{0, k}, Slice{0, k}}),
                       identity_like(slice(u_np, {Slice{}, Slice{}, Slice{}, Slice{0, k}})),
-                      {.rtol = 0.0, .atol = 10 * tol()});
+                      {.rtol = 0, .atol = 10 * tol()});
       expect_allclose(slice(vv, {Slice{}, Slice{}, Slice{0, k}, Slice{0, k}}),
                       identity_like(slice(u_np, {Slice{}, Slice{}, Slice{}, Slice{0, k}})),
-                      {.rtol = 0.0, .atol = 10 * tol()});
+                      {.rtol = 0, .atol = 10 * tol()});
       // Orthogonality of all columns and the reconstruction.
-      expect_allclose(matmul(mT(f.u), f.u), identity_like(f.u), {.rtol = 0.0, .atol = tol()});
-      expect_allclose(matmul(f.vh, mT(f.vh)), identity_like(mT(f.vh)),
-                      {.rtol = 0.0, .atol = tol()});
+      expect_allclose(matmul(mT(f.u), f.u), identity_like(f.u), {.rtol = 0, .atol = tol()});
+      expect_allclose(matmul(f.vh, mT(f.vh)), identity_like(mT(f.vh)), {.rtol = 0, .atol = tol()});
       const Tensor us = slice(f.u, {Slice{}, Slice{}, Slice{}, Slice{0, k}}) * expand_dims(f.s, -2);
       expect_allclose(matmul(us, slice(f.vh, {Slice{}, Slice{}, Slice{0, k}})), at(ref(), shape),
                       {.rtol = tol(), .atol = tol()});
@@ -279,16 +278,16 @@ TEST(LinalgDecomp, DegenerateInputsFollowTheDocumentedRules) {
   ::testing::internal::CaptureStderr();
   // Empty matrices: Q is the identity where it has columns, R and s empty or zero.
   const linalg::QR e = linalg::qr(zeros({2, 3, 0}, float64), linalg::QrMode::complete);
-  expect_allclose(e.q, broadcast_to(eye(3, float64), Shape({2, 3, 3})), {.rtol = 0.0, .atol = 0});
+  expect_allclose(e.q, broadcast_to(eye(3, float64), Shape({2, 3, 3})), {.rtol = 0, .atol = 0});
   EXPECT_EQ(e.r.shape(), Shape({2, 3, 0}));
   EXPECT_EQ(linalg::qr(zeros({0, 4, 4}, float32)).q.shape(), Shape({0, 4, 4}));
   const linalg::SVD es = linalg::svd(zeros({0, 2}, float64));
   EXPECT_EQ(es.s.shape(), Shape({0}));
-  expect_allclose(es.vh, eye(2, float64), {.rtol = 0.0, .atol = 0});
+  expect_allclose(es.vh, eye(2, float64), {.rtol = 0, .atol = 0});
   EXPECT_EQ(linalg::pinv(zeros({3, 0}, float64)).shape(), Shape({0, 3}));
   EXPECT_EQ(linalg::norm(zeros({0}, float64)).item<double>(), 0.0);
   expect_allclose(linalg::norm(zeros({2, 0}, float64), "nuc"), zeros({}, float64),
-                  {.rtol = 0.0, .atol = 0});
+                  {.rtol = 0, .atol = 0});
   // NaN / inf input: NaN singular values and vectors for that matrix only.
   const Tensor bad = stack({tensor({nan, 1.0, 1.0, 1.0}, {2, 2}), eye(2, float64)});
   const linalg::SVD f = linalg::svd(bad);
@@ -298,9 +297,9 @@ TEST(LinalgDecomp, DegenerateInputsFollowTheDocumentedRules) {
   EXPECT_TRUE(std::isnan(linalg::svdvals(tensor({kInf, 0.0}, {1, 2})).item<double>()));
   // Rank deficient: zero singular values, pinv drops them.
   expect_allclose(linalg::svdvals(zeros({2, 3}, float64)), zeros({2}, float64),
-                  {.rtol = 0.0, .atol = 0});
+                  {.rtol = 0, .atol = 0});
   expect_allclose(linalg::pinv(zeros({2, 3}, float64)), zeros({3, 2}, float64),
-                  {.rtol = 0.0, .atol = 0});
+                  {.rtol = 0, .atol = 0});
   // Repeated singular values: values right; the derivative through U, Vh is not finite, the
   // one through s alone is.
   expect_allclose(linalg::svdvals(eye(3, float64) * 2.0), full({3}, 2.0, float64),
@@ -321,8 +320,7 @@ TEST(LinalgDecomp, DegenerateInputsFollowTheDocumentedRules) {
   // Non-contiguous input reads the same matrices.
   const Tensor sq = at(ref(), "square");
   expect_allclose(linalg::svdvals(mT(sq)), linalg::svdvals(sq), {.rtol = 1e-12, .atol = 0});
-  expect_allclose(linalg::qr(mT(sq)).r, linalg::qr(mT(sq).contiguous()).r,
-                  {.rtol = 0.0, .atol = 0});
+  expect_allclose(linalg::qr(mT(sq)).r, linalg::qr(mT(sq).contiguous()).r, {.rtol = 0, .atol = 0});
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
 }
 
@@ -382,8 +380,7 @@ TEST(MultivariateNormal, IsMeanPlusCholeskyTimesNormal) {
   const Tensor want = mean + mT(matmul(linalg::cholesky(cov), mT(z)));
   expect_allclose(x, want, {.rtol = 1e-14, .atol = 1e-14});
   // Deterministic, and jit gives the same draw.
-  expect_allclose(random::multivariate_normal(key, mean, cov, Shape{4}), x,
-                  {.rtol = 0.0, .atol = 0});
+  expect_allclose(random::multivariate_normal(key, mean, cov, Shape{4}), x, {.rtol = 0, .atol = 0});
   expect_allclose(jit([&](const Tensor& k) {
                     return random::multivariate_normal(k, mean, cov, Shape{4});
                   })(key),
@@ -400,8 +397,8 @@ TEST(MultivariateNormal, MomentsMatchTheParameters) {
   const Tensor centred = x - m;
   const Tensor c = matmul(mT(centred), centred) / static_cast<double>(n - 1);
   // Standard errors: sqrt(2 / n) ~ 0.007 for the mean, ~0.015 for the covariance entries.
-  expect_allclose(m, astype(mu, float64), {.rtol = 0.0, .atol = 0.04});
-  expect_allclose(c, astype(cov, float64), {.rtol = 0.0, .atol = 0.08});
+  expect_allclose(m, astype(mu, float64), {.rtol = 0, .atol = 0.04});
+  expect_allclose(c, astype(cov, float64), {.rtol = 0, .atol = 0.08});
 }
 
 TEST(MultivariateNormal, BroadcastsBatchesAndVmapsOverKeys) {
@@ -417,7 +414,7 @@ TEST(MultivariateNormal, BroadcastsBatchesAndVmapsOverKeys) {
   };
   const Tensor batched = vmap(draw)(keys);
   for (int64_t i = 0; i < 5; ++i)
-    expect_allclose(index(batched, i), draw(index(keys, i)), {.rtol = 0.0, .atol = 0});
+    expect_allclose(index(batched, i), draw(index(keys, i)), {.rtol = 0, .atol = 0});
   // Gradient through mean and cov (reparameterised): d/dmean sum(x) = number of draws.
   const Tensor gm = grad([&](const Tensor& mu) {
     return sum(random::multivariate_normal(random::key(4), mu, c, Shape{3}));

@@ -309,7 +309,7 @@ TEST(NnActivation, FreeFunctionsMatchFormulasInFloat32) {
     silu.push_back(silu_ref(vf));
   }
   EXPECT_EQ(nn::gelu(x).dtype(), float32);
-  expect_allclose(nn::relu(x), relu, {.rtol = 0.0, .atol = 0.0});
+  expect_allclose(nn::relu(x), relu, {.rtol = 0, .atol = 0});
   expect_allclose(nn::gelu(x), gelu, {.rtol = 2e-6, .atol = 2e-6});
   expect_allclose(nn::gelu(x, true), gtanh, {.rtol = 2e-6, .atol = 2e-6});
   expect_allclose(nn::silu(x), silu, {.rtol = 2e-6, .atol = 2e-6});
@@ -641,7 +641,7 @@ TEST(NnLoss, WeightsAndReductionsMatchLoops) {
   // smooth_l1_loss with beta = 0 is l1_loss.
   const Tensor a = rand64({6}, 41), b = rand64({6}, 42);
   expect_allclose(nn::smooth_l1_loss(a, b, 0.0, nn::Reduction::none),
-                  vals(nn::l1_loss(a, b, nn::Reduction::none)), {.rtol = 0.0, .atol = 0.0});
+                  vals(nn::l1_loss(a, b, nn::Reduction::none)), {.rtol = 0, .atol = 0});
 }
 
 TEST(NnNorms, FunctionalNormsMatchTheLayersAndFiniteDifferences) {
@@ -671,7 +671,7 @@ TEST(NnNorms, FunctionalNormsMatchTheLayersAndFiniteDifferences) {
   const nn::BatchNormResult plain_r =
       nn::batch_norm(x, std::nullopt, std::nullopt, std::nullopt, true);
   expect_allclose(plain_bn(x, plain_bn.initial_state(), true).first, vals(plain_r.y),
-                  {.rtol = 0.0, .atol = 0.0});
+                  {.rtol = 0, .atol = 0});
   const std::vector<double> bw = vals(w), bb = vals(b);
   const ChannelStats st = channel_stats(vals(x), 3, 4, 5);
   expect_allclose(r.y, batch_norm_apply(vals(x), 3, 4, 5, st.mean, st.var, bw, bb, 1e-5),
@@ -904,10 +904,10 @@ TEST(NnPool, MaxPoolMatchesLoops) {
   const Tensor x = f64(xv, {2, 3, 6, 6});
   const Tensor y = nn::MaxPool2d{}(x);
   EXPECT_EQ(y.shape(), (Shape{2, 3, 3, 3}));
-  expect_allclose(y, pool_ref(true, 2, 3, 6, 6, 2, 2, 0, xv), {.rtol = 0.0, .atol = 0.0});
+  expect_allclose(y, pool_ref(true, 2, 3, 6, 6, 2, 2, 0, xv), {.rtol = 0, .atol = 0});
   const Tensor y2 = nn::MaxPool2d{{3, 3}, {2, 2}, {1, 1}}(x);
   EXPECT_EQ(y2.shape(), (Shape{2, 3, 3, 3}));
-  expect_allclose(y2, pool_ref(true, 2, 3, 6, 6, 3, 2, 1, xv), {.rtol = 0.0, .atol = 0.0});
+  expect_allclose(y2, pool_ref(true, 2, 3, 6, 6, 3, 2, 1, xv), {.rtol = 0, .atol = 0});
 }
 
 TEST(NnPool, AvgPoolMatchesLoopsCountingPadding) {
@@ -1061,10 +1061,10 @@ TEST(NnEmbedding, LooksUpRowsAndInitialisesStandardNormal) {
   std::vector<double> want;
   for (int64_t i : idx)
     for (int64_t d = 0; d < 3; ++d) want.push_back(table[i * 3 + d]);
-  expect_allclose(y, want, {.rtol = 0.0, .atol = 0.0});
+  expect_allclose(y, want, {.rtol = 0, .atol = 0});
   // int32 indices too.
   expect_allclose(emb(tensor(std::vector<int>{4, 0, 2, 2, 1, 4}, Shape{2, 3})), want,
-                  {.rtol = 0.0, .atol = 0.0});
+                  {.rtol = 0, .atol = 0});
 }
 
 TEST(NnEmbedding, GradientAccumulatesRepeatedRows) {
@@ -1218,7 +1218,7 @@ TEST(NnBatchNorm, NoGradientFlowsIntoTheRunningStats) {
     const auto [y, next] = bn(xin, s0, true);
     return sum(next.mean) + sum(next.var);
   };
-  expect_allclose(grad(state_only)(x), std::vector<double>(48, 0.0), {.rtol = 0.0, .atol = 0.0});
+  expect_allclose(grad(state_only)(x), std::vector<double>(48, 0.0), {.rtol = 0, .atol = 0});
   // The gradient tree of the layer is a BatchNorm (weight, bias): no state in it.
   const std::vector<double> c = random_values(48, 121);
   auto loss = [&](const nn::BatchNorm& m, const Tensor& xin) {
