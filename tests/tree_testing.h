@@ -1,6 +1,6 @@
 // Helpers of the tests over trees of tensors (test_nn.cpp, test_attention.cpp,
-// test_recurrent.cpp): float64 central finite differences over a tree's leaves, and leaf by leaf
-// closeness of two trees.
+// test_recurrent.cpp, test_nn_sequence.cpp): float64 central finite differences over a tree's
+// leaves, and leaf by leaf closeness of two trees.
 #pragma once
 
 #include <gtest/gtest.h>
