@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "kiln/kiln.h"
 #include "testing.h"
@@ -55,8 +56,19 @@ TEST(Allclose, ShapesAndDtypesMustMatch) {
   expect_allclose(astype(tensor({0.1, 0.2}), float32), tensor({0.1, 0.2}), {.rtol = 1e-7});
 }
 
-TEST(Allclose, FailuresPointAtTheCaller) {
-  EXPECT_NONFATAL_FAILURE(expect_allclose(tensor({1.0}), {2.0}), "test_allclose.cpp");
+TEST(Allclose, FailuresPointAtTheCallersLine) {
+  ::testing::TestPartResultArray results;
+  int line = 0;
+  {
+    ::testing::ScopedFakeTestPartResultReporter reporter(
+        ::testing::ScopedFakeTestPartResultReporter::INTERCEPT_ONLY_CURRENT_THREAD, &results);
+    line = __LINE__ + 1;
+    expect_allclose(tensor({1.0}), {2.0});
+  }
+  ASSERT_EQ(results.size(), 1);
+  EXPECT_EQ(results.GetTestPartResult(0).line_number(), line);
+  EXPECT_NE(std::string(results.GetTestPartResult(0).file_name()).find("test_allclose.cpp"),
+            std::string::npos);
 }
 
 TEST(Allclose, FailureNamesWhatTheWorstElementAndTheBound) {
