@@ -20,8 +20,8 @@ namespace kiln {
 namespace {
 
 using kiln::testing::expect_allclose;
+using kiln::testing::expect_grad_matches_fd;
 using kiln::testing::expect_tree_allclose;
-using kiln::testing::finite_differences;
 
 using nn_checks::tol_of;
 using testing::expect_error;
@@ -115,9 +115,7 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
     const auto& [a, b, c] = in;
     return sum(sin(nn::scaled_dot_product_attention(a, b, c, o)) * cot);
   };
-  const QKV fd =
-      finite_differences<QKV>([&](const QKV& in) { return loss(in).item<double>(); }, qkv);
-  expect_tree_allclose(grad(loss)(qkv), fd, {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(loss, qkv, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(Attention, JitAndVmapMatchEager) {
@@ -331,9 +329,7 @@ TEST(MultiheadAttention, ParameterGradientsMatchFiniteDifferences) {
   const auto loss = [&](const nn::MultiheadAttention& layer) {
     return sum(sin(layer(q, k, v, {.key_padding_mask = kpm}).output));
   };
-  const auto fd = finite_differences<nn::MultiheadAttention>(
-      [&](const nn::MultiheadAttention& l) { return loss(l).item<double>(); }, m);
-  expect_tree_allclose(grad(loss)(m), fd, {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(loss, m, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(MultiheadAttention, DropoutInTrainingOnly) {

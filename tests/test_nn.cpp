@@ -75,6 +75,7 @@ namespace kiln {
 namespace {
 
 using kiln::testing::expect_allclose;
+using kiln::testing::expect_grad_matches_fd;
 using kiln::testing::expect_tree_allclose;
 using kiln::testing::finite_differences;
 
@@ -1627,9 +1628,7 @@ TEST(NnModel, MlpWithLayerNormGradMatchesFiniteDifferences) {
   const Tensor x = rand64({4, 3}, 222), t = rand64({4, 2}, 223);
   using M = std::decay_t<decltype(mlp)>;
   auto loss = [&](const M& m) { return nn::mse(m(x), t); };
-  const M g = grad(loss)(mlp);
-  const M fd = finite_differences<M>([&](const M& m) { return loss(m).item<double>(); }, mlp);
-  expect_tree_allclose(g, fd, {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(loss, mlp, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(NnModel, JitMatchesEagerAndHitsTheCache) {

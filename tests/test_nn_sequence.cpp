@@ -23,8 +23,7 @@ namespace {
 
 using testing::expect_allclose;
 using testing::expect_error;
-using testing::expect_tree_allclose;
-using testing::finite_differences;
+using testing::expect_grad_matches_fd;
 
 Tensor normal(uint64_t seed, const Shape& shape) {
   return random::normal(random::key(seed), shape, float64);
@@ -160,14 +159,8 @@ TEST(SequenceLayers, ParameterGradientsMatchFiniteDifferences) {
     const auto [y, s] = m(x);
     return sum(sin(y)) + sum(s.c) + sum(square(s.h));
   };
-  expect_tree_allclose(grad(rnn_loss)(rnn),
-                       finite_differences<nn::RNN>(
-                           [&](const nn::RNN& m) { return rnn_loss(m).item<double>(); }, rnn),
-                       {.rtol = 1e-7, .atol = 1e-7});
-  expect_tree_allclose(grad(lstm_loss)(lstm),
-                       finite_differences<nn::LSTM>(
-                           [&](const nn::LSTM& m) { return lstm_loss(m).item<double>(); }, lstm),
-                       {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(rnn_loss, rnn, {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(lstm_loss, lstm, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(SequenceLayers, DropoutBetweenLayersOnlyInTraining) {
@@ -396,11 +389,7 @@ TEST(TransformerLayers, ParameterGradientsMatchFiniteDifferences) {
   const auto loss = [&](const nn::TransformerEncoderLayer& m) {
     return sum(sin(m(x, {.is_causal = true})));
   };
-  expect_tree_allclose(
-      grad(loss)(layer),
-      finite_differences<nn::TransformerEncoderLayer>(
-          [&](const nn::TransformerEncoderLayer& m) { return loss(m).item<double>(); }, layer),
-      {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(loss, layer, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(TransformerLayers, DropoutOnlyInTrainingAndDeterministic) {

@@ -18,8 +18,8 @@ namespace kiln {
 namespace {
 
 using kiln::testing::expect_allclose;
+using kiln::testing::expect_grad_matches_fd;
 using kiln::testing::expect_tree_allclose;
-using kiln::testing::finite_differences;
 
 using nn_checks::tol_of;
 using testing::expect_error;
@@ -191,14 +191,8 @@ TEST(Recurrent, ParameterGradientsMatchFiniteDifferences) {
     const auto [y, h] = m(x);
     return sum(sin(y)) + sum(square(h));
   };
-  expect_tree_allclose(grad(lstm_loss)(lstm),
-                       finite_differences<nn::LSTM>(
-                           [&](const nn::LSTM& m) { return lstm_loss(m).item<double>(); }, lstm),
-                       {.rtol = 1e-7, .atol = 1e-7});
-  expect_tree_allclose(grad(gru_loss)(gru),
-                       finite_differences<nn::GRU>(
-                           [&](const nn::GRU& m) { return gru_loss(m).item<double>(); }, gru),
-                       {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(lstm_loss, lstm, {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(gru_loss, gru, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 // vmap of the unbatched layer over the examples is the batched layer (batch_first).

@@ -55,4 +55,14 @@ void expect_tree_allclose(const M& got, const M& want, Closeness tol,
   }
 }
 
+// The reverse-mode gradient of `loss` (a 0-d tensor of a float64 tree) at `at`, against
+// finite_differences of it, leaf by leaf.
+template <class M, class F>
+void expect_grad_matches_fd(const F& loss, const M& at, Closeness tol,
+                            std::source_location where = std::source_location::current()) {
+  const M fd =
+      finite_differences<M>([&](const M& m) { return loss(m).template item<double>(); }, at);
+  expect_tree_allclose(grad(loss)(at), fd, tol, where);
+}
+
 }  // namespace kiln::testing
