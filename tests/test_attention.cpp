@@ -14,11 +14,15 @@
 
 #include "nn_checks.h"
 #include "testing.h"
+#include "tree_testing.h"
 
 namespace kiln {
 namespace {
 
-using nn_checks::expect_close;
+using kiln::testing::expect_allclose;
+using kiln::testing::expect_grad_matches_fd;
+using kiln::testing::expect_tree_allclose;
+
 using nn_checks::tol_of;
 using testing::expect_error;
 using QKV = std::tuple<Tensor, Tensor, Tensor>;
@@ -49,16 +53,21 @@ void check_sdpa_case(const std::string& name, DType dtype) {
   const QKV qkv{stored(name + "/q", dtype), stored(name + "/k", dtype), stored(name + "/v", dtype)};
   const auto& [q, k, v] = qkv;
   const double tol = tol_of(dtype);
-  expect_close(nn::scaled_dot_product_attention(q, k, v, o), stored(name + "/out"), tol, "out");
-  expect_close(nn::attention_weights(q, k, o), stored(name + "/weights"), tol, "weights");
+  expect_allclose(nn::scaled_dot_product_attention(q, k, v, o), stored(name + "/out"),
+                  {.rtol = tol, .atol = tol}, "out");
+  expect_allclose(nn::attention_weights(q, k, o), stored(name + "/weights"),
+                  {.rtol = tol, .atol = tol}, "weights");
   const Tensor cot = stored(name + "/cot", dtype);
   const QKV g = grad([&](const QKV& in) {
     const auto& [a, b, c] = in;
     return sum(nn::scaled_dot_product_attention(a, b, c, o) * cot);
   })(qkv);
-  expect_close(std::get<0>(g), stored(name + "/grad_q"), 10 * tol, "grad q");
-  expect_close(std::get<1>(g), stored(name + "/grad_k"), 10 * tol, "grad k");
-  expect_close(std::get<2>(g), stored(name + "/grad_v"), 10 * tol, "grad v");
+  expect_allclose(std::get<0>(g), stored(name + "/grad_q"), {.rtol = 10 * tol, .atol = 10 * tol},
+                  "grad q");
+  expect_allclose(std::get<1>(g), stored(name + "/grad_k"), {.rtol = 10 * tol, .atol = 10 * tol},
+                  "grad k");
+  expect_allclose(std::get<2>(g), stored(name + "/grad_v"), {.rtol = 10 * tol, .atol = 10 * tol},
+                  "grad v");
 }
 
 const std::vector<std::string> kSdpaCases{"sdpa_plain",      "sdpa_broadcast",   "sdpa_scale",
@@ -106,9 +115,7 @@ TEST(Attention, GradientsMatchFiniteDifferences) {
     const auto& [a, b, c] = in;
     return sum(sin(nn::scaled_dot_product_attention(a, b, c, o)) * cot);
   };
-  const QKV fd = nn_checks::finite_differences<QKV>(
-      [&](const QKV& in) { return loss(in).item<double>(); }, qkv);
-  nn_checks::expect_tree_close(grad(loss)(qkv), fd, 1e-7);
+  expect_grad_matches_fd(loss, qkv, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(Attention, JitAndVmapMatchEager) {
@@ -123,15 +130,15 @@ TEST(Attention, JitAndVmapMatchEager) {
     return nn::scaled_dot_product_attention(a, b, c, o);
   };
   const Tensor eager = f(q, k, v, kpm);
-  expect_close(jit(f)(q, k, v, kpm), eager, 1e-5, "jit");
+  expect_allclose(jit(f)(q, k, v, kpm), eager, {.rtol = 1e-5, .atol = 1e-5}, "jit");
   const auto loss = [&](const Tensor& a) { return sum(square(f(a, k, v, kpm))); };
-  expect_close(jit(grad(loss))(q), grad(loss)(q), 1e-4, "jit grad");
+  expect_allclose(jit(grad(loss))(q), grad(loss)(q), {.rtol = 1e-4, .atol = 1e-4}, "jit grad");
   // vmap over the leading axis against the per-example calls.
   const Tensor batched = vmap(f)(q, k, v, kpm);
   std::vector<Tensor> rows;
   for (int64_t i = 0; i < 3; ++i)
     rows.push_back(f(index(q, i), index(k, i), index(v, i), index(kpm, i)));
-  expect_close(batched, stack(rows), 1e-5, "vmap");
+  expect_allclose(batched, stack(rows), {.rtol = 1e-5, .atol = 1e-5}, "vmap");
 }
 
 // Under jit the scaling, masks and softmax run as one fused loop nest between the two matmuls:
@@ -166,10 +173,12 @@ TEST(Attention, DropoutNeedsAKeyAndRescalesTheKeptWeights) {
   const Tensor dropped = nn::attention_weights(q, k, o);
   const Tensor kept = dropped != 0.0;
   // Kept weights are the plain ones / 0.75; about a quarter are dropped.
-  expect_close(where(kept, dropped, plain / 0.75), plain / 0.75, 1e-5, "rescaled");
+  expect_allclose(where(kept, dropped, plain / 0.75), plain / 0.75, {.rtol = 1e-5, .atol = 1e-5},
+                  "rescaled");
   const double dropped_share = 1.0 - mean(astype(kept, float32)).item<float>();
   EXPECT_NEAR(dropped_share, 0.25, 0.03);
-  expect_close(nn::attention_weights(q, k, o), dropped, 0.0, "same key, same draw");
+  expect_allclose(nn::attention_weights(q, k, o), dropped, {.rtol = 0, .atol = 0},
+                  "same key, same draw");
 }
 
 TEST(Attention, ErrorsNameTheShapes) {
@@ -254,12 +263,13 @@ TEST(MultiheadAttention, MatchesPyTorchWithItsWeights) {
       const Tensor v = stored(c.name + "/value", dtype);
       const auto r = m(q, k, v, call);
       const double tol = tol_of(dtype);
-      expect_close(r.output, stored(c.name + "/out"), tol, "output");
+      expect_allclose(r.output, stored(c.name + "/out"), {.rtol = tol, .atol = tol}, "output");
       ASSERT_TRUE(r.weights.has_value());
-      expect_close(*r.weights, stored(c.name + "/weights"), tol, "weights");
+      expect_allclose(*r.weights, stored(c.name + "/weights"), {.rtol = tol, .atol = tol},
+                      "weights");
       call.average_attn_weights = false;
-      expect_close(*m(q, k, v, call).weights, stored(c.name + "/head_weights"), tol,
-                   "head weights");
+      expect_allclose(*m(q, k, v, call).weights, stored(c.name + "/head_weights"),
+                      {.rtol = tol, .atol = tol}, "head weights");
       call.need_weights = false;
       EXPECT_FALSE(m(q, k, v, call).weights.has_value());
     }
@@ -290,21 +300,24 @@ TEST(MultiheadAttention, UnbatchedCausalAndJit) {
   // Unbatched [L, E] is the batch of one.
   const auto one = m(squeeze(x, {1}), squeeze(x, {1}), squeeze(x, {1}));
   const auto batched = m(x, x, x);
-  expect_close(one.output, squeeze(batched.output, {1}), 1e-12, "unbatched output");
-  expect_close(*one.weights, squeeze(*batched.weights, {0}), 1e-12, "unbatched weights");
+  expect_allclose(one.output, squeeze(batched.output, {1}), {.rtol = 1e-12, .atol = 1e-12},
+                  "unbatched output");
+  expect_allclose(*one.weights, squeeze(*batched.weights, {0}), {.rtol = 1e-12, .atol = 1e-12},
+                  "unbatched weights");
   // is_causal is the bool mask that forbids the keys after each query.
   const Tensor future = expand_dims(arange(5), 1) < expand_dims(arange(5), 0);
   const auto causal = m(x, x, x, {.is_causal = true});
-  expect_close(causal.output, m(x, x, x, {.attn_mask = future}).output, 1e-12, "causal");
+  expect_allclose(causal.output, m(x, x, x, {.attn_mask = future}).output,
+                  {.rtol = 1e-12, .atol = 1e-12}, "causal");
   const Tensor w = *causal.weights;  // [1, L, S]: nothing above the diagonal
   EXPECT_TRUE(all(where(expand_dims(future, 0), w, zeros_like(w)) == 0.0).item<bool>());
   // jit of the layer (a tree argument) and of its parameter gradient.
   const auto f = [](const nn::MultiheadAttention& layer, const Tensor& in) {
     return layer(in, in, in, {.is_causal = true}).output;
   };
-  expect_close(jit(f)(m, x), causal.output, 1e-12, "jit");
+  expect_allclose(jit(f)(m, x), causal.output, {.rtol = 1e-12, .atol = 1e-12}, "jit");
   const auto loss = [&](const nn::MultiheadAttention& layer) { return sum(square(f(layer, x))); };
-  nn_checks::expect_tree_close(jit(grad(loss))(m), grad(loss)(m), 1e-10);
+  expect_tree_allclose(jit(grad(loss))(m), grad(loss)(m), {.rtol = 1e-10, .atol = 1e-10});
 }
 
 TEST(MultiheadAttention, ParameterGradientsMatchFiniteDifferences) {
@@ -316,16 +329,14 @@ TEST(MultiheadAttention, ParameterGradientsMatchFiniteDifferences) {
   const auto loss = [&](const nn::MultiheadAttention& layer) {
     return sum(sin(layer(q, k, v, {.key_padding_mask = kpm}).output));
   };
-  const auto fd = nn_checks::finite_differences<nn::MultiheadAttention>(
-      [&](const nn::MultiheadAttention& l) { return loss(l).item<double>(); }, m);
-  nn_checks::expect_tree_close(grad(loss)(m), fd, 1e-7);
+  expect_grad_matches_fd(loss, m, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(MultiheadAttention, DropoutInTrainingOnly) {
   const nn::MultiheadAttention m(8, 2, random::key(9), {.dropout = 0.5});
   const Tensor x = random::normal(random::key(10), {4, 2, 8});
   nn::Context eval = nn::Context::eval();
-  expect_close(m(x, x, x, eval).output, m(x, x, x).output, 0.0, "eval");
+  expect_allclose(m(x, x, x, eval).output, m(x, x, x).output, {.rtol = 0, .atol = 0}, "eval");
   nn::Context train = nn::Context::train(random::key(11));
   const auto r = m(x, x, x, train);
   EXPECT_GT(max(abs(r.output - m(x, x, x).output)).item<float>(), 1e-3);

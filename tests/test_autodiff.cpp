@@ -21,7 +21,7 @@ KILN_TREE(Cnn, conv, fc);
 namespace kiln {
 namespace {
 
-using testing::expect_close;
+using testing::expect_allclose;
 using testing::fd_grad;
 
 TEST(Grad, SinTimesXMatchesTheAnalyticDerivative) {
@@ -29,8 +29,8 @@ TEST(Grad, SinTimesXMatchesTheAnalyticDerivative) {
   const Tensor x = tensor({0.5, 1.0, 2.0});
   std::vector<double> want;
   for (double v : {0.5, 1.0, 2.0}) want.push_back(std::sin(v) + v * std::cos(v));
-  expect_close(grad(f)(x), want, 1e-14);
-  expect_close(jit(grad(f))(x), want, 1e-14);
+  expect_allclose(grad(f)(x), want, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(jit(grad(f))(x), want, {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(Grad, ThirdDerivativeOfSinIsMinusCos) {
@@ -47,7 +47,7 @@ TEST(Hessian, RosenbrockMatchesTheAnalyticMatrix) {
   };
   const double x = 0.7, y = -0.4;
   const std::vector<double> want{2 - 400 * (y - x * x) + 800 * x * x, -400 * x, -400 * x, 200};
-  expect_close(hessian(rosen)(tensor({x, y})), want, 1e-12);
+  expect_allclose(hessian(rosen)(tensor({x, y})), want, {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(Hessian, VectorProductViaJvpOfGradMatchesHessianTimesV) {
@@ -56,7 +56,7 @@ TEST(Hessian, VectorProductViaJvpOfGradMatchesHessianTimesV) {
   auto [g, hvp] = jvp([&](const Tensor& z) { return grad(f)(z); }, std::tuple<Tensor>{x},
                       std::tuple<Tensor>{v});
   const Tensor hv = matmul(hessian(f)(x), v);
-  expect_close(hvp, hv.to_vector<double>(), 1e-12);
+  expect_allclose(hvp, hv.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(Grad, StructArgumentsGiveStructGradientsAndMultipleArgnums) {
@@ -70,18 +70,19 @@ TEST(Grad, StructArgumentsGiveStructGradientsAndMultipleArgnums) {
   // Independent reference: the gradient of the mean squared error by hand.
   const double r0 = (0.5 - 2.0 + 6.0 + 0.1) - 1.0, r1 = (-0.5 - 0.5 + 0.0 + 0.1) + 2.0;
   EXPECT_NEAR(value.item<double>(), (r0 * r0 + r1 * r1) / 2, 1e-12);
-  expect_close(g.w, {r0 * 1 + r1 * -1, r0 * 2 + r1 * 0.5, r0 * 3 + r1 * 0}, 1e-12);
-  expect_close(g.b, {r0 + r1}, 1e-12);
+  expect_allclose(g.w, {r0 * 1 + r1 * -1, r0 * 2 + r1 * 0.5, r0 * 3 + r1 * 0},
+                  {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(g.b, {r0 + r1}, {.rtol = 1e-12, .atol = 1e-12});
   auto [gp, gy] = grad(loss, argnums<0, 2>)(p, x, y);
-  expect_close(gp.w, g.w.to_vector<double>(), 1e-14);
-  expect_close(gy, {-r0, -r1}, 1e-12);
+  expect_allclose(gp.w, g.w.to_vector<double>(), {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(gy, {-r0, -r1}, {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(Grad, HasAuxReturnsTheAuxiliaryValue) {
   auto f = [](const Tensor& x) { return std::pair{sum(x * x), x * 3.0}; };
   auto [g, aux] = grad(f, has_aux)(tensor({1.0, 2.0}));
-  expect_close(g, {2.0, 4.0}, 1e-15);
-  expect_close(aux, {3.0, 6.0}, 1e-15);
+  expect_allclose(g, {2.0, 4.0}, {.rtol = 1e-15, .atol = 1e-15});
+  expect_allclose(aux, {3.0, 6.0}, {.rtol = 1e-15, .atol = 1e-15});
 }
 
 TEST(Grad, NonScalarLossIsAnError) {
@@ -93,15 +94,15 @@ TEST(Vjp, PullbackGivesTransposedJacobianProducts) {
   const Tensor x = tensor({0.2, 0.4});
   auto [y, pullback] = vjp(f, x);
   auto [ct] = pullback(tensor({1.0, -1.0}));
-  expect_close(ct, {2 * std::cos(0.2), -2 * std::cos(0.4)}, 1e-14);
+  expect_allclose(ct, {2 * std::cos(0.2), -2 * std::cos(0.4)}, {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(Jacobian, ForwardAndReverseAgreeWithFiniteDifferences) {
   auto f = [](const Tensor& x) { return stack({sum(x * x), prod(x)}); };
   const Tensor x = tensor({1.5, -2.0, 0.5});
   const std::vector<double> want{3.0, -4.0, 1.0, -1.0, 0.75, -3.0};
-  expect_close(jacfwd(f)(x), want, 1e-12);
-  expect_close(jacrev(f)(x), want, 1e-12);
+  expect_allclose(jacfwd(f)(x), want, {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(jacrev(f)(x), want, {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(Grad, SafeWhereHasNoNanAtZero) {
@@ -110,15 +111,15 @@ TEST(Grad, SafeWhereHasNoNanAtZero) {
     const Tensor pos = x > 0.0;
     return sum(where(pos, sqrt(where(pos, x, ones_like(x))), zeros_like(x)));
   };
-  expect_close(grad(safe_sqrt)(tensor({0.0, 4.0})), {0.0, 0.25}, 1e-15);
+  expect_allclose(grad(safe_sqrt)(tensor({0.0, 4.0})), {0.0, 0.25}, {.rtol = 1e-15, .atol = 1e-15});
 }
 
 TEST(Grad, SoftmaxFamilyIsStableForLargeLogits) {
   const Tensor logits = tensor({1000.0, 0.0, -1000.0});
   auto lse = [](const Tensor& x) { return logsumexp(x); };
-  expect_close(grad(lse)(logits), {1.0, 0.0, 0.0}, 1e-15);
+  expect_allclose(grad(lse)(logits), {1.0, 0.0, 0.0}, {.rtol = 1e-15, .atol = 1e-15});
   auto xent = [](const Tensor& x) { return -sum(log_softmax(x) * tensor({0.0, 1.0, 0.0})); };
-  expect_close(grad(xent)(logits), {1.0, -1.0, 0.0}, 1e-15);
+  expect_allclose(grad(xent)(logits), {1.0, -1.0, 0.0}, {.rtol = 1e-15, .atol = 1e-15});
   auto sm = [](const Tensor& x) { return sum(softmax(x) * tensor({1.0, 2.0, 3.0})); };
   const std::vector<double> g = grad(sm)(logits).to_vector<double>();
   for (double v : g) EXPECT_TRUE(std::isfinite(v));
@@ -126,7 +127,7 @@ TEST(Grad, SoftmaxFamilyIsStableForLargeLogits) {
 
 TEST(Grad, StopGradientBlocksTheFlow) {
   auto f = [](const Tensor& x) { return sum(x * stop_gradient(x)); };
-  expect_close(grad(f)(tensor({1.0, -3.0})), {1.0, -3.0}, 1e-15);
+  expect_allclose(grad(f)(tensor({1.0, -3.0})), {1.0, -3.0}, {.rtol = 1e-15, .atol = 1e-15});
 }
 
 TEST(CustomRules, CustomJvpGivesAStableLog1pexp) {
@@ -137,10 +138,12 @@ TEST(CustomRules, CustomJvpGivesAStableLog1pexp) {
                              });
   auto f = [&](const Tensor& x) { return sum(log1pexp(x)); };
   const Tensor x = tensor({0.0, 1000.0, -5.0});
-  expect_close(grad(f)(x), {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))}, 1e-14);
-  expect_close(jit(grad(f))(x), {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))}, 1e-14);
+  expect_allclose(grad(f)(x), {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))},
+                  {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(jit(grad(f))(x), {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))},
+                  {.rtol = 1e-14, .atol = 1e-14});
   auto [y, t] = jvp(log1pexp, std::tuple<Tensor>{x}, std::tuple<Tensor>{ones_like(x)});
-  expect_close(t, {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))}, 1e-14);
+  expect_allclose(t, {0.5, 1.0, 1.0 / (1.0 + std::exp(5.0))}, {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(CustomRules, CustomVjpClipsGradientsInTheBackwardPass) {
@@ -149,8 +152,10 @@ TEST(CustomRules, CustomVjpClipsGradientsInTheBackwardPass) {
                                 return std::tuple<Tensor>{clip(ct, -1.0, 1.0)};
                               });
   auto f = [&](const Tensor& x) { return sum(clip_grad(x) * tensor({5.0, 0.5, -3.0})); };
-  expect_close(grad(f)(tensor({1.0, 1.0, 1.0})), {1.0, 0.5, -1.0}, 1e-15);
-  expect_close(jit(grad(f))(tensor({1.0, 1.0, 1.0})), {1.0, 0.5, -1.0}, 1e-15);
+  expect_allclose(grad(f)(tensor({1.0, 1.0, 1.0})), {1.0, 0.5, -1.0},
+                  {.rtol = 1e-15, .atol = 1e-15});
+  expect_allclose(jit(grad(f))(tensor({1.0, 1.0, 1.0})), {1.0, 0.5, -1.0},
+                  {.rtol = 1e-15, .atol = 1e-15});
 }
 
 TEST(Checkpoint, SameGradientsAsWithout) {
@@ -162,8 +167,8 @@ TEST(Checkpoint, SameGradientsAsWithout) {
   };
   const Tensor x = tensor({0.3, -1.2, 2.0});
   const std::vector<double> want = grad(plain)(x).to_vector<double>();
-  expect_close(grad(remat)(x), want, 1e-14);
-  expect_close(jit(grad(remat))(x), want, 1e-14);
+  expect_allclose(grad(remat)(x), want, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(jit(grad(remat))(x), want, {.rtol = 1e-14, .atol = 1e-14});
   EXPECT_NE(ir::print(trace(remat, x)).find("checkpoint"), std::string::npos);
 }
 
@@ -175,8 +180,9 @@ TEST(Grad, MlpMatchesFiniteDifferences) {
     return mean(logsumexp(matmul(tanh(h), w2), {1}));
   };
   const Tensor w1 = random::normal(random::key(3), {3, 5}, float64);
-  expect_close(grad(loss)(w1), fd_grad([&](const Tensor& w) { return loss(w).item<double>(); }, w1),
-               1e-7);
+  expect_allclose(grad(loss)(w1),
+                  fd_grad([&](const Tensor& w) { return loss(w).item<double>(); }, w1),
+                  {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(Grad, SmallCnnMatchesFiniteDifferences) {
@@ -192,22 +198,22 @@ TEST(Grad, SmallCnnMatchesFiniteDifferences) {
   const Cnn p{random::normal(random::key(5), {2, 1, 3, 3}, float64),
               random::normal(random::key(6), {18, 3}, float64)};
   const Cnn g = grad(loss)(p);
-  expect_close(g.conv,
-               fd_grad(
-                   [&](const Tensor& c) {
-                     return loss({c, p.fc}).item<double>();
-                   },
-                   p.conv),
-               1e-6);
-  expect_close(g.fc,
-               fd_grad(
-                   [&](const Tensor& f) {
-                     return loss({p.conv, f}).item<double>();
-                   },
-                   p.fc),
-               1e-6);
+  expect_allclose(g.conv,
+                  fd_grad(
+                      [&](const Tensor& c) {
+                        return loss({c, p.fc}).item<double>();
+                      },
+                      p.conv),
+                  {.rtol = 1e-6, .atol = 1e-6});
+  expect_allclose(g.fc,
+                  fd_grad(
+                      [&](const Tensor& f) {
+                        return loss({p.conv, f}).item<double>();
+                      },
+                      p.fc),
+                  {.rtol = 1e-6, .atol = 1e-6});
   const Cnn gj = jit(grad(loss))(p);
-  expect_close(gj.conv, g.conv.to_vector<double>(), 1e-12);
+  expect_allclose(gj.conv, g.conv.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(Grad, ConvWithStrideDilationGroupsMatchesFiniteDifferences) {
@@ -217,10 +223,10 @@ TEST(Grad, ConvWithStrideDilationGroupsMatchesFiniteDifferences) {
   const Tensor wt = random::normal(random::key(9), conv2d(x, w, o).shape(), float64);
   auto lx = [&](const Tensor& xx) { return sum(conv2d(xx, w, o) * wt); };
   auto lw = [&](const Tensor& ww) { return sum(conv2d(x, ww, o) * wt); };
-  expect_close(grad(lx)(x), fd_grad([&](const Tensor& v) { return lx(v).item<double>(); }, x),
-               1e-7);
-  expect_close(grad(lw)(w), fd_grad([&](const Tensor& v) { return lw(v).item<double>(); }, w),
-               1e-7);
+  expect_allclose(grad(lx)(x), fd_grad([&](const Tensor& v) { return lx(v).item<double>(); }, x),
+                  {.rtol = 1e-7, .atol = 1e-7});
+  expect_allclose(grad(lw)(w), fd_grad([&](const Tensor& v) { return lw(v).item<double>(); }, w),
+                  {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(Grad, PoolingMatchesFiniteDifferences) {
@@ -230,10 +236,12 @@ TEST(Grad, PoolingMatchesFiniteDifferences) {
   const Tensor wt = random::normal(random::key(11), max_pool2d(x, o).shape(), float64);
   auto lmax = [&](const Tensor& v) { return sum(max_pool2d(v, o) * wt); };
   auto lavg = [&](const Tensor& v) { return sum(avg_pool2d(v, o) * wt); };
-  expect_close(grad(lmax)(x), fd_grad([&](const Tensor& v) { return lmax(v).item<double>(); }, x),
-               1e-7);
-  expect_close(grad(lavg)(x), fd_grad([&](const Tensor& v) { return lavg(v).item<double>(); }, x),
-               1e-7);
+  expect_allclose(grad(lmax)(x),
+                  fd_grad([&](const Tensor& v) { return lmax(v).item<double>(); }, x),
+                  {.rtol = 1e-7, .atol = 1e-7});
+  expect_allclose(grad(lavg)(x),
+                  fd_grad([&](const Tensor& v) { return lavg(v).item<double>(); }, x),
+                  {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(Ir, GradientProgramIsSmallAfterOptimisation) {
@@ -262,7 +270,7 @@ TEST(Grad, JitStepUpdatesParameters) {
   const Tensor x = ones({4, 3}), y = zeros({4, 1});
   const Params eager_g = grad(loss)(p, x, y);
   const Params q = step(p, x, y);
-  expect_close(q.w, (p.w - 0.1 * eager_g.w).to_vector<double>(), 1e-6);
+  expect_allclose(q.w, (p.w - 0.1 * eager_g.w).to_vector<double>(), {.rtol = 1e-6, .atol = 1e-6});
   EXPECT_LT(loss(q, x, y).item<float>(), loss(p, x, y).item<float>());
 }
 
@@ -362,7 +370,7 @@ TEST(ReverseMode, EagerHessianOfALossOverDataDoesNotDifferentiateTheData) {
         h[static_cast<std::size_t>(a * 2 + b)] += 2.0 / 3.0 *
                                                   x[static_cast<std::size_t>(i * 2 + a)] *
                                                   x[static_cast<std::size_t>(i * 2 + b)];
-  expect_close(hessian(loss)(tensor({0.3, -0.7})), h, 1e-12);
+  expect_allclose(hessian(loss)(tensor({0.3, -0.7})), h, {.rtol = 1e-12, .atol = 1e-12});
   reset_peak_memory_stats();
   const int64_t before = memory_stats().bytes_in_use;
   const Tensor big = zeros({20000, 20}, float64);  // 3.2 MB of data

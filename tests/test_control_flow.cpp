@@ -7,17 +7,14 @@
 #include <cmath>
 #include <string>
 
+#include "testing.h"
+
 namespace kiln {
 namespace {
 
-using P = std::pair<Tensor, Tensor>;
+using kiln::testing::expect_allclose;
 
-void expect_close(const Tensor& got, const std::vector<double>& want, double tol = 1e-10) {
-  const std::vector<double> g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.size());
-  for (std::size_t i = 0; i < g.size(); ++i)
-    EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
-}
+using P = std::pair<Tensor, Tensor>;
 
 template <class F>
 void expect_error(F f, const std::vector<std::string>& parts) {
@@ -52,13 +49,13 @@ TEST(ControlFlow, CondEagerRunsOnlyTheChosenBranch) {
   Tensor y = cond(
       sum(x) > 0.0, [&](const Tensor& v) { return run(calls_t, v) * 2.0; },
       [&](const Tensor& v) { return run(calls_f, v) - 1.0; }, x);
-  expect_close(y, {2, 4});
+  expect_allclose(y, {2, 4}, {.rtol = 1e-10, .atol = 1e-10});
   EXPECT_EQ(calls_t, 1);
   EXPECT_EQ(calls_f, 0);
   Tensor z = cond(
       sum(x) < 0.0, [](const Tensor& v) { return v * 2.0; },
       [](const Tensor& v) { return v - 1.0; }, x);
-  expect_close(z, {0, 1});
+  expect_allclose(z, {0, 1}, {.rtol = 1e-10, .atol = 1e-10});
 }
 
 TEST(ControlFlow, SwitchClampsTheIndex) {
@@ -67,38 +64,39 @@ TEST(ControlFlow, SwitchClampsTheIndex) {
     return switch_(
         tensor(i), [&] { return x; }, [&] { return x * 2.0; }, [&] { return x * 3.0; });
   };
-  expect_close(f(0), {3});
-  expect_close(f(1), {6});
-  expect_close(f(7), {9});
-  expect_close(f(-2), {3});
+  expect_allclose(f(0), {3}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(f(1), {6}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(f(7), {9}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(f(-2), {3}, {.rtol = 1e-10, .atol = 1e-10});
   auto j = jit([](const Tensor& i, const Tensor& v) {
     return switch_(
         i, [&] { return v; }, [&] { return v * 2.0; }, [&] { return v * 3.0; });
   });
-  expect_close(j(tensor(1), x), {6});
-  expect_close(j(tensor(5), x), {9});
+  expect_allclose(j(tensor(1), x), {6}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(j(tensor(5), x), {9}, {.rtol = 1e-10, .atol = 1e-10});
 }
 
 TEST(ControlFlow, WhileAndForiEager) {
-  expect_close(newton_sqrt(tensor(2.0)), {std::sqrt(2.0)});
+  expect_allclose(newton_sqrt(tensor(2.0)), {std::sqrt(2.0)}, {.rtol = 1e-10, .atol = 1e-10});
   const Tensor s = fori_loop(
       0, 5, [](const Tensor& i, const Tensor& c) { return c + astype(i, float64); }, tensor(0.0));
-  expect_close(s, {10});
+  expect_allclose(s, {10}, {.rtol = 1e-10, .atol = 1e-10});
   const Tensor s2 = fori_loop(
       tensor(1), tensor(4), [](const Tensor& i, const Tensor& c) { return c * astype(i, float64); },
       tensor(1.0));
-  expect_close(s2, {6});
+  expect_allclose(s2, {6}, {.rtol = 1e-10, .atol = 1e-10});
 }
 
 TEST(ControlFlow, ScanEagerForwardAndReverse) {
   const Tensor xs = tensor({1.0, 2.0, 3.0});
   auto f = [](const Tensor& c, const Tensor& x) { return P{c + x, c * 10.0 + x}; };
   auto [c, ys] = scan(f, tensor(0.0), xs);
-  expect_close(c, {6});
-  expect_close(ys, {1, 12, 33});
+  expect_allclose(c, {6}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(ys, {1, 12, 33}, {.rtol = 1e-10, .atol = 1e-10});
   auto [cr, ysr] = scan(f, tensor(0.0), xs, ScanOptions{.reverse = true});
-  expect_close(cr, {6});
-  expect_close(ysr, {51, 32, 3});  // i=2: 0*10+3; i=1: 3*10+2; i=0: 5*10+1
+  expect_allclose(cr, {6}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(ysr, {51, 32, 3},
+                  {.rtol = 1e-10, .atol = 1e-10});  // i=2: 0*10+3; i=1: 3*10+2; i=0: 5*10+1
 }
 
 TEST(ControlFlow, JitMatchesEager) {
@@ -123,10 +121,14 @@ TEST(ControlFlow, JitMatchesEager) {
                xs = tensor(std::vector<double>{0.1, -0.2, 0.3, 0.4, -0.5, 0.6}, {3, 2});
   auto e = prog(a, xs);
   auto j = jit(prog)(a, xs);
-  expect_close(std::get<0>(j), std::get<0>(e).to_vector<double>());
-  expect_close(std::get<1>(j), std::get<1>(e).to_vector<double>());
-  expect_close(std::get<2>(j), std::get<2>(e).to_vector<double>());
-  expect_close(std::get<3>(j), std::get<3>(e).to_vector<double>());
+  expect_allclose(std::get<0>(j), std::get<0>(e).to_vector<double>(),
+                  {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(std::get<1>(j), std::get<1>(e).to_vector<double>(),
+                  {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(std::get<2>(j), std::get<2>(e).to_vector<double>(),
+                  {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(std::get<3>(j), std::get<3>(e).to_vector<double>(),
+                  {.rtol = 1e-10, .atol = 1e-10});
 }
 
 // A scan that carries and yields nothing (what a Python `for` whose body keeps no state
@@ -142,7 +144,8 @@ TEST(ControlFlow, JitOfAScanThatCarriesAndYieldsNothing) {
   };
   const Tensor xs = tensor(std::vector<double>{1, 2, 3, 4, 5, 6}, {3, 2});
   for (ir::Backend backend : {ir::Backend::interpreter, ir::Backend::llvm})
-    expect_close(jit(prog, JitOptions{.backend = backend})(xs), {2, 4, 6, 8, 10, 12});
+    expect_allclose(jit(prog, JitOptions{.backend = backend})(xs), {2, 4, 6, 8, 10, 12},
+                    {.rtol = 1e-10, .atol = 1e-10});
   EXPECT_NO_THROW(ir::optimize(trace(prog, xs)));
 }
 
@@ -193,7 +196,8 @@ TEST(ControlFlow, PrintedIrShowsSubFunctionsAndRoundTrips) {
   auto parsed = ir::parse(text);
   EXPECT_EQ(ir::print(*parsed), text);
   const std::vector<Tensor> args{tensor(2.0), tensor({1.0, 2.0})};
-  expect_close(ir::evaluate(*parsed, args)[0], f(args[0], args[1]).to_vector<double>());
+  expect_allclose(ir::evaluate(*parsed, args)[0], f(args[0], args[1]).to_vector<double>(),
+                  {.rtol = 1e-10, .atol = 1e-10});
 }
 
 TEST(ControlFlow, PassesFoldConstantPredicatesAndReachIntoBodies) {
@@ -329,15 +333,17 @@ TEST(ControlFlow, JvpThroughCondWhileScan) {
   const double fd =
       (f(tensor(a + eps)).item<double>() - f(tensor(a - eps)).item<double>()) / (2 * eps);
   EXPECT_NEAR(t.item<double>(), fd, 1e-5 * (1 + std::abs(fd)));
-  expect_close(y, {f(tensor(a)).item<double>()});
+  expect_allclose(y, {f(tensor(a)).item<double>()}, {.rtol = 1e-10, .atol = 1e-10});
 }
 
 // ---- 3. reverse mode ----------------------------------------------------------------------
 
 TEST(ControlFlow, NewtonSqrtGradEagerAndJit) {
   for (double a : {2.0, 9.0, 0.5}) {
-    expect_close(grad(newton_sqrt)(tensor(a)), {1 / (2 * std::sqrt(a))}, 1e-8);
-    expect_close(jit(grad(newton_sqrt))(tensor(a)), {1 / (2 * std::sqrt(a))}, 1e-8);
+    expect_allclose(grad(newton_sqrt)(tensor(a)), {1 / (2 * std::sqrt(a))},
+                    {.rtol = 1e-8, .atol = 1e-8});
+    expect_allclose(jit(grad(newton_sqrt))(tensor(a)), {1 / (2 * std::sqrt(a))},
+                    {.rtol = 1e-8, .atol = 1e-8});
   }
 }
 
@@ -346,13 +352,13 @@ TEST(ControlFlow, ForiLoopGrads) {
     return fori_loop(
         0, 3, [&](const Tensor&, const Tensor& c) { return c * x; }, tensor(1.0));
   };
-  expect_close(grad(f)(tensor(2.0)), {12});
+  expect_allclose(grad(f)(tensor(2.0)), {12}, {.rtol = 1e-10, .atol = 1e-10});
   auto g = [](const Tensor& x) {
     return fori_loop(
         tensor(0), tensor(3), [&](const Tensor&, const Tensor& c) { return c * x; }, tensor(1.0));
   };
-  expect_close(grad(g)(tensor(2.0)), {12});
-  expect_close(jit(grad(g))(tensor(2.0)), {12});
+  expect_allclose(grad(g)(tensor(2.0)), {12}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(jit(grad(g))(tensor(2.0)), {12}, {.rtol = 1e-10, .atol = 1e-10});
 }
 
 struct Rnn {
@@ -383,10 +389,10 @@ TEST(ControlFlow, RnnScanGradsMatchUnrolledAndFiniteDifferences) {
   const Tensor xs = random::normal(random::key(3), {50, 2}, float64);
   auto [gw, gu] = grad(rnn_scan, argnums<0, 1>)(w, u, xs);
   auto [rw, ru] = grad(rnn_unrolled, argnums<0, 1>)(w, u, xs);
-  expect_close(gw, rw.to_vector<double>(), 1e-9);
-  expect_close(gu, ru.to_vector<double>(), 1e-9);
+  expect_allclose(gw, rw.to_vector<double>(), {.rtol = 1e-9, .atol = 1e-9});
+  expect_allclose(gu, ru.to_vector<double>(), {.rtol = 1e-9, .atol = 1e-9});
   auto [jw, ju] = jit(grad(rnn_scan, argnums<0, 1>))(w, u, xs);
-  expect_close(jw, rw.to_vector<double>(), 1e-9);
+  expect_allclose(jw, rw.to_vector<double>(), {.rtol = 1e-9, .atol = 1e-9});
   // finite differences on w
   std::vector<double> wv = w.to_vector<double>(), fd(9);
   const double eps = 1e-6;
@@ -398,7 +404,7 @@ TEST(ControlFlow, RnnScanGradsMatchUnrolledAndFiniteDifferences) {
              rnn_scan(tensor(m, {3, 3}), u, xs).item<double>()) /
             (2 * eps);
   }
-  expect_close(gw, fd, 1e-5);
+  expect_allclose(gw, fd, {.rtol = 1e-5, .atol = 1e-5});
 }
 
 // Counts equations of `prim` in f and every sub-function it holds.
@@ -442,10 +448,10 @@ TEST(ControlFlow, ScanGradStoresResidualsInsteadOfRecomputingTheForward) {
   auto [rw, ru] = grad(rnn_unrolled, argnums<0, 1>)(w, u, xs);
   auto [gw, gu] = grad(rnn_scan, argnums<0, 1>)(w, u, xs);
   auto [jw, ju] = jit(grad(rnn_scan, argnums<0, 1>))(w, u, xs);
-  expect_close(gw, rw.to_vector<double>(), 1e-12);
-  expect_close(gu, ru.to_vector<double>(), 1e-12);
-  expect_close(jw, rw.to_vector<double>(), 1e-12);
-  expect_close(ju, ru.to_vector<double>(), 1e-12);
+  expect_allclose(gw, rw.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(gu, ru.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(jw, rw.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(ju, ru.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
 }
 
 // A while loop's reverse pass carries its body's pullback as a sub-function, staged once: the
@@ -470,7 +476,8 @@ TEST(ControlFlow, WhileGradCarriesItsBodysPullback) {
   EXPECT_EQ(count_prim(*wg->attrs.get<FunctionRef>("pullback_fn"), "cos"), 1) << g;
   const std::vector<double> want = grad(f)(x, n).to_vector<double>();
   for (ir::Backend backend : {ir::Backend::interpreter, ir::Backend::llvm})
-    expect_close(jit(grad(f), JitOptions{.backend = backend})(x, n), want, 1e-15);
+    expect_allclose(jit(grad(f), JitOptions{.backend = backend})(x, n), want,
+                    {.rtol = 1e-15, .atol = 1e-15});
   // Against the analytic derivative: each step multiplies by 1.5 cos(x_k).
   std::vector<double> analytic;
   for (double v : x.to_vector<double>()) {
@@ -481,7 +488,7 @@ TEST(ControlFlow, WhileGradCarriesItsBodysPullback) {
     }
     analytic.push_back(d);
   }
-  expect_close(grad(f)(x, n), analytic, 1e-12);
+  expect_allclose(grad(f)(x, n), analytic, {.rtol = 1e-12, .atol = 1e-12});
 }
 
 // The two-layer body of bench_scan: h' = tanh(tanh(W h + U x) W). The backward reads h (for
@@ -538,10 +545,10 @@ TEST(ControlFlow, ScanGradStoresANextCarryOrYsOnlyOnce) {
       auto [rw, ru] = grad(unrolled(with_ys, reverse), argnums<0, 1>)(w, u, xs);
       auto [gw, gu] = grad(scanned(with_ys, reverse), argnums<0, 1>)(w, u, xs);
       auto [jw, ju] = jit(grad(scanned(with_ys, reverse), argnums<0, 1>))(w, u, xs);
-      expect_close(gw, rw.to_vector<double>(), 1e-12);
-      expect_close(gu, ru.to_vector<double>(), 1e-12);
-      expect_close(jw, rw.to_vector<double>(), 1e-12);
-      expect_close(ju, ru.to_vector<double>(), 1e-12);
+      expect_allclose(gw, rw.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+      expect_allclose(gu, ru.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+      expect_allclose(jw, rw.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+      expect_allclose(ju, ru.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
     }
 }
 
@@ -614,8 +621,9 @@ TEST(ControlFlow, CheckpointedScanBodyStoresOnlyItsInputs) {
   EXPECT_EQ(count_prim(*scan_body(plain, true), "exp"), 0) << plain;
   EXPECT_GT(count_prim(*scan_body(remat, true), "exp"), 0) << remat;
   const Tensor a = grad(loss(false))(w, xs), b = grad(loss(true))(w, xs);
-  expect_close(b, a.to_vector<double>(), 1e-12);
-  expect_close(jit(grad(loss(true)))(w, xs), a.to_vector<double>(), 1e-12);
+  expect_allclose(b, a.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(jit(grad(loss(true)))(w, xs), a.to_vector<double>(),
+                  {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(ControlFlow, GradOfGradThroughCondAndScan) {
@@ -624,8 +632,8 @@ TEST(ControlFlow, GradOfGradThroughCondAndScan) {
         x > 0.0, [&] { return x * x * x; }, [&] { return sin(x); });
   };
   auto d2 = grad([&](const Tensor& x) { return grad(f)(x); });
-  expect_close(d2(tensor(2.0)), {12});
-  expect_close(d2(tensor(-1.0)), {-std::sin(-1.0)});
+  expect_allclose(d2(tensor(2.0)), {12}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(d2(tensor(-1.0)), {-std::sin(-1.0)}, {.rtol = 1e-10, .atol = 1e-10});
   auto s = [](const Tensor& x) {
     auto [c, ys] = scan(
         [&](const Tensor& c, const Tensor& v) {
@@ -635,9 +643,9 @@ TEST(ControlFlow, GradOfGradThroughCondAndScan) {
     return c;  // ((x*x + 1) * x + 2) = x^3 + x + 2
   };
   auto s2 = grad([&](const Tensor& x) { return grad(s)(x); });
-  expect_close(grad(s)(tensor(2.0)), {13});
-  expect_close(s2(tensor(2.0)), {12});
-  expect_close(jit(s2)(tensor(2.0)), {12});
+  expect_allclose(grad(s)(tensor(2.0)), {13}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(s2(tensor(2.0)), {12}, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(jit(s2)(tensor(2.0)), {12}, {.rtol = 1e-10, .atol = 1e-10});
 }
 
 // An adaptive explicit Euler integrator for dy/dt = -k y (1 + y^2) on [0, T]: step size
@@ -688,8 +696,8 @@ TEST(ControlFlow, AdaptiveStepOdeGradMatchesFiniteDifferences) {
     const double fd_y = (ode_native(k, y0 + eps).first - ode_native(k, y0 - eps).first) / (2 * eps);
     auto [gk, gy] = g(tensor(k), tensor(y0));
     auto [jk, jy] = jg(tensor(k), tensor(y0));
-    for (const Tensor* t : {&gk, &jk}) expect_close(*t, {fd_k}, 1e-6);
-    for (const Tensor* t : {&gy, &jy}) expect_close(*t, {fd_y}, 1e-6);
+    for (const Tensor* t : {&gk, &jk}) expect_allclose(*t, {fd_k}, {.rtol = 1e-6, .atol = 1e-6});
+    for (const Tensor* t : {&gy, &jy}) expect_allclose(*t, {fd_y}, {.rtol = 1e-6, .atol = 1e-6});
     EXPECT_GT(n, 10);
   }
 }
@@ -713,14 +721,16 @@ TEST(ControlFlow, SwitchThreeBranchesJvpGradAndBatchedIndex) {
   for (int i : {0, 1, 2, 5, -1}) {
     auto f = [i](const Tensor& v) { return three_way(tensor(i), v); };
     auto [y, t] = jvp(f, std::tuple<Tensor>{tensor(x)}, std::tuple<Tensor>{tensor(1.0)});
-    expect_close(y, {three_way_native(i, x)});
-    expect_close(t, {three_way_d(i, x)});
+    expect_allclose(y, {three_way_native(i, x)}, {.rtol = 1e-10, .atol = 1e-10});
+    expect_allclose(t, {three_way_d(i, x)}, {.rtol = 1e-10, .atol = 1e-10});
     auto [jy, jt] = jit([&](const Tensor& v) {
       return jvp(f, std::tuple<Tensor>{v}, std::tuple<Tensor>{tensor(1.0)});
     })(tensor(x));
-    expect_close(jt, {three_way_d(i, x)});
-    expect_close(grad(three_way, argnums<1>)(tensor(i), tensor(x)), {three_way_d(i, x)});
-    expect_close(jit(grad(three_way, argnums<1>))(tensor(i), tensor(x)), {three_way_d(i, x)});
+    expect_allclose(jt, {three_way_d(i, x)}, {.rtol = 1e-10, .atol = 1e-10});
+    expect_allclose(grad(three_way, argnums<1>)(tensor(i), tensor(x)), {three_way_d(i, x)},
+                    {.rtol = 1e-10, .atol = 1e-10});
+    expect_allclose(jit(grad(three_way, argnums<1>))(tensor(i), tensor(x)), {three_way_d(i, x)},
+                    {.rtol = 1e-10, .atol = 1e-10});
   }
   // vmap with a batched index: each example picks its branch (incl. out-of-range ones).
   const std::vector<int> idx{2, 0, 1, 1, 7, 0};
@@ -733,18 +743,19 @@ TEST(ControlFlow, SwitchThreeBranchesJvpGradAndBatchedIndex) {
     loop_y.push_back(three_way(index(I, static_cast<int64_t>(b)), index(X, static_cast<int64_t>(b)))
                          .item<double>());
   }
-  expect_close(tensor(loop_y), want_y);
-  expect_close(vmap(three_way)(I, X), want_y);
-  expect_close(jit(vmap(three_way))(I, X), want_y);
-  expect_close(vmap(grad(three_way, argnums<1>))(I, X), want_d);
-  expect_close(jit(vmap(grad(three_way, argnums<1>)))(I, X), want_d);
+  expect_allclose(tensor(loop_y), want_y, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(vmap(three_way)(I, X), want_y, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(jit(vmap(three_way))(I, X), want_y, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(vmap(grad(three_way, argnums<1>))(I, X), want_d, {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(jit(vmap(grad(three_way, argnums<1>)))(I, X), want_d,
+                  {.rtol = 1e-10, .atol = 1e-10});
   // vmap of jvp with a batched index
   auto tang = [](const Tensor& i, const Tensor& v) {
     return jvp([&](const Tensor& u) { return three_way(i, u); }, std::tuple<Tensor>{v},
                std::tuple<Tensor>{ones_like(v)})
         .second;
   };
-  expect_close(vmap(tang)(I, X), want_d);
+  expect_allclose(vmap(tang)(I, X), want_d, {.rtol = 1e-10, .atol = 1e-10});
 }
 
 // ScanOptions::unroll: the emitted scan's body runs `unroll` steps; results are unchanged.
@@ -773,14 +784,14 @@ TEST(ControlFlow, ScanUnrollMatchesUnroll1IncludingGrads) {
       auto f = [k, rev](const Tensor& w, const Tensor& u, const Tensor& xs) {
         return rnn_scan_unroll(w, u, xs, k, rev);
       };
-      expect_close(jit(f)(w, u, xs), {y1}, 1e-12);
+      expect_allclose(jit(f)(w, u, xs), {y1}, {.rtol = 1e-12, .atol = 1e-12});
       auto [gw, gu, gx] = grad(f, argnums<0, 1, 2>)(w, u, xs);
-      expect_close(gw, gw1.to_vector<double>(), 1e-12);
-      expect_close(gu, gu1.to_vector<double>(), 1e-12);
-      expect_close(gx, gx1.to_vector<double>(), 1e-12);
+      expect_allclose(gw, gw1.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+      expect_allclose(gu, gu1.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+      expect_allclose(gx, gx1.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
       auto [jw, ju, jx] = jit(grad(f, argnums<0, 1, 2>))(w, u, xs);
-      expect_close(jw, gw1.to_vector<double>(), 1e-12);
-      expect_close(jx, gx1.to_vector<double>(), 1e-12);
+      expect_allclose(jw, gw1.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
+      expect_allclose(jx, gx1.to_vector<double>(), {.rtol = 1e-12, .atol = 1e-12});
     }
   }
   // The emitted scan runs length / unroll iterations (+ a short scan for the remainder).
@@ -792,8 +803,9 @@ TEST(ControlFlow, ScanUnrollMatchesUnroll1IncludingGrads) {
   EXPECT_NE(text.find("length=3"), std::string::npos) << text;
   EXPECT_EQ(text.find("length=23"), std::string::npos) << text;
   // The eager result (unroll ignored) is the same too; fori_loop-style length-only scans work.
-  expect_close(rnn_scan_unroll(w, u, xs, 4, false),
-               {rnn_scan_unroll(w, u, xs, 1, false).item<double>()}, 1e-12);
+  expect_allclose(rnn_scan_unroll(w, u, xs, 4, false),
+                  {rnn_scan_unroll(w, u, xs, 1, false).item<double>()},
+                  {.rtol = 1e-12, .atol = 1e-12});
   auto count = jit([](const Tensor& x) {
     return scan(
                [](const Tensor& c, const std::tuple<>&) {
@@ -804,7 +816,7 @@ TEST(ControlFlow, ScanUnrollMatchesUnroll1IncludingGrads) {
   });
   double c = 2.0;
   for (int i = 0; i < 7; ++i) c = c * 1.5 + 1.0;
-  expect_close(count(tensor(2.0)), {c});
+  expect_allclose(count(tensor(2.0)), {c}, {.rtol = 1e-10, .atol = 1e-10});
   expect_error(
       [&] { jit([&](const Tensor& x) { return rnn_scan_unroll(w, u, x, 0, false); })(xs); },
       {"scan", "unroll", "0", "23"});
@@ -817,7 +829,7 @@ TEST(ControlFlow, VmapWhileWithPerExampleTripCounts) {
   const Tensor got = vmap(newton_sqrt)(a);
   std::vector<double> want;
   for (int i = 0; i < 4; ++i) want.push_back(newton_sqrt(index(a, i)).item<double>());
-  expect_close(got, want, 1e-12);
+  expect_allclose(got, want, {.rtol = 1e-12, .atol = 1e-12});
   auto count = [](const Tensor& n) {
     return while_loop([&](const P& s) { return s.first < n; },
                       [](const P& s) {
@@ -826,14 +838,19 @@ TEST(ControlFlow, VmapWhileWithPerExampleTripCounts) {
                       P{tensor(0.0), tensor(1.0)})
         .second;
   };
-  expect_close(vmap(count)(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32});
-  expect_close(jit(vmap(count))(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32});
+  expect_allclose(vmap(count)(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32},
+                  {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(jit(vmap(count))(tensor({0.0, 1.0, 3.0, 5.0})), {1, 2, 8, 32},
+                  {.rtol = 1e-10, .atol = 1e-10});
   // (at a = 1 the loop runs zero times: the program is the identity there, derivative 1)
-  expect_close(vmap(grad(newton_sqrt))(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6}, 1e-8);
+  expect_allclose(vmap(grad(newton_sqrt))(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6},
+                  {.rtol = 1e-8, .atol = 1e-8});
   // grad of the vmapped loop: the batched predicate's loop, differentiated as a whole.
   auto total = [&](const Tensor& a) { return sum(vmap(newton_sqrt)(a)); };
-  expect_close(grad(total)(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6}, 1e-8);
-  expect_close(jit(grad(total))(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6}, 1e-8);
+  expect_allclose(grad(total)(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6},
+                  {.rtol = 1e-8, .atol = 1e-8});
+  expect_allclose(jit(grad(total))(tensor({1.0, 4.0, 9.0})), {1.0, 0.25, 1.0 / 6},
+                  {.rtol = 1e-8, .atol = 1e-8});
 }
 
 TEST(ControlFlow, VmapCondSharedAndPerExamplePredicate) {
@@ -841,14 +858,16 @@ TEST(ControlFlow, VmapCondSharedAndPerExamplePredicate) {
     return cond(
         p > 0.0, [&] { return x * 2.0; }, [&] { return x - 1.0; });
   };
-  expect_close(vmap(f, in_axes(0, none))(tensor({1.0, 2.0}), tensor(1.0)), {2, 4});
-  expect_close(vmap(f)(tensor({1.0, 2.0, 3.0}), tensor({1.0, -1.0, 1.0})), {2, 1, 6});
+  expect_allclose(vmap(f, in_axes(0, none))(tensor({1.0, 2.0}), tensor(1.0)), {2, 4},
+                  {.rtol = 1e-10, .atol = 1e-10});
+  expect_allclose(vmap(f)(tensor({1.0, 2.0, 3.0}), tensor({1.0, -1.0, 1.0})), {2, 1, 6},
+                  {.rtol = 1e-10, .atol = 1e-10});
   // the branch not taken produces NaN; its gradient must not leak into the one taken
   auto g = [](const Tensor& x) {
     return cond(
         x > 0.0, [&] { return sqrt(x); }, [&] { return x; });
   };
-  expect_close(vmap(grad(g))(tensor({4.0, -1.0})), {0.25, 1});
+  expect_allclose(vmap(grad(g))(tensor({4.0, -1.0})), {0.25, 1}, {.rtol = 1e-10, .atol = 1e-10});
 }
 
 TEST(ControlFlow, VmapScanBatchedXsAndCarry) {
@@ -860,8 +879,8 @@ TEST(ControlFlow, VmapScanBatchedXsAndCarry) {
   auto [c, ys] = vmap(f)(c0, xs);
   for (int b = 0; b < 2; ++b) {
     auto [ce, yse] = f(index(c0, b), index(xs, b));
-    expect_close(index(c, b), ce.to_vector<double>());
-    expect_close(index(ys, b), yse.to_vector<double>());
+    expect_allclose(index(c, b), ce.to_vector<double>(), {.rtol = 1e-10, .atol = 1e-10});
+    expect_allclose(index(ys, b), yse.to_vector<double>(), {.rtol = 1e-10, .atol = 1e-10});
   }
 }
 

@@ -18,6 +18,8 @@ using namespace kiln;
 
 namespace {
 
+using kiln::testing::expect_allclose;
+
 using kiln::testing::random_values;
 
 Tensor make(const std::vector<double>& v, const Shape& shape, DType dt = float32) {
@@ -66,20 +68,6 @@ std::vector<double> ref_conv(const ConvCase& c, const std::vector<double>& x,
   return out;
 }
 
-void expect_close(const Tensor& got, const Shape& shape, const std::vector<double>& want,
-                  double rtol, double atol) {
-  ASSERT_EQ(got.shape(), shape);
-  const std::vector<double> g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.size());
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(want[i])) {
-      ASSERT_TRUE(std::isnan(g[i])) << "at flat index " << i;
-      continue;
-    }
-    ASSERT_NEAR(g[i], want[i], atol + rtol * std::abs(want[i])) << "at flat index " << i;
-  }
-}
-
 void check_conv(const ConvCase& c, DType dt, uint32_t seed) {
   SCOPED_TRACE(describe(c) + " " + std::string(dtype_name(dt)));
   const auto x = random_values(c.N * c.C * c.H * c.W, seed);
@@ -94,7 +82,7 @@ void check_conv(const ConvCase& c, DType dt, uint32_t seed) {
                              .groups = c.groups});
   EXPECT_EQ(out.dtype(), dt);
   const double tol = dt == float64 ? 1e-12 : 1e-5;
-  expect_close(out, Shape{c.N, c.O, OH, OW}, want, tol, tol);
+  expect_allclose(out, tensor(want, Shape{c.N, c.O, OH, OW}), {.rtol = tol, .atol = tol});
 }
 
 const std::vector<ConvCase>& conv_cases() {
@@ -216,8 +204,8 @@ TEST(Conv2d, Float32GradientsMatchTheFloat64Ones) {
     };
     const auto [dx64, dw64] = grads(float64);
     const auto [dx32, dw32] = grads(float32);
-    expect_close(dx32, xs, dx64.to_vector<double>(), 1e-4, 1e-4);
-    expect_close(dw32, ws, dw64.to_vector<double>(), 1e-4, 1e-4);
+    expect_allclose(dx32, dx64, {.rtol = 1e-4, .atol = 1e-4});
+    expect_allclose(dw32, dw64, {.rtol = 1e-4, .atol = 1e-4});
   }
 }
 
@@ -234,7 +222,8 @@ TEST(Conv2d, HalfPrecision) {
     const Tensor out =
         conv2d(make(x, Shape{2, 3, 6, 6}, dt), make(w, Shape{2, 3, 3, 3}, dt), {.padding = {1, 1}});
     EXPECT_EQ(out.dtype(), dt);
-    expect_close(out, Shape{2, 2, OH, OW}, want, dt == float16 ? 1e-3 : 8e-3, 1e-2);
+    expect_allclose(out, tensor(want, Shape{2, 2, OH, OW}),
+                    {.rtol = dt == float16 ? 1e-3 : 8e-3, .atol = 1e-2});
   }
 }
 
@@ -253,8 +242,8 @@ TEST(Conv2d, StridedInputsAndPromotion) {
   const auto want = ref_conv(c, nchw, wv, OH, OW);
   const Tensor x = permute(make(nhwc, Shape{2, 5, 6, 3}), {0, 3, 1, 2});
   ASSERT_FALSE(x.is_contiguous());
-  expect_close(conv2d(x, make(wv, Shape{2, 3, 2, 3}), {.padding = {1, 0}}), Shape{2, 2, OH, OW},
-               want, 1e-5, 1e-5);
+  expect_allclose(conv2d(x, make(wv, Shape{2, 3, 2, 3}), {.padding = {1, 0}}),
+                  tensor(want, Shape{2, 2, OH, OW}), {.rtol = 1e-5, .atol = 1e-5});
   // Integer inputs compute in float32; f32 with f64 promotes to f64.
   const Tensor xi = astype(reshape(arange(1.0, 17.0, 1.0), Shape{1, 1, 4, 4}), int32);
   const Tensor yi = conv2d(xi, ones({1, 1, 2, 2}, int32), {.stride = {2, 2}});
@@ -447,7 +436,8 @@ TEST(Pool2d, MatchesDirectLoops) {
         const Tensor xt = make(x, Shape{c.N, c.C, c.H, c.W}, dt);
         const Tensor y = is_max ? max_pool2d(xt, o) : avg_pool2d(xt, o);
         EXPECT_EQ(y.dtype(), dt);
-        expect_close(y, Shape{c.N, c.C, OH, OW}, want, dt == float64 ? 1e-12 : 1e-6, 1e-6);
+        expect_allclose(y, tensor(want, Shape{c.N, c.C, OH, OW}),
+                        {.rtol = dt == float64 ? 1e-12 : 1e-6, .atol = 1e-6});
       }
 }
 
@@ -522,8 +512,9 @@ TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
               dys[static_cast<std::size_t>((p * OH + oh) * OW + ow)];
           want_y.push_back(xs[static_cast<std::size_t>(best)]);
         }
-    expect_close(y, y.shape(), want_y, 0, 0);  // the forward pass, NaN window included
-    expect_close(dx, x.shape(), want, 1e-6, 1e-6);
+    // The forward pass, NaN window included.
+    expect_allclose(y, tensor(want_y, y.shape()), {.rtol = 0, .atol = 0, .equal_nan = true});
+    expect_allclose(dx, tensor(want, x.shape()), {.rtol = 1e-6, .atol = 1e-6});
   }
 }
 

@@ -17,16 +17,11 @@ using kiln::testing::expect_error;
 
 namespace {
 
+using kiln::testing::expect_allclose;
+
 const io::TensorFile& ref() {
   static const io::TensorFile file = kiln::testing::reference("conv_nd");
   return file;
-}
-
-void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  for (std::size_t i = 0; i < g.size(); ++i)
-    ASSERT_NEAR(g[i], w[i], tol * (1 + std::abs(w[i]))) << what << " at flat index " << i;
 }
 
 using Binary = std::function<Tensor(const Tensor&, const Tensor&)>;
@@ -92,19 +87,22 @@ TEST(ConvNd, ValuesAndGradientsMatchPyTorch) {
   for (const ConvCase& c : conv_cases()) {
     SCOPED_TRACE(c.name);
     const Tensor x = case_at(c.name, "in0"), w = case_at(c.name, "in1"), r = case_at(c.name, "r");
-    expect_close(c.f(x, w), case_at(c.name, "y"), 1e-12, "f64 value");
+    expect_allclose(c.f(x, w), case_at(c.name, "y"), {.rtol = 1e-12, .atol = 1e-12}, "f64 value");
     // f32 runs through oneDNN (or im2col where it declines).
-    expect_close(c.f(astype(x, float32), astype(w, float32)), case_at(c.name, "y"), 1e-5,
-                 "f32 value");
+    expect_allclose(c.f(astype(x, float32), astype(w, float32)), case_at(c.name, "y"),
+                    {.rtol = 1e-5, .atol = 1e-5}, "f32 value");
     const auto [gx, gw] = grad([&](const Tensor& a, const Tensor& b) { return sum(c.f(a, b) * r); },
                                argnums<0, 1>)(x, w);
-    expect_close(gx, case_at(c.name, "grad0"), 1e-12, "input gradient");
-    expect_close(gw, case_at(c.name, "grad1"), 1e-12, "weight gradient");
+    expect_allclose(gx, case_at(c.name, "grad0"), {.rtol = 1e-12, .atol = 1e-12}, "input gradient");
+    expect_allclose(gw, case_at(c.name, "grad1"), {.rtol = 1e-12, .atol = 1e-12},
+                    "weight gradient");
     const auto [gx32, gw32] =
         grad([&](const Tensor& a, const Tensor& b) { return sum(c.f(a, b) * astype(r, float32)); },
              argnums<0, 1>)(astype(x, float32), astype(w, float32));
-    expect_close(gx32, case_at(c.name, "grad0"), 1e-5, "f32 input gradient");
-    expect_close(gw32, case_at(c.name, "grad1"), 1e-5, "f32 weight gradient");
+    expect_allclose(gx32, case_at(c.name, "grad0"), {.rtol = 1e-5, .atol = 1e-5},
+                    "f32 input gradient");
+    expect_allclose(gw32, case_at(c.name, "grad1"), {.rtol = 1e-5, .atol = 1e-5},
+                    "f32 weight gradient");
   }
 }
 
@@ -162,11 +160,11 @@ TEST(ConvNd, JitMatchesEager) {
   for (const ConvCase& c : cases) {
     SCOPED_TRACE(c.name);
     const Tensor x = case_at(c.name, "in0"), w = case_at(c.name, "in1");
-    expect_close(jit(c.f)(x, w), c.f(x, w), 1e-12, "jit");
+    expect_allclose(jit(c.f)(x, w), c.f(x, w), {.rtol = 1e-12, .atol = 1e-12}, "jit");
     const auto g = [&](const Tensor& a, const Tensor& b) {
       return grad([&](const Tensor& u) { return sum(sin(c.f(u, b))); })(a);
     };
-    expect_close(jit(g)(x, w), g(x, w), 1e-12, "jit of grad");
+    expect_allclose(jit(g)(x, w), g(x, w), {.rtol = 1e-12, .atol = 1e-12}, "jit of grad");
   }
   const Tensor img = case_at("adaptive/3x4", "in0");
   const auto resample = [](const Tensor& a) {
@@ -176,8 +174,9 @@ TEST(ConvNd, JitMatchesEager) {
                2.0) +
            sum(interpolate(a, {.scale_factor = std::pair{1.5, 0.5}}));
   };
-  expect_close(jit(resample)(img), resample(img), 1e-12, "resampling");
-  expect_close(jit(grad(resample))(img), grad(resample)(img), 1e-12, "resampling gradient");
+  expect_allclose(jit(resample)(img), resample(img), {.rtol = 1e-12, .atol = 1e-12}, "resampling");
+  expect_allclose(jit(grad(resample))(img), grad(resample)(img), {.rtol = 1e-12, .atol = 1e-12},
+                  "resampling gradient");
 }
 
 TEST(ConvNd, VmapMatchesLoop) {
@@ -190,8 +189,10 @@ TEST(ConvNd, VmapMatchesLoop) {
     const Tensor shared = vmap([&](const Tensor& a) { return c.f(a, w); })(xs);
     const Tensor both = vmap(c.f)(xs, ws);
     for (int64_t i = 0; i < 3; ++i) {
-      expect_close(index(shared, i), c.f(index(xs, i), w), 1e-12, "shared weight");
-      expect_close(index(both, i), c.f(index(xs, i), index(ws, i)), 1e-12, "batched weight");
+      expect_allclose(index(shared, i), c.f(index(xs, i), w), {.rtol = 1e-12, .atol = 1e-12},
+                      "shared weight");
+      expect_allclose(index(both, i), c.f(index(xs, i), index(ws, i)),
+                      {.rtol = 1e-12, .atol = 1e-12}, "batched weight");
     }
   }
   const Tensor img = case_at("adaptive/3x4", "in0");
@@ -204,7 +205,8 @@ TEST(ConvNd, VmapMatchesLoop) {
            interpolate(a, {.size = std::pair<int64_t, int64_t>{5, 3}});
   };
   const Tensor batched = vmap(f)(imgs);
-  for (int64_t i = 0; i < 2; ++i) expect_close(index(batched, i), f(index(imgs, i)), 1e-12, "vmap");
+  for (int64_t i = 0; i < 2; ++i)
+    expect_allclose(index(batched, i), f(index(imgs, i)), {.rtol = 1e-12, .atol = 1e-12}, "vmap");
 }
 
 TEST(Resample, ValuesAndGradientsMatchPyTorch) {
@@ -214,10 +216,11 @@ TEST(Resample, ValuesAndGradientsMatchPyTorch) {
     SCOPED_TRACE(name);
     const Tensor x = case_at(name, "in0"), r = case_at(name, "r");
     const auto f = [oh = oh, ow = ow](const Tensor& a) { return adaptive_avg_pool2d(a, {oh, ow}); };
-    expect_close(f(x), case_at(name, "y"), 1e-12, "value");
-    expect_close(f(astype(x, float32)), case_at(name, "y"), 1e-6, "f32 value");
-    expect_close(grad([&](const Tensor& a) { return sum(f(a) * r); })(x), case_at(name, "grad0"),
-                 1e-12, "gradient");
+    expect_allclose(f(x), case_at(name, "y"), {.rtol = 1e-12, .atol = 1e-12}, "value");
+    expect_allclose(f(astype(x, float32)), case_at(name, "y"), {.rtol = 1e-6, .atol = 1e-6},
+                    "f32 value");
+    expect_allclose(grad([&](const Tensor& a) { return sum(f(a) * r); })(x), case_at(name, "grad0"),
+                    {.rtol = 1e-12, .atol = 1e-12}, "gradient");
   }
   using P = std::pair<int64_t, int64_t>;
   using S = std::pair<double, double>;
@@ -242,13 +245,13 @@ TEST(Resample, ValuesAndGradientsMatchPyTorch) {
       const Tensor x = case_at(key, "in0"), r = case_at(key, "r");
       const double tol = x.dtype() == float64 ? 1e-12 : 1e-6;
       const auto f = [&o = o](const Tensor& a) { return interpolate(a, o); };
-      expect_close(f(x), case_at(key, "y"), tol, "value");
+      expect_allclose(f(x), case_at(key, "y"), {.rtol = tol, .atol = tol}, "value");
       // PyTorch's backward of this one takes the identity its forward does not (out == in with
       // a scale factor): its gradient is not its forward's; ours (checked by finite
       // differences below) is.
       if (name == "nearest_scale_same_size") continue;
-      expect_close(grad([&](const Tensor& a) { return sum(f(a) * r); })(x), case_at(key, "grad0"),
-                   tol, "gradient");
+      expect_allclose(grad([&](const Tensor& a) { return sum(f(a) * r); })(x),
+                      case_at(key, "grad0"), {.rtol = tol, .atol = tol}, "gradient");
     }
   }
   // Nearest keeps integer dtypes; bilinear and the adaptive average compute in floating point.
@@ -256,8 +259,9 @@ TEST(Resample, ValuesAndGradientsMatchPyTorch) {
   const Tensor xi = astype(x * 10.0, int32);
   const Tensor yi = interpolate(xi, {.scale_factor = S{1.7, 0.6}});
   EXPECT_EQ(yi.dtype(), int32);
-  expect_close(yi, astype(interpolate(astype(xi, float64), {.scale_factor = S{1.7, 0.6}}), int32),
-               0, "int32 nearest");
+  expect_allclose(yi,
+                  astype(interpolate(astype(xi, float64), {.scale_factor = S{1.7, 0.6}}), int32),
+                  {.rtol = 0, .atol = 0}, "int32 nearest");
   EXPECT_EQ(adaptive_avg_pool2d(xi, {2, 3}).dtype(), float32);
   EXPECT_EQ(interpolate(xi, {.size = P{2, 3}, .mode = bilinear}).dtype(), float32);
 }

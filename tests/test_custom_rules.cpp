@@ -14,7 +14,7 @@
 namespace kiln {
 namespace {
 
-using testing::expect_close;
+using testing::expect_allclose;
 using testing::fd_grad;
 
 std::vector<double> map(const Tensor& a, const std::function<double(double)>& fn) {
@@ -72,11 +72,14 @@ TEST(CustomVjpResiduals, GradientsMatchAnalyticValuesAndFiniteDifferences) {
     want_y[i] = 2 * sx[i] * sx[i] * yv[i];
   }
   const auto [gx, gy] = grad(loss, argnums<0, 1>)(x, y);
-  expect_close(gx, want_x, 1e-14);
-  expect_close(gy, want_y, 1e-14);
-  expect_close(gx, fd_grad([&](const Tensor& v) { return loss(v, y).item<double>(); }, x), 1e-8);
-  expect_close(gy, fd_grad([&](const Tensor& v) { return loss(x, v).item<double>(); }, y), 1e-8);
-  expect_close(f(x, y), times(sx, yv), 1e-15);  // not differentiated: fwd's output
+  expect_allclose(gx, want_x, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(gy, want_y, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(gx, fd_grad([&](const Tensor& v) { return loss(v, y).item<double>(); }, x),
+                  {.rtol = 1e-8, .atol = 1e-8});
+  expect_allclose(gy, fd_grad([&](const Tensor& v) { return loss(x, v).item<double>(); }, y),
+                  {.rtol = 1e-8, .atol = 1e-8});
+  expect_allclose(f(x, y), times(sx, yv),
+                  {.rtol = 1e-15, .atol = 1e-15});  // not differentiated: fwd's output
 }
 
 TEST(CustomVjpResiduals, FwdRunsOnceAndItsResidualsAreSaved) {
@@ -86,8 +89,9 @@ TEST(CustomVjpResiduals, FwdRunsOnceAndItsResidualsAreSaved) {
   const Tensor g = grad(loss)(xs(), ys());
   EXPECT_EQ(*counted.fwd_calls, 1);
   EXPECT_EQ(*counted.bwd_calls, 1);
-  expect_close(g, times(map(xs(), [](double v) { return std::cos(v); }), ys().to_vector<double>()),
-               1e-14);
+  expect_allclose(g,
+                  times(map(xs(), [](double v) { return std::cos(v); }), ys().to_vector<double>()),
+                  {.rtol = 1e-14, .atol = 1e-14});
   // In the gradient program sin and cos are computed only inside fwd: the backward pass reads
   // fwd's residuals, which are results of the one custom_vjp equation.
   const ir::Function program = trace(grad(loss), xs(), ys());
@@ -108,12 +112,13 @@ TEST(CustomVjpResiduals, JitOnBothBackendsMatchesEager) {
   for (ir::Backend backend : {ir::Backend::interpreter, ir::Backend::llvm}) {
     const auto step = jit(grad(loss, argnums<0, 1>), JitOptions{.backend = backend});
     const auto [gx, gy] = step(xs(), ys());
-    expect_close(gx, ex.to_vector<double>(), 1e-14);
-    expect_close(gy, ey.to_vector<double>(), 1e-14);
+    expect_allclose(gx, ex.to_vector<double>(), {.rtol = 1e-14, .atol = 1e-14});
+    expect_allclose(gy, ey.to_vector<double>(), {.rtol = 1e-14, .atol = 1e-14});
     const auto [again, unused] = step(xs() * 2.0, ys());
     (void)unused;
-    expect_close(
-        again, std::get<0>(grad(loss, argnums<0, 1>)(xs() * 2.0, ys())).to_vector<double>(), 1e-14);
+    expect_allclose(again,
+                    std::get<0>(grad(loss, argnums<0, 1>)(xs() * 2.0, ys())).to_vector<double>(),
+                    {.rtol = 1e-14, .atol = 1e-14});
   }
 }
 
@@ -128,10 +133,10 @@ TEST(CustomVjpResiduals, VmapOfGradMatchesALoop) {
     const Tensor xi = index(bx, i);
     const std::vector<double> want =
         times(map(xi, [](double v) { return std::cos(v); }), y.to_vector<double>());
-    expect_close(index(per_example, i), want, 1e-14);
+    expect_allclose(index(per_example, i), want, {.rtol = 1e-14, .atol = 1e-14});
   }
   const Tensor jitted = jit(vmap(grad(loss), in_axes(0, none)))(bx, y);
-  expect_close(jitted, per_example.to_vector<double>(), 1e-14);
+  expect_allclose(jitted, per_example.to_vector<double>(), {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(CustomVjpResiduals, TwoUsesInOneProgram) {
@@ -143,10 +148,11 @@ TEST(CustomVjpResiduals, TwoUsesInOneProgram) {
   std::vector<double> want(4);
   for (std::size_t i = 0; i < 4; ++i)
     want[i] = std::cos(std::sin(xv[i]) * yv[i]) * yv[i] * std::cos(xv[i]) * yv[i];
-  expect_close(grad(loss)(x, y), want, 1e-14);
-  expect_close(jit(grad(loss))(x, y), want, 1e-14);
-  expect_close(grad(loss)(x, y),
-               fd_grad([&](const Tensor& v) { return loss(v, y).item<double>(); }, x), 1e-8);
+  expect_allclose(grad(loss)(x, y), want, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(jit(grad(loss))(x, y), want, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(grad(loss)(x, y),
+                  fd_grad([&](const Tensor& v) { return loss(v, y).item<double>(); }, x),
+                  {.rtol = 1e-8, .atol = 1e-8});
 }
 
 TEST(CustomVjpResiduals, GradOfGradDifferentiatesTheRules) {
@@ -158,10 +164,11 @@ TEST(CustomVjpResiduals, GradOfGradDifferentiatesTheRules) {
   const Tensor x = xs(), y = ys();
   const std::vector<double> want =
       times(map(x, [](double v) { return -std::sin(v); }), y.to_vector<double>());
-  expect_close(grad(first)(x, y), want, 1e-14);
-  expect_close(jit(grad(first))(x, y), want, 1e-14);
+  expect_allclose(grad(first)(x, y), want, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(jit(grad(first))(x, y), want, {.rtol = 1e-14, .atol = 1e-14});
   // And with respect to y: d/dy sum(cos(x) y) = cos(x), through bwd's use of the residual y.
-  expect_close(grad(first, argnums<1>)(x, y), map(x, [](double v) { return std::cos(v); }), 1e-14);
+  expect_allclose(grad(first, argnums<1>)(x, y), map(x, [](double v) { return std::cos(v); }),
+                  {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(CustomVjpResiduals, CheckpointAroundIt) {
@@ -173,8 +180,8 @@ TEST(CustomVjpResiduals, CheckpointAroundIt) {
   std::vector<double> want(4);
   for (std::size_t i = 0; i < 4; ++i)
     want[i] = std::cos(xv[i]) * yv[i] * xv[i] + std::sin(xv[i]) * yv[i];
-  expect_close(grad(loss)(x, y), want, 1e-14);
-  expect_close(jit(grad(loss))(x, y), want, 1e-14);
+  expect_allclose(grad(loss)(x, y), want, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(jit(grad(loss))(x, y), want, {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(CustomVjpResiduals, GradOfAJittedFunctionAndOfAScanUsingIt) {
@@ -183,7 +190,8 @@ TEST(CustomVjpResiduals, GradOfAJittedFunctionAndOfAScanUsingIt) {
   const Tensor x = xs(), y = ys();
   const std::vector<double> want =
       times(map(x, [](double v) { return std::cos(v); }), y.to_vector<double>());
-  expect_close(grad(jit(loss))(x, y), want, 1e-14);  // through the optimised IR of a call
+  expect_allclose(grad(jit(loss))(x, y), want,
+                  {.rtol = 1e-14, .atol = 1e-14});  // through the optimised IR of a call
   // A scan stores the residuals of each step (its residual split keeps fwd in the forward
   // scan): c <- f(c, y_t) over three rows of y.
   const Tensor rows =
@@ -198,8 +206,9 @@ TEST(CustomVjpResiduals, GradOfAJittedFunctionAndOfAScanUsingIt) {
     return sum(c);
   };
   const Tensor g = grad(chain)(x, rows);
-  expect_close(g, fd_grad([&](const Tensor& v) { return chain(v, rows).item<double>(); }, x), 1e-8);
-  expect_close(jit(grad(chain))(x, rows), g.to_vector<double>(), 1e-14);
+  expect_allclose(g, fd_grad([&](const Tensor& v) { return chain(v, rows).item<double>(); }, x),
+                  {.rtol = 1e-8, .atol = 1e-8});
+  expect_allclose(jit(grad(chain))(x, rows), g.to_vector<double>(), {.rtol = 1e-14, .atol = 1e-14});
   // The backward scan (the last one) reads the stacked residuals: no fwd, sin or cos in it.
   const ir::Function program = trace(grad(chain), x, rows);
   const ir::Equation* backward = nullptr;
@@ -224,8 +233,10 @@ TEST(CustomVjpResiduals, ClipsGradientsWithAResidual) {
   auto loss = [&](const Tensor& x) {
     return sum(clip_grad(x, tensor(2.0)) * tensor({5.0, 0.5, -3.0}));
   };
-  expect_close(grad(loss)(tensor({1.0, 1.0, 1.0})), {2.0, 0.5, -2.0}, 1e-15);
-  expect_close(jit(grad(loss))(tensor({1.0, 1.0, 1.0})), {2.0, 0.5, -2.0}, 1e-15);
+  expect_allclose(grad(loss)(tensor({1.0, 1.0, 1.0})), {2.0, 0.5, -2.0},
+                  {.rtol = 1e-15, .atol = 1e-15});
+  expect_allclose(jit(grad(loss))(tensor({1.0, 1.0, 1.0})), {2.0, 0.5, -2.0},
+                  {.rtol = 1e-15, .atol = 1e-15});
 }
 
 TEST(CustomVjpResiduals, ForwardModeIsAnError) {

@@ -26,6 +26,7 @@
 
 #include "kiln/data.h"
 #include "sanitizers.h"
+#include "testing.h"
 
 namespace fs = std::filesystem;
 namespace data = kiln::data;
@@ -35,6 +36,8 @@ using data::Sample;
 using kiln::Tensor;
 
 namespace {
+
+using kiln::testing::expect_allclose;
 
 // ---- byte-level fixture writers -------------------------------------------------------------
 
@@ -211,12 +214,6 @@ void expect_error(F&& f, const std::vector<std::string>& fragments) {
     for (const auto& frag : fragments)
       EXPECT_NE(msg.find(frag), std::string::npos) << "message: " << msg << "\nmissing: " << frag;
   }
-}
-
-void expect_near(const std::vector<float>& got, const std::vector<float>& want) {
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], 1e-6) << "element " << i;
 }
 
 Pipeline range_pipeline(int64_t n) {
@@ -1237,12 +1234,14 @@ TEST_F(DataTest, ImageFilesFromAGlobWithSkippedCorruptOnes) {
 
 TEST(DataImage, NormalizeResizeCropFlipByHand) {
   Tensor img = kiln::tensor(std::vector<uint8_t>{0, 51, 102, 255}, kiln::Shape{1, 4});
-  expect_near(data::image::normalize({0.2f}, {0.5f})(img).to_vector<float>(),
-              {-0.4f, 0.0f, 0.4f, 1.6f});
+  expect_allclose(data::image::normalize({0.2f}, {0.5f})(img),
+                  kiln::tensor({-0.4f, 0.0f, 0.4f, 1.6f}, kiln::Shape{1, 4}),
+                  {.rtol = 0, .atol = 1e-6});
   // Per-channel statistics.
   Tensor rgb = kiln::tensor(std::vector<float>{1, 2, 3, 4, 5, 6}, kiln::Shape{1, 2, 3});
-  expect_near(data::image::normalize({1, 2, 3}, {1, 2, 4})(rgb).to_vector<float>(),
-              {0, 0, 0, 3, 1.5f, 0.75f});
+  expect_allclose(data::image::normalize({1, 2, 3}, {1, 2, 4})(rgb),
+                  kiln::tensor({0.f, 0.f, 0.f, 3.f, 1.5f, 0.75f}, kiln::Shape{1, 2, 3}),
+                  {.rtol = 0, .atol = 1e-6});
   // Bilinear with half-pixel centres: [0, 100] to width 4 is [0, 25, 75, 100].
   Tensor row = kiln::tensor(std::vector<float>{0, 100}, kiln::Shape{1, 2});
   EXPECT_EQ(data::image::resize(1, 4)(row).to_vector<float>(),

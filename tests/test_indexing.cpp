@@ -20,6 +20,8 @@ using kiln::testing::expect_error;
 
 namespace {
 
+using kiln::testing::expect_allclose;
+
 using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
 
 const io::TensorFile& refs() {
@@ -28,13 +30,6 @@ const io::TensorFile& refs() {
 }
 
 std::vector<double> vals(const Tensor& t) { return astype(t, float64).to_vector<double>(); }
-
-void expect_close(const Tensor& got, const Tensor& want, double tol, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = vals(got), w = vals(want);
-  for (std::size_t i = 0; i < g.size(); ++i)
-    ASSERT_NEAR(g[i], w[i], tol * (1 + std::abs(w[i]))) << what << " at " << i;
-}
 
 std::vector<Tensor> inputs(const std::string& name, int n) {
   std::vector<Tensor> xs;
@@ -56,12 +51,12 @@ void check_case(const std::string& name, int n_inputs, const Fn& f) {
   const Tensor want = kiln::testing::at(refs(), name + "/out");
   const Tensor got = f(xs);
   EXPECT_EQ(got.dtype(), float64);
-  expect_close(got, want, 1e-12, "f64");
+  expect_allclose(got, want, {.rtol = 1e-12, .atol = 1e-12}, "f64");
   const Tensor got32 = f(cast_all(xs, float32));
   EXPECT_EQ(got32.dtype(), float32);
-  expect_close(got32, want, 1e-5, "f32");
+  expect_allclose(got32, want, {.rtol = 1e-5, .atol = 1e-5}, "f32");
   auto jf = jit([&](const std::vector<Tensor>& v) { return f(v); });
-  expect_close(jf(xs), want, 1e-12, "jit f64");
+  expect_allclose(jf(xs), want, {.rtol = 1e-12, .atol = 1e-12}, "jit f64");
 }
 
 // d/dx sum(w * f(x)) for a fixed random w, by grad and by central differences, in float64.
@@ -85,7 +80,8 @@ void check_grad(const std::vector<Tensor>& xs, const Fn& f, const std::string& w
       };
       fd[i] = (at(h) - at(-h)) / (2 * h);
     }
-    expect_close(g[k], tensor(fd, xs[k].shape()), 1e-6, "input " + std::to_string(k));
+    expect_allclose(g[k], tensor(fd, xs[k].shape()), {.rtol = 1e-6, .atol = 1e-6},
+                    "input " + std::to_string(k));
   }
 }
 
@@ -106,7 +102,7 @@ void check_vmap(const std::vector<Tensor>& xs, const Fn& f, const std::string& w
     for (const Tensor& b : batched) ex.push_back(index(b, i));
     loop.push_back(f(ex));
   }
-  expect_close(got, stack(loop), 1e-12, "vmap vs loop");
+  expect_allclose(got, stack(loop), {.rtol = 1e-12, .atol = 1e-12}, "vmap vs loop");
 }
 
 Tensor rand64(const Shape& s, uint32_t seed) {
@@ -211,7 +207,8 @@ TEST(Einsum, GreedyOrderContractsTheSmallPairFirst) {
   // a [2,100] b [100,100] c [100,50]: the greedy path contracts (a b) first (its first matmul
   // gives [1, 2, 100]); a (b c) would first make [1, 100, 50].
   const Tensor a = rand64({2, 100}, 1), b = rand64({100, 100}, 2), c = rand64({100, 50}, 3);
-  expect_close(einsum("ij,jk,kl->il", a, b, c), matmul(matmul(a, b), c), 1e-12, "chain");
+  expect_allclose(einsum("ij,jk,kl->il", a, b, c), matmul(matmul(a, b), c),
+                  {.rtol = 1e-12, .atol = 1e-12}, "chain");
   const ir::Function f =
       kiln::trace([](const Tensor& a, const Tensor& b,
                      const Tensor& c) { return einsum("ij,jk,kl->il", a, b, c); },
@@ -334,8 +331,9 @@ TEST(Indexing, MeshgridMatchesNumpy) {
     const std::vector<Tensor> got = meshgrid(xs, ix);
     ASSERT_EQ(got.size(), 3u);
     for (int i = 0; i < 3; ++i)
-      expect_close(got[std::size_t(i)],
-                   kiln::testing::at(refs(), name + "/out" + std::to_string(i)), 0, name);
+      expect_allclose(got[std::size_t(i)],
+                      kiln::testing::at(refs(), name + "/out" + std::to_string(i)),
+                      {.rtol = 0, .atol = 0}, name);
   }
   EXPECT_TRUE(meshgrid({}).empty());
   expect_error([] { meshgrid({ones({2})}, "xz"); }, "meshgrid", {"\"xz\"", "\"xy\" or \"ij\""});
@@ -403,19 +401,19 @@ std::vector<Tensor> starts(std::initializer_list<int> s) {
 
 TEST(DynamicSlice, MatchesStaticSliceAndClampsLikeJax) {
   const Tensor x = reshape(arange(0.0, 20.0, 1.0, float64), Shape{4, 5});
-  expect_close(dynamic_slice(x, starts({1, 2}), Shape{2, 3}),
-               slice(x, {Slice{1, 3, 1}, Slice{2, 5, 1}}), 0, "inside");
+  expect_allclose(dynamic_slice(x, starts({1, 2}), Shape{2, 3}),
+                  slice(x, {Slice{1, 3, 1}, Slice{2, 5, 1}}), {.rtol = 0, .atol = 0}, "inside");
   // Starts past the end (or negative) clamp so that the block stays inside x.
-  expect_close(dynamic_slice(x, starts({9, -3}), Shape{2, 3}),
-               slice(x, {Slice{2, 4, 1}, Slice{0, 3, 1}}), 0, "clamped");
+  expect_allclose(dynamic_slice(x, starts({9, -3}), Shape{2, 3}),
+                  slice(x, {Slice{2, 4, 1}, Slice{0, 3, 1}}), {.rtol = 0, .atol = 0}, "clamped");
   EXPECT_EQ(dynamic_slice(x, starts({1, 1}), Shape{0, 5}).shape(), Shape({0, 5}));
   // Traced starts under jit: one compiled program for every start.
   auto f = jit([](const Tensor& x, const Tensor& i, const Tensor& j) {
     return dynamic_slice(x, {i, j}, Shape{2, 2});
   });
   for (int i = -1; i < 5; ++i)
-    expect_close(f(x, tensor(i), tensor(i)), dynamic_slice(x, starts({i, i}), Shape{2, 2}), 0,
-                 "jit start " + std::to_string(i));
+    expect_allclose(f(x, tensor(i), tensor(i)), dynamic_slice(x, starts({i, i}), Shape{2, 2}),
+                    {.rtol = 0, .atol = 0}, "jit start " + std::to_string(i));
 }
 
 TEST(DynamicUpdateSlice, MatchesAReferenceAndClamps) {
@@ -426,9 +424,12 @@ TEST(DynamicUpdateSlice, MatchesAReferenceAndClamps) {
       for (int j = 0; j < 3; ++j) v[std::size_t((r + i) * 5 + c + j)] = 1 + i * 3 + j;
     return tensor(v, Shape{4, 5});
   };
-  expect_close(dynamic_update_slice(x, u, starts({1, 1})), ref(1, 1), 0, "inside");
-  expect_close(dynamic_update_slice(x, u, starts({7, -2})), ref(2, 0), 0, "clamped");
-  expect_close(dynamic_update_slice(x, u, starts({3, 4})), ref(2, 2), 0, "clamped high");
+  expect_allclose(dynamic_update_slice(x, u, starts({1, 1})), ref(1, 1), {.rtol = 0, .atol = 0},
+                  "inside");
+  expect_allclose(dynamic_update_slice(x, u, starts({7, -2})), ref(2, 0), {.rtol = 0, .atol = 0},
+                  "clamped");
+  expect_allclose(dynamic_update_slice(x, u, starts({3, 4})), ref(2, 2), {.rtol = 0, .atol = 0},
+                  "clamped high");
   // -0 in the update is written as it is.
   const Tensor z = dynamic_update_slice(ones({3}, float64), tensor({-0.0}), starts({1}));
   EXPECT_TRUE(std::signbit(z.to_vector<double>()[1]));
@@ -438,7 +439,8 @@ TEST(DynamicUpdateSlice, MatchesAReferenceAndClamps) {
     return dynamic_update_slice(x, u, {i, i});
   });
   for (int i = -1; i < 5; ++i)
-    expect_close(f(x, u, tensor(i)), dynamic_update_slice(x, u, starts({i, i})), 0, "jit");
+    expect_allclose(f(x, u, tensor(i)), dynamic_update_slice(x, u, starts({i, i})),
+                    {.rtol = 0, .atol = 0}, "jit");
 }
 
 TEST(DynamicSlice, GradientsAndVmap) {
@@ -461,8 +463,8 @@ TEST(DynamicSlice, GradientsAndVmap) {
   })(xs, is);
   for (int64_t b = 0; b < 3; ++b) {
     const int i = std::vector<int>{0, 2, 9}[std::size_t(b)];
-    expect_close(index(got, b), dynamic_slice(index(xs, b), starts({i, i}), Shape{2, 2}), 0,
-                 "batched starts");
+    expect_allclose(index(got, b), dynamic_slice(index(xs, b), starts({i, i}), Shape{2, 2}),
+                    {.rtol = 0, .atol = 0}, "batched starts");
   }
 }
 
@@ -545,10 +547,11 @@ TEST(Bincount, MatchesNumpy) {
   EXPECT_EQ(counts.to_vector<int64_t>(),
             kiln::testing::at(refs(), "bincount/out").to_vector<int64_t>());
   EXPECT_EQ(bincount(astype(v, int32), 5).to_vector<int64_t>(), counts.to_vector<int64_t>());
-  expect_close(bincount(v, 5, w), kiln::testing::at(refs(), "bincount/out_weighted"), 1e-12,
-               "weighted");
+  expect_allclose(bincount(v, 5, w), kiln::testing::at(refs(), "bincount/out_weighted"),
+                  {.rtol = 1e-12, .atol = 1e-12}, "weighted");
   auto f = jit([](const Tensor& v, const Tensor& w) { return bincount(v, 5, w); });
-  expect_close(f(v, w), kiln::testing::at(refs(), "bincount/out_weighted"), 1e-12, "jit");
+  expect_allclose(f(v, w), kiln::testing::at(refs(), "bincount/out_weighted"),
+                  {.rtol = 1e-12, .atol = 1e-12}, "jit");
   EXPECT_EQ(bincount(tensor(std::vector<int64_t>{}), 3).to_vector<int64_t>(),
             (std::vector<int64_t>{0, 0, 0}));
   EXPECT_EQ(bincount(v, 0).shape(), Shape({0}));
@@ -584,12 +587,13 @@ TEST(Scatter, MatchesNumpyWithRepeatedIndices) {
                                                        {"min", ScatterMode::min}};
   for (const auto& [name, mode] : modes) {
     const Tensor want = kiln::testing::at(refs(), std::string("scatter/") + name);
-    expect_close(scatter(x, idx, u, 1, mode), want, 0, name);
-    expect_close(scatter(astype(x, float32), idx, u, 1, mode), want, 1e-6, name);
+    expect_allclose(scatter(x, idx, u, 1, mode), want, {.rtol = 0, .atol = 0}, name);
+    expect_allclose(scatter(astype(x, float32), idx, u, 1, mode), want,
+                    {.rtol = 1e-6, .atol = 1e-6}, name);
     auto f = jit([mode](const Tensor& x, const Tensor& i, const Tensor& u) {
       return scatter(x, i, u, 1, mode);
     });
-    expect_close(f(x, idx, u), want, 0, std::string("jit ") + name);
+    expect_allclose(f(x, idx, u), want, {.rtol = 0, .atol = 0}, std::string("jit ") + name);
     const Fn g = [mode, idx](const std::vector<Tensor>& v) {
       return scatter(v[0], idx, v[1], 1, mode);
     };

@@ -16,16 +16,9 @@ KILN_TREE(Layer, w, b);
 namespace kiln {
 namespace {
 
-using D = std::vector<double>;
+using kiln::testing::expect_allclose;
 
-void expect_close(const Tensor& got, const Shape& shape, const D& want, double tol,
-                  const std::string& what) {
-  ASSERT_EQ(got.shape(), shape) << what;
-  const D g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.size()) << what;
-  for (std::size_t i = 0; i < g.size(); ++i)
-    EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << what << ", element " << i;
-}
+using D = std::vector<double>;
 
 Tensor f64(const D& v, const Shape& s) { return tensor(v, s); }
 
@@ -69,8 +62,10 @@ TEST_F(JacobianOfTrees, StructArgumentGivesOneBlockPerField) {
   const D db = fd_block([&](const Tensor& b) { return layer({p.w, b}, x); }, p.b);
   for (const auto& [mode, j] :
        {std::pair{"jacfwd", jacfwd(layer)(p, x)}, std::pair{"jacrev", jacrev(layer)(p, x)}}) {
-    expect_close(j.w, cat(out, p.w.shape()), dw, 1e-8, std::string(mode) + " w");
-    expect_close(j.b, cat(out, p.b.shape()), db, 1e-8, std::string(mode) + " b");
+    expect_allclose(j.w, tensor(dw, cat(out, p.w.shape())), {.rtol = 1e-8, .atol = 1e-8},
+                    std::string(mode) + " w");
+    expect_allclose(j.b, tensor(db, cat(out, p.b.shape())), {.rtol = 1e-8, .atol = 1e-8},
+                    std::string(mode) + " b");
   }
 }
 
@@ -81,11 +76,14 @@ TEST_F(JacobianOfTrees, SeveralArgnumsGiveATuple) {
   const auto fwd = jacfwd(layer, argnums<0, 1>)(p, x);
   const auto rev = jacrev(layer, argnums<0, 1>)(p, x);
   for (const auto& [mode, j] : {std::pair{"jacfwd", fwd}, std::pair{"jacrev", rev}}) {
-    expect_close(std::get<1>(j), cat(out, x.shape()), dx, 1e-8, std::string(mode) + " x");
-    expect_close(std::get<0>(j).b, cat(out, p.b.shape()), db, 1e-8, std::string(mode) + " b");
+    expect_allclose(std::get<1>(j), tensor(dx, cat(out, x.shape())), {.rtol = 1e-8, .atol = 1e-8},
+                    std::string(mode) + " x");
+    expect_allclose(std::get<0>(j).b, tensor(db, cat(out, p.b.shape())),
+                    {.rtol = 1e-8, .atol = 1e-8}, std::string(mode) + " b");
   }
   // argnums<1> alone: the Jacobian with respect to x, a plain tensor.
-  expect_close(jacrev(layer, argnums<1>)(p, x), cat(out, x.shape()), dx, 1e-8, "argnums<1>");
+  expect_allclose(jacrev(layer, argnums<1>)(p, x), tensor(dx, cat(out, x.shape())),
+                  {.rtol = 1e-8, .atol = 1e-8}, "argnums<1>");
 }
 
 TEST_F(JacobianOfTrees, TreeResultsGiveATreeOfArgumentTrees) {
@@ -98,18 +96,22 @@ TEST_F(JacobianOfTrees, TreeResultsGiveATreeOfArgumentTrees) {
   const D db_s = fd_block([&](const Tensor& b) { return f({p.w, b}, x).second; }, p.b);
   for (const auto& [mode, j] :
        {std::pair{"jacfwd", jacfwd(f)(p, x)}, std::pair{"jacrev", jacrev(f)(p, x)}}) {
-    expect_close(j.first.w, Shape{4, 2, 3, 2}, dw_y, 1e-8, std::string(mode) + " y/w");
-    expect_close(j.second.b, Shape{2}, db_s, 1e-8, std::string(mode) + " s/b");
+    expect_allclose(j.first.w, tensor(dw_y, Shape{4, 2, 3, 2}), {.rtol = 1e-8, .atol = 1e-8},
+                    std::string(mode) + " y/w");
+    expect_allclose(j.second.b, tensor(db_s, Shape{2}), {.rtol = 1e-8, .atol = 1e-8},
+                    std::string(mode) + " s/b");
   }
   // A vector of tensors in, a vector out.
   auto g = [](const std::vector<Tensor>& v) { return std::vector<Tensor>{v[0] * v[1], sin(v[0])}; };
   const std::vector<Tensor> v{f64({0.5, -1.0}, {2}), f64({2.0, 3.0}, {2})};
   const auto jg = jacrev(g)(v);
   ASSERT_EQ(jg.size(), 2u);
-  expect_close(jg[0][1], Shape{2, 2}, {0.5, 0, 0, -1.0}, 1e-14, "d(v0*v1)/dv1");
-  expect_close(jg[1][0], Shape{2, 2}, {std::cos(0.5), 0, 0, std::cos(-1.0)}, 1e-14,
-               "d sin(v0)/dv0");
-  expect_close(jacfwd(g)(v)[0][0], Shape{2, 2}, {2.0, 0, 0, 3.0}, 1e-14, "jacfwd d(v0*v1)/dv0");
+  expect_allclose(jg[0][1], f64({0.5, 0, 0, -1.0}, Shape{2, 2}), {.rtol = 1e-14, .atol = 1e-14},
+                  "d(v0*v1)/dv1");
+  expect_allclose(jg[1][0], f64({std::cos(0.5), 0, 0, std::cos(-1.0)}, Shape{2, 2}),
+                  {.rtol = 1e-14, .atol = 1e-14}, "d sin(v0)/dv0");
+  expect_allclose(jacfwd(g)(v)[0][0], f64({2.0, 0, 0, 3.0}, Shape{2, 2}),
+                  {.rtol = 1e-14, .atol = 1e-14}, "jacfwd d(v0*v1)/dv0");
 }
 
 TEST_F(JacobianOfTrees, HessianOfAStructIsAMapOfStructs) {
@@ -145,26 +147,28 @@ TEST_F(JacobianOfTrees, HessianOfAStructIsAMapOfStructs) {
     for (int l = 0; l < 2; ++l) bb.push_back(j == l ? 4.0 : 0.0);
   const std::map<std::string, Layer> h = hessian(loss)(p, x);
   ASSERT_EQ(h.size(), 2u);
-  expect_close(h.at(".w").w, Shape{3, 2, 3, 2}, ww, 1e-12, "w,w");
-  expect_close(h.at(".w").b, Shape{3, 2, 2}, wb, 1e-12, "w,b");
-  expect_close(h.at(".b").w, Shape{2, 3, 2}, bw, 1e-12, "b,w");
-  expect_close(h.at(".b").b, Shape{2, 2}, bb, 1e-12, "b,b");
+  expect_allclose(h.at(".w").w, tensor(ww, Shape{3, 2, 3, 2}), {.rtol = 1e-12, .atol = 1e-12},
+                  "w,w");
+  expect_allclose(h.at(".w").b, tensor(wb, Shape{3, 2, 2}), {.rtol = 1e-12, .atol = 1e-12}, "w,b");
+  expect_allclose(h.at(".b").w, tensor(bw, Shape{2, 3, 2}), {.rtol = 1e-12, .atol = 1e-12}, "b,w");
+  expect_allclose(h.at(".b").b, tensor(bb, Shape{2, 2}), {.rtol = 1e-12, .atol = 1e-12}, "b,b");
   // Reverse over reverse agrees.
   const auto hr = jacrev(grad(loss))(p, x);
-  expect_close(hr.at(".w").b, Shape{3, 2, 2}, wb, 1e-12, "jacrev(grad) w,b");
+  expect_allclose(hr.at(".w").b, tensor(wb, Shape{3, 2, 2}), {.rtol = 1e-12, .atol = 1e-12},
+                  "jacrev(grad) w,b");
 }
 
 TEST_F(JacobianOfTrees, ComposesWithJitAndVmap) {
   const Layer eager = jacfwd(layer)(p, x);
   const Layer jitted = jit(jacfwd(layer))(p, x);
-  expect_close(jitted.w, eager.w.shape(), eager.w.to_vector<double>(), 1e-14, "jit(jacfwd) w");
+  expect_allclose(jitted.w, eager.w, {.rtol = 1e-14, .atol = 1e-14}, "jit(jacfwd) w");
   // Per-example Jacobians with respect to the input row, against a loop.
   auto row = [&](const Tensor& xi) { return layer(p, xi); };
   const Tensor batched = vmap(jacrev(row))(x);
   ASSERT_EQ(batched.shape(), (Shape{4, 2, 3}));
   for (int64_t n = 0; n < 4; ++n) {
     const Tensor one = jacrev(row)(index(x, n));
-    expect_close(index(batched, n), one.shape(), one.to_vector<double>(), 1e-14, "vmap row");
+    expect_allclose(index(batched, n), one, {.rtol = 1e-14, .atol = 1e-14}, "vmap row");
   }
 }
 

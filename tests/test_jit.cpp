@@ -19,6 +19,8 @@ KILN_TREE(Params, w, b);
 namespace kiln {
 namespace {
 
+using kiln::testing::expect_allclose;
+
 Tensor predict(const Params& p, const Tensor& x) { return tanh(matmul(x, p.w) + p.b); }
 
 // Independent reference: the same model with plain loops in double.
@@ -274,13 +276,6 @@ std::vector<Body> bodies_with_constants() {
   };
 }
 
-void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
-  for (std::size_t i = 0; i < w.size(); ++i)
-    EXPECT_NEAR(g[i], w[i], 1e-12) << what << " [" << i << "]";
-}
-
 // A jitted function first called inside another transformation compiles there (constant
 // folding must compute, not record into the outer trace). The reference is the same
 // transformation of the plain function.
@@ -295,20 +290,23 @@ TEST(Jit, NeverCalledJittedFunctionsComposeWithEveryTransformation) {
         return sum(y * y);
       };
     };
-    expect_close(grad(loss(jit(b.f)))(x), grad(loss(b.f))(x), name + " under grad");
+    expect_allclose(grad(loss(jit(b.f)))(x), grad(loss(b.f))(x), {.rtol = 0, .atol = 1e-12},
+                    name + " under grad");
     {
       auto [y, pb] = vjp(jit(b.f), x);
       auto [y0, pb0] = vjp(b.f, x);
-      expect_close(y, y0, name + " under vjp");
-      expect_close(std::get<0>(pb(ones_like(y))), std::get<0>(pb0(ones_like(y0))),
-                   name + " under vjp (pullback)");
+      expect_allclose(y, y0, {.rtol = 0, .atol = 1e-12}, name + " under vjp");
+      expect_allclose(std::get<0>(pb(ones_like(y))), std::get<0>(pb0(ones_like(y0))),
+                      {.rtol = 0, .atol = 1e-12}, name + " under vjp (pullback)");
     }
-    expect_close(jvp(jit(b.f), std::tuple{x}, std::tuple{w}).second,
-                 jvp(b.f, std::tuple{x}, std::tuple{w}).second, name + " under jvp");
-    expect_close(jit([f = jit(b.f)](const Tensor& a) { return f(a); })(x), b.f(x),
-                 name + " under jit");
+    expect_allclose(jvp(jit(b.f), std::tuple{x}, std::tuple{w}).second,
+                    jvp(b.f, std::tuple{x}, std::tuple{w}).second, {.rtol = 0, .atol = 1e-12},
+                    name + " under jvp");
+    expect_allclose(jit([f = jit(b.f)](const Tensor& a) { return f(a); })(x), b.f(x),
+                    {.rtol = 0, .atol = 1e-12}, name + " under jit");
     const Tensor xs = stack({x, x * 0.5, -x});
-    expect_close(vmap(jit(b.f))(xs), vmap(b.f)(xs), name + " under vmap");
+    expect_allclose(vmap(jit(b.f))(xs), vmap(b.f)(xs), {.rtol = 0, .atol = 1e-12},
+                    name + " under vmap");
   }
 }
 

@@ -13,7 +13,7 @@
 
 using namespace kiln;
 using kiln::testing::at;
-using kiln::testing::expect_close;
+using kiln::testing::expect_allclose;
 using kiln::testing::expect_error;
 using kiln::testing::expect_grad_fd;
 
@@ -32,30 +32,32 @@ class LapackDtypes : public ::testing::TestWithParam<DType> {
 
 TEST_P(LapackDtypes, ValuesMatchNumpy) {
   const double tol = rtol();
-  expect_close(linalg::cholesky(in("spd")), at(ref(), "cholesky"), tol, tol);
-  expect_close(linalg::solve(in("general"), in("rhs")), at(ref(), "solve"), 100 * tol, tol);
-  expect_close(linalg::solve(index(index(in("general"), 0), 0), in("vec")), at(ref(), "solve_vec"),
-               100 * tol, tol);
-  expect_close(linalg::inv(in("general")), at(ref(), "inv"), 100 * tol, tol);
+  expect_allclose(linalg::cholesky(in("spd")), at(ref(), "cholesky"), {.rtol = tol, .atol = tol});
+  expect_allclose(linalg::solve(in("general"), in("rhs")), at(ref(), "solve"),
+                  {.rtol = 100 * tol, .atol = tol});
+  expect_allclose(linalg::solve(index(index(in("general"), 0), 0), in("vec")),
+                  at(ref(), "solve_vec"), {.rtol = 100 * tol, .atol = tol});
+  expect_allclose(linalg::inv(in("general")), at(ref(), "inv"), {.rtol = 100 * tol, .atol = tol});
   const auto [sign, logabs] = linalg::slogdet(in("general"));
-  expect_close(sign, at(ref(), "slogdet_sign"), 0.0);
-  expect_close(logabs, at(ref(), "slogdet_logabs"), tol, tol);
-  expect_close(linalg::det(in("general")), at(ref(), "det"), 10 * tol, tol);
+  expect_allclose(sign, at(ref(), "slogdet_sign"), {.rtol = 0, .atol = 0});
+  expect_allclose(logabs, at(ref(), "slogdet_logabs"), {.rtol = tol, .atol = tol});
+  expect_allclose(linalg::det(in("general")), at(ref(), "det"), {.rtol = 10 * tol, .atol = tol});
   // eigh: eigenvalues, and eigenvectors up to each one's sign: |V^T V_numpy| = I.
   const auto [w, v] = linalg::eigh(in("general"));
-  expect_close(w, at(ref(), "eigh_w"), 10 * tol, 10 * tol);
-  expect_close(abs(matmul(swapaxes(astype(v, float64), -1, -2), at(ref(), "eigh_v"))),
-               broadcast_to(eye(4, float64), Shape({2, 3, 4, 4})), 0.0, 100 * tol);
+  expect_allclose(w, at(ref(), "eigh_w"), {.rtol = 10 * tol, .atol = 10 * tol});
+  expect_allclose(abs(matmul(swapaxes(astype(v, float64), -1, -2), at(ref(), "eigh_v"))),
+                  broadcast_to(eye(4, float64), Shape({2, 3, 4, 4})),
+                  {.rtol = 0, .atol = 100 * tol});
   for (bool lower : {false, true})
     for (bool transpose : {false, true})
       for (bool unit : {false, true}) {
         const std::string name = "tri_l" + std::to_string(lower) + "_t" +
                                  std::to_string(transpose) + "_u" + std::to_string(unit);
         SCOPED_TRACE(name);
-        expect_close(linalg::triangular_solve(
-                         in("tri_a"), in("rhs"),
-                         {.lower = lower, .transpose = transpose, .unit_diagonal = unit}),
-                     at(ref(), name.c_str()), 10 * tol, tol);
+        expect_allclose(linalg::triangular_solve(
+                            in("tri_a"), in("rhs"),
+                            {.lower = lower, .transpose = transpose, .unit_diagonal = unit}),
+                        at(ref(), name.c_str()), {.rtol = 10 * tol, .atol = tol});
       }
 }
 
@@ -66,8 +68,8 @@ TEST_P(LapackDtypes, JitAgreesWithEager) {
                expand_dims(expand_dims(linalg::det(g), -1), -1) +
            matmul(linalg::inv(g), b);
   };
-  expect_close(jit(f)(in("spd"), in("general"), in("rhs")), f(in("spd"), in("general"), in("rhs")),
-               rtol(), rtol());
+  expect_allclose(jit(f)(in("spd"), in("general"), in("rhs")),
+                  f(in("spd"), in("general"), in("rhs")), {.rtol = rtol(), .atol = rtol()});
 }
 
 INSTANTIATE_TEST_SUITE_P(Lapack, LapackDtypes, ::testing::Values(float32, float64),
@@ -142,15 +144,15 @@ TEST(Lapack, VmapIsOneBatchedCall) {
   const auto batched = vmap(f);
   const Tensor got = batched(spd, gen, vec);
   for (int64_t i = 0; i < 6; ++i)
-    expect_close(index(got, {i}), f(index(spd, {i}), index(gen, {i}), index(vec, {i})), 1e-12,
-                 1e-12);
+    expect_allclose(index(got, {i}), f(index(spd, {i}), index(gen, {i}), index(vec, {i})),
+                    {.rtol = 1e-12, .atol = 1e-12});
   const ir::Function traced = trace(batched, spd, gen, vec);
   const ir::Function eig = trace(vmap([](const Tensor& a) { return linalg::eigh(a).first; }), gen);
   int eigh_calls = 0;
   for (const ir::Equation& e : eig.equations) eigh_calls += e.prim->name == "eigh";
   EXPECT_EQ(eigh_calls, 1) << eig;
-  expect_close(vmap([](const Tensor& a) { return linalg::eigh(a).first; })(gen),
-               linalg::eigh(gen).first, 0.0);
+  expect_allclose(vmap([](const Tensor& a) { return linalg::eigh(a).first; })(gen),
+                  linalg::eigh(gen).first, {.rtol = 0, .atol = 0});
   for (const char* name : {"cholesky", "triangular_solve", "solve", "slogdet"}) {
     int count = 0;
     for (const ir::Equation& e : traced.equations) count += e.prim->name == name;
@@ -176,14 +178,16 @@ TEST(Lapack, DegenerateInputsFollowTheDocumentedRules) {
   EXPECT_EQ(sign.item<double>(), 0.0);
   EXPECT_EQ(logabs.item<double>(), -INFINITY);
   // eigh: a repeated eigenvalue has the right values; NaN input gives NaNs.
-  expect_close(linalg::eigh(eye(3, float64) * 2.0).first, full({3}, 2.0, float64), 1e-15);
+  expect_allclose(linalg::eigh(eye(3, float64) * 2.0).first, full({3}, 2.0, float64),
+                  {.rtol = 1e-15, .atol = 0});
   for (double x : linalg::eigh(tensor({nan, 1.0, 1.0, 1.0}, {2, 2})).second.to_vector<double>())
     EXPECT_TRUE(std::isnan(x));
   // NaN input propagates.
   EXPECT_TRUE(std::isnan(linalg::det(tensor({nan, 1.0, 1.0, 1.0}, {2, 2})).item<double>()));
   // Empty: 0x0 matrices (det 1) and empty batches.
   EXPECT_EQ(linalg::cholesky(zeros({3, 0, 0}, float64)).shape(), Shape({3, 0, 0}));
-  expect_close(linalg::det(zeros({3, 0, 0}, float64)), ones({3}, float64), 0.0);
+  expect_allclose(linalg::det(zeros({3, 0, 0}, float64)), ones({3}, float64),
+                  {.rtol = 0, .atol = 0});
   EXPECT_EQ(linalg::solve(zeros({0, 2, 2}, float64), zeros({0, 2, 3}, float64)).shape(),
             Shape({0, 2, 3}));
   EXPECT_EQ(linalg::triangular_solve(eye(2, float32), zeros({2, 0}, float32)).shape(),
@@ -191,8 +195,10 @@ TEST(Lapack, DegenerateInputsFollowTheDocumentedRules) {
   // Broadcast batch dimensions and a non-contiguous (transposed) operand.
   const Tensor g = at(ref(), "general");
   const Tensor r = index(index(at(ref(), "rhs"), 0), 0);
-  expect_close(linalg::solve(g, r), linalg::solve(g, broadcast_to(r, Shape({2, 3, 4, 2}))), 0.0);
-  expect_close(linalg::inv(swapaxes(g, -1, -2)), swapaxes(at(ref(), "inv"), -1, -2), 1e-10, 1e-10);
+  expect_allclose(linalg::solve(g, r), linalg::solve(g, broadcast_to(r, Shape({2, 3, 4, 2}))),
+                  {.rtol = 0, .atol = 0});
+  expect_allclose(linalg::inv(swapaxes(g, -1, -2)), swapaxes(at(ref(), "inv"), -1, -2),
+                  {.rtol = 1e-10, .atol = 1e-10});
 }
 
 TEST(Lapack, BadInputIsAnError) {

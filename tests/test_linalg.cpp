@@ -18,6 +18,8 @@ using namespace kiln;
 
 namespace {
 
+using kiln::testing::expect_allclose;
+
 using kiln::testing::random_values;
 
 std::vector<double> random_ints(int64_t n, uint32_t seed, int lo, int hi) {
@@ -82,17 +84,13 @@ Ref ref_matmul(const std::vector<double>& A, std::vector<int64_t> sa, const std:
   return out;
 }
 
-Tensor make(const std::vector<double>& v, const std::vector<int64_t>& shape, DType dt = float32) {
-  return astype(tensor(v, Shape(shape)), dt);
+// The reference as a tensor to check a `dt` result against: float64 for floating `dt`.
+Tensor as_tensor(const Ref& r, DType dt) {
+  return astype(tensor(r.values, Shape(r.shape)), is_floating(dt) ? float64 : dt);
 }
 
-void expect_close(const Tensor& got, const Ref& want, double rtol, double atol) {
-  ASSERT_EQ(got.shape(), Shape(want.shape));
-  const std::vector<double> g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.values.size());
-  for (std::size_t i = 0; i < g.size(); ++i)
-    ASSERT_NEAR(g[i], want.values[i], atol + rtol * std::abs(want.values[i]))
-        << "at flat index " << i;
+Tensor make(const std::vector<double>& v, const std::vector<int64_t>& shape, DType dt = float32) {
+  return astype(tensor(v, Shape(shape)), dt);
 }
 
 // Runs the public matmul on random operands of the given shapes and checks the reference.
@@ -104,7 +102,7 @@ void check_shapes(const std::vector<int64_t>& sa, const std::vector<int64_t>& sb
   const Tensor c = matmul(make(A, sa, dt), make(B, sb, dt));
   EXPECT_EQ(c.dtype(), dt);
   const double tol = dt == float64 ? 1e-12 : 1e-5;
-  expect_close(c, ref_matmul(A, sa, B, sb), tol, tol);
+  expect_allclose(c, as_tensor(ref_matmul(A, sa, B, sb), dt), {.rtol = tol, .atol = tol});
 }
 
 }  // namespace
@@ -223,17 +221,18 @@ TEST(Matmul, TransposedAndStridedViews) {
     const Tensor a = make(Ad, {m, k}, dt), b = make(Bd, {k, n}, dt);
     const Ref want = ref_matmul(Ad, {m, k}, Bd, {k, n});
     const double tol = 1e-5;
-    expect_close(matmul(at, b), want, tol, tol);
-    expect_close(matmul(a, bt), want, tol, tol);
-    expect_close(matmul(at, bt), want, tol, tol);
+    expect_allclose(matmul(at, b), as_tensor(want, dt), {.rtol = tol, .atol = tol});
+    expect_allclose(matmul(a, bt), as_tensor(want, dt), {.rtol = tol, .atol = tol});
+    expect_allclose(matmul(at, bt), as_tensor(want, dt), {.rtol = tol, .atol = tol});
     // Batched transposed views: swapaxes of [2,k,m].
     const auto A3 = random_values(2 * k * m, 3);
     std::vector<double> A3d(A3.size());
     for (int64_t t = 0; t < 2; ++t)
       for (int64_t i = 0; i < m; ++i)
         for (int64_t p = 0; p < k; ++p) A3d[t * m * k + i * k + p] = A3[t * k * m + p * m + i];
-    expect_close(matmul(swapaxes(make(A3, {2, k, m}, dt), -1, -2), b),
-                 ref_matmul(A3d, {2, m, k}, Bd, {k, n}), tol, tol);
+    expect_allclose(matmul(swapaxes(make(A3, {2, k, m}, dt), -1, -2), b),
+                    as_tensor(ref_matmul(A3d, {2, m, k}, Bd, {k, n}), dt),
+                    {.rtol = tol, .atol = tol});
     // Views gemm cannot take directly: every other row, reversed rows, broadcast rows.
     const auto W = random_values(2 * m * k, 4);
     std::vector<double> Wd(static_cast<std::size_t>(m * k));
@@ -241,18 +240,21 @@ TEST(Matmul, TransposedAndStridedViews) {
       for (int64_t p = 0; p < k; ++p) Wd[i * k + p] = W[2 * i * k + p];
     const Tensor stepped = slice(make(W, {2 * m, k}, dt), {Slice{std::nullopt, std::nullopt, 2}});
     ASSERT_EQ(stepped.shape(), (Shape{m, k}));
-    expect_close(matmul(stepped, b), ref_matmul(Wd, {m, k}, Bd, {k, n}), tol, tol);
+    expect_allclose(matmul(stepped, b), as_tensor(ref_matmul(Wd, {m, k}, Bd, {k, n}), dt),
+                    {.rtol = tol, .atol = tol});
     const Tensor flipped = flip(a, {0});
     std::vector<double> Fd(Ad.size());
     for (int64_t i = 0; i < m; ++i)
       for (int64_t p = 0; p < k; ++p) Fd[i * k + p] = Ad[(m - 1 - i) * k + p];
-    expect_close(matmul(flipped, b), ref_matmul(Fd, {m, k}, Bd, {k, n}), tol, tol);
+    expect_allclose(matmul(flipped, b), as_tensor(ref_matmul(Fd, {m, k}, Bd, {k, n}), dt),
+                    {.rtol = tol, .atol = tol});
     const Tensor row = make(random_values(k, 5), {1, k}, dt);
     const Tensor rows = broadcast_to(row, Shape{m, k});
     std::vector<double> Rd;
     const auto rv = row.to_vector<double>();
     for (int64_t i = 0; i < m; ++i) Rd.insert(Rd.end(), rv.begin(), rv.end());
-    expect_close(matmul(rows, b), ref_matmul(Rd, {m, k}, Bd, {k, n}), tol, tol);
+    expect_allclose(matmul(rows, b), as_tensor(ref_matmul(Rd, {m, k}, Bd, {k, n}), dt),
+                    {.rtol = tol, .atol = tol});
     // Inner-dimension stride not 1 in both axes: every other column.
     const auto Q = random_values(k * 2 * n, 6);
     std::vector<double> Qd(static_cast<std::size_t>(k * n));
@@ -260,7 +262,8 @@ TEST(Matmul, TransposedAndStridedViews) {
       for (int64_t j = 0; j < n; ++j) Qd[p * n + j] = Q[p * 2 * n + 2 * j];
     const Tensor cols =
         slice(make(Q, {k, 2 * n}, dt), {Slice{}, Slice{std::nullopt, std::nullopt, 2}});
-    expect_close(matmul(a, cols), ref_matmul(Ad, {m, k}, Qd, {k, n}), tol, tol);
+    expect_allclose(matmul(a, cols), as_tensor(ref_matmul(Ad, {m, k}, Qd, {k, n}), dt),
+                    {.rtol = tol, .atol = tol});
 
     // Batched a with one shared b: batches that fold into one gemm (leading dimension 2k),
     // and ones that do not (every other batch; a batch broadcast with stride 0).
@@ -270,17 +273,20 @@ TEST(Matmul, TransposedAndStridedViews) {
       Pd.insert(Pd.end(), P.begin() + r * 2 * k, P.begin() + r * 2 * k + k);
     const Tensor half_cols = slice(make(P, {3, m, 2 * k}, dt), {Slice{}, Slice{}, Slice{0, k}});
     ASSERT_FALSE(half_cols.is_contiguous());
-    expect_close(matmul(half_cols, b), ref_matmul(Pd, {3, m, k}, Bd, {k, n}), tol, tol);
+    expect_allclose(matmul(half_cols, b), as_tensor(ref_matmul(Pd, {3, m, k}, Bd, {k, n}), dt),
+                    {.rtol = tol, .atol = tol});
     const auto S = random_values(4 * m * k, 8);
     std::vector<double> Sd(S.begin(), S.begin() + m * k);
     Sd.insert(Sd.end(), S.begin() + 2 * m * k, S.begin() + 3 * m * k);
     const Tensor every_other =
         slice(make(S, {4, m, k}, dt), {Slice{std::nullopt, std::nullopt, 2}});
-    expect_close(matmul(every_other, b), ref_matmul(Sd, {2, m, k}, Bd, {k, n}), tol, tol);
+    expect_allclose(matmul(every_other, b), as_tensor(ref_matmul(Sd, {2, m, k}, Bd, {k, n}), dt),
+                    {.rtol = tol, .atol = tol});
     std::vector<double> Ad5;
     for (int t = 0; t < 5; ++t) Ad5.insert(Ad5.end(), Ad.begin(), Ad.end());
-    expect_close(matmul(broadcast_to(a, Shape{5, m, k}), b), ref_matmul(Ad5, {5, m, k}, Bd, {k, n}),
-                 tol, tol);
+    expect_allclose(matmul(broadcast_to(a, Shape{5, m, k}), b),
+                    as_tensor(ref_matmul(Ad5, {5, m, k}, Bd, {k, n}), dt),
+                    {.rtol = tol, .atol = tol});
   }
 }
 
@@ -294,22 +300,23 @@ TEST(Matmul, IntegerDtypesExact) {
     Ref want = ref_matmul(A, {2, 37, 41}, B, {2, 41, 29});
     if (dt == uint8)
       for (double& v : want.values) v = std::fmod(v, 256.0);
-    expect_close(c, want, 0, 0);
+    expect_allclose(c, as_tensor(want, dt), {.rtol = 0, .atol = 0});
     // Transposed integer operands.
     const std::vector<double> B2(B.begin(), B.begin() + 37 * 58);
     const Tensor ct = matmul(transpose(make(A, {37, 82}, dt)), make(B2, {37, 58}, dt));
-    expect_close(
-        ct,
-        [&] {
-          std::vector<double> At(82 * 37);
-          for (int i = 0; i < 82; ++i)
-            for (int p = 0; p < 37; ++p) At[i * 37 + p] = A[p * 82 + i];
-          Ref r = ref_matmul(At, {82, 37}, B2, {37, 58});
-          if (dt == uint8)
-            for (double& v : r.values) v = std::fmod(v, 256.0);
-          return r;
-        }(),
-        0, 0);
+    expect_allclose(ct,
+                    as_tensor(
+                        [&] {
+                          std::vector<double> At(82 * 37);
+                          for (int i = 0; i < 82; ++i)
+                            for (int p = 0; p < 37; ++p) At[i * 37 + p] = A[p * 82 + i];
+                          Ref r = ref_matmul(At, {82, 37}, B2, {37, 58});
+                          if (dt == uint8)
+                            for (double& v : r.values) v = std::fmod(v, 256.0);
+                          return r;
+                        }(),
+                        dt),
+                    {.rtol = 0, .atol = 0});
     // A transposed integer b: [37,58] viewed from a row-major [58,37] buffer.
     std::vector<double> B2t(B2.size());
     for (int p = 0; p < 37; ++p)
@@ -319,7 +326,7 @@ TEST(Matmul, IntegerDtypesExact) {
     Ref rb = ref_matmul(A2, {5, 37}, B2, {37, 58});
     if (dt == uint8)
       for (double& v : rb.values) v = std::fmod(v, 256.0);
-    expect_close(cb, rb, 0, 0);
+    expect_allclose(cb, as_tensor(rb, dt), {.rtol = 0, .atol = 0});
   }
 }
 
@@ -347,7 +354,8 @@ TEST(Matmul, HalfPrecision) {
     for (double& v : B) v /= 8;
     const Tensor c = matmul(make(A, {3, 8, 12}, dt), make(B, {12, 5}, dt));
     EXPECT_EQ(c.dtype(), dt);
-    expect_close(c, ref_matmul(A, {3, 8, 12}, B, {12, 5}), dt == float16 ? 1e-3 : 8e-3, 1e-2);
+    expect_allclose(c, as_tensor(ref_matmul(A, {3, 8, 12}, B, {12, 5}), dt),
+                    {.rtol = dt == float16 ? 1e-3 : 8e-3, .atol = 1e-2});
   }
 }
 

@@ -11,7 +11,7 @@
 #include "testing.h"
 
 using namespace kiln;
-using kiln::testing::expect_close;
+using kiln::testing::expect_allclose;
 using kiln::testing::expect_error;
 using kiln::testing::expect_grad_fd;
 
@@ -84,8 +84,9 @@ TEST(LinalgComposite, VmapAndJitAgreeWithEager) {
            sum(linalg::eigvalsh(a)) + astype(linalg::matrix_rank(a), float64);
   };
   const Tensor batched = vmap(f)(as);
-  for (int64_t i = 0; i < 2; ++i) expect_close(index(batched, i), f(index(as, i)), 1e-12);
-  expect_close(jit(f)(index(as, 0)), f(index(as, 0)), 1e-12);
+  for (int64_t i = 0; i < 2; ++i)
+    expect_allclose(index(batched, i), f(index(as, i)), {.rtol = 1e-12, .atol = 0});
+  expect_allclose(jit(f)(index(as, 0)), f(index(as, 0)), {.rtol = 1e-12, .atol = 0});
 }
 
 // Rows 2, 0, 1 of a diagonally dominant matrix: partial pivoting swaps rows, and the swaps stay
@@ -98,15 +99,16 @@ Tensor pivoted(uint64_t seed) {
 TEST(LinalgLu, FactorsReassembleAndPivotsAreScipys) {
   const Tensor a = pivoted(20);
   const linalg::LU f = linalg::lu(a);
-  expect_close(matmul(f.p, matmul(f.l, f.u)), a, 1e-12, 1e-12);
-  expect_close(f.l, tril(f.l), 0.0);
-  expect_close(f.u, triu(f.u), 0.0);
+  expect_allclose(matmul(f.p, matmul(f.l, f.u)), a, {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(f.l, tril(f.l), {.rtol = 0, .atol = 0});
+  expect_allclose(f.u, triu(f.u), {.rtol = 0, .atol = 0});
   const linalg::LUFactor lf = linalg::lu_factor(a);
   EXPECT_EQ(lf.pivots.type(), (TensorType{int32, Shape{3}}));
   // The largest entry of column 0 is row 1 (a's row 0 is m's row 2): pivots[0] = 1.
   EXPECT_EQ(lf.pivots.to_vector<int32_t>()[0], 1);
-  expect_close(linalg::lu_pivots_to_permutation(lf.pivots, 3),
-               linalg::lu_pivots_to_permutation(tensor(std::vector<int32_t>{1, 2, 2}), 3), 0.0);
+  expect_allclose(linalg::lu_pivots_to_permutation(lf.pivots, 3),
+                  linalg::lu_pivots_to_permutation(tensor(std::vector<int32_t>{1, 2, 2}), 3),
+                  {.rtol = 0, .atol = 0});
 }
 
 TEST(LinalgLu, GradientsMatchFiniteDifferences) {
@@ -141,10 +143,10 @@ TEST(LinalgLu, VmapAndJitAgreeWithEager) {
   const auto f = [&](const Tensor& a) { return linalg::lu_solve(linalg::lu_factor(a), b); };
   const Tensor batched = vmap(f)(as);
   for (int64_t i = 0; i < 2; ++i) {
-    expect_close(index(batched, i), f(index(as, i)), 1e-12);
-    expect_close(index(batched, i), linalg::solve(index(as, i), b), 1e-12);
+    expect_allclose(index(batched, i), f(index(as, i)), {.rtol = 1e-12, .atol = 0});
+    expect_allclose(index(batched, i), linalg::solve(index(as, i), b), {.rtol = 1e-12, .atol = 0});
   }
-  expect_close(jit(f)(index(as, 0)), f(index(as, 0)), 1e-12);
+  expect_allclose(jit(f)(index(as, 0)), f(index(as, 0)), {.rtol = 1e-12, .atol = 0});
 }
 
 TEST(LinalgExpm, GradientsMatchFiniteDifferences) {
@@ -161,7 +163,7 @@ TEST(LinalgExpm, GradientsMatchFiniteDifferences) {
   const double h = 1e-5;
   const Tensor fd = (g(a + d * h) - g(a - d * h)) / (2 * h);
   const Tensor hvp = jvp(g, std::tuple{a}, std::tuple{d}).second;
-  expect_close(hvp, fd, 1e-5, 1e-7);
+  expect_allclose(hvp, fd, {.rtol = 1e-5, .atol = 1e-7});
 }
 
 TEST(LinalgExpm, VmapAndJitAgreeWithEagerAcrossSquaringCounts) {
@@ -170,13 +172,13 @@ TEST(LinalgExpm, VmapAndJitAgreeWithEagerAcrossSquaringCounts) {
   const auto f = [](const Tensor& a) { return linalg::expm(a); };
   const Tensor eager = f(as), batched = vmap(f)(as), compiled = jit(f)(as);
   for (int64_t i = 0; i < 2; ++i) {
-    expect_close(index(eager, i), f(index(as, i)), 1e-13, 1e-13);
-    expect_close(index(batched, i), f(index(as, i)), 1e-13, 1e-13);
-    expect_close(index(compiled, i), f(index(as, i)), 1e-13, 1e-13);
+    expect_allclose(index(eager, i), f(index(as, i)), {.rtol = 1e-13, .atol = 1e-13});
+    expect_allclose(index(batched, i), f(index(as, i)), {.rtol = 1e-13, .atol = 1e-13});
+    expect_allclose(index(compiled, i), f(index(as, i)), {.rtol = 1e-13, .atol = 1e-13});
   }
   // exp(A) exp(-A) = I, at a norm that takes squarings but keeps the product well conditioned.
   const Tensor m = normal(35, Shape{3, 3}) * 3.0;
-  expect_close(matmul(f(m), f(-m)), eye(3, float64), 1e-10, 1e-10);
+  expect_allclose(matmul(f(m), f(-m)), eye(3, float64), {.rtol = 1e-10, .atol = 1e-10});
 }
 
 TEST(LinalgComposite, BadInputIsAnError) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "testing.h"
+#include "tree_testing.h"
 
 // ---- user-defined layers and models (KILN_TREE at namespace scope, next to the struct) ----
 
@@ -73,6 +74,11 @@ KILN_TREE(SummaryInside, lin);
 namespace kiln {
 namespace {
 
+using kiln::testing::expect_allclose;
+using kiln::testing::expect_grad_matches_fd;
+using kiln::testing::expect_tree_allclose;
+using kiln::testing::finite_differences;
+
 using testing::expect_error;
 using testing::random_values;
 
@@ -80,61 +86,9 @@ using testing::random_values;
 
 std::vector<double> vals(const Tensor& t) { return t.to_vector<double>(); }
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                  const std::string& what = "") {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], tol * (1 + std::abs(want[i]))) << what << " element " << i;
-}
-void expect_close(const Tensor& got, const std::vector<double>& want, double tol,
-                  const std::string& what = "") {
-  expect_close(vals(got), want, tol, what);
-}
-
 Tensor f64(const std::vector<double>& v, const Shape& s) { return tensor(v, s); }
 Tensor rand64(const Shape& s, uint32_t seed, double lo = -1.0, double hi = 1.0) {
   return tensor(random_values(s.numel(), seed, lo, hi), s);
-}
-
-// Central finite differences of a scalar loss with respect to every element of every tensor
-// leaf of a float64 tree; the result has the tree's type.
-template <class M>
-M fd_tree(const std::function<double(const M&)>& loss, const M& model, double h = 1e-6) {
-  auto [leaves, def] = tree_flatten(model);
-  std::vector<Tensor> out(leaves.size());
-  for (std::size_t k = 0; k < leaves.size(); ++k) {
-    if (!leaves[k].defined()) continue;
-    const std::vector<double> v = vals(leaves[k]);
-    std::vector<double> g(v.size());
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      auto at = [&](double d) {
-        std::vector<double> p = v;
-        p[i] += d;
-        std::vector<Tensor> ls = leaves;
-        ls[k] = tensor(p, leaves[k].shape());
-        return loss(tree_unflatten<M>(def, ls));
-      };
-      g[i] = (at(h) - at(-h)) / (2 * h);
-    }
-    out[k] = tensor(g, leaves[k].shape());
-  }
-  return tree_unflatten<M>(def, out);
-}
-
-// Same structure (static values included) and leaf values within tol.
-template <class M>
-void expect_tree_close(const M& got, const M& want, double tol) {
-  auto [gl, gd] = tree_flatten(got);
-  auto [wl, wd] = tree_flatten(want);
-  ASSERT_TRUE(gd == wd) << gd << " vs " << wd;
-  const std::vector<std::string> names = tree_names(gd);
-  ASSERT_EQ(gl.size(), wl.size());
-  for (std::size_t i = 0; i < gl.size(); ++i) {
-    ASSERT_EQ(gl[i].defined(), wl[i].defined()) << names[i];
-    if (!gl[i].defined()) continue;
-    EXPECT_EQ(gl[i].shape(), wl[i].shape()) << names[i];
-    expect_close(gl[i], vals(wl[i]), tol, names[i]);
-  }
 }
 
 // ---- independent references (double precision loops) ----------------------------------------
@@ -335,7 +289,7 @@ TEST(NnActivation, EachKindMatchesItsFormula) {
     const Tensor y = nn::Activation{c.kind}(x);
     EXPECT_EQ(y.shape(), x.shape()) << c.kind;
     EXPECT_EQ(y.dtype(), float64) << c.kind;
-    expect_close(y, want, 1e-14, c.kind);
+    expect_allclose(y, want, {.rtol = 1e-14, .atol = 1e-14}, c.kind);
   }
   // The factory functions name the kinds.
   EXPECT_EQ(nn::ReLU().kind, "relu");
@@ -356,10 +310,10 @@ TEST(NnActivation, FreeFunctionsMatchFormulasInFloat32) {
     silu.push_back(silu_ref(vf));
   }
   EXPECT_EQ(nn::gelu(x).dtype(), float32);
-  expect_close(nn::relu(x), relu, 0.0);
-  expect_close(nn::gelu(x), gelu, 2e-6);
-  expect_close(nn::gelu(x, true), gtanh, 2e-6);
-  expect_close(nn::silu(x), silu, 2e-6);
+  expect_allclose(nn::relu(x), relu, {.rtol = 0, .atol = 0});
+  expect_allclose(nn::gelu(x), gelu, {.rtol = 2e-6, .atol = 2e-6});
+  expect_allclose(nn::gelu(x, true), gtanh, {.rtol = 2e-6, .atol = 2e-6});
+  expect_allclose(nn::silu(x), silu, {.rtol = 2e-6, .atol = 2e-6});
 }
 
 TEST(NnActivation, GradientsMatchAnalyticDerivatives) {
@@ -372,12 +326,15 @@ TEST(NnActivation, GradientsMatchAnalyticDerivatives) {
     const double s = sigmoid_ref(v);
     dsilu.push_back(s * (1 + v * (1 - s)));
   }
-  expect_close(grad([](const Tensor& t) { return sum(nn::gelu(t)); })(x), dgelu, 1e-12);
-  expect_close(grad([](const Tensor& t) { return sum(nn::silu(t)); })(x), dsilu, 1e-12);
+  expect_allclose(grad([](const Tensor& t) { return sum(nn::gelu(t)); })(x), dgelu,
+                  {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(grad([](const Tensor& t) { return sum(nn::silu(t)); })(x), dsilu,
+                  {.rtol = 1e-12, .atol = 1e-12});
   // gelu_tanh against finite differences of the reference formula.
   std::vector<double> dtanh;
   for (double v : xv) dtanh.push_back((gelu_tanh_ref(v + 1e-6) - gelu_tanh_ref(v - 1e-6)) / 2e-6);
-  expect_close(grad([](const Tensor& t) { return sum(nn::gelu(t, true)); })(x), dtanh, 1e-8);
+  expect_allclose(grad([](const Tensor& t) { return sum(nn::gelu(t, true)); })(x), dtanh,
+                  {.rtol = 1e-8, .atol = 1e-8});
 }
 
 TEST(NnTorch, GeluMatchesPyTorch) {
@@ -389,8 +346,8 @@ TEST(NnTorch, GeluMatchesPyTorch) {
                                            -0.15428599017485606,   0.34571400982514394,
                                            0.84119199060827676,    2.9963626079182268};
   const Tensor g = tensor({-3.0, -1.0, -0.5, 0.5, 1.0, 3.0});
-  expect_close(nn::gelu(g), kTorchGelu, 1e-14);
-  expect_close(nn::gelu(g, true), kTorchGeluTanh, 1e-14);
+  expect_allclose(nn::gelu(g), kTorchGelu, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(nn::gelu(g, true), kTorchGeluTanh, {.rtol = 1e-14, .atol = 1e-14});
 }
 
 // ---- NaN through the activations, and the activations built on where ------------------------
@@ -506,7 +463,7 @@ TEST(NnActivation, NewActivationsMatchTheirFormulas) {
     for (double v : xv) want.push_back(c.ref(v));
     const Tensor y = c.f(x);
     EXPECT_EQ(y.shape(), x.shape()) << c.name;
-    expect_close(y, want, 1e-14, c.name);
+    expect_allclose(y, want, {.rtol = 1e-14, .atol = 1e-14}, c.name);
   }
   // softmin is the softmax of -x; glu halves the axis.
   std::vector<double> softmin_want, glu_want;
@@ -516,8 +473,8 @@ TEST(NnActivation, NewActivationsMatchTheirFormulas) {
     for (int j = 0; j < 8; ++j) softmin_want.push_back(std::exp(-xv[r * 8 + j]) / z);
     for (int j = 0; j < 4; ++j) glu_want.push_back(xv[r * 8 + j] * sigmoid_ref(xv[r * 8 + j + 4]));
   }
-  expect_close(nn::softmin(x), softmin_want, 1e-14);
-  expect_close(nn::glu(x), glu_want, 1e-14);
+  expect_allclose(nn::softmin(x), softmin_want, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(nn::glu(x), glu_want, {.rtol = 1e-14, .atol = 1e-14});
   EXPECT_EQ(nn::GLU{0}(x).shape(), (Shape{4, 8}));
   // normalize along axis 1 with p = 2 and p = 1; a zero row stays 0.
   std::vector<double> l2_want, l1_want;
@@ -532,8 +489,8 @@ TEST(NnActivation, NewActivationsMatchTheirFormulas) {
       l1_want.push_back(xv[r * 8 + j] / s1);
     }
   }
-  expect_close(nn::normalize(x), l2_want, 1e-14);
-  expect_close(nn::normalize(x, 1.0), l1_want, 1e-14);
+  expect_allclose(nn::normalize(x), l2_want, {.rtol = 1e-14, .atol = 1e-14});
+  expect_allclose(nn::normalize(x, 1.0), l1_want, {.rtol = 1e-14, .atol = 1e-14});
   EXPECT_EQ(vals(nn::normalize(zeros({2, 3}, float64))), std::vector<double>(6, 0.0));
   // prelu: one weight, or one per channel of axis 1.
   const Tensor w = f64({0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8}, {8});
@@ -543,11 +500,11 @@ TEST(NnActivation, NewActivationsMatchTheirFormulas) {
       const double v = xv[r * 8 + j];
       prelu_want.push_back(v > 0 ? v : 0.1 * (j + 1) * v);
     }
-  expect_close(nn::prelu(x, w), prelu_want, 1e-15);
+  expect_allclose(nn::prelu(x, w), prelu_want, {.rtol = 1e-15, .atol = 1e-15});
   nn::PReLU layer(1, 0.25, float64);
   std::vector<double> prelu1_want;
   for (double v : xv) prelu1_want.push_back(v > 0 ? v : 0.25 * v);
-  expect_close(layer(x), prelu1_want, 1e-15);
+  expect_allclose(layer(x), prelu1_want, {.rtol = 1e-15, .atol = 1e-15});
   EXPECT_EQ(nn::named_parameters(layer).at(0).first, "weight");
 }
 
@@ -586,7 +543,8 @@ TEST(NnActivation, NewActivationGradientsMatchFiniteDifferences) {
       return loss(t).item<double>();
     };
     SCOPED_TRACE(name);
-    expect_tree_close(grad(loss)(x), fd_tree(scalar, x), 1e-7);
+    expect_tree_allclose(grad(loss)(x), finite_differences(scalar, x),
+                         {.rtol = 1e-7, .atol = 1e-7});
   }
 }
 
@@ -598,7 +556,7 @@ void expect_grad_matches_fd(const std::function<Tensor(const Tensor&)>& loss, co
   const std::function<double(const Tensor&)> scalar = [&](const Tensor& t) {
     return loss(t).item<double>();
   };
-  expect_tree_close(grad(loss)(x), fd_tree(scalar, x), tol);
+  expect_tree_allclose(grad(loss)(x), finite_differences(scalar, x), {.rtol = tol, .atol = tol});
 }
 
 TEST(NnLoss, NewLossGradientsMatchFiniteDifferences) {
@@ -667,8 +625,8 @@ TEST(NnLoss, WeightsAndReductionsMatchLoops) {
     num += per[r];
     den += w[y];
   }
-  expect_close(nn::cross_entropy(logits, labels, 0.0, -100, nn::Reduction::none, weight), per,
-               1e-14);
+  expect_allclose(nn::cross_entropy(logits, labels, 0.0, -100, nn::Reduction::none, weight), per,
+                  {.rtol = 1e-14, .atol = 1e-14});
   EXPECT_NEAR(
       nn::cross_entropy(logits, labels, 0.0, -100, nn::Reduction::sum, weight).item<double>(), num,
       1e-14);
@@ -677,14 +635,14 @@ TEST(NnLoss, WeightsAndReductionsMatchLoops) {
       num / den, 1e-14);
   // binary_cross_entropy clamps each log at -100: p = 0 with t = 1 costs 100, not inf.
   const Tensor p = f64({0.0, 1.0, 0.25}, {3}), t = f64({1.0, 1.0, 0.0}, {3});
-  expect_close(nn::binary_cross_entropy(p, t, nn::Reduction::none), {100.0, 0.0, -std::log(0.75)},
-               1e-15);
+  expect_allclose(nn::binary_cross_entropy(p, t, nn::Reduction::none),
+                  {100.0, 0.0, -std::log(0.75)}, {.rtol = 1e-15, .atol = 1e-15});
   for (double g : vals(grad([&](const Tensor& q) { return nn::binary_cross_entropy(q, t); })(p)))
     EXPECT_TRUE(std::isfinite(g));
   // smooth_l1_loss with beta = 0 is l1_loss.
   const Tensor a = rand64({6}, 41), b = rand64({6}, 42);
-  expect_close(nn::smooth_l1_loss(a, b, 0.0, nn::Reduction::none),
-               vals(nn::l1_loss(a, b, nn::Reduction::none)), 0.0);
+  expect_allclose(nn::smooth_l1_loss(a, b, 0.0, nn::Reduction::none),
+                  vals(nn::l1_loss(a, b, nn::Reduction::none)), {.rtol = 0, .atol = 0});
 }
 
 TEST(NnNorms, FunctionalNormsMatchTheLayersAndFiniteDifferences) {
@@ -693,11 +651,13 @@ TEST(NnNorms, FunctionalNormsMatchTheLayersAndFiniteDifferences) {
   const Tensor w5 = rand64({5}, 53, 0.5, 1.5), b5 = rand64({5}, 54);
   // layer_norm against loops; the layer without affine parameters has no names.
   std::vector<double> ones5(5, 1.0), zeros5(5, 0.0);
-  expect_close(nn::layer_norm(x, Shape{5}, w5, b5),
-               layer_norm_ref(vals(x), 5, vals(w5), vals(b5), 1e-5), 1e-12);
+  expect_allclose(nn::layer_norm(x, Shape{5}, w5, b5),
+                  layer_norm_ref(vals(x), 5, vals(w5), vals(b5), 1e-5),
+                  {.rtol = 1e-12, .atol = 1e-12});
   const nn::LayerNorm plain(Shape{5}, 1e-5, float64, /*elementwise_affine=*/false);
   EXPECT_TRUE(nn::named_parameters(plain).empty());
-  expect_close(plain(x), layer_norm_ref(vals(x), 5, ones5, zeros5, 1e-5), 1e-12);
+  expect_allclose(plain(x), layer_norm_ref(vals(x), 5, ones5, zeros5, 1e-5),
+                  {.rtol = 1e-12, .atol = 1e-12});
   // batch_norm in training without running statistics returns none; with, the layer's.
   const nn::BatchNormResult r = nn::batch_norm(x, std::nullopt, w, b, /*training=*/true);
   EXPECT_FALSE(r.state.has_value());
@@ -705,16 +665,18 @@ TEST(NnNorms, FunctionalNormsMatchTheLayersAndFiniteDifferences) {
   bn.weight = w;
   bn.bias = b;
   const auto [y, next] = bn(x, bn.initial_state(), true);
-  expect_close(r.y, vals(y), 1e-15);
+  expect_allclose(r.y, vals(y), {.rtol = 1e-15, .atol = 1e-15});
   const nn::BatchNorm plain_bn(4, 0.1, 1e-5, float64, /*affine=*/false);
   EXPECT_TRUE(nn::named_parameters(plain_bn).empty());
   EXPECT_EQ(plain_bn.initial_state().mean.dtype(), float64);
   const nn::BatchNormResult plain_r =
       nn::batch_norm(x, std::nullopt, std::nullopt, std::nullopt, true);
-  expect_close(plain_bn(x, plain_bn.initial_state(), true).first, vals(plain_r.y), 0.0);
+  expect_allclose(plain_bn(x, plain_bn.initial_state(), true).first, vals(plain_r.y),
+                  {.rtol = 0, .atol = 0});
   const std::vector<double> bw = vals(w), bb = vals(b);
   const ChannelStats st = channel_stats(vals(x), 3, 4, 5);
-  expect_close(r.y, batch_norm_apply(vals(x), 3, 4, 5, st.mean, st.var, bw, bb, 1e-5), 1e-12);
+  expect_allclose(r.y, batch_norm_apply(vals(x), 3, 4, 5, st.mean, st.var, bw, bb, 1e-5),
+                  {.rtol = 1e-12, .atol = 1e-12});
   // instance_norm: per sample and channel over the positions.
   std::vector<double> inst;
   const std::vector<double> xv = vals(x);
@@ -726,7 +688,7 @@ TEST(NnNorms, FunctionalNormsMatchTheLayersAndFiniteDifferences) {
       for (int s = 0; s < 5; ++s)
         inst.push_back((xv[(n * 4 + c) * 5 + s] - m) / std::sqrt(v + 1e-5) * bw[c] + bb[c]);
     }
-  expect_close(nn::instance_norm(x, w, b), inst, 1e-12);
+  expect_allclose(nn::instance_norm(x, w, b), inst, {.rtol = 1e-12, .atol = 1e-12});
   // Gradients.
   const Tensor c = rand64({3, 4, 5}, 55);
   const std::vector<std::pair<std::string, std::function<Tensor(const Tensor&)>>> cases{
@@ -760,11 +722,12 @@ TEST(NnNorms, NewFunctionsUnderJitAndVmapMatchEager) {
   };
   const auto compiled = jit(f, {.name = "nn_new", .backend = ir::Backend::llvm});
   EXPECT_NEAR(compiled(x).item<double>(), f(x).item<double>(), 1e-12);
-  expect_close(jit(grad(f), {.name = "nn_new_grad", .backend = ir::Backend::llvm})(x),
-               vals(grad(f)(x)), 1e-10);
+  expect_allclose(jit(grad(f), {.name = "nn_new_grad", .backend = ir::Backend::llvm})(x),
+                  vals(grad(f)(x)), {.rtol = 1e-10, .atol = 1e-10});
   const Tensor per = vmap([](const Tensor& t) { return nn::layer_norm(nn::mish(t), Shape{6}); })(x);
   for (int64_t i = 0; i < 3; ++i)
-    expect_close(index(per, i), vals(nn::layer_norm(nn::mish(index(x, i)), Shape{6})), 1e-14);
+    expect_allclose(index(per, i), vals(nn::layer_norm(nn::mish(index(x, i)), Shape{6})),
+                    {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(NnErrors, NewFunctionsCheckTheirArguments) {
@@ -809,14 +772,15 @@ TEST(NnLinear, ForwardWithBiasMatchesLoops) {
   lin.bias = f64(b, {5});
   const Tensor y = lin(f64(xv, {4, 3}));
   EXPECT_EQ(y.shape(), (Shape{4, 5}));
-  expect_close(y, linear_ref(xv, w, &b, 3, 5), 1e-14);
+  expect_allclose(y, linear_ref(xv, w, &b, 3, 5), {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(NnLinear, ForwardWithoutBiasMatchesLoops) {
   const nn::Linear lin(3, 5, random::key(1), /*with_bias=*/false, float64);
   EXPECT_FALSE(lin.bias.has_value());
   const std::vector<double> xv = random_values(12, 13);
-  expect_close(lin(f64(xv, {4, 3})), linear_ref(xv, vals(lin.weight), nullptr, 3, 5), 1e-14);
+  expect_allclose(lin(f64(xv, {4, 3})), linear_ref(xv, vals(lin.weight), nullptr, 3, 5),
+                  {.rtol = 1e-14, .atol = 1e-14});
   EXPECT_EQ(nn::parameter_count(lin), 15);
   const auto named = nn::named_parameters(lin);
   ASSERT_EQ(named.size(), 1u);
@@ -829,12 +793,12 @@ TEST(NnLinear, BatchedInputAppliesToTheLastAxis) {
   const std::vector<double> b = vals(*lin.bias);
   const Tensor y = lin(f64(xv, {2, 5, 4}));
   EXPECT_EQ(y.shape(), (Shape{2, 5, 3}));
-  expect_close(y, linear_ref(xv, vals(lin.weight), &b, 4, 3), 1e-14);
+  expect_allclose(y, linear_ref(xv, vals(lin.weight), &b, 4, 3), {.rtol = 1e-14, .atol = 1e-14});
   // A single example [in] gives [out].
   const std::vector<double> one(xv.begin(), xv.begin() + 4);
   const Tensor y1 = lin(f64(one, {4}));
   EXPECT_EQ(y1.shape(), (Shape{3}));
-  expect_close(y1, linear_ref(one, vals(lin.weight), &b, 4, 3), 1e-14);
+  expect_allclose(y1, linear_ref(one, vals(lin.weight), &b, 4, 3), {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(NnLinear, Float32DefaultMatchesDoubleLoops) {
@@ -844,7 +808,8 @@ TEST(NnLinear, Float32DefaultMatchesDoubleLoops) {
   const std::vector<double> xv = random_values(18, 15);
   const Tensor x = astype(f64(xv, {3, 6}), float32);
   const std::vector<double> b = vals(*lin.bias);
-  expect_close(lin(x), linear_ref(vals(x), vals(lin.weight), &b, 6, 4), 1e-6);
+  expect_allclose(lin(x), linear_ref(vals(x), vals(lin.weight), &b, 6, 4),
+                  {.rtol = 1e-6, .atol = 1e-6});
 }
 
 TEST(NnLinear, InitialisationFollowsPyTorch) {
@@ -887,7 +852,8 @@ void check_conv(const ConvSpec& s, bool with_bias, uint32_t seed) {
   conv.groups = s.groups;
   const Tensor y = conv(f64(xv, {s.n, s.c, s.h, s.w}));
   EXPECT_EQ(y.shape(), (Shape{s.n, s.o, s.ho(), s.wo()}));
-  expect_close(y, conv_ref(s, xv, wv, with_bias ? &bv : nullptr), 1e-13);
+  expect_allclose(y, conv_ref(s, xv, wv, with_bias ? &bv : nullptr),
+                  {.rtol = 1e-13, .atol = 1e-13});
 }
 
 // ConvSpec fields: n, c, h, w, o, kh, kw, sh, sw, ph, pw, dh, dw, groups.
@@ -939,10 +905,10 @@ TEST(NnPool, MaxPoolMatchesLoops) {
   const Tensor x = f64(xv, {2, 3, 6, 6});
   const Tensor y = nn::MaxPool2d{}(x);
   EXPECT_EQ(y.shape(), (Shape{2, 3, 3, 3}));
-  expect_close(y, pool_ref(true, 2, 3, 6, 6, 2, 2, 0, xv), 0.0);
+  expect_allclose(y, pool_ref(true, 2, 3, 6, 6, 2, 2, 0, xv), {.rtol = 0, .atol = 0});
   const Tensor y2 = nn::MaxPool2d{{3, 3}, {2, 2}, {1, 1}}(x);
   EXPECT_EQ(y2.shape(), (Shape{2, 3, 3, 3}));
-  expect_close(y2, pool_ref(true, 2, 3, 6, 6, 3, 2, 1, xv), 0.0);
+  expect_allclose(y2, pool_ref(true, 2, 3, 6, 6, 3, 2, 1, xv), {.rtol = 0, .atol = 0});
 }
 
 TEST(NnPool, AvgPoolMatchesLoopsCountingPadding) {
@@ -950,10 +916,10 @@ TEST(NnPool, AvgPoolMatchesLoopsCountingPadding) {
   const Tensor x = f64(xv, {1, 2, 7, 7});
   const Tensor y = nn::AvgPool2d{}(x);
   EXPECT_EQ(y.shape(), (Shape{1, 2, 3, 3}));
-  expect_close(y, pool_ref(false, 1, 2, 7, 7, 2, 2, 0, xv), 1e-14);
+  expect_allclose(y, pool_ref(false, 1, 2, 7, 7, 2, 2, 0, xv), {.rtol = 1e-14, .atol = 1e-14});
   const Tensor y2 = nn::AvgPool2d{{3, 3}, {2, 2}, {1, 1}}(x);
   EXPECT_EQ(y2.shape(), (Shape{1, 2, 4, 4}));
-  expect_close(y2, pool_ref(false, 1, 2, 7, 7, 3, 2, 1, xv), 1e-14);
+  expect_allclose(y2, pool_ref(false, 1, 2, 7, 7, 3, 2, 1, xv), {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(NnFlatten, KeepsLeadingAxesAndRowMajorOrder) {
@@ -1065,7 +1031,7 @@ TEST(NnDropout, GradientFlowsThroughTheKeptElementsScaled) {
   const std::vector<double> y = vals(d(x, ctx));
   std::vector<double> want;
   for (std::size_t i = 0; i < y.size(); ++i) want.push_back(y[i] == 0.0 ? 0.0 : c[i] / 0.75);
-  expect_close(grad(loss)(x), want, 1e-14);
+  expect_allclose(grad(loss)(x), want, {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(NnDropout, BadRateOrIntegerInputIsAnError) {
@@ -1096,9 +1062,10 @@ TEST(NnEmbedding, LooksUpRowsAndInitialisesStandardNormal) {
   std::vector<double> want;
   for (int64_t i : idx)
     for (int64_t d = 0; d < 3; ++d) want.push_back(table[i * 3 + d]);
-  expect_close(y, want, 0.0);
+  expect_allclose(y, want, {.rtol = 0, .atol = 0});
   // int32 indices too.
-  expect_close(emb(tensor(std::vector<int>{4, 0, 2, 2, 1, 4}, Shape{2, 3})), want, 0.0);
+  expect_allclose(emb(tensor(std::vector<int>{4, 0, 2, 2, 1, 4}, Shape{2, 3})), want,
+                  {.rtol = 0, .atol = 0});
 }
 
 TEST(NnEmbedding, GradientAccumulatesRepeatedRows) {
@@ -1112,7 +1079,7 @@ TEST(NnEmbedding, GradientAccumulatesRepeatedRows) {
   const std::vector<int64_t> iv{4, 0, 2, 2, 4, 4};
   for (std::size_t r = 0; r < iv.size(); ++r)
     for (int64_t d = 0; d < 3; ++d) want[iv[r] * 3 + d] += c[r * 3 + d];
-  expect_close(g.weight, want, 1e-14);
+  expect_allclose(g.weight, want, {.rtol = 1e-14, .atol = 1e-14});
 }
 
 // ================================ LayerNorm ==============================================
@@ -1127,24 +1094,25 @@ TEST(NnLayerNorm, NormalisesTheTrailingAxesThenScalesAndShifts) {
   const std::vector<double> xv = random_values(2 * 3 * 4, 92, -3.0, 3.0);
   const Tensor y = ln(f64(xv, {2, 3, 4}));
   EXPECT_EQ(y.shape(), (Shape{2, 3, 4}));
-  expect_close(y, layer_norm_ref(xv, 4, w, b, 1e-5), 1e-12);
+  expect_allclose(y, layer_norm_ref(xv, 4, w, b, 1e-5), {.rtol = 1e-12, .atol = 1e-12});
 
   // Two normalised axes, and a large eps that matters.
   nn::LayerNorm ln2(Shape{3, 4}, 0.5, float64);
   const std::vector<double> w2 = random_values(12, 93), b2 = random_values(12, 94);
   ln2.weight = f64(w2, {3, 4});
   ln2.bias = f64(b2, {3, 4});
-  expect_close(ln2(f64(xv, {2, 3, 4})), layer_norm_ref(xv, 12, w2, b2, 0.5), 1e-12);
+  expect_allclose(ln2(f64(xv, {2, 3, 4})), layer_norm_ref(xv, 12, w2, b2, 0.5),
+                  {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(NnLayerNorm, Float32DefaultMatchesDoubleLoops) {
   const nn::LayerNorm ln(Shape{16});
   EXPECT_EQ(ln.weight->dtype(), float32);
   const Tensor x = astype(rand64({8, 16}, 95, -10.0, 10.0), float32);
-  expect_close(
+  expect_allclose(
       ln(x),
       layer_norm_ref(vals(x), 16, std::vector<double>(16, 1.0), std::vector<double>(16, 0.0), 1e-5),
-      2e-5);
+      {.rtol = 2e-5, .atol = 2e-5});
 }
 
 // ================================ BatchNorm ==============================================
@@ -1164,15 +1132,16 @@ TEST(NnBatchNorm, TrainingUsesBatchStatsAndUpdatesRunningStatsUnbiased) {
 
   const ChannelStats st = channel_stats(xv, n, c, s);
   EXPECT_EQ(y.shape(), (Shape{n, c, h, w}));
-  expect_close(y, batch_norm_apply(xv, n, c, s, st.mean, st.var, wv, bv, 1e-3), 1e-12);
+  expect_allclose(y, batch_norm_apply(xv, n, c, s, st.mean, st.var, wv, bv, 1e-3),
+                  {.rtol = 1e-12, .atol = 1e-12});
   std::vector<double> want_mean, want_var;
   const double cnt = static_cast<double>(n * s);
   for (int64_t ch = 0; ch < c; ++ch) {
     want_mean.push_back(0.8 * m0[ch] + 0.2 * st.mean[ch]);
     want_var.push_back(0.8 * v0[ch] + 0.2 * st.var[ch] * cnt / (cnt - 1));  // unbiased
   }
-  expect_close(next.mean, want_mean, 1e-13);
-  expect_close(next.var, want_var, 1e-13);
+  expect_allclose(next.mean, want_mean, {.rtol = 1e-13, .atol = 1e-13});
+  expect_allclose(next.var, want_var, {.rtol = 1e-13, .atol = 1e-13});
   // The input state is untouched.
   EXPECT_EQ(vals(state.mean), m0);
   EXPECT_EQ(vals(state.var), v0);
@@ -1187,17 +1156,17 @@ TEST(NnBatchNorm, TwoDimensionalInputNormalisesOverTheBatch) {
   const std::vector<double> xv = random_values(n * c, 105, -1.0, 4.0);
   const auto [y, next] = bn(f64(xv, {n, c}), s0, true);
   const ChannelStats st = channel_stats(xv, n, c, 1);
-  expect_close(y,
-               batch_norm_apply(xv, n, c, 1, st.mean, st.var, std::vector<double>(c, 1.0),
-                                std::vector<double>(c, 0.0), 1e-5),
-               1e-12);
+  expect_allclose(y,
+                  batch_norm_apply(xv, n, c, 1, st.mean, st.var, std::vector<double>(c, 1.0),
+                                   std::vector<double>(c, 0.0), 1e-5),
+                  {.rtol = 1e-12, .atol = 1e-12});
   std::vector<double> vm, vv;
   for (int64_t ch = 0; ch < c; ++ch) {
     vm.push_back(0.1 * st.mean[ch]);
     vv.push_back(0.9 + 0.1 * st.var[ch] * 6.0 / 5.0);
   }
-  expect_close(next.mean, vm, 1e-13);
-  expect_close(next.var, vv, 1e-13);
+  expect_allclose(next.mean, vm, {.rtol = 1e-13, .atol = 1e-13});
+  expect_allclose(next.var, vv, {.rtol = 1e-13, .atol = 1e-13});
 }
 
 TEST(NnBatchNorm, EvaluationUsesRunningStatsAndKeepsTheState) {
@@ -1210,13 +1179,15 @@ TEST(NnBatchNorm, EvaluationUsesRunningStatsAndKeepsTheState) {
   const nn::BatchNormState state{f64(m0, {c}), f64(v0, {c})};
   const std::vector<double> xv = random_values(n * c * s, 114, -2.0, 2.0);
   const auto [y, next] = bn(f64(xv, {n, c, 2, 2}), state, /*training=*/false);
-  expect_close(y, batch_norm_apply(xv, n, c, s, m0, v0, wv, bv, 1e-5), 1e-13);
+  expect_allclose(y, batch_norm_apply(xv, n, c, s, m0, v0, wv, bv, 1e-5),
+                  {.rtol = 1e-13, .atol = 1e-13});
   EXPECT_EQ(vals(next.mean), m0);
   EXPECT_EQ(vals(next.var), v0);
   // A single example is fine in evaluation.
   const std::vector<double> one(xv.begin(), xv.begin() + c * s);
-  expect_close(bn(f64(one, {1, c, 2, 2}), state, false).first,
-               batch_norm_apply(one, 1, c, s, m0, v0, wv, bv, 1e-5), 1e-13);
+  expect_allclose(bn(f64(one, {1, c, 2, 2}), state, false).first,
+                  batch_norm_apply(one, 1, c, s, m0, v0, wv, bv, 1e-5),
+                  {.rtol = 1e-13, .atol = 1e-13});
 }
 
 TEST(NnTorch, BatchNormMatchesPyTorch) {
@@ -1234,9 +1205,9 @@ TEST(NnTorch, BatchNormMatchesPyTorch) {
   for (int k = 0; k < 24; ++k) xv[k] = std::cos(0.5 * k) + 0.1 * ((k / 4) % 2);
   const nn::BatchNorm bn(2, 0.1, 1e-5, float64);
   const auto [y, next] = bn(f64(xv, {3, 2, 2, 2}), bn.initial_state(), true);
-  expect_close(y, kTorchBnY, 1e-12);
-  expect_close(next.mean, kTorchBnMean, 1e-12);
-  expect_close(next.var, kTorchBnVar, 1e-12);
+  expect_allclose(y, kTorchBnY, {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(next.mean, kTorchBnMean, {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(next.var, kTorchBnVar, {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(NnBatchNorm, NoGradientFlowsIntoTheRunningStats) {
@@ -1248,7 +1219,7 @@ TEST(NnBatchNorm, NoGradientFlowsIntoTheRunningStats) {
     const auto [y, next] = bn(xin, s0, true);
     return sum(next.mean) + sum(next.var);
   };
-  expect_close(grad(state_only)(x), std::vector<double>(48, 0.0), 0.0);
+  expect_allclose(grad(state_only)(x), std::vector<double>(48, 0.0), {.rtol = 0, .atol = 0});
   // The gradient tree of the layer is a BatchNorm (weight, bias): no state in it.
   const std::vector<double> c = random_values(48, 121);
   auto loss = [&](const nn::BatchNorm& m, const Tensor& xin) {
@@ -1259,13 +1230,13 @@ TEST(NnBatchNorm, NoGradientFlowsIntoTheRunningStats) {
   static_assert(std::is_same_v<std::decay_t<decltype(g)>, nn::BatchNorm>);
   EXPECT_EQ(nn::named_parameters(g).size(), 2u);
   // ... and it matches finite differences of the y-part (the state part has no slope).
-  const nn::BatchNorm fd = fd_tree<nn::BatchNorm>(
+  const nn::BatchNorm fd = finite_differences<nn::BatchNorm>(
       [&](const nn::BatchNorm& m) {
         const auto [y, next] = m(x, s0, true);
         return sum(y * f64(c, {4, 3, 2, 2})).item<double>();
       },
       bn);
-  expect_tree_close(g, fd, 1e-7);
+  expect_tree_allclose(g, fd, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(NnBatchNorm, InputGradientThroughBatchStatsMatchesFiniteDifferences) {
@@ -1277,8 +1248,9 @@ TEST(NnBatchNorm, InputGradientThroughBatchStatsMatchesFiniteDifferences) {
   auto loss = [&](const Tensor& xin) {
     return sum(square(bn(xin, bn.initial_state(), true).first) * f64(c, {3, 2, 2, 2}));
   };
-  const Tensor fd = fd_tree<Tensor>([&](const Tensor& t) { return loss(t).item<double>(); }, x);
-  expect_close(grad(loss)(x), vals(fd), 1e-7);
+  const Tensor fd =
+      finite_differences<Tensor>([&](const Tensor& t) { return loss(t).item<double>(); }, x);
+  expect_allclose(grad(loss)(x), vals(fd), {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(NnBatchNorm, JitOfATrainStepWithFunctionalState) {
@@ -1291,12 +1263,12 @@ TEST(NnBatchNorm, JitOfATrainStepWithFunctionalState) {
     const Tensor x = rand64({5, 3}, 130 + i, -1.0, 3.0);
     auto [y, s2] = step(bn, s, x);
     auto [ye, e2] = bn(x, eager, true);
-    expect_close(y, vals(ye), 1e-12);
+    expect_allclose(y, vals(ye), {.rtol = 1e-12, .atol = 1e-12});
     s = s2;
     eager = e2;
   }
-  expect_close(s.mean, vals(eager.mean), 1e-12);
-  expect_close(s.var, vals(eager.var), 1e-12);
+  expect_allclose(s.mean, vals(eager.mean), {.rtol = 1e-12, .atol = 1e-12});
+  expect_allclose(s.var, vals(eager.var), {.rtol = 1e-12, .atol = 1e-12});
   EXPECT_EQ(step.cache_size(), 1u);
 }
 
@@ -1353,9 +1325,9 @@ TEST(NnLoss, CrossEntropyIsStableAndItsGradientIsSoftmaxMinusTarget) {
     }
   }
   const Tensor labt = tensor(labels, Shape{rows});
-  expect_close(grad([&](const Tensor& l) { return nn::cross_entropy(l, labt, e); })(
-                   f64(lv, {rows, classes})),
-               want, 1e-13);
+  expect_allclose(grad([&](const Tensor& l) { return nn::cross_entropy(l, labt, e); })(
+                      f64(lv, {rows, classes})),
+                  want, {.rtol = 1e-13, .atol = 1e-13});
 }
 
 TEST(NnTorch, CrossEntropyMatchesPyTorch) {
@@ -1380,10 +1352,10 @@ TEST(NnLoss, MseMatchesLoops) {
   EXPECT_NEAR(nn::mse(f64(p, {3, 4}), f64(t, {3, 4})).item<double>(), want, 1e-15);
   std::vector<double> g;
   for (std::size_t i = 0; i < p.size(); ++i) g.push_back(2 * (p[i] - t[i]) / 12);
-  expect_close(grad([&](const Tensor& x) {
-                 return nn::mse(x, f64(t, {3, 4}));
-               })(f64(p, {3, 4})),
-               g, 1e-14);
+  expect_allclose(grad([&](const Tensor& x) {
+                    return nn::mse(x, f64(t, {3, 4}));
+                  })(f64(p, {3, 4})),
+                  g, {.rtol = 1e-14, .atol = 1e-14});
 }
 
 TEST(NnLoss, BinaryCrossEntropyWithLogitsMatchesTheNaiveFormulaAndDoesNotOverflow) {
@@ -1414,13 +1386,14 @@ TEST(NnLoss, BinaryCrossEntropyWithLogitsMatchesTheNaiveFormulaAndDoesNotOverflo
       return nn::binary_cross_entropy_with_logits(x, astype(f64(bt, {4}), dt));
     })(astype(f64(big, {4}), dt));
     // d/dx = (sigmoid(x) - t) / n: 0.25, -0.25, 0, 0.
-    expect_close(g, {0.25, -0.25, 0.0, 0.0}, 1e-6);
+    expect_allclose(g, {0.25, -0.25, 0.0, 0.0}, {.rtol = 1e-6, .atol = 1e-6});
   }
   // At x = 0 (a kink of max and |x|) the gradient is still sigmoid(0) - t.
   const Tensor tz = tensor({0.0, 1.0, 0.3});
-  expect_close(grad([&](const Tensor& x) { return nn::binary_cross_entropy_with_logits(x, tz); })(
-                   zeros({3}, float64)),
-               {0.5 / 3, -0.5 / 3, 0.2 / 3}, 1e-15);
+  expect_allclose(grad([&](const Tensor& x) {
+                    return nn::binary_cross_entropy_with_logits(x, tz);
+                  })(zeros({3}, float64)),
+                  {0.5 / 3, -0.5 / 3, 0.2 / 3}, {.rtol = 1e-15, .atol = 1e-15});
   // Integer (0/1) targets are converted to the logits' dtype.
   const Tensor li = nn::binary_cross_entropy_with_logits(f64({2.0, -1.0}, {2}),
                                                          tensor(std::vector<int>{1, 0}, Shape{2}));
@@ -1542,7 +1515,7 @@ TEST(NnSequential, BuiltInAndUserLayersComposeInOrder) {
   std::vector<double> h = linear_ref(xv, vals(l0.weight), &b0, 4, 8);
   for (std::size_t i = 0; i < h.size(); ++i) h[i] = std::max(h[i], 0.0) * sv[i % 8];
   EXPECT_EQ(y.shape(), (Shape{5, 3}));
-  expect_close(y, linear_ref(h, vals(l3.weight), &b3, 8, 3), 1e-13);
+  expect_allclose(y, linear_ref(h, vals(l3.weight), &b3, 8, 3), {.rtol = 1e-13, .atol = 1e-13});
 
   // Parameter names: layer index, then the layer's own name.
   const auto named = nn::named_parameters(model);
@@ -1561,16 +1534,16 @@ TEST(NnSequential, ContextReachesDropoutAndUserContextLayers) {
   const Tensor x = rand64({4, 6}, 190);
   // Without a context (or with an evaluation one) Dropout and the noise are the identity.
   const Tensor plain = model.get<4>()(nn::relu(model.get<0>()(x)));
-  expect_close(model(x), vals(plain), 1e-14);
+  expect_allclose(model(x), vals(plain), {.rtol = 1e-14, .atol = 1e-14});
   nn::Context ev = nn::Context::eval();
-  expect_close(model(x, ev), vals(plain), 1e-14);
+  expect_allclose(model(x, ev), vals(plain), {.rtol = 1e-14, .atol = 1e-14});
   // In training the Sequential hands the same context to each context-aware layer in order.
   nn::Context c1 = nn::Context::train(random::key(5)), c2 = nn::Context::train(random::key(5));
   const Tensor y = model(x, c1);
   Tensor h = nn::relu(model.get<0>()(x));
   h = model.get<2>()(h, c2);
   h = model.get<3>()(h, c2);
-  expect_close(y, vals(model.get<4>()(h)), 1e-14);
+  expect_allclose(y, vals(model.get<4>()(h)), {.rtol = 1e-14, .atol = 1e-14});
   EXPECT_NE(vals(y), vals(plain));
   // The user layer is a tree with its static leaf; it has no parameters.
   EXPECT_EQ(nn::named_parameters(model).size(), 4u);
@@ -1626,7 +1599,8 @@ TEST(NnModel, ForwardMatchesLoops) {
   for (double& v : h) v = gelu_ref(v);
   h = pool_ref(true, 2, 2, 6, 6, 2, 2, 0, h);  // [2, 2, 3, 3] = [2, 18] row-major
   EXPECT_EQ(y.shape(), (Shape{2, 3}));
-  expect_close(y, linear_ref(h, vals(net.head.weight), &hb, 18, 3), 1e-12);
+  expect_allclose(y, linear_ref(h, vals(net.head.weight), &hb, 18, 3),
+                  {.rtol = 1e-12, .atol = 1e-12});
 }
 
 TEST(NnModel, GradOfAUserModelHasItsTypeAndMatchesFiniteDifferences) {
@@ -1636,12 +1610,12 @@ TEST(NnModel, GradOfAUserModelHasItsTypeAndMatchesFiniteDifferences) {
   auto loss = [&](const Net& m) { return nn::cross_entropy(m(x), y, 0.1); };
   const auto g = grad(loss)(net);
   static_assert(std::is_same_v<std::decay_t<decltype(g)>, Net>);
-  const Net fd = fd_tree<Net>([&](const Net& m) { return loss(m).item<double>(); }, net);
-  expect_tree_close(g, fd, 1e-7);
+  const Net fd = finite_differences<Net>([&](const Net& m) { return loss(m).item<double>(); }, net);
+  expect_tree_allclose(g, fd, {.rtol = 1e-7, .atol = 1e-7});
   // value_and_grad agrees, and the gradient of a static setting is the setting itself.
   auto [v, g2] = value_and_grad(loss)(net);
   EXPECT_NEAR(v.item<double>(), loss(net).item<double>(), 1e-14);
-  expect_tree_close(g2, g, 1e-14);
+  expect_tree_allclose(g2, g, {.rtol = 1e-14, .atol = 1e-14});
   EXPECT_EQ(g.features.get<0>().padding, (std::pair<int64_t, int64_t>{1, 1}));
 }
 
@@ -1654,9 +1628,7 @@ TEST(NnModel, MlpWithLayerNormGradMatchesFiniteDifferences) {
   const Tensor x = rand64({4, 3}, 222), t = rand64({4, 2}, 223);
   using M = std::decay_t<decltype(mlp)>;
   auto loss = [&](const M& m) { return nn::mse(m(x), t); };
-  const M g = grad(loss)(mlp);
-  const M fd = fd_tree<M>([&](const M& m) { return loss(m).item<double>(); }, mlp);
-  expect_tree_close(g, fd, 1e-7);
+  expect_grad_matches_fd(loss, mlp, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(NnModel, JitMatchesEagerAndHitsTheCache) {
@@ -1670,7 +1642,7 @@ TEST(NnModel, JitMatchesEagerAndHitsTheCache) {
     const Tensor x = rand64({2, 1, 6, 6}, 230 + i, -2.0, 2.0);
     const Tensor y = tensor(std::vector<int64_t>{static_cast<int64_t>(i), 2}, Shape{2});
     EXPECT_NEAR(jloss(net, x, y).item<double>(), loss(net, x, y).item<double>(), 1e-12);
-    expect_tree_close(jgrad(net, x, y), grad(loss)(net, x, y), 1e-12);
+    expect_tree_allclose(jgrad(net, x, y), grad(loss)(net, x, y), {.rtol = 1e-12, .atol = 1e-12});
   }
   EXPECT_EQ(jloss.cache_size(), 1u);  // the second call hit the cache
   EXPECT_EQ(jgrad.cache_size(), 1u);
@@ -1701,14 +1673,16 @@ TEST(NnModel, PerExampleGradientsViaVmapOfGradEqualALoop) {
     ASSERT_EQ(gl.size(), bl.size());
     for (std::size_t k = 0; k < gl.size(); ++k) {
       EXPECT_EQ(bl[k].shape()[0], b);
-      expect_close(index(bl[k], i), vals(gl[k]), 1e-13, "example " + std::to_string(i));
+      expect_allclose(index(bl[k], i), vals(gl[k]), {.rtol = 1e-13, .atol = 1e-13},
+                      "example " + std::to_string(i));
     }
   }
   // And one of them against finite differences.
-  const M fd0 = fd_tree<M>(
+  const M fd0 = finite_differences<M>(
       [&](const M& m) { return per_example(m, index(xs, 0), index(ys, 0)).item<double>(); }, model);
   const auto fl = tree_leaves(fd0);
-  for (std::size_t k = 0; k < fl.size(); ++k) expect_close(index(bl[k], 0), vals(fl[k]), 1e-7);
+  for (std::size_t k = 0; k < fl.size(); ++k)
+    expect_allclose(index(bl[k], 0), vals(fl[k]), {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(NnModel, DropoutInsideSequentialUnderJitWithAKeyArgument) {
@@ -1723,8 +1697,8 @@ TEST(NnModel, DropoutInsideSequentialUnderJitWithAKeyArgument) {
   const Tensor x = astype(rand64({16, 8}, 260), float32);
   const Tensor k1 = random::key(1), k2 = random::key(2);
   const std::vector<double> a = vals(jfwd(model, x, k1)), b = vals(jfwd(model, x, k2));
-  expect_close(a, vals(train_fwd(model, x, k1)), 1e-5);
-  expect_close(b, vals(train_fwd(model, x, k2)), 1e-5);
+  expect_allclose(a, vals(train_fwd(model, x, k1)), {.rtol = 1e-5, .atol = 1e-5});
+  expect_allclose(b, vals(train_fwd(model, x, k2)), {.rtol = 1e-5, .atol = 1e-5});
   EXPECT_NE(a, b);                   // the key is a traced argument ...
   EXPECT_EQ(jfwd.cache_size(), 1u);  // ... so a new key does not recompile
   EXPECT_NE(a, vals(model(x)));      // training differs from evaluation

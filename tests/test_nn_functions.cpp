@@ -18,7 +18,7 @@ using namespace kiln;
 
 namespace {
 
-using kiln::testing::expect_close;
+using kiln::testing::expect_allclose;
 using kiln::testing::expect_error;
 using kiln::testing::numeric_grad;
 
@@ -74,24 +74,31 @@ TEST(NnActivations, MatchTorchValuesAndGradients) {
       const std::string key = "act/" + d + "/" + name;
       const Tensor y = f(x);
       EXPECT_EQ(y.dtype(), x.dtype()) << key;
-      expect_close(y, R(key), tol_for(x.dtype()), key);
+      expect_allclose(y, R(key), {.rtol = tol_for(x.dtype()) / 2, .atol = tol_for(x.dtype()) / 2},
+                      key);
       const Fn total = [&f = f](const Tensor& a) { return sum(f(a)); };
-      expect_close(grad(total)(x), R(key + "/grad"), tol_for(x.dtype()), key + " grad");
+      expect_allclose(grad(total)(x), R(key + "/grad"),
+                      {.rtol = tol_for(x.dtype()) / 2, .atol = tol_for(x.dtype()) / 2},
+                      key + " grad");
     }
   }
 }
 
 TEST(NnActivations, LayersCallTheirFunctions) {
   const Tensor x = R("act/f64/x");
-  expect_close(nn::ELU{}(x), R("act/f64/elu"), 0, "ELU");
-  expect_close(nn::ELU{0.5}(x), R("act/f64/elu_half"), 1e-15, "ELU(0.5)");
-  expect_close(nn::LeakyReLU{}(x), R("act/f64/leaky_relu"), 0, "LeakyReLU");
-  expect_close(nn::LeakyReLU{0.2}(x), R("act/f64/leaky_relu_02"), 0, "LeakyReLU(0.2)");
-  expect_close(nn::Softplus{}(x), R("act/f64/softplus"), 1e-15, "Softplus");
-  expect_close(nn::Softplus{.beta = 2.0, .threshold = 5.0}(x), R("act/f64/softplus_b2_t5"), 1e-15,
-               "Softplus(2, 5)");
-  expect_close(nn::GELU(true)(x), R("act/f64/gelu_tanh"), 1e-14, "GELU(tanh)");
-  expect_close(nn::SiLU()(x), R("act/f64/silu"), 1e-14, "SiLU");
+  expect_allclose(nn::ELU{}(x), R("act/f64/elu"), {.rtol = 0, .atol = 0}, "ELU");
+  expect_allclose(nn::ELU{0.5}(x), R("act/f64/elu_half"), {.rtol = 5e-16, .atol = 5e-16},
+                  "ELU(0.5)");
+  expect_allclose(nn::LeakyReLU{}(x), R("act/f64/leaky_relu"), {.rtol = 0, .atol = 0}, "LeakyReLU");
+  expect_allclose(nn::LeakyReLU{0.2}(x), R("act/f64/leaky_relu_02"), {.rtol = 0, .atol = 0},
+                  "LeakyReLU(0.2)");
+  expect_allclose(nn::Softplus{}(x), R("act/f64/softplus"), {.rtol = 5e-16, .atol = 5e-16},
+                  "Softplus");
+  expect_allclose(nn::Softplus{.beta = 2.0, .threshold = 5.0}(x), R("act/f64/softplus_b2_t5"),
+                  {.rtol = 5e-16, .atol = 5e-16}, "Softplus(2, 5)");
+  expect_allclose(nn::GELU(true)(x), R("act/f64/gelu_tanh"), {.rtol = 5e-15, .atol = 5e-15},
+                  "GELU(tanh)");
+  expect_allclose(nn::SiLU()(x), R("act/f64/silu"), {.rtol = 5e-15, .atol = 5e-15}, "SiLU");
   // Static leaves: a Sequential of them has no parameters and keeps its settings.
   const nn::Sequential seq(nn::LeakyReLU{0.2}, nn::ELU{0.5}, nn::Softplus{.beta = 2.0});
   EXPECT_EQ(nn::parameter_count(seq), 0);
@@ -170,17 +177,19 @@ TEST(NnNorms, GroupNormMatchesTorchWithGradients) {
     nn::GroupNorm layer(3, 6, 1e-5, true, x.dtype());
     layer.weight = R(p + "w");
     layer.bias = R(p + "b");
-    expect_close(layer(x), R(p + "y"), tol, p + "layer");
-    expect_close(nn::group_norm(x, 3, R(p + "w"), R(p + "b")), R(p + "y"), tol, p + "functional");
-    expect_close(nn::GroupNorm(3, 6, 1e-5, false, x.dtype())(x), R(p + "plain"), tol, p + "plain");
-    expect_close(nn::GroupNorm(2, 4, 0.1, true, x.dtype())(R(p + "x2")), R(p + "y2"), tol,
-                 p + "[N, C]");
+    expect_allclose(layer(x), R(p + "y"), {.rtol = tol / 2, .atol = tol / 2}, p + "layer");
+    expect_allclose(nn::group_norm(x, 3, R(p + "w"), R(p + "b")), R(p + "y"),
+                    {.rtol = tol / 2, .atol = tol / 2}, p + "functional");
+    expect_allclose(nn::GroupNorm(3, 6, 1e-5, false, x.dtype())(x), R(p + "plain"),
+                    {.rtol = tol / 2, .atol = tol / 2}, p + "plain");
+    expect_allclose(nn::GroupNorm(2, 4, 0.1, true, x.dtype())(R(p + "x2")), R(p + "y2"),
+                    {.rtol = tol / 2, .atol = tol / 2}, p + "[N, C]");
     // Gradients with respect to the input and to the layer (a GroupNorm-shaped tree).
     const Tensor gx = grad([&](const Tensor& a) { return sum(layer(a) * r); })(x);
-    expect_close(gx, R(p + "gx"), tol, p + "d/dx");
+    expect_allclose(gx, R(p + "gx"), {.rtol = tol / 2, .atol = tol / 2}, p + "d/dx");
     const nn::GroupNorm gl = grad([&](const nn::GroupNorm& m) { return sum(m(x) * r); })(layer);
-    expect_close(*gl.weight, R(p + "gw"), tol, p + "d/dweight");
-    expect_close(*gl.bias, R(p + "gb"), tol, p + "d/dbias");
+    expect_allclose(*gl.weight, R(p + "gw"), {.rtol = tol / 2, .atol = tol / 2}, p + "d/dweight");
+    expect_allclose(*gl.bias, R(p + "gb"), {.rtol = tol / 2, .atol = tol / 2}, p + "d/dbias");
     EXPECT_EQ(gl.num_groups, 3);
   }
 }
@@ -189,13 +198,14 @@ TEST(NnNorms, RMSNormMatchesItsDefinition) {
   const Tensor x = R("rms/x"), w = R("rms/w");
   nn::RMSNorm layer(5, 1e-6, true, float64);
   layer.weight = w;
-  expect_close(layer(x), R("rms/y"), 1e-14, "layer");
-  expect_close(nn::rms_norm(x, w), R("rms/y"), 1e-14, "functional");
-  expect_close(nn::rms_norm(astype(x, float32), astype(w, float32)), R("rms/y"), 2e-6, "f32");
+  expect_allclose(layer(x), R("rms/y"), {.rtol = 5e-15, .atol = 5e-15}, "layer");
+  expect_allclose(nn::rms_norm(x, w), R("rms/y"), {.rtol = 5e-15, .atol = 5e-15}, "functional");
+  expect_allclose(nn::rms_norm(astype(x, float32), astype(w, float32)), R("rms/y"),
+                  {.rtol = 1e-6, .atol = 1e-6}, "f32");
   // Without affine: the normalised input and no parameters.
   const nn::RMSNorm plain(5, 1e-6, false, float64);
   EXPECT_EQ(nn::parameter_count(plain), 0);
-  expect_close(plain(x) * w, R("rms/y"), 1e-14, "no affine");
+  expect_allclose(plain(x) * w, R("rms/y"), {.rtol = 5e-15, .atol = 5e-15}, "no affine");
   EXPECT_EQ(nn::parameter_count(nn::GroupNorm(2, 4, 1e-5, false)), 0);
   const auto names = nn::named_parameters(nn::GroupNorm(2, 4));
   ASSERT_EQ(names.size(), 2u);
@@ -284,15 +294,15 @@ TEST(NnLosses, HuberMatchesTorch) {
       auto f = [&, delta = delta, red = red](const Tensor& a, const Tensor& b) {
         return nn::huber_loss(a, b, delta, red);
       };
-      expect_close(f(p, t), R(key), 1e-15, key);
+      expect_allclose(f(p, t), R(key), {.rtol = 5e-16, .atol = 5e-16}, key);
       const auto [gp, gt] = grads2(f, p, t);
-      expect_close(gp, R(key + "/gp"), 1e-15, key + " d/dp");
-      expect_close(gt, R(key + "/gt"), 1e-15, key + " d/dt");
+      expect_allclose(gp, R(key + "/gp"), {.rtol = 5e-16, .atol = 5e-16}, key + " d/dp");
+      expect_allclose(gt, R(key + "/gt"), {.rtol = 5e-16, .atol = 5e-16}, key + " d/dt");
     }
   }
   // float32, and the default delta and reduction.
-  expect_close(nn::huber_loss(astype(p, float32), astype(t, float32)), R("huber/d1/mean"), 1e-6,
-               "f32");
+  expect_allclose(nn::huber_loss(astype(p, float32), astype(t, float32)), R("huber/d1/mean"),
+                  {.rtol = 5e-7, .atol = 5e-7}, "f32");
 }
 
 TEST(NnLosses, KlDivMatchesTorch) {
@@ -308,9 +318,9 @@ TEST(NnLosses, KlDivMatchesTorch) {
         return nn::kl_div(a, b, red, log_target);
       };
       const Tensor target = log_target ? lt : t;
-      expect_close(f(in, target), R(key), 1e-14, key);
+      expect_allclose(f(in, target), R(key), {.rtol = 5e-15, .atol = 5e-15}, key);
       const auto [gi, gt] = grads2(f, in, target);
-      expect_close(gi, R(key + "/gi"), 1e-14, key + " d/dinput");
+      expect_allclose(gi, R(key + "/gi"), {.rtol = 5e-15, .atol = 5e-15}, key + " d/dinput");
       // d/dtarget at target = 0: PyTorch's is NaN (log 0 - input + 1 with 0 * inf); kiln's
       // xlogy term contributes 0 there, leaving -input.
       std::vector<double> want = R(key + "/gt").to_vector<double>();
@@ -321,14 +331,15 @@ TEST(NnLosses, KlDivMatchesTorch) {
         EXPECT_TRUE(std::isfinite(got[zero])) << key;
         want[zero] = got[zero] = 0.0;
       }
-      expect_close(tensor(got), tensor(want), 1e-14, key + " d/dtarget");
+      expect_allclose(tensor(got), tensor(want), {.rtol = 5e-15, .atol = 5e-15},
+                      key + " d/dtarget");
     }
   }
   // xlogy's edges as PyTorch: 0 log 0 = 0, 0 * -inf = NaN, a negative target NaN.
   const double inf = std::numeric_limits<double>::infinity();
-  expect_close(nn::kl_div(tensor(std::vector<double>{-1.0, -inf, -2.0, 0.5}),
-                          tensor(std::vector<double>{0.0, 0.0, -0.5, 0.3}), nn::Reduction::none),
-               R("kl/edge"), 1e-15, "edges");
+  expect_allclose(nn::kl_div(tensor(std::vector<double>{-1.0, -inf, -2.0, 0.5}),
+                             tensor(std::vector<double>{0.0, 0.0, -0.5, 0.3}), nn::Reduction::none),
+                  R("kl/edge"), {.rtol = 5e-16, .atol = 5e-16, .equal_nan = true}, "edges");
   // batchmean of a 0-d input is the plain sum, as PyTorch.
   EXPECT_NEAR(nn::kl_div(full(Shape{}, -1.0, float64), full(Shape{}, 0.5, float64),
                          nn::Reduction::batchmean)
@@ -340,19 +351,20 @@ TEST(NnLosses, NllAndLabelSmoothedCrossEntropyMatchTorch) {
   const Tensor lp = R("nll/logp"), labels = R("nll/labels"), logits = R("nll/logits");
   for (const auto& [name, red] : kReductions) {
     auto f = [&, red = red](const Tensor& a) { return nn::nll_loss(a, labels, -100, red); };
-    expect_close(f(lp), R("nll/" + name), 1e-15, "nll " + name);
-    expect_close(grad([&](const Tensor& a) { return sum(f(a)); })(lp), R("nll/" + name + "/grad"),
-                 1e-15, "nll grad " + name);
+    expect_allclose(f(lp), R("nll/" + name), {.rtol = 5e-16, .atol = 5e-16}, "nll " + name);
+    expect_allclose(grad([&](const Tensor& a) { return sum(f(a)); })(lp),
+                    R("nll/" + name + "/grad"), {.rtol = 5e-16, .atol = 5e-16}, "nll grad " + name);
   }
-  expect_close(nn::nll_loss(lp, R("nll/labels_wrapped"), 2), R("nll/ignore2"), 1e-15,
-               "ignore_index 2");
-  expect_close(nn::nll_loss(astype(lp, float32), astype(labels, int32)), R("nll/mean"), 1e-6,
-               "f32, int32 labels");
+  expect_allclose(nn::nll_loss(lp, R("nll/labels_wrapped"), 2), R("nll/ignore2"),
+                  {.rtol = 5e-16, .atol = 5e-16}, "ignore_index 2");
+  expect_allclose(nn::nll_loss(astype(lp, float32), astype(labels, int32)), R("nll/mean"),
+                  {.rtol = 5e-7, .atol = 5e-7}, "f32, int32 labels");
   for (const double e : {0.0, 0.1, 0.3, 1.0}) {
     const std::string key = "ce/" + std::to_string(e).substr(0, 3);
     auto f = [&](const Tensor& a) { return nn::cross_entropy(a, labels, e); };
-    expect_close(f(logits), R(key), 1e-14, key);
-    expect_close(grad(f)(logits), R(key + "/grad"), 1e-14, key + " grad");
+    expect_allclose(f(logits), R(key), {.rtol = 5e-15, .atol = 5e-15}, key);
+    expect_allclose(grad(f)(logits), R(key + "/grad"), {.rtol = 5e-15, .atol = 5e-15},
+                    key + " grad");
   }
 }
 
@@ -441,7 +453,10 @@ TEST(NnFunctionsDtypes, HalfPrecisionKeepsItsDtype) {
     for (std::size_t k = 0; k < fs.size(); ++k) {
       const Tensor y = fs[k](astype(x, d));
       EXPECT_EQ(y.dtype(), d) << k;
-      expect_close(y, fs[k](x), d == float16 ? 4e-3 : 3e-2, "f" + std::to_string(k));
+      expect_allclose(
+          y, fs[k](x),
+          {.rtol = (d == float16 ? 4e-3 : 3e-2) / 2, .atol = (d == float16 ? 4e-3 : 3e-2) / 2},
+          "f" + std::to_string(k));
     }
 }
 
@@ -459,14 +474,14 @@ TEST(NnFunctionsTransforms, JitMatchesEager) {
            nn::kl_div(lp, softmax(moveaxis(t, 1, 2), -1), nn::Reduction::batchmean) +
            nn::nll_loss(lp, labels) + nn::cross_entropy(moveaxis(a, 1, 2), labels, 0.2);
   };
-  expect_close(jit(f)(x), f(x), 1e-12, "value");
-  expect_close(jit(grad(f))(x), grad(f)(x), 1e-12, "gradient");
+  expect_allclose(jit(f)(x), f(x), {.rtol = 5e-13, .atol = 5e-13}, "value");
+  expect_allclose(jit(grad(f))(x), grad(f)(x), {.rtol = 5e-13, .atol = 5e-13}, "gradient");
   // f32 through the compiler's fusible elementwise code.
   const Tensor xf = astype(x, float32);
   auto acts = [](const Tensor& a) {
     return nn::elu(a) + nn::leaky_relu(a) + nn::softplus(a, 2.0) + nn::rms_norm(a, std::nullopt);
   };
-  expect_close(jit(acts)(xf), acts(xf), 1e-5, "f32 activations");
+  expect_allclose(jit(acts)(xf), acts(xf), {.rtol = 5e-6, .atol = 5e-6}, "f32 activations");
 }
 
 TEST(NnFunctionsTransforms, VmapMatchesALoop) {
@@ -479,7 +494,8 @@ TEST(NnFunctionsTransforms, VmapMatchesALoop) {
   };
   const Tensor batched = vmap(f)(xs, ts);
   for (int64_t i = 0; i < 3; ++i)
-    expect_close(index(batched, i), f(index(xs, i), index(ts, i)), 1e-12, "example");
+    expect_allclose(index(batched, i), f(index(xs, i), index(ts, i)),
+                    {.rtol = 5e-13, .atol = 5e-13}, "example");
   // Per-example losses with a reduction: one scalar each.
   auto loss = [](const Tensor& a, const Tensor& b) {
     return nn::huber_loss(a, b) + nn::kl_div(a, softmax(b, -1), nn::Reduction::batchmean);
@@ -487,7 +503,8 @@ TEST(NnFunctionsTransforms, VmapMatchesALoop) {
   const Tensor per = vmap(loss)(xs, ts);
   ASSERT_EQ(per.shape(), Shape({3}));
   for (int64_t i = 0; i < 3; ++i)
-    expect_close(index(per, i), loss(index(xs, i), index(ts, i)), 1e-12, "loss example");
+    expect_allclose(index(per, i), loss(index(xs, i), index(ts, i)), {.rtol = 5e-13, .atol = 5e-13},
+                    "loss example");
   // nll_loss with per-example labels (some ignored) under vmap.
   const Tensor lps = log_softmax(sample(Shape{3, 4, 5}, 15), -1);
   const Tensor ls =
@@ -495,7 +512,8 @@ TEST(NnFunctionsTransforms, VmapMatchesALoop) {
   const Tensor nll =
       vmap([](const Tensor& a, const Tensor& l) { return nn::nll_loss(a, l); })(lps, ls);
   for (int64_t i = 0; i < 3; ++i)
-    expect_close(index(nll, i), nn::nll_loss(index(lps, i), index(ls, i)), 1e-15, "nll example");
+    expect_allclose(index(nll, i), nn::nll_loss(index(lps, i), index(ls, i)),
+                    {.rtol = 5e-16, .atol = 5e-16}, "nll example");
 }
 
 }  // namespace

@@ -16,12 +16,14 @@
 
 #include "nn_checks.h"
 #include "testing.h"
+#include "tree_testing.h"
 
 namespace kiln {
 namespace {
 
-using nn_checks::expect_close;
+using testing::expect_allclose;
 using testing::expect_error;
+using testing::expect_grad_matches_fd;
 
 Tensor normal(uint64_t seed, const Shape& shape) {
   return random::normal(random::key(seed), shape, float64);
@@ -97,10 +99,10 @@ TEST(SequenceLayers, RnnIsItsCellEquationSteppedByHand) {
           return rnn_step(rnn.cells[i], xt, s);
         });
     const auto [y, h] = rnn(x, h0);
-    expect_close(y, want_y, 1e-12, act + " outputs");
+    expect_allclose(y, want_y, {.rtol = 1e-12, .atol = 1e-12}, act + " outputs");
     std::vector<Tensor> hs;
     for (const HandState& s : finals) hs.push_back(s.h);
-    expect_close(h, stack(hs, 0), 1e-12, act + " final h");
+    expect_allclose(h, stack(hs, 0), {.rtol = 1e-12, .atol = 1e-12}, act + " final h");
   }
 }
 
@@ -111,12 +113,12 @@ TEST(SequenceLayers, RnnBatchFirstAndUnbatchedAreTheTimeMajorLayer) {
   nn::RNN first = rnn;
   first.batch_first = true;
   const auto [yb, hb] = first(swapaxes(x, 0, 1));
-  expect_close(swapaxes(yb, 0, 1), y, 1e-12, "batch_first");
-  expect_close(hb, h, 1e-12, "batch_first h");
+  expect_allclose(swapaxes(yb, 0, 1), y, {.rtol = 1e-12, .atol = 1e-12}, "batch_first");
+  expect_allclose(hb, h, {.rtol = 1e-12, .atol = 1e-12}, "batch_first h");
   const auto second = [](const Tensor& t) { return index(swapaxes(t, 0, 1), 1); };
   const auto [yu, hu] = rnn(second(x));
-  expect_close(yu, second(y), 1e-12, "unbatched");
-  expect_close(hu, second(h), 1e-12, "unbatched h");
+  expect_allclose(yu, second(y), {.rtol = 1e-12, .atol = 1e-12}, "unbatched");
+  expect_allclose(hu, second(h), {.rtol = 1e-12, .atol = 1e-12}, "unbatched h");
 }
 
 TEST(SequenceLayers, LstmProjectionIsTheCellEquationSteppedByHand) {
@@ -134,14 +136,14 @@ TEST(SequenceLayers, LstmProjectionIsTheCellEquationSteppedByHand) {
         return lstm_step(lstm.cells[i], xt, s);
       });
   const auto [y, s] = lstm(x, nn::LSTMState{h0, c0});
-  expect_close(y, want_y, 1e-12, "outputs");
+  expect_allclose(y, want_y, {.rtol = 1e-12, .atol = 1e-12}, "outputs");
   std::vector<Tensor> hs, cs;
   for (const HandState& f : finals) {
     hs.push_back(f.h);
     cs.push_back(f.c);
   }
-  expect_close(s.h, stack(hs, 0), 1e-12, "h");
-  expect_close(s.c, stack(cs, 0), 1e-12, "c");
+  expect_allclose(s.h, stack(hs, 0), {.rtol = 1e-12, .atol = 1e-12}, "h");
+  expect_allclose(s.c, stack(cs, 0), {.rtol = 1e-12, .atol = 1e-12}, "c");
 }
 
 TEST(SequenceLayers, ParameterGradientsMatchFiniteDifferences) {
@@ -157,16 +159,8 @@ TEST(SequenceLayers, ParameterGradientsMatchFiniteDifferences) {
     const auto [y, s] = m(x);
     return sum(sin(y)) + sum(s.c) + sum(square(s.h));
   };
-  nn_checks::expect_tree_close(
-      grad(rnn_loss)(rnn),
-      nn_checks::finite_differences<nn::RNN>(
-          [&](const nn::RNN& m) { return rnn_loss(m).item<double>(); }, rnn),
-      1e-7);
-  nn_checks::expect_tree_close(
-      grad(lstm_loss)(lstm),
-      nn_checks::finite_differences<nn::LSTM>(
-          [&](const nn::LSTM& m) { return lstm_loss(m).item<double>(); }, lstm),
-      1e-7);
+  expect_grad_matches_fd(rnn_loss, rnn, {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(lstm_loss, lstm, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(SequenceLayers, DropoutBetweenLayersOnlyInTraining) {
@@ -174,15 +168,15 @@ TEST(SequenceLayers, DropoutBetweenLayersOnlyInTraining) {
   const Tensor x = random::normal(random::key(14), {5, 2, 4});
   const Tensor y = gru(x).first;
   nn::Context eval = nn::Context::eval();
-  expect_close(gru(x, eval).first, y, 0, "eval");
+  expect_allclose(gru(x, eval).first, y, {.rtol = 0, .atol = 0}, "eval");
   nn::Context a = nn::Context::train(random::key(15)), b = nn::Context::train(random::key(15));
   const Tensor ya = gru(x, a).first;
-  expect_close(gru(x, b).first, ya, 0, "same key");
+  expect_allclose(gru(x, b).first, ya, {.rtol = 0, .atol = 0}, "same key");
   EXPECT_FALSE(allclose(ya, y).item<bool>());
   // One layer: nothing between layers, training is evaluation.
   const nn::GRU one(4, 6, random::key(13), {.dropout = 0.4});
   nn::Context c = nn::Context::train(random::key(16));
-  expect_close(one(x, c).first, one(x).first, 0, "one layer");
+  expect_allclose(one(x, c).first, one(x).first, {.rtol = 0, .atol = 0}, "one layer");
 }
 
 TEST(SequenceLayers, DropoutKeepsAtTheRate) {
@@ -322,11 +316,12 @@ TEST(TransformerLayers, EncoderLayerIsItsEquations) {
       }
       const std::string what =
           std::string(norm_first ? "norm_first" : "post-norm") + (gelu ? " gelu" : " relu");
-      expect_close(layer(x, {.src_key_padding_mask = pad, .is_causal = true}), want, 1e-12, what);
+      expect_allclose(layer(x, {.src_key_padding_mask = pad, .is_causal = true}), want,
+                      {.rtol = 1e-12, .atol = 1e-12}, what);
       // A bool src_mask is true where attending is NOT allowed.
-      expect_close(
+      expect_allclose(
           layer(x, {.src_mask = logical_not(causal_allowed(5)), .src_key_padding_mask = pad}), want,
-          1e-12, what + " src_mask");
+          {.rtol = 1e-12, .atol = 1e-12}, what + " src_mask");
     }
 }
 
@@ -357,8 +352,8 @@ TEST(TransformerLayers, DecoderLayerIsItsEquations) {
       want = hand_layer_norm(layer.norm2, want + ca(want));
       want = hand_layer_norm(layer.norm3, want + ff(want));
     }
-    expect_close(layer(tgt, memory, {.memory_key_padding_mask = mpad, .tgt_is_causal = true}), want,
-                 1e-12, norm_first ? "norm_first" : "post-norm");
+    expect_allclose(layer(tgt, memory, {.memory_key_padding_mask = mpad, .tgt_is_causal = true}),
+                    want, {.rtol = 1e-12, .atol = 1e-12}, norm_first ? "norm_first" : "post-norm");
   }
 }
 
@@ -371,8 +366,8 @@ TEST(TransformerLayers, StacksAreTheirLayersInTurn) {
   const Tensor x = normal(26, {2, 5, 4});
   Tensor want = x;
   for (const auto& l : encoder.layers) want = l(want, {.is_causal = true});
-  expect_close(encoder(x, {.is_causal = true}), hand_layer_norm(*encoder.norm, want), 1e-12,
-               "encoder");
+  expect_allclose(encoder(x, {.is_causal = true}), hand_layer_norm(*encoder.norm, want),
+                  {.rtol = 1e-12, .atol = 1e-12}, "encoder");
   auto decoder = perturbed(
       nn::TransformerDecoder(
           nn::TransformerDecoderLayer(4, 2, random::key(27), layer_options(true, true)), 2),
@@ -381,7 +376,7 @@ TEST(TransformerLayers, StacksAreTheirLayersInTurn) {
   const Tensor tgt = normal(28, {2, 3, 4});
   Tensor dwant = tgt;
   for (const auto& l : decoder.layers) dwant = l(dwant, x);
-  expect_close(decoder(tgt, x), dwant, 1e-12, "decoder");
+  expect_allclose(decoder(tgt, x), dwant, {.rtol = 1e-12, .atol = 1e-12}, "decoder");
   const std::vector<std::string> names = tree_names(tree_flatten(encoder).second);
   EXPECT_EQ(names.front(), "layers.0.self_attn.in_proj_weight");
   EXPECT_EQ(names.back(), "norm.bias");
@@ -394,11 +389,7 @@ TEST(TransformerLayers, ParameterGradientsMatchFiniteDifferences) {
   const auto loss = [&](const nn::TransformerEncoderLayer& m) {
     return sum(sin(m(x, {.is_causal = true})));
   };
-  nn_checks::expect_tree_close(
-      grad(loss)(layer),
-      nn_checks::finite_differences<nn::TransformerEncoderLayer>(
-          [&](const nn::TransformerEncoderLayer& m) { return loss(m).item<double>(); }, layer),
-      1e-7);
+  expect_grad_matches_fd(loss, layer, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 TEST(TransformerLayers, DropoutOnlyInTrainingAndDeterministic) {
@@ -407,10 +398,10 @@ TEST(TransformerLayers, DropoutOnlyInTrainingAndDeterministic) {
   const Tensor x = random::normal(random::key(32), {5, 2, 8});
   const Tensor y = layer(x);
   nn::Context eval = nn::Context::eval();
-  expect_close(layer(x, eval), y, 0, "eval");
+  expect_allclose(layer(x, eval), y, {.rtol = 0, .atol = 0}, "eval");
   nn::Context a = nn::Context::train(random::key(33)), b = nn::Context::train(random::key(33));
   const Tensor ya = layer(x, a);
-  expect_close(layer(x, b), ya, 0, "same key");
+  expect_allclose(layer(x, b), ya, {.rtol = 0, .atol = 0}, "same key");
   EXPECT_FALSE(allclose(ya, y).item<bool>());
 }
 

@@ -19,6 +19,8 @@ using namespace kiln;
 
 namespace {
 
+using kiln::testing::expect_allclose;
+
 using kiln::testing::expect_error;
 
 using D = std::vector<double>;
@@ -44,24 +46,13 @@ double rtol(DType d) {
       return 0;
   }
 }
+// Values that a few roundings in t's dtype explain; NaN where the reference has NaN.
+void expect_rounded(const Tensor& t, const D& want, const std::string& what,
+                    std::source_location at = std::source_location::current()) {
+  const DType d = t.dtype();
+  expect_allclose(t, want, {.rtol = rtol(d), .atol = rtol(d) * 1e-2, .equal_nan = true}, what, at);
+}
 
-// Values equal within atol + rtol * |want|; NaN matches NaN, infinities match exactly.
-void expect_close(const Tensor& t, const D& want, double rt, double at, const std::string& what) {
-  const D got = t.to_vector<double>();
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(want[i])) {
-      EXPECT_TRUE(std::isnan(got[i])) << what << " [" << i << "]: got " << got[i];
-    } else if (std::isinf(want[i])) {
-      EXPECT_EQ(got[i], want[i]) << what << " [" << i << "]";
-    } else {
-      EXPECT_NEAR(got[i], want[i], at + rt * std::fabs(want[i])) << what << " [" << i << "]";
-    }
-  }
-}
-void expect_close(const Tensor& t, const D& want, const std::string& what) {
-  expect_close(t, want, rtol(t.dtype()), rtol(t.dtype()) * 1e-2, what);
-}
 // Exact comparison through double (every value used here is exact in every dtype).
 void expect_values(const Tensor& t, const D& want, const std::string& what = "") {
   EXPECT_EQ(t.to_vector<double>(), want) << what << " dtype " << t.dtype();
@@ -200,7 +191,7 @@ TEST(Unary, EveryOpEveryFloatDtype) {
       const Tensor y = fn(x);
       EXPECT_EQ(y.dtype(), d) << c.name;
       EXPECT_EQ(y.shape(), x.shape()) << c.name;
-      expect_close(y, c.want, std::string(c.name) + " " + std::string(dtype_name(d)));
+      expect_rounded(y, c.want, std::string(c.name) + " " + std::string(dtype_name(d)));
     }
   }
 }
@@ -213,18 +204,18 @@ TEST(Unary, NonContiguousAndBroadcastInputs) {
     const Tensor y = unary_fn(c.name)(m);
     EXPECT_EQ(y.shape(), (Shape{4, 2}));
     const D& w = c.want;
-    expect_close(y, {w[0], w[4], w[1], w[5], w[2], w[6], w[3], w[7]}, std::string(c.name) + " T");
+    expect_rounded(y, {w[0], w[4], w[1], w[5], w[2], w[6], w[3], w[7]}, std::string(c.name) + " T");
   }
   // Stepped and reversed slice: kUnaryX[::-3] = x[7], x[4], x[1].
   const Tensor s = slice(f64(kUnaryX), {Slice{std::nullopt, std::nullopt, -3}});
   for (const UnaryCase& c : kUnary) {
     if (c.positive) continue;
-    expect_close(unary_fn(c.name)(s), {c.want[7], c.want[4], c.want[1]},
-                 std::string(c.name) + " ::-3");
+    expect_rounded(unary_fn(c.name)(s), {c.want[7], c.want[4], c.want[1]},
+                   std::string(c.name) + " ::-3");
   }
   // Broadcast view (stride 0).
   const Tensor b = broadcast_to(f64({2.75}), Shape{2, 3});
-  expect_close(exp(b), D(6, 15.642631884188173), "exp broadcast");  // numpy: np.exp(2.75)
+  expect_rounded(exp(b), D(6, 15.642631884188173), "exp broadcast");  // numpy: np.exp(2.75)
 }
 
 TEST(Unary, IntegerAndBoolInputs) {
@@ -232,7 +223,8 @@ TEST(Unary, IntegerAndBoolInputs) {
   const Tensor i = tensor({0, 1, 2});
   const Tensor e = exp(i);
   EXPECT_EQ(e.dtype(), float32);
-  expect_close(e, {1.0, 2.718281828459045, 7.38905609893065}, "exp i32");  // numpy: np.exp([0,1,2])
+  expect_rounded(e, {1.0, 2.718281828459045, 7.38905609893065},
+                 "exp i32");  // numpy: np.exp([0,1,2])
   EXPECT_EQ(sqrt(tensor(std::vector<uint8_t>{4, 9}, Shape{2})).dtype(), float32);
   expect_values(sqrt(tensor(std::vector<uint8_t>{4, 9}, Shape{2})), {2, 3});
   expect_values(sin(tensor({false, true})), {0.0, static_cast<double>(std::sin(1.0f))});
@@ -294,25 +286,25 @@ TEST(Unary, SpecialValues) {
   for (DType d : kFloats) {
     const Tensor x = as(d, in);
     // numpy: np.exp([nan, inf, -inf, -1, 0, -0]) -> [nan, inf, 0, 0.36787944, 1, 1]
-    expect_close(exp(x), {NAN, INFINITY, 0.0, 0.36787944117144233, 1.0, 1.0}, "exp special");
+    expect_rounded(exp(x), {NAN, INFINITY, 0.0, 0.36787944117144233, 1.0, 1.0}, "exp special");
     // numpy: np.log(...) -> [nan, inf, nan, nan, -inf, -inf]; np.sqrt -> [nan, inf, nan, nan, 0,
     // -0]
-    expect_close(log(x), {NAN, INFINITY, NAN, NAN, -INFINITY, -INFINITY}, "log special");
-    expect_close(sqrt(x), {NAN, INFINITY, NAN, NAN, 0.0, 0.0}, "sqrt special");
+    expect_rounded(log(x), {NAN, INFINITY, NAN, NAN, -INFINITY, -INFINITY}, "log special");
+    expect_rounded(sqrt(x), {NAN, INFINITY, NAN, NAN, 0.0, 0.0}, "sqrt special");
     // numpy: np.tanh -> [nan, 1, -1, -0.76159416, 0, -0]; sigmoid(+-inf) = 1, 0
-    expect_close(tanh(x), {NAN, 1.0, -1.0, -0.7615941559557649, 0.0, 0.0}, "tanh special");
-    expect_close(sigmoid(x), {NAN, 1.0, 0.0, 0.2689414213699951, 0.5, 0.5}, "sigmoid special");
-    expect_close(abs(x), {NAN, INFINITY, INFINITY, 1.0, 0.0, 0.0}, "abs special");
-    expect_close(sign(x), {NAN, 1.0, -1.0, -1.0, 0.0, 0.0}, "sign special");
-    expect_close(floor(x), {NAN, INFINITY, -INFINITY, -1.0, 0.0, 0.0}, "floor special");
+    expect_rounded(tanh(x), {NAN, 1.0, -1.0, -0.7615941559557649, 0.0, 0.0}, "tanh special");
+    expect_rounded(sigmoid(x), {NAN, 1.0, 0.0, 0.2689414213699951, 0.5, 0.5}, "sigmoid special");
+    expect_rounded(abs(x), {NAN, INFINITY, INFINITY, 1.0, 0.0, 0.0}, "abs special");
+    expect_rounded(sign(x), {NAN, 1.0, -1.0, -1.0, 0.0, 0.0}, "sign special");
+    expect_rounded(floor(x), {NAN, INFINITY, -INFINITY, -1.0, 0.0, 0.0}, "floor special");
     // isnan on every float dtype.
     const Tensor n = isnan(x);
     EXPECT_EQ(n.dtype(), bool_);
     EXPECT_EQ(n.to_vector<bool>(), (B{true, false, false, false, false, false}));
   }
   // Stable sigmoid at large |x| (no overflow to nan): numpy 1/(1+exp(-x)) at +-80, +-1000.
-  expect_close(sigmoid(tensor({80.0f, -80.0f, 1000.0f, -1000.0f})),
-               {1.0, 1.8048513878454153e-35, 1.0, 0.0}, 1e-5, 0, "sigmoid");
+  expect_allclose(sigmoid(tensor({80.0f, -80.0f, 1000.0f, -1000.0f})),
+                  {1.0, 1.8048513878454153e-35, 1.0, 0.0}, {.rtol = 1e-5, .atol = 0}, "sigmoid");
   // isnan of integers and bools is all false, with the input's shape.
   for (DType d : {bool_, uint8, uint32, int32, int64}) {
     const Tensor n = isnan(as(d, {0, 1, 2}, Shape{3, 1}));
@@ -423,10 +415,10 @@ TEST(Binary, FloatOpsBroadcastEveryFloatDtype) {
       const Tensor y = fn(a, b);
       EXPECT_EQ(y.dtype(), d) << c.name;
       EXPECT_EQ(y.shape(), (Shape{2, 3})) << c.name;
-      expect_close(y, c.want, std::string(c.name) + " " + std::string(dtype_name(d)));
+      expect_rounded(y, c.want, std::string(c.name) + " " + std::string(dtype_name(d)));
       const Tensor yt = fn(transpose(a), reshape(b, Shape{3, 1}));
       EXPECT_EQ(yt.shape(), (Shape{3, 2})) << c.name;
-      expect_close(yt, c.want_t, std::string(c.name) + " T " + std::string(dtype_name(d)));
+      expect_rounded(yt, c.want_t, std::string(c.name) + " T " + std::string(dtype_name(d)));
       // Broadcasting is symmetric: the [3] operand on the left gives f(B, A).
       EXPECT_EQ(fn(b, a).shape(), (Shape{2, 3}));
     }
@@ -522,14 +514,14 @@ TEST(Binary, NaNPropagation) {
   // numpy: np.maximum([nan, 1, 2, nan], [0, nan, 1, nan]) -> [nan, nan, 2, nan]; minimum alike.
   for (DType d : kFloats) {
     const Tensor a = as(d, {NAN, 1, 2, NAN}), b = as(d, {0, NAN, 1, NAN});
-    expect_close(maximum(a, b), {NAN, NAN, 2, NAN}, "maximum nan");
-    expect_close(minimum(a, b), {NAN, NAN, 1, NAN}, "minimum nan");
-    expect_close(add(a, b), {NAN, NAN, 3, NAN}, "add nan");
-    expect_close(maximum(a, 1.5), {NAN, 1.5, 2, NAN}, "maximum scalar nan");
+    expect_rounded(maximum(a, b), {NAN, NAN, 2, NAN}, "maximum nan");
+    expect_rounded(minimum(a, b), {NAN, NAN, 1, NAN}, "minimum nan");
+    expect_rounded(add(a, b), {NAN, NAN, 3, NAN}, "add nan");
+    expect_rounded(maximum(a, 1.5), {NAN, 1.5, 2, NAN}, "maximum scalar nan");
   }
   // 0/0 and x/0 in floats: nan and +-inf (numpy: np.divide([0, 1, -1], 0)).
-  expect_close(div(tensor({0.0f, 1.0f, -1.0f}), tensor({0.0f})), {NAN, INFINITY, -INFINITY},
-               "div0");
+  expect_rounded(div(tensor({0.0f, 1.0f, -1.0f}), tensor({0.0f})), {NAN, INFINITY, -INFINITY},
+                 "div0");
 }
 
 TEST(Binary, ZeroDimAndEmpty) {
@@ -626,8 +618,8 @@ TEST(Where, BroadcastsAndPromotes) {
     expect_values(w, {1, 0, 0, 1}, std::string(dtype_name(d)));
   }
   // NaNs pass through the chosen side only.
-  expect_close(where(tensor({true, false}), tensor({NAN, NAN}), tensor({1.0f, 2.0f})), {NAN, 2},
-               "where nan");
+  expect_rounded(where(tensor({true, false}), tensor({NAN, NAN}), tensor({1.0f, 2.0f})), {NAN, 2},
+                 "where nan");
   // 0-d everything.
   EXPECT_EQ(where(tensor(true), tensor(1), tensor(2)).item<int32_t>(), 1);
 }
@@ -637,7 +629,7 @@ TEST(Clip, ScalarAndTensorBounds) {
   for (DType d : kFloats) {
     const Tensor c = clip(as(d, {-2, 0.5, 3, NAN}), 0.0, 1.0);
     EXPECT_EQ(c.dtype(), d);
-    expect_close(c, {0, 0.5, 1, NAN}, "clip");
+    expect_rounded(c, {0, 0.5, 1, NAN}, "clip");
   }
   // numpy: np.clip([[1, 5], [3, -1]], [0, 2], 4) -> [[1, 4], [3, 2]]
   const Tensor c = clip(tensor({1, 5, 3, -1}, Shape{2, 2}), tensor({0, 2}), tensor(4));
@@ -1081,10 +1073,10 @@ TEST(Reduce, TableEveryFloatDtypeAndView) {
       EXPECT_EQ(y.shape(), Shape(c.shape)) << what;
       // Composite ops (var, logsumexp) round in between in 16-bit dtypes.
       const double rt = rtol(d) * (d == bfloat16 || d == float16 ? 4 : 1);
-      expect_close(y, c.want, rt, rt * 4, what);
+      expect_allclose(y, c.want, {.rtol = rt, .atol = rt * 4}, what);
       const Tensor k = run_reduce(c.op, x, c.axes, true);
       EXPECT_EQ(k.shape(), kept_shape(x.shape(), c.axes)) << what << " keepdims";
-      expect_close(k, c.want, rt, rt * 4, what + " keepdims");
+      expect_allclose(k, c.want, {.rtol = rt, .atol = rt * 4}, what + " keepdims");
     }
   }
 }
@@ -1263,8 +1255,8 @@ TEST(Reduce, IntegerDtypes) {
     // mean and var of integers compute in f32: numpy np.mean(x, 1) = [2, 5], np.var = 2/3.
     EXPECT_EQ(mean(x, {1}).dtype(), float32) << n;
     expect_values(mean(x, {1}), {2, 5}, n);
-    expect_close(var(x, {1}), {2.0 / 3, 2.0 / 3}, 1e-6, 0, "var " + n);
-    expect_close(var(x, {1}, false, 1), {1, 1}, 1e-6, 0, "var ddof " + n);
+    expect_allclose(var(x, {1}), {2.0 / 3, 2.0 / 3}, {.rtol = 1e-6, .atol = 0}, "var " + n);
+    expect_allclose(var(x, {1}, false, 1), {1, 1}, {.rtol = 1e-6, .atol = 0}, "var ddof " + n);
   }
   // Signed: negative values and extremes.
   const Tensor s = tensor({-5, 3, -7, 2});
@@ -1311,7 +1303,7 @@ TEST(Reduce, EmptyInputs) {
   EXPECT_EQ(sum(e).item<float>(), 0.0f);
   EXPECT_EQ(max(e, {1}).shape(), (Shape{0}));  // nothing is reduced over an empty axis
   // numpy: np.zeros((0, 3)).mean(0) -> [nan, nan, nan]
-  expect_close(mean(e, {0}), {NAN, NAN, NAN}, "mean empty");
+  expect_rounded(mean(e, {0}), {NAN, NAN, NAN}, "mean empty");
   EXPECT_EQ(any(zeros(Shape{0}, bool_)).item<bool>(), false);
   EXPECT_EQ(all(zeros(Shape{0}, bool_)).item<bool>(), true);
   // Reductions without an identity refuse empty axes.
@@ -1326,31 +1318,34 @@ TEST(Reduce, NaN) {
   // np.argmax([1, nan, 3]) -> 1 (the first NaN); np.sum -> nan.
   for (DType d : kFloats) {
     const Tensor x = as(d, {1, NAN, 3, 4, 5, 6}, Shape{2, 3});
-    expect_close(max(x, {1}), {NAN, 6}, "max nan");
-    expect_close(min(x, {1}), {NAN, 4}, "min nan");
-    expect_close(max(x, {0}), {4, NAN, 6}, "max nan axis 0");
-    expect_close(max(x), {NAN}, "max nan all");
-    expect_close(sum(x, {1}), {NAN, 15}, "sum nan");
+    expect_rounded(max(x, {1}), {NAN, 6}, "max nan");
+    expect_rounded(min(x, {1}), {NAN, 4}, "min nan");
+    expect_rounded(max(x, {0}), {4, NAN, 6}, "max nan axis 0");
+    expect_rounded(max(x), {NAN}, "max nan all");
+    expect_rounded(sum(x, {1}), {NAN, 15}, "sum nan");
     EXPECT_EQ(argmax(x, 1).to_vector<int64_t>(), (I64{1, 2})) << d;
     EXPECT_EQ(argmin(x, 1).to_vector<int64_t>(), (I64{1, 0})) << d;
     EXPECT_EQ(argmax(as(d, {NAN, 7, NAN})).item<int64_t>(), 0) << d;
     // NaN in the first and the last position, reduced over a non-contiguous axis.
     const Tensor t = transpose(as(d, {1, 2, 3, NAN}, Shape{2, 2}));  // [[1, 3], [2, nan]]
-    expect_close(max(t, {1}), {3, NAN}, "max nan T");
-    expect_close(min(t, {0}), {1, NAN}, "min nan T");
+    expect_rounded(max(t, {1}), {3, NAN}, "max nan T");
+    expect_rounded(min(t, {0}), {1, NAN}, "min nan T");
   }
 }
 
 TEST(Reduce, LogsumexpStability) {
   // numpy: 1000 + np.log(2) = 1000.6931471805599; -inf stays -inf; +inf gives inf.
-  expect_close(logsumexp(tensor({1000.0f, 1000.0f})), {1000.6931471805599}, 1e-6, 0, "lse big");
-  expect_close(logsumexp(tensor({-1000.0, -1000.0})), {-999.3068528194401}, 1e-12, 0, "lse neg");
-  expect_close(logsumexp(tensor({-INFINITY, -INFINITY})), {-INFINITY}, "lse -inf");
-  expect_close(logsumexp(tensor({INFINITY, 1.0f})), {INFINITY}, "lse inf");
-  expect_close(logsumexp(tensor({-INFINITY, 0.0f})), {0.0}, "lse -inf and 0");
+  expect_allclose(logsumexp(tensor({1000.0f, 1000.0f})), {1000.6931471805599},
+                  {.rtol = 1e-6, .atol = 0}, "lse big");
+  expect_allclose(logsumexp(tensor({-1000.0, -1000.0})), {-999.3068528194401},
+                  {.rtol = 1e-12, .atol = 0}, "lse neg");
+  expect_rounded(logsumexp(tensor({-INFINITY, -INFINITY})), {-INFINITY}, "lse -inf");
+  expect_rounded(logsumexp(tensor({INFINITY, 1.0f})), {INFINITY}, "lse inf");
+  expect_rounded(logsumexp(tensor({-INFINITY, 0.0f})), {0.0}, "lse -inf and 0");
   const Tensor k = logsumexp(tensor({1000.0, 1000.0, 0.0, 0.0}, Shape{2, 2}), {1}, true);
   EXPECT_EQ(k.shape(), (Shape{2, 1}));
-  expect_close(k, {1000.6931471805599, 0.6931471805599453}, 1e-12, 0, "lse keepdims");
+  expect_allclose(k, {1000.6931471805599, 0.6931471805599453}, {.rtol = 1e-12, .atol = 0},
+                  "lse keepdims");
   EXPECT_EQ(logsumexp(tensor({1, 2})).dtype(), float32);
 }
 
@@ -1372,35 +1367,37 @@ TEST(Softmax, StableAtLargeLogits) {
     const Tensor s = softmax(t);
     EXPECT_EQ(s.dtype(), d);
     EXPECT_EQ(s.shape(), (Shape{4, 3}));
-    expect_close(s, sm, rtol(d) * 2, 1e-7, "softmax");
+    expect_allclose(s, sm, {.rtol = rtol(d) * 2, .atol = 1e-7}, "softmax");
     const Tensor l = log_softmax(t, -1);
     // x - logsumexp(x) near 1000 loses what float32 cannot hold of 1002.4 (ulp 6.1e-5).
-    expect_close(l, lsm, rtol(d) * 4, d == float32 ? 1.2e-4 : 1e-9, "log_softmax");
-    expect_close(sum(s, {1}), {1, 1, 1, 1}, 1e-6, 0, "softmax rows sum to 1");
+    expect_allclose(l, lsm, {.rtol = rtol(d) * 4, .atol = d == float32 ? 1.2e-4 : 1e-9},
+                    "log_softmax");
+    expect_allclose(sum(s, {1}), {1, 1, 1, 1}, {.rtol = 1e-6, .atol = 0}, "softmax rows sum to 1");
     // The same along axis 0 of the transpose (a non-contiguous input).
-    expect_close(transpose(softmax(transpose(t), 0)), sm, rtol(d) * 2, 1e-7, "softmax axis 0");
+    expect_allclose(transpose(softmax(transpose(t), 0)), sm, {.rtol = rtol(d) * 2, .atol = 1e-7},
+                    "softmax axis 0");
   }
   // 16-bit inputs at large logits (exact in both formats): still finite and normalised.
   // numpy: softmax([992, 996, 1000]) in float64.
   for (DType d : {float16, bfloat16}) {
     const Tensor s = softmax(as(d, {992, 996, 1000}));
     EXPECT_EQ(s.dtype(), d);
-    expect_close(s, {0.0003293204389638929, 0.017980286735531543, 0.9816903928255046},
-                 "softmax 16");
+    expect_rounded(s, {0.0003293204389638929, 0.017980286735531543, 0.9816903928255046},
+                   "softmax 16");
   }
 }
 
 TEST(Softmax, OtherAxes) {
   // numpy: the same formulas along axis 0 of [[1, 2], [3, 4], [0.5, -1]].
   const Tensor y = tensor({1.0, 2.0, 3.0, 4.0, 0.5, -1.0}, Shape{3, 2});
-  expect_close(softmax(y, 0),
-               {0.11116562230242114, 0.11849965453500959, 0.821409019465126, 0.8756005950630877,
-                0.06742535823245294, 0.0058997504019027815},
-               1e-12, 1e-15, "softmax axis 0");
-  expect_close(log_softmax(y, -2),
-               {-2.196734096919617, -2.132845233727575, -0.19673409691961694, -0.13284523372757537,
-                -2.696734096919617, -5.132845233727576},
-               1e-12, 1e-15, "log_softmax axis -2");
+  expect_allclose(softmax(y, 0),
+                  {0.11116562230242114, 0.11849965453500959, 0.821409019465126, 0.8756005950630877,
+                   0.06742535823245294, 0.0058997504019027815},
+                  {.rtol = 1e-12, .atol = 1e-15}, "softmax axis 0");
+  expect_allclose(log_softmax(y, -2),
+                  {-2.196734096919617, -2.132845233727575, -0.19673409691961694,
+                   -0.13284523372757537, -2.696734096919617, -5.132845233727576},
+                  {.rtol = 1e-12, .atol = 1e-15}, "log_softmax axis -2");
   // Integer inputs compute in f32.
   const Tensor si = softmax(tensor({0, 0}));
   EXPECT_EQ(si.dtype(), float32);

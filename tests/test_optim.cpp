@@ -47,6 +47,8 @@ KILN_TREE(Linear, w, b);
 
 namespace {
 
+using kiln::testing::expect_allclose;
+
 using namespace kiln;
 using kiln::optim::Optimizer;
 using kiln::optim::OptState;
@@ -85,13 +87,6 @@ std::vector<double> flat(const Net& n) {
     out.insert(out.end(), v.begin(), v.end());
   }
   return out;
-}
-
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    EXPECT_NEAR(got[i], want[i], tol) << what << " [" << i << "]";
 }
 
 // ---- the reference: a plain double loop from the formulas in the PyTorch docs -----------------
@@ -239,8 +234,8 @@ TEST(Optim, ReferenceLoopMatchesTorch) {
   int checked = 0;
   for (std::size_t i = 0; i < all.size(); ++i) {
     if (all[i].name.empty()) continue;
-    expect_close(reference(all[i].ref, kSteps), torch_results().at(all[i].name), 1e-13,
-                 label(all[i], i));
+    expect_allclose(reference(all[i].ref, kSteps), torch_results().at(all[i].name),
+                    {.rtol = 0, .atol = 1e-13}, label(all[i], i));
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int>(torch_results().size()));
@@ -255,12 +250,14 @@ TEST(Optim, Float64MatchesReferenceEveryStep) {
     OptState<Net> s = opt.init(p);
     for (int k = 0; k < kSteps; ++k) {
       std::tie(p, s) = opt.update(p, make_net(grad_values(k), float64), s);
-      expect_close(flat(p), reference(all[i].ref, k + 1), 1e-13, "step " + std::to_string(k));
+      expect_allclose(flat(p), reference(all[i].ref, k + 1), {.rtol = 0, .atol = 1e-13},
+                      "step " + std::to_string(k));
       EXPECT_EQ(s.step.dtype(), int32);
       EXPECT_EQ(s.step.item<int>(), k + 1);
     }
     if (!all[i].name.empty())
-      expect_close(flat(p), torch_results().at(all[i].name), 1e-13, "torch");
+      expect_allclose(flat(p), torch_results().at(all[i].name), {.rtol = 0, .atol = 1e-13},
+                      "torch");
   }
 }
 
@@ -276,7 +273,7 @@ TEST(Optim, Float32MatchesReference) {
     for (const Tensor& t : tree_leaves(p)) EXPECT_EQ(t.dtype(), float32);
     for (const auto& [name, slot] : s.slots)
       for (const Tensor& t : tree_leaves(slot)) EXPECT_EQ(t.dtype(), float32) << name;
-    expect_close(flat(p), reference(all[i].ref, kSteps), 2e-6, "float32");
+    expect_allclose(flat(p), reference(all[i].ref, kSteps), {.rtol = 0, .atol = 2e-6}, "float32");
   }
 }
 
@@ -295,10 +292,12 @@ TEST(Optim, JitUpdateEqualsEagerUpdate) {
       const Net g = make_net(grad_values(k), float32);
       std::tie(pe, se) = opt.update(pe, g, se);
       std::tie(pj, sj) = step(pj, g, sj);
-      expect_close(flat(pj), flat(pe), 1e-7, "params, step " + std::to_string(k));
+      expect_allclose(flat(pj), flat(pe), {.rtol = 0, .atol = 1e-7},
+                      "params, step " + std::to_string(k));
       ASSERT_EQ(sj.slots.size(), se.slots.size());
       for (const auto& [name, slot] : se.slots)
-        expect_close(flat(sj.slots.at(name)), flat(slot), 1e-7, "slot " + name);
+        expect_allclose(flat(sj.slots.at(name)), flat(slot), {.rtol = 0, .atol = 1e-7},
+                        "slot " + name);
       EXPECT_EQ(sj.step.dtype(), int32);
       EXPECT_EQ(sj.step.item<int>(), se.step.item<int>());
     }
@@ -356,7 +355,8 @@ TEST(Optim, UndefinedGradientLeavesTheParameterAlone) {
       s2.slots.at("momentum").extra[0].shares_storage_with(s.slots.at("momentum").extra[0]));
   const std::vector<double> want = reference({.lr = const_lr(0.1), .momentum = 0.9}, 1);
   const std::vector<double> all = flat(p2);
-  expect_close({all.begin(), all.begin() + 9}, {want.begin(), want.begin() + 9}, 1e-13, "updated");
+  expect_allclose({all.begin(), all.begin() + 9}, {want.begin(), want.begin() + 9},
+                  {.rtol = 0, .atol = 1e-13}, "updated");
   // The tail is the untouched parameter.
   EXPECT_DOUBLE_EQ(all[9], p0(9));
   EXPECT_DOUBLE_EQ(all[10], p0(10));
@@ -371,7 +371,7 @@ TEST(Optim, TensorAndStaticLeaves) {
   std::tie(p, s) = opt.update(p, tensor({0.5f, -0.5f}), s);
   // The first Adam step moves each coordinate by lr against the sign of its gradient.
   const std::vector<float> pv = p.to_vector<float>();
-  expect_close({pv.begin(), pv.end()}, {0.9, -0.9}, 1e-6, "adam step 1");
+  expect_allclose({pv.begin(), pv.end()}, {0.9, -0.9}, {.rtol = 0, .atol = 1e-6}, "adam step 1");
 
   using WithStatic = std::tuple<Tensor, int, std::string>;
   const Optimizer sgd = optim::sgd({.lr = 1.0});
@@ -431,7 +431,7 @@ TEST(OptimState, CheckpointRoundTripContinuesIdentically) {
   OptState<Net> restored = tree_unflatten<OptState<Net>>(def, copies);
   for (int k = 2; k < kSteps; ++k)
     std::tie(p, restored) = opt.update(p, make_net(grad_values(k), float64), restored);
-  expect_close(flat(p), torch_results().at("adam"), 1e-13, "resumed");
+  expect_allclose(flat(p), torch_results().at("adam"), {.rtol = 0, .atol = 1e-13}, "resumed");
 }
 
 // ---- schedules ------------------------------------------------------------------------------
@@ -597,7 +597,7 @@ TEST(Clip, BelowAndAboveTheThreshold) {
   std::vector<double> want;
   for (double v : gv) want.push_back(v * coef);
   const Net clipped = optim::clip_by_global_norm(g, norm / 4);
-  expect_close(flat(clipped), want, 1e-15, "clipped");
+  expect_allclose(flat(clipped), want, {.rtol = 0, .atol = 1e-15}, "clipped");
   EXPECT_NEAR(optim::global_norm(clipped).item<double>(), norm / 4, 1e-6);
   // Under jit: same values, and one compiled program for both cases.
   auto f = jit([](const Net& x, const Tensor& dummy) {
@@ -606,7 +606,8 @@ TEST(Clip, BelowAndAboveTheThreshold) {
   const Net small = make_net(std::vector<double>(kN, 0.01), float64);
   const auto [c1, n1] = f(g, tensor(0.0));
   const auto [c2, n2] = f(small, tensor(0.0));
-  expect_close(flat(c1), flat(optim::clip_by_global_norm(g, 1.0)), 1e-15, "jit above");
+  expect_allclose(flat(c1), flat(optim::clip_by_global_norm(g, 1.0)), {.rtol = 0, .atol = 1e-15},
+                  "jit above");
   EXPECT_EQ(flat(c2), flat(small));
   EXPECT_NEAR(n1.item<double>(), norm, 1e-14);
   EXPECT_EQ(f.cache_size(), 1u);

@@ -12,11 +12,15 @@
 
 #include "nn_checks.h"
 #include "testing.h"
+#include "tree_testing.h"
 
 namespace kiln {
 namespace {
 
-using nn_checks::expect_close;
+using kiln::testing::expect_allclose;
+using kiln::testing::expect_grad_matches_fd;
+using kiln::testing::expect_tree_allclose;
+
 using nn_checks::tol_of;
 using testing::expect_error;
 
@@ -84,12 +88,13 @@ TEST(Recurrent, LstmMatchesPyTorchWithItsWeights) {
       const Tensor x = stored(c.name + "/x", dtype);
       const auto [y, s] = m(x, s0);
       const double tol = tol_of(dtype);
-      expect_close(y, stored(c.name + "/y"), tol, "y");
-      expect_close(s.h, stored(c.name + "/h"), tol, "h");
-      expect_close(s.c, stored(c.name + "/c"), tol, "c");
+      expect_allclose(y, stored(c.name + "/y"), {.rtol = tol, .atol = tol}, "y");
+      expect_allclose(s.h, stored(c.name + "/h"), {.rtol = tol, .atol = tol}, "h");
+      expect_allclose(s.c, stored(c.name + "/c"), {.rtol = tol, .atol = tol}, "c");
       const Tensor cot = stored(c.name + "/cot", dtype);
       const Tensor gx = grad([&](const Tensor& in) { return sum(m(in, s0).first * cot); })(x);
-      expect_close(gx, stored(c.name + "/grad_x"), 10 * tol, "grad x");
+      expect_allclose(gx, stored(c.name + "/grad_x"), {.rtol = 10 * tol, .atol = 10 * tol},
+                      "grad x");
     }
   }
 }
@@ -104,11 +109,12 @@ TEST(Recurrent, GruMatchesPyTorchWithItsWeights) {
       const Tensor x = stored(c.name + "/x", dtype);
       const auto [y, h] = m(x, h0);
       const double tol = tol_of(dtype);
-      expect_close(y, stored(c.name + "/y"), tol, "y");
-      expect_close(h, stored(c.name + "/h"), tol, "h");
+      expect_allclose(y, stored(c.name + "/y"), {.rtol = tol, .atol = tol}, "y");
+      expect_allclose(h, stored(c.name + "/h"), {.rtol = tol, .atol = tol}, "h");
       const Tensor cot = stored(c.name + "/cot", dtype);
       const Tensor gx = grad([&](const Tensor& in) { return sum(m(in, h0).first * cot); })(x);
-      expect_close(gx, stored(c.name + "/grad_x"), 10 * tol, "grad x");
+      expect_allclose(gx, stored(c.name + "/grad_x"), {.rtol = 10 * tol, .atol = 10 * tol},
+                      "grad x");
     }
   }
 }
@@ -125,15 +131,15 @@ TEST(Recurrent, CellsMatchPyTorchWithTheirWeights) {
     const nn::LSTMState s =
         lstm(stored("lstm_cell/x", dtype),
              nn::LSTMState{stored("lstm_cell/h0", dtype), stored("lstm_cell/c0", dtype)});
-    expect_close(s.h, stored("lstm_cell/h"), tol, "lstm h");
-    expect_close(s.c, stored("lstm_cell/c"), tol, "lstm c");
+    expect_allclose(s.h, stored("lstm_cell/h"), {.rtol = tol, .atol = tol}, "lstm h");
+    expect_allclose(s.c, stored("lstm_cell/c"), {.rtol = tol, .atol = tol}, "lstm c");
     nn::GRUCell gru(3, 4, random::key(1), true, dtype);
     gru.weight_ih = stored("gru_cell/param/weight_ih", dtype);
     gru.weight_hh = stored("gru_cell/param/weight_hh", dtype);
     gru.bias_ih = stored("gru_cell/param/bias_ih", dtype);
     gru.bias_hh = stored("gru_cell/param/bias_hh", dtype);
-    expect_close(gru(stored("gru_cell/x", dtype), stored("gru_cell/h0", dtype)),
-                 stored("gru_cell/h"), tol, "gru h");
+    expect_allclose(gru(stored("gru_cell/x", dtype), stored("gru_cell/h0", dtype)),
+                    stored("gru_cell/h"), {.rtol = tol, .atol = tol}, "gru h");
   }
 }
 
@@ -153,9 +159,10 @@ TEST(Recurrent, BidirectionalLayerIsItsCellsSteppedByHand) {
     b = m.cells[1](index(x, 3 - t), b);
     bwd[static_cast<std::size_t>(3 - t)] = b.h;
   }
-  expect_close(y, concatenate({stack(fwd), stack(bwd)}, -1), 1e-12, "outputs");
-  expect_close(s.h, stack({f.h, b.h}), 1e-12, "final h");
-  expect_close(s.c, stack({f.c, b.c}), 1e-12, "final c");
+  expect_allclose(y, concatenate({stack(fwd), stack(bwd)}, -1), {.rtol = 1e-12, .atol = 1e-12},
+                  "outputs");
+  expect_allclose(s.h, stack({f.h, b.h}), {.rtol = 1e-12, .atol = 1e-12}, "final h");
+  expect_allclose(s.c, stack({f.c, b.c}), {.rtol = 1e-12, .atol = 1e-12}, "final c");
 }
 
 TEST(Recurrent, UnbatchedInputIsTheBatchOfOne) {
@@ -165,10 +172,11 @@ TEST(Recurrent, UnbatchedInputIsTheBatchOfOne) {
   const auto [y, h] = m(x, h0);
   const auto [yb, hb] = m(expand_dims(x, 1), expand_dims(h0, 1));
   EXPECT_EQ(y.shape(), Shape({5, 2}));
-  expect_close(y, squeeze(yb, {1}), 1e-12, "y");
-  expect_close(h, squeeze(hb, {1}), 1e-12, "h");
+  expect_allclose(y, squeeze(yb, {1}), {.rtol = 1e-12, .atol = 1e-12}, "y");
+  expect_allclose(h, squeeze(hb, {1}), {.rtol = 1e-12, .atol = 1e-12}, "h");
   const nn::GRUCell& cell = m.cells[0];
-  expect_close(cell(index(x, 0)), squeeze(cell(slice(x, {Slice{0, 1}})), {0}), 1e-12, "cell");
+  expect_allclose(cell(index(x, 0)), squeeze(cell(slice(x, {Slice{0, 1}})), {0}),
+                  {.rtol = 1e-12, .atol = 1e-12}, "cell");
 }
 
 TEST(Recurrent, ParameterGradientsMatchFiniteDifferences) {
@@ -183,16 +191,8 @@ TEST(Recurrent, ParameterGradientsMatchFiniteDifferences) {
     const auto [y, h] = m(x);
     return sum(sin(y)) + sum(square(h));
   };
-  nn_checks::expect_tree_close(
-      grad(lstm_loss)(lstm),
-      nn_checks::finite_differences<nn::LSTM>(
-          [&](const nn::LSTM& m) { return lstm_loss(m).item<double>(); }, lstm),
-      1e-7);
-  nn_checks::expect_tree_close(
-      grad(gru_loss)(gru),
-      nn_checks::finite_differences<nn::GRU>(
-          [&](const nn::GRU& m) { return gru_loss(m).item<double>(); }, gru),
-      1e-7);
+  expect_grad_matches_fd(lstm_loss, lstm, {.rtol = 1e-7, .atol = 1e-7});
+  expect_grad_matches_fd(gru_loss, gru, {.rtol = 1e-7, .atol = 1e-7});
 }
 
 // vmap of the unbatched layer over the examples is the batched layer (batch_first).
@@ -203,10 +203,10 @@ TEST(Recurrent, VmapOverExamplesIsTheBatchedLayer) {
   const auto [y, s] = m(x);
   const auto one = [&](const Tensor& xi) { return m(xi); };  // [T, I]
   const auto [vy, vs] = vmap(one)(x);
-  expect_close(vy, y, 1e-12, "outputs");
+  expect_allclose(vy, y, {.rtol = 1e-12, .atol = 1e-12}, "outputs");
   // The per-example final states [L D, H] stack on a leading batch axis.
-  expect_close(vs.h, swapaxes(s.h, 0, 1), 1e-12, "h");
-  expect_close(vs.c, swapaxes(s.c, 0, 1), 1e-12, "c");
+  expect_allclose(vs.h, swapaxes(s.h, 0, 1), {.rtol = 1e-12, .atol = 1e-12}, "h");
+  expect_allclose(vs.c, swapaxes(s.c, 0, 1), {.rtol = 1e-12, .atol = 1e-12}, "c");
 }
 
 TEST(Recurrent, JitMatchesEager) {
@@ -216,11 +216,11 @@ TEST(Recurrent, JitMatchesEager) {
   const auto run_lstm = [](const nn::LSTM& m, const Tensor& in) { return m(in); };
   const auto [y, s] = lstm(x);
   const auto [jy, js] = jit(run_lstm)(lstm, x);
-  expect_close(jy, y, 1e-5, "lstm y");
-  expect_close(js.h, s.h, 1e-5, "lstm h");
-  expect_close(js.c, s.c, 1e-5, "lstm c");
+  expect_allclose(jy, y, {.rtol = 1e-5, .atol = 1e-5}, "lstm y");
+  expect_allclose(js.h, s.h, {.rtol = 1e-5, .atol = 1e-5}, "lstm h");
+  expect_allclose(js.c, s.c, {.rtol = 1e-5, .atol = 1e-5}, "lstm c");
   const auto loss = [&](const nn::GRU& m) { return sum(square(m(x).first)); };
-  nn_checks::expect_tree_close(jit(grad(loss))(gru), grad(loss)(gru), 1e-4);
+  expect_tree_allclose(jit(grad(loss))(gru), grad(loss)(gru), {.rtol = 1e-4, .atol = 1e-4});
 }
 
 TEST(Recurrent, ErrorsNameTheShapes) {

@@ -28,6 +28,8 @@
 namespace kiln {
 namespace {
 
+using kiln::testing::expect_allclose;
+
 using Ts = std::vector<Tensor>;
 using Dims = std::vector<std::optional<int>>;
 
@@ -38,23 +40,17 @@ using samples::PrimitiveSample;
 
 std::vector<double> values(const Tensor& t) { return astype(t, float64).to_vector<double>(); }
 
-// Same type; floating values within rtol * max(1, max |want|) (NaN matches NaN); others exact.
-void expect_close(const Tensor& got, const Tensor& want, double rtol, const std::string& what) {
-  ASSERT_EQ(got.type(), want.type()) << what;
-  const std::vector<double> g = values(got), w = values(want);
-  const bool exact = !is_floating(want.dtype());
-  const double tol = exact ? 0.0 : want.dtype() == float64 ? rtol : std::max(rtol, 1e-6);
-  double scale = 1.0;
-  for (double v : w)
-    if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
-  for (std::size_t k = 0; k < g.size(); ++k) {
-    if (std::isnan(w[k]) && std::isnan(g[k])) continue;
-    if (!(std::abs(g[k] - w[k]) <= tol * scale)) {
-      ADD_FAILURE() << what << ": element " << k << " got " << g[k] << ", expected " << w[k] << " ("
-                    << want.type() << ")";
-      return;
-    }
-  }
+// Exact for integers and bools; at least 1e-6 for floats narrower than float64.
+// Half of rtol on each side of |got - want| <= atol + rtol |want| keeps it within rtol * max(1,
+// |want|).
+Closeness vmap_tolerance(DType d, double rtol) {
+  const double tol = !is_floating(d) ? 0.0 : d == float64 ? rtol : std::max(rtol, 1e-6);
+  return {.rtol = tol / 2, .atol = tol / 2};
+}
+void expect_batched_allclose(const Tensor& got, const Tensor& want, double rtol,
+                             const std::string& what,
+                             std::source_location at = std::source_location::current()) {
+  expect_allclose(got, want, vmap_tolerance(want.dtype(), rtol), what, at);
 }
 
 template <class F>
@@ -209,7 +205,7 @@ TEST_P(BatchRules, MatchesLoopOverExamples) {
       std::vector<int64_t> shape{B};
       shape.insert(shape.end(), out_types[j].shape.begin(), out_types[j].shape.end());
       EXPECT_EQ(got.type(), (TensorType{out_types[j].dtype, Shape(shape)})) << "result " << j;
-      expect_close(got, expected, c.vmap.rtol, "result " + std::to_string(j));
+      expect_batched_allclose(got, expected, c.vmap.rtol, "result " + std::to_string(j));
     }
   }
 }
@@ -252,44 +248,45 @@ Tensor loop(F f, const Ts& args, const Dims& axes, int64_t n, int out_axis = 0) 
 TEST(VmapApi, InAxesIntsNegativeAndNone) {
   auto f = [](const Tensor& x, const Tensor& y) { return sin(x) * y + sum(y * y); };
   const Tensor x = rand(1, Shape{4, 3}), y_last = rand(2, Shape{3, 4}), y = rand(3, Shape{3});
-  expect_close(vmap(f)(x, transpose(y_last)), loop<2>(f, {x, transpose(y_last)}, {0, 0}, 4), 1e-12,
-               "default");
-  expect_close(vmap(f, in_axes(0, -1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4), 1e-12,
-               "negative");
-  expect_close(vmap(f, in_axes(-2, 1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4), 1e-12,
-               "both");
-  expect_close(vmap(f, in_axes(0, none))(x, y), loop<2>(f, {x, y}, {0, std::nullopt}, 4), 1e-12,
-               "none");
-  expect_close(vmap(f, in_axes(none, 1))(y, y_last), loop<2>(f, {y, y_last}, {std::nullopt, 1}, 4),
-               1e-12, "none first");
+  expect_batched_allclose(vmap(f)(x, transpose(y_last)),
+                          loop<2>(f, {x, transpose(y_last)}, {0, 0}, 4), 1e-12, "default");
+  expect_batched_allclose(vmap(f, in_axes(0, -1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4),
+                          1e-12, "negative");
+  expect_batched_allclose(vmap(f, in_axes(-2, 1))(x, y_last), loop<2>(f, {x, y_last}, {0, 1}, 4),
+                          1e-12, "both");
+  expect_batched_allclose(vmap(f, in_axes(0, none))(x, y), loop<2>(f, {x, y}, {0, std::nullopt}, 4),
+                          1e-12, "none");
+  expect_batched_allclose(vmap(f, in_axes(none, 1))(y, y_last),
+                          loop<2>(f, {y, y_last}, {std::nullopt, 1}, 4), 1e-12, "none first");
   // A pair argument: in_axes applies to every leaf of the argument.
   auto g = [](const std::pair<Tensor, Tensor>& p, const Tensor& x) {
     return p.first * x + p.second;
   };
   const Tensor a = rand(4, Shape{4, 3}), b = rand(5, Shape{4, 3});
   const Tensor got = vmap(g, in_axes(0, 0))(std::make_pair(a, b), x);
-  expect_close(got, a * x + b, 1e-12, "tree argument");
+  expect_batched_allclose(got, a * x + b, 1e-12, "tree argument");
 }
 
 TEST(VmapApi, OutAxes) {
   auto f = [](const Tensor& x) { return x * 2.0; };
   const Tensor x = rand(6, Shape{4, 3});
-  expect_close(vmap(f, out_axes(1))(x), transpose(x * 2.0), 0, "out_axes 1");
-  expect_close(vmap(f, out_axes(-1))(x), transpose(x * 2.0), 0, "out_axes -1");
+  expect_batched_allclose(vmap(f, out_axes(1))(x), transpose(x * 2.0), 0, "out_axes 1");
+  expect_batched_allclose(vmap(f, out_axes(-1))(x), transpose(x * 2.0), 0, "out_axes -1");
   // An unbatched result may be returned as is...
   const Tensor c = rand(7, Shape{3});
   auto g = [](const Tensor&, const Tensor& shared) { return exp(shared); };
   const Tensor u = vmap(g, in_axes(0, none), out_axes(none))(x, c);
-  expect_close(u, exp(c), 0, "out_axes none");
+  expect_batched_allclose(u, exp(c), 0, "out_axes none");
   // ... or broadcast along the requested axis.
-  expect_close(vmap(g, in_axes(0, none))(x, c), broadcast_to(exp(c), Shape{4, 3}), 0, "broadcast");
-  expect_close(vmap(g, in_axes(0, none), out_axes(1))(x, c),
-               broadcast_to(expand_dims(exp(c), 1), Shape{3, 4}), 0, "broadcast at 1");
+  expect_batched_allclose(vmap(g, in_axes(0, none))(x, c), broadcast_to(exp(c), Shape{4, 3}), 0,
+                          "broadcast");
+  expect_batched_allclose(vmap(g, in_axes(0, none), out_axes(1))(x, c),
+                          broadcast_to(expand_dims(exp(c), 1), Shape{3, 4}), 0, "broadcast at 1");
   // Several results, one axis each.
   auto two = [](const Tensor& v) { return std::make_tuple(v + 1.0, sum(v)); };
   const auto [p, q] = vmap(two, out_axes(1, 0))(x);
-  expect_close(p, transpose(x + 1.0), 0, "tuple 0");
-  expect_close(q, sum(x, {1}), 1e-12, "tuple 1");
+  expect_batched_allclose(p, transpose(x + 1.0), 0, "tuple 0");
+  expect_batched_allclose(q, sum(x, {1}), 1e-12, "tuple 1");
   // A batched result cannot be `none`.
   const std::string e = error_of([&] { vmap(f, out_axes(none))(x); });
   EXPECT_NE(e.find("varies across the batch"), std::string::npos) << e;
@@ -308,11 +305,11 @@ TEST(VmapApi, NestedVmapMatchesDoubleLoop) {
   }
   const Tensor want = stack(rows, 0);
   const Tensor got = vmap(vmap(f, in_axes(0, none)), in_axes(0, none))(x, w);
-  expect_close(got, want, 1e-12, "vmap(vmap)");
+  expect_batched_allclose(got, want, 1e-12, "vmap(vmap)");
   // Inner over axis 1 of a [A, 4, B] layout, outer over axis 0, inner result axis 1.
   const Tensor xt = moveaxis(x, 1, 2);
   const Tensor got2 = vmap(vmap(f, in_axes(1, none), out_axes(1)), in_axes(0, none))(xt, w);
-  expect_close(got2, moveaxis(want, 1, 2), 1e-12, "vmap(vmap) with axes");
+  expect_batched_allclose(got2, moveaxis(want, 1, 2), 1e-12, "vmap(vmap) with axes");
   // A per-example weight matrix: the outer batch maps w too.
   const Tensor ws = rand(10, Shape{2, 5, 4});
   Ts rows3;
@@ -321,7 +318,8 @@ TEST(VmapApi, NestedVmapMatchesDoubleLoop) {
     for (int64_t b = 0; b < 3; ++b) cols.push_back(f(index(index(x, a), b), index(ws, a)));
     rows3.push_back(stack(cols, 0));
   }
-  expect_close(vmap(vmap(f, in_axes(0, none)))(x, ws), stack(rows3, 0), 1e-12, "outer maps w");
+  expect_batched_allclose(vmap(vmap(f, in_axes(0, none)))(x, ws), stack(rows3, 0), 1e-12,
+                          "outer maps w");
 }
 
 // A collective inside a jitted call or a loop body whose inputs are all unbatched still
@@ -351,7 +349,7 @@ TEST(VmapApi, CollectivesOverNestedNamedAxes) {
   const Tensor want = x - sum(x, {0}, true) + 10.0 * max(x, {1}, true) +
                       astype(arange(3, int32), float64) +
                       100.0 * expand_dims(astype(arange(2, int32), float64), 1);
-  expect_close(got, want, 1e-12, "nested collectives");
+  expect_batched_allclose(got, want, 1e-12, "nested collectives");
   // all_gather and pmean over the outer axis from inside the inner one.
   auto g = [](const Tensor& v) {
     return std::make_pair(all_gather(v, "outer"), pmean(v, "outer"));
@@ -361,8 +359,8 @@ TEST(VmapApi, CollectivesOverNestedNamedAxes) {
   EXPECT_EQ(ga.shape(), (Shape{2, 3, 2}));
   for (int64_t a = 0; a < 2; ++a)
     for (int64_t b = 0; b < 3; ++b)
-      expect_close(index(index(ga, a), b), index(transpose(x), b), 0, "all_gather");
-  expect_close(pm, broadcast_to(mean(x, {0}, true), Shape{2, 3}), 1e-12, "pmean");
+      expect_batched_allclose(index(index(ga, a), b), index(transpose(x), b), 0, "all_gather");
+  expect_batched_allclose(pm, broadcast_to(mean(x, {0}, true), Shape{2, 3}), 1e-12, "pmean");
 }
 
 TEST(VmapApi, VmapOfGradMatchesLoopOfGrad) {
@@ -371,12 +369,14 @@ TEST(VmapApi, VmapOfGradMatchesLoopOfGrad) {
   };
   const Tensor ws = rand(12, Shape{4, 3, 2}), xs = rand(13, Shape{4, 5, 3}),
                w = rand(14, Shape{3, 2});
-  expect_close(vmap(grad(f))(ws, xs), loop<2>(grad(f), {ws, xs}, {0, 0}, 4), 1e-12, "both batched");
-  expect_close(vmap(grad(f), in_axes(none, 0))(w, xs),
-               loop<2>(grad(f), {w, xs}, {std::nullopt, 0}, 4), 1e-12, "per-example gradients");
-  expect_close(vmap(grad(f), in_axes(2, none))(moveaxis(ws, 0, 2), index(xs, 0)),
-               loop<2>(grad(f), {ws, index(xs, 0)}, {0, std::nullopt}, 4), 1e-12,
-               "weights on axis 2");
+  expect_batched_allclose(vmap(grad(f))(ws, xs), loop<2>(grad(f), {ws, xs}, {0, 0}, 4), 1e-12,
+                          "both batched");
+  expect_batched_allclose(vmap(grad(f), in_axes(none, 0))(w, xs),
+                          loop<2>(grad(f), {w, xs}, {std::nullopt, 0}, 4), 1e-12,
+                          "per-example gradients");
+  expect_batched_allclose(vmap(grad(f), in_axes(2, none))(moveaxis(ws, 0, 2), index(xs, 0)),
+                          loop<2>(grad(f), {ws, index(xs, 0)}, {0, std::nullopt}, 4), 1e-12,
+                          "weights on axis 2");
 }
 
 TEST(VmapApi, GradOfVmappedFunctionMatchesLoop) {
@@ -387,13 +387,13 @@ TEST(VmapApi, GradOfVmappedFunctionMatchesLoop) {
   };
   Tensor want = zeros(Shape{3, 4}, float64);
   for (int64_t i = 0; i < 5; ++i) want = want + grad(f)(w, index(xs, i));
-  expect_close(grad(total)(w, xs), want, 1e-12, "grad of sum of vmap");
+  expect_batched_allclose(grad(total)(w, xs), want, 1e-12, "grad of sum of vmap");
   // With respect to the batched argument: row i is the gradient for example i.
   const Tensor gx = grad(total, argnums<1>)(w, xs);
-  expect_close(gx, loop<2>(grad(f, argnums<1>), {w, xs}, {std::nullopt, 0}, 5), 1e-12,
-               "grad wrt batch");
+  expect_batched_allclose(gx, loop<2>(grad(f, argnums<1>), {w, xs}, {std::nullopt, 0}, 5), 1e-12,
+                          "grad wrt batch");
   // jit of the whole thing.
-  expect_close(jit(grad(total))(w, xs), want, 1e-12, "jit(grad(sum of vmap))");
+  expect_batched_allclose(jit(grad(total))(w, xs), want, 1e-12, "jit(grad(sum of vmap))");
 }
 
 TEST(VmapApi, JacobiansMatchVmapOfJvpAndVjp) {
@@ -410,29 +410,32 @@ TEST(VmapApi, JacobiansMatchVmapOfJvpAndVjp) {
     return std::get<0>(pullback(ct));
   })(eye(3, float64));
   EXPECT_EQ(jf.shape(), (Shape{3, 4}));
-  expect_close(jacfwd(f)(x), jf, 1e-12, "jacfwd");
-  expect_close(jacrev(f)(x), jr, 1e-12, "jacrev");
-  expect_close(jf, jr, 1e-12, "forward vs reverse");
+  expect_batched_allclose(jacfwd(f)(x), jf, 1e-12, "jacfwd");
+  expect_batched_allclose(jacrev(f)(x), jr, 1e-12, "jacrev");
+  expect_batched_allclose(jf, jr, 1e-12, "forward vs reverse");
   // Jacobians of every example of a batch.
   const Tensor xs = rand(19, Shape{2, 4});
-  expect_close(vmap(jacrev(f))(xs), stack(Ts{jacrev(f)(index(xs, 0)), jacrev(f)(index(xs, 1))}, 0),
-               1e-12, "vmap(jacrev)");
+  expect_batched_allclose(vmap(jacrev(f))(xs),
+                          stack(Ts{jacrev(f)(index(xs, 0)), jacrev(f)(index(xs, 1))}, 0), 1e-12,
+                          "vmap(jacrev)");
 }
 
 TEST(VmapApi, JitAndVmapCompose) {
   auto f = [](const Tensor& x, const Tensor& y) { return sin(x) * y + sum(x); };
   const Tensor x = rand(20, Shape{4, 3}), y = rand(21, Shape{3});
   const Tensor plain = vmap(f, in_axes(0, none))(x, y);
-  expect_close(plain, loop<2>(f, {x, y}, {0, std::nullopt}, 4), 1e-12, "plain");
+  expect_batched_allclose(plain, loop<2>(f, {x, y}, {0, std::nullopt}, 4), 1e-12, "plain");
   auto jv = jit(vmap(f, in_axes(0, none)));
-  expect_close(jv(x, y), plain, 1e-12, "jit(vmap)");
-  expect_close(jv(x, y), plain, 1e-12, "jit(vmap), cached");
+  expect_batched_allclose(jv(x, y), plain, 1e-12, "jit(vmap)");
+  expect_batched_allclose(jv(x, y), plain, 1e-12, "jit(vmap), cached");
   EXPECT_EQ(jv.cache_size(), 1u);
-  expect_close(vmap(jit(f), in_axes(0, none))(x, y), plain, 1e-12, "vmap(jit)");
+  expect_batched_allclose(vmap(jit(f), in_axes(0, none))(x, y), plain, 1e-12, "vmap(jit)");
   // Both batched, through the nested jit's call.
   const Tensor ys = rand(22, Shape{4, 3});
-  expect_close(vmap(jit(f))(x, ys), loop<2>(f, {x, ys}, {0, 0}, 4), 1e-12, "vmap(jit) both");
-  expect_close(jit(vmap(jit(f)))(x, ys), loop<2>(f, {x, ys}, {0, 0}, 4), 1e-12, "jit(vmap(jit))");
+  expect_batched_allclose(vmap(jit(f))(x, ys), loop<2>(f, {x, ys}, {0, 0}, 4), 1e-12,
+                          "vmap(jit) both");
+  expect_batched_allclose(jit(vmap(jit(f)))(x, ys), loop<2>(f, {x, ys}, {0, 0}, 4), 1e-12,
+                          "jit(vmap(jit))");
   // The jitted program is the batched one: no per-example loop.
   const std::string ir = ir::print(jv.lower(x, y));
   EXPECT_EQ(ir.find("call"), std::string::npos) << ir;
@@ -457,11 +460,12 @@ TEST(VmapApi, UsageExample) {
   EXPECT_EQ(g.w.shape(), (Shape{5, 3, 2}));
   EXPECT_EQ(g.b.shape(), (Shape{5, 2}));
   // z = 3 everywhere, dL/dz = 2 z = 6, dL/dw = x^T (6) = 6, dL/db = 6.
-  expect_close(g.w, full(Shape{5, 3, 2}, 6.0), 0, "g.w");
-  expect_close(g.b, full(Shape{5, 2}, 6.0), 0, "g.b");
+  expect_batched_allclose(g.w, full(Shape{5, 3, 2}, 6.0), 0, "g.w");
+  expect_batched_allclose(g.b, full(Shape{5, 2}, 6.0), 0, "g.b");
   auto centered =
       vmap([](const Tensor& v) { return v - pmean(v, "batch"); }, in_axes(0), axis_name("batch"));
-  expect_close(centered(tensor({1.f, 2.f, 3.f})), tensor({-1.f, 0.f, 1.f}), 0, "centered");
+  expect_batched_allclose(centered(tensor({1.f, 2.f, 3.f})), tensor({-1.f, 0.f, 1.f}), 0,
+                          "centered");
   std::ostringstream os;
   os << g.w.shape();
   EXPECT_EQ(os.str(), "[5, 3, 2]");
@@ -504,8 +508,8 @@ TEST(VmapRandom, BatchedKeysGiveIndependentStreams) {
   const Tensor rows = vmap([](const Tensor& key) { return random::normal(key, {3}); })(keys);
   ASSERT_EQ(rows.type(), (TensorType{float32, Shape{4, 3}}));
   for (int64_t i = 0; i < 4; ++i) {
-    expect_close(index(rows, i), random::normal(index(keys, i), {3}), 0,
-                 "row " + std::to_string(i));
+    expect_batched_allclose(index(rows, i), random::normal(index(keys, i), {3}), 0,
+                            "row " + std::to_string(i));
     for (int64_t j = 0; j < i; ++j)
       EXPECT_NE(values(index(rows, i)), values(index(rows, j))) << "rows " << i << " and " << j;
   }
@@ -515,7 +519,7 @@ TEST(VmapRandom, BatchedKeysGiveIndependentStreams) {
     return random::uniform(a, {2}) + random::uniform(b, {2});
   };
   const Tensor got = vmap(two, in_axes(1))(transpose(keys));
-  expect_close(got, loop<1>(two, {keys}, {0}, 4), 0, "split inside");
+  expect_batched_allclose(got, loop<1>(two, {keys}, {0}, 4), 0, "split inside");
 }
 
 TEST(VmapRandom, UnbatchedKeyGivesTheSameNumbersForEveryExample) {
@@ -525,7 +529,8 @@ TEST(VmapRandom, UnbatchedKeyGivesTheSameNumbersForEveryExample) {
   const Tensor got = vmap(f, in_axes(none, 0))(k, xs);
   const Tensor draw = random::normal(k, {3}, float64);
   for (int64_t i = 0; i < 4; ++i)
-    expect_close(index(got, i) - index(xs, i), draw, 1e-14, "example " + std::to_string(i));
+    expect_batched_allclose(index(got, i) - index(xs, i), draw, 1e-14,
+                            "example " + std::to_string(i));
 }
 
 }  // namespace
@@ -597,18 +602,19 @@ TEST(VmapCollectives, EachMatchesALoopOverExamples) {
   const Tensor x = rand(40, Shape{4, 3, 2});
   const Ts xs = rows(x);
   auto over = [](auto f) { return vmap(f, axis_name("i")); };
-  expect_close(over([](const Tensor& v) { return pmin(v, "i"); })(x),
-               broadcast_to(min(x, {0}, true), x.shape()), 0, "pmin");
+  expect_batched_allclose(over([](const Tensor& v) { return pmin(v, "i"); })(x),
+                          broadcast_to(min(x, {0}, true), x.shape()), 0, "pmin");
   const Tensor xi = astype(x * 10.0, int32);
-  expect_close(over([](const Tensor& v) { return pmin(v, "i"); })(xi),
-               broadcast_to(min(xi, {0}, true), xi.shape()), 0, "pmin int32");
+  expect_batched_allclose(over([](const Tensor& v) { return pmin(v, "i"); })(xi),
+                          broadcast_to(min(xi, {0}, true), xi.shape()), 0, "pmin int32");
 
   const Pairs perm{{0, 2}, {2, 1}, {1, 0}};  // example 3 receives nothing, sends nothing
-  expect_close(over([&](const Tensor& v) { return ppermute(v, "i", perm); })(x),
-               each_example(xs, [&](const Ts& e, int64_t i) { return ppermute_ref(e, perm, i); }),
-               0, "ppermute");
+  expect_batched_allclose(
+      over([&](const Tensor& v) { return ppermute(v, "i", perm); })(x),
+      each_example(xs, [&](const Ts& e, int64_t i) { return ppermute_ref(e, perm, i); }), 0,
+      "ppermute");
   const Tensor xb = x > 0.0;
-  expect_close(
+  expect_batched_allclose(
       over([&](const Tensor& v) { return ppermute(v, "i", perm); })(xb),
       each_example(rows(xb), [&](const Ts& e, int64_t i) { return ppermute_ref(e, perm, i); }), 0,
       "ppermute bool");
@@ -618,12 +624,12 @@ TEST(VmapCollectives, EachMatchesALoopOverExamples) {
   const Tensor want_a2a =
       each_example(rows(y), [](const Ts& e, int64_t i) { return all_to_all_ref(e, 1, 2, i); });
   EXPECT_EQ(want_a2a.shape(), (Shape{4, 2, 3, 4}));
-  expect_close(over([](const Tensor& v) { return all_to_all(v, "i", 1, 2); })(y), want_a2a, 0,
-               "all_to_all");
-  expect_close(over([](const Tensor& v) { return all_to_all(v, "i", -2, -1); })(y), want_a2a, 0,
-               "all_to_all, negative axes");
+  expect_batched_allclose(over([](const Tensor& v) { return all_to_all(v, "i", 1, 2); })(y),
+                          want_a2a, 0, "all_to_all");
+  expect_batched_allclose(over([](const Tensor& v) { return all_to_all(v, "i", -2, -1); })(y),
+                          want_a2a, 0, "all_to_all, negative axes");
   const Tensor yi = astype(y * 10.0, int64);
-  expect_close(
+  expect_batched_allclose(
       over([](const Tensor& v) { return all_to_all(v, "i", 1, 0); })(yi),
       each_example(rows(yi), [](const Ts& e, int64_t i) { return all_to_all_ref(e, 1, 0, i); }), 0,
       "all_to_all int64");
@@ -632,10 +638,10 @@ TEST(VmapCollectives, EachMatchesALoopOverExamples) {
     const Tensor z = moveaxis(rand(42, Shape{4, 4, 2, 3}), 1, d + 1);  // the axis of size 4 at d
     const Tensor want =
         each_example(rows(z), [d](const Ts& e, int64_t i) { return psum_scatter_ref(e, d, i); });
-    expect_close(over([d](const Tensor& v) { return psum_scatter(v, "i", d); })(z), want, 1e-12,
-                 "psum_scatter at " + std::to_string(d));
-    expect_close(over([d](const Tensor& v) { return psum_scatter(v, "i", d - 3); })(z), want, 1e-12,
-                 "psum_scatter at " + std::to_string(d - 3));
+    expect_batched_allclose(over([d](const Tensor& v) { return psum_scatter(v, "i", d); })(z), want,
+                            1e-12, "psum_scatter at " + std::to_string(d));
+    expect_batched_allclose(over([d](const Tensor& v) { return psum_scatter(v, "i", d - 3); })(z),
+                            want, 1e-12, "psum_scatter at " + std::to_string(d - 3));
   }
 }
 
@@ -684,16 +690,17 @@ TEST(VmapCollectives, GradientsMatchFiniteDifferences) {
     const Tensor w = rand(44, vmap(c.c, axis_name("i"))(x).shape());
     auto total = [&](const Tensor& v) { return sum(vmap(loss, axis_name("i"))(v, w)); };
     const Tensor want = tensor(kiln::testing::numeric_grad(total, x), x.shape());
-    expect_close(vmap(grad(loss), axis_name("i"))(x, w), want, 1e-7, "vmap(grad), own axis");
-    expect_close(grad(total)(x), want, 1e-7, "grad(vmap), own axis");
+    expect_batched_allclose(vmap(grad(loss), axis_name("i"))(x, w), want, 1e-7,
+                            "vmap(grad), own axis");
+    expect_batched_allclose(grad(total)(x), want, 1e-7, "grad(vmap), own axis");
 
     // Example (a, b) of the nested vmaps is x2[a, b]; the collective runs over a.
     const Tensor x2 = stack({x, x * 0.5 + 0.25}, 1), w2 = stack({w, w * -2.0}, 1);
     auto nested = [&](const auto& f) { return vmap(vmap(f, axis_name("inner")), axis_name("i")); };
     auto total2 = [&](const Tensor& v) { return sum(nested(loss)(v, w2)); };
     const Tensor want2 = tensor(kiln::testing::numeric_grad(total2, x2), x2.shape());
-    expect_close(nested(grad(loss))(x2, w2), want2, 1e-7, "vmap(grad), outer axis");
-    expect_close(grad(total2)(x2), want2, 1e-7, "grad(vmap), outer axis");
+    expect_batched_allclose(nested(grad(loss))(x2, w2), want2, 1e-7, "vmap(grad), outer axis");
+    expect_batched_allclose(grad(total2)(x2), want2, 1e-7, "grad(vmap), outer axis");
   }
 }
 
@@ -719,17 +726,19 @@ TEST(VmapCollectives, OverTheOuterAxisInsideAnInnerVmap) {
   for (int inner_axis : {0, 2}) {
     SCOPED_TRACE("inner batch on axis " + std::to_string(inner_axis));
     const Tensor xin = moveaxis(x, 1, 1 + inner_axis);
-    expect_close(run([](const Tensor& v) { return pmin(v, "outer"); }, xin, inner_axis),
-                 ref(x, [](const Ts& e, int64_t) { return min(stack(e, 0), {0}); }), 0, "pmin");
-    expect_close(run([&](const Tensor& v) { return ppermute(v, "outer", perm); }, xin, inner_axis),
-                 ref(x, [&](const Ts& e, int64_t a) { return ppermute_ref(e, perm, a); }), 0,
-                 "ppermute");
-    expect_close(run([](const Tensor& v) { return all_to_all(v, "outer", 1, 0); }, xin, inner_axis),
-                 ref(x, [](const Ts& e, int64_t a) { return all_to_all_ref(e, 1, 0, a); }), 0,
-                 "all_to_all");
-    expect_close(run([](const Tensor& v) { return psum_scatter(v, "outer", 1); }, xin, inner_axis),
-                 ref(x, [](const Ts& e, int64_t a) { return psum_scatter_ref(e, 1, a); }), 1e-12,
-                 "psum_scatter");
+    expect_batched_allclose(run([](const Tensor& v) { return pmin(v, "outer"); }, xin, inner_axis),
+                            ref(x, [](const Ts& e, int64_t) { return min(stack(e, 0), {0}); }), 0,
+                            "pmin");
+    expect_batched_allclose(
+        run([&](const Tensor& v) { return ppermute(v, "outer", perm); }, xin, inner_axis),
+        ref(x, [&](const Ts& e, int64_t a) { return ppermute_ref(e, perm, a); }), 0, "ppermute");
+    expect_batched_allclose(
+        run([](const Tensor& v) { return all_to_all(v, "outer", 1, 0); }, xin, inner_axis),
+        ref(x, [](const Ts& e, int64_t a) { return all_to_all_ref(e, 1, 0, a); }), 0, "all_to_all");
+    expect_batched_allclose(
+        run([](const Tensor& v) { return psum_scatter(v, "outer", 1); }, xin, inner_axis),
+        ref(x, [](const Ts& e, int64_t a) { return psum_scatter_ref(e, 1, a); }), 1e-12,
+        "psum_scatter");
   }
   // Both names in one function: scatter over the outer axis, then permute over the inner.
   auto both = [](const Tensor& v) {
@@ -737,7 +746,7 @@ TEST(VmapCollectives, OverTheOuterAxisInsideAnInnerVmap) {
   };
   const Tensor got = run(both, x, 0);
   const Tensor scattered = ref(x, [](const Ts& e, int64_t a) { return psum_scatter_ref(e, 1, a); });
-  expect_close(got, flip(scattered, {1}), 1e-12, "two names");
+  expect_batched_allclose(got, flip(scattered, {1}), 1e-12, "two names");
 }
 
 TEST(VmapCollectives, ComposeWithJitAndGrad) {
@@ -748,16 +757,16 @@ TEST(VmapCollectives, ComposeWithJitAndGrad) {
   };
   const Tensor plain = vmap(f, axis_name("i"))(x);
   auto jf = jit(vmap(f, axis_name("i")));
-  expect_close(jf(x), plain, 1e-12, "jit(vmap)");
-  expect_close(jf(x), plain, 1e-12, "jit(vmap), cached");
+  expect_batched_allclose(jf(x), plain, 1e-12, "jit(vmap)");
+  expect_batched_allclose(jf(x), plain, 1e-12, "jit(vmap), cached");
   // vmap(grad(h)): the transposed collectives sum over the examples, so example j's gradient is
   // that of the total over examples with respect to x_j.
   auto h = [f](const Tensor& v) { return sum(sin(f(v))); };
   auto total = [h](const Tensor& xs) { return sum(vmap(h, axis_name("i"))(xs)); };
   const Tensor want = tensor(kiln::testing::numeric_grad(total, x), x.shape());
-  expect_close(vmap(grad(h), axis_name("i"))(x), want, 1e-7, "vmap(grad)");
-  expect_close(jit(vmap(grad(h), axis_name("i")))(x), want, 1e-7, "jit(vmap(grad))");
-  expect_close(grad(total)(x), want, 1e-7, "grad(vmap)");
+  expect_batched_allclose(vmap(grad(h), axis_name("i"))(x), want, 1e-7, "vmap(grad)");
+  expect_batched_allclose(jit(vmap(grad(h), axis_name("i")))(x), want, 1e-7, "jit(vmap(grad))");
+  expect_batched_allclose(grad(total)(x), want, 1e-7, "grad(vmap)");
 }
 
 TEST(VmapCollectives, ErrorsSayWhatWasExpected) {

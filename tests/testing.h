@@ -6,8 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <iomanip>
+#include <optional>
 #include <random>
+#include <source_location>
+#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiln/error.h"
@@ -48,27 +53,76 @@ inline std::vector<double> random_values(int64_t n, uint32_t seed, double lo = -
   return v;
 }
 
-// Within tol of want, relative to max(1, |want|), in float64; NaN and infinities must match.
-inline void expect_close(const Tensor& got, const Tensor& want, double tol,
-                         const std::string& what) {
-  ASSERT_EQ(got.shape(), want.shape()) << what;
-  const std::vector<double> g = astype(got, float64).to_vector<double>();
-  const std::vector<double> w = astype(want, float64).to_vector<double>();
-  for (std::size_t i = 0; i < g.size(); ++i) {
-    if (std::isnan(w[i]) || std::isinf(w[i])) {
-      ASSERT_TRUE(std::isnan(w[i]) ? std::isnan(g[i]) : g[i] == w[i]) << what << " at " << i;
-      continue;
-    }
-    ASSERT_NEAR(g[i], w[i], tol * std::max(1.0, std::abs(w[i]))) << what << " at " << i;
+// The one closeness check of the tests (the overloads below only gather values), by the rule of
+// kiln::isclose and numpy.isclose: |got - want| <= atol + rtol |want| element by element (the
+// defaults are numpy's); a NaN matches only a NaN at the same position, and only with
+// tol.equal_nan; an infinity matches only the same infinity. Computed here, not with
+// kiln::isclose, which tests check. A failure, reported at the caller's line, names `what`, how
+// many elements differ, and the one furthest past its bound: flat index, got, want and the bound.
+inline void expect_allclose(const std::vector<double>& got, const std::vector<double>& want,
+                            Closeness tol = {}, std::string_view what = "",
+                            std::source_location at = std::source_location::current()) {
+  const std::string name(what.empty() ? "values" : what);
+  if (got.size() != want.size()) {
+    ADD_FAILURE_AT(at.file_name(), at.line())
+        << name << ": " << got.size() << " elements, want " << want.size();
+    return;
   }
+  std::optional<std::size_t> worst;
+  double worst_excess = 0.0;
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double g = got[i], w = want[i];
+    double excess = 0.0;  // how far past its bound; infinite for a NaN or infinity mismatch
+    if (std::isnan(g) || std::isnan(w))
+      excess = tol.equal_nan && std::isnan(g) && std::isnan(w) ? 0.0 : INFINITY;
+    else if (std::isinf(g) || std::isinf(w))
+      excess = g == w ? 0.0 : INFINITY;
+    else
+      excess = std::abs(g - w) - (tol.atol + tol.rtol * std::abs(w));
+    if (excess <= 0.0) continue;
+    ++differing;
+    if (!worst || excess > worst_excess) {
+      worst = i;
+      worst_excess = excess;
+    }
+  }
+  if (!worst) return;
+  const double g = got[*worst], w = want[*worst];
+  std::ostringstream why;
+  why << std::setprecision(17);
+  if (std::isinf(worst_excess))
+    why << "a NaN or infinity matches only itself"
+        << (tol.equal_nan ? "" : " (NaN with equal_nan)");
+  else
+    why << "|got - want| " << std::abs(g - w) << " > bound " << tol.atol + tol.rtol * std::abs(w)
+        << " (rtol " << tol.rtol << ", atol " << tol.atol << ")";
+  ADD_FAILURE_AT(at.file_name(), at.line())
+      << std::setprecision(17) << name << ": " << differing << " of " << got.size()
+      << " elements differ; worst at flat index " << *worst << ": got " << g << ", want " << w
+      << ", " << why.str();
 }
 
-// Within tol of want, relative to 1 + |want|, element by element.
-inline void expect_close(const Tensor& got, const std::vector<double>& want, double tol) {
-  const std::vector<double> g = got.to_vector<double>();
-  ASSERT_EQ(g.size(), want.size());
-  for (std::size_t i = 0; i < g.size(); ++i)
-    EXPECT_NEAR(g[i], want[i], tol * (1 + std::abs(want[i]))) << "element " << i;
+// Tensors of one shape and dtype. A floating `got` may be checked against a float64 `want`: a
+// reference computed in double precision.
+inline void expect_allclose(const Tensor& got, const Tensor& want, Closeness tol = {},
+                            std::string_view what = "",
+                            std::source_location at = std::source_location::current()) {
+  const bool reference = want.dtype() == float64 && is_floating(got.dtype());
+  if (got.shape() != want.shape() || (got.dtype() != want.dtype() && !reference)) {
+    ADD_FAILURE_AT(at.file_name(), at.line())
+        << (what.empty() ? "values" : what) << ": " << got.type() << ", want " << want.type();
+    return;
+  }
+  expect_allclose(astype(got, float64).to_vector<double>(),
+                  astype(want, float64).to_vector<double>(), tol, what, at);
+}
+
+// A tensor against values listed in row-major order (any dtype, same element count).
+inline void expect_allclose(const Tensor& got, const std::vector<double>& want, Closeness tol = {},
+                            std::string_view what = "",
+                            std::source_location at = std::source_location::current()) {
+  expect_allclose(astype(got, float64).to_vector<double>(), want, tol, what, at);
 }
 
 // Central finite differences of a scalar function, element by element, in float64.

@@ -10,7 +10,7 @@
 namespace kiln {
 namespace {
 
-using testing::expect_close;
+using testing::expect_allclose;
 using testing::expect_error;
 
 // How the axis is split over processes: one example each, or process p holding p + 1.
@@ -55,9 +55,9 @@ TEST_P(Pmap, CollectivesMatchVmapOverTheWholeAxis) {
   };
   const auto [a, b, c] = pmap(f, axis_name("dp"))(mine(x, s));
   const auto [ra, rb, rc] = vmap(f, axis_name("dp"))(x);
-  expect_close(a, mine(ra, s), 1e-12, "centered + pmax * index");
-  expect_close(b, mine(rb, s), 1e-12, "psum");
-  expect_close(c, mine(rc, s), 0, "all_gather");
+  expect_allclose(a, mine(ra, s), {.rtol = 5e-13, .atol = 5e-13}, "centered + pmax * index");
+  expect_allclose(b, mine(rb, s), {.rtol = 5e-13, .atol = 5e-13}, "psum");
+  expect_allclose(c, mine(rc, s), {.rtol = 0, .atol = 0}, "all_gather");
 }
 
 // pmin, ppermute, all_to_all and psum_scatter: their local parts, combined across processes.
@@ -73,10 +73,10 @@ TEST_P(Pmap, ExchangingCollectivesMatchVmapOverTheWholeAxis) {
   };
   const auto [a, b, c, d] = pmap(f, axis_name("dp"))(mine(x, s));
   const auto [ra, rb, rc, rd] = vmap(f, axis_name("dp"))(x);
-  expect_close(a, mine(ra, s), 0, "pmin");
-  expect_close(b, mine(rb, s), 0, "ppermute");
-  expect_close(c, mine(rc, s), 0, "all_to_all");
-  expect_close(d, mine(rd, s), 1e-12, "psum_scatter");
+  expect_allclose(a, mine(ra, s), {.rtol = 0, .atol = 0}, "pmin");
+  expect_allclose(b, mine(rb, s), {.rtol = 0, .atol = 0}, "ppermute");
+  expect_allclose(c, mine(rc, s), {.rtol = 0, .atol = 0}, "all_to_all");
+  expect_allclose(d, mine(rd, s), {.rtol = 5e-13, .atol = 5e-13}, "psum_scatter");
   // Their transposes communicate too: the gradient of the sum over all processes.
   auto g = [perm](const Tensor& v) {
     return sin(psum_scatter(all_to_all(ppermute(v, "dp", perm), "dp", 1, 0), "dp", 0)) *
@@ -85,7 +85,7 @@ TEST_P(Pmap, ExchangingCollectivesMatchVmapOverTheWholeAxis) {
   const Tensor got =
       grad([&](const Tensor& v) { return sum(pmap(g, axis_name("dp"))(v)); })(mine(x, s));
   const Tensor want = grad([&](const Tensor& v) { return sum(vmap(g, axis_name("dp"))(v)); })(x);
-  expect_close(got, mine(want, s), 1e-12, "grad through the exchanges");
+  expect_allclose(got, mine(want, s), {.rtol = 5e-13, .atol = 5e-13}, "grad through the exchanges");
   // Over "dp" from inside a vmap "inner": the rules for another axis, then the exchange.
   auto two = [perm](const Tensor& u) {
     return vmap(
@@ -96,8 +96,8 @@ TEST_P(Pmap, ExchangingCollectivesMatchVmapOverTheWholeAxis) {
         axis_name("inner"))(u);
   };
   const Tensor y = global_data(s, {3, n}, 12);  // example: 3 inner examples of [N]
-  expect_close(pmap(two, axis_name("dp"))(mine(y, s)), mine(vmap(two, axis_name("dp"))(y), s),
-               1e-12, "pmap(vmap) with two axis names");
+  expect_allclose(pmap(two, axis_name("dp"))(mine(y, s)), mine(vmap(two, axis_name("dp"))(y), s),
+                  {.rtol = 5e-13, .atol = 5e-13}, "pmap(vmap) with two axis names");
 }
 
 // vmap of a pmapped function: the process-level collectives' own batching rules. Checked
@@ -117,7 +117,7 @@ TEST_P(Pmap, VmapOfPmap) {
       vmap([&](const Tensor& u) { return p(u); }, in_axes(1), out_axes(1))(mine(x, s));
   std::vector<Tensor> loop;
   for (int64_t b = 0; b < 2; ++b) loop.push_back(p(index(moveaxis(mine(x, s), 1, 0), b)));
-  expect_close(got, stack(loop, 1), 1e-12, "vmap(pmap(f))");
+  expect_allclose(got, stack(loop, 1), {.rtol = 5e-13, .atol = 5e-13}, "vmap(pmap(f))");
 }
 
 TEST_P(Pmap, DtypesOfTheReductions) {
@@ -131,8 +131,10 @@ TEST_P(Pmap, DtypesOfTheReductions) {
     EXPECT_EQ(sum_p.dtype(), d);
     // Halves are summed in float32 and rounded once, as vmap's sum does.
     const double tol = d == float16 ? 1e-3 : d == bfloat16 ? 1e-2 : 1e-6;
-    expect_close(sum_p, mine(sum_v, s), tol, "psum in " + std::string(dtype_name(d)));
-    expect_close(max_p, mine(max_v, s), 0, "pmax in " + std::string(dtype_name(d)));
+    expect_allclose(sum_p, mine(sum_v, s), {.rtol = tol / 2, .atol = tol / 2},
+                    "psum in " + std::string(dtype_name(d)));
+    expect_allclose(max_p, mine(max_v, s), {.rtol = 0, .atol = 0},
+                    "pmax in " + std::string(dtype_name(d)));
   }
 }
 
@@ -143,8 +145,8 @@ TEST_P(Pmap, SharedArgumentsAndOutAxes) {
   const Tensor got =
       pmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(mine(x, s), 0, 1));
   const Tensor want = vmap(f, in_axes(none, 1), out_axes(2), axis_name("dp"))(w, moveaxis(x, 0, 1));
-  expect_close(got, slice(want, {Slice{}, Slice{}, Slice{s.offset, s.offset + s.local}}), 1e-12,
-               "in_axes(none, 1), out_axes(2)");
+  expect_allclose(got, slice(want, {Slice{}, Slice{}, Slice{s.offset, s.offset + s.local}}),
+                  {.rtol = 5e-13, .atol = 5e-13}, "in_axes(none, 1), out_axes(2)");
 }
 
 // grad of a function of pmap's local results: each process's loss is the sum of its own
@@ -157,12 +159,12 @@ TEST_P(Pmap, GradOfPmap) {
   const Tensor got =
       grad([&](const Tensor& v) { return sum(pmap(f, axis_name("dp"))(v)); })(mine(x, s));
   const Tensor want = grad([&](const Tensor& v) { return sum(vmap(f, axis_name("dp"))(v)); })(x);
-  expect_close(got, mine(want, s), 1e-12, "grad(pmap(f))");
+  expect_allclose(got, mine(want, s), {.rtol = 5e-13, .atol = 5e-13}, "grad(pmap(f))");
   const Tensor gathered = grad([&](const Tensor& v) {
     return sum(pmap([](const Tensor& e) { return all_gather(e, "dp") * 2.0; }, axis_name("dp"))(v));
   })(mine(x, s));
-  expect_close(gathered, full_like(gathered, 2.0 * static_cast<double>(s.total)), 1e-12,
-               "grad through all_gather");
+  expect_allclose(gathered, full_like(gathered, 2.0 * static_cast<double>(s.total)),
+                  {.rtol = 5e-13, .atol = 5e-13}, "grad through all_gather");
 }
 
 TEST_P(Pmap, PmapOfGradAndOfVmapWithTwoAxisNames) {
@@ -177,7 +179,8 @@ TEST_P(Pmap, PmapOfGradAndOfVmapWithTwoAxisNames) {
   auto step = [&](const Tensor& w, const Tensor& v) { return pmean(per_example(w, v), "dp"); };
   const Tensor got = pmap(step, in_axes(none, 0), axis_name("dp"))(w, mine(x, s));
   const Tensor want = vmap(step, in_axes(none, 0), axis_name("dp"))(w, x);
-  expect_close(got, mine(want, s), 1e-12, "pmap(vmap(grad(f))) with pmean over dp");
+  expect_allclose(got, mine(want, s), {.rtol = 5e-13, .atol = 5e-13},
+                  "pmap(vmap(grad(f))) with pmean over dp");
 }
 
 TEST_P(Pmap, JitInsideAndOutside) {
@@ -187,9 +190,9 @@ TEST_P(Pmap, JitInsideAndOutside) {
   auto f = [&](const Tensor& v) { return inner(v) * 3.0; };
   const Tensor want = vmap(f, axis_name("dp"))(x);
   const auto p = pmap(f, axis_name("dp"));
-  expect_close(p(mine(x, s)), mine(want, s), 1e-12, "pmap(jit(f))");
-  expect_close(jit([&](const Tensor& v) { return p(v); })(mine(x, s)), mine(want, s), 1e-12,
-               "jit(pmap(jit(f)))");
+  expect_allclose(p(mine(x, s)), mine(want, s), {.rtol = 5e-13, .atol = 5e-13}, "pmap(jit(f))");
+  expect_allclose(jit([&](const Tensor& v) { return p(v); })(mine(x, s)), mine(want, s),
+                  {.rtol = 5e-13, .atol = 5e-13}, "jit(pmap(jit(f)))");
 }
 
 // The same program gives bitwise the same result run to run, and on every process.
@@ -215,7 +218,8 @@ const auto g_static_psum = pmap([](const Tensor& v) { return psum(v, "dp"); }, a
 
 TEST(PmapLifetime, StaticPmappedFunctionOutlivesMain) {
   const Tensor got = g_static_psum(ones({1, 3}));
-  expect_close(got, full({1, 3}, distributed::process_count()), 0, "psum of ones");
+  expect_allclose(got, full({1, 3}, distributed::process_count()), {.rtol = 0, .atol = 0},
+                  "psum of ones");
 }
 
 int64_t count(const ir::Function& f, const std::string& prim) {
@@ -243,7 +247,8 @@ TEST(PmapBucketing, IndependentAllReducesShareACall) {
   EXPECT_EQ(count(p.lower(local), "process_all_reduce"), one);
   const std::vector<Tensor> got = p(local), want = vmap(mean_all, axis_name("dp"))(small);
   for (std::size_t k = 0; k < got.size(); ++k)
-    expect_close(got[k], mine(want[k], s), 1e-12, "bucketed pmean " + std::to_string(k));
+    expect_allclose(got[k], mine(want[k], s), {.rtol = 5e-13, .atol = 5e-13},
+                    "bucketed pmean " + std::to_string(k));
 
   // 3 x 1.5 MB of float32: two buckets.
   std::vector<Tensor> big(3, zeros({1, 3 * (1 << 17)}));
@@ -259,8 +264,8 @@ TEST(PmapBucketing, IndependentAllReducesShareACall) {
   EXPECT_EQ(count(q.lower(mine(a, s), mine(b, s)), "process_all_reduce"), 2 * one);
   const auto [g1, g2] = q(mine(a, s), mine(b, s));
   const auto [w1, w2] = vmap(chained, axis_name("dp"))(a, b);
-  expect_close(g1, mine(w1, s), 1e-12, "first psum");
-  expect_close(g2, mine(w2, s), 1e-12, "psum of a psum");
+  expect_allclose(g1, mine(w1, s), {.rtol = 5e-13, .atol = 5e-13}, "first psum");
+  expect_allclose(g2, mine(w2, s), {.rtol = 5e-13, .atol = 5e-13}, "psum of a psum");
 }
 
 TEST(PmapErrors, MismatchedArgumentsAcrossProcessesAreReportedByName) {
@@ -273,7 +278,8 @@ TEST(PmapErrors, MismatchedArgumentsAcrossProcessesAreReportedByName) {
   }
   // The group is still usable afterwards.
   const Tensor ok = p(ones({1, 2}));
-  expect_close(ok, full({1, 2}, distributed::process_count()), 0, "psum after the error");
+  expect_allclose(ok, full({1, 2}, distributed::process_count()), {.rtol = 0, .atol = 0},
+                  "psum after the error");
 }
 
 TEST(PmapErrors, UnknownAxisListsTheAxesInScope) {
@@ -307,8 +313,8 @@ TEST(PmapErrors, ProcessCollectivesCheckTheirOperandOnEveryProcess) {
       },
       "psum", {"processes disagree on the operand", "f32[2]", "f32[4]"});
   const auto q = pmap([](const Tensor& v) { return psum(v, "dp"); }, axis_name("dp"));
-  expect_close(q(ones({1, 2})), full({1, 2}, distributed::process_count()), 0,
-               "psum after the error");
+  expect_allclose(q(ones({1, 2})), full({1, 2}, distributed::process_count()),
+                  {.rtol = 0, .atol = 0}, "psum after the error");
 }
 
 }  // namespace
