@@ -1,4 +1,4 @@
-// Helpers of the attention and recurrent layer tests (test_attention.cpp, test_recurrent.cpp):
+// Helpers of the layer tests (test_attention.cpp, test_recurrent.cpp, test_nn_conv.cpp):
 // PyTorch reference values (tests/reference/attention_ref.py, recurrent_ref.py), closeness, and
 // float64 central finite differences over the leaves of a tree.
 #pragma once
@@ -15,11 +15,13 @@
 
 namespace kiln::nn_checks {
 
+#ifdef KILN_REFERENCE_DIR  // a test with reference files (testing.h)
 // A tensor of a reference file, cast to `dtype` when it is floating point.
 inline Tensor ref_in(const io::TensorFile& file, const std::string& name, DType dtype) {
   const Tensor t = testing::at(file, name);
   return is_floating(t.dtype()) ? astype(t, dtype) : t;
 }
+#endif
 
 inline void expect_close(const Tensor& got, const Tensor& want, double tol,
                          const std::string& what) {
