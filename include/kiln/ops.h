@@ -186,6 +186,10 @@ struct ConvPadding {
   // {1, 2} for a pair, {1, 2, 3} for an array.
   template <std::integral... I>
   requires(N > 1 && sizeof...(I) == N) ConvPadding(I... s) : sizes{static_cast<int64_t>(s)...} {}
+  // Sizes count only without a rule.
+  friend bool operator==(const ConvPadding& a, const ConvPadding& b) {
+    return a.rule == b.rule && (a.rule || a.sizes == b.sizes);
+  }
 };
 // Every convolution takes an optional bias [O], added to each output channel. Inputs may also
 // be unbatched, without the N axis ([C, H, W] for conv2d); so is the result then.

@@ -844,107 +844,66 @@ void bind_products(py::module_& m) {
       "numpy.cross of 3-vectors along `axis` (other axes broadcast).");
 }
 
+// PyTorch's F.convNd(input, weight, bias, stride, padding, dilation, groups) for one N.
+template <int N, class Options>
+void def_conv(py::module_& m, const char* name,
+              Tensor (*fn)(const Tensor&, const Tensor&, const Options&, Loc), const char* doc) {
+  m.def(
+      name,
+      [name, fn](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
+                 py::object dilation, int64_t groups) {
+        const Options o{to_conv_sizes<N>(stride, name, "stride"), to_conv_padding<N>(padding, name),
+                        to_conv_sizes<N>(dilation, name, "dilation"), groups,
+                        optional_tensor(bias)};
+        const Tensor tx = arg(x), tw = arg(w);
+        return without_gil([&] { return fn(tx, tw, o, Loc{}); });
+      },
+      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, doc);
+}
+// PyTorch's F.conv_transposeNd(input, weight, bias, stride, padding, output_padding, groups,
+// dilation) for one N.
+template <int N, class Options>
+void def_conv_transpose(py::module_& m, const char* name,
+                        Tensor (*fn)(const Tensor&, const Tensor&, const Options&, Loc),
+                        const char* doc) {
+  m.def(
+      name,
+      [name, fn](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
+                 py::object output_padding, int64_t groups, py::object dilation) {
+        const Options o{to_conv_sizes<N>(stride, name, "stride"),
+                        to_conv_sizes<N>(padding, name, "padding"),
+                        to_conv_sizes<N>(output_padding, name, "output_padding"),
+                        to_conv_sizes<N>(dilation, name, "dilation"),
+                        groups,
+                        optional_tensor(bias)};
+        return fn(arg(x), arg(w), o, Loc{});
+      },
+      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+      py::arg("padding") = 0, py::arg("output_padding") = 0, py::arg("groups") = 1,
+      py::arg("dilation") = 1, doc);
+}
+
 void bind_conv(py::module_& m) {
-  m.def(
-      "conv1d",
-      [](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
-         py::object dilation, int64_t groups) {
-        const char* op = "conv1d";
-        const Conv1dOptions o{
-            to_conv_sizes<1>(stride, op, "stride"), to_conv_padding<1>(padding, op),
-            to_conv_sizes<1>(dilation, op, "dilation"), groups, optional_tensor(bias)};
-        const Tensor tx = arg(x), tw = arg(w);
-        return without_gil([&] { return conv1d(tx, tw, o, Loc{}); });
-      },
-      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Convolution (cross-correlation) of x [N, C, W] or [C, W] with w [O, C/groups, KW], plus "
-      "bias [O]; padding is an int, 'valid' or 'same' (stride 1).");
-  m.def(
-      "conv2d",
-      [](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
-         py::object dilation, int64_t groups) {
-        const char* op = "conv2d";
-        const Conv2dOptions o{
-            to_conv_sizes<2>(stride, op, "stride"), to_conv_padding<2>(padding, op),
-            to_conv_sizes<2>(dilation, op, "dilation"), groups, optional_tensor(bias)};
-        const Tensor tx = arg(x), tw = arg(w);
-        return without_gil([&] { return conv2d(tx, tw, o, Loc{}); });
-      },
-      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Convolution of x [N, C, H, W] or [C, H, W] with w [O, C/groups, KH, KW], plus bias [O]; "
-      "stride, padding and dilation are ints or pairs (PyTorch's F.conv2d), padding also "
-      "'valid' or 'same' (stride 1).");
-  m.def(
-      "conv3d",
-      [](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
-         py::object dilation, int64_t groups) {
-        const char* op = "conv3d";
-        const Conv3dOptions o{
-            to_conv_sizes<3>(stride, op, "stride"), to_conv_padding<3>(padding, op),
-            to_conv_sizes<3>(dilation, op, "dilation"), groups, optional_tensor(bias)};
-        const Tensor tx = arg(x), tw = arg(w);
-        return without_gil([&] { return conv3d(tx, tw, o, Loc{}); });
-      },
-      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Convolution of x [N, C, D, H, W] or [C, D, H, W] with w [O, C/groups, KD, KH, KW], plus "
-      "bias [O]; padding also 'valid' or 'same' (stride 1).");
-  m.def(
-      "conv_transpose1d",
-      [](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
-         py::object output_padding, int64_t groups, py::object dilation) {
-        const char* op = "conv_transpose1d";
-        return conv_transpose1d(
-            arg(x), arg(w),
-            ConvTranspose1dOptions{
-                to_conv_sizes<1>(stride, op, "stride"), to_conv_sizes<1>(padding, op, "padding"),
-                to_conv_sizes<1>(output_padding, op, "output_padding"),
-                to_conv_sizes<1>(dilation, op, "dilation"), groups, optional_tensor(bias)},
-            Loc{});
-      },
-      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-      py::arg("padding") = 0, py::arg("output_padding") = 0, py::arg("groups") = 1,
-      py::arg("dilation") = 1,
-      "Transposed convolution of x [N, C, W] or [C, W] with w [C, O/groups, KW], plus bias [O] "
-      "(the gradient of conv1d with respect to its input).");
-  m.def(
-      "conv_transpose2d",
-      [](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
-         py::object output_padding, int64_t groups, py::object dilation) {
-        const char* op = "conv_transpose2d";
-        return conv_transpose2d(
-            arg(x), arg(w),
-            ConvTranspose2dOptions{
-                to_conv_sizes<2>(stride, op, "stride"), to_conv_sizes<2>(padding, op, "padding"),
-                to_conv_sizes<2>(output_padding, op, "output_padding"),
-                to_conv_sizes<2>(dilation, op, "dilation"), groups, optional_tensor(bias)},
-            Loc{});
-      },
-      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-      py::arg("padding") = 0, py::arg("output_padding") = 0, py::arg("groups") = 1,
-      py::arg("dilation") = 1,
-      "Transposed convolution of x [N, C, H, W] or [C, H, W] with w [C, O/groups, KH, KW], plus "
-      "bias [O].");
-  m.def(
-      "conv_transpose3d",
-      [](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
-         py::object output_padding, int64_t groups, py::object dilation) {
-        const char* op = "conv_transpose3d";
-        return conv_transpose3d(
-            arg(x), arg(w),
-            ConvTranspose3dOptions{
-                to_conv_sizes<3>(stride, op, "stride"), to_conv_sizes<3>(padding, op, "padding"),
-                to_conv_sizes<3>(output_padding, op, "output_padding"),
-                to_conv_sizes<3>(dilation, op, "dilation"), groups, optional_tensor(bias)},
-            Loc{});
-      },
-      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
-      py::arg("padding") = 0, py::arg("output_padding") = 0, py::arg("groups") = 1,
-      py::arg("dilation") = 1,
-      "Transposed convolution of x [N, C, D, H, W] or [C, D, H, W] with w [C, O/groups, KD, KH, "
-      "KW], plus bias [O].");
+  def_conv<1>(m, "conv1d", &conv1d,
+              "Convolution (cross-correlation) of x [N, C, W] or [C, W] with w [O, C/groups, KW], "
+              "plus bias [O]; padding is an int, 'valid' or 'same' (stride 1).");
+  def_conv<2>(m, "conv2d", &conv2d,
+              "Convolution of x [N, C, H, W] or [C, H, W] with w [O, C/groups, KH, KW], plus bias "
+              "[O]; stride, padding and dilation are ints or pairs (PyTorch's F.conv2d), padding "
+              "also 'valid' or 'same' (stride 1).");
+  def_conv<3>(m, "conv3d", &conv3d,
+              "Convolution of x [N, C, D, H, W] or [C, D, H, W] with w [O, C/groups, KD, KH, KW], "
+              "plus bias [O]; padding also 'valid' or 'same' (stride 1).");
+  def_conv_transpose<1>(m, "conv_transpose1d", &conv_transpose1d,
+                        "Transposed convolution of x [N, C, W] or [C, W] with w [C, O/groups, KW], "
+                        "plus bias [O] (the gradient of conv1d with respect to its input).");
+  def_conv_transpose<2>(m, "conv_transpose2d", &conv_transpose2d,
+                        "Transposed convolution of x [N, C, H, W] or [C, H, W] with w "
+                        "[C, O/groups, KH, KW], plus bias [O].");
+  def_conv_transpose<3>(m, "conv_transpose3d", &conv_transpose3d,
+                        "Transposed convolution of x [N, C, D, H, W] or [C, D, H, W] with w "
+                        "[C, O/groups, KD, KH, KW], plus bias [O].");
   // PyTorch's F.max_poolNd / F.avg_poolNd / F.adaptive_*_poolNd, keyword for keyword.
   auto max_result = [](MaxPoolResult r, bool return_indices) -> py::object {
     if (return_indices) return py::make_tuple(r.values, r.indices);

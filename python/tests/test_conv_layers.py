@@ -174,35 +174,26 @@ LAYER_CONFIGS = [
 ]
 
 
-@pytest.mark.parametrize("rank", [1, 2, 3])
-@pytest.mark.parametrize("config", LAYER_CONFIGS)
-@pytest.mark.parametrize("batched", [True, False])
-def test_conv_layers_match_torch(rank, config, batched):
-    ours_cls, torch_cls = LAYERS[rank]
-    k = (3, 2, 3)[:rank]
-    ours = ours_cls(4, 6, k, kl.random.key(rank), dtype=kl.float64, **config)
-    theirs = torch_cls(4, 6, k, dtype=torch.float64, **config)
-    check_layer(ours, theirs, randn(*((2,) if batched else ()), 4, *SPATIAL[rank]),
-                torch_batched_only=not batched and config.get("padding_mode") == "circular")
-
-
 TLAYER_CONFIGS = [
     dict(),
     dict(stride=2, padding=1, output_padding=1, bias=False),
     dict(stride=2, dilation=2, groups=2, output_padding=1),
     dict(padding=1, dilation=3, output_padding=2),
 ]
+LAYER_CASES = ([(LAYERS, config, (3, 2, 3)) for config in LAYER_CONFIGS] +
+               [(TLAYERS, config, (3, 2, 2)) for config in TLAYER_CONFIGS])
 
 
 @pytest.mark.parametrize("rank", [1, 2, 3])
-@pytest.mark.parametrize("config", TLAYER_CONFIGS)
+@pytest.mark.parametrize("classes,config,kernel", LAYER_CASES)
 @pytest.mark.parametrize("batched", [True, False])
-def test_conv_transpose_layers_match_torch(rank, config, batched):
-    ours_cls, torch_cls = TLAYERS[rank]
-    k = (3, 2, 2)[:rank]
+def test_conv_layers_match_torch(rank, classes, config, kernel, batched):
+    ours_cls, torch_cls = classes[rank]
+    k = kernel[:rank]
     ours = ours_cls(4, 6, k, kl.random.key(rank), dtype=kl.float64, **config)
     theirs = torch_cls(4, 6, k, dtype=torch.float64, **config)
-    check_layer(ours, theirs, randn(*((2,) if batched else ()), 4, *SPATIAL[rank]))
+    check_layer(ours, theirs, randn(*((2,) if batched else ()), 4, *SPATIAL[rank]),
+                torch_batched_only=not batched and config.get("padding_mode") == "circular")
 
 
 @pytest.mark.parametrize("cls,shape,fan_in", [
@@ -260,3 +251,14 @@ def test_layer_errors():
     conv.bias = np.zeros(3, np.float32)
     with pytest.raises(kl.Error, match=r"\[conv2d\] bias does not match the output channels"):
         conv(np.ones((1, 2, 5, 5), np.float32))
+
+
+def test_layers_under_jit_and_vmap():
+    # vmap of a layer over the examples of a batch (each unbatched) is the layer on the batch.
+    x = randn(3, 2, 5, 5)
+    for layer in (kl.nn.Conv2d(2, 3, 3, kl.random.key(0), padding="same", padding_mode="reflect",
+                               dtype=kl.float64),
+                  kl.nn.ConvTranspose2d(2, 3, 3, kl.random.key(1), stride=2, dtype=kl.float64)):
+        want = np.asarray(layer(x))
+        close(kl.vmap(layer)(x), want)
+        close(kl.jit(lambda m, x: m(x))(layer, x), want)

@@ -122,6 +122,19 @@ Tensor conv_transpose(const Tensor& x, const ConvTransposeNd<3>& l, Loc loc) {
       x, l.weight, {l.stride, l.padding, l.output_padding, l.dilation, l.groups, l.bias}, loc);
 }
 
+// A layer's call: the input checked, then its convolution `f`, noted for model summaries.
+template <class F>
+Tensor call_layer(const std::string& name, int rank, const Tensor& x, const Tensor& weight,
+                  const std::optional<Tensor>& bias, Loc loc, F&& f) {
+  const kiln::detail::CallSite site(loc);
+  return located(loc, [&]() -> Tensor {
+    expect_conv_input("nn." + name, x, rank);
+    const Tensor y = f();
+    detail::summary_note(name, y, {&weight, bias ? &*bias : nullptr});
+    return y;
+  });
+}
+
 }  // namespace
 
 template <int N>
@@ -145,16 +158,10 @@ ConvNd<N>::ConvNd(int64_t in, int64_t out, ConvSizes<N> kernel, const Tensor& ke
 
 template <int N>
 Tensor ConvNd<N>::operator()(const Tensor& x, Loc loc) const {
-  const kiln::detail::CallSite site(loc);
-  return located(loc, [&]() -> Tensor {
-    const std::string name = layer_name("Conv", N);
-    expect_conv_input("nn." + name, x, N);
-    const Tensor y = padding_mode == PaddingMode::zeros
-                         ? conv(x, weight, *this, padding, loc)
-                         : conv(pad_spatial<N>(x, weight, padding, dilation, padding_mode, loc),
-                                weight, *this, ConvPadding<N>{}, loc);
-    detail::summary_note(name, y, {&weight, bias ? &*bias : nullptr});
-    return y;
+  return call_layer(layer_name("Conv", N), N, x, weight, bias, loc, [&] {
+    if (padding_mode == PaddingMode::zeros) return conv(x, weight, *this, padding, loc);
+    return conv(pad_spatial<N>(x, weight, padding, dilation, padding_mode, loc), weight, *this,
+                ConvPadding<N>{}, loc);
   });
 }
 
@@ -175,14 +182,8 @@ ConvTransposeNd<N>::ConvTransposeNd(int64_t in, int64_t out, ConvSizes<N> kernel
 
 template <int N>
 Tensor ConvTransposeNd<N>::operator()(const Tensor& x, Loc loc) const {
-  const kiln::detail::CallSite site(loc);
-  return located(loc, [&]() -> Tensor {
-    const std::string name = layer_name("ConvTranspose", N);
-    expect_conv_input("nn." + name, x, N);
-    const Tensor y = conv_transpose(x, *this, loc);
-    detail::summary_note(name, y, {&weight, bias ? &*bias : nullptr});
-    return y;
-  });
+  return call_layer(layer_name("ConvTranspose", N), N, x, weight, bias, loc,
+                    [&] { return conv_transpose(x, *this, loc); });
 }
 
 template struct ConvNd<1>;
