@@ -54,15 +54,26 @@ CONV_CONFIGS = [
 ]
 
 
+TRANSPOSE_CONFIGS = [
+    dict(),
+    dict(stride=2, padding=1, output_padding=1),
+    dict(stride=2, dilation=2, groups=2, output_padding=1),
+    dict(padding=1, dilation=3, output_padding=2),
+]
+# (functions by rank, config, weight [w0, w1 / groups, *kernel] as (w0, w1, kernel))
+FUNCTIONAL_CASES = ([(FUNCS, config, (6, 4, (3, 2, 3))) for config in CONV_CONFIGS] +
+                    [(TFUNCS, config, (4, 6, (3, 2, 2))) for config in TRANSPOSE_CONFIGS])
+
+
 @pytest.mark.parametrize("rank", [1, 2, 3])
-@pytest.mark.parametrize("config", CONV_CONFIGS)
+@pytest.mark.parametrize("funcs,config,weight", FUNCTIONAL_CASES)
 @pytest.mark.parametrize("batched", [True, False])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_functional_conv_matches_torch(rank, config, batched, with_bias):
-    ours, theirs = FUNCS[rank]
-    k = (3, 2, 3)[:rank]
+def test_functional_convolutions_match_torch(rank, funcs, config, weight, batched, with_bias):
+    ours, theirs = funcs[rank]
+    w0, w1, kernel = weight
     x = randn(*((2,) if batched else ()), 4, *SPATIAL[rank])
-    w = randn(6, 4 // config.get("groups", 1), *k)
+    w = randn(w0, w1 // config.get("groups", 1), *kernel[:rank])
     b = randn(6) if with_bias else None
     check_against_torch(lambda x, w, b: ours(x, w, b, **config),
                         lambda x, w, b: theirs(x, w, b, **config), x, w, b)
@@ -74,27 +85,6 @@ def test_functional_bias_is_a_keyword_too(rank):
     x, w, b = randn(2, 3, *SPATIAL[rank]), randn(5, 3, *(2,) * rank), randn(5)
     close(ours(x, w, bias=b, padding=1),
           theirs(torch.from_numpy(x), torch.from_numpy(w), bias=torch.from_numpy(b), padding=1))
-
-
-TRANSPOSE_CONFIGS = [
-    dict(),
-    dict(stride=2, padding=1, output_padding=1),
-    dict(stride=2, dilation=2, groups=2, output_padding=1),
-    dict(padding=1, dilation=3, output_padding=2),
-]
-
-
-@pytest.mark.parametrize("rank", [1, 2, 3])
-@pytest.mark.parametrize("config", TRANSPOSE_CONFIGS)
-@pytest.mark.parametrize("batched", [True, False])
-@pytest.mark.parametrize("with_bias", [True, False])
-def test_functional_conv_transpose_matches_torch(rank, config, batched, with_bias):
-    ours, theirs = TFUNCS[rank]
-    x = randn(*((2,) if batched else ()), 4, *SPATIAL[rank])
-    w = randn(4, 6 // config.get("groups", 1), *(3, 2, 2)[:rank])
-    b = randn(6) if with_bias else None
-    check_against_torch(lambda x, w, b: ours(x, w, b, **config),
-                        lambda x, w, b: theirs(x, w, b, **config), x, w, b)
 
 
 def test_functional_conv_transpose_takes_torch_positional_order():
