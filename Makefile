@@ -17,7 +17,7 @@ FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
 # The Python package: make python builds kiln._kiln into python/kiln/ (then PYTHONPATH=python).
-.PHONY: all deps deps-bench build python demo test test-asan test-python-asan test-tsan test-static fuzz bench bench-issue14 install-test clean format format-check
+.PHONY: all deps deps-bench build python demo test test-asan test-python-asan test-tsan test-static fuzz bench bench-jit install-test clean format format-check check-structure
 
 all: build
 
@@ -129,10 +129,10 @@ install-test: build
 bench: deps-bench build
 	bench/run.sh $(BUILD)
 
-# Issue 14 (compiler, fusion, caching allocator) against PyTorch, 1 and 2 threads; see
-# docs/PERFORMANCE.md "Issue #14". Parts: bench/issue14.sh BUILD fusion|train|scan|vmap|compile|demo
-bench-issue14: deps-bench build
-	bench/issue14.sh $(BUILD)
+# jit (compiled and interpreted) and eager against PyTorch, 1 and 2 threads; see
+# docs/PERFORMANCE.md. Parts: bench/jit_vs_torch.sh BUILD fusion|train|scan|vmap|compile|demo
+bench-jit: deps-bench build
+	bench/jit_vs_torch.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
@@ -144,3 +144,9 @@ format: deps
 
 format-check: deps
 	$(CLANG_FORMAT) --dry-run -Werror $$(git ls-files '*.h' '*.cpp')
+
+# No include points from a lower layer to a higher one (docs/DESIGN.md, "Layers"), and
+# DESIGN.md's Layout lists the tree as it is.
+check-structure:
+	python3 scripts/check_layers.py
+	python3 scripts/layout.py --check

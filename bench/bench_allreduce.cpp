@@ -1,4 +1,4 @@
-// Issue 16: all-reduce of a float32 buffer through psum in a pmapped (hence jitted) function
+// All-reduce of a float32 buffer through psum in a pmapped (hence jitted) function
 // against a bare MPI_Allreduce of the same size with preallocated buffers, in the same run.
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 2 build/bench/bench_allreduce
@@ -21,8 +21,8 @@
 // per side: median and minimum per call, the algorithm bandwidth bytes / time (for local: the
 // rate of the additions), the bus bandwidth 2 (P - 1) / P · bytes / time (what each process
 // sends and receives in a ring or Rabenseifner all-reduce; NCCL's convention), and "vs bare",
-// the bandwidth relative to bare's, i.e. bare's median time / this side's (issue 16's target
-// for psum: >= 0.9x).
+// the bandwidth relative to bare's, i.e. bare's median time / this side's (psum's goal:
+// >= 0.9x).
 #include <kiln/distributed.h>
 #include <kiln/kiln.h>
 // The MPI C API only (OpenMPI's C++ bindings are deprecated and would need their library).

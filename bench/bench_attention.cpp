@@ -1,4 +1,4 @@
-// Issue 15: scaled dot-product attention against PyTorch 1.13 (bench/bench_attention_torch.py:
+// Scaled dot-product attention against PyTorch 1.13 (bench/bench_attention_torch.py:
 // the math path softmax(q k^T * scale + mask) v written out, 1.13 having no
 // F.scaled_dot_product_attention), side by side in one run, float32, batch 8, heads 8,
 // length 512, head dim 64:

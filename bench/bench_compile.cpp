@@ -1,4 +1,4 @@
-// Compile time of issue 14: how long the first call of a jitted training step takes beyond a
+// Compile time: how long the first call of a jitted training step takes beyond a
 // steady-state call, cold and with a warm on-disk compile cache (KILN_CACHE_DIR).
 //
 //   build/bench/bench_compile                # the table below

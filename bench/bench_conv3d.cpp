@@ -1,4 +1,4 @@
-// Issue 15: conv1d, conv3d (forward, and its gradient) and conv_transpose2d in float32 against
+// conv1d, conv3d (forward, and its gradient) and conv_transpose2d in float32 against
 // PyTorch 1.13 (bench/conv3d_torch.py), side by side in one run. Both run through oneDNN.
 //
 //   build/bench/bench_conv3d --threads 1

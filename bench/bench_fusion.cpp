@@ -1,4 +1,4 @@
-// Fusion benchmarks of issue 14: an elementwise chain, softmax and layer norm, Kiln (jit with the
+// Fusion benchmarks: an elementwise chain, softmax and layer norm, Kiln (jit with the
 // LLVM backend, jit with the interpreter, eager) against PyTorch 1.13 eager
 // (bench/fusion_torch.py), side by side in one run, with GB/s against a memcpy roofline.
 //
@@ -8,8 +8,8 @@
 //            --target S (seconds per timed batch of calls, default 0.3), --threads T (PyTorch's
 //            torch.set_num_threads and the memcpy's thread count, default 2),
 //            --py PATH (default /usr/bin/python3), --only chain|softmax|layernorm
-//   Kiln's thread count: KILN_NUM_THREADS / OMP_NUM_THREADS in the environment (bench/issue14.sh
-//   sets both to T).
+//   Kiln's thread count: KILN_NUM_THREADS / OMP_NUM_THREADS in the environment
+//   (bench/jit_vs_torch.sh sets both to T).
 //
 // Problems (float32, fixed normal inputs):
 //   chain       tanh(x) * sigmoid(y) + exp(z), three vectors of 10^7. Minimal traffic: read

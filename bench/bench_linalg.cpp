@@ -1,4 +1,4 @@
-// Issue 15: Cholesky and solve of a batch of SPD matrices, forward and forward + backward,
+// Cholesky and solve of a batch of SPD matrices, forward and forward + backward,
 // Kiln (jit) vs PyTorch 1.13 eager (bench/linalg_torch.py), side by side in one run.
 //
 //   build/bench/bench_linalg [--threads T] [--reps R] [--rounds N] [--target S] [--py PATH]

@@ -6,7 +6,7 @@
 //            --threads T (torch.set_num_threads, default 1), --py PATH (default /usr/bin/python3;
 //            "none" skips PyTorch), --unroll K (also time scan with ScanOptions{.unroll = K}),
 //            --rounds N (Kiln/PyTorch alternations, default 1), --timing-only (the per-call
-//            table only: no compilation table, no memory table; bench/issue14.sh uses it),
+//            table only: no compilation table, no memory table; bench/jit_vs_torch.sh uses it),
 //            --tiny-steps N (steps of the per-step overhead cases, default 100000; 0 skips them)
 //
 // Problem: h = tanh(h @ Wh + x_t @ Wx + b), hidden 256, input 256, batch 32, 100 steps,

@@ -1,4 +1,4 @@
-// Issue 15: sort and cumsum of 10^7 float32 against PyTorch 1.13 (bench/sort_torch.py), side by
+// Sort and cumsum of 10^7 float32 against PyTorch 1.13 (bench/sort_torch.py), side by
 // side in one run.
 //
 //   build/bench/bench_sort --threads 1      # Kiln, then the PyTorch peer, alternating; table

@@ -18,7 +18,7 @@
 // (lr 0.01, no momentum) of every parameter.
 //   kiln_jit_<p>     jit(model, opt_state, x, y -> value_and_grad(loss)(model), optim::sgd
 //                    update), the model an nn::Sequential; model and state go in and come out;
-//                    KILN_JIT_BACKEND=llvm (the compiler, issue 14)
+//                    KILN_JIT_BACKEND=llvm (the compiler)
 //   kiln_interp_<p>  the same jit with KILN_JIT_BACKEND=interpreter (bench/models.h)
 //   torch_eager_<p>  nn.Sequential of nn.Conv2d/nn.Linear..., F.cross_entropy, backward,
 //                    torch.optim.SGD step, zero_grad(set_to_none=True)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 peer of `demo --data-parallel` (issue 16): the demo's CNN trained with
+"""PyTorch 1.13 peer of `demo --data-parallel`: the demo's CNN trained with
 DistributedDataParallel (gloo backend) on P processes, or plainly on one process, timing each
 training step.
 

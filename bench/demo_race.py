@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The main job end to end (issue 14): time to a test accuracy (91%) with `make demo`'s model
+"""The main job end to end: time to a test accuracy (91%) with `make demo`'s model
 and recipe, Kiln against PyTorch 1.13 (bench/demo_torch.py), side by side in one command.
 
     /usr/bin/python3 bench/demo_race.py [--build build] [--threads 2] [--repeats 1]
@@ -7,7 +7,7 @@ and recipe, Kiln against PyTorch 1.13 (bench/demo_torch.py), side by side in one
 
 Runs, --repeats times, in rotating order:
   kiln_<backend>  BUILD/examples/demo --out <temporary folder> with KILN_JIT_BACKEND=<backend>
-                  (llvm: the compiler of issue 14; interpreter: jit as before it)
+                  (llvm: the compiler; interpreter: jit's IR interpreter)
   torch           /usr/bin/python3 bench/demo_torch.py (same model, recipe and evaluation)
 each with OMP_NUM_THREADS = KILN_NUM_THREADS = --threads (torch.set_num_threads too). Both
 print "epoch N: ... | test loss L acc A% | S s, R img/s" per epoch, S the seconds of the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16: data-parallel training, Kiln against PyTorch 1.13 DistributedDataParallel, in one
+# Data-parallel training, Kiln against PyTorch 1.13 DistributedDataParallel, in one
 # go: the demo's CNN (examples/demo.cpp, `--model cnn`) with the same global batch and steps on
 # 1 process and on 2 processes, each process with 1 thread.
 #   bench/dp_race.sh [BUILD_DIR]          (default: build)

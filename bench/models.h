@@ -1,4 +1,4 @@
-// The models and jit-backend switch shared by the issue-14 benchmarks (bench_train,
+// The models and jit-backend switch shared by the training-step benchmarks (bench_train,
 // bench_compile): the training-step networks as nn::Sequential (parameter names "0.weight", ...
 // as in PyTorch's state_dict, so the peers load them), and a scope that selects the backend
 // of the jitted functions called inside it.

@@ -1,6 +1,6 @@
 """Eager overhead of a small op from Python: `a + b` on 2-element float32 tensors, Kiln against
-PyTorch 1.13 eager, at 1 and 2 threads, side by side in one run (docs/PERFORMANCE.md, issue #17:
-target Kiln's per-call time <= PyTorch's).
+PyTorch 1.13 eager, at 1 and 2 threads, side by side in one run (docs/PERFORMANCE.md,
+"Python: small-op overhead"; goal: Kiln's per-call time <= PyTorch's).
 
 usage: PYTHONPATH=python /usr/bin/python3 bench/python_eager.py [--rounds 15] [--calls 20000]
 

@@ -1,6 +1,6 @@
 """Indexing from Python: `x[0]`, `x[1:3]`, `x[0, 1]` and other basic indices of a [4, 4] float32
 tensor, Kiln against PyTorch 1.13 eager, at 1 and 2 threads, side by side in one run
-(docs/PERFORMANCE.md, "Issue #17: indexing": target Kiln's time <= PyTorch's for ints, tuples
+(docs/PERFORMANCE.md, "Python: indexing": goal Kiln's time <= PyTorch's for ints, tuples
 of ints and simple slices).
 
 usage: PYTHONPATH=python /usr/bin/python3 bench/python_indexing.py [--rounds 9] [--calls 20000]

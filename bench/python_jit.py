@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Issue #17, transformations from Python: what a cached jit call costs, and per-example gradients.
+"""Transformations from Python: what a cached jit call costs, and per-example gradients.
 
     PYTHONPATH=python /usr/bin/python3 bench/python_jit.py [--reps 9] [--bench-jit build/bench/bench_jit]
 

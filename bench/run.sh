@@ -31,19 +31,19 @@ section() {
   echo "# $(date -u +%FT%TZ)  $(uptime | sed 's/.*load/load/')  nproc $(nproc)"
 }
 
-section "1. eager: small-op overhead and 10^7-element bandwidth (Kiln vs libtorch C++)"
+section "eager: small-op overhead and 10^7-element bandwidth (Kiln vs libtorch C++)"
 "$build/bench/bench_eager" "${gb[@]}" | median_only
 
-section "2. matmul: Kiln vs direct cblas_sgemm"
+section "matmul: Kiln vs direct cblas_sgemm"
 "$build/bench/bench_matmul" "${gb[@]}" | median_only
 
-section "3. jit: cached-call overhead and MLP forward, jit vs eager"
+section "jit: cached-call overhead and MLP forward, jit vs eager"
 "$build/bench/bench_jit" "${gb[@]}" | median_only
 
-section "4. AD: correctness checks"
+section "AD: correctness checks"
 "$build/bench/bench_ad" --check
 
-section "4. AD: training step, HVP, checkpoint (Kiln; libtorch C++ in the same process)"
+section "AD: training step, HVP, checkpoint (Kiln; libtorch C++ in the same process)"
 "$build/bench/bench_ad" "${gb[@]}" | median_only
 
 # PyTorch from Python. Debian's python3-torch uses the generic libblas.so.3 (OpenBLAS,
@@ -52,12 +52,12 @@ section "4. AD: training step, HVP, checkpoint (Kiln; libtorch C++ in the same p
 # OpenBLAS preloaded (the configuration Kiln itself links), and the best figure is the peer.
 if "$py" -c 'import torch' 2>/dev/null; then
   omp_blas=/usr/lib/x86_64-linux-gnu/openblas-openmp/libblas.so.3
-  section "4. AD: PyTorch (Python) peers, as installed"
+  section "AD: PyTorch (Python) peers, as installed"
   "$py" "$here/torch_peers.py"
-  section "4. AD: PyTorch (Python) peers, OPENBLAS_NUM_THREADS=1"
+  section "AD: PyTorch (Python) peers, OPENBLAS_NUM_THREADS=1"
   OPENBLAS_NUM_THREADS=1 "$py" "$here/torch_peers.py"
   if [[ -f "$omp_blas" ]]; then
-    section "4. AD: PyTorch (Python) peers, LD_PRELOAD=$omp_blas"
+    section "AD: PyTorch (Python) peers, LD_PRELOAD=$omp_blas"
     LD_PRELOAD="$omp_blas" "$py" "$here/torch_peers.py"
   fi
 else
@@ -66,15 +66,15 @@ fi
 
 # The same AD cases with one thread on each side: on a loaded 2-core machine a 2-thread
 # OpenMP region waits for whichever thread the scheduler parked, so these are steadier.
-section "4. AD, one thread: Kiln and libtorch C++ (OMP_NUM_THREADS=1)"
+section "AD, one thread: Kiln and libtorch C++ (OMP_NUM_THREADS=1)"
 OMP_NUM_THREADS=1 "$build/bench/bench_ad" "${gb[@]}" --benchmark_filter='step|hvp' | median_only
 if "$py" -c 'import torch' 2>/dev/null; then
-  section "4. AD, one thread: PyTorch (Python), OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1"
+  section "AD, one thread: PyTorch (Python), OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1"
   OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 "$py" "$here/torch_peers.py" --threads 1
 fi
 
 if [[ -x "$build/bench/bench_data" ]]; then
-  section "5. data pipeline (bench_data, see docs/PERFORMANCE.md 'Data pipeline')"
+  section "data pipeline (bench_data, see docs/PERFORMANCE.md 'Data pipeline')"
   "$build/bench/bench_data"
 fi
 
@@ -83,12 +83,12 @@ fi
 # the environment, so OMP_NUM_THREADS=1 makes torch's OpenMP and its OpenBLAS single-threaded too.
 torch_py="$py"
 "$py" -c 'import torch' 2>/dev/null || torch_py=none
-section "7. training step: CNN and MLP, Kiln jit vs PyTorch eager"
+section "training step: CNN and MLP, Kiln jit vs PyTorch eager"
 "$build/bench/bench_train" --rounds 3 --py "$torch_py"
 if [[ "$torch_py" != none ]]; then
-  # As in section 4: the pthreads OpenBLAS of Python torch fights its OpenMP threads.
-  section "7. training step, PyTorch with OPENBLAS_NUM_THREADS=1 (Kiln as above)"
+  # As for the AD peers: the pthreads OpenBLAS of Python torch fights its OpenMP threads.
+  section "training step, PyTorch with OPENBLAS_NUM_THREADS=1 (Kiln as above)"
   "$build/bench/bench_train" --rounds 3 --py "env OPENBLAS_NUM_THREADS=1 $py"
 fi
-section "7. training step, one thread: OMP_NUM_THREADS=1, torch --threads 1"
+section "training step, one thread: OMP_NUM_THREADS=1, torch --threads 1"
 OMP_NUM_THREADS=1 "$build/bench/bench_train" --rounds 3 --threads 1 --py "$torch_py"

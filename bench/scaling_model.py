@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Issue 16, "scaling on paper": the expected step time of `demo --data-parallel` (the CNN) on
+"""Scaling on paper: the expected step time of `demo --data-parallel` (the CNN) on
 many processes, from an alpha-beta-gamma model of the MPI calls each step makes, the compute
 time of a step measured on one process, and assumed networks. docs/DISTRIBUTED.md ("Scaling on
 paper") explains the model and prints these tables.

@@ -1,4 +1,5 @@
-// The autodiff issue's "usage that must work as written".
+// Autodiff in use: grad, hessian, the traced derivative program, value_and_grad over a tree of
+// parameters, and a jitted SGD step.
 #include <kiln/kiln.h>
 
 #include <iostream>

@@ -1,4 +1,4 @@
-// jit compiles (issue #14's usage, as written): the elementwise chain becomes one fused loop,
+// jit compiles: the elementwise chain becomes one fused loop,
 // and the gradient program of a softmax loss is compiled and fused too.
 #include <kiln/kiln.h>
 

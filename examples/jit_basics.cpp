@@ -1,4 +1,4 @@
-// The IR/jit issue's "usage that must work as written".
+// Tracing to the IR and jit in use: the printed IR, a jitted function and its per-shape cache.
 #include <kiln/kiln.h>
 
 #include <iostream>

@@ -1,4 +1,4 @@
-// Issue #15's usage program, as written: linear algebra under jit(grad), einsum, cumsum,
+// Operations in use: linear algebra under jit(grad), einsum, cumsum,
 // top_k and a categorical draw.
 #include <kiln/kiln.h>
 

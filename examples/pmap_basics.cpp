@@ -1,4 +1,4 @@
-// pmap over processes, as the issue asks it to work (docs/DISTRIBUTED.md):
+// pmap over processes (docs/DISTRIBUTED.md):
 //   mpirun --allow-run-as-root --oversubscribe -np 2 build/examples/pmap_basics
 // Each process holds one example; pmean over the axis "dp" averages across processes, also
 // inside a gradient. Without mpirun it runs as one process.

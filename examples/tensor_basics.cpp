@@ -1,4 +1,5 @@
-// The foundation issue's "usage that must work as written".
+// Eager tensors in use: creation, weak scalars, broadcasting, reductions, matmul, random keys
+// and an error message.
 #include <kiln/kiln.h>
 
 #include <iostream>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `demo --data-parallel` on N processes (issue #16, "Data-parallel training"): a short run
+# `demo --data-parallel` on N processes (docs/DISTRIBUTED.md, "Data-parallel training"): a short run
 # reaches a sane test accuracy with one process's output only; stopping after epoch 1 and
 # resuming on N processes gives a checkpoint byte-identical to the straight run's; the N-process
 # checkpoint of epoch 1 continues in one process without mpirun; --dtype f16 trains; a batch

@@ -1,4 +1,5 @@
-// Helpers of the layer tests (test_attention.cpp, test_recurrent.cpp, test_nn_conv.cpp):
+// Helpers of the layer tests (test_attention.cpp, test_recurrent.cpp, test_nn_sequence.cpp,
+// test_nn_conv.cpp):
 // PyTorch reference values (tests/reference/attention_ref.py, recurrent_ref.py), closeness, and
 // float64 central finite differences over the leaves of a tree.
 #pragma once
@@ -15,7 +16,7 @@
 
 namespace kiln::nn_checks {
 
-#ifdef KILN_REFERENCE_DIR  // a test with reference files (testing.h)
+#ifdef KILN_REFERENCE_DIR
 // A tensor of a reference file, cast to `dtype` when it is floating point.
 inline Tensor ref_in(const io::TensorFile& file, const std::string& name, DType dtype) {
   const Tensor t = testing::at(file, name);

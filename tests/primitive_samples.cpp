@@ -926,7 +926,7 @@ std::vector<PrimitiveSample> make_table() {
                  return Sample{{{stack({conditioned(g, 3, -2.0), conditioned(g, 3, 1.5)})}}, {}};
                }});
 
-  // ---- linear algebra part 2 (src/ops/linalg_decomp.cpp): well-separated, non-zero
+  // ---- linear algebra decompositions (src/ops/linalg_decomp.cpp): well-separated, non-zero
   // singular values (derivatives scale with 1 / gap); shapes whose derivatives the rules
   // cover, and the others for the vmap and compiled walks only ----
   const auto separated = [](Gen& g, int64_t m, int64_t n) {
@@ -1079,7 +1079,7 @@ std::vector<PrimitiveSample> make_table() {
                {{sort(g.small_ints(Shape{g.dim(2, 6)}))}, {g.small_ints(Shape{g.dim(), 3})}},
                {{"right", right}}};
          }});
-  // ---- tensor products and indexing (issue 15; the rest of the group are compositions) ----
+  // ---- tensor products and indexing (the rest of the group are compositions) -------------
   // nonzero: zeros mixed in; size above the element count, so that fill rows show.
   c.push_back({.prim = "nonzero", .label = "", .make = [](Gen& g) {
                  const Shape s{3, 4};
@@ -1097,7 +1097,7 @@ std::vector<PrimitiveSample> make_table() {
                                  {{"axis", int64_t{1}}}};
                  }});
   }
-  // ---- convolutions and resampling (issue 15): conv over 1 and 3 spatial axes; the
+  // ---- convolutions and resampling: conv over 1 and 3 spatial axes; the
   // transposed convolutions are conv_input_grad, resampling composes existing primitives ----
   c.push_back({.prim = "conv", .label = "1d_strided_padded_dilated_grouped", .make = [](Gen& g) {
                  return Sample{{{g.normal(Shape{g.dim(1, 2), 4, 9})}, {g.normal(Shape{6, 2, 3})}},

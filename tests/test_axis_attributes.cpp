@@ -70,7 +70,7 @@ const std::map<std::string, Kind>& kinds() {
       {"num_carry", Kind::other},
       {"num_xs", Kind::other},
       {"num_samples", Kind::other},  // random_gumbel_top_k
-      // nonzero (issue 15, indexing): the static result length and its padding value.
+      // nonzero: the static result length and its padding value.
       {"size", Kind::other},
       {"fill", Kind::other},
   };

@@ -1,4 +1,4 @@
-// float16 and bfloat16 end to end (issue 15): each op on 16-bit inputs against the same op in
+// float16 and bfloat16 end to end: each op on 16-bit inputs against the same op in
 // float32 on the same (exactly widened) values, rounded once to the 16-bit dtype. An op that
 // computes in float32 and rounds once is within one unit in the last place (ulp) of that
 // reference (float32 summation order can move a result across a rounding boundary); one that

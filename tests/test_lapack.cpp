@@ -73,7 +73,7 @@ TEST_P(LapackDtypes, JitAgreesWithEager) {
 INSTANTIATE_TEST_SUITE_P(Lapack, LapackDtypes, ::testing::Values(float32, float64),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// The example: a Newton-like direction through cholesky, a vector triangular solve
+// A usage example: a Newton-like direction through cholesky, a vector triangular solve
 // and slogdet, compiled; against central differences of the same function in float64.
 TEST(Lapack, UsageExampleGradMatchesFiniteDifferences) {
   Tensor A = tensor({4.0, 2.0, 2.0, 3.0}, {2, 2}), b = tensor({1.0, 2.0});

@@ -1,4 +1,4 @@
-// Linear-algebra compositions, LU and expm (include/kiln/linalg.h, part 3): derivatives against
+// Linear-algebra compositions, LU and expm (include/kiln/linalg.h): derivatives against
 // finite differences in float64, vmap against a loop, jit against eager, and errors. Values
 // against numpy / scipy / PyTorch are in python/tests/test_linalg.py.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Decompositions, least squares, norms and powers (include/kiln/linalg.h, part 2): values
+// Decompositions, least squares, norms and powers (include/kiln/linalg.h): values
 // against numpy (tests/reference/linalg_decomp_ref.py), derivatives against finite differences
 // in float64, vmap against a loop (and as one batched call), jit against eager, degenerate and
 // bad input; and random::multivariate_normal.

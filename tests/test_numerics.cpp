@@ -1,4 +1,4 @@
-// Numerical edge cases of the ops and nn (issue #12): cancellation in log_softmax and its
+// Numerical edge cases of the ops and nn: cancellation in log_softmax and its
 // siblings, reductions over empty axes, signed zeros, selection ops whose forward and reverse
 // derivatives must pick the same element (jacfwd == jacrev), the curvature of the losses at
 // zero and at kinks, and cross_entropy's labels outside [0, C).
@@ -347,9 +347,9 @@ TEST(NumericsLosses, BinaryCrossEntropyHasCurvatureAtZero) {
   expect_close(hessian(bce)(zeros({3}, float64)), fd, 0, 5e-8, "bce vs finite differences");
 }
 
-// The issue's symptom: Newton's method on a logistic regression from zero weights. With the
-// right curvature it converges in a few steps (the loss falls every step, the gradient
-// vanishes); with a zero Hessian at the start it diverged (0.69 -> 17).
+// The symptom these curvatures prevent: Newton's method on a logistic regression from zero
+// weights. With the right curvature it converges in a few steps (the loss falls every step, the
+// gradient vanishes); with a zero Hessian at the start it diverged (0.69 -> 17).
 TEST(NumericsLosses, NewtonsMethodOnALogisticRegressionConverges) {
   const D xv{1.0, 0.5, -1.0, 1.5, 2.0, -0.5, -0.7, -1.2, 0.3, 0.8, -1.5, 0.2};  // 6 x 2
   const Tensor X = f64(xv, {6, 2});

@@ -91,7 +91,7 @@ TEST(TopK, MatchesTorchAndTheIssueExample) {
   const SortResult t = top_k(R("top_k/x"), 3);
   expect_identical(t.values, R("top_k/values"), "values");
   expect_identical(t.indices, R("top_k/indices"), "indices");
-  // The usage line of issue 15; ties go to the lower index.
+  // top_k as documented (docs/OPS.md); ties go to the lower index.
   const SortResult u = top_k(tensor({3.f, 1.f, 4.f, 1.f, 5.f}), 2);
   EXPECT_EQ(u.values.to_vector<float>(), (std::vector<float>{5.f, 4.f}));
   EXPECT_EQ(top_k(tensor({1.f, 2.f, 2.f, 2.f}), 2).indices.to_vector<int64_t>(),

@@ -20,7 +20,7 @@
 #include "kiln/tree.h"
 #include "testing.h"
 
-// The usage from the issue, verbatim: a struct in the global namespace.
+// A user's parameter struct as typically written: in the global namespace.
 struct Params {
   kiln::Tensor w, b;
 };
@@ -360,7 +360,7 @@ TEST(TreeDef, FirstDifference) {
 }
 
 TEST(TreeMap, OneTree) {
-  // The usage from the issue, as written.
+  // tree_map over a KILN_TREE struct, as a user writes it.
   Params p{ones({3, 2}), zeros({2})};
   auto doubled = tree_map([](const Tensor& t) { return t * 2.0; }, p);  // Params
   static_assert(std::is_same_v<decltype(doubled), Params>);
@@ -504,7 +504,7 @@ TEST(TreeUnflatten, HandBuiltTreeDef) {
   EXPECT_EQ(def, tree_structure(v));
 }
 
-// ---- tree_reduce, tree_sum, tree_dot, tree_norm (issue 15) --------------------------------
+// ---- tree_reduce, tree_sum, tree_dot, tree_norm ------------------------------------------
 
 // The values of all leaves, in flatten order, for the independent references below.
 std::vector<double> all_values(const std::vector<Tensor>& leaves) {

@@ -23,7 +23,7 @@ namespace {
 using math::Isa;
 using math::MathFn;
 
-// The accuracy the issue states and DESIGN.md documents ("Kernels").
+// The accuracy DESIGN.md documents ("Kernels").
 constexpr double kMaxUlp = 2.0;
 
 std::vector<Isa> supported_isas() {

@@ -443,7 +443,8 @@ struct Params {
 };
 KILN_TREE(Params, w, b);
 
-// The usage example, as written.
+// vmap as a user writes it: jitted per-example gradients over a parameter struct, and a
+// named-axis pmean.
 TEST(VmapApi, UsageExample) {
   auto loss = [](const Params& p, const Tensor& x, const Tensor& y) {
     Tensor z = matmul(x, p.w) + p.b;

@@ -105,10 +105,10 @@ Function simplify(const Function& f);
 // Sibling scans over the same operands whose carries evolve identically become one scan
 // (src/ir/merge_scans.cpp): reverse mode's forward scan and the primal scan it recomputes.
 Function merge_scans(const Function& f);
-// Independent all-reduces over processes of one reduction and dtype become one per bucket of
-// KILN_ALLREDUCE_BUCKET_MB (default 4) megabytes (src/ir/bucket_all_reduces.cpp).
-Function bucket_all_reduces(const Function& f);
 Function optimize(const Function& f);
+// f with `pass` applied to each sub-function its equations hold (bodies of control flow,
+// call, checkpoint and custom rules), each distinct body once.
+Function map_sub_functions(const Function& f, const std::function<Function(const Function&)>& pass);
 
 // Evaluates f by binding each equation's primitive in order: with concrete arguments and no
 // active trace it runs kernels; under a trace it records into that trace.
@@ -157,12 +157,7 @@ class Executable {
   virtual std::vector<Tensor> run(std::span<const Tensor> args) const = 0;
   virtual const CompiledInfo& info() const = 0;
 };
-// KILN_JIT_BACKEND=interpreter|llvm, read at each call; llvm when unset.
-Backend default_backend();
-struct CompileOptions {
-  std::optional<Backend> backend;  // unset: default_backend()
-};
-std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f,
-                                          const CompileOptions& options = {});
+// A backend turns a Function into an Executable: ir::compile (kiln/transforms.h, the jit
+// layer, which holds the backends) picks one.
 
 }  // namespace kiln::ir

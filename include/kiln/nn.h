@@ -435,7 +435,7 @@ std::string summary(const M& model, const Tensor& example) {
   return detail::format_summary(recorder.rows, named_parameters(model), example.shape(), y.shape());
 }
 
-// ---- more activations, normalisations and losses (issue 15; docs/NN.md, "nn layers and
+// ---- more activations, normalisations and losses (docs/NN.md, "nn layers and
 // functions"; src/nn/activations.cpp, norms.cpp, losses.cpp) ---------------------------------
 
 // PyTorch's activations with their parameters. elu: x for x > 0, alpha (e^x - 1) otherwise
@@ -463,7 +463,7 @@ Tensor celu(const Tensor& x, double alpha = 1.0, Loc loc = Loc::current());
 // a * sigmoid(b) for the two halves a, b of x along `axis` (its size must be even).
 Tensor glu(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
 // x for x > 0, weight x otherwise; weight has one element or one per channel (axis 1 of x,
-// or axis 0 of a 1-d x), as PyTorch's prelu.
+// or axis 0 of a 1-d x, which PyTorch 1.13's prelu takes as a single channel).
 Tensor prelu(const Tensor& x, const Tensor& weight, Loc loc = Loc::current());
 // softmax(-x) along `axis`.
 Tensor softmin(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current());
@@ -563,7 +563,7 @@ Tensor kl_div(const Tensor& input, const Tensor& target, Reduction reduction = R
 Tensor nll_loss(const Tensor& log_probs, const Tensor& labels,
                 std::optional<int64_t> ignore_index = -100, Reduction reduction = Reduction::mean,
                 const std::optional<Tensor>& weight = std::nullopt, Loc loc = Loc::current());
-// ---- attention and recurrent layers (issue 15; docs/NN.md "Attention and recurrent layers") --
+// ---- attention and recurrent layers (docs/NN.md "Attention and recurrent layers") ----------
 
 // Masks and settings of scaled_dot_product_attention. Scores are q k^T * scale, [..., L, S].
 struct AttentionOptions {
@@ -660,9 +660,12 @@ struct LSTMState {
 KILN_TREE(LSTMState, h, c);
 
 // Gates i, f, g, o (G = 4): c' = sigmoid(f) c + sigmoid(i) tanh(g), h' = sigmoid(o) tanh(c').
+// With a projection (an LSTM's proj_size P; never made by this constructor) weight_hr [P, H]
+// maps h' to h' W_hr^T, so h has P features and weight_hh is [4 H, P].
 struct LSTMCell {
   Tensor weight_ih, weight_hh;
   std::optional<Tensor> bias_ih, bias_hh;
+  std::optional<Tensor> weight_hr;
   LSTMCell() = default;
   LSTMCell(int64_t input_size, int64_t hidden_size, const Tensor& key, bool bias = true,
            DType dtype = float32);
@@ -670,7 +673,7 @@ struct LSTMCell {
   LSTMState operator()(const Tensor& x, const std::optional<LSTMState>& state = std::nullopt,
                        Loc loc = Loc::current()) const;
 };
-KILN_TREE(LSTMCell, weight_ih, weight_hh, bias_ih, bias_hh);
+KILN_TREE(LSTMCell, weight_ih, weight_hh, bias_ih, bias_hh, weight_hr);
 
 // Gates r, z, n (G = 3): r = sigmoid(W_ir x + b_ir + W_hr h + b_hr), z likewise,
 // n = tanh(W_in x + b_in + r (W_hn h + b_hn)), h' = (1 - z) n + z h.
@@ -685,39 +688,62 @@ struct GRUCell {
 };
 KILN_TREE(GRUCell, weight_ih, weight_hh, bias_ih, bias_hh);
 
+// Gate G = 1: h' = act(W_ih x + b_ih + W_hh h + b_hh), act "tanh" or "relu".
+struct RNNCell {
+  Tensor weight_ih, weight_hh;
+  std::optional<Tensor> bias_ih, bias_hh;
+  std::string nonlinearity = "tanh";
+  RNNCell() = default;
+  RNNCell(int64_t input_size, int64_t hidden_size, const Tensor& key, bool bias = true,
+          std::string nonlinearity = "tanh", DType dtype = float32);
+  Tensor operator()(const Tensor& x, const std::optional<Tensor>& h = std::nullopt,
+                    Loc loc = Loc::current()) const;
+};
+KILN_TREE(RNNCell, weight_ih, weight_hh, bias_ih, bias_hh, nonlinearity);
+
 struct RecurrentOptions {
   int64_t num_layers = 1;
   bool bias = true;
   bool batch_first = false;
   bool bidirectional = false;
+  // Dropout on every layer's output but the last's, in training (a Context's key); [0, 1).
+  double dropout = 0.0;
+  int64_t proj_size = 0;              // LSTM only: h projected to proj_size features (0: none)
+  std::string nonlinearity = "tanh";  // RNN only: "tanh" or "relu"
   DType dtype = float32;
 };
 
-// Multi-layer LSTM / GRU over a sequence, one kiln::scan per layer and direction (the input
-// projection of every step is one matmul before the scan). Input [T, N, I] ([N, T, I] with
-// batch_first) or unbatched [T, I]; output [T, N, D H] (D = 2 when bidirectional: forward
-// then backward features); states [num_layers * D, N, H] in PyTorch's order (layer 0
-// forward, layer 0 backward, layer 1 forward, ...). PyTorch's weight_ih_l{k}{_reverse} is
-// cells[D k (+ 1)].weight_ih here, and so on.
+// Multi-layer RNN / LSTM / GRU over a sequence, one kiln::scan per layer and direction (the
+// input projection of every step is one matmul before the scan). Input [T, N, I] ([N, T, I]
+// with batch_first) or unbatched [T, I]; output [T, N, D H] (D = 2 when bidirectional: forward
+// then backward features; D P with an LSTM's proj_size P); states [num_layers * D, N, H] in
+// PyTorch's order (layer 0 forward, layer 0 backward, layer 1 forward, ...). PyTorch's
+// weight_ih_l{k}{_reverse} is cells[D k (+ 1)].weight_ih here, and so on. The calls with a
+// Context apply `dropout` between layers when it is a training one.
 struct LSTM {
   std::vector<LSTMCell> cells;  // layer-major, forward then backward
   int64_t num_layers = 1;
   bool batch_first = false, bidirectional = false;
+  double dropout = 0.0;
   LSTM() = default;
   LSTM(int64_t input_size, int64_t hidden_size, const Tensor& key, const RecurrentOptions& options);
   LSTM(int64_t input_size, int64_t hidden_size, const Tensor& key)
       : LSTM(input_size, hidden_size, key, RecurrentOptions{}) {}
-  // (output, final state); no initial state: zeros.
+  // (output, final state); no initial state: zeros. h is [.., P] with a projection.
   std::pair<Tensor, LSTMState> operator()(const Tensor& x,
                                           const std::optional<LSTMState>& state = std::nullopt,
                                           Loc loc = Loc::current()) const;
+  std::pair<Tensor, LSTMState> operator()(const Tensor& x, Context& ctx,
+                                          const std::optional<LSTMState>& state = std::nullopt,
+                                          Loc loc = Loc::current()) const;
 };
-KILN_TREE(LSTM, cells, num_layers, batch_first, bidirectional);
+KILN_TREE(LSTM, cells, num_layers, batch_first, bidirectional, dropout);
 
 struct GRU {
   std::vector<GRUCell> cells;  // layer-major, forward then backward
   int64_t num_layers = 1;
   bool batch_first = false, bidirectional = false;
+  double dropout = 0.0;
   GRU() = default;
   GRU(int64_t input_size, int64_t hidden_size, const Tensor& key, const RecurrentOptions& options);
   GRU(int64_t input_size, int64_t hidden_size, const Tensor& key)
@@ -726,8 +752,151 @@ struct GRU {
   std::pair<Tensor, Tensor> operator()(const Tensor& x,
                                        const std::optional<Tensor>& h = std::nullopt,
                                        Loc loc = Loc::current()) const;
+  std::pair<Tensor, Tensor> operator()(const Tensor& x, Context& ctx,
+                                       const std::optional<Tensor>& h = std::nullopt,
+                                       Loc loc = Loc::current()) const;
 };
-KILN_TREE(GRU, cells, num_layers, batch_first, bidirectional);
+KILN_TREE(GRU, cells, num_layers, batch_first, bidirectional, dropout);
+
+// Elman RNN; the nonlinearity is each cell's.
+struct RNN {
+  std::vector<RNNCell> cells;  // layer-major, forward then backward
+  int64_t num_layers = 1;
+  bool batch_first = false, bidirectional = false;
+  double dropout = 0.0;
+  RNN() = default;
+  RNN(int64_t input_size, int64_t hidden_size, const Tensor& key, const RecurrentOptions& options);
+  RNN(int64_t input_size, int64_t hidden_size, const Tensor& key)
+      : RNN(input_size, hidden_size, key, RecurrentOptions{}) {}
+  // (output, final h); no initial state: zeros.
+  std::pair<Tensor, Tensor> operator()(const Tensor& x,
+                                       const std::optional<Tensor>& h = std::nullopt,
+                                       Loc loc = Loc::current()) const;
+  std::pair<Tensor, Tensor> operator()(const Tensor& x, Context& ctx,
+                                       const std::optional<Tensor>& h = std::nullopt,
+                                       Loc loc = Loc::current()) const;
+};
+KILN_TREE(RNN, cells, num_layers, batch_first, bidirectional, dropout);
+
+// ---- transformer layers (docs/NN.md "Transformer layers"; src/nn/transformer.cpp) ----------
+
+// torch.nn.TransformerEncoderLayer / TransformerDecoderLayer's settings, with their defaults.
+struct TransformerLayerOptions {
+  int64_t dim_feedforward = 2048;
+  double dropout = 0.1;
+  std::string activation = "relu";  // "relu" or "gelu"
+  double layer_norm_eps = 1e-5;
+  bool batch_first = false;
+  bool norm_first = false;
+  DType dtype = float32;
+};
+// The masks of an encoder call, as MultiheadAttention's: src_mask [L, L] or [N H, L, L] (bool
+// true: not allowed, or floating: added), src_key_padding_mask [N, L] (bool true: padding).
+// is_causal applies the causal mask itself.
+struct TransformerEncoderCall {
+  std::optional<Tensor> src_mask, src_key_padding_mask;
+  bool is_causal = false;
+};
+struct TransformerDecoderCall {
+  std::optional<Tensor> tgt_mask, memory_mask;
+  std::optional<Tensor> tgt_key_padding_mask, memory_key_padding_mask;
+  bool tgt_is_causal = false, memory_is_causal = false;
+};
+
+// torch.nn.TransformerEncoderLayer with its parameter names (self_attn.in_proj_weight,
+// linear1.weight, norm2.bias, ...), so state dicts copy over. Post-norm:
+// x = norm1(x + sa(x)), x = norm2(x + ff(x)); norm_first: x = x + sa(norm1(x)),
+// x = x + ff(norm2(x)); ff(x) = linear2(dropout(act(linear1(x)))). Dropout (training only)
+// on the attention weights, after the activation and on each residual branch.
+struct TransformerEncoderLayer {
+  MultiheadAttention self_attn;
+  Linear linear1, linear2;
+  LayerNorm norm1, norm2;
+  double dropout = 0.1;
+  std::string activation = "relu";
+  bool norm_first = false;
+  using Options = TransformerLayerOptions;
+  using CallOptions = TransformerEncoderCall;
+  TransformerEncoderLayer() = default;
+  TransformerEncoderLayer(int64_t d_model, int64_t nhead, const Tensor& key,
+                          const Options& options);
+  TransformerEncoderLayer(int64_t d_model, int64_t nhead, const Tensor& key)
+      : TransformerEncoderLayer(d_model, nhead, key, Options{}) {}
+  Tensor operator()(const Tensor& src, const CallOptions& options = {},
+                    Loc loc = Loc::current()) const;
+  Tensor operator()(const Tensor& src, Context& ctx, const CallOptions& options = {},
+                    Loc loc = Loc::current()) const;
+
+ private:
+  Tensor forward(const Tensor& src, const CallOptions& options, Context* ctx, Loc loc) const;
+};
+KILN_TREE(TransformerEncoderLayer, self_attn, linear1, linear2, norm1, norm2, dropout, activation,
+          norm_first);
+
+// torch.nn.TransformerDecoderLayer: self-attention over tgt, attention to memory
+// (multihead_attn), then the feed-forward block, each with its residual and norm1..3 as the
+// encoder layer's.
+struct TransformerDecoderLayer {
+  MultiheadAttention self_attn, multihead_attn;
+  Linear linear1, linear2;
+  LayerNorm norm1, norm2, norm3;
+  double dropout = 0.1;
+  std::string activation = "relu";
+  bool norm_first = false;
+  using Options = TransformerLayerOptions;
+  using CallOptions = TransformerDecoderCall;
+  TransformerDecoderLayer() = default;
+  TransformerDecoderLayer(int64_t d_model, int64_t nhead, const Tensor& key,
+                          const Options& options);
+  TransformerDecoderLayer(int64_t d_model, int64_t nhead, const Tensor& key)
+      : TransformerDecoderLayer(d_model, nhead, key, Options{}) {}
+  Tensor operator()(const Tensor& tgt, const Tensor& memory, const CallOptions& options = {},
+                    Loc loc = Loc::current()) const;
+  Tensor operator()(const Tensor& tgt, const Tensor& memory, Context& ctx,
+                    const CallOptions& options = {}, Loc loc = Loc::current()) const;
+
+ private:
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const CallOptions& options, Context* ctx,
+                 Loc loc) const;
+};
+KILN_TREE(TransformerDecoderLayer, self_attn, multihead_attn, linear1, linear2, norm1, norm2, norm3,
+          dropout, activation, norm_first);
+
+// num_layers copies of one layer (as PyTorch's, which deep-copies it: equal initial weights)
+// applied in turn, then the optional final norm. Names layers.0.self_attn..., norm.weight.
+struct TransformerEncoder {
+  std::vector<TransformerEncoderLayer> layers;
+  std::optional<LayerNorm> norm;
+  TransformerEncoder() = default;
+  TransformerEncoder(const TransformerEncoderLayer& layer, int64_t num_layers,
+                     std::optional<LayerNorm> norm = std::nullopt);
+  Tensor operator()(const Tensor& src, const TransformerEncoderCall& options = {},
+                    Loc loc = Loc::current()) const;
+  Tensor operator()(const Tensor& src, Context& ctx, const TransformerEncoderCall& options = {},
+                    Loc loc = Loc::current()) const;
+
+ private:
+  Tensor forward(const Tensor& src, const TransformerEncoderCall& options, Context* ctx,
+                 Loc loc) const;
+};
+KILN_TREE(TransformerEncoder, layers, norm);
+
+struct TransformerDecoder {
+  std::vector<TransformerDecoderLayer> layers;
+  std::optional<LayerNorm> norm;
+  TransformerDecoder() = default;
+  TransformerDecoder(const TransformerDecoderLayer& layer, int64_t num_layers,
+                     std::optional<LayerNorm> norm = std::nullopt);
+  Tensor operator()(const Tensor& tgt, const Tensor& memory,
+                    const TransformerDecoderCall& options = {}, Loc loc = Loc::current()) const;
+  Tensor operator()(const Tensor& tgt, const Tensor& memory, Context& ctx,
+                    const TransformerDecoderCall& options = {}, Loc loc = Loc::current()) const;
+
+ private:
+  Tensor forward(const Tensor& tgt, const Tensor& memory, const TransformerDecoderCall& options,
+                 Context* ctx, Loc loc) const;
+};
+KILN_TREE(TransformerDecoder, layers, norm);
 
 }  // namespace kiln::nn
 

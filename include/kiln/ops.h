@@ -267,7 +267,7 @@ MaxPoolResult adaptive_max_pool2d_with_indices(const Tensor& x,
 MaxPoolResult adaptive_max_pool3d_with_indices(const Tensor& x, std::array<int64_t, 3> output_size,
                                                Loc loc = Loc::current());
 
-// ---- convolutions and resampling (issue 15): 1d/3d, transposed, adaptive, interpolate ---
+// ---- convolutions and resampling: 1d/3d, transposed, adaptive, interpolate -------------
 // As conv2d over NCW (x [N, C, W], w [O, C/groups, KW]) and NCDHW (x [N, C, D, H, W],
 // w [O, C/groups, KD, KH, KW]).
 struct Conv1dOptions {

@@ -4,6 +4,7 @@
 // trees of the types the function uses; they nest in any order.
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -82,6 +83,20 @@ struct JitOptions {
 };
 
 }  // namespace kiln
+
+// ---- backends ------------------------------------------------------------------------------
+
+namespace kiln::ir {
+// KILN_JIT_BACKEND=interpreter|llvm, read at each call; llvm when unset.
+Backend default_backend();
+struct CompileOptions {
+  std::optional<Backend> backend;  // unset: default_backend()
+};
+// An optimised function as native code (the LLVM backend, src/compiler/) or as the
+// interpreter's walk over its equations (the reference the compiler is tested against).
+std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f,
+                                          const CompileOptions& options = {});
+}  // namespace kiln::ir
 
 #include "kiln/impl/transforms.h"
 

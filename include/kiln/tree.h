@@ -505,7 +505,7 @@ T tree_map(F&& f, const T& tree, const Rest&... rest) {
   return tree_unflatten<T>(flat.second, out);
 }
 
-// ---- trees and printing (issue 15) ----------------------------------------------------------
+// ---- trees and printing ---------------------------------------------------------------------
 
 // Folds f over the defined Tensor leaves in flatten order: f(f(init, leaf0), leaf1)...
 // Undefined leaves are skipped. Works on traced leaves (under grad, vmap, jit) like any op.

@@ -1,4 +1,4 @@
-# Issue #17's "usage that must work as written": a jitted value_and_grad over a dict of
+# The Python usage example: a jitted value_and_grad over a dict of
 # parameters, per-example gradients with vmap, and a while loop on a traced tensor under jit.
 import numpy as np
 import kiln as kl

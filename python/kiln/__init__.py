@@ -22,7 +22,7 @@ from ._kiln import (  # noqa: F401,E402
 # py-nn: nn, optim, data and io (Python modules over the native _nn, _optim, _data and _io)
 from . import data, io, nn, optim  # noqa: E402,F401
 
-# autograph (issue #17): kiln.jit converts Python if/while/for on traced tensors; it replaces
+# autograph: kiln.jit converts Python if/while/for on traced tensors; it replaces
 # the native jit exported above (which it calls). See kiln.autograph.
 from .autograph import jit  # noqa: E402,F401
 from . import autograph  # noqa: E402,F401

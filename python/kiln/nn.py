@@ -18,11 +18,16 @@ globals().update({k: getattr(_kiln, k) for k in (
     "adaptive_avg_pool2d") if hasattr(_kiln, k)})
 
 
+# The one-input layers that take a Context (their dropout in training).
+_CONTEXT_LAYERS = (_native.Dropout, _native.TransformerEncoderLayer, _native.TransformerEncoder)
+
+
 class Sequential:
     """Layers applied in order: Sequential([Linear(...), ReLU(), Linear(...)]).
 
     A pytree whose children are the layers, so its parameter names are C++'s: "0.weight",
-    "2.bias", ... A layer that takes a Context (Dropout, Sequential) gets `ctx` when one is given.
+    "2.bias", ... A layer that takes a Context (Dropout, the transformer encoder, Sequential) gets
+    `ctx` when one is given.
     """
 
     def __init__(self, layers=(), *more):
@@ -31,8 +36,8 @@ class Sequential:
 
     def __call__(self, x, ctx=None):
         for layer in self.layers:
-            if ctx is not None and isinstance(layer, (_native.Dropout, Sequential)):
-                x = layer(x, ctx)
+            if ctx is not None and isinstance(layer, _CONTEXT_LAYERS + (Sequential,)):
+                x = layer(x, ctx=ctx)
             else:
                 x = layer(x)
         return x

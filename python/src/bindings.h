@@ -50,6 +50,12 @@ void bind_nn(py::module_& m);            // kiln.nn
 void bind_optim(py::module_& m);         // kiln.optim
 void bind_data(py::module_& m);          // kiln.data
 void bind_io(py::module_& m);            // kiln.io: safetensors
+// Parts of kiln.nn that bind_nn calls with the submodule: the recurrent layers
+// (nn_recurrent.cpp), the transformer layers (nn_transformer.cpp) and the convolution layers
+// (nn_conv.cpp).
+void bind_nn_recurrent(py::module_& nn);
+void bind_nn_transformer(py::module_& nn);
+void bind_nn_conv(py::module_& nn);
 
 // An Error's message for Python: Kiln's C++ location replaced by the user's Python line.
 std::string python_message(const Error& e);

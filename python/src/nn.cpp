@@ -38,12 +38,6 @@ std::string pair_text(Pair p) {
   return "(" + std::to_string(p.first) + ", " + std::to_string(p.second) + ")";
 }
 
-std::string number_text(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
 nn::Reduction to_reduction(const std::string& name) {
   if (name == "none") return nn::Reduction::none;
   if (name == "sum") return nn::Reduction::sum;
@@ -693,133 +687,6 @@ void bind_attention(py::module_& nn) {
   });
 }
 
-template <class Cell>
-void cell_properties(py::class_<Cell>& cls) {
-  tensor_property(cls, "weight_ih", &Cell::weight_ih, "[G H, input_size]");
-  tensor_property(cls, "weight_hh", &Cell::weight_hh, "[G H, hidden_size]");
-  tensor_property(cls, "bias_ih", &Cell::bias_ih, "[G H] or None");
-  tensor_property(cls, "bias_hh", &Cell::bias_hh, "[G H] or None");
-}
-
-nn::RecurrentOptions recurrent_options(int64_t num_layers, bool bias, bool batch_first,
-                                       bool bidirectional, py::handle dtype) {
-  nn::RecurrentOptions o;
-  o.num_layers = num_layers;
-  o.bias = bias;
-  o.batch_first = batch_first;
-  o.bidirectional = bidirectional;
-  o.dtype = dtype_or_f32(dtype);
-  return o;
-}
-
-void bind_recurrent(py::module_& nn) {
-  auto state = layer_class<nn::LSTMState>(nn, "LSTMState", "An LSTM's hidden and cell state.");
-  state.def(py::init([](py::handle h, py::handle c) {
-              return nn::LSTMState{to_tensor(h), to_tensor(c)};
-            }),
-            py::arg("h"), py::arg("c"));
-  tensor_property(state, "h", &nn::LSTMState::h, "hidden state");
-  tensor_property(state, "c", &nn::LSTMState::c, "cell state");
-  state.def("__repr__", [](const nn::LSTMState& s) {
-    return "LSTMState(h=" + s.h.type().to_string() + ", c=" + s.c.type().to_string() + ")";
-  });
-
-  auto lstm_cell = layer_class<nn::LSTMCell>(
-      nn, "LSTMCell", "PyTorch's LSTMCell (gates i, f, g, o); call: x, state=None -> LSTMState.");
-  lstm_cell.def(
-      py::init([](int64_t in, int64_t hidden, py::handle key, bool bias, py::handle dtype) {
-        return nn::LSTMCell(in, hidden, to_tensor(key), bias, dtype_or_f32(dtype));
-      }),
-      py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("bias") = true,
-      py::arg("dtype") = py::none());
-  cell_properties(lstm_cell);
-  lstm_cell.def(
-      "__call__",
-      [](const nn::LSTMCell& l, py::handle x, std::optional<nn::LSTMState> s) {
-        return l(to_tensor(x), s, Loc{});
-      },
-      py::arg("x"), py::arg("state") = py::none());
-  lstm_cell.def("__repr__", [](const nn::LSTMCell& l) {
-    return "LSTMCell(weight_ih=" + l.weight_ih.type().to_string() + ")";
-  });
-
-  auto gru_cell = layer_class<nn::GRUCell>(
-      nn, "GRUCell", "PyTorch's GRUCell (gates r, z, n); call: x, h=None -> h'.");
-  gru_cell.def(
-      py::init([](int64_t in, int64_t hidden, py::handle key, bool bias, py::handle dtype) {
-        return nn::GRUCell(in, hidden, to_tensor(key), bias, dtype_or_f32(dtype));
-      }),
-      py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("bias") = true,
-      py::arg("dtype") = py::none());
-  cell_properties(gru_cell);
-  gru_cell.def(
-      "__call__",
-      [](const nn::GRUCell& l, py::handle x, py::handle h) {
-        return l(to_tensor(x), optional_tensor(h), Loc{});
-      },
-      py::arg("x"), py::arg("h") = py::none());
-  gru_cell.def("__repr__", [](const nn::GRUCell& l) {
-    return "GRUCell(weight_ih=" + l.weight_ih.type().to_string() + ")";
-  });
-
-  auto lstm = layer_class<nn::LSTM>(
-      nn, "LSTM",
-      "Multi-layer LSTM over [T, N, I] ([N, T, I] with batch_first); call: x, state=None -> "
-      "(output, LSTMState). PyTorch's weight_ih_l{k}{_reverse} is cells[D k (+ 1)].weight_ih.");
-  lstm.def(py::init([](int64_t in, int64_t hidden, py::handle key, int64_t num_layers, bool bias,
-                       bool batch_first, bool bidirectional, py::handle dtype) {
-             return nn::LSTM(
-                 in, hidden, to_tensor(key),
-                 recurrent_options(num_layers, bias, batch_first, bidirectional, dtype));
-           }),
-           py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("num_layers") = 1,
-           py::arg("bias") = true, py::arg("batch_first") = false, py::arg("bidirectional") = false,
-           py::arg("dtype") = py::none());
-  lstm.def_readwrite("cells", &nn::LSTM::cells)
-      .def_readwrite("num_layers", &nn::LSTM::num_layers)
-      .def_readwrite("batch_first", &nn::LSTM::batch_first)
-      .def_readwrite("bidirectional", &nn::LSTM::bidirectional);
-  lstm.def(
-      "__call__",
-      [](const nn::LSTM& l, py::handle x, std::optional<nn::LSTMState> s) {
-        auto [y, next] = l(to_tensor(x), s, Loc{});
-        return py::make_tuple(y, next);
-      },
-      py::arg("x"), py::arg("state") = py::none());
-  lstm.def("__repr__", [](const nn::LSTM& l) {
-    return "LSTM(cells=" + std::to_string(l.cells.size()) +
-           ", num_layers=" + std::to_string(l.num_layers) +
-           ", bidirectional=" + (l.bidirectional ? "True" : "False") + ")";
-  });
-
-  auto gru = layer_class<nn::GRU>(
-      nn, "GRU", "Multi-layer GRU; call: x, h=None -> (output, final h). See LSTM for layouts.");
-  gru.def(py::init([](int64_t in, int64_t hidden, py::handle key, int64_t num_layers, bool bias,
-                      bool batch_first, bool bidirectional, py::handle dtype) {
-            return nn::GRU(in, hidden, to_tensor(key),
-                           recurrent_options(num_layers, bias, batch_first, bidirectional, dtype));
-          }),
-          py::arg("input_size"), py::arg("hidden_size"), py::arg("key"), py::arg("num_layers") = 1,
-          py::arg("bias") = true, py::arg("batch_first") = false, py::arg("bidirectional") = false,
-          py::arg("dtype") = py::none());
-  gru.def_readwrite("cells", &nn::GRU::cells)
-      .def_readwrite("num_layers", &nn::GRU::num_layers)
-      .def_readwrite("batch_first", &nn::GRU::batch_first)
-      .def_readwrite("bidirectional", &nn::GRU::bidirectional);
-  gru.def(
-      "__call__",
-      [](const nn::GRU& l, py::handle x, py::handle h) {
-        auto [y, last] = l(to_tensor(x), optional_tensor(h), Loc{});
-        return py::make_tuple(y, last);
-      },
-      py::arg("x"), py::arg("h") = py::none());
-  gru.def("__repr__", [](const nn::GRU& l) {
-    return "GRU(cells=" + std::to_string(l.cells.size()) +
-           ", num_layers=" + std::to_string(l.num_layers) +
-           ", bidirectional=" + (l.bidirectional ? "True" : "False") + ")";
-  });
-}
-
 // Appends the names of def's leaves under `prefix`: as kiln::tree_names, and a bound C++ tree's
 // node (whose one child, its own TreeDef, is named "") adds no step either.
 void collect_names(const TreeDef& def, const std::string& prefix, std::vector<std::string>& out) {
@@ -867,7 +734,8 @@ void bind_nn(py::module_& m) {
   bind_nn_conv(nn);
   bind_norms(nn);
   bind_attention(nn);
-  bind_recurrent(nn);
+  bind_nn_recurrent(nn);
+  bind_nn_transformer(nn);
   nn.def(
       "_leaf_names",
       [](py::handle tree) {

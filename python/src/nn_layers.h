@@ -1,11 +1,13 @@
-// Internal to the Python module: what the files binding kiln.nn's layers (nn.cpp, nn_conv.cpp)
-// share.
+// Internal to kiln._kiln: what the files binding kiln.nn share (nn.cpp, nn_conv.cpp,
+// nn_recurrent.cpp, nn_transformer.cpp).
 #pragma once
 
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "bindings.h"
+#include "pytree.h"
 
 namespace kiln::python {
 
@@ -19,6 +21,14 @@ inline py::object tensor_or_none(const std::optional<Tensor>& t) {
 inline std::string type_text(const std::optional<Tensor>& t) {
   return t && t->defined() ? t->type().to_string() : "None";
 }
+
+inline std::string number_text(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+inline std::string bool_text(bool b) { return b ? "True" : "False"; }
 
 // A tensor-valued field as a Python property: a Tensor, or None when the optional is empty.
 template <class T>
@@ -45,7 +55,5 @@ py::class_<T> layer_class(py::module_& m, const char* name, const char* doc) {
   register_native_tree(cls);
   return cls;
 }
-// kiln.nn's convolution layers (nn_conv.cpp), bound into the submodule by bind_nn.
-void bind_nn_conv(py::module_& nn);
 
 }  // namespace kiln::python

@@ -3,6 +3,7 @@
 #include <Python.h>
 #include <pybind11/numpy.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -136,13 +137,33 @@ struct HeldBuffer {
 // NumPy's bool is any byte (a bool view of uint8 memory can hold 2 or 255); Kiln's is 0 or 1,
 // which its kernels and compiled code rely on. A tensor viewing other bytes becomes a copy
 // holding 0 and 1 (numpy's truth: any non-zero byte is True).
+// The bytes are read directly, not through operations, which inside a trace (a NumPy mask
+// closed over by a function under grad or jit) would be traced and have no values.
+template <class F>
+void for_each_byte(const Tensor& t, F f) {
+  const auto* base = static_cast<const uint8_t*>(t.raw_data());
+  const std::vector<int64_t>& strides = t.strides();
+  std::vector<int64_t> index(static_cast<std::size_t>(t.rank()), 0);
+  for (int64_t n = 0; n < t.numel(); ++n) {
+    int64_t offset = 0;
+    for (std::size_t i = 0; i < index.size(); ++i) offset += index[i] * strides[i];
+    f(base[offset]);
+    for (int i = t.rank() - 1; i >= 0; --i) {
+      if (++index[static_cast<std::size_t>(i)] < t.shape()[i]) break;
+      index[static_cast<std::size_t>(i)] = 0;
+    }
+  }
+}
+
 Tensor canonical_bools(const Tensor& t) {
   if (t.dtype() != bool_ || t.numel() == 0) return t;
-  auto impl = std::make_shared<TensorImpl>(*t.impl());
-  impl->type.dtype = uint8;
-  const Tensor bytes(std::move(impl));
-  if (max(bytes, {}, false, Loc{}).item<int64_t>(Loc{}) <= 1) return t;
-  return not_equal(bytes, scalar_like(bytes, 0, false), Loc{});
+  bool canonical = true;
+  for_each_byte(t, [&](uint8_t b) { canonical = canonical && b <= 1; });
+  if (canonical) return t;
+  Tensor out = empty(t.type());
+  auto* bytes = static_cast<uint8_t*>(out.raw_data());
+  for_each_byte(t, [&](uint8_t b) { *bytes++ = b != 0 ? 1 : 0; });
+  return out;
 }
 
 // A view of `obj`'s memory when it exports a buffer Kiln can address, else nullopt.
@@ -534,7 +555,7 @@ IndexEntry parse_index(py::handle v) {
 }
 
 // x[i] and x[i, j, ...] with ints in range: one index per int (each one view, made directly
-// when eager: docs/PERFORMANCE.md, "Issue #17: indexing"). nullopt: getitem's general path.
+// when eager: docs/PERFORMANCE.md, "Python: indexing"). nullopt: getitem's general path.
 std::optional<Tensor> index_ints(const Tensor& x, py::handle key) {
   auto in_range = [](const Tensor& t, PyObject* k) -> std::optional<int64_t> {
     if (!PyLong_CheckExact(k) || t.rank() == 0) return std::nullopt;

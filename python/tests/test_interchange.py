@@ -321,6 +321,22 @@ def test_non_canonical_bool_bytes_are_true_everywhere():
     assert np.shares_memory(np.asarray(kl.asarray(canonical)), canonical)  # shared as before
 
 
+
+def test_numpy_bools_inside_traced_functions():
+    # A NumPy bool array met while tracing (a constant mask) is read as it is converted, not
+    # through traced ops: canonical, non-canonical and strided bytes alike.
+    raw = np.array([0, 3, 1, 0, 255, 1], np.uint8)
+    masks = [np.array([True, False, True, False, True, True]), raw.view(np.bool_),
+             np.repeat(raw.view(np.bool_), 2)[::2]]
+    x = np.arange(6.0)
+    for m in masks:
+        truth = np.asarray(m) != 0
+        expected = np.where(truth, x, 0.0)
+        np.testing.assert_array_equal(np.asarray(kl.jit(lambda a: kl.where(m, a, 0.0))(x)),
+                                      expected)
+        np.testing.assert_array_equal(
+            np.asarray(kl.grad(lambda a: kl.sum(kl.where(m, a, 0.0)))(x)), truth.astype(float))
+
 # ---- layouts Kiln cannot view ------------------------------------------------------------------
 
 def test_unviewable_layouts_are_copied():

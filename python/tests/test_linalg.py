@@ -83,6 +83,17 @@ def test_cond_matches_numpy(p):
     close(la.cond(a, p), np.linalg.cond(a, p), tol=1e-8)
 
 
+@pytest.mark.parametrize("p", [1, -1, INF, -INF, "fro", "nuc"])
+def test_cond_of_singular_matrices_is_inf_as_numpys(p):
+    # Singular, with a NaN (numpy keeps its NaN), and regular.
+    a = np.stack([[[1.0, 2.0], [2.0, 4.0]], [[np.nan, 1.0], [0.0, 1.0]], [[2.0, 1.0], [0.0, 1.0]]])
+    if p == "nuc":  # numpy's svd raises on the NaNs: the singular one is inf analytically
+        expected = [INF, np.nan, np.linalg.cond(a[2], p)]
+    else:
+        expected = np.linalg.cond(a, p)
+    close(la.cond(a, p), expected)
+
+
 def test_cond_of_rectangular_matrices_and_errors():
     a = R.standard_normal((5, 3))
     close(la.cond(a), np.linalg.cond(a))

@@ -359,6 +359,9 @@ def test_more_activations_match_torch():
     layer = kl.nn.PReLU(8)
     assert kl.nn.named_parameters(layer)[0][0] == "weight"
     close(layer(image), torch.nn.PReLU(8)(tt(image)), 1e-6)
+    for bad in (0, -1):  # the layer's own error, not full's
+        with pytest.raises(kl.Error, match=r"\[nn.PReLU\] non-positive size"):
+            kl.nn.PReLU(bad)
     for layer, ref in [(kl.nn.Mish(), torch.nn.Mish()), (kl.nn.ReLU6(), torch.nn.ReLU6()),
                        (kl.nn.Hardswish(), torch.nn.Hardswish()),
                        (kl.nn.Hardsigmoid(), torch.nn.Hardsigmoid()), (kl.nn.SELU(), torch.nn.SELU()),
@@ -416,6 +419,10 @@ def test_more_losses_match_torch():
         elem = rng.uniform(0.5, 2, (4, 1)).astype(np.float32)
         close(kl.nn.binary_cross_entropy(q, target, reduction, weight=elem),
               F.binary_cross_entropy(tt(q), tt(target), tt(elem), reduction=reduction), 1e-5)
+        # Outside [0, 1] the loss is NaN (PyTorch raises), never a finite, even negative, value.
+        outside = kl.nn.binary_cross_entropy(np.array([1.5, -0.5, 0.5], np.float32),
+                                             np.array([1.0, 0.0, 0.5], np.float32), "none")
+        assert np.isnan(np.asarray(outside)[:2]).all() and np.isfinite(np.asarray(outside)[2])
         pos = rng.uniform(0.5, 3, 3).astype(np.float32)
         close(kl.nn.binary_cross_entropy_with_logits(p * 10, target, reduction, pos_weight=pos,
                                                      weight=elem),
@@ -429,6 +436,8 @@ def test_normalisation_functions_match_torch():
     close(kl.nn.layer_norm(x, (5, 2)), F.layer_norm(tt(x), (5, 2)), 1e-5)
     w2, b2 = randn(2), randn(2)
     close(kl.nn.layer_norm(x, 2, w2, b2), F.layer_norm(tt(x), (2,), tt(w2), tt(b2)), 1e-5)
+    with pytest.raises(kl.Error, match=r"\[nn.layer_norm\] empty normalized_shape"):
+        kl.nn.layer_norm(x, ())  # PyTorch's error; not a normalisation over every axis
     close(kl.nn.instance_norm(x, w, b), F.instance_norm(tt(x), weight=tt(w), bias=tt(b)), 1e-5)
     close(kl.nn.instance_norm(x), F.instance_norm(tt(x)), 1e-5)
     mean, var = torch.zeros(3), torch.ones(3)

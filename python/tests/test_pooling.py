@@ -85,6 +85,26 @@ def test_max_pool_ties_nan_and_infinities_pick_pytorchs_element():
         same(got, expected)
 
 
+
+def test_max_pool_window_wholly_in_the_padding_is_minus_infinity():
+    # Dilation can step over the input: such a window has no element, so its maximum is -inf
+    # (PyTorch's value and index), and the other windows' gradients are unchanged.
+    for name, x, kw in [
+            ("max_pool1d", np.ones((1, 1, 1)), dict(kernel_size=2, stride=1, padding=1,
+                                                   dilation=2)),
+            ("max_pool2d", R.standard_normal((1, 2, 1, 3)),
+             dict(kernel_size=2, stride=1, padding=1, dilation=(2, 1)))]:
+        got = getattr(kl, name)(x, return_indices=True, **kw)
+        expected = getattr(F, name)(torch.from_numpy(x), return_indices=True, **kw)
+        assert np.isneginf(np.asarray(got[0])).any()
+        same(got[0], expected[0])
+        same(got[1], expected[1])
+        finite = np.isfinite(expected[0].numpy())
+        grad = kl.grad(lambda a: kl.sum(kl.where(finite, getattr(kl, name)(a, **kw), 0.0)))(x)
+        t = torch.from_numpy(x).requires_grad_()
+        getattr(F, name)(t, **kw)[torch.from_numpy(finite)].sum().backward()
+        same(grad, t.grad)
+
 @pytest.mark.parametrize("name,kw", [
     ("max_pool1d", dict(kernel_size=3, stride=2, padding=1)),
     ("max_pool1d", dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, dilation=2)),
@@ -157,6 +177,18 @@ def test_pooling_errors():
         kl.adaptive_max_pool2d(X2, (0, 2))
     with pytest.raises(kl.Error, match=r"\[max_pool2d\] non-positive kernel, stride or dilation"):
         kl.max_pool2d(X2, 2, dilation=0)
+    # 1-d pooling by the 2-d primitive: the errors still name the 1-d call and its sizes.
+    with pytest.raises(kl.Error, match=r"\[max_pool1d\] padding larger than half the kernel: "
+                                       r"got padding 2 for kernel 2"):
+        kl.max_pool1d(X1, 2, padding=2)
+    with pytest.raises(kl.Error, match=r"\[avg_pool1d\] output size below 1"):
+        kl.avg_pool1d(X1, 12)
+    with pytest.raises(kl.Error, match=r"\[max_pool1d\] size overflows"):
+        kl.max_pool1d(X1, 2, stride=2**63 - 1, ceil_mode=True)
+    with pytest.raises(kl.Error, match=r"\[adaptive_max_pool1d\] window table too large"):
+        kl.adaptive_max_pool1d(X1, 2**60)  # before: a loop over 2^60 windows
+    with pytest.raises(kl.Error, match=r"\[max_pool1d\] window table too large"):
+        kl.max_pool1d(X1, 2**60, padding=2**59, ceil_mode=True)
 
 
 @pytest.mark.parametrize("kw", [
@@ -179,6 +211,14 @@ def test_unfold_fold_and_shuffle_errors():
         kl.fold(np.ones((1, 9, 5)), (4, 4), kernel_size=3)
     with pytest.raises(kl.Error, match=r"\[unfold\] output size below 1"):
         kl.unfold(X2, kernel_size=9)
+    # PyTorch's rule: every spatial axis non-empty, even when the padding would make windows.
+    with pytest.raises(kl.Error, match=r"\[unfold\] empty spatial axis"):
+        kl.unfold(np.ones((1, 1, 0, 4)), kernel_size=2, padding=1)
+    # Sizes whose arithmetic overflows int64, and tables larger than memory, are Errors.
+    with pytest.raises(kl.Error, match=r"\[unfold\] size overflows"):
+        kl.unfold(X2, kernel_size=2, padding=2**62)
+    with pytest.raises(kl.Error, match=r"\[fold\] size overflows"):
+        kl.fold(np.ones((1, 1, 1)), (2**40, 2**40), kernel_size=1, stride=2**40)
     with pytest.raises(kl.Error, match=r"\[pixel_shuffle\] channels not divisible"):
         kl.pixel_shuffle(X2, 2)
     with pytest.raises(kl.Error, match=r"\[pixel_unshuffle\] image not divisible"):

@@ -16,6 +16,7 @@
 #include "detail/checked.h"
 #include "detail/copy.h"
 #include "detail/parallel.h"
+#include "ir/compiled_bodies.h"
 #include "ir/trace.h"
 
 namespace kiln::compiler {
@@ -23,21 +24,7 @@ namespace {
 
 using ir::CompiledInfo;
 
-using SubFunctions = std::unordered_map<const ir::Function*, std::shared_ptr<const Code>>;
-
-thread_local const SubFunctions* active_subs = nullptr;
-
-// Installs a compiled function's sub-functions for the calls its kernels make.
-class ActiveSubs {
- public:
-  explicit ActiveSubs(const SubFunctions* s) : saved_(active_subs) { active_subs = s; }
-  ~ActiveSubs() { active_subs = saved_; }
-  ActiveSubs(const ActiveSubs&) = delete;
-  ActiveSubs& operator=(const ActiveSubs&) = delete;
-
- private:
-  const SubFunctions* saved_;
-};
+using SubFunctions = ir::CompiledBodies;  // every entry is a CompiledFunction, so a Code
 
 std::size_t bytes_of(const TensorType& t) {
   return static_cast<std::size_t>(detail::checked_mul("jit", t.shape.numel(), dtype_size(t.dtype)));
@@ -277,7 +264,7 @@ class CompiledFunction final : public Code {
     if (args.size() != f.params.size())
       fail("jit", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
            ", expected ", f.params.size());
-    const ActiveSubs active(subs_);
+    const ir::ActiveCompiledBodies active(subs_);
     Arena arena = take_arena();
     std::vector<Tensor> env(static_cast<std::size_t>(f.next_id()));
     std::vector<char*> data(env.size(), nullptr);
@@ -572,9 +559,7 @@ std::shared_ptr<const ir::Executable> compile(std::shared_ptr<const ir::Function
 }
 
 const Code* compiled_sub_function(const ir::Function& f) {
-  if (!active_subs) return nullptr;
-  auto it = active_subs->find(&f);
-  return it == active_subs->end() ? nullptr : it->second.get();
+  return static_cast<const Code*>(ir::compiled_body(f));
 }
 
 }  // namespace kiln::compiler

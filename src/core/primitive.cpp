@@ -11,10 +11,10 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "core/builtins.h"
 #include "detail/trace_hooks.h"
 #include "ir/trace.h"
 #include "kiln/ir.h"
-#include "ops/primitives.h"
 
 namespace kiln {
 
@@ -201,9 +201,7 @@ namespace {
 // The built-ins register through detail::register_builtin, which never comes back here.
 void register_builtins() {
   static const bool registered = [] {
-#define KILN_REGISTER_PRIMITIVE(name) (void)prim::name();
-    KILN_BUILTIN_PRIMITIVES(KILN_REGISTER_PRIMITIVE)
-#undef KILN_REGISTER_PRIMITIVE
+    detail::register_builtin_primitives();
     return true;
   }();
   (void)registered;

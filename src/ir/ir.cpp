@@ -2,12 +2,11 @@
 #include "kiln/ir.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <ostream>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "compiler/executable.h"
+#include "ir/compiled_bodies.h"
 #include "ir/trace.h"
 
 namespace kiln::ir {
@@ -160,7 +159,7 @@ std::vector<Tensor> run(const Function& f, std::span<const Tensor> args, bool ke
 std::vector<Tensor> evaluate(const Function& f, std::span<const Tensor> args) {
   // A kernel of compiled code (a loop, a call) running one of its bodies runs it compiled.
   if (!tracing())
-    if (const Executable* compiled = compiler::compiled_sub_function(f)) return compiled->run(args);
+    if (const Executable* compiled = compiled_body(f)) return compiled->run(args);
   const std::vector<Tensor> env = run(f, args, false);
   std::vector<Tensor> results;
   for (const Value& v : f.results) results.push_back(env[static_cast<std::size_t>(v.id)]);
@@ -189,38 +188,6 @@ std::ostream& operator<<(std::ostream& os, const CompiledInfo& info) {
     os << "\n" << g.kernel;
   }
   return os;
-}
-
-namespace {
-class Interpreter final : public Executable {
- public:
-  explicit Interpreter(std::shared_ptr<const Function> f) : f_(std::move(f)) {
-    for (std::size_t i = 0; i < f_->equations.size(); ++i)
-      info_.kernel_calls.push_back(static_cast<int>(i));
-  }
-  std::vector<Tensor> run(std::span<const Tensor> args) const override {
-    return evaluate(*f_, args);
-  }
-  const CompiledInfo& info() const override { return info_; }
-
- private:
-  std::shared_ptr<const Function> f_;
-  CompiledInfo info_;
-};
-}  // namespace
-
-Backend default_backend() {
-  const char* v = std::getenv("KILN_JIT_BACKEND");
-  if (!v || !*v || std::string_view(v) == "llvm") return Backend::llvm;
-  if (std::string_view(v) == "interpreter") return Backend::interpreter;
-  fail("jit", "KILN_JIT_BACKEND is '", v, "', expected 'llvm' or 'interpreter'");
-}
-
-std::shared_ptr<const Executable> compile(std::shared_ptr<const Function> f,
-                                          const CompileOptions& options) {
-  if (options.backend.value_or(default_backend()) == Backend::llvm)
-    return compiler::compile(std::move(f));
-  return std::make_shared<Interpreter>(std::move(f));
 }
 
 }  // namespace kiln::ir

@@ -411,7 +411,8 @@ Function simplify(const Function& f) {
 // Sub-functions (loop bodies, branches, calls) are optimised too; their signatures stay.
 // One optimised copy per distinct sub-function, so equations that shared a sub-function still
 // share it afterwards (and CSE, which compares attributes, can still merge them).
-Function optimize_subfunctions(const Function& f) {
+Function map_sub_functions(const Function& f,
+                           const std::function<Function(const Function&)>& pass) {
   Function out = f;
   std::unordered_map<const Function*, FunctionRef> done;
   for (Equation& e : out.equations) {
@@ -421,7 +422,7 @@ Function optimize_subfunctions(const Function& f) {
       if (!sub) continue;
       auto it = done.find(sub->get());
       if (it == done.end())
-        it = done.emplace(sub->get(), std::make_shared<const Function>(optimize(**sub))).first;
+        it = done.emplace(sub->get(), std::make_shared<const Function>(pass(**sub))).first;
       attrs.set(name, it->second);
     }
     e.attrs = std::move(attrs);
@@ -431,7 +432,7 @@ Function optimize_subfunctions(const Function& f) {
 
 Function optimize(const Function& f) {
   // Each pass can expose work for the others; iterate while the program shrinks.
-  Function cur = dce(merge_scans(cse(simplify(fold_constants(optimize_subfunctions(f))))));
+  Function cur = dce(merge_scans(cse(simplify(fold_constants(map_sub_functions(f, optimize))))));
   for (int round = 0; round < 8; ++round) {
     Function next = dce(merge_scans(cse(simplify(fold_constants(cur)))));
     const bool same = next.equations.size() == cur.equations.size() &&
@@ -439,7 +440,7 @@ Function optimize(const Function& f) {
     cur = std::move(next);
     if (same) break;
   }
-  return bucket_all_reduces(cur);
+  return cur;
 }
 
 }  // namespace kiln::ir

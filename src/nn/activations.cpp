@@ -218,11 +218,17 @@ Tensor dropout(const Tensor& x, double rate, const Tensor& key, Loc loc) {
   });
 }
 
-PReLU::PReLU(int64_t num_parameters, double init, DType dtype)
-    : weight(full({num_parameters}, init, dtype)) {
+namespace {
+// Checked before the tensor is made, whose own error would not name PReLU.
+Tensor prelu_weight(int64_t num_parameters, double init, DType dtype) {
   if (num_parameters < 1)
     fail("nn.PReLU", "non-positive size: got num_parameters=", num_parameters, ", expected >= 1");
+  return full({num_parameters}, init, dtype);
 }
+}  // namespace
+
+PReLU::PReLU(int64_t num_parameters, double init, DType dtype)
+    : weight(prelu_weight(num_parameters, init, dtype)) {}
 
 namespace {
 template <class F>

@@ -96,13 +96,14 @@ Tensor huber(const Tensor& d, double delta, Loc loc) {
   return where(a < delta, 0.5 * d * d, delta * (a - 0.5 * delta), loc);
 }
 
-// log p clamped below at -100, as PyTorch's binary_cross_entropy: p <= 0 gives -100 and feeds
-// log a 1, so the unchosen branch puts no inf into the derivative; NaN stays NaN.
+// log p clamped below at -100, as PyTorch's binary_cross_entropy: p = 0 gives -100 and feeds
+// log a 1, so the unchosen branch puts no inf into the derivative. A negative p (from a
+// probability outside [0, 1]) and NaN give NaN.
 Tensor clamped_log(const Tensor& p, Loc loc) {
   const Tensor low = scalar_like(p, -100.0);
-  const Tensor nonpositive = p <= 0.0;
-  const Tensor lp = log(where(nonpositive, scalar_like(p, 1.0), p, loc), loc);
-  return where(nonpositive, low, where(lp < -100.0, low, lp, loc), loc);
+  const Tensor zero = p == 0.0;
+  const Tensor lp = log(where(zero, scalar_like(p, 1.0), p, loc), loc);
+  return where(zero, low, where(lp < -100.0, low, lp, loc), loc);
 }
 
 }  // namespace

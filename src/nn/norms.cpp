@@ -53,6 +53,8 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape,
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.layer_norm";
     const int k = normalized_shape.rank();
+    if (k == 0)
+      fail(op, "empty normalized_shape: got [], expected at least one axis to normalise over");
     expect_input(op, x, k, "[..., normalized_shape]");
     expect_floating(op, "input", x);
     for (int i = 0; i < k; ++i)

@@ -439,7 +439,7 @@ Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const Conv
   T* pw = dw.data<T>();
   // oneDNN's weight gradient of a single-channel input (a grayscale image's first layer) runs
   // its slow plain-layout path: im2col + gemm takes about half its time there (bench_train's
-  // demo CNN, docs/PERFORMANCE.md "Session 13").
+  // demo CNN, docs/PERFORMANCE.md "Training step").
   const bool single_channel = g.C == 1 && g.G == 1;
   if constexpr (std::is_same_v<T, float>)
     if (!single_channel && ops::dnnl_conv(ConvPass::backward_weights, g, pc, px, pw)) return dw;

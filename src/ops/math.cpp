@@ -1,4 +1,4 @@
-// Elementwise math beyond the basic arithmetic (issue #15, "Math"): inverse and hyperbolic
+// Elementwise math beyond the basic arithmetic (docs/OPS.md, "Math"): inverse and hyperbolic
 // trigonometry, base-2/10 exponentials and logarithms, special functions (erfinv, lgamma,
 // digamma, polygamma), float classification, remainders and floor division, atan2, hypot,
 // copysign, logaddexp, and bitwise operations on integers. Each is a functor turned into a
@@ -14,7 +14,6 @@
 #include <type_traits>
 
 #include "kiln/math_ops.h"
-#include "kiln/transforms.h"
 #include "ops/elementwise_rules.h"
 #include "ops/primitives.h"
 
@@ -664,24 +663,6 @@ Tensor log_sigmoid(const Tensor& x, Loc loc) {
   const detail::CallSite site(loc);
   const Tensor f = ops::cast_if_needed(x, to_floating(x.dtype()), loc);
   return neg(softplus(neg(f, loc), loc), loc);
-}
-
-// x log(y), 0 where x == 0 and y is not NaN (scipy's xlogy). The derivative is JAX's:
-// log(y) dx + x / y dy everywhere, so d/dx at x == 0 is log(y), not the 0 of the `where`.
-Tensor xlogy(const Tensor& x, const Tensor& y, Loc loc) {
-  const detail::CallSite site(loc);
-  auto [a, b] = ops::promote_broadcast("xlogy", x, y, loc);
-  const DType d = to_floating(a.dtype());
-  const auto value = [](const Tensor& u, const Tensor& v) {
-    return where((u == 0.0) && !isnan(v), zeros_like(u), u * log(v));
-  };
-  const auto rule = [value](const std::tuple<Tensor, Tensor>& p,
-                            const std::tuple<Tensor, Tensor>& t) {
-    const auto& [u, v] = p;
-    const auto& [du, dv] = t;
-    return du * log(v) + dv * u / v;
-  };
-  return custom_jvp(value, rule)(ops::cast_if_needed(a, d, loc), ops::cast_if_needed(b, d, loc));
 }
 
 // numpy's rule: |a - b| <= atol + rtol |b| for finite values, equality for infinities (a finite

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/allocator.h"
 #include "detail/checked.h"
 #include "kiln/ops.h"
 #include "ops/primitives.h"
@@ -27,6 +28,9 @@ struct AxisWindows {
   std::vector<std::optional<int64_t>> pos;  // out * slots
   std::vector<int64_t> padded_count;        // within the padded input (count_include_pad)
   std::vector<int64_t> input_count;         // within the input
+  // Per window, its first slot at or after position 0 (PyTorch's clamped start, which is
+  // max pooling's index of a window wholly in the padding: it may lie past the input).
+  std::vector<int64_t> first;
 };
 
 // A strided pooling's geometry per spatial axis.
@@ -37,29 +41,44 @@ struct PoolSpec {
 
 int64_t floor_div(int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); }
 
+// A window table of `entries` elements must fit in memory, so that an absurd geometry (a huge
+// output size, padding or kernel) is an Error rather than a failed allocation or a loop that
+// does not end.
+void expect_table_fits(std::string_view op, int64_t entries) {
+  const auto limit = static_cast<int64_t>(
+      std::min<std::size_t>(detail::physical_memory() / sizeof(int64_t), INT64_MAX));
+  if (entries > limit)
+    fail(op, "window table too large: got ", entries, " window slots, expected at most ", limit,
+         " (the machine's memory)");
+}
+
 // PyTorch's pooling_output_shape: with ceil_mode the size rounds up, but the last window must
 // start inside the input or the left padding.
 AxisWindows strided_axis(std::string_view op, int64_t in, int64_t k, int64_t s, int64_t p,
                          int64_t d, bool ceil_mode) {
   const int64_t span = detail::checked_add(op, detail::checked_mul(op, d, k - 1), 1);
-  const int64_t room = detail::checked_add(op, in, 2 * p) - span;
-  int64_t out = floor_div(room + (ceil_mode ? s - 1 : 0), s) + 1;
+  const int64_t room = detail::checked_add(op, in, detail::checked_mul(op, 2, p)) - span;
+  int64_t out = floor_div(ceil_mode ? detail::checked_add(op, room, s - 1) : room, s) + 1;
   if (ceil_mode && (out - 1) * s >= in + p) --out;
   if (out < 1)
     fail(op, "output size below 1: got input size ", in, " with kernel ", k, ", stride ", s,
          ", padding ", p, " and dilation ", d, ", expected an input of at least ", span - 2 * p);
-  AxisWindows w{in, out, k, {}, {}, {}};
-  w.pos.reserve(static_cast<std::size_t>(detail::checked_mul(op, out, k)));
+  expect_table_fits(op, detail::checked_mul(op, out, k));
+  AxisWindows w{in, out, k, {}, {}, {}, {}};
+  w.pos.reserve(static_cast<std::size_t>(out * k));
   for (int64_t i = 0; i < out; ++i) {
     const int64_t start = i * s - p;
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t q = start + j * d;
+      const int64_t q = detail::checked_add(op, start, j * d);
       w.pos.push_back(q >= 0 && q < in ? std::optional(q) : std::nullopt);
     }
     // Averaging's divisors (PyTorch's avg_pool kernels; averaging has no dilation).
-    const int64_t end = std::min(start + k, in + p);
+    const int64_t end = std::min(detail::checked_add(op, start, k), in + p);
     w.padded_count.push_back(end - start);
     w.input_count.push_back(std::min(end, in) - std::max<int64_t>(start, 0));
+    w.first.push_back(
+        start < 0 ? detail::checked_add(op, start, detail::checked_mul(op, (-start - 1) / d + 1, d))
+                  : start);
   }
   return w;
 }
@@ -67,16 +86,20 @@ AxisWindows strided_axis(std::string_view op, int64_t in, int64_t k, int64_t s, 
 // Adaptive pooling: window i covers [floor(i * in / out), ceil((i + 1) * in / out)).
 AxisWindows adaptive_axis(std::string_view op, int64_t in, int64_t out) {
   if (out < 1) fail(op, "non-positive output size: got ", out, ", expected sizes >= 1");
-  AxisWindows w{in, out, 0, {}, {}, {}};
+  expect_table_fits(op, out);
+  (void)detail::checked_add(op, detail::checked_mul(op, out, in), out);  // bounds' arithmetic
+  AxisWindows w{in, out, 0, {}, {}, {}, {}};
   auto bounds = [&](int64_t i) { return std::pair{i * in / out, ((i + 1) * in + out - 1) / out}; };
   for (int64_t i = 0; i < out; ++i) w.slots = std::max(w.slots, bounds(i).second - bounds(i).first);
-  w.pos.reserve(static_cast<std::size_t>(detail::checked_mul(op, out, w.slots)));
+  expect_table_fits(op, detail::checked_mul(op, out, w.slots));
+  w.pos.reserve(static_cast<std::size_t>(out * w.slots));
   for (int64_t i = 0; i < out; ++i) {
     const auto [start, end] = bounds(i);
     for (int64_t j = 0; j < w.slots; ++j)
       w.pos.push_back(start + j < end ? std::optional(start + j) : std::nullopt);
     w.padded_count.push_back(end - start);
     w.input_count.push_back(end - start);
+    w.first.push_back(start);
   }
   return w;
 }
@@ -90,6 +113,7 @@ struct Windows {
   std::vector<int64_t> index;
   std::vector<bool> inside;
   std::vector<double> padded_count, input_count;  // per output
+  std::vector<int64_t> first;                     // per output: the axes' `first`, flat
 };
 
 Windows combine(std::string_view op, const std::vector<AxisWindows>& axes) {
@@ -99,11 +123,13 @@ Windows combine(std::string_view op, const std::vector<AxisWindows>& axes) {
     t.count = detail::checked_mul(op, t.count, a.out);
     t.slots = detail::checked_mul(op, t.slots, a.slots);
   }
-  const auto n = static_cast<std::size_t>(detail::checked_mul(op, t.count, t.slots));
+  expect_table_fits(op, detail::checked_mul(op, t.count, t.slots));
+  const auto n = static_cast<std::size_t>(t.count * t.slots);
   t.index.assign(n, 0);
   t.inside.assign(n, true);
   t.padded_count.assign(static_cast<std::size_t>(t.count), 1.0);
   t.input_count.assign(static_cast<std::size_t>(t.count), 1.0);
+  t.first.assign(static_cast<std::size_t>(t.count), 0);
   // Axis by axis: the flat input index and output counts of the axes so far, outer first.
   int64_t outer_outs = 1, outer_slots = 1;
   for (const AxisWindows& a : axes) {
@@ -121,6 +147,7 @@ Windows combine(std::string_view op, const std::vector<AxisWindows>& axes) {
       const auto i = static_cast<std::size_t>((static_cast<int64_t>(l) / inner_outs) % a.out);
       t.padded_count[l] *= static_cast<double>(a.padded_count[i]);
       t.input_count[l] *= static_cast<double>(a.input_count[i]);
+      t.first[l] = t.first[l] * a.in + a.first[i];
     }
     outer_outs *= a.out;
     outer_slots *= a.slots;
@@ -136,13 +163,18 @@ void expect_layout(std::string_view op, const Tensor& x, int rank, std::string_v
     fail(op, "input must have rank ", rank, ": got ", x.type(), ", expected ", layout);
 }
 
+// x [N, C, *spatial] must have windows to read: no spatial axis may be empty (PyTorch's).
+void expect_spatial(std::string_view op, const Tensor& x) {
+  for (int i = 2; i < x.rank(); ++i)
+    if (x.shape()[i] == 0)
+      fail(op, "empty spatial axis: got input ", x.type(), ", expected spatial sizes >= 1");
+}
+
 // x [N, C, *spatial] with `rank` spatial axes, each non-empty, as floating point.
 Tensor pool_input(std::string_view op, const Tensor& x, int rank, Loc loc) {
   static constexpr std::array layouts{"[N, C, W]", "[N, C, H, W]", "[N, C, D, H, W]"};
   expect_layout(op, x, rank + 2, layouts[static_cast<std::size_t>(rank - 1)]);
-  for (int i = 2; i < x.rank(); ++i)
-    if (x.shape()[i] == 0)
-      fail(op, "empty spatial axis: got input ", x.type(), ", expected spatial sizes >= 1");
+  expect_spatial(op, x);
   return ops::cast_if_needed(x, to_floating(x.dtype()), loc);
 }
 
@@ -162,10 +194,19 @@ std::vector<AxisWindows> strided_axes(std::string_view op, const std::vector<int
   return axes;
 }
 
+// The adaptive windows of x [N, C, *spatial] for the spatial output sizes `size`.
+std::vector<AxisWindows> adaptive_axes(std::string_view op, const Tensor& x,
+                                       const std::vector<int64_t>& size) {
+  std::vector<AxisWindows> axes;
+  for (std::size_t i = 0; i < size.size(); ++i)
+    axes.push_back(adaptive_axis(op, x.shape()[static_cast<int>(i) + 2], size[i]));
+  return axes;
+}
+
 // A pooling's windows over x: padding at most half the kernel, as PyTorch's.
 std::vector<AxisWindows> pool_axes(std::string_view op, const Tensor& x, const PoolSpec& s) {
   for (std::size_t i = 0; i < s.kernel.size(); ++i)
-    if (2 * s.padding[i] > s.kernel[i])
+    if (s.kernel[i] >= 1 && s.padding[i] > s.kernel[i] / 2)
       fail(op, "padding larger than half the kernel: got padding ", s.padding[i], " for kernel ",
            s.kernel[i], " on spatial axis ", i, ", expected padding <= kernel / 2");
   const std::vector<int64_t>& dims = x.shape().dims();
@@ -193,7 +234,8 @@ Shape pooled_shape(const Tensor& x, const Windows& t) {
 }
 
 // The first maximum of each window in scan order, or its last NaN (PyTorch's rule); padding
-// never. The value is read back from x at that index, so the gradient flows to it alone.
+// never. The value is read back from x at that index, so the gradient flows to it alone. A
+// window wholly in the padding (possible with dilation) is -inf at PyTorch's index, `first`.
 MaxPoolResult max_over(const Tensor& x, const Windows& t, Loc loc) {
   const Tensor v = gather(x, t, loc);
   const Tensor inside = tensor(t.inside, Shape{t.count, t.slots}, loc);
@@ -210,12 +252,15 @@ MaxPoolResult max_over(const Tensor& x, const Windows& t, Loc loc) {
   const Tensor key = where(inside && isnan(v, loc), tensor(nan_key, slots, loc),
                            where(inside && v == peak, tensor(max_key, slots, loc), none, loc), loc);
   const Tensor slot = argmax(key, 3, false, loc);
-  const Tensor first =
+  const Tensor row_starts =
       arange(0.0, static_cast<double>(t.count * t.slots), static_cast<double>(t.slots), int64, loc);
-  const Tensor chosen = take(tensor(t.index, Shape{t.count * t.slots}, loc), slot + first, 0, loc);
+  const Tensor chosen =
+      take(tensor(t.index, Shape{t.count * t.slots}, loc), slot + row_starts, 0, loc);
+  const Tensor filled = any(inside, {1}, false, loc);
+  const Tensor values = take_along_axis(planes(x, loc), chosen, 2, loc);
   const Shape out = pooled_shape(x, t);
-  return {reshape(take_along_axis(planes(x, loc), chosen, 2, loc), out, loc),
-          reshape(chosen, out, loc)};
+  return {reshape(where(filled, values, scalar_like(values, -INFINITY), loc), out, loc),
+          reshape(where(filled, chosen, tensor(t.first, Shape{t.count}, loc), loc), out, loc)};
 }
 
 // Window sums over a divisor per window.
@@ -308,14 +353,20 @@ Tensor squeeze_row(const Tensor& y, Loc loc) {
   return reshape(y, Shape{s[0], s[1], s[3]}, loc);
 }
 
+// A 1-d pooling by the 2-d primitive p on [N, C, 1, W]. The geometry is checked here first, so
+// that its errors name the 1-d call and give its own sizes, not the 2-d ones.
+Tensor pool1d_by_primitive(const Primitive& p, std::string_view op, const Tensor& x_in,
+                           const PoolSpec& s, Loc loc) {
+  const Tensor x = pool_input(op, x_in, 1, loc);
+  (void)pool_axes(op, x, s);
+  return squeeze_row(bind_pool(p, unsqueeze_row(x, loc), as_2d(s), loc), loc);
+}
+
 MaxPoolResult adaptive_max_nd(std::string_view stem, const Tensor& x_in,
                               const std::vector<int64_t>& size, Loc loc) {
   const std::string op = pool_name(stem, size.size());
   const Tensor x = pool_input(op, x_in, static_cast<int>(size.size()), loc);
-  std::vector<AxisWindows> axes;
-  for (std::size_t i = 0; i < size.size(); ++i)
-    axes.push_back(adaptive_axis(op, x.shape()[static_cast<int>(i) + 2], size[i]));
-  return max_over(x, combine(op, axes), loc);
+  return max_over(x, combine(op, adaptive_axes(op, x, size)), loc);
 }
 
 PoolSpec unfold_spec(const UnfoldOptions& o) {
@@ -349,15 +400,13 @@ Tensor max_pool1d(const Tensor& x_in, const Pool1dOptions& o, Loc loc) {
   const detail::CallSite site(loc);
   const PoolArgs a = args_of(o);
   if (!primitive_pools(a)) return max_pool_nd(x_in, a.spec, loc).values;
-  const Tensor x = pool_input("max_pool1d", x_in, 1, loc);
-  return squeeze_row(bind_pool(prim::max_pool2d(), unsqueeze_row(x, loc), as_2d(a.spec), loc), loc);
+  return pool1d_by_primitive(prim::max_pool2d(), "max_pool1d", x_in, a.spec, loc);
 }
 Tensor avg_pool1d(const Tensor& x_in, const Pool1dOptions& o, Loc loc) {
   const detail::CallSite site(loc);
   const PoolArgs a = args_of(o);
   if (!primitive_pools(a)) return avg_pool_nd(x_in, a, loc);
-  const Tensor x = pool_input("avg_pool1d", x_in, 1, loc);
-  return squeeze_row(bind_pool(prim::avg_pool2d(), unsqueeze_row(x, loc), as_2d(a.spec), loc), loc);
+  return pool1d_by_primitive(prim::avg_pool2d(), "avg_pool1d", x_in, a.spec, loc);
 }
 MaxPoolResult max_pool1d_with_indices(const Tensor& x, const Pool1dOptions& o, Loc loc) {
   const detail::CallSite site(loc);
@@ -410,10 +459,7 @@ Tensor adaptive_avg_pool3d(const Tensor& x_in, std::array<int64_t, 3> size, Loc 
   const detail::CallSite site(loc);
   constexpr std::string_view op = "adaptive_avg_pool3d";
   const Tensor x = pool_input(op, x_in, 3, loc);
-  std::vector<AxisWindows> axes;
-  for (std::size_t i = 0; i < 3; ++i)
-    axes.push_back(adaptive_axis(op, x.shape()[static_cast<int>(i) + 2], size[i]));
-  const Windows t = combine(op, axes);
+  const Windows t = combine(op, adaptive_axes(op, x, {size.begin(), size.end()}));
   return average_over(x, t, t.input_count, loc);
 }
 
@@ -421,6 +467,7 @@ Tensor unfold(const Tensor& x_in, const UnfoldOptions& o, Loc loc) {
   const detail::CallSite site(loc);
   constexpr std::string_view op = "unfold";
   expect_layout(op, x_in, 4, "[N, C, H, W]");
+  expect_spatial(op, x_in);
   const Shape& s = x_in.shape();
   const Windows t = combine(op, strided_axes(op, {s[2], s[3]}, unfold_spec(o)));
   const Tensor v = gather(x_in, t, loc);
@@ -436,6 +483,7 @@ Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> size, const UnfoldOptio
   if (size.first < 1 || size.second < 1)
     fail(op, "non-positive output size: got [", size.first, ", ", size.second,
          "], expected sizes >= 1");
+  const int64_t plane = detail::checked_mul(op, size.first, size.second);
   const Windows t = combine(op, strided_axes(op, {size.first, size.second}, unfold_spec(o)));
   const Shape& s = x.shape();
   if (s[1] % t.slots != 0 || s[2] != t.count)
@@ -448,9 +496,8 @@ Tensor fold(const Tensor& x, std::pair<int64_t, int64_t> size, const UnfoldOptio
   const Tensor updates =
       reshape(where(inside, v, zeros_like(v), loc), Shape{n, c, t.count * t.slots}, loc);
   const Tensor index = tensor(t.index, Shape{t.count * t.slots}, loc);
-  const Tensor plane = zeros(Shape{n, c, size.first * size.second}, x.dtype());
-  return reshape(scatter_add(plane, index, updates, 2, loc), Shape{n, c, size.first, size.second},
-                 loc);
+  const Tensor sums = scatter_add(zeros(Shape{n, c, plane}, x.dtype()), index, updates, 2, loc);
+  return reshape(sums, Shape{n, c, size.first, size.second}, loc);
 }
 
 }  // namespace kiln

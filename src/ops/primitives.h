@@ -2,10 +2,9 @@
 //
 // Each accessor is defined in the file that defines its primitive and registers the primitive
 // on its first call (a function-local static), so code uses a primitive through a C++ symbol
-// instead of looking a name up in the registry. The registry (src/core/primitive.cpp) calls
-// every accessor once before any look-up by name, walk of all_primitives() or registration
-// of a user's primitive; that reference is also what keeps every primitive's object file in a
-// link against the static library, which drops object files nobody references.
+// instead of looking a name up in the registry. detail::register_builtin_primitives
+// (primitives.cpp) calls every accessor; the registry calls it once before any look-up by
+// name, walk of all_primitives() or registration of a user's primitive (core/builtins.h).
 //
 // Naming rule: an accessor is named like its primitive in the IR, with a trailing underscore
 // where that name is a C++ keyword or alternative token: and_, or_, not_, xor_, while_.
@@ -13,6 +12,7 @@
 
 #include <vector>
 
+#include "core/builtins.h"
 #include "kiln/primitive.h"
 
 // The built-in primitives, listed once: it declares the accessors below and the registry
@@ -80,18 +80,3 @@ KILN_BUILTIN_PRIMITIVES(KILN_DECLARE_PRIMITIVE)
 #undef KILN_DECLARE_PRIMITIVE
 
 }  // namespace kiln::prim
-
-namespace kiln::detail {
-
-// What an accessor registers its primitive with: register_primitive without registering the
-// built-ins first (the accessor is itself part of doing that). `loc` becomes
-// Primitive::defined_at; a table-driven family passes its table entry's.
-const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistration> kernels = {},
-                                  Loc loc = Loc::current());
-
-// Whether `primitive` runs only the kernels it was registered with: no register_kernel has
-// added one that could win its dispatch. Eager short paths that skip bind (view ops) take
-// this as their licence.
-bool builtin_kernels_only(const Primitive& primitive);
-
-}  // namespace kiln::detail

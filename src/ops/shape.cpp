@@ -29,7 +29,7 @@ std::vector<Tensor> one(Tensor t) { return std::vector<Tensor>{std::move(t)}; }
 // Whether an op on x runs now, on x's data: no trace is recording and x is concrete. View ops
 // then make their view directly (the helpers their kernels use), skipping bind's type rule,
 // attribute map and kernel lookup, which cost several times the view itself: x[0] from
-// Python is an index, a slice and a squeeze (docs/PERFORMANCE.md, "Issue #17: indexing").
+// Python is an index, a slice and a squeeze (docs/PERFORMANCE.md, "Python: indexing").
 // A user kernel registered over the primitive's (register_kernel) keeps it on bind.
 bool eager(const Primitive& p, const Tensor& x) {
   return !detail::trace_active() && !x.is_traced() && detail::builtin_kernels_only(p);

@@ -9,6 +9,7 @@
 #include <unordered_map>
 
 #include "core/allocator.h"  // detail::parse_env_int
+#include "distributed/bucket_all_reduces.h"
 #include "kiln/transforms.h"
 #include "ops/primitives.h"
 
@@ -282,7 +283,8 @@ Specialisation specialise(JitCache& cache, const TreeDef& def, const std::vector
   if (auto hit = cache.claim(key, claim)) return {hit, {}};
   Staged s = stage(cache.name(), def, leaves, fn);
   JitEntry entry;
-  entry.function = std::make_shared<const ir::Function>(ir::optimize(*s.function));
+  entry.function = std::make_shared<const ir::Function>(
+      distributed::bucket_all_reduces(ir::optimize(*s.function)));
   entry.executable = ir::compile(entry.function, {.backend = cache.backend()});
   if (log_recompiles())
     std::cerr << "[jit] " << cache.name() << ": compiled in " << entry.executable->info().compile_ms

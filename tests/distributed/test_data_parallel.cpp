@@ -1,7 +1,7 @@
-// Data-parallel training is training on the combined batch (issue #16, "Equivalence"). Run
-// as 1 process and under `mpirun -np N`, N = 2 and 3 (tests/CMakeLists.txt): each process
-// trains a small MLP with Adam for 20 steps under pmap on its B/N examples of every batch,
-// pmean-ing the gradients, and also computes itself the reference, the same training on the
+// Data-parallel training is training on the combined batch (docs/DISTRIBUTED.md,
+// "Equivalence"). Run as 1 process and under `mpirun -np N`, N = 2 and 3 (tests/CMakeLists.txt):
+// each process trains a small MLP with Adam for 20 steps under pmap on its B/N examples of every
+// batch, pmean-ing the gradients, and also computes itself the reference, the same training on the
 // whole batch of B in one process (jit, no collectives). The parameters must agree within a
 // float32 round-off bound derived below, and every process must hold bitwise the same ones.
 // Every process runs every test (they meet in collectives); mpi_main.cpp has process 0 report.

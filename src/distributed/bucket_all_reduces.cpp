@@ -3,6 +3,8 @@
 // megabytes: flatten, concatenate, one MPI call, slice back. Data-parallel training's
 // gradient pmean is one all-reduce per parameter tensor before this pass; the latency of an
 // MPI call is paid per bucket after it (docs/DESIGN.md, "pmap and the distributed runtime").
+#include "distributed/bucket_all_reduces.h"
+
 #include <cstdlib>
 #include <map>
 #include <tuple>
@@ -13,8 +15,14 @@
 #include "kiln/ops.h"
 #include "ops/primitives.h"
 
-namespace kiln::ir {
+namespace kiln::distributed {
 namespace {
+
+using ir::Constant;
+using ir::Equation;
+using ir::Function;
+using ir::Traced;
+using ir::Value;
 
 std::size_t bucket_bytes() {
   static const std::size_t bytes = [] {
@@ -41,14 +49,12 @@ std::vector<Equation> bucket_equations(const Function& f, const Bucket& b, int& 
   std::vector<TensorType> types;
   for (std::size_t m : b.members) types.push_back(f.equations[m].inputs[0].type);
   const auto op = first.attrs.get<std::string>("op");
-  const distributed::Reduce reduce = op == "sum"   ? distributed::Reduce::sum
-                                     : op == "max" ? distributed::Reduce::max
-                                                   : distributed::Reduce::min;
+  const Reduce reduce = op == "sum" ? Reduce::sum : op == "max" ? Reduce::max : Reduce::min;
   const std::string axis = first.attrs.get<std::string>("over");
-  const Traced t = trace_function("bucket", types, [&](const std::vector<Tensor>& xs) {
+  const Traced t = ir::trace_function("bucket", types, [&](const std::vector<Tensor>& xs) {
     std::vector<Tensor> flat;
     for (const Tensor& x : xs) flat.push_back(reshape(x, {-1}));
-    const Tensor all = distributed::all_reduce(concatenate(flat), reduce, axis);
+    const Tensor all = all_reduce(concatenate(flat), reduce, axis);
     std::vector<Tensor> out;
     int64_t start = 0;
     for (const Tensor& x : xs) {
@@ -109,9 +115,8 @@ std::vector<Equation> topological(std::vector<Equation> eqs, const Function& f) 
   return out;
 }
 
-}  // namespace
-
-Function bucket_all_reduces(const Function& f) {
+// One function's all-reduces, its sub-functions untouched.
+Function bucket_in(const Function& f) {
   const Primitive& all_reduce = prim::process_all_reduce();
   // For each value, the candidate all-reduces it depends on (by index among candidates).
   std::vector<std::size_t> candidates;
@@ -186,4 +191,10 @@ Function bucket_all_reduces(const Function& f) {
   return out;
 }
 
-}  // namespace kiln::ir
+}  // namespace
+
+Function bucket_all_reduces(const Function& f) {
+  return bucket_in(ir::map_sub_functions(f, bucket_all_reduces));
+}
+
+}  // namespace kiln::distributed

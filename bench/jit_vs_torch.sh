@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Issue 14's benchmarks, Kiln (jit with the LLVM backend, jit with the interpreter, eager) side
-# by side with PyTorch 1.13 eager, each part with 1 and 2 threads: the tables that
-# docs/PERFORMANCE.md, "Issue #14", records.
-#   bench/issue14.sh [BUILD_DIR] [PART...]     (make bench-issue14 calls: bench/issue14.sh build)
+# Kiln (jit with the LLVM backend, jit with the interpreter, eager) side by side with PyTorch
+# 1.13 eager, each part with 1 and 2 threads: fusion, training steps, scan, per-example
+# gradients, compile time and the demo end to end, as docs/PERFORMANCE.md records them.
+#   bench/jit_vs_torch.sh [BUILD_DIR] [PART...]   (make bench-jit: bench/jit_vs_torch.sh build)
 # PART: fusion train scan vmap compile demo (default: all, in that order).
 # Environment: THREADS (default "1 2"), ROUNDS (Kiln/PyTorch alternations, default 3), REPS
 # (repetitions per round, default 5), DEMO_REPEATS (default 1), DEMO_FULL=1 (every epoch, not

@@ -1,0 +1,29 @@
+// How the registry and the built-in primitives meet. The registry (primitive.cpp) defines
+// what an accessor registers with; ops defines the one function that registers them all
+// (src/ops/primitives.cpp), which the registry calls before any look-up by name, walk or user
+// registration. That call is the registry's only reference to a layer above: it keeps names
+// resolving whatever the program has called so far, and keeps every primitive's object file
+// in a link against the static library, which drops object files nobody references.
+#pragma once
+
+#include <vector>
+
+#include "kiln/primitive.h"
+
+namespace kiln::detail {
+
+// Calls every built-in primitive's accessor (prim::add(), ...): defined by ops.
+void register_builtin_primitives();
+
+// What an accessor registers its primitive with: register_primitive without registering the
+// built-ins first (the accessor is itself part of doing that). `loc` becomes
+// Primitive::defined_at; a table-driven family passes its table entry's.
+const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistration> kernels = {},
+                                  Loc loc = Loc::current());
+
+// Whether `primitive` runs only the kernels it was registered with: no register_kernel has
+// added one that could win its dispatch. Eager short paths that skip bind (view ops) take
+// this as their licence.
+bool builtin_kernels_only(const Primitive& primitive);
+
+}  // namespace kiln::detail
