@@ -279,9 +279,9 @@ TEST(Conv2d, Errors) {
   const Tensor x = ones({2, 4, 5, 5});
   expect_error("conv2d",
                [] {
-                 conv2d(ones({4, 5, 5}), ones({2, 4, 3, 3}));
+                 conv2d(ones({5, 5}), ones({2, 4, 3, 3}));
                },
-               {"input must have rank 4", "f32[4,5,5]", "[N, C, H, W]"});
+               {"input must have rank 4 (or 3, unbatched)", "f32[5,5]", "[N, C, H, W]"});
   expect_error("conv2d",
                [&] {
                  conv2d(x, ones({2, 4, 3}));

@@ -1817,12 +1817,16 @@ TEST(NnErrors, LayersNameThemselves) {
   const nn::Conv2d conv(3, 4, {3, 3}, random::key(2));
   expect_error(
       [&] {
-        (void)conv(ones({3, 8, 8}));
+        (void)conv(ones({8, 8}));
       },
-      "nn.Conv2d", {"too few dimensions", "[N, C, H, W]"});
-  // Ranks above 4 and pooling inputs of the wrong rank are refused by the underlying ops
-  // (conv2d, max_pool2d, avg_pool2d), with their own names.
-  EXPECT_THROW((void)conv(ones({1, 1, 3, 8, 8})), Error);
+      "nn.Conv2d", {"input must have rank 4 (or 3, unbatched)", "[N, C, H, W] or [C, H, W]"});
+  expect_error(
+      [&] {
+        (void)conv(ones({1, 1, 3, 8, 8}));
+      },
+      "nn.Conv2d", {"input must have rank 4", "f32[1,1,3,8,8]"});
+  // Pooling inputs of the wrong rank are refused by the underlying ops (max_pool2d,
+  // avg_pool2d), with their own names.
   EXPECT_THROW((void)nn::MaxPool2d{}(ones({2, 4, 4})), Error);
   EXPECT_THROW((void)nn::AvgPool2d{}(ones({2, 4, 4})), Error);
   expect_error(

@@ -20,6 +20,13 @@
 #include "kiln/tensor.h"
 #include "kiln/tree.h"
 
+namespace kiln {
+// A convolution layer's padding is part of its tree, as static leaves.
+KILN_TREE(ConvPadding<1>, sizes, rule);
+KILN_TREE(ConvPadding<2>, sizes, rule);
+KILN_TREE(ConvPadding<3>, sizes, rule);
+}  // namespace kiln
+
 namespace kiln::nn {
 
 // ---- activations ----------------------------------------------------------------------
@@ -121,6 +128,16 @@ class Context {
 };
 
 namespace detail {
+// `v` on each of an N-d convolution's spatial axes.
+template <int N>
+constexpr ConvSizes<N> conv_sizes(int64_t v) {
+  if constexpr (N == 1)
+    return v;
+  else if constexpr (N == 2)
+    return {v, v};
+  else
+    return {v, v, v};
+}
 // model summaries: a layer reports its type, output and parameters while one is recorded.
 bool summary_recording();
 void summary_note(std::string_view type, const Tensor& output,
@@ -143,25 +160,77 @@ struct Linear {
 };
 KILN_TREE(Linear, weight, bias);
 
-struct Conv2d {
-  Tensor weight;  // [out, in / groups, kh, kw]
+// PyTorch's padding_mode of the convolution layers: what the padding holds (zeros, the mirror
+// image without the edge, the edge repeated, or the other side's values).
+enum class PaddingMode { zeros, reflect, replicate, circular };
+
+// The convolution layers, PyTorch's nn.Conv1d/2d/3d: weight [out, in / groups, *kernel],
+// optional bias [out], input [N, in, *spatial] or unbatched [in, *spatial]. Both initialised
+// U(±1/√fan_in), PyTorch's default.
+template <int N>
+struct ConvNd {
+  Tensor weight;
   std::optional<Tensor> bias;
-  std::pair<int64_t, int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+  ConvSizes<N> stride = detail::conv_sizes<N>(1);
+  ConvPadding<N> padding;
+  ConvSizes<N> dilation = detail::conv_sizes<N>(1);
+  int64_t groups = 1;
+  PaddingMode padding_mode = PaddingMode::zeros;
+  struct Options {
+    ConvSizes<N> stride = detail::conv_sizes<N>(1);
+    ConvPadding<N> padding;  // PaddingRule::same needs stride 1
+    ConvSizes<N> dilation = detail::conv_sizes<N>(1);
+    int64_t groups = 1;
+    bool bias = true;
+    PaddingMode padding_mode = PaddingMode::zeros;
+    DType dtype = float32;
+  };
+  ConvNd() = default;
+  ConvNd(int64_t in, int64_t out, ConvSizes<N> kernel, const Tensor& key, const Options& options);
+  ConvNd(int64_t in, int64_t out, ConvSizes<N> kernel, const Tensor& key)
+      : ConvNd(in, out, kernel, key, Options{}) {}
+  Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
+};
+using Conv1d = ConvNd<1>;
+using Conv2d = ConvNd<2>;
+using Conv3d = ConvNd<3>;
+KILN_TREE(Conv1d, weight, bias, stride, padding, dilation, groups, padding_mode);
+KILN_TREE(Conv2d, weight, bias, stride, padding, dilation, groups, padding_mode);
+KILN_TREE(Conv3d, weight, bias, stride, padding, dilation, groups, padding_mode);
+
+// The transposed convolution layers, PyTorch's nn.ConvTranspose1d/2d/3d: weight
+// [in, out / groups, *kernel], optional bias [out], input [N, in, *spatial] or unbatched;
+// output size as conv_transposeNd's. Initialised as PyTorch: U(±1/√fan_in) with fan_in from
+// the weight's shape, (out / groups)·prod(kernel).
+template <int N>
+struct ConvTransposeNd {
+  Tensor weight;
+  std::optional<Tensor> bias;
+  ConvSizes<N> stride = detail::conv_sizes<N>(1);
+  ConvSizes<N> padding{}, output_padding{};
+  ConvSizes<N> dilation = detail::conv_sizes<N>(1);
   int64_t groups = 1;
   struct Options {
-    std::pair<int64_t, int64_t> stride{1, 1}, padding{0, 0}, dilation{1, 1};
+    ConvSizes<N> stride = detail::conv_sizes<N>(1);
+    ConvSizes<N> padding{}, output_padding{};
+    ConvSizes<N> dilation = detail::conv_sizes<N>(1);
     int64_t groups = 1;
     bool bias = true;
     DType dtype = float32;
   };
-  Conv2d() = default;
-  Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, const Tensor& key,
-         const Options& options);
-  Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, const Tensor& key)
-      : Conv2d(in, out, kernel, key, Options{}) {}
+  ConvTransposeNd() = default;
+  ConvTransposeNd(int64_t in, int64_t out, ConvSizes<N> kernel, const Tensor& key,
+                  const Options& options);
+  ConvTransposeNd(int64_t in, int64_t out, ConvSizes<N> kernel, const Tensor& key)
+      : ConvTransposeNd(in, out, kernel, key, Options{}) {}
   Tensor operator()(const Tensor& x, Loc loc = Loc::current()) const;
 };
-KILN_TREE(Conv2d, weight, bias, stride, padding, dilation, groups);
+using ConvTranspose1d = ConvTransposeNd<1>;
+using ConvTranspose2d = ConvTransposeNd<2>;
+using ConvTranspose3d = ConvTransposeNd<3>;
+KILN_TREE(ConvTranspose1d, weight, bias, stride, padding, output_padding, dilation, groups);
+KILN_TREE(ConvTranspose2d, weight, bias, stride, padding, output_padding, dilation, groups);
+KILN_TREE(ConvTranspose3d, weight, bias, stride, padding, output_padding, dilation, groups);
 
 struct MaxPool2d {
   std::pair<int64_t, int64_t> kernel{2, 2}, stride{2, 2}, padding{0, 0};

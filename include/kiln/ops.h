@@ -6,6 +6,8 @@
 #include <array>
 #include <concepts>
 #include <optional>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kiln/tensor.h"
@@ -164,11 +166,39 @@ Tensor one_hot(const Tensor& labels, int64_t num_classes, DType dtype = float32,
                Loc loc = Loc::current());
 
 // ---- convolution and pooling (NCHW) ---------------------------------------------
+// PyTorch's string paddings of a convolution: `valid` pads nothing; `same` keeps each spatial
+// size (stride 1 only) by padding dilation * (k - 1) per axis, half before and the rest after.
+enum class PaddingRule { valid, same };
+// One size per spatial axis of an N-d convolution: int64_t, a pair or an array of 3.
+template <int N>
+using ConvSizes = std::conditional_t<
+    N == 1, int64_t,
+    std::conditional_t<N == 2, std::pair<int64_t, int64_t>, std::array<int64_t, 3>>>;
+// A convolution's padding: one size per spatial axis (added on both sides), or a rule.
+template <int N>
+struct ConvPadding {
+  using Sizes = ConvSizes<N>;
+  Sizes sizes{};
+  std::optional<PaddingRule> rule;  // when set, it decides and sizes are not used
+  ConvPadding() = default;
+  ConvPadding(Sizes s) : sizes(s) {}
+  ConvPadding(PaddingRule r) : rule(r) {}
+  // {1, 2} for a pair, {1, 2, 3} for an array.
+  template <std::integral... I>
+  requires(N > 1 && sizeof...(I) == N) ConvPadding(I... s) : sizes{static_cast<int64_t>(s)...} {}
+  // Sizes count only without a rule.
+  friend bool operator==(const ConvPadding& a, const ConvPadding& b) {
+    return a.rule == b.rule && (a.rule || a.sizes == b.sizes);
+  }
+};
+// Every convolution takes an optional bias [O], added to each output channel. Inputs may also
+// be unbatched, without the N axis ([C, H, W] for conv2d); so is the result then.
 struct Conv2dOptions {
   std::pair<int64_t, int64_t> stride{1, 1};
-  std::pair<int64_t, int64_t> padding{0, 0};
+  ConvPadding<2> padding{};
   std::pair<int64_t, int64_t> dilation{1, 1};
   int64_t groups = 1;
+  std::optional<Tensor> bias;
 };
 // x: [N, C, H, W], w: [O, C/groups, KH, KW].
 Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& options = {},
@@ -242,21 +272,24 @@ MaxPoolResult adaptive_max_pool3d_with_indices(const Tensor& x, std::array<int64
 // w [O, C/groups, KD, KH, KW]).
 struct Conv1dOptions {
   int64_t stride = 1;
-  int64_t padding = 0;
+  ConvPadding<1> padding{};
   int64_t dilation = 1;
   int64_t groups = 1;
+  std::optional<Tensor> bias;
 };
 Tensor conv1d(const Tensor& x, const Tensor& w, const Conv1dOptions& options = {},
               Loc loc = Loc::current());
 struct Conv3dOptions {
   std::array<int64_t, 3> stride{1, 1, 1};
-  std::array<int64_t, 3> padding{0, 0, 0};
+  ConvPadding<3> padding{};
   std::array<int64_t, 3> dilation{1, 1, 1};
   int64_t groups = 1;
+  std::optional<Tensor> bias;
 };
 Tensor conv3d(const Tensor& x, const Tensor& w, const Conv3dOptions& options = {},
               Loc loc = Loc::current());
 // Transposed convolutions (PyTorch's conv_transposeNd): x [N, C, *in], w [C, O/groups, *k],
+// bias [O] and unbatched x [C, *in] as the convolutions,
 // out = (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 per axis,
 // with output_padding < max(stride, dilation). The gradient of convNd with respect to its
 // input.
@@ -266,6 +299,7 @@ struct ConvTranspose1dOptions {
   int64_t output_padding = 0;
   int64_t dilation = 1;
   int64_t groups = 1;
+  std::optional<Tensor> bias;
 };
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w,
                         const ConvTranspose1dOptions& options = {}, Loc loc = Loc::current());
@@ -275,6 +309,7 @@ struct ConvTranspose2dOptions {
   std::pair<int64_t, int64_t> output_padding{0, 0};
   std::pair<int64_t, int64_t> dilation{1, 1};
   int64_t groups = 1;
+  std::optional<Tensor> bias;
 };
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w,
                         const ConvTranspose2dOptions& options = {}, Loc loc = Loc::current());
@@ -284,6 +319,7 @@ struct ConvTranspose3dOptions {
   std::array<int64_t, 3> output_padding{0, 0, 0};
   std::array<int64_t, 3> dilation{1, 1, 1};
   int64_t groups = 1;
+  std::optional<Tensor> bias;
 };
 Tensor conv_transpose3d(const Tensor& x, const Tensor& w,
                         const ConvTranspose3dOptions& options = {}, Loc loc = Loc::current());

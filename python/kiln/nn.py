@@ -13,7 +13,8 @@ from ._kiln import _nn as _native
 globals().update({k: v for k, v in vars(_native).items() if not k.startswith("__")})
 # The convolution and pooling functions are Kiln ops (kiln.conv2d, ...), here too as in nn.h's users.
 globals().update({k: getattr(_kiln, k) for k in (
-    "conv1d", "conv2d", "conv3d", "conv_transpose2d", "max_pool2d", "avg_pool2d",
+    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+    "max_pool2d", "avg_pool2d",
     "adaptive_avg_pool2d") if hasattr(_kiln, k)})
 
 

@@ -51,9 +51,11 @@ void bind_optim(py::module_& m);         // kiln.optim
 void bind_data(py::module_& m);          // kiln.data
 void bind_io(py::module_& m);            // kiln.io: safetensors
 // Parts of kiln.nn that bind_nn calls with the submodule: the recurrent layers
-// (nn_recurrent.cpp) and the transformer layers (nn_transformer.cpp).
+// (nn_recurrent.cpp), the transformer layers (nn_transformer.cpp) and the convolution layers
+// (nn_conv.cpp).
 void bind_nn_recurrent(py::module_& nn);
 void bind_nn_transformer(py::module_& nn);
+void bind_nn_conv(py::module_& nn);
 
 // An Error's message for Python: Kiln's C++ location replaced by the user's Python line.
 std::string python_message(const Error& e);
@@ -105,6 +107,11 @@ Shape to_shape(py::handle value);
 std::optional<Axes> to_axes(py::handle value);
 // None -> nullopt, else to_dtype.
 std::optional<DType> to_optional_dtype(py::handle value);
+// None -> nullopt, else to_tensor.
+inline std::optional<Tensor> optional_tensor(py::handle value) {
+  if (value.is_none()) return std::nullopt;
+  return to_tensor(value);
+}
 // The operands of a binary operation: a Python scalar is weakly typed next to the other one.
 std::pair<Tensor, Tensor> operands(py::handle a, py::handle b);
 // A Python int from an index-like object (int, NumPy integer, 0-d integer tensor).
@@ -118,6 +125,12 @@ Tensor copy_of(const Tensor& t);
 bool is_read_only(const Tensor& t);
 // Python's `/` (numpy.true_divide): integers and bools divide as floats.
 Tensor true_divide(const Tensor& a, const Tensor& b, Loc loc);
+// A convolution's int-or-tuple argument (PyTorch's): one int for every spatial axis, or N ints.
+template <int N>
+ConvSizes<N> to_conv_sizes(py::handle value, const char* op, const char* what);
+// A convolution's padding: as to_conv_sizes, or PyTorch's strings "valid" and "same".
+template <int N>
+ConvPadding<N> to_conv_padding(py::handle value, const char* op);
 // py-nn: the names of a pytree's leaves (its TreeDef from pytree::flatten), as kiln::tree_names
 // gives them for C++ trees ("layers.0.weight"): checkpoints' keys and optimiser messages.
 std::vector<std::string> leaf_names(const TreeDef& def);

@@ -34,10 +34,6 @@ Shape to_shape(py::handle value) {
   return Shape(value.cast<std::vector<int64_t>>());
 }
 
-std::string type_text(const std::optional<Tensor>& t) {
-  return t && t->defined() ? t->type().to_string() : "None";
-}
-
 std::string pair_text(Pair p) {
   return "(" + std::to_string(p.first) + ", " + std::to_string(p.second) + ")";
 }
@@ -368,38 +364,6 @@ void bind_simple_layers(py::module_& nn) {
       py::arg("x"));
   linear.def("__repr__", [](const nn::Linear& l) {
     return "Linear(weight=" + l.weight.type().to_string() + ", bias=" + type_text(l.bias) + ")";
-  });
-
-  auto conv = layer_class<nn::Conv2d>(
-      nn, "Conv2d", "2-D convolution over [N, C, H, W], weight [out, in / groups, kh, kw].");
-  conv.def(py::init([](int64_t in, int64_t out, py::handle kernel, py::handle key,
-                       py::handle stride, py::handle padding, py::handle dilation, int64_t groups,
-                       bool bias, py::handle dtype) {
-             nn::Conv2d::Options o;
-             o.stride = to_pair(stride);
-             o.padding = to_pair(padding);
-             o.dilation = to_pair(dilation);
-             o.groups = groups;
-             o.bias = bias;
-             o.dtype = dtype_or_f32(dtype);
-             return nn::Conv2d(in, out, to_pair(kernel), to_tensor(key), o);
-           }),
-           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"), py::arg("key"),
-           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1,
-           py::arg("groups") = 1, py::arg("bias") = true, py::arg("dtype") = py::none());
-  tensor_property(conv, "weight", &nn::Conv2d::weight, "[out, in / groups, kh, kw]");
-  tensor_property(conv, "bias", &nn::Conv2d::bias, "[out], or None");
-  conv.def_readwrite("stride", &nn::Conv2d::stride)
-      .def_readwrite("padding", &nn::Conv2d::padding)
-      .def_readwrite("dilation", &nn::Conv2d::dilation)
-      .def_readwrite("groups", &nn::Conv2d::groups);
-  conv.def(
-      "__call__", [](const nn::Conv2d& l, py::handle x) { return l(to_tensor(x), Loc{}); },
-      py::arg("x"));
-  conv.def("__repr__", [](const nn::Conv2d& l) {
-    return "Conv2d(weight=" + l.weight.type().to_string() + ", bias=" + type_text(l.bias) +
-           ", stride=" + pair_text(l.stride) + ", padding=" + pair_text(l.padding) +
-           ", dilation=" + pair_text(l.dilation) + ", groups=" + std::to_string(l.groups) + ")";
   });
 
   const auto bind_pool = [&](auto tag, const char* name, const char* doc) {
@@ -767,6 +731,7 @@ void bind_nn(py::module_& m) {
   bind_init(nn);
   bind_context(nn);
   bind_simple_layers(nn);
+  bind_nn_conv(nn);
   bind_norms(nn);
   bind_attention(nn);
   bind_nn_recurrent(nn);

@@ -1,5 +1,5 @@
-// Internal to kiln._kiln: what the files binding kiln.nn share (nn.cpp, nn_recurrent.cpp,
-// nn_transformer.cpp).
+// Internal to kiln._kiln: what the files binding kiln.nn share (nn.cpp, nn_conv.cpp,
+// nn_recurrent.cpp, nn_transformer.cpp).
 #pragma once
 
 #include <optional>
@@ -13,14 +13,13 @@ namespace kiln::python {
 
 inline DType dtype_or_f32(py::handle dtype) { return dtype.is_none() ? float32 : to_dtype(dtype); }
 
-inline std::optional<Tensor> optional_tensor(py::handle value) {
-  if (value.is_none()) return std::nullopt;
-  return to_tensor(value);
-}
-
 inline py::object tensor_or_none(const std::optional<Tensor>& t) {
   if (!t || !t->defined()) return py::none();
   return py::cast(*t);
+}
+
+inline std::string type_text(const std::optional<Tensor>& t) {
+  return t && t->defined() ? t->type().to_string() : "None";
 }
 
 inline std::string number_text(double v) {

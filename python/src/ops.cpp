@@ -65,46 +65,6 @@ std::pair<int64_t, int64_t> pair(py::object v, const char* op, const char* what)
   return {a[0], a[1]};
 }
 
-// A convolution's padding argument: ints as for stride, or PyTorch's strings. "valid" is no
-// padding; "same" keeps each spatial size (stride 1 only): dilation * (k - 1) in total per
-// axis, split evenly, and where that is odd the extra one goes after, padded into x beforehand
-// (as PyTorch does).
-template <std::size_t N>
-struct ConvInput {
-  Tensor x;
-  std::array<int64_t, N> padding{};
-};
-template <std::size_t N>
-ConvInput<N> conv_input(const char* op, const Tensor& x, const Tensor& w, py::object padding,
-                        const std::array<int64_t, N>& stride,
-                        const std::array<int64_t, N>& dilation) {
-  if (!py::isinstance<py::str>(padding)) return {x, ints<N>(padding, op, "padding")};
-  const std::string mode = py::cast<std::string>(padding);
-  if (mode == "valid") return {x, {}};
-  if (mode != "same")
-    fail(op, "padding is an int, ", N, " ints, 'same' or 'valid': got '", mode,
-         "', expected one of those");
-  for (const int64_t s : stride)
-    if (s != 1) fail(op, "padding='same' needs stride 1: got a stride of ", s, ", expected 1");
-  const auto spatial = static_cast<int>(N);
-  // A shape the convolution rejects: let it name the error.
-  if (w.rank() != spatial + 2 || x.rank() < spatial) return {x, {}};
-  ConvInput<N> out{x, {}};
-  std::vector<std::pair<int64_t, int64_t>> widths(static_cast<std::size_t>(x.rank()), {0, 0});
-  bool odd = false;
-  for (std::size_t i = 0; i < N; ++i) {
-    const int64_t k = w.shape()[static_cast<int>(i) + 2];
-    int64_t total = 0;
-    if (k < 1 || dilation[i] < 1 || __builtin_mul_overflow(dilation[i], k - 1, &total))
-      return {x, {}};  // the convolution rejects these too, with their values
-    out.padding[i] = total / 2;
-    widths[static_cast<std::size_t>(x.rank() - spatial) + i].second = total % 2;
-    odd = odd || total % 2 != 0;
-  }
-  if (odd) out.x = pad(x, widths, 0.0, Loc{});
-  return out;
-}
-
 // numpy's axis argument of a reduction: None reduces all axes, () none of them.
 Tensor reduce(Reduction fn, const Tensor& x, py::object axis, bool keepdims) {
   const std::optional<Axes> axes = to_axes(axis);
@@ -896,93 +856,66 @@ E named(const char* op, const char* what, const std::string& name,
   fail(op, "unknown ", what, ": got '", name, "', expected one of ", known);
 }
 
+// PyTorch's F.convNd(input, weight, bias, stride, padding, dilation, groups) for one N.
+template <int N, class Options>
+void def_conv(py::module_& m, const char* name,
+              Tensor (*fn)(const Tensor&, const Tensor&, const Options&, Loc), const char* doc) {
+  m.def(
+      name,
+      [name, fn](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
+                 py::object dilation, int64_t groups) {
+        const Options o{to_conv_sizes<N>(stride, name, "stride"), to_conv_padding<N>(padding, name),
+                        to_conv_sizes<N>(dilation, name, "dilation"), groups,
+                        optional_tensor(bias)};
+        const Tensor tx = arg(x), tw = arg(w);
+        return without_gil([&] { return fn(tx, tw, o, Loc{}); });
+      },
+      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, doc);
+}
+// PyTorch's F.conv_transposeNd(input, weight, bias, stride, padding, output_padding, groups,
+// dilation) for one N.
+template <int N, class Options>
+void def_conv_transpose(py::module_& m, const char* name,
+                        Tensor (*fn)(const Tensor&, const Tensor&, const Options&, Loc),
+                        const char* doc) {
+  m.def(
+      name,
+      [name, fn](py::object x, py::object w, py::object bias, py::object stride, py::object padding,
+                 py::object output_padding, int64_t groups, py::object dilation) {
+        const Options o{to_conv_sizes<N>(stride, name, "stride"),
+                        to_conv_sizes<N>(padding, name, "padding"),
+                        to_conv_sizes<N>(output_padding, name, "output_padding"),
+                        to_conv_sizes<N>(dilation, name, "dilation"),
+                        groups,
+                        optional_tensor(bias)};
+        return fn(arg(x), arg(w), o, Loc{});
+      },
+      py::arg("x"), py::arg("w"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+      py::arg("padding") = 0, py::arg("output_padding") = 0, py::arg("groups") = 1,
+      py::arg("dilation") = 1, doc);
+}
+
 void bind_conv(py::module_& m) {
-  m.def(
-      "conv1d",
-      [](py::object x, py::object w, int64_t stride, py::object padding, int64_t dilation,
-         int64_t groups) {
-        const Tensor tw = arg(w);
-        const ConvInput<1> in = conv_input<1>("conv1d", arg(x), tw, padding, {stride}, {dilation});
-        const Conv1dOptions o{stride, in.padding[0], dilation, groups};
-        return without_gil([&] { return conv1d(in.x, tw, o, Loc{}); });
-      },
-      py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
-      py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Convolution (cross-correlation) of x [N, C, W] with w [O, C/groups, KW]; padding is an "
-      "int, 'valid' or 'same' (stride 1).");
-  m.def(
-      "conv2d",
-      [](py::object x, py::object w, py::object stride, py::object padding, py::object dilation,
-         int64_t groups) {
-        const Tensor tw = arg(w);
-        const auto s = ints<2>(stride, "conv2d", "stride"),
-                   d = ints<2>(dilation, "conv2d", "dilation");
-        const ConvInput<2> in = conv_input<2>("conv2d", arg(x), tw, padding, s, d);
-        const Conv2dOptions o{{s[0], s[1]}, {in.padding[0], in.padding[1]}, {d[0], d[1]}, groups};
-        return without_gil([&] { return conv2d(in.x, tw, o, Loc{}); });
-      },
-      py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
-      py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Convolution of x [N, C, H, W] with w [O, C/groups, KH, KW]; stride, padding and "
-      "dilation are ints or pairs (PyTorch's F.conv2d), padding also 'valid' or 'same' (stride "
-      "1).");
-  m.def(
-      "conv3d",
-      [](py::object x, py::object w, py::object stride, py::object padding, py::object dilation,
-         int64_t groups) {
-        const Tensor tw = arg(w);
-        const auto s = ints<3>(stride, "conv3d", "stride"),
-                   d = ints<3>(dilation, "conv3d", "dilation");
-        const ConvInput<3> in = conv_input<3>("conv3d", arg(x), tw, padding, s, d);
-        const Conv3dOptions o{s, in.padding, d, groups};
-        return without_gil([&] { return conv3d(in.x, tw, o, Loc{}); });
-      },
-      py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
-      py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Convolution of x [N, C, D, H, W] with w [O, C/groups, KD, KH, KW]; padding also 'valid' "
-      "or 'same' (stride 1).");
-  m.def(
-      "conv_transpose1d",
-      [](py::object x, py::object w, int64_t stride, int64_t padding, int64_t output_padding,
-         int64_t dilation, int64_t groups) {
-        return conv_transpose1d(
-            arg(x), arg(w),
-            ConvTranspose1dOptions{stride, padding, output_padding, dilation, groups}, Loc{});
-      },
-      py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
-      py::arg("output_padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Transposed convolution of x [N, C, W] with w [C, O/groups, KW] (the gradient of "
-      "conv1d with respect to its input).");
-  m.def(
-      "conv_transpose2d",
-      [](py::object x, py::object w, py::object stride, py::object padding,
-         py::object output_padding, py::object dilation, int64_t groups) {
-        const char* op = "conv_transpose2d";
-        return conv_transpose2d(
-            arg(x), arg(w),
-            ConvTranspose2dOptions{pair(stride, op, "stride"), pair(padding, op, "padding"),
-                                   pair(output_padding, op, "output_padding"),
-                                   pair(dilation, op, "dilation"), groups},
-            Loc{});
-      },
-      py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
-      py::arg("output_padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Transposed convolution of x [N, C, H, W] with w [C, O/groups, KH, KW].");
-  m.def(
-      "conv_transpose3d",
-      [](py::object x, py::object w, py::object stride, py::object padding,
-         py::object output_padding, py::object dilation, int64_t groups) {
-        const char* op = "conv_transpose3d";
-        return conv_transpose3d(
-            arg(x), arg(w),
-            ConvTranspose3dOptions{ints<3>(stride, op, "stride"), ints<3>(padding, op, "padding"),
-                                   ints<3>(output_padding, op, "output_padding"),
-                                   ints<3>(dilation, op, "dilation"), groups},
-            Loc{});
-      },
-      py::arg("x"), py::arg("w"), py::arg("stride") = 1, py::arg("padding") = 0,
-      py::arg("output_padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1,
-      "Transposed convolution of x [N, C, D, H, W] with w [C, O/groups, KD, KH, KW].");
+  def_conv<1>(m, "conv1d", &conv1d,
+              "Convolution (cross-correlation) of x [N, C, W] or [C, W] with w [O, C/groups, KW], "
+              "plus bias [O]; padding is an int, 'valid' or 'same' (stride 1).");
+  def_conv<2>(m, "conv2d", &conv2d,
+              "Convolution of x [N, C, H, W] or [C, H, W] with w [O, C/groups, KH, KW], plus bias "
+              "[O]; stride, padding and dilation are ints or pairs (PyTorch's F.conv2d), padding "
+              "also 'valid' or 'same' (stride 1).");
+  def_conv<3>(m, "conv3d", &conv3d,
+              "Convolution of x [N, C, D, H, W] or [C, D, H, W] with w [O, C/groups, KD, KH, KW], "
+              "plus bias [O]; padding also 'valid' or 'same' (stride 1).");
+  def_conv_transpose<1>(m, "conv_transpose1d", &conv_transpose1d,
+                        "Transposed convolution of x [N, C, W] or [C, W] with w [C, O/groups, KW], "
+                        "plus bias [O] (the gradient of conv1d with respect to its input).");
+  def_conv_transpose<2>(m, "conv_transpose2d", &conv_transpose2d,
+                        "Transposed convolution of x [N, C, H, W] or [C, H, W] with w "
+                        "[C, O/groups, KH, KW], plus bias [O].");
+  def_conv_transpose<3>(m, "conv_transpose3d", &conv_transpose3d,
+                        "Transposed convolution of x [N, C, D, H, W] or [C, D, H, W] with w "
+                        "[C, O/groups, KD, KH, KW], plus bias [O].");
   // PyTorch's F.max_poolNd / F.avg_poolNd / F.adaptive_*_poolNd, keyword for keyword.
   auto max_result = [](MaxPoolResult r, bool return_indices) -> py::object {
     if (return_indices) return py::make_tuple(r.values, r.indices);
@@ -1481,6 +1414,32 @@ void bind_methods(py::module_& m) {
 }
 
 }  // namespace
+
+template <int N>
+ConvSizes<N> to_conv_sizes(py::handle value, const char* op, const char* what) {
+  const auto a = ints<N>(py::reinterpret_borrow<py::object>(value), op, what);
+  if constexpr (N == 1)
+    return a[0];
+  else if constexpr (N == 2)
+    return {a[0], a[1]};
+  else
+    return a;
+}
+template <int N>
+ConvPadding<N> to_conv_padding(py::handle value, const char* op) {
+  if (!py::isinstance<py::str>(value)) return to_conv_sizes<N>(value, op, "padding");
+  const auto mode = value.cast<std::string>();
+  if (mode == "valid") return PaddingRule::valid;
+  if (mode == "same") return PaddingRule::same;
+  fail(op, "padding is an int, ", N, " ints, 'same' or 'valid': got '", mode,
+       "', expected one of those");
+}
+template ConvSizes<1> to_conv_sizes<1>(py::handle, const char*, const char*);
+template ConvSizes<2> to_conv_sizes<2>(py::handle, const char*, const char*);
+template ConvSizes<3> to_conv_sizes<3>(py::handle, const char*, const char*);
+template ConvPadding<1> to_conv_padding<1>(py::handle, const char*);
+template ConvPadding<2> to_conv_padding<2>(py::handle, const char*);
+template ConvPadding<3> to_conv_padding<3>(py::handle, const char*);
 
 void bind_ops(py::module_& m) {
   bind_elementwise(m);

@@ -271,33 +271,6 @@ Tensor Linear::operator()(const Tensor& x, Loc loc) const {
   });
 }
 
-Conv2d::Conv2d(int64_t in, int64_t out, std::pair<int64_t, int64_t> kernel, const Tensor& key,
-               const Options& o)
-    : stride(o.stride), padding(o.padding), dilation(o.dilation), groups(o.groups) {
-  if (in < 1 || out < 1 || kernel.first < 1 || kernel.second < 1 || o.groups < 1)
-    fail("nn.Conv2d", "non-positive size: got in=", in, ", out=", out, ", kernel=[", kernel.first,
-         ", ", kernel.second, "], groups=", o.groups, ", expected values >= 1");
-  if (in % o.groups != 0 || out % o.groups != 0)
-    fail("nn.Conv2d", "channels not divisible by groups: got in=", in, ", out=", out,
-         ", groups=", o.groups, ", expected both to be multiples of groups");
-  const auto [kw, kb] = random::split(key);
-  const Shape shape{out, in / o.groups, kernel.first, kernel.second};
-  const double fan_in = init::fans(shape).in;
-  weight = init::lecun_uniform(kw, shape, fan_in, o.dtype);
-  if (o.bias) bias = init::lecun_uniform(kb, {out}, fan_in, o.dtype);
-}
-
-Tensor Conv2d::operator()(const Tensor& x, Loc loc) const {
-  const kiln::detail::CallSite site(loc);
-  return located(loc, [&]() -> Tensor {
-    expect_input("nn.Conv2d", x, 4, "[N, C, H, W]");
-    Tensor y = conv2d(x, weight, {stride, padding, dilation, groups}, loc);
-    if (bias) y = y + reshape(*bias, {1, bias->shape()[0], 1, 1}, loc);
-    detail::summary_note("Conv2d", y, {&weight, bias ? &*bias : nullptr});
-    return y;
-  });
-}
-
 Tensor MaxPool2d::operator()(const Tensor& x, Loc loc) const {
   const kiln::detail::CallSite site(loc);
   Tensor y = max_pool2d(x, {kernel, stride, padding}, loc);

@@ -1,7 +1,8 @@
 // Convolution over 1, 2 or 3 spatial axes (NCW, NCHW, NCDHW) and pooling over NCHW images:
 // the `conv`, `conv_input_grad`, `conv_weight_grad`, `max_pool2d` and `avg_pool2d` primitives
-// and the public convolutions (conv1d/2d/3d, conv_transpose1d/2d/3d; the public poolings are
-// in src/ops/pool.cpp).
+// and the public convolutions (conv1d/2d/3d, conv_transpose1d/2d/3d, with bias, unbatched
+// inputs and padding rules composed from other operations; the public poolings are in
+// src/ops/pool.cpp).
 //
 // conv and its two gradients run through oneDNN in float32 (src/ops/conv_dnnl.cpp: 1.5-2x
 // faster than im2col here); otherwise they lower to im2col + OpenBLAS gemm per group; small
@@ -1079,30 +1080,96 @@ namespace {
 struct ConvArgs {
   std::vector<int64_t> stride, padding, dilation, output_padding;
   int64_t groups;
+  std::optional<PaddingRule> rule;
+  std::optional<Tensor> bias;
 };
 std::vector<int64_t> ints(std::pair<int64_t, int64_t> p) { return {p.first, p.second}; }
 std::vector<int64_t> ints(int64_t v) { return {v}; }
 std::vector<int64_t> ints(const std::array<int64_t, 3>& v) { return {v.begin(), v.end()}; }
+template <int N>
+std::vector<int64_t> ints(const ConvPadding<N>& p) {
+  return ints(p.sizes);
+}
 
 std::string conv_name(std::string_view stem, int rank) {
   return std::string(stem) + std::to_string(rank) + "d";
 }
 
-// x and w promoted to one floating dtype.
-std::pair<Tensor, Tensor> conv_operands(const std::string& op, const Tensor& x, const Tensor& w,
-                                        Loc loc) {
-  if (!x.defined() || !w.defined())
+// A public convolution's operands: x (given a unit batch axis when unbatched), w and the bias,
+// promoted to one floating dtype.
+struct ConvOperands {
+  Tensor x, w;
+  std::optional<Tensor> bias;
+  bool unbatched;
+};
+ConvOperands conv_operands(const std::string& op, int rank, const Tensor& x, const Tensor& w,
+                           const std::optional<Tensor>& bias, Loc loc) {
+  if (!x.defined() || !w.defined() || (bias && !bias->defined()))
     fail(op, "undefined operand: got a default-constructed Tensor, expected tensors");
-  const DType dt = to_floating(promote_types(x.dtype(), w.dtype()));
-  return {ops::cast_if_needed(x, dt, loc), ops::cast_if_needed(w, dt, loc)};
+  static constexpr const char* kUnbatched[] = {"[C, W]", "[C, H, W]", "[C, D, H, W]"};
+  const bool unbatched = x.rank() == rank + 1;
+  if (!unbatched && x.rank() != rank + 2)
+    fail(op, "input must have rank ", rank + 2, " (or ", rank + 1, ", unbatched): got ", x.type(),
+         ", expected ", layout(rank, false), " or ", kUnbatched[rank - 1]);
+  DType dt = promote_types(x.dtype(), w.dtype());
+  if (bias) dt = promote_types(dt, bias->dtype());
+  dt = to_floating(dt);
+  const Tensor xb = unbatched ? expand_dims(x, 0, loc) : x;
+  ConvOperands out{ops::cast_if_needed(xb, dt, loc), ops::cast_if_needed(w, dt, loc), std::nullopt,
+                   unbatched};
+  if (bias) out.bias = ops::cast_if_needed(*bias, dt, loc);
+  return out;
 }
 
-Tensor conv_nd(int rank, const Tensor& x, const Tensor& w, const ConvArgs& a, Loc loc) {
+// y [N, O, *out] plus the bias [O] on each channel, without the batch axis for an unbatched
+// input.
+Tensor conv_result(const std::string& op, const ConvOperands& o, const Tensor& y, Loc loc) {
+  Tensor out = y;
+  if (o.bias) {
+    const int64_t O = y.shape()[1];
+    if (o.bias->rank() != 1 || o.bias->shape()[0] != O)
+      fail(op, "bias does not match the output channels: got bias ", o.bias->type(),
+           " for an output ", y.type(), ", expected [", O, "]");
+    std::vector<int64_t> dims(static_cast<std::size_t>(y.rank()), 1);
+    dims[1] = O;
+    out = add(y, reshape(*o.bias, Shape(dims), loc), loc);
+  }
+  return o.unbatched ? squeeze(out, {0}, loc) : out;
+}
+
+// padding = "same" as explicit padding: dilation * (k - 1) per axis, half on each side, and
+// where that is odd the extra one padded after into x beforehand (as PyTorch does).
+void pad_same(const std::string& op, int rank, Tensor& x, const Tensor& w, const ConvArgs& a,
+              std::vector<int64_t>& padding, Loc loc) {
+  for (const int64_t s : a.stride)
+    if (s != 1) fail(op, "padding='same' needs stride 1: got a stride of ", s, ", expected 1");
+  padding.assign(static_cast<std::size_t>(rank), 0);
+  // A weight or dilation the convolution rejects: let it name the error.
+  if (w.rank() != rank + 2 || a.dilation.size() != static_cast<std::size_t>(rank)) return;
+  std::vector<std::pair<int64_t, int64_t>> widths(static_cast<std::size_t>(x.rank()), {0, 0});
+  bool odd = false;
+  for (int i = 0; i < rank; ++i) {
+    const int64_t k = w.shape()[i + 2], d = a.dilation[static_cast<std::size_t>(i)];
+    if (k < 1 || d < 1) return;
+    const int64_t total = detail::checked_mul(op, d, k - 1);
+    padding[static_cast<std::size_t>(i)] = total / 2;
+    widths[static_cast<std::size_t>(i + 2)].second = total % 2;
+    odd = odd || total % 2 != 0;
+  }
+  if (odd) x = pad(x, widths, 0.0, loc);
+}
+
+Tensor conv_nd(int rank, const Tensor& x_in, const Tensor& w_in, const ConvArgs& a, Loc loc) {
   const detail::CallSite site(loc);
-  const auto [xf, wf] = conv_operands(conv_name("conv", rank), x, w, loc);
+  const std::string op = conv_name("conv", rank);
+  const ConvOperands o = conv_operands(op, rank, x_in, w_in, a.bias, loc);
+  Tensor x = o.x;
+  std::vector<int64_t> padding = a.padding;
+  if (a.rule == PaddingRule::valid) padding.assign(static_cast<std::size_t>(rank), 0);
+  if (a.rule == PaddingRule::same) pad_same(op, rank, x, o.w, a, padding, loc);
   const Attrs attrs{
-      {"stride", a.stride}, {"padding", a.padding}, {"dilation", a.dilation}, {"groups", a.groups}};
-  return bind1(prim::conv(), {xf, wf}, attrs, loc);
+      {"stride", a.stride}, {"padding", padding}, {"dilation", a.dilation}, {"groups", a.groups}};
+  return conv_result(op, o, bind1(prim::conv(), {x, o.w}, attrs, loc), loc);
 }
 
 // The transposed convolution of x [N, C, *in] with w [C, O/groups, *k] (PyTorch's layout): the
@@ -1115,8 +1182,9 @@ Tensor conv_transpose_nd(int rank, const Tensor& x_in, const Tensor& w_in, const
                          Loc loc) {
   const detail::CallSite site(loc);
   const std::string op = conv_name("conv_transpose", rank);
-  const auto [x, w] = conv_operands(op, x_in, w_in, loc);
-  expect_rank(op, "input", x.type(), rank);
+  const ConvOperands o = conv_operands(op, rank, x_in, w_in, a.bias, loc);
+  const Tensor& x = o.x;
+  const Tensor& w = o.w;
   if (w.shape().rank() != rank + 2)
     fail(op, "weight must have rank ", rank + 2, ": got ", w.type(), ", expected ",
          std::array{"[C, O/groups, KW]", "[C, O/groups, KH, KW]",
@@ -1163,7 +1231,7 @@ Tensor conv_transpose_nd(int rank, const Tensor& x_in, const Tensor& w_in, const
               {"dilation", dil},
               {"groups", a.groups},
               {"input_size", out}};
-  if (direct) return bind1(prim::conv_input_grad(), {x, w}, attrs, loc);
+  if (direct) return conv_result(op, o, bind1(prim::conv_input_grad(), {x, w}, attrs, loc), loc);
   attrs.set("padding", std::vector<int64_t>(out.size(), 0));
   attrs.set("input_size", full);
   const Tensor y = bind1(prim::conv_input_grad(), {x, w}, attrs, loc);
@@ -1173,37 +1241,49 @@ Tensor conv_transpose_nd(int rank, const Tensor& x_in, const Tensor& w_in, const
     crop.push_back(Slice{padding[i], std::min(full[i], padding[i] + out[i]), 1});
     zeros_after.emplace_back(0, std::max<int64_t>(0, padding[i] + out[i] - full[i]));
   }
-  return pad(slice(y, crop, loc), zeros_after, 0.0, loc);
+  return conv_result(op, o, pad(slice(y, crop, loc), zeros_after, 0.0, loc), loc);
 }
 
 }  // namespace
 
 Tensor conv1d(const Tensor& x, const Tensor& w, const Conv1dOptions& o, Loc loc) {
-  return conv_nd(1, x, w, {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups}, loc);
+  return conv_nd(
+      1, x, w,
+      {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups, o.padding.rule, o.bias},
+      loc);
 }
 Tensor conv2d(const Tensor& x, const Tensor& w, const Conv2dOptions& o, Loc loc) {
-  return conv_nd(2, x, w, {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups}, loc);
+  return conv_nd(
+      2, x, w,
+      {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups, o.padding.rule, o.bias},
+      loc);
 }
 Tensor conv3d(const Tensor& x, const Tensor& w, const Conv3dOptions& o, Loc loc) {
-  return conv_nd(3, x, w, {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups}, loc);
+  return conv_nd(
+      3, x, w,
+      {ints(o.stride), ints(o.padding), ints(o.dilation), {}, o.groups, o.padding.rule, o.bias},
+      loc);
 }
 Tensor conv_transpose1d(const Tensor& x, const Tensor& w, const ConvTranspose1dOptions& o,
                         Loc loc) {
-  return conv_transpose_nd(
-      1, x, w,
-      {ints(o.stride), ints(o.padding), ints(o.dilation), ints(o.output_padding), o.groups}, loc);
+  return conv_transpose_nd(1, x, w,
+                           {ints(o.stride), ints(o.padding), ints(o.dilation),
+                            ints(o.output_padding), o.groups, std::nullopt, o.bias},
+                           loc);
 }
 Tensor conv_transpose2d(const Tensor& x, const Tensor& w, const ConvTranspose2dOptions& o,
                         Loc loc) {
-  return conv_transpose_nd(
-      2, x, w,
-      {ints(o.stride), ints(o.padding), ints(o.dilation), ints(o.output_padding), o.groups}, loc);
+  return conv_transpose_nd(2, x, w,
+                           {ints(o.stride), ints(o.padding), ints(o.dilation),
+                            ints(o.output_padding), o.groups, std::nullopt, o.bias},
+                           loc);
 }
 Tensor conv_transpose3d(const Tensor& x, const Tensor& w, const ConvTranspose3dOptions& o,
                         Loc loc) {
-  return conv_transpose_nd(
-      3, x, w,
-      {ints(o.stride), ints(o.padding), ints(o.dilation), ints(o.output_padding), o.groups}, loc);
+  return conv_transpose_nd(3, x, w,
+                           {ints(o.stride), ints(o.padding), ints(o.dilation),
+                            ints(o.output_padding), o.groups, std::nullopt, o.bias},
+                           loc);
 }
 
 }  // namespace kiln
