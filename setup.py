@@ -23,6 +23,7 @@ def project_version():
         raise RuntimeError("CMakeLists.txt has no `project(Kiln VERSION x.y.z ...)`")
     return found.group(1)
 
+
 (ROOT / "build" / "setuptools").mkdir(parents=True, exist_ok=True)  # setup.cfg's egg_base
 
 
@@ -30,8 +31,18 @@ class CMakeBuild(build_ext):
     def build_extension(self, ext):
         build_dir = Path(os.environ.get("KILN_BUILD_DIR", ROOT / "build")).resolve()
         if not (build_dir / "build.ninja").exists():
-            subprocess.check_call(["cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
-                                   "-DCMAKE_BUILD_TYPE=Release"])
+            subprocess.check_call(
+                [
+                    "cmake",
+                    "-S",
+                    str(ROOT),
+                    "-B",
+                    str(build_dir),
+                    "-G",
+                    "Ninja",
+                    "-DCMAKE_BUILD_TYPE=Release",
+                ]
+            )
         jobs = str(os.cpu_count() or 1)
         subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs, "--target", "_kiln"])
         built = sorted((ROOT / "python" / "kiln").glob("_kiln*.so"), key=os.path.getmtime)

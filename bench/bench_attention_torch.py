@@ -41,8 +41,11 @@ def main():
     def fwd_bwd(mask=None):
         return torch.autograd.grad((sdpa(q, k, v, mask) * cot).sum(), (q, k, v))
 
-    cases = {"torch_fwd": fwd, "torch_fwd_bwd": fwd_bwd,
-             "torch_causal_bwd": lambda: fwd_bwd(causal)}
+    cases = {
+        "torch_fwd": fwd,
+        "torch_fwd_bwd": fwd_bwd,
+        "torch_causal_bwd": lambda: fwd_bwd(causal),
+    }
     side_by_side.report(side_by_side.time_cases(cases, a.reps, a.target))
 
 

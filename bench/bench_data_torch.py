@@ -26,7 +26,7 @@ def read_idx(path):
     with gzip.open(path, "rb") as f:
         raw = f.read()
     ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
@@ -42,7 +42,7 @@ class FashionMnist(Dataset):
         x = self.images[i].float().div_(255.0).sub_(MEAN).div_(STD)
         x = torch.nn.functional.pad(x, (4, 4, 4, 4))
         top, left = torch.randint(0, 9, (2,)).tolist()
-        x = x[top:top + 28, left:left + 28]
+        x = x[top : top + 28, left : left + 28]
         if torch.rand(1).item() < 0.5:
             x = torch.flip(x, dims=(1,))
         return x.contiguous(), self.labels[i]
@@ -67,10 +67,15 @@ def main():
         runs = []
         loader = None
         for r in range(args.runs + 1):  # the first run warms up (and starts persistent workers)
-            subset = torch.randperm(len(ds), generator=g)[:args.images].tolist()
+            subset = torch.randperm(len(ds), generator=g)[: args.images].tolist()
             if loader is None or workers == 0:
-                loader = DataLoader(ds, batch_size=128, sampler=SubsetRandomSampler(subset),
-                                    num_workers=workers, persistent_workers=workers > 0)
+                loader = DataLoader(
+                    ds,
+                    batch_size=128,
+                    sampler=SubsetRandomSampler(subset),
+                    num_workers=workers,
+                    persistent_workers=workers > 0,
+                )
             else:
                 loader.sampler.indices = subset
             t = time.perf_counter()
@@ -81,8 +86,12 @@ def main():
             assert n == args.images, n
             if r > 0:
                 runs.append(n / dt)
-        print(json.dumps({"workers": workers, "images_per_s": max(runs), "runs": runs,
-                          "load_s": load_s}), flush=True)
+        print(
+            json.dumps(
+                {"workers": workers, "images_per_s": max(runs), "runs": runs, "load_s": load_s}
+            ),
+            flush=True,
+        )
         del loader
 
 

@@ -52,8 +52,9 @@ def train(rank, a, port):
     torch.set_num_threads(a.threads)
     procs = a.procs
     if procs > 1:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                                world_size=procs)
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=procs
+        )
     torch.manual_seed(a.seed)  # the same initial parameters everywhere (DDP also broadcasts)
     net = model()
     params = sum(p.numel() for p in net.parameters())
@@ -68,7 +69,7 @@ def train(rank, a, port):
     for step in range(a.warmup + a.steps):
         if at + a.batch_size > len(x):
             perm, at = torch.randperm(len(x), generator=order), 0
-        idx = perm[at + rank * local:at + (rank + 1) * local]
+        idx = perm[at + rank * local : at + (rank + 1) * local]
         at += a.batch_size
         t0 = time.perf_counter()
         xb, yb = x[idx], y[idx]
@@ -83,28 +84,37 @@ def train(rank, a, port):
             times.append((time.perf_counter() - t0) * 1e3)
     if rank == 0:
         med, mean = statistics.median(times), statistics.fmean(times)
-        print(f"# ddp_torch: PyTorch {torch.__version__}, {procs} process(es) x {a.threads} "
-              f"thread(s){', DDP gloo' if procs > 1 else ', no DDP'}, global batch "
-              f"{a.batch_size} ({local} per process), {params} parameters, data {a.data}, "
-              f"{a.warmup} warm-up + {a.steps} timed steps", flush=True)
+        print(
+            f"# ddp_torch: PyTorch {torch.__version__}, {procs} process(es) x {a.threads} "
+            f"thread(s){', DDP gloo' if procs > 1 else ', no DDP'}, global batch "
+            f"{a.batch_size} ({local} per process), {params} parameters, data {a.data}, "
+            f"{a.warmup} warm-up + {a.steps} timed steps",
+            flush=True,
+        )
         print(f"TIMES torch_p{procs} " + " ".join(f"{t:.3f}" for t in times), flush=True)
-        print(f"RESULT torch_p{procs} {med:.3f} {mean:.3f} {a.batch_size / mean * 1e3:.1f}",
-              flush=True)
+        print(
+            f"RESULT torch_p{procs} {med:.3f} {mean:.3f} {a.batch_size / mean * 1e3:.1f}",
+            flush=True,
+        )
     if procs > 1:
         dist.barrier()
         dist.destroy_process_group()
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--data", default="/usr/share/datasets/fashion-mnist",
-                    help="the IDX directory, or 'synthetic' for random images")
+    ap.add_argument(
+        "--data",
+        default="/usr/share/datasets/fashion-mnist",
+        help="the IDX directory, or 'synthetic' for random images",
+    )
     ap.add_argument("--limit", type=int, default=0, help="images used (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()

@@ -38,8 +38,9 @@ EPOCH = re.compile(r"^epoch (\d+): .*\| test loss [\d.]+ acc ([\d.]+)% \| ([\d.]
 def run(name, cmd, env, target, full):
     """Runs cmd, reading its epoch lines; returns {epochs: [(acc, s)], to_target, wall}."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                         text=True, bufsize=1)
+    p = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1
+    )
     epochs, to_target, wall = [], None, None
     for line in p.stdout:
         m = EPOCH.match(line)
@@ -62,8 +63,9 @@ def run(name, cmd, env, target, full):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--build", default=os.path.join(ROOT, "build"))
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=1)
@@ -84,17 +86,24 @@ def main():
     variants = {}
     for b in a.backends.split(","):
         # stdbuf: the demo's stdout is a pipe here, and its epoch lines must arrive as printed.
-        variants[f"kiln_{b}"] = (["stdbuf", "-oL", demo, "--out", os.path.join(out, b)] + common,
-                                 dict(env, KILN_JIT_BACKEND=b))
-    variants["torch"] = ([a.py, os.path.join(HERE, "demo_torch.py"), "--threads",
-                          str(a.threads)] + common, env)
+        variants[f"kiln_{b}"] = (
+            ["stdbuf", "-oL", demo, "--out", os.path.join(out, b)] + common,
+            dict(env, KILN_JIT_BACKEND=b),
+        )
+    variants["torch"] = (
+        [a.py, os.path.join(HERE, "demo_torch.py"), "--threads", str(a.threads)] + common,
+        env,
+    )
     names = list(variants)
-    print(f"# demo race: target {100 * a.target:.0f}% test accuracy, {a.threads} threads, "
-          f"{a.repeats} repeats; load {os.getloadavg()}", flush=True)
+    print(
+        f"# demo race: target {100 * a.target:.0f}% test accuracy, {a.threads} threads, "
+        f"{a.repeats} repeats; load {os.getloadavg()}",
+        flush=True,
+    )
     results = {n: [] for n in names}
     try:
         for r in range(a.repeats):
-            order = names[r % len(names):] + names[:r % len(names)]
+            order = names[r % len(names) :] + names[: r % len(names)]
             for n in order:
                 cmd, e = variants[n]
                 if n != "torch":
@@ -104,8 +113,10 @@ def main():
         shutil.rmtree(out, ignore_errors=True)
 
     print(f"\n# load at the end {os.getloadavg()}")
-    print(f"{'variant':<18} {'runs':>4} {'to target s':>12} {'(min)':>8} {'epochs':>7} "
-          f"{'wall s':>8} {'vs torch':>9} {'s/epoch med':>12} {'range':>12} {'vs torch':>9}")
+    print(
+        f"{'variant':<18} {'runs':>4} {'to target s':>12} {'(min)':>8} {'epochs':>7} "
+        f"{'wall s':>8} {'vs torch':>9} {'s/epoch med':>12} {'range':>12} {'vs torch':>9}"
+    )
 
     def to_target(n):
         v = [x["to_target"] for x in results[n] if x["to_target"] is not None]
@@ -120,23 +131,32 @@ def main():
         runs = results[n]
         reached = [x for x in runs if x["to_target"] is not None]
         pe = per_epoch(n)
-        epoch_cols = (f"{statistics.median(pe):>12.1f} {f'{min(pe):.1f}-{max(pe):.1f}':>12} "
-                      f"{f'{statistics.median(pe) / ref_epoch:.2f}x' if ref_epoch else '-':>9}"
-                      if pe else "")
+        epoch_cols = (
+            f"{statistics.median(pe):>12.1f} {f'{min(pe):.1f}-{max(pe):.1f}':>12} "
+            f"{f'{statistics.median(pe) / ref_epoch:.2f}x' if ref_epoch else '-':>9}"
+            if pe
+            else ""
+        )
         tt = to_target(n)
         if tt is None:
-            print(f"{n:<18} {len(runs):>4} {'not reached':>12} {'':>8} {'':>7} {'':>8} {'':>9} "
-                  f"{epoch_cols}")
+            print(
+                f"{n:<18} {len(runs):>4} {'not reached':>12} {'':>8} {'':>7} {'':>8} {'':>9} "
+                f"{epoch_cols}"
+            )
             continue
         ep = statistics.median(len(x["epochs"]) for x in reached)
         wall = statistics.median(x["wall"] for x in reached)
         ratio = f"{tt / ref:.2f}x" if ref else "-"
-        print(f"{n:<18} {len(runs):>4} {tt:>12.1f} {min(x['to_target'] for x in reached):>8.1f} "
-              f"{ep:>7g} {wall:>8.1f} {ratio:>9} {epoch_cols}")
-    print("# to target: seconds of training (sum of the epochs' training loops) until the test "
-          "accuracy reaches the target; wall: process start to that epoch's line (loading, "
-          "evaluation, compiling included); s/epoch: median and range over all epochs run; "
-          "vs torch: ratios of the medians, < 1 means Kiln is faster")
+        print(
+            f"{n:<18} {len(runs):>4} {tt:>12.1f} {min(x['to_target'] for x in reached):>8.1f} "
+            f"{ep:>7g} {wall:>8.1f} {ratio:>9} {epoch_cols}"
+        )
+    print(
+        "# to target: seconds of training (sum of the epochs' training loops) until the test "
+        "accuracy reaches the target; wall: process start to that epoch's line (loading, "
+        "evaluation, compiling included); s/epoch: median and range over all epochs run; "
+        "vs torch: ratios of the medians, < 1 means Kiln is faster"
+    )
 
 
 if __name__ == "__main__":

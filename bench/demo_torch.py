@@ -37,7 +37,7 @@ def read_idx(path):
     with gzip.open(path, "rb") as f:
         data = f.read()
     dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    shape = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(dims)]
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
@@ -52,14 +52,23 @@ def load(data_dir, split, limit):
 
 def model():
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+        nn.Conv2d(1, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 7 * 7, 128),
+        nn.ReLU(),
+        nn.Linear(128, 10),
+    )
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -79,11 +88,15 @@ def main():
     total = a.epochs * steps_per_epoch
     opt = torch.optim.Adam(net.parameters(), lr=a.lr, betas=(0.9, 0.999), eps=1e-8)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total)))
+        opt, lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
+    )
     order = torch.Generator().manual_seed(a.seed)
-    print(f"cnn on Fashion-MNIST (PyTorch {torch.__version__}, {a.threads} threads): "
-          f"{sum(p.numel() for p in net.parameters())} parameters, {steps_per_epoch} steps of "
-          f"{a.batch_size} images per epoch", flush=True)
+    print(
+        f"cnn on Fashion-MNIST (PyTorch {torch.__version__}, {a.threads} threads): "
+        f"{sum(p.numel() for p in net.parameters())} parameters, {steps_per_epoch} steps of "
+        f"{a.batch_size} images per epoch",
+        flush=True,
+    )
 
     for epoch in range(1, a.epochs + 1):
         net.train()
@@ -91,7 +104,7 @@ def main():
         loss_sum = acc_sum = 0.0
         t0 = time.perf_counter()
         for i in range(steps_per_epoch):
-            idx = perm[i * a.batch_size:(i + 1) * a.batch_size]
+            idx = perm[i * a.batch_size : (i + 1) * a.batch_size]
             xb, yb = x_train[idx], y_train[idx]
             opt.zero_grad(set_to_none=True)
             logits = net(xb)
@@ -107,16 +120,19 @@ def main():
         test_loss = test_acc = 0.0
         with torch.no_grad():
             for i in range(0, len(x_test), 1000):
-                logits = net(x_test[i:i + 1000])
-                yb = y_test[i:i + 1000]
+                logits = net(x_test[i : i + 1000])
+                yb = y_test[i : i + 1000]
                 test_loss += F.cross_entropy(logits, yb, reduction="sum").item()
                 test_acc += (logits.argmax(1) == yb).sum().item()
         test_loss /= len(x_test)
         test_acc /= len(x_test)
-        print(f"epoch {epoch}: train loss {loss_sum / steps_per_epoch:.4f} acc "
-              f"{100 * acc_sum / steps_per_epoch:.2f}% | test loss {test_loss:.4f} acc "
-              f"{100 * test_acc:.2f}% | {seconds:.1f} s, "
-              f"{steps_per_epoch * a.batch_size / seconds:.0f} img/s", flush=True)
+        print(
+            f"epoch {epoch}: train loss {loss_sum / steps_per_epoch:.4f} acc "
+            f"{100 * acc_sum / steps_per_epoch:.2f}% | test loss {test_loss:.4f} acc "
+            f"{100 * test_acc:.2f}% | {seconds:.1f} s, "
+            f"{steps_per_epoch * a.batch_size / seconds:.0f} img/s",
+            flush=True,
+        )
         if a.stop_at and test_acc >= a.stop_at:
             break
 

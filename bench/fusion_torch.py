@@ -44,8 +44,11 @@ def chain_cases():
         return a
 
     assert torch.allclose(eager(), out())
-    return {"torch_eager_chain": eager, "torch_out_chain": out,
-            "torch_copy_chain": lambda: dst.copy_(src)}
+    return {
+        "torch_eager_chain": eager,
+        "torch_out_chain": out,
+        "torch_copy_chain": lambda: dst.copy_(src),
+    }
 
 
 def row_cases(name, f, params):
@@ -86,8 +89,9 @@ def main():
         g = torch.Generator().manual_seed(3)
         w = 1 + 0.1 * torch.randn(COLS, generator=g)
         b = 0.1 * torch.randn(COLS, generator=g)
-        fns.update(row_cases("layernorm", lambda x, w, b: F.layer_norm(x, (COLS,), w, b, 1e-5),
-                             [w, b]))
+        fns.update(
+            row_cases("layernorm", lambda x, w, b: F.layer_norm(x, (COLS,), w, b, 1e-5), [w, b])
+        )
     side_by_side.report(side_by_side.time_cases(fns, args.reps, args.target))
 
 

@@ -39,9 +39,11 @@ def main():
         loss = (torch.linalg.cholesky(A) * W).sum() + (torch.linalg.solve(A, b) * V).sum()
         loss.backward()
 
-    side_by_side.report(side_by_side.time_cases({"torch_forward": forward,
-                                                 "torch_forward_backward": backward},
-                                                a.reps, a.target))
+    side_by_side.report(
+        side_by_side.time_cases(
+            {"torch_forward": forward, "torch_forward_backward": backward}, a.reps, a.target
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -62,12 +62,16 @@ def run(threads):
 
     a = np.linspace(1.0, 100.0, 256)
     cases = [
-        ("collatz(27): while + if on a scalar, 111 steps",
-         lambda: collatz(kl.asarray(np.int32(27))),
-         lambda: collatz_torch(torch.tensor(27, dtype=torch.int32))),
-        ("newton sqrt, 256 f64, for range(tensor) + if, 30 steps",
-         lambda: newton(kl.asarray(a), kl.asarray(np.int32(30))),
-         lambda: newton_torch(torch.from_numpy(a), torch.tensor(30))),
+        (
+            "collatz(27): while + if on a scalar, 111 steps",
+            lambda: collatz(kl.asarray(np.int32(27))),
+            lambda: collatz_torch(torch.tensor(27, dtype=torch.int32)),
+        ),
+        (
+            "newton sqrt, 256 f64, for range(tensor) + if, 30 steps",
+            lambda: newton(kl.asarray(a), kl.asarray(np.int32(30))),
+            lambda: newton_torch(torch.from_numpy(a), torch.tensor(30)),
+        ),
     ]
     assert int(np.asarray(cases[0][1]())) == int(cases[0][2]()) == 111
     np.testing.assert_allclose(np.asarray(cases[1][1]()), cases[1][2]().numpy(), rtol=1e-12)
@@ -80,8 +84,10 @@ def run(threads):
                     call()
                 times[side].append((time.perf_counter() - start) / 20 * 1e6)
         k, t = statistics.median(times["kiln"]), statistics.median(times["torch"])
-        print(f"  {name}: kiln.jit {k:8.1f} us, torch.jit.script {t:8.1f} us, "
-              f"ratio kiln/torch {k / t:.2f}")
+        print(
+            f"  {name}: kiln.jit {k:8.1f} us, torch.jit.script {t:8.1f} us, "
+            f"ratio kiln/torch {k / t:.2f}"
+        )
 
     def fresh():
         def f(x, n):
@@ -92,6 +98,7 @@ def run(threads):
                 else:
                     total = total + x * i
             return total
+
         return f
 
     kl.autograph.convert(fresh())  # the file's parse, shared by every function in it
@@ -102,8 +109,10 @@ def run(threads):
         start = time.perf_counter()
         kl.autograph.convert(fresh())
         costs.append((time.perf_counter() - start) * 1e3)
-    print(f"  conversion of a 9-line function (rewrite + compile): "
-          f"{statistics.median(costs):.2f} ms, once per function")
+    print(
+        f"  conversion of a 9-line function (rewrite + compile): "
+        f"{statistics.median(costs):.2f} ms, once per function"
+    )
 
 
 if __name__ == "__main__":

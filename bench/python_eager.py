@@ -31,9 +31,14 @@ def add(a, b):
 
 
 # Other small ops, reported at 1 thread (no target).
-OTHERS = {"a < b": lambda a, b: a < b, "a * 2.0": lambda a, b: a * 2.0, "-a": lambda a, b: -a,
-          "a[0]": lambda a, b: a[0], "a[:1]": lambda a, b: a[:1],
-          "sum(a)": lambda a, b: a.sum()}
+OTHERS = {
+    "a < b": lambda a, b: a < b,
+    "a * 2.0": lambda a, b: a * 2.0,
+    "-a": lambda a, b: -a,
+    "a[0]": lambda a, b: a[0],
+    "a[:1]": lambda a, b: a[:1],
+    "sum(a)": lambda a, b: a.sum(),
+}
 
 
 def bench(op, threads, rounds, calls):

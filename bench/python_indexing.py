@@ -20,8 +20,16 @@ import kiln as kl
 
 # The targets first; an integer-array index (a gather, through the primitives) follows for
 # information. (PyTorch has no negative steps.)
-KEYS = {"x[0]": 0, "x[-1]": -1, "x[1:3]": slice(1, 3), "x[::2]": slice(None, None, 2),
-        "x[0, 1]": (0, 1), "x[:, 1]": (slice(None), 1), "x[None]": None, "x[[0, 2]]": [0, 2]}
+KEYS = {
+    "x[0]": 0,
+    "x[-1]": -1,
+    "x[1:3]": slice(1, 3),
+    "x[::2]": slice(None, None, 2),
+    "x[0, 1]": (0, 1),
+    "x[:, 1]": (slice(None), 1),
+    "x[None]": None,
+    "x[[0, 2]]": [0, 2],
+}
 
 
 def per_call_ns(x, key, calls):

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Transformations from Python: what a cached jit call costs, and per-example gradients.
 
-    PYTHONPATH=python /usr/bin/python3 bench/python_jit.py [--reps 9] [--bench-jit build/bench/bench_jit]
+    PYTHONPATH=python /usr/bin/python3 bench/python_jit.py [--reps 9] \
+        [--bench-jit build/bench/bench_jit]
 
 (a) A cached kiln.jit call from Python of small(a, b, c) = a * b + c - a on 2-element float32
     tensors, against the same jitted function called from C++ (bench_jit's BM_small_jit: the
@@ -57,8 +58,8 @@ def worker(threads, reps):
     small_jit(a, b, c)
 
     rng = np.random.default_rng(0)
-    w1 = (rng.standard_normal((D, H)) / D ** 0.5).astype(np.float32)
-    w2 = (rng.standard_normal((H, C)) / H ** 0.5).astype(np.float32)
+    w1 = (rng.standard_normal((D, H)) / D**0.5).astype(np.float32)
+    w2 = (rng.standard_normal((H, C)) / H**0.5).astype(np.float32)
     b1, b2 = np.zeros(H, np.float32), np.zeros(C, np.float32)
     x = rng.standard_normal((B, D)).astype(np.float32)
     y = np.eye(C, dtype=np.float32)[rng.integers(0, C, B)]
@@ -100,10 +101,18 @@ def cpp_jit_call_us(bench_jit, threads):
     """BM_small_jit's median per-call time from bench_jit, or None when it is not built."""
     if not os.path.exists(bench_jit):
         return None
-    out = subprocess.run([bench_jit, "--benchmark_filter=BM_small_jit$",
-                          "--benchmark_repetitions=5", "--benchmark_report_aggregates_only=true"],
-                         env=dict(os.environ, OMP_NUM_THREADS=str(threads)), check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [
+            bench_jit,
+            "--benchmark_filter=BM_small_jit$",
+            "--benchmark_repetitions=5",
+            "--benchmark_report_aggregates_only=true",
+        ],
+        env=dict(os.environ, OMP_NUM_THREADS=str(threads)),
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     m = re.search(r"BM_small_jit_median\s+([\d.]+) ns", out)
     return float(m.group(1)) / 1e3 if m else None
 
@@ -117,20 +126,28 @@ def main():
     if args.worker:
         worker(args.worker, args.reps)
         return
-    print("threads | py jit call | C++ jit call | py - C++ | torch eager (3 ops) | "
-          "per-example grads: Kiln | functorch | Kiln/functorch")
+    print(
+        "threads | py jit call | C++ jit call | py - C++ | torch eager (3 ops) | "
+        "per-example grads: Kiln | functorch | Kiln/functorch"
+    )
     for threads in (1, 2):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
-        out = subprocess.run([sys.executable, __file__, "--worker", str(threads), "--reps",
-                              str(args.reps)], env=env, check=True, capture_output=True,
-                             text=True).stdout
+        out = subprocess.run(
+            [sys.executable, __file__, "--worker", str(threads), "--reps", str(args.reps)],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         r = json.loads(out.strip().splitlines()[-1])
         cpp = cpp_jit_call_us(args.bench_jit, threads)
         cpp_text = f"{cpp:.2f} us" if cpp is not None else "(bench_jit not built)"
         diff = f"{r['jit_call_us'] - cpp:.2f} us" if cpp is not None else "-"
-        print(f"{threads} | {r['jit_call_us']:.2f} us | {cpp_text} | {diff} | "
-              f"{r['torch_eager_us']:.2f} us | {r['kiln_ms']:.3f} ms | {r['functorch_ms']:.3f} ms | "
-              f"{r['kiln_ms'] / r['functorch_ms']:.2f}x")
+        print(
+            f"{threads} | {r['jit_call_us']:.2f} us | {cpp_text} | {diff} | "
+            f"{r['torch_eager_us']:.2f} us | {r['kiln_ms']:.3f} ms | {r['functorch_ms']:.3f} ms | "
+            f"{r['kiln_ms'] / r['functorch_ms']:.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -33,9 +33,15 @@ def child(steps, repeats, batch):
 
     # Kiln
     keys = [kl.asarray(np.array([0, i], np.uint32)) for i in range(3)]
-    model = kl.nn.Sequential([kl.nn.Linear(784, 256, keys[0]), kl.nn.ReLU(),
-                              kl.nn.Linear(256, 256, keys[1]), kl.nn.ReLU(),
-                              kl.nn.Linear(256, 10, keys[2])])
+    model = kl.nn.Sequential(
+        [
+            kl.nn.Linear(784, 256, keys[0]),
+            kl.nn.ReLU(),
+            kl.nn.Linear(256, 256, keys[1]),
+            kl.nn.ReLU(),
+            kl.nn.Linear(256, 10, keys[2]),
+        ]
+    )
     opt = kl.optim.sgd(0.01, momentum=0.9)
     state = opt.init(model)
     x, y = kl.asarray(x_np), kl.asarray(y_np)
@@ -50,9 +56,13 @@ def child(steps, repeats, batch):
         return m, s, value
 
     # PyTorch, with the same initial weights
-    tmodel = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
-                                 torch.nn.Linear(256, 256), torch.nn.ReLU(),
-                                 torch.nn.Linear(256, 10))
+    tmodel = torch.nn.Sequential(
+        torch.nn.Linear(784, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.ReLU(),
+        torch.nn.Linear(256, 10),
+    )
     with torch.no_grad():
         for i in (0, 2, 4):
             tmodel[i].weight.copy_(torch.from_numpy(np.array(model[i].weight)))
@@ -77,9 +87,17 @@ def child(steps, repeats, batch):
         torch_step()
 
     # The step's matmuls alone: forward x W1, h1 W2, h2 W3; backward dW3, dh2, dW2, dh1, dW1.
-    mats = {n: torch.randn(*shape) for n, shape in dict(
-        x=(batch, 784), w1=(784, 256), w2=(256, 256), w3=(256, 10), h=(batch, 256),
-        g=(batch, 10)).items()}
+    mats = {
+        n: torch.randn(*shape)
+        for n, shape in dict(
+            x=(batch, 784),
+            w1=(784, 256),
+            w2=(256, 256),
+            w3=(256, 10),
+            h=(batch, 256),
+            g=(batch, 10),
+        ).items()
+    }
 
     def matmuls():
         m = mats
@@ -102,8 +120,11 @@ def child(steps, repeats, batch):
         for _ in range(steps):
             matmuls()
         matmul_times.append((time.perf_counter() - t0) / steps)
-    print(statistics.median(kiln_times), statistics.median(torch_times),
-          statistics.median(matmul_times))
+    print(
+        statistics.median(kiln_times),
+        statistics.median(torch_times),
+        statistics.median(matmul_times),
+    )
 
 
 def main():
@@ -116,18 +137,38 @@ def main():
     if args.child:
         child(args.steps, args.repeats, args.batch)
         return
-    print(f"MLP 784-256-256-10, batch {args.batch}, SGD momentum, {args.steps} steps x "
-          f"{args.repeats} interleaved repeats, median ms/step")
-    print(f"{'threads':>7} {'kiln':>9} {'torch':>9} {'matmuls':>9} {'kiln/torch':>10} "
-          f"{'matmuls/torch':>13}")
+    print(
+        f"MLP 784-256-256-10, batch {args.batch}, SGD momentum, {args.steps} steps x "
+        f"{args.repeats} interleaved repeats, median ms/step"
+    )
+    print(
+        f"{'threads':>7} {'kiln':>9} {'torch':>9} {'matmuls':>9} {'kiln/torch':>10} "
+        f"{'matmuls/torch':>13}"
+    )
     for threads in (1, 2):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-        out = subprocess.run([sys.executable, __file__, "--child", "--steps", str(args.steps),
-                              "--repeats", str(args.repeats), "--batch", str(args.batch)],
-                             env=env, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--steps",
+                str(args.steps),
+                "--repeats",
+                str(args.repeats),
+                "--batch",
+                str(args.batch),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         kiln_s, torch_s, mm_s = map(float, out.split()[-3:])
-        print(f"{threads:>7} {kiln_s * 1e3:>9.3f} {torch_s * 1e3:>9.3f} {mm_s * 1e3:>9.3f} "
-              f"{kiln_s / torch_s:>9.2f}x {mm_s / torch_s:>12.2f}x")
+        print(
+            f"{threads:>7} {kiln_s * 1e3:>9.3f} {torch_s * 1e3:>9.3f} {mm_s * 1e3:>9.3f} "
+            f"{kiln_s / torch_s:>9.2f}x {mm_s / torch_s:>12.2f}x"
+        )
 
 
 if __name__ == "__main__":

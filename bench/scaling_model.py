@@ -43,41 +43,69 @@ def rendezvous(p, alpha, beta, o):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--bytes", type=int, default=1686576,
-                    help="bytes all-reduced per step (421,642 parameters x 4 + loss, accuracy)")
-    ap.add_argument("--gamma-gbs", type=float, default=12.7,
-                    help="rate of the reduction's additions, GB/s (MPI_Reduce_local, measured)")
-    ap.add_argument("--compute", default="1:1.44,8:5.3,32:18.3,64:39.0",
-                    help="batch:ms per step on one process, one thread (measured)")
-    ap.add_argument("--compute-speedup", type=float, default=1.0,
-                    help="divide the compute times by this (a node with more cores or a GPU)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--bytes",
+        type=int,
+        default=1686576,
+        help="bytes all-reduced per step (421,642 parameters x 4 + loss, accuracy)",
+    )
+    ap.add_argument(
+        "--gamma-gbs",
+        type=float,
+        default=12.7,
+        help="rate of the reduction's additions, GB/s (MPI_Reduce_local, measured)",
+    )
+    ap.add_argument(
+        "--compute",
+        default="1:1.44,8:5.3,32:18.3,64:39.0",
+        help="batch:ms per step on one process, one thread (measured)",
+    )
+    ap.add_argument(
+        "--compute-speedup",
+        type=float,
+        default=1.0,
+        help="divide the compute times by this (a node with more cores or a GPU)",
+    )
     ap.add_argument("--procs", default="8,64,512")
     a = ap.parse_args()
-    compute = {int(b): float(ms) * 1e-3 / a.compute_speedup
-               for b, ms in (kv.split(":") for kv in a.compute.split(","))}
+    compute = {
+        int(b): float(ms) * 1e-3 / a.compute_speedup
+        for b, ms in (kv.split(":") for kv in a.compute.split(","))
+    }
     procs = [int(p) for p in a.procs.split(",")]
     gamma = 1 / (a.gamma_gbs * 1e9)
     n = a.bytes
 
-    print(f"# n = {n} bytes per step; gamma = {a.gamma_gbs} GB/s; compute (ms per step, "
-          f"1 thread / {a.compute_speedup:g}): "
-          + ", ".join(f"b={b}: {t * 1e3:g}" for b, t in sorted(compute.items())))
+    print(
+        f"# n = {n} bytes per step; gamma = {a.gamma_gbs} GB/s; compute (ms per step, "
+        f"1 thread / {a.compute_speedup:g}): "
+        + ", ".join(f"b={b}: {t * 1e3:g}" for b, t in sorted(compute.items()))
+    )
     for net, (alpha, beta, o) in NETWORKS.items():
-        print(f"\n## {net}: alpha {alpha * 1e6:g} us, beta {1 / beta / 1e9:g} GB/s, "
-              f"o {o * 1e6:g} us per message")
-        print("| scaling | P | local batch | compute ms | all-reduce ms | 2 rendezvous ms | "
-              "step ms | images/s | speedup vs 1 process | efficiency |")
+        print(
+            f"\n## {net}: alpha {alpha * 1e6:g} us, beta {1 / beta / 1e9:g} GB/s, "
+            f"o {o * 1e6:g} us per message"
+        )
+        print(
+            "| scaling | P | local batch | compute ms | all-reduce ms | 2 rendezvous ms | "
+            "step ms | images/s | speedup vs 1 process | efficiency |"
+        )
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        for scaling, batch_of, global_of in (("weak", lambda p: 32, lambda p: 32 * p),
-                                             ("strong", lambda p: 64 // p, lambda p: 64)):
+        for scaling, batch_of, global_of in (
+            ("weak", lambda p: 32, lambda p: 32 * p),
+            ("strong", lambda p: 64 // p, lambda p: 64),
+        ):
             base = compute[batch_of(1)] if scaling == "strong" else compute[32]
             for p in procs:
                 b = batch_of(p)
                 if b < 1 or b not in compute or 64 % p and scaling == "strong":
-                    print(f"| {scaling} | {p} | {64 / p:g} | - | - | - | - | - | - | "
-                          f"(fewer than one image per process) |")
+                    print(
+                        f"| {scaling} | {p} | {64 / p:g} | - | - | - | - | - | - | "
+                        f"(fewer than one image per process) |"
+                    )
                     continue
                 ar = allreduce(p, n, alpha, beta, gamma)
                 rdv = 2 * rendezvous(p, alpha, beta, o)
@@ -86,9 +114,11 @@ def main():
                 # (weak) or in one step of 64 (strong); efficiency = speedup / P.
                 one = base * global_of(p) / (32 if scaling == "weak" else 64)
                 speedup = one / step
-                print(f"| {scaling} | {p} | {b} | {compute[b] * 1e3:.1f} | {ar * 1e3:.2f} | "
-                      f"{rdv * 1e3:.2f} | {step * 1e3:.1f} | {global_of(p) / step:,.0f} | "
-                      f"{speedup:.1f}x | {speedup / p:.0%} |")
+                print(
+                    f"| {scaling} | {p} | {b} | {compute[b] * 1e3:.1f} | {ar * 1e3:.2f} | "
+                    f"{rdv * 1e3:.2f} | {step * 1e3:.1f} | {global_of(p) / step:,.0f} | "
+                    f"{speedup:.1f}x | {speedup / p:.0%} |"
+                )
 
 
 if __name__ == "__main__":

@@ -14,7 +14,9 @@ import time
 
 def parser(doc, reps=7, threads=2, target=0.2):
     """The flags every peer takes (--reps, --threads, --target); add a script's own to it."""
-    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reps", type=int, default=reps)
     ap.add_argument("--threads", type=int, default=threads)
     ap.add_argument("--target", type=float, default=target)

@@ -11,8 +11,8 @@ Same problems, shapes and dtypes as bench_ad.cpp:
   hvp      Hessian-vector product of f(x) = sum(tanh(W x)), W 1000x1000: double backward
            (torch.autograd.grad with create_graph=True, then grad of g . v).
 
-Timing: torch.set_num_threads(2) (--threads); each case is warmed up, then timed in R repetitions of a
-batch of calls sized to take ~0.2 s; the cases are interleaved repetition by repetition, and
+Timing: torch.set_num_threads(2) (--threads); each case is warmed up, then timed in R repetitions
+of a batch of calls sized to take ~0.2 s; the cases are interleaved repetition by repetition, and
 the table gives the median and the minimum per call.
 """
 import argparse
@@ -31,7 +31,7 @@ def step_manual():
     g = torch.Generator().manual_seed(0)
     ws = []
     for fan_in, fan_out in [(784, 512), (512, 512), (512, 10)]:
-        w = torch.randn(fan_in, fan_out, generator=g) / fan_in ** 0.5
+        w = torch.randn(fan_in, fan_out, generator=g) / fan_in**0.5
         ws += [w.requires_grad_(), torch.zeros(fan_out, requires_grad=True)]
     x = torch.randn(128, 784, generator=g)
     y = torch.randint(0, 10, (128,), generator=g)
@@ -54,9 +54,13 @@ def step_manual():
 
 def step_nn():
     g = torch.Generator().manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 512), torch.nn.ReLU(),
-                                torch.nn.Linear(512, 10))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(784, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 512),
+        torch.nn.ReLU(),
+        torch.nn.Linear(512, 10),
+    )
     x = torch.randn(128, 784, generator=g)
     y = torch.randint(0, 10, (128,), generator=g)
     params = list(model.parameters())
@@ -76,7 +80,7 @@ def step_nn():
 def hvp_double_backward():
     g = torch.Generator().manual_seed(0)
     n = 1000
-    w = torch.randn(n, n, generator=g) / n ** 0.5
+    w = torch.randn(n, n, generator=g) / n**0.5
     x0 = torch.randn(n, generator=g)
     v = torch.randn(n, generator=g)
 
@@ -96,8 +100,10 @@ def hvp_double_backward():
 
 
 CASES = {
-    "step": [("MLP step, PyTorch eager (manual addmm)", step_manual),
-             ("MLP step, PyTorch eager (nn.Linear)", step_nn)],
+    "step": [
+        ("MLP step, PyTorch eager (manual addmm)", step_manual),
+        ("MLP step, PyTorch eager (nn.Linear)", step_nn),
+    ],
     "hvp": [("HVP 1000, PyTorch double backward", hvp_double_backward)],
 }
 

@@ -31,24 +31,45 @@ LR = 0.01
 
 def cnn():
     return nn.Sequential(
-        nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        nn.Conv2d(1, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 7 * 7, 1024),
+        nn.ReLU(),
+        nn.Linear(1024, 10),
+    )
 
 
 def demo():  # examples/demo.cpp's CNN
     return nn.Sequential(
-        nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+        nn.Conv2d(1, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(32, 64, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(64 * 7 * 7, 128),
+        nn.ReLU(),
+        nn.Linear(128, 10),
+    )
 
 
 def mlp():
-    return nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(),
-                         nn.Linear(512, 10))
+    return nn.Sequential(
+        nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+    )
 
 
-PROBLEMS = {"cnn": (cnn, (64, 1, 28, 28)), "mlp": (mlp, (128, 784)), "demo": (demo, (64, 1, 28, 28))}
+PROBLEMS = {
+    "cnn": (cnn, (64, 1, 28, 28)),
+    "mlp": (mlp, (128, 784)),
+    "demo": (demo, (64, 1, 28, 28)),
+}
 
 
 def read_raw(path, dtype, shape):
@@ -66,8 +87,12 @@ def setup(name, init):
         state = model.state_dict()
         files = {f[:-4] for f in os.listdir(at) if f.endswith(".bin")} - {"x", "y"}
         assert files == set(state), (sorted(files), sorted(state))
-        model.load_state_dict({k: read_raw(os.path.join(at, k + ".bin"), torch.float32, v.shape)
-                               for k, v in state.items()})
+        model.load_state_dict(
+            {
+                k: read_raw(os.path.join(at, k + ".bin"), torch.float32, v.shape)
+                for k, v in state.items()
+            }
+        )
         x = read_raw(os.path.join(at, "x.bin"), torch.float32, x_shape)
         y = read_raw(os.path.join(at, "y.bin"), torch.int64, x_shape[:1])
     else:

@@ -23,9 +23,9 @@ B, D, H, C = 64, 784, 128, 10
 
 def make():
     g = torch.Generator().manual_seed(0)
-    w1 = torch.randn(D, H, generator=g) / D ** 0.5
+    w1 = torch.randn(D, H, generator=g) / D**0.5
     b1 = torch.zeros(H)
-    w2 = torch.randn(H, C, generator=g) / H ** 0.5
+    w2 = torch.randn(H, C, generator=g) / H**0.5
     b2 = torch.zeros(C)
     x = torch.randn(B, D, generator=g)
     y = torch.randint(0, C, (B,), generator=g)

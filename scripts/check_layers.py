@@ -50,7 +50,7 @@ def main():
     for f in files:
         rel = f.relative_to(ROOT).as_posix()
         # Public headers are named as they are included: kiln/x.h.
-        own = rel[len("include/"):] if rel.startswith("include/") else rel
+        own = rel[len("include/") :] if rel.startswith("include/") else rel
         mine = layer_of(own, rank)
         if mine is None:
             errors.append(f"{rel}: in no layer of docs/DESIGN.md")

@@ -24,7 +24,10 @@ FIRST_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 def tracked(*patterns):
     out = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *patterns],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return sorted({p for p in out.split() if (ROOT / p).is_file()})
 
@@ -96,7 +99,7 @@ def main():
         DESIGN.write_text(new)
     elif "--check" in sys.argv:
         if new != text:
-            print("layout: docs/DESIGN.md's Layout differs from the tree; run scripts/layout.py --write")
+            print("layout: DESIGN.md's Layout differs from the tree; run scripts/layout.py --write")
             return 1
         print("layout: docs/DESIGN.md's Layout matches the tree")
     return 0

@@ -60,8 +60,10 @@ class Undefined:
         return f"<undefined variable {self.name!r}>"
 
     def _fail(self, *args, **kwargs):
-        raise UnboundLocalError(f"variable {self.name!r} is not defined here: it is assigned only "
-                                "on some paths of a converted if/while/for before this use")
+        raise UnboundLocalError(
+            f"variable {self.name!r} is not defined here: it is assigned only "
+            "on some paths of a converted if/while/for before this use"
+        )
 
     __bool__ = __call__ = __iter__ = __len__ = __index__ = __float__ = __int__ = _fail
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = _fail
@@ -123,7 +125,9 @@ class _Tracing:
                 f"{_MAX_TRACED_RECURSION} calls deep on a traced value, expected recursion "
                 "that ends on Python values (a traced condition traces every path, so the "
                 f"recursion never ends): make the depth a Python value (a static argument), "
-                f"or write {self.loc[2]} with kiln.while_loop / kiln.fori_loop", self.loc)
+                f"or write {self.loc[2]} with kiln.while_loop / kiln.fori_loop",
+                self.loc,
+            )
             exc._ag_annotated = True  # the enclosing statements need not add their variables
             raise exc
         tracing[self.loc] = depth
@@ -160,8 +164,10 @@ def _annotate(exc, what, names, loc):
     if getattr(exc, "_ag_annotated", False):
         return exc
     leaves = ", ".join(f"[{i}] {n}" for i, n in enumerate(names)) or "none"
-    new = _kiln.Error(f"{exc}\n  in the {what} at {_where(loc)} converted by kiln.autograph; "
-                      f"its variables (result leaves): {leaves}")
+    new = _kiln.Error(
+        f"{exc}\n  in the {what} at {_where(loc)} converted by kiln.autograph; "
+        f"its variables (result leaves): {leaves}"
+    )
     new.op = getattr(exc, "op", what)
     new._ag_annotated = True
     return new.with_traceback(exc.__traceback__)  # the frames that raised it, for tracebacks
@@ -203,7 +209,9 @@ def _traced_if(test, true_fn, false_fn, args, names, loc):
             f"variable {name!r} is assigned only in the {where} branch of an `if` whose "
             "condition is a traced tensor, and is used after it: got it undefined on the other "
             "path, expected it defined on every path (assign it before the `if` or in both "
-            "branches)", loc)
+            "branches)",
+            loc,
+        )
 
     try:
         results = _kiln.cond(test, branch(true_fn, True), branch(false_fn, False))
@@ -211,8 +219,9 @@ def _traced_if(test, true_fn, false_fn, args, names, loc):
         check_defined()
         raise _annotate(exc, "`if`", names, loc) from None
     check_defined()
-    return tuple(Undefined(n) if n in undefined.get(True, ()) else v
-                 for n, v in zip(names, results))
+    return tuple(
+        Undefined(n) if n in undefined.get(True, ()) else v for n, v in zip(names, results)
+    )
 
 
 def if_exp(test, true_value, false_value, loc):
@@ -221,8 +230,9 @@ def if_exp(test, true_value, false_value, loc):
         return true_value() if test else false_value()
     try:
         with _Tracing(loc, "conditional expression"):
-            return _kiln.cond(_truth(test), lambda: _as_carry(true_value()),
-                              lambda: _as_carry(false_value()))
+            return _kiln.cond(
+                _truth(test), lambda: _as_carry(true_value()), lambda: _as_carry(false_value())
+            )
     except _kiln.Error as exc:
         raise _annotate(exc, "conditional expression", ["value"], loc) from None
 
@@ -238,12 +248,16 @@ def _functional_carry(args, names, loc, what, targets=()):
                 "autograph",
                 f"the loop variable {n!r} of a {what} over a traced tensor is read after the "
                 "loop but has no value before it: got it undefined on entry (the loop may run "
-                "zero times), expected a value (assign it before the loop)", loc)
+                "zero times), expected a value (assign it before the loop)",
+                loc,
+            )
         raise _error(
             "autograph",
             f"variable {n!r} is carried by a {what} whose condition is a traced tensor but "
             "is not defined before it: got it undefined on entry, expected a value "
-            "(initialise it before the loop)", loc)
+            "(initialise it before the loop)",
+            loc,
+        )
     return tuple(_as_carry(v) for v in args)
 
 
@@ -251,8 +265,12 @@ def _body_results(results, init, names, loc, what):
     out = []
     for n, v, like in zip(names, results, init):
         if isinstance(v, Undefined):
-            raise _error("autograph", f"variable {n!r} is deleted in the body of a {what} whose "
-                         "condition is a traced tensor: got it undefined, expected a value", loc)
+            raise _error(
+                "autograph",
+                f"variable {n!r} is deleted in the body of a {what} whose "
+                "condition is a traced tensor: got it undefined, expected a value",
+                loc,
+            )
         out.append(_as_tensor_like(v, like))
     return tuple(out)
 
@@ -272,10 +290,13 @@ def while_stmt(test_fn, body_fn, args, names, loc):
     init = _functional_carry(args, names, loc, "`while` loop")
     try:
         with _Tracing(loc, "`while` loop"):
-            return tuple(_kiln.while_loop(
-                lambda carry: _truth(test_fn(*carry)),
-                lambda carry: _body_results(body_fn(*carry), init, names, loc, "`while` loop"),
-                init))
+            return tuple(
+                _kiln.while_loop(
+                    lambda carry: _truth(test_fn(*carry)),
+                    lambda carry: _body_results(body_fn(*carry), init, names, loc, "`while` loop"),
+                    init,
+                )
+            )
     except _kiln.Error as exc:
         raise _annotate(exc, "`while` loop", names, loc) from None
 
@@ -314,8 +335,9 @@ def for_range(range_fn, range_args, body_fn, args, names, targets, break_flag, l
     init = _functional_carry(args, names, loc, "`for` loop", targets)
     traced = next(a for a in range_args if _is_traced(a))
     # Python int bounds take the traced bound's integer dtype.
-    lower, upper = (_kiln.asarray(v, traced.dtype) if isinstance(v, int) else v
-                    for v in (lower, upper))
+    lower, upper = (
+        _kiln.asarray(v, traced.dtype) if isinstance(v, int) else v for v in (lower, upper)
+    )
     fori = isinstance(step, int) and break_flag is None
     try:
         with _Tracing(loc, "`for` loop"):
@@ -330,6 +352,7 @@ def for_range(range_fn, range_args, body_fn, args, names, targets, break_flag, l
 def _fori_range(lower, upper, step, body_fn, init, names, loc):
     """range(lower, upper, step) with a Python int step as one kiln.fori_loop: over the bounds
     themselves for step 1, else over the trip count, with i = lower + k * step."""
+
     def body(i, carry):
         return _body_results(body_fn(i, *carry), init, names, loc, "`for` loop")
 
@@ -391,7 +414,9 @@ def guard(test, loc, construct, reason):
             "autograph",
             f"this {construct} cannot be converted to Kiln control flow ({reason}): got a "
             "condition that is a traced tensor, expected a Python value or a concrete tensor "
-            "(restructure it, or use kiln.cond / kiln.while_loop directly)", loc)
+            "(restructure it, or use kiln.cond / kiln.while_loop directly)",
+            loc,
+        )
     return test
 
 
@@ -426,9 +451,15 @@ def not_(a):
 _FRAME_BUILTINS = {"super", "locals", "globals", "vars", "dir", "eval", "exec"}
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 # Where the standard library and installed packages live: their functions are not converted.
-_LIBRARY_DIRS = tuple(sorted({os.path.abspath(p) + os.sep for k in ("stdlib", "platstdlib",
-                                                                    "purelib", "platlib")
-                              if (p := sysconfig.get_paths().get(k))}))
+_LIBRARY_DIRS = tuple(
+    sorted(
+        {
+            os.path.abspath(p) + os.sep
+            for k in ("stdlib", "platstdlib", "purelib", "platlib")
+            if (p := sysconfig.get_paths().get(k))
+        }
+    )
+)
 _user_code = {}  # code object -> whether callee converts functions with it
 
 
@@ -439,23 +470,30 @@ def _is_user_code(code):
     if user is None:
         path = os.path.abspath(code.co_filename)
         user = _user_code[code] = not (
-            code.co_filename.startswith("<") or path.startswith(_PACKAGE_DIR)
-            or path.startswith(_LIBRARY_DIRS) or os.sep + "dist-packages" + os.sep in path
-            or os.sep + "site-packages" + os.sep in path)
+            code.co_filename.startswith("<")
+            or path.startswith(_PACKAGE_DIR)
+            or path.startswith(_LIBRARY_DIRS)
+            or os.sep + "dist-packages" + os.sep in path
+            or os.sep + "site-packages" + os.sep in path
+        )
     return user
 
 
 def callee(fun):
     """What converted code calls for `fun(...)`: the converted function when `fun` is a Python
     function, bound method or callable object (its __call__) of the user's code, else `fun`."""
+    # Exact types, not isinstance: a subclass of these is not plain user code.
     kind = type(fun)
-    if kind is types.FunctionType:
+    if kind is types.FunctionType:  # noqa: E721
         return convert(fun) if _is_user_code(fun.__code__) else fun
-    if kind is types.MethodType and type(fun.__func__) is types.FunctionType \
-            and _is_user_code(fun.__func__.__code__):
+    if (
+        kind is types.MethodType  # noqa: E721
+        and type(fun.__func__) is types.FunctionType  # noqa: E721
+        and _is_user_code(fun.__func__.__code__)
+    ):
         return convert(fun)
     call = getattr(kind, "__call__", None)  # an instance of a user class with __call__
-    if type(call) is types.FunctionType and _is_user_code(call.__code__):
+    if type(call) is types.FunctionType and _is_user_code(call.__code__):  # noqa: E721
         return types.MethodType(convert(call), fun)
     return fun
 
@@ -465,8 +503,16 @@ def callee(fun):
 # after it.
 # ---------------------------------------------------------------------------------------------
 
-_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
-           ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_SCOPES = (
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.Lambda,
+    ast.ClassDef,
+    ast.ListComp,
+    ast.SetComp,
+    ast.DictComp,
+    ast.GeneratorExp,
+)
 
 
 def _walk_scope(node, enter=True):
@@ -536,8 +582,13 @@ def _closures(fn):
                 continue
             for name, f in bound:
                 a = f.args
-                own = {p.arg for p in a.posonlyargs + a.args + a.kwonlyargs
-                       + [v for v in (a.vararg, a.kwarg) if v]}
+                own = {
+                    p.arg
+                    for p in a.posonlyargs
+                    + a.args
+                    + a.kwonlyargs
+                    + [v for v in (a.vararg, a.kwarg) if v]
+                }
                 if not isinstance(f, ast.Lambda):
                     own |= _assigned(f.body)
                 out[name] = out.get(name, set()) | (_reads(f) - own)
@@ -585,8 +636,9 @@ class _Liveness:
         if isinstance(s, (ast.Return, ast.Raise)):
             return set().union(*(self.reads(c) for c in ast.iter_child_nodes(s)))
         if isinstance(s, (ast.With, ast.AsyncWith)):
-            inner = self.block(s.body, live) - _assigned([i.optional_vars for i in s.items
-                                                          if i.optional_vars])
+            inner = self.block(s.body, live) - _assigned(
+                [i.optional_vars for i in s.items if i.optional_vars]
+            )
             return inner | set().union(*(self.reads(i.context_expr) for i in s.items))
         if isinstance(s, (ast.Try, ast.TryStar)):
             final = self.block(s.finalbody, live)
@@ -600,8 +652,9 @@ class _Liveness:
         if isinstance(s, ast.Match):
             out = self.reads(s.subject)
             for case in s.cases:
-                out |= (self.block(case.body, live) - _assigned([case.pattern])) | \
-                    self.reads(case.pattern)
+                out |= (self.block(case.body, live) - _assigned([case.pattern])) | self.reads(
+                    case.pattern
+                )
                 out |= self.reads(case.guard) if case.guard else set()
             return out
         # A simple statement, a nested function or class: kill what it binds, add what it reads.
@@ -642,16 +695,25 @@ def _escapes(stmts, loop_level):
             found = None
             for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                 for child in getattr(s, field, ()):
-                    inner = child.body if isinstance(child, (ast.ExceptHandler,
-                                                              ast.match_case)) else [child]
+                    inner = (
+                        child.body
+                        if isinstance(child, (ast.ExceptHandler, ast.match_case))
+                        else [child]
+                    )
                     found = found or _escapes(inner, loop_level)
         if found:
             return found
     return None
 
 
-_ESCAPE_NAMES = {ast.Return: "return", ast.Yield: "yield", ast.YieldFrom: "yield from",
-                 ast.Await: "await", ast.Break: "break", ast.Continue: "continue"}
+_ESCAPE_NAMES = {
+    ast.Return: "return",
+    ast.Yield: "yield",
+    ast.YieldFrom: "yield from",
+    ast.Await: "await",
+    ast.Break: "break",
+    ast.Continue: "continue",
+}
 
 
 def _has_return(stmts):
@@ -675,8 +737,7 @@ def _always_returns(stmts):
     last = stmts[-1]
     if isinstance(last, (ast.Return, ast.Raise)):
         return True
-    return isinstance(last, ast.If) and _always_returns(last.body) and \
-        _always_returns(last.orelse)
+    return isinstance(last, ast.If) and _always_returns(last.body) and _always_returns(last.orelse)
 
 
 def _lift_returns(stmts):
@@ -685,9 +746,9 @@ def _lift_returns(stmts):
     `if c: return a` + `rest` -> `if c: return a` / `else: rest`."""
     for i, s in enumerate(stmts):
         if isinstance(s, ast.Return):
-            return stmts[:i + 1]
+            return stmts[: i + 1]
         if isinstance(s, ast.If) and _has_return([s]) and _returns_only_through_ifs([s]):
-            rest = stmts[i + 1:]
+            rest = stmts[i + 1 :]
             for branch in ("body", "orelse"):
                 block = getattr(s, branch)
                 if not _always_returns(block):
@@ -702,8 +763,11 @@ def _returns_to_assignments(stmts):
     for i, s in enumerate(stmts):
         if isinstance(s, ast.Return):
             stmts[i] = ast.copy_location(
-                ast.Assign(targets=[_name("ag__return", store=True)],
-                           value=s.value or ast.Constant(None)), s)
+                ast.Assign(
+                    targets=[_name("ag__return", store=True)], value=s.value or ast.Constant(None)
+                ),
+                s,
+            )
         elif isinstance(s, ast.If):
             _returns_to_assignments(s.body)
             _returns_to_assignments(s.orelse)
@@ -712,11 +776,17 @@ def _returns_to_assignments(stmts):
 def _convert_returns(fn):
     """A function whose `return`s sit in `if` statements (outside loops) returns once, at the
     end, a variable the branches assign; so those `if`s can become kiln.cond."""
-    if any(isinstance(n, (ast.Yield, ast.YieldFrom)) for s in fn.body
-           for n in _walk_scope(s, enter=False)):
+    if any(
+        isinstance(n, (ast.Yield, ast.YieldFrom))
+        for s in fn.body
+        for n in _walk_scope(s, enter=False)
+    ):
         return
-    body = fn.body if _always_returns(fn.body) else fn.body + [
-        ast.copy_location(ast.Return(value=None), fn.body[-1])]
+    body = (
+        fn.body
+        if _always_returns(fn.body)
+        else fn.body + [ast.copy_location(ast.Return(value=None), fn.body[-1])]
+    )
     body = _lift_returns(body)
     last = body[-1]
     if isinstance(last, ast.If) and _has_return([last]) and _returns_only_through_ifs([last]):
@@ -758,8 +828,11 @@ def _set_blocks(s, fn):
 
 def _flag_test(kinds, flags):
     """`not flag` (or `not b and not c`) for the flags of the jump kinds in `kinds`."""
-    tests = [ast.UnaryOp(op=ast.Not(), operand=_name(flags[k])) for k in (ast.Break, ast.Continue)
-             if k in kinds]
+    tests = [
+        ast.UnaryOp(op=ast.Not(), operand=_name(flags[k]))
+        for k in (ast.Break, ast.Continue)
+        if k in kinds
+    ]
     return tests[0] if len(tests) == 1 else ast.BoolOp(op=ast.And(), values=tests)
 
 
@@ -769,8 +842,14 @@ def _guard_jumps(stmts, flags):
     out = []
     for i, s in enumerate(stmts):
         if isinstance(s, (ast.Break, ast.Continue)):
-            out.append(ast.copy_location(ast.Assign(targets=[_name(flags[type(s)], store=True)],
-                                                    value=ast.Constant(True)), s))
+            out.append(
+                ast.copy_location(
+                    ast.Assign(
+                        targets=[_name(flags[type(s)], store=True)], value=ast.Constant(True)
+                    ),
+                    s,
+                )
+            )
             return out
         kinds = _jumps([s])
         if not kinds:
@@ -778,10 +857,17 @@ def _guard_jumps(stmts, flags):
             continue
         _set_blocks(s, lambda block: _guard_jumps(block, flags))
         out.append(s)
-        if stmts[i + 1:]:
-            out.append(ast.copy_location(ast.If(test=_flag_test(kinds, flags),
-                                                body=_guard_jumps(stmts[i + 1:], flags),
-                                                orelse=[]), stmts[i + 1]))
+        if stmts[i + 1 :]:
+            out.append(
+                ast.copy_location(
+                    ast.If(
+                        test=_flag_test(kinds, flags),
+                        body=_guard_jumps(stmts[i + 1 :], flags),
+                        orelse=[],
+                    ),
+                    stmts[i + 1],
+                )
+            )
         return out
     return out
 
@@ -806,23 +892,39 @@ def _lower_jumps(stmts):
         flags = {ast.Break: f"ag__break_{s.lineno}", ast.Continue: f"ag__continue_{s.lineno}"}
         body = _guard_jumps(s.body, flags)
         if ast.Continue in kinds:
-            body.insert(0, ast.copy_location(
-                ast.Assign(targets=[_name(flags[ast.Continue], store=True)],
-                           value=ast.Constant(False)), s.body[0]))
+            body.insert(
+                0,
+                ast.copy_location(
+                    ast.Assign(
+                        targets=[_name(flags[ast.Continue], store=True)], value=ast.Constant(False)
+                    ),
+                    s.body[0],
+                ),
+            )
         if ast.Break in kinds:
-            out.append(ast.copy_location(
-                ast.Assign(targets=[_name(flags[ast.Break], store=True)],
-                           value=ast.Constant(False)), s))
+            out.append(
+                ast.copy_location(
+                    ast.Assign(
+                        targets=[_name(flags[ast.Break], store=True)], value=ast.Constant(False)
+                    ),
+                    s,
+                )
+            )
             not_broken = _flag_test({ast.Break}, flags)
             if isinstance(s, ast.While):
-                s.test = ast.copy_location(ast.BoolOp(op=ast.And(), values=[not_broken, s.test]),
-                                           s.test)
+                s.test = ast.copy_location(
+                    ast.BoolOp(op=ast.And(), values=[not_broken, s.test]), s.test
+                )
             else:  # the whole body, so that a scan or an unrolled loop does nothing once broken
                 body = [ast.copy_location(ast.If(test=not_broken, body=body, orelse=[]), s)]
                 s.ag_break = flags[ast.Break]
             if s.orelse:
-                s.orelse = [ast.copy_location(ast.If(test=copy.deepcopy(not_broken),
-                                                     body=s.orelse, orelse=[]), s.orelse[0])]
+                s.orelse = [
+                    ast.copy_location(
+                        ast.If(test=copy.deepcopy(not_broken), body=s.orelse, orelse=[]),
+                        s.orelse[0],
+                    )
+                ]
         s.body = body
         out.append(s)
     return out
@@ -838,8 +940,9 @@ def _name(id_, store=False):
 
 
 def _tuple(names, store=False):
-    return ast.Tuple(elts=[_name(n, store) for n in names],
-                     ctx=ast.Store() if store else ast.Load())
+    return ast.Tuple(
+        elts=[_name(n, store) for n in names], ctx=ast.Store() if store else ast.Load()
+    )
 
 
 def _strings(names):
@@ -847,13 +950,26 @@ def _strings(names):
 
 
 def _call(helper, *args):
-    return ast.Call(func=ast.Attribute(value=_name("ag__"), attr=helper, ctx=ast.Load()),
-                    args=list(args), keywords=[])
+    return ast.Call(
+        func=ast.Attribute(value=_name("ag__"), attr=helper, ctx=ast.Load()),
+        args=list(args),
+        keywords=[],
+    )
 
 
 def _lambda(expr):
-    return ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[],
-                                         kw_defaults=[], kwarg=None, defaults=[]), body=expr)
+    return ast.Lambda(
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[],
+            vararg=None,
+            kwonlyargs=[],
+            kw_defaults=[],
+            kwarg=None,
+            defaults=[],
+        ),
+        body=expr,
+    )
 
 
 class _Converter(ast.NodeTransformer):
@@ -876,10 +992,13 @@ class _Converter(ast.NodeTransformer):
         live = _Liveness(_closures(node))
         live.block(node.body, set())
         self.liveness.append(live)
-        self.globals.append({n for s in _walk_scope(node) if isinstance(s, ast.Global)
-                             for n in s.names})
-        self.declared.append(self.globals[-1] | {n for s in _walk_scope(node)
-                                                 if isinstance(s, ast.Nonlocal) for n in s.names})
+        self.globals.append(
+            {n for s in _walk_scope(node) if isinstance(s, ast.Global) for n in s.names}
+        )
+        self.declared.append(
+            self.globals[-1]
+            | {n for s in _walk_scope(node) if isinstance(s, ast.Nonlocal) for n in s.names}
+        )
         self.functions.append(node.name)
         self.generic_visit(node)
         self.liveness.pop()
@@ -901,23 +1020,37 @@ class _Converter(ast.NodeTransformer):
         converted too (when `recursive`). Calls that look at their caller's frame stay as they
         are."""
         self.generic_visit(node)
-        if self.recursive and not (isinstance(node.func, ast.Name)
-                                   and node.func.id in _FRAME_BUILTINS):
+        if self.recursive and not (
+            isinstance(node.func, ast.Name) and node.func.id in _FRAME_BUILTINS
+        ):
             node.func = ast.copy_location(_call("callee", node.func), node.func)
         return node
 
     def visit_IfExp(self, node):
         self.generic_visit(node)
         return ast.copy_location(
-            _call("if_exp", self._test(node.test), _lambda(node.body), _lambda(node.orelse),
-                  self._loc(node)), node)
+            _call(
+                "if_exp",
+                self._test(node.test),
+                _lambda(node.body),
+                _lambda(node.orelse),
+                self._loc(node),
+            ),
+            node,
+        )
 
     # -- helpers --
 
     def _loc(self, node):
         """(file, line, function): where a helper's errors point."""
-        return ast.Tuple(elts=[ast.Constant(self.filename), ast.Constant(node.lineno),
-                               ast.Constant(self.functions[-1])], ctx=ast.Load())
+        return ast.Tuple(
+            elts=[
+                ast.Constant(self.filename),
+                ast.Constant(node.lineno),
+                ast.Constant(self.functions[-1]),
+            ],
+            ctx=ast.Load(),
+        )
 
     def _fresh(self, kind, node):
         """ag__<kind>_<line>: the line of the statement it comes from (made unique)."""
@@ -935,23 +1068,38 @@ class _Converter(ast.NodeTransformer):
         """def name(params): <declarations> body; return (results)"""
         fn = ast.FunctionDef(
             name=name,
-            args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=p) for p in params],
-                               vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
-                               defaults=[]),
-            body=self._declarations() + list(body) + [ast.Return(value=self._results(body,
-                                                                                   results))],
-            decorator_list=[], returns=None, type_comment=None)
+            args=ast.arguments(
+                posonlyargs=[],
+                args=[ast.arg(arg=p) for p in params],
+                vararg=None,
+                kwonlyargs=[],
+                kw_defaults=[],
+                kwarg=None,
+                defaults=[],
+            ),
+            body=self._declarations()
+            + list(body)
+            + [ast.Return(value=self._results(body, results))],
+            decorator_list=[],
+            returns=None,
+            type_comment=None,
+        )
         return fn
 
     def _results(self, body, results):
         """(results): a tuple of the names, or, when the body may `del` one, their values or
         Undefined read from locals()."""
-        deleted = {n.id for s in body for n in _walk_scope(s, enter=False)
-                   if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)}
+        deleted = {
+            n.id
+            for s in body
+            for n in _walk_scope(s, enter=False)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Del)
+        }
         if not deleted & set(results):
             return _tuple(results)
-        return _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
-                     _strings(results))
+        return _call(
+            "state", ast.Call(func=_name("locals"), args=[], keywords=[]), _strings(results)
+        )
 
     def _declarations(self):
         """The enclosing function's global/nonlocal declarations, repeated in a new function
@@ -980,12 +1128,17 @@ class _Converter(ast.NodeTransformer):
         if isinstance(expr, ast.UnaryOp) and isinstance(expr.op, ast.Not):
             return _call("not_", self._test(expr.operand))
         simple = (ast.Name, ast.Constant)
-        if isinstance(expr, ast.Compare) and len(expr.ops) > 1 \
-                and all(isinstance(c, simple) for c in expr.comparators[:-1]):
+        if (
+            isinstance(expr, ast.Compare)
+            and len(expr.ops) > 1
+            and all(isinstance(c, simple) for c in expr.comparators[:-1])
+        ):
             # a < b < c -> (a < b) and (b < c): b is evaluated twice, so only names/constants.
             operands = [expr.left] + expr.comparators
-            pairs = [ast.Compare(left=operands[i], ops=[op], comparators=[operands[i + 1]])
-                     for i, op in enumerate(expr.ops)]
+            pairs = [
+                ast.Compare(left=operands[i], ops=[op], comparators=[operands[i + 1]])
+                for i, op in enumerate(expr.ops)
+            ]
             return self._test(ast.BoolOp(op=ast.And(), values=pairs))
         return expr
 
@@ -996,11 +1149,16 @@ class _Converter(ast.NodeTransformer):
             return f"`{_ESCAPE_NAMES[type(found)]}` at line {found.lineno}"
         for s in stmts:
             for n in _walk_scope(s, enter=False):
-                if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) \
-                        and n.func.id == "super" and not n.args:
+                if (
+                    isinstance(n, ast.Call)
+                    and isinstance(n.func, ast.Name)
+                    and n.func.id == "super"
+                    and not n.args
+                ):
                     return f"`super()` without arguments at line {n.lineno}"
-        if isinstance(node, ast.While) and any(isinstance(n, ast.NamedExpr)
-                                                for n in ast.walk(node.test)):
+        if isinstance(node, ast.While) and any(
+            isinstance(n, ast.NamedExpr) for n in ast.walk(node.test)
+        ):
             return "`:=` in its condition"
         return None
 
@@ -1023,8 +1181,13 @@ class _Converter(ast.NodeTransformer):
         modified = self._modified(node.body + node.orelse)
         self.generic_visit(node)
         if reason:
-            node.test = _call("guard", node.test, self._loc(node), ast.Constant("`if`"),
-                              ast.Constant(f"it contains {reason}"))
+            node.test = _call(
+                "guard",
+                node.test,
+                self._loc(node),
+                ast.Constant("`if`"),
+                ast.Constant(f"it contains {reason}"),
+            )
             return node
         outputs = sorted(modified & after)
         reads = _reads(ast.Module(body=node.body + node.orelse, type_ignores=[]))
@@ -1032,10 +1195,15 @@ class _Converter(ast.NodeTransformer):
         true_name, false_name = self._fresh("if_true", node), self._fresh("if_false", node)
         true_fn = self._def(true_name, params, node.body, outputs, node)
         false_fn = self._def(false_name, params, node.orelse or [ast.Pass()], outputs, node)
-        call = _call("if_stmt", self._test(node.test), _name(true_name), _name(false_name),
-                     _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
-                           _strings(params)),
-                     _strings(outputs), self._loc(node))
+        call = _call(
+            "if_stmt",
+            self._test(node.test),
+            _name(true_name),
+            _name(false_name),
+            _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]), _strings(params)),
+            _strings(outputs),
+            self._loc(node),
+        )
         return self._finish(node, [true_fn, false_fn, self._assign(outputs, call)])
 
     def visit_While(self, node):
@@ -1045,18 +1213,27 @@ class _Converter(ast.NodeTransformer):
         modified = self._modified(node.body)
         self.generic_visit(node)
         if reason:
-            node.test = _call("guard", node.test, self._loc(node), ast.Constant("`while` loop"),
-                              ast.Constant(f"its body contains {reason}"))
+            node.test = _call(
+                "guard",
+                node.test,
+                self._loc(node),
+                ast.Constant("`while` loop"),
+                ast.Constant(f"its body contains {reason}"),
+            )
             return node
         carries = sorted(modified & header)
         test_name, body_name = self._fresh("while_test", node), self._fresh("while_body", node)
         test_fn = self._def(test_name, carries, [], [], node)
         test_fn.body[-1] = ast.Return(value=self._test(node.test))
         body_fn = self._def(body_name, carries, node.body, carries, node)
-        call = _call("while_stmt", _name(test_name), _name(body_name),
-                     _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
-                           _strings(carries)),
-                     _strings(carries), self._loc(node))
+        call = _call(
+            "while_stmt",
+            _name(test_name),
+            _name(body_name),
+            _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]), _strings(carries)),
+            _strings(carries),
+            self._loc(node),
+        )
         return self._finish(node, [test_fn, body_fn, self._assign(carries, call)] + node.orelse)
 
     def visit_For(self, node):
@@ -1065,40 +1242,71 @@ class _Converter(ast.NodeTransformer):
         header = live.header[node]
         targets = _assigned([node.target])
         modified = self._modified(node.body) | (targets - self.declared[-1])
-        is_range = (isinstance(node.iter, ast.Call) and isinstance(node.iter.func, ast.Name)
-                    and node.iter.func.id == "range" and not node.iter.keywords
-                    and 1 <= len(node.iter.args) <= 3
-                    and not any(isinstance(a, ast.Starred) for a in node.iter.args))
+        is_range = (
+            isinstance(node.iter, ast.Call)
+            and isinstance(node.iter.func, ast.Name)
+            and node.iter.func.id == "range"
+            and not node.iter.keywords
+            and 1 <= len(node.iter.args) <= 3
+            and not any(isinstance(a, ast.Starred) for a in node.iter.args)
+        )
         if is_range:  # range itself is passed to the helper, not called through ag__.callee
             range_name = node.iter.func
             self.generic_visit(node)
             node.iter.func = range_name
         else:
             self.generic_visit(node)
-        if reason or not isinstance(node.target, (ast.Name, ast.Tuple, ast.List)) \
-                or targets & self.declared[-1]:
+        if (
+            reason
+            or not isinstance(node.target, (ast.Name, ast.Tuple, ast.List))
+            or targets & self.declared[-1]
+        ):
             if is_range and reason:
-                node.iter = _call("guard_range", node.iter.func,
-                                  ast.Tuple(elts=node.iter.args, ctx=ast.Load()), self._loc(node),
-                                  ast.Constant(f"its body contains {reason}"))
+                node.iter = _call(
+                    "guard_range",
+                    node.iter.func,
+                    ast.Tuple(elts=node.iter.args, ctx=ast.Load()),
+                    self._loc(node),
+                    ast.Constant(f"its body contains {reason}"),
+                )
             return node
         carries = sorted(modified & header)
         body_name = self._fresh("for_body", node)
-        body_fn = self._def(body_name, ["ag__item"] + carries,
-                            [ast.Assign(targets=[node.target], value=_name("ag__item"))]
-                            + node.body, carries, node)
-        state = _call("state", ast.Call(func=_name("locals"), args=[], keywords=[]),
-                      _strings(carries))
+        body_fn = self._def(
+            body_name,
+            ["ag__item"] + carries,
+            [ast.Assign(targets=[node.target], value=_name("ag__item"))] + node.body,
+            carries,
+            node,
+        )
+        state = _call(
+            "state", ast.Call(func=_name("locals"), args=[], keywords=[]), _strings(carries)
+        )
         flag = ast.Constant(getattr(node, "ag_break", None))
         carried_targets = _strings(sorted(targets & set(carries)))
         if is_range:
-            call = _call("for_range", node.iter.func, ast.Tuple(elts=node.iter.args,
-                                                                ctx=ast.Load()),
-                         _name(body_name), state, _strings(carries), carried_targets, flag,
-                         self._loc(node))
+            call = _call(
+                "for_range",
+                node.iter.func,
+                ast.Tuple(elts=node.iter.args, ctx=ast.Load()),
+                _name(body_name),
+                state,
+                _strings(carries),
+                carried_targets,
+                flag,
+                self._loc(node),
+            )
         else:
-            call = _call("for_stmt", node.iter, _name(body_name), state, _strings(carries),
-                         carried_targets, flag, self._loc(node))
+            call = _call(
+                "for_stmt",
+                node.iter,
+                _name(body_name),
+                state,
+                _strings(carries),
+                carried_targets,
+                flag,
+                self._loc(node),
+            )
         return self._finish(node, [body_fn, self._assign(carries, call)] + node.orelse)
 
 
@@ -1140,19 +1348,30 @@ def _find_def(fun):
         except SyntaxError as exc:
             return f"{_no_source}: {code.co_filename} does not parse ({exc.msg})"
     for node in ast.walk(cached[1]):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
-                and node.name == code.co_name:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == code.co_name:
             first = node.decorator_list[0].lineno if node.decorator_list else node.lineno
             a = node.args
-            params = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs
-                      + [v for v in (a.vararg, a.kwarg) if v]]
-            nparams = code.co_argcount + code.co_kwonlyargcount + \
-                bool(code.co_flags & 0x04) + bool(code.co_flags & 0x08)  # *args, **kwargs
-            if code.co_firstlineno in (first, node.lineno) and \
-                    params == list(code.co_varnames[:nparams]):
+            params = [
+                p.arg
+                for p in a.posonlyargs
+                + a.args
+                + a.kwonlyargs
+                + [v for v in (a.vararg, a.kwarg) if v]
+            ]
+            nparams = (
+                code.co_argcount
+                + code.co_kwonlyargcount
+                + bool(code.co_flags & 0x04)
+                + bool(code.co_flags & 0x08)
+            )  # *args, **kwargs
+            if code.co_firstlineno in (first, node.lineno) and params == list(
+                code.co_varnames[:nparams]
+            ):
                 return copy.deepcopy(node)  # the rewrite changes it in place
-    return (f"{_no_source}: no `def {code.co_name}` at {code.co_filename}:{code.co_firstlineno} "
-            "(a lambda, or a file changed since it was imported)")
+    return (
+        f"{_no_source}: no `def {code.co_name}` at {code.co_filename}:{code.co_firstlineno} "
+        "(a lambda, or a file changed since it was imported)"
+    )
 
 
 def _rewrite(fun, recursive):
@@ -1174,10 +1393,20 @@ def _rewrite(fun, recursive):
     own_name = [] if node.name in freevars else [ast.Global(names=[node.name])]
     factory = ast.FunctionDef(
         name="ag__factory",
-        args=ast.arguments(posonlyargs=[], args=[ast.arg(arg=a) for a in ["ag__"] + freevars],
-                           vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]),
-        body=own_name + [node, ast.Return(value=_name(node.name))], decorator_list=[],
-        returns=None, type_comment=None)
+        args=ast.arguments(
+            posonlyargs=[],
+            args=[ast.arg(arg=a) for a in ["ag__"] + freevars],
+            vararg=None,
+            kwonlyargs=[],
+            kw_defaults=[],
+            kwarg=None,
+            defaults=[],
+        ),
+        body=own_name + [node, ast.Return(value=_name(node.name))],
+        decorator_list=[],
+        returns=None,
+        type_comment=None,
+    )
     module = ast.Module(body=[factory], type_ignores=[])
     ast.copy_location(factory, node)
     ast.fix_missing_locations(module)
@@ -1198,14 +1427,20 @@ def _conversion(fun, recursive):
             _conversions[key] = rewritten
         else:
             factory_code = next(c for c in factory.co_consts if isinstance(c, types.CodeType))
-            new_code = next(c for c in factory_code.co_consts
-                            if isinstance(c, types.CodeType) and c.co_name == key[0].co_name)
+            new_code = next(
+                c
+                for c in factory_code.co_consts
+                if isinstance(c, types.CodeType) and c.co_name == key[0].co_name
+            )
             nested = [new_code]
             while nested:  # the generated functions and nested defs (lambdas stay as written)
                 code = nested.pop()
                 _converted_codes.add(code)
-                nested.extend(c for c in code.co_consts
-                              if isinstance(c, types.CodeType) and c.co_name != "<lambda>")
+                nested.extend(
+                    c
+                    for c in code.co_consts
+                    if isinstance(c, types.CodeType) and c.co_name != "<lambda>"
+                )
             _conversions[key] = _Conversion(new_code, ast.unparse(node))
     return _conversions[key]
 
@@ -1226,8 +1461,11 @@ def convert(fun, recursive=True):
     their control flow stays Python's. Bound methods are converted through their function."""
     if isinstance(fun, types.MethodType):
         return types.MethodType(convert(fun.__func__, recursive), fun.__self__)
-    if not isinstance(fun, types.FunctionType) or fun.__code__ in _converted_codes \
-            or "ag__" in fun.__code__.co_freevars:
+    if (
+        not isinstance(fun, types.FunctionType)
+        or fun.__code__ in _converted_codes
+        or "ag__" in fun.__code__.co_freevars
+    ):
         return fun  # not a function, or one conversion made (or a function defined inside it)
     cached = _converted.get(fun)
     if cached is not None and recursive in cached:
@@ -1237,10 +1475,12 @@ def convert(fun, recursive=True):
         return fun  # not cached here (a value holding its weak key would keep it alive)
     module = sys.modules[__name__]
     cells = dict(zip(fun.__code__.co_freevars, fun.__closure__ or ()))
-    closure = tuple(_cell(module) if name == "ag__" else cells[name]
-                    for name in conversion.code.co_freevars)
-    new = types.FunctionType(conversion.code, fun.__globals__, fun.__name__, fun.__defaults__,
-                             closure)
+    closure = tuple(
+        _cell(module) if name == "ag__" else cells[name] for name in conversion.code.co_freevars
+    )
+    new = types.FunctionType(
+        conversion.code, fun.__globals__, fun.__name__, fun.__defaults__, closure
+    )
     new.__kwdefaults__ = fun.__kwdefaults__
     functools.update_wrapper(new, fun)
     del new.__wrapped__  # inspect should see the converted function's own code
@@ -1256,12 +1496,15 @@ def to_source(fun, recursive=True):
         target = target.__wrapped__  # a jitted function: the function it compiles
     target = target.__func__ if isinstance(target, types.MethodType) else target
     if not isinstance(target, types.FunctionType):
-        raise _kiln.Error(f"[autograph] to_source needs a Python function: got "
-                          f"{type(fun).__name__}, expected a def")
+        raise _kiln.Error(
+            f"[autograph] to_source needs a Python function: got "
+            f"{type(fun).__name__}, expected a def"
+        )
     conversion = _conversion(target, recursive)
     if isinstance(conversion, str):
-        raise _kiln.Error(f"[autograph] {target.__qualname__} cannot be converted: "
-                          f"{conversion}")
+        raise _kiln.Error(
+            f"[autograph] {target.__qualname__} cannot be converted: " f"{conversion}"
+        )
     return conversion.source
 
 
@@ -1285,8 +1528,11 @@ def _unconverted_frames(tb):
     while tb is not None:
         code = tb.tb_frame.f_code
         if code not in _converted_codes and _is_user_code(code):
-            why = _lambda_reason if code.co_name == "<lambda>" else \
-                _conversions.get((code, True), _conversions.get((code, False)))
+            why = (
+                _lambda_reason
+                if code.co_name == "<lambda>"
+                else _conversions.get((code, True), _conversions.get((code, False)))
+            )
             out.append((code, why if isinstance(why, str) else None))
         tb = tb.tb_next
     return out
@@ -1302,13 +1548,16 @@ def _concrete_value_hint(exc):
         return exc
     functions = ", ".join(
         f"{code.co_qualname} ({code.co_filename}:{code.co_firstlineno}: "
-        f"{why or 'called from code that was not converted'})" for code, why in frames)
+        f"{why or 'called from code that was not converted'})"
+        for code, why in frames
+    )
     new = _kiln.Error(
         f"{exc}\n  kiln.jit converts Python if/while/for on traced tensors, but this statement "
         f"runs in code it did not convert: {functions}. Convert such a function with "
         "kiln.autograph.convert (kiln.autograph.to_source says why one cannot be: a lambda has "
         "no statements, so neither it nor what it calls is converted), or write its control "
-        "flow with kiln.cond / kiln.while_loop / kiln.fori_loop")
+        "flow with kiln.cond / kiln.while_loop / kiln.fori_loop"
+    )
     new.op = getattr(exc, "op", "autograph")
     new._ag_hinted = True
     return new
@@ -1317,6 +1566,7 @@ def _concrete_value_hint(exc):
 def _jit_tracing(fun):
     """What jit traces for `fun`: `fun` converted, run as a jit trace for _entry, with the hint
     of _concrete_value_hint on its errors."""
+
     @functools.wraps(fun)
     def traced(*args, **kwargs):
         depth = getattr(_local, "jit_depth", 0)
@@ -1345,11 +1595,17 @@ def jit(fun=None, *, static_argnums=(), static_argnames=(), autograph=True, **op
     signature maps one onto the other, as in JAX. Usable as @kiln.jit and
     @kiln.jit(static_argnums=..., static_argnames=...)."""
     if fun is None:
-        return functools.partial(jit, static_argnums=static_argnums,
-                                 static_argnames=static_argnames, autograph=autograph, **options)
+        return functools.partial(
+            jit,
+            static_argnums=static_argnums,
+            static_argnames=static_argnames,
+            autograph=autograph,
+            **options,
+        )
     traced = _jit_tracing(fun) if autograph else fun
-    jitted = _kiln.jit(traced, static_argnums=static_argnums, static_argnames=static_argnames,
-                       **options)
+    jitted = _kiln.jit(
+        traced, static_argnums=static_argnums, static_argnames=static_argnames, **options
+    )
     try:
         jitted.__wrapped__ = fun  # for to_source and inspect
     except (AttributeError, TypeError):

@@ -6,16 +6,28 @@ registered pytree of its layers; user models are dataclasses (or any pytree) of 
 """
 from . import _kiln
 from . import tree as _tree
-from . import tree as _tree
 from ._kiln import _nn as _native
 
 # The native layers, functions, losses and initialisers.
 globals().update({k: v for k, v in vars(_native).items() if not k.startswith("__")})
-# The convolution and pooling functions are Kiln ops (kiln.conv2d, ...), here too as in nn.h's users.
-globals().update({k: getattr(_kiln, k) for k in (
-    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "max_pool2d", "avg_pool2d",
-    "adaptive_avg_pool2d") if hasattr(_kiln, k)})
+# The convolution and pooling functions are Kiln ops (kiln.conv2d, ...), here too, as for nn.h.
+globals().update(
+    {
+        k: getattr(_kiln, k)
+        for k in (
+            "conv1d",
+            "conv2d",
+            "conv3d",
+            "conv_transpose1d",
+            "conv_transpose2d",
+            "conv_transpose3d",
+            "max_pool2d",
+            "avg_pool2d",
+            "adaptive_avg_pool2d",
+        )
+        if hasattr(_kiln, k)
+    }
+)
 
 
 # The one-input layers that take a Context (their dropout in training).

@@ -42,7 +42,7 @@ class Optimizer:
 
     @property
     def name(self):
-        """"sgd", "adam" or "adamw"."""
+        """ "sgd", "adam" or "adamw"."""
         return self._native.name
 
     @property
@@ -65,12 +65,16 @@ class Optimizer:
         leaves, structure = _tree.flatten(params)
         names = _tree.names(params)
         grad_leaves = _flatten_like(structure, grads, "the gradients")
-        slots = {k: _flatten_like(structure, v, f'state slot "{k}"')
-                 for k, v in state.slots.items()}
-        new, step, new_slots = self._native.update_leaves(leaves, grad_leaves, state.step, slots,
-                                                          names)
-        return (_tree.unflatten(structure, new),
-                OptState(step, {k: _tree.unflatten(structure, v) for k, v in new_slots.items()}))
+        slots = {
+            k: _flatten_like(structure, v, f'state slot "{k}"') for k, v in state.slots.items()
+        }
+        new, step, new_slots = self._native.update_leaves(
+            leaves, grad_leaves, state.step, slots, names
+        )
+        return (
+            _tree.unflatten(structure, new),
+            OptState(step, {k: _tree.unflatten(structure, v) for k, v in new_slots.items()}),
+        )
 
     def __repr__(self):
         return f"Optimizer({self.name})"
@@ -110,6 +114,7 @@ def _flatten_like(treedef, tree, what):
     """The leaves of `tree`, which must have the structure `treedef` (ValueError otherwise)."""
     leaves, got = _tree.flatten(tree)
     if got != treedef:
-        raise ValueError(f"{what} must have the parameters' structure: got {got!r}, "
-                         f"expected {treedef!r}")
+        raise ValueError(
+            f"{what} must have the parameters' structure: got {got!r}, " f"expected {treedef!r}"
+        )
     return leaves

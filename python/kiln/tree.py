@@ -13,4 +13,5 @@ def names(tree):
     "layers.0.weight" (fields and dict keys by name, sequence elements by index); "" for a root
     leaf."""
     from ._kiln import _nn
+
     return _nn._leaf_names(tree)

@@ -5,8 +5,14 @@ import numpy as np
 import kiln as kl
 
 add, sub, mul, div, pow = kl.add, kl.sub, kl.mul, kl.divide, kl.pow
-maximum, less, greater, matmul, where, astype = (kl.maximum, kl.less, kl.greater, kl.matmul,
-                                                 kl.where, kl.astype)
+maximum, less, greater, matmul, where, astype = (
+    kl.maximum,
+    kl.less,
+    kl.greater,
+    kl.matmul,
+    kl.where,
+    kl.astype,
+)
 sin, cos, exp, log, tanh, neg, square = kl.sin, kl.cos, kl.exp, kl.log, kl.tanh, kl.neg, kl.square
 sum, mean, reshape = kl.sum, kl.mean, kl.reshape
 

@@ -18,6 +18,7 @@ THIS_FILE = __file__
 def line_of(fun, text):
     """The line number in this file of the first line of `fun` containing `text`."""
     import inspect
+
     lines, first = inspect.getsourcelines(fun)
     return first + next(i for i, l in enumerate(lines) if text in l)
 
@@ -143,6 +144,7 @@ def test_conversion_is_cached_per_function_and_per_code():
             if x > 0:
                 x = x + k
             return x
+
         return add_k
 
     a, b = autograph.convert(make(1)), autograph.convert(make(10))
@@ -177,10 +179,12 @@ def test_python_values_collatz():
 
 
 def test_python_values_match_the_original():
-    cases = [(piecewise, [(-3.0,), (-0.5,), (0.5,), (2.0,)]),
-             (halve_while_big, [(10.0, 1), (10.0, 0), (0.5, 1)]),
-             (sum_of_multiples, [(1.5, 0), (1.5, 4)]),
-             (early_return, [(2.0,), (-1.0,), (-3.0,)])]
+    cases = [
+        (piecewise, [(-3.0,), (-0.5,), (0.5,), (2.0,)]),
+        (halve_while_big, [(10.0, 1), (10.0, 0), (0.5, 1)]),
+        (sum_of_multiples, [(1.5, 0), (1.5, 4)]),
+        (early_return, [(2.0,), (-1.0,), (-3.0,)]),
+    ]
     for fun, argsets in cases:
         converted = autograph.convert(fun)
         assert converted is not fun
@@ -356,7 +360,7 @@ def test_issue_collatz_under_jit():
     @kl.jit
     def collatz(n):
         steps = kl.zeros((), kl.int32)
-        while n != 1:                     # tensor-dependent: becomes kl.while_loop
+        while n != 1:  # tensor-dependent: becomes kl.while_loop
             n = kl.where(n % 2 == 0, n // 2, 3 * n + 1)
             steps += 1
         return steps
@@ -370,8 +374,7 @@ def test_collatz_with_nested_if_under_jit_matches_eager():
     jitted = kl.jit(collatz_steps)
     for n in (1, 7, 27):
         eager = collatz_steps(kl.asarray(n))  # unconverted, concrete tensors
-        assert int(np.asarray(jitted(kl.asarray(n)))) == int(np.asarray(eager)) \
-            == collatz_python(n)
+        assert int(np.asarray(jitted(kl.asarray(n)))) == int(np.asarray(eager)) == collatz_python(n)
 
 
 def test_if_elif_else_and_nested_conditionals():
@@ -411,8 +414,9 @@ def test_for_range_with_a_tensor_bound():
 def test_early_return_becomes_one_cond():
     jitted = kl.jit(early_return)
     for v in (2.0, -1.0, -3.0):
-        assert float(np.asarray(jitted(kl.asarray(np.float32(v))))) == \
-            pytest.approx(early_return(v))
+        assert float(np.asarray(jitted(kl.asarray(np.float32(v))))) == pytest.approx(
+            early_return(v)
+        )
 
 
 def test_and_or_not_in_tensor_conditions():
@@ -558,8 +562,7 @@ def test_conditional_expression_on_a_traced_tensor():
 
     jitted = kl.jit(relu_ish)
     for v in (3.0, -3.0):
-        assert float(np.asarray(jitted(kl.asarray(np.float32(v))))) == pytest.approx(
-            relu_ish(v))
+        assert float(np.asarray(jitted(kl.asarray(np.float32(v))))) == pytest.approx(relu_ish(v))
 
 
 def test_to_source_of_a_jitted_function():
@@ -579,8 +582,7 @@ def test_for_over_a_traced_tensor_scans():
     for row in xs:
         expected = expected * 0.5 + row
     assert "ag__.for_stmt(" in autograph.to_source(decayed_sum)
-    np.testing.assert_allclose(np.asarray(kl.jit(decayed_sum)(kl.asarray(xs))), expected,
-                               rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(kl.jit(decayed_sum)(kl.asarray(xs))), expected, rtol=1e-6)
 
 
 def test_converted_function_on_concrete_tensors_runs_python_statements():
@@ -589,8 +591,9 @@ def test_converted_function_on_concrete_tensors_runs_python_statements():
         assert int(np.asarray(converted(kl.asarray(n)))) == collatz_python(n)
     for v in (-3.0, 0.5):
         x = kl.asarray(np.float32(v))
-        assert float(np.asarray(autograph.convert(piecewise)(x))) == \
-            pytest.approx(piecewise_reference(v))
+        assert float(np.asarray(autograph.convert(piecewise)(x))) == pytest.approx(
+            piecewise_reference(v)
+        )
 
 
 def test_vmap_with_per_example_trip_counts():
@@ -598,8 +601,7 @@ def test_vmap_with_per_example_trip_counts():
     expected = [collatz_python(int(n)) for n in ns]
     converted = autograph.convert(collatz_steps)
     np.testing.assert_array_equal(np.asarray(kl.vmap(converted)(kl.asarray(ns))), expected)
-    np.testing.assert_array_equal(np.asarray(kl.jit(kl.vmap(converted))(kl.asarray(ns))),
-                                  expected)
+    np.testing.assert_array_equal(np.asarray(kl.jit(kl.vmap(converted))(kl.asarray(ns))), expected)
 
 
 def test_grad_through_a_converted_data_dependent_loop():
@@ -690,7 +692,7 @@ def break_and_continue(x, n, xs):
 def test_break_and_continue_on_python_values():
     converted = autograph.convert(break_and_continue)
     src = autograph.to_source(break_and_continue)
-    assert not [l for l in src.splitlines() if l.strip() in ("break", "continue")]
+    assert not [s for s in src.splitlines() if s.strip() in ("break", "continue")]
     for args in ((1.0, 5, [1.0, 0.5, 3.0, 1.0]), (7.0, 12, [0.1, 0.2]), (0.001, 0, [])):
         assert converted(*args) == break_and_continue(*args)
 
@@ -721,6 +723,7 @@ class _ProgramGenerator:
 
     def __init__(self, seed):
         import random
+
         self.r = random.Random(seed)
         self.loops = 0
 
@@ -736,8 +739,10 @@ class _ProgramGenerator:
             return f"{self.cond(scope, True)} {r.choice(['and', 'or'])} {self.cond(scope, True)}"
         if not nested and k < 0.3:
             return f"not {self.cond(scope, True)}"
-        return (f"{self.atom(scope)} % {r.randint(2, 5)} {r.choice(['<', '>', '==', '!='])} "
-                f"{r.randint(0, 3)}")
+        return (
+            f"{self.atom(scope)} % {r.randint(2, 5)} {r.choice(['<', '>', '==', '!='])} "
+            f"{r.randint(0, 3)}"
+        )
 
     def block(self, scope, depth, in_loop):
         r, out = self.r, []
@@ -782,6 +787,7 @@ class _ProgramGenerator:
 
 def test_random_programs_agree_on_python_values_and_traced_tensors(tmp_path):
     import importlib.util
+
     count = 25
     path = tmp_path / "ag_random_programs.py"
     path.write_text("".join(_ProgramGenerator(seed).program(f"p{seed}") for seed in range(count)))
@@ -801,6 +807,7 @@ def test_random_programs_agree_on_python_values_and_traced_tensors(tmp_path):
 def test_python_values_with_try_with_match_generators_coroutines_and_super():
     import asyncio
     import contextlib
+
     log = []
 
     @contextlib.contextmanager
@@ -865,8 +872,12 @@ def test_python_values_with_try_with_match_generators_coroutines_and_super():
                 x = super().f(x)
             return x
 
-    for fun, args in ((jumps_through_with_and_finally, (6,)), (walrus, ([1, 2, 3],)),
-                      (matcher, ([1, 5],)), (matcher, (3,))):
+    for fun, args in (
+        (jumps_through_with_and_finally, (6,)),
+        (walrus, ([1, 2, 3],)),
+        (matcher, ([1, 5],)),
+        (matcher, (3,)),
+    ):
         log.clear()
         expected, expected_log = fun(*args), list(log)
         log.clear()
@@ -891,9 +902,9 @@ def test_static_arguments_keep_python_control_flow():
 
     jitted = kl.jit(power, static_argnums=(1, 2))
     x = kl.asarray(np.float32(1.5))
-    assert float(np.asarray(jitted(x, 3, "neg"))) == pytest.approx(-1.5 ** 3)
-    assert float(np.asarray(jitted(x, 3, "neg"))) == pytest.approx(-1.5 ** 3)
-    assert float(np.asarray(jitted(x, 2, "pos"))) == pytest.approx(1.5 ** 2)
+    assert float(np.asarray(jitted(x, 3, "neg"))) == pytest.approx(-(1.5**3))
+    assert float(np.asarray(jitted(x, 3, "neg"))) == pytest.approx(-(1.5**3))
+    assert float(np.asarray(jitted(x, 2, "pos"))) == pytest.approx(1.5**2)
     assert traces == [(3, "neg"), (2, "pos")]  # traced once per static value
 
 
@@ -945,7 +956,8 @@ def test_called_functions_with_tensor_control_flow_under_jit():
         assert got == pytest.approx(caller(v))
     with pytest.raises(kl.Error):  # shallow conversion: the helper's `if` stays Python's
         kl.jit(autograph.convert(caller, recursive=False), autograph=False)(
-            kl.asarray(np.float32(1.0)))
+            kl.asarray(np.float32(1.0))
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -959,7 +971,7 @@ def last_multiple_through_a_lambda(x, n):
     show = lambda: last * 1.0  # noqa: E731 (the lambda is the point)
     i = 0
     while i < n:
-        last = x * i       # `last` is read after the loop only through `show`
+        last = x * i  # `last` is read after the loop only through `show`
         i = i + 1
     return show()
 
@@ -980,7 +992,7 @@ def pair_through_a_nested_def(x):
 def halve_with_closures_in_the_body(x, n):
     i = 0
     while i < n:
-        d = x - 1.0         # a temporary of the body that its closures read: not carried
+        d = x - 1.0  # a temporary of the body that its closures read: not carried
         x = kl.cond(d > 0, lambda: x - d * 0.5, lambda: x + 1.0)
 
         def twice():
@@ -1025,7 +1037,7 @@ def test_recursion_that_ends_on_python_values():
     got = kl.jit(scaled_factorial, static_argnums=1)(kl.asarray(2.0), 5)
     assert float(np.asarray(got)) == 2.0 * math.factorial(5)
     got = kl.jit(power, static_argnums=1)(kl.asarray(np.float64(1.5)), 7)
-    assert float(np.asarray(got)) == pytest.approx(1.5 ** 7, rel=1e-14)
+    assert float(np.asarray(got)) == pytest.approx(1.5**7, rel=1e-14)
 
     def countdown(n):  # recursive through its closure cell rather than a global
         if n == 0:
@@ -1107,8 +1119,11 @@ def test_an_unconvertible_function_under_jit_says_so():
     message = str(info.value)
     line = line_of(through_a_converted_if, "lambda: triangle_sum")
     assert "in the `if` at" in message
-    assert f"did not convert: through_a_converted_if.<locals>.<lambda> ({THIS_FILE}:{line}: " \
-        "no source: a lambda" in message and "triangle_sum (" in message
+    assert (
+        f"did not convert: through_a_converted_if.<locals>.<lambda> ({THIS_FILE}:{line}: "
+        "no source: a lambda" in message
+        and "triangle_sum (" in message
+    )
 
 
 def ranges(x, a, b, m=kl):
@@ -1133,8 +1148,9 @@ def test_ranges_over_traced_bounds_become_fori_loops_with_right_gradients():
         for v in (0.3, 0.8):
             x = kl.asarray(np.float64(v))
             bounds = (kl.asarray(a), kl.asarray(b))
-            assert float(np.asarray(jitted(x, *bounds))) == \
-                pytest.approx(ranges(v, a, b, np), rel=1e-12)
+            assert float(np.asarray(jitted(x, *bounds))) == pytest.approx(
+                ranges(v, a, b, np), rel=1e-12
+            )
             h = 1e-6
             fd = (ranges(v + h, a, b, np) - ranges(v - h, a, b, np)) / (2 * h)
             assert float(np.asarray(dx(x, *bounds))) == pytest.approx(fd, rel=1e-7, abs=1e-9)
@@ -1147,8 +1163,10 @@ def test_ranges_over_traced_bounds_become_fori_loops_with_right_gradients():
         body, cond = loop.split("cond_fn=func @cond_fn(")
         one = re.search(r"(%c\d+) = const 1 : i32\[\]", body)
         assert one and f"= add %a0, {one.group(1)} : i32[]" in body
-        assert cond.split("{")[1].split("}")[0].split() == \
-            "%0 = lt %a0, %a2 : bool[] return %0".split()
+        assert (
+            cond.split("{")[1].split("}")[0].split()
+            == "%0 = lt %a0, %a2 : bool[] return %0".split()
+        )
 
 
 def test_range_with_a_zero_step_over_traced_bounds_is_pythons_error():
@@ -1176,5 +1194,6 @@ def test_range_over_traced_bounds_lowers_as_the_handwritten_fori_loop():
 
     args = (kl.asarray(np.float64(0.5)), kl.asarray(2), kl.asarray(7))
     ir = kl.jit(converted).lower(*args)
-    assert ir.replace("@converted", "@f") == \
-        kl.jit(handwritten).lower(*args).replace("@handwritten", "@f")
+    assert ir.replace("@converted", "@f") == kl.jit(handwritten).lower(*args).replace(
+        "@handwritten", "@f"
+    )

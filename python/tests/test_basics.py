@@ -31,8 +31,9 @@ def test_python_scalars_and_lists():
     assert kl.asarray(3).dtype == kl.int32
     assert kl.asarray(3.5).dtype == kl.float32
     assert kl.asarray(True).dtype == kl.bool_
-    np.testing.assert_array_equal(np.asarray(kl.asarray([[1.5, 2], [3, 4]])),
-                                  np.array([[1.5, 2], [3, 4]], np.float32))
+    np.testing.assert_array_equal(
+        np.asarray(kl.asarray([[1.5, 2], [3, 4]])), np.array([[1.5, 2], [3, 4]], np.float32)
+    )
 
 
 def test_strided_views():

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import kiln as kl
-from kops import add, astype, close, cos, greater, less, mul, sin, sub, sum, where
+from kops import add, astype, close, cos, greater, less, mul, sin, sum
 
 rng = np.random.default_rng(1)
 
@@ -15,9 +15,13 @@ def randn(*shape, dtype=np.float32):
 
 def test_cond_eager_and_jit_with_pytree_operands():
     def f(x, t):
-        return kl.cond(greater(sum(x), 0.0),
-                       lambda x, t: {"a": sin(x), "b": t["s"]},
-                       lambda x, t: {"a": cos(x), "b": mul(t["s"], 2.0)}, x, t)
+        return kl.cond(
+            greater(sum(x), 0.0),
+            lambda x, t: {"a": sin(x), "b": t["s"]},
+            lambda x, t: {"a": cos(x), "b": mul(t["s"], 2.0)},
+            x,
+            t,
+        )
 
     for x in (np.abs(randn(3)), -np.abs(randn(3))):
         expect = np.sin(x) if x.sum() > 0 else np.cos(x)
@@ -59,8 +63,10 @@ def test_while_loop_eager_and_jit():
         # Halve x until it is below 1, counting the steps (a data-dependent trip count).
         def body(c):
             return {"x": mul(c["x"], 0.5), "n": add(c["n"], 1)}
-        return kl.while_loop(lambda c: greater(c["x"], 1.0), body,
-                             {"x": x, "n": kl.asarray(0)})["n"]
+
+        return kl.while_loop(lambda c: greater(c["x"], 1.0), body, {"x": x, "n": kl.asarray(0)})[
+            "n"
+        ]
 
     calls = []
 
@@ -79,8 +85,11 @@ def test_while_loop_eager_and_jit():
 def test_while_loop_with_a_tuple_carry_under_vmap():
     # Each example counts to its own bound: vmap of a while_loop with batched predicates.
     bounds = np.array([0, 3, 7, 1], np.int32)
-    f = lambda b: kl.while_loop(lambda c: less(c[0], b), lambda c: (add(c[0], 1), add(c[1], 2.0)),  # noqa: E731
-                                (kl.asarray(0), kl.asarray(0.0)))
+    f = lambda b: kl.while_loop(
+        lambda c: less(c[0], b),
+        lambda c: (add(c[0], 1), add(c[1], 2.0)),  # noqa: E731
+        (kl.asarray(0), kl.asarray(0.0)),
+    )
     i, acc = kl.vmap(f)(bounds)
     close(i, bounds)
     close(acc, 2.0 * bounds)
@@ -94,8 +103,12 @@ def test_fori_loop_static_and_tensor_bounds():
     close(kl.fori_loop(2, 7, body, np.float32(1.0)), expect)
     close(kl.jit(lambda c: kl.fori_loop(2, 7, body, c))(np.float32(1.0)), expect)
     close(kl.fori_loop(kl.asarray(2), kl.asarray(7), body, np.float32(1.0)), expect)
-    close(kl.jit(lambda lo, hi, c: kl.fori_loop(lo, hi, body, c))(np.int32(2), np.int32(7),
-                                                                  np.float32(1.0)), expect)
+    close(
+        kl.jit(lambda lo, hi, c: kl.fori_loop(lo, hi, body, c))(
+            np.int32(2), np.int32(7), np.float32(1.0)
+        ),
+        expect,
+    )
     close(kl.fori_loop(5, 2, body, np.float32(1.0)), 1.0)  # no steps
 
 
@@ -113,12 +126,17 @@ def test_scan_cumsum_reverse_and_pytrees():
     carry, ys = kl.scan(lambda c, x: (add(c, x), c), np.zeros(2, np.float32), xs)
     close(carry, xs.sum(0), 1e-5, 1e-6)
     close(ys, np.concatenate([np.zeros((1, 2)), np.cumsum(xs, 0)[:-1]]), 1e-5, 1e-6)
-    carry, ys = kl.scan(lambda c, x: (add(c, x), add(c, x)), np.zeros(2, np.float32), xs,
-                        reverse=True)
+    carry, ys = kl.scan(
+        lambda c, x: (add(c, x), add(c, x)), np.zeros(2, np.float32), xs, reverse=True
+    )
     close(ys, np.cumsum(xs[::-1], 0)[::-1], 1e-5, 1e-6)
     # Pytree xs and y, unroll, and no xs with a length.
-    carry, ys = kl.scan(lambda c, x: (c, {"s": add(x["a"], x["b"][0])}), np.float32(0),
-                        {"a": xs, "b": [xs]}, unroll=4)
+    carry, ys = kl.scan(
+        lambda c, x: (c, {"s": add(x["a"], x["b"][0])}),
+        np.float32(0),
+        {"a": xs, "b": [xs]},
+        unroll=4,
+    )
     close(ys["s"], 2 * xs)
     carry, ys = kl.scan(lambda c, _: (mul(c, 2.0), c), np.float32(1.0), None, length=4)
     close(ys, [1, 2, 4, 8])
@@ -153,12 +171,15 @@ def test_exceptions_in_bodies_keep_their_type():
     def body(c):
         raise Stop("in the body")
 
-    for run in (lambda: kl.while_loop(lambda c: greater(c, 0.0), body, np.float32(1.0)),
-                lambda: kl.jit(lambda x: kl.while_loop(lambda c: greater(c, 0.0), body, x))(
-                    np.float32(1.0)),
-                lambda: kl.cond(True, body, body, 1.0),
-                lambda: kl.fori_loop(0, 3, lambda i, c: body(c), 1.0),
-                lambda: kl.scan(lambda c, x: body(c), 1.0, None, length=2)):
+    for run in (
+        lambda: kl.while_loop(lambda c: greater(c, 0.0), body, np.float32(1.0)),
+        lambda: kl.jit(lambda x: kl.while_loop(lambda c: greater(c, 0.0), body, x))(
+            np.float32(1.0)
+        ),
+        lambda: kl.cond(True, body, body, 1.0),
+        lambda: kl.fori_loop(0, 3, lambda i, c: body(c), 1.0),
+        lambda: kl.scan(lambda c, x: body(c), 1.0, None, length=2),
+    ):
         with pytest.raises(Stop, match="in the body"):
             run()
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kiln as kl
-from kops import add, central_diff, close, cos, exp, log, mul, sin, sum
+from kops import central_diff, close, cos, exp, log, mul, sin, sum
 
 rng = np.random.default_rng(0)
 
@@ -139,6 +139,7 @@ def test_forward_mode_through_custom_vjp_is_an_error():
 
 # ---- nondiff_argnums ---------------------------------------------------------------------------
 
+
 def test_clip_gradient_with_nondiff_argnums():
     # JAX's example: the bounds are static, passed first to bwd; bwd returns x's cotangent only.
     @functools.partial(kl.custom_vjp, nondiff_argnums=(0, 1))
@@ -194,7 +195,7 @@ def test_custom_jvp_with_a_nondiff_callable():
 
     x = randn(3)
     cube = lambda v: mul(mul(v, v), v)  # noqa: E731
-    close(app(cube, x), x ** 3, 1e-14, 0)
+    close(app(cube, x), x**3, 1e-14, 0)
     close(kl.jvp(lambda x: app(cube, x), (x,), (np.ones(3),))[1], np.full(3, 2.0), 0, 0)
     close(kl.grad(lambda x: sum(app(cube, x)))(x), np.full(3, 2.0), 0, 0)
 
@@ -212,12 +213,13 @@ def test_custom_jvp_with_a_nondiff_int_and_the_true_derivative():
 
     x = np.abs(randn(4)) + 0.5
     for n in (2, 3):
-        (want,) = torch_grads(lambda x: (x ** n).sum(), x)
+        (want,) = torch_grads(lambda x: (x**n).sum(), x)
         close(kl.grad(lambda x: sum(power(x, n)))(x), want, 1e-12, 1e-12)
         close(kl.jit(kl.grad(lambda x: sum(power(x, n))))(x), want, 1e-12, 1e-12)
 
 
 # ---- errors ------------------------------------------------------------------------------------
+
 
 def test_bwd_with_the_wrong_number_of_cotangents():
     @kl.custom_vjp
@@ -225,8 +227,10 @@ def test_bwd_with_the_wrong_number_of_cotangents():
         return mul(x, y)
 
     f.defvjp(lambda x, y: (mul(x, y), (x, y)), lambda res, g: (mul(g, res[1]),))
-    with pytest.raises(kl.Error, match=r"bwd must return one cotangent per argument: got .*"
-                                       r"expected a tuple of 2"):
+    with pytest.raises(
+        kl.Error,
+        match=r"bwd must return one cotangent per argument: got .*" r"expected a tuple of 2",
+    ):
         kl.grad(lambda x, y: sum(f(x, y)))(randn(3), randn(3))
 
     @functools.partial(kl.custom_vjp, nondiff_argnums=(0,))

@@ -12,7 +12,6 @@ import pytest
 import kiln as kl
 
 
-
 def rows(pipeline, field):
     return [np.asarray(s[field]).tolist() for s in pipeline]
 
@@ -48,8 +47,9 @@ def to_numpy_plus_one(sample):
 @pytest.mark.parametrize("threads", [0, 2])
 def test_python_map_keeps_order(threads):
     n = 300
-    p = kl.data.from_tensors({"x": np.arange(n, dtype=np.float32),
-                              "y": np.arange(n, dtype=np.int64)})
+    p = kl.data.from_tensors(
+        {"x": np.arange(n, dtype=np.float32), "y": np.arange(n, dtype=np.int64)}
+    )
     out = list(p.map(to_numpy_plus_one, num_threads=threads, chunk_size=7).batch(32).prefetch(2))
     xs = np.concatenate([np.asarray(b["x"]) for b in out])
     ys = np.concatenate([np.asarray(b["y"]) for b in out])
@@ -80,8 +80,12 @@ def test_exception_in_python_map_surfaces_with_type_and_message(threads):
             raise Boom("sample 37 is cursed")
         return sample
 
-    p = kl.data.from_tensors({"i": np.arange(100, dtype=np.int64)}).map(
-        bad, num_threads=threads).batch(8).prefetch(2)
+    p = (
+        kl.data.from_tensors({"i": np.arange(100, dtype=np.int64)})
+        .map(bad, num_threads=threads)
+        .batch(8)
+        .prefetch(2)
+    )
     with pytest.raises(Boom, match="sample 37 is cursed"):
         for _ in p:
             pass
@@ -111,8 +115,13 @@ def run_two_python_workers():
             calls.append(threading.get_ident())
         return {"x": np.asarray(sample["x"]) * 2}
 
-    p = (kl.data.from_tensors({"x": np.arange(400, dtype=np.float32)})
-         .shuffle(seed=1).map(slow, num_threads=2, chunk_size=4).batch(16).prefetch(3))
+    p = (
+        kl.data.from_tensors({"x": np.arange(400, dtype=np.float32)})
+        .shuffle(seed=1)
+        .map(slow, num_threads=2, chunk_size=4)
+        .batch(16)
+        .prefetch(3)
+    )
     for _ in range(3):
         total = sum(float(np.asarray(b["x"]).sum()) for b in p)
         assert total == 2 * sum(range(400))
@@ -125,8 +134,15 @@ def run_two_python_workers():
 
 def test_filter_take_skip_repeat():
     p = kl.data.from_tensors({"i": np.arange(20, dtype=np.int64)})
-    assert rows(p.filter(lambda s: int(np.asarray(s["i"])) % 3 == 0), "i") == [0, 3, 6, 9, 12, 15,
-                                                                                18]
+    assert rows(p.filter(lambda s: int(np.asarray(s["i"])) % 3 == 0), "i") == [
+        0,
+        3,
+        6,
+        9,
+        12,
+        15,
+        18,
+    ]
     assert rows(p.skip(5).take(3), "i") == [5, 6, 7]
     assert rows(p.take(2).repeat(2), "i") == [0, 1, 0, 1]
 
@@ -186,8 +202,11 @@ def test_images_and_transforms(tmp_path):
 
 
 def test_two_python_threads_share_one_iteration():
-    p = kl.data.from_tensors({"i": np.arange(2000, dtype=np.int64)}).map(
-        lambda s: s, num_threads=2).prefetch(4)
+    p = (
+        kl.data.from_tensors({"i": np.arange(2000, dtype=np.int64)})
+        .map(lambda s: s, num_threads=2)
+        .prefetch(4)
+    )
     seen = [[], []]
 
     def drain(k):
@@ -221,7 +240,13 @@ print("exiting")
     import os
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=60, env=dict(os.environ))
+
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "exiting"

@@ -11,9 +11,16 @@ import torch
 import kiln as kl
 from memory import check_rss_growth, rss_bytes
 
-NUMPY_DTYPES = [(np.float32, kl.float32), (np.float64, kl.float64), (np.int32, kl.int32),
-                (np.int64, kl.int64), (np.uint8, kl.uint8), (np.uint32, kl.uint32),
-                (np.float16, kl.float16), (np.bool_, kl.bool_)]
+NUMPY_DTYPES = [
+    (np.float32, kl.float32),
+    (np.float64, kl.float64),
+    (np.int32, kl.int32),
+    (np.int64, kl.int64),
+    (np.uint8, kl.uint8),
+    (np.uint32, kl.uint32),
+    (np.float16, kl.float16),
+    (np.bool_, kl.bool_),
+]
 
 
 @pytest.mark.parametrize("np_dtype,kl_dtype", NUMPY_DTYPES)
@@ -94,9 +101,15 @@ def test_no_leak_over_numpy_round_trips():
     assert sys.getrefcount(a) == base
 
 
-TORCH_DTYPES = [(torch.float32, kl.float32), (torch.float64, kl.float64),
-                (torch.int32, kl.int32), (torch.int64, kl.int64), (torch.uint8, kl.uint8),
-                (torch.float16, kl.float16), (torch.bfloat16, kl.bfloat16)]
+TORCH_DTYPES = [
+    (torch.float32, kl.float32),
+    (torch.float64, kl.float64),
+    (torch.int32, kl.int32),
+    (torch.int64, kl.int64),
+    (torch.uint8, kl.uint8),
+    (torch.float16, kl.float16),
+    (torch.bfloat16, kl.bfloat16),
+]
 
 
 @pytest.mark.parametrize("torch_dtype,kl_dtype", TORCH_DTYPES)
@@ -121,8 +134,7 @@ def test_kiln_from_torch_shares_memory(torch_dtype, kl_dtype):
     if kl_dtype != kl.bfloat16:
         np.asarray(t)[0, 0] = 4
         assert float(p[0, 0]) == 4.0
-    np.testing.assert_array_equal(np.asarray((t * 2).astype(kl.float32)),
-                                  (p * 2).float().numpy())
+    np.testing.assert_array_equal(np.asarray((t * 2).astype(kl.float32)), (p * 2).float().numpy())
 
 
 def test_dlpack_strided_views_and_bool():
@@ -136,11 +148,16 @@ def test_dlpack_strided_views_and_bool():
     b = torch.from_dlpack(kl.asarray(np.array([True, False])))
     assert b.dtype == torch.uint8 and b.tolist() == [1, 0]  # DLPack 0.6 has no bool
     assert kl.asarray(1.0).__dlpack_device__() == (1, 0)
-    with pytest.raises(kl.Error, match=r"\[__dlpack__\] a view with negative strides cannot be "
-                                       r"exported: got strides \[-1\], expected non-negative"):
+    with pytest.raises(
+        kl.Error,
+        match=r"\[__dlpack__\] a view with negative strides cannot be "
+        r"exported: got strides \[-1\], expected non-negative",
+    ):
         torch.from_dlpack(kl.arange(3, dtype=kl.float32)[::-1])
-    np.testing.assert_array_equal(torch.from_dlpack(kl.array(t[::-1])).numpy(),
-                                  np.arange(12, dtype=np.float32).reshape(3, 4)[::-1])
+    np.testing.assert_array_equal(
+        torch.from_dlpack(kl.array(t[::-1])).numpy(),
+        np.arange(12, dtype=np.float32).reshape(3, 4)[::-1],
+    )
 
 
 def test_dlpack_with_numpy():
@@ -172,8 +189,11 @@ def test_capsules_are_consumed_once():
     capsule = t.__dlpack__()
     k = kl.from_dlpack(capsule)
     assert np.asarray(k).tolist() == [1.0, 1.0, 1.0]
-    with pytest.raises(kl.Error, match=r"\[from_dlpack\] the capsule cannot be consumed: got "
-                                       r"one named 'used_dltensor', expected"):
+    with pytest.raises(
+        kl.Error,
+        match=r"\[from_dlpack\] the capsule cannot be consumed: got "
+        r"one named 'used_dltensor', expected",
+    ):
         kl.from_dlpack(capsule)
     p = torch.utils.dlpack.from_dlpack(t.__dlpack__())
     assert p.tolist() == [1.0, 1.0, 1.0]
@@ -243,6 +263,7 @@ def test_kiln_and_pytorch_share_one_thread_count():
 
 # ---- read-only memory ----------------------------------------------------------------------------
 
+
 def get_writable_buffer(obj):
     """PyObject_GetBuffer(obj, PyBUF_WRITABLE), as a C extension that writes would ask."""
     view = (ctypes.c_char * 256)()  # room for a Py_buffer
@@ -298,6 +319,7 @@ def test_writable_memory_and_kiln_broadcasts():
 
 # ---- bool bytes --------------------------------------------------------------------------------
 
+
 def test_non_canonical_bool_bytes_are_true_everywhere():
     raw = np.array([0, 1, 2, 128, 255, 0, 7, 1], np.uint8)
     b = raw.view(np.bool_)  # numpy's bool: any non-zero byte is True
@@ -321,23 +343,29 @@ def test_non_canonical_bool_bytes_are_true_everywhere():
     assert np.shares_memory(np.asarray(kl.asarray(canonical)), canonical)  # shared as before
 
 
-
 def test_numpy_bools_inside_traced_functions():
     # A NumPy bool array met while tracing (a constant mask) is read as it is converted, not
     # through traced ops: canonical, non-canonical and strided bytes alike.
     raw = np.array([0, 3, 1, 0, 255, 1], np.uint8)
-    masks = [np.array([True, False, True, False, True, True]), raw.view(np.bool_),
-             np.repeat(raw.view(np.bool_), 2)[::2]]
+    masks = [
+        np.array([True, False, True, False, True, True]),
+        raw.view(np.bool_),
+        np.repeat(raw.view(np.bool_), 2)[::2],
+    ]
     x = np.arange(6.0)
     for m in masks:
         truth = np.asarray(m) != 0
         expected = np.where(truth, x, 0.0)
-        np.testing.assert_array_equal(np.asarray(kl.jit(lambda a: kl.where(m, a, 0.0))(x)),
-                                      expected)
         np.testing.assert_array_equal(
-            np.asarray(kl.grad(lambda a: kl.sum(kl.where(m, a, 0.0)))(x)), truth.astype(float))
+            np.asarray(kl.jit(lambda a: kl.where(m, a, 0.0))(x)), expected
+        )
+        np.testing.assert_array_equal(
+            np.asarray(kl.grad(lambda a: kl.sum(kl.where(m, a, 0.0)))(x)), truth.astype(float)
+        )
+
 
 # ---- layouts Kiln cannot view ------------------------------------------------------------------
+
 
 def test_unviewable_layouts_are_copied():
     records = np.zeros(4, dtype=[("a", np.uint8), ("b", np.float32)])  # itemsize 5, packed

@@ -20,10 +20,18 @@ def read_safetensors(path):
     """{name: array} and metadata, parsed by hand: u64 header size, JSON header, raw bytes."""
     raw = open(path, "rb").read()
     (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    body = raw[8 + n:]
-    dtypes = {"F32": "<f4", "F64": "<f8", "I64": "<i8", "I32": "<i4", "U8": "u1", "F16": "<f2",
-              "BOOL": "?", "U32": "<u4"}
+    header = json.loads(raw[8 : 8 + n])
+    body = raw[8 + n :]
+    dtypes = {
+        "F32": "<f4",
+        "F64": "<f8",
+        "I64": "<i8",
+        "I32": "<i4",
+        "U8": "u1",
+        "F16": "<f2",
+        "BOOL": "?",
+        "U32": "<u4",
+    }
     metadata = header.pop("__metadata__", {})
     out = {}
     end = 0
@@ -37,12 +45,17 @@ def read_safetensors(path):
 
 def make_tree():
     rng = np.random.default_rng(0)
-    return {"model": kl.nn.Sequential([kl.nn.Linear(3, 4, key(1)),
-                                       kl.nn.Linear(4, 2, key(2), bias=False)]),
-            "extra": [kl.asarray(rng.standard_normal((2, 2))),  # float64
-                      kl.asarray(np.arange(5, dtype=np.int64))],
-            "flags": kl.asarray(np.array([True, False])),
-            "none": None}
+    return {
+        "model": kl.nn.Sequential(
+            [kl.nn.Linear(3, 4, key(1)), kl.nn.Linear(4, 2, key(2), bias=False)]
+        ),
+        "extra": [
+            kl.asarray(rng.standard_normal((2, 2))),  # float64
+            kl.asarray(np.arange(5, dtype=np.int64)),
+        ],
+        "flags": kl.asarray(np.array([True, False])),
+        "none": None,
+    }
 
 
 def test_tree_round_trip_and_file_is_valid_safetensors(tmp_path):
@@ -51,10 +64,10 @@ def test_tree_round_trip_and_file_is_valid_safetensors(tmp_path):
     kl.io.save(path, tree, metadata={"epoch": "3"})
     tensors, metadata = read_safetensors(path)
     assert metadata == {"epoch": "3"}
-    assert sorted(tensors) == sorted(["model.0.weight", "model.0.bias", "model.1.weight",
-                                      "extra.0", "extra.1", "flags"])
-    np.testing.assert_array_equal(tensors["model.0.weight"],
-                                  np.asarray(tree["model"][0].weight))
+    assert sorted(tensors) == sorted(
+        ["model.0.weight", "model.0.bias", "model.1.weight", "extra.0", "extra.1", "flags"]
+    )
+    np.testing.assert_array_equal(tensors["model.0.weight"], np.asarray(tree["model"][0].weight))
     np.testing.assert_array_equal(tensors["extra.0"], np.asarray(tree["extra"][0]))
     np.testing.assert_array_equal(tensors["flags"], [True, False])
 
@@ -63,8 +76,9 @@ def test_tree_round_trip_and_file_is_valid_safetensors(tmp_path):
     loaded = kl.io.load(path, like)
     assert isinstance(loaded["model"], kl.nn.Sequential)
     assert loaded["model"][1].bias is None and loaded["none"] is None
-    np.testing.assert_array_equal(np.asarray(loaded["model"][0].weight),
-                                  np.asarray(tree["model"][0].weight))
+    np.testing.assert_array_equal(
+        np.asarray(loaded["model"][0].weight), np.asarray(tree["model"][0].weight)
+    )
     assert loaded["extra"][1].dtype == kl.int64
     assert kl.io.load_metadata(path) == {"epoch": "3"}
 
@@ -79,15 +93,20 @@ def test_optimizer_state_checkpoints(tmp_path):
     assert sorted(tensors) == ["slots.mu.w", "slots.nu.w", "step"]
     back = kl.io.load(tmp_path / "s.safetensors", opt.init(params))
     assert int(np.asarray(back.step)) == 1
-    np.testing.assert_array_equal(np.asarray(back.slots["mu"]["w"]),
-                                  np.asarray(state.slots["mu"]["w"]))
+    np.testing.assert_array_equal(
+        np.asarray(back.slots["mu"]["w"]), np.asarray(state.slots["mu"]["w"])
+    )
 
 
 def test_tensors_by_name_and_numpy_written_files(tmp_path):
     path = str(tmp_path / "t.safetensors")
     a = np.arange(6, dtype=np.float32).reshape(2, 3)
-    header = json.dumps({"b": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
-                         "a": {"dtype": "I64", "shape": [], "data_offsets": [24, 32]}}).encode()
+    header = json.dumps(
+        {
+            "b": {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]},
+            "a": {"dtype": "I64", "shape": [], "data_offsets": [24, 32]},
+        }
+    ).encode()
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(header)) + header + a.tobytes() + np.int64(7).tobytes())
     got = kl.io.load_tensors(path)

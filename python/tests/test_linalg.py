@@ -29,11 +29,13 @@ def test_multi_dot_matches_numpy_and_picks_the_cheapest_order():
     close(la.multi_dot([a, b]), a @ b)
     # (x y) z: 10*100*5 + 10*5*50 = 7500 multiplications; x (y z) needs 75000.
     text = kl.jit(lambda x, y, z: la.multi_dot([x, y, z])).lower(
-        np.zeros((10, 100)), np.zeros((100, 5)), np.zeros((5, 50)))
+        np.zeros((10, 100)), np.zeros((100, 5)), np.zeros((5, 50))
+    )
     assert "matmul %arg0, %arg1 : f64[10,5]" in text, text
     # x (y z): 5*100*3 + 10*5*3 = 1650; (x y) z needs 10*5*100 + 10*100*3 = 8000.
     text = kl.jit(lambda x, y, z: la.multi_dot([x, y, z])).lower(
-        np.zeros((10, 5)), np.zeros((5, 100)), np.zeros((100, 3)))
+        np.zeros((10, 5)), np.zeros((5, 100)), np.zeros((100, 3))
+    )
     assert "matmul %arg1, %arg2 : f64[5,3]" in text, text
 
 
@@ -51,10 +53,11 @@ def test_vector_norm_matches_torch(ord_):
     x = R.standard_normal((3, 4, 5))
     t = torch.from_numpy(x)
     close(la.vector_norm(x, ord=ord_), torch.linalg.vector_norm(t, ord=ord_).numpy())
-    close(la.vector_norm(x, ord=ord_, axis=1),
-          torch.linalg.vector_norm(t, ord=ord_, dim=1).numpy())
-    close(la.vector_norm(x, ord=ord_, axis=(0, 2), keepdims=True),
-          torch.linalg.vector_norm(t, ord=ord_, dim=(0, 2), keepdim=True).numpy())
+    close(la.vector_norm(x, ord=ord_, axis=1), torch.linalg.vector_norm(t, ord=ord_, dim=1).numpy())
+    close(
+        la.vector_norm(x, ord=ord_, axis=(0, 2), keepdims=True),
+        torch.linalg.vector_norm(t, ord=ord_, dim=(0, 2), keepdim=True).numpy(),
+    )
 
 
 @pytest.mark.parametrize("ord_", ["fro", "nuc", 1, -1, 2, -2, INF, -INF])
@@ -62,8 +65,10 @@ def test_matrix_norm_matches_torch(ord_):
     x = R.standard_normal((2, 4, 3))
     t = torch.from_numpy(x)
     close(la.matrix_norm(x, ord=ord_), torch.linalg.matrix_norm(t, ord=ord_).numpy())
-    close(la.matrix_norm(x, ord=ord_, axis=(0, 2), keepdims=True),
-          torch.linalg.matrix_norm(t, ord=ord_, dim=(0, 2), keepdim=True).numpy())
+    close(
+        la.matrix_norm(x, ord=ord_, axis=(0, 2), keepdims=True),
+        torch.linalg.matrix_norm(t, ord=ord_, dim=(0, 2), keepdim=True).numpy(),
+    )
 
 
 def test_norm_errors_name_the_function():
@@ -112,11 +117,13 @@ def test_matrix_rank_matches_numpy():
         np.testing.assert_array_equal(np.asarray(got), np.linalg.matrix_rank(a))
     s = np.linalg.svd(full, compute_uv=False)
     tol = float(np.median(s))
-    np.testing.assert_array_equal(np.asarray(la.matrix_rank(full, tol)),
-                                  np.linalg.matrix_rank(full, tol))
+    np.testing.assert_array_equal(
+        np.asarray(la.matrix_rank(full, tol)), np.linalg.matrix_rank(full, tol)
+    )
     # rtol: relative to the largest singular value (numpy 2's argument).
-    np.testing.assert_array_equal(np.asarray(la.matrix_rank(full, rtol=0.5)),
-                                  np.sum(s > 0.5 * s[..., :1], axis=-1))
+    np.testing.assert_array_equal(
+        np.asarray(la.matrix_rank(full, rtol=0.5)), np.sum(s > 0.5 * s[..., :1], axis=-1)
+    )
     close(la.matrix_rank(np.eye(3, dtype=np.float32) * 1e-8), np.array(3))
     with pytest.raises(kl.Error, match=r"\[matrix_rank\] both tol and rtol given"):
         la.matrix_rank(full, 1.0, rtol=0.1)
@@ -175,8 +182,9 @@ def test_lu_solve_matches_scipy(trans):
     close(la.lu_solve(f, b[:, 0], trans=trans), scipy.linalg.lu_solve(ef, b[:, 0], trans=trans))
     # A batch of factors against one right-hand side.
     batch = R.standard_normal((2, 4, 4))
-    expected = np.linalg.solve(batch if trans == 0 else batch.transpose(0, 2, 1),
-                               np.broadcast_to(b, (2, 4, 3)))
+    expected = np.linalg.solve(
+        batch if trans == 0 else batch.transpose(0, 2, 1), np.broadcast_to(b, (2, 4, 3))
+    )
     close(la.lu_solve(la.lu_factor(batch), b, trans=trans), expected)
 
 
@@ -199,8 +207,12 @@ def test_expm_matches_scipy(scale):
     a = R.standard_normal((3, 4, 4)) * scale / 4
     got = la.expm(a)
     expected = np.stack([scipy.linalg.expm(m) for m in a])
-    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-9 if scale < 100 else 1e-6,
-                               atol=1e-12 * np.abs(expected).max())
+    np.testing.assert_allclose(
+        np.asarray(got),
+        expected,
+        rtol=1e-9 if scale < 100 else 1e-6,
+        atol=1e-12 * np.abs(expected).max(),
+    )
     f = la.expm(a.astype(np.float32))
     assert f.dtype == kl.float32
 

@@ -32,8 +32,9 @@ def tt(x):
 
 
 def close(got, want, tol=1e-5):
-    np.testing.assert_allclose(a(got), want.detach().numpy() if torch.is_tensor(want) else want,
-                               rtol=tol, atol=tol)
+    np.testing.assert_allclose(
+        a(got), want.detach().numpy() if torch.is_tensor(want) else want, rtol=tol, atol=tol
+    )
 
 
 def test_linear_matches_torch():
@@ -61,13 +62,16 @@ def test_parameters_are_settable():
     assert "Linear(weight=f32[2,2]" in repr(layer)
 
 
-@pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 2),
-                                                            ((1, 2), (2, 1), 2, 1)])
+@pytest.mark.parametrize(
+    "stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 2), ((1, 2), (2, 1), 2, 1)]
+)
 def test_conv2d_matches_torch(stride, padding, dilation, groups):
-    layer = kl.nn.Conv2d(4, 6, (3, 2), key=key(4), stride=stride, padding=padding,
-                         dilation=dilation, groups=groups)
-    ref = torch.nn.Conv2d(4, 6, (3, 2), stride=stride, padding=padding, dilation=dilation,
-                          groups=groups)
+    layer = kl.nn.Conv2d(
+        4, 6, (3, 2), key=key(4), stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
+    ref = torch.nn.Conv2d(
+        4, 6, (3, 2), stride=stride, padding=padding, dilation=dilation, groups=groups
+    )
     with torch.no_grad():
         ref.weight.copy_(tt(a(layer.weight)))
         ref.bias.copy_(tt(a(layer.bias)))
@@ -80,7 +84,9 @@ def test_pools_and_flatten():
     close(kl.nn.MaxPool2d(2)(x), F.max_pool2d(tt(x), 2))
     close(kl.nn.AvgPool2d(3, stride=2, padding=1)(x), F.avg_pool2d(tt(x), 3, 2, 1))
     assert a(kl.nn.Flatten()(x)).shape == (2, 192)
-    assert repr(kl.nn.MaxPool2d(3)) == "MaxPool2d(kernel_size=(3, 3), stride=(3, 3), padding=(0, 0))"
+    assert (
+        repr(kl.nn.MaxPool2d(3)) == "MaxPool2d(kernel_size=(3, 3), stride=(3, 3), padding=(0, 0))"
+    )
 
 
 def test_layernorm_matches_torch():
@@ -144,36 +150,53 @@ def test_activations_match_torch():
     m = randn(3, 7)
     close(kl.nn.softmax(m, axis=0), F.softmax(tt(m), 0), 1e-6)
     close(kl.nn.log_softmax(m), F.log_softmax(tt(m), -1), 1e-5)
-    for layer, fn in [(kl.nn.ReLU(), F.relu), (kl.nn.Tanh(), torch.tanh),
-                      (kl.nn.GELU(approximate=True), lambda v: F.gelu(v, approximate="tanh")),
-                      (kl.nn.ELU(2.0), lambda v: F.elu(v, 2.0)),
-                      (kl.nn.LeakyReLU(0.3), lambda v: F.leaky_relu(v, 0.3)),
-                      (kl.nn.Softplus(beta=2.0), lambda v: F.softplus(v, 2.0))]:
+    for layer, fn in [
+        (kl.nn.ReLU(), F.relu),
+        (kl.nn.Tanh(), torch.tanh),
+        (kl.nn.GELU(approximate=True), lambda v: F.gelu(v, approximate="tanh")),
+        (kl.nn.ELU(2.0), lambda v: F.elu(v, 2.0)),
+        (kl.nn.LeakyReLU(0.3), lambda v: F.leaky_relu(v, 0.3)),
+        (kl.nn.Softplus(beta=2.0), lambda v: F.softplus(v, 2.0)),
+    ]:
         close(layer(x), fn(tt(x)), 1e-5)
 
 
 def test_losses_match_torch():
     logits, labels = randn(6, 5), np.array([0, 4, 2, -100, 1, 3], np.int64)
     close(kl.nn.cross_entropy(logits, labels), F.cross_entropy(tt(logits), tt(labels)), 1e-5)
-    close(kl.nn.cross_entropy(logits, labels, label_smoothing=0.1),
-          F.cross_entropy(tt(logits), tt(labels), label_smoothing=0.1), 1e-5)
+    close(
+        kl.nn.cross_entropy(logits, labels, label_smoothing=0.1),
+        F.cross_entropy(tt(logits), tt(labels), label_smoothing=0.1),
+        1e-5,
+    )
     logp = F.log_softmax(tt(logits), -1)
     close(kl.nn.nll_loss(logp.numpy(), labels), F.nll_loss(logp, tt(labels)), 1e-5)
-    close(kl.nn.nll_loss(logp.numpy(), labels, reduction="sum"),
-          F.nll_loss(logp, tt(labels), reduction="sum"), 1e-5)
+    close(
+        kl.nn.nll_loss(logp.numpy(), labels, reduction="sum"),
+        F.nll_loss(logp, tt(labels), reduction="sum"),
+        1e-5,
+    )
     p, t = randn(4, 3), randn(4, 3)
     close(kl.nn.mse(p, t), F.mse_loss(tt(p), tt(t)), 1e-6)
     close(kl.nn.huber_loss(p, t, delta=0.5), F.huber_loss(tt(p), tt(t), delta=0.5), 1e-6)
     close(kl.nn.huber_loss(p, t, reduction="none"), F.huber_loss(tt(p), tt(t), reduction="none"))
     probs = rng.uniform(size=(4, 3)).astype(np.float32)
-    close(kl.nn.binary_cross_entropy_with_logits(p * 10, probs),
-          F.binary_cross_entropy_with_logits(tt(p * 10), tt(probs)), 1e-5)
+    close(
+        kl.nn.binary_cross_entropy_with_logits(p * 10, probs),
+        F.binary_cross_entropy_with_logits(tt(p * 10), tt(probs)),
+        1e-5,
+    )
     target = F.softmax(tt(t), -1)
     logq = F.log_softmax(tt(p), -1)
-    close(kl.nn.kl_div(logq.numpy(), target.numpy(), reduction="batchmean"),
-          F.kl_div(logq, target, reduction="batchmean"), 1e-6)
-    close(kl.nn.accuracy(logits, labels),
-          np.mean((logits.argmax(-1) == labels)[labels != -100]).astype(np.float32))
+    close(
+        kl.nn.kl_div(logq.numpy(), target.numpy(), reduction="batchmean"),
+        F.kl_div(logq, target, reduction="batchmean"),
+        1e-6,
+    )
+    close(
+        kl.nn.accuracy(logits, labels),
+        np.mean((logits.argmax(-1) == labels)[labels != -100]).astype(np.float32),
+    )
     with pytest.raises(kl.Error, match="reduction"):
         kl.nn.huber_loss(p, t, reduction="avg")
 
@@ -195,9 +218,16 @@ def test_multihead_attention_matches_torch():
     out, w = layer(q, kv, kv, need_weights=False)
     assert w is None
     qs, ks, vs = randn(2, 2, 3, 4), randn(2, 2, 5, 4), randn(2, 2, 5, 4)
-    close(kl.nn.scaled_dot_product_attention(qs, ks, vs, is_causal=True),
-          torch.softmax((tt(qs) @ tt(ks).transpose(-1, -2)) / 2 +
-                        torch.triu(torch.full((3, 5), float("-inf")), 1), -1) @ tt(vs), 1e-5)
+    close(
+        kl.nn.scaled_dot_product_attention(qs, ks, vs, is_causal=True),
+        torch.softmax(
+            (tt(qs) @ tt(ks).transpose(-1, -2)) / 2
+            + torch.triu(torch.full((3, 5), float("-inf")), 1),
+            -1,
+        )
+        @ tt(vs),
+        1e-5,
+    )
 
 
 def test_lstm_and_gru_match_torch():
@@ -256,8 +286,14 @@ def test_dropout_and_context():
 
 
 def test_sequential_and_names():
-    model = kl.nn.Sequential([kl.nn.Linear(4, 8, key(1)), kl.nn.ReLU(), kl.nn.Dropout(0.5),
-                              kl.nn.Linear(8, 2, key(2), bias=False)])
+    model = kl.nn.Sequential(
+        [
+            kl.nn.Linear(4, 8, key(1)),
+            kl.nn.ReLU(),
+            kl.nn.Dropout(0.5),
+            kl.nn.Linear(8, 2, key(2), bias=False),
+        ]
+    )
     x = randn(3, 4)
     l0, l3 = model[0], model[3]
     want = np.maximum(x @ a(l0.weight).T + a(l0.bias), 0) @ a(l3.weight).T
@@ -316,8 +352,9 @@ def test_layers_inside_transformations():
     def drop(x, k):
         return kl.nn.Dropout(0.5)(x, kl.nn.Context.train(k))
 
-    np.testing.assert_array_equal(a(drop(x, key(7))),
-                                  a(kl.nn.Dropout(0.5)(x, kl.nn.Context.train(key(7)))))
+    np.testing.assert_array_equal(
+        a(drop(x, key(7))), a(kl.nn.Dropout(0.5)(x, kl.nn.Context.train(key(7))))
+    )
     bn = kl.nn.BatchNorm(3)
     xb = randn(4, 3, 2, 2)
     y, state = kl.jit(lambda b, s, x: b(x, s, True))(bn, bn.initial_state(), xb)
@@ -325,7 +362,7 @@ def test_layers_inside_transformations():
     close(state.mean, 0.1 * xb.mean(axis=(0, 2, 3)), 1e-6)
     layer = kl.nn.Linear(3, 2, key(8))
     xs = randn(5, 4, 3)
-    ys = kl.vmap(lambda l, x: l(x), in_axes=(None, 0))(layer, xs)
+    ys = kl.vmap(lambda m, x: m(x), in_axes=(None, 0))(layer, xs)
     close(ys, xs @ a(layer.weight).T + a(layer.bias), 1e-5)
 
 
@@ -333,18 +370,23 @@ def test_more_activations_match_torch():
     x = randn(6, 8) * 5
     x[0, :5] = [-3, 3, 0, 6, -1]  # the kinks
     f64 = x.astype(np.float64)
-    for ours, theirs in [(kl.nn.mish, F.mish), (kl.nn.relu6, F.relu6),
-                         (kl.nn.hardswish, F.hardswish), (kl.nn.hardsigmoid, F.hardsigmoid),
-                         (kl.nn.selu, F.selu), (lambda v: kl.nn.celu(v, 0.7),
-                                                 lambda v: F.celu(v, 0.7)),
-                         (lambda v: kl.nn.hardtanh(v, -2.0, 3.0),
-                          lambda v: F.hardtanh(v, -2.0, 3.0)),
-                         (lambda v: kl.nn.glu(v, 1), lambda v: F.glu(v, 1)),
-                         (lambda v: kl.nn.softmin(v, 0), lambda v: F.softmin(v, 0)),
-                         (kl.nn.normalize, F.normalize),
-                         (lambda v: kl.nn.normalize(v, 1.0, 0), lambda v: F.normalize(v, 1.0, 0)),
-                         (lambda v: kl.nn.normalize(v, float("inf"), -1),
-                          lambda v: F.normalize(v, float("inf"), -1))]:
+    for ours, theirs in [
+        (kl.nn.mish, F.mish),
+        (kl.nn.relu6, F.relu6),
+        (kl.nn.hardswish, F.hardswish),
+        (kl.nn.hardsigmoid, F.hardsigmoid),
+        (kl.nn.selu, F.selu),
+        (lambda v: kl.nn.celu(v, 0.7), lambda v: F.celu(v, 0.7)),
+        (lambda v: kl.nn.hardtanh(v, -2.0, 3.0), lambda v: F.hardtanh(v, -2.0, 3.0)),
+        (lambda v: kl.nn.glu(v, 1), lambda v: F.glu(v, 1)),
+        (lambda v: kl.nn.softmin(v, 0), lambda v: F.softmin(v, 0)),
+        (kl.nn.normalize, F.normalize),
+        (lambda v: kl.nn.normalize(v, 1.0, 0), lambda v: F.normalize(v, 1.0, 0)),
+        (
+            lambda v: kl.nn.normalize(v, float("inf"), -1),
+            lambda v: F.normalize(v, float("inf"), -1),
+        ),
+    ]:
         close(ours(x), theirs(tt(x)), 1e-5)
         # float64, with the gradients of a random weighting PyTorch's autograd gives (to 1e-7:
         # PyTorch's hardsigmoid backward multiplies by a float32 1/6 in float64 too).
@@ -362,13 +404,18 @@ def test_more_activations_match_torch():
     for bad in (0, -1):  # the layer's own error, not full's
         with pytest.raises(kl.Error, match=r"\[nn.PReLU\] non-positive size"):
             kl.nn.PReLU(bad)
-    for layer, ref in [(kl.nn.Mish(), torch.nn.Mish()), (kl.nn.ReLU6(), torch.nn.ReLU6()),
-                       (kl.nn.Hardswish(), torch.nn.Hardswish()),
-                       (kl.nn.Hardsigmoid(), torch.nn.Hardsigmoid()), (kl.nn.SELU(), torch.nn.SELU()),
-                       (kl.nn.Activation("celu"), torch.nn.CELU()),
-                       (kl.nn.Activation("hardtanh"), torch.nn.Hardtanh()),
-                       (kl.nn.Hardtanh(-2.0, 2.0), torch.nn.Hardtanh(-2.0, 2.0)),
-                       (kl.nn.CELU(2.0), torch.nn.CELU(2.0)), (kl.nn.GLU(0), torch.nn.GLU(0))]:
+    for layer, ref in [
+        (kl.nn.Mish(), torch.nn.Mish()),
+        (kl.nn.ReLU6(), torch.nn.ReLU6()),
+        (kl.nn.Hardswish(), torch.nn.Hardswish()),
+        (kl.nn.Hardsigmoid(), torch.nn.Hardsigmoid()),
+        (kl.nn.SELU(), torch.nn.SELU()),
+        (kl.nn.Activation("celu"), torch.nn.CELU()),
+        (kl.nn.Activation("hardtanh"), torch.nn.Hardtanh()),
+        (kl.nn.Hardtanh(-2.0, 2.0), torch.nn.Hardtanh(-2.0, 2.0)),
+        (kl.nn.CELU(2.0), torch.nn.CELU(2.0)),
+        (kl.nn.GLU(0), torch.nn.GLU(0)),
+    ]:
         close(layer(x), ref(tt(x)), 1e-5)
 
 
@@ -398,36 +445,59 @@ def test_more_losses_match_torch():
     probs = F.softmax(tt(randn(6, 5)), -1).numpy()
     for reduction in ("none", "sum", "mean"):
         for smoothing in (0.0, 0.2):
-            close(kl.nn.cross_entropy(logits, labels, smoothing, reduction=reduction, weight=w),
-                  F.cross_entropy(tt(logits), tt(labels), tt(w), reduction=reduction,
-                                  label_smoothing=smoothing), 1e-5)
-            close(kl.nn.cross_entropy(logits, probs, smoothing, reduction=reduction, weight=w),
-                  F.cross_entropy(tt(logits), tt(probs), tt(w), reduction=reduction,
-                                  label_smoothing=smoothing), 1e-5)
+            close(
+                kl.nn.cross_entropy(logits, labels, smoothing, reduction=reduction, weight=w),
+                F.cross_entropy(
+                    tt(logits), tt(labels), tt(w), reduction=reduction, label_smoothing=smoothing
+                ),
+                1e-5,
+            )
+            close(
+                kl.nn.cross_entropy(logits, probs, smoothing, reduction=reduction, weight=w),
+                F.cross_entropy(
+                    tt(logits), tt(probs), tt(w), reduction=reduction, label_smoothing=smoothing
+                ),
+                1e-5,
+            )
         logp = F.log_softmax(tt(logits), -1)
-        close(kl.nn.nll_loss(logp.numpy(), labels, reduction=reduction, weight=w),
-              F.nll_loss(logp, tt(labels), tt(w), reduction=reduction), 1e-5)
+        close(
+            kl.nn.nll_loss(logp.numpy(), labels, reduction=reduction, weight=w),
+            F.nll_loss(logp, tt(labels), tt(w), reduction=reduction),
+            1e-5,
+        )
         p, t = randn(4, 3), randn(4, 3)
         close(kl.nn.mse(p, t, reduction), F.mse_loss(tt(p), tt(t), reduction=reduction), 1e-6)
         close(kl.nn.l1_loss(p, t, reduction), F.l1_loss(tt(p), tt(t), reduction=reduction), 1e-6)
         for beta in (0.0, 0.5, 1.0):
-            close(kl.nn.smooth_l1_loss(p, t, beta, reduction),
-                  F.smooth_l1_loss(tt(p), tt(t), reduction=reduction, beta=beta), 1e-6)
+            close(
+                kl.nn.smooth_l1_loss(p, t, beta, reduction),
+                F.smooth_l1_loss(tt(p), tt(t), reduction=reduction, beta=beta),
+                1e-6,
+            )
         q = rng.uniform(size=(4, 3)).astype(np.float32)
         q[0, :2] = [0.0, 1.0]  # log clamped at -100
         target = rng.uniform(size=(4, 3)).astype(np.float32)
         elem = rng.uniform(0.5, 2, (4, 1)).astype(np.float32)
-        close(kl.nn.binary_cross_entropy(q, target, reduction, weight=elem),
-              F.binary_cross_entropy(tt(q), tt(target), tt(elem), reduction=reduction), 1e-5)
+        close(
+            kl.nn.binary_cross_entropy(q, target, reduction, weight=elem),
+            F.binary_cross_entropy(tt(q), tt(target), tt(elem), reduction=reduction),
+            1e-5,
+        )
         # Outside [0, 1] the loss is NaN (PyTorch raises), never a finite, even negative, value.
-        outside = kl.nn.binary_cross_entropy(np.array([1.5, -0.5, 0.5], np.float32),
-                                             np.array([1.0, 0.0, 0.5], np.float32), "none")
+        outside = kl.nn.binary_cross_entropy(
+            np.array([1.5, -0.5, 0.5], np.float32), np.array([1.0, 0.0, 0.5], np.float32), "none"
+        )
         assert np.isnan(np.asarray(outside)[:2]).all() and np.isfinite(np.asarray(outside)[2])
         pos = rng.uniform(0.5, 3, 3).astype(np.float32)
-        close(kl.nn.binary_cross_entropy_with_logits(p * 10, target, reduction, pos_weight=pos,
-                                                     weight=elem),
-              F.binary_cross_entropy_with_logits(tt(p * 10), tt(target), tt(elem),
-                                                 reduction=reduction, pos_weight=tt(pos)), 1e-5)
+        close(
+            kl.nn.binary_cross_entropy_with_logits(
+                p * 10, target, reduction, pos_weight=pos, weight=elem
+            ),
+            F.binary_cross_entropy_with_logits(
+                tt(p * 10), tt(target), tt(elem), reduction=reduction, pos_weight=tt(pos)
+            ),
+            1e-5,
+        )
 
 
 def test_normalisation_functions_match_torch():

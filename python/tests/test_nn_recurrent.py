@@ -35,7 +35,9 @@ def torch_copy(layer, ref):
     """Copies the kiln layer's parameters into the torch module (every one of them)."""
     d = 2 if layer.bidirectional else 1
     names = kl.nn.named_parameters(layer)
-    assert sorted(torch_name(n, d) for n, _ in names) == sorted(n for n, _ in ref.named_parameters())
+    assert sorted(torch_name(n, d) for n, _ in names) == sorted(
+        n for n, _ in ref.named_parameters()
+    )
     with torch.no_grad():
         for n, t in names:
             getattr(ref, torch_name(n, d)).copy_(torch.from_numpy(np.asarray(t)))
@@ -89,8 +91,11 @@ def test_sequence_layers_match_torch(kind, options, batched, with_state):
     tx = torch.from_numpy(x).requires_grad_()
     tstate = None
     if with_state:
-        tstate = (tuple(torch.from_numpy(s).requires_grad_() for s in state) if kind == "LSTM"
-                  else torch.from_numpy(state).requires_grad_())
+        tstate = (
+            tuple(torch.from_numpy(s).requires_grad_() for s in state)
+            if kind == "LSTM"
+            else torch.from_numpy(state).requires_grad_()
+        )
     ty, tlast = ref(tx, tstate)
     close(y, ty)
     for got, want in zip(flat(last), flat(tlast)):
@@ -198,8 +203,10 @@ def test_errors():
         kl.nn.GRU(3, 4, key(0), dropout=1.0)
     lstm = kl.nn.LSTM(3, 4, key(0), proj_size=2)
     x = np.zeros((5, 1, 3), np.float32)
-    with pytest.raises(kl.Error, match=r"\[nn.LSTM\] state does not match: got f32\[1,1,4\], "
-                                       r"expected shape \[1, 1, 2\]"):
+    with pytest.raises(
+        kl.Error,
+        match=r"\[nn.LSTM\] state does not match: got f32\[1,1,4\], " r"expected shape \[1, 1, 2\]",
+    ):
         lstm(x, (np.zeros((1, 1, 4), np.float32), np.zeros((1, 1, 4), np.float32)))
     rnn = kl.nn.RNN(3, 4, key(0), num_layers=2, dropout=0.5)
     rnn.cells[1].nonlinearity = "softsign"

@@ -54,8 +54,13 @@ def causal(n):
 
 
 def options(batch_first, norm_first, activation):
-    return dict(dim_feedforward=F, dropout=0.0, activation=activation, batch_first=batch_first,
-                norm_first=norm_first)
+    return dict(
+        dim_feedforward=F,
+        dropout=0.0,
+        activation=activation,
+        batch_first=batch_first,
+        norm_first=norm_first,
+    )
 
 
 def layout(x, batch_first, batched):
@@ -104,10 +109,12 @@ def compare_grads(grads, ref, tol=1e-8):
 @pytest.mark.parametrize("mask", MASKS)
 def test_encoder_layer_matches_torch(batch_first, norm_first, activation, batched, mask):
     L, N = 5, 3
-    layer = kl.nn.TransformerEncoderLayer(E, H, key(1), dtype=kl.float64,
-                                          **options(batch_first, norm_first, activation))
-    ref = torch.nn.TransformerEncoderLayer(E, H, **options(batch_first, norm_first,
-                                                           activation)).double()
+    layer = kl.nn.TransformerEncoderLayer(
+        E, H, key(1), dtype=kl.float64, **options(batch_first, norm_first, activation)
+    )
+    ref = torch.nn.TransformerEncoderLayer(
+        E, H, **options(batch_first, norm_first, activation)
+    ).double()
     layer = torch_copy(layer, ref)
     src = layout(randn(L, N, E), batch_first, batched)
     ours, theirs = encoder_masks(mask, L, N, batched)
@@ -146,10 +153,12 @@ def decoder_masks(kind, L, S, N, batched):
 @pytest.mark.parametrize("mask", MASKS)
 def test_decoder_layer_matches_torch(batch_first, norm_first, activation, batched, mask):
     L, S, N = 4, 6, 3
-    layer = kl.nn.TransformerDecoderLayer(E, H, key(2), dtype=kl.float64,
-                                          **options(batch_first, norm_first, activation))
-    ref = torch.nn.TransformerDecoderLayer(E, H, **options(batch_first, norm_first,
-                                                           activation)).double()
+    layer = kl.nn.TransformerDecoderLayer(
+        E, H, key(2), dtype=kl.float64, **options(batch_first, norm_first, activation)
+    )
+    ref = torch.nn.TransformerDecoderLayer(
+        E, H, **options(batch_first, norm_first, activation)
+    ).double()
     layer = torch_copy(layer, ref)
     tgt = layout(randn(L, N, E), batch_first, batched)
     memory = layout(randn(S, N, E), batch_first, batched)
@@ -160,7 +169,8 @@ def test_decoder_layer_matches_torch(batch_first, norm_first, activation, batche
     close(layer(tgt, memory, **ours), want)
     (want * t(w)).sum().backward()
     grads = kl.grad(lambda m, x, y: (m(x, y, **ours) * w).sum(), argnums=(0, 1, 2))(
-        layer, tgt, memory)
+        layer, tgt, memory
+    )
     close(grads[1], ttgt.grad)
     close(grads[2], tmem.grad)
     compare_grads(grads[0], ref)
@@ -171,16 +181,24 @@ def test_stacks_match_torch(final_norm):
     L, S, N = 4, 5, 2
     opts = options(True, False, "relu")
     norm = kl.nn.LayerNorm(E, dtype=kl.float64) if final_norm else None
-    enc = kl.nn.TransformerEncoder(kl.nn.TransformerEncoderLayer(E, H, key(3), dtype=kl.float64,
-                                                                 **opts), 2, norm)
-    tenc = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(E, H, **opts), 2,
-                                       torch.nn.LayerNorm(E) if final_norm else None).double()
+    enc = kl.nn.TransformerEncoder(
+        kl.nn.TransformerEncoderLayer(E, H, key(3), dtype=kl.float64, **opts), 2, norm
+    )
+    tenc = torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(E, H, **opts),
+        2,
+        torch.nn.LayerNorm(E) if final_norm else None,
+    ).double()
     enc = torch_copy(enc, tenc)
     assert enc.num_layers == 2 and len(enc.layers) == 2
-    dec = kl.nn.TransformerDecoder(kl.nn.TransformerDecoderLayer(E, H, key(4), dtype=kl.float64,
-                                                                 **opts), 2, norm)
-    tdec = torch.nn.TransformerDecoder(torch.nn.TransformerDecoderLayer(E, H, **opts), 2,
-                                       torch.nn.LayerNorm(E) if final_norm else None).double()
+    dec = kl.nn.TransformerDecoder(
+        kl.nn.TransformerDecoderLayer(E, H, key(4), dtype=kl.float64, **opts), 2, norm
+    )
+    tdec = torch.nn.TransformerDecoder(
+        torch.nn.TransformerDecoderLayer(E, H, **opts),
+        2,
+        torch.nn.LayerNorm(E) if final_norm else None,
+    ).double()
     dec = torch_copy(dec, tdec)
     src, tgt = randn(N, S, E), randn(N, L, E)
     pad = np.zeros((N, S), bool)
@@ -241,8 +259,9 @@ def test_feed_forward_dropout_keep_rate():
     # through an identity: y - x is the product of the activation's dropout mask and the
     # residual branch's, kept with probability (1 - p)^2 and scaled by 1 / (1 - p)^2.
     p, n = 0.2, 64
-    layer = kl.nn.TransformerEncoderLayer(n, 1, key(10), dim_feedforward=n, dropout=p,
-                                          norm_first=True, batch_first=True)
+    layer = kl.nn.TransformerEncoderLayer(
+        n, 1, key(10), dim_feedforward=n, dropout=p, norm_first=True, batch_first=True
+    )
     attn = layer.self_attn
     attn.in_proj_weight = np.zeros((3 * n, n), np.float32)
     attn.out_proj.weight = np.zeros((n, n), np.float32)
@@ -302,8 +321,9 @@ def test_sequential_passes_its_context_to_the_encoder():
 
 
 def test_jit_and_vmap_match_eager():
-    layer = kl.nn.TransformerDecoderLayer(E, H, key(16), dim_feedforward=F, batch_first=True,
-                                          dropout=0.0)
+    layer = kl.nn.TransformerDecoderLayer(
+        E, H, key(16), dim_feedforward=F, batch_first=True, dropout=0.0
+    )
     tgt, memory = randn(3, 4, E).astype(np.float32), randn(3, 6, E).astype(np.float32)
     want = np.asarray(layer(tgt, memory, tgt_is_causal=True))
     close(kl.jit(lambda m, t, s: m(t, s, tgt_is_causal=True))(layer, tgt, memory), want, 1e-5)

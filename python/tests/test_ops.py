@@ -22,8 +22,9 @@ def close(got, expected, tol=1e-5, dtype=None):
     if expected.dtype == np.bool_ or np.issubdtype(expected.dtype, np.integer):
         np.testing.assert_array_equal(g, expected)
     else:
-        np.testing.assert_allclose(g.astype(np.float64), expected.astype(np.float64), rtol=tol,
-                                   atol=tol, equal_nan=True)
+        np.testing.assert_allclose(
+            g.astype(np.float64), expected.astype(np.float64), rtol=tol, atol=tol, equal_nan=True
+        )
 
 
 def torch64(fn, x):
@@ -32,20 +33,38 @@ def torch64(fn, x):
 
 # name, reference, domain (low, high)
 UNARY = [
-    ("negative", np.negative, (-3, 3)), ("neg", np.negative, (-3, 3)),
-    ("abs", np.abs, (-3, 3)), ("absolute", np.abs, (-3, 3)), ("sign", np.sign, (-3, 3)),
-    ("exp", np.exp, (-3, 3)), ("log", np.log, (0.1, 5)), ("log1p", np.log1p, (-0.5, 3)),
-    ("expm1", np.expm1, (-1, 1)), ("sqrt", np.sqrt, (0, 5)),
-    ("rsqrt", lambda x: 1 / np.sqrt(x), (0.1, 5)), ("sin", np.sin, (-3, 3)),
-    ("cos", np.cos, (-3, 3)), ("tan", np.tan, (-1, 1)), ("tanh", np.tanh, (-3, 3)),
+    ("negative", np.negative, (-3, 3)),
+    ("neg", np.negative, (-3, 3)),
+    ("abs", np.abs, (-3, 3)),
+    ("absolute", np.abs, (-3, 3)),
+    ("sign", np.sign, (-3, 3)),
+    ("exp", np.exp, (-3, 3)),
+    ("log", np.log, (0.1, 5)),
+    ("log1p", np.log1p, (-0.5, 3)),
+    ("expm1", np.expm1, (-1, 1)),
+    ("sqrt", np.sqrt, (0, 5)),
+    ("rsqrt", lambda x: 1 / np.sqrt(x), (0.1, 5)),
+    ("sin", np.sin, (-3, 3)),
+    ("cos", np.cos, (-3, 3)),
+    ("tan", np.tan, (-1, 1)),
+    ("tanh", np.tanh, (-3, 3)),
     ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), (-5, 5)),
     ("erf", lambda x: torch64(torch.special.erf, x), (-2, 2)),
-    ("floor", np.floor, (-3, 3)), ("ceil", np.ceil, (-3, 3)), ("square", np.square, (-3, 3)),
-    ("trunc", np.trunc, (-3, 3)), ("log2", np.log2, (0.1, 5)), ("log10", np.log10, (0.1, 5)),
-    ("exp2", np.exp2, (-3, 3)), ("sinh", np.sinh, (-2, 2)), ("cosh", np.cosh, (-2, 2)),
-    ("arcsin", np.arcsin, (-0.9, 0.9)), ("asin", np.arcsin, (-0.9, 0.9)),
-    ("arccos", np.arccos, (-0.9, 0.9)), ("arctan", np.arctan, (-3, 3)),
-    ("arcsinh", np.arcsinh, (-3, 3)), ("arccosh", np.arccosh, (1.1, 4)),
+    ("floor", np.floor, (-3, 3)),
+    ("ceil", np.ceil, (-3, 3)),
+    ("square", np.square, (-3, 3)),
+    ("trunc", np.trunc, (-3, 3)),
+    ("log2", np.log2, (0.1, 5)),
+    ("log10", np.log10, (0.1, 5)),
+    ("exp2", np.exp2, (-3, 3)),
+    ("sinh", np.sinh, (-2, 2)),
+    ("cosh", np.cosh, (-2, 2)),
+    ("arcsin", np.arcsin, (-0.9, 0.9)),
+    ("asin", np.arcsin, (-0.9, 0.9)),
+    ("arccos", np.arccos, (-0.9, 0.9)),
+    ("arctan", np.arctan, (-3, 3)),
+    ("arcsinh", np.arcsinh, (-3, 3)),
+    ("arccosh", np.arccosh, (1.1, 4)),
     ("arctanh", np.arctanh, (-0.9, 0.9)),
     ("erfinv", lambda x: torch64(torch.special.erfinv, x), (-0.9, 0.9)),
     ("lgamma", lambda x: torch64(torch.lgamma, x), (0.1, 5)),
@@ -53,7 +72,8 @@ UNARY = [
     ("digamma", lambda x: torch64(torch.digamma, x), (0.5, 5)),
     ("softplus", lambda x: np.logaddexp(0, x), (-5, 5)),
     ("log_sigmoid", lambda x: -np.logaddexp(0, -x), (-5, 5)),
-    ("stop_gradient", lambda x: x, (-3, 3)), ("ravel", np.ravel, (-3, 3)),
+    ("stop_gradient", lambda x: x, (-3, 3)),
+    ("ravel", np.ravel, (-3, 3)),
     ("flatten", np.ravel, (-3, 3)),
 ]
 
@@ -81,22 +101,41 @@ def test_unary_on_integers_and_bools():
     close(kl.isinf(f), np.isinf(f))
     close(kl.isfinite(f), np.isfinite(f))
     close(kl.nan_to_num(f), np.nan_to_num(f))
-    close(kl.nan_to_num(f, nan=-1.0, posinf=9.0, neginf=-9.0),
-          np.nan_to_num(f, nan=-1.0, posinf=9.0, neginf=-9.0))
+    close(
+        kl.nan_to_num(f, nan=-1.0, posinf=9.0, neginf=-9.0),
+        np.nan_to_num(f, nan=-1.0, posinf=9.0, neginf=-9.0),
+    )
     v = np.array([0.5, 2.0])
     close(kl.polygamma(2, v), torch.polygamma(2, torch.from_numpy(v)).numpy())
 
 
 BINARY = [
-    ("add", np.add), ("subtract", np.subtract), ("sub", np.subtract),
-    ("multiply", np.multiply), ("mul", np.multiply), ("divide", np.divide),
-    ("true_divide", np.true_divide), ("floor_divide", np.floor_divide),
-    ("remainder", np.remainder), ("mod", np.mod), ("fmod", np.fmod), ("power", np.power),
-    ("pow", np.power), ("maximum", np.maximum), ("minimum", np.minimum), ("equal", np.equal),
-    ("not_equal", np.not_equal), ("less", np.less), ("less_equal", np.less_equal),
-    ("greater", np.greater), ("greater_equal", np.greater_equal),
-    ("arctan2", np.arctan2), ("atan2", np.arctan2), ("hypot", np.hypot),
-    ("copysign", np.copysign), ("logaddexp", np.logaddexp),
+    ("add", np.add),
+    ("subtract", np.subtract),
+    ("sub", np.subtract),
+    ("multiply", np.multiply),
+    ("mul", np.multiply),
+    ("divide", np.divide),
+    ("true_divide", np.true_divide),
+    ("floor_divide", np.floor_divide),
+    ("remainder", np.remainder),
+    ("mod", np.mod),
+    ("fmod", np.fmod),
+    ("power", np.power),
+    ("pow", np.power),
+    ("maximum", np.maximum),
+    ("minimum", np.minimum),
+    ("equal", np.equal),
+    ("not_equal", np.not_equal),
+    ("less", np.less),
+    ("less_equal", np.less_equal),
+    ("greater", np.greater),
+    ("greater_equal", np.greater_equal),
+    ("arctan2", np.arctan2),
+    ("atan2", np.arctan2),
+    ("hypot", np.hypot),
+    ("copysign", np.copysign),
+    ("logaddexp", np.logaddexp),
 ]
 
 
@@ -107,9 +146,12 @@ def test_binary(name, ref, dtype):
     if integer and name in ("arctan2", "atan2", "hypot", "copysign", "logaddexp"):
         dtype = np.float32
     lo = 1 if integer else 0.5
-    x = (R.uniform(-4, 4, (2, 3, 4)) if not integer else R.integers(-6, 7, (2, 3, 4)))
-    y = R.uniform(lo, 3, (3, 1)) * R.choice([-1, 1], (3, 1)) if not integer else \
-        R.integers(1, 4, (3, 1)) * R.choice([-1, 1], (3, 1))
+    x = R.uniform(-4, 4, (2, 3, 4)) if not integer else R.integers(-6, 7, (2, 3, 4))
+    y = (
+        R.uniform(lo, 3, (3, 1)) * R.choice([-1, 1], (3, 1))
+        if not integer
+        else R.integers(1, 4, (3, 1)) * R.choice([-1, 1], (3, 1))
+    )
     if name in ("power", "pow"):
         x, y = np.abs(x) + lo, np.abs(y) % 3
     x, y = x.astype(dtype), y.astype(dtype)
@@ -121,12 +163,17 @@ def test_binary(name, ref, dtype):
     close(fn(kl.asarray(x), y=kl.asarray(y)), expected, tol=1e-5)
 
 
-@pytest.mark.parametrize("name,ref", [("logical_and", np.logical_and),
-                                      ("logical_or", np.logical_or),
-                                      ("logical_xor", np.logical_xor),
-                                      ("bitwise_and", np.bitwise_and),
-                                      ("bitwise_or", np.bitwise_or),
-                                      ("bitwise_xor", np.bitwise_xor)])
+@pytest.mark.parametrize(
+    "name,ref",
+    [
+        ("logical_and", np.logical_and),
+        ("logical_or", np.logical_or),
+        ("logical_xor", np.logical_xor),
+        ("bitwise_and", np.bitwise_and),
+        ("bitwise_or", np.bitwise_or),
+        ("bitwise_xor", np.bitwise_xor),
+    ],
+)
 def test_logical_and_bitwise(name, ref):
     a, b = R.integers(0, 2, (4, 5)).astype(bool), R.integers(0, 2, (5,)).astype(bool)
     close(getattr(kl, name)(a, b), ref(a, b))
@@ -150,8 +197,11 @@ def test_shifts_and_products():
     close(kl.einsum("ii->i", y[:4, :4]), np.einsum("ii->i", y[:4, :4]), tol=1e-10)
     close(kl.einsum("...j,jk", x, y), np.einsum("...j,jk", x, y), tol=1e-10)
     close(kl.tensordot(x, y, axes=1), np.tensordot(x, y, axes=1), tol=1e-10)
-    close(kl.tensordot(x, x, axes=([0, 2], [0, 2])), np.tensordot(x, x, axes=([0, 2], [0, 2])),
-          tol=1e-10)
+    close(
+        kl.tensordot(x, x, axes=([0, 2], [0, 2])),
+        np.tensordot(x, x, axes=([0, 2], [0, 2])),
+        tol=1e-10,
+    )
 
 
 def test_weak_scalars_in_functions():
@@ -169,16 +219,31 @@ AXES = [None, 0, -1, (0, 2), (), (1,)]
 
 @pytest.mark.parametrize("keepdims", [False, True])
 @pytest.mark.parametrize("axis", AXES, ids=[repr(a) for a in AXES])
-@pytest.mark.parametrize("name,ref", [("sum", np.sum), ("mean", np.mean), ("prod", np.prod),
-                                      ("max", np.max), ("min", np.min), ("amax", np.amax),
-                                      ("amin", np.amin), ("any", np.any), ("all", np.all),
-                                      ("var", np.var), ("std", np.std)])
+@pytest.mark.parametrize(
+    "name,ref",
+    [
+        ("sum", np.sum),
+        ("mean", np.mean),
+        ("prod", np.prod),
+        ("max", np.max),
+        ("min", np.min),
+        ("amax", np.amax),
+        ("amin", np.amin),
+        ("any", np.any),
+        ("all", np.all),
+        ("var", np.var),
+        ("std", np.std),
+    ],
+)
 def test_reductions(name, ref, axis, keepdims):
     x = R.uniform(0.5, 1.5, (2, 3, 4))
     if name in ("any", "all"):
         x = x > 1.0
-    close(getattr(kl, name)(x, axis=axis, keepdims=keepdims), ref(x, axis=axis, keepdims=keepdims),
-          tol=1e-10)
+    close(
+        getattr(kl, name)(x, axis=axis, keepdims=keepdims),
+        ref(x, axis=axis, keepdims=keepdims),
+        tol=1e-10,
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.int32, np.int64, np.bool_])
@@ -273,8 +338,10 @@ def test_shapes():
     close(kl.flip(x), np.flip(x))
     close(kl.flip(x, axis=(0, 2)), np.flip(x, axis=(0, 2)))
     for mode in ("constant", "reflect", "edge", "wrap"):
-        close(kl.pad(x, ((0, 1), (2, 1), (1, 0)), mode=mode),
-              np.pad(x, ((0, 1), (2, 1), (1, 0)), mode=mode))
+        close(
+            kl.pad(x, ((0, 1), (2, 1), (1, 0)), mode=mode),
+            np.pad(x, ((0, 1), (2, 1), (1, 0)), mode=mode),
+        )
     close(kl.pad(x, 1, constant_values=3.0), np.pad(x, 1, constant_values=3.0))
     close(kl.pad(x, (1, 2)), np.pad(x, (1, 2)))
     close(kl.tile(x[0], (2, 1, 2)), np.tile(x[0], (2, 1, 2)))
@@ -298,8 +365,9 @@ def test_diagonals_and_triangles():
     close(kl.diag(m[0]), np.diag(m[0]))
     close(kl.diag(m, k=-1), np.diag(m, k=-1))
     close(kl.trace(m), np.trace(m), tol=1e-10)
-    close(kl.trace(b, offset=1, axis1=1, axis2=2), np.trace(b, offset=1, axis1=1, axis2=2),
-          tol=1e-10)
+    close(
+        kl.trace(b, offset=1, axis1=1, axis2=2), np.trace(b, offset=1, axis1=1, axis2=2), tol=1e-10
+    )
     close(kl.tril(b), np.tril(b))
     close(kl.triu(b, k=1), np.triu(b, k=1))
 
@@ -354,8 +422,9 @@ def test_nonzero_family():
     close(kl.bincount(v), np.bincount(v))
     close(kl.bincount(v, length=4), np.bincount(v, minlength=8)[:4])
     w = np.linspace(0, 1, 5)
-    close(kl.bincount(v, weights=w, minlength=10), np.bincount(v, weights=w, minlength=10),
-          tol=1e-10)
+    close(
+        kl.bincount(v, weights=w, minlength=10), np.bincount(v, weights=w, minlength=10), tol=1e-10
+    )
 
 
 def test_where_clip_round_astype():
@@ -378,17 +447,22 @@ def test_convolution_string_paddings_against_torch():
     for kh, kw, dil in ((4, 3, (1, 2)), (2, 5, 1), (3, 3, 2)):
         w = R.standard_normal((3, 2, kh, kw))
         for padding in ("same", "valid"):
-            want = F.conv2d(torch.from_numpy(x), torch.from_numpy(w), padding=padding,
-                            dilation=dil).numpy()
+            want = F.conv2d(
+                torch.from_numpy(x), torch.from_numpy(w), padding=padding, dilation=dil
+            ).numpy()
             close(kl.conv2d(x, w, padding=padding, dilation=dil), want, tol=1e-9)
     x1, w1 = R.standard_normal((2, 3, 10)), R.standard_normal((4, 3, 4))
-    close(kl.conv1d(x1, w1, padding="same"),
-          F.conv1d(torch.from_numpy(x1), torch.from_numpy(w1), padding="same").numpy(),
-          tol=1e-9)
+    close(
+        kl.conv1d(x1, w1, padding="same"),
+        F.conv1d(torch.from_numpy(x1), torch.from_numpy(w1), padding="same").numpy(),
+        tol=1e-9,
+    )
     x3, w3 = R.standard_normal((1, 2, 5, 6, 4)), R.standard_normal((3, 2, 2, 3, 2))
-    close(kl.conv3d(x3, w3, padding="same"),
-          F.conv3d(torch.from_numpy(x3), torch.from_numpy(w3), padding="same").numpy(),
-          tol=1e-9)
+    close(
+        kl.conv3d(x3, w3, padding="same"),
+        F.conv3d(torch.from_numpy(x3), torch.from_numpy(w3), padding="same").numpy(),
+        tol=1e-9,
+    )
     with pytest.raises(kl.Error, match=r"\[conv2d\] padding='same' needs stride 1"):
         kl.conv2d(x, w, stride=2, padding="same")
     with pytest.raises(kl.Error, match=r"\[conv2d\] padding is an int, 2 ints, 'same' or 'valid'"):
@@ -404,36 +478,52 @@ def test_convolution_and_pooling_against_torch():
     x = R.standard_normal((2, 4, 9, 8))
     w = R.standard_normal((6, 2, 3, 3))
     tx, tw = torch.from_numpy(x), torch.from_numpy(w)
-    close(kl.conv2d(x, w, stride=(2, 1), padding=1, dilation=(1, 2), groups=2),
-          F.conv2d(tx, tw, stride=(2, 1), padding=1, dilation=(1, 2), groups=2).numpy(),
-          tol=1e-9)
+    close(
+        kl.conv2d(x, w, stride=(2, 1), padding=1, dilation=(1, 2), groups=2),
+        F.conv2d(tx, tw, stride=(2, 1), padding=1, dilation=(1, 2), groups=2).numpy(),
+        tol=1e-9,
+    )
     x1, w1 = R.standard_normal((2, 3, 10)), R.standard_normal((4, 3, 3))
-    close(kl.conv1d(x1, w1, stride=2, padding=1),
-          F.conv1d(torch.from_numpy(x1), torch.from_numpy(w1), stride=2, padding=1).numpy(),
-          tol=1e-9)
+    close(
+        kl.conv1d(x1, w1, stride=2, padding=1),
+        F.conv1d(torch.from_numpy(x1), torch.from_numpy(w1), stride=2, padding=1).numpy(),
+        tol=1e-9,
+    )
     x3, w3 = R.standard_normal((1, 2, 5, 6, 4)), R.standard_normal((3, 2, 2, 3, 2))
-    close(kl.conv3d(x3, w3, padding=(1, 0, 1)),
-          F.conv3d(torch.from_numpy(x3), torch.from_numpy(w3), padding=(1, 0, 1)).numpy(),
-          tol=1e-9)
+    close(
+        kl.conv3d(x3, w3, padding=(1, 0, 1)),
+        F.conv3d(torch.from_numpy(x3), torch.from_numpy(w3), padding=(1, 0, 1)).numpy(),
+        tol=1e-9,
+    )
     wt = R.standard_normal((4, 3, 3, 3))
-    close(kl.conv_transpose2d(x, wt, stride=2, padding=1, output_padding=1),
-          F.conv_transpose2d(tx, torch.from_numpy(wt), stride=2, padding=1,
-                             output_padding=1).numpy(), tol=1e-9)
+    close(
+        kl.conv_transpose2d(x, wt, stride=2, padding=1, output_padding=1),
+        F.conv_transpose2d(tx, torch.from_numpy(wt), stride=2, padding=1, output_padding=1).numpy(),
+        tol=1e-9,
+    )
     wt1 = R.standard_normal((3, 2, 3))
-    close(kl.conv_transpose1d(x1, wt1, stride=2),
-          F.conv_transpose1d(torch.from_numpy(x1), torch.from_numpy(wt1), stride=2).numpy(),
-          tol=1e-9)
+    close(
+        kl.conv_transpose1d(x1, wt1, stride=2),
+        F.conv_transpose1d(torch.from_numpy(x1), torch.from_numpy(wt1), stride=2).numpy(),
+        tol=1e-9,
+    )
     wt3 = R.standard_normal((2, 2, 2, 2, 2))
-    close(kl.conv_transpose3d(x3, wt3, stride=(1, 2, 1)),
-          F.conv_transpose3d(torch.from_numpy(x3), torch.from_numpy(wt3),
-                             stride=(1, 2, 1)).numpy(), tol=1e-9)
-    close(kl.max_pool2d(x, kernel_size=3, stride=2, padding=1),
-          F.max_pool2d(tx, 3, stride=2, padding=1).numpy())
+    close(
+        kl.conv_transpose3d(x3, wt3, stride=(1, 2, 1)),
+        F.conv_transpose3d(torch.from_numpy(x3), torch.from_numpy(wt3), stride=(1, 2, 1)).numpy(),
+        tol=1e-9,
+    )
+    close(
+        kl.max_pool2d(x, kernel_size=3, stride=2, padding=1),
+        F.max_pool2d(tx, 3, stride=2, padding=1).numpy(),
+    )
     close(kl.avg_pool2d(x, kernel_size=(2, 3)), F.avg_pool2d(tx, (2, 3)).numpy(), tol=1e-10)
-    close(kl.adaptive_avg_pool2d(x, (4, 3)), F.adaptive_avg_pool2d(tx, (4, 3)).numpy(),
-          tol=1e-10)
-    close(kl.interpolate(x, size=(5, 11), mode="bilinear"),
-          F.interpolate(tx, size=(5, 11), mode="bilinear").numpy(), tol=1e-9)
+    close(kl.adaptive_avg_pool2d(x, (4, 3)), F.adaptive_avg_pool2d(tx, (4, 3)).numpy(), tol=1e-10)
+    close(
+        kl.interpolate(x, size=(5, 11), mode="bilinear"),
+        F.interpolate(tx, size=(5, 11), mode="bilinear").numpy(),
+        tol=1e-9,
+    )
     close(kl.interpolate(x, scale_factor=2), F.interpolate(tx, scale_factor=2).numpy())
 
 
@@ -445,8 +535,11 @@ def test_linalg():
     close(la.cholesky(spd), np.linalg.cholesky(spd), tol=1e-9)
     lower = np.tril(spd)
     close(la.triangular_solve(lower, b, lower=True), np.linalg.solve(lower, b), tol=1e-9)
-    close(la.solve_triangular(lower, b, lower=True, transpose=True),
-          np.linalg.solve(lower.transpose(0, 2, 1), b), tol=1e-9)
+    close(
+        la.solve_triangular(lower, b, lower=True, transpose=True),
+        np.linalg.solve(lower.transpose(0, 2, 1), b),
+        tol=1e-9,
+    )
     close(la.solve(a, b), np.linalg.solve(a, b), tol=1e-9)
     close(la.inv(a), np.linalg.inv(a), tol=1e-9)
     sign, logdet = la.slogdet(a)
@@ -456,8 +549,9 @@ def test_linalg():
     close(la.det(a), np.linalg.det(a), tol=1e-9)
     w, v = la.eigh(spd)
     close(w, np.linalg.eigvalsh(spd), tol=1e-9)
-    close(kl.matmul(kl.matmul(v, w[..., None] * kl.transpose(v, (0, 2, 1))), np.eye(4)), spd,
-          tol=1e-9)
+    close(
+        kl.matmul(kl.matmul(v, w[..., None] * kl.transpose(v, (0, 2, 1))), np.eye(4)), spd, tol=1e-9
+    )
     m = R.standard_normal((5, 3))
     q, r = la.qr(m)
     eq, er = np.linalg.qr(m)
@@ -476,8 +570,11 @@ def test_linalg():
         close(la.norm(y, ord=ord_), np.linalg.norm(y, ord=ord_), tol=1e-9)
     for ord_ in ("fro", "nuc", 1, -1, 2, -2, np.inf):
         close(la.norm(m, ord=ord_), np.linalg.norm(m, ord=ord_), tol=1e-9)
-    close(la.norm(a, axis=(1, 2), keepdims=True), np.linalg.norm(a, axis=(1, 2), keepdims=True),
-          tol=1e-9)
+    close(
+        la.norm(a, axis=(1, 2), keepdims=True),
+        np.linalg.norm(a, axis=(1, 2), keepdims=True),
+        tol=1e-9,
+    )
     close(la.matrix_power(a, 3), np.linalg.matrix_power(a, 3), tol=1e-9)
     close(la.matrix_power(a, -2), np.linalg.matrix_power(a, -2), tol=1e-7)
 
@@ -537,12 +634,16 @@ def test_long_operations_release_the_gil():
 
 def test_numpy_names():
     import scipy.special as sp
+
     x = R.standard_normal((3, 4, 5))
     close(kl.logcumsumexp(x, axis=1), np.logaddexp.accumulate(x, axis=1), tol=1e-10)
     for n, axis in ((1, -1), (2, 0), (0, 1), (7, 2)):
         close(kl.diff(x, n=n, axis=axis), np.diff(x, n=n, axis=axis), tol=1e-10)
-    close(kl.diff(x, axis=1, prepend=0.5, append=x[:, :2]),
-          np.diff(x, axis=1, prepend=0.5, append=x[:, :2]), tol=1e-10)
+    close(
+        kl.diff(x, axis=1, prepend=0.5, append=x[:, :2]),
+        np.diff(x, axis=1, prepend=0.5, append=x[:, :2]),
+        tol=1e-10,
+    )
     b = np.array([True, True, False, True])
     close(kl.diff(b), np.diff(b))
     close(kl.diff(np.array([1, 4, 9], np.int32)), np.diff(np.array([1, 4, 9], np.int32)))
@@ -557,8 +658,9 @@ def test_numpy_names():
     xs, ys = np.array([0.0, 0.0, 0.0, 2.0, 1.5, 0.0]), np.array([0.0, 3.0, np.nan, 0.5, 0.0, -1.0])
     close(kl.xlogy(xs, ys), sp.xlogy(xs, ys), tol=1e-14)
     # The custom derivative under jit and vmap: d/dx x log y = log y, also at x = 0.
-    dx = kl.jit(kl.vmap(kl.grad(lambda p, q: kl.xlogy(p, q))))(np.array([0.0, 2.0]),
-                                                                 np.array([0.5, 3.0]))
+    dx = kl.jit(kl.vmap(kl.grad(lambda p, q: kl.xlogy(p, q))))(
+        np.array([0.0, 2.0]), np.array([0.5, 3.0])
+    )
     close(dx, np.log([0.5, 3.0]), tol=1e-14)
 
 
@@ -571,8 +673,11 @@ def test_nan_reductions():
             ref = getattr(np, name)
             for axis in (None, 0, 1):
                 close(getattr(kl, name)(x, axis=axis), ref(x, axis=axis), tol=1e-10)
-            close(getattr(kl, name)(x, axis=1, keepdims=True), ref(x, axis=1, keepdims=True),
-                  tol=1e-10)
+            close(
+                getattr(kl, name)(x, axis=1, keepdims=True),
+                ref(x, axis=1, keepdims=True),
+                tol=1e-10,
+            )
         close(kl.nanvar(x, axis=1, ddof=1), np.nanvar(x, axis=1, ddof=1), tol=1e-10)
     ints = np.array([[1, 5], [3, 2]], np.int32)
     close(kl.nansum(ints, axis=0), np.nansum(ints, axis=0))
@@ -610,7 +715,9 @@ def test_unique():
     close(c, np.array([2, 3]))
     close(kl.unique(np.zeros((0,))), np.unique(np.zeros((0,))))
     rows = np.array([[1, 1, 4], [3, 2, 3]], np.int32)
-    close(kl.vmap(lambda r: kl.unique(r, size=3, fill_value=0))(rows),
-          np.array([[1, 4, 0], [2, 3, 0]], np.int32))
+    close(
+        kl.vmap(lambda r: kl.unique(r, size=3, fill_value=0))(rows),
+        np.array([[1, 4, 0], [2, 3, 0]], np.int32),
+    )
     with pytest.raises(kl.Error, match=r"\[unique\].*expected a size"):
         kl.jit(lambda t: kl.unique(t))(ints)

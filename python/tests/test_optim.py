@@ -26,54 +26,73 @@ def grad_of(name, p, step):
 
 
 def run_both(make_kiln, make_torch, steps=6):
-    init = {"w": rng.standard_normal((3, 4)).astype(np.float32),
-            "b": [rng.standard_normal(4).astype(np.float32),
-                  rng.standard_normal(()).astype(np.float32)]}
-    torch_params = {"w": torch.tensor(init["w"], requires_grad=True),
-                    "b0": torch.tensor(init["b"][0], requires_grad=True),
-                    "b1": torch.tensor(init["b"][1], requires_grad=True)}
+    init = {
+        "w": rng.standard_normal((3, 4)).astype(np.float32),
+        "b": [
+            rng.standard_normal(4).astype(np.float32),
+            rng.standard_normal(()).astype(np.float32),
+        ],
+    }
+    torch_params = {
+        "w": torch.tensor(init["w"], requires_grad=True),
+        "b0": torch.tensor(init["b"][0], requires_grad=True),
+        "b1": torch.tensor(init["b"][1], requires_grad=True),
+    }
     topt = make_torch(list(torch_params.values()))
     opt = make_kiln()
-    params = {"w": kl.asarray(init["w"].copy()), "b": [kl.asarray(init["b"][0].copy()),
-                                                       kl.asarray(init["b"][1].copy())]}
+    params = {
+        "w": kl.asarray(init["w"].copy()),
+        "b": [kl.asarray(init["b"][0].copy()), kl.asarray(init["b"][1].copy())],
+    }
     state = opt.init(params)
     for step in range(steps):
         for name, p in torch_params.items():
             p.grad = torch.from_numpy(grad_of(name, p.detach().numpy(), step).astype(np.float32))
         topt.step()
-        grads = {"w": grad_of("w", np.asarray(params["w"]), step),
-                 "b": [grad_of("b0", np.asarray(params["b"][0]), step),
-                       grad_of("b1", np.asarray(params["b"][1]), step)]}
+        grads = {
+            "w": grad_of("w", np.asarray(params["w"]), step),
+            "b": [
+                grad_of("b0", np.asarray(params["b"][0]), step),
+                grad_of("b1", np.asarray(params["b"][1]), step),
+            ],
+        }
         params, state = opt.update(params, grads, state)
     for got, name in [(params["w"], "w"), (params["b"][0], "b0"), (params["b"][1], "b1")]:
-        np.testing.assert_allclose(np.asarray(got), torch_params[name].detach().numpy(),
-                                   rtol=2e-5, atol=2e-6)
+        np.testing.assert_allclose(
+            np.asarray(got), torch_params[name].detach().numpy(), rtol=2e-5, atol=2e-6
+        )
     assert int(np.asarray(state.step)) == steps
     return state
 
 
 def test_sgd_momentum_matches_torch():
-    run_both(lambda: kl.optim.sgd(0.1, momentum=0.9, dampening=0.1, weight_decay=0.01),
-             lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.1,
-                                        weight_decay=0.01))
+    run_both(
+        lambda: kl.optim.sgd(0.1, momentum=0.9, dampening=0.1, weight_decay=0.01),
+        lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, dampening=0.1, weight_decay=0.01),
+    )
 
 
 def test_sgd_nesterov_matches_torch():
-    run_both(lambda: kl.optim.sgd(0.05, momentum=0.8, nesterov=True),
-             lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8, nesterov=True))
+    run_both(
+        lambda: kl.optim.sgd(0.05, momentum=0.8, nesterov=True),
+        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8, nesterov=True),
+    )
 
 
 def test_adam_matches_torch():
-    state = run_both(lambda: kl.optim.adam(0.01, b1=0.8, weight_decay=0.1),
-                     lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.8, 0.999),
-                                                 weight_decay=0.1))
+    state = run_both(
+        lambda: kl.optim.adam(0.01, b1=0.8, weight_decay=0.1),
+        lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.8, 0.999), weight_decay=0.1),
+    )
     assert sorted(state.slots) == ["mu", "nu"]
     assert isinstance(state.slots["mu"]["b"], list)
 
 
 def test_adamw_matches_torch():
-    run_both(lambda: kl.optim.adamw(0.01, weight_decay=0.05),
-             lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.05))
+    run_both(
+        lambda: kl.optim.adamw(0.01, weight_decay=0.05),
+        lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.05),
+    )
 
 
 def test_state_is_a_pytree_named_as_in_cpp():
@@ -106,8 +125,16 @@ def test_layers_and_static_fields_as_parameters():
     np.testing.assert_allclose(np.asarray(new.layer.weight), w0 - 0.5)
     np.testing.assert_allclose(np.asarray(new.layer.bias), b0 - 1.0)
     np.testing.assert_array_equal(np.asarray(new.other), np.full(3, -1.0))
-    assert kl.tree.names(state) == ["step", "slots.momentum.layer.weight", "slots.momentum.layer.bias",
-                                  "slots.momentum.other"] or "momentum" not in state.slots
+    assert (
+        kl.tree.names(state)
+        == [
+            "step",
+            "slots.momentum.layer.weight",
+            "slots.momentum.layer.bias",
+            "slots.momentum.other",
+        ]
+        or "momentum" not in state.slots
+    )
     no_bias = kl.nn.Linear(2, 2, key(5))
     no_bias.bias = None  # an absent optional is a different structure, as in C++
     with pytest.raises(ValueError, match="structure"):
@@ -153,8 +180,10 @@ def test_schedules():
 
 
 def test_clip_by_global_norm_matches_torch():
-    g = {"a": rng.standard_normal((3, 3)).astype(np.float32),
-         "b": rng.standard_normal(4).astype(np.float32)}
+    g = {
+        "a": rng.standard_normal((3, 3)).astype(np.float32),
+        "b": rng.standard_normal(4).astype(np.float32),
+    }
     norm = np.sqrt(sum((v.astype(np.float64) ** 2).sum() for v in g.values()))
     assert float(np.asarray(kl.optim.global_norm(g))) == pytest.approx(norm, rel=1e-6)
     clipped = kl.optim.clip_by_global_norm(g, 1.0)
@@ -208,7 +237,12 @@ def test_jitted_training_of_a_sequential_matches_torch():
         assert float(np.asarray(value)) == pytest.approx(float(want), rel=1e-5)
     assert isinstance(model, kl.nn.Sequential) and int(np.asarray(state.step)) == 5
     for i in (0, 2):
-        np.testing.assert_allclose(np.asarray(model[i].weight), tm[i].weight.detach().numpy(),
-                                   rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(
+            np.asarray(model[i].weight), tm[i].weight.detach().numpy(), rtol=1e-4, atol=1e-5
+        )
     assert [n for n, _ in kl.nn.named_parameters(state.slots["mu"])] == [
-        "0.weight", "0.bias", "2.weight", "2.bias"]
+        "0.weight",
+        "0.bias",
+        "2.weight",
+        "2.bias",
+    ]

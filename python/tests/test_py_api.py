@@ -18,6 +18,7 @@ def randn(*shape):
 
 # ---- jit: static_argnames, and static_argnums <-> static_argnames through the signature --------
 
+
 def power_counting(traces):
     def power(x, n, mode="sin"):
         traces.append((n, mode))
@@ -25,6 +26,7 @@ def power_counting(traces):
         for _ in range(n - 1):  # Python control flow on the static n
             out = mul(out, x)
         return out
+
     return power
 
 
@@ -117,14 +119,17 @@ def test_static_argument_errors():
         return mul(x, float(len(n)))
 
     jf = kl.jit(f, static_argnames="n")
-    with pytest.raises(kl.Error, match=r"\[jit\] static argument 'n' of f is not hashable: got "
-                                       r"\[1, 2\] of type list"):
+    with pytest.raises(
+        kl.Error,
+        match=r"\[jit\] static argument 'n' of f is not hashable: got " r"\[1, 2\] of type list",
+    ):
         jf(randn(2), n=[1, 2])
     with pytest.raises(kl.Error, match=r"static argument 1 \('n'\) of f is not hashable"):
         jf(randn(2), [1, 2])
     close(jf(randn(2) * 0 + 1, n=(1, 2)), [2.0, 2.0])  # a tuple is hashable
-    with pytest.raises(kl.Error, match=r"static_argnames has 'm', which .*f does not take as a "
-                                       r"keyword"):
+    with pytest.raises(
+        kl.Error, match=r"static_argnames has 'm', which .*f does not take as a " r"keyword"
+    ):
         kl.jit(f, static_argnames="m")
     with pytest.raises(kl.Error, match=r"static_argnums has 2, but .*f takes 2 positional"):
         kl.jit(f, static_argnums=2)
@@ -155,8 +160,9 @@ def test_is_leaf_none_becomes_a_leaf():
     leaves, treedef = kl.tree.flatten(tree, is_leaf=is_none)
     assert treedef.num_leaves == 4 and kl.tree.unflatten(treedef, leaves) == tree
     assert kl.tree.map(lambda x: x, {"a": None, "b": 1.0}) == {"a": None, "b": 1.0}
-    assert kl.tree.map(lambda x: "none" if x is None else x + 1, {"a": None, "b": 1.0},
-                       is_leaf=is_none) == {"a": "none", "b": 2.0}
+    assert kl.tree.map(
+        lambda x: "none" if x is None else x + 1, {"a": None, "b": 1.0}, is_leaf=is_none
+    ) == {"a": "none", "b": 2.0}
 
 
 def test_is_leaf_on_tuples_stops_flattening():
@@ -185,17 +191,28 @@ def test_map_over_several_trees_with_prefix_structure():
     # The optimiser pattern: params and grads where some grads are None, is_leaf on the first.
     params = {"w": np.ones(2), "b": None, "c": np.zeros(1)}
     grads = {"w": np.full(2, 0.5), "b": np.ones(3), "c": None}
-    step = kl.tree.map(lambda p, g: p if g is None or p is None else p - g, params, grads,
-                       is_leaf=lambda x: x is None)
+    step = kl.tree.map(
+        lambda p, g: p if g is None or p is None else p - g,
+        params,
+        grads,
+        is_leaf=lambda x: x is None,
+    )
     np.testing.assert_array_equal(step["w"], [0.5, 0.5])
     assert step["b"] is None and step["c"] is params["c"]
     # is_leaf applies to the first tree only: the second's tuples reach f whole.
     is_tuple = lambda x: isinstance(x, tuple) and not isinstance(x[0], tuple)  # noqa: E731
-    got = kl.tree.map(lambda a, b, c: len(a) + len(b) + c, [(1, 2), (3,)], [(1,), (1, 2, 3)],
-                      [10, 20], is_leaf=is_tuple)
+    got = kl.tree.map(
+        lambda a, b, c: len(a) + len(b) + c,
+        [(1, 2), (3,)],
+        [(1,), (1, 2, 3)],
+        [10, 20],
+        is_leaf=is_tuple,
+    )
     assert got == [13, 24]
-    with pytest.raises(kl.Error, match=r"\[tree.map\] tree 2 does not have the first tree's "
-                                       r"structure: got \(1, 2\)"):
+    with pytest.raises(
+        kl.Error,
+        match=r"\[tree.map\] tree 2 does not have the first tree's " r"structure: got \(1, 2\)",
+    ):
         kl.tree.map(lambda a, b: a, [1, 2], (1, 2))
     with pytest.raises(kl.Error, match=r"tree 3 does not have"):
         kl.tree.map(lambda a, b, c: a, {"a": 1}, {"a": 2}, {"b": 3})
@@ -204,6 +221,7 @@ def test_map_over_several_trees_with_prefix_structure():
 
 
 # ---- x[int], x[int, int], x[slice]: the eager short path makes the same views -----------------
+
 
 def layouts():
     """A [4, 5, 3] float32 array under several layouts, as (numpy view, kiln view) pairs."""
@@ -216,9 +234,23 @@ def layouts():
     yield base[:, 2:3], k[:, 2:3]  # a size-1 axis
 
 
-@pytest.mark.parametrize("key", [0, -1, 2, (0, 1), (-1, 0, 2), (1, slice(None), 0),
-                                 slice(1, 3), slice(None, None, -1), (slice(0, 2), 1),
-                                 (Ellipsis, 0), (None, 0), (0, None, slice(1, None))])
+@pytest.mark.parametrize(
+    "key",
+    [
+        0,
+        -1,
+        2,
+        (0, 1),
+        (-1, 0, 2),
+        (1, slice(None), 0),
+        slice(1, 3),
+        slice(None, None, -1),
+        (slice(0, 2), 1),
+        (Ellipsis, 0),
+        (None, 0),
+        (0, None, slice(1, None)),
+    ],
+)
 def test_basic_indexing_matches_numpy_and_shares_memory(key):
     for a, x in layouts():
         try:
@@ -253,6 +285,7 @@ def test_indexing_under_transformations_takes_the_traced_path():
 
 
 # ---- DLPack and bool ---------------------------------------------------------------------------
+
 
 def test_dlpack_bool_travels_as_uint8_both_ways_zero_copy():
     # Debian's DLPack is 0.6 (no kDLBool); PyTorch 1.13 neither exports bool nor reads kDLBool.

@@ -121,12 +121,14 @@ def test_continuous_distributions():
     # categorical's logits.
     assert kr.gamma(key, 2, (3,)).dtype == kl.float32
     assert kr.beta(key, 2, 5, (3,)).dtype == kl.float32
-    for call in (lambda: kr.gamma(key, np.array([1, 2])),
-                 lambda: kr.gamma(key, kl.asarray([1, 2])),
-                 lambda: kr.loggamma(key, np.array([1, 2])),
-                 lambda: kr.beta(key, np.array([2]), 5.0),
-                 lambda: kr.dirichlet(key, np.array([1, 2, 3])),
-                 lambda: kr.categorical(key, np.array([1, 2]))):
+    for call in (
+        lambda: kr.gamma(key, np.array([1, 2])),
+        lambda: kr.gamma(key, kl.asarray([1, 2])),
+        lambda: kr.loggamma(key, np.array([1, 2])),
+        lambda: kr.beta(key, np.array([2]), 5.0),
+        lambda: kr.dirichlet(key, np.array([1, 2, 3])),
+        lambda: kr.categorical(key, np.array([1, 2])),
+    ):
         with pytest.raises(kl.Error, match="expected a floating dtype"):
             call()
     cov = np.array([[2.0, 0.6], [0.6, 1.0]])
@@ -144,8 +146,11 @@ def test_exponential_laplace_gumbel_poisson():
     key = kr.key(11)
     # Mean and standard deviation of the standard distributions: exponential (1, 1),
     # Laplace (0, sqrt 2), Gumbel (Euler's gamma, pi / sqrt 6).
-    cases = ((kr.exponential, 1.0, 1.0), (kr.laplace, 0.0, math.sqrt(2)),
-             (kr.gumbel, 0.5772156649015329, math.pi / math.sqrt(6)))
+    cases = (
+        (kr.exponential, 1.0, 1.0),
+        (kr.laplace, 0.0, math.sqrt(2)),
+        (kr.gumbel, 0.5772156649015329, math.pi / math.sqrt(6)),
+    )
     for fn, mean, std in cases:
         for dtype in (kl.float32, kl.float64):
             s = fn(key, (N,), dtype=dtype)
@@ -166,6 +171,7 @@ def test_exponential_laplace_gumbel_poisson():
         assert abs(v.var() - lam) <= 0.05 * lam + 1e-12, (lam, v.var())
     # Frequencies against the pmf, on both sides of the switch of methods at lam = 10.
     from scipy import stats
+
     for lam in (4.0, 37.5):
         v = np.asarray(kr.poisson(key, lam, (N,)))
         ks = np.arange(int(lam + 4 * math.sqrt(lam)))
@@ -174,9 +180,10 @@ def test_exponential_laplace_gumbel_poisson():
         assert np.all(np.abs(freq - pmf) <= 5 * np.sqrt(pmf / N) + 1e-4), lam
     assert kr.poisson(key, 3.0, (2, 3), dtype=kl.int64).dtype == kl.int64
     keys = kr.split(key, 3)
-    np.testing.assert_array_equal(np.asarray(kl.vmap(lambda k: kr.poisson(k, 12.0, (4,)))(keys)),
-                                  np.stack([np.asarray(kr.poisson(keys[i], 12.0, (4,)))
-                                            for i in range(3)]))
+    np.testing.assert_array_equal(
+        np.asarray(kl.vmap(lambda k: kr.poisson(k, 12.0, (4,)))(keys)),
+        np.stack([np.asarray(kr.poisson(keys[i], 12.0, (4,))) for i in range(3)]),
+    )
     for bad in (-1.0, float("nan"), float("inf")):
         with pytest.raises(kl.Error, match=r"\[random_poisson\] rate out of range"):
             kr.poisson(key, bad, (2,))

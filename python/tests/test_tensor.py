@@ -19,8 +19,9 @@ def check(t, expected, dtype=None):
     assert t.shape == expected.shape
     if dtype is not None:
         assert t.dtype == dtype
-    np.testing.assert_allclose(np.asarray(t).astype(np.float64), expected.astype(np.float64),
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(t).astype(np.float64), expected.astype(np.float64), rtol=1e-6, atol=1e-6
+    )
 
 
 def test_properties():
@@ -59,9 +60,24 @@ DTYPES = [np.float32, np.float64, np.int32, np.int64, np.float16]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("op", [operator.add, operator.sub, operator.mul, operator.truediv,
-                                operator.floordiv, operator.mod, operator.pow, operator.lt,
-                                operator.le, operator.gt, operator.ge, operator.eq, operator.ne])
+@pytest.mark.parametrize(
+    "op",
+    [
+        operator.add,
+        operator.sub,
+        operator.mul,
+        operator.truediv,
+        operator.floordiv,
+        operator.mod,
+        operator.pow,
+        operator.lt,
+        operator.le,
+        operator.gt,
+        operator.ge,
+        operator.eq,
+        operator.ne,
+    ],
+)
 def test_binary_operators(op, dtype):
     r = rng()
     a = r.uniform(1, 5, (3, 4)).astype(dtype)
@@ -78,12 +94,20 @@ def test_binary_operators(op, dtype):
             assert got.dtype == kl.bool_
             np.testing.assert_array_equal(np.asarray(got), expected)
         else:
-            np.testing.assert_allclose(np.asarray(got).astype(np.float64),
-                                       expected.astype(np.float64), rtol=tol, atol=tol)
+            np.testing.assert_allclose(
+                np.asarray(got).astype(np.float64), expected.astype(np.float64), rtol=tol, atol=tol
+            )
 
 
-@pytest.mark.parametrize("dtype,kl_dtype", [(np.float16, kl.float16), (np.int32, kl.int32),
-                                            (np.float32, kl.float32), (np.uint8, kl.uint8)])
+@pytest.mark.parametrize(
+    "dtype,kl_dtype",
+    [
+        (np.float16, kl.float16),
+        (np.int32, kl.int32),
+        (np.float32, kl.float32),
+        (np.uint8, kl.uint8),
+    ],
+)
 def test_python_scalars_are_weak(dtype, kl_dtype):
     a = np.array([1, 2, 3], dtype)
     t = kl.asarray(a)
@@ -142,13 +166,31 @@ def test_comparison_with_non_arrays():
 
 A = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
 INDICES = [
-    0, -1, (1, 2), (slice(None), 1), slice(1, None), (Ellipsis, 0), (0, Ellipsis, -2),
-    (slice(None, None, -1),), (slice(None), slice(None, None, -2), slice(3, 0, -1)),
-    (slice(-3, None), None, 1), (None, Ellipsis, None), (1, slice(0, 3, 2), None, -1),
-    ([0, 1, 1],), (slice(None), [2, 0]), (slice(None), [[0, 1], [2, 2]], slice(1, 3)),
-    ([1, 0], [2, 1]), ([1, 0], slice(None), [3, 1]), (0, slice(None), [1, 2]),
-    (Ellipsis, [4, 0, -1]), (1, [0, -1], [[2], [3]]), (slice(None), 1, [0, 3]),
-    (np.array([1, 0]),), (None, [1]), (slice(10, 20),), (slice(-10, 2),),
+    0,
+    -1,
+    (1, 2),
+    (slice(None), 1),
+    slice(1, None),
+    (Ellipsis, 0),
+    (0, Ellipsis, -2),
+    (slice(None, None, -1),),
+    (slice(None), slice(None, None, -2), slice(3, 0, -1)),
+    (slice(-3, None), None, 1),
+    (None, Ellipsis, None),
+    (1, slice(0, 3, 2), None, -1),
+    ([0, 1, 1],),
+    (slice(None), [2, 0]),
+    (slice(None), [[0, 1], [2, 2]], slice(1, 3)),
+    ([1, 0], [2, 1]),
+    ([1, 0], slice(None), [3, 1]),
+    (0, slice(None), [1, 2]),
+    (Ellipsis, [4, 0, -1]),
+    (1, [0, -1], [[2], [3]]),
+    (slice(None), 1, [0, 3]),
+    (np.array([1, 0]),),
+    (None, [1]),
+    (slice(10, 20),),
+    (slice(-10, 2),),
 ]
 
 
@@ -300,8 +342,9 @@ def test_at_updates_like_jax():
     e = a.copy()
     e[:, 1] = np.minimum(e[:, 1], [0.0, 100.0, 5.0])
     np.testing.assert_array_equal(np.asarray(t.at[:, 1].min(np.array([0.0, 100.0, 5.0]))), e)
-    np.testing.assert_array_equal(np.asarray(t.at[..., -1].max(9.0)),
-                                  np.where(np.arange(4) == 3, np.maximum(a, 9.0), a))
+    np.testing.assert_array_equal(
+        np.asarray(t.at[..., -1].max(9.0)), np.where(np.arange(4) == 3, np.maximum(a, 9.0), a)
+    )
     np.testing.assert_array_equal(np.asarray(t.at[2].get()), a[2])
     assert t.at[0].set(1).dtype == kl.float32
 
@@ -309,20 +352,26 @@ def test_at_updates_like_jax():
 def test_indexing_traces_and_differentiates():
     a = np.arange(24, dtype=np.float32).reshape(4, 6)
     f = kl.jit(lambda x, i: x[1:, ::-2][i, None] + x[..., [0, 2]].sum())
-    np.testing.assert_array_equal(np.asarray(f(kl.asarray(a), kl.asarray(2))),
-                                  a[1:, ::-2][2, None] + a[..., [0, 2]].sum())
+    np.testing.assert_array_equal(
+        np.asarray(f(kl.asarray(a), kl.asarray(2))), a[1:, ::-2][2, None] + a[..., [0, 2]].sum()
+    )
     # A traced index out of range is clamped, as in JAX.
-    np.testing.assert_array_equal(np.asarray(kl.jit(lambda x, i: x[i])(kl.asarray(a),
-                                                                        kl.asarray(7))), a[3])
+    np.testing.assert_array_equal(
+        np.asarray(kl.jit(lambda x, i: x[i])(kl.asarray(a), kl.asarray(7))), a[3]
+    )
     g = kl.grad(lambda x: (x[::2, [1, 1, 4]] ** 2).sum())(kl.asarray(a))
     expected = np.zeros_like(a)
     np.add.at(expected, (np.arange(0, 4, 2)[:, None], [1, 1, 4]), 2 * a[::2][:, [1, 1, 4]])
     np.testing.assert_array_equal(np.asarray(g), expected)
     h = kl.vmap(lambda row: row[[0, -1]] * 2 + row.at[0].set(100.0)[:2])(kl.asarray(a))
-    np.testing.assert_array_equal(np.asarray(h),
-                                  a[:, [0, -1]] * 2 + np.stack([np.full(4, 100.0), a[:, 1]], 1))
-    with pytest.raises(kl.Error, match=r"\[getitem\] a bool mask gives a shape that depends on "
-                                       r"values: got a traced mask bool\[4,6\]"):
+    np.testing.assert_array_equal(
+        np.asarray(h), a[:, [0, -1]] * 2 + np.stack([np.full(4, 100.0), a[:, 1]], 1)
+    )
+    with pytest.raises(
+        kl.Error,
+        match=r"\[getitem\] a bool mask gives a shape that depends on "
+        r"values: got a traced mask bool\[4,6\]",
+    ):
         kl.jit(lambda x: x[x > 3])(kl.asarray(a))
 
 
@@ -363,8 +412,9 @@ def random_index(r, shape):
             entries.append(int(r.integers(-n, n)))
         elif kind == 1:
             step = int(r.choice([-3, -2, -1, 1, 2, 3]))
-            start, stop = (None if r.random() < 0.3 else int(r.integers(-n - 2, n + 2))
-                           for _ in range(2))
+            start, stop = (
+                None if r.random() < 0.3 else int(r.integers(-n - 2, n + 2)) for _ in range(2)
+            )
             entries.append(slice(start, stop, step))
         elif kind == 2:
             entries.append(None)
@@ -403,27 +453,37 @@ def test_random_indices_match_numpy():
 
 # ---- Python ints and floats converted exactly ----------------------------------------------------
 
+
 def test_python_ints_convert_exactly_or_overflow():
     big = 2**53 + 1  # not a float64: a detour through double gives 2**53
     assert kl.asarray(big, dtype=kl.int64).item() == big
     assert (kl.asarray(np.array(1, np.int64)) + big).item() == big + 1
     assert (big - kl.asarray(np.array(1, np.int64))).item() == big - 1
-    assert kl.asarray(-2**63, dtype=kl.int64).item() == -2**63
+    assert kl.asarray(-(2**63), dtype=kl.int64).item() == -(2**63)
     assert kl.asarray([big, 1], dtype=kl.int64).tolist() == [big, 1]
-    assert kl.asarray(2**31 - 1).item() == 2**31 - 1 and kl.asarray(2**31 - 1).dtype == kl.int32
+    assert (
+        kl.asarray(2**31 - 1).item() == 2**31 - 1 and kl.asarray(2**31 - 1).dtype == kl.int32
+    )
     assert kl.asarray(4294967295, dtype=kl.uint32).item() == 4294967295
     assert kl.asarray(big, dtype=kl.float64).item() == float(big)  # rounded once, as float()
     assert kl.asarray(2**70, dtype=kl.float32).item() == float(np.float32(2**70))
     assert (kl.asarray(np.float32(1)) + 2**70).item() == float(np.float32(2**70))
     # Python ints default to int32 (as JAX's without x64): one that does not fit overflows.
-    for value, dtype in [(2**31, None), (-2**31 - 1, None), (2**70, None), (2**63, kl.int64),
-                         (256, kl.uint8), (-1, kl.uint32), (2**32, kl.uint32)]:
+    for value, dtype in [
+        (2**31, None),
+        (-(2**31) - 1, None),
+        (2**70, None),
+        (2**63, kl.int64),
+        (256, kl.uint8),
+        (-1, kl.uint32),
+        (2**32, kl.uint32),
+    ]:
         with pytest.raises(OverflowError, match=f"Python int {value} too large to convert to"):
             kl.asarray(value, dtype=dtype)
-    for values in ([2**31, 1], [1, -2**31 - 1], [2**63]):
+    for values in ([2**31, 1], [1, -(2**31) - 1], [2**63]):
         with pytest.raises(OverflowError, match="too large to convert to int32"):
             kl.asarray(values)
-    assert kl.asarray([2**31 - 1, -2**31]).tolist() == [2**31 - 1, -2**31]
+    assert kl.asarray([2**31 - 1, -(2**31)]).tolist() == [2**31 - 1, -(2**31)]
     i32 = kl.asarray(np.array([1, 2], np.int32))
     with pytest.raises(OverflowError, match="too large to convert to int32"):
         i32 + 2**40
@@ -485,7 +545,8 @@ for t in (bare, sub):
                 lambda: good[t], lambda: bool(t), lambda: kl.sin(t), lambda: kl.jit(kl.sin)(t),
                 lambda: kl.tree.leaves([t]), lambda: kl.grad(lambda x: x)(t),
                 lambda: pickle.dumps(t), lambda: repr(t), lambda: str(t), lambda: hash(t),
-                lambda: __import__('torch').from_dlpack(t), lambda: kl.from_dlpack(t), lambda: t == t,
+                lambda: __import__('torch').from_dlpack(t), lambda: kl.from_dlpack(t),
+                lambda: t == t,
                 lambda: [1, 2][t], lambda: kl.asarray(t), lambda: kl.vmap(kl.sin)(t)):
         tried += 1
         try:
@@ -500,7 +561,9 @@ def test_uninitialised_tensor_raises_for_every_method():
     # In a subprocess, so that a crash fails this test instead of ending pytest.
     import subprocess
     import sys
-    run = subprocess.run([sys.executable, "-c", UNINITIALISED_PROGRAM], capture_output=True, text=True,
-                         timeout=120)
+
+    run = subprocess.run(
+        [sys.executable, "-c", UNINITIALISED_PROGRAM], capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert int(run.stdout) > 1000

@@ -15,8 +15,28 @@ import pytest
 
 import kiln as kl
 from memory import check_rss_growth, rss_bytes
-from kops import (add, central_diff, close, cos, div, exp, greater, less, log, matmul, maximum,
-                  mean, mul, neg, pow, sin, square, sub, sum, tanh)
+from kops import (
+    add,
+    central_diff,
+    close,
+    cos,
+    div,
+    exp,
+    greater,
+    less,
+    log,
+    matmul,
+    maximum,
+    mean,
+    mul,
+    neg,
+    pow,
+    sin,
+    square,
+    sub,
+    sum,
+    tanh,
+)
 
 rng = np.random.default_rng(0)
 
@@ -26,6 +46,7 @@ def randn(*shape, dtype=np.float32):
 
 
 # ---- jit ---------------------------------------------------------------------------------------
+
 
 def test_jit_traces_once_per_signature_then_runs_without_python():
     calls = []
@@ -122,8 +143,8 @@ def test_jit_metadata_and_decorator_forms():
         return out
 
     x = randn(4)
-    close(power(x, 3), x ** 3, rtol=1e-5)
-    close(power(x, 2), x ** 2)
+    close(power(x, 3), x**3, rtol=1e-5)
+    close(power(x, 2), x**2)
 
 
 def test_jit_static_argnums_one_cache_per_value():
@@ -177,8 +198,15 @@ kl.tree.register(Pair, lambda p: ((p.a, p.b), "pair"), lambda aux, ch: Pair(*ch)
 
 def every_kind(x):
     """A pytree with one of every kind of node around x."""
-    return {"list": [x, x], "tuple": (x,), "point": Point(x, x), "none": None,
-            "params": Params(w=x, b=x), "pair": Pair(x, x), "label": "static"}
+    return {
+        "list": [x, x],
+        "tuple": (x,),
+        "point": Point(x, x),
+        "none": None,
+        "params": Params(w=x, b=x),
+        "pair": Pair(x, x),
+        "label": "static",
+    }
 
 
 def check_every_kind(tree, expect):
@@ -239,18 +267,23 @@ def test_every_pytree_kind_through_every_transformation():
     check_every_kind(kl.grad(lambda t: tree_sum(rescaled(t)))(every_kind(x)), np.full(3, 2.0))
     carry = kl.fori_loop(0, 2, lambda i, t: scale(t), every_kind(x))
     check_every_kind(carry, 4 * x)
-    n, carry = kl.while_loop(lambda c: less(c[0], 3), lambda c: (add(c[0], 1), scale(c[1])),
-                             (kl.asarray(0), every_kind(x)))
+    n, carry = kl.while_loop(
+        lambda c: less(c[0], 3),
+        lambda c: (add(c[0], 1), scale(c[1])),
+        (kl.asarray(0), every_kind(x)),
+    )
     check_every_kind(carry, 8 * x)
     check_every_kind(kl.cond(True, scale, lambda t: t, every_kind(x)), 2 * x)
     carry, ys = kl.scan(lambda c, x: (scale(c), x), every_kind(x), every_kind(xs))
     check_every_kind(ys, xs)
     check_every_kind(carry, 16 * x)
-    check_every_kind(kl.jit(kl.vmap(kl.grad(lambda t: tree_sum(scale(t)))))(every_kind(xs)),
-                     np.full((4, 3), 2.0))
+    check_every_kind(
+        kl.jit(kl.vmap(kl.grad(lambda t: tree_sum(scale(t)))))(every_kind(xs)), np.full((4, 3), 2.0)
+    )
 
 
 # ---- reverse and forward mode ------------------------------------------------------------------
+
 
 def test_grad_analytic_and_argnums():
     f = lambda x, y: sum(mul(sin(x), y))  # noqa: E731
@@ -282,7 +315,7 @@ def test_grad_keeps_non_differentiated_python_scalars_concrete():
     p = randn(3, dtype=np.float64) * 0.5
     close(kl.grad(polynomial_loss)(p, 10), polynomial_loss_derivative(p, 10), 1e-12, 1e-12)
     value, g = kl.value_and_grad(polynomial_loss)(p, 6)
-    close(value, np.sum([p ** k for k in range(1, 7)]), 1e-12, 1e-12)
+    close(value, np.sum([p**k for k in range(1, 7)]), 1e-12, 1e-12)
     close(g, polynomial_loss_derivative(p, 6), 1e-12, 1e-12)
     # jit's static argument stays static through value_and_grad: one trace per value of n.
     jitted = kl.jit(kl.value_and_grad(polynomial_loss), static_argnums=1)
@@ -321,8 +354,11 @@ def loss(params, x, y):
 
 
 def test_grad_of_mlp_loss_against_float64_central_differences():
-    p = {"w1": randn(3, 4, dtype=np.float64), "b1": randn(4, dtype=np.float64),
-         "w2": randn(4, 1, dtype=np.float64)}
+    p = {
+        "w1": randn(3, 4, dtype=np.float64),
+        "b1": randn(4, dtype=np.float64),
+        "w2": randn(4, 1, dtype=np.float64),
+    }
     x, y = randn(6, 3, dtype=np.float64), randn(6, 1, dtype=np.float64)
     g = kl.grad(loss)(p, x, y)
     close(g["w1"], central_diff(lambda w: loss_np(w, p["b1"], p["w2"], x, y), p["w1"]), 1e-6, 1e-8)
@@ -419,6 +455,7 @@ def test_checkpoint_stop_gradient_and_custom_rules():
 
 # ---- vmap and collectives ----------------------------------------------------------------------
 
+
 def test_vmap_against_a_python_loop():
     p = {"w1": randn(3, 4), "b1": randn(4), "w2": randn(4, 1)}
     x, y = randn(8, 1, 3), randn(8, 1, 1)
@@ -444,14 +481,27 @@ def test_vmap_against_a_python_loop():
 def test_collectives_under_vmap():
     x = randn(5, 3)
     name = "i"
-    close(kl.vmap(lambda v: kl.psum(v, name), axis_name=name)(x), np.broadcast_to(x.sum(0), x.shape),
-          1e-5, 1e-5)
-    close(kl.vmap(lambda v: kl.pmean(v, name), axis_name=name)(x),
-          np.broadcast_to(x.mean(0), x.shape), 1e-5, 1e-6)
-    close(kl.vmap(lambda v: kl.pmax(v, name), axis_name=name)(x), np.broadcast_to(x.max(0), x.shape))
-    close(kl.vmap(lambda v: kl.pmin(v, name), axis_name=name)(x), np.broadcast_to(x.min(0), x.shape))
-    close(kl.vmap(lambda v: kl.all_gather(v, name), axis_name=name)(x),
-          np.broadcast_to(x, (5, 5, 3)))
+    close(
+        kl.vmap(lambda v: kl.psum(v, name), axis_name=name)(x),
+        np.broadcast_to(x.sum(0), x.shape),
+        1e-5,
+        1e-5,
+    )
+    close(
+        kl.vmap(lambda v: kl.pmean(v, name), axis_name=name)(x),
+        np.broadcast_to(x.mean(0), x.shape),
+        1e-5,
+        1e-6,
+    )
+    close(
+        kl.vmap(lambda v: kl.pmax(v, name), axis_name=name)(x), np.broadcast_to(x.max(0), x.shape)
+    )
+    close(
+        kl.vmap(lambda v: kl.pmin(v, name), axis_name=name)(x), np.broadcast_to(x.min(0), x.shape)
+    )
+    close(
+        kl.vmap(lambda v: kl.all_gather(v, name), axis_name=name)(x), np.broadcast_to(x, (5, 5, 3))
+    )
     close(kl.vmap(lambda v: kl.axis_index(name), axis_name=name)(x), np.arange(5))
     perm = [(i, (i + 1) % 5) for i in range(5)]
     close(kl.vmap(lambda v: kl.ppermute(v, name, perm), axis_name=name)(x), np.roll(x, 1, axis=0))
@@ -471,6 +521,7 @@ def test_pmap_in_one_process_is_jit_of_vmap():
 
 # ---- nesting -----------------------------------------------------------------------------------
 
+
 def test_nesting_in_any_order():
     f = lambda w, x: sum(sin(mul(w, x)))  # noqa: E731
     w, xs = randn(3), randn(6, 3)
@@ -485,6 +536,7 @@ def test_nesting_in_any_order():
 
 # ---- errors, lifetimes -------------------------------------------------------------------------
 
+
 class Boom(Exception):
     pass
 
@@ -493,11 +545,20 @@ def raiser(x):
     raise Boom("from inside")
 
 
-@pytest.mark.parametrize("transform", [
-    kl.jit, kl.grad, kl.vmap, kl.checkpoint, kl.jacfwd, kl.jacrev,
-    lambda f: (lambda x: kl.vjp(f, x)), lambda f: (lambda x: kl.jvp(f, (x,), (x,))),
-    lambda f: kl.jit(kl.vmap(kl.grad(f))),
-])
+@pytest.mark.parametrize(
+    "transform",
+    [
+        kl.jit,
+        kl.grad,
+        kl.vmap,
+        kl.checkpoint,
+        kl.jacfwd,
+        kl.jacrev,
+        lambda f: (lambda x: kl.vjp(f, x)),
+        lambda f: (lambda x: kl.jvp(f, (x,), (x,))),
+        lambda f: kl.jit(kl.vmap(kl.grad(f))),
+    ],
+)
 def test_python_exceptions_keep_their_type(transform):
     with pytest.raises(Boom, match="from inside"):
         transform(raiser)(randn(3))
@@ -621,6 +682,7 @@ def test_threads_calling_one_jitted_function_share_its_trace():
     # GIL would hang the interpreter.
     import os
     import subprocess
+
     here = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]))
     subprocess.run([sys.executable, "-c", THREADS_PROGRAM], env=env, check=True, timeout=60)

@@ -27,8 +27,13 @@ kl.tree.register(Box, lambda b: (b.items, b.label), lambda label, items: Box(lis
 
 
 def test_flatten_order_and_round_trip():
-    tree = {"b": [1.0, (2.0, None)], "a": Point(3.0, 4.0), "c": Layer(5.0, 6.0, "relu", 7),
-            "d": Box([7.0, 8.0], "box"), "e": "static text"}
+    tree = {
+        "b": [1.0, (2.0, None)],
+        "a": Point(3.0, 4.0),
+        "c": Layer(5.0, 6.0, "relu", 7),
+        "d": Box([7.0, 8.0], "box"),
+        "e": "static text",
+    }
     leaves, treedef = kl.tree.flatten(tree)
     # Keys sorted as JAX does; None is an empty node, strings and static fields are structure.
     assert leaves == [3.0, 4.0, 1.0, 2.0, 5.0, 6.0, 7.0, 8.0]
@@ -92,7 +97,8 @@ def test_register_errors():
         kl.tree.flatten(Bad())
 
 
-# ---- cycles, depth and trees changed while flattened ----------------------------------------------
+# ---- cycles, depth and trees changed while flattened ---------------------------------------
+
 
 def test_cycles_and_deep_nesting_raise():
     loop = [1.0]

@@ -52,8 +52,17 @@ def sdpa_case(name, qs, ks, vs, **kw):
     w, o = sdpa_math(q, k, v, **kw)
     cot = torch.randn(o.shape)
     (o * cot).sum().backward()
-    for n, t in (("q", q), ("k", k), ("v", v), ("out", o), ("weights", w), ("cot", cot),
-                 ("grad_q", q.grad), ("grad_k", k.grad), ("grad_v", v.grad)):
+    for n, t in (
+        ("q", q),
+        ("k", k),
+        ("v", v),
+        ("out", o),
+        ("weights", w),
+        ("cot", cot),
+        ("grad_q", q.grad),
+        ("grad_k", k.grad),
+        ("grad_v", v.grad),
+    ):
         put(f"{name}/{n}", t)
 
 
@@ -67,18 +76,38 @@ bool_mask[1] = False  # a fully masked row
 bool_mask[0, 0] = True
 sdpa_case("sdpa_bool_mask", (2, 4, 5), (2, 6, 5), (2, 6, 3), attn_mask=bool_mask)
 sdpa_case("sdpa_float_mask", (2, 4, 5), (2, 6, 5), (2, 6, 3), attn_mask=torch.randn(2, 4, 6))
-kpm = torch.tensor([[False, False, True, False, True, True], [False, True, False, False, False,
-                                                             False]]).reshape(2, 1, 6)
+kpm = torch.tensor(
+    [[False, False, True, False, True, True], [False, True, False, False, False, False]]
+).reshape(2, 1, 6)
 sdpa_case("sdpa_kpm", (2, 3, 4, 5), (2, 3, 6, 5), (2, 3, 6, 3), key_padding_mask=kpm)
-sdpa_case("sdpa_causal_kpm", (2, 3, 4, 5), (2, 3, 4, 5), (2, 3, 4, 3), is_causal=True,
-          key_padding_mask=torch.tensor([[True, False, False, False],
-                                         [False, False, True, True]]).reshape(2, 1, 4))
+sdpa_case(
+    "sdpa_causal_kpm",
+    (2, 3, 4, 5),
+    (2, 3, 4, 5),
+    (2, 3, 4, 3),
+    is_causal=True,
+    key_padding_mask=torch.tensor(
+        [[True, False, False, False], [False, False, True, True]]
+    ).reshape(2, 1, 4),
+)
 
 
-def mha_case(name, E, H, L, S, N, kdim=None, vdim=None, batch_first=False, bias=True,
-             kpm=None, attn_mask=None, **kw):
-    m = torch.nn.MultiheadAttention(E, H, bias=bias, kdim=kdim, vdim=vdim,
-                                    batch_first=batch_first)
+def mha_case(
+    name,
+    E,
+    H,
+    L,
+    S,
+    N,
+    kdim=None,
+    vdim=None,
+    batch_first=False,
+    bias=True,
+    kpm=None,
+    attn_mask=None,
+    **kw,
+):
+    m = torch.nn.MultiheadAttention(E, H, bias=bias, kdim=kdim, vdim=vdim, batch_first=batch_first)
     with torch.no_grad():  # PyTorch zeroes the biases: give them values
         for p in m.parameters():
             p.copy_(torch.randn(p.shape) * 0.5)
@@ -87,6 +116,7 @@ def mha_case(name, E, H, L, S, N, kdim=None, vdim=None, batch_first=False, bias=
 
     def shape(T, d):
         return (N, T, d) if batch_first else (T, N, d)
+
     q = torch.randn(shape(L, E))
     k = torch.randn(shape(S, kdim or E))
     v = torch.randn(shape(S, vdim or E))
@@ -103,9 +133,16 @@ def mha_case(name, E, H, L, S, N, kdim=None, vdim=None, batch_first=False, bias=
 mha_case("mha_self", 8, 2, 4, 4, 3)
 mha_mask = torch.rand(4, 5) > 0.6
 mha_mask[:, 0] = False  # every query keeps key 0: PyTorch's NaN rows stay out of the reference
-mha_case("mha_masks", 8, 4, 4, 5, 2, kpm=torch.tensor([[False, True, False, False, True],
-                                                       [False, False, False, True, False]]),
-         attn_mask=mha_mask)
+mha_case(
+    "mha_masks",
+    8,
+    4,
+    4,
+    5,
+    2,
+    kpm=torch.tensor([[False, True, False, False, True], [False, False, False, True, False]]),
+    attn_mask=mha_mask,
+)
 mha_case("mha_float_mask", 6, 2, 3, 5, 2, attn_mask=torch.randn(2 * 2, 3, 5))
 mha_case("mha_kvdim", 6, 3, 3, 5, 2, kdim=4, vdim=7, batch_first=True)
 mha_case("mha_nobias", 4, 1, 2, 3, 2, bias=False, batch_first=True)

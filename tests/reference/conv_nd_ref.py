@@ -7,7 +7,6 @@ float32 (PyTorch computes its source indices in float for float32 inputs).
 """
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -36,21 +35,39 @@ def randn(*shape):
 CONVS = {
     "conv1d": (F.conv1d, (2, 4, 9), (6, 2, 3), dict(stride=2, padding=1, dilation=2, groups=2)),
     "conv1d_plain": (F.conv1d, (3, 2, 6), (4, 2, 2), {}),
-    "conv3d": (F.conv3d, (2, 4, 5, 6, 7), (6, 2, 3, 2, 3),
-               dict(stride=(1, 2, 1), padding=(1, 0, 1), dilation=(1, 1, 2), groups=2)),
+    "conv3d": (
+        F.conv3d,
+        (2, 4, 5, 6, 7),
+        (6, 2, 3, 2, 3),
+        dict(stride=(1, 2, 1), padding=(1, 0, 1), dilation=(1, 1, 2), groups=2),
+    ),
     "conv3d_plain": (F.conv3d, (1, 2, 4, 4, 4), (3, 2, 2, 2, 2), {}),
     "conv3d_depthwise": (F.conv3d, (2, 3, 3, 4, 5), (3, 1, 3, 3, 3), dict(padding=1, groups=3)),
-    "conv_transpose1d": (F.conv_transpose1d, (2, 4, 5), (4, 3, 3),
-                         dict(stride=2, padding=1, output_padding=1, groups=2)),
-    "conv_transpose2d": (F.conv_transpose2d, (2, 4, 5, 6), (4, 3, 4, 3),
-                         dict(stride=(2, 1), padding=(1, 0), output_padding=(1, 0),
-                              dilation=(1, 2), groups=2)),
+    "conv_transpose1d": (
+        F.conv_transpose1d,
+        (2, 4, 5),
+        (4, 3, 3),
+        dict(stride=2, padding=1, output_padding=1, groups=2),
+    ),
+    "conv_transpose2d": (
+        F.conv_transpose2d,
+        (2, 4, 5, 6),
+        (4, 3, 4, 3),
+        dict(stride=(2, 1), padding=(1, 0), output_padding=(1, 0), dilation=(1, 2), groups=2),
+    ),
     # output_padding >= stride (allowed as it is < dilation): cropped and zero-extended.
-    "conv_transpose2d_wide": (F.conv_transpose2d, (1, 2, 4, 4), (2, 3, 3, 3),
-                              dict(stride=(1, 2), padding=(0, 1), output_padding=(1, 1),
-                                   dilation=(2, 1))),
-    "conv_transpose3d": (F.conv_transpose3d, (1, 4, 3, 4, 3), (4, 2, 2, 3, 2),
-                         dict(stride=2, padding=(0, 1, 0), output_padding=(1, 0, 1), groups=2)),
+    "conv_transpose2d_wide": (
+        F.conv_transpose2d,
+        (1, 2, 4, 4),
+        (2, 3, 3, 3),
+        dict(stride=(1, 2), padding=(0, 1), output_padding=(1, 1), dilation=(2, 1)),
+    ),
+    "conv_transpose3d": (
+        F.conv_transpose3d,
+        (1, 4, 3, 4, 3),
+        (4, 2, 2, 3, 2),
+        dict(stride=2, padding=(0, 1, 0), output_padding=(1, 0, 1), groups=2),
+    ),
 }
 for name, (f, xs, ws, kw) in CONVS.items():
     with_grads(name, lambda x, w, f=f, kw=kw: f(x, w, **kw), randn(*xs), randn(*ws))
@@ -75,9 +92,12 @@ RESIZES = {
 x = randn(2, 3, 4, 5)
 for name, (size, scale, mode, corners) in RESIZES.items():
     for dt, tag in [(torch.float64, "f64"), (torch.float32, "f32")]:
-        with_grads(f"resize/{name}/{tag}",
-                   lambda t, size=size, scale=scale, mode=mode, corners=corners:
-                   F.interpolate(t, size=size, scale_factor=scale, mode=mode,
-                                 align_corners=corners), x.to(dt))
+        with_grads(
+            f"resize/{name}/{tag}",
+            lambda t, size=size, scale=scale, mode=mode, corners=corners: F.interpolate(
+                t, size=size, scale_factor=scale, mode=mode, align_corners=corners
+            ),
+            x.to(dt),
+        )
 
 write(sys.argv[1], out)

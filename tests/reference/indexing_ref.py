@@ -117,7 +117,12 @@ y = x.copy()
 for j, i in enumerate(idx.flat):
     y[:, i, :] = u[:, j // 2, j % 2, :]
 out["scatter/set"] = y
-for name, ufunc in (("add", np.add), ("mul", np.multiply), ("max", np.maximum), ("min", np.minimum)):
+for name, ufunc in (
+    ("add", np.add),
+    ("mul", np.multiply),
+    ("max", np.maximum),
+    ("min", np.minimum),
+):
     y = x.copy()
     ufunc.at(y, (slice(None), idx), u)
     out[f"scatter/{name}"] = y

@@ -36,8 +36,9 @@ for lower in (False, True):
             x = np.empty_like(rhs)
             for i in np.ndindex(*gen.shape[:-2]):
                 a = gen[i] + 3 * np.eye(4)  # well conditioned
-                x[i] = scipy.linalg.solve_triangular(a, rhs[i], lower=lower, trans=trans,
-                                                     unit_diagonal=unit)
+                x[i] = scipy.linalg.solve_triangular(
+                    a, rhs[i], lower=lower, trans=trans, unit_diagonal=unit
+                )
             out[name] = x
 out["tri_a"] = gen + 3 * np.eye(4)
 

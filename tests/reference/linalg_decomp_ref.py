@@ -38,16 +38,32 @@ out["lstsq_wide"] = np.linalg.lstsq(out["wide"][0, 0], b[:3], rcond=None)[0]
 v = rng.standard_normal(6)
 v[2] = 0.0
 out["vec"] = v
-for tag, ord in (("2", 2), ("1", 1), ("inf", np.inf), ("minf", -np.inf), ("0", 0), ("3", 3),
-                 ("half", 0.5), ("m1", -1)):
+for tag, ord in (
+    ("2", 2),
+    ("1", 1),
+    ("inf", np.inf),
+    ("minf", -np.inf),
+    ("0", 0),
+    ("3", 3),
+    ("half", 0.5),
+    ("m1", -1),
+):
     out[f"norm_vec_{tag}"] = np.linalg.norm(v, ord)
 out["norm_vec_default"] = np.linalg.norm(v)
 x = rng.standard_normal((2, 3, 4))
 out["x3"] = x
 out["norm_x3_default"] = np.linalg.norm(x)
 out["norm_x3_axis1_keep"] = np.linalg.norm(x, 3, axis=1, keepdims=True)
-mat_ords = (("fro", "fro"), ("nuc", "nuc"), ("1", 1), ("m1", -1), ("inf", np.inf),
-            ("minf", -np.inf), ("2", 2), ("m2", -2))
+mat_ords = (
+    ("fro", "fro"),
+    ("nuc", "nuc"),
+    ("1", 1),
+    ("m1", -1),
+    ("inf", np.inf),
+    ("minf", -np.inf),
+    ("2", 2),
+    ("m2", -2),
+)
 for tag, ord in mat_ords:
     out[f"norm_mat_{tag}"] = np.linalg.norm(x[0], ord)
     for axes in ((1, 2), (2, 0), (0, 1)):

@@ -47,18 +47,29 @@ UNARY = {
     "erfc": (erfc_rounded, floats(-6, 9, [26, 5, -30, 1e-310])),
     "erfinv": (sp.erfinv, floats(-1, 1, [1, -1, 1.5, 1 - 1e-12, -(1 - 1e-12), 1e-300, 0.999])),
     # scipy's gammaln(-inf) is -inf where C's lgamma (and Kiln) gives +inf: not a case here.
-    "lgamma": (sp.gammaln, np.concatenate([rng.uniform(-10, 10, 64), np.array(
-        [1, 2, 0.5, -0.5, -1, -2, 1e-300, 1e300, 0.0, -0.0, inf, nan])])),
+    "lgamma": (
+        sp.gammaln,
+        np.concatenate(
+            [
+                rng.uniform(-10, 10, 64),
+                np.array([1, 2, 0.5, -0.5, -1, -2, 1e-300, 1e300, 0.0, -0.0, inf, nan]),
+            ]
+        ),
+    ),
     "digamma": (sp.psi, floats(-10, 10, [1, 2, 0.5, -0.5, -1, -2, 1e-300, 1e300])),
     "polygamma1": (lambda x: sp.polygamma(1, x), floats(-10, 10, [1, 0.5, -0.5, -1, 1e-8, 1e10])),
     "polygamma2": (lambda x: sp.polygamma(2, x), floats(-10, 10, [1, 0.5, -0.5, -1, 1e-8, 1e10])),
     "isinf": (np.isinf, floats(-10, 10)),
     "isfinite": (np.isfinite, floats(-10, 10)),
     "nan_to_num": (np.nan_to_num, floats(-10, 10)),
-    "softplus": (lambda x: np.logaddexp(x, 0.0),
-                 floats(-50, 50, [1000, -1000, 30, -30, 40, -40, 1e-20, -1e-20])),
-    "log_sigmoid": (lambda x: -np.logaddexp(-x, 0.0),
-                    floats(-50, 50, [1000, -1000, 30, -30, 40, -40, 1e-20, -1e-20])),
+    "softplus": (
+        lambda x: np.logaddexp(x, 0.0),
+        floats(-50, 50, [1000, -1000, 30, -30, 40, -40, 1e-20, -1e-20]),
+    ),
+    "log_sigmoid": (
+        lambda x: -np.logaddexp(-x, 0.0),
+        floats(-50, 50, [1000, -1000, 30, -30, 40, -40, 1e-20, -1e-20]),
+    ),
 }
 
 for name, (fn, x) in UNARY.items():
@@ -84,8 +95,21 @@ def pairs(alo, ahi, blo, bhi, extra=()):
     return np.concatenate([a, np.array(ea)]), np.concatenate([b, np.array(eb)])
 
 
-DIVISION = [(7.5, 2), (-7.5, 2), (7.5, -2), (-7.5, -2), (6, 3), (-6, 3), (6, -3), (1, 0),
-            (-1, 0), (5, 1e-300), (1e300, 1e-300), (-1, 1e300), (1, -1e300)]
+DIVISION = [
+    (7.5, 2),
+    (-7.5, 2),
+    (7.5, -2),
+    (-7.5, -2),
+    (6, 3),
+    (-6, 3),
+    (6, -3),
+    (1, 0),
+    (-1, 0),
+    (5, 1e-300),
+    (1e300, 1e-300),
+    (-1, 1e300),
+    (1, -1e300),
+]
 BINARY = {
     "remainder": (np.remainder, pairs(-10, 10, -3, 3, DIVISION)),
     "fmod": (np.fmod, pairs(-10, 10, -3, 3, DIVISION)),
@@ -93,8 +117,10 @@ BINARY = {
     "atan2": (np.arctan2, pairs(-10, 10, -10, 10, [(1e-310, 1), (1, 1e-310)])),
     "hypot": (np.hypot, pairs(-10, 10, -10, 10, [(1e300, 1e300), (3, 4), (1e-310, 1e-310)])),
     "copysign": (np.copysign, pairs(-10, 10, -10, 10)),
-    "logaddexp": (np.logaddexp,
-                  pairs(-10, 10, -10, 10, [(1000, 1000), (-1000, -1000), (1000, -1000), (800, 1)])),
+    "logaddexp": (
+        np.logaddexp,
+        pairs(-10, 10, -10, 10, [(1000, 1000), (-1000, -1000), (1000, -1000), (800, 1)]),
+    ),
 }
 
 for name, (fn, (a, b)) in BINARY.items():
@@ -117,15 +143,21 @@ for tag, dt in INTS.items():
         b = np.concatenate([b, np.array([-1, 1, -1, 2, -2, -2], dtype=dt)])
     small = rng.integers(-20 if info.min < 0 else 0, 20, 64, dtype=dt)
     with np.errstate(all="ignore"):
-        for name, fn in [("remainder", np.remainder), ("fmod", np.fmod),
-                         ("floor_divide", np.floor_divide)]:
+        for name, fn in [
+            ("remainder", np.remainder),
+            ("fmod", np.fmod),
+            ("floor_divide", np.floor_divide),
+        ]:
             out[f"{name}/a_{tag}"], out[f"{name}/b_{tag}"] = a, b
             out[f"{name}/y_{tag}"] = fn(a, b)
             out[f"{name}/small_a_{tag}"], out[f"{name}/small_b_{tag}"] = small, b[:64]
             out[f"{name}/small_y_{tag}"] = fn(small, b[:64])
         c = rng.integers(info.min, info.max, len(a), dtype=dt, endpoint=True)
-        for name, fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
-                         ("bitwise_xor", np.bitwise_xor)]:
+        for name, fn in [
+            ("bitwise_and", np.bitwise_and),
+            ("bitwise_or", np.bitwise_or),
+            ("bitwise_xor", np.bitwise_xor),
+        ]:
             out[f"{name}/a_{tag}"], out[f"{name}/b_{tag}"] = a, c
             out[f"{name}/y_{tag}"] = fn(a, c)
         out[f"bitwise_not/x_{tag}"] = a
@@ -136,15 +168,19 @@ for tag, dt in INTS.items():
         counts = rng.integers(lo, bits + 4, 64 + 6).astype(dt)
         counts[-6:] = np.array([0, bits - 1, bits, bits + 1, 1, 2], dtype=dt)
         values = np.concatenate(
-            [a[:64], np.array([info.min, info.max, 1, 1, info.min, info.max], dtype=dt)])
+            [a[:64], np.array([info.min, info.max, 1, 1, info.min, info.max], dtype=dt)]
+        )
         for name, fn in [("left_shift", np.left_shift), ("right_shift", np.right_shift)]:
             out[f"{name}/a_{tag}"], out[f"{name}/b_{tag}"] = values, counts
             out[f"{name}/y_{tag}"] = fn(values, counts)
 
 bools_a = np.array([False, False, True, True])
 bools_b = np.array([False, True, False, True])
-for name, fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
-                 ("bitwise_xor", np.bitwise_xor)]:
+for name, fn in [
+    ("bitwise_and", np.bitwise_and),
+    ("bitwise_or", np.bitwise_or),
+    ("bitwise_xor", np.bitwise_xor),
+]:
     out[f"{name}/y_bool"] = fn(bools_a, bools_b)
 out["bitwise_not/y_bool"] = np.invert(bools_a)
 out["bool/a"], out["bool/b"] = bools_a, bools_b

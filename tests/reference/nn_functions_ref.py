@@ -60,9 +60,18 @@ for dname, (np_t, _) in DTYPES.items():
     b = rng.normal(size=6).astype(np_t)
     r = rng.normal(size=gx.shape).astype(np_t)
     y, (gxg, gw, gb) = grad_of(lambda a, c, d: F.group_norm(a, 3, c, d, eps=1e-5), [gx, w, b], r)
-    out.update({f"gn/{dname}/x": gx, f"gn/{dname}/w": w, f"gn/{dname}/b": b, f"gn/{dname}/r": r,
-                f"gn/{dname}/y": y, f"gn/{dname}/gx": gxg, f"gn/{dname}/gw": gw,
-                f"gn/{dname}/gb": gb})
+    out.update(
+        {
+            f"gn/{dname}/x": gx,
+            f"gn/{dname}/w": w,
+            f"gn/{dname}/b": b,
+            f"gn/{dname}/r": r,
+            f"gn/{dname}/y": y,
+            f"gn/{dname}/gx": gxg,
+            f"gn/{dname}/gw": gw,
+            f"gn/{dname}/gb": gb,
+        }
+    )
     out[f"gn/{dname}/plain"] = F.group_norm(torch.tensor(gx), 3).numpy()
     x2 = rng.normal(size=(3, 4)).astype(np_t)
     out[f"gn/{dname}/x2"] = x2
@@ -80,8 +89,11 @@ ht = np.array([0.0, 0.2, 0.1, 0.0, -0.3, 1.5, 0.9, 0.0, 1.0])
 out["huber/p"], out["huber/t"] = hp, ht
 for delta, tag in ((1.0, "d1"), (0.5, "d05")):
     for red in ("none", "sum", "mean"):
-        y, (gp, gt) = grad_of(lambda a, b: F.huber_loss(a, b, reduction=red, delta=delta),
-                              [hp, ht], np.ones(() if red != "none" else hp.shape))
+        y, (gp, gt) = grad_of(
+            lambda a, b: F.huber_loss(a, b, reduction=red, delta=delta),
+            [hp, ht],
+            np.ones(() if red != "none" else hp.shape),
+        )
         out[f"huber/{tag}/{red}"], out[f"huber/{tag}/{red}/gp"] = y, gp
         out[f"huber/{tag}/{red}/gt"] = gt
 
@@ -94,11 +106,15 @@ for red in ("none", "sum", "mean", "batchmean"):
     r = np.ones(() if red != "none" else ki.shape)
     y, (gi, gt) = grad_of(lambda a, b: F.kl_div(a, b, reduction=red), [ki, kt], r)
     out[f"kl/{red}"], out[f"kl/{red}/gi"], out[f"kl/{red}/gt"] = y, gi, gt
-    y, (gi, gt) = grad_of(lambda a, b: F.kl_div(a, b, reduction=red, log_target=True),
-                          [ki, np.log(kt + 0.5)], r)
+    y, (gi, gt) = grad_of(
+        lambda a, b: F.kl_div(a, b, reduction=red, log_target=True), [ki, np.log(kt + 0.5)], r
+    )
     out[f"kl/log/{red}"], out[f"kl/log/{red}/gi"], out[f"kl/log/{red}/gt"] = y, gi, gt
-edge = F.kl_div(torch.tensor([-1.0, -np.inf, -2.0, 0.5], dtype=torch.float64),
-                torch.tensor([0.0, 0.0, -0.5, 0.3], dtype=torch.float64), reduction="none")
+edge = F.kl_div(
+    torch.tensor([-1.0, -np.inf, -2.0, 0.5], dtype=torch.float64),
+    torch.tensor([0.0, 0.0, -0.5, 0.3], dtype=torch.float64),
+    reduction="none",
+)
 out["kl/edge"] = edge.numpy()
 
 # ---- nll_loss and cross entropy: classes last here (PyTorch's axis 1 moved to the end) ----
@@ -108,15 +124,20 @@ lp = F.log_softmax(torch.tensor(logits), -1).numpy()
 out["nll/logp"], out["nll/labels"], out["nll/logits"] = lp, labels, logits
 for red in ("none", "sum", "mean"):
     r = np.ones(() if red != "none" else labels.shape)
-    y, (g,) = grad_of(lambda a: F.nll_loss(a.permute(0, 2, 1), torch.tensor(labels), reduction=red),
-                      [lp], r)
+    y, (g,) = grad_of(
+        lambda a: F.nll_loss(a.permute(0, 2, 1), torch.tensor(labels), reduction=red), [lp], r
+    )
     out[f"nll/{red}"], out[f"nll/{red}/grad"] = y, g
 out["nll/labels_wrapped"] = labels % 5
-out["nll/ignore2"] = F.nll_loss(torch.tensor(lp).permute(0, 2, 1), torch.tensor(labels % 5),
-                                ignore_index=2).numpy()
+out["nll/ignore2"] = F.nll_loss(
+    torch.tensor(lp).permute(0, 2, 1), torch.tensor(labels % 5), ignore_index=2
+).numpy()
 for e in (0.0, 0.1, 0.3, 1.0):
-    y, (g,) = grad_of(lambda a: F.cross_entropy(a.permute(0, 2, 1), torch.tensor(labels),
-                                                label_smoothing=e), [logits], np.ones(()))
+    y, (g,) = grad_of(
+        lambda a: F.cross_entropy(a.permute(0, 2, 1), torch.tensor(labels), label_smoothing=e),
+        [logits],
+        np.ones(()),
+    )
     out[f"ce/{e}"], out[f"ce/{e}/grad"] = y, g
 
 reference_file.write(sys.argv[1], out)

@@ -25,8 +25,10 @@ def show(name, t):
 
 logits = torch.tensor([[2 * math.sin(1.3 * i + 0.7 * c) for c in range(5)] for i in range(4)])
 labels = torch.tensor([(2 * i + 1) % 5 for i in range(4)])
-show("kTorchCe", [F.cross_entropy(logits, labels, label_smoothing=e).item()
-                  for e in (0.0, 0.1, 0.25, 1.0)])
+show(
+    "kTorchCe",
+    [F.cross_entropy(logits, labels, label_smoothing=e).item() for e in (0.0, 0.1, 0.25, 1.0)],
+)
 
 bce_x = torch.tensor([-100.0, -3.0, -0.5, 0.0, 0.5, 3.0, 100.0, 100.0])
 bce_t = torch.tensor([1.0, 0.0, 0.3, 1.0, 0.0, 1.0, 0.0, 1.0])

@@ -28,7 +28,7 @@ def split(values):
     out, at = [], 0
     for shape in SHAPES:
         n = math.prod(shape)
-        out.append(torch.tensor(values[at:at + n]).reshape(shape))
+        out.append(torch.tensor(values[at : at + n]).reshape(shape))
         at += n
     return out
 
@@ -51,18 +51,23 @@ def run(make_opt, clip=None, scheduler=None):
 CONFIGS = {
     "sgd": lambda: run(lambda ps: torch.optim.SGD(ps, lr=0.1)),
     "sgd_momentum": lambda: run(lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9)),
-    "sgd_nesterov": lambda: run(lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9,
-                                                            nesterov=True)),
-    "sgd_momentum_dampening_wd": lambda: run(lambda ps: torch.optim.SGD(
-        ps, lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01)),
-    "sgd_nesterov_wd": lambda: run(lambda ps: torch.optim.SGD(
-        ps, lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1)),
-    "sgd_step_lr": lambda: run(lambda ps: torch.optim.SGD(ps, lr=0.1),
-                               scheduler=lambda o: torch.optim.lr_scheduler.StepLR(
-                                   o, step_size=2, gamma=0.5)),
+    "sgd_nesterov": lambda: run(
+        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, nesterov=True)
+    ),
+    "sgd_momentum_dampening_wd": lambda: run(
+        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9, dampening=0.1, weight_decay=0.01)
+    ),
+    "sgd_nesterov_wd": lambda: run(
+        lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1)
+    ),
+    "sgd_step_lr": lambda: run(
+        lambda ps: torch.optim.SGD(ps, lr=0.1),
+        scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, step_size=2, gamma=0.5),
+    ),
     "adam": lambda: run(lambda ps: torch.optim.Adam(ps, lr=0.01)),
-    "adam_l2": lambda: run(lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.8, 0.99),
-                                                        eps=1e-6, weight_decay=0.1)),
+    "adam_l2": lambda: run(
+        lambda ps: torch.optim.Adam(ps, lr=0.01, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)
+    ),
     "adamw": lambda: run(lambda ps: torch.optim.AdamW(ps, lr=0.01, weight_decay=0.1)),
     "adam_clip": lambda: run(lambda ps: torch.optim.Adam(ps, lr=0.01), clip=1.0),
 }
@@ -71,4 +76,4 @@ if __name__ == "__main__":
     print(f"// torch {torch.__version__}")
     for name, fn in CONFIGS.items():
         values = ", ".join(f"{v:.17g}" for v in fn())
-        print(f"{{\"{name}\", {{{values}}}}},")
+        print(f'{{"{name}", {{{values}}}}},')

@@ -15,11 +15,19 @@ out = {}
 
 def case(name, x, precision=8, threshold=1000, edgeitems=3, linewidth=75, suppress=False):
     x = np.asarray(x)
-    text = np.array2string(x, separator=", ", precision=precision, threshold=threshold,
-                           edgeitems=edgeitems, max_line_width=linewidth, suppress_small=suppress)
+    text = np.array2string(
+        x,
+        separator=", ",
+        precision=precision,
+        threshold=threshold,
+        edgeitems=edgeitems,
+        max_line_width=linewidth,
+        suppress_small=suppress,
+    )
     out[name + "/x"] = x
-    out[name + "/options"] = np.array([precision, threshold, edgeitems, linewidth, suppress],
-                                      dtype=np.float64)
+    out[name + "/options"] = np.array(
+        [precision, threshold, edgeitems, linewidth, suppress], dtype=np.float64
+    )
     out[name + "/text"] = np.frombuffer(text.encode(), dtype=np.uint8)
 
 
@@ -61,8 +69,12 @@ case("summary_vector", np.arange(2000, dtype=np.int64))
 case("summary_edgeitems", np.linspace(0, 1, 50), threshold=10, edgeitems=2)
 case("summary_edgeitems_1", np.arange(20, dtype=np.int32), threshold=5, edgeitems=1)
 case("summary_matrix", rng.standard_normal((40, 30)))
-case("summary_cube", np.arange(12 * 12 * 12, dtype=np.int64).reshape(12, 12, 12), threshold=100,
-     edgeitems=2)
+case(
+    "summary_cube",
+    np.arange(12 * 12 * 12, dtype=np.int64).reshape(12, 12, 12),
+    threshold=100,
+    edgeitems=2,
+)
 case("summary_only_long_axis", np.arange(2 * 600, dtype=np.int64).reshape(2, 600))
 case("threshold_0", np.arange(7, dtype=np.int64), threshold=0)
 case("rank_4", np.arange(16, dtype=np.int64).reshape(2, 2, 2, 2))

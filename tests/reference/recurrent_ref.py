@@ -20,10 +20,22 @@ def put(name, t):
     out[name] = t.detach().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
 
 
-def rnn_case(name, cls, I, H, T, N, num_layers=1, bidirectional=False, batch_first=False,
-             with_state=True, bias=True):
-    m = cls(I, H, num_layers=num_layers, bidirectional=bidirectional, batch_first=batch_first,
-            bias=bias)
+def rnn_case(
+    name,
+    cls,
+    I,
+    H,
+    T,
+    N,
+    num_layers=1,
+    bidirectional=False,
+    batch_first=False,
+    with_state=True,
+    bias=True,
+):
+    m = cls(
+        I, H, num_layers=num_layers, bidirectional=bidirectional, batch_first=batch_first, bias=bias
+    )
     for pname, p in m.named_parameters():
         put(f"{name}/param/{pname}", p)
     D = 2 if bidirectional else 1
@@ -58,11 +70,11 @@ rnn_case("gru_2bi", torch.nn.GRU, 3, 4, 5, 2, num_layers=2, bidirectional=True)
 rnn_case("gru_bf", torch.nn.GRU, 3, 2, 4, 3, batch_first=True, with_state=False)
 
 
-def cell_case(name, cls, I, H, N):
-    m = cls(I, H)
+def cell_case(name, cls, n_in, H, N):
+    m = cls(n_in, H)
     for pname, p in m.named_parameters():
         put(f"{name}/param/{pname}", p)
-    x, h = torch.randn(N, I), torch.randn(N, H)
+    x, h = torch.randn(N, n_in), torch.randn(N, H)
     put(f"{name}/x", x), put(f"{name}/h0", h)
     if cls is torch.nn.LSTMCell:
         c = torch.randn(N, H)

@@ -12,9 +12,15 @@ import tempfile
 import numpy as np
 
 _DTYPES = {
-    np.dtype(np.float64): "F64", np.dtype(np.float32): "F32", np.dtype(np.float16): "F16",
-    np.dtype(np.int64): "I64", np.dtype(np.int32): "I32", np.dtype(np.int16): "I16",
-    np.dtype(np.int8): "I8", np.dtype(np.uint8): "U8", np.dtype(np.bool_): "BOOL",
+    np.dtype(np.float64): "F64",
+    np.dtype(np.float32): "F32",
+    np.dtype(np.float16): "F16",
+    np.dtype(np.int64): "I64",
+    np.dtype(np.int32): "I32",
+    np.dtype(np.int16): "I16",
+    np.dtype(np.int8): "I8",
+    np.dtype(np.uint8): "U8",
+    np.dtype(np.bool_): "BOOL",
 }
 
 
@@ -26,8 +32,11 @@ def write(path, arrays):
         if a.dtype not in _DTYPES:
             raise TypeError(f"{name}: dtype {a.dtype} has no safetensors name here")
         data = a.tobytes()
-        header[name] = {"dtype": _DTYPES[a.dtype], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(data)]}
+        header[name] = {
+            "dtype": _DTYPES[a.dtype],
+            "shape": list(a.shape),
+            "data_offsets": [offset, offset + len(data)],
+        }
         blobs.append(data)
         offset += len(data)
     text = json.dumps(header).encode()
