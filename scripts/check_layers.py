@@ -55,10 +55,9 @@ def main():
         if mine is None:
             errors.append(f"{rel}: in no layer of docs/DESIGN.md")
             continue
-        for lineno, target in (
-            (f.read_text()[: m.start()].count("\n") + 1, m.group(1))
-            for m in INCLUDE.finditer(f.read_text())
-        ):
+        text = f.read_text()
+        for m in INCLUDE.finditer(text):
+            lineno, target = text.count("\n", 0, m.start()) + 1, m.group(1)
             # "x.h" next to the includer, else "folder/x.h" from src/ or "kiln/x.h".
             if "/" not in target:
                 continue

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln as kl
+from torch_testing import close
 
 torch.set_num_threads(1)
 rng = np.random.default_rng(7)
@@ -22,11 +23,6 @@ SPATIAL = {1: (9,), 2: (7, 6), 3: (5, 4, 6)}
 
 def randn(*shape):
     return rng.standard_normal(shape)
-
-
-def close(got, want, tol=1e-9):
-    want = want.detach().numpy() if torch.is_tensor(want) else want
-    np.testing.assert_allclose(np.asarray(got), want, rtol=tol, atol=tol)
 
 
 def check_against_torch(ours, theirs, x, w, b, tol=1e-9):

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import kiln as kl
+from torch_testing import close
 
 torch.set_num_threads(1)
 rng = np.random.default_rng(0)
@@ -18,11 +19,6 @@ def key(i):
 
 def randn(*shape):
     return rng.standard_normal(shape)
-
-
-def close(got, want, tol=1e-9):
-    want = want.detach().numpy() if torch.is_tensor(want) else want
-    np.testing.assert_allclose(np.asarray(got), want, rtol=tol, atol=tol)
 
 
 def t(x):
