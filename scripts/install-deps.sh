@@ -14,6 +14,7 @@ packages=(
   libdnnl-dev            # oneDNN: float32 convolutions and their gradients
   llvm-16-dev            # jit's code generator: LLVM 16 and its ORC JIT (src/compiler/)
   libsleef-dev           # SLEEF: vectorised exp, log, tanh, ... (variant picked at run time)
+  libfftw3-dev           # FFTW 3: fft, rfft, irfft and their n-dimensional forms
   libopenmpi-dev openmpi-bin  # OpenMPI: pmap's collectives across processes, mpirun for its tests
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   dataset-fashion-mnist  # the demo's data set (/usr/share/datasets/fashion-mnist)

@@ -1,6 +1,7 @@
 // Element types, their promotion lattice and the 16-bit float formats.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 #include <cstring>
 #include <iosfwd>
@@ -20,8 +21,10 @@ enum class DType : uint8_t {
   bfloat16,
   float32,
   float64,
+  complex64,   // interleaved (re, im) float32 pairs, as NumPy and DLPack store them
+  complex128,  // interleaved (re, im) float64 pairs
 };
-inline constexpr int kNumDTypes = 9;
+inline constexpr int kNumDTypes = 11;
 
 inline constexpr DType bool_ = DType::bool_;
 inline constexpr DType uint8 = DType::uint8;
@@ -32,13 +35,17 @@ inline constexpr DType float16 = DType::float16;
 inline constexpr DType bfloat16 = DType::bfloat16;
 inline constexpr DType float32 = DType::float32;
 inline constexpr DType float64 = DType::float64;
+inline constexpr DType complex64 = DType::complex64;
+inline constexpr DType complex128 = DType::complex128;
 
 // Short names as printed in IR and messages: "f32", "i64", "bool", ...
 std::string_view dtype_name(DType d);
 std::optional<DType> dtype_from_name(std::string_view name);
 std::ostream& operator<<(std::ostream& os, DType d);
 std::size_t dtype_size(DType d);
-bool is_floating(DType d);
+bool is_floating(DType d);  // real floats only: complex is not floating
+bool is_complex(DType d);
+bool is_inexact(DType d);   // floating or complex: the dtypes derivatives flow through
 bool is_integral(DType d);  // bool is not integral
 bool is_unsigned(DType d);
 
@@ -48,6 +55,10 @@ DType promote_types(DType a, DType b);
 DType weak_scalar_dtype(DType d, bool scalar_is_floating);
 // Float dtype that an op like sin or mean computes in for input `d`.
 DType to_floating(DType d);
+// complex64 for f16/bf16/f32 (and integers), complex128 for f64; complex dtypes map to themselves.
+DType to_complex(DType d);
+// The float dtype of a complex dtype's parts (complex64 -> f32); real dtypes map to themselves.
+DType real_part_dtype(DType d);
 
 // A set of dtypes, used by kernel registrations to say which inputs they accept.
 class DTypeSet {
@@ -57,7 +68,9 @@ class DTypeSet {
   static constexpr DTypeSet all() { return DTypeSet((1u << kNumDTypes) - 1); }
   static DTypeSet floating();
   static DTypeSet integral();
-  static DTypeSet numeric();  // everything but bool
+  static DTypeSet numeric();  // integers and real floats: not bool, not complex
+  static DTypeSet complex();  // complex64, complex128
+  static DTypeSet real();     // everything but complex
   constexpr bool contains(DType d) const { return bits_ & (1u << static_cast<unsigned>(d)); }
   constexpr DTypeSet operator|(DTypeSet o) const { return DTypeSet(bits_ | o.bits_); }
   int size() const { return __builtin_popcount(bits_); }
@@ -137,6 +150,14 @@ struct dtype_of<float> {
 template <>
 struct dtype_of<double> {
   static constexpr DType value = float64;
+};
+template <>
+struct dtype_of<std::complex<float>> {
+  static constexpr DType value = complex64;
+};
+template <>
+struct dtype_of<std::complex<double>> {
+  static constexpr DType value = complex128;
 };
 template <typename T>
 inline constexpr DType dtype_v = dtype_of<T>::value;

@@ -7,6 +7,7 @@
 #include "kiln/dtype.h"
 #include "kiln/einsum.h"
 #include "kiln/error.h"
+#include "kiln/fft.h"
 #include "kiln/indexing.h"
 #include "kiln/io.h"
 #include "kiln/ir.h"

@@ -1,6 +1,6 @@
-// Linear algebra (numpy.linalg / scipy.linalg style), float32 and float64, batched over
-// leading axes: a matrix argument is [..., n, n] and every leading axis is a batch axis
-// (broadcast between operands, numpy rules). Computed through LAPACK (OpenBLAS); every op
+// Linear algebra (numpy.linalg / scipy.linalg style), float32 and float64 (eig also complex),
+// batched over leading axes: a matrix argument is [..., n, n] and every leading axis is a batch
+// axis (broadcast between operands, numpy rules). Computed through LAPACK (OpenBLAS); every op
 // differentiates (grad, jvp, any order) and batches under vmap into one batched call.
 //
 // Numerical failures do not raise (they cannot under jit, where values are unknown until
@@ -49,6 +49,18 @@ Tensor det(const Tensor& a, Loc loc = Loc::current());
 // LAPACK's choice. Repeated eigenvalues: values are right, eigenvector derivatives are inf/NaN.
 // No convergence (or NaN/inf input): that matrix's w and V are NaN.
 std::pair<Tensor, Tensor> eigh(const Tensor& a, Loc loc = Loc::current());
+
+// The eigenvalues and right eigenvectors of a general square A [..., n, n] (real or complex),
+// as numpy.linalg.eig: complex64 for float32 (and integer) input, complex128 for float64. The
+// eigenvectors are the columns of unit length, scaled as LAPACK's geev leaves them; eigenvalues
+// come in LAPACK's order. Derivatives hold for distinct eigenvalues; an eigenvector's phase is
+// arbitrary, so only phase-independent functions of it have meaningful derivatives. No
+// convergence (or NaN/inf input): that matrix's values and vectors are NaN.
+struct Eig {
+  Tensor eigenvalues, eigenvectors;
+};
+Eig eig(const Tensor& a, Loc loc = Loc::current());
+Tensor eigvals(const Tensor& a, Loc loc = Loc::current());
 
 // scipy.linalg.lu_factor of a square A [..., n, n] (LU with partial pivoting, LAPACK getrf):
 // lu holds L's strict lower triangle (its diagonal is ones) and U; pivots (int32 [..., n],

@@ -40,6 +40,16 @@ Tensor logical_not(const Tensor& x, Loc loc = Loc::current());
 Tensor isnan(const Tensor& x, Loc loc = Loc::current());
 Tensor astype(const Tensor& x, DType dtype, Loc loc = Loc::current());
 
+// ---- complex numbers (complex64, complex128) ---------------------------------------
+// re + i im; the parts broadcast and promote to float32 or float64 (complex64 or complex128).
+Tensor complex(const Tensor& re, const Tensor& im, Loc loc = Loc::current());
+// The parts of a complex tensor; of a real one, numpy's answers: x itself and zeros.
+Tensor real(const Tensor& x, Loc loc = Loc::current());
+Tensor imag(const Tensor& x, Loc loc = Loc::current());
+Tensor conj(const Tensor& x, Loc loc = Loc::current());  // x itself for a real x
+// The argument in (-pi, pi]: atan2(imag, real); 0 or pi for real inputs.
+Tensor angle(const Tensor& x, Loc loc = Loc::current());
+
 // ---- elementwise, binary (broadcasting, promoting) ------------------------------
 Tensor add(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 Tensor sub(const Tensor& a, const Tensor& b, Loc loc = Loc::current());

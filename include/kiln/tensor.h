@@ -177,6 +177,23 @@ requires std::is_arithmetic_v<T> Tensor tensor(T value, Loc loc = Loc::current()
   return tensor(std::vector<T>{value}, Shape{}, loc);
 }
 
+// Complex tensors: std::complex<float> gives complex64, std::complex<double> complex128.
+template <typename T>
+requires std::is_floating_point_v<T> Tensor tensor(const std::vector<std::complex<T>>& values,
+                                                   const Shape& shape, Loc loc = Loc::current()) {
+  return detail::from_buffer(values.data(), values.size(), dtype_v<std::complex<T>>, shape, loc);
+}
+template <typename T>
+requires std::is_floating_point_v<T> Tensor tensor(const std::vector<std::complex<T>>& values,
+                                                   Loc loc = Loc::current()) {
+  return tensor(values, Shape{static_cast<int64_t>(values.size())}, loc);
+}
+template <typename T>
+requires std::is_floating_point_v<T> Tensor tensor(std::complex<T> value,
+                                                   Loc loc = Loc::current()) {
+  return tensor(std::vector<std::complex<T>>{value}, Shape{}, loc);
+}
+
 Tensor zeros(const Shape& shape, DType dtype = float32);
 Tensor ones(const Shape& shape, DType dtype = float32);
 Tensor full(const Shape& shape, double value, DType dtype = float32);

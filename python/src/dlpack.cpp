@@ -37,6 +37,10 @@ DLDataType dl_dtype(DType d) {
       return {kDLFloat, 32, 1};
     case DType::float64:
       return {kDLFloat, 64, 1};
+    case DType::complex64:
+      return {kDLComplex, 64, 1};
+    case DType::complex128:
+      return {kDLComplex, 128, 1};
   }
   return {kDLOpaqueHandle, 0, 1};
 }
@@ -59,6 +63,10 @@ std::optional<DType> kiln_dtype(DLDataType t) {
       return std::nullopt;
     case kDLBfloat:
       return t.bits == 16 ? std::optional<DType>(bfloat16) : std::nullopt;
+    case kDLComplex:
+      if (t.bits == 64) return complex64;
+      if (t.bits == 128) return complex128;
+      return std::nullopt;
     default:
       return std::nullopt;
   }

@@ -1,6 +1,7 @@
 // kiln.Tensor, the dtypes, and conversion from Python values: NumPy arrays and other buffers
 // are viewed without a copy where Kiln can (docs/PYTHON.md, "Tensors, operations and interchange").
 #include <Python.h>
+#include <pybind11/complex.h>
 #include <pybind11/numpy.h>
 
 #include <algorithm>
@@ -23,9 +24,10 @@ struct DTypeName {
   const char* name;
 };
 constexpr DTypeName kDTypes[] = {
-    {bool_, "bool_"},       {uint8, "uint8"},     {uint32, "uint32"},
-    {int32, "int32"},       {int64, "int64"},     {float16, "float16"},
-    {bfloat16, "bfloat16"}, {float32, "float32"}, {float64, "float64"},
+    {bool_, "bool_"},         {uint8, "uint8"},           {uint32, "uint32"},
+    {int32, "int32"},         {int64, "int64"},           {float16, "float16"},
+    {bfloat16, "bfloat16"},   {float32, "float32"},       {float64, "float64"},
+    {complex64, "complex64"}, {complex128, "complex128"},
 };
 
 std::string dtype_str(DType d) {
@@ -39,6 +41,8 @@ std::string dtype_str(DType d) {
 std::optional<DType> dtype_of_format(std::string_view format, py::ssize_t itemsize) {
   if (!format.empty() && (format[0] == '<' || format[0] == '=' || format[0] == '@'))
     format.remove_prefix(1);
+  if (format == "Zf") return complex64;
+  if (format == "Zd") return complex128;
   if (format.size() != 1) return std::nullopt;
   switch (format[0]) {
     case '?':
@@ -86,6 +90,10 @@ const char* format_of(DType d) {
       return "f";
     case DType::float64:
       return "d";
+    case DType::complex64:
+      return "Zf";
+    case DType::complex128:
+      return "Zd";
     case DType::bfloat16:
       break;
   }
@@ -291,12 +299,21 @@ Tensor int_scalar(py::handle value, DType dtype) {
   return full(Shape{}, static_cast<double>(v), dtype);  // exact: |v| < 2^32
 }
 
+// A Python complex as a 0-d tensor: complex64 by default, as JAX without x64.
+Tensor complex_scalar(py::handle value, DType dtype) {
+  const Py_complex c = PyComplex_AsCComplex(value.ptr());
+  if (PyErr_Occurred()) throw py::error_already_set();
+  const std::complex<double> v(c.real, c.imag);
+  return astype(detail::from_buffer(&v, 1, complex128, Shape{}, Loc{}), dtype, Loc{});
+}
+
 Tensor from_python_value(py::handle value, std::optional<DType> dtype) {
   if (py::isinstance<py::bool_>(value))
     return full(Shape({}), value.cast<bool>() ? 1.0 : 0.0, dtype.value_or(bool_));
   if (py::isinstance<py::int_>(value)) return int_scalar(value, dtype.value_or(int32));
   if (py::isinstance<py::float_>(value))
     return full(Shape({}), value.cast<double>(), dtype.value_or(float32));
+  if (PyComplex_Check(value.ptr())) return complex_scalar(value, dtype.value_or(complex64));
   // Anything else goes through NumPy: nested lists, __array__, __array_interface__.
   py::module_ np = py::module_::import("numpy");
   py::array array = np.attr("asarray")(value);
@@ -307,11 +324,13 @@ Tensor from_python_value(py::handle value, std::optional<DType> dtype) {
       dtype = float32;  // a Python list of floats: float32, as JAX does
     else if (kind == 'i' || kind == 'u')
       dtype = int32;  // and of ints: int32
+    else if (kind == 'c' && array.dtype().itemsize() == 16)
+      dtype = complex64;  // and of complex numbers: complex64
   }
   if (from_python && (kind == 'i' || kind == 'u') && dtype && is_integral(*dtype))
     check_python_ints(array, *dtype);
   std::optional<Tensor> t = view_buffer(array);
-  if (!t && (kind == 'b' || kind == 'i' || kind == 'u' || kind == 'f')) {
+  if (!t && (kind == 'b' || kind == 'i' || kind == 'u' || kind == 'f' || kind == 'c')) {
     // A layout Kiln cannot view (another byte order, strides that are not whole elements, as
     // a field of a structured array has): a C-ordered copy in the native byte order.
     array = np.attr("ascontiguousarray")(array, array.dtype().attr("newbyteorder")("="));
@@ -321,7 +340,7 @@ Tensor from_python_value(py::handle value, std::optional<DType> dtype) {
     fail("asarray", "cannot convert a value: got a Python ",
          py::str(value.get_type().attr("__name__")).cast<std::string>(), " holding NumPy dtype ",
          py::str(array.dtype()).cast<std::string>(),
-         ", expected a bool, integer or floating-point array Kiln has a dtype for");
+         ", expected a bool, integer, floating-point or complex array Kiln has a dtype for");
   // A NumPy array made here (from a list, or by __array__): copied into Kiln's own (aligned)
   // memory, so that the tensor holds no Python object.
   return dtype && *dtype != t->dtype() ? astype(*t, *dtype, Loc{}) : copy_of(*t);
@@ -343,6 +362,7 @@ Tensor operand(py::handle value, const Tensor& like) {
   if (py::isinstance<py::int_>(value))
     return int_scalar(value, weak_scalar_dtype(like.dtype(), false));
   if (py::isinstance<py::float_>(value)) return scalar_like(like, value.cast<double>(), true);
+  if (PyComplex_Check(value.ptr())) return complex_scalar(value, to_complex(like.dtype()));
   return to_tensor(value);
 }
 
@@ -364,7 +384,7 @@ DType to_dtype(py::handle value) {
     if (name == d.name) return d.dtype;
   fail("dtype", "unknown dtype: got ", py::repr(value).cast<std::string>(),
        ", expected a kiln dtype, a NumPy dtype or one of bool_, uint8, uint32, int32, int64, "
-       "float16, bfloat16, float32, float64");
+       "float16, bfloat16, float32, float64, complex64, complex128");
 }
 
 py::object dtype_object(DType dtype) { return py::cast(dtype); }
@@ -375,7 +395,7 @@ PyTypeObject* g_tensor_type = nullptr;  // kiln.Tensor, set by bind_tensor
 
 bool is_python_scalar(py::handle v) {
   return PyBool_Check(v.ptr()) || PyLong_CheckExact(v.ptr()) || PyFloat_CheckExact(v.ptr()) ||
-         PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr());
+         PyLong_Check(v.ptr()) || PyFloat_Check(v.ptr()) || PyComplex_Check(v.ptr());
 }
 
 py::tuple shape_tuple(const Shape& shape) {
@@ -890,6 +910,7 @@ py::object item(const Tensor& t) {
          ", expected one element");
   if (t.dtype() == bool_) return py::bool_(t.item<bool>(Loc{}));
   if (is_floating(t.dtype())) return py::float_(t.item<double>(Loc{}));
+  if (is_complex(t.dtype())) return py::cast(t.item<std::complex<double>>(Loc{}));
   return py::int_(t.item<int64_t>(Loc{}));
 }
 
@@ -1091,15 +1112,22 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
   tensor.def(
       "__bool__", [](const Tensor& t) { return static_cast<bool>(t); },
       "Truth of a one-element tensor; inside jit use kiln.cond / kiln.while_loop.");
+  // float() and int() of a complex value raise TypeError, as they do for a Python complex.
   auto scalar = [](const char* op) {
     return [op](const Tensor& t) {
       require_concrete(t);
       if (t.numel() != 1)
         fail(op, "only one-element tensors convert to Python scalars: got ", t.type(),
              ", expected one element");
+      if (is_complex(t.dtype()) && std::string_view(op) != "complex")
+        throw py::type_error(std::string(op) + "() of a complex tensor: got " +
+                             t.type().to_string() + ", expected a real one (use .real or abs)");
       return t;
     };
   };
+  tensor.def("__complex__", [f = scalar("complex")](const Tensor& t) {
+    return f(t).item<std::complex<double>>(Loc{});
+  });
   tensor.def("__float__",
              [f = scalar("float")](const Tensor& t) { return f(t).item<double>(Loc{}); });
   tensor.def("__int__", [f = scalar("int")](const Tensor& t) {

@@ -207,6 +207,11 @@ bool short_rows(const ir::Equation& e) {
 bool lowered_dtype(const ir::Equation& e) {
   const DType in = e.inputs.empty() ? float32 : e.inputs.back().type.dtype;
   const Primitive* p = e.prim;
+  // Complex values run through their kernels (the generator has no complex arithmetic).
+  auto complex_value = [](const ir::Value& v) { return is_complex(v.type.dtype); };
+  if (std::any_of(e.inputs.begin(), e.inputs.end(), complex_value) ||
+      std::any_of(e.outputs.begin(), e.outputs.end(), complex_value))
+    return false;
   // Integer division and power check their operands and raise; the kernels do that.
   if (is_one_of(p, {&prim::div(), &prim::pow()})) return is_floating(in);
   return true;

@@ -17,8 +17,8 @@ void copy_cast(const Tensor& src, const Tensor& dst) {
     return;
   }
   const std::vector<int64_t> sst = broadcast_strides(src, dst.shape());
-  visit_dtype(src.dtype(), [&]<typename S>() {
-    visit_dtype(dst.dtype(), [&]<typename D>() {
+  visit_any_dtype(src.dtype(), [&]<typename S>() {
+    visit_any_dtype(dst.dtype(), [&]<typename D>() {
       const S* ps = static_cast<const S*>(src.raw_data());
       D* pd = static_cast<D*>(dst.raw_data());
       for_each_row<2>(

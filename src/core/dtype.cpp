@@ -23,6 +23,8 @@ constexpr std::array<DTypeInfo, kNumDTypes> kInfo{{
     {"bf16", 2},
     {"f32", 4},
     {"f64", 8},
+    {"c64", 8},
+    {"c128", 16},
 }};
 
 const DTypeInfo& info(DType d) { return kInfo[static_cast<std::size_t>(d)]; }
@@ -40,6 +42,8 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 }
 
 bool is_floating(DType d) { return d == float16 || d == bfloat16 || d == float32 || d == float64; }
+bool is_complex(DType d) { return d == complex64 || d == complex128; }
+bool is_inexact(DType d) { return is_floating(d) || is_complex(d); }
 bool is_integral(DType d) { return d == uint8 || d == uint32 || d == int32 || d == int64; }
 bool is_unsigned(DType d) { return d == uint8 || d == uint32 || d == bool_; }
 
@@ -47,6 +51,9 @@ DType promote_types(DType a, DType b) {
   if (a == b) return a;
   if (a == bool_) return b;
   if (b == bool_) return a;
+  // Complex joins above every float: the complex whose parts hold the wider float.
+  if (is_complex(a) || is_complex(b))
+    return to_complex(promote_types(real_part_dtype(a), real_part_dtype(b)));
   const bool fa = is_floating(a), fb = is_floating(b);
   if (fa && !fb) return a;  // integers join below every float (JAX's lattice)
   if (fb && !fa) return b;
@@ -63,15 +70,28 @@ DType promote_types(DType a, DType b) {
 }
 
 DType weak_scalar_dtype(DType d, bool scalar_is_floating) {
-  if (scalar_is_floating) return is_floating(d) ? d : float32;
+  if (scalar_is_floating) return is_inexact(d) ? d : float32;
   return d == bool_ ? int32 : d;
 }
 
-DType to_floating(DType d) { return is_floating(d) ? d : float32; }
+DType to_floating(DType d) { return is_inexact(d) ? d : float32; }
+
+DType to_complex(DType d) {
+  if (is_complex(d)) return d;
+  return d == float64 ? complex128 : complex64;
+}
+
+DType real_part_dtype(DType d) {
+  if (d == complex64) return float32;
+  if (d == complex128) return float64;
+  return d;
+}
 
 DTypeSet DTypeSet::floating() { return DTypeSet(float16) | bfloat16 | float32 | float64; }
 DTypeSet DTypeSet::integral() { return DTypeSet(uint8) | uint32 | int32 | int64; }
 DTypeSet DTypeSet::numeric() { return floating() | integral(); }
+DTypeSet DTypeSet::complex() { return DTypeSet(complex64) | complex128; }
+DTypeSet DTypeSet::real() { return numeric() | bool_; }
 
 std::string DTypeSet::to_string() const {
   if (*this == all()) return "any";

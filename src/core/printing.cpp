@@ -289,9 +289,11 @@ struct ArrayPrinter {
   void format_elements() {
     std::vector<int64_t> offsets;
     shown(0, t.offset(), offsets);
-    detail::visit_dtype(t.dtype(), [&]<typename T>() {
+    detail::visit_any_dtype(t.dtype(), [&]<typename T>() {
       const T* data = static_cast<const T*>(t.storage()->data());
-      if constexpr (std::is_same_v<T, bool>) {
+      if constexpr (detail::is_complex_v<T>) {
+        format_complex(data, offsets);
+      } else if constexpr (std::is_same_v<T, bool>) {
         for (int64_t o : offsets) elements.emplace_back(data[o] ? "true" : "false");
         right_justify(elements);
       } else if constexpr (std::is_integral_v<T>) {
@@ -304,6 +306,25 @@ struct ArrayPrinter {
         elements = format_floats(values, t.dtype(), options);
       }
     });
+  }
+
+  // numpy's style: real parts formatted together, imaginary parts with their sign and a "j".
+  template <typename C>
+  void format_complex(const C* data, const std::vector<int64_t>& offsets) {
+    std::vector<double> re, im;
+    for (int64_t o : offsets) {
+      re.push_back(static_cast<double>(data[o].real()));
+      im.push_back(static_cast<double>(data[o].imag()));
+    }
+    const DType part = real_part_dtype(t.dtype());
+    const std::vector<std::string> rs = format_floats(re, part, options);
+    const std::vector<std::string> is = format_floats(im, part, options);
+    for (std::size_t k = 0; k < rs.size(); ++k) {
+      std::string i = is[k].substr(std::min(is[k].find_first_not_of(' '), is[k].size()));
+      if (i.empty() || (i[0] != '-' && i[0] != '+')) i = "+" + i;
+      elements.push_back(rs[k] + i + "j");
+    }
+    right_justify(elements);
   }
 
   // numpy's _formatArray._recurser (legacy=False), with separator ", ".

@@ -121,7 +121,7 @@ T Tensor::item(Loc loc) const {
   if (t.type.shape.numel() != 1)
     fail("item", "expected a tensor with exactly one element: got ", t.type.to_string(), " (",
          t.type.shape.numel(), " elements)", " at ", loc.file_name(), ":", loc.line());
-  return detail::visit_dtype(t.type.dtype, [&]<typename S>() {
+  return detail::visit_any_dtype(t.type.dtype, [&]<typename S>() {
     return detail::convert<T>(*static_cast<const S*>(raw_data()));
   });
 }
@@ -160,13 +160,16 @@ KILN_INSTANTIATE_READ(Half)
 KILN_INSTANTIATE_READ(BFloat16)
 KILN_INSTANTIATE_READ(float)
 KILN_INSTANTIATE_READ(double)
+KILN_INSTANTIATE_READ(std::complex<float>)
+KILN_INSTANTIATE_READ(std::complex<double>)
 template bool Tensor::item<bool>(Loc) const;
 #undef KILN_INSTANTIATE_READ
 
 // ---- creation -----------------------------------------------------------------
 
 Tensor detail::allocate(std::string_view op, const TensorType& type) {
-  // Cannot overflow: a valid shape has at most Shape::kMaxNumel elements of at most 8 bytes.
+  // Cannot overflow: a valid shape has at most Shape::kMaxNumel = INT64_MAX / 8 elements of at
+  // most 16 bytes, under 2^64.
   const std::size_t nbytes =
       static_cast<std::size_t>(type.shape.numel(op)) * dtype_size(type.dtype);
   // No single buffer larger than physical memory can be used, and asking the allocator for one
@@ -213,7 +216,7 @@ namespace {
 template <typename F>
 Tensor generate(std::string_view op, const Shape& shape, DType dtype, F f) {
   Tensor t = detail::allocate(op, TensorType{dtype, shape});
-  detail::visit_dtype(dtype, [&]<typename T>() {
+  detail::visit_any_dtype(dtype, [&]<typename T>() {
     T* p = t.data<T>();
     const int64_t n = t.numel();
     for (int64_t i = 0; i < n; ++i) p[i] = detail::convert<T>(f(i));

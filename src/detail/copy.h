@@ -4,6 +4,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "detail/dtype_dispatch.h"
 #include "kiln/tensor.h"
 
 namespace kiln::detail {
@@ -11,10 +12,9 @@ namespace kiln::detail {
 // dst = src (same shape), converting each element like static_cast (bool: x != 0).
 void copy_cast(const Tensor& src, const Tensor& dst);
 
-// Converts one element between C++ element types, like static_cast but defined for every
-// value: bool means "not zero"; float to integer saturates and maps NaN to 0.
+// convert() between two real element types.
 template <typename To, typename From>
-inline To convert(From v) {
+inline To convert_real(From v) {
   constexpr bool from_half = std::is_same_v<From, Half> || std::is_same_v<From, BFloat16>;
   using F = std::conditional_t<from_half, float, From>;
   const F x = static_cast<F>(v);
@@ -29,6 +29,25 @@ inline To convert(From v) {
     return static_cast<To>(x);
   } else {
     return static_cast<To>(x);
+  }
+}
+
+// Converts one element between C++ element types, like static_cast but defined for every
+// value: bool means "not zero"; float to integer saturates and maps NaN to 0; complex to real
+// keeps the real part (as numpy's astype), real to complex has imaginary part 0.
+template <typename To, typename From>
+inline To convert(From v) {
+  if constexpr (is_complex_v<From> && is_complex_v<To>) {
+    return To(v);
+  } else if constexpr (is_complex_v<From>) {
+    if constexpr (std::is_same_v<To, bool>)
+      return v != From{};
+    else
+      return convert<To>(v.real());
+  } else if constexpr (is_complex_v<To>) {
+    return To(convert<typename To::value_type>(v), 0);
+  } else {
+    return convert_real<To>(v);
   }
 }
 

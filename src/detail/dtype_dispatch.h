@@ -1,6 +1,7 @@
 // Runs a template lambda for the C++ type of a runtime dtype.
 #pragma once
 
+#include <complex>
 #include <cstdint>
 
 #include "kiln/dtype.h"
@@ -8,7 +9,13 @@
 
 namespace kiln::detail {
 
-// Calls f.template operator()<T>() with T the element type of d.
+template <typename T>
+inline constexpr bool is_complex_v = false;
+template <typename T>
+inline constexpr bool is_complex_v<std::complex<T>> = true;
+
+// Calls f.template operator()<T>() with T the element type of d, for the real dtypes: kernels
+// that also take complex values use visit_any_dtype, so generic code need not compile for them.
 template <typename F>
 decltype(auto) visit_dtype(DType d, F&& f) {
   switch (d) {
@@ -30,8 +37,27 @@ decltype(auto) visit_dtype(DType d, F&& f) {
       return f.template operator()<float>();
     case DType::float64:
       return f.template operator()<double>();
+    case DType::complex64:
+    case DType::complex128:
+      fail("dtype", "complex values are not supported here: got ", dtype_name(d),
+           ", expected a real dtype");
   }
   fail("dtype", "unknown dtype code ", static_cast<int>(d));
+}
+
+// Complex dtypes only (c64, c128).
+template <typename F>
+decltype(auto) visit_complex(DType d, F&& f) {
+  if (d == DType::complex64) return f.template operator()<std::complex<float>>();
+  if (d == DType::complex128) return f.template operator()<std::complex<double>>();
+  fail("dtype", "expected a complex dtype, got ", dtype_name(d));
+}
+
+// Every dtype, complex included.
+template <typename F>
+decltype(auto) visit_any_dtype(DType d, F&& f) {
+  if (is_complex(d)) return visit_complex(d, std::forward<F>(f));
+  return visit_dtype(d, std::forward<F>(f));
 }
 
 // Floating dtypes only (f16, bf16, f32, f64).

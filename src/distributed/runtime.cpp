@@ -460,6 +460,10 @@ MPI_Datatype mpi_type(DType d) {
       return MPI_FLOAT;
     case float64:
       return MPI_DOUBLE;
+    case complex64:
+      return MPI_C_FLOAT_COMPLEX;
+    case complex128:
+      return MPI_C_DOUBLE_COMPLEX;
   }
   fail("distributed", "no MPI datatype for ", d);
 }

@@ -137,6 +137,12 @@ class Printer {
     std::vector<std::string> v;
     if (is_integral(t.dtype())) {
       for (int64_t x : t.to_vector<int64_t>()) v.push_back(std::to_string(x));
+    } else if (is_complex(t.dtype())) {  // "1.5-2j": one token, the parts as floats print
+      const DType part = real_part_dtype(t.dtype());
+      for (std::complex<double> x : t.to_vector<std::complex<double>>()) {
+        const std::string im = format_element(x.imag(), part);
+        v.push_back(format_element(x.real(), part) + (im[0] == '-' ? "" : "+") + im + "j");
+      }
     } else {
       for (double x : t.to_vector<double>()) v.push_back(format_element(x, t.dtype()));
     }
@@ -356,6 +362,10 @@ class Parser {
         return make(&Parser::read_float<float>);
       case DType::float64:
         return make(&Parser::real);
+      case DType::complex64:
+        return make(&Parser::read_complex<float>);
+      case DType::complex128:
+        return make(&Parser::read_complex<double>);
     }
     fail_at(literals.empty() ? pos_ : literals[0].pos, "internal error: unhandled dtype");
   }
@@ -381,6 +391,31 @@ class Parser {
       error(tok.pos, std::string("literal out of range for ") + std::string(dtype_name(dtype_v<T>)),
             quoted(tok.text), "a finite value within its range, or inf");
     return out;
+  }
+
+  // "re+imj" or "re-imj": the sign that starts the imaginary part is the last '+' or '-' that
+  // neither opens the token nor follows an exponent's 'e'.
+  template <typename T>
+  std::complex<T> read_complex(const Token& tok) {
+    const std::string_view s = tok.text;
+    std::size_t split = std::string_view::npos;
+    for (std::size_t i = s.size(); i-- > 1;)
+      if ((s[i] == '+' || s[i] == '-') && s[i - 1] != 'e' && s[i - 1] != 'E') {
+        split = i;
+        break;
+      }
+    if (s.empty() || s.back() != 'j' || split == std::string_view::npos)
+      error(tok.pos, "invalid complex literal", quoted(tok.text), "re+imj, such as 1.5-2j");
+    auto part = [&](std::size_t b, std::size_t e) {
+      const Token p{s.substr(b, e - b), tok.pos + b};
+      if constexpr (std::is_same_v<T, float>)
+        return read_float<float>(p);
+      else
+        return real(p);
+    };
+    if (split + 2 > s.size() - 1)  // a sign and no digits before the 'j'
+      error(tok.pos, "invalid complex literal", quoted(tok.text), "re+imj, such as 1.5-2j");
+    return {part(0, split), part(split + (s[split] == '+'), s.size() - 1)};
   }
 
   // An integer in [lo, hi], written in decimal without a '+'.

@@ -33,6 +33,7 @@ Tensor max_weight(const Tensor& a, const Tensor& b) {
 // Each differentiable functor has `jvp(a, b, y, ta, tb)` and `vjp(a, b, y, ct)`.
 struct Add {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr bool complex = true;
   static constexpr Algebra algebra{
       .right_identity = -0.0, .left_identity = -0.0, .commutative = true, .cheap_arithmetic = true};
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
@@ -49,6 +50,7 @@ struct Add {
 };
 struct Sub {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr bool complex = true;
   static constexpr Algebra algebra{.right_identity = 0.0, .cheap_arithmetic = true};
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
@@ -64,6 +66,7 @@ struct Sub {
 };
 struct Mul {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr bool complex = true;
   static constexpr Algebra algebra{.right_identity = 1.0,
                                    .left_identity = 1.0,
                                    .integer_zero_absorbs = true,
@@ -88,6 +91,7 @@ struct Mul {
 // Integer division truncates; the kernel rejects zero divisors before the loop runs.
 struct Div {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr bool complex = true;
   static constexpr Algebra algebra{.right_identity = 1.0, .cheap_arithmetic = true};
   static Tangent jvp(const Tensor&, const Tensor& b, const Tensor& y, const Tangent& ta,
                      const Tangent& tb) {
@@ -295,7 +299,7 @@ const Primitive& prim::select() {
       {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
         [](std::span<const Tensor> in, const Attrs&) {
           Tensor out = empty(in[1].type());
-          detail::visit_dtype(in[1].dtype(), [&]<typename T>() {
+          detail::visit_any_dtype(in[1].dtype(), [&]<typename T>() {
             const bool* pc = static_cast<const bool*>(in[0].raw_data());
             const T* px = static_cast<const T*>(in[1].raw_data());
             const T* py = static_cast<const T*>(in[2].raw_data());

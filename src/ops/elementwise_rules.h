@@ -5,6 +5,9 @@
 //
 // A functor declares `domain` (the dtypes its kernel takes) and a scalar function on
 // detail::compute_t<T>, or a vectorised `chunk` for unary ones. Optional members:
+//   both:   `complex` (the scalar function also holds for std::complex: the primitive takes
+//           complex64 and complex128 too, and its derivative rules hold unchanged because they
+//           are holomorphic and derivatives follow JAX's convention, docs/DESIGN.md);
 //   unary:  `scale(x, y, t)` (dy/dx applied to t), `linear`, `bool_result`;
 //   binary: `jvp(a, b, y, ta, tb)` and `vjp(a, b, y, ct)`, `bool_result`,
 //           `checks_zero_divisor` (integer kernels reject a zero in b), `vector_pow`.
@@ -82,6 +85,34 @@ constexpr bool in_domain(Domain d) {
 }
 
 template <typename F>
+constexpr bool takes_complex() {
+  if constexpr (requires { F::complex; })
+    return F::complex;
+  else
+    return false;
+}
+
+// The dtypes a functor's primitive accepts, and how its errors describe them.
+template <typename F>
+DTypeSet accepted(Domain d) {
+  return takes_complex<F>() ? domain_set(d) | DTypeSet::complex() : domain_set(d);
+}
+template <typename F>
+std::string accepted_desc(Domain d) {
+  return std::string(domain_desc(d)) + (takes_complex<F>() ? " or a complex dtype" : "");
+}
+
+// Runs f.template operator()<T>() for the element type of d, complex included when the
+// functor takes complex values.
+template <typename F, typename G>
+void visit_accepted(DType d, G&& g) {
+  if constexpr (takes_complex<F>()) {
+    if (is_complex(d)) return detail::visit_complex(d, std::forward<G>(g));
+  }
+  detail::visit_dtype(d, std::forward<G>(g));
+}
+
+template <typename F>
 constexpr bool bool_result() {
   if constexpr (requires { F::bool_result; })
     return F::bool_result;
@@ -145,14 +176,16 @@ void map_chunks(const Tensor& in, const Tensor& out) {
 template <typename F>
 const Primitive& define_unary(std::string name, Loc loc) {
   TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
-    expect_dtype(name, in[0], domain_set(F::domain), domain_desc(F::domain));
+    expect_dtype(name, in[0], accepted<F>(F::domain), accepted_desc<F>(F::domain));
     return std::vector<TensorType>{{bool_result<F>() ? bool_ : in[0].dtype, in[0].shape}};
   };
   Kernel kernel = [](std::span<const Tensor> in, const Attrs&) {
     const DType out_dtype = bool_result<F>() ? bool_ : in[0].dtype();
     Tensor out = empty(in[0].shape(), out_dtype);
-    detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
-      if constexpr (in_domain<T>(F::domain)) {
+    visit_accepted<F>(in[0].dtype(), [&]<typename T>() {
+      if constexpr (detail::is_complex_v<T>) {
+        detail::map_unary<T, T>(in[0], out, F{});
+      } else if constexpr (in_domain<T>(F::domain)) {
         using Out = std::conditional_t<bool_result<F>(), bool, T>;
         if constexpr (chunked<F>())
           map_chunks<F, T>(in[0], out);
@@ -177,8 +210,8 @@ const Primitive& define_unary(std::string name, Loc loc) {
   } else {
     p.differentiable = false;
   }
-  return detail::register_builtin(std::move(p), {{cpu({domain_set(F::domain)}), std::move(kernel)}},
-                                  loc);
+  return detail::register_builtin(std::move(p),
+                                  {{cpu({accepted<F>(F::domain)}), std::move(kernel)}}, loc);
 }
 
 // Public unary ops on floats promote integer and bool inputs to float32 first, like numpy.
@@ -264,13 +297,15 @@ template <typename F>
 const Primitive& define_binary(std::string name, Loc loc) {
   TypeRule rule = [name](std::span<const TensorType> in, const Attrs&) {
     expect_same_types(name, in);
-    expect_dtype(name, in[0], domain_set(F::domain), domain_desc(F::domain));
+    expect_dtype(name, in[0], accepted<F>(F::domain), accepted_desc<F>(F::domain));
     return std::vector<TensorType>{{bool_result<F>() ? bool_ : in[0].dtype, in[0].shape}};
   };
   Kernel kernel = [name](std::span<const Tensor> in, const Attrs&) {
     Tensor out = empty(in[0].shape(), bool_result<F>() ? bool_ : in[0].dtype());
-    detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
-      if constexpr (in_domain<T>(F::domain)) {
+    visit_accepted<F>(in[0].dtype(), [&]<typename T>() {
+      if constexpr (detail::is_complex_v<T>) {
+        detail::map_binary<T, T>(in[0], in[1], out, F{});
+      } else if constexpr (in_domain<T>(F::domain)) {
         check_operands<F, T>(name, in[1]);
         using Out = std::conditional_t<bool_result<F>(), bool, T>;
         if constexpr (requires { F::vector_pow; } && std::is_floating_point_v<detail::compute_t<T>>)
@@ -281,7 +316,7 @@ const Primitive& define_binary(std::string name, Loc loc) {
     });
     return std::vector<Tensor>{out};
   };
-  const DTypeSet set = domain_set(F::domain);
+  const DTypeSet set = accepted<F>(F::domain);
   Primitive p{.name = std::move(name), .arity = 2, .type_rule = std::move(rule)};
   p.batch = batch_elementwise;
   if constexpr (requires { F::algebra; }) p.algebra = F::algebra;

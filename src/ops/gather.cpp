@@ -15,6 +15,7 @@ namespace kiln {
 namespace {
 
 const DTypeSet kIndex = DTypeSet(int32) | int64;
+const DTypeSet kAddable = DTypeSet::numeric() | DTypeSet::complex();  // what scatter_add sums
 
 void expect_index(std::string_view op, const TensorType& t) {
   ops::expect_dtype(op, t, kIndex, "integer indices (i32 or i64)");
@@ -143,7 +144,7 @@ Tensor scatter_into(const Tensor& x0, const Tensor& upd0, int axis, int64_t m, I
   detail::copy_cast(x0, out);
   const Tensor upd = upd0.contiguous();
   const ops::AxisLines s = ops::axis_lines(x0.shape(), axis);
-  detail::visit_dtype(x0.dtype(), [&]<typename T>() {
+  detail::visit_any_dtype(x0.dtype(), [&]<typename T>() {
     if constexpr (!std::is_same_v<T, bool>) {
       T* po = out.data<T>();
       const T* pu = upd.data<const T>();
@@ -176,7 +177,7 @@ const Primitive& prim::scatter_add() {
               .type_rule =
                   [](ops::Types in, const Attrs& a) {
                     expect_index("scatter_add", in[1]);
-                    ops::expect_dtype("scatter_add", in[0], DTypeSet::numeric(), "a numeric dtype");
+                    ops::expect_dtype("scatter_add", in[0], kAddable, "a numeric or complex dtype");
                     const int axis =
                         normalize_axis("scatter_add", a.get_int("axis"), in[0].shape.rank());
                     const TensorType want{in[0].dtype, take_shape(in[0].shape, axis, in[1].shape)};
@@ -187,8 +188,7 @@ const Primitive& prim::scatter_add() {
                     return std::vector<TensorType>{in[0]};
                   }},
           prim::gather),
-      {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}),
-        [](ops::Ins in, const Attrs& a) {
+      {{ops::cpu({kAddable, kIndex, kAddable}), [](ops::Ins in, const Attrs& a) {
           const int axis = normalize_axis("scatter_add", a.get_int("axis"), in[0].rank());
           const ops::AxisLines s = ops::axis_lines(in[0].shape(), axis);
           const std::vector<int64_t> idx = resolve("scatter_add", in[1], s.n);
@@ -233,7 +233,7 @@ const Primitive& prim::gather_along() {
           const int64_t m = in[1].shape()[axis];
           const std::vector<int64_t> idx = resolve("gather_along", in[1], s.n);
           Tensor out = empty(in[1].shape(), x.dtype());
-          detail::visit_dtype(x.dtype(), [&]<typename T>() {
+          detail::visit_any_dtype(x.dtype(), [&]<typename T>() {
             const T* px = x.data<const T>();
             T* po = out.data<T>();
             detail::parallel_for(s.outer * m * s.inner, [&](int64_t b, int64_t e) {
@@ -256,8 +256,8 @@ const Primitive& prim::scatter_add_along() {
                     .type_rule =
                         [](ops::Types in, const Attrs& a) {
                           expect_index("scatter_add_along", in[1]);
-                          ops::expect_dtype("scatter_add_along", in[0], DTypeSet::numeric(),
-                                            "a numeric dtype");
+                          ops::expect_dtype("scatter_add_along", in[0], kAddable,
+                                            "a numeric or complex dtype");
                           const int axis = normalize_axis("scatter_add_along", a.get_int("axis"),
                                                           in[0].shape.rank());
                           expect_along("scatter_add_along", in[0], in[1], axis);
@@ -268,8 +268,7 @@ const Primitive& prim::scatter_add_along() {
                           return std::vector<TensorType>{in[0]};
                         }},
           prim::gather_along),
-      {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}),
-        [](ops::Ins in, const Attrs& a) {
+      {{ops::cpu({kAddable, kIndex, kAddable}), [](ops::Ins in, const Attrs& a) {
           const int axis = normalize_axis("scatter_add_along", a.get_int("axis"), in[0].rank());
           const ops::AxisLines s = ops::axis_lines(in[0].shape(), axis);
           const int64_t m = in[1].shape()[axis];

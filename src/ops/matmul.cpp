@@ -2,9 +2,10 @@
 // dtype, identical batch dimensions) and the public numpy-style `matmul` built on it (dtype
 // promotion, 1-d operands, broadcasting batch dimensions).
 //
-// float32/float64 run through OpenBLAS gemm. Operands whose matrices are row-major or
-// transposed views are passed to gemm as they are (with the matching transpose flag); others
-// are copied first. f16/bf16 compute in float32; integers use a wrapping i-k-j loop.
+// float32/float64 run through OpenBLAS gemm, complex64/complex128 through cgemm/zgemm. Operands
+// whose matrices are row-major or transposed views are passed to gemm as they are (with the
+// matching transpose flag); others are copied first. f16/bf16 compute in float32; integers use a
+// wrapping i-k-j loop.
 #include <cblas.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@ namespace kiln {
 namespace {
 
 constexpr std::string_view kOp = "matmul";
+const DTypeSet kMatmulDTypes = DTypeSet::numeric() | DTypeSet::complex();
 
 std::vector<TensorType> matmul_rule(std::span<const TensorType> in, const Attrs&) {
   const TensorType& a = in[0];
@@ -89,11 +91,20 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
           int64_t lda, const T* b, int64_t ldb, T* c, int64_t ldc) {
   const auto i = [](int64_t v) { return static_cast<blasint>(v); };
   detail::set_library_threads();
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
     cblas_sgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), 0.0f, c,
                 i(ldc));
-  else
+  } else if constexpr (std::is_same_v<T, double>) {
     cblas_dgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), 0.0, c, i(ldc));
+  } else {  // complex: alpha and beta by pointer; CblasTrans transposes without conjugating
+    const T one{1}, zero{0};
+    if constexpr (std::is_same_v<T, std::complex<float>>)
+      cblas_cgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), &one, a, i(lda), b, i(ldb), &zero, c,
+                  i(ldc));
+    else
+      cblas_zgemm(CblasRowMajor, ta, tb, i(m), i(n), i(k), &one, a, i(lda), b, i(ldb), &zero, c,
+                  i(ldc));
+  }
 }
 
 // k = 1 (per-example weight gradients under vmap are batches of these): c[i, j] = a[i] * b[j],
@@ -239,6 +250,9 @@ Tensor integer_matmul(const Tensor& a, Tensor b, const Shape& out_shape) {
 
 Tensor matmul_kernel_impl(const Tensor& a, const Tensor& b) {
   const Shape out_shape = matmul_rule(std::vector<TensorType>{a.type(), b.type()}, {})[0].shape;
+  if (is_complex(a.dtype()))
+    return detail::visit_complex(a.dtype(),
+                                 [&]<typename T>() { return blas_matmul<T>(a, b, out_shape); });
   return detail::visit_dtype(a.dtype(), [&]<typename T>() -> Tensor {
     if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
       return blas_matmul<T>(a, b, out_shape);
@@ -294,10 +308,10 @@ Primitive matmul_primitive() {
 
 const Primitive& prim::matmul() {
   static const Primitive& p = detail::register_builtin(
-      matmul_primitive(), {{ops::cpu({DTypeSet::numeric(), DTypeSet::numeric()}),
-                            [](std::span<const Tensor> in, const Attrs&) {
-                              return std::vector<Tensor>{matmul_kernel_impl(in[0], in[1])};
-                            }}});
+      matmul_primitive(),
+      {{ops::cpu({kMatmulDTypes, kMatmulDTypes}), [](std::span<const Tensor> in, const Attrs&) {
+          return std::vector<Tensor>{matmul_kernel_impl(in[0], in[1])};
+        }}});
   return p;
 }
 

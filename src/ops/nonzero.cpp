@@ -31,7 +31,7 @@ const Primitive& prim::nonzero() {
           Tensor out = empty(Shape{size, rank}, int64);
           int64_t* po = out.data<int64_t>();
           int64_t found = 0;
-          detail::visit_dtype(x.dtype(), [&]<typename T>() {
+          detail::visit_any_dtype(x.dtype(), [&]<typename T>() {
             const T* px = x.data<const T>();
             std::vector<int64_t> at(static_cast<std::size_t>(rank), 0);  // x's index of i
             for (int64_t i = 0; i < x.numel(); ++i) {

@@ -70,7 +70,13 @@
   /* src/ops/scatter.cpp */                                                                     \
   X(scatter_set) X(scatter_mul) X(scatter_max) X(scatter_min)                                   \
   /* src/ops/linalg_decomp.cpp */                                                               \
-  X(qr) X(svd) X(svdvals) X(pinv)
+  X(qr) X(svd) X(svdvals) X(pinv)                                                               \
+  /* src/ops/complex.cpp */                                                                     \
+  X(complex) X(real) X(imag) X(conj) X(complex_abs)                                             \
+  /* src/ops/fft.cpp */                                                                         \
+  X(fft) X(rfft) X(irfft)                                                                       \
+  /* src/ops/eig.cpp */                                                                         \
+  X(eig)
 // clang-format on
 
 namespace kiln::prim {

@@ -141,13 +141,15 @@ struct OrR {
 };
 
 // Accumulator: sums and products of floats in double, of integers in 64 bits (wrapping);
-// max/min in the compute type; and/or in bool.
+// max/min in the compute type; and/or in bool; complex sums and products in complex<double>.
 template <typename R, typename T>
 using acc_for = std::conditional_t<
     std::is_same_v<R, AndR> || std::is_same_v<R, OrR>, bool,
     std::conditional_t<
         std::is_same_v<R, SumR> || std::is_same_v<R, ProdR>,
-        std::conditional_t<std::is_floating_point_v<detail::compute_t<T>>, double, uint64_t>,
+        std::conditional_t<
+            detail::is_complex_v<T>, std::complex<double>,
+            std::conditional_t<std::is_floating_point_v<detail::compute_t<T>>, double, uint64_t>>,
         detail::compute_t<T>>>;
 
 template <typename R, typename T>
@@ -383,6 +385,14 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
   Kernel kernel = [name](ops::Ins in, const Attrs& a) {
     const std::vector<int> axes = reduced_axes(name, a, in[0].rank());
     Tensor out = empty(reduced_shape(in[0].shape(), axes), in[0].dtype());
+    constexpr bool arithmetic = std::is_same_v<R, SumR> || std::is_same_v<R, ProdR>;
+    if constexpr (arithmetic) {
+      if (is_complex(in[0].dtype())) {
+        detail::visit_complex(in[0].dtype(),
+                              [&]<typename T>() { reduce_kernel<R, T>(in[0], axes, out); });
+        return std::vector<Tensor>{out};
+      }
+    }
     detail::visit_dtype(in[0].dtype(), [&]<typename T>() {
       constexpr bool logical = std::is_same_v<R, AndR> || std::is_same_v<R, OrR>;
       if constexpr (logical == std::is_same_v<T, bool>) reduce_kernel<R, T>(in[0], axes, out);
@@ -464,8 +474,10 @@ const Primitive& define_arg(std::string name, Loc loc) {
     static const Primitive& p = define_reduce<R>(#accessor, domain, desc, Loc::current()); \
     return p;                                                                              \
   }
-KILN_REDUCE(reduce_sum, SumR, DTypeSet::numeric(), "a numeric dtype")
-KILN_REDUCE(reduce_prod, ProdR, DTypeSet::numeric(), "a numeric dtype")
+KILN_REDUCE(reduce_sum, SumR, DTypeSet::numeric() | DTypeSet::complex(),
+            "a numeric or complex dtype")
+KILN_REDUCE(reduce_prod, ProdR, DTypeSet::numeric() | DTypeSet::complex(),
+            "a numeric or complex dtype")
 KILN_REDUCE(reduce_max, MaxR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_min, MinR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_and, AndR, bool_, "bool")

@@ -26,6 +26,7 @@ using ops::rounding_op;
 // A `linear` one's JVP is the primitive itself on the tangent (ops::linear_jvp).
 struct Neg {
   static constexpr Domain domain = Domain::numeric;
+  static constexpr bool complex = true;
   static constexpr Algebra algebra{.involution = true, .cheap_arithmetic = true};
   static constexpr bool linear = true;
   static Tensor scale(const Tensor&, const Tensor&, const Tensor& t) { return -t; }
@@ -198,9 +199,10 @@ const Primitive& prim::convert() {
            [](std::span<const TensorType> in, const Attrs& a) {
              return std::vector<TensorType>{{a.get_dtype("dtype"), in[0].shape}};
            },
-       // Between floats convert is linear; a conversion to or from integers stops derivatives.
+       // Between floats and complex numbers convert is linear (complex to real keeps the real
+       // part, whose transpose is the embedding back); to or from integers it stops derivatives.
        .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
-         if (!is_floating(r.attrs.get_dtype("dtype")) || !is_floating(t[0]->dtype()))
+         if (!is_inexact(r.attrs.get_dtype("dtype")) || !is_inexact(t[0]->dtype()))
            return {std::nullopt};
          return ops::linear_jvp(r, t);
        },
@@ -241,6 +243,7 @@ Tensor numeric_op(const Primitive& p, const Tensor& x, Loc loc) {
 
 Tensor neg(const Tensor& x, Loc loc) { return numeric_op(prim::neg(), x, loc); }
 Tensor abs(const Tensor& x, Loc loc) {
+  if (is_complex(x.dtype())) return bind1(prim::complex_abs(), {x}, {}, loc);
   return x.dtype() == bool_ ? x : bind1(prim::abs(), {x}, {}, loc);
 }
 Tensor sign(const Tensor& x, Loc loc) {

@@ -18,8 +18,8 @@ Tangent add_tangents(const Tangent& a, const Tangent& b) {
   return add(*a, *b, Loc{});
 }
 
-// Derivatives only flow through floating values.
-bool carries_derivative(const TensorType& t) { return is_floating(t.dtype); }
+// Derivatives only flow through floating and complex values.
+bool carries_derivative(const TensorType& t) { return is_inexact(t.dtype); }
 
 void check_rule_result(std::string_view kind, const ir::Equation& e,
                        const std::vector<Tangent>& got, std::span<const ir::Value> want) {

@@ -8,7 +8,8 @@ void check_scalar_loss(std::string_view op, const std::vector<Tensor>& outputs) 
   if (outputs.empty() || outputs[0].rank() != 0 || !is_floating(outputs[0].dtype()))
     fail(op, "the function must return a scalar: got ",
          outputs.empty() ? std::string("no tensor") : outputs[0].type().to_string(),
-         ", expected a 0-d float tensor (or a (loss, aux) pair with has_aux)");
+         ", expected a 0-d real float tensor (or a (loss, aux) pair with has_aux; for a complex "
+         "output take its real part, or use vjp)");
 }
 
 // The cotangent of each leaf, zeros where it is symbolically zero (no derivative reaches it).
