@@ -55,7 +55,7 @@ class CMakeBuild(build_ext):
 
 setup(
     version=project_version(),
-    packages=["kiln"],
+    packages=["kiln", "kiln.autograph"],
     package_dir={"": "python"},
     package_data={"kiln": ["*.pyi", "py.typed"]},
     ext_modules=[Extension("kiln._kiln", sources=[])],

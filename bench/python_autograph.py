@@ -104,8 +104,8 @@ def run(threads):
     kl.autograph.convert(fresh())  # the file's parse, shared by every function in it
     costs = []
     for _ in range(20):
-        kl.autograph._conversions.clear()
-        kl.autograph._converted.clear()
+        kl.autograph.conversion._conversions.clear()
+        kl.autograph.conversion._converted.clear()
         start = time.perf_counter()
         kl.autograph.convert(fresh())
         costs.append((time.perf_counter() - start) * 1e3)

@@ -524,8 +524,8 @@ std::vector<PrimitiveSample> make_table() {
        .ad = {.forward_mode = false}});
 
   // ---- control flow: the primitives bound directly (operand layouts in
-  // src/transforms/control_flow.cpp), and through the public API (batched and shared
-  // predicates, per-example trip counts, batched carries and xs, the reverse pass of a
+  // src/transforms/cond.cpp, while_loop.cpp, scan.cpp), and through the public API (batched and
+  // shared predicates, per-example trip counts, batched carries and xs, the reverse pass of a
   // data-dependent loop) ----
   const TensorType m3{float64, Shape{3}}, i0{int32, Shape{}};
   // cond: (index, operands...) with one branch function per index; both branches checked.

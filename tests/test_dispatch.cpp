@@ -360,7 +360,7 @@ TEST(Dispatch, MissingRulesNameWhereThePrimitiveWasDefined) {
   EXPECT_EQ(primitive("add").where_defined().rfind(" (defined at src/ops/binary.cpp:", 0), 0u)
       << primitive("add").where_defined();
   EXPECT_EQ(
-      primitive("while").where_defined().rfind(" (defined at src/transforms/control_flow.cpp:", 0),
+      primitive("while").where_defined().rfind(" (defined at src/transforms/while_loop.cpp:", 0),
       0u)
       << primitive("while").where_defined();
 }

@@ -943,6 +943,7 @@ def test_called_functions_are_converted_but_not_library_ones():
     assert autograph.callee(statistics.mean) is statistics.mean  # the standard library
     assert autograph.callee(np.mean) is np.mean  # an installed package
     assert autograph.callee(autograph.to_source) is autograph.to_source  # Kiln itself
+    assert autograph.callee(kl.tree.names) is kl.tree.names  # Kiln beside kiln.autograph too
     assert autograph.convert(caller)(1.0, Scaler(5.0)) == caller(1.0, Scaler(5.0)) == 20.0
 
 

@@ -54,7 +54,7 @@
   /* src/distributed/collectives.cpp */                                                         \
   X(process_all_reduce) X(process_all_gather) X(process_reduce_scatter) X(process_all_to_all)   \
   X(process_permute)                                                                            \
-  /* src/transforms/control_flow.cpp */                                                         \
+  /* src/transforms/cond.cpp, while_loop.cpp, scan.cpp */                                       \
   X(cond) X(while_) X(while_grad) X(scan)                                                       \
   /* src/ops/math.cpp */                                                                        \
   X(trunc) X(log2) X(log10) X(exp2) X(sinh) X(cosh) X(asin) X(acos) X(atan) X(asinh) X(acosh)  \
