@@ -14,9 +14,9 @@ from mypy.stubgen import main as stubgen
 
 root = Path(sys.argv[1]).resolve()
 sys.path.insert(0, str(root))
-# Native submodules (kiln.linalg, kiln.random: kiln/__init__.py registers them under those
+# Native submodules (kiln.fft, kiln.linalg, kiln.random: kiln/__init__.py registers them under those
 # names) get stubs of their own, which _kiln.pyi imports.
-SUBMODULES = ["linalg", "random"]
+SUBMODULES = ["fft", "linalg", "random"]
 stubs = {}
 with tempfile.TemporaryDirectory() as out:
     modules = ["kiln._kiln"] + [f"kiln.{name}" for name in SUBMODULES]

@@ -6,11 +6,13 @@ package re-exports it and adds the parts written in Python.
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import Error, Tensor, __version__, asarray, dtype  # noqa: F401
 
-# py-tensor: kiln.linalg and kiln.random are native submodules; `import kiln.random` works too.
+# py-tensor: kiln.fft, kiln.linalg and kiln.random are native submodules; `import kiln.random`
+# works too.
 import sys as _sys  # noqa: E402
 
-from ._kiln import from_dlpack, linalg, random  # noqa: E402,F401
+from ._kiln import fft, from_dlpack, linalg, random  # noqa: E402,F401
 
+_sys.modules[__name__ + ".fft"] = fft
 _sys.modules[__name__ + ".linalg"] = linalg
 _sys.modules[__name__ + ".random"] = random
 

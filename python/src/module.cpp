@@ -21,4 +21,5 @@ PYBIND11_MODULE(_kiln, m) {
   bind_optim(m);
   bind_data(m);
   bind_io(m);
+  bind_fft(m);
 }

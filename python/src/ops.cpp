@@ -189,12 +189,17 @@ void bind_elementwise(py::module_& m) {
       {"log_sigmoid", &log_sigmoid, "log(sigmoid(x)) = -softplus(-x)."},
       {"bitwise_not", &bitwise_not, "~x for integers and bools (also kiln.invert)."},
       {"ravel", &flatten, "x as a 1-d tensor (a view when x is contiguous)."},
+      {"real", &real, "The real part (x itself for real x)."},
+      {"imag", &imag, "The imaginary part (zeros for real x)."},
+      {"conj", &conj, "The complex conjugate (x itself for real x; also kiln.conjugate)."},
+      {"angle", &angle, "The argument atan2(imag, real), in (-pi, pi]."},
   };
   for (const UnaryOp& op : unary)
     m.def(
         op.name, [fn = op.fn](py::object x) { return fn(arg(x), Loc{}); }, py::arg("x"), op.doc);
   m.attr("neg") = m.attr("negative");
   m.attr("absolute") = m.attr("abs");
+  m.attr("conjugate") = m.attr("conj");
   m.attr("asin") = m.attr("arcsin");
   m.attr("acos") = m.attr("arccos");
   m.attr("atan") = m.attr("arctan");
@@ -233,6 +238,7 @@ void bind_elementwise(py::module_& m) {
       {"logical_xor", &logical_xor, "x xor y, elementwise."},
       {"arctan2", &kiln::atan2, "The angle of the point (y=x, x=y) (also kiln.atan2)."},
       {"hypot", &kiln::hypot, "sqrt(x**2 + y**2) without overflow."},
+      {"complex", &kiln::complex, "x + 1j * y (torch.complex): complex64, or complex128 for f64."},
       {"copysign", &kiln::copysign, "|x| with the sign of y."},
       {"logaddexp", &logaddexp, "log(exp(x) + exp(y)), stable."},
       {"xlogy", &xlogy, "x * log(y), 0 where x == 0 (scipy.special.xlogy)."},
@@ -1219,6 +1225,22 @@ void bind_linalg(py::module_& m) {
       },
       py::arg("a"), "The determinant.");
   la.def(
+      "eig",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        const linalg::Eig r = without_gil([&] { return linalg::eig(t, Loc{}); });
+        return py::make_tuple(r.eigenvalues, r.eigenvectors);
+      },
+      py::arg("a"),
+      "(eigenvalues, eigenvectors as unit columns) of a general square a, complex as numpy's.");
+  la.def(
+      "eigvals",
+      [](py::object a) {
+        const Tensor t = arg(a);
+        return without_gil([&] { return linalg::eigvals(t, Loc{}); });
+      },
+      py::arg("a"), "The eigenvalues of a general square a (complex).");
+  la.def(
       "eigh",
       [](py::object a) {
         const Tensor t = arg(a);
@@ -1401,16 +1423,21 @@ void bind_linalg(py::module_& m) {
 // Top-level functions that are also Tensor methods, as in numpy (x.sum(axis=0)).
 void bind_methods(py::module_& m) {
   py::object tensor = m.attr("Tensor");
-  const char* methods[] = {
-      "sum",     "mean",    "prod",      "max",    "min",     "var",  "std",      "any",
-      "all",     "argmax",  "argmin",    "cumsum", "cumprod", "sort", "argsort",  "ravel",
-      "flatten", "squeeze", "swapaxes",  "clip",   "round",   "take", "diagonal", "trace",
-      "repeat",  "nonzero", "logsumexp", "abs",    "exp",     "log",  "sqrt",     "tanh"};
+  const char* methods[] = {"sum",      "mean",    "prod",      "max",      "min",      "var",
+                           "std",      "any",     "all",       "argmax",   "argmin",   "cumsum",
+                           "cumprod",  "sort",    "argsort",   "ravel",    "flatten",  "squeeze",
+                           "swapaxes", "clip",    "round",     "take",     "diagonal", "trace",
+                           "repeat",   "nonzero", "logsumexp", "abs",      "exp",      "log",
+                           "sqrt",     "tanh",    "conj",      "conjugate"};
   for (const char* name : methods) {
     PyObject* method = PyInstanceMethod_New(m.attr(name).ptr());
     if (!method) throw py::error_already_set();
     tensor.attr(name) = py::reinterpret_steal<py::object>(method);
   }
+  // x.real and x.imag are properties, as in numpy.
+  py::object property = py::module_::import("builtins").attr("property");
+  tensor.attr("real") = property(m.attr("real"), py::none(), py::none(), "The real part.");
+  tensor.attr("imag") = property(m.attr("imag"), py::none(), py::none(), "The imaginary part.");
 }
 
 }  // namespace

@@ -100,6 +100,13 @@ const char* format_of(DType d) {
   return nullptr;
 }
 
+// NumPy's dtype for d (NumPy reads complex formats by its own type codes, not PEP 3118's "Zf").
+py::dtype numpy_dtype(DType d) {
+  if (d == complex64) return py::dtype::of<std::complex<float>>();
+  if (d == complex128) return py::dtype::of<std::complex<double>>();
+  return py::dtype(format_of(d));
+}
+
 // The storages that view read-only memory (a read-only NumPy array or mmap, bytes). Kiln never
 // writes to a tensor's memory, but its exports hand that memory to code that may: those of
 // these storages are read-only. An entry lives exactly as long as its storage (the storage's
@@ -430,7 +437,7 @@ py::array numpy_view(const Tensor& t, py::handle owner) {
   const auto item = static_cast<py::ssize_t>(dtype_size(t.dtype()));
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
   for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s) * item);
-  py::array a(py::dtype(format_of(t.dtype())), std::move(shape), std::move(strides), t.raw_data(),
+  py::array a(numpy_dtype(t.dtype()), std::move(shape), std::move(strides), t.raw_data(),
               owner);
   if (!writable_export(t)) a.attr("setflags")(py::arg("write") = false);
   return a;
@@ -1038,7 +1045,7 @@ void bind_tensor(py::module_& m) {
       "dtype",
       [](DType d) -> py::object {
         if (d == bfloat16) return py::none();
-        return py::dtype(format_of(d));
+        return numpy_dtype(d);
       },
       "The NumPy dtype (None for bfloat16, which NumPy lacks).");
 

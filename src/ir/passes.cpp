@@ -122,7 +122,8 @@ constexpr int64_t kFoldLimit = 4096;
 
 // When every element of t equals one value, that value.
 std::optional<double> uniform_value(const Tensor& t) {
-  if (t.numel() == 0 || t.dtype() == bool_) return std::nullopt;
+  // Complex constants are never an identity here: their imaginary parts would be dropped.
+  if (t.numel() == 0 || t.dtype() == bool_ || is_complex(t.dtype())) return std::nullopt;
   const std::vector<double> v = t.to_vector<double>();
   for (double x : v)
     if (!(x == v[0])) return std::nullopt;

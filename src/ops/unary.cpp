@@ -154,9 +154,10 @@ struct IsNan {
 };
 
 // Conversion between dtypes; attribute `dtype` is the target.
-// Derivatives pass through float-to-float conversions and stop at integer ones.
+// Derivatives pass through conversions between floats and complex numbers and stop at integer
+// ones.
 Tangent convert_tangent(const Tensor& t, DType to) {
-  if (!is_floating(to) || !is_floating(t.dtype())) return std::nullopt;
+  if (!is_inexact(to) || !is_inexact(t.dtype())) return std::nullopt;
   return astype(t, to);
 }
 

@@ -46,7 +46,7 @@ ops::Ts cond_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   const std::size_t n = num_branches(r.attrs), nops = r.inputs.size() - 1;
   const Tensors ops = sub(r.inputs, 1, nops);
   const TypeList op_t = types_of(ops), out_t = types_of(r.outputs);
-  const Idx fo = floating(op_t, 0, nops), fr = floating(out_t, 0, out_t.size());
+  const Idx fo = inexact(op_t, 0, nops), fr = inexact(out_t, 0, out_t.size());
   ops::Ts result(r.outputs.size());
   if (fr.empty()) return result;
   TypeList params = op_t;
@@ -76,7 +76,7 @@ ops::Ts cond_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const std::size_t n = num_branches(r.attrs), nops = r.inputs.size() - 1;
   const Tensors ops = sub(r.inputs, 1, nops);
   const TypeList op_t = types_of(ops), out_t = types_of(r.outputs);
-  const Idx fo = floating(op_t, 0, nops), fr = floating(out_t, 0, out_t.size());
+  const Idx fo = inexact(op_t, 0, nops), fr = inexact(out_t, 0, out_t.size());
   ops::Ts result(r.inputs.size());
   if (fo.empty() || fr.empty()) return result;
   TypeList params = op_t;

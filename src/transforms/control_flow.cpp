@@ -19,10 +19,10 @@ Tensors sub(std::span<const Tensor> v, std::size_t b, std::size_t n) {
 }
 void append(Tensors& a, std::span<const Tensor> b) { a.insert(a.end(), b.begin(), b.end()); }
 Tensor or_zero(const Tangent& t, const TensorType& type) { return t ? *t : ops::zeros_of(type); }
-Idx floating(const TypeList& types, std::size_t b, std::size_t n) {
+Idx inexact(const TypeList& types, std::size_t b, std::size_t n) {
   Idx r;
   for (std::size_t i = 0; i < n; ++i)
-    if (is_floating(types[b + i].dtype)) r.push_back(i);
+    if (is_inexact(types[b + i].dtype)) r.push_back(i);
   return r;
 }
 TensorType unstacked(const TensorType& t) {

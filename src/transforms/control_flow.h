@@ -26,8 +26,9 @@ using detail::types_of;
 Tensors sub(std::span<const Tensor> v, std::size_t b, std::size_t n);
 void append(Tensors& a, std::span<const Tensor> b);
 Tensor or_zero(const Tangent& t, const TensorType& type);
-// Indices (relative to b) of the floating entries of types[b, b+n): those carry derivatives.
-Idx floating(const TypeList& types, std::size_t b, std::size_t n);
+// Indices (relative to b) of the floating and complex entries of types[b, b+n): those carry
+// derivatives.
+Idx inexact(const TypeList& types, std::size_t b, std::size_t n);
 // t without / with a leading axis of n: a scan's slice and its stacked xs or ys.
 TensorType unstacked(const TensorType& t);
 TensorType stacked(const TensorType& t, int64_t n);

@@ -142,8 +142,8 @@ ops::Ts scan_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   const ScanLayout l = scan_layout(r.inputs.size(), r.attrs);
   const std::size_t n = r.inputs.size(), ny = r.outputs.size() - l.nc;
   const TypeList in_t = types_of(r.inputs), p_t = body->param_types(), r_t = body->result_types();
-  const Idx fc = floating(in_t, 0, l.nc), fx = floating(in_t, l.nc, l.nx),
-            fk = floating(in_t, l.nc + l.nx, l.ncap), fy = floating(r_t, l.nc, ny);
+  const Idx fc = inexact(in_t, 0, l.nc), fx = inexact(in_t, l.nc, l.nx),
+            fk = inexact(in_t, l.nc + l.nx, l.ncap), fy = inexact(r_t, l.nc, ny);
   ops::Ts result(r.outputs.size());
   if (fc.empty() && fy.empty()) return result;
   // Layout: carry, carry tangents | xs, xs tangents | captures, capture tangents.
@@ -241,8 +241,8 @@ ops::Ts scan_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const std::size_t n = r.inputs.size(), ny = r.outputs.size() - l.nc;
   const TypeList in_t = types_of(r.inputs), p_t = body->param_types(), r_t = body->result_types();
   const TypeList out_t = types_of(r.outputs);
-  const Idx fc = floating(in_t, 0, l.nc), fx = floating(in_t, l.nc, l.nx),
-            fk = floating(in_t, l.nc + l.nx, l.ncap), fy = floating(r_t, l.nc, ny);
+  const Idx fc = inexact(in_t, 0, l.nc), fx = inexact(in_t, l.nc, l.nx),
+            fk = inexact(in_t, l.nc + l.nx, l.ncap), fy = inexact(r_t, l.nc, ny);
   ops::Ts result(n);
   if (fc.empty() && fx.empty() && fk.empty()) return result;
   // 1. One backward step. Parameters: carry cotangents, capture cotangents (the backward

@@ -64,7 +64,7 @@ ops::Ts while_jvp(const RuleArgs& r, std::span<const Tangent> t) {
   const FunctionRef bf = r.attrs.get<FunctionRef>("body_fn");
   const std::size_t n = r.inputs.size(), nc = bf->results.size(), ncap = n - nc;
   const TypeList in_t = types_of(r.inputs);
-  const Idx fc = floating(in_t, 0, nc), fk = floating(in_t, nc, ncap);
+  const Idx fc = inexact(in_t, 0, nc), fk = inexact(in_t, nc, ncap);
   ops::Ts result(nc);
   if (fc.empty()) return result;
   // Layout: carry, carry tangents, captures, capture tangents.
@@ -138,7 +138,7 @@ ops::Ts while_vjp(const RuleArgs& r, std::span<const Tangent> ct) {
   const Tensors outs = bind(prim::while_grad(), ins, a);
   ops::Ts result(n);
   for (std::size_t i = 0; i < n; ++i)
-    if (is_floating(in_t[i].dtype)) result[i] = outs[i];
+    if (is_inexact(in_t[i].dtype)) result[i] = outs[i];
   return result;
 }
 
