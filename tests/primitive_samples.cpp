@@ -1129,6 +1129,7 @@ std::vector<PrimitiveSample> make_table() {
                  return Sample{{{g.normal(Shape{1, 2, 4, 2, 5})}, {g.normal(Shape{1, 4, 3, 4, 5})}},
                                with3("kernel_size", Ints{2, 2, 2})};
                }});
+  add_complex_samples(c);
   return c;
 }
 

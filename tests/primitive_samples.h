@@ -127,6 +127,8 @@ std::string name_of(const PrimitiveSample& s);  // "prim" or "prim_label"
 void PrintTo(const PrimitiveSample& s, std::ostream* os);
 
 const std::vector<PrimitiveSample>& primitive_samples();
+// The table's complex rows (primitive_samples_complex.cpp).
+void add_complex_samples(std::vector<PrimitiveSample>& table);
 
 // Which samples a walk checks: the AD walk those of differentiable primitives, the vmap walk
 // those of primitives with a batching rule, less the ones whose knobs opt out. The walks and

@@ -319,12 +319,16 @@ struct ArrayPrinter {
     const DType part = real_part_dtype(t.dtype());
     const std::vector<std::string> rs = format_floats(re, part, options);
     const std::vector<std::string> is = format_floats(im, part, options);
+    // The imaginary parts' padding goes after the 'j', as numpy prints "1.5-2.j  , 0. +0.25j".
+    std::size_t width = 0;
     for (std::size_t k = 0; k < rs.size(); ++k) {
-      std::string i = is[k].substr(std::min(is[k].find_first_not_of(' '), is[k].size()));
+      const std::size_t b = is[k].find_first_not_of(' '), e = is[k].find_last_not_of(' ');
+      std::string i = b == std::string::npos ? "" : is[k].substr(b, e - b + 1);
       if (i.empty() || (i[0] != '-' && i[0] != '+')) i = "+" + i;
       elements.push_back(rs[k] + i + "j");
+      width = std::max(width, elements.back().size());
     }
-    right_justify(elements);
+    for (std::string& el : elements) el.resize(width, ' ');
   }
 
   // numpy's _formatArray._recurser (legacy=False), with separator ", ".

@@ -141,7 +141,7 @@ struct OrR {
 };
 
 // Accumulator: sums and products of floats in double, of integers in 64 bits (wrapping);
-// max/min in the compute type; and/or in bool; complex sums and products in complex<double>.
+// max/min in the compute type; and/or in bool; complex sums in complex<double>.
 template <typename R, typename T>
 using acc_for = std::conditional_t<
     std::is_same_v<R, AndR> || std::is_same_v<R, OrR>, bool,
@@ -385,8 +385,7 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
   Kernel kernel = [name](ops::Ins in, const Attrs& a) {
     const std::vector<int> axes = reduced_axes(name, a, in[0].rank());
     Tensor out = empty(reduced_shape(in[0].shape(), axes), in[0].dtype());
-    constexpr bool arithmetic = std::is_same_v<R, SumR> || std::is_same_v<R, ProdR>;
-    if constexpr (arithmetic) {
+    if constexpr (std::is_same_v<R, SumR>) {  // the one reduction complex values have
       if (is_complex(in[0].dtype())) {
         detail::visit_complex(in[0].dtype(),
                               [&]<typename T>() { reduce_kernel<R, T>(in[0], axes, out); });
@@ -476,8 +475,7 @@ const Primitive& define_arg(std::string name, Loc loc) {
   }
 KILN_REDUCE(reduce_sum, SumR, DTypeSet::numeric() | DTypeSet::complex(),
             "a numeric or complex dtype")
-KILN_REDUCE(reduce_prod, ProdR, DTypeSet::numeric() | DTypeSet::complex(),
-            "a numeric or complex dtype")
+KILN_REDUCE(reduce_prod, ProdR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_max, MaxR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_min, MinR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_and, AndR, bool_, "bool")
