@@ -14,11 +14,13 @@ using namespace kiln;
 
 namespace {
 
-const DType kAll[] = {bool_, uint8, uint32, int32, int64, float16, bfloat16, float32, float64};
+const DType kAll[] = {bool_,    uint8,   uint32,  int32,     int64,     float16,
+                      bfloat16, float32, float64, complex64, complex128};
 
 TEST(DType, NamesSizesAndKinds) {
-  const char* names[] = {"bool", "u8", "u32", "i32", "i64", "f16", "bf16", "f32", "f64"};
-  const std::size_t sizes[] = {1, 1, 4, 4, 8, 2, 2, 4, 8};
+  const char* names[] = {"bool", "u8",  "u32", "i32", "i64", "f16",
+                         "bf16", "f32", "f64", "c64", "c128"};
+  const std::size_t sizes[] = {1, 1, 4, 4, 8, 2, 2, 4, 8, 8, 16};
   for (int i = 0; i < kNumDTypes; ++i) {
     EXPECT_EQ(dtype_name(kAll[i]), names[i]);
     EXPECT_EQ(dtype_size(kAll[i]), sizes[i]) << names[i];
@@ -49,7 +51,10 @@ TEST(DType, NamesSizesAndKinds) {
 }
 
 TEST(DType, DTypeSet) {
-  EXPECT_EQ(DTypeSet::all().size(), 9);
+  EXPECT_EQ(DTypeSet::all().size(), 11);
+  EXPECT_EQ(DTypeSet::complex().size(), 2);
+  EXPECT_EQ(DTypeSet::real().size(), 9);
+  EXPECT_FALSE(DTypeSet::numeric().contains(complex64));
   EXPECT_EQ(DTypeSet::floating().size(), 4);
   EXPECT_EQ(DTypeSet::integral().size(), 4);
   EXPECT_EQ(DTypeSet::numeric().size(), 8);
@@ -69,25 +74,28 @@ TEST(DType, DTypeSet) {
 }
 
 // The lattice as documented: bool < u8 < {u32, i32} < i64 (u32 with i32 joins at i64); every
-// integer and bool sits below every float; f16 with bf16 joins at f32; f32 < f64.
+// integer and bool sits below every float; f16 with bf16 joins at f32; f32 < f64; every float
+// sits below complex64 except f64, which joins it at complex128.
 TEST(DType, PromotionLatticeTable) {
   using D = DType;
-  // Row/column order: bool u8 u32 i32 i64 f16 bf16 f32 f64 (written out by hand).
+  // Row/column order: bool u8 u32 i32 i64 f16 bf16 f32 f64 c64 c128 (written out by hand).
   const D b = bool_, u8 = uint8, u32 = uint32, i32 = int32, i64 = int64, h = float16, bf = bfloat16,
-          f = float32, d = float64;
-  const D table[9][9] = {
-      /* bool */ {b, u8, u32, i32, i64, h, bf, f, d},
-      /* u8   */ {u8, u8, u32, i32, i64, h, bf, f, d},
-      /* u32  */ {u32, u32, u32, i64, i64, h, bf, f, d},
-      /* i32  */ {i32, i32, i64, i32, i64, h, bf, f, d},
-      /* i64  */ {i64, i64, i64, i64, i64, h, bf, f, d},
-      /* f16  */ {h, h, h, h, h, h, f, f, d},
-      /* bf16 */ {bf, bf, bf, bf, bf, f, bf, f, d},
-      /* f32  */ {f, f, f, f, f, f, f, f, d},
-      /* f64  */ {d, d, d, d, d, d, d, d, d},
+          f = float32, d = float64, c = complex64, z = complex128;
+  const D table[11][11] = {
+      /* bool */ {b, u8, u32, i32, i64, h, bf, f, d, c, z},
+      /* u8   */ {u8, u8, u32, i32, i64, h, bf, f, d, c, z},
+      /* u32  */ {u32, u32, u32, i64, i64, h, bf, f, d, c, z},
+      /* i32  */ {i32, i32, i64, i32, i64, h, bf, f, d, c, z},
+      /* i64  */ {i64, i64, i64, i64, i64, h, bf, f, d, c, z},
+      /* f16  */ {h, h, h, h, h, h, f, f, d, c, z},
+      /* bf16 */ {bf, bf, bf, bf, bf, f, bf, f, d, c, z},
+      /* f32  */ {f, f, f, f, f, f, f, f, d, c, z},
+      /* f64  */ {d, d, d, d, d, d, d, d, d, z, z},
+      /* c64  */ {c, c, c, c, c, c, c, c, z, c, z},
+      /* c128 */ {z, z, z, z, z, z, z, z, z, z, z},
   };
-  for (int i = 0; i < 9; ++i)
-    for (int j = 0; j < 9; ++j)
+  for (int i = 0; i < 11; ++i)
+    for (int j = 0; j < 11; ++j)
       EXPECT_EQ(promote_types(kAll[i], kAll[j]), table[i][j])
           << dtype_name(kAll[i]) << " with " << dtype_name(kAll[j]);
 }

@@ -437,8 +437,7 @@ py::array numpy_view(const Tensor& t, py::handle owner) {
   const auto item = static_cast<py::ssize_t>(dtype_size(t.dtype()));
   std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end()), strides;
   for (int64_t s : t.strides()) strides.push_back(static_cast<py::ssize_t>(s) * item);
-  py::array a(numpy_dtype(t.dtype()), std::move(shape), std::move(strides), t.raw_data(),
-              owner);
+  py::array a(numpy_dtype(t.dtype()), std::move(shape), std::move(strides), t.raw_data(), owner);
   if (!writable_export(t)) a.attr("setflags")(py::arg("write") = false);
   return a;
 }
