@@ -94,6 +94,10 @@ void add_complex_samples(std::vector<PrimitiveSample>& c) {
   c.push_back(parts_sample("neg", "complex", 2, [](const Ts& a) {
     return parts(bind1(primitive("neg"), {z_of(a[0], a[1])}));
   }));
+  c.push_back(parts_sample("reduce_prod", "complex", 2, [](const Ts& a) {
+    return parts(
+        bind1(primitive("reduce_prod"), {z_of(a[0], a[1])}, {{"axes", std::vector<int64_t>{1}}}));
+  }));
   c.push_back(parts_sample("reduce_sum", "complex", 2, [](const Ts& a) {
     return parts(
         bind1(primitive("reduce_sum"), {z_of(a[0], a[1])}, {{"axes", std::vector<int64_t>{0, 2}}}));

@@ -193,9 +193,11 @@ struct Min {
     return a < b ? a : b;
   }
 };
+// Equality also holds for complex values; ordering does not.
 #define KILN_COMPARE(Name, expr, is_commutative)                                               \
   struct Name {                                                                                \
-    static constexpr Domain domain = Domain::all;                                              \
+    static constexpr Domain domain = Domain::real;                                             \
+    static constexpr bool complex = is_commutative;                                            \
     static constexpr bool bool_result = true;                                                  \
     static constexpr Algebra algebra{.commutative = is_commutative, .cheap_arithmetic = true}; \
     template <typename T>                                                                      \

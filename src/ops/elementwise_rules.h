@@ -28,7 +28,14 @@
 namespace kiln::ops {
 
 // integral: the integer dtypes; bits: those and bool (bitwise operations).
-enum class Domain { floating, numeric, integral, bits, boolean, all };
+enum class Domain {
+  floating,
+  numeric,
+  integral,
+  bits,
+  boolean,
+  real
+};  // real: every non-complex dtype
 
 inline DTypeSet domain_set(Domain d) {
   switch (d) {
@@ -42,8 +49,8 @@ inline DTypeSet domain_set(Domain d) {
       return DTypeSet::integral() | bool_;
     case Domain::boolean:
       return DTypeSet(bool_);
-    case Domain::all:
-      return DTypeSet::all();
+    case Domain::real:
+      return DTypeSet::real();
   }
   return {};
 }
@@ -59,8 +66,8 @@ inline std::string_view domain_desc(Domain d) {
       return "an integer or bool dtype";
     case Domain::boolean:
       return "bool";
-    case Domain::all:
-      return "any dtype";
+    case Domain::real:
+      return "a real dtype";
   }
   return "";
 }
@@ -68,7 +75,7 @@ inline std::string_view domain_desc(Domain d) {
 template <typename T>
 constexpr bool in_domain(Domain d) {
   switch (d) {
-    case Domain::all:
+    case Domain::real:
       return true;
     case Domain::boolean:
       return std::is_same_v<T, bool>;
@@ -222,6 +229,8 @@ inline Tensor float_op(const Primitive& p, const Tensor& x, Loc loc) {
 // Rounding is the identity on integers.
 inline Tensor rounding_op(const Primitive& p, const Tensor& x, Loc loc) {
   const detail::CallSite site(loc);
+  if (is_complex(x.dtype()))
+    fail(p.name, "unsupported dtype: got ", x.type(), ", expected a real dtype");
   if (!is_floating(x.dtype())) return x;
   return bind1(p, {x}, {}, loc);
 }
@@ -304,7 +313,8 @@ const Primitive& define_binary(std::string name, Loc loc) {
     Tensor out = empty(in[0].shape(), bool_result<F>() ? bool_ : in[0].dtype());
     visit_accepted<F>(in[0].dtype(), [&]<typename T>() {
       if constexpr (detail::is_complex_v<T>) {
-        detail::map_binary<T, T>(in[0], in[1], out, F{});
+        detail::map_binary<T, std::conditional_t<bool_result<F>(), bool, T>>(in[0], in[1], out,
+                                                                             F{});
       } else if constexpr (in_domain<T>(F::domain)) {
         check_operands<F, T>(name, in[1]);
         using Out = std::conditional_t<bool_result<F>(), bool, T>;

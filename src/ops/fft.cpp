@@ -360,6 +360,7 @@ struct AxesPlan {
 };
 AxesPlan plan_axes(std::string_view op, const Tensor& x, const Sizes& s, const AxesArg& axes) {
   AxesPlan p;
+  if (x.rank() == 0) fail(op, "no axis to transform: got ", x.type(), ", expected rank >= 1");
   std::vector<int64_t> ax;
   if (axes) {
     ax = *axes;

@@ -570,9 +570,15 @@ Tensor float_binary(const Primitive& p, const Tensor& a, const Tensor& b, Loc lo
   const DType d = to_floating(x.dtype());
   return bind1(p, {ops::cast_if_needed(x, d, loc), ops::cast_if_needed(y, d, loc)}, {}, loc);
 }
-// isinf and isfinite of integers are constants.
+// isinf and isfinite of integers are constants; a complex value is infinite when either part
+// is, finite when both are (numpy's answers).
 Tensor classify(const Primitive& p, const Tensor& x, bool integer_answer, Loc loc) {
   const detail::CallSite site(loc);
+  if (is_complex(x.dtype())) {
+    const Tensor re = classify(p, real(x, loc), integer_answer, loc);
+    const Tensor im = classify(p, imag(x, loc), integer_answer, loc);
+    return integer_answer ? logical_and(re, im, loc) : logical_or(re, im, loc);
+  }
   if (!is_floating(x.dtype())) return full(x.shape(), integer_answer ? 1.0 : 0.0, bool_);
   return bind1(p, {x}, {}, loc);
 }

@@ -141,7 +141,7 @@ struct OrR {
 };
 
 // Accumulator: sums and products of floats in double, of integers in 64 bits (wrapping);
-// max/min in the compute type; and/or in bool; complex sums in complex<double>.
+// max/min in the compute type; and/or in bool; complex sums and products in complex<double>.
 template <typename R, typename T>
 using acc_for = std::conditional_t<
     std::is_same_v<R, AndR> || std::is_same_v<R, OrR>, bool,
@@ -385,7 +385,7 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
   Kernel kernel = [name](ops::Ins in, const Attrs& a) {
     const std::vector<int> axes = reduced_axes(name, a, in[0].rank());
     Tensor out = empty(reduced_shape(in[0].shape(), axes), in[0].dtype());
-    if constexpr (std::is_same_v<R, SumR>) {  // the one reduction complex values have
+    if constexpr (std::is_same_v<R, SumR> || std::is_same_v<R, ProdR>) {  // complex values too
       if (is_complex(in[0].dtype())) {
         detail::visit_complex(in[0].dtype(),
                               [&]<typename T>() { reduce_kernel<R, T>(in[0], axes, out); });
@@ -475,7 +475,8 @@ const Primitive& define_arg(std::string name, Loc loc) {
   }
 KILN_REDUCE(reduce_sum, SumR, DTypeSet::numeric() | DTypeSet::complex(),
             "a numeric or complex dtype")
-KILN_REDUCE(reduce_prod, ProdR, DTypeSet::numeric(), "a numeric dtype")
+KILN_REDUCE(reduce_prod, ProdR, DTypeSet::numeric() | DTypeSet::complex(),
+            "a numeric or complex dtype")
 KILN_REDUCE(reduce_max, MaxR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_min, MinR, DTypeSet::numeric(), "a numeric dtype")
 KILN_REDUCE(reduce_and, AndR, bool_, "bool")
@@ -608,10 +609,13 @@ Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc l
   const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const int64_t n = count_over(x, axes_of("var", x, axes));
   const Tensor centered = sub(xf, mean(xf, axes, true, loc), loc);
-  const Tensor ss = sum(mul(centered, centered, loc), axes, keepdims, loc);
+  // Complex values: the mean of |x - mean|^2, a real number (numpy's).
+  const Tensor squares = is_complex(x.dtype()) ? real(mul(centered, conj(centered, loc), loc), loc)
+                                               : mul(centered, centered, loc);
+  const Tensor ss = sum(squares, axes, keepdims, loc);
   const Tensor out =
-      div(ss, scalar_like(xf, static_cast<double>(std::max<int64_t>(n - ddof, 0))), loc);
-  return ops::cast_if_needed(out, to_floating(x.dtype()), loc);
+      div(ss, scalar_like(ss, static_cast<double>(std::max<int64_t>(n - ddof, 0))), loc);
+  return ops::cast_if_needed(out, real_part_dtype(to_floating(x.dtype())), loc);
 }
 
 namespace {
@@ -637,11 +641,11 @@ Tensor nan_extreme(Tensor (*reduce_fn)(const Tensor&, const Axes&, bool, Loc), c
 
 Tensor nansum(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return sum(is_floating(x.dtype()) ? nan_filled(x, 0.0, loc) : x, axes, keepdims, loc);
+  return sum(is_inexact(x.dtype()) ? nan_filled(x, 0.0, loc) : x, axes, keepdims, loc);
 }
 Tensor nanprod(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  return prod(is_floating(x.dtype()) ? nan_filled(x, 1.0, loc) : x, axes, keepdims, loc);
+  return prod(is_inexact(x.dtype()) ? nan_filled(x, 1.0, loc) : x, axes, keepdims, loc);
 }
 Tensor nanmax(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
@@ -654,7 +658,7 @@ Tensor nanmin(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
 // The sum over the count of non-NaN elements: 0 / 0 = NaN where all are NaN, as numpy.
 Tensor nanmean(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  if (!is_floating(x.dtype())) return mean(x, axes, keepdims, loc);
+  if (!is_inexact(x.dtype())) return mean(x, axes, keepdims, loc);
   const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const Tensor out =
       div(nansum(xf, axes, keepdims, loc), count_not_nan(xf, axes, keepdims, loc), loc);
@@ -663,14 +667,17 @@ Tensor nanmean(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
 // The squared deviations from nanmean over max(count - ddof, 0), with NaNs left out.
 Tensor nanvar(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
   const detail::CallSite site(loc);
-  if (!is_floating(x.dtype())) return var(x, axes, keepdims, ddof, loc);
+  if (!is_inexact(x.dtype())) return var(x, axes, keepdims, ddof, loc);
   const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const Tensor centered = nan_filled(sub(xf, nanmean(xf, axes, true, loc), loc), 0.0, loc);
-  const Tensor ss = sum(mul(centered, centered, loc), axes, keepdims, loc);
-  const Tensor dof = maximum(
-      sub(count_not_nan(xf, axes, keepdims, loc), scalar_like(xf, static_cast<double>(ddof)), loc),
-      scalar_like(xf, 0.0), loc);
-  return ops::cast_if_needed(div(ss, dof, loc), x.dtype(), loc);
+  const Tensor squares = is_complex(x.dtype())  // |x - mean|^2, as var
+                             ? real(mul(centered, conj(centered, loc), loc), loc)
+                             : mul(centered, centered, loc);
+  const Tensor ss = sum(squares, axes, keepdims, loc);
+  const Tensor count = astype(count_not_nan(xf, axes, keepdims, loc), ss.dtype(), loc);
+  const Tensor dof = maximum(sub(count, scalar_like(ss, static_cast<double>(ddof)), loc),
+                             scalar_like(ss, 0.0), loc);
+  return ops::cast_if_needed(div(ss, dof, loc), real_part_dtype(x.dtype()), loc);
 }
 Tensor nanstd(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
   const detail::CallSite site(loc);

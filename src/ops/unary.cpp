@@ -264,7 +264,12 @@ Tensor sigmoid(const Tensor& x, Loc loc) { return float_op(prim::sigmoid(), x, l
 Tensor erf(const Tensor& x, Loc loc) { return float_op(prim::erf(), x, loc); }
 Tensor floor(const Tensor& x, Loc loc) { return rounding_op(prim::floor(), x, loc); }
 Tensor ceil(const Tensor& x, Loc loc) { return rounding_op(prim::ceil(), x, loc); }
-Tensor round(const Tensor& x, Loc loc) { return rounding_op(prim::round(), x, loc); }
+Tensor round(const Tensor& x, Loc loc) {
+  const detail::CallSite site(loc);
+  if (is_complex(x.dtype()))  // both parts, as numpy
+    return complex(round(real(x, loc), loc), round(imag(x, loc), loc), loc);
+  return rounding_op(prim::round(), x, loc);
+}
 Tensor square(const Tensor& x, Loc loc) { return mul(x, x, loc); }
 Tensor logical_not(const Tensor& x, Loc loc) {
   const detail::CallSite site(loc);
@@ -272,6 +277,8 @@ Tensor logical_not(const Tensor& x, Loc loc) {
 }
 Tensor isnan(const Tensor& x, Loc loc) {
   const detail::CallSite site(loc);
+  if (is_complex(x.dtype()))  // NaN when either part is, as numpy
+    return logical_or(isnan(real(x, loc), loc), isnan(imag(x, loc), loc), loc);
   if (!is_floating(x.dtype())) return zeros(x.shape(), bool_);
   return bind1(prim::isnan(), {x}, {}, loc);
 }
