@@ -415,12 +415,16 @@ class CompiledFunction final : public Code {
     slots_.assign(n, Slot{});
     std::vector<bool> escapes(n, false);  // read by a kernel or returned
     std::vector<bool> from_kernel(n, false);
+    // The last step that reads each value; the step that makes it when none does (its slot is
+    // still written there).
     std::vector<std::size_t> last_use(n, 0);
     auto buffer_of = [&](int v) { return views_[static_cast<std::size_t>(v)]->buffer; };
     for (const ir::Value& v : f.results) escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
     for (std::size_t s = 0; s < steps_.size(); ++s) {
       if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
         for (int v : g->group.inputs) last_use[static_cast<std::size_t>(v)] = s;
+        for (const GroupOutput& o : g->group.outputs)
+          last_use[static_cast<std::size_t>(o.value)] = s;
       } else {
         const ir::Equation& e =
             f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
@@ -428,7 +432,10 @@ class CompiledFunction final : public Code {
           escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
           last_use[static_cast<std::size_t>(buffer_of(v.id))] = s;
         }
-        for (const ir::Value& v : e.outputs) from_kernel[static_cast<std::size_t>(v.id)] = true;
+        for (const ir::Value& v : e.outputs) {
+          from_kernel[static_cast<std::size_t>(v.id)] = true;
+          last_use[static_cast<std::size_t>(v.id)] = s;
+        }
       }
     }
     for (const ir::Value& v : f.results)
