@@ -33,9 +33,9 @@ struct MemoryPlan {
 
 // Greedy interval assignment, in order of `defined` (ties in the order given): a buffer takes
 // over the slot it overwrites, else the smallest slot whose last holder's last use is before
-// `defined` and that fits it, else a new slot at the end of the arena. Slots are the buffer's
-// bytes rounded up to its alignment. Throws an Error for a description that is not one
-// (alignment not a power of two, a last use before the defining step, an unknown index).
+// `defined` and that fits it, else a new slot at the end of the arena, of its bytes rounded up
+// to its alignment. Throws an Error for an invalid description (an alignment that is no power
+// of two, a last use before the defining step, an unknown index).
 MemoryPlan plan_memory(std::span<const Buffer> buffers);
 
 }  // namespace kiln::compiler
