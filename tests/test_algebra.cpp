@@ -146,6 +146,7 @@ TEST(AlgebraWalk, TheArithmeticAndLayoutFactsAreDeclared) {
   EXPECT_TRUE(primitive("reshape").algebra.reshapes);
   EXPECT_TRUE(primitive("matmul").algebra.transposes_as_product);
   EXPECT_TRUE(primitive("cond").algebra.selects_branch);
+  EXPECT_TRUE(primitive("scan").algebra.scans_body);
   EXPECT_TRUE(primitive("scan").prune);
 }
 

@@ -149,6 +149,11 @@ struct Algebra {
   // Input 0 is an index choosing the sub-function "branch<k>" that the other inputs are given
   // to (cond): with a constant index, the equation is that branch.
   bool selects_branch = false;
+  // The sub-function "body" runs once per step on the carry (the first "num_carry" operands,
+  // then the carry results of the step before) and the other operands, and the outputs are the
+  // last carry, then the body's other results stacked over the steps (scan): equations with
+  // the same operands and attributes whose bodies compute the same carry are one equation.
+  bool scans_body = false;
   // op(a, b) == op(b, a) bit for bit (add, mul, eq, ...; not max and min, whose choice between
   // +0 and -0 depends on the order): common-subexpression elimination merges both orders.
   bool commutative = false;

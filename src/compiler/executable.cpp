@@ -13,6 +13,7 @@
 #include "compiler/fusion.h"
 #include "compiler/loops.h"
 #include "compiler/orc.h"
+#include "compiler/plan.h"
 #include "detail/checked.h"
 #include "detail/copy.h"
 #include "detail/parallel.h"
@@ -25,6 +26,9 @@ namespace {
 using ir::CompiledInfo;
 
 using SubFunctions = ir::CompiledBodies;  // every entry is a CompiledFunction, so a Code
+
+// Arena slots are 64-byte aligned, as tensor storage is (src/core/allocator.cpp).
+constexpr int64_t kSlotAlignment = 64;
 
 std::size_t bytes_of(const TensorType& t) {
   return static_cast<std::size_t>(detail::checked_mul("jit", t.shape.numel(), dtype_size(t.dtype)));
@@ -159,6 +163,18 @@ struct Slot {
   bool sole_owner = false;
 };
 
+// How the steps use a value.
+struct Use {
+  enum class Maker { other, group, kernel };  // other: an argument, a constant or a view
+  Maker made_by = Maker::other;
+  bool escapes = false;     // a kernel reads it or the caller receives it
+  std::size_t defined = 0;  // the step that makes it
+  // The last step that reads it: `defined` when none does, one past the last step for a result.
+  std::size_t last_use = 0;
+  // Only fused kernels read it: an arena slot holds it.
+  bool in_arena() const { return made_by == Maker::group && !escapes; }
+};
+
 class CompiledFunction final : public Code {
  public:
   // `subs`: the compiled sub-functions of the whole program, owned by its top-level function
@@ -219,7 +235,7 @@ class CompiledFunction final : public Code {
         if (auto* g = std::get_if<GroupStep>(&s))
           g->kernel = reinterpret_cast<KernelFn>(native.functions[group_kernel[k++]]);
     }
-    plan_memory();
+    lay_out_memory();
     for (const ir::Constant& c : f_->constants) constants_.push_back(c.tensor.contiguous());
     info_.backend = ir::Backend::llvm;
     info_.arena_bytes = static_cast<int64_t>(arena_bytes_);
@@ -401,9 +417,42 @@ class CompiledFunction final : public Code {
     return Tensor(std::move(impl));
   }
 
-  // Arena slots for values only fused kernels read (never a result, never a kernel's input:
-  // those may keep a reference), assigned by liveness; values released after their last use.
-  void plan_memory() {
+  // Per value, how the steps use it.
+  std::vector<Use> uses() const {
+    const ir::Function& f = *f_;
+    std::vector<Use> use(static_cast<std::size_t>(f.next_id()));
+    auto of_buffer = [&](int v) -> Use& {
+      return use[static_cast<std::size_t>(views_[static_cast<std::size_t>(v)]->buffer)];
+    };
+    auto make = [&](int v, Use::Maker maker, std::size_t s) {
+      use[static_cast<std::size_t>(v)] = {.made_by = maker, .defined = s, .last_use = s};
+    };
+    for (std::size_t s = 0; s < steps_.size(); ++s) {
+      if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
+        for (int v : g->group.inputs) use[static_cast<std::size_t>(v)].last_use = s;
+        for (const GroupOutput& o : g->group.outputs) make(o.value, Use::Maker::group, s);
+      } else {
+        const ir::Equation& e =
+            f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
+        for (const ir::Value& v : e.inputs) {
+          of_buffer(v.id).escapes = true;
+          of_buffer(v.id).last_use = s;
+        }
+        for (const ir::Value& v : e.outputs) make(v.id, Use::Maker::kernel, s);
+      }
+    }
+    for (const ir::Value& v : f.results) {
+      of_buffer(v.id).escapes = true;
+      of_buffer(v.id).last_use = steps_.size();
+    }
+    return use;
+  }
+
+  // Where each value's memory is: arena slots for values only fused kernels read (never a
+  // result, never a kernel's input: those may keep a reference), planned by liveness
+  // (plan.h), outputs written in place over inputs that die with them, and values released
+  // after their last use.
+  void lay_out_memory() {
     const ir::Function& f = *f_;
     const std::size_t n = static_cast<std::size_t>(f.next_id());
     value_types_.assign(n, TensorType{});
@@ -412,93 +461,67 @@ class CompiledFunction final : public Code {
       value_types_[static_cast<std::size_t>(c.value.id)] = c.value.type;
     for (const ir::Equation& e : f.equations)
       for (const ir::Value& v : e.outputs) value_types_[static_cast<std::size_t>(v.id)] = v.type;
-    slots_.assign(n, Slot{});
-    std::vector<bool> escapes(n, false);  // read by a kernel or returned
-    std::vector<bool> from_kernel(n, false);
-    std::vector<std::size_t> last_use(n, 0);
-    auto buffer_of = [&](int v) { return views_[static_cast<std::size_t>(v)]->buffer; };
-    for (const ir::Value& v : f.results) escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
-    for (std::size_t s = 0; s < steps_.size(); ++s) {
-      if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
-        for (int v : g->group.inputs) last_use[static_cast<std::size_t>(v)] = s;
-      } else {
-        const ir::Equation& e =
-            f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
-        for (const ir::Value& v : e.inputs) {
-          escapes[static_cast<std::size_t>(buffer_of(v.id))] = true;
-          last_use[static_cast<std::size_t>(buffer_of(v.id))] = s;
-        }
-        for (const ir::Value& v : e.outputs) from_kernel[static_cast<std::size_t>(v.id)] = true;
-      }
-    }
-    for (const ir::Value& v : f.results)
-      last_use[static_cast<std::size_t>(buffer_of(v.id))] = steps_.size();
+    const std::vector<Use> use = uses();
     release_after_.assign(steps_.size(), {});
     for (std::size_t v = 0; v < n; ++v)
-      if (last_use[v] < steps_.size() && views_[v] && views_[v]->buffer == static_cast<int>(v))
-        release_after_[last_use[v]].push_back(static_cast<int>(v));
-    // Greedy interval assignment: a slot is free again after the step of its last read, or
-    // taken over during that step by an output written in place over it.
-    struct Free {
-      std::size_t offset, size, free_after;
-    };
-    std::vector<Free> arena_slots;
-    std::vector<std::optional<std::size_t>> slot_index(n);  // arena values' slots
+      if (use[v].last_use < steps_.size() && views_[v] && views_[v]->buffer == static_cast<int>(v))
+        release_after_[use[v].last_use].push_back(static_cast<int>(v));
+    std::vector<Buffer> buffers(n);
+    for (std::size_t v = 0; v < n; ++v)
+      buffers[v] = {.bytes = static_cast<int64_t>(bytes_of(value_types_[v])),
+                    .alignment = kSlotAlignment,
+                    .defined = use[v].defined,
+                    .last_use = use[v].last_use,
+                    .excluded = !use[v].in_arena()};
+    slots_.assign(n, Slot{});
     std::size_t group_index = 0;
-    for (std::size_t s = 0; s < steps_.size(); ++s) {
-      const auto* g = std::get_if<GroupStep>(&steps_[s]);
-      if (!g) continue;
-      const Group& group = g->group;
-      std::vector<bool> taken(group.inputs.size(), false);
-      for (std::size_t q = 0; q < group.outputs.size(); ++q) {
-        const std::size_t v = static_cast<std::size_t>(group.outputs[q].value);
-        // In place over an input that dies here, of the same size and element size, read only
-        // element by element: for an arena value, an arena input; for a value of its own (a
-        // result or a kernel's input), a kernel's output that only groups read. Never an
-        // argument, a constant, a result or a kernel's input.
-        auto fits = [&](std::size_t i) {
-          const std::size_t in = static_cast<std::size_t>(group.inputs[i]);
-          const bool same_kind = escapes[v] ? from_kernel[in] && !escapes[in] : !!slot_index[in];
-          return same_kind && !taken[i] && last_use[in] == s &&
-                 group.outputs[q].level == Level::inner &&
-                 bytes_of(value_types_[in]) == bytes_of(value_types_[v]) &&
-                 dtype_size(value_types_[in].dtype) == dtype_size(value_types_[v].dtype) &&
-                 read_elementwise(group, static_cast<int>(i)) &&
-                 loads_precede_store(group, q, static_cast<int>(i));
-        };
-        std::optional<std::size_t> over;
-        for (std::size_t i = 0; i < group.inputs.size() && !over; ++i)
-          if (fits(i)) over = i;
-        if (over) {
-          taken[*over] = true;
-          info_.groups[group_index].in_place.push_back(
-              {.output = static_cast<int>(v), .input = group.inputs[*over], .arena = !escapes[v]});
-        }
-        if (escapes[v]) {
-          if (over) {
-            slots_[v].reuses = group.inputs[*over];
-            slots_[static_cast<std::size_t>(group.inputs[*over])].sole_owner = true;
-          }
-          continue;
-        }
-        const std::size_t size = (bytes_of(value_types_[v]) + 63) / 64 * 64;
-        std::optional<std::size_t> best;
-        if (over) best = slot_index[static_cast<std::size_t>(group.inputs[*over])];
-        if (!best)
-          for (std::size_t k = 0; k < arena_slots.size(); ++k)
-            if (arena_slots[k].free_after < s && arena_slots[k].size >= size &&
-                (!best || arena_slots[k].size < arena_slots[*best].size))
-              best = k;
-        if (!best) {
-          arena_slots.push_back({arena_bytes_, size, 0});
-          arena_bytes_ += size;
-          best = arena_slots.size() - 1;
-        }
-        arena_slots[*best].free_after = last_use[v];
-        slot_index[v] = best;
-        slots_[v].arena_offset = arena_slots[*best].offset;
+    for (std::size_t s = 0; s < steps_.size(); ++s)
+      if (const auto* g = std::get_if<GroupStep>(&steps_[s]))
+        write_in_place(g->group, s, use, info_.groups[group_index++], buffers);
+    const MemoryPlan plan = plan_memory(buffers);
+    for (std::size_t v = 0; v < n; ++v)
+      if (plan.offsets[v]) slots_[v].arena_offset = static_cast<std::size_t>(*plan.offsets[v]);
+    arena_bytes_ = static_cast<std::size_t>(plan.arena_bytes);
+  }
+
+  // Picks, for each inner output of the group at step s, an input that dies there to write it
+  // over, recording the choice in `info`: an arena output takes the input's slot (`buffers`),
+  // an output of its own the input's buffer when nothing else holds it at run time (slots_).
+  void write_in_place(const Group& group, std::size_t s, const std::vector<Use>& use,
+                      CompiledInfo::Group& info, std::vector<Buffer>& buffers) {
+    std::vector<bool> taken(group.inputs.size(), false);
+    for (std::size_t q = 0; q < group.outputs.size(); ++q) {
+      const std::size_t v = static_cast<std::size_t>(group.outputs[q].value);
+      // In place over an input that dies here, of the same size and element size, read only
+      // element by element: for an arena value, an arena input; for a value of its own (a
+      // result or a kernel's input), a kernel's output that only groups read. Never an
+      // argument, a constant, a result or a kernel's input.
+      auto fits = [&](std::size_t i) {
+        const std::size_t in = static_cast<std::size_t>(group.inputs[i]);
+        const bool same_kind = use[v].escapes
+                                   ? use[in].made_by == Use::Maker::kernel && !use[in].escapes
+                                   : use[in].in_arena();
+        return same_kind && !taken[i] && use[in].last_use == s &&
+               group.outputs[q].level == Level::inner &&
+               bytes_of(value_types_[in]) == bytes_of(value_types_[v]) &&
+               dtype_size(value_types_[in].dtype) == dtype_size(value_types_[v].dtype) &&
+               read_elementwise(group, static_cast<int>(i)) &&
+               loads_precede_store(group, q, static_cast<int>(i));
+      };
+      std::optional<std::size_t> over;
+      for (std::size_t i = 0; i < group.inputs.size() && !over; ++i)
+        if (fits(i)) over = i;
+      if (!over) continue;
+      taken[*over] = true;
+      const int in = group.inputs[*over];
+      info.in_place.push_back(
+          {.output = static_cast<int>(v), .input = in, .arena = !use[v].escapes});
+      if (use[v].escapes) {
+        slots_[v].reuses = in;
+        slots_[static_cast<std::size_t>(in)].sole_owner = true;
+      } else {
+        buffers[v].overwrites = static_cast<std::size_t>(in);
       }
-      ++group_index;
     }
   }
 

@@ -2,7 +2,8 @@
 // one scan. Reverse mode through a scan meets this whenever the primal result is used (a loss
 // value returned with its gradient, a cotangent that reads the final carry): the VJP rule's
 // forward scan recomputes the primal scan's carries and ys alongside its residuals, and CSE
-// cannot merge the two equations because their bodies differ.
+// cannot merge the two equations because their bodies differ. A scan here is an equation of a
+// primitive that declares Algebra::scans_body.
 #include <algorithm>
 #include <memory>
 #include <optional>
@@ -71,10 +72,10 @@ Function merge_scans(const Function& f) {
   std::vector<bool> merged_away(eqs.size(), false);
   std::unordered_map<int, Value> renamed;
   for (std::size_t i = 0; i < eqs.size(); ++i) {
-    if (eqs[i].prim->name != "scan") continue;
+    if (!eqs[i].prim->algebra.scans_body) continue;
     for (std::size_t j = i + 1; j < eqs.size(); ++j) {
       const Equation& b = eqs[j];
-      if (merged_away[j] || b.prim->name != "scan" || !same_operands(eqs[i], b)) continue;
+      if (merged_away[j] || b.prim != eqs[i].prim || !same_operands(eqs[i], b)) continue;
       Equation& a = eqs[i];
       const auto nc = static_cast<std::size_t>(a.attrs.get_int("num_carry"));
       std::optional<MergedBody> m =

@@ -404,6 +404,7 @@ const Primitive& prim::scan() {
        .jvp = scan_jvp,
        .vjp = scan_vjp,
        .batch = scan_batch,
+       .algebra = {.scans_body = true},
        .prune = prune_scan},
       interpreter_kernels(
           [](ops::Ins in, const Attrs& a) {
