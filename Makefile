@@ -9,6 +9,9 @@ CMAKE_FLAGS ?=
 export CCACHE_BASEDIR ?= $(CURDIR)
 # The tests' precompiled header is cached only with these (ccache's manual, "Precompiled headers").
 export CCACHE_SLOPPINESS ?= pch_defines,time_macros
+# The sanitizer and fuzz builds compile with line tables (-g1), for which ccache would also hash
+# the working directory: without this, another clone never hits their entries.
+export CCACHE_NOHASHDIR ?= true
 
 TSAN_BUILD ?= build-tsan
 FUZZ_BUILD ?= build-fuzz

@@ -527,6 +527,13 @@ def test_convolution_and_pooling_against_torch():
     close(kl.interpolate(x, scale_factor=2), F.interpolate(tx, scale_factor=2).numpy())
 
 
+@pytest.mark.parametrize("size", [(2**60, 2), (2, 2**40), (2**31, 2**31)])
+def test_adaptive_avg_pool2d_of_a_size_no_memory_holds_raises_kiln_error(size):
+    x = kl.ones((1, 1, 5, 7))
+    with pytest.raises(kl.Error, match=r"\[adaptive_avg_pool2d\]|\[shape\]"):
+        kl.adaptive_avg_pool2d(x, size)
+
+
 def test_linalg():
     a = R.standard_normal((3, 4, 4))
     spd = a @ a.transpose(0, 2, 1) + 4 * np.eye(4)

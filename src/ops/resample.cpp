@@ -32,15 +32,17 @@ Tensor as_floating(const Tensor& x, Loc loc) {
 }
 
 // The [out, in] matrix averaging input j into output i for j in
-// [floor(i * in / out), ceil((i + 1) * in / out)).
-std::vector<double> averaging(std::string_view op, int64_t in, int64_t out) {
-  std::vector<double> a(static_cast<std::size_t>(detail::checked_mul(op, in, out)), 0.0);
+// [floor(i * in / out), ceil((i + 1) * in / out)), float64. Allocated as a tensor, so that a
+// size no memory holds is an Error naming `op`.
+Tensor averaging(std::string_view op, int64_t in, int64_t out) {
+  Tensor m = detail::allocate(op, TensorType{float64, Shape{out, in}});
+  double* a = m.data<double>();
+  std::fill(a, a + m.numel(), 0.0);
   for (int64_t i = 0; i < out; ++i) {
     const int64_t start = i * in / out, end = ((i + 1) * in + out - 1) / out;
-    for (int64_t j = start; j < end; ++j)
-      a[static_cast<std::size_t>(i * in + j)] = 1.0 / static_cast<double>(end - start);
+    for (int64_t j = start; j < end; ++j) a[i * in + j] = 1.0 / static_cast<double>(end - start);
   }
-  return a;
+  return m;
 }
 
 // One axis of a resampling: sizes and, when the caller gave one, its scale factor.
@@ -285,8 +287,8 @@ Tensor adaptive_avg_pool2d(const Tensor& x_in, std::pair<int64_t, int64_t> size,
   const int64_t h = x.shape()[2], w = x.shape()[3];
   // Equal windows tile the image: an average pooling, exact and without the matrices.
   if (h % oh == 0 && w % ow == 0) return avg_pool2d(x, {.kernel = {h / oh, w / ow}}, loc);
-  const Tensor rows = astype(tensor(averaging(op, h, oh), Shape{oh, h}), x.dtype(), loc);
-  const Tensor cols = astype(tensor(averaging(op, w, ow), Shape{ow, w}), x.dtype(), loc);
+  const Tensor rows = astype(averaging(op, h, oh), x.dtype(), loc);
+  const Tensor cols = astype(averaging(op, w, ow), x.dtype(), loc);
   return matmul(matmul(rows, x, loc), transpose(cols, loc), loc);
 }
 
