@@ -41,7 +41,7 @@ Tensor separated(Gen& g, int64_t n, bool pairs) {
   return matmul(matmul(p, tensor(d, Shape{n, n})), linalg::inv(p));
 }
 
-Ts eig_parts(const Tensor& a, bool vectors) {
+Ts eig_parts(const Tensor& a, bool vectors) {  // a real or complex
   const Ts out = bind(primitive("eig"), {a}, {{"vectors", vectors}});
   Ts r = parts(out[0]);
   if (vectors) r.push_back(real(out[1] * conj(out[1])));  // |v|^2: independent of the phase
@@ -152,6 +152,16 @@ void add_complex_samples(std::vector<PrimitiveSample>& c) {
                    .body = [=](const Ts& a) { return eig_parts(a[0], vectors); },
                    .ad = {.fd_rtol = 1e-5, .dot_rtol = 1e-9, .hvp_rtol = 1e-4}});
     }
+  // eig of a complex matrix: a real one with separated eigenvalues plus a small imaginary part.
+  for (bool vectors : {false, true})
+    c.push_back({.prim = "eig",
+                 .label = vectors ? "complex_vectors" : "complex_values",
+                 .make =
+                     [](Gen& g) {
+                       return Sample{{{separated(g, 3, false)}, {g.normal(Shape{3, 3}) * 0.1}}, {}};
+                     },
+                 .body = [=](const Ts& a) { return eig_parts(z_of(a[0], a[1]), vectors); },
+                 .ad = {.fd_rtol = 1e-5, .dot_rtol = 1e-9, .hvp_rtol = 1e-4}});
 }
 
 }  // namespace kiln::samples

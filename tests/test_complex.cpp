@@ -297,6 +297,26 @@ TEST(Eig, SatisfiesTheDefinitionAndMatchesAnalyticValues) {
   EXPECT_THROW(linalg::eig(zeros(Shape{2, 3}, float64)), Error);
 }
 
+TEST(ComplexDType, NormsLossScalingAndTreeNormsUseMagnitudes) {
+  const Tensor z = tensor(std::vector<C>{{3, 4}, {0, -1}, {6, 8}});  // |z| = 5, 1, 10
+  EXPECT_NEAR(linalg::norm(z).item<double>(), std::sqrt(126.0), 1e-12);
+  EXPECT_NEAR(linalg::vector_norm(z, 1).item<double>(), 16.0, 1e-12);
+  EXPECT_NEAR(linalg::vector_norm(z, INFINITY).item<double>(), 10.0, 1e-12);
+  const Tensor m = reshape(concatenate({z, tensor(std::vector<C>{{0, 2}})}), Shape{2, 2});
+  EXPECT_NEAR(linalg::matrix_norm(m, 1).item<double>(), 15.0, 1e-12);  // max column sum of |m|
+  EXPECT_THROW(linalg::matrix_norm(m, 2), Error);  // singular values of complex: not supported
+  EXPECT_NEAR(tree_norm(std::vector<Tensor>{z}).item<double>(), std::sqrt(126.0), 1e-12);
+  // Unscaling keeps the imaginary parts.
+  const optim::LossScale state{full(Shape{}, 2.0, float32), zeros(Shape{}, int32)};
+  const auto [unscaled, finite] = optim::LossScaler().unscale(std::vector<Tensor>{z}, state);
+  expect_near(values(unscaled[0]), {{1.5, 2}, {0, -0.5}, {3, 4}}, 1e-7, "unscaled");
+  EXPECT_TRUE(finite.item<bool>());
+  // nan_to_num replaces NaN and infinities in each part.
+  const Tensor bad = tensor(std::vector<C>{{std::nan(""), INFINITY}, {1, -INFINITY}});
+  const Cs fixed = values(nan_to_num(bad, {.nan = 0.0, .posinf = 7.0, .neginf = -7.0}));
+  expect_near(fixed, {{0, 7}, {1, -7}}, 0.0, "nan_to_num");
+}
+
 TEST(ComplexGrad, RealLossesFollowJaxsConvention) {
   // f(z) = |z|^2 = x^2 + y^2: JAX's grad is df/dx - i df/dy = 2 conj(z).
   const Tensor z = tensor(std::vector<C>{{3.0, 4.0}, {-1.0, 0.5}});

@@ -99,6 +99,15 @@ void register_native_tree(const py::class_<T>& cls) {
                             });
 }
 
+// Runs `f`, Kiln's C++ only (arguments converted before), with the GIL released: the long
+// operations (matmul, einsum, tensordot, convolutions, kiln.linalg, kiln.fft) let other Python
+// threads run meanwhile.
+template <class F>
+auto without_gil(F&& f) {
+  py::gil_scoped_release released;
+  return f();
+}
+
 // ---- py-tensor: what tensor.cpp, ops.cpp, random.cpp and dlpack.cpp share ----
 // The Tensor a Python object holds, or nullptr when it is not a kiln.Tensor (fast: no lookup).
 const Tensor* tensor_ptr(py::handle value);

@@ -47,7 +47,9 @@ void bind_fft(py::module_& m) {
         op.name,
         [fn = op.fn](py::object a, std::optional<int64_t> n, int64_t axis,
                      std::optional<std::string> norm) {
-          return fn(to_tensor(a), n, axis, to_norm(norm), Loc{});
+          const Tensor t = to_tensor(a);
+          const fft::Norm how = to_norm(norm);
+          return without_gil([&] { return fn(t, n, axis, how, Loc{}); });
         },
         py::arg("a"), py::arg("n") = py::none(), py::arg("axis") = -1, py::arg("norm") = py::none(),
         op.doc);
@@ -66,7 +68,11 @@ void bind_fft(py::module_& m) {
     f.def(
         op.name,
         [fn = op.fn](py::object a, py::object s, py::object axes, std::optional<std::string> norm) {
-          return fn(to_tensor(a), to_sizes(s), to_axes(axes), to_norm(norm), Loc{});
+          const Tensor t = to_tensor(a);
+          const fft::Sizes sizes = to_sizes(s);
+          const fft::AxesArg ax = to_axes(axes);
+          const fft::Norm how = to_norm(norm);
+          return without_gil([&] { return fn(t, sizes, ax, how, Loc{}); });
         },
         py::arg("a"), py::arg("s") = py::none(), py::arg("axes") = py::none(),
         py::arg("norm") = py::none(), op.doc);
@@ -84,8 +90,11 @@ void bind_fft(py::module_& m) {
     f.def(
         op.name,
         [fn = op.fn](py::object a, py::object s, py::object axes, std::optional<std::string> norm) {
-          return fn(to_tensor(a), to_sizes(s), to_axes(axes).value_or(std::vector<int64_t>{-2, -1}),
-                    to_norm(norm), Loc{});
+          const Tensor t = to_tensor(a);
+          const fft::Sizes sizes = to_sizes(s);
+          const std::vector<int64_t> ax = to_axes(axes).value_or(std::vector<int64_t>{-2, -1});
+          const fft::Norm how = to_norm(norm);
+          return without_gil([&] { return fn(t, sizes, ax, how, Loc{}); });
         },
         py::arg("a"), py::arg("s") = py::none(), py::arg("axes") = py::make_tuple(-2, -1),
         py::arg("norm") = py::none(), op.doc);

@@ -20,15 +20,6 @@ using ArgReduction = Tensor (*)(const Tensor&, std::optional<int64_t>, bool, Loc
 
 Tensor arg(py::object v) { return to_tensor(v); }
 
-// Runs `f`, Kiln's C++ only (arguments converted before), with the GIL released: the long
-// operations (matmul, einsum, tensordot, convolutions, kiln.linalg) let other Python threads
-// run meanwhile.
-template <class F>
-auto without_gil(F&& f) {
-  py::gil_scoped_release released;
-  return f();
-}
-
 std::optional<int64_t> optional_int(py::object v) {
   if (v.is_none()) return std::nullopt;
   return to_int(v);

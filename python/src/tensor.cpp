@@ -286,14 +286,14 @@ void check_python_ints(const py::array& array, DType dtype) {
 }
 
 // A Python int as a 0-d tensor of `dtype`, exactly: an integer dtype must hold it (else
-// OverflowError), a floating one gets it rounded once, as float(value) is.
+// OverflowError), a floating or complex one gets it rounded once, as float(value) is.
 Tensor int_scalar(py::handle value, DType dtype) {
   if (dtype == bool_) {
     const int truth = PyObject_IsTrue(value.ptr());
     if (truth < 0) throw py::error_already_set();
     return full(Shape{}, truth, bool_);
   }
-  if (is_floating(dtype)) {
+  if (is_inexact(dtype)) {
     const double d = PyLong_AsDouble(value.ptr());
     if (d == -1.0 && PyErr_Occurred()) throw py::error_already_set();
     return full(Shape{}, d, dtype);

@@ -938,3 +938,38 @@ def test_grad_of_phase_independent_eigenvector_functions_matches_finite_differen
 
     check_grad(loss, with_a_conjugate_pair(), 1e-5)
     check_grad(loss, crandn((4, 4)), 1e-5)
+
+
+def test_python_int_next_to_a_complex_tensor_is_rounded_once_as_next_to_a_float():
+    z = kl.asarray(np.array([1 + 2j], np.complex64))
+    got = np.asarray(z * 2**64)
+    np.testing.assert_allclose(got, np.array([1 + 2j], np.complex64) * np.float32(2.0**64))
+    assert (z * 2**64).dtype == kl.complex64
+
+
+@pytest.mark.parametrize("ord", [None, 1, 3, np.inf])
+def test_vector_norms_of_complex_values_match_numpy(ord):
+    z = np.random.default_rng(7).standard_normal(6) + 1j * np.random.default_rng(8).standard_normal(
+        6
+    )
+    np.testing.assert_allclose(
+        float(kl.linalg.norm(kl.asarray(z), ord=ord)), np.linalg.norm(z, ord=ord), rtol=1e-12
+    )
+
+
+def test_matrix_norms_of_complex_values_match_numpy_or_raise():
+    m = np.random.default_rng(9).standard_normal((3, 4)) * (1 + 0.5j)
+    for ord in ("fro", 1, -1, np.inf, -np.inf):
+        np.testing.assert_allclose(
+            float(kl.linalg.norm(kl.asarray(m), ord=ord)), np.linalg.norm(m, ord=ord), rtol=1e-12
+        )
+    with pytest.raises(kl.Error, match=r"\[norm\]"):
+        kl.linalg.norm(kl.asarray(m), ord=2)
+
+
+def test_nan_to_num_of_complex_values_matches_numpy():
+    z = np.array([complex(np.nan, np.inf), complex(1, -np.inf), complex(np.inf, 2)])
+    np.testing.assert_array_equal(
+        np.asarray(kl.nan_to_num(kl.asarray(z), nan=0.0, posinf=5.0, neginf=-5.0)),
+        np.nan_to_num(z, nan=0.0, posinf=5.0, neginf=-5.0),
+    )

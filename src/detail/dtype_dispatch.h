@@ -50,7 +50,7 @@ template <typename F>
 decltype(auto) visit_complex(DType d, F&& f) {
   if (d == DType::complex64) return f.template operator()<std::complex<float>>();
   if (d == DType::complex128) return f.template operator()<std::complex<double>>();
-  fail("dtype", "expected a complex dtype, got ", dtype_name(d));
+  fail("dtype", "not a complex dtype: got ", dtype_name(d), ", expected complex64 or complex128");
 }
 
 // Every dtype, complex included.

@@ -193,11 +193,11 @@ struct Min {
     return a < b ? a : b;
   }
 };
-// Equality also holds for complex values; ordering does not.
-#define KILN_COMPARE(Name, expr, is_commutative)                                               \
+// Equality also holds for complex values (takes_complex); ordering does not.
+#define KILN_COMPARE(Name, expr, is_commutative, takes_complex)                                \
   struct Name {                                                                                \
     static constexpr Domain domain = Domain::real;                                             \
-    static constexpr bool complex = is_commutative;                                            \
+    static constexpr bool complex = takes_complex;                                             \
     static constexpr bool bool_result = true;                                                  \
     static constexpr Algebra algebra{.commutative = is_commutative, .cheap_arithmetic = true}; \
     template <typename T>                                                                      \
@@ -205,12 +205,12 @@ struct Min {
       return expr;                                                                             \
     }                                                                                          \
   };
-KILN_COMPARE(Eq, a == b, true)
-KILN_COMPARE(Ne, a != b, true)
-KILN_COMPARE(Lt, a < b, false)
-KILN_COMPARE(Le, a <= b, false)
-KILN_COMPARE(Gt, a > b, false)
-KILN_COMPARE(Ge, a >= b, false)
+KILN_COMPARE(Eq, a == b, true, true)
+KILN_COMPARE(Ne, a != b, true, true)
+KILN_COMPARE(Lt, a < b, false, false)
+KILN_COMPARE(Le, a <= b, false, false)
+KILN_COMPARE(Gt, a > b, false, false)
+KILN_COMPARE(Ge, a >= b, false, false)
 #undef KILN_COMPARE
 struct And {
   static constexpr Domain domain = Domain::boolean;

@@ -20,8 +20,6 @@ using ops::Ins;
 using ops::Ts;
 using ops::Types;
 
-const DTypeSet kParts = DTypeSet(float32) | float64;
-
 void expect_complex(std::string_view op, const TensorType& t) {
   ops::expect_dtype(op, t, DTypeSet::complex(), "a complex dtype (complex64, complex128)");
 }
@@ -66,19 +64,19 @@ const Primitive& prim::complex() {
        .type_rule =
            [](Types in, const Attrs&) {
              ops::expect_same_types("complex", in);
-             ops::expect_dtype("complex", in[0], kParts, "float32 or float64");
+             ops::expect_dtype("complex", in[0], ops::kSingleOrDouble, "float32 or float64");
              return std::vector<TensorType>{{to_complex(in[0].dtype), in[0].shape}};
            },
-       // Re(ct (dre + i dim)) = Re(ct) dre - Im(ct) dim.
        .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
          return {bind1(prim::complex(), {t[0] ? *t[0] : zeros_like(r.inputs[0]),
                                          t[1] ? *t[1] : zeros_like(r.inputs[1])})};
        },
+       // Re(ct (dre + i dim)) = Re(ct) dre - Im(ct) dim.
        .vjp = [](const RuleArgs&, std::span<const Tangent> ct) -> Ts {
          return {bind1(prim::real(), {*ct[0]}), -bind1(prim::imag(), {*ct[0]})};
        },
        .batch = ops::batch_elementwise},
-      {{ops::cpu({kParts, kParts}), [](Ins in, const Attrs&) {
+      {{ops::cpu({ops::kSingleOrDouble, ops::kSingleOrDouble}), [](Ins in, const Attrs&) {
           Tensor out = empty(in[0].shape(), to_complex(in[0].dtype()));
           detail::visit_complex(out.dtype(), [&]<typename C>() {
             using R = typename C::value_type;
@@ -159,7 +157,7 @@ Tensor complex(const Tensor& re, const Tensor& im, Loc loc) {
     fail("complex", "complex parts: got ", re.type(), " and ", im.type(),
          ", expected real parts (float or integer dtypes)");
   auto [a, b] = ops::promote_broadcast("complex", re, im, loc);
-  const DType d = a.dtype() == float64 ? float64 : float32;  // no complex of 16-bit floats
+  const DType d = ops::single_or_double(a.dtype());  // no complex of 16-bit floats
   return bind1(prim::complex(), {ops::cast_if_needed(a, d, loc), ops::cast_if_needed(b, d, loc)},
                {}, loc);
 }

@@ -130,8 +130,10 @@ std::vector<Tensor> eig_kernel(const Tensor& a, bool vectors) {
       const MatrixView<T> m = matrix<T>(a, i);
       load(m, Layout::col_major, am);
       std::vector<std::complex<double>> values(static_cast<std::size_t>(n));
-      const bool finite =
-          std::all_of(am, am + n * n, [](T x) { return std::isfinite(std::abs(x)); });
+      // Each part, not |x|: a complex64 modulus can overflow where both parts are finite.
+      const bool finite = std::all_of(am, am + n * n, [](T x) {
+        return std::isfinite(std::real(x)) && std::isfinite(std::imag(x));
+      });
       const blasint info =
           finite ? geev<T>(vectors, b(n), am, values.data(), vr, ws, b(lwork), extra) : 1;
       C* wi = pw + i * n;
@@ -151,8 +153,6 @@ std::vector<Tensor> eig_kernel(const Tensor& a, bool vectors) {
 }
 
 // ---- derivative rules -------------------------------------------------------------------------
-
-Tensor diagonal_of(const Tensor& x) { return sum(x * eye(x.dim(-1), x.dtype()), {-1}); }
 
 // A^-1 B for complex A [..., n, n] and B [..., n, k], as the real system
 // [[Re A, -Im A], [Im A, Re A]] [Re X; Im X] = [Re B; Im B].
@@ -240,10 +240,11 @@ const Primitive& prim::eig() {
 namespace linalg {
 namespace {
 
-Tensor square_operand(std::string_view op, const Tensor& a) {
+// a, or a in float32 when it holds integers (float16/bfloat16 too: LAPACK has no such type).
+Tensor eig_operand(std::string_view op, const Tensor& a) {
   expect_defined(op, a);
-  if (!is_complex(a.dtype()) && a.dtype() != float64) return astype(a, float32);
-  return a;
+  return is_complex(a.dtype()) ? a
+                               : ops::cast_if_needed(a, ops::single_or_double(a.dtype()), Loc{});
 }
 
 }  // namespace
@@ -251,13 +252,13 @@ Tensor square_operand(std::string_view op, const Tensor& a) {
 Eig eig(const Tensor& a, Loc loc) {
   const detail::CallSite site(loc);
   const std::vector<Tensor> out =
-      bind(prim::eig(), {square_operand("eig", a)}, {{"vectors", true}}, loc);
+      bind(prim::eig(), {eig_operand("eig", a)}, {{"vectors", true}}, loc);
   return {out[0], out[1]};
 }
 
 Tensor eigvals(const Tensor& a, Loc loc) {
   const detail::CallSite site(loc);
-  return bind1(prim::eig(), {square_operand("eigvals", a)}, {{"vectors", false}}, loc);
+  return bind1(prim::eig(), {eig_operand("eigvals", a)}, {{"vectors", false}}, loc);
 }
 
 }  // namespace linalg

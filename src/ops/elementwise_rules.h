@@ -191,7 +191,7 @@ const Primitive& define_unary(std::string name, Loc loc) {
     Tensor out = empty(in[0].shape(), out_dtype);
     visit_accepted<F>(in[0].dtype(), [&]<typename T>() {
       if constexpr (detail::is_complex_v<T>) {
-        detail::map_unary<T, T>(in[0], out, F{});
+        detail::map_unary<T, std::conditional_t<bool_result<F>(), bool, T>>(in[0], out, F{});
       } else if constexpr (in_domain<T>(F::domain)) {
         using Out = std::conditional_t<bool_result<F>(), bool, T>;
         if constexpr (chunked<F>())

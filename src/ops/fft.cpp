@@ -103,7 +103,10 @@ typename Fftw<R>::Plan plan_for(Kind kind, const std::vector<int>& dims, In* in,
       p = Fftw<R>::c2r(dims[0], in, out);
     if (!p) {
       cache.erase(it);
-      fail("fft", "FFTW could not plan a transform of size ", dims.size(), "-d, expected a plan");
+      std::string sizes;
+      for (int d : dims) sizes += (sizes.empty() ? "" : "x") + std::to_string(d);
+      fail("fft", "FFTW made no plan: got a transform of size ", sizes,
+           ", expected one FFTW plans");
     }
     it->second = p;
   }
@@ -139,7 +142,7 @@ void transform_rows(Kind kind, const std::vector<int>& dims, const Tensor& x, co
       static_cast<int64_t>(n * std::log2(n + 1.0)) + 1);
 }
 
-// The trailing `count` dimensions of t as FFTW's int sizes.
+// The trailing `count` dimensions of s as FFTW's int sizes.
 std::vector<int> trailing_dims(const Shape& s, int count) {
   std::vector<int> dims;
   for (int d = s.rank() - count; d < s.rank(); ++d) dims.push_back(static_cast<int>(s[d]));
@@ -147,8 +150,6 @@ std::vector<int> trailing_dims(const Shape& s, int count) {
 }
 
 // ---- type rules -------------------------------------------------------------------------------
-
-const DTypeSet kReal = DTypeSet(float32) | float64;
 
 void expect_points(std::string_view op, const TensorType& t, int64_t n) {
   if (n < 1 || n > INT_MAX)
@@ -166,7 +167,7 @@ std::vector<TensorType> fft_rule(Types in, const Attrs& a) {
 }
 
 std::vector<TensorType> rfft_rule(Types in, const Attrs&) {
-  ops::expect_dtype("rfft", in[0], kReal, "float32 or float64");
+  ops::expect_dtype("rfft", in[0], ops::kSingleOrDouble, "float32 or float64");
   if (in[0].shape.rank() < 1)
     fail("rfft", "no axis to transform: got ", in[0], ", expected rank >= 1");
   const int64_t n = in[0].shape[in[0].shape.rank() - 1];
@@ -277,7 +278,7 @@ const Primitive& prim::rfft() {
          return {rfft_transpose(*ct[0], r.inputs[0].dim(-1))};
        },
        .batch = kBatchTrailing},
-      kernel_for(kReal, [](const Tensor& in, const Attrs& a) {
+      kernel_for(ops::kSingleOrDouble, [](const Tensor& in, const Attrs& a) {
         const Tensor x = in.contiguous();
         Tensor out = empty(rfft_rule(std::vector<TensorType>{x.type()}, a)[0]);
         const int64_t n = x.dim(-1);
@@ -320,9 +321,8 @@ const Primitive& prim::irfft() {
 namespace fft {
 namespace {
 
-// The factor a transform over `points` points is scaled by.
-double scale(Norm norm, bool inverse, int64_t points) {
-  const double n = static_cast<double>(points);
+// The factor a transform over n points is scaled by.
+double scale(Norm norm, bool inverse, double n) {
   switch (norm) {
     case Norm::ortho:
       return 1.0 / std::sqrt(n);
@@ -333,7 +333,7 @@ double scale(Norm norm, bool inverse, int64_t points) {
   }
   return inverse ? 1.0 / n : 1.0;
 }
-Tensor scaled(const Tensor& x, Norm norm, bool inverse, int64_t points) {
+Tensor scaled(const Tensor& x, Norm norm, bool inverse, double points) {
   const double f = scale(norm, inverse, points);
   return f == 1.0 ? x : x * f;
 }
@@ -350,7 +350,7 @@ Tensor as_real(std::string_view op, const Tensor& x) {
   if (!x.defined()) fail(op, "undefined operand: got a default-constructed Tensor");
   if (is_complex(x.dtype()))
     fail(op, "complex input: got ", x.type(), ", expected real values (use fft for complex ones)");
-  return x.dtype() == float64 ? x : astype(x, float32);
+  return ops::cast_if_needed(x, ops::single_or_double(x.dtype()), Loc{});
 }
 
 // The transformed axes, normalised, and their point counts (numpy's _cook_nd_args).
@@ -390,6 +390,17 @@ AxesPlan plan_axes(std::string_view op, const Tensor& x, const Sizes& s, const A
 Tensor resize(const Tensor& x, int axis, int64_t n) {
   return moveaxis(resize_last(moveaxis(x, axis, -1), n), -1, axis);
 }
+// x cropped or padded to the plan's points along the plan's first `count` axes.
+Tensor sized(Tensor x, const AxesPlan& p, std::size_t count) {
+  for (std::size_t i = 0; i < count; ++i) x = resize(x, p.axes[i], p.points[i]);
+  return x;
+}
+// The points of a transform over all of the plan's axes (a double: the product can pass int64).
+double total_points(const AxesPlan& p) {
+  double n = 1;
+  for (int64_t k : p.points) n *= static_cast<double>(k);
+  return n;
+}
 
 // The complex transform over the given axes (already sized), in one primitive call.
 Tensor c2c(const Tensor& x, const std::vector<int>& axes, bool inverse) {
@@ -407,30 +418,21 @@ Tensor c2c(const Tensor& x, const std::vector<int>& axes, bool inverse) {
 Tensor complex_nd(std::string_view op, const Tensor& x, const Sizes& s, const AxesArg& axes,
                   Norm norm, bool inverse, Loc loc) {
   const detail::CallSite site(loc);
-  Tensor y = as_complex(op, x);
+  const Tensor y = as_complex(op, x);
   const AxesPlan p = plan_axes(op, y, s, axes);
-  int64_t total = 1;
-  for (std::size_t i = 0; i < p.axes.size(); ++i) {
-    y = resize(y, p.axes[i], p.points[i]);
-    total *= p.points[i];
-  }
-  return scaled(c2c(y, p.axes, inverse), norm, inverse, total);
+  return scaled(c2c(sized(y, p, p.axes.size()), p.axes, inverse), norm, inverse, total_points(p));
 }
 
 Tensor real_nd(std::string_view op, const Tensor& x, const Sizes& s, const AxesArg& axes, Norm norm,
                Loc loc) {
   const detail::CallSite site(loc);
-  Tensor y = as_real(op, x);
-  const AxesPlan p = plan_axes(op, y, s, axes);
-  int64_t total = 1;
-  for (std::size_t i = 0; i < p.axes.size(); ++i) {
-    y = resize(y, p.axes[i], p.points[i]);
-    total *= p.points[i];
-  }
+  const Tensor real_x = as_real(op, x);
+  const AxesPlan p = plan_axes(op, real_x, s, axes);
+  Tensor y = sized(real_x, p, p.axes.size());
   const int last = p.axes.back();
   y = moveaxis(bind1(prim::rfft(), {moveaxis(y, last, -1)}), -1, last);
   if (p.axes.size() > 1) y = c2c(y, {p.axes.begin(), p.axes.end() - 1}, false);
-  return scaled(y, norm, false, total);
+  return scaled(y, norm, false, total_points(p));
 }
 
 Tensor inverse_real_nd(std::string_view op, const Tensor& x, Sizes s, const AxesArg& axes,
@@ -441,17 +443,12 @@ Tensor inverse_real_nd(std::string_view op, const Tensor& x, Sizes s, const Axes
   const int last = p.axes.back();
   if (!s) p.points.back() = 2 * (y.dim(last) - 1);  // numpy's default output length
   expect_points(op, y.type(), p.points.back());
-  int64_t total = 1;
-  for (std::size_t i = 0; i + 1 < p.axes.size(); ++i) {
-    y = resize(y, p.axes[i], p.points[i]);
-    total *= p.points[i];
-  }
+  y = sized(y, p, p.axes.size() - 1);
   const int64_t n = p.points.back();
-  total *= n;
   if (p.axes.size() > 1) y = c2c(y, {p.axes.begin(), p.axes.end() - 1}, true);
   y = resize(y, last, n / 2 + 1);
   y = moveaxis(bind1(prim::irfft(), {moveaxis(y, last, -1)}, {{"n", n}}), -1, last);
-  return scaled(y, norm, true, total);
+  return scaled(y, norm, true, total_points(p));
 }
 
 Sizes one(std::optional<int64_t> n) { return n ? Sizes(std::vector<int64_t>{*n}) : std::nullopt; }

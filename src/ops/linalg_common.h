@@ -123,9 +123,8 @@ void fill_nan(T* p, int64_t count) {
 // Runs kernel.template operator()<T> for float (float32) or double (float64) inputs.
 template <typename K>
 std::vector<KernelRegistration> float_kernel(int arity, K kernel) {
-  const DTypeSet floats = DTypeSet(float32) | float64;
   KernelSignature signature = ops::cpu({});
-  signature.inputs.assign(static_cast<std::size_t>(arity), floats);
+  signature.inputs.assign(static_cast<std::size_t>(arity), ops::kSingleOrDouble);
   return {{signature, [kernel](ops::Ins in, const Attrs& attrs) {
              return in[0].dtype() == float32 ? kernel.template operator()<float>(in, attrs)
                                              : kernel.template operator()<double>(in, attrs);
@@ -135,6 +134,8 @@ std::vector<KernelRegistration> float_kernel(int arity, K kernel) {
 // ---- derivative helpers (public ops, so rules trace and differentiate again) --------------
 
 inline Tensor mT(const Tensor& x) { return swapaxes(x, -1, -2); }
+// The diagonals of x [..., n, n] as [..., n], by arithmetic (so it differentiates as sum does).
+inline Tensor diagonal_of(const Tensor& x) { return sum(x * eye(x.dim(-1), x.dtype()), {-1}); }
 inline Tensor diag_embed(const Tensor& d) { return expand_dims(d, -1) * eye(d.dim(-1), d.dtype()); }
 // F_ij = 1 / (w_j - w_i) off the diagonal, 0 on it, for w [..., n] (eigenvector and
 // singular-vector derivatives); infinite where two entries of w are equal.

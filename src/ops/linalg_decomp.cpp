@@ -270,8 +270,6 @@ void expect_svd_differentiable(const Tensor& a, const Attrs& attrs) {
          a.type(), ", expected full_matrices = false or a square matrix");
 }
 
-Tensor diagonal_of(const Tensor& x) { return sum(x * eye(x.dim(-1), x.dtype()), {-1}); }
-
 struct SvdFactors {
   Tensor u, s, vh;
 };
@@ -614,11 +612,23 @@ int64_t normalized_axis(std::string_view op, const Tensor& x, int64_t axis) {
   return axis < 0 ? axis + x.rank() : axis;
 }
 
-// x, or x in float32 when it holds integers; bool is an Error.
-Tensor norm_operand(std::string_view op, const Tensor& x, Loc loc) {
+// x, or x in float32 when it holds integers; bool is an Error. Of a complex x, |x|: every norm
+// but the spectral ones (matrix ord 2, -2, nuc: singular values, real-only here) depends on
+// the magnitudes alone.
+Tensor norm_operand(std::string_view op, const Tensor& x, std::optional<NormOrd> matrix_ord,
+                    Loc loc) {
   expect_defined(op, x);
   if (x.dtype() == bool_)
     fail(op, "unsupported dtype: got ", x.type(), ", expected a numeric dtype");
+  if (is_complex(x.dtype())) {
+    const bool spectral =
+        matrix_ord && (matrix_ord->name() == "nuc" || matrix_ord->number() == 2.0 ||
+                       matrix_ord->number() == -2.0);
+    if (spectral)
+      fail(op, "unsupported dtype for ord ", matrix_ord->to_string(), ": got ", x.type(),
+           ", expected float32 or float64 (singular values of complex matrices are not supported)");
+    return abs(x, loc);
+  }
   return is_floating(x.dtype()) ? x : astype(x, float32, loc);
 }
 
@@ -636,7 +646,9 @@ Tensor matrix_norm_checked(std::string_view op, const Tensor& y, const NormOrd& 
 Tensor norm(const Tensor& x, std::optional<NormOrd> ord, std::optional<std::vector<int64_t>> axis,
             bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  const Tensor y = norm_operand("norm", x, loc);
+  const bool matrix = axis ? axis->size() == 2 : (ord && x.rank() == 2);
+  const Tensor y = norm_operand(
+      "norm", x, matrix ? std::optional(ord.value_or(NormOrd("fro"))) : std::nullopt, loc);
   if (!axis) {
     if (!ord) return sqrt(sum(y * y, {}, keepdims, loc), loc);
     if (y.rank() != 1 && y.rank() != 2)
@@ -658,7 +670,7 @@ Tensor norm(const Tensor& x, std::optional<NormOrd> ord, std::optional<std::vect
 Tensor vector_norm(const Tensor& x, NormOrd ord, std::optional<std::vector<int64_t>> axis,
                    bool keepdims, Loc loc) {
   const detail::CallSite site(loc);
-  const Tensor y = norm_operand("vector_norm", x, loc);
+  const Tensor y = norm_operand("vector_norm", x, std::nullopt, loc);
   Axes axes;  // empty: every axis
   for (int64_t a : axis.value_or(std::vector<int64_t>{})) {
     const int64_t d = normalized_axis("vector_norm", y, a);
@@ -673,7 +685,7 @@ Tensor vector_norm(const Tensor& x, NormOrd ord, std::optional<std::vector<int64
 Tensor matrix_norm(const Tensor& x, NormOrd ord, std::pair<int64_t, int64_t> axes, bool keepdims,
                    Loc loc) {
   const detail::CallSite site(loc);
-  const Tensor y = norm_operand("matrix_norm", x, loc);
+  const Tensor y = norm_operand("matrix_norm", x, ord, loc);
   if (y.rank() < 2)
     fail("matrix_norm", "not matrices: got ", y.type(), ", expected shape [..., m, n]");
   return matrix_norm_checked("matrix_norm", y, ord, axes, keepdims, loc);

@@ -627,6 +627,9 @@ Tensor isfinite(const Tensor& x, Loc loc) { return classify(prim::isfinite(), x,
 
 Tensor nan_to_num(const Tensor& x, const NanToNum& options, Loc loc) {
   const detail::CallSite site(loc);
+  if (is_complex(x.dtype()))  // each part on its own, as numpy
+    return complex(nan_to_num(real(x, loc), options, loc), nan_to_num(imag(x, loc), options, loc),
+                   loc);
   if (!is_floating(x.dtype())) return x;
   const double big = max_finite(x.dtype());
   const Tensor posinf = scalar_like(x, options.posinf.value_or(big));

@@ -604,15 +604,19 @@ Tensor mean(const Tensor& x, const Axes& axes, bool keepdims, Loc loc) {
   return ops::cast_if_needed(out, to_floating(x.dtype()), loc);
 }
 
+namespace {
+// |c|^2 elementwise, real: c * conj(c)'s real part for complex values (numpy's var of them).
+Tensor squared_magnitude(const Tensor& c, Loc loc) {
+  return is_complex(c.dtype()) ? real(mul(c, conj(c, loc), loc), loc) : mul(c, c, loc);
+}
+}  // namespace
+
 Tensor var(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Loc loc) {
   const detail::CallSite site(loc);
   const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const int64_t n = count_over(x, axes_of("var", x, axes));
   const Tensor centered = sub(xf, mean(xf, axes, true, loc), loc);
-  // Complex values: the mean of |x - mean|^2, a real number (numpy's).
-  const Tensor squares = is_complex(x.dtype()) ? real(mul(centered, conj(centered, loc), loc), loc)
-                                               : mul(centered, centered, loc);
-  const Tensor ss = sum(squares, axes, keepdims, loc);
+  const Tensor ss = sum(squared_magnitude(centered, loc), axes, keepdims, loc);
   const Tensor out =
       div(ss, scalar_like(ss, static_cast<double>(std::max<int64_t>(n - ddof, 0))), loc);
   return ops::cast_if_needed(out, real_part_dtype(to_floating(x.dtype())), loc);
@@ -670,10 +674,7 @@ Tensor nanvar(const Tensor& x, const Axes& axes, bool keepdims, int64_t ddof, Lo
   if (!is_inexact(x.dtype())) return var(x, axes, keepdims, ddof, loc);
   const Tensor xf = ops::cast_if_needed(x, working_float(x.dtype()), loc);
   const Tensor centered = nan_filled(sub(xf, nanmean(xf, axes, true, loc), loc), 0.0, loc);
-  const Tensor squares = is_complex(x.dtype())  // |x - mean|^2, as var
-                             ? real(mul(centered, conj(centered, loc), loc), loc)
-                             : mul(centered, centered, loc);
-  const Tensor ss = sum(squares, axes, keepdims, loc);
+  const Tensor ss = sum(squared_magnitude(centered, loc), axes, keepdims, loc);
   const Tensor count = astype(count_not_nan(xf, axes, keepdims, loc), ss.dtype(), loc);
   const Tensor dof = maximum(sub(count, scalar_like(ss, static_cast<double>(ddof)), loc),
                              scalar_like(ss, 0.0), loc);

@@ -36,6 +36,11 @@ inline Tensor new_output(const TensorType& t) { return empty(t); }
 KernelSignature cpu(std::initializer_list<DTypeSet> inputs);
 KernelSignature cpu_variadic(DTypeSet all_inputs);
 
+// The precisions LAPACK, FFTW and BLAS compute in, and where a real dtype goes for them:
+// float64 stays, every other real dtype (integers, 16-bit floats) computes in float32.
+inline constexpr DTypeSet kSingleOrDouble = DTypeSet(float32) | float64;
+inline DType single_or_double(DType d) { return d == float64 ? float64 : float32; }
+
 // Public-op helpers: promote a pair of tensors to their common dtype and broadcast them to
 // their common shape (views; nothing is copied eagerly).
 std::pair<Tensor, Tensor> promote_broadcast(std::string_view op, const Tensor& a, const Tensor& b,

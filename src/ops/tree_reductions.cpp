@@ -28,8 +28,10 @@ struct PartialSum {
   }
 };
 
-// What a norm computes in: the leaf's float dtype, at least float32 (as optim::global_norm).
+// What a norm computes in: the leaf's float dtype, at least float32 (as optim::global_norm); a
+// complex leaf by its magnitudes.
 Tensor norm_operand(const Tensor& x) {
+  if (is_complex(x.dtype())) return abs(x);
   const DType d = to_floating(x.dtype());
   return astype(x, d == float16 || d == bfloat16 ? float32 : d);
 }

@@ -48,7 +48,8 @@ std::pair<std::vector<Tensor>, Tensor> unscale_leaves(std::span<const Tensor> gr
   const Tensor inverse = 1.0 / scale;  // float32, as torch's GradScaler
   for (Tensor& g : out) {
     if (!g.defined()) continue;
-    g = astype(astype(g, float32) * inverse, g.dtype());
+    // In float32, or complex64 for a complex gradient (float32 would drop its imaginary part).
+    g = astype(astype(g, is_complex(g.dtype()) ? complex64 : float32) * inverse, g.dtype());
     finite = logical_and(finite, all(isfinite(g)));
   }
   return {std::move(out), finite};
