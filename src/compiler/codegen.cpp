@@ -15,16 +15,16 @@
 #include <limits>
 #include <map>
 
+#include "compiler/layout.h"
 #include "compiler/lowering_builder.h"
 #include "compiler/orc.h"
-#include "compiler/scalar_ops.h"
+#include "compiler/reductions.h"
 #include "detail/streaming.h"
 #include "math/vector_math.h"
 
 namespace kiln::compiler {
 
 using Dims = std::vector<int64_t>;
-using lowering::Reduction;
 
 int64_t kernel_range(const Group& g) {
   if (g.has_reduction()) return g.outer_size();
@@ -41,107 +41,12 @@ int64_t kernel_cost(const Group& g) {
 
 namespace {
 
-// Coalesced form of a group: size-1 axes dropped and neighbours that every access walks
-// contiguously merged, so loops are few and long.
-struct Layout {
-  Dims domain;
-  std::vector<bool> reduced;
-  std::vector<Access> loads;    // per node (loads only; others empty)
-  std::vector<Access> outputs;  // per group output
-  std::vector<Access> totals;   // per node (totals of inner nodes only): into their slots
-};
-
-Layout coalesce(const Group& g) {
-  Layout l;
-  const std::size_t rank = g.domain.size();
-  // Output strides: contiguous over the domain (inner) or over the kept axes (outer).
-  Dims inner(rank, 0), outer(rank, 0);
-  int64_t si = 1, so = 1;
-  for (std::size_t a = rank; a-- > 0;) {
-    inner[a] = si;
-    si *= g.domain[a];
-    if (!g.reduced[a]) {
-      outer[a] = so;
-      so *= g.domain[a];
-    }
-  }
-  std::vector<Access*> all;
-  l.loads.resize(g.nodes.size());
-  for (std::size_t k = 0; k < g.nodes.size(); ++k)
-    if (g.nodes[k].kind == Node::Kind::load) l.loads[k] = g.nodes[k].access;
-  for (const GroupOutput& o : g.outputs)
-    l.outputs.push_back({.offset = 0, .strides = o.level == Level::inner ? inner : outer});
-  for (std::size_t k = 0; k < g.nodes.size(); ++k)
-    if (g.nodes[k].kind == Node::Kind::load) all.push_back(&l.loads[k]);
-  for (Access& a : l.outputs) all.push_back(&a);
-  // A total's slot is row-major over the reduced axes, the same for every kept index.
-  l.totals.resize(g.nodes.size());
-  for (const Group::TotalSlot& t : g.totals()) {
-    const Node& arg =
-        g.nodes[static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(t.node)].args[0])];
-    if (arg.level != Level::inner) continue;
-    Access& a = l.totals[static_cast<std::size_t>(t.node)];
-    a = {.offset = t.offset, .strides = Dims(rank, 0)};
-    int64_t st = 1;
-    for (std::size_t d = rank; d-- > 0;)
-      if (g.reduced[d]) {
-        a.strides[d] = st;
-        st *= g.domain[d];
-      }
-    all.push_back(&a);
-  }
-
-  // Keep axes of size > 1; a reduction over size-1 axes only keeps one of them.
-  std::vector<std::size_t> keep;
-  for (std::size_t a = 0; a < rank; ++a)
-    if (g.domain[a] != 1) keep.push_back(a);
-  const bool reduces = g.has_reduction();
-  bool kept_reduced = false;
-  for (std::size_t a : keep) kept_reduced = kept_reduced || g.reduced[a];
-  for (std::size_t a : keep) {
-    l.domain.push_back(g.domain[a]);
-    l.reduced.push_back(g.reduced[a]);
-  }
-  // Rebuild the accesses over the kept axes, then merge neighbours.
-  for (Access* x : all) {
-    Dims s;
-    for (std::size_t a : keep) s.push_back(x->strides[a]);
-    x->strides = std::move(s);
-  }
-  if (reduces && !kept_reduced) {
-    // Only size-1 axes are reduced: one in front, so a kept innermost axis stays innermost.
-    l.domain.insert(l.domain.begin(), 1);
-    l.reduced.insert(l.reduced.begin(), true);
-    for (Access* x : all) x->strides.insert(x->strides.begin(), 0);
-  }
-  if (l.domain.empty()) {
-    l.domain.push_back(1);
-    l.reduced.push_back(false);
-    for (Access* x : all) x->strides.push_back(0);
-  }
-  for (std::size_t a = l.domain.size() - 1; a > 0; --a) {
-    const bool same_kind = l.reduced[a] == l.reduced[a - 1];
-    const bool contiguous = std::all_of(all.begin(), all.end(), [&](const Access* x) {
-      return x->strides[a - 1] == x->strides[a] * l.domain[a];
-    });
-    if (!same_kind || !contiguous) continue;
-    l.domain[a - 1] *= l.domain[a];
-    l.domain.erase(l.domain.begin() + static_cast<std::ptrdiff_t>(a));
-    l.reduced.erase(l.reduced.begin() + static_cast<std::ptrdiff_t>(a));
-    for (Access* x : all) {
-      x->strides[a - 1] = x->strides[a];
-      x->strides.erase(x->strides.begin() + static_cast<std::ptrdiff_t>(a));
-    }
-  }
-  return l;
-}
-
-// Emits one group's kernel; element values go through ScalarOps, operations through the
-// primitives' lowerings.
-class Emitter : ScalarOps {
+// Emits one group's kernel: element values through ScalarOps, reductions through ReduceOps,
+// operations through the primitives' lowerings (kiln/lowering.h).
+class Emitter : ReduceOps {
  public:
   Emitter(llvm::Module& m, const Group& g, const std::string& name)
-      : ScalarOps(m), g_(g), l_(coalesce(g)) {
+      : ReduceOps(m), g_(g), l_(coalesce(g)) {
     // The lanes of the host's float32 vector functions: 16 on AVX-512, 8 on AVX2, 4 on SSE4.1.
     lanes_ = math::host_functions(math::MathFn::exp, float32).vector.lanes;
     row_ = has_reduction() && !l_.reduced.back();
@@ -259,74 +164,10 @@ class Emitter : ScalarOps {
     return round_to(n.dtype, r);
   }
 
-  // ---- reductions ----------------------------------------------------------------------------
-  struct Reducer {
-    Reduction kind;
-    DType in;   // the reduced values' dtype
-    DType out;  // the result's dtype
-  };
+  // ---- reductions (ReduceOps) ---------------------------------------------------------------
   Reducer reducer(const Node& n) {
     return {*n.prim->lowering->reduction, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype,
             n.dtype};
-  }
-  // Sums and products of floats accumulate in double, of integers in 64 bits (wrapping), as
-  // the interpreter does; max/min in the compute type; and/or in bool.
-  llvm::Type* acc_scalar(const Reducer& r) {
-    if (r.kind == Reduction::sum || r.kind == Reduction::prod)
-      return is_floating(r.in) ? b_.getDoubleTy() : b_.getInt64Ty();
-    return compute_scalar(r.in);
-  }
-  llvm::Value* to_acc(const Reducer& r, llvm::Value* v) {
-    llvm::Type* t = vec(acc_scalar(r), lanes_of(v));
-    if (v->getType() == t) return v;
-    if (is_floating(r.in)) return b_.CreateFPExt(v, t);
-    return is_signed_int(r.in) ? b_.CreateSExt(v, t) : b_.CreateZExt(v, t);
-  }
-  llvm::Value* identity(const Reducer& r, int lanes) {
-    llvm::Type* t = acc_scalar(r);
-    const Reduction k = r.kind;
-    if (k == Reduction::all) return splat(b_.getTrue(), lanes);
-    if (k == Reduction::any) return splat(b_.getFalse(), lanes);
-    const bool fl = t->isFloatingPointTy();
-    if (k == Reduction::sum)
-      return fl ? splat(llvm::ConstantFP::get(t, 0.0), lanes) : iconst(t, 0, lanes);
-    if (k == Reduction::prod)
-      return fl ? splat(llvm::ConstantFP::get(t, 1.0), lanes) : iconst(t, 1, lanes);
-    const bool is_max = k == Reduction::max;
-    if (fl) return splat(llvm::ConstantFP::getInfinity(t, is_max), lanes);
-    const unsigned bits = t->getIntegerBitWidth();
-    llvm::APInt v =
-        is_signed_int(r.in)
-            ? (is_max ? llvm::APInt::getSignedMinValue(bits) : llvm::APInt::getSignedMaxValue(bits))
-            : (is_max ? llvm::APInt::getMinValue(bits) : llvm::APInt::getMaxValue(bits));
-    return splat(llvm::ConstantInt::get(t, v), lanes);
-  }
-  llvm::Value* combine(const Reducer& r, llvm::Value* acc, llvm::Value* v) {
-    const Reduction k = r.kind;
-    const bool fl = acc->getType()->getScalarType()->isFloatingPointTy();
-    if (k == Reduction::sum) return fl ? b_.CreateFAdd(acc, v) : b_.CreateAdd(acc, v);
-    if (k == Reduction::prod) return fl ? b_.CreateFMul(acc, v) : b_.CreateMul(acc, v);
-    if (k == Reduction::all) return b_.CreateAnd(acc, v);
-    if (k == Reduction::any) return b_.CreateOr(acc, v);
-    const bool is_max = k == Reduction::max;
-    if (!fl) return extreme(is_max, r.in, acc, v);
-    // Order-independent: NaN wins, and +0 beats -0 for max (-0 for min), so that lanes and
-    // threads may combine in any order.
-    llvm::Value* pick = is_max ? b_.CreateFCmpOGT(v, acc) : b_.CreateFCmpOLT(v, acc);
-    llvm::Value* tie = b_.CreateFCmpOEQ(v, acc);
-    llvm::Type* bits_t = vec(b_.getIntNTy(acc->getType()->getScalarSizeInBits()), lanes_of(acc));
-    llvm::Value* sign_v =
-        b_.CreateICmpSLT(b_.CreateBitCast(v, bits_t), llvm::Constant::getNullValue(bits_t));
-    llvm::Value* tie_pick = is_max ? b_.CreateNot(sign_v) : sign_v;
-    llvm::Value* chosen = b_.CreateSelect(b_.CreateOr(pick, b_.CreateAnd(tie, tie_pick)), v, acc);
-    llvm::Value* nan = b_.CreateOr(is_nan(acc), is_nan(v));
-    return b_.CreateSelect(nan, b_.CreateFAdd(acc, v), chosen);
-  }
-  llvm::Value* from_acc(const Reducer& r, llvm::Value* acc) {
-    llvm::Type* t = vec(compute_scalar(r.out), lanes_of(acc));
-    if (acc->getType() == t) return round_to(r.out, acc);
-    if (acc->getType()->isFPOrFPVectorTy()) return round_to(r.out, b_.CreateFPTrunc(acc, t));
-    return b_.CreateTrunc(acc, t);
   }
 
   // ---- loops ---------------------------------------------------------------------------------
@@ -716,23 +557,6 @@ class Emitter : ScalarOps {
   bool keyed(const Reducer& r) {
     return !row_ && (r.kind == Reduction::max || r.kind == Reduction::min) &&
            acc_scalar(r)->isFloatingPointTy();
-  }
-  // A float's bits as a signed integer that orders as the float does, -0 below +0 (so max
-  // picks +0 and min -0, as combine does); NaNs get keys too, but the NaN flag overrides them.
-  // Its own inverse.
-  llvm::Value* ordered_key(llvm::Value* bits) {
-    llvm::Type* t = bits->getType();
-    const unsigned w = t->getScalarSizeInBits();
-    llvm::Value* sign = b_.CreateAShr(bits, w - 1);
-    llvm::Value* magnitude = llvm::ConstantInt::get(t, llvm::APInt::getSignedMaxValue(w));
-    return b_.CreateXor(bits, b_.CreateAnd(sign, magnitude));
-  }
-  llvm::Value* key_of(llvm::Value* v) {
-    llvm::Type* it = vec(b_.getIntNTy(v->getType()->getScalarSizeInBits()), lanes_of(v));
-    return ordered_key(b_.CreateBitCast(v, it));
-  }
-  llvm::Value* value_of_key(llvm::Value* k, llvm::Type* t) {
-    return b_.CreateBitCast(ordered_key(k), t);
   }
   Accumulator accumulator(const Node& n) {
     Accumulator a{.r = reducer(n)};
