@@ -1,6 +1,5 @@
 // The LLVM implementation of kiln/lowering.h's Builder: each operation emits the instructions
-// the code generator's kernels-exact helpers (scalar_ops.h) give it, on values of one lane
-// count.
+// of the code generator's value helpers (scalar_ops.h), on values of one lane count.
 #pragma once
 
 #include <llvm/IR/Value.h>
