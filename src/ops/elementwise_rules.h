@@ -1,7 +1,7 @@
 // The machinery of elementwise primitive families (src/ops/unary.cpp, binary.cpp, math.cpp):
 // a family is a table of functors, each turned into a primitive by define_unary or
-// define_binary, which derive its type rule, per-dtype kernels, JVP, VJP and batching rule
-// from what the functor declares.
+// define_binary, which derive its type rule, per-dtype kernels, JVP, VJP, batching rule and
+// compiled lowering from what the functor declares.
 //
 // A functor declares `domain` (the dtypes its kernel takes) and a scalar function on
 // detail::compute_t<T>, or a vectorised `chunk` for unary ones. Optional members:
