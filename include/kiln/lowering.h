@@ -40,7 +40,8 @@ enum class Rounding { floor, ceil, nearest_even, toward_zero };
 
 // Builds one element's expression. Values are in their dtype's compute type: bool a truth value,
 // the integer dtypes integers of their width, float16 and bfloat16 float32 (the compiler rounds
-// each lowering's result to its dtype, as the kernels store it), float32 and float64 themselves.
+// each lowering's result to its dtype, as the kernels store it, unless it is an operand of that
+// dtype returned as it is), float32 and float64 themselves.
 // Operations whose instruction depends on the dtype (float or integer, signed or not) take it.
 class Builder {
  public:

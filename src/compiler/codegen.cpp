@@ -149,18 +149,19 @@ class Emitter : ReduceOps {
 
   // ---- operations ----------------------------------------------------------------------------
   // The node's primitive through its lowering (kiln/lowering.h), rounded to the node's dtype as
-  // the kernels store it; a reduction over no axes (see fusion.cpp) is the identity.
+  // the kernels store it; a reduction over no axes (see fusion.cpp) is the identity. An operand
+  // of the node's dtype returned as it is holds that dtype's values already.
   llvm::Value* op(const Node& n, const std::vector<llvm::Value*>& a) {
     const lowering::Lowering& lowered = *n.prim->lowering;
-    llvm::Value* r = a[0];
-    if (!lowered.reduction) {
-      LlvmBuilder builder(*this, b_, lanes_of(a.back()));
-      std::vector<lowering::Value> operands;
-      for (llvm::Value* v : a) operands.push_back(LlvmBuilder::wrap(v));
-      const DType in = g_.nodes[static_cast<std::size_t>(n.args.back())].dtype;
-      const lowering::Site site{.in = in, .out = n.dtype, .attrs = n.attrs};
-      r = LlvmBuilder::unwrap(lowered.elementwise(builder, operands, site));
-    }
+    if (lowered.reduction) return a[0];
+    LlvmBuilder builder(*this, b_, lanes_of(a.back()));
+    std::vector<lowering::Value> operands;
+    for (llvm::Value* v : a) operands.push_back(LlvmBuilder::wrap(v));
+    const DType in = g_.nodes[static_cast<std::size_t>(n.args.back())].dtype;
+    const lowering::Site site{.in = in, .out = n.dtype, .attrs = n.attrs};
+    llvm::Value* r = LlvmBuilder::unwrap(lowered.elementwise(builder, operands, site));
+    for (std::size_t k = 0; k < a.size(); ++k)
+      if (r == a[k] && g_.nodes[static_cast<std::size_t>(n.args[k])].dtype == n.dtype) return r;
     return round_to(n.dtype, r);
   }
 

@@ -71,14 +71,17 @@ struct Sign {
   static constexpr Algebra algebra{.cheap_arithmetic = true};
   static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
     using lw::Comparison;
-    const lw::Value zero = b.constant(s.in, 0);
-    const lw::Value pos = b.compare(Comparison::gt, s.in, x[0], zero);
-    const lw::Value neg = is_floating(s.in) || signed_integer(s.in)
-                              ? b.compare(Comparison::lt, s.in, x[0], zero)
-                              : b.constant(bool_, 0);
-    const lw::Value r =
-        b.select(pos, b.constant(s.in, 1), b.select(neg, b.constant(s.in, -1), zero));
-    return is_floating(s.in) ? b.select(b.is_nan(x[0]), x[0], r) : r;
+    const DType d = s.in;
+    const lw::Value zero = b.constant(d, 0), one = b.constant(d, 1), minus = b.constant(d, -1);
+    if (is_floating(d)) {  // NaN stays NaN
+      const lw::Value below = b.select(b.compare(Comparison::lt, d, x[0], zero), minus, zero);
+      const lw::Value r = b.select(b.compare(Comparison::gt, d, x[0], zero), one, below);
+      return b.select(b.is_nan(x[0]), x[0], r);
+    }
+    const lw::Value pos = b.compare(Comparison::gt, d, x[0], zero);
+    const lw::Value neg =
+        signed_integer(d) ? b.compare(Comparison::lt, d, x[0], zero) : b.constant(bool_, 0);
+    return b.select(pos, one, b.select(neg, minus, zero));
   }
   template <typename T>
   T operator()(T x) const {
