@@ -97,7 +97,9 @@ struct Sign {
     (void)y;                                                               \
     return derivative;                                                     \
   }
-#define KILN_FLOAT_UNARY(Name, expr, lowered, derivative)                                    \
+// A float function without a derivative (a step function) and its lowering; with one, the
+// same and `scale`.
+#define KILN_PLAIN_UNARY(Name, expr, lowered)                                                \
   struct Name {                                                                              \
     static constexpr Domain domain = Domain::floating;                                       \
     template <typename T>                                                                    \
@@ -107,18 +109,11 @@ struct Sign {
     static lw::Value lower(lw::Builder& b, Operands x, [[maybe_unused]] const lw::Site& s) { \
       return lowered;                                                                        \
     }                                                                                        \
-    KILN_UNARY_SCALE(derivative)                                                             \
   };
-#define KILN_STEP_UNARY(Name, expr, mode)                                 \
-  struct Name {                                                           \
-    static constexpr Domain domain = Domain::floating;                    \
-    template <typename T>                                                 \
-    T operator()(T x) const {                                             \
-      return expr;                                                        \
-    }                                                                     \
-    static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) { \
-      return b.round(lw::Rounding::mode, x[0]);                           \
-    }                                                                     \
+#define KILN_FLOAT_UNARY(Name, expr, lowered, derivative) \
+  KILN_PLAIN_UNARY(Name##Value, expr, lowered)            \
+  struct Name : Name##Value {                             \
+    KILN_UNARY_SCALE(derivative)                          \
   };
 KILN_FLOAT_UNARY(Sqrt, std::sqrt(x), b.sqrt(x[0]), t / (y * 2.0))
 KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x), b.div(b.constant(s.in, 1), b.sqrt(x[0])),
@@ -184,12 +179,13 @@ struct Sigmoid {
   }
   static Tensor scale(const Tensor&, const Tensor& y, const Tensor& t) { return t * y * (1.0 - y); }
 };
-KILN_STEP_UNARY(Floor, std::floor(x), floor)
-KILN_STEP_UNARY(Ceil, std::ceil(x), ceil)
-KILN_STEP_UNARY(Round, std::nearbyint(x), nearest_even)  // default rounding mode: half to even
+KILN_PLAIN_UNARY(Floor, std::floor(x), b.round(lw::Rounding::floor, x[0]))
+KILN_PLAIN_UNARY(Ceil, std::ceil(x), b.round(lw::Rounding::ceil, x[0]))
+// The default rounding mode: half to even.
+KILN_PLAIN_UNARY(Round, std::nearbyint(x), b.round(lw::Rounding::nearest_even, x[0]))
 #undef KILN_FLOAT_UNARY
 #undef KILN_UNARY_SCALE
-#undef KILN_STEP_UNARY
+#undef KILN_PLAIN_UNARY
 struct LogicalNot {
   static constexpr Domain domain = Domain::boolean;
   static constexpr Algebra algebra{.cheap_arithmetic = true};
