@@ -9,7 +9,9 @@
 // pass, and its derivative is written once: clip(x, -delta, delta).
 //
 // One definition holds everything the system needs: the type rule (and the errors a user sees),
-// the CPU kernels (float32 and float64), the JVP and VJP rules, the batching rule. The public
+// the CPU kernels (float32 and float64), the JVP and VJP rules, the batching rule, and the
+// compiled lowering (kiln/lowering.h), so that jit fuses it into loops with its neighbours
+// instead of calling the kernel (tests/test_compiler.cpp checks it fuses). The public
 // function `huber` wraps bind1, so it runs eagerly and records under jit/grad/vmap like any op.
 // examples/custom_primitive.cpp uses it; tests/primitive_samples.cpp has a sample of it, so the
 // per-primitive walks (tests/test_ad_rules.cpp, tests/test_vmap.cpp) check its rules against
@@ -54,6 +56,21 @@ std::vector<kiln::Tensor> kernel(std::span<const kiln::Tensor> in, const kiln::A
     dst[i] = a <= delta ? T(0.5) * src[i] * src[i] : delta * (a - T(0.5) * delta);
   }
   return {y};
+}
+
+// The kernel's formula, operation by operation, for jit's fused loops: the builder emits one
+// element's instructions, and compiled results have the kernel's bits.
+inline kiln::lowering::Value lower(kiln::lowering::Builder& b,
+                                   std::span<const kiln::lowering::Value> x,
+                                   const kiln::lowering::Site& site) {
+  using kiln::lowering::Comparison;
+  const kiln::DType d = site.in;
+  const kiln::lowering::Value delta = b.constant(d, delta_of(site.attrs));
+  const kiln::lowering::Value half = b.constant(d, 0.5);
+  const kiln::lowering::Value a = b.abs(x[0]);
+  const kiln::lowering::Value inside = b.mul(d, b.mul(d, half, x[0]), x[0]);
+  const kiln::lowering::Value outside = b.mul(d, delta, b.sub(d, a, b.mul(d, half, delta)));
+  return b.select(b.compare(Comparison::le, d, a, delta), inside, outside);
 }
 
 // d huber / dx, written with public ops: it traces under jit, batches under vmap, and its own
@@ -103,6 +120,8 @@ inline const kiln::Primitive& huber_detail::register_huber() {
   p.batch = [](const BatchArgs& a) -> std::vector<Batched> {
     return {{bind1(huber_primitive(), {a.inputs[0]}, a.attrs), a.dims[0]}};
   };
+  // Compiled: an elementwise lowering for the dtypes the kernels take.
+  p.lowering = lowering::Lowering{.elementwise = lower, .dtypes = DTypeSet(float32) | float64};
   return register_primitive(std::move(p),
                             {{KernelSignature{Device::cpu, {float32}}, kernel<float>},
                              {KernelSignature{Device::cpu, {float64}}, kernel<double>}});

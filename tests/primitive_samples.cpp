@@ -214,7 +214,9 @@ std::vector<PrimitiveSample> make_table() {
   reduce("reduce_max", {-2, -1}, distinct, "negative_axes");
   reduce("reduce_min", {0, 1}, distinct, "");
   reduce("reduce_min", {-3}, distinct, "negative_axis");
+  reduce("reduce_min", {2}, distinct, "last_axis");  // the compiled column template
   reduce("reduce_and", {1}, bools, "");
+  reduce("reduce_and", {-1}, bools, "last_axis");  // the compiled column template
   reduce("reduce_or", {0, -1}, bools, "");
   for (const char* p : {"argmax", "argmin"}) {
     c.push_back({.prim = p, .label = "", .make = [](Gen& g) {

@@ -16,7 +16,9 @@
 // backend must too. A primitive without a sample fails
 // PrimitiveSamples.EveryPrimitiveHasTheSamplesItsWalksNeed (tests/test_ad_rules.cpp), and
 // CompiledWalk.EveryDtypeTheKernelsAcceptIsWalked fails when a dtype a kernel accepts has no
-// case. CompiledWalk.ChecksCatchFaultyBackends shows that each check can fail.
+// case, CompiledWalkRegistry.EveryLoweringRunsFusedInTheWalk when a primitive with a lowering
+// (kiln/lowering.h) runs fused in none. CompiledWalk.ChecksCatchFaultyBackends shows that each
+// check can fail.
 //
 // Also here: one compiled function called from four threads at once (TSan runs it).
 #include <gtest/gtest.h>
@@ -319,6 +321,37 @@ TEST(CompiledWalkRegistry, EveryDtypeTheKernelsAcceptIsWalked) {
       }
     }
   }
+}
+
+// Whether the primitive's lowering (kiln/lowering.h) computes it in fused loops.
+bool lowered_fused(const Primitive& p) {
+  return p.lowering && (p.lowering->elementwise || p.lowering->reduction);
+}
+
+// Every primitive with a lowering runs fused in some case of the walk: its equation sits in a
+// fused group there, so what the walk compares with the interpreter is the lowering and not the
+// kernel. A lowering added without a sample the walk checks, or only with samples that never
+// fuse, fails here.
+TEST(CompiledWalkRegistry, EveryLoweringRunsFusedInTheWalk) {
+  std::set<std::string> fused;
+  for (const PrimitiveSample& s : samples::compiled_samples()) {
+    const Primitive& p = primitive(s.prim);
+    if (!lowered_fused(p) || fused.count(s.prim)) continue;
+    for (const Case& c : cases_of(s)) {
+      const auto f =
+          std::make_shared<const ir::Function>(ir::optimize(*trace_case(s, c.inputs, c.attrs)));
+      const auto code = ir::compile(f, {.backend = ir::Backend::llvm});
+      for (const ir::CompiledInfo::Group& g : code->info().groups)
+        for (int e : g.equations)
+          if (f->equations[static_cast<std::size_t>(e)].prim == &p) fused.insert(s.prim);
+      if (fused.count(s.prim)) break;
+    }
+  }
+  for (const Primitive* p : all_primitives())
+    if (lowered_fused(*p) && !fused.count(p->name))
+      ADD_FAILURE() << "primitive '" << p->name
+                    << "' has a lowering but no case of the compiled walk runs it fused: add a "
+                       "sample to tests/primitive_samples.cpp";
 }
 
 // ---- the checks can fail ----------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "../examples/custom_primitive.h"
 #include "compiler/orc.h"
 #include "detail/streaming.h"
 #include "math/vector_math.h"
@@ -124,6 +125,21 @@ TEST(Compiler, AnElementwiseChainIsOneLoop) {
   EXPECT_EQ(info.groups[0].bytes_written, 1000 * 4);
   // SLEEF's 1-ulp functions against glibc's: a few float32 ulps at most.
   expect_same(jit(f, kCompiled)(x, y, z), jit(f, kInterpreted)(x, y, z), 1e-6);
+}
+
+// A user-defined primitive with a lowering (examples/custom_primitive.h, written with
+// kiln/lowering.h alone) fuses with its neighbours, and has the interpreter's bits.
+TEST(Compiler, AUserPrimitiveWithALoweringFuses) {
+  auto f = [](const Tensor& x) { return example::huber(x * 3.0, 1.5) + 1.0; };
+  for (DType d : {float32, float64}) {
+    Tensor x = normal(11, {1000}, d);
+    x = where(abs(x) > 2.5, full_like(x, std::nan("")), x);  // NaN takes a side too
+    const auto info = jit(f, kCompiled).compiled(x);
+    ASSERT_EQ(info.groups.size(), 1u) << info;
+    EXPECT_TRUE(info.kernel_calls.empty()) << info;
+    EXPECT_EQ(info.groups[0].equations.size(), 3u) << info;  // mul, huber, add
+    expect_compiled_bits(f, x);
+  }
 }
 
 TEST(Compiler, ReductionsFuseWithProducersAndConsumers) {

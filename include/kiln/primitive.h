@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "kiln/lowering.h"
 #include "kiln/tensor.h"
 
 namespace kiln {
@@ -183,6 +184,9 @@ struct Primitive {
   // collectives): the optimiser must not run them at compile time.
   bool foldable = true;
   Algebra algebra;
+  // How compiled code computes it in a fused loop (kiln/lowering.h); without one, compiled code
+  // runs its kernel.
+  std::optional<::kiln::lowering::Lowering> lowering;
   // Dead-code elimination of some outputs (ir::dce): the equation without the outputs not in
   // `live` (value ids) that it can drop, when it can drop any (scan: unread ys).
   std::function<ir::Equation(const ir::Equation&, const std::set<int>& live)> prune;

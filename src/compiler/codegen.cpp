@@ -15,11 +15,12 @@
 #include <limits>
 #include <map>
 
+#include "compiler/layout.h"
+#include "compiler/lowering_builder.h"
 #include "compiler/orc.h"
+#include "compiler/reductions.h"
 #include "detail/streaming.h"
-#include "math/fast_math_impl.h"
 #include "math/vector_math.h"
-#include "ops/primitives.h"
 
 namespace kiln::compiler {
 
@@ -40,171 +41,12 @@ int64_t kernel_cost(const Group& g) {
 
 namespace {
 
-// The vector math function (src/math/vector_math.h) of a transcendental primitive.
-std::optional<math::MathFn> math_fn(const Primitive* p) {
-  static const std::map<const Primitive*, math::MathFn> fns = {
-      {&prim::exp(), math::MathFn::exp},     {&prim::log(), math::MathFn::log},
-      {&prim::log1p(), math::MathFn::log1p}, {&prim::expm1(), math::MathFn::expm1},
-      {&prim::sin(), math::MathFn::sin},     {&prim::cos(), math::MathFn::cos},
-      {&prim::tan(), math::MathFn::tan},     {&prim::tanh(), math::MathFn::tanh},
-      {&prim::erf(), math::MathFn::erf},     {&prim::pow(), math::MathFn::pow}};
-  auto it = fns.find(p);
-  if (it == fns.end()) return std::nullopt;
-  return it->second;
-}
-
-// Coalesced form of a group: size-1 axes dropped and neighbours that every access walks
-// contiguously merged, so loops are few and long.
-struct Layout {
-  Dims domain;
-  std::vector<bool> reduced;
-  std::vector<Access> loads;    // per node (loads only; others empty)
-  std::vector<Access> outputs;  // per group output
-  std::vector<Access> totals;   // per node (totals of inner nodes only): into their slots
-};
-
-Layout coalesce(const Group& g) {
-  Layout l;
-  const std::size_t rank = g.domain.size();
-  // Output strides: contiguous over the domain (inner) or over the kept axes (outer).
-  Dims inner(rank, 0), outer(rank, 0);
-  int64_t si = 1, so = 1;
-  for (std::size_t a = rank; a-- > 0;) {
-    inner[a] = si;
-    si *= g.domain[a];
-    if (!g.reduced[a]) {
-      outer[a] = so;
-      so *= g.domain[a];
-    }
-  }
-  std::vector<Access*> all;
-  l.loads.resize(g.nodes.size());
-  for (std::size_t k = 0; k < g.nodes.size(); ++k)
-    if (g.nodes[k].kind == Node::Kind::load) l.loads[k] = g.nodes[k].access;
-  for (const GroupOutput& o : g.outputs)
-    l.outputs.push_back({.offset = 0, .strides = o.level == Level::inner ? inner : outer});
-  for (std::size_t k = 0; k < g.nodes.size(); ++k)
-    if (g.nodes[k].kind == Node::Kind::load) all.push_back(&l.loads[k]);
-  for (Access& a : l.outputs) all.push_back(&a);
-  // A total's slot is row-major over the reduced axes, the same for every kept index.
-  l.totals.resize(g.nodes.size());
-  for (const Group::TotalSlot& t : g.totals()) {
-    const Node& arg =
-        g.nodes[static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(t.node)].args[0])];
-    if (arg.level != Level::inner) continue;
-    Access& a = l.totals[static_cast<std::size_t>(t.node)];
-    a = {.offset = t.offset, .strides = Dims(rank, 0)};
-    int64_t st = 1;
-    for (std::size_t d = rank; d-- > 0;)
-      if (g.reduced[d]) {
-        a.strides[d] = st;
-        st *= g.domain[d];
-      }
-    all.push_back(&a);
-  }
-
-  // Keep axes of size > 1; a reduction over size-1 axes only keeps one of them.
-  std::vector<std::size_t> keep;
-  for (std::size_t a = 0; a < rank; ++a)
-    if (g.domain[a] != 1) keep.push_back(a);
-  const bool reduces = g.has_reduction();
-  bool kept_reduced = false;
-  for (std::size_t a : keep) kept_reduced = kept_reduced || g.reduced[a];
-  for (std::size_t a : keep) {
-    l.domain.push_back(g.domain[a]);
-    l.reduced.push_back(g.reduced[a]);
-  }
-  // Rebuild the accesses over the kept axes, then merge neighbours.
-  for (Access* x : all) {
-    Dims s;
-    for (std::size_t a : keep) s.push_back(x->strides[a]);
-    x->strides = std::move(s);
-  }
-  if (reduces && !kept_reduced) {
-    // Only size-1 axes are reduced: one in front, so a kept innermost axis stays innermost.
-    l.domain.insert(l.domain.begin(), 1);
-    l.reduced.insert(l.reduced.begin(), true);
-    for (Access* x : all) x->strides.insert(x->strides.begin(), 0);
-  }
-  if (l.domain.empty()) {
-    l.domain.push_back(1);
-    l.reduced.push_back(false);
-    for (Access* x : all) x->strides.push_back(0);
-  }
-  for (std::size_t a = l.domain.size() - 1; a > 0; --a) {
-    const bool same_kind = l.reduced[a] == l.reduced[a - 1];
-    const bool contiguous = std::all_of(all.begin(), all.end(), [&](const Access* x) {
-      return x->strides[a - 1] == x->strides[a] * l.domain[a];
-    });
-    if (!same_kind || !contiguous) continue;
-    l.domain[a - 1] *= l.domain[a];
-    l.domain.erase(l.domain.begin() + static_cast<std::ptrdiff_t>(a));
-    l.reduced.erase(l.reduced.begin() + static_cast<std::ptrdiff_t>(a));
-    for (Access* x : all) {
-      x->strides[a - 1] = x->strides[a];
-      x->strides.erase(x->strides.begin() + static_cast<std::ptrdiff_t>(a));
-    }
-  }
-  return l;
-}
-
-bool is_signed_int(DType d) { return d == int32 || d == int64; }
-
-// fast_math_impl.h's policy for compiled code: each operation emits its instruction, so loops
-// compute Kiln's own float32 exp and tanh inline (no call, which would spill every vector
-// register around it) and bit for bit as the library's variants: llvm.fma where the host's
-// variant fuses, fmul then fadd where it does not (no fast-math flags, so LLVM contracts
-// nothing), and selects for the clamps, which keep NaN as maxps/minps do.
-struct IrMath {
-  llvm::IRBuilder<>& b;
-  int lanes;
-  bool fused;
-  using V = llvm::Value*;
-  using I = llvm::Value*;
-  using Mask = llvm::Value*;
-
-  llvm::Type* lanes_of(llvm::Type* t) const {
-    return lanes == 1 ? t : llvm::FixedVectorType::get(t, static_cast<unsigned>(lanes));
-  }
-  V set(float v) const {
-    llvm::Constant* c = llvm::ConstantFP::get(b.getFloatTy(), v);
-    return lanes == 1 ? c : b.CreateVectorSplat(static_cast<unsigned>(lanes), c);
-  }
-  I iset(int32_t v) const {
-    llvm::Constant* c = b.getInt32(static_cast<uint32_t>(v));
-    return lanes == 1 ? c : b.CreateVectorSplat(static_cast<unsigned>(lanes), c);
-  }
-  V add(V x, V y) const { return b.CreateFAdd(x, y); }
-  V sub(V x, V y) const { return b.CreateFSub(x, y); }
-  V mul(V x, V y) const { return b.CreateFMul(x, y); }
-  V div(V x, V y) const { return b.CreateFDiv(x, y); }
-  V fma(V x, V y, V z) const {
-    if (!fused) return b.CreateFAdd(b.CreateFMul(x, y), z);
-    return b.CreateIntrinsic(llvm::Intrinsic::fma, {x->getType()}, {x, y, z});
-  }
-  V clamp(V x, V lo, V hi) const {  // NaN fails both comparisons and passes
-    V m = b.CreateSelect(b.CreateFCmpOLT(x, lo), lo, x);
-    return b.CreateSelect(b.CreateFCmpOGT(m, hi), hi, m);
-  }
-  I bits(V v) const { return b.CreateBitCast(v, lanes_of(b.getInt32Ty())); }
-  V from_bits(I i) const { return b.CreateBitCast(i, lanes_of(b.getFloatTy())); }
-  V abs(V v) const { return from_bits(b.CreateAnd(bits(v), iset(0x7fffffff))); }
-  V copysign(V mag, V s) const {
-    return from_bits(b.CreateOr(b.CreateAnd(bits(mag), iset(0x7fffffff)),
-                                b.CreateAnd(bits(s), iset(std::numeric_limits<int32_t>::min()))));
-  }
-  Mask lt(V x, V y) const { return b.CreateFCmpOLT(x, y); }
-  V select(Mask k, V x, V y) const { return b.CreateSelect(k, x, y); }
-  I iadd(I x, I y) const { return b.CreateAdd(x, y); }  // wrapping, as the vector instructions
-  I isub(I x, I y) const { return b.CreateSub(x, y); }
-  I shl(I x, int n) const { return b.CreateShl(x, static_cast<uint64_t>(n)); }
-  I sra(I x, int n) const { return b.CreateAShr(x, static_cast<uint64_t>(n)); }
-};
-
-class Emitter {
+// Emits one group's kernel: element values through ScalarOps, reductions through ReduceOps,
+// operations through the primitives' lowerings (kiln/lowering.h).
+class Emitter : ReduceOps {
  public:
   Emitter(llvm::Module& m, const Group& g, const std::string& name)
-      : m_(m), ctx_(m.getContext()), b_(ctx_), g_(g), l_(coalesce(g)) {
+      : ReduceOps(m), g_(g), l_(coalesce(g)) {
     // The lanes of the host's float32 vector functions: 16 on AVX-512, 8 on AVX2, 4 on SSE4.1.
     lanes_ = math::host_functions(math::MathFn::exp, float32).vector.lanes;
     row_ = has_reduction() && !l_.reduced.back();
@@ -242,101 +84,6 @@ class Emitter {
   }
   std::size_t rank() const { return l_.domain.size(); }
   llvm::Value* i64(int64_t v) { return b_.getInt64(static_cast<uint64_t>(v)); }
-
-  // ---- types and conversions --------------------------------------------------------------
-  llvm::Type* compute_scalar(DType d) {
-    switch (d) {
-      case DType::bool_:
-        return b_.getInt1Ty();
-      case DType::uint8:
-        return b_.getInt8Ty();
-      case DType::uint32:
-      case DType::int32:
-        return b_.getInt32Ty();
-      case DType::int64:
-        return b_.getInt64Ty();
-      case DType::float64:
-        return b_.getDoubleTy();
-      default:
-        return b_.getFloatTy();
-    }
-  }
-  llvm::Type* storage_scalar(DType d) {
-    switch (d) {
-      case DType::bool_:
-        return b_.getInt8Ty();
-      case DType::float16:
-        return b_.getHalfTy();
-      case DType::bfloat16:
-        return b_.getInt16Ty();
-      default:
-        return compute_scalar(d);
-    }
-  }
-  llvm::Type* vec(llvm::Type* t, int lanes) {
-    return lanes == 1 ? t : llvm::FixedVectorType::get(t, static_cast<unsigned>(lanes));
-  }
-  int lanes_of(llvm::Value* v) {
-    if (auto* t = llvm::dyn_cast<llvm::FixedVectorType>(v->getType()))
-      return static_cast<int>(t->getNumElements());
-    return 1;
-  }
-  llvm::Value* splat(llvm::Value* v, int lanes) {
-    if (lanes == 1 || lanes_of(v) == lanes) return v;
-    return b_.CreateVectorSplat(static_cast<unsigned>(lanes), v);
-  }
-  llvm::Value* fconst(DType d, double v, int lanes) {
-    return splat(llvm::ConstantFP::get(compute_scalar(d), v), lanes);
-  }
-  llvm::Value* iconst(llvm::Type* t, int64_t v, int lanes) {
-    return splat(llvm::ConstantInt::get(t, static_cast<uint64_t>(v), true), lanes);
-  }
-  llvm::Value* intrinsic(llvm::Intrinsic::ID id, std::vector<llvm::Value*> args,
-                         std::vector<llvm::Type*> types = {}) {
-    if (types.empty()) types = {args[0]->getType()};
-    return b_.CreateCall(llvm::Intrinsic::getDeclaration(&m_, id, types), args);
-  }
-
-  // float16/bfloat16 values are computed as float and rounded to their dtype after every
-  // operation, as the interpreter stores each result.
-  llvm::Value* to_storage(DType d, llvm::Value* v) {
-    const int lanes = lanes_of(v);
-    if (d == bool_) return b_.CreateZExt(v, vec(b_.getInt8Ty(), lanes));
-    if (d == float16) return b_.CreateFPTrunc(v, vec(b_.getHalfTy(), lanes));
-    if (d == bfloat16) {
-      // BFloat16(float): round to nearest even; a NaN stays a (quiet) NaN.
-      auto* i32 = vec(b_.getInt32Ty(), lanes);
-      llvm::Value* u = b_.CreateBitCast(v, i32);
-      llvm::Value* is_nan =
-          b_.CreateICmpUGT(b_.CreateAnd(u, iconst(b_.getInt32Ty(), 0x7fffffff, lanes)),
-                           iconst(b_.getInt32Ty(), 0x7f800000, lanes));
-      llvm::Value* nan_bits = b_.CreateOr(b_.CreateLShr(u, iconst(b_.getInt32Ty(), 16, lanes)),
-                                          iconst(b_.getInt32Ty(), 0x40, lanes));
-      llvm::Value* odd = b_.CreateAnd(b_.CreateLShr(u, iconst(b_.getInt32Ty(), 16, lanes)),
-                                      iconst(b_.getInt32Ty(), 1, lanes));
-      llvm::Value* rounded =
-          b_.CreateLShr(b_.CreateAdd(b_.CreateAdd(u, iconst(b_.getInt32Ty(), 0x7fff, lanes)), odd),
-                        iconst(b_.getInt32Ty(), 16, lanes));
-      return b_.CreateTrunc(b_.CreateSelect(is_nan, nan_bits, rounded),
-                            vec(b_.getInt16Ty(), lanes));
-    }
-    return v;
-  }
-  llvm::Value* to_compute(DType d, llvm::Value* v) {
-    const int lanes = lanes_of(v);
-    if (d == bool_) return b_.CreateICmpNE(v, iconst(b_.getInt8Ty(), 0, lanes));
-    if (d == float16) return b_.CreateFPExt(v, vec(b_.getFloatTy(), lanes));
-    if (d == bfloat16) {
-      llvm::Value* u = b_.CreateShl(b_.CreateZExt(v, vec(b_.getInt32Ty(), lanes)),
-                                    iconst(b_.getInt32Ty(), 16, lanes));
-      return b_.CreateBitCast(u, vec(b_.getFloatTy(), lanes));
-    }
-    return v;
-  }
-  llvm::Value* round_to(DType d, llvm::Value* v) {
-    if (d != float16 && d != bfloat16) return v;
-    return to_compute(d, to_storage(d, v));
-  }
 
   // ---- memory ------------------------------------------------------------------------------
   // Element offset of an access at `idx` (the innermost axis excluded: it is added per lane).
@@ -401,375 +148,27 @@ class Emitter {
   }
 
   // ---- operations ----------------------------------------------------------------------------
-  // fn on every lane, through the same SLEEF functions and patches as the eager kernels
-  // (math::host_functions, math::patches).
-  llvm::Value* call_math(math::MathFn fn, DType d, const std::vector<llvm::Value*>& args) {
-    const DType t = d == float64 ? float64 : float32;
-    if (math::is_own(fn, t)) {  // Kiln's own: emitted inline (fast_math_impl.h)
-      const IrMath m{b_, lanes_of(args[0]), math::host_isa() >= math::Isa::avx2};
-      return fn == math::MathFn::exp ? math::fast::exp(m, args[0]) : math::fast::tanh(m, args[0]);
-    }
-    llvm::Value* r = call_sleef(fn, t, args);
-    const math::Patches patch = math::patches(fn, t);
-    llvm::Value* x = args[0];
-    const int lanes = lanes_of(x);
-    if (patch.identity_below_normal) {
-      const double tiny =
-          t == float64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min();
-      r = b_.CreateSelect(
-          b_.CreateFCmpOLT(intrinsic(llvm::Intrinsic::fabs, {x}), fconst(t, tiny, lanes)), x, r);
-    }
-    if (patch.log_above)
-      r = b_.CreateSelect(b_.CreateFCmpOGT(x, fconst(t, *patch.log_above, lanes)),
-                          call_sleef(math::MathFn::log, t, {x}), r);
-    if (patch.libm_on_overflow) r = libm_on_overflow(fn, t, args, r);
-    return r;
-  }
-
-  // Lanes where SLEEF overflowed to inf from finite arguments are recomputed by libm, on a
-  // branch that only runs when some lane needs it.
-  llvm::Value* libm_on_overflow(math::MathFn fn, DType t, const std::vector<llvm::Value*>& args,
-                                llvm::Value* r) {
-    const int lanes = lanes_of(r);
-    llvm::Value* inf = fconst(t, std::numeric_limits<double>::infinity(), lanes);
-    llvm::Value* mask = b_.CreateFCmpOEQ(intrinsic(llvm::Intrinsic::fabs, {r}), inf);
-    for (llvm::Value* a : args)
-      mask = b_.CreateAnd(mask, b_.CreateFCmpONE(intrinsic(llvm::Intrinsic::fabs, {a}), inf));
-    llvm::Value* any = lanes == 1 ? mask : b_.CreateOrReduce(mask);
-    llvm::BasicBlock* fast = b_.GetInsertBlock();
-    auto* slow = llvm::BasicBlock::Create(ctx_, "libm", fn_);
-    auto* join = llvm::BasicBlock::Create(ctx_, "patched", fn_);
-    b_.CreateCondBr(any, slow, join);
-    b_.SetInsertPoint(slow);
-    llvm::Type* scalar = compute_scalar(t);
-    const std::string name = std::string(math::fn_name(fn)) + (t == float32 ? "f" : "");
-    std::vector<llvm::Type*> types(args.size(), scalar);
-    auto libm = m_.getOrInsertFunction(name, llvm::FunctionType::get(scalar, types, false));
-    llvm::Value* fixed = r;
-    for (int k = 0; k < lanes; ++k) {
-      auto lane = [&](llvm::Value* v) {
-        return lanes == 1 ? v : b_.CreateExtractElement(v, static_cast<uint64_t>(k));
-      };
-      std::vector<llvm::Value*> a;
-      for (llvm::Value* v : args) a.push_back(lane(v));
-      llvm::Value* y = b_.CreateSelect(lane(mask), b_.CreateCall(libm, a), lane(r));
-      fixed = lanes == 1 ? y : b_.CreateInsertElement(fixed, y, static_cast<uint64_t>(k));
-    }
-    llvm::BasicBlock* slow_end = b_.GetInsertBlock();
-    b_.CreateBr(join);
-    b_.SetInsertPoint(join);
-    llvm::PHINode* phi = b_.CreatePHI(r->getType(), 2);
-    phi->addIncoming(r, fast);
-    phi->addIncoming(fixed, slow_end);
-    return phi;
-  }
-
-  // One call per native vector of the host's SLEEF variant (or the scalar one in tails).
-  llvm::Value* call_sleef(math::MathFn fn, DType t, const std::vector<llvm::Value*>& args) {
-    const int lanes = lanes_of(args[0]);
-    const math::MathFunctions fns = math::host_functions(fn, t);
-    const math::VectorFunction& v = lanes == 1 ? fns.scalar : fns.vector;
-    const int native = v.lanes;
-    llvm::Type* scalar = compute_scalar(t);
-    auto call = [&](const std::vector<llvm::Value*>& a, int n) -> llvm::Value* {
-      std::vector<llvm::Type*> types(a.size(), vec(scalar, n));
-      auto callee =
-          m_.getOrInsertFunction(v.symbol, llvm::FunctionType::get(vec(scalar, n), types, false));
-      return b_.CreateCall(callee, a);
-    };
-    if (lanes == native) return call(args, lanes);
-    if (lanes > 1 && lanes < native) {  // a part of a vector: zeros in the unused lanes
-      std::vector<int> widen(static_cast<std::size_t>(native)), narrow;
-      for (int k = 0; k < native; ++k) widen[static_cast<std::size_t>(k)] = k < lanes ? k : lanes;
-      for (int k = 0; k < lanes; ++k) narrow.push_back(k);
-      std::vector<llvm::Value*> wide;
-      for (llvm::Value* a : args)
-        wide.push_back(
-            b_.CreateShuffleVector(a, llvm::Constant::getNullValue(a->getType()), widen));
-      return b_.CreateShuffleVector(call(wide, native), narrow);
-    }
-    if (native == 1) {  // no vector variant on this host: lane by lane
-      llvm::Value* out = llvm::UndefValue::get(vec(scalar, lanes));
-      for (int k = 0; k < lanes; ++k) {
-        std::vector<llvm::Value*> a;
-        for (llvm::Value* x : args)
-          a.push_back(b_.CreateExtractElement(x, static_cast<uint64_t>(k)));
-        out = b_.CreateInsertElement(out, call(a, 1), static_cast<uint64_t>(k));
-      }
-      return out;
-    }
-    llvm::Value* out = llvm::UndefValue::get(vec(scalar, lanes));
-    for (int start = 0; start < lanes; start += native) {
-      std::vector<int> mask;
-      for (int k = 0; k < native; ++k) mask.push_back(start + k);
-      std::vector<llvm::Value*> part;
-      for (llvm::Value* a : args) part.push_back(b_.CreateShuffleVector(a, mask));
-      llvm::Value* r = call(part, native);
-      for (int k = 0; k < native; ++k)
-        out = b_.CreateInsertElement(out, b_.CreateExtractElement(r, static_cast<uint64_t>(k)),
-                                     static_cast<uint64_t>(start + k));
-    }
-    return out;
-  }
-
-  llvm::Value* is_nan(llvm::Value* x) { return b_.CreateFCmpUNO(x, x); }
-
-  // max/min as the interpreter's kernels: NaN propagates (as a + b), ties give b.
-  llvm::Value* extreme(bool is_max, DType d, llvm::Value* a, llvm::Value* c) {
-    if (is_floating(d)) {
-      llvm::Value* pick = is_max ? b_.CreateFCmpOGT(a, c) : b_.CreateFCmpOLT(a, c);
-      llvm::Value* nan = b_.CreateOr(is_nan(a), is_nan(c));
-      return b_.CreateSelect(nan, b_.CreateFAdd(a, c), b_.CreateSelect(pick, a, c));
-    }
-    llvm::Value* pick = is_signed_int(d)
-                            ? (is_max ? b_.CreateICmpSGT(a, c) : b_.CreateICmpSLT(a, c))
-                            : (is_max ? b_.CreateICmpUGT(a, c) : b_.CreateICmpULT(a, c));
-    return b_.CreateSelect(pick, a, c);
-  }
-
-  llvm::Value* convert(DType from, DType to, llvm::Value* x) {
-    const int lanes = lanes_of(x);
-    llvm::Type* t = vec(compute_scalar(to), lanes);
-    if (from == to) return x;
-    if (to == bool_) {
-      if (is_floating(from)) return b_.CreateFCmpUNE(x, fconst(from, 0.0, lanes));
-      return b_.CreateICmpNE(x, iconst(x->getType()->getScalarType(), 0, lanes));
-    }
-    if (is_floating(to)) {
-      llvm::Value* r;
-      if (is_floating(from)) {
-        // double -> half goes through float, as the interpreter converts.
-        r = from == float64 && to != float64 ? b_.CreateFPTrunc(x, vec(b_.getFloatTy(), lanes))
-                                             : b_.CreateFPCast(x, t);
-      } else if (is_signed_int(from)) {
-        r = b_.CreateSIToFP(x, t);
-      } else {
-        r = b_.CreateUIToFP(x, t);
-      }
-      return round_to(to, r);
-    }
-    // To an integer dtype.
-    if (is_floating(from)) {
-      // Saturating, NaN to 0: exactly detail::convert.
-      return intrinsic(
-          is_signed_int(to) ? llvm::Intrinsic::fptosi_sat : llvm::Intrinsic::fptoui_sat, {x},
-          {t, x->getType()});
-    }
-    return is_signed_int(from) || from == bool_
-               ? (from == bool_ ? b_.CreateZExt(x, t) : b_.CreateSExtOrTrunc(x, t))
-               : b_.CreateZExtOrTrunc(x, t);
-  }
-
+  // The node's primitive through its lowering (kiln/lowering.h), rounded to the node's dtype as
+  // the kernels store it; a reduction over no axes (see fusion.cpp) is the identity. An operand
+  // of the node's dtype returned as it is holds that dtype's values already.
   llvm::Value* op(const Node& n, const std::vector<llvm::Value*>& a) {
-    const Primitive* p = n.prim;
+    const lowering::Lowering& lowered = *n.prim->lowering;
+    if (lowered.reduction) return a[0];
+    LlvmBuilder builder(*this, b_, lanes_of(a.back()));
+    std::vector<lowering::Value> operands;
+    for (llvm::Value* v : a) operands.push_back(LlvmBuilder::wrap(v));
     const DType in = g_.nodes[static_cast<std::size_t>(n.args.back())].dtype;
-    const int lanes = lanes_of(a.back());
-    const bool fl = is_floating(in);
-    llvm::Value* r = nullptr;
-    if (auto fn = math_fn(p)) {
-      r = call_math(*fn, in, a);
-    } else if (p == &prim::neg()) {
-      r = fl ? b_.CreateFNeg(a[0])
-             : b_.CreateSub(iconst(a[0]->getType()->getScalarType(), 0, lanes), a[0]);
-    } else if (p == &prim::abs()) {
-      if (fl)
-        r = intrinsic(llvm::Intrinsic::fabs, {a[0]});
-      else if (is_signed_int(in))
-        r = b_.CreateSelect(
-            b_.CreateICmpSLT(a[0], iconst(a[0]->getType()->getScalarType(), 0, lanes)),
-            b_.CreateSub(iconst(a[0]->getType()->getScalarType(), 0, lanes), a[0]), a[0]);
-      else
-        r = a[0];
-    } else if (p == &prim::sign()) {
-      llvm::Type* t = a[0]->getType()->getScalarType();
-      if (fl) {
-        llvm::Value* s =
-            b_.CreateSelect(b_.CreateFCmpOGT(a[0], fconst(in, 0, lanes)), fconst(in, 1, lanes),
-                            b_.CreateSelect(b_.CreateFCmpOLT(a[0], fconst(in, 0, lanes)),
-                                            fconst(in, -1, lanes), fconst(in, 0, lanes)));
-        r = b_.CreateSelect(is_nan(a[0]), a[0], s);
-      } else {
-        llvm::Value* zero = iconst(t, 0, lanes);
-        llvm::Value* pos =
-            is_signed_int(in) ? b_.CreateICmpSGT(a[0], zero) : b_.CreateICmpUGT(a[0], zero);
-        llvm::Value* neg = is_signed_int(in) ? b_.CreateICmpSLT(a[0], zero) : b_.getFalse();
-        if (lanes > 1 && !is_signed_int(in)) neg = splat(neg, lanes);
-        r = b_.CreateSelect(pos, iconst(t, 1, lanes),
-                            b_.CreateSelect(neg, iconst(t, -1, lanes), zero));
-      }
-    } else if (p == &prim::sqrt()) {
-      r = intrinsic(llvm::Intrinsic::sqrt, {a[0]});
-    } else if (p == &prim::rsqrt()) {
-      r = b_.CreateFDiv(fconst(in, 1, lanes), intrinsic(llvm::Intrinsic::sqrt, {a[0]}));
-    } else if (p == &prim::sigmoid()) {
-      // The eager kernel's formula (src/ops/unary.cpp): e = exp(-|x|), then 1/(1+e) or
-      // e/(1+e), corrected by the exact rounding error of 1 + e.
-      llvm::Value* e = call_math(math::MathFn::exp, in,
-                                 {b_.CreateFNeg(intrinsic(llvm::Intrinsic::fabs, {a[0]}))});
-      llvm::Value* one = fconst(in, 1, lanes);
-      llvm::Value* d = b_.CreateFAdd(one, e);
-      llvm::Value* lo = b_.CreateFAdd(b_.CreateFSub(one, d), e);
-      llvm::Value* num = b_.CreateSelect(b_.CreateFCmpOGE(a[0], fconst(in, 0, lanes)), one, e);
-      llvm::Value* q = b_.CreateFDiv(num, d);
-      r = b_.CreateFSub(q, b_.CreateFMul(q, b_.CreateFDiv(lo, d)));
-    } else if (p == &prim::floor()) {
-      r = intrinsic(llvm::Intrinsic::floor, {a[0]});
-    } else if (p == &prim::ceil()) {
-      r = intrinsic(llvm::Intrinsic::ceil, {a[0]});
-    } else if (p == &prim::round()) {
-      r = intrinsic(llvm::Intrinsic::roundeven, {a[0]});
-    } else if (p == &prim::not_()) {
-      r = b_.CreateNot(a[0]);
-    } else if (p == &prim::isnan()) {
-      r = is_nan(a[0]);
-    } else if (p == &prim::convert()) {
-      return convert(in, n.attrs.get_dtype("dtype"), a[0]);
-    } else if (p == &prim::stop_gradient() || is_reduction(p)) {
-      r = a[0];  // a reduction over no axes (see fusion.cpp) is the identity
-    } else if (p == &prim::add()) {
-      r = fl ? b_.CreateFAdd(a[0], a[1]) : b_.CreateAdd(a[0], a[1]);
-    } else if (p == &prim::sub()) {
-      r = fl ? b_.CreateFSub(a[0], a[1]) : b_.CreateSub(a[0], a[1]);
-    } else if (p == &prim::mul()) {
-      r = fl ? b_.CreateFMul(a[0], a[1]) : b_.CreateMul(a[0], a[1]);
-    } else if (p == &prim::div()) {
-      r = b_.CreateFDiv(a[0], a[1]);
-    } else if (p == &prim::max() || p == &prim::min()) {
-      r = extreme(p == &prim::max(), in, a[0], a[1]);
-    } else if (p == &prim::select()) {
-      r = b_.CreateSelect(a[0], a[1], a[2]);
-    } else if (p == &prim::and_()) {
-      r = b_.CreateAnd(a[0], a[1]);
-    } else if (p == &prim::or_()) {
-      r = b_.CreateOr(a[0], a[1]);
-    } else if (p == &prim::xor_()) {
-      r = b_.CreateXor(a[0], a[1]);
-    } else if (auto m = math_op(p, in, a)) {
-      r = m;
-    } else {
-      r = compare(p, in, a[0], a[1]);
-    }
+    const lowering::Site site{.in = in, .out = n.dtype, .attrs = n.attrs};
+    llvm::Value* r = LlvmBuilder::unwrap(lowered.elementwise(builder, operands, site));
+    for (std::size_t k = 0; k < a.size(); ++k)
+      if (r == a[k] && g_.nodes[static_cast<std::size_t>(n.args[k])].dtype == n.dtype) return r;
     return round_to(n.dtype, r);
   }
 
-  // The exact ones of src/ops/math.cpp (the others run as kernel calls): nullptr for the rest.
-  llvm::Value* math_op(const Primitive* p, DType in, const std::vector<llvm::Value*>& a) {
-    const int lanes = lanes_of(a.back());
-    if (p == &prim::trunc()) return intrinsic(llvm::Intrinsic::trunc, {a[0]});
-    if (p == &prim::copysign()) return intrinsic(llvm::Intrinsic::copysign, {a[0], a[1]});
-    if (p == &prim::isinf() || p == &prim::isfinite()) {
-      llvm::Value* m = intrinsic(llvm::Intrinsic::fabs, {a[0]});
-      llvm::Value* inf = fconst(in, std::numeric_limits<double>::infinity(), lanes);
-      return p == &prim::isinf() ? b_.CreateFCmpOEQ(m, inf) : b_.CreateFCmpOLT(m, inf);
-    }
-    if (p == &prim::bitwise_and()) return b_.CreateAnd(a[0], a[1]);
-    if (p == &prim::bitwise_or()) return b_.CreateOr(a[0], a[1]);
-    if (p == &prim::bitwise_xor()) return b_.CreateXor(a[0], a[1]);
-    if (p == &prim::bitwise_not()) return b_.CreateNot(a[0]);
-    if (p == &prim::left_shift() || p == &prim::right_shift()) {
-      // As the kernels (numpy): counts outside [0, bits), compared unsigned, shift every bit
-      // out. The count is masked so that the shift itself is never poison.
-      llvm::Type* t = a[0]->getType()->getScalarType();
-      const unsigned bits = t->getIntegerBitWidth();
-      llvm::Value* in_range = b_.CreateICmpULT(a[1], iconst(t, bits, lanes));
-      llvm::Value* count = b_.CreateAnd(a[1], iconst(t, bits - 1, lanes));
-      const bool sg = is_signed_int(in);
-      if (p == &prim::left_shift())
-        return b_.CreateSelect(in_range, b_.CreateShl(a[0], count), iconst(t, 0, lanes));
-      // Out of range: 0, or -1 for negative signed values (the sign bit shifted across).
-      llvm::Value* out = sg ? b_.CreateAShr(a[0], iconst(t, bits - 1, lanes)) : iconst(t, 0, lanes);
-      return b_.CreateSelect(in_range, sg ? b_.CreateAShr(a[0], count) : b_.CreateLShr(a[0], count),
-                             out);
-    }
-    return nullptr;
-  }
-
-  llvm::Value* compare(const Primitive* p, DType d, llvm::Value* x, llvm::Value* y) {
-    using P = llvm::CmpInst::Predicate;
-    const bool fl = is_floating(d), sg = is_signed_int(d);
-    auto pick = [&](P f, P s, P u) { return fl ? f : sg ? s : u; };
-    P pred;
-    if (p == &prim::eq())
-      pred = pick(P::FCMP_OEQ, P::ICMP_EQ, P::ICMP_EQ);
-    else if (p == &prim::ne())
-      pred = pick(P::FCMP_UNE, P::ICMP_NE, P::ICMP_NE);
-    else if (p == &prim::lt())
-      pred = pick(P::FCMP_OLT, P::ICMP_SLT, P::ICMP_ULT);
-    else if (p == &prim::le())
-      pred = pick(P::FCMP_OLE, P::ICMP_SLE, P::ICMP_ULE);
-    else if (p == &prim::gt())
-      pred = pick(P::FCMP_OGT, P::ICMP_SGT, P::ICMP_UGT);
-    else if (p == &prim::ge())
-      pred = pick(P::FCMP_OGE, P::ICMP_SGE, P::ICMP_UGE);
-    else
-      fail("jit", "no lowering for primitive '", p->name, "', expected an elementwise one");
-    return fl ? b_.CreateFCmp(pred, x, y) : b_.CreateICmp(pred, x, y);
-  }
-
-  // ---- reductions ----------------------------------------------------------------------------
-  struct Reducer {
-    const Primitive* prim;
-    DType in;   // the reduced values' dtype
-    DType out;  // the result's dtype
-  };
-  // Sums and products of floats accumulate in double, of integers in 64 bits (wrapping), as
-  // the interpreter does; max/min in the compute type; and/or in bool.
-  llvm::Type* acc_scalar(const Reducer& r) {
-    if (r.prim == &prim::reduce_sum() || r.prim == &prim::reduce_prod())
-      return is_floating(r.in) ? b_.getDoubleTy() : b_.getInt64Ty();
-    return compute_scalar(r.in);
-  }
-  llvm::Value* to_acc(const Reducer& r, llvm::Value* v) {
-    llvm::Type* t = vec(acc_scalar(r), lanes_of(v));
-    if (v->getType() == t) return v;
-    if (is_floating(r.in)) return b_.CreateFPExt(v, t);
-    return is_signed_int(r.in) ? b_.CreateSExt(v, t) : b_.CreateZExt(v, t);
-  }
-  llvm::Value* identity(const Reducer& r, int lanes) {
-    llvm::Type* t = acc_scalar(r);
-    const Primitive* p = r.prim;
-    if (p == &prim::reduce_and()) return splat(b_.getTrue(), lanes);
-    if (p == &prim::reduce_or()) return splat(b_.getFalse(), lanes);
-    const bool fl = t->isFloatingPointTy();
-    if (p == &prim::reduce_sum())
-      return fl ? splat(llvm::ConstantFP::get(t, 0.0), lanes) : iconst(t, 0, lanes);
-    if (p == &prim::reduce_prod())
-      return fl ? splat(llvm::ConstantFP::get(t, 1.0), lanes) : iconst(t, 1, lanes);
-    const bool is_max = p == &prim::reduce_max();
-    if (fl) return splat(llvm::ConstantFP::getInfinity(t, is_max), lanes);
-    const unsigned bits = t->getIntegerBitWidth();
-    llvm::APInt v =
-        is_signed_int(r.in)
-            ? (is_max ? llvm::APInt::getSignedMinValue(bits) : llvm::APInt::getSignedMaxValue(bits))
-            : (is_max ? llvm::APInt::getMinValue(bits) : llvm::APInt::getMaxValue(bits));
-    return splat(llvm::ConstantInt::get(t, v), lanes);
-  }
-  llvm::Value* combine(const Reducer& r, llvm::Value* acc, llvm::Value* v) {
-    const Primitive* p = r.prim;
-    const bool fl = acc->getType()->getScalarType()->isFloatingPointTy();
-    if (p == &prim::reduce_sum()) return fl ? b_.CreateFAdd(acc, v) : b_.CreateAdd(acc, v);
-    if (p == &prim::reduce_prod()) return fl ? b_.CreateFMul(acc, v) : b_.CreateMul(acc, v);
-    if (p == &prim::reduce_and()) return b_.CreateAnd(acc, v);
-    if (p == &prim::reduce_or()) return b_.CreateOr(acc, v);
-    const bool is_max = p == &prim::reduce_max();
-    if (!fl) return extreme(is_max, r.in, acc, v);
-    // Order-independent: NaN wins, and +0 beats -0 for max (-0 for min), so that lanes and
-    // threads may combine in any order.
-    llvm::Value* pick = is_max ? b_.CreateFCmpOGT(v, acc) : b_.CreateFCmpOLT(v, acc);
-    llvm::Value* tie = b_.CreateFCmpOEQ(v, acc);
-    llvm::Type* bits_t = vec(b_.getIntNTy(acc->getType()->getScalarSizeInBits()), lanes_of(acc));
-    llvm::Value* sign_v =
-        b_.CreateICmpSLT(b_.CreateBitCast(v, bits_t), llvm::Constant::getNullValue(bits_t));
-    llvm::Value* tie_pick = is_max ? b_.CreateNot(sign_v) : sign_v;
-    llvm::Value* chosen = b_.CreateSelect(b_.CreateOr(pick, b_.CreateAnd(tie, tie_pick)), v, acc);
-    llvm::Value* nan = b_.CreateOr(is_nan(acc), is_nan(v));
-    return b_.CreateSelect(nan, b_.CreateFAdd(acc, v), chosen);
-  }
-  llvm::Value* from_acc(const Reducer& r, llvm::Value* acc) {
-    llvm::Type* t = vec(compute_scalar(r.out), lanes_of(acc));
-    if (acc->getType() == t) return round_to(r.out, acc);
-    if (acc->getType()->isFPOrFPVectorTy()) return round_to(r.out, b_.CreateFPTrunc(acc, t));
-    return b_.CreateTrunc(acc, t);
+  // ---- reductions (ReduceOps) ---------------------------------------------------------------
+  Reducer reducer(const Node& n) {
+    return {*n.prim->lowering->reduction, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype,
+            n.dtype};
   }
 
   // ---- loops ---------------------------------------------------------------------------------
@@ -903,8 +302,7 @@ class Emitter {
     int64_t bytes = 0;
     for (std::size_t k = 0; k < g_.nodes.size(); ++k) {
       const Node& n = g_.nodes[k];
-      const bool costly =
-          n.kind == Node::Kind::op && (math_fn(n.prim) || n.prim == &prim::sigmoid());
+      const bool costly = n.kind == Node::Kind::op && n.prim->lowering->transcendental;
       if (!costly || passes[k] < 2 || (n.dtype != float32 && n.dtype != float64)) continue;
       bytes += len * static_cast<int64_t>(dtype_size(n.dtype));
       if (bytes > (int64_t{64} << 10)) break;  // the stack arrays stay within 64 KiB
@@ -1158,28 +556,11 @@ class Emitter {
     llvm::AllocaInst* nan_tail = nullptr;
   };
   bool keyed(const Reducer& r) {
-    return !row_ && (r.prim == &prim::reduce_max() || r.prim == &prim::reduce_min()) &&
+    return !row_ && (r.kind == Reduction::max || r.kind == Reduction::min) &&
            acc_scalar(r)->isFloatingPointTy();
   }
-  // A float's bits as a signed integer that orders as the float does, -0 below +0 (so max
-  // picks +0 and min -0, as combine does); NaNs get keys too, but the NaN flag overrides them.
-  // Its own inverse.
-  llvm::Value* ordered_key(llvm::Value* bits) {
-    llvm::Type* t = bits->getType();
-    const unsigned w = t->getScalarSizeInBits();
-    llvm::Value* sign = b_.CreateAShr(bits, w - 1);
-    llvm::Value* magnitude = llvm::ConstantInt::get(t, llvm::APInt::getSignedMaxValue(w));
-    return b_.CreateXor(bits, b_.CreateAnd(sign, magnitude));
-  }
-  llvm::Value* key_of(llvm::Value* v) {
-    llvm::Type* it = vec(b_.getIntNTy(v->getType()->getScalarSizeInBits()), lanes_of(v));
-    return ordered_key(b_.CreateBitCast(v, it));
-  }
-  llvm::Value* value_of_key(llvm::Value* k, llvm::Type* t) {
-    return b_.CreateBitCast(ordered_key(k), t);
-  }
   Accumulator accumulator(const Node& n) {
-    Accumulator a{.r = {n.prim, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype, n.dtype}};
+    Accumulator a{.r = reducer(n)};
     if (row_) {
       a.lanes = block_array(acc_scalar(a.r));
     } else {
@@ -1230,7 +611,7 @@ class Emitter {
       b_.CreateStore(b_.CreateSelect(is_nan(v), v, b_.CreateLoad(nan->getAllocatedType(), nan)),
                      nan);
       llvm::Value* k = b_.CreateLoad(acc->getAllocatedType(), acc);
-      const bool is_max = a.r.prim == &prim::reduce_max();
+      const bool is_max = a.r.kind == Reduction::max;
       llvm::Value* kv = key_of(v);
       b_.CreateStore(
           b_.CreateSelect(is_max ? b_.CreateICmpSGT(kv, k) : b_.CreateICmpSLT(kv, k), kv, k), acc);
@@ -1342,9 +723,7 @@ class Emitter {
     if (row_) {
       std::vector<llvm::Type*> arrays;
       for (const Node& n : g_.nodes) {
-        if (n.kind == Node::Kind::reduce)
-          arrays.push_back(
-              acc_scalar({n.prim, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype, n.dtype}));
+        if (n.kind == Node::Kind::reduce) arrays.push_back(acc_scalar(reducer(n)));
         if (n.level == Level::outer) arrays.push_back(storage_scalar(n.dtype));
       }
       block_ = block_length(arrays);
@@ -1524,13 +903,9 @@ class Emitter {
     return e.CreateAlloca(t);
   }
 
-  llvm::Module& m_;
-  llvm::LLVMContext& ctx_;
-  llvm::IRBuilder<> b_;
   const Group& g_;
   Layout l_;
   int lanes_ = 4;
-  llvm::Function* fn_ = nullptr;
   llvm::Value* args_[4] = {};
   std::vector<llvm::Value*> buffers_;
   // Whether the group is a row reduction: its innermost axis is kept.

@@ -9,9 +9,11 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "ops/primitives.h"
-
 namespace kiln::compiler {
+
+using lowering::IndexMap;
+using lowering::Lowering;
+using lowering::Reduction;
 
 int64_t Group::outer_size() const {
   int64_t n = 1;
@@ -69,14 +71,11 @@ Dims contiguous_strides(const Dims& shape) {
   return s;
 }
 
-bool is_one_of(const Primitive* p, std::initializer_list<const Primitive*> ps) {
-  return std::find(ps.begin(), ps.end(), p) != ps.end();
+// The index map a layout primitive declares with its lowering (kiln/lowering.h).
+std::optional<IndexMap> index_map(const Primitive* p) {
+  return p->lowering ? p->lowering->index_map : std::nullopt;
 }
-
-bool is_layout(const Primitive* p) {
-  return is_one_of(p,
-                   {&prim::broadcast_to(), &prim::reshape(), &prim::transpose(), &prim::slice()});
-}
+bool is_layout(const Primitive* p) { return index_map(p).has_value(); }
 
 // A reshape of a strided view without copying, when its dimensions can be regrouped (numpy's
 // rule): each run of input dimensions that multiplies to a run of output dimensions must be
@@ -128,24 +127,25 @@ std::optional<Dims> reshape_strides(const Dims& in, const Dims& in_strides, cons
 std::optional<View> layout_view(const ir::Equation& e, const View& in) {
   View out{.buffer = in.buffer, .shape = dims_of(e.outputs[0]), .access = in.access};
   const std::size_t r_out = out.shape.size(), r_in = in.shape.size();
-  if (e.prim == &prim::broadcast_to()) {
+  const std::optional<IndexMap> map = index_map(e.prim);
+  if (map == IndexMap::broadcast) {
     out.access.strides.assign(r_out, 0);
     for (std::size_t j = r_out - r_in; j < r_out; ++j) {
       const std::size_t i = j - (r_out - r_in);
       out.access.strides[j] = in.shape[i] == out.shape[j] ? in.access.strides[i] : 0;
     }
-  } else if (e.prim == &prim::transpose()) {
+  } else if (map == IndexMap::transpose) {
     const auto& perm = e.attrs.get_ints("perm");
     for (std::size_t j = 0; j < r_out; ++j)
       out.access.strides[j] = in.access.strides[static_cast<std::size_t>(perm[j])];
-  } else if (e.prim == &prim::slice()) {
+  } else if (map == IndexMap::slice) {
     const auto& start = e.attrs.get_ints("start");
     const auto& step = e.attrs.get_ints("step");
     for (std::size_t i = 0; i < r_in; ++i) {
       if (out.shape[i] > 0) out.access.offset += start[i] * in.access.strides[i];
       out.access.strides[i] *= step[i];
     }
-  } else if (e.prim == &prim::reshape()) {
+  } else if (map == IndexMap::reshape) {
     auto s = reshape_strides(in.shape, in.access.strides, out.shape);
     if (!s) return std::nullopt;
     out.access.strides = *s;
@@ -203,18 +203,16 @@ bool short_rows(const ir::Equation& e) {
   return false;
 }
 
-// The equation's dtype set the code generator handles.
-bool lowered_dtype(const ir::Equation& e) {
+// Whether the lowering takes the equation's dtypes (Lowering::dtypes: integer division and
+// power check their operands and raise, so their kernels run).
+bool lowered_dtype(const ir::Equation& e, const Lowering& l) {
   const DType in = e.inputs.empty() ? float32 : e.inputs.back().type.dtype;
-  const Primitive* p = e.prim;
   // Complex values run through their kernels (the generator has no complex arithmetic).
   auto complex_value = [](const ir::Value& v) { return is_complex(v.type.dtype); };
   if (std::any_of(e.inputs.begin(), e.inputs.end(), complex_value) ||
       std::any_of(e.outputs.begin(), e.outputs.end(), complex_value))
     return false;
-  // Integer division and power check their operands and raise; the kernels do that.
-  if (is_one_of(p, {&prim::div(), &prim::pow()})) return is_floating(in);
-  return true;
+  return l.dtypes.contains(in);
 }
 
 // One group being built.
@@ -427,7 +425,7 @@ class Builder {
   // the interpreter's is). Either way the sum never goes through memory at the domain's size.
   bool add_total(int i, const ir::Equation& e, const std::vector<bool>& axes) {
     const DType d = e.inputs[0].type.dtype;
-    if (e.prim != &prim::reduce_sum() || (d != float32 && d != float64) ||
+    if (e.prim->lowering->reduction != Reduction::sum || (d != float32 && d != float64) ||
         keeps_innermost(g_.domain, g_.reduced))
       return false;
     bool over_kept = true, over_all = true;
@@ -478,11 +476,12 @@ class Builder {
     if (it == members_.end()) return false;
     const Dims si = dims_of(e.inputs[0]), so = dims_of(e.outputs[0]);
     const Node& n = g_.nodes[static_cast<std::size_t>(it->second)];
-    bool ok = si == so && e.prim != &prim::transpose() && e.prim != &prim::slice();
+    const std::optional<IndexMap> map = index_map(e.prim);
+    bool ok = si == so && map != IndexMap::transpose && map != IndexMap::slice;
     if (!ok && n.level == Level::outer && reducing()) {
-      if (e.prim == &prim::reshape())
+      if (map == IndexMap::reshape)
         ok = level_of_shape(si) == Level::outer && level_of_shape(so) == Level::outer;
-      if (e.prim == &prim::broadcast_to() && so == g_.domain) {
+      if (map == IndexMap::broadcast && so == g_.domain) {
         Dims padded(so.size() - si.size(), 1);
         padded.insert(padded.end(), si.begin(), si.end());
         ok = padded == keepdims_shape();
@@ -502,44 +501,13 @@ class Builder {
 
 }  // namespace
 
-bool is_reduction(const Primitive* p) {
-  return is_one_of(p, {&prim::reduce_sum(), &prim::reduce_prod(), &prim::reduce_max(),
-                       &prim::reduce_min(), &prim::reduce_and(), &prim::reduce_or()});
-}
+bool is_reduction(const Primitive* p) { return p->lowering && p->lowering->reduction; }
 
 bool fusible(const ir::Equation& e) {
-  static const std::unordered_set<const Primitive*> lowered = {
-      &prim::neg(),         &prim::abs(),
-      &prim::sign(),        &prim::exp(),
-      &prim::log(),         &prim::log1p(),
-      &prim::expm1(),       &prim::sqrt(),
-      &prim::rsqrt(),       &prim::sin(),
-      &prim::cos(),         &prim::tan(),
-      &prim::tanh(),        &prim::sigmoid(),
-      &prim::erf(),         &prim::floor(),
-      &prim::ceil(),        &prim::round(),
-      &prim::not_(),        &prim::isnan(),
-      &prim::convert(),     &prim::stop_gradient(),
-      &prim::add(),         &prim::sub(),
-      &prim::mul(),         &prim::div(),
-      &prim::pow(),         &prim::max(),
-      &prim::min(),         &prim::eq(),
-      &prim::ne(),          &prim::lt(),
-      &prim::le(),          &prim::gt(),
-      &prim::ge(),          &prim::and_(),
-      &prim::or_(),         &prim::xor_(),
-      &prim::select(),      &prim::reduce_sum(),
-      &prim::reduce_prod(), &prim::reduce_max(),
-      &prim::reduce_min(),  &prim::reduce_and(),
-      &prim::reduce_or()};
-  // src/ops/math.cpp: the exact ones (the others run as calls to their kernels).
-  static const std::unordered_set<const Primitive*> lowered_math = {
-      &prim::trunc(),       &prim::copysign(),   &prim::isinf(),       &prim::isfinite(),
-      &prim::bitwise_and(), &prim::bitwise_or(), &prim::bitwise_xor(), &prim::bitwise_not(),
-      &prim::left_shift(),  &prim::right_shift()};
-  if (!(lowered.count(e.prim) || lowered_math.count(e.prim)) || e.outputs.size() != 1) return false;
-  if (is_reduction(e.prim) && short_rows(e)) return false;
-  return lowered_dtype(e);
+  const std::optional<Lowering>& l = e.prim->lowering;
+  if (!l || !(l->elementwise || l->reduction) || e.outputs.size() != 1) return false;
+  if (l->reduction && short_rows(e)) return false;
+  return lowered_dtype(e, *l);
 }
 
 Partition partition(const ir::Function& f) {

@@ -108,10 +108,12 @@ struct Partition {
 // step's inputs are parameters, constants or outputs of earlier steps.
 Partition partition(const ir::Function& f);
 
-// reduce_sum, reduce_prod, reduce_max, reduce_min, reduce_and, reduce_or.
+// Whether the primitive's lowering (kiln/lowering.h) is a reduction: reduce_sum, reduce_prod,
+// reduce_max, reduce_min, reduce_and, reduce_or.
 bool is_reduction(const Primitive* p);
 
-// Whether the code generator lowers this primitive on this dtype (else it is opaque).
+// Whether the equation's primitive has an elementwise or reduction lowering that takes its
+// dtypes (else it is opaque: its kernel runs).
 bool fusible(const ir::Equation& e);
 
 }  // namespace kiln::compiler

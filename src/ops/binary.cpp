@@ -21,7 +21,9 @@ using ops::binary;
 using ops::define_binary;
 using ops::Domain;
 using ops::map_t;
+using ops::Operands;
 using ops::plus;
+namespace lw = lowering;
 
 using detail::wrapping;  // integers wrap on overflow, as in numpy
 
@@ -30,10 +32,14 @@ Tensor max_weight(const Tensor& a, const Tensor& b) {
   return astype(a > b, a.dtype()) + astype(a == b, a.dtype()) * 0.5;
 }
 
-// Each differentiable functor has `jvp(a, b, y, ta, tb)` and `vjp(a, b, y, ct)`.
+// Each differentiable functor has `jvp(a, b, y, ta, tb)` and `vjp(a, b, y, ct)`; `lower` is
+// its compiled form (kiln/lowering.h).
 struct Add {
   static constexpr Domain domain = Domain::numeric;
   static constexpr bool complex = true;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return b.add(s.in, x[0], x[1]);
+  }
   static constexpr Algebra algebra{
       .right_identity = -0.0, .left_identity = -0.0, .commutative = true, .cheap_arithmetic = true};
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
@@ -51,6 +57,9 @@ struct Add {
 struct Sub {
   static constexpr Domain domain = Domain::numeric;
   static constexpr bool complex = true;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return b.sub(s.in, x[0], x[1]);
+  }
   static constexpr Algebra algebra{.right_identity = 0.0, .cheap_arithmetic = true};
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
@@ -67,6 +76,9 @@ struct Sub {
 struct Mul {
   static constexpr Domain domain = Domain::numeric;
   static constexpr bool complex = true;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return b.mul(s.in, x[0], x[1]);
+  }
   static constexpr Algebra algebra{.right_identity = 1.0,
                                    .left_identity = 1.0,
                                    .integer_zero_absorbs = true,
@@ -102,6 +114,8 @@ struct Div {
     return {ct / b, -(ct * y / b)};
   }
   static constexpr bool checks_zero_divisor = true;
+  static constexpr Domain lowered = Domain::floating;  // integers check their divisors
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) { return b.div(x[0], x[1]); }
   template <typename T>
   T operator()(T a, T b) const {
     if constexpr (std::is_integral_v<T> && std::is_signed_v<T>) {
@@ -139,6 +153,11 @@ struct Pow {
   // Floats run SLEEF's vector pow (map_pow); integers exponentiate by squaring, wrapping like
   // multiplication.
   static constexpr bool vector_pow = true;
+  static constexpr Domain lowered = Domain::floating;  // integers check their exponents
+  static constexpr bool transcendental = true;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return b.call(lw::MathFunction::pow, s.in, x);
+  }
   template <typename T>
   T operator()(T a, T b) const {
     static_assert(std::is_integral_v<T>, "float pow runs map_pow");
@@ -156,6 +175,9 @@ struct Pow {
 struct Max {
   static constexpr Domain domain = Domain::numeric;
   static constexpr Algebra algebra{.cheap_arithmetic = true};
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return b.max(s.in, x[0], x[1]);
+  }
   static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
     const Tensor w = max_weight(a, b);
@@ -176,6 +198,9 @@ struct Max {
 struct Min {
   static constexpr Domain domain = Domain::numeric;
   static constexpr Algebra algebra{.cheap_arithmetic = true};
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return b.min(s.in, x[0], x[1]);
+  }
   static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
     const Tensor w = max_weight(b, a);
@@ -194,37 +219,49 @@ struct Min {
   }
 };
 // Equality also holds for complex values (takes_complex); ordering does not.
-#define KILN_COMPARE(Name, expr, is_commutative, takes_complex)                                \
+#define KILN_COMPARE(Name, expr, comparison, is_commutative, takes_complex)                    \
   struct Name {                                                                                \
     static constexpr Domain domain = Domain::real;                                             \
     static constexpr bool complex = takes_complex;                                             \
     static constexpr bool bool_result = true;                                                  \
     static constexpr Algebra algebra{.commutative = is_commutative, .cheap_arithmetic = true}; \
+    static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {                    \
+      return b.compare(lw::Comparison::comparison, s.in, x[0], x[1]);                          \
+    }                                                                                          \
     template <typename T>                                                                      \
     bool operator()(T a, T b) const {                                                          \
       return expr;                                                                             \
     }                                                                                          \
   };
-KILN_COMPARE(Eq, a == b, true, true)
-KILN_COMPARE(Ne, a != b, true, true)
-KILN_COMPARE(Lt, a < b, false, false)
-KILN_COMPARE(Le, a <= b, false, false)
-KILN_COMPARE(Gt, a > b, false, false)
-KILN_COMPARE(Ge, a >= b, false, false)
+KILN_COMPARE(Eq, a == b, eq, true, true)
+KILN_COMPARE(Ne, a != b, ne, true, true)
+KILN_COMPARE(Lt, a < b, lt, false, false)
+KILN_COMPARE(Le, a <= b, le, false, false)
+KILN_COMPARE(Gt, a > b, gt, false, false)
+KILN_COMPARE(Ge, a >= b, ge, false, false)
 #undef KILN_COMPARE
 struct And {
   static constexpr Domain domain = Domain::boolean;
   static constexpr Algebra algebra{.commutative = true, .cheap_arithmetic = true};
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) {
+    return b.bit_and(x[0], x[1]);
+  }
   bool operator()(bool a, bool b) const { return a && b; }
 };
 struct Or {
   static constexpr Domain domain = Domain::boolean;
   static constexpr Algebra algebra{.commutative = true, .cheap_arithmetic = true};
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) {
+    return b.bit_or(x[0], x[1]);
+  }
   bool operator()(bool a, bool b) const { return a || b; }
 };
 struct Xor {
   static constexpr Domain domain = Domain::boolean;
   static constexpr Algebra algebra{.commutative = true, .cheap_arithmetic = true};
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) {
+    return b.bit_xor(x[0], x[1]);
+  }
   bool operator()(bool a, bool b) const { return a != b; }
 };
 
@@ -297,7 +334,10 @@ const Primitive& prim::select() {
          return {std::nullopt, where(r.inputs[0], *ct[0], zero), where(r.inputs[0], zero, *ct[0])};
        },
        .batch = ops::batch_elementwise,
-       .algebra = {.cheap_arithmetic = true}},
+       .algebra = {.cheap_arithmetic = true},
+       .lowering =
+           lw::Lowering{.elementwise = [](lw::Builder& b, Operands x,
+                                          const lw::Site&) { return b.select(x[0], x[1], x[2]); }}},
       {{ops::cpu({bool_, DTypeSet::all(), DTypeSet::all()}),
         [](std::span<const Tensor> in, const Attrs&) {
           Tensor out = empty(in[1].type());

@@ -1,7 +1,7 @@
 // The machinery of elementwise primitive families (src/ops/unary.cpp, binary.cpp, math.cpp):
 // a family is a table of functors, each turned into a primitive by define_unary or
-// define_binary, which derive its type rule, per-dtype kernels, JVP, VJP and batching rule
-// from what the functor declares.
+// define_binary, which derive its type rule, per-dtype kernels, JVP, VJP, batching rule and
+// compiled lowering from what the functor declares.
 //
 // A functor declares `domain` (the dtypes its kernel takes) and a scalar function on
 // detail::compute_t<T>, or a vectorised `chunk` for unary ones. Optional members:
@@ -10,11 +10,15 @@
 //           are holomorphic and derivatives follow JAX's convention, docs/DESIGN.md);
 //   unary:  `scale(x, y, t)` (dy/dx applied to t), `linear`, `bool_result`;
 //   binary: `jvp(a, b, y, ta, tb)` and `vjp(a, b, y, ct)`, `bool_result`,
-//           `checks_zero_divisor` (integer kernels reject a zero in b), `vector_pow`.
+//           `checks_zero_divisor` (integer kernels reject a zero in b), `vector_pow`;
+//   both:   `lower(builder, operands, site)`, the compiled lowering (kiln/lowering.h), with
+//           `lowered` (the Domain it lowers when narrower than `domain`) and `transcendental`
+//           (it calls a math function).
 // Functors without derivatives make non-differentiable primitives (zero derivative).
 #pragma once
 
 #include <algorithm>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -127,6 +131,24 @@ constexpr bool bool_result() {
     return false;
 }
 
+// What a functor's `lower` works with (kiln/lowering.h).
+namespace lw = kiln::lowering;
+using Operands = std::span<const lw::Value>;
+
+// Integer dtypes whose comparisons and shifts are signed.
+inline bool signed_integer(DType d) { return d == int32 || d == int64; }
+
+// The functor's compiled lowering, when it declares one.
+template <typename F>
+void add_lowering(Primitive& p) {
+  if constexpr (requires { &F::lower; }) {
+    lw::Lowering l{.elementwise = &F::lower};
+    if constexpr (requires { F::lowered; }) l.dtypes = domain_set(F::lowered);
+    if constexpr (requires { F::transcendental; }) l.transcendental = F::transcendental;
+    p.lowering = std::move(l);
+  }
+}
+
 // Elements per chunk: gathered strided or 16-bit inputs, and scratch values of vectorised
 // functions, live in stack buffers of this many compute-type values.
 inline constexpr int64_t kChunk = 256;
@@ -205,6 +227,7 @@ const Primitive& define_unary(std::string name, Loc loc) {
   Primitive p{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
   p.batch = batch_elementwise;
   if constexpr (requires { F::algebra; }) p.algebra = F::algebra;
+  add_lowering<F>(p);
   if constexpr (has_derivative<F>()) {
     auto apply = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
       return {F::scale(r.inputs[0], r.outputs[0], *t[0])};
@@ -330,6 +353,7 @@ const Primitive& define_binary(std::string name, Loc loc) {
   Primitive p{.name = std::move(name), .arity = 2, .type_rule = std::move(rule)};
   p.batch = batch_elementwise;
   if constexpr (requires { F::algebra; }) p.algebra = F::algebra;
+  add_lowering<F>(p);
   if constexpr (requires(const Tensor& t) { F::vjp(t, t, t, t); }) {
     p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> Ts {
       return {F::jvp(r.inputs[0], r.inputs[1], r.outputs[0], t[0], t[1])};

@@ -22,7 +22,10 @@ namespace {
 
 using ops::Domain;
 using ops::map_t;
+using ops::Operands;
 using ops::plus;
+using ops::signed_integer;
+namespace lw = lowering;
 
 constexpr double kLn2 = std::numbers::ln2;
 constexpr double kLn10 = std::numbers::ln10;
@@ -213,16 +216,28 @@ KILN_MATH_UNARY(Lgamma, static_cast<T>(lgamma_of(x)), t* digamma(x))
 KILN_MATH_UNARY(Digamma, static_cast<T>(digamma_of(x)), t* polygamma(1, x))
 #undef KILN_MATH_UNARY
 
+// The exact functors below have a compiled form (`lower`, kiln/lowering.h); the others run
+// their kernels in compiled code.
 struct Trunc {
   static constexpr Domain domain = Domain::floating;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) {
+    return b.round(lw::Rounding::toward_zero, x[0]);
+  }
   template <typename T>
   T operator()(T x) const {
     return std::trunc(x);
   }
 };
+// |x| compared with infinity (a NaN compares false).
+lw::Value against_infinity(lw::Builder& b, lw::Comparison c, lw::Value x, DType d) {
+  return b.compare(c, d, b.abs(x), b.constant(d, std::numeric_limits<double>::infinity()));
+}
 struct IsInf {
   static constexpr Domain domain = Domain::floating;
   static constexpr bool bool_result = true;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return against_infinity(b, lw::Comparison::eq, x[0], s.in);
+  }
   template <typename T>
   bool operator()(T x) const {
     return std::isinf(x);
@@ -231,6 +246,9 @@ struct IsInf {
 struct IsFinite {
   static constexpr Domain domain = Domain::floating;
   static constexpr bool bool_result = true;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return against_infinity(b, lw::Comparison::lt, x[0], s.in);
+  }
   template <typename T>
   bool operator()(T x) const {
     return std::isfinite(x);
@@ -239,6 +257,7 @@ struct IsFinite {
 // On bool, bitwise not is logical not (numpy's ~True is False).
 struct BitwiseNot {
   static constexpr Domain domain = Domain::bits;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) { return b.bit_not(x[0]); }
   template <typename T>
   T operator()(T x) const {
     if constexpr (std::is_same_v<T, bool>)
@@ -394,6 +413,9 @@ Tensor sign_flip(const Tensor& a, const Tensor& b) {
 }
 struct Copysign {
   static constexpr Domain domain = Domain::floating;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) {
+    return b.copysign(x[0], x[1]);
+  }
   static Tangent jvp(const Tensor& a, const Tensor& b, const Tensor&, const Tangent& ta,
                      const Tangent&) {
     return map_t(ta, [&](const Tensor& t) { return t * sign_flip(a, b); });
@@ -436,17 +458,20 @@ struct LogAddExp {
 };
 
 // Bitwise operations on the two's complement bits; on bool they are the logical ones.
-#define KILN_BITWISE(Name, op)                     \
-  struct Name {                                    \
-    static constexpr Domain domain = Domain::bits; \
-    template <typename T>                          \
-    T operator()(T a, T b) const {                 \
-      return static_cast<T>(a op b);               \
-    }                                              \
+#define KILN_BITWISE(Name, op, lowered)                                   \
+  struct Name {                                                           \
+    static constexpr Domain domain = Domain::bits;                        \
+    static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) { \
+      return b.lowered(x[0], x[1]);                                       \
+    }                                                                     \
+    template <typename T>                                                 \
+    T operator()(T a, T b) const {                                        \
+      return static_cast<T>(a op b);                                      \
+    }                                                                     \
   };
-KILN_BITWISE(BitwiseAnd, &)
-KILN_BITWISE(BitwiseOr, |)
-KILN_BITWISE(BitwiseXor, ^)
+KILN_BITWISE(BitwiseAnd, &, bit_and)
+KILN_BITWISE(BitwiseOr, |, bit_or)
+KILN_BITWISE(BitwiseXor, ^, bit_xor)
 #undef KILN_BITWISE
 
 // Shifts as numpy's npy_lshift / npy_rshift: a count outside [0, bits) (negative counts
@@ -456,9 +481,22 @@ bool shift_in_range(T count) {
   using U = std::make_unsigned_t<T>;
   return static_cast<U>(count) < sizeof(T) * 8;
 }
+// Compiled: whether the count is in range, and the count masked into it, so that the shift
+// itself is always defined.
+struct ShiftCount {
+  lw::Value in_range, count;
+};
+ShiftCount shift_count(lw::Builder& b, lw::Value count, DType d) {
+  const auto bits = static_cast<double>(dtype_size(d) * 8);
+  return {b.unsigned_less(count, b.constant(d, bits)), b.bit_and(count, b.constant(d, bits - 1))};
+}
 // Shifts take the integral dtypes: the public ops compute bool operands in int32.
 struct LeftShift {
   static constexpr Domain domain = Domain::integral;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    const ShiftCount c = shift_count(b, x[1], s.in);
+    return b.select(c.in_range, b.shift_left(x[0], c.count), b.constant(s.in, 0));
+  }
   template <typename T>
   T operator()(T a, T b) const {
     using U = std::make_unsigned_t<T>;
@@ -467,6 +505,15 @@ struct LeftShift {
 };
 struct RightShift {
   static constexpr Domain domain = Domain::integral;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    const ShiftCount c = shift_count(b, x[1], s.in);
+    // Out of range: 0, or -1 for negative signed values (the sign bit shifted across).
+    const double bits = static_cast<double>(dtype_size(s.in) * 8);
+    const lw::Value out = signed_integer(s.in)
+                              ? b.shift_right(s.in, x[0], b.constant(s.in, bits - 1))
+                              : b.constant(s.in, 0);
+    return b.select(c.in_range, b.shift_right(s.in, x[0], c.count), out);
+  }
   template <typename T>
   T operator()(T a, T b) const {
     if (shift_in_range(b)) return static_cast<T>(a >> b);  // arithmetic for signed T

@@ -58,6 +58,7 @@ int64_t offset_of(int64_t i, const std::vector<int64_t>& shape, const std::vecto
 
 // Each reducer: identity, combine, and whether it needs a non-empty input.
 struct SumR {
+  static constexpr lowering::Reduction lowered = lowering::Reduction::sum;  // compiled loops
   static constexpr bool needs_elements = false;
   template <typename A>
   static A identity() {
@@ -69,6 +70,7 @@ struct SumR {
   }
 };
 struct ProdR {
+  static constexpr lowering::Reduction lowered = lowering::Reduction::prod;  // compiled loops
   static constexpr bool needs_elements = false;
   template <typename A>
   static A identity() {
@@ -80,6 +82,7 @@ struct ProdR {
   }
 };
 struct MaxR {
+  static constexpr lowering::Reduction lowered = lowering::Reduction::max;  // compiled loops
   static constexpr bool needs_elements = true;
   template <typename A>
   static A identity() {
@@ -100,6 +103,7 @@ struct MaxR {
   }
 };
 struct MinR {
+  static constexpr lowering::Reduction lowered = lowering::Reduction::min;  // compiled loops
   static constexpr bool needs_elements = true;
   template <typename A>
   static A identity() {
@@ -118,6 +122,7 @@ struct MinR {
   }
 };
 struct AndR {
+  static constexpr lowering::Reduction lowered = lowering::Reduction::all;  // compiled loops
   static constexpr bool needs_elements = false;
   template <typename A>
   static A identity() {
@@ -129,6 +134,7 @@ struct AndR {
   }
 };
 struct OrR {
+  static constexpr lowering::Reduction lowered = lowering::Reduction::any;  // compiled loops
   static constexpr bool needs_elements = false;
   template <typename A>
   static A identity() {
@@ -399,6 +405,7 @@ const Primitive& define_reduce(std::string name, DTypeSet domain, std::string_vi
     return std::vector<Tensor>{out};
   };
   Primitive prim{.name = std::move(name), .arity = 1, .type_rule = std::move(rule)};
+  prim.lowering = lowering::Lowering{.reduction = R::lowered};
   prim.batch =
       ops::batch_leading([](const Attrs& a, const Tensor&) { return ops::shift_ints(a, "axes"); });
   using Rules = typename RulesOf<R>::type;

@@ -98,7 +98,8 @@ const Primitive& prim::reshape() {
        .batch = ops::batch_leading([](const Attrs& a, const Tensor& x) {
          return ops::prepend_int(a, "shape", x.shape()[0]);
        }),
-       .algebra = {.reshapes = true, .rearranges = true}},
+       .algebra = {.reshapes = true, .rearranges = true},
+       .lowering = lowering::Lowering{.index_map = lowering::IndexMap::reshape}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           Shape s(a.get_ints("shape"));
           if (std::optional<Tensor> view = reshape_view(in[0], s)) return one(std::move(*view));
@@ -140,7 +141,8 @@ const Primitive& prim::transpose() {
        .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
          return ops::prepend_int(ops::shift_ints(a, "perm"), "perm", 0);
        }),
-       .algebra = {.permutation_attr = "perm", .rearranges = true}},
+       .algebra = {.permutation_attr = "perm", .rearranges = true},
+       .lowering = lowering::Lowering{.index_map = lowering::IndexMap::transpose}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           const Tensor& x = in[0];
           Shape s;
@@ -190,7 +192,8 @@ const Primitive& prim::broadcast_to() {
          out.insert(out.end(), target.begin(), target.end());
          return {{broadcast_to(reshape(x, Shape(dims)), Shape(out)), 0}};
        },
-       .algebra = {.reshapes = true, .expands = true, .rearranges = true}},
+       .algebra = {.reshapes = true, .expands = true, .rearranges = true},
+       .lowering = lowering::Lowering{.index_map = lowering::IndexMap::broadcast}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           Shape s(a.get_ints("shape"));
           return one(make_view(in[0], s, detail::broadcast_strides(in[0], s), in[0].offset()));
@@ -263,7 +266,8 @@ const Primitive& prim::slice() {
          return ops::prepend_int(
              ops::prepend_int(ops::prepend_int(a, "start", 0), "stop", x.shape()[0]), "step", 1);
        }),
-       .algebra = {.rearranges = true}},
+       .algebra = {.rearranges = true},
+       .lowering = lowering::Lowering{.index_map = lowering::IndexMap::slice}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           return one(
               slice_view(in[0], a.get_ints("start"), a.get_ints("stop"), a.get_ints("step")));

@@ -18,18 +18,25 @@ using ops::define_unary;
 using ops::Domain;
 using ops::float_op;
 using ops::kChunk;
+using ops::Operands;
 using ops::rounding_op;
+using ops::signed_integer;
+namespace lw = lowering;
 
 // Each functor: `domain`, whether the result is bool, and the scalar function on compute_t.
 // `scale(x, y, t)` applies dy/dx (diagonal, so the same for tangents and cotangents);
 // functors without it are not differentiable (their derivative is zero almost everywhere).
-// A `linear` one's JVP is the primitive itself on the tangent (ops::linear_jvp).
+// A `linear` one's JVP is the primitive itself on the tangent (ops::linear_jvp). `lower` is
+// the compiled form (kiln/lowering.h): the same formula, operation by operation.
 struct Neg {
   static constexpr Domain domain = Domain::numeric;
   static constexpr bool complex = true;
   static constexpr Algebra algebra{.involution = true, .cheap_arithmetic = true};
   static constexpr bool linear = true;
   static Tensor scale(const Tensor&, const Tensor&, const Tensor& t) { return -t; }
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    return b.neg(s.in, x[0]);
+  }
   template <typename T>
   T operator()(T x) const {
     if constexpr (std::is_integral_v<T>)  // wraps (also for the most negative value)
@@ -42,6 +49,12 @@ struct Abs {
   static constexpr Domain domain = Domain::numeric;
   static constexpr Algebra algebra{.cheap_arithmetic = true};
   static Tensor scale(const Tensor& x, const Tensor&, const Tensor& t) { return t * sign(x); }
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    if (is_floating(s.in)) return b.abs(x[0]);
+    if (!signed_integer(s.in)) return x[0];
+    return b.select(b.compare(lw::Comparison::lt, s.in, x[0], b.constant(s.in, 0)),
+                    b.neg(s.in, x[0]), x[0]);
+  }
   template <typename T>
   T operator()(T x) const {
     // fabs clears the sign bit: |-0| = +0, as numpy.
@@ -56,6 +69,20 @@ struct Abs {
 struct Sign {
   static constexpr Domain domain = Domain::numeric;
   static constexpr Algebra algebra{.cheap_arithmetic = true};
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    using lw::Comparison;
+    const DType d = s.in;
+    const lw::Value zero = b.constant(d, 0), one = b.constant(d, 1), minus = b.constant(d, -1);
+    if (is_floating(d)) {  // NaN stays NaN
+      const lw::Value below = b.select(b.compare(Comparison::lt, d, x[0], zero), minus, zero);
+      const lw::Value r = b.select(b.compare(Comparison::gt, d, x[0], zero), one, below);
+      return b.select(b.is_nan(x[0]), x[0], r);
+    }
+    const lw::Value pos = b.compare(Comparison::gt, d, x[0], zero);
+    const lw::Value neg =
+        signed_integer(d) ? b.compare(Comparison::lt, d, x[0], zero) : b.constant(bool_, 0);
+    return b.select(pos, one, b.select(neg, minus, zero));
+  }
   template <typename T>
   T operator()(T x) const {
     if constexpr (std::is_floating_point_v<T>)
@@ -70,35 +97,41 @@ struct Sign {
     (void)y;                                                               \
     return derivative;                                                     \
   }
-#define KILN_FLOAT_UNARY(Name, expr, derivative)       \
-  struct Name {                                        \
-    static constexpr Domain domain = Domain::floating; \
-    template <typename T>                              \
-    T operator()(T x) const {                          \
-      return expr;                                     \
-    }                                                  \
-    KILN_UNARY_SCALE(derivative)                       \
+// A float function without a derivative (a step function) and its lowering; with one, the
+// same and `scale`.
+#define KILN_PLAIN_UNARY(Name, expr, lowered)                                                \
+  struct Name {                                                                              \
+    static constexpr Domain domain = Domain::floating;                                       \
+    template <typename T>                                                                    \
+    T operator()(T x) const {                                                                \
+      return expr;                                                                           \
+    }                                                                                        \
+    static lw::Value lower(lw::Builder& b, Operands x, [[maybe_unused]] const lw::Site& s) { \
+      return lowered;                                                                        \
+    }                                                                                        \
   };
-#define KILN_STEP_UNARY(Name, expr)                    \
-  struct Name {                                        \
-    static constexpr Domain domain = Domain::floating; \
-    template <typename T>                              \
-    T operator()(T x) const {                          \
-      return expr;                                     \
-    }                                                  \
+#define KILN_FLOAT_UNARY(Name, expr, lowered, derivative) \
+  KILN_PLAIN_UNARY(Name##Value, expr, lowered)            \
+  struct Name : Name##Value {                             \
+    KILN_UNARY_SCALE(derivative)                          \
   };
-KILN_FLOAT_UNARY(Sqrt, std::sqrt(x), t / (y * 2.0))
-KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x), t* y / x * -0.5)
+KILN_FLOAT_UNARY(Sqrt, std::sqrt(x), b.sqrt(x[0]), t / (y * 2.0))
+KILN_FLOAT_UNARY(Rsqrt, T{1} / std::sqrt(x), b.div(b.constant(s.in, 1), b.sqrt(x[0])),
+                 t* y / x * -0.5)
 // Transcendental functions run SLEEF's vector functions (src/math/vector_math.h) over
 // contiguous chunks: `chunk(x, y, n)` computes y[i] = f(x[i]) in float or double.
-#define KILN_VECTOR_UNARY(Name, fn, derivative)        \
-  struct Name {                                        \
-    static constexpr Domain domain = Domain::floating; \
-    template <typename C>                              \
-    static void chunk(const C* x, C* y, int64_t n) {   \
-      math::apply(math::MathFn::fn, x, y, n);          \
-    }                                                  \
-    KILN_UNARY_SCALE(derivative)                       \
+#define KILN_VECTOR_UNARY(Name, fn, derivative)                             \
+  struct Name {                                                             \
+    static constexpr Domain domain = Domain::floating;                      \
+    template <typename C>                                                   \
+    static void chunk(const C* x, C* y, int64_t n) {                        \
+      math::apply(math::MathFn::fn, x, y, n);                               \
+    }                                                                       \
+    static constexpr bool transcendental = true;                            \
+    static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) { \
+      return b.call(lw::MathFunction::fn, s.in, x);                         \
+    }                                                                       \
+    KILN_UNARY_SCALE(derivative)                                            \
   };
 KILN_VECTOR_UNARY(Exp, exp, t* y)
 KILN_VECTOR_UNARY(Log, log, t / x)
@@ -131,22 +164,38 @@ struct Sigmoid {
       }
     }
   }
+  static constexpr bool transcendental = true;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
+    const DType t = s.in;
+    const lw::Value minus_abs[] = {b.neg(t, b.abs(x[0]))};
+    const lw::Value e = b.call(lw::MathFunction::exp, t, minus_abs);
+    const lw::Value one = b.constant(t, 1);
+    const lw::Value d = b.add(t, one, e);
+    const lw::Value lo = b.add(t, b.sub(t, one, d), e);
+    const lw::Value num =
+        b.select(b.compare(lw::Comparison::ge, t, x[0], b.constant(t, 0)), one, e);
+    const lw::Value q = b.div(num, d);
+    return b.sub(t, q, b.mul(t, q, b.div(lo, d)));
+  }
   static Tensor scale(const Tensor&, const Tensor& y, const Tensor& t) { return t * y * (1.0 - y); }
 };
-KILN_STEP_UNARY(Floor, std::floor(x))
-KILN_STEP_UNARY(Ceil, std::ceil(x))
-KILN_STEP_UNARY(Round, std::nearbyint(x))  // default rounding mode: half to even
+KILN_PLAIN_UNARY(Floor, std::floor(x), b.round(lw::Rounding::floor, x[0]))
+KILN_PLAIN_UNARY(Ceil, std::ceil(x), b.round(lw::Rounding::ceil, x[0]))
+// The default rounding mode: half to even.
+KILN_PLAIN_UNARY(Round, std::nearbyint(x), b.round(lw::Rounding::nearest_even, x[0]))
 #undef KILN_FLOAT_UNARY
 #undef KILN_UNARY_SCALE
-#undef KILN_STEP_UNARY
+#undef KILN_PLAIN_UNARY
 struct LogicalNot {
   static constexpr Domain domain = Domain::boolean;
   static constexpr Algebra algebra{.cheap_arithmetic = true};
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) { return b.bit_not(x[0]); }
   bool operator()(bool x) const { return !x; }
 };
 struct IsNan {
   static constexpr Domain domain = Domain::floating;
   static constexpr bool bool_result = true;
+  static lw::Value lower(lw::Builder& b, Operands x, const lw::Site&) { return b.is_nan(x[0]); }
   template <typename T>
   bool operator()(T x) const {
     return x != x;
@@ -211,7 +260,11 @@ const Primitive& prim::convert() {
          return {convert_tangent(*ct[0], r.inputs[0].dtype())};
        },
        .batch = ops::batch_elementwise,
-       .algebra = {.cheap_arithmetic = true}},
+       .algebra = {.cheap_arithmetic = true},
+       .lowering = lw::Lowering{.elementwise =
+                                    [](lw::Builder& b, Operands x, const lw::Site& s) {
+                                      return b.convert(s.in, s.out, x[0]);
+                                    }}},
       {{ops::cpu({DTypeSet::all()}), [](std::span<const Tensor> in, const Attrs& a) {
           Tensor out = empty(in[0].shape(), a.get_dtype("dtype"));
           detail::copy_cast(in[0], out);
@@ -227,7 +280,9 @@ const Primitive& prim::stop_gradient() {
        .arity = 1,
        .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
        .differentiable = false,
-       .batch = ops::batch_elementwise},
+       .batch = ops::batch_elementwise,
+       .lowering = lw::Lowering{.elementwise = [](lw::Builder&, Operands x,
+                                                  const lw::Site&) { return x[0]; }}},
       {{ops::cpu({DTypeSet::all()}),
         [](ops::Ins in, const Attrs&) { return std::vector<Tensor>{in[0]}; }}});
   return p;
