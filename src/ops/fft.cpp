@@ -58,6 +58,7 @@ struct Fftw<double> {
   static Plan c2r(int n, C* in, double* out) {
     return fftw_plan_dft_c2r_1d(n, in, out, kPlanFlags);
   }
+  static void destroy(Plan p) { fftw_destroy_plan(p); }
   static void run(Plan p, C* in, C* out) { fftw_execute_dft(p, in, out); }
   static void run(Plan p, double* in, C* out) { fftw_execute_dft_r2c(p, in, out); }
   static void run(Plan p, C* in, double* out) { fftw_execute_dft_c2r(p, in, out); }
@@ -75,6 +76,7 @@ struct Fftw<float> {
   static Plan c2r(int n, C* in, float* out) {
     return fftwf_plan_dft_c2r_1d(n, in, out, kPlanFlags);
   }
+  static void destroy(Plan p) { fftwf_destroy_plan(p); }
   static void run(Plan p, C* in, C* out) { fftwf_execute_dft(p, in, out); }
   static void run(Plan p, float* in, C* out) { fftwf_execute_dft_r2c(p, in, out); }
   static void run(Plan p, C* in, float* out) { fftwf_execute_dft_c2r(p, in, out); }
@@ -85,13 +87,26 @@ std::mutex& planner_mutex() {
   return m;
 }
 
+// The plans made so far, destroyed at exit (so that leak checkers see FFTW's memory returned).
+template <typename R>
+struct PlanCache {
+  std::map<std::pair<Kind, std::vector<int>>, typename Fftw<R>::Plan> plans;
+  PlanCache() = default;
+  PlanCache(const PlanCache&) = delete;
+  PlanCache& operator=(const PlanCache&) = delete;
+  ~PlanCache() {
+    for (const auto& entry : plans)
+      if (entry.second) Fftw<R>::destroy(entry.second);
+  }
+};
+
 // The cached plan for `kind` over `dims`, made from the given arrays on first use.
 template <typename R, typename In, typename Out>
 typename Fftw<R>::Plan plan_for(Kind kind, const std::vector<int>& dims, In* in, Out* out) {
   using Plan = typename Fftw<R>::Plan;
-  static std::map<std::pair<Kind, std::vector<int>>, Plan> cache;
+  static PlanCache<R> cache;
   const std::lock_guard<std::mutex> lock(planner_mutex());
-  auto [it, fresh] = cache.try_emplace({kind, dims}, nullptr);
+  auto [it, fresh] = cache.plans.try_emplace({kind, dims}, nullptr);
   if (fresh) {
     Plan p = nullptr;
     if constexpr (std::is_same_v<In, Out>)
@@ -102,7 +117,7 @@ typename Fftw<R>::Plan plan_for(Kind kind, const std::vector<int>& dims, In* in,
     else
       p = Fftw<R>::c2r(dims[0], in, out);
     if (!p) {
-      cache.erase(it);
+      cache.plans.erase(it);
       std::string sizes;
       for (int d : dims) sizes += (sizes.empty() ? "" : "x") + std::to_string(d);
       fail("fft", "FFTW made no plan: got a transform of size ", sizes,
