@@ -1119,19 +1119,20 @@ torch.from_dlpack(t) and kiln.from_dlpack(torch_tensor) share memory with PyTorc
       "__bool__", [](const Tensor& t) { return static_cast<bool>(t); },
       "Truth of a one-element tensor; inside jit use kiln.cond / kiln.while_loop.");
   // float() and int() of a complex value raise TypeError, as they do for a Python complex.
-  auto scalar = [](const char* op) {
-    return [op](const Tensor& t) {
+  enum class Target { real, complex };
+  auto scalar = [](const char* op, Target target = Target::real) {
+    return [op, target](const Tensor& t) {
       require_concrete(t);
       if (t.numel() != 1)
         fail(op, "only one-element tensors convert to Python scalars: got ", t.type(),
              ", expected one element");
-      if (is_complex(t.dtype()) && std::string_view(op) != "complex")
+      if (is_complex(t.dtype()) && target == Target::real)
         throw py::type_error(std::string(op) + "() of a complex tensor: got " +
                              t.type().to_string() + ", expected a real one (use .real or abs)");
       return t;
     };
   };
-  tensor.def("__complex__", [f = scalar("complex")](const Tensor& t) {
+  tensor.def("__complex__", [f = scalar("complex", Target::complex)](const Tensor& t) {
     return f(t).item<std::complex<double>>(Loc{});
   });
   tensor.def("__float__",
