@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace kiln {
 
@@ -48,6 +50,27 @@ int num_threads();
 // (AVX-512: SkylakeX, AVX2 with FMA: Haswell) before its first BLAS call. Setting
 // OPENBLAS_CORETYPE in the environment chooses instead and turns this off.
 std::string blas_kernels();
+
+// The library that computes float32 matrix products (matmul and everything built on it, in
+// eager and compiled code): oneDNN's matmul primitive or OpenBLAS's sgemm. float64 products
+// always run on OpenBLAS (oneDNN has no float64 matmul), complex ones on its cgemm/zgemm.
+// The rule: oneDNN when the CPU has AVX-512 and OpenBLAS's kernels (blas_kernels()) are not its
+// AVX-512 ones, else OpenBLAS. The environment variable KILN_GEMM (onednn or openblas, read
+// once) overrides the rule, and set_gemm_backend overrides both.
+enum class GemmBackend { onednn, openblas };
+std::string_view gemm_backend_name(GemmBackend backend);  // "onednn", "openblas"
+// std::nullopt: back to KILN_GEMM or the rule.
+void set_gemm_backend(std::optional<GemmBackend> backend);
+
+// What this process computes with.
+struct RuntimeInfo {
+  GemmBackend gemm_backend;  // float32 products' backend (an invalid KILN_GEMM raises an Error)
+  std::string blas_kernels;  // OpenBLAS's core name, as blas_kernels()
+  std::string cpu_isa;       // the widest vector instructions Kiln detected: "avx512" (F, BW, DQ,
+                             // VL, CD), "avx2" (with FMA) or "baseline"
+  int num_threads;           // as num_threads()
+};
+RuntimeInfo runtime_info();
 
 // Asks the compiled loops running in this process to stop: the next step of a compiled
 // while_loop or scan (in any thread) raises Error "[while] interrupted: ..." (or "[scan]"), and

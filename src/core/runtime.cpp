@@ -30,6 +30,15 @@ int init_thread_count() {
   return g_thread_count.compare_exchange_strong(expected, initial) ? initial : expected;
 }
 
+std::string_view cpu_vector_isa() {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512cd"))
+    return "avx512";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "avx2";
+  return "baseline";
+}
+
 // In DYNAMIC_ARCH builds of OpenBLAS (Debian's) only; weak so that any other build links.
 extern "C" {
 void gotoblas_dynamic_init() __attribute__((weak));
@@ -41,13 +50,8 @@ bool select_blas_kernels() {
     return false;
   // Its fallback for an x86-64 CPU it cannot name.
   if (std::string_view(openblas_get_corename()) != "Prescott") return false;
-  const char* core = nullptr;
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512cd"))
-    core = "SKYLAKEX";
-  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-    core = "HASWELL";
+  const std::string_view isa = cpu_vector_isa();
+  const char* core = isa == "avx512" ? "SKYLAKEX" : isa == "avx2" ? "HASWELL" : nullptr;
   if (!core) return false;
   // OpenBLAS reads the choice from the environment when it initialises; the variable is
   // removed again afterwards, so child processes see the environment they were given.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <string_view>
 
 namespace kiln::detail {
 
@@ -26,6 +27,10 @@ inline int thread_count() {
   const int n = g_thread_count.load(std::memory_order_relaxed);
   return n > 0 ? n : init_thread_count();
 }
+
+// The widest vector instructions this CPU has, as Kiln names them: "avx512" (F, BW, DQ, VL,
+// CD: OpenBLAS's SkylakeX set), "avx2" (with FMA) or "baseline".
+std::string_view cpu_vector_isa();
 
 // OpenBLAS 0.3.21 does not know CPUs newer than itself and runs them on its slowest x86-64
 // kernels (Prescott: SSE3, 5x slower sgemm than its AVX-512 ones on a Xeon it does not

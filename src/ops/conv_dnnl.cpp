@@ -8,6 +8,7 @@
 
 #include "detail/parallel.h"
 #include "kiln/tensor.h"
+#include "ops/dnnl_engine.h"
 
 namespace kiln::ops {
 namespace {
@@ -24,11 +25,6 @@ struct Plan {
   dnnl::primitive prim;
   int a_arg, b_arg, out_arg;
 };
-
-const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
-  return e;
-}
 
 // The spatial tail (the last `rank` entries) of s, offset by `delta`.
 Dims tail(const ConvGeom& g, const Spatial& s, int64_t delta = 0) {
@@ -67,7 +63,7 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   const dnnl::convolution_forward::primitive_desc fwd(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x_any, w_any, y_any,
                                       strides, dilates, pad_l, pad_r),
-      engine());
+      dnnl_engine());
   auto plan = std::make_unique<Plan>();
   switch (pass) {
     case ConvPass::forward:
@@ -86,7 +82,7 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
       const dnnl::convolution_backward_data::primitive_desc pd(
           dnnl::convolution_backward_data::desc(alg, x_any, w_any, y_any, strides, dilates, pad_l,
                                                 pad_r),
-          engine(), fwd);
+          dnnl_engine(), fwd);
       *plan = {y_plain,
                w_plain,
                x_plain,
@@ -103,7 +99,7 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
       const dnnl::convolution_backward_weights::primitive_desc pd(
           dnnl::convolution_backward_weights::desc(alg, x_any, w_any, y_any, strides, dilates,
                                                    pad_l, pad_r),
-          engine(), fwd);
+          dnnl_engine(), fwd);
       *plan = {y_plain,
                x_plain,
                w_plain,
@@ -153,7 +149,7 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
   const int threads = detail::set_library_threads();
   const Plan* plan = plan_for(pass, g, threads);
   if (plan == nullptr) return false;
-  const dnnl::engine& eng = engine();
+  const dnnl::engine& eng = dnnl_engine();
   dnnl::stream stream(eng);
   const memory a_user(plan->a, eng, const_cast<float*>(a)),
       b_user(plan->b, eng, const_cast<float*>(b));

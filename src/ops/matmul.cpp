@@ -2,7 +2,8 @@
 // dtype, identical batch dimensions) and the public numpy-style `matmul` built on it (dtype
 // promotion, 1-d operands, broadcasting batch dimensions).
 //
-// float32/float64 run through OpenBLAS gemm, complex64/complex128 through cgemm/zgemm. Operands
+// float32 runs through oneDNN's matmul or OpenBLAS's sgemm (the rule in src/ops/gemm.cpp),
+// float64 through dgemm, complex64/complex128 through cgemm/zgemm. Operands
 // whose matrices are row-major or transposed views are passed to gemm as they are (with the
 // matching transpose flag); others are copied first. f16/bf16 compute in float32; integers use a
 // wrapping i-k-j loop.
@@ -11,12 +12,14 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 
 #include "detail/copy.h"
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
 #include "kiln/ops.h"
+#include "ops/gemm.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
@@ -107,6 +110,37 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
   }
 }
 
+// Where gemm's operand (trans, ld) lies as strides, for oneDNN.
+ops::GemmStrides strides(const GemmOperand& l, int64_t batch) {
+  return l.trans == CblasNoTrans ? ops::GemmStrides{batch, l.ld, 1}
+                                 : ops::GemmStrides{batch, 1, l.ld};
+}
+
+// The step s of offsets 0, s, 2s, ...; std::nullopt when they are not evenly spaced.
+std::optional<int64_t> even_step(const std::vector<int64_t>& offs) {
+  const int64_t step = offs.size() > 1 ? offs[1] - offs[0] : 0;
+  for (std::size_t i = 0; i < offs.size(); ++i)
+    if (offs[i] != static_cast<int64_t>(i) * step) return std::nullopt;
+  return step;
+}
+
+// A batch of float32 products on oneDNN: one call when both operands' matrices are evenly
+// spaced and oneDNN takes that layout (it then splits the batch across threads), else one call
+// per product. False when oneDNN does not take the layout of one product.
+bool dnnl_batch(const GemmOperand& la, const GemmOperand& lb, const std::vector<int64_t>& oa,
+                const std::vector<int64_t>& ob, int64_t m, int64_t n, int64_t k, const float* pa,
+                const float* pb, float* pc) {
+  const auto batch = static_cast<int64_t>(oa.size());
+  const std::optional<int64_t> sa = even_step(oa), sb = even_step(ob);
+  if (sa && sb && ops::dnnl_sgemm({batch, m, n, k, pa, strides(la, *sa), pb, strides(lb, *sb), pc}))
+    return true;
+  for (std::size_t i = 0; i < oa.size(); ++i)
+    if (!ops::dnnl_sgemm({1, m, n, k, pa + oa[i], strides(la, 0), pb + ob[i], strides(lb, 0),
+                          pc + static_cast<int64_t>(i) * m * n}))
+      return false;
+  return true;
+}
+
 // k = 1 (per-example weight gradients under vmap are batches of these): c[i, j] = a[i] * b[j],
 // written once. gemm would first clear c (its beta pass) and then add the products: twice
 // the memory traffic for the same, exactly rounded, values.
@@ -175,15 +209,20 @@ Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
 
   // One big gemm when b is the same matrix for every batch entry and a's batch and row
   // dimensions fold into one row dimension (x @ W with x [..., m, k]): rows = batch * m.
-  if (batch > 1 && la.trans == CblasNoTrans &&
-      std::all_of(ob.begin(), ob.end(), [&](int64_t o) { return o == ob[0]; })) {
-    bool folds = true;
-    for (int64_t i = 0; folds && i < batch; ++i)
-      folds = oa[static_cast<std::size_t>(i)] == i * m * la.ld;
-    if (folds && m * batch <= INT_MAX) {
-      gemm<T>(CblasNoTrans, lb.trans, batch * m, n, k, pa, la.ld, pb + ob[0], lb.ld, pc, n);
+  bool folds = batch > 1 && la.trans == CblasNoTrans && m * batch <= INT_MAX &&
+               std::all_of(ob.begin(), ob.end(), [&](int64_t o) { return o == ob[0]; });
+  for (int64_t i = 0; folds && i < batch; ++i)
+    folds = oa[static_cast<std::size_t>(i)] == i * m * la.ld;
+  if constexpr (std::is_same_v<T, float>) {
+    if (ops::sgemm_backend() == GemmBackend::onednn &&
+        (folds ? ops::dnnl_sgemm(
+                     {1, batch * m, n, k, pa, strides(la, 0), pb + ob[0], strides(lb, 0), pc})
+               : dnnl_batch(la, lb, oa, ob, m, n, k, pa, pb, pc)))
       return out;
-    }
+  }
+  if (folds) {
+    gemm<T>(CblasNoTrans, lb.trans, batch * m, n, k, pa, la.ld, pb + ob[0], lb.ld, pc, n);
+    return out;
   }
   const auto one = [&](int64_t i) {
     gemm<T>(la.trans, lb.trans, m, n, k, pa + oa[static_cast<std::size_t>(i)], la.ld,
