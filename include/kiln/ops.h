@@ -123,7 +123,8 @@ Tensor log_softmax(const Tensor& x, int64_t axis = -1, Loc loc = Loc::current())
 
 // ---- linear algebra ----------------------------------------------------------------
 // numpy matmul semantics: 1-d operands are promoted and the added axis removed; batch axes
-// broadcast. float32/float64 run through OpenBLAS.
+// broadcast. float32 runs through oneDNN or OpenBLAS (runtime_info(), include/kiln/runtime.h),
+// float64 and complex through OpenBLAS.
 Tensor matmul(const Tensor& a, const Tensor& b, Loc loc = Loc::current());
 
 // ---- shapes and views (views share storage; see docs/DESIGN.md) --------------------
