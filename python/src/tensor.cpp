@@ -1267,6 +1267,37 @@ int32, float32). `dtype` converts (a copy).)doc");
       "KILN_NUM_THREADS or OMP_NUM_THREADS).");
   m.def(
       "num_threads", [] { return num_threads(); }, "The number of threads Kiln's loops use.");
+  py::class_<RuntimeInfo>(m, "RuntimeInfo",
+                          "What this process computes with (kl.runtime_info()): gemm_backend (the "
+                          "library of float32 matrix products, \"onednn\" or \"openblas\"), "
+                          "blas_kernels (OpenBLAS's core name), cpu_isa (the widest vector "
+                          "instructions Kiln detected: avx512, avx2 or baseline), num_threads.")
+      .def_property_readonly(
+          "gemm_backend",
+          [](const RuntimeInfo& r) { return std::string(gemm_backend_name(r.gemm_backend)); })
+      .def_readonly("blas_kernels", &RuntimeInfo::blas_kernels)
+      .def_readonly("cpu_isa", &RuntimeInfo::cpu_isa)
+      .def_readonly("num_threads", &RuntimeInfo::num_threads)
+      .def("__repr__", [](const RuntimeInfo& r) {
+        return "RuntimeInfo(gemm_backend='" + std::string(gemm_backend_name(r.gemm_backend)) +
+               "', blas_kernels='" + r.blas_kernels + "', cpu_isa='" + r.cpu_isa +
+               "', num_threads=" + std::to_string(r.num_threads) + ")";
+      });
+  m.def("runtime_info", &runtime_info,
+        "The float32 GEMM backend, OpenBLAS's kernels, the CPU's vector instructions and the "
+        "thread count (docs/PYTHON.md).");
+  m.def(
+      "set_gemm_backend",
+      [](std::optional<std::string> name) {
+        if (!name) return set_gemm_backend(std::nullopt);
+        for (GemmBackend b : {GemmBackend::onednn, GemmBackend::openblas})
+          if (gemm_backend_name(b) == *name) return set_gemm_backend(b);
+        fail("set_gemm_backend", "unknown backend: got \"", *name,
+             "\", expected \"onednn\", \"openblas\" or None");
+      },
+      py::arg("name"),
+      "Runs float32 matrix products on \"onednn\" or \"openblas\"; None returns to KILN_GEMM "
+      "or the default rule.");
 }
 
 }  // namespace kiln::python

@@ -1,6 +1,9 @@
 """jit's static_argnames, is_leaf in kiln.tree, the short path of x[int] and DLPack's bool, as a
 JAX or PyTorch user expects them: results against NumPy / PyTorch, trace counts by hand."""
 import collections
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -306,3 +309,36 @@ def test_dlpack_bool_travels_as_uint8_both_ways_zero_copy():
     assert np.asarray(back != 0).dtype == np.bool_
     with pytest.raises(kl.Error, match=r"negative strides .*PyTorch has no negative strides"):
         torch.from_dlpack(kl.asarray(flags)[::-1])
+
+
+def test_runtime_info_reports_and_set_gemm_backend_chooses_the_float32_backend():
+    info = kl.runtime_info()
+    assert info.cpu_isa in ("avx512", "avx2", "baseline")
+    assert info.num_threads == kl.num_threads()
+    assert info.blas_kernels
+    a = np.random.default_rng(0).standard_normal((37, 65)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((65, 19)).astype(np.float32)
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    try:
+        for name in ("onednn", "openblas"):
+            kl.set_gemm_backend(name)
+            assert kl.runtime_info().gemm_backend == name
+            np.testing.assert_allclose(np.asarray(kl.matmul(kl.asarray(a), kl.asarray(b))), want,
+                                       rtol=1e-5, atol=1e-5)
+        with pytest.raises(kl.Error, match=r'\[set_gemm_backend\] unknown backend: got "mkl"'):
+            kl.set_gemm_backend("mkl")
+    finally:
+        kl.set_gemm_backend(None)
+    assert kl.runtime_info().gemm_backend == info.gemm_backend
+
+
+def test_an_invalid_kiln_gemm_is_an_error_naming_the_variable():
+    code = "import kiln as kl\nkl.matmul(kl.ones((2, 2)), kl.ones((2, 2)))"
+    env = dict(os.environ, KILN_GEMM="mkl")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode != 0
+    assert 'invalid KILN_GEMM: got "mkl", expected "onednn" or "openblas"' in run.stderr
+    env["KILN_GEMM"] = "openblas"
+    code = "import kiln as kl\nprint(kl.runtime_info().gemm_backend)"
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.stdout.strip() == "openblas", run.stderr
