@@ -78,6 +78,7 @@ void expect_matches_reference(const Tensor& a, const Tensor& b, const std::strin
 
 // a [m, k] and b [k, n] in every layout gemm takes: row-major, transposed views, rows with
 // a longer stride than their length, and views that must be copied first (every other row).
+// Products of 2^20 multiply-adds and more run on two threads in blocks of rows or columns.
 void check_layouts(int64_t m, int64_t k, int64_t n) {
   const std::string dims = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
   const Tensor a = matrix({m, k}, 1), b = matrix({k, n}, 2);
@@ -109,7 +110,10 @@ TEST_F(Backends, EveryLayoutAndOddShapeMatchesAFloat64Loop) {
                                                                        {3, 5, 4097},
                                                                        {64, 512, 10},
                                                                        {64, 10, 17},
-                                                                       {130, 70, 33}})
+                                                                       {130, 70, 33},
+                                                                       {37, 300, 1100},
+                                                                       {37, 70, 1100},
+                                                                       {1100, 70, 37}})
         check_layouts(m, k, n);
     }
   }
@@ -156,10 +160,15 @@ TEST_F(Backends, SameBitsTwice) {
     set_num_threads(threads);
     for (GemmBackend backend : kBackends) {
       set_gemm_backend(backend);
-      const Tensor a = matrix({257, 1031}, 31), b = transpose(matrix({129, 1031}, 32));
-      const std::vector<float> first = matmul(a, b).to_vector<float>();
-      EXPECT_EQ(matmul(a, b).to_vector<float>(), first)
-          << gemm_backend_name(backend) << ", threads " << threads;
+      // The second product is split into blocks of columns on two threads (src/ops/gemm.cpp).
+      for (const auto& [m, k, n] :
+           std::vector<std::array<int64_t, 3>>{{257, 1031, 129}, {37, 300, 1100}}) {
+        const Tensor a = matrix({m, k}, 31), b = transpose(matrix({n, k}, 32));
+        const std::vector<float> first = matmul(a, b).to_vector<float>();
+        EXPECT_EQ(matmul(a, b).to_vector<float>(), first)
+            << gemm_backend_name(backend) << ", threads " << threads << ", " << m << "x" << k << "x"
+            << n;
+      }
     }
   }
 }

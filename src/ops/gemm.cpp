@@ -1,7 +1,9 @@
 #include "ops/gemm.h"
 
 #include <cblas.h>  // openblas_get_corename
+#include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "detail/parallel.h"
 #include "kiln/error.h"
@@ -54,10 +57,11 @@ memory::desc operand_desc(int64_t count, int64_t rows, int64_t cols, const GemmS
                       {batch_stride, s.row, s.col});
 }
 
-std::unique_ptr<Plan> make_plan(const SgemmCall& c) {
+// c's rows are ldc apart (n, or more for a block of c's columns).
+std::unique_ptr<Plan> make_plan(const SgemmCall& c, int64_t ldc) {
   const memory::desc a = operand_desc(c.count, c.m, c.k, c.as);
   const memory::desc b = operand_desc(c.count, c.k, c.n, c.bs);
-  const memory::desc out({c.count, c.m, c.n}, memory::data_type::f32, memory::format_tag::abc);
+  const memory::desc out({c.count, c.m, c.n}, memory::data_type::f32, {c.m * ldc, ldc, 1});
   // The scratchpad comes from Kiln's allocator, per call: calls from several threads may then
   // run one primitive at once, and large buffers are reused rather than faulted in afresh.
   dnnl::primitive_attr attr;
@@ -68,23 +72,127 @@ std::unique_ptr<Plan> make_plan(const SgemmCall& c) {
 
 // The cached plan, or nullptr when oneDNN rejects the layout (remembered too). A primitive
 // keeps the thread count it was created with, so the count is part of the key.
-const Plan* plan_for(const SgemmCall& c, int threads) {
+const Plan* plan_for(const SgemmCall& c, int64_t ldc, int threads) {
   static std::mutex mu;
-  static std::map<std::array<int64_t, 11>, std::unique_ptr<Plan>> plans;
-  const std::array<int64_t, 11> key{threads,  c.count,  c.m,        c.n,      c.k,     c.as.batch,
-                                    c.as.row, c.as.col, c.bs.batch, c.bs.row, c.bs.col};
+  static std::map<std::array<int64_t, 12>, std::unique_ptr<Plan>> plans;
+  const std::array<int64_t, 12> key{threads,  c.count,  c.m,        c.n,      c.k,      c.as.batch,
+                                    c.as.row, c.as.col, c.bs.batch, c.bs.row, c.bs.col, ldc};
   std::lock_guard lock(mu);
   auto it = plans.find(key);
   if (it == plans.end()) {
     std::unique_ptr<Plan> plan;
     try {
-      plan = make_plan(c);
+      plan = make_plan(c, ldc);
     } catch (const dnnl::error&) {
       plan = nullptr;  // OpenBLAS runs it instead
     }
     it = plans.emplace(key, std::move(plan)).first;
   }
   return it->second.get();
+}
+
+// Products below this many multiply-adds run on one thread, as OpenBLAS runs them: splitting
+// them costs more than it saves (bench_matmul, two threads against one: 64³ 53 against 107
+// GFLOP/s, x[64,512] @ W[512,10] 61 against 82; 128³ gains, 231 against 194).
+constexpr double kSerialMacs = 1 << 20;
+
+int team_size(const SgemmCall& c, int threads) {
+  const double macs = static_cast<double>(c.count) * static_cast<double>(c.m) *
+                      static_cast<double>(c.n) * static_cast<double>(c.k);
+  return macs < kSerialMacs ? 1 : threads;
+}
+
+// Sets the calling thread's OpenMP count (which oneDNN reads when it creates and runs a
+// primitive) for a scope, and back afterwards.
+class OmpThreads {
+ public:
+  OmpThreads(int n, int restore) : n_(n), restore_(restore) {
+    if (n_ != restore_) omp_set_num_threads(n_);
+  }
+  ~OmpThreads() {
+    if (n_ != restore_) omp_set_num_threads(restore_);
+  }
+  OmpThreads(const OmpThreads&) = delete;
+  OmpThreads& operator=(const OmpThreads&) = delete;
+
+ private:
+  int n_, restore_;
+};
+
+// A product with its plan and buffers, ready to run (inside a parallel region too: nothing left
+// that allocates or throws). c's rows are ldc apart; when that is not n (a block of c's
+// columns) and k is long enough to repay the copy (kMinStagedK), the product goes to a
+// contiguous staging buffer first and is copied into place: oneDNN 2.6's fast (brgemm) kernels
+// write only contiguous rows, and its older gemm kernel, which it takes for strided rows, ran
+// dy[64,512] @ Wᵀ[512,784] on two threads at 60% of their peak against 68% staged, while
+// staging xᵀ[784,64] @ dy[64,512] (k = 64) cost it a third.
+constexpr int64_t kMinStagedK = 256;
+struct Ready {
+  SgemmCall call;
+  int64_t ldc;
+  const Plan* plan;
+  Tensor scratch, staging;
+};
+
+std::optional<Ready> prepare(const SgemmCall& c, int64_t ldc, int threads) {
+  const bool staged = ldc != c.n && c.k >= kMinStagedK;
+  const Plan* plan = plan_for(c, staged ? c.n : ldc, threads);
+  if (plan == nullptr) return std::nullopt;
+  Ready r{c, ldc, plan, {}, {}};
+  if (const std::size_t bytes = plan->scratch.get_size(); bytes > 0)
+    r.scratch = empty({static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))}, float32);
+  if (staged) r.staging = empty({c.count * c.m * c.n}, float32);
+  return r;
+}
+
+void run(Ready& r) {
+  const dnnl::engine& eng = dnnl_engine();
+  dnnl::stream stream(eng);
+  const Plan& p = *r.plan;
+  float* out = r.staging.defined() ? r.staging.data<float>() : r.call.c;
+  std::unordered_map<int, memory> args{
+      {DNNL_ARG_SRC, memory(p.a, eng, const_cast<float*>(r.call.a))},
+      {DNNL_ARG_WEIGHTS, memory(p.b, eng, const_cast<float*>(r.call.b))},
+      {DNNL_ARG_DST, memory(p.c, eng, out)}};
+  if (r.scratch.defined())
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, r.scratch.data<float>()));
+  p.prim.execute(stream, args);
+  stream.wait();
+  if (!r.staging.defined()) return;
+  const int64_t rows = r.call.count * r.call.m, n = r.call.n;
+  for (int64_t i = 0; i < rows; ++i) std::copy_n(out + i * n, n, r.call.c + i * r.ldc);
+}
+
+// One product on several threads runs as a one-threaded product per thread on a block of c's
+// columns (a multiple of 16, AVX-512's float lanes), or of its rows, when the blocks are wide
+// (kMinBlock): each thread then packs only its share of b. On a batch-64 layer's products
+// oneDNN's own split reached 45-60% of two cores' peak, against 75-85% of one core's for each
+// half; narrower products (x[64,3136] @ W[3136,128]) do better with oneDNN's split.
+constexpr int64_t kMinBlock = 256;
+
+std::vector<SgemmCall> blocks(const SgemmCall& c, int threads) {
+  std::vector<SgemmCall> parts;
+  if (c.count != 1 || threads < 2) return parts;
+  if (c.n >= kMinBlock * threads) {
+    const int64_t width = (c.n + threads - 1) / threads, step = (width + 15) / 16 * 16;
+    for (int64_t j = 0; j < c.n; j += step) {
+      SgemmCall p = c;
+      p.n = std::min(step, c.n - j);
+      p.b = c.b + j * c.bs.col;
+      p.c = c.c + j;
+      parts.push_back(p);
+    }
+  } else if (c.m >= kMinBlock * threads) {
+    const int64_t step = (c.m + threads - 1) / threads;
+    for (int64_t i = 0; i < c.m; i += step) {
+      SgemmCall p = c;
+      p.m = std::min(step, c.m - i);
+      p.a = c.a + i * c.as.row;
+      p.c = c.c + i * c.n;
+      parts.push_back(p);
+    }
+  }
+  return parts;
 }
 
 }  // namespace
@@ -109,21 +217,26 @@ GemmBackend sgemm_backend() {
 bool dnnl_sgemm(const SgemmCall& c) {
   // oneDNN takes its thread count from the calling thread's OpenMP setting.
   const int threads = detail::set_library_threads();
-  const Plan* plan = plan_for(c, threads);
-  if (plan == nullptr) return false;
-  const dnnl::engine& eng = dnnl_engine();
-  dnnl::stream stream(eng);
-  const memory a(plan->a, eng, const_cast<float*>(c.a)), b(plan->b, eng, const_cast<float*>(c.b));
-  const memory out(plan->c, eng, c.c);
-  std::unordered_map<int, memory> args{
-      {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, out}};
-  Tensor scratch;
-  if (const std::size_t bytes = plan->scratch.get_size(); bytes > 0) {
-    scratch = empty({static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))}, float32);
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(plan->scratch, eng, scratch.data<float>()));
+  const int team = team_size(c, threads);
+  const std::vector<SgemmCall> parts = blocks(c, team);
+  if (parts.empty()) {
+    const OmpThreads scope(team, threads);
+    std::optional<Ready> r = prepare(c, c.n, team);
+    if (r) run(*r);
+    return r.has_value();
   }
-  plan->prim.execute(stream, args);
-  stream.wait();
+  std::vector<Ready> ready;
+  {
+    const OmpThreads scope(1, threads);  // each block's primitive runs on one thread
+    for (const SgemmCall& p : parts) {
+      std::optional<Ready> r = prepare(p, c.n, 1);
+      if (!r) return false;
+      ready.push_back(std::move(*r));
+    }
+  }
+  const auto count = static_cast<int64_t>(ready.size());
+#pragma omp parallel for num_threads(team) schedule(static, 1)
+  for (int64_t i = 0; i < count; ++i) run(ready[static_cast<std::size_t>(i)]);
   return true;
 }
 
