@@ -34,8 +34,8 @@ section() {
 section "eager: small-op overhead and 10^7-element bandwidth (Kiln vs libtorch C++)"
 "$build/bench/bench_eager" "${gb[@]}" | median_only
 
-section "matmul: Kiln vs direct cblas_sgemm"
-"$build/bench/bench_matmul" "${gb[@]}" | median_only
+section "matmul: float32 on each GEMM backend, against the FMA peak"
+"$build/bench/bench_matmul"
 
 section "jit: cached-call overhead and MLP forward, jit vs eager"
 "$build/bench/bench_jit" "${gb[@]}" | median_only
