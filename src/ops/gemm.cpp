@@ -62,8 +62,8 @@ std::unique_ptr<Plan> make_plan(const SgemmCall& c, int64_t ldc) {
   const memory::desc a = operand_desc(c.count, c.m, c.k, c.as);
   const memory::desc b = operand_desc(c.count, c.k, c.n, c.bs);
   const memory::desc out({c.count, c.m, c.n}, memory::data_type::f32, {c.m * ldc, ldc, 1});
-  // The scratchpad comes from Kiln's allocator, per call: calls from several threads may then
-  // run one primitive at once, and large buffers are reused rather than faulted in afresh.
+  // The scratchpad is the caller's (prepare): calls from several threads may then run one
+  // primitive at once, and large buffers come from Kiln's block cache rather than fresh pages.
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, out), attr, dnnl_engine());
@@ -131,31 +131,47 @@ struct Ready {
   SgemmCall call;
   int64_t ldc;
   const Plan* plan;
-  Tensor scratch, staging;
+  float* scratch;         // oneDNN's scratchpad (null: none needed)
+  Tensor owned, staging;  // the scratchpad when not the thread's own; see above
 };
 
-std::optional<Ready> prepare(const SgemmCall& c, int64_t ldc, int threads) {
+// Scratchpads up to this size come from a buffer the calling thread keeps: small products'
+// scratchpads (a few hundred KiB) went through malloc and free on every call, a third of
+// their time.
+constexpr std::size_t kThreadScratchBytes = std::size_t{1} << 20;
+
+// own_thread: the calling thread runs the product (so it may use its own buffer).
+std::optional<Ready> prepare(const SgemmCall& c, int64_t ldc, int threads, bool own_thread) {
   const bool staged = ldc != c.n && c.k >= kMinStagedK;
   const Plan* plan = plan_for(c, staged ? c.n : ldc, threads);
   if (plan == nullptr) return std::nullopt;
-  Ready r{c, ldc, plan, {}, {}};
-  if (const std::size_t bytes = plan->scratch.get_size(); bytes > 0)
-    r.scratch = empty({static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float))}, float32);
+  Ready r{c, ldc, plan, nullptr, {}, {}};
+  const std::size_t bytes = plan->scratch.get_size();
+  const auto floats = static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
+  if (own_thread && bytes <= kThreadScratchBytes) {
+    thread_local std::vector<float> buffer;
+    if (buffer.size() < static_cast<std::size_t>(floats))
+      buffer.resize(static_cast<std::size_t>(floats));
+    r.scratch = buffer.data();
+  } else if (bytes > 0) {
+    r.owned = empty({floats}, float32);
+    r.scratch = r.owned.data<float>();
+  }
   if (staged) r.staging = empty({c.count * c.m * c.n}, float32);
   return r;
 }
 
 void run(Ready& r) {
   const dnnl::engine& eng = dnnl_engine();
-  dnnl::stream stream(eng);
+  // One stream per thread: making one per call cost a tenth of a small product's time.
+  thread_local dnnl::stream stream(eng);
   const Plan& p = *r.plan;
   float* out = r.staging.defined() ? r.staging.data<float>() : r.call.c;
   std::unordered_map<int, memory> args{
       {DNNL_ARG_SRC, memory(p.a, eng, const_cast<float*>(r.call.a))},
       {DNNL_ARG_WEIGHTS, memory(p.b, eng, const_cast<float*>(r.call.b))},
       {DNNL_ARG_DST, memory(p.c, eng, out)}};
-  if (r.scratch.defined())
-    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, r.scratch.data<float>()));
+  if (r.scratch != nullptr) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, r.scratch));
   p.prim.execute(stream, args);
   stream.wait();
   if (!r.staging.defined()) return;
@@ -221,7 +237,7 @@ bool dnnl_sgemm(const SgemmCall& c) {
   const std::vector<SgemmCall> parts = blocks(c, team);
   if (parts.empty()) {
     const OmpThreads scope(team, threads);
-    std::optional<Ready> r = prepare(c, c.n, team);
+    std::optional<Ready> r = prepare(c, c.n, team, true);
     if (r) run(*r);
     return r.has_value();
   }
@@ -229,7 +245,7 @@ bool dnnl_sgemm(const SgemmCall& c) {
   {
     const OmpThreads scope(1, threads);  // each block's primitive runs on one thread
     for (const SgemmCall& p : parts) {
-      std::optional<Ready> r = prepare(p, c.n, 1);
+      std::optional<Ready> r = prepare(p, c.n, 1, false);
       if (!r) return false;
       ready.push_back(std::move(*r));
     }
