@@ -28,6 +28,23 @@ class Backends : public ::testing::Test {
   int threads_ = num_threads();
 };
 
+// Runs body on each backend with 1 and 2 threads (as runtime_info reports).
+template <typename Body>
+void for_each_setting(Body body) {
+  for (int threads : {1, 2}) {
+    set_num_threads(threads);
+    for (GemmBackend backend : kBackends) {
+      SCOPED_TRACE(std::string(gemm_backend_name(backend)) + ", threads " +
+                   std::to_string(threads));
+      set_gemm_backend(backend);
+      const RuntimeInfo info = runtime_info();
+      EXPECT_EQ(info.gemm_backend, backend);
+      EXPECT_EQ(info.num_threads, threads);
+      body();
+    }
+  }
+}
+
 // c = a @ b in float64 from the operands' values (any layout), both [batch, m, k] x [batch,
 // k, n] or 2-d, and a bound on float32's rounding error per element: (k + 2) u sum |a||b|
 // holds for every summation order.
@@ -94,53 +111,39 @@ void check_layouts(int64_t m, int64_t k, int64_t n) {
 }
 
 TEST_F(Backends, EveryLayoutAndOddShapeMatchesAFloat64Loop) {
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (GemmBackend backend : kBackends) {
-      SCOPED_TRACE(std::string(gemm_backend_name(backend)) + ", threads " +
-                   std::to_string(threads));
-      set_gemm_backend(backend);
-      ASSERT_EQ(runtime_info().gemm_backend, backend);
-      for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1},
-                                                                       {1, 7, 17},
-                                                                       {17, 7, 1},
-                                                                       {7, 17, 7},
-                                                                       {4097, 3, 5},
-                                                                       {2, 4097, 3},
-                                                                       {3, 5, 4097},
-                                                                       {64, 512, 10},
-                                                                       {64, 10, 17},
-                                                                       {130, 70, 33},
-                                                                       {37, 300, 1100},
-                                                                       {37, 70, 1100},
-                                                                       {1100, 70, 37}})
-        check_layouts(m, k, n);
-    }
-  }
+  for_each_setting([] {
+    for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1},
+                                                                     {1, 7, 17},
+                                                                     {17, 7, 1},
+                                                                     {7, 17, 7},
+                                                                     {4097, 3, 5},
+                                                                     {2, 4097, 3},
+                                                                     {3, 5, 4097},
+                                                                     {64, 512, 10},
+                                                                     {64, 10, 17},
+                                                                     {130, 70, 33},
+                                                                     {37, 300, 1100},
+                                                                     {37, 70, 1100},
+                                                                     {1100, 70, 37}})
+      check_layouts(m, k, n);
+  });
 }
 
 TEST_F(Backends, BatchesMatchAFloat64Loop) {
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (GemmBackend backend : kBackends) {
-      SCOPED_TRACE(std::string(gemm_backend_name(backend)) + ", threads " +
-                   std::to_string(threads));
-      set_gemm_backend(backend);
-      const Tensor a = matrix({3, 7, 17}, 11), b = matrix({3, 17, 5}, 12);
-      expect_matches_reference(a, b, "batched");
-      expect_matches_reference(swapaxes(matrix({3, 17, 7}, 13), -1, -2), b,
-                               "batched, a transposed");
-      const Tensor shared_b = broadcast_to(matrix({17, 5}, 14), {3, 17, 5});
-      expect_matches_reference(a, shared_b, "b shared (one folded product)");
-      const Tensor shared_a = broadcast_to(matrix({7, 17}, 15), {3, 7, 17});
-      expect_matches_reference(shared_a, b, "a shared");
-      // Batch axes [2, 3] of a permuted [3, 2, 7, 17]: offsets not evenly spaced.
-      const Tensor permuted = permute(matrix({3, 2, 7, 17}, 16), {1, 0, 2, 3});
-      expect_matches_reference(permuted, matrix({2, 3, 17, 5}, 17), "permuted batch axes");
-      expect_matches_reference(matrix({256, 32, 32}, 18), matrix({256, 32, 32}, 19),
-                               "many small products");
-    }
-  }
+  for_each_setting([] {
+    const Tensor a = matrix({3, 7, 17}, 11), b = matrix({3, 17, 5}, 12);
+    expect_matches_reference(a, b, "batched");
+    expect_matches_reference(swapaxes(matrix({3, 17, 7}, 13), -1, -2), b, "batched, a transposed");
+    const Tensor shared_b = broadcast_to(matrix({17, 5}, 14), {3, 17, 5});
+    expect_matches_reference(a, shared_b, "b shared (one folded product)");
+    const Tensor shared_a = broadcast_to(matrix({7, 17}, 15), {3, 7, 17});
+    expect_matches_reference(shared_a, b, "a shared");
+    // Batch axes [2, 3] of a permuted [3, 2, 7, 17]: offsets not evenly spaced.
+    const Tensor permuted = permute(matrix({3, 2, 7, 17}, 16), {1, 0, 2, 3});
+    expect_matches_reference(permuted, matrix({2, 3, 17, 5}, 17), "permuted batch axes");
+    expect_matches_reference(matrix({256, 32, 32}, 18), matrix({256, 32, 32}, 19),
+                             "many small products");
+  });
 }
 
 // float64 runs on OpenBLAS whatever the setting (oneDNN has no float64 matmul).
@@ -156,21 +159,15 @@ TEST_F(Backends, Float64IsExactToItsOwnPrecisionOnEverySetting) {
 }
 
 TEST_F(Backends, SameBitsTwice) {
-  for (int threads : {1, 2}) {
-    set_num_threads(threads);
-    for (GemmBackend backend : kBackends) {
-      set_gemm_backend(backend);
-      // The second product is split into blocks of columns on two threads (src/ops/gemm.cpp).
-      for (const auto& [m, k, n] :
-           std::vector<std::array<int64_t, 3>>{{257, 1031, 129}, {37, 300, 1100}}) {
-        const Tensor a = matrix({m, k}, 31), b = transpose(matrix({n, k}, 32));
-        const std::vector<float> first = matmul(a, b).to_vector<float>();
-        EXPECT_EQ(matmul(a, b).to_vector<float>(), first)
-            << gemm_backend_name(backend) << ", threads " << threads << ", " << m << "x" << k << "x"
-            << n;
-      }
+  for_each_setting([] {
+    // The second product is split into blocks of columns on two threads (src/ops/gemm.cpp).
+    for (const auto& [m, k, n] :
+         std::vector<std::array<int64_t, 3>>{{257, 1031, 129}, {37, 300, 1100}}) {
+      const Tensor a = matrix({m, k}, 31), b = transpose(matrix({n, k}, 32));
+      const std::vector<float> first = matmul(a, b).to_vector<float>();
+      EXPECT_EQ(matmul(a, b).to_vector<float>(), first) << m << "x" << k << "x" << n;
     }
-  }
+  });
 }
 
 // Compiled programs call the matmul primitive's kernel, so they run on the chosen backend:

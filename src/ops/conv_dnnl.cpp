@@ -1,14 +1,12 @@
 #include "ops/conv_dnnl.h"
 
 #include <dnnl.hpp>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "detail/parallel.h"
 #include "kiln/tensor.h"
-#include "ops/dnnl_engine.h"
+#include "ops/dnnl_common.h"
 
 namespace kiln::ops {
 namespace {
@@ -119,26 +117,13 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
 // Pass, threads, then every size of the geometry.
 using Key = std::vector<int64_t>;
 
-// The cached plan, or nullptr when oneDNN rejects the geometry (remembered too). A primitive
-// keeps the thread count it was created with (oneDNN's own primitive cache keys on it too).
+// The cached plan, or nullptr when oneDNN rejects the geometry (Kiln's own kernel runs it).
 const Plan* plan_for(ConvPass pass, const ConvGeom& g, int threads) {
-  static std::mutex mu;
-  static std::map<Key, std::unique_ptr<Plan>> plans;
+  static PlanCache<Key, Plan> plans;
   Key key{static_cast<int64_t>(pass), threads, g.rank, g.N, g.C, g.O, g.G};
   for (const Spatial* s : {&g.in, &g.k, &g.stride, &g.pad, &g.dil})
     key.insert(key.end(), s->begin(), s->end());
-  std::lock_guard lock(mu);
-  auto it = plans.find(key);
-  if (it == plans.end()) {
-    std::unique_ptr<Plan> plan;
-    try {
-      plan = make_plan(pass, g);
-    } catch (const dnnl::error&) {
-      plan = nullptr;  // unsupported: Kiln's own kernel runs instead
-    }
-    it = plans.emplace(key, std::move(plan)).first;
-  }
-  return it->second.get();
+  return plans.get(key, [&] { return make_plan(pass, g); });
 }
 
 }  // namespace

@@ -7,9 +7,7 @@
 #include <array>
 #include <atomic>
 #include <cstdlib>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -17,7 +15,7 @@
 #include "detail/parallel.h"
 #include "kiln/error.h"
 #include "kiln/tensor.h"
-#include "ops/dnnl_engine.h"
+#include "ops/dnnl_common.h"
 
 namespace kiln {
 namespace ops {
@@ -70,25 +68,12 @@ std::unique_ptr<Plan> make_plan(const SgemmCall& c, int64_t ldc) {
   return std::make_unique<Plan>(Plan{a, b, out, pd.scratchpad_desc(), dnnl::matmul(pd)});
 }
 
-// The cached plan, or nullptr when oneDNN rejects the layout (remembered too). A primitive
-// keeps the thread count it was created with, so the count is part of the key.
+// The cached plan, or nullptr when oneDNN rejects the layout (OpenBLAS runs it).
 const Plan* plan_for(const SgemmCall& c, int64_t ldc, int threads) {
-  static std::mutex mu;
-  static std::map<std::array<int64_t, 12>, std::unique_ptr<Plan>> plans;
+  static PlanCache<std::array<int64_t, 12>, Plan> plans;
   const std::array<int64_t, 12> key{threads,  c.count,  c.m,        c.n,      c.k,      c.as.batch,
                                     c.as.row, c.as.col, c.bs.batch, c.bs.row, c.bs.col, ldc};
-  std::lock_guard lock(mu);
-  auto it = plans.find(key);
-  if (it == plans.end()) {
-    std::unique_ptr<Plan> plan;
-    try {
-      plan = make_plan(c, ldc);
-    } catch (const dnnl::error&) {
-      plan = nullptr;  // OpenBLAS runs it instead
-    }
-    it = plans.emplace(key, std::move(plan)).first;
-  }
-  return it->second.get();
+  return plans.get(key, [&] { return make_plan(c, ldc); });
 }
 
 // Products below this many multiply-adds run on one thread, as OpenBLAS runs them: splitting
