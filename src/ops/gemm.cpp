@@ -104,25 +104,26 @@ class OmpThreads {
   int n_, restore_;
 };
 
-// A product with its plan and buffers, ready to run (inside a parallel region too: nothing left
-// that allocates or throws). c's rows are ldc apart; when that is not n (a block of c's
-// columns) and k is long enough to repay the copy (kMinStagedK), the product goes to a
-// contiguous staging buffer first and is copied into place: oneDNN 2.6's fast (brgemm) kernels
-// write only contiguous rows, and its older gemm kernel, which it takes for strided rows, ran
+// A block of c's columns (rows ldc > n apart) with k at least this long goes to a contiguous
+// staging buffer first and is copied into place: oneDNN 2.6's fast (brgemm) kernels write only
+// contiguous rows, and its older gemm kernel, which it takes for strided rows, ran
 // dy[64,512] @ Wᵀ[512,784] on two threads at 60% of their peak against 68% staged, while
 // staging xᵀ[784,64] @ dy[64,512] (k = 64) cost it a third.
 constexpr int64_t kMinStagedK = 256;
+
+// A product with its plan and buffers, made beforehand so that running it inside a parallel
+// region creates no primitive and takes no tensor memory. c's rows are ldc apart.
 struct Ready {
   SgemmCall call;
   int64_t ldc;
   const Plan* plan;
-  float* scratch;         // oneDNN's scratchpad (null: none needed)
-  Tensor owned, staging;  // the scratchpad when not the thread's own; see above
+  float* scratch;  // oneDNN's scratchpad (null: none needed)
+  Tensor owned;    // the scratchpad when it is not the thread's own buffer
+  Tensor staging;  // c's block, contiguous (kMinStagedK), or undefined
 };
 
 // Scratchpads up to this size come from a buffer the calling thread keeps: small products'
-// scratchpads (a few hundred KiB) went through malloc and free on every call, a third of
-// their time.
+// scratchpads went through malloc and free on every call, a tenth of their time.
 constexpr std::size_t kThreadScratchBytes = std::size_t{1} << 20;
 
 // own_thread: the calling thread runs the product (so it may use its own buffer).
