@@ -323,8 +323,9 @@ def test_runtime_info_reports_and_set_gemm_backend_chooses_the_float32_backend()
         for name in ("onednn", "openblas"):
             kl.set_gemm_backend(name)
             assert kl.runtime_info().gemm_backend == name
-            np.testing.assert_allclose(np.asarray(kl.matmul(kl.asarray(a), kl.asarray(b))), want,
-                                       rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                np.asarray(kl.matmul(kl.asarray(a), kl.asarray(b))), want, rtol=1e-5, atol=1e-5
+            )
         with pytest.raises(kl.Error, match=r'\[set_gemm_backend\] unknown backend: got "mkl"'):
             kl.set_gemm_backend("mkl")
     finally:
