@@ -82,8 +82,9 @@ Item<K, I>* radix_sort(Item<K, I>* a, Item<K, I>* tmp, int64_t n, const ByteCoun
       std::fill(offset.begin(), offset.end(), 0);
 #pragma omp parallel num_threads(threads)
       {
-        const int t = omp_get_thread_num();
-        const int64_t b = n * t / threads, e = n * (t + 1) / threads;
+        // The runtime may give fewer threads than asked for: the team divides the work.
+        const int team = omp_get_num_threads(), t = omp_get_thread_num();
+        const int64_t b = n * t / team, e = n * (t + 1) / team;
         int64_t* c = offset.data() + static_cast<std::ptrdiff_t>(t) * 256;
         for (int64_t i = b; i < e; ++i) ++c[(a[i].key >> shift) & 0xff];
 #pragma omp barrier
@@ -91,7 +92,7 @@ Item<K, I>* radix_sort(Item<K, I>* a, Item<K, I>* tmp, int64_t n, const ByteCoun
         {
           int64_t at = 0;
           for (std::size_t v = 0; v < 256; ++v)
-            for (std::size_t u = 0; u < static_cast<std::size_t>(threads); ++u) {
+            for (std::size_t u = 0; u < static_cast<std::size_t>(team); ++u) {
               int64_t& slot = offset[u * 256 + v];
               slot = std::exchange(at, at + slot);
             }
@@ -362,8 +363,9 @@ void scan_kernel(const Tensor& x, const ops::AxisLines& L, const Tensor& y, cons
     const int threads = static_cast<int>(std::min<int64_t>(detail::thread_count(), chunks));
 #pragma omp parallel num_threads(threads)
     {
-      const int64_t t = omp_get_thread_num();
-      const int64_t cb = chunks * t / threads, ce = chunks * (t + 1) / threads;
+      // The runtime may give fewer threads than asked for: the team divides the chunks.
+      const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
+      const int64_t cb = chunks * t / team, ce = chunks * (t + 1) / team;
       for (int64_t c = cb; c < ce; ++c) start[static_cast<std::size_t>(c)] = total(px, c);
 #pragma omp barrier
 #pragma omp single
