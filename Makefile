@@ -14,13 +14,13 @@ export CCACHE_SLOPPINESS ?= pch_defines,time_macros
 export CCACHE_NOHASHDIR ?= true
 
 TSAN_BUILD ?= build-tsan
-FUZZ_BUILD ?= build-fuzz
+PYTHON_ASAN_BUILD ?= build-python-asan
 # make fuzz runs each fuzz/fuzz_<name>.cpp listed here for FUZZ_TIME seconds.
 FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
 # The Python package: make python builds kiln._kiln into python/kiln/ (then PYTHONPATH=python).
-.PHONY: all deps deps-demo deps-bench configure build python demo test test-asan test-python-asan test-tsan test-static fuzz bench bench-jit install-test clean format format-check check-structure
+.PHONY: all deps deps-demo deps-bench configure build python demo test sanitize-configure test-asan test-python-asan test-tsan test-static fuzz bench bench-jit install-test clean format format-check check-structure
 
 all: build
 
@@ -57,22 +57,39 @@ demo: deps-demo
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# Tests again under AddressSanitizer and UndefinedBehaviorSanitizer (-g1: line tables, all
-# that reports need; full debug information would cost CI minutes of compiling).
-test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
-	  -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF -DKILN_OPT_FLAGS="-O1;-g1" -DKILN_BUILD_PYTHON=OFF
+# One sanitizer build, clang 16 with AddressSanitizer and UndefinedBehaviorSanitizer, shared by
+# the tests (make test-asan) and the libFuzzer targets (make fuzz): Kiln's sources are compiled
+# once with coverage for the fuzzers (-fsanitize=fuzzer-no-link), which the tests ignore. -g1:
+# line tables, all that reports need; full debug information would cost CI minutes of compiling.
+# OpenMP is gcc's libgomp, the runtime OpenBLAS and oneDNN are built against: under clang's
+# libomp, which also answers their GOMP_* calls, OpenBLAS's threaded dgemm was given a team of
+# one thread and waited forever for the second. clang compiles no parallel regions for libgomp,
+# so Kiln's own loops run their chunks one after another here (the libraries' threads still run).
+SANITIZE_GOMP = /usr/lib/gcc/$(shell gcc -dumpmachine)/$(shell gcc -dumpversion)/libgomp.so
+SANITIZE_CONFIG = cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+  -DCMAKE_C_COMPILER=clang-16 -DCMAKE_CXX_COMPILER=clang++-16 -DKILN_SANITIZE=ON -DKILN_BUILD_FUZZ=ON \
+  -DKILN_BUILD_BENCH=OFF -DKILN_OPT_FLAGS="-O1;-g1;-Wno-source-uses-openmp" -DKILN_BUILD_PYTHON=OFF \
+  -DOpenMP_C_FLAGS=-fopenmp=libgomp -DOpenMP_CXX_FLAGS=-fopenmp=libgomp -DOpenMP_C_LIB_NAMES=gomp \
+  -DOpenMP_CXX_LIB_NAMES=gomp -DOpenMP_gomp_LIBRARY=$(SANITIZE_GOMP)
+sanitize-configure: deps
+	@scripts/install-deps.sh --clang
+	@{ grep -qs '^KILN_BUILD_FUZZ:BOOL=ON' $(ASAN_BUILD)/CMakeCache.txt && \
+	   grep -qs '^OpenMP_CXX_FLAGS:.*=-fopenmp=libgomp' $(ASAN_BUILD)/CMakeCache.txt; } || \
+	  { rm -rf $(ASAN_BUILD); $(SANITIZE_CONFIG); }
+
+# The tests again under the sanitizers.
+test-asan: sanitize-configure
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
-# The Python tests against the module built under ASan + UBSan, the interpreter preloading their
-# runtimes (python/CMakeLists.txt). Not in CI, whose time budget it would exceed; run it after
-# changing how the module holds memory (buffers, DLPack, lifetimes).
+# The Python tests against the module built under gcc's ASan + UBSan, the interpreter preloading
+# their runtimes (python/CMakeLists.txt). Not in CI, whose time budget it would exceed; run it
+# after changing how the module holds memory (buffers, DLPack, lifetimes).
 test-python-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
+	cmake -S . -B $(PYTHON_ASAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG=-g1 \
 	  -DKILN_SANITIZE=ON -DKILN_BUILD_BENCH=OFF -DKILN_OPT_FLAGS="-O1;-g1" -DKILN_BUILD_PYTHON=ON
-	cmake --build $(ASAN_BUILD) -j $(JOBS) --target kiln_python_package
-	cd $(ASAN_BUILD) && ctest -L python --output-on-failure -j $(JOBS)
+	cmake --build $(PYTHON_ASAN_BUILD) -j $(JOBS) --target kiln_python_package
+	cd $(PYTHON_ASAN_BUILD) && ctest -L python --output-on-failure -j $(JOBS)
 
 # The data pipeline's and the allocator's threads, and one compiled function called from four
 # threads, under ThreadSanitizer (libgomp is not instrumented, so Kiln's own parallel loops
@@ -95,28 +112,12 @@ test-static: build
 	$(BUILD)/tests/test_dispatch_static
 	$(BUILD)/tests/test_ad_rules_static
 
-# Each fuzz target in FUZZ_TARGETS under libFuzzer + ASan + UBSan (clang 16) for FUZZ_TIME seconds,
-# starting from a copy of its seeds fuzz/corpus/<name>/ (the repository is not modified), with
-# fuzz/<name>.dict when there is one. Runs them all, then fails if any crashed; a crashing input is
-# left in $(FUZZ_BUILD)/artifacts/<name>/.
-fuzz:
-	@scripts/install-deps.sh --clang
-	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-16 \
-	  -DCMAKE_CXX_COMPILER=clang++-16 -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_EXAMPLES=OFF \
-	  -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_PYTHON=OFF -DKILN_BUILD_FUZZ=ON
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
-	rm -rf $(FUZZ_BUILD)/corpus $(FUZZ_BUILD)/artifacts
-	@failed=""; for t in $(FUZZ_TARGETS); do \
-	  mkdir -p $(FUZZ_BUILD)/corpus/$$t $(FUZZ_BUILD)/artifacts/$$t; \
-	  cp fuzz/corpus/$$t/* $(FUZZ_BUILD)/corpus/$$t/; \
-	  dict=""; if [ -f fuzz/$$t.dict ]; then dict="-dict=fuzz/$$t.dict"; fi; \
-	  echo "== fuzz_$$t for $(FUZZ_TIME) s"; \
-	  $(FUZZ_BUILD)/fuzz/fuzz_$$t $(FUZZ_BUILD)/corpus/$$t $$dict -max_total_time=$(FUZZ_TIME) \
-	    -rss_limit_mb=2048 -malloc_limit_mb=512 -timeout=10 \
-	    -artifact_prefix=$(FUZZ_BUILD)/artifacts/$$t/ \
-	    -print_final_stats=1 || failed="$$failed $$t"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "fuzz: crashes in:$$failed (inputs in $(FUZZ_BUILD)/artifacts/)"; exit 1; fi
+# Each fuzz target in FUZZ_TARGETS under libFuzzer + ASan + UBSan (the sanitizer build) for
+# FUZZ_TIME seconds, JOBS at a time (scripts/fuzz.sh). Runs them all, then fails if any crashed;
+# a crashing input is left in $(ASAN_BUILD)/artifacts/<name>/.
+fuzz: sanitize-configure
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(addprefix fuzz_,$(FUZZ_TARGETS))
+	scripts/fuzz.sh $(ASAN_BUILD) $(FUZZ_TIME) $(JOBS) $(FUZZ_TARGETS)
 
 # cmake --install into a prefix, then build a separate project against it with find_package:
 # once with g++, once with clang++ 16 and -fopenmp (the public headers must compile with both).
@@ -149,7 +150,7 @@ bench-jit: deps-bench build
 	bench/jit_vs_torch.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(PYTHON_ASAN_BUILD)
 
 # Layout is .clang-format's for C++ (Debian 12's clang-format 14) and black's for Python
 # (pyproject.toml), with flake8's lint (setup.cfg); format-check enforces them in CI.
