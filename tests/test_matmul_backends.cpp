@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kiln/kiln.h"
+#include "ops/dnnl_common.h"
 #include "ops/gemm.h"
 #include "testing.h"
 
@@ -202,6 +203,42 @@ TEST(GemmSetting, DefaultFollowsTheRule) {
             info.cpu_isa == "avx512" && !blas_avx512 ? GemmBackend::onednn : GemmBackend::openblas)
       << core << ", " << info.cpu_isa;
   EXPECT_EQ(info.num_threads, num_threads());
+}
+
+// The primitive cache keeps the most recently used plans up to its capacity, remembers a
+// rejected key as nullptr without asking again, and a plan a caller still holds outlives its
+// eviction.
+TEST(PlanCache, KeepsTheMostRecentlyUsedPlans) {
+  ops::PlanCache<int, int> cache(2);
+  int made = 0;
+  auto make = [&](int v) {
+    return [&made, v] {
+      ++made;
+      return std::make_unique<int>(v);
+    };
+  };
+  const std::shared_ptr<const int> one = cache.get(1, make(10));
+  cache.get(2, make(20));
+  EXPECT_EQ(*cache.get(1, make(-1)), 10);  // a hit: 1 is now the most recent
+  cache.get(3, make(30));                  // evicts 2, the least recently used
+  EXPECT_EQ(made, 3);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_EQ(*cache.get(1, make(-1)), 10);
+  EXPECT_EQ(*cache.get(2, make(21)), 21);  // made again
+  EXPECT_EQ(made, 4);
+  cache.get(4, make(40));  // evicts 3
+  cache.get(5, make(50));  // evicts 1 while `one` still holds it
+  EXPECT_EQ(*one, 10);
+  EXPECT_EQ(cache.size(), 2u);
+  int rejected = 0;
+  auto reject = [&] {
+    ++rejected;
+    throw dnnl::error(dnnl_unimplemented, "no kernel");
+    return std::unique_ptr<int>();
+  };
+  EXPECT_EQ(cache.get(6, reject), nullptr);
+  EXPECT_EQ(cache.get(6, reject), nullptr);
+  EXPECT_EQ(rejected, 1);
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
 using Key = std::vector<int64_t>;
 
 // The cached plan, or nullptr when oneDNN rejects the geometry (Kiln's own kernel runs it).
-const Plan* plan_for(ConvPass pass, const ConvGeom& g, int threads) {
+std::shared_ptr<const Plan> plan_for(ConvPass pass, const ConvGeom& g, int threads) {
   static PlanCache<Key, Plan> plans;
   Key key{static_cast<int64_t>(pass), threads, g.rank, g.N, g.C, g.O, g.G};
   for (const Spatial* s : {&g.in, &g.k, &g.stride, &g.pad, &g.dil})
@@ -132,7 +132,7 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
   if (g.N == 0 || g.C == 0 || g.O == 0 || g.out_size() == 0) return false;
   // oneDNN takes its thread count from the calling thread's OpenMP setting.
   const int threads = detail::set_library_threads();
-  const Plan* plan = plan_for(pass, g, threads);
+  const std::shared_ptr<const Plan> plan = plan_for(pass, g, threads);
   if (plan == nullptr) return false;
   const dnnl::engine& eng = dnnl_engine();
   dnnl::stream stream(eng);

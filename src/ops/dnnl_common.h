@@ -4,6 +4,7 @@
 #pragma once
 
 #include <dnnl.hpp>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -18,28 +19,50 @@ inline const dnnl::engine& dnnl_engine() {
 // Plans (a primitive and what running it needs) by key, made by `make` on first use. A key
 // oneDNN rejects (make throws dnnl::error) is remembered as nullptr: the caller's fallback
 // kernel runs it. A primitive keeps the thread count it was created with, so keys include it.
+// At most `capacity` plans are kept (a program with ever new shapes would otherwise keep every
+// primitive it made); the least recently used one goes first, and a caller still running an
+// evicted plan keeps it alive through its shared_ptr.
 template <typename Key, typename Plan>
 class PlanCache {
  public:
+  explicit PlanCache(std::size_t capacity = 1024) : capacity_(capacity) {}
+
   template <typename Make>
-  const Plan* get(const Key& key, Make make) {
+  std::shared_ptr<const Plan> get(const Key& key, Make make) {
     std::lock_guard lock(mu_);
-    auto it = plans_.find(key);
-    if (it == plans_.end()) {
-      std::unique_ptr<Plan> plan;
-      try {
-        plan = make();
-      } catch (const dnnl::error&) {
-        plan = nullptr;
-      }
-      it = plans_.emplace(key, std::move(plan)).first;
+    if (auto it = plans_.find(key); it != plans_.end()) {
+      order_.splice(order_.begin(), order_, it->second.position);
+      return it->second.plan;
     }
-    return it->second.get();
+    std::shared_ptr<const Plan> plan;
+    try {
+      plan = make();
+    } catch (const dnnl::error&) {
+      plan = nullptr;
+    }
+    if (plans_.size() >= capacity_) {
+      plans_.erase(order_.back());
+      order_.pop_back();
+    }
+    order_.push_front(key);
+    plans_.emplace(key, Entry{plan, order_.begin()});
+    return plan;
+  }
+
+  std::size_t size() {
+    std::lock_guard lock(mu_);
+    return plans_.size();
   }
 
  private:
+  struct Entry {
+    std::shared_ptr<const Plan> plan;
+    typename std::list<Key>::iterator position;  // in order_
+  };
+  std::size_t capacity_;
   std::mutex mu_;
-  std::map<Key, std::unique_ptr<Plan>> plans_;
+  std::list<Key> order_;  // most recently used first
+  std::map<Key, Entry> plans_;
 };
 
 }  // namespace kiln::ops

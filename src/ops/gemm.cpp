@@ -69,7 +69,7 @@ std::unique_ptr<Plan> make_plan(const SgemmCall& c, int64_t ldc) {
 }
 
 // The cached plan, or nullptr when oneDNN rejects the layout (OpenBLAS runs it).
-const Plan* plan_for(const SgemmCall& c, int64_t ldc, int threads) {
+std::shared_ptr<const Plan> plan_for(const SgemmCall& c, int64_t ldc, int threads) {
   static PlanCache<std::array<int64_t, 12>, Plan> plans;
   const std::array<int64_t, 12> key{threads,  c.count,  c.m,        c.n,      c.k,      c.as.batch,
                                     c.as.row, c.as.col, c.bs.batch, c.bs.row, c.bs.col, ldc};
@@ -116,7 +116,7 @@ constexpr int64_t kMinStagedK = 256;
 struct Ready {
   SgemmCall call;
   int64_t ldc;
-  const Plan* plan;
+  std::shared_ptr<const Plan> plan;
   float* scratch;  // oneDNN's scratchpad (null: none needed)
   Tensor owned;    // the scratchpad when it is not the thread's own buffer
   Tensor staging;  // c's block, contiguous (kMinStagedK), or undefined
@@ -129,7 +129,7 @@ constexpr std::size_t kThreadScratchBytes = std::size_t{1} << 20;
 // own_thread: the calling thread runs the product (so it may use its own buffer).
 std::optional<Ready> prepare(const SgemmCall& c, int64_t ldc, int threads, bool own_thread) {
   const bool staged = ldc != c.n && c.k >= kMinStagedK;
-  const Plan* plan = plan_for(c, staged ? c.n : ldc, threads);
+  std::shared_ptr<const Plan> plan = plan_for(c, staged ? c.n : ldc, threads);
   if (plan == nullptr) return std::nullopt;
   Ready r{c, ldc, plan, nullptr, {}, {}};
   const std::size_t bytes = plan->scratch.get_size();

@@ -33,7 +33,8 @@ GemmBackend sgemm_backend();
 std::optional<GemmBackend> parse_gemm_env(const char* value);
 
 // Runs the call on oneDNN; false when oneDNN does not take this layout (the caller then uses
-// OpenBLAS). Primitives are cached per shape, strides and thread count.
+// OpenBLAS). Primitives are cached per shape, strides and thread count (the 1,024 most
+// recently used).
 bool dnnl_sgemm(const SgemmCall& call);
 
 }  // namespace kiln::ops
