@@ -6,6 +6,7 @@
 // when bad lines may be skipped; a file that loads is read again with its columns selected in
 // reverse, the first one kept as text and the second typed int32, which must not crash either.
 #include <algorithm>
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -65,6 +66,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
       bug("a file that loads strictly loads differently when skipping");
     if (rows == 0) return 0;
     const std::vector<std::string> names = lenient->get(0).names();
+    // Padding the text column adds a field <name>_length: a column of that name makes that a
+    // usage error (test_data checks it), not a failure to iterate.
+    if (std::find(names.begin(), names.end(), names[0] + "_length") != names.end()) return 0;
     kd::CsvOptions options{.select = {names.rbegin(), names.rend()},
                            .text_columns = {names[0]},
                            .on_error = kd::OnError::skip};
