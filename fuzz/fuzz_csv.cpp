@@ -6,7 +6,6 @@
 // when bad lines may be skipped; a file that loads is read again with its columns selected in
 // reverse, the first one kept as text and the second typed int32, which must not crash either.
 #include <algorithm>
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
