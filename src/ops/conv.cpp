@@ -5,11 +5,11 @@
 // src/ops/pool.cpp).
 //
 // conv and its two gradients run through oneDNN in float32 (src/ops/conv_dnnl.cpp: 1.5-2x
-// faster than im2col here); otherwise they lower to im2col + OpenBLAS gemm per group; small
-// images are batched into one wide gemm so that gemm sees enough columns. f16/bf16 compute in
-// float32. im2col and its transpose run in parallel over image planes: OpenBLAS is the OpenMP
-// build, so they share gemm's thread pool. Every geometry is held as 3d (ops::ConvGeom), a
-// lower rank with unit leading axes.
+// faster than im2col here); otherwise they lower to im2col + gemm per group (float32 on the
+// GEMM backend matmul uses, float64 on OpenBLAS); small images are batched into one wide gemm
+// so that gemm sees enough columns. f16/bf16 compute in float32. im2col and its transpose run
+// in parallel over image planes: OpenBLAS is the OpenMP build, so they share gemm's thread
+// pool. Every geometry is held as 3d (ops::ConvGeom), a lower rank with unit leading axes.
 #include <cblas.h>
 #ifdef __SSE4_1__
 #include <smmintrin.h>
@@ -22,6 +22,7 @@
 #include <limits>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "detail/checked.h"
 #include "detail/copy.h"
@@ -29,6 +30,7 @@
 #include "detail/parallel.h"
 #include "kiln/ops.h"
 #include "ops/conv_dnnl.h"
+#include "ops/gemm.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
@@ -177,6 +179,28 @@ Shape image_shape(const ConvGeom& g, int64_t n, int64_t c, const Spatial& s) {
   return Shape(d);
 }
 
+// float C = A·B + beta·C (beta 0 or 1) on oneDNN when the GEMM rule picks it (src/ops/gemm.cpp),
+// as matmul does; false when it does not, or oneDNN declines the layout. A product that adds
+// to C (the weight gradient's sum over images) goes through the thread's buffer, m·n floats
+// against the m·n·k of the product.
+bool dnnl_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (ops::sgemm_backend() != GemmBackend::onednn || (beta != 0.0f && beta != 1.0f)) return false;
+  const auto strides = [](bool t, int64_t ld) {
+    return t ? ops::GemmStrides{0, 1, ld} : ops::GemmStrides{0, ld, 1};
+  };
+  const bool direct = beta == 0.0f && ldc == n;
+  thread_local std::vector<float> sum;
+  if (!direct) sum.resize(static_cast<std::size_t>(m * n));
+  float* out = direct ? c : sum.data();
+  if (!ops::dnnl_sgemm({1, m, n, k, a, strides(ta, lda), b, strides(tb, ldb), out})) return false;
+  if (direct) return true;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j)
+      c[r * ldc + j] = beta == 0.0f ? out[r * n + j] : c[r * ldc + j] + out[r * n + j];
+  return true;
+}
+
 // Row-major C = A·B + beta·C with either operand transposed, for float or double.
 template <typename T>
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b,
@@ -184,10 +208,11 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const T* a, int64_t
   const auto i = [](int64_t v) { return static_cast<blasint>(v); };
   const CBLAS_TRANSPOSE at = ta ? CblasTrans : CblasNoTrans, bt = tb ? CblasTrans : CblasNoTrans;
   detail::set_library_threads();
-  if constexpr (std::is_same_v<T, float>)
-    cblas_sgemm(CblasRowMajor, at, bt, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), beta, c,
-                i(ldc));
-  else
+  if constexpr (std::is_same_v<T, float>) {
+    if (!dnnl_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc))
+      cblas_sgemm(CblasRowMajor, at, bt, i(m), i(n), i(k), 1.0f, a, i(lda), b, i(ldb), beta, c,
+                  i(ldc));
+  } else
     cblas_dgemm(CblasRowMajor, at, bt, i(m), i(n), i(k), 1.0, a, i(lda), b, i(ldb), beta, c,
                 i(ldc));
 }
