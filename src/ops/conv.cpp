@@ -186,14 +186,13 @@ Shape image_shape(const ConvGeom& g, int64_t n, int64_t c, const Spatial& s) {
 bool dnnl_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   if (ops::sgemm_backend() != GemmBackend::onednn || (beta != 0.0f && beta != 1.0f)) return false;
-  const auto strides = [](bool t, int64_t ld) {
-    return t ? ops::GemmStrides{0, 1, ld} : ops::GemmStrides{0, ld, 1};
-  };
   const bool direct = beta == 0.0f && ldc == n;
   thread_local std::vector<float> sum;
   if (!direct) sum.resize(static_cast<std::size_t>(m * n));
   float* out = direct ? c : sum.data();
-  if (!ops::dnnl_sgemm({1, m, n, k, a, strides(ta, lda), b, strides(tb, ldb), out})) return false;
+  if (!ops::dnnl_sgemm(
+          {1, m, n, k, a, ops::blas_strides(ta, lda), b, ops::blas_strides(tb, ldb), out}))
+    return false;
   if (direct) return true;
   for (int64_t r = 0; r < m; ++r)
     for (int64_t j = 0; j < n; ++j)

@@ -16,6 +16,11 @@ struct GemmStrides {
   int64_t batch, row, col;
 };
 
+// The strides of a BLAS operand: rows ld apart, or, transposed, columns ld apart.
+inline GemmStrides blas_strides(bool transposed, int64_t ld, int64_t batch = 0) {
+  return transposed ? GemmStrides{batch, 1, ld} : GemmStrides{batch, ld, 1};
+}
+
 // c[i] = a[i] b[i] for i < count: a[i] is m x k, b[i] k x n, c contiguous [count, m, n].
 struct SgemmCall {
   int64_t count, m, n, k;

@@ -112,8 +112,7 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
 
 // Where gemm's operand (trans, ld) lies as strides, for oneDNN.
 ops::GemmStrides strides(const GemmOperand& l, int64_t batch) {
-  return l.trans == CblasNoTrans ? ops::GemmStrides{batch, l.ld, 1}
-                                 : ops::GemmStrides{batch, 1, l.ld};
+  return ops::blas_strides(l.trans != CblasNoTrans, l.ld, batch);
 }
 
 // The step s of offsets 0, s, 2s, ...; std::nullopt when they are not evenly spaced.
