@@ -1,6 +1,6 @@
 // float32 kiln::matmul on each GEMM backend (OpenBLAS's sgemm, oneDNN's matmul; the one
 // kiln::runtime_info() chooses is marked), in GFLOP/s (2*m*n*k per product) and as a share of
-// the float32 FMA peak of as many cores (bench/peak.h), measured in the same run. Prints a
+// the float32 FMA peak of as many cores (kiln::machine_peak), measured in the same run. Prints a
 // Markdown table (docs/PERFORMANCE.md, "Matrix multiply").
 //   build/bench/bench_matmul [--threads 1,2] [--rounds R (default 3)] [--target S (seconds per
 //                            backend per round, default 0.15)] [--max N (largest square, 4096)]
@@ -16,7 +16,6 @@
 #include <vector>
 
 #include "kiln/kiln.h"
-#include "peak.h"
 
 namespace {
 
@@ -130,10 +129,10 @@ int main(int argc, char** argv) {
               cpu_model().c_str(), info.cpu_isa.c_str(), info.blas_kernels.c_str(), chosen.c_str());
   const GemmBackend backends[] = {GemmBackend::openblas, GemmBackend::onednn};
   for (int threads : o.threads) {
-    const auto peak = bench_peak::fma_peak(threads);
-    const double peak_gf = peak ? peak->gflops : 0;
+    const MachinePeak peak = machine_peak(threads);
+    const double peak_gf = peak.fma_gflops;
     std::printf("\n%d thread(s): float32 FMA peak of %d core(s) (%s) %.1f GFLOP/s\n\n", threads,
-                threads, peak ? peak->isa : "none", peak_gf);
+                threads, peak.isa.c_str(), peak_gf);
     std::printf("| product | OpenBLAS GFLOP/s | oneDNN GFLOP/s | %s, share of peak |\n",
                 chosen.c_str());
     std::printf("|---|---:|---:|---:|\n");

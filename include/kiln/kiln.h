@@ -19,6 +19,7 @@
 #include "kiln/optim.h"
 #include "kiln/primitive.h"
 #include "kiln/printing.h"
+#include "kiln/profile.h"
 #include "kiln/progress.h"
 #include "kiln/random.h"
 #include "kiln/runtime.h"

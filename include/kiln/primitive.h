@@ -187,6 +187,12 @@ struct Primitive {
   // How compiled code computes it in a fused loop (kiln/lowering.h); without one, compiled code
   // runs its kernel.
   std::optional<::kiln::lowering::Lowering> lowering;
+  // The arithmetic of one application, for profiles (kiln/profile.h): 2 per multiply-add, from
+  // the operand and result types. Set by primitives bound by arithmetic rather than memory
+  // (matmul, the convolutions); without one a profile shows bytes only.
+  std::function<double(std::span<const TensorType> inputs, std::span<const TensorType> outputs,
+                       const Attrs& attrs)>
+      flops;
   // Dead-code elimination of some outputs (ir::dce): the equation without the outputs not in
   // `live` (value ids) that it can drop, when it can drop any (scan: unread ys).
   std::function<ir::Equation(const ir::Equation&, const std::set<int>& live)> prune;

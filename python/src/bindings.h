@@ -51,6 +51,7 @@ void bind_optim(py::module_& m);         // kiln.optim
 void bind_data(py::module_& m);          // kiln.data
 void bind_io(py::module_& m);            // kiln.io: safetensors
 void bind_fft(py::module_& m);           // kiln.fft: numpy.fft
+void bind_profile(py::module_& m);       // kiln.profile, kiln.machine_peak
 // Parts of kiln.nn that bind_nn calls with the submodule: the recurrent layers
 // (nn_recurrent.cpp), the transformer layers (nn_transformer.cpp) and the convolution layers
 // (nn_conv.cpp).

@@ -22,4 +22,5 @@ PYBIND11_MODULE(_kiln, m) {
   bind_data(m);
   bind_io(m);
   bind_fft(m);
+  bind_profile(m);
 }

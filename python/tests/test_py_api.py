@@ -343,3 +343,40 @@ def test_an_invalid_kiln_gemm_is_an_error_naming_the_variable():
     code = "import kiln as kl\nprint(kl.runtime_info().gemm_backend)"
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert run.stdout.strip() == "openblas", run.stderr
+
+
+def test_profile_records_a_jitted_steps_fused_groups_and_library_calls():
+    a, b = randn(32, 24), randn(24, 16)
+
+    @kl.jit
+    def step(a, b):
+        return kl.exp(kl.matmul(a, b)) * 2.0
+
+    step(a, b)
+    with kl.profile() as prof:
+        for _ in range(2):
+            step(a, b)
+    rows = prof.rows
+    mm = [r for r in rows if r.what.startswith("matmul")]
+    assert len(mm) == 1 and mm[0].calls == 2 and not mm[0].fused
+    assert mm[0].flops == 2 * 32 * 24 * 16
+    assert mm[0].bytes == 4 * (32 * 24 + 24 * 16 + 32 * 16)
+    assert any(r.fused and "exp" in r.what for r in rows)
+    assert all(r.seconds > 0 for r in rows)
+    assert prof.peak.fma_gflops > 0 and prof.peak.copy_gbps > 0
+    assert "GFLOP/s" in str(prof) and "matmul" in prof.table()
+    with pytest.raises(kl.Error, match=r"\[profile\] no result yet"):
+        kl.profile().rows
+
+
+def test_kiln_profile_prints_the_table_at_exit():
+    code = (
+        "import kiln as kl\n"
+        "f = kl.jit(lambda x: kl.sin(x) + 1.0)\n"
+        "for _ in range(3): f(kl.ones((8,)))\n"
+    )
+    env = dict(os.environ, KILN_PROFILE="1")
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "kiln profile:" in run.stderr and ": 3 calls" in run.stderr, run.stderr
+    assert "fused sin,add [8]" in run.stderr, run.stderr

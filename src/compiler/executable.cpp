@@ -14,6 +14,7 @@
 #include "compiler/loops.h"
 #include "compiler/orc.h"
 #include "compiler/plan.h"
+#include "core/profiling.h"
 #include "detail/checked.h"
 #include "detail/copy.h"
 #include "detail/parallel.h"
@@ -185,6 +186,7 @@ class CompiledFunction final : public Code {
         owned_subs_(std::move(owned)),
         subs_(owned_subs_ ? owned_subs_.get() : subs) {
     const auto start = std::chrono::steady_clock::now();
+    profile_id_ = detail::next_profile_id();
     Partition p = partition(*f_);
     views_ = std::move(p.views);
     // Groups with the same description compute the same way (an unrolled loop's steps, equal
@@ -298,7 +300,10 @@ class CompiledFunction final : public Code {
       bind_value(f.constants[i].value.id, constants_[i]);
 
     std::vector<char*> buffers;
+    const bool profiling = detail::profiling();
     for (std::size_t s = 0; s < steps_.size(); ++s) {
+      const auto step_start =
+          profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
       if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
         buffers.clear();
         for (int v : g->group.inputs) buffers.push_back(data[static_cast<std::size_t>(v)]);
@@ -341,12 +346,59 @@ class CompiledFunction final : public Code {
           bind_value(e.outputs[k].id, std::move(t));
         }
       }
+      if (profiling)
+        detail::record_step(
+            profile_id_, static_cast<int>(s),
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count(),
+            [&] { return describe_step(s); });
       for (int v : release_after_[s]) env[static_cast<std::size_t>(v)] = Tensor();
     }
     std::vector<Tensor> results;
     for (const ir::Value& v : f.results) results.push_back(tensor_of(v.id, env));
     give_back(std::move(arena));
     return results;
+  }
+
+  // Step s as a profile row (kiln/profile.h) without its timing.
+  ProfileRow describe_step(std::size_t s) const {
+    ProfileRow row{.function = f_->name};
+    auto add_bytes = [&](int v) {
+      row.bytes += static_cast<double>(bytes_of(value_types_[static_cast<std::size_t>(v)]));
+    };
+    std::ostringstream what;
+    if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
+      row.fused = true;
+      std::vector<std::string_view> names;
+      for (const Node& n : g->group.nodes)
+        if (n.prim && std::find(names.begin(), names.end(), n.prim->name) == names.end())
+          names.push_back(n.prim->name);
+      for (std::size_t i = 0; i < names.size(); ++i) what << (i ? "," : "") << names[i];
+      what << " [";
+      for (std::size_t a = 0; a < g->group.domain.size(); ++a)
+        what << (a ? "," : "") << g->group.domain[a];
+      what << "]";
+      for (int v : g->group.inputs) add_bytes(v);
+      for (const GroupOutput& o : g->group.outputs) add_bytes(o.value);
+    } else {
+      const ir::Equation& e =
+          f_->equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
+      std::vector<TensorType> ins, outs;
+      what << e.prim->name;
+      for (const ir::Value& v : e.inputs) {
+        what << (ins.empty() ? " " : ", ") << v.type;
+        ins.push_back(v.type);
+        add_bytes(v.id);
+      }
+      what << " ->";
+      for (const ir::Value& v : e.outputs) {
+        what << " " << v.type;
+        outs.push_back(v.type);
+        add_bytes(v.id);
+      }
+      if (e.prim->flops) row.flops = e.prim->flops(ins, outs, e.attrs);
+    }
+    row.what = what.str();
+    return row;
   }
 
   // Adds the kernel calls' partial sums of each total in chunk order (deterministic for a
@@ -547,6 +599,7 @@ class CompiledFunction final : public Code {
   }
 
   std::shared_ptr<const ir::Function> f_;
+  uint64_t profile_id_ = 0;  // the function's rows in profiles
   std::unique_ptr<const SubFunctions> owned_subs_;
   const SubFunctions* subs_;
   std::vector<std::optional<View>> views_;

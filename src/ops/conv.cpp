@@ -591,6 +591,15 @@ const Primitive& define_conv(const ConvSpec& s, Primitive p, Loc loc = Loc::curr
   p.type_rule = [s, suffix](std::span<const TensorType> in, const Attrs& a) {
     return std::vector<TensorType>{{in[0].dtype, s.result(s.geom(conv_kind(suffix, a), in, a))}};
   };
+  // The three primitives do the forward's multiply-adds: one per output, input channel of its
+  // group and kernel tap.
+  p.flops = [s, suffix](std::span<const TensorType> in, std::span<const TensorType>,
+                        const Attrs& a) {
+    const ConvGeom g = s.geom(conv_kind(suffix, a), in, a);
+    return 2.0 * static_cast<double>(g.N) * static_cast<double>(g.O) *
+           static_cast<double>(g.C / std::max<int64_t>(g.G, 1)) *
+           static_cast<double>(g.out_size()) * static_cast<double>(g.taps());
+  };
   p.batch = [folds = s.folds](const BatchArgs& b) {
     return folds && !b.dims[1] ? batch_images(b) : ops::batch_by_loop(b);
   };

@@ -317,6 +317,10 @@ Primitive matmul_primitive() {
   p.arity = 2;
   p.algebra.transposes_as_product = true;
   p.type_rule = matmul_rule;
+  p.flops = [](std::span<const TensorType> in, std::span<const TensorType> out, const Attrs&) {
+    return 2.0 * static_cast<double>(out[0].shape.numel()) *
+           static_cast<double>(in[0].shape[in[0].shape.rank() - 1]);
+  };
   p.jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> std::vector<Tangent> {
     const Primitive& self = r.primitive;
     Tangent out;

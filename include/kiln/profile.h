@@ -1,0 +1,63 @@
+// Where a compiled function's time goes: per step (fused loop nest or library call), time,
+// GFLOP/s and GB/s, set against the machine's measured FMA peak and copy bandwidth.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// The machine's limits on `threads` cores at once, measured by running on them.
+struct MachinePeak {
+  std::string isa;        // the vectors the FMA chains ran in: "avx512", "avx2" or "sse"
+  int threads = 1;        // cores measured at once
+  double fma_gflops = 0;  // float32 FMA peak, summed over the threads (2 FLOPs per FMA lane)
+  double copy_gbps = 0;   // streaming copy (memcpy of 24 MiB per thread): bytes read plus
+                          // written per second, summed over the threads
+};
+// Measured on first request for a thread count (about 0.3 s), then cached; threads in
+// [1, kMaxThreads] (kiln/runtime.h), else an Error.
+MachinePeak machine_peak(int threads);
+
+// One step of one compiled function, over the calls made while profiling.
+struct ProfileRow {
+  std::string function;  // the IR function's name (@...)
+  int step = 0;          // its position among the function's steps
+  bool fused = false;    // a fused loop nest (else a kernel call)
+  std::string what;      // fused: its primitives; a kernel call: the primitive and its types
+  int64_t calls = 0;
+  double seconds = 0;  // wall time over all calls
+  double flops = 0;    // per call, 2 per multiply-add; 0 where the primitive declares none
+  double bytes = 0;    // per call: bytes read plus written
+};
+
+struct Profile {
+  std::vector<ProfileRow> rows;  // by function, then by time, longest first
+  MachinePeak peak;              // for the thread count at stop_profile
+  // Per function: its steps with ms per call, share of the function's time, GFLOP/s and % of
+  // the FMA peak, GB/s and % of the copy bandwidth.
+  std::string table() const;
+};
+
+// Starts recording every compiled function's steps, clearing an earlier recording. With the
+// environment variable KILN_PROFILE=1 a recording starts with the process's first compiled
+// call, and whatever is being recorded at exit is printed to stderr as a table.
+void start_profile();
+// Stops recording and returns what was recorded (empty when none was started).
+Profile stop_profile();
+
+// Runs f with profiling on and returns the profile.
+template <typename F>
+Profile profile(F&& f) {
+  start_profile();
+  try {
+    f();
+  } catch (...) {
+    stop_profile();
+    throw;
+  }
+  return stop_profile();
+}
+
+}  // namespace kiln

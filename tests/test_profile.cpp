@@ -1,0 +1,120 @@
+// Profiles of compiled functions (kiln/profile.h): which steps a profile records, their
+// arithmetic and bytes against the operands' shapes, and the machine peaks they are set
+// against.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+#include "kiln/kiln.h"
+#include "testing.h"
+
+using namespace kiln;
+
+namespace {
+
+const JitOptions kCompiled{.name = "profiled", .backend = ir::Backend::llvm};
+
+// relu(a @ b + 1): a kernel call (matmul) and a fused group (add, max).
+Tensor product_step(const Tensor& a, const Tensor& b) { return nn::relu(matmul(a, b) + 1.0); }
+
+const ProfileRow* find_row(const Profile& p, std::string_view what) {
+  for (const ProfileRow& r : p.rows)
+    if (r.what.find(what) != std::string::npos) return &r;
+  return nullptr;
+}
+
+TEST(Profile, RecordsEachStepOfEachCallWithItsArithmeticAndBytes) {
+  constexpr int64_t M = 48, K = 40, N = 24;
+  const Tensor a = full({M, K}, 0.5), b = full({K, N}, 0.25);
+  auto f = jit(product_step, kCompiled);
+  f(a, b);  // compiled before the profile: compilation is not a step
+  const auto start = std::chrono::steady_clock::now();
+  const Profile p = profile([&] {
+    for (int i = 0; i < 3; ++i) f(a, b);
+  });
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  const ProfileRow* mm = find_row(p, "matmul");
+  ASSERT_NE(mm, nullptr) << p.table();
+  EXPECT_EQ(mm->function, "profiled");
+  EXPECT_FALSE(mm->fused);
+  EXPECT_EQ(mm->calls, 3);
+  EXPECT_EQ(mm->flops, 2.0 * M * N * K);
+  EXPECT_EQ(mm->bytes, 4.0 * (M * K + K * N + M * N));
+  EXPECT_NE(mm->what.find("f32[48,40], f32[40,24] -> f32[48,24]"), std::string::npos) << mm->what;
+
+  const ProfileRow* fused = nullptr;
+  for (const ProfileRow& r : p.rows)
+    if (r.fused) fused = &r;
+  ASSERT_NE(fused, nullptr) << p.table();
+  EXPECT_EQ(fused->calls, 3);
+  EXPECT_EQ(fused->flops, 0);
+  // Reads the product and writes the result; the constants are a few scalars.
+  EXPECT_GE(fused->bytes, 4.0 * (M * N + M * N));
+  EXPECT_LE(fused->bytes, 4.0 * (M * N + M * N) + 64);
+  EXPECT_NE(fused->what.find("[48,24]"), std::string::npos) << fused->what;
+
+  double sum = 0;
+  for (const ProfileRow& r : p.rows) {
+    EXPECT_GT(r.seconds, 0);
+    sum += r.seconds;
+  }
+  EXPECT_LE(sum, wall);
+  EXPECT_EQ(p.peak.threads, num_threads());
+  EXPECT_GT(p.peak.fma_gflops, 0);
+  EXPECT_GT(p.peak.copy_gbps, 0);
+  const std::string table = p.table();
+  EXPECT_NE(table.find("@profiled: 3 calls"), std::string::npos) << table;
+  EXPECT_NE(table.find("GFLOP/s"), std::string::npos) << table;
+}
+
+TEST(Profile, ConvolutionsCountTheForwardMultiplyAddsInEveryPass) {
+  // x [N=2, C=3, 9, 8], w [O=4, 3, 3, 2], stride 1, no padding: out 7 x 7.
+  const Tensor x = full({2, 3, 9, 8}, 0.5), w = full({4, 3, 3, 2}, 0.25);
+  auto loss = [](const Tensor& x, const Tensor& w) { return sum(conv2d(x, w) * conv2d(x, w)); };
+  auto g = jit(grad(loss, argnums<0, 1>), kCompiled);
+  g(x, w);
+  const Profile p = profile([&] { g(x, w); });
+  const double macs = 2.0 * 4 * 3 * 7 * 7 * 3 * 2;  // N·O·C·OH·OW·KH·KW
+  for (std::string_view op : {"conv f32", "conv_input_grad", "conv_weight_grad"}) {
+    const ProfileRow* r = find_row(p, op);
+    ASSERT_NE(r, nullptr) << op << "\n" << p.table();
+    EXPECT_EQ(r->flops, 2 * macs) << op;
+  }
+}
+
+TEST(Profile, RecordsNothingOutsideAProfile) {
+  const Tensor a = full({4, 4}, 1.0);
+  auto f = jit(product_step, kCompiled);
+  f(a, a);
+  start_profile();
+  stop_profile();
+  f(a, a);
+  const Profile later = profile([] {});
+  EXPECT_TRUE(later.rows.empty()) << later.table();
+  EXPECT_NE(later.table().find("no compiled function ran"), std::string::npos);
+}
+
+TEST(Profile, AnExceptionStopsTheProfile) {
+  const Tensor a = full({4, 4}, 1.0);
+  auto f = jit(product_step, kCompiled);
+  EXPECT_THROW(profile([] { throw std::runtime_error("user"); }), std::runtime_error);
+  f(a, a);
+  EXPECT_TRUE(stop_profile().rows.empty());
+}
+
+TEST(Profile, MachinePeakChecksItsThreadCount) {
+  kiln::testing::expect_error([] { machine_peak(0); }, "machine_peak",
+                              {"got 0", "expected 1 to 1024"});
+  const MachinePeak one = machine_peak(1);
+  EXPECT_EQ(one.threads, 1);
+  EXPECT_GT(one.fma_gflops, 0);
+  EXPECT_GT(one.copy_gbps, 0);
+  EXPECT_TRUE(one.isa == "avx512" || one.isa == "avx2" || one.isa == "sse") << one.isa;
+  EXPECT_EQ(machine_peak(1).fma_gflops, one.fma_gflops);  // measured once
+}
+
+}  // namespace
