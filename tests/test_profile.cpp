@@ -3,7 +3,9 @@
 // against.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <stdexcept>
 #include <string>
 
@@ -84,6 +86,26 @@ TEST(Profile, ConvolutionsCountTheForwardMultiplyAddsInEveryPass) {
     ASSERT_NE(r, nullptr) << op << "\n" << p.table();
     EXPECT_EQ(r->flops, 2 * macs) << op;
   }
+}
+
+TEST(Profile, FunctionsOfOneNameAreToldApart) {
+  const Tensor a = full({4, 4}, 1.0);
+  auto f = jit(product_step, kCompiled);
+  auto g = jit([](const Tensor& x) { return exp(x); }, kCompiled);
+  f(a, a);
+  g(a);
+  const Profile p = profile([&] {
+    f(a, a);
+    g(a);
+    g(a);
+  });
+  std::map<std::string, int64_t> calls;  // per function, its steps' most calls
+  for (const ProfileRow& r : p.rows) calls[r.function] = std::max(calls[r.function], r.calls);
+  EXPECT_EQ(calls, (std::map<std::string, int64_t>{{"profiled", 1}, {"profiled (2)", 2}}))
+      << p.table();
+  const std::string table = p.table();
+  EXPECT_NE(table.find("@profiled: 1 call,"), std::string::npos) << table;
+  EXPECT_NE(table.find("@profiled (2): 2 calls"), std::string::npos) << table;
 }
 
 TEST(Profile, RecordsNothingOutsideAProfile) {

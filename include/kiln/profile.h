@@ -22,7 +22,7 @@ MachinePeak machine_peak(int threads);
 
 // One step of one compiled function, over the calls made while profiling.
 struct ProfileRow {
-  std::string function;  // the IR function's name (@...)
+  std::string function;  // the IR function's name; "name (2)", ... for others of that name
   int step = 0;          // its position among the function's steps
   bool fused = false;    // a fused loop nest (else a kernel call)
   std::string what;      // fused: its primitives; a kernel call: the primitive and its types

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -77,8 +78,19 @@ std::vector<ProfileRow> take_profile() {
     if (a.first.first != b.first.first) return a.first.first < b.first.first;
     return a.second.seconds > b.second.seconds;
   });
+  // Functions of the same name (two jits left unnamed) are told apart as "name (2)", ....
+  std::map<std::string, std::vector<uint64_t>> ids_of;
+  for (const auto& [key, row] : rows) {
+    std::vector<uint64_t>& ids = ids_of[row.function];
+    if (std::find(ids.begin(), ids.end(), key.first) == ids.end()) ids.push_back(key.first);
+  }
   std::vector<ProfileRow> out;
-  for (auto& [key, row] : rows) out.push_back(std::move(row));
+  for (auto& [key, row] : rows) {
+    const std::vector<uint64_t>& ids = ids_of[row.function];
+    const auto nth = std::find(ids.begin(), ids.end(), key.first) - ids.begin();
+    if (nth > 0) row.function += " (" + std::to_string(nth + 1) + ")";
+    out.push_back(std::move(row));
+  }
   return out;
 }
 
