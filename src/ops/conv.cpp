@@ -5,10 +5,11 @@
 // src/ops/pool.cpp).
 //
 // conv and its two gradients run through oneDNN in float32 (src/ops/conv_dnnl.cpp: 1.5-2x
-// faster than im2col here); otherwise they lower to im2col + gemm per group (float32 on the
-// GEMM backend matmul uses, float64 on OpenBLAS); small images are batched into one wide gemm
-// so that gemm sees enough columns. f16/bf16 compute in float32. im2col and its transpose run
-// in parallel over image planes: OpenBLAS is the OpenMP build, so they share gemm's thread
+// faster than im2col here), except a single-channel input's, which is memory-bound and runs
+// as direct loops (src/ops/conv_direct.cpp); otherwise they lower to im2col + gemm per group
+// (float32 on the GEMM backend matmul uses, float64 on OpenBLAS); small images are batched into one
+// wide gemm so that gemm sees enough columns. f16/bf16 compute in float32. im2col and its transpose
+// run in parallel over image planes: OpenBLAS is the OpenMP build, so they share gemm's thread
 // pool. Every geometry is held as 3d (ops::ConvGeom), a lower rank with unit leading axes.
 #include <cblas.h>
 #ifdef __SSE4_1__
@@ -29,6 +30,7 @@
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
 #include "kiln/ops.h"
+#include "ops/conv_direct.h"
 #include "ops/conv_dnnl.h"
 #include "ops/gemm.h"
 #include "ops/primitives.h"
@@ -393,8 +395,13 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g, std:
     std::fill(po, po + out.numel(), T{0});
     return out;
   }
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    if (ops::direct_conv_applies(g)) {
+      ops::direct_conv_forward(g, px, pw, po);
+      return out;
+    }
     if (ops::dnnl_conv(ConvPass::forward, g, px, pw, po)) return out;
+  }
   if (is_pointwise(g)) {  // the image is the column matrix already
     each_image_group(g, [&](int64_t n, int64_t gi) {
       gemm<T>(false, false, Og, L, K, pw + gi * Og * K, K, px + (n * g.C + gi * Cg) * L, L, T{0},
@@ -428,8 +435,13 @@ Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvG
   const T* pw = w.data<const T>();
   T* px = dx.data<T>();
   const int64_t Cg = g.C / g.G, Og = g.O / g.G, K = Cg * g.taps(), L = g.out_size();
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, float>) {
+    if (ops::direct_conv_applies(g)) {
+      ops::direct_conv_input_grad(g, pc, pw, px);
+      return dx;
+    }
     if (ops::dnnl_conv(ConvPass::backward_data, g, pc, pw, px)) return dx;
+  }
   if (is_pointwise(g)) {
     each_image_group(g, [&](int64_t n, int64_t gi) {
       gemm<T>(true, false, K, L, Og, pw + gi * Og * K, K, pc + (n * g.O + gi * Og) * L, L, T{0},
@@ -461,12 +473,13 @@ Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const Conv
   const T* pc = ct.data<const T>();
   const T* px = x.data<const T>();
   T* pw = dw.data<T>();
-  // oneDNN's weight gradient of a single-channel input (a grayscale image's first layer) runs
-  // its slow plain-layout path: im2col + gemm takes about half its time there (bench_train's
-  // demo CNN, docs/PERFORMANCE.md "Training step").
-  const bool single_channel = g.C == 1 && g.G == 1;
-  if constexpr (std::is_same_v<T, float>)
-    if (!single_channel && ops::dnnl_conv(ConvPass::backward_weights, g, pc, px, pw)) return dw;
+  if constexpr (std::is_same_v<T, float>) {
+    if (ops::direct_conv_applies(g)) {
+      ops::direct_conv_weight_grad(g, pc, px, pw);
+      return dw;
+    }
+    if (ops::dnnl_conv(ConvPass::backward_weights, g, pc, px, pw)) return dw;
+  }
   std::fill(pw, pw + dw.numel(), T{0});  // the gemms below accumulate over images
   if (is_pointwise(g)) {
     each_image_group(g, [&](int64_t n, int64_t gi) {

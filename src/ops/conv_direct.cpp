@@ -1,0 +1,310 @@
+#include "ops/conv_direct.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "detail/parallel.h"
+
+namespace kiln::ops {
+namespace {
+
+// float vectors of 4, 8 and 16 lanes (GCC's and Clang's vector extensions): the widths of
+// SSE, AVX2 and AVX-512, in whose registers the loops below keep their sums.
+typedef float F4 __attribute__((vector_size(16)));
+typedef float F8 __attribute__((vector_size(32)));
+typedef float F16 __attribute__((vector_size(64)));
+// Their lanes' bits, for masking.
+typedef int32_t I4 __attribute__((vector_size(16)));
+typedef int32_t I8 __attribute__((vector_size(32)));
+typedef int32_t I16 __attribute__((vector_size(64)));
+template <typename Vec>
+struct BitsOf;
+template <>
+struct BitsOf<F4> {
+  using type = I4;
+};
+template <>
+struct BitsOf<F8> {
+  using type = I8;
+};
+template <>
+struct BitsOf<F16> {
+  using type = I16;
+};
+
+// Everything below is inlined into one function per instruction set (the variants at the end),
+// so that it is compiled for that set's registers.
+#define KILN_INLINE [[gnu::always_inline]] inline
+
+template <typename Vec>
+inline constexpr int64_t kLanes = sizeof(Vec) / sizeof(float);
+
+// The first `count` lanes from p (all of them when count == kLanes), the others zero; a whole
+// vector is one load, a partial one (a row's tail) goes through memory.
+template <typename Vec>
+KILN_INLINE Vec load(const float* p, int64_t count) {
+  Vec v = {};
+  if (count == kLanes<Vec>) {
+    std::memcpy(&v, p, sizeof v);
+  } else {
+    std::memcpy(&v, p, static_cast<std::size_t>(count) * sizeof(float));
+  }
+  return v;
+}
+template <typename Vec>
+KILN_INLINE void store(float* p, Vec v, int64_t count) {
+  if (count == kLanes<Vec>) {
+    std::memcpy(p, &v, sizeof v);
+  } else {
+    std::memcpy(p, &v, static_cast<std::size_t>(count) * sizeof(float));
+  }
+}
+
+// One image's channel with its zero padding written out, so that every tap of every output
+// reads inside it.
+struct Padded {
+  int64_t D = 0, H = 0, W = 0;
+  std::vector<float> data;
+
+  explicit Padded(const ConvGeom& g)
+      : D(g.in[0] + 2 * g.pad[0]),
+        H(g.in[1] + 2 * g.pad[1]),
+        W(g.in[2] + 2 * g.pad[2]),
+        data(static_cast<std::size_t>(D * H * W)) {}
+  void fill(const ConvGeom& g, const float* image) {
+    std::fill(data.begin(), data.end(), 0.0f);
+    for (int64_t d = 0; d < g.in[0]; ++d)
+      for (int64_t h = 0; h < g.in[1]; ++h)
+        std::copy_n(image + (d * g.in[1] + h) * g.in[2], g.in[2],
+                    data.data() + ((d + g.pad[0]) * H + h + g.pad[1]) * W + g.pad[2]);
+  }
+  // Where output row (od, oh) reads under kernel row (kd, kh), at output column 0 and kw = 0.
+  const float* row(const ConvGeom& g, int64_t od, int64_t oh, int64_t kd, int64_t kh) const {
+    return data.data() +
+           ((od * g.stride[0] + kd * g.dil[0]) * H + oh * g.stride[1] + kh * g.dil[1]) * W;
+  }
+};
+
+// One vector of output row (od, oh) from column ow0 (`count` lanes stored), for output channels
+// [o0, o0 + OB) of image n: summed over the taps in registers, OB channels at once (independent
+// sums, one load per tap).
+template <typename Vec, int OB>
+KILN_INLINE void forward_vector(const ConvGeom& g, const Padded& x, const float* w, float* y,
+                                int64_t n, int64_t o0, int64_t od, int64_t oh, int64_t ow0,
+                                int64_t count) {
+  const int64_t taps = g.taps();
+  Vec acc[OB] = {};
+  for (int64_t kd = 0; kd < g.k[0]; ++kd)
+    for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+      const float* in = x.row(g, od, oh, kd, kh) + ow0;
+      const int64_t t0 = (kd * g.k[1] + kh) * g.k[2];
+      for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+        const Vec v = load<Vec>(in + kw * g.dil[2], count);
+        for (int j = 0; j < OB; ++j) acc[j] += w[(o0 + j) * taps + t0 + kw] * v;
+      }
+    }
+  const int64_t at = (od * g.out[1] + oh) * g.out[2] + ow0;
+  for (int j = 0; j < OB; ++j) store(y + (n * g.O + o0 + j) * g.out_size() + at, acc[j], count);
+}
+
+// Output channels [o0, o0 + OB) of image n. A row's last vector, where its width is no multiple
+// of the lanes, ends at the row's end and overlaps the one before it, whose outputs it
+// computes again to the same bits; a row narrower than a vector is one partial vector.
+template <typename Vec, int OB>
+KILN_INLINE void forward_block(const ConvGeom& g, const Padded& x, const float* w, float* y,
+                               int64_t n, int64_t o0) {
+  constexpr int64_t L = kLanes<Vec>;
+  const int64_t OW = g.out[2];
+  for (int64_t od = 0; od < g.out[0]; ++od)
+    for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+      if (OW < L) {
+        forward_vector<Vec, OB>(g, x, w, y, n, o0, od, oh, 0, OW);
+        continue;
+      }
+      int64_t ow0 = 0;
+      for (; ow0 + L <= OW; ow0 += L) forward_vector<Vec, OB>(g, x, w, y, n, o0, od, oh, ow0, L);
+      if (ow0 < OW) forward_vector<Vec, OB>(g, x, w, y, n, o0, od, oh, OW - L, L);
+    }
+}
+
+// Units u in [b, e): image u / blocks, channel block u % blocks of 8 (the last one smaller).
+template <typename Vec>
+KILN_INLINE void forward_units(const ConvGeom& g, const float* x, const float* w, float* y,
+                               int64_t b, int64_t e) {
+  const int64_t blocks = (g.O + 7) / 8;
+  Padded padded(g);
+  int64_t filled = -1;
+  for (int64_t u = b; u < e; ++u) {
+    const int64_t n = u / blocks, o0 = u % blocks * 8;
+    if (n != filled) padded.fill(g, x + n * g.in_size());
+    filled = n;
+    if (o0 + 8 <= g.O) {
+      forward_block<Vec, 8>(g, padded, w, y, n, o0);
+    } else {
+      for (int64_t o = o0; o < g.O; ++o) forward_block<Vec, 1>(g, padded, w, y, n, o);
+    }
+  }
+}
+
+// Adds to acc[j] the products of output channel o0 + j's gradient row `grad` (channels
+// out_size apart) with the input under one tap, `in`, at the lanes of one vector from column
+// ow0: `count` lanes, or, for a vector that overlaps the one before it, those from lane `skip`
+// on (the others contribute +0 whatever the inputs hold).
+template <typename Vec, int OB>
+KILN_INLINE void weight_grad_vector(const ConvGeom& g, const float* grad, const float* in,
+                                    int64_t ow0, int64_t count, int64_t skip, Vec* acc) {
+  using Bits = typename BitsOf<Vec>::type;
+  const Vec v = load<Vec>(in + ow0, count);
+  Bits keep;
+  for (int64_t l = 0; l < kLanes<Vec>; ++l) keep[l] = l < skip ? 0 : -1;
+  for (int j = 0; j < OB; ++j) {
+    const Vec p = load<Vec>(grad + j * g.out_size() + ow0, count) * v;
+    acc[j] += skip ? (Vec)((Bits)p & keep) : p;
+  }
+}
+
+// dw for output channels [o0, o0 + OB): per image and tap, the products of OB output-gradient
+// vectors with one input vector summed in registers, then added in double per tap.
+template <typename Vec, int OB>
+KILN_INLINE void weight_grad_block(const ConvGeom& g, const float* dy, const float* x, float* dw,
+                                   Padded& padded, int64_t o0) {
+  constexpr int64_t L = kLanes<Vec>;
+  const int64_t OW = g.out[2], taps = g.taps();
+  std::vector<double> sums(static_cast<std::size_t>(OB * taps), 0.0);
+  for (int64_t n = 0; n < g.N; ++n) {
+    padded.fill(g, x + n * g.in_size());
+    const float* grad = dy + (n * g.O + o0) * g.out_size();
+    for (int64_t kd = 0; kd < g.k[0]; ++kd)
+      for (int64_t kh = 0; kh < g.k[1]; ++kh)
+        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+          Vec acc[OB] = {};
+          for (int64_t od = 0; od < g.out[0]; ++od)
+            for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+              const float* in = padded.row(g, od, oh, kd, kh) + kw * g.dil[2];
+              const float* row = grad + (od * g.out[1] + oh) * OW;
+              if (OW < L) {
+                weight_grad_vector<Vec, OB>(g, row, in, 0, OW, 0, acc);
+                continue;
+              }
+              int64_t ow0 = 0;
+              for (; ow0 + L <= OW; ow0 += L)
+                weight_grad_vector<Vec, OB>(g, row, in, ow0, L, 0, acc);
+              if (ow0 < OW) weight_grad_vector<Vec, OB>(g, row, in, OW - L, L, ow0 - (OW - L), acc);
+            }
+          const int64_t t = (kd * g.k[1] + kh) * g.k[2] + kw;
+          for (int j = 0; j < OB; ++j)
+            for (int64_t l = 0; l < L; ++l)
+              sums[static_cast<std::size_t>(j * taps + t)] += acc[j][l];
+        }
+  }
+  for (int64_t i = 0; i < OB * taps; ++i)
+    dw[o0 * taps + i] = static_cast<float>(sums[static_cast<std::size_t>(i)]);
+}
+
+// Channel blocks u in [b, e) of 8 (the last one smaller).
+template <typename Vec>
+KILN_INLINE void weight_grad_units(const ConvGeom& g, const float* dy, const float* x, float* dw,
+                                   int64_t b, int64_t e) {
+  Padded padded(g);
+  for (int64_t u = b; u < e; ++u) {
+    const int64_t o0 = u * 8;
+    if (o0 + 8 <= g.O) {
+      weight_grad_block<Vec, 8>(g, dy, x, dw, padded, o0);
+    } else {
+      for (int64_t o = o0; o < g.O; ++o) weight_grad_block<Vec, 1>(g, dy, x, dw, padded, o);
+    }
+  }
+}
+
+// Images n in [b, e): dx[n] = Σ_o Σ_t w[o, t] · (dy[n, o] moved back under tap t), one output
+// row and tap at a time; taps outermost, so that consecutive updates write different rows of dx.
+template <typename Vec>
+KILN_INLINE void input_grad_images(const ConvGeom& g, const float* dy, const float* w, float* dx,
+                                   int64_t b, int64_t e) {
+  const int64_t OW = g.out[2], taps = g.taps();
+  for (int64_t n = b; n < e; ++n) {
+    float* image = dx + n * g.in_size();
+    std::fill(image, image + g.in_size(), 0.0f);
+    for (int64_t o = 0; o < g.O; ++o)
+      for (int64_t kd = 0; kd < g.k[0]; ++kd)
+        for (int64_t kh = 0; kh < g.k[1]; ++kh)
+          for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+            const float wt = w[o * taps + (kd * g.k[1] + kh) * g.k[2] + kw];
+            const int64_t shift = kw * g.dil[2] - g.pad[2];
+            const int64_t lo = std::max<int64_t>(0, -shift), hi = std::min(OW, g.in[2] - shift);
+            for (int64_t od = 0; od < g.out[0]; ++od) {
+              const int64_t id = od * g.stride[0] + kd * g.dil[0] - g.pad[0];
+              if (id < 0 || id >= g.in[0]) continue;
+              for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+                const int64_t ih = oh * g.stride[1] + kh * g.dil[1] - g.pad[1];
+                if (ih < 0 || ih >= g.in[1]) continue;
+                float* __restrict dst = image + (id * g.in[1] + ih) * g.in[2] + shift;
+                const float* __restrict src =
+                    dy + (n * g.O + o) * g.out_size() + (od * g.out[1] + oh) * OW;
+                for (int64_t ow = lo; ow < hi; ++ow) dst[ow] += wt * src[ow];
+              }
+            }
+          }
+  }
+}
+
+#define KILN_DIRECT_VARIANTS(suffix, Vec, attributes)                                           \
+  attributes void forward_##suffix(const ConvGeom& g, const float* x, const float* w, float* y, \
+                                   int64_t b, int64_t e) {                                      \
+    forward_units<Vec>(g, x, w, y, b, e);                                                       \
+  }                                                                                             \
+  attributes void input_grad_##suffix(const ConvGeom& g, const float* dy, const float* w,       \
+                                      float* dx, int64_t b, int64_t e) {                        \
+    input_grad_images<Vec>(g, dy, w, dx, b, e);                                                 \
+  }                                                                                             \
+  attributes void weight_grad_##suffix(const ConvGeom& g, const float* dy, const float* x,      \
+                                       float* dw, int64_t b, int64_t e) {                       \
+    weight_grad_units<Vec>(g, dy, x, dw, b, e);                                                 \
+  }
+KILN_DIRECT_VARIANTS(baseline, F4, )
+KILN_DIRECT_VARIANTS(avx2, F8, __attribute__((target("avx2,fma"))))
+KILN_DIRECT_VARIANTS(avx512, F16, __attribute__((target("avx512f,fma"))))
+#undef KILN_DIRECT_VARIANTS
+#undef KILN_INLINE
+
+using Variant = void (*)(const ConvGeom&, const float*, const float*, float*, int64_t, int64_t);
+struct Variants {
+  Variant baseline, avx2, avx512;
+};
+
+// Runs the variant for `isa` over units [0, count) in parallel, `cost` per unit.
+void run(const Variants& v, math::Isa isa, const ConvGeom& g, const float* a, const float* b,
+         float* out, int64_t count, int64_t cost) {
+  const Variant f = isa == math::Isa::avx512 ? v.avx512
+                    : isa == math::Isa::avx2 ? v.avx2
+                                             : v.baseline;
+  detail::parallel_for(
+      count, [&](int64_t lo, int64_t hi) { f(g, a, b, out, lo, hi); }, cost);
+}
+
+}  // namespace
+
+bool direct_conv_applies(const ConvGeom& g) { return g.C == 1 && g.G == 1 && g.stride[2] == 1; }
+
+void direct_conv_forward(const ConvGeom& g, const float* x, const float* w, float* y,
+                         math::Isa isa) {
+  const int64_t blocks = (g.O + 7) / 8;
+  run({forward_baseline, forward_avx2, forward_avx512}, isa, g, x, w, y, g.N * blocks,
+      std::min<int64_t>(g.O, 8) * g.out_size() * g.taps());
+}
+
+void direct_conv_input_grad(const ConvGeom& g, const float* dy, const float* w, float* dx,
+                            math::Isa isa) {
+  run({input_grad_baseline, input_grad_avx2, input_grad_avx512}, isa, g, dy, w, dx, g.N,
+      g.O * g.out_size() * g.taps());
+}
+
+void direct_conv_weight_grad(const ConvGeom& g, const float* dy, const float* x, float* dw,
+                             math::Isa isa) {
+  run({weight_grad_baseline, weight_grad_avx2, weight_grad_avx512}, isa, g, dy, x, dw,
+      (g.O + 7) / 8, std::min<int64_t>(g.O, 8) * g.N * g.out_size() * g.taps());
+}
+
+}  // namespace kiln::ops

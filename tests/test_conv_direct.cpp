@@ -1,0 +1,175 @@
+// The direct loops for single-channel convolutions (src/ops/conv_direct.h) on every instruction
+// set the CPU has, against float64 sums written out here, over widths that are and are not
+// multiples of the vector lanes, padding, dilation, strides and ranks 1 to 3; and the same bits
+// on any thread count.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kiln/kiln.h"
+#include "math/vector_math.h"
+#include "ops/conv_direct.h"
+
+namespace {
+
+using kiln::math::Isa;
+using kiln::ops::ConvGeom;
+using kiln::ops::Spatial;
+
+struct Case {
+  std::string name;
+  int64_t N, O;
+  Spatial in, k, stride, pad, dil;
+};
+
+ConvGeom geometry(const Case& c) {
+  ConvGeom g{.rank = 3, .N = c.N, .C = 1, .O = c.O, .G = 1};
+  g.in = c.in, g.k = c.k, g.stride = c.stride, g.pad = c.pad, g.dil = c.dil;
+  for (int a = 0; a < 3; ++a)
+    g.out[a] = (c.in[a] + 2 * c.pad[a] - c.dil[a] * (c.k[a] - 1) - 1) / c.stride[a] + 1;
+  return g;
+}
+
+std::vector<float> random_values(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+// f(n, o, output index, input index, tap index) for every product the convolution makes.
+template <typename F>
+void each_product(const ConvGeom& g, F&& f) {
+  for (int64_t n = 0; n < g.N; ++n)
+    for (int64_t o = 0; o < g.O; ++o)
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (int64_t ow = 0; ow < g.out[2]; ++ow)
+            for (int64_t kd = 0; kd < g.k[0]; ++kd)
+              for (int64_t kh = 0; kh < g.k[1]; ++kh)
+                for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+                  const int64_t i[3] = {od * g.stride[0] + kd * g.dil[0] - g.pad[0],
+                                        oh * g.stride[1] + kh * g.dil[1] - g.pad[1],
+                                        ow * g.stride[2] + kw * g.dil[2] - g.pad[2]};
+                  bool inside = true;
+                  for (int a = 0; a < 3; ++a) inside = inside && i[a] >= 0 && i[a] < g.in[a];
+                  if (!inside) continue;
+                  f(n, o,
+                    ((n * g.O + o) * g.out[0] + od) * g.out[1] * g.out[2] + oh * g.out[2] + ow,
+                    n * g.in_size() + (i[0] * g.in[1] + i[1]) * g.in[2] + i[2],
+                    (kd * g.k[1] + kh) * g.k[2] + kw);
+                }
+}
+
+// |got - want| within float32 rounding of a sum whose terms' magnitudes add up to `scale`.
+void expect_close(const std::vector<float>& got, const std::vector<double>& want,
+                  const std::vector<double>& scale, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_LE(std::abs(got[i] - want[i]), 1e-5 * scale[i] + 1e-30)
+        << what << " at " << i << ": got " << got[i] << ", want " << want[i];
+}
+
+std::vector<Isa> isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::sse4, Isa::avx2, Isa::avx512})
+    if (isa <= kiln::math::detected_isa()) out.push_back(isa);
+  return out;
+}
+
+const std::vector<Case> kCases = {
+    {"3x3 pad 1 on 28x28 (the demo)",
+     3,
+     10,
+     {1, 28, 28},
+     {1, 3, 3},
+     {1, 1, 1},
+     {0, 1, 1},
+     {1, 1, 1}},
+    {"5x5 pad 2 on 28x28", 2, 9, {1, 28, 28}, {1, 5, 5}, {1, 1, 1}, {0, 2, 2}, {1, 1, 1}},
+    {"width 17, no padding", 2, 8, {1, 6, 19}, {1, 3, 3}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}},
+    {"width 16 exactly", 1, 3, {1, 4, 18}, {1, 3, 3}, {1, 1, 1}, {0, 0, 0}, {1, 1, 1}},
+    {"width 33", 1, 11, {1, 5, 33}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+    {"width 1", 2, 4, {1, 7, 1}, {1, 3, 1}, {1, 1, 1}, {0, 1, 0}, {1, 1, 1}},
+    {"width 7 (below a vector)", 2, 5, {1, 7, 7}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
+    {"stride 2 and dilation 2 in height",
+     2,
+     8,
+     {1, 21, 24},
+     {1, 3, 3},
+     {1, 2, 1},
+     {0, 2, 1},
+     {1, 2, 2}},
+    {"padding wider than the kernel", 1, 8, {1, 5, 20}, {1, 2, 2}, {1, 1, 1}, {0, 3, 4}, {1, 1, 1}},
+    {"1d, 4097 wide", 2, 3, {1, 1, 4097}, {1, 1, 5}, {1, 1, 1}, {0, 0, 2}, {1, 1, 1}},
+    {"3d", 2, 9, {5, 6, 20}, {3, 3, 3}, {2, 1, 1}, {1, 1, 1}, {1, 1, 2}},
+};
+
+TEST(DirectConv, EveryPassMatchesFloat64SumsOnEveryInstructionSet) {
+  for (const Case& c : kCases) {
+    const ConvGeom g = geometry(c);
+    ASSERT_TRUE(kiln::ops::direct_conv_applies(g)) << c.name;
+    const int64_t xs = g.N * g.in_size(), ys = g.N * g.O * g.out_size(), ws = g.O * g.taps();
+    const std::vector<float> x = random_values(xs, 1), w = random_values(ws, 2),
+                             dy = random_values(ys, 3);
+    std::vector<double> y_want(ys), y_scale(ys), dx_want(xs), dx_scale(xs), dw_want(ws),
+        dw_scale(ws);
+    each_product(g, [&](int64_t n, int64_t o, int64_t yi, int64_t xi, int64_t t) {
+      (void)n;
+      const double wt = w[o * g.taps() + t];
+      y_want[yi] += wt * x[xi];
+      y_scale[yi] += std::abs(wt * x[xi]);
+      dx_want[xi] += wt * dy[yi];
+      dx_scale[xi] += std::abs(wt * dy[yi]);
+      dw_want[o * g.taps() + t] += double(dy[yi]) * x[xi];
+      dw_scale[o * g.taps() + t] += std::abs(double(dy[yi]) * x[xi]);
+    });
+    for (Isa isa : isas()) {
+      const std::string what = c.name + " on " + std::string(kiln::math::isa_name(isa));
+      std::vector<float> y(ys, NAN), dx(xs, NAN), dw(ws, NAN);
+      kiln::ops::direct_conv_forward(g, x.data(), w.data(), y.data(), isa);
+      expect_close(y, y_want, y_scale, what + ", forward");
+      kiln::ops::direct_conv_input_grad(g, dy.data(), w.data(), dx.data(), isa);
+      expect_close(dx, dx_want, dx_scale, what + ", input gradient");
+      kiln::ops::direct_conv_weight_grad(g, dy.data(), x.data(), dw.data(), isa);
+      expect_close(dw, dw_want, dw_scale, what + ", weight gradient");
+    }
+  }
+}
+
+TEST(DirectConv, TheSameBitsOnAnyThreadCount) {
+  const Case& c = kCases[0];
+  const ConvGeom g = geometry(c);
+  const std::vector<float> x = random_values(g.N * g.in_size(), 4),
+                           w = random_values(g.O * g.taps(), 5),
+                           dy = random_values(g.N * g.O * g.out_size(), 6);
+  const int before = kiln::num_threads();
+  std::vector<std::vector<float>> runs;
+  for (int threads : {1, 2, 3}) {
+    kiln::set_num_threads(threads);
+    std::vector<float> out(x.size() + w.size() + dy.size());
+    kiln::ops::direct_conv_forward(g, x.data(), w.data(), out.data());
+    kiln::ops::direct_conv_input_grad(g, dy.data(), w.data(), out.data() + dy.size());
+    kiln::ops::direct_conv_weight_grad(g, dy.data(), x.data(), out.data() + dy.size() + x.size());
+    runs.push_back(out);
+  }
+  kiln::set_num_threads(before);
+  EXPECT_EQ(runs[0], runs[1]);
+  EXPECT_EQ(runs[0], runs[2]);
+}
+
+TEST(DirectConv, TakesSingleChannelInputsWithUnitStrideAlongTheRow) {
+  ConvGeom g = geometry(kCases[0]);
+  EXPECT_TRUE(kiln::ops::direct_conv_applies(g));
+  g.stride[2] = 2;
+  EXPECT_FALSE(kiln::ops::direct_conv_applies(g));
+  g = geometry(kCases[0]);
+  g.C = 2;
+  EXPECT_FALSE(kiln::ops::direct_conv_applies(g));
+}
+
+}  // namespace
