@@ -34,6 +34,10 @@ struct BitsOf<F16> {
   using type = I16;
 };
 
+// The helpers below take and return AVX vectors in a file compiled for the baseline; they are
+// always inlined into functions compiled for AVX, so the ABI the warning is about never applies.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 // Everything below is inlined into one function per instruction set (the variants at the end),
 // so that it is compiled for that set's registers.
 #define KILN_INLINE [[gnu::always_inline]] inline
