@@ -59,9 +59,15 @@ TEST(Profile, RecordsEachStepOfEachCallWithItsArithmeticAndBytes) {
   EXPECT_LE(fused->bytes, 4.0 * (M * N + M * N) + 64);
   EXPECT_NE(fused->what.find("[48,24]"), std::string::npos) << fused->what;
 
+  const ProfileRow* outside = find_row(p, "outside the steps");
+  ASSERT_NE(outside, nullptr) << p.table();
+  EXPECT_EQ(outside->step, -1);
+  EXPECT_EQ(outside->calls, 3);
+
   double sum = 0;
   for (const ProfileRow& r : p.rows) {
-    EXPECT_GT(r.seconds, 0);
+    EXPECT_GE(r.seconds, 0);
+    EXPECT_TRUE(r.step == -1 || r.seconds > 0) << r.what;
     sum += r.seconds;
   }
   EXPECT_LE(sum, wall);

@@ -23,9 +23,9 @@ MachinePeak machine_peak(int threads);
 // One step of one compiled function, over the calls made while profiling.
 struct ProfileRow {
   std::string function;  // the IR function's name; "name (2)", ... for others of that name
-  int step = 0;          // its position among the function's steps
-  bool fused = false;    // a fused loop nest (else a kernel call)
-  std::string what;      // fused: its primitives; a kernel call: the primitive and its types
+  int step = 0;  // its position among the function's steps; -1: the call's own work around them
+  bool fused = false;  // a fused loop nest (else a kernel call)
+  std::string what;    // fused: its primitives; a kernel call: the primitive and its types
   int64_t calls = 0;
   double seconds = 0;  // wall time over all calls
   double flops = 0;    // per call, 2 per multiply-add; 0 where the primitive declares none

@@ -278,6 +278,10 @@ class CompiledFunction final : public Code {
  private:
   // Runs f; a fused output that is result i is written into dests[i] when given.
   std::vector<Tensor> execute(std::span<const Tensor> args, std::span<const Tensor> dests) const {
+    using Clock = std::chrono::steady_clock;
+    const bool profiling = detail::profiling();
+    const Clock::time_point call_start = profiling ? Clock::now() : Clock::time_point{};
+    double in_steps = 0;
     const ir::Function& f = *f_;
     if (args.size() != f.params.size())
       fail("jit", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
@@ -300,10 +304,8 @@ class CompiledFunction final : public Code {
       bind_value(f.constants[i].value.id, constants_[i]);
 
     std::vector<char*> buffers;
-    const bool profiling = detail::profiling();
     for (std::size_t s = 0; s < steps_.size(); ++s) {
-      const auto step_start =
-          profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
+      const Clock::time_point step_start = profiling ? Clock::now() : Clock::time_point{};
       if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
         buffers.clear();
         for (int v : g->group.inputs) buffers.push_back(data[static_cast<std::size_t>(v)]);
@@ -346,16 +348,24 @@ class CompiledFunction final : public Code {
           bind_value(e.outputs[k].id, std::move(t));
         }
       }
-      if (profiling)
-        detail::record_step(
-            profile_id_, static_cast<int>(s),
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count(),
-            [&] { return describe_step(s); });
+      if (profiling) {
+        const double seconds = std::chrono::duration<double>(Clock::now() - step_start).count();
+        in_steps += seconds;
+        detail::record_step(profile_id_, static_cast<int>(s), seconds,
+                            [&] { return describe_step(s); });
+      }
       for (int v : release_after_[s]) env[static_cast<std::size_t>(v)] = Tensor();
     }
     std::vector<Tensor> results;
     for (const ir::Value& v : f.results) results.push_back(tensor_of(v.id, env));
     give_back(std::move(arena));
+    if (profiling)
+      detail::record_step(
+          profile_id_, -1,
+          std::chrono::duration<double>(Clock::now() - call_start).count() - in_steps, [&] {
+            return ProfileRow{.function = f.name,
+                              .what = "outside the steps: arguments, memory, results"};
+          });
     return results;
   }
 
