@@ -12,9 +12,6 @@
 // run in parallel over image planes: OpenBLAS is the OpenMP build, so they share gemm's thread
 // pool. Every geometry is held as 3d (ops::ConvGeom), a lower rank with unit leading axes.
 #include <cblas.h>
-#ifdef __SSE4_1__
-#include <smmintrin.h>
-#endif
 
 #include <algorithm>
 #include <climits>
@@ -33,6 +30,7 @@
 #include "ops/conv_direct.h"
 #include "ops/conv_dnnl.h"
 #include "ops/gemm.h"
+#include "ops/pool_direct.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
 
@@ -781,6 +779,8 @@ void pool_impl(const Tensor& x_in, const Tensor& out, const PoolGeom& g) {
   detail::parallel_for(
       g.N * g.C,
       [&](int64_t b, int64_t e) {
+        if constexpr (IsMax && std::is_same_v<T, float>)
+          if (is_2x2_tiling(g)) return ops::max_pool_2x2({g.H, g.W}, px, po, b, e);
         for (int64_t p = b; p < e; ++p) {
           const T* plane = px + p * HW;
           T* dst = po + p * L;
@@ -937,44 +937,6 @@ const Primitive& define_pool(std::string name, Loc loc) {
                                   {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}}, loc);
 }
 
-#ifdef __SSE4_1__
-// The 2x2 tiling's float32 loop below, four windows at a time (SSE4.1 is the library's
-// baseline), lane by lane the same choice: the first maximum by `>`, the last NaN of a window
-// where it has one. Rows r0 and r1 of x, their gradient rows d0 and d1, OW windows; returns
-// the first window left for the scalar loop.
-int64_t max_pool_grad_2x2_sse(const float* r0, const float* r1, const float* grad, float* d0,
-                              float* d1, int64_t OW) {
-  int64_t ow = 0;
-  for (; ow + 4 <= OW; ow += 4) {
-    const __m128 a0 = _mm_loadu_ps(r0 + 2 * ow), a1 = _mm_loadu_ps(r0 + 2 * ow + 4);
-    const __m128 b0 = _mm_loadu_ps(r1 + 2 * ow), b1 = _mm_loadu_ps(r1 + 2 * ow + 4);
-    // v[j]: element j of four windows (row-major in the window), from the rows' even and odd
-    // columns.
-    const __m128 v[4] = {_mm_shuffle_ps(a0, a1, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm_shuffle_ps(a0, a1, _MM_SHUFFLE(3, 1, 3, 1)),
-                         _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm_shuffle_ps(b0, b1, _MM_SHUFFLE(3, 1, 3, 1))};
-    __m128 m = v[0];
-    __m128i k = _mm_setzero_si128();
-    for (int j = 1; j < 4; ++j) {
-      k = _mm_blendv_epi8(k, _mm_set1_epi32(j), _mm_castps_si128(_mm_cmpgt_ps(v[j], m)));
-      m = _mm_max_ps(v[j], m);  // v[j] > m ? v[j] : m, as std::max(m, v[j])
-    }
-    for (int j = 0; j < 4; ++j)
-      k = _mm_blendv_epi8(k, _mm_set1_epi32(j), _mm_castps_si128(_mm_cmpunord_ps(v[j], v[j])));
-    const __m128 gv = _mm_loadu_ps(grad + ow);
-    __m128 out[4];
-    for (int j = 0; j < 4; ++j)
-      out[j] = _mm_and_ps(gv, _mm_castsi128_ps(_mm_cmpeq_epi32(k, _mm_set1_epi32(j))));
-    _mm_storeu_ps(d0 + 2 * ow, _mm_unpacklo_ps(out[0], out[1]));
-    _mm_storeu_ps(d0 + 2 * ow + 4, _mm_unpackhi_ps(out[0], out[1]));
-    _mm_storeu_ps(d1 + 2 * ow, _mm_unpacklo_ps(out[2], out[3]));
-    _mm_storeu_ps(d1 + 2 * ow + 4, _mm_unpackhi_ps(out[2], out[3]));
-  }
-  return ow;
-}
-#endif
-
 // dx = max_pool2d_grad(x, dy): each dy entry added to the first maximum of its window in x
 // (the forward's comparison, so a NaN window routes to its NaN). One pass over x, where the
 // rule built from masks above takes a dozen full-size temporaries.
@@ -992,6 +954,8 @@ void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& d
   detail::parallel_for(
       g.N * g.C,
       [&](int64_t b, int64_t e) {
+        if constexpr (std::is_same_v<T, float>)
+          if (tiles_2x2) return ops::max_pool_2x2_grad({g.H, g.W}, px, pd, po, b, e);
         for (int64_t p = b; p < e; ++p) {
           const T* plane = px + p * HW;
           const T* grad = pd + p * L;
@@ -1004,12 +968,7 @@ void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& d
               const T* r1 = r0 + g.W;
               T* d0 = dst + 2 * oh * g.W;
               T* d1 = d0 + g.W;
-              int64_t ow = 0;
-#ifdef __SSE4_1__
-              if constexpr (std::is_same_v<T, float>)
-                ow = max_pool_grad_2x2_sse(r0, r1, grad + oh * g.OW, d0, d1, g.OW);
-#endif
-              for (; ow < g.OW; ++ow) {
+              for (int64_t ow = 0; ow < g.OW; ++ow) {
                 const C v[4] = {static_cast<C>(r0[2 * ow]), static_cast<C>(r0[2 * ow + 1]),
                                 static_cast<C>(r1[2 * ow]), static_cast<C>(r1[2 * ow + 1])};
                 int k = 0;

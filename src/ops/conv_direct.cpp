@@ -1,70 +1,16 @@
 #include "ops/conv_direct.h"
 
 #include <algorithm>
-#include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "detail/parallel.h"
+#include "ops/simd.h"
 
 namespace kiln::ops {
 namespace {
 
-// float vectors of 4, 8 and 16 lanes (GCC's and Clang's vector extensions): the widths of
-// SSE, AVX2 and AVX-512, in whose registers the loops below keep their sums.
-typedef float F4 __attribute__((vector_size(16)));
-typedef float F8 __attribute__((vector_size(32)));
-typedef float F16 __attribute__((vector_size(64)));
-// Their lanes' bits, for masking.
-typedef int32_t I4 __attribute__((vector_size(16)));
-typedef int32_t I8 __attribute__((vector_size(32)));
-typedef int32_t I16 __attribute__((vector_size(64)));
-template <typename Vec>
-struct BitsOf;
-template <>
-struct BitsOf<F4> {
-  using type = I4;
-};
-template <>
-struct BitsOf<F8> {
-  using type = I8;
-};
-template <>
-struct BitsOf<F16> {
-  using type = I16;
-};
-
-// The helpers below take and return AVX vectors in a file compiled for the baseline; they are
-// always inlined into functions compiled for AVX, so the ABI the warning is about never applies.
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-// Everything below is inlined into one function per instruction set (the variants at the end),
-// so that it is compiled for that set's registers.
-#define KILN_INLINE [[gnu::always_inline]] inline
-
-template <typename Vec>
-inline constexpr int64_t kLanes = sizeof(Vec) / sizeof(float);
-
-// The first `count` lanes from p (all of them when count == kLanes), the others zero; a whole
-// vector is one load, a partial one (a row's tail) goes through memory.
-template <typename Vec>
-KILN_INLINE Vec load(const float* p, int64_t count) {
-  Vec v = {};
-  if (count == kLanes<Vec>) {
-    std::memcpy(&v, p, sizeof v);
-  } else {
-    std::memcpy(&v, p, static_cast<std::size_t>(count) * sizeof(float));
-  }
-  return v;
-}
-template <typename Vec>
-KILN_INLINE void store(float* p, Vec v, int64_t count) {
-  if (count == kLanes<Vec>) {
-    std::memcpy(p, &v, sizeof v);
-  } else {
-    std::memcpy(p, &v, static_cast<std::size_t>(count) * sizeof(float));
-  }
-}
+using namespace simd;
+#define KILN_INLINE KILN_SIMD_INLINE
 
 // One image's channel with its zero padding written out, so that every tap of every output
 // reads inside it.
@@ -159,13 +105,13 @@ KILN_INLINE void forward_units(const ConvGeom& g, const float* x, const float* w
 template <typename Vec, int OB>
 KILN_INLINE void weight_grad_vector(const ConvGeom& g, const float* grad, const float* in,
                                     int64_t ow0, int64_t count, int64_t skip, Vec* acc) {
-  using Bits = typename BitsOf<Vec>::type;
+  using B = Bits<Vec>;
   const Vec v = load<Vec>(in + ow0, count);
-  Bits keep;
+  B keep;
   for (int64_t l = 0; l < kLanes<Vec>; ++l) keep[l] = l < skip ? 0 : -1;
   for (int j = 0; j < OB; ++j) {
     const Vec p = load<Vec>(grad + j * g.out_size() + ow0, count) * v;
-    acc[j] += skip ? (Vec)((Bits)p & keep) : p;
+    acc[j] += skip ? (Vec)((B)p & keep) : p;
   }
 }
 
@@ -274,16 +220,10 @@ KILN_DIRECT_VARIANTS(avx512, F16, __attribute__((target("avx512f,fma"))))
 #undef KILN_INLINE
 
 using Variant = void (*)(const ConvGeom&, const float*, const float*, float*, int64_t, int64_t);
-struct Variants {
-  Variant baseline, avx2, avx512;
-};
 
-// Runs the variant for `isa` over units [0, count) in parallel, `cost` per unit.
-void run(const Variants& v, math::Isa isa, const ConvGeom& g, const float* a, const float* b,
-         float* out, int64_t count, int64_t cost) {
-  const Variant f = isa == math::Isa::avx512 ? v.avx512
-                    : isa == math::Isa::avx2 ? v.avx2
-                                             : v.baseline;
+// Runs variant f over units [0, count) in parallel, `cost` per unit.
+void run(Variant f, const ConvGeom& g, const float* a, const float* b, float* out, int64_t count,
+         int64_t cost) {
   detail::parallel_for(
       count, [&](int64_t lo, int64_t hi) { f(g, a, b, out, lo, hi); }, cost);
 }
@@ -295,19 +235,19 @@ bool direct_conv_applies(const ConvGeom& g) { return g.C == 1 && g.G == 1 && g.s
 void direct_conv_forward(const ConvGeom& g, const float* x, const float* w, float* y,
                          math::Isa isa) {
   const int64_t blocks = (g.O + 7) / 8;
-  run({forward_baseline, forward_avx2, forward_avx512}, isa, g, x, w, y, g.N * blocks,
+  run(pick<Variant>(isa, forward_baseline, forward_avx2, forward_avx512), g, x, w, y, g.N * blocks,
       std::min<int64_t>(g.O, 8) * g.out_size() * g.taps());
 }
 
 void direct_conv_input_grad(const ConvGeom& g, const float* dy, const float* w, float* dx,
                             math::Isa isa) {
-  run({input_grad_baseline, input_grad_avx2, input_grad_avx512}, isa, g, dy, w, dx, g.N,
-      g.O * g.out_size() * g.taps());
+  run(pick<Variant>(isa, input_grad_baseline, input_grad_avx2, input_grad_avx512), g, dy, w, dx,
+      g.N, g.O * g.out_size() * g.taps());
 }
 
 void direct_conv_weight_grad(const ConvGeom& g, const float* dy, const float* x, float* dw,
                              math::Isa isa) {
-  run({weight_grad_baseline, weight_grad_avx2, weight_grad_avx512}, isa, g, dy, x, dw,
+  run(pick<Variant>(isa, weight_grad_baseline, weight_grad_avx2, weight_grad_avx512), g, dy, x, dw,
       (g.O + 7) / 8, std::min<int64_t>(g.O, 8) * g.N * g.out_size() * g.taps());
 }
 

@@ -1,7 +1,8 @@
-// The direct loops for single-channel convolutions (src/ops/conv_direct.h) on every instruction
-// set the CPU has, against float64 sums written out here, over widths that are and are not
-// multiples of the vector lanes, padding, dilation, strides and ranks 1 to 3; and the same bits
-// on any thread count.
+// The direct loops compiled per instruction set, on every set the CPU has: single-channel
+// convolutions (src/ops/conv_direct.h) against float64 sums written out here, over widths that
+// are and are not multiples of the vector lanes, padding, dilation, strides and ranks 1 to 3,
+// with the same bits on any thread count; and 2x2 max pooling (src/ops/pool_direct.h) against a
+// window-by-window loop, ties and NaN included.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "kiln/kiln.h"
 #include "math/vector_math.h"
 #include "ops/conv_direct.h"
+#include "ops/pool_direct.h"
 
 namespace {
 
@@ -170,6 +172,63 @@ TEST(DirectConv, TakesSingleChannelInputsWithUnitStrideAlongTheRow) {
   g = geometry(kCases[0]);
   g.C = 2;
   EXPECT_FALSE(kiln::ops::direct_conv_applies(g));
+}
+
+}  // namespace
+
+namespace {
+
+// Window (oh, ow) of a plane: which element the forward picks (0, 1: the top row's two, 2, 3:
+// the bottom row's): the first maximum by `>`, then the last NaN.
+int chosen(const float* plane, int64_t W, int64_t oh, int64_t ow) {
+  const float* r0 = plane + 2 * oh * W + 2 * ow;
+  const float v[4] = {r0[0], r0[1], r0[W], r0[W + 1]};
+  int k = 0;
+  for (int j = 1; j < 4; ++j)
+    if (v[j] > v[k]) k = j;
+  for (int j = 0; j < 4; ++j)
+    if (std::isnan(v[j])) k = j;
+  return k;
+}
+
+// Values from a few levels, so that windows tie often, with NaNs sprinkled in.
+std::vector<float> pooling_input(int64_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> level(0, 5), nan(0, 40);
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (float& x : v) x = nan(rng) == 0 ? NAN : static_cast<float>(level(rng)) - 2.0f;
+  return v;
+}
+
+TEST(DirectPool, MaxPool2x2AndItsGradientPickEachWindowsFirstMaximumOrLastNaN) {
+  for (int64_t H : {2, 3, 6}) {
+    for (int64_t W = 2; W <= 70; ++W) {  // 1 to 35 windows a row: every vector width and tail
+      const kiln::ops::Planes2x2 g{H, W};
+      const int64_t planes = 3, HW = H * W, OH = g.OH(), OW = g.OW();
+      const std::vector<float> x = pooling_input(planes * HW, static_cast<unsigned>(W));
+      const std::vector<float> dy = random_values(planes * OH * OW, 7);
+      std::vector<float> y_want(planes * OH * OW), dx_want(planes * HW, 0.0f);
+      for (int64_t p = 0; p < planes; ++p)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int k = chosen(x.data() + p * HW, W, oh, ow);
+            const int64_t at = p * HW + (2 * oh + k / 2) * W + 2 * ow + k % 2;
+            y_want[p * OH * OW + oh * OW + ow] = x[at];
+            dx_want[at] = dy[p * OH * OW + oh * OW + ow];
+          }
+      for (Isa isa : isas()) {
+        const std::string what = "H " + std::to_string(H) + ", W " + std::to_string(W) + " on " +
+                                 std::string(kiln::math::isa_name(isa));
+        std::vector<float> y(y_want.size(), 7.0f), dx(dx_want.size(), 7.0f);
+        kiln::ops::max_pool_2x2(g, x.data(), y.data(), 0, planes, isa);
+        kiln::ops::max_pool_2x2_grad(g, x.data(), dy.data(), dx.data(), 0, planes, isa);
+        for (std::size_t i = 0; i < y.size(); ++i)
+          ASSERT_TRUE(y[i] == y_want[i] || (std::isnan(y[i]) && std::isnan(y_want[i])))
+              << what << ", output " << i << ": got " << y[i] << ", want " << y_want[i];
+        ASSERT_EQ(dx, dx_want) << what;
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -1,0 +1,181 @@
+#include "ops/pool_direct.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "ops/simd.h"
+
+namespace kiln::ops {
+namespace {
+
+using namespace simd;
+#define KILN_INLINE KILN_SIMD_INLINE
+
+// Lanes 0, 2, 4, ... (or 1, 3, 5, ...) of a followed by b's.
+template <typename Vec, std::size_t... I>
+KILN_INLINE Vec even_lanes(Vec a, Vec b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, (2 * I)...);
+}
+template <typename Vec, std::size_t... I>
+KILN_INLINE Vec odd_lanes(Vec a, Vec b, std::index_sequence<I...>) {
+  return __builtin_shufflevector(a, b, (2 * I + 1)...);
+}
+// e[0], o[0], e[1], o[1], ... from lane `from` of e and o on.
+template <typename Vec, std::size_t From, std::size_t... I>
+KILN_INLINE Vec interleave(Vec e, Vec o, std::index_sequence<I...>) {
+  return __builtin_shufflevector(e, o, (I % 2 ? kLanes<Vec> + From + I / 2 : From + I / 2)...);
+}
+
+// Which of the four elements each window picks (0, 1: row 0's even and odd column; 2, 3: row
+// 1's): the first maximum by `>`, then the last NaN.
+template <typename Vec>
+KILN_INLINE Bits<Vec> choice(const Vec (&v)[4]) {
+  using B = Bits<Vec>;
+  Vec m = v[0];
+  B k = {};
+  for (int j = 1; j < 4; ++j) {
+    const B take = v[j] > m;
+    k = (take & j) | (~take & k);
+    m = (Vec)((take & (B)v[j]) | (~take & (B)m));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const B nan = v[j] != v[j];
+    k = (nan & j) | (~nan & k);
+  }
+  return k;
+}
+
+// The four elements of windows [ow, ow + lanes) of rows r0 and r1.
+template <typename Vec>
+KILN_INLINE void window_elements(const float* r0, const float* r1, int64_t ow, Vec (&v)[4]) {
+  constexpr auto half = std::make_index_sequence<kLanes<Vec>>{};
+  const float* rows[2] = {r0 + 2 * ow, r1 + 2 * ow};
+  for (int r = 0; r < 2; ++r) {
+    const Vec a = load<Vec>(rows[r]), b = load<Vec>(rows[r] + kLanes<Vec>);
+    v[2 * r] = even_lanes(a, b, half);
+    v[2 * r + 1] = odd_lanes(a, b, half);
+  }
+}
+
+template <typename Vec>
+KILN_INLINE void forward_windows(const float* r0, const float* r1, float* y, int64_t ow) {
+  using B = Bits<Vec>;
+  Vec v[4];
+  window_elements(r0, r1, ow, v);
+  const B k = choice(v);
+  B out = {};
+  for (int j = 0; j < 4; ++j) out |= (k == j) & (B)v[j];
+  store(y + ow, (Vec)out);
+}
+
+template <typename Vec>
+KILN_INLINE void grad_windows(const float* r0, const float* r1, const float* dy, float* d0,
+                              float* d1, int64_t ow) {
+  using B = Bits<Vec>;
+  constexpr int64_t L = kLanes<Vec>;
+  constexpr auto all = std::make_index_sequence<L>{};
+  Vec v[4];
+  window_elements(r0, r1, ow, v);
+  const B k = choice(v), g = (B)load<Vec>(dy + ow);
+  Vec out[4];
+  for (int j = 0; j < 4; ++j) out[j] = (Vec)((k == j) & g);
+  float* rows[2] = {d0 + 2 * ow, d1 + 2 * ow};
+  for (int r = 0; r < 2; ++r) {
+    store(rows[r], interleave<Vec, 0>(out[2 * r], out[2 * r + 1], all));
+    store(rows[r] + L, interleave<Vec, L / 2>(out[2 * r], out[2 * r + 1], all));
+  }
+}
+
+template <bool Grad, typename Vec>
+KILN_INLINE void windows(const float* r0, const float* r1, const float* dy, float* out0,
+                         float* out1, int64_t ow) {
+  if constexpr (Grad) {
+    grad_windows<Vec>(r0, r1, dy, out0, out1, ow);
+  } else {
+    forward_windows<Vec>(r0, r1, out0, ow);
+  }
+}
+
+// Windows [0, OW) of one row pair in vectors of Vec's lanes: a row's last vector, when OW is no
+// multiple of them, ends at OW and overlaps the one before (its windows computed again, to the
+// same values). Rows narrower than a vector go to the next narrower one, then one at a time.
+template <bool Grad, typename Vec>
+KILN_INLINE void row(const float* r0, const float* r1, const float* dy, float* out0, float* out1,
+                     int64_t OW) {
+  constexpr int64_t L = kLanes<Vec>;
+  if (OW < L) {
+    if constexpr (L > 4) {
+      row<Grad, typename std::conditional_t<L == 16, F8, F4>>(r0, r1, dy, out0, out1, OW);
+    } else {
+      for (int64_t ow = 0; ow < OW; ++ow) {  // the same choice, one window
+        const float v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
+        int k = 0;
+        float m = v[0];
+        for (int j = 1; j < 4; ++j)
+          if (v[j] > m) k = j, m = v[j];
+        for (int j = 0; j < 4; ++j)
+          if (v[j] != v[j]) k = j;
+        if constexpr (Grad) {
+          for (int j = 0; j < 4; ++j) (j < 2 ? out0 : out1)[2 * ow + j % 2] = j == k ? dy[ow] : 0;
+        } else {
+          out0[ow] = v[k];
+        }
+      }
+    }
+    return;
+  }
+  int64_t ow = 0;
+  for (; ow + L <= OW; ow += L) windows<Grad, Vec>(r0, r1, dy, out0, out1, ow);
+  if (ow < OW) windows<Grad, Vec>(r0, r1, dy, out0, out1, OW - L);
+}
+
+template <bool Grad, typename Vec>
+KILN_INLINE void planes(const Planes2x2& g, const float* x, const float* dy, float* out, int64_t b,
+                        int64_t e) {
+  const int64_t HW = g.H * g.W, OH = g.OH(), OW = g.OW();
+  for (int64_t p = b; p < e; ++p) {
+    const float* plane = x + p * HW;
+    for (int64_t oh = 0; oh < OH; ++oh) {
+      const float* r0 = plane + 2 * oh * g.W;
+      if constexpr (Grad) {
+        float* d0 = out + p * HW + 2 * oh * g.W;
+        row<true, Vec>(r0, r0 + g.W, dy + p * OH * OW + oh * OW, d0, d0 + g.W, OW);
+        if (g.W % 2) d0[g.W - 1] = d0[2 * g.W - 1] = 0;  // the odd last column
+      } else {
+        row<false, Vec>(r0, r0 + g.W, nullptr, out + p * OH * OW + oh * OW, nullptr, OW);
+      }
+    }
+    if (Grad && g.H % 2) std::fill_n(out + p * HW + (g.H - 1) * g.W, g.W, 0.0f);
+  }
+}
+
+#define KILN_POOL_VARIANTS(suffix, Vec, attributes)                                             \
+  attributes void forward_##suffix(const Planes2x2& g, const float* x, const float*, float* y,  \
+                                   int64_t b, int64_t e) {                                      \
+    planes<false, Vec>(g, x, nullptr, y, b, e);                                                 \
+  }                                                                                             \
+  attributes void grad_##suffix(const Planes2x2& g, const float* x, const float* dy, float* dx, \
+                                int64_t b, int64_t e) {                                         \
+    planes<true, Vec>(g, x, dy, dx, b, e);                                                      \
+  }
+KILN_POOL_VARIANTS(baseline, F4, )
+KILN_POOL_VARIANTS(avx2, F8, __attribute__((target("avx2,fma"))))
+KILN_POOL_VARIANTS(avx512, F16, __attribute__((target("avx512f"))))
+#undef KILN_POOL_VARIANTS
+#undef KILN_INLINE
+
+using Variant = void (*)(const Planes2x2&, const float*, const float*, float*, int64_t, int64_t);
+
+}  // namespace
+
+void max_pool_2x2(const Planes2x2& g, const float* x, float* y, int64_t b, int64_t e,
+                  math::Isa isa) {
+  pick<Variant>(isa, forward_baseline, forward_avx2, forward_avx512)(g, x, nullptr, y, b, e);
+}
+
+void max_pool_2x2_grad(const Planes2x2& g, const float* x, const float* dy, float* dx, int64_t b,
+                       int64_t e, math::Isa isa) {
+  pick<Variant>(isa, grad_baseline, grad_avx2, grad_avx512)(g, x, dy, dx, b, e);
+}
+
+}  // namespace kiln::ops
