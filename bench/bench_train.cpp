@@ -27,7 +27,9 @@
 // loads. Check: the first --steps losses of both sides, from those parameters, must agree (the
 // loss must also fall). Timing (bench/side_by_side.h): warm-up, then repetitions of a batch of
 // calls of ~target seconds, cases interleaved; median and min per step over all repetitions of
-// all rounds, and the ratio of Kiln's median to PyTorch's (> 1: Kiln takes longer).
+// all rounds, the ratio of Kiln's median to PyTorch's (> 1: Kiln takes longer), and Kiln's
+// share of the FMA peak of its threads (kiln::machine_peak, measured in the same run) at the
+// step's FLOPs (its matmuls and convolutions, 2 per multiply-add, as kiln::profile counts them).
 #include <kiln/kiln.h>
 #include <kiln/nn.h>
 #include <kiln/optim.h>
@@ -74,6 +76,7 @@ struct Problem {
   std::string name;
   std::vector<Case> steps;
   std::vector<double> losses, interp_losses;
+  double flops = 0;  // per step: the compiled step's matmuls and convolutions (kiln::profile)
 };
 
 // Writes the initial parameters and the batch to dir/<name>/ (raw little-endian f32, labels
@@ -122,6 +125,7 @@ Problem make_problem(const std::string& name, const M& model, const Tensor& x, c
       losses.push_back(s->loss.template item<double>());
     }
   }
+  for (const ProfileRow& row : profile(p.steps.front().run).rows) p.flops += row.flops;
   return p;
 }
 
@@ -242,18 +246,27 @@ int main(int argc, char** argv) {
                 join(t->second).c_str(), diff, agree ? "" : ", DISAGREE");
   }
   print_loads(r, o);
-  std::printf("%-20s %10s %10s %12s\n", "case", "median ms", "min ms", "kiln/torch");
+  const MachinePeak peak = machine_peak(num_threads());
+  std::printf("# FMA peak of Kiln's %d thread(s), measured now: %.1f GFLOP/s (%s)\n", peak.threads,
+              peak.fma_gflops, peak.isa.c_str());
+  for (const Problem& p : problems)
+    std::printf("# %s: %.3f GFLOP a step (matmuls and convolutions, 2 per multiply-add)\n",
+                p.name.c_str(), p.flops * 1e-9);
+  std::printf("%-20s %10s %10s %12s %14s\n", "case", "median ms", "min ms", "kiln/torch",
+              "share of peak");
   for (const Problem& p : problems) {
     const std::string tn = "torch_eager_" + p.name;
     const auto t = r.times.find(tn);
     const double tm = t == r.times.end() ? NAN : median(t->second);
     for (const Case& c : p.steps) {
       const std::vector<double>& k = r.times.at(c.name);
+      const double share = p.flops / (median(k) * 1e-3) * 1e-9 / peak.fma_gflops;
       if (std::isnan(tm))
-        std::printf("%-20s %10.3f %10.3f %12s\n", c.name.c_str(), median(k), minimum(k), "-");
+        std::printf("%-20s %10.3f %10.3f %12s %13.0f%%\n", c.name.c_str(), median(k), minimum(k),
+                    "-", 100 * share);
       else
-        std::printf("%-20s %10.3f %10.3f %11.2fx\n", c.name.c_str(), median(k), minimum(k),
-                    median(k) / tm);
+        std::printf("%-20s %10.3f %10.3f %11.2fx %13.0f%%\n", c.name.c_str(), median(k), minimum(k),
+                    median(k) / tm, 100 * share);
     }
     if (t != r.times.end())
       std::printf("%-20s %10.3f %10.3f %11.2fx\n", tn.c_str(), tm, minimum(t->second), 1.0);
