@@ -126,6 +126,24 @@ TEST(Profile, RecordsNothingOutsideAProfile) {
   EXPECT_NE(later.table().find("no compiled function ran"), std::string::npos);
 }
 
+TEST(Profile, ProfilesNestAndTheOuterOneSeesTheInnerOnesSteps) {
+  const Tensor a = full({4, 4}, 1.0);
+  auto f = jit(product_step, kCompiled);
+  f(a, a);
+  start_profile();
+  f(a, a);
+  const Profile inner = profile([&] { f(a, a); });
+  f(a, a);
+  const Profile outer = stop_profile();
+  const ProfileRow* in = find_row(inner, "matmul");
+  const ProfileRow* out = find_row(outer, "matmul");
+  ASSERT_NE(in, nullptr) << inner.table();
+  ASSERT_NE(out, nullptr) << outer.table();
+  EXPECT_EQ(in->calls, 1);
+  EXPECT_EQ(out->calls, 3);
+  EXPECT_TRUE(stop_profile().rows.empty());  // none open any more
+}
+
 TEST(Profile, AnExceptionStopsTheProfile) {
   const Tensor a = full({4, 4}, 1.0);
   auto f = jit(product_step, kCompiled);

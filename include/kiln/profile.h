@@ -40,11 +40,12 @@ struct Profile {
   std::string table() const;
 };
 
-// Starts recording every compiled function's steps, clearing an earlier recording. With the
-// environment variable KILN_PROFILE=1 a recording starts with the process's first compiled
-// call, and whatever is being recorded at exit is printed to stderr as a table.
+// Starts a profile: every compiled function's steps from now on are recorded into it. Profiles
+// nest: one started inside another records the steps of its span into both. With the
+// environment variable KILN_PROFILE=1 an outermost profile starts with the process's first
+// compiled call and is printed to stderr as a table at exit.
 void start_profile();
-// Stops recording and returns what was recorded (empty when none was started).
+// Ends the innermost profile and returns what it recorded (empty when none was started).
 Profile stop_profile();
 
 // Runs f with profiling on and returns the profile.

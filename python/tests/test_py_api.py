@@ -373,7 +373,8 @@ def test_kiln_profile_prints_the_table_at_exit():
     code = (
         "import kiln as kl\n"
         "f = kl.jit(lambda x: kl.sin(x) + 1.0)\n"
-        "for _ in range(3): f(kl.ones((8,)))\n"
+        "for _ in range(2): f(kl.ones((8,)))\n"
+        "with kl.profile() as inner: f(kl.ones((8,)))\n"  # nested: the outer one sees it too
     )
     env = dict(os.environ, KILN_PROFILE="1")
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)

@@ -5,9 +5,11 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace kiln::detail {
 
@@ -15,9 +17,11 @@ std::atomic<bool> g_profiling{false};
 
 namespace {
 
+using Rows = std::map<std::pair<uint64_t, int>, ProfileRow>;
+// The profiles being recorded, outermost (KILN_PROFILE's) first; each step goes into all.
 struct Recording {
   std::mutex mutex;
-  std::map<std::pair<uint64_t, int>, ProfileRow> rows;
+  std::vector<Rows> open;
 };
 // Never destroyed: compiled functions may still run (and the exit table is printed) while
 // static objects are torn down.
@@ -26,7 +30,12 @@ Recording& recording() {
   return *r;
 }
 
-void print_at_exit() { std::fputs(stop_profile().table().c_str(), stderr); }
+// The outermost profile: KILN_PROFILE's, under any a program left open.
+void print_at_exit() {
+  Profile p = stop_profile();
+  while (g_profiling.load(std::memory_order_relaxed)) p = stop_profile();
+  std::fputs(p.table().c_str(), stderr);
+}
 
 }  // namespace
 
@@ -50,30 +59,35 @@ void record_step(uint64_t function, int step, double seconds,
                  const std::function<ProfileRow()>& describe) {
   Recording& r = recording();
   std::lock_guard lock(r.mutex);
-  if (!g_profiling.load(std::memory_order_relaxed)) return;  // stopped while the step ran
-  auto [it, fresh] = r.rows.try_emplace({function, step});
-  if (fresh) {
-    it->second = describe();
-    it->second.step = step;
+  std::optional<ProfileRow> described;
+  for (Rows& rows : r.open) {  // none when the profile stopped while the step ran
+    auto [it, fresh] = rows.try_emplace({function, step});
+    if (fresh) {
+      if (!described) described = describe();
+      it->second = *described;
+      it->second.step = step;
+    }
+    ++it->second.calls;
+    it->second.seconds += seconds;
   }
-  ++it->second.calls;
-  it->second.seconds += seconds;
 }
 
 void begin_profile() {
   Recording& r = recording();
   std::lock_guard lock(r.mutex);
-  r.rows.clear();
+  r.open.emplace_back();
   g_profiling.store(true, std::memory_order_relaxed);
 }
 
 std::vector<ProfileRow> take_profile() {
   Recording& r = recording();
   std::lock_guard lock(r.mutex);
-  g_profiling.store(false, std::memory_order_relaxed);
+  if (r.open.empty()) return {};
   // Per function (in order of first compilation), longest steps first.
-  std::vector<std::pair<std::pair<uint64_t, int>, ProfileRow>> rows(r.rows.begin(), r.rows.end());
-  r.rows.clear();
+  std::vector<std::pair<std::pair<uint64_t, int>, ProfileRow>> rows(r.open.back().begin(),
+                                                                    r.open.back().end());
+  r.open.pop_back();
+  g_profiling.store(!r.open.empty(), std::memory_order_relaxed);
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
     if (a.first.first != b.first.first) return a.first.first < b.first.first;
     return a.second.seconds > b.second.seconds;

@@ -31,9 +31,10 @@ uint64_t next_profile_id();
 void record_step(uint64_t function, int step, double seconds,
                  const std::function<ProfileRow()>& describe);
 
-// Clears the recording and starts recording.
+// Opens a profile; steps go into every open one.
 void begin_profile();
-// Stops recording and returns the rows recorded since begin_profile, sorted as Profile::rows.
+// Closes the innermost open profile and returns its rows, sorted as Profile::rows (none when
+// none is open).
 std::vector<ProfileRow> take_profile();
 
 }  // namespace kiln::detail

@@ -2,6 +2,7 @@
 
 #include <dnnl.hpp>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "detail/parallel.h"
@@ -22,7 +23,15 @@ struct Plan {
   memory::desc a_used, b_used, out_used;  // the primitive's
   dnnl::primitive prim;
   int a_arg, b_arg, out_arg;
+  // The reorders between the two where they differ, made once with the plan: creating one
+  // per call (a primitive-cache lookup at best) cost about as much as running it.
+  std::optional<dnnl::reorder> a_in, b_in, out_back;
 };
+
+std::optional<dnnl::reorder> reorder_between(const memory::desc& from, const memory::desc& to) {
+  if (from == to) return std::nullopt;
+  return dnnl::reorder(dnnl::reorder::primitive_desc(dnnl_engine(), from, dnnl_engine(), to));
+}
 
 // The spatial tail (the last `rank` entries) of s, offset by `delta`.
 Dims tail(const ConvGeom& g, const Spatial& s, int64_t delta = 0) {
@@ -111,6 +120,9 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
       break;
     }
   }
+  plan->a_in = reorder_between(plan->a, plan->a_used);
+  plan->b_in = reorder_between(plan->b, plan->b_used);
+  plan->out_back = reorder_between(plan->out_used, plan->out);
   return plan;
 }
 
@@ -147,18 +159,18 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
     blocked.push_back(empty({static_cast<int64_t>(d.get_size() / sizeof(float))}, float32));
     return memory(d, eng, blocked.back().data<float>());
   };
-  auto into = [&](const memory& user, const memory::desc& used) {
-    if (user.get_desc() == used) return user;
+  auto into = [&](const memory& user, const std::optional<dnnl::reorder>& reorder,
+                  const memory::desc& used) {
+    if (!reorder) return user;
     memory m = buffer(used);
-    dnnl::reorder(user, m).execute(stream, const_cast<memory&>(user), m);
+    reorder->execute(stream, const_cast<memory&>(user), m);
     return m;
   };
-  const memory a_in = into(a_user, plan->a_used), b_in = into(b_user, plan->b_used);
-  const memory result = out_user.get_desc() == plan->out_used ? out_user : buffer(plan->out_used);
+  const memory a_in = into(a_user, plan->a_in, plan->a_used),
+               b_in = into(b_user, plan->b_in, plan->b_used);
+  memory result = plan->out_back ? buffer(plan->out_used) : out_user;
   plan->prim.execute(stream, {{plan->a_arg, a_in}, {plan->b_arg, b_in}, {plan->out_arg, result}});
-  if (result != out_user)
-    dnnl::reorder(result, out_user)
-        .execute(stream, const_cast<memory&>(result), const_cast<memory&>(out_user));
+  if (plan->out_back) plan->out_back->execute(stream, result, const_cast<memory&>(out_user));
   stream.wait();
   return true;
 }
