@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -150,6 +151,22 @@ TEST(Profile, AnExceptionStopsTheProfile) {
   EXPECT_THROW(profile([] { throw std::runtime_error("user"); }), std::runtime_error);
   f(a, a);
   EXPECT_TRUE(stop_profile().rows.empty());
+}
+
+// In a process of its own: KILN_PROFILE is read at the first compiled call. The inner profile
+// measures the machine's peak after the exit handler was registered, whose table then reads it.
+TEST(ProfileDeathTest, KilnProfilePrintsTheWholeProcessAtExit) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("KILN_PROFILE", "1", 1);
+        const Tensor a = full({4, 4}, 1.0);
+        auto f = jit(product_step, kCompiled);
+        f(a, a);
+        profile([&] { f(a, a); });
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(0), "@profiled: 2 calls");
 }
 
 TEST(Profile, MachinePeakChecksItsThreadCount) {

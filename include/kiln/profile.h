@@ -13,8 +13,8 @@ struct MachinePeak {
   std::string isa;        // the vectors the FMA chains ran in: "avx512", "avx2" or "sse"
   int threads = 1;        // cores measured at once
   double fma_gflops = 0;  // float32 FMA peak, summed over the threads (2 FLOPs per FMA lane)
-  double copy_gbps = 0;   // streaming copy (memcpy of 24 MiB per thread): bytes read plus
-                          // written per second, summed over the threads
+  double copy_gbps = 0;   // streaming copy (memcpy of 24 MiB per thread, less beyond 10
+                          // threads): bytes read plus written per second, summed over them
 };
 // Measured on first request for a thread count (about 0.3 s), then cached; threads in
 // [1, kMaxThreads] (kiln/runtime.h), else an Error.
@@ -41,11 +41,13 @@ struct Profile {
 };
 
 // Starts a profile: every compiled function's steps from now on are recorded into it. Profiles
-// nest: one started inside another records the steps of its span into both. With the
+// nest: one started inside another records the steps of its span into both. The open profiles
+// are one stack for the process, whichever thread starts or stops them. With the
 // environment variable KILN_PROFILE=1 an outermost profile starts with the process's first
 // compiled call and is printed to stderr as a table at exit.
 void start_profile();
-// Ends the innermost profile and returns what it recorded (empty when none was started).
+// Ends the innermost open profile (KILN_PROFILE's when no other is open) and returns what it
+// recorded; empty when none is open.
 Profile stop_profile();
 
 // Runs f with profiling on and returns the profile.

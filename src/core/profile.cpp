@@ -82,8 +82,12 @@ MachinePeak measure(int threads) {
                   : chains_sse(40'000'000);
   });
   // Buffers far larger than the caches, touched once before timing (first-touch page faults
-  // are not bandwidth); the copy is glibc's memcpy, which streams large blocks.
-  constexpr std::size_t kBytes = std::size_t{24} << 20;
+  // are not bandwidth); the copy is glibc's memcpy, which streams large blocks. 24 MiB each,
+  // smaller beyond 10 threads, so that the whole measurement takes at most about 512 MiB.
+  const std::size_t kBytes = std::max<std::size_t>(
+      std::size_t{4} << 20,
+      std::min<std::size_t>(std::size_t{24} << 20,
+                            (std::size_t{512} << 20) / (2 * static_cast<std::size_t>(threads))));
   std::vector<std::unique_ptr<char[]>> buffers;
   for (int t = 0; t < 2 * threads; ++t) {
     buffers.emplace_back(new char[kBytes]);
@@ -105,11 +109,16 @@ MachinePeak machine_peak(int threads) {
   if (threads < 1 || threads > kMaxThreads)
     fail("machine_peak", "thread count out of range: got ", threads, ", expected 1 to ",
          kMaxThreads);
-  static std::mutex mutex;
-  static std::map<int, MachinePeak> measured;
-  std::lock_guard lock(mutex);
-  auto it = measured.find(threads);
-  if (it == measured.end()) it = measured.emplace(threads, measure(threads)).first;
+  // Never destroyed: KILN_PROFILE's table is printed at exit, after static objects made later
+  // than its atexit handler are gone.
+  struct Measured {
+    std::mutex mutex;
+    std::map<int, MachinePeak> peaks;
+  };
+  static auto* measured = new Measured;
+  std::lock_guard lock(measured->mutex);
+  auto it = measured->peaks.find(threads);
+  if (it == measured->peaks.end()) it = measured->peaks.emplace(threads, measure(threads)).first;
   return it->second;
 }
 
@@ -161,8 +170,8 @@ std::string Profile::table() const {
         line("%8.1f %4.0f%% ", r.flops / t / 1e9, 100 * r.flops / t / 1e9 / peak.fma_gflops);
       else
         line("%8s %5s ", "-", "");
-      line("%7.2f %4.0f%%  %s%s\n", gbps, 100 * gbps / peak.copy_gbps, r.fused ? "fused " : "",
-           r.what.c_str());
+      line("%7.2f %4.0f%%  %s", gbps, 100 * gbps / peak.copy_gbps, r.fused ? "fused " : "");
+      out += r.what + "\n";  // any length
     }
     b = e;
   }

@@ -190,10 +190,10 @@ KILN_INLINE void input_grad_images(const ConvGeom& g, const float* dy, const flo
               for (int64_t oh = 0; oh < g.out[1]; ++oh) {
                 const int64_t ih = oh * g.stride[1] + kh * g.dil[1] - g.pad[1];
                 if (ih < 0 || ih >= g.in[1]) continue;
-                float* __restrict dst = image + (id * g.in[1] + ih) * g.in[2] + shift;
+                float* __restrict dst = image + (id * g.in[1] + ih) * g.in[2];
                 const float* __restrict src =
                     dy + (n * g.O + o) * g.out_size() + (od * g.out[1] + oh) * OW;
-                for (int64_t ow = lo; ow < hi; ++ow) dst[ow] += wt * src[ow];
+                for (int64_t ow = lo; ow < hi; ++ow) dst[ow + shift] += wt * src[ow];
               }
             }
           }

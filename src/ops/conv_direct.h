@@ -1,5 +1,5 @@
 // Convolutions of a single-channel input (a grayscale image's first layer) as direct loops.
-// Such a layer does about 2·taps FLOPs per byte it writes, so it is bound by memory; oneDNN's
+// Such a layer does 2·taps FLOPs per output it writes, so it is bound by memory; oneDNN's
 // plain-layout path and im2col + gemm ran it at 3-6% of the FMA peak and a tenth of the copy
 // bandwidth (docs/PERFORMANCE.md, "Training step"). The loops are compiled for AVX-512, AVX2
 // and the baseline, and run on the instruction set math::host_isa() names.

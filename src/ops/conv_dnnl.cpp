@@ -24,7 +24,9 @@ struct Plan {
   dnnl::primitive prim;
   int a_arg, b_arg, out_arg;
   // The reorders between the two where they differ, made once with the plan: creating one
-  // per call (a primitive-cache lookup at best) cost about as much as running it.
+  // per call (a primitive-cache lookup at best) cost about as much as running it. Like `prim`,
+  // they may run on several threads at once: oneDNN's default build gives each thread its own
+  // scratchpad (the primitive cache shared one object among callers before, too).
   std::optional<dnnl::reorder> a_in, b_in, out_back;
 };
 
