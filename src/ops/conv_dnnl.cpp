@@ -3,6 +3,7 @@
 #include <dnnl.hpp>
 #include <memory>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "detail/parallel.h"
@@ -23,10 +24,11 @@ struct Plan {
   memory::desc a_used, b_used, out_used;  // the primitive's
   dnnl::primitive prim;
   int a_arg, b_arg, out_arg;
+  // The primitive's scratchpad, which each call passes (user mode), so that calls from several
+  // threads may run one primitive at once and large scratchpads come from Kiln's block cache.
+  memory::desc scratch;
   // The reorders between the two where they differ, made once with the plan: creating one
-  // per call (a primitive-cache lookup at best) cost about as much as running it. Like `prim`,
-  // they may run on several threads at once: oneDNN's default build gives each thread its own
-  // scratchpad (the primitive cache shared one object among callers before, too).
+  // per call (a primitive-cache lookup at best) cost about as much as running it.
   std::optional<dnnl::reorder> a_in, b_in, out_back;
 };
 
@@ -69,10 +71,12 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   const Dims strides = tail(g, g.stride), dilates = tail(g, g.dil, -1), pad_l = tail(g, g.pad),
              pad_r = tail(g, far);
   const auto alg = dnnl::algorithm::convolution_direct;
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::convolution_forward::primitive_desc fwd(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, alg, x_any, w_any, y_any,
                                       strides, dilates, pad_l, pad_r),
-      dnnl_engine());
+      attr, dnnl_engine());
   auto plan = std::make_unique<Plan>();
   switch (pass) {
     case ConvPass::forward:
@@ -86,12 +90,13 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
                DNNL_ARG_SRC,
                DNNL_ARG_WEIGHTS,
                DNNL_ARG_DST};
+      plan->scratch = fwd.scratchpad_desc();
       break;
     case ConvPass::backward_data: {
       const dnnl::convolution_backward_data::primitive_desc pd(
           dnnl::convolution_backward_data::desc(alg, x_any, w_any, y_any, strides, dilates, pad_l,
                                                 pad_r),
-          dnnl_engine(), fwd);
+          attr, dnnl_engine(), fwd);
       *plan = {y_plain,
                w_plain,
                x_plain,
@@ -102,13 +107,14 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
                DNNL_ARG_DIFF_DST,
                DNNL_ARG_WEIGHTS,
                DNNL_ARG_DIFF_SRC};
+      plan->scratch = pd.scratchpad_desc();
       break;
     }
     case ConvPass::backward_weights: {
       const dnnl::convolution_backward_weights::primitive_desc pd(
           dnnl::convolution_backward_weights::desc(alg, x_any, w_any, y_any, strides, dilates,
                                                    pad_l, pad_r),
-          dnnl_engine(), fwd);
+          attr, dnnl_engine(), fwd);
       *plan = {y_plain,
                x_plain,
                w_plain,
@@ -119,6 +125,7 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
                DNNL_ARG_DIFF_DST,
                DNNL_ARG_SRC,
                DNNL_ARG_DIFF_WEIGHTS};
+      plan->scratch = pd.scratchpad_desc();
       break;
     }
   }
@@ -153,12 +160,13 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
   const memory a_user(plan->a, eng, const_cast<float*>(a)),
       b_user(plan->b, eng, const_cast<float*>(b));
   const memory out_user(plan->out, eng, out);
-  // The blocked buffers come from Kiln's block cache rather than oneDNN's malloc: a fresh
-  // buffer costs a page fault per 4 KiB page on first touch, and these were fresh every call
-  // (a tenth of the demo CNN's training time went to faulting them in).
+  // The blocked buffers and the scratchpad come from Kiln's block cache rather than oneDNN's
+  // malloc: a fresh buffer costs a page fault per 4 KiB page on first touch, and these were
+  // fresh every call (a tenth of the demo CNN's training time went to faulting them in).
   std::vector<Tensor> blocked;
   auto buffer = [&](const memory::desc& d) {
-    blocked.push_back(empty({static_cast<int64_t>(d.get_size() / sizeof(float))}, float32));
+    const auto floats = static_cast<int64_t>((d.get_size() + sizeof(float) - 1) / sizeof(float));
+    blocked.push_back(empty({floats}, float32));
     return memory(d, eng, blocked.back().data<float>());
   };
   auto into = [&](const memory& user, const std::optional<dnnl::reorder>& reorder,
@@ -171,7 +179,10 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
   const memory a_in = into(a_user, plan->a_in, plan->a_used),
                b_in = into(b_user, plan->b_in, plan->b_used);
   memory result = plan->out_back ? buffer(plan->out_used) : out_user;
-  plan->prim.execute(stream, {{plan->a_arg, a_in}, {plan->b_arg, b_in}, {plan->out_arg, result}});
+  std::unordered_map<int, memory> args{
+      {plan->a_arg, a_in}, {plan->b_arg, b_in}, {plan->out_arg, result}};
+  if (plan->scratch.get_size() > 0) args.emplace(DNNL_ARG_SCRATCHPAD, buffer(plan->scratch));
+  plan->prim.execute(stream, args);
   if (plan->out_back) plan->out_back->execute(stream, result, const_cast<memory&>(out_user));
   stream.wait();
   return true;
