@@ -107,11 +107,15 @@ KILN_INLINE void weight_grad_vector(const ConvGeom& g, const float* grad, const 
                                     int64_t ow0, int64_t count, int64_t skip, Vec* acc) {
   using B = Bits<Vec>;
   const Vec v = load<Vec>(in + ow0, count);
+  if (skip == 0) {  // every vector but a row's overlapping last one: no mask to build
+    for (int j = 0; j < OB; ++j) acc[j] += load<Vec>(grad + j * g.out_size() + ow0, count) * v;
+    return;
+  }
   B keep;
   for (int64_t l = 0; l < kLanes<Vec>; ++l) keep[l] = l < skip ? 0 : -1;
   for (int j = 0; j < OB; ++j) {
     const Vec p = load<Vec>(grad + j * g.out_size() + ow0, count) * v;
-    acc[j] += skip ? (Vec)((B)p & keep) : p;
+    acc[j] += (Vec)((B)p & keep);
   }
 }
 
