@@ -98,77 +98,113 @@ KILN_INLINE void forward_units(const ConvGeom& g, const float* x, const float* w
   }
 }
 
-// Adds to acc[j] the products of output channel o0 + j's gradient row `grad` (channels
-// out_size apart) with the input under one tap, `in`, at the lanes of one vector from column
-// ow0: `count` lanes, or, for a vector that overlaps the one before it, those from lane `skip`
-// on (the others contribute +0 whatever the inputs hold).
-template <typename Vec, int OB>
-KILN_INLINE void weight_grad_vector(const ConvGeom& g, const float* grad, const float* in,
-                                    int64_t ow0, int64_t count, int64_t skip, Vec* acc) {
-  using B = Bits<Vec>;
-  const Vec v = load<Vec>(in + ow0, count);
-  if (skip == 0) {  // every vector but a row's overlapping last one: no mask to build
-    for (int j = 0; j < OB; ++j) acc[j] += load<Vec>(grad + j * g.out_size() + ow0, count) * v;
-    return;
-  }
-  B keep;
-  for (int64_t l = 0; l < kLanes<Vec>; ++l) keep[l] = l < skip ? 0 : -1;
-  for (int j = 0; j < OB; ++j) {
-    const Vec p = load<Vec>(grad + j * g.out_size() + ow0, count) * v;
-    acc[j] += (Vec)((B)p & keep);
-  }
-}
+// One image's input under each tap, laid out as the output plane (tap t's plane holds, at
+// output position p, the input that p's window reads under t), each plane padded with zeros to
+// whole vectors: the weight gradient is then one dot product per channel and tap over flat
+// planes, with no row tails.
+struct TapPlanes {
+  int64_t P = 0, stride = 0;  // output positions; floats per plane (P rounded up to vectors)
+  std::vector<float> data;
 
-// dw for output channels [o0, o0 + OB): per image and tap, the products of OB output-gradient
-// vectors with one input vector summed in registers, then added in double per tap.
-template <typename Vec, int OB>
-KILN_INLINE void weight_grad_block(const ConvGeom& g, const float* dy, const float* x, float* dw,
-                                   Padded& padded, int64_t o0) {
-  constexpr int64_t L = kLanes<Vec>;
-  const int64_t OW = g.out[2], taps = g.taps();
-  std::vector<double> sums(static_cast<std::size_t>(OB * taps), 0.0);
-  for (int64_t n = 0; n < g.N; ++n) {
-    padded.fill(g, x + n * g.in_size());
-    const float* grad = dy + (n * g.O + o0) * g.out_size();
+  TapPlanes(const ConvGeom& g, int64_t lanes)
+      : P(g.out_size()),
+        stride((P + lanes - 1) / lanes * lanes),
+        data(static_cast<std::size_t>(g.taps() * stride), 0.0f) {}
+  // A vector at a time (the last one overlapping the one before): a call to memcpy per row of
+  // each plane took about as long as the dot products.
+  template <typename Vec>
+  KILN_INLINE void fill(const ConvGeom& g, const Padded& x) {
+    constexpr int64_t L = kLanes<Vec>;
+    const int64_t OW = g.out[2];
     for (int64_t kd = 0; kd < g.k[0]; ++kd)
       for (int64_t kh = 0; kh < g.k[1]; ++kh)
         for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-          Vec acc[OB] = {};
+          float* plane = data.data() + ((kd * g.k[1] + kh) * g.k[2] + kw) * stride;
           for (int64_t od = 0; od < g.out[0]; ++od)
             for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-              const float* in = padded.row(g, od, oh, kd, kh) + kw * g.dil[2];
-              const float* row = grad + (od * g.out[1] + oh) * OW;
+              const float* from = x.row(g, od, oh, kd, kh) + kw * g.dil[2];
+              float* to = plane + (od * g.out[1] + oh) * OW;
               if (OW < L) {
-                weight_grad_vector<Vec, OB>(g, row, in, 0, OW, 0, acc);
+                std::copy_n(from, OW, to);
                 continue;
               }
-              int64_t ow0 = 0;
-              for (; ow0 + L <= OW; ow0 += L)
-                weight_grad_vector<Vec, OB>(g, row, in, ow0, L, 0, acc);
-              if (ow0 < OW) weight_grad_vector<Vec, OB>(g, row, in, OW - L, L, ow0 - (OW - L), acc);
+              for (int64_t i = 0; i + L <= OW; i += L) store(to + i, load<Vec>(from + i));
+              if (OW % L != 0) store(to + OW - L, load<Vec>(from + OW - L));
             }
-          const int64_t t = (kd * g.k[1] + kh) * g.k[2] + kw;
-          for (int j = 0; j < OB; ++j)
-            for (int64_t l = 0; l < L; ++l)
-              sums[static_cast<std::size_t>(j * taps + t)] += acc[j][l];
         }
   }
-  for (int64_t i = 0; i < OB * taps; ++i)
-    dw[o0 * taps + i] = static_cast<float>(sums[static_cast<std::size_t>(i)]);
+  const float* plane(int64_t t) const { return data.data() + t * stride; }
+};
+
+// Adds the products of one vector of positions from p (`count` of them) to acc.
+template <typename Vec, int OB, int TB>
+KILN_INLINE void weight_grad_step(const float* grad, const TapPlanes& x, int64_t o0, int64_t t0,
+                                  int64_t p, int64_t count, Vec (&acc)[OB][TB]) {
+  Vec in[TB], dy[OB];
+  for (int t = 0; t < TB; ++t) in[t] = load<Vec>(x.plane(t0 + t) + p);
+  for (int j = 0; j < OB; ++j) dy[j] = load<Vec>(grad + (o0 + j) * x.P + p, count);
+  for (int j = 0; j < OB; ++j)
+    for (int t = 0; t < TB; ++t) acc[j][t] += dy[j] * in[t];
 }
 
-// Channel blocks u in [b, e) of 8 (the last one smaller).
+// Output channels [o0, o0 + OB) and taps [t0, t0 + TB) of one image: OB·TB dot products of the
+// channels' gradient planes with the taps' input planes, each summed in a vector of float lanes
+// (OB + TB loads per OB·TB products), then added lane by lane into `lanes` (double, per
+// channel from o0, tap and lane), where the images' sums meet.
+template <typename Vec, int OB, int TB>
+KILN_INLINE void weight_grad_tile(const ConvGeom& g, const float* grad, const TapPlanes& x,
+                                  int64_t o0, int64_t t0, double* lanes) {
+  constexpr int64_t L = kLanes<Vec>;
+  const int64_t P = x.P, taps = g.taps();
+  Vec acc[OB][TB] = {};
+  int64_t p = 0;
+  for (; p + L <= P; p += L) weight_grad_step<Vec, OB, TB>(grad, x, o0, t0, p, L, acc);
+  // The planes' zeros fill the last vector's rest.
+  if (p < P) weight_grad_step<Vec, OB, TB>(grad, x, o0, t0, p, P - p, acc);
+  for (int j = 0; j < OB; ++j)
+    for (int t = 0; t < TB; ++t) {
+      double* sum = lanes + (j * taps + t0 + t) * L;
+      for (int64_t l = 0; l < L; ++l) sum[l] += acc[j][t][l];
+    }
+}
+
+// Output channels [o0, o0 + OB) of one image, over every tap, three at a time.
+template <typename Vec, int OB>
+KILN_INLINE void weight_grad_channels(const ConvGeom& g, const float* grad, const TapPlanes& x,
+                                      int64_t o0, double* lanes) {
+  const int64_t taps = g.taps();
+  int64_t t = 0;
+  for (; t + 3 <= taps; t += 3) weight_grad_tile<Vec, OB, 3>(g, grad, x, o0, t, lanes);
+  for (; t < taps; ++t) weight_grad_tile<Vec, OB, 1>(g, grad, x, o0, t, lanes);
+}
+
+// The channels of units [b, e) (kWeightGradUnit each, the last one fewer): per image, the input
+// under every tap is laid out once, then each block of OB channels (fewer at the end) takes its
+// dot products with it. The sums run in the same order whatever the units' split.
+constexpr int64_t kWeightGradUnit = 16;
 template <typename Vec>
 KILN_INLINE void weight_grad_units(const ConvGeom& g, const float* dy, const float* x, float* dw,
                                    int64_t b, int64_t e) {
+  constexpr int64_t L = kLanes<Vec>;
+  constexpr int OB = L == 16 ? 8 : 4;  // 8 x 3 accumulators fill AVX-512's 32 registers
+  const int64_t taps = g.taps(), o_begin = b * kWeightGradUnit,
+                o_end = std::min(g.O, e * kWeightGradUnit);
   Padded padded(g);
-  for (int64_t u = b; u < e; ++u) {
-    const int64_t o0 = u * 8;
-    if (o0 + 8 <= g.O) {
-      weight_grad_block<Vec, 8>(g, dy, x, dw, padded, o0);
-    } else {
-      for (int64_t o = o0; o < g.O; ++o) weight_grad_block<Vec, 1>(g, dy, x, dw, padded, o);
-    }
+  TapPlanes planes(g, L);
+  std::vector<double> lanes(static_cast<std::size_t>((o_end - o_begin) * taps * L), 0.0);
+  auto at = [&](int64_t c) { return lanes.data() + (c - o_begin) * taps * L; };
+  for (int64_t n = 0; n < g.N; ++n) {
+    padded.fill(g, x + n * g.in_size());
+    planes.fill<Vec>(g, padded);
+    const float* grad = dy + n * g.O * g.out_size();
+    int64_t o = o_begin;
+    for (; o + OB <= o_end; o += OB) weight_grad_channels<Vec, OB>(g, grad, planes, o, at(o));
+    for (; o < o_end; ++o) weight_grad_channels<Vec, 1>(g, grad, planes, o, at(o));
+  }
+  for (int64_t i = 0; i < (o_end - o_begin) * taps; ++i) {
+    double sum = 0.0;
+    for (int64_t l = 0; l < L; ++l) sum += lanes[static_cast<std::size_t>(i * L + l)];
+    dw[o_begin * taps + i] = static_cast<float>(sum);
   }
 }
 
@@ -252,7 +288,8 @@ void direct_conv_input_grad(const ConvGeom& g, const float* dy, const float* w, 
 void direct_conv_weight_grad(const ConvGeom& g, const float* dy, const float* x, float* dw,
                              math::Isa isa) {
   run(pick<Variant>(isa, weight_grad_baseline, weight_grad_avx2, weight_grad_avx512), g, dy, x, dw,
-      (g.O + 7) / 8, std::min<int64_t>(g.O, 8) * g.N * g.out_size() * g.taps());
+      (g.O + kWeightGradUnit - 1) / kWeightGradUnit,
+      std::min(g.O, kWeightGradUnit) * g.N * g.out_size() * g.taps());
 }
 
 }  // namespace kiln::ops
