@@ -59,17 +59,6 @@ using bench_models::with_backend;
 
 constexpr double kLr = 0.01;
 
-void write_raw(const fs::path& path, const Tensor& t) {
-  std::ofstream out(path, std::ios::binary);
-  if (t.dtype() == int64) {
-    const auto v = t.to_vector<int64_t>();
-    out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(int64_t)));
-  } else {
-    const auto v = t.to_vector<float>();
-    out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
-  }
-}
-
 // One problem: the jitted step with its state for each backend, the losses of the first steps
 // with each backend.
 struct Problem {

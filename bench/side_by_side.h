@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "kiln/runtime.h"
+#include "kiln/tensor.h"
 
 #ifndef KILN_SOURCE_DIR
 #define KILN_SOURCE_DIR "."
@@ -184,6 +187,19 @@ inline void print_loads(const Rounds& r, const Options& o) {
   std::printf("# %d rounds x %d reps; load average (1/5/15 min) per round:", o.rounds, o.reps);
   for (const std::string& l : r.loads) std::printf(" [%s]", l.c_str());
   std::printf("\n");
+}
+
+// Writes t's elements raw (little-endian int64 or float32) for the peer, which reads them with
+// side_by_side.read_raw: the initial parameters and the batch that both sides start from.
+inline void write_raw(const std::filesystem::path& path, const kiln::Tensor& t) {
+  std::ofstream out(path, std::ios::binary);
+  if (t.dtype() == kiln::int64) {
+    const auto v = t.to_vector<int64_t>();
+    out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(int64_t)));
+  } else {
+    const auto v = t.to_vector<float>();
+    out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+  }
 }
 
 }  // namespace side_by_side

@@ -47,3 +47,14 @@ def report(times):
     for name, ts in times.items():
         print(f"RESULT {name} {statistics.median(ts):.4f} {min(ts):.4f}", flush=True)
         print(f"TIMES {name} " + " ".join(f"{t:.4f}" for t in ts), flush=True)
+
+
+def read_raw(path, dtype, shape):
+    """A tensor of `shape` from a file of raw little-endian elements (what the C++ side writes
+    for the peer: the initial parameters and the batch), checked to hold exactly that many."""
+    import torch
+
+    with open(path, "rb") as f:
+        t = torch.frombuffer(bytearray(f.read()), dtype=dtype)
+    assert t.numel() == torch.Size(shape).numel(), (path, t.numel(), shape)
+    return t.reshape(shape).clone()

@@ -72,13 +72,6 @@ PROBLEMS = {
 }
 
 
-def read_raw(path, dtype, shape):
-    with open(path, "rb") as f:
-        t = torch.frombuffer(bytearray(f.read()), dtype=dtype)
-    assert t.numel() == torch.Size(shape).numel(), (path, t.numel(), shape)
-    return t.reshape(shape).clone()
-
-
 def setup(name, init):
     make, x_shape = PROBLEMS[name]
     model = make()
@@ -89,12 +82,12 @@ def setup(name, init):
         assert files == set(state), (sorted(files), sorted(state))
         model.load_state_dict(
             {
-                k: read_raw(os.path.join(at, k + ".bin"), torch.float32, v.shape)
+                k: side_by_side.read_raw(os.path.join(at, k + ".bin"), torch.float32, v.shape)
                 for k, v in state.items()
             }
         )
-        x = read_raw(os.path.join(at, "x.bin"), torch.float32, x_shape)
-        y = read_raw(os.path.join(at, "y.bin"), torch.int64, x_shape[:1])
+        x = side_by_side.read_raw(os.path.join(at, "x.bin"), torch.float32, x_shape)
+        y = side_by_side.read_raw(os.path.join(at, "y.bin"), torch.int64, x_shape[:1])
     else:
         g = torch.Generator().manual_seed(0)
         x = torch.randn(x_shape, generator=g)

@@ -1,0 +1,124 @@
+// GPT-2's architecture as Kiln trees: token and learned position embeddings, pre-LayerNorm
+// blocks of causal self-attention and a GELU (tanh form) MLP of 4x the width, a final
+// LayerNorm, and the LM head tied to the token embedding. Parameters are named as in
+// nanoGPT's PyTorch state_dict ("transformer.h.0.attn.c_attn.weight", ...), Linear weights
+// [out, in] as nn.Linear holds them, so bench/gpt_torch.py loads them by name. Initialisation
+// is GPT-2's: N(0, 0.02) for every weight matrix and embedding, zero biases, LayerNorms at 1
+// and 0, and the residual projections (attn.c_proj, mlp.c_proj) at 0.02 / sqrt(2 * layers).
+#pragma once
+
+#include <kiln/kiln.h>
+#include <kiln/nn.h>
+
+#include <cmath>
+#include <vector>
+
+namespace gpt {
+
+using namespace kiln;
+
+struct Config {
+  int64_t layers = 4, heads = 4, d_model = 256, block_size = 128, vocab = 256;
+};
+
+struct Attention {
+  nn::Linear c_attn, c_proj;  // [3C, C]: q, k and v stacked; [C, C]
+  int64_t heads = 1;
+};
+KILN_TREE(Attention, c_attn, c_proj, heads);
+
+struct Mlp {
+  nn::Linear c_fc, c_proj;  // [4C, C], [C, 4C]
+};
+KILN_TREE(Mlp, c_fc, c_proj);
+
+struct Block {
+  nn::LayerNorm ln_1;
+  Attention attn;
+  nn::LayerNorm ln_2;
+  Mlp mlp;
+};
+KILN_TREE(Block, ln_1, attn, ln_2, mlp);
+
+struct Transformer {
+  nn::Embedding wte, wpe;  // [vocab, C], [block_size, C]
+  std::vector<Block> h;
+  nn::LayerNorm ln_f;
+};
+KILN_TREE(Transformer, wte, wpe, h, ln_f);
+
+struct Model {
+  Transformer transformer;
+};
+KILN_TREE(Model, transformer);
+
+// A Linear of GPT-2's initialisation: weight N(0, std), bias 0.
+inline nn::Linear linear(int64_t in, int64_t out, const Tensor& key, double std) {
+  nn::Linear l;
+  l.weight = random::normal(key, {out, in}) * std;
+  l.bias = zeros({out});
+  return l;
+}
+
+inline Model init(const Config& c, const Tensor& key) {
+  const double std = 0.02, residual = 0.02 / std::sqrt(2.0 * static_cast<double>(c.layers));
+  const Tensor keys = random::split(key, 2 + 4 * c.layers);
+  Model m;
+  Transformer& t = m.transformer;
+  t.wte.weight = random::normal(index(keys, 0), {c.vocab, c.d_model}) * std;
+  t.wpe.weight = random::normal(index(keys, 1), {c.block_size, c.d_model}) * std;
+  for (int64_t l = 0; l < c.layers; ++l) {
+    auto k = [&](int64_t i) { return index(keys, 2 + 4 * l + i); };
+    Block b;
+    b.ln_1 = nn::LayerNorm({c.d_model});
+    b.attn = {linear(c.d_model, 3 * c.d_model, k(0), std),
+              linear(c.d_model, c.d_model, k(1), residual), c.heads};
+    b.ln_2 = nn::LayerNorm({c.d_model});
+    b.mlp = {linear(c.d_model, 4 * c.d_model, k(2), std),
+             linear(4 * c.d_model, c.d_model, k(3), residual)};
+    t.h.push_back(b);
+  }
+  t.ln_f = nn::LayerNorm({c.d_model});
+  return m;
+}
+
+// Causal self-attention over x [B, T, C]: heads of C / heads features each.
+inline Tensor attention(const Attention& a, const Tensor& x) {
+  const int64_t B = x.shape()[0], T = x.shape()[1], C = x.shape()[2], H = a.heads;
+  const std::vector<Tensor> qkv = split(a.c_attn(x), 3, 2);
+  auto heads = [&](const Tensor& v) { return swapaxes(reshape(v, {B, T, H, C / H}), 1, 2); };
+  const Tensor y = nn::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                                    {.is_causal = true});
+  return a.c_proj(reshape(swapaxes(y, 1, 2), {B, T, C}));
+}
+
+// The logits [B, T, vocab] of tokens [B, T] (int64, T at most the block size).
+inline Tensor logits(const Model& m, const Tensor& tokens) {
+  const Transformer& t = m.transformer;
+  const int64_t T = tokens.shape()[1];
+  Tensor x = t.wte(tokens) + t.wpe(arange(T));
+  for (const Block& b : t.h) {
+    x = x + attention(b.attn, b.ln_1(x));
+    x = x + b.mlp.c_proj(nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true));
+  }
+  return matmul(t.ln_f(x), transpose(t.wte.weight));
+}
+
+// Mean cross-entropy of the next-token predictions: targets [B, T] are the tokens shifted by one.
+inline Tensor loss(const Model& m, const Tensor& tokens, const Tensor& targets) {
+  const Tensor z = logits(m, tokens);
+  const int64_t V = z.shape()[2];
+  return nn::cross_entropy(reshape(z, {-1, V}), reshape(targets, {-1}));
+}
+
+// Model FLOPs of one training step of B sequences of T tokens (2 per multiply-add, the backward
+// pass twice the forward): 6 per parameter of the matrices and the LM head per token, plus the
+// attention products, 12 * layers * T * C per token (PaLM's appendix B count, causal masking
+// not subtracted).
+inline double train_flops(const Config& c, int64_t B, int64_t T) {
+  const double L = static_cast<double>(c.layers), C = static_cast<double>(c.d_model),
+               V = static_cast<double>(c.vocab), tokens = static_cast<double>(B * T);
+  return 6.0 * tokens * (12.0 * L * C * C + V * C) + 12.0 * L * tokens * static_cast<double>(T) * C;
+}
+
+}  // namespace gpt
