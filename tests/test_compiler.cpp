@@ -179,6 +179,26 @@ TEST(Compiler, GradientProgramsFuseAroundMatmul) {
   expect_same(g, gi, 1e-6);
 }
 
+// A group that sums over every axis runs on one thread. Over a large domain, what waits for
+// the sum over the whole domain (a clipped gradient's update after its global norm) is a group
+// of its own, which threads split, and the sum walks a transposed operand along its memory;
+// over a small one it all stays one group.
+TEST(Compiler, WorkWaitingForALargeFullReductionLeavesItsGroup) {
+  const auto clip = [](const Tensor& g) {
+    const Tensor t = transpose(g);  // a weight gradient as a transposed view
+    return t - t * (0.5f / sqrt(sum(t * t)));
+  };
+  const Tensor big = normal(11, {256, 512}), small = normal(12, {16, 32});
+  const auto info = jit(clip, kCompiled).compiled(big);
+  ASSERT_EQ(info.groups.size(), 2u) << info;
+  const std::string& sum_kernel = info.groups[0].kernel;
+  EXPECT_NE(sum_kernel.find("reduce_sum"), std::string::npos) << info;
+  EXPECT_NE(sum_kernel.find("load in0 @0 [512,1]"), std::string::npos) << info;
+  EXPECT_EQ(jit(clip, kCompiled).compiled(small).groups.size(), 1u);
+  for (const Tensor& g : {big, small})
+    expect_same(jit(clip, kCompiled)(g), jit(clip, kInterpreted)(g), 1e-6);
+}
+
 // An unrolled loop's steps fuse into groups with the same kernel text; LLVM compiles each
 // distinct kernel once and every group runs it on its own buffers.
 TEST(Compiler, EqualGroupsShareOneKernel) {

@@ -155,11 +155,39 @@ TEST(Matmul, BatchedAndBroadcastBatch) {
     check_shapes({2, 1, 3, 4}, {5, 4, 6}, dt, seed++);  // -> [2,5,3,6]
     check_shapes({4, 3, 4}, {4, 2}, dt, seed++);        // b shared: one folded gemm
     check_shapes({2, 3, 3, 4}, {4, 2}, dt, seed++);
+    check_shapes({2, 0, 4}, {4, 3}, dt, seed++);  // folded, no rows
+    check_shapes({2, 3, 0}, {0, 5}, dt, seed++);  // folded, k = 0
     check_shapes({3, 4}, {2, 4, 5}, dt, seed++);  // a shared
     check_shapes({1, 3, 4}, {6, 4, 5}, dt, seed++);
     check_shapes({64, 16, 16}, {64, 16, 16}, dt, seed++);  // many small gemms, in parallel
     check_shapes({300, 2, 3}, {1, 3, 2}, dt, seed++);
   }
+}
+
+// x [..., M, K] @ W [K, N] is one product over all the rows (the batch axes folded into M), so
+// reverse mode makes W's gradient one product too, with no per-batch products to sum; both
+// values against double-precision sums.
+TEST(Matmul, ASharedMatrixAndItsGradientAreOneProductOverAllRows) {
+  const std::vector<int64_t> sx{3, 5, 4};
+  const std::vector<double> xv = random_values(numel(sx), 7), wv = random_values(4 * 2, 8),
+                            rv = random_values(3 * 5 * 2, 9);
+  const Tensor x = make(xv, sx), w = make(wv, {4, 2}), r = make(rv, {3, 5, 2});
+  const auto loss = [&](const Tensor& w_) { return sum(matmul(x, w_) * r); };
+  const ir::Function f = jit(grad(loss)).lower(w);
+  for (const ir::Equation& e : f.equations) {
+    if (e.prim->name == "matmul") EXPECT_EQ(e.outputs[0].type.shape.rank(), 2) << ir::print(f);
+    EXPECT_NE(e.prim->name, "reduce_sum") << ir::print(f);
+  }
+  // dW[k, n] = sum over the rows i of x[i, k] * r[i, n].
+  std::vector<double> want(8, 0.0);
+  for (int64_t i = 0; i < 15; ++i)
+    for (int64_t k = 0; k < 4; ++k)
+      for (int64_t n = 0; n < 2; ++n)
+        want[static_cast<std::size_t>(k * 2 + n)] +=
+            xv[static_cast<std::size_t>(i * 4 + k)] * rv[static_cast<std::size_t>(i * 2 + n)];
+  expect_allclose(grad(loss)(w), as_tensor({want, {4, 2}}, float64), {.rtol = 1e-5, .atol = 1e-6});
+  expect_allclose(jit(grad(loss))(w), as_tensor({want, {4, 2}}, float64),
+                  {.rtol = 1e-5, .atol = 1e-6});
 }
 
 // k = 1 takes its own path (outer products, written once): the same values as the naive

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
@@ -182,6 +183,9 @@ constexpr int64_t kMaxTotalSlots = int64_t{1} << 16;
 // compile time there. Groups of real layers have tens to a few hundred nodes.
 constexpr std::size_t kMaxGroupNodes = 512;
 
+// Elements of a domain from which a group reducing all its axes is serial (Builder::serial).
+constexpr int64_t kSerialDomain = int64_t{1} << 16;
+
 // Whether an access reads the domain's innermost axis of size > 1 contiguously or as a
 // broadcast (the vector loops run along it).
 bool reads_along_rows(const Access& a, const Dims& domain) {
@@ -250,10 +254,50 @@ class Builder {
     }
     std::sort(g_.outputs.begin(), g_.outputs.end(),
               [](const GroupOutput& a, const GroupOutput& b) { return a.value < b.value; });
+    if (reduces_everything()) walk_first_input_contiguously();
     return std::move(g_);
   }
 
  private:
+  bool reduces_every_axis() const {
+    return reducing() && std::find(g_.reduced.begin(), g_.reduced.end(), false) == g_.reduced.end();
+  }
+
+  // Whether the group reduces every axis of its domain and stores nothing over it: then the
+  // order of its axes is its own choice (a sum's terms are added in another order, within the
+  // reduction bound of the compiled walks).
+  bool reduces_everything() const {
+    if (!reduces_every_axis()) return false;
+    for (const GroupOutput& o : g_.outputs)
+      if (o.level != Level::outer) return false;
+    return std::none_of(g_.nodes.begin(), g_.nodes.end(),
+                        [](const Node& n) { return n.level == Level::total; });
+  }
+
+  // Orders the domain's axes by the first inner load's strides, largest first, so that it is
+  // read along its memory: a gradient's global norm sums the squares of a transposed view, and
+  // reading it across its rows ran at 1 GB/s.
+  void walk_first_input_contiguously() {
+    const auto first = std::find_if(g_.nodes.begin(), g_.nodes.end(), [](const Node& n) {
+      return n.kind == Node::Kind::load && n.level == Level::inner;
+    });
+    if (first == g_.nodes.end()) return;
+    const Dims strides = first->access.strides;
+    std::vector<std::size_t> order(g_.domain.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return std::abs(strides[a]) > std::abs(strides[b]);
+    });
+    auto permuted = [&](const Dims& d) {
+      Dims out(d.size());
+      for (std::size_t i = 0; i < d.size(); ++i) out[i] = d[order[i]];
+      return out;
+    };
+    g_.domain = permuted(g_.domain);
+    for (Node& n : g_.nodes)
+      if (n.kind == Node::Kind::load) n.access.strides = permuted(n.access.strides);
+  }
+
   // The kept axes' shape, and the same with the reduced axes as 1s.
   Dims outer_shape() const {
     Dims s;
@@ -378,6 +422,13 @@ class Builder {
     return true;
   }
 
+  // Whether the group reduces every axis of a large domain: it has one kept index, so one
+  // thread runs all of it. Its result is then not broadcast back over the domain inside it:
+  // what waits for it there (a clipped gradient's update after its global norm) reads the
+  // broadcast as a view in a group of its own, which threads split. A small domain stays fused
+  // (a group costs microseconds).
+  bool serial() const { return reduces_every_axis() && g_.inner_size() >= kSerialDomain; }
+
   bool add_reduce(int i, const ir::Equation& e) {
     const Dims s = dims_of(e.inputs[0]);
     const std::vector<bool> axes = reduced_axes(e);
@@ -481,7 +532,8 @@ class Builder {
     if (!ok && n.level == Level::outer && reducing()) {
       if (map == IndexMap::reshape)
         ok = level_of_shape(si) == Level::outer && level_of_shape(so) == Level::outer;
-      if (map == IndexMap::broadcast && so == g_.domain) {
+      // (Not in a serial group: the broadcast is a view of the stored result outside it.)
+      if (map == IndexMap::broadcast && so == g_.domain && !serial()) {
         Dims padded(so.size() - si.size(), 1);
         padded.insert(padded.end(), si.begin(), si.end());
         ok = padded == keepdims_shape();

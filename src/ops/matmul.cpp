@@ -15,6 +15,7 @@
 #include <optional>
 #include <type_traits>
 
+#include "detail/checked.h"
 #include "detail/copy.h"
 #include "detail/dtype_dispatch.h"
 #include "detail/parallel.h"
@@ -396,9 +397,23 @@ Tensor matmul(const Tensor& a, const Tensor& b, Loc loc) {
     s.push_back(t.dim(-1));
     return Shape(std::move(s));
   };
-  if (Shape s = full_shape(x); s != x.shape()) x = broadcast_to(x, s, loc);
-  if (Shape s = full_shape(y); s != y.shape()) y = broadcast_to(y, s, loc);
-  Tensor out = bind1(prim::matmul(), {x, y}, {}, loc);
+  Tensor out;
+  if (x.rank() > 2 && y.rank() == 2) {
+    // A stack of matrices times one matrix is one product, the batch axes folded into the rows
+    // (as F.linear does): one GEMM with all the rows, and the gradient of the shared matrix is
+    // one product over them rather than a product per batch entry and then their sum.
+    int64_t rows = 1;
+    for (int64_t d = 0; d + 1 < x.rank(); ++d) rows = detail::checked_mul(kOp, rows, x.dim(d));
+    const Tensor product = bind1(prim::matmul(), {reshape(x, {rows, x.dim(-1)}, loc), y}, {}, loc);
+    std::vector<int64_t> shape = batch;
+    shape.push_back(x.dim(-2));
+    shape.push_back(y.dim(-1));
+    out = reshape(product, Shape(std::move(shape)), loc);
+  } else {
+    if (Shape s = full_shape(x); s != x.shape()) x = broadcast_to(x, s, loc);
+    if (Shape s = full_shape(y); s != y.shape()) y = broadcast_to(y, s, loc);
+    out = bind1(prim::matmul(), {x, y}, {}, loc);
+  }
   if (a_vec && b_vec) return squeeze(out, {-2, -1}, loc);
   if (a_vec) return squeeze(out, {-2}, loc);
   if (b_vec) return squeeze(out, {-1}, loc);
