@@ -98,6 +98,7 @@ struct Ref {
   bool nesterov = false;
   double b1 = 0.9, b2 = 0.999, eps = 1e-8;
   std::optional<double> clip;
+  int decayed = kN;  // weight decay applies to the first `decayed` values (6: only w, a matrix)
 };
 
 // Parameters after `steps` updates.
@@ -123,10 +124,11 @@ std::vector<double> reference(const Ref& c, int steps) {
         p[j] -= lr * d;
       } else {  // torch.optim.Adam / AdamW
         double d = g[j];
+        const double wd = j < c.decayed ? c.wd : 0.0;
         if (c.kind == Ref::adamw)
-          p[j] *= 1 - lr * c.wd;
+          p[j] *= 1 - lr * wd;
         else
-          d += c.wd * p[j];
+          d += wd * p[j];
         m[j] = c.b1 * m[j] + (1 - c.b1) * d;
         v[j] = c.b2 * v[j] + (1 - c.b2) * d * d;
         const double m_hat = m[j] / (1 - std::pow(c.b1, t));
@@ -213,6 +215,14 @@ std::vector<Case> cases() {
   c.push_back({"adamw",
                [] { return o::adamw({.lr = 0.01, .weight_decay = 0.1}); },
                {.kind = Ref::adamw, .lr = const_lr(0.01), .wd = 0.1}});
+  c.push_back(
+      {"",  // decay on w (a matrix) only, not on b or extra (vectors)
+       [] { return o::adamw({.lr = 0.01, .weight_decay = 0.3, .decay_on = o::DecayOn::matrices}); },
+       {.kind = Ref::adamw, .lr = const_lr(0.01), .wd = 0.3, .decayed = 6}});
+  c.push_back(
+      {"",
+       [] { return o::adam({.lr = 0.01, .weight_decay = 0.3, .decay_on = o::DecayOn::matrices}); },
+       {.kind = Ref::adam, .lr = const_lr(0.01), .wd = 0.3, .decayed = 6}});
   c.push_back({"adam_clip",
                [] { return o::adam({.lr = 0.01, .clip_norm = 1.0}); },
                {.kind = Ref::adam, .lr = const_lr(0.01), .clip = 1.0}});

@@ -225,6 +225,11 @@ struct SGDOptions {
 };
 Optimizer sgd(const SGDOptions& options);
 
+// Which parameters Adam's and AdamW's weight decay applies to: all of them, or only those of
+// rank 2 and more — weight matrices and embeddings, not biases or normalisation scales (GPT-2's
+// rule, and what nanoGPT's two parameter groups do with PyTorch).
+enum class DecayOn { all, matrices };
+
 // torch.optim.Adam: g += weight_decay * p (L2, coupled); m = b1 m + (1 - b1) g;
 // v = b2 v + (1 - b2) g^2; p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps), with t
 // the 1-based update count.
@@ -234,6 +239,7 @@ struct AdamOptions {
   double b2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.0;
+  DecayOn decay_on = DecayOn::all;
   std::optional<double> clip_norm;
 };
 Optimizer adam(const AdamOptions& options = {});
@@ -245,6 +251,7 @@ struct AdamWOptions {
   double b2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
+  DecayOn decay_on = DecayOn::all;
   std::optional<double> clip_norm;
 };
 Optimizer adamw(const AdamWOptions& options = {});

@@ -88,14 +88,16 @@ def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, clip_
     return Optimizer(_native._sgd(lr, momentum, dampening, nesterov, weight_decay, clip_norm))
 
 
-def adam(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, clip_norm=None):
-    """torch.optim.Adam (weight_decay is L2, added to the gradient)."""
-    return Optimizer(_native._adam(lr, b1, b2, eps, weight_decay, clip_norm))
+def adam(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.0, decay_on="all", clip_norm=None):
+    """torch.optim.Adam (weight_decay is L2, added to the gradient). decay_on="matrices"
+    decays only parameters of rank 2 and more (weights and embeddings, not biases or norms)."""
+    return Optimizer(_native._adam(lr, b1, b2, eps, weight_decay, decay_on, clip_norm))
 
 
-def adamw(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, clip_norm=None):
-    """torch.optim.AdamW: p *= 1 - lr * weight_decay (decoupled), then Adam's step."""
-    return Optimizer(_native._adamw(lr, b1, b2, eps, weight_decay, clip_norm))
+def adamw(lr=1e-3, b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.01, decay_on="all", clip_norm=None):
+    """torch.optim.AdamW: p *= 1 - lr * weight_decay (decoupled), then Adam's step.
+    decay_on="matrices" decays only parameters of rank 2 and more (GPT-2's rule)."""
+    return Optimizer(_native._adamw(lr, b1, b2, eps, weight_decay, decay_on, clip_norm))
 
 
 def global_norm(tree):

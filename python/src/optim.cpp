@@ -54,6 +54,13 @@ optim::Schedule to_schedule(py::handle value) {
        py::str(value.get_type().attr("__name__")).cast<std::string>());
 }
 
+// decay_on="all" or "matrices" (optim::DecayOn).
+optim::DecayOn to_decay_on(const std::string& name) {
+  if (name == "all") return optim::DecayOn::all;
+  if (name == "matrices") return optim::DecayOn::matrices;
+  fail("optim", "unknown decay_on: got '", name, "', expected 'all' or 'matrices'");
+}
+
 void bind_schedules(py::module_& optim) {
   py::class_<optim::Schedule> schedule(
       optim, "Schedule",
@@ -158,29 +165,31 @@ void bind_algorithms(py::module_& optim) {
   optim.def(
       "_adam",
       [](py::handle lr, double b1, double b2, double eps, double weight_decay,
-         std::optional<double> clip_norm) {
+         const std::string& decay_on, std::optional<double> clip_norm) {
         return optim::adam({.lr = to_schedule(lr),
                             .b1 = b1,
                             .b2 = b2,
                             .eps = eps,
                             .weight_decay = weight_decay,
+                            .decay_on = to_decay_on(decay_on),
                             .clip_norm = clip_norm});
       },
       py::arg("lr"), py::arg("b1"), py::arg("b2"), py::arg("eps"), py::arg("weight_decay"),
-      py::arg("clip_norm"));
+      py::arg("decay_on"), py::arg("clip_norm"));
   optim.def(
       "_adamw",
       [](py::handle lr, double b1, double b2, double eps, double weight_decay,
-         std::optional<double> clip_norm) {
+         const std::string& decay_on, std::optional<double> clip_norm) {
         return optim::adamw({.lr = to_schedule(lr),
                              .b1 = b1,
                              .b2 = b2,
                              .eps = eps,
                              .weight_decay = weight_decay,
+                             .decay_on = to_decay_on(decay_on),
                              .clip_norm = clip_norm});
       },
       py::arg("lr"), py::arg("b1"), py::arg("b2"), py::arg("eps"), py::arg("weight_decay"),
-      py::arg("clip_norm"));
+      py::arg("decay_on"), py::arg("clip_norm"));
 
   optim.def(
       "_global_norm",

@@ -95,6 +95,19 @@ def test_adamw_matches_torch():
     )
 
 
+def test_adamw_decays_only_matrices_as_torch_param_groups_do():
+    # torch's form: one group with weight decay for the matrices, one without for the rest.
+    run_both(
+        lambda: kl.optim.adamw(0.01, weight_decay=0.3, decay_on="matrices"),
+        lambda ps: torch.optim.AdamW(
+            [{"params": ps[:1], "weight_decay": 0.3}, {"params": ps[1:], "weight_decay": 0.0}],
+            lr=0.01,
+        ),
+    )
+    with pytest.raises(kl.Error, match="decay_on"):
+        kl.optim.adamw(decay_on="biases")
+
+
 def test_state_is_a_pytree_named_as_in_cpp():
     model = {"layers": [kl.nn.Linear(2, 3, key(1)), kl.nn.Linear(3, 1, key(2), bias=False)]}
     state = kl.optim.adam(1e-3).init(model)

@@ -413,13 +413,14 @@ class SGD final : public Algorithm {
 // Adam and AdamW; `decoupled` selects AdamW's weight decay.
 class Adam final : public Algorithm {
  public:
-  Adam(Schedule lr, double b1, double b2, double eps, double wd, bool decoupled,
+  Adam(Schedule lr, double b1, double b2, double eps, double wd, DecayOn decay_on, bool decoupled,
        std::optional<double> clip)
       : lr_(std::move(lr)),
         b1_(b1),
         b2_(b2),
         eps_(eps),
         wd_(wd),
+        decay_on_(decay_on),
         decoupled_(decoupled),
         clip_(clip) {}
   std::string name() const override { return decoupled_ ? "adamw" : "adam"; }
@@ -446,9 +447,10 @@ class Adam final : public Algorithm {
       Tensor p = params[i];
       Tensor g = grads[i];
       const DType dt = p.dtype();
-      if (decay)
+      const bool decays = decay_on_ == DecayOn::all || p.rank() >= 2;
+      if (decay && decays)
         p = p * decay->as(dt);
-      else if (wd_ != 0)
+      else if (!decoupled_ && wd_ != 0 && decays)
         g = g + p * wd_;
       mu[i] = mu[i] * b1_ + g * (1.0 - b1_);
       nu[i] = nu[i] * b2_ + square(g) * (1.0 - b2_);
@@ -461,6 +463,7 @@ class Adam final : public Algorithm {
  private:
   Schedule lr_;
   double b1_, b2_, eps_, wd_;
+  DecayOn decay_on_;
   bool decoupled_;
   std::optional<double> clip_;
 };
@@ -492,14 +495,14 @@ Optimizer sgd(const SGDOptions& o) {
 
 Optimizer adam(const AdamOptions& o) {
   check_adam("optim.adam", o.lr, o.b1, o.b2, o.eps, o.weight_decay, o.clip_norm);
-  return Optimizer(
-      std::make_shared<const Adam>(o.lr, o.b1, o.b2, o.eps, o.weight_decay, false, o.clip_norm));
+  return Optimizer(std::make_shared<const Adam>(o.lr, o.b1, o.b2, o.eps, o.weight_decay, o.decay_on,
+                                                false, o.clip_norm));
 }
 
 Optimizer adamw(const AdamWOptions& o) {
   check_adam("optim.adamw", o.lr, o.b1, o.b2, o.eps, o.weight_decay, o.clip_norm);
-  return Optimizer(
-      std::make_shared<const Adam>(o.lr, o.b1, o.b2, o.eps, o.weight_decay, true, o.clip_norm));
+  return Optimizer(std::make_shared<const Adam>(o.lr, o.b1, o.b2, o.eps, o.weight_decay, o.decay_on,
+                                                true, o.clip_norm));
 }
 
 }  // namespace kiln::optim
