@@ -20,7 +20,7 @@ FUZZ_TARGETS ?= safetensors idx csv png jpeg ir
 FUZZ_TIME ?= 30
 
 # The Python package: make python builds kiln._kiln into python/kiln/ (then PYTHONPATH=python).
-.PHONY: all deps deps-demo deps-bench configure build python demo test sanitize-configure test-asan test-python-asan test-tsan test-static fuzz bench bench-jit install-test clean format format-check check-structure
+.PHONY: all deps deps-demo deps-bench configure build python demo-configure demo demo-gpt test sanitize-configure test-asan test-python-asan test-tsan test-static fuzz bench bench-jit install-test clean format format-check check-structure
 
 all: build
 
@@ -47,12 +47,20 @@ python: configure
 	cmake --build $(BUILD) -j $(JOBS) --target _kiln
 	@echo "kiln is built in place: export PYTHONPATH=$(CURDIR)/python"
 
-# Only the library and the demo, from only their packages.
-demo: deps-demo
+# The demos build only the library and their example, from only their packages.
+demo-configure: deps-demo
 	@test -f $(BUILD)/build.ninja || cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release \
 	  -DKILN_BUILD_TESTS=OFF -DKILN_BUILD_BENCH=OFF -DKILN_BUILD_PYTHON=OFF $(CMAKE_FLAGS)
+
+# The main job: a CNN on Fashion-MNIST (examples/demo.cpp).
+demo: demo-configure
 	cmake --build $(BUILD) -j $(JOBS) --target demo
 	$(BUILD)/examples/demo
+
+# The second main job: a GPT trained on text (examples/gpt.cpp).
+demo-gpt: demo-configure
+	cmake --build $(BUILD) -j $(JOBS) --target gpt
+	$(BUILD)/examples/gpt
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -1,5 +1,6 @@
-// One training step of GPT-2's architecture (examples/support/gpt.h), jitted, against PyTorch
-// 1.13 eager (bench/gpt_torch.py), side by side in one run, with its model FLOPs utilisation.
+// One training step of GPT-2's architecture (examples/support/gpt_model.h), jitted, against
+// PyTorch 1.13 eager (bench/gpt_torch.py), side by side in one run, with its model FLOPs
+// utilisation.
 //
 //   build/bench/bench_gpt                    # Kiln and the PyTorch peer, alternating, + table
 //   build/bench/bench_gpt --py none          # Kiln only
@@ -35,7 +36,7 @@
 #include <tuple>
 #include <vector>
 
-#include "../examples/support/gpt.h"
+#include "../examples/support/gpt_model.h"
 #include "models.h"
 #include "side_by_side.h"
 
@@ -169,7 +170,8 @@ int main(int argc, char** argv) {
   fs::remove_all(dir);
 
   std::printf(
-      "# one training step of GPT-2's architecture (examples/support/gpt.h), f32, vocabulary 256:"
+      "# one training step of GPT-2's architecture (examples/support/gpt_model.h), f32, "
+      "vocabulary 256:"
       " cross-entropy, gradient, clip to norm %g, AdamW lr %g weight decay %g\n",
       kClip, kLr, kWeightDecay);
   std::printf("# kiln: jit, threads %s; torch: eager, set_num_threads(%d)\n",

@@ -4,10 +4,10 @@
     /usr/bin/python3 bench/gpt_torch.py [--reps 7] [--threads 2] [--target 0.2]
                                         [--init DIR --steps K] [--only small|medium]
 
-The model is examples/support/gpt.h's, written the way nanoGPT writes it: token and learned
-position embeddings, pre-LayerNorm blocks of causal self-attention (one c_attn Linear for q, k
-and v, F.scaled_dot_product_attention's math written out, as PyTorch 1.13 has no fused one)
-and a 4x MLP with GELU's tanh form, a final LayerNorm and the LM head tied to the token
+The model is examples/support/gpt_model.h's, written the way nanoGPT writes it: token and
+learned position embeddings, pre-LayerNorm blocks of causal self-attention (one c_attn Linear
+for q, k and v, F.scaled_dot_product_attention's math written out, as PyTorch 1.13 has no
+fused one) and a 4x MLP with GELU's tanh form, a final LayerNorm and the LM head tied to the token
 embedding; parameter names as nanoGPT's state_dict ("transformer.h.0.attn.c_attn.weight").
 Problems (layers, heads, d_model, block, batch; vocabulary 256, byte-level):
 small (4, 4, 256, 128, 8), medium (6, 6, 384, 256, 8). One step: zero_grad(set_to_none=True),

@@ -18,6 +18,7 @@ packages=(
   libopenmpi-dev openmpi-bin  # OpenMPI: pmap's collectives across processes, mpirun for its tests
   zlib1g-dev libpng-dev libjpeg-dev   # data pipeline: gzip'd IDX, PNG, JPEG
   dataset-fashion-mnist  # the demo's data set (/usr/share/datasets/fashion-mnist)
+  fortunes               # demo-gpt's default text: 2.5 MB of English (/usr/share/games/fortunes)
 )
 # Everything else: the tests, benchmarks, Python module and the checks.
 [[ "${1:-}" == "--demo" ]] || packages+=(

@@ -11,6 +11,7 @@
 #include <kiln/nn.h>
 
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace gpt {
@@ -82,31 +83,54 @@ inline Model init(const Config& c, const Tensor& key) {
   return m;
 }
 
-// Causal self-attention over x [B, T, C]: heads of C / heads features each.
-inline Tensor attention(const Attention& a, const Tensor& x) {
+// Dropout while training, at GPT-2's three places: the embeddings' sum, the attention weights
+// and each residual branch's output, at `rate`, drawn from `key`.
+struct Dropout {
+  double rate = 0;
+  Tensor key;
+};
+
+// Causal self-attention over x [B, T, C]: heads of C / heads features each; with dropout on
+// the attention weights and the output.
+inline Tensor attention(const Attention& a, const Tensor& x,
+                        const std::optional<Dropout>& drop = std::nullopt) {
   const int64_t B = x.shape()[0], T = x.shape()[1], C = x.shape()[2], H = a.heads;
   const std::vector<Tensor> qkv = split(a.c_attn(x), 3, 2);
   auto heads = [&](const Tensor& v) { return swapaxes(reshape(v, {B, T, H, C / H}), 1, 2); };
-  const Tensor y = nn::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                                    {.is_causal = true});
-  return a.c_proj(reshape(swapaxes(y, 1, 2), {B, T, C}));
+  const Tensor keys = drop ? random::split(drop->key, 2) : Tensor();
+  nn::AttentionOptions options{.is_causal = true};
+  if (drop) options.dropout = drop->rate, options.dropout_key = index(keys, 0);
+  const Tensor y =
+      nn::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]), options);
+  const Tensor out = a.c_proj(reshape(swapaxes(y, 1, 2), {B, T, C}));
+  return drop ? nn::dropout(out, drop->rate, index(keys, 1)) : out;
 }
 
 // The logits [B, T, vocab] of tokens [B, T] (int64, T at most the block size).
-inline Tensor logits(const Model& m, const Tensor& tokens) {
+inline Tensor logits(const Model& m, const Tensor& tokens,
+                     const std::optional<Dropout>& drop = std::nullopt) {
   const Transformer& t = m.transformer;
-  const int64_t T = tokens.shape()[1];
+  const int64_t T = tokens.shape()[1], L = static_cast<int64_t>(t.h.size());
+  // Keys: the embeddings', then two per block (attention, MLP).
+  const Tensor keys = drop ? random::split(drop->key, 1 + 2 * L) : Tensor();
+  auto with_key = [&](int64_t i) {
+    return drop ? std::optional<Dropout>(Dropout{drop->rate, index(keys, i)}) : std::nullopt;
+  };
   Tensor x = t.wte(tokens) + t.wpe(arange(T));
-  for (const Block& b : t.h) {
-    x = x + attention(b.attn, b.ln_1(x));
-    x = x + b.mlp.c_proj(nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true));
+  if (drop) x = nn::dropout(x, drop->rate, index(keys, 0));
+  for (int64_t l = 0; l < L; ++l) {
+    const Block& b = t.h[static_cast<std::size_t>(l)];
+    x = x + attention(b.attn, b.ln_1(x), with_key(1 + 2 * l));
+    const Tensor h = b.mlp.c_proj(nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true));
+    x = x + (drop ? nn::dropout(h, drop->rate, index(keys, 2 + 2 * l)) : h);
   }
   return matmul(t.ln_f(x), transpose(t.wte.weight));
 }
 
 // Mean cross-entropy of the next-token predictions: targets [B, T] are the tokens shifted by one.
-inline Tensor loss(const Model& m, const Tensor& tokens, const Tensor& targets) {
-  const Tensor z = logits(m, tokens);
+inline Tensor loss(const Model& m, const Tensor& tokens, const Tensor& targets,
+                   const std::optional<Dropout>& drop = std::nullopt) {
+  const Tensor z = logits(m, tokens, drop);
   const int64_t V = z.shape()[2];
   return nn::cross_entropy(reshape(z, {-1, V}), reshape(targets, {-1}));
 }

@@ -1,0 +1,615 @@
+// `make demo-gpt`: trains a GPT (GPT-2's architecture, examples/support/gpt_model.h) on text, byte
+// by byte, and samples from it. The default corpus is the fortune cookies of Debian's `fortunes`
+// package (about 2.5 MB of English quotations, jokes and verse, installed by
+// scripts/install-deps.sh); `--text FILE...` takes any UTF-8 files. The last tenth of the text
+// is held out for validation. Each step trains on random windows of block_size + 1 tokens
+// drawn from a generator keyed by the seed and the step (so a run is reproducible and resumes
+// exactly), with AdamW (weight decay on matrices only), linear warmup then cosine decay,
+// gradient clipping and optional gradient accumulation and dropout, all in one jitted step.
+// The progress bar shows the loss, tokens/s and the model FLOPs utilisation (the share of the
+// machine's FMA peak, kiln::machine_peak); every --eval-every steps it measures the validation
+// loss and writes an atomic checkpoint, metrics.csv and an SVG of the loss curves. At the end
+// it samples --sample bytes from --prompt. `gpt --help` lists the flags.
+#include <kiln/io.h>
+#include <kiln/kiln.h>
+#include <kiln/optim.h>
+#include <kiln/profile.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "support/gpt_model.h"
+#include "support/report.h"
+
+using namespace kiln;
+namespace fs = std::filesystem;
+
+// What a checkpoint holds: "model.transformer.h.0.attn.c_attn.weight", "optimizer.slots.mu...".
+struct TrainState {
+  gpt::Model model;
+  optim::OptState<gpt::Model> optimizer;
+};
+KILN_TREE(TrainState, model, optimizer);
+
+// ---- flags ---------------------------------------------------------------------------------
+
+const char* kDefaultCorpus = "/usr/share/games/fortunes";
+
+struct Flags {
+  int64_t layers = 4, heads = 4, d_model = 128, block_size = 128;
+  int64_t batch_size = 16, accum = 1, steps = 1500, warmup = 100;
+  int64_t eval_every = 250, eval_batches = 8;
+  double lr = 2e-3, weight_decay = 0.1, clip = 1.0, dropout = 0.0;
+  uint64_t seed = 0;
+  std::vector<std::string> text;  // files; empty: kDefaultCorpus
+  std::string out = "gpt-out";
+  std::optional<std::string> resume;
+  int64_t stop_after = 0;  // stop after this many steps, as if interrupted; 0: never
+  int64_t sample = 300;
+  std::string prompt = "\n";
+  double temperature = 0.8;
+  int64_t top_k = 0;            // 0: sample from every byte
+  std::set<std::string> given;  // flags set on the command line
+
+  // The run's settings, stored in the checkpoint so that --resume continues the same run.
+  static constexpr const char* kSaved[] = {
+      "layers", "heads",   "d-model", "block-size", "batch-size",
+      "accum",  "steps",   "warmup",  "lr",         "weight-decay",
+      "clip",   "dropout", "seed",    "eval-every", "eval-batches"};
+  std::map<std::string, std::string> settings() const {
+    std::map<std::string, std::string> m;
+    for (const char* key : kSaved) m[key] = get(std::string("--") + key);
+    std::string files;
+    for (const std::string& t : text) files += (files.empty() ? "" : "\n") + t;
+    m["text"] = files;
+    return m;
+  }
+  void restore(const std::map<std::string, std::string>& m) {
+    for (const char* key : kSaved) {
+      const std::string flag = std::string("--") + key;
+      if (!given.count(flag) && m.count(key)) set(flag, m.at(key));
+    }
+    if (!given.count("--text") && m.count("text")) {
+      text.clear();
+      std::istringstream in(m.at("text"));
+      for (std::string line; std::getline(in, line);)
+        if (!line.empty()) text.push_back(line);
+    }
+  }
+  std::string get(const std::string& flag) const {
+    std::ostringstream os;
+    os.precision(17);
+    if (flag == "--layers") os << layers;
+    if (flag == "--heads") os << heads;
+    if (flag == "--d-model") os << d_model;
+    if (flag == "--block-size") os << block_size;
+    if (flag == "--batch-size") os << batch_size;
+    if (flag == "--accum") os << accum;
+    if (flag == "--steps") os << steps;
+    if (flag == "--warmup") os << warmup;
+    if (flag == "--lr") os << lr;
+    if (flag == "--weight-decay") os << weight_decay;
+    if (flag == "--clip") os << clip;
+    if (flag == "--dropout") os << dropout;
+    if (flag == "--seed") os << seed;
+    if (flag == "--eval-every") os << eval_every;
+    if (flag == "--eval-batches") os << eval_batches;
+    return os.str();
+  }
+  void set(const std::string& flag, const std::string& v) {
+    std::size_t used = 0;
+    auto integer = [&] {
+      const int64_t x = std::stoll(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+      return x;
+    };
+    auto real = [&] {
+      const double x = std::stod(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+      return x;
+    };
+    if (flag == "--layers")
+      layers = integer();
+    else if (flag == "--heads")
+      heads = integer();
+    else if (flag == "--d-model")
+      d_model = integer();
+    else if (flag == "--block-size")
+      block_size = integer();
+    else if (flag == "--batch-size")
+      batch_size = integer();
+    else if (flag == "--accum")
+      accum = integer();
+    else if (flag == "--steps")
+      steps = integer();
+    else if (flag == "--warmup")
+      warmup = integer();
+    else if (flag == "--eval-every")
+      eval_every = integer();
+    else if (flag == "--eval-batches")
+      eval_batches = integer();
+    else if (flag == "--lr")
+      lr = real();
+    else if (flag == "--weight-decay")
+      weight_decay = real();
+    else if (flag == "--clip")
+      clip = real();
+    else if (flag == "--dropout")
+      dropout = real();
+    else if (flag == "--seed")
+      seed = static_cast<uint64_t>(integer());
+    else if (flag == "--out")
+      out = v;
+    else if (flag == "--resume")
+      resume = v;
+    else if (flag == "--stop-after")
+      stop_after = integer();
+    else if (flag == "--sample")
+      sample = integer();
+    else if (flag == "--prompt")
+      prompt = v;
+    else if (flag == "--temperature")
+      temperature = real();
+    else if (flag == "--top-k")
+      top_k = integer();
+    else
+      throw std::invalid_argument("unknown flag " + flag);
+  }
+};
+
+const char* kUsage = R"(usage: gpt [flags]
+Trains a GPT (GPT-2's architecture) on text, byte by byte, and samples from it.
+  --text FILE...      UTF-8 text files to train on (default: every fortune file in
+                      /usr/share/games/fortunes, Debian's fortunes package)
+  --layers N          transformer blocks (default 4)
+  --heads N           attention heads per block (default 4)
+  --d-model N         width of the residual stream, a multiple of --heads (default 128)
+  --block-size N      context length in bytes (default 128)
+  --dropout X         dropout rate while training (default 0: off)
+  --batch-size N      sequences per step (default 16)
+  --accum N           micro-batches of --batch-size per step, gradients averaged (default 1)
+  --steps N           training steps (default 1500)
+  --lr X              peak AdamW learning rate (default 0.002)
+  --warmup N          steps of linear warmup from 0, then cosine decay to lr/10 (default 100)
+  --weight-decay X    AdamW's decoupled weight decay on matrices and embeddings (default 0.1)
+  --clip X            clip the gradients to this global norm (default 1)
+  --seed N            seed of the initial weights, the windows and the sampling (default 0)
+  --eval-every N      steps between validation losses and checkpoints (default 250)
+  --eval-batches N    batches of the validation text per evaluation (default 8)
+  --out DIR           where to write checkpoint.safetensors, metrics.csv, loss.svg
+                      (default gpt-out, or the --resume directory)
+  --resume DIR        continue the run saved in DIR (model, optimiser, step and the settings
+                      above; flags given explicitly override them)
+  --stop-after N      stop after step N as if interrupted (continue with --resume)
+  --sample N          bytes to generate after training (default 300; 0: none)
+  --prompt TEXT       what the sample continues (default a newline)
+  --temperature X     sampling temperature; 0 picks the most likely byte (default 0.8)
+  --top-k N           sample among the N most likely bytes only (default 0: all)
+  --help              this text
+)";
+
+[[noreturn]] void usage_error(const std::string& why) {
+  std::fprintf(stderr, "gpt: %s (try --help)\n", why.c_str());
+  std::exit(2);
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (a == "--text") {  // every following argument up to the next flag
+      f.text.clear();
+      while (i + 1 < argc && std::string(argv[i + 1]).rfind("--", 0) != 0)
+        f.text.push_back(argv[++i]);
+      if (f.text.empty()) usage_error("--text needs at least one file");
+      f.given.insert(a);
+      continue;
+    }
+    if (i + 1 >= argc) usage_error(a + " needs a value");
+    try {
+      f.set(a, argv[++i]);
+    } catch (const std::exception& e) {
+      usage_error(std::string(e.what()).rfind("unknown", 0) == 0
+                      ? "unknown flag " + a
+                      : "bad value for " + a + ": " + argv[i]);
+    }
+    f.given.insert(a);
+  }
+  if (f.resume) {
+    if (!f.given.count("--out")) f.out = *f.resume;
+    f.restore(io::load_tensors(*f.resume + "/checkpoint.safetensors").metadata);
+  }
+  auto positive = [](const char* name, int64_t v) {
+    if (v < 1) usage_error(std::string(name) + " must be positive, got " + std::to_string(v));
+  };
+  positive("--layers", f.layers), positive("--heads", f.heads), positive("--d-model", f.d_model);
+  positive("--block-size", f.block_size), positive("--batch-size", f.batch_size);
+  positive("--accum", f.accum), positive("--steps", f.steps),
+      positive("--eval-every", f.eval_every);
+  positive("--eval-batches", f.eval_batches);
+  if (f.d_model % f.heads != 0)
+    usage_error("--d-model must be a multiple of --heads, got " + std::to_string(f.d_model) +
+                " and " + std::to_string(f.heads));
+  if (!(f.lr > 0) || !(f.weight_decay >= 0) || !(f.clip > 0) || f.warmup < 0)
+    usage_error("--lr and --clip must be positive, --weight-decay and --warmup not negative");
+  if (!(f.dropout >= 0 && f.dropout < 1))
+    usage_error("--dropout must be in [0, 1), got " + std::to_string(f.dropout));
+  if (!(f.temperature >= 0) || f.top_k < 0 || f.sample < 0)
+    usage_error("--temperature, --top-k and --sample must not be negative");
+  return f;
+}
+
+// ---- data ----------------------------------------------------------------------------------
+
+// The default corpus: the fortune files themselves (not their .dat indices or .u8 links).
+std::vector<std::string> default_corpus() {
+  std::vector<std::string> files;
+  if (!fs::is_directory(kDefaultCorpus))
+    throw std::runtime_error(std::string(kDefaultCorpus) +
+                             " is missing: install Debian's fortunes package "
+                             "(scripts/install-deps.sh --demo does), or pass --text FILE...");
+  for (const auto& e : fs::directory_iterator(kDefaultCorpus))
+    if (e.is_regular_file() && !e.is_symlink() && !e.path().has_extension())
+      files.push_back(e.path().string());
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// Where `bytes` stops being UTF-8 text (a NUL, or an invalid or truncated sequence), if it does.
+std::optional<std::size_t> not_text_at(const std::string& bytes) {
+  std::size_t i = 0;
+  while (i < bytes.size()) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (c == 0) return i;
+    const int extra = c < 0x80         ? 0
+                      : (c >> 5) == 6  ? 1
+                      : (c >> 4) == 14 ? 2
+                      : (c >> 3) == 30 ? 3
+                                       : -1;
+    if (extra < 0 || i + static_cast<std::size_t>(extra) >= bytes.size()) return i;
+    for (int k = 1; k <= extra; ++k)
+      if ((static_cast<unsigned char>(bytes[i + static_cast<std::size_t>(k)]) >> 6) != 2) return i;
+    i += static_cast<std::size_t>(extra) + 1;
+  }
+  return std::nullopt;
+}
+
+// The files' bytes, one after another; an empty or non-text file is an error naming it.
+std::string read_corpus(const std::vector<std::string>& files) {
+  std::string all;
+  for (const std::string& path : files) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw std::runtime_error("cannot read " + path);
+    std::ostringstream os;
+    os << in.rdbuf();
+    const std::string bytes = os.str();
+    if (bytes.empty()) throw std::runtime_error(path + " is empty: expected UTF-8 text");
+    if (const auto at = not_text_at(bytes))
+      throw std::runtime_error(
+          path + " is not UTF-8 text: byte " + std::to_string(*at) + " is 0x" + [&] {
+            char hex[3];
+            std::snprintf(hex, sizeof hex, "%02x", static_cast<unsigned char>(bytes[*at]));
+            return std::string(hex);
+          }());
+    all += bytes;
+  }
+  return all;
+}
+
+// A split of the corpus: its bytes, from which windows of block_size + 1 are drawn.
+struct Split {
+  std::string name;
+  std::vector<uint8_t> bytes;
+};
+
+// SplitMix64: a window's start from (seed, stream, step, index), independent of everything else
+// that ran before, so that a resumed run draws the same windows.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Inputs and next-token targets, [count, B, T] each (int64), of the windows of `stream` (0:
+// training, 1: validation) at `step`.
+std::pair<Tensor, Tensor> windows(const Split& s, int64_t count, int64_t B, int64_t T,
+                                  uint64_t seed, uint64_t stream, int64_t step) {
+  const auto n = static_cast<int64_t>(s.bytes.size());
+  std::vector<int64_t> x(static_cast<std::size_t>(count * B * T)), y(x.size());
+  for (int64_t w = 0; w < count * B; ++w) {
+    const uint64_t h = mix(mix(mix(seed ^ (stream << 62)) + static_cast<uint64_t>(step)) +
+                           static_cast<uint64_t>(w));
+    const auto start = static_cast<int64_t>(h % static_cast<uint64_t>(n - T));
+    for (int64_t t = 0; t < T; ++t) {
+      x[static_cast<std::size_t>(w * T + t)] = s.bytes[static_cast<std::size_t>(start + t)];
+      y[static_cast<std::size_t>(w * T + t)] = s.bytes[static_cast<std::size_t>(start + t + 1)];
+    }
+  }
+  return {tensor(x, {count, B, T}), tensor(y, {count, B, T})};
+}
+
+// data::write_file replaces a file atomically (temporary file, fsync, rename).
+void write_text(const std::string& path, const std::string& text) {
+  data::write_file(path, {reinterpret_cast<const uint8_t*>(text.data()), text.size()});
+}
+
+// ---- metrics -------------------------------------------------------------------------------
+
+struct Row {
+  int64_t step = 0;
+  double train_loss = 0, val_loss = 0, lr = 0, tokens_per_second = 0, mfu = 0;
+};
+const char* kCsvHeader = "step,train_loss,val_loss,lr,tokens_per_second,mfu";
+
+std::string to_csv(const std::vector<Row>& rows) {
+  std::ostringstream os;
+  os << kCsvHeader << "\n";
+  char line[256];
+  for (const Row& r : rows) {
+    std::snprintf(line, sizeof line, "%lld,%.6f,%.6f,%.6g,%.1f,%.4f\n",
+                  static_cast<long long>(r.step), r.train_loss, r.val_loss, r.lr,
+                  r.tokens_per_second, r.mfu);
+    os << line;
+  }
+  return os.str();
+}
+
+std::vector<Row> from_csv(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<Row> rows;
+  std::string line;
+  if (!std::getline(in, line)) return rows;
+  if (line != kCsvHeader) throw std::runtime_error("unexpected header in " + path);
+  while (std::getline(in, line)) {
+    Row r;
+    long long step = 0;
+    if (std::sscanf(line.c_str(), "%lld,%lf,%lf,%lf,%lf,%lf", &step, &r.train_loss, &r.val_loss,
+                    &r.lr, &r.tokens_per_second, &r.mfu) == 6) {
+      r.step = step;
+      rows.push_back(r);
+    }
+  }
+  return rows;
+}
+
+std::string to_svg(const std::vector<Row>& rows, const std::string& title) {
+  std::vector<double> xs, train, val, mfu;
+  for (const Row& r : rows) {
+    xs.push_back(static_cast<double>(r.step));
+    train.push_back(r.train_loss), val.push_back(r.val_loss), mfu.push_back(100 * r.mfu);
+  }
+  return report::chart(
+      title, xs, "step",
+      {{"loss (nats per byte)", {{"train", "#1f77b4", train}, {"validation", "#d62728", val}}},
+       {"model FLOPs utilisation (%)", {{"", "#2ca02c", mfu}}}});
+}
+
+// ---- sampling ------------------------------------------------------------------------------
+
+// The next byte from logits: the most likely at temperature 0, else drawn from the softmax of
+// logits / temperature over the top_k most likely (all when top_k is 0).
+int sample_byte(std::vector<float> logits, double temperature, int64_t top_k, uint64_t draw) {
+  if (temperature == 0)
+    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<int> order(logits.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
+  const std::size_t k =
+      top_k > 0 ? std::min(order.size(), static_cast<std::size_t>(top_k)) : order.size();
+  std::vector<double> p(k);
+  double total = 0;
+  for (std::size_t i = 0; i < k; ++i)
+    total += p[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
+  double u = static_cast<double>(draw >> 11) * 0x1p-53 * total;
+  for (std::size_t i = 0; i < k; ++i)
+    if ((u -= p[i]) < 0) return order[i];
+  return order[k - 1];
+}
+
+// ---- training ------------------------------------------------------------------------------
+
+int run(const Flags& flags) {
+  const std::vector<std::string> files = flags.text.empty() ? default_corpus() : flags.text;
+  const std::string corpus = read_corpus(files);
+  const auto n = static_cast<int64_t>(corpus.size()), n_val = n / 10;
+  Split train{"training", {corpus.begin(), corpus.end() - n_val}},
+      val{"validation", {corpus.end() - n_val, corpus.end()}};
+  for (const Split* s : {&train, &val})
+    if (static_cast<int64_t>(s->bytes.size()) <= flags.block_size + 1)
+      throw std::runtime_error("--block-size " + std::to_string(flags.block_size) +
+                               " is larger than the " + s->name + " text (" +
+                               std::to_string(s->bytes.size()) + " bytes of " +
+                               std::to_string(files.size()) + " file(s), first " + files.front() +
+                               "): expected more text or a smaller block");
+
+  const gpt::Config config{flags.layers, flags.heads, flags.d_model, flags.block_size, 256};
+  const double final_lr = flags.lr / 10;
+  const optim::Optimizer opt = optim::adamw(
+      {.lr = optim::warmup_cosine_decay(0.0, flags.lr, flags.warmup,
+                                        std::max(flags.steps, flags.warmup + 1), final_lr),
+       .weight_decay = flags.weight_decay,
+       .decay_on = optim::DecayOn::matrices,
+       .clip_norm = flags.clip});
+  TrainState state{gpt::init(config, random::key(flags.seed)), {}};
+  state.optimizer = opt.init(state.model);
+  int64_t first_step = 0;
+  std::vector<Row> history;
+  if (flags.resume) {
+    const std::string path = *flags.resume + "/checkpoint.safetensors";
+    state = io::load(path, state);  // names, dtypes and shapes checked against this model
+    const io::TensorFile file = io::load_tensors(path);
+    first_step = std::stoll(file.metadata.at("steps_done"));
+    history = from_csv(*flags.resume + "/metrics.csv");
+    std::erase_if(history, [&](const Row& r) { return r.step > first_step; });
+    std::printf("resumed from %s after step %lld\n", path.c_str(),
+                static_cast<long long>(first_step));
+  }
+
+  const int64_t B = flags.batch_size, T = flags.block_size;
+  const double flops_per_step = gpt::train_flops(config, B * flags.accum, T);
+  const MachinePeak peak = machine_peak(num_threads());
+  std::printf(
+      "GPT on %lld bytes of text (%zu file(s)): %lld layers, %lld heads, d_model %lld, block "
+      "%lld, %lld parameters; %lld steps of %lld x %lld bytes; %.2f GFLOP a step; FMA peak %.0f "
+      "GFLOP/s on %d thread(s)\n",
+      static_cast<long long>(n), files.size(), static_cast<long long>(flags.layers),
+      static_cast<long long>(flags.heads), static_cast<long long>(flags.d_model),
+      static_cast<long long>(T), static_cast<long long>(nn::parameter_count(state.model)),
+      static_cast<long long>(flags.steps), static_cast<long long>(B * flags.accum),
+      static_cast<long long>(T), flops_per_step * 1e-9, peak.fma_gflops, peak.threads);
+
+  // One step: the loss and gradients of each micro-batch (the gradients averaged), then AdamW.
+  const int64_t accum = flags.accum;
+  const double dropout = flags.dropout;
+  auto train_step = jit(
+      [opt, accum, dropout](const TrainState& s, const Tensor& x, const Tensor& y,
+                            const Tensor& key) {
+        Tensor loss;
+        gpt::Model grads;
+        const Tensor keys = random::split(key, accum);
+        for (int64_t i = 0; i < accum; ++i) {
+          std::optional<gpt::Dropout> drop;
+          if (dropout > 0) drop = gpt::Dropout{dropout, index(keys, i)};
+          auto [l, g] = value_and_grad([&](const gpt::Model& m) {
+            return gpt::loss(m, index(x, i), index(y, i), drop);
+          })(s.model);
+          loss = i == 0 ? l : loss + l;
+          grads = i == 0
+                      ? g
+                      : tree_map([](const Tensor& a, const Tensor& b) { return a + b; }, grads, g);
+        }
+        if (accum > 1) {
+          const double inv = 1.0 / static_cast<double>(accum);
+          grads = tree_map([inv](const Tensor& g) { return g * inv; }, grads);
+          loss = loss * inv;
+        }
+        auto [model, optimizer] = opt.update(s.model, grads, s.optimizer);
+        return std::pair{TrainState{model, optimizer}, loss};
+      },
+      "gpt_train_step");
+  auto eval_loss =
+      jit([](const gpt::Model& m, const Tensor& x, const Tensor& y) { return gpt::loss(m, x, y); },
+          "gpt_eval");
+  auto validation_loss = [&] {
+    const auto [x, y] = windows(val, flags.eval_batches, B, T, flags.seed, 1, 0);
+    double sum = 0;
+    for (int64_t i = 0; i < flags.eval_batches; ++i)
+      sum += eval_loss(state.model, index(x, i), index(y, i)).item<double>();
+    return sum / static_cast<double>(flags.eval_batches);
+  };
+
+  fs::create_directories(flags.out);
+  const int64_t last = std::max(
+      first_step, flags.stop_after > 0 ? std::min(flags.stop_after, flags.steps) : flags.steps);
+  ProgressBar bar("train", (last - first_step) * B * flags.accum * T, "tok");
+  double loss_sum = 0;
+  int64_t losses = 0;
+  auto since = std::chrono::steady_clock::now();
+  int64_t tokens_since = 0;
+  char metrics[160] = "";
+  for (int64_t step = first_step; step < last; ++step) {
+    const auto [x, y] = windows(train, flags.accum, B, T, flags.seed, 0, step);
+    Tensor loss;
+    std::tie(state, loss) =
+        train_step(state, x, y, random::key(mix(flags.seed ^ static_cast<uint64_t>(step))));
+    loss_sum += loss.item<double>(), ++losses;
+    tokens_since += B * flags.accum * T;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+    const double mfu = flops_per_step * static_cast<double>(tokens_since / (B * flags.accum * T)) /
+                       seconds * 1e-9 / peak.fma_gflops;
+    std::snprintf(metrics, sizeof metrics, "step %lld  loss %.3f  MFU %.0f%%",
+                  static_cast<long long>(step + 1), loss_sum / static_cast<double>(losses),
+                  100 * mfu);
+    bar.update((step + 1 - first_step) * B * flags.accum * T, metrics);
+    if ((step + 1) % flags.eval_every != 0 && step + 1 != last) continue;
+
+    const double tokens_per_second = static_cast<double>(tokens_since) / seconds;
+    Row row{step + 1,
+            loss_sum / static_cast<double>(losses),
+            validation_loss(),
+            opt.algorithm().learning_rate(tensor(static_cast<int32_t>(step))).item<double>(),
+            tokens_per_second,
+            mfu};
+    history.push_back(row);
+    loss_sum = 0, losses = 0, tokens_since = 0;
+    // The checkpoint and the metrics are replaced atomically.
+    std::map<std::string, std::string> metadata = flags.settings();
+    metadata["steps_done"] = std::to_string(step + 1);
+    metadata["tokenizer"] = "bytes";
+    io::save(flags.out + "/checkpoint.safetensors", state, metadata);
+    write_text(flags.out + "/metrics.csv", to_csv(history));
+    write_text(flags.out + "/loss.svg", to_svg(history, "Kiln GPT, byte-level"));
+    if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");  // over the bar's line
+    std::printf("step %lld: train loss %.4f | validation loss %.4f | %.0f tok/s | MFU %.1f%%\n",
+                static_cast<long long>(row.step), row.train_loss, row.val_loss,
+                row.tokens_per_second, 100 * row.mfu);
+    std::fflush(stdout);
+    since = std::chrono::steady_clock::now();
+  }
+  bar.finish(metrics);
+
+  if (flags.sample > 0) {
+    // The model reads a fixed window of block_size bytes (the context so far, zero-padded on
+    // the right), so one compiled forward serves every position: causal attention keeps the
+    // padding out of the logits that matter.
+    auto forward =
+        jit([](const gpt::Model& m, const Tensor& x) { return gpt::logits(m, x); }, "gpt_sample");
+    std::vector<uint8_t> text(flags.prompt.begin(), flags.prompt.end());
+    if (text.empty()) text.push_back('\n');
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < flags.sample; ++i) {
+      const int64_t len = std::min<int64_t>(static_cast<int64_t>(text.size()), T);
+      std::vector<int64_t> window(static_cast<std::size_t>(T), 0);
+      std::copy(text.end() - len, text.end(), window.begin());
+      const Tensor z = forward(state.model, tensor(window, {1, T}));
+      const std::vector<float> all = z.to_vector<float>();
+      const std::vector<float> at(all.begin() + (len - 1) * 256, all.begin() + len * 256);
+      text.push_back(static_cast<uint8_t>(
+          sample_byte(at, flags.temperature, flags.top_k,
+                      mix(mix(flags.seed ^ 0x5a5a5a5aULL) + static_cast<uint64_t>(i)))));
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("---- sample (%lld bytes, %.0f bytes/s, temperature %g%s) ----\n%s\n----\n",
+                static_cast<long long>(flags.sample), static_cast<double>(flags.sample) / seconds,
+                flags.temperature,
+                flags.top_k > 0 ? (", top-k " + std::to_string(flags.top_k)).c_str() : "",
+                std::string(text.begin(), text.end()).c_str());
+  }
+  if (history.empty()) return 0;
+  const Row& end = history.back();
+  std::printf(
+      "%s after %lld of %lld steps: validation loss %.4f (%.3f bits per byte); wrote "
+      "%s/{checkpoint.safetensors,metrics.csv,loss.svg}\n",
+      last < flags.steps ? "stopped" : "done", static_cast<long long>(end.step),
+      static_cast<long long>(flags.steps), end.val_loss, end.val_loss / std::log(2.0),
+      flags.out.c_str());
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  try {
+    return run(flags);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gpt: %s\n", e.what());
+    return 1;
+  }
+}
