@@ -48,8 +48,8 @@ const char* kDefaultCorpus = "/usr/share/games/fortunes";
 
 struct Flags {
   int64_t layers = 4, heads = 4, d_model = 128, block_size = 128;
-  int64_t batch_size = 16, accum = 1, steps = 1500, warmup = 100;
-  int64_t eval_every = 250, eval_batches = 8;
+  int64_t batch_size = 16, accum = 1, steps = 3000, warmup = 100;
+  int64_t eval_every = 500, eval_batches = 8;
   double lr = 2e-3, weight_decay = 0.1, clip = 1.0, dropout = 0.0;
   uint64_t seed = 0;
   std::vector<std::string> text;  // files; empty: kDefaultCorpus
@@ -179,13 +179,13 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte, and samples from it.
   --dropout X         dropout rate while training (default 0: off)
   --batch-size N      sequences per step (default 16)
   --accum N           micro-batches of --batch-size per step, gradients averaged (default 1)
-  --steps N           training steps (default 1500)
+  --steps N           training steps (default 3000)
   --lr X              peak AdamW learning rate (default 0.002)
   --warmup N          steps of linear warmup from 0, then cosine decay to lr/10 (default 100)
   --weight-decay X    AdamW's decoupled weight decay on matrices and embeddings (default 0.1)
   --clip X            clip the gradients to this global norm (default 1)
   --seed N            seed of the initial weights, the windows and the sampling (default 0)
-  --eval-every N      steps between validation losses and checkpoints (default 250)
+  --eval-every N      steps between validation losses and checkpoints (default 500)
   --eval-batches N    batches of the validation text per evaluation (default 8)
   --out DIR           where to write checkpoint.safetensors, metrics.csv, loss.svg
                       (default gpt-out, or the --resume directory)

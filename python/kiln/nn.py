@@ -76,3 +76,47 @@ def named_parameters(model):
 def parameter_count(model):
     """The number of elements of every tensor leaf of `model`."""
     return sum(t.size for _, t in named_parameters(model))
+
+
+def state_dict(model):
+    """{name: torch.Tensor} of every tensor leaf of `model`, named by kiln.tree.names — the names
+    PyTorch's state_dict gives a module of the same structure ("transformer.h.0.ln_1.weight").
+    The inverse of load_state_dict; the tensors are copies. Needs PyTorch."""
+    import torch
+
+    return {name: torch.from_dlpack(_kiln.asarray(t).copy()) for name, t in named_parameters(model)}
+
+
+def load_state_dict(model, state_dict, strict=True):
+    """A copy of `model` with every tensor leaf taken from `state_dict` by name (kiln.tree.names),
+    as torch's Module.load_state_dict fills a module: `state_dict` maps names to PyTorch tensors,
+    NumPy arrays or Kiln tensors; each value must have its leaf's shape and is converted to the
+    leaf's dtype. A leaf without a value raises kiln.Error, and so does a value no leaf takes
+    unless strict=False (a tied weight's second name, nanoGPT's "lm_head.weight")."""
+    leaves, structure = _tree.flatten(model)
+    names = _tree.names(model)
+    missing = [n for n in names if n not in state_dict]
+    if missing:
+        raise _kiln.Error(
+            f"[nn.load_state_dict] missing keys: got no value for {', '.join(missing)}, expected "
+            f"one for each of the model's {len(names)} parameters"
+        )
+    unexpected = sorted(set(state_dict) - set(names))
+    if strict and unexpected:
+        raise _kiln.Error(
+            f"[nn.load_state_dict] unexpected keys: got {', '.join(unexpected)}, expected only "
+            "the model's parameter names (pass strict=False to ignore the others)"
+        )
+    loaded = []
+    for name, leaf in zip(names, leaves):
+        value = state_dict[name]
+        if hasattr(value, "detach"):  # a torch.Tensor: through DLPack, without a copy
+            value = _kiln.from_dlpack(value.detach().contiguous())
+        value = _kiln.asarray(value)
+        if tuple(value.shape) != tuple(leaf.shape):
+            raise _kiln.Error(
+                f"[nn.load_state_dict] shape mismatch for {name}: got {list(value.shape)}, "
+                f"expected {list(leaf.shape)}"
+            )
+        loaded.append(_kiln.astype(value, leaf.dtype).copy())
+    return _tree.unflatten(structure, loaded)

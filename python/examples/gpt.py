@@ -1,0 +1,413 @@
+#!/usr/bin/python3
+"""A GPT trained on text, byte by byte: examples/gpt.cpp's job in Python, with the same model
+(GPT-2's architecture), the same flags and defaults, the same training windows for a seed, and
+the same checkpoint format (a run saved by one resumes in the other).
+
+    PYTHONPATH=python python3 python/examples/gpt.py [--steps 3000] [--text FILE ...] ...
+
+`python3 python/examples/gpt.py --help` lists the flags. The model is a pytree of dataclasses
+of kiln.nn layers whose parameter names are nanoGPT's ("transformer.h.0.attn.c_attn.weight"),
+so kiln.nn.load_state_dict moves weights from a PyTorch GPT of that form and
+kiln.nn.state_dict moves them back (python/tests/test_gpt_example.py does both).
+"""
+import argparse
+import dataclasses
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+import kiln as kl
+
+DEFAULT_CORPUS = "/usr/share/games/fortunes"
+VOCAB = 256
+
+
+# ---- the model -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Attention:
+    c_attn: object  # Linear [3C, C]: q, k and v stacked
+    c_proj: object  # Linear [C, C]
+    heads: int = dataclasses.field(default=1, metadata={"static": True})
+
+
+@dataclasses.dataclass
+class Mlp:
+    c_fc: object
+    c_proj: object
+
+
+@dataclasses.dataclass
+class Block:
+    ln_1: object
+    attn: Attention
+    ln_2: object
+    mlp: Mlp
+
+
+@dataclasses.dataclass
+class Transformer:
+    wte: object
+    wpe: object
+    h: list
+    ln_f: object
+
+
+@dataclasses.dataclass
+class Model:
+    transformer: Transformer
+
+
+def linear(n_in, n_out, key, std):
+    """A Linear of GPT-2's initialisation: weight N(0, std), bias 0."""
+    layer = kl.nn.Linear(n_in, n_out, key)
+    layer.weight = kl.random.normal(key, (n_out, n_in)) * std
+    layer.bias = kl.zeros((n_out,))
+    return layer
+
+
+def init(layers, heads, d_model, block_size, key):
+    """GPT-2's initialisation, drawn as examples/support/gpt_model.h draws it (the same weights
+    for the same key)."""
+    std, residual = 0.02, 0.02 / math.sqrt(2.0 * layers)
+    keys = kl.random.split(key, 2 + 4 * layers)
+    wte = kl.nn.Embedding(VOCAB, d_model, keys[0])
+    wte.weight = kl.random.normal(keys[0], (VOCAB, d_model)) * std
+    wpe = kl.nn.Embedding(block_size, d_model, keys[1])
+    wpe.weight = kl.random.normal(keys[1], (block_size, d_model)) * std
+    blocks = []
+    for i in range(layers):
+        k = [keys[2 + 4 * i + j] for j in range(4)]
+        blocks.append(
+            Block(
+                kl.nn.LayerNorm([d_model]),
+                Attention(
+                    linear(d_model, 3 * d_model, k[0], std),
+                    linear(d_model, d_model, k[1], residual),
+                    heads,
+                ),
+                kl.nn.LayerNorm([d_model]),
+                Mlp(
+                    linear(d_model, 4 * d_model, k[2], std),
+                    linear(4 * d_model, d_model, k[3], residual),
+                ),
+            )
+        )
+    return Model(Transformer(wte, wpe, blocks, kl.nn.LayerNorm([d_model])))
+
+
+def attention(a, x, dropout=0.0, key=None):
+    b, t, c = x.shape
+    q, k, v = kl.split(a.c_attn(x), 3, 2)
+
+    def heads(z):
+        return kl.swapaxes(kl.reshape(z, (b, t, a.heads, c // a.heads)), 1, 2)
+
+    keys = kl.random.split(key, 2) if dropout > 0 else [None, None]
+    y = kl.nn.scaled_dot_product_attention(
+        heads(q), heads(k), heads(v), is_causal=True, dropout=dropout, dropout_key=keys[0]
+    )
+    out = a.c_proj(kl.reshape(kl.swapaxes(y, 1, 2), (b, t, c)))
+    return kl.nn.dropout(out, dropout, keys[1]) if dropout > 0 else out
+
+
+def logits(m, tokens, dropout=0.0, key=None):
+    """The logits [B, T, 256] of tokens [B, T] (int64), with dropout at GPT-2's three places."""
+    t = m.transformer
+    n = len(t.h)
+    keys = kl.random.split(key, 1 + 2 * n) if dropout > 0 else [None] * (1 + 2 * n)
+    x = t.wte(tokens) + t.wpe(kl.arange(tokens.shape[1]))
+    if dropout > 0:
+        x = kl.nn.dropout(x, dropout, keys[0])
+    for i, b in enumerate(t.h):
+        x = x + attention(b.attn, b.ln_1(x), dropout, keys[1 + 2 * i])
+        h = b.mlp.c_proj(kl.nn.gelu(b.mlp.c_fc(b.ln_2(x)), approximate=True))
+        x = x + (kl.nn.dropout(h, dropout, keys[2 + 2 * i]) if dropout > 0 else h)
+    return kl.matmul(t.ln_f(x), kl.transpose(t.wte.weight))
+
+
+def loss(m, tokens, targets, dropout=0.0, key=None):
+    z = logits(m, tokens, dropout, key)
+    return kl.nn.cross_entropy(kl.reshape(z, (-1, VOCAB)), kl.reshape(targets, (-1,)))
+
+
+def train_flops(layers, d_model, tokens, block):
+    """Model FLOPs of a training step (as gpt_model.h's train_flops counts them)."""
+    return (
+        6.0 * tokens * (12 * layers * d_model**2 + VOCAB * d_model)
+        + 12.0 * layers * tokens * block * d_model
+    )
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+
+def default_corpus():
+    if not os.path.isdir(DEFAULT_CORPUS):
+        sys.exit(
+            f"gpt: {DEFAULT_CORPUS} is missing: install Debian's fortunes package, or pass --text"
+        )
+    return sorted(
+        os.path.join(DEFAULT_CORPUS, f)
+        for f in os.listdir(DEFAULT_CORPUS)
+        if "." not in f and not os.path.islink(os.path.join(DEFAULT_CORPUS, f))
+    )
+
+
+def read_corpus(files):
+    data = bytearray()
+    for path in files:
+        try:
+            with open(path, "rb") as f:
+                b = f.read()
+        except OSError:
+            raise ValueError(f"cannot read {path}")
+        if not b:
+            raise ValueError(f"{path} is empty: expected UTF-8 text")
+        try:
+            if b"\0" in b:
+                raise UnicodeDecodeError("utf-8", b, b.index(b"\0"), b.index(b"\0") + 1, "NUL")
+            b.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path} is not UTF-8 text: byte {e.start} is 0x{b[e.start]:02x}")
+        data += b
+    return np.frombuffer(bytes(data), np.uint8)
+
+
+_M = (1 << 64) - 1
+
+
+def mix(x):
+    """SplitMix64 on numpy uint64 arrays (wrapping), as gpt.cpp's mix."""
+    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(_M)
+    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(_M)
+    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(_M)
+    return x ^ (x >> np.uint64(31))
+
+
+def windows(data, count, batch, block, seed, stream, step):
+    """Inputs and targets [count, batch, block] (int64) of the windows gpt.cpp draws."""
+    with np.errstate(over="ignore"):
+        base = mix(np.uint64(seed) ^ np.uint64(stream << 62))
+        h = mix(mix(base + np.uint64(step)) + np.arange(count * batch, dtype=np.uint64))
+    starts = (h % np.uint64(len(data) - block)).astype(np.int64)
+    idx = starts[:, None] + np.arange(block + 1)
+    w = data[idx].astype(np.int64).reshape(count, batch, block + 1)
+    return kl.asarray(w[..., :-1].copy()), kl.asarray(w[..., 1:].copy())
+
+
+# ---- training --------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TrainState:
+    model: Model
+    optimizer: object
+
+
+SAVED = ["layers", "heads", "d_model", "block_size", "batch_size", "accum", "steps", "warmup", "lr"]
+SAVED += ["weight_decay", "clip", "dropout", "seed", "eval_every", "eval_batches"]
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--text", nargs="+", default=[], help="UTF-8 files (default: Debian's fortunes)")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--d-model", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=128)
+    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--accum", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3000)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--clip", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=500)
+    p.add_argument("--eval-batches", type=int, default=8)
+    p.add_argument("--out", default=None, help="default gpt-out, or the --resume directory")
+    p.add_argument("--resume", default=None)
+    p.add_argument("--stop-after", type=int, default=0)
+    p.add_argument("--sample", type=int, default=300)
+    p.add_argument("--prompt", default="\n")
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--top-k", type=int, default=0)
+    args = p.parse_args(argv)
+    given = {a.split("=")[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
+    if args.resume:
+        meta = kl.io.load_metadata(os.path.join(args.resume, "checkpoint.safetensors"))
+        for name in SAVED:
+            key = name.replace("_", "-")
+            if name not in given and key in meta:
+                kind = float if isinstance(getattr(args, name), float) else int
+                setattr(args, name, kind(meta[key]))
+        if "text" not in given and meta.get("text"):
+            args.text = meta["text"].split("\n")
+    if args.out is None:
+        args.out = args.resume or "gpt-out"
+    if args.d_model % args.heads:
+        p.error(f"--d-model must be a multiple of --heads, got {args.d_model} and {args.heads}")
+    return args
+
+
+def settings(args):
+    def text(v):
+        return "%.17g" % v if isinstance(v, float) else str(v)  # as gpt.cpp writes them
+
+    meta = {name.replace("_", "-"): text(getattr(args, name)) for name in SAVED}
+    meta["text"] = "\n".join(args.text)
+    return meta
+
+
+def sample_byte(z, temperature, top_k, draw):
+    if temperature == 0:
+        return int(np.argmax(z))
+    order = np.argsort(-z, kind="stable")
+    k = min(len(order), top_k) if top_k > 0 else len(order)
+    p = np.exp((z[order[:k]].astype(np.float64) - z[order[0]]) / temperature)
+    u = (int(draw) >> 11) * 2.0**-53 * p.sum()
+    for i in range(k):
+        u -= p[i]
+        if u < 0:
+            return int(order[i])
+    return int(order[k - 1])
+
+
+def make_train_step(opt, accum=1, dropout=0.0):
+    """The jitted step: loss and gradients of each of `accum` micro-batches x[i], y[i] (the
+    gradients averaged), then `opt`'s update; (state, x, y, key) -> (state, loss)."""
+
+    @kl.jit
+    def train_step(s, x, y, key):
+        keys = kl.random.split(key, accum)
+        total, grads = None, None
+        for i in range(accum):
+            k = keys[i] if dropout > 0 else None
+            part, g = kl.value_and_grad(lambda m: loss(m, x[i], y[i], dropout, k))(s.model)
+            total = part if total is None else total + part
+            grads = g if grads is None else kl.tree.map(lambda a, b: a + b, grads, g)
+        if accum > 1:  # times the inverse, as gpt.cpp does (the same bits)
+            inv = 1.0 / accum
+            grads = kl.tree.map(lambda g: g * inv, grads)
+            total = total * inv
+        new_model, new_opt = opt.update(s.model, grads, s.optimizer)
+        return TrainState(new_model, new_opt), total
+
+    return train_step
+
+
+def generate(model, prompt, n, temperature=0.8, top_k=0, seed=0):
+    """`prompt` (bytes) and n more bytes sampled from the model: one compiled forward over a
+    fixed window of block_size bytes (the context zero-padded on the right; causal attention
+    keeps the padding out of the logits read)."""
+    forward = kl.jit(logits)
+    block = model.transformer.wpe.weight.shape[0]
+    text = list(prompt) or [10]
+    for i in range(n):
+        m = min(len(text), block)
+        window = np.zeros((1, block), np.int64)
+        window[0, :m] = text[-m:]
+        z = np.asarray(forward(model, kl.asarray(window)))[0, m - 1]
+        with np.errstate(over="ignore"):
+            draw = mix(mix(np.uint64(seed) ^ np.uint64(0x5A5A5A5A)) + np.uint64(i))
+        text.append(sample_byte(z, temperature, top_k, draw))
+    return bytes(text)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    files = args.text or default_corpus()
+    try:
+        data = read_corpus(files)
+    except ValueError as e:
+        sys.exit(f"gpt: {e}")
+    n_val = len(data) // 10
+    train, val = data[: len(data) - n_val], data[len(data) - n_val :]
+    for name, split in (("training", train), ("validation", val)):
+        if len(split) <= args.block_size + 1:
+            sys.exit(
+                f"gpt: --block-size {args.block_size} is larger than the {name} text "
+                f"({len(split)} bytes of {len(files)} file(s), first {files[0]})"
+            )
+
+    schedule = kl.optim.warmup_cosine_decay(
+        0.0, args.lr, args.warmup, max(args.steps, args.warmup + 1), args.lr / 10
+    )
+    opt = kl.optim.adamw(
+        schedule, weight_decay=args.weight_decay, decay_on="matrices", clip_norm=args.clip
+    )
+    model = init(args.layers, args.heads, args.d_model, args.block_size, kl.random.key(args.seed))
+    state = TrainState(model, opt.init(model))
+    first = 0
+    if args.resume:
+        path = os.path.join(args.resume, "checkpoint.safetensors")
+        state = kl.io.load(path, state)
+        first = int(kl.io.load_metadata(path)["steps_done"])
+        print(f"resumed from {path} after step {first}")
+
+    accum = args.accum
+    train_step = make_train_step(opt, accum, args.dropout)
+    eval_loss = kl.jit(lambda m, x, y: loss(m, x, y))
+    b, t = args.batch_size, args.block_size
+    flops = train_flops(args.layers, args.d_model, b * accum * t, t)
+    peak = kl.machine_peak(kl.num_threads()).fma_gflops
+    print(
+        f"GPT on {len(data)} bytes of text ({len(files)} file(s)): {args.layers} layers, "
+        f"{args.heads} heads, d_model {args.d_model}, block {t}, "
+        f"{kl.nn.parameter_count(state.model)} parameters; {args.steps} steps of {b * accum} x {t} "
+        f"bytes; {flops * 1e-9:.2f} GFLOP a step; FMA peak {peak:.0f} GFLOP/s"
+    )
+    os.makedirs(args.out, exist_ok=True)
+    last = max(first, min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps)
+    loss_sum, losses, since, steps_since = 0.0, 0, time.perf_counter(), 0
+    rows = []
+    for step in range(first, last):
+        x, y = windows(train, accum, b, t, args.seed, 0, step)
+        key = kl.random.key(int(mix(np.uint64(args.seed) ^ np.uint64(step))))
+        state, step_loss = train_step(state, x, y, key)
+        loss_sum, losses, steps_since = loss_sum + float(step_loss), losses + 1, steps_since + 1
+        if (step + 1) % args.eval_every and step + 1 != last:
+            continue
+        seconds = time.perf_counter() - since
+        vx, vy = windows(val, args.eval_batches, b, t, args.seed, 1, 0)
+        val_loss = sum(
+            float(eval_loss(state.model, vx[i], vy[i])) for i in range(args.eval_batches)
+        )
+        val_loss /= args.eval_batches
+        mfu = flops * steps_since / seconds * 1e-9 / peak
+        rows.append(
+            (step + 1, loss_sum / losses, val_loss, steps_since * b * accum * t / seconds, mfu)
+        )
+        meta = settings(args)
+        meta["steps_done"] = str(step + 1)
+        meta["tokenizer"] = "bytes"
+        kl.io.save(os.path.join(args.out, "checkpoint.safetensors"), state, metadata=meta)
+        print(
+            f"step {step + 1}: train loss {loss_sum / losses:.4f} | validation loss "
+            f"{val_loss:.4f} | {rows[-1][3]:.0f} tok/s | MFU {100 * mfu:.1f}%",
+            flush=True,
+        )
+        loss_sum, losses, steps_since, since = 0.0, 0, 0, time.perf_counter()
+
+    if args.sample > 0:
+        start = time.perf_counter()
+        text = generate(
+            state.model, args.prompt.encode(), args.sample, args.temperature, args.top_k, args.seed
+        )
+        rate = args.sample / (time.perf_counter() - start)
+        print(f"---- sample ({args.sample} bytes, {rate:.0f} bytes/s) ----")
+        print(text.decode("utf-8", "replace"))
+        print("----")
+    if rows:
+        print(f"done after {rows[-1][0]} of {args.steps} steps: validation loss {rows[-1][2]:.4f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()

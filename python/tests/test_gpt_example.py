@@ -1,0 +1,125 @@
+"""python/examples/gpt.py against PyTorch 1.13: the same GPT (bench/gpt_torch.py's nanoGPT form)
+from the same weights, moved with kiln.nn.state_dict / load_state_dict, trained on the same
+windows with AdamW (decay on matrices only: torch's two parameter groups) and clipping, must give
+the same losses for 20 steps and the same greedy bytes; the example also runs end to end and
+resumes to the same checkpoint."""
+import importlib.util
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import kiln as kl
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
+torch.set_num_threads(1)
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, path))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gpt = load("gpt_example", "python/examples/gpt.py")
+sys.path.insert(0, os.path.join(ROOT, "bench"))  # gpt_torch imports side_by_side from there
+gpt_torch = load("gpt_torch", "bench/gpt_torch.py")
+
+LAYERS, HEADS, D_MODEL, BLOCK, BATCH = 2, 2, 32, 16, 4
+
+
+def text():
+    with open(os.path.join(ROOT, "README.md"), "rb") as f:
+        return np.frombuffer(f.read(), np.uint8)
+
+
+def test_weights_move_both_ways_by_name():
+    model = gpt.init(LAYERS, HEADS, D_MODEL, BLOCK, kl.random.key(1))
+    net = gpt_torch.Gpt(LAYERS, HEADS, D_MODEL, BLOCK)
+    missing, unexpected = net.load_state_dict(kl.nn.state_dict(model), strict=False)
+    assert missing == ["lm_head.weight"] and unexpected == []  # tied to transformer.wte.weight
+    back = kl.nn.load_state_dict(model, net.state_dict(), strict=False)
+    for (name, a), (_, b) in zip(kl.nn.named_parameters(model), kl.nn.named_parameters(back)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=name)
+    with pytest.raises(kl.Error, match="unexpected keys: got lm_head.weight"):
+        kl.nn.load_state_dict(model, net.state_dict())
+    wrong = dict(net.state_dict())
+    wrong["transformer.wpe.weight"] = torch.zeros(3, D_MODEL)
+    with pytest.raises(kl.Error, match=r"shape mismatch for transformer.wpe.weight: got \[3, 32\]"):
+        kl.nn.load_state_dict(model, wrong, strict=False)
+    del wrong["transformer.wpe.weight"]
+    with pytest.raises(kl.Error, match="missing keys: got no value for transformer.wpe.weight"):
+        kl.nn.load_state_dict(model, wrong, strict=False)
+
+
+def test_twenty_losses_and_greedy_bytes_equal_pytorchs():
+    data = text()
+    model = gpt.init(LAYERS, HEADS, D_MODEL, BLOCK, kl.random.key(2))
+    net = gpt_torch.Gpt(LAYERS, HEADS, D_MODEL, BLOCK)
+    net.load_state_dict(kl.nn.state_dict(model), strict=False)
+
+    opt = kl.optim.adamw(1e-2, weight_decay=0.1, decay_on="matrices", clip_norm=1.0)
+    step = gpt.make_train_step(opt)
+    state = gpt.TrainState(model, opt.init(model))
+    matrices = [p for p in net.parameters() if p.dim() >= 2]
+    others = [p for p in net.parameters() if p.dim() < 2]
+    topt = torch.optim.AdamW(
+        [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
+        lr=1e-2,
+    )
+    kiln_losses, torch_losses = [], []
+    for k in range(20):
+        x, y = gpt.windows(data, 1, BATCH, BLOCK, seed=5, stream=0, step=k)
+        state, loss = step(state, x, y, kl.random.key(k))
+        kiln_losses.append(float(loss))
+        topt.zero_grad(set_to_none=True)
+        tx = torch.from_numpy(np.asarray(x)[0].copy())
+        ty = torch.from_numpy(np.asarray(y)[0].copy())
+        tloss = torch.nn.functional.cross_entropy(net(tx).reshape(-1, 256), ty.reshape(-1))
+        tloss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        topt.step()
+        torch_losses.append(tloss.item())
+    assert kiln_losses[-1] < kiln_losses[0] - 1.0  # it learns
+    np.testing.assert_allclose(kiln_losses, torch_losses, rtol=1e-5)
+
+    prompt = b"The "
+    got = gpt.generate(state.model, prompt, 200, temperature=0)
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(200):
+            window = torch.tensor([ids[-BLOCK:]])
+            ids.append(int(net(window)[0, -1].argmax()))
+    assert got == bytes(ids)
+
+
+def run_example(*args):
+    env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+    return subprocess.run(
+        [sys.executable, os.path.join(ROOT, "python/examples/gpt.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_the_example_trains_samples_and_resumes_to_the_same_checkpoint(tmp_path):
+    common = ["--text", os.path.join(ROOT, "README.md"), "--layers", "1", "--heads", "2"]
+    common += ["--d-model", "16", "--block-size", "16", "--batch-size", "4", "--steps", "12"]
+    common += ["--warmup", "2", "--eval-every", "4", "--eval-batches", "2", "--accum", "2"]
+    straight = run_example(*common, "--sample", "20", "--out", str(tmp_path / "a"))
+    assert straight.returncode == 0, straight.stderr
+    assert "---- sample (20 bytes" in straight.stdout
+    first = run_example(*common, "--sample", "0", "--stop-after", "8", "--out", str(tmp_path / "b"))
+    assert first.returncode == 0, first.stderr
+    second = run_example("--resume", str(tmp_path / "b"), "--sample", "0")
+    assert second.returncode == 0, second.stderr
+    assert "resumed from" in second.stdout and "after step 8" in second.stdout
+    a = (tmp_path / "a" / "checkpoint.safetensors").read_bytes()
+    b = (tmp_path / "b" / "checkpoint.safetensors").read_bytes()
+    assert a == b

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPT job is the same in C++ and Python: examples/gpt.cpp and python/examples/gpt.py write
+# byte-identical checkpoints for the same flags, and each resumes the other's checkpoint to the
+# checkpoint of an uninterrupted run.
+#   tests/gpt_languages.sh build/examples/gpt python3 python/examples/gpt.py
+# (PYTHONPATH must reach the kiln module.)
+set -euo pipefail
+gpt="$1"
+python="$2"
+script="$3"
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+text="$(dirname "$0")/../README.md"
+common=(--text "$text" --layers 1 --heads 2 --d-model 16 --block-size 16 --batch-size 4
+        --accum 2 --steps 12 --warmup 2 --eval-every 4 --eval-batches 2 --dropout 0.1 --seed 4
+        --sample 0)
+run() { "$@" > "$out/log" 2>&1 || { cat "$out/log"; exit 1; }; }
+run "$gpt" "${common[@]}" --out "$out/cpp"
+run "$python" "$script" "${common[@]}" --out "$out/py"
+cmp "$out/cpp/checkpoint.safetensors" "$out/py/checkpoint.safetensors"
+run "$gpt" "${common[@]}" --stop-after 8 --out "$out/cpp-then-py"
+run "$python" "$script" --resume "$out/cpp-then-py" --sample 0
+cmp "$out/cpp/checkpoint.safetensors" "$out/cpp-then-py/checkpoint.safetensors"
+run "$python" "$script" "${common[@]}" --stop-after 4 --out "$out/py-then-cpp"
+run "$gpt" --resume "$out/py-then-cpp" --sample 0
+cmp "$out/cpp/checkpoint.safetensors" "$out/py-then-cpp/checkpoint.safetensors"
+echo "languages: C++ and Python write, and resume, the same checkpoints"
