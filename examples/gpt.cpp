@@ -402,24 +402,34 @@ std::string to_svg(const std::vector<Row>& rows, const std::string& title) {
 
 // ---- sampling ------------------------------------------------------------------------------
 
-// The next byte from logits: the most likely at temperature 0, else drawn from the softmax of
-// logits / temperature over the top_k most likely (all when top_k is 0).
-int sample_byte(std::vector<float> logits, double temperature, int64_t top_k, uint64_t draw) {
-  if (temperature == 0)
-    return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-  std::vector<int> order(logits.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-  const std::size_t k =
-      top_k > 0 ? std::min(order.size(), static_cast<std::size_t>(top_k)) : order.size();
-  std::vector<double> p(k);
-  double total = 0;
-  for (std::size_t i = 0; i < k; ++i)
-    total += p[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
-  double u = static_cast<double>(draw >> 11) * 0x1p-53 * total;
-  for (std::size_t i = 0; i < k; ++i)
-    if ((u -= p[i]) < 0) return order[i];
-  return order[k - 1];
+// `n` bytes after `prompt`, generated with the key/value cache (gpt::generate: each chunk one
+// compiled loop): when the block is full, its last half is the next chunk's prompt.
+std::string sample_text(const gpt::Model& m, const std::string& prompt, int64_t n,
+                        const gpt::Sampling& s, uint64_t seed, int64_t block) {
+  std::vector<int64_t> text(prompt.begin(), prompt.end());
+  for (int64_t& c : text) c = static_cast<unsigned char>(c);
+  if (text.empty()) text.push_back('\n');
+  auto compile = [&s](int64_t count) {
+    return jit([s, count](const gpt::Model& model, const Tensor& p,
+                          const Tensor& key) { return gpt::generate(model, p, count, s, key); },
+               "gpt_generate");
+  };
+  std::map<int64_t, decltype(compile(0))> by_count;  // one compiled loop per chunk length
+  for (int64_t done = 0, chunk = 0; done < n; ++chunk) {
+    const auto have = static_cast<int64_t>(text.size());
+    const int64_t P = std::min(have, done == 0 ? block - 1 : std::max<int64_t>(block / 2, 1));
+    const int64_t count = std::min(n - done, block - P);
+    const std::vector<int64_t> context(text.end() - P, text.end());
+    auto it = by_count.find(count);
+    if (it == by_count.end()) it = by_count.emplace(count, compile(count)).first;
+    const std::vector<int64_t> out =
+        it->second(m, tensor(context, {1, P}),
+                   random::key(mix(seed + static_cast<uint64_t>(chunk))))
+            .to_vector<int64_t>();
+    text.insert(text.end(), out.end() - count, out.end());
+    done += count;
+  }
+  return std::string(text.begin(), text.end());
 }
 
 // ---- training ------------------------------------------------------------------------------
@@ -566,32 +576,18 @@ int run(const Flags& flags) {
   bar.finish(metrics);
 
   if (flags.sample > 0) {
-    // The model reads a fixed window of block_size bytes (the context so far, zero-padded on
-    // the right), so one compiled forward serves every position: causal attention keeps the
-    // padding out of the logits that matter.
-    auto forward =
-        jit([](const gpt::Model& m, const Tensor& x) { return gpt::logits(m, x); }, "gpt_sample");
-    std::vector<uint8_t> text(flags.prompt.begin(), flags.prompt.end());
-    if (text.empty()) text.push_back('\n');
     const auto t0 = std::chrono::steady_clock::now();
-    for (int64_t i = 0; i < flags.sample; ++i) {
-      const int64_t len = std::min<int64_t>(static_cast<int64_t>(text.size()), T);
-      std::vector<int64_t> window(static_cast<std::size_t>(T), 0);
-      std::copy(text.end() - len, text.end(), window.begin());
-      const Tensor z = forward(state.model, tensor(window, {1, T}));
-      const std::vector<float> all = z.to_vector<float>();
-      const std::vector<float> at(all.begin() + (len - 1) * 256, all.begin() + len * 256);
-      text.push_back(static_cast<uint8_t>(
-          sample_byte(at, flags.temperature, flags.top_k,
-                      mix(mix(flags.seed ^ 0x5a5a5a5aULL) + static_cast<uint64_t>(i)))));
-    }
+    const std::string text =
+        sample_text(state.model, flags.prompt, flags.sample,
+                    {.temperature = flags.temperature, .top_k = flags.top_k}, flags.seed, T);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("---- sample (%lld bytes, %.0f bytes/s, temperature %g%s) ----\n%s\n----\n",
-                static_cast<long long>(flags.sample), static_cast<double>(flags.sample) / seconds,
-                flags.temperature,
-                flags.top_k > 0 ? (", top-k " + std::to_string(flags.top_k)).c_str() : "",
-                std::string(text.begin(), text.end()).c_str());
+    std::printf(
+        "---- sample (%lld bytes in %.2f s with compiling, %.0f bytes/s; temperature %g%s) "
+        "----\n%s\n----\n",
+        static_cast<long long>(flags.sample), seconds, static_cast<double>(flags.sample) / seconds,
+        flags.temperature,
+        flags.top_k > 0 ? (", top-k " + std::to_string(flags.top_k)).c_str() : "", text.c_str());
   }
   if (history.empty()) return 0;
   const Row& end = history.back();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPT job is the same in C++ and Python: examples/gpt.cpp and python/examples/gpt.py write
-# byte-identical checkpoints for the same flags, and each resumes the other's checkpoint to the
-# checkpoint of an uninterrupted run.
+# byte-identical checkpoints for the same flags, each resumes the other's checkpoint to the
+# checkpoint of an uninterrupted run, and both sample the same text from it.
 #   tests/gpt_languages.sh build/examples/gpt python3 python/examples/gpt.py
 # (PYTHONPATH must reach the kiln module.)
 set -euo pipefail
@@ -24,4 +24,11 @@ cmp "$out/cpp/checkpoint.safetensors" "$out/cpp-then-py/checkpoint.safetensors"
 run "$python" "$script" "${common[@]}" --stop-after 4 --out "$out/py-then-cpp"
 run "$gpt" --resume "$out/py-then-cpp" --sample 0
 cmp "$out/cpp/checkpoint.safetensors" "$out/py-then-cpp/checkpoint.safetensors"
-echo "languages: C++ and Python write, and resume, the same checkpoints"
+# The sample: what lies between the "---- sample" line and the closing "----".
+sample() { "$@" 2> /dev/null | sed -n '/^---- sample/,/^----$/p' | sed '1d;$d'; }
+flags=(--resume "$out/cpp" --sample 40 --prompt "The " --temperature 0.8 --top-k 5)
+sample "$gpt" "${flags[@]}" > "$out/cpp.txt"
+sample "$python" "$script" "${flags[@]}" > "$out/py.txt"
+test -s "$out/cpp.txt"
+cmp "$out/cpp.txt" "$out/py.txt"
+echo "languages: C++ and Python write, resume and sample from the same checkpoints"

@@ -5,6 +5,7 @@
 // [out, in] as nn.Linear holds them, so bench/gpt_torch.py loads them by name. Initialisation
 // is GPT-2's: N(0, 0.02) for every weight matrix and embedding, zero biases, LayerNorms at 1
 // and 0, and the residual projections (attn.c_proj, mlp.c_proj) at 0.02 / sqrt(2 * layers).
+// Generation runs with a key/value cache, each chunk one compiled loop (generate).
 #pragma once
 
 #include <kiln/kiln.h>
@@ -125,6 +126,95 @@ inline Tensor logits(const Model& m, const Tensor& tokens,
     x = x + (drop ? nn::dropout(h, drop->rate, index(keys, 2 + 2 * l)) : h);
   }
   return matmul(t.ln_f(x), transpose(t.wte.weight));
+}
+
+// ---- generation with a key/value cache ----------------------------------------------------
+
+// Each layer's keys and values of the positions seen so far, [B, heads, block_size, C / heads],
+// in a fixed-size buffer: a generation is one compiled loop, with no new shapes per token.
+struct KvCache {
+  std::vector<Tensor> k, v;
+};
+KILN_TREE(KvCache, k, v);
+
+inline KvCache empty_cache(const Model& m, int64_t B) {
+  const Transformer& t = m.transformer;
+  const int64_t S = t.wpe.weight.shape()[0], C = t.wpe.weight.shape()[1];
+  KvCache c;
+  for (const Block& b : t.h) {
+    const int64_t H = b.attn.heads;
+    c.k.push_back(zeros({B, H, S, C / H}));
+    c.v.push_back(zeros({B, H, S, C / H}));
+  }
+  return c;
+}
+
+// The logits [B, vocab] after one more token per sequence, `token` [B] (int64) at position
+// `pos` (an int64 scalar, traced or not): its keys and values are written into the cache at
+// `pos`, and it attends to positions 0..pos. The same arithmetic as logits() at that position.
+inline std::pair<Tensor, KvCache> decode_step(const Model& m, const KvCache& cache,
+                                              const Tensor& token, const Tensor& pos) {
+  const Transformer& t = m.transformer;
+  const int64_t B = token.shape()[0], S = t.wpe.weight.shape()[0], C = t.wpe.weight.shape()[1];
+  const Tensor zero = tensor(int64_t{0});
+  Tensor x = t.wte(reshape(token, {B, 1})) + t.wpe(reshape(pos, {1}));    // [B, 1, C]
+  const Tensor seen = reshape(less_equal(arange(S), pos), {1, 1, 1, S});  // keys 0..pos
+  KvCache out = cache;
+  for (std::size_t l = 0; l < t.h.size(); ++l) {
+    const Block& b = t.h[l];
+    const int64_t H = b.attn.heads;
+    const std::vector<Tensor> qkv = split(b.attn.c_attn(b.ln_1(x)), 3, 2);
+    auto heads = [&](const Tensor& v) { return swapaxes(reshape(v, {B, 1, H, C / H}), 1, 2); };
+    out.k[l] = dynamic_update_slice(out.k[l], heads(qkv[1]), {zero, zero, pos, zero});
+    out.v[l] = dynamic_update_slice(out.v[l], heads(qkv[2]), {zero, zero, pos, zero});
+    const Tensor y =
+        nn::scaled_dot_product_attention(heads(qkv[0]), out.k[l], out.v[l], {.attn_mask = seen});
+    x = x + b.attn.c_proj(reshape(swapaxes(y, 1, 2), {B, 1, C}));
+    x = x + b.mlp.c_proj(nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true));
+  }
+  return {reshape(matmul(t.ln_f(x), transpose(t.wte.weight)), {B, -1}), out};
+}
+
+// How the next token is picked from the logits.
+struct Sampling {
+  double temperature = 0.8;  // 0: the most likely token (greedy)
+  int64_t top_k = 0;         // > 0: only among the top_k most likely
+};
+
+// One token per row of logits [B, vocab] (int64 [B]), drawn with `key` as `s` says.
+inline Tensor pick(const Tensor& logits, const Sampling& s, const Tensor& key) {
+  if (s.temperature == 0) return argmax(logits, -1);
+  Tensor z = logits / s.temperature;
+  if (s.top_k > 0 && s.top_k < z.shape()[1]) {
+    const Tensor kth = slice(top_k(z, s.top_k).values, {Slice(), Slice(s.top_k - 1, s.top_k)});
+    z = where(less(z, kth), full_like(z, -INFINITY), z);
+  }
+  return random::categorical(key, z, -1);
+}
+
+// The prompt [B, P] (int64) followed by n generated tokens, [B, P + n], P + n at most the block
+// size: the prompt runs through decode_step a token at a time, filling the cache, then each
+// new token is picked from the logits of the one before. One fori_loop, so jit(generate)
+// compiles once per prompt length and n.
+inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sampling& s,
+                       const Tensor& key) {
+  const int64_t B = prompt.shape()[0], P = prompt.shape()[1], total = P + n;
+  const Tensor keys = random::split(key, std::max<int64_t>(total, 1));
+  const Tensor tokens = concatenate({prompt, zeros({B, n}, int64)}, 1);
+  const Tensor zero = tensor(int64_t{0});
+  const auto step = [&](const Tensor& i, const std::pair<Tensor, KvCache>& c) {
+    const auto& [toks, cache] = c;
+    const Tensor token = reshape(dynamic_slice(toks, {zero, i}, {B, 1}), {B});
+    auto [logits, next_cache] = decode_step(m, cache, token, i);
+    const Tensor k = reshape(dynamic_slice(keys, {i, zero}, {1, 2}), {2});
+    const Tensor picked = reshape(pick(logits, s, k), {B, 1});
+    // Within the prompt the next token is the prompt's own.
+    const Tensor next_at = i + 1;
+    const Tensor given = dynamic_slice(toks, {zero, next_at}, {B, 1});
+    const Tensor next = where(less(next_at, tensor(P)), given, picked);
+    return std::pair{dynamic_update_slice(toks, next, {zero, next_at}), next_cache};
+  };
+  return fori_loop(int64_t{0}, total - 1, step, std::pair{tokens, empty_cache(m, B)}).first;
 }
 
 // Mean cross-entropy of the next-token predictions: targets [B, T] are the tokens shifted by one.

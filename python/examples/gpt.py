@@ -265,20 +265,6 @@ def settings(args):
     return meta
 
 
-def sample_byte(z, temperature, top_k, draw):
-    if temperature == 0:
-        return int(np.argmax(z))
-    order = np.argsort(-z, kind="stable")
-    k = min(len(order), top_k) if top_k > 0 else len(order)
-    p = np.exp((z[order[:k]].astype(np.float64) - z[order[0]]) / temperature)
-    u = (int(draw) >> 11) * 2.0**-53 * p.sum()
-    for i in range(k):
-        u -= p[i]
-        if u < 0:
-            return int(order[i])
-    return int(order[k - 1])
-
-
 def make_train_step(opt, accum=1, dropout=0.0):
     """The jitted step: loss and gradients of each of `accum` micro-batches x[i], y[i] (the
     gradients averaged), then `opt`'s update; (state, x, y, key) -> (state, loss)."""
@@ -302,21 +288,97 @@ def make_train_step(opt, accum=1, dropout=0.0):
     return train_step
 
 
+@dataclasses.dataclass
+class KvCache:
+    """Each layer's keys and values, [B, heads, block_size, C / heads], in fixed-size buffers."""
+
+    k: list
+    v: list
+
+
+def empty_cache(m, b):
+    s, c = m.transformer.wpe.weight.shape
+    ks = [kl.zeros((b, blk.attn.heads, s, c // blk.attn.heads)) for blk in m.transformer.h]
+    return KvCache(ks, [kl.zeros(k.shape) for k in ks])
+
+
+def decode_step(m, cache, token, pos):
+    """The logits [B, 256] after one more token per sequence (token [B] at position pos), and
+    the cache with its keys and values written at pos (gpt_model.h's decode_step)."""
+    t = m.transformer
+    b = token.shape[0]
+    s, c = t.wpe.weight.shape
+    x = t.wte(kl.reshape(token, (b, 1))) + t.wpe(kl.reshape(pos, (1,)))
+    seen = kl.reshape(kl.less_equal(kl.arange(s), pos), (1, 1, 1, s))
+    ks, vs = list(cache.k), list(cache.v)
+    for i, blk in enumerate(t.h):
+        h = blk.attn.heads
+        q, k, v = kl.split(blk.attn.c_attn(blk.ln_1(x)), 3, 2)
+
+        def heads(z):
+            return kl.swapaxes(kl.reshape(z, (b, 1, h, c // h)), 1, 2)
+
+        ks[i] = kl.dynamic_update_slice(ks[i], heads(k), (0, 0, pos, 0))
+        vs[i] = kl.dynamic_update_slice(vs[i], heads(v), (0, 0, pos, 0))
+        y = kl.nn.scaled_dot_product_attention(heads(q), ks[i], vs[i], attn_mask=seen)
+        x = x + blk.attn.c_proj(kl.reshape(kl.swapaxes(y, 1, 2), (b, 1, c)))
+        x = x + blk.mlp.c_proj(kl.nn.gelu(blk.mlp.c_fc(blk.ln_2(x)), approximate=True))
+    return kl.reshape(kl.matmul(t.ln_f(x), kl.transpose(t.wte.weight)), (b, -1)), KvCache(ks, vs)
+
+
+def pick(logits, temperature, top_k, key):
+    """One token per row of logits: the most likely at temperature 0, else drawn from
+    softmax(logits / temperature) over the top_k most likely (all when top_k is 0)."""
+    if temperature == 0:
+        return kl.argmax(logits, -1)
+    z = logits / temperature
+    if 0 < top_k < z.shape[1]:
+        kth = kl.top_k(z, top_k)[0][:, top_k - 1 : top_k]
+        z = kl.where(kl.less(z, kth), kl.full_like(z, -math.inf), z)
+    return kl.random.categorical(key, z, -1)
+
+
+def generate_tokens(m, prompt, n, temperature, top_k, key):
+    """The prompt [B, P] (int64) and n generated tokens, [B, P + n] (P + n at most the block
+    size), in one fori_loop: the prompt fills the cache a token at a time, then each new token
+    is picked from the logits of the one before (gpt_model.h's generate)."""
+    b, p = prompt.shape
+    total = p + n
+    keys = kl.random.split(key, max(total, 1))
+    tokens = kl.concatenate([prompt, kl.zeros((b, n), kl.int64)], 1)
+
+    def step(i, carry):
+        toks, cache = carry
+        token = kl.reshape(kl.dynamic_slice(toks, (0, i), (b, 1)), (b,))
+        logits, cache = decode_step(m, cache, token, i)
+        k = kl.reshape(kl.dynamic_slice(keys, (i, 0), (1, 2)), (2,))
+        picked = kl.reshape(pick(logits, temperature, top_k, k), (b, 1))
+        given = kl.dynamic_slice(toks, (0, i + 1), (b, 1))  # within the prompt: its own
+        chosen = kl.where(kl.less(i + 1, p), given, picked)
+        return kl.dynamic_update_slice(toks, chosen, (0, i + 1)), cache
+
+    return kl.fori_loop(0, total - 1, step, (tokens, empty_cache(m, b)))[0]
+
+
 def generate(model, prompt, n, temperature=0.8, top_k=0, seed=0):
-    """`prompt` (bytes) and n more bytes sampled from the model: one compiled forward over a
-    fixed window of block_size bytes (the context zero-padded on the right; causal attention
-    keeps the padding out of the logits read)."""
-    forward = kl.jit(logits)
+    """`prompt` (bytes) and n more bytes from the model, as gpt.cpp's sample_text: chunks of one
+    compiled loop each; when the block is full, its last half is the next chunk's prompt."""
     block = model.transformer.wpe.weight.shape[0]
     text = list(prompt) or [10]
-    for i in range(n):
-        m = min(len(text), block)
-        window = np.zeros((1, block), np.int64)
-        window[0, :m] = text[-m:]
-        z = np.asarray(forward(model, kl.asarray(window)))[0, m - 1]
+    compiled = {}
+    done, chunk = 0, 0
+    while done < n:
+        p = min(len(text), block - 1 if done == 0 else max(block // 2, 1))
+        count = min(n - done, block - p)
+        if count not in compiled:
+            compiled[count] = kl.jit(
+                lambda m, x, k, count=count: generate_tokens(m, x, count, temperature, top_k, k)
+            )
         with np.errstate(over="ignore"):
-            draw = mix(mix(np.uint64(seed) ^ np.uint64(0x5A5A5A5A)) + np.uint64(i))
-        text.append(sample_byte(z, temperature, top_k, draw))
+            key = kl.random.key(int(mix(np.uint64(seed) + np.uint64(chunk))))
+        out = np.asarray(compiled[count](model, kl.asarray(np.array([text[-p:]], np.int64)), key))
+        text += [int(v) for v in out[0, -count:]]
+        done, chunk = done + count, chunk + 1
     return bytes(text)
 
 
@@ -401,7 +463,12 @@ def main(argv=None):
             state.model, args.prompt.encode(), args.sample, args.temperature, args.top_k, args.seed
         )
         rate = args.sample / (time.perf_counter() - start)
-        print(f"---- sample ({args.sample} bytes, {rate:.0f} bytes/s) ----")
+        print(
+            f"---- sample ({args.sample} bytes in {args.sample / rate:.2f} s with compiling, "
+            f"{rate:.0f} bytes/s; temperature {args.temperature:g}"
+            + (f", top-k {args.top_k}" if args.top_k > 0 else "")
+            + ") ----"
+        )
         print(text.decode("utf-8", "replace"))
         print("----")
     if rows:
