@@ -17,6 +17,9 @@
 //   kiln_jit_<p>     jit(model, opt_state, x, y -> value_and_grad + optim::adamw update)
 //   torch_eager_<p>  the same model in PyTorch (nanoGPT's form), backward, clip_grad_norm_,
 //                    torch.optim.AdamW
+//   kiln_generate_<p>   jit(gpt::generate): 200 greedy tokens (block - 1 where the block is
+//                       shorter) after a one-token prompt, key/value cache, one fori_loop
+//   torch_generate_<p>  the same in PyTorch eager, a key/value cache grown by torch.cat
 // Both sides start from the same parameters and batch (Kiln writes them, named as in the
 // PyTorch model's state_dict, for the peer). Checks: the first --steps losses of Kiln's jit,
 // of the interpreter (the first 3) and of PyTorch agree to 1e-5 relative, and the loss falls.
@@ -53,9 +56,13 @@ struct Problem {
   std::string name;
   gpt::Config config;
   int64_t batch = 0;
-  Case step;
+  Case step, generate;
+  int64_t generated = 0;  // tokens per generate call
   std::vector<double> losses, interp_losses;
 };
+
+// Greedy tokens generated after a one-token prompt (block - 1 where the block is shorter).
+constexpr int64_t kGenerated = 200;
 
 Problem make_problem(const std::string& name, const gpt::Config& c, int64_t batch,
                      const fs::path& dir, int steps) {
@@ -84,7 +91,7 @@ Problem make_problem(const std::string& name, const gpt::Config& c, int64_t batc
     decltype(jit(body)) f;
     void operator()() { std::tie(model, opt, loss) = f(model, opt, x, y); }
   };
-  Problem p{name, c, batch, {}, {}, {}};
+  Problem p{name, c, batch, {}, {}, 0, {}, {}};
   for (const char* backend : {"llvm", "interpreter"}) {
     auto run = std::make_shared<Run>(
         Run{model, opt.init(model), x, y, Tensor(), jit(body, "gpt_step_" + name)});
@@ -97,6 +104,16 @@ Problem make_problem(const std::string& name, const gpt::Config& c, int64_t batc
     }
     if (compiled) p.step = {"kiln_jit_" + name, call};
   }
+  // Generation from the initial weights: one compiled fori_loop with the key/value cache.
+  p.generated = std::min(kGenerated, c.block_size - 1);
+  const int64_t n = p.generated;
+  const auto greedy = [n](const gpt::Model& m, const Tensor& prompt, const Tensor& key) {
+    return gpt::generate(m, prompt, n, {.temperature = 0}, key);
+  };
+  auto generate = std::make_shared<decltype(jit(greedy))>(jit(greedy, "gpt_generate_" + name));
+  const Tensor prompt = zeros({1, 1}, int64), key = random::key(3);
+  p.generate = {"kiln_generate_" + name,
+                [generate, model, prompt, key] { (void)(*generate)(model, prompt, key); }};
   return p;
 }
 
@@ -150,7 +167,7 @@ int main(int argc, char** argv) {
   if (only.empty() || only == "medium")
     problems.push_back(make_problem("medium", {6, 6, 384, 256, 256}, 8, dir, steps));
   std::vector<Case> cases;
-  for (const Problem& p : problems) cases.push_back(p.step);
+  for (const Problem& p : problems) cases.insert(cases.end(), {p.step, p.generate});
   calibrate(cases, o.target);
 
   std::map<std::string, std::vector<double>> torch_losses;
@@ -215,6 +232,18 @@ int main(int argc, char** argv) {
     if (t != r.times.end()) row(tn, t->second, 1.0);
     std::printf("# %s: %.3f GFLOP a step (model FLOPs, 2 per multiply-add)\n", p.name.c_str(),
                 flops * 1e-9);
+    const std::string tg = "torch_generate_" + p.name;
+    const auto g = r.times.find(tg);
+    const double gm = g == r.times.end() ? NAN : median(g->second);
+    auto generation = [&](const std::string& name, const std::vector<double>& ms, double ratio) {
+      std::printf("%-20s %10.3f %10.3f %11.2fx %9.0f tok/s\n", name.c_str(), median(ms),
+                  minimum(ms), ratio, static_cast<double>(p.generated) / (median(ms) * 1e-3));
+    };
+    generation(p.generate.name, r.times.at(p.generate.name),
+               median(r.times.at(p.generate.name)) / gm);
+    if (g != r.times.end()) generation(tg, g->second, 1.0);
+    std::printf("# %s generation: %lld greedy tokens after a one-token prompt, key/value cache\n",
+                p.name.c_str(), static_cast<long long>(p.generated));
   }
   std::printf(
       "# kiln/torch: ratio of medians, > 1 means Kiln takes longer; MFU: model FLOPs per "

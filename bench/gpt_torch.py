@@ -16,6 +16,8 @@ torch.optim.AdamW(lr=1e-3, weight_decay=0.1) step. With --init DIR the parameter
 come from DIR/<problem>/<name>.bin, x.bin and y.bin (raw f32 / i64), and the losses of the first
 K steps from there are printed as
     LOSSES torch_eager_<problem> <l0> <l1> ...
+Generation (torch_generate_<problem>): 200 greedy tokens (block - 1 where the block is shorter)
+after a one-token prompt with a key/value cache, a token at a time, as Kiln's gpt::generate.
 Then each case is timed by bench/side_by_side.py (RESULT and TIMES lines).
 """
 import math
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 import side_by_side
 
 LR, WEIGHT_DECAY, CLIP, VOCAB = 1e-3, 0.1, 1.0, 256
+GENERATED = 200  # greedy tokens after a one-token prompt (fewer where the block is shorter)
 PROBLEMS = {"small": (4, 4, 256, 128, 8), "medium": (6, 6, 384, 256, 8)}
 
 
@@ -118,7 +121,34 @@ def setup(name, init):
         opt.step()
         return loss
 
-    return step
+    return step, model
+
+
+@torch.no_grad()
+def generate_cached(model, idx, n):
+    """idx [B, P] and n greedy tokens after it, with a key/value cache, a token at a time (the
+    prompt too), as Kiln's gpt::generate: nanoGPT's generate without recomputing the context."""
+    t = model.transformer
+    b, p = idx.shape
+    c = t.wte.weight.shape[1]
+    keys, values = [None] * len(t.h), [None] * len(t.h)
+    out = idx
+    for pos in range(p + n - 1):
+        x = t.wte(out[:, pos : pos + 1]) + t.wpe(torch.tensor([pos]))
+        for i, block in enumerate(t.h):
+            heads = block.attn.heads
+            q, k, v = block.attn.c_attn(block.ln_1(x)).split(c, dim=2)
+            q, k, v = (z.view(b, 1, heads, c // heads).transpose(1, 2) for z in (q, k, v))
+            keys[i] = k if keys[i] is None else torch.cat([keys[i], k], 2)
+            values[i] = v if values[i] is None else torch.cat([values[i], v], 2)
+            att = F.softmax(q @ keys[i].transpose(-2, -1) / math.sqrt(c // heads), dim=-1)
+            y = (att @ values[i]).transpose(1, 2).reshape(b, 1, c)
+            x = x + block.attn.c_proj(y)
+            x = x + block.mlp(block.ln_2(x))
+        if pos + 1 >= p:
+            token = model.lm_head(t.ln_f(x))[:, -1].argmax(-1, keepdim=True)
+            out = torch.cat([out, token], 1)
+    return out
 
 
 def main():
@@ -132,11 +162,15 @@ def main():
     for name in PROBLEMS:
         if args.only and name != args.only:
             continue
-        step = setup(name, args.init)
+        step, model = setup(name, args.init)
         if args.init:
             losses = [step().item() for _ in range(args.steps)]
             print(f"LOSSES torch_eager_{name} " + " ".join(f"{v:.8g}" for v in losses), flush=True)
         fns[f"torch_eager_{name}"] = step
+        n = min(GENERATED, PROBLEMS[name][3] - 1)
+        fns[f"torch_generate_{name}"] = lambda model=model, n=n: generate_cached(
+            model, torch.zeros((1, 1), dtype=torch.int64), n
+        )
     side_by_side.report(side_by_side.time_cases(fns, args.reps, args.target))
 
 
