@@ -147,9 +147,11 @@ struct Flags {
       clip = real();
     else if (flag == "--dropout")
       dropout = real();
-    else if (flag == "--seed")
-      seed = static_cast<uint64_t>(integer());
-    else if (flag == "--out")
+    else if (flag == "--seed") {
+      if (v.empty() || v[0] == '-') throw std::invalid_argument(v);  // stoull would wrap it
+      seed = std::stoull(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+    } else if (flag == "--out")
       out = v;
     else if (flag == "--resume")
       resume = v;
@@ -242,6 +244,9 @@ Flags parse_flags(int argc, char** argv) {
   positive("--accum", f.accum), positive("--steps", f.steps),
       positive("--eval-every", f.eval_every);
   positive("--eval-batches", f.eval_batches);
+  if (f.block_size < 2)
+    usage_error("--block-size must be at least 2 (a byte and the next), got " +
+                std::to_string(f.block_size));
   if (f.d_model % f.heads != 0)
     usage_error("--d-model must be a multiple of --heads, got " + std::to_string(f.d_model) +
                 " and " + std::to_string(f.heads));
@@ -264,7 +269,8 @@ std::vector<std::string> default_corpus() {
                              " is missing: install Debian's fortunes package "
                              "(scripts/install-deps.sh --demo does), or pass --text FILE...");
   for (const auto& e : fs::directory_iterator(kDefaultCorpus))
-    if (e.is_regular_file() && !e.is_symlink() && !e.path().has_extension())
+    if (e.is_regular_file() && !e.is_symlink() &&
+        e.path().filename().string().find('.') == std::string::npos)
       files.push_back(e.path().string());
   std::sort(files.begin(), files.end());
   return files;
@@ -584,10 +590,12 @@ int run(const Flags& flags) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
         "---- sample (%lld bytes in %.2f s with compiling, %.0f bytes/s; temperature %g%s) "
-        "----\n%s\n----\n",
+        "----\n",
         static_cast<long long>(flags.sample), seconds, static_cast<double>(flags.sample) / seconds,
         flags.temperature,
-        flags.top_k > 0 ? (", top-k " + std::to_string(flags.top_k)).c_str() : "", text.c_str());
+        flags.top_k > 0 ? (", top-k " + std::to_string(flags.top_k)).c_str() : "");
+    std::fwrite(text.data(), 1, text.size(), stdout);  // the bytes as sampled, NULs included
+    std::printf("\n----\n");
   }
   if (history.empty()) return 0;
   const Row& end = history.back();
@@ -601,9 +609,8 @@ int run(const Flags& flags) {
 }
 
 int main(int argc, char** argv) {
-  const Flags flags = parse_flags(argc, argv);
   try {
-    return run(flags);
+    return run(parse_flags(argc, argv));  // --resume reads the checkpoint's settings
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpt: %s\n", e.what());
     return 1;

@@ -35,6 +35,9 @@ expect_error 2 "bad value for --lr: fast" --lr fast
 expect_error 2 "--d-model must be a multiple of --heads, got 30 and 4" --d-model 30 --heads 4
 expect_error 2 "--dropout must be in \[0, 1)" --dropout 1
 expect_error 2 "unknown flag --epochs" --epochs 3
+expect_error 2 "--block-size must be at least 2" --block-size 1
+expect_error 2 "bad value for --seed: -1" --seed -1
+expect_error 1 "cannot open '$dir/nowhere/checkpoint.safetensors'" --resume "$dir/nowhere"
 # A checkpoint of a 1-layer model does not load into a 2-layer one: the error names the file.
 "$gpt" "${small[@]}" --text "$dir/short.txt" --out "$dir/run" > "$dir/log" 2>&1 ||
   { cat "$dir/log"; exit 1; }

@@ -199,6 +199,10 @@ inline Tensor pick(const Tensor& logits, const Sampling& s, const Tensor& key) {
 inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sampling& s,
                        const Tensor& key) {
   const int64_t B = prompt.shape()[0], P = prompt.shape()[1], total = P + n;
+  const int64_t block = m.transformer.wpe.weight.shape()[0];
+  if (P < 1 || n < 0 || total > block)
+    fail("gpt.generate", "prompt and tokens do not fit the block: got a prompt of ", P,
+         " tokens and ", n, " more, expected at least 1 and at most ", block, " in all");
   const Tensor keys = random::split(key, std::max<int64_t>(total, 1));
   const Tensor tokens = concatenate({prompt, zeros({B, n}, int64)}, 1);
   const Tensor zero = tensor(int64_t{0});

@@ -5,6 +5,7 @@ the same checkpoint format (a run saved by one resumes in the other).
 
     PYTHONPATH=python python3 python/examples/gpt.py [--steps 3000] [--text FILE ...] ...
 
+It writes checkpoint.safetensors and metrics.csv as gpt.cpp does (not the SVG chart).
 `python3 python/examples/gpt.py --help` lists the flags. The model is a pytree of dataclasses
 of kiln.nn layers whose parameter names are nanoGPT's ("transformer.h.0.attn.c_attn.weight"),
 so kiln.nn.load_state_dict moves weights from a PyTorch GPT of that form and
@@ -151,11 +152,8 @@ def default_corpus():
         sys.exit(
             f"gpt: {DEFAULT_CORPUS} is missing: install Debian's fortunes package, or pass --text"
         )
-    return sorted(
-        os.path.join(DEFAULT_CORPUS, f)
-        for f in os.listdir(DEFAULT_CORPUS)
-        if "." not in f and not os.path.islink(os.path.join(DEFAULT_CORPUS, f))
-    )
+    paths = (os.path.join(DEFAULT_CORPUS, f) for f in os.listdir(DEFAULT_CORPUS) if "." not in f)
+    return sorted(p for p in paths if os.path.isfile(p) and not os.path.islink(p))
 
 
 def read_corpus(files):
@@ -214,7 +212,8 @@ SAVED += ["weight_decay", "clip", "dropout", "seed", "eval_every", "eval_batches
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # No abbreviations: a flag given must be known by its full name, so that --resume keeps it.
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--text", nargs="+", default=[], help="UTF-8 files (default: Debian's fortunes)")
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
@@ -251,9 +250,47 @@ def parse_args(argv):
             args.text = meta["text"].split("\n")
     if args.out is None:
         args.out = args.resume or "gpt-out"
+    for name in ["layers", "heads", "d_model", "batch_size", "accum", "steps", "eval_every"]:
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    if args.eval_batches < 1:
+        p.error(f"--eval-batches must be positive, got {args.eval_batches}")
+    if args.block_size < 2:
+        p.error(f"--block-size must be at least 2 (a byte and the next), got {args.block_size}")
     if args.d_model % args.heads:
         p.error(f"--d-model must be a multiple of --heads, got {args.d_model} and {args.heads}")
+    if not args.lr > 0 or not args.clip > 0 or args.weight_decay < 0 or args.warmup < 0:
+        p.error("--lr and --clip must be positive, --weight-decay and --warmup not negative")
+    if not 0 <= args.dropout < 1:
+        p.error(f"--dropout must be in [0, 1), got {args.dropout}")
+    if args.temperature < 0 or args.top_k < 0 or args.sample < 0 or args.seed < 0:
+        p.error("--temperature, --top-k, --sample and --seed must not be negative")
     return args
+
+
+CSV_HEADER = "step,train_loss,val_loss,lr,tokens_per_second,mfu"
+
+
+def write_metrics(path, rows):
+    """metrics.csv as gpt.cpp writes it, replaced atomically (a temporary file renamed)."""
+    lines = [CSV_HEADER] + ["%d,%.6f,%.6f,%.6g,%.1f,%.4f" % r for r in rows]
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(path + ".tmp", path)
+
+
+def read_metrics(path, upto):
+    """The rows of a run's metrics.csv up to step `upto` (to continue them on --resume)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        lines = f.read().splitlines()
+    if not lines or lines[0] != CSV_HEADER:
+        raise ValueError(f"unexpected header in {path}")
+    rows = [tuple(float(v) for v in line.split(",")) for line in lines[1:] if line]
+    return [(int(r[0]),) + r[1:] for r in rows if r[0] <= upto]
 
 
 def settings(args):
@@ -428,7 +465,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     last = max(first, min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps)
     loss_sum, losses, since, steps_since = 0.0, 0, time.perf_counter(), 0
-    rows = []
+    rows = read_metrics(os.path.join(args.resume, "metrics.csv"), first) if args.resume else []
     for step in range(first, last):
         x, y = windows(train, accum, b, t, args.seed, 0, step)
         key = kl.random.key(int(mix(np.uint64(args.seed) ^ np.uint64(step))))
@@ -443,16 +480,18 @@ def main(argv=None):
         )
         val_loss /= args.eval_batches
         mfu = flops * steps_since / seconds * 1e-9 / peak
+        lr = float(np.asarray(schedule(step)))
         rows.append(
-            (step + 1, loss_sum / losses, val_loss, steps_since * b * accum * t / seconds, mfu)
+            (step + 1, loss_sum / losses, val_loss, lr, steps_since * b * accum * t / seconds, mfu)
         )
         meta = settings(args)
         meta["steps_done"] = str(step + 1)
         meta["tokenizer"] = "bytes"
         kl.io.save(os.path.join(args.out, "checkpoint.safetensors"), state, metadata=meta)
+        write_metrics(os.path.join(args.out, "metrics.csv"), rows)
         print(
             f"step {step + 1}: train loss {loss_sum / losses:.4f} | validation loss "
-            f"{val_loss:.4f} | {rows[-1][3]:.0f} tok/s | MFU {100 * mfu:.1f}%",
+            f"{val_loss:.4f} | {rows[-1][4]:.0f} tok/s | MFU {100 * mfu:.1f}%",
             flush=True,
         )
         loss_sum, losses, steps_since, since = 0.0, 0, 0, time.perf_counter()
@@ -469,8 +508,10 @@ def main(argv=None):
             + (f", top-k {args.top_k}" if args.top_k > 0 else "")
             + ") ----"
         )
-        print(text.decode("utf-8", "replace"))
-        print("----")
+        sys.stdout.flush()
+        sys.stdout.buffer.write(text)  # the bytes as sampled, as gpt.cpp writes them
+        sys.stdout.buffer.flush()
+        print("\n----")
     if rows:
         print(f"done after {rows[-1][0]} of {args.steps} steps: validation loss {rows[-1][2]:.4f}")
     return rows

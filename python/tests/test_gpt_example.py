@@ -122,6 +122,7 @@ def run_example(*args):
         env=env,
         capture_output=True,
         text=True,
+        errors="replace",  # the sample is raw bytes, not always UTF-8
         timeout=600,
     )
 
