@@ -109,6 +109,8 @@ const std::vector<Case> kCases = {
     {"padding wider than the kernel", 1, 8, {1, 5, 20}, {1, 2, 2}, {1, 1, 1}, {0, 3, 4}, {1, 1, 1}},
     {"1d, 4097 wide", 2, 3, {1, 1, 4097}, {1, 1, 5}, {1, 1, 1}, {0, 0, 2}, {1, 1, 1}},
     {"3d", 2, 9, {5, 6, 20}, {3, 3, 3}, {2, 1, 1}, {1, 1, 1}, {1, 1, 2}},
+    // Planes too large for one strip of rows: two, the second shorter.
+    {"strips of rows", 1, 5, {1, 40, 300}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
     // More channels than one thread's share of the weight gradient, and a partial block of them.
     {"37 channels", 2, 37, {1, 9, 13}, {1, 3, 3}, {1, 1, 1}, {0, 1, 1}, {1, 1, 1}},
 };

@@ -259,8 +259,12 @@ class Builder {
   }
 
  private:
+  // (Axes of size 1 do not count: kept or reduced, they are one index.)
   bool reduces_every_axis() const {
-    return reducing() && std::find(g_.reduced.begin(), g_.reduced.end(), false) == g_.reduced.end();
+    if (!reducing()) return false;
+    for (std::size_t a = 0; a < g_.domain.size(); ++a)
+      if (!g_.reduced[a] && g_.domain[a] != 1) return false;
+    return true;
   }
 
   // Whether the group reduces every axis of its domain and stores nothing over it: then the
@@ -274,12 +278,14 @@ class Builder {
                         [](const Node& n) { return n.level == Level::total; });
   }
 
-  // Orders the domain's axes by the first inner load's strides, largest first, so that it is
-  // read along its memory: a gradient's global norm sums the squares of a transposed view, and
-  // reading it across its rows ran at 1 GB/s.
+  // Orders the domain's axes by the first inner load's strides (a broadcast's aside), largest
+  // first, so that it is read along its memory: a gradient's global norm sums the squares of a
+  // transposed view, and reading it across its rows ran at 1 GB/s.
   void walk_first_input_contiguously() {
     const auto first = std::find_if(g_.nodes.begin(), g_.nodes.end(), [](const Node& n) {
-      return n.kind == Node::Kind::load && n.level == Level::inner;
+      return n.kind == Node::Kind::load && n.level == Level::inner &&
+             std::any_of(n.access.strides.begin(), n.access.strides.end(),
+                         [](int64_t s) { return s != 0; });  // not a broadcast
     });
     if (first == g_.nodes.end()) return;
     const Dims strides = first->access.strides;

@@ -98,51 +98,60 @@ KILN_INLINE void forward_units(const ConvGeom& g, const float* x, const float* w
   }
 }
 
-// One image's input under each tap, laid out as the output plane (tap t's plane holds, at
-// output position p, the input that p's window reads under t), each plane padded with zeros to
-// whole vectors: the weight gradient is then one dot product per channel and tap over flat
-// planes, with no row tails.
+// One image's input under each tap, laid out like the output (tap t's plane holds, at output
+// position p, the input that p's window reads under t), for a strip of the output's rows at a
+// time, each plane padded with zeros to whole vectors: the weight gradient is then one dot
+// product per channel and tap over flat planes, with no row tails. A strip holds at most
+// kStripFloats floats of planes, so that they stay in the L2 cache (and a large 3-d volume
+// needs no plane per tap of all its positions).
+constexpr int64_t kStripFloats = int64_t{1} << 16;
 struct TapPlanes {
-  int64_t P = 0, stride = 0;  // output positions; floats per plane (P rounded up to vectors)
+  int64_t rows = 0;    // output rows (of g.out[2] positions) per strip
+  int64_t count = 0;   // positions in the strip filled last
+  int64_t stride = 0;  // floats per plane: a strip's positions rounded up to vectors
   std::vector<float> data;
 
   TapPlanes(const ConvGeom& g, int64_t lanes)
-      : P(g.out_size()),
-        stride((P + lanes - 1) / lanes * lanes),
+      : rows(std::clamp<int64_t>(kStripFloats / (g.taps() * std::max<int64_t>(g.out[2], 1)), 1,
+                                 std::max<int64_t>(g.out[0] * g.out[1], 1))),
+        stride((rows * g.out[2] + lanes - 1) / lanes * lanes),
         data(static_cast<std::size_t>(g.taps() * stride), 0.0f) {}
-  // A vector at a time (the last one overlapping the one before): a call to memcpy per row of
-  // each plane took about as long as the dot products.
+  // Output rows [r0, r1), a vector at a time (the last one overlapping the one before): a call
+  // to memcpy per row of each plane took about as long as the dot products.
   template <typename Vec>
-  KILN_INLINE void fill(const ConvGeom& g, const Padded& x) {
+  KILN_INLINE void fill(const ConvGeom& g, const Padded& x, int64_t r0, int64_t r1) {
     constexpr int64_t L = kLanes<Vec>;
     const int64_t OW = g.out[2];
+    count = (r1 - r0) * OW;
     for (int64_t kd = 0; kd < g.k[0]; ++kd)
       for (int64_t kh = 0; kh < g.k[1]; ++kh)
         for (int64_t kw = 0; kw < g.k[2]; ++kw) {
           float* plane = data.data() + ((kd * g.k[1] + kh) * g.k[2] + kw) * stride;
-          for (int64_t od = 0; od < g.out[0]; ++od)
-            for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-              const float* from = x.row(g, od, oh, kd, kh) + kw * g.dil[2];
-              float* to = plane + (od * g.out[1] + oh) * OW;
-              if (OW < L) {
-                std::copy_n(from, OW, to);
-                continue;
-              }
-              for (int64_t i = 0; i + L <= OW; i += L) store(to + i, load<Vec>(from + i));
-              if (OW % L != 0) store(to + OW - L, load<Vec>(from + OW - L));
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* from = x.row(g, r / g.out[1], r % g.out[1], kd, kh) + kw * g.dil[2];
+            float* to = plane + (r - r0) * OW;
+            if (OW < L) {
+              std::copy_n(from, OW, to);
+              continue;
             }
+            for (int64_t i = 0; i + L <= OW; i += L) store(to + i, load<Vec>(from + i));
+            if (OW % L != 0) store(to + OW - L, load<Vec>(from + OW - L));
+          }
+          std::fill(plane + count, plane + stride, 0.0f);  // a shorter last strip's rest
         }
   }
   const float* plane(int64_t t) const { return data.data() + t * stride; }
 };
 
-// Adds the products of one vector of positions from p (`count` of them) to acc.
+// Adds the products of one vector of positions from p (`count` of them) to acc; `grad` is the
+// strip's first position of channel 0, the channels `channel` floats apart.
 template <typename Vec, int OB, int TB>
-KILN_INLINE void weight_grad_step(const float* grad, const TapPlanes& x, int64_t o0, int64_t t0,
-                                  int64_t p, int64_t count, Vec (&acc)[OB][TB]) {
+KILN_INLINE void weight_grad_step(const float* grad, int64_t channel, const TapPlanes& x,
+                                  int64_t o0, int64_t t0, int64_t p, int64_t count,
+                                  Vec (&acc)[OB][TB]) {
   Vec in[TB], dy[OB];
   for (int t = 0; t < TB; ++t) in[t] = load<Vec>(x.plane(t0 + t) + p);
-  for (int j = 0; j < OB; ++j) dy[j] = load<Vec>(grad + (o0 + j) * x.P + p, count);
+  for (int j = 0; j < OB; ++j) dy[j] = load<Vec>(grad + (o0 + j) * channel + p, count);
   for (int j = 0; j < OB; ++j)
     for (int t = 0; t < TB; ++t) acc[j][t] += dy[j] * in[t];
 }
@@ -155,12 +164,12 @@ template <typename Vec, int OB, int TB>
 KILN_INLINE void weight_grad_tile(const ConvGeom& g, const float* grad, const TapPlanes& x,
                                   int64_t o0, int64_t t0, double* lanes) {
   constexpr int64_t L = kLanes<Vec>;
-  const int64_t P = x.P, taps = g.taps();
+  const int64_t P = x.count, taps = g.taps(), channel = g.out_size();
   Vec acc[OB][TB] = {};
   int64_t p = 0;
-  for (; p + L <= P; p += L) weight_grad_step<Vec, OB, TB>(grad, x, o0, t0, p, L, acc);
+  for (; p + L <= P; p += L) weight_grad_step<Vec, OB, TB>(grad, channel, x, o0, t0, p, L, acc);
   // The planes' zeros fill the last vector's rest.
-  if (p < P) weight_grad_step<Vec, OB, TB>(grad, x, o0, t0, p, P - p, acc);
+  if (p < P) weight_grad_step<Vec, OB, TB>(grad, channel, x, o0, t0, p, P - p, acc);
   for (int j = 0; j < OB; ++j)
     for (int t = 0; t < TB; ++t) {
       double* sum = lanes + (j * taps + t0 + t) * L;
@@ -178,28 +187,31 @@ KILN_INLINE void weight_grad_channels(const ConvGeom& g, const float* grad, cons
   for (; t < taps; ++t) weight_grad_tile<Vec, OB, 1>(g, grad, x, o0, t, lanes);
 }
 
-// The channels of units [b, e) (kWeightGradUnit each, the last one fewer): per image, the input
-// under every tap is laid out once, then each block of OB channels (fewer at the end) takes its
-// dot products with it. The sums run in the same order whatever the units' split.
-constexpr int64_t kWeightGradUnit = 16;
+// The channels of units [b, e) (kWeightGradUnit each, the last one fewer): per image and strip of
+// rows, the input under every tap is laid out once, then each block of OB channels (fewer at the
+// end) takes its dot products with it. The sums run in the same order whatever the units' split.
+constexpr int64_t kWeightGradUnit = 8;
 template <typename Vec>
 KILN_INLINE void weight_grad_units(const ConvGeom& g, const float* dy, const float* x, float* dw,
                                    int64_t b, int64_t e) {
   constexpr int64_t L = kLanes<Vec>;
-  constexpr int OB = L == 16 ? 8 : 4;  // 8 x 3 accumulators fill AVX-512's 32 registers
+  constexpr int OB = L == 16 ? 8 : 4;  // 8 x 3 accumulators: most of AVX-512's 32 registers
   const int64_t taps = g.taps(), o_begin = b * kWeightGradUnit,
                 o_end = std::min(g.O, e * kWeightGradUnit);
   Padded padded(g);
   TapPlanes planes(g, L);
   std::vector<double> lanes(static_cast<std::size_t>((o_end - o_begin) * taps * L), 0.0);
   auto at = [&](int64_t c) { return lanes.data() + (c - o_begin) * taps * L; };
+  const int64_t rows = g.out[0] * g.out[1];
   for (int64_t n = 0; n < g.N; ++n) {
     padded.fill(g, x + n * g.in_size());
-    planes.fill<Vec>(g, padded);
-    const float* grad = dy + n * g.O * g.out_size();
-    int64_t o = o_begin;
-    for (; o + OB <= o_end; o += OB) weight_grad_channels<Vec, OB>(g, grad, planes, o, at(o));
-    for (; o < o_end; ++o) weight_grad_channels<Vec, 1>(g, grad, planes, o, at(o));
+    for (int64_t r0 = 0; r0 < rows; r0 += planes.rows) {
+      planes.fill<Vec>(g, padded, r0, std::min(rows, r0 + planes.rows));
+      const float* grad = dy + n * g.O * g.out_size() + r0 * g.out[2];
+      int64_t o = o_begin;
+      for (; o + OB <= o_end; o += OB) weight_grad_channels<Vec, OB>(g, grad, planes, o, at(o));
+      for (; o < o_end; ++o) weight_grad_channels<Vec, 1>(g, grad, planes, o, at(o));
+    }
   }
   for (int64_t i = 0; i < (o_end - o_begin) * taps; ++i) {
     double sum = 0.0;
