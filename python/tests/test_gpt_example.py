@@ -62,14 +62,16 @@ def test_twenty_losses_equal_pytorchs():
     net = gpt_torch.Gpt(LAYERS, HEADS, D_MODEL, BLOCK)
     net.load_state_dict(kl.nn.state_dict(model), strict=False)
 
-    opt = kl.optim.adamw(1e-2, weight_decay=0.1, decay_on="matrices", clip_norm=1.0)
+    # lr 1e-3, as bench_gpt: at 1e-2 the loss jumps between batches, and 20 steps amplified
+    # float32 rounding to 1e-4 relative (with another thread count than here)
+    opt = kl.optim.adamw(1e-3, weight_decay=0.1, decay_on="matrices", clip_norm=1.0)
     step = gpt.make_train_step(opt)
     state = gpt.TrainState(model, opt.init(model))
     matrices = [p for p in net.parameters() if p.dim() >= 2]
     others = [p for p in net.parameters() if p.dim() < 2]
     topt = torch.optim.AdamW(
         [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
-        lr=1e-2,
+        lr=1e-3,
     )
     kiln_losses, torch_losses = [], []
     for k in range(20):
@@ -84,7 +86,7 @@ def test_twenty_losses_equal_pytorchs():
         torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
         topt.step()
         torch_losses.append(tloss.item())
-    assert kiln_losses[-1] < kiln_losses[0] - 1.0  # it learns
+    assert kiln_losses[-1] < kiln_losses[0] - 0.5  # it learns
     np.testing.assert_allclose(kiln_losses, torch_losses, rtol=1e-5)
 
 

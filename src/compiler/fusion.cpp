@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -294,12 +295,13 @@ class Builder {
     std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
       return std::abs(strides[a]) > std::abs(strides[b]);
     });
-    auto permuted = [&](const Dims& d) {
-      Dims out(d.size());
+    auto permuted = [&](const auto& d) {
+      std::remove_cvref_t<decltype(d)> out(d.size());
       for (std::size_t i = 0; i < d.size(); ++i) out[i] = d[order[i]];
       return out;
     };
     g_.domain = permuted(g_.domain);
+    g_.reduced = permuted(g_.reduced);  // a kept axis of size 1 moves with the others
     for (Node& n : g_.nodes)
       if (n.kind == Node::Kind::load) n.access.strides = permuted(n.access.strides);
   }
