@@ -117,13 +117,6 @@ Problem make_problem(const std::string& name, const gpt::Config& c, int64_t batc
   return p;
 }
 
-std::string join(const std::vector<double>& v) {
-  std::ostringstream out;
-  out.precision(8);
-  for (double d : v) out << " " << d;
-  return out.str();
-}
-
 // The largest relative difference of the first min(a, b) values; infinite when b is shorter
 // than `want` values.
 double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b, std::size_t want) {
@@ -170,20 +163,9 @@ int main(int argc, char** argv) {
   for (const Problem& p : problems) cases.insert(cases.end(), {p.step, p.generate});
   calibrate(cases, o.target);
 
-  std::map<std::string, std::vector<double>> torch_losses;
   const std::string args = "--init " + dir.string() + " --steps " + std::to_string(steps) +
                            (only.empty() ? "" : " --only " + only);
-  const Rounds r = run_rounds(cases, o, [&](Times& t) {
-    return run_peer(o, "gpt_torch.py", args, t, [&](const std::string& line) {
-      std::istringstream in(line);
-      std::string tag, name;
-      in >> tag >> name;
-      if (tag != "LOSSES") return (void)std::fputs(line.c_str(), stderr);
-      std::vector<double>& v = torch_losses[name];
-      v.clear();
-      for (double d; in >> d;) v.push_back(d);
-    });
-  });
+  const auto [r, torch_losses] = run_training_rounds(cases, o, "gpt_torch.py", args);
   fs::remove_all(dir);
 
   std::printf(
@@ -201,18 +183,18 @@ int main(int argc, char** argv) {
                 (long long)c.block_size, (long long)p.batch);
     const bool falls = p.losses.back() < p.losses.front() && std::isfinite(p.losses.back());
     ok = ok && falls;
-    std::printf("#   loss, kiln:%s  (%s)\n", join(p.losses).c_str(),
+    std::printf("#   loss, kiln:%s  (%s)\n", join(p.losses, 8).c_str(),
                 falls ? "falls" : "DOES NOT FALL");
     const double idiff = max_rel_diff(p.losses, p.interp_losses, 3);
     ok = ok && idiff <= kLossRtol;
     std::printf("#   loss, kiln interpreter:%s  (max rel. diff %.2g%s)\n",
-                join(p.interp_losses).c_str(), idiff, idiff <= kLossRtol ? "" : ", DISAGREE");
+                join(p.interp_losses, 8).c_str(), idiff, idiff <= kLossRtol ? "" : ", DISAGREE");
     const auto t = torch_losses.find("torch_eager_" + p.name);
     if (t == torch_losses.end()) continue;
     const double diff = max_rel_diff(p.losses, t->second, p.losses.size());
     ok = ok && diff <= kLossRtol;
-    std::printf("#   loss, torch, same start:%s  (max rel. diff %.2g%s)\n", join(t->second).c_str(),
-                diff, diff <= kLossRtol ? "" : ", DISAGREE");
+    std::printf("#   loss, torch, same start:%s  (max rel. diff %.2g%s)\n",
+                join(t->second, 8).c_str(), diff, diff <= kLossRtol ? "" : ", DISAGREE");
   }
   print_loads(r, o);
   const MachinePeak peak = machine_peak(num_threads());

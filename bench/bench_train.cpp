@@ -118,13 +118,6 @@ Problem make_problem(const std::string& name, const M& model, const Tensor& x, c
   return p;
 }
 
-std::string join(const std::vector<double>& v) {
-  std::ostringstream out;
-  out.precision(6);
-  for (double d : v) out << " " << d;
-  return out.str();
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -181,21 +174,9 @@ int main(int argc, char** argv) {
   for (const Problem& p : problems) cases.insert(cases.end(), p.steps.begin(), p.steps.end());
   calibrate(cases, o.target);
 
-  // The peer prints "LOSSES torch_eager_<p> l0 l1 ..." from the same parameters, every round.
-  std::map<std::string, std::vector<double>> torch_losses;
   const std::string args = "--init " + dir.string() + " --steps " + std::to_string(steps) +
                            (only.empty() ? "" : " --only " + only);
-  const Rounds r = run_rounds(cases, o, [&](Times& t) {
-    return run_peer(o, "train_torch.py", args, t, [&](const std::string& line) {
-      std::istringstream in(line);
-      std::string tag, name;
-      in >> tag >> name;
-      if (tag != "LOSSES") return (void)std::fputs(line.c_str(), stderr);
-      std::vector<double>& v = torch_losses[name];
-      v.clear();
-      for (double d; in >> d;) v.push_back(d);
-    });
-  });
+  const auto [r, torch_losses] = run_training_rounds(cases, o, "train_torch.py", args);
   fs::remove_all(dir);
 
   std::printf("# one training step (forward + backward + SGD lr %g on every parameter), f32:\n",
@@ -216,14 +197,14 @@ int main(int argc, char** argv) {
     const bool falls = p.losses.back() < p.losses.front();
     ok = ok && falls && std::isfinite(p.losses.back());
     std::printf("# %s loss, kiln, steps 0..%zu:%s  (%s)\n", p.name.c_str(), p.losses.size() - 1,
-                join(p.losses).c_str(), falls ? "falls" : "DOES NOT FALL");
+                join(p.losses, 6).c_str(), falls ? "falls" : "DOES NOT FALL");
     double idiff = 0;
     for (std::size_t i = 0; i < std::min(p.interp_losses.size(), p.losses.size()); ++i)
       idiff = std::max(idiff, std::abs(p.interp_losses[i] - p.losses[i]) / std::abs(p.losses[i]));
     const bool iagree = p.interp_losses.size() == p.losses.size() && idiff < 1e-3;
     ok = ok && iagree;
     std::printf("# %s loss, kiln interpreter:%s  (max rel. diff %.2g%s)\n", p.name.c_str(),
-                join(p.interp_losses).c_str(), idiff, iagree ? "" : ", DISAGREE");
+                join(p.interp_losses, 6).c_str(), idiff, iagree ? "" : ", DISAGREE");
     const auto t = torch_losses.find("torch_eager_" + p.name);
     if (t == torch_losses.end()) continue;
     double diff = 0;
@@ -232,7 +213,7 @@ int main(int argc, char** argv) {
     const bool agree = t->second.size() == p.losses.size() && diff < 1e-3;
     ok = ok && agree;
     std::printf("# %s loss, torch, same start:%s  (max rel. diff %.2g%s)\n", p.name.c_str(),
-                join(t->second).c_str(), diff, agree ? "" : ", DISAGREE");
+                join(t->second, 6).c_str(), diff, agree ? "" : ", DISAGREE");
   }
   print_loads(r, o);
   const MachinePeak peak = machine_peak(num_threads());

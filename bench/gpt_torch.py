@@ -152,20 +152,14 @@ def generate_cached(model, idx, n):
 
 
 def main():
-    ap = side_by_side.parser(__doc__, reps=7, threads=2, target=0.2)
-    ap.add_argument("--init", default="")
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--only", choices=sorted(PROBLEMS))
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+    args = side_by_side.training_args(__doc__, PROBLEMS)
     fns = {}
     for name in PROBLEMS:
         if args.only and name != args.only:
             continue
         step, model = setup(name, args.init)
         if args.init:
-            losses = [step().item() for _ in range(args.steps)]
-            print(f"LOSSES torch_eager_{name} " + " ".join(f"{v:.8g}" for v in losses), flush=True)
+            side_by_side.print_losses(f"torch_eager_{name}", step, args.steps)
         fns[f"torch_eager_{name}"] = step
         n = min(GENERATED, PROBLEMS[name][3] - 1)
         fns[f"torch_generate_{name}"] = lambda model=model, n=n: generate_cached(

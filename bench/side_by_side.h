@@ -183,6 +183,37 @@ inline Rounds run_rounds(const std::vector<Case>& cases, const Options& o,
 }
 
 // "# R rounds x N reps; load average (1/5/15 min) per round: [a b c] ..."
+// run_rounds with a training peer that also prints "LOSSES <case> l0 l1 ..." (its first
+// losses from the same start as Kiln's, every round): the rounds, and the last losses per case.
+struct TrainingRounds {
+  Rounds rounds;
+  std::map<std::string, std::vector<double>> losses;
+};
+inline TrainingRounds run_training_rounds(const std::vector<Case>& cases, const Options& o,
+                                          const std::string& script, const std::string& args) {
+  TrainingRounds t;
+  t.rounds = run_rounds(cases, o, [&](Times& times) {
+    return run_peer(o, script, args, times, [&](const std::string& line) {
+      std::istringstream in(line);
+      std::string tag, name;
+      in >> tag >> name;
+      if (tag != "LOSSES") return (void)std::fputs(line.c_str(), stderr);
+      std::vector<double>& v = t.losses[name];
+      v.clear();
+      for (double d; in >> d;) v.push_back(d);
+    });
+  });
+  return t;
+}
+
+// " v0 v1 ..." with `digits` significant digits: a row of losses.
+inline std::string join(const std::vector<double>& v, int digits) {
+  std::ostringstream out;
+  out.precision(digits);
+  for (double d : v) out << " " << d;
+  return out.str();
+}
+
 inline void print_loads(const Rounds& r, const Options& o) {
   std::printf("# %d rounds x %d reps; load average (1/5/15 min) per round:", o.rounds, o.reps);
   for (const std::string& l : r.loads) std::printf(" [%s]", l.c_str());

@@ -58,3 +58,25 @@ def read_raw(path, dtype, shape):
         t = torch.frombuffer(bytearray(f.read()), dtype=dtype)
     assert t.numel() == torch.Size(shape).numel(), (path, t.numel(), shape)
     return t.reshape(shape).clone()
+
+
+def training_args(doc, problems):
+    """The flags of a training peer (the Python half of side_by_side.h's run_training_rounds):
+    parser()'s, plus --init DIR (the C++ side's initial parameters and batch), --steps K and
+    --only P; sets PyTorch's thread count."""
+    import torch
+
+    ap = parser(doc, reps=7, threads=2, target=0.2)
+    ap.add_argument("--init", default="")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--only", choices=sorted(problems))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    return args
+
+
+def print_losses(name, step, steps):
+    """Runs `step` (which returns the loss) `steps` times and prints
+    LOSSES <name> l0 l1 ...   (what run_training_rounds reads)."""
+    losses = [step().item() for _ in range(steps)]
+    print(f"LOSSES {name} " + " ".join(f"{v:.8g}" for v in losses), flush=True)
