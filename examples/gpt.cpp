@@ -9,7 +9,10 @@
 // The progress bar shows the loss, tokens/s and the model FLOPs utilisation (the share of the
 // machine's FMA peak, kiln::machine_peak); every --eval-every steps it measures the validation
 // loss and writes an atomic checkpoint, metrics.csv and an SVG of the loss curves. At the end
-// it samples --sample bytes from --prompt. `gpt --help` lists the flags.
+// it samples --sample bytes from --prompt. `--dtype bf16` computes the forward and backward
+// passes in bfloat16 with float32 master weights; `mpirun -np N gpt --data-parallel` trains on
+// N processes, each taking 1/N of every batch (docs/DISTRIBUTED.md). `gpt --help` lists the flags.
+#include <kiln/distributed.h>
 #include <kiln/io.h>
 #include <kiln/kiln.h>
 #include <kiln/optim.h>
@@ -52,6 +55,8 @@ struct Flags {
   int64_t eval_every = 500, eval_batches = 8;
   double lr = 2e-3, weight_decay = 0.1, clip = 1.0, dropout = 0.0;
   uint64_t seed = 0;
+  std::string dtype = "f32";      // what the forward and backward passes compute in
+  bool data_parallel = false;     // one of process_count() processes started by mpirun
   std::vector<std::string> text;  // files; empty: kDefaultCorpus
   std::string out = "gpt-out";
   std::optional<std::string> resume;
@@ -64,9 +69,9 @@ struct Flags {
 
   // The run's settings, stored in the checkpoint so that --resume continues the same run.
   static constexpr const char* kSaved[] = {
-      "layers", "heads",   "d-model", "block-size", "batch-size",
-      "accum",  "steps",   "warmup",  "lr",         "weight-decay",
-      "clip",   "dropout", "seed",    "eval-every", "eval-batches"};
+      "layers", "heads",      "d-model",      "block-size",   "batch-size", "accum",
+      "steps",  "warmup",     "lr",           "weight-decay", "clip",       "dropout",
+      "seed",   "eval-every", "eval-batches", "dtype"};
   std::map<std::string, std::string> settings() const {
     std::map<std::string, std::string> m;
     for (const char* key : kSaved) m[key] = get(std::string("--") + key);
@@ -105,6 +110,7 @@ struct Flags {
     if (flag == "--seed") os << seed;
     if (flag == "--eval-every") os << eval_every;
     if (flag == "--eval-batches") os << eval_batches;
+    if (flag == "--dtype") os << dtype;
     return os.str();
   }
   void set(const std::string& flag, const std::string& v) {
@@ -151,7 +157,9 @@ struct Flags {
       if (v.empty() || v[0] == '-') throw std::invalid_argument(v);  // stoull would wrap it
       seed = std::stoull(v, &used);
       if (used != v.size()) throw std::invalid_argument(v);
-    } else if (flag == "--out")
+    } else if (flag == "--dtype")
+      dtype = v;
+    else if (flag == "--out")
       out = v;
     else if (flag == "--resume")
       resume = v;
@@ -179,6 +187,8 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte, and samples from it.
   --d-model N         width of the residual stream, a multiple of --heads (default 128)
   --block-size N      context length in bytes (default 128)
   --dropout X         dropout rate while training (default 0: off)
+  --dtype D           f32, or bf16: the forward and backward passes in bfloat16, the weights
+                      and the optimiser in float32, the loss in float32 (default f32)
   --batch-size N      sequences per step (default 16)
   --accum N           micro-batches of --batch-size per step, gradients averaged (default 1)
   --steps N           training steps (default 3000)
@@ -198,11 +208,18 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte, and samples from it.
   --prompt TEXT       what the sample continues (default a newline)
   --temperature X     sampling temperature; 0 picks the most likely byte (default 0.8)
   --top-k N           sample among the N most likely bytes only (default 0: all)
+  --data-parallel     train on every process mpirun started (mpirun -np N gpt --data-parallel):
+                      each computes the gradients of its 1/N of every batch and they average
+                      them, so the run follows the one-process run up to round-off; process 0
+                      prints and writes the files. A checkpoint resumes under any process count.
   --help              this text
 )";
 
+// Under mpirun every process runs this program; process 0 speaks for all of them.
+bool leader() { return distributed::process_index() == 0; }
+
 [[noreturn]] void usage_error(const std::string& why) {
-  std::fprintf(stderr, "gpt: %s (try --help)\n", why.c_str());
+  if (leader()) std::fprintf(stderr, "gpt: %s (try --help)\n", why.c_str());
   std::exit(2);
 }
 
@@ -211,8 +228,12 @@ Flags parse_flags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
+      if (leader()) std::fputs(kUsage, stdout);
       std::exit(0);
+    }
+    if (a == "--data-parallel") {
+      f.data_parallel = true;
+      continue;
     }
     if (a == "--text") {  // every following argument up to the next flag
       f.text.clear();
@@ -256,6 +277,15 @@ Flags parse_flags(int argc, char** argv) {
     usage_error("--dropout must be in [0, 1), got " + std::to_string(f.dropout));
   if (!(f.temperature >= 0) || f.top_k < 0 || f.sample < 0)
     usage_error("--temperature, --top-k and --sample must not be negative");
+  if (f.dtype != "f32" && f.dtype != "bf16")
+    usage_error("--dtype must be f32 or bf16, got " + f.dtype);
+  const int processes = distributed::process_count();
+  if (processes > 1 && !f.data_parallel)
+    usage_error("started as " + std::to_string(processes) +
+                " processes: add --data-parallel to train on all of them");
+  if (f.batch_size % processes != 0)
+    usage_error("--batch-size (sequences per step over all processes) must be divisible by the " +
+                std::to_string(processes) + " processes, got " + std::to_string(f.batch_size));
   return f;
 }
 
@@ -440,7 +470,21 @@ std::string sample_text(const gpt::Model& m, const std::string& prompt, int64_t 
 
 // ---- training ------------------------------------------------------------------------------
 
+// The model's parameters in `dtype`: float32 master weights cast for a mixed-precision pass
+// (the gradients flow back through the cast to float32).
+gpt::Model cast(const gpt::Model& m, DType dtype) {
+  return tree_map([dtype](const Tensor& p) { return astype(p, dtype); }, m);
+}
+
+// Rows [part * n, (part + 1) * n) of axis 1, with a leading axis of 1: this process's share of
+// each batch [count, B, T], as pmap takes it.
+Tensor share(const Tensor& x, int part, int parts) {
+  const int64_t n = x.shape()[1] / parts;
+  return expand_dims(slice(x, {Slice(), Slice(part * n, (part + 1) * n)}), 0);
+}
+
 int run(const Flags& flags) {
+  const int processes = distributed::process_count(), rank = distributed::process_index();
   const std::vector<std::string> files = flags.text.empty() ? default_corpus() : flags.text;
   const std::string corpus = read_corpus(files);
   const auto n = static_cast<int64_t>(corpus.size()), n_val = n / 10;
@@ -473,67 +517,101 @@ int run(const Flags& flags) {
     first_step = std::stoll(file.metadata.at("steps_done"));
     history = from_csv(*flags.resume + "/metrics.csv");
     std::erase_if(history, [&](const Row& r) { return r.step > first_step; });
-    std::printf("resumed from %s after step %lld\n", path.c_str(),
-                static_cast<long long>(first_step));
+    if (leader())
+      std::printf("resumed from %s after step %lld\n", path.c_str(),
+                  static_cast<long long>(first_step));
   }
 
   const int64_t B = flags.batch_size, T = flags.block_size;
   const double flops_per_step = gpt::train_flops(config, B * flags.accum, T);
+  // Under --data-parallel the peak is every process's peak added up (one psum).
+  auto add_up =
+      pmap([](const Tensor& x) { return psum(x, "dp"); }, axis_name("dp"), out_axes(none));
   const MachinePeak peak = machine_peak(num_threads());
-  std::printf(
-      "GPT on %lld bytes of text (%zu file(s)): %lld layers, %lld heads, d_model %lld, block "
-      "%lld, %lld parameters; %lld steps of %lld x %lld bytes; %.2f GFLOP a step; FMA peak %.0f "
-      "GFLOP/s on %d thread(s)\n",
-      static_cast<long long>(n), files.size(), static_cast<long long>(flags.layers),
-      static_cast<long long>(flags.heads), static_cast<long long>(flags.d_model),
-      static_cast<long long>(T), static_cast<long long>(nn::parameter_count(state.model)),
-      static_cast<long long>(flags.steps), static_cast<long long>(B * flags.accum),
-      static_cast<long long>(T), flops_per_step * 1e-9, peak.fma_gflops, peak.threads);
+  const double peak_gflops = flags.data_parallel
+                                 ? add_up(expand_dims(tensor(peak.fma_gflops), 0)).item<double>()
+                                 : peak.fma_gflops;
+  if (leader())
+    std::printf(
+        "GPT on %lld bytes of text (%zu file(s)): %lld layers, %lld heads, d_model %lld, block "
+        "%lld, %lld parameters, %s; %lld steps of %lld x %lld bytes%s; %.2f GFLOP a step; FMA "
+        "peak %.0f GFLOP/s on %d thread(s)%s\n",
+        static_cast<long long>(n), files.size(), static_cast<long long>(flags.layers),
+        static_cast<long long>(flags.heads), static_cast<long long>(flags.d_model),
+        static_cast<long long>(T), static_cast<long long>(nn::parameter_count(state.model)),
+        flags.dtype.c_str(), static_cast<long long>(flags.steps),
+        static_cast<long long>(B * flags.accum), static_cast<long long>(T),
+        flags.data_parallel
+            ? (", data-parallel on " + std::to_string(processes) + " processes").c_str()
+            : "",
+        flops_per_step * 1e-9, peak_gflops, peak.threads,
+        flags.data_parallel ? " per process" : "");
 
-  // One step: the loss and gradients of each micro-batch (the gradients averaged), then AdamW.
+  // One step: the loss and gradients of each micro-batch in `compute` (the gradients averaged,
+  // then `reduce`d over the processes), then AdamW on the float32 weights.
   const int64_t accum = flags.accum;
   const double dropout = flags.dropout;
+  const DType compute = flags.dtype == "bf16" ? bfloat16 : float32;
+  const auto step = [opt, accum, dropout, compute](const TrainState& s, const Tensor& x,
+                                                   const Tensor& y, const Tensor& key,
+                                                   const auto& reduce) {
+    Tensor loss;
+    gpt::Model grads;
+    const Tensor keys = random::split(key, accum);
+    for (int64_t i = 0; i < accum; ++i) {
+      std::optional<gpt::Dropout> drop;
+      if (dropout > 0) drop = gpt::Dropout{dropout, index(keys, i)};
+      auto [l, g] = value_and_grad([&](const gpt::Model& m) {
+        return gpt::loss(cast(m, compute), index(x, i), index(y, i), drop);
+      })(s.model);
+      loss = i == 0 ? l : loss + l;
+      grads =
+          i == 0 ? g : tree_map([](const Tensor& a, const Tensor& b) { return a + b; }, grads, g);
+    }
+    if (accum > 1) {
+      const double inv = 1.0 / static_cast<double>(accum);
+      grads = tree_map([inv](const Tensor& g) { return g * inv; }, grads);
+      loss = loss * inv;
+    }
+    grads = tree_map(reduce, grads);
+    auto [model, optimizer] = opt.update(s.model, grads, s.optimizer);
+    return std::pair{TrainState{model, optimizer}, reduce(loss)};
+  };
+  // Compiled once. Under --data-parallel each process brings its share of every micro-batch
+  // along the "dp" axis and the step pmeans the gradients and the loss over the processes;
+  // the results are the same on every process, so they come back without the axis.
   auto train_step = jit(
-      [opt, accum, dropout](const TrainState& s, const Tensor& x, const Tensor& y,
-                            const Tensor& key) {
-        Tensor loss;
-        gpt::Model grads;
-        const Tensor keys = random::split(key, accum);
-        for (int64_t i = 0; i < accum; ++i) {
-          std::optional<gpt::Dropout> drop;
-          if (dropout > 0) drop = gpt::Dropout{dropout, index(keys, i)};
-          auto [l, g] = value_and_grad([&](const gpt::Model& m) {
-            return gpt::loss(m, index(x, i), index(y, i), drop);
-          })(s.model);
-          loss = i == 0 ? l : loss + l;
-          grads = i == 0
-                      ? g
-                      : tree_map([](const Tensor& a, const Tensor& b) { return a + b; }, grads, g);
-        }
-        if (accum > 1) {
-          const double inv = 1.0 / static_cast<double>(accum);
-          grads = tree_map([inv](const Tensor& g) { return g * inv; }, grads);
-          loss = loss * inv;
-        }
-        auto [model, optimizer] = opt.update(s.model, grads, s.optimizer);
-        return std::pair{TrainState{model, optimizer}, loss};
+      [&step](const TrainState& s, const Tensor& x, const Tensor& y, const Tensor& key) {
+        return step(s, x, y, key, [](const Tensor& t) { return t; });
       },
       "gpt_train_step");
-  auto eval_loss =
-      jit([](const gpt::Model& m, const Tensor& x, const Tensor& y) { return gpt::loss(m, x, y); },
-          "gpt_eval");
+  auto parallel_step = pmap(
+      [&step](const TrainState& s, const Tensor& x, const Tensor& y, const Tensor& key) {
+        return step(s, x, y, key, [](const Tensor& t) { return pmean(t, "dp"); });
+      },
+      axis_name("dp"), in_axes(none, 0, 0, 0), out_axes(none));
+  auto eval_loss = jit([compute](const gpt::Model& m, const Tensor& x,
+                                 const Tensor& y) { return gpt::loss(cast(m, compute), x, y); },
+                       "gpt_eval");
+  // The mean loss of the validation windows, each process taking its share of every batch.
   auto validation_loss = [&] {
-    const auto [x, y] = windows(val, flags.eval_batches, B, T, flags.seed, 1, 0);
+    auto [x, y] = windows(val, flags.eval_batches, B, T, flags.seed, 1, 0);
+    if (flags.data_parallel)
+      x = index(share(x, rank, processes), 0), y = index(share(y, rank, processes), 0);
     double sum = 0;
     for (int64_t i = 0; i < flags.eval_batches; ++i)
       sum += eval_loss(state.model, index(x, i), index(y, i)).item<double>();
-    return sum / static_cast<double>(flags.eval_batches);
+    const double mean = sum / static_cast<double>(flags.eval_batches);
+    if (!flags.data_parallel) return mean;
+    return add_up(expand_dims(tensor(mean), 0)).item<double>() / processes;
   };
 
-  fs::create_directories(flags.out);
+  // Process 0 writes the files; the others' progress bars draw into nothing.
+  if (leader()) fs::create_directories(flags.out);
+  std::FILE* const progress = leader() ? stderr : std::fopen("/dev/null", "w");
   const int64_t last = std::max(
       first_step, flags.stop_after > 0 ? std::min(flags.stop_after, flags.steps) : flags.steps);
-  ProgressBar bar("train", (last - first_step) * B * flags.accum * T, "tok");
+  ProgressBar bar("train", (last - first_step) * B * flags.accum * T, "tok", progress);
   double loss_sum = 0;
   int64_t losses = 0;
   auto since = std::chrono::steady_clock::now();
@@ -541,15 +619,20 @@ int run(const Flags& flags) {
   char metrics[160] = "";
   for (int64_t step = first_step; step < last; ++step) {
     const auto [x, y] = windows(train, flags.accum, B, T, flags.seed, 0, step);
+    // Dropout's key: process 0's is the one-process run's.
+    const Tensor key =
+        random::key(mix(flags.seed ^ static_cast<uint64_t>(step)) + static_cast<uint64_t>(rank));
     Tensor loss;
-    std::tie(state, loss) =
-        train_step(state, x, y, random::key(mix(flags.seed ^ static_cast<uint64_t>(step))));
+    std::tie(state, loss) = flags.data_parallel
+                                ? parallel_step(state, share(x, rank, processes),
+                                                share(y, rank, processes), expand_dims(key, 0))
+                                : train_step(state, x, y, key);
     loss_sum += loss.item<double>(), ++losses;
     tokens_since += B * flags.accum * T;
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
     const double mfu = flops_per_step * static_cast<double>(tokens_since / (B * flags.accum * T)) /
-                       seconds * 1e-9 / peak.fma_gflops;
+                       seconds * 1e-9 / peak_gflops;
     std::snprintf(metrics, sizeof metrics, "step %lld  loss %.3f  MFU %.0f%%",
                   static_cast<long long>(step + 1), loss_sum / static_cast<double>(losses),
                   100 * mfu);
@@ -565,22 +648,25 @@ int run(const Flags& flags) {
             mfu};
     history.push_back(row);
     loss_sum = 0, losses = 0, tokens_since = 0;
-    // The checkpoint and the metrics are replaced atomically.
-    std::map<std::string, std::string> metadata = flags.settings();
-    metadata["steps_done"] = std::to_string(step + 1);
-    metadata["tokenizer"] = "bytes";
-    io::save(flags.out + "/checkpoint.safetensors", state, metadata);
-    write_text(flags.out + "/metrics.csv", to_csv(history));
-    write_text(flags.out + "/loss.svg", to_svg(history, "Kiln GPT, byte-level"));
-    if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");  // over the bar's line
-    std::printf("step %lld: train loss %.4f | validation loss %.4f | %.0f tok/s | MFU %.1f%%\n",
-                static_cast<long long>(row.step), row.train_loss, row.val_loss,
-                row.tokens_per_second, 100 * row.mfu);
-    std::fflush(stdout);
+    if (leader()) {
+      // The checkpoint and the metrics are replaced atomically.
+      std::map<std::string, std::string> metadata = flags.settings();
+      metadata["steps_done"] = std::to_string(step + 1);
+      metadata["tokenizer"] = "bytes";
+      io::save(flags.out + "/checkpoint.safetensors", state, metadata);
+      write_text(flags.out + "/metrics.csv", to_csv(history));
+      write_text(flags.out + "/loss.svg", to_svg(history, "Kiln GPT, byte-level"));
+      if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");  // over the bar's line
+      std::printf("step %lld: train loss %.4f | validation loss %.4f | %.0f tok/s | MFU %.1f%%\n",
+                  static_cast<long long>(row.step), row.train_loss, row.val_loss,
+                  row.tokens_per_second, 100 * row.mfu);
+      std::fflush(stdout);
+    }
     since = std::chrono::steady_clock::now();
   }
   bar.finish(metrics);
 
+  if (!leader()) return 0;
   if (flags.sample > 0) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string text =
@@ -610,6 +696,7 @@ int run(const Flags& flags) {
 
 int main(int argc, char** argv) {
   try {
+    distributed::initialize();            // one process unless mpirun started several
     return run(parse_flags(argc, argv));  // --resume reads the checkpoint's settings
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gpt: %s\n", e.what());

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The GPT job is the same in C++ and Python: examples/gpt.cpp and python/examples/gpt.py write
 # byte-identical checkpoints for the same flags, each resumes the other's checkpoint to the
-# checkpoint of an uninterrupted run, and both sample the same text from it.
-#   tests/gpt_languages.sh build/examples/gpt python3 python/examples/gpt.py
+# checkpoint of an uninterrupted run, and both sample the same text from it; with --dtype bf16,
+# and with --data-parallel on 2 processes under the given mpirun, they write the same checkpoints
+# too.
+#   tests/gpt_languages.sh build/examples/gpt python3 python/examples/gpt.py [mpirun]
 # (PYTHONPATH must reach the kiln module.)
 set -euo pipefail
 gpt="$1"
 python="$2"
 script="$3"
+mpirun=("${4:-mpirun}" --allow-run-as-root --oversubscribe -np 2)
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 text="$(dirname "$0")/../README.md"
@@ -31,4 +34,13 @@ sample "$gpt" "${flags[@]}" > "$out/cpp.txt"
 sample "$python" "$script" "${flags[@]}" > "$out/py.txt"
 test -s "$out/cpp.txt"
 cmp "$out/cpp.txt" "$out/py.txt"
-echo "languages: C++ and Python write, resume and sample from the same checkpoints"
+
+run "$gpt" "${common[@]}" --dtype bf16 --out "$out/cpp-bf16"
+run "$python" "$script" "${common[@]}" --dtype bf16 --out "$out/py-bf16"
+cmp "$out/cpp-bf16/checkpoint.safetensors" "$out/py-bf16/checkpoint.safetensors"
+export OMP_NUM_THREADS=1 KILN_NUM_THREADS=1  # one thread per process
+run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --out "$out/cpp-dp"
+run "${mpirun[@]}" "$python" "$script" "${common[@]}" --data-parallel --out "$out/py-dp"
+cmp "$out/cpp-dp/checkpoint.safetensors" "$out/py-dp/checkpoint.safetensors"
+echo "languages: C++ and Python write, resume and sample from the same checkpoints (f32, bf16," \
+  "2 processes)"

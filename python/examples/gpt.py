@@ -132,7 +132,8 @@ def logits(m, tokens, dropout=0.0, key=None):
 
 
 def loss(m, tokens, targets, dropout=0.0, key=None):
-    z = logits(m, tokens, dropout, key)
+    """Mean next-token cross-entropy, taken in float32 whatever the model computes in."""
+    z = kl.astype(logits(m, tokens, dropout, key), kl.float32)
     return kl.nn.cross_entropy(kl.reshape(z, (-1, VOCAB)), kl.reshape(targets, (-1,)))
 
 
@@ -208,7 +209,7 @@ class TrainState:
 
 
 SAVED = ["layers", "heads", "d_model", "block_size", "batch_size", "accum", "steps", "warmup", "lr"]
-SAVED += ["weight_decay", "clip", "dropout", "seed", "eval_every", "eval_batches"]
+SAVED += ["weight_decay", "clip", "dropout", "seed", "eval_every", "eval_batches", "dtype"]
 
 
 def parse_args(argv):
@@ -220,6 +221,7 @@ def parse_args(argv):
     p.add_argument("--d-model", type=int, default=128)
     p.add_argument("--block-size", type=int, default=128)
     p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--accum", type=int, default=1)
     p.add_argument("--steps", type=int, default=3000)
@@ -237,6 +239,7 @@ def parse_args(argv):
     p.add_argument("--prompt", default="\n")
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--data-parallel", action="store_true", help="one of mpirun's processes")
     args = p.parse_args(argv)
     given = {a.split("=")[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
     if args.resume:
@@ -244,8 +247,7 @@ def parse_args(argv):
         for name in SAVED:
             key = name.replace("_", "-")
             if name not in given and key in meta:
-                kind = float if isinstance(getattr(args, name), float) else int
-                setattr(args, name, kind(meta[key]))
+                setattr(args, name, type(getattr(args, name))(meta[key]))
         if "text" not in given and meta.get("text"):
             args.text = meta["text"].split("\n")
     if args.out is None:
@@ -265,6 +267,14 @@ def parse_args(argv):
         p.error(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.temperature < 0 or args.top_k < 0 or args.sample < 0 or args.seed < 0:
         p.error("--temperature, --top-k, --sample and --seed must not be negative")
+    processes = kl.process_count()
+    if processes > 1 and not args.data_parallel:
+        p.error(f"started as {processes} processes: add --data-parallel to train on all of them")
+    if args.batch_size % processes:
+        p.error(
+            "--batch-size (sequences per step over all processes) must be divisible by the "
+            f"{processes} processes, got {args.batch_size}"
+        )
     return args
 
 
@@ -302,27 +312,48 @@ def settings(args):
     return meta
 
 
-def make_train_step(opt, accum=1, dropout=0.0):
-    """The jitted step: loss and gradients of each of `accum` micro-batches x[i], y[i] (the
-    gradients averaged), then `opt`'s update; (state, x, y, key) -> (state, loss)."""
+def cast(m, dtype):
+    """The model's float32 master weights cast for a mixed-precision pass."""
+    return kl.tree.map(lambda p: kl.astype(p, dtype), m)
 
-    @kl.jit
+
+def make_train_step(opt, accum=1, dropout=0.0, dtype=kl.float32, parallel=False):
+    """The compiled step: loss and gradients in `dtype` of each of `accum` micro-batches x[i],
+    y[i] (the gradients averaged), then `opt`'s update; (state, x, y, key) -> (state, loss).
+    With `parallel`, pmapped over the processes: each brings its share of every micro-batch
+    along a leading axis of 1 and the gradients and the loss are pmeaned (gpt.cpp's step)."""
+
+    def reduce(t):
+        return kl.pmean(t, axis_name="dp") if parallel else t
+
     def train_step(s, x, y, key):
         keys = kl.random.split(key, accum)
         total, grads = None, None
         for i in range(accum):
             k = keys[i] if dropout > 0 else None
-            part, g = kl.value_and_grad(lambda m: loss(m, x[i], y[i], dropout, k))(s.model)
+            part, g = kl.value_and_grad(lambda m: loss(cast(m, dtype), x[i], y[i], dropout, k))(
+                s.model
+            )
             total = part if total is None else total + part
             grads = g if grads is None else kl.tree.map(lambda a, b: a + b, grads, g)
         if accum > 1:  # times the inverse, as gpt.cpp does (the same bits)
             inv = 1.0 / accum
             grads = kl.tree.map(lambda g: g * inv, grads)
             total = total * inv
+        grads = kl.tree.map(reduce, grads)
         new_model, new_opt = opt.update(s.model, grads, s.optimizer)
-        return TrainState(new_model, new_opt), total
+        return TrainState(new_model, new_opt), reduce(total)
 
-    return train_step
+    if parallel:
+        return kl.pmap(train_step, in_axes=(None, 0, 0, 0), out_axes=None, axis_name="dp")
+    return kl.jit(train_step)
+
+
+def share(x, part, parts):
+    """Rows [part * n, (part + 1) * n) of axis 1 of x [count, B, T] with a leading axis of 1:
+    this process's share of each batch, as pmap takes it."""
+    n = x.shape[1] // parts
+    return kl.asarray(np.ascontiguousarray(np.asarray(x)[None, :, part * n : (part + 1) * n]))
 
 
 @dataclasses.dataclass
@@ -421,6 +452,8 @@ def generate(model, prompt, n, temperature=0.8, top_k=0, seed=0):
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    rank, processes = kl.process_index(), kl.process_count()
+    leader = rank == 0  # process 0 prints and writes for all of them
     files = args.text or default_corpus()
     try:
         data = read_corpus(files)
@@ -448,54 +481,73 @@ def main(argv=None):
         path = os.path.join(args.resume, "checkpoint.safetensors")
         state = kl.io.load(path, state)
         first = int(kl.io.load_metadata(path)["steps_done"])
-        print(f"resumed from {path} after step {first}")
+        if leader:
+            print(f"resumed from {path} after step {first}")
 
-    accum = args.accum
-    train_step = make_train_step(opt, accum, args.dropout)
-    eval_loss = kl.jit(lambda m, x, y: loss(m, x, y))
+    accum, dp = args.accum, args.data_parallel
+    dtype = kl.bfloat16 if args.dtype == "bf16" else kl.float32
+    train_step = make_train_step(opt, accum, args.dropout, dtype, dp)
+    eval_loss = kl.jit(lambda m, x, y: loss(cast(m, dtype), x, y))
+    add_up = kl.pmap(lambda v: kl.psum(v, axis_name="dp"), out_axes=None, axis_name="dp")
     b, t = args.batch_size, args.block_size
     flops = train_flops(args.layers, args.d_model, b * accum * t, t)
     peak = kl.machine_peak(kl.num_threads()).fma_gflops
-    print(
-        f"GPT on {len(data)} bytes of text ({len(files)} file(s)): {args.layers} layers, "
-        f"{args.heads} heads, d_model {args.d_model}, block {t}, "
-        f"{kl.nn.parameter_count(state.model)} parameters; {args.steps} steps of {b * accum} x {t} "
-        f"bytes; {flops * 1e-9:.2f} GFLOP a step; FMA peak {peak:.0f} GFLOP/s"
-    )
-    os.makedirs(args.out, exist_ok=True)
+    if dp:  # every process's peak added up
+        peak = float(add_up(kl.asarray(np.array([peak], np.float64))))
+    if leader:
+        print(
+            f"GPT on {len(data)} bytes of text ({len(files)} file(s)): {args.layers} layers, "
+            f"{args.heads} heads, d_model {args.d_model}, block {t}, "
+            f"{kl.nn.parameter_count(state.model)} parameters, {args.dtype}; {args.steps} steps "
+            f"of {b * accum} x {t} bytes"
+            + (f", data-parallel on {processes} processes" if dp else "")
+            + f"; {flops * 1e-9:.2f} GFLOP a step; FMA peak {peak:.0f} GFLOP/s"
+        )
+        os.makedirs(args.out, exist_ok=True)
     last = max(first, min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps)
     loss_sum, losses, since, steps_since = 0.0, 0, time.perf_counter(), 0
     rows = read_metrics(os.path.join(args.resume, "metrics.csv"), first) if args.resume else []
     for step in range(first, last):
         x, y = windows(train, accum, b, t, args.seed, 0, step)
-        key = kl.random.key(int(mix(np.uint64(args.seed) ^ np.uint64(step))))
+        with np.errstate(over="ignore"):  # dropout's key: process 0's is one process's
+            key = kl.random.key(int(mix(np.uint64(args.seed) ^ np.uint64(step)) + np.uint64(rank)))
+        if dp:
+            x, y = share(x, rank, processes), share(y, rank, processes)
+            key = kl.reshape(key, (1, 2))
         state, step_loss = train_step(state, x, y, key)
         loss_sum, losses, steps_since = loss_sum + float(step_loss), losses + 1, steps_since + 1
         if (step + 1) % args.eval_every and step + 1 != last:
             continue
         seconds = time.perf_counter() - since
         vx, vy = windows(val, args.eval_batches, b, t, args.seed, 1, 0)
+        if dp:
+            vx, vy = share(vx, rank, processes)[0], share(vy, rank, processes)[0]
         val_loss = sum(
             float(eval_loss(state.model, vx[i], vy[i])) for i in range(args.eval_batches)
         )
         val_loss /= args.eval_batches
+        if dp:
+            val_loss = float(add_up(kl.asarray(np.array([val_loss]))) / processes)
         mfu = flops * steps_since / seconds * 1e-9 / peak
         lr = float(np.asarray(schedule(step)))
         rows.append(
             (step + 1, loss_sum / losses, val_loss, lr, steps_since * b * accum * t / seconds, mfu)
         )
-        meta = settings(args)
-        meta["steps_done"] = str(step + 1)
-        meta["tokenizer"] = "bytes"
-        kl.io.save(os.path.join(args.out, "checkpoint.safetensors"), state, metadata=meta)
-        write_metrics(os.path.join(args.out, "metrics.csv"), rows)
-        print(
-            f"step {step + 1}: train loss {loss_sum / losses:.4f} | validation loss "
-            f"{val_loss:.4f} | {rows[-1][4]:.0f} tok/s | MFU {100 * mfu:.1f}%",
-            flush=True,
-        )
+        if leader:
+            meta = settings(args)
+            meta["steps_done"] = str(step + 1)
+            meta["tokenizer"] = "bytes"
+            kl.io.save(os.path.join(args.out, "checkpoint.safetensors"), state, metadata=meta)
+            write_metrics(os.path.join(args.out, "metrics.csv"), rows)
+            print(
+                f"step {step + 1}: train loss {loss_sum / losses:.4f} | validation loss "
+                f"{val_loss:.4f} | {rows[-1][4]:.0f} tok/s | MFU {100 * mfu:.1f}%",
+                flush=True,
+            )
         loss_sum, losses, steps_since, since = 0.0, 0, 0, time.perf_counter()
 
+    if not leader:
+        return rows
     if args.sample > 0:
         start = time.perf_counter()
         text = generate(
