@@ -58,6 +58,8 @@ void bind_profile(py::module_& m);       // kiln.profile, kiln.machine_peak
 void bind_nn_recurrent(py::module_& nn);
 void bind_nn_transformer(py::module_& nn);
 void bind_nn_conv(py::module_& nn);
+// kiln.data.BpeTokenizer (tokenizer.cpp), which bind_data calls with the submodule.
+void bind_tokenizer(py::module_& data);
 
 // An Error's message for Python: Kiln's C++ location replaced by the user's Python line.
 std::string python_message(const Error& e);

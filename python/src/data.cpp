@@ -474,6 +474,7 @@ void bind_data(py::module_& m) {
   data.attr("__name__") = "kiln.data";  // where its classes say they live
   bind_pipeline(data);
   bind_sources(data);
+  bind_tokenizer(data);
 }
 
 }  // namespace kiln::python
