@@ -17,6 +17,7 @@
 #include <kiln/kiln.h>
 #include <kiln/optim.h>
 #include <kiln/profile.h>
+#include <kiln/tokenizer.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -48,6 +49,7 @@ KILN_TREE(TrainState, model, optimizer);
 // ---- flags ---------------------------------------------------------------------------------
 
 const char* kDefaultCorpus = "/usr/share/games/fortunes";
+constexpr int64_t kDefaultBpeVocab = 1024;
 
 struct Flags {
   int64_t layers = 4, heads = 4, d_model = 128, block_size = 128;
@@ -55,9 +57,11 @@ struct Flags {
   int64_t eval_every = 500, eval_batches = 8;
   double lr = 2e-3, weight_decay = 0.1, clip = 1.0, dropout = 0.0;
   uint64_t seed = 0;
-  std::string dtype = "f32";      // what the forward and backward passes compute in
-  bool data_parallel = false;     // one of process_count() processes started by mpirun
-  std::vector<std::string> text;  // files; empty: kDefaultCorpus
+  std::string tokenizer = "bytes";  // or "bpe": a byte-level BPE trained on the training text
+  int64_t vocab = 0;                // --tokenizer bpe: its tokens (0: kDefaultBpeVocab)
+  std::string dtype = "f32";        // what the forward and backward passes compute in
+  bool data_parallel = false;       // one of process_count() processes started by mpirun
+  std::vector<std::string> text;    // files; empty: kDefaultCorpus
   std::string out = "gpt-out";
   std::optional<std::string> resume;
   int64_t stop_after = 0;  // stop after this many steps, as if interrupted; 0: never
@@ -71,7 +75,7 @@ struct Flags {
   static constexpr const char* kSaved[] = {
       "layers", "heads",      "d-model",      "block-size",   "batch-size", "accum",
       "steps",  "warmup",     "lr",           "weight-decay", "clip",       "dropout",
-      "seed",   "eval-every", "eval-batches", "dtype"};
+      "seed",   "eval-every", "eval-batches", "dtype",        "tokenizer",  "vocab"};
   std::map<std::string, std::string> settings() const {
     std::map<std::string, std::string> m;
     for (const char* key : kSaved) m[key] = get(std::string("--") + key);
@@ -111,6 +115,8 @@ struct Flags {
     if (flag == "--eval-every") os << eval_every;
     if (flag == "--eval-batches") os << eval_batches;
     if (flag == "--dtype") os << dtype;
+    if (flag == "--tokenizer") os << tokenizer;
+    if (flag == "--vocab") os << vocab;
     return os.str();
   }
   void set(const std::string& flag, const std::string& v) {
@@ -153,6 +159,10 @@ struct Flags {
       clip = real();
     else if (flag == "--dropout")
       dropout = real();
+    else if (flag == "--vocab")
+      vocab = integer();
+    else if (flag == "--tokenizer")
+      tokenizer = v;
     else if (flag == "--seed") {
       if (v.empty() || v[0] == '-') throw std::invalid_argument(v);  // stoull would wrap it
       seed = std::stoull(v, &used);
@@ -182,10 +192,13 @@ const char* kUsage = R"(usage: gpt [flags]
 Trains a GPT (GPT-2's architecture) on text, byte by byte, and samples from it.
   --text FILE...      UTF-8 text files to train on (default: every fortune file in
                       /usr/share/games/fortunes, Debian's fortunes package)
+  --tokenizer T       bytes: one token per byte; bpe: a byte-level BPE (GPT-2's scheme) trained
+                      on the training text, saved in the checkpoint (default bytes)
+  --vocab N           --tokenizer bpe: its tokens, 256 bytes and N - 256 merges (default 1024)
   --layers N          transformer blocks (default 4)
   --heads N           attention heads per block (default 4)
   --d-model N         width of the residual stream, a multiple of --heads (default 128)
-  --block-size N      context length in bytes (default 128)
+  --block-size N      context length in tokens (default 128)
   --dropout X         dropout rate while training (default 0: off)
   --dtype D           f32, or bf16: the forward and backward passes in bfloat16, the weights
                       and the optimiser in float32, the loss in float32 (default f32)
@@ -204,10 +217,10 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte, and samples from it.
   --resume DIR        continue the run saved in DIR (model, optimiser, step and the settings
                       above; flags given explicitly override them)
   --stop-after N      stop after step N as if interrupted (continue with --resume)
-  --sample N          bytes to generate after training (default 300; 0: none)
+  --sample N          tokens to generate after training (default 300; 0: none)
   --prompt TEXT       what the sample continues (default a newline)
   --temperature X     sampling temperature; 0 picks the most likely byte (default 0.8)
-  --top-k N           sample among the N most likely bytes only (default 0: all)
+  --top-k N           sample among the N most likely tokens only (default 0: all)
   --data-parallel     train on every process mpirun started (mpirun -np N gpt --data-parallel):
                       each computes the gradients of its 1/N of every batch and they average
                       them, so the run follows the one-process run up to round-off; process 0
@@ -277,6 +290,18 @@ Flags parse_flags(int argc, char** argv) {
     usage_error("--dropout must be in [0, 1), got " + std::to_string(f.dropout));
   if (!(f.temperature >= 0) || f.top_k < 0 || f.sample < 0)
     usage_error("--temperature, --top-k and --sample must not be negative");
+  if (f.tokenizer != "bytes" && f.tokenizer != "bpe")
+    usage_error("--tokenizer must be bytes or bpe, got " + f.tokenizer);
+  if (f.tokenizer == "bytes" && f.vocab != 0 && f.vocab != 256)
+    usage_error("--vocab " + std::to_string(f.vocab) +
+                " needs --tokenizer bpe (bytes are 256 tokens)");
+  if (f.tokenizer == "bytes") f.vocab = 256;
+  if (f.tokenizer == "bpe" && f.vocab == 0) f.vocab = kDefaultBpeVocab;
+  if (f.tokenizer == "bpe" && (f.vocab < 257 || f.vocab > (int64_t{1} << 20)))
+    usage_error(
+        "--vocab must be from 257 (the 256 bytes and a merge) to 1048576 for "
+        "--tokenizer bpe, got " +
+        std::to_string(f.vocab));
   if (f.dtype != "f32" && f.dtype != "bf16")
     usage_error("--dtype must be f32 or bf16, got " + f.dtype);
   const int processes = distributed::process_count();
@@ -347,10 +372,11 @@ std::string read_corpus(const std::vector<std::string>& files) {
   return all;
 }
 
-// A split of the corpus: its bytes, from which windows of block_size + 1 are drawn.
+// A split of the corpus: its tokens, from which windows of block_size + 1 are drawn.
 struct Split {
   std::string name;
-  std::vector<uint8_t> bytes;
+  std::size_t bytes = 0;
+  std::vector<int32_t> tokens;
 };
 
 // SplitMix64: a window's start from (seed, stream, step, index), independent of everything else
@@ -366,15 +392,15 @@ uint64_t mix(uint64_t x) {
 // training, 1: validation) at `step`.
 std::pair<Tensor, Tensor> windows(const Split& s, int64_t count, int64_t B, int64_t T,
                                   uint64_t seed, uint64_t stream, int64_t step) {
-  const auto n = static_cast<int64_t>(s.bytes.size());
+  const auto n = static_cast<int64_t>(s.tokens.size());
   std::vector<int64_t> x(static_cast<std::size_t>(count * B * T)), y(x.size());
   for (int64_t w = 0; w < count * B; ++w) {
     const uint64_t h = mix(mix(mix(seed ^ (stream << 62)) + static_cast<uint64_t>(step)) +
                            static_cast<uint64_t>(w));
     const auto start = static_cast<int64_t>(h % static_cast<uint64_t>(n - T));
     for (int64_t t = 0; t < T; ++t) {
-      x[static_cast<std::size_t>(w * T + t)] = s.bytes[static_cast<std::size_t>(start + t)];
-      y[static_cast<std::size_t>(w * T + t)] = s.bytes[static_cast<std::size_t>(start + t + 1)];
+      x[static_cast<std::size_t>(w * T + t)] = s.tokens[static_cast<std::size_t>(start + t)];
+      y[static_cast<std::size_t>(w * T + t)] = s.tokens[static_cast<std::size_t>(start + t + 1)];
     }
   }
   return {tensor(x, {count, B, T}), tensor(y, {count, B, T})};
@@ -438,13 +464,13 @@ std::string to_svg(const std::vector<Row>& rows, const std::string& title) {
 
 // ---- sampling ------------------------------------------------------------------------------
 
-// `n` bytes after `prompt`, generated with the key/value cache (gpt::generate: each chunk one
-// compiled loop): when the block is full, its last half is the next chunk's prompt.
-std::string sample_text(const gpt::Model& m, const std::string& prompt, int64_t n,
-                        const gpt::Sampling& s, uint64_t seed, int64_t block) {
-  std::vector<int64_t> text(prompt.begin(), prompt.end());
-  for (int64_t& c : text) c = static_cast<unsigned char>(c);
-  if (text.empty()) text.push_back('\n');
+// `prompt` and `n` tokens after it, generated with the key/value cache (gpt::generate: each
+// chunk one compiled loop): when the block is full, its last half is the next chunk's prompt.
+std::string sample_text(const gpt::Model& m, const data::BpeTokenizer& tokenizer,
+                        const std::string& prompt, int64_t n, const gpt::Sampling& s, uint64_t seed,
+                        int64_t block) {
+  const std::vector<int32_t> ids = tokenizer.encode(prompt.empty() ? "\n" : prompt, 1);
+  std::vector<int64_t> text(ids.begin(), ids.end());
   auto compile = [&s](int64_t count) {
     return jit([s, count](const gpt::Model& model, const Tensor& p,
                           const Tensor& key) { return gpt::generate(model, p, count, s, key); },
@@ -465,7 +491,35 @@ std::string sample_text(const gpt::Model& m, const std::string& prompt, int64_t 
     text.insert(text.end(), out.end() - count, out.end());
     done += count;
   }
-  return std::string(text.begin(), text.end());
+  return tokenizer.decode(text);
+}
+
+// The run's tokenizer: the bytes, the checkpoint's BPE when resuming, else a BPE trained on
+// the training text.
+data::BpeTokenizer make_tokenizer(const Flags& flags, std::string_view training_text) {
+  if (flags.tokenizer == "bytes") return {};
+  if (flags.resume) {
+    const std::string path = *flags.resume + "/checkpoint.safetensors";
+    const auto meta = io::load_tensors(path).metadata;
+    if (!meta.count("merges"))
+      throw std::runtime_error(path + " holds no BPE merges: expected a checkpoint of a " +
+                               "--tokenizer bpe run");
+    try {
+      return data::BpeTokenizer::parse(meta.at("merges"));
+    } catch (const Error& e) {
+      throw std::runtime_error(path + ": " + e.what());
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  data::BpeTokenizer t =
+      data::BpeTokenizer::train(training_text, {.vocab_size = flags.vocab, .threads = 0});
+  if (leader())
+    std::printf("BPE tokenizer: %lld tokens%s, trained on %zu bytes in %.2f s\n",
+                static_cast<long long>(t.vocab_size()),
+                t.vocab_size() < flags.vocab ? " (no pair repeats beyond them)" : "",
+                training_text.size(),
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return t;
 }
 
 // ---- training ------------------------------------------------------------------------------
@@ -488,17 +542,28 @@ int run(const Flags& flags) {
   const std::vector<std::string> files = flags.text.empty() ? default_corpus() : flags.text;
   const std::string corpus = read_corpus(files);
   const auto n = static_cast<int64_t>(corpus.size()), n_val = n / 10;
-  Split train{"training", {corpus.begin(), corpus.end() - n_val}},
-      val{"validation", {corpus.end() - n_val, corpus.end()}};
+  const std::string_view train_text = std::string_view(corpus).substr(0, corpus.size() - n_val),
+                         val_text = std::string_view(corpus).substr(corpus.size() - n_val);
+  const data::BpeTokenizer tokenizer = make_tokenizer(flags, train_text);
+  const Split train{"training", train_text.size(), tokenizer.encode(train_text)},
+      val{"validation", val_text.size(), tokenizer.encode(val_text)};
   for (const Split* s : {&train, &val})
-    if (static_cast<int64_t>(s->bytes.size()) <= flags.block_size + 1)
+    if (static_cast<int64_t>(s->tokens.size()) <= flags.block_size + 1)
       throw std::runtime_error("--block-size " + std::to_string(flags.block_size) +
                                " is larger than the " + s->name + " text (" +
-                               std::to_string(s->bytes.size()) + " bytes of " +
+                               std::to_string(s->tokens.size()) + " tokens of " +
                                std::to_string(files.size()) + " file(s), first " + files.front() +
                                "): expected more text or a smaller block");
+  // Losses per token become bits per byte through the validation text's bytes per token.
+  const double bytes_per_token =
+      static_cast<double>(val.bytes) / static_cast<double>(val.tokens.size());
 
-  const gpt::Config config{flags.layers, flags.heads, flags.d_model, flags.block_size, 256};
+  const gpt::Config config{flags.layers, flags.heads, flags.d_model, flags.block_size,
+                           tokenizer.vocab_size()};
+  char tokens_text[96] = "byte tokens";
+  if (flags.tokenizer == "bpe")
+    std::snprintf(tokens_text, sizeof tokens_text, "BPE of %lld tokens, %.2f bytes per token",
+                  static_cast<long long>(tokenizer.vocab_size()), bytes_per_token);
   const double final_lr = flags.lr / 10;
   const optim::Optimizer opt = optim::adamw(
       {.lr = optim::warmup_cosine_decay(0.0, flags.lr, flags.warmup,
@@ -533,10 +598,10 @@ int run(const Flags& flags) {
                                  : peak.fma_gflops;
   if (leader())
     std::printf(
-        "GPT on %lld bytes of text (%zu file(s)): %lld layers, %lld heads, d_model %lld, block "
-        "%lld, %lld parameters, %s; %lld steps of %lld x %lld bytes%s; %.2f GFLOP a step; FMA "
-        "peak %.0f GFLOP/s on %d thread(s)%s\n",
-        static_cast<long long>(n), files.size(), static_cast<long long>(flags.layers),
+        "GPT on %lld bytes of text (%zu file(s)), %s: %lld layers, %lld heads, d_model %lld, "
+        "block %lld, %lld parameters, %s; %lld steps of %lld x %lld tokens%s; %.2f GFLOP a step; "
+        "FMA peak %.0f GFLOP/s on %d thread(s)%s\n",
+        static_cast<long long>(n), files.size(), tokens_text, static_cast<long long>(flags.layers),
         static_cast<long long>(flags.heads), static_cast<long long>(flags.d_model),
         static_cast<long long>(T), static_cast<long long>(nn::parameter_count(state.model)),
         flags.dtype.c_str(), static_cast<long long>(flags.steps),
@@ -652,10 +717,10 @@ int run(const Flags& flags) {
       // The checkpoint and the metrics are replaced atomically.
       std::map<std::string, std::string> metadata = flags.settings();
       metadata["steps_done"] = std::to_string(step + 1);
-      metadata["tokenizer"] = "bytes";
+      if (flags.tokenizer == "bpe") metadata["merges"] = tokenizer.to_string();
       io::save(flags.out + "/checkpoint.safetensors", state, metadata);
       write_text(flags.out + "/metrics.csv", to_csv(history));
-      write_text(flags.out + "/loss.svg", to_svg(history, "Kiln GPT, byte-level"));
+      write_text(flags.out + "/loss.svg", to_svg(history, std::string("Kiln GPT, ") + tokens_text));
       if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");  // over the bar's line
       std::printf("step %lld: train loss %.4f | validation loss %.4f | %.0f tok/s | MFU %.1f%%\n",
                   static_cast<long long>(row.step), row.train_loss, row.val_loss,
@@ -670,12 +735,12 @@ int run(const Flags& flags) {
   if (flags.sample > 0) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::string text =
-        sample_text(state.model, flags.prompt, flags.sample,
+        sample_text(state.model, tokenizer, flags.prompt, flags.sample,
                     {.temperature = flags.temperature, .top_k = flags.top_k}, flags.seed, T);
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf(
-        "---- sample (%lld bytes in %.2f s with compiling, %.0f bytes/s; temperature %g%s) "
+        "---- sample (%lld tokens in %.2f s with compiling, %.0f tokens/s; temperature %g%s) "
         "----\n",
         static_cast<long long>(flags.sample), seconds, static_cast<double>(flags.sample) / seconds,
         flags.temperature,
@@ -689,8 +754,8 @@ int run(const Flags& flags) {
       "%s after %lld of %lld steps: validation loss %.4f (%.3f bits per byte); wrote "
       "%s/{checkpoint.safetensors,metrics.csv,loss.svg}\n",
       last < flags.steps ? "stopped" : "done", static_cast<long long>(end.step),
-      static_cast<long long>(flags.steps), end.val_loss, end.val_loss / std::log(2.0),
-      flags.out.c_str());
+      static_cast<long long>(flags.steps), end.val_loss,
+      end.val_loss / bytes_per_token / std::log(2.0), flags.out.c_str());
   return 0;
 }
 

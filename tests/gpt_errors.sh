@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bad input to `gpt` ends in a clear error that names the file and the value, never a crash:
-# an empty file, a binary file, a block larger than the text, a checkpoint of another model,
-# and flags out of range.
+# an empty file, a binary file, a block larger than the text, a checkpoint of another model or
+# tokenizer, a vocabulary too small, and flags out of range.
 #   tests/gpt_errors.sh build/examples/gpt
 set -uo pipefail
 gpt="$1"
@@ -29,7 +29,7 @@ expect_error 1 "$dir/empty.txt is empty" "${small[@]}" --text "$dir/empty.txt"
 expect_error 1 "$dir/binary.txt is not UTF-8 text: byte 4 is 0x00" "${small[@]}" --text "$dir/binary.txt"
 expect_error 1 "$dir/truncated.txt is not UTF-8 text: byte 3 is 0xc3" "${small[@]}" --text "$dir/truncated.txt"
 expect_error 1 "cannot read $dir/missing.txt" "${small[@]}" --text "$dir/missing.txt"
-expect_error 1 "block-size 64 is larger than the validation text (30 bytes" \
+expect_error 1 "block-size 64 is larger than the validation text (30 tokens" \
   "${small[@]}" --block-size 64 --text "$dir/short.txt"
 expect_error 2 "bad value for --lr: fast" --lr fast
 expect_error 2 "--d-model must be a multiple of --heads, got 30 and 4" --d-model 30 --heads 4
@@ -37,9 +37,16 @@ expect_error 2 "--dropout must be in \[0, 1)" --dropout 1
 expect_error 2 "unknown flag --epochs" --epochs 3
 expect_error 2 "--block-size must be at least 2" --block-size 1
 expect_error 2 "bad value for --seed: -1" --seed -1
+expect_error 2 "--tokenizer must be bytes or bpe, got words" --tokenizer words
+expect_error 2 "--vocab must be from 257 (the 256 bytes and a merge) to 1048576 for --tokenizer bpe, got 100" \
+  --tokenizer bpe --vocab 100
+expect_error 2 "--vocab 512 needs --tokenizer bpe" --vocab 512
 expect_error 1 "cannot open '$dir/nowhere/checkpoint.safetensors'" --resume "$dir/nowhere"
 # A checkpoint of a 1-layer model does not load into a 2-layer one: the error names the file.
 "$gpt" "${small[@]}" --text "$dir/short.txt" --out "$dir/run" > "$dir/log" 2>&1 ||
   { cat "$dir/log"; exit 1; }
 expect_error 1 "$dir/run/checkpoint.safetensors" --resume "$dir/run" --layers 2
+# A byte-level run's checkpoint has no merges to resume a BPE run with.
+expect_error 1 "$dir/run/checkpoint.safetensors holds no BPE merges" --resume "$dir/run" \
+  --tokenizer bpe --vocab 300
 echo "errors: each bad input named its file or value"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The GPT job is the same in C++ and Python: examples/gpt.cpp and python/examples/gpt.py write
 # byte-identical checkpoints for the same flags, each resumes the other's checkpoint to the
-# checkpoint of an uninterrupted run, and both sample the same text from it; with --dtype bf16,
-# and with --data-parallel on 2 processes under the given mpirun, they write the same checkpoints
-# too.
+# checkpoint of an uninterrupted run, and both sample the same text from it; with a BPE
+# tokenizer (trained by each, resumed by the other), with --dtype bf16, and with --data-parallel
+# on 2 processes under the given mpirun, they write the same checkpoints too.
 #   tests/gpt_languages.sh build/examples/gpt python3 python/examples/gpt.py [mpirun]
 # (PYTHONPATH must reach the kiln module.)
 set -euo pipefail
@@ -35,6 +35,12 @@ sample "$python" "$script" "${flags[@]}" > "$out/py.txt"
 test -s "$out/cpp.txt"
 cmp "$out/cpp.txt" "$out/py.txt"
 
+run "$gpt" "${common[@]}" --tokenizer bpe --vocab 300 --out "$out/cpp-bpe"
+run "$python" "$script" "${common[@]}" --tokenizer bpe --vocab 300 --out "$out/py-bpe"
+cmp "$out/cpp-bpe/checkpoint.safetensors" "$out/py-bpe/checkpoint.safetensors"
+run "$python" "$script" --resume "$out/cpp-bpe" --steps 16 --sample 0
+run "$gpt" --resume "$out/py-bpe" --steps 16 --sample 0
+cmp "$out/cpp-bpe/checkpoint.safetensors" "$out/py-bpe/checkpoint.safetensors"
 run "$gpt" "${common[@]}" --dtype bf16 --out "$out/cpp-bf16"
 run "$python" "$script" "${common[@]}" --dtype bf16 --out "$out/py-bf16"
 cmp "$out/cpp-bf16/checkpoint.safetensors" "$out/py-bf16/checkpoint.safetensors"
@@ -42,5 +48,5 @@ export OMP_NUM_THREADS=1 KILN_NUM_THREADS=1  # one thread per process
 run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --out "$out/cpp-dp"
 run "${mpirun[@]}" "$python" "$script" "${common[@]}" --data-parallel --out "$out/py-dp"
 cmp "$out/cpp-dp/checkpoint.safetensors" "$out/py-dp/checkpoint.safetensors"
-echo "languages: C++ and Python write, resume and sample from the same checkpoints (f32, bf16," \
-  "2 processes)"
+echo "languages: C++ and Python write, resume and sample from the same checkpoints (f32, BPE," \
+  "bf16, 2 processes)"

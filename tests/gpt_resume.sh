@@ -18,3 +18,16 @@ test "$(wc -l < "$out/resumed/metrics.csv")" -eq 5  # header + 4 evaluations
 # step, train loss, validation loss, learning rate (the rest are speeds)
 cmp <(cut -d, -f1-4 "$out/straight/metrics.csv") <(cut -d, -f1-4 "$out/resumed/metrics.csv")
 echo "resume: identical checkpoints after 20 + 20 steps and 40 steps straight"
+
+# With a BPE tokenizer: trained once, saved with the checkpoint, read back on resume.
+bpe=(--tokenizer bpe --vocab 400)
+"$gpt" "${common[@]}" "${bpe[@]}" --out "$out/bpe-straight" > "$out/straight.log" 2>&1
+"$gpt" "${common[@]}" "${bpe[@]}" --stop-after 20 --out "$out/bpe-resumed" > "$out/first.log" 2>&1
+"$gpt" --resume "$out/bpe-resumed" --sample 0 > "$out/second.log" 2>&1
+grep -q "BPE of 400 tokens" "$out/second.log"
+if grep -q "BPE tokenizer:" "$out/second.log"; then  # trained again instead of loaded
+  echo "the resumed run trained its tokenizer again"
+  exit 1
+fi
+cmp "$out/bpe-straight/checkpoint.safetensors" "$out/bpe-resumed/checkpoint.safetensors"
+echo "resume: the same with a BPE tokenizer of 400 tokens"

@@ -23,7 +23,7 @@ import numpy as np
 import kiln as kl
 
 DEFAULT_CORPUS = "/usr/share/games/fortunes"
-VOCAB = 256
+DEFAULT_BPE_VOCAB = 1024
 
 
 # ---- the model -------------------------------------------------------------------------------
@@ -71,13 +71,13 @@ def linear(n_in, n_out, key, std):
     return layer
 
 
-def init(layers, heads, d_model, block_size, key):
+def init(layers, heads, d_model, block_size, key, vocab=256):
     """GPT-2's initialisation, drawn as examples/support/gpt_model.h draws it (the same weights
     for the same key)."""
     std, residual = 0.02, 0.02 / math.sqrt(2.0 * layers)
     keys = kl.random.split(key, 2 + 4 * layers)
-    wte = kl.nn.Embedding(VOCAB, d_model, keys[0])
-    wte.weight = kl.random.normal(keys[0], (VOCAB, d_model)) * std
+    wte = kl.nn.Embedding(vocab, d_model, keys[0])
+    wte.weight = kl.random.normal(keys[0], (vocab, d_model)) * std
     wpe = kl.nn.Embedding(block_size, d_model, keys[1])
     wpe.weight = kl.random.normal(keys[1], (block_size, d_model)) * std
     blocks = []
@@ -134,13 +134,13 @@ def logits(m, tokens, dropout=0.0, key=None):
 def loss(m, tokens, targets, dropout=0.0, key=None):
     """Mean next-token cross-entropy, taken in float32 whatever the model computes in."""
     z = kl.astype(logits(m, tokens, dropout, key), kl.float32)
-    return kl.nn.cross_entropy(kl.reshape(z, (-1, VOCAB)), kl.reshape(targets, (-1,)))
+    return kl.nn.cross_entropy(kl.reshape(z, (-1, z.shape[2])), kl.reshape(targets, (-1,)))
 
 
-def train_flops(layers, d_model, tokens, block):
+def train_flops(layers, d_model, tokens, block, vocab=256):
     """Model FLOPs of a training step (as gpt_model.h's train_flops counts them)."""
     return (
-        6.0 * tokens * (12 * layers * d_model**2 + VOCAB * d_model)
+        6.0 * tokens * (12 * layers * d_model**2 + vocab * d_model)
         + 12.0 * layers * tokens * block * d_model
     )
 
@@ -174,7 +174,7 @@ def read_corpus(files):
         except UnicodeDecodeError as e:
             raise ValueError(f"{path} is not UTF-8 text: byte {e.start} is 0x{b[e.start]:02x}")
         data += b
-    return np.frombuffer(bytes(data), np.uint8)
+    return bytes(data)
 
 
 _M = (1 << 64) - 1
@@ -210,6 +210,7 @@ class TrainState:
 
 SAVED = ["layers", "heads", "d_model", "block_size", "batch_size", "accum", "steps", "warmup", "lr"]
 SAVED += ["weight_decay", "clip", "dropout", "seed", "eval_every", "eval_batches", "dtype"]
+SAVED += ["tokenizer", "vocab"]
 
 
 def parse_args(argv):
@@ -222,6 +223,8 @@ def parse_args(argv):
     p.add_argument("--block-size", type=int, default=128)
     p.add_argument("--dropout", type=float, default=0.0)
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    p.add_argument("--tokenizer", choices=["bytes", "bpe"], default="bytes")
+    p.add_argument("--vocab", type=int, default=0, help="--tokenizer bpe: tokens (default 1024)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--accum", type=int, default=1)
     p.add_argument("--steps", type=int, default=3000)
@@ -267,6 +270,17 @@ def parse_args(argv):
         p.error(f"--dropout must be in [0, 1), got {args.dropout}")
     if args.temperature < 0 or args.top_k < 0 or args.sample < 0 or args.seed < 0:
         p.error("--temperature, --top-k, --sample and --seed must not be negative")
+    if args.tokenizer == "bytes" and args.vocab not in (0, 256):
+        p.error(f"--vocab {args.vocab} needs --tokenizer bpe (bytes are 256 tokens)")
+    if args.tokenizer == "bytes":
+        args.vocab = 256
+    elif args.vocab == 0:
+        args.vocab = DEFAULT_BPE_VOCAB
+    if args.tokenizer == "bpe" and not 257 <= args.vocab <= 1 << 20:
+        p.error(
+            "--vocab must be from 257 (the 256 bytes and a merge) to 1048576 for --tokenizer "
+            f"bpe, got {args.vocab}"
+        )
     processes = kl.process_count()
     if processes > 1 and not args.data_parallel:
         p.error(f"started as {processes} processes: add --data-parallel to train on all of them")
@@ -428,11 +442,12 @@ def generate_tokens(m, prompt, n, temperature, top_k, key):
     return kl.fori_loop(0, total - 1, step, (tokens, empty_cache(m, b)))[0]
 
 
-def generate(model, prompt, n, temperature=0.8, top_k=0, seed=0):
-    """`prompt` (bytes) and n more bytes from the model, as gpt.cpp's sample_text: chunks of one
-    compiled loop each; when the block is full, its last half is the next chunk's prompt."""
+def generate(model, tokenizer, prompt, n, temperature=0.8, top_k=0, seed=0):
+    """`prompt` (bytes) and n more tokens from the model, decoded, as gpt.cpp's sample_text:
+    chunks of one compiled loop each; when the block is full, its last half is the next
+    chunk's prompt."""
     block = model.transformer.wpe.weight.shape[0]
-    text = list(prompt) or [10]
+    text = tokenizer.encode(prompt or b"\n", 1).tolist()
     compiled = {}
     done, chunk = 0, 0
     while done < n:
@@ -447,7 +462,31 @@ def generate(model, prompt, n, temperature=0.8, top_k=0, seed=0):
         out = np.asarray(compiled[count](model, kl.asarray(np.array([text[-p:]], np.int64)), key))
         text += [int(v) for v in out[0, -count:]]
         done, chunk = done + count, chunk + 1
-    return bytes(text)
+    return tokenizer.decode(text)
+
+
+def make_tokenizer(args, training_text, leader):
+    """The run's tokenizer: the bytes, the checkpoint's BPE when resuming, else a BPE trained
+    on the training text (gpt.cpp's make_tokenizer)."""
+    if args.tokenizer == "bytes":
+        return kl.data.BpeTokenizer()
+    if args.resume:
+        path = os.path.join(args.resume, "checkpoint.safetensors")
+        meta = kl.io.load_metadata(path)
+        if "merges" not in meta:
+            sys.exit(
+                f"gpt: {path} holds no BPE merges: expected a checkpoint of a --tokenizer bpe run"
+            )
+        return kl.data.BpeTokenizer.parse(meta["merges"])
+    start = time.perf_counter()
+    t = kl.data.BpeTokenizer.train(training_text, args.vocab)
+    if leader:
+        print(
+            f"BPE tokenizer: {t.vocab_size} tokens"
+            + (" (no pair repeats beyond them)" if t.vocab_size < args.vocab else "")
+            + f", trained on {len(training_text)} bytes in {time.perf_counter() - start:.2f} s"
+        )
+    return t
 
 
 def main(argv=None):
@@ -460,13 +499,15 @@ def main(argv=None):
     except ValueError as e:
         sys.exit(f"gpt: {e}")
     n_val = len(data) // 10
-    train, val = data[: len(data) - n_val], data[len(data) - n_val :]
+    tokenizer = make_tokenizer(args, data[: len(data) - n_val], leader)
+    train, val = tokenizer.encode(data[: len(data) - n_val]), tokenizer.encode(data[-n_val:])
     for name, split in (("training", train), ("validation", val)):
         if len(split) <= args.block_size + 1:
             sys.exit(
                 f"gpt: --block-size {args.block_size} is larger than the {name} text "
-                f"({len(split)} bytes of {len(files)} file(s), first {files[0]})"
+                f"({len(split)} tokens of {len(files)} file(s), first {files[0]})"
             )
+    bytes_per_token = n_val / len(val)  # turns losses per token into bits per byte
 
     schedule = kl.optim.warmup_cosine_decay(
         0.0, args.lr, args.warmup, max(args.steps, args.warmup + 1), args.lr / 10
@@ -474,7 +515,8 @@ def main(argv=None):
     opt = kl.optim.adamw(
         schedule, weight_decay=args.weight_decay, decay_on="matrices", clip_norm=args.clip
     )
-    model = init(args.layers, args.heads, args.d_model, args.block_size, kl.random.key(args.seed))
+    key, vocab = kl.random.key(args.seed), tokenizer.vocab_size
+    model = init(args.layers, args.heads, args.d_model, args.block_size, key, vocab)
     state = TrainState(model, opt.init(model))
     first = 0
     if args.resume:
@@ -490,16 +532,21 @@ def main(argv=None):
     eval_loss = kl.jit(lambda m, x, y: loss(cast(m, dtype), x, y))
     add_up = kl.pmap(lambda v: kl.psum(v, axis_name="dp"), out_axes=None, axis_name="dp")
     b, t = args.batch_size, args.block_size
-    flops = train_flops(args.layers, args.d_model, b * accum * t, t)
+    flops = train_flops(args.layers, args.d_model, b * accum * t, t, vocab)
     peak = kl.machine_peak(kl.num_threads()).fma_gflops
     if dp:  # every process's peak added up
         peak = float(add_up(kl.asarray(np.array([peak], np.float64))))
     if leader:
         print(
-            f"GPT on {len(data)} bytes of text ({len(files)} file(s)): {args.layers} layers, "
-            f"{args.heads} heads, d_model {args.d_model}, block {t}, "
+            f"GPT on {len(data)} bytes of text ({len(files)} file(s)), "
+            + (
+                "byte tokens"
+                if args.tokenizer == "bytes"
+                else f"BPE of {vocab} tokens, {bytes_per_token:.2f} bytes per token"
+            )
+            + f": {args.layers} layers, {args.heads} heads, d_model {args.d_model}, block {t}, "
             f"{kl.nn.parameter_count(state.model)} parameters, {args.dtype}; {args.steps} steps "
-            f"of {b * accum} x {t} bytes"
+            f"of {b * accum} x {t} tokens"
             + (f", data-parallel on {processes} processes" if dp else "")
             + f"; {flops * 1e-9:.2f} GFLOP a step; FMA peak {peak:.0f} GFLOP/s"
         )
@@ -536,7 +583,8 @@ def main(argv=None):
         if leader:
             meta = settings(args)
             meta["steps_done"] = str(step + 1)
-            meta["tokenizer"] = "bytes"
+            if args.tokenizer == "bpe":
+                meta["merges"] = tokenizer.to_string()
             kl.io.save(os.path.join(args.out, "checkpoint.safetensors"), state, metadata=meta)
             write_metrics(os.path.join(args.out, "metrics.csv"), rows)
             print(
@@ -551,12 +599,18 @@ def main(argv=None):
     if args.sample > 0:
         start = time.perf_counter()
         text = generate(
-            state.model, args.prompt.encode(), args.sample, args.temperature, args.top_k, args.seed
+            state.model,
+            tokenizer,
+            args.prompt.encode(),
+            args.sample,
+            args.temperature,
+            args.top_k,
+            args.seed,
         )
         rate = args.sample / (time.perf_counter() - start)
         print(
-            f"---- sample ({args.sample} bytes in {args.sample / rate:.2f} s with compiling, "
-            f"{rate:.0f} bytes/s; temperature {args.temperature:g}"
+            f"---- sample ({args.sample} tokens in {args.sample / rate:.2f} s with compiling, "
+            f"{rate:.0f} tokens/s; temperature {args.temperature:g}"
             + (f", top-k {args.top_k}" if args.top_k > 0 else "")
             + ") ----"
         )

@@ -2,8 +2,10 @@
 from the same weights, moved with kiln.nn.state_dict / load_state_dict, trained on the same
 windows with AdamW (decay on matrices only: torch's two parameter groups) and clipping, must give
 the same losses for 20 steps, and from the same weights the same 200 greedy bytes; the example
-also runs end to end and resumes to the same checkpoint."""
+also runs end to end and resumes to the same checkpoint. Both whole jobs, python/examples/gpt.py
+and examples/gpt.cpp (KILN_GPT_EXAMPLE), give PyTorch's first 20 losses with their recipe."""
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -56,38 +58,97 @@ def test_weights_move_both_ways_by_name():
         kl.nn.load_state_dict(model, wrong, strict=False)
 
 
+def torch_twin(model, lr):
+    """PyTorch's GPT with `model`'s weights, and AdamW with weight decay 0.1 on the matrices
+    only (torch's two parameter groups)."""
+    net = gpt_torch.Gpt(LAYERS, HEADS, D_MODEL, BLOCK)
+    net.load_state_dict(kl.nn.state_dict(model), strict=False)
+    matrices = [p for p in net.parameters() if p.dim() >= 2]
+    others = [p for p in net.parameters() if p.dim() < 2]
+    topt = torch.optim.AdamW(
+        [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
+        lr=lr,
+    )
+    return net, topt
+
+
+def torch_step(net, topt, x, y):
+    """One PyTorch training step on windows x, y [1, B, T] with clipping to norm 1: its loss."""
+    topt.zero_grad(set_to_none=True)
+    tx = torch.from_numpy(np.asarray(x)[0].copy())
+    ty = torch.from_numpy(np.asarray(y)[0].copy())
+    tloss = torch.nn.functional.cross_entropy(net(tx).reshape(-1, 256), ty.reshape(-1))
+    tloss.backward()
+    torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+    topt.step()
+    return tloss.item()
+
+
 def test_twenty_losses_equal_pytorchs():
     data = text()
     model = gpt.init(LAYERS, HEADS, D_MODEL, BLOCK, kl.random.key(2))
-    net = gpt_torch.Gpt(LAYERS, HEADS, D_MODEL, BLOCK)
-    net.load_state_dict(kl.nn.state_dict(model), strict=False)
+    net, topt = torch_twin(model, 1e-3)
 
     # lr 1e-3, as bench_gpt: at 1e-2 the loss jumps between batches, and 20 steps amplified
     # float32 rounding to 1e-4 relative (with another thread count than here)
     opt = kl.optim.adamw(1e-3, weight_decay=0.1, decay_on="matrices", clip_norm=1.0)
     step = gpt.make_train_step(opt)
     state = gpt.TrainState(model, opt.init(model))
-    matrices = [p for p in net.parameters() if p.dim() >= 2]
-    others = [p for p in net.parameters() if p.dim() < 2]
-    topt = torch.optim.AdamW(
-        [{"params": matrices, "weight_decay": 0.1}, {"params": others, "weight_decay": 0.0}],
-        lr=1e-3,
-    )
     kiln_losses, torch_losses = [], []
     for k in range(20):
         x, y = gpt.windows(data, 1, BATCH, BLOCK, seed=5, stream=0, step=k)
         state, loss = step(state, x, y, kl.random.key(k))
         kiln_losses.append(float(loss))
-        topt.zero_grad(set_to_none=True)
-        tx = torch.from_numpy(np.asarray(x)[0].copy())
-        ty = torch.from_numpy(np.asarray(y)[0].copy())
-        tloss = torch.nn.functional.cross_entropy(net(tx).reshape(-1, 256), ty.reshape(-1))
-        tloss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
-        topt.step()
-        torch_losses.append(tloss.item())
+        torch_losses.append(torch_step(net, topt, x, y))
     assert kiln_losses[-1] < kiln_losses[0] - 0.5  # it learns
     np.testing.assert_allclose(kiln_losses, torch_losses, rtol=1e-5)
+
+
+def job_schedule(step, lr, warmup, steps):
+    """The jobs' learning rate at a step, written out: linear from 0 over the warmup, then a
+    cosine from lr to lr / 10 over the remaining steps."""
+    if step < warmup:
+        return lr * step / warmup
+    t = min(step - warmup, steps - warmup) / (steps - warmup)
+    return (math.cos(math.pi * t) + 1) / 2 * (lr - lr / 10) + lr / 10
+
+
+def test_the_jobs_first_twenty_losses_equal_pytorchs(tmp_path):
+    # Both jobs, C++ (KILN_GPT_EXAMPLE, which ctest sets; without it, Python's alone) and
+    # Python, with their whole recipe (warmup then cosine decay, AdamW with decay on matrices,
+    # clipping), one loss per step in metrics.csv; PyTorch from the same weights on the same
+    # windows with that recipe.
+    seed, steps, warmup, lr = 7, 20, 5, 1e-3
+    flags = ["--text", os.path.join(ROOT, "README.md"), "--layers", str(LAYERS)]
+    flags += ["--heads", str(HEADS), "--d-model", str(D_MODEL), "--block-size", str(BLOCK)]
+    flags += ["--batch-size", str(BATCH), "--steps", str(steps), "--warmup", str(warmup)]
+    flags += ["--lr", str(lr), "--seed", str(seed), "--eval-every", "1", "--eval-batches", "1"]
+    flags += ["--sample", "0"]
+    runs = {"python": run_example(*flags, "--out", str(tmp_path / "py"))}
+    binary = os.environ.get("KILN_GPT_EXAMPLE")
+    if binary:
+        runs["c++"] = subprocess.run(
+            [binary, *flags, "--out", str(tmp_path / "cpp")], capture_output=True, text=True
+        )
+    data = text()
+    train = data[: len(data) - len(data) // 10]  # the jobs' training split
+    net, topt = torch_twin(gpt.init(LAYERS, HEADS, D_MODEL, BLOCK, kl.random.key(seed)), lr)
+    torch_losses = []
+    for k in range(steps):
+        x, y = gpt.windows(train, 1, BATCH, BLOCK, seed=seed, stream=0, step=k)
+        for group in topt.param_groups:
+            group["lr"] = job_schedule(k, lr, warmup, steps)
+        torch_losses.append(torch_step(net, topt, x, y))
+    assert torch_losses[-1] < torch_losses[0] - 0.3  # it learns: the comparison means something
+    for name, run in runs.items():
+        assert run.returncode == 0, run.stdout + run.stderr
+        out = tmp_path / ("cpp" if name == "c++" else "py")
+        rows = np.loadtxt(out / "metrics.csv", delimiter=",", skiprows=1)
+        np.testing.assert_array_equal(rows[:, 0], np.arange(1, steps + 1))
+        np.testing.assert_allclose(
+            rows[:, 3], [job_schedule(k, lr, warmup, steps) for k in range(steps)], rtol=1e-5
+        )
+        np.testing.assert_allclose(rows[:, 1], torch_losses, rtol=1e-5, err_msg=name)
 
 
 def test_greedy_bytes_from_the_same_weights_equal_pytorchs():
@@ -105,7 +166,7 @@ def test_greedy_bytes_from_the_same_weights_equal_pytorchs():
     net = gpt_torch.Gpt(LAYERS, HEADS, D_MODEL, BLOCK)
     net.load_state_dict(kl.nn.state_dict(state.model), strict=False)
     prompt = b"The "
-    got = gpt.generate(state.model, prompt, 200, temperature=0)
+    got = gpt.generate(state.model, kl.data.BpeTokenizer(), prompt, 200, temperature=0)
     ids, done = list(prompt), 0
     with torch.no_grad():
         while done < 200:
@@ -135,7 +196,7 @@ def test_the_example_trains_samples_and_resumes_to_the_same_checkpoint(tmp_path)
     common += ["--warmup", "2", "--eval-every", "4", "--eval-batches", "2", "--accum", "2"]
     straight = run_example(*common, "--sample", "20", "--out", str(tmp_path / "a"))
     assert straight.returncode == 0, straight.stderr
-    assert "---- sample (20 bytes" in straight.stdout
+    assert "---- sample (20 tokens" in straight.stdout
     first = run_example(*common, "--sample", "0", "--stop-after", "8", "--out", str(tmp_path / "b"))
     assert first.returncode == 0, first.stderr
     second = run_example("--resume", str(tmp_path / "b"), "--sample", "0")
