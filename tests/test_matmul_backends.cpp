@@ -144,6 +144,20 @@ TEST_F(Backends, BatchesMatchAFloat64Loop) {
     expect_matches_reference(permuted, matrix({2, 3, 17, 5}, 17), "permuted batch axes");
     expect_matches_reference(matrix({256, 32, 32}, 18), matrix({256, 32, 32}, 19),
                              "many small products");
+    // Attention's heads: [B, T, 3C] split into q, k and v, viewed as [B, heads, T, C / heads]
+    // (two batch axes, rows 3C apart), k transposed; then scores [B, heads, T, T] times v.
+    const Tensor qkv = matrix({4, 64, 3 * 96}, 20);
+    auto heads = [&](int part) {
+      return swapaxes(reshape(slice(qkv, {Slice{}, Slice{}, Slice{part * 96, (part + 1) * 96}}),
+                              {4, 64, 3, 32}),
+                      1, 2);
+    };
+    expect_matches_reference(heads(0), swapaxes(heads(1), -1, -2), "heads: q k^T");
+    expect_matches_reference(matrix({4, 3, 64, 64}, 21), heads(2), "heads: scores v");
+    // Three batch axes permuted so that their offsets form no grid of two even axes: one
+    // product per matrix, spread over the threads.
+    const Tensor scrambled = permute(matrix({2, 3, 2, 7, 17}, 22), {1, 0, 2, 3, 4});
+    expect_matches_reference(scrambled, matrix({3, 2, 2, 17, 5}, 23), "scrambled batch axes");
   });
 }
 

@@ -46,20 +46,29 @@ struct Plan {
   dnnl::matmul prim;
 };
 
-// A 3-d descriptor of one operand: [count or 1 (shared), rows, cols].
-memory::desc operand_desc(int64_t count, int64_t rows, int64_t cols, const GemmStrides& s) {
-  const bool shared = s.batch == 0;
+// The descriptor of one operand: [count or 1 (shared), rows, cols], with [outer or 1] in front
+// when the call has an outer batch axis.
+memory::desc operand_desc(int64_t outer, int64_t count, int64_t rows, int64_t cols,
+                          const GemmStrides& s) {
   // A size-1 batch axis's stride is never used; oneDNN still wants it positive.
+  const bool shared = s.batch == 0, shared_outer = s.outer == 0;
   const int64_t batch_stride = shared || count == 1 ? rows * cols : s.batch;
-  return memory::desc({shared ? 1 : count, rows, cols}, memory::data_type::f32,
-                      {batch_stride, s.row, s.col});
+  if (outer == 1)
+    return memory::desc({shared ? 1 : count, rows, cols}, memory::data_type::f32,
+                        {batch_stride, s.row, s.col});
+  const int64_t outer_stride = shared_outer ? rows * cols * count : s.outer;
+  return memory::desc({shared_outer ? 1 : outer, shared ? 1 : count, rows, cols},
+                      memory::data_type::f32, {outer_stride, batch_stride, s.row, s.col});
 }
 
 // c's rows are ldc apart (n, or more for a block of c's columns).
 std::unique_ptr<Plan> make_plan(const SgemmCall& c, int64_t ldc) {
-  const memory::desc a = operand_desc(c.count, c.m, c.k, c.as);
-  const memory::desc b = operand_desc(c.count, c.k, c.n, c.bs);
-  const memory::desc out({c.count, c.m, c.n}, memory::data_type::f32, {c.m * ldc, ldc, 1});
+  const memory::desc a = operand_desc(c.outer, c.count, c.m, c.k, c.as);
+  const memory::desc b = operand_desc(c.outer, c.count, c.k, c.n, c.bs);
+  const memory::desc out =
+      c.outer == 1 ? memory::desc({c.count, c.m, c.n}, memory::data_type::f32, {c.m * ldc, ldc, 1})
+                   : memory::desc({c.outer, c.count, c.m, c.n}, memory::data_type::f32,
+                                  {c.count * c.m * ldc, c.m * ldc, ldc, 1});
   // The scratchpad is the caller's (prepare): calls from several threads may then run one
   // primitive at once, and large buffers come from Kiln's block cache rather than fresh pages.
   dnnl::primitive_attr attr;
@@ -70,9 +79,10 @@ std::unique_ptr<Plan> make_plan(const SgemmCall& c, int64_t ldc) {
 
 // The cached plan, or nullptr when oneDNN rejects the layout (OpenBLAS runs it).
 std::shared_ptr<const Plan> plan_for(const SgemmCall& c, int64_t ldc, int threads) {
-  static PlanCache<std::array<int64_t, 12>, Plan> plans;
-  const std::array<int64_t, 12> key{threads,  c.count,  c.m,        c.n,      c.k,      c.as.batch,
-                                    c.as.row, c.as.col, c.bs.batch, c.bs.row, c.bs.col, ldc};
+  static PlanCache<std::array<int64_t, 15>, Plan> plans;
+  const std::array<int64_t, 15> key{threads,    c.count,  c.m,      c.n,        c.k,
+                                    c.as.batch, c.as.row, c.as.col, c.bs.batch, c.bs.row,
+                                    c.bs.col,   ldc,      c.outer,  c.as.outer, c.bs.outer};
   return plans.get(key, [&] { return make_plan(c, ldc); });
 }
 
@@ -88,10 +98,11 @@ constexpr int64_t kFewRows = 8;
 constexpr double kLargeMatrix = 1 << 17;  // elements: 512 KiB of float32
 
 int team_size(const SgemmCall& c, int threads) {
-  const double macs = static_cast<double>(c.count) * static_cast<double>(c.m) *
-                      static_cast<double>(c.n) * static_cast<double>(c.k);
+  const double macs = static_cast<double>(c.outer) * static_cast<double>(c.count) *
+                      static_cast<double>(c.m) * static_cast<double>(c.n) *
+                      static_cast<double>(c.k);
   const bool reads_a_large_matrix =
-      c.count * c.m <= kFewRows &&
+      c.outer * c.count * c.m <= kFewRows &&
       static_cast<double>(c.k) * static_cast<double>(c.n) >= kLargeMatrix;
   return macs < kSerialMacs && !reads_a_large_matrix ? 1 : threads;
 }
@@ -126,34 +137,35 @@ struct Ready {
   SgemmCall call;
   int64_t ldc;
   std::shared_ptr<const Plan> plan;
-  float* scratch;  // oneDNN's scratchpad (null: none needed)
-  Tensor owned;    // the scratchpad when it is not the thread's own buffer
-  Tensor staging;  // c's block, contiguous (kMinStagedK), or undefined
+  std::size_t scratch_bytes;  // oneDNN's scratchpad: the running thread's buffer up to
+  Tensor owned;               // kThreadScratchBytes, else this
+  Tensor staging;             // c's block, contiguous (kMinStagedK), or undefined
 };
 
 // Scratchpads up to this size come from a buffer the calling thread keeps: small products'
 // scratchpads went through malloc and free on every call, a tenth of their time.
 constexpr std::size_t kThreadScratchBytes = std::size_t{1} << 20;
 
-// own_thread: the calling thread runs the product (so it may use its own buffer).
-std::optional<Ready> prepare(const SgemmCall& c, int64_t ldc, int threads, bool own_thread) {
+std::optional<Ready> prepare(const SgemmCall& c, int64_t ldc, int threads) {
   const bool staged = ldc != c.n && c.k >= kMinStagedK;
   std::shared_ptr<const Plan> plan = plan_for(c, staged ? c.n : ldc, threads);
   if (plan == nullptr) return std::nullopt;
-  Ready r{c, ldc, plan, nullptr, {}, {}};
-  const std::size_t bytes = plan->scratch.get_size();
-  const auto floats = static_cast<int64_t>((bytes + sizeof(float) - 1) / sizeof(float));
-  if (own_thread && bytes <= kThreadScratchBytes) {
-    thread_local std::vector<float> buffer;
-    if (buffer.size() < static_cast<std::size_t>(floats))
-      buffer.resize(static_cast<std::size_t>(floats));
-    r.scratch = buffer.data();
-  } else if (bytes > 0) {
-    r.owned = empty({floats}, float32);
-    r.scratch = r.owned.data<float>();
-  }
-  if (staged) r.staging = empty({c.count * c.m * c.n}, float32);
+  Ready r{c, ldc, plan, plan->scratch.get_size(), {}, {}};
+  if (r.scratch_bytes > kThreadScratchBytes)
+    r.owned = empty({static_cast<int64_t>((r.scratch_bytes + sizeof(float) - 1) / sizeof(float))},
+                    float32);
+  if (staged) r.staging = empty({c.outer * c.count * c.m * c.n}, float32);
   return r;
+}
+
+// The scratchpad of a product about to run on this thread.
+float* scratch_for(Ready& r) {
+  if (r.owned.defined()) return r.owned.data<float>();
+  if (r.scratch_bytes == 0) return nullptr;
+  thread_local std::vector<float> buffer;
+  const std::size_t floats = (r.scratch_bytes + sizeof(float) - 1) / sizeof(float);
+  if (buffer.size() < floats) buffer.resize(floats);
+  return buffer.data();
 }
 
 void run(Ready& r) {
@@ -166,11 +178,12 @@ void run(Ready& r) {
       {DNNL_ARG_SRC, memory(p.a, eng, const_cast<float*>(r.call.a))},
       {DNNL_ARG_WEIGHTS, memory(p.b, eng, const_cast<float*>(r.call.b))},
       {DNNL_ARG_DST, memory(p.c, eng, out)}};
-  if (r.scratch != nullptr) args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, r.scratch));
+  if (float* scratch = scratch_for(r))
+    args.emplace(DNNL_ARG_SCRATCHPAD, memory(p.scratch, eng, scratch));
   p.prim.execute(stream, args);
   stream.wait();
   if (!r.staging.defined()) return;
-  const int64_t rows = r.call.count * r.call.m, n = r.call.n;
+  const int64_t rows = r.call.outer * r.call.count * r.call.m, n = r.call.n;
   for (int64_t i = 0; i < rows; ++i) std::copy_n(out + i * n, n, r.call.c + i * r.ldc);
 }
 
@@ -183,7 +196,7 @@ constexpr int64_t kMinBlock = 256;
 
 std::vector<SgemmCall> blocks(const SgemmCall& c, int threads) {
   std::vector<SgemmCall> parts;
-  if (c.count != 1 || threads < 2) return parts;
+  if (c.count != 1 || c.outer != 1 || threads < 2) return parts;
   if (c.n >= kMinBlock * threads) {
     const int64_t width = (c.n + threads - 1) / threads, step = (width + 15) / 16 * 16;
     for (int64_t j = 0; j < c.n; j += step) {
@@ -204,6 +217,24 @@ std::vector<SgemmCall> blocks(const SgemmCall& c, int threads) {
     }
   }
   return parts;
+}
+
+// Runs `calls` on `team` threads, each call's primitive on one thread; c's rows are ldc apart
+// (-1: each call's own n). False, before running any, when oneDNN rejects one's layout.
+bool run_each(std::span<const SgemmCall> calls, int64_t ldc, int team, int threads) {
+  std::vector<Ready> ready;
+  {
+    const OmpThreads scope(1, threads);  // each primitive runs on one thread
+    for (const SgemmCall& p : calls) {
+      std::optional<Ready> r = prepare(p, ldc < 0 ? p.n : ldc, 1);
+      if (!r) return false;
+      ready.push_back(std::move(*r));
+    }
+  }
+  const auto count = static_cast<int64_t>(ready.size());
+#pragma omp parallel for num_threads(team) schedule(static, 1)
+  for (int64_t i = 0; i < count; ++i) run(ready[static_cast<std::size_t>(i)]);
+  return true;
 }
 
 }  // namespace
@@ -232,23 +263,21 @@ bool dnnl_sgemm(const SgemmCall& c) {
   const std::vector<SgemmCall> parts = blocks(c, team);
   if (parts.empty()) {
     const OmpThreads scope(team, threads);
-    std::optional<Ready> r = prepare(c, c.n, team, true);
+    std::optional<Ready> r = prepare(c, c.n, team);
     if (r) run(*r);
     return r.has_value();
   }
-  std::vector<Ready> ready;
-  {
-    const OmpThreads scope(1, threads);  // each block's primitive runs on one thread
-    for (const SgemmCall& p : parts) {
-      std::optional<Ready> r = prepare(p, c.n, 1, false);
-      if (!r) return false;
-      ready.push_back(std::move(*r));
-    }
-  }
-  const auto count = static_cast<int64_t>(ready.size());
-#pragma omp parallel for num_threads(team) schedule(static, 1)
-  for (int64_t i = 0; i < count; ++i) run(ready[static_cast<std::size_t>(i)]);
-  return true;
+  return run_each(parts, c.n, team, threads);
+}
+
+bool dnnl_sgemm_each(std::span<const SgemmCall> calls) {
+  const int threads = detail::set_library_threads();
+  double macs = 0;
+  for (const SgemmCall& c : calls)
+    macs += static_cast<double>(c.outer) * static_cast<double>(c.count) * static_cast<double>(c.m) *
+            static_cast<double>(c.n) * static_cast<double>(c.k);
+  const int team = macs < kSerialMacs ? 1 : std::min(threads, static_cast<int>(std::ssize(calls)));
+  return run_each(calls, -1, team, threads);
 }
 
 }  // namespace ops

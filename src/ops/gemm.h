@@ -5,23 +5,28 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 
 #include "kiln/runtime.h"
 
 namespace kiln::ops {
 
-// Where one operand's matrices lie, in elements: element (r, c) of matrix i at
-// data + i * batch + r * row + c * col. batch 0: one matrix shared by the whole batch.
+// Where one operand's matrices lie, in elements: element (r, c) of matrix (o, i) at
+// data + o * outer + i * batch + r * row + c * col. batch (outer) 0: the same matrices for
+// every i (o).
 struct GemmStrides {
   int64_t batch, row, col;
+  int64_t outer = 0;
 };
 
 // The strides of a BLAS operand: rows ld apart, or, transposed, columns ld apart.
-inline GemmStrides blas_strides(bool transposed, int64_t ld, int64_t batch = 0) {
-  return transposed ? GemmStrides{batch, 1, ld} : GemmStrides{batch, ld, 1};
+inline GemmStrides blas_strides(bool transposed, int64_t ld, int64_t batch = 0, int64_t outer = 0) {
+  return transposed ? GemmStrides{batch, 1, ld, outer} : GemmStrides{batch, ld, 1, outer};
 }
 
-// c[i] = a[i] b[i] for i < count: a[i] is m x k, b[i] k x n, c contiguous [count, m, n].
+// c[o, i] = a[o, i] b[o, i] for o < outer, i < count: a[o, i] is m x k, b[o, i] k x n, c
+// contiguous [outer, count, m, n]. Two batch axes take the matrices of a view whose batch does
+// not lie evenly apart, as the heads of a [B, T, 3C] projection: [B, heads].
 struct SgemmCall {
   int64_t count, m, n, k;
   const float* a;
@@ -29,6 +34,7 @@ struct SgemmCall {
   const float* b;
   GemmStrides bs;
   float* c;
+  int64_t outer = 1;
 };
 
 // The backend float32 products use now (set_gemm_backend, else KILN_GEMM, else the rule).
@@ -41,5 +47,10 @@ std::optional<GemmBackend> parse_gemm_env(const char* value);
 // OpenBLAS). Primitives are cached per shape, strides and thread count (the 1,024 most
 // recently used).
 bool dnnl_sgemm(const SgemmCall& call);
+
+// Runs independent products on oneDNN, each on one thread, the calls spread over the threads
+// (a batch whose matrices lie apart in no pattern SgemmCall describes); false, before running
+// any, when oneDNN does not take the layout of one of them.
+bool dnnl_sgemm_each(std::span<const SgemmCall> calls);
 
 }  // namespace kiln::ops

@@ -112,8 +112,8 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
 }
 
 // Where gemm's operand (trans, ld) lies as strides, for oneDNN.
-ops::GemmStrides strides(const GemmOperand& l, int64_t batch) {
-  return ops::blas_strides(l.trans != CblasNoTrans, l.ld, batch);
+ops::GemmStrides strides(const GemmOperand& l, int64_t batch, int64_t outer = 0) {
+  return ops::blas_strides(l.trans != CblasNoTrans, l.ld, batch, outer);
 }
 
 // The step s of offsets 0, s, 2s, ...; std::nullopt when they are not evenly spaced.
@@ -124,21 +124,47 @@ std::optional<int64_t> even_step(const std::vector<int64_t>& offs) {
   return step;
 }
 
+// Offsets as a grid of outer x inner entries: offs[o * inner + i] = o * outer_step + i * step.
+struct GridSteps {
+  int64_t outer_step, step;
+};
+std::optional<GridSteps> grid_steps(const std::vector<int64_t>& offs, int64_t inner) {
+  const auto n = static_cast<int64_t>(offs.size());
+  if (inner <= 1 || inner >= n || n % inner != 0) return std::nullopt;
+  const GridSteps g{offs[static_cast<std::size_t>(inner)], offs[1]};
+  for (int64_t o = 0; o < n / inner; ++o)
+    for (int64_t i = 0; i < inner; ++i)
+      if (offs[static_cast<std::size_t>(o * inner + i)] != o * g.outer_step + i * g.step)
+        return std::nullopt;
+  return g;
+}
+
 // A batch of float32 products on oneDNN: one call when both operands' matrices are evenly
-// spaced and oneDNN takes that layout (it then splits the batch across threads), else one call
-// per product. False when oneDNN does not take the layout of one product.
+// spaced and oneDNN takes that layout (it then splits the batch across threads), else one
+// one-threaded call per product, spread over the threads. False when oneDNN does not take the
+// layout of one product.
 bool dnnl_batch(const GemmOperand& la, const GemmOperand& lb, const std::vector<int64_t>& oa,
-                const std::vector<int64_t>& ob, int64_t m, int64_t n, int64_t k, const float* pa,
-                const float* pb, float* pc) {
+                const std::vector<int64_t>& ob, const Shape& batch_dims, int64_t m, int64_t n,
+                int64_t k, const float* pa, const float* pb, float* pc) {
   const auto batch = static_cast<int64_t>(oa.size());
   const std::optional<int64_t> sa = even_step(oa), sb = even_step(ob);
   if (sa && sb && ops::dnnl_sgemm({batch, m, n, k, pa, strides(la, *sa), pb, strides(lb, *sb), pc}))
     return true;
+  // Two batch axes, each even: the batch dimensions split in two, [B, heads] for instance.
+  int64_t inner = 1;
+  for (int d = batch_dims.rank() - 1; d > 0; --d) {
+    inner *= batch_dims[d];
+    const std::optional<GridSteps> ga = grid_steps(oa, inner), gb = grid_steps(ob, inner);
+    if (ga && gb &&
+        ops::dnnl_sgemm({inner, m, n, k, pa, strides(la, ga->step, ga->outer_step), pb,
+                         strides(lb, gb->step, gb->outer_step), pc, batch / inner}))
+      return true;
+  }
+  std::vector<ops::SgemmCall> calls;
   for (std::size_t i = 0; i < oa.size(); ++i)
-    if (!ops::dnnl_sgemm({1, m, n, k, pa + oa[i], strides(la, 0), pb + ob[i], strides(lb, 0),
-                          pc + static_cast<int64_t>(i) * m * n}))
-      return false;
-  return true;
+    calls.push_back({1, m, n, k, pa + oa[i], strides(la, 0), pb + ob[i], strides(lb, 0),
+                     pc + static_cast<int64_t>(i) * m * n});
+  return ops::dnnl_sgemm_each(calls);
 }
 
 // k = 1 (per-example weight gradients under vmap are batches of these): c[i, j] = a[i] * b[j],
@@ -217,7 +243,9 @@ Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
     if (ops::sgemm_backend() == GemmBackend::onednn &&
         (folds ? ops::dnnl_sgemm(
                      {1, batch * m, n, k, pa, strides(la, 0), pb + ob[0], strides(lb, 0), pc})
-               : dnnl_batch(la, lb, oa, ob, m, n, k, pa, pb, pc)))
+               : dnnl_batch(la, lb, oa, ob,
+                            Shape(std::vector<int64_t>(out_shape.begin(), out_shape.end() - 2)), m,
+                            n, k, pa, pb, pc)))
       return out;
   }
   if (folds) {
