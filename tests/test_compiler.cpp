@@ -3,6 +3,7 @@
 // random programs are in test_compiled_walk.cpp and test_random_programs.cpp.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
+#include <kiln/nn.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -225,6 +226,29 @@ TEST(Compiler, EqualGroupsShareOneKernel) {
   const auto [li, gi] = jit(value_and_grad(f), kInterpreted)(w, xs);
   expect_same(l, li, 1e-6);
   expect_same(g, gi, 1e-6);
+}
+
+// A checkpoint's body is inlined when compiled, and its recomputation in the backward pass
+// stays there: gelu (a checkpoint) between two products, differentiated, stores the product's
+// epilogue and the gelu for the next product (the forward loop) and writes the input's
+// gradient (the backward loop): three tensors of the hidden layer's size, where storing the
+// formula's intermediates for the backward pass took nine.
+TEST(Compiler, ACheckpointsRecomputationIsNotStored) {
+  auto f = [](const Tensor& w1, const Tensor& w2, const Tensor& x) {
+    return sum(matmul(nn::gelu(matmul(x, w1) + 1.0f, /*tanh_approximation=*/true), w2));
+  };
+  const Tensor w1 = normal(1, {32, 256}) * 0.2, w2 = normal(2, {256, 8}) * 0.2,
+               x = normal(3, {64, 32});
+  const auto df = value_and_grad(f);
+  const auto info = jit(df, kCompiled).compiled(w1, w2, x);
+  int64_t written = 0;
+  for (const auto& g : info.groups) written += g.bytes_written;
+  const int64_t hidden = 64 * 256 * 4;
+  EXPECT_LE(written, 3 * hidden + 4096) << info;
+  const auto [l, g] = jit(df, kCompiled)(w1, w2, x);
+  const auto [li, gi] = jit(df, kInterpreted)(w1, w2, x);
+  expect_same(l, li, 1e-5);
+  expect_same(g, gi, 1e-5);
 }
 
 TEST(Compiler, LayoutOpsAreReadInPlace) {

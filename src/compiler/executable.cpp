@@ -638,6 +638,11 @@ void collect_subs(const ir::Function& f, SubFunctions& subs) {
 }  // namespace
 
 std::shared_ptr<const ir::Executable> compile(std::shared_ptr<const ir::Function> f) {
+  // Calls whose rules only transformations read (checkpoint, custom_jvp, custom_vjp) run as
+  // their bodies, fused with what surrounds them. No CSE after it: that would merge a
+  // checkpoint's recomputation in the backward pass with the forward pass's values and keep
+  // them alive in between, which is what the checkpoint avoids.
+  f = std::make_shared<const ir::Function>(ir::inline_calls(*f));
   auto subs = std::make_unique<SubFunctions>();
   collect_subs(*f, *subs);
   const SubFunctions* table = subs.get();

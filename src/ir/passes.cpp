@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <unordered_map>
 
@@ -25,6 +26,34 @@ Function without_equations(const Function& f) {
   out.constants = f.constants;
   out.results = f.results;
   return out;
+}
+
+// Appends `body`'s equations to `out` with fresh value ids, its parameters bound to `inputs`;
+// returns the values of its results. `on_equation` sees each appended equation.
+template <typename OnEquation>
+std::vector<Value> inline_body(const Function& body, std::span<const Value> inputs, Function& out,
+                               int& next_id, OnEquation&& on_equation) {
+  std::unordered_map<int, Value> local;
+  for (std::size_t i = 0; i < body.params.size(); ++i) local[body.params[i].id] = inputs[i];
+  for (const Constant& c : body.constants) {
+    const Value v{next_id++, c.value.type};
+    out.constants.push_back({v, c.tensor});
+    local[c.value.id] = v;
+  }
+  for (const Equation& be : body.equations) {
+    Equation ne = be;
+    for (Value& v : ne.inputs) v = local.at(v.id);
+    for (Value& v : ne.outputs) {
+      const Value fresh{next_id++, v.type};
+      local[v.id] = fresh;
+      v = fresh;
+    }
+    on_equation(ne);
+    out.equations.push_back(std::move(ne));
+  }
+  std::vector<Value> results;
+  for (const Value& r : body.results) results.push_back(local.at(r.id));
+  return results;
 }
 
 }  // namespace
@@ -256,28 +285,13 @@ Function simplify(const Function& f) {
     const Algebra& alg = e.prim->algebra;
     // A cond on a constant predicate is its chosen branch: inline it with fresh value ids.
     if (const Function* branch = constant_branch(e, defs)) {
-      std::unordered_map<int, Value> local;
-      for (std::size_t i = 0; i < branch->params.size(); ++i)
-        local[branch->params[i].id] = e.inputs[i + 1];
-      for (const Constant& c : branch->constants) {
-        const Value v{next_id++, c.value.type};
-        out.constants.push_back({v, c.tensor});
-        defs.add_constant(v, c.tensor);
-        local[c.value.id] = v;
-      }
-      for (const Equation& be : branch->equations) {
-        Equation ne = be;
-        for (Value& v : ne.inputs) v = local.at(v.id);
-        for (Value& v : ne.outputs) {
-          const Value fresh{next_id++, v.type};
-          local[v.id] = fresh;
-          v = fresh;
-        }
-        defs.define(ne);
-        out.equations.push_back(std::move(ne));
-      }
-      for (std::size_t i = 0; i < e.outputs.size(); ++i)
-        rename[e.outputs[i].id] = local.at(branch->results[i].id);
+      const std::size_t constants = out.constants.size();
+      const std::vector<Value> results =
+          inline_body(*branch, std::span(e.inputs).subspan(1), out, next_id,
+                      [&](const Equation& ne) { defs.define(ne); });
+      for (std::size_t c = constants; c < out.constants.size(); ++c)
+        defs.add_constant(out.constants[c].value, out.constants[c].tensor);
+      for (std::size_t i = 0; i < e.outputs.size(); ++i) rename[e.outputs[i].id] = results[i];
       continue;
     }
     if (e.outputs.empty()) {  // nothing to rewrite (a scan that carries and yields nothing)
@@ -386,6 +400,41 @@ Function map_sub_functions(const Function& f,
   }
   return out;
 }
+
+namespace {
+
+// inline_calls on f's own equations (and the calls within the bodies it inlines).
+Function inline_top(const Function& f) {
+  Function out = without_equations(f);
+  int next_id = f.next_id();
+  std::unordered_map<int, Value> rename;
+  auto resolve = [&](const Value& v) {
+    auto it = rename.find(v.id);
+    return it == rename.end() ? v : it->second;
+  };
+  for (const Equation& e0 : f.equations) {
+    Equation e = e0;
+    for (Value& v : e.inputs) v = resolve(v);
+    const std::string_view name = e.prim->name;
+    // What the call computes: the residual form of custom_vjp returns fwd's results.
+    const char* body_attr = name == "custom_vjp" && e.attrs.has("fwd") ? "fwd" : "fn";
+    const bool call = name == "checkpoint" || name == "custom_jvp" || name == "custom_vjp";
+    const auto* body = call ? std::get_if<FunctionRef>(&e.attrs.at(body_attr)) : nullptr;
+    if (!body || !*body) {
+      out.equations.push_back(std::move(e));
+      continue;
+    }
+    const Function inner = inline_top(**body);
+    const std::vector<Value> results = inline_body(inner, e.inputs, out, next_id, [](auto&) {});
+    for (std::size_t i = 0; i < e.outputs.size(); ++i) rename[e.outputs[i].id] = results[i];
+  }
+  for (Value& v : out.results) v = resolve(v);
+  return out;
+}
+
+}  // namespace
+
+Function inline_calls(const Function& f) { return map_sub_functions(inline_top(f), inline_calls); }
 
 Function optimize(const Function& f) {
   // Each pass can expose work for the others; iterate while the program shrinks.

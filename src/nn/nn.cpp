@@ -10,6 +10,7 @@
 
 #include "kiln/error.h"
 #include "kiln/primitive.h"
+#include "kiln/transforms.h"
 #include "nn/checks.h"
 #include "ops/primitives.h"
 
@@ -22,13 +23,19 @@ namespace kiln::nn {
 // relu(NaN) = NaN with derivative 1, as PyTorch.
 Tensor relu(const Tensor& x, Loc loc) { return where(x <= 0.0, scalar_like(x, 0.0), x, loc); }
 
+// Rematerialised (checkpoint): reverse mode keeps only the input and recomputes the formula in
+// the backward pass, where differentiating it as written kept every intermediate (seven
+// tensors of the input's size for the tanh form, each written by the forward pass and read by
+// the backward one). Compiled, both passes then fuse into one loop each.
 Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
   const kiln::detail::CallSite site(loc);
   if (tanh_approximation) {
     const double c = std::sqrt(2.0 / std::numbers::pi);
-    return 0.5 * x * (1.0 + tanh(c * (x + 0.044715 * x * x * x), loc));
+    return checkpoint(
+        [c](const Tensor& v) { return 0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v))); })(x);
   }
-  return 0.5 * x * (1.0 + erf(x * (1.0 / std::numbers::sqrt2), loc));
+  return checkpoint(
+      [](const Tensor& v) { return 0.5 * v * (1.0 + erf(v * (1.0 / std::numbers::sqrt2))); })(x);
 }
 
 Tensor silu(const Tensor& x, Loc loc) { return x * sigmoid(x, loc); }
