@@ -189,7 +189,7 @@ struct Flags {
 };
 
 const char* kUsage = R"(usage: gpt [flags]
-Trains a GPT (GPT-2's architecture) on text, byte by byte, and samples from it.
+Trains a GPT (GPT-2's architecture) on text, byte by byte or on BPE tokens, and samples from it.
   --text FILE...      UTF-8 text files to train on (default: every fortune file in
                       /usr/share/games/fortunes, Debian's fortunes package)
   --tokenizer T       bytes: one token per byte; bpe: a byte-level BPE (GPT-2's scheme) trained
@@ -219,12 +219,13 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte, and samples from it.
   --stop-after N      stop after step N as if interrupted (continue with --resume)
   --sample N          tokens to generate after training (default 300; 0: none)
   --prompt TEXT       what the sample continues (default a newline)
-  --temperature X     sampling temperature; 0 picks the most likely byte (default 0.8)
+  --temperature X     sampling temperature; 0 picks the most likely token (default 0.8)
   --top-k N           sample among the N most likely tokens only (default 0: all)
   --data-parallel     train on every process mpirun started (mpirun -np N gpt --data-parallel):
                       each computes the gradients of its 1/N of every batch and they average
-                      them, so the run follows the one-process run up to round-off; process 0
-                      prints and writes the files. A checkpoint resumes under any process count.
+                      them, so the run follows the one-process run up to round-off (with
+                      dropout, each process draws its own masks); process 0 prints and writes
+                      the files. A checkpoint resumes under any process count.
   --help              this text
 )";
 
@@ -268,7 +269,14 @@ Flags parse_flags(int argc, char** argv) {
   }
   if (f.resume) {
     if (!f.given.count("--out")) f.out = *f.resume;
-    f.restore(io::load_tensors(*f.resume + "/checkpoint.safetensors").metadata);
+    const std::string path = *f.resume + "/checkpoint.safetensors";
+    const std::map<std::string, std::string> saved = io::load_tensors(path).metadata;
+    // The model's vocabulary is the tokenizer's: a resumed run keeps the checkpoint's.
+    for (const std::string key : {"tokenizer", "vocab"})
+      if (f.given.count("--" + key) && saved.count(key) && f.get("--" + key) != saved.at(key))
+        usage_error("--" + key + " " + f.get("--" + key) + " differs from " + path + "'s " +
+                    saved.at(key) + ": a resumed run keeps its tokenizer");
+    f.restore(saved);
   }
   auto positive = [](const char* name, int64_t v) {
     if (v < 1) usage_error(std::string(name) + " must be positive, got " + std::to_string(v));
@@ -279,7 +287,7 @@ Flags parse_flags(int argc, char** argv) {
       positive("--eval-every", f.eval_every);
   positive("--eval-batches", f.eval_batches);
   if (f.block_size < 2)
-    usage_error("--block-size must be at least 2 (a byte and the next), got " +
+    usage_error("--block-size must be at least 2 (a token and the next), got " +
                 std::to_string(f.block_size));
   if (f.d_model % f.heads != 0)
     usage_error("--d-model must be a multiple of --heads, got " + std::to_string(f.d_model) +

@@ -46,7 +46,7 @@ expect_error 1 "cannot open '$dir/nowhere/checkpoint.safetensors'" --resume "$di
 "$gpt" "${small[@]}" --text "$dir/short.txt" --out "$dir/run" > "$dir/log" 2>&1 ||
   { cat "$dir/log"; exit 1; }
 expect_error 1 "$dir/run/checkpoint.safetensors" --resume "$dir/run" --layers 2
-# A byte-level run's checkpoint has no merges to resume a BPE run with.
-expect_error 1 "$dir/run/checkpoint.safetensors holds no BPE merges" --resume "$dir/run" \
-  --tokenizer bpe --vocab 300
+# A resumed run keeps its tokenizer: a byte-level run does not continue as a BPE one.
+expect_error 2 "--tokenizer bpe differs from $dir/run/checkpoint.safetensors's bytes" \
+  --resume "$dir/run" --tokenizer bpe
 echo "errors: each bad input named its file or value"

@@ -222,11 +222,12 @@ inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sa
 }
 
 // Mean cross-entropy of the next-token predictions: targets [B, T] are the tokens shifted by one.
-// Taken in float32 whatever the model computes in (a bfloat16 log-softmax loses the loss's
-// small differences).
+// Taken in float32 at least, whatever the model computes in (a bfloat16 log-softmax loses the
+// loss's small differences).
 inline Tensor loss(const Model& m, const Tensor& tokens, const Tensor& targets,
                    const std::optional<Dropout>& drop = std::nullopt) {
-  const Tensor z = astype(logits(m, tokens, drop), float32);
+  Tensor z = logits(m, tokens, drop);
+  if (z.dtype() == bfloat16 || z.dtype() == float16) z = astype(z, float32);
   const int64_t V = z.shape()[2];
   return nn::cross_entropy(reshape(z, {-1, V}), reshape(targets, {-1}));
 }

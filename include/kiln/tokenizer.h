@@ -1,5 +1,5 @@
 // Byte-level BPE tokenization (GPT-2's scheme): trained on a corpus in parallel and
-// deterministically, encoded and decoded in parallel, saved as a short text. See docs/DATA.md,
+// deterministically, encoded in parallel, saved as a short text. See docs/DATA.md,
 // "Tokenizer".
 #pragma once
 

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""A GPT trained on text, byte by byte: examples/gpt.cpp's job in Python, with the same model
-(GPT-2's architecture), the same flags and defaults, the same training windows for a seed, and
-the same checkpoint format (a run saved by one resumes in the other).
+"""A GPT trained on text (its bytes, or a BPE tokenizer's tokens): examples/gpt.cpp's job in
+Python, with the same model (GPT-2's architecture), the same flags and defaults, the same
+training windows for a seed, and the same checkpoint format (a run saved by one resumes in the
+other).
 
     PYTHONPATH=python python3 python/examples/gpt.py [--steps 3000] [--text FILE ...] ...
 
@@ -132,8 +133,10 @@ def logits(m, tokens, dropout=0.0, key=None):
 
 
 def loss(m, tokens, targets, dropout=0.0, key=None):
-    """Mean next-token cross-entropy, taken in float32 whatever the model computes in."""
-    z = kl.astype(logits(m, tokens, dropout, key), kl.float32)
+    """Mean next-token cross-entropy, taken in float32 at least, whatever the model computes in."""
+    z = logits(m, tokens, dropout, key)
+    if z.dtype in (kl.bfloat16, kl.float16):
+        z = kl.astype(z, kl.float32)
     return kl.nn.cross_entropy(kl.reshape(z, (-1, z.shape[2])), kl.reshape(targets, (-1,)))
 
 
@@ -246,7 +249,14 @@ def parse_args(argv):
     args = p.parse_args(argv)
     given = {a.split("=")[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
     if args.resume:
-        meta = kl.io.load_metadata(os.path.join(args.resume, "checkpoint.safetensors"))
+        path = os.path.join(args.resume, "checkpoint.safetensors")
+        meta = kl.io.load_metadata(path)
+        for name in ["tokenizer", "vocab"]:  # the vocabulary is the checkpoint's tokenizer's
+            if name in given and name in meta and str(getattr(args, name)) != meta[name]:
+                p.error(
+                    f"--{name} {getattr(args, name)} differs from {path}'s {meta[name]}: a "
+                    "resumed run keeps its tokenizer"
+                )
         for name in SAVED:
             key = name.replace("_", "-")
             if name not in given and key in meta:
@@ -261,7 +271,7 @@ def parse_args(argv):
     if args.eval_batches < 1:
         p.error(f"--eval-batches must be positive, got {args.eval_batches}")
     if args.block_size < 2:
-        p.error(f"--block-size must be at least 2 (a byte and the next), got {args.block_size}")
+        p.error(f"--block-size must be at least 2 (a token and the next), got {args.block_size}")
     if args.d_model % args.heads:
         p.error(f"--d-model must be a multiple of --heads, got {args.d_model} and {args.heads}")
     if not args.lr > 0 or not args.clip > 0 or args.weight_decay < 0 or args.warmup < 0:
@@ -500,14 +510,15 @@ def main(argv=None):
         sys.exit(f"gpt: {e}")
     n_val = len(data) // 10
     tokenizer = make_tokenizer(args, data[: len(data) - n_val], leader)
-    train, val = tokenizer.encode(data[: len(data) - n_val]), tokenizer.encode(data[-n_val:])
+    train_text, val_text = data[: len(data) - n_val], data[len(data) - n_val :]
+    train, val = tokenizer.encode(train_text), tokenizer.encode(val_text)
     for name, split in (("training", train), ("validation", val)):
         if len(split) <= args.block_size + 1:
             sys.exit(
                 f"gpt: --block-size {args.block_size} is larger than the {name} text "
                 f"({len(split)} tokens of {len(files)} file(s), first {files[0]})"
             )
-    bytes_per_token = n_val / len(val)  # turns losses per token into bits per byte
+    bytes_per_token = len(val_text) / len(val)  # turns losses per token into bits per byte
 
     schedule = kl.optim.warmup_cosine_decay(
         0.0, args.lr, args.warmup, max(args.steps, args.warmup + 1), args.lr / 10
@@ -619,7 +630,10 @@ def main(argv=None):
         sys.stdout.buffer.flush()
         print("\n----")
     if rows:
-        print(f"done after {rows[-1][0]} of {args.steps} steps: validation loss {rows[-1][2]:.4f}")
+        print(
+            f"done after {rows[-1][0]} of {args.steps} steps: validation loss {rows[-1][2]:.4f} "
+            f"({rows[-1][2] / bytes_per_token / math.log(2):.3f} bits per byte)"
+        )
     return rows
 
 

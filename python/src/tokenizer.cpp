@@ -15,9 +15,11 @@ namespace {
 // The bytes of a bytes, bytearray or str (UTF-8) argument.
 std::string text_of(py::handle value, const char* who) {
   if (py::isinstance<py::str>(value)) return value.cast<std::string>();
-  if (py::isinstance<py::bytes>(value) || py::isinstance<py::bytearray>(value))
-    return std::string(py::bytes(py::reinterpret_borrow<py::object>(value)));
-  fail(who, "text must be bytes or str: got ",
+  if (py::isinstance<py::bytes>(value)) return value.cast<std::string>();
+  if (py::isinstance<py::bytearray>(value))
+    return std::string(PyByteArray_AsString(value.ptr()),
+                       static_cast<std::size_t>(PyByteArray_Size(value.ptr())));
+  fail(who, "text must be bytes, bytearray or str: got ",
        py::str(value.get_type().attr("__name__")).cast<std::string>());
 }
 
@@ -78,10 +80,16 @@ void bind_tokenizer(py::module_& data) {
       "The token ids of text (bytes or str as UTF-8), an int32 array.");
   t.def(
       "decode",
-      [](const BpeTokenizer& self,
-         const py::array_t<int64_t, py::array::forcecast | py::array::c_style>& ids) {
+      [](const BpeTokenizer& self, py::handle ids) {
+        // Integers only: forcecast would turn 97.9 into 97.
+        const py::array given = py::array::ensure(ids);
+        const char kind = given ? given.dtype().kind() : '?';
+        if (!given || (given.size() > 0 && kind != 'i' && kind != 'u'))
+          fail("data.BpeTokenizer", "decode: ids must be integers: got ",
+               given ? std::string(py::str(given.dtype())) : std::string("a non-array"));
+        const auto flat = py::array_t<int64_t, py::array::forcecast | py::array::c_style>(given);
         return py::bytes(self.decode(
-            std::span<const int64_t>(ids.data(), static_cast<std::size_t>(ids.size()))));
+            std::span<const int64_t>(flat.data(), static_cast<std::size_t>(flat.size()))));
       },
       py::arg("ids"), "The bytes of a sequence of token ids.");
   t.def("to_string", &BpeTokenizer::to_string, "The saved form: a header, one merge per line.");

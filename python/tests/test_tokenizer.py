@@ -125,5 +125,9 @@ def test_saved_form_and_errors():
         kl.data.BpeTokenizer.train(b"abc", 100)
     with pytest.raises(kl.Error, match="line 3: bad token id"):
         kl.data.BpeTokenizer.parse("kiln-bpe 1\nmerges 1\n97 999\n")
-    with pytest.raises(kl.Error, match="text must be bytes or str: got int"):
+    with pytest.raises(kl.Error, match="text must be bytes, bytearray or str: got int"):
         t.encode(5)
+    assert t.encode(bytearray(b"the ok")).tolist() == t.encode(b"the ok").tolist()
+    with pytest.raises(kl.Error, match="decode: ids must be integers: got float64"):
+        t.decode(np.array([97.9]))
+    assert t.decode([]) == b""

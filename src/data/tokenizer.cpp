@@ -66,9 +66,9 @@ void for_each_chunk(std::string_view t, Fn&& fn) {
   }
 }
 
-// Up to `parts` ranges covering `t`, cut at newlines that follow a non-space: always a chunk
-// boundary (the chunk before is a run that a space ends, the one after starts with the
-// newline), so the ranges' chunks are the text's.
+// Up to `parts` ranges covering `t`, cut where whitespace follows a non-space: always a chunk
+// boundary (the chunk before, a run or a contraction, ends at the whitespace; the one after
+// starts there and looks only forward), so the ranges' chunks are the text's.
 std::vector<std::string_view> ranges(std::string_view t, int parts) {
   parts = static_cast<int>(
       std::clamp<std::size_t>(t.size() / kMinBytesPerThread, 1, static_cast<std::size_t>(parts)));
@@ -77,7 +77,8 @@ std::vector<std::string_view> ranges(std::string_view t, int parts) {
   for (int p = 1; p < parts; ++p) {
     std::size_t cut = std::max(
         start + 1, t.size() / static_cast<std::size_t>(parts) * static_cast<std::size_t>(p));
-    while (cut < t.size() && !(t[cut] == '\n' && !is_space(static_cast<unsigned char>(t[cut - 1]))))
+    while (cut < t.size() && !(is_space(static_cast<unsigned char>(t[cut])) &&
+                               !is_space(static_cast<unsigned char>(t[cut - 1]))))
       ++cut;
     if (cut >= t.size()) break;
     out.push_back(t.substr(start, cut - start));
