@@ -163,7 +163,13 @@ Tensor dynamic_update_slice(const Tensor& x, const Tensor& update,
     const Tensor in =
         reshape(logical_and(rel >= int64_t{0}, rel < m, loc), along(x.rank(), a, n), loc);
     inside = inside ? logical_and(*inside, in, loc) : in;
-    placed = take(placed, clamp_index(rel, m - 1), a, loc);
+    if (m == 1) {  // one position (a token's keys in a cache): a broadcast, read in place
+      std::vector<int64_t> shape(placed.shape().begin(), placed.shape().end());
+      shape[u] = n;
+      placed = broadcast_to(placed, Shape(shape), loc);
+    } else {
+      placed = take(placed, clamp_index(rel, m - 1), a, loc);
+    }
   }
   return inside ? where(*inside, placed, x, loc) : placed;
 }
