@@ -75,17 +75,21 @@ Tensor unslice(const Tensor& ct, const Shape& x, const Axes& start, const Axes& 
       dims.erase(dims.begin() + i + 1);
       g = reshape(g, Shape(dims));
     }
-    const int64_t extent = g.shape()[i];
-    std::vector<std::pair<int64_t, int64_t>> w(static_cast<std::size_t>(g.rank()), {0, 0});
-    w[u] = {start[u], std::max<int64_t>(0, x[i] - start[u] - extent)};
-    g = pad(g, w);
-    if (g.shape()[i] > x[i]) {
-      std::vector<Slice> sl(u + 1);
-      sl[u] = Slice{0, x[i], 1};
-      g = slice(g, sl);
-    }
   }
-  return g;
+  // One pad for every axis's room before and after (none when the slice was the whole
+  // tensor), then one slice off what a step's zeros added past the end.
+  std::vector<std::pair<int64_t, int64_t>> w;
+  std::vector<Slice> trim;
+  bool pads = false, trims = false;
+  for (int i = 0; i < x.rank(); ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    w.emplace_back(start[u], std::max<int64_t>(0, x[i] - start[u] - g.shape()[i]));
+    pads = pads || w.back().first != 0 || w.back().second != 0;
+    trim.push_back(Slice{0, x[i], 1});
+    trims = trims || g.shape()[i] + w.back().first + w.back().second > x[i];
+  }
+  if (pads) g = pad(g, w);
+  return trims ? slice(g, trim) : g;
 }
 
 Tensor batch_first(const Tensor& t, std::optional<int> dim, int64_t size) {
