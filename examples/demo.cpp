@@ -20,9 +20,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "support/mpirun.h"
 #include "support/report.h"
 
 using namespace kiln;
+using mpirun::leader;
 namespace fs = std::filesystem;
 
 // ---- the model: an optional convolutional part, then fully connected layers ----------------
@@ -153,9 +155,6 @@ Trains a classifier on Fashion-MNIST and evaluates it on the test set after ever
   --help            this text
 )";
 
-// Under mpirun every process runs this program; process 0 speaks for all of them.
-bool leader() { return distributed::process_index() == 0; }
-
 [[noreturn]] void usage_error(const std::string& why) {
   if (leader()) std::fprintf(stderr, "demo: %s (try --help)\n", why.c_str());
   std::exit(2);
@@ -193,13 +192,8 @@ Flags parse_flags(int argc, char** argv) {
     usage_error("--dtype must be f32, bf16 or f16, got " + f.dtype);
   if (f.epochs < 1 || f.batch_size < 1 || !(f.lr > 0) || f.limit < 0)
     usage_error("--epochs, --batch-size and --lr must be positive, --limit not negative");
-  const int processes = distributed::process_count();
-  if (processes > 1 && !f.data_parallel)
-    usage_error("started as " + std::to_string(processes) +
-                " processes: add --data-parallel to train on all of them");
-  if (f.batch_size % processes != 0)
-    usage_error("--batch-size (images per step over all processes) must be divisible by the " +
-                std::to_string(processes) + " processes, got " + std::to_string(f.batch_size));
+  if (const auto problem = mpirun::count_problem(f.data_parallel, f.batch_size, "images"))
+    usage_error(*problem);
   return f;
 }
 

@@ -34,9 +34,11 @@
 #include <vector>
 
 #include "support/gpt_model.h"
+#include "support/mpirun.h"
 #include "support/report.h"
 
 using namespace kiln;
+using mpirun::leader;
 namespace fs = std::filesystem;
 
 // What a checkpoint holds: "model.transformer.h.0.attn.c_attn.weight", "optimizer.slots.mu...".
@@ -229,9 +231,6 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte or on BPE tokens, and 
   --help              this text
 )";
 
-// Under mpirun every process runs this program; process 0 speaks for all of them.
-bool leader() { return distributed::process_index() == 0; }
-
 [[noreturn]] void usage_error(const std::string& why) {
   if (leader()) std::fprintf(stderr, "gpt: %s (try --help)\n", why.c_str());
   std::exit(2);
@@ -312,13 +311,8 @@ Flags parse_flags(int argc, char** argv) {
         std::to_string(f.vocab));
   if (f.dtype != "f32" && f.dtype != "bf16")
     usage_error("--dtype must be f32 or bf16, got " + f.dtype);
-  const int processes = distributed::process_count();
-  if (processes > 1 && !f.data_parallel)
-    usage_error("started as " + std::to_string(processes) +
-                " processes: add --data-parallel to train on all of them");
-  if (f.batch_size % processes != 0)
-    usage_error("--batch-size (sequences per step over all processes) must be divisible by the " +
-                std::to_string(processes) + " processes, got " + std::to_string(f.batch_size));
+  if (const auto problem = mpirun::count_problem(f.data_parallel, f.batch_size, "sequences"))
+    usage_error(*problem);
   return f;
 }
 
