@@ -232,7 +232,7 @@ TEST(Compiler, EqualGroupsShareOneKernel) {
 // stays there: gelu (a checkpoint) between two products, differentiated, stores the product's
 // epilogue and the gelu for the next product (the forward loop) and writes the input's
 // gradient (the backward loop): three tensors of the hidden layer's size, where storing the
-// formula's intermediates for the backward pass took nine.
+// formula's intermediates for the backward pass took eight.
 TEST(Compiler, ACheckpointsRecomputationIsNotStored) {
   auto f = [](const Tensor& w1, const Tensor& w2, const Tensor& x) {
     return sum(matmul(nn::gelu(matmul(x, w1) + 1.0f, /*tanh_approximation=*/true), w2));

@@ -619,15 +619,14 @@ Partition partition(const ir::Function& f) {
   while (first_pending < n_eq) {
     bool progressed = false;
     std::optional<std::size_t> first_ready;
-    // The open group takes equations from before the first pending opaque one only. Later ones
-    // belong to a later phase of the program: pulled forward, their results would be stored
-    // until then and read back, which is what a checkpoint's recomputation in the backward
-    // pass exists to avoid (gelu's would add six tensors to its forward loop's outputs).
+    // The open group takes equations from before the first pending product (a primitive bound
+    // by arithmetic: matmul, the convolutions) only. Later ones belong to a later phase of the
+    // program: pulled forward, their results would be stored until then and read back, which
+    // is what a checkpoint's recomputation in the backward pass exists to avoid (gelu's would
+    // add five tensors to its forward loop's two outputs).
     std::size_t barrier = n_eq;
     for (std::size_t i = first_pending; i < n_eq && barrier == n_eq; ++i)
-      if (!done[i] && (f.equations[i].prim->name == "matmul" ||
-                       f.equations[i].prim->name.rfind("conv", 0) == 0))
-        barrier = i;
+      if (!done[i] && f.equations[i].prim->flops) barrier = i;
     for (std::size_t i = first_pending; i < n_eq; ++i) {
       if (done[i]) continue;
       const ir::Equation& e = f.equations[i];
@@ -650,7 +649,7 @@ Partition partition(const ir::Function& f) {
           break;
         }
       }
-      if (open && (open->empty() || i < barrier) && (fusible(e) || is_layout(e.prim)) &&
+      if (open && i < barrier && (fusible(e) || is_layout(e.prim)) &&
           open->try_add(static_cast<int>(i))) {
         done[i] = true;
         progressed = true;

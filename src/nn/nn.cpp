@@ -23,19 +23,22 @@ namespace kiln::nn {
 // relu(NaN) = NaN with derivative 1, as PyTorch.
 Tensor relu(const Tensor& x, Loc loc) { return where(x <= 0.0, scalar_like(x, 0.0), x, loc); }
 
-// Rematerialised (checkpoint): reverse mode keeps only the input and recomputes the formula in
-// the backward pass, where differentiating it as written kept every intermediate (seven
-// tensors of the input's size for the tanh form, each written by the forward pass and read by
-// the backward one). Compiled, both passes then fuse into one loop each.
+// Traced (under grad, jit, vmap, ...), a checkpoint: reverse mode keeps only the input and
+// recomputes the formula in the backward pass, where differentiating it as written kept its
+// intermediates (the tanh form's forward loop wrote seven tensors of the input's size, each
+// read back by the backward one). Compiled, both passes then fuse into one loop each. On
+// concrete tensors, the formula (nothing to differentiate, and no function to stage).
 Tensor gelu(const Tensor& x, bool tanh_approximation, Loc loc) {
   const kiln::detail::CallSite site(loc);
-  if (tanh_approximation) {
-    const double c = std::sqrt(2.0 / std::numbers::pi);
-    return checkpoint(
-        [c](const Tensor& v) { return 0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v))); })(x);
-  }
-  return checkpoint(
-      [](const Tensor& v) { return 0.5 * v * (1.0 + erf(v * (1.0 / std::numbers::sqrt2))); })(x);
+  const double c = std::sqrt(2.0 / std::numbers::pi);
+  const auto tanh_form = [c, loc](const Tensor& v) {
+    return 0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v), loc));
+  };
+  const auto erf_form = [loc](const Tensor& v) {
+    return 0.5 * v * (1.0 + erf(v * (1.0 / std::numbers::sqrt2), loc));
+  };
+  if (!x.is_traced()) return tanh_approximation ? tanh_form(x) : erf_form(x);
+  return tanh_approximation ? checkpoint(tanh_form)(x) : checkpoint(erf_form)(x);
 }
 
 Tensor silu(const Tensor& x, Loc loc) { return x * sigmoid(x, loc); }

@@ -276,6 +276,12 @@ bool dnnl_sgemm_each(std::span<const SgemmCall> calls) {
   for (const SgemmCall& c : calls)
     macs += static_cast<double>(c.outer) * static_cast<double>(c.count) * static_cast<double>(c.m) *
             static_cast<double>(c.n) * static_cast<double>(c.k);
+  // Fewer products than threads, each worth splitting: one after another on every thread.
+  if (std::ssize(calls) < threads && macs >= kSerialMacs * static_cast<double>(calls.size())) {
+    for (const SgemmCall& c : calls)
+      if (!dnnl_sgemm(c)) return false;
+    return true;
+  }
   const int team = macs < kSerialMacs ? 1 : std::min(threads, static_cast<int>(std::ssize(calls)));
   return run_each(calls, -1, team, threads);
 }

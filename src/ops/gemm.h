@@ -48,9 +48,10 @@ std::optional<GemmBackend> parse_gemm_env(const char* value);
 // recently used).
 bool dnnl_sgemm(const SgemmCall& call);
 
-// Runs independent products on oneDNN, each on one thread, the calls spread over the threads
-// (a batch whose matrices lie apart in no pattern SgemmCall describes); false, before running
-// any, when oneDNN does not take the layout of one of them.
+// Runs independent products on oneDNN (a batch whose matrices lie apart in no pattern SgemmCall
+// describes): each on one thread, the calls spread over the threads, or, when there are fewer
+// large ones than threads, one after another on all of them. False when oneDNN does not take
+// the layout of one of them (the caller then runs them all another way).
 bool dnnl_sgemm_each(std::span<const SgemmCall> calls);
 
 }  // namespace kiln::ops
