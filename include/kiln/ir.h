@@ -106,9 +106,9 @@ Function simplify(const Function& f);
 // (src/ir/merge_scans.cpp): reverse mode's forward scan and the primal scan it recomputes.
 Function merge_scans(const Function& f);
 Function optimize(const Function& f);
-// checkpoint, custom_jvp and custom_vjp equations replaced by the equations of the function
-// they compute: their rules matter only to transformations, which have run when a function is
-// compiled, and inlined bodies fuse with what surrounds them.
+// Equations that compute a sub-function of theirs (Algebra::computes: checkpoint, custom_jvp,
+// custom_vjp) replaced by its equations: their rules matter only to transformations, which
+// have run when a function is compiled, and inlined bodies fuse with what surrounds them.
 Function inline_calls(const Function& f);
 // f with `pass` applied to each sub-function its equations hold (bodies of control flow,
 // call, checkpoint and custom rules), each distinct body once.

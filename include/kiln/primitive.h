@@ -164,6 +164,11 @@ struct Algebra {
   // Arithmetic without transcendental functions (add, mul, select, ...): recomputed instead
   // of stored when at most one of its inputs varies per step.
   bool cheap_arithmetic = false;
+  // The outputs are the sub-function in the first of these attributes that the equation has,
+  // applied to its inputs; its other sub-functions are rules that only transformations read
+  // (checkpoint and custom_jvp: "fn"; custom_vjp: "fwd" in its residual form, else "fn").
+  // Compiled code runs that body inline (ir::inline_calls).
+  std::vector<std::string_view> computes;
 };
 
 struct Primitive {

@@ -415,11 +415,10 @@ Function inline_top(const Function& f) {
   for (const Equation& e0 : f.equations) {
     Equation e = e0;
     for (Value& v : e.inputs) v = resolve(v);
-    const std::string_view name = e.prim->name;
-    // What the call computes: the residual form of custom_vjp returns fwd's results.
-    const char* body_attr = name == "custom_vjp" && e.attrs.has("fwd") ? "fwd" : "fn";
-    const bool call = name == "checkpoint" || name == "custom_jvp" || name == "custom_vjp";
-    const auto* body = call ? std::get_if<FunctionRef>(&e.attrs.at(body_attr)) : nullptr;
+    // The sub-function the equation computes, when it declares one (Algebra::computes).
+    const FunctionRef* body = nullptr;
+    for (const std::string_view attr : e.prim->algebra.computes)
+      if (!body && e.attrs.has(attr)) body = std::get_if<FunctionRef>(&e.attrs.at(attr));
     if (!body || !*body) {
       out.equations.push_back(std::move(e));
       continue;

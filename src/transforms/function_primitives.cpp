@@ -134,7 +134,8 @@ const Primitive& prim::checkpoint() {
                        const Attrs& a) { return apply_fn_types("checkpoint", in, a); },
        .jvp = jvp_through_fn,
        .vjp = vjp_recompute,
-       .batch = batch_sub_function},
+       .batch = batch_sub_function,
+       .algebra = {.computes = {"fn"}}},
       apply_fn_kernels());
   return p;
 }
@@ -164,7 +165,8 @@ const Primitive& prim::custom_jvp() {
          return ops::Ts(all.begin() + static_cast<std::ptrdiff_t>(r.inputs.size()), all.end());
        },
        // One application per example keeps the user's rule attached to each.
-       .batch = ops::batch_by_loop},
+       .batch = ops::batch_by_loop,
+       .algebra = {.computes = {"fn"}}},
       apply_fn_kernels());
   return p;
 }
@@ -250,7 +252,8 @@ const Primitive& prim::custom_vjp() {
               "a custom_jvp rule for jvp, jacfwd or hessian)");
        },
        .vjp = custom_vjp_pullback,
-       .batch = ops::batch_by_loop},
+       .batch = ops::batch_by_loop,
+       .algebra = {.computes = {"fwd", "fn"}}},
       any_inputs([](ops::Ins in, const Attrs& a) {  // the residual form's results come from fwd
         return ir::evaluate(*a.get<FunctionRef>(a.has("fwd") ? "fwd" : "fn"), in);
       }));
