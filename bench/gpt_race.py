@@ -4,7 +4,7 @@ side by side in one command: wall time of each whole process (start-up, data, co
 training, evaluation) and the validation loss at its last step.
 
     /usr/bin/python3 bench/gpt_race.py [--build build] [--threads 2] [--repeats 1] [--steps 3000]
-                                       [--torch-init]
+                                       [--seed 0] [--torch-init]
 
 Runs, --repeats times in alternating order, BUILD/examples/gpt --sample 0 (its defaults: the
 fortunes corpus byte by byte, 4 layers, d_model 128, block 128, batch 16) and
@@ -55,6 +55,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--seed", type=int, default=0, help="both jobs' --seed")
     ap.add_argument("--py", default="/usr/bin/python3")
     ap.add_argument("--torch-init", action="store_true", help="PyTorch draws its own weights")
     a = ap.parse_args()
@@ -63,7 +64,7 @@ def main():
         sys.exit(f"no {gpt}: build it first (cmake --build {a.build} --target gpt)")
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), KILN_NUM_THREADS=str(a.threads))
     out = tempfile.mkdtemp(prefix="kiln_gpt_race_")
-    steps = ["--steps", str(a.steps)]
+    steps = ["--steps", str(a.steps), "--seed", str(a.seed)]
     sides = {
         # stdbuf: stdout is a pipe here, and the evaluation lines must arrive as printed.
         "kiln": ["stdbuf", "-oL", gpt, "--sample", "0", "--out", out] + steps,
