@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """`make demo-gpt`'s job in PyTorch 1.13: the peer of bench/gpt_race.py.
 
-    /usr/bin/python3 bench/gpt_job_torch.py [--threads 2] [--steps 3000] [--layers 4] ...
+    /usr/bin/python3 bench/gpt_job_torch.py [--threads 2] [--kiln-init] [the job's flags ...]
 
 The same recipe as examples/gpt.cpp's defaults: the fortunes corpus byte by byte, its last
 tenth held out, the same training windows for a seed (python/examples/gpt.py's data helpers,
@@ -62,32 +62,24 @@ def init_gpt2(net, layers):
 
 
 def main():
+    # Its own flags; the job's (--steps, --layers, --text, ...) as python/examples/gpt.py parses
+    # them, with the same defaults and checks.
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--layers", type=int, default=4)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--d-model", type=int, default=128)
-    ap.add_argument("--block-size", type=int, default=128)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--lr", type=float, default=2e-3)
-    ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--weight-decay", type=float, default=0.1)
-    ap.add_argument("--clip", type=float, default=1.0)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--eval-every", type=int, default=500)
-    ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--kiln-init", action="store_true", help="start from Kiln's initial weights")
-    a = ap.parse_args()
-    torch.set_num_threads(a.threads)
-    torch.manual_seed(a.seed)
+    own, rest = ap.parse_known_args()
     job = load_job_helpers()
-    data = np.frombuffer(job.read_corpus(job.default_corpus()), np.uint8)
+    a = job.parse_args(rest)
+    if a.tokenizer != "bytes" or a.dtype != "f32" or a.dropout or a.accum != 1:
+        sys.exit("gpt_job_torch: the peer runs bytes, f32, no dropout and no accumulation only")
+    torch.set_num_threads(own.threads)
+    torch.manual_seed(a.seed)
+    data = np.frombuffer(job.read_corpus(a.text or job.default_corpus()), np.uint8)
     n_val = len(data) // 10
     train, val = data[: len(data) - n_val], data[len(data) - n_val :]
     b, t = a.batch_size, a.block_size
     net = gpt_torch.Gpt(a.layers, a.heads, a.d_model, t)
-    if a.kiln_init:
+    if own.kiln_init:
         kl = job.kl
         model = job.init(a.layers, a.heads, a.d_model, t, kl.random.key(a.seed))
         net.load_state_dict(kl.nn.state_dict(model), strict=False)  # lm_head is wte's
