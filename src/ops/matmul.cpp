@@ -161,9 +161,9 @@ std::optional<GridSteps> grid_steps(const std::vector<int64_t>& offs, int64_t in
 }
 
 // A batch of float32 products on oneDNN: one call when both operands' matrices are evenly
-// spaced and oneDNN takes that layout (it then splits the batch across threads), else one
-// one-threaded call per product, spread over the threads. False when oneDNN does not take the
-// layout of one product.
+// spaced, or lie on a grid of two even batch axes, and oneDNN takes that layout (it then splits
+// the batch across threads); else one call per product (ops::dnnl_sgemm_each). False when
+// oneDNN does not take the layout of one product.
 bool dnnl_batch(const GemmOperand& la, const GemmOperand& lb, const std::vector<int64_t>& oa,
                 const std::vector<int64_t>& ob, const Shape& batch_dims, int64_t m, int64_t n,
                 int64_t k, const float* pa, const float* pb, float* pc) {
