@@ -27,3 +27,4 @@
 #include "kiln/tensor.h"
 #include "kiln/transforms.h"
 #include "kiln/tree.h"
+#include "kiln/zero.h"

@@ -147,12 +147,17 @@ struct FlatUpdate {
 };
 
 FlatState init_leaves(const Algorithm& algorithm, const FlatTree& params);
+// How clipping completes the gradients' sum of squares: unset when the leaves are the whole
+// gradient; a psum over the processes when each holds a shard of it (kiln/zero.h).
+using SumAcross = std::function<Tensor(const Tensor&)>;
 // Checks the gradients and the state against the parameters (structure, each leaf's shape and
 // dtype), clips, applies the algorithm to the leaves that have a gradient and counts the step.
 FlatUpdate update_leaves(const Algorithm& algorithm, const FlatTree& params, const FlatTree& grads,
-                         const Tensor& step, const std::map<std::string, FlatTree>& slots);
+                         const Tensor& step, const std::map<std::string, FlatTree>& slots,
+                         const SumAcross& across = {});
 Tensor global_norm_leaves(std::span<const Tensor> leaves);
-std::vector<Tensor> clip_leaves(std::span<const Tensor> leaves, double max_norm);
+std::vector<Tensor> clip_leaves(std::span<const Tensor> leaves, double max_norm,
+                                const SumAcross& across = {});
 
 }  // namespace detail
 

@@ -35,6 +35,7 @@ inline constexpr NotBatched none{};
 namespace detail {
 inline std::optional<int> axis_of(int a) { return a; }
 inline std::optional<int> axis_of(NotBatched) { return std::nullopt; }
+inline std::optional<int> axis_of(std::optional<int> a) { return a; }  // chosen at run time
 }  // namespace detail
 // One axis per tensor leaf of an argument, in flatten order (a KILN_TREE struct: its field
 // order): in_axes(leaf_axes(none, 0), 0) maps a Params{w, b} with w shared and b batched.
@@ -58,6 +59,7 @@ struct OutAxes {
 namespace detail {
 inline ArgAxes arg_axes(int a) { return std::optional<int>(a); }
 inline ArgAxes arg_axes(NotBatched) { return std::optional<int>(); }
+inline ArgAxes arg_axes(std::optional<int> a) { return a; }
 inline ArgAxes arg_axes(LeafAxes l) { return l; }
 }  // namespace detail
 template <class... A>

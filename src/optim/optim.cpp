@@ -211,7 +211,8 @@ FlatState init_leaves(const Algorithm& algorithm, const FlatTree& params) {
 }
 
 FlatUpdate update_leaves(const Algorithm& algorithm, const FlatTree& params, const FlatTree& grads,
-                         const Tensor& step, const std::map<std::string, FlatTree>& slots) {
+                         const Tensor& step, const std::map<std::string, FlatTree>& slots,
+                         const SumAcross& across) {
   constexpr const char* op = "optim.update";
   if (!step.defined() || step.dtype() != int32 || step.rank() != 0)
     fail(op, "state.step must be an i32 scalar: got ",
@@ -271,7 +272,7 @@ FlatUpdate update_leaves(const Algorithm& algorithm, const FlatTree& params, con
     gs[k] = astype(gs[k], float32);
     for (auto& [name, slot] : ss) slot[k] = astype(slot[k], float32);
   }
-  if (auto c = algorithm.clip_norm()) gs = clip_leaves(gs, *c);
+  if (auto c = algorithm.clip_norm()) gs = clip_leaves(gs, *c, across);
   std::vector<Tensor> new_ps = algorithm.apply(ps, gs, step, ss);
   if (new_ps.size() != ps.size())
     fail(op, algorithm.name(), " returned the wrong number of parameters: got ", new_ps.size(),
@@ -304,10 +305,12 @@ Tensor global_norm_leaves(std::span<const Tensor> leaves) {
   return kiln::detail::leaves_norm(leaves, 2.0);
 }
 
-std::vector<Tensor> clip_leaves(std::span<const Tensor> leaves, double max_norm) {
+std::vector<Tensor> clip_leaves(std::span<const Tensor> leaves, double max_norm,
+                                const SumAcross& across) {
   if (!(max_norm > 0) || !std::isfinite(max_norm))
     fail("optim.clip_by_global_norm", "max_norm must be positive and finite: got ", max_norm);
-  const Tensor norm = global_norm_leaves(leaves);
+  const Tensor norm =
+      across ? sqrt(across(kiln::detail::leaves_dot(leaves, leaves))) : global_norm_leaves(leaves);
   // torch.nn.utils.clip_grad_norm_: clip_coef = max_norm / (norm + 1e-6), clamped to 1.
   PerDType coef(minimum(max_norm / (norm + 1e-6), 1.0));
   std::vector<Tensor> out(leaves.begin(), leaves.end());

@@ -4,6 +4,8 @@
 // batch, pmean-ing the gradients, and also computes itself the reference, the same training on the
 // whole batch of B in one process (jit, no collectives). The parameters must agree within a
 // float32 round-off bound derived below, and every process must hold bitwise the same ones.
+// The same training with the state sharded (ZeRO stages 1-3, kiln/zero.h) must stay within the
+// same bound, stage 1 bitwise equal to plain data parallelism.
 // Every process runs every test (they meet in collectives); mpi_main.cpp has process 0 report.
 #include <gtest/gtest.h>
 
@@ -17,6 +19,7 @@
 #include "kiln/distributed.h"
 #include "kiln/kiln.h"
 #include "kiln/optim.h"
+#include "kiln/zero.h"
 
 using namespace kiln;
 
@@ -221,6 +224,166 @@ const Runs& runs() {
     return out;
   }();
   return r;
+}
+
+// ---- sharded state (ZeRO) --------------------------------------------------------------------
+
+// A process's part of a tree travels through pmap with a leading axis of 1.
+template <class T>
+T local(const T& tree) {
+  return tree_map([](const Tensor& t) { return expand_dims(t, 0); }, tree);
+}
+template <class T>
+T unlocal(const T& tree) {
+  return tree_map([](const Tensor& t) { return index(t, 0); }, tree);
+}
+
+// The step of a sharded run: parameters full (stages 1, 2) or this process's pieces (3); the
+// optimiser state this process's pieces.
+struct ZeroState {
+  Mlp params;
+  optim::OptState<Mlp> opt;
+};
+
+// `steps` steps of `opt` sharded at `stage` over the processes; returns the full parameters
+// (the same on every process) and this process's state.
+ZeroState train_sharded(const optim::Optimizer& opt, int stage, int steps) {
+  const int rank = distributed::process_index(), n = distributed::process_count();
+  const Data data = make_data();
+  const Mlp start = initial_state().params;
+  const distributed::Zero zero(opt, stage, "dp", distributed::ShardLayout(start, n));
+  auto sharded_step = [zero](const Mlp& p, const optim::OptState<Mlp>& o, const Tensor& x,
+                             const Tensor& y) {
+    const Mlp g = zero.stage() == 3 ? grad([&](const Mlp& pieces) {
+      return loss(distributed::gather(pieces, zero.layout(), "dp"), x, y);
+    })(p)
+                                    : grad(loss)(p, x, y);
+    return zero.update(p, g, o);
+  };
+  const std::size_t leaves = tree_leaves(start).size();
+  const std::size_t state_leaves = tree_leaves(zero.init(start, rank)).size();
+  std::vector<std::optional<int>> out(leaves, stage == 3 ? std::optional<int>(0) : std::nullopt);
+  out.resize(leaves + state_leaves, 0);
+  auto parallel =
+      pmap(sharded_step, axis_name("dp"),
+           in_axes(stage == 3 ? std::optional<int>(0) : std::nullopt, 0, 0, 0), OutAxes{out});
+  ZeroState s{stage == 3 ? local(distributed::shard(start, zero.layout(), rank)) : start,
+              local(zero.init(start, rank))};
+  for (int t = 0; t < steps; ++t) {
+    const Tensor x = index(data.x, t), y = index(data.y, t);
+    std::tie(s.params, s.opt) = parallel(s.params, s.opt, expand_dims(part(x, rank, n), 0),
+                                         expand_dims(part(y, rank, n), 0));
+  }
+  if (stage == 3) {
+    auto gather = pmap(
+        [&zero](const Mlp& pieces) { return distributed::gather(pieces, zero.layout(), "dp"); },
+        axis_name("dp"), out_axes(none));
+    s.params = gather(s.params);
+  }
+  s.opt = unlocal(s.opt);
+  return s;
+}
+
+TEST(Zero, StageOneIsDataParallelismBitwise) {
+  // The same pmean-ed gradients and the same elementwise Adam, on pieces: the same bits.
+  const std::vector<double> zero = values(train_sharded(adam(), 1, kSteps).params),
+                            dp = values(runs().parallel.params);
+  ASSERT_EQ(zero.size(), dp.size());
+  for (std::size_t e = 0; e < dp.size(); ++e)
+    ASSERT_EQ(std::bit_cast<uint64_t>(zero[e]), std::bit_cast<uint64_t>(dp[e]))
+        << "parameter " << e;
+}
+
+TEST(Zero, EveryStageTrainsLikeOneProcessOnTheCombinedBatch) {
+  // Stages 2 and 3 reduce-scatter the gradients: the cross-process sums may be ordered
+  // differently from the all-reduce's, which the bound covers.
+  const Runs& r = runs();
+  const std::vector<double> ref = values(r.reference.params);
+  for (const int stage : {1, 2, 3}) {
+    const std::vector<double> zero = values(train_sharded(adam(), stage, kSteps).params);
+    for (std::size_t e = 0; e < ref.size(); ++e)
+      ASSERT_LE(std::abs(zero[e] - ref[e]), r.bound.width[e])
+          << "stage " << stage << ", parameter " << e << ": sharded " << zero[e] << ", one process "
+          << ref[e];
+  }
+}
+
+// `steps` steps of `opt`, data-parallel with pmean: what every sharded run must match.
+Mlp train_data_parallel(const optim::Optimizer& opt, int steps) {
+  const int rank = distributed::process_index(), n = distributed::process_count();
+  const Data data = make_data();
+  State s = initial_state();
+  s.opt = opt.init(s.params);
+  auto parallel = pmap(
+      [&opt](const State& st, const Tensor& x, const Tensor& y) {
+        const Mlp g = tree_map(mean_over_processes, grad(loss)(st.params, x, y));
+        auto [params, next] = opt.update(st.params, g, st.opt);
+        return State{params, next};
+      },
+      axis_name("dp"), in_axes(none, 0, 0), out_axes(none));
+  for (int t = 0; t < steps; ++t)
+    s = parallel(s, expand_dims(part(index(data.x, t), rank, n), 0),
+                 expand_dims(part(index(data.y, t), rank, n), 0));
+  return s.params;
+}
+
+TEST(Zero, MatchesDataParallelismWithAnyOptimiser) {
+  // SGD with momentum is not invariant to the gradients' scale (Adam is), so it sees a sum in
+  // place of a mean; AdamW clipped by global norm, tight enough to clip every step, checks
+  // that the sharded run adds up its pieces' squares over the processes. Against the same
+  // optimiser data-parallel: the runs differ in the order of the cross-process sums only.
+  const std::vector<optim::Optimizer> optimizers = {
+      optim::sgd({.lr = 0.1, .momentum = 0.9}), optim::adamw({.lr = kLr,
+                                                              .weight_decay = 0.1,
+                                                              .decay_on = optim::DecayOn::matrices,
+                                                              .clip_norm = 0.05})};
+  const std::vector<double> start = values(initial_state().params);
+  for (const optim::Optimizer& opt : optimizers) {
+    const std::vector<double> want = values(train_data_parallel(opt, kSteps));
+    double moved = 0;
+    for (std::size_t e = 0; e < want.size(); ++e)
+      moved = std::max(moved, std::abs(want[e] - start[e]));
+    for (const int stage : {1, 2, 3}) {
+      const std::vector<double> got = values(train_sharded(opt, stage, kSteps).params);
+      for (std::size_t e = 0; e < want.size(); ++e)
+        ASSERT_NEAR(got[e], want[e], 1e-5 * moved)
+            << opt.name() << ", stage " << stage << ", parameter " << e;
+    }
+  }
+}
+
+TEST(Zero, EachProcessHoldsItsShareOfTheState) {
+  // Per process, the optimiser state (and under stage 3 the parameters) is 1/N of the full
+  // state, plus at most one padding element per leaf.
+  const int n = distributed::process_count();
+  const Mlp start = initial_state().params;
+  int64_t full = 0, leaves = 0;
+  for (const Tensor& t : tree_leaves(start)) full += t.numel() * 4, ++leaves;
+  for (const int stage : {2, 3}) {
+    const ZeroState s = train_sharded(adam(), stage, 1);
+    int64_t held = 0;
+    for (const auto& [name, slot] : s.opt.slots)
+      for (const Tensor& t : tree_leaves(slot)) held += t.numel() * 4;
+    EXPECT_LE(held, 2 * (full / n + leaves * 4)) << "stage " << stage;
+    EXPECT_GE(held, 2 * full / n) << "stage " << stage;
+  }
+}
+
+TEST(Zero, RejectsALayoutOfAnotherProcessCount) {
+  const int n = distributed::process_count();
+  const Mlp start = initial_state().params;
+  const distributed::ShardLayout wrong(start, n + 1);
+  auto gather =
+      pmap([&wrong](const Mlp& pieces) { return distributed::gather(pieces, wrong, "dp"); },
+           axis_name("dp"), out_axes(none));
+  try {
+    gather(local(distributed::shard(start, wrong, 0)));
+    FAIL() << "gathered a layout of " << n + 1 << " parts over " << n << " processes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the shard layout has " + std::to_string(n + 1)),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(DataParallel, GradientsMatchTheCombinedBatch) {
