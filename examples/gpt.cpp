@@ -11,13 +11,15 @@
 // loss and writes an atomic checkpoint, metrics.csv and an SVG of the loss curves. At the end
 // it samples --sample bytes from --prompt. `--dtype bf16` computes the forward and backward
 // passes in bfloat16 with float32 master weights; `mpirun -np N gpt --data-parallel` trains on
-// N processes, each taking 1/N of every batch (docs/DISTRIBUTED.md). `gpt --help` lists the flags.
+// N processes, each taking 1/N of every batch, and `--zero 1|2|3` shards the optimiser state
+// (and at stage 3 the weights) over them (docs/DISTRIBUTED.md). `gpt --help` lists the flags.
 #include <kiln/distributed.h>
 #include <kiln/io.h>
 #include <kiln/kiln.h>
 #include <kiln/optim.h>
 #include <kiln/profile.h>
 #include <kiln/tokenizer.h>
+#include <kiln/zero.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,6 +65,7 @@ struct Flags {
   int64_t vocab = 0;                // --tokenizer bpe: its tokens (0: kDefaultBpeVocab)
   std::string dtype = "f32";        // what the forward and backward passes compute in
   bool data_parallel = false;       // one of process_count() processes started by mpirun
+  int64_t zero = 0;                 // ZeRO stage of --data-parallel (0: the state replicated)
   std::vector<std::string> text;    // files; empty: kDefaultCorpus
   std::string out = "gpt-out";
   std::optional<std::string> resume;
@@ -185,6 +188,8 @@ struct Flags {
       temperature = real();
     else if (flag == "--top-k")
       top_k = integer();
+    else if (flag == "--zero")
+      zero = integer();
     else
       throw std::invalid_argument("unknown flag " + flag);
   }
@@ -228,6 +233,11 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte or on BPE tokens, and 
                       them, so the run follows the one-process run up to round-off (with
                       dropout, each process draws its own masks); process 0 prints and writes
                       the files. A checkpoint resumes under any process count.
+  --zero S            with --data-parallel: each process keeps only its 1/N of the optimiser
+                      state (S = 1: gradients all-reduced; 2: reduce-scattered) or of the
+                      optimiser state and the weights (3: the step gathers the weights), as
+                      DeepSpeed's ZeRO; same run up to round-off. Checkpoints hold the gathered
+                      state, so they resume under any stage and process count.
   --help              this text
 )";
 
@@ -313,6 +323,9 @@ Flags parse_flags(int argc, char** argv) {
     usage_error("--dtype must be f32 or bf16, got " + f.dtype);
   if (const auto problem = mpirun::count_problem(f.data_parallel, f.batch_size, "sequences"))
     usage_error(*problem);
+  if (f.zero < 0 || f.zero > 3)
+    usage_error("--zero must be 1, 2 or 3 (the ZeRO stage), got " + std::to_string(f.zero));
+  if (f.zero && !f.data_parallel) usage_error("--zero shards over processes: add --data-parallel");
   return f;
 }
 
@@ -608,20 +621,21 @@ int run(const Flags& flags) {
         static_cast<long long>(T), static_cast<long long>(nn::parameter_count(state.model)),
         flags.dtype.c_str(), static_cast<long long>(flags.steps),
         static_cast<long long>(B * flags.accum), static_cast<long long>(T),
-        flags.data_parallel
-            ? (", data-parallel on " + std::to_string(processes) + " processes").c_str()
-            : "",
+        flags.data_parallel ? (", data-parallel on " + std::to_string(processes) + " processes" +
+                               (flags.zero ? ", ZeRO stage " + std::to_string(flags.zero) : ""))
+                                  .c_str()
+                            : "",
         flops_per_step * 1e-9, peak_gflops, peak.threads,
         flags.data_parallel ? " per process" : "");
 
-  // One step: the loss and gradients of each micro-batch in `compute` (the gradients averaged,
-  // then `reduce`d over the processes), then AdamW on the float32 weights.
+  // The loss and gradients of one step's micro-batches in `compute`, averaged, with respect to
+  // `params`, from which `full` makes the model (the identity, or ZeRO-3's gather).
   const int64_t accum = flags.accum;
   const double dropout = flags.dropout;
   const DType compute = flags.dtype == "bf16" ? bfloat16 : float32;
-  const auto step = [opt, accum, dropout, compute](const TrainState& s, const Tensor& x,
+  const auto gradients = [accum, dropout, compute](const gpt::Model& params, const Tensor& x,
                                                    const Tensor& y, const Tensor& key,
-                                                   const auto& reduce) {
+                                                   const auto& full) {
     Tensor loss;
     gpt::Model grads;
     const Tensor keys = random::split(key, accum);
@@ -629,8 +643,8 @@ int run(const Flags& flags) {
       std::optional<gpt::Dropout> drop;
       if (dropout > 0) drop = gpt::Dropout{dropout, index(keys, i)};
       auto [l, g] = value_and_grad([&](const gpt::Model& m) {
-        return gpt::loss(cast(m, compute), index(x, i), index(y, i), drop);
-      })(s.model);
+        return gpt::loss(cast(full(m), compute), index(x, i), index(y, i), drop);
+      })(params);
       loss = i == 0 ? l : loss + l;
       grads =
           i == 0 ? g : tree_map([](const Tensor& a, const Tensor& b) { return a + b; }, grads, g);
@@ -640,6 +654,14 @@ int run(const Flags& flags) {
       grads = tree_map([inv](const Tensor& g) { return g * inv; }, grads);
       loss = loss * inv;
     }
+    return std::pair{loss, grads};
+  };
+  const auto itself = [](const gpt::Model& m) { return m; };
+  // One step: the gradients `reduce`d over the processes, then AdamW on the float32 weights.
+  const auto step = [opt, &gradients, &itself](const TrainState& s, const Tensor& x,
+                                               const Tensor& y, const Tensor& key,
+                                               const auto& reduce) {
+    auto [loss, grads] = gradients(s.model, x, y, key, itself);
     grads = tree_map(reduce, grads);
     auto [model, optimizer] = opt.update(s.model, grads, s.optimizer);
     return std::pair{TrainState{model, optimizer}, reduce(loss)};
@@ -657,6 +679,51 @@ int run(const Flags& flags) {
         return step(s, x, y, key, [](const Tensor& t) { return pmean(t, "dp"); });
       },
       axis_name("dp"), in_axes(none, 0, 0, 0), out_axes(none));
+
+  // --zero: this process holds its pieces of the optimiser state (slots with a leading axis of
+  // 1, as pmap takes per-process values; the step count is the same everywhere) and the full
+  // weights, or at stage 3 its pieces of them. The full state is gathered for evaluation and
+  // checkpoints.
+  const bool sharded_weights = flags.zero == 3;
+  std::optional<distributed::Zero> zero;
+  gpt::Model local_model;
+  optim::OptState<gpt::Model> local_opt;
+  const auto per_process = [](const Tensor& t) { return expand_dims(t, 0); };
+  if (flags.zero) {
+    zero.emplace(opt, static_cast<int>(flags.zero), "dp",
+                 distributed::ShardLayout(state.model, processes));
+    local_model = sharded_weights
+                      ? tree_map(per_process, distributed::shard(state.model, zero->layout(), rank))
+                      : state.model;
+    local_opt = zero->shard_state(state.optimizer, rank);
+    for (auto& [name, slot] : local_opt.slots) slot = tree_map(per_process, slot);
+    state = {};  // the full state exists only when gathered
+  }
+  const std::optional<int> weights_axis =
+      sharded_weights ? std::optional<int>(0) : std::optional<int>();
+  const std::size_t model_leaves = tree_leaves(gpt::init(config, random::key(0))).size();
+  LeafAxes opt_axes{{std::nullopt}};  // the step, then the slots' pieces
+  opt_axes.axes.resize(1 + opt.slot_names().size() * model_leaves, 0);
+  OutAxes zero_out{std::vector<std::optional<int>>(model_leaves, weights_axis)};
+  zero_out.axes.insert(zero_out.axes.end(), opt_axes.axes.begin(), opt_axes.axes.end());
+  zero_out.axes.push_back(std::nullopt);  // the loss
+  auto zero_step = pmap(
+      [&](const gpt::Model& params, const optim::OptState<gpt::Model>& o, const Tensor& x,
+          const Tensor& y, const Tensor& key) {
+        auto [loss, grads] = gradients(params, x, y, key, [&](const gpt::Model& m) {
+          return sharded_weights ? distributed::gather(m, zero->layout(), "dp") : m;
+        });
+        auto [model, optimizer] = zero->update(params, grads, o);
+        return std::tuple{model, optimizer, pmean(loss, "dp")};
+      },
+      axis_name("dp"), in_axes(weights_axis, opt_axes, 0, 0, 0), zero_out);
+  auto gather_state = pmap(
+      [&](const gpt::Model& params, const optim::OptState<gpt::Model>& o) {
+        return TrainState{
+            sharded_weights ? distributed::gather(params, zero->layout(), "dp") : params,
+            zero->gather_state(o)};
+      },
+      axis_name("dp"), in_axes(weights_axis, opt_axes), out_axes(none));
   auto eval_loss = jit([compute](const gpt::Model& m, const Tensor& x,
                                  const Tensor& y) { return gpt::loss(cast(m, compute), x, y); },
                        "gpt_eval");
@@ -690,10 +757,15 @@ int run(const Flags& flags) {
     const Tensor key =
         random::key(mix(flags.seed ^ static_cast<uint64_t>(step)) + static_cast<uint64_t>(rank));
     Tensor loss;
-    std::tie(state, loss) = flags.data_parallel
-                                ? parallel_step(state, share(x, rank, processes),
-                                                share(y, rank, processes), expand_dims(key, 0))
-                                : train_step(state, x, y, key);
+    if (zero)
+      std::tie(local_model, local_opt, loss) =
+          zero_step(local_model, local_opt, share(x, rank, processes), share(y, rank, processes),
+                    expand_dims(key, 0));
+    else
+      std::tie(state, loss) = flags.data_parallel
+                                  ? parallel_step(state, share(x, rank, processes),
+                                                  share(y, rank, processes), expand_dims(key, 0))
+                                  : train_step(state, x, y, key);
     loss_sum += loss.item<double>(), ++losses;
     tokens_since += B * flags.accum * T;
     const double seconds =
@@ -707,6 +779,7 @@ int run(const Flags& flags) {
     if ((step + 1) % flags.eval_every != 0 && step + 1 != last) continue;
 
     const double tokens_per_second = static_cast<double>(tokens_since) / seconds;
+    if (zero) state = gather_state(local_model, local_opt);
     Row row{step + 1,
             loss_sum / static_cast<double>(losses),
             validation_loss(),
@@ -729,9 +802,11 @@ int run(const Flags& flags) {
                   row.tokens_per_second, 100 * row.mfu);
       std::fflush(stdout);
     }
+    if (zero) state = {};
     since = std::chrono::steady_clock::now();
   }
   bar.finish(metrics);
+  if (zero) state = gather_state(local_model, local_opt);
 
   if (!leader()) return 0;
   if (flags.sample > 0) {
