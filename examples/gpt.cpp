@@ -628,23 +628,25 @@ int run(const Flags& flags) {
         flops_per_step * 1e-9, peak_gflops, peak.threads,
         flags.data_parallel ? " per process" : "");
 
-  // The loss and gradients of one step's micro-batches in `compute`, averaged, with respect to
-  // `params`, from which `full` makes the model (the identity, or ZeRO-3's gather).
+  // The loss and gradients of one step's micro-batches, averaged, with respect to `params`, whose
+  // loss on a micro-batch `loss_of` computes (the model's in `compute`, or ZeRO-3's).
   const int64_t accum = flags.accum;
   const double dropout = flags.dropout;
   const DType compute = flags.dtype == "bf16" ? bfloat16 : float32;
-  const auto gradients = [accum, dropout, compute](const gpt::Model& params, const Tensor& x,
-                                                   const Tensor& y, const Tensor& key,
-                                                   const auto& full) {
+  const auto model_loss = [compute](const gpt::Model& m, const Tensor& x, const Tensor& y,
+                                    const std::optional<gpt::Dropout>& drop) {
+    return gpt::loss(cast(m, compute), x, y, drop);
+  };
+  const auto gradients = [accum, dropout](const gpt::Model& params, const Tensor& x,
+                                          const Tensor& y, const Tensor& key, const auto& loss_of) {
     Tensor loss;
     gpt::Model grads;
     const Tensor keys = random::split(key, accum);
     for (int64_t i = 0; i < accum; ++i) {
       std::optional<gpt::Dropout> drop;
       if (dropout > 0) drop = gpt::Dropout{dropout, index(keys, i)};
-      auto [l, g] = value_and_grad([&](const gpt::Model& m) {
-        return gpt::loss(cast(full(m), compute), index(x, i), index(y, i), drop);
-      })(params);
+      auto [l, g] = value_and_grad(
+          [&](const gpt::Model& m) { return loss_of(m, index(x, i), index(y, i), drop); })(params);
       loss = i == 0 ? l : loss + l;
       grads =
           i == 0 ? g : tree_map([](const Tensor& a, const Tensor& b) { return a + b; }, grads, g);
@@ -656,12 +658,11 @@ int run(const Flags& flags) {
     }
     return std::pair{loss, grads};
   };
-  const auto itself = [](const gpt::Model& m) { return m; };
   // One step: the gradients `reduce`d over the processes, then AdamW on the float32 weights.
-  const auto step = [opt, &gradients, &itself](const TrainState& s, const Tensor& x,
-                                               const Tensor& y, const Tensor& key,
-                                               const auto& reduce) {
-    auto [loss, grads] = gradients(s.model, x, y, key, itself);
+  const auto step = [opt, &gradients, &model_loss](const TrainState& s, const Tensor& x,
+                                                   const Tensor& y, const Tensor& key,
+                                                   const auto& reduce) {
+    auto [loss, grads] = gradients(s.model, x, y, key, model_loss);
     grads = tree_map(reduce, grads);
     auto [model, optimizer] = opt.update(s.model, grads, s.optimizer);
     return std::pair{TrainState{model, optimizer}, reduce(loss)};
@@ -686,6 +687,24 @@ int run(const Flags& flags) {
   // checkpoints.
   const bool sharded_weights = flags.zero == 3;
   std::optional<distributed::Zero> zero;
+  // ZeRO-3's loss gathers the embeddings and the final LayerNorm for the whole step (the LM
+  // head reads the token embedding last) and each block's weights only while the block runs.
+  const auto outer = [](const gpt::Model& m) {
+    return std::tuple{m.transformer.wte, m.transformer.wpe, m.transformer.ln_f};
+  };
+  distributed::ShardLayout outer_layout;
+  std::vector<distributed::ShardLayout> block_layouts;
+  const auto to_compute = [compute](const Tensor& p) { return astype(p, compute); };
+  const auto sharded_loss = [&](const gpt::Model& pieces, const Tensor& x, const Tensor& y,
+                                const std::optional<gpt::Dropout>& drop) {
+    gpt::Model m = pieces;
+    std::tie(m.transformer.wte, m.transformer.wpe, m.transformer.ln_f) =
+        tree_map(to_compute, distributed::gather(outer(pieces), outer_layout, "dp"));
+    return gpt::loss(m, x, y, drop, [&](int64_t l, const gpt::Block& held) {
+      return tree_map(to_compute,
+                      distributed::gather(held, block_layouts[static_cast<std::size_t>(l)], "dp"));
+    });
+  };
   gpt::Model local_model;
   optim::OptState<gpt::Model> local_opt;
   const auto per_process = [](const Tensor& t) { return expand_dims(t, 0); };
@@ -696,6 +715,8 @@ int run(const Flags& flags) {
                       ? tree_map(per_process, distributed::shard(state.model, zero->layout(), rank))
                       : state.model;
     local_opt = zero->shard_state(state.optimizer, rank);
+    outer_layout = distributed::ShardLayout(outer(state.model), processes);
+    for (const gpt::Block& b : state.model.transformer.h) block_layouts.emplace_back(b, processes);
     for (auto& [name, slot] : local_opt.slots) slot = tree_map(per_process, slot);
     state = {};  // the full state exists only when gathered
   }
@@ -710,9 +731,8 @@ int run(const Flags& flags) {
   auto zero_step = pmap(
       [&](const gpt::Model& params, const optim::OptState<gpt::Model>& o, const Tensor& x,
           const Tensor& y, const Tensor& key) {
-        auto [loss, grads] = gradients(params, x, y, key, [&](const gpt::Model& m) {
-          return sharded_weights ? distributed::gather(m, zero->layout(), "dp") : m;
-        });
+        auto [loss, grads] = sharded_weights ? gradients(params, x, y, key, sharded_loss)
+                                             : gradients(params, x, y, key, model_loss);
         auto [model, optimizer] = zero->update(params, grads, o);
         return std::tuple{model, optimizer, pmean(loss, "dp")};
       },

@@ -5,13 +5,16 @@
 // [out, in] as nn.Linear holds them, so bench/gpt_torch.py loads them by name. Initialisation
 // is GPT-2's: N(0, 0.02) for every weight matrix and embedding, zero biases, LayerNorms at 1
 // and 0, and the residual projections (attn.c_proj, mlp.c_proj) at 0.02 / sqrt(2 * layers).
-// Generation runs with a key/value cache, each chunk one compiled loop (generate).
+// Generation runs with a key/value cache, each chunk one compiled loop (generate). Training
+// can keep the blocks' weights elsewhere (ZeRO-3's pieces) and fetch each block's just in time
+// (BlockWeights).
 #pragma once
 
 #include <kiln/kiln.h>
 #include <kiln/nn.h>
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -107,9 +110,15 @@ inline Tensor attention(const Attention& a, const Tensor& x,
   return drop ? nn::dropout(out, drop->rate, index(keys, 1)) : out;
 }
 
+// Block `layer`'s weights made from what the model holds for it (ZeRO-3: this process's pieces,
+// gathered). Each block then runs under checkpoint, so its weights exist only while it
+// computes: in the forward pass, and fetched again for the backward pass.
+using BlockWeights = std::function<Block(int64_t layer, const Block& held)>;
+
 // The logits [B, T, vocab] of tokens [B, T] (int64, T at most the block size).
 inline Tensor logits(const Model& m, const Tensor& tokens,
-                     const std::optional<Dropout>& drop = std::nullopt) {
+                     const std::optional<Dropout>& drop = std::nullopt,
+                     const BlockWeights& weights = {}) {
   const Transformer& t = m.transformer;
   const int64_t T = tokens.shape()[1], L = static_cast<int64_t>(t.h.size());
   // Keys: the embeddings', then two per block (attention, MLP).
@@ -120,10 +129,16 @@ inline Tensor logits(const Model& m, const Tensor& tokens,
   Tensor x = t.wte(tokens) + t.wpe(arange(T));
   if (drop) x = nn::dropout(x, drop->rate, index(keys, 0));
   for (int64_t l = 0; l < L; ++l) {
-    const Block& b = t.h[static_cast<std::size_t>(l)];
-    x = x + attention(b.attn, b.ln_1(x), with_key(1 + 2 * l));
-    const Tensor h = b.mlp.c_proj(nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true));
-    x = x + (drop ? nn::dropout(h, drop->rate, index(keys, 2 + 2 * l)) : h);
+    auto block = [&](const Block& b, Tensor x) {
+      x = x + attention(b.attn, b.ln_1(x), with_key(1 + 2 * l));
+      const Tensor h = b.mlp.c_proj(nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true));
+      return x + (drop ? nn::dropout(h, drop->rate, index(keys, 2 + 2 * l)) : h);
+    };
+    const Block& held = t.h[static_cast<std::size_t>(l)];
+    x = weights ? checkpoint([&](const Block& h, const Tensor& in) {
+      return block(weights(l, h), in);
+    })(held, x)
+                : block(held, x);
   }
   return matmul(t.ln_f(x), transpose(t.wte.weight));
 }
@@ -225,8 +240,9 @@ inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sa
 // Taken in float32 at least, whatever the model computes in (a bfloat16 log-softmax loses the
 // loss's small differences).
 inline Tensor loss(const Model& m, const Tensor& tokens, const Tensor& targets,
-                   const std::optional<Dropout>& drop = std::nullopt) {
-  Tensor z = logits(m, tokens, drop);
+                   const std::optional<Dropout>& drop = std::nullopt,
+                   const BlockWeights& weights = {}) {
+  Tensor z = logits(m, tokens, drop, weights);
   if (z.dtype() == bfloat16 || z.dtype() == float16) z = astype(z, float32);
   const int64_t V = z.shape()[2];
   return nn::cross_entropy(reshape(z, {-1, V}), reshape(targets, {-1}));
