@@ -863,6 +863,12 @@ std::vector<PrimitiveSample> make_table() {
                  return Sample{{{g.normal(Shape{3, 3, g.dim()})}},
                                over({{"sizes", std::vector<int64_t>{3}}})};
                }});
+  // One process: the group is this process alone, so both transposes are the identity too.
+  for (const char* prim : {"process_broadcast", "process_replicated"})
+    c.push_back({.prim = prim, .label = "", .make = [over](Gen& g) {
+                   return Sample{{{g.normal(Shape{g.dim(), 2})}},
+                                 over({{"sizes", std::vector<int64_t>{1}}})};
+                 }});
   c.push_back({.prim = "process_permute",
                .label = "",
                .make = [over](Gen& g) {  // example 0 receives nothing: zeros

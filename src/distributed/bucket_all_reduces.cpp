@@ -1,8 +1,9 @@
-// bucket_all_reduces: independent process_all_reduce equations of one reduction, axis and
-// dtype become one all-reduce per bucket of at most KILN_ALLREDUCE_BUCKET_MB (default 4)
-// megabytes: flatten, concatenate, one MPI call, slice back. Data-parallel training's
-// gradient pmean is one all-reduce per parameter tensor before this pass; the latency of an
-// MPI call is paid per bucket after it (docs/DESIGN.md, "pmap and the distributed runtime").
+// bucket_all_reduces: independent process_all_reduce equations of one reduction, axis (and
+// group of processes) and dtype become one all-reduce per bucket of at most
+// KILN_ALLREDUCE_BUCKET_MB (default 4) megabytes: flatten, concatenate, one MPI call, slice back.
+// Data-parallel training's gradient pmean is one all-reduce per parameter tensor before this pass;
+// the latency of an MPI call is paid per bucket after it (docs/DESIGN.md, "pmap and the distributed
+// runtime").
 #include "distributed/bucket_all_reduces.h"
 
 #include <cstdlib>
@@ -10,7 +11,6 @@
 #include <tuple>
 #include <unordered_map>
 
-#include "distributed/collectives.h"
 #include "kiln/ir.h"
 #include "kiln/ops.h"
 #include "ops/primitives.h"
@@ -48,13 +48,10 @@ std::vector<Equation> bucket_equations(const Function& f, const Bucket& b, int& 
   const Equation& first = f.equations[b.members.front()];
   std::vector<TensorType> types;
   for (std::size_t m : b.members) types.push_back(f.equations[m].inputs[0].type);
-  const auto op = first.attrs.get<std::string>("op");
-  const Reduce reduce = op == "sum" ? Reduce::sum : op == "max" ? Reduce::max : Reduce::min;
-  const std::string axis = first.attrs.get<std::string>("over");
   const Traced t = ir::trace_function("bucket", types, [&](const std::vector<Tensor>& xs) {
     std::vector<Tensor> flat;
     for (const Tensor& x : xs) flat.push_back(reshape(x, {-1}));
-    const Tensor all = all_reduce(concatenate(flat), reduce, axis);
+    const Tensor all = bind1(*first.prim, {concatenate(flat)}, first.attrs, Loc{});
     std::vector<Tensor> out;
     int64_t start = 0;
     for (const Tensor& x : xs) {
@@ -126,7 +123,10 @@ Function bucket_in(const Function& f) {
   const std::size_t words = (candidates.size() + 63) / 64;
   std::unordered_map<int, std::vector<uint64_t>> depends;
   std::vector<Bucket> buckets;
-  std::map<std::tuple<std::string, std::string, DType>, std::vector<std::size_t>> open;
+  // Keyed by reduction, axis, processes (a mesh axis's group) and dtype.
+  std::map<std::tuple<std::string, std::string, std::vector<int64_t>, DType>,
+           std::vector<std::size_t>>
+      open;
   std::size_t k = 0;  // candidates seen
   for (std::size_t i = 0; i < f.equations.size(); ++i) {
     const Equation& e = f.equations[i];
@@ -137,6 +137,7 @@ Function bucket_in(const Function& f) {
     if (e.prim == &all_reduce) {
       const std::size_t bytes = bytes_of(e.inputs[0].type);
       auto& keyed = open[{e.attrs.get<std::string>("op"), e.attrs.get<std::string>("over"),
+                          e.attrs.has("group") ? e.attrs.get_ints("group") : std::vector<int64_t>{},
                           e.inputs[0].type.dtype}];
       // The first open bucket it fits, with no member it depends on.
       std::optional<std::size_t> chosen;

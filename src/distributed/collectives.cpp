@@ -23,6 +23,26 @@ using Sizes = std::vector<int64_t>;
 const std::string& over(const Attrs& a) { return a.get<std::string>("over"); }
 const Sizes& sizes(const Attrs& a) { return a.get_ints("sizes"); }
 
+// The processes a collective spans: attribute `group`, their ranks in MPI_COMM_WORLD in axis
+// order (a mesh axis), or every process when it is absent.
+struct Group {
+  const Sizes* ranks = nullptr;
+  explicit Group(const Attrs& a) : ranks(a.has("group") ? &a.get_ints("group") : nullptr) {}
+  int size() const {
+    return ranks ? static_cast<int>(ranks->size()) : distributed::process_count();
+  }
+  // This process's position among them.
+  int index() const {
+    const int me = distributed::process_index();
+    if (!ranks) return me;
+    for (std::size_t p = 0; p < ranks->size(); ++p)
+      if ((*ranks)[p] == me) return static_cast<int>(p);
+    fail("distributed", "process ", me, " is not in the group ", attr_to_string(*ranks),
+         " of its own collective");
+  }
+  MPI_Comm comm() const { return distributed::communicator(ranks ? *ranks : Sizes{}); }
+};
+
 int64_t offset_of(const Sizes& s, int p) {
   int64_t o = 0;
   for (int q = 0; q < p; ++q) o += s[static_cast<std::size_t>(q)];
@@ -33,13 +53,14 @@ int64_t total(const Sizes& s) { return offset_of(s, static_cast<int>(s.size()));
 // The local row count of this process, after checking `sizes` against the process group.
 int64_t local_rows(std::string_view op, const Attrs& a) {
   const Sizes& s = sizes(a);
-  const int n = distributed::process_count();
+  const Group g(a);
+  const int n = g.size();
   if (static_cast<int>(s.size()) != n)
     fail(op, "sizes lists ", s.size(), " processes: got ", attr_to_string(s), ", expected ", n,
          " entries, one local example count per process");
   for (int64_t k : s)
     if (k < 0) fail(op, "negative example count in sizes: got ", attr_to_string(s));
-  return s[static_cast<std::size_t>(distributed::process_index())];
+  return s[static_cast<std::size_t>(g.index())];
 }
 
 void expect_rows(std::string_view op, const TensorType& t, int axis, int64_t want,
@@ -86,7 +107,11 @@ std::vector<int64_t> dims_with(const Shape& s, std::initializer_list<int> varyin
 
 std::byte* bytes(const Tensor& t) { return static_cast<std::byte*>(t.raw_data()); }
 
-Attrs with_sizes(const std::string& axis, const Sizes& s) { return {{"over", axis}, {"sizes", s}}; }
+Attrs with_sizes(const std::string& axis, const detail::ProcessSpan& span) {
+  Attrs a{{"over", axis}, {"sizes", span.sizes}};
+  if (!span.group.empty()) a.set("group", span.group);
+  return a;
+}
 
 // ---- all_reduce ----------------------------------------------------------------------------
 
@@ -108,7 +133,8 @@ std::vector<Tensor> all_reduce_kernel(ops::Ins in, const Attrs& a) {
   const Tensor src = (is_half(x.dtype()) ? astype(x, float32) : x).contiguous();
   Tensor out = empty(src.type());
   const Arrival arrival{user_name(r), over(a), x.dtype(), x.shape().dims()};
-  if (distributed::process_count() == 1) {
+  const Group g(a);
+  if (g.size() == 1) {
     std::memcpy(out.raw_data(), src.raw_data(),
                 static_cast<std::size_t>(src.numel()) * dtype_size(src.dtype()));
   } else {
@@ -121,29 +147,41 @@ std::vector<Tensor> all_reduce_kernel(ops::Ins in, const Attrs& a) {
     constexpr int64_t kPiece = int64_t{1} << 30;
     for (int64_t done = 0; done < src.numel(); done += kPiece) {
       const int n = static_cast<int>(std::min(kPiece, src.numel() - done));
-      distributed::check(
-          MPI_Allreduce(bytes(src) + done * es, bytes(out) + done * es, n,
-                        distributed::mpi_type(src.dtype()), op, distributed::world()),
-          arrival, "MPI_Allreduce");
+      distributed::check(MPI_Allreduce(bytes(src) + done * es, bytes(out) + done * es, n,
+                                       distributed::mpi_type(src.dtype()), op, g.comm()),
+                         arrival, "MPI_Allreduce");
     }
   }
   return {is_half(x.dtype()) ? astype(out, x.dtype()) : out};
 }
 
-Attrs reduce_attrs(distributed::Reduce r, const std::string& axis) {
-  return {{"op", std::string(r == distributed::Reduce::sum   ? "sum"
+Attrs reduce_attrs(distributed::Reduce r, const detail::ProcessSpan& span,
+                   const std::string& axis) {
+  Attrs a{{"op", std::string(r == distributed::Reduce::sum   ? "sum"
                              : r == distributed::Reduce::max ? "max"
                                                              : "min")},
           {"over", axis}};
+  if (!span.group.empty()) a.set("group", span.group);
+  return a;
 }
 
-// max/min: the cotangent goes, shared equally, to the processes holding the extreme value.
-Tensor extreme_share(const RuleArgs& r, const Tensor& t) {
-  const Tensor hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
-  const std::string& axis = over(r.attrs);
-  return distributed::all_reduce(t * hit, distributed::Reduce::sum, axis) /
-         distributed::all_reduce(hit, distributed::Reduce::sum, axis);
-}
+// max/min: the derivative is shared equally by the processes holding the extreme value. The
+// sums run over the same processes as the reduction.
+struct ExtremeShare {
+  Tensor hit, ties;
+  Attrs sum;
+  explicit ExtremeShare(const RuleArgs& r) : sum(r.attrs) {
+    sum.set("op", std::string("sum"));
+    hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
+    ties = bind1(r.primitive, {hit}, sum);
+  }
+  Tensor tangent(const RuleArgs& r, const Tensor& t) const {
+    return bind1(r.primitive, {t * hit}, sum) / ties;
+  }
+  Tensor cotangent(const RuleArgs& r, const Tensor& ct) const {
+    return hit * bind1(r.primitive, {ct}, sum) / ties;
+  }
+};
 
 // ---- all_gather, reduce_scatter ------------------------------------------------------------
 
@@ -154,7 +192,8 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
   dims[0] = total(s);
   Tensor out = empty(Shape(dims), x.dtype());
   const int64_t row = elems_from(x.shape(), 1) * static_cast<int64_t>(dtype_size(x.dtype()));
-  if (distributed::process_count() == 1) {
+  const Group g(a);
+  if (g.size() == 1) {
     std::memcpy(out.raw_data(), x.raw_data(), static_cast<std::size_t>(row * x.shape()[0]));
     return {out};
   }
@@ -168,9 +207,8 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
   }
   const RowType t("all_gather", row);
   distributed::check(
-      MPI_Allgatherv(x.raw_data(), counts[static_cast<std::size_t>(distributed::process_index())],
-                     t.type, out.raw_data(), counts.data(), starts.data(), t.type,
-                     distributed::world()),
+      MPI_Allgatherv(x.raw_data(), counts[static_cast<std::size_t>(g.index())], t.type,
+                     out.raw_data(), counts.data(), starts.data(), t.type, g.comm()),
       arrival, "MPI_Allgatherv");
   return {out};
 }
@@ -180,13 +218,14 @@ std::vector<Tensor> reduce_scatter_kernel(ops::Ins in, const Attrs& a) {
   const detail::TracingPaused concrete;
   const Tensor src = (is_half(x.dtype()) ? astype(x, float32) : x).contiguous();
   const Sizes& s = sizes(a);
-  const int me = distributed::process_index();
+  const Group g(a);
+  const int me = g.index();
   std::vector<int64_t> dims = src.shape().dims();
   dims[0] = s[static_cast<std::size_t>(me)];
   Tensor out = empty(Shape(dims), src.dtype());
   const int64_t row = elems_from(src.shape(), 1);
   const std::size_t es = dtype_size(src.dtype());
-  if (distributed::process_count() == 1) {
+  if (g.size() == 1) {
     std::memcpy(out.raw_data(), src.raw_data(), static_cast<std::size_t>(src.numel()) * es);
   } else {
     const Arrival arrival{"psum_scatter", over(a), x.dtype(), x.shape().dims()};
@@ -194,10 +233,9 @@ std::vector<Tensor> reduce_scatter_kernel(ops::Ins in, const Attrs& a) {
     std::vector<int> counts;
     for (int64_t k : s) counts.push_back(to_int("psum_scatter", k * row, "elements per process"));
     if (src.numel() > 0)
-      distributed::check(
-          MPI_Reduce_scatter(src.raw_data(), out.raw_data(), counts.data(),
-                             distributed::mpi_type(src.dtype()), MPI_SUM, distributed::world()),
-          arrival, "MPI_Reduce_scatter");
+      distributed::check(MPI_Reduce_scatter(src.raw_data(), out.raw_data(), counts.data(),
+                                            distributed::mpi_type(src.dtype()), MPI_SUM, g.comm()),
+                         arrival, "MPI_Reduce_scatter");
   }
   return {is_half(x.dtype()) ? astype(out, x.dtype()) : out};
 }
@@ -209,7 +247,8 @@ std::vector<Tensor> reduce_scatter_kernel(ops::Ins in, const Attrs& a) {
 std::vector<Tensor> all_to_all_kernel(ops::Ins in, const Attrs& a) {
   const Tensor y = in[0].contiguous();
   const Sizes& s = sizes(a);
-  const int me = distributed::process_index(), n_proc = static_cast<int>(s.size());
+  const Group g(a);
+  const int me = g.index(), n_proc = static_cast<int>(s.size());
   const int64_t mine = s[static_cast<std::size_t>(me)], n = total(s);
   std::vector<int64_t> dims = y.shape().dims();
   dims[0] = mine, dims[1] = n;
@@ -238,7 +277,7 @@ std::vector<Tensor> all_to_all_kernel(ops::Ins in, const Attrs& a) {
       const RowType t("all_to_all", unit);
       distributed::check(MPI_Alltoallv(y.raw_data(), send_counts.data(), send_starts.data(), t.type,
                                        received.raw_data(), recv_counts.data(), recv_starts.data(),
-                                       t.type, distributed::world()),
+                                       t.type, g.comm()),
                          arrival, "MPI_Alltoallv");
     }
   }
@@ -279,7 +318,8 @@ int owner(const Sizes& s, int64_t example) {
 std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
   const Tensor x = in[0].contiguous();
   const Sizes& s = sizes(a);
-  const int me = distributed::process_index(), n_proc = static_cast<int>(s.size());
+  const Group g(a);
+  const int me = g.index(), n_proc = static_cast<int>(s.size());
   const int64_t base = offset_of(s, me);
   Tensor out = ops::zeros_of(x.type()).contiguous();
   const std::size_t row =
@@ -309,7 +349,7 @@ std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
       distributed::check(
           MPI_Irecv(incoming[k].data(),
                     to_int("ppermute", static_cast<int64_t>(incoming[k].size()), "bytes per peer"),
-                    MPI_BYTE, q, 0, distributed::world(), &requests.back()),
+                    MPI_BYTE, q, 0, g.comm(), &requests.back()),
           arrival, "MPI_Irecv");
     }
     if (!send[k].empty()) {
@@ -321,7 +361,7 @@ std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
       distributed::check(
           MPI_Isend(outgoing[k].data(),
                     to_int("ppermute", static_cast<int64_t>(outgoing[k].size()), "bytes per peer"),
-                    MPI_BYTE, q, 0, distributed::world(), &requests.back()),
+                    MPI_BYTE, q, 0, g.comm(), &requests.back()),
           arrival, "MPI_Isend");
     }
   }
@@ -356,15 +396,12 @@ const Primitive& prim::process_all_reduce() {
            },
        .jvp = [](const RuleArgs& r, std::span<const Tangent> t) -> ops::Ts {
          if (reduce_of(r.attrs) == distributed::Reduce::sum) return ops::linear_jvp(r, t);
-         return {extreme_share(r, *t[0])};
+         return {ExtremeShare(r).tangent(r, *t[0])};
        },
        .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
          if (reduce_of(r.attrs) == distributed::Reduce::sum)
            return {bind1(r.primitive, {*ct[0]}, r.attrs)};
-         const Tensor hit = astype(r.inputs[0] == r.outputs[0], r.inputs[0].dtype());
-         const std::string& axis = over(r.attrs);
-         return {hit * distributed::all_reduce(*ct[0], distributed::Reduce::sum, axis) /
-                 distributed::all_reduce(hit, distributed::Reduce::sum, axis)};
+         return {ExtremeShare(r).cotangent(r, *ct[0])};
        },
        .batch = ops::batch_elementwise,
        .foldable = false},
@@ -470,24 +507,67 @@ const Primitive& prim::process_permute() {
   return p;
 }
 
+// The identity, for shard_map's replicas: only its transpose communicates.
+std::vector<Tensor> identity_kernel(ops::Ins in, const Attrs&) { return {in[0]}; }
+
+const Primitive& prim::process_broadcast() {
+  static const Primitive& p = detail::register_builtin(
+      {.name = "process_broadcast",
+       .arity = 1,
+       .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+       .jvp = ops::linear_jvp,
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         Attrs sum = r.attrs;
+         sum.set("op", std::string("sum"));
+         return {bind1(prim::process_all_reduce(), {*ct[0]}, sum)};
+       },
+       .batch = ops::batch_elementwise,
+       .foldable = false},
+      {{ops::cpu({DTypeSet::all()}), identity_kernel}});
+  return p;
+}
+
+const Primitive& prim::process_replicated() {
+  static const Primitive& p = detail::register_builtin(
+      {.name = "process_replicated",
+       .arity = 1,
+       .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+       .jvp = ops::linear_jvp,
+       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+         return {*ct[0] / scalar_like(*ct[0], static_cast<double>(total(sizes(r.attrs))))};
+       },
+       .batch = ops::batch_elementwise,
+       .foldable = false},
+      {{ops::cpu({DTypeSet::all()}), identity_kernel}});
+  return p;
+}
+
 namespace distributed {
 
+Tensor broadcast_over(const Tensor& x, const detail::ProcessSpan& span, const std::string& axis) {
+  return bind1(prim::process_broadcast(), {x}, with_sizes(axis, span), Loc{});
+}
+Tensor replicated_over(const Tensor& x, const detail::ProcessSpan& span, const std::string& axis) {
+  return bind1(prim::process_replicated(), {x}, with_sizes(axis, span), Loc{});
+}
+
 // Loc{}: the equations stand for the user's collective, not for a line of this file.
-Tensor all_reduce(const Tensor& x, Reduce op, const std::string& axis) {
-  return bind1(prim::process_all_reduce(), {x}, reduce_attrs(op, axis), Loc{});
+Tensor all_reduce(const Tensor& x, Reduce op, const detail::ProcessSpan& span,
+                  const std::string& axis) {
+  return bind1(prim::process_all_reduce(), {x}, reduce_attrs(op, span, axis), Loc{});
 }
 Tensor all_gather(const Tensor& local, const detail::ProcessSpan& span, const std::string& axis) {
-  return bind1(prim::process_all_gather(), {local}, with_sizes(axis, span.sizes), Loc{});
+  return bind1(prim::process_all_gather(), {local}, with_sizes(axis, span), Loc{});
 }
 Tensor reduce_scatter(const Tensor& x, const detail::ProcessSpan& span, const std::string& axis) {
-  return bind1(prim::process_reduce_scatter(), {x}, with_sizes(axis, span.sizes), Loc{});
+  return bind1(prim::process_reduce_scatter(), {x}, with_sizes(axis, span), Loc{});
 }
 Tensor all_to_all(const Tensor& y, const detail::ProcessSpan& span, const std::string& axis) {
-  return bind1(prim::process_all_to_all(), {y}, with_sizes(axis, span.sizes), Loc{});
+  return bind1(prim::process_all_to_all(), {y}, with_sizes(axis, span), Loc{});
 }
 Tensor permute(const Tensor& local, std::span<const std::pair<int64_t, int64_t>> perm,
                const detail::ProcessSpan& span, const std::string& axis) {
-  Attrs a = with_sizes(axis, span.sizes);
+  Attrs a = with_sizes(axis, span);
   a.set("perm", flat_pairs(perm));
   return bind1(prim::process_permute(), {local}, a, Loc{});
 }

@@ -15,6 +15,7 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <sstream>
@@ -53,6 +54,7 @@ struct World {
   bool finalized = false;
   int rank = 0, size = 1;
   MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
+  std::map<std::vector<int64_t>, MPI_Comm> groups;  // communicator() of each rank list
   int64_t sequence = 0;
   std::vector<Peer> peers;
   // Set once a process failed or left: collectives cannot complete any more.
@@ -334,6 +336,8 @@ void finalize() {
     w.broken = problem;
     fail("distributed::finalize", *problem);
   }
+  for (auto& [ranks, comm] : w.groups) MPI_Comm_free(&comm);
+  w.groups.clear();
   MPI_Comm_free(&w.data);
   MPI_Comm_free(&w.control);
   if (w.owns_mpi) MPI_Finalize();
@@ -431,6 +435,24 @@ detail::ProcessSpan exchange_sizes(int64_t local, std::size_t signature_hash,
 }
 
 MPI_Comm world() { return state().data; }
+
+MPI_Comm communicator(const std::vector<int64_t>& ranks) {
+  World& w = state();
+  if (ranks.empty()) return w.data;
+  if (auto it = w.groups.find(ranks); it != w.groups.end()) return it->second;
+  const std::vector<int> members(ranks.begin(), ranks.end());
+  MPI_Group everyone = MPI_GROUP_NULL, some = MPI_GROUP_NULL;
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_group(w.data, &everyone);
+  MPI_Group_incl(everyone, static_cast<int>(members.size()), members.data(), &some);
+  const int rc = MPI_Comm_create_group(w.data, some, 0, &comm);
+  MPI_Group_free(&some);
+  MPI_Group_free(&everyone);
+  if (rc != MPI_SUCCESS || comm == MPI_COMM_NULL)
+    broken_fail(w, "distributed", "MPI_Comm_create_group failed for the processes of a mesh axis");
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  return w.groups.emplace(ranks, comm).first->second;
+}
 
 void check(int rc, const Arrival& a, std::string_view call) {
   if (rc == MPI_SUCCESS) return;

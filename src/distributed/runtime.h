@@ -44,6 +44,10 @@ detail::ProcessSpan exchange_sizes(int64_t local, std::size_t signature_hash,
 
 // The communicator payloads use (a duplicate of MPI_COMM_WORLD, errors returned).
 MPI_Comm world();
+// The communicator of the processes with these ranks in MPI_COMM_WORLD, in this order (this
+// process among them), made at its first use (by all of them together: a collective's
+// payload, after its rendezvous) and kept until finalize. Empty ranks: world().
+MPI_Comm communicator(const std::vector<int64_t>& ranks);
 // Raises an Error naming the collective when an MPI call returned an error code.
 void check(int rc, const Arrival& a, std::string_view call);
 

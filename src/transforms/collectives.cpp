@@ -132,8 +132,10 @@ std::vector<Batched> psum_own_axis(const BatchArgs& b) {
   // The local part: the batch's sum.
   const Tensor local = sum_over_batch(b);
   // The result: the same for every example.
-  if (!spanned(b)) return {{local, std::nullopt}};
-  return {{distributed::all_reduce(local, distributed::Reduce::sum, axis_of(b)), std::nullopt}};
+  const detail::ProcessSpan* span = spanned(b);
+  if (!span) return {{local, std::nullopt}};
+  return {
+      {distributed::all_reduce(local, distributed::Reduce::sum, *span, axis_of(b)), std::nullopt}};
 }
 
 // pmax (op max) and pmin (op min).
@@ -142,8 +144,9 @@ std::vector<Batched> extremum_own_axis(const BatchArgs& b, distributed::Reduce o
   const Tensor batch = ops::batch_first(b.inputs[0], b.dims[0], b.size);
   const Tensor local = op == distributed::Reduce::max ? max(batch, {0}) : min(batch, {0});
   // The result: the same for every example.
-  if (!spanned(b)) return {{local, std::nullopt}};
-  return {{distributed::all_reduce(local, op, axis_of(b)), std::nullopt}};
+  const detail::ProcessSpan* span = spanned(b);
+  if (!span) return {{local, std::nullopt}};
+  return {{distributed::all_reduce(local, op, *span, axis_of(b)), std::nullopt}};
 }
 
 std::vector<Batched> all_gather_own_axis(const BatchArgs& b) {

@@ -70,11 +70,13 @@ std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> ar
 
 namespace detail {
 
-// An axis whose examples are spread over processes (pmap): how many each process holds, in
-// process order, and which process this is.
+// An axis whose examples are spread over processes (pmap, or a mesh axis of shard_map): how
+// many each process holds, in axis order, and which of them this process is. `group` lists
+// the processes' ranks in MPI_COMM_WORLD in axis order; empty: every process, in rank order.
 struct ProcessSpan {
   std::vector<int64_t> sizes;
   int index = 0;
+  std::vector<int64_t> group;
   int64_t local() const { return sizes[static_cast<std::size_t>(index)]; }
   // The axis position of this process's first example.
   int64_t offset() const;

@@ -1,0 +1,148 @@
+// Meshes and shard_map (run as 1 process and under mpirun with 2, 3 and 4): on every 1-D and
+// 2-D mesh of the processes, collectives over one axis run among the processes of that axis's
+// line, checked against values each process computes from the mesh's coordinates; a
+// tensor-parallel product and its gradients (grad of shard_map and shard_map of grad) match
+// one process computing on the whole arrays; misuse is an Error naming the axis.
+#include <kiln/kiln.h>
+
+#include <numeric>
+
+#include "../testing.h"
+
+namespace kiln {
+namespace {
+
+using distributed::Mesh;
+using distributed::spec;
+using testing::expect_allclose;
+using testing::expect_error;
+
+// Every factorisation of the process count as a 2-D mesh (data x model), and the 1-D mesh.
+std::vector<Mesh> meshes() {
+  const int n = distributed::process_count();
+  std::vector<Mesh> out{Mesh({{"x", n}})};
+  for (int d = 1; d <= n; ++d)
+    if (n % d == 0)
+      out.emplace_back(std::vector<distributed::MeshAxis>{{"data", d}, {"model", n / d}});
+  return out;
+}
+
+// What process r holds in the collectives test: a vector that tells processes apart.
+std::vector<double> value_of(int64_t r) { return {double(r) + 1, 2.0 * double(r) * double(r)}; }
+
+TEST(Mesh, PlacesProcessesRowMajor) {
+  const int rank = distributed::process_index();
+  for (const Mesh& m : meshes()) {
+    int64_t position = 0;
+    for (const distributed::MeshAxis& a : m.axes()) {
+      position = position * a.size + m.index(a.name);
+      const std::vector<int64_t> g = m.group(a.name);
+      ASSERT_EQ(static_cast<int64_t>(g.size()), a.size) << m.to_string();
+      EXPECT_EQ(g[static_cast<std::size_t>(m.index(a.name))], rank) << m.to_string();
+    }
+    EXPECT_EQ(position, rank) << m.to_string();
+  }
+}
+
+TEST(Mesh, CollectivesRunAmongTheProcessesOfTheirAxis) {
+  const int rank = distributed::process_index();
+  for (const Mesh& m : meshes()) {
+    for (const distributed::MeshAxis& axis : m.axes()) {
+      const std::string a = axis.name;
+      // Every leaf varies along every axis (each process brings its own value).
+      std::vector<std::string> all;
+      for (const distributed::MeshAxis& b : m.axes()) all.push_back(b.name);
+      auto mapped = shard_map(
+          [&a, n = axis.size](const Tensor& x) {
+            return std::tuple{psum(x, a), all_gather(x, a), astype(axis_index(a), float64),
+                              psum_scatter(reshape(tile(x, {n}), {n, 2}), a, 0), pmax(x, a)};
+          },
+          m, distributed::in_specs(spec(all)), distributed::out_specs(spec(all)));
+      const auto [sum, gathered, index, scattered, largest] = mapped(tensor(value_of(rank)));
+      // The reference: the values of the processes on this one's line along the axis.
+      std::vector<double> want_sum(2, 0.0), want_gather, want_max(2, -1e300), want_scatter(2, 0.0);
+      const std::vector<int64_t> line = m.group(a);
+      for (const int64_t r : line) {
+        const std::vector<double> v = value_of(r);
+        for (int k = 0; k < 2; ++k) {
+          want_sum[k] += v[k];
+          want_max[k] = std::max(want_max[k], v[k]);
+        }
+        want_gather.insert(want_gather.end(), v.begin(), v.end());
+      }
+      // psum_scatter of n copies of x ([n, 2]): row i of their sum, the sum of x itself.
+      want_scatter = want_sum;
+      const std::string where = m.to_string() + " over '" + a + "'";
+      expect_allclose(sum, want_sum, {.rtol = 1e-15, .atol = 0}, "psum " + where);
+      expect_allclose(gathered, want_gather, {.rtol = 0, .atol = 0}, "all_gather " + where);
+      expect_allclose(index, {double(m.index(a))}, {.rtol = 0, .atol = 0}, "axis_index " + where);
+      expect_allclose(scattered, want_scatter, {.rtol = 1e-15, .atol = 0}, "psum_scatter " + where);
+      expect_allclose(largest, want_max, {.rtol = 0, .atol = 0}, "pmax " + where);
+    }
+  }
+}
+
+// A tensor-parallel layer: rows of x split over "data", columns of w over "model"; the loss
+// sums over both. Its gradient with respect to w's block is the block of the whole gradient.
+Tensor layer_loss(const Tensor& x, const Tensor& w) { return sum(square(tanh(matmul(x, w)))); }
+
+TEST(Mesh, TensorParallelGradientsMatchOneProcess) {
+  const int64_t B = 12, D = 5, F = 12;  // B and F split over any mesh of 1-4 processes
+  const Tensor x = tensor(testing::random_values(B * D, 3), {B, D});
+  const Tensor w = tensor(testing::random_values(D * F, 4), {D, F});
+  const Tensor want_loss = layer_loss(x, w);
+  const Tensor want_grad = grad(layer_loss, argnums<1>)(x, w);
+  for (const Mesh& m : meshes()) {
+    if (m.axes().size() < 2) continue;
+    const auto x_spec = spec("data", none), w_spec = spec(none, "model");
+    const Tensor xb = distributed::local_block(x, m, x_spec);
+    const Tensor wb = distributed::local_block(w, m, w_spec);
+    auto total = [](const Tensor& xl, const Tensor& wl) {
+      return psum(psum(layer_loss(xl, wl), "model"), "data");
+    };
+    // grad outside shard_map: the loss is replicated (out spec names no axis).
+    auto loss =
+        shard_map(total, m, distributed::in_specs(x_spec, w_spec), distributed::out_specs(spec()));
+    const std::string where = m.to_string();
+    expect_allclose(loss(xb, wb), want_loss, {.rtol = 1e-12, .atol = 0}, "loss on " + where);
+    expect_allclose(grad([&](const Tensor& wl) { return loss(xb, wl); })(wb),
+                    distributed::local_block(want_grad, m, w_spec), {.rtol = 1e-12, .atol = 1e-14},
+                    "grad(shard_map) on " + where);
+    // grad inside: each process differentiates its own part, summed over the data axis (the
+    // weights' replicas), so the gradient varies along "model" only.
+    auto inside = shard_map(
+        [](const Tensor& xl, const Tensor& wl) {
+          return psum(grad(layer_loss, argnums<1>)(xl, wl), "data");
+        },
+        m, distributed::in_specs(x_spec, w_spec), distributed::out_specs(w_spec));
+    expect_allclose(inside(xb, wb), distributed::local_block(want_grad, m, w_spec),
+                    {.rtol = 1e-12, .atol = 1e-14}, "shard_map(grad) on " + where);
+  }
+}
+
+TEST(Mesh, ResultsMustNotVaryAlongAnAxisTheirSpecOmits) {
+  const Mesh m({{"data", 1}, {"model", distributed::process_count()}});
+  auto f = shard_map([](const Tensor& x) { return x * 2.0; }, m,
+                     distributed::in_specs(spec("model")), distributed::out_specs(spec()));
+  expect_error([&] { f(tensor({1.0, 2.0})); }, "shard_map", {"mesh axis 'model'", "out spec"});
+}
+
+TEST(Mesh, RejectsMeshesAndSpecsThatDoNotFit) {
+  const int n = distributed::process_count();
+  expect_error(
+      [&] {
+        Mesh({{"data", n + 1}});
+      },
+      "Mesh", {"holds " + std::to_string(n + 1) + " processes"});
+  expect_error([&] { Mesh({{"a", 1}, {"a", n}}); }, "Mesh", {"axis 'a' appears twice"});
+  const Mesh m({{"data", n}});
+  auto f = shard_map([](const Tensor& x) { return x; }, m, distributed::in_specs(spec("model")),
+                     distributed::out_specs(spec("data")));
+  expect_error([&] { f(tensor({1.0})); }, "shard_map", {"'model'", "{data: " + std::to_string(n)});
+  if (n > 1)
+    expect_error([&] { distributed::local_block(zeros({n + 1}), m, spec("data")); }, "local_block",
+                 {"does not split into " + std::to_string(n)});
+}
+
+}  // namespace
+}  // namespace kiln
