@@ -898,6 +898,31 @@ struct TransformerDecoder {
 };
 KILN_TREE(TransformerDecoder, layers, norm);
 
+// ---- tensor parallelism (Megatron-LM's layout), inside shard_map ---------------------------
+//
+// Each process of a mesh axis holds a block of a layer; differentiate the whole shard_map with
+// grad (docs/DISTRIBUTED.md, "Tensor parallelism"). A column-parallel Linear is an ordinary
+// Linear on a block of the weight's rows (of the output features) and of the bias: no
+// communication, its output is this process's block of the features.
+
+// A row-parallel Linear: `block` holds this process's columns of the weight, [out, in / M],
+// and the whole bias; x is this process's block of the input features, [..., in / M] (a
+// column-parallel layer's output). The psum over `axis` of x W_blockᵀ, plus the bias once.
+Tensor row_parallel_linear(const Linear& block, const Tensor& x, const std::string& axis,
+                           Loc loc = Loc::current());
+// A vocabulary-parallel embedding: `block` holds rows [p·V/M, (p+1)·V/M) of the table for the
+// process at position p of `axis`; ids are global token ids, the same on every process of the
+// axis. Each process looks up the ids it holds, and a psum over `axis` adds the rows up.
+Tensor parallel_embedding(const Embedding& block, const Tensor& ids, const std::string& axis,
+                          Loc loc = Loc::current());
+// Vocabulary-parallel cross-entropy: logits [N, C / M], this process's block of the classes
+// (its block of a parallel embedding's table gives them), and labels [N], global class ids
+// the same on every process of `axis`. The mean over the N rows of -log softmax at the label,
+// computed without gathering the logits: the max, the sum of exponentials and the label's
+// logit each combined over `axis` (pmax, psum, psum).
+Tensor parallel_cross_entropy(const Tensor& logits, const Tensor& labels, const std::string& axis,
+                              Loc loc = Loc::current());
+
 }  // namespace kiln::nn
 
 namespace kiln {
