@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -66,7 +67,9 @@ struct Flags {
   std::string dtype = "f32";        // what the forward and backward passes compute in
   bool data_parallel = false;       // one of process_count() processes started by mpirun
   int64_t zero = 0;                 // ZeRO stage of --data-parallel (0: the state replicated)
-  std::vector<std::string> text;    // files; empty: kDefaultCorpus
+  bool tensor_parallel = false;     // Megatron's layout over the mesh's "model" axis
+  std::vector<distributed::MeshAxis> mesh;  // --mesh data=D,model=M (empty: data=1, model=N)
+  std::vector<std::string> text;            // files; empty: kDefaultCorpus
   std::string out = "gpt-out";
   std::optional<std::string> resume;
   int64_t stop_after = 0;  // stop after this many steps, as if interrupted; 0: never
@@ -233,6 +236,12 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte or on BPE tokens, and 
                       them, so the run follows the one-process run up to round-off (with
                       dropout, each process draws its own masks); process 0 prints and writes
                       the files. A checkpoint resumes under any process count.
+  --tensor-parallel   train on every process mpirun started with Megatron's layout: each
+                      process of the mesh's model axis holds 1/M of the vocabulary, of every
+                      block's heads and of the MLP's hidden units; the data axis splits each
+                      batch. Same run up to round-off; checkpoints hold the whole model
+  --mesh data=D,model=M  the processes as a D x M mesh for --tensor-parallel (default
+                      data=1,model=N)
   --zero S            with --data-parallel: each process keeps only its 1/N of the optimiser
                       state (S = 1: gradients all-reduced; 2: reduce-scattered) or of the
                       optimiser state and the weights (3: the step gathers the weights), as
@@ -256,6 +265,27 @@ Flags parse_flags(int argc, char** argv) {
     }
     if (a == "--data-parallel") {
       f.data_parallel = true;
+      continue;
+    }
+    if (a == "--tensor-parallel") {
+      f.tensor_parallel = true;
+      continue;
+    }
+    if (a == "--mesh") {  // data=D,model=M
+      if (i + 1 >= argc) usage_error("--mesh needs a value");
+      std::istringstream in(argv[++i]);
+      for (std::string part; std::getline(in, part, ',');) {
+        const std::size_t eq = part.find('=');
+        try {
+          std::size_t used = 0;
+          const std::string size = eq == std::string::npos ? "" : part.substr(eq + 1);
+          const int64_t n = std::stoll(size, &used);
+          if (used != size.size() || n < 1) throw std::invalid_argument(part);
+          f.mesh.push_back({part.substr(0, eq), n});
+        } catch (const std::exception&) {
+          usage_error("bad --mesh " + std::string(argv[i]) + ": expected data=D,model=M");
+        }
+      }
       continue;
     }
     if (a == "--text") {  // every following argument up to the next flag
@@ -321,8 +351,33 @@ Flags parse_flags(int argc, char** argv) {
         std::to_string(f.vocab));
   if (f.dtype != "f32" && f.dtype != "bf16")
     usage_error("--dtype must be f32 or bf16, got " + f.dtype);
-  if (const auto problem = mpirun::count_problem(f.data_parallel, f.batch_size, "sequences"))
+  if (f.tensor_parallel) {
+    const int n = distributed::process_count();
+    if (f.mesh.empty()) f.mesh = {{"data", 1}, {"model", n}};
+    if (f.mesh.size() != 2 || f.mesh[0].name != "data" || f.mesh[1].name != "model")
+      usage_error("--mesh must name the axes data and model, in that order: data=D,model=M");
+    if (f.mesh[0].size * f.mesh[1].size != n)
+      usage_error("--mesh data=" + std::to_string(f.mesh[0].size) +
+                  ",model=" + std::to_string(f.mesh[1].size) + " holds " +
+                  std::to_string(f.mesh[0].size * f.mesh[1].size) + " processes: got " +
+                  std::to_string(n));
+    if (f.batch_size % f.mesh[0].size != 0)
+      usage_error("--batch-size must be divisible by the mesh's data=" +
+                  std::to_string(f.mesh[0].size) + ", got " + std::to_string(f.batch_size));
+    if (f.heads % f.mesh[1].size != 0)
+      usage_error(
+          "--heads must be divisible by the mesh's model=" + std::to_string(f.mesh[1].size) +
+          " (each process holds heads), got " + std::to_string(f.heads));
+    if (f.data_parallel || f.zero || f.dropout > 0)
+      usage_error(
+          "--tensor-parallel takes its data parallelism from --mesh, and neither --zero "
+          "nor --dropout yet");
+  } else if (!f.mesh.empty()) {
+    usage_error("--mesh lays out --tensor-parallel: add it");
+  } else if (const auto problem =
+                 mpirun::count_problem(f.data_parallel, f.batch_size, "sequences")) {
     usage_error(*problem);
+  }
   if (f.zero < 0 || f.zero > 3)
     usage_error("--zero must be 1, 2 or 3 (the ZeRO stage), got " + std::to_string(f.zero));
   if (f.zero && !f.data_parallel) usage_error("--zero shards over processes: add --data-parallel");
@@ -608,9 +663,16 @@ int run(const Flags& flags) {
   auto add_up =
       pmap([](const Tensor& x) { return psum(x, "dp"); }, axis_name("dp"), out_axes(none));
   const MachinePeak peak = machine_peak(num_threads());
-  const double peak_gflops = flags.data_parallel
+  const double peak_gflops = flags.data_parallel || flags.tensor_parallel
                                  ? add_up(expand_dims(tensor(peak.fma_gflops), 0)).item<double>()
                                  : peak.fma_gflops;
+  std::string layout;
+  if (flags.data_parallel)
+    layout = ", data-parallel on " + std::to_string(processes) + " processes" +
+             (flags.zero ? ", ZeRO stage " + std::to_string(flags.zero) : "");
+  if (flags.tensor_parallel)
+    layout = ", tensor-parallel on the mesh {data: " + std::to_string(flags.mesh[0].size) +
+             ", model: " + std::to_string(flags.mesh[1].size) + "}";
   if (leader())
     std::printf(
         "GPT on %lld bytes of text (%zu file(s)), %s: %lld layers, %lld heads, d_model %lld, "
@@ -620,13 +682,8 @@ int run(const Flags& flags) {
         static_cast<long long>(flags.heads), static_cast<long long>(flags.d_model),
         static_cast<long long>(T), static_cast<long long>(nn::parameter_count(state.model)),
         flags.dtype.c_str(), static_cast<long long>(flags.steps),
-        static_cast<long long>(B * flags.accum), static_cast<long long>(T),
-        flags.data_parallel ? (", data-parallel on " + std::to_string(processes) + " processes" +
-                               (flags.zero ? ", ZeRO stage " + std::to_string(flags.zero) : ""))
-                                  .c_str()
-                            : "",
-        flops_per_step * 1e-9, peak_gflops, peak.threads,
-        flags.data_parallel ? " per process" : "");
+        static_cast<long long>(B * flags.accum), static_cast<long long>(T), layout.c_str(),
+        flops_per_step * 1e-9, peak_gflops, peak.threads, processes > 1 ? " per process" : "");
 
   // The loss and gradients of one step's micro-batches, averaged, with respect to `params`, whose
   // loss on a micro-batch `loss_of` computes (the model's in `compute`, or ZeRO-3's).
@@ -744,6 +801,95 @@ int run(const Flags& flags) {
             zero->gather_state(o)};
       },
       axis_name("dp"), in_axes(weights_axis, opt_axes), out_axes(none));
+
+  // --tensor-parallel: this process holds its blocks of the model and of AdamW's moments
+  // (gpt_model.h, "tensor parallelism"). The step differentiates the whole shard_map and clips
+  // by the norm over every process's blocks, then updates the blocks.
+  std::optional<distributed::Mesh> mesh;
+  std::function<std::tuple<gpt::Model, optim::OptState<gpt::Model>, Tensor>(
+      const gpt::Model&, const optim::OptState<gpt::Model>&, const Tensor&, const Tensor&)>
+      parallel_train;
+  std::function<TrainState(const gpt::Model&, const optim::OptState<gpt::Model>&)> parallel_whole;
+  gpt::Model blocks;
+  optim::OptState<gpt::Model> block_opt;
+  if (flags.tensor_parallel) {
+    using distributed::LeafSpecs;
+    using distributed::spec;
+    mesh.emplace(flags.mesh);
+    const int64_t M = mesh->size("model");
+    if (config.vocab % M != 0)
+      throw std::runtime_error(
+          "--tensor-parallel splits the vocabulary of " + std::to_string(config.vocab) +
+          " tokens over model=" + std::to_string(M) + ": expected a multiple of it");
+    const std::vector<distributed::Spec> specs = gpt::parallel_specs(state.model, "model");
+    std::vector<distributed::Spec> opt_specs{spec()};  // the step, then the slots
+    for (std::size_t i = 0; i < opt.slot_names().size(); ++i)
+      opt_specs.insert(opt_specs.end(), specs.begin(), specs.end());
+    auto loss_of_blocks = shard_map(
+        [compute, accum](const gpt::Model& p, const Tensor& x, const Tensor& y) {
+          const gpt::Model pc = cast(p, compute);
+          Tensor total;
+          for (int64_t i = 0; i < accum; ++i) {
+            const Tensor l = gpt::parallel_loss(pc, index(x, i), index(y, i), "model");
+            total = i == 0 ? l : total + l;
+          }
+          if (accum > 1) total = total * (1.0 / static_cast<double>(accum));
+          return pmean(total, "data");
+        },
+        *mesh, distributed::in_specs(LeafSpecs{specs}, spec(none, "data"), spec(none, "data")),
+        distributed::out_specs(spec()));
+    // The sum of squares of the whole gradient: a split leaf's blocks add up over the model
+    // axis, a replicated one counts once.
+    auto squares = shard_map(
+        [specs](const gpt::Model& g) {
+          const std::vector<Tensor> leaves = tree_leaves(g);
+          Tensor split = zeros({}), whole = zeros({});
+          for (std::size_t i = 0; i < leaves.size(); ++i) {
+            Tensor& into = specs[i].names("model") ? split : whole;
+            into = into + sum(square(astype(leaves[i], float32)));
+          }
+          return psum(split, "model") + whole;
+        },
+        *mesh, distributed::in_specs(LeafSpecs{specs}), distributed::out_specs(spec()));
+    const optim::Optimizer unclipped = optim::adamw(
+        {.lr = optim::warmup_cosine_decay(0.0, flags.lr, flags.warmup,
+                                          std::max(flags.steps, flags.warmup + 1), final_lr),
+         .weight_decay = flags.weight_decay,
+         .decay_on = optim::DecayOn::matrices});
+    const double clip = flags.clip;
+    parallel_train = jit(
+        [loss_of_blocks, squares, unclipped, clip](const gpt::Model& p,
+                                                   const optim::OptState<gpt::Model>& o,
+                                                   const Tensor& x, const Tensor& y) {
+          auto [loss, g] =
+              value_and_grad([&](const gpt::Model& b) { return loss_of_blocks(b, x, y); })(p);
+          // torch.nn.utils.clip_grad_norm_'s factor, as optim's clipping.
+          const Tensor coef = minimum(clip / (sqrt(squares(g)) + 1e-6), 1.0);
+          g = tree_map([&coef](const Tensor& t) { return t * astype(coef, t.dtype()); }, g);
+          auto [model, next] = unclipped.update(p, g, o);
+          return std::tuple{model, next, loss};
+        },
+        "gpt_train_step");
+    parallel_whole = shard_map(
+        [M](const gpt::Model& p, const optim::OptState<gpt::Model>& o) {
+          TrainState s{gpt::parallel_whole(p, "model", M), {o.step, {}}};
+          for (const auto& [name, slot] : o.slots)
+            s.optimizer.slots.emplace(name, gpt::parallel_whole(slot, "model", M));
+          return s;
+        },
+        *mesh, distributed::in_specs(LeafSpecs{specs}, LeafSpecs{opt_specs}),
+        distributed::out_specs(spec()));
+    blocks = gpt::parallel_blocks(state.model, *mesh, "model");
+    block_opt.step = state.optimizer.step;
+    for (const auto& [name, slot] : state.optimizer.slots)
+      block_opt.slots.emplace(name, gpt::parallel_blocks(slot, *mesh, "model"));
+    state = {};  // the whole state exists only when gathered
+  }
+  // The whole state on every process, for evaluation and checkpoints.
+  const auto gather_whole = [&] {
+    if (zero) state = gather_state(local_model, local_opt);
+    if (mesh) state = parallel_whole(blocks, block_opt);
+  };
   auto eval_loss = jit([compute](const gpt::Model& m, const Tensor& x,
                                  const Tensor& y) { return gpt::loss(cast(m, compute), x, y); },
                        "gpt_eval");
@@ -777,7 +923,11 @@ int run(const Flags& flags) {
     const Tensor key =
         random::key(mix(flags.seed ^ static_cast<uint64_t>(step)) + static_cast<uint64_t>(rank));
     Tensor loss;
-    if (zero)
+    if (mesh)
+      std::tie(blocks, block_opt, loss) = parallel_train(
+          blocks, block_opt, distributed::local_block(x, *mesh, distributed::spec(none, "data")),
+          distributed::local_block(y, *mesh, distributed::spec(none, "data")));
+    else if (zero)
       std::tie(local_model, local_opt, loss) =
           zero_step(local_model, local_opt, share(x, rank, processes), share(y, rank, processes),
                     expand_dims(key, 0));
@@ -799,7 +949,7 @@ int run(const Flags& flags) {
     if ((step + 1) % flags.eval_every != 0 && step + 1 != last) continue;
 
     const double tokens_per_second = static_cast<double>(tokens_since) / seconds;
-    if (zero) state = gather_state(local_model, local_opt);
+    gather_whole();
     Row row{step + 1,
             loss_sum / static_cast<double>(losses),
             validation_loss(),
@@ -822,11 +972,11 @@ int run(const Flags& flags) {
                   row.tokens_per_second, 100 * row.mfu);
       std::fflush(stdout);
     }
-    if (zero) state = {};
+    if (zero || mesh) state = {};
     since = std::chrono::steady_clock::now();
   }
   bar.finish(metrics);
-  if (zero) state = gather_state(local_model, local_opt);
+  gather_whole();
 
   if (!leader()) return 0;
   if (flags.sample > 0) {

@@ -10,12 +10,14 @@
 // (BlockWeights).
 #pragma once
 
+#include <kiln/distributed.h>
 #include <kiln/kiln.h>
 #include <kiln/nn.h>
 
 #include <cmath>
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace gpt {
@@ -246,6 +248,107 @@ inline Tensor loss(const Model& m, const Tensor& tokens, const Tensor& targets,
   if (z.dtype() == bfloat16 || z.dtype() == float16) z = astype(z, float32);
   const int64_t V = z.shape()[2];
   return nn::cross_entropy(reshape(z, {-1, V}), reshape(targets, {-1}));
+}
+
+// ---- tensor parallelism (Megatron-LM's layout), inside shard_map over `axis` ------------------
+//
+// Each of the M processes along the axis holds 1/M of the vocabulary (its rows of the token
+// embedding, so also its block of the tied LM head's logits), 1/M of every block's heads (its
+// rows of c_attn, the q, k and v of those heads, and its columns of attn.c_proj) and 1/M of the
+// MLP's hidden units (rows of mlp.c_fc, columns of mlp.c_proj); LayerNorms, the position
+// embedding and the row-parallel layers' biases are replicated. Two psums per block (after
+// the attention's and the MLP's output projections), three for the loss.
+
+// Causal self-attention on this process's heads: a.c_attn holds their q, k and v rows, in
+// that order, and a.c_proj their columns; a.heads counts every process's heads.
+inline Tensor parallel_attention(const Attention& a, const Tensor& x, const std::string& axis) {
+  const int64_t B = x.shape()[0], T = x.shape()[1], C = x.shape()[2];
+  const int64_t D = C / a.heads, local = a.c_attn.weight.shape()[0] / 3, H = local / D;
+  const std::vector<Tensor> qkv = split(a.c_attn(x), 3, 2);
+  auto heads = [&](const Tensor& v) { return swapaxes(reshape(v, {B, T, H, D}), 1, 2); };
+  const Tensor y = nn::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                                    {.is_causal = true});
+  return nn::row_parallel_linear(a.c_proj, reshape(swapaxes(y, 1, 2), {B, T, local}), axis);
+}
+
+// The mean next-token cross-entropy from this process's blocks of the model (see above); the
+// same on every process of the axis, and the same value as loss() on the whole model.
+inline Tensor parallel_loss(const Model& m, const Tensor& tokens, const Tensor& targets,
+                            const std::string& axis) {
+  const Transformer& t = m.transformer;
+  const int64_t T = tokens.shape()[1];
+  Tensor x = nn::parallel_embedding(t.wte, tokens, axis) + t.wpe(arange(T));
+  for (const Block& b : t.h) {
+    x = x + parallel_attention(b.attn, b.ln_1(x), axis);
+    x = x + nn::row_parallel_linear(
+                b.mlp.c_proj, nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true), axis);
+  }
+  Tensor z = matmul(t.ln_f(x), transpose(t.wte.weight));  // [B, T, vocab / M]
+  if (z.dtype() == bfloat16 || z.dtype() == float16) z = astype(z, float32);
+  return nn::parallel_cross_entropy(reshape(z, {-1, z.shape()[2]}), reshape(targets, {-1}), axis);
+}
+
+// Where each parameter is split in that layout, leaf by leaf in flatten order.
+inline std::vector<distributed::Spec> parallel_specs(const Model& m, const std::string& axis) {
+  using distributed::spec;
+  std::vector<distributed::Spec> out;
+  for (const std::string& name : tree_names(m)) {
+    auto is = [&](const std::string& end) {
+      return name.size() >= end.size() &&
+             name.compare(name.size() - end.size(), end.size(), end) == 0;
+    };
+    if (is("wte.weight") || is("c_attn.weight") || is("c_fc.weight"))
+      out.push_back(spec(axis, none));  // rows: vocabulary, heads, hidden units
+    else if (is("c_attn.bias") || is("c_fc.bias"))
+      out.push_back(spec(axis));
+    else if (is("attn.c_proj.weight") || is("mlp.c_proj.weight"))
+      out.push_back(spec(none, axis));  // columns: the row-parallel layers' inputs
+    else
+      out.push_back(spec());  // LayerNorms, position embedding, row-parallel biases
+  }
+  return out;
+}
+
+// c_attn's 3C rows reordered so that block p of M holds the q, k and v rows of process p's
+// heads, in that order (the checkpoint's order is all q, all k, all v): the rows to take.
+inline Tensor parallel_qkv_rows(int64_t C, int64_t M) {
+  std::vector<int64_t> rows;
+  for (int64_t p = 0; p < M; ++p)
+    for (int64_t part = 0; part < 3; ++part)
+      for (int64_t i = 0; i < C / M; ++i) rows.push_back(part * C + p * (C / M) + i);
+  return tensor(rows);
+}
+
+// This process's blocks of a whole model (or of a tree shaped like it: the optimiser's slots).
+inline Model parallel_blocks(const Model& full, const distributed::Mesh& mesh,
+                             const std::string& axis) {
+  const std::vector<distributed::Spec> specs = parallel_specs(full, axis);
+  const std::vector<std::string> names = tree_names(full);
+  auto [leaves, def] = tree_flatten(full);
+  const int64_t C = full.transformer.wpe.weight.shape()[1], M = mesh.size(axis);
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    if (names[i].find("c_attn") != std::string::npos)
+      leaves[i] = take(leaves[i], parallel_qkv_rows(C, M), 0);
+    leaves[i] = distributed::local_block(leaves[i], mesh, specs[i]);
+  }
+  return tree_unflatten<Model>(def, leaves);
+}
+
+// Inside shard_map, the inverse: the whole model from every process's blocks.
+inline Model parallel_whole(const Model& blocks, const std::string& axis, int64_t M) {
+  const std::vector<distributed::Spec> specs = parallel_specs(blocks, axis);
+  const std::vector<std::string> names = tree_names(blocks);
+  auto [leaves, def] = tree_flatten(blocks);
+  const int64_t C = blocks.transformer.wpe.weight.shape()[1];
+  std::vector<int64_t> back(static_cast<std::size_t>(3 * C));
+  const std::vector<int64_t> rows = parallel_qkv_rows(C, M).to_vector<int64_t>();
+  for (std::size_t j = 0; j < rows.size(); ++j)
+    back[static_cast<std::size_t>(rows[j])] = int64_t(j);
+  for (std::size_t i = 0; i < leaves.size(); ++i) {
+    leaves[i] = distributed::assemble(leaves[i], specs[i]);
+    if (names[i].find("c_attn") != std::string::npos) leaves[i] = take(leaves[i], tensor(back), 0);
+  }
+  return tree_unflatten<Model>(def, leaves);
 }
 
 // Model FLOPs of one training step of B sequences of T tokens (2 per multiply-add, the backward

@@ -108,6 +108,9 @@ OutSpecs out_specs(A... a) {
 // Process p's block of a global array laid out by `spec` over the mesh: the slice along each
 // split dimension at p's position (no communication; the dimension must divide evenly).
 Tensor local_block(const Tensor& global, const Mesh& mesh, const Spec& spec);
+// Inside shard_map, the inverse: the global array from every process's block, gathered along
+// the axes the spec names (one all_gather per named axis). The same on every process.
+Tensor assemble(const Tensor& block, const Spec& spec);
 
 }  // namespace distributed
 

@@ -126,6 +126,23 @@ Tensor local_block(const Tensor& global, const Mesh& mesh, const Spec& spec) {
   return slice(global, slices);
 }
 
+Tensor assemble(const Tensor& block, const Spec& spec) {
+  if (static_cast<int>(spec.dims.size()) > block.rank())
+    fail("assemble", "the spec lists ", spec.dims.size(), " dimensions: got ", spec_text(spec),
+         " for ", block.type(), ", expected at most its rank");
+  Tensor x = block;
+  for (std::size_t d = 0; d < spec.dims.size(); ++d) {
+    // Minor axis first: each gather puts its blocks in front of the ones gathered before.
+    for (auto a = spec.dims[d].rbegin(); a != spec.dims[d].rend(); ++a) {
+      const Tensor stacked = moveaxis(all_gather(x, *a), 0, static_cast<int64_t>(d));
+      std::vector<int64_t> dims = x.shape().dims();
+      dims[d] *= stacked.shape()[static_cast<int>(d)];
+      x = reshape(stacked, Shape(dims));
+    }
+  }
+  return x;
+}
+
 }  // namespace distributed
 
 namespace detail {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `gpt --tensor-parallel --mesh data=D,model=M` on 4 processes (docs/DISTRIBUTED.md, "Tensor
+# parallelism"): the 2 x 2, 1 x 4 and 4 x 1 meshes follow the one-process run (training and
+# validation losses within 1e-4 relative); stopping after step 20 and resuming on the same mesh
+# gives a checkpoint byte-identical to the straight run's; a checkpoint written on one mesh
+# continues on another and in one process; meshes that do not fit are usage errors.
+#   tests/gpt_tensor_parallel.sh build/examples/gpt [mpirun]
+set -euo pipefail
+gpt="$1"
+mpirun=("${2:-mpirun}" --allow-run-as-root --oversubscribe -np 4)
+export OMP_NUM_THREADS=1 KILN_NUM_THREADS=1  # 4 processes on 2 cores: one thread each
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+common=(--layers 2 --heads 4 --d-model 32 --block-size 32 --batch-size 8 --accum 2 --steps 40
+        --warmup 5 --eval-every 10 --eval-batches 2 --seed 9 --sample 0)
+run() {  # run LOG COMMAND...: the command's output goes to LOG, shown when it fails
+  local log="$1"
+  shift
+  if ! "$@" > "$log" 2>&1; then
+    cat "$log"
+    echo "failed: $*"
+    exit 1
+  fi
+}
+# metrics.csv: step,train_loss,val_loss,lr,tokens_per_second,mfu; the losses of two runs agree.
+same_losses() {
+  paste -d, "$1" "$2" | awk -F, -v what="$3" 'NR > 1 {
+      for (c = 2; c <= 3; ++c) {
+        d = ($c - $(c + 6)) / $c; if (d < 0) d = -d
+        if (d > worst) worst = d
+      }
+      rows++ }
+    END { printf "%s: %d evaluations, losses within %.1e relative\n", what, rows, worst
+          exit !(rows == 4 && worst < 1e-4) }'
+}
+tp=("${mpirun[@]}" "$gpt" --tensor-parallel)
+run "$out/one.log" "$gpt" "${common[@]}" --out "$out/one"
+for mesh in data=2,model=2 data=1,model=4 data=4,model=1; do
+  run "$out/$mesh.log" "${tp[@]}" --mesh "$mesh" "${common[@]}" --out "$out/$mesh"
+  grep -q "tensor-parallel on the mesh" "$out/$mesh.log"
+  same_losses "$out/one/metrics.csv" "$out/$mesh/metrics.csv" "mesh $mesh"
+done
+
+run "$out/a.log" "${tp[@]}" --mesh data=2,model=2 "${common[@]}" --stop-after 20 --out "$out/r"
+cp -r "$out/r" "$out/r14"
+cp -r "$out/r" "$out/r1"
+run "$out/b.log" "${tp[@]}" --mesh data=2,model=2 --resume "$out/r" --sample 0
+grep -q "resumed from .* after step 20" "$out/b.log"
+cmp "$out/data=2,model=2/checkpoint.safetensors" "$out/r/checkpoint.safetensors"
+echo "2 x 2: resume gives a checkpoint identical to the straight run's"
+run "$out/c.log" "${tp[@]}" --mesh data=1,model=4 --resume "$out/r14" --sample 0
+same_losses "$out/data=2,model=2/metrics.csv" "$out/r14/metrics.csv" "1 x 4 resuming 2 x 2"
+run "$out/d.log" "$gpt" --resume "$out/r1" --sample 0
+same_losses "$out/data=2,model=2/metrics.csv" "$out/r1/metrics.csv" "1 process resuming 2 x 2"
+
+usage() {  # usage WANT COMMAND...: the command fails with a message containing WANT
+  local want="$1"
+  shift
+  if "$@" > "$out/usage.log" 2>&1; then
+    echo "$* should fail"
+    exit 1
+  fi
+  grep -q "$want" "$out/usage.log"
+}
+usage "holds 6 processes" "${tp[@]}" --mesh data=2,model=3
+usage "heads must be divisible" "${tp[@]}" --mesh data=1,model=4 --heads 2 --d-model 32
+usage "add it" "$gpt" --mesh data=1,model=1
+echo "meshes that do not fit are usage errors"
