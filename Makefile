@@ -16,7 +16,7 @@ export CCACHE_NOHASHDIR ?= true
 TSAN_BUILD ?= build-tsan
 PYTHON_ASAN_BUILD ?= build-python-asan
 # make fuzz runs each fuzz/fuzz_<name>.cpp listed here for FUZZ_TIME seconds.
-FUZZ_TARGETS ?= safetensors idx csv png jpeg ir bpe
+FUZZ_TARGETS ?= safetensors idx csv png jpeg ir bpe sharded
 FUZZ_TIME ?= 30
 
 # The Python package: make python builds kiln._kiln into python/kiln/ (then PYTHONPATH=python).
