@@ -145,14 +145,17 @@ io::TensorFile assemble_pieces(const std::vector<io::TensorFile>& shards,
   for (std::size_t p = 0; p < shards.size(); ++p) {
     const std::string file = source + "/shard-" + std::to_string(p) + ".safetensors";
     for (const io::NamedTensor& t : shards[p].tensors) {
-      const std::size_t hash = t.name.find('#');
-      if (hash != std::string::npos) {
-        if (t.name.compare(hash, std::string::npos, kWhere) != 0 ||
-            !shards[p].find(t.name.substr(0, hash)))
-          fail(kLoad, "unexpected tensor '", t.name, "' in ", file,
-               ": expected a piece's placement, '<name>", kWhere, "', beside the piece");
-        continue;
-      }
+      // "<name>#<k>": the k-th piece of <name> in this file; "<name>#<k>#at": its placement.
+      const bool placement = t.name.size() > 3 && t.name.ends_with(kWhere);
+      const std::string stored = placement ? t.name.substr(0, t.name.size() - 3) : t.name;
+      const std::size_t hash = stored.rfind('#');
+      const bool numbered = hash != std::string::npos && hash > 0 && hash + 1 < stored.size() &&
+                            stored.find_first_not_of("0123456789", hash + 1) == std::string::npos;
+      if (!numbered || (placement && !shards[p].find(stored)))
+        fail(kLoad, "unexpected tensor '", t.name, "' in ", file,
+             ": expected pieces '<name>#<k>', each with its placement '<name>#<k>", kWhere, "'");
+      if (placement) continue;
+      const std::string name = stored.substr(0, hash);
       const Tensor* at = shards[p].find(t.name + kWhere);
       if (!at)
         fail(kLoad, "piece '", t.name, "' in ", file, " has no placement '", t.name, kWhere, "'");
@@ -161,27 +164,27 @@ io::TensorFile assemble_pieces(const std::vector<io::TensorFile>& shards,
       const int64_t rank = v.size() >= 2 ? v[1] : -1;
       if (v.size() < 2 || (v[0] != 0 && v[0] != 1) || rank < 0 || rank > io::kMaxRank ||
           static_cast<int64_t>(v.size()) != 2 + rank + (v[0] == 1 ? 1 : rank))
-        fail(kLoad, "bad placement of '", t.name, "' in ", file, ": got ", at->type(),
+        fail(kLoad, "bad placement of '", name, "' in ", file, ": got ", at->type(),
              ", expected i64[2 + 2 * rank] (flat, rank, dims, start)");
       const bool flat = v[0] == 1;
       std::vector<int64_t> dims(v.begin() + 2, v.begin() + 2 + rank);
       const std::vector<int64_t> start(v.begin() + 2 + rank, v.end());
       for (int64_t d : dims)
-        if (d < 0) fail(kLoad, "negative dimension for '", t.name, "' in ", file);
+        if (d < 0) fail(kLoad, "negative dimension for '", name, "' in ", file);
       const TensorType type{t.tensor.dtype(), Shape(dims)};
       const int64_t n = type.shape.numel(kLoad);
-      auto [it, fresh] = wholes.try_emplace(t.name);
+      auto [it, fresh] = wholes.try_emplace(name);
       Whole& w = it->second;
       if (fresh) {
         w = {type, zeros(type.shape, type.dtype), zeros(type.shape, uint8)};
       } else if (w.type != type) {
-        fail(kLoad, "pieces of '", t.name, "' disagree on its type: got ", w.type, " and ", type,
+        fail(kLoad, "pieces of '", name, "' disagree on its type: got ", w.type, " and ", type,
              " in ", file);
       }
       const Tensor& d = t.tensor;
       if (flat) {
         if (d.rank() != 1 || start[0] < 0 || start[0] > n - d.numel())
-          fail(kLoad, "flat piece of '", t.name, "' in ", file, " does not fit ", type, ": got ",
+          fail(kLoad, "flat piece of '", name, "' in ", file, " does not fit ", type, ": got ",
                d.type(), " from element ", start[0]);
         const std::vector<Tensor> at0{tensor(start[0])};
         w.data = reshape(dynamic_update_slice(reshape(w.data, Shape{n}), d, at0), type.shape);
@@ -196,7 +199,7 @@ io::TensorFile assemble_pieces(const std::vector<io::TensorFile>& shards,
                start[static_cast<std::size_t>(k)] <=
                    dims[static_cast<std::size_t>(k)] - d.shape()[static_cast<int>(k)];
       if (!fits)
-        fail(kLoad, "block of '", t.name, "' in ", file, " does not fit ", type, ": got ", d.type(),
+        fail(kLoad, "block of '", name, "' in ", file, " does not fit ", type, ": got ", d.type(),
              " at ", attr_to_string(start));
       std::vector<Tensor> starts;
       for (int64_t s : start) starts.push_back(tensor(s));
@@ -223,10 +226,12 @@ void save_sharded(const std::string& dir, int64_t step, const std::vector<Piece>
   fs::create_directories(here, ec);
   if (ec) fail(kSave, "cannot create '", here, "': ", ec.message());
   std::vector<io::NamedTensor> tensors;
+  std::map<std::string, int> count;  // pieces of each tensor so far
   for (const Piece& p : pieces) {
     check_piece(p);
-    tensors.push_back({p.name, p.data});
-    tensors.push_back({p.name + kWhere, placement(p)});
+    const std::string stored = p.name + "#" + std::to_string(count[p.name]++);
+    tensors.push_back({stored, p.data});
+    tensors.push_back({stored + kWhere, placement(p)});
   }
   const int rank = process_index(), n = process_count();
   io::save_tensors(shard_path(here, rank), tensors);
