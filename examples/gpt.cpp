@@ -18,6 +18,7 @@
 #include <kiln/kiln.h>
 #include <kiln/optim.h>
 #include <kiln/profile.h>
+#include <kiln/sharded_checkpoint.h>
 #include <kiln/tokenizer.h>
 #include <kiln/zero.h>
 #include <unistd.h>
@@ -50,6 +51,41 @@ struct TrainState {
   optim::OptState<gpt::Model> optimizer;
 };
 KILN_TREE(TrainState, model, optimizer);
+
+// ---- checkpoints -----------------------------------------------------------------------------
+
+// A run's checkpoint in its directory: checkpoint.safetensors, the whole state (one process,
+// data parallelism), or checkpoint/, each process's pieces (--zero, --tensor-parallel):
+// whichever holds the later step.
+struct Saved {
+  std::string path;
+  bool sharded = false;
+};
+Saved saved_checkpoint(const std::string& dir) {
+  const Saved whole{dir + "/checkpoint.safetensors", false}, pieces{dir + "/checkpoint", true};
+  const std::optional<int64_t> step = distributed::latest_sharded_step(pieces.path);
+  if (!step) return whole;
+  if (!fs::exists(whole.path)) return pieces;
+  return *step > std::stoll(io::load_tensors(whole.path).metadata.at("steps_done")) ? pieces
+                                                                                    : whole;
+}
+std::map<std::string, std::string> metadata_of(const Saved& s) {
+  return s.sharded ? distributed::sharded_metadata(s.path) : io::load_tensors(s.path).metadata;
+}
+// Names, dtypes and shapes checked against `like`; a sharded checkpoint is put back together
+// whole, whatever layout wrote it.
+TrainState load_state(const Saved& s, const TrainState& like) {
+  if (!s.sharded) return io::load(s.path, like);
+  auto [leaves, def] = tree_flatten(like);
+  return tree_unflatten<TrainState>(
+      def, io::detail::match_leaves(distributed::load_sharded(s.path), tree_names(def), leaves,
+                                    s.path, {}));
+}
+
+// A tensor held whole, written by process 0 alone.
+distributed::Piece whole_piece(const std::string& name, const Tensor& t) {
+  return {name, t.type(), t, std::vector<int64_t>(static_cast<std::size_t>(t.rank()), 0), false};
+}
 
 // ---- flags ---------------------------------------------------------------------------------
 
@@ -222,7 +258,8 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte or on BPE tokens, and 
   --seed N            seed of the initial weights, the windows and the sampling (default 0)
   --eval-every N      steps between validation losses and checkpoints (default 500)
   --eval-batches N    batches of the validation text per evaluation (default 8)
-  --out DIR           where to write checkpoint.safetensors, metrics.csv, loss.svg
+  --out DIR           where to write checkpoint.safetensors (with --zero or --tensor-parallel:
+                      checkpoint/, each process's pieces), metrics.csv, loss.svg
                       (default gpt-out, or the --resume directory)
   --resume DIR        continue the run saved in DIR (model, optimiser, step and the settings
                       above; flags given explicitly override them)
@@ -308,8 +345,9 @@ Flags parse_flags(int argc, char** argv) {
   }
   if (f.resume) {
     if (!f.given.count("--out")) f.out = *f.resume;
-    const std::string path = *f.resume + "/checkpoint.safetensors";
-    const std::map<std::string, std::string> saved = io::load_tensors(path).metadata;
+    const Saved checkpoint = saved_checkpoint(*f.resume);
+    const std::string& path = checkpoint.path;
+    const std::map<std::string, std::string> saved = metadata_of(checkpoint);
     // The model's vocabulary is the tokenizer's: a resumed run keeps the checkpoint's.
     for (const std::string key : {"tokenizer", "vocab"})
       if (f.given.count("--" + key) && saved.count(key) && f.get("--" + key) != saved.at(key))
@@ -569,8 +607,9 @@ std::string sample_text(const gpt::Model& m, const data::BpeTokenizer& tokenizer
 data::BpeTokenizer make_tokenizer(const Flags& flags, std::string_view training_text) {
   if (flags.tokenizer == "bytes") return {};
   if (flags.resume) {
-    const std::string path = *flags.resume + "/checkpoint.safetensors";
-    const auto meta = io::load_tensors(path).metadata;
+    const Saved checkpoint = saved_checkpoint(*flags.resume);
+    const std::string& path = checkpoint.path;
+    const auto meta = metadata_of(checkpoint);
     if (!meta.count("merges"))
       throw std::runtime_error(path + " holds no BPE merges: expected a checkpoint of a " +
                                "--tokenizer bpe run");
@@ -646,10 +685,10 @@ int run(const Flags& flags) {
   int64_t first_step = 0;
   std::vector<Row> history;
   if (flags.resume) {
-    const std::string path = *flags.resume + "/checkpoint.safetensors";
-    state = io::load(path, state);  // names, dtypes and shapes checked against this model
-    const io::TensorFile file = io::load_tensors(path);
-    first_step = std::stoll(file.metadata.at("steps_done"));
+    const Saved checkpoint = saved_checkpoint(*flags.resume);
+    const std::string& path = checkpoint.path;
+    state = load_state(checkpoint, state);
+    first_step = std::stoll(metadata_of(checkpoint).at("steps_done"));
     history = from_csv(*flags.resume + "/metrics.csv");
     std::erase_if(history, [&](const Row& r) { return r.step > first_step; });
     if (leader())
@@ -885,6 +924,32 @@ int run(const Flags& flags) {
       block_opt.slots.emplace(name, gpt::parallel_blocks(slot, *mesh, "model"));
     state = {};  // the whole state exists only when gathered
   }
+  // This process's pieces of the state, for a sharded checkpoint (--zero, --tensor-parallel).
+  const auto my_pieces = [&] {
+    std::vector<distributed::Piece> pieces;
+    auto add = [&pieces](std::vector<distributed::Piece> more) {
+      for (distributed::Piece& p : more) pieces.push_back(std::move(p));
+    };
+    if (rank == 0)
+      pieces.push_back(whole_piece("optimizer.step", mesh ? block_opt.step : local_opt.step));
+    if (mesh) {
+      add(gpt::parallel_pieces(blocks, *mesh, "model", "model."));
+      for (const auto& [name, slot] : block_opt.slots)
+        add(gpt::parallel_pieces(slot, *mesh, "model", "optimizer.slots." + name + "."));
+      return pieces;
+    }
+    const auto mine = [](const Tensor& t) { return index(t, 0); };  // without the process axis
+    if (sharded_weights)
+      add(distributed::zero_pieces(tree_map(mine, local_model), zero->layout(), rank, "model."));
+    else if (rank == 0)
+      add(distributed::block_pieces(
+          local_model, std::vector<distributed::Spec>(model_leaves, distributed::spec()),
+          distributed::Mesh({{"processes", processes}}), "model."));
+    for (const auto& [name, slot] : local_opt.slots)
+      add(distributed::zero_pieces(tree_map(mine, slot), zero->layout(), rank,
+                                   "optimizer.slots." + name + "."));
+    return pieces;
+  };
   // The whole state on every process, for evaluation and checkpoints.
   const auto gather_whole = [&] {
     if (zero) state = gather_state(local_model, local_opt);
@@ -958,12 +1023,14 @@ int run(const Flags& flags) {
             mfu};
     history.push_back(row);
     loss_sum = 0, losses = 0, tokens_since = 0;
+    // The checkpoint and the metrics are replaced atomically.
+    std::map<std::string, std::string> metadata = flags.settings();
+    metadata["steps_done"] = std::to_string(step + 1);
+    if (flags.tokenizer == "bpe") metadata["merges"] = tokenizer.to_string();
+    if (zero || mesh)
+      distributed::save_sharded(flags.out + "/checkpoint", step + 1, my_pieces(), metadata);
     if (leader()) {
-      // The checkpoint and the metrics are replaced atomically.
-      std::map<std::string, std::string> metadata = flags.settings();
-      metadata["steps_done"] = std::to_string(step + 1);
-      if (flags.tokenizer == "bpe") metadata["merges"] = tokenizer.to_string();
-      io::save(flags.out + "/checkpoint.safetensors", state, metadata);
+      if (!zero && !mesh) io::save(flags.out + "/checkpoint.safetensors", state, metadata);
       write_text(flags.out + "/metrics.csv", to_csv(history));
       write_text(flags.out + "/loss.svg", to_svg(history, std::string("Kiln GPT, ") + tokens_text));
       if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");  // over the bar's line
@@ -999,10 +1066,11 @@ int run(const Flags& flags) {
   const Row& end = history.back();
   std::printf(
       "%s after %lld of %lld steps: validation loss %.4f (%.3f bits per byte); wrote "
-      "%s/{checkpoint.safetensors,metrics.csv,loss.svg}\n",
+      "%s/{%s,metrics.csv,loss.svg}\n",
       last < flags.steps ? "stopped" : "done", static_cast<long long>(end.step),
       static_cast<long long>(flags.steps), end.val_loss,
-      end.val_loss / bytes_per_token / std::log(2.0), flags.out.c_str());
+      end.val_loss / bytes_per_token / std::log(2.0), flags.out.c_str(),
+      zero || mesh ? "checkpoint/ (each process's pieces)" : "checkpoint.safetensors");
   return 0;
 }
 

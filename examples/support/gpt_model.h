@@ -13,6 +13,7 @@
 #include <kiln/distributed.h>
 #include <kiln/kiln.h>
 #include <kiln/nn.h>
+#include <kiln/sharded_checkpoint.h>
 
 #include <cmath>
 #include <functional>
@@ -349,6 +350,32 @@ inline Model parallel_whole(const Model& blocks, const std::string& axis, int64_
     if (names[i].find("c_attn") != std::string::npos) leaves[i] = take(leaves[i], tensor(back), 0);
   }
   return tree_unflatten<Model>(def, leaves);
+}
+
+// This process's pieces of a tree of blocks (the model, or an optimiser slot) for a sharded
+// checkpoint, which holds the model in its own order: c_attn's block goes as three pieces,
+// its q, k and v rows, each where it lies among the whole tensor's rows.
+inline std::vector<distributed::Piece> parallel_pieces(const Model& blocks,
+                                                       const distributed::Mesh& mesh,
+                                                       const std::string& axis,
+                                                       const std::string& prefix) {
+  const int64_t C = blocks.transformer.wpe.weight.shape()[1], M = mesh.size(axis);
+  const int64_t p = mesh.index(axis);
+  std::vector<distributed::Piece> out;
+  for (distributed::Piece& piece :
+       distributed::block_pieces(blocks, parallel_specs(blocks, axis), mesh, prefix)) {
+    if (piece.name.find("c_attn") == std::string::npos) {
+      out.push_back(std::move(piece));
+      continue;
+    }
+    for (int64_t part = 0; part < 3; ++part) {
+      distributed::Piece rows = piece;
+      rows.data = slice(piece.data, {Slice{part * (C / M), (part + 1) * (C / M)}});
+      rows.start[0] = part * C + p * (C / M);
+      out.push_back(std::move(rows));
+    }
+  }
+  return out;
 }
 
 // Model FLOPs of one training step of B sequences of T tokens (2 per multiply-add, the backward

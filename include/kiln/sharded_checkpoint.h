@@ -70,8 +70,9 @@ std::vector<Piece> zero_pieces(const T& pieces, const ShardLayout& layout, int64
 void save_sharded(const std::string& dir, int64_t step, const std::vector<Piece>& pieces,
                   const std::map<std::string, std::string>& metadata = {});
 
-// The latest committed step under dir, if any.
+// The latest committed step under dir, if any, and its index's metadata (plus "step").
 std::optional<int64_t> latest_sharded_step(const std::string& dir);
+std::map<std::string, std::string> sharded_metadata(const std::string& dir);
 
 // Every tensor whole from the pieces in shard files as read (shards[p] is process p's), each
 // piece checked against its tensor's type and bounds, every element covered; `source` names

@@ -272,13 +272,26 @@ std::optional<int64_t> latest_sharded_step(const std::string& dir) {
   return latest;
 }
 
-io::TensorFile load_sharded(const std::string& dir) {
+namespace {
+
+// The latest committed step's directory and index.
+std::pair<std::string, io::TensorFile> latest_index(const std::string& dir) {
   const std::optional<int64_t> step = latest_sharded_step(dir);
   if (!step)
     fail(kLoad, "no committed checkpoint in '", dir,
          "': got no step-<n> directory with an index.safetensors");
   const std::string here = step_dir(dir, *step);
-  const io::TensorFile index = io::load_tensors(index_path(here));
+  return {here, io::load_tensors(index_path(here))};
+}
+
+}  // namespace
+
+std::map<std::string, std::string> sharded_metadata(const std::string& dir) {
+  return latest_index(dir).second.metadata;
+}
+
+io::TensorFile load_sharded(const std::string& dir) {
+  const auto [here, index] = latest_index(dir);
   const auto shards = index.metadata.find("shards");
   const int64_t n = shards == index.metadata.end() ? 0 : count_of(shards->second);
   if (n < 1 || n > (1 << 20))
