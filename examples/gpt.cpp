@@ -276,14 +276,15 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte or on BPE tokens, and 
   --tensor-parallel   train on every process mpirun started with Megatron's layout: each
                       process of the mesh's model axis holds 1/M of the vocabulary, of every
                       block's heads and of the MLP's hidden units; the data axis splits each
-                      batch. Same run up to round-off; checkpoints hold the whole model
+                      batch. Same run up to round-off; each process writes its pieces of the
+                      checkpoint, which resumes under any layout
   --mesh data=D,model=M  the processes as a D x M mesh for --tensor-parallel (default
                       data=1,model=N)
   --zero S            with --data-parallel: each process keeps only its 1/N of the optimiser
                       state (S = 1: gradients all-reduced; 2: reduce-scattered) or of the
                       optimiser state and the weights (3: the step gathers the weights), as
-                      DeepSpeed's ZeRO; same run up to round-off. Checkpoints hold the gathered
-                      state, so they resume under any stage and process count.
+                      DeepSpeed's ZeRO; same run up to round-off. Each process writes its
+                      pieces of the checkpoint, which resumes under any layout.
   --help              this text
 )";
 
@@ -310,6 +311,7 @@ Flags parse_flags(int argc, char** argv) {
     }
     if (a == "--mesh") {  // data=D,model=M
       if (i + 1 >= argc) usage_error("--mesh needs a value");
+      f.mesh.clear();
       std::istringstream in(argv[++i]);
       for (std::string part; std::getline(in, part, ',');) {
         const std::size_t eq = part.find('=');
@@ -394,7 +396,7 @@ Flags parse_flags(int argc, char** argv) {
     if (f.mesh.empty()) f.mesh = {{"data", 1}, {"model", n}};
     if (f.mesh.size() != 2 || f.mesh[0].name != "data" || f.mesh[1].name != "model")
       usage_error("--mesh must name the axes data and model, in that order: data=D,model=M");
-    if (f.mesh[0].size * f.mesh[1].size != n)
+    if (f.mesh[0].size > n || f.mesh[1].size > n || f.mesh[0].size * f.mesh[1].size != n)
       usage_error("--mesh data=" + std::to_string(f.mesh[0].size) +
                   ",model=" + std::to_string(f.mesh[1].size) + " holds " +
                   std::to_string(f.mesh[0].size * f.mesh[1].size) + " processes: got " +
@@ -674,12 +676,17 @@ int run(const Flags& flags) {
     std::snprintf(tokens_text, sizeof tokens_text, "BPE of %lld tokens, %.2f bytes per token",
                   static_cast<long long>(tokenizer.vocab_size()), bytes_per_token);
   const double final_lr = flags.lr / 10;
-  const optim::Optimizer opt = optim::adamw(
-      {.lr = optim::warmup_cosine_decay(0.0, flags.lr, flags.warmup,
-                                        std::max(flags.steps, flags.warmup + 1), final_lr),
-       .weight_decay = flags.weight_decay,
-       .decay_on = optim::DecayOn::matrices,
-       .clip_norm = flags.clip});
+  // The recipe: AdamW with decay on matrices, warmup then cosine decay, and clipping (which
+  // --tensor-parallel does itself, over every process's blocks).
+  const auto adamw = [&](std::optional<double> clip) {
+    return optim::adamw(
+        {.lr = optim::warmup_cosine_decay(0.0, flags.lr, flags.warmup,
+                                          std::max(flags.steps, flags.warmup + 1), final_lr),
+         .weight_decay = flags.weight_decay,
+         .decay_on = optim::DecayOn::matrices,
+         .clip_norm = clip});
+  };
+  const optim::Optimizer opt = adamw(flags.clip);
   TrainState state{gpt::init(config, random::key(flags.seed)), {}};
   state.optimizer = opt.init(state.model);
   int64_t first_step = 0;
@@ -890,11 +897,7 @@ int run(const Flags& flags) {
           return psum(split, "model") + whole;
         },
         *mesh, distributed::in_specs(LeafSpecs{specs}), distributed::out_specs(spec()));
-    const optim::Optimizer unclipped = optim::adamw(
-        {.lr = optim::warmup_cosine_decay(0.0, flags.lr, flags.warmup,
-                                          std::max(flags.steps, flags.warmup + 1), final_lr),
-         .weight_decay = flags.weight_decay,
-         .decay_on = optim::DecayOn::matrices});
+    const optim::Optimizer unclipped = adamw(std::nullopt);
     const double clip = flags.clip;
     parallel_train = jit(
         [loss_of_blocks, squares, unclipped, clip](const gpt::Model& p,

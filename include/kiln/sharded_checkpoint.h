@@ -65,8 +65,9 @@ std::vector<Piece> zero_pieces(const T& pieces, const ShardLayout& layout, int64
 // Writes step `step` of a sharded checkpoint: every process calls it with the pieces it writes
 // (together they must cover every tensor), each writes its file atomically, and once all have
 // (a collective over every process) process 0 writes the index, which commits the step, and
-// removes the older steps. A step whose writing was interrupted has no index and is never
-// loaded. `metadata` is stored in the index.
+// removes every other step (older ones, and any left uncommitted). Saving a step again first
+// removes its index. A failure on any process is an Error on every process. A step whose writing
+// was interrupted has no index and is never loaded. `metadata` is stored in the index.
 void save_sharded(const std::string& dir, int64_t step, const std::vector<Piece>& pieces,
                   const std::map<std::string, std::string>& metadata = {});
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <utility>
@@ -59,6 +60,8 @@ P shard(const P& full, const ShardLayout& layout, const Tensor& part) {
 }
 template <Tree P>
 P shard(const P& full, const ShardLayout& layout, int64_t part) {
+  if (part < 0 || part >= layout.parts())
+    fail("zero", "bad part: got ", part, ", expected one in [0, ", layout.parts(), ")");
   return shard(full, layout, tensor(static_cast<int32_t>(part)));
 }
 
@@ -87,8 +90,10 @@ P scatter_sum(const P& full, const ShardLayout& layout, const std::string& axis)
 //   stage 3: the parameters are pieces too; the step's loss reads gather(pieces), and the
 //            gradients with respect to the pieces (already summed by gather's transpose) are
 //            divided by N.
-// The wrapped algorithm runs unchanged on the pieces; clipping by global norm adds up the
-// pieces' squares over the processes. Same results as data parallelism with pmean up to the
+// The wrapped algorithm runs unchanged on the pieces, so it must be elementwise, as SGD, Adam
+// and AdamW are (one whose update mixes elements of a leaf, as LAMB's or Adafactor's, would
+// see pieces instead of leaves); clipping by global norm adds up the pieces' squares over the
+// processes. Same results as data parallelism with pmean up to the
 // order of the cross-process sums (stage 1: bitwise without clipping).
 class Zero {
  public:

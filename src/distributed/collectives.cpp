@@ -37,9 +37,10 @@ struct Group {
     if (!ranks) return me;
     for (std::size_t p = 0; p < ranks->size(); ++p)
       if ((*ranks)[p] == me) return static_cast<int>(p);
-    fail("distributed", "process ", me, " is not in the group ", attr_to_string(*ranks),
-         " of its own collective");
+    fail("distributed", "process ", me, " is not among the processes of its own collective: got ",
+         attr_to_string(*ranks), ", expected a group holding it");
   }
+  // Every member must call it at the same collective: the first call makes the communicator.
   MPI_Comm comm() const { return distributed::communicator(ranks ? *ranks : Sizes{}); }
 };
 
@@ -139,6 +140,7 @@ std::vector<Tensor> all_reduce_kernel(ops::Ins in, const Attrs& a) {
                 static_cast<std::size_t>(src.numel()) * dtype_size(src.dtype()));
   } else {
     const auto lock = distributed::arrive(arrival);
+    const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
     const MPI_Op op = r == distributed::Reduce::sum   ? MPI_SUM
                       : r == distributed::Reduce::max ? MPI_MAX
                                                       : MPI_MIN;
@@ -148,7 +150,7 @@ std::vector<Tensor> all_reduce_kernel(ops::Ins in, const Attrs& a) {
     for (int64_t done = 0; done < src.numel(); done += kPiece) {
       const int n = static_cast<int>(std::min(kPiece, src.numel() - done));
       distributed::check(MPI_Allreduce(bytes(src) + done * es, bytes(out) + done * es, n,
-                                       distributed::mpi_type(src.dtype()), op, g.comm()),
+                                       distributed::mpi_type(src.dtype()), op, comm),
                          arrival, "MPI_Allreduce");
     }
   }
@@ -199,6 +201,7 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
   }
   const Arrival arrival{"all_gather", over(a), x.dtype(), dims_with(x.shape(), {0})};
   const auto lock = distributed::arrive(arrival);
+  const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
   if (row == 0) return {out};
   std::vector<int> counts, starts;
   for (std::size_t p = 0; p < s.size(); ++p) {
@@ -208,7 +211,7 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
   const RowType t("all_gather", row);
   distributed::check(
       MPI_Allgatherv(x.raw_data(), counts[static_cast<std::size_t>(g.index())], t.type,
-                     out.raw_data(), counts.data(), starts.data(), t.type, g.comm()),
+                     out.raw_data(), counts.data(), starts.data(), t.type, comm),
       arrival, "MPI_Allgatherv");
   return {out};
 }
@@ -230,11 +233,12 @@ std::vector<Tensor> reduce_scatter_kernel(ops::Ins in, const Attrs& a) {
   } else {
     const Arrival arrival{"psum_scatter", over(a), x.dtype(), x.shape().dims()};
     const auto lock = distributed::arrive(arrival);
+    const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
     std::vector<int> counts;
     for (int64_t k : s) counts.push_back(to_int("psum_scatter", k * row, "elements per process"));
     if (src.numel() > 0)
       distributed::check(MPI_Reduce_scatter(src.raw_data(), out.raw_data(), counts.data(),
-                                            distributed::mpi_type(src.dtype()), MPI_SUM, g.comm()),
+                                            distributed::mpi_type(src.dtype()), MPI_SUM, comm),
                          arrival, "MPI_Reduce_scatter");
   }
   return {is_half(x.dtype()) ? astype(out, x.dtype()) : out};
@@ -263,6 +267,7 @@ std::vector<Tensor> all_to_all_kernel(ops::Ins in, const Attrs& a) {
   if (n_proc > 1) {
     const Arrival arrival{"all_to_all", over(a), y.dtype(), dims_with(y.shape(), {1})};
     const auto lock = distributed::arrive(arrival);
+    const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
     received = empty(Shape({from.back() * unit}), uint8);
     if (unit > 0) {
       std::vector<int> send_counts, send_starts, recv_counts, recv_starts;
@@ -275,10 +280,10 @@ std::vector<Tensor> all_to_all_kernel(ops::Ins in, const Attrs& a) {
             to_int("all_to_all", from[static_cast<std::size_t>(q)], "block offset"));
       }
       const RowType t("all_to_all", unit);
-      distributed::check(MPI_Alltoallv(y.raw_data(), send_counts.data(), send_starts.data(), t.type,
-                                       received.raw_data(), recv_counts.data(), recv_starts.data(),
-                                       t.type, g.comm()),
-                         arrival, "MPI_Alltoallv");
+      distributed::check(
+          MPI_Alltoallv(y.raw_data(), send_counts.data(), send_starts.data(), t.type,
+                        received.raw_data(), recv_counts.data(), recv_starts.data(), t.type, comm),
+          arrival, "MPI_Alltoallv");
     }
   }
   // One process: y itself is [mine, mine, R...] and z = y.
@@ -339,6 +344,7 @@ std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
   if (n_proc == 1) return {out};
   const Arrival arrival{"ppermute", over(a), x.dtype(), dims_with(x.shape(), {0})};
   const auto lock = distributed::arrive(arrival);
+  const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
   std::vector<std::vector<std::byte>> outgoing(send.size()), incoming(recv.size());
   std::vector<MPI_Request> requests;
   for (int q = 0; q < n_proc; ++q) {
@@ -349,7 +355,7 @@ std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
       distributed::check(
           MPI_Irecv(incoming[k].data(),
                     to_int("ppermute", static_cast<int64_t>(incoming[k].size()), "bytes per peer"),
-                    MPI_BYTE, q, 0, g.comm(), &requests.back()),
+                    MPI_BYTE, q, 0, comm, &requests.back()),
           arrival, "MPI_Irecv");
     }
     if (!send[k].empty()) {
@@ -361,7 +367,7 @@ std::vector<Tensor> permute_kernel(ops::Ins in, const Attrs& a) {
       distributed::check(
           MPI_Isend(outgoing[k].data(),
                     to_int("ppermute", static_cast<int64_t>(outgoing[k].size()), "bytes per peer"),
-                    MPI_BYTE, q, 0, g.comm(), &requests.back()),
+                    MPI_BYTE, q, 0, comm, &requests.back()),
           arrival, "MPI_Isend");
     }
   }

@@ -345,8 +345,9 @@ FlatTree shard_map_call(ShardMapCache& c, const TreeDef& args_def,
     fail("shard_map", "nested: got a shard_map inside a pmap or shard_map over '", outer->name,
          "', expected one at a time (give the outer one's axes to the mesh)");
   const std::vector<Spec> specs = leaf_specs(c, args_def, leaves);
-  // Every process must bring blocks of the same structure, dtypes and shapes.
-  std::size_t h = args_def.hash();
+  // Every process must bring the same mesh (its lines' communicators are made together) and
+  // blocks of the same structure, dtypes and shapes.
+  std::size_t h = mix(args_def.hash(), std::hash<std::string>{}(c.mesh.to_string()));
   for (const Tensor& t : leaves) {
     h = mix(h, t.defined() ? static_cast<std::size_t>(t.dtype()) : 0xdead);
     if (t.defined())
@@ -362,7 +363,10 @@ FlatTree shard_map_call(ShardMapCache& c, const TreeDef& args_def,
         return text + ")";
       },
       "shard_map");
-  if (c.checked.insert(h).second) check_replicas(c, args_def, leaves, specs, fn);
+  if (!c.checked.count(h)) {
+    check_replicas(c, args_def, leaves, specs, fn);
+    c.checked.insert(h);  // only once it passed: a failed check fails again
+  }
   std::vector<Tensor> in;
   for (std::size_t i = 0; i < leaves.size(); ++i) {
     const int units = named_axes(c.mesh, specs[i]);

@@ -174,11 +174,45 @@ TEST(Mesh, TensorParallelLayersMatchOneProcess) {
   }
 }
 
+TEST(Mesh, PermutationsAndAssemblyRunAmongTheProcessesOfTheirAxis) {
+  const int rank = distributed::process_index();
+  for (const Mesh& m : meshes()) {
+    for (const distributed::MeshAxis& axis : m.axes()) {
+      const std::string a = axis.name;
+      const int64_t n = axis.size;
+      // One pair only (0 -> n - 1): the line's other processes take part without sending.
+      auto f = shard_map(
+          [&a, n](const Tensor& x) {
+            return std::tuple{ppermute(x, a, {{0, n - 1}}),
+                              all_to_all(reshape(tile(x, {n}), {n, 2}), a, 0, 0),
+                              distributed::assemble(x, spec(a))};
+          },
+          m, distributed::in_specs(spec(a)), distributed::out_specs(spec(a)));
+      const auto [moved, exchanged, whole] = f(tensor(value_of(rank)));
+      const std::vector<int64_t> line = m.group(a);
+      const int64_t me = m.index(a);
+      std::vector<double> want_moved(2, 0.0), want_exchanged, want_whole;
+      if (me == n - 1) want_moved = value_of(line[0]);
+      for (const int64_t r : line) {
+        const std::vector<double> v = value_of(r);
+        want_exchanged.insert(want_exchanged.end(), v.begin(), v.end());
+        want_whole.insert(want_whole.end(), v.begin(), v.end());
+      }
+      const std::string where = m.to_string() + " over '" + a + "'";
+      expect_allclose(moved, want_moved, {.rtol = 0, .atol = 0}, "ppermute " + where);
+      expect_allclose(exchanged, want_exchanged, {.rtol = 0, .atol = 0}, "all_to_all " + where);
+      expect_allclose(whole, want_whole, {.rtol = 0, .atol = 0}, "assemble " + where);
+    }
+  }
+}
+
 TEST(Mesh, ResultsMustNotVaryAlongAnAxisTheirSpecOmits) {
   const Mesh m({{"data", 1}, {"model", distributed::process_count()}});
   auto f = shard_map([](const Tensor& x) { return x * 2.0; }, m,
                      distributed::in_specs(spec("model")), distributed::out_specs(spec()));
   expect_error([&] { f(tensor({1.0, 2.0})); }, "shard_map", {"mesh axis 'model'", "out spec"});
+  // A failed check is not remembered as passed.
+  expect_error([&] { f(tensor({1.0, 2.0})); }, "shard_map", {"mesh axis 'model'"});
 }
 
 TEST(Mesh, RejectsMeshesAndSpecsThatDoNotFit) {

@@ -155,7 +155,7 @@ TEST(ShardedCheckpoint, IgnoresUncommittedStepsAndRefusesIncompleteOnes) {
     distributed::load_sharded(dir);
     ADD_FAILURE() << "loaded a step with a piece missing";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'scale' is incomplete"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'scale' does not add up"), std::string::npos) << e.what();
   }
   try {
     distributed::load_sharded(dir + "/none");
@@ -163,6 +163,44 @@ TEST(ShardedCheckpoint, IgnoresUncommittedStepsAndRefusesIncompleteOnes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no committed checkpoint"), std::string::npos);
   }
+}
+
+TEST(ShardedCheckpoint, SavingAStepAgainReplacesIt) {
+  const int n = distributed::process_count(), rank = distributed::process_index();
+  const Params whole = globals();
+  const Params doubled = tree_map([](const Tensor& t) { return t * 2.0; }, whole);
+  const std::string dir = shared_dir("again");
+  const distributed::ShardLayout layout(whole, n);
+  for (const Params* p : {&whole, &doubled})
+    distributed::save_sharded(
+        dir, 9, distributed::zero_pieces(distributed::shard(*p, layout, rank), layout, rank));
+  expect_same(distributed::load_sharded(dir), doubled, "the second save of step 9");
+}
+
+// Shard files are untrusted input: each bad placement is an Error naming the tensor.
+TEST(ShardedCheckpoint, RefusesPiecesThatDoNotFit) {
+  const Tensor four = tensor(std::vector<float>{1, 2, 3, 4});
+  auto at = [](std::vector<int64_t> v) { return tensor(v); };
+  auto refuse = [&](std::vector<io::NamedTensor> tensors, const std::string& part) {
+    io::TensorFile f;
+    f.tensors = std::move(tensors);
+    try {
+      distributed::assemble_pieces({f}, "<test>");
+      ADD_FAILURE() << "assembled pieces that should fail with '" << part << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  // A 4-element piece claiming a tensor of 2^40 elements: refused before any allocation.
+  refuse({{"w#0", four}, {"w#0#at", at({1, 2, int64_t{1} << 20, int64_t{1} << 20, 0})}},
+         "does not add up");
+  refuse({{"w#0", four}, {"w#0#at", at({1, 1, 4, 1})}}, "does not fit");
+  refuse({{"w#0", four}, {"w#0#at", at({0, 1, 8, 0})}, {"w#1", four}, {"w#1#at", at({0, 1, 8, 2})}},
+         "covered unevenly");  // overlapping
+  refuse({{"w#0", four}}, "has no placement");
+  refuse({{"w", four}}, "unexpected tensor");
+  refuse({{"w#0", four}, {"w#0#at", at({0, 2, 4})}}, "bad placement");
+  refuse({{"w#0", four}, {"w#0#at", at({0, 1, -4, 0})}}, "w");
 }
 
 }  // namespace
