@@ -54,9 +54,26 @@ def main():
     a = ap.parse_args()
     gpt = os.path.join(a.build, "examples", "gpt")
     env = dict(os.environ, OMP_NUM_THREADS="1", KILN_NUM_THREADS="1")
-    model = ["--layers", str(a.layers), "--heads", str(a.heads), "--d-model", str(a.d_model),
-             "--block-size", str(a.block), "--batch-size", str(a.batch), "--steps", str(a.steps),
-             "--eval-every", str(a.steps // 2), "--eval-batches", "1", "--sample", "0"]
+    model = [
+        "--layers",
+        str(a.layers),
+        "--heads",
+        str(a.heads),
+        "--d-model",
+        str(a.d_model),
+        "--block-size",
+        str(a.block),
+        "--batch-size",
+        str(a.batch),
+        "--steps",
+        str(a.steps),
+        "--eval-every",
+        str(a.steps // 2),
+        "--eval-batches",
+        "1",
+        "--sample",
+        "0",
+    ]
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(a.np)]
     layouts = {
         "1 process": [gpt],
@@ -66,20 +83,26 @@ def main():
         "ZeRO-3": mpirun + [gpt, "--data-parallel", "--zero", "3"],
         f"tensor 1x{a.np}": mpirun + [gpt, "--tensor-parallel", "--mesh", f"data=1,model={a.np}"],
     }
-    print(f"# GPT ({a.layers} layers, {a.heads} heads, d_model {a.d_model}, block {a.block}, "
-          f"batch {a.batch}) on {a.np} processes x 1 thread; load {os.getloadavg()}", flush=True)
+    print(
+        f"# GPT ({a.layers} layers, {a.heads} heads, d_model {a.d_model}, block {a.block}, "
+        f"batch {a.batch}) on {a.np} processes x 1 thread; load {os.getloadavg()}",
+        flush=True,
+    )
     results = {}
     with tempfile.TemporaryDirectory(prefix="kiln_gpt_parallel_") as out:
         for r in range(a.repeats):
             for name, cmd in layouts.items():
-                text = run(cmd + model + ["--out", os.path.join(out, str(len(results)) + str(r))],
-                           env)
+                text = run(
+                    cmd + model + ["--out", os.path.join(out, str(len(results)) + str(r))], env
+                )
                 toks = [float(m.group(1)) for m in TOKS.finditer(text)]
                 results.setdefault(name, []).append(toks[-1])
                 print(f"  {name}: {toks[-1]:.0f} tok/s", flush=True)
         # Where a ZeRO-3 step's time goes: process 0's profile of the jitted step.
-        text = run(layouts["ZeRO-3"] + model + ["--out", os.path.join(out, "profiled")],
-                   dict(env, KILN_PROFILE="1"))
+        text = run(
+            layouts["ZeRO-3"] + model + ["--out", os.path.join(out, "profiled")],
+            dict(env, KILN_PROFILE="1"),
+        )
     step_ms, calls, comm = None, 0, 0.0
     section = False
     for line in text.splitlines():
@@ -100,9 +123,11 @@ def main():
         t = statistics.median(rs)
         print(f"{name:<16} {t:>8.0f} {t / base:>12.2f}x")
     if step_ms:
-        print(f"\nZeRO-3 step (process 0, {calls} calls): {step_ms:.1f} ms, of which all-gathers "
-              f"and reduce-scatters {comm:.1f} ms ({100 * comm / step_ms:.0f}%), none of it "
-              f"overlapped with compute (blocking MPI calls)")
+        print(
+            f"\nZeRO-3 step (process 0, {calls} calls): {step_ms:.1f} ms, of which all-gathers "
+            f"and reduce-scatters {comm:.1f} ms ({100 * comm / step_ms:.0f}%), none of it "
+            f"overlapped with compute (blocking MPI calls)"
+        )
 
 
 if __name__ == "__main__":

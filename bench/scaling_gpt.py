@@ -34,14 +34,19 @@ mesh's per-layer buffers.
 import argparse
 import math
 
+from scaling_model import rendezvous  # the header exchange every collective starts with
+
 NETWORKS = {
     "25 Gb/s Ethernet": (10e-6, 8 / 25e9, 3e-6),
     "100 Gb/s InfiniBand": (2e-6, 8 / 100e9, 0.5e-6),
 }
 GAMMA = 1 / 12.7e9  # s per byte reduced: MPI_Reduce_local measured here (docs/DISTRIBUTED.md)
-HEADER = 320
 # name: (parameters, layers, d_model)
-MODELS = {"GPT-2 124M": (124e6, 12, 768), "GPT 1.3B": (1.3e9, 24, 2048), "GPT 13B": (13e9, 40, 5120)}
+MODELS = {
+    "GPT-2 124M": (124e6, 12, 768),
+    "GPT 1.3B": (1.3e9, 24, 2048),
+    "GPT 13B": (13e9, 40, 5120),
+}
 
 
 def gather(n, p, alpha, beta):
@@ -52,10 +57,6 @@ def scatter(n, p, alpha, beta):
     return 0.0 if p == 1 else math.log2(p) * alpha + (p - 1) / p * n * (beta + GAMMA)
 
 
-def rendezvous(p, alpha, beta, o):
-    return 0.0 if p == 1 else alpha + (p - 1) * (o + HEADER * beta)
-
-
 def layouts(n_params, layers, c, tokens, p, net, tflops):
     alpha, beta, o = net
     w = 4 * n_params
@@ -64,7 +65,10 @@ def layouts(n_params, layers, c, tokens, p, net, tflops):
     ar = gather(w, p, alpha, beta) + scatter(w, p, alpha, beta)
     out = {
         "DP": (compute + ar + 2 * rdv, 16 * n_params),
-        "ZeRO-1": (compute + ar + gather(w, p, alpha, beta) + 3 * rdv, 8 * n_params + 8 * n_params / p),
+        "ZeRO-1": (
+            compute + ar + gather(w, p, alpha, beta) + 3 * rdv,
+            8 * n_params + 8 * n_params / p,
+        ),
         "ZeRO-2": (compute + ar + 2 * rdv, 8 * n_params + 8 * n_params / p),
         # per layer a gather forward and backward and a reduce-scatter: the latency 3L times
         "ZeRO-3": (
@@ -88,16 +92,22 @@ def main():
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    ap.add_argument("--node-tflops", type=float, default=2.0,
-                    help="sustained float32 TFLOP/s of one node's training step")
+    ap.add_argument(
+        "--node-tflops",
+        type=float,
+        default=2.0,
+        help="sustained float32 TFLOP/s of one node's training step",
+    )
     ap.add_argument("--node-gb", type=float, default=128.0, help="memory of a node, GB")
     ap.add_argument("--tokens", type=int, default=512 * 1024, help="tokens per step (global)")
     ap.add_argument("--procs", default="8,64,512")
     a = ap.parse_args()
     procs = [int(x) for x in a.procs.split(",")]
     for model, (n, layers, c) in MODELS.items():
-        print(f"\n### {model}: step time in s (memory per process in GB); "
-              f"{a.tokens} tokens a step, {a.node_tflops} TFLOP/s and {a.node_gb:.0f} GB a node\n")
+        print(
+            f"\n### {model}: step time in s (memory per process in GB); "
+            f"{a.tokens} tokens a step, {a.node_tflops} TFLOP/s and {a.node_gb:.0f} GB a node\n"
+        )
         for net_name, net in NETWORKS.items():
             rows = {p: layouts(n, layers, c, a.tokens, p, net, a.node_tflops) for p in procs}
             names = list(rows[procs[0]])
@@ -106,12 +116,17 @@ def main():
             for name in names:
                 cells = []
                 for p in procs:
-                    key = name if name in rows[p] else next(k for k in rows[p] if k.startswith("2-D"))
+                    key = (
+                        name if name in rows[p] else next(k for k in rows[p] if k.startswith("2-D"))
+                    )
                     t, mem = rows[p][key]
                     fits = mem / 1e9 <= a.node_gb
                     cells.append(f"{t:.2f} ({mem / 1e9:.1f}){'' if fits else ' ✗'}")
-                print(f"| {name.split(' ')[0] if name.startswith('2-D') else name} | "
-                      + " | ".join(cells) + " |")
+                print(
+                    f"| {name.split(' ')[0] if name.startswith('2-D') else name} | "
+                    + " | ".join(cells)
+                    + " |"
+                )
             best = []
             for p in procs:
                 fitting = {k: v for k, v in rows[p].items() if v[1] / 1e9 <= a.node_gb}

@@ -15,15 +15,7 @@ export OMP_NUM_THREADS=1 KILN_NUM_THREADS=1
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 common=(--model mlp --limit 1536 --epochs 2 --batch-size 24 --seed 7)
-run() {  # run LOG COMMAND...: the command's output goes to LOG, shown when it fails
-  local log="$1"
-  shift
-  if ! "$@" > "$log" 2>&1; then
-    cat "$log"
-    echo "failed: $*"
-    exit 1
-  fi
-}
+source "$(dirname "$0")/job_helpers.sh"  # run, same_losses
 run "$out/straight.log" "${mpirun[@]}" "$demo" --data-parallel "${common[@]}" --out "$out/straight"
 grep -q "data-parallel on $np processes" "$out/straight.log"
 # Process 0 alone prints: one final progress line and one summary per epoch.

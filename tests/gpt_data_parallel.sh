@@ -17,26 +17,7 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 common=(--layers 2 --heads 2 --d-model 32 --block-size 32 --batch-size 6 --accum 2 --steps 40
         --warmup 5 --eval-every 10 --eval-batches 2 --seed 5 --sample 0)
-run() {  # run LOG COMMAND...: the command's output goes to LOG, shown when it fails
-  local log="$1"
-  shift
-  if ! "$@" > "$log" 2>&1; then
-    cat "$log"
-    echo "failed: $*"
-    exit 1
-  fi
-}
-# metrics.csv: step,train_loss,val_loss,lr,tokens_per_second,mfu; the losses of two runs agree.
-same_losses() {
-  paste -d, "$1" "$2" | awk -F, -v what="$3" 'NR > 1 {
-      for (c = 2; c <= 3; ++c) {
-        d = ($c - $(c + 6)) / $c; if (d < 0) d = -d
-        if (d > worst) worst = d
-      }
-      rows++ }
-    END { printf "%s: %d evaluations, losses within %.1e relative\n", what, rows, worst
-          exit !(rows == 4 && worst < 1e-4) }'
-}
+source "$(dirname "$0")/job_helpers.sh"  # run, same_losses
 run "$out/one.log" "$gpt" "${common[@]}" --out "$out/one"
 run "$out/straight.log" "${mpirun[@]}" "$gpt" --data-parallel "${common[@]}" --out "$out/straight"
 grep -q "data-parallel on $np processes" "$out/straight.log"

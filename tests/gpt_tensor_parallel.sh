@@ -13,26 +13,7 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 common=(--layers 2 --heads 4 --d-model 32 --block-size 32 --batch-size 8 --accum 2 --steps 40
         --warmup 5 --eval-every 10 --eval-batches 2 --seed 9 --sample 0)
-run() {  # run LOG COMMAND...: the command's output goes to LOG, shown when it fails
-  local log="$1"
-  shift
-  if ! "$@" > "$log" 2>&1; then
-    cat "$log"
-    echo "failed: $*"
-    exit 1
-  fi
-}
-# metrics.csv: step,train_loss,val_loss,lr,tokens_per_second,mfu; the losses of two runs agree.
-same_losses() {
-  paste -d, "$1" "$2" | awk -F, -v what="$3" 'NR > 1 {
-      for (c = 2; c <= 3; ++c) {
-        d = ($c - $(c + 6)) / $c; if (d < 0) d = -d
-        if (d > worst) worst = d
-      }
-      rows++ }
-    END { printf "%s: %d evaluations, losses within %.1e relative\n", what, rows, worst
-          exit !(rows == 4 && worst < 1e-4) }'
-}
+source "$(dirname "$0")/job_helpers.sh"  # run, same_losses, usage
 tp=("${mpirun[@]}" "$gpt" --tensor-parallel)
 run "$out/one.log" "$gpt" "${common[@]}" --out "$out/one"
 for mesh in data=2,model=2 data=1,model=4 data=4,model=1; do
@@ -59,15 +40,6 @@ rm "$out/rz/checkpoint.safetensors"
 run "$out/e.log" "${mpirun[@]}" "$gpt" --data-parallel --zero 3 --resume "$out/rz" --sample 0
 same_losses "$out/data=2,model=2/metrics.csv" "$out/rz/metrics.csv" "ZeRO-3 resuming 2 x 2"
 
-usage() {  # usage WANT COMMAND...: the command fails with a message containing WANT
-  local want="$1"
-  shift
-  if "$@" > "$out/usage.log" 2>&1; then
-    echo "$* should fail"
-    exit 1
-  fi
-  grep -q "$want" "$out/usage.log"
-}
 usage "holds 6 processes" "${tp[@]}" --mesh data=2,model=3
 usage "heads must be divisible" "${tp[@]}" --mesh data=1,model=4 --heads 2 --d-model 32
 usage "add it" "$gpt" --mesh data=1,model=1

@@ -15,26 +15,7 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 common=(--layers 2 --heads 2 --d-model 32 --block-size 32 --batch-size 6 --steps 40
         --warmup 5 --eval-every 10 --eval-batches 2 --seed 7 --sample 0)
-run() {  # run LOG COMMAND...: the command's output goes to LOG, shown when it fails
-  local log="$1"
-  shift
-  if ! "$@" > "$log" 2>&1; then
-    cat "$log"
-    echo "failed: $*"
-    exit 1
-  fi
-}
-# metrics.csv: step,train_loss,val_loss,lr,tokens_per_second,mfu; the losses of two runs agree.
-same_losses() {
-  paste -d, "$1" "$2" | awk -F, -v what="$3" 'NR > 1 {
-      for (c = 2; c <= 3; ++c) {
-        d = ($c - $(c + 6)) / $c; if (d < 0) d = -d
-        if (d > worst) worst = d
-      }
-      rows++ }
-    END { printf "%s: %d evaluations, losses within %.1e relative\n", what, rows, worst
-          exit !(rows == 4 && worst < 1e-4) }'
-}
+source "$(dirname "$0")/job_helpers.sh"  # run, same_losses, usage
 dp=("${mpirun[@]}" "$gpt" --data-parallel)
 run "$out/one.log" "$gpt" "${common[@]}" --out "$out/one"
 for stage in 1 2 3; do
@@ -61,15 +42,6 @@ run "$out/f.log" "${dp[@]}" "${common[@]}" --stop-after 20 --out "$out/fromdp"
 run "$out/g.log" "${dp[@]}" --zero 2 --resume "$out/fromdp" --sample 0
 same_losses "$out/z2/metrics.csv" "$out/fromdp/metrics.csv" "ZeRO-2 resuming data parallelism"
 
-usage() {  # usage WANT COMMAND...: the command fails with a message containing WANT
-  local want="$1"
-  shift
-  if "$@" > "$out/usage.log" 2>&1; then
-    echo "$* should fail"
-    exit 1
-  fi
-  grep -q "$want" "$out/usage.log"
-}
 usage "must be 1, 2 or 3" "$gpt" --data-parallel --zero 4
 usage "add --data-parallel" "$gpt" --zero 2
 echo "bad --zero values are usage errors"

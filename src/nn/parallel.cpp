@@ -22,8 +22,7 @@ Held held(const Tensor& ids, int64_t rows, const std::string& axis) {
 
 }  // namespace
 
-Tensor row_parallel_linear(const Linear& block, const Tensor& x, const std::string& axis,
-                           Loc loc) {
+Tensor row_parallel_linear(const Linear& block, const Tensor& x, const std::string& axis, Loc loc) {
   const kiln::detail::CallSite site(loc);
   return located(loc, [&]() -> Tensor {
     constexpr std::string_view op = "nn.row_parallel_linear";

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "../testing.h"
+#include "meshes.h"
 
 namespace kiln {
 namespace {
@@ -16,16 +17,7 @@ using distributed::Mesh;
 using distributed::spec;
 using testing::expect_allclose;
 using testing::expect_error;
-
-// Every factorisation of the process count as a 2-D mesh (data x model), and the 1-D mesh.
-std::vector<Mesh> meshes() {
-  const int n = distributed::process_count();
-  std::vector<Mesh> out{Mesh({{"x", n}})};
-  for (int d = 1; d <= n; ++d)
-    if (n % d == 0)
-      out.emplace_back(std::vector<distributed::MeshAxis>{{"data", d}, {"model", n / d}});
-  return out;
-}
+using testing::meshes;
 
 // What process r holds in the collectives test: a vector that tells processes apart.
 std::vector<double> value_of(int64_t r) { return {double(r) + 1, 2.0 * double(r) * double(r)}; }

@@ -10,12 +10,14 @@
 
 #include "kiln/kiln.h"
 #include "kiln/sharded_checkpoint.h"
+#include "meshes.h"
 
 namespace kiln {
 namespace {
 
 using distributed::Mesh;
 using distributed::spec;
+using testing::meshes;
 namespace fs = std::filesystem;
 
 // The same fresh directory on every process (process 0's pid names it).
@@ -56,15 +58,6 @@ void expect_same(const io::TensorFile& file, const Params& want, const std::stri
               0)
         << what << ": " << names[i] << " differs";
   }
-}
-
-std::vector<Mesh> meshes() {
-  const int n = distributed::process_count();
-  std::vector<Mesh> out{Mesh({{"x", n}})};
-  for (int d = 1; d <= n; ++d)
-    if (n % d == 0)
-      out.emplace_back(std::vector<distributed::MeshAxis>{{"data", d}, {"model", n / d}});
-  return out;
 }
 
 // Per leaf: rows, columns, nothing, or the first dimension over every axis of the mesh.
