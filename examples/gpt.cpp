@@ -66,8 +66,11 @@ Saved saved_checkpoint(const std::string& dir) {
   const std::optional<int64_t> step = distributed::latest_sharded_step(pieces.path);
   if (!step) return whole;
   if (!fs::exists(whole.path)) return pieces;
-  return *step > std::stoll(io::load_tensors(whole.path).metadata.at("steps_done")) ? pieces
-                                                                                    : whole;
+  const auto meta = io::load_tensors(whole.path).metadata;
+  const auto done = meta.find("steps_done");
+  if (done == meta.end())
+    throw std::runtime_error(whole.path + " is not a checkpoint of this job: it has no steps_done");
+  return *step > std::stoll(done->second) ? pieces : whole;
 }
 std::map<std::string, std::string> metadata_of(const Saved& s) {
   return s.sharded ? distributed::sharded_metadata(s.path) : io::load_tensors(s.path).metadata;
@@ -1030,10 +1033,17 @@ int run(const Flags& flags) {
     std::map<std::string, std::string> metadata = flags.settings();
     metadata["steps_done"] = std::to_string(step + 1);
     if (flags.tokenizer == "bpe") metadata["merges"] = tokenizer.to_string();
+    // One format per directory: a checkpoint of the other kind, from another run, would
+    // otherwise be resumed if it held a later step.
     if (zero || mesh)
-      distributed::save_sharded(flags.out + "/checkpoint", step + 1, my_pieces(), metadata);
+      distributed::save_sharded(flags.out + "/checkpoint", step + 1, my_pieces, metadata);
     if (leader()) {
-      if (!zero && !mesh) io::save(flags.out + "/checkpoint.safetensors", state, metadata);
+      if (zero || mesh) {
+        fs::remove(flags.out + "/checkpoint.safetensors");
+      } else {
+        io::save(flags.out + "/checkpoint.safetensors", state, metadata);
+        fs::remove_all(flags.out + "/checkpoint");
+      }
       write_text(flags.out + "/metrics.csv", to_csv(history));
       write_text(flags.out + "/loss.svg", to_svg(history, std::string("Kiln GPT, ") + tokens_text));
       if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");  // over the bar's line

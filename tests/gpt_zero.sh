@@ -30,7 +30,7 @@ for stage in 1 2 3; do
   echo "ZeRO-$stage: resume gives a checkpoint identical to the straight run's"
 done
 
-# Checkpoints hold the gathered state: any layout continues any other.
+# Any layout continues any other's checkpoint.
 run "$out/c.log" "${dp[@]}" --zero 3 "${common[@]}" --stop-after 20 --out "$out/from3"
 cp -r "$out/from3" "$out/from3dp"
 run "$out/d.log" "$gpt" --resume "$out/from3" --sample 0

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -70,8 +71,14 @@ std::vector<Piece> zero_pieces(const T& pieces, const ShardLayout& layout, int64
 // was interrupted has no index and is never loaded. `metadata` is stored in the index.
 void save_sharded(const std::string& dir, int64_t step, const std::vector<Piece>& pieces,
                   const std::map<std::string, std::string>& metadata = {});
+// The same with the pieces made inside the save, so that an Error while making them on one
+// process is an Error on every process too.
+void save_sharded(const std::string& dir, int64_t step,
+                  const std::function<std::vector<Piece>()>& make_pieces,
+                  const std::map<std::string, std::string>& metadata = {});
 
-// The latest committed step under dir, if any, and its index's metadata (plus "step").
+// The latest committed step under dir, if any, and its index's metadata (plus "step"). Every
+// process reads the directory itself: under mpirun it must be one shared filesystem.
 std::optional<int64_t> latest_sharded_step(const std::string& dir);
 std::map<std::string, std::string> sharded_metadata(const std::string& dir);
 

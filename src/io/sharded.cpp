@@ -70,7 +70,7 @@ void check_piece(const Piece& p) {
   const int64_t n = p.whole.shape.numel(kSave);
   if (p.flat) {
     if (p.start.size() != 1 || p.start[0] < 0 || p.data.rank() != 1 ||
-        p.start[0] + p.data.numel() > n)
+        p.start[0] > n - p.data.numel())
       fail(kSave, "flat piece '", p.name, "' does not fit its tensor: got ", p.data.type(),
            " from element ", p.start.empty() ? -1 : p.start[0], ", expected a 1-d run inside ",
            p.whole);
@@ -80,7 +80,7 @@ void check_piece(const Piece& p) {
               p.data.rank() == p.whole.shape.rank();
   for (int d = 0; fits && d < p.data.rank(); ++d)
     fits = p.start[static_cast<std::size_t>(d)] >= 0 &&
-           p.start[static_cast<std::size_t>(d)] + p.data.shape()[d] <= p.whole.shape[d];
+           p.start[static_cast<std::size_t>(d)] <= p.whole.shape[d] - p.data.shape()[d];
   if (!fits)
     fail(kSave, "block '", p.name, "' does not fit its tensor: got ", p.data.type(), " at ",
          attr_to_string(p.start), ", expected a block inside ", p.whole);
@@ -105,7 +105,10 @@ std::vector<Piece> block_pieces(const std::vector<Tensor>& blocks,
       writer = writer && (specs[i].names(a.name) || mesh.index(a.name) == 0);
     if (!writer) continue;
     std::vector<int64_t> whole = b.shape().dims(), start(whole.size(), 0);
-    for (std::size_t d = 0; d < specs[i].dims.size() && d < whole.size(); ++d) {
+    if (specs[i].dims.size() > whole.size())
+      fail(kSave, "the spec of '", names[i], "' lists ", specs[i].dims.size(),
+           " dimensions: got a block ", b.type(), ", expected at most its rank");
+    for (std::size_t d = 0; d < specs[i].dims.size(); ++d) {
       int64_t parts = 1, at = 0;
       for (const std::string& a : specs[i].dims[d]) {
         parts *= mesh.size(a);
@@ -295,6 +298,13 @@ io::TensorFile assemble_pieces(const std::vector<io::TensorFile>& shards,
 
 void save_sharded(const std::string& dir, int64_t step, const std::vector<Piece>& pieces,
                   const std::map<std::string, std::string>& metadata) {
+  save_sharded(
+      dir, step, [&pieces] { return pieces; }, metadata);
+}
+
+void save_sharded(const std::string& dir, int64_t step,
+                  const std::function<std::vector<Piece>()>& make_pieces,
+                  const std::map<std::string, std::string>& metadata) {
   if (step < 0) fail(kSave, "bad step: got ", step, ", expected a count from 0");
   const std::string here = step_dir(dir, step);
   const int rank = process_index(), n = process_count();
@@ -326,7 +336,7 @@ void save_sharded(const std::string& dir, int64_t step, const std::vector<Piece>
     if (ec) throw std::runtime_error("cannot create '" + here + "': " + ec.message());
     std::vector<io::NamedTensor> tensors;
     std::map<std::string, int> count;  // pieces of each tensor so far
-    for (const Piece& p : pieces) {
+    for (const Piece& p : make_pieces()) {
       check_piece(p);
       const std::string stored = p.name + "#" + std::to_string(count[p.name]++);
       tensors.push_back({stored, p.data});
@@ -351,10 +361,13 @@ void save_sharded(const std::string& dir, int64_t step, const std::vector<Piece>
 std::optional<int64_t> latest_sharded_step(const std::string& dir) {
   std::optional<int64_t> latest;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (const auto s = step_of(e.path().filename().string());
-        s && fs::is_regular_file(index_path(e.path().string()), ec) && (!latest || *s > *latest))
+  for (fs::directory_iterator e(dir, ec), end; !ec && e != end; e.increment(ec)) {
+    std::error_code missing;  // a step without an index is not committed
+    if (const auto s = step_of(e->path().filename().string());
+        s && fs::is_regular_file(index_path(e->path().string()), missing) &&
+        (!latest || *s > *latest))
       latest = s;
+  }
   return latest;
 }
 

@@ -193,7 +193,7 @@ TEST(ShardedCheckpoint, RefusesPiecesThatDoNotFit) {
   refuse({{"w#0", four}}, "has no placement");
   refuse({{"w", four}}, "unexpected tensor");
   refuse({{"w#0", four}, {"w#0#at", at({0, 2, 4})}}, "bad placement");
-  refuse({{"w#0", four}, {"w#0#at", at({0, 1, -4, 0})}}, "w");
+  refuse({{"w#0", four}, {"w#0#at", at({0, 1, -4, 0})}}, "sizes >= 0");
 }
 
 }  // namespace
