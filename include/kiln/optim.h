@@ -156,6 +156,27 @@ FlatUpdate update_leaves(const Algorithm& algorithm, const FlatTree& params, con
                          const Tensor& step, const std::map<std::string, FlatTree>& slots,
                          const SumAcross& across = {});
 Tensor global_norm_leaves(std::span<const Tensor> leaves);
+
+// An update on leaves applied to trees: params, grads and the state's slots flattened,
+// on_leaves(params, grads, step, slots) -> FlatUpdate, its results unflattened.
+template <Tree P, class OnLeaves>
+std::pair<P, OptState<P>> update_tree(const P& params, const P& grads, const OptState<P>& state,
+                                      const OnLeaves& on_leaves) {
+  auto [p_leaves, p_def] = tree_flatten(params);
+  auto [g_leaves, g_def] = tree_flatten(grads);
+  std::map<std::string, FlatTree> slots;
+  for (const auto& [name, slot] : state.slots) {
+    auto [leaves, def] = tree_flatten(slot);
+    slots.emplace(name, FlatTree{std::move(leaves), std::move(def)});
+  }
+  FlatUpdate u = on_leaves(FlatTree{std::move(p_leaves), p_def},
+                           FlatTree{std::move(g_leaves), std::move(g_def)}, state.step, slots);
+  OptState<P> next;
+  next.step = std::move(u.state.step);
+  for (const auto& [name, slot] : u.state.slots)
+    next.slots.emplace(name, tree_unflatten<P>(p_def, slot));
+  return {tree_unflatten<P>(p_def, u.params), std::move(next)};
+}
 std::vector<Tensor> clip_leaves(std::span<const Tensor> leaves, double max_norm,
                                 const SumAcross& across = {});
 
@@ -187,21 +208,11 @@ class Optimizer {
   template <Tree P>
   std::pair<P, OptState<P>> update(const P& params, const P& grads,
                                    const OptState<P>& state) const {
-    auto [p_leaves, p_def] = tree_flatten(params);
-    auto [g_leaves, g_def] = tree_flatten(grads);
-    std::map<std::string, detail::FlatTree> slots;
-    for (const auto& [name, slot] : state.slots) {
-      auto [leaves, def] = tree_flatten(slot);
-      slots.emplace(name, detail::FlatTree{std::move(leaves), std::move(def)});
-    }
-    const detail::FlatTree p{std::move(p_leaves), std::move(p_def)};
-    detail::FlatUpdate u = detail::update_leaves(
-        *algorithm_, p, detail::FlatTree{std::move(g_leaves), std::move(g_def)}, state.step, slots);
-    OptState<P> next;
-    next.step = std::move(u.state.step);
-    for (const auto& [name, slot] : u.state.slots)
-      next.slots.emplace(name, tree_unflatten<P>(p.def, slot));
-    return {tree_unflatten<P>(p.def, u.params), std::move(next)};
+    return detail::update_tree(params, grads, state,
+                               [this](const detail::FlatTree& p, const detail::FlatTree& g,
+                                      const Tensor& step, const auto& slots) {
+                                 return detail::update_leaves(*algorithm_, p, g, step, slots);
+                               });
   }
 
   // The learning rate the update after `step` updates uses (float64 scalar; works traced).

@@ -112,20 +112,10 @@ class Zero {
   template <Tree P>
   std::pair<P, optim::OptState<P>> update(const P& params, const P& grads,
                                           const optim::OptState<P>& state) const {
-    auto [p_leaves, p_def] = tree_flatten(params);
-    auto [g_leaves, g_def] = tree_flatten(grads);
-    std::map<std::string, optim::detail::FlatTree> slots;
-    for (const auto& [name, slot] : state.slots) {
-      auto [leaves, def] = tree_flatten(slot);
-      slots.emplace(name, optim::detail::FlatTree{std::move(leaves), std::move(def)});
-    }
-    optim::detail::FlatUpdate u = update_leaves(
-        {std::move(p_leaves), p_def}, {std::move(g_leaves), std::move(g_def)}, state.step, slots);
-    optim::OptState<P> next;
-    next.step = std::move(u.state.step);
-    for (const auto& [name, slot] : u.state.slots)
-      next.slots.emplace(name, tree_unflatten<P>(p_def, slot));
-    return {tree_unflatten<P>(p_def, u.params), std::move(next)};
+    return optim::detail::update_tree(
+        params, grads, state,
+        [this](const optim::detail::FlatTree& p, const optim::detail::FlatTree& g,
+               const Tensor& step, const auto& slots) { return update_leaves(p, g, step, slots); });
   }
 
   // The full state from every process's part (inside pmap over the axis: for a checkpoint,

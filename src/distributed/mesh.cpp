@@ -221,18 +221,6 @@ int named_axes(const distributed::Mesh& mesh, const Spec& s) {
   return n;
 }
 
-// Whether f, or a sub-function of it at any depth, names `axis` in a collective.
-bool uses_axis(const ir::Function& f, const std::string& axis) {
-  for (const ir::Equation& e : f.equations)
-    for (const auto& [name, value] : e.attrs.items()) {
-      if (const auto* s = std::get_if<std::string>(&value); s && name == "axis_name" && *s == axis)
-        return true;
-      if (const auto* sub = std::get_if<FunctionRef>(&value); sub && *sub && uses_axis(**sub, axis))
-        return true;
-    }
-  return false;
-}
-
 // Which of f's results differ between the processes along `axis`, given which parameters do:
 // JAX's replication check. A value varies when an input does, except that psum, pmax, pmin
 // and all_gather over the axis give every process the same; axis_index, ppermute, all_to_all
@@ -250,9 +238,7 @@ std::vector<bool> varying_results(const ir::Function& f, const std::vector<bool>
     if (own) {
       out = !same_everywhere.count(e.prim->name);
     } else {
-      for (const auto& [name, value] : e.attrs.items())
-        if (const auto* sub = std::get_if<FunctionRef>(&value); sub && *sub)
-          out = out || uses_axis(**sub, axis);
+      out = out || batching::uses_axis(e, axis);
     }
     for (const ir::Value& v : e.outputs) varies[static_cast<std::size_t>(v.id)] = out;
   }

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <limits>
 
 #include "detail/checked.h"
 #include "kiln/indexing.h"
@@ -264,7 +263,7 @@ io::TensorFile assemble_pieces(const std::vector<io::TensorFile>& shards,
   };
   std::map<std::string, Whole> wholes;
   for (std::size_t p = 0; p < shards.size(); ++p) {
-    const std::string file = source + "/shard-" + std::to_string(p) + ".safetensors";
+    const std::string file = shard_path(source, static_cast<int64_t>(p));
     files.push_back(placed_pieces(shards[p], file));
     for (const Placed& piece : files.back()) {
       auto [it, fresh] = wholes.try_emplace(piece.name, Whole{piece.whole, 0, file});
@@ -305,7 +304,8 @@ void save_sharded(const std::string& dir, int64_t step, const std::vector<Piece>
 void save_sharded(const std::string& dir, int64_t step,
                   const std::function<std::vector<Piece>()>& make_pieces,
                   const std::map<std::string, std::string>& metadata) {
-  if (step < 0) fail(kSave, "bad step: got ", step, ", expected a count from 0");
+  if (step < 0 || step > 9'999'999'999)  // step_dir's ten digits
+    fail(kSave, "bad step: got ", step, ", expected a count from 0 to 9999999999");
   const std::string here = step_dir(dir, step);
   const int rank = process_index(), n = process_count();
   // Each phase's failures are caught and counted in one collective, so that every process

@@ -32,6 +32,13 @@ void check_count(const ShardLayout& layout, std::size_t leaves, const char* what
          layout.full().size(), " (the leaves the layout was made from)");
 }
 
+// Full leaf i must have the type the layout was made from.
+void check_leaf(const ShardLayout& layout, std::span<const Tensor> full, std::size_t i) {
+  if (full[i].type() != layout.full()[i])
+    fail("zero", "leaf ", i, " does not match the shard layout: got ", full[i].type(),
+         ", expected ", layout.full()[i]);
+}
+
 // A full leaf as [parts, k]: flattened and padded with zeros.
 Tensor as_rows(const Tensor& full, int64_t parts, int64_t k) {
   const int64_t n = full.numel();
@@ -77,9 +84,7 @@ std::vector<Tensor> shard_leaves(const ShardLayout& layout, std::span<const Tens
   const Tensor zero = zeros_like(part);
   for (std::size_t i = 0; i < full.size(); ++i) {
     if (!full[i].defined()) continue;
-    if (full[i].type() != layout.full()[i])
-      fail("zero", "leaf ", i, " does not match the shard layout: got ", full[i].type(),
-           ", expected ", layout.full()[i]);
+    check_leaf(layout, full, i);
     const TensorType piece = layout.piece(i);
     const int64_t k = piece.shape.dims().back();
     out[i] = reshape(dynamic_slice(as_rows(full[i], layout.parts(), k), {part, zero}, Shape{1, k}),
@@ -123,9 +128,7 @@ std::vector<Tensor> scatter_sum_leaves(const ShardLayout& layout, std::span<cons
   for (const auto& [dtype, group] : by_dtype(layout, full)) {
     std::vector<Tensor> rows;
     for (const std::size_t i : group) {
-      if (full[i].type() != layout.full()[i])
-        fail("zero", "leaf ", i, " does not match the shard layout: got ", full[i].type(),
-             ", expected ", layout.full()[i]);
+      check_leaf(layout, full, i);
       rows.push_back(as_rows(full[i], layout.parts(), layout.piece(i).shape.dims().back()));
     }
     const Tensor mine = psum_scatter(concatenate(rows, 1), axis, 0);  // [Σ k]

@@ -173,11 +173,9 @@ FlatTree vmap_call(const VmapOptions& options, const TreeDef& args_def,
 }  // namespace detail
 
 namespace batching {
-namespace {
 
-// A collective over `axis`, or an equation whose sub-functions (a jitted call, a loop body,
-// a branch) hold one: it takes its batching rule even with unbatched inputs, since the
-// collective's result depends on the axis.
+// A collective over the axis takes its batching rule even with unbatched inputs, since its
+// result depends on the axis; so does an equation whose sub-functions hold one.
 bool uses_axis(const ir::Equation& e, std::string_view axis) {
   for (const auto& [name, value] : e.attrs.items()) {
     if (const auto* s = std::get_if<std::string>(&value); s && name == "axis_name" && *s == axis)
@@ -188,8 +186,6 @@ bool uses_axis(const ir::Equation& e, std::string_view axis) {
   }
   return false;
 }
-
-}  // namespace
 
 std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> args, int64_t size,
                               std::string_view axis_name) {

@@ -66,6 +66,9 @@ namespace batching {
 // Evaluates a per-example function on inputs with optional batch axes.
 std::vector<Batched> evaluate(const ir::Function& f, std::span<const Batched> args, int64_t size,
                               std::string_view axis_name);
+// Whether the equation is a collective over `axis`, or holds one in a sub-function (a jitted
+// call, a loop body, a branch) at any depth.
+bool uses_axis(const ir::Equation& e, std::string_view axis);
 }  // namespace batching
 
 namespace detail {
