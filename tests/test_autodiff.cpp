@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -170,6 +171,47 @@ TEST(Checkpoint, SameGradientsAsWithout) {
   expect_allclose(grad(remat)(x), want, {.rtol = 1e-14, .atol = 1e-14});
   expect_allclose(jit(grad(remat))(x), want, {.rtol = 1e-14, .atol = 1e-14});
   EXPECT_NE(ir::print(trace(remat, x)).find("checkpoint"), std::string::npos);
+}
+
+// How often `op` runs in the optimised program of f's gradient, checkpoints inlined as when
+// compiled.
+template <class F>
+int64_t count_in_gradient(F f, const std::string& op, const Tensor& x, const Tensor& w) {
+  const ir::Function g = ir::inline_calls(ir::optimize(trace(grad(f, argnums<0, 1>), x, w)));
+  return std::count_if(g.equations.begin(), g.equations.end(),
+                       [&](const ir::Equation& e) { return e.prim->name == op; });
+}
+
+TEST(Checkpoint, PolicyStoresAllButTheNamedPrimitives) {
+  auto block = [](const Tensor& x, const Tensor& w) { return tanh(matmul(x, w)) * 0.5 + x; };
+  auto two = [&](auto b) {
+    return [b](const Tensor& x, const Tensor& w) { return sum(sin(b(b(x, w), w))); };
+  };
+  auto plain = two(block);
+  auto everything = two(checkpoint(block));
+  auto all_but_tanh = two(checkpoint(block, CheckpointPolicy{{"tanh"}}));
+  auto nothing = two(checkpoint(block, CheckpointPolicy{}));
+  const Tensor x = random::normal(random::key(1), {3, 4}, float64);
+  const Tensor w = random::normal(random::key(2), {4, 4}, float64);
+  const auto [gx, gw] = grad(plain, argnums<0, 1>)(x, w);
+  for (const ir::Backend backend : {ir::Backend::interpreter, ir::Backend::llvm})
+    for (const auto& f : std::vector<std::function<Tensor(const Tensor&, const Tensor&)>>{
+             everything, all_but_tanh, nothing}) {
+      const auto [hx, hw] = jit(grad(f, argnums<0, 1>), {.backend = backend})(x, w);
+      expect_allclose(hx, gx.to_vector<double>(), {.rtol = 1e-13, .atol = 1e-13});
+      expect_allclose(hw, gw.to_vector<double>(), {.rtol = 1e-13, .atol = 1e-13});
+    }
+  // Plain reverse mode runs each block's product once forward; a checkpoint recomputes it in
+  // the backward pass; the policy keeps the products and recomputes only tanh.
+  const int64_t matmuls = count_in_gradient(plain, "matmul", x, w);
+  const int64_t tanhs = count_in_gradient(plain, "tanh", x, w);
+  EXPECT_EQ(tanhs, 2);
+  EXPECT_EQ(count_in_gradient(everything, "matmul", x, w), matmuls + 2);
+  EXPECT_EQ(count_in_gradient(all_but_tanh, "matmul", x, w), matmuls);
+  EXPECT_EQ(count_in_gradient(all_but_tanh, "tanh", x, w), tanhs + 2);
+  EXPECT_EQ(count_in_gradient(nothing, "matmul", x, w), matmuls);
+  EXPECT_EQ(count_in_gradient(nothing, "tanh", x, w), tanhs);
+  EXPECT_THROW(checkpoint(block, CheckpointPolicy{{"tanh,exp"}})(x, w), Error);
 }
 
 TEST(Grad, MlpMatchesFiniteDifferences) {

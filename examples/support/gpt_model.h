@@ -138,10 +138,12 @@ inline Tensor logits(const Model& m, const Tensor& tokens,
       return x + (drop ? nn::dropout(h, drop->rate, index(keys, 2 + 2 * l)) : h);
     };
     const Block& held = t.h[static_cast<std::size_t>(l)];
-    x = weights ? checkpoint([&](const Block& h, const Tensor& in) {
-      return block(weights(l, h), in);
-    })(held, x)
-                : block(held, x);
+    // Gathered weights are gathered again in the backward pass instead of kept; activations
+    // are kept (FSDP's choice).
+    x = weights
+            ? checkpoint([&](const Block& h, const Tensor& in) { return block(weights(l, h), in); },
+                         CheckpointPolicy{{"all_gather"}})(held, x)
+            : block(held, x);
   }
   return matmul(t.ln_f(x), transpose(t.wte.weight));
 }

@@ -105,6 +105,10 @@ Function simplify(const Function& f);
 // Sibling scans over the same operands whose carries evolve identically become one scan
 // (src/ir/merge_scans.cpp): reverse mode's forward scan and the primal scan it recomputes.
 Function merge_scans(const Function& f);
+// A checkpoint with a policy (CheckpointPolicy, kiln/transforms.h) and its pullback: the
+// forward equation also returns what the pullback reads except the policy's primitives'
+// results, which the pullback recomputes (src/ir/checkpoint_policies.cpp).
+Function apply_checkpoint_policies(const Function& f);
 Function optimize(const Function& f);
 // Equations that compute a sub-function of theirs (Algebra::computes: checkpoint, custom_jvp,
 // custom_vjp) replaced by its equations: their rules matter only to transformations, which

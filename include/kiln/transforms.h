@@ -84,6 +84,17 @@ struct JitOptions {
   std::optional<ir::Backend> backend;
 };
 
+// What checkpoint(f, policy)'s backward pass recomputes (JAX's checkpoint policies). Without a
+// policy it recomputes everything and stores only f's inputs. With one, it recomputes the
+// results of the primitives named in `recompute` (and layout or cheap arithmetic on them) and
+// stores every other value it reads from the forward pass. {"all_gather"} is FSDP's choice
+// for sharded weights: activations are kept, gathered weights are gathered again. A
+// collective's name also covers its process-level form (all_gather: process_all_gather). The
+// policy is applied when jit optimises the program; eager reverse mode recomputes everything.
+struct CheckpointPolicy {
+  std::vector<std::string> recompute;
+};
+
 }  // namespace kiln
 
 // ---- backends ------------------------------------------------------------------------------
@@ -180,13 +191,15 @@ auto jvp(F f, const std::tuple<Args...>& primals, const std::tuple<Args...>& tan
 
 // checkpoint(f): the same function, but reverse mode stores only its inputs and recomputes
 // its intermediates during the backward pass (rematerialisation: memory for compute).
+// checkpoint(f, policy) chooses what is recomputed (JAX's checkpoint policies): see
+// CheckpointPolicy.
 template <class F>
-auto checkpoint(F f) {
-  return [f = std::move(f)](const auto&... args) {
+auto checkpoint(F f, std::optional<CheckpointPolicy> policy = std::nullopt) {
+  return [f = std::move(f), policy = std::move(policy)](const auto&... args) {
     using Out = detail::result_of<F, decltype(args)...>;
     const detail::FlatTree in = detail::flatten_args(args...);
-    return detail::unflatten<Out>(
-        detail::checkpoint_call(in.def, in.leaves, detail::flat_fn<decltype(args)...>(f, in.def)));
+    return detail::unflatten<Out>(detail::checkpoint_call(
+        in.def, in.leaves, detail::flat_fn<decltype(args)...>(f, in.def), policy));
   };
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -881,18 +882,23 @@ void bind_transforms(py::module_& m) {
 
   m.def(
       "checkpoint",
-      [](py::object f) {
-        return wrap(f, [f](const py::args& args, const py::kwargs& kwargs) {
+      [](py::object f, std::optional<std::vector<std::string>> recompute) {
+        std::optional<CheckpointPolicy> policy;
+        if (recompute) policy = CheckpointPolicy{*recompute};
+        return wrap(f, [f, policy](const py::args& args, const py::kwargs& kwargs) {
           const detail::FlatTree in = pytree::flatten_tree(args);
           const py::object fn = entering(f);
           const FlatTree r =
-              detail::checkpoint_call(in.def, in.leaves, python_fn(fn, in.def, &kwargs));
+              detail::checkpoint_call(in.def, in.leaves, python_fn(fn, in.def, &kwargs), policy);
           return unflatten_tensors(r.def, r.leaves);
         });
       },
-      py::arg("f"),
+      py::arg("f"), py::arg("recompute") = py::none(),
       "checkpoint(f): the same function, but reverse mode keeps only its inputs and recomputes "
-      "its intermediates in the backward pass (memory for compute).");
+      "its intermediates in the backward pass (memory for compute). checkpoint(f, recompute="
+      "[names]) is a policy: the backward pass recomputes the results of the named primitives "
+      "(['all_gather']: sharded weights gathered again) and keeps every other value it reads; "
+      "applied when jit optimises the program (eager reverse mode recomputes everything).");
 
   callable_class<CustomJvp>(m, "CustomJvp", "A function with a custom forward-mode rule.")
       .def("__call__", &CustomJvp::call)

@@ -419,6 +419,9 @@ def test_checkpoint_stop_gradient_and_custom_rules():
     f = lambda x: sum(sin(mul(x, x)))  # noqa: E731
     x = randn(4, dtype=np.float64)
     close(kl.grad(kl.checkpoint(f))(x), 2 * x * np.cos(x * x), 1e-10, 1e-12)
+    for policy in ([], ["sin"], ["mul", "sin"]):
+        g = kl.jit(kl.grad(kl.checkpoint(f, recompute=policy)))
+        close(g(x), 2 * x * np.cos(x * x), 1e-10, 1e-12)
     close(kl.grad(lambda x: sum(mul(x, kl.stop_gradient(x))))(x), x)
 
     @kl.custom_jvp

@@ -9,6 +9,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include "ir/partial_eval.h"
 #include "kiln/ir.h"
 
 namespace kiln::ir {
@@ -23,22 +24,8 @@ struct MergedBody {
   std::vector<std::size_t> b_ys;  // where each of b's ys is among body's results
 };
 std::optional<MergedBody> merged_body(const Function& a, const Function& b, std::size_t nc) {
-  Function m = a;
-  int next = a.next_id();
-  std::unordered_map<int, Value> renamed;
-  for (std::size_t i = 0; i < b.params.size(); ++i) renamed[b.params[i].id] = a.params[i];
-  auto fresh = [&](const Value& v) { return renamed[v.id] = Value{next++, v.type}; };
-  auto in_m = [&](const Value& v) { return renamed.at(v.id); };
-  for (const Constant& c : b.constants) m.constants.push_back({fresh(c.value), c.tensor});
-  for (const Equation& e : b.equations) {
-    Equation copy = e;
-    for (Value& v : copy.inputs) v = in_m(v);
-    for (Value& v : copy.outputs) v = fresh(v);
-    m.equations.push_back(std::move(copy));
-  }
+  const Function m = cse(concat_bodies(a, b));
   const std::size_t na = a.results.size();
-  for (const Value& v : b.results) m.results.push_back(in_m(v));
-  m = cse(m);
   for (std::size_t i = 0; i < nc; ++i)
     if (!(m.results[i] == m.results[na + i])) return std::nullopt;
   MergedBody r;

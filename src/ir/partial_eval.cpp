@@ -1,10 +1,31 @@
 #include "ir/partial_eval.h"
 
 #include <set>
+#include <unordered_map>
 
 #include "kiln/error.h"
 
 namespace kiln::ir {
+
+Function concat_bodies(const Function& a, const Function& b) {
+  if (b.params.size() != a.params.size())
+    fail("concat_bodies", "the bodies must take the same parameters: got ", b.params.size(),
+         " for @", b.name, ", expected ", a.params.size(), " as @", a.name);
+  Function m = a;
+  int next = a.next_id();
+  std::unordered_map<int, Value> renamed;
+  for (std::size_t i = 0; i < b.params.size(); ++i) renamed[b.params[i].id] = a.params[i];
+  auto fresh = [&](const Value& v) { return renamed[v.id] = Value{next++, v.type}; };
+  for (const Constant& c : b.constants) m.constants.push_back({fresh(c.value), c.tensor});
+  for (const Equation& e : b.equations) {
+    Equation copy = e;
+    for (Value& v : copy.inputs) v = renamed.at(v.id);
+    for (Value& v : copy.outputs) v = fresh(v);
+    m.equations.push_back(std::move(copy));
+  }
+  for (const Value& v : b.results) m.results.push_back(renamed.at(v.id));
+  return m;
+}
 
 std::vector<bool> params_read(const Function& f) {
   std::set<int> read;
@@ -16,7 +37,8 @@ std::vector<bool> params_read(const Function& f) {
   return out;
 }
 
-KnownSplit split_known(const Function& f, const std::vector<bool>& param_known) {
+KnownSplit split_known(const Function& f, const std::vector<bool>& param_known,
+                       const std::function<bool(const Equation&)>& recompute) {
   if (param_known.size() != f.params.size())
     fail("split_known", "one flag per parameter: got ", param_known.size(), " flags for ",
          f.params.size(), " parameters of @", f.name);
@@ -46,7 +68,7 @@ KnownSplit split_known(const Function& f, const std::vector<bool>& param_known) 
   // unknown side then reads instead — never more stored values, often fewer (tanh's 1 - y² is
   // redone from y, which the backward reads anyway).
   auto redo = [&](const Equation& e) {
-    if (e.prim->algebra.rearranges) return true;
+    if (e.prim->algebra.rearranges || (recompute && recompute(e))) return true;
     if (!e.prim->algebra.cheap_arithmetic) return false;
     std::set<int> varying;
     for (const Value& v : e.inputs)

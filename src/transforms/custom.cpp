@@ -33,9 +33,20 @@ FlatTree apply_with_rule(const Primitive& prim, const char* rule_attr, const Sta
 }  // namespace
 
 FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
-                         const FlatFn& fn) {
+                         const FlatFn& fn, const std::optional<CheckpointPolicy>& policy) {
   const Staged s = stage("checkpoint", args_def, leaves, fn);
-  return {bind(prim::checkpoint(), s.inputs(leaves), {{"fn", FunctionRef(s.function)}}), s.out_def};
+  Attrs attrs{{"fn", FunctionRef(s.function)}};
+  if (policy) {  // the primitives' names, comma-separated (ir::apply_checkpoint_policies)
+    std::string names;
+    for (const std::string& n : policy->recompute) {
+      if (n.empty() || n.find(',') != std::string::npos)
+        fail("checkpoint", "a policy names primitives to recompute: got '", n,
+             "', expected a primitive's name such as all_gather");
+      names += (names.empty() ? "" : ",") + n;
+    }
+    attrs.set("recompute", names);
+  }
+  return {bind(prim::checkpoint(), s.inputs(leaves), attrs), s.out_def};
 }
 
 FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,

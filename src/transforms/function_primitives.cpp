@@ -77,6 +77,9 @@ ops::Ts vjp_recompute(const RuleArgs& r, std::span<const Tangent> ct) {
   ins.insert(ins.end(), bwd.captures.begin(), bwd.captures.end());
   Attrs a = r.attrs;
   a.set("fn", FunctionRef(bwd.function));
+  // A checkpoint with a policy marks its pullback, whose first `primals` inputs are the
+  // forward equation's, so that optimisation can pair the two (ir::apply_checkpoint_policies).
+  if (a.has("recompute")) a.set("primals", static_cast<int64_t>(n));
   const std::vector<Tensor> g = bind(r.primitive, ins, a);
   for (std::size_t i = 0, k = 0; i < n; ++i)
     if (has_grad[i]) result[i] = g[k++];

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <optional>
 #include <vector>
 
 #include "kiln/distributed.h"
@@ -85,28 +86,35 @@ TEST(ZeroMemory, StageThreeHoldsItsShareAndOneLayer) {
   const int64_t dp =
       transient_bytes([&] { std::tie(dp_params, dp_opt) = dp_step(dp_params, dp_opt, x); });
 
-  // ZeRO-3: pieces in, pieces out; each layer gathered under checkpoint.
+  // ZeRO-3: pieces in, pieces out; each layer gathered under checkpoint, which recomputes
+  // everything or, with the policy, only the gather.
   const distributed::ShardLayout layout(full, n);
   std::vector<distributed::ShardLayout> layer_layouts;
   for (const nn::Linear& l : full.layers) layer_layouts.emplace_back(l, n);
   const distributed::Zero zero(sgd, 3, "dp", layout);
   const auto local = [](const Tensor& t) { return expand_dims(t, 0); };
-  auto zero_step = pmap(
-      [&](const Deep& pieces, const optim::OptState<Deep>& o, const Tensor& xs) {
-        const Deep g = grad([&](const Deep& q) {
-          return deep_loss(q, xs, [&](std::size_t l, const nn::Linear& held, const Tensor& h) {
-            return checkpoint([&](const nn::Linear& w, const Tensor& in) {
-              return tanh(distributed::gather(w, layer_layouts[l], "dp")(in));
-            })(held, h);
-          });
-        })(pieces);
-        return zero.update(pieces, g, o);
-      },
-      axis_name("dp"), in_axes(0, 0, 0), out_axes(0));
-  Deep pieces = tree_map(local, distributed::shard(full, layout, rank));
-  optim::OptState<Deep> zero_opt = tree_map(local, zero.init(full, rank));
-  const int64_t z3 =
-      transient_bytes([&] { std::tie(pieces, zero_opt) = zero_step(pieces, zero_opt, x); });
+  auto zero_bytes = [&](const std::optional<CheckpointPolicy>& policy) {
+    auto zero_step = pmap(
+        [&](const Deep& pieces, const optim::OptState<Deep>& o, const Tensor& xs) {
+          const Deep g = grad([&](const Deep& q) {
+            return deep_loss(q, xs, [&](std::size_t l, const nn::Linear& held, const Tensor& h) {
+              return checkpoint(
+                  [&](const nn::Linear& w, const Tensor& in) {
+                    return tanh(distributed::gather(w, layer_layouts[l], "dp")(in));
+                  },
+                  policy)(held, h);
+            });
+          })(pieces);
+          return zero.update(pieces, g, o);
+        },
+        axis_name("dp"), in_axes(0, 0, 0), out_axes(0));
+    Deep pieces = tree_map(local, distributed::shard(full, layout, rank));
+    optim::OptState<Deep> zero_opt = tree_map(local, zero.init(full, rank));
+    return transient_bytes([&] { std::tie(pieces, zero_opt) = zero_step(pieces, zero_opt, x); });
+  };
+  const int64_t z3 = zero_bytes(std::nullopt);
+  const int64_t z3_policy = zero_bytes(CheckpointPolicy{{"all_gather"}});
+  const int64_t z3_keep_all = zero_bytes(CheckpointPolicy{});
 
   // The step's new parameters and its gradients, each 1/N, plus one layer's weights and their
   // full gradient before the reduce-scatter, with a layer to spare. (Without the checkpoint
@@ -118,10 +126,16 @@ TEST(ZeroMemory, StageThreeHoldsItsShareAndOneLayer) {
   const int64_t bound = share + 3 * layer;
   if (rank == 0)
     std::printf(
-        "%d processes: model %.2f MB; one step's memory beyond its inputs: ZeRO-3 %.2f MB "
-        "(bound %.2f MB), data parallelism %.2f MB\n",
-        n, model / 1e6, z3 / 1e6, bound / 1e6, dp / 1e6);
+        "%d processes: model %.2f MB; one step's memory beyond its inputs: ZeRO-3 %.2f MB, "
+        "keeping activations %.2f MB, keeping everything %.2f MB (bound %.2f MB), data "
+        "parallelism %.2f MB\n",
+        n, model / 1e6, z3 / 1e6, z3_policy / 1e6, z3_keep_all / 1e6, bound / 1e6, dp / 1e6);
   EXPECT_LE(z3, bound);
+  // The policy keeps each layer's activations (one example: 1 KB a layer), not its weights;
+  // a policy that recomputes nothing keeps the gathered weights too, which shows on 3
+  // processes (as without the checkpoint).
+  EXPECT_LE(z3_policy, bound + kLayers * kWidth * 4 * 2);
+  if (n > 2) EXPECT_GT(z3_keep_all, bound + kLayers * kWidth * 4 * 2);
   // Data parallelism needs the whole model's new parameters and gradients: the bound must tell the
   // two apart wherever there is something to save.
   if (n > 1) EXPECT_GT(dp, bound);

@@ -111,7 +111,7 @@ MappedLeaves mapped_leaves(const VmapOptions& options, const TreeDef& args_def,
 // structure the core knows only after staging fn, so it comes as a factory of FlatFns.
 using RuleFactory = std::function<FlatFn(const TreeDef& rule_args_def)>;
 FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
-                         const FlatFn& fn);
+                         const FlatFn& fn, const std::optional<CheckpointPolicy>& policy);
 // jvp_rule(primals, tangents): both the argument tuple.
 FlatTree custom_jvp_call(const TreeDef& args_def, const std::vector<Tensor>& leaves,
                          const FlatFn& fn, const RuleFactory& jvp_rule);
