@@ -363,6 +363,104 @@ TEST(VmapApi, CollectivesOverNestedNamedAxes) {
   expect_batched_allclose(pm, broadcast_to(mean(x, {0}, true), Shape{2, 3}), 1e-12, "pmean");
 }
 
+// Collectives over axis_names("a", "b") against loops over the examples of the 2 x 3 grid.
+TEST(VmapApi, CollectivesOverATupleOfAxes) {
+  const Tensor x = rand(14, Shape{2, 3, 4});
+  auto grid = [](auto f) { return vmap(vmap(f, axis_name("b")), axis_name("a")); };
+  const AxisNames ab = axis_names("a", "b"), ba = axis_names("b", "a");
+  const auto at = [&](const Tensor& t, int64_t i, int64_t j) { return index(index(t, i), j); };
+  auto reduced = [&](auto op) {
+    std::vector<double> out(4);
+    for (int64_t k = 0; k < 4; ++k) {
+      std::vector<double> v;
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t j = 0; j < 3; ++j) v.push_back(at(x, i, j).to_vector<double>()[k]);
+      out[k] = op(v);
+    }
+    return out;
+  };
+  const std::vector<double> total = reduced([](const std::vector<double>& v) {
+    double t = 0;
+    for (double e : v) t += e;
+    return t;
+  });
+  const std::vector<double> largest =
+      reduced([](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); });
+  const std::vector<double> smallest =
+      reduced([](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); });
+  std::vector<double> mean = total;
+  for (double& m : mean) m /= 6;
+  const Tensor sums = grid([&](const Tensor& v) { return psum(v, ab); })(x);
+  const Tensor means = grid([&](const Tensor& v) { return pmean(v, ba); })(x);
+  const Tensor maxes = grid([&](const Tensor& v) { return pmax(v, ab); })(x);
+  const Tensor mins = grid([&](const Tensor& v) { return pmin(v, ab); })(x);
+  const Tensor gathered = grid([&](const Tensor& v) { return all_gather(v, ab); })(x);
+  const Tensor gathered_ba = grid([&](const Tensor& v) { return all_gather(v, ba); })(x);
+  const Tensor index_ab = grid([&](const Tensor&) { return axis_index(ab); })(x);
+  const Tensor index_ba = grid([&](const Tensor&) { return axis_index(ba); })(x);
+  // Example (i, j) brings y[i, j] = [6, 2] (dimension 0 scattered) and its transpose.
+  const Tensor y = rand(15, Shape{2, 3, 6, 2});
+  const Tensor scattered = grid([&](const Tensor& v) { return psum_scatter(v, ab, 0); })(y);
+  const Tensor scattered_1 =
+      grid([&](const Tensor& v) { return psum_scatter(transpose(v), ab, -1); })(y);
+  for (int64_t i = 0; i < 2; ++i)
+    for (int64_t j = 0; j < 3; ++j) {
+      const std::string where = " at (" + std::to_string(i) + ", " + std::to_string(j) + ")";
+      expect_allclose(at(sums, i, j), total, {.rtol = 1e-14, .atol = 1e-14}, "psum" + where);
+      expect_allclose(at(means, i, j), mean, {.rtol = 1e-14, .atol = 1e-14}, "pmean" + where);
+      expect_allclose(at(maxes, i, j), largest, {.rtol = 0, .atol = 0}, "pmax" + where);
+      expect_allclose(at(mins, i, j), smallest, {.rtol = 0, .atol = 0}, "pmin" + where);
+      std::vector<double> want_ab, want_ba;  // the grid's examples, a major / b major
+      for (int64_t p = 0; p < 2; ++p)
+        for (int64_t q = 0; q < 3; ++q) {
+          const std::vector<double> e = at(x, p, q).to_vector<double>();
+          want_ab.insert(want_ab.end(), e.begin(), e.end());
+        }
+      for (int64_t q = 0; q < 3; ++q)
+        for (int64_t p = 0; p < 2; ++p) {
+          const std::vector<double> e = at(x, p, q).to_vector<double>();
+          want_ba.insert(want_ba.end(), e.begin(), e.end());
+        }
+      EXPECT_EQ(at(gathered, i, j).shape(), (Shape{6, 4}));
+      expect_allclose(at(gathered, i, j), want_ab, {.rtol = 0, .atol = 0}, "all_gather" + where);
+      expect_allclose(at(gathered_ba, i, j), want_ba, {.rtol = 0, .atol = 0},
+                      "all_gather b, a" + where);
+      EXPECT_EQ(at(index_ab, i, j).item<int32_t>(), i * 3 + j) << where;
+      EXPECT_EQ(at(index_ba, i, j).item<int32_t>(), j * 2 + i) << where;
+      std::vector<double> want_scatter(2, 0.0);
+      for (int64_t p = 0; p < 2; ++p)
+        for (int64_t q = 0; q < 3; ++q)
+          for (int64_t k = 0; k < 2; ++k)
+            want_scatter[static_cast<std::size_t>(k)] +=
+                index(at(y, p, q), i * 3 + j).to_vector<double>()[static_cast<std::size_t>(k)];
+      expect_allclose(at(scattered, i, j), want_scatter, {.rtol = 1e-14, .atol = 1e-14},
+                      "psum_scatter" + where);
+      expect_allclose(at(scattered_1, i, j), want_scatter, {.rtol = 1e-14, .atol = 1e-14},
+                      "psum_scatter at -1" + where);
+    }
+  auto error_of = [&](auto f) {
+    try {
+      grid(f)(x);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(error_of([](const Tensor& v) { return psum(v, AxisNames{}); }).find("no axis named"),
+            std::string::npos);
+  EXPECT_NE(error_of([](const Tensor& v) {
+              return psum(v, axis_names("a", "a"));
+            }).find("axis 'a' named twice"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([](const Tensor& v) { return all_gather(v, axis_names("a", "c")); }).find("'c'"),
+      std::string::npos);
+  EXPECT_NE(error_of([](const Tensor& v) {
+              return psum_scatter(v, axis_names("a", "b"), 0);
+            }).find("size of axis 'a, b'"),
+            std::string::npos);
+}
+
 TEST(VmapApi, VmapOfGradMatchesLoopOfGrad) {
   auto f = [](const Tensor& w, const Tensor& x) {
     return sum(tanh(matmul(x, w)) * tanh(matmul(x, w)));

@@ -289,6 +289,26 @@ Tensor all_to_all(const Tensor& x, const std::string& axis_name, int64_t split_a
 Tensor psum_scatter(const Tensor& x, const std::string& axis_name, int64_t scatter_dimension = 0,
                     Loc loc = Loc::current());
 
+// Several named axes taken as one (JAX's tuple of axis names), the first the major: over
+// axis_names("data", "model") the examples are those of the whole grid, the one at (i, j) in
+// position i·N_model + j. psum, pmean, pmax, pmin, all_gather, axis_index and psum_scatter
+// take it; each is the one-axis collective applied axis by axis.
+struct AxisNames {
+  std::vector<std::string> names;
+};
+template <class... S>
+AxisNames axis_names(S... names) {
+  return {{std::string(std::move(names))...}};
+}
+Tensor psum(const Tensor& x, const AxisNames& axes, Loc loc = Loc::current());
+Tensor pmean(const Tensor& x, const AxisNames& axes, Loc loc = Loc::current());
+Tensor pmax(const Tensor& x, const AxisNames& axes, Loc loc = Loc::current());
+Tensor pmin(const Tensor& x, const AxisNames& axes, Loc loc = Loc::current());
+Tensor all_gather(const Tensor& x, const AxisNames& axes, Loc loc = Loc::current());
+Tensor axis_index(const AxisNames& axes, Loc loc = Loc::current());
+Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int64_t scatter_dimension = 0,
+                    Loc loc = Loc::current());
+
 // ---- Jacobians -----------------------------------------------------------------------------
 
 // jacfwd(f, argnums<...>)(args...) and jacrev(...): the Jacobian of f with respect to the

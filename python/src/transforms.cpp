@@ -13,6 +13,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "kiln/distributed.h"
@@ -711,6 +712,14 @@ py::object tree_apply(py::handle x, const std::function<Tensor(const Tensor&)>& 
   return unflatten_tensors(def, leaves);
 }
 
+// A collective's axis from Python: one name, or a tuple of names taken as one axis.
+using AxisArg = std::variant<std::string, std::vector<std::string>>;
+template <class F>
+Tensor on_axes(const AxisArg& axis, F f) {
+  if (const auto* one = std::get_if<std::string>(&axis)) return f(*one);
+  return f(AxisNames{std::get<std::vector<std::string>>(axis)});
+}
+
 // pmap(f): one cache per number of positional arguments (in_axes are resolved against it).
 class Pmap {
  public:
@@ -967,40 +976,62 @@ void bind_transforms(py::module_& m) {
       },
       py::arg("x"), "x (a pytree) as a constant for differentiation: its derivative is zero.");
 
-  // Collectives over a named vmap / pmap axis, applied to each leaf of a pytree.
+  // Collectives over a named vmap / pmap axis, applied to each leaf of a pytree. Those that
+  // reduce, gather or index also take a tuple of names, the grid of those axes (major first).
   m.def(
       "psum",
-      [](py::handle x, const std::string& axis) {
-        return tree_apply(x, [&](const Tensor& t) { return psum(t, axis, Loc{}); });
+      [](py::handle x, const AxisArg& axis) {
+        return tree_apply(x, [&](const Tensor& t) {
+          return on_axes(axis, [&](const auto& a) { return psum(t, a, Loc{}); });
+        });
       },
-      py::arg("x"), py::arg("axis_name"), "The sum of x over all examples of the named axis.");
+      py::arg("x"), py::arg("axis_name"),
+      "The sum of x over all examples of the named axis (or tuple of axes).");
   m.def(
       "pmean",
-      [](py::handle x, const std::string& axis) {
-        return tree_apply(x, [&](const Tensor& t) { return pmean(t, axis, Loc{}); });
+      [](py::handle x, const AxisArg& axis) {
+        return tree_apply(x, [&](const Tensor& t) {
+          return on_axes(axis, [&](const auto& a) { return pmean(t, a, Loc{}); });
+        });
       },
-      py::arg("x"), py::arg("axis_name"), "The mean of x over all examples of the named axis.");
+      py::arg("x"), py::arg("axis_name"),
+      "The mean of x over all examples of the named axis (or tuple of axes).");
   m.def(
       "pmax",
-      [](py::handle x, const std::string& axis) {
-        return tree_apply(x, [&](const Tensor& t) { return pmax(t, axis, Loc{}); });
+      [](py::handle x, const AxisArg& axis) {
+        return tree_apply(x, [&](const Tensor& t) {
+          return on_axes(axis, [&](const auto& a) { return pmax(t, a, Loc{}); });
+        });
       },
-      py::arg("x"), py::arg("axis_name"), "The maximum of x over all examples of the named axis.");
+      py::arg("x"), py::arg("axis_name"),
+      "The maximum of x over all examples of the named axis (or tuple of axes).");
   m.def(
       "pmin",
-      [](py::handle x, const std::string& axis) {
-        return tree_apply(x, [&](const Tensor& t) { return pmin(t, axis, Loc{}); });
+      [](py::handle x, const AxisArg& axis) {
+        return tree_apply(x, [&](const Tensor& t) {
+          return on_axes(axis, [&](const auto& a) { return pmin(t, a, Loc{}); });
+        });
       },
-      py::arg("x"), py::arg("axis_name"), "The minimum of x over all examples of the named axis.");
+      py::arg("x"), py::arg("axis_name"),
+      "The minimum of x over all examples of the named axis (or tuple of axes).");
   m.def(
       "all_gather",
-      [](py::handle x, const std::string& axis) {
-        return tree_apply(x, [&](const Tensor& t) { return all_gather(t, axis, Loc{}); });
+      [](py::handle x, const AxisArg& axis) {
+        return tree_apply(x, [&](const Tensor& t) {
+          return on_axes(axis, [&](const auto& a) { return all_gather(t, a, Loc{}); });
+        });
       },
-      py::arg("x"), py::arg("axis_name"), "Every example's x, stacked along a new leading axis.");
+      py::arg("x"), py::arg("axis_name"),
+      "Every example's x, stacked along a new leading axis (a tuple of axes: the grid's "
+      "examples, the first axis major).");
   m.def(
-      "axis_index", [](const std::string& axis) { return axis_index(axis, Loc{}); },
-      py::arg("axis_name"), "This example's position along the named axis (int32 scalar).");
+      "axis_index",
+      [](const AxisArg& axis) {
+        return on_axes(axis, [&](const auto& a) { return axis_index(a, Loc{}); });
+      },
+      py::arg("axis_name"),
+      "This example's position along the named axis, or in the grid of a tuple of axes "
+      "(int32 scalar).");
   m.def(
       "ppermute",
       [](py::handle x, const std::string& axis,
@@ -1021,9 +1052,11 @@ void bind_transforms(py::module_& m) {
       "Example i's result at j along concat_axis is example j's x at i along split_axis.");
   m.def(
       "psum_scatter",
-      [](py::handle x, const std::string& axis, int64_t scatter_dimension) {
-        return tree_apply(
-            x, [&](const Tensor& t) { return psum_scatter(t, axis, scatter_dimension, Loc{}); });
+      [](py::handle x, const AxisArg& axis, int64_t scatter_dimension) {
+        return tree_apply(x, [&](const Tensor& t) {
+          return on_axes(
+              axis, [&](const auto& a) { return psum_scatter(t, a, scatter_dimension, Loc{}); });
+        });
       },
       py::arg("x"), py::arg("axis_name"), py::arg("scatter_dimension") = 0,
       "Example i gets the sum over examples of x at index i along scatter_dimension.");

@@ -516,6 +516,28 @@ def test_collectives_under_vmap():
     close(t["b"][0], np.broadcast_to(x.sum(0), x.shape), 1e-5, 1e-5)
 
 
+def test_collectives_over_a_tuple_of_axes():
+    x = randn(2, 3, 4)  # a 2 x 3 grid of examples
+
+    def grid(f):
+        return kl.vmap(kl.vmap(f, axis_name="b"), axis_name="a")
+
+    ab = ("a", "b")
+    whole = np.broadcast_to(x.reshape(6, 4), (2, 3, 6, 4))
+    close(grid(lambda v: kl.psum(v, ab))(x), np.broadcast_to(x.sum((0, 1)), x.shape), 1e-5, 1e-5)
+    close(grid(lambda v: kl.pmean(v, ["b", "a"]))(x), np.broadcast_to(x.mean((0, 1)), x.shape))
+    close(grid(lambda v: kl.pmax(v, ab))(x), np.broadcast_to(x.max((0, 1)), x.shape))
+    close(grid(lambda v: kl.pmin(v, ab))(x), np.broadcast_to(x.min((0, 1)), x.shape))
+    close(grid(lambda v: kl.all_gather(v, ab))(x), whole)
+    b_major = np.broadcast_to(x.transpose(1, 0, 2).reshape(6, 4), (2, 3, 6, 4))
+    close(grid(lambda v: kl.all_gather(v, ("b", "a")))(x), b_major)
+    close(grid(lambda v: kl.axis_index(ab))(x), np.arange(6).reshape(2, 3))
+    y = randn(2, 3, 6)
+    close(grid(lambda v: kl.psum_scatter(v, ab))(y), y.sum((0, 1)).reshape(2, 3), 1e-5, 1e-5)
+    with pytest.raises(kl.Error, match="named twice"):
+        grid(lambda v: kl.psum(v, ("a", "a")))(x)
+
+
 def test_pmap_in_one_process_is_jit_of_vmap():
     x = randn(4, 3)
     out = kl.pmap(lambda v: sub(v, kl.pmean(v, "p")), axis_name="p")(x)

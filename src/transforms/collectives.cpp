@@ -6,7 +6,9 @@
 // (pmap), the local parts are combined across them in between (src/distributed/collectives.h).
 #include "distributed/collectives.h"
 
+#include <algorithm>
 #include <set>
+#include <string>
 #include <utility>
 
 #include "kiln/transforms.h"
@@ -509,6 +511,99 @@ Tensor psum_scatter(const Tensor& x, const std::string& axis_name, int64_t scatt
   Attrs a = named(axis_name);
   a.set("scatter_dimension", scatter_dimension);
   return bind1(prim::psum_scatter(), {x}, a, loc);
+}
+
+// ---- over several axes at once ------------------------------------------------------------
+
+namespace {
+
+std::string joined(const AxisNames& axes) {
+  std::string out;
+  for (const std::string& a : axes.names) out += (out.empty() ? "" : ", ") + a;
+  return out;
+}
+
+// The sizes of the named axes, after checking that there is at least one and none twice.
+std::vector<int64_t> sizes_of(std::string_view op, const AxisNames& axes) {
+  if (axes.names.empty())
+    fail(op, "no axis named: got axis_names(), expected one or more axis names");
+  std::vector<int64_t> sizes;
+  for (auto a = axes.names.begin(); a != axes.names.end(); ++a) {
+    if (std::find(axes.names.begin(), a, *a) != a)
+      fail(op, "axis '", *a, "' named twice: got (", joined(axes), "), expected distinct axes");
+    sizes.push_back(detail::find_axis(op, *a).size);
+  }
+  return sizes;
+}
+
+// x reduced axis by axis with a one-axis collective.
+template <class One>
+Tensor each_axis(std::string_view op, const Tensor& x, const AxisNames& axes, Loc loc, One one) {
+  const detail::CallSite site(loc);
+  sizes_of(op, axes);
+  Tensor y = x;
+  for (const std::string& a : axes.names) y = one(y, a, loc);
+  return y;
+}
+
+}  // namespace
+
+Tensor psum(const Tensor& x, const AxisNames& axes, Loc loc) {
+  return each_axis("psum", x, axes, loc,
+                   [](const Tensor& y, const std::string& a, Loc l) { return psum(y, a, l); });
+}
+Tensor pmax(const Tensor& x, const AxisNames& axes, Loc loc) {
+  return each_axis("pmax", x, axes, loc,
+                   [](const Tensor& y, const std::string& a, Loc l) { return pmax(y, a, l); });
+}
+Tensor pmin(const Tensor& x, const AxisNames& axes, Loc loc) {
+  return each_axis("pmin", x, axes, loc,
+                   [](const Tensor& y, const std::string& a, Loc l) { return pmin(y, a, l); });
+}
+Tensor pmean(const Tensor& x, const AxisNames& axes, Loc loc) {
+  const detail::CallSite site(loc);
+  int64_t n = 1;
+  for (const int64_t k : sizes_of("pmean", axes)) n *= k;
+  const Tensor xf = astype(x, to_floating(x.dtype()), loc);
+  return div(psum(xf, axes, loc), scalar_like(xf, static_cast<double>(n)), loc);
+}
+Tensor all_gather(const Tensor& x, const AxisNames& axes, Loc loc) {
+  const detail::CallSite site(loc);
+  int64_t n = 1;
+  for (const int64_t k : sizes_of("all_gather", axes)) n *= k;
+  // The minor axis first, so that the major one ends up in front: [N_0, ..., N_k, x...].
+  Tensor y = x;
+  for (auto a = axes.names.rbegin(); a != axes.names.rend(); ++a) y = all_gather(y, *a, loc);
+  std::vector<int64_t> dims{n};
+  for (const int64_t d : x.shape().dims()) dims.push_back(d);
+  return reshape(y, Shape(dims), loc);
+}
+Tensor axis_index(const AxisNames& axes, Loc loc) {
+  const detail::CallSite site(loc);
+  const std::vector<int64_t> sizes = sizes_of("axis_index", axes);
+  Tensor at = axis_index(axes.names[0], loc);
+  for (std::size_t i = 1; i < sizes.size(); ++i)
+    at = add(mul(at, scalar_like(at, static_cast<double>(sizes[i])), loc),
+             axis_index(axes.names[i], loc), loc);
+  return at;
+}
+Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int64_t scatter_dimension, Loc loc) {
+  const detail::CallSite site(loc);
+  const std::vector<int64_t> sizes = sizes_of("psum_scatter", axes);
+  int64_t n = 1;
+  for (const int64_t k : sizes) n *= k;
+  const int d =
+      sized_axis("psum_scatter", "scatter_dimension", scatter_dimension, x.type(), n, joined(axes));
+  // Dimension d as [N_0, ..., N_k]; each axis's scatter takes its own, major first.
+  std::vector<int64_t> dims;
+  for (int k = 0; k < x.rank(); ++k)
+    if (k == d)
+      dims.insert(dims.end(), sizes.begin(), sizes.end());
+    else
+      dims.push_back(x.shape()[k]);
+  Tensor y = reshape(x, Shape(dims), loc);
+  for (const std::string& a : axes.names) y = psum_scatter(y, a, d, loc);
+  return y;
 }
 
 }  // namespace kiln

@@ -74,6 +74,48 @@ TEST(Mesh, CollectivesRunAmongTheProcessesOfTheirAxis) {
   }
 }
 
+// Over all of a mesh's axes at once, in the mesh's order, a collective spans every process in
+// rank order; in the reverse order, the minor axis leads.
+TEST(Mesh, CollectivesOverSeveralAxesSpanTheirProcesses) {
+  const int rank = distributed::process_index(), n = distributed::process_count();
+  for (const Mesh& m : meshes()) {
+    AxisNames order, reversed;
+    std::vector<std::string> all;
+    for (const distributed::MeshAxis& a : m.axes()) {
+      order.names.push_back(a.name);
+      reversed.names.insert(reversed.names.begin(), a.name);
+      all.push_back(a.name);
+    }
+    auto mapped = shard_map(
+        [&](const Tensor& x) {
+          return std::tuple{psum(x, order), all_gather(x, order), all_gather(x, reversed),
+                            astype(axis_index(order), float64)};
+        },
+        m, distributed::in_specs(spec(all)), distributed::out_specs(spec(all)));
+    const auto [sum, gathered, gathered_reversed, index] = mapped(tensor(value_of(rank)));
+    std::vector<double> want_sum(2, 0.0), want_gather, want_reversed;
+    for (int64_t r = 0; r < n; ++r) {
+      const std::vector<double> v = value_of(r);
+      for (int k = 0; k < 2; ++k) want_sum[k] += v[k];
+      want_gather.insert(want_gather.end(), v.begin(), v.end());
+    }
+    // Reversed: the processes ordered by their last coordinate first.
+    const std::vector<distributed::MeshAxis> axes = m.axes();
+    const int64_t minor = axes.back().size, major = n / minor;
+    for (int64_t q = 0; q < minor; ++q)
+      for (int64_t p = 0; p < major; ++p) {
+        const std::vector<double> v = value_of(p * minor + q);
+        want_reversed.insert(want_reversed.end(), v.begin(), v.end());
+      }
+    const std::string where = m.to_string();
+    expect_allclose(sum, want_sum, {.rtol = 1e-15, .atol = 0}, "psum over " + where);
+    expect_allclose(gathered, want_gather, {.rtol = 0, .atol = 0}, "all_gather over " + where);
+    expect_allclose(gathered_reversed, want_reversed, {.rtol = 0, .atol = 0},
+                    "all_gather, reversed, over " + where);
+    expect_allclose(index, {double(rank)}, {.rtol = 0, .atol = 0}, "axis_index over " + where);
+  }
+}
+
 // A tensor-parallel layer: rows of x split over "data", columns of w over "model"; the loss
 // sums over both. Its gradient with respect to w's block is the block of the whole gradient.
 Tensor layer_loss(const Tensor& x, const Tensor& w) { return sum(square(tanh(matmul(x, w)))); }
