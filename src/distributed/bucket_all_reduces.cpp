@@ -6,6 +6,7 @@
 // runtime").
 #include "distributed/bucket_all_reduces.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <tuple>
@@ -40,7 +41,32 @@ std::size_t bytes_of(const TensorType& t) {
 struct Bucket {
   std::vector<std::size_t> members;  // equation indices, in program order
   std::size_t bytes = 0;
+  // Bit sets over the candidates: the members, and every candidate the bucket's one MPI call
+  // waits for (its members' dependencies, through other buckets too).
+  std::vector<uint64_t> member_bits, closure;
 };
+
+bool intersects(const std::vector<uint64_t>& a, const std::vector<uint64_t>& b) {
+  for (std::size_t w = 0; w < a.size(); ++w)
+    if (a[w] & b[w]) return true;
+  return false;
+}
+
+// d with everything the buckets it reaches wait for: a bucket computes all its members at
+// once, so depending on one member means waiting for every member's dependencies.
+std::vector<uint64_t> through_buckets(std::vector<uint64_t> d, const std::vector<Bucket>& buckets) {
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (const Bucket& b : buckets)
+      if (intersects(d, b.member_bits))
+        for (std::size_t w = 0; w < d.size(); ++w)
+          if ((d[w] | b.closure[w]) != d[w]) {
+            d[w] |= b.closure[w];
+            grew = true;
+          }
+  }
+  return d;
+}
 
 // The equations computing the bucket: its members' inputs in, their outputs out (same ids).
 std::vector<Equation> bucket_equations(const Function& f, const Bucket& b, int& next_id,
@@ -115,12 +141,12 @@ std::vector<Equation> topological(std::vector<Equation> eqs, const Function& f) 
 // One function's all-reduces, its sub-functions untouched.
 Function bucket_in(const Function& f) {
   const Primitive& all_reduce = prim::process_all_reduce();
-  // For each value, the candidate all-reduces it depends on (by index among candidates).
-  std::vector<std::size_t> candidates;
-  for (std::size_t i = 0; i < f.equations.size(); ++i)
-    if (f.equations[i].prim == &all_reduce) candidates.push_back(i);
-  if (candidates.size() < 2) return f;
-  const std::size_t words = (candidates.size() + 63) / 64;
+  // For each value, the candidate all-reduces it depends on (bit k: the k-th of them).
+  const auto candidates = static_cast<std::size_t>(
+      std::count_if(f.equations.begin(), f.equations.end(),
+                    [&](const Equation& e) { return e.prim == &all_reduce; }));
+  if (candidates < 2) return f;
+  const std::size_t words = (candidates + 63) / 64;
   std::unordered_map<int, std::vector<uint64_t>> depends;
   std::vector<Bucket> buckets;
   // Keyed by reduction, axis, processes (a mesh axis's group) and dtype.
@@ -139,28 +165,27 @@ Function bucket_in(const Function& f) {
       auto& keyed = open[{e.attrs.get<std::string>("op"), e.attrs.get<std::string>("over"),
                           e.attrs.has("group") ? e.attrs.get_ints("group") : std::vector<int64_t>{},
                           e.inputs[0].type.dtype}];
-      // The first open bucket it fits, with no member it depends on.
+      // The first open bucket it fits whose members it does not wait for, even through other
+      // buckets (merging would make a cycle: the all-reduces of two mesh axes in both orders).
+      const std::vector<uint64_t> waits = through_buckets(d, buckets);
       std::optional<std::size_t> chosen;
-      for (std::size_t b : keyed) {
-        bool independent = buckets[b].bytes + bytes <= bucket_bytes();
-        for (std::size_t m = 0; independent && m < buckets[b].members.size(); ++m) {
-          const std::size_t c = static_cast<std::size_t>(
-              std::lower_bound(candidates.begin(), candidates.end(), buckets[b].members[m]) -
-              candidates.begin());
-          independent = !(d[c / 64] >> (c % 64) & 1);
-        }
-        if (independent) {
+      for (std::size_t b : keyed)
+        if (buckets[b].bytes + bytes <= bucket_bytes() &&
+            !intersects(waits, buckets[b].member_bits)) {
           chosen = b;
           break;
         }
-      }
       if (!chosen) {
         chosen = buckets.size();
-        buckets.emplace_back();
+        buckets.push_back(
+            {{}, 0, std::vector<uint64_t>(words, 0), std::vector<uint64_t>(words, 0)});
         keyed.push_back(*chosen);
       }
-      buckets[*chosen].members.push_back(i);
-      buckets[*chosen].bytes += bytes;
+      Bucket& bucket = buckets[*chosen];
+      bucket.members.push_back(i);
+      bucket.bytes += bytes;
+      bucket.member_bits[k / 64] |= uint64_t{1} << (k % 64);
+      for (std::size_t w = 0; w < words; ++w) bucket.closure[w] |= waits[w] | bucket.member_bits[w];
       d[k / 64] |= uint64_t{1} << (k % 64);
       ++k;
     }

@@ -75,7 +75,8 @@ TEST(Mesh, CollectivesRunAmongTheProcessesOfTheirAxis) {
 }
 
 // Over all of a mesh's axes at once, in the mesh's order, a collective spans every process in
-// rank order; in the reverse order, the minor axis leads.
+// rank order; in the reverse order, the minor axis leads. (All-reduces over the two axes in
+// both orders in one program: bucketing must not merge them into a cycle.)
 TEST(Mesh, CollectivesOverSeveralAxesSpanTheirProcesses) {
   const int rank = distributed::process_index(), n = distributed::process_count();
   for (const Mesh& m : meshes()) {
@@ -88,18 +89,33 @@ TEST(Mesh, CollectivesOverSeveralAxesSpanTheirProcesses) {
     }
     auto mapped = shard_map(
         [&](const Tensor& x) {
-          return std::tuple{psum(x, order), all_gather(x, order), all_gather(x, reversed),
-                            astype(axis_index(order), float64)};
+          // psum_scatter of [n, 2]: row r holds x·(r + 1), so process r gets (r + 1)·Σ x.
+          const Tensor rows =
+              matmul(reshape(astype(arange(n), float64) + 1.0, {n, 1}), reshape(x, {1, 2}));
+          return std::tuple{psum(x, order),          all_gather(x, order),
+                            all_gather(x, reversed), astype(axis_index(order), float64),
+                            pmean(x, reversed),      pmax(x, order),
+                            pmin(x, reversed),       psum_scatter(rows, order, 0)};
         },
         m, distributed::in_specs(spec(all)), distributed::out_specs(spec(all)));
-    const auto [sum, gathered, gathered_reversed, index] = mapped(tensor(value_of(rank)));
-    std::vector<double> want_sum(2, 0.0), want_gather, want_reversed;
+    const auto [sum, gathered, gathered_reversed, index, mean, largest, smallest, scattered] =
+        mapped(tensor(value_of(rank)));
+    std::vector<double> want_sum(2, 0.0), want_gather, want_reversed, want_max(2, -1e300),
+        want_min(2, 1e300);
     for (int64_t r = 0; r < n; ++r) {
       const std::vector<double> v = value_of(r);
-      for (int k = 0; k < 2; ++k) want_sum[k] += v[k];
+      for (int k = 0; k < 2; ++k) {
+        want_sum[k] += v[k];
+        want_max[k] = std::max(want_max[k], v[k]);
+        want_min[k] = std::min(want_min[k], v[k]);
+      }
       want_gather.insert(want_gather.end(), v.begin(), v.end());
     }
-    // Reversed: the processes ordered by their last coordinate first.
+    std::vector<double> want_mean = want_sum, want_scatter = want_sum;
+    for (double& e : want_mean) e /= double(n);
+    for (double& e : want_scatter) e *= double(rank + 1);
+    // Reversed: the processes ordered by their last coordinate first (meshes() has at most two
+    // axes, so the rest is one axis).
     const std::vector<distributed::MeshAxis> axes = m.axes();
     const int64_t minor = axes.back().size, major = n / minor;
     for (int64_t q = 0; q < minor; ++q)
@@ -113,6 +129,11 @@ TEST(Mesh, CollectivesOverSeveralAxesSpanTheirProcesses) {
     expect_allclose(gathered_reversed, want_reversed, {.rtol = 0, .atol = 0},
                     "all_gather, reversed, over " + where);
     expect_allclose(index, {double(rank)}, {.rtol = 0, .atol = 0}, "axis_index over " + where);
+    expect_allclose(mean, want_mean, {.rtol = 1e-15, .atol = 0}, "pmean over " + where);
+    expect_allclose(largest, want_max, {.rtol = 0, .atol = 0}, "pmax over " + where);
+    expect_allclose(smallest, want_min, {.rtol = 0, .atol = 0}, "pmin over " + where);
+    expect_allclose(scattered, want_scatter, {.rtol = 1e-15, .atol = 0},
+                    "psum_scatter over " + where);
   }
 }
 
