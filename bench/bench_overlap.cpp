@@ -45,6 +45,12 @@ double timed(const std::function<void()>& body) {
   return slowest;
 }
 
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr, "bench_overlap: %s (options: --floats --chunks --size --reps N)\n", why);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  std::exit(2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,7 +70,10 @@ int main(int argc, char** argv) {
       size = v;
     else if (o == "--reps")
       reps = v;
+    else
+      usage(("unknown option " + o).c_str());
   }
+  if (floats < 1 || chunks < 1 || size < 1 || reps < 1) usage("every option must be at least 1");
   kiln::set_num_threads(1);
   const kiln::Tensor a = kiln::random::normal(kiln::random::key(1), {size, size});
   const kiln::Tensor b = kiln::random::normal(kiln::random::key(2), {size, size});

@@ -212,6 +212,29 @@ TEST(Checkpoint, PolicyStoresAllButTheNamedPrimitives) {
   EXPECT_EQ(count_in_gradient(nothing, "matmul", x, w), matmuls);
   EXPECT_EQ(count_in_gradient(nothing, "tanh", x, w), tanhs);
   EXPECT_THROW(checkpoint(block, CheckpointPolicy{{"tanh,exp"}})(x, w), Error);
+  EXPECT_THROW(checkpoint(block, CheckpointPolicy{{"allgather"}})(x, w), Error);
+}
+
+// The policy under the other transformations: eager reverse mode (which recomputes), second
+// derivatives and vmap of grad under jit, against the same without a checkpoint; and the
+// program with the pullback marked prints and parses back to the same text.
+TEST(Checkpoint, PolicyComposesWithTheOtherTransformations) {
+  auto block = [](const Tensor& x) { return tanh(x * 1.5) * sin(x); };
+  auto plain = [&](const Tensor& x) { return sum(block(block(x))); };
+  auto remat = [&](const Tensor& x) {
+    auto cb = checkpoint(block, CheckpointPolicy{{"sin"}});
+    return sum(cb(cb(x)));
+  };
+  const Tensor x = tensor({0.3, -1.2, 2.0});
+  const Closeness tight{.rtol = 1e-12, .atol = 1e-12};
+  expect_allclose(grad(remat)(x), grad(plain)(x).to_vector<double>(), tight);
+  expect_allclose(jit(hessian(remat))(x), hessian(plain)(x).to_vector<double>(), tight);
+  const Tensor xs = random::normal(random::key(3), {4, 3}, float64);
+  expect_allclose(jit(vmap(grad(remat)))(xs), vmap(grad(plain))(xs).to_vector<double>(), tight);
+  const ir::Function g = trace(grad(remat), x);
+  const std::string text = ir::print(g);
+  EXPECT_NE(text.find("primals"), std::string::npos);
+  EXPECT_EQ(ir::print(*ir::parse(text)), text);
 }
 
 TEST(Grad, MlpMatchesFiniteDifferences) {

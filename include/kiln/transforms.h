@@ -4,6 +4,7 @@
 // trees of the types the function uses; they nest in any order.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -86,11 +87,12 @@ struct JitOptions {
 
 // What checkpoint(f, policy)'s backward pass recomputes (JAX's checkpoint policies). Without a
 // policy it recomputes everything and stores only f's inputs. With one, it recomputes the
-// results of the primitives named in `recompute` (and layout or cheap arithmetic on them) and
-// stores every other value it reads from the forward pass. {"all_gather"} is FSDP's choice
-// for sharded weights: activations are kept, gathered weights are gathered again. A
-// collective's name also covers its process-level form (all_gather: process_all_gather). The
-// policy is applied when jit optimises the program; eager reverse mode recomputes everything.
+// results of the primitives named in `recompute`, stores every other value it reads from the
+// forward pass, except layout ops and cheap arithmetic, which it always redoes from what it
+// has. {"all_gather"} is FSDP's choice for sharded weights: activations are kept, gathered
+// weights are gathered again. A collective's name also covers what it becomes across
+// processes (psum: process_all_reduce). The policy is applied when jit optimises the program;
+// eager reverse mode, and a checkpoint inside a scan's body, recompute everything.
 struct CheckpointPolicy {
   std::vector<std::string> recompute;
 };
@@ -295,10 +297,15 @@ Tensor psum_scatter(const Tensor& x, const std::string& axis_name, int64_t scatt
 // take it; each is the one-axis collective applied axis by axis.
 struct AxisNames {
   std::vector<std::string> names;
+  AxisNames() = default;
+  explicit AxisNames(std::vector<std::string> n) : names(std::move(n)) {}
+  // So that psum(x, {"a", "b"}) is ambiguous (a compile error) instead of a std::string made
+  // from two pointers.
+  AxisNames(std::initializer_list<std::string> n) : names(n) {}
 };
 template <class... S>
 AxisNames axis_names(S... names) {
-  return {{std::string(std::move(names))...}};
+  return AxisNames(std::vector<std::string>{std::string(std::move(names))...});
 }
 Tensor psum(const Tensor& x, const AxisNames& axes, Loc loc = Loc::current());
 Tensor pmean(const Tensor& x, const AxisNames& axes, Loc loc = Loc::current());

@@ -717,7 +717,7 @@ using AxisArg = std::variant<std::string, std::vector<std::string>>;
 template <class F>
 Tensor on_axes(const AxisArg& axis, F f) {
   if (const auto* one = std::get_if<std::string>(&axis)) return f(*one);
-  return f(AxisNames{std::get<std::vector<std::string>>(axis)});
+  return f(AxisNames(std::get<std::vector<std::string>>(axis)));
 }
 
 // pmap(f): one cache per number of positional arguments (in_axes are resolved against it).
@@ -1059,7 +1059,8 @@ void bind_transforms(py::module_& m) {
         });
       },
       py::arg("x"), py::arg("axis_name"), py::arg("scatter_dimension") = 0,
-      "Example i gets the sum over examples of x at index i along scatter_dimension.");
+      "Example i gets the sum over examples of x at index i along scatter_dimension (a tuple of "
+      "axes: i is the position in their grid, the first axis major).");
 
   callable_class<Pmap>(m, "Pmapped", "A function mapped over processes by kiln.pmap.")
       .def("__call__", &Pmap::call);

@@ -19,7 +19,23 @@
 namespace kiln::ir {
 namespace {
 
-// The policy's primitives by name, a collective's also by its process-level form.
+// Whether e is the named primitive or, for a collective over a named axis, what it becomes
+// across processes (pmap and shard_map batch it into a process-level collective).
+bool is(const Equation& e, const std::string& name) {
+  const std::string& p = e.prim->name;
+  if (p == name) return true;
+  const auto reduces = [&](const char* op) {
+    return p == "process_all_reduce" && e.attrs.get<std::string>("op") == op;
+  };
+  if (name == "psum") return reduces("sum");
+  if (name == "pmax") return reduces("max");
+  if (name == "pmin") return reduces("min");
+  if (name == "psum_scatter") return p == "process_reduce_scatter";
+  if (name == "ppermute") return p == "process_permute";
+  return p == "process_" + name;  // all_gather, all_to_all
+}
+
+// The policy's primitives, from the comma-separated names checkpoint_call stored.
 std::function<bool(const Equation&)> recomputed(const std::string& names) {
   std::vector<std::string> list;
   for (std::size_t at = 0; at < names.size();) {
@@ -28,9 +44,7 @@ std::function<bool(const Equation&)> recomputed(const std::string& names) {
     at = end + 1;
   }
   return [list](const Equation& e) {
-    const std::string& p = e.prim->name;
-    return std::any_of(list.begin(), list.end(),
-                       [&](const std::string& n) { return p == n || p == "process_" + n; });
+    return std::any_of(list.begin(), list.end(), [&](const std::string& n) { return is(e, n); });
   };
 }
 
@@ -58,7 +72,9 @@ Function apply_checkpoint_policies(const Function& f) {
   for (std::size_t j = 0; j < eqs.size(); ++j) {
     if (!eqs[j].attrs.has("primals") || !eqs[j].attrs.has("recompute")) continue;
     const std::optional<std::size_t> i = forward_of(eqs, j);
-    if (!i) continue;  // its forward equation went to another pullback: recompute everything
+    // No forward equation in this body (it went to another pullback, was pruned as dead, or
+    // lives in another body): the pullback recomputes everything, as without a policy.
+    if (!i) continue;
     Equation& a = eqs[*i];
     Equation& b = eqs[j];
     const Function& pullback = *b.attrs.get<FunctionRef>("fn");

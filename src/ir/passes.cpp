@@ -436,9 +436,10 @@ Function inline_top(const Function& f) {
 Function inline_calls(const Function& f) { return map_sub_functions(inline_top(f), inline_calls); }
 
 Function optimize(const Function& f) {
-  // Each pass can expose work for the others; iterate while the program shrinks.
-  Function cur = dce(merge_scans(
-      cse(simplify(fold_constants(apply_checkpoint_policies(map_sub_functions(f, optimize)))))));
+  // Each pass can expose work for the others; iterate while the program shrinks. Checkpoint
+  // policies first (on live equations), so that the bodies they make are optimised too.
+  Function cur = dce(merge_scans(cse(
+      simplify(fold_constants(map_sub_functions(apply_checkpoint_policies(dce(f)), optimize))))));
   for (int round = 0; round < 8; ++round) {
     Function next = dce(merge_scans(cse(simplify(fold_constants(cur)))));
     const bool same = next.equations.size() == cur.equations.size() &&

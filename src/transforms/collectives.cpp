@@ -536,6 +536,13 @@ std::vector<int64_t> sizes_of(std::string_view op, const AxisNames& axes) {
   return sizes;
 }
 
+// How many examples the grid of the named axes holds.
+int64_t grid_size(std::string_view op, const AxisNames& axes) {
+  int64_t n = 1;
+  for (const int64_t k : sizes_of(op, axes)) n *= k;
+  return n;
+}
+
 // x reduced axis by axis with a one-axis collective.
 template <class One>
 Tensor each_axis(std::string_view op, const Tensor& x, const AxisNames& axes, Loc loc, One one) {
@@ -562,15 +569,13 @@ Tensor pmin(const Tensor& x, const AxisNames& axes, Loc loc) {
 }
 Tensor pmean(const Tensor& x, const AxisNames& axes, Loc loc) {
   const detail::CallSite site(loc);
-  int64_t n = 1;
-  for (const int64_t k : sizes_of("pmean", axes)) n *= k;
+  const int64_t n = grid_size("pmean", axes);
   const Tensor xf = astype(x, to_floating(x.dtype()), loc);
   return div(psum(xf, axes, loc), scalar_like(xf, static_cast<double>(n)), loc);
 }
 Tensor all_gather(const Tensor& x, const AxisNames& axes, Loc loc) {
   const detail::CallSite site(loc);
-  int64_t n = 1;
-  for (const int64_t k : sizes_of("all_gather", axes)) n *= k;
+  const int64_t n = grid_size("all_gather", axes);
   // The minor axis first, so that the major one ends up in front: [N_0, ..., N_k, x...].
   Tensor y = x;
   for (auto a = axes.names.rbegin(); a != axes.names.rend(); ++a) y = all_gather(y, *a, loc);
@@ -590,8 +595,7 @@ Tensor axis_index(const AxisNames& axes, Loc loc) {
 Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int64_t scatter_dimension, Loc loc) {
   const detail::CallSite site(loc);
   const std::vector<int64_t> sizes = sizes_of("psum_scatter", axes);
-  int64_t n = 1;
-  for (const int64_t k : sizes) n *= k;
+  const int64_t n = grid_size("psum_scatter", axes);
   const int d =
       sized_axis("psum_scatter", "scatter_dimension", scatter_dimension, x.type(), n, joined(axes));
   // Dimension d as [N_0, ..., N_k]; each axis's scatter takes its own, major first.

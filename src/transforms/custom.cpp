@@ -39,9 +39,9 @@ FlatTree checkpoint_call(const TreeDef& args_def, const std::vector<Tensor>& lea
   if (policy) {  // the primitives' names, comma-separated (ir::apply_checkpoint_policies)
     std::string names;
     for (const std::string& n : policy->recompute) {
-      if (n.empty() || n.find(',') != std::string::npos)
+      if (!find_primitive(n) || n.find(',') != std::string::npos)
         fail("checkpoint", "a policy names primitives to recompute: got '", n,
-             "', expected a primitive's name such as all_gather");
+             "', expected a registered primitive's name such as all_gather");
       names += (names.empty() ? "" : ",") + n;
     }
     attrs.set("recompute", names);
