@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "distributed/shared_memory.h"
 #include "kiln/distributed.h"
 #include "kiln/error.h"
 
@@ -138,14 +139,11 @@ bool same_operand(const Header& a, const Header& b) {
   fail(op, why);
 }
 
-// Exchanges headers with every process. Returns them in process order once all have arrived;
-// raises an Error (and marks the group broken) when a fault means they never will.
-std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op, double timeout) {
-  std::vector<Header> all(static_cast<std::size_t>(w.size));
-  MPI_Request request;
-  int rc = MPI_Iallgather(&mine, sizeof(Header), MPI_BYTE, all.data(), sizeof(Header), MPI_BYTE,
-                          w.control, &request);
-  if (rc != MPI_SUCCESS) broken_fail(w, op, "MPI_Iallgather failed at the rendezvous");
+// Polls `done` until it holds, failing (and marking the group broken) when a fault means it
+// never will: SIGTERM from the launcher, a peer on this host that has exited, or the
+// deadline. `where` says what this process waits in, for the messages.
+void wait_until(World& w, std::string_view op, double timeout, const std::function<bool()>& done,
+                const std::function<std::string()>& where) {
   struct Waiting {
     Waiting() { g_waiting.store(true); }
     ~Waiting() { g_waiting.store(false); }
@@ -153,15 +151,8 @@ std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto next_check = start + std::chrono::milliseconds(20);
-  // Only a fault needs the words (this runs for every collective).
-  const auto where = [&] {
-    return std::string("process ") + std::to_string(w.rank) + " waits in " + describe(mine);
-  };
   for (long spin = 0;; ++spin) {
-    int done = 0;
-    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-      broken_fail(w, op, "MPI_Test failed while " + where());
-    if (done) return all;
+    if (done()) return;
     if (g_sigterm.load())
       broken_fail(
           w, op,
@@ -187,6 +178,30 @@ std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op
     // for needs this core.
     if (spin > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
+}
+
+// Exchanges headers with every process. Returns them in process order once all have arrived;
+// raises an Error (and marks the group broken) when a fault means they never will.
+std::vector<Header> rendezvous(World& w, const Header& mine, std::string_view op, double timeout) {
+  std::vector<Header> all(static_cast<std::size_t>(w.size));
+  MPI_Request request;
+  int rc = MPI_Iallgather(&mine, sizeof(Header), MPI_BYTE, all.data(), sizeof(Header), MPI_BYTE,
+                          w.control, &request);
+  if (rc != MPI_SUCCESS) broken_fail(w, op, "MPI_Iallgather failed at the rendezvous");
+  // Only a fault needs the words (this runs for every collective).
+  const auto where = [&] {
+    return std::string("process ") + std::to_string(w.rank) + " waits in " + describe(mine);
+  };
+  wait_until(
+      w, op, timeout,
+      [&] {
+        int done = 0;
+        if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+          broken_fail(w, op, "MPI_Test failed while " + where());
+        return done != 0;
+      },
+      where);
+  return all;
 }
 
 Header header(World& w, Kind kind, const Arrival* a) {
@@ -336,6 +351,7 @@ void finalize() {
     w.broken = problem;
     fail("distributed::finalize", *problem);
   }
+  release_shared_segments();
   for (auto& [ranks, comm] : w.groups) MPI_Comm_free(&comm);
   w.groups.clear();
   MPI_Comm_free(&w.data);
@@ -401,6 +417,15 @@ std::unique_lock<std::mutex> arrive(const Arrival& a) {
            ", expected the same dtype and shape on every process");
   }
   return lock;
+}
+
+void wait_for(const Arrival& a, const std::function<bool()>& done) {
+  World& w = state();
+  const std::string op(a.collective);
+  wait_until(w, op, seconds_from_env("KILN_COLLECTIVE_TIMEOUT", 300), done, [&] {
+    return "process " + std::to_string(w.rank) + " waits for the others' data in " + op +
+           " over '" + std::string(a.axis) + "'";
+  });
 }
 
 detail::ProcessSpan exchange_sizes(int64_t local, std::size_t signature_hash,

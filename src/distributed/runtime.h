@@ -35,6 +35,10 @@ struct Arrival {
 // (collectives run one at a time); with one process it returns at once.
 [[nodiscard]] std::unique_lock<std::mutex> arrive(const Arrival& a);
 
+// Inside a collective, after arrive: polls `done` until it holds, with arrive's fault checks
+// (a peer on this host that has exited, SIGTERM, KILN_COLLECTIVE_TIMEOUT).
+void wait_for(const Arrival& a, const std::function<bool()>& done);
+
 // pmap's start: every process's local example count along the axis, after checking that all
 // call with the same signature (argument structure, dtypes, per-example shapes): its hash is
 // compared, its text only made for the message when they differ.
