@@ -125,7 +125,7 @@ def main():
     if step_ms:
         print(
             f"\nZeRO-3 step (process 0, {calls} calls): {step_ms:.1f} ms, of which all-gathers "
-            f"and reduce-scatters {comm:.1f} ms ({100 * comm / step_ms:.0f}%), blocking MPI "
+            f"and reduce-scatters {comm:.1f} ms ({100 * comm / step_ms:.0f}%), blocking "
             f"calls (bench_overlap: what a non-blocking one would hide here)"
         )
 
