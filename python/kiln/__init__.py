@@ -19,8 +19,11 @@ _sys.modules[__name__ + ".random"] = random
 # py-transforms: pytrees, transformations of Python callables and control flow.
 from . import tree  # noqa: F401,E402
 from ._kiln import (  # noqa: F401,E402
+    Mesh,
+    Spec,
     all_gather,
     all_to_all,
+    assemble,
     axis_index,
     checkpoint,
     cond,
@@ -33,6 +36,7 @@ from ._kiln import (  # noqa: F401,E402
     jacrev,
     jit,
     jvp,
+    local_block,
     pmap,
     pmax,
     pmean,
@@ -41,6 +45,8 @@ from ._kiln import (  # noqa: F401,E402
     psum,
     psum_scatter,
     scan,
+    shard_map,
+    spec,
     stop_gradient,
     switch,
     value_and_grad,

@@ -52,6 +52,7 @@ void bind_data(py::module_& m);          // kiln.data
 void bind_io(py::module_& m);            // kiln.io: safetensors
 void bind_fft(py::module_& m);           // kiln.fft: numpy.fft
 void bind_profile(py::module_& m);       // kiln.profile, kiln.machine_peak
+void bind_distributed(py::module_& m);   // meshes, specs, shard_map
 // Parts of kiln.nn that bind_nn calls with the submodule: the recurrent layers
 // (nn_recurrent.cpp), the transformer layers (nn_transformer.cpp) and the convolution layers
 // (nn_conv.cpp).
@@ -151,5 +152,9 @@ std::vector<std::string> leaf_names(const TreeDef& def);
 // f (transforms.cpp): while kiln.jit traces, f with its Python control flow converted
 // (kiln.autograph's hook), else f.
 py::object entering(const py::object& f);
+// Python's repr of v, for error messages (errors.cpp).
+std::string repr_of(py::handle v);
+// py-transforms: a callable running `call`, with f's functools metadata (transforms.cpp).
+py::object wrap(py::handle f, std::function<py::object(const py::args&, const py::kwargs&)> call);
 
 }  // namespace kiln::python

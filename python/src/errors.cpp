@@ -8,6 +8,9 @@
 #include <frameobject.h>
 
 namespace kiln::python {
+
+std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
+
 namespace {
 
 // The folder of the kiln package, with a trailing slash: frames in it are Kiln's, not the

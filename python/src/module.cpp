@@ -15,6 +15,7 @@ PYBIND11_MODULE(_kiln, m) {
   // py-transforms: pytrees, transformations, control flow
   bind_tree(m);
   bind_transforms(m);
+  bind_distributed(m);
   bind_control_flow(m);
   // py-nn: nn, optim, data, io
   bind_nn(m);

@@ -47,8 +47,6 @@ void sizes_property(py::class_<L>& cls, const char* name, ConvSizes<N> L::*membe
       });
 }
 
-std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
-
 template <int N>
 void bind_conv_layer(py::module_& nn, const char* doc) {
   using L = nn::ConvNd<N>;

@@ -58,13 +58,15 @@ void copy_metadata(py::handle to, py::handle f) {
   to.attr("__wrapped__") = f;
 }
 
+}  // namespace
+
 py::object wrap(py::handle f, std::function<py::object(const py::args&, const py::kwargs&)> call) {
   py::object out = py::cast(Transformed{std::move(call)});
   copy_metadata(out, f);
   return out;
 }
 
-std::string repr_of(py::handle v) { return py::repr(v).cast<std::string>(); }
+namespace {
 
 // The positional arguments that grad and the Jacobians take as they are, as JAX does: Python
 // scalars (bool, int, float) that are not differentiated stay concrete, so `range(n)` or

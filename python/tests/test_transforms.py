@@ -538,6 +538,38 @@ def test_collectives_over_a_tuple_of_axes():
         grid(lambda v: kl.psum(v, ("a", "a")))(x)
 
 
+def test_shard_map_on_a_mesh_of_one_process():
+    mesh = kl.Mesh([("data", 1), ("model", 1)])
+    assert mesh.axis_names == ("data", "model") and mesh.index("model") == 0
+    assert repr(kl.spec("data", None, ("data", "model"))) == "spec('data', None, ('data', 'model'))"
+    assert kl.spec("data") == kl.spec("data") and kl.spec() != kl.spec("data")
+    x, w = randn(4, 3), randn(3, 2)
+
+    def layer(x, w):
+        return kl.psum(kl.sum(kl.tanh(x @ w)), ("data", "model"))
+
+    specs = (kl.spec("data", None), kl.spec(None, "model"))
+    f = kl.shard_map(layer, mesh, in_specs=specs, out_specs=kl.spec())
+    close(f(x, w), np.tanh(x @ w).sum(), 1e-5, 1e-5)
+    t = np.tanh(x @ w)
+    close(kl.grad(f, argnums=1)(x, w), x.T @ (1 - t * t), 1e-5, 1e-5)
+    # Per-leaf specs, and a result that is a tree.
+    g = kl.shard_map(
+        lambda p: {"s": kl.psum(p["a"] + p["b"], "data")},
+        mesh,
+        in_specs=([kl.spec("data"), kl.spec("data")],),
+        out_specs=kl.spec("data"),
+    )
+    close(g({"a": x, "b": x})["s"], 2 * x)
+    close(kl.local_block(kl.asarray(x), mesh, specs[0]), x)
+    with pytest.raises(kl.Error, match="spec"):
+        kl.shard_map(layer, mesh, in_specs=("data", specs[1]), out_specs=kl.spec())
+    with pytest.raises(kl.Error, match="shard_map"):
+        kl.shard_map(layer, mesh, in_specs=specs, out_specs=kl.spec())(x, w=w)
+    with pytest.raises(kl.Error, match="varies along the mesh axis 'data'"):
+        kl.shard_map(lambda x: x, mesh, in_specs=(kl.spec("data"),), out_specs=kl.spec())(x)
+
+
 def test_pmap_in_one_process_is_jit_of_vmap():
     x = randn(4, 3)
     out = kl.pmap(lambda v: sub(v, kl.pmean(v, "p")), axis_name="p")(x)
