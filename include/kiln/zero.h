@@ -139,11 +139,12 @@ class Zero {
   const ShardLayout& layout() const { return layout_; }
   const optim::Optimizer& optimizer() const { return optimizer_; }
 
- private:
+  // update on flattened trees: its work, and what the Python binding calls.
   optim::detail::FlatUpdate update_leaves(
       const optim::detail::FlatTree& params, const optim::detail::FlatTree& grads,
       const Tensor& step, const std::map<std::string, optim::detail::FlatTree>& slots) const;
 
+ private:
   optim::Optimizer optimizer_;
   int stage_;
   std::string axis_;

@@ -62,22 +62,99 @@ class Optimizer:
 
     def update(self, params, grads, state):
         """One step: (new params, new state). `grads` has the structure of `params`."""
-        leaves, structure = _tree.flatten(params)
-        names = _tree.names(params)
-        grad_leaves = _flatten_like(structure, grads, "the gradients")
-        slots = {
-            k: _flatten_like(structure, v, f'state slot "{k}"') for k, v in state.slots.items()
-        }
-        new, step, new_slots = self._native.update_leaves(
-            leaves, grad_leaves, state.step, slots, names
-        )
-        return (
-            _tree.unflatten(structure, new),
-            OptState(step, {k: _tree.unflatten(structure, v) for k, v in new_slots.items()}),
-        )
+        return _update(self._native, params, grads, state)
 
     def __repr__(self):
         return f"Optimizer({self.name})"
+
+
+def _update(native, params, grads, state):
+    """native.update_leaves on the flattened trees, its result as trees."""
+    leaves, structure = _tree.flatten(params)
+    names = _tree.names(params)
+    grad_leaves = _flatten_like(structure, grads, "the gradients")
+    slots = {k: _flatten_like(structure, v, f'state slot "{k}"') for k, v in state.slots.items()}
+    new, step, new_slots = native.update_leaves(leaves, grad_leaves, state.step, slots, names)
+    return (
+        _tree.unflatten(structure, new),
+        OptState(step, {k: _tree.unflatten(structure, v) for k, v in new_slots.items()}),
+    )
+
+
+# ---- sharded data parallelism (ZeRO), C++'s kiln/zero.h ----------------------------------------
+
+
+class ShardLayout:
+    """How every leaf of a tree is cut into `parts` pieces, the same way on every process:
+    flattened, padded with zeros to parts * k (k = ceil(n / parts)); piece p holds elements
+    [p k, (p + 1) k), shaped [1, ..., 1, k] with the leaf's rank (docs/DISTRIBUTED.md)."""
+
+    def __init__(self, full, parts):
+        leaves, self.structure = _tree.flatten(full)
+        self._native = _native._ShardLayout(leaves, parts)
+
+    @property
+    def parts(self):
+        return self._native.parts
+
+
+def shard(full, layout, part):
+    """Piece `part` (an int, or axis_index(axis) inside pmap) of every leaf of a full tree."""
+    leaves = _flatten_like(layout.structure, full, "the tree to shard")
+    return _tree.unflatten(layout.structure, _native._shard_leaves(layout._native, leaves, part))
+
+
+def gather(pieces, layout, axis):
+    """Inside pmap over `axis`: every process's pieces put back into the full leaves (one
+    all_gather per dtype; its transpose is scatter_sum, so grad through it reduce-scatters)."""
+    leaves = _flatten_like(layout.structure, pieces, "the pieces")
+    return _tree.unflatten(layout.structure, _native._gather_leaves(layout._native, leaves, axis))
+
+
+def scatter_sum(full, layout, axis):
+    """Inside pmap over `axis`: this process's piece of the sum over the processes of a full
+    tree (one psum_scatter per dtype)."""
+    leaves = _flatten_like(layout.structure, full, "the tree to scatter")
+    return _tree.unflatten(
+        layout.structure, _native._scatter_sum_leaves(layout._native, leaves, axis)
+    )
+
+
+class Zero:
+    """An optimiser whose state (stages 1 and 2) and parameters too (stage 3) are this
+    process's pieces, over the named axis of a pmap with one example per process: DeepSpeed's
+    ZeRO, PyTorch's FSDP (C++'s distributed::Zero; docs/DISTRIBUTED.md "Sharded training").
+
+    Stages 1 and 2: update(full params, this process's gradients, state) -> full params;
+    stage 3: update(pieces, gradients with respect to the pieces, state) -> pieces, the loss
+    reading gather(pieces, layout, axis). The wrapped optimiser must be elementwise (SGD, Adam,
+    AdamW)."""
+
+    def __init__(self, optimizer, stage, axis, layout):
+        self.optimizer, self.stage, self.axis, self.layout = optimizer, stage, axis, layout
+        self._native = _native._Zero(optimizer._native, stage, axis, layout._native)
+
+    def init(self, params, part):
+        """This process's part of the state before the first update (eager)."""
+        return self.shard_state(self.optimizer.init(params), part)
+
+    def shard_state(self, state, part):
+        """This process's part of a full state."""
+        return OptState(
+            state.step, {k: shard(v, self.layout, part) for k, v in state.slots.items()}
+        )
+
+    def gather_state(self, state):
+        """Inside pmap over the axis: the full state from every process's part."""
+        slots = {k: gather(v, self.layout, self.axis) for k, v in state.slots.items()}
+        return OptState(state.step, slots)
+
+    def update(self, params, grads, state):
+        """One step inside pmap over the axis: (new params or pieces, new state)."""
+        return _update(self._native, params, grads, state)
+
+    def __repr__(self):
+        return f"Zero({self.optimizer.name}, stage {self.stage}, over {self.axis!r})"
 
 
 def sgd(lr, momentum=0.0, dampening=0.0, nesterov=False, weight_decay=0.0, clip_norm=None):

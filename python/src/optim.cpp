@@ -5,11 +5,13 @@
 
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "bindings.h"
+#include "kiln/zero.h"
 
 namespace kiln::python {
 namespace {
@@ -39,6 +41,25 @@ optim::detail::FlatTree named_flat(std::vector<Tensor> leaves,
   def.names = names;
   def.children.resize(leaves.size());
   return {std::move(leaves), std::move(def)};
+}
+
+using Slots = std::map<std::string, std::vector<py::object>>;
+
+// One update from Python's leaves: `update` on the named flat trees, its result as (params,
+// step, {slot: leaves}).
+template <class Update>
+py::tuple update_with(const Update& update, const std::vector<py::object>& params,
+                      const std::vector<py::object>& grads, py::handle step, const Slots& slots,
+                      const std::vector<std::string>& names) {
+  std::map<std::string, optim::detail::FlatTree> flat_slots;
+  for (const auto& [name, leaves] : slots)
+    flat_slots.emplace(name, named_flat(to_leaves(leaves), names));
+  const optim::detail::FlatUpdate u =
+      update(named_flat(to_leaves(params), names), named_flat(to_leaves(grads), names),
+             to_tensor(step), flat_slots);
+  py::dict next_slots;
+  for (const auto& [name, leaves] : u.state.slots) next_slots[py::str(name)] = from_leaves(leaves);
+  return py::make_tuple(from_leaves(u.params), u.state.step, next_slots);
 }
 
 // A learning rate from Python: a number, a Schedule, or a callable step -> rate.
@@ -132,19 +153,14 @@ void bind_algorithms(py::module_& optim) {
   opt.def(
       "update_leaves",
       [](const optim::Optimizer& o, const std::vector<py::object>& params,
-         const std::vector<py::object>& grads, py::handle step,
-         const std::map<std::string, std::vector<py::object>>& slots,
+         const std::vector<py::object>& grads, py::handle step, const Slots& slots,
          const std::vector<std::string>& names) {
-        std::map<std::string, optim::detail::FlatTree> flat_slots;
-        for (const auto& [name, leaves] : slots)
-          flat_slots.emplace(name, named_flat(to_leaves(leaves), names));
-        optim::detail::FlatUpdate u = optim::detail::update_leaves(
-            o.algorithm(), named_flat(to_leaves(params), names),
-            named_flat(to_leaves(grads), names), to_tensor(step), flat_slots);
-        py::dict next_slots;
-        for (const auto& [name, leaves] : u.state.slots)
-          next_slots[py::str(name)] = from_leaves(leaves);
-        return py::make_tuple(from_leaves(u.params), u.state.step, next_slots);
+        return update_with(
+            [&](const optim::detail::FlatTree& p, const optim::detail::FlatTree& g, const Tensor& s,
+                const std::map<std::string, optim::detail::FlatTree>& sl) {
+              return optim::detail::update_leaves(o.algorithm(), p, g, s, sl);
+            },
+            params, grads, step, slots, names);
       },
       py::arg("params"), py::arg("grads"), py::arg("step"), py::arg("slots"), py::arg("names"),
       "(params, step, slots) after one update; None gradients leave their leaves as they are.");
@@ -205,6 +221,66 @@ void bind_algorithms(py::module_& optim) {
       py::arg("leaves"), py::arg("max_norm"));
 }
 
+// ZeRO (kiln/zero.h) on flat lists of leaves: python/kiln/optim.py's ShardLayout, shard,
+// gather, scatter_sum and Zero flatten the pytrees.
+void bind_zero(py::module_& optim) {
+  using distributed::ShardLayout;
+  py::class_<ShardLayout>(optim, "_ShardLayout")
+      .def(py::init([](const std::vector<py::object>& full, int64_t parts) {
+             const std::vector<Tensor> leaves = to_leaves(full);
+             return ShardLayout(std::span<const Tensor>(leaves), parts);
+           }),
+           py::arg("full"), py::arg("parts"))
+      .def_property_readonly("parts", &ShardLayout::parts);
+  optim.def(
+      "_shard_leaves",
+      [](const ShardLayout& layout, const std::vector<py::object>& full, py::handle part) {
+        const std::vector<Tensor> leaves = to_leaves(full);
+        Tensor p;
+        if (py::isinstance<py::int_>(part)) {  // eager: checked here; traced: axis_index
+          const int64_t k = part.cast<int64_t>();
+          if (k < 0 || k >= layout.parts())
+            fail("zero", "bad part: got ", k, ", expected one in [0, ", layout.parts(), ")");
+          p = tensor(static_cast<int32_t>(k));
+        } else {
+          p = to_tensor(part);
+        }
+        return from_leaves(distributed::detail::shard_leaves(layout, leaves, p));
+      },
+      py::arg("layout"), py::arg("full"), py::arg("part"));
+  optim.def(
+      "_gather_leaves",
+      [](const ShardLayout& layout, const std::vector<py::object>& pieces,
+         const std::string& axis) {
+        const std::vector<Tensor> leaves = to_leaves(pieces);
+        return from_leaves(distributed::detail::gather_leaves(layout, leaves, axis));
+      },
+      py::arg("layout"), py::arg("pieces"), py::arg("axis"));
+  optim.def(
+      "_scatter_sum_leaves",
+      [](const ShardLayout& layout, const std::vector<py::object>& full, const std::string& axis) {
+        const std::vector<Tensor> leaves = to_leaves(full);
+        return from_leaves(distributed::detail::scatter_sum_leaves(layout, leaves, axis));
+      },
+      py::arg("layout"), py::arg("full"), py::arg("axis"));
+  py::class_<distributed::Zero>(optim, "_Zero")
+      .def(py::init<optim::Optimizer, int, std::string, ShardLayout>(), py::arg("optimizer"),
+           py::arg("stage"), py::arg("axis"), py::arg("layout"))
+      .def(
+          "update_leaves",
+          [](const distributed::Zero& z, const std::vector<py::object>& params,
+             const std::vector<py::object>& grads, py::handle step, const Slots& slots,
+             const std::vector<std::string>& names) {
+            return update_with(
+                [&](const optim::detail::FlatTree& p, const optim::detail::FlatTree& g,
+                    const Tensor& s, const std::map<std::string, optim::detail::FlatTree>& sl) {
+                  return z.update_leaves(p, g, s, sl);
+                },
+                params, grads, step, slots, names);
+          },
+          py::arg("params"), py::arg("grads"), py::arg("step"), py::arg("slots"), py::arg("names"));
+}
+
 }  // namespace
 
 void bind_optim(py::module_& m) {
@@ -212,6 +288,7 @@ void bind_optim(py::module_& m) {
   optim.attr("__name__") = "kiln.optim";  // where its classes say they live
   bind_schedules(optim);
   bind_algorithms(optim);
+  bind_zero(optim);
 }
 
 }  // namespace kiln::python

@@ -259,3 +259,24 @@ def test_jitted_training_of_a_sequential_matches_torch():
         "2.weight",
         "2.bias",
     ]
+
+
+def test_shard_layout_cuts_every_leaf_into_padded_pieces():
+    params = {"w": kl.asarray(np.arange(10.0).reshape(2, 5)), "b": kl.asarray(np.arange(3.0))}
+    layout = kl.optim.ShardLayout(params, 4)
+    assert layout.parts == 4
+    pieces = [kl.optim.shard(params, layout, p) for p in range(4)]
+    # w: 10 elements padded to 12, 3 a piece, shaped [1, 3] (the leaf's rank); b: 3 -> 4, [1].
+    assert pieces[0]["w"].shape == (1, 3) and pieces[0]["b"].shape == (1,)
+    flat_w = np.concatenate([np.asarray(q["w"]).ravel() for q in pieces])
+    np.testing.assert_array_equal(flat_w, np.r_[np.arange(10.0), 0, 0])
+    flat_b = np.concatenate([np.asarray(q["b"]).ravel() for q in pieces])
+    np.testing.assert_array_equal(flat_b, [0, 1, 2, 0])
+    with pytest.raises(kl.Error, match="bad part"):
+        kl.optim.shard(params, layout, 4)
+    with pytest.raises(ValueError, match="structure"):
+        kl.optim.shard({"w": params["w"]}, layout, 0)
+    zero = kl.optim.Zero(kl.optim.adam(1e-3), 2, "dp", layout)
+    state = zero.init(params, 1)
+    assert state.slots["mu"]["w"].shape == (1, 3)
+    assert repr(zero) == "Zero(adam, stage 2, over 'dp')"
