@@ -23,8 +23,12 @@ Mesh mesh_of(py::handle axes) {
                                ? py::reinterpret_borrow<py::dict>(axes).attr("items")()
                                : py::reinterpret_borrow<py::object>(axes);
   for (py::handle item : items) {
-    const auto pair = item.cast<std::pair<std::string, int64_t>>();
-    out.push_back({pair.first, pair.second});
+    const py::tuple pair = py::reinterpret_borrow<py::object>(item);
+    if (!py::isinstance<py::tuple>(item) || pair.size() != 2 || !py::isinstance<py::str>(pair[0]) ||
+        !py::isinstance<py::int_>(pair[1]))
+      fail("Mesh", "an axis is a name and a size: got ", repr_of(item),
+           ", expected e.g. {'data': 2, 'model': 2} or [('data', 2), ('model', 2)]");
+    out.push_back({pair[0].cast<std::string>(), pair[1].cast<int64_t>()});
   }
   return Mesh(std::move(out));
 }
@@ -133,7 +137,11 @@ void bind_distributed(py::module_& m) {
                                  dims.append(py::tuple(py::cast(d)));
                                return py::tuple(dims);
                              })
-      .def("__eq__", [](const Spec& a, const Spec& b) { return a.dims == b.dims; })
+      .def("__eq__",
+           [](const Spec& a, py::handle b) {
+             return py::isinstance<Spec>(b) && a.dims == b.cast<Spec>().dims;
+           })
+      .def("__hash__", [](const Spec& s) { return py::hash(py::str(spec_repr(s))); })
       .def("__repr__", &spec_repr);
   m.def(
       "spec",

@@ -237,8 +237,9 @@ void bind_zero(py::module_& optim) {
       [](const ShardLayout& layout, const std::vector<py::object>& full, py::handle part) {
         const std::vector<Tensor> leaves = to_leaves(full);
         Tensor p;
-        if (py::isinstance<py::int_>(part)) {  // eager: checked here; traced: axis_index
-          const int64_t k = part.cast<int64_t>();
+        // A Python or NumPy integer is checked here; a Tensor (axis_index, traced) is not.
+        if (!py::isinstance<Tensor>(part) && py::hasattr(part, "__index__")) {
+          const int64_t k = py::module_::import("operator").attr("index")(part).cast<int64_t>();
           if (k < 0 || k >= layout.parts())
             fail("zero", "bad part: got ", k, ", expected one in [0, ", layout.parts(), ")");
           p = tensor(static_cast<int32_t>(k));

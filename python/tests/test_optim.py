@@ -272,8 +272,9 @@ def test_shard_layout_cuts_every_leaf_into_padded_pieces():
     np.testing.assert_array_equal(flat_w, np.r_[np.arange(10.0), 0, 0])
     flat_b = np.concatenate([np.asarray(q["b"]).ravel() for q in pieces])
     np.testing.assert_array_equal(flat_b, [0, 1, 2, 0])
-    with pytest.raises(kl.Error, match="bad part"):
-        kl.optim.shard(params, layout, 4)
+    for part in (4, np.int64(4), -1):
+        with pytest.raises(kl.Error, match="bad part"):
+            kl.optim.shard(params, layout, part)
     with pytest.raises(ValueError, match="structure"):
         kl.optim.shard({"w": params["w"]}, layout, 0)
     zero = kl.optim.Zero(kl.optim.adam(1e-3), 2, "dp", layout)

@@ -543,6 +543,9 @@ def test_shard_map_on_a_mesh_of_one_process():
     assert mesh.axis_names == ("data", "model") and mesh.index("model") == 0
     assert repr(kl.spec("data", None, ("data", "model"))) == "spec('data', None, ('data', 'model'))"
     assert kl.spec("data") == kl.spec("data") and kl.spec() != kl.spec("data")
+    assert kl.spec("data") != None and len({kl.spec("data"), kl.spec("data")}) == 1  # noqa: E711
+    with pytest.raises(kl.Error, match="a name and a size"):
+        kl.Mesh({"data": "two"})
     x, w = randn(4, 3), randn(3, 2)
 
     def layer(x, w):

@@ -207,14 +207,10 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
   const auto lock = distributed::arrive(arrival);
   const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
   if (row == 0) return {out};
-  std::vector<int> counts, starts;
-  for (std::size_t p = 0; p < s.size(); ++p) {
-    counts.push_back(to_int("all_gather", s[p], "rows per process"));
-    starts.push_back(to_int("all_gather", offset_of(s, static_cast<int>(p)), "row offset"));
-  }
+  // A member's index in the segments is its index in the group (same order).
   const int me = g.index();
   if (distributed::SharedSegments* shm = distributed::shared_segments(
-          comm, static_cast<std::size_t>(*std::max_element(s.begin(), s.end()) * row))) {
+          comm, static_cast<std::size_t>(*std::max_element(s.begin(), s.end()) * row), arrival)) {
     std::memcpy(shm->segment(me), x.raw_data(),
                 static_cast<std::size_t>(s[static_cast<std::size_t>(me)] * row));
     shm->written(arrival);
@@ -222,6 +218,11 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
       std::memcpy(bytes(out) + offset_of(s, p) * row, p == me ? bytes(x) : shm->segment(p),
                   static_cast<std::size_t>(s[static_cast<std::size_t>(p)] * row));
     return {out};
+  }
+  std::vector<int> counts, starts;
+  for (std::size_t p = 0; p < s.size(); ++p) {
+    counts.push_back(to_int("all_gather", s[p], "rows per process"));
+    starts.push_back(to_int("all_gather", offset_of(s, static_cast<int>(p)), "row offset"));
   }
   const RowType t("all_gather", row);
   distributed::check(MPI_Allgatherv(x.raw_data(), counts[static_cast<std::size_t>(me)], t.type,
@@ -233,12 +234,12 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
 // This process's block of the element-wise sum of every member's `src` (all in shared
 // segments but its own), added in member order: the same bits on any host and run.
 template <class T>
-void sum_block(distributed::SharedSegments& shm, const Tensor& src, int64_t begin, int64_t n,
-               Tensor& out) {
+void sum_block(distributed::SharedSegments& shm, const Tensor& src, int me, int64_t begin,
+               int64_t n, Tensor& out) {
   T* to = static_cast<T*>(out.raw_data());
   const auto from = [&](int q) {
-    return (q == shm.index() ? static_cast<const T*>(src.raw_data())
-                             : reinterpret_cast<const T*>(shm.segment(q))) +
+    return (q == me ? static_cast<const T*>(src.raw_data())
+                    : reinterpret_cast<const T*>(shm.segment(q))) +
            begin;
   };
   std::memcpy(to, from(0), static_cast<std::size_t>(n) * sizeof(T));
@@ -268,16 +269,16 @@ std::vector<Tensor> reduce_scatter_kernel(ops::Ins in, const Attrs& a) {
     const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
     const std::size_t all_bytes = static_cast<std::size_t>(src.numel()) * es;
     distributed::SharedSegments* shm = src.dtype() == float32 || src.dtype() == float64
-                                           ? distributed::shared_segments(comm, all_bytes)
+                                           ? distributed::shared_segments(comm, all_bytes, arrival)
                                            : nullptr;
     if (shm) {
       std::memcpy(shm->segment(me), src.raw_data(), all_bytes);
       shm->written(arrival);
       const int64_t begin = offset_of(s, me) * row, n = s[static_cast<std::size_t>(me)] * row;
       if (src.dtype() == float32)
-        sum_block<float>(*shm, src, begin, n, out);
+        sum_block<float>(*shm, src, me, begin, n, out);
       else
-        sum_block<double>(*shm, src, begin, n, out);
+        sum_block<double>(*shm, src, me, begin, n, out);
     } else if (src.numel() > 0) {
       std::vector<int> counts;
       for (int64_t k : s) counts.push_back(to_int("psum_scatter", k * row, "elements per process"));

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <vector>
 
 namespace kiln::distributed {
 namespace {
@@ -14,68 +15,84 @@ namespace {
 constexpr std::size_t kLine = 64;
 // Segments grow in steps of at least this much, so that growing is rare.
 constexpr std::size_t kGrain = std::size_t{1} << 20;
+// Larger collectives take MPI's transport: a segment stays allocated until finalize, so this
+// bounds the shared memory each process keeps (every member decides alike: the sizes come
+// from the collective's attributes).
+constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
+// The counters are atomics shared between processes: only sound when lock-free.
+static_assert(std::atomic_ref<int64_t>::is_always_lock_free);
 
+// Read once: every process of a job must see the same value (mpirun passes the environment).
 bool enabled() {
-  const char* v = std::getenv("KILN_SHARED_MEMORY_COLLECTIVES");
-  return !v || std::strcmp(v, "0") != 0;
+  static const bool on = [] {
+    const char* v = std::getenv("KILN_SHARED_MEMORY_COLLECTIVES");
+    return !v || std::strcmp(v, "0") != 0;
+  }();
+  return on;
 }
 
-// Per communicator: its segments, or nullptr where its members are not all on this host.
+// Per communicator: its segments, or nullptr where its members are not all on this host; and
+// the communicators in the order their segments were made, the same on every process (made at
+// collectives in lockstep), which is the order freeing them (collective calls) must follow.
 // Never destroyed: distributed::finalize, an atexit handler registered before this is made,
-// frees the segments, and must find the map still there.
-std::map<MPI_Comm, std::unique_ptr<SharedSegments>>& by_comm() {
-  static auto* m = new std::map<MPI_Comm, std::unique_ptr<SharedSegments>>;
-  return *m;
-}
-
-void require(int rc, const char* call) {
-  if (rc != MPI_SUCCESS)
-    fail("distributed", call, " failed while setting up shared memory for the collectives");
+// frees the segments, and must find the registry still there.
+struct Registry {
+  std::map<MPI_Comm, std::unique_ptr<SharedSegments>> by_comm;
+  std::vector<MPI_Comm> made;
+};
+Registry& registry() {
+  static auto* r = new Registry;
+  return *r;
 }
 
 }  // namespace
 
-SharedSegments* shared_segments(MPI_Comm comm, std::size_t bytes) {
-  if (!enabled()) return nullptr;
-  auto& m = by_comm();
-  auto it = m.find(comm);
-  if (it == m.end()) {
+SharedSegments* shared_segments(MPI_Comm comm, std::size_t bytes, const Arrival& a) {
+  if (!enabled() || bytes > kMaxBytes) return nullptr;
+  Registry& r = registry();
+  auto it = r.by_comm.find(comm);
+  if (it == r.by_comm.end()) {
     // key 0: members keep their order, so a member's index is its rank in comm.
     MPI_Comm node = MPI_COMM_NULL;
-    require(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-            "MPI_Comm_split_type");
+    check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node), a,
+          "MPI_Comm_split_type");
     int here = 0, all = 0;
     MPI_Comm_size(node, &here);
     MPI_Comm_size(comm, &all);
     std::unique_ptr<SharedSegments> s;
     if (here == all)
-      s = std::make_unique<SharedSegments>(node);
+      s = std::make_unique<SharedSegments>(node, a);
     else
       MPI_Comm_free(&node);
-    it = m.emplace(comm, std::move(s)).first;
+    it = r.by_comm.emplace(comm, std::move(s)).first;
+    r.made.push_back(comm);
   }
-  if (it->second) it->second->reserve(bytes);
+  if (it->second) it->second->reserve(bytes, a);
   return it->second.get();
 }
 
-void release_shared_segments() { by_comm().clear(); }
+void release_shared_segments() {
+  Registry& r = registry();
+  for (MPI_Comm comm : r.made) r.by_comm.erase(comm);
+  r.made.clear();
+}
 
-SharedSegments::SharedSegments(MPI_Comm node) : node_(node) {
+SharedSegments::SharedSegments(MPI_Comm node, const Arrival& a) : node_(node) {
   MPI_Comm_size(node_, &size_);
   MPI_Comm_rank(node_, &index_);
   bases_.assign(static_cast<std::size_t>(size_), nullptr);
   // The counters live in member 0's memory; it zeroes them before anyone reads them.
   void* mine = nullptr;
-  require(MPI_Win_allocate_shared(index_ == 0 ? static_cast<MPI_Aint>(kLine) * size_ : 0, 1,
-                                  MPI_INFO_NULL, node_, &mine, &counters_),
-          "MPI_Win_allocate_shared");
+  check(MPI_Win_allocate_shared(index_ == 0 ? static_cast<MPI_Aint>(kLine) * size_ : 0, 1,
+                                MPI_INFO_NULL, node_, &mine, &counters_),
+        a, "MPI_Win_allocate_shared");
   MPI_Aint bytes = 0;
   int unit = 0;
   void* base = nullptr;
-  require(MPI_Win_shared_query(counters_, 0, &bytes, &unit, &base), "MPI_Win_shared_query");
+  check(MPI_Win_shared_query(counters_, 0, &bytes, &unit, &base), a, "MPI_Win_shared_query");
   counter_base_ = static_cast<std::byte*>(base);
   if (index_ == 0) std::memset(counter_base_, 0, kLine * static_cast<std::size_t>(size_));
-  require(MPI_Barrier(node_), "MPI_Barrier");
+  check(MPI_Barrier(node_), a, "MPI_Barrier");
 }
 
 SharedSegments::~SharedSegments() {
@@ -84,25 +101,29 @@ SharedSegments::~SharedSegments() {
   MPI_Comm_free(&node_);
 }
 
-void SharedSegments::reserve(std::size_t bytes) {
+void SharedSegments::reserve(std::size_t bytes, const Arrival& a) {
   if (bytes <= capacity_) return;
+  // Nothing is left pointing at the old segments if making the new ones fails.
   if (data_ != MPI_WIN_NULL) MPI_Win_free(&data_);
-  capacity_ = std::max(bytes + bytes / 2, kGrain);
+  capacity_ = 0;
+  std::fill(bases_.begin(), bases_.end(), nullptr);
+  const std::size_t want = std::max(bytes + bytes / 2, kGrain);
   MPI_Info info = MPI_INFO_NULL;
   MPI_Info_create(&info);
   MPI_Info_set(info, "alloc_shared_noncontig", "true");  // each segment on its owner's pages
   void* mine = nullptr;
   const int rc =
-      MPI_Win_allocate_shared(static_cast<MPI_Aint>(capacity_), 1, info, node_, &mine, &data_);
+      MPI_Win_allocate_shared(static_cast<MPI_Aint>(want), 1, info, node_, &mine, &data_);
   MPI_Info_free(&info);
-  require(rc, "MPI_Win_allocate_shared");
+  check(rc, a, "MPI_Win_allocate_shared");
   for (int q = 0; q < size_; ++q) {
     MPI_Aint size = 0;
     int unit = 0;
     void* base = nullptr;
-    require(MPI_Win_shared_query(data_, q, &size, &unit, &base), "MPI_Win_shared_query");
+    check(MPI_Win_shared_query(data_, q, &size, &unit, &base), a, "MPI_Win_shared_query");
     bases_[static_cast<std::size_t>(q)] = static_cast<std::byte*>(base);
   }
+  capacity_ = want;
 }
 
 int64_t& SharedSegments::counter(int member) const {

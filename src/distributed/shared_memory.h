@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "distributed/runtime.h"
 
@@ -16,25 +17,25 @@ namespace kiln::distributed {
 class SharedSegments;
 
 // The shared segments of comm's members, each at least `bytes` long (grown together when a
-// collective needs more), or nullptr where comm's processes do not all run on this host or
-// KILN_SHARED_MEMORY_COLLECTIVES=0. Every member calls it at the same collective, after its
-// rendezvous, with the same `bytes`.
-SharedSegments* shared_segments(MPI_Comm comm, std::size_t bytes);
+// collective needs more), or nullptr where comm's processes do not all run on this host, for
+// more than 64 MB, or with KILN_SHARED_MEMORY_COLLECTIVES=0 (which every process of the job
+// must see alike). Every member calls it at the same collective `a`, after its rendezvous,
+// with the same `bytes`; an MPI failure making the segments is an Error naming `a`.
+SharedSegments* shared_segments(MPI_Comm comm, std::size_t bytes, const Arrival& a);
 // Frees every segment (distributed::finalize, before the communicators).
 void release_shared_segments();
 
 class SharedSegments {
  public:
-  explicit SharedSegments(MPI_Comm node);
+  SharedSegments(MPI_Comm node, const Arrival& a);
   ~SharedSegments();
   SharedSegments(const SharedSegments&) = delete;
   SharedSegments& operator=(const SharedSegments&) = delete;
 
   int size() const { return size_; }
-  int index() const { return index_; }
   std::byte* segment(int member) const { return bases_[static_cast<std::size_t>(member)]; }
   // Makes every segment at least `bytes` long (all members together).
-  void reserve(std::size_t bytes);
+  void reserve(std::size_t bytes, const Arrival& a);
   // This member's segment is written: waits until every member's is (with arrive's fault
   // checks), so that reading theirs is safe.
   void written(const Arrival& a);

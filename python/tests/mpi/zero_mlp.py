@@ -2,7 +2,7 @@
 data parallelism (pmean of the gradients, then AdamW on everything) for five steps of an MLP in
 float64. Stage 1 gives bitwise data parallelism's parameters; stages 2 and 3 sum the gradients
 in another order, so they agree to round-off. Each process's pieces are compared with its piece
-of data parallelism's parameters."""
+of data parallelism's parameters, and the state gathered back with data parallelism's."""
 import numpy as np
 
 import kiln as kl
@@ -18,7 +18,9 @@ params = {
 xs = rng.standard_normal((n, 5, 4))  # process q's batch: xs[q]
 ys = rng.standard_normal((n, 5, 3))
 x, y = kl.asarray(xs[p : p + 1]), kl.asarray(ys[p : p + 1])
-opt = optim.adamw(1e-2, weight_decay=0.1, decay_on="matrices", clip_norm=1.0)
+# No clipping: stage 1 is bitwise data parallelism only without it (the clipping norm sums the
+# pieces' squares across processes, in another order).
+opt = optim.adamw(1e-2, weight_decay=0.1, decay_on="matrices")
 layout = optim.ShardLayout(params, n)
 first = lambda tree: kl.tree.map(lambda t: t[0], tree)  # noqa: E731
 local = lambda tree: kl.tree.map(lambda t: kl.expand_dims(kl.asarray(t), 0), tree)  # noqa: E731
@@ -65,6 +67,13 @@ for stage in (1, 2, 3):
         for _ in range(5):
             got, zstate = run(got, zstate, x, y)
         got = first(got)
+    # The whole state back from the pieces: data parallelism's.
+    full = first(kl.pmap(zero.gather_state, axis_name="dp")(zstate))
+    for slot, tree in state.slots.items():
+        for k, v in tree.items():
+            np.testing.assert_allclose(
+                np.asarray(full.slots[slot][k]), np.asarray(v), rtol=1e-12, atol=1e-14
+            )
     for k, v in got.items():
         if stage == 1:
             np.testing.assert_array_equal(np.asarray(v), mine[k], err_msg=f"stage 1, {k}")
