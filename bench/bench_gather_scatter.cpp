@@ -48,9 +48,10 @@ int main(int argc, char** argv) {
        ones({1, floats})}};
   const char* shm = std::getenv("KILN_SHARED_MEMORY_COLLECTIVES");
   if (distributed::process_index() == 0)
-    std::printf("# %d processes x 1 thread, %lld float32 a process, %s\n", n,
-                static_cast<long long>(floats),
-                shm && std::string(shm) == "0" ? "MPI's transport" : "shared memory where it applies");
+    std::printf(
+        "# %d processes x 1 thread, %lld float32 a process, %s\n", n,
+        static_cast<long long>(floats),
+        shm && std::string(shm) == "0" ? "MPI's transport" : "shared memory where it applies");
   for (const Case& c : cases) {
     for (int i = 0; i < 20; ++i) c.f(c.x);
     double best = 1e9;

@@ -228,6 +228,48 @@ int64_t count(const ir::Function& f, const std::string& prim) {
   return n;
 }
 
+// One example per process, gathers and reduce-scatters growing from 1 KB to 4 MB a process (on
+// one host the shared segments grow with them), and in bfloat16 (summed in float32): every
+// element against values computed here from the ranks.
+TEST(PmapCollectives, GathersAndScattersOfGrowingSizes) {
+  const int rank = distributed::process_index();
+  const int64_t n = distributed::process_count();
+  for (const DType dt : {float32, bfloat16})
+    for (const int64_t floats : {int64_t{256}, int64_t{1} << 20}) {
+      // Process r brings (r + 1) + k / floats at element k: all elements differ, exactly.
+      const Tensor ramp = astype(arange(floats), float32) / static_cast<double>(floats);
+      const Tensor mine = astype(expand_dims(ramp + static_cast<double>(rank + 1), 0), dt);
+      const Tensor gathered =
+          pmap([](const Tensor& x) { return all_gather(x, "p"); }, axis_name("p"))(mine);
+      // psum_scatter of [n, floats]: row q of process r's operand is (q + 1)·mine.
+      const Tensor rows =
+          astype(expand_dims(matmul(reshape(astype(arange(n), float32) + 1.0, {n, 1}),
+                                    reshape(astype(mine, float32), {1, floats})),
+                             0),
+                 dt);
+      const Tensor scattered =
+          pmap([](const Tensor& x) { return psum_scatter(x, "p"); }, axis_name("p"))(rows);
+      const std::vector<double> r = ramp.to_vector<double>();
+      std::vector<double> want_gather, want_scatter(static_cast<std::size_t>(floats));
+      for (int64_t q = 0; q < n; ++q) {  // what process q brings, rounded to dt as it was
+        const std::vector<double> v =
+            astype(astype(ramp + static_cast<double>(q + 1), dt), float64).to_vector<double>();
+        want_gather.insert(want_gather.end(), v.begin(), v.end());
+      }
+      for (int64_t k = 0; k < floats; ++k)  // Σ_q (rank + 1)·(q + 1 + ramp_k)
+        want_scatter[static_cast<std::size_t>(k)] =
+            static_cast<double>(rank + 1) *
+            (static_cast<double>(n * (n + 1) / 2) +
+             static_cast<double>(n) * r[static_cast<std::size_t>(k)]);
+      const std::string what = std::string(dtype_name(dt)) + ", " + std::to_string(floats);
+      expect_allclose(astype(gathered, float64), want_gather, {.rtol = 0, .atol = 0},
+                      "all_gather " + what);
+      const double tol = dt == bfloat16 ? 2e-2 : 1e-6;
+      expect_allclose(astype(scattered, float64), want_scatter, {.rtol = tol, .atol = 0},
+                      "psum_scatter " + what);
+    }
+}
+
 // A pmean over a tree of gradients is one MPI call per bucket (4 MB by default), not one per
 // tensor; all-reduces that depend on each other stay apart. Values as vmap's.
 TEST(PmapBucketing, IndependentAllReducesShareACall) {
