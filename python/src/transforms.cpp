@@ -721,6 +721,12 @@ Tensor on_axes(const AxisArg& axis, F f) {
   if (const auto* one = std::get_if<std::string>(&axis)) return f(*one);
   return f(AxisNames(std::get<std::vector<std::string>>(axis)));
 }
+// op(leaf, axis) applied to every leaf of x, the axis one name or an AxisNames.
+template <class Op>
+py::object each_leaf_over(py::handle x, const AxisArg& axis, Op op) {
+  return tree_apply(
+      x, [&](const Tensor& t) { return on_axes(axis, [&](const auto& a) { return op(t, a); }); });
+}
 
 // pmap(f): one cache per number of positional arguments (in_axes are resolved against it).
 class Pmap {
@@ -983,45 +989,40 @@ void bind_transforms(py::module_& m) {
   m.def(
       "psum",
       [](py::handle x, const AxisArg& axis) {
-        return tree_apply(x, [&](const Tensor& t) {
-          return on_axes(axis, [&](const auto& a) { return psum(t, a, Loc{}); });
-        });
+        return each_leaf_over(x, axis,
+                              [](const Tensor& t, const auto& a) { return psum(t, a, Loc{}); });
       },
       py::arg("x"), py::arg("axis_name"),
       "The sum of x over all examples of the named axis (or tuple of axes).");
   m.def(
       "pmean",
       [](py::handle x, const AxisArg& axis) {
-        return tree_apply(x, [&](const Tensor& t) {
-          return on_axes(axis, [&](const auto& a) { return pmean(t, a, Loc{}); });
-        });
+        return each_leaf_over(x, axis,
+                              [](const Tensor& t, const auto& a) { return pmean(t, a, Loc{}); });
       },
       py::arg("x"), py::arg("axis_name"),
       "The mean of x over all examples of the named axis (or tuple of axes).");
   m.def(
       "pmax",
       [](py::handle x, const AxisArg& axis) {
-        return tree_apply(x, [&](const Tensor& t) {
-          return on_axes(axis, [&](const auto& a) { return pmax(t, a, Loc{}); });
-        });
+        return each_leaf_over(x, axis,
+                              [](const Tensor& t, const auto& a) { return pmax(t, a, Loc{}); });
       },
       py::arg("x"), py::arg("axis_name"),
       "The maximum of x over all examples of the named axis (or tuple of axes).");
   m.def(
       "pmin",
       [](py::handle x, const AxisArg& axis) {
-        return tree_apply(x, [&](const Tensor& t) {
-          return on_axes(axis, [&](const auto& a) { return pmin(t, a, Loc{}); });
-        });
+        return each_leaf_over(x, axis,
+                              [](const Tensor& t, const auto& a) { return pmin(t, a, Loc{}); });
       },
       py::arg("x"), py::arg("axis_name"),
       "The minimum of x over all examples of the named axis (or tuple of axes).");
   m.def(
       "all_gather",
       [](py::handle x, const AxisArg& axis) {
-        return tree_apply(x, [&](const Tensor& t) {
-          return on_axes(axis, [&](const auto& a) { return all_gather(t, a, Loc{}); });
-        });
+        return each_leaf_over(
+            x, axis, [](const Tensor& t, const auto& a) { return all_gather(t, a, Loc{}); });
       },
       py::arg("x"), py::arg("axis_name"),
       "Every example's x, stacked along a new leading axis (a tuple of axes: the grid's "
@@ -1055,9 +1056,8 @@ void bind_transforms(py::module_& m) {
   m.def(
       "psum_scatter",
       [](py::handle x, const AxisArg& axis, int64_t scatter_dimension) {
-        return tree_apply(x, [&](const Tensor& t) {
-          return on_axes(
-              axis, [&](const auto& a) { return psum_scatter(t, a, scatter_dimension, Loc{}); });
+        return each_leaf_over(x, axis, [&](const Tensor& t, const auto& a) {
+          return psum_scatter(t, a, scatter_dimension, Loc{});
         });
       },
       py::arg("x"), py::arg("axis_name"), py::arg("scatter_dimension") = 0,

@@ -4,7 +4,7 @@
 // processes at distributed::arrive, which checks that all bring the same collective and
 // operand and turns faults into Errors; then it makes one blocking MPI call, or, for
 // all_gather and psum_scatter among processes on one host, copies through shared memory
-// (shared_memory.h), several times faster than MPI's transport there.
+// (shared_memory.h), 1.5-1.8x faster than MPI's transport there (bench_gather_scatter).
 #include "distributed/collectives.h"
 
 #include <algorithm>

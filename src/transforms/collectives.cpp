@@ -536,10 +536,10 @@ std::vector<int64_t> sizes_of(std::string_view op, const AxisNames& axes) {
   return sizes;
 }
 
-// How many examples the grid of the named axes holds.
-int64_t grid_size(std::string_view op, const AxisNames& axes) {
+// How many examples a grid of axes of these sizes holds.
+int64_t grid_size(const std::vector<int64_t>& sizes) {
   int64_t n = 1;
-  for (const int64_t k : sizes_of(op, axes)) n *= k;
+  for (const int64_t k : sizes) n *= k;
   return n;
 }
 
@@ -569,13 +569,13 @@ Tensor pmin(const Tensor& x, const AxisNames& axes, Loc loc) {
 }
 Tensor pmean(const Tensor& x, const AxisNames& axes, Loc loc) {
   const detail::CallSite site(loc);
-  const int64_t n = grid_size("pmean", axes);
+  const int64_t n = grid_size(sizes_of("pmean", axes));
   const Tensor xf = astype(x, to_floating(x.dtype()), loc);
   return div(psum(xf, axes, loc), scalar_like(xf, static_cast<double>(n)), loc);
 }
 Tensor all_gather(const Tensor& x, const AxisNames& axes, Loc loc) {
   const detail::CallSite site(loc);
-  const int64_t n = grid_size("all_gather", axes);
+  const int64_t n = grid_size(sizes_of("all_gather", axes));
   // The minor axis first, so that the major one ends up in front: [N_0, ..., N_k, x...].
   Tensor y = x;
   for (auto a = axes.names.rbegin(); a != axes.names.rend(); ++a) y = all_gather(y, *a, loc);
@@ -595,9 +595,8 @@ Tensor axis_index(const AxisNames& axes, Loc loc) {
 Tensor psum_scatter(const Tensor& x, const AxisNames& axes, int64_t scatter_dimension, Loc loc) {
   const detail::CallSite site(loc);
   const std::vector<int64_t> sizes = sizes_of("psum_scatter", axes);
-  const int64_t n = grid_size("psum_scatter", axes);
-  const int d =
-      sized_axis("psum_scatter", "scatter_dimension", scatter_dimension, x.type(), n, joined(axes));
+  const int d = sized_axis("psum_scatter", "scatter_dimension", scatter_dimension, x.type(),
+                           grid_size(sizes), joined(axes));
   // Dimension d as [N_0, ..., N_k]; each axis's scatter takes its own, major first.
   std::vector<int64_t> dims;
   for (int k = 0; k < x.rank(); ++k)
