@@ -3,7 +3,9 @@
 # byte-identical checkpoints for the same flags, each resumes the other's checkpoint to the
 # checkpoint of an uninterrupted run, and both sample the same text from it; with a BPE
 # tokenizer (trained by each, resumed by the other), with --dtype bf16, and with --data-parallel
-# on 2 processes under the given mpirun, they write the same checkpoints too.
+# on 2 processes under the given mpirun, they write the same checkpoints too; under
+# --zero 1, 2 and 3 the same sharded checkpoints, which each resumes from the other, on 2
+# processes or on one.
 #   tests/gpt_languages.sh build/examples/gpt python3 python/examples/gpt.py [mpirun]
 # (PYTHONPATH must reach the kiln module.)
 set -euo pipefail
@@ -53,5 +55,28 @@ export OMP_NUM_THREADS=1 KILN_NUM_THREADS=1  # one thread per process
 run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --out "$out/cpp-dp"
 run "${mpirun[@]}" "$python" "$script" "${common[@]}" --data-parallel --out "$out/py-dp"
 cmp "$out/cpp-dp/checkpoint.safetensors" "$out/py-dp/checkpoint.safetensors"
+for stage in 1 2 3; do
+  run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --zero $stage --out "$out/cpp-z$stage"
+  run "${mpirun[@]}" "$python" "$script" "${common[@]}" --data-parallel --zero $stage \
+    --out "$out/py-z$stage"
+  diff -r "$out/cpp-z$stage/checkpoint" "$out/py-z$stage/checkpoint"
+done
+run "${mpirun[@]}" "$python" "$script" "${common[@]}" --data-parallel --zero 3 --stop-after 4 \
+  --out "$out/z3-py-then-cpp"
+run "${mpirun[@]}" "$gpt" --data-parallel --zero 3 --resume "$out/z3-py-then-cpp" --sample 0
+diff -r "$out/cpp-z3/checkpoint" "$out/z3-py-then-cpp/checkpoint"
+run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --zero 2 --stop-after 8 \
+  --out "$out/z2-cpp-then-py"
+run "${mpirun[@]}" "$python" "$script" --data-parallel --zero 2 --resume "$out/z2-cpp-then-py" \
+  --sample 0
+diff -r "$out/cpp-z2/checkpoint" "$out/z2-cpp-then-py/checkpoint"
+# ZeRO-3's pieces continued on one process, by each language: the same whole checkpoint, and
+# the pieces' directory gone (one format per directory).
+run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --zero 3 --stop-after 8 --out "$out/z3-one"
+cp -r "$out/z3-one" "$out/z3-one-py"
+run "$gpt" --resume "$out/z3-one" --sample 0
+run "$python" "$script" --resume "$out/z3-one-py" --sample 0
+cmp "$out/z3-one/checkpoint.safetensors" "$out/z3-one-py/checkpoint.safetensors"
+test ! -e "$out/z3-one-py/checkpoint"
 echo "languages: C++ and Python write, resume and sample from the same checkpoints (f32, BPE," \
-  "bf16, 2 processes)"
+  "bf16, 2 processes, ZeRO 1-3 and their resumes)"

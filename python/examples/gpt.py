@@ -6,7 +6,9 @@ other).
 
     PYTHONPATH=python python3 python/examples/gpt.py [--steps 3000] [--text FILE ...] ...
 
-It writes checkpoint.safetensors and metrics.csv as gpt.cpp does (not the SVG chart).
+It writes checkpoint.safetensors and metrics.csv as gpt.cpp does (not the SVG chart); under
+mpirun, `--data-parallel` trains on every process and `--zero 1|2|3` shards the optimiser state
+(and at stage 3 the weights), writing checkpoint/, each process's pieces, as gpt.cpp does.
 `python3 python/examples/gpt.py --help` lists the flags. The model is a pytree of dataclasses
 of kiln.nn layers whose parameter names are nanoGPT's ("transformer.h.0.attn.c_attn.weight"),
 so kiln.nn.load_state_dict moves weights from a PyTorch GPT of that form and
@@ -16,6 +18,7 @@ import argparse
 import dataclasses
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -117,24 +120,39 @@ def attention(a, x, dropout=0.0, key=None):
     return kl.nn.dropout(out, dropout, keys[1]) if dropout > 0 else out
 
 
-def logits(m, tokens, dropout=0.0, key=None):
-    """The logits [B, T, 256] of tokens [B, T] (int64), with dropout at GPT-2's three places."""
+def logits(m, tokens, dropout=0.0, key=None, block_weights=None):
+    """The logits [B, T, 256] of tokens [B, T] (int64), with dropout at GPT-2's three places.
+    block_weights(i, held) makes block i's weights from what the model holds for it (ZeRO-3:
+    this process's pieces, gathered); each block then runs under a checkpoint that gathers them
+    again for the backward pass instead of keeping them, and keeps the activations (FSDP's
+    choice, gpt_model.h's logits)."""
     t = m.transformer
     n = len(t.h)
     keys = kl.random.split(key, 1 + 2 * n) if dropout > 0 else [None] * (1 + 2 * n)
     x = t.wte(tokens) + t.wpe(kl.arange(tokens.shape[1]))
     if dropout > 0:
         x = kl.nn.dropout(x, dropout, keys[0])
-    for i, b in enumerate(t.h):
-        x = x + attention(b.attn, b.ln_1(x), dropout, keys[1 + 2 * i])
-        h = b.mlp.c_proj(kl.nn.gelu(b.mlp.c_fc(b.ln_2(x)), approximate=True))
-        x = x + (kl.nn.dropout(h, dropout, keys[2 + 2 * i]) if dropout > 0 else h)
+    for i, held in enumerate(t.h):
+
+        def block(b, x, i=i):
+            x = x + attention(b.attn, b.ln_1(x), dropout, keys[1 + 2 * i])
+            h = b.mlp.c_proj(kl.nn.gelu(b.mlp.c_fc(b.ln_2(x)), approximate=True))
+            return x + (kl.nn.dropout(h, dropout, keys[2 + 2 * i]) if dropout > 0 else h)
+
+        if block_weights is None:
+            x = block(held, x)
+        else:
+            gathered = kl.checkpoint(
+                lambda h, x, i=i, block=block: block(block_weights(i, h), x),
+                recompute=["all_gather"],
+            )
+            x = gathered(held, x)
     return kl.matmul(t.ln_f(x), kl.transpose(t.wte.weight))
 
 
-def loss(m, tokens, targets, dropout=0.0, key=None):
+def loss(m, tokens, targets, dropout=0.0, key=None, block_weights=None):
     """Mean next-token cross-entropy, taken in float32 at least, whatever the model computes in."""
-    z = logits(m, tokens, dropout, key)
+    z = logits(m, tokens, dropout, key, block_weights)
     if z.dtype in (kl.bfloat16, kl.float16):
         z = kl.astype(z, kl.float32)
     return kl.nn.cross_entropy(kl.reshape(z, (-1, z.shape[2])), kl.reshape(targets, (-1,)))
@@ -246,11 +264,19 @@ def parse_args(argv):
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--data-parallel", action="store_true", help="one of mpirun's processes")
+    p.add_argument(
+        "--zero",
+        type=int,
+        default=0,
+        help="with --data-parallel: each process keeps 1/N of the optimiser state (1), of the "
+        "gradients too (2), and of the weights too (3); the checkpoint is checkpoint/, each "
+        "process's pieces, and resumes under any layout",
+    )
     args = p.parse_args(argv)
     given = {a.split("=")[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
     if args.resume:
-        path = os.path.join(args.resume, "checkpoint.safetensors")
-        meta = kl.io.load_metadata(path)
+        path, sharded = saved_checkpoint(args.resume)
+        meta = metadata_of((path, sharded))
         for name in ["tokenizer", "vocab"]:  # the vocabulary is the checkpoint's tokenizer's
             if name in given and name in meta and str(getattr(args, name)) != meta[name]:
                 p.error(
@@ -291,6 +317,10 @@ def parse_args(argv):
             "--vocab must be from 257 (the 256 bytes and a merge) to 1048576 for --tokenizer "
             f"bpe, got {args.vocab}"
         )
+    if args.zero not in (0, 1, 2, 3):
+        p.error(f"--zero must be 1, 2 or 3 (the ZeRO stage), got {args.zero}")
+    if args.zero and not args.data_parallel:
+        p.error("--zero shards over processes: add --data-parallel")
     processes = kl.process_count()
     if processes > 1 and not args.data_parallel:
         p.error(f"started as {processes} processes: add --data-parallel to train on all of them")
@@ -300,6 +330,35 @@ def parse_args(argv):
             f"{processes} processes, got {args.batch_size}"
         )
     return args
+
+
+def saved_checkpoint(directory):
+    """The run's checkpoint in `directory` as (path, sharded): checkpoint.safetensors, the whole
+    state (one process, data parallelism), or checkpoint/, each process's pieces (--zero),
+    whichever holds the later step (gpt.cpp's saved_checkpoint)."""
+    whole = os.path.join(directory, "checkpoint.safetensors")
+    pieces = os.path.join(directory, "checkpoint")
+    step = kl.io.latest_sharded_step(pieces)
+    if step is None:
+        return whole, False
+    if not os.path.exists(whole):
+        return pieces, True
+    done = kl.io.load_metadata(whole).get("steps_done")
+    if done is None:
+        sys.exit(f"gpt: {whole} is not a checkpoint of this job: it has no steps_done")
+    return (pieces, True) if step > int(done) else (whole, False)
+
+
+def metadata_of(saved):
+    path, sharded = saved
+    return kl.io.sharded_metadata(path) if sharded else kl.io.load_metadata(path)
+
+
+def load_state(saved, like):
+    """The state of a checkpoint, names, dtypes and shapes checked against `like`; a sharded one
+    is put back together whole, whatever layout wrote it."""
+    path, sharded = saved
+    return kl.io.load_sharded(path, like) if sharded else kl.io.load(path, like)
 
 
 CSV_HEADER = "step,train_loss,val_loss,lr,tokens_per_second,mfu"
@@ -341,6 +400,24 @@ def cast(m, dtype):
     return kl.tree.map(lambda p: kl.astype(p, dtype), m)
 
 
+def gradients(params, x, y, key, loss_of, accum, dropout):
+    """The loss and gradients of one step's `accum` micro-batches x[i], y[i], averaged, with
+    respect to `params`, whose loss on a micro-batch loss_of(params, x, y, dropout_key)
+    computes (gpt.cpp's gradients)."""
+    keys = kl.random.split(key, accum)
+    total, grads = None, None
+    for i in range(accum):
+        k = keys[i] if dropout > 0 else None
+        part, g = kl.value_and_grad(lambda m: loss_of(m, x[i], y[i], k))(params)
+        total = part if total is None else total + part
+        grads = g if grads is None else kl.tree.map(lambda a, b: a + b, grads, g)
+    if accum > 1:  # times the inverse, as gpt.cpp does (the same bits)
+        inv = 1.0 / accum
+        grads = kl.tree.map(lambda g: g * inv, grads)
+        total = total * inv
+    return total, grads
+
+
 def make_train_step(opt, accum=1, dropout=0.0, dtype=kl.float32, parallel=False):
     """The compiled step: loss and gradients in `dtype` of each of `accum` micro-batches x[i],
     y[i] (the gradients averaged), then `opt`'s update; (state, x, y, key) -> (state, loss).
@@ -350,20 +427,11 @@ def make_train_step(opt, accum=1, dropout=0.0, dtype=kl.float32, parallel=False)
     def reduce(t):
         return kl.pmean(t, axis_name="dp") if parallel else t
 
+    def model_loss(m, x, y, k):
+        return loss(cast(m, dtype), x, y, dropout, k)
+
     def train_step(s, x, y, key):
-        keys = kl.random.split(key, accum)
-        total, grads = None, None
-        for i in range(accum):
-            k = keys[i] if dropout > 0 else None
-            part, g = kl.value_and_grad(lambda m: loss(cast(m, dtype), x[i], y[i], dropout, k))(
-                s.model
-            )
-            total = part if total is None else total + part
-            grads = g if grads is None else kl.tree.map(lambda a, b: a + b, grads, g)
-        if accum > 1:  # times the inverse, as gpt.cpp does (the same bits)
-            inv = 1.0 / accum
-            grads = kl.tree.map(lambda g: g * inv, grads)
-            total = total * inv
+        total, grads = gradients(s.model, x, y, key, model_loss, accum, dropout)
         grads = kl.tree.map(reduce, grads)
         new_model, new_opt = opt.update(s.model, grads, s.optimizer)
         return TrainState(new_model, new_opt), reduce(total)
@@ -371,6 +439,51 @@ def make_train_step(opt, accum=1, dropout=0.0, dtype=kl.float32, parallel=False)
     if parallel:
         return kl.pmap(train_step, in_axes=(None, 0, 0, 0), out_axes=None, axis_name="dp")
     return kl.jit(train_step)
+
+
+def make_zero_step(zero, whole, accum=1, dropout=0.0, dtype=kl.float32):
+    """gpt.cpp's ZeRO step, pmapped over the processes ("dp"): (params, optimiser state, x, y,
+    key) -> (params, state, loss), each with a leading axis of 1 for this process. The state is
+    this process's pieces (kiln.optim.Zero); the params are the whole model at stages 1 and 2
+    and this process's pieces of it at stage 3, where the loss gathers the embeddings and the
+    final LayerNorm for the whole step (the LM head reads the token embedding last) and each
+    block's weights only while the block runs. `whole` is a model of the right shapes."""
+    parts = zero.layout.parts
+    t = whole.transformer
+    outer_layout = kl.optim.ShardLayout((t.wte, t.wpe, t.ln_f), parts)
+    block_layouts = [kl.optim.ShardLayout(b, parts) for b in t.h]
+
+    def model_loss(m, x, y, k):
+        return loss(cast(m, dtype), x, y, dropout, k)
+
+    def sharded_loss(pieces, x, y, k):
+        p = pieces.transformer
+        outer = kl.optim.gather((p.wte, p.wpe, p.ln_f), outer_layout, "dp")
+        wte, wpe, ln_f = cast(outer, dtype)
+        m = Model(Transformer(wte, wpe, p.h, ln_f))
+
+        def weights(i, held):
+            return cast(kl.optim.gather(held, block_layouts[i], "dp"), dtype)
+
+        return loss(m, x, y, dropout, k, weights)
+
+    def step(params, state, x, y, key):
+        loss_of = sharded_loss if zero.stage == 3 else model_loss
+        total, grads = gradients(params, x, y, key, loss_of, accum, dropout)
+        params, state = zero.update(params, grads, state)
+        return params, state, kl.pmean(total, axis_name="dp")
+
+    return kl.pmap(step, axis_name="dp")
+
+
+def per_process(tree):
+    """Every leaf with a leading axis of 1: this process's value, as pmap takes it."""
+    return kl.tree.map(lambda t: kl.expand_dims(kl.asarray(t), 0), tree)
+
+
+def first_of(tree):
+    """Every leaf without pmap's leading axis of 1."""
+    return kl.tree.map(lambda t: t[0], tree)
 
 
 def share(x, part, parts):
@@ -481,8 +594,8 @@ def make_tokenizer(args, training_text, leader):
     if args.tokenizer == "bytes":
         return kl.data.BpeTokenizer()
     if args.resume:
-        path = os.path.join(args.resume, "checkpoint.safetensors")
-        meta = kl.io.load_metadata(path)
+        saved = saved_checkpoint(args.resume)
+        path, meta = saved[0], metadata_of(saved)
         if "merges" not in meta:
             sys.exit(
                 f"gpt: {path} holds no BPE merges: expected a checkpoint of a --tokenizer bpe run"
@@ -531,11 +644,11 @@ def main(argv=None):
     state = TrainState(model, opt.init(model))
     first = 0
     if args.resume:
-        path = os.path.join(args.resume, "checkpoint.safetensors")
-        state = kl.io.load(path, state)
-        first = int(kl.io.load_metadata(path)["steps_done"])
+        saved = saved_checkpoint(args.resume)
+        state = load_state(saved, state)
+        first = int(metadata_of(saved)["steps_done"])
         if leader:
-            print(f"resumed from {path} after step {first}")
+            print(f"resumed from {saved[0]} after step {first}")
 
     accum, dp = args.accum, args.data_parallel
     dtype = kl.bfloat16 if args.dtype == "bf16" else kl.float32
@@ -559,9 +672,43 @@ def main(argv=None):
             f"{kl.nn.parameter_count(state.model)} parameters, {args.dtype}; {args.steps} steps "
             f"of {b * accum} x {t} tokens"
             + (f", data-parallel on {processes} processes" if dp else "")
+            + (f", ZeRO stage {args.zero}" if args.zero else "")
             + f"; {flops * 1e-9:.2f} GFLOP a step; FMA peak {peak:.0f} GFLOP/s"
         )
         os.makedirs(args.out, exist_ok=True)
+    # --zero: this process holds its pieces of the optimiser state and the whole weights, or at
+    # stage 3 its pieces of them, each leaf with a leading axis of 1 as pmap takes per-process
+    # values. The whole state is gathered for evaluation and checkpoints.
+    zero = None
+    if args.zero:
+        zero = kl.optim.Zero(opt, args.zero, "dp", kl.optim.ShardLayout(state.model, processes))
+        zero_step = make_zero_step(zero, state.model, accum, args.dropout, dtype)
+        sharded_weights = args.zero == 3
+
+        def gather_whole(params, s):
+            params = kl.optim.gather(params, zero.layout, "dp") if sharded_weights else params
+            return TrainState(params, zero.gather_state(s))
+
+        gather_state = kl.pmap(gather_whole, axis_name="dp")
+        params = kl.optim.shard(state.model, zero.layout, rank) if sharded_weights else state.model
+        local_model = per_process(params)
+        local_opt = per_process(zero.shard_state(state.optimizer, rank))
+        state = None  # the whole state exists only when gathered
+        replicas = kl.Mesh({"processes": processes})
+
+        def my_pieces():
+            """This process's pieces of the state for a sharded checkpoint, as gpt.cpp writes them:
+            the step, the model, then the optimiser's slots."""
+            o, m = first_of(local_opt), first_of(local_model)
+            pieces = kl.io.block_pieces(o.step, kl.spec(), replicas, "optimizer.step")
+            if sharded_weights:
+                pieces += kl.io.zero_pieces(m, zero.layout, rank, "model.")
+            else:
+                pieces += kl.io.block_pieces(m, kl.spec(), replicas, "model.")
+            for name, slot in o.slots.items():
+                pieces += kl.io.zero_pieces(slot, zero.layout, rank, f"optimizer.slots.{name}.")
+            return pieces
+
     last = max(first, min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps)
     loss_sum, losses, since, steps_since = 0.0, 0, time.perf_counter(), 0
     rows = read_metrics(os.path.join(args.resume, "metrics.csv"), first) if args.resume else []
@@ -572,11 +719,17 @@ def main(argv=None):
         if dp:
             x, y = share(x, rank, processes), share(y, rank, processes)
             key = kl.reshape(key, (1, 2))
-        state, step_loss = train_step(state, x, y, key)
+        if zero:
+            local_model, local_opt, step_loss = zero_step(local_model, local_opt, x, y, key)
+            step_loss = step_loss[0]
+        else:
+            state, step_loss = train_step(state, x, y, key)
         loss_sum, losses, steps_since = loss_sum + float(step_loss), losses + 1, steps_since + 1
         if (step + 1) % args.eval_every and step + 1 != last:
             continue
         seconds = time.perf_counter() - since
+        if zero:
+            state = first_of(gather_state(local_model, local_opt))
         vx, vy = windows(val, args.eval_batches, b, t, args.seed, 1, 0)
         if dp:
             vx, vy = share(vx, rank, processes)[0], share(vy, rank, processes)[0]
@@ -591,12 +744,25 @@ def main(argv=None):
         rows.append(
             (step + 1, loss_sum / losses, val_loss, lr, steps_since * b * accum * t / seconds, mfu)
         )
+        meta = settings(args)
+        meta["steps_done"] = str(step + 1)
+        if args.tokenizer == "bpe":
+            meta["merges"] = tokenizer.to_string()
+        # One format per directory: a checkpoint of the other kind, from another run, would
+        # otherwise be resumed if it held a later step.
+        whole, pieces = os.path.join(args.out, "checkpoint.safetensors"), os.path.join(
+            args.out, "checkpoint"
+        )
+        if zero:
+            kl.io.save_sharded(pieces, step + 1, my_pieces, meta)
+            state = None
         if leader:
-            meta = settings(args)
-            meta["steps_done"] = str(step + 1)
-            if args.tokenizer == "bpe":
-                meta["merges"] = tokenizer.to_string()
-            kl.io.save(os.path.join(args.out, "checkpoint.safetensors"), state, metadata=meta)
+            if zero:
+                if os.path.exists(whole):
+                    os.remove(whole)
+            else:
+                kl.io.save(whole, state, metadata=meta)
+                shutil.rmtree(pieces, ignore_errors=True)
             write_metrics(os.path.join(args.out, "metrics.csv"), rows)
             print(
                 f"step {step + 1}: train loss {loss_sum / losses:.4f} | validation loss "
@@ -605,6 +771,8 @@ def main(argv=None):
             )
         loss_sum, losses, steps_since, since = 0.0, 0, 0, time.perf_counter()
 
+    if zero:
+        state = first_of(gather_state(local_model, local_opt))
     if not leader:
         return rows
     if args.sample > 0:

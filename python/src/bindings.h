@@ -70,6 +70,8 @@ std::string python_message(const Error& e);
 // dtype, strides in whole elements) and is copied otherwise; Python scalars and nested lists are
 // copied (bool -> bool, int -> int32, float -> float32, as JAX does). `dtype` converts.
 Tensor to_tensor(py::handle value, std::optional<DType> dtype = std::nullopt);
+// kiln.tree.flatten's leaves (Tensors, arrays, scalars) as Tensors, each through to_tensor.
+std::vector<Tensor> to_leaves(const std::vector<py::object>& leaves);
 // An operand next to `like` in arithmetic: a Python scalar is weakly typed (`x * 2.0` keeps x's
 // dtype, as in C++); anything else goes through to_tensor.
 Tensor operand(py::handle value, const Tensor& like);

@@ -16,14 +16,6 @@
 namespace kiln::python {
 namespace {
 
-// Python's leaves (kiln.tree.flatten's: Tensors, arrays, scalars) as Tensors.
-std::vector<Tensor> to_leaves(const std::vector<py::object>& leaves) {
-  std::vector<Tensor> out;
-  out.reserve(leaves.size());
-  for (const py::object& l : leaves) out.push_back(to_tensor(l));
-  return out;
-}
-
 py::list from_leaves(const std::vector<Tensor>& leaves) {
   py::list out;
   for (const Tensor& t : leaves) out.append(py::cast(t));

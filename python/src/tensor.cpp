@@ -364,6 +364,13 @@ Tensor to_tensor(py::handle value, std::optional<DType> dtype) {
   return from_python_value(value, dtype);
 }
 
+std::vector<Tensor> to_leaves(const std::vector<py::object>& leaves) {
+  std::vector<Tensor> out;
+  out.reserve(leaves.size());
+  for (const py::object& l : leaves) out.push_back(to_tensor(l));
+  return out;
+}
+
 Tensor operand(py::handle value, const Tensor& like) {
   if (py::isinstance<py::bool_>(value)) return to_tensor(value);
   if (py::isinstance<py::int_>(value))

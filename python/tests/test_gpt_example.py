@@ -205,3 +205,15 @@ def test_the_example_trains_samples_and_resumes_to_the_same_checkpoint(tmp_path)
     a = (tmp_path / "a" / "checkpoint.safetensors").read_bytes()
     b = (tmp_path / "b" / "checkpoint.safetensors").read_bytes()
     assert a == b
+
+
+@pytest.mark.parametrize(
+    "flags,message",
+    [
+        (["--data-parallel", "--zero", "4"], "must be 1, 2 or 3"),
+        (["--zero", "2"], "add --data-parallel"),
+    ],
+)
+def test_bad_zero_flags_are_usage_errors(flags, message):
+    r = run_example(*flags)
+    assert r.returncode == 2 and message in r.stderr, r.stderr

@@ -2,7 +2,12 @@
 data parallelism (pmean of the gradients, then AdamW on everything) for five steps of an MLP in
 float64. Stage 1 gives bitwise data parallelism's parameters; stages 2 and 3 sum the gradients
 in another order, so they agree to round-off. Each process's pieces are compared with its piece
-of data parallelism's parameters, and the state gathered back with data parallelism's."""
+of data parallelism's parameters, and the state gathered back with data parallelism's. Stage 3's
+pieces and state go through a sharded checkpoint (kiln.io.save_sharded, each process writing its
+own) and load back whole, equal to the gathered ones."""
+import os
+import shutil
+
 import numpy as np
 
 import kiln as kl
@@ -81,4 +86,32 @@ for stage in (1, 2, 3):
             np.testing.assert_allclose(
                 np.asarray(v), mine[k], rtol=1e-12, atol=1e-14, err_msg=f"stage {stage}, {k}"
             )
+    if stage == 3:
+        # The same directory for every process of the run (their parent is mpirun).
+        directory = f"/tmp/kiln-zero-mlp-{os.getppid()}"
+        replicas = kl.Mesh({"processes": n})
+        slots = first(zstate).slots
+
+        def pieces():
+            out = kl.io.block_pieces(first(zstate).step, kl.spec(), replicas, "optimizer.step")
+            out += kl.io.zero_pieces(got, layout, p, "model.")
+            for name, slot in slots.items():
+                out += kl.io.zero_pieces(slot, layout, p, f"optimizer.slots.{name}.")
+            return out
+
+        kl.io.save_sharded(directory, 5, pieces, {"stage": "3"})
+        assert kl.io.sharded_metadata(directory)["shards"] == str(n)
+        loaded = kl.io.load_sharded(directory, like={"model": params, "optimizer": state})
+        whole = first(kl.pmap(lambda q: optim.gather(q, layout, "dp"), axis_name="dp")(local(got)))
+        for k, v in whole.items():
+            np.testing.assert_array_equal(np.asarray(loaded["model"][k]), np.asarray(v))
+        for slot, tree in full.slots.items():
+            for k, v in tree.items():
+                np.testing.assert_array_equal(
+                    np.asarray(loaded["optimizer"].slots[slot][k]), np.asarray(v)
+                )
+        assert int(loaded["optimizer"].step) == int(full.step)
+        kl.pmap(lambda v: kl.psum(v, "dp"), axis_name="dp")(kl.zeros((1,)))  # all have loaded
+        if p == 0:
+            shutil.rmtree(directory)
 print(f"process {p} of {n}: ok")
