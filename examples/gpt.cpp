@@ -31,12 +31,14 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "support/gpt_layouts.h"
 #include "support/gpt_model.h"
 #include "support/mpirun.h"
 #include "support/report.h"
@@ -45,12 +47,7 @@ using namespace kiln;
 using mpirun::leader;
 namespace fs = std::filesystem;
 
-// What a checkpoint holds: "model.transformer.h.0.attn.c_attn.weight", "optimizer.slots.mu...".
-struct TrainState {
-  gpt::Model model;
-  optim::OptState<gpt::Model> optimizer;
-};
-KILN_TREE(TrainState, model, optimizer);
+using gpt::TrainState;
 
 // ---- checkpoints -----------------------------------------------------------------------------
 
@@ -83,11 +80,6 @@ TrainState load_state(const Saved& s, const TrainState& like) {
   return tree_unflatten<TrainState>(
       def, io::detail::match_leaves(distributed::load_sharded(s.path), tree_names(def), leaves,
                                     s.path, {}));
-}
-
-// A tensor held whole, written by process 0 alone.
-distributed::Piece whole_piece(const std::string& name, const Tensor& t) {
-  return {name, t.type(), t, std::vector<int64_t>(static_cast<std::size_t>(t.rank()), 0), false};
 }
 
 // ---- flags ---------------------------------------------------------------------------------
@@ -638,19 +630,6 @@ data::BpeTokenizer make_tokenizer(const Flags& flags, std::string_view training_
 
 // ---- training ------------------------------------------------------------------------------
 
-// The model's parameters in `dtype`: float32 master weights cast for a mixed-precision pass
-// (the gradients flow back through the cast to float32).
-gpt::Model cast(const gpt::Model& m, DType dtype) {
-  return tree_map([dtype](const Tensor& p) { return astype(p, dtype); }, m);
-}
-
-// Rows [part * n, (part + 1) * n) of axis 1, with a leading axis of 1: this process's share of
-// each batch [count, B, T], as pmap takes it.
-Tensor share(const Tensor& x, int part, int parts) {
-  const int64_t n = x.shape()[1] / parts;
-  return expand_dims(slice(x, {Slice(), Slice(part * n, (part + 1) * n)}), 0);
-}
-
 int run(const Flags& flags) {
   const int processes = distributed::process_count(), rank = distributed::process_index();
   const std::vector<std::string> files = flags.text.empty() ? default_corpus() : flags.text;
@@ -678,18 +657,17 @@ int run(const Flags& flags) {
   if (flags.tokenizer == "bpe")
     std::snprintf(tokens_text, sizeof tokens_text, "BPE of %lld tokens, %.2f bytes per token",
                   static_cast<long long>(tokenizer.vocab_size()), bytes_per_token);
-  const double final_lr = flags.lr / 10;
-  // The recipe: AdamW with decay on matrices, warmup then cosine decay, and clipping (which
-  // --tensor-parallel does itself, over every process's blocks).
-  const auto adamw = [&](std::optional<double> clip) {
-    return optim::adamw(
-        {.lr = optim::warmup_cosine_decay(0.0, flags.lr, flags.warmup,
-                                          std::max(flags.steps, flags.warmup + 1), final_lr),
-         .weight_decay = flags.weight_decay,
-         .decay_on = optim::DecayOn::matrices,
-         .clip_norm = clip});
-  };
-  const optim::Optimizer opt = adamw(flags.clip);
+  // The recipe: AdamW with decay on matrices, warmup then cosine decay, and clipping.
+  const gpt::Recipe recipe{.adamw = {.lr = optim::warmup_cosine_decay(
+                                         0.0, flags.lr, flags.warmup,
+                                         std::max(flags.steps, flags.warmup + 1), flags.lr / 10),
+                                     .weight_decay = flags.weight_decay,
+                                     .decay_on = optim::DecayOn::matrices,
+                                     .clip_norm = flags.clip},
+                           .accum = flags.accum,
+                           .dropout = flags.dropout,
+                           .compute = flags.dtype == "bf16" ? bfloat16 : float32};
+  const optim::Optimizer opt = optim::adamw(recipe.adamw);
   TrainState state{gpt::init(config, random::key(flags.seed)), {}};
   state.optimizer = opt.init(state.model);
   int64_t first_step = 0;
@@ -715,13 +693,13 @@ int run(const Flags& flags) {
   const double peak_gflops = flags.data_parallel || flags.tensor_parallel
                                  ? add_up(expand_dims(tensor(peak.fma_gflops), 0)).item<double>()
                                  : peak.fma_gflops;
-  std::string layout;
+  std::string layout_text;
   if (flags.data_parallel)
-    layout = ", data-parallel on " + std::to_string(processes) + " processes" +
-             (flags.zero ? ", ZeRO stage " + std::to_string(flags.zero) : "");
+    layout_text = ", data-parallel on " + std::to_string(processes) + " processes" +
+                  (flags.zero ? ", ZeRO stage " + std::to_string(flags.zero) : "");
   if (flags.tensor_parallel)
-    layout = ", tensor-parallel on the mesh {data: " + std::to_string(flags.mesh[0].size) +
-             ", model: " + std::to_string(flags.mesh[1].size) + "}";
+    layout_text = ", tensor-parallel on the mesh {data: " + std::to_string(flags.mesh[0].size) +
+                  ", model: " + std::to_string(flags.mesh[1].size) + "}";
   if (leader())
     std::printf(
         "GPT on %lld bytes of text (%zu file(s)), %s: %lld layers, %lld heads, d_model %lld, "
@@ -731,244 +709,28 @@ int run(const Flags& flags) {
         static_cast<long long>(flags.heads), static_cast<long long>(flags.d_model),
         static_cast<long long>(T), static_cast<long long>(nn::parameter_count(state.model)),
         flags.dtype.c_str(), static_cast<long long>(flags.steps),
-        static_cast<long long>(B * flags.accum), static_cast<long long>(T), layout.c_str(),
+        static_cast<long long>(B * flags.accum), static_cast<long long>(T), layout_text.c_str(),
         flops_per_step * 1e-9, peak_gflops, peak.threads, processes > 1 ? " per process" : "");
 
-  // The loss and gradients of one step's micro-batches, averaged, with respect to `params`, whose
-  // loss on a micro-batch `loss_of` computes (the model's in `compute`, or ZeRO-3's).
-  const int64_t accum = flags.accum;
-  const double dropout = flags.dropout;
-  const DType compute = flags.dtype == "bf16" ? bfloat16 : float32;
-  const auto model_loss = [compute](const gpt::Model& m, const Tensor& x, const Tensor& y,
-                                    const std::optional<gpt::Dropout>& drop) {
-    return gpt::loss(cast(m, compute), x, y, drop);
-  };
-  const auto gradients = [accum, dropout](const gpt::Model& params, const Tensor& x,
-                                          const Tensor& y, const Tensor& key, const auto& loss_of) {
-    Tensor loss;
-    gpt::Model grads;
-    const Tensor keys = random::split(key, accum);
-    for (int64_t i = 0; i < accum; ++i) {
-      std::optional<gpt::Dropout> drop;
-      if (dropout > 0) drop = gpt::Dropout{dropout, index(keys, i)};
-      auto [l, g] = value_and_grad(
-          [&](const gpt::Model& m) { return loss_of(m, index(x, i), index(y, i), drop); })(params);
-      loss = i == 0 ? l : loss + l;
-      grads =
-          i == 0 ? g : tree_map([](const Tensor& a, const Tensor& b) { return a + b; }, grads, g);
-    }
-    if (accum > 1) {
-      const double inv = 1.0 / static_cast<double>(accum);
-      grads = tree_map([inv](const Tensor& g) { return g * inv; }, grads);
-      loss = loss * inv;
-    }
-    return std::pair{loss, grads};
-  };
-  // One step: the gradients `reduce`d over the processes, then AdamW on the float32 weights.
-  const auto step = [opt, &gradients, &model_loss](const TrainState& s, const Tensor& x,
-                                                   const Tensor& y, const Tensor& key,
-                                                   const auto& reduce) {
-    auto [loss, grads] = gradients(s.model, x, y, key, model_loss);
-    grads = tree_map(reduce, grads);
-    auto [model, optimizer] = opt.update(s.model, grads, s.optimizer);
-    return std::pair{TrainState{model, optimizer}, reduce(loss)};
-  };
-  // Compiled once. Under --data-parallel each process brings its share of every micro-batch
-  // along the "dp" axis and the step pmeans the gradients and the loss over the processes;
-  // the results are the same on every process, so they come back without the axis.
-  auto train_step = jit(
-      [&step](const TrainState& s, const Tensor& x, const Tensor& y, const Tensor& key) {
-        return step(s, x, y, key, [](const Tensor& t) { return t; });
-      },
-      "gpt_train_step");
-  auto parallel_step = pmap(
-      [&step](const TrainState& s, const Tensor& x, const Tensor& y, const Tensor& key) {
-        return step(s, x, y, key, [](const Tensor& t) { return pmean(t, "dp"); });
-      },
-      axis_name("dp"), in_axes(none, 0, 0, 0), out_axes(none));
-
-  // --zero: this process holds its pieces of the optimiser state (slots with a leading axis of
-  // 1, as pmap takes per-process values; the step count is the same everywhere) and the full
-  // weights, or at stage 3 its pieces of them. The full state is gathered for evaluation and
-  // checkpoints.
-  const bool sharded_weights = flags.zero == 3;
-  std::optional<distributed::Zero> zero;
-  // ZeRO-3's loss gathers the embeddings and the final LayerNorm for the whole step (the LM
-  // head reads the token embedding last) and each block's weights only while the block runs.
-  const auto outer = [](const gpt::Model& m) {
-    return std::tuple{m.transformer.wte, m.transformer.wpe, m.transformer.ln_f};
-  };
-  distributed::ShardLayout outer_layout;
-  std::vector<distributed::ShardLayout> block_layouts;
-  const auto to_compute = [compute](const Tensor& p) { return astype(p, compute); };
-  const auto sharded_loss = [&](const gpt::Model& pieces, const Tensor& x, const Tensor& y,
-                                const std::optional<gpt::Dropout>& drop) {
-    gpt::Model m = pieces;
-    std::tie(m.transformer.wte, m.transformer.wpe, m.transformer.ln_f) =
-        tree_map(to_compute, distributed::gather(outer(pieces), outer_layout, "dp"));
-    return gpt::loss(m, x, y, drop, [&](int64_t l, const gpt::Block& held) {
-      return tree_map(to_compute,
-                      distributed::gather(held, block_layouts[static_cast<std::size_t>(l)], "dp"));
-    });
-  };
-  gpt::Model local_model;
-  optim::OptState<gpt::Model> local_opt;
-  const auto per_process = [](const Tensor& t) { return expand_dims(t, 0); };
-  if (flags.zero) {
-    zero.emplace(opt, static_cast<int>(flags.zero), "dp",
-                 distributed::ShardLayout(state.model, processes));
-    local_model = sharded_weights
-                      ? tree_map(per_process, distributed::shard(state.model, zero->layout(), rank))
-                      : state.model;
-    local_opt = zero->shard_state(state.optimizer, rank);
-    outer_layout = distributed::ShardLayout(outer(state.model), processes);
-    for (const gpt::Block& b : state.model.transformer.h) block_layouts.emplace_back(b, processes);
-    for (auto& [name, slot] : local_opt.slots) slot = tree_map(per_process, slot);
-    state = {};  // the full state exists only when gathered
-  }
-  const std::optional<int> weights_axis =
-      sharded_weights ? std::optional<int>(0) : std::optional<int>();
-  const std::size_t model_leaves = tree_leaves(gpt::init(config, random::key(0))).size();
-  LeafAxes opt_axes{{std::nullopt}};  // the step, then the slots' pieces
-  opt_axes.axes.resize(1 + opt.slot_names().size() * model_leaves, 0);
-  OutAxes zero_out{std::vector<std::optional<int>>(model_leaves, weights_axis)};
-  zero_out.axes.insert(zero_out.axes.end(), opt_axes.axes.begin(), opt_axes.axes.end());
-  zero_out.axes.push_back(std::nullopt);  // the loss
-  auto zero_step = pmap(
-      [&](const gpt::Model& params, const optim::OptState<gpt::Model>& o, const Tensor& x,
-          const Tensor& y, const Tensor& key) {
-        auto [loss, grads] = sharded_weights ? gradients(params, x, y, key, sharded_loss)
-                                             : gradients(params, x, y, key, model_loss);
-        auto [model, optimizer] = zero->update(params, grads, o);
-        return std::tuple{model, optimizer, pmean(loss, "dp")};
-      },
-      axis_name("dp"), in_axes(weights_axis, opt_axes, 0, 0, 0), zero_out);
-  auto gather_state = pmap(
-      [&](const gpt::Model& params, const optim::OptState<gpt::Model>& o) {
-        return TrainState{
-            sharded_weights ? distributed::gather(params, zero->layout(), "dp") : params,
-            zero->gather_state(o)};
-      },
-      axis_name("dp"), in_axes(weights_axis, opt_axes), out_axes(none));
-
-  // --tensor-parallel: this process holds its blocks of the model and of AdamW's moments
-  // (gpt_model.h, "tensor parallelism"). The step differentiates the whole shard_map and clips
-  // by the norm over every process's blocks, then updates the blocks.
-  std::optional<distributed::Mesh> mesh;
-  std::function<std::tuple<gpt::Model, optim::OptState<gpt::Model>, Tensor>(
-      const gpt::Model&, const optim::OptState<gpt::Model>&, const Tensor&, const Tensor&)>
-      parallel_train;
-  std::function<TrainState(const gpt::Model&, const optim::OptState<gpt::Model>&)> parallel_whole;
-  gpt::Model blocks;
-  optim::OptState<gpt::Model> block_opt;
-  if (flags.tensor_parallel) {
-    using distributed::LeafSpecs;
-    using distributed::spec;
-    mesh.emplace(flags.mesh);
-    const int64_t M = mesh->size("model");
-    if (config.vocab % M != 0)
-      throw std::runtime_error(
-          "--tensor-parallel splits the vocabulary of " + std::to_string(config.vocab) +
-          " tokens over model=" + std::to_string(M) + ": expected a multiple of it");
-    const std::vector<distributed::Spec> specs = gpt::parallel_specs(state.model, "model");
-    std::vector<distributed::Spec> opt_specs{spec()};  // the step, then the slots
-    for (std::size_t i = 0; i < opt.slot_names().size(); ++i)
-      opt_specs.insert(opt_specs.end(), specs.begin(), specs.end());
-    auto loss_of_blocks = shard_map(
-        [compute, accum](const gpt::Model& p, const Tensor& x, const Tensor& y) {
-          const gpt::Model pc = cast(p, compute);
-          Tensor total;
-          for (int64_t i = 0; i < accum; ++i) {
-            const Tensor l = gpt::parallel_loss(pc, index(x, i), index(y, i), "model");
-            total = i == 0 ? l : total + l;
-          }
-          if (accum > 1) total = total * (1.0 / static_cast<double>(accum));
-          return pmean(total, "data");
-        },
-        *mesh, distributed::in_specs(LeafSpecs{specs}, spec(none, "data"), spec(none, "data")),
-        distributed::out_specs(spec()));
-    // The sum of squares of the whole gradient: a split leaf's blocks add up over the model
-    // axis, a replicated one counts once.
-    auto squares = shard_map(
-        [specs](const gpt::Model& g) {
-          const std::vector<Tensor> leaves = tree_leaves(g);
-          Tensor split = zeros({}), whole = zeros({});
-          for (std::size_t i = 0; i < leaves.size(); ++i) {
-            Tensor& into = specs[i].names("model") ? split : whole;
-            into = into + sum(square(astype(leaves[i], float32)));
-          }
-          return psum(split, "model") + whole;
-        },
-        *mesh, distributed::in_specs(LeafSpecs{specs}), distributed::out_specs(spec()));
-    const optim::Optimizer unclipped = adamw(std::nullopt);
-    const double clip = flags.clip;
-    parallel_train = jit(
-        [loss_of_blocks, squares, unclipped, clip](const gpt::Model& p,
-                                                   const optim::OptState<gpt::Model>& o,
-                                                   const Tensor& x, const Tensor& y) {
-          auto [loss, g] =
-              value_and_grad([&](const gpt::Model& b) { return loss_of_blocks(b, x, y); })(p);
-          // torch.nn.utils.clip_grad_norm_'s factor, as optim's clipping.
-          const Tensor coef = minimum(clip / (sqrt(squares(g)) + 1e-6), 1.0);
-          g = tree_map([&coef](const Tensor& t) { return t * astype(coef, t.dtype()); }, g);
-          auto [model, next] = unclipped.update(p, g, o);
-          return std::tuple{model, next, loss};
-        },
-        "gpt_train_step");
-    parallel_whole = shard_map(
-        [M](const gpt::Model& p, const optim::OptState<gpt::Model>& o) {
-          TrainState s{gpt::parallel_whole(p, "model", M), {o.step, {}}};
-          for (const auto& [name, slot] : o.slots)
-            s.optimizer.slots.emplace(name, gpt::parallel_whole(slot, "model", M));
-          return s;
-        },
-        *mesh, distributed::in_specs(LeafSpecs{specs}, LeafSpecs{opt_specs}),
-        distributed::out_specs(spec()));
-    blocks = gpt::parallel_blocks(state.model, *mesh, "model");
-    block_opt.step = state.optimizer.step;
-    for (const auto& [name, slot] : state.optimizer.slots)
-      block_opt.slots.emplace(name, gpt::parallel_blocks(slot, *mesh, "model"));
-    state = {};  // the whole state exists only when gathered
-  }
-  // This process's pieces of the state, for a sharded checkpoint (--zero, --tensor-parallel).
-  const auto my_pieces = [&] {
-    std::vector<distributed::Piece> pieces;
-    auto add = [&pieces](std::vector<distributed::Piece> more) {
-      for (distributed::Piece& p : more) pieces.push_back(std::move(p));
-    };
-    if (rank == 0)
-      pieces.push_back(whole_piece("optimizer.step", mesh ? block_opt.step : local_opt.step));
-    if (mesh) {
-      add(gpt::parallel_pieces(blocks, *mesh, "model", "model."));
-      for (const auto& [name, slot] : block_opt.slots)
-        add(gpt::parallel_pieces(slot, *mesh, "model", "optimizer.slots." + name + "."));
-      return pieces;
-    }
-    const auto mine = [](const Tensor& t) { return index(t, 0); };  // without the process axis
-    if (sharded_weights)
-      add(distributed::zero_pieces(tree_map(mine, local_model), zero->layout(), rank, "model."));
-    else if (rank == 0)
-      add(distributed::block_pieces(
-          local_model, std::vector<distributed::Spec>(model_leaves, distributed::spec()),
-          distributed::Mesh({{"processes", processes}}), "model."));
-    for (const auto& [name, slot] : local_opt.slots)
-      add(distributed::zero_pieces(tree_map(mine, slot), zero->layout(), rank,
-                                   "optimizer.slots." + name + "."));
-    return pieces;
-  };
-  // The whole state on every process, for evaluation and checkpoints.
-  const auto gather_whole = [&] {
-    if (zero) state = gather_state(local_model, local_opt);
-    if (mesh) state = parallel_whole(blocks, block_opt);
-  };
-  auto eval_loss = jit([compute](const gpt::Model& m, const Tensor& x,
-                                 const Tensor& y) { return gpt::loss(cast(m, compute), x, y); },
-                       "gpt_eval");
+  // The state's layout over the processes, from the whole state (gpt_layouts.h).
+  std::unique_ptr<gpt::Layout> layout;
+  if (flags.tensor_parallel)
+    layout = std::make_unique<gpt::TensorParallel>(state, recipe, config, flags.mesh);
+  else if (flags.zero)
+    layout = std::make_unique<gpt::Zero>(state, recipe, static_cast<int>(flags.zero));
+  else
+    layout = std::make_unique<gpt::Replicated>(state, recipe, flags.data_parallel);
+  state = {};  // the layout holds it; the whole state is gathered when needed
+  const DType compute = recipe.compute;
+  auto eval_loss =
+      jit([compute](const gpt::Model& m, const Tensor& x,
+                    const Tensor& y) { return gpt::loss(gpt::cast(m, compute), x, y); },
+          "gpt_eval");
   // The mean loss of the validation windows, each process taking its share of every batch.
   auto validation_loss = [&] {
     auto [x, y] = windows(val, flags.eval_batches, B, T, flags.seed, 1, 0);
     if (flags.data_parallel)
-      x = index(share(x, rank, processes), 0), y = index(share(y, rank, processes), 0);
+      x = index(gpt::share(x, rank, processes), 0), y = index(gpt::share(y, rank, processes), 0);
     double sum = 0;
     for (int64_t i = 0; i < flags.eval_batches; ++i)
       sum += eval_loss(state.model, index(x, i), index(y, i)).item<double>();
@@ -993,20 +755,7 @@ int run(const Flags& flags) {
     // Dropout's key: process 0's is the one-process run's.
     const Tensor key =
         random::key(mix(flags.seed ^ static_cast<uint64_t>(step)) + static_cast<uint64_t>(rank));
-    Tensor loss;
-    if (mesh)
-      std::tie(blocks, block_opt, loss) = parallel_train(
-          blocks, block_opt, distributed::local_block(x, *mesh, distributed::spec(none, "data")),
-          distributed::local_block(y, *mesh, distributed::spec(none, "data")));
-    else if (zero)
-      std::tie(local_model, local_opt, loss) =
-          zero_step(local_model, local_opt, share(x, rank, processes), share(y, rank, processes),
-                    expand_dims(key, 0));
-    else
-      std::tie(state, loss) = flags.data_parallel
-                                  ? parallel_step(state, share(x, rank, processes),
-                                                  share(y, rank, processes), expand_dims(key, 0))
-                                  : train_step(state, x, y, key);
+    const Tensor loss = layout->step(x, y, key);
     loss_sum += loss.item<double>(), ++losses;
     tokens_since += B * flags.accum * T;
     const double seconds =
@@ -1020,7 +769,7 @@ int run(const Flags& flags) {
     if ((step + 1) % flags.eval_every != 0 && step + 1 != last) continue;
 
     const double tokens_per_second = static_cast<double>(tokens_since) / seconds;
-    gather_whole();
+    state = layout->whole();
     Row row{step + 1,
             loss_sum / static_cast<double>(losses),
             validation_loss(),
@@ -1035,10 +784,11 @@ int run(const Flags& flags) {
     if (flags.tokenizer == "bpe") metadata["merges"] = tokenizer.to_string();
     // One format per directory: a checkpoint of the other kind, from another run, would
     // otherwise be resumed if it held a later step.
-    if (zero || mesh)
-      distributed::save_sharded(flags.out + "/checkpoint", step + 1, my_pieces, metadata);
+    if (layout->sharded())
+      distributed::save_sharded(
+          flags.out + "/checkpoint", step + 1, [&] { return layout->pieces(); }, metadata);
     if (leader()) {
-      if (zero || mesh) {
+      if (layout->sharded()) {
         fs::remove(flags.out + "/checkpoint.safetensors");
       } else {
         io::save(flags.out + "/checkpoint.safetensors", state, metadata);
@@ -1052,11 +802,11 @@ int run(const Flags& flags) {
                   row.tokens_per_second, 100 * row.mfu);
       std::fflush(stdout);
     }
-    if (zero || mesh) state = {};
+    state = {};
     since = std::chrono::steady_clock::now();
   }
   bar.finish(metrics);
-  gather_whole();
+  state = layout->whole();
 
   if (!leader()) return 0;
   if (flags.sample > 0) {
@@ -1083,7 +833,7 @@ int run(const Flags& flags) {
       last < flags.steps ? "stopped" : "done", static_cast<long long>(end.step),
       static_cast<long long>(flags.steps), end.val_loss,
       end.val_loss / bytes_per_token / std::log(2.0), flags.out.c_str(),
-      zero || mesh ? "checkpoint/ (each process's pieces)" : "checkpoint.safetensors");
+      layout->sharded() ? "checkpoint/ (each process's pieces)" : "checkpoint.safetensors");
   return 0;
 }
 
