@@ -271,8 +271,9 @@ Trains a GPT (GPT-2's architecture) on text, byte by byte or on BPE tokens, and 
   --tensor-parallel   train on every process mpirun started with Megatron's layout: each
                       process of the mesh's model axis holds 1/M of the vocabulary, of every
                       block's heads and of the MLP's hidden units; the data axis splits each
-                      batch. Same run up to round-off; each process writes its pieces of the
-                      checkpoint, which resumes under any layout
+                      batch. Same run up to round-off, dropout included (the one-process
+                      run's masks, each process taking its rows and heads); each process
+                      writes its pieces of the checkpoint, which resumes under any layout
   --mesh data=D,model=M  the processes as a D x M mesh for --tensor-parallel (default
                       data=1,model=N)
   --zero S            with --data-parallel: each process keeps only its 1/N of the optimiser
@@ -403,10 +404,8 @@ Flags parse_flags(int argc, char** argv) {
       usage_error(
           "--heads must be divisible by the mesh's model=" + std::to_string(f.mesh[1].size) +
           " (each process holds heads), got " + std::to_string(f.heads));
-    if (f.data_parallel || f.zero || f.dropout > 0)
-      usage_error(
-          "--tensor-parallel takes its data parallelism from --mesh, and neither --zero "
-          "nor --dropout yet");
+    if (f.data_parallel || f.zero)
+      usage_error("--tensor-parallel takes its data parallelism from --mesh, and no --zero yet");
   } else if (!f.mesh.empty()) {
     usage_error("--mesh lays out --tensor-parallel: add it");
   } else if (const auto problem =
@@ -752,10 +751,7 @@ int run(const Flags& flags) {
   char metrics[160] = "";
   for (int64_t step = first_step; step < last; ++step) {
     const auto [x, y] = windows(train, flags.accum, B, T, flags.seed, 0, step);
-    // Dropout's key: process 0's is the one-process run's.
-    const Tensor key =
-        random::key(mix(flags.seed ^ static_cast<uint64_t>(step)) + static_cast<uint64_t>(rank));
-    const Tensor loss = layout->step(x, y, key);
+    const Tensor loss = layout->step(x, y, mix(flags.seed ^ static_cast<uint64_t>(step)));
     loss_sum += loss.item<double>(), ++losses;
     tokens_since += B * flags.accum * T;
     const double seconds =

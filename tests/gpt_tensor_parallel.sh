@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `gpt --tensor-parallel --mesh data=D,model=M` on 4 processes (docs/DISTRIBUTED.md, "Tensor
 # parallelism"): the 2 x 2, 1 x 4 and 4 x 1 meshes follow the one-process run (training and
-# validation losses within 1e-4 relative); stopping after step 20 and resuming on the same mesh
+# validation losses within 1e-4 relative), with dropout too (the one-process run's masks);
+# stopping after step 20 and resuming on the same mesh
 # gives a checkpoint byte-identical to the straight run's; a checkpoint written on one mesh
 # continues on another and in one process; meshes that do not fit are usage errors.
 #   tests/gpt_tensor_parallel.sh build/examples/gpt [mpirun]
@@ -20,6 +21,19 @@ for mesh in data=2,model=2 data=1,model=4 data=4,model=1; do
   run "$out/$mesh.log" "${tp[@]}" --mesh "$mesh" "${common[@]}" --out "$out/$mesh"
   grep -q "tensor-parallel on the mesh" "$out/$mesh.log"
   same_losses "$out/one/metrics.csv" "$out/$mesh/metrics.csv" "mesh $mesh"
+done
+
+# Dropout: every mesh draws the one-process run's masks, each process its rows and heads.
+run "$out/one-drop.log" "$gpt" "${common[@]}" --dropout 0.1 --out "$out/one-drop"
+if same_losses "$out/one/metrics.csv" "$out/one-drop/metrics.csv" "dropout" > /dev/null; then
+  echo "--dropout 0.1 changed no loss"
+  exit 1
+fi
+for mesh in data=2,model=2 data=1,model=4; do
+  run "$out/drop.log" "${tp[@]}" --mesh "$mesh" "${common[@]}" --dropout 0.1 \
+    --out "$out/drop-$mesh"
+  same_losses "$out/one-drop/metrics.csv" "$out/drop-$mesh/metrics.csv" \
+    "mesh $mesh with dropout"
 done
 
 run "$out/a.log" "${tp[@]}" --mesh data=2,model=2 "${common[@]}" --stop-after 20 --out "$out/r"

@@ -87,8 +87,10 @@ class Layout {
  public:
   virtual ~Layout() = default;
   // One training step on the step's windows x, y [accum, B, T] (every process passes all of
-  // them and takes its share) and dropout key; the loss, the mean over the processes.
-  virtual Tensor step(const Tensor& x, const Tensor& y, const Tensor& key) = 0;
+  // them and takes its share); the loss, the mean over the processes. Dropout's key is
+  // random::key(key_seed) in one process; each process of data parallelism draws its own
+  // masks for its rows, from random::key(key_seed + its index).
+  virtual Tensor step(const Tensor& x, const Tensor& y, uint64_t key_seed) = 0;
   // The whole state, on every process (a collective where the state is spread).
   virtual TrainState whole() = 0;
   // Whether checkpoints are sharded (checkpoint/, each process writing pieces()) rather than
@@ -127,13 +129,14 @@ class Replicated : public Layout {
           "gpt_train_step");
   }
 
-  Tensor step(const Tensor& x, const Tensor& y, const Tensor& key) override {
+  Tensor step(const Tensor& x, const Tensor& y, uint64_t key_seed) override {
+    const int rank = distributed::process_index(), n = distributed::process_count();
+    const Tensor key = random::key(key_seed + static_cast<uint64_t>(rank));
     Tensor loss;
     if (!data_parallel_) {
       std::tie(state_, loss) = step_(state_, x, y, key);
       return loss;
     }
-    const int rank = distributed::process_index(), n = distributed::process_count();
     std::tie(state_, loss) =
         step_(state_, share(x, rank, n), share(y, rank, n), expand_dims(key, 0));
     return loss;
@@ -218,7 +221,8 @@ class Zero : public Layout {
   Zero(const Zero&) = delete;  // the compiled functions refer to zero_
   Zero& operator=(const Zero&) = delete;
 
-  Tensor step(const Tensor& x, const Tensor& y, const Tensor& key) override {
+  Tensor step(const Tensor& x, const Tensor& y, uint64_t key_seed) override {
+    const Tensor key = random::key(key_seed + static_cast<uint64_t>(rank_));
     Tensor loss;
     std::tie(model_, opt_, loss) = step_(model_, opt_, share(x, rank_, processes_),
                                          share(y, rank_, processes_), expand_dims(key, 0));
@@ -262,7 +266,8 @@ class Zero : public Layout {
 // Megatron's layout over the mesh's "model" axis, data parallelism over its "data" axis: this
 // process holds its blocks of the model and of AdamW's moments (gpt_model.h, "tensor
 // parallelism"). The step differentiates the whole shard_map and clips by the norm over every
-// process's blocks, then updates the blocks.
+// process's blocks, then updates the blocks. Dropout takes the one-process run's masks, each
+// process its blocks of them, so every mesh trains as one process does.
 class TensorParallel : public Layout {
  public:
   TensorParallel(const TrainState& state, const Recipe& r, const Config& config,
@@ -281,18 +286,30 @@ class TensorParallel : public Layout {
       opt_specs.insert(opt_specs.end(), specs.begin(), specs.end());
     const DType compute = r.compute;
     const int64_t accum = r.accum;
+    const double rate = r.dropout;
+    // The masks of every micro-batch (none without dropout), laid out over the mesh.
+    std::vector<distributed::Spec> mask_specs;
+    if (rate > 0)
+      for (int64_t i = 0; i < accum; ++i)
+        for (const distributed::Spec& s : dropout_specs(config, "data", "model"))
+          mask_specs.push_back(s);
     auto loss_of_blocks = shard_map(
-        [compute, accum](const Model& p, const Tensor& x, const Tensor& y) {
+        [compute, accum, rate](const Model& p, const Tensor& x, const Tensor& y,
+                               const std::vector<DropoutMasks>& masks) {
           const Model pc = cast(p, compute);
           Tensor total;
           for (int64_t i = 0; i < accum; ++i) {
-            const Tensor l = parallel_loss(pc, index(x, i), index(y, i), "model");
+            std::optional<ParallelDropout> drop;
+            if (rate > 0) drop.emplace(ParallelDropout{rate, masks[static_cast<std::size_t>(i)]});
+            const Tensor l = parallel_loss(pc, index(x, i), index(y, i), "model", drop);
             total = i == 0 ? l : total + l;
           }
           if (accum > 1) total = total * (1.0 / static_cast<double>(accum));
           return pmean(total, "data");
         },
-        mesh_, distributed::in_specs(LeafSpecs{specs}, spec(none, "data"), spec(none, "data")),
+        mesh_,
+        distributed::in_specs(LeafSpecs{specs}, spec(none, "data"), spec(none, "data"),
+                              LeafSpecs{mask_specs}),
         distributed::out_specs(spec()));
     // The sum of squares of the whole gradient: a split leaf's blocks add up over the model
     // axis, a replicated one counts once.
@@ -312,11 +329,28 @@ class TensorParallel : public Layout {
     unclipped.clip_norm = std::nullopt;
     const optim::Optimizer adamw = optim::adamw(unclipped);
     const std::optional<double> clip = r.adamw.clip_norm;
+    const distributed::Mesh& mesh = mesh_;
+    const int64_t D = mesh_.size("data");
     step_ = jit(
-        [loss_of_blocks, squares, adamw, clip](const Model& p, const optim::OptState<Model>& o,
-                                               const Tensor& x, const Tensor& y) {
+        [=, &mesh](const Model& p, const optim::OptState<Model>& o, const Tensor& x,
+                   const Tensor& y, const Tensor& key) {
+          // The one-process run's masks for the whole batch of each micro-batch, this
+          // process's blocks of them.
+          std::vector<DropoutMasks> masks;
+          if (rate > 0) {
+            const Tensor keys = random::split(key, accum);
+            const int64_t B = x.shape()[1] * D, T = x.shape()[2];
+            const std::vector<distributed::Spec> each = dropout_specs(config, "data", "model");
+            for (int64_t i = 0; i < accum; ++i) {
+              auto [leaves, def] =
+                  tree_flatten(dropout_masks({rate, index(keys, i)}, B, T, config));
+              for (std::size_t k = 0; k < leaves.size(); ++k)
+                leaves[k] = distributed::local_block(leaves[k], mesh, each[k]);
+              masks.push_back(tree_unflatten<DropoutMasks>(def, leaves));
+            }
+          }
           auto [loss, g] =
-              value_and_grad([&](const Model& b) { return loss_of_blocks(b, x, y); })(p);
+              value_and_grad([&](const Model& b) { return loss_of_blocks(b, x, y, masks); })(p);
           if (clip) {  // torch.nn.utils.clip_grad_norm_'s factor, as optim's clipping
             const Tensor coef = minimum(*clip / (sqrt(squares(g)) + 1e-6), 1.0);
             g = tree_map([&coef](const Tensor& t) { return t * astype(coef, t.dtype()); }, g);
@@ -340,11 +374,12 @@ class TensorParallel : public Layout {
       opt_.slots.emplace(name, parallel_blocks(slot, mesh_, "model"));
   }
 
-  Tensor step(const Tensor& x, const Tensor& y, const Tensor&) override {
+  Tensor step(const Tensor& x, const Tensor& y, uint64_t key_seed) override {
     const distributed::Spec rows = distributed::spec(none, "data");
     Tensor loss;
-    std::tie(blocks_, opt_, loss) = step_(blocks_, opt_, distributed::local_block(x, mesh_, rows),
-                                          distributed::local_block(y, mesh_, rows));
+    std::tie(blocks_, opt_, loss) =
+        step_(blocks_, opt_, distributed::local_block(x, mesh_, rows),
+              distributed::local_block(y, mesh_, rows), random::key(key_seed));
     return loss;
   }
   TrainState whole() override { return whole_(blocks_, opt_); }
@@ -368,7 +403,7 @@ class TensorParallel : public Layout {
   Model blocks_;
   optim::OptState<Model> opt_;
   std::function<std::tuple<Model, optim::OptState<Model>, Tensor>(
-      const Model&, const optim::OptState<Model>&, const Tensor&, const Tensor&)>
+      const Model&, const optim::OptState<Model>&, const Tensor&, const Tensor&, const Tensor&)>
       step_;
   std::function<TrainState(const Model&, const optim::OptState<Model>&)> whole_;
 };

@@ -262,29 +262,90 @@ inline Tensor loss(const Model& m, const Tensor& tokens, const Tensor& targets,
 // embedding and the row-parallel layers' biases are replicated. Two psums per block (after
 // the attention's and the MLP's output projections), three for the loss.
 
+// Dropout under tensor parallelism: the keep-masks the one-process run draws (logits' keys, in
+// its order) for the whole batch; each process takes its rows and, of the attention weights',
+// its heads (dropout_blocks), so that a mesh trains exactly as one process does. A replicated
+// activation gets the same mask on every process of the model axis.
+struct DropoutMasks {
+  Tensor embedding;                                   // [B, T, C]
+  std::vector<Tensor> attention, attention_out, mlp;  // per block: [B, H, T, T], [B, T, C] twice
+};
+KILN_TREE(DropoutMasks, embedding, attention, attention_out, mlp);
+
+inline DropoutMasks dropout_masks(const Dropout& d, int64_t B, int64_t T, const Config& c) {
+  const Tensor keys = random::split(d.key, 1 + 2 * c.layers);
+  const double keep = 1.0 - d.rate;
+  const Shape act{B, T, c.d_model};
+  DropoutMasks m{random::bernoulli(index(keys, 0), keep, act), {}, {}, {}};
+  for (int64_t l = 0; l < c.layers; ++l) {
+    const Tensor attention_keys = random::split(index(keys, 1 + 2 * l), 2);
+    m.attention.push_back(random::bernoulli(index(attention_keys, 0), keep, {B, c.heads, T, T}));
+    m.attention_out.push_back(random::bernoulli(index(attention_keys, 1), keep, act));
+    m.mlp.push_back(random::bernoulli(index(keys, 2 + 2 * l), keep, act));
+  }
+  return m;
+}
+
+// Where each mask is split over the mesh: the rows over `data`, the heads over `model`, in
+// flatten order.
+inline std::vector<distributed::Spec> dropout_specs(const Config& c, const std::string& data,
+                                                    const std::string& model) {
+  std::vector<distributed::Spec> out{distributed::spec(data)};
+  for (int64_t l = 0; l < c.layers; ++l) out.push_back(distributed::spec(data, model));
+  for (int64_t l = 0; l < 2 * c.layers; ++l) out.push_back(distributed::spec(data));
+  return out;
+}
+
+// x with nn::dropout's arithmetic and a given keep-mask.
+inline Tensor apply_dropout(const Tensor& x, const Tensor& keep, double rate) {
+  return where(keep, x * (1.0 / (1.0 - rate)), scalar_like(x, 0.0));
+}
+
+// Dropout in parallel_loss: the rate (> 0) and this process's blocks of the masks.
+struct ParallelDropout {
+  double rate;
+  const DropoutMasks& masks;
+};
+
 // Causal self-attention on this process's heads: a.c_attn holds their q, k and v rows, in
-// that order, and a.c_proj their columns; a.heads counts every process's heads.
-inline Tensor parallel_attention(const Attention& a, const Tensor& x, const std::string& axis) {
+// that order, and a.c_proj their columns; a.heads counts every process's heads. With dropout,
+// `keep` is this process's block of the attention weights' mask and `keep_out` the output's.
+inline Tensor parallel_attention(const Attention& a, const Tensor& x, const std::string& axis,
+                                 const std::optional<ParallelDropout>& drop = std::nullopt,
+                                 int64_t layer = 0) {
   const int64_t B = x.shape()[0], T = x.shape()[1], C = x.shape()[2];
   const int64_t D = C / a.heads, local = a.c_attn.weight.shape()[0] / 3, H = local / D;
   const std::vector<Tensor> qkv = split(a.c_attn(x), 3, 2);
   auto heads = [&](const Tensor& v) { return swapaxes(reshape(v, {B, T, H, D}), 1, 2); };
-  const Tensor y = nn::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                                    {.is_causal = true});
-  return nn::row_parallel_linear(a.c_proj, reshape(swapaxes(y, 1, 2), {B, T, local}), axis);
+  const auto l = static_cast<std::size_t>(layer);
+  // The weights' dropout as scaled_dot_product_attention applies it, with the given mask.
+  const Tensor y = drop ? matmul(apply_dropout(nn::attention_weights(heads(qkv[0]), heads(qkv[1]),
+                                                                     {.is_causal = true}),
+                                               drop->masks.attention[l], drop->rate),
+                                 heads(qkv[2]))
+                        : nn::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]),
+                                                           heads(qkv[2]), {.is_causal = true});
+  const Tensor out =
+      nn::row_parallel_linear(a.c_proj, reshape(swapaxes(y, 1, 2), {B, T, local}), axis);
+  return drop ? apply_dropout(out, drop->masks.attention_out[l], drop->rate) : out;
 }
 
 // The mean next-token cross-entropy from this process's blocks of the model (see above); the
-// same on every process of the axis, and the same value as loss() on the whole model.
+// same on every process of the axis, and the same value as loss() on the whole model (with
+// dropout, as loss() with the key the masks were drawn from).
 inline Tensor parallel_loss(const Model& m, const Tensor& tokens, const Tensor& targets,
-                            const std::string& axis) {
+                            const std::string& axis,
+                            const std::optional<ParallelDropout>& drop = std::nullopt) {
   const Transformer& t = m.transformer;
   const int64_t T = tokens.shape()[1];
   Tensor x = nn::parallel_embedding(t.wte, tokens, axis) + t.wpe(arange(T));
-  for (const Block& b : t.h) {
-    x = x + parallel_attention(b.attn, b.ln_1(x), axis);
-    x = x + nn::row_parallel_linear(
-                b.mlp.c_proj, nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true), axis);
+  if (drop) x = apply_dropout(x, drop->masks.embedding, drop->rate);
+  for (std::size_t l = 0; l < t.h.size(); ++l) {
+    const Block& b = t.h[l];
+    x = x + parallel_attention(b.attn, b.ln_1(x), axis, drop, static_cast<int64_t>(l));
+    const Tensor h = nn::row_parallel_linear(
+        b.mlp.c_proj, nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true), axis);
+    x = x + (drop ? apply_dropout(h, drop->masks.mlp[l], drop->rate) : h);
   }
   Tensor z = matmul(t.ln_f(x), transpose(t.wte.weight));  // [B, T, vocab / M]
   if (z.dtype() == bfloat16 || z.dtype() == float16) z = astype(z, float32);
