@@ -4,8 +4,8 @@
 # checkpoint of an uninterrupted run, and both sample the same text from it; with a BPE
 # tokenizer (trained by each, resumed by the other), with --dtype bf16, and with --data-parallel
 # on 2 processes under the given mpirun, they write the same checkpoints too; under
-# --zero 1, 2 and 3 the same sharded checkpoints, which each resumes from the other, on 2
-# processes or on one.
+# --zero 1, 2 and 3 and --tensor-parallel (with dropout, on both 2-process meshes) the same
+# sharded checkpoints, which each resumes from the other, on 2 processes or on one.
 #   tests/gpt_languages.sh build/examples/gpt python3 python/examples/gpt.py [mpirun]
 # (PYTHONPATH must reach the kiln module.)
 set -euo pipefail
@@ -70,6 +70,16 @@ run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --zero 2 --stop-after 8
 run "${mpirun[@]}" "$python" "$script" --data-parallel --zero 2 --resume "$out/z2-cpp-then-py" \
   --sample 0
 diff -r "$out/cpp-z2/checkpoint" "$out/z2-cpp-then-py/checkpoint"
+for mesh in data=1,model=2 data=2,model=1; do
+  run "${mpirun[@]}" "$gpt" "${common[@]}" --tensor-parallel --mesh $mesh --out "$out/cpp-$mesh"
+  run "${mpirun[@]}" "$python" "$script" "${common[@]}" --tensor-parallel --mesh $mesh \
+    --out "$out/py-$mesh"
+  diff -r "$out/cpp-$mesh/checkpoint" "$out/py-$mesh/checkpoint"
+done
+run "${mpirun[@]}" "$python" "$script" "${common[@]}" --tensor-parallel --stop-after 4 \
+  --out "$out/tp-py-then-cpp"
+run "${mpirun[@]}" "$gpt" --tensor-parallel --resume "$out/tp-py-then-cpp" --sample 0
+diff -r "$out/cpp-data=1,model=2/checkpoint" "$out/tp-py-then-cpp/checkpoint"
 # ZeRO-3's pieces continued on one process, by each language: the same whole checkpoint, and
 # the pieces' directory gone (one format per directory).
 run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --zero 3 --stop-after 8 --out "$out/z3-one"
@@ -79,4 +89,4 @@ run "$python" "$script" --resume "$out/z3-one-py" --sample 0
 cmp "$out/z3-one/checkpoint.safetensors" "$out/z3-one-py/checkpoint.safetensors"
 test ! -e "$out/z3-one-py/checkpoint"
 echo "languages: C++ and Python write, resume and sample from the same checkpoints (f32, BPE," \
-  "bf16, 2 processes, ZeRO 1-3 and their resumes)"
+  "bf16, 2 processes, ZeRO 1-3, tensor parallelism and their resumes)"

@@ -7,8 +7,9 @@ other).
     PYTHONPATH=python python3 python/examples/gpt.py [--steps 3000] [--text FILE ...] ...
 
 It writes checkpoint.safetensors and metrics.csv as gpt.cpp does (not the SVG chart); under
-mpirun, `--data-parallel` trains on every process and `--zero 1|2|3` shards the optimiser state
-(and at stage 3 the weights), writing checkpoint/, each process's pieces, as gpt.cpp does.
+mpirun, `--data-parallel` trains on every process, `--zero 1|2|3` shards the optimiser state
+(and at stage 3 the weights) and `--tensor-parallel --mesh data=D,model=M` lays the model out
+as Megatron-LM does, the last two writing checkpoint/, each process's pieces, as gpt.cpp does.
 `python3 python/examples/gpt.py --help` lists the flags. The model is a pytree of dataclasses
 of kiln.nn layers whose parameter names are nanoGPT's ("transformer.h.0.attn.c_attn.weight"),
 so kiln.nn.load_state_dict moves weights from a PyTorch GPT of that form and
@@ -169,6 +170,151 @@ def train_flops(layers, d_model, tokens, block, vocab=256):
 # ---- data ------------------------------------------------------------------------------------
 
 
+# ---- tensor parallelism (Megatron-LM's layout), inside shard_map: gpt_model.h's ----------------
+#
+# Each of the M processes along the axis holds 1/M of the vocabulary (its rows of the token
+# embedding, so also its block of the tied LM head's logits), 1/M of every block's heads (its
+# rows of c_attn: the q, k and v of those heads) and of the MLP's hidden units (rows of c_fc,
+# columns of the output projections); LayerNorms, the position embedding and the row-parallel
+# layers' biases are replicated.
+
+
+def parallel_specs(m, axis):
+    """Where each parameter (of the model, or of a tree shaped like it) is split, leaf by leaf
+    in flatten order."""
+    out = []
+    for name in kl.tree.names(m):
+        if name.endswith(("wte.weight", "c_attn.weight", "c_fc.weight")):
+            out.append(kl.spec(axis, None))  # rows: vocabulary, heads, hidden units
+        elif name.endswith(("c_attn.bias", "c_fc.bias")):
+            out.append(kl.spec(axis))
+        elif name.endswith(("attn.c_proj.weight", "mlp.c_proj.weight")):
+            out.append(kl.spec(None, axis))  # columns: the row-parallel layers' inputs
+        else:
+            out.append(kl.spec())
+    return out
+
+
+def qkv_rows(c, parts):
+    """c_attn's 3C rows reordered so that block p holds the q, k and v rows of process p's
+    heads, in that order (the checkpoint's order is all q, all k, all v)."""
+    n = c // parts
+    rows = [part * c + p * n + i for p in range(parts) for part in range(3) for i in range(n)]
+    return np.array(rows, np.int64)
+
+
+def parallel_blocks(full, mesh, axis):
+    """This process's blocks of a whole model (or of an optimiser slot shaped like it)."""
+    leaves, structure = kl.tree.flatten(full)
+    c, parts = full.transformer.wpe.weight.shape[1], mesh.size(axis)
+    out = []
+    for name, leaf, spec in zip(kl.tree.names(full), leaves, parallel_specs(full, axis)):
+        if "c_attn" in name:
+            leaf = kl.take(leaf, kl.asarray(qkv_rows(c, parts)), 0)
+        out.append(kl.local_block(kl.asarray(leaf), mesh, spec))
+    return kl.tree.unflatten(structure, out)
+
+
+def parallel_whole(blocks, axis, parts):
+    """Inside shard_map, the inverse: the whole model from every process's blocks."""
+    leaves, structure = kl.tree.flatten(blocks)
+    back = kl.asarray(np.argsort(qkv_rows(blocks.transformer.wpe.weight.shape[1], parts)))
+    out = []
+    for name, leaf, spec in zip(kl.tree.names(blocks), leaves, parallel_specs(blocks, axis)):
+        leaf = kl.assemble(leaf, spec)
+        out.append(kl.take(leaf, back, 0) if "c_attn" in name else leaf)
+    return kl.tree.unflatten(structure, out)
+
+
+def parallel_pieces(blocks, mesh, axis, prefix):
+    """This process's pieces of a tree of blocks for a sharded checkpoint, in the model's own
+    order: c_attn's block goes as three pieces, its q, k and v rows."""
+    c, parts, p = blocks.transformer.wpe.weight.shape[1], mesh.size(axis), mesh.index(axis)
+    n = c // parts
+    out = []
+    for piece in kl.io.block_pieces(blocks, parallel_specs(blocks, axis), mesh, prefix):
+        if "c_attn" not in piece.name:
+            out.append(piece)
+            continue
+        for part in range(3):
+            start = [part * c + p * n] + list(piece.start[1:])
+            data = piece.data[part * n : (part + 1) * n]
+            out.append(kl.io.Piece(piece.name, data, start, list(piece.whole_shape)))
+    return out
+
+
+@dataclasses.dataclass
+class DropoutMasks:
+    """The keep-masks the one-process run draws (logits' keys, in its order): [B, T, C] for
+    the embeddings and each block's two outputs, [B, heads, T, T] for its attention weights."""
+
+    embedding: object
+    attention: list
+    attention_out: list
+    mlp: list
+
+
+def dropout_masks(key, rate, b, t, layers, heads, c):
+    keys = kl.random.split(key, 1 + 2 * layers)
+    keep = 1.0 - rate
+    masks = DropoutMasks(kl.random.bernoulli(keys[0], keep, (b, t, c)), [], [], [])
+    for i in range(layers):
+        attention_keys = kl.random.split(keys[1 + 2 * i], 2)
+        masks.attention.append(kl.random.bernoulli(attention_keys[0], keep, (b, heads, t, t)))
+        masks.attention_out.append(kl.random.bernoulli(attention_keys[1], keep, (b, t, c)))
+        masks.mlp.append(kl.random.bernoulli(keys[2 + 2 * i], keep, (b, t, c)))
+    return masks
+
+
+def dropout_specs(layers):
+    """Where each mask is split: rows over "data", the attention weights' heads over "model"."""
+    return [kl.spec("data")] + [kl.spec("data", "model")] * layers + [kl.spec("data")] * 2 * layers
+
+
+def apply_dropout(x, keep, rate):
+    """x with nn.dropout's arithmetic and a given keep-mask."""
+    return kl.where(keep, x * (1.0 / (1.0 - rate)), kl.zeros_like(x))
+
+
+def parallel_attention(a, x, axis, rate=0.0, masks=None, layer=0):
+    """Causal self-attention on this process's heads (a.heads counts every process's)."""
+    b, t, c = x.shape
+    d, local = c // a.heads, a.c_attn.weight.shape[0] // 3
+    q, k, v = kl.split(a.c_attn(x), 3, 2)
+
+    def heads(z):
+        return kl.swapaxes(kl.reshape(z, (b, t, local // d, d)), 1, 2)
+
+    if masks is None:
+        y = kl.nn.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+    else:  # the weights' dropout as scaled_dot_product_attention applies it
+        w = kl.nn.attention_weights(heads(q), heads(k), is_causal=True)
+        y = kl.matmul(apply_dropout(w, masks.attention[layer], rate), heads(v))
+    out = kl.nn.row_parallel_linear(a.c_proj, kl.reshape(kl.swapaxes(y, 1, 2), (b, t, local)), axis)
+    return out if masks is None else apply_dropout(out, masks.attention_out[layer], rate)
+
+
+def parallel_loss(m, tokens, targets, axis, rate=0.0, masks=None):
+    """The mean next-token cross-entropy from this process's blocks, the same on every process
+    of the axis and the same value as loss() on the whole model (with dropout, as loss() with
+    the key the masks were drawn from)."""
+    t = m.transformer
+    x = kl.nn.parallel_embedding(t.wte, tokens, axis) + t.wpe(kl.arange(tokens.shape[1]))
+    if masks is not None:
+        x = apply_dropout(x, masks.embedding, rate)
+    for i, b in enumerate(t.h):
+        x = x + parallel_attention(b.attn, b.ln_1(x), axis, rate, masks, i)
+        h = b.mlp.c_fc(b.ln_2(x))
+        h = kl.nn.row_parallel_linear(b.mlp.c_proj, kl.nn.gelu(h, approximate=True), axis)
+        x = x + (h if masks is None else apply_dropout(h, masks.mlp[i], rate))
+    z = kl.matmul(t.ln_f(x), kl.transpose(t.wte.weight))  # [B, T, vocab / M]
+    if z.dtype in (kl.bfloat16, kl.float16):
+        z = kl.astype(z, kl.float32)
+    return kl.nn.parallel_cross_entropy(
+        kl.reshape(z, (-1, z.shape[2])), kl.reshape(targets, (-1,)), axis
+    )
+
+
 def default_corpus():
     if not os.path.isdir(DEFAULT_CORPUS):
         sys.exit(
@@ -272,6 +418,16 @@ def parse_args(argv):
         "gradients too (2), and of the weights too (3); the checkpoint is checkpoint/, each "
         "process's pieces, and resumes under any layout",
     )
+    p.add_argument(
+        "--tensor-parallel",
+        action="store_true",
+        help="Megatron's layout over mpirun's processes: each process of the mesh's model axis "
+        "holds 1/M of the vocabulary, of every block's heads and of the MLP's hidden units; the "
+        "data axis splits each batch. Same run up to round-off, dropout included",
+    )
+    p.add_argument(
+        "--mesh", default=None, help="data=D,model=M: the processes for --tensor-parallel"
+    )
     args = p.parse_args(argv)
     given = {a.split("=")[0][2:].replace("-", "_") for a in argv if a.startswith("--")}
     if args.resume:
@@ -317,19 +473,50 @@ def parse_args(argv):
             "--vocab must be from 257 (the 256 bytes and a merge) to 1048576 for --tokenizer "
             f"bpe, got {args.vocab}"
         )
+    args.mesh = parse_mesh(p, args.mesh) if args.mesh is not None else []
+    processes = kl.process_count()
+    if args.tensor_parallel:
+        if not args.mesh:
+            args.mesh = [("data", 1), ("model", processes)]
+        if [name for name, _ in args.mesh] != ["data", "model"]:
+            p.error("--mesh must name the axes data and model, in that order: data=D,model=M")
+        (_, d), (_, m) = args.mesh
+        if d * m != processes:
+            p.error(f"--mesh data={d},model={m} holds {d * m} processes: got {processes}")
+        if args.batch_size % d:
+            p.error(f"--batch-size must be divisible by the mesh's data={d}, got {args.batch_size}")
+        if args.heads % m:
+            p.error(
+                f"--heads must be divisible by the mesh's model={m} (each process holds heads), "
+                f"got {args.heads}"
+            )
+        if args.data_parallel or args.zero:
+            p.error("--tensor-parallel takes its data parallelism from --mesh, and no --zero yet")
+    elif args.mesh:
+        p.error("--mesh lays out --tensor-parallel: add it")
     if args.zero not in (0, 1, 2, 3):
         p.error(f"--zero must be 1, 2 or 3 (the ZeRO stage), got {args.zero}")
     if args.zero and not args.data_parallel:
         p.error("--zero shards over processes: add --data-parallel")
-    processes = kl.process_count()
-    if processes > 1 and not args.data_parallel:
+    if processes > 1 and not (args.data_parallel or args.tensor_parallel):
         p.error(f"started as {processes} processes: add --data-parallel to train on all of them")
-    if args.batch_size % processes:
+    if args.batch_size % processes and not args.tensor_parallel:
         p.error(
             "--batch-size (sequences per step over all processes) must be divisible by the "
             f"{processes} processes, got {args.batch_size}"
         )
     return args
+
+
+def parse_mesh(p, text):
+    """data=D,model=M as [("data", D), ("model", M)]."""
+    mesh = []
+    for part in text.split(","):
+        name, _, size = part.partition("=")
+        if not size.isdigit() or int(size) < 1:
+            p.error(f"bad --mesh {text}: expected data=D,model=M")
+        mesh.append((name, int(size)))
+    return mesh
 
 
 def saved_checkpoint(directory):
@@ -493,6 +680,191 @@ def share(x, part, parts):
     return kl.asarray(np.ascontiguousarray(np.asarray(x)[None, :, part * n : (part + 1) * n]))
 
 
+# ---- how the training state lies over the processes: gpt_layouts.h's layouts ----------------
+#
+# Each takes the step's whole windows x, y [accum, B, T] (every process passes all of them and
+# takes its share) and the step's key seed, and gives the loss, the mean over the processes;
+# whole() is the whole state on every process (a collective where the state is spread).
+
+
+def process_key(key_seed, rank):
+    """Dropout's key for process `rank` (process 0's is the one-process run's)."""
+    with np.errstate(over="ignore"):
+        return kl.random.key(int(np.uint64(key_seed) + np.uint64(rank)))
+
+
+class Replicated:
+    """The whole state in this process; with `parallel`, in every process, each taking its
+    share of every batch, the gradients and the loss pmeaned over the processes ("dp")."""
+
+    sharded = False
+
+    def __init__(self, state, opt, args, dtype):
+        self.state, self.parallel = state, args.data_parallel
+        self.train_step = make_train_step(opt, args.accum, args.dropout, dtype, self.parallel)
+
+    def step(self, x, y, key_seed):
+        rank, n = kl.process_index(), kl.process_count()
+        key = process_key(key_seed, rank)
+        if self.parallel:
+            x, y, key = share(x, rank, n), share(y, rank, n), kl.reshape(key, (1, 2))
+        self.state, loss = self.train_step(self.state, x, y, key)
+        return float(loss)
+
+    def whole(self):
+        return self.state
+
+
+class Zero:
+    """ZeRO stage 1-3 over the processes ("dp"): this process holds its pieces of the optimiser
+    state and the whole weights, or at stage 3 its pieces of them, each leaf with a leading
+    axis of 1 as pmap takes per-process values."""
+
+    sharded = True
+
+    def __init__(self, state, opt, args, dtype):
+        rank, n = kl.process_index(), kl.process_count()
+        self.zero = kl.optim.Zero(opt, args.zero, "dp", kl.optim.ShardLayout(state.model, n))
+        self.train_step = make_zero_step(self.zero, state.model, args.accum, args.dropout, dtype)
+        self.sharded_weights = args.zero == 3
+
+        def whole(params, s):
+            if self.sharded_weights:
+                params = kl.optim.gather(params, self.zero.layout, "dp")
+            return TrainState(params, self.zero.gather_state(s))
+
+        self.gather = kl.pmap(whole, axis_name="dp")
+        params = state.model
+        if self.sharded_weights:
+            params = kl.optim.shard(state.model, self.zero.layout, rank)
+        self.model = per_process(params)
+        self.opt = per_process(self.zero.shard_state(state.optimizer, rank))
+
+    def step(self, x, y, key_seed):
+        rank, n = kl.process_index(), kl.process_count()
+        key = kl.reshape(process_key(key_seed, rank), (1, 2))
+        x, y = share(x, rank, n), share(y, rank, n)
+        self.model, self.opt, loss = self.train_step(self.model, self.opt, x, y, key)
+        return float(loss[0])
+
+    def whole(self):
+        return first_of(self.gather(self.model, self.opt))
+
+    def pieces(self):
+        """The step (process 0), the model (its pieces, or process 0 the whole), the slots'
+        pieces, as gpt.cpp writes them."""
+        rank, replicas = kl.process_index(), kl.Mesh({"processes": kl.process_count()})
+        o, m = first_of(self.opt), first_of(self.model)
+        out = kl.io.block_pieces(o.step, kl.spec(), replicas, "optimizer.step")
+        if self.sharded_weights:
+            out += kl.io.zero_pieces(m, self.zero.layout, rank, "model.")
+        else:
+            out += kl.io.block_pieces(m, kl.spec(), replicas, "model.")
+        for name, slot in o.slots.items():
+            out += kl.io.zero_pieces(slot, self.zero.layout, rank, f"optimizer.slots.{name}.")
+        return out
+
+
+class TensorParallel:
+    """Megatron's layout over the mesh's "model" axis, data parallelism over its "data" axis:
+    this process holds its blocks of the model and of AdamW's moments. The step differentiates
+    the whole shard_map and clips by the norm over every process's blocks, then updates the
+    blocks. Dropout takes the one-process run's masks, each process its blocks of them."""
+
+    sharded = True
+
+    def __init__(self, state, schedule, args, dtype):
+        self.mesh = mesh = kl.Mesh(args.mesh)
+        parts, data = mesh.size("model"), mesh.size("data")
+        specs = parallel_specs(state.model, "model")
+        opt_specs = [kl.spec()] + specs * len(state.optimizer.slots)
+        split = [any("model" in d for d in s.dims) for s in specs]
+        accum, rate, layers = args.accum, args.dropout, args.layers
+        mask_specs = dropout_specs(layers) * accum if rate > 0 else []
+
+        def loss_of_blocks(p, x, y, masks):
+            pc = cast(p, dtype)
+            total = None
+            for i in range(accum):
+                m = masks[i] if rate > 0 else None
+                part = parallel_loss(pc, x[i], y[i], "model", rate, m)
+                total = part if total is None else total + part
+            if accum > 1:
+                total = total * (1.0 / accum)
+            return kl.pmean(total, "data")
+
+        rows = kl.spec(None, "data")
+        loss_of_blocks = kl.shard_map(
+            loss_of_blocks, mesh, in_specs=(specs, rows, rows, mask_specs), out_specs=kl.spec()
+        )
+
+        def squares(g):
+            """The sum of squares of the whole gradient: a split leaf's blocks add up over the
+            model axis, a replicated one counts once."""
+            parted, whole = kl.zeros(()), kl.zeros(())
+            for leaf, is_split in zip(kl.tree.flatten(g)[0], split):
+                term = kl.sum(kl.square(kl.astype(leaf, kl.float32)))
+                if is_split:
+                    parted = parted + term
+                else:
+                    whole = whole + term
+            return kl.psum(parted, "model") + whole
+
+        squares = kl.shard_map(squares, mesh, in_specs=(specs,), out_specs=kl.spec())
+        # AdamW without its clipping, which needs every process's blocks.
+        adamw = kl.optim.adamw(schedule, weight_decay=args.weight_decay, decay_on="matrices")
+        clip = args.clip
+
+        def step(p, o, x, y, key):
+            masks = []
+            if rate > 0:  # the one-process run's masks for the whole batch, this process's blocks
+                keys = kl.random.split(key, accum)
+                b, t = x.shape[1] * data, x.shape[2]
+                each = dropout_specs(layers)
+                for i in range(accum):
+                    drawn = dropout_masks(keys[i], rate, b, t, layers, args.heads, args.d_model)
+                    leaves, structure = kl.tree.flatten(drawn)
+                    blocks = [kl.local_block(m, mesh, s) for m, s in zip(leaves, each)]
+                    masks.append(kl.tree.unflatten(structure, blocks))
+            total, g = kl.value_and_grad(lambda q: loss_of_blocks(q, x, y, masks))(p)
+            # torch.nn.utils.clip_grad_norm_'s factor, as optim's clipping.
+            coef = kl.minimum(clip / (kl.sqrt(squares(g)) + 1e-6), 1.0)
+            g = kl.tree.map(lambda t: t * kl.astype(coef, t.dtype), g)
+            model, nxt = adamw.update(p, g, o)
+            return model, nxt, total
+
+        self.train_step = kl.jit(step)
+
+        def whole(p, o):
+            slots = {k: parallel_whole(v, "model", parts) for k, v in o.slots.items()}
+            return TrainState(parallel_whole(p, "model", parts), kl.optim.OptState(o.step, slots))
+
+        self.gather = kl.shard_map(whole, mesh, in_specs=(specs, opt_specs), out_specs=kl.spec())
+        self.blocks = parallel_blocks(state.model, mesh, "model")
+        slots = {k: parallel_blocks(v, mesh, "model") for k, v in state.optimizer.slots.items()}
+        self.opt = kl.optim.OptState(state.optimizer.step, slots)
+
+    def step(self, x, y, key_seed):
+        rows = kl.spec(None, "data")
+        x, y = kl.local_block(x, self.mesh, rows), kl.local_block(y, self.mesh, rows)
+        self.blocks, self.opt, loss = self.train_step(
+            self.blocks, self.opt, x, y, process_key(key_seed, 0)
+        )
+        return float(loss)
+
+    def whole(self):
+        return self.gather(self.blocks, self.opt)
+
+    def pieces(self):
+        """The step (process 0), then the model's and each slot's blocks."""
+        replicas = kl.Mesh({"processes": kl.process_count()})
+        out = kl.io.block_pieces(self.opt.step, kl.spec(), replicas, "optimizer.step")
+        out += parallel_pieces(self.blocks, self.mesh, "model", "model.")
+        for name, slot in self.opt.slots.items():
+            out += parallel_pieces(slot, self.mesh, "model", f"optimizer.slots.{name}.")
+        return out
+
+
 @dataclasses.dataclass
 class KvCache:
     """Each layer's keys and values, [B, heads, block_size, C / heads], in fixed-size buffers."""
@@ -652,13 +1024,12 @@ def main(argv=None):
 
     accum, dp = args.accum, args.data_parallel
     dtype = kl.bfloat16 if args.dtype == "bf16" else kl.float32
-    train_step = make_train_step(opt, accum, args.dropout, dtype, dp)
     eval_loss = kl.jit(lambda m, x, y: loss(cast(m, dtype), x, y))
     add_up = kl.pmap(lambda v: kl.psum(v, axis_name="dp"), out_axes=None, axis_name="dp")
     b, t = args.batch_size, args.block_size
     flops = train_flops(args.layers, args.d_model, b * accum * t, t, vocab)
     peak = kl.machine_peak(kl.num_threads()).fma_gflops
-    if dp:  # every process's peak added up
+    if dp or args.tensor_parallel:  # every process's peak added up
         peak = float(add_up(kl.asarray(np.array([peak], np.float64))))
     if leader:
         print(
@@ -673,63 +1044,39 @@ def main(argv=None):
             f"of {b * accum} x {t} tokens"
             + (f", data-parallel on {processes} processes" if dp else "")
             + (f", ZeRO stage {args.zero}" if args.zero else "")
+            + (
+                f", tensor-parallel on the mesh {{data: {args.mesh[0][1]}, model: "
+                f"{args.mesh[1][1]}}}"
+                if args.tensor_parallel
+                else ""
+            )
             + f"; {flops * 1e-9:.2f} GFLOP a step; FMA peak {peak:.0f} GFLOP/s"
         )
         os.makedirs(args.out, exist_ok=True)
-    # --zero: this process holds its pieces of the optimiser state and the whole weights, or at
-    # stage 3 its pieces of them, each leaf with a leading axis of 1 as pmap takes per-process
-    # values. The whole state is gathered for evaluation and checkpoints.
-    zero = None
-    if args.zero:
-        zero = kl.optim.Zero(opt, args.zero, "dp", kl.optim.ShardLayout(state.model, processes))
-        zero_step = make_zero_step(zero, state.model, accum, args.dropout, dtype)
-        sharded_weights = args.zero == 3
-
-        def gather_whole(params, s):
-            params = kl.optim.gather(params, zero.layout, "dp") if sharded_weights else params
-            return TrainState(params, zero.gather_state(s))
-
-        gather_state = kl.pmap(gather_whole, axis_name="dp")
-        params = kl.optim.shard(state.model, zero.layout, rank) if sharded_weights else state.model
-        local_model = per_process(params)
-        local_opt = per_process(zero.shard_state(state.optimizer, rank))
-        state = None  # the whole state exists only when gathered
-        replicas = kl.Mesh({"processes": processes})
-
-        def my_pieces():
-            """This process's pieces of the state for a sharded checkpoint, as gpt.cpp writes them:
-            the step, the model, then the optimiser's slots."""
-            o, m = first_of(local_opt), first_of(local_model)
-            pieces = kl.io.block_pieces(o.step, kl.spec(), replicas, "optimizer.step")
-            if sharded_weights:
-                pieces += kl.io.zero_pieces(m, zero.layout, rank, "model.")
-            else:
-                pieces += kl.io.block_pieces(m, kl.spec(), replicas, "model.")
-            for name, slot in o.slots.items():
-                pieces += kl.io.zero_pieces(slot, zero.layout, rank, f"optimizer.slots.{name}.")
-            return pieces
-
+    # The state's layout over the processes, from the whole state.
+    if args.tensor_parallel:
+        if vocab % args.mesh[1][1]:
+            sys.exit(
+                f"gpt: --tensor-parallel splits the vocabulary of {vocab} tokens over "
+                f"model={args.mesh[1][1]}: expected a multiple of it"
+            )
+        layout = TensorParallel(state, schedule, args, dtype)
+    elif args.zero:
+        layout = Zero(state, opt, args, dtype)
+    else:
+        layout = Replicated(state, opt, args, dtype)
+    state = None  # the layout holds it; the whole state is gathered when needed
     last = max(first, min(args.stop_after, args.steps) if args.stop_after > 0 else args.steps)
     loss_sum, losses, since, steps_since = 0.0, 0, time.perf_counter(), 0
     rows = read_metrics(os.path.join(args.resume, "metrics.csv"), first) if args.resume else []
     for step in range(first, last):
         x, y = windows(train, accum, b, t, args.seed, 0, step)
-        with np.errstate(over="ignore"):  # dropout's key: process 0's is one process's
-            key = kl.random.key(int(mix(np.uint64(args.seed) ^ np.uint64(step)) + np.uint64(rank)))
-        if dp:
-            x, y = share(x, rank, processes), share(y, rank, processes)
-            key = kl.reshape(key, (1, 2))
-        if zero:
-            local_model, local_opt, step_loss = zero_step(local_model, local_opt, x, y, key)
-            step_loss = step_loss[0]
-        else:
-            state, step_loss = train_step(state, x, y, key)
-        loss_sum, losses, steps_since = loss_sum + float(step_loss), losses + 1, steps_since + 1
+        step_loss = layout.step(x, y, mix(np.uint64(args.seed) ^ np.uint64(step)))
+        loss_sum, losses, steps_since = loss_sum + step_loss, losses + 1, steps_since + 1
         if (step + 1) % args.eval_every and step + 1 != last:
             continue
         seconds = time.perf_counter() - since
-        if zero:
-            state = first_of(gather_state(local_model, local_opt))
+        state = layout.whole()
         vx, vy = windows(val, args.eval_batches, b, t, args.seed, 1, 0)
         if dp:
             vx, vy = share(vx, rank, processes)[0], share(vy, rank, processes)[0]
@@ -753,11 +1100,10 @@ def main(argv=None):
         whole, pieces = os.path.join(args.out, "checkpoint.safetensors"), os.path.join(
             args.out, "checkpoint"
         )
-        if zero:
-            kl.io.save_sharded(pieces, step + 1, my_pieces, meta)
-            state = None
+        if layout.sharded:
+            kl.io.save_sharded(pieces, step + 1, layout.pieces, meta)
         if leader:
-            if zero:
+            if layout.sharded:
                 if os.path.exists(whole):
                     os.remove(whole)
             else:
@@ -769,10 +1115,10 @@ def main(argv=None):
                 f"{val_loss:.4f} | {rows[-1][4]:.0f} tok/s | MFU {100 * mfu:.1f}%",
                 flush=True,
             )
+        state = None
         loss_sum, losses, steps_since, since = 0.0, 0, 0, time.perf_counter()
 
-    if zero:
-        state = first_of(gather_state(local_model, local_opt))
+    state = layout.whole()
     if not leader:
         return rows
     if args.sample > 0:

@@ -66,7 +66,7 @@ void bind_sharded(py::module_& io) {
            py::arg("name"), py::arg("data"), py::arg("start"), py::arg("whole_shape"),
            py::arg("flat") = false)
       .def_readonly("name", &Piece::name)
-      .def_readonly("data", &Piece::data)
+      .def_property_readonly("data", [](const Piece& p) { return p.data; })
       .def_readonly("start", &Piece::start)
       .def_readonly("flat", &Piece::flat)
       .def_property_readonly(

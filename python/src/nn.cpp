@@ -308,6 +308,37 @@ void bind_attention_functions(py::module_& nn) {
       "attention_weights(q, k) v, as PyTorch 2's F.scaled_dot_product_attention.");
 }
 
+// Megatron's layers inside shard_map (C++'s kiln/nn.h, "tensor parallelism").
+void bind_parallel_layers(py::module_& nn) {
+  nn.def(
+      "row_parallel_linear",
+      [](const nn::Linear& block, py::handle x, const std::string& axis) {
+        return nn::row_parallel_linear(block, to_tensor(x), axis, Loc{});
+      },
+      py::arg("block"), py::arg("x"), py::arg("axis"),
+      "Inside shard_map: a row-parallel Linear. `block` holds this process's columns of the "
+      "weight [out, in / M] and the whole bias, x this process's block of the input features "
+      "(a column-parallel layer's output); the psum over `axis` of x W_block^T, plus the bias "
+      "once. A column-parallel Linear is an ordinary Linear on a block of the weight's rows.");
+  nn.def(
+      "parallel_embedding",
+      [](const nn::Embedding& block, py::handle ids, const std::string& axis) {
+        return nn::parallel_embedding(block, to_tensor(ids), axis, Loc{});
+      },
+      py::arg("block"), py::arg("ids"), py::arg("axis"),
+      "Inside shard_map: a vocabulary-parallel embedding. `block` holds rows [p V/M, (p+1) V/M) "
+      "of the table at position p of `axis`; ids are global token ids, the same on every "
+      "process of the axis. Each process looks up the ids it holds, and a psum adds them up.");
+  nn.def(
+      "parallel_cross_entropy",
+      [](py::handle logits, py::handle labels, const std::string& axis) {
+        return nn::parallel_cross_entropy(to_tensor(logits), to_tensor(labels), axis, Loc{});
+      },
+      py::arg("logits"), py::arg("labels"), py::arg("axis"),
+      "Inside shard_map: vocabulary-parallel cross-entropy of logits [N, C / M] (this "
+      "process's block of the classes) and global labels [N], without gathering the logits.");
+}
+
 void bind_init(py::module_& nn) {
   py::module_ init = nn.def_submodule("init", "Initialisers with PyTorch's fan conventions.");
   using Init = Tensor (*)(const Tensor&, const Shape&, double, DType);
@@ -728,6 +759,7 @@ void bind_nn(py::module_& m) {
   bind_activations(nn);
   bind_losses(nn);
   bind_attention_functions(nn);
+  bind_parallel_layers(nn);
   bind_init(nn);
   bind_context(nn);
   bind_simple_layers(nn);

@@ -212,8 +212,13 @@ def test_the_example_trains_samples_and_resumes_to_the_same_checkpoint(tmp_path)
     [
         (["--data-parallel", "--zero", "4"], "must be 1, 2 or 3"),
         (["--zero", "2"], "add --data-parallel"),
+        (["--mesh", "data=1,model=1"], "--mesh lays out --tensor-parallel: add it"),
+        (["--tensor-parallel", "--mesh", "data=1,model=2"], "holds 2 processes: got 1"),
+        (["--tensor-parallel", "--mesh", "model=1,data=1"], "in that order"),
+        (["--tensor-parallel", "--mesh", "data=x"], "bad --mesh data=x"),
+        (["--tensor-parallel", "--data-parallel"], "takes its data parallelism from --mesh"),
     ],
 )
-def test_bad_zero_flags_are_usage_errors(flags, message):
+def test_bad_layout_flags_are_usage_errors(flags, message):
     r = run_example(*flags)
     assert r.returncode == 2 and message in r.stderr, r.stderr

@@ -158,6 +158,7 @@ def test_sharded_checkpoints_put_pieces_back_together(tmp_path):
     assert [p.name for p in made] == ["optimizer.step"] + ["model.b", "model.w"] * 2
     assert made[1].flat and made[1].whole_shape == (7,) and made[3].start == [4]
     assert "model.b" in repr(made[1])
+    np.testing.assert_array_equal(np.asarray(made[3].data), tree["b"][4:])
     assert kl.io.latest_sharded_step(tmp_path / "ck") is None
     kl.io.save_sharded(tmp_path / "ck", 4, pieces, {"note": "test"})
     assert kl.io.latest_sharded_step(tmp_path / "ck") == 4
