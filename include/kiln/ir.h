@@ -102,6 +102,10 @@ Function fold_constants(const Function& f);  // evaluates equations on constants
 // integer x*0 -> 0 (floats keep it: inf*0 is NaN); neg(neg(x)) -> x;
 // transpose of transpose, reshape of reshape, broadcast of broadcast -> one step or none.
 Function simplify(const Function& f);
+// A sum of zero pads of pieces that tile a range of one axis -> one concatenate (and a pad for
+// what they leave at the ends): reverse mode's sum of a split's cotangents (src/ir/pad_sums.cpp).
+// Exact but for signed zeros: a piece's -0 stays -0, where the sum gave +0.
+Function fold_pad_sums(const Function& f);
 // Sibling scans over the same operands whose carries evolve identically become one scan
 // (src/ir/merge_scans.cpp): reverse mode's forward scan and the primal scan it recomputes.
 Function merge_scans(const Function& f);

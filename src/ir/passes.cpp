@@ -438,10 +438,10 @@ Function inline_calls(const Function& f) { return map_sub_functions(inline_top(f
 Function optimize(const Function& f) {
   // Each pass can expose work for the others; iterate while the program shrinks. Checkpoint
   // policies first (on live equations), so that the bodies they make are optimised too.
-  Function cur = dce(merge_scans(cse(
-      simplify(fold_constants(map_sub_functions(apply_checkpoint_policies(dce(f)), optimize))))));
+  Function cur = dce(merge_scans(cse(simplify(fold_pad_sums(
+      fold_constants(map_sub_functions(apply_checkpoint_policies(dce(f)), optimize)))))));
   for (int round = 0; round < 8; ++round) {
-    Function next = dce(merge_scans(cse(simplify(fold_constants(cur)))));
+    Function next = dce(merge_scans(cse(simplify(fold_pad_sums(fold_constants(cur))))));
     const bool same = next.equations.size() == cur.equations.size() &&
                       next.constants.size() == cur.constants.size();
     cur = std::move(next);
