@@ -73,6 +73,29 @@ TEST_P(AlgebraWalk, DeclaredFactsHold) {
     }
     if (alg.commutative)
       EXPECT_TRUE(same_bits(apply1(p, {x, x2}), apply1(p, {x2, x}))) << "op(a, b) != op(b, a)";
+    if (alg.adds && d != int32) {  // the sum, to float64's rounding of float32's operands
+      const Tensor want = astype(astype(x, float64) + astype(x2, float64), d);
+      EXPECT_TRUE(allclose(apply1(p, {x, x2}), want, {.rtol = 1e-7, .atol = 0, .equal_nan = true})
+                      .item<bool>())
+          << "op(a, b) is not a + b";
+    }
+  }
+  if (alg.pads) {
+    // The input at "low", the rest "value": the output cut back is the input, and the output
+    // holds the value everywhere else (a constant input of that value fills it whole).
+    const Tensor out = apply1(p, in, sample->attrs);
+    const std::vector<int64_t>&low = sample->attrs.get_ints("low"),
+          &high = sample->attrs.get_ints("high");
+    std::vector<Slice> inside;
+    for (int i = 0; i < out.rank(); ++i) {
+      const auto u = static_cast<std::size_t>(i);
+      EXPECT_EQ(out.shape()[i], in[0].shape()[i] + low[u] + high[u]);
+      inside.push_back(Slice{low[u], low[u] + in[0].shape()[i], 1});
+    }
+    EXPECT_TRUE(same_bits(slice(out, inside).contiguous(), in[0]));
+    const double value = sample->attrs.get_double("value");
+    const Tensor filled = apply1(p, {full_like(in[0], value)}, sample->attrs);
+    EXPECT_TRUE(same_bits(filled, full_like(filled, value))) << "the padding is not 'value'";
   }
   if (alg.involution)
     EXPECT_TRUE(same_bits(apply1(p, {apply1(p, {with_edges(in[0])})}), with_edges(in[0])));
@@ -124,7 +147,7 @@ std::vector<const Primitive*> with_algebra() {
     const Algebra& a = p->algebra;
     if (a.right_identity || a.left_identity || a.integer_zero_absorbs || a.involution ||
         a.reshapes || !a.permutation_attr.empty() || a.transposes_as_product || a.expands ||
-        a.commutative || a.rearranges)
+        a.commutative || a.rearranges || a.adds || a.pads)
       out.push_back(p);
   }
   return out;
@@ -148,6 +171,8 @@ TEST(AlgebraWalk, TheArithmeticAndLayoutFactsAreDeclared) {
   EXPECT_TRUE(primitive("cond").algebra.selects_branch);
   EXPECT_TRUE(primitive("scan").algebra.scans_body);
   EXPECT_TRUE(primitive("scan").prune);
+  EXPECT_TRUE(primitive("add").algebra.adds);
+  EXPECT_TRUE(primitive("pad").algebra.pads);
 }
 
 }  // namespace

@@ -421,8 +421,37 @@ TEST(Passes, SumOfPaddedPiecesBecomesOneConcatenate) {
             "  %1 = pad %0 {high=[2], low=[1], value=0.0} : f32[8]\n"
             "  return %1\n"
             "}");
-  // A gap between pieces, overlapping pieces, a non-zero padding value, a partial sum used
-  // elsewhere: the sums stay as they are.
+  // Integers too; and one other term of the sum (a value also used whole) is added after.
+  EXPECT_EQ(optimized("func @f(%a: i32[2], %b: i32[3], %r: i32[5]) -> i32[5] {\n"
+                      "  %0 = pad %a {high=[3], low=[0], value=0.0} : i32[5]\n"
+                      "  %1 = add %r, %0 : i32[5]\n"
+                      "  %2 = pad %b {high=[0], low=[2], value=0.0} : i32[5]\n"
+                      "  %3 = add %1, %2 : i32[5]\n"
+                      "  return %3\n"
+                      "}"),
+            "func @f(%a: i32[2], %b: i32[3], %r: i32[5]) -> i32[5] {\n"
+            "  %0 = concatenate %a, %b {axis=0} : i32[5]\n"
+            "  %1 = add %0, %r : i32[5]\n"
+            "  return %1\n"
+            "}");
+  // An unused sum is no root of anything (dce drops it later; the pass alone keeps it).
+  const std::string unused =
+      "func @f(%a: f32[2], %b: f32[3]) -> f32[2] {\n"
+      "  %0 = pad %a {high=[3], low=[0], value=0.0} : f32[5]\n"
+      "  %1 = pad %b {high=[0], low=[2], value=0.0} : f32[5]\n"
+      "  %2 = add %0, %1 : f32[5]\n"
+      "  return %a\n"
+      "}";
+  EXPECT_EQ(ir::print(ir::fold_pad_sums(*ir::parse(unused))),
+            "func @f(%a: f32[2], %b: f32[3]) -> f32[2] {\n"
+            "  %0 = pad %a {high=[3], low=[0], value=0.0} : f32[5]\n"
+            "  %1 = pad %b {high=[0], low=[2], value=0.0} : f32[5]\n"
+            "  %2 = concatenate %a, %b {axis=0} : f32[5]\n"
+            "  return %a\n"
+            "}");
+  // A gap between pieces, overlapping pieces, a non-zero or negative-zero padding value, a pad
+  // along two axes, the same piece twice, two other terms (their order would change the
+  // rounding): the sums stay as they are.
   for (const char* kept : {
            "func @f(%a: f32[2], %b: f32[2]) -> f32[5] {\n"
            "  %0 = pad %a {high=[3], low=[0], value=0.0} : f32[5]\n"
@@ -442,8 +471,49 @@ TEST(Passes, SumOfPaddedPiecesBecomesOneConcatenate) {
            "  %2 = add %0, %1 : f32[5]\n"
            "  return %2\n"
            "}",
+           "func @f(%a: f32[2], %b: f32[3]) -> f32[5] {\n"
+           "  %0 = pad %a {high=[3], low=[0], value=-0.0} : f32[5]\n"
+           "  %1 = pad %b {high=[0], low=[2], value=0.0} : f32[5]\n"
+           "  %2 = add %0, %1 : f32[5]\n"
+           "  return %2\n"
+           "}",
+           "func @f(%a: f32[2,2], %b: f32[3,3]) -> f32[3,3] {\n"
+           "  %0 = pad %a {high=[1, 1], low=[0, 0], value=0.0} : f32[3,3]\n"
+           "  %1 = add %0, %b : f32[3,3]\n"
+           "  %2 = add %1, %0 : f32[3,3]\n"
+           "  return %2\n"
+           "}",
+           "func @f(%a: f32[2]) -> f32[4] {\n"
+           "  %0 = pad %a {high=[2], low=[0], value=0.0} : f32[4]\n"
+           "  %1 = add %0, %0 : f32[4]\n"
+           "  return %1\n"
+           "}",
+           "func @f(%a: f32[2], %b: f32[3], %r: f32[5], %s: f32[5]) -> f32[5] {\n"
+           "  %0 = pad %a {high=[3], low=[0], value=0.0} : f32[5]\n"
+           "  %1 = add %r, %0 : f32[5]\n"
+           "  %2 = pad %b {high=[0], low=[2], value=0.0} : f32[5]\n"
+           "  %3 = add %1, %2 : f32[5]\n"
+           "  %4 = add %3, %s : f32[5]\n"
+           "  return %4\n"
+           "}",
        })
     EXPECT_EQ(optimized(kept), kept);
+  // A partial sum also used elsewhere is a sum of its own: it is folded, and then the whole
+  // sum, whose piece it has become, is folded too.
+  EXPECT_EQ(optimized("func @f(%a: f32[2], %b: f32[1], %c: f32[2]) -> (f32[5], f32[5]) {\n"
+                      "  %0 = pad %a {high=[3], low=[0], value=0.0} : f32[5]\n"
+                      "  %1 = pad %b {high=[2], low=[2], value=0.0} : f32[5]\n"
+                      "  %2 = add %0, %1 : f32[5]\n"
+                      "  %3 = pad %c {high=[0], low=[3], value=0.0} : f32[5]\n"
+                      "  %4 = add %2, %3 : f32[5]\n"
+                      "  return %4, %2\n"
+                      "}"),
+            "func @f(%a: f32[2], %b: f32[1], %c: f32[2]) -> (f32[5], f32[5]) {\n"
+            "  %0 = concatenate %a, %b {axis=0} : f32[3]\n"
+            "  %1 = pad %0 {high=[2], low=[0], value=0.0} : f32[5]\n"
+            "  %2 = concatenate %0, %c {axis=0} : f32[5]\n"
+            "  return %2, %1\n"
+            "}");
   // Values: a split's gradient, optimised, equals the unoptimised one.
   const auto f = ir::parse(
       "func @f(%a: f32[2,3], %b: f32[2,1], %c: f32[2,2]) -> f32[2,6] {\n"
@@ -458,6 +528,18 @@ TEST(Passes, SumOfPaddedPiecesBecomesOneConcatenate) {
               random::normal(random::key(3), {2, 2})};
   EXPECT_EQ(ir::evaluate(ir::optimize(*f), in)[0].to_vector<float>(),
             ir::evaluate(*f, in)[0].to_vector<float>());
+  // The one inexact case, as documented: a piece's -0 stays -0 (the sum gave +0).
+  const auto signed_zero = ir::parse(
+      "func @f(%a: f32[1], %b: f32[1]) -> f32[2] {\n"
+      "  %0 = pad %a {high=[1], low=[0], value=0.0} : f32[2]\n"
+      "  %1 = pad %b {high=[0], low=[1], value=0.0} : f32[2]\n"
+      "  %2 = add %0, %1 : f32[2]\n"
+      "  return %2\n"
+      "}");
+  const Ts zeros{tensor(std::vector<float>{-0.0f}), tensor(std::vector<float>{1.0f})};
+  EXPECT_FALSE(std::signbit(ir::evaluate(*signed_zero, zeros)[0].to_vector<float>()[0]));
+  EXPECT_TRUE(
+      std::signbit(ir::evaluate(ir::optimize(*signed_zero), zeros)[0].to_vector<float>()[0]));
 }
 
 TEST(Passes, TransposedProductBecomesProductOfTransposes) {

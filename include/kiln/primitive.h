@@ -169,6 +169,11 @@ struct Algebra {
   // (checkpoint and custom_jvp: "fn"; custom_vjp: "fwd" in its residual form, else "fn").
   // Compiled code runs that body inline (ir::inline_calls).
   std::vector<std::string_view> computes;
+  // op(a, b) == a + b (add): fold_pad_sums regroups sums of these.
+  bool adds = false;
+  // Input 0 placed at offsets "low" in an output grown by "low" and "high" along each axis,
+  // the rest filled with the constant "value" (pad).
+  bool pads = false;
 };
 
 struct Primitive {

@@ -1,5 +1,7 @@
 // Optimisation passes, each IR -> IR: dead-code elimination, common-subexpression
 // elimination, constant folding and algebraic simplification.
+#include "ir/passes.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -14,10 +16,6 @@
 
 namespace kiln::ir {
 
-namespace {
-
-// f without its equations: what a pass starts from before it writes the equations anew (a copy
-// of f would copy every equation only to drop it, a large share of a long program's passes).
 Function without_equations(const Function& f) {
   Function out;
   out.name = f.name;
@@ -27,6 +25,8 @@ Function without_equations(const Function& f) {
   out.results = f.results;
   return out;
 }
+
+namespace {
 
 // Appends `body`'s equations to `out` with fresh value ids, its parameters bound to `inputs`;
 // returns the values of its results. `on_equation` sees each appended equation.

@@ -40,8 +40,11 @@ struct Add {
   static lw::Value lower(lw::Builder& b, Operands x, const lw::Site& s) {
     return b.add(s.in, x[0], x[1]);
   }
-  static constexpr Algebra algebra{
-      .right_identity = -0.0, .left_identity = -0.0, .commutative = true, .cheap_arithmetic = true};
+  static constexpr Algebra algebra{.right_identity = -0.0,
+                                   .left_identity = -0.0,
+                                   .commutative = true,
+                                   .cheap_arithmetic = true,
+                                   .adds = true};
   static Tangent jvp(const Tensor&, const Tensor&, const Tensor&, const Tangent& ta,
                      const Tangent& tb) {
     return plus(ta, tb);

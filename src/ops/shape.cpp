@@ -410,7 +410,8 @@ const Primitive& prim::pad() {
        },
        .batch = ops::batch_leading([](const Attrs& a, const Tensor&) {
          return ops::prepend_int(ops::prepend_int(a, "low", 0), "high", 0);
-       })},
+       }),
+       .algebra = {.pads = true}},
       {{ops::cpu({DTypeSet::all()}), [](ops::Ins in, const Attrs& a) {
           const Tensor& x = in[0];
           const auto& lo = a.get_ints("low");
