@@ -104,9 +104,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="kiln_gpt_parallel_") as out:
         for r in range(a.repeats):
             for name, cmd in layouts.items():
-                text = run(
-                    cmd + model + ["--out", os.path.join(out, str(len(results)) + str(r))], env
-                )
+                text = run(cmd + model + ["--out", os.path.join(out, f"{name} {r}")], env)
                 toks = [float(m.group(1)) for m in TOKS.finditer(text)]
                 results.setdefault(name, []).append(toks[-1])
                 print(f"  {name}: {toks[-1]:.0f} tok/s", flush=True)
@@ -153,7 +151,7 @@ def step_profile(path, steps):
                 int(d)
                 for d in (p.group(5) if op == "process_all_gather" else p.group(6)).split(",")
             ]
-            piece = BYTES.get(dtype, 4) * math.prod(dims)  # one process's part
+            piece = BYTES[dtype] * math.prod(dims)  # one process's part
             collectives[eq] = (ms, op, piece)
     copy = COPY.search(text)
     return step_ms, collectives, float(copy.group(1)) if copy else None

@@ -80,6 +80,9 @@ run "${mpirun[@]}" "$python" "$script" "${common[@]}" --tensor-parallel --stop-a
   --out "$out/tp-py-then-cpp"
 run "${mpirun[@]}" "$gpt" --tensor-parallel --resume "$out/tp-py-then-cpp" --sample 0
 diff -r "$out/cpp-data=1,model=2/checkpoint" "$out/tp-py-then-cpp/checkpoint"
+run "${mpirun[@]}" "$gpt" "${common[@]}" --tensor-parallel --stop-after 8 --out "$out/tp-cpp-then-py"
+run "${mpirun[@]}" "$python" "$script" --tensor-parallel --resume "$out/tp-cpp-then-py" --sample 0
+diff -r "$out/cpp-data=1,model=2/checkpoint" "$out/tp-cpp-then-py/checkpoint"
 # ZeRO-3's pieces continued on one process, by each language: the same whole checkpoint, and
 # the pieces' directory gone (one format per directory).
 run "${mpirun[@]}" "$gpt" "${common[@]}" --data-parallel --zero 3 --stop-after 8 --out "$out/z3-one"

@@ -83,6 +83,15 @@ inline auto model_loss(DType compute) {
                 const std::optional<Dropout>& drop) { return loss(cast(m, compute), x, y, drop); };
 }
 
+// A sharded checkpoint's first piece: the step count, written by process 0.
+inline std::vector<distributed::Piece> step_pieces(const Tensor& step) {
+  const distributed::Mesh replicas({{"processes", distributed::process_count()}});
+  return distributed::block_pieces(step, {distributed::spec()}, replicas, "optimizer.step");
+}
+inline void append(std::vector<distributed::Piece>& out, std::vector<distributed::Piece> more) {
+  for (distributed::Piece& p : more) out.push_back(std::move(p));
+}
+
 class Layout {
  public:
   virtual ~Layout() = default;
@@ -232,12 +241,9 @@ class Zero : public Layout {
   bool sharded() const override { return true; }
   // The step (process 0), the model (its pieces, or process 0 the whole), the slots' pieces.
   std::vector<distributed::Piece> pieces() override {
-    std::vector<distributed::Piece> out;
-    auto add = [&out](std::vector<distributed::Piece> more) {
-      for (distributed::Piece& p : more) out.push_back(std::move(p));
-    };
+    std::vector<distributed::Piece> out = step_pieces(opt_.step);
+    auto add = [&out](std::vector<distributed::Piece> more) { append(out, std::move(more)); };
     const distributed::Mesh replicas({{"processes", processes_}});
-    add(distributed::block_pieces(opt_.step, {distributed::spec()}, replicas, "optimizer.step"));
     const auto mine = [](const Tensor& t) { return index(t, 0); };  // without the process axis
     if (sharded_weights_)
       add(distributed::zero_pieces(tree_map(mine, model_), zero_.layout(), rank_, "model."));
@@ -299,9 +305,8 @@ class TensorParallel : public Layout {
           const Model pc = cast(p, compute);
           Tensor total;
           for (int64_t i = 0; i < accum; ++i) {
-            std::optional<ParallelDropout> drop;
-            if (rate > 0) drop.emplace(ParallelDropout{rate, masks[static_cast<std::size_t>(i)]});
-            const Tensor l = parallel_loss(pc, index(x, i), index(y, i), "model", drop);
+            const DropoutMasks* drop = rate > 0 ? &masks[static_cast<std::size_t>(i)] : nullptr;
+            const Tensor l = parallel_loss(pc, index(x, i), index(y, i), "model", rate, drop);
             total = i == 0 ? l : total + l;
           }
           if (accum > 1) total = total * (1.0 / static_cast<double>(accum));
@@ -329,11 +334,11 @@ class TensorParallel : public Layout {
     unclipped.clip_norm = std::nullopt;
     const optim::Optimizer adamw = optim::adamw(unclipped);
     const std::optional<double> clip = r.adamw.clip_norm;
-    const distributed::Mesh& mesh = mesh_;
+    const distributed::Mesh mesh = mesh_;  // a copy: the step must not refer to a member
     const int64_t D = mesh_.size("data");
     step_ = jit(
-        [=, &mesh](const Model& p, const optim::OptState<Model>& o, const Tensor& x,
-                   const Tensor& y, const Tensor& key) {
+        [=](const Model& p, const optim::OptState<Model>& o, const Tensor& x, const Tensor& y,
+            const Tensor& key) {
           // The one-process run's masks for the whole batch of each micro-batch, this
           // process's blocks of them.
           std::vector<DropoutMasks> masks;
@@ -386,15 +391,10 @@ class TensorParallel : public Layout {
   bool sharded() const override { return true; }
   // The step (process 0), then the model's and each slot's blocks.
   std::vector<distributed::Piece> pieces() override {
-    std::vector<distributed::Piece> out;
-    auto add = [&out](std::vector<distributed::Piece> more) {
-      for (distributed::Piece& p : more) out.push_back(std::move(p));
-    };
-    const distributed::Mesh replicas({{"processes", distributed::process_count()}});
-    add(distributed::block_pieces(opt_.step, {distributed::spec()}, replicas, "optimizer.step"));
-    add(parallel_pieces(blocks_, mesh_, "model", "model."));
+    std::vector<distributed::Piece> out = step_pieces(opt_.step);
+    append(out, parallel_pieces(blocks_, mesh_, "model", "model."));
     for (const auto& [name, slot] : opt_.slots)
-      add(parallel_pieces(slot, mesh_, "model", "optimizer.slots." + name + "."));
+      append(out, parallel_pieces(slot, mesh_, "model", "optimizer.slots." + name + "."));
     return out;
   }
 

@@ -301,17 +301,11 @@ inline Tensor apply_dropout(const Tensor& x, const Tensor& keep, double rate) {
   return where(keep, x * (1.0 / (1.0 - rate)), scalar_like(x, 0.0));
 }
 
-// Dropout in parallel_loss: the rate (> 0) and this process's blocks of the masks.
-struct ParallelDropout {
-  double rate;
-  const DropoutMasks& masks;
-};
-
 // Causal self-attention on this process's heads: a.c_attn holds their q, k and v rows, in
-// that order, and a.c_proj their columns; a.heads counts every process's heads. With dropout,
-// `keep` is this process's block of the attention weights' mask and `keep_out` the output's.
+// that order, and a.c_proj their columns; a.heads counts every process's heads. With dropout
+// (`masks`: this process's blocks of them), block `layer`'s masks at `rate`.
 inline Tensor parallel_attention(const Attention& a, const Tensor& x, const std::string& axis,
-                                 const std::optional<ParallelDropout>& drop = std::nullopt,
+                                 double rate = 0.0, const DropoutMasks* masks = nullptr,
                                  int64_t layer = 0) {
   const int64_t B = x.shape()[0], T = x.shape()[1], C = x.shape()[2];
   const int64_t D = C / a.heads, local = a.c_attn.weight.shape()[0] / 3, H = local / D;
@@ -319,33 +313,34 @@ inline Tensor parallel_attention(const Attention& a, const Tensor& x, const std:
   auto heads = [&](const Tensor& v) { return swapaxes(reshape(v, {B, T, H, D}), 1, 2); };
   const auto l = static_cast<std::size_t>(layer);
   // The weights' dropout as scaled_dot_product_attention applies it, with the given mask.
-  const Tensor y = drop ? matmul(apply_dropout(nn::attention_weights(heads(qkv[0]), heads(qkv[1]),
-                                                                     {.is_causal = true}),
-                                               drop->masks.attention[l], drop->rate),
-                                 heads(qkv[2]))
-                        : nn::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]),
-                                                           heads(qkv[2]), {.is_causal = true});
+  const Tensor y = masks ? matmul(apply_dropout(nn::attention_weights(heads(qkv[0]), heads(qkv[1]),
+                                                                      {.is_causal = true}),
+                                                masks->attention[l], rate),
+                                  heads(qkv[2]))
+                         : nn::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]),
+                                                            heads(qkv[2]), {.is_causal = true});
   const Tensor out =
       nn::row_parallel_linear(a.c_proj, reshape(swapaxes(y, 1, 2), {B, T, local}), axis);
-  return drop ? apply_dropout(out, drop->masks.attention_out[l], drop->rate) : out;
+  return masks ? apply_dropout(out, masks->attention_out[l], rate) : out;
 }
 
 // The mean next-token cross-entropy from this process's blocks of the model (see above); the
 // same on every process of the axis, and the same value as loss() on the whole model (with
-// dropout, as loss() with the key the masks were drawn from).
+// dropout, `masks` this process's blocks of dropout_masks, as loss() with the key they were
+// drawn from).
 inline Tensor parallel_loss(const Model& m, const Tensor& tokens, const Tensor& targets,
-                            const std::string& axis,
-                            const std::optional<ParallelDropout>& drop = std::nullopt) {
+                            const std::string& axis, double rate = 0.0,
+                            const DropoutMasks* masks = nullptr) {
   const Transformer& t = m.transformer;
   const int64_t T = tokens.shape()[1];
   Tensor x = nn::parallel_embedding(t.wte, tokens, axis) + t.wpe(arange(T));
-  if (drop) x = apply_dropout(x, drop->masks.embedding, drop->rate);
+  if (masks) x = apply_dropout(x, masks->embedding, rate);
   for (std::size_t l = 0; l < t.h.size(); ++l) {
     const Block& b = t.h[l];
-    x = x + parallel_attention(b.attn, b.ln_1(x), axis, drop, static_cast<int64_t>(l));
+    x = x + parallel_attention(b.attn, b.ln_1(x), axis, rate, masks, static_cast<int64_t>(l));
     const Tensor h = nn::row_parallel_linear(
         b.mlp.c_proj, nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true), axis);
-    x = x + (drop ? apply_dropout(h, drop->masks.mlp[l], drop->rate) : h);
+    x = x + (masks ? apply_dropout(h, masks->mlp[l], rate) : h);
   }
   Tensor z = matmul(t.ln_f(x), transpose(t.wte.weight));  // [B, T, vocab / M]
   if (z.dtype() == bfloat16 || z.dtype() == float16) z = astype(z, float32);

@@ -19,6 +19,7 @@ import argparse
 import dataclasses
 import math
 import os
+import re
 import shutil
 import sys
 import time
@@ -167,9 +168,6 @@ def train_flops(layers, d_model, tokens, block, vocab=256):
     )
 
 
-# ---- data ------------------------------------------------------------------------------------
-
-
 # ---- tensor parallelism (Megatron-LM's layout), inside shard_map: gpt_model.h's ----------------
 #
 # Each of the M processes along the axis holds 1/M of the vocabulary (its rows of the token
@@ -315,6 +313,9 @@ def parallel_loss(m, tokens, targets, axis, rate=0.0, masks=None):
     )
 
 
+# ---- data ------------------------------------------------------------------------------------
+
+
 def default_corpus():
     if not os.path.isdir(DEFAULT_CORPUS):
         sys.exit(
@@ -348,11 +349,12 @@ _M = (1 << 64) - 1
 
 
 def mix(x):
-    """SplitMix64 on numpy uint64 arrays (wrapping), as gpt.cpp's mix."""
-    x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(_M)
-    x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(_M)
-    x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(_M)
-    return x ^ (x >> np.uint64(31))
+    """SplitMix64 on numpy uint64 arrays (wrapping, on purpose), as gpt.cpp's mix."""
+    with np.errstate(over="ignore"):
+        x = (x + np.uint64(0x9E3779B97F4A7C15)) & np.uint64(_M)
+        x = ((x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)) & np.uint64(_M)
+        x = ((x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)) & np.uint64(_M)
+        return x ^ (x >> np.uint64(31))
 
 
 def windows(data, count, batch, block, seed, stream, step):
@@ -494,10 +496,6 @@ def parse_args(argv):
             p.error("--tensor-parallel takes its data parallelism from --mesh, and no --zero yet")
     elif args.mesh:
         p.error("--mesh lays out --tensor-parallel: add it")
-    if args.zero not in (0, 1, 2, 3):
-        p.error(f"--zero must be 1, 2 or 3 (the ZeRO stage), got {args.zero}")
-    if args.zero and not args.data_parallel:
-        p.error("--zero shards over processes: add --data-parallel")
     if processes > 1 and not (args.data_parallel or args.tensor_parallel):
         p.error(f"started as {processes} processes: add --data-parallel to train on all of them")
     if args.batch_size % processes and not args.tensor_parallel:
@@ -505,15 +503,19 @@ def parse_args(argv):
             "--batch-size (sequences per step over all processes) must be divisible by the "
             f"{processes} processes, got {args.batch_size}"
         )
+    if args.zero not in (0, 1, 2, 3):
+        p.error(f"--zero must be 1, 2 or 3 (the ZeRO stage), got {args.zero}")
+    if args.zero and not args.data_parallel:
+        p.error("--zero shards over processes: add --data-parallel")
     return args
 
 
 def parse_mesh(p, text):
-    """data=D,model=M as [("data", D), ("model", M)]."""
+    """data=D,model=M as [("data", D), ("model", M)] (empty: the default, as gpt.cpp)."""
     mesh = []
-    for part in text.split(","):
+    for part in filter(None, text.split(",")):
         name, _, size = part.partition("=")
-        if not size.isdigit() or int(size) < 1:
+        if not re.fullmatch("[0-9]+", size) or int(size) < 1:
             p.error(f"bad --mesh {text}: expected data=D,model=M")
         mesh.append((name, int(size)))
     return mesh
@@ -687,6 +689,12 @@ def share(x, part, parts):
 # whole() is the whole state on every process (a collective where the state is spread).
 
 
+def step_pieces(step):
+    """A sharded checkpoint's first piece: the step count, written by process 0."""
+    replicas = kl.Mesh({"processes": kl.process_count()})
+    return kl.io.block_pieces(step, kl.spec(), replicas, "optimizer.step")
+
+
 def process_key(key_seed, rank):
     """Dropout's key for process `rank` (process 0's is the one-process run's)."""
     with np.errstate(over="ignore"):
@@ -755,7 +763,7 @@ class Zero:
         pieces, as gpt.cpp writes them."""
         rank, replicas = kl.process_index(), kl.Mesh({"processes": kl.process_count()})
         o, m = first_of(self.opt), first_of(self.model)
-        out = kl.io.block_pieces(o.step, kl.spec(), replicas, "optimizer.step")
+        out = step_pieces(o.step)
         if self.sharded_weights:
             out += kl.io.zero_pieces(m, self.zero.layout, rank, "model.")
         else:
@@ -857,8 +865,7 @@ class TensorParallel:
 
     def pieces(self):
         """The step (process 0), then the model's and each slot's blocks."""
-        replicas = kl.Mesh({"processes": kl.process_count()})
-        out = kl.io.block_pieces(self.opt.step, kl.spec(), replicas, "optimizer.step")
+        out = step_pieces(self.opt.step)
         out += parallel_pieces(self.blocks, self.mesh, "model", "model.")
         for name, slot in self.opt.slots.items():
             out += parallel_pieces(slot, self.mesh, "model", f"optimizer.slots.{name}.")

@@ -9,6 +9,7 @@ the same directory is written, fsync'ed and renamed over the path.
 """
 from . import tree as _tree
 from ._kiln import _io as _native
+from .optim import _flatten_like
 
 
 def save(path, tree, metadata=None):
@@ -65,7 +66,7 @@ def block_pieces(blocks, specs, mesh, prefix=""):
 def zero_pieces(pieces, layout, part, prefix=""):
     """The pieces of a tree of ZeRO pieces (kiln.optim.shard's, without pmap's process axis)
     held by part `part` of the kiln.optim.ShardLayout: flat runs, the padding left out."""
-    leaves, _ = _tree.flatten(pieces)
+    leaves = _flatten_like(layout.structure, pieces, "the pieces")
     return _native.zero_pieces(leaves, _names(pieces, prefix), layout._native, part)
 
 

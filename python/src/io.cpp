@@ -99,7 +99,14 @@ void bind_sharded(py::module_& io) {
         const std::function<std::vector<Piece>()> make = [pieces] {
           py::gil_scoped_acquire gil;
           const py::object made = PyCallable_Check(pieces.ptr()) ? pieces() : pieces;
-          return made.cast<std::vector<Piece>>();
+          std::vector<Piece> out;
+          for (py::handle p : py::iter(made)) {
+            if (!py::isinstance<Piece>(p))
+              fail("io.save_sharded", "a piece is not a kiln.io.Piece: got ", repr_of(p),
+                   ", expected the pieces of block_pieces, zero_pieces or kiln.io.Piece(...)");
+            out.push_back(p.cast<Piece>());
+          }
+          return out;
         };
         py::gil_scoped_release release;
         distributed::save_sharded(dir, step, make, metadata);
