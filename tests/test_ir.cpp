@@ -397,14 +397,16 @@ TEST(Passes, CollapsesShapeChains) {
 TEST(Passes, SumOfPaddedPiecesBecomesOneConcatenate) {
   // Reverse mode through a split: each slice's transpose pads its cotangent to the whole, and
   // the cotangents add up. Pieces that tile the axis, in any order, are one concatenate.
-  EXPECT_EQ(optimized("func @f(%a: f32[2,3], %b: f32[2,1], %c: f32[2,2]) -> f32[2,6] {\n"
-                      "  %0 = pad %b {high=[0, 2], low=[0, 3], value=0.0} : f32[2,6]\n"
-                      "  %1 = pad %a {high=[0, 3], low=[0, 0], value=0.0} : f32[2,6]\n"
-                      "  %2 = add %0, %1 : f32[2,6]\n"
-                      "  %3 = pad %c {high=[0, 0], low=[0, 4], value=0.0} : f32[2,6]\n"
-                      "  %4 = add %3, %2 : f32[2,6]\n"
-                      "  return %4\n"
-                      "}"),
+  const std::string split_gradient =
+      "func @f(%a: f32[2,3], %b: f32[2,1], %c: f32[2,2]) -> f32[2,6] {\n"
+      "  %0 = pad %b {high=[0, 2], low=[0, 3], value=0.0} : f32[2,6]\n"
+      "  %1 = pad %a {high=[0, 3], low=[0, 0], value=0.0} : f32[2,6]\n"
+      "  %2 = add %0, %1 : f32[2,6]\n"
+      "  %3 = pad %c {high=[0, 0], low=[0, 4], value=0.0} : f32[2,6]\n"
+      "  %4 = add %3, %2 : f32[2,6]\n"
+      "  return %4\n"
+      "}";
+  EXPECT_EQ(optimized(split_gradient),
             "func @f(%a: f32[2,3], %b: f32[2,1], %c: f32[2,2]) -> f32[2,6] {\n"
             "  %0 = concatenate %a, %b, %c {axis=1} : f32[2,6]\n"
             "  return %0\n"
@@ -515,15 +517,7 @@ TEST(Passes, SumOfPaddedPiecesBecomesOneConcatenate) {
             "  return %2, %1\n"
             "}");
   // Values: a split's gradient, optimised, equals the unoptimised one.
-  const auto f = ir::parse(
-      "func @f(%a: f32[2,3], %b: f32[2,1], %c: f32[2,2]) -> f32[2,6] {\n"
-      "  %0 = pad %b {high=[0, 2], low=[0, 3], value=0.0} : f32[2,6]\n"
-      "  %1 = pad %a {high=[0, 3], low=[0, 0], value=0.0} : f32[2,6]\n"
-      "  %2 = add %0, %1 : f32[2,6]\n"
-      "  %3 = pad %c {high=[0, 0], low=[0, 4], value=0.0} : f32[2,6]\n"
-      "  %4 = add %3, %2 : f32[2,6]\n"
-      "  return %4\n"
-      "}");
+  const auto f = ir::parse(split_gradient);
   const Ts in{random::normal(random::key(1), {2, 3}), random::normal(random::key(2), {2, 1}),
               random::normal(random::key(3), {2, 2})};
   EXPECT_EQ(ir::evaluate(ir::optimize(*f), in)[0].to_vector<float>(),

@@ -92,6 +92,13 @@ inline void append(std::vector<distributed::Piece>& out, std::vector<distributed
   for (distributed::Piece& p : more) out.push_back(std::move(p));
 }
 
+// The compiled functions of a layout that spreads the state: (this process's model, its
+// optimiser state, x, y, dropout key) -> (the same, updated, and the loss); and the whole state
+// from every process's parts.
+using SpreadStep = std::function<std::tuple<Model, optim::OptState<Model>, Tensor>(
+    const Model&, const optim::OptState<Model>&, const Tensor&, const Tensor&, const Tensor&)>;
+using SpreadWhole = std::function<TrainState(const Model&, const optim::OptState<Model>&)>;
+
 class Layout {
  public:
   virtual ~Layout() = default;
@@ -242,18 +249,19 @@ class Zero : public Layout {
   // The step (process 0), the model (its pieces, or process 0 the whole), the slots' pieces.
   std::vector<distributed::Piece> pieces() override {
     std::vector<distributed::Piece> out = step_pieces(opt_.step);
-    auto add = [&out](std::vector<distributed::Piece> more) { append(out, std::move(more)); };
     const distributed::Mesh replicas({{"processes", processes_}});
     const auto mine = [](const Tensor& t) { return index(t, 0); };  // without the process axis
     if (sharded_weights_)
-      add(distributed::zero_pieces(tree_map(mine, model_), zero_.layout(), rank_, "model."));
+      append(out,
+             distributed::zero_pieces(tree_map(mine, model_), zero_.layout(), rank_, "model."));
     else
-      add(distributed::block_pieces(
-          model_, std::vector<distributed::Spec>(tree_leaves(model_).size(), distributed::spec()),
-          replicas, "model."));
+      append(out, distributed::block_pieces(model_,
+                                            std::vector<distributed::Spec>(
+                                                tree_leaves(model_).size(), distributed::spec()),
+                                            replicas, "model."));
     for (const auto& [name, slot] : opt_.slots)
-      add(distributed::zero_pieces(tree_map(mine, slot), zero_.layout(), rank_,
-                                   "optimizer.slots." + name + "."));
+      append(out, distributed::zero_pieces(tree_map(mine, slot), zero_.layout(), rank_,
+                                           "optimizer.slots." + name + "."));
     return out;
   }
 
@@ -263,10 +271,8 @@ class Zero : public Layout {
   distributed::Zero zero_;
   Model model_;
   optim::OptState<Model> opt_;
-  std::function<std::tuple<Model, optim::OptState<Model>, Tensor>(
-      const Model&, const optim::OptState<Model>&, const Tensor&, const Tensor&, const Tensor&)>
-      step_;
-  std::function<TrainState(const Model&, const optim::OptState<Model>&)> whole_;
+  SpreadStep step_;
+  SpreadWhole whole_;
 };
 
 // Megatron's layout over the mesh's "model" axis, data parallelism over its "data" axis: this
@@ -402,10 +408,8 @@ class TensorParallel : public Layout {
   distributed::Mesh mesh_;
   Model blocks_;
   optim::OptState<Model> opt_;
-  std::function<std::tuple<Model, optim::OptState<Model>, Tensor>(
-      const Model&, const optim::OptState<Model>&, const Tensor&, const Tensor&, const Tensor&)>
-      step_;
-  std::function<TrainState(const Model&, const optim::OptState<Model>&)> whole_;
+  SpreadStep step_;
+  SpreadWhole whole_;
 };
 
 }  // namespace gpt
