@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `gpt --tensor-parallel --mesh data=D,model=M` on 4 processes (docs/DISTRIBUTED.md, "Tensor
-# parallelism"): the 2 x 2, 1 x 4 and 4 x 1 meshes follow the one-process run (training and
-# validation losses within 1e-4 relative), with dropout too (the one-process run's masks);
+# parallelism"): the 2 x 2, 1 x 4 and 4 x 1 meshes, and ZeRO stages 1-3, follow the one-process
+# run (training and validation losses within 1e-4 relative), the meshes with dropout too (the
+# one-process run's masks);
 # stopping after step 20 and resuming on the same mesh
 # gives a checkpoint byte-identical to the straight run's; a checkpoint written on one mesh
 # continues on another and in one process; meshes that do not fit are usage errors.
@@ -21,6 +22,13 @@ for mesh in data=2,model=2 data=1,model=4 data=4,model=1; do
   run "$out/$mesh.log" "${tp[@]}" --mesh "$mesh" "${common[@]}" --out "$out/$mesh"
   grep -q "tensor-parallel on the mesh" "$out/$mesh.log"
   same_losses "$out/one/metrics.csv" "$out/$mesh/metrics.csv" "mesh $mesh"
+done
+
+# ZeRO stages 1-3 on the same 4 processes follow it too.
+for stage in 1 2 3; do
+  run "$out/z$stage.log" "${mpirun[@]}" "$gpt" --data-parallel --zero "$stage" "${common[@]}" \
+    --out "$out/z$stage"
+  same_losses "$out/one/metrics.csv" "$out/z$stage/metrics.csv" "ZeRO-$stage on 4 processes"
 done
 
 # Dropout: every mesh draws the one-process run's masks, each process its rows and heads.

@@ -854,7 +854,8 @@ std::vector<PrimitiveSample> make_table() {
       {.prim = "process_all_reduce", .label = "max", .make = [over](Gen& g) {
          return Sample{{{g.distinct(Shape{g.dim(), 2})}}, over({{"op", std::string("max")}})};
        }});
-  for (const char* prim : {"process_all_gather", "process_reduce_scatter"})
+  for (const char* prim : {"process_all_gather", "process_all_gather_start",
+                           "process_reduce_scatter", "process_reduce_scatter_start"})
     c.push_back({.prim = prim, .label = "", .make = [over](Gen& g) {
                    return Sample{{{g.normal(Shape{3, g.dim()})}},
                                  over({{"sizes", std::vector<int64_t>{3}}})};
@@ -864,7 +865,8 @@ std::vector<PrimitiveSample> make_table() {
                                over({{"sizes", std::vector<int64_t>{3}}})};
                }});
   // One process: the group is this process alone, so both transposes are the identity too.
-  for (const char* prim : {"process_broadcast", "process_replicated"})
+  for (const char* prim : {"process_broadcast", "process_replicated", "process_all_gather_done",
+                           "process_reduce_scatter_done"})
     c.push_back({.prim = prim, .label = "", .make = [over](Gen& g) {
                    return Sample{{{g.normal(Shape{g.dim(), 2})}},
                                  over({{"sizes", std::vector<int64_t>{1}}})};

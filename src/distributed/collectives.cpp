@@ -10,7 +10,11 @@
 #include <algorithm>
 #include <climits>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
+#include "distributed/collective_thread.h"
 #include "distributed/runtime.h"
 #include "distributed/shared_memory.h"
 #include "ir/trace.h"
@@ -191,22 +195,25 @@ struct ExtremeShare {
 
 // ---- all_gather, reduce_scatter ------------------------------------------------------------
 
-std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
-  const Tensor x = in[0].contiguous();
-  const Sizes& s = sizes(a);
+// The result of gathering x (contiguous) by attributes `a`: empty, filled by gather_into.
+Tensor gathered_like(const Tensor& x, const Attrs& a) {
   std::vector<int64_t> dims = x.shape().dims();
-  dims[0] = total(s);
-  Tensor out = empty(Shape(dims), x.dtype());
+  dims[0] = total(sizes(a));
+  return empty(Shape(dims), x.dtype());
+}
+
+void gather_into(const Tensor& x, const Attrs& a, Tensor& out) {
+  const Sizes& s = sizes(a);
   const int64_t row = elems_from(x.shape(), 1) * static_cast<int64_t>(dtype_size(x.dtype()));
   const Group g(a);
   if (g.size() == 1) {
     std::memcpy(out.raw_data(), x.raw_data(), static_cast<std::size_t>(row * x.shape()[0]));
-    return {out};
+    return;
   }
   const Arrival arrival{"all_gather", over(a), x.dtype(), dims_with(x.shape(), {0})};
   const auto lock = distributed::arrive(arrival);
   const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
-  if (row == 0) return {out};
+  if (row == 0) return;
   // A member's index in the segments is its index in the group (same order).
   const int me = g.index();
   if (distributed::SharedSegments* shm = distributed::shared_segments(
@@ -217,7 +224,7 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
     for (int p = 0; p < g.size(); ++p)
       std::memcpy(bytes(out) + offset_of(s, p) * row, p == me ? bytes(x) : shm->segment(p),
                   static_cast<std::size_t>(s[static_cast<std::size_t>(p)] * row));
-    return {out};
+    return;
   }
   std::vector<int> counts, starts;
   for (std::size_t p = 0; p < s.size(); ++p) {
@@ -228,6 +235,12 @@ std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
   distributed::check(MPI_Allgatherv(x.raw_data(), counts[static_cast<std::size_t>(me)], t.type,
                                     out.raw_data(), counts.data(), starts.data(), t.type, comm),
                      arrival, "MPI_Allgatherv");
+}
+
+std::vector<Tensor> all_gather_kernel(ops::Ins in, const Attrs& a) {
+  const Tensor x = in[0].contiguous();
+  Tensor out = gathered_like(x, a);
+  gather_into(x, a, out);
   return {out};
 }
 
@@ -249,45 +262,126 @@ void sum_block(distributed::SharedSegments& shm, const Tensor& src, int me, int6
   }
 }
 
-std::vector<Tensor> reduce_scatter_kernel(ops::Ins in, const Attrs& a) {
-  const Tensor& x = in[0];
-  const detail::TracingPaused concrete;
-  const Tensor src = (is_half(x.dtype()) ? astype(x, float32) : x).contiguous();
+// This process's rows of the sum over processes of src (float32 or wider: half types are
+// summed in float32), into out; `operand` is what the caller was given, for the rendezvous.
+void scatter_into(const Tensor& src, const TensorType& operand, const Attrs& a, Tensor& out) {
   const Sizes& s = sizes(a);
   const Group g(a);
   const int me = g.index();
-  std::vector<int64_t> dims = src.shape().dims();
-  dims[0] = s[static_cast<std::size_t>(me)];
-  Tensor out = empty(Shape(dims), src.dtype());
   const int64_t row = elems_from(src.shape(), 1);
   const std::size_t es = dtype_size(src.dtype());
   if (g.size() == 1) {
     std::memcpy(out.raw_data(), src.raw_data(), static_cast<std::size_t>(src.numel()) * es);
-  } else {
-    const Arrival arrival{"psum_scatter", over(a), x.dtype(), x.shape().dims()};
-    const auto lock = distributed::arrive(arrival);
-    const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
-    const std::size_t all_bytes = static_cast<std::size_t>(src.numel()) * es;
-    distributed::SharedSegments* shm = src.dtype() == float32 || src.dtype() == float64
-                                           ? distributed::shared_segments(comm, all_bytes, arrival)
-                                           : nullptr;
-    if (shm) {
-      std::memcpy(shm->segment(me), src.raw_data(), all_bytes);
-      shm->written(arrival);
-      const int64_t begin = offset_of(s, me) * row, n = s[static_cast<std::size_t>(me)] * row;
-      if (src.dtype() == float32)
-        sum_block<float>(*shm, src, me, begin, n, out);
-      else
-        sum_block<double>(*shm, src, me, begin, n, out);
-    } else if (src.numel() > 0) {
-      std::vector<int> counts;
-      for (int64_t k : s) counts.push_back(to_int("psum_scatter", k * row, "elements per process"));
-      distributed::check(MPI_Reduce_scatter(src.raw_data(), out.raw_data(), counts.data(),
-                                            distributed::mpi_type(src.dtype()), MPI_SUM, comm),
-                         arrival, "MPI_Reduce_scatter");
-    }
+    return;
   }
-  return {is_half(x.dtype()) ? astype(out, x.dtype()) : out};
+  const Arrival arrival{"psum_scatter", over(a), operand.dtype, operand.shape.dims()};
+  const auto lock = distributed::arrive(arrival);
+  const MPI_Comm comm = g.comm();  // made by every member together, whatever they send
+  const std::size_t all_bytes = static_cast<std::size_t>(src.numel()) * es;
+  distributed::SharedSegments* shm = src.dtype() == float32 || src.dtype() == float64
+                                         ? distributed::shared_segments(comm, all_bytes, arrival)
+                                         : nullptr;
+  if (shm) {
+    std::memcpy(shm->segment(me), src.raw_data(), all_bytes);
+    shm->written(arrival);
+    const int64_t begin = offset_of(s, me) * row, n = s[static_cast<std::size_t>(me)] * row;
+    if (src.dtype() == float32)
+      sum_block<float>(*shm, src, me, begin, n, out);
+    else
+      sum_block<double>(*shm, src, me, begin, n, out);
+  } else if (src.numel() > 0) {
+    std::vector<int> counts;
+    for (int64_t k : s) counts.push_back(to_int("psum_scatter", k * row, "elements per process"));
+    distributed::check(MPI_Reduce_scatter(src.raw_data(), out.raw_data(), counts.data(),
+                                          distributed::mpi_type(src.dtype()), MPI_SUM, comm),
+                       arrival, "MPI_Reduce_scatter");
+  }
+}
+
+// The operand to sum (half types widened) and its empty result.
+struct Scatter {
+  Tensor src, out;
+  Scatter(const Tensor& x, const Attrs& a) {
+    const detail::TracingPaused concrete;
+    src = (is_half(x.dtype()) ? astype(x, float32) : x).contiguous();
+    std::vector<int64_t> dims = src.shape().dims();
+    dims[0] = sizes(a)[static_cast<std::size_t>(Group(a).index())];
+    out = empty(Shape(dims), src.dtype());
+  }
+};
+
+std::vector<Tensor> reduce_scatter_kernel(ops::Ins in, const Attrs& a) {
+  Scatter s(in[0], a);
+  scatter_into(s.src, in[0].type(), a, s.out);
+  const detail::TracingPaused concrete;
+  return {is_half(in[0].dtype()) ? astype(s.out, in[0].dtype()) : s.out};
+}
+
+// Collectives started ahead of their use, by their results' addresses: queued on the
+// collectives' thread, waited for by their done (docs/DESIGN.md, "Overlapping collectives").
+class Started {
+ public:
+  // Queues fill(), which writes `result`; the queued call holds the tensors it captures, so
+  // the executor reuses none of their buffers meanwhile.
+  void add(const Tensor& result, std::function<void()> fill) {
+    Entry e{distributed::run_ahead(std::move(fill)), result.storage()};
+    std::lock_guard lock(mutex_);
+    started_[result.raw_data()] = std::move(e);
+  }
+  // Waits for the collective writing `result`; raises its Error. One not started ahead (with
+  // one process, or of a type that runs in place) has nothing to wait for.
+  void wait(const Tensor& result) {
+    std::shared_future<void> done;
+    {
+      std::lock_guard lock(mutex_);
+      const auto it = started_.find(result.raw_data());
+      if (it == started_.end()) return;
+      // An entry whose done never ran (its step failed) may name memory used again since.
+      const bool same = it->second.storage.lock() == result.storage();
+      done = std::move(it->second.done);
+      started_.erase(it);
+      if (!same) return;
+    }
+    distributed::await(done);
+  }
+
+ private:
+  struct Entry {
+    std::shared_future<void> done;
+    std::weak_ptr<Storage> storage;  // of the result: tells a stale entry from this one
+  };
+  std::mutex mutex_;
+  std::unordered_map<const void*, Entry> started_;
+};
+Started& started() {
+  static Started s;
+  return s;
+}
+
+std::vector<Tensor> all_gather_start_kernel(ops::Ins in, const Attrs& a) {
+  const Tensor x = in[0].contiguous();
+  Tensor out = gathered_like(x, a);
+  if (Group(a).size() == 1 || out.numel() == 0 || !distributed::collectives_may_run_ahead())
+    gather_into(x, a, out);
+  else
+    started().add(out, [x, a, out]() mutable { gather_into(x, a, out); });
+  return {out};
+}
+
+std::vector<Tensor> reduce_scatter_start_kernel(ops::Ins in, const Attrs& a) {
+  // Half types are summed in float32 and narrowed after: in place.
+  if (is_half(in[0].dtype()) || Group(a).size() == 1 || in[0].numel() == 0 ||
+      !distributed::collectives_may_run_ahead())
+    return reduce_scatter_kernel(in, a);
+  Scatter s(in[0], a);
+  started().add(s.out,
+                [s, type = in[0].type(), a]() mutable { scatter_into(s.src, type, a, s.out); });
+  return {s.out};
+}
+
+std::vector<Tensor> done_kernel(ops::Ins in, const Attrs&) {
+  started().wait(in[0]);
+  return {in[0]};
 }
 
 // ---- all_to_all ----------------------------------------------------------------------------
@@ -461,48 +555,99 @@ const Primitive& prim::process_all_reduce() {
   return p;
 }
 
+namespace {
+
+// The rules of process_all_gather, under `name`: the gather itself and its start.
+Primitive gather_rules(std::string name) {
+  return {.name = name,
+          .arity = 1,
+          .type_rule =
+              [name](ops::Types in, const Attrs& a) {
+                expect_rows(name, in[0], 0, local_rows(name, a), "this process's examples");
+                std::vector<int64_t> d = in[0].shape.dims();
+                d[0] = total(sizes(a));
+                return std::vector<TensorType>{{in[0].dtype, Shape(d)}};
+              },
+          .jvp = ops::linear_jvp,
+          .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+            return {bind1(prim::process_reduce_scatter(), {*ct[0]}, r.attrs)};
+          },
+          .batch = batch_at(1),
+          .foldable = false};
+}
+
+// The rules of process_reduce_scatter, under `name`: the scatter itself and its start.
+Primitive scatter_rules(std::string name) {
+  return {.name = name,
+          .arity = 1,
+          .type_rule =
+              [name](ops::Types in, const Attrs& a) {
+                const int64_t mine = local_rows(name, a);
+                expect_rows(name, in[0], 0, total(sizes(a)), "every process's examples");
+                std::vector<int64_t> d = in[0].shape.dims();
+                d[0] = mine;
+                return std::vector<TensorType>{{in[0].dtype, Shape(d)}};
+              },
+          .jvp = ops::linear_jvp,
+          .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
+            return {bind1(prim::process_all_gather(), {*ct[0]}, r.attrs)};
+          },
+          .batch = batch_at(1),
+          .foldable = false};
+}
+
+// A collective's done: the identity, once the collective its start queued has finished.
+Primitive done_rules(std::string name) {
+  return {.name = std::move(name),
+          .arity = 1,
+          .type_rule = [](ops::Types in, const Attrs&) { return std::vector<TensorType>{in[0]}; },
+          .jvp = ops::linear_jvp,
+          .vjp = [](const RuleArgs&, std::span<const Tangent> ct) -> ops::Ts { return {*ct[0]}; },
+          .batch = ops::batch_elementwise,
+          .foldable = false};
+}
+
+}  // namespace
+
 const Primitive& prim::process_all_gather() {
   static const Primitive& p = detail::register_builtin(
-      {.name = "process_all_gather",
-       .arity = 1,
-       .type_rule =
-           [](ops::Types in, const Attrs& a) {
-             expect_rows("process_all_gather", in[0], 0, local_rows("process_all_gather", a),
-                         "this process's examples");
-             std::vector<int64_t> d = in[0].shape.dims();
-             d[0] = total(sizes(a));
-             return std::vector<TensorType>{{in[0].dtype, Shape(d)}};
-           },
-       .jvp = ops::linear_jvp,
-       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-         return {bind1(prim::process_reduce_scatter(), {*ct[0]}, r.attrs)};
-       },
-       .batch = batch_at(1),
-       .foldable = false},
-      {{ops::cpu({DTypeSet::all()}), all_gather_kernel}});
+      gather_rules("process_all_gather"), {{ops::cpu({DTypeSet::all()}), all_gather_kernel}});
   return p;
 }
 
 const Primitive& prim::process_reduce_scatter() {
+  static const Primitive& p =
+      detail::register_builtin(scatter_rules("process_reduce_scatter"),
+                               {{ops::cpu({DTypeSet::numeric()}), reduce_scatter_kernel}});
+  return p;
+}
+
+// process_all_gather and process_reduce_scatter in two steps, made by overlap_collectives for
+// what jit compiles: the start's value is the collective's, but only its done may read it
+// (docs/DESIGN.md, "Overlapping collectives").
+const Primitive& prim::process_all_gather_start() {
+  static const Primitive& p =
+      detail::register_builtin(gather_rules("process_all_gather_start"),
+                               {{ops::cpu({DTypeSet::all()}), all_gather_start_kernel}});
+  return p;
+}
+
+const Primitive& prim::process_reduce_scatter_start() {
+  static const Primitive& p =
+      detail::register_builtin(scatter_rules("process_reduce_scatter_start"),
+                               {{ops::cpu({DTypeSet::numeric()}), reduce_scatter_start_kernel}});
+  return p;
+}
+
+const Primitive& prim::process_all_gather_done() {
   static const Primitive& p = detail::register_builtin(
-      {.name = "process_reduce_scatter",
-       .arity = 1,
-       .type_rule =
-           [](ops::Types in, const Attrs& a) {
-             const int64_t mine = local_rows("process_reduce_scatter", a);
-             expect_rows("process_reduce_scatter", in[0], 0, total(sizes(a)),
-                         "every process's examples");
-             std::vector<int64_t> d = in[0].shape.dims();
-             d[0] = mine;
-             return std::vector<TensorType>{{in[0].dtype, Shape(d)}};
-           },
-       .jvp = ops::linear_jvp,
-       .vjp = [](const RuleArgs& r, std::span<const Tangent> ct) -> ops::Ts {
-         return {bind1(prim::process_all_gather(), {*ct[0]}, r.attrs)};
-       },
-       .batch = batch_at(1),
-       .foldable = false},
-      {{ops::cpu({DTypeSet::numeric()}), reduce_scatter_kernel}});
+      done_rules("process_all_gather_done"), {{ops::cpu({DTypeSet::all()}), done_kernel}});
+  return p;
+}
+
+const Primitive& prim::process_reduce_scatter_done() {
+  static const Primitive& p = detail::register_builtin(
+      done_rules("process_reduce_scatter_done"), {{ops::cpu({DTypeSet::all()}), done_kernel}});
   return p;
 }
 

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "distributed/collective_thread.h"
 #include "distributed/shared_memory.h"
 #include "kiln/distributed.h"
 #include "kiln/error.h"
@@ -53,6 +54,8 @@ struct World {
   std::atomic<bool> initialized{false};  // read without the mutex: kernels holding it ask
   bool owns_mpi = false;                 // we called MPI_Init, so finalize ends MPI
   bool finalized = false;
+  // MPI may be called from the collectives' thread (MPI_THREAD_SERIALIZED or more).
+  bool serialized = false;
   int rank = 0, size = 1;
   MPI_Comm data = MPI_COMM_NULL, control = MPI_COMM_NULL;
   std::map<std::vector<int64_t>, MPI_Comm> groups;  // communicator() of each rank list
@@ -67,12 +70,12 @@ World& state() {
   return w;
 }
 
-std::atomic<bool> g_waiting{false};
+std::atomic<int> g_waiting{0};  // threads inside a rendezvous (this one and the collectives')
 std::atomic<bool> g_sigterm{false};
 
 extern "C" void on_sigterm(int sig) {
   // Inside a rendezvous the driver turns it into an Error; elsewhere it ends the process.
-  if (g_waiting.load()) {
+  if (g_waiting.load() > 0) {
     g_sigterm.store(true);
     return;
   }
@@ -145,8 +148,8 @@ bool same_operand(const Header& a, const Header& b) {
 void wait_until(World& w, std::string_view op, double timeout, const std::function<bool()>& done,
                 const std::function<std::string()>& where) {
   struct Waiting {
-    Waiting() { g_waiting.store(true); }
-    ~Waiting() { g_waiting.store(false); }
+    Waiting() { ++g_waiting; }
+    ~Waiting() { --g_waiting; }
   } waiting;
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
@@ -175,8 +178,12 @@ void wait_until(World& w, std::string_view op, double timeout, const std::functi
       }
     }
     // Spin briefly for latency, then yield: with more processes than cores the one we wait
-    // for needs this core.
-    if (spin > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // for needs this core. A collective started ahead that nobody waits for yet leaves the
+    // core to the computation beside it.
+    if (on_collective_thread() && !awaited())
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    else if (spin > 2000)
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
@@ -241,7 +248,12 @@ std::optional<std::string> fault_in(const std::vector<Header>& all, int self) {
 // with its message instead of waiting, then lets the previous handler end it.
 void on_terminate() {
   World& w = state();
-  if (w.initialized && w.size > 1 && !w.finalized && !w.broken) {
+  // The others meet the queued collectives first. One that is still running after the
+  // deadline keeps MPI busy on the collectives' thread: then the others learn from the
+  // launcher instead.
+  if (w.initialized && w.size > 1 && !w.finalized &&
+      finish_queued_within(std::min(30.0, seconds_from_env("KILN_COLLECTIVE_TIMEOUT", 300))) &&
+      !w.broken) {
     std::string what = "an uncaught exception";
     if (std::exception_ptr e = std::current_exception()) {
       try {
@@ -288,12 +300,15 @@ void initialize() {
     w.initialized.store(true);
     return;
   }
+  int provided = MPI_THREAD_SINGLE;
   if (!already) {
-    int provided = 0;
     if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
       fail("distributed::initialize", "MPI_Init_thread failed");
     w.owns_mpi = true;
+  } else {
+    MPI_Query_thread(&provided);  // as the program that started MPI asked
   }
+  w.serialized = provided >= MPI_THREAD_SERIALIZED;
   MPI_Comm_dup(MPI_COMM_WORLD, &w.data);
   MPI_Comm_dup(MPI_COMM_WORLD, &w.control);
   MPI_Comm_set_errhandler(w.data, MPI_ERRORS_RETURN);
@@ -315,6 +330,11 @@ void initialize() {
 
 bool initialized() { return state().initialized; }
 
+bool collectives_may_run_ahead() {
+  initialize();
+  return state().serialized;
+}
+
 int process_index() {
   initialize();
   return state().rank;
@@ -327,6 +347,7 @@ int process_count() {
 
 void finalize() {
   World& w = state();
+  stop_collective_thread();
   const std::lock_guard lock(w.mutex);
   if (!w.initialized || w.finalized || w.data == MPI_COMM_NULL) return;
   w.finalized = true;
@@ -404,6 +425,7 @@ std::vector<std::string> gather_text(World& w, const std::string& mine) {
 
 std::unique_lock<std::mutex> arrive(const Arrival& a) {
   World& w = state();
+  finish_queued();  // collectives run in the order the program issued them
   std::unique_lock lock(w.mutex);
   if (w.size == 1) return lock;
   const std::string op(a.collective);
@@ -433,6 +455,7 @@ detail::ProcessSpan exchange_sizes(int64_t local, std::size_t signature_hash,
                                    std::string_view axis) {
   initialize();
   World& w = state();
+  finish_queued();
   const std::lock_guard lock(w.mutex);
   if (w.size == 1) return {{local}, 0};
   Header mine = header(w, Kind::collective, nullptr);

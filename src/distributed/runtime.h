@@ -46,6 +46,10 @@ detail::ProcessSpan exchange_sizes(int64_t local, std::size_t signature_hash,
                                    const std::function<std::string()>& signature,
                                    std::string_view axis);
 
+// Whether collectives may run on the collectives' thread: MPI was started with
+// MPI_THREAD_SERIALIZED or more (Kiln asks for it; a program that starts MPI itself may not).
+bool collectives_may_run_ahead();
+
 // The communicator payloads use (a duplicate of MPI_COMM_WORLD, errors returned).
 MPI_Comm world();
 // The communicator of the processes with these ranks in MPI_COMM_WORLD, in this order (this

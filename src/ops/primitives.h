@@ -53,7 +53,8 @@
   X(psum_scatter)                                                                               \
   /* src/distributed/collectives.cpp */                                                         \
   X(process_all_reduce) X(process_all_gather) X(process_reduce_scatter) X(process_all_to_all)   \
-  X(process_permute) X(process_broadcast) X(process_replicated)                                 \
+  X(process_permute) X(process_broadcast) X(process_replicated) X(process_all_gather_start)     \
+  X(process_all_gather_done) X(process_reduce_scatter_start) X(process_reduce_scatter_done)     \
   /* src/transforms/cond.cpp, while_loop.cpp, scan.cpp */                                       \
   X(cond) X(while_) X(while_grad) X(scan)                                                       \
   /* src/ops/math.cpp */                                                                        \

@@ -10,6 +10,7 @@
 
 #include "core/allocator.h"  // detail::parse_env_int
 #include "distributed/bucket_all_reduces.h"
+#include "distributed/overlap_collectives.h"
 #include "kiln/transforms.h"
 #include "ops/primitives.h"
 
@@ -285,7 +286,11 @@ Specialisation specialise(JitCache& cache, const TreeDef& def, const std::vector
   JitEntry entry;
   entry.function = std::make_shared<const ir::Function>(
       distributed::bucket_all_reduces(ir::optimize(*s.function)));
-  entry.executable = ir::compile(entry.function, {.backend = cache.backend()});
+  // What overlaps collectives with computation; jit_lower shows the program without it.
+  entry.executable =
+      ir::compile(std::make_shared<const ir::Function>(
+                      distributed::overlap_collectives(ir::inline_calls(*entry.function))),
+                  {.backend = cache.backend()});
   if (log_recompiles())
     std::cerr << "[jit] " << cache.name() << ": compiled in " << entry.executable->info().compile_ms
               << " ms" << (entry.executable->info().from_cache ? " (from the cache)" : "") << "\n";

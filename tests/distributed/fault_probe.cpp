@@ -1,6 +1,6 @@
 // A program whose process 1 misbehaves while process 0 waits in a psum; process 0 must fail
 // with an Error naming process 1 and the collective, in bounded time (tests/distributed/
-// faults.sh runs it under mpirun). Usage: fault_probe throw|inside|exit|kill|late
+// faults.sh runs it under mpirun). Usage: fault_probe throw|inside|ahead|exit|kill|late
 #include <kiln/kiln.h>
 
 #include <chrono>
@@ -32,8 +32,18 @@ int main(int argc, char** argv) {
       },
       axis_name("dp"));
   if (mode == "inside" && me == 1) inside(ones({1, 4}));
+  // "ahead": the same, while process 0 waits for an all_gather that its compiled function
+  // started ahead, on the collectives' thread.
+  const auto ahead = pmap(
+      [me](const Tensor& v) {
+        if (me == 1) throw Error("model", "process 1 hit a bad batch");
+        return sum(all_gather(v, "dp") * 2.0);
+      },
+      axis_name("dp"));
+  if (mode == "ahead" && me == 1) ahead(ones({1, 4}));
   try {
     if (mode == "inside") inside(ones({1, 4}));
+    if (mode == "ahead") ahead(ones({1, 4}));
     total(ones({1, 4}));
     std::printf("process %d: psum completed\n", me);
   } catch (const Error& e) {
