@@ -16,10 +16,13 @@ of the same collective are (a collective where one process waits for another tak
 of them only); and the floor of the collectives' copies: Kiln's shared-memory all-gather and
 reduce-scatter of P bytes a process over N processes move (2N + 1) P bytes through each
 process's memory (its piece in, every piece out; or its whole array in, its block summed from
-every one), at best at the copy bandwidth KILN_PROFILE measures in the same run. PyTorch
+every one), at best at the copy bandwidth KILN_PROFILE measures in the same run. ZeRO-3 runs
+twice: with its collectives overlapped with computation (the default) and in place
+(KILN_GATHER_AHEAD=0 KILN_DEFER_SCATTERS=0); the profiles of both give the share of the
+gather/scatter time that overlapping hides: the collectives' milliseconds in place against
+the milliseconds the overlapped step still spends starting them and waiting at their dones. PyTorch
 1.13's FSDP is the peer a user would pick for ZeRO-3, but Debian's build cannot import it on
-Python 3.11
-(torch.distributed.fsdp fails with "mutable default ... TensorProperties ... use
+Python 3.11 (torch.distributed.fsdp fails with "mutable default ... TensorProperties ... use
 default_factory"), so no PyTorch column.
 """
 import argparse
@@ -32,6 +35,11 @@ import sys
 import tempfile
 
 GATHER_SCATTER = ("process_all_gather", "process_reduce_scatter")
+GATHERS = ("process_all_gather", "process_all_gather_start")  # sized by their operand
+OVERLAPPED = {  # a collective in place: its start and done when overlapped
+    "process_all_gather": ("process_all_gather_start", "process_all_gather_done"),
+    "process_reduce_scatter": ("process_reduce_scatter_start", "process_reduce_scatter_done"),
+}
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 TOKS = re.compile(r"step \d+: .*\| ([\d.]+) tok/s")
@@ -87,13 +95,19 @@ def main():
         "0",
     ]
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(a.np)]
-    layouts = {
-        "1 process": [gpt],
-        "data-parallel": mpirun + [gpt, "--data-parallel"],
-        "ZeRO-1": mpirun + [gpt, "--data-parallel", "--zero", "1"],
-        "ZeRO-2": mpirun + [gpt, "--data-parallel", "--zero", "2"],
-        "ZeRO-3": mpirun + [gpt, "--data-parallel", "--zero", "3"],
-        f"tensor 1x{a.np}": mpirun + [gpt, "--tensor-parallel", "--mesh", f"data=1,model={a.np}"],
+    zero3 = mpirun + [gpt, "--data-parallel", "--zero", "3"]
+    in_place = {"KILN_GATHER_AHEAD": "0", "KILN_DEFER_SCATTERS": "0"}
+    layouts = {  # name: (command, environment)
+        "1 process": ([gpt], {}),
+        "data-parallel": (mpirun + [gpt, "--data-parallel"], {}),
+        "ZeRO-1": (mpirun + [gpt, "--data-parallel", "--zero", "1"], {}),
+        "ZeRO-2": (mpirun + [gpt, "--data-parallel", "--zero", "2"], {}),
+        "ZeRO-3": (zero3, {}),
+        "ZeRO-3 in place": (zero3, in_place),
+        f"tensor 1x{a.np}": (
+            mpirun + [gpt, "--tensor-parallel", "--mesh", f"data=1,model={a.np}"],
+            {},
+        ),
     }
     print(
         f"# GPT ({a.layers} layers, {a.heads} heads, d_model {a.d_model}, block {a.block}, "
@@ -103,30 +117,36 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory(prefix="kiln_gpt_parallel_") as out:
         for r in range(a.repeats):
-            for name, cmd in layouts.items():
-                text = run(cmd + model + ["--out", os.path.join(out, f"{name} {r}")], env)
+            for name, (cmd, extra) in layouts.items():
+                text = run(
+                    cmd + model + ["--out", os.path.join(out, f"{name} {r}")], dict(env, **extra)
+                )
                 toks = [float(m.group(1)) for m in TOKS.finditer(text)]
                 results.setdefault(name, []).append(toks[-1])
                 print(f"  {name}: {toks[-1]:.0f} tok/s", flush=True)
-        # Where a ZeRO-3 step's time goes: every process's profile of the jitted step.
-        ranks = os.path.join(out, "ranks")
-        run(
-            mpirun
-            + ["--output-filename", ranks, gpt, "--data-parallel", "--zero", "3"]
-            + model
-            + ["--out", os.path.join(out, "profiled")],
-            dict(env, KILN_PROFILE="1"),
-        )
-        profiles = [
-            step_profile(os.path.join(ranks, "1", f"rank.{r}", "stderr"), a.steps)
-            for r in range(a.np)
-        ]
+        # Where a ZeRO-3 step's time goes: every process's profile of the jitted step, with
+        # the collectives overlapped and in place.
+        profiles = {}
+        for name, extra in (("overlapped", {}), ("in place", in_place)):
+            ranks = os.path.join(out, "ranks " + name)
+            run(
+                mpirun
+                + ["--output-filename", ranks, gpt, "--data-parallel", "--zero", "3"]
+                + model
+                + ["--out", os.path.join(out, "profiled " + name)],
+                dict(env, KILN_PROFILE="1", **extra),
+            )
+            profiles[name] = [
+                step_profile(os.path.join(ranks, "1", f"rank.{r}", "stderr"), a.steps)
+                for r in range(a.np)
+            ]
     base = statistics.median(results["1 process"])
     print(f"\n{'layout':<16} {'tok/s':>8} {'vs 1 process':>13}")
     for name, rs in results.items():
         t = statistics.median(rs)
         print(f"{name:<16} {t:>8.0f} {t / base:>12.2f}x")
-    report_zero3(profiles, results, a.np)
+    report_zero3(profiles["in place"], results, a.np)
+    report_overlap(profiles["overlapped"], profiles["in place"], results)
 
 
 def step_profile(path, steps):
@@ -147,10 +167,7 @@ def step_profile(path, steps):
         p = PROFILED.match(line)
         if section and p:
             eq, ms, op, dtype = int(p.group(1)), float(p.group(2)), p.group(3), p.group(4)
-            dims = [
-                int(d)
-                for d in (p.group(5) if op == "process_all_gather" else p.group(6)).split(",")
-            ]
+            dims = [int(d) for d in (p.group(5) if op in GATHERS else p.group(6)).split(",") if d]
             piece = BYTES[dtype] * math.prod(dims)  # one process's part
             collectives[eq] = (ms, op, piece)
     copy = COPY.search(text)
@@ -160,7 +177,7 @@ def step_profile(path, steps):
 def report_zero3(profiles, results, n):
     if any(p[0] is None for p in profiles):
         return
-    print("\nZeRO-3 step, per process (KILN_PROFILE):")
+    print("\nZeRO-3 step with its collectives in place, per process (KILN_PROFILE):")
     for r, (step_ms, coll, copy) in enumerate(profiles):
         gs = [ms for ms, op, _ in coll.values() if op in GATHER_SCATTER]
         print(
@@ -189,7 +206,7 @@ def report_zero3(profiles, results, n):
             f"at the copy bandwidth measured now ({copy:.1f} GB/s)"
         )
         one = statistics.median(results["1 process"])
-        zero3 = statistics.median(results["ZeRO-3"]) / one
+        zero3 = statistics.median(results["ZeRO-3 in place"]) / one
         step_ms = profiles[0][0]
         ceiling = zero3 * step_ms / (step_ms - total + floor)
         print(
@@ -197,6 +214,29 @@ def report_zero3(profiles, results, n):
             f"(measured {zero3:.2f}x, data parallelism "
             f"{statistics.median(results['data-parallel']) / one:.2f}x)"
         )
+
+
+def report_overlap(overlapped, in_place, results):
+    """How much of the all-gathers' and reduce-scatters' time overlapping hides, per process:
+    their time in place against what the step still spends on them when overlapped (starting
+    them and waiting at their dones), and the step times themselves."""
+    if any(p[0] is None for p in overlapped + in_place):
+        return
+    print("\nZeRO-3's collectives overlapped with computation, against in place (KILN_PROFILE):")
+    for r, ((o_ms, o_coll, _), (p_ms, p_coll, _)) in enumerate(zip(overlapped, in_place)):
+        parts, before, after = [], 0.0, 0.0
+        for whole, split in OVERLAPPED.items():
+            b = sum(ms for ms, op, _ in p_coll.values() if op == whole)
+            a = sum(ms for ms, op, _ in o_coll.values() if op in split)
+            before, after = before + b, after + a
+            parts.append(f"{whole[8:]} {b:.1f} -> {a:.1f} ms")
+        hidden = 1 - after / before if before else 0
+        print(
+            f"  process {r}: {', '.join(parts)} a step: {100 * hidden:.0f}% of the "
+            f"gather/scatter time hidden; step {p_ms:.1f} ms in place, {o_ms:.1f} ms overlapped"
+        )
+    ratio = statistics.median(results["ZeRO-3"]) / statistics.median(results["ZeRO-3 in place"])
+    print(f"  throughput overlapped: {ratio:.3f}x of in place (same run, medians)")
 
 
 if __name__ == "__main__":

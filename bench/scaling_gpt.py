@@ -8,7 +8,8 @@ docs/DISTRIBUTED.md ("Scaling on paper"). A model, not a measurement: this machi
 
 One process per node. Per step, for a GPT of N parameters (float32 weights, AdamW) trained on
 --tokens tokens per step (global batch) of context T = 1024, d_model C, L layers:
-  compute   6 N tokens / P / node-tflops (the matrices; no overlap with communication)
+  compute   6 N tokens / P / node-tflops (the matrices; only ZeRO-3 overlapped hides
+            communication behind it)
   DP        all-reduce of the gradients, 4N bytes (Rabenseifner: reduce-scatter then
             all-gather); memory 16N (weights, gradients, two moments)
   ZeRO-1    all-reduce of the gradients, then all-gather of the updated weights (as Kiln runs
@@ -18,6 +19,10 @@ One process per node. Per step, for a GPT of N parameters (float32 weights, Adam
             Kiln's compiled step)
   ZeRO-3    all-gather of the weights in the forward and again in the backward pass, reduce-
             scatter of the gradients; memory 16N/P + 2 layers' weights gathered
+  ZeRO-3 overlapped  the same collectives, each layer's while a neighbouring layer computes
+            (Kiln's default; where a network card moves the bytes): per layer the slower of
+            its compute and its collectives, plus one layer's collectives unhidden; memory one
+            more layer's weights
   2-D M x D tensor parallelism over M = 8 processes of a node's line, data parallelism over
             D = P / M: per layer 4 all-reduces of the activations (tokens/D x C x 4 bytes) over
             M, plus the data-parallel all-reduce of 4N/M bytes over D; memory 16N/M + the
@@ -63,6 +68,12 @@ def layouts(n_params, layers, c, tokens, p, net, tflops):
     compute = 6 * n_params * tokens / p / (tflops * 1e12)
     rdv = rendezvous(p, alpha, beta, o)
     ar = gather(w, p, alpha, beta) + scatter(w, p, alpha, beta)
+    # per layer a gather forward and backward and a reduce-scatter: the latency 3L times
+    zero3_comm = (
+        2 * gather(w, p, alpha, beta)
+        + scatter(w, p, alpha, beta)
+        + 3 * layers * (math.log2(p) * alpha + rdv)
+    )
     out = {
         "DP": (compute + ar + 2 * rdv, 16 * n_params),
         "ZeRO-1": (
@@ -70,13 +81,12 @@ def layouts(n_params, layers, c, tokens, p, net, tflops):
             8 * n_params + 8 * n_params / p,
         ),
         "ZeRO-2": (compute + ar + 2 * rdv, 8 * n_params + 8 * n_params / p),
-        # per layer a gather forward and backward and a reduce-scatter: the latency 3L times
-        "ZeRO-3": (
-            compute
-            + 2 * gather(w, p, alpha, beta)
-            + scatter(w, p, alpha, beta)
-            + 3 * layers * (math.log2(p) * alpha + rdv),
-            16 * n_params / p + 2 * w / layers,
+        "ZeRO-3": (compute + zero3_comm, 16 * n_params / p + 2 * w / layers),
+        # each layer's collectives run while a neighbouring layer computes: the slower of the
+        # two per layer, plus one layer's collectives that nothing hides (the first gather)
+        "ZeRO-3 overlapped": (
+            layers * max(compute / layers, zero3_comm / layers) + zero3_comm / layers,
+            16 * n_params / p + 3 * w / layers,
         ),
     }
     m = min(8, p)
