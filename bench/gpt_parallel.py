@@ -35,7 +35,6 @@ import sys
 import tempfile
 
 GATHER_SCATTER = ("process_all_gather", "process_reduce_scatter")
-GATHERS = ("process_all_gather", "process_all_gather_start")  # sized by their operand
 OVERLAPPED = {  # a collective in place: its start and done when overlapped
     "process_all_gather": ("process_all_gather_start", "process_all_gather_done"),
     "process_reduce_scatter": ("process_reduce_scatter_start", "process_reduce_scatter_done"),
@@ -167,7 +166,11 @@ def step_profile(path, steps):
         p = PROFILED.match(line)
         if section and p:
             eq, ms, op, dtype = int(p.group(1)), float(p.group(2)), p.group(3), p.group(4)
-            dims = [int(d) for d in (p.group(5) if op in GATHERS else p.group(6)).split(",") if d]
+            dims = [
+                int(d)
+                for d in (p.group(5) if op == "process_all_gather" else p.group(6)).split(",")
+                if d
+            ]
             piece = BYTES[dtype] * math.prod(dims)  # one process's part
             collectives[eq] = (ms, op, piece)
     copy = COPY.search(text)
@@ -218,22 +221,25 @@ def report_zero3(profiles, results, n):
 
 def report_overlap(overlapped, in_place, results):
     """How much of the all-gathers' and reduce-scatters' time overlapping hides, per process:
-    their time in place against what the step still spends on them when overlapped (starting
-    them and waiting at their dones), and the step times themselves."""
+    the time of every collective of the step in place against overlapped (where starting the
+    gathers and scatters and waiting at their dones count, and so does a collective that runs
+    in place and first waits for the queued ones), as a share of the gathers' and scatters'."""
     if any(p[0] is None for p in overlapped + in_place):
         return
     print("\nZeRO-3's collectives overlapped with computation, against in place (KILN_PROFILE):")
     for r, ((o_ms, o_coll, _), (p_ms, p_coll, _)) in enumerate(zip(overlapped, in_place)):
-        parts, before, after = [], 0.0, 0.0
+        parts = []
         for whole, split in OVERLAPPED.items():
             b = sum(ms for ms, op, _ in p_coll.values() if op == whole)
             a = sum(ms for ms, op, _ in o_coll.values() if op in split)
-            before, after = before + b, after + a
-            parts.append(f"{whole[8:]} {b:.1f} -> {a:.1f} ms")
-        hidden = 1 - after / before if before else 0
+            parts.append(f"{whole.removeprefix('process_')} {b:.1f} -> {a:.1f} ms")
+        gather_scatter = sum(ms for ms, op, _ in p_coll.values() if op in OVERLAPPED)
+        saved = sum(ms for ms, _, _ in p_coll.values()) - sum(ms for ms, _, _ in o_coll.values())
+        hidden = saved / gather_scatter if gather_scatter else 0
         print(
-            f"  process {r}: {', '.join(parts)} a step: {100 * hidden:.0f}% of the "
-            f"gather/scatter time hidden; step {p_ms:.1f} ms in place, {o_ms:.1f} ms overlapped"
+            f"  process {r}: {', '.join(parts)} a step; all collectives "
+            f"{saved:+.1f} ms: {100 * hidden:.0f}% of the gather/scatter time hidden; step "
+            f"{p_ms:.1f} ms in place, {o_ms:.1f} ms overlapped"
         )
     ratio = statistics.median(results["ZeRO-3"]) / statistics.median(results["ZeRO-3 in place"])
     print(f"  throughput overlapped: {ratio:.3f}x of in place (same run, medians)")

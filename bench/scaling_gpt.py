@@ -20,9 +20,9 @@ One process per node. Per step, for a GPT of N parameters (float32 weights, Adam
   ZeRO-3    all-gather of the weights in the forward and again in the backward pass, reduce-
             scatter of the gradients; memory 16N/P + 2 layers' weights gathered
   ZeRO-3 overlapped  the same collectives, each layer's while a neighbouring layer computes
-            (Kiln's default; where a network card moves the bytes): per layer the slower of
-            its compute and its collectives, plus one layer's collectives unhidden; memory one
-            more layer's weights
+            (Kiln's default; where a network card moves the bytes): the slower of the compute
+            and the collectives, plus one layer's collectives unhidden; memory 16N/P + 2
+            layers' weights gathered + 3 layers' whole gradients
   2-D M x D tensor parallelism over M = 8 processes of a node's line, data parallelism over
             D = P / M: per layer 4 all-reduces of the activations (tokens/D x C x 4 bytes) over
             M, plus the data-parallel all-reduce of 4N/M bytes over D; memory 16N/M + the
@@ -83,10 +83,12 @@ def layouts(n_params, layers, c, tokens, p, net, tflops):
         "ZeRO-2": (compute + ar + 2 * rdv, 8 * n_params + 8 * n_params / p),
         "ZeRO-3": (compute + zero3_comm, 16 * n_params / p + 2 * w / layers),
         # each layer's collectives run while a neighbouring layer computes: the slower of the
-        # two per layer, plus one layer's collectives that nothing hides (the first gather)
+        # two, plus what nothing hides (the first gather and the last reduce-scatter, about a
+        # layer's collectives); two layers' weights gathered and three whole gradients (one
+        # being computed, two waiting for their reduce-scatters)
         "ZeRO-3 overlapped": (
-            layers * max(compute / layers, zero3_comm / layers) + zero3_comm / layers,
-            16 * n_params / p + 3 * w / layers,
+            max(compute, zero3_comm) + zero3_comm / layers,
+            16 * n_params / p + 5 * w / layers,
         ),
     }
     m = min(8, p)

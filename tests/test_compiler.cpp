@@ -103,13 +103,7 @@ int ir_lines(const std::filesystem::path& dir,
   return n;
 }
 
-struct EnvVar {
-  std::string name;
-  EnvVar(std::string n, const std::string& value) : name(std::move(n)) {
-    setenv(name.c_str(), value.c_str(), 1);
-  }
-  ~EnvVar() { unsetenv(name.c_str()); }
-};
+using kiln::testing::EnvVar;
 
 }  // namespace
 

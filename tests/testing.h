@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <iomanip>
 #include <optional>
@@ -22,6 +23,17 @@
 #include "kiln/primitive.h"
 
 namespace kiln::testing {
+
+// An environment variable set for the scope (then unset): settings Kiln reads when it compiles.
+struct EnvVar {
+  std::string name;
+  EnvVar(std::string n, const std::string& value) : name(std::move(n)) {
+    setenv(name.c_str(), value.c_str(), 1);
+  }
+  ~EnvVar() { unsetenv(name.c_str()); }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+};
 
 // Runs fn, expects a kiln::Error whose message starts with "[op] " and contains each part.
 inline void expect_error(const std::function<void()>& fn, const std::string& op,

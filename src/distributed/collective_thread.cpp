@@ -9,7 +9,10 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <system_error>
 #include <thread>
+
+#include "kiln/error.h"
 
 namespace kiln::distributed {
 namespace {
@@ -31,9 +34,17 @@ class CollectiveThread {
     Task task{std::move(collective), {}};
     std::shared_future<void> done = task.finished.get_future().share();
     std::lock_guard lock(mutex_);
+    if (stopping_)
+      fail("distributed",
+           "a collective was started while finalize ends the collectives' "
+           "thread: got one, expected none after finalize");
     if (!thread_.joinable()) {
-      stopping_ = false;
-      thread_ = std::thread([this] { serve(); });
+      try {
+        thread_ = std::thread([this] { serve(); });
+      } catch (const std::system_error& e) {
+        fail("distributed", "could not start the collectives' thread: got '", e.what(),
+             "', expected a new thread");
+      }
     }
     tasks_.push_back(std::move(task));
     ++unfinished_;
@@ -51,14 +62,15 @@ class CollectiveThread {
     return idle_.wait_for(lock, std::chrono::duration<double>(*seconds), idle);
   }
 
+  // Later collectives are refused: finalize ends the process group.
   void stop() {
     std::unique_lock lock(mutex_);
-    if (!thread_.joinable()) return;
     idle_.wait(lock, [this] { return unfinished_ == 0; });
     stopping_ = true;
+    std::thread serving = std::move(thread_);
     wake_.notify_one();
     lock.unlock();
-    thread_.join();
+    if (serving.joinable()) serving.join();
   }
 
  private:
@@ -135,6 +147,9 @@ bool finish_queued_within(double seconds) {
 
 bool on_collective_thread() { return t_on_collective_thread; }
 
-void stop_collective_thread() { the_thread().stop(); }
+void stop_collective_thread() {
+  const Awaiting awaiting;
+  the_thread().stop();
+}
 
 }  // namespace kiln::distributed

@@ -16,7 +16,7 @@ std::shared_future<void> run_ahead(std::function<void()> collective);
 // collectives' thread polls for its peers at full speed; otherwise it polls lazily, leaving
 // the core to the computation it runs beside.
 void await(const std::shared_future<void>& collective);
-// Whether a thread waits in await.
+// Whether a thread waits for the collectives' thread (in await or in finishing the queue).
 bool awaited();
 
 // Waits until every queued collective has finished. Every collective entered on another
@@ -30,7 +30,8 @@ bool finish_queued_within(double seconds);
 // Whether the caller is the collectives' thread.
 bool on_collective_thread();
 
-// Finishes what is queued and ends the thread (distributed::finalize, before MPI ends).
+// Finishes what is queued and ends the thread (distributed::finalize, before MPI ends); a
+// collective queued after it is an Error.
 void stop_collective_thread();
 
 }  // namespace kiln::distributed

@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <variant>
 
-#include "kiln/error.h"
+#include "core/allocator.h"  // detail::parse_env_int
 #include "ops/primitives.h"
 
 namespace kiln::distributed {
@@ -20,23 +20,19 @@ using ir::Equation;
 using ir::Function;
 using ir::Value;
 
-// A count from the environment in [0, 64], or `fallback` when unset.
+// A count from the environment in [0, 64]; unset or invalid (with a warning): `fallback`.
 int setting(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (end == v || *end || n < 0 || n > 64)
-    fail("jit", name, " is not a count from 0 to 64: got '", v, "'");
-  return static_cast<int>(n);
+  return static_cast<int>(detail::parse_env_int(name, std::getenv(name), 0, 64).value_or(fallback));
 }
 
 bool across_processes(const Equation& e, const Primitive& p) {
   return e.prim == &p && e.attrs.get_ints("sizes").size() > 1;
 }
 
-// Equations a collective's start or done must not move across: collectives (all run in program
-// order) and equations holding sub-functions (which may hold collectives).
+// Equations the pass never moves: collectives and equations holding sub-functions (which may
+// hold collectives). A start's hoisting stops after one its operand needs, a done's sinking
+// before one that reads its result. Starts and dones may pass others: a collective that runs
+// in place first waits for the queued ones, so the order is still the same on every process.
 bool fixed(const Equation& e) {
   if (e.prim->name.starts_with("process_")) return true;
   for (const auto& [name, attr] : e.attrs.items())

@@ -2,18 +2,19 @@
 // training step is its 1/N of the parameters, gradients and optimiser state plus one layer's
 // gathered weights, not the whole model's. Measured with memory_stats() around one compiled
 // step of a deep, narrow MLP (the weights dominate: one example of activations), and against
-// plain data parallelism, which needs every parameter's gradient and moments at once. Run as
-// 1 process and under `mpirun -np 2` and `-np 3` (tests/CMakeLists.txt).
+// plain data parallelism, which needs every parameter's gradient and moments at once; with the
+// collectives overlapped (the default), a layer more gathered ahead and two whole gradients
+// waiting for their reduce-scatters. Run as 1 process and under `mpirun -np 2` and `-np 3`
+// (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
+#include <kiln/kiln.h>
+#include <kiln/zero.h>
 
 #include <cstdio>
 #include <optional>
 #include <vector>
 
-#include "kiln/distributed.h"
-#include "kiln/kiln.h"
-#include "kiln/optim.h"
-#include "kiln/zero.h"
+#include "../testing.h"
 
 using namespace kiln;
 
@@ -112,9 +113,17 @@ TEST(ZeroMemory, StageThreeHoldsItsShareAndOneLayer) {
     optim::OptState<Deep> zero_opt = tree_map(local, zero.init(full, rank));
     return transient_bytes([&] { std::tie(pieces, zero_opt) = zero_step(pieces, zero_opt, x); });
   };
-  const int64_t z3 = zero_bytes(std::nullopt);
-  const int64_t z3_policy = zero_bytes(CheckpointPolicy{{"all_gather"}});
-  const int64_t z3_keep_all = zero_bytes(CheckpointPolicy{});
+  // The collectives in place: the least memory (docs/DISTRIBUTED.md, "Overlap").
+  int64_t z3 = 0, z3_policy = 0, z3_keep_all = 0;
+  {
+    const kiln::testing::EnvVar ahead("KILN_GATHER_AHEAD", "0"), defer("KILN_DEFER_SCATTERS", "0");
+    z3 = zero_bytes(std::nullopt);
+    z3_policy = zero_bytes(CheckpointPolicy{{"all_gather"}});
+    z3_keep_all = zero_bytes(CheckpointPolicy{});
+  }
+  // Overlapped, the default: the next layer gathered ahead, and up to two whole gradients
+  // waiting for their reduce-scatters.
+  const int64_t z3_overlapped = zero_bytes(std::nullopt);
 
   // The step's new parameters and its gradients, each 1/N, plus one layer's weights and their
   // full gradient before the reduce-scatter, with a layer to spare. (Without the checkpoint
@@ -127,10 +136,12 @@ TEST(ZeroMemory, StageThreeHoldsItsShareAndOneLayer) {
   if (rank == 0)
     std::printf(
         "%d processes: model %.2f MB; one step's memory beyond its inputs: ZeRO-3 %.2f MB, "
-        "keeping activations %.2f MB, keeping everything %.2f MB (bound %.2f MB), data "
-        "parallelism %.2f MB\n",
-        n, model / 1e6, z3 / 1e6, z3_policy / 1e6, z3_keep_all / 1e6, bound / 1e6, dp / 1e6);
+        "keeping activations %.2f MB, keeping everything %.2f MB (bound %.2f MB), "
+        "overlapped %.2f MB (bound %.2f MB), data parallelism %.2f MB\n",
+        n, model / 1e6, z3 / 1e6, z3_policy / 1e6, z3_keep_all / 1e6, bound / 1e6,
+        z3_overlapped / 1e6, (bound + 3 * layer) / 1e6, dp / 1e6);
   EXPECT_LE(z3, bound);
+  EXPECT_LE(z3_overlapped, bound + 3 * layer);
   // The policy keeps each layer's activations (one example: 1 KB a layer), not its weights;
   // a policy that recomputes nothing keeps the gathered weights too, which shows on 3
   // processes (as without the checkpoint).
