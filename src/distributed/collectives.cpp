@@ -358,21 +358,26 @@ Started& started() {
   return s;
 }
 
+// Whether a start queues its collective, rather than running it in place: it spans other
+// processes, has data (`whole`: of the same size on every one, so that all decide alike), and
+// MPI may be called from the collectives' thread.
+bool runs_ahead(const Tensor& whole, const Attrs& a) {
+  return Group(a).size() > 1 && whole.numel() > 0 && distributed::collectives_may_run_ahead();
+}
+
 std::vector<Tensor> all_gather_start_kernel(ops::Ins in, const Attrs& a) {
   const Tensor x = in[0].contiguous();
   Tensor out = gathered_like(x, a);
-  if (Group(a).size() == 1 || out.numel() == 0 || !distributed::collectives_may_run_ahead())
-    gather_into(x, a, out);
-  else
+  if (runs_ahead(out, a))
     started().add(out, [x, a, out]() mutable { gather_into(x, a, out); });
+  else
+    gather_into(x, a, out);
   return {out};
 }
 
 std::vector<Tensor> reduce_scatter_start_kernel(ops::Ins in, const Attrs& a) {
   // Half types are summed in float32 and narrowed after: in place.
-  if (is_half(in[0].dtype()) || Group(a).size() == 1 || in[0].numel() == 0 ||
-      !distributed::collectives_may_run_ahead())
-    return reduce_scatter_kernel(in, a);
+  if (is_half(in[0].dtype()) || !runs_ahead(in[0], a)) return reduce_scatter_kernel(in, a);
   Scatter s(in[0], a);
   started().add(s.out,
                 [s, type = in[0].type(), a]() mutable { scatter_into(s.src, type, a, s.out); });

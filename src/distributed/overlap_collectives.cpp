@@ -173,6 +173,19 @@ Function scatters_deferred(const Function& f) {
   return out;
 }
 
+// Whether f or a function it holds has a collective the pass would split.
+bool has_overlappable(const Function& f) {
+  for (const Equation& e : f.equations) {
+    if (across_processes(e, prim::process_all_gather()) ||
+        across_processes(e, prim::process_reduce_scatter()))
+      return true;
+    for (const auto& [name, attr] : e.attrs.items())
+      if (const auto* sub = std::get_if<FunctionRef>(&attr); sub && *sub && has_overlappable(**sub))
+        return true;
+  }
+  return false;
+}
+
 Function overlap_in(const Function& f, int ahead, bool defer) {
   const Function body =
       ir::map_sub_functions(f, [=](const Function& sub) { return overlap_in(sub, ahead, defer); });
@@ -183,7 +196,10 @@ Function overlap_in(const Function& f, int ahead, bool defer) {
 }  // namespace
 
 Function overlap_collectives(const Function& f) {
-  return overlap_in(f, setting("KILN_GATHER_AHEAD", 1), setting("KILN_DEFER_SCATTERS", 1) > 0);
+  const int ahead = setting("KILN_GATHER_AHEAD", 1);
+  const bool defer = setting("KILN_DEFER_SCATTERS", 1) > 0;
+  if ((ahead == 0 && !defer) || !has_overlappable(f)) return f;
+  return overlap_in(ir::inline_calls(f), ahead, defer);
 }
 
 }  // namespace kiln::distributed

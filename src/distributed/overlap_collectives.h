@@ -12,8 +12,8 @@ namespace kiln::distributed {
 // process_all_gather_done where the gather was. Each process_reduce_scatter over more than one
 // process becomes a process_reduce_scatter_start where it was and a
 // process_reduce_scatter_done as late as what reads it allows (unless KILN_DEFER_SCATTERS=0).
-// Run it after ir::inline_calls, so that the collectives of checkpoints' bodies are in the
-// function they run in.
+// Calls are inlined first (ir::inline_calls), so that the collectives of checkpoints' bodies
+// are in the function they run in; f without such collectives comes back as it is.
 ir::Function overlap_collectives(const ir::Function& f);
 
 }  // namespace kiln::distributed

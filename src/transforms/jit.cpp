@@ -287,10 +287,9 @@ Specialisation specialise(JitCache& cache, const TreeDef& def, const std::vector
   entry.function = std::make_shared<const ir::Function>(
       distributed::bucket_all_reduces(ir::optimize(*s.function)));
   // What overlaps collectives with computation; jit_lower shows the program without it.
-  entry.executable =
-      ir::compile(std::make_shared<const ir::Function>(
-                      distributed::overlap_collectives(ir::inline_calls(*entry.function))),
-                  {.backend = cache.backend()});
+  entry.executable = ir::compile(
+      std::make_shared<const ir::Function>(distributed::overlap_collectives(*entry.function)),
+      {.backend = cache.backend()});
   if (log_recompiles())
     std::cerr << "[jit] " << cache.name() << ": compiled in " << entry.executable->info().compile_ms
               << " ms" << (entry.executable->info().from_cache ? " (from the cache)" : "") << "\n";
