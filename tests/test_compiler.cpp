@@ -423,11 +423,11 @@ TEST(Compiler, RowReductionsOfSignedZerosAndNaNs) {
 }
 
 TEST(Compiler, RowReductionsAreTheSameForAnyThreadCount) {
-  // Threads split the kept indices (here mid-row of the innermost axis), never a sum, so
-  // float64 sums too are the interpreter's bits.
+  // A row group with a max splits its kept indices among threads (here mid-row of the
+  // innermost axis), never a reduced axis: the interpreter's bits on any thread count.
   for (DType d : {float32, float64}) {
     const Tensor x = normal(34, {3, 200, 1001}, d) * 10.0;
-    auto f = [](const Tensor& a) { return sum(a * a + 1.0, {1}); };
+    auto f = [](const Tensor& a) { return max(a * a + 1.0, {1}); };
     const int saved = num_threads();
     set_num_threads(1);
     const Tensor one = jit(f, kCompiled)(x);
@@ -437,6 +437,74 @@ TEST(Compiler, RowReductionsAreTheSameForAnyThreadCount) {
     expect_bits(two, one);
     expect_bits(one, jit(f, kInterpreted)(x));
   }
+}
+
+// A row group whose reductions are sums that nothing in it reads runs as a column group with
+// the sums as totals, so threads split its rows: each adds its rows in double and the runtime
+// adds the threads' sums in order. A sum over every axis of a large domain likewise becomes a
+// total over rows that threads split.
+TEST(Compiler, SumsOverRowsSplitTheRowsAmongThreads) {
+  const int saved = num_threads();
+  auto bias_and_scale = [](const Tensor& dy, const Tensor& x) {
+    const Tensor dz = dy * tanh(x);
+    return std::vector<Tensor>{dz, sum(dz, {0, 1}), sum(dy * x, {0, 1})};
+  };
+  auto squares = [](const Tensor& a, const Tensor& b) { return sqrt(sum(a * a) + sum(b * b)); };
+  for (DType d : {float32, float64}) {
+    // Rows across the vector width and its tail, a batch axis in front, several rows per
+    // thread and a single one.
+    for (const Shape& s : {Shape{4, 300, 1003}, Shape{8, 128, 256}, Shape{1, 1, 70}}) {
+      const Tensor dy = normal(35, s, d) * 10.0, x = normal(36, s, d);
+      SCOPED_TRACE(dy.type().to_string());
+      const auto info = jit(bias_and_scale, kCompiled).compiled(dy, x);
+      ASSERT_EQ(info.groups.size(), 1u) << info;
+      if (s.dims()[1] > 1) {
+        const std::string& kernel = info.groups[0].kernel;
+        EXPECT_NE(
+            kernel.find("domain=[" + std::to_string(s.dims()[0]) + "," +
+                        std::to_string(s.dims()[1]) + "," + std::to_string(s.dims()[2]) + "r]"),
+            std::string::npos)
+            << info;
+        EXPECT_NE(kernel.find(" total "), std::string::npos) << info;
+      }
+      const std::vector<Tensor> want = jit(bias_and_scale, kInterpreted)(dy, x);
+      for (int t : {1, 2}) {
+        SCOPED_TRACE(t);
+        set_num_threads(t);
+        const std::vector<Tensor> got = jit(bias_and_scale, kCompiled)(dy, x);
+        expect_bits(got[0], want[0]);
+        // Float32 sums are added in double and rounded once: the interpreter's bits. Float64
+        // ones are on one thread; on two the threads' sums add in another order.
+        for (std::size_t k : {1u, 2u}) {
+          if (d == float32 || t == 1) {
+            expect_bits(got[k], want[k]);
+          } else {
+            expect_same(got[k], want[k], 1e-12);
+          }
+          expect_bits(jit(bias_and_scale, kCompiled)(dy, x)[k], got[k]);  // run to run
+        }
+      }
+    }
+    // Sums of squares over every axis of gradients of a few shapes (a global norm): a group
+    // summing rows on every thread, then one for the square root.
+    const Tensor a = normal(37, {512, 300}, d), b = normal(38, {512, 300}, d);
+    const auto info = jit(squares, kCompiled).compiled(a, b);
+    ASSERT_EQ(info.groups.size(), 2u) << info;
+    EXPECT_NE(info.groups[0].kernel.find("domain=[512,300r]"), std::string::npos) << info;
+    const Tensor want = jit(squares, kInterpreted)(a, b);
+    for (int t : {1, 2}) {
+      set_num_threads(t);
+      expect_same(jit(squares, kCompiled)(a, b), want, d == float32 ? 1e-6 : 1e-13);
+    }
+  }
+  set_num_threads(saved);
+  // A row group whose sum is read inside it stays a row group.
+  auto read_inside = [](const Tensor& t, const Tensor& v) { return sum(t * t, {0}) * 0.5f + v; };
+  const Tensor t = normal(39, {64, 70}), v = normal(40, {70});
+  const auto info = jit(read_inside, kCompiled).compiled(t, v);
+  ASSERT_EQ(info.groups.size(), 1u) << info;
+  EXPECT_NE(info.groups[0].kernel.find("domain=[64r,70]"), std::string::npos) << info;
+  expect_compiled_bits(read_inside, t, v);
 }
 
 // Sums over the rows that a column group normalises (a layer norm's scale and shift

@@ -186,6 +186,9 @@ constexpr std::size_t kMaxGroupNodes = 512;
 
 // Elements of a domain from which a group reducing all its axes is serial (Builder::serial).
 constexpr int64_t kSerialDomain = int64_t{1} << 16;
+// Elements of the rows a sum over all axes of such a domain splits it into (Builder::
+// add_total_by_rows): a few vectors' worth, so that a row's loop is not mostly its tail.
+constexpr int64_t kRowElements = 256;
 
 // Whether an access reads the domain's innermost axis of size > 1 contiguously or as a
 // broadcast (the vector loops run along it).
@@ -242,6 +245,7 @@ class Builder {
   // Closes the group: the values something outside it (or the caller) reads become outputs.
   Group finish(const std::vector<std::vector<int>>& users, const std::vector<bool>& is_result,
                const std::vector<const ir::Value*>& value_of) {
+    if (sums_rows_only()) sum_rows_as_totals();
     std::unordered_set<int> inside(g_.equations.begin(), g_.equations.end());
     for (const auto& [value, member] : members_) {
       bool needed = is_result[static_cast<std::size_t>(value)];
@@ -277,6 +281,36 @@ class Builder {
       if (o.level != Level::outer) return false;
     return std::none_of(g_.nodes.begin(), g_.nodes.end(),
                         [](const Node& n) { return n.level == Level::total; });
+  }
+
+  // Whether a row group's reductions are float sums that nothing in the group reads, with few
+  // enough kept indices to give each a total's slot. Threads split a row group's kept indices,
+  // so each would read a slice of every row: a bias gradient over [1024, 1024] ran no faster
+  // on two threads than on one. As totals, threads split the rows instead.
+  bool sums_rows_only() const {
+    if (!reducing() || !keeps_innermost(g_.domain, g_.reduced) || g_.outer_size() > kMaxTotalSlots)
+      return false;
+    for (const Node& n : g_.nodes) {
+      if (n.level == Level::outer && n.kind != Node::Kind::reduce) return false;
+      for (int a : n.args)
+        if (g_.nodes[static_cast<std::size_t>(a)].kind == Node::Kind::reduce) return false;
+      if (n.kind != Node::Kind::reduce) continue;
+      const DType d = g_.nodes[static_cast<std::size_t>(n.args[0])].dtype;
+      if (n.prim->lowering->reduction != Reduction::sum || (d != float32 && d != float64))
+        return false;
+    }
+    return true;
+  }
+  // The group's kept and reduced axes swap (the column template, threads splitting the rows)
+  // and each sum becomes a total over the new kept axes, with a slot per index of the old ones.
+  void sum_rows_as_totals() {
+    for (Node& n : g_.nodes)
+      if (n.kind == Node::Kind::reduce) {
+        n.kind = Node::Kind::total;
+        n.level = Level::total;
+      }
+    for (std::size_t a = 0; a < g_.domain.size(); ++a)
+      if (g_.domain[a] != 1) g_.reduced[a] = !g_.reduced[a];
   }
 
   // Orders the domain's axes by the first inner load's strides (a broadcast's aside), largest
@@ -442,7 +476,7 @@ class Builder {
     const std::vector<bool> axes = reduced_axes(e);
     // Reducing no axes is the identity: an elementwise node.
     if (std::find(axes.begin(), axes.end(), true) == axes.end()) return add_elementwise(i, e);
-    const bool was_empty = empty();
+    const bool was_empty = empty(), had_reductions = reducing();
     if (was_empty) {
       start(s);
       g_.reduced = axes;
@@ -464,6 +498,7 @@ class Builder {
     } else if (axes != g_.reduced) {
       return add_total(i, e, axes);
     }
+    if (!had_reductions && serial() && add_total_by_rows(i, e)) return true;
     auto args = operands(e, Level::inner);
     if (!args) {
       if (was_empty) {
@@ -525,6 +560,28 @@ class Builder {
     }
     add_node(i, Node::Kind::total, Level::total, std::move(*args));
     return true;
+  }
+
+  // A float sum over every axis of a large domain, which one thread would run, as a total over
+  // all axes of a group that keeps the domain's leading axes: threads split those rows, each
+  // summing its rows' sums over the trailing axes (at least kRowElements of them). Not when a
+  // load of the group reads across the rows (a transposed gradient): the serial group walks
+  // it along its memory instead (walk_first_input_contiguously).
+  bool add_total_by_rows(int i, const ir::Equation& e) {
+    const std::vector<bool> every = g_.reduced;
+    std::vector<bool> rows(g_.domain.size(), false);
+    int64_t row = 1;
+    for (std::size_t a = g_.domain.size(); a-- > 0 && row < kRowElements;) {
+      rows[a] = true;
+      row *= g_.domain[a];
+    }
+    g_.reduced = rows;
+    const bool along_rows = std::all_of(g_.nodes.begin(), g_.nodes.end(), [&](const Node& n) {
+      return n.kind != Node::Kind::load || reads_along_rows(n.access, g_.domain);
+    });
+    if (g_.outer_size() > 1 && along_rows && add_total(i, e, every)) return true;
+    g_.reduced = every;
+    return false;
   }
 
   // Layout ops on members that only relabel: a reduced value reshaped to or from its keepdims
