@@ -627,29 +627,47 @@ class Emitter : ReduceOps {
   // In the outer scope s: the reduction's result.
   llvm::Value* result(const Accumulator& a, const Scope& s) {
     if (row_) return from_acc(a.r, acc_from_block(a, s));
-    // Lanes in order, then the scalar tail: the same order on every run.
+    // The lanes pairwise (each half with the other, then each quarter, ...), then the scalar
+    // tail: the same order on every run. A row's result waits on log2(W) steps rather than W
+    // (softmax's rows of 128 waited on 16 dependent adds and 16 selects each).
     llvm::Value* vv = b_.CreateLoad(a.lanes->getAllocatedType(), a.lanes);
     llvm::Value* tail = b_.CreateLoad(a.tail->getAllocatedType(), a.tail);
     if (keyed(a.r)) {
-      vv = value_of_key(vv, vec(acc_scalar(a.r), lanes_));
+      const bool is_max = a.r.kind == Reduction::max;
+      vv = halves(vv, [&](llvm::Value* x, llvm::Value* y) {
+        return b_.CreateSelect(is_max ? b_.CreateICmpSGT(y, x) : b_.CreateICmpSLT(y, x), y, x);
+      });
+      vv = value_of_key(vv, acc_scalar(a.r));
       tail = value_of_key(tail, acc_scalar(a.r));
+    } else {
+      vv = halves(vv, [&](llvm::Value* x, llvm::Value* y) { return combine(a.r, x, y); });
     }
-    llvm::Value* total = identity(a.r, 1);
-    for (int k = 0; k < lanes_; ++k)
-      total = combine(a.r, total,
-                      lanes_ == 1 ? vv : b_.CreateExtractElement(vv, static_cast<uint64_t>(k)));
-    total = combine(a.r, total, tail);
+    llvm::Value* total = combine(a.r, vv, tail);
     if (keyed(a.r)) {
-      llvm::Value* nv = b_.CreateLoad(a.nan_lanes->getAllocatedType(), a.nan_lanes);
-      llvm::Value* nan = b_.CreateLoad(a.nan_tail->getAllocatedType(), a.nan_tail);
-      for (int k = 0; k < lanes_; ++k) {
-        llvm::Value* lane =
-            lanes_ == 1 ? nv : b_.CreateExtractElement(nv, static_cast<uint64_t>(k));
-        nan = b_.CreateSelect(is_nan(lane), lane, nan);
-      }
+      // The NaN of the highest lane that saw one, else the tail's.
+      llvm::Value* nan =
+          halves(b_.CreateLoad(a.nan_lanes->getAllocatedType(), a.nan_lanes),
+                 [&](llvm::Value* x, llvm::Value* y) { return b_.CreateSelect(is_nan(y), y, x); });
+      llvm::Value* tail_nan = b_.CreateLoad(a.nan_tail->getAllocatedType(), a.nan_tail);
+      nan = b_.CreateSelect(is_nan(nan), nan, tail_nan);
       total = b_.CreateSelect(is_nan(nan), nan, total);
     }
     return from_acc(a.r, total);
+  }
+
+  // Folds a vector's lanes into one: f(lower half, upper half) until one lane is left.
+  llvm::Value* halves(llvm::Value* v,
+                      const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& f) {
+    for (int w = lanes_of(v); w > 1; w /= 2) {
+      std::vector<int> lo, hi;
+      for (int k = 0; k < w / 2; ++k) {
+        lo.push_back(k);
+        hi.push_back(w / 2 + k);
+      }
+      v = f(b_.CreateShuffleVector(v, lo), b_.CreateShuffleVector(v, hi));
+    }
+    return lanes_of(v) == 1 && v->getType()->isVectorTy() ? b_.CreateExtractElement(v, uint64_t{0})
+                                                          : v;
   }
 
   // Runs body once per outer scope: per kept index (column template: one lane, no innermost
