@@ -184,6 +184,9 @@ constexpr int64_t kMaxTotalSlots = int64_t{1} << 16;
 // compile time there. Groups of real layers have tens to a few hundred nodes.
 constexpr std::size_t kMaxGroupNodes = 512;
 
+// Rows from which a row group of sums runs as totals, threads splitting its rows
+// (Builder::sums_rows_only).
+constexpr int64_t kMinSplitRows = 64;
 // Elements of a domain from which a group reducing all its axes is serial (Builder::serial).
 constexpr int64_t kSerialDomain = int64_t{1} << 16;
 // Elements of the rows a sum over all axes of such a domain splits it into (Builder::
@@ -283,12 +286,14 @@ class Builder {
                         [](const Node& n) { return n.level == Level::total; });
   }
 
-  // Whether a row group's reductions are float sums that nothing in the group reads, with few
-  // enough kept indices to give each a total's slot. Threads split a row group's kept indices,
-  // so each would read a slice of every row: a bias gradient over [1024, 1024] ran no faster
-  // on two threads than on one. As totals, threads split the rows instead.
+  // Whether a row group's reductions are float sums that nothing in the group reads, over at
+  // least kMinSplitRows rows, with few enough kept indices to give each a total's slot. Threads
+  // split a row group's kept indices, so each would read a slice of every row: a bias gradient
+  // over [1024, 1024] ran no faster on two threads than on one. As totals, threads split the
+  // rows instead (a handful of rows would split unevenly: those stay as they are).
   bool sums_rows_only() const {
-    if (!reducing() || !keeps_innermost(g_.domain, g_.reduced) || g_.outer_size() > kMaxTotalSlots)
+    if (!reducing() || !keeps_innermost(g_.domain, g_.reduced) ||
+        g_.outer_size() > kMaxTotalSlots || g_.inner_size() < kMinSplitRows)
       return false;
     for (const Node& n : g_.nodes) {
       if (n.level == Level::outer && n.kind != Node::Kind::reduce) return false;
