@@ -104,6 +104,7 @@ int ir_lines(const std::filesystem::path& dir,
 }
 
 using kiln::testing::EnvVar;
+using kiln::testing::Threads;
 
 }  // namespace
 
@@ -423,19 +424,24 @@ TEST(Compiler, RowReductionsOfSignedZerosAndNaNs) {
 }
 
 TEST(Compiler, RowReductionsAreTheSameForAnyThreadCount) {
-  // A row group with a max splits its kept indices among threads (here mid-row of the
-  // innermost axis), never a reduced axis: the interpreter's bits on any thread count.
+  // A row group splits its kept indices among threads (here mid-row of the innermost axis),
+  // never a reduced axis: its max, and its sum that the group reads, are the interpreter's bits
+  // on any thread count, float64 sums included.
   for (DType d : {float32, float64}) {
     const Tensor x = normal(34, {3, 200, 1001}, d) * 10.0;
-    auto f = [](const Tensor& a) { return max(a * a + 1.0, {1}); };
-    const int saved = num_threads();
-    set_num_threads(1);
-    const Tensor one = jit(f, kCompiled)(x);
-    set_num_threads(2);
-    const Tensor two = jit(f, kCompiled)(x);
-    set_num_threads(saved);
-    expect_bits(two, one);
-    expect_bits(one, jit(f, kInterpreted)(x));
+    auto f = [](const Tensor& a) {
+      return std::vector<Tensor>{max(a * a + 1.0, {1}), sum(a * a + 1.0, {1}) * 2.0};
+    };
+    const auto info = jit(f, kCompiled).compiled(x);
+    ASSERT_EQ(info.groups.size(), 1u) << info;
+    EXPECT_NE(info.groups[0].kernel.find("domain=[3,200r,1001]"), std::string::npos) << info;
+    const std::vector<Tensor> want = jit(f, kInterpreted)(x);
+    for (int t : {1, 2}) {
+      const Threads threads(t);
+      const std::vector<Tensor> got = jit(f, kCompiled)(x);
+      expect_bits(got[0], want[0]);
+      expect_bits(got[1], want[1]);
+    }
   }
 }
 
@@ -444,21 +450,22 @@ TEST(Compiler, RowReductionsAreTheSameForAnyThreadCount) {
 // adds the threads' sums in order. A sum over every axis of a large domain likewise becomes a
 // total over rows that threads split.
 TEST(Compiler, SumsOverRowsSplitTheRowsAmongThreads) {
-  const int saved = num_threads();
   auto bias_and_scale = [](const Tensor& dy, const Tensor& x) {
     const Tensor dz = dy * tanh(x);
     return std::vector<Tensor>{dz, sum(dz, {0, 1}), sum(dy * x, {0, 1})};
   };
-  auto squares = [](const Tensor& a, const Tensor& b) { return sqrt(sum(a * a) + sum(b * b)); };
   for (DType d : {float32, float64}) {
-    // Rows across the vector width and its tail, a batch axis in front; fewer than 64 rows
-    // stay a row group (a few rows would split unevenly among threads).
-    for (const Shape& s : {Shape{4, 300, 1003}, Shape{8, 128, 256}, Shape{2, 20, 70}}) {
+    // Rows across the vector width and its tail, a batch axis in front; fewer than 64 rows, or
+    // fewer rows than kept indices, stay a row group (a few rows would split unevenly among
+    // threads, and many kept indices would make each thread's array of sums large).
+    for (const Shape& s :
+         {Shape{4, 300, 1003}, Shape{8, 128, 256}, Shape{2, 20, 70}, Shape{2, 100, 256}}) {
       const Tensor dy = normal(35, s, d) * 10.0, x = normal(36, s, d);
       SCOPED_TRACE(dy.type().to_string());
       const auto info = jit(bias_and_scale, kCompiled).compiled(dy, x);
       ASSERT_EQ(info.groups.size(), 1u) << info;
-      const bool split = s.dims()[0] * s.dims()[1] >= 64;
+      const int64_t rows = s.dims()[0] * s.dims()[1];
+      const bool split = rows >= 64 && rows >= s.dims()[2];
       const std::string d0 = std::to_string(s.dims()[0]), d1 = std::to_string(s.dims()[1]),
                         d2 = std::to_string(s.dims()[2]);
       const std::string& kernel = info.groups[0].kernel;
@@ -470,11 +477,11 @@ TEST(Compiler, SumsOverRowsSplitTheRowsAmongThreads) {
       const std::vector<Tensor> want = jit(bias_and_scale, kInterpreted)(dy, x);
       for (int t : {1, 2}) {
         SCOPED_TRACE(t);
-        set_num_threads(t);
+        const Threads threads(t);
         const std::vector<Tensor> got = jit(bias_and_scale, kCompiled)(dy, x);
         expect_bits(got[0], want[0]);
-        // Float32 sums are added in double and rounded once: the interpreter's bits. Float64
-        // ones are on one thread; on two the threads' sums add in another order.
+        // Added in double and rounded once, float32 sums come out as the interpreter's here;
+        // float64 ones do on one thread, and on two within the reassociation bound.
         for (std::size_t k : {1u, 2u}) {
           if (d == float32 || t == 1) {
             expect_bits(got[k], want[k]);
@@ -485,26 +492,44 @@ TEST(Compiler, SumsOverRowsSplitTheRowsAmongThreads) {
         }
       }
     }
-    // Sums of squares over every axis of gradients of a few shapes (a global norm): a group
-    // summing rows on every thread, then one for the square root.
-    const Tensor a = normal(37, {512, 300}, d), b = normal(38, {512, 300}, d);
-    const auto info = jit(squares, kCompiled).compiled(a, b);
-    ASSERT_EQ(info.groups.size(), 2u) << info;
-    EXPECT_NE(info.groups[0].kernel.find("domain=[512,300r]"), std::string::npos) << info;
-    const Tensor want = jit(squares, kInterpreted)(a, b);
-    for (int t : {1, 2}) {
-      set_num_threads(t);
-      expect_same(jit(squares, kCompiled)(a, b), want, d == float32 ? 1e-6 : 1e-13);
+    // A kept axis between reduced ones: the rows are the middle axis' indices.
+    const Tensor m = normal(37, {4, 400, 70}, d);
+    auto middle = [](const Tensor& a) { return sum(a * a, {1}); };
+    const auto info = jit(middle, kCompiled).compiled(m);
+    ASSERT_EQ(info.groups.size(), 1u) << info;
+    EXPECT_NE(info.groups[0].kernel.find("domain=[4r,400,70r]"), std::string::npos) << info;
+    expect_same(jit(middle, kCompiled)(m), jit(middle, kInterpreted)(m), 1e-12);
+    // Sums of squares over every axis of gradients (a global norm): a group summing rows on
+    // every thread, then one for the square root; also when the rows are short.
+    auto squares = [](const Tensor& a, const Tensor& b) { return sqrt(sum(a * a) + sum(b * b)); };
+    for (const Shape& s : {Shape{512, 300}, Shape{1000, 100}}) {
+      const Tensor a = normal(38, s, d), b = normal(39, s, d);
+      const auto sq = jit(squares, kCompiled).compiled(a, b);
+      ASSERT_EQ(sq.groups.size(), 2u) << sq;
+      EXPECT_NE(sq.groups[0].kernel.find("domain=[" + std::to_string(s.dims()[0]) + "," +
+                                         std::to_string(s.dims()[1]) + "r]"),
+                std::string::npos)
+          << sq;
+      const Tensor want = jit(squares, kInterpreted)(a, b);
+      for (int t : {1, 2}) {
+        const Threads threads(t);
+        expect_same(jit(squares, kCompiled)(a, b), want, d == float32 ? 1e-6 : 1e-13);
+      }
     }
   }
-  set_num_threads(saved);
-  // A row group whose sum is read inside it stays a row group.
-  auto read_inside = [](const Tensor& t, const Tensor& v) { return sum(t * t, {0}) * 0.5f + v; };
-  const Tensor t = normal(39, {64, 70}), v = normal(40, {70});
-  const auto info = jit(read_inside, kCompiled).compiled(t, v);
-  ASSERT_EQ(info.groups.size(), 1u) << info;
-  EXPECT_NE(info.groups[0].kernel.find("domain=[64r,70]"), std::string::npos) << info;
-  expect_compiled_bits(read_inside, t, v);
+  // Stay row groups: a sum read inside the group, and one broadcast back over the domain.
+  const Tensor t = normal(40, {128, 70}), v = normal(41, {70});
+  auto read_inside = [](const Tensor& a, const Tensor& b) { return sum(a * a, {0}) * 0.5f + b; };
+  auto broadcast = [](const Tensor& a, const Tensor&) {
+    return broadcast_to(sum(a * a, {0}, true), a.shape());
+  };
+  for (const auto& f : {std::function<Tensor(const Tensor&, const Tensor&)>(read_inside),
+                        std::function<Tensor(const Tensor&, const Tensor&)>(broadcast)}) {
+    const auto info = jit(f, kCompiled).compiled(t, v);
+    ASSERT_EQ(info.groups.size(), 1u) << info;
+    EXPECT_NE(info.groups[0].kernel.find("domain=[128r,70]"), std::string::npos) << info;
+    expect_compiled_bits(f, t, v);
+  }
 }
 
 // Sums over the rows that a column group normalises (a layer norm's scale and shift

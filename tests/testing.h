@@ -35,6 +35,16 @@ struct EnvVar {
   EnvVar& operator=(const EnvVar&) = delete;
 };
 
+// Kiln's thread count set for a scope, the previous count restored on leaving it (also when a
+// failed ASSERT leaves the test early).
+struct Threads {
+  int saved = num_threads();
+  explicit Threads(int n) { set_num_threads(n); }
+  ~Threads() { set_num_threads(saved); }
+  Threads(const Threads&) = delete;
+  Threads& operator=(const Threads&) = delete;
+};
+
 // Runs fn, expects a kiln::Error whose message starts with "[op] " and contains each part.
 inline void expect_error(const std::function<void()>& fn, const std::string& op,
                          const std::vector<std::string>& parts) {

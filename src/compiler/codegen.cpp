@@ -610,14 +610,15 @@ class Emitter : ReduceOps {
       llvm::AllocaInst* nan = s.lanes == 1 ? a.nan_tail : a.nan_lanes;
       b_.CreateStore(b_.CreateSelect(is_nan(v), v, b_.CreateLoad(nan->getAllocatedType(), nan)),
                      nan);
-      llvm::Value* k = b_.CreateLoad(acc->getAllocatedType(), acc);
-      const bool is_max = a.r.kind == Reduction::max;
-      llvm::Value* kv = key_of(v);
-      b_.CreateStore(
-          b_.CreateSelect(is_max ? b_.CreateICmpSGT(kv, k) : b_.CreateICmpSLT(kv, k), kv, k), acc);
+      b_.CreateStore(extreme_key(a.r, b_.CreateLoad(acc->getAllocatedType(), acc), key_of(v)), acc);
       return;
     }
     b_.CreateStore(combine(a.r, b_.CreateLoad(acc->getAllocatedType(), acc), v), acc);
+  }
+  // The larger (max) or smaller (min) of two order keys.
+  llvm::Value* extreme_key(const Reducer& r, llvm::Value* k1, llvm::Value* k2) {
+    const bool is_max = r.kind == Reduction::max;
+    return b_.CreateSelect(is_max ? b_.CreateICmpSGT(k2, k1) : b_.CreateICmpSLT(k2, k1), k2, k1);
   }
   llvm::Value* acc_from_block(const Accumulator& a, const Scope& s) {
     llvm::Value* v = block_load(a.lanes, s);
@@ -633,10 +634,7 @@ class Emitter : ReduceOps {
     llvm::Value* vv = b_.CreateLoad(a.lanes->getAllocatedType(), a.lanes);
     llvm::Value* tail = b_.CreateLoad(a.tail->getAllocatedType(), a.tail);
     if (keyed(a.r)) {
-      const bool is_max = a.r.kind == Reduction::max;
-      vv = halves(vv, [&](llvm::Value* x, llvm::Value* y) {
-        return b_.CreateSelect(is_max ? b_.CreateICmpSGT(y, x) : b_.CreateICmpSLT(y, x), y, x);
-      });
+      vv = halves(vv, [&](llvm::Value* x, llvm::Value* y) { return extreme_key(a.r, x, y); });
       vv = value_of_key(vv, acc_scalar(a.r));
       tail = value_of_key(tail, acc_scalar(a.r));
     } else {
@@ -644,7 +642,7 @@ class Emitter : ReduceOps {
     }
     llvm::Value* total = combine(a.r, vv, tail);
     if (keyed(a.r)) {
-      // The NaN of the highest lane that saw one, else the tail's.
+      // A lane's NaN (the upper half's first at each step: a fixed order), else the tail's.
       llvm::Value* nan =
           halves(b_.CreateLoad(a.nan_lanes->getAllocatedType(), a.nan_lanes),
                  [&](llvm::Value* x, llvm::Value* y) { return b_.CreateSelect(is_nan(y), y, x); });
@@ -655,7 +653,8 @@ class Emitter : ReduceOps {
     return from_acc(a.r, total);
   }
 
-  // Folds a vector's lanes into one: f(lower half, upper half) until one lane is left.
+  // Folds a vector's lanes into one: f(lower half, upper half) until one lane is left (the
+  // widths are powers of two: 16, 8, 4 or 1 lanes).
   llvm::Value* halves(llvm::Value* v,
                       const std::function<llvm::Value*(llvm::Value*, llvm::Value*)>& f) {
     for (int w = lanes_of(v); w > 1; w /= 2) {

@@ -214,6 +214,11 @@ bool short_rows(const ir::Equation& e) {
   return false;
 }
 
+// Whether a reduction is a sum of floats that accumulates in double (a total's arithmetic).
+bool float_sum(const Primitive* p, DType in) {
+  return p->lowering->reduction == Reduction::sum && (in == float32 || in == float64);
+}
+
 // Whether the lowering takes the equation's dtypes (Lowering::dtypes: integer division and
 // power check their operands and raise, so their kernels run).
 bool lowered_dtype(const ir::Equation& e, const Lowering& l) {
@@ -248,7 +253,6 @@ class Builder {
   // Closes the group: the values something outside it (or the caller) reads become outputs.
   Group finish(const std::vector<std::vector<int>>& users, const std::vector<bool>& is_result,
                const std::vector<const ir::Value*>& value_of) {
-    if (sums_rows_only()) sum_rows_as_totals();
     std::unordered_set<int> inside(g_.equations.begin(), g_.equations.end());
     for (const auto& [value, member] : members_) {
       bool needed = is_result[static_cast<std::size_t>(value)];
@@ -260,6 +264,7 @@ class Builder {
       if (g_.nodes[static_cast<std::size_t>(member)].level == Level::total) level = Level::total;
       g_.outputs.push_back({.node = member, .value = value, .level = level});
     }
+    if (sums_rows_only()) sum_rows_as_totals();
     std::sort(g_.outputs.begin(), g_.outputs.end(),
               [](const GroupOutput& a, const GroupOutput& b) { return a.value < b.value; });
     if (reduces_everything()) walk_first_input_contiguously();
@@ -286,25 +291,30 @@ class Builder {
                         [](const Node& n) { return n.level == Level::total; });
   }
 
-  // Whether a row group's reductions are float sums that nothing in the group reads, over at
-  // least kMinSplitRows rows, with few enough kept indices to give each a total's slot. Threads
-  // split a row group's kept indices, so each would read a slice of every row: a bias gradient
-  // over [1024, 1024] ran no faster on two threads than on one. As totals, threads split the
-  // rows instead (a handful of rows would split unevenly: those stay as they are).
+  // Whether a row group's reductions are float sums that nothing in the group reads and that
+  // leave it only as sums (not broadcast back over the domain), over at least kMinSplitRows rows
+  // and no fewer rows than kept indices. Threads split a row group's kept indices, so each
+  // reads a slice of every row: a bias gradient over [1024, 1024] ran no faster on two threads
+  // than on one. As totals, threads split the rows instead. (A handful of rows would split
+  // unevenly, and many kept indices would make each thread's array of doubles large: those
+  // stay as they are.)
   bool sums_rows_only() const {
     if (!reducing() || !keeps_innermost(g_.domain, g_.reduced) ||
-        g_.outer_size() > kMaxTotalSlots || g_.inner_size() < kMinSplitRows)
+        g_.outer_size() > kMaxTotalSlots ||
+        g_.inner_size() < std::max(kMinSplitRows, g_.outer_size()))
       return false;
     for (const Node& n : g_.nodes) {
       if (n.level == Level::outer && n.kind != Node::Kind::reduce) return false;
       for (int a : n.args)
         if (g_.nodes[static_cast<std::size_t>(a)].kind == Node::Kind::reduce) return false;
-      if (n.kind != Node::Kind::reduce) continue;
-      const DType d = g_.nodes[static_cast<std::size_t>(n.args[0])].dtype;
-      if (n.prim->lowering->reduction != Reduction::sum || (d != float32 && d != float64))
+      if (n.kind == Node::Kind::reduce &&
+          !float_sum(n.prim, g_.nodes[static_cast<std::size_t>(n.args[0])].dtype))
         return false;
     }
-    return true;
+    return std::all_of(g_.outputs.begin(), g_.outputs.end(), [&](const GroupOutput& o) {
+      return g_.nodes[static_cast<std::size_t>(o.node)].kind != Node::Kind::reduce ||
+             o.level == Level::outer;
+    });
   }
   // The group's kept and reduced axes swap (the column template, threads splitting the rows)
   // and each sum becomes a total over the new kept axes, with a slot per index of the old ones.
@@ -314,6 +324,9 @@ class Builder {
         n.kind = Node::Kind::total;
         n.level = Level::total;
       }
+    for (GroupOutput& o : g_.outputs)
+      if (g_.nodes[static_cast<std::size_t>(o.node)].kind == Node::Kind::total)
+        o.level = Level::total;
     for (std::size_t a = 0; a < g_.domain.size(); ++a)
       if (g_.domain[a] != 1) g_.reduced[a] = !g_.reduced[a];
   }
@@ -523,9 +536,7 @@ class Builder {
   // each kept index's sum over them (kept in double, so that the result is rounded once, as
   // the interpreter's is). Either way the sum never goes through memory at the domain's size.
   bool add_total(int i, const ir::Equation& e, const std::vector<bool>& axes) {
-    const DType d = e.inputs[0].type.dtype;
-    if (e.prim->lowering->reduction != Reduction::sum || (d != float32 && d != float64) ||
-        keeps_innermost(g_.domain, g_.reduced))
+    if (!float_sum(e.prim, e.inputs[0].type.dtype) || keeps_innermost(g_.domain, g_.reduced))
       return false;
     bool over_kept = true, over_all = true;
     for (std::size_t a = 0; a < axes.size(); ++a) {
@@ -574,17 +585,22 @@ class Builder {
   // it along its memory instead (walk_first_input_contiguously).
   bool add_total_by_rows(int i, const ir::Equation& e) {
     const std::vector<bool> every = g_.reduced;
+    // The trailing axes up to kRowElements, always leaving the leading axis of size > 1 kept.
+    const auto leading = static_cast<std::size_t>(
+        std::find_if(g_.domain.begin(), g_.domain.end(), [](int64_t d) { return d != 1; }) -
+        g_.domain.begin());
     std::vector<bool> rows(g_.domain.size(), false);
     int64_t row = 1;
-    for (std::size_t a = g_.domain.size(); a-- > 0 && row < kRowElements;) {
+    for (std::size_t a = g_.domain.size(); a-- > leading + 1 && row < kRowElements;) {
       rows[a] = true;
       row *= g_.domain[a];
     }
+    if (row == 1) return false;  // one axis of size > 1: no rows to split it into
     g_.reduced = rows;
     const bool along_rows = std::all_of(g_.nodes.begin(), g_.nodes.end(), [&](const Node& n) {
       return n.kind != Node::Kind::load || reads_along_rows(n.access, g_.domain);
     });
-    if (g_.outer_size() > 1 && along_rows && add_total(i, e, every)) return true;
+    if (along_rows && add_total(i, e, every)) return true;
     g_.reduced = every;
     return false;
   }
