@@ -202,6 +202,25 @@ TEST(Compiler, WorkWaitingForALargeFullReductionLeavesItsGroup) {
   expect_same(jit(kept_one, kCompiled)(big), jit(kept_one, kInterpreted)(big), 1e-6);
 }
 
+// Elementwise work whose users wait for something not yet computable waits with them: an
+// optimiser's m * b1 and p * decay join the update after the clipping norm, rather than the
+// norm's group, which would store them and the update read them back.
+TEST(Compiler, ElementwiseWorkWaitsForItsUsers) {
+  auto f = [](const Tensor& p, const Tensor& g, const Tensor& m) {
+    const Tensor c = minimum(1.0f / sqrt(sum(g * g)), 1.0f);
+    const Tensor m2 = m * 0.9f + g * c * 0.1f;
+    return std::vector<Tensor>{p * 0.99f - m2 * 0.01f, m2};
+  };
+  const Tensor p = normal(13, {512, 300}), g = normal(14, {512, 300}), m = normal(15, {512, 300});
+  const auto info = jit(f, kCompiled).compiled(p, g, m);
+  ASSERT_EQ(info.groups.size(), 3u) << info;
+  const int64_t matrix = 512 * 300 * 4;
+  EXPECT_EQ(info.groups[0].bytes_read, matrix) << info;  // g alone
+  EXPECT_EQ(info.groups[0].bytes_written, 4) << info;    // its sum of squares
+  EXPECT_EQ(info.groups[2].bytes_written, 2 * matrix) << info;
+  expect_compiled_bits(f, p, g, m);
+}
+
 // An unrolled loop's steps fuse into groups with the same kernel text; LLVM compiles each
 // distinct kernel once and every group runs it on its own buffers.
 TEST(Compiler, EqualGroupsShareOneKernel) {
@@ -213,7 +232,8 @@ TEST(Compiler, EqualGroupsShareOneKernel) {
   const Tensor w = normal(1, {16, 16}) * 0.3, xs = normal(2, {6, 8, 16});
   const auto info = jit(value_and_grad(f), kCompiled).compiled(w, xs);
   EXPECT_GE(info.groups.size(), 12u);
-  EXPECT_LE(2 * info.kernels, static_cast<int64_t>(info.groups.size())) << info;
+  // The backward pass's five steps share one kernel, the gradient's sums of products two.
+  EXPECT_GE(static_cast<int64_t>(info.groups.size()) - info.kernels, 5) << info;
   std::set<std::string> texts;
   for (const auto& g : info.groups) texts.insert(g.kernel);
   EXPECT_EQ(info.kernels, static_cast<int64_t>(texts.size()));
@@ -1116,9 +1136,11 @@ constexpr int64_t kBuffer = (kSide * kSide * 4 + 63) / 64 * 64;  // one arena sl
 TEST(Compiler, ElementwiseOutputsAreWrittenOverTheInputTheyKill) {
   // Elementwise groups separated by matmuls, so each is a loop of its own: every intermediate
   // dies in the group that reads it, which writes its output over it. The arena holds one
-  // buffer (the live set), not two (liveness alone) or four (one per intermediate).
+  // buffer (the live set), not two (liveness alone) or four (one per intermediate). (The row
+  // max makes the first a group of its own: a plain exp(x) would wait for the first matmul and
+  // join the group after it.)
   auto f = [](const Tensor& x, const Tensor& y) {
-    Tensor a = exp(x), k = y;
+    Tensor a = exp(x - max(x, {1}, true)), k = y;
     for (int i = 0; i < 4; ++i) {
       k = matmul(k, y);
       a = tanh(a * k) + 1.0f;
@@ -1228,24 +1250,25 @@ TEST(Compiler, NoInPlaceOverArgumentsConstantsResultsOrLiveViews) {
 }
 
 TEST(Compiler, InPlaceWaitsForEveryReadOfTheLoopBody) {
-  // One group stores p, then q; only q reads a. p written over a would clobber a before q's
-  // loads read it, so q takes a's memory and p a slot of its own.
+  // One group stores p, then q (each read by a matmul); only q reads a, a product that dies
+  // there. p written over a would clobber a before q's loads read it, so q takes a's memory and
+  // p a buffer of its own.
   auto f = [](const Tensor& x, const Tensor& y) {
-    const Tensor a = exp(x);
+    const Tensor a = matmul(x, x);
     const Tensor k = matmul(y, y);
     const Tensor p = k * 2.0f, q = a * k;
     const Tensor k2 = matmul(k, y);
-    return p * k2 + q * k2;
+    return matmul(p, k2) + matmul(q, k2);
   };
   const Tensor x = normal(47, {kSide, kSide}), y = normal(48, {kSide, kSide});
   const auto info = jit(f, kCompiled).compiled(x, y);
-  ASSERT_EQ(info.groups.size(), 3u) << info;
-  ASSERT_EQ(info.groups[1].in_place.size(), 1u) << info;
+  ASSERT_EQ(info.groups.size(), 2u) << info;
+  ASSERT_EQ(info.groups[0].in_place.size(), 1u) << info;
   const ir::Function lowered = jit(f, kCompiled).lower(x, y);
   // q is the group's second output (outputs are stored in value order).
-  const auto& eq = lowered.equations[static_cast<std::size_t>(info.groups[1].equations.back())];
-  EXPECT_EQ(info.groups[1].in_place[0].output, eq.outputs[0].id) << info << lowered;
-  EXPECT_EQ(info.arena_bytes, 2 * kBuffer) << info;
+  const auto& eq = lowered.equations[static_cast<std::size_t>(info.groups[0].equations.back())];
+  EXPECT_EQ(info.groups[0].in_place[0].output, eq.outputs[0].id) << info << lowered;
+  EXPECT_FALSE(info.groups[0].in_place[0].arena) << info;
   expect_identical(jit(f, kCompiled)(x, y), jit(f, kInterpreted)(x, y));
 }
 

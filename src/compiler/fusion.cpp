@@ -677,6 +677,38 @@ Partition partition(const ir::Function& f) {
   std::vector<bool> done(n_eq, false);
   std::size_t first_pending = 0;
   std::optional<Builder> open;
+  std::vector<int> producer(n_values, -1);
+  for (std::size_t i = 0; i < n_eq; ++i)
+    for (const ir::Value& v : f.equations[i].outputs)
+      producer[static_cast<std::size_t>(v.id)] = static_cast<int>(i);
+  // Whether value v is there for an equation to read now: stored, a view, or in the open group.
+  auto present = [&](const ir::Value& v) { return available(v) || (open && open->holds(v.id)); };
+  // Whether v can be computed now: present, or made by an equation whose operands are.
+  auto computable = [&](const ir::Value& v) {
+    if (present(v)) return true;
+    const int i = producer[static_cast<std::size_t>(v.id)];
+    if (i < 0) return false;
+    const auto& in = f.equations[static_cast<std::size_t>(i)].inputs;
+    return std::all_of(in.begin(), in.end(), present);
+  };
+  // An elementwise equation whose every user is a fusible one waiting for an operand that
+  // cannot be computed yet waits with them: run now, its result would be stored and read back
+  // later, where the users' group could compute it from what it reads anyway. (An optimiser's
+  // m * b1, v * b2 and p * (1 - lr * wd) were computed in the clipping norm's group, before the
+  // norm: three more tensors written and read back per parameter.)
+  auto waits_for_users = [&](std::size_t i) {
+    const ir::Equation& e = f.equations[i];
+    if (is_reduction(e.prim) || is_layout(e.prim) || !fusible(e)) return false;
+    const ir::Value& out = e.outputs[0];
+    const auto& us = users[static_cast<std::size_t>(out.id)];
+    if (us.empty() || is_result[static_cast<std::size_t>(out.id)]) return false;
+    return std::all_of(us.begin(), us.end(), [&](int u) {
+      const ir::Equation& ue = f.equations[static_cast<std::size_t>(u)];
+      return fusible(ue) &&
+             std::any_of(ue.inputs.begin(), ue.inputs.end(),
+                         [&](const ir::Value& v) { return v.id != out.id && !computable(v); });
+    });
+  };
 
   auto close = [&] {
     if (!open) return;
@@ -697,6 +729,7 @@ Partition partition(const ir::Function& f) {
   while (first_pending < n_eq) {
     bool progressed = false;
     std::optional<std::size_t> first_ready;
+    std::optional<std::size_t> first_waiting;  // ready, but waiting for its users
     // The open group takes equations from before the first pending product (a primitive bound
     // by arithmetic: matmul, the convolutions) only. Later ones belong to a later phase of the
     // program: pulled forward, their results would be stored until then and read back, which
@@ -727,6 +760,10 @@ Partition partition(const ir::Function& f) {
           break;
         }
       }
+      if (!in_group && waits_for_users(i)) {
+        if (!first_waiting) first_waiting = i;
+        continue;
+      }
       if (open && i < barrier && (fusible(e) || is_layout(e.prim)) &&
           open->try_add(static_cast<int>(i))) {
         done[i] = true;
@@ -740,6 +777,7 @@ Partition partition(const ir::Function& f) {
       const bool had_group = open && !open->empty();
       close();
       if (had_group) continue;  // its outputs may have made more equations ready
+      if (!first_ready) first_ready = first_waiting;  // nothing else to run: waiting ends
       if (!first_ready)
         fail("jit", "the fusion scheduler found no ready equation in @", f.name,
              ", expected a function in SSA order");
