@@ -232,7 +232,8 @@ TEST(Compiler, EqualGroupsShareOneKernel) {
   const Tensor w = normal(1, {16, 16}) * 0.3, xs = normal(2, {6, 8, 16});
   const auto info = jit(value_and_grad(f), kCompiled).compiled(w, xs);
   EXPECT_GE(info.groups.size(), 12u);
-  // The backward pass's five steps share one kernel, the gradient's sums of products two.
+  // Groups of the same text share a kernel: the backward pass's five steps one, the weight
+  // gradient's sums of the steps' products (fused two at a time) another.
   EXPECT_GE(static_cast<int64_t>(info.groups.size()) - info.kernels, 5) << info;
   std::set<std::string> texts;
   for (const auto& g : info.groups) texts.insert(g.kernel);

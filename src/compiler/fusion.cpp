@@ -661,8 +661,12 @@ Partition partition(const ir::Function& f) {
   for (const ir::Value& v : f.results) is_result[static_cast<std::size_t>(v.id)] = true;
 
   std::vector<const ir::Value*> value_of(n_values, nullptr);
-  for (const ir::Equation& e : f.equations)
-    for (const ir::Value& v : e.outputs) value_of[static_cast<std::size_t>(v.id)] = &v;
+  std::vector<int> producer(n_values, -1);  // the equation that makes each value (-1: none)
+  for (std::size_t i = 0; i < n_eq; ++i)
+    for (const ir::Value& v : f.equations[i].outputs) {
+      value_of[static_cast<std::size_t>(v.id)] = &v;
+      producer[static_cast<std::size_t>(v.id)] = static_cast<int>(i);
+    }
   auto make_buffer = [&](const ir::Value& v) {
     const Dims d = dims_of(v);
     p.views[static_cast<std::size_t>(v.id)] =
@@ -677,17 +681,14 @@ Partition partition(const ir::Function& f) {
   std::vector<bool> done(n_eq, false);
   std::size_t first_pending = 0;
   std::optional<Builder> open;
-  std::vector<int> producer(n_values, -1);
-  for (std::size_t i = 0; i < n_eq; ++i)
-    for (const ir::Value& v : f.equations[i].outputs)
-      producer[static_cast<std::size_t>(v.id)] = static_cast<int>(i);
   // Whether value v is there for an equation to read now: stored, a view, or in the open group.
   auto present = [&](const ir::Value& v) { return available(v) || (open && open->holds(v.id)); };
-  // Whether v can be computed now: present, or made by an equation whose operands are.
+  // Whether a group could compute v now: present, or made by a fusible equation whose operands
+  // are. (A product's result is not: the users' group cannot hold the product.)
   auto computable = [&](const ir::Value& v) {
     if (present(v)) return true;
     const int i = producer[static_cast<std::size_t>(v.id)];
-    if (i < 0) return false;
+    if (i < 0 || !fusible(f.equations[static_cast<std::size_t>(i)])) return false;
     const auto& in = f.equations[static_cast<std::size_t>(i)].inputs;
     return std::all_of(in.begin(), in.end(), present);
   };
@@ -698,7 +699,7 @@ Partition partition(const ir::Function& f) {
   // norm: three more tensors written and read back per parameter.)
   auto waits_for_users = [&](std::size_t i) {
     const ir::Equation& e = f.equations[i];
-    if (is_reduction(e.prim) || is_layout(e.prim) || !fusible(e)) return false;
+    if (is_reduction(e.prim) || !fusible(e)) return false;
     const ir::Value& out = e.outputs[0];
     const auto& us = users[static_cast<std::size_t>(out.id)];
     if (us.empty() || is_result[static_cast<std::size_t>(out.id)]) return false;
@@ -777,7 +778,8 @@ Partition partition(const ir::Function& f) {
       const bool had_group = open && !open->empty();
       close();
       if (had_group) continue;  // its outputs may have made more equations ready
-      if (!first_ready) first_ready = first_waiting;  // nothing else to run: waiting ends
+      // (A guard: what waits, waits on an earlier ready equation that does not.)
+      if (!first_ready) first_ready = first_waiting;
       if (!first_ready)
         fail("jit", "the fusion scheduler found no ready equation in @", f.name,
              ", expected a function in SSA order");

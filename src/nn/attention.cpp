@@ -89,8 +89,7 @@ Tensor safe_softmax(const Tensor& s, Loc loc) {
   const Tensor zero = scalar_like(m, 0.0);
   const Tensor e = exp(s - where(m == -INFINITY, zero, m, loc), loc);
   const Tensor d = sum(e, {-1}, true, loc);
-  // Times the reciprocal of the row's sum, as softmax (ops) does.
-  return e * (1.0 / where(d == 0.0, scalar_like(d, 1.0), d, loc));
+  return e / where(d == 0.0, scalar_like(d, 1.0), d, loc);
 }
 
 }  // namespace
