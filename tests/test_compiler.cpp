@@ -175,7 +175,9 @@ TEST(Compiler, GradientProgramsFuseAroundMatmul) {
   expect_same(g, gi, 1e-6);
 }
 
-// A group that sums over every axis runs on one thread. Over a large domain, what waits for
+// A group that sums over every axis of an operand read across its rows (a transposed gradient)
+// runs on one thread (a contiguous one splits by rows: SumsOverRowsSplitTheRowsAmongThreads).
+// Over a large domain, what waits for
 // the sum over the whole domain (a clipped gradient's update after its global norm) is a group
 // of its own, which threads split, and the sum walks a transposed operand along its memory;
 // over a small one it all stays one group.
@@ -1135,7 +1137,7 @@ constexpr int64_t kBuffer = (kSide * kSide * 4 + 63) / 64 * 64;  // one arena sl
 }  // namespace
 
 TEST(Compiler, ElementwiseOutputsAreWrittenOverTheInputTheyKill) {
-  // Elementwise groups separated by matmuls, so each is a loop of its own: every intermediate
+  // Groups separated by matmuls, so each is a loop of its own: every intermediate
   // dies in the group that reads it, which writes its output over it. The arena holds one
   // buffer (the live set), not two (liveness alone) or four (one per intermediate). (The row
   // max makes the first a group of its own: a plain exp(x) would wait for the first matmul and

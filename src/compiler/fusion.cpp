@@ -294,7 +294,7 @@ class Builder {
   // Whether a row group's reductions are float sums that nothing in the group reads and that
   // leave it only as sums (not broadcast back over the domain), over at least kMinSplitRows rows
   // and no fewer rows than kept indices. Threads split a row group's kept indices, so each
-  // reads a slice of every row: a bias gradient over [1024, 1024] ran no faster on two threads
+  // reads a slice of every row: a sum over the rows of [1024, 256] ran no faster on two threads
   // than on one. As totals, threads split the rows instead. (A handful of rows would split
   // unevenly, and many kept indices would make each thread's array of doubles large: those
   // stay as they are.)
@@ -580,7 +580,8 @@ class Builder {
 
   // A float sum over every axis of a large domain, which one thread would run, as a total over
   // all axes of a group that keeps the domain's leading axes: threads split those rows, each
-  // summing its rows' sums over the trailing axes (at least kRowElements of them). Not when a
+  // summing its rows' sums over the fewest trailing axes that hold kRowElements, short of the
+  // leading axis of size > 1. Not when a
   // load of the group reads across the rows (a transposed gradient): the serial group walks
   // it along its memory instead (walk_first_input_contiguously).
   bool add_total_by_rows(int i, const ir::Equation& e) {
@@ -778,7 +779,8 @@ Partition partition(const ir::Function& f) {
       const bool had_group = open && !open->empty();
       close();
       if (had_group) continue;  // its outputs may have made more equations ready
-      // (A guard: what waits, waits on an earlier ready equation that does not.)
+      // (A guard, never taken: what waits, waits on a ready product or other unfusible
+      // equation, which does not wait.)
       if (!first_ready) first_ready = first_waiting;
       if (!first_ready)
         fail("jit", "the fusion scheduler found no ready equation in @", f.name,
