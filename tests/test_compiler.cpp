@@ -564,7 +564,6 @@ TEST(Compiler, TotalsOverTheKeptAxesJoinTheColumnGroup) {
     return sum((c * rsqrt(mean(c * c, {-1}, true) + 1e-5) * w + b) * r);
   };
   auto step = value_and_grad(layer_norm, argnums<0, 1, 2>);
-  const int saved = num_threads();
   // Rows across the vector width and its tail; enough of them for two threads to split; no
   // rows; a batch axis in front (the totals then run over two kept axes).
   for (const Shape& s : {Shape{5, 70}, Shape{300, 1003}, Shape{0, 9}, Shape{3, 40, 33}}) {
@@ -580,7 +579,7 @@ TEST(Compiler, TotalsOverTheKeptAxesJoinTheColumnGroup) {
       const double tol = d == float32 ? 1e-5 : 1e-12;
       for (int t : {1, 2}) {
         SCOPED_TRACE(t);
-        set_num_threads(t);
+        const Threads threads(t);
         const auto [l, g] = jit(step, kCompiled)(x, w, b, r);
         expect_same(l, li, tol);
         expect_same(std::get<0>(g), std::get<0>(gi), tol);
@@ -638,10 +637,9 @@ TEST(Compiler, TotalsOverTheKeptAxesJoinTheColumnGroup) {
       return std::vector<Tensor>{sum(c * a, {0}) * 2.0 - 1.0, sum(exp(c), {0})};
     };
     EXPECT_EQ(jit(f, kCompiled).compiled(x).groups.size(), 2u);
-    set_num_threads(1);
+    const Threads one(1);
     expect_compiled_bits(f, x);
   }
-  set_num_threads(saved);
 }
 
 // A column group's second pass over a row asks for the next row's inputs (the first pass then
@@ -964,12 +962,10 @@ std::optional<std::string> too_large_to_stream_here() {
 void expect_streamed(const std::function<void()>& checks) {
   const TempDir dir;
   const EnvVar env("KILN_DUMP_DIR", dir.path.string());
-  const int threads = num_threads();
   for (int t : {1, 2}) {
-    set_num_threads(t);
+    const Threads threads(t);
     checks();
   }
-  set_num_threads(threads);
   const int streamed = ir_lines(dir.path, [](const std::string& line) {
     return line.find("store ") != std::string::npos &&
            line.find("!nontemporal") != std::string::npos;
