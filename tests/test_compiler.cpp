@@ -540,18 +540,50 @@ TEST(Compiler, SumsOverRowsSplitTheRowsAmongThreads) {
       }
     }
   }
-  // Stay row groups: a sum read inside the group, and one broadcast back over the domain.
+  // Stays a row group: a sum read inside the group.
   const Tensor t = normal(40, {128, 70}), v = normal(41, {70});
   auto read_inside = [](const Tensor& a, const Tensor& b) { return sum(a * a, {0}) * 0.5f + b; };
-  auto broadcast = [](const Tensor& a, const Tensor&) {
-    return broadcast_to(sum(a * a, {0}, true), a.shape());
+  const auto inside = jit(read_inside, kCompiled).compiled(t, v);
+  ASSERT_EQ(inside.groups.size(), 1u) << inside;
+  EXPECT_NE(inside.groups[0].kernel.find("domain=[128r,70]"), std::string::npos) << inside;
+  expect_compiled_bits(read_inside, t, v);
+  // A sum broadcast back over the domain leaves the group as the sum, its broadcast a view of
+  // it: the rows split as for any other sum.
+  auto broadcast = [](const Tensor& a) { return broadcast_to(sum(a * a, {0}, true), a.shape()); };
+  const auto info = jit(broadcast, kCompiled).compiled(t);
+  ASSERT_EQ(info.groups.size(), 1u) << info;
+  EXPECT_EQ(info.groups[0].bytes_written, 70 * 4) << info;
+  EXPECT_NE(info.groups[0].kernel.find("domain=[128,70r]"), std::string::npos) << info;
+  for (int threads : {1, 2}) {
+    const Threads guard(threads);
+    expect_compiled_bits(broadcast, t);
+  }
+}
+
+// A reduced value broadcast back over the domain and read outside its group (a softmax's
+// denominator, which its gradient reads) is stored once, unbroadcast; the readers, fused loops
+// and kernels alike, and the caller, read a broadcast view of it.
+TEST(Compiler, BroadcastsOfReducedValuesAreStoredOnce) {
+  auto f = [](const Tensor& x, const Tensor& w) {
+    const Tensor d = broadcast_to(sum(exp(x), {-1}, true), x.shape());
+    const Tensor y = exp(x) / d;
+    return std::vector<Tensor>{matmul(d, w), sum(y * d, {0}), d};
   };
-  for (const auto& f : {std::function<Tensor(const Tensor&, const Tensor&)>(read_inside),
-                        std::function<Tensor(const Tensor&, const Tensor&)>(broadcast)}) {
-    const auto info = jit(f, kCompiled).compiled(t, v);
-    ASSERT_EQ(info.groups.size(), 1u) << info;
-    EXPECT_NE(info.groups[0].kernel.find("domain=[128r,70]"), std::string::npos) << info;
-    expect_compiled_bits(f, t, v);
+  for (DType dt : {float32, float64}) {
+    const Tensor x = normal(44, {96, 40}, dt), w = normal(45, {40, 8}, dt);
+    SCOPED_TRACE(x.type().to_string());
+    const auto info = jit(f, kCompiled).compiled(x, w);
+    int64_t written = 0;
+    for (const auto& g : info.groups) written += g.bytes_written;
+    const int64_t elem = static_cast<int64_t>(dtype_size(dt));
+    // y, which a second group reduces over the other axis, the sum (96) and sum(y * d) over
+    // the rows (40): not the [96, 40] broadcast as well.
+    EXPECT_EQ(written, (96 * 40 + 96 + 40) * elem) << info;
+    const std::vector<Tensor> got = jit(f, kCompiled)(x, w), want = jit(f, kInterpreted)(x, w);
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t k = 0; k < got.size(); ++k)
+      expect_same(got[k], want[k], dt == float32 ? 1e-5 : 1e-12);
+    EXPECT_EQ(got[2].shape(), x.shape());
   }
 }
 

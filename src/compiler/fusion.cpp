@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
@@ -238,6 +239,8 @@ class Builder {
       : f_(f), views_(views) {}
 
   bool empty() const { return g_.equations.empty(); }
+  // After finish: the broadcasts that are views of the group's stored outputs.
+  const std::vector<int>& views_after() const { return views_after_; }
   bool holds(int value) const { return members_.count(value) != 0; }
   const Group& group() const { return g_; }
 
@@ -251,14 +254,26 @@ class Builder {
   }
 
   // Closes the group: the values something outside it (or the caller) reads become outputs.
+  // A reduced value broadcast back over the domain is stored once, unbroadcast: what reads the
+  // broadcast outside reads a view of it (views_after(), for the caller to make).
   Group finish(const std::vector<std::vector<int>>& users, const std::vector<bool>& is_result,
                const std::vector<const ir::Value*>& value_of) {
     std::unordered_set<int> inside(g_.equations.begin(), g_.equations.end());
+    std::set<int> stored;
     for (const auto& [value, member] : members_) {
       bool needed = is_result[static_cast<std::size_t>(value)];
       for (int u : users[static_cast<std::size_t>(value)])
         if (!inside.count(u)) needed = true;
       if (!needed) continue;
+      if (auto b = broadcasts_.find(value); b != broadcasts_.end()) {
+        views_after_.push_back(b->second);
+        stored.insert(f_.equations[static_cast<std::size_t>(b->second)].inputs[0].id);
+      } else {
+        stored.insert(value);
+      }
+    }
+    for (int value : stored) {
+      const int member = members_.at(value);
       const Dims shape = dims_of(*value_of[static_cast<std::size_t>(value)]);
       Level level = reducing() && shape != g_.domain ? Level::outer : Level::inner;
       if (g_.nodes[static_cast<std::size_t>(member)].level == Level::total) level = Level::total;
@@ -628,6 +643,7 @@ class Builder {
     }
     if (!ok) return false;
     members_[e.outputs[0].id] = it->second;
+    if (map == IndexMap::broadcast && si != so) broadcasts_[e.outputs[0].id] = i;
     g_.equations.push_back(i);
     return true;
   }
@@ -636,6 +652,9 @@ class Builder {
   const std::vector<std::optional<View>>& views_;
   Group g_;
   std::map<int, int> members_;  // IR value id -> node
+  // Reduced values broadcast back over the domain: the broadcast's output -> its equation.
+  std::map<int, int> broadcasts_;
+  std::vector<int> views_after_;
 };
 
 }  // namespace
@@ -718,6 +737,11 @@ Partition partition(const ir::Function& f) {
       Group g = open->finish(users, is_result, value_of);
       for (const GroupOutput& o : g.outputs)
         make_buffer(*value_of[static_cast<std::size_t>(o.value)]);
+      for (int i : open->views_after()) {
+        const ir::Equation& e = f.equations[static_cast<std::size_t>(i)];
+        p.views[static_cast<std::size_t>(e.outputs[0].id)] =
+            layout_view(e, *p.views[static_cast<std::size_t>(e.inputs[0].id)]);
+      }
       p.steps.emplace_back(std::move(g));
     }
     open.reset();
