@@ -307,11 +307,11 @@ class Builder {
   }
 
   // Whether a row group's reductions are float sums that nothing in the group reads and that
-  // leave it only as sums (not broadcast back over the domain), over at least kMinSplitRows rows
-  // and no fewer rows than kept indices. Threads split a row group's kept indices, so each
-  // reads a slice of every row: a sum over the rows of [1024, 256] ran no faster on two threads
-  // than on one. As totals, threads split the rows instead. (A handful of rows would split
-  // unevenly, and many kept indices would make each thread's array of doubles large: those
+  // leave it only as sums (a broadcast of one is a view of it outside), over at least
+  // kMinSplitRows rows and no fewer rows than kept indices. Threads split a row group's kept
+  // indices, so each reads a slice of every row: a sum over the rows of [1024, 256] ran no faster
+  // on two threads than on one. As totals, threads split the rows instead. (A handful of rows would
+  // split unevenly, and many kept indices would make each thread's array of doubles large: those
   // stay as they are.)
   bool sums_rows_only() const {
     if (!reducing() || !keeps_innermost(g_.domain, g_.reduced) ||
