@@ -193,10 +193,16 @@ void run(Ready& r) {
 // oneDNN's own split reached 45-60% of two cores' peak, against 75-85% of one core's for each
 // half; narrower products (x[64,3136] @ W[3136,128]) do better with oneDNN's split.
 constexpr int64_t kMinBlock = 256;
+// ... except a product with many rows and a short k (a GPT layer's x[1024, 256] @ W[256,
+// 1024]), which oneDNN splits well: there a column block's strided rows cost a copy of c
+// (kMinStagedK) or the slower kernel, and on two threads oneDNN's own split ran 5-12% faster
+// for k from 64 to 384 (from k = 512 on, the blocks run as fast or faster: 2048³ by 12%).
+constexpr int64_t kMinBlockedK = 512;
 
 std::vector<SgemmCall> blocks(const SgemmCall& c, int threads) {
   std::vector<SgemmCall> parts;
   if (c.count != 1 || c.outer != 1 || threads < 2) return parts;
+  if (c.m >= kMinBlock * threads && c.k < kMinBlockedK) return parts;
   if (c.n >= kMinBlock * threads) {
     const int64_t width = (c.n + threads - 1) / threads, step = (width + 15) / 16 * 16;
     for (int64_t j = 0; j < c.n; j += step) {
