@@ -193,16 +193,25 @@ void run(Ready& r) {
 // oneDNN's own split reached 45-60% of two cores' peak, against 75-85% of one core's for each
 // half; narrower products (x[64,3136] @ W[3136,128]) do better with oneDNN's split.
 constexpr int64_t kMinBlock = 256;
-// ... except a product with many rows and a short k (a GPT layer's x[1024, 256] @ W[256,
-// 1024]), which oneDNN splits well: there a column block's strided rows cost a copy of c
-// (kMinStagedK) or the slower kernel, and on two threads oneDNN's own split ran 5-12% faster
-// for k from 64 to 384 (from k = 512 on, the blocks run as fast or faster: 2048³ by 12%).
+// ... except where oneDNN's own split measured faster on two threads: a product with many
+// rows, a row-major a and k from kMinStagedK to kMinBlockedK (a GPT layer's x[1024, 256] @
+// W[256, 1024]: 9-17%), whose column blocks are staged, the copy of c not small against the
+// product (from k = 512 on the blocks are as fast or faster: 2048³ by 12%; below kMinStagedK
+// they run on the slower kernel, and measured either way); and rows of a transposed a whose
+// columns lie a multiple of 4 KiB apart (hᵀ[1024, 1024] @ dy[1024, 256]: 16%), as each
+// block's loads then fall into the same cache sets.
 constexpr int64_t kMinBlockedK = 512;
+
+bool onednn_splits_better(const SgemmCall& c, int threads) {
+  const bool many_rows = c.m >= kMinBlock * threads, a_transposed = c.as.col != 1;
+  if (many_rows && !a_transposed && c.k >= kMinStagedK && c.k < kMinBlockedK) return true;
+  return many_rows && a_transposed && c.n < kMinBlock * threads &&
+         c.as.col * static_cast<int64_t>(sizeof(float)) % 4096 == 0;
+}
 
 std::vector<SgemmCall> blocks(const SgemmCall& c, int threads) {
   std::vector<SgemmCall> parts;
-  if (c.count != 1 || c.outer != 1 || threads < 2) return parts;
-  if (c.m >= kMinBlock * threads && c.k < kMinBlockedK) return parts;
+  if (c.count != 1 || c.outer != 1 || threads < 2 || onednn_splits_better(c, threads)) return parts;
   if (c.n >= kMinBlock * threads) {
     const int64_t width = (c.n + threads - 1) / threads, step = (width + 15) / 16 * 16;
     for (int64_t j = 0; j < c.n; j += step) {
