@@ -97,7 +97,7 @@ void expect_matches_reference(const Tensor& a, const Tensor& b, const std::strin
 // a [m, k] and b [k, n] in every layout gemm takes: row-major, transposed views, rows with
 // a longer stride than their length, and views that must be copied first (every other row).
 // Products of 2^20 multiply-adds and more run on two threads in blocks of rows or columns, or
-// in oneDNN's own split (src/ops/gemm.cpp): 600 x 300 x 530, and 1024 x 40 x 37 with a
+// in oneDNN's own split (src/ops/gemm.cpp): 600 x 300 x 530, and 1024 x 40 x 37 with
 // transposed a (its columns 4 KiB apart).
 void check_layouts(int64_t m, int64_t k, int64_t n) {
   const std::string dims = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
