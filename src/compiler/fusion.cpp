@@ -346,14 +346,15 @@ class Builder {
       if (g_.domain[a] != 1) g_.reduced[a] = !g_.reduced[a];
   }
 
-  // Orders the domain's axes by the first inner load's strides (a broadcast's aside), largest
-  // first, so that it is read along its memory: a gradient's global norm sums the squares of a
-  // transposed view, and reading it across its rows ran at 1 GB/s.
+  // Orders the domain's axes by the first inner load's strides (broadcasts aside, along any
+  // axis), largest first, so that it is read along its memory: a gradient's global norm sums
+  // the squares of a transposed view, and reading it across its rows ran at 1 GB/s.
   void walk_first_input_contiguously() {
-    const auto first = std::find_if(g_.nodes.begin(), g_.nodes.end(), [](const Node& n) {
-      return n.kind == Node::Kind::load && n.level == Level::inner &&
-             std::any_of(n.access.strides.begin(), n.access.strides.end(),
-                         [](int64_t s) { return s != 0; });  // not a broadcast
+    const auto first = std::find_if(g_.nodes.begin(), g_.nodes.end(), [&](const Node& n) {
+      if (n.kind != Node::Kind::load || n.level != Level::inner) return false;
+      for (std::size_t a = 0; a < g_.domain.size(); ++a)
+        if (g_.domain[a] != 1 && n.access.strides[a] == 0) return false;
+      return true;
     });
     if (first == g_.nodes.end()) return;
     const Dims strides = first->access.strides;

@@ -49,7 +49,8 @@ struct GroupOutput {
   int node = -1;
   int value = -1;  // the IR value it is
   // Stored over the whole domain, or once per kept index (contiguous either way). An outer
-  // node can be stored inner when the IR value is its broadcast back over the domain.
+  // node is stored inner when the IR value is a layout op's relabelling of its broadcast back
+  // over the domain (the broadcast itself is a view of the node's stored value).
   Level level = Level::inner;
 };
 

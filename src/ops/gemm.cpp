@@ -193,9 +193,9 @@ void run(Ready& r) {
 // oneDNN's own split reached 45-60% of two cores' peak, against 75-85% of one core's for each
 // half; narrower products (x[64,3136] @ W[3136,128]) do better with oneDNN's split.
 constexpr int64_t kMinBlock = 256;
-// ... except where oneDNN's own split measured faster on two threads: a product with many
-// rows, a row-major a and k from kMinStagedK to kMinBlockedK (a GPT layer's x[1024, 256] @
-// W[256, 1024]: 9-17%), whose column blocks are staged, the copy of c not small against the
+// ... except where oneDNN's own split measured faster on two threads: column blocks of a
+// product with many rows, a row-major a and k from kMinStagedK to kMinBlockedK (a GPT layer's
+// x[1024, 256] @ W[256, 1024]: 9-17%), which are staged, the copy of c not small against the
 // product (from k = 512 on the blocks are as fast or faster: 2048³ by 12%; below kMinStagedK
 // they run on the slower kernel, and measured either way); and rows of a transposed a whose
 // columns lie a multiple of 4 KiB apart (hᵀ[1024, 1024] @ dy[1024, 256]: 16%), as each
@@ -204,7 +204,9 @@ constexpr int64_t kMinBlockedK = 512;
 
 bool onednn_splits_better(const SgemmCall& c, int threads) {
   const bool many_rows = c.m >= kMinBlock * threads, a_transposed = c.as.col != 1;
-  if (many_rows && !a_transposed && c.k >= kMinStagedK && c.k < kMinBlockedK) return true;
+  if (many_rows && !a_transposed && c.n >= kMinBlock * threads && c.k >= kMinStagedK &&
+      c.k < kMinBlockedK)
+    return true;
   return many_rows && a_transposed && c.n < kMinBlock * threads &&
          c.as.col * static_cast<int64_t>(sizeof(float)) % 4096 == 0;
 }
