@@ -224,7 +224,7 @@ std::string hex(const Digest& d) {
 // streaming threshold.
 std::string full_key(const std::string& key) {
   const HostCpu& cpu = host_cpu();
-  return std::string("kiln-codegen-8\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
+  return std::string("kiln-codegen-9\nllvm " LLVM_VERSION_STRING "\ncpu ") + cpu.name + "\n" +
          cpu.features + "\nisa " + std::string(math::isa_name(math::host_isa())) + "\nstreaming " +
          std::to_string(detail::streaming_bytes()) + "\n" + key;
 }
