@@ -46,6 +46,10 @@ std::vector<Case> cases(int64_t max_square) {
       {"dy[64,512] @ Wᵀ[512,512]", 1, 64, 512, 512, false, true},
       {"dy[64,10] @ Wᵀ[10,512]", 1, 64, 10, 512, false, true},
       {"256 × 32³ (batched)", 256, 32, 32, 32, false, false},
+      // A GPT layer's (bench_gpt's small and medium: 1024 and 2048 tokens a step).
+      {"x[1024,256] @ W[256,1024]", 1, 1024, 256, 1024, false, false},
+      {"hᵀ[1024,1024] @ dy[1024,256]", 1, 1024, 1024, 256, true, false},
+      {"x[2048,384] @ W[384,1536]", 1, 2048, 384, 1536, false, false},
   };
   c.insert(c.end(), skinny.begin(), skinny.end());
   return c;

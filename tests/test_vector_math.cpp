@@ -527,6 +527,30 @@ TEST(VectorMath, EagerKernels) {
   }
 }
 
+// Below exp's underflow threshold (about -103.97) every float32 result is +0, as libm's: from
+// -176 on without an underflowing product (both halves of the scale are the bits of +0), above
+// it rounded from one. Every float from -180 to -103 on every instruction set.
+TEST(VectorMath, ExpOfEveryFloatBelowTheUnderflowThresholdIsZero) {
+  std::vector<float> x;
+  for (float v = -180.0f; v <= -103.0f; v = std::nextafter(v, 0.0f)) x.push_back(v);
+  x.push_back(-INFINITY);
+  std::vector<float> got(x.size());
+  for (Isa isa : supported_isas()) {
+    math::apply(isa, MathFn::exp, x.data(), got.data(), static_cast<int64_t>(x.size()));
+    int64_t wrong = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float want = std::exp(x[i]);
+      if (want == 0.0f && !identical(got[i], 0.0f) && wrong++ < 5)
+        ADD_FAILURE() << "exp(" << std::hexfloat << x[i] << ") on " << math::isa_name(isa)
+                      << ": got " << got[i] << ", expected +0";
+      if (want != 0.0f) {
+        EXPECT_LE(ulp_error(got[i], reference(MathFn::exp, x[i])), kMaxUlp);
+      }
+    }
+    EXPECT_EQ(wrong, 0) << math::isa_name(isa);
+  }
+}
+
 // The eager kernels keep the special values too (through the tensors' own dtype paths).
 TEST(VectorMath, EagerSpecialValues) {
   const float inf = INFINITY;

@@ -42,7 +42,7 @@ inline ExpParts<P> exp_parts(const P& m, typename P::V x) {
   return {m.add(m.fma(p, m.mul(r, r), r), m.set(1.0f)), m.isub(m.bits(t), m.bits(magic))};
 }
 
-// 2^n as a float, for -126 <= n <= 127.
+// 2^n as a float, for -126 <= n <= 127; +0 for n = -127 (exp's arguments below -175.7).
 template <class P>
 inline typename P::V pow2(const P& m, typename P::I n) {
   return m.from_bits(m.shl(m.iadd(n, m.iset(127)), 23));
@@ -50,9 +50,9 @@ inline typename P::V pow2(const P& m, typename P::I n) {
 
 // exp(x): e^r times 2^n as 2^(n/2) 2^(n - n/2): both halves are normal numbers, so only the
 // last product rounds, once, where the result is a denormal. Arguments are clamped to
-// [-176, 89], beyond which the result is 0 or inf anyway (from -104 on it is 0); NaN passes.
-// At -176, n = -254 and both halves are 2^-127, whose bits are those of +0: the result is 0
-// without a product that underflows, which takes a microcode assist (e^-inf, a masked
+// [-176, 89], beyond which the result is 0 or inf anyway (below -104 it is 0); NaN passes.
+// From -175.7 down, n <= -253 and a half is 2^-127, whose bits are those of +0: the result is
+// 0 without a product that underflows, which takes a microcode assist (e^-inf, a masked
 // score's, over 2^20 floats ran 3.3x slower than e^0 with the bound at -104, and a causal
 // softmax 2x slower than an unmasked one).
 template <class P>
