@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "kiln/kiln.h"
 #include "testing.h"
@@ -78,6 +81,56 @@ TEST(Profile, RecordsEachStepOfEachCallWithItsArithmeticAndBytes) {
   const std::string table = p.table();
   EXPECT_NE(table.find("@profiled: 3 calls"), std::string::npos) << table;
   EXPECT_NE(table.find("GFLOP/s"), std::string::npos) << table;
+}
+
+// A kernel whose first call pays a one-time cost, as a library generating its code for a
+// shape does: 50 ms more on its first call.
+std::atomic<int> g_slow_first_calls{0};
+const Primitive& slow_first_p = [] {
+  Primitive p;
+  p.name = "test_slow_first";
+  p.arity = 1;
+  p.type_rule = [](std::span<const TensorType> in, const Attrs&) {
+    return std::vector<TensorType>{in[0]};
+  };
+  return std::cref(register_primitive(
+      std::move(p),
+      {{KernelSignature{.inputs = {DTypeSet::all()}}, [](std::span<const Tensor> in, const Attrs&) {
+          if (g_slow_first_calls++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          return std::vector<Tensor>{in[0] + 0.0};
+        }}}));
+}();
+
+// The first call's time is kept apart, and the means over the calls after it are the table's:
+// a one-time cost would otherwise show in every step's mean.
+TEST(Profile, TheFirstCallIsApartFromTheSteadyState) {
+  auto f = jit([](const Tensor& x) { return bind1(slow_first_p, {x * 2.0}) + 1.0; }, kCompiled);
+  const Tensor x = full({64}, 1.0);
+  (void)f.compiled(x);  // compiled before the profile; the kernel has not run yet
+  const Profile p = profile([&] {
+    for (int i = 0; i < 5; ++i) f(x);
+  });
+  const ProfileRow* slow = find_row(p, "test_slow_first");
+  ASSERT_NE(slow, nullptr) << p.table();
+  EXPECT_EQ(slow->calls, 5);
+  EXPECT_GE(slow->first_seconds, 0.05);
+  EXPECT_LT(slow->seconds - slow->first_seconds, 0.05);  // four calls without the sleep
+  for (const ProfileRow& r : p.rows) {
+    EXPECT_GT(r.first_seconds, 0) << r.what;
+    EXPECT_LE(r.first_seconds, r.seconds) << r.what;
+  }
+  // The row's ms per call is the mean of the four later calls, its first call's ms apart.
+  char later[32], first[32];
+  std::snprintf(later, sizeof later, "%9.3f", (slow->seconds - slow->first_seconds) / 4 * 1e3);
+  std::snprintf(first, sizeof first, "%9.3f", slow->first_seconds * 1e3);
+  const std::string table = p.table();
+  const std::size_t row = table.find("test_slow_first");
+  ASSERT_NE(row, std::string::npos) << table;
+  const std::string line = table.substr(table.rfind('\n', row) + 1, row - table.rfind('\n', row));
+  EXPECT_NE(line.find(later), std::string::npos) << line;
+  EXPECT_NE(line.find(first), std::string::npos) << line;
+  EXPECT_NE(table.find("@profiled: 5 calls"), std::string::npos) << table;
+  EXPECT_NE(table.find("ms a call after the first"), std::string::npos) << table;
 }
 
 TEST(Profile, ConvolutionsCountTheForwardMultiplyAddsInEveryPass) {

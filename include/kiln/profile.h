@@ -27,16 +27,19 @@ struct ProfileRow {
   bool fused = false;  // a fused loop nest (else a kernel call)
   std::string what;    // fused: its primitives; a kernel call: the primitive and its types
   int64_t calls = 0;
-  double seconds = 0;  // wall time over all calls
-  double flops = 0;    // per call, 2 per multiply-add; 0 where the primitive declares none
-  double bytes = 0;    // per call: bytes read plus written
+  double seconds = 0;        // wall time over all calls
+  double first_seconds = 0;  // the first call's, part of `seconds`: it pays one-time costs (a
+                             // library generating its kernel for the shape, fresh pages)
+  double flops = 0;          // per call, 2 per multiply-add; 0 where the primitive declares none
+  double bytes = 0;          // per call: bytes read plus written
 };
 
 struct Profile {
   std::vector<ProfileRow> rows;  // by function, then by time, longest first
   MachinePeak peak;              // for the thread count at stop_profile
   // Per function: its steps with ms per call, share of the function's time, GFLOP/s and % of
-  // the FMA peak, GB/s and % of the copy bandwidth.
+  // the FMA peak, GB/s and % of the copy bandwidth, over the calls after the first (all of
+  // them, where there was one), and the first call's ms apart.
   std::string table() const;
 };
 

@@ -38,15 +38,18 @@ void bind_profile(py::module_& m) {
       py::arg("threads") = py::none(), py::call_guard<py::gil_scoped_release>(),
       "The FMA peak and copy bandwidth of `threads` cores at once (default: num_threads()), "
       "measured on first request (about 0.3 s) and cached.");
-  py::class_<ProfileRow>(m, "ProfileRow",
-                         "One step of one compiled function over the profiled calls: function, "
-                         "step, fused, what, calls, seconds (total), flops and bytes (per call).")
+  py::class_<ProfileRow>(
+      m, "ProfileRow",
+      "One step of one compiled function over the profiled calls: function, "
+      "step, fused, what, calls, seconds (total), first_seconds (the first call's, part of "
+      "seconds), flops and bytes (per call).")
       .def_readonly("function", &ProfileRow::function)
       .def_readonly("step", &ProfileRow::step)
       .def_readonly("fused", &ProfileRow::fused)
       .def_readonly("what", &ProfileRow::what)
       .def_readonly("calls", &ProfileRow::calls)
       .def_readonly("seconds", &ProfileRow::seconds)
+      .def_readonly("first_seconds", &ProfileRow::first_seconds)
       .def_readonly("flops", &ProfileRow::flops)
       .def_readonly("bytes", &ProfileRow::bytes)
       .def("__repr__", [](const ProfileRow& r) {

@@ -142,35 +142,51 @@ std::string Profile::table() const {
   line("kiln profile: %d thread%s, %s; FMA peak %.1f GFLOP/s, copy %.1f GB/s (measured now)\n",
        peak.threads, peak.threads == 1 ? "" : "s", peak.isa.c_str(), peak.fma_gflops,
        peak.copy_gbps);
+  // A row's calls after the first (its only one, where there was one): the steady state,
+  // without the first call's one-time costs.
+  struct Steady {
+    double seconds;
+    int64_t calls;
+  };
+  const auto steady = [](const ProfileRow& r) {
+    return r.calls > 1 ? Steady{r.seconds - r.first_seconds, r.calls - 1}
+                       : Steady{r.seconds, std::max<int64_t>(r.calls, 1)};
+  };
   for (std::size_t b = 0; b < rows.size();) {
     std::size_t e = b;
-    double total = 0, flops = 0;
+    double total = 0, flops = 0, first = 0;
     int64_t calls = 1;  // the function's: its first step runs on every call
     while (e < rows.size() && rows[e].function == rows[b].function) {
-      total += rows[e].seconds;
+      const Steady s = steady(rows[e]);
+      total += s.seconds;
+      first += rows[e].first_seconds;
       calls = std::max(calls, rows[e].calls);
-      flops += rows[e].flops * static_cast<double>(rows[e].calls);
+      flops += rows[e].flops * static_cast<double>(s.calls);
       ++e;
     }
-    const double per_call = total / static_cast<double>(calls);
-    line("\n@%s: %lld call%s, %.3f ms a call", rows[b].function.c_str(),
-         static_cast<long long>(calls), calls == 1 ? "" : "s", per_call * 1e3);
+    const int64_t later = calls > 1 ? calls - 1 : 1;
+    line("\n@%s: %lld call%s, %.3f ms a call%s", rows[b].function.c_str(),
+         static_cast<long long>(calls), calls == 1 ? "" : "s",
+         total / static_cast<double>(later) * 1e3, calls > 1 ? " after the first" : "");
     if (flops > 0)
       line(", %.1f GFLOP/s (%.0f%% of peak)", flops / total / 1e9,
            100 * flops / total / 1e9 / peak.fma_gflops);
-    line("\n  %5s %9s %6s %8s %5s %7s %5s  %s\n", "step", "ms/call", "share", "GFLOP/s", "%pk",
-         "GB/s", "%bw", "what");
+    line("; the first %.3f ms\n", first * 1e3);
+    line("  %5s %9s %6s %8s %5s %7s %5s %9s  %s\n", "step", "ms/call", "share", "GFLOP/s", "%pk",
+         "GB/s", "%bw", "first ms", "what");
     for (std::size_t i = b; i < e; ++i) {
       const ProfileRow& r = rows[i];
-      const double t = r.seconds / static_cast<double>(std::max<int64_t>(r.calls, 1));
-      const double share = total > 0 ? 100 * r.seconds / total : 0;
+      const Steady s = steady(r);
+      const double t = s.seconds / static_cast<double>(s.calls);
+      const double share = total > 0 ? 100 * s.seconds / total : 0;
       const double gbps = t > 0 ? r.bytes / t / 1e9 : 0;
       line("  %5d %9.3f %5.1f%% ", r.step, t * 1e3, share);
       if (r.flops > 0 && t > 0)
         line("%8.1f %4.0f%% ", r.flops / t / 1e9, 100 * r.flops / t / 1e9 / peak.fma_gflops);
       else
         line("%8s %5s ", "-", "");
-      line("%7.2f %4.0f%%  %s", gbps, 100 * gbps / peak.copy_gbps, r.fused ? "fused " : "");
+      line("%7.2f %4.0f%% %9.3f  %s", gbps, 100 * gbps / peak.copy_gbps, r.first_seconds * 1e3,
+           r.fused ? "fused " : "");
       out += r.what + "\n";  // any length
     }
     b = e;

@@ -66,6 +66,7 @@ void record_step(uint64_t function, int step, double seconds,
       if (!described) described = describe();
       it->second = *described;
       it->second.step = step;
+      it->second.first_seconds = seconds;
     }
     ++it->second.calls;
     it->second.seconds += seconds;
