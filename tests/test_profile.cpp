@@ -115,9 +115,14 @@ TEST(Profile, TheFirstCallIsApartFromTheSteadyState) {
   EXPECT_EQ(slow->calls, 5);
   EXPECT_GE(slow->first_seconds, 0.05);
   EXPECT_LT(slow->seconds - slow->first_seconds, 0.05);  // four calls without the sleep
-  for (const ProfileRow& r : p.rows) {
+  EXPECT_EQ(slow->later_calls(), 4);
+  EXPECT_EQ(slow->later_seconds(), slow->seconds - slow->first_seconds);
+  for (std::size_t i = 0; i < p.rows.size(); ++i) {
+    const ProfileRow& r = p.rows[i];
     EXPECT_GT(r.first_seconds, 0) << r.what;
     EXPECT_LE(r.first_seconds, r.seconds) << r.what;
+    // Longest first by the later calls' time, which the first call's does not reorder.
+    if (i > 0) EXPECT_GE(p.rows[i - 1].later_seconds(), r.later_seconds()) << p.table();
   }
   // The row's ms per call is the mean of the four later calls, its first call's ms apart.
   char later[32], first[32];

@@ -32,10 +32,13 @@ struct ProfileRow {
                              // library generating its kernel for the shape, fresh pages)
   double flops = 0;          // per call, 2 per multiply-add; 0 where the primitive declares none
   double bytes = 0;          // per call: bytes read plus written
+  // The steady state: the calls after the first and their time (the one call, if only one).
+  int64_t later_calls() const;
+  double later_seconds() const;
 };
 
 struct Profile {
-  std::vector<ProfileRow> rows;  // by function, then by time, longest first
+  std::vector<ProfileRow> rows;  // by function, then by later_seconds, longest first
   MachinePeak peak;              // for the thread count at stop_profile
   // Per function: its steps with ms per call, share of the function's time, GFLOP/s and % of
   // the FMA peak, GB/s and % of the copy bandwidth, over the calls after the first (all of

@@ -50,6 +50,8 @@ void bind_profile(py::module_& m) {
       .def_readonly("calls", &ProfileRow::calls)
       .def_readonly("seconds", &ProfileRow::seconds)
       .def_readonly("first_seconds", &ProfileRow::first_seconds)
+      .def_property_readonly("later_calls", &ProfileRow::later_calls)
+      .def_property_readonly("later_seconds", &ProfileRow::later_seconds)
       .def_readonly("flops", &ProfileRow::flops)
       .def_readonly("bytes", &ProfileRow::bytes)
       .def("__repr__", [](const ProfileRow& r) {

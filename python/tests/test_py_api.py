@@ -364,6 +364,7 @@ def test_profile_records_a_jitted_steps_fused_groups_and_library_calls():
     assert any(r.fused and "exp" in r.what for r in rows)
     assert all(r.seconds > 0 for r in rows)
     assert all(0 < r.first_seconds <= r.seconds for r in rows)
+    assert all(r.later_calls == 1 and r.later_seconds == r.seconds - r.first_seconds for r in rows)
     assert prof.peak.fma_gflops > 0 and prof.peak.copy_gbps > 0
     assert "GFLOP/s" in str(prof) and "matmul" in prof.table()
     with pytest.raises(kl.Error, match=r"\[profile\] no result yet"):

@@ -122,6 +122,12 @@ MachinePeak machine_peak(int threads) {
   return it->second;
 }
 
+int64_t ProfileRow::later_calls() const {
+  return calls > 1 ? calls - 1 : std::max<int64_t>(calls, 1);
+}
+
+double ProfileRow::later_seconds() const { return calls > 1 ? seconds - first_seconds : seconds; }
+
 void start_profile() { detail::begin_profile(); }
 
 Profile stop_profile() {
@@ -142,26 +148,15 @@ std::string Profile::table() const {
   line("kiln profile: %d thread%s, %s; FMA peak %.1f GFLOP/s, copy %.1f GB/s (measured now)\n",
        peak.threads, peak.threads == 1 ? "" : "s", peak.isa.c_str(), peak.fma_gflops,
        peak.copy_gbps);
-  // A row's calls after the first (its only one, where there was one): the steady state,
-  // without the first call's one-time costs.
-  struct Steady {
-    double seconds;
-    int64_t calls;
-  };
-  const auto steady = [](const ProfileRow& r) {
-    return r.calls > 1 ? Steady{r.seconds - r.first_seconds, r.calls - 1}
-                       : Steady{r.seconds, std::max<int64_t>(r.calls, 1)};
-  };
   for (std::size_t b = 0; b < rows.size();) {
     std::size_t e = b;
     double total = 0, flops = 0, first = 0;
     int64_t calls = 1;  // the function's: its first step runs on every call
     while (e < rows.size() && rows[e].function == rows[b].function) {
-      const Steady s = steady(rows[e]);
-      total += s.seconds;
+      total += rows[e].later_seconds();
       first += rows[e].first_seconds;
       calls = std::max(calls, rows[e].calls);
-      flops += rows[e].flops * static_cast<double>(s.calls);
+      flops += rows[e].flops * static_cast<double>(rows[e].later_calls());
       ++e;
     }
     const int64_t later = calls > 1 ? calls - 1 : 1;
@@ -176,9 +171,8 @@ std::string Profile::table() const {
          "GB/s", "%bw", "first ms", "what");
     for (std::size_t i = b; i < e; ++i) {
       const ProfileRow& r = rows[i];
-      const Steady s = steady(r);
-      const double t = s.seconds / static_cast<double>(s.calls);
-      const double share = total > 0 ? 100 * s.seconds / total : 0;
+      const double t = r.later_seconds() / static_cast<double>(r.later_calls());
+      const double share = total > 0 ? 100 * r.later_seconds() / total : 0;
       const double gbps = t > 0 ? r.bytes / t / 1e9 : 0;
       line("  %5d %9.3f %5.1f%% ", r.step, t * 1e3, share);
       if (r.flops > 0 && t > 0)

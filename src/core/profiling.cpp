@@ -84,14 +84,14 @@ std::vector<ProfileRow> take_profile() {
   Recording& r = recording();
   std::lock_guard lock(r.mutex);
   if (r.open.empty()) return {};
-  // Per function (in order of first compilation), longest steps first.
+  // Per function (in order of first compilation), longest steps first (after their first calls).
   std::vector<std::pair<std::pair<uint64_t, int>, ProfileRow>> rows(r.open.back().begin(),
                                                                     r.open.back().end());
   r.open.pop_back();
   g_profiling.store(!r.open.empty(), std::memory_order_relaxed);
   std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
     if (a.first.first != b.first.first) return a.first.first < b.first.first;
-    return a.second.seconds > b.second.seconds;
+    return a.second.later_seconds() > b.second.later_seconds();
   });
   // Functions of the same name (two jits left unnamed) are told apart as "name (2)", ....
   std::map<std::string, std::vector<uint64_t>> ids_of;
