@@ -84,7 +84,7 @@ TEST(Profile, RecordsEachStepOfEachCallWithItsArithmeticAndBytes) {
 }
 
 // A kernel whose first call pays a one-time cost, as a library generating its code for a
-// shape does: 50 ms more on its first call.
+// shape does: 100 ms more on the first call after g_slow_first_calls is reset.
 std::atomic<int> g_slow_first_calls{0};
 const Primitive& slow_first_p = [] {
   Primitive p;
@@ -96,7 +96,8 @@ const Primitive& slow_first_p = [] {
   return std::cref(register_primitive(
       std::move(p),
       {{KernelSignature{.inputs = {DTypeSet::all()}}, [](std::span<const Tensor> in, const Attrs&) {
-          if (g_slow_first_calls++ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          if (g_slow_first_calls++ == 0)
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
           return std::vector<Tensor>{in[0] + 0.0};
         }}}));
 }();
@@ -104,6 +105,7 @@ const Primitive& slow_first_p = [] {
 // The first call's time is kept apart, and the means over the calls after it are the table's:
 // a one-time cost would otherwise show in every step's mean.
 TEST(Profile, TheFirstCallIsApartFromTheSteadyState) {
+  g_slow_first_calls = 0;
   auto f = jit([](const Tensor& x) { return bind1(slow_first_p, {x * 2.0}) + 1.0; }, kCompiled);
   const Tensor x = full({64}, 1.0);
   (void)f.compiled(x);  // compiled before the profile; the kernel has not run yet
@@ -113,13 +115,13 @@ TEST(Profile, TheFirstCallIsApartFromTheSteadyState) {
   const ProfileRow* slow = find_row(p, "test_slow_first");
   ASSERT_NE(slow, nullptr) << p.table();
   EXPECT_EQ(slow->calls, 5);
-  EXPECT_GE(slow->first_seconds, 0.05);
-  EXPECT_LT(slow->seconds - slow->first_seconds, 0.05);  // four calls without the sleep
+  EXPECT_GE(slow->first_seconds, 0.1);
+  EXPECT_LT(slow->seconds - slow->first_seconds, slow->first_seconds / 2);  // four, no sleep
   EXPECT_EQ(slow->later_calls(), 4);
   EXPECT_EQ(slow->later_seconds(), slow->seconds - slow->first_seconds);
   for (std::size_t i = 0; i < p.rows.size(); ++i) {
     const ProfileRow& r = p.rows[i];
-    EXPECT_GT(r.first_seconds, 0) << r.what;
+    EXPECT_TRUE(r.step == -1 || r.first_seconds > 0) << r.what;
     EXPECT_LE(r.first_seconds, r.seconds) << r.what;
     // Longest first by the later calls' time, which the first call's does not reorder.
     if (i > 0) EXPECT_GE(p.rows[i - 1].later_seconds(), r.later_seconds()) << p.table();

@@ -28,11 +28,13 @@ struct ProfileRow {
   std::string what;    // fused: its primitives; a kernel call: the primitive and its types
   int64_t calls = 0;
   double seconds = 0;        // wall time over all calls
-  double first_seconds = 0;  // the first call's, part of `seconds`: it pays one-time costs (a
-                             // library generating its kernel for the shape, fresh pages)
+  double first_seconds = 0;  // the first call this profile recorded, part of `seconds`: the
+                             // process's first pays one-time costs (a library generating its
+                             // kernel for the shape, fresh pages)
   double flops = 0;          // per call, 2 per multiply-add; 0 where the primitive declares none
   double bytes = 0;          // per call: bytes read plus written
-  // The steady state: the calls after the first and their time (the one call, if only one).
+  // The steady state: the calls after the first and their time (the one call, or none, if
+  // called at most once: later_calls() is then 1).
   int64_t later_calls() const;
   double later_seconds() const;
 };

@@ -41,8 +41,9 @@ void bind_profile(py::module_& m) {
   py::class_<ProfileRow>(
       m, "ProfileRow",
       "One step of one compiled function over the profiled calls: function, "
-      "step, fused, what, calls, seconds (total), first_seconds (the first call's, part of "
-      "seconds), flops and bytes (per call).")
+      "step, fused, what, calls, seconds (total), first_seconds (the first call the profile "
+      "recorded, part of seconds), later_calls and later_seconds (the calls after it, or the "
+      "one call), flops and bytes (per call).")
       .def_readonly("function", &ProfileRow::function)
       .def_readonly("step", &ProfileRow::step)
       .def_readonly("fused", &ProfileRow::fused)
@@ -57,13 +58,15 @@ void bind_profile(py::module_& m) {
       .def("__repr__", [](const ProfileRow& r) {
         return "ProfileRow(function='" + r.function + "', step=" + std::to_string(r.step) +
                ", what='" + r.what + "', calls=" + std::to_string(r.calls) +
-               ", seconds=" + std::to_string(r.seconds) + ")";
+               ", seconds=" + std::to_string(r.seconds) +
+               ", first_seconds=" + std::to_string(r.first_seconds) + ")";
       });
   py::class_<ProfileScope>(m, "profile", R"doc(
 Where compiled functions spend their time: `with kiln.profile() as p: step(...)`, then
 `print(p)` (or p.table()) shows each compiled function's steps, fused loop nests and library
 calls, with ms per call, GFLOP/s and GB/s and their share of the machine's measured FMA peak and
-copy bandwidth; p.rows holds them as ProfileRow, p.peak the MachinePeak. KILN_PROFILE=1
+copy bandwidth over the calls after each step's first, and the first call's ms apart (it pays
+one-time costs); p.rows holds them as ProfileRow, p.peak the MachinePeak. KILN_PROFILE=1
 profiles a whole process and prints the table at exit (docs/PERFORMANCE.md).)doc")
       .def(py::init<>())
       .def(
