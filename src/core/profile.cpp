@@ -151,15 +151,15 @@ std::string Profile::table() const {
   for (std::size_t b = 0; b < rows.size();) {
     std::size_t e = b;
     double total = 0, flops = 0, first = 0;
-    int64_t calls = 1;  // the function's: its first step runs on every call
+    int64_t calls = 1, later = 1;  // the function's: its first step runs on every call
     while (e < rows.size() && rows[e].function == rows[b].function) {
       total += rows[e].later_seconds();
       first += rows[e].first_seconds;
       calls = std::max(calls, rows[e].calls);
+      later = std::max(later, rows[e].later_calls());
       flops += rows[e].flops * static_cast<double>(rows[e].later_calls());
       ++e;
     }
-    const int64_t later = calls > 1 ? calls - 1 : 1;
     line("\n@%s: %lld call%s, %.3f ms a call%s", rows[b].function.c_str(),
          static_cast<long long>(calls), calls == 1 ? "" : "s",
          total / static_cast<double>(later) * 1e3, calls > 1 ? " after the first" : "");

@@ -201,6 +201,7 @@ constexpr int64_t kMinBlock = 256;
 // columns lie a multiple of 4 KiB apart (hᵀ[1024, 1024] @ dy[1024, 256]: 16%), as each
 // block's loads then fall into the same cache sets.
 constexpr int64_t kMinBlockedK = 512;
+constexpr int64_t kCacheSetStrideBytes = 4096;  // strides of a multiple alias in the caches
 
 bool onednn_splits_better(const SgemmCall& c, int threads) {
   const bool many_rows = c.m >= kMinBlock * threads, a_transposed = c.as.col != 1;
@@ -208,7 +209,7 @@ bool onednn_splits_better(const SgemmCall& c, int threads) {
       c.k < kMinBlockedK)
     return true;
   return many_rows && a_transposed && c.n < kMinBlock * threads &&
-         c.as.col * static_cast<int64_t>(sizeof(float)) % 4096 == 0;
+         c.as.col * static_cast<int64_t>(sizeof(float)) % kCacheSetStrideBytes == 0;
 }
 
 std::vector<SgemmCall> blocks(const SgemmCall& c, int threads) {
