@@ -212,15 +212,13 @@ TEST(GemmSetting, KilnGemmNamesABackendOrIsAnError) {
         {"KILN_GEMM", std::string("got \"") + bad + "\"", "\"onednn\"", "\"openblas\""});
 }
 
-// The rule: oneDNN exactly when the CPU has AVX-512 and OpenBLAS's kernels do not.
+// The rule: oneDNN exactly when the CPU has AVX2 (with FMA) or AVX-512.
 TEST(GemmSetting, DefaultFollowsTheRule) {
   if (std::getenv("KILN_GEMM")) GTEST_SKIP() << "KILN_GEMM chooses";
   const RuntimeInfo info = runtime_info();
-  const std::string& core = info.blas_kernels;
-  const bool blas_avx512 = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
   EXPECT_EQ(info.gemm_backend,
-            info.cpu_isa == "avx512" && !blas_avx512 ? GemmBackend::onednn : GemmBackend::openblas)
-      << core << ", " << info.cpu_isa;
+            info.cpu_isa == "baseline" ? GemmBackend::openblas : GemmBackend::onednn)
+      << info.cpu_isa;
   EXPECT_EQ(info.num_threads, num_threads());
 }
 

@@ -54,9 +54,9 @@ std::string blas_kernels();
 // The library that computes float32 matrix products (matmul and everything built on it, in
 // eager and compiled code): oneDNN's matmul primitive or OpenBLAS's sgemm. float64 products
 // always run on OpenBLAS (oneDNN has no float64 matmul), complex ones on its cgemm/zgemm.
-// The rule: oneDNN when the CPU has AVX-512 and OpenBLAS's kernels (blas_kernels()) are not its
-// AVX-512 ones, else OpenBLAS. The environment variable KILN_GEMM (onednn or openblas, read
-// once) overrides the rule, and set_gemm_backend overrides both.
+// The rule: oneDNN when the CPU has AVX2 with FMA or AVX-512, else OpenBLAS. The environment
+// variable KILN_GEMM (onednn or openblas, read once) overrides the rule, and set_gemm_backend
+// overrides both.
 enum class GemmBackend { onednn, openblas };
 std::string_view gemm_backend_name(GemmBackend backend);  // "onednn", "openblas"
 // std::nullopt: back to KILN_GEMM or the rule.

@@ -1,6 +1,5 @@
 #include "ops/gemm.h"
 
-#include <cblas.h>  // openblas_get_corename
 #include <omp.h>
 
 #include <algorithm>
@@ -23,19 +22,11 @@ namespace {
 
 using dnnl::memory;
 
-// OpenBLAS's cores with AVX-512 sgemm kernels.
-bool blas_has_avx512_kernels(std::string_view core) {
-  return core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
-}
-
-// oneDNN's matmul dispatches on the CPU's instructions; OpenBLAS picks by CPU model and runs
-// AVX2 kernels on AVX-512 CPUs it files under an older core (AMD Zen 4 as Zen or Haswell),
-// half the FMA width.
+// oneDNN's matmul dispatches on the instructions the CPU has, OpenBLAS's kernels on its model
+// name; oneDNN measured as fast or faster on the training steps of both vector widths
+// (docs/DESIGN.md, "GEMM backend"). Unmeasured without AVX2, where OpenBLAS stays.
 GemmBackend rule() {
-  const std::string core = blas_kernels();
-  return detail::cpu_vector_isa() == "avx512" && !blas_has_avx512_kernels(core)
-             ? GemmBackend::onednn
-             : GemmBackend::openblas;
+  return detail::cpu_vector_isa() == "baseline" ? GemmBackend::openblas : GemmBackend::onednn;
 }
 
 // set_gemm_backend's choice: -1 none, else a GemmBackend.
