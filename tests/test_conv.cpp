@@ -429,7 +429,8 @@ TEST(Pool2d, MatchesDirectLoops) {
       {2, 3, 8, 8, 2, 2, 2, 2, 0, 0}, {1, 2, 7, 9, 3, 3, 2, 2, 1, 1},
       {2, 2, 5, 6, 3, 2, 1, 3, 1, 1}, {1, 1, 6, 6, 4, 4, 3, 1, 2, 0},
       {3, 4, 9, 7, 1, 1, 2, 2, 0, 0}, {1, 3, 33, 35, 3, 3, 2, 2, 1, 1},
-      {2, 1, 4, 4, 4, 4, 1, 1, 2, 2}};
+      {2, 1, 4, 4, 4, 4, 1, 1, 2, 2}, {1, 2, 9, 40, 3, 3, 1, 1, 1, 1},
+      {1, 2, 8, 41, 5, 4, 1, 3, 2, 2}};
   uint32_t seed = 40;
   for (const PoolCase& c : cases)
     for (DType dt : {float32, float64})
@@ -478,52 +479,66 @@ TEST(Pool2d, HalfPrecisionNanAndStridedInput) {
 // The max-pool gradient goes to each window's first maximum (a NaN window: its last NaN,
 // the forward's choice). 2x2 windows with stride 2 take their own fast path (float32: four
 // windows at a time, then the rest one by one); an odd width leaves the last column outside
-// every window.
+// every window. Other windows run a row of outputs at a time, padded ones included.
 TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
-  for (const auto& [k, st, W] :
-       {std::tuple<int64_t, int64_t, int64_t>{2, 2, 7}, {2, 2, 23}, {3, 2, 7}, {2, 1, 7}}) {
+  for (const auto& [k, st, W, pad] : {std::tuple<int64_t, int64_t, int64_t, int64_t>{2, 2, 7, 0},
+                                      {2, 2, 23, 0},
+                                      {3, 2, 7, 0},
+                                      {2, 1, 7, 0},
+                                      {3, 1, 37, 1},
+                                      {3, 2, 38, 1},
+                                      {4, 3, 41, 2}}) {
     SCOPED_TRACE("kernel " + std::to_string(k) + " stride " + std::to_string(st) + " width " +
-                 std::to_string(W));
+                 std::to_string(W) + " padding " + std::to_string(pad));
     const int64_t N = 2, C = 3, H = 6;
     std::vector<double> xv = random_values(N * C * H * W, 900);
     xv[3] = xv[4] = xv[W + 3] = 5.0;  // a tie in the first plane
     xv[2 * W + 1] = NAN;
     if (W > 20) {
       const int64_t plane = H * W;
-      // Two NaNs in one window (the last wins), in the second plane; a window whose maximum
-      // is a tie of -0 and +0 (the first wins), in the third.
+      // Two NaNs in one window (the last wins), in the second plane; windows whose maximum
+      // is a tie of -0 and +0 (the first wins) in -1s, in the third; windows of -inf only
+      // next to the padding (their first element takes the gradient), in the fourth.
       xv[plane + 8] = xv[plane + W + 9] = NAN;
-      for (const int64_t i : {int64_t{12}, int64_t{13}, W + 12, W + 13})
-        xv[2 * plane + 2 * W + i] = -1.0;
+      for (int64_t h = 0; h < 6; ++h)
+        for (int64_t w = 10; w < 16; ++w) xv[2 * plane + h * W + w] = -1.0;
       xv[2 * plane + 2 * W + 13] = -0.0;
       xv[2 * plane + 3 * W + 12] = 0.0;
+      for (int64_t h = 0; h < 3; ++h)
+        for (int64_t w = 0; w < 4; ++w) xv[3 * plane + h * W + w] = -INFINITY;
     }
-    const Tensor x = make(xv, Shape{N, C, H, W}, float32);
-    const Pool2dOptions o{.kernel = {k, k}, .stride = std::pair<int64_t, int64_t>{st, st}};
-    const Tensor y = max_pool2d(x, o);
-    const int64_t OH = y.shape()[2], OW = y.shape()[3];
-    const Tensor dy = random::normal(random::key(7), y.shape());
-    const Tensor dx = grad([&](const Tensor& a) { return sum(max_pool2d(a, o) * dy); })(x);
-    const std::vector<float> xs = x.to_vector<float>(), dys = dy.to_vector<float>();
-    std::vector<double> want(xs.size(), 0.0), want_y;
-    for (int64_t p = 0; p < N * C; ++p)
-      for (int64_t oh = 0; oh < OH; ++oh)
-        for (int64_t ow = 0; ow < OW; ++ow) {
-          int64_t best = -1;
-          for (int64_t h = oh * st; h < oh * st + k; ++h)
-            for (int64_t w = ow * st; w < ow * st + k; ++w) {
-              const int64_t i = (p * H + h) * W + w;
-              const auto u = static_cast<std::size_t>(i);
-              if (best < 0 || xs[u] > xs[static_cast<std::size_t>(best)] || std::isnan(xs[u]))
-                best = i;
-            }
-          want[static_cast<std::size_t>(best)] +=
-              dys[static_cast<std::size_t>((p * OH + oh) * OW + ow)];
-          want_y.push_back(xs[static_cast<std::size_t>(best)]);
-        }
-    // The forward pass, NaN window included.
-    expect_allclose(y, tensor(want_y, y.shape()), {.rtol = 0, .atol = 0, .equal_nan = true});
-    expect_allclose(dx, tensor(want, x.shape()), {.rtol = 1e-6, .atol = 1e-6});
+    for (DType dt : {float32, float64}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)));
+      const Tensor x = make(xv, Shape{N, C, H, W}, dt);
+      const Pool2dOptions o{
+          .kernel = {k, k}, .stride = std::pair<int64_t, int64_t>{st, st}, .padding = {pad, pad}};
+      const Tensor y = max_pool2d(x, o);
+      const int64_t OH = y.shape()[2], OW = y.shape()[3];
+      const Tensor dy = random::normal(random::key(7), y.shape(), dt);
+      const Tensor dx = grad([&](const Tensor& a) { return sum(max_pool2d(a, o) * dy); })(x);
+      const std::vector<double> xs = x.to_vector<double>(), dys = dy.to_vector<double>();
+      std::vector<double> want(xs.size(), 0.0), want_y;
+      for (int64_t p = 0; p < N * C; ++p)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            int64_t best = -1;
+            for (int64_t h = std::max<int64_t>(oh * st - pad, 0);
+                 h < std::min(oh * st - pad + k, H); ++h)
+              for (int64_t w = std::max<int64_t>(ow * st - pad, 0);
+                   w < std::min(ow * st - pad + k, W); ++w) {
+                const int64_t i = (p * H + h) * W + w;
+                const auto u = static_cast<std::size_t>(i);
+                if (best < 0 || xs[u] > xs[static_cast<std::size_t>(best)] || std::isnan(xs[u]))
+                  best = i;
+              }
+            want[static_cast<std::size_t>(best)] +=
+                dys[static_cast<std::size_t>((p * OH + oh) * OW + ow)];
+            want_y.push_back(xs[static_cast<std::size_t>(best)]);
+          }
+      // The forward pass, NaN window included.
+      expect_allclose(y, tensor(want_y, y.shape()), {.rtol = 0, .atol = 0, .equal_nan = true});
+      expect_allclose(dx, tensor(want, x.shape()), {.rtol = 1e-6, .atol = 1e-6});
+    }
   }
 }
 

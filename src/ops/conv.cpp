@@ -767,6 +767,25 @@ bool is_2x2_tiling(const PoolGeom& g) {
   return g.KH == 2 && g.KW == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0;
 }
 
+// Visits the windows of output row oh a window offset at a time, in the order each window
+// lists its elements (input rows, then columns): visit(base, lo, hi) for each in-image row
+// h and column offset kw, where outputs ow in [lo, hi) read the input at base + ow·sw of
+// the plane (the others' column lies in the padding). The caller's loop over ow then runs
+// with unit stride in the outputs (and in the input where sw is 1), so it vectorises, and
+// each output still meets its window's elements in a window loop's order: the same
+// results, ties and NaN included.
+template <typename F>
+void for_window_offsets(const PoolGeom& g, int64_t oh, F&& visit) {
+  const int64_t h0 = oh * g.sh - g.ph;
+  for (int64_t h = std::max<int64_t>(h0, 0); h < std::min(h0 + g.KH, g.H); ++h)
+    for (int64_t kw = 0; kw < g.KW; ++kw) {
+      const int64_t first = kw - g.pw;  // output 0's input column
+      const int64_t lo = first >= 0 ? 0 : (-first + g.sw - 1) / g.sw;
+      const int64_t hi = g.W - 1 - first < 0 ? 0 : std::min(g.OW, (g.W - 1 - first) / g.sw + 1);
+      if (lo < hi) visit(h * g.W + first, lo, hi);
+    }
+}
+
 template <bool IsMax, typename T>
 void pool_impl(const Tensor& x_in, const Tensor& out, const PoolGeom& g) {
   using C = detail::compute_t<T>;
@@ -781,6 +800,7 @@ void pool_impl(const Tensor& x_in, const Tensor& out, const PoolGeom& g) {
       [&](int64_t b, int64_t e) {
         if constexpr (IsMax && std::is_same_v<T, float>)
           if (is_2x2_tiling(g)) return ops::max_pool_2x2({g.H, g.W}, px, po, b, e);
+        std::vector<Acc> acc(static_cast<std::size_t>(g.OW));  // one output row's accumulators
         for (int64_t p = b; p < e; ++p) {
           const T* plane = px + p * HW;
           T* dst = po + p * L;
@@ -800,26 +820,23 @@ void pool_impl(const Tensor& x_in, const Tensor& out, const PoolGeom& g) {
             continue;
           }
           for (int64_t oh = 0; oh < g.OH; ++oh) {
-            const int64_t h0 = oh * g.sh - g.ph;
-            const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.KH, g.H);
-            for (int64_t ow = 0; ow < g.OW; ++ow) {
-              const int64_t w0 = ow * g.sw - g.pw;
-              const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.KW, g.W);
-              Acc acc = IsMax ? -std::numeric_limits<Acc>::infinity() : Acc{0};
-              for (int64_t h = hlo; h < hhi; ++h)
-                for (int64_t w = wlo; w < whi; ++w) {
-                  const C v = static_cast<C>(plane[h * g.W + w]);
-                  if constexpr (IsMax) {
-                    acc = takes_over(v, acc) ? v : acc;  // NaN propagates, like numpy/PyTorch
-                  } else {
-                    acc += static_cast<double>(v);
-                  }
+            std::fill(acc.begin(), acc.end(),
+                      IsMax ? -std::numeric_limits<Acc>::infinity() : Acc{0});
+            for_window_offsets(g, oh, [&](int64_t base, int64_t lo, int64_t hi) {
+              for (int64_t ow = lo; ow < hi; ++ow) {
+                const C v = static_cast<C>(plane[base + ow * g.sw]);
+                if constexpr (IsMax) {
+                  acc[ow] = takes_over(v, acc[ow]) ? v : acc[ow];  // NaN propagates
+                } else {
+                  acc[ow] += static_cast<double>(v);
                 }
+              }
+            });
+            for (int64_t ow = 0; ow < g.OW; ++ow)
               if constexpr (IsMax)
-                dst[oh * g.OW + ow] = static_cast<T>(acc);
+                dst[oh * g.OW + ow] = static_cast<T>(acc[ow]);
               else
-                dst[oh * g.OW + ow] = static_cast<T>(static_cast<C>(acc * inv));
-            }
+                dst[oh * g.OW + ow] = static_cast<T>(static_cast<C>(acc[ow] * inv));
           }
         }
       },
@@ -937,6 +954,45 @@ const Primitive& define_pool(std::string name, Loc loc) {
                                   {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}}, loc);
 }
 
+// The general max_pool2d_grad over planes [b, e): each output row's windows a window offset
+// at a time (for_window_offsets), keeping per output its running maximum (the forward's
+// comparison) and the base of the window offset that holds it, stored as base + pw >= 0 in
+// Code, as wide as the compute type where the plane's indices fit, so that the loop over the
+// outputs vectorises. dy is then added at each output's choice in output order.
+template <typename Code, typename T>
+void max_pool_grad_rows(const PoolGeom& g, const T* px, const T* pd, T* po, int64_t b, int64_t e) {
+  using C = detail::compute_t<T>;
+  const int64_t HW = g.H * g.W, L = g.OH * g.OW;
+  const int64_t sw = g.sw, pw = g.pw;  // locals: the stores to code[] cannot alias them
+  std::vector<C> acc(static_cast<std::size_t>(g.OW));
+  std::vector<Code> code(static_cast<std::size_t>(g.OW));
+  for (int64_t p = b; p < e; ++p) {
+    const T* plane = px + p * HW;
+    const T* grad = pd + p * L;
+    T* dst = po + p * HW;
+    std::fill(dst, dst + HW, T{0});
+    for (int64_t oh = 0; oh < g.OH; ++oh) {
+      std::fill(acc.begin(), acc.end(), -std::numeric_limits<C>::infinity());
+      std::fill(code.begin(), code.end(), Code{-1});
+      for_window_offsets(g, oh, [&](int64_t base, int64_t lo, int64_t hi) {
+        const auto c = static_cast<Code>(base + pw);
+        for (int64_t ow = lo; ow < hi; ++ow) {
+          const C v = static_cast<C>(plane[base + ow * sw]), a = acc[ow];
+          const Code k = code[ow];
+          const bool take = (k < 0) | takes_over(v, a);  // the first, or the forward's rule
+          acc[ow] = take ? v : a;
+          code[ow] = take ? c : k;
+        }
+      });
+      for (int64_t ow = 0; ow < g.OW; ++ow)
+        if (code[ow] >= 0) {
+          const int64_t i = static_cast<int64_t>(code[ow]) - pw + ow * sw;
+          dst[i] = static_cast<T>(static_cast<C>(dst[i]) + static_cast<C>(grad[oh * g.OW + ow]));
+        }
+    }
+  }
+}
+
 // dx = max_pool2d_grad(x, dy): each dy entry added to the first maximum of its window in x
 // (the forward's comparison, so a NaN window routes to its NaN). One pass over x, where the
 // rule built from masks above takes a dozen full-size temporaries.
@@ -956,62 +1012,43 @@ void max_pool_grad_impl(const Tensor& x_in, const Tensor& dy_in, const Tensor& d
       [&](int64_t b, int64_t e) {
         if constexpr (std::is_same_v<T, float>)
           if (tiles_2x2) return ops::max_pool_2x2_grad({g.H, g.W}, px, pd, po, b, e);
+        if (!tiles_2x2)
+          return sizeof(C) == sizeof(int32_t) && HW + g.KW <= std::numeric_limits<int32_t>::max()
+                     ? max_pool_grad_rows<int32_t>(g, px, pd, po, b, e)
+                     : max_pool_grad_rows<int64_t>(g, px, pd, po, b, e);
         for (int64_t p = b; p < e; ++p) {
           const T* plane = px + p * HW;
           const T* grad = pd + p * L;
           T* dst = po + p * HW;
           // The windows write every input they cover; an odd last row or column they miss.
-          if (!tiles_2x2 || g.H % 2 != 0 || g.W % 2 != 0) std::fill(dst, dst + HW, T{0});
-          if (tiles_2x2) {  // each input in at most one window: write all four, no sums
-            for (int64_t oh = 0; oh < g.OH; ++oh) {
-              const T* r0 = plane + 2 * oh * g.W;
-              const T* r1 = r0 + g.W;
-              T* d0 = dst + 2 * oh * g.W;
-              T* d1 = d0 + g.W;
-              for (int64_t ow = 0; ow < g.OW; ++ow) {
-                const C v[4] = {static_cast<C>(r0[2 * ow]), static_cast<C>(r0[2 * ow + 1]),
-                                static_cast<C>(r1[2 * ow]), static_cast<C>(r1[2 * ow + 1])};
-                int k = 0;
-                C m = v[0];
-                // Arithmetic and max rather than branches (random data mispredicts half of
-                // them); a NaN (rare, so its branch predicts well) takes the forward's rule:
-                // the last NaN of the window wins.
-                for (int j = 1; j < 4; ++j) {
-                  const int take = static_cast<int>(v[j] > m);
-                  k += take * (j - k);
-                  m = std::max(m, v[j]);
-                }
-                if ((v[0] != v[0]) | (v[1] != v[1]) | (v[2] != v[2]) | (v[3] != v[3]))
-                  for (int j = 0; j < 4; ++j)
-                    if (v[j] != v[j]) k = j;
-                const T gv = grad[oh * g.OW + ow];
-                d0[2 * ow] = k == 0 ? gv : T{0};
-                d0[2 * ow + 1] = k == 1 ? gv : T{0};
-                d1[2 * ow] = k == 2 ? gv : T{0};
-                d1[2 * ow + 1] = k == 3 ? gv : T{0};
-              }
-            }
-            continue;
-          }
+          if (g.H % 2 != 0 || g.W % 2 != 0) std::fill(dst, dst + HW, T{0});
+          // Each input in at most one window: write all four, no sums.
           for (int64_t oh = 0; oh < g.OH; ++oh) {
-            const int64_t h0 = oh * g.sh - g.ph;
-            const int64_t hlo = std::max<int64_t>(h0, 0), hhi = std::min(h0 + g.KH, g.H);
+            const T* r0 = plane + 2 * oh * g.W;
+            const T* r1 = r0 + g.W;
+            T* d0 = dst + 2 * oh * g.W;
+            T* d1 = d0 + g.W;
             for (int64_t ow = 0; ow < g.OW; ++ow) {
-              const int64_t w0 = ow * g.sw - g.pw;
-              const int64_t wlo = std::max<int64_t>(w0, 0), whi = std::min(w0 + g.KW, g.W);
-              C acc = -std::numeric_limits<C>::infinity();
-              int64_t best = -1;
-              for (int64_t h = hlo; h < hhi; ++h)
-                for (int64_t w = wlo; w < whi; ++w) {
-                  const C v = static_cast<C>(plane[h * g.W + w]);
-                  if (best < 0 || takes_over(v, acc)) {
-                    acc = v;
-                    best = h * g.W + w;
-                  }
-                }
-              if (best >= 0)
-                dst[best] = static_cast<T>(static_cast<C>(dst[best]) +
-                                           static_cast<C>(grad[oh * g.OW + ow]));
+              const C v[4] = {static_cast<C>(r0[2 * ow]), static_cast<C>(r0[2 * ow + 1]),
+                              static_cast<C>(r1[2 * ow]), static_cast<C>(r1[2 * ow + 1])};
+              int k = 0;
+              C m = v[0];
+              // Arithmetic and max rather than branches (random data mispredicts half of
+              // them); a NaN (rare, so its branch predicts well) takes the forward's rule:
+              // the last NaN of the window wins.
+              for (int j = 1; j < 4; ++j) {
+                const int take = static_cast<int>(v[j] > m);
+                k += take * (j - k);
+                m = std::max(m, v[j]);
+              }
+              if ((v[0] != v[0]) | (v[1] != v[1]) | (v[2] != v[2]) | (v[3] != v[3]))
+                for (int j = 0; j < 4; ++j)
+                  if (v[j] != v[j]) k = j;
+              const T gv = grad[oh * g.OW + ow];
+              d0[2 * ow] = k == 0 ? gv : T{0};
+              d0[2 * ow + 1] = k == 1 ? gv : T{0};
+              d1[2 * ow] = k == 2 ? gv : T{0};
+              d1[2 * ow + 1] = k == 3 ? gv : T{0};
             }
           }
         }
