@@ -67,18 +67,7 @@ int main(int argc, char** argv) {
   std::printf("# attention, f32, B 8, H 8, L = S 512, E 64; Kiln and torch threads %d\n",
               o.threads);
   print_loads(r, o);
-  std::printf("%-22s %10s %10s %10s\n", "case", "median ms", "min ms", "vs torch");
-  for (const std::string what : {"fwd", "fwd_bwd", "causal_bwd"}) {
-    const auto peer = r.times.find("torch_" + what);
-    const double t = peer == r.times.end() ? NAN : median(peer->second);
-    for (const std::string who : {"kiln_jit_", "kiln_eager_", "torch_"}) {
-      const auto it = r.times.find(who + what);
-      if (it == r.times.end()) continue;
-      std::printf("%-22s %10.2f %10.2f %9.2fx\n", it->first.c_str(), median(it->second),
-                  minimum(it->second), median(it->second) / t);
-    }
-  }
-  if (!r.peer_ok && o.py != "none")
-    std::printf("# (the PyTorch peer did not run: see the messages above)\n");
+  print_against_peer(r, o, {"fwd", "fwd_bwd", "causal_bwd"}, {"kiln_jit_", "kiln_eager_", "torch_"},
+                     22);
   return 0;
 }

@@ -58,18 +58,7 @@ int main(int argc, char** argv) {
       run_rounds(cases, o, [&](Times& t) { return run_peer(o, "conv3d_torch.py", "", t); });
   std::printf("# float32 convolutions; Kiln and torch threads %d\n", o.threads);
   print_loads(r, o);
-  std::printf("%-24s %10s %10s %10s\n", "case", "median ms", "min ms", "vs torch");
-  for (const std::string op : {"conv1d", "conv3d", "conv3d_grad", "conv_transpose2d"}) {
-    const auto peer = r.times.find("torch_" + op);
-    const double t = peer == r.times.end() ? NAN : median(peer->second);
-    for (const std::string who : {"kiln_", "torch_"}) {
-      const auto it = r.times.find(who + op);
-      if (it == r.times.end()) continue;
-      std::printf("%-24s %10.2f %10.2f %9.2fx\n", it->first.c_str(), median(it->second),
-                  minimum(it->second), median(it->second) / t);
-    }
-  }
-  if (!r.peer_ok && o.py != "none")
-    std::printf("# (the PyTorch peer did not run: see the messages above)\n");
+  print_against_peer(r, o, {"conv1d", "conv3d", "conv3d_grad", "conv_transpose2d"},
+                     {"kiln_", "torch_"}, 24);
   return 0;
 }

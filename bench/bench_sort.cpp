@@ -46,18 +46,6 @@ int main(int argc, char** argv) {
       run_rounds(cases, o, [&](Times& t) { return run_peer(o, "sort_torch.py", "", t); });
   std::printf("# sort and cumsum of 10^7 float32; Kiln and torch threads %d\n", o.threads);
   print_loads(r, o);
-  std::printf("%-14s %10s %10s %10s\n", "case", "median ms", "min ms", "vs torch");
-  for (const std::string op : {"sort", "cumsum"}) {
-    const auto peer = r.times.find("torch_" + op);
-    const double t = peer == r.times.end() ? NAN : median(peer->second);
-    for (const std::string who : {"kiln_", "torch_"}) {
-      const auto it = r.times.find(who + op);
-      if (it == r.times.end()) continue;
-      std::printf("%-14s %10.2f %10.2f %9.2fx\n", it->first.c_str(), median(it->second),
-                  minimum(it->second), median(it->second) / t);
-    }
-  }
-  if (!r.peer_ok && o.py != "none")
-    std::printf("# (the PyTorch peer did not run: see the messages above)\n");
+  print_against_peer(r, o, {"sort", "cumsum"}, {"kiln_", "torch_"}, 14);
   return 0;
 }

@@ -12,17 +12,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <initializer_list>
 #include <iostream>
 #include <limits>
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -218,6 +221,27 @@ inline void print_loads(const Rounds& r, const Options& o) {
   std::printf("# %d rounds x %d reps; load average (1/5/15 min) per round:", o.rounds, o.reps);
   for (const std::string& l : r.loads) std::printf(" [%s]", l.c_str());
   std::printf("\n");
+}
+
+// The table of a side-by-side run: per operation, a row for each side that ran it ("<side><op>",
+// the cases' names) with its median and fastest time and its median against the peer's
+// ("torch_<op>"; nan where the peer did not run), then a note when the peer failed.
+inline void print_against_peer(const Rounds& r, const Options& o,
+                               std::initializer_list<std::string_view> ops,
+                               std::initializer_list<std::string_view> sides, int width) {
+  std::printf("%-*s %10s %10s %10s\n", width, "case", "median ms", "min ms", "vs torch");
+  for (const std::string_view op : ops) {
+    const auto peer = r.times.find("torch_" + std::string(op));
+    const double t = peer == r.times.end() ? NAN : median(peer->second);
+    for (const std::string_view side : sides) {
+      const auto it = r.times.find(std::string(side) + std::string(op));
+      if (it == r.times.end()) continue;
+      std::printf("%-*s %10.2f %10.2f %9.2fx\n", width, it->first.c_str(), median(it->second),
+                  minimum(it->second), median(it->second) / t);
+    }
+  }
+  if (!r.peer_ok && o.py != "none")
+    std::printf("# (the PyTorch peer did not run: see the messages above)\n");
 }
 
 // Writes t's elements raw (little-endian int64 or float32) for the peer, which reads them with
