@@ -14,7 +14,6 @@
 //            --py PATH (default /usr/bin/python3; "none" skips PyTorch)
 #include <kiln/kiln.h>
 
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <tuple>

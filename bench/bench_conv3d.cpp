@@ -13,7 +13,6 @@
 // Timing (bench/side_by_side.h): warm-up, then repetitions of a batch of calls of ~target s.
 #include <kiln/kiln.h>
 
-#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>

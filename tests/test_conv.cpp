@@ -2,6 +2,7 @@
 // here (independent of the library's im2col + gemm kernels), plus hand-computed values.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -498,7 +499,8 @@ TEST(Pool2d, MaxGradientRoutesToTheFirstMaximum) {
       const int64_t plane = H * W;
       // Two NaNs in one window (the last wins), in the second plane; windows whose maximum
       // is a tie of -0 and +0 (the first wins) in -1s, in the third; windows of -inf only
-      // next to the padding (their first element takes the gradient), in the fourth.
+      // at the plane's corner, next to the padding where there is one (their first element
+      // takes the gradient), in the fourth.
       xv[plane + 8] = xv[plane + W + 9] = NAN;
       for (int64_t h = 0; h < 6; ++h)
         for (int64_t w = 10; w < 16; ++w) xv[2 * plane + h * W + w] = -1.0;
