@@ -124,7 +124,9 @@ TEST(Profile, TheFirstCallIsApartFromTheSteadyState) {
     EXPECT_TRUE(r.step == -1 || r.first_seconds > 0) << r.what;
     EXPECT_LE(r.first_seconds, r.seconds) << r.what;
     // Longest first by the later calls' time, which the first call's does not reorder.
-    if (i > 0) EXPECT_GE(p.rows[i - 1].later_seconds(), r.later_seconds()) << p.table();
+    if (i > 0) {
+      EXPECT_GE(p.rows[i - 1].later_seconds(), r.later_seconds()) << p.table();
+    }
   }
   // The row's ms per call is the mean of the four later calls, its first call's ms apart.
   char later[32], first[32];
