@@ -132,6 +132,11 @@ std::vector<T> Tensor::to_vector(Loc) const {
   if (t.tracer) detail::throw_concrete_value_error("to_vector", *this);
   std::vector<T> out(static_cast<std::size_t>(numel()));
   if (out.empty()) return out;
+  if (dtype() == dtype_v<T> && is_contiguous()) {  // read in place: no buffer to convert into
+    const T* p = data<const T>();
+    std::copy(p, p + out.size(), out.begin());
+    return out;
+  }
   Tensor dst = empty(Shape(shape()), dtype_v<T>);
   detail::copy_cast(*this, dst);
   const T* p = dst.data<const T>();
