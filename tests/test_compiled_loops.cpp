@@ -14,6 +14,7 @@ using namespace kiln;
 namespace {
 
 using Ts = std::vector<Tensor>;
+using kiln::testing::expect_allclose;
 
 // f traced on args and optimised as jit does, then run by the LLVM backend and by the
 // interpreter: the results must agree (bit for bit when f only does IEEE-exact arithmetic,
@@ -406,4 +407,135 @@ TEST(CompiledLoops, AStepAllocatesNoTensorMemory) {
   EXPECT_EQ(per_call[4], per_call[1]) << "while";
   EXPECT_EQ(per_call[5], per_call[2]) << "fori_loop";
   EXPECT_LT(per_call[3], 20) << "scan";
+}
+
+// A loop that writes a buffer a block at a time (dynamic_update_slice along one axis: a
+// scatter of rows) updates its carry in place: each case against the interpreter, the ones
+// where the old buffer is still needed (read after the update, the update a view of it,
+// carries that swap places, the carry also a ys) included.
+TEST(CompiledLoops, ABufferWrittenABlockAtATimeGivesTheInterpretersResults) {
+  const Tensor zero = tensor(int64_t{0});
+  auto row_of = [&](const Tensor& buf, const Tensor& i) {
+    return dynamic_slice(buf, {maximum(i - 1, 0), zero}, Shape{1, 3}) * 0.5f + astype(i, float32);
+  };
+  auto fill = [&](const Tensor& buf) {
+    return fori_loop(
+        int64_t{0}, int64_t{8},
+        [&](const Tensor& i, const Tensor& b) {
+          return dynamic_update_slice(b, row_of(b, i), {i, zero});
+        },
+        buf);
+  };
+  auto read_after = [&](const Tensor& buf) {
+    return fori_loop(
+        int64_t{0}, int64_t{5},
+        [&](const Tensor& i, const Tensor& b) {
+          return dynamic_update_slice(b, row_of(b, i), {i, zero}) + b * 0.25f;
+        },
+        buf);
+  };
+  auto update_is_a_view = [&](const Tensor& buf) {
+    return fori_loop(
+        int64_t{0}, int64_t{2},
+        [&](const Tensor&, const Tensor& b) {
+          // Rows 0-2 shifted down by one: in place, rows 1 and 2 would be read after they are
+          // written (in the second step, whose carry the loop owns).
+          return dynamic_update_slice(b, slice(b, {Slice(0, 3), Slice()}),
+                                      {tensor(int64_t{1}), zero});
+        },
+        buf);
+  };
+  auto swapped = [&](const Tensor& a, const Tensor& b) {
+    using Carry = std::pair<Tensor, Tensor>;
+    return fori_loop(
+        int64_t{0}, int64_t{5},
+        [&](const Tensor& i, const Carry& c) {
+          return Carry{dynamic_update_slice(c.second, row_of(c.first, i), {i, zero}), c.first};
+        },
+        Carry{a, b});
+  };
+  auto two_blocks = [&](const Tensor& buf) {
+    return fori_loop(
+        int64_t{0}, int64_t{6},
+        [&](const Tensor& i, const Tensor& b) {
+          const Tensor once = dynamic_update_slice(b, row_of(b, i), {i, zero});
+          return dynamic_update_slice(once, row_of(once, i + 1) * -1.0f, {i + 2, zero});
+        },
+        buf);
+  };
+  auto scan_fill = [&](const Tensor& buf, const Tensor& xs) {
+    return scan(
+        [&](const std::pair<Tensor, Tensor>& c, const Tensor& x) {
+          const Tensor b = dynamic_update_slice(c.first, reshape(x, Shape{1, 3}), {c.second, zero});
+          return std::pair{std::pair{b, c.second + 1}, std::tuple{sum(b), c.first}};
+        },
+        std::pair{buf, zeros({}, int64)}, xs);
+  };
+  const Tensor buf = draw(40, {8, 3}), other = draw(41, {8, 3});
+  expect_like_interpreter("fill", fill, buf);
+  expect_like_interpreter("old buffer read after the update", read_after, buf);
+  expect_like_interpreter("the update a view of the buffer", update_is_a_view, buf);
+  expect_like_interpreter("carries that swap", swapped, buf, other);
+  expect_like_interpreter("two blocks a step", two_blocks, buf);
+  expect_like_interpreter("scan, the old buffer also a ys", scan_fill, buf, draw(42, {8, 3}));
+}
+
+TEST(CompiledLoops, ABufferWrittenABlockAtATimeIsNotCopiedAtEachStep) {
+  // A step of this scan allocates nothing but what a copy of its carry would take (the rows
+  // are views of xs, the position a constant, the ys written into their stacked output): were
+  // the carry copied at each step (a scatter's kernel writes into new memory), a call would
+  // allocate once per step; written in place, the allocations do not grow with the steps.
+  auto fill = [](const Tensor& buf, const Tensor& xs) {
+    const Tensor zero = tensor(int64_t{0}), two = tensor(int64_t{2});
+    return scan(
+        [&](const Tensor& b, const Tensor& x) {
+          return std::pair{dynamic_update_slice(b, x, {two, zero}), std::tuple{sum(x)}};
+        },
+        buf, xs);
+  };
+  auto jf = jit(fill, JitOptions{.backend = ir::Backend::llvm});
+  const Tensor buf = draw(43, {4, 64});
+  std::vector<int64_t> per_call;
+  for (int64_t n : {3, 300}) {
+    const Tensor xs = draw(44, {n, 1, 64});
+    jf(buf, xs);
+    const int64_t before = memory_stats().allocations;
+    const auto out = jf(buf, xs);
+    per_call.push_back(memory_stats().allocations - before);
+    const auto want = fill(buf, xs);
+    expect_allclose(out.first, want.first, {.rtol = 0, .atol = 0}, "n = " + std::to_string(n));
+  }
+  EXPECT_EQ(per_call[1], per_call[0]);
+}
+
+TEST(CompiledLoops, OnlyABufferNothingElseReadsIsWrittenInPlace) {
+  // What the compiler marks: result 0 written over argument 0 where the update is all that
+  // reads it; no mark where the old buffer is read after the update, where the update is a
+  // view of it, or where the updated buffer is another argument's. A call never writes over
+  // its caller's arguments (only a loop donates its own carry).
+  const Tensor zero = tensor(int64_t{0});
+  const Tensor buf = draw(45, {6, 3}), row = draw(46, {1, 3}), i = tensor(int64_t{2});
+  const JitOptions llvm{.backend = ir::Backend::llvm};
+  auto update = [&](const Tensor& b, const Tensor& r, const Tensor& at) {
+    return dynamic_update_slice(b, r, {at, zero});
+  };
+  const ir::CompiledInfo info = jit(update, llvm).compiled(buf, row, i);
+  EXPECT_EQ(info.results_in_place, std::vector<int>{0}) << info;
+  EXPECT_EQ(info.kernel_calls_in_place.size(), 1u) << info;
+  const Tensor before = buf.contiguous() + 0.0f;
+  const Tensor out = jit(update, llvm)(buf, row, i);
+  expect_allclose(buf, before, {.rtol = 0, .atol = 0}, "the caller's buffer");
+  expect_allclose(out, update(buf, row, i), {.rtol = 0, .atol = 0}, "the update");
+  auto read_after = [&](const Tensor& b, const Tensor& r, const Tensor& at) {
+    return std::pair{dynamic_update_slice(b, r, {at, zero}), sum(b)};
+  };
+  EXPECT_TRUE(jit(read_after, llvm).compiled(buf, row, i).results_in_place.empty());
+  auto of_itself = [&](const Tensor& b, const Tensor& at) {
+    return dynamic_update_slice(b, slice(b, {Slice(0, 1), Slice()}), {at, zero});
+  };
+  EXPECT_TRUE(jit(of_itself, llvm).compiled(buf, i).kernel_calls_in_place.empty());
+  auto crossed = [&](const Tensor& a, const Tensor& b, const Tensor& at) {
+    return std::pair{dynamic_update_slice(b, slice(a, {Slice(0, 1), Slice()}), {at, zero}), a};
+  };
+  EXPECT_TRUE(jit(crossed, llvm).compiled(buf, buf * 2.0f, i).results_in_place.empty());
 }

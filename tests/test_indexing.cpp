@@ -443,6 +443,51 @@ TEST(DynamicUpdateSlice, MatchesAReferenceAndClamps) {
                     {.rtol = 0, .atol = 0}, "jit");
 }
 
+TEST(DynamicUpdateSlice, ABlockAlongOneAxisMatchesAReference) {
+  // An update spanning every axis but one is written as a scatter of its rows (which compiled
+  // loops write in place): the same values, clamping, dtypes, derivatives and batching as
+  // the select a block along several axes is.
+  const Tensor x = reshape(arange(0.0, 20.0, 1.0, float64), Shape{4, 5});
+  const Tensor u = reshape(arange(-1.0, -11.0, -1.0, float64), Shape{2, 5});
+  const auto ref = [&](int r) {  // written out: u at rows r, r + 1
+    std::vector<double> v = vals(x);
+    const std::vector<double> w = vals(u);
+    for (std::size_t k = 0; k < 10; ++k) v[std::size_t(r) * 5 + k] = w[k];
+    return tensor(v, Shape{4, 5});
+  };
+  for (const auto& [start, row] : std::vector<std::pair<int, int>>{{1, 1}, {-3, 0}, {9, 2}})
+    expect_allclose(dynamic_update_slice(x, u, starts({start, 0})), ref(row),
+                    {.rtol = 0, .atol = 0}, "start " + std::to_string(start));
+  // Along the last axis, in int32 and bool (bool takes the select: scatters are numeric).
+  const Tensor xi = zeros({2, 4}, int32), ui = full({2, 1}, 7.0, int32);
+  EXPECT_EQ(dynamic_update_slice(xi, ui, starts({0, 2})).to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 0, 7, 0, 0, 0, 7, 0}));
+  const Tensor xb = zeros({2, 4}, bool_), ub = full({2, 1}, 1.0, bool_);
+  EXPECT_EQ(astype(dynamic_update_slice(xb, ub, starts({0, 5})), int32).to_vector<int32_t>(),
+            (std::vector<int32_t>{0, 0, 0, 1, 0, 0, 0, 1}));
+  auto f = jit([](const Tensor& x, const Tensor& u, const Tensor& i) {
+    return dynamic_update_slice(x, u, {i, tensor(int64_t{0})});
+  });
+  for (int i = -1; i < 5; ++i)
+    expect_allclose(f(x, u, tensor(i)), dynamic_update_slice(x, u, starts({i, 0})),
+                    {.rtol = 0, .atol = 0}, "jit");
+  const Fn dus = [](const std::vector<Tensor>& v) {
+    return dynamic_update_slice(v[0], v[1], starts({2, 0}));
+  };
+  check_grad({rand64({4, 5}, 7), rand64({2, 5}, 8)}, dus, "dynamic_update_slice along rows");
+  check_vmap({rand64({4, 5}, 7), rand64({2, 5}, 8)}, dus, "dynamic_update_slice along rows");
+  // Batched starts: each example its own rows.
+  const Tensor xs = rand64({3, 4, 5}, 9), us = rand64({3, 1, 5}, 10);
+  const Tensor got = vmap([](const Tensor& x, const Tensor& u, const Tensor& i) {
+    return dynamic_update_slice(x, u, {i, tensor(int64_t{0})});
+  })(xs, us, tensor({0, 2, 9}));
+  for (int64_t b = 0; b < 3; ++b) {
+    const int i = std::vector<int>{0, 2, 9}[std::size_t(b)];
+    expect_allclose(index(got, b), dynamic_update_slice(index(xs, b), index(us, b), starts({i, 0})),
+                    {.rtol = 0, .atol = 0}, "batched starts");
+  }
+}
+
 TEST(DynamicSlice, GradientsAndVmap) {
   const Tensor x = rand64({4, 5}, 3), u = rand64({2, 3}, 4);
   const Fn ds = [](const std::vector<Tensor>& v) {

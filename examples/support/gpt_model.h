@@ -151,7 +151,8 @@ inline Tensor logits(const Model& m, const Tensor& tokens,
 // ---- generation with a key/value cache ----------------------------------------------------
 
 // Each layer's keys and values of the positions seen so far, [B, heads, block_size, C / heads],
-// in a fixed-size buffer: a generation is one compiled loop, with no new shapes per token.
+// in a fixed-size buffer: a generation is one compiled loop, with no new shapes per token, that
+// writes each token's keys and values into the buffer in place.
 struct KvCache {
   std::vector<Tensor> k, v;
 };

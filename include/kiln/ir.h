@@ -159,6 +159,12 @@ struct CompiledInfo {
   // Equations run through their primitive's registered kernel (matmul, convolution, control
   // flow, user primitives, ...), in order; under the interpreter, all of them.
   std::vector<int> kernel_calls;
+  // Of those, the ones whose primitive writes its result over an input they read last
+  // (Primitive::in_place), when at run time nothing else holds that input's memory.
+  std::vector<int> kernel_calls_in_place;
+  // Results that a loop driver may have written over the argument of the same index (the
+  // carry of a loop that updates a buffer a position at a time): see docs/DESIGN.md, "Compiler".
+  std::vector<int> results_in_place;
   int64_t arena_bytes = 0;  // scratch memory for intermediates, reused on every call
 };
 std::ostream& operator<<(std::ostream& os, const CompiledInfo& info);

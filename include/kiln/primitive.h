@@ -197,6 +197,18 @@ struct Primitive {
   // How compiled code computes it in a fused loop (kiln/lowering.h); without one, compiled code
   // runs its kernel.
   std::optional<::kiln::lowering::Lowering> lowering;
+  // A kernel that writes the result over input `input` instead of into new memory, for
+  // compiled code that owns that input and reads it nowhere later (a key/value cache or a
+  // buffer filled a position at a time inside a loop, which would otherwise be copied whole at
+  // every step). `write` gets the inputs and `target`, a contiguous tensor of the output's
+  // type that holds input `input`'s values, and leaves the result in it: the same bits as the
+  // kernels give.
+  struct InPlace {
+    int input = 0;
+    std::function<void(std::span<const Tensor> inputs, const Tensor& target, const Attrs& attrs)>
+        write;
+  };
+  std::optional<InPlace> in_place;
   // The arithmetic of one application, for profiles (kiln/profile.h): 2 per multiply-add, from
   // the operand and result types. Set by primitives bound by arithmetic rather than memory
   // (matmul, the convolutions); without one a profile shows bytes only.

@@ -151,6 +151,10 @@ struct GroupStep {
 };
 struct OpaqueStep {
   int equation = -1;
+  // The value its primitive may write its result over (Primitive::in_place): an input that this
+  // step reads last, that is no argument's view, constant or result, and that no other input
+  // of the step shares memory with.
+  std::optional<int> overwrites;
 };
 
 // Where a value's memory is while a call runs.
@@ -261,6 +265,8 @@ class CompiledFunction final : public Code {
 
   std::vector<Tensor> run(std::span<const Tensor> args) const override { return execute(args, {}); }
 
+  const std::vector<std::size_t>& updates_in_place() const override { return updates_in_place_; }
+
   void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) const override {
     const ir::Function& f = *f_;
     if (dests.size() != f.results.size())
@@ -300,6 +306,14 @@ class CompiledFunction final : public Code {
              ", expected ", f.params[i].type);
       bind_value(f.params[i].id, args[i].contiguous());
     }
+    // Values whose memory this call may write over whatever else holds it: the arguments the
+    // caller donated by passing them as their result's destination, and what is written in
+    // place over them.
+    std::vector<bool> donated(env.size(), false);
+    for (std::size_t i : updates_in_place_)
+      if (i < dests.size() && dests[i].storage() == args[i].storage() &&
+          dests[i].raw_data() == args[i].raw_data())
+        donated[static_cast<std::size_t>(f.params[i].id)] = true;
     for (std::size_t i = 0; i < constants_.size(); ++i)
       bind_value(f.constants[i].value.id, constants_[i]);
 
@@ -331,13 +345,28 @@ class CompiledFunction final : public Code {
                            [&](int64_t c, int64_t lo, int64_t hi) { k(b, lo, hi, p + c * slots); });
         if (slots) finish_totals(*g, partial, std::max<int64_t>(chunks, 1), buffers);
       } else {
-        const ir::Equation& e =
-            f.equations[static_cast<std::size_t>(std::get<OpaqueStep>(steps_[s]).equation)];
+        const OpaqueStep& step = std::get<OpaqueStep>(steps_[s]);
+        const ir::Equation& e = f.equations[static_cast<std::size_t>(step.equation)];
+        // Over its input in place when nothing but this call holds that input's memory.
+        std::optional<Tensor> target;
+        if (step.overwrites) {
+          const auto v = static_cast<std::size_t>(*step.overwrites);
+          const Tensor& x = env[v];
+          if (donated[v] || (x.impl_ptr().use_count() == 1 && x.storage().use_count() == 1)) {
+            target = x;
+            donated[static_cast<std::size_t>(e.outputs[0].id)] = donated[v];
+          }
+        }
         std::vector<Tensor> ins;
         for (const ir::Value& v : e.inputs) ins.push_back(tensor_of(v.id, env));
         std::vector<Tensor> outs;
         try {
-          outs = loops::drives(*e.prim) ? loops::run(e, ins) : bind(*e.prim, ins, e.attrs, Loc{});
+          if (target) {
+            e.prim->in_place->write(ins, *target, e.attrs);
+            outs.push_back(*target);
+          } else {
+            outs = loops::drives(*e.prim) ? loops::run(e, ins) : bind(*e.prim, ins, e.attrs, Loc{});
+          }
         } catch (const Error& err) {
           kiln::detail::rethrow_at(err, e.loc);
         }
@@ -540,6 +569,7 @@ class CompiledFunction final : public Code {
     for (std::size_t s = 0; s < steps_.size(); ++s)
       if (const auto* g = std::get_if<GroupStep>(&steps_[s]))
         write_in_place(g->group, s, use, info_.groups[group_index++], buffers);
+    plan_kernels_in_place(use);
     const MemoryPlan plan = plan_memory(buffers);
     for (std::size_t v = 0; v < n; ++v)
       if (plan.offsets[v]) slots_[v].arena_offset = static_cast<std::size_t>(*plan.offsets[v]);
@@ -587,6 +617,43 @@ class CompiledFunction final : public Code {
     }
   }
 
+  // Marks the kernel calls that may write over an input (OpaqueStep::overwrites), and the
+  // results that such calls make from the argument of the same index alone, a chain of them
+  // (updates_in_place_: a loop's carry updated a block at a time).
+  void plan_kernels_in_place(const std::vector<Use>& use) {
+    const ir::Function& f = *f_;
+    std::vector<bool> constant(use.size(), false);
+    for (const ir::Constant& c : f.constants) constant[static_cast<std::size_t>(c.value.id)] = true;
+    auto buffer_of = [&](int v) { return views_[static_cast<std::size_t>(v)]->buffer; };
+    std::map<int, int> made_over;  // an output written in place -> the input it overwrites
+    for (std::size_t s = 0; s < steps_.size(); ++s) {
+      auto* step = std::get_if<OpaqueStep>(&steps_[s]);
+      if (!step) continue;
+      const ir::Equation& e = f.equations[static_cast<std::size_t>(step->equation)];
+      if (!e.prim->in_place || e.outputs.size() != 1) continue;
+      const auto k = static_cast<std::size_t>(e.prim->in_place->input);
+      const int v = e.inputs[k].id;
+      const auto vi = static_cast<std::size_t>(v);
+      bool alone = buffer_of(v) == v;
+      for (std::size_t j = 0; j < e.inputs.size() && alone; ++j)
+        alone = j == k || buffer_of(e.inputs[j].id) != v;
+      if (!alone || constant[vi] || use[vi].last_use != s || value_types_[vi] != e.outputs[0].type)
+        continue;
+      step->overwrites = v;
+      made_over[e.outputs[0].id] = v;
+      info_.kernel_calls_in_place.push_back(step->equation);
+    }
+    const std::size_t n = std::min(f.params.size(), f.results.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      int v = f.results[i].id;
+      if (buffer_of(v) != v || !made_over.count(v)) continue;
+      while (made_over.count(v)) v = made_over.at(v);
+      if (v != f.params[i].id) continue;
+      updates_in_place_.push_back(i);
+      info_.results_in_place.push_back(static_cast<int>(i));
+    }
+  }
+
   Arena take_arena() const {
     if (arena_bytes_ == 0) return {};
     {
@@ -620,6 +687,7 @@ class CompiledFunction final : public Code {
   std::vector<Slot> slots_;
   std::vector<std::vector<int>> release_after_;
   std::size_t arena_bytes_ = 0;
+  std::vector<std::size_t> updates_in_place_;
   ir::CompiledInfo info_;
   mutable std::mutex arena_mutex_;
   mutable std::vector<Arena> arenas_;

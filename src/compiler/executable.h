@@ -14,9 +14,14 @@ namespace kiln::compiler {
 class Code : public ir::Executable {
  public:
   // Runs with `args` and writes result i into dests[i]: a contiguous tensor of that result's
-  // type that overlaps no argument. Fused kernels write there directly; other results are
-  // copied in.
+  // type that overlaps no argument, except as updates_in_place allows. Fused kernels write
+  // there directly; other results are copied in.
   virtual void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) const = 0;
+  // The i for which result i is argument i updated by kernels that write in place
+  // (Primitive::in_place), with nothing reading argument i after them. A caller that passes
+  // the very tensor args[i] as dests[i] donates it: the call writes the update into it, a
+  // block rather than the whole buffer, and nothing else may hold or read its memory meanwhile.
+  virtual const std::vector<std::size_t>& updates_in_place() const = 0;
 };
 
 // Compiles f and every sub-function it holds (bodies of control flow, call, checkpoint and

@@ -45,22 +45,34 @@ void point_at(Tensor& row, const Tensor& stacked, int64_t i) {
   row.impl()->offset = stacked.offset() + i * stacked.strides()[0];
 }
 
-// The carry's two buffer sets: a step reads one and writes the other, so the buffers
-// allocated by the first two steps serve every later one.
+// The carry's buffers: a step reads one set and writes the other, so the buffers allocated by
+// the first two steps serve every later one; a carry the body updates in place
+// (Code::updates_in_place) has one buffer, which each step after the first donates to the
+// body as both its argument and its destination.
 class CarryBuffers {
  public:
-  CarryBuffers(std::string_view op, std::span<const TensorType> types) : op_(op), types_(types) {}
-  // The buffers step t writes (t counts from 0).
-  const Tensors& for_step(int64_t t) {
+  CarryBuffers(std::string_view op, std::span<const TensorType> types, const Code& body)
+      : op_(op), types_(types), in_place_(types.size(), false) {
+    for (std::size_t i : body.updates_in_place())
+      if (i < types.size()) in_place_[i] = true;
+  }
+  // The buffers step t writes (t counts from 0), given the carry it reads.
+  const Tensors& for_step(int64_t t, std::span<const Tensor> carry) {
     Tensors& b = sets_[static_cast<std::size_t>(t & 1)];
-    if (b.empty())
-      for (const TensorType& type : types_) b.push_back(detail::allocate(op_, type));
+    if (b.empty()) b.resize(types_.size());
+    for (std::size_t i = 0; i < types_.size(); ++i) {
+      if (t > 0 && in_place_[i])
+        b[i] = carry[i];
+      else if (!b[i].defined())
+        b[i] = detail::allocate(op_, types_[i]);
+    }
     return b;
   }
 
  private:
   std::string_view op_;
   std::span<const TensorType> types_;
+  std::vector<bool> in_place_;
   std::array<Tensors, 2> sets_;
 };
 
@@ -86,12 +98,12 @@ Tensors run_scan(const ir::Equation& e, std::span<const Tensor> ins) {
   Tensors args(ins.begin(), ins.end()), xs(nx), dests(out.size());
   for (std::size_t k = 0; k < nx; ++k) xs[k] = ins[nc + k].contiguous();
   contiguous_in_place(args, nc + nx, args.size());
-  CarryBuffers carry("scan", std::span(out_t).first(nc));
+  CarryBuffers carry("scan", std::span(out_t).first(nc), code);
   for (int64_t t = 0; t < length; ++t) {
     detail::check_interrupt("scan");
     const int64_t i = reverse ? length - 1 - t : t;
     for (std::size_t k = 0; k < nx; ++k) point_at(args[nc + k], xs[k], i);
-    const Tensors& next = carry.for_step(t);
+    const Tensors& next = carry.for_step(t, std::span(args).first(nc));
     std::copy(next.begin(), next.end(), dests.begin());
     for (std::size_t k = 0; k < ny; ++k) point_at(dests[nc + k], out[nc + k], i);
     code.run_into(args, dests);
@@ -110,12 +122,12 @@ Tensors run_while(const ir::Equation& e, std::span<const Tensor> ins) {
   Tensors args(ins.begin(), ins.end());
   contiguous_in_place(args, nc, args.size());
   const Tensors pred{detail::allocate("while", TensorType{bool_, Shape{}})};
-  CarryBuffers carry("while", carry_t);
+  CarryBuffers carry("while", carry_t, body);
   for (int64_t t = 0;; ++t) {
     detail::check_interrupt("while");
     cond.run_into(args, pred);
     if (!*static_cast<const bool*>(pred[0].raw_data())) break;
-    const Tensors& next = carry.for_step(t);
+    const Tensors& next = carry.for_step(t, std::span(args).first(nc));
     body.run_into(args, next);
     std::copy(next.begin(), next.end(), args.begin());
   }

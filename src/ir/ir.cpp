@@ -177,6 +177,16 @@ std::ostream& operator<<(std::ostream& os, const CompiledInfo& info) {
      << " fused groups (" << info.kernels << " distinct kernels), " << info.kernel_calls.size()
      << " kernel calls, arena " << info.arena_bytes << " bytes, compiled in " << info.compile_ms
      << " ms" << (info.from_cache ? " (from the cache)" : "") << "\n";
+  if (!info.kernel_calls_in_place.empty()) {
+    os << "kernel calls that may write over an input: equations";
+    for (int e : info.kernel_calls_in_place) os << " " << e;
+    os << "\n";
+  }
+  if (!info.results_in_place.empty()) {
+    os << "results written over the argument of their index:";
+    for (int r : info.results_in_place) os << " " << r;
+    os << "\n";
+  }
   for (std::size_t k = 0; k < info.groups.size(); ++k) {
     const CompiledInfo::Group& g = info.groups[k];
     os << "group " << k << ": equations";

@@ -149,21 +149,35 @@ Tensor dynamic_update_slice(const Tensor& x, const Tensor& update,
   if (!fits)
     fail("dynamic_update_slice", "update does not fit: got x ", x.type(), " and update ",
          update.type(), ", expected an update of x's rank, no larger on any axis");
-  // The update spread over x's shape (each position takes the update element at its clamped
-  // offset from the start), then selected where the block is.
   Tensor placed = ops::cast_if_needed(update, x.dtype(), loc);
-  std::optional<Tensor> inside;
+  std::vector<Tensor> start;
+  std::vector<int> partial;  // the axes the update does not span
   for (int a = 0; a < x.rank(); ++a) {
-    const auto u = static_cast<std::size_t>(a);
-    const Tensor s = start_index("dynamic_update_slice", starts[u], u, loc);
+    start.push_back(start_index("dynamic_update_slice", starts[static_cast<std::size_t>(a)],
+                                static_cast<std::size_t>(a), loc));
+    if (update.shape()[a] == 0) return x;
+    if (update.shape()[a] != x.shape()[a]) partial.push_back(a);
+  }
+  // A block along one axis (a position of a cache, a row of a buffer filled in a loop) is a
+  // scatter of its rows, which compiled code writes in place when it owns x: a loop that
+  // updates its carry so touches the block, not the whole buffer, at each step.
+  if (partial.size() == 1 && DTypeSet::numeric().contains(x.dtype())) {
+    const int a = partial[0];
     const int64_t n = x.shape()[a], m = update.shape()[a];
-    if (m == 0) return x;
-    if (m == n) continue;
-    const Tensor rel = arange(n, int64) - clamp_index(s, n - m);
+    return scatter(x, clamp_index(start[static_cast<std::size_t>(a)], n - m) + arange(m, int64),
+                   placed, a, ScatterMode::set, loc);
+  }
+  // Otherwise the update spread over x's shape (each position takes the update element at its
+  // clamped offset from the start), then selected where the block is.
+  std::optional<Tensor> inside;
+  for (int a : partial) {
+    const auto u = static_cast<std::size_t>(a);
+    const int64_t n = x.shape()[a], m = update.shape()[a];
+    const Tensor rel = arange(n, int64) - clamp_index(start[u], n - m);
     const Tensor in =
         reshape(logical_and(rel >= int64_t{0}, rel < m, loc), along(x.rank(), a, n), loc);
     inside = inside ? logical_and(*inside, in, loc) : in;
-    if (m == 1) {  // one position (a token's keys in a cache): a broadcast, read in place
+    if (m == 1) {  // one position: a broadcast, read in place
       std::vector<int64_t> shape(placed.shape().begin(), placed.shape().end());
       shape[u] = n;
       placed = broadcast_to(placed, Shape(shape), loc);

@@ -46,8 +46,10 @@ std::vector<TensorType> scatter_rule(std::string_view op, ops::Types in, const A
   return {in[0]};
 }
 
+// Combines the updates into `out`, which holds x's values (contiguous, x's type): the kernels
+// write into a copy of x, compiled code that owns x into x itself (Primitive::in_place).
 template <Combine C>
-Tensor scatter_kernel(std::string_view op, ops::Ins in, const Attrs& a) {
+void scatter_into(std::string_view op, ops::Ins in, const Tensor& out, const Attrs& a) {
   const int axis = normalize_axis(op, a.get_int("axis"), in[0].rank());
   const Shape& s = in[0].shape();
   int64_t outer = 1, inner = 1;
@@ -62,8 +64,6 @@ Tensor scatter_kernel(std::string_view op, ops::Ins in, const Attrs& a) {
     if (i < 0) i += n;
   }
   const auto m = static_cast<int64_t>(idx.size());
-  Tensor out = empty(in[0].type());
-  detail::copy_cast(in[0], out);
   const Tensor upd = in[2].contiguous();
   detail::visit_dtype(out.dtype(), [&]<typename T>() {
     if constexpr (!std::is_same_v<T, bool>) {
@@ -90,6 +90,13 @@ Tensor scatter_kernel(std::string_view op, ops::Ins in, const Attrs& a) {
           }
     }
   });
+}
+
+template <Combine C>
+Tensor scatter_kernel(std::string_view op, ops::Ins in, const Attrs& a) {
+  Tensor out = empty(in[0].type());
+  detail::copy_cast(in[0], out);
+  scatter_into<C>(op, in, out, a);
   return out;
 }
 
@@ -235,16 +242,20 @@ Primitive with_extremal_rules(Primitive p) {
 template <Combine C>
 const Primitive& define_scatter(const char* name, Primitive (*rules)(Primitive), Loc loc) {
   const std::string op = name;
-  return detail::register_builtin(
-      rules(Primitive{
-          .name = op,
-          .arity = 3,
-          .type_rule = [op](ops::Types in, const Attrs& a) { return scatter_rule(op, in, a); }}),
-      {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}),
-        [op](ops::Ins in, const Attrs& a) {
-          return std::vector<Tensor>{scatter_kernel<C>(op, in, a)};
-        }}},
-      loc);
+  Primitive p =
+      rules(Primitive{.name = op, .arity = 3, .type_rule = [op](ops::Types in, const Attrs& a) {
+                        return scatter_rule(op, in, a);
+                      }});
+  p.in_place = Primitive::InPlace{.input = 0,
+                                  .write = [op](ops::Ins in, const Tensor& target, const Attrs& a) {
+                                    scatter_into<C>(op, in, target, a);
+                                  }};
+  return detail::register_builtin(std::move(p),
+                                  {{ops::cpu({DTypeSet::numeric(), kIndex, DTypeSet::numeric()}),
+                                    [op](ops::Ins in, const Attrs& a) {
+                                      return std::vector<Tensor>{scatter_kernel<C>(op, in, a)};
+                                    }}},
+                                  loc);
 }
 
 }  // namespace
