@@ -471,7 +471,34 @@ TEST(CompiledLoops, ABufferWrittenABlockAtATimeGivesTheInterpretersResults) {
         },
         std::pair{buf, zeros({}, int64)}, xs);
   };
+  // The old buffer held by a kernel's output that is the buffer itself (a cond branch or a
+  // while of no steps returning its operand), read after the update.
+  auto held_by_a_kernel = [&](const Tensor& buf, const Tensor& flag) {
+    using Carry = std::pair<Tensor, Tensor>;
+    return fori_loop(
+        int64_t{0}, int64_t{4},
+        [&](const Tensor& i, const Carry& c) {
+          const Tensor& b = c.first;
+          const Tensor kept = cond(
+              flag, [](const Tensor& x) { return x; }, [](const Tensor& x) { return x * 2.0f; }, b);
+          const Tensor none = while_loop([](const Tensor&) { return tensor(false); },
+                                         [](const Tensor& x) { return x + 1.0f; }, b);
+          return Carry{dynamic_update_slice(b, row_of(b, i), {i, zero}), kept + none};
+        },
+        Carry{buf, buf});
+  };
+  // Tensor bounds: the loop runs as a while, whose driver donates the carry too.
+  auto fill_while = [&](const Tensor& buf, const Tensor& n) {
+    return fori_loop(
+        tensor(int64_t{0}), n,
+        [&](const Tensor& i, const Tensor& b) {
+          return dynamic_update_slice(b, row_of(b, i), {i, zero});
+        },
+        buf);
+  };
   const Tensor buf = draw(40, {8, 3}), other = draw(41, {8, 3});
+  expect_like_interpreter("the old buffer a kernel's output", held_by_a_kernel, buf, tensor(true));
+  expect_like_interpreter("fill through a while", fill_while, buf, tensor(int64_t{8}));
   expect_like_interpreter("fill", fill, buf);
   expect_like_interpreter("old buffer read after the update", read_after, buf);
   expect_like_interpreter("the update a view of the buffer", update_is_a_view, buf);

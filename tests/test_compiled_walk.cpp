@@ -354,6 +354,40 @@ TEST(CompiledWalkRegistry, EveryLoweringRunsFusedInTheWalk) {
                        "sample to tests/primitive_samples.cpp";
 }
 
+// Every primitive's in-place kernel (Primitive::in_place) leaves in its target what its kernels
+// return, bit for bit, in every case of the walk (every dtype, edge values, views), and raises
+// where they raise: compiled code runs it in their place when it owns the input.
+TEST(CompiledWalkRegistry, EveryInPlaceKernelWritesWhatTheKernelsReturn) {
+  std::set<std::string> walked;
+  for (const PrimitiveSample& s : samples::compiled_samples()) {
+    const Primitive& p = primitive(s.prim);
+    if (!p.in_place || s.body) continue;
+    const auto k = static_cast<std::size_t>(p.in_place->input);
+    for (const Case& c : cases_of(s)) {
+      std::optional<Tensor> want;
+      try {
+        want = bind(p, c.inputs, c.attrs)[0];
+      } catch (const Error&) {
+      }
+      Ts ins = c.inputs;
+      ins[k] = where(ones(ins[k].shape(), bool_), ins[k], ins[k]);  // a copy of its own
+      const std::string what = name_of(s) + " / " + c.label;
+      if (!want) {
+        EXPECT_THROW(p.in_place->write(ins, ins[k], c.attrs), Error) << what;
+        continue;
+      }
+      p.in_place->write(ins, ins[k], c.attrs);
+      const auto diff = testing::compare(ins[k], *want, {.rule = Rule::exact});
+      EXPECT_FALSE(diff) << what << ": " << *diff;
+    }
+    walked.insert(s.prim);
+  }
+  for (const Primitive* p : all_primitives())
+    if (p->in_place && !walked.count(p->name))
+      ADD_FAILURE() << "primitive '" << p->name
+                    << "' writes in place but no case of the compiled walk checks it";
+}
+
 // ---- the checks can fail ----------------------------------------------------------------
 
 const PrimitiveSample& sample(const std::string& name) {

@@ -322,6 +322,29 @@ TEST(Dispatch, RegistrationErrors) {
       "register_primitive", {"duplicate", "'test_axpy'"});
   expect_error([] { (void)register_primitive(prim("test_no_rule", 1, nullptr)); },
                "register_primitive", {"type rule"});
+  for (const int input : {-1, 1})
+    expect_error(
+        [input] {
+          Primitive p =
+              prim("test_bad_in_place", 1, [](std::span<const TensorType> in, const Attrs&) {
+                return std::vector<TensorType>{in[0]};
+              });
+          p.in_place = Primitive::InPlace{
+              .input = input, .write = [](std::span<const Tensor>, const Tensor&, const Attrs&) {}};
+          (void)register_primitive(std::move(p));
+        },
+        "register_primitive", {"in-place kernel", "got input " + std::to_string(input), "[0, 1)"});
+  expect_error(
+      [] {
+        Primitive p =
+            prim("test_bad_in_place", 1, [](std::span<const TensorType> in, const Attrs&) {
+              return std::vector<TensorType>{in[0]};
+            });
+        p.in_place = Primitive::InPlace{.input = 0};
+        (void)register_primitive(std::move(p));
+      },
+      "register_primitive", {"no write function"});
+  EXPECT_EQ(find_primitive("test_bad_in_place"), nullptr);
   EXPECT_EQ(find_primitive("test_no_rule"), nullptr);
   EXPECT_EQ(find_primitive("no_such_primitive"), nullptr);
   expect_error([] { (void)primitive("no_such_primitive"); }, "primitive", {"'no_such_primitive'"});

@@ -486,6 +486,11 @@ TEST(DynamicUpdateSlice, ABlockAlongOneAxisMatchesAReference) {
     expect_allclose(index(got, b), dynamic_update_slice(index(xs, b), index(us, b), starts({i, 0})),
                     {.rtol = 0, .atol = 0}, "batched starts");
   }
+  // No examples: an empty batch of the example's shape.
+  const Tensor none = vmap([](const Tensor& x, const Tensor& u, const Tensor& i) {
+    return dynamic_update_slice(x, u, {i, tensor(int64_t{0})});
+  })(zeros({0, 4, 5}), zeros({0, 1, 5}), zeros({0}, int64));
+  EXPECT_EQ(none.shape(), Shape({0, 4, 5}));
 }
 
 TEST(DynamicSlice, GradientsAndVmap) {

@@ -33,9 +33,9 @@ Tensor triu(const Tensor& x, int64_t k = 0, Loc loc = Loc::current());
 Tensor dynamic_slice(const Tensor& x, const std::vector<Tensor>& starts, const Shape& sizes,
                      Loc loc = Loc::current());
 // jax.lax.dynamic_update_slice: x with the block `update` written at `starts` (clamped as in
-// dynamic_slice so that the whole update lands inside x). A loop under jit that updates its
-// carry with a block spanning every axis but one (a cache position, a row) writes the block in
-// place rather than copying the carry at each step.
+// dynamic_slice so that the whole update lands inside x). Under jit, a loop whose carry is a
+// numeric x updated with a block spanning every axis but one (a cache position, a row), and
+// read by nothing after the update, writes the block in place instead of copying the carry.
 Tensor dynamic_update_slice(const Tensor& x, const Tensor& update,
                             const std::vector<Tensor>& starts, Loc loc = Loc::current());
 

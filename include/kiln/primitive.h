@@ -201,8 +201,9 @@ struct Primitive {
   // compiled code that owns that input and reads it nowhere later (a key/value cache or a
   // buffer filled a position at a time inside a loop, which would otherwise be copied whole at
   // every step). `write` gets the inputs and `target`, a contiguous tensor of the output's
-  // type that holds input `input`'s values, and leaves the result in it: the same bits as the
-  // kernels give.
+  // type that holds input `input`'s values and is that input (the same memory, so `write`
+  // must not read it where it has written), and leaves the result in it: the same bits as the
+  // kernels give. Compiled code uses it only while the primitive has its built-in kernels.
   struct InPlace {
     int input = 0;
     std::function<void(std::span<const Tensor> inputs, const Tensor& target, const Attrs& attrs)>

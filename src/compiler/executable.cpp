@@ -14,6 +14,7 @@
 #include "compiler/loops.h"
 #include "compiler/orc.h"
 #include "compiler/plan.h"
+#include "core/builtins.h"
 #include "core/profiling.h"
 #include "detail/checked.h"
 #include "detail/copy.h"
@@ -306,14 +307,24 @@ class CompiledFunction final : public Code {
              ", expected ", f.params[i].type);
       bind_value(f.params[i].id, args[i].contiguous());
     }
-    // Values whose memory this call may write over whatever else holds it: the arguments the
-    // caller donated by passing them as their result's destination, and what is written in
-    // place over them.
-    std::vector<bool> donated(env.size(), false);
+    // Per value, how many holders its storage has while it is this call's alone: one (its
+    // TensorImpl in env) for what the call made; for an argument the caller donated, by passing
+    // it as its result's destination, the holders it had when the call began, the caller's
+    // included; and for what is written in place over one of those, the same. More holders at
+    // a kernel call in place means something else (a view, a kernel's output) shares it.
+    std::vector<long> owners(env.size(), 1);
+    auto shared = [&](std::size_t i) {  // another argument over the same memory
+      for (std::size_t j = 0; j < args.size(); ++j)
+        if (j != i && args[j].storage() == args[i].storage()) return true;
+      return false;
+    };
     for (std::size_t i : updates_in_place_)
       if (i < dests.size() && dests[i].storage() == args[i].storage() &&
-          dests[i].raw_data() == args[i].raw_data())
-        donated[static_cast<std::size_t>(f.params[i].id)] = true;
+          dests[i].raw_data() == args[i].raw_data() && !shared(i)) {
+        const auto v = static_cast<std::size_t>(f.params[i].id);
+        env[v] = Tensor(std::make_shared<TensorImpl>(*env[v].impl()));
+        owners[v] = env[v].storage().use_count();
+      }
     for (std::size_t i = 0; i < constants_.size(); ++i)
       bind_value(f.constants[i].value.id, constants_[i]);
 
@@ -349,12 +360,12 @@ class CompiledFunction final : public Code {
         const ir::Equation& e = f.equations[static_cast<std::size_t>(step.equation)];
         // Over its input in place when nothing but this call holds that input's memory.
         std::optional<Tensor> target;
-        if (step.overwrites) {
+        if (step.overwrites && kiln::detail::builtin_kernels_only(*e.prim)) {  // no user's kernel
           const auto v = static_cast<std::size_t>(*step.overwrites);
           const Tensor& x = env[v];
-          if (donated[v] || (x.impl_ptr().use_count() == 1 && x.storage().use_count() == 1)) {
+          if (x.impl_ptr().use_count() == 1 && x.storage().use_count() == owners[v]) {
             target = x;
-            donated[static_cast<std::size_t>(e.outputs[0].id)] = donated[v];
+            owners[static_cast<std::size_t>(e.outputs[0].id)] = owners[v];
           }
         }
         std::vector<Tensor> ins;

@@ -184,6 +184,12 @@ const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistr
   if (r.by_name.count(primitive.name))
     fail("register_primitive", "duplicate primitive name: got '", primitive.name,
          "', expected a name not registered yet");
+  if (primitive.in_place && (!primitive.in_place->write || primitive.in_place->input < 0 ||
+                             primitive.in_place->input >= primitive.arity))
+    fail("register_primitive", "in-place kernel of '", primitive.name,
+         "' is incomplete: got input ", primitive.in_place->input,
+         primitive.in_place->write ? "" : " and no write function",
+         ", expected a write function and an input in [0, ", primitive.arity, ")");
   primitive.id = static_cast<int>(r.entries.size());
   primitive.defined_at = loc;
   Entry& e = r.entries.emplace_back(Entry{std::move(primitive), std::move(kernels)});

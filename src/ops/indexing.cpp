@@ -1,6 +1,7 @@
 // Indexing operations as compositions of primitives: a diagonal is a strided slice of the two
 // axes flattened into one; triangles are a select against an iota mask; dynamic slices gather
-// with clamped traced indices; tile, repeat, roll, meshgrid are broadcasts, reshapes and
+// with clamped traced indices, and a dynamic update along one axis scatters its rows (a select
+// over x otherwise); tile, repeat, roll, meshgrid are broadcasts, reshapes and
 // slices; padding modes gather with a static index map. Derivatives, batching and jit come
 // from those primitives' rules.
 #include "kiln/indexing.h"

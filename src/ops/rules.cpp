@@ -145,6 +145,25 @@ Attrs prepend_int(const Attrs& a, const char* name, int64_t value) {
 }
 
 std::vector<Batched> batch_by_loop(const BatchArgs& b) {
+  std::vector<Batched> out;
+  if (b.size == 0) {  // no example to run: empty outputs of an example's types
+    std::vector<TensorType> example;
+    for (std::size_t k = 0; k < b.inputs.size(); ++k) {
+      TensorType t = b.inputs[k].type();
+      if (b.dims[k]) {
+        std::vector<int64_t> d(t.shape.begin(), t.shape.end());
+        d.erase(d.begin() + *b.dims[k]);
+        t.shape = Shape(d);
+      }
+      example.push_back(t);
+    }
+    for (const TensorType& t : b.primitive.infer(example, b.attrs)) {
+      std::vector<int64_t> d{0};
+      d.insert(d.end(), t.shape.begin(), t.shape.end());
+      out.push_back({zeros(Shape(d), t.dtype), 0});
+    }
+    return out;
+  }
   std::vector<std::vector<Tensor>> per_output;
   for (int64_t i = 0; i < b.size; ++i) {
     std::vector<Tensor> ins;
@@ -154,7 +173,6 @@ std::vector<Batched> batch_by_loop(const BatchArgs& b) {
     per_output.resize(outs.size());
     for (std::size_t k = 0; k < outs.size(); ++k) per_output[k].push_back(outs[k]);
   }
-  std::vector<Batched> out;
   for (auto& parts : per_output) out.push_back({stack(parts, 0), 0});
   return out;
 }
