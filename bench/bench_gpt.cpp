@@ -195,6 +195,11 @@ int main(int argc, char** argv) {
     ok = ok && diff <= kLossRtol;
     std::printf("#   loss, torch, same start:%s  (max rel. diff %.2g%s)\n",
                 join(t->second, 8).c_str(), diff, diff <= kLossRtol ? "" : ", DISAGREE");
+    const auto f64 = torch_losses.find("torch_f64_" + p.name);
+    if (f64 == torch_losses.end()) continue;
+    std::printf("#   loss, torch in float64:%s  (max rel. diff from it: kiln %.2g, torch %.2g)\n",
+                join(f64->second, 8).c_str(), max_rel_diff(f64->second, p.losses, p.losses.size()),
+                max_rel_diff(f64->second, t->second, p.losses.size()));
   }
   print_loads(r, o);
   const MachinePeak peak = machine_peak(num_threads());

@@ -16,6 +16,8 @@ torch.optim.AdamW(lr=1e-3, weight_decay=0.1) step. With --init DIR the parameter
 come from DIR/<problem>/<name>.bin, x.bin and y.bin (raw f32 / i64), and the losses of the first
 K steps from there are printed as
     LOSSES torch_eager_<problem> <l0> <l1> ...
+and those of the same model and optimiser in float64 (the reference both float32 runs are
+measured against) as LOSSES torch_f64_<problem> ...
 Generation (torch_generate_<problem>): 200 greedy tokens (block - 1 where the block is shorter)
 after a one-token prompt with a key/value cache, a token at a time, as Kiln's gpt::generate.
 Then each case is timed by bench/side_by_side.py (RESULT and TIMES lines).
@@ -92,7 +94,7 @@ class Gpt(nn.Module):
         return self.lm_head(t.ln_f(x))
 
 
-def setup(name, init):
+def setup(name, init, dtype=torch.float32):
     layers, heads, c, block, batch = PROBLEMS[name]
     model = Gpt(layers, heads, c, block)
     if init:
@@ -111,6 +113,7 @@ def setup(name, init):
         g = torch.Generator().manual_seed(0)
         x = torch.randint(0, VOCAB, (batch, block), generator=g)
         y = torch.randint(0, VOCAB, (batch, block), generator=g)
+    model.to(dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WEIGHT_DECAY)
 
     def step():
@@ -160,6 +163,8 @@ def main():
         step, model = setup(name, args.init)
         if args.init:
             side_by_side.print_losses(f"torch_eager_{name}", step, args.steps)
+            f64_step, _ = setup(name, args.init, torch.float64)
+            side_by_side.print_losses(f"torch_f64_{name}", f64_step, args.steps)
         fns[f"torch_eager_{name}"] = step
         n = min(GENERATED, PROBLEMS[name][3] - 1)
         fns[f"torch_generate_{name}"] = lambda model=model, n=n: generate_cached(
