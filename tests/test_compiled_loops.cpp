@@ -487,6 +487,21 @@ TEST(CompiledLoops, ABufferWrittenABlockAtATimeGivesTheInterpretersResults) {
         },
         Carry{buf, buf});
   };
+  // The old buffer passed through by a kernel as another carry: the update, refused in place,
+  // lands in the donated buffer only after that carry is copied out of it.
+  auto passed_through = [&](const Tensor& buf, const Tensor& flag) {
+    using Carry = std::pair<Tensor, Tensor>;
+    return fori_loop(
+        int64_t{0}, int64_t{4},
+        [&](const Tensor& i, const Carry& c) {
+          const Tensor& b = c.first;
+          // Traced before the update, so that the update is the buffer's last reader.
+          const Tensor kept = cond(
+              flag, [](const Tensor& x) { return x; }, [](const Tensor& x) { return x * 2.0f; }, b);
+          return Carry{dynamic_update_slice(b, row_of(b, i), {i, zero}), kept};
+        },
+        Carry{buf, buf});
+  };
   // Tensor bounds: the loop runs as a while, whose driver donates the carry too.
   auto fill_while = [&](const Tensor& buf, const Tensor& n) {
     return fori_loop(
@@ -499,6 +514,7 @@ TEST(CompiledLoops, ABufferWrittenABlockAtATimeGivesTheInterpretersResults) {
   const Tensor buf = draw(40, {8, 3}), other = draw(41, {8, 3});
   expect_like_interpreter("the old buffer a kernel's output", held_by_a_kernel, buf, tensor(true));
   expect_like_interpreter("fill through a while", fill_while, buf, tensor(int64_t{8}));
+  expect_like_interpreter("the old buffer another carry", passed_through, buf, tensor(true));
   expect_like_interpreter("fill", fill, buf);
   expect_like_interpreter("old buffer read after the update", read_after, buf);
   expect_like_interpreter("the update a view of the buffer", update_is_a_view, buf);

@@ -251,6 +251,44 @@ std::atomic<int> g_user_slice_runs{0};
 
 // Eager slices, indexing and reshapes make their views without bind while the built-in kernels
 // are the only ones (src/ops/shape.cpp); a user kernel over them turns that short path off.
+TEST(Dispatch, AUserKernelTurnsOffTheBuiltInWriteInPlace) {
+  // A loop that fills a float64 buffer a row at a time writes it in place with scatter_set's
+  // built-in in-place form; once a user's float64 kernel overrides scatter_set, every step runs
+  // that kernel (the override stays active for the rest of this binary and computes the right
+  // answer: x with its rows at the indices set).
+  auto fill = jit([](const Tensor& buf) {
+    const Tensor zero = tensor(int64_t{0});
+    return fori_loop(
+        int64_t{0}, int64_t{5},
+        [&](const Tensor& i, const Tensor& b) {
+          return dynamic_update_slice(b, full({1, 2}, 1.0, float64) + astype(i, float64),
+                                      {i, zero});
+        },
+        buf);
+  });
+  const Tensor buf = zeros({5, 2}, float64);
+  const std::vector<double> want{1, 1, 2, 2, 3, 3, 4, 4, 5, 5};
+  EXPECT_EQ(fill(buf).to_vector<double>(), want);
+  static std::atomic<int> calls{0};
+  register_kernel(primitive("scatter_set"),
+                  sig({DTypeSet(float64), DTypeSet(int64), DTypeSet(float64)}),
+                  [](std::span<const Tensor> in, const Attrs& a) {
+                    ++calls;
+                    EXPECT_EQ(a.get_int("axis"), 0);
+                    std::vector<double> x = in[0].to_vector<double>();
+                    const std::vector<double> u = in[2].to_vector<double>();
+                    const std::vector<int64_t> idx = in[1].to_vector<int64_t>();
+                    const std::size_t row = u.size() / idx.size();
+                    for (std::size_t j = 0; j < idx.size(); ++j)
+                      for (std::size_t k = 0; k < row; ++k)
+                        x[static_cast<std::size_t>(idx[j]) * row + k] = u[j * row + k];
+                    return std::vector<Tensor>{tensor(x, in[0].shape())};
+                  });
+  EXPECT_EQ(fill(buf).to_vector<double>(), want);
+  EXPECT_EQ(calls.load(), 5);
+  EXPECT_EQ(buf.to_vector<double>(), std::vector<double>(10, 0.0));
+}
+
 TEST(Dispatch, UserOverridesBuiltinViews) {
   const Tensor x = tensor({1.0, 2.0, 3.0, 4.0}, {2, 2});
   EXPECT_EQ(slice(x, {Slice{1, 2, 1}}).to_vector<double>(), (std::vector<double>{3.0, 4.0}));

@@ -278,8 +278,16 @@ class CompiledFunction final : public Code {
         fail("jit", "@", f.name, " result ", i, " cannot be written to its destination: got ",
              dests[i].type(), ", expected a contiguous ", f.results[i].type);
     const std::vector<Tensor> results = execute(args, dests);
-    for (std::size_t i = 0; i < results.size(); ++i)
-      if (results[i].raw_data() != dests[i].raw_data()) detail::copy_cast(results[i], dests[i]);
+    // A destination over an argument's memory (a donated one, whose in-place write was
+    // refused) is filled last: a result that is that argument itself, a kernel's output passing
+    // it through, must be copied out before the argument's new value lands over it.
+    auto over_argument = [&](std::size_t i) {
+      return i < args.size() && dests[i].storage() == args[i].storage();
+    };
+    for (const bool last : {false, true})
+      for (std::size_t i = 0; i < results.size(); ++i)
+        if (over_argument(i) == last && results[i].raw_data() != dests[i].raw_data())
+          detail::copy_cast(results[i], dests[i]);
   }
 
  private:

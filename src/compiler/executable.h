@@ -19,8 +19,9 @@ class Code : public ir::Executable {
   virtual void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) const = 0;
   // The i for which result i is argument i updated by kernels that write in place
   // (Primitive::in_place), with nothing reading argument i after them. A caller that passes
-  // the very tensor args[i] as dests[i] donates it: the call writes the update into it, a
-  // block rather than the whole buffer, and nothing else may hold or read its memory meanwhile.
+  // args[i] as dests[i] too (the same memory, shared with no other argument or destination)
+  // donates it: the call writes the update into it, a block rather than the whole buffer,
+  // while nothing else that the call does not know of holds its memory.
   virtual const std::vector<std::size_t>& updates_in_place() const = 0;
 };
 
