@@ -264,7 +264,9 @@ class CompiledFunction final : public Code {
 
   const ir::CompiledInfo& info() const override { return info_; }
 
-  std::vector<Tensor> run(std::span<const Tensor> args) const override { return execute(args, {}); }
+  std::vector<Tensor> run(std::span<const Tensor> args) const override {
+    return execute(args, {}, {});
+  }
 
   const std::vector<std::size_t>& updates_in_place() const override { return updates_in_place_; }
 
@@ -277,22 +279,32 @@ class CompiledFunction final : public Code {
       if (dests[i].type() != f.results[i].type || !dests[i].is_contiguous())
         fail("jit", "@", f.name, " result ", i, " cannot be written to its destination: got ",
              dests[i].type(), ", expected a contiguous ", f.results[i].type);
-    const std::vector<Tensor> results = execute(args, dests);
-    // A destination over an argument's memory (a donated one, whose in-place write was
-    // refused) is filled last: a result that is that argument itself, a kernel's output passing
-    // it through, must be copied out before the argument's new value lands over it.
-    auto over_argument = [&](std::size_t i) {
-      return i < args.size() && dests[i].storage() == args[i].storage();
+    // The arguments the caller donates (updates_in_place): passed as their result's
+    // destination too, and sharing their memory with no other argument.
+    auto shared = [&](std::size_t i) {
+      for (std::size_t j = 0; j < args.size(); ++j)
+        if (j != i && args[j].storage() == args[i].storage()) return true;
+      return false;
     };
+    std::vector<bool> donated(dests.size(), false);
+    for (std::size_t i : updates_in_place_)
+      donated[i] = dests[i].storage() == args[i].storage() &&
+                   dests[i].raw_data() == args[i].raw_data() && !shared(i);
+    const std::vector<Tensor> results = execute(args, dests, donated);
+    // A donated argument's destination (its in-place write refused) is filled last: a result
+    // that is that argument itself, a kernel's output passing it through, must be copied out
+    // before the argument's new value lands over it.
     for (const bool last : {false, true})
       for (std::size_t i = 0; i < results.size(); ++i)
-        if (over_argument(i) == last && results[i].raw_data() != dests[i].raw_data())
+        if (donated[i] == last && results[i].raw_data() != dests[i].raw_data())
           detail::copy_cast(results[i], dests[i]);
   }
 
  private:
-  // Runs f; a fused output that is result i is written into dests[i] when given.
-  std::vector<Tensor> execute(std::span<const Tensor> args, std::span<const Tensor> dests) const {
+  // Runs f; a fused output that is result i is written into dests[i] when given, and kernels
+  // may write over argument i in place where donated[i] (run_into).
+  std::vector<Tensor> execute(std::span<const Tensor> args, std::span<const Tensor> dests,
+                              const std::vector<bool>& donated) const {
     using Clock = std::chrono::steady_clock;
     const bool profiling = detail::profiling();
     const Clock::time_point call_start = profiling ? Clock::now() : Clock::time_point{};
@@ -316,19 +328,13 @@ class CompiledFunction final : public Code {
       bind_value(f.params[i].id, args[i].contiguous());
     }
     // Per value, how many holders its storage has while it is this call's alone: one (its
-    // TensorImpl in env) for what the call made; for an argument the caller donated, by passing
-    // it as its result's destination, the holders it had when the call began, the caller's
-    // included; and for what is written in place over one of those, the same. More holders at
-    // a kernel call in place means something else (a view, a kernel's output) shares it.
+    // TensorImpl in env) for what the call made; for an argument the caller donated, the
+    // holders it had when the call began, the caller's included; and for what is written in
+    // place over one of those, the same. More holders at a kernel call in place means something
+    // else (a view, a kernel's output) shares it.
     std::vector<long> owners(env.size(), 1);
-    auto shared = [&](std::size_t i) {  // another argument over the same memory
-      for (std::size_t j = 0; j < args.size(); ++j)
-        if (j != i && args[j].storage() == args[i].storage()) return true;
-      return false;
-    };
-    for (std::size_t i : updates_in_place_)
-      if (i < dests.size() && dests[i].storage() == args[i].storage() &&
-          dests[i].raw_data() == args[i].raw_data() && !shared(i)) {
+    for (std::size_t i = 0; i < donated.size(); ++i)
+      if (donated[i]) {
         const auto v = static_cast<std::size_t>(f.params[i].id);
         env[v] = Tensor(std::make_shared<TensorImpl>(*env[v].impl()));
         owners[v] = env[v].storage().use_count();
