@@ -1,6 +1,7 @@
 // The runtime: the caching allocator behind tensor storage (memory_stats, the bound, release,
-// concurrency, the retry on allocation failure, ASan poisoning) and the one thread count that
-// Kiln's loops, OpenBLAS and oneDNN follow from any thread.
+// concurrency, the retry on allocation failure, ASan poisoning), the one thread count that
+// Kiln's loops, OpenBLAS and oneDNN follow from any thread, and the operand copies that the
+// kernel calls of one compiled call share.
 #include <gtest/gtest.h>
 #include <omp.h>
 #include <sys/resource.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "detail/operand_cache.h"
 #include "detail/parallel.h"
 #include "kiln/kiln.h"
 #include "sanitizers.h"
@@ -451,6 +453,59 @@ TEST(RuntimeEnv, IntegersAreParsedAndInvalidValuesWarnedAboutAndIgnored) {
     EXPECT_NE(warning.find("KILN_NUM_THREADS"), std::string::npos) << bad;
     EXPECT_EQ(std::count(warning.begin(), warning.end(), '\n'), 1) << warning;
   }
+}
+
+// A copy is made once per source and layout key within a scope, again for anything that differs
+// (another tensor, a view at another offset, another key, outside the scope, an inner scope),
+// and let go once only the cache holds its source.
+TEST(OperandCache, ACopyIsMadeOncePerSourceAndKeyWithinAScope) {
+  int made = 0;
+  auto copy_of = [&](const Tensor& t, int64_t key) {
+    return detail::cached_copy(t, {key}, [&] {
+      ++made;
+      return t * 2.0f;
+    });
+  };
+  const Tensor a = arange(0, 8, 1, float32), b = arange(0, 8, 1, float32);
+  copy_of(a, 1);
+  copy_of(a, 1);
+  EXPECT_EQ(made, 2) << "outside a scope nothing is kept";
+  made = 0;
+  std::weak_ptr<Storage> released;
+  {
+    detail::OperandCacheScope scope;
+    const Tensor first = copy_of(a, 1);
+    EXPECT_EQ(copy_of(a, 1).raw_data(), first.raw_data());
+    EXPECT_EQ(copy_of(reshape(reshape(a, {2, 4}), {8}), 1).raw_data(), first.raw_data())
+        << "another handle on the same elements is the same source";
+    EXPECT_EQ(made, 1);
+    copy_of(a, 2);
+    copy_of(b, 1);
+    copy_of(slice(a, {{1, 5}}), 1);
+    copy_of(slice(a, {{0, 4}}), 1);
+    EXPECT_EQ(made, 5) << "another key, tensor or offset is another copy";
+    {
+      detail::OperandCacheScope inner;
+      copy_of(a, 1);
+      EXPECT_EQ(made, 6) << "a scope sees only its own copies";
+    }
+    copy_of(a, 1);
+    EXPECT_EQ(made, 6);
+    {
+      Tensor held = arange(0, 4, 1, float32);
+      released = held.storage();
+      copy_of(held, 1);
+      scope.drop_unheld();
+      EXPECT_FALSE(released.expired()) << "kept while its source is held";
+    }
+    EXPECT_FALSE(released.expired());
+    scope.drop_unheld();
+    EXPECT_TRUE(released.expired()) << "let go once only the cache holds the source";
+    EXPECT_EQ(copy_of(a, 1).data<float>()[3], 6.0f);
+    EXPECT_EQ(made, 7);
+  }
+  copy_of(a, 1);
+  EXPECT_EQ(made, 8);
 }
 
 }  // namespace

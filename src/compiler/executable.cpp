@@ -18,6 +18,7 @@
 #include "core/profiling.h"
 #include "detail/checked.h"
 #include "detail/copy.h"
+#include "detail/operand_cache.h"
 #include "detail/parallel.h"
 #include "ir/compiled_bodies.h"
 #include "ir/trace.h"
@@ -314,6 +315,7 @@ class CompiledFunction final : public Code {
       fail("jit", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
            ", expected ", f.params.size());
     const ir::ActiveCompiledBodies active(subs_);
+    kiln::detail::OperandCacheScope operand_copies;
     Arena arena = take_arena();
     std::vector<Tensor> env(static_cast<std::size_t>(f.next_id()));
     std::vector<char*> data(env.size(), nullptr);
@@ -409,6 +411,7 @@ class CompiledFunction final : public Code {
                             [&] { return describe_step(s); });
       }
       for (int v : release_after_[s]) env[static_cast<std::size_t>(v)] = Tensor();
+      if (!release_after_[s].empty()) operand_copies.drop_unheld();
     }
     std::vector<Tensor> results;
     for (const ir::Value& v : f.results) results.push_back(tensor_of(v.id, env));

@@ -398,7 +398,7 @@ Tensor conv_impl(const Tensor& x_in, const Tensor& w_in, const ConvGeom& g, std:
       ops::direct_conv_forward(g, px, pw, po);
       return out;
     }
-    if (ops::dnnl_conv(ConvPass::forward, g, px, pw, po)) return out;
+    if (ops::dnnl_conv(ConvPass::forward, g, x, w, po)) return out;
   }
   if (is_pointwise(g)) {  // the image is the column matrix already
     each_image_group(g, [&](int64_t n, int64_t gi) {
@@ -438,7 +438,7 @@ Tensor conv_input_grad_impl(const Tensor& ct_in, const Tensor& w_in, const ConvG
       ops::direct_conv_input_grad(g, pc, pw, px);
       return dx;
     }
-    if (ops::dnnl_conv(ConvPass::backward_data, g, pc, pw, px)) return dx;
+    if (ops::dnnl_conv(ConvPass::backward_data, g, ct, w, px)) return dx;
   }
   if (is_pointwise(g)) {
     each_image_group(g, [&](int64_t n, int64_t gi) {
@@ -476,7 +476,7 @@ Tensor conv_weight_grad_impl(const Tensor& ct_in, const Tensor& x_in, const Conv
       ops::direct_conv_weight_grad(g, pc, px, pw);
       return dw;
     }
-    if (ops::dnnl_conv(ConvPass::backward_weights, g, pc, px, pw)) return dw;
+    if (ops::dnnl_conv(ConvPass::backward_weights, g, ct, x, pw)) return dw;
   }
   std::fill(pw, pw + dw.numel(), T{0});  // the gemms below accumulate over images
   if (is_pointwise(g)) {

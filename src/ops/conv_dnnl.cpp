@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "detail/operand_cache.h"
 #include "detail/parallel.h"
 #include "kiln/tensor.h"
 #include "ops/dnnl_common.h"
@@ -135,6 +136,19 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   return plan;
 }
 
+// What tells one blocked layout from another (oneDNN compares descriptors field by field); empty
+// for a descriptor of another kind, whose reorders are not shared.
+std::vector<int64_t> layout_key(const memory::desc& d) {
+  const dnnl_memory_desc_t& m = d.data;
+  if (m.format_kind != dnnl_blocked || m.extra.flags != 0) return {};
+  const dnnl_blocking_desc_t& b = m.format_desc.blocking;
+  std::vector<int64_t> key{m.ndims, m.data_type, m.offset0, b.inner_nblks};
+  for (int i = 0; i < m.ndims; ++i)
+    key.insert(key.end(), {m.dims[i], m.padded_dims[i], m.padded_offsets[i], b.strides[i]});
+  for (int i = 0; i < b.inner_nblks; ++i) key.insert(key.end(), {b.inner_blks[i], b.inner_idxs[i]});
+  return key;
+}
+
 // Pass, threads, then every size of the geometry.
 using Key = std::vector<int64_t>;
 
@@ -149,7 +163,7 @@ std::shared_ptr<const Plan> plan_for(ConvPass pass, const ConvGeom& g, int threa
 
 }  // namespace
 
-bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b, float* out) {
+bool dnnl_conv(ConvPass pass, const ConvGeom& g, const Tensor& a, const Tensor& b, float* out) {
   if (g.N == 0 || g.C == 0 || g.O == 0 || g.out_size() == 0) return false;
   // oneDNN takes its thread count from the calling thread's OpenMP setting.
   const int threads = detail::set_library_threads();
@@ -157,8 +171,6 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
   if (plan == nullptr) return false;
   const dnnl::engine& eng = dnnl_engine();
   dnnl::stream stream(eng);
-  const memory a_user(plan->a, eng, const_cast<float*>(a)),
-      b_user(plan->b, eng, const_cast<float*>(b));
   const memory out_user(plan->out, eng, out);
   // The blocked buffers and the scratchpad come from Kiln's block cache rather than oneDNN's
   // malloc: a fresh buffer costs a page fault per 4 KiB page on first touch, and these were
@@ -169,15 +181,24 @@ bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b,
     blocked.push_back(empty({floats}, float32));
     return memory(d, eng, blocked.back().data<float>());
   };
-  auto into = [&](const memory& user, const std::optional<dnnl::reorder>& reorder,
-                  const memory::desc& used) {
-    if (!reorder) return user;
-    memory m = buffer(used);
-    reorder->execute(stream, const_cast<memory&>(user), m);
-    return m;
+  // An operand in the primitive's layout: the caller's buffer, or a reorder of it, which the
+  // passes of one compiled call share (the gradients read dy, the forward and dw read x).
+  auto into = [&](const Tensor& user, const memory::desc& user_desc,
+                  const std::optional<dnnl::reorder>& reorder, const memory::desc& used) {
+    const memory from(user_desc, eng, const_cast<float*>(user.data<const float>()));
+    if (!reorder) return from;
+    auto reordered = [&] {
+      memory m = buffer(used);
+      reorder->execute(stream, const_cast<memory&>(from), m);
+      return blocked.back();
+    };
+    std::vector<int64_t> key = layout_key(used);
+    const Tensor copy =
+        key.empty() ? reordered() : detail::cached_copy(user, std::move(key), reordered);
+    return memory(used, eng, copy.data<float>());
   };
-  const memory a_in = into(a_user, plan->a_in, plan->a_used),
-               b_in = into(b_user, plan->b_in, plan->b_used);
+  const memory a_in = into(a, plan->a, plan->a_in, plan->a_used),
+               b_in = into(b, plan->b, plan->b_in, plan->b_used);
   memory result = plan->out_back ? buffer(plan->out_used) : out_user;
   std::unordered_map<int, memory> args{
       {plan->a_arg, a_in}, {plan->b_arg, b_in}, {plan->out_arg, result}};

@@ -6,6 +6,8 @@
 #include <array>
 #include <cstdint>
 
+#include "kiln/tensor.h"
+
 namespace kiln::ops {
 
 // Sizes along the spatial axes (depth, height, width). A convolution of rank r < 3 uses the
@@ -30,8 +32,9 @@ enum class ConvPass {
   backward_weights,  // a = dy, b = x, out = dw
 };
 
-// Runs one pass in float32 on contiguous buffers; false when oneDNN cannot take this
-// geometry (the caller then uses its own kernel). `out` is overwritten, not accumulated.
-bool dnnl_conv(ConvPass pass, const ConvGeom& g, const float* a, const float* b, float* out);
+// Runs one pass in float32 on contiguous operands; false when oneDNN cannot take this geometry
+// (the caller then uses its own kernel). `out` is overwritten, not accumulated. The operands'
+// reorders into oneDNN's layouts are shared within a compiled call (detail::cached_copy).
+bool dnnl_conv(ConvPass pass, const ConvGeom& g, const Tensor& a, const Tensor& b, float* out);
 
 }  // namespace kiln::ops
