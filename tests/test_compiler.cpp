@@ -674,6 +674,57 @@ TEST(Compiler, TotalsOverTheKeptAxesJoinTheColumnGroup) {
   }
 }
 
+// A float sum over the domain's innermost axes and some leading ones (a convolution's bias
+// gradient, over N, H and W of [N, C, H, W]) joins the elementwise group that makes its operand:
+// the group sums each row over the trailing axes in double, and a total adds the rows' sums
+// per index of the axes it keeps.
+TEST(Compiler, SumsOverLeadingAndTrailingAxesJoinTheElementwiseGroup) {
+  struct Case {
+    Shape shape;
+    Axes axes;
+    bool keepdims = false;
+  };
+  const std::vector<Case> cases = {
+      {{6, 32, 14, 14}, {0, 2, 3}}, {{5, 7, 6, 9}, {0, 2, 3}, true},
+      {{3, 4, 5, 6}, {0, 1, 3}},    {{2, 3, 1, 40}, {0, 2, 3}},
+      {{4, 5, 33}, {0, 2}},         {{0, 4, 3, 3}, {0, 2, 3}},
+      {{300, 8, 3, 5}, {0, 2, 3}},  {{3, 4, 5, 6, 7}, {0, 3, 4}},
+  };
+  for (const Case& c : cases) {
+    const Axes axes = c.axes;
+    const bool keepdims = c.keepdims;
+    auto relu_grad = [axes, keepdims](const Tensor& x, const Tensor& g) {
+      const Tensor dy = where(x > 0.0, g * 2.0, zeros_like(g));
+      return std::vector<Tensor>{dy, sum(dy, axes, keepdims)};
+    };
+    for (DType d : {float32, float64}) {
+      const Tensor x = normal(50, c.shape, d), g = normal(51, c.shape, d) * 3.0;
+      SCOPED_TRACE(x.type().to_string());
+      const auto info = jit(relu_grad, kCompiled).compiled(x, g);
+      EXPECT_EQ(info.groups.size(), 1u) << info;
+      EXPECT_TRUE(info.kernel_calls.empty()) << info;
+      const auto want = jit(relu_grad, kInterpreted)(x, g);
+      for (int t : {1, 2}) {
+        SCOPED_TRACE(t);
+        const Threads threads(t);
+        const auto got = jit(relu_grad, kCompiled)(x, g);
+        expect_same(got[0], want[0], 0.0);
+        expect_same(got[1], want[1], d == float32 ? 1e-5 : 1e-12);
+        expect_bits(jit(relu_grad, kCompiled)(x, g)[1], got[1]);
+      }
+    }
+  }
+  // An integer sum keeps its own group.
+  auto counts = [](const Tensor& x) {
+    const Tensor m = astype(x > 0.0, int32);
+    return std::vector<Tensor>{m * 2, sum(m, {0, 2})};
+  };
+  const Tensor x = normal(52, {4, 5, 33});
+  EXPECT_EQ(jit(counts, kCompiled).compiled(x).groups.size(), 2u);
+  const auto got = jit(counts, kCompiled)(x), want = jit(counts, kInterpreted)(x);
+  EXPECT_EQ(got[1].to_vector<int32_t>(), want[1].to_vector<int32_t>());
+}
+
 // A column group's second pass over a row asks for the next row's inputs (the first pass then
 // finds them in cache); row groups get no prefetches.
 TEST(Compiler, ColumnGroupsPrefetchTheNextRow) {

@@ -836,8 +836,7 @@ class Emitter : ReduceOps {
         for (const Group::TotalSlot& t : totals) {
           const int arg = g_.nodes[static_cast<std::size_t>(t.node)].args[0];
           if (g_.nodes[static_cast<std::size_t>(arg)].level != Level::outer) continue;
-          add_to_total(Access{.offset = t.offset, .strides = Dims(rank(), 0)}, idx, nullptr,
-                       value(arg, s));
+          add_to_total(l_.totals[static_cast<std::size_t>(t.node)], idx, nullptr, value(arg, s));
         }
         for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
           const GroupOutput& out = g_.outputs[q];

@@ -46,8 +46,8 @@ std::vector<Group::TotalSlot> Group::totals() const {
   int64_t offset = 0;
   for (std::size_t k = 0; k < nodes.size(); ++k) {
     if (nodes[k].kind != Node::Kind::total) continue;
-    const Node& arg = nodes[static_cast<std::size_t>(nodes[k].args[0])];
-    const int64_t size = arg.level == Level::inner ? inner_size() : 1;
+    int64_t size = 1;
+    for (int64_t a : nodes[k].slots_over) size *= domain[static_cast<std::size_t>(a)];
     slots.push_back({.node = static_cast<int>(k), .offset = offset, .size = size});
     offset += size;
   }
@@ -344,6 +344,11 @@ class Builder {
         o.level = Level::total;
     for (std::size_t a = 0; a < g_.domain.size(); ++a)
       if (g_.domain[a] != 1) g_.reduced[a] = !g_.reduced[a];
+    Dims slots;
+    for (std::size_t a = 0; a < g_.domain.size(); ++a)
+      if (g_.reduced[a]) slots.push_back(static_cast<int64_t>(a));
+    for (Node& n : g_.nodes)
+      if (n.kind == Node::Kind::total) n.slots_over = slots;
   }
 
   // Orders the domain's axes by the first inner load's strides (broadcasts aside, along any
@@ -524,7 +529,7 @@ class Builder {
         trailing = trailing && !(seen && !r);
         seen = seen || r;
       }
-      if (!trailing && !keeps_innermost(s, axes)) return false;
+      if (!trailing && !keeps_innermost(s, axes)) return add_split_sum(i, e, axes);
       for (const Node& n : g_.nodes)
         if (n.level != Level::inner || (n.kind == Node::Kind::load && gathers_rows(n.access, axes)))
           return false;
@@ -547,22 +552,30 @@ class Builder {
     return true;
   }
 
-  // A float sum over the kept axes of a column group, or over all its axes: the first is
-  // accumulated per kept index in the loop over the reduced axes, the second as the sum of
-  // each kept index's sum over them (kept in double, so that the result is rounded once, as
-  // the interpreter's is). Either way the sum never goes through memory at the domain's size.
+  // A float sum over the kept axes of a column group, or over all its reduced axes and some or
+  // all of its kept ones: the first is accumulated per reduced index in the loop over the
+  // reduced axes, the second as the sum of each kept index's sum over them, per index of the
+  // kept axes it does not sum (kept in double, so that the result is rounded once, as the
+  // interpreter's is). Either way the sum never goes through memory at the domain's size.
   bool add_total(int i, const ir::Equation& e, const std::vector<bool>& axes) {
     if (!float_sum(e.prim, e.inputs[0].type.dtype) || keeps_innermost(g_.domain, g_.reduced))
       return false;
-    bool over_kept = true, over_all = true;
+    bool over_kept = true, over_reduced = true;
     for (std::size_t a = 0; a < axes.size(); ++a) {
       if (g_.domain[a] == 1) continue;
       over_kept = over_kept && axes[a] == !g_.reduced[a];
-      over_all = over_all && axes[a];
+      over_reduced = over_reduced && (axes[a] || !g_.reduced[a]);
     }
-    if (!over_kept && !over_all) return false;
-    // A kernel call keeps a double per reduced index: bounded, as the row template's blocks.
-    if (over_kept && g_.inner_size() > kMaxTotalSlots) return false;
+    if (!over_kept && !over_reduced) return false;
+    Dims slots_over;
+    int64_t slots = 1;
+    for (std::size_t a = 0; a < axes.size(); ++a)
+      if (g_.domain[a] != 1 && !axes[a]) {
+        slots_over.push_back(static_cast<int64_t>(a));
+        slots *= g_.domain[a];
+      }
+    // A kernel call keeps a double per slot: bounded, as the row template's blocks.
+    if (slots > kMaxTotalSlots) return false;
     const std::size_t nodes = g_.nodes.size(), inputs = g_.inputs.size();
     auto args = operands(e, Level::inner);
     if (!args) return false;
@@ -591,7 +604,24 @@ class Builder {
       args = std::vector<int>{static_cast<int>(g_.nodes.size() - 1)};
     }
     add_node(i, Node::Kind::total, Level::total, std::move(*args));
+    g_.nodes.back().slots_over = std::move(slots_over);
     return true;
+  }
+
+  // A float sum whose reduced axes include the domain's innermost but are not all trailing (a
+  // convolution's bias gradient, over N, H and W of [N, C, H, W]), joining an elementwise
+  // group: the group reduces the trailing run of those axes, and the sum becomes a total over
+  // the rest of each row's sum. Alone it was a group that read the elementwise output back.
+  bool add_split_sum(int i, const ir::Equation& e, const std::vector<bool>& axes) {
+    if (!float_sum(e.prim, e.inputs[0].type.dtype)) return false;
+    for (const Node& n : g_.nodes)
+      if (n.level != Level::inner) return false;
+    std::vector<bool> rows(axes.size(), false);
+    for (std::size_t a = axes.size(); a-- > 0 && (axes[a] || g_.domain[a] == 1);) rows[a] = axes[a];
+    g_.reduced = rows;
+    if (add_total(i, e, axes)) return true;
+    g_.reduced.assign(g_.domain.size(), false);
+    return false;
   }
 
   // A float sum over every axis of a large domain, which one thread would run, as a total over

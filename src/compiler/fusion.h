@@ -22,15 +22,16 @@ struct Access {
 };
 
 // Where a node's values live: on the whole domain, once per index of the kept axes (what a
-// reduction produces), or, for a total, once per index of the reduced axes (the total of an
-// inner node) or once (of an outer node).
+// reduction produces), or, for a total, once per index of the axes it does not sum
+// (Node::slots_over).
 enum class Level { inner, outer, total };
 
 struct Node {
   // total: a float sum over the kept axes of a column group (a layer norm's scale gradient,
-  // summed over the rows that the group normalises), which each kernel call accumulates over
-  // its kept indices in double and the runtime finishes by adding the calls' partial sums in
-  // order. Nothing in the group reads it.
+  // summed over the rows that the group normalises) of an inner node, or of an outer node over
+  // some or all of them (a convolution's bias gradient: over N of the sums over H and W), which
+  // each kernel call accumulates over its kept indices in double and the runtime finishes by
+  // adding the calls' partial sums in order. Nothing in the group reads it.
   enum class Kind { load, op, reduce, total };
   Kind kind = Kind::op;
   Level level = Level::inner;
@@ -43,6 +44,9 @@ struct Node {
   const Primitive* prim = nullptr;
   Attrs attrs;
   std::vector<int> args;
+  // total: the domain axes it keeps a partial sum per index of (row-major, in axis order), the
+  // axes it does not sum: the reduced axes for an inner node, kept ones for an outer node.
+  std::vector<int64_t> slots_over;
 };
 
 struct GroupOutput {
@@ -75,7 +79,7 @@ struct Group {
   // round (codegen.cpp).
   std::vector<int> rounds() const;
   // Where each total's partial sums lie in a kernel call's array of doubles (the 4th argument
-  // of KernelFn): `size` of them from `offset`, row-major over the reduced axes.
+  // of KernelFn): `size` of them from `offset`, row-major over the node's slots_over.
   struct TotalSlot {
     int node = -1;
     int64_t offset = 0, size = 0;

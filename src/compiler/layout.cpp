@@ -30,20 +30,17 @@ Layout coalesce(const Group& g) {
   for (std::size_t k = 0; k < g.nodes.size(); ++k)
     if (g.nodes[k].kind == Node::Kind::load) all.push_back(&l.loads[k]);
   for (Access& a : l.outputs) all.push_back(&a);
-  // A total's slot is row-major over the reduced axes, the same for every kept index.
+  // A total's slot is row-major over the axes it keeps a sum per index of.
   l.totals.resize(g.nodes.size());
   for (const Group::TotalSlot& t : g.totals()) {
-    const Node& arg =
-        g.nodes[static_cast<std::size_t>(g.nodes[static_cast<std::size_t>(t.node)].args[0])];
-    if (arg.level != Level::inner) continue;
+    const std::vector<int64_t>& over = g.nodes[static_cast<std::size_t>(t.node)].slots_over;
     Access& a = l.totals[static_cast<std::size_t>(t.node)];
     a = {.offset = t.offset, .strides = Dims(rank, 0)};
     int64_t st = 1;
-    for (std::size_t d = rank; d-- > 0;)
-      if (g.reduced[d]) {
-        a.strides[d] = st;
-        st *= g.domain[d];
-      }
+    for (auto d = over.rbegin(); d != over.rend(); ++d) {
+      a.strides[static_cast<std::size_t>(*d)] = st;
+      st *= g.domain[static_cast<std::size_t>(*d)];
+    }
     all.push_back(&a);
   }
 

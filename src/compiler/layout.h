@@ -15,7 +15,7 @@ struct Layout {
   std::vector<bool> reduced;
   std::vector<Access> loads;    // per node (loads only; others empty)
   std::vector<Access> outputs;  // per group output
-  std::vector<Access> totals;   // per node (totals of inner nodes only): into their slots
+  std::vector<Access> totals;   // per node (totals only): into their slots
 };
 
 Layout coalesce(const Group& g);
