@@ -725,6 +725,44 @@ TEST(Compiler, SumsOverLeadingAndTrailingAxesJoinTheElementwiseGroup) {
   EXPECT_EQ(got[1].to_vector<int32_t>(), want[1].to_vector<int32_t>());
 }
 
+// One-row products of small matrices (a decoding step's attention over its cache: a query row
+// against each head's keys, the weights against the values) run as a multiply and a sum fused
+// into a loop nest, not a library call per product; other products stay matmul kernels.
+TEST(Compiler, ThinBatchedProductsRunAsFusedSums) {
+  auto scores = [](const Tensor& q, const Tensor& k) { return matmul(q, swapaxes(k, -1, -2)); };
+  auto mix = [](const Tensor& w, const Tensor& v) { return matmul(w, v) * 2.0; };
+  auto kernel_calls = [](const auto& f, const Tensor& a, const Tensor& b) {
+    return jit(f, kCompiled).compiled(a, b).kernel_calls.size();
+  };
+  for (DType d : {float32, float64}) {
+    const double tol = d == float32 ? 1e-5 : 1e-12;
+    // Heads of a cache, the tail of a vector width, a product at the size bound.
+    for (const auto& [q_shape, k_shape] :
+         std::vector<std::pair<Shape, Shape>>{{{2, 3, 1, 40}, {2, 3, 50, 40}},
+                                              {{5, 1, 9}, {5, 17, 9}},
+                                              {{2, 1, 64}, {2, 1024, 64}}}) {
+      const Tensor q = normal(60, q_shape, d), k = normal(61, k_shape, d);
+      SCOPED_TRACE(k.type().to_string());
+      EXPECT_EQ(kernel_calls(scores, q, k), 0u);
+      expect_same(jit(scores, kCompiled)(q, k), jit(scores, kInterpreted)(q, k), tol);
+      const Tensor w = softmax(jit(scores, kInterpreted)(q, k), -1);
+      EXPECT_EQ(kernel_calls(mix, w, k), 0u);
+      expect_same(jit(mix, kCompiled)(w, k), jit(mix, kInterpreted)(w, k), tol);
+    }
+  }
+  // Kernels still: two rows, one matrix, too large a matrix, too short a sum, integers.
+  for (const auto& [a, b] :
+       std::vector<std::pair<Tensor, Tensor>>{{normal(62, {2, 2, 16}), normal(63, {2, 16, 8})},
+                                              {normal(62, {1, 1, 64}), normal(63, {1, 64, 128})},
+                                              {normal(62, {2, 1, 64}), normal(63, {2, 64, 1025})},
+                                              {normal(62, {4, 1, 7}), normal(63, {4, 7, 30})},
+                                              {astype(normal(62, {2, 1, 16}) * 9.0, int32),
+                                               astype(normal(63, {2, 16, 8}) * 9.0, int32)}}) {
+    SCOPED_TRACE(b.type().to_string());
+    EXPECT_EQ(kernel_calls(mix, a, b), 1u);
+  }
+}
+
 // A column group's second pass over a row asks for the next row's inputs (the first pass then
 // finds them in cache); row groups get no prefetches.
 TEST(Compiler, ColumnGroupsPrefetchTheNextRow) {

@@ -14,6 +14,7 @@
 #include "compiler/loops.h"
 #include "compiler/orc.h"
 #include "compiler/plan.h"
+#include "compiler/thin_products.h"
 #include "core/builtins.h"
 #include "core/profiling.h"
 #include "detail/checked.h"
@@ -738,7 +739,7 @@ std::shared_ptr<const ir::Executable> compile(std::shared_ptr<const ir::Function
   // their bodies, fused with what surrounds them. No CSE after it: that would merge a
   // checkpoint's recomputation in the backward pass with the forward pass's values and keep
   // them alive in between, which is what the checkpoint avoids.
-  f = std::make_shared<const ir::Function>(ir::inline_calls(*f));
+  f = std::make_shared<const ir::Function>(reduce_thin_products(ir::inline_calls(*f)));
   auto subs = std::make_unique<SubFunctions>();
   collect_subs(*f, *subs);
   const SubFunctions* table = subs.get();
