@@ -546,6 +546,43 @@ TEST(CompiledLoops, ABufferWrittenABlockAtATimeIsNotCopiedAtEachStep) {
   EXPECT_EQ(per_call[1], per_call[0]);
 }
 
+// A convolution keeps its operand's reordered copy for the other passes of the call, and so
+// holds the operand; a write in place over it forgets that copy first. The step that convolves
+// the buffer it then writes a plane of allocates what the step that convolves another carry
+// does: were the write refused, it would allocate a copy of the buffer each step.
+TEST(CompiledLoops, AConvolutionOfTheBufferLeavesItToBeWrittenInPlace) {
+  const Tensor w = draw(45, {8, 16, 3, 3}), zero = tensor(int64_t{0}), two = tensor(int64_t{2});
+  auto step = [&](bool same) {
+    return [&, same](const std::pair<Tensor, Tensor>& c, const Tensor& x) {
+      const Tensor y = conv2d(same ? c.first : c.second, w, {.padding = {1, 1}});
+      return std::pair{
+          std::pair{dynamic_update_slice(c.first, x, {zero, two, zero, zero}), c.second},
+          std::tuple{sum(y)}};
+    };
+  };
+  std::vector<int64_t> per_step;
+  for (bool same : {true, false}) {
+    auto run = [&, same](const std::pair<Tensor, Tensor>& c0, const Tensor& xs) {
+      return scan(step(same), c0, xs);
+    };
+    auto jr = jit(run, JitOptions{.backend = ir::Backend::llvm});
+    const std::pair c0{draw(46, {1, 16, 6, 6}), draw(47, {1, 16, 6, 6})};
+    std::vector<int64_t> per_call;
+    for (int64_t n : {3, 103}) {
+      const Tensor xs = draw(48, {n, 1, 1, 6, 6});
+      jr(c0, xs);
+      const int64_t before = memory_stats().allocations;
+      const auto out = jr(c0, xs);
+      per_call.push_back(memory_stats().allocations - before);
+      const auto want = run(c0, xs);
+      expect_allclose(out.first.first, want.first.first, {.rtol = 0, .atol = 0});
+      expect_allclose(std::get<0>(out.second), std::get<0>(want.second), {.rtol = 1e-5});
+    }
+    per_step.push_back((per_call[1] - per_call[0]) / 100);
+  }
+  EXPECT_EQ(per_step[0], per_step[1]);
+}
+
 TEST(CompiledLoops, OnlyABufferNothingElseReadsIsWrittenInPlace) {
   // What the compiler marks: result 0 written over argument 0 where the update is all that
   // reads it; no mark where the old buffer is read after the update, where the update is a

@@ -683,12 +683,19 @@ TEST(Compiler, SumsOverLeadingAndTrailingAxesJoinTheElementwiseGroup) {
     Shape shape;
     Axes axes;
     bool keepdims = false;
+    std::size_t groups = 1;
   };
   const std::vector<Case> cases = {
-      {{6, 32, 14, 14}, {0, 2, 3}}, {{5, 7, 6, 9}, {0, 2, 3}, true},
-      {{3, 4, 5, 6}, {0, 1, 3}},    {{2, 3, 1, 40}, {0, 2, 3}},
-      {{4, 5, 33}, {0, 2}},         {{0, 4, 3, 3}, {0, 2, 3}},
-      {{300, 8, 3, 5}, {0, 2, 3}},  {{3, 4, 5, 6, 7}, {0, 3, 4}},
+      {{6, 32, 14, 14}, {0, 2, 3}},
+      {{5, 7, 6, 9}, {0, 2, 3}, true},
+      {{3, 4, 5, 6}, {0, 1, 3}},
+      {{2, 3, 1, 40}, {0, 2, 3}},
+      {{4, 5, 33}, {0, 2}},
+      {{0, 4, 3, 3}, {0, 2, 3}},
+      {{300, 8, 3, 5}, {0, 2, 3}},
+      {{3, 4, 5, 6, 7}, {0, 3, 4}},
+      // One channel: a sum over every axis, a group of its own whose threads split its rows.
+      {{6, 1, 14, 14}, {0, 2, 3}, false, 2},
   };
   for (const Case& c : cases) {
     const Axes axes = c.axes;
@@ -701,7 +708,7 @@ TEST(Compiler, SumsOverLeadingAndTrailingAxesJoinTheElementwiseGroup) {
       const Tensor x = normal(50, c.shape, d), g = normal(51, c.shape, d) * 3.0;
       SCOPED_TRACE(x.type().to_string());
       const auto info = jit(relu_grad, kCompiled).compiled(x, g);
-      EXPECT_EQ(info.groups.size(), 1u) << info;
+      EXPECT_EQ(info.groups.size(), c.groups) << info;
       EXPECT_TRUE(info.kernel_calls.empty()) << info;
       const auto want = jit(relu_grad, kInterpreted)(x, g);
       for (int t : {1, 2}) {
@@ -750,12 +757,14 @@ TEST(Compiler, ThinBatchedProductsRunAsFusedSums) {
       expect_same(jit(mix, kCompiled)(w, k), jit(mix, kInterpreted)(w, k), tol);
     }
   }
-  // Kernels still: two rows, one matrix, too large a matrix, too short a sum, integers.
+  // Kernels still: rows of the sum too short (k along the keys; n across the values, below),
+  // two rows, one matrix, too large a matrix, integers.
+  EXPECT_EQ(kernel_calls(scores, normal(62, {4, 1, 7}), normal(63, {4, 30, 7})), 1u);
   for (const auto& [a, b] :
        std::vector<std::pair<Tensor, Tensor>>{{normal(62, {2, 2, 16}), normal(63, {2, 16, 8})},
                                               {normal(62, {1, 1, 64}), normal(63, {1, 64, 128})},
                                               {normal(62, {2, 1, 64}), normal(63, {2, 64, 1025})},
-                                              {normal(62, {4, 1, 7}), normal(63, {4, 7, 30})},
+                                              {normal(62, {8, 1, 64}), normal(63, {8, 64, 4})},
                                               {astype(normal(62, {2, 1, 16}) * 9.0, int32),
                                                astype(normal(63, {2, 16, 8}) * 9.0, int32)}}) {
     SCOPED_TRACE(b.type().to_string());

@@ -501,11 +501,14 @@ TEST(OperandCache, ACopyIsMadeOncePerSourceAndKeyWithinAScope) {
     EXPECT_FALSE(released.expired());
     scope.drop_unheld();
     EXPECT_TRUE(released.expired()) << "let go once only the cache holds the source";
+    scope.forget(reshape(b, {2, 4}));
+    copy_of(b, 1);
+    EXPECT_EQ(made, 8) << "forgotten: what shares b's storage is about to be written over";
     EXPECT_EQ(copy_of(a, 1).data<float>()[3], 6.0f);
-    EXPECT_EQ(made, 7);
+    EXPECT_EQ(made, 8);
   }
   copy_of(a, 1);
-  EXPECT_EQ(made, 8);
+  EXPECT_EQ(made, 9);
 }
 
 }  // namespace

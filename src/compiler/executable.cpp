@@ -66,6 +66,10 @@ void describe(std::ostream& os, const Group& g) {
           for (int64_t x : *v) os << x << ",";
       }
       for (int a : n.args) os << " n" << a;
+      if (n.kind == Node::Kind::total) {
+        os << " slots=";
+        for (int64_t a : n.slots_over) os << a << ",";
+      }
     }
     os << "\n";
   }
@@ -380,6 +384,7 @@ class CompiledFunction final : public Code {
         if (step.overwrites && kiln::detail::builtin_kernels_only(*e.prim)) {  // no user's kernel
           const auto v = static_cast<std::size_t>(*step.overwrites);
           const Tensor& x = env[v];
+          operand_copies.forget(x);  // read last here: a copy would only block the write
           if (x.impl_ptr().use_count() == 1 && x.storage().use_count() == owners[v]) {
             target = x;
             owners[static_cast<std::size_t>(e.outputs[0].id)] = owners[v];
@@ -388,6 +393,9 @@ class CompiledFunction final : public Code {
         std::vector<Tensor> ins;
         for (const ir::Value& v : e.inputs) ins.push_back(tensor_of(v.id, env));
         std::vector<Tensor> outs;
+        // A user's kernel may refill a buffer it keeps between two convolutions: no copies.
+        std::optional<kiln::detail::OperandCacheOff> no_copies;
+        if (!kiln::detail::runs_builtin_code(*e.prim)) no_copies.emplace();
         try {
           if (target) {
             e.prim->in_place->write(ins, *target, e.attrs);
@@ -412,7 +420,7 @@ class CompiledFunction final : public Code {
                             [&] { return describe_step(s); });
       }
       for (int v : release_after_[s]) env[static_cast<std::size_t>(v)] = Tensor();
-      if (!release_after_[s].empty()) operand_copies.drop_unheld();
+      operand_copies.drop_unheld();
     }
     std::vector<Tensor> results;
     for (const ir::Value& v : f.results) results.push_back(tensor_of(v.id, env));

@@ -618,6 +618,10 @@ class Builder {
       if (n.level != Level::inner) return false;
     std::vector<bool> rows(axes.size(), false);
     for (std::size_t a = axes.size(); a-- > 0 && (axes[a] || g_.domain[a] == 1);) rows[a] = axes[a];
+    // A sum over every axis of size > 1 is a sum over all (its own group splits its rows).
+    bool keeps = false;
+    for (std::size_t a = 0; a < axes.size(); ++a) keeps = keeps || (!rows[a] && g_.domain[a] != 1);
+    if (!keeps) return false;
     g_.reduced = rows;
     if (add_total(i, e, axes)) return true;
     g_.reduced.assign(g_.domain.size(), false);

@@ -15,8 +15,9 @@ using Dims = std::vector<int64_t>;
 // The largest matrix b a product may read: a head's cache at 2^16 elements (1,024 positions of
 // 64) reads 256 KiB, which one fused loop streams as fast as a library call.
 constexpr int64_t kMaxMatrix = int64_t{1} << 16;
-// Shorter sums would be row reductions of fewer than 8 terms, which run their kernel.
-constexpr int64_t kMinDepth = 8;
+// Rows of fewer elements than this run a reduction's kernel (fusion.cpp, short_rows): the
+// column form's sum and the row form's kept rows.
+constexpr int64_t kMinRow = 8;
 
 const Primitive& primitive(std::string_view name) {
   const Primitive* p = find_primitive(name);
@@ -31,8 +32,7 @@ bool thin(const ir::Equation& e) {
   if ((a.dtype != float32 && a.dtype != float64) || r < 3 || a.shape[r - 2] != 1) return false;
   int64_t count = 1;
   for (int i = 0; i < r - 2; ++i) count *= a.shape[i];
-  const int64_t k = b.shape[r - 2], n = b.shape[r - 1];
-  return count >= 2 && k >= kMinDepth && k * n <= kMaxMatrix;
+  return count >= 2 && b.shape[r - 2] * b.shape[r - 1] <= kMaxMatrix;
 }
 
 // perm swaps the last two of its axes and keeps the others.
@@ -59,8 +59,7 @@ ir::Function rewrite(const ir::Function& f) {
       out.equations.push_back(e);
       continue;
     }
-    auto emit = [&](const Primitive& p, Attrs attrs, std::vector<ir::Value> in,
-                    const Dims& dims) {
+    auto emit = [&](const Primitive& p, Attrs attrs, std::vector<ir::Value> in, const Dims& dims) {
       const ir::Value v{next_id++, TensorType{e.outputs[0].type.dtype, Shape(dims)}};
       out.equations.push_back(ir::Equation{&p, std::move(attrs), std::move(in), {v}, e.loc});
       return v;
@@ -77,11 +76,16 @@ ir::Function rewrite(const ir::Function& f) {
     };
     const auto it = producer.find(b.id);
     const ir::Equation* t = it == producer.end() ? nullptr : it->second;
+    const bool along_rows =
+        t != nullptr && t->prim == &transpose && swaps_last_two(t->attrs.get_ints("perm"));
+    if ((along_rows ? k : n) < kMinRow) {
+      out.equations.push_back(e);
+      continue;
+    }
     ir::Value sum;
-    if (t != nullptr && t->prim == &transpose && swaps_last_two(t->attrs.get_ints("perm"))) {
+    if (along_rows) {
       // The row against each row of the matrix b transposes: the sum runs along its memory.
-      const ir::Value rows =
-          emit(broadcast_to, {{"shape", with({n, k})}}, {a}, with({n, k}));
+      const ir::Value rows = emit(broadcast_to, {{"shape", with({n, k})}}, {a}, with({n, k}));
       const ir::Value p = emit(mul, {}, {rows, t->inputs[0]}, with({n, k}));
       sum = emit(reduce_sum, {{"axes", Dims{r - 1}}}, {p}, with({n}));
     } else {

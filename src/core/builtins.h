@@ -26,4 +26,8 @@ const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistr
 // this as their licence.
 bool builtin_kernels_only(const Primitive& primitive);
 
+// Whether `primitive` is a built-in running only its own kernels: no user's code runs when it
+// is bound (register_primitive's kernels and register_kernel's are a user's).
+bool runs_builtin_code(const Primitive& primitive);
+
 }  // namespace kiln::detail

@@ -93,6 +93,7 @@ struct Entry {
   Primitive primitive;
   std::vector<KernelRegistration> kernels;
   bool extended = false;  // register_kernel added to `kernels`
+  bool users = false;     // registered by register_primitive: its kernels are a user's code
 };
 
 struct Registry {
@@ -172,10 +173,10 @@ std::string Primitive::where_defined() const {
   return detail::cat(" (defined at ", file, ":", defined_at.line(), ")");
 }
 
-namespace detail {
+namespace {
 
-const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistration> kernels,
-                                  Loc loc) {
+const Primitive& register_entry(Primitive primitive, std::vector<KernelRegistration> kernels,
+                                Loc loc, bool users) {
   Registry& r = registry();
   std::unique_lock lock(r.mutex);
   if (primitive.name.empty() || !primitive.type_rule)
@@ -193,11 +194,17 @@ const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistr
   primitive.id = static_cast<int>(r.entries.size());
   primitive.defined_at = loc;
   Entry& e = r.entries.emplace_back(Entry{std::move(primitive), std::move(kernels)});
+  e.users = users;
   r.by_name.emplace(e.primitive.name, &e);
   return e.primitive;
 }
 
-}  // namespace detail
+}  // namespace
+
+const Primitive& detail::register_builtin(Primitive primitive,
+                                          std::vector<KernelRegistration> kernels, Loc loc) {
+  return register_entry(std::move(primitive), std::move(kernels), loc, false);
+}
 
 namespace {
 
@@ -218,7 +225,7 @@ void register_builtins() {
 const Primitive& register_primitive(Primitive primitive, std::vector<KernelRegistration> kernels,
                                     Loc loc) {
   register_builtins();
-  return detail::register_builtin(std::move(primitive), std::move(kernels), loc);
+  return register_entry(std::move(primitive), std::move(kernels), loc, true);
 }
 
 const Primitive* find_primitive(std::string_view name) {
@@ -255,6 +262,13 @@ bool detail::builtin_kernels_only(const Primitive& primitive) {
   Registry& r = registry();
   std::shared_lock lock(r.mutex);
   return !r.entries.at(static_cast<std::size_t>(primitive.id)).extended;
+}
+
+bool detail::runs_builtin_code(const Primitive& primitive) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  const Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
+  return !e.extended && !e.users;
 }
 
 std::vector<KernelSignature> kernel_signatures(const Primitive& primitive) {

@@ -19,10 +19,19 @@ OperandCacheScope::OperandCacheScope() : outer_(innermost) { innermost = this; }
 OperandCacheScope::~OperandCacheScope() { innermost = outer_; }
 
 void OperandCacheScope::drop_unheld() {
+  if (entries_.empty()) return;
   std::erase_if(entries_, [](const Entry& e) {
     return e.source.impl_ptr().use_count() == 1 && e.source.storage().use_count() == 1;
   });
 }
+
+void OperandCacheScope::forget(const Tensor& t) {
+  std::erase_if(entries_, [&](const Entry& e) { return e.source.storage() == t.storage(); });
+}
+
+OperandCacheOff::OperandCacheOff() : saved_(innermost) { innermost = nullptr; }
+
+OperandCacheOff::~OperandCacheOff() { innermost = saved_; }
 
 Tensor cached_copy(const Tensor& source, std::vector<int64_t> key,
                    const std::function<Tensor()>& make) {

@@ -13,10 +13,12 @@
 namespace kiln::detail {
 
 // Opens a cache on this thread for as long as it lives; the compiled executable opens one per
-// call, around its steps. Scopes nest (a loop's body runs its own call inside a kernel), and a
-// kernel sees only the innermost. Within it, what a kernel reads does not change while anyone
-// holds it: every write in place over a value first checks that nothing else holds its
-// storage, and an entry holds its source.
+// call, around its steps, and turns it off around a kernel that is a user's code
+// (OperandCacheOff), which may refill a buffer it keeps between two calls. Scopes nest (a
+// loop's body runs its own call inside a kernel), and a kernel sees only the innermost. Within
+// it, what a built-in kernel reads does not change while anyone holds it: every write in place
+// over a value first checks that nothing else holds its storage, and an entry holds its
+// source (so a write in place forgets the copies of its target first).
 class OperandCacheScope {
  public:
   OperandCacheScope();
@@ -27,6 +29,8 @@ class OperandCacheScope {
   // Drops the copies of sources that only the cache still holds: no later kernel can read them,
   // and their memory may be reused.
   void drop_unheld();
+  // Drops the copies of what shares t's storage, which is about to be written over.
+  void forget(const Tensor& t);
 
  private:
   struct Entry {
@@ -38,6 +42,19 @@ class OperandCacheScope {
   OperandCacheScope* outer_;
 
   friend Tensor cached_copy(const Tensor&, std::vector<int64_t>, const std::function<Tensor()>&);
+  friend class OperandCacheOff;
+};
+
+// No cache for the kernels run while it lives (a user's kernel), whatever scope is open.
+class OperandCacheOff {
+ public:
+  OperandCacheOff();
+  ~OperandCacheOff();
+  OperandCacheOff(const OperandCacheOff&) = delete;
+  OperandCacheOff& operator=(const OperandCacheOff&) = delete;
+
+ private:
+  OperandCacheScope* saved_;
 };
 
 // The copy of `source` that `make` returns, where `key` names the copy's layout: made once per
