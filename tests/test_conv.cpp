@@ -249,36 +249,49 @@ TEST(Conv2d, CompiledPassesSharingReordersMatchTheInterpreter) {
   expect_same(std::get<0>(again), std::get<0>(compiled));
 }
 
-// A user's kernel that convolves a buffer it keeps, refilled on each call, gets each call's own
-// result inside compiled code: the copies that built-in kernels share within a call are off
-// for a user's code.
-TEST(Conv2d, AUserKernelConvolvingABufferItRefillsGetsEachCallsResult) {
+// A user's kernel may keep a buffer and refill it on each call: convolving it, or returning it
+// to a convolution, gives each call's own result inside compiled code, as eagerly (the copies
+// that built-in kernels share within a call are off for a user's code, and the copies of what
+// it returns are forgotten).
+const Primitive& kept_buffer_primitive(std::string name, bool convolve) {
   static const Tensor w = random::normal(random::key(5), {32, 16, 3, 3}) * 0.1f;
   static const Tensor kept = zeros({2, 16, 6, 6});
   Primitive p;
-  p.name = "test_conv_of_a_kept_buffer";
+  p.name = name;
   p.arity = 1;
-  p.type_rule = [](std::span<const TensorType> in, const Attrs&) {
+  p.type_rule = [name, convolve](std::span<const TensorType> in, const Attrs&) {
     if (in[0] != TensorType{float32, Shape{2, 16, 6, 6}})
-      fail("test_conv_of_a_kept_buffer", "got ", in[0], ", expected f32[2,16,6,6]");
-    return std::vector<TensorType>{{float32, Shape{2, 32, 6, 6}}};
+      fail(name, "got ", in[0], ", expected f32[2,16,6,6]");
+    return std::vector<TensorType>{{float32, Shape{2, convolve ? 32 : 16, 6, 6}}};
   };
-  const Primitive& conv_of_kept = register_primitive(
-      std::move(p), {{KernelSignature{.inputs = {DTypeSet(float32)}},
-                      [](std::span<const Tensor> in, const Attrs&) {
-                        const std::vector<float> v = in[0].to_vector<float>();
-                        std::copy(v.begin(), v.end(), kept.data<float>());
-                        return std::vector<Tensor>{conv2d(kept, w, {.padding = {1, 1}})};
-                      }}});
-  auto f = [&](const Tensor& a, const Tensor& b) {
+  return register_primitive(
+      std::move(p),
+      {{KernelSignature{.inputs = {DTypeSet(float32)}},
+        [convolve](std::span<const Tensor> in, const Attrs&) {
+          const std::vector<float> v = in[0].to_vector<float>();
+          std::copy(v.begin(), v.end(), kept.data<float>());
+          return std::vector<Tensor>{convolve ? conv2d(kept, w, {.padding = {1, 1}}) : kept};
+        }}});
+}
+
+TEST(Conv2d, AUserKernelsKeptBufferGetsEachCallsResult) {
+  static const Primitive& conv_of_kept = kept_buffer_primitive("test_conv_of_a_kept_buffer", true);
+  static const Primitive& refilled = kept_buffer_primitive("test_a_refilled_buffer", false);
+  const Tensor w2 = random::normal(random::key(8), {8, 16, 3, 3});
+  auto conv_inside = [&](const Tensor& a, const Tensor& b) {
     return bind1(conv_of_kept, {a}) + bind1(conv_of_kept, {b}) * 2.0f;
+  };
+  auto conv_after = [&](const Tensor& a, const Tensor& b) {
+    const Tensor ca = conv2d(bind1(refilled, {a}), w2, {.padding = {1, 1}});
+    return ca + conv2d(bind1(refilled, {b}), w2, {.padding = {1, 1}}) * 2.0f;
   };
   const Tensor a = random::normal(random::key(6), {2, 16, 6, 6});
   const Tensor b = random::normal(random::key(7), {2, 16, 6, 6});
-  const Tensor ya = bind1(conv_of_kept, {a}), yb = bind1(conv_of_kept, {b});
-  const Tensor want = ya + yb * 2.0f;
-  EXPECT_EQ(jit(f, JitOptions{.backend = ir::Backend::llvm})(a, b).to_vector<float>(),
-            want.to_vector<float>());
+  for (const auto& f : {std::function(conv_inside), std::function(conv_after)}) {
+    const Tensor want = f(a, b);  // eagerly: each convolution runs before the next refill
+    EXPECT_EQ(jit(f, JitOptions{.backend = ir::Backend::llvm})(a, b).to_vector<float>(),
+              want.to_vector<float>());
+  }
 }
 
 TEST(Conv2d, HalfPrecision) {

@@ -504,11 +504,22 @@ TEST(OperandCache, ACopyIsMadeOncePerSourceAndKeyWithinAScope) {
     scope.forget(reshape(b, {2, 4}));
     copy_of(b, 1);
     EXPECT_EQ(made, 8) << "forgotten: what shares b's storage is about to be written over";
+    {
+      detail::OperandCacheOff off;
+      copy_of(a, 1);
+      {
+        detail::OperandCacheScope inner;
+        copy_of(a, 1);
+        copy_of(a, 1);
+      }
+      copy_of(a, 1);
+      EXPECT_EQ(made, 11) << "off: made on every call, but in a scope opened inside";
+    }
     EXPECT_EQ(copy_of(a, 1).data<float>()[3], 6.0f);
-    EXPECT_EQ(made, 8);
+    EXPECT_EQ(made, 11) << "the scope's own copies again";
   }
   copy_of(a, 1);
-  EXPECT_EQ(made, 9);
+  EXPECT_EQ(made, 12);
 }
 
 }  // namespace

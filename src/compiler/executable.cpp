@@ -381,7 +381,7 @@ class CompiledFunction final : public Code {
         const ir::Equation& e = f.equations[static_cast<std::size_t>(step.equation)];
         // Over its input in place when nothing but this call holds that input's memory.
         std::optional<Tensor> target;
-        if (step.overwrites && kiln::detail::builtin_kernels_only(*e.prim)) {  // no user's kernel
+        if (step.overwrites && kiln::detail::builtin_kernels_only(*e.prim)) {  // none added over it
           const auto v = static_cast<std::size_t>(*step.overwrites);
           const Tensor& x = env[v];
           operand_copies.forget(x);  // read last here: a copy would only block the write
@@ -406,6 +406,9 @@ class CompiledFunction final : public Code {
         } catch (const Error& err) {
           kiln::detail::rethrow_at(err, e.loc);
         }
+        // ... and may return a buffer it keeps and refills: forget the copies of an earlier fill.
+        if (no_copies)
+          for (const Tensor& t : outs) operand_copies.forget(t);
         for (std::size_t k = 0; k < outs.size(); ++k) {
           Tensor t = outs[k].is_contiguous() ? std::move(outs[k]) : outs[k].contiguous();
           if (slots_[static_cast<std::size_t>(e.outputs[k].id)].sole_owner)

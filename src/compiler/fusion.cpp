@@ -523,11 +523,12 @@ class Builder {
       return false;
     } else if (!reducing()) {
       // A column reduction joins an elementwise group only over trailing axes (its other loops
-      // then stay contiguous); a row reduction over any axes.
+      // then stay contiguous; size-1 axes do not count); a row reduction over any axes.
       bool seen = false, trailing = true;
-      for (bool r : axes) {
-        trailing = trailing && !(seen && !r);
-        seen = seen || r;
+      for (std::size_t a = 0; a < axes.size(); ++a) {
+        if (s[a] == 1) continue;
+        trailing = trailing && !(seen && !axes[a]);
+        seen = seen || axes[a];
       }
       if (!trailing && !keeps_innermost(s, axes)) return add_split_sum(i, e, axes);
       for (const Node& n : g_.nodes)
@@ -618,10 +619,6 @@ class Builder {
       if (n.level != Level::inner) return false;
     std::vector<bool> rows(axes.size(), false);
     for (std::size_t a = axes.size(); a-- > 0 && (axes[a] || g_.domain[a] == 1);) rows[a] = axes[a];
-    // A sum over every axis of size > 1 is a sum over all (its own group splits its rows).
-    bool keeps = false;
-    for (std::size_t a = 0; a < axes.size(); ++a) keeps = keeps || (!rows[a] && g_.domain[a] != 1);
-    if (!keeps) return false;
     g_.reduced = rows;
     if (add_total(i, e, axes)) return true;
     g_.reduced.assign(g_.domain.size(), false);

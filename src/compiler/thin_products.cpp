@@ -15,8 +15,8 @@ using Dims = std::vector<int64_t>;
 // The largest matrix b a product may read: a head's cache at 2^16 elements (1,024 positions of
 // 64) reads 256 KiB, which one fused loop streams as fast as a library call.
 constexpr int64_t kMaxMatrix = int64_t{1} << 16;
-// Rows of fewer elements than this run a reduction's kernel (fusion.cpp, short_rows): the
-// column form's sum and the row form's kept rows.
+// A sum that keeps rows of fewer elements than this runs a reduction's kernel (fusion.cpp,
+// short_rows): the row form's rows of n.
 constexpr int64_t kMinRow = 8;
 
 const Primitive& primitive(std::string_view name) {
@@ -78,7 +78,7 @@ ir::Function rewrite(const ir::Function& f) {
     const ir::Equation* t = it == producer.end() ? nullptr : it->second;
     const bool along_rows =
         t != nullptr && t->prim == &transpose && swaps_last_two(t->attrs.get_ints("perm"));
-    if ((along_rows ? k : n) < kMinRow) {
+    if (!along_rows && n < kMinRow) {
       out.equations.push_back(e);
       continue;
     }

@@ -12,8 +12,8 @@ namespace kiln::compiler {
 // f, and its sub-functions, with each float matmul [..., 1, k] x [..., k, n] of at least two
 // matrices with k * n at most 2^16 written as mul and reduce_sum: over the last axis of the
 // broadcast row times the matrix b transposes when b is a transpose (the keys, read along
-// their rows; k >= 8), else over k of the row's column times b (n >= 8). Shorter rows would
-// run the reduction's kernel after a multiply written to memory.
+// their rows), else over k of the row's column times b when n >= 8 (a sum keeping shorter rows
+// runs the reduction's kernel, after a multiply written to memory).
 ir::Function reduce_thin_products(const ir::Function& f);
 
 }  // namespace kiln::compiler

@@ -42,7 +42,6 @@ class OperandCacheScope {
   OperandCacheScope* outer_;
 
   friend Tensor cached_copy(const Tensor&, std::vector<int64_t>, const std::function<Tensor()>&);
-  friend class OperandCacheOff;
 };
 
 // No cache for the kernels run while it lives (a user's kernel), whatever scope is open.
