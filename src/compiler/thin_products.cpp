@@ -4,7 +4,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kiln/error.h"
+#include "ir/passes.h"
 #include "kiln/primitive.h"
 
 namespace kiln::compiler {
@@ -19,12 +19,6 @@ constexpr int64_t kMaxMatrix = int64_t{1} << 16;
 // short_rows): the row form's rows of n.
 constexpr int64_t kMinRow = 8;
 
-const Primitive& primitive(std::string_view name) {
-  const Primitive* p = find_primitive(name);
-  if (p == nullptr) fail("jit", "no primitive '", name, "' is registered");
-  return *p;
-}
-
 bool thin(const ir::Equation& e) {
   if (e.prim->name != "matmul") return false;
   const TensorType &a = e.inputs[0].type, &b = e.inputs[1].type;
@@ -35,22 +29,12 @@ bool thin(const ir::Equation& e) {
   return count >= 2 && b.shape[r - 2] * b.shape[r - 1] <= kMaxMatrix;
 }
 
-// perm swaps the last two of its axes and keeps the others.
-bool swaps_last_two(const std::vector<int64_t>& perm) {
-  const auto r = static_cast<int64_t>(perm.size());
-  for (int64_t i = 0; i < r - 2; ++i)
-    if (perm[static_cast<std::size_t>(i)] != i) return false;
-  return r >= 2 && perm[static_cast<std::size_t>(r - 2)] == r - 1 &&
-         perm[static_cast<std::size_t>(r - 1)] == r - 2;
-}
-
 ir::Function rewrite(const ir::Function& f) {
   if (std::none_of(f.equations.begin(), f.equations.end(), thin)) return f;
   const Primitive &mul = primitive("mul"), &reduce_sum = primitive("reduce_sum"),
                   &reshape = primitive("reshape"), &broadcast_to = primitive("broadcast_to"),
                   &transpose = primitive("transpose");
-  ir::Function out = f;
-  out.equations.clear();
+  ir::Function out = ir::without_equations(f);
   int next_id = f.next_id();
   std::unordered_map<int, const ir::Equation*> producer;
   for (const ir::Equation& e : f.equations) {
@@ -77,7 +61,7 @@ ir::Function rewrite(const ir::Function& f) {
     const auto it = producer.find(b.id);
     const ir::Equation* t = it == producer.end() ? nullptr : it->second;
     const bool along_rows =
-        t != nullptr && t->prim == &transpose && swaps_last_two(t->attrs.get_ints("perm"));
+        t != nullptr && t->prim == &transpose && ir::swaps_last_two(t->attrs.get_ints("perm"));
     if (!along_rows && n < kMinRow) {
       out.equations.push_back(e);
       continue;

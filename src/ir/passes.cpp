@@ -16,6 +16,15 @@
 
 namespace kiln::ir {
 
+bool swaps_last_two(const std::vector<int64_t>& perm) {
+  const auto r = static_cast<int64_t>(perm.size());
+  if (r < 2) return false;
+  for (int64_t i = 0; i < r - 2; ++i)
+    if (perm[static_cast<std::size_t>(i)] != i) return false;
+  return perm[static_cast<std::size_t>(r - 2)] == r - 1 &&
+         perm[static_cast<std::size_t>(r - 1)] == r - 2;
+}
+
 Function without_equations(const Function& f) {
   Function out;
   out.name = f.name;
@@ -259,11 +268,7 @@ const Function* constant_branch(const Equation& e, const Defs& defs) {
 // perm swaps the last two axes of a matmul whose operands have the output's rank.
 bool swaps_last_two(const std::vector<int64_t>& perm, const Value& a, const Value& b) {
   const auto r = static_cast<int64_t>(perm.size());
-  if (r < 2 || a.type.shape.rank() != r || b.type.shape.rank() != r) return false;
-  for (int64_t i = 0; i < r - 2; ++i)
-    if (perm[static_cast<std::size_t>(i)] != i) return false;
-  return perm[static_cast<std::size_t>(r - 2)] == r - 1 &&
-         perm[static_cast<std::size_t>(r - 1)] == r - 2;
+  return a.type.shape.rank() == r && b.type.shape.rank() == r && swaps_last_two(perm);
 }
 
 Function simplify(const Function& f) {
