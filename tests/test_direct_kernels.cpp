@@ -4,9 +4,13 @@
 // with the same bits on any thread count; and 2x2 max pooling (src/ops/pool_direct.h) against a
 // window-by-window loop, ties and NaN included.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -204,6 +208,34 @@ std::vector<float> pooling_input(int64_t n, unsigned seed) {
   return v;
 }
 
+// Floats that end where an inaccessible page begins, so that a kernel reading or writing past
+// the last one faults in any build, not only under AddressSanitizer.
+class Guarded {
+ public:
+  Guarded(const std::vector<float>& values) : n_(values.size()) {
+    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    bytes_ = (n_ * sizeof(float) + page - 1) / page * page + page;
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
+    base_ = static_cast<char*>(p);
+    if (mprotect(base_ + bytes_ - page, page, PROT_NONE) != 0)
+      throw std::runtime_error("mprotect failed");
+    std::copy(values.begin(), values.end(), data());
+  }
+  Guarded(const Guarded&) = delete;
+  Guarded& operator=(const Guarded&) = delete;
+  ~Guarded() { munmap(base_, bytes_); }
+  float* data() {
+    return reinterpret_cast<float*>(base_ + bytes_ - sysconf(_SC_PAGESIZE)) -
+           static_cast<std::ptrdiff_t>(n_);
+  }
+  std::vector<float> values() { return {data(), data() + n_}; }
+
+ private:
+  std::size_t n_, bytes_;
+  char* base_;
+};
+
 TEST(DirectPool, MaxPool2x2AndItsGradientPickEachWindowsFirstMaximumOrLastNaN) {
   for (int64_t H : {2, 3, 6}) {
     for (int64_t W = 2; W <= 70; ++W) {  // 1 to 35 windows a row: every vector width and tail
@@ -211,6 +243,7 @@ TEST(DirectPool, MaxPool2x2AndItsGradientPickEachWindowsFirstMaximumOrLastNaN) {
       const int64_t planes = 3, HW = H * W, OH = g.OH(), OW = g.OW();
       const std::vector<float> x = pooling_input(planes * HW, static_cast<unsigned>(W));
       const std::vector<float> dy = random_values(planes * OH * OW, 7);
+      Guarded gx(x), gdy(dy);
       std::vector<float> y_want(planes * OH * OW), dx_want(planes * HW, 0.0f);
       for (int64_t p = 0; p < planes; ++p)
         for (int64_t oh = 0; oh < OH; ++oh)
@@ -223,13 +256,33 @@ TEST(DirectPool, MaxPool2x2AndItsGradientPickEachWindowsFirstMaximumOrLastNaN) {
       for (Isa isa : isas()) {
         const std::string what = "H " + std::to_string(H) + ", W " + std::to_string(W) + " on " +
                                  std::string(kiln::math::isa_name(isa));
+        // As threads split the planes: each range on its own, the later one first, so that a
+        // range writing past its end would leave its values there; every buffer ends at a
+        // page that faults when touched.
+        for (int64_t split = 0; split <= planes; ++split) {
+          const std::string at = what + ", planes split at " + std::to_string(split);
+          Guarded gy(std::vector<float>(y_want.size(), 7.0f));
+          Guarded gdx(std::vector<float>(dx_want.size(), 7.0f));
+          kiln::ops::max_pool_2x2(g, gx.data(), gy.data(), split, planes, isa);
+          kiln::ops::max_pool_2x2(g, gx.data(), gy.data(), 0, split, isa);
+          kiln::ops::max_pool_2x2_grad(g, gx.data(), gdy.data(), gdx.data(), split, planes, isa);
+          kiln::ops::max_pool_2x2_grad(g, gx.data(), gdy.data(), gdx.data(), 0, split, isa);
+          const std::vector<float> y = gy.values(), dx = gdx.values();
+          for (std::size_t i = 0; i < y.size(); ++i)
+            ASSERT_TRUE(y[i] == y_want[i] || (std::isnan(y[i]) && std::isnan(y_want[i])))
+                << at << ", output " << i << ": got " << y[i] << ", want " << y_want[i];
+          ASSERT_EQ(dx, dx_want) << at;
+        }
+        // One plane alone writes nothing outside it.
         std::vector<float> y(y_want.size(), 7.0f), dx(dx_want.size(), 7.0f);
-        kiln::ops::max_pool_2x2(g, x.data(), y.data(), 0, planes, isa);
-        kiln::ops::max_pool_2x2_grad(g, x.data(), dy.data(), dx.data(), 0, planes, isa);
-        for (std::size_t i = 0; i < y.size(); ++i)
-          ASSERT_TRUE(y[i] == y_want[i] || (std::isnan(y[i]) && std::isnan(y_want[i])))
-              << what << ", output " << i << ": got " << y[i] << ", want " << y_want[i];
-        ASSERT_EQ(dx, dx_want) << what;
+        kiln::ops::max_pool_2x2(g, x.data(), y.data(), 1, 2, isa);
+        kiln::ops::max_pool_2x2_grad(g, x.data(), dy.data(), dx.data(), 1, 2, isa);
+        for (int64_t i = 0; i < planes * OH * OW; ++i) {
+          if (i / (OH * OW) != 1) ASSERT_EQ(y[i], 7.0f) << what << ", output " << i;
+        }
+        for (int64_t i = 0; i < planes * HW; ++i) {
+          if (i / HW != 1) ASSERT_EQ(dx[i], 7.0f) << what << ", gradient " << i;
+        }
       }
     }
   }

@@ -57,15 +57,23 @@ KILN_INLINE void window_elements(const float* r0, const float* r1, int64_t ow, V
   }
 }
 
+// The forward needs the chosen value only, not which element it is: the same selections as
+// choice's, without the index.
 template <typename Vec>
 KILN_INLINE void forward_windows(const float* r0, const float* r1, float* y, int64_t ow) {
   using B = Bits<Vec>;
   Vec v[4];
   window_elements(r0, r1, ow, v);
-  const B k = choice(v);
-  B out = {};
-  for (int j = 0; j < 4; ++j) out |= (k == j) & (B)v[j];
-  store(y + ow, (Vec)out);
+  B m = (B)v[0];
+  for (int j = 1; j < 4; ++j) {
+    const B take = v[j] > (Vec)m;
+    m = (take & (B)v[j]) | (~take & m);
+  }
+  for (int j = 0; j < 4; ++j) {
+    const B nan = v[j] != v[j];
+    m = (nan & (B)v[j]) | (~nan & m);
+  }
+  store(y + ow, (Vec)m);
 }
 
 template <typename Vec>
@@ -98,14 +106,18 @@ KILN_INLINE void windows(const float* r0, const float* r1, const float* dy, floa
 
 // Windows [0, OW) of one row pair in vectors of Vec's lanes: a row's last vector, when OW is no
 // multiple of them, ends at OW and overlaps the one before (its windows computed again, to the
-// same values). Rows narrower than a vector go to the next narrower one, then one at a time.
+// same values). A row narrower than a vector takes one whole vector where `spill` says that
+// the memory past the row may be read and written over: the lanes past OW read the next rows
+// and write values that the rows after it overwrite (planes() runs the rows in order). Other
+// narrow rows go to the next narrower vector, then one window at a time.
 template <bool Grad, typename Vec>
 KILN_INLINE void row(const float* r0, const float* r1, const float* dy, float* out0, float* out1,
-                     int64_t OW) {
+                     int64_t OW, bool spill) {
   constexpr int64_t L = kLanes<Vec>;
+  if (OW < L && spill) return windows<Grad, Vec>(r0, r1, dy, out0, out1, 0);
   if (OW < L) {
     if constexpr (L > 4) {
-      row<Grad, typename std::conditional_t<L == 16, F8, F4>>(r0, r1, dy, out0, out1, OW);
+      row<Grad, typename std::conditional_t<L == 16, F8, F4>>(r0, r1, dy, out0, out1, OW, false);
     } else {
       for (int64_t ow = 0; ow < OW; ++ow) {  // the same choice, one window
         const float v[4] = {r0[2 * ow], r0[2 * ow + 1], r1[2 * ow], r1[2 * ow + 1]};
@@ -129,20 +141,29 @@ KILN_INLINE void row(const float* r0, const float* r1, const float* dy, float* o
   if (ow < OW) windows<Grad, Vec>(r0, r1, dy, out0, out1, OW - L);
 }
 
+// Planes [b, e) in order, row pair by row pair. A narrow row spills a vector past its end (see
+// row()) while the range has a vector of outputs (of dY for the gradient) from the row's own on:
+// then it has the memory to spill into, the rows after it write every value spilled there, and
+// x, and dX laid out as x, have the 2 * L values past the pair's second row that a vector of
+// windows covers (four inputs per output: 4 * L - W > 2 * L, as W <= 2 * OW + 1 < 2 * L).
 template <bool Grad, typename Vec>
 KILN_INLINE void planes(const Planes2x2& g, const float* x, const float* dy, float* out, int64_t b,
                         int64_t e) {
-  const int64_t HW = g.H * g.W, OH = g.OH(), OW = g.OW();
+  constexpr int64_t L = kLanes<Vec>;
+  const int64_t HW = g.H * g.W, OH = g.OH(), OW = g.OW(), OHW = OH * OW;
+  const int64_t windows_end = e * OHW;
   for (int64_t p = b; p < e; ++p) {
     const float* plane = x + p * HW;
     for (int64_t oh = 0; oh < OH; ++oh) {
       const float* r0 = plane + 2 * oh * g.W;
+      const int64_t w = p * OHW + oh * OW;  // the row's first window
+      const bool spill = windows_end - w >= L;
       if constexpr (Grad) {
         float* d0 = out + p * HW + 2 * oh * g.W;
-        row<true, Vec>(r0, r0 + g.W, dy + p * OH * OW + oh * OW, d0, d0 + g.W, OW);
+        row<true, Vec>(r0, r0 + g.W, dy + w, d0, d0 + g.W, OW, spill);
         if (g.W % 2) d0[g.W - 1] = d0[2 * g.W - 1] = 0;  // the odd last column
       } else {
-        row<false, Vec>(r0, r0 + g.W, nullptr, out + p * OH * OW + oh * OW, nullptr, OW);
+        row<false, Vec>(r0, r0 + g.W, nullptr, out + w, nullptr, OW, spill);
       }
     }
     if (Grad && g.H % 2) std::fill_n(out + p * HW + (g.H - 1) * g.W, g.W, 0.0f);
