@@ -212,7 +212,7 @@ std::vector<float> pooling_input(int64_t n, unsigned seed) {
 // the last one faults in any build, not only under AddressSanitizer.
 class Guarded {
  public:
-  Guarded(const std::vector<float>& values) : n_(values.size()) {
+  explicit Guarded(const std::vector<float>& values) : n_(values.size()) {
     const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     bytes_ = (n_ * sizeof(float) + page - 1) / page * page + page;
     void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -8,12 +8,16 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -329,7 +333,7 @@ TEST_F(Allocator, CachedBlocksArePoisonedUnderAddressSanitizer) {
 
 // ---- threads ----------------------------------------------------------------------
 
-// Restores the thread count a test changes.
+// Restores the thread count a test changes, and IEEE denormals.
 class Threads : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -340,6 +344,7 @@ class Threads : public ::testing::Test {
   }
   void TearDown() override {
     if (saved_ > 0) set_num_threads(saved_);
+    set_flush_denormal(false);
   }
   int saved_ = 0;
 };
@@ -426,6 +431,103 @@ TEST_F(Threads, BlasAndConvolutionFollowTheCountOnAnyThread) {
   EXPECT_EQ(threads_started(4, [&] { conv = conv2d(x, w).data<float>()[0]; }), 0);
   EXPECT_EQ(mm, 512.0f);
   EXPECT_EQ(conv, 16.0f * 9.0f);  // 16 channels x 3x3 taps of ones
+}
+
+// A thread that runs the jobs it is given, one at a time, for as long as it lives.
+class Worker {
+ public:
+  Worker() : thread_([this] { serve(); }) {}
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  ~Worker() {
+    run(nullptr);
+    thread_.join();
+  }
+  // Runs job on the worker and waits for it (nullptr: the worker ends).
+  void run(std::function<void()> job) {
+    std::unique_lock lock(mu_);
+    job_ = std::move(job);
+    pending_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return !pending_; });
+  }
+
+ private:
+  void serve() {
+    for (;;) {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return pending_; });
+      const std::function<void()> job = std::move(job_);
+      if (job) job();
+      pending_ = false;
+      cv_.notify_all();
+      if (!job) return;
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool pending_ = false;
+  std::thread thread_;
+};
+
+// Flushing denormals applies to every thread that computes, whichever thread set it: a thread
+// (and its OpenMP pool) made before the change, and one made while it was on, which starts with
+// its creator's register. A denormal result becomes 0 (FTZ) and a denormal operand reads as 0
+// (DAZ), in oneDNN's matmul, eager and compiled loops on every thread of the pool and a sum of
+// a whole tensor; off again, results are IEEE's (the denormal, computed here in double).
+TEST_F(Threads, FlushingDenormalsReachesEveryThreadAndTheLibraries) {
+  set_num_threads(2);
+  const float tiny = 1.5e-38f;  // normal; a quarter of it is not
+  const float denormal = static_cast<float>(static_cast<double>(tiny) * 0.25);
+  ASSERT_EQ(std::fpclassify(denormal), FP_SUBNORMAL);
+  const int64_t n = int64_t{1} << 20;  // chunks on every thread of the pool
+  const Tensor x = full({n}, tiny), d = full({n}, denormal);
+  const Tensor a = full({256, 256}, tiny), quarter = eye(256) * 0.25f;
+  const auto quartered = [](const Tensor& t) { return t * 0.25f; };
+  const auto plus_zero = [](const Tensor& t) { return t + 0.0f; };
+  // Every element of t equals want, bit for bit.
+  const auto all_equal = [](const Tensor& t, float want, const std::string& what) {
+    const std::vector<float> v = t.to_vector<float>();
+    const auto differs = std::find_if(v.begin(), v.end(), [&](float e) {
+      return std::bit_cast<uint32_t>(e) != std::bit_cast<uint32_t>(want);
+    });
+    // As bits: printing a float reads it as a number, which a denormal is not while flushing.
+    EXPECT_TRUE(differs == v.end())
+        << what << ": element " << (differs - v.begin()) << " has the bits " << std::hex
+        << std::bit_cast<uint32_t>(*differs) << ", expected " << std::bit_cast<uint32_t>(want);
+  };
+  const auto whole_sum = [&](bool flush, const std::string& where) {
+    const double total = sum(d).item<float>();  // n denormals: a normal number, or 0 read as 0
+    const double want = flush ? 0.0 : static_cast<double>(denormal) * static_cast<double>(n);
+    EXPECT_NEAR(total, want, 1e-6 * want) << "sum of a whole tensor " << where;
+  };
+  // What each thread checks. Each first call on a pool after a change meets its threads out of
+  // date: the library call's (first on one thread) and the whole-tensor sum's (on another).
+  const auto check = [&](bool flush, const std::string& where, bool sum_first = false) {
+    const float made = flush ? 0.0f : denormal;
+    if (sum_first) whole_sum(flush, where);
+    all_equal(matmul(a, quarter), made, "matmul " + where);
+    all_equal(quartered(x), made, "eager product " + where);
+    all_equal(jit(quartered)(x), made, "compiled product " + where);
+    all_equal(plus_zero(d), made, "eager sum with a denormal operand " + where);
+    all_equal(jit(plus_zero)(d), made, "compiled sum with a denormal operand " + where);
+    whole_sum(flush, where);
+  };
+  Worker before, before_sum;  // threads, and pools, that exist in IEEE's mode
+  before.run([&] { check(false, "before any change"); });
+  before_sum.run([&] { check(false, "before any change", true); });
+  set_flush_denormal(true);
+  EXPECT_TRUE(flush_denormal());
+  before.run([&] { check(true, "on a thread made before it was set"); });
+  before_sum.run([&] { check(true, "on a thread made before it was set", true); });
+  check(true, "on the thread that set it");
+  std::optional<Worker> during(std::in_place);  // its register starts as this thread's
+  set_flush_denormal(false);
+  EXPECT_FALSE(flush_denormal());
+  during->run([&] { check(false, "on a thread made while it was on"); });
+  before.run([&] { check(false, "off again, on a thread made before"); });
+  check(false, "off again");
 }
 
 // On a CPU with AVX2 or AVX-512, Kiln's first BLAS call leaves OpenBLAS on kernels for them,

@@ -44,6 +44,16 @@ inline constexpr int kMaxThreads = 1024;
 void set_num_threads(int n);
 int num_threads();
 
+// Whether float arithmetic flushes denormals to zero (x86's FTZ and DAZ modes: a result below
+// the smallest normal number becomes 0, and such an operand reads as 0), on every thread that
+// computes for Kiln: the caller's, the pool's, and so in compiled code, OpenBLAS and oneDNN.
+// Off by default: IEEE gradual underflow, as PyTorch (torch.set_flush_denormal is this switch).
+// On, as XLA computes on CPU, it is faster where values pass through the denormal range (an
+// optimiser's decaying moments): each instruction that makes or reads a denormal costs the CPU
+// a slow path.
+void set_flush_denormal(bool on);
+bool flush_denormal();
+
 // The kernel set OpenBLAS runs matmul on (its core name, e.g. "SkylakeX", "Haswell", "Zen").
 // OpenBLAS picks it when it loads; on a CPU newer than it knows it falls back to its SSE3
 // kernels ("Prescott"), and Kiln then selects kernels by the instruction sets the CPU has

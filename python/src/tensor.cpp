@@ -1274,6 +1274,13 @@ int32, float32). `dtype` converts (a copy).)doc");
       "KILN_NUM_THREADS or OMP_NUM_THREADS).");
   m.def(
       "num_threads", [] { return num_threads(); }, "The number of threads Kiln's loops use.");
+  m.def(
+      "set_flush_denormal", [](bool on) { set_flush_denormal(on); }, py::arg("on"),
+      "Flush denormals to zero in float arithmetic (x86's FTZ and DAZ) on every thread that "
+      "computes for Kiln, as torch.set_flush_denormal; off by default.");
+  m.def(
+      "flush_denormal", [] { return flush_denormal(); },
+      "Whether denormals flush to zero (set_flush_denormal).");
   py::class_<RuntimeInfo>(m, "RuntimeInfo",
                           "What this process computes with (kl.runtime_info()): gemm_backend (the "
                           "library of float32 matrix products, \"onednn\" or \"openblas\"), "

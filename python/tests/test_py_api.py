@@ -2,8 +2,10 @@
 JAX or PyTorch user expects them: results against NumPy / PyTorch, trace counts by hand."""
 import collections
 import os
+import queue
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -331,6 +333,58 @@ def test_runtime_info_reports_and_set_gemm_backend_chooses_the_float32_backend()
     finally:
         kl.set_gemm_backend(None)
     assert kl.runtime_info().gemm_backend == info.gemm_backend
+
+
+def test_set_flush_denormal_flushes_results_and_operands_and_turns_off_again():
+    tiny = np.float32(1.5e-38)  # normal; a quarter of it is not
+    denormal = np.float32(float(tiny) * 0.25)  # IEEE's value, made before flushing is on
+    assert 0 < denormal < np.finfo(np.float32).tiny
+    x = kl.full((1 << 20,), float(tiny))  # large enough to run on every thread of the pool
+    d = kl.full((8,), float(denormal))
+
+    def bits(t):
+        return set(np.asarray(t).view(np.uint32).tolist())
+
+    zero, denormal_bits = {0}, {int(np.array(denormal).view(np.uint32))}
+
+    def check(want):
+        assert bits(x * 0.25) == want
+        assert bits(kl.jit(lambda t: t * 0.25)(x)) == want
+        assert bits(d + 0.0) == want  # flushing, a denormal operand reads as zero
+
+    # A Python thread started before the switch computes under it too, and after it again.
+    jobs, results = queue.Queue(), queue.Queue()
+
+    def serve():
+        for job in iter(jobs.get, None):
+            try:
+                job()
+                results.put(None)
+            except BaseException as e:  # reported on the main thread
+                results.put(e)
+
+    worker = threading.Thread(target=serve)
+    worker.start()
+
+    def on_worker(job):
+        jobs.put(job)
+        error = results.get()
+        if error is not None:
+            raise error
+
+    try:
+        on_worker(lambda: check(denormal_bits))
+        kl.set_flush_denormal(True)
+        assert kl.flush_denormal()
+        check(zero)
+        on_worker(lambda: check(zero))
+    finally:
+        kl.set_flush_denormal(False)
+    assert not kl.flush_denormal()
+    check(denormal_bits)
+    on_worker(lambda: check(denormal_bits))
+    jobs.put(None)
+    worker.join()
 
 
 def test_an_invalid_kiln_gemm_is_an_error_naming_the_variable():

@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "core/builtins.h"
+#include "detail/parallel.h"
 #include "detail/trace_hooks.h"
 #include "ir/trace.h"
 #include "kiln/ir.h"
@@ -329,6 +330,7 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
     return detail::record(p, inputs, attrs,
                           ir::SourceLoc{loc.file_name(), static_cast<int>(loc.line())});
   }
+  detail::apply_flush_denormal();  // for kernels whose loops run on this thread alone
   std::vector<TensorType> types;
   types.reserve(inputs.size());
   for (std::size_t i = 0; i < inputs.size(); ++i) {

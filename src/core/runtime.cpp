@@ -1,9 +1,10 @@
-// The thread count shared by Kiln's loops, OpenBLAS and oneDNN (include/kiln/runtime.h). The
-// memory half of the runtime lives in allocator.cpp.
+// The thread count shared by Kiln's loops, OpenBLAS and oneDNN, and their floating-point mode
+// (include/kiln/runtime.h). The memory half of the runtime lives in allocator.cpp.
 #include "kiln/runtime.h"
 
 #include <cblas.h>  // openblas_set_num_threads (the OpenMP build)
 #include <omp.h>
+#include <xmmintrin.h>  // _mm_getcsr, _mm_setcsr
 
 #include <algorithm>
 #include <cstdlib>
@@ -62,7 +63,36 @@ bool select_blas_kernels() {
   return true;
 }
 
+std::atomic<bool> g_flush_denormal{false};
+
+void set_thread_flush_denormal(bool on) {
+  // FTZ (bit 15): a denormal result is 0; DAZ (bit 6): a denormal operand reads as 0.
+  constexpr unsigned kFtzDaz = 0x8040;
+  _mm_setcsr(on ? _mm_getcsr() | kFtzDaz : _mm_getcsr() & ~kFtzDaz);
+  t_flush_denormal = static_cast<signed char>(on);
+}
+
+void apply_flush_denormal_to_pool(int n) {
+  // What this thread's pool (libgomp keeps one per thread that starts parallel regions) last
+  // had applied: 0 nothing yet, else (team size << 1) | setting.
+  static thread_local int applied = 0;
+  const bool on = g_flush_denormal.load(std::memory_order_relaxed);
+  if (applied != 0 && (applied & 1) == on && (applied >> 1) >= n) return;
+#pragma omp parallel num_threads(n)
+  apply_flush_denormal();
+  applied = (n << 1) | static_cast<int>(on);
+}
+
 }  // namespace detail
+
+void set_flush_denormal(bool on) {
+  detail::g_flush_denormal.store(on, std::memory_order_relaxed);
+  detail::apply_flush_denormal();
+  if (!omp_in_parallel())
+    detail::apply_flush_denormal_to_pool(detail::serial_thread ? 1 : detail::thread_count());
+}
+
+bool flush_denormal() { return detail::g_flush_denormal.load(std::memory_order_relaxed); }
 
 void set_num_threads(int n) {
   if (n < 1) fail("set_num_threads", "invalid thread count: got ", n, ", expected >= 1");

@@ -38,15 +38,34 @@ std::string_view cpu_vector_isa();
 // user chose with OPENBLAS_CORETYPE (src/core/runtime.cpp; docs/DESIGN.md).
 bool select_blas_kernels();
 
+// Whether denormals flush to zero (kiln::set_flush_denormal): a setting of each thread's
+// floating-point control register, so each thread that computes (the caller's, the pool's)
+// applies the process-wide choice when it finds its own out of date. One load and compare
+// where it is checked: bind, each parallel region's body, each call into the libraries.
+extern std::atomic<bool> g_flush_denormal;
+// What this thread applied: -1 nothing yet (a new thread has its creator's register, which
+// may be either), else 0 or 1.
+inline thread_local signed char t_flush_denormal = -1;
+void set_thread_flush_denormal(bool on);
+inline void apply_flush_denormal() {
+  const bool on = g_flush_denormal.load(std::memory_order_relaxed);
+  if (t_flush_denormal != static_cast<signed char>(on)) set_thread_flush_denormal(on);
+}
+// The pool's threads, which also run OpenBLAS's and oneDNN's own loops: applied in a parallel
+// region of n threads when the setting or a larger team has not been.
+void apply_flush_denormal_to_pool(int n);
+
 // OpenBLAS (the OpenMP build) and oneDNN size their teams from the calling thread's OpenMP
 // setting (omp_get_max_threads), so calls into them set it to Kiln's count first. Returns the
 // count they will use.
 inline int set_library_threads() {
   static const bool blas_kernels = select_blas_kernels();
   (void)blas_kernels;
+  apply_flush_denormal();
   if (omp_in_parallel()) return 1;  // both run serially inside a parallel region
   const int n = serial_thread ? 1 : thread_count();
   if (omp_get_max_threads() != n) omp_set_num_threads(n);
+  apply_flush_denormal_to_pool(n);
   return n;
 }
 
@@ -65,12 +84,16 @@ inline int64_t parallel_chunks(int64_t n, int64_t cost_per_item = 1) {
 template <typename F>
 void run_chunks(int64_t n, int64_t chunks, F&& f) {
   if (n <= 0) return;
+  apply_flush_denormal();
   if (chunks <= 1) {
     f(int64_t{0}, int64_t{0}, n);
     return;
   }
 #pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static, 1)
-  for (int64_t c = 0; c < chunks; ++c) f(c, n * c / chunks, n * (c + 1) / chunks);
+  for (int64_t c = 0; c < chunks; ++c) {
+    apply_flush_denormal();
+    f(c, n * c / chunks, n * (c + 1) / chunks);
+  }
 }
 
 // Calls f(begin, end) over [0, n) in contiguous chunks, in parallel when n * cost is large.

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <thread>
 
+#include "detail/parallel.h"
 #include "kiln/error.h"
 
 namespace kiln::distributed {
@@ -85,6 +86,7 @@ class CollectiveThread {
       lock.unlock();
       std::exception_ptr error;
       try {
+        kiln::detail::apply_flush_denormal();  // the reductions add floats on this thread
         task.collective();
       } catch (...) {
         error = std::current_exception();

@@ -242,7 +242,10 @@ bool run_each(std::span<const SgemmCall> calls, int64_t ldc, int team, int threa
   }
   const auto count = static_cast<int64_t>(ready.size());
 #pragma omp parallel for num_threads(team) schedule(static, 1)
-  for (int64_t i = 0; i < count; ++i) run(ready[static_cast<std::size_t>(i)]);
+  for (int64_t i = 0; i < count; ++i) {
+    detail::apply_flush_denormal();
+    run(ready[static_cast<std::size_t>(i)]);
+  }
   return true;
 }
 

@@ -225,6 +225,7 @@ void reduce_kernel(const Tensor& x, const std::vector<int>& axes, const Tensor& 
 #pragma omp parallel for num_threads(chunks) \
     schedule(static, 1) if (chunks > 1 && !omp_in_parallel() && !detail::serial_thread)
     for (int c = 0; c < chunks; ++c) {
+      detail::apply_flush_denormal();
       const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
       A acc[4] = {R::template identity<A>(), R::template identity<A>(), R::template identity<A>(),
                   R::template identity<A>()};

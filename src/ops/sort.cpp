@@ -82,6 +82,7 @@ Item<K, I>* radix_sort(Item<K, I>* a, Item<K, I>* tmp, int64_t n, const ByteCoun
       std::fill(offset.begin(), offset.end(), 0);
 #pragma omp parallel num_threads(threads)
       {
+        detail::apply_flush_denormal();
         // The runtime may give fewer threads than asked for: the team divides the work.
         const int team = omp_get_num_threads(), t = omp_get_thread_num();
         const int64_t b = n * t / team, e = n * (t + 1) / team;
@@ -363,6 +364,7 @@ void scan_kernel(const Tensor& x, const ops::AxisLines& L, const Tensor& y, cons
     const int threads = static_cast<int>(std::min<int64_t>(detail::thread_count(), chunks));
 #pragma omp parallel num_threads(threads)
     {
+      detail::apply_flush_denormal();
       // The runtime may give fewer threads than asked for: the team divides the chunks.
       const int64_t team = omp_get_num_threads(), t = omp_get_thread_num();
       const int64_t cb = chunks * t / team, ce = chunks * (t + 1) / team;
