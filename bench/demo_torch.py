@@ -13,7 +13,8 @@ fresh shuffle of the 60,000 training images, batches of 64 (the last partial bat
 F.cross_entropy; Adam (betas 0.9, 0.999, eps 1e-8) with the learning rate cosine-decayed from
 lr to 0 over all the steps of the run, per step (optax.cosine_decay_schedule, as
 optim::cosine_decay); after every epoch, test loss and accuracy over the 10,000 test images in
-batches of 1,000. The data are decoded and normalised once, up front (the demo's pipeline
+batches of 1,000; denormals flushed to zero (torch.set_flush_denormal, as the demo's
+kiln::set_flush_denormal). The data are decoded and normalised once, up front (the demo's pipeline
 does that per epoch in background threads); "s" in the epoch line counts the training loop
 only, as the demo's does. Prints, per epoch,
     epoch N: train loss L acc A% | test loss L acc A% | S s, R img/s
@@ -79,6 +80,7 @@ def main():
     ap.add_argument("--stop-at", type=float, default=0.0)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    torch.set_flush_denormal(True)  # as the demo: Adam's decaying moments pass through denormals
     torch.manual_seed(a.seed)
 
     x_train, y_train = load(a.data, "train", a.limit)
