@@ -263,8 +263,8 @@ int main(int argc, char** argv) {
   const int processes = distributed::process_count(), rank = distributed::process_index();
   const Flags flags = parse_flags(argc, argv);
   // Adam's moments of weights whose gradients stay zero decay through the denormal range, where
-  // the CPU takes a slow path on every operation: flushed to zero, as XLA computes on CPU (the
-  // step about 7% faster; bench/demo_torch.py sets PyTorch the same way).
+  // the CPU takes a slow path on every operation: flushed to zero, as XLA computes on CPU
+  // (bench/demo_torch.py sets PyTorch the same way; docs/DESIGN.md, "Denormals").
   set_flush_denormal(true);
   TrainData train_data = train_set(flags, processes, rank);
   data::Pipeline test_data = test_set(flags, processes, rank);

@@ -530,6 +530,29 @@ TEST_F(Threads, FlushingDenormalsReachesEveryThreadAndTheLibraries) {
   check(false, "off again");
 }
 
+// A thread's pool is brought up to every change, not only to a setting it saw before: here its
+// threads followed a change back to IEEE's mode in Kiln's loops, and the change after it must
+// reach them before the next library call.
+TEST_F(Threads, APoolFollowsEachChangeOfTheDenormalMode) {
+  set_num_threads(2);
+  const float tiny = 1.5e-38f;
+  const float denormal = static_cast<float>(static_cast<double>(tiny) * 0.25);
+  const Tensor a = full({256, 256}, tiny), quarter = eye(256) * 0.25f, x = full({1 << 20}, tiny);
+  const auto count_of = [](const Tensor& t, float v) {
+    const std::vector<float> e = t.to_vector<float>();
+    return std::count_if(e.begin(), e.end(), [&](float f) {
+      return std::bit_cast<uint32_t>(f) == std::bit_cast<uint32_t>(v);
+    });
+  };
+  Worker t;
+  set_flush_denormal(true);
+  t.run([&] { EXPECT_EQ(count_of(matmul(a, quarter), 0.0f), a.numel()); });
+  set_flush_denormal(false);
+  t.run([&] { EXPECT_EQ(count_of(x * 0.25f, denormal), x.numel()); });  // its pool follows
+  set_flush_denormal(true);
+  t.run([&] { EXPECT_EQ(count_of(matmul(a, quarter), 0.0f), a.numel()) << "matmul after"; });
+}
+
 // On a CPU with AVX2 or AVX-512, Kiln's first BLAS call leaves OpenBLAS on kernels for them,
 // not on its SSE3 fallback for CPUs it does not know (unless the user chose with
 // OPENBLAS_CORETYPE), and leaves the environment as it was.

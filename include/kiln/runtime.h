@@ -47,7 +47,8 @@ int num_threads();
 // Whether float arithmetic flushes denormals to zero (x86's FTZ and DAZ modes: a result below
 // the smallest normal number becomes 0, and such an operand reads as 0), on every thread that
 // computes for Kiln: the caller's, the pool's, and so in compiled code, OpenBLAS and oneDNN.
-// Off by default: IEEE gradual underflow, as PyTorch (torch.set_flush_denormal is this switch).
+// Off by default: IEEE gradual underflow, as PyTorch (torch.set_flush_denormal is this switch);
+// until the first call Kiln leaves each thread's mode as it finds it.
 // On, as XLA computes on CPU, it is faster where values pass through the denormal range (an
 // optimiser's decaying moments): each instruction that makes or reads a denormal costs the CPU
 // a slow path.

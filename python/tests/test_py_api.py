@@ -387,6 +387,21 @@ def test_set_flush_denormal_flushes_results_and_operands_and_turns_off_again():
     worker.join()
 
 
+def test_kiln_keeps_a_denormal_mode_chosen_before_it_in_the_process():
+    # Until kl.set_flush_denormal is called, a thread computes in the mode it has: here
+    # PyTorch's flushing, set first, holds for Kiln's eager and compiled code on that thread.
+    code = (
+        "import torch\n"
+        "torch.set_flush_denormal(True)\n"
+        "import kiln as kl\n"
+        "x = kl.full((64,), 1.5e-38)\n"
+        "print(float(kl.max(x * 0.25)), float(kl.max(kl.jit(lambda t: t * 0.25)(x))))\n"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["0.0", "0.0"]
+
+
 def test_an_invalid_kiln_gemm_is_an_error_naming_the_variable():
     code = "import kiln as kl\nkl.matmul(kl.ones((2, 2)), kl.ones((2, 2)))"
     env = dict(os.environ, KILN_GEMM="mkl")

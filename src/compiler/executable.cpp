@@ -313,6 +313,7 @@ class CompiledFunction final : public Code {
                               const std::vector<bool>& donated) const {
     using Clock = std::chrono::steady_clock;
     const bool profiling = detail::profiling();
+    kiln::detail::apply_flush_denormal();  // for steps that run no parallel region or bind
     const Clock::time_point call_start = profiling ? Clock::now() : Clock::time_point{};
     double in_steps = 0;
     const ir::Function& f = *f_;

@@ -63,7 +63,9 @@ bool select_blas_kernels() {
   return true;
 }
 
-std::atomic<bool> g_flush_denormal{false};
+std::atomic<signed char> g_flush_denormal{-1};
+// How many times set_flush_denormal has been called: what a pool is brought up to.
+std::atomic<unsigned> g_flush_denormal_changes{0};
 
 void set_thread_flush_denormal(bool on) {
   // FTZ (bit 15): a denormal result is 0; DAZ (bit 6): a denormal operand reads as 0.
@@ -73,26 +75,32 @@ void set_thread_flush_denormal(bool on) {
 }
 
 void apply_flush_denormal_to_pool(int n) {
-  // What this thread's pool (libgomp keeps one per thread that starts parallel regions) last
-  // had applied: 0 nothing yet, else (team size << 1) | setting.
-  static thread_local int applied = 0;
-  const bool on = g_flush_denormal.load(std::memory_order_relaxed);
-  if (applied != 0 && (applied & 1) == on && (applied >> 1) >= n) return;
+  // What this thread's pool (libgomp keeps one per thread that starts parallel regions) was
+  // last brought up to: the count of changes then, and the team. A count, not the setting: the
+  // pool's threads may have followed a change since (in Kiln's loops) and the one after it not.
+  struct Applied {
+    unsigned changes = 0;
+    int team = 0;
+  };
+  static thread_local Applied applied;
+  const unsigned changes = g_flush_denormal_changes.load(std::memory_order_acquire);
+  if (changes == 0 || (changes == applied.changes && n <= applied.team)) return;
 #pragma omp parallel num_threads(n)
   apply_flush_denormal();
-  applied = (n << 1) | static_cast<int>(on);
+  applied = {changes, changes == applied.changes ? std::max(n, applied.team) : n};
 }
 
 }  // namespace detail
 
 void set_flush_denormal(bool on) {
-  detail::g_flush_denormal.store(on, std::memory_order_relaxed);
+  detail::g_flush_denormal.store(on ? 1 : 0, std::memory_order_relaxed);
+  detail::g_flush_denormal_changes.fetch_add(1, std::memory_order_acq_rel);
   detail::apply_flush_denormal();
   if (!omp_in_parallel())
     detail::apply_flush_denormal_to_pool(detail::serial_thread ? 1 : detail::thread_count());
 }
 
-bool flush_denormal() { return detail::g_flush_denormal.load(std::memory_order_relaxed); }
+bool flush_denormal() { return detail::g_flush_denormal.load(std::memory_order_relaxed) == 1; }
 
 void set_num_threads(int n) {
   if (n < 1) fail("set_num_threads", "invalid thread count: got ", n, ", expected >= 1");

@@ -41,18 +41,21 @@ bool select_blas_kernels();
 // Whether denormals flush to zero (kiln::set_flush_denormal): a setting of each thread's
 // floating-point control register, so each thread that computes (the caller's, the pool's)
 // applies the process-wide choice when it finds its own out of date. One load and compare
-// where it is checked: bind, each parallel region's body, each call into the libraries.
-extern std::atomic<bool> g_flush_denormal;
+// where it is checked: bind, each compiled call, each parallel region's body, each call into
+// the libraries. Until set_flush_denormal is first called (-1) Kiln leaves every thread's
+// register as it is: another library in the process may have chosen.
+extern std::atomic<signed char> g_flush_denormal;  // -1 never set, else 0 or 1
 // What this thread applied: -1 nothing yet (a new thread has its creator's register, which
 // may be either), else 0 or 1.
 inline thread_local signed char t_flush_denormal = -1;
 void set_thread_flush_denormal(bool on);
 inline void apply_flush_denormal() {
-  const bool on = g_flush_denormal.load(std::memory_order_relaxed);
-  if (t_flush_denormal != static_cast<signed char>(on)) set_thread_flush_denormal(on);
+  const signed char want = g_flush_denormal.load(std::memory_order_relaxed);
+  if (want >= 0 && t_flush_denormal != want) set_thread_flush_denormal(want == 1);
 }
 // The pool's threads, which also run OpenBLAS's and oneDNN's own loops: applied in a parallel
-// region of n threads when the setting or a larger team has not been.
+// region of n threads when this thread's pool has not seen the latest set_flush_denormal (or
+// saw it with a smaller team).
 void apply_flush_denormal_to_pool(int n);
 
 // OpenBLAS (the OpenMP build) and oneDNN size their teams from the calling thread's OpenMP
