@@ -333,6 +333,16 @@ TEST_F(Allocator, CachedBlocksArePoisonedUnderAddressSanitizer) {
 
 // ---- threads ----------------------------------------------------------------------
 
+// In the sanitizer builds (clang on libgomp) Kiln's own code has no parallel regions: its loops
+// run their chunks on the calling thread, and it cannot reach the pool's threads that OpenBLAS and
+// oneDNN start (their libraries are built with regions).
+#ifdef _OPENMP
+#define SKIP_WITHOUT_PARALLEL_REGIONS() (void)0
+#else
+#define SKIP_WITHOUT_PARALLEL_REGIONS() \
+  GTEST_SKIP() << "compiled without parallel regions (clang on libgomp, the sanitizer build)"
+#endif
+
 // Restores the thread count a test changes, and IEEE denormals.
 class Threads : public ::testing::Test {
  protected:
@@ -362,10 +372,7 @@ int threads_used() {
 }
 
 TEST_F(Threads, ParallelLoopsUseTheCountSetFromAnyThread) {
-#ifndef _OPENMP
-  GTEST_SKIP() << "compiled without parallel regions (clang on libgomp, the sanitizer build): "
-                  "Kiln's loops run their chunks on the calling thread";
-#endif
+  SKIP_WITHOUT_PARALLEL_REGIONS();
   set_num_threads(1);
   EXPECT_EQ(num_threads(), 1);
   EXPECT_EQ(threads_used(), 1);
@@ -477,6 +484,7 @@ class Worker {
 // (DAZ), in oneDNN's matmul, eager and compiled loops on every thread of the pool and a sum of
 // a whole tensor; off again, results are IEEE's (the denormal, computed here in double).
 TEST_F(Threads, FlushingDenormalsReachesEveryThreadAndTheLibraries) {
+  SKIP_WITHOUT_PARALLEL_REGIONS();
   set_num_threads(2);
   const float tiny = 1.5e-38f;  // normal; a quarter of it is not
   const float denormal = static_cast<float>(static_cast<double>(tiny) * 0.25);
@@ -534,6 +542,7 @@ TEST_F(Threads, FlushingDenormalsReachesEveryThreadAndTheLibraries) {
 // threads followed a change back to IEEE's mode in Kiln's loops, and the change after it must
 // reach them before the next library call.
 TEST_F(Threads, APoolFollowsEachChangeOfTheDenormalMode) {
+  SKIP_WITHOUT_PARALLEL_REGIONS();
   set_num_threads(2);
   const float tiny = 1.5e-38f;
   const float denormal = static_cast<float>(static_cast<double>(tiny) * 0.25);
