@@ -212,13 +212,13 @@ std::vector<float> pooling_input(int64_t n, unsigned seed) {
 // the last one faults in any build, not only under AddressSanitizer.
 class Guarded {
  public:
-  explicit Guarded(const std::vector<float>& values) : n_(values.size()) {
-    const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    bytes_ = (n_ * sizeof(float) + page - 1) / page * page + page;
+  explicit Guarded(const std::vector<float>& values)
+      : n_(values.size()), page_(static_cast<std::size_t>(sysconf(_SC_PAGESIZE))) {
+    bytes_ = (n_ * sizeof(float) + page_ - 1) / page_ * page_ + page_;
     void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::runtime_error("mmap failed");
     base_ = static_cast<char*>(p);
-    if (mprotect(base_ + bytes_ - page, page, PROT_NONE) != 0)
+    if (mprotect(base_ + bytes_ - page_, page_, PROT_NONE) != 0)
       throw std::runtime_error("mprotect failed");
     std::copy(values.begin(), values.end(), data());
   }
@@ -226,13 +226,12 @@ class Guarded {
   Guarded& operator=(const Guarded&) = delete;
   ~Guarded() { munmap(base_, bytes_); }
   float* data() {
-    return reinterpret_cast<float*>(base_ + bytes_ - sysconf(_SC_PAGESIZE)) -
-           static_cast<std::ptrdiff_t>(n_);
+    return reinterpret_cast<float*>(base_ + bytes_ - page_) - static_cast<std::ptrdiff_t>(n_);
   }
   std::vector<float> values() { return {data(), data() + n_}; }
 
  private:
-  std::size_t n_, bytes_;
+  std::size_t n_, page_, bytes_;
   char* base_;
 };
 

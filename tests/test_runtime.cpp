@@ -478,6 +478,23 @@ class Worker {
   std::thread thread_;
 };
 
+// A normal float whose quarter is a denormal: the quarter as IEEE computes it (here in double).
+constexpr float kTiny = 1.5e-38f;
+const float kQuarterOfTiny = static_cast<float>(static_cast<double>(kTiny) * 0.25);
+
+// Every element of t equals want, bit for bit (printed as bits: printing a float reads it as a
+// number, which a denormal is not while flushing).
+void expect_all_bits(const Tensor& t, float want, const std::string& what) {
+  const std::vector<float> v = t.to_vector<float>();
+  const auto differs = std::find_if(v.begin(), v.end(), [&](float e) {
+    return std::bit_cast<uint32_t>(e) != std::bit_cast<uint32_t>(want);
+  });
+  EXPECT_TRUE(differs == v.end()) << what << ": element " << (differs - v.begin())
+                                  << " has the bits " << std::hex
+                                  << std::bit_cast<uint32_t>(*differs) << ", expected "
+                                  << std::bit_cast<uint32_t>(want);
+}
+
 // Flushing denormals applies to every thread that computes, whichever thread set it: a thread
 // (and its OpenMP pool) made before the change, and one made while it was on, which starts with
 // its creator's register. A denormal result becomes 0 (FTZ) and a denormal operand reads as 0
@@ -486,25 +503,13 @@ class Worker {
 TEST_F(Threads, FlushingDenormalsReachesEveryThreadAndTheLibraries) {
   SKIP_WITHOUT_PARALLEL_REGIONS();
   set_num_threads(2);
-  const float tiny = 1.5e-38f;  // normal; a quarter of it is not
-  const float denormal = static_cast<float>(static_cast<double>(tiny) * 0.25);
+  const float tiny = kTiny, denormal = kQuarterOfTiny;
   ASSERT_EQ(std::fpclassify(denormal), FP_SUBNORMAL);
   const int64_t n = int64_t{1} << 20;  // chunks on every thread of the pool
   const Tensor x = full({n}, tiny), d = full({n}, denormal);
   const Tensor a = full({256, 256}, tiny), quarter = eye(256) * 0.25f;
   const auto quartered = [](const Tensor& t) { return t * 0.25f; };
   const auto plus_zero = [](const Tensor& t) { return t + 0.0f; };
-  // Every element of t equals want, bit for bit.
-  const auto all_equal = [](const Tensor& t, float want, const std::string& what) {
-    const std::vector<float> v = t.to_vector<float>();
-    const auto differs = std::find_if(v.begin(), v.end(), [&](float e) {
-      return std::bit_cast<uint32_t>(e) != std::bit_cast<uint32_t>(want);
-    });
-    // As bits: printing a float reads it as a number, which a denormal is not while flushing.
-    EXPECT_TRUE(differs == v.end())
-        << what << ": element " << (differs - v.begin()) << " has the bits " << std::hex
-        << std::bit_cast<uint32_t>(*differs) << ", expected " << std::bit_cast<uint32_t>(want);
-  };
   const auto whole_sum = [&](bool flush, const std::string& where) {
     const double total = sum(d).item<float>();  // n denormals: a normal number, or 0 read as 0
     const double want = flush ? 0.0 : static_cast<double>(denormal) * static_cast<double>(n);
@@ -515,11 +520,11 @@ TEST_F(Threads, FlushingDenormalsReachesEveryThreadAndTheLibraries) {
   const auto check = [&](bool flush, const std::string& where, bool sum_first = false) {
     const float made = flush ? 0.0f : denormal;
     if (sum_first) whole_sum(flush, where);
-    all_equal(matmul(a, quarter), made, "matmul " + where);
-    all_equal(quartered(x), made, "eager product " + where);
-    all_equal(jit(quartered)(x), made, "compiled product " + where);
-    all_equal(plus_zero(d), made, "eager sum with a denormal operand " + where);
-    all_equal(jit(plus_zero)(d), made, "compiled sum with a denormal operand " + where);
+    expect_all_bits(matmul(a, quarter), made, "matmul " + where);
+    expect_all_bits(quartered(x), made, "eager product " + where);
+    expect_all_bits(jit(quartered)(x), made, "compiled product " + where);
+    expect_all_bits(plus_zero(d), made, "eager sum with a denormal operand " + where);
+    expect_all_bits(jit(plus_zero)(d), made, "compiled sum with a denormal operand " + where);
     whole_sum(flush, where);
   };
   Worker before, before_sum;  // threads, and pools, that exist in IEEE's mode
@@ -544,22 +549,14 @@ TEST_F(Threads, FlushingDenormalsReachesEveryThreadAndTheLibraries) {
 TEST_F(Threads, APoolFollowsEachChangeOfTheDenormalMode) {
   SKIP_WITHOUT_PARALLEL_REGIONS();
   set_num_threads(2);
-  const float tiny = 1.5e-38f;
-  const float denormal = static_cast<float>(static_cast<double>(tiny) * 0.25);
-  const Tensor a = full({256, 256}, tiny), quarter = eye(256) * 0.25f, x = full({1 << 20}, tiny);
-  const auto count_of = [](const Tensor& t, float v) {
-    const std::vector<float> e = t.to_vector<float>();
-    return std::count_if(e.begin(), e.end(), [&](float f) {
-      return std::bit_cast<uint32_t>(f) == std::bit_cast<uint32_t>(v);
-    });
-  };
+  const Tensor a = full({256, 256}, kTiny), quarter = eye(256) * 0.25f, x = full({1 << 20}, kTiny);
   Worker t;
   set_flush_denormal(true);
-  t.run([&] { EXPECT_EQ(count_of(matmul(a, quarter), 0.0f), a.numel()); });
+  t.run([&] { expect_all_bits(matmul(a, quarter), 0.0f, "matmul"); });
   set_flush_denormal(false);
-  t.run([&] { EXPECT_EQ(count_of(x * 0.25f, denormal), x.numel()); });  // its pool follows
+  t.run([&] { expect_all_bits(x * 0.25f, kQuarterOfTiny, "product"); });  // its pool follows
   set_flush_denormal(true);
-  t.run([&] { EXPECT_EQ(count_of(matmul(a, quarter), 0.0f), a.numel()) << "matmul after"; });
+  t.run([&] { expect_all_bits(matmul(a, quarter), 0.0f, "matmul after"); });
 }
 
 // On a CPU with AVX2 or AVX-512, Kiln's first BLAS call leaves OpenBLAS on kernels for them,

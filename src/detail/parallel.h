@@ -87,8 +87,8 @@ inline int64_t parallel_chunks(int64_t n, int64_t cost_per_item = 1) {
 template <typename F>
 void run_chunks(int64_t n, int64_t chunks, F&& f) {
   if (n <= 0) return;
-  apply_flush_denormal();
   if (chunks <= 1) {
+    apply_flush_denormal();
     f(int64_t{0}, int64_t{0}, n);
     return;
   }
