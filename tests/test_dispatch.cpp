@@ -467,6 +467,13 @@ TEST(Dispatch, KernelOutputsAreChecked) {
                {"wrong type", "f64[1]", "f32[1]"});
   expect_error([&] { (void)bind1(p, {tensor({1.0})}); }, "test_bad_kernel",
                {"wrong number of outputs", "got 0", "expected 1"});
+  // Compiled code runs the kernel against the types its IR holds, which it checks the same way.
+  const auto f = jit([&](const Tensor& x) { return bind1(p, {x}); },
+                     JitOptions{.name = "bad_kernel", .backend = ir::Backend::llvm});
+  expect_error([&] { (void)f(tensor({1.0f})); }, "test_bad_kernel",
+               {"wrong type", "f64[1]", "f32[1]"});
+  expect_error([&] { (void)f(tensor({1.0})); }, "test_bad_kernel",
+               {"wrong number of outputs", "got 0", "expected 1"});
 }
 
 TEST(Dispatch, VariadicUserPrimitive) {

@@ -100,6 +100,44 @@ TEST_F(Allocator, SmallBuffersGoToMalloc) {
   EXPECT_EQ(memory_stats().os_allocations - before.os_allocations, 1);
 }
 
+// Small blocks: glibc's aligned allocation of a small size is slow, so each thread keeps a few
+// freed ones.
+TEST_F(Allocator, SmallBuffersAreReusedByTheThreadThatFreedThem) {
+  const void* first = nullptr;
+  {
+    const Tensor a = buffer(1024);
+    first = a.raw_data();
+  }
+  const MemoryStats before = memory_stats();
+  {
+    const Tensor b = buffer(1000);  // the same 64-byte size
+    EXPECT_EQ(b.raw_data(), first);
+  }
+  EXPECT_EQ(memory_stats().cache_hits - before.cache_hits, 1);
+  EXPECT_EQ(memory_stats().os_allocations, before.os_allocations);
+  EXPECT_EQ(memory_stats().bytes_cached, 0);  // not the shared cache's bytes
+  // Another size does not take it, and neither does another thread.
+  EXPECT_NE(buffer(2048).raw_data(), first);
+  const void* other = nullptr;
+  std::thread([&] { other = buffer(1024).raw_data(); }).join();
+  EXPECT_NE(other, first);
+  EXPECT_EQ(buffer(1024).raw_data(), first);
+}
+
+TEST_F(Allocator, SmallBuffersAreNotKeptAfterAReleaseOrWithCachingOff) {
+  { const Tensor a = buffer(512); }
+  release_cached_memory();
+  const MemoryStats before = memory_stats();
+  { const Tensor b = buffer(512); }  // from the system, then kept
+  EXPECT_EQ(memory_stats().cache_hits, before.cache_hits);
+  EXPECT_EQ(memory_stats().os_allocations - before.os_allocations, 1);
+  detail::set_cache_limit(0);
+  { const Tensor c = buffer(512); }  // takes b's block and does not keep it
+  { const Tensor d = buffer(512); }
+  EXPECT_EQ(memory_stats().cache_hits - before.cache_hits, 1);
+  EXPECT_EQ(memory_stats().os_allocations - before.os_allocations, 2);
+}
+
 TEST_F(Allocator, LiveBuffersAreNeverShared) {
   std::vector<Tensor> live;
   for (int i = 0; i < 4; ++i) live.push_back(buffer(2 * MiB));
@@ -328,6 +366,18 @@ TEST_F(Allocator, CachedBlocksArePoisonedUnderAddressSanitizer) {
   EXPECT_FALSE(__asan_address_is_poisoned(p));
   EXPECT_FALSE(__asan_address_is_poisoned(p + 999'999));
   EXPECT_TRUE(__asan_address_is_poisoned(p + 1'000'000));
+  // A small block waits poisoned in its thread's list too.
+  const char* q = nullptr;
+  {
+    const Tensor c = buffer(1024);
+    q = static_cast<const char*>(c.raw_data());
+  }
+  EXPECT_TRUE(__asan_address_is_poisoned(q));
+  EXPECT_TRUE(__asan_address_is_poisoned(q + 1023));
+  const Tensor d = buffer(1024);
+  ASSERT_EQ(d.raw_data(), q);
+  EXPECT_FALSE(__asan_address_is_poisoned(q));
+  EXPECT_FALSE(__asan_address_is_poisoned(q + 1023));
 #endif
 }
 

@@ -11,10 +11,13 @@ namespace kiln {
 
 // Tensor storage in this process. Freed buffers of at least 256 KiB are kept in a cache and
 // reused by later requests of a similar size (a fresh buffer pays a page fault per page on
-// first touch); smaller ones go back to malloc. The cache holds at most cache_limit bytes
+// first touch); smaller ones go back to malloc, except that each thread keeps a few freed
+// buffers of up to 4 KiB for its next requests (at most 256 KiB a thread, outside
+// bytes_cached; its hits count in cache_hits). The cache holds at most cache_limit bytes
 // (default: the smaller of 2 GiB and 1/8 of physical memory; the environment variable
-// KILN_ALLOCATOR_CACHE_LIMIT, in bytes, overrides it and 0 disables caching) and evicts the
-// least recently freed buffers first. The counters run from process start.
+// KILN_ALLOCATOR_CACHE_LIMIT, in bytes, overrides it and 0 disables caching, the threads'
+// lists included) and evicts the least recently freed buffers first. The counters run from
+// process start.
 struct MemoryStats {
   int64_t bytes_in_use = 0;        // bytes of tensor storage alive now, as requested
   int64_t peak_bytes_in_use = 0;   // the most bytes_in_use since start or the last reset
@@ -30,7 +33,8 @@ struct MemoryStats {
 MemoryStats memory_stats();
 // Sets peak_bytes_in_use to bytes_in_use.
 void reset_peak_memory_stats();
-// Hands every cached buffer back to the system (and trims malloc's free pages). An allocation
+// Hands every cached buffer back to the system, the calling thread's small ones too (and
+// trims malloc's free pages). An allocation
 // that fails also releases the cache and tries once more before raising an Error.
 void release_cached_memory();
 

@@ -158,6 +158,7 @@ struct GroupStep {
 };
 struct OpaqueStep {
   int equation = -1;
+  std::vector<TensorType> out_types;  // its outputs' types, which its kernel must return
   // The value its primitive may write its result over (Primitive::in_place): an input that this
   // step reads last, that is no argument's view, constant or result, and that no other input
   // of the step shares memory with.
@@ -224,8 +225,12 @@ class CompiledFunction final : public Code {
         gs.total_doubles = gs.group.total_doubles();
         steps_.emplace_back(std::move(gs));
       } else {
-        steps_.emplace_back(OpaqueStep{std::get<Opaque>(s).equation});
-        info_.kernel_calls.push_back(std::get<Opaque>(s).equation);
+        const int eq = std::get<Opaque>(s).equation;
+        OpaqueStep os{.equation = eq};
+        for (const ir::Value& v : f_->equations[static_cast<std::size_t>(eq)].outputs)
+          os.out_types.push_back(v.type);
+        steps_.emplace_back(std::move(os));
+        info_.kernel_calls.push_back(eq);
       }
     }
     std::vector<const Group*> groups;
@@ -287,10 +292,11 @@ class CompiledFunction final : public Code {
              dests[i].type(), ", expected a contiguous ", f.results[i].type);
     // The arguments the caller donates (updates_in_place): passed as their result's
     // destination too, and sharing their memory with no other argument.
+    std::vector<const Storage*> storages;
+    storages.reserve(args.size());
+    for (const Tensor& a : args) storages.push_back(a.storage().get());
     auto shared = [&](std::size_t i) {
-      for (std::size_t j = 0; j < args.size(); ++j)
-        if (j != i && args[j].storage() == args[i].storage()) return true;
-      return false;
+      return std::count(storages.begin(), storages.end(), storages[i]) > 1;
     };
     std::vector<bool> donated(dests.size(), false);
     for (std::size_t i : updates_in_place_)
@@ -322,9 +328,9 @@ class CompiledFunction final : public Code {
            ", expected ", f.params.size());
     const ir::ActiveCompiledBodies active(subs_);
     kiln::detail::OperandCacheScope operand_copies;
-    Arena arena = take_arena();
-    std::vector<Tensor> env(static_cast<std::size_t>(f.next_id()));
-    std::vector<char*> data(env.size(), nullptr);
+    Frame frame = take_frame();
+    std::vector<Tensor>& env = frame.env;
+    std::vector<char*>& data = frame.data;
     auto bind_value = [&](int id, Tensor t) {
       data[static_cast<std::size_t>(id)] = static_cast<char*>(t.raw_data());
       env[static_cast<std::size_t>(id)] = std::move(t);
@@ -340,7 +346,8 @@ class CompiledFunction final : public Code {
     // holders it had when the call began, the caller's included; and for what is written in
     // place over one of those, the same. More holders at a kernel call in place means something
     // else (a view, a kernel's output) shares it.
-    std::vector<long> owners(env.size(), 1);
+    std::vector<long>& owners = frame.owners;
+    std::fill(owners.begin(), owners.end(), 1);
     for (std::size_t i = 0; i < donated.size(); ++i)
       if (donated[i]) {
         const auto v = static_cast<std::size_t>(f.params[i].id);
@@ -350,7 +357,7 @@ class CompiledFunction final : public Code {
     for (std::size_t i = 0; i < constants_.size(); ++i)
       bind_value(f.constants[i].value.id, constants_[i]);
 
-    std::vector<char*> buffers;
+    std::vector<char*>& buffers = frame.buffers;
     for (std::size_t s = 0; s < steps_.size(); ++s) {
       const Clock::time_point step_start = profiling ? Clock::now() : Clock::time_point{};
       if (const auto* g = std::get_if<GroupStep>(&steps_[s])) {
@@ -359,7 +366,7 @@ class CompiledFunction final : public Code {
         for (const GroupOutput& o : g->group.outputs) {
           const auto& slot = slots_[static_cast<std::size_t>(o.value)];
           if (slot.arena_offset) {
-            data[static_cast<std::size_t>(o.value)] = arena.base + *slot.arena_offset;
+            data[static_cast<std::size_t>(o.value)] = frame.arena + *slot.arena_offset;
           } else if (const Tensor* d = destination(o.value, dests)) {
             bind_value(o.value, *d);
           } else {
@@ -391,7 +398,7 @@ class CompiledFunction final : public Code {
             owners[static_cast<std::size_t>(e.outputs[0].id)] = owners[v];
           }
         }
-        std::vector<Tensor> ins;
+        std::vector<Tensor>& ins = frame.ins;
         for (const ir::Value& v : e.inputs) ins.push_back(tensor_of(v.id, env));
         std::vector<Tensor> outs;
         // A user's kernel may refill a buffer it keeps between two convolutions: no copies.
@@ -402,17 +409,22 @@ class CompiledFunction final : public Code {
             e.prim->in_place->write(ins, *target, e.attrs);
             outs.push_back(*target);
           } else {
-            outs = loops::drives(*e.prim) ? loops::run(e, ins) : bind(*e.prim, ins, e.attrs, Loc{});
+            outs = loops::drives(*e.prim)
+                       ? loops::run(e, ins)
+                       : kiln::detail::run_kernel(*e.prim, ins, e.attrs, step.out_types, Loc{});
           }
         } catch (const Error& err) {
           kiln::detail::rethrow_at(err, e.loc);
         }
+        ins.clear();  // held no longer than before: in-place writes count the holders
         // ... and may return a buffer it keeps and refills: forget the copies of an earlier fill.
         if (no_copies)
           for (const Tensor& t : outs) operand_copies.forget(t);
         for (std::size_t k = 0; k < outs.size(); ++k) {
           Tensor t = outs[k].is_contiguous() ? std::move(outs[k]) : outs[k].contiguous();
-          if (slots_[static_cast<std::size_t>(e.outputs[k].id)].sole_owner)
+          // A TensorImpl that the kernel keeps too would hide its hold on the storage.
+          if (slots_[static_cast<std::size_t>(e.outputs[k].id)].sole_owner &&
+              t.impl_ptr().use_count() > 1)
             t = Tensor(std::make_shared<TensorImpl>(*t.impl()));
           bind_value(e.outputs[k].id, std::move(t));
         }
@@ -428,7 +440,7 @@ class CompiledFunction final : public Code {
     }
     std::vector<Tensor> results;
     for (const ir::Value& v : f.results) results.push_back(tensor_of(v.id, env));
-    give_back(std::move(arena));
+    give_back(std::move(frame));
     if (profiling)
       detail::record_step(
           profile_id_, -1,
@@ -513,9 +525,16 @@ class CompiledFunction final : public Code {
     return nullptr;
   }
 
-  struct Arena {
+  // What a call works in, kept between calls (one per concurrent call): the arena, and per
+  // value its tensor, its data and its storage's holders.
+  struct Frame {
     Tensor memory;
-    char* base = nullptr;
+    char* arena = nullptr;
+    std::vector<Tensor> env;
+    std::vector<char*> data;
+    std::vector<long> owners;
+    std::vector<char*> buffers;  // a group step's inputs and outputs
+    std::vector<Tensor> ins;     // a kernel step's inputs, cleared after it
   };
 
   // A buffer for group output v: the dead kernel output `reuses` when nothing but env holds
@@ -695,25 +714,31 @@ class CompiledFunction final : public Code {
     }
   }
 
-  Arena take_arena() const {
-    if (arena_bytes_ == 0) return {};
+  Frame take_frame() const {
     {
-      std::lock_guard lock(arena_mutex_);
-      if (!arenas_.empty()) {
-        Arena a = std::move(arenas_.back());
-        arenas_.pop_back();
-        return a;
+      std::lock_guard lock(frames_mutex_);
+      if (!frames_.empty()) {
+        Frame fr = std::move(frames_.back());
+        frames_.pop_back();
+        return fr;
       }
     }
-    Arena a;
-    a.memory = empty(Shape({static_cast<int64_t>(arena_bytes_)}), uint8);
-    a.base = static_cast<char*>(a.memory.raw_data());
-    return a;
+    Frame fr;
+    if (arena_bytes_) {
+      fr.memory = empty(Shape({static_cast<int64_t>(arena_bytes_)}), uint8);
+      fr.arena = static_cast<char*>(fr.memory.raw_data());
+    }
+    const std::size_t n = value_types_.size();
+    fr.env.resize(n);
+    fr.data.resize(n);
+    fr.owners.resize(n);
+    return fr;
   }
-  void give_back(Arena a) const {
-    if (!a.base) return;
-    std::lock_guard lock(arena_mutex_);
-    arenas_.push_back(std::move(a));
+  // Keeps a frame for the next call, holding no tensor of this one.
+  void give_back(Frame fr) const {
+    for (Tensor& t : fr.env) t = Tensor();
+    std::lock_guard lock(frames_mutex_);
+    frames_.push_back(std::move(fr));
   }
 
   std::shared_ptr<const ir::Function> f_;
@@ -730,8 +755,8 @@ class CompiledFunction final : public Code {
   std::size_t arena_bytes_ = 0;
   std::vector<std::size_t> updates_in_place_;
   ir::CompiledInfo info_;
-  mutable std::mutex arena_mutex_;
-  mutable std::vector<Arena> arenas_;
+  mutable std::mutex frames_mutex_;
+  mutable std::vector<Frame> frames_;
 };
 
 void collect_subs(const ir::Function& f, SubFunctions& subs) {

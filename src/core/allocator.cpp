@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <charconv>
@@ -91,12 +92,15 @@ class Cache {
     for (const FreeBlock& b : evicted) release_to_system(b);
   }
 
+  // Whether freed blocks are kept at all (a bound of 0 turns every cache off).
+  bool caching() const noexcept { return caching_.load(std::memory_order_relaxed); }
   // Sets the bound and evicts down to it.
   void set_limit(std::size_t limit) {
     std::list<FreeBlock> evicted;
     {
       std::lock_guard lock(mu_);
       limit_ = limit;
+      caching_.store(limit > 0, std::memory_order_relaxed);
       while (cached_ > limit_) evict_oldest(evicted);
     }
     for (const FreeBlock& b : evicted) release_to_system(b);
@@ -156,6 +160,7 @@ class Cache {
   std::unordered_map<std::size_t, std::deque<Node>> bins_;  // by block size, oldest first
   std::size_t cached_ = 0;
   std::size_t limit_ = initial_limit();
+  std::atomic<bool> caching_{limit_ > 0};
 };
 
 // Never destroyed: storage held by static objects may be freed after static destruction began.
@@ -163,6 +168,68 @@ class Cache {
 Cache& cache() {
   static Cache* const c = new Cache;
   return *c;
+}
+
+// Blocks of at most kSmallBytes: glibc serves a small aligned request on its slow path
+// (memalign carves an aligned piece out of a larger chunk, consolidating its fast bins first),
+// and a compiled call makes many small kernel outputs. So each thread keeps up to
+// kSmallPerSize freed blocks of each 64-byte size, at most kSmallHeld bytes in all, and hands
+// them out again, last freed first. A block may be freed on another thread than the one that
+// took it: it joins that thread's lists. A thread's blocks go back to the system when it exits.
+constexpr std::size_t kSmallBytes = 4096, kSmallHeld = std::size_t{256} << 10;
+constexpr int kSmallPerSize = 8;
+
+struct SmallBlocks {
+  std::array<std::array<void*, kSmallPerSize>, kSmallBytes / 64> blocks{};  // [bytes / 64 - 1]
+  std::array<int, kSmallBytes / 64> counts{};
+  std::size_t held = 0;
+
+  void* take(std::size_t bytes) noexcept {
+    int& n = counts[bytes / 64 - 1];
+    if (n == 0) return nullptr;
+    held -= bytes;
+    return blocks[bytes / 64 - 1][static_cast<std::size_t>(--n)];
+  }
+  bool put(void* data, std::size_t bytes) noexcept {
+    int& n = counts[bytes / 64 - 1];
+    if (n == kSmallPerSize || held + bytes > kSmallHeld) return false;
+    ASAN_POISON_MEMORY_REGION(data, bytes);
+    blocks[bytes / 64 - 1][static_cast<std::size_t>(n++)] = data;
+    held += bytes;
+    return true;
+  }
+  void release() noexcept {
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+      for (int i = 0; i < counts[k]; ++i) {
+        ASAN_UNPOISON_MEMORY_REGION(blocks[k][static_cast<std::size_t>(i)], (k + 1) * 64);
+        std::free(blocks[k][static_cast<std::size_t>(i)]);
+      }
+      counts[k] = 0;
+    }
+    held = 0;
+  }
+};
+
+// Trivially destructible, so valid for the whole life of its thread; the guard empties it
+// when the thread exits, and frees after that (a thread_local destroyed later) skip it.
+thread_local SmallBlocks t_small;
+enum class SmallState : signed char { unused, open, closed };
+thread_local SmallState t_small_state = SmallState::unused;
+struct SmallBlocksGuard {
+  ~SmallBlocksGuard() {
+    t_small_state = SmallState::closed;
+    t_small.release();
+  }
+};
+thread_local SmallBlocksGuard t_small_guard;
+
+// This thread's small blocks, or nullptr once it is exiting.
+SmallBlocks* small_blocks() noexcept {
+  if (t_small_state == SmallState::unused) {
+    static_cast<void>(&t_small_guard);  // constructs it, so that it runs at thread exit
+    t_small_state = SmallState::open;
+  }
+  return t_small_state == SmallState::open ? &t_small : nullptr;
 }
 
 // A block from the system allocator; on failure the cache is released and the request tried
@@ -193,7 +260,11 @@ void* allocate_block(std::size_t nbytes) {
   if (nbytes > std::numeric_limits<std::size_t>::max() / 4) throw std::bad_alloc();
   const std::size_t bytes = block_bytes(nbytes);
   void* data = nullptr;
-  if (bytes >= kCachedMinBytes) data = cache().take(bytes);
+  if (bytes >= kCachedMinBytes) {
+    data = cache().take(bytes);
+  } else if (SmallBlocks* small = bytes <= kSmallBytes ? small_blocks() : nullptr) {
+    data = small->take(bytes);
+  }
   if (data != nullptr) {
     counters.cache_hits.fetch_add(1, std::memory_order_relaxed);
   } else {
@@ -215,7 +286,8 @@ void free_block(void* data, std::size_t nbytes) noexcept {
   counters.in_use.fetch_sub(static_cast<int64_t>(nbytes), std::memory_order_relaxed);
   const std::size_t bytes = block_bytes(nbytes);
   if (bytes < kCachedMinBytes) {
-    std::free(data);
+    SmallBlocks* small = bytes <= kSmallBytes && cache().caching() ? small_blocks() : nullptr;
+    if (!small || !small->put(data, bytes)) std::free(data);
     return;
   }
   cache().put({data, bytes});
@@ -273,6 +345,7 @@ void reset_peak_memory_stats() {
 
 void release_cached_memory() {
   detail::cache().release_all();
+  if (detail::SmallBlocks* small = detail::small_blocks()) small->release();
   // glibc keeps freed blocks below its mmap threshold in its heap: return their pages too.
   malloc_trim(0);
 }

@@ -13,7 +13,8 @@
 namespace kiln::detail {
 
 // Requests of at least this many bytes are cached when freed; smaller ones go to malloc/free,
-// whose own free lists already reuse them without returning pages to the kernel.
+// whose own free lists already reuse them without returning pages to the kernel (those of at
+// most 4 KiB through a short list per thread first: allocator.cpp).
 inline constexpr std::size_t kCachedMinBytes = std::size_t{256} << 10;
 
 // The size of the block that serves a request of nbytes: nbytes rounded up to 64 below

@@ -6,6 +6,8 @@
 // in a link against the static library, which drops object files nobody references.
 #pragma once
 
+#include <optional>
+#include <span>
 #include <vector>
 
 #include "kiln/primitive.h"
@@ -29,5 +31,13 @@ bool builtin_kernels_only(const Primitive& primitive);
 // Whether `primitive` is a built-in running only its own kernels: no user's code runs when it
 // is bound (register_primitive's kernels and register_kernel's are a user's).
 bool runs_builtin_code(const Primitive& primitive);
+
+// What `bind` does once the inputs are checked: selects the kernel for the inputs' dtypes,
+// runs it and checks its outputs against `out_types`, inferring them by the type rule when
+// not given. Compiled code passes the types its IR already holds, so a call pays for no
+// type rule.
+std::vector<Tensor> run_kernel(const Primitive& primitive, std::span<const Tensor> inputs,
+                               const Attrs& attrs,
+                               std::optional<std::span<const TensorType>> out_types, Loc loc);
 
 }  // namespace kiln::detail

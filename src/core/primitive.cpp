@@ -320,50 +320,57 @@ const Kernel& select_kernel(const Primitive& primitive, Device device,
 
 std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> inputs,
                                        const Attrs& attrs, Loc loc) const {
-  if (detail::trace_active()) {
-    for (std::size_t i = 0; i < inputs.size(); ++i)
-      if (!inputs[i].defined())
-        fail(p.name, "input ", i,
-             " is an undefined tensor: got a default-constructed Tensor, "
-             "expected one created by an operation",
-             detail::location_suffix(loc));
-    return detail::record(p, inputs, attrs,
-                          ir::SourceLoc{loc.file_name(), static_cast<int>(loc.line())});
-  }
-  detail::apply_flush_denormal();  // for kernels whose loops run on this thread alone
-  std::vector<TensorType> types;
-  types.reserve(inputs.size());
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
+  for (std::size_t i = 0; i < inputs.size(); ++i)
     if (!inputs[i].defined())
       fail(p.name, "input ", i,
            " is an undefined tensor: got a default-constructed Tensor, "
            "expected one created by an operation",
            detail::location_suffix(loc));
-    if (inputs[i].is_traced()) detail::throw_concrete_value_error(p.name, inputs[i]);
-    types.push_back(inputs[i].type());
-  }
+  if (detail::trace_active())
+    return detail::record(p, inputs, attrs,
+                          ir::SourceLoc{loc.file_name(), static_cast<int>(loc.line())});
+  for (const Tensor& t : inputs)
+    if (t.is_traced()) detail::throw_concrete_value_error(p.name, t);
+  return detail::run_kernel(p, inputs, attrs, std::nullopt, loc);
+}
+
+std::vector<Tensor> detail::run_kernel(const Primitive& p, std::span<const Tensor> inputs,
+                                       const Attrs& attrs,
+                                       std::optional<std::span<const TensorType>> out_types,
+                                       Loc loc) {
+  apply_flush_denormal();  // for kernels whose loops run on this thread alone
+  auto input_types = [&] {
+    std::vector<TensorType> types;
+    types.reserve(inputs.size());
+    for (const Tensor& t : inputs) types.push_back(t.type());
+    return types;
+  };
   try {
-    const std::vector<TensorType> out_types = p.infer(types, attrs);
+    std::vector<TensorType> inferred;
+    if (!out_types) {
+      inferred = p.infer(input_types(), attrs);
+      out_types = inferred;
+    }
     std::vector<DType> dtypes;
-    dtypes.reserve(types.size());
-    for (const TensorType& t : types) dtypes.push_back(t.dtype);
+    dtypes.reserve(inputs.size());
+    for (const Tensor& t : inputs) dtypes.push_back(t.dtype());
     const Kernel& kernel = select_kernel(p, Device::cpu, dtypes);
     std::vector<Tensor> outs = kernel(inputs, attrs);
-    if (outs.size() != out_types.size())
+    if (outs.size() != out_types->size())
       fail(p.name, "kernel returned the wrong number of outputs: got ", outs.size(), ", expected ",
-           out_types.size());
+           out_types->size());
     for (std::size_t i = 0; i < outs.size(); ++i)
-      if (outs[i].type() != out_types[i])
+      if (outs[i].type() != (*out_types)[i])
         fail(p.name, "kernel output ", i, " has the wrong type: got ", outs[i].type(),
-             ", expected ", out_types[i], " for inputs ", types_to_string(types));
+             ", expected ", (*out_types)[i], " for inputs ", types_to_string(input_types()));
     return outs;
   } catch (const Error& e) {
-    detail::rethrow_at(claimed(e, p.name), loc);
+    rethrow_at(claimed(e, p.name), loc);
   } catch (const std::bad_alloc&) {
     // A kernel's scratch buffer (tensors raise Errors of their own when they cannot be had).
-    detail::rethrow_at(Error(p.name, "out of memory: got inputs " + types_to_string(types) +
-                                         ", expected working memory the system can satisfy"),
-                       loc);
+    rethrow_at(Error(p.name, "out of memory: got inputs " + types_to_string(input_types()) +
+                                 ", expected working memory the system can satisfy"),
+               loc);
   }
 }
 
