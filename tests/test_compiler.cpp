@@ -1224,8 +1224,8 @@ TEST(Compiler, TheSteadyStateAsksTheSystemForNoMemory) {
   // group then overwrites with the cotangent the second matmul reads; every other
   // intermediate lives in the arena.
   EXPECT_EQ(after.allocations - before.allocations, 10 * 3);
-  // Only the small buffers (the loss, below the cache's 256 KiB) go to malloc, which reuses
-  // its own free lists: far less than one fresh page per call.
+  // Only the small buffers (the loss, below the cache's 256 KiB) go to malloc, after the
+  // thread's list of small blocks: far less than one fresh page per call.
   EXPECT_LT(after.os_bytes_allocated - before.os_bytes_allocated, 10 * 4096);
   EXPECT_GT(after.cache_hits - before.cache_hits, 10);
 }

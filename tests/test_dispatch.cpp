@@ -476,6 +476,29 @@ TEST(Dispatch, KernelOutputsAreChecked) {
                {"wrong number of outputs", "got 0", "expected 1"});
 }
 
+// Compiled code knows every value's type: its kernel calls run no type rule, as bind does.
+TEST(Dispatch, CompiledCallsRunNoTypeRule) {
+  auto rule_calls = std::make_shared<int>(0);
+  const Primitive& p =
+      register_primitive(prim("test_counted_rule", 1,
+                              [rule_calls](std::span<const TensorType> in, const Attrs&) {
+                                ++*rule_calls;
+                                return std::vector<TensorType>{in[0]};
+                              }),
+                         {{sig({float32}), [](std::span<const Tensor> in, const Attrs&) {
+                             return std::vector<Tensor>{in[0] * 2.0f};
+                           }}});
+  const Tensor x = tensor({1.0f, -3.0f});
+  (void)bind1(p, {x});
+  EXPECT_EQ(*rule_calls, 1);
+  const auto f = jit([&](const Tensor& v) { return bind1(p, {v}); },
+                     JitOptions{.name = "counted_rule", .backend = ir::Backend::llvm});
+  (void)f(x);  // traces and compiles, which may apply the rule
+  const int after_compiling = *rule_calls;
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(f(x).data<float>()[1], -6.0f);
+  EXPECT_EQ(*rule_calls, after_compiling);
+}
+
 TEST(Dispatch, VariadicUserPrimitive) {
   // sum_all(xs...) = elementwise sum of any number (>= 1) of same-typed inputs.
   const Primitive& p = register_primitive(

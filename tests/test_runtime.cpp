@@ -116,8 +116,7 @@ TEST_F(Allocator, SmallBuffersAreReusedByTheThreadThatFreedThem) {
   EXPECT_EQ(memory_stats().cache_hits - before.cache_hits, 1);
   EXPECT_EQ(memory_stats().os_allocations, before.os_allocations);
   EXPECT_EQ(memory_stats().bytes_cached, 0);  // not the shared cache's bytes
-  // Another size does not take it, and neither does another thread.
-  EXPECT_NE(buffer(2048).raw_data(), first);
+  // Another thread does not take it.
   const void* other = nullptr;
   std::thread([&] { other = buffer(1024).raw_data(); }).join();
   EXPECT_NE(other, first);
@@ -131,11 +130,11 @@ TEST_F(Allocator, SmallBuffersAreNotKeptAfterAReleaseOrWithCachingOff) {
   { const Tensor b = buffer(512); }  // from the system, then kept
   EXPECT_EQ(memory_stats().cache_hits, before.cache_hits);
   EXPECT_EQ(memory_stats().os_allocations - before.os_allocations, 1);
-  detail::set_cache_limit(0);
-  { const Tensor c = buffer(512); }  // takes b's block and does not keep it
+  detail::set_cache_limit(0);  // drops b's block
+  { const Tensor c = buffer(512); }
   { const Tensor d = buffer(512); }
-  EXPECT_EQ(memory_stats().cache_hits - before.cache_hits, 1);
-  EXPECT_EQ(memory_stats().os_allocations - before.os_allocations, 2);
+  EXPECT_EQ(memory_stats().cache_hits, before.cache_hits);
+  EXPECT_EQ(memory_stats().os_allocations - before.os_allocations, 3);
 }
 
 TEST_F(Allocator, LiveBuffersAreNeverShared) {

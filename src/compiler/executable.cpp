@@ -3,6 +3,7 @@
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <mutex>
@@ -292,9 +293,9 @@ class CompiledFunction final : public Code {
              dests[i].type(), ", expected a contiguous ", f.results[i].type);
     // The arguments the caller donates (updates_in_place): passed as their result's
     // destination too, and sharing their memory with no other argument.
-    std::vector<const Storage*> storages;
-    storages.reserve(args.size());
-    for (const Tensor& a : args) storages.push_back(a.storage().get());
+    std::vector<const Storage*> storages;  // the arguments' memory, when any may be donated
+    if (!updates_in_place_.empty())
+      for (const Tensor& a : args) storages.push_back(a.storage().get());
     auto shared = [&](std::size_t i) {
       return std::count(storages.begin(), storages.end(), storages[i]) > 1;
     };
@@ -416,7 +417,7 @@ class CompiledFunction final : public Code {
         } catch (const Error& err) {
           kiln::detail::rethrow_at(err, e.loc);
         }
-        ins.clear();  // held no longer than before: in-place writes count the holders
+        ins.clear();  // so that later in-place checks count only env's holders
         // ... and may return a buffer it keeps and refills: forget the copies of an earlier fill.
         if (no_copies)
           for (const Tensor& t : outs) operand_copies.forget(t);

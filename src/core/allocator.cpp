@@ -177,32 +177,33 @@ Cache& cache() {
 // them out again, last freed first. A block may be freed on another thread than the one that
 // took it: it joins that thread's lists. A thread's blocks go back to the system when it exits.
 constexpr std::size_t kSmallBytes = 4096, kSmallHeld = std::size_t{256} << 10;
-constexpr int kSmallPerSize = 8;
+constexpr std::size_t kSmallPerSize = 8;
 
 struct SmallBlocks {
-  std::array<std::array<void*, kSmallPerSize>, kSmallBytes / 64> blocks{};  // [bytes / 64 - 1]
-  std::array<int, kSmallBytes / 64> counts{};
+  std::array<std::array<void*, kSmallPerSize>, kSmallBytes / 64> blocks{};  // by size / 64 - 1
+  std::array<std::size_t, kSmallBytes / 64> counts{};
   std::size_t held = 0;
 
+  static std::size_t size_class(std::size_t bytes) { return bytes / 64 - 1; }
   void* take(std::size_t bytes) noexcept {
-    int& n = counts[bytes / 64 - 1];
+    std::size_t& n = counts[size_class(bytes)];
     if (n == 0) return nullptr;
     held -= bytes;
-    return blocks[bytes / 64 - 1][static_cast<std::size_t>(--n)];
+    return blocks[size_class(bytes)][--n];
   }
   bool put(void* data, std::size_t bytes) noexcept {
-    int& n = counts[bytes / 64 - 1];
+    std::size_t& n = counts[size_class(bytes)];
     if (n == kSmallPerSize || held + bytes > kSmallHeld) return false;
     ASAN_POISON_MEMORY_REGION(data, bytes);
-    blocks[bytes / 64 - 1][static_cast<std::size_t>(n++)] = data;
+    blocks[size_class(bytes)][n++] = data;
     held += bytes;
     return true;
   }
   void release() noexcept {
     for (std::size_t k = 0; k < blocks.size(); ++k) {
-      for (int i = 0; i < counts[k]; ++i) {
-        ASAN_UNPOISON_MEMORY_REGION(blocks[k][static_cast<std::size_t>(i)], (k + 1) * 64);
-        std::free(blocks[k][static_cast<std::size_t>(i)]);
+      for (std::size_t i = 0; i < counts[k]; ++i) {
+        ASAN_UNPOISON_MEMORY_REGION(blocks[k][i], (k + 1) * 64);
+        std::free(blocks[k][i]);
       }
       counts[k] = 0;
     }
@@ -232,12 +233,18 @@ SmallBlocks* small_blocks() noexcept {
   return t_small_state == SmallState::open ? &t_small : nullptr;
 }
 
-// A block from the system allocator; on failure the cache is released and the request tried
-// once more.
+// Hands the cache's blocks and the calling thread's small ones back to the system.
+void release_caches() noexcept {
+  cache().release_all();
+  if (SmallBlocks* small = small_blocks()) small->release();
+}
+
+// A block from the system allocator; on failure the caches are released and the request
+// tried once more.
 void* system_allocate(std::size_t bytes) {
   void* data = std::aligned_alloc(64, bytes);
   if (data == nullptr) {
-    cache().release_all();
+    release_caches();
     data = std::aligned_alloc(64, bytes);
   }
   if (data == nullptr) throw std::bad_alloc();
@@ -295,6 +302,7 @@ void free_block(void* data, std::size_t nbytes) noexcept {
 
 void set_cache_limit(int64_t bytes) {
   cache().set_limit(static_cast<std::size_t>(std::max<int64_t>(bytes, 0)));
+  if (SmallBlocks* small = bytes > 0 ? nullptr : small_blocks()) small->release();
 }
 
 std::size_t physical_memory() {
@@ -344,8 +352,7 @@ void reset_peak_memory_stats() {
 }
 
 void release_cached_memory() {
-  detail::cache().release_all();
-  if (detail::SmallBlocks* small = detail::small_blocks()) small->release();
+  detail::release_caches();
   // glibc keeps freed blocks below its mmap threshold in its heap: return their pages too.
   malloc_trim(0);
 }

@@ -29,7 +29,8 @@ void* allocate_block(std::size_t nbytes);
 // Gives back a block from allocate_block(nbytes), with the same nbytes. Never throws.
 void free_block(void* data, std::size_t nbytes) noexcept;
 
-// Changes the bound on cached bytes (evicting down to it); 0 disables caching. Tests use it;
+// Changes the bound on cached bytes (evicting down to it); 0 disables caching and empties the
+// calling thread's small blocks (other threads' lists empty as they are used). Tests use it;
 // users set KILN_ALLOCATOR_CACHE_LIMIT.
 void set_cache_limit(int64_t bytes);
 

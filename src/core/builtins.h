@@ -1,4 +1,5 @@
-// How the registry and the built-in primitives meet. The registry (primitive.cpp) defines
+// How the registry and the built-in primitives meet, and how compiled code runs a kernel
+// without `bind`'s per-call checks. The registry (primitive.cpp) defines
 // what an accessor registers with; ops defines the one function that registers them all
 // (src/ops/primitives.cpp), which the registry calls before any look-up by name, walk or user
 // registration. That call is the registry's only reference to a layer above: it keeps names
