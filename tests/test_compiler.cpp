@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -92,11 +93,12 @@ struct TempDir {
 };
 
 // The lines of the LLVM IR dumped into dir (KILN_DUMP_DIR) for which match holds.
-int ir_lines(const std::filesystem::path& dir,
-             const std::function<bool(const std::string&)>& match) {
+// The lines of the dumped LLVM IR (".ll") or assembly (".s") in `dir` that `match` accepts.
+int ir_lines(const std::filesystem::path& dir, const std::function<bool(const std::string&)>& match,
+             std::string_view extension = ".ll") {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
-    if (e.path().extension() != ".ll") continue;
+    if (e.path().extension() != extension) continue;
     std::ifstream in(e.path());
     for (std::string line; std::getline(in, line);) n += match(line);
   }
@@ -774,6 +776,45 @@ TEST(Compiler, ThinBatchedProductsRunAsFusedSums) {
     SCOPED_TRACE(b.type().to_string());
     EXPECT_EQ(kernel_calls(mix, a, b), 1u);
   }
+}
+
+// Below the CPU's instruction set (KILN_ISA; CI runs this file at avx2, sse4 and scalar) the
+// generated code is what a CPU of that set would run: no AVX-512 register or instruction
+// below avx512, no AVX below avx2. (On a CPU without AVX-512, avx512 is not below it.)
+TEST(Compiler, GeneratedCodeStaysWithinTheInstructionSet) {
+  const TempDir dir;
+  {
+    const EnvVar env("KILN_DUMP_DIR", dir.path.string());
+    jit([](const Tensor& x, const Tensor& y) { return tanh(x) * sigmoid(y) + exp(x * y); },
+        kCompiled)(normal(64, {1000}), normal(65, {1000}));
+  }
+  auto lines = [&](const char* pattern) {
+    const std::regex re(pattern);
+    return ir_lines(
+        dir.path, [&](const std::string& line) { return std::regex_search(line, re); }, ".s");
+  };
+  const int zmm = lines("%zmm"), masks = lines("%k[1-7]\\b"),
+            upper = lines("%[xy]mm(1[6-9]|2[0-9]|3[01])\\b"), ymm = lines("%ymm"),
+            fma = lines("vfmadd|vfnmadd");
+  const math::Isa isa = math::host_isa();
+  if (isa < math::Isa::avx512) {
+    EXPECT_EQ(zmm, 0);
+    EXPECT_EQ(masks, 0);
+    EXPECT_EQ(upper, 0);
+  } else {
+    EXPECT_GT(zmm, 0);
+  }
+  if (isa < math::Isa::avx2) {
+    EXPECT_EQ(ymm, 0);
+    EXPECT_EQ(fma, 0);
+  } else if (isa == math::Isa::avx2) {
+    EXPECT_GT(ymm, 0);
+    EXPECT_GT(fma, 0);
+  }
+  // Shares of the peak (KILN_PROFILE, the benchmarks) are of the peak of the same set.
+  EXPECT_EQ(machine_peak(1).isa, isa == math::Isa::avx512 ? "avx512"
+                                 : isa == math::Isa::avx2 ? "avx2"
+                                                          : "sse");
 }
 
 // A column group's second pass over a row asks for the next row's inputs (the first pass then

@@ -10,7 +10,8 @@ namespace kiln {
 
 // The machine's limits on `threads` cores at once, measured by running on them.
 struct MachinePeak {
-  std::string isa;        // the vectors the FMA chains ran in: "avx512", "avx2" or "sse"
+  std::string isa;        // the vectors the FMA chains ran in: "avx512", "avx2" or "sse", the
+                          // widest the CPU has within KILN_ISA's set
   int threads = 1;        // cores measured at once
   double fma_gflops = 0;  // float32 FMA peak, summed over the threads (2 FLOPs per FMA lane)
   double copy_gbps = 0;   // streaming copy (memcpy of 24 MiB per thread, less beyond 10

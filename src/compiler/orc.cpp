@@ -56,6 +56,16 @@ T unwrap(llvm::Expected<T> v, std::string_view what) {
   return std::move(*v);
 }
 
+// Whether LLVM may use feature `name` when Kiln runs at instruction set `isa` (KILN_ISA): code
+// for a lower set than the CPU's is the code a CPU of that set would run, AVX-512's
+// instructions and registers left out below avx512, and AVX's below avx2.
+bool allowed_at(std::string_view name, math::Isa isa) {
+  auto starts = [&](std::string_view p) { return name.substr(0, p.size()) == p; };
+  if (isa < math::Isa::avx512 && (starts("avx512") || starts("amx"))) return false;
+  return isa >= math::Isa::avx2 || !(starts("avx") || starts("fma") || name == "f16c" ||
+                                     name == "vaes" || name == "vpclmulqdq");
+}
+
 HostCpu detect_host() {
   HostCpu h;
   h.name = llvm::sys::getHostCPUName().str();
@@ -64,8 +74,9 @@ HostCpu detect_host() {
   std::vector<std::string> flags;
   if (llvm::sys::getHostCPUFeatures(features))
     for (const auto& f : features) {
-      std::string flag(1, f.second ? '+' : '-');
-      flag.append(f.first().data(), f.first().size());
+      const std::string_view name(f.first().data(), f.first().size());
+      std::string flag(1, f.second && allowed_at(name, math::host_isa()) ? '+' : '-');
+      flag.append(name);
       flags.push_back(std::move(flag));
     }
   std::sort(flags.begin(), flags.end());

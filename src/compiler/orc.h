@@ -20,9 +20,8 @@ namespace kiln::compiler {
 
 // What the host CPU offers, as LLVM detects it at run time (never the build machine's).
 struct HostCpu {
-  std::string name;       // "skylake-avx512", "znver3", ...
-  std::string features;   // "+avx2,+fma,..." as LLVM spells them
-  int vector_bits = 128;  // the widest vectors the generated loops use: 512, 256 or 128
+  std::string name;      // "skylake-avx512", "znver3", ...
+  std::string features;  // "+avx2,+fma,..." as LLVM spells them, within KILN_ISA's set
 };
 const HostCpu& host_cpu();
 
