@@ -11,7 +11,9 @@ namespace kiln {
 // The machine's limits on `threads` cores at once, measured by running on them.
 struct MachinePeak {
   std::string isa;        // the vectors the FMA chains ran in: "avx512", "avx2" or "sse", the
-                          // widest the CPU has within KILN_ISA's set
+                          // widest of the set Kiln runs at (KILN_ISA may lower it; the
+                          // libraries follow their own variables, DNNL_MAX_CPU_ISA and
+                          // OPENBLAS_CORETYPE)
   int threads = 1;        // cores measured at once
   double fma_gflops = 0;  // float32 FMA peak, summed over the threads (2 FLOPs per FMA lane)
   double copy_gbps = 0;   // streaming copy (memcpy of 24 MiB per thread, less beyond 10

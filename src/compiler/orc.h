@@ -21,7 +21,8 @@ namespace kiln::compiler {
 // What the host CPU offers, as LLVM detects it at run time (never the build machine's).
 struct HostCpu {
   std::string name;      // "skylake-avx512", "znver3", ...
-  std::string features;  // "+avx2,+fma,..." as LLVM spells them, within KILN_ISA's set
+  std::string features;  // "+avx2,+fma,..." as LLVM spells them; AVX-512's off below avx512
+                         // (KILN_ISA)
 };
 const HostCpu& host_cpu();
 

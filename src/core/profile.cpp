@@ -74,11 +74,9 @@ double best_of_rounds(int threads, const Body& body) {
 
 MachinePeak measure(int threads) {
   MachinePeak p{.threads = threads};
-  // The set Kiln runs at (KILN_ISA may hold it below the CPU's), which is what its code can reach.
+  // The set Kiln runs at (at most the CPU's; KILN_ISA may hold it lower): what its code can reach.
   const math::Isa isa = math::host_isa();
-  const bool avx512 = isa >= math::Isa::avx512 && __builtin_cpu_supports("avx512f");
-  const bool avx2 =
-      isa >= math::Isa::avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = isa >= math::Isa::avx512, avx2 = isa >= math::Isa::avx2;
   p.isa = avx512 ? "avx512" : avx2 ? "avx2" : "sse";
   p.fma_gflops = best_of_rounds(threads, [&](std::size_t) {
     return avx512 ? chains_avx512(10'000'000)
