@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   const RuntimeInfo info = runtime_info();
   const std::string chosen(gemm_backend_name(info.gemm_backend));
-  std::printf("# %s; Kiln's ISA %s, OpenBLAS core %s; default float32 backend: %s\n",
+  std::printf("# %s; the CPU's vector ISA %s, OpenBLAS core %s; default float32 backend: %s\n",
               cpu_model().c_str(), info.cpu_isa.c_str(), info.blas_kernels.c_str(), chosen.c_str());
   const GemmBackend backends[] = {GemmBackend::openblas, GemmBackend::onednn};
   for (int threads : o.threads) {
