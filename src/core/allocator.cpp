@@ -302,7 +302,8 @@ void free_block(void* data, std::size_t nbytes) noexcept {
 
 void set_cache_limit(int64_t bytes) {
   cache().set_limit(static_cast<std::size_t>(std::max<int64_t>(bytes, 0)));
-  if (SmallBlocks* small = bytes > 0 ? nullptr : small_blocks()) small->release();
+  if (bytes > 0) return;
+  if (SmallBlocks* small = small_blocks()) small->release();
 }
 
 std::size_t physical_memory() {
