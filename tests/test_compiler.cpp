@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -1071,6 +1072,24 @@ TEST(Compiler, DumpsStayInsideTheDumpDirectory) {
   }
   EXPECT_EQ(inside, 8);  // a .ll and a .s per function
   EXPECT_FALSE(std::filesystem::exists("/abs"));
+}
+
+// Kiln's own float32 exp and tanh, emitted inline, give the eager kernels' bits over the whole
+// float range, in vector steps and in the scalar tail (on AVX-512 the steps scale by vscalefps,
+// the tail by products): every 4099th bit pattern, and the edges of their branches alone (a
+// tail) and after them.
+TEST(Compiler, InlineExpAndTanhGiveTheEagerBitsOverEveryFloat) {
+  const std::vector<float> edges = {INFINITY, -INFINITY, NAN,      89.0f,   -87.4f,
+                                    -103.3f,  -103.9f,   -104.0f,  -104.5f, -175.7f,
+                                    -176.0f,  0.625f,    0x1p-12f, 10.0f,   -0.0f};
+  std::vector<float> v;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099)
+    v.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+  v.insert(v.end(), edges.begin(), edges.end());
+  for (const Tensor& x : {tensor(edges), tensor(v)}) {
+    expect_bits(jit([](const Tensor& t) { return exp(t); }, kCompiled)(x), exp(x));
+    expect_bits(jit([](const Tensor& t) { return tanh(t); }, kCompiled)(x), tanh(x));
+  }
 }
 
 // A transcendental node that two passes of a reduction group read (softmax's exp(x - max): the

@@ -376,6 +376,31 @@ TEST(VectorMath, TailsMatchLoopBodies) {
     }
 }
 
+// Kiln's own exp and tanh over the whole float range: the vector variant gives the bits of the
+// scalar one, which compiled loops' tails compute (AVX-512's variant scales by vscalefps, the
+// scalar by products, rounding once either way). Every 4099th bit pattern, and every float
+// where exp's result is a denormal or rounds to 0.
+TEST(VectorMath, OwnFunctionsScalarVariantsMatchTheVectorOnesOverEveryFloat) {
+  std::vector<float> x;
+  for (uint64_t b = 0; b < (uint64_t{1} << 32); b += 4099)
+    x.push_back(std::bit_cast<float>(static_cast<uint32_t>(b)));
+  for (float v = -106.0f; v <= -86.0f; v = std::nextafter(v, 0.0f)) x.push_back(v);
+  for (Isa isa : supported_isas())
+    for (MathFn fn : {MathFn::exp, MathFn::tanh}) {
+      const auto scalar = reinterpret_cast<float (*)(float)>(
+          dlsym(RTLD_DEFAULT, math::math_functions(fn, float32, isa).scalar.symbol.c_str()));
+      ASSERT_NE(scalar, nullptr);
+      std::vector<float> vec(x.size());
+      math::apply(isa, fn, x.data(), vec.data(), static_cast<int64_t>(x.size()));
+      int64_t wrong = 0;
+      for (std::size_t i = 0; i < x.size(); ++i)
+        if (!identical(vec[i], scalar(x[i])) && wrong++ < 5)
+          ADD_FAILURE() << math::fn_name(fn) << " on " << math::isa_name(isa) << " at "
+                        << std::hexfloat << x[i] << ": " << vec[i] << " against " << scalar(x[i]);
+      EXPECT_EQ(wrong, 0) << math::fn_name(fn) << " on " << math::isa_name(isa);
+    }
+}
+
 // The exception: SLEEF's sin, cos and tan pick their argument reduction per vector (the exact,
 // slower one when any lane is large), so an element's result can move by one ulp with its
 // neighbours (DESIGN.md: why compiled and eager results of these agree within 2 ulps, not
@@ -527,9 +552,9 @@ TEST(VectorMath, EagerKernels) {
   }
 }
 
-// Below exp's underflow threshold (about -103.97) every float32 result is +0, as libm's: from
-// -176 on without an underflowing product (both halves of the scale are the bits of +0), above
-// it rounded from one. Every float from -180 to -103 on every instruction set.
+// Below exp's underflow threshold (about -103.97) every float32 result is +0, as libm's, rounded
+// from the scaling or, where that would underflow (docs/DESIGN.md), made without it. Every float
+// from -180 to -103 on every instruction set.
 TEST(VectorMath, ExpOfEveryFloatBelowTheUnderflowThresholdIsZero) {
   std::vector<float> x;
   for (float v = -180.0f; v <= -103.0f; v = std::nextafter(v, 0.0f)) x.push_back(v);

@@ -3,6 +3,7 @@
 #include "compiler/scalar_ops.h"
 
 #include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/Module.h>
 
 #include <limits>
@@ -18,11 +19,14 @@ namespace {
 // compute Kiln's own float32 exp and tanh inline (no call, which would spill every vector
 // register around it) and bit for bit as the library's variants: llvm.fma where the host's
 // variant fuses, fmul then fadd where it does not (no fast-math flags, so LLVM contracts
-// nothing), and selects for the clamps, which keep NaN as maxps/minps do.
+// nothing), selects for the clamps, which keep NaN as maxps/minps do, and vscalefps for exp's
+// scaling at 16 lanes where the host's variant is AVX-512's (narrower steps and the scalar tail
+// scale by products, which round to the same bits).
 struct IrMath {
   llvm::IRBuilder<>& b;
   int lanes;
   bool fused;
+  bool avx512;
   using V = llvm::Value*;
   using I = llvm::Value*;
   using Mask = llvm::Value*;
@@ -63,6 +67,13 @@ struct IrMath {
   I isub(I x, I y) const { return b.CreateSub(x, y); }
   I shl(I x, int n) const { return b.CreateShl(x, static_cast<uint64_t>(n)); }
   I sra(I x, int n) const { return b.CreateAShr(x, static_cast<uint64_t>(n)); }
+  bool has_scalef() const { return avx512 && lanes == 16; }
+  V scalef(V y, V n) const {
+    llvm::Value* all = b.getInt16(0xffff);  // every lane; the pass-through operand is unused
+    llvm::Value* round = b.getInt32(4);     // the current rounding mode
+    return b.CreateIntrinsic(llvm::Intrinsic::x86_avx512_mask_scalef_ps_512, {},
+                             {y, n, y, all, round});
+  }
 };
 
 }  // namespace
@@ -163,7 +174,8 @@ llvm::Value* ScalarOps::round_to(DType d, llvm::Value* v) {
 llvm::Value* ScalarOps::call_math(math::MathFn fn, DType d, const std::vector<llvm::Value*>& args) {
   const DType t = d == float64 ? float64 : float32;
   if (math::is_own(fn, t)) {  // Kiln's own: emitted inline (fast_math_impl.h)
-    const IrMath m{b_, lanes_of(args[0]), math::host_isa() >= math::Isa::avx2};
+    const IrMath m{b_, lanes_of(args[0]), math::host_isa() >= math::Isa::avx2,
+                   math::host_isa() >= math::Isa::avx512};
     return fn == math::MathFn::exp ? math::fast::exp(m, args[0]) : math::fast::tanh(m, args[0]);
   }
   llvm::Value* r = call_sleef(fn, t, args);

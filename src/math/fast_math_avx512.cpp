@@ -35,6 +35,8 @@ struct Avx512 {
   static I isub(I a, I b) { return _mm512_sub_epi32(a, b); }
   static I shl(I a, int n) { return _mm512_slli_epi32(a, static_cast<unsigned>(n)); }
   static I sra(I a, int n) { return _mm512_srai_epi32(a, static_cast<unsigned>(n)); }
+  static bool has_scalef() { return true; }
+  static V scalef(V y, V n) { return _mm512_scalef_ps(y, n); }
 };
 
 }  // namespace

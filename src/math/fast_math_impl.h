@@ -8,7 +8,9 @@
 //
 // P provides: V (float lanes), I (int32 lanes), Mask; set, add, sub, mul, div, fma (a * b + c,
 // fused where the variant is, two roundings where it is not), clamp (NaN passes through), abs,
-// copysign, lt, select(mask, a, b), bits / from_bits, iset, iadd, isub, shl, sra.
+// copysign, lt, select(mask, a, b), bits / from_bits, iset, iadd, isub, shl, sra. A policy may
+// also provide scalef(y, n) = y 2^n rounded once (AVX-512's vscalefps) with has_scalef() saying
+// whether it may be used.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +24,8 @@ namespace {
 // summed small terms first). The caller scales by 2^n.
 template <class P>
 struct ExpParts {
-  typename P::V y;  // e^r
+  typename P::V y;   // e^r
+  typename P::V nf;  // n, an integer, as a float
   typename P::I n;
 };
 template <class P>
@@ -39,7 +42,7 @@ inline ExpParts<P> exp_parts(const P& m, typename P::V x) {
   p = m.fma(p, r, m.set(4.1665795894e-2f));
   p = m.fma(p, r, m.set(1.6666665459e-1f));
   p = m.fma(p, r, m.set(5.0000001201e-1f));
-  return {m.add(m.fma(p, m.mul(r, r), r), m.set(1.0f)), m.isub(m.bits(t), m.bits(magic))};
+  return {m.add(m.fma(p, m.mul(r, r), r), m.set(1.0f)), n, m.isub(m.bits(t), m.bits(magic))};
 }
 
 // 2^n as a float, for -126 <= n <= 127; +0 for n = -127 (exp's arguments below -175.7).
@@ -48,18 +51,32 @@ inline typename P::V pow2(const P& m, typename P::I n) {
   return m.from_bits(m.shl(m.iadd(n, m.iset(127)), 23));
 }
 
-// exp(x): e^r times 2^n as 2^(n/2) 2^(n - n/2): both halves are normal numbers, so only the
-// last product rounds, once, where the result is a denormal. Arguments are clamped to
-// [-176, 89], beyond which the result is 0 or inf anyway (below -104 it is 0); NaN passes.
-// From -175.7 down, n <= -253 and a half is 2^-127, whose bits are those of +0: the result is
-// 0 without a product that underflows, which takes a microcode assist (e^-inf, a masked
-// score's, over 2^20 floats ran 3.3x slower than e^0 with the bound at -104, and a causal
-// softmax 2x slower than an unmasked one).
+// e^r 2^n, rounded once: in one instruction where the policy has it, otherwise by 2^n as one
+// power of two where n is a normal number's exponent (`wide` false), and as 2^(n/2) 2^(n - n/2)
+// where it may not be (exp's -254 <= n <= 128): both halves are normal numbers, so only the
+// last product rounds, the same bits. An operation whose result underflows takes a microcode
+// assist (e^-inf, a masked score's, over 2^20 floats ran 3.3x slower than e^0 with the bound at
+// -104 and 17x with vscalefps underflowing; a causal softmax 2x slower than an unmasked one), so
+// results that round to 0 come without one: from n <= -253 (arguments below -175.7) a half's
+// bits are those of +0, and vscalefps scales +0 from n <= -151, where e^r 2^n < 2^-150.
 template <class P>
-inline typename P::V exp(const P& m, typename P::V x) {
-  const ExpParts<P> e = exp_parts(m, m.clamp(x, m.set(-176.0f), m.set(89.0f)));
+inline typename P::V scale(const P& m, const ExpParts<P>& e, bool wide) {
+  using V = typename P::V;
+  if constexpr (requires { m.scalef(e.y, e.nf); })
+    if (m.has_scalef()) {
+      const V y = wide ? m.select(m.lt(m.set(-151.0f), e.nf), e.y, m.set(0.0f)) : e.y;
+      return m.scalef(y, e.nf);
+    }
+  if (!wide) return m.mul(e.y, pow2(m, e.n));
   const typename P::I n1 = m.sra(e.n, 1);
   return m.mul(m.mul(e.y, pow2(m, n1)), pow2(m, m.isub(e.n, n1)));
+}
+
+// exp(x) = e^r 2^n. Arguments are clamped to [-176, 89], beyond which the result is 0 or inf
+// anyway (below -104 it is 0); NaN passes.
+template <class P>
+inline typename P::V exp(const P& m, typename P::V x) {
+  return scale(m, exp_parts(m, m.clamp(x, m.set(-176.0f), m.set(89.0f))), true);
 }
 
 // tanh(x): x below 2^-12 in magnitude (±0 and denormals included), where x^3/3 is below half
@@ -72,10 +89,8 @@ inline typename P::V tanh(const P& m, typename P::V x) {
   const V a = m.abs(x);
   const V one = m.set(1.0f);
   // e^(2|x|) with 2|x| clamped to 20, past which 2 / (e + 1) is below half an ulp of 1 (the
-  // result is ±1 either way): 2^n is then one normal number, so one product scales (the same
-  // bits as exp's two).
-  const ExpParts<P> ep = exp_parts(m, m.clamp(m.add(a, a), m.set(0.0f), m.set(20.0f)));
-  const V e = m.mul(ep.y, pow2(m, ep.n));
+  // result is ±1 either way): 0 <= n <= 29.
+  const V e = scale(m, exp_parts(m, m.clamp(m.add(a, a), m.set(0.0f), m.set(20.0f))), false);
   const V large = m.copysign(m.sub(one, m.div(m.set(2.0f), m.add(e, one))), x);
   const V z = m.mul(x, x);
   V p = m.set(-5.70498872745e-3f);
