@@ -15,6 +15,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <random>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -376,6 +377,53 @@ TEST(Compiler, RowReductionsFuseWithProducersAndConsumers) {
   EXPECT_EQ(narrow.kernel_calls.size(), 1u) << narrow;
   const auto wide = jit(squares, kCompiled).compiled(normal(23, {rows, 8}));
   EXPECT_TRUE(wide.kernel_calls.empty()) << wide;
+}
+
+// A quotient by a divisor that stays the same along the loop (a row's sum, a constant) is a
+// product by its reciprocal corrected by a fused multiply-add, with the bits of a division:
+// dividends over the whole float range (random bits: denormals, infinities, NaN), zeros of
+// both signs, and divisors inside and outside the range where the correction is exact (0,
+// denormal, huge, infinite, NaN, negative), in float32 and float64, in vector steps and tails.
+TEST(Compiler, DivisionByARowsSumHasTheBitsOfADivision) {
+  const std::vector<double> divisors = {
+      1,      3,    -7,   0.1, 1e-7, 6e-8,  5e-8,     1e-20, -1e-25, -1e-30, 1e-100, -1e-150, 1e12,
+      1.2e12, 1e13, 1e30, 0,   -0.0, 1e-40, INFINITY, NAN,   255,    1e60,   1e-60,  1e200};
+  const int64_t rows = static_cast<int64_t>(divisors.size()), cols = 301;
+  std::mt19937_64 gen(41);
+  for (DType d : {float32, float64}) {
+    SCOPED_TRACE(dtype_name(d));
+    // Random bits, zeros, and values whose exponents crowd the range's edges in both dtypes.
+    const int top = d == float32 ? 150 : 1075;
+    auto exponent = [&](uint64_t bits) {
+      const int e = static_cast<int>((bits >> 40) % 60);
+      switch ((bits >> 50) % 4) {
+        case 0:
+          return e - top;  // denormal and tiny dividends
+        case 1:
+          return top - e;  // huge ones, and infinities
+        case 2:
+          return e - 30 - (top - 50) / 2;  // quotients near the lower bound
+        default:
+          return e / 6 - 5;
+      }
+    };
+    std::vector<double> x, w;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint64_t bits = gen();
+        const double v = d == float32 ? std::bit_cast<float>(static_cast<uint32_t>(bits))
+                                      : std::bit_cast<double>(bits);
+        const double m = 1.0 + static_cast<double>(bits & 0xfffffffff) * 0x1p-36;
+        const double scaled = std::ldexp((bits >> 39) % 2 ? -m : m, exponent(bits));
+        x.push_back(c % 5 == 0 ? v : c % 7 == 1 ? (c % 2 ? 0.0 : -0.0) : scaled);
+        w.push_back(c == 0 ? divisors[static_cast<std::size_t>(r)] : 0.0);  // the row's sum
+      }
+    const Tensor xs = astype(tensor(x, {rows, cols}), d), ws = astype(tensor(w, {rows, cols}), d);
+    expect_compiled_bits([](const Tensor& a, const Tensor& b) { return a / sum(b, {-1}, true); },
+                         xs, ws);
+    expect_compiled_bits([](const Tensor& a) { return a / 3.0; }, xs);
+    expect_compiled_bits([](const Tensor& a) { return -1e-3 / a; }, xs);
+  }
 }
 
 TEST(Compiler, RowReductionsAgreeWithTheInterpreterBitForBit) {
@@ -1612,8 +1660,9 @@ TEST(JitInterrupts, AnEndlessCompiledWhileLoopStopsOnRequest) {
         },
         options);
     const Tensor start = zeros({}), endless = full({}, INFINITY);
-    if (options.backend == ir::Backend::llvm)  // the while runs compiled
+    if (options.backend == ir::Backend::llvm) {  // the while runs compiled
       ASSERT_FALSE(loop.compiled(start, endless).kernel_calls.empty());
+    }
     std::thread interrupter([] {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       request_interrupt();

@@ -242,7 +242,7 @@ class Emitter : ReduceOps {
   llvm::Value* value(int k, Scope& s) {
     const Node& n = g_.nodes[static_cast<std::size_t>(k)];
     if (n.level == Level::outer && has_reduction() && !row_)
-      return splat(outer_[static_cast<std::size_t>(k)], s.lanes);
+      return invariant(splat(outer_[static_cast<std::size_t>(k)], s.lanes));
     if (auto it = s.memo.find(k); it != s.memo.end()) return it->second;
     llvm::AllocaInst* kept = cache_.empty() ? nullptr : cache_[static_cast<std::size_t>(k)];
     llvm::Value* v;

@@ -93,7 +93,7 @@ Value LlvmBuilder::mul(DType d, Value x, Value y) {
   return wrap(is_floating(d) ? b_.CreateFMul(unwrap(x), unwrap(y))
                              : b_.CreateMul(unwrap(x), unwrap(y)));
 }
-Value LlvmBuilder::div(Value x, Value y) { return wrap(b_.CreateFDiv(unwrap(x), unwrap(y))); }
+Value LlvmBuilder::div(Value x, Value y) { return wrap(ops_.divide(unwrap(x), unwrap(y))); }
 Value LlvmBuilder::neg(DType d, Value x) {
   if (is_floating(d)) return wrap(b_.CreateFNeg(unwrap(x)));
   return wrap(b_.CreateSub(unwrap(constant(d, 0)), unwrap(x)));

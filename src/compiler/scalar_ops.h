@@ -7,6 +7,7 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include <cstdint>
+#include <unordered_set>
 #include <vector>
 
 #include "kiln/dtype.h"
@@ -46,8 +47,15 @@ class ScalarOps {
   llvm::Value* extreme(bool is_max, DType d, llvm::Value* a, llvm::Value* c);
   // As the convert kernel, before rounding to a float16 or bfloat16 `to`.
   llvm::Value* convert(DType from, DType to, llvm::Value* x);
+  // x / d on floats, correctly rounded as fdiv: by a reciprocal where d is invariant and x is
+  // not (docs/DESIGN.md, "Compiler").
+  llvm::Value* divide(llvm::Value* x, llvm::Value* d);
 
  protected:
+  // v, marked as the same for every iteration of the innermost loop it is used in.
+  llvm::Value* invariant(llvm::Value* v);
+  bool is_invariant(llvm::Value* v) const;
+
   llvm::Module& m_;
   llvm::LLVMContext& ctx_;
   llvm::IRBuilder<> b_;
@@ -57,6 +65,8 @@ class ScalarOps {
   llvm::Value* libm_on_overflow(math::MathFn fn, DType t, const std::vector<llvm::Value*>& args,
                                 llvm::Value* r);
   llvm::Value* call_sleef(math::MathFn fn, DType t, const std::vector<llvm::Value*>& args);
+
+  std::unordered_set<const llvm::Value*> invariant_;
 };
 
 }  // namespace kiln::compiler
