@@ -159,8 +159,10 @@ struct Sigmoid {
       for (int64_t k = 0; k < m; ++k) {
         const C d = C{1} + e[k];
         const C lo = (C{1} - d) + e[k];  // 1 + e == d + lo exactly
-        const C q = (x[b + k] >= C{0} ? C{1} : e[k]) / d;
-        y[b + k] = q - q * (lo / d);
+        const bool up = x[b + k] >= C{0};
+        const C q = (up ? C{1} : e[k]) / d;
+        // 1/d for the small correction: q itself, or 1 - e/d.
+        y[b + k] = q - q * (lo * (up ? q : C{1} - q));
       }
     }
   }
@@ -172,10 +174,10 @@ struct Sigmoid {
     const lw::Value one = b.constant(t, 1);
     const lw::Value d = b.add(t, one, e);
     const lw::Value lo = b.add(t, b.sub(t, one, d), e);
-    const lw::Value num =
-        b.select(b.compare(lw::Comparison::ge, t, x[0], b.constant(t, 0)), one, e);
-    const lw::Value q = b.div(num, d);
-    return b.sub(t, q, b.mul(t, q, b.div(lo, d)));
+    const lw::Value up = b.compare(lw::Comparison::ge, t, x[0], b.constant(t, 0));
+    const lw::Value q = b.div(b.select(up, one, e), d);
+    const lw::Value inv = b.select(up, q, b.sub(t, one, q));
+    return b.sub(t, q, b.mul(t, q, b.mul(t, lo, inv)));
   }
   static Tensor scale(const Tensor&, const Tensor& y, const Tensor& t) { return t * y * (1.0 - y); }
 };
