@@ -4,8 +4,11 @@
 
 #include <llvm/IR/Intrinsics.h>
 #include <llvm/IR/IntrinsicsX86.h>
+#include <llvm/IR/MDBuilder.h>
 #include <llvm/IR/Module.h>
 
+#include <cmath>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -207,18 +210,29 @@ bool ScalarOps::is_invariant(llvm::Value* v) const {
 // over its row) is divided into 1 once, outside the loop (LICM hoists it), and each quotient
 // becomes a product and two fused multiply-adds, off the divider (a vdivps of 16 floats
 // occupies it for several cycles): with y = RN(1/d) and q = RN(x y), r = x - d q is exact and
-// RN(q + r y) = RN(x / d), Markstein's theorem (checked on every float x in [1, 2) and [2^-60,
-// 2^-59) against 4000 divisors, and on 2e8 random doubles). It holds away from underflow and
-// overflow: for d within [2^-24, 2^40] and |q| within [2^-76, 2^86] (float64: [2^-200, 2^200]
-// and [2^-700, 2^700]), so x and r are normal or exact and 1/d is normal. A zero x gives q, its
-// sign right; a vector with any other lane outside divides, on a branch. On AVX-512 only: at
-// AVX2's width a division costs less, and the checks without mask registers more (a softmax
-// over rows of 1024 at KILN_ISA=avx2 went from 0.734 to 0.809 ns an element).
+// RN(q + r y) = RN(x / d) (Markstein's theorem where q is within an ulp of x / d; where x's
+// significand is below d's, q may be up to 1.5 ulps off, and the result was checked instead on
+// every float32 x in [1, 2) against 4000 divisors and every divisor within 2^-10 of 2, on
+// random float32 and float64 pairs, and on float64 pairs near 2; docs/DESIGN.md). It holds away
+// from underflow and overflow: for d within [2^-24, 2^40] and |q| within [2^-76, 2^86]
+// (float64: [2^-200, 2^200] and [2^-700, 2^700]), so x and r are normal or exact and 1/d is
+// normal. A zero x gives q, its sign right; a vector with any other lane outside divides, on a
+// branch. A constant whose reciprocal is exact (LLVM then multiplies) or outside the range
+// divides. On AVX-512 only: at AVX2's width a division costs less, and the checks without mask
+// registers more (a softmax over rows of 1024 at KILN_ISA=avx2 went from 0.734 to 0.809 ns an
+// element).
 llvm::Value* ScalarOps::divide(llvm::Value* x, llvm::Value* d) {
   if (!is_invariant(d) || is_invariant(x) || math::host_isa() < math::Isa::avx512)
     return b_.CreateFDiv(x, d);
-  const int lanes = lanes_of(x);
   const bool f64 = x->getType()->getScalarType()->isDoubleTy();
+  const double d_lo = f64 ? 0x1p-200 : 0x1p-24, d_hi = f64 ? 0x1p200 : 0x1p40;
+  if (const auto* c = llvm::dyn_cast<llvm::Constant>(d)) {
+    const auto* f = llvm::dyn_cast_or_null<llvm::ConstantFP>(c->getSplatValue());
+    if (!f || f->getValueAPF().getExactInverse(nullptr)) return b_.CreateFDiv(x, d);
+    const double v = std::fabs(f->getValueAPF().convertToDouble());
+    if (!(v >= d_lo && v <= d_hi)) return b_.CreateFDiv(x, d);
+  }
+  const int lanes = lanes_of(x);
   const DType t = f64 ? float64 : float32;
   auto within = [&](llvm::Value* v, double lo, double hi) {
     llvm::Value* a = intrinsic(llvm::Intrinsic::fabs, {v});
@@ -231,20 +245,27 @@ llvm::Value* ScalarOps::divide(llvm::Value* x, llvm::Value* d) {
   llvm::Value* zero = b_.CreateFCmpOEQ(x, fconst(t, 0.0, lanes));
   llvm::Value* quotient = b_.CreateSelect(zero, q, intrinsic(llvm::Intrinsic::fma, {r, y, q}));
   llvm::Value* ok = b_.CreateAnd(
-      f64 ? within(d, 0x1p-200, 0x1p200) : within(d, 0x1p-24, 0x1p40),
+      within(d, d_lo, d_hi),
       b_.CreateOr(zero, f64 ? within(q, 0x1p-700, 0x1p700) : within(q, 0x1p-76, 0x1p86)));
   llvm::Value* all = lanes == 1 ? ok : b_.CreateAndReduce(ok);
+  return on_rare_branch(b_.CreateNot(all), quotient, "divide", [&] { return b_.CreateFDiv(x, d); });
+}
+
+llvm::Value* ScalarOps::on_rare_branch(llvm::Value* needed, llvm::Value* value,
+                                       const std::string& name,
+                                       const std::function<llvm::Value*()>& slow) {
   llvm::BasicBlock* fast = b_.GetInsertBlock();
-  auto* slow = llvm::BasicBlock::Create(ctx_, "divide", fn_);
-  auto* join = llvm::BasicBlock::Create(ctx_, "divided", fn_);
-  b_.CreateCondBr(all, join, slow);
-  b_.SetInsertPoint(slow);
-  llvm::Value* exact = b_.CreateFDiv(x, d);
+  auto* branch = llvm::BasicBlock::Create(ctx_, name, fn_);
+  auto* join = llvm::BasicBlock::Create(ctx_, name + ".done", fn_);
+  b_.CreateCondBr(needed, branch, join, llvm::MDBuilder(ctx_).createBranchWeights(1, 1 << 20));
+  b_.SetInsertPoint(branch);
+  llvm::Value* fixed = slow();
+  llvm::BasicBlock* branch_end = b_.GetInsertBlock();
   b_.CreateBr(join);
   b_.SetInsertPoint(join);
-  llvm::PHINode* phi = b_.CreatePHI(x->getType(), 2);
-  phi->addIncoming(quotient, fast);
-  phi->addIncoming(exact, slow);
+  llvm::PHINode* phi = b_.CreatePHI(value->getType(), 2);
+  phi->addIncoming(value, fast);
+  phi->addIncoming(fixed, branch_end);
   return phi;
 }
 
@@ -258,32 +279,23 @@ llvm::Value* ScalarOps::libm_on_overflow(math::MathFn fn, DType t,
   for (llvm::Value* a : args)
     mask = b_.CreateAnd(mask, b_.CreateFCmpONE(intrinsic(llvm::Intrinsic::fabs, {a}), inf));
   llvm::Value* any = lanes == 1 ? mask : b_.CreateOrReduce(mask);
-  llvm::BasicBlock* fast = b_.GetInsertBlock();
-  auto* slow = llvm::BasicBlock::Create(ctx_, "libm", fn_);
-  auto* join = llvm::BasicBlock::Create(ctx_, "patched", fn_);
-  b_.CreateCondBr(any, slow, join);
-  b_.SetInsertPoint(slow);
-  llvm::Type* scalar = compute_scalar(t);
-  const std::string name = std::string(math::fn_name(fn)) + (t == float32 ? "f" : "");
-  std::vector<llvm::Type*> types(args.size(), scalar);
-  auto libm = m_.getOrInsertFunction(name, llvm::FunctionType::get(scalar, types, false));
-  llvm::Value* fixed = r;
-  for (int k = 0; k < lanes; ++k) {
-    auto lane = [&](llvm::Value* v) {
-      return lanes == 1 ? v : b_.CreateExtractElement(v, static_cast<uint64_t>(k));
-    };
-    std::vector<llvm::Value*> a;
-    for (llvm::Value* v : args) a.push_back(lane(v));
-    llvm::Value* y = b_.CreateSelect(lane(mask), b_.CreateCall(libm, a), lane(r));
-    fixed = lanes == 1 ? y : b_.CreateInsertElement(fixed, y, static_cast<uint64_t>(k));
-  }
-  llvm::BasicBlock* slow_end = b_.GetInsertBlock();
-  b_.CreateBr(join);
-  b_.SetInsertPoint(join);
-  llvm::PHINode* phi = b_.CreatePHI(r->getType(), 2);
-  phi->addIncoming(r, fast);
-  phi->addIncoming(fixed, slow_end);
-  return phi;
+  return on_rare_branch(any, r, "libm", [&] {
+    llvm::Type* scalar = compute_scalar(t);
+    const std::string name = std::string(math::fn_name(fn)) + (t == float32 ? "f" : "");
+    std::vector<llvm::Type*> types(args.size(), scalar);
+    auto libm = m_.getOrInsertFunction(name, llvm::FunctionType::get(scalar, types, false));
+    llvm::Value* fixed = r;
+    for (int k = 0; k < lanes; ++k) {
+      auto lane = [&](llvm::Value* v) {
+        return lanes == 1 ? v : b_.CreateExtractElement(v, static_cast<uint64_t>(k));
+      };
+      std::vector<llvm::Value*> a;
+      for (llvm::Value* v : args) a.push_back(lane(v));
+      llvm::Value* y = b_.CreateSelect(lane(mask), b_.CreateCall(libm, a), lane(r));
+      fixed = lanes == 1 ? y : b_.CreateInsertElement(fixed, y, static_cast<uint64_t>(k));
+    }
+    return fixed;
+  });
 }
 
 // One call per native vector of the host's SLEEF variant (or the scalar one in tails).

@@ -7,6 +7,8 @@
 #include <llvm/IR/Intrinsics.h>
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
@@ -64,6 +66,9 @@ class ScalarOps {
  private:
   llvm::Value* libm_on_overflow(math::MathFn fn, DType t, const std::vector<llvm::Value*>& args,
                                 llvm::Value* r);
+  // `value`, or where `needed` holds what `slow` computes, on a branch laid out as unlikely.
+  llvm::Value* on_rare_branch(llvm::Value* needed, llvm::Value* value, const std::string& name,
+                              const std::function<llvm::Value*()>& slow);
   llvm::Value* call_sleef(math::MathFn fn, DType t, const std::vector<llvm::Value*>& args);
 
   std::unordered_set<const llvm::Value*> invariant_;

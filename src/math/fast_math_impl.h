@@ -57,8 +57,9 @@ inline typename P::V pow2(const P& m, typename P::I n) {
 // last product rounds, the same bits. An operation whose result underflows takes a microcode
 // assist (e^-inf, a masked score's, over 2^20 floats ran 3.3x slower than e^0 with the bound at
 // -104 and 17x with vscalefps underflowing; a causal softmax 2x slower than an unmasked one), so
-// results that round to 0 come without one: from n <= -253 (arguments below -175.7) a half's
-// bits are those of +0, and vscalefps scales +0 from n <= -151, where e^r 2^n < 2^-150.
+// e^-inf and the arguments below -175.7 come without one everywhere, where n <= -253 and a
+// half's bits are those of +0, and so do those below about -104.3 in vscalefps's steps, which
+// scale +0 from n <= -151, where e^r 2^n < 2^-150.
 template <class P>
 inline typename P::V scale(const P& m, const ExpParts<P>& e, bool wide) {
   using V = typename P::V;

@@ -91,8 +91,8 @@ KILN_INLINE void forward_block_fixed(const ConvGeom& g, const Padded& x, const V
   constexpr int64_t L = kLanes<Vec>;
   constexpr int OB = 8;
   // Locals, not g's and x's fields, which the stores through y could alias.
-  const int64_t OW = g.out[2], plane = g.out_size(), dil = g.dil[2], row_step = g.dil[1] * x.W,
-                image_step = g.stride[1] * x.W;
+  const int64_t OH = g.out[1], OW = g.out[2], plane = g.out_size(), dil = g.dil[2],
+                row_step = g.dil[1] * x.W, image_step = g.stride[1] * x.W;
   const float* image = x.data.data();
   float* out = y + (n * g.O + o0) * plane;
   auto vector = [&](int64_t oh, int64_t ow0) {
@@ -106,7 +106,7 @@ KILN_INLINE void forward_block_fixed(const ConvGeom& g, const Padded& x, const V
     }
     for (int j = 0; j < OB; ++j) store(out + j * plane + oh * OW + ow0, acc[j]);
   };
-  for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+  for (int64_t oh = 0; oh < OH; ++oh) {
     int64_t ow0 = 0;
     for (; ow0 + L <= OW; ow0 += L) vector(oh, ow0);
     if (ow0 < OW) vector(oh, OW - L);
@@ -118,26 +118,28 @@ template <typename Vec>
 KILN_INLINE void forward_units(const ConvGeom& g, const float* x, const float* w, float* y,
                                int64_t b, int64_t e) {
   const int64_t blocks = (g.O + 7) / 8;
-  const bool square = g.k[0] == 1 && g.out[0] == 1 && g.k[1] == g.k[2] && g.out[2] >= kLanes<Vec>;
-  const int64_t K = square ? g.k[1] : 0;
-  Vec wb[8 * 5 * 5];
+  // The kernel's side where forward_block_fixed takes it: 2-d, 3 x 3 or 5 x 5, a vector wide.
+  const bool plane = g.k[0] == 1 && g.out[0] == 1 && g.out[2] >= kLanes<Vec>;
+  const int64_t K = plane && g.k[1] == g.k[2] && (g.k[1] == 3 || g.k[1] == 5) ? g.k[1] : 0;
+  constexpr int64_t kMostTaps = 5 * 5;
+  Vec wb[8 * kMostTaps];
   Padded padded(g);
   int64_t filled = -1;
   for (int64_t u = b; u < e; ++u) {
     const int64_t n = u / blocks, o0 = u % blocks * 8;
     if (n != filled) padded.fill(g, x + n * g.in_size());
     filled = n;
-    if (o0 + 8 <= g.O && (K == 3 || K == 5)) {
+    if (o0 + 8 > g.O) {
+      for (int64_t o = o0; o < g.O; ++o) forward_block<Vec, 1>(g, padded, w, y, n, o);
+    } else if (K == 0) {
+      forward_block<Vec, 8>(g, padded, w, y, n, o0);
+    } else {
       for (int64_t i = 0; i < 8 * K * K; ++i) wb[i] = Vec{} + w[o0 * K * K + i];
       if (K == 3) {
         forward_block_fixed<Vec, 3>(g, padded, wb, y, n, o0);
       } else {
         forward_block_fixed<Vec, 5>(g, padded, wb, y, n, o0);
       }
-    } else if (o0 + 8 <= g.O) {
-      forward_block<Vec, 8>(g, padded, w, y, n, o0);
-    } else {
-      for (int64_t o = o0; o < g.O; ++o) forward_block<Vec, 1>(g, padded, w, y, n, o);
     }
   }
 }
