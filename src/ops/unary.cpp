@@ -159,10 +159,10 @@ struct Sigmoid {
       for (int64_t k = 0; k < m; ++k) {
         const C d = C{1} + e[k];
         const C lo = (C{1} - d) + e[k];  // 1 + e == d + lo exactly
-        const bool up = x[b + k] >= C{0};
-        const C q = (up ? C{1} : e[k]) / d;
-        // 1/d for the small correction: q itself, or 1 - e/d.
-        y[b + k] = q - q * (lo * (up ? q : C{1} - q));
+        const C q = (x[b + k] >= C{0} ? C{1} : e[k]) / d;
+        // 1/d for the small correction: q = 1/d >= 1/2, or 1 - q where q = e/d <= 1/2; a max,
+        // not a select, so that the loop stays vectorised.
+        y[b + k] = q - q * (lo * std::max(q, C{1} - q));
       }
     }
   }
@@ -174,10 +174,10 @@ struct Sigmoid {
     const lw::Value one = b.constant(t, 1);
     const lw::Value d = b.add(t, one, e);
     const lw::Value lo = b.add(t, b.sub(t, one, d), e);
-    const lw::Value up = b.compare(lw::Comparison::ge, t, x[0], b.constant(t, 0));
-    const lw::Value q = b.div(b.select(up, one, e), d);
-    const lw::Value inv = b.select(up, q, b.sub(t, one, q));
-    return b.sub(t, q, b.mul(t, q, b.mul(t, lo, inv)));
+    const lw::Value num =
+        b.select(b.compare(lw::Comparison::ge, t, x[0], b.constant(t, 0)), one, e);
+    const lw::Value q = b.div(num, d);
+    return b.sub(t, q, b.mul(t, q, b.mul(t, lo, b.max(t, q, b.sub(t, one, q)))));
   }
   static Tensor scale(const Tensor&, const Tensor& y, const Tensor& t) { return t * y * (1.0 - y); }
 };
