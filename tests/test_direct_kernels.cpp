@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -171,36 +170,6 @@ TEST(DirectConv, TheSameBitsOnAnyThreadCount) {
   kiln::set_num_threads(before);
   EXPECT_EQ(runs[0], runs[1]);
   EXPECT_EQ(runs[0], runs[2]);
-}
-
-// Eight channels of a 3 x 3 or 5 x 5 kernel at least a vector wide run with the taps unrolled;
-// each channel's outputs have the bits of the same channel convolved alone, which the loop over
-// run-time taps computes, in the same order.
-TEST(DirectConv, UnrolledKernelsGiveTheBitsOfTheGenericLoop) {
-  for (const Case& c : {kCases[0], kCases[1], kCases[7]}) {
-    Case eight = c;
-    eight.O = 8;
-    const ConvGeom g = geometry(eight);
-    ConvGeom one = g;
-    one.O = 1;
-    const std::vector<float> x = random_values(g.N * g.in_size(), 7),
-                             w = random_values(g.O * g.taps(), 8);
-    for (Isa isa : isas()) {
-      std::vector<float> y(static_cast<std::size_t>(g.N * g.O * g.out_size()));
-      kiln::ops::direct_conv_forward(g, x.data(), w.data(), y.data(), isa);
-      for (int64_t o = 0; o < g.O; ++o) {
-        std::vector<float> alone(static_cast<std::size_t>(g.N * g.out_size()));
-        kiln::ops::direct_conv_forward(one, x.data(), w.data() + o * g.taps(), alone.data(), isa);
-        for (int64_t n = 0; n < g.N; ++n)
-          for (int64_t i = 0; i < g.out_size(); ++i)
-            ASSERT_EQ(
-                std::bit_cast<uint32_t>(
-                    y[static_cast<std::size_t>((n * g.O + o) * g.out_size() + i)]),
-                std::bit_cast<uint32_t>(alone[static_cast<std::size_t>(n * g.out_size() + i)]))
-                << c.name << " on " << kiln::math::isa_name(isa) << ", channel " << o;
-      }
-    }
-  }
 }
 
 TEST(DirectConv, TakesSingleChannelInputsWithUnitStrideAlongTheRow) {

@@ -82,7 +82,8 @@ KILN_INLINE void forward_block(const ConvGeom& g, const Padded& x, const float* 
 // forward_block for 8 channels of a 2-d kernel of K x K taps, at least a vector wide: the
 // taps unrolled, a kernel row's K input vectors loaded once for the 8 channels, whose weights
 // come as vectors from `wb` (each broadcast once per block, so that a multiply-add reads its
-// weight from memory); the sums in forward_vector's order, so the same bits. The generic loop
+// weight from memory); the sums in forward_vector's order (the same bits where the compiler
+// fuses the products and sums into FMAs alike, as -O3 does). The generic loop
 // (run-time taps, a broadcast per multiply-add) ran the demo's 3 x 3 first layer at about a
 // fifth of the FMA peak.
 template <typename Vec, int K>
