@@ -229,8 +229,9 @@ llvm::Value* ScalarOps::divide(llvm::Value* x, llvm::Value* d) {
   if (const auto* c = llvm::dyn_cast<llvm::Constant>(d)) {
     const auto* f = llvm::dyn_cast_or_null<llvm::ConstantFP>(c->getSplatValue());
     if (!f || f->getValueAPF().getExactInverse(nullptr)) return b_.CreateFDiv(x, d);
-    const double v = std::fabs(f->getValueAPF().convertToDouble());
-    if (!(v >= d_lo && v <= d_hi)) return b_.CreateFDiv(x, d);
+    // Outside the range (NaN included), the checks below would always send it to the division.
+    const double magnitude = std::fabs(f->getValueAPF().convertToDouble());
+    if (!(magnitude >= d_lo && magnitude <= d_hi)) return b_.CreateFDiv(x, d);
   }
   const int lanes = lanes_of(x);
   const DType t = f64 ? float64 : float32;

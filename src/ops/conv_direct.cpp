@@ -120,8 +120,8 @@ KILN_INLINE void forward_units(const ConvGeom& g, const float* x, const float* w
                                int64_t b, int64_t e) {
   const int64_t blocks = (g.O + 7) / 8;
   // The kernel's side where forward_block_fixed takes it: 2-d, 3 x 3 or 5 x 5, a vector wide.
-  const bool plane = g.k[0] == 1 && g.out[0] == 1 && g.out[2] >= kLanes<Vec>;
-  const int64_t K = plane && g.k[1] == g.k[2] && (g.k[1] == 3 || g.k[1] == 5) ? g.k[1] : 0;
+  const bool flat = g.k[0] == 1 && g.out[0] == 1 && g.out[2] >= kLanes<Vec>;
+  const int64_t K = flat && g.k[1] == g.k[2] && (g.k[1] == 3 || g.k[1] == 5) ? g.k[1] : 0;
   constexpr int64_t kMostTaps = 5 * 5;
   Vec wb[8 * kMostTaps];
   Padded padded(g);
