@@ -166,6 +166,9 @@ struct CompiledInfo {
   // carry of a loop that updates a buffer a position at a time): see docs/DESIGN.md, "Compiler".
   std::vector<int> results_in_place;
   int64_t arena_bytes = 0;  // scratch memory for intermediates, reused on every call
+  // Images stored channel-blocked between the steps that make and read them (IR value ids):
+  // see docs/DESIGN.md, "Channel-blocked values".
+  std::vector<int> channel_blocked;
 };
 std::ostream& operator<<(std::ostream& os, const CompiledInfo& info);
 

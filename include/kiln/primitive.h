@@ -210,6 +210,32 @@ struct Primitive {
         write;
   };
   std::optional<InPlace> in_place;
+  // Kernels that read and write images [N, C, H, W] stored channel-blocked: as [N, C/b, H, W,
+  // b], b channels innermost (oneDNN's nChw16c and nChw8c), the layout compiled code keeps
+  // between convolutions and what runs around them (docs/DESIGN.md, "Channel-blocked
+  // values"). Compiled code uses it only while the primitive has its built-in kernels.
+  struct ChannelBlocked {
+    // Which operands are blocked in one call: inputs by index, and output 0.
+    struct Call {
+      int64_t block = 0;
+      std::vector<int> inputs;
+      bool output = false;
+    };
+    std::vector<int> inputs;  // the inputs that may come blocked
+    bool output = false;      // whether output 0 may be written blocked
+    // Whether its kernels compute in channel blocks anyway (oneDNN's convolutions), so that
+    // plain operands cost it a reordering copy: what makes blocking the values around it pay.
+    bool computes_blocked = false;
+    // Whether it takes these operand types and attributes with channel blocks of `block`.
+    std::function<bool(std::span<const TensorType> inputs, const Attrs& attrs, int64_t block)>
+        applies;
+    // Writes output 0 into `out`, a contiguous tensor of its type, with the operands laid out
+    // as `call` says: the same bits as the kernels give.
+    std::function<void(std::span<const Tensor> inputs, const Call& call, const Tensor& out,
+                       const Attrs& attrs)>
+        write;
+  };
+  std::optional<ChannelBlocked> channel_blocked;
   // The arithmetic of one application, for profiles (kiln/profile.h): 2 per multiply-add, from
   // the operand and result types. Set by primitives bound by arithmetic rather than memory
   // (matmul, the convolutions); without one a profile shows bytes only.

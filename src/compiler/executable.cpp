@@ -10,6 +10,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "compiler/channel_blocks.h"
 #include "compiler/codegen.h"
 #include "compiler/fusion.h"
 #include "compiler/loops.h"
@@ -24,6 +25,7 @@
 #include "detail/parallel.h"
 #include "ir/compiled_bodies.h"
 #include "ir/trace.h"
+#include "ops/conv_dnnl.h"
 
 namespace kiln::compiler {
 namespace {
@@ -164,6 +166,8 @@ struct OpaqueStep {
   // step reads last, that is no argument's view, constant or result, and that no other input
   // of the step shares memory with.
   std::optional<int> overwrites;
+  // Its operands that are stored channel-blocked (Primitive::ChannelBlocked), if any.
+  std::optional<Primitive::ChannelBlocked::Call> blocked;
 };
 
 // Where a value's memory is while a call runs.
@@ -201,6 +205,9 @@ class CompiledFunction final : public Code {
     const auto start = std::chrono::steady_clock::now();
     profile_id_ = detail::next_profile_id();
     Partition p = partition(*f_);
+    const ChannelBlocks blocks = block_channels(*f_, p, ops::dnnl_channel_block());
+    for (std::size_t v = 0; v < blocks.blocked.size(); ++v)
+      if (blocks.blocked[v]) info_.channel_blocked.push_back(static_cast<int>(v));
     views_ = std::move(p.views);
     // Groups with the same description compute the same way (an unrolled loop's steps, equal
     // layers): one function serves them all, so LLVM compiles each distinct kernel once.
@@ -227,9 +234,10 @@ class CompiledFunction final : public Code {
         steps_.emplace_back(std::move(gs));
       } else {
         const int eq = std::get<Opaque>(s).equation;
+        const ir::Equation& e = f_->equations[static_cast<std::size_t>(eq)];
         OpaqueStep os{.equation = eq};
-        for (const ir::Value& v : f_->equations[static_cast<std::size_t>(eq)].outputs)
-          os.out_types.push_back(v.type);
+        for (const ir::Value& v : e.outputs) os.out_types.push_back(v.type);
+        os.blocked = blocked_call(e, blocks);
         steps_.emplace_back(std::move(os));
         info_.kernel_calls.push_back(eq);
       }
@@ -409,6 +417,9 @@ class CompiledFunction final : public Code {
           if (target) {
             e.prim->in_place->write(ins, *target, e.attrs);
             outs.push_back(*target);
+          } else if (step.blocked) {
+            outs.push_back(empty(step.out_types[0]));
+            e.prim->channel_blocked->write(ins, *step.blocked, outs[0], e.attrs);
           } else {
             outs = loops::drives(*e.prim)
                        ? loops::run(e, ins)
@@ -517,6 +528,20 @@ class CompiledFunction final : public Code {
           }
         }
       }
+  }
+
+  // Which of e's operands are stored blocked, when any is.
+  static std::optional<Primitive::ChannelBlocked::Call> blocked_call(const ir::Equation& e,
+                                                                     const ChannelBlocks& blocks) {
+    Primitive::ChannelBlocked::Call call{.block = blocks.block};
+    auto blocked = [&](const ir::Value& v) {
+      return blocks.blocked[static_cast<std::size_t>(v.id)];
+    };
+    for (std::size_t k = 0; k < e.inputs.size(); ++k)
+      if (blocked(e.inputs[k])) call.inputs.push_back(static_cast<int>(k));
+    call.output = blocked(e.outputs[0]);
+    if (call.inputs.empty() && !call.output) return std::nullopt;
+    return call;
   }
 
   // The destination of value v when it is a result (its first occurrence) and one is given.

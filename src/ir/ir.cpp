@@ -187,6 +187,11 @@ std::ostream& operator<<(std::ostream& os, const CompiledInfo& info) {
     for (int r : info.results_in_place) os << " " << r;
     os << "\n";
   }
+  if (!info.channel_blocked.empty()) {
+    os << "values stored channel-blocked:";
+    for (int v : info.channel_blocked) os << " " << v;
+    os << "\n";
+  }
   for (std::size_t k = 0; k < info.groups.size(); ++k) {
     const CompiledInfo::Group& g = info.groups[k];
     os << "group " << k << ": equations";

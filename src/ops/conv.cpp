@@ -30,6 +30,7 @@
 #include "ops/conv_direct.h"
 #include "ops/conv_dnnl.h"
 #include "ops/gemm.h"
+#include "ops/pool_blocked.h"
 #include "ops/pool_direct.h"
 #include "ops/primitives.h"
 #include "ops/rules.h"
@@ -594,7 +595,40 @@ struct ConvSpec {
   Shape (*result)(const ConvGeom&);
   ConvImpl f32, f64;
   bool folds;
+  ConvPass pass;
 };
+
+// oneDNN's convolutions compute in channel blocks: the images a pass reads and writes may come
+// and go in them (the weight gradient's output is the weight), where oneDNN runs the pass.
+Primitive::ChannelBlocked conv_channel_blocked(const ConvSpec& s) {
+  const std::string suffix(s.name.substr(4));
+  const bool weights = s.pass == ConvPass::backward_weights;
+  Primitive::ChannelBlocked r;
+  r.inputs = weights ? std::vector<int>{0, 1} : std::vector<int>{0};
+  r.output = !weights;
+  r.computes_blocked = true;
+  r.applies = [s, suffix](std::span<const TensorType> in, const Attrs& a, int64_t block) {
+    const ConvKind kind = conv_kind(suffix, a);
+    if (kind.rank != 2 || in[0].dtype != float32 || in[1].dtype != float32) return false;
+    const ConvGeom g = s.geom(kind, in, a);
+    return g.G == 1 && g.C % block == 0 && g.O % block == 0 && !ops::direct_conv_applies(g) &&
+           ops::dnnl_conv_takes(s.pass, g);
+  };
+  r.write = [s, suffix](std::span<const Tensor> in, const Primitive::ChannelBlocked::Call& call,
+                        const Tensor& out, const Attrs& a) {
+    const ConvKind kind = conv_kind(suffix, a);
+    const ConvGeom g = s.geom(kind, types(in), a);
+    ops::ConvBlocks blocks;
+    for (const int i : call.inputs) (i == 0 ? blocks.a : blocks.b) = call.block;
+    if (call.output) blocks.out = call.block;
+    if (!ops::dnnl_conv(s.pass, g, in[0].contiguous(), in[1].contiguous(), out.data<float>(),
+                        blocks))
+      fail(kind.op, "oneDNN refused the channel-blocked operands it took at compile time: got ",
+           in[0].type(), " and ", in[1].type(), " in blocks of ", call.block,
+           ", expected the pass to run");
+  };
+  return r;
+}
 const Primitive& define_conv(const ConvSpec& s, Primitive p, Loc loc = Loc::current()) {
   const std::string suffix(s.name.substr(4));
   p.name = std::string(s.name);
@@ -614,6 +648,7 @@ const Primitive& define_conv(const ConvSpec& s, Primitive p, Loc loc = Loc::curr
   p.batch = [folds = s.folds](const BatchArgs& b) {
     return folds && !b.dims[1] ? batch_images(b) : ops::batch_by_loop(b);
   };
+  p.channel_blocked = conv_channel_blocked(s);
   Kernel kernel = [s, suffix](std::span<const Tensor> in, const Attrs& attrs) {
     const ConvKind kind = conv_kind(suffix, attrs);
     const ConvGeom g = s.geom(kind, types(in), attrs);
@@ -681,7 +716,7 @@ const Primitive& prim::conv() {
     };
     return define_conv(
         {"conv", conv_geom, [](const ConvGeom& g) { return image_shape(g, g.N, g.O, g.out); },
-         &conv_impl<float>, &conv_impl<double>, true},
+         &conv_impl<float>, &conv_impl<double>, true, ConvPass::forward},
         std::move(p));
   }();
   return p;
@@ -701,7 +736,8 @@ const Primitive& prim::conv_input_grad() {
     };
     return define_conv({"conv_input_grad", input_grad_geom,
                         [](const ConvGeom& g) { return image_shape(g, g.N, g.C, g.in); },
-                        &conv_input_grad_impl<float>, &conv_input_grad_impl<double>, true},
+                        &conv_input_grad_impl<float>, &conv_input_grad_impl<double>, true,
+                        ConvPass::backward_data},
                        std::move(p));
   }();
   return p;
@@ -721,7 +757,8 @@ const Primitive& prim::conv_weight_grad() {
     };
     return define_conv({"conv_weight_grad", weight_grad_geom,
                         [](const ConvGeom& g) { return image_shape(g, g.O, g.C / g.G, g.k); },
-                        &conv_weight_grad_impl<float>, &conv_weight_grad_impl<double>, false},
+                        &conv_weight_grad_impl<float>, &conv_weight_grad_impl<double>, false,
+                        ConvPass::backward_weights},
                        std::move(p));
   }();
   return p;
@@ -935,6 +972,38 @@ Primitive with_pool_rules(Primitive p) {
   return p;
 }
 
+// The 2x2 max pooling with stride 2 and its gradient in float32 (ops/pool_blocked.h): x, the
+// gradient's dy and the output may each come and go in channel blocks.
+Primitive::ChannelBlocked pool_channel_blocked(std::string op, bool grad) {
+  Primitive::ChannelBlocked r;
+  r.inputs = grad ? std::vector<int>{0, 1} : std::vector<int>{0};
+  r.output = true;
+  r.applies = [op](std::span<const TensorType> in, const Attrs& a, int64_t block) {
+    for (const TensorType& t : in)
+      if (t.dtype != float32) return false;
+    const PoolGeom g = pool_geom(op, in[0], a);
+    return is_2x2_tiling(g) && block % 4 == 0 && g.C % block == 0;
+  };
+  r.write = [op, grad](std::span<const Tensor> in, const Primitive::ChannelBlocked::Call& call,
+                       const Tensor& out, const Attrs& a) {
+    const PoolGeom g = pool_geom(op, in[0].type(), a);
+    const ops::Images2x2 images{g.N, g.C, call.block, {g.H, g.W}};
+    auto is_blocked = [&](int i) {
+      return std::find(call.inputs.begin(), call.inputs.end(), i) != call.inputs.end();
+    };
+    const ops::BlockedOperands blocked{
+        .x = is_blocked(0), .dy = grad && is_blocked(1), .out = call.output};
+    const Tensor x = in[0].contiguous();
+    if (grad) {
+      ops::max_pool_2x2_images_grad(images, blocked, x.data<const float>(),
+                                    in[1].contiguous().data<const float>(), out.data<float>());
+    } else {
+      ops::max_pool_2x2_images(images, blocked, x.data<const float>(), out.data<float>());
+    }
+  };
+  return r;
+}
+
 template <bool IsMax>
 const Primitive& define_pool(std::string name, Loc loc) {
   TypeRule rule = [name](std::span<const TensorType> in, const Attrs& attrs) {
@@ -950,6 +1019,7 @@ const Primitive& define_pool(std::string name, Loc loc) {
   };
   Primitive p = with_pool_rules<IsMax>(primitive_of(name, 1, std::move(rule)));
   p.batch = batch_images;
+  if constexpr (IsMax) p.channel_blocked = pool_channel_blocked(name, false);
   return detail::register_builtin(std::move(p),
                                   {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}}, loc);
 }
@@ -1056,6 +1126,7 @@ const Primitive& prim::max_pool2d_grad() {
       const Tensor dx = bind1(b.primitive, ins, b.attrs);
       return std::vector<Batched>{{reshape(dx, x), 0}};
     };
+    p.channel_blocked = pool_channel_blocked(std::string(op), true);
     Kernel kernel = [op](std::span<const Tensor> in, const Attrs& attrs) {
       const PoolGeom g = pool_geom(op, in[0].type(), attrs);
       Tensor dx = empty(in[0].shape(), in[0].dtype());

@@ -1,8 +1,10 @@
 #include "ops/conv_dnnl.h"
 
+#include <cstdlib>
 #include <dnnl.hpp>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -49,9 +51,17 @@ Dims cat(Dims head, const Dims& rest) {
   return head;
 }
 
-std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
-  using tag = memory::format_tag;
-  const auto f32 = memory::data_type::f32;
+using tag = memory::format_tag;
+constexpr auto f32 = memory::data_type::f32;
+
+// An image operand as the caller lays it out: plain, or 2-d in channel blocks of 8 or 16.
+std::optional<memory::desc> image(const Dims& dims, tag plain, std::optional<int64_t> block) {
+  if (!block) return memory::desc(dims, f32, plain);
+  if (dims.size() != 4 || (*block != 8 && *block != 16)) return std::nullopt;
+  return memory::desc(dims, f32, *block == 16 ? tag::nChw16c : tag::nChw8c);
+}
+
+std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g, const ConvBlocks& blocks) {
   const Dims x_dims = cat({g.N, g.C}, tail(g, g.in)), y_dims = cat({g.N, g.O}, tail(g, g.out));
   const Dims w_dims =
       g.G == 1 ? cat({g.O, g.C}, tail(g, g.k)) : cat({g.G, g.O / g.G, g.C / g.G}, tail(g, g.k));
@@ -59,8 +69,16 @@ std::unique_ptr<Plan> make_plan(ConvPass pass, const ConvGeom& g) {
   const tag data_tag = std::array{tag::ncw, tag::nchw, tag::ncdhw}[r];
   const tag w_tag = g.G == 1 ? std::array{tag::oiw, tag::oihw, tag::oidhw}[r]
                              : std::array{tag::goiw, tag::goihw, tag::goidhw}[r];
-  const memory::desc x_plain(x_dims, f32, data_tag), y_plain(y_dims, f32, data_tag),
-      w_plain(w_dims, f32, w_tag);
+  // Which of a, b and out are x, y: the forward reads x and writes y, the data gradient reads
+  // dy (y's layout) and writes dx, the weight gradient reads dy and x.
+  const std::optional<int64_t> x_block = pass == ConvPass::forward         ? blocks.a
+                                         : pass == ConvPass::backward_data ? blocks.out
+                                                                           : blocks.b;
+  const std::optional<int64_t> y_block = pass == ConvPass::forward ? blocks.out : blocks.a;
+  const std::optional<memory::desc> x_user = image(x_dims, data_tag, x_block),
+                                    y_user = image(y_dims, data_tag, y_block);
+  if (!x_user || !y_user) return nullptr;
+  const memory::desc &x_plain = *x_user, &y_plain = *y_user, w_plain(w_dims, f32, w_tag);
   const memory::desc x_any(x_dims, f32, tag::any), y_any(y_dims, f32, tag::any),
       w_any(w_dims, f32, tag::any);
   // The far-side padding that reproduces the output size (floor division may drop rows).
@@ -149,25 +167,61 @@ std::vector<int64_t> layout_key(const memory::desc& d) {
   return key;
 }
 
-// Pass, threads, then every size of the geometry.
+// Pass, threads, the operands' channel blocks (0: plain), then every size of the geometry.
 using Key = std::vector<int64_t>;
 
 // The cached plan, or nullptr when oneDNN rejects the geometry (Kiln's own kernel runs it).
-std::shared_ptr<const Plan> plan_for(ConvPass pass, const ConvGeom& g, int threads) {
+std::shared_ptr<const Plan> plan_for(ConvPass pass, const ConvGeom& g, int threads,
+                                     const ConvBlocks& blocks) {
   static PlanCache<Key, Plan> plans;
-  Key key{static_cast<int64_t>(pass), threads, g.rank, g.N, g.C, g.O, g.G};
+  Key key{static_cast<int64_t>(pass),
+          threads,
+          blocks.a.value_or(0),
+          blocks.b.value_or(0),
+          blocks.out.value_or(0),
+          g.rank,
+          g.N,
+          g.C,
+          g.O,
+          g.G};
   for (const Spatial* s : {&g.in, &g.k, &g.stride, &g.pad, &g.dil})
     key.insert(key.end(), s->begin(), s->end());
-  return plans.get(key, [&] { return make_plan(pass, g); });
+  return plans.get(key, [&] { return make_plan(pass, g, blocks); });
 }
+
+bool takes(const ConvGeom& g) { return g.N != 0 && g.C != 0 && g.O != 0 && g.out_size() != 0; }
 
 }  // namespace
 
-bool dnnl_conv(ConvPass pass, const ConvGeom& g, const Tensor& a, const Tensor& b, float* out) {
-  if (g.N == 0 || g.C == 0 || g.O == 0 || g.out_size() == 0) return false;
+bool dnnl_conv_takes(ConvPass pass, const ConvGeom& g) {
+  return takes(g) && plan_for(pass, g, detail::set_library_threads(), {}) != nullptr;
+}
+
+std::optional<int64_t> dnnl_channel_block() {
+  static const std::optional<int64_t> block = []() -> std::optional<int64_t> {
+    if (const char* v = std::getenv("KILN_CHANNEL_BLOCKS"); v && std::string_view(v) == "0")
+      return std::nullopt;
+    // What the forward pass of a typical inner layer (64 channels in and out, 3x3) picks.
+    const Dims x{1, 64, 14, 14}, w{64, 64, 3, 3};
+    const dnnl::convolution_forward::primitive_desc pd(
+        dnnl::convolution_forward::desc(
+            dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+            memory::desc(x, f32, tag::any), memory::desc(w, f32, tag::any),
+            memory::desc(x, f32, tag::any), {1, 1}, {0, 0}, {1, 1}, {1, 1}),
+        dnnl_engine());
+    for (const int64_t b : {16, 8})
+      if (pd.dst_desc() == *image(x, tag::nchw, b)) return b;
+    return std::nullopt;
+  }();
+  return block;
+}
+
+bool dnnl_conv(ConvPass pass, const ConvGeom& g, const Tensor& a, const Tensor& b, float* out,
+               const ConvBlocks& blocks) {
+  if (!takes(g)) return false;
   // oneDNN takes its thread count from the calling thread's OpenMP setting.
   const int threads = detail::set_library_threads();
-  const std::shared_ptr<const Plan> plan = plan_for(pass, g, threads);
+  const std::shared_ptr<const Plan> plan = plan_for(pass, g, threads, blocks);
   if (plan == nullptr) return false;
   const dnnl::engine& eng = dnnl_engine();
   dnnl::stream stream(eng);

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 
 #include "kiln/tensor.h"
 
@@ -32,9 +33,24 @@ enum class ConvPass {
   backward_weights,  // a = dy, b = x, out = dw
 };
 
+// The channel block of the operands a pass reads or writes channel-blocked, [N, C/b, *in, b]
+// (2-d geometries only); none: plain, [N, C, *in].
+struct ConvBlocks {
+  std::optional<int64_t> a, b, out;
+};
+
 // Runs one pass in float32 on contiguous operands; false when oneDNN cannot take this geometry
 // (the caller then uses its own kernel). `out` is overwritten, not accumulated. The operands'
 // reorders into oneDNN's layouts are shared within a compiled call (detail::cached_copy).
-bool dnnl_conv(ConvPass pass, const ConvGeom& g, const Tensor& a, const Tensor& b, float* out);
+bool dnnl_conv(ConvPass pass, const ConvGeom& g, const Tensor& a, const Tensor& b, float* out,
+               const ConvBlocks& blocks = {});
+
+// Whether dnnl_conv takes this pass and geometry (on the calling thread's thread count).
+bool dnnl_conv_takes(ConvPass pass, const ConvGeom& g);
+
+// The channel block of the image layout oneDNN's float32 convolutions choose on this machine
+// (16 with AVX-512, 8 with AVX2), or none when they choose a plain one. KILN_CHANNEL_BLOCKS=0
+// says none, so that compiled code keeps every image plain.
+std::optional<int64_t> dnnl_channel_block();
 
 }  // namespace kiln::ops

@@ -60,10 +60,8 @@ KILN_INLINE void window_elements(const float* r0, const float* r1, int64_t ow, V
 // The forward needs the chosen value only, not which element it is: the same selections as
 // choice's, without the index.
 template <typename Vec>
-KILN_INLINE void forward_windows(const float* r0, const float* r1, float* y, int64_t ow) {
+KILN_INLINE Vec chosen(const Vec (&v)[4]) {
   using B = Bits<Vec>;
-  Vec v[4];
-  window_elements(r0, r1, ow, v);
   B m = (B)v[0];
   for (int j = 1; j < 4; ++j) {
     const B take = v[j] > (Vec)m;
@@ -73,7 +71,14 @@ KILN_INLINE void forward_windows(const float* r0, const float* r1, float* y, int
     const B nan = v[j] != v[j];
     m = (nan & (B)v[j]) | (~nan & m);
   }
-  store(y + ow, (Vec)m);
+  return (Vec)m;
+}
+
+template <typename Vec>
+KILN_INLINE void forward_windows(const float* r0, const float* r1, float* y, int64_t ow) {
+  Vec v[4];
+  window_elements(r0, r1, ow, v);
+  store(y + ow, chosen(v));
 }
 
 template <typename Vec>
@@ -170,6 +175,74 @@ KILN_INLINE void planes(const Planes2x2& g, const float* x, const float* dy, flo
   }
 }
 
+// One block of `b` channels, [H, W, b] (b a multiple of Vec's lanes): a window's four elements
+// are four vectors of channels, and each channel gets the plane kernels' choice.
+template <bool Grad, typename Vec>
+KILN_INLINE void block(const Planes2x2& g, int64_t b, const float* x, const float* dy, float* out) {
+  constexpr int64_t L = kLanes<Vec>;
+  const int64_t OH = g.OH(), OW = g.OW(), row = g.W * b;
+  for (int64_t oh = 0; oh < OH; ++oh) {
+    for (int64_t ow = 0; ow < OW; ++ow)
+      for (int64_t i = 0; i < b; i += L) {
+        const int64_t at[4] = {2 * oh * row + 2 * ow * b + i, 2 * oh * row + (2 * ow + 1) * b + i,
+                               (2 * oh + 1) * row + 2 * ow * b + i,
+                               (2 * oh + 1) * row + (2 * ow + 1) * b + i};
+        Vec v[4];
+        for (int j = 0; j < 4; ++j) v[j] = load<Vec>(x + at[j]);
+        const int64_t w = (oh * OW + ow) * b + i;
+        if constexpr (Grad) {
+          const Bits<Vec> k = choice(v), d = (Bits<Vec>)load<Vec>(dy + w);
+          for (int j = 0; j < 4; ++j) store(out + at[j], (Vec)((k == j) & d));
+        } else {
+          store(out + w, chosen(v));
+        }
+      }
+    if (Grad && g.W % 2)  // the odd last column is in no window
+      for (int64_t h = 2 * oh; h < 2 * oh + 2; ++h) std::fill_n(out + h * row + row - b, b, 0.0f);
+  }
+  if (Grad && g.H % 2) std::fill_n(out + (g.H - 1) * row, row, 0.0f);
+}
+
+// An L x L tile, a vector per row, transposed by log2(L) perfect shuffles: each interleaves
+// row k with row k + L/2.
+template <typename Vec>
+KILN_INLINE void transpose(Vec (&r)[kLanes<Vec>]) {
+  constexpr int64_t L = kLanes<Vec>;
+  constexpr auto all = std::make_index_sequence<L>{};
+  for (int64_t n = 1; n < L; n *= 2) {
+    Vec t[L];
+    for (int64_t k = 0; k < L / 2; ++k) {
+      t[2 * k] = interleave<Vec, 0>(r[k], r[k + L / 2], all);
+      t[2 * k + 1] = interleave<Vec, L / 2>(r[k], r[k + L / 2], all);
+    }
+    for (int64_t k = 0; k < L; ++k) r[k] = t[k];
+  }
+}
+
+// b planes of `size` floats, [b, size], into a block [size, b] (ToBlock), or back; b a multiple
+// of Vec's lanes.
+template <bool ToBlock, typename Vec>
+KILN_INLINE void transpose_block(const float* from, int64_t size, int64_t b, float* to) {
+  constexpr int64_t L = kLanes<Vec>;
+  auto planar = [&](float* base, int64_t i, int64_t p) { return base + i * size + p; };
+  auto blocked = [&](float* base, int64_t i, int64_t p) { return base + p * b + i; };
+  float* src = const_cast<float*>(from);
+  int64_t p = 0;
+  for (; p + L <= size; p += L)
+    for (int64_t i = 0; i < b; i += L) {
+      Vec r[L];
+      for (int64_t k = 0; k < L; ++k)
+        r[k] = load<Vec>(ToBlock ? planar(src, i + k, p) : blocked(src, i, p + k));
+      transpose(r);
+      for (int64_t k = 0; k < L; ++k)
+        store(ToBlock ? blocked(to, i, p + k) : planar(to, i + k, p), r[k]);
+    }
+  for (; p < size; ++p)
+    for (int64_t i = 0; i < b; ++i)
+      *(ToBlock ? blocked(to, i, p) : planar(to, i, p)) =
+          *(ToBlock ? planar(src, i, p) : blocked(src, i, p));
+}
+
 #define KILN_POOL_VARIANTS(suffix, Vec, attributes)                                             \
   attributes void forward_##suffix(const Planes2x2& g, const float* x, const float*, float* y,  \
                                    int64_t b, int64_t e) {                                      \
@@ -183,9 +256,41 @@ KILN_POOL_VARIANTS(baseline, F4, )
 KILN_POOL_VARIANTS(avx2, F8, __attribute__((target("avx2,fma"))))
 KILN_POOL_VARIANTS(avx512, F16, __attribute__((target("avx512f"))))
 #undef KILN_POOL_VARIANTS
+
+// A block's channels in the widest vector that divides them (b is a multiple of 4).
+#define KILN_BLOCK_VARIANT(suffix, Vec, Half, attributes)                                         \
+  template <typename V>                                                                           \
+  attributes void block_##suffix##_in(bool grad, const Planes2x2& g, int64_t b, const float* x,   \
+                                      const float* dy, float* out) {                              \
+    grad ? block<true, V>(g, b, x, dy, out) : block<false, V>(g, b, x, dy, out);                  \
+  }                                                                                               \
+  template <typename V>                                                                           \
+  attributes void transpose_##suffix##_in(bool to_block, const float* from, int64_t size,         \
+                                          int64_t b, float* to) {                                 \
+    to_block ? transpose_block<true, V>(from, size, b, to)                                        \
+             : transpose_block<false, V>(from, size, b, to);                                      \
+  }                                                                                               \
+  attributes void block_##suffix(bool grad, const Planes2x2& g, int64_t b, const float* x,        \
+                                 const float* dy, float* out) {                                   \
+    if (b % kLanes<Vec> == 0) return block_##suffix##_in<Vec>(grad, g, b, x, dy, out);            \
+    if (b % kLanes<Half> == 0) return block_##suffix##_in<Half>(grad, g, b, x, dy, out);          \
+    block_##suffix##_in<F4>(grad, g, b, x, dy, out);                                              \
+  }                                                                                               \
+  attributes void transpose_##suffix(bool to_block, const float* from, int64_t size, int64_t b,   \
+                                     float* to) {                                                 \
+    if (b % kLanes<Vec> == 0) return transpose_##suffix##_in<Vec>(to_block, from, size, b, to);   \
+    if (b % kLanes<Half> == 0) return transpose_##suffix##_in<Half>(to_block, from, size, b, to); \
+    transpose_##suffix##_in<F4>(to_block, from, size, b, to);                                     \
+  }
+KILN_BLOCK_VARIANT(baseline, F4, F4, )
+KILN_BLOCK_VARIANT(avx2, F8, F4, __attribute__((target("avx2,fma"))))
+KILN_BLOCK_VARIANT(avx512, F16, F8, __attribute__((target("avx512f"))))
+#undef KILN_BLOCK_VARIANT
 #undef KILN_INLINE
 
 using Variant = void (*)(const Planes2x2&, const float*, const float*, float*, int64_t, int64_t);
+using BlockVariant = void (*)(bool, const Planes2x2&, int64_t, const float*, const float*, float*);
+using TransposeVariant = void (*)(bool, const float*, int64_t, int64_t, float*);
 
 }  // namespace
 
@@ -197,6 +302,25 @@ void max_pool_2x2(const Planes2x2& g, const float* x, float* y, int64_t b, int64
 void max_pool_2x2_grad(const Planes2x2& g, const float* x, const float* dy, float* dx, int64_t b,
                        int64_t e, math::Isa isa) {
   pick<Variant>(isa, grad_baseline, grad_avx2, grad_avx512)(g, x, dy, dx, b, e);
+}
+
+void max_pool_2x2_block(const Planes2x2& g, int64_t b, const float* x, float* y, math::Isa isa) {
+  pick<BlockVariant>(isa, block_baseline, block_avx2, block_avx512)(false, g, b, x, nullptr, y);
+}
+
+void max_pool_2x2_block_grad(const Planes2x2& g, int64_t b, const float* x, const float* dy,
+                             float* dx, math::Isa isa) {
+  pick<BlockVariant>(isa, block_baseline, block_avx2, block_avx512)(true, g, b, x, dy, dx);
+}
+
+void channels_to_block(const float* planes, int64_t size, int64_t b, float* block, math::Isa isa) {
+  pick<TransposeVariant>(isa, transpose_baseline, transpose_avx2, transpose_avx512)(true, planes,
+                                                                                    size, b, block);
+}
+
+void block_to_channels(const float* block, int64_t size, int64_t b, float* planes, math::Isa isa) {
+  pick<TransposeVariant>(isa, transpose_baseline, transpose_avx2, transpose_avx512)(
+      false, block, size, b, planes);
 }
 
 }  // namespace kiln::ops

@@ -25,4 +25,20 @@ void max_pool_2x2(const Planes2x2& g, const float* x, float* y, int64_t b, int64
 void max_pool_2x2_grad(const Planes2x2& g, const float* x, const float* dy, float* dx, int64_t b,
                        int64_t e, math::Isa isa = math::host_isa());
 
+// One block of b channels (b a multiple of 4) of a channel-blocked image, x [H, W, b], into y
+// [OH, OW, b]: per channel, the choices of max_pool_2x2.
+void max_pool_2x2_block(const Planes2x2& g, int64_t b, const float* x, float* y,
+                        math::Isa isa = math::host_isa());
+// The gradient of one such block, dy [OH, OW, b] into dx [H, W, b]: max_pool_2x2_grad's values
+// per channel.
+void max_pool_2x2_block_grad(const Planes2x2& g, int64_t b, const float* x, const float* dy,
+                             float* dx, math::Isa isa = math::host_isa());
+
+// b planes of `size` floats, [b, size], into one channel block [size, b] (b a multiple of 4),
+// and back: the transposes between a plain image's b channels and a blocked one's block.
+void channels_to_block(const float* planes, int64_t size, int64_t b, float* block,
+                       math::Isa isa = math::host_isa());
+void block_to_channels(const float* block, int64_t size, int64_t b, float* planes,
+                       math::Isa isa = math::host_isa());
+
 }  // namespace kiln::ops

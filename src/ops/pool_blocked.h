@@ -1,0 +1,30 @@
+// 2x2 max pooling with stride 2 of float32 images [N, C, H, W] whose operands are each plain or
+// channel-blocked, [N, C/b, H, W, b] (Primitive::ChannelBlocked): each block of b channels runs
+// the kernel of x's layout (pool_direct.h), and an operand in the other layout is transposed
+// through a scratch buffer of the block's size, so the values are the plain kernels', bit for
+// bit.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/pool_direct.h"
+
+namespace kiln::ops {
+
+// N images of C channels of H x W; C a multiple of `block`, itself a multiple of 4.
+struct Images2x2 {
+  int64_t N, C, block;
+  Planes2x2 plane;
+};
+
+// Which operands are channel-blocked: x, the gradient's dy, and the output (y or dx).
+struct BlockedOperands {
+  bool x = false, dy = false, out = false;
+};
+
+void max_pool_2x2_images(const Images2x2& g, const BlockedOperands& blocked, const float* x,
+                         float* y);
+void max_pool_2x2_images_grad(const Images2x2& g, const BlockedOperands& blocked, const float* x,
+                              const float* dy, float* dx);
+
+}  // namespace kiln::ops
