@@ -19,6 +19,7 @@
 #include "compiler/lowering_builder.h"
 #include "compiler/orc.h"
 #include "compiler/reductions.h"
+#include "detail/checked.h"
 #include "detail/streaming.h"
 #include "math/vector_math.h"
 
@@ -364,8 +365,47 @@ class Emitter : ReduceOps {
     std::vector<std::size_t> rows;
     for (std::size_t a = 0; a < last; ++a) rows.push_back(a);
     const int64_t len = l_.domain[last];
-    pieces(rows, len, len, [&](const Idx& idx, llvm::Value* j0, llvm::Value* n) {
-      elements(idx, j0, b_.CreateAdd(j0, n));
+    if (last == 0 || len >= 4 * lanes_) {
+      pieces(rows, len, len, [&](const Idx& idx, llvm::Value* j0, llvm::Value* n) {
+        elements(idx, j0, b_.CreateAdd(j0, n));
+      });
+      return;
+    }
+    // Rows of a few vectors (a channel block's): pieces of the last two axes together, whose
+    // rows a loop of their own steps through, so that a row costs an increment, not the division
+    // of its flat index into digits.
+    const std::size_t mid = last - 1;
+    rows.pop_back();
+    const int64_t span = detail::checked_mul("jit", l_.domain[mid], len);
+    pieces(rows, span, span, [&](const Idx& outer, llvm::Value* k0, llvm::Value* n) {
+      llvm::BasicBlock* pre = b_.GetInsertBlock();
+      auto* head = llvm::BasicBlock::Create(ctx_, "subrows", fn_);
+      auto* in = llvm::BasicBlock::Create(ctx_, "subrow", fn_);
+      auto* done = llvm::BasicBlock::Create(ctx_, "subrows_done", fn_);
+      llvm::Value* r0 = b_.CreateUDiv(k0, i64(len));
+      llvm::Value* j0 = b_.CreateSub(k0, b_.CreateMul(r0, i64(len)));
+      llvm::Value* end = b_.CreateAdd(k0, n);
+      b_.CreateBr(head);
+      b_.SetInsertPoint(head);
+      llvm::PHINode* k = b_.CreatePHI(b_.getInt64Ty(), 2);
+      llvm::PHINode* r = b_.CreatePHI(b_.getInt64Ty(), 2);
+      llvm::PHINode* j = b_.CreatePHI(b_.getInt64Ty(), 2);
+      k->addIncoming(k0, pre);
+      r->addIncoming(r0, pre);
+      j->addIncoming(j0, pre);
+      b_.CreateCondBr(b_.CreateICmpSLT(k, end), in, done);
+      b_.SetInsertPoint(in);
+      llvm::Value *left = b_.CreateSub(end, k), *row_left = b_.CreateSub(i64(len), j);
+      llvm::Value* m = b_.CreateSelect(b_.CreateICmpSLT(left, row_left), left, row_left);
+      Idx idx = outer;
+      idx[mid] = r;
+      elements(idx, j, b_.CreateAdd(j, m));
+      llvm::BasicBlock* body_end = b_.GetInsertBlock();
+      k->addIncoming(b_.CreateAdd(k, m), body_end);
+      r->addIncoming(b_.CreateAdd(r, i64(1)), body_end);
+      j->addIncoming(i64(0), body_end);
+      b_.CreateBr(head);
+      b_.SetInsertPoint(done);
     });
   }
 
