@@ -33,7 +33,9 @@ GroupFit fit(const Group& g, int64_t block, const std::vector<TensorType>& types
   GroupFit r;
   const Dims& d = g.domain;
   r.splits = d.size() == 4 && d[1] % block == 0;
-  auto keeps_c_apart = [&](const std::vector<bool>& kept) { return kept[1] && (kept[2] || kept[3]); };
+  auto keeps_c_apart = [&](const std::vector<bool>& kept) {
+    return kept[1] && (kept[2] || kept[3]);
+  };
   std::vector<bool> kept(d.size());
   for (std::size_t a = 0; a < d.size(); ++a) kept[a] = !g.reduced[a];
   for (const GroupOutput& o : g.outputs)
@@ -67,10 +69,11 @@ GroupFit fit(const Group& g, int64_t block, const std::vector<TensorType>& types
   return r;
 }
 
-// The rule of an equation that can run with blocked operands, or null.
+// The rule of an equation that can run with blocked operands, or null. Not for a primitive that
+// may write its result over an input (the executor would write plain data there first).
 const Primitive::ChannelBlocked* rule_of(const ir::Equation& e, int64_t block) {
   const auto& r = e.prim->channel_blocked;
-  if (!r || !detail::builtin_kernels_only(*e.prim)) return nullptr;
+  if (!r || e.prim->in_place || !detail::builtin_kernels_only(*e.prim)) return nullptr;
   std::vector<TensorType> in;
   for (const ir::Value& v : e.inputs) in.push_back(v.type);
   return r->applies(in, e.attrs, block) ? &*r : nullptr;
@@ -119,8 +122,6 @@ struct Components {
 
 }  // namespace
 
-bool ChannelBlocks::any() const { return std::find(blocked.begin(), blocked.end(), true) != blocked.end(); }
-
 ChannelBlocks block_channels(const ir::Function& f, Partition& p, std::optional<int64_t> block) {
   const std::size_t n = static_cast<std::size_t>(f.next_id());
   ChannelBlocks out{.block = block.value_or(0), .blocked = std::vector<bool>(n, false)};
@@ -137,8 +138,8 @@ ChannelBlocks block_channels(const ir::Function& f, Partition& p, std::optional<
     for (const ir::Value& v : e.outputs) {
       const Shape& s = v.type.shape;
       const auto& view = p.views[static_cast<std::size_t>(v.id)];
-      cand[static_cast<std::size_t>(v.id)] = s.rank() == 4 && s.numel() > 0 && s[1] % b == 0 &&
-                                             view && view->buffer == v.id;
+      cand[static_cast<std::size_t>(v.id)] =
+          s.rank() == 4 && s.numel() > 0 && s[1] % b == 0 && view && view->buffer == v.id;
     }
   auto strike = [&](int v) { cand[static_cast<std::size_t>(v)] = false; };
   for (std::size_t v = 0; v < n; ++v)
@@ -207,8 +208,8 @@ ChannelBlocks block_channels(const ir::Function& f, Partition& p, std::optional<
   for (std::size_t v = 0; v < n; ++v)
     cand[v] = cand[v] && anchored[static_cast<std::size_t>(c.root(static_cast<int>(v)))];
   for (std::size_t i = 0; i < p.steps.size(); ++i)
-    if (auto* g = std::get_if<Group>(&p.steps[i]); g && !fits[i].whole.empty() &&
-                                                 cand[static_cast<std::size_t>(fits[i].whole[0])])
+    if (auto* g = std::get_if<Group>(&p.steps[i]);
+        g && !fits[i].whole.empty() && cand[static_cast<std::size_t>(fits[i].whole[0])])
       split_channels(*g, b, cand);
   return out;
 }

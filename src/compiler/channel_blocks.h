@@ -14,7 +14,6 @@ namespace kiln::compiler {
 struct ChannelBlocks {
   int64_t block = 0;
   std::vector<bool> blocked;  // per value id
-  bool any() const;
 };
 
 // Chooses the blocked values of f's partition for channel blocks of `block` (none: nothing is

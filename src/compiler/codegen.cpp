@@ -756,12 +756,22 @@ class Emitter : ReduceOps {
     }
   }
 
-  // totals[slot] += v, in double, lane by lane (the slots of consecutive j are consecutive).
+  // totals[slot] += v, in double, at innermost index j: lane by lane into consecutive slots
+  // where the slots run along the innermost axis; where they do not (the row template's lanes
+  // are kept indices that share a slot: a channel-split group's sum over all its rows), the
+  // lanes one after another into the one slot, in the kept indices' order.
   void add_to_total(const Access& a, const Idx& idx, llvm::Value* j, llvm::Value* v) {
     const int lanes = lanes_of(v);
     llvm::Type* t = vec(b_.getDoubleTy(), lanes);
     if (v->getType() != t) v = b_.CreateFPExt(v, t);
     llvm::Value* p = b_.CreateGEP(b_.getDoubleTy(), args_[3], offset_at(a, idx, j));
+    if (lanes > 1 && j && a.strides.back() == 0) {
+      llvm::Value* sum = b_.CreateAlignedLoad(b_.getDoubleTy(), p, llvm::Align(8));
+      for (int k = 0; k < lanes; ++k)
+        sum = b_.CreateFAdd(sum, b_.CreateExtractElement(v, static_cast<uint64_t>(k)));
+      b_.CreateAlignedStore(sum, p, llvm::Align(8));
+      return;
+    }
     llvm::Value* sum = b_.CreateFAdd(b_.CreateAlignedLoad(t, p, llvm::Align(8)), v);
     b_.CreateAlignedStore(sum, p, llvm::Align(8));
   }
@@ -876,7 +886,7 @@ class Emitter : ReduceOps {
         for (const Group::TotalSlot& t : totals) {
           const int arg = g_.nodes[static_cast<std::size_t>(t.node)].args[0];
           if (g_.nodes[static_cast<std::size_t>(arg)].level != Level::outer) continue;
-          add_to_total(l_.totals[static_cast<std::size_t>(t.node)], idx, nullptr, value(arg, s));
+          add_to_total(l_.totals[static_cast<std::size_t>(t.node)], idx, s.j, value(arg, s));
         }
         for (std::size_t q = 0; q < g_.outputs.size(); ++q) {
           const GroupOutput& out = g_.outputs[q];

@@ -26,6 +26,7 @@
 #include "ir/compiled_bodies.h"
 #include "ir/trace.h"
 #include "ops/conv_dnnl.h"
+#include "ops/pool_blocked.h"
 
 namespace kiln::compiler {
 namespace {
@@ -418,8 +419,7 @@ class CompiledFunction final : public Code {
             e.prim->in_place->write(ins, *target, e.attrs);
             outs.push_back(*target);
           } else if (step.blocked) {
-            outs.push_back(empty(step.out_types[0]));
-            e.prim->channel_blocked->write(ins, *step.blocked, outs[0], e.attrs);
+            outs = run_blocked(e, step, ins);
           } else {
             outs = loops::drives(*e.prim)
                        ? loops::run(e, ins)
@@ -530,6 +530,31 @@ class CompiledFunction final : public Code {
       }
   }
 
+  // A step with channel-blocked operands: its rule's kernel, or, where a user's kernel has
+  // replaced the built-in ones since the plan was made, that kernel on plain copies.
+  static std::vector<Tensor> run_blocked(const ir::Equation& e, const OpaqueStep& step,
+                                         std::vector<Tensor>& ins) {
+    const Primitive::ChannelBlocked::Call& call = *step.blocked;
+    if (kiln::detail::builtin_kernels_only(*e.prim)) {
+      std::vector<Tensor> outs{empty(step.out_types[0])};
+      e.prim->channel_blocked->write(ins, call, outs[0], e.attrs);
+      return outs;
+    }
+    auto relayout = [&](const Tensor& t, ops::Layout to) {
+      Tensor out = empty(t.type());
+      ops::relayout_images(t.shape(), call.block, to, t.contiguous().data<const float>(),
+                           out.data<float>());
+      return out;
+    };
+    for (const int i : call.inputs)
+      ins[static_cast<std::size_t>(i)] =
+          relayout(ins[static_cast<std::size_t>(i)], ops::Layout::plain);
+    std::vector<Tensor> outs =
+        kiln::detail::run_kernel(*e.prim, ins, e.attrs, step.out_types, Loc{});
+    if (call.output) outs[0] = relayout(outs[0], ops::Layout::blocked);
+    return outs;
+  }
+
   // Which of e's operands are stored blocked, when any is.
   static std::optional<Primitive::ChannelBlocked::Call> blocked_call(const ir::Equation& e,
                                                                      const ChannelBlocks& blocks) {
@@ -539,7 +564,7 @@ class CompiledFunction final : public Code {
     };
     for (std::size_t k = 0; k < e.inputs.size(); ++k)
       if (blocked(e.inputs[k])) call.inputs.push_back(static_cast<int>(k));
-    call.output = blocked(e.outputs[0]);
+    call.output = !e.outputs.empty() && blocked(e.outputs[0]);
     if (call.inputs.empty() && !call.output) return std::nullopt;
     return call;
   }

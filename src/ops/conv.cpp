@@ -618,6 +618,7 @@ Primitive::ChannelBlocked conv_channel_blocked(const ConvSpec& s) {
                         const Tensor& out, const Attrs& a) {
     const ConvKind kind = conv_kind(suffix, a);
     const ConvGeom g = s.geom(kind, types(in), a);
+    check_blas_size(kind.op, g);  // the kernels' limit, so that both raise alike
     ops::ConvBlocks blocks;
     for (const int i : call.inputs) (i == 0 ? blocks.a : blocks.b) = call.block;
     if (call.output) blocks.out = call.block;
@@ -972,9 +973,12 @@ Primitive with_pool_rules(Primitive p) {
   return p;
 }
 
+enum class PoolPass { forward, gradient };
+
 // The 2x2 max pooling with stride 2 and its gradient in float32 (ops/pool_blocked.h): x, the
 // gradient's dy and the output may each come and go in channel blocks.
-Primitive::ChannelBlocked pool_channel_blocked(std::string op, bool grad) {
+Primitive::ChannelBlocked pool_channel_blocked(std::string op, PoolPass pass) {
+  const bool grad = pass == PoolPass::gradient;
   Primitive::ChannelBlocked r;
   r.inputs = grad ? std::vector<int>{0, 1} : std::vector<int>{0};
   r.output = true;
@@ -986,19 +990,23 @@ Primitive::ChannelBlocked pool_channel_blocked(std::string op, bool grad) {
   };
   r.write = [op, grad](std::span<const Tensor> in, const Primitive::ChannelBlocked::Call& call,
                        const Tensor& out, const Attrs& a) {
+    using ops::Layout;
     const PoolGeom g = pool_geom(op, in[0].type(), a);
     const ops::Images2x2 images{g.N, g.C, call.block, {g.H, g.W}};
-    auto is_blocked = [&](int i) {
-      return std::find(call.inputs.begin(), call.inputs.end(), i) != call.inputs.end();
+    auto layout_of = [&](int i) {
+      const bool blocked =
+          std::find(call.inputs.begin(), call.inputs.end(), i) != call.inputs.end();
+      return blocked ? Layout::blocked : Layout::plain;
     };
-    const ops::BlockedOperands blocked{
-        .x = is_blocked(0), .dy = grad && is_blocked(1), .out = call.output};
+    const ops::PoolLayouts layouts{.x = layout_of(0),
+                                   .dy = grad ? layout_of(1) : Layout::plain,
+                                   .out = call.output ? Layout::blocked : Layout::plain};
     const Tensor x = in[0].contiguous();
     if (grad) {
-      ops::max_pool_2x2_images_grad(images, blocked, x.data<const float>(),
+      ops::max_pool_2x2_images_grad(images, layouts, x.data<const float>(),
                                     in[1].contiguous().data<const float>(), out.data<float>());
     } else {
-      ops::max_pool_2x2_images(images, blocked, x.data<const float>(), out.data<float>());
+      ops::max_pool_2x2_images(images, layouts, x.data<const float>(), out.data<float>());
     }
   };
   return r;
@@ -1019,7 +1027,7 @@ const Primitive& define_pool(std::string name, Loc loc) {
   };
   Primitive p = with_pool_rules<IsMax>(primitive_of(name, 1, std::move(rule)));
   p.batch = batch_images;
-  if constexpr (IsMax) p.channel_blocked = pool_channel_blocked(name, false);
+  if constexpr (IsMax) p.channel_blocked = pool_channel_blocked(name, PoolPass::forward);
   return detail::register_builtin(std::move(p),
                                   {{ops::cpu({DTypeSet::floating()}), std::move(kernel)}}, loc);
 }
@@ -1126,7 +1134,7 @@ const Primitive& prim::max_pool2d_grad() {
       const Tensor dx = bind1(b.primitive, ins, b.attrs);
       return std::vector<Batched>{{reshape(dx, x), 0}};
     };
-    p.channel_blocked = pool_channel_blocked(std::string(op), true);
+    p.channel_blocked = pool_channel_blocked(std::string(op), PoolPass::gradient);
     Kernel kernel = [op](std::span<const Tensor> in, const Attrs& attrs) {
       const PoolGeom g = pool_geom(op, in[0].type(), attrs);
       Tensor dx = empty(in[0].shape(), in[0].dtype());

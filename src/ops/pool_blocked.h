@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "kiln/shape.h"
 #include "ops/pool_direct.h"
 
 namespace kiln::ops {
@@ -17,14 +18,18 @@ struct Images2x2 {
   Planes2x2 plane;
 };
 
-// Which operands are channel-blocked: x, the gradient's dy, and the output (y or dx).
-struct BlockedOperands {
-  bool x = false, dy = false, out = false;
+enum class Layout { plain, blocked };
+
+// The layouts of x, the gradient's dy, and the output (y or dx).
+struct PoolLayouts {
+  Layout x = Layout::plain, dy = Layout::plain, out = Layout::plain;
 };
 
-void max_pool_2x2_images(const Images2x2& g, const BlockedOperands& blocked, const float* x,
-                         float* y);
-void max_pool_2x2_images_grad(const Images2x2& g, const BlockedOperands& blocked, const float* x,
+void max_pool_2x2_images(const Images2x2& g, const PoolLayouts& layouts, const float* x, float* y);
+void max_pool_2x2_images_grad(const Images2x2& g, const PoolLayouts& layouts, const float* x,
                               const float* dy, float* dx);
+
+// Every image of [N, C, H, W] (C a multiple of b, b of 4) into the layout `to`, from the other.
+void relayout_images(const Shape& images, int64_t b, Layout to, const float* from, float* out);
 
 }  // namespace kiln::ops

@@ -258,29 +258,28 @@ KILN_POOL_VARIANTS(avx512, F16, __attribute__((target("avx512f"))))
 #undef KILN_POOL_VARIANTS
 
 // A block's channels in the widest vector that divides them (b is a multiple of 4).
-#define KILN_BLOCK_VARIANT(suffix, Vec, Half, attributes)                                         \
-  template <typename V>                                                                           \
-  attributes void block_##suffix##_in(bool grad, const Planes2x2& g, int64_t b, const float* x,   \
-                                      const float* dy, float* out) {                              \
-    grad ? block<true, V>(g, b, x, dy, out) : block<false, V>(g, b, x, dy, out);                  \
-  }                                                                                               \
-  template <typename V>                                                                           \
-  attributes void transpose_##suffix##_in(bool to_block, const float* from, int64_t size,         \
-                                          int64_t b, float* to) {                                 \
-    to_block ? transpose_block<true, V>(from, size, b, to)                                        \
-             : transpose_block<false, V>(from, size, b, to);                                      \
-  }                                                                                               \
-  attributes void block_##suffix(bool grad, const Planes2x2& g, int64_t b, const float* x,        \
-                                 const float* dy, float* out) {                                   \
-    if (b % kLanes<Vec> == 0) return block_##suffix##_in<Vec>(grad, g, b, x, dy, out);            \
-    if (b % kLanes<Half> == 0) return block_##suffix##_in<Half>(grad, g, b, x, dy, out);          \
-    block_##suffix##_in<F4>(grad, g, b, x, dy, out);                                              \
-  }                                                                                               \
-  attributes void transpose_##suffix(bool to_block, const float* from, int64_t size, int64_t b,   \
-                                     float* to) {                                                 \
-    if (b % kLanes<Vec> == 0) return transpose_##suffix##_in<Vec>(to_block, from, size, b, to);   \
-    if (b % kLanes<Half> == 0) return transpose_##suffix##_in<Half>(to_block, from, size, b, to); \
-    transpose_##suffix##_in<F4>(to_block, from, size, b, to);                                     \
+#define KILN_BLOCK_VARIANT(suffix, Vec, Half, attributes)                                      \
+  attributes void block_forward_##suffix(const Planes2x2& g, int64_t b, const float* x,        \
+                                         const float*, float* y) {                             \
+    if (b % kLanes<Vec> == 0) return block<false, Vec>(g, b, x, nullptr, y);                   \
+    if (b % kLanes<Half> == 0) return block<false, Half>(g, b, x, nullptr, y);                 \
+    block<false, F4>(g, b, x, nullptr, y);                                                     \
+  }                                                                                            \
+  attributes void block_grad_##suffix(const Planes2x2& g, int64_t b, const float* x,           \
+                                      const float* dy, float* dx) {                            \
+    if (b % kLanes<Vec> == 0) return block<true, Vec>(g, b, x, dy, dx);                        \
+    if (b % kLanes<Half> == 0) return block<true, Half>(g, b, x, dy, dx);                      \
+    block<true, F4>(g, b, x, dy, dx);                                                          \
+  }                                                                                            \
+  attributes void to_block_##suffix(const float* from, int64_t size, int64_t b, float* to) {   \
+    if (b % kLanes<Vec> == 0) return transpose_block<true, Vec>(from, size, b, to);            \
+    if (b % kLanes<Half> == 0) return transpose_block<true, Half>(from, size, b, to);          \
+    transpose_block<true, F4>(from, size, b, to);                                              \
+  }                                                                                            \
+  attributes void from_block_##suffix(const float* from, int64_t size, int64_t b, float* to) { \
+    if (b % kLanes<Vec> == 0) return transpose_block<false, Vec>(from, size, b, to);           \
+    if (b % kLanes<Half> == 0) return transpose_block<false, Half>(from, size, b, to);         \
+    transpose_block<false, F4>(from, size, b, to);                                             \
   }
 KILN_BLOCK_VARIANT(baseline, F4, F4, )
 KILN_BLOCK_VARIANT(avx2, F8, F4, __attribute__((target("avx2,fma"))))
@@ -289,8 +288,8 @@ KILN_BLOCK_VARIANT(avx512, F16, F8, __attribute__((target("avx512f"))))
 #undef KILN_INLINE
 
 using Variant = void (*)(const Planes2x2&, const float*, const float*, float*, int64_t, int64_t);
-using BlockVariant = void (*)(bool, const Planes2x2&, int64_t, const float*, const float*, float*);
-using TransposeVariant = void (*)(bool, const float*, int64_t, int64_t, float*);
+using BlockVariant = void (*)(const Planes2x2&, int64_t, const float*, const float*, float*);
+using TransposeVariant = void (*)(const float*, int64_t, int64_t, float*);
 
 }  // namespace
 
@@ -305,22 +304,23 @@ void max_pool_2x2_grad(const Planes2x2& g, const float* x, const float* dy, floa
 }
 
 void max_pool_2x2_block(const Planes2x2& g, int64_t b, const float* x, float* y, math::Isa isa) {
-  pick<BlockVariant>(isa, block_baseline, block_avx2, block_avx512)(false, g, b, x, nullptr, y);
+  pick<BlockVariant>(isa, block_forward_baseline, block_forward_avx2, block_forward_avx512)(
+      g, b, x, nullptr, y);
 }
 
 void max_pool_2x2_block_grad(const Planes2x2& g, int64_t b, const float* x, const float* dy,
                              float* dx, math::Isa isa) {
-  pick<BlockVariant>(isa, block_baseline, block_avx2, block_avx512)(true, g, b, x, dy, dx);
+  pick<BlockVariant>(isa, block_grad_baseline, block_grad_avx2, block_grad_avx512)(g, b, x, dy, dx);
 }
 
 void channels_to_block(const float* planes, int64_t size, int64_t b, float* block, math::Isa isa) {
-  pick<TransposeVariant>(isa, transpose_baseline, transpose_avx2, transpose_avx512)(true, planes,
-                                                                                    size, b, block);
+  pick<TransposeVariant>(isa, to_block_baseline, to_block_avx2, to_block_avx512)(planes, size, b,
+                                                                                 block);
 }
 
 void block_to_channels(const float* block, int64_t size, int64_t b, float* planes, math::Isa isa) {
-  pick<TransposeVariant>(isa, transpose_baseline, transpose_avx2, transpose_avx512)(
-      false, block, size, b, planes);
+  pick<TransposeVariant>(isa, from_block_baseline, from_block_avx2, from_block_avx512)(block, size,
+                                                                                       b, planes);
 }
 
 }  // namespace kiln::ops
