@@ -28,7 +28,8 @@ TEST(ChannelBlockedReplaced, AKernelRegisteredLaterRunsOnPlainCopies) {
   register_kernel(primitive("max_pool2d"), KernelSignature{.inputs = {float32}},
                   [](std::span<const Tensor> in, const Attrs& attrs) {
                     ++g_runs;
-                    const Tensor y = bind1(primitive("max_pool2d"), {astype(in[0], float64)}, attrs);
+                    const Tensor y =
+                        bind1(primitive("max_pool2d"), {astype(in[0], float64)}, attrs);
                     return std::vector<Tensor>{astype(y, float32)};
                   });
   const Tensor after = compiled(x, w);
