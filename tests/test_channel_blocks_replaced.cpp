@@ -3,6 +3,7 @@
 // them. A binary of its own: the registration holds for the rest of the process.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "kiln/kiln.h"
@@ -17,12 +18,21 @@ std::atomic<int> g_runs{0};
 TEST(ChannelBlockedReplaced, AKernelRegisteredLaterRunsOnPlainCopies) {
   const Tensor x = random::normal(random::key(1), {2, 16, 8, 8}),
                w = random::normal(random::key(2), {32, 16, 3, 3});
-  auto f = [](const Tensor& x, const Tensor& w) {
-    return sum(square(max_pool2d(nn::relu(conv2d(x, w, {.padding = {1, 1}})))));
+  // The pooled image weighted per channel and position, so that a layout mixed up anywhere
+  // changes the sum; the pooling's output is blocked, as the group reading it is.
+  const Tensor weights = random::normal(random::key(3), {1, 32, 4, 4});
+  auto f = [&](const Tensor& x, const Tensor& w) {
+    return sum(max_pool2d(nn::relu(conv2d(x, w, {.padding = {1, 1}}))) * weights);
   };
   auto compiled = jit(f, JitOptions{.backend = ir::Backend::llvm});
-  if (compiled.compiled(x, w).channel_blocked.empty())
-    GTEST_SKIP() << "oneDNN lays images out plainly on this machine";
+  const ir::CompiledInfo info = compiled.compiled(x, w);
+  if (info.channel_blocked.empty()) GTEST_SKIP() << "oneDNN lays images out plainly here";
+  bool pooled_blocked = false;
+  for (const ir::Equation& e : compiled.lower(x, w).equations)
+    if (e.prim->name == "max_pool2d")
+      pooled_blocked =
+          std::count(info.channel_blocked.begin(), info.channel_blocked.end(), e.outputs[0].id) > 0;
+  EXPECT_TRUE(pooled_blocked) << info;
   const Tensor before = compiled(x, w);
   // The same pooling through float64's kernel: the values max_pool2d picks, exactly.
   register_kernel(primitive("max_pool2d"), KernelSignature{.inputs = {float32}},

@@ -999,7 +999,7 @@ Primitive::ChannelBlocked pool_channel_blocked(std::string op, PoolPass pass) {
       return blocked ? Layout::blocked : Layout::plain;
     };
     const ops::PoolLayouts layouts{.x = layout_of(0),
-                                   .dy = grad ? layout_of(1) : Layout::plain,
+                                   .dy = layout_of(grad ? 1 : 0),
                                    .out = call.output ? Layout::blocked : Layout::plain};
     const Tensor x = in[0].contiguous();
     if (grad) {

@@ -23,15 +23,16 @@ struct Scratch {
 
 // Runs f(scratch, x's offset, the pooled image's offset) for every block of b channels, the
 // blocks split among threads. A block takes the same memory in either layout: b planes from
-// plane (n·C + c), which is block (n·C/b + c/b) of the blocked image. The scratch is allocated
-// here, outside the parallel region, one per chunk.
+// plane (n·C + c), which is block (n·C/b + c/b) of the blocked image. Where the operands'
+// layouts differ, a scratch per chunk is allocated here, outside the parallel region.
 template <typename F>
-void each_block(const Images2x2& g, F&& f) {
+void each_block(const Images2x2& g, const PoolLayouts& layouts, F&& f) {
   const int64_t HW = g.plane.H * g.plane.W, OHW = g.plane.OH() * g.plane.OW();
   const int64_t blocks = g.N * (g.C / g.block), image = g.block * HW,
                 per_chunk = image + g.block * OHW;
   const int64_t chunks = detail::parallel_chunks(blocks, g.block * OHW * 4);
-  const Tensor scratch = empty({chunks * per_chunk}, float32);
+  const bool mixed = layouts.out != layouts.x || layouts.dy != layouts.x;
+  const Tensor scratch = empty({mixed ? chunks * per_chunk : 0}, float32);
   float* base = scratch.data<float>();
   detail::run_chunks(blocks, chunks, [&](int64_t c, int64_t begin, int64_t end) {
     const Scratch s{base + c * per_chunk, base + c * per_chunk + image};
@@ -43,7 +44,7 @@ void each_block(const Images2x2& g, F&& f) {
 
 void max_pool_2x2_images(const Images2x2& g, const PoolLayouts& layouts, const float* x, float* y) {
   const int64_t b = g.block, OHW = g.plane.OH() * g.plane.OW();
-  each_block(g, [&](const Scratch& s, int64_t xi, int64_t yi) {
+  each_block(g, layouts, [&](const Scratch& s, int64_t xi, int64_t yi) {
     float* out = layouts.out == layouts.x ? y + yi : s.pooled;
     if (layouts.x == Layout::blocked) {
       max_pool_2x2_block(g.plane, b, x + xi, out);
@@ -57,7 +58,7 @@ void max_pool_2x2_images(const Images2x2& g, const PoolLayouts& layouts, const f
 void max_pool_2x2_images_grad(const Images2x2& g, const PoolLayouts& layouts, const float* x,
                               const float* dy, float* dx) {
   const int64_t b = g.block, HW = g.plane.H * g.plane.W, OHW = g.plane.OH() * g.plane.OW();
-  each_block(g, [&](const Scratch& s, int64_t xi, int64_t yi) {
+  each_block(g, layouts, [&](const Scratch& s, int64_t xi, int64_t yi) {
     // dy in x's layout, and where dx goes before it reaches its own.
     const float* d = dy + yi;
     if (layouts.dy != layouts.x) {

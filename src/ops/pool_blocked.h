@@ -20,7 +20,7 @@ struct Images2x2 {
 
 enum class Layout { plain, blocked };
 
-// The layouts of x, the gradient's dy, and the output (y or dx).
+// The layouts of x, the gradient's dy (the forward's: x's), and the output (y or dx).
 struct PoolLayouts {
   Layout x = Layout::plain, dy = Layout::plain, out = Layout::plain;
 };
