@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -352,6 +353,21 @@ TEST(ChannelBlocked, SumsOverBlockedImagesHaveTheInterpretersBits) {
     expect_same_bits(p, pi, "the pooled centred images");
     expect_same_bits(q, qi, "the per-pixel sums");
   }
+}
+
+// KILN_CHANNEL_BLOCKS=0 (a ctest entry of its own) keeps every image plain, with the same bits.
+TEST(ChannelBlocked, TheEnvironmentTurnsItOff) {
+  const char* v = std::getenv("KILN_CHANNEL_BLOCKS");
+  if (!v || std::string(v) != "0") GTEST_SKIP() << "run with KILN_CHANNEL_BLOCKS=0";
+  EXPECT_FALSE(ops::dnnl_channel_block().has_value());
+  const CnnCase c = cnn_case(16, 12, 20);
+  const auto& a = c.args;
+  auto compiled = cnn_step(kCompiled);
+  EXPECT_TRUE(compiled.compiled(a[0], a[1], a[2], a[3], a[4], a[5]).channel_blocked.empty());
+  const auto [l, g] = compiled(a[0], a[1], a[2], a[3], a[4], a[5]);
+  const auto [li, gi] = cnn_step(kInterpreted)(a[0], a[1], a[2], a[3], a[4], a[5]);
+  expect_same_bits(l, li, "loss");
+  expect_same_bits(std::get<2>(g), std::get<2>(gi), "the second convolution's weight gradient");
 }
 
 // Images whose channels are no multiple of the block, or that the caller receives, stay plain.
