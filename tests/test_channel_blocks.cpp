@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,19 +24,11 @@ namespace {
 using namespace kiln;
 using Blocked = Primitive::ChannelBlocked;
 
-std::vector<float> normal_values(int64_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  std::vector<float> v(static_cast<std::size_t>(n));
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-Tensor image(const Shape& s, unsigned seed) { return tensor(normal_values(s.numel(), seed), s); }
+Tensor image(const Shape& s, unsigned seed) { return random::normal(random::key(seed), s); }
 
 // Max pooling's input with ties (values rounded to halves) and NaN in some windows.
 Tensor pooled_input(const Shape& s, unsigned seed) {
-  std::vector<float> v = normal_values(s.numel(), seed);
+  std::vector<float> v = image(s, seed).to_vector<float>();
   for (std::size_t i = 0; i < v.size(); ++i) {
     v[i] = std::round(v[i] * 2) / 2;
     if (i % 37 == 5) v[i] = NAN;
