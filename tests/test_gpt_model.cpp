@@ -74,15 +74,59 @@ TEST(GptModel, TheCacheGivesTheWholeSequencesLogitsAtEveryPosition) {
   gpt::KvCache cache = gpt::empty_cache(m, 2);
   for (int64_t t = 0; t < kTiny.block_size; ++t) {
     const Tensor column = reshape(slice(x, {Slice(), Slice(t, t + 1)}), {2});
+    // Reading the whole cache, and only the positions up to t.
+    auto [z, next] = gpt::decode_step(m, cache, column, tensor(t));
+    const Tensor z_span = gpt::decode_step(m, cache, column, tensor(t), t + 1).first;
+    cache = next;
+    for (const Tensor& logits : {z, z_span}) {
+      const std::vector<float> got = logits.to_vector<float>();  // [2, 256]
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t v = 0; v < 256; ++v)
+          EXPECT_NEAR(got[static_cast<std::size_t>(b * 256 + v)],
+                      want[static_cast<std::size_t>((b * kTiny.block_size + t) * 256 + v)], 1e-5)
+              << "position " << t << ", sequence " << b << ", token " << v;
+    }
+  }
+  EXPECT_THROW(
+      (void)gpt::decode_step(m, cache, tokens(2, 1, 9), tensor(int64_t{0}), kTiny.block_size + 1),
+      Error);
+}
+
+// generate runs a loop per span of positions, each reading the cache up to its span's end: it
+// draws the tokens that decode_step over the whole cache gives, a token at a time, with the
+// same keys.
+TEST(GptModel, GenerationOverSeveralSpansDrawsWhatTheWholeCacheDoes) {
+  gpt::Config c = kTiny;
+  c.block_size = 2 * gpt::kGenerationSpan + 8;
+  // Weights 20 times GPT-2's scale: sharp attention and far-apart logits, so that a key left
+  // unread changes the draws.
+  const gpt::Model m =
+      tree_map([](const Tensor& t) { return t * 20.0f; }, gpt::init(c, random::key(12)));
+  const int64_t P = 2, n = c.block_size - P;
+  const gpt::Sampling sampling{.temperature = 1.0};
+  const Tensor prompt = tokens(2, P, 13), key = random::key(14);
+  const auto gen = [&](const gpt::Model& p, const Tensor& pr, const Tensor& k) {
+    return gpt::generate(p, pr, n, sampling, k);
+  };
+  const std::vector<int64_t> got = jit(gen)(m, prompt, key).to_vector<int64_t>();
+  const std::vector<int64_t> given = prompt.to_vector<int64_t>();
+  std::vector<std::vector<int64_t>> want{{given[0], given[1]}, {given[2], given[3]}};
+  const Tensor keys = random::split(key, c.block_size);
+  gpt::KvCache cache = gpt::empty_cache(m, 2);
+  for (int64_t t = 0; t + 1 < c.block_size; ++t) {
+    const auto at = static_cast<std::size_t>(t);
+    const Tensor column = tensor(std::vector<int64_t>{want[0][at], want[1][at]}, {2});
     auto [z, next] = gpt::decode_step(m, cache, column, tensor(t));
     cache = next;
-    const std::vector<float> got = z.to_vector<float>();  // [2, 256]
-    for (int64_t b = 0; b < 2; ++b)
-      for (int64_t v = 0; v < 256; ++v)
-        EXPECT_NEAR(got[static_cast<std::size_t>(b * 256 + v)],
-                    want[static_cast<std::size_t>((b * kTiny.block_size + t) * 256 + v)], 1e-5)
-            << "position " << t << ", sequence " << b << ", token " << v;
+    if (t + 1 < P) continue;
+    const std::vector<int64_t> drawn = gpt::pick(z, sampling, index(keys, t)).to_vector<int64_t>();
+    for (std::size_t b = 0; b < 2; ++b) want[b].push_back(drawn[b]);
   }
+  for (std::size_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < c.block_size; ++t)
+      EXPECT_EQ(got[b * static_cast<std::size_t>(c.block_size) + static_cast<std::size_t>(t)],
+                want[b][static_cast<std::size_t>(t)])
+          << "sequence " << b << ", position " << t;
 }
 
 TEST(GptModel, GenerationKeepsThePromptAndIsTheSameCompiled) {

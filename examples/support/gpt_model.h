@@ -5,9 +5,9 @@
 // [out, in] as nn.Linear holds them, so bench/gpt_torch.py loads them by name. Initialisation
 // is GPT-2's: N(0, 0.02) for every weight matrix and embedding, zero biases, LayerNorms at 1
 // and 0, and the residual projections (attn.c_proj, mlp.c_proj) at 0.02 / sqrt(2 * layers).
-// Generation runs with a key/value cache, each chunk one compiled loop (generate). Training
-// can keep the blocks' weights elsewhere (ZeRO-3's pieces) and fetch each block's just in time
-// (BlockWeights).
+// Generation runs with a key/value cache, a compiled loop per span of positions (generate).
+// Training can keep the blocks' weights elsewhere (ZeRO-3's pieces) and fetch each block's
+// just in time (BlockWeights).
 #pragma once
 
 #include <kiln/distributed.h>
@@ -173,13 +173,23 @@ inline KvCache empty_cache(const Model& m, int64_t B) {
 // The logits [B, vocab] after one more token per sequence, `token` [B] (int64) at position
 // `pos` (an int64 scalar, traced or not): its keys and values are written into the cache at
 // `pos`, and it attends to positions 0..pos. The same arithmetic as logits() at that position.
+// It reads the first `span` positions of the cache (pos < span), the whole block by default:
+// the positions after pos only add zeros.
 inline std::pair<Tensor, KvCache> decode_step(const Model& m, const KvCache& cache,
-                                              const Tensor& token, const Tensor& pos) {
+                                              const Tensor& token, const Tensor& pos,
+                                              std::optional<int64_t> span = std::nullopt) {
   const Transformer& t = m.transformer;
   const int64_t B = token.shape()[0], S = t.wpe.weight.shape()[0], C = t.wpe.weight.shape()[1];
+  const int64_t A = span.value_or(S);
+  if (A < 1 || A > S)
+    fail("gpt.decode_step", "the span read of the cache is out of range: got ", A,
+         ", expected 1 to the block size ", S);
   const Tensor zero = tensor(int64_t{0});
   Tensor x = t.wte(reshape(token, {B, 1})) + t.wpe(reshape(pos, {1}));    // [B, 1, C]
-  const Tensor seen = reshape(less_equal(arange(S), pos), {1, 1, 1, S});  // keys 0..pos
+  const Tensor seen = reshape(less_equal(arange(A), pos), {1, 1, 1, A});  // keys 0..pos
+  auto read = [&](const Tensor& c) {
+    return A == S ? c : slice(c, {Slice(), Slice(), Slice(0, A)});
+  };
   KvCache out = cache;
   for (std::size_t l = 0; l < t.h.size(); ++l) {
     const Block& b = t.h[l];
@@ -188,8 +198,8 @@ inline std::pair<Tensor, KvCache> decode_step(const Model& m, const KvCache& cac
     auto heads = [&](const Tensor& v) { return swapaxes(reshape(v, {B, 1, H, C / H}), 1, 2); };
     out.k[l] = dynamic_update_slice(out.k[l], heads(qkv[1]), {zero, zero, pos, zero});
     out.v[l] = dynamic_update_slice(out.v[l], heads(qkv[2]), {zero, zero, pos, zero});
-    const Tensor y =
-        nn::scaled_dot_product_attention(heads(qkv[0]), out.k[l], out.v[l], {.attn_mask = seen});
+    const Tensor y = nn::scaled_dot_product_attention(heads(qkv[0]), read(out.k[l]), read(out.v[l]),
+                                                      {.attn_mask = seen});
     x = x + b.attn.c_proj(reshape(swapaxes(y, 1, 2), {B, 1, C}));
     x = x + b.mlp.c_proj(nn::gelu(b.mlp.c_fc(b.ln_2(x)), /*tanh_approximation=*/true));
   }
@@ -215,8 +225,12 @@ inline Tensor pick(const Tensor& logits, const Sampling& s, const Tensor& key) {
 
 // The prompt [B, P] (int64) followed by n generated tokens, [B, P + n], P + n at most the block
 // size: the prompt runs through decode_step a token at a time, filling the cache, then each
-// new token is picked from the logits of the one before. One fori_loop, so jit(generate)
-// compiles once per prompt length and n.
+// new token is picked from the logits of the one before. The positions run in spans of
+// kGenerationSpan, a fori_loop each, whose steps read the cache up to their span's end rather
+// than the whole block: a cache grown by concatenation, as PyTorch users write it, reads what
+// it holds, and so do these loops, within a span. jit(generate) compiles once per prompt length
+// and n.
+constexpr int64_t kGenerationSpan = 32;
 inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sampling& s,
                        const Tensor& key) {
   const int64_t B = prompt.shape()[0], P = prompt.shape()[1], total = P + n;
@@ -227,10 +241,10 @@ inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sa
   const Tensor keys = random::split(key, std::max<int64_t>(total, 1));
   const Tensor tokens = concatenate({prompt, zeros({B, n}, int64)}, 1);
   const Tensor zero = tensor(int64_t{0});
-  const auto step = [&](const Tensor& i, const std::pair<Tensor, KvCache>& c) {
+  const auto step = [&](const Tensor& i, const std::pair<Tensor, KvCache>& c, int64_t span) {
     const auto& [toks, cache] = c;
     const Tensor token = reshape(dynamic_slice(toks, {zero, i}, {B, 1}), {B});
-    auto [logits, next_cache] = decode_step(m, cache, token, i);
+    auto [logits, next_cache] = decode_step(m, cache, token, i, span);
     const Tensor k = reshape(dynamic_slice(keys, {i, zero}, {1, 2}), {2});
     const Tensor picked = reshape(pick(logits, s, k), {B, 1});
     // Within the prompt the next token is the prompt's own.
@@ -239,7 +253,13 @@ inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sa
     const Tensor next = where(less(next_at, tensor(P)), given, picked);
     return std::pair{dynamic_update_slice(toks, next, {zero, next_at}), next_cache};
   };
-  return fori_loop(int64_t{0}, total - 1, step, std::pair{tokens, empty_cache(m, B)}).first;
+  std::pair carry{tokens, empty_cache(m, B)};
+  for (int64_t from = 0; from < total - 1; from += kGenerationSpan) {
+    const int64_t to = std::min(from + kGenerationSpan, total - 1);
+    carry = fori_loop(
+        from, to, [&](const Tensor& i, const auto& c) { return step(i, c, to); }, carry);
+  }
+  return carry.first;
 }
 
 // Mean cross-entropy of the next-token predictions: targets [B, T] are the tokens shifted by one.

@@ -886,14 +886,18 @@ def empty_cache(m, b):
     return KvCache(ks, [kl.zeros(k.shape) for k in ks])
 
 
-def decode_step(m, cache, token, pos):
+def decode_step(m, cache, token, pos, span=None):
     """The logits [B, 256] after one more token per sequence (token [B] at position pos), and
-    the cache with its keys and values written at pos (gpt_model.h's decode_step)."""
+    the cache with its keys and values written at pos (gpt_model.h's decode_step). It reads the
+    cache's first `span` positions (pos < span), the whole block by default."""
     t = m.transformer
     b = token.shape[0]
     s, c = t.wpe.weight.shape
+    span = s if span is None else span
+    if not 1 <= span <= s:
+        raise ValueError(f"decode_step: span {span} is out of range, expected 1 to the block {s}")
     x = t.wte(kl.reshape(token, (b, 1))) + t.wpe(kl.reshape(pos, (1,)))
-    seen = kl.reshape(kl.less_equal(kl.arange(s), pos), (1, 1, 1, s))
+    seen = kl.reshape(kl.less_equal(kl.arange(span), pos), (1, 1, 1, span))
     ks, vs = list(cache.k), list(cache.v)
     for i, blk in enumerate(t.h):
         h = blk.attn.heads
@@ -904,7 +908,9 @@ def decode_step(m, cache, token, pos):
 
         ks[i] = kl.dynamic_update_slice(ks[i], heads(k), (0, 0, pos, 0))
         vs[i] = kl.dynamic_update_slice(vs[i], heads(v), (0, 0, pos, 0))
-        y = kl.nn.scaled_dot_product_attention(heads(q), ks[i], vs[i], attn_mask=seen)
+        y = kl.nn.scaled_dot_product_attention(
+            heads(q), ks[i][:, :, :span], vs[i][:, :, :span], attn_mask=seen
+        )
         x = x + blk.attn.c_proj(kl.reshape(kl.swapaxes(y, 1, 2), (b, 1, c)))
         x = x + blk.mlp.c_proj(kl.nn.gelu(blk.mlp.c_fc(blk.ln_2(x)), approximate=True))
     return kl.reshape(kl.matmul(t.ln_f(x), kl.transpose(t.wte.weight)), (b, -1)), KvCache(ks, vs)
@@ -922,26 +928,34 @@ def pick(logits, temperature, top_k, key):
     return kl.random.categorical(key, z, -1)
 
 
+GENERATION_SPAN = 32  # positions per compiled loop of generate_tokens (gpt_model.h's)
+
+
 def generate_tokens(m, prompt, n, temperature, top_k, key):
     """The prompt [B, P] (int64) and n generated tokens, [B, P + n] (P + n at most the block
-    size), in one fori_loop: the prompt fills the cache a token at a time, then each new token
-    is picked from the logits of the one before (gpt_model.h's generate)."""
+    size): the prompt fills the cache a token at a time, then each new token is picked from the
+    logits of the one before, in a fori_loop per span of GENERATION_SPAN positions that reads
+    the cache up to the span's end (gpt_model.h's generate)."""
     b, p = prompt.shape
     total = p + n
     keys = kl.random.split(key, max(total, 1))
     tokens = kl.concatenate([prompt, kl.zeros((b, n), kl.int64)], 1)
 
-    def step(i, carry):
+    def step(i, carry, span):
         toks, cache = carry
         token = kl.reshape(kl.dynamic_slice(toks, (0, i), (b, 1)), (b,))
-        logits, cache = decode_step(m, cache, token, i)
+        logits, cache = decode_step(m, cache, token, i, span)
         k = kl.reshape(kl.dynamic_slice(keys, (i, 0), (1, 2)), (2,))
         picked = kl.reshape(pick(logits, temperature, top_k, k), (b, 1))
         given = kl.dynamic_slice(toks, (0, i + 1), (b, 1))  # within the prompt: its own
         chosen = kl.where(kl.less(i + 1, p), given, picked)
         return kl.dynamic_update_slice(toks, chosen, (0, i + 1)), cache
 
-    return kl.fori_loop(0, total - 1, step, (tokens, empty_cache(m, b)))[0]
+    carry = (tokens, empty_cache(m, b))
+    for start in range(0, total - 1, GENERATION_SPAN):
+        end = min(start + GENERATION_SPAN, total - 1)
+        carry = kl.fori_loop(start, end, lambda i, c, end=end: step(i, c, end), carry)
+    return carry[0]
 
 
 def generate(model, tokenizer, prompt, n, temperature=0.8, top_k=0, seed=0):
