@@ -409,7 +409,7 @@ class CompiledFunction final : public Code {
           }
         }
         std::vector<Tensor>& ins = frame.ins;
-        for (const ir::Value& v : e.inputs) ins.push_back(tensor_of(v.id, env));
+        for (const ir::Value& v : e.inputs) ins.push_back(input_of(v.id, frame));
         std::vector<Tensor> outs;
         // A user's kernel may refill a buffer it keeps between two convolutions: no copies.
         std::optional<kiln::detail::OperandCacheOff> no_copies;
@@ -429,6 +429,7 @@ class CompiledFunction final : public Code {
           kiln::detail::rethrow_at(err, e.loc);
         }
         ins.clear();  // so that later in-place checks count only env's holders
+        release_views(e, frame);
         // ... and may return a buffer it keeps and refills: forget the copies of an earlier fill.
         if (no_copies)
           for (const Tensor& t : outs) operand_copies.forget(t);
@@ -586,6 +587,7 @@ class CompiledFunction final : public Code {
     std::vector<long> owners;
     std::vector<char*> buffers;  // a group step's inputs and outputs
     std::vector<Tensor> ins;     // a kernel step's inputs, cleared after it
+    std::vector<Tensor> views;   // per value read as a view by a kernel, its TensorImpl
   };
 
   // A buffer for group output v: the dead kernel output `reuses` when nothing but env holds
@@ -617,6 +619,36 @@ class CompiledFunction final : public Code {
     impl->strides = view->access.strides;
     impl->offset = base.offset() + view->access.offset;
     return Tensor(std::move(impl));
+  }
+
+  // Value v as a kernel's input: its own tensor, or a view of its buffer through the
+  // TensorImpl that the frame keeps for it, so that a call allocates none, while nothing else
+  // holds that TensorImpl (a kernel may have kept it, or an operand copy its source).
+  const Tensor& input_of(int v, Frame& frame) const {
+    const View& view = *views_[static_cast<std::size_t>(v)];
+    const Tensor& base = frame.env[static_cast<std::size_t>(view.buffer)];
+    if (view.buffer == v) return base;
+    Tensor& kept = frame.views[static_cast<std::size_t>(v)];
+    if (kept.defined() && kept.impl_ptr().use_count() == 1) {
+      kept.impl()->storage = base.storage();
+      kept.impl()->offset = base.offset() + view.access.offset;
+    } else {
+      kept = tensor_of(v, frame.env);
+    }
+    return kept;
+  }
+  // After e's kernel: the views kept for its inputs let go of their buffers' memory, whose
+  // holders decide what may be written in place and when it is freed; a view that something
+  // else still holds is no longer kept.
+  static void release_views(const ir::Equation& e, Frame& frame) {
+    for (const ir::Value& v : e.inputs) {
+      Tensor& kept = frame.views[static_cast<std::size_t>(v.id)];
+      if (!kept.defined()) continue;
+      if (kept.impl_ptr().use_count() == 1)
+        kept.impl()->storage.reset();
+      else
+        kept = Tensor();
+    }
   }
 
   // Per value, how the steps use it.
@@ -783,6 +815,7 @@ class CompiledFunction final : public Code {
     fr.env.resize(n);
     fr.data.resize(n);
     fr.owners.resize(n);
+    fr.views.resize(n);
     return fr;
   }
   // Keeps a frame for the next call, holding no tensor of this one.
