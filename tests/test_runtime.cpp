@@ -12,11 +12,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <set>
 #include <string>
@@ -220,6 +222,45 @@ TEST_F(Allocator, ReleaseReturnsEveryCachedBlock) {
   const Tensor d = buffer(2 * MiB);
   EXPECT_EQ(memory_stats().os_allocations - after.os_allocations, 1);
   EXPECT_EQ(memory_stats().cache_hits, after.cache_hits);
+}
+
+// The VmFlags of the mapping that holds address p (/proc/self/smaps), empty when none does.
+std::string mapping_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    uintptr_t lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line;
+    }
+  }
+  return "";
+}
+
+// A block of 2 MiB or more starts on a huge page and asks for transparent huge pages over its
+// whole huge pages (madvise: "hg" among the mapping's flags), unless KILN_HUGE_PAGES=0.
+TEST_F(Allocator, BlocksOfHugePagesStartOnOneAndAskForThem) {
+  if (!std::filesystem::exists("/sys/kernel/mm/transparent_hugepage"))
+    GTEST_SKIP() << "the kernel has no transparent huge pages";
+  const char* setting = std::getenv("KILN_HUGE_PAGES");
+  const bool on = setting == nullptr || std::string(setting) != "0";
+  const Tensor big = buffer(5 * MiB);
+  const auto address = reinterpret_cast<uintptr_t>(big.raw_data());
+  const std::string flags = mapping_flags(big.raw_data());
+  ASSERT_FALSE(flags.empty());
+  if (on) {
+    EXPECT_EQ(address % static_cast<uintptr_t>(2 * MiB), 0u);
+    EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;
+  } else {
+    EXPECT_EQ(flags.find(" hg"), std::string::npos) << flags;
+  }
+  // The block works as memory: every byte written and read back.
+  float* x = big.data<float>();
+  std::iota(x, x + big.numel(), 0.0f);
+  EXPECT_EQ(x[big.numel() - 1], static_cast<float>(big.numel() - 1));
 }
 
 // block_bytes against the bins written out: 64-byte multiples below 256 KiB, then the

@@ -5,6 +5,7 @@
 
 #include <malloc.h>
 #include <sanitizer/asan_interface.h>  // ASAN_(UN)POISON_MEMORY_REGION: no-ops without ASan
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -239,13 +240,36 @@ void release_caches() noexcept {
   if (SmallBlocks* small = small_blocks()) small->release();
 }
 
+// Blocks of at least one huge page start on a huge page's boundary, and their whole huge
+// pages are offered to the kernel as transparent huge pages (MADV_HUGEPAGE; Debian's default
+// gives them only on request). A first touch then faults once per 2 MiB instead of once per 4
+// KiB page, which costs 12-16 us on some virtual machines, and a stream over weights or
+// activations misses the TLB far less. The tail short of a huge page stays in small pages, so
+// a block holds no more memory than before. KILN_HUGE_PAGES=0 turns this off.
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+bool huge_pages() {
+  static const bool on =
+      parse_env_int("KILN_HUGE_PAGES", std::getenv("KILN_HUGE_PAGES"), 0, 1).value_or(1) == 1;
+  return on;
+}
+
+void* aligned_block(std::size_t bytes) {
+  if (bytes < kHugePage || !huge_pages()) return std::aligned_alloc(64, bytes);
+  // aligned_alloc takes a multiple of the alignment; the rounding is never touched.
+  void* data = std::aligned_alloc(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
+  // Advice only: where the kernel has no huge pages to give, the block works as it is.
+  if (data != nullptr) madvise(data, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+  return data;
+}
+
 // A block from the system allocator; on failure the caches are released and the request
 // tried once more.
 void* system_allocate(std::size_t bytes) {
-  void* data = std::aligned_alloc(64, bytes);
+  void* data = aligned_block(bytes);
   if (data == nullptr) {
     release_caches();
-    data = std::aligned_alloc(64, bytes);
+    data = aligned_block(bytes);
   }
   if (data == nullptr) throw std::bad_alloc();
   counters.os_allocations.fetch_add(1, std::memory_order_relaxed);
