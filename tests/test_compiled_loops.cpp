@@ -532,7 +532,7 @@ TEST(CompiledLoops, ABufferWrittenABlockAtATimeIsNotCopiedAtEachStep) {
         buf, xs);
   };
   auto jf = jit(fill, JitOptions{.backend = ir::Backend::llvm});
-  const Tensor buf = draw(43, {4, 64});
+  const Tensor buf = draw(43, {4, 64}), kept = buf + 0.0f;
   std::vector<int64_t> per_call;
   for (int64_t n : {3, 300}) {
     const Tensor xs = draw(44, {n, 1, 64});
@@ -544,6 +544,23 @@ TEST(CompiledLoops, ABufferWrittenABlockAtATimeIsNotCopiedAtEachStep) {
     expect_allclose(out.first, want.first, {.rtol = 0, .atol = 0}, "n = " + std::to_string(n));
   }
   EXPECT_EQ(per_call[1], per_call[0]);
+  // The loop updates its own copy of the carry: the caller's is as it was.
+  expect_allclose(buf, kept, {.rtol = 0, .atol = 0}, "the caller's carry");
+  auto fill_while = [](const Tensor& b, const Tensor& n) {
+    const Tensor zero = tensor(int64_t{0});
+    return fori_loop(
+        zero, n,
+        [&](const Tensor& i, const Tensor& c) {
+          return dynamic_update_slice(c, reshape(astype(i, float32), {1, 1}) + zeros({1, 64}),
+                                      {i, zero});
+        },
+        b);
+  };
+  const Tensor filled =
+      jit(fill_while, JitOptions{.backend = ir::Backend::llvm})(buf, tensor(int64_t{3}));
+  expect_allclose(filled, fill_while(buf, tensor(int64_t{3})), {.rtol = 0, .atol = 0},
+                  "through a while");
+  expect_allclose(buf, kept, {.rtol = 0, .atol = 0}, "the caller's carry, through a while");
 }
 
 // A convolution keeps its operand's reordered copy for the other passes of the call, and so

@@ -6,6 +6,7 @@
 
 #include "compiler/executable.h"
 #include "core/interrupt.h"
+#include "detail/copy.h"
 #include "ops/primitives.h"
 
 namespace kiln::compiler::loops {
@@ -47,8 +48,10 @@ void point_at(Tensor& row, const Tensor& stacked, int64_t i) {
 
 // The carry's buffers: a step reads one set and writes the other, so the buffers allocated by
 // the first two steps serve every later one; a carry the body updates in place
-// (Code::updates_in_place) has one buffer, which each step after the first donates to the
-// body as both its argument and its destination.
+// (Code::updates_in_place) has one buffer, a copy of the caller's made before the first step,
+// which each step donates to the body as both its argument and its destination. (Without the
+// copy the first step would copy twice: its kernel out of place, then its result into the
+// destination.)
 class CarryBuffers {
  public:
   CarryBuffers(std::string_view op, std::span<const TensorType> types, const Code& body)
@@ -56,15 +59,21 @@ class CarryBuffers {
     for (std::size_t i : body.updates_in_place())
       if (i < types.size()) in_place_[i] = true;
   }
-  // The buffers step t writes (t counts from 0), given the carry it reads.
-  const Tensors& for_step(int64_t t, std::span<const Tensor> carry) {
+  // The buffers step t writes (t counts from 0), given the carry it reads; at the first step
+  // a carry updated in place becomes the loop's own copy.
+  const Tensors& for_step(int64_t t, std::span<Tensor> carry) {
     Tensors& b = sets_[static_cast<std::size_t>(t & 1)];
     if (b.empty()) b.resize(types_.size());
     for (std::size_t i = 0; i < types_.size(); ++i) {
-      if (t > 0 && in_place_[i])
-        b[i] = carry[i];
-      else if (!b[i].defined())
+      if (in_place_[i] && t == 0) {
         b[i] = detail::allocate(op_, types_[i]);
+        detail::copy_cast(carry[i], b[i]);
+        carry[i] = b[i];
+      } else if (in_place_[i]) {
+        b[i] = carry[i];
+      } else if (!b[i].defined()) {
+        b[i] = detail::allocate(op_, types_[i]);
+      }
     }
     return b;
   }
