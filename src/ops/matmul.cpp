@@ -30,9 +30,9 @@ namespace {
 constexpr std::string_view kOp = "matmul";
 const DTypeSet kMatmulDTypes = DTypeSet::numeric() | DTypeSet::complex();
 
-std::vector<TensorType> matmul_rule(std::span<const TensorType> in, const Attrs&) {
-  const TensorType& a = in[0];
-  const TensorType& b = in[1];
+// Raises the type rule's Error unless a @ b is defined: ranks of 2 or more, one dtype, equal
+// inner and batch dimensions.
+void check_operands(const TensorType& a, const TensorType& b) {
   if (a.shape.rank() < 2 || b.shape.rank() < 2)
     fail(kOp, "operands must have rank >= 2: got ", a, " and ", b,
          ", expected [..., m, k] and [..., k, n] (the public matmul handles 1-d operands)");
@@ -46,15 +46,24 @@ std::vector<TensorType> matmul_rule(std::span<const TensorType> in, const Attrs&
   if (k != b.shape[rb - 2])
     fail(kOp, "inner dimensions differ: got ", a, " and ", b,
          ", expected a.shape[-1] == b.shape[-2] (", k, " vs ", b.shape[rb - 2], ")");
-  const std::vector<int64_t> ba(a.shape.begin(), a.shape.end() - 2);
-  const std::vector<int64_t> bb(b.shape.begin(), b.shape.end() - 2);
-  if (ba != bb)
+  if (!std::equal(a.shape.begin(), a.shape.end() - 2, b.shape.begin(), b.shape.end() - 2)) {
+    const std::vector<int64_t> ba(a.shape.begin(), a.shape.end() - 2);
+    const std::vector<int64_t> bb(b.shape.begin(), b.shape.end() - 2);
     fail(kOp, "batch dimensions differ: got ", a, " and ", b, ", expected equal batch dimensions ",
          Shape(ba), " vs ", Shape(bb), " (the public matmul broadcasts first)");
-  std::vector<int64_t> out = ba;
-  out.push_back(a.shape[ra - 2]);
-  out.push_back(b.shape[rb - 1]);
-  return {{a.dtype, Shape(std::move(out))}};
+  }
+}
+
+// a's shape with b's columns.
+Shape out_shape_of(const TensorType& a, const TensorType& b) {
+  Shape out = a.shape;
+  out[a.shape.rank() - 1] = b.shape[b.shape.rank() - 1];
+  return out;
+}
+
+std::vector<TensorType> matmul_rule(std::span<const TensorType> in, const Attrs&) {
+  check_operands(in[0], in[1]);
+  return {{in[0].dtype, out_shape_of(in[0], in[1])}};
 }
 
 // Offsets (in elements) of each matrix of a batched operand, for flat batch indices 0..B-1.
@@ -245,14 +254,19 @@ Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
     b = b.contiguous();
     lb = gemm_layout(k, n, stride(b, -2), stride(b, -1));
   }
-  const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b);
-  const int64_t batch = static_cast<int64_t>(oa.size());
   const T* pa = static_cast<const T*>(a.raw_data());
   const T* pb = static_cast<const T*>(b.raw_data());
-
   if (m > INT_MAX || n > INT_MAX || k > INT_MAX || la.ld > INT_MAX || lb.ld > INT_MAX)
     fail(kOp, "matrix too large for BLAS: got ", a.type(), " and ", b.type(),
          ", expected every dimension and leading stride below 2^31");
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (m == 1 && out.numel() == n) {  // one row, one matrix
+      gemv<T>(la, lb, k, n, pa, pb, pc);
+      return out;
+    }
+  }
+  const std::vector<int64_t> oa = batch_offsets(a), ob = batch_offsets(b);
+  const int64_t batch = static_cast<int64_t>(oa.size());
 
   // One big gemm when b is the same matrix for every batch entry and a's batch and row
   // dimensions fold into one row dimension (x @ W with x [..., m, k]): rows = batch * m.
@@ -260,12 +274,6 @@ Tensor blas_matmul(Tensor a, Tensor b, const Shape& out_shape) {
                std::all_of(ob.begin(), ob.end(), [&](int64_t o) { return o == ob[0]; });
   for (int64_t i = 0; folds && i < batch; ++i)
     folds = oa[static_cast<std::size_t>(i)] == i * m * la.ld;
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    if (m == 1 && batch == 1) {
-      gemv<T>(la, lb, k, n, pa + oa[0], pb + ob[0], pc);
-      return out;
-    }
-  }
   if constexpr (std::is_same_v<T, float>) {
     if (ops::sgemm_backend() == GemmBackend::onednn &&
         (folds ? ops::dnnl_sgemm(
@@ -342,8 +350,11 @@ Tensor integer_matmul(const Tensor& a, Tensor b, const Shape& out_shape) {
   return out;
 }
 
+// Checked as the type rule does, without its allocations: a token's step through a model
+// calls this a dozen times.
 Tensor matmul_kernel_impl(const Tensor& a, const Tensor& b) {
-  const Shape out_shape = matmul_rule(std::vector<TensorType>{a.type(), b.type()}, {})[0].shape;
+  check_operands(a.type(), b.type());
+  const Shape out_shape = out_shape_of(a.type(), b.type());
   if (is_complex(a.dtype()))
     return detail::visit_complex(a.dtype(),
                                  [&]<typename T>() { return blas_matmul<T>(a, b, out_shape); });
