@@ -174,7 +174,8 @@ inline KvCache empty_cache(const Model& m, int64_t B) {
 // `pos` (an int64 scalar, traced or not): its keys and values are written into the cache at
 // `pos`, and it attends to positions 0..pos. The same arithmetic as logits() at that position.
 // It reads the first `span` positions of the cache (pos < span), the whole block by default:
-// the positions after pos only add zeros.
+// the positions after pos would only add zeros, so a span changes no more than the order of
+// the attention's sums.
 inline std::pair<Tensor, KvCache> decode_step(const Model& m, const KvCache& cache,
                                               const Tensor& token, const Tensor& pos,
                                               std::optional<int64_t> span = std::nullopt) {
@@ -182,8 +183,7 @@ inline std::pair<Tensor, KvCache> decode_step(const Model& m, const KvCache& cac
   const int64_t B = token.shape()[0], S = t.wpe.weight.shape()[0], C = t.wpe.weight.shape()[1];
   const int64_t A = span.value_or(S);
   if (A < 1 || A > S)
-    fail("gpt.decode_step", "the span read of the cache is out of range: got ", A,
-         ", expected 1 to the block size ", S);
+    fail("gpt.decode_step", "span out of range: got ", A, ", expected 1 to the block size ", S);
   const Tensor zero = tensor(int64_t{0});
   Tensor x = t.wte(reshape(token, {B, 1})) + t.wpe(reshape(pos, {1}));    // [B, 1, C]
   const Tensor seen = reshape(less_equal(arange(A), pos), {1, 1, 1, A});  // keys 0..pos

@@ -895,7 +895,9 @@ def decode_step(m, cache, token, pos, span=None):
     s, c = t.wpe.weight.shape
     span = s if span is None else span
     if not 1 <= span <= s:
-        raise ValueError(f"decode_step: span {span} is out of range, expected 1 to the block {s}")
+        raise ValueError(
+            f"decode_step: span out of range: got {span}, expected 1 to the block size {s}"
+        )
     x = t.wte(kl.reshape(token, (b, 1))) + t.wpe(kl.reshape(pos, (1,)))
     seen = kl.reshape(kl.less_equal(kl.arange(span), pos), (1, 1, 1, span))
     ks, vs = list(cache.k), list(cache.v)

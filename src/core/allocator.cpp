@@ -240,12 +240,12 @@ void release_caches() noexcept {
   if (SmallBlocks* small = small_blocks()) small->release();
 }
 
-// Blocks of at least one huge page start on a huge page's boundary, and their whole huge
-// pages are offered to the kernel as transparent huge pages (MADV_HUGEPAGE; Debian's default
-// gives them only on request). A first touch then faults once per 2 MiB instead of once per 4
-// KiB page, which costs 12-16 us on some virtual machines, and a stream over weights or
-// activations misses the TLB far less. The tail short of a huge page stays in small pages, so
-// a block holds no more memory than before. KILN_HUGE_PAGES=0 turns this off.
+// Blocks of at least one huge page start on a huge page's boundary, and the huge pages that
+// their first request covers whole are offered to the kernel as transparent huge pages
+// (MADV_HUGEPAGE; Debian's default gives them only on request). A first touch then faults once
+// per 2 MiB instead of once per 4 KiB page, which costs 12-16 us on some virtual machines. The
+// rest stays in small pages, so no more memory becomes resident than the request touches.
+// KILN_HUGE_PAGES=0 turns this off.
 constexpr std::size_t kHugePage = std::size_t{2} << 20;
 
 bool huge_pages() {
@@ -254,22 +254,23 @@ bool huge_pages() {
   return on;
 }
 
-void* aligned_block(std::size_t bytes) {
-  if (bytes < kHugePage || !huge_pages()) return std::aligned_alloc(64, bytes);
+// A block of `bytes` (a bin's size) for a request of `used` bytes.
+void* aligned_block(std::size_t bytes, std::size_t used) {
+  if (used < kHugePage || !huge_pages()) return std::aligned_alloc(64, bytes);
   // aligned_alloc takes a multiple of the alignment; the rounding is never touched.
   void* data = std::aligned_alloc(kHugePage, (bytes + kHugePage - 1) / kHugePage * kHugePage);
   // Advice only: where the kernel has no huge pages to give, the block works as it is.
-  if (data != nullptr) madvise(data, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);
+  if (data != nullptr) madvise(data, used / kHugePage * kHugePage, MADV_HUGEPAGE);
   return data;
 }
 
 // A block from the system allocator; on failure the caches are released and the request
 // tried once more.
-void* system_allocate(std::size_t bytes) {
-  void* data = aligned_block(bytes);
+void* system_allocate(std::size_t bytes, std::size_t used) {
+  void* data = aligned_block(bytes, used);
   if (data == nullptr) {
     release_caches();
-    data = aligned_block(bytes);
+    data = aligned_block(bytes, used);
   }
   if (data == nullptr) throw std::bad_alloc();
   counters.os_allocations.fetch_add(1, std::memory_order_relaxed);
@@ -299,7 +300,7 @@ void* allocate_block(std::size_t nbytes) {
   if (data != nullptr) {
     counters.cache_hits.fetch_add(1, std::memory_order_relaxed);
   } else {
-    data = system_allocate(bytes);
+    data = system_allocate(bytes, round64(nbytes));
     ASAN_POISON_MEMORY_REGION(data, bytes);
   }
   // Under ASan the bin's slack beyond the request stays poisoned, as malloc's would be.

@@ -30,8 +30,8 @@ namespace {
 constexpr std::string_view kOp = "matmul";
 const DTypeSet kMatmulDTypes = DTypeSet::numeric() | DTypeSet::complex();
 
-// Raises the type rule's Error unless a @ b is defined: ranks of 2 or more, one dtype, equal
-// inner and batch dimensions.
+// Raises the type rule's Error unless a @ b is defined: ranks of 2 or more, one numeric dtype,
+// equal inner and batch dimensions.
 void check_operands(const TensorType& a, const TensorType& b) {
   if (a.shape.rank() < 2 || b.shape.rank() < 2)
     fail(kOp, "operands must have rank >= 2: got ", a, " and ", b,
