@@ -98,7 +98,7 @@ TEST(GptModel, TheCacheGivesTheWholeSequencesLogitsAtEveryPosition) {
 // scaled for logits far enough apart that no draw hangs on a rounding.
 TEST(GptModel, GenerationOverSeveralSpansDrawsWhatTheWholeCacheDoes) {
   gpt::Config c = kTiny;
-  c.block_size = 2 * gpt::kGenerationSpan + 8;
+  c.block_size = 2 * gpt::kFirstGenerationSpan + 8;  // three spans
   // Weights 20 times GPT-2's scale: sharp attention and far-apart logits, so that a key left
   // unread changes the draws.
   const gpt::Model m =

@@ -225,12 +225,14 @@ inline Tensor pick(const Tensor& logits, const Sampling& s, const Tensor& key) {
 
 // The prompt [B, P] (int64) followed by n generated tokens, [B, P + n], P + n at most the block
 // size: the prompt runs through decode_step a token at a time, filling the cache, then each
-// new token is picked from the logits of the one before. The positions run in spans of
-// kGenerationSpan, a fori_loop each, whose steps read the cache up to their span's end rather
-// than the whole block: a cache grown by concatenation, as PyTorch users write it, reads what
-// it holds, and so do these loops, within a span. jit(generate) compiles once per prompt length
-// and n.
-constexpr int64_t kGenerationSpan = 32;
+// new token is picked from the logits of the one before. The positions run in spans, a
+// fori_loop each, whose steps read the cache up to their span's end rather than the whole
+// block: a cache grown by concatenation, as PyTorch users write it, reads what it holds, and
+// so do these loops, within a span. The spans end at kFirstGenerationSpan, twice that, four
+// times, ...: at most twice the positions seen are read, by a number of loops (each compiled
+// once) that grows with the logarithm of the block. jit(generate) compiles once per prompt
+// length and n.
+constexpr int64_t kFirstGenerationSpan = 32;
 inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sampling& s,
                        const Tensor& key) {
   const int64_t B = prompt.shape()[0], P = prompt.shape()[1], total = P + n;
@@ -254,8 +256,8 @@ inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sa
     return std::pair{dynamic_update_slice(toks, next, {zero, next_at}), next_cache};
   };
   std::pair carry{tokens, empty_cache(m, B)};
-  for (int64_t from = 0; from < total - 1; from += kGenerationSpan) {
-    const int64_t to = std::min(from + kGenerationSpan, total - 1);
+  for (int64_t from = 0, end = kFirstGenerationSpan; from < total - 1; from = end, end *= 2) {
+    const int64_t to = std::min(end, total - 1);
     carry = fori_loop(
         from, to, [&](const Tensor& i, const auto& c) { return step(i, c, to); }, carry);
   }

@@ -930,14 +930,15 @@ def pick(logits, temperature, top_k, key):
     return kl.random.categorical(key, z, -1)
 
 
-GENERATION_SPAN = 32  # positions per compiled loop of generate_tokens (gpt_model.h's)
+FIRST_GENERATION_SPAN = 32  # the first compiled loop's positions (gpt_model.h's)
 
 
 def generate_tokens(m, prompt, n, temperature, top_k, key):
     """The prompt [B, P] (int64) and n generated tokens, [B, P + n] (P + n at most the block
     size): the prompt fills the cache a token at a time, then each new token is picked from the
-    logits of the one before, in a fori_loop per span of GENERATION_SPAN positions that reads
-    the cache up to the span's end (gpt_model.h's generate)."""
+    logits of the one before, in a fori_loop per span of positions that reads the cache up to
+    the span's end, the spans ending at FIRST_GENERATION_SPAN, twice that, four times, ...
+    (gpt_model.h's generate)."""
     b, p = prompt.shape
     total = p + n
     keys = kl.random.split(key, max(total, 1))
@@ -954,9 +955,11 @@ def generate_tokens(m, prompt, n, temperature, top_k, key):
         return kl.dynamic_update_slice(toks, chosen, (0, i + 1)), cache
 
     carry = (tokens, empty_cache(m, b))
-    for start in range(0, total - 1, GENERATION_SPAN):
-        end = min(start + GENERATION_SPAN, total - 1)
-        carry = kl.fori_loop(start, end, lambda i, c, end=end: step(i, c, end), carry)
+    start, end = 0, FIRST_GENERATION_SPAN
+    while start < total - 1:
+        stop = min(end, total - 1)
+        carry = kl.fori_loop(start, stop, lambda i, c, stop=stop: step(i, c, stop), carry)
+        start, end = stop, end * 2
     return carry[0]
 
 
