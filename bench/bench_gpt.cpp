@@ -18,7 +18,7 @@
 //   torch_eager_<p>  the same model in PyTorch (nanoGPT's form), backward, clip_grad_norm_,
 //                    torch.optim.AdamW
 //   kiln_generate_<p>   jit(gpt::generate): 200 greedy tokens (block - 1 where the block is
-//                       shorter) after a one-token prompt, key/value cache, a fori_loop per 32
+//                       shorter) after a one-token prompt, key/value cache, a fori_loop per span
 //   torch_generate_<p>  the same in PyTorch eager, a key/value cache grown by torch.cat
 // Both sides start from the same parameters and batch (Kiln writes them, named as in the
 // PyTorch model's state_dict, for the peer). Checks: the first --steps losses of Kiln's jit,

@@ -232,7 +232,7 @@ inline Tensor pick(const Tensor& logits, const Sampling& s, const Tensor& key) {
 // times, ...: at most twice the positions seen are read, by a number of loops (each compiled
 // once) that grows with the logarithm of the block. jit(generate) compiles once per prompt
 // length and n.
-constexpr int64_t kFirstGenerationSpan = 32;
+constexpr int64_t kFirstGenerationSpan = 64;
 inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sampling& s,
                        const Tensor& key) {
   const int64_t B = prompt.shape()[0], P = prompt.shape()[1], total = P + n;

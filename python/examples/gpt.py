@@ -930,7 +930,7 @@ def pick(logits, temperature, top_k, key):
     return kl.random.categorical(key, z, -1)
 
 
-FIRST_GENERATION_SPAN = 32  # the first compiled loop's positions (gpt_model.h's)
+FIRST_GENERATION_SPAN = 64  # the first compiled loop's positions (gpt_model.h's)
 
 
 def generate_tokens(m, prompt, n, temperature, top_k, key):
