@@ -4,6 +4,7 @@
 // position, with generation under jit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -125,9 +126,9 @@ TEST(GptModel, GenerationOverSeveralSpansDrawsWhatTheWholeCacheDoes) {
     const std::vector<int64_t> drawn = gpt::pick(z, sampling, index(keys, t)).to_vector<int64_t>();
     for (int64_t b = 0; b < B; ++b) at(b, t + 1) = drawn[static_cast<std::size_t>(b)];
   }
-  int64_t differ = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) differ += got[i] != want[i];
-  EXPECT_EQ(differ, 0) << "of " << want.size() << " tokens";
+  const auto first = std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin();
+  EXPECT_EQ(first, static_cast<std::ptrdiff_t>(got.size()))
+      << "first differing token: sequence " << first / T << ", position " << first % T;
 }
 
 TEST(GptModel, GenerationKeepsThePromptAndIsTheSameCompiled) {

@@ -229,9 +229,10 @@ inline Tensor pick(const Tensor& logits, const Sampling& s, const Tensor& key) {
 // fori_loop each, whose steps read the cache up to their span's end rather than the whole
 // block: a cache grown by concatenation, as PyTorch users write it, reads what it holds, and
 // so do these loops, within a span. The spans end at kFirstGenerationSpan, twice that, four
-// times, ...: at most twice the positions seen are read, by a number of loops (each compiled
-// once) that grows with the logarithm of the block. jit(generate) compiles once per prompt
-// length and n.
+// times, ..., the last at P + n - 1: past the first span a step reads fewer than twice the
+// positions it has seen (the first span's steps read the whole span), by a number
+// of loops (each compiled once) that grows with the logarithm of P + n. jit(generate)
+// compiles once per prompt length and n.
 constexpr int64_t kFirstGenerationSpan = 64;
 inline Tensor generate(const Model& m, const Tensor& prompt, int64_t n, const Sampling& s,
                        const Tensor& key) {
