@@ -1116,6 +1116,27 @@ TEST(Compiler, DumpsLlvmIrAndAssembly) {
   EXPECT_EQ(s, 1);
 }
 
+// A program's functions share one module of kernels: a group that the top level and a loop
+// body compute alike is emitted, and compiled, once.
+TEST(Compiler, AKernelSharedByALoopBodyCompilesOnce) {
+  auto layer = [](const Tensor& c) { return tanh(c) * 2.0f + 1.0f; };
+  auto f = [&](const Tensor& x, const Tensor& xs) {
+    auto step = [&](const Tensor& c, const Tensor&) { return std::pair{layer(c), std::tuple<>{}}; };
+    return scan(step, layer(x), xs).first;
+  };
+  const Tensor x = normal(43, {64}), xs = zeros({3, 1});
+  const TempDir dir;
+  const EnvVar env("KILN_DUMP_DIR", dir.path.string());
+  const EnvVar threads("KILN_COMPILE_THREADS", "1");
+  expect_bits(jit(f, kCompiled)(x, xs), jit(f, kInterpreted)(x, xs));
+  EXPECT_EQ(dumped_lines(dir.path,
+                         [](const std::string& line) {
+                           return line.rfind("define", 0) == 0 &&
+                                  line.find("@kiln_group") != std::string::npos;
+                         }),
+            1);
+}
+
 // A function's name becomes a file name inside KILN_DUMP_DIR: one with "../" or a leading "/"
 // writes there too, never beside or above it.
 TEST(Compiler, DumpsStayInsideTheDumpDirectory) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <unordered_map>
 
@@ -152,9 +153,54 @@ bool loads_precede_store(const Group& g, std::size_t q, int in) {
   return true;
 }
 
+// The native kernels of one compiled program. Each of its functions (the top level, loop
+// bodies, branches) adds its groups' kernels, a kernel text once, and one module holds them
+// all: a kernel that several functions share (the loops of a generation over spans, a branch
+// and its caller) compiles once.
+class ProgramKernels {
+ public:
+  // The index of the kernel of group g, described by `text`; g must outlive build().
+  std::size_t add(const std::string& text, const Group& g) {
+    const auto [it, fresh] = index_.emplace(text, groups_.size());
+    if (fresh) {
+      groups_.push_back(&g);
+      key_ += text;
+    }
+    return it->second;
+  }
+  // Compiles the kernels added (or loads them from KILN_CACHE_DIR), into a module named after
+  // the program's top-level function.
+  void build(const std::string& name) {
+    if (groups_.empty()) return;
+    std::vector<std::string> names;
+    for (std::size_t k = 0; k < groups_.size(); ++k)
+      names.push_back("kiln_group" + std::to_string(k));
+    NativeResult native = build_native(name, key_, names, [&](llvm::LLVMContext& c) {
+      auto m = std::make_unique<llvm::Module>(name, c);
+      for (std::size_t k = 0; k < groups_.size(); ++k) emit_group(*m, *groups_[k], names[k]);
+      return m;
+    });
+    code_ = std::move(native.code);
+    functions_ = std::move(native.functions);
+    from_cache_ = native.from_cache;
+  }
+  KernelFn function(std::size_t k) const { return reinterpret_cast<KernelFn>(functions_[k]); }
+  const std::shared_ptr<NativeCode>& code() const { return code_; }
+  bool from_cache() const { return from_cache_; }
+
+ private:
+  std::map<std::string, std::size_t> index_;
+  std::vector<const Group*> groups_;  // the group each kernel is emitted from
+  std::string key_;
+  std::shared_ptr<NativeCode> code_;
+  std::vector<void*> functions_;
+  bool from_cache_ = false;
+};
+
 // One step of the plan as the runtime walks it.
 struct GroupStep {
   Group group;
+  std::size_t kernel_index = 0;  // in its program's kernels
   KernelFn kernel = nullptr;
   int64_t range = 0, cost = 1;
   std::vector<Group::TotalSlot> totals;  // group.totals(), and the doubles they take per call
@@ -197,9 +243,10 @@ struct Use {
 class CompiledFunction final : public Code {
  public:
   // `subs`: the compiled sub-functions of the whole program, owned by its top-level function
-  // (`owned`), which outlives every run of the others.
+  // (`owned`), which outlives every run of the others. The function's kernels are added to
+  // `kernels`, and it runs once link() has given it their code.
   CompiledFunction(std::shared_ptr<const ir::Function> f, const SubFunctions* subs,
-                   std::unique_ptr<const SubFunctions> owned = nullptr)
+                   ProgramKernels& kernels, std::unique_ptr<const SubFunctions> owned = nullptr)
       : f_(std::move(f)),
         owned_subs_(std::move(owned)),
         subs_(owned_subs_ ? owned_subs_.get() : subs) {
@@ -211,21 +258,12 @@ class CompiledFunction final : public Code {
       if (blocks.blocked[v]) info_.channel_blocked.push_back(static_cast<int>(v));
     views_ = std::move(p.views);
     // Groups with the same description compute the same way (an unrolled loop's steps, equal
-    // layers): one function serves them all, so LLVM compiles each distinct kernel once.
-    std::ostringstream key;
-    std::map<std::string, std::size_t> kernel_of;
-    std::vector<std::size_t> group_kernel;
-    std::vector<std::size_t> firsts;  // per kernel, the group it is emitted from
+    // layers, the same layer in two loop bodies): one function serves them all, so LLVM
+    // compiles each distinct kernel of the program once.
     for (Step& s : p.steps) {
       if (auto* g = std::get_if<Group>(&s)) {
         std::ostringstream text;
         describe(text, *g);
-        const auto [it, fresh] = kernel_of.emplace(text.str(), kernel_of.size());
-        if (fresh) {
-          key << text.str();
-          firsts.push_back(group_kernel.size());
-        }
-        group_kernel.push_back(it->second);
         info_.groups.push_back({.equations = g->equations, .kernel = text.str()});
         GroupStep gs{.group = std::move(*g)};
         gs.range = kernel_range(gs.group);
@@ -243,32 +281,20 @@ class CompiledFunction final : public Code {
         info_.kernel_calls.push_back(eq);
       }
     }
-    std::vector<const Group*> groups;
-    for (const auto& s : steps_)
-      if (const auto* g = std::get_if<GroupStep>(&s)) groups.push_back(&g->group);
-    if (!groups.empty()) {
-      std::vector<std::string> kernels;
-      for (std::size_t k = 0; k < firsts.size(); ++k)
-        kernels.push_back("kiln_group" + std::to_string(k));
-      NativeResult native = build_native(f_->name, key.str(), kernels, [&](llvm::LLVMContext& c) {
-        auto m = std::make_unique<llvm::Module>(f_->name, c);
-        for (std::size_t k = 0; k < firsts.size(); ++k)
-          emit_group(*m, *groups[firsts[k]], kernels[k]);
-        return m;
-      });
-      code_ = std::move(native.code);
-      info_.from_cache = native.from_cache;
-      std::size_t k = 0;
-      for (auto& s : steps_)
-        if (auto* g = std::get_if<GroupStep>(&s))
-          g->kernel = reinterpret_cast<KernelFn>(native.functions[group_kernel[k++]]);
-    }
+    // steps_ is complete: its groups stay where they are until the program is built.
+    std::set<std::size_t> distinct;
+    std::size_t k = 0;
+    for (auto& s : steps_)
+      if (auto* g = std::get_if<GroupStep>(&s)) {
+        g->kernel_index = kernels.add(info_.groups[k++].kernel, g->group);
+        distinct.insert(g->kernel_index);
+      }
     lay_out_memory();
     for (const ir::Constant& c : f_->constants) constants_.push_back(c.tensor.contiguous());
     info_.backend = ir::Backend::llvm;
     info_.arena_bytes = static_cast<int64_t>(arena_bytes_);
-    info_.kernels = static_cast<int64_t>(firsts.size());
-    std::size_t k = 0;
+    info_.kernels = static_cast<int64_t>(distinct.size());
+    k = 0;
     for (const auto& s : steps_)
       if (const auto* g = std::get_if<GroupStep>(&s)) {
         CompiledInfo::Group& gi = info_.groups[k++];
@@ -281,6 +307,16 @@ class CompiledFunction final : public Code {
       }
     info_.compile_ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  // Takes the kernels' code once the program is built; `compile_ms` includes the build when the
+  // function is the program's top level.
+  void link(const ProgramKernels& kernels, std::optional<double> compile_ms) {
+    for (auto& s : steps_)
+      if (auto* g = std::get_if<GroupStep>(&s)) g->kernel = kernels.function(g->kernel_index);
+    code_ = kernels.code();
+    info_.from_cache = kernels.from_cache();
+    if (compile_ms) info_.compile_ms = *compile_ms;
   }
 
   const ir::CompiledInfo& info() const override { return info_; }
@@ -831,7 +867,7 @@ class CompiledFunction final : public Code {
   const SubFunctions* subs_;
   std::vector<std::optional<View>> views_;
   std::vector<std::variant<GroupStep, OpaqueStep>> steps_;
-  std::unique_ptr<NativeCode> code_;
+  std::shared_ptr<NativeCode> code_;  // the program's kernels
   std::vector<Tensor> constants_;
   std::vector<TensorType> value_types_;
   std::vector<Slot> slots_;
@@ -843,13 +879,17 @@ class CompiledFunction final : public Code {
   mutable std::vector<Frame> frames_;
 };
 
-void collect_subs(const ir::Function& f, SubFunctions& subs) {
+// Plans every sub-function of f (recursively) into `subs`, their kernels into `kernels`;
+// `made` collects them for linking.
+void collect_subs(const ir::Function& f, SubFunctions& subs, ProgramKernels& kernels,
+                  std::vector<std::shared_ptr<CompiledFunction>>& made) {
   for (const ir::Equation& e : f.equations)
     for (const auto& [name, attr] : e.attrs.items()) {
       const auto* sub = std::get_if<FunctionRef>(&attr);
       if (!sub || !*sub || subs.count(sub->get())) continue;
-      subs.emplace(sub->get(), std::make_shared<CompiledFunction>(*sub, &subs));
-      collect_subs(**sub, subs);
+      made.push_back(std::make_shared<CompiledFunction>(*sub, &subs, kernels));
+      subs.emplace(sub->get(), made.back());
+      collect_subs(**sub, subs, kernels, made);
     }
 }
 
@@ -860,11 +900,21 @@ std::shared_ptr<const ir::Executable> compile(std::shared_ptr<const ir::Function
   // their bodies, fused with what surrounds them. No CSE after it: that would merge a
   // checkpoint's recomputation in the backward pass with the forward pass's values and keep
   // them alive in between, which is what the checkpoint avoids.
+  const auto start = std::chrono::steady_clock::now();
   f = std::make_shared<const ir::Function>(reduce_thin_products(ir::inline_calls(*f)));
   auto subs = std::make_unique<SubFunctions>();
-  collect_subs(*f, *subs);
+  ProgramKernels kernels;
+  std::vector<std::shared_ptr<CompiledFunction>> made;
+  collect_subs(*f, *subs, kernels, made);
   const SubFunctions* table = subs.get();
-  return std::make_shared<CompiledFunction>(std::move(f), table, std::move(subs));
+  const std::string name = f->name;
+  auto top = std::make_shared<CompiledFunction>(std::move(f), table, kernels, std::move(subs));
+  kernels.build(name);
+  for (const auto& sub : made) sub->link(kernels, std::nullopt);
+  top->link(
+      kernels,
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  return top;
 }
 
 const Code* compiled_sub_function(const ir::Function& f) {
