@@ -1128,6 +1128,7 @@ TEST(Compiler, AKernelSharedByALoopBodyCompilesOnce) {
   const TempDir dir;
   const EnvVar env("KILN_DUMP_DIR", dir.path.string());
   const EnvVar threads("KILN_COMPILE_THREADS", "1");
+  const EnvVar no_cache("KILN_CACHE_DIR", "");  // a cached program would dump nothing
   expect_bits(jit(f, kCompiled)(x, xs), jit(f, kInterpreted)(x, xs));
   EXPECT_EQ(dumped_lines(dir.path,
                          [](const std::string& line) {

@@ -135,8 +135,10 @@ enum class Backend { interpreter, llvm };
 // What a backend made of a function: `jit(f).compiled(args...)` shows it.
 struct CompiledInfo {
   Backend backend = Backend::interpreter;
-  double compile_ms = 0;    // partitioning, LLVM (unless cached) and loading the code
-  bool from_cache = false;  // the native code was read from KILN_CACHE_DIR
+  // Partitioning, LLVM (unless cached) and loading the code; for a loop body or branch, its
+  // own partitioning only (its program's top level counts the program's LLVM).
+  double compile_ms = 0;
+  bool from_cache = false;  // the program's native code was read from KILN_CACHE_DIR
   // One fused loop nest: the equations it holds (indices into the function's equations),
   // the bytes it reads and writes, and the text its kernel was generated from.
   struct Group {

@@ -177,8 +177,8 @@ class Jit {
   std::unique_ptr<llvm::orc::LLJIT> jit_;
 };
 
-// Each object gets a JITDylib of its own: two executables of one function define the same
-// kernel names, and dropping an executable drops its code.
+// Each program's objects get a JITDylib of their own: every program names its kernels alike,
+// and dropping a program's executables drops its code.
 std::atomic<std::size_t> g_live_code{0};
 
 class LoadedObject final : public NativeCode {

@@ -44,8 +44,8 @@ struct NativeResult {
 
 // Builds a module into `context` (called only when the cache has no usable object for `key`),
 // then optimises, compiles and loads it, and looks up `functions`, which it must define. `key`
-// names what the module computes: equal keys must mean equal modules (the IR text of the
-// function it was generated from does). `name` prefixes dump files.
+// names what the module computes: equal keys must mean equal modules (the descriptions of
+// the kernels it holds, in order, do). `name` prefixes dump files.
 using ModuleBuilder = std::function<std::unique_ptr<llvm::Module>(llvm::LLVMContext&)>;
 NativeResult build_native(const std::string& name, const std::string& key,
                           std::span<const std::string> functions, const ModuleBuilder& build);
