@@ -18,11 +18,14 @@
 #include "math/vector_math.h"
 #include "ops/conv_dnnl.h"
 #include "ops/pool_direct.h"
+#include "testing.h"
 
 namespace {
 
 using namespace kiln;
 using Blocked = Primitive::ChannelBlocked;
+using kiln::testing::blocked_outputs;
+using kiln::testing::Threads;
 
 Tensor image(const Shape& s, unsigned seed) { return random::normal(random::key(seed), s); }
 
@@ -240,30 +243,6 @@ CnnCase cnn_case(int64_t C, int64_t H, int64_t W) {
 auto cnn_step(const JitOptions& o) {
   return jit(value_and_grad(cnn_loss, argnums<0, 1, 2, 3, 4>), o);
 }
-
-// How many outputs of primitive `name` the compiled function stores channel-blocked.
-template <typename Jitted, typename... Args>
-int blocked_outputs(Jitted&& f, const std::string& name, const Args&... args) {
-  const ir::CompiledInfo info = f.compiled(args...);
-  const ir::Function lowered = f.lower(args...);
-  int n = 0;
-  for (const ir::Equation& e : lowered.equations)
-    if (e.prim->name == name)
-      for (const ir::Value& v : e.outputs)
-        n += static_cast<int>(
-            std::count(info.channel_blocked.begin(), info.channel_blocked.end(), v.id));
-  return n;
-}
-
-// Sets Kiln's thread count for its lifetime.
-class Threads {
- public:
-  explicit Threads(int n) : before_(num_threads()) { set_num_threads(n); }
-  ~Threads() { set_num_threads(before_); }
-
- private:
-  int before_;
-};
 
 // The compiled step keeps the second convolution's images blocked (its input, output and their
 // gradients, through the bias-relu groups and the poolings), with the interpreter's bits, on 1

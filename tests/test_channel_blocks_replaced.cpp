@@ -3,11 +3,11 @@
 // them. A binary of its own: the registration holds for the rest of the process.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <atomic>
 
 #include "kiln/kiln.h"
 #include "kiln/nn.h"
+#include "testing.h"
 
 namespace {
 
@@ -27,12 +27,7 @@ TEST(ChannelBlockedReplaced, AKernelRegisteredLaterRunsOnPlainCopies) {
   auto compiled = jit(f, JitOptions{.backend = ir::Backend::llvm});
   const ir::CompiledInfo info = compiled.compiled(x, w);
   if (info.channel_blocked.empty()) GTEST_SKIP() << "oneDNN lays images out plainly here";
-  bool pooled_blocked = false;
-  for (const ir::Equation& e : compiled.lower(x, w).equations)
-    if (e.prim->name == "max_pool2d")
-      pooled_blocked =
-          std::count(info.channel_blocked.begin(), info.channel_blocked.end(), e.outputs[0].id) > 0;
-  EXPECT_TRUE(pooled_blocked) << info;
+  EXPECT_EQ(kiln::testing::blocked_outputs(compiled, "max_pool2d", x, w), 1) << info;
   const Tensor before = compiled(x, w);
   // The same pooling through float64's kernel: the values max_pool2d picks, exactly.
   register_kernel(primitive("max_pool2d"), KernelSignature{.inputs = {float32}},

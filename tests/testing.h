@@ -179,4 +179,18 @@ inline Tensor at(const io::TensorFile& file, const std::string& name) {
 }
 #endif
 
+// How many outputs of primitive `name` the compiled function `f` (a jit) stores
+// channel-blocked for these arguments (CompiledInfo::channel_blocked).
+template <typename Jitted, typename... Args>
+int blocked_outputs(Jitted&& f, const std::string& name, const Args&... args) {
+  const ir::CompiledInfo info = f.compiled(args...);
+  int n = 0;
+  for (const ir::Equation& e : f.lower(args...).equations)
+    if (e.prim->name == name)
+      for (const ir::Value& v : e.outputs)
+        n += static_cast<int>(
+            std::count(info.channel_blocked.begin(), info.channel_blocked.end(), v.id));
+  return n;
+}
+
 }  // namespace kiln::testing
