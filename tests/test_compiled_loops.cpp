@@ -631,3 +631,40 @@ TEST(CompiledLoops, OnlyABufferNothingElseReadsIsWrittenInPlace) {
   };
   EXPECT_TRUE(jit(crossed, llvm).compiled(buf, buf * 2.0f, i).results_in_place.empty());
 }
+
+TEST(CompiledLoops, AStepReadsItsCapturesAsTheFirstStepDidAndNeverWritesOverThem) {
+  // A loop's steps run as a series (Code::calls) that binds the captures and the constants at
+  // its first step only: every later step must read them as the first did. The body's update
+  // of a capture reads it last, so the compiler lets that kernel write in place; the loop holds
+  // the capture for its next step, so the write must not happen. Through a scan (the
+  // captures after the xs) and a fori_loop with tensor bounds (a while: its test and its body,
+  // two series).
+  const Tensor w = draw(47, {6, 3}), row = draw(48, {1, 3});
+  const Tensor lo = tensor(int64_t{0}), hi = tensor(int64_t{6});
+  auto step = [](const Tensor& w, const Tensor& row, const Tensor& i, const Tensor& acc) {
+    const Tensor updated =
+        dynamic_update_slice(w, row * astype(i, float32), {astype(i, int64), tensor(int64_t{0})});
+    return acc + matmul(transpose(updated), updated) + tensor(std::vector<float>{1, 2, 3});
+  };
+  auto scanned = [&](const Tensor& w, const Tensor& row) {
+    auto [acc, ys] = scan(
+        [&](const Tensor& acc, const Tensor& i) {
+          const Tensor next = step(w, row, i, acc);
+          return std::pair{next, sum(next)};
+        },
+        zeros({3, 3}), arange(6));
+    return Ts{acc, ys};
+  };
+  auto looped = [&](const Tensor& w, const Tensor& row, const Tensor& lo, const Tensor& hi) {
+    return fori_loop(
+        lo, hi, [&](const Tensor& i, const Tensor& acc) { return step(w, row, i, acc); },
+        zeros({3, 3}));
+  };
+  expect_like_interpreter("scan", scanned, w, row);
+  expect_like_interpreter("while", looped, w, row, lo, hi);
+  const JitOptions llvm{.backend = ir::Backend::llvm};
+  const Tensor before = w.contiguous() + 0.0f;
+  (void)jit(scanned, llvm)(w, row);
+  (void)jit(looped, llvm)(w, row, lo, hi);
+  expect_allclose(w, before, {.rtol = 0, .atol = 0}, "the captured buffer");
+}

@@ -322,12 +322,63 @@ class CompiledFunction final : public Code {
   const ir::CompiledInfo& info() const override { return info_; }
 
   std::vector<Tensor> run(std::span<const Tensor> args) const override {
-    return execute(args, {}, {});
+    return execute(args, {}, {}, nullptr);
+  }
+
+  std::unique_ptr<Calls> calls(std::size_t first_fixed) const override {
+    return std::make_unique<Series>(*this, first_fixed);
   }
 
   const std::vector<std::size_t>& updates_in_place() const override { return updates_in_place_; }
 
-  void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) const override {
+ private:
+  // What a call works in, kept between calls (one per concurrent call): the arena, and per
+  // value its tensor, its data and its storage's holders.
+  struct Frame {
+    Tensor memory;
+    char* arena = nullptr;
+    std::vector<Tensor> env;
+    std::vector<char*> data;
+    std::vector<long> owners;
+    std::vector<char*> buffers;  // a group step's inputs and outputs
+    std::vector<Tensor> ins;     // a kernel step's inputs, cleared after it
+    std::vector<Tensor> views;   // per value read as a view by a kernel, its TensorImpl
+  };
+  // What a series of calls keeps between them: a frame in which, after the first call, the
+  // fixed arguments and the constants stay bound (`kept`, per value), and those arguments'
+  // storages. A loop over a model's weights would otherwise check and bind dozens of tensors
+  // at every step, each out of the cache by then.
+  struct Held {
+    Frame frame;
+    std::size_t first_fixed = 0;
+    bool bound = false;
+    std::vector<bool> kept;
+    std::vector<const Storage*> fixed_storages;
+  };
+  class Series final : public Calls {
+   public:
+    Series(const CompiledFunction& fn, std::size_t first_fixed) : fn_(fn) {
+      held_.frame = fn.take_frame();
+      held_.first_fixed = std::min(first_fixed, fn.f_->params.size());
+      held_.kept.assign(fn.value_types_.size(), false);
+      for (std::size_t i = held_.first_fixed; i < fn.f_->params.size(); ++i)
+        held_.kept[static_cast<std::size_t>(fn.f_->params[i].id)] = true;
+      for (const ir::Constant& c : fn.f_->constants)
+        held_.kept[static_cast<std::size_t>(c.value.id)] = true;
+    }
+    ~Series() override { fn_.give_back(std::move(held_.frame)); }
+    Series(const Series&) = delete;
+    Series& operator=(const Series&) = delete;
+    void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) override {
+      fn_.run_into(args, dests, held_);
+    }
+
+   private:
+    const CompiledFunction& fn_;
+    Held held_;
+  };
+
+  void run_into(std::span<const Tensor> args, std::span<const Tensor> dests, Held& held) const {
     const ir::Function& f = *f_;
     if (dests.size() != f.results.size())
       fail("jit", "@", f.name, " returns ", f.results.size(), " results: got ", dests.size(),
@@ -339,8 +390,13 @@ class CompiledFunction final : public Code {
     // The arguments the caller donates (updates_in_place): passed as their result's
     // destination too, and sharing their memory with no other argument.
     std::vector<const Storage*> storages;  // the arguments' memory, when any may be donated
-    if (!updates_in_place_.empty())
-      for (const Tensor& a : args) storages.push_back(a.storage().get());
+    if (!updates_in_place_.empty()) {
+      const std::size_t fixed = held.bound ? held.first_fixed : args.size();
+      for (std::size_t i = 0; i < fixed; ++i) storages.push_back(args[i].storage().get());
+      if (!held.bound)
+        held.fixed_storages.assign(storages.begin() + held.first_fixed, storages.end());
+      storages.insert(storages.end(), held.fixed_storages.begin(), held.fixed_storages.end());
+    }
     auto shared = [&](std::size_t i) {
       return std::count(storages.begin(), storages.end(), storages[i]) > 1;
     };
@@ -348,7 +404,7 @@ class CompiledFunction final : public Code {
     for (std::size_t i : updates_in_place_)
       donated[i] = dests[i].storage() == args[i].storage() &&
                    dests[i].raw_data() == args[i].raw_data() && !shared(i);
-    const std::vector<Tensor> results = execute(args, dests, donated);
+    const std::vector<Tensor> results = execute(args, dests, donated, &held);
     // A donated argument's destination (its in-place write refused) is filled last: a result
     // that is that argument itself, a kernel's output passing it through, must be copied out
     // before the argument's new value lands over it.
@@ -358,11 +414,11 @@ class CompiledFunction final : public Code {
           detail::copy_cast(results[i], dests[i]);
   }
 
- private:
   // Runs f; a fused output that is result i is written into dests[i] when given, and kernels
-  // may write over argument i in place where donated[i] (run_into).
+  // may write over argument i in place where donated[i] (run_into). In a series (`held`) the
+  // fixed arguments and the constants are bound at its first call only.
   std::vector<Tensor> execute(std::span<const Tensor> args, std::span<const Tensor> dests,
-                              const std::vector<bool>& donated) const {
+                              const std::vector<bool>& donated, Held* held) const {
     using Clock = std::chrono::steady_clock;
     const bool profiling = detail::profiling();
     kiln::detail::apply_flush_denormal();  // for steps that run no parallel region or bind
@@ -374,14 +430,17 @@ class CompiledFunction final : public Code {
            ", expected ", f.params.size());
     const ir::ActiveCompiledBodies active(subs_);
     kiln::detail::OperandCacheScope operand_copies;
-    Frame frame = take_frame();
+    Frame own;
+    if (!held) own = take_frame();
+    Frame& frame = held ? held->frame : own;
+    const bool bind_all = !held || !held->bound;
     std::vector<Tensor>& env = frame.env;
     std::vector<char*>& data = frame.data;
     auto bind_value = [&](int id, Tensor t) {
       data[static_cast<std::size_t>(id)] = static_cast<char*>(t.raw_data());
       env[static_cast<std::size_t>(id)] = std::move(t);
     };
-    for (std::size_t i = 0; i < args.size(); ++i) {
+    for (std::size_t i = 0; i < (bind_all ? args.size() : held->first_fixed); ++i) {
       if (args[i].type() != f.params[i].type)
         fail("jit", "@", f.name, " argument ", i, " has the wrong type: got ", args[i].type(),
              ", expected ", f.params[i].type);
@@ -400,8 +459,9 @@ class CompiledFunction final : public Code {
         env[v] = Tensor(std::make_shared<TensorImpl>(*env[v].impl()));
         owners[v] = env[v].storage().use_count();
       }
-    for (std::size_t i = 0; i < constants_.size(); ++i)
-      bind_value(f.constants[i].value.id, constants_[i]);
+    if (bind_all)
+      for (std::size_t i = 0; i < constants_.size(); ++i)
+        bind_value(f.constants[i].value.id, constants_[i]);
 
     std::vector<char*>& buffers = frame.buffers;
     for (std::size_t s = 0; s < steps_.size(); ++s) {
@@ -484,12 +544,20 @@ class CompiledFunction final : public Code {
         detail::record_step(profile_id_, static_cast<int>(s), seconds,
                             [&] { return describe_step(s); });
       }
-      for (int v : release_after_[s]) env[static_cast<std::size_t>(v)] = Tensor();
+      for (int v : release_after_[s])
+        if (!held || !held->kept[static_cast<std::size_t>(v)])
+          env[static_cast<std::size_t>(v)] = Tensor();
       operand_copies.drop_unheld();
     }
     std::vector<Tensor> results;
     for (const ir::Value& v : f.results) results.push_back(tensor_of(v.id, env));
-    give_back(std::move(frame));
+    if (held) {
+      for (std::size_t v = 0; v < env.size(); ++v)
+        if (!held->kept[v]) env[v] = Tensor();
+      held->bound = true;
+    } else {
+      give_back(std::move(own));
+    }
     if (profiling)
       detail::record_step(
           profile_id_, -1,
@@ -612,19 +680,6 @@ class CompiledFunction final : public Code {
       if (f_->results[i].id == v) return &dests[i];
     return nullptr;
   }
-
-  // What a call works in, kept between calls (one per concurrent call): the arena, and per
-  // value its tensor, its data and its storage's holders.
-  struct Frame {
-    Tensor memory;
-    char* arena = nullptr;
-    std::vector<Tensor> env;
-    std::vector<char*> data;
-    std::vector<long> owners;
-    std::vector<char*> buffers;  // a group step's inputs and outputs
-    std::vector<Tensor> ins;     // a kernel step's inputs, cleared after it
-    std::vector<Tensor> views;   // per value read as a view by a kernel, its TensorImpl
-  };
 
   // A buffer for group output v: the dead kernel output `reuses` when nothing but env holds
   // its storage (a kernel may have kept a reference: then it must not change), else a new one.

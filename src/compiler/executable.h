@@ -9,14 +9,24 @@
 
 namespace kiln::compiler {
 
+// Calls of one compiled function in a row, as a loop makes them: the arguments from
+// `first_fixed` on are the same tensors at every call, checked and bound once for all of them.
+class Calls {
+ public:
+  virtual ~Calls() = default;
+  // Runs with `args` and writes result i into dests[i]: a contiguous tensor of that result's
+  // type that overlaps no argument, except as Code::updates_in_place allows. Fused kernels
+  // write there directly; other results are copied in.
+  virtual void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) = 0;
+};
+
 // Compiled code: an executable that can also write its results into the caller's buffers,
 // which is how the loop drivers (loops.h) reuse one step's carry and ys memory.
 class Code : public ir::Executable {
  public:
-  // Runs with `args` and writes result i into dests[i]: a contiguous tensor of that result's
-  // type that overlaps no argument, except as updates_in_place allows. Fused kernels write
-  // there directly; other results are copied in.
-  virtual void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) const = 0;
+  // A series of calls whose arguments from `first_fixed` on do not change between them; the
+  // series keeps one call's working memory and bindings until it is destroyed.
+  virtual std::unique_ptr<Calls> calls(std::size_t first_fixed) const = 0;
   // The i for which result i is argument i updated by kernels that write in place
   // (Primitive::in_place), with nothing reading argument i after them. A caller that passes
   // args[i] as dests[i] too (the same memory, shared with no other argument or destination)

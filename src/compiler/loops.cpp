@@ -108,6 +108,7 @@ Tensors run_scan(const ir::Equation& e, std::span<const Tensor> ins) {
   for (std::size_t k = 0; k < nx; ++k) xs[k] = ins[nc + k].contiguous();
   contiguous_in_place(args, nc + nx, args.size());
   CarryBuffers carry("scan", std::span(out_t).first(nc), code);
+  const std::unique_ptr<Calls> steps = code.calls(nc + nx);
   for (int64_t t = 0; t < length; ++t) {
     detail::check_interrupt("scan");
     const int64_t i = reverse ? length - 1 - t : t;
@@ -115,7 +116,7 @@ Tensors run_scan(const ir::Equation& e, std::span<const Tensor> ins) {
     const Tensors& next = carry.for_step(t, std::span(args).first(nc));
     std::copy(next.begin(), next.end(), dests.begin());
     for (std::size_t k = 0; k < ny; ++k) point_at(dests[nc + k], out[nc + k], i);
-    code.run_into(args, dests);
+    steps->run_into(args, dests);
     std::copy(next.begin(), next.end(), args.begin());
   }
   std::copy(args.begin(), args.begin() + static_cast<std::ptrdiff_t>(nc), out.begin());
@@ -132,12 +133,13 @@ Tensors run_while(const ir::Equation& e, std::span<const Tensor> ins) {
   contiguous_in_place(args, nc, args.size());
   const Tensors pred{detail::allocate("while", TensorType{bool_, Shape{}})};
   CarryBuffers carry("while", carry_t, body);
+  const std::unique_ptr<Calls> tests = cond.calls(nc), steps = body.calls(nc);
   for (int64_t t = 0;; ++t) {
     detail::check_interrupt("while");
-    cond.run_into(args, pred);
+    tests->run_into(args, pred);
     if (!*static_cast<const bool*>(pred[0].raw_data())) break;
     const Tensors& next = carry.for_step(t, std::span(args).first(nc));
-    body.run_into(args, next);
+    steps->run_into(args, next);
     std::copy(next.begin(), next.end(), args.begin());
   }
   args.resize(nc);
