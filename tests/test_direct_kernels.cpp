@@ -2,7 +2,8 @@
 // convolutions (src/ops/conv_direct.h) against float64 sums written out here, over widths that
 // are and are not multiples of the vector lanes, padding, dilation, strides and ranks 1 to 3,
 // with the same bits on any thread count; and 2x2 max pooling (src/ops/pool_direct.h) against a
-// window-by-window loop, ties and NaN included.
+// window-by-window loop, ties and NaN included; and the row-by-matrix dot products
+// (src/ops/row_dots.h) against float64 sums.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "math/vector_math.h"
 #include "ops/conv_direct.h"
 #include "ops/pool_direct.h"
+#include "ops/row_dots.h"
 
 namespace {
 
@@ -289,6 +291,43 @@ TEST(DirectPool, MaxPool2x2AndItsGradientPickEachWindowsFirstMaximumOrLastNaN) {
       }
     }
   }
+}
+
+TEST(RowDots, EveryInstructionSetMatchesFloat64SumsOverAnySplitOfTheRows) {
+  // Rows shorter than, as long as and longer than a vector of each set, spaced wider than they
+  // are long (the gap holds NaN: a load past a row's end would show), in counts that are and
+  // are not multiples of the four rows taken at a time.
+  for (const int64_t k : {1, 3, 7, 16, 17, 64, 257, 4097})
+    for (const int64_t n : {1, 4, 9}) {
+      const int64_t ldw = k + 5;
+      std::vector<float> w = random_values(n * ldw, 7);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = k; i < ldw; ++i) w[j * ldw + i] = NAN;
+      const std::vector<float> x = random_values(k, 8);
+      std::vector<double> want(n), scale(n);
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < k; ++i) {
+          want[j] += double(w[j * ldw + i]) * x[i];
+          scale[j] += std::abs(double(w[j * ldw + i]) * x[i]);
+        }
+      for (Isa isa : isas()) {
+        const std::string what = "k " + std::to_string(k) + ", " + std::to_string(n) + " rows on " +
+                                 std::string(kiln::math::isa_name(isa));
+        std::vector<float> y(n, NAN);
+        kiln::ops::row_dots(w.data(), ldw, x.data(), y.data(), k, 0, n, isa);
+        expect_close(y, want, scale, what);
+        for (int64_t split = 1; split < n; ++split) {
+          std::vector<float> parts(n, NAN);
+          kiln::ops::row_dots(w.data(), ldw, x.data(), parts.data(), k, split, n, isa);
+          kiln::ops::row_dots(w.data(), ldw, x.data(), parts.data(), k, 0, split, isa);
+          ASSERT_EQ(parts, y) << what << ", split at " << split;
+        }
+        std::vector<float> one(n, 7.0f);
+        kiln::ops::row_dots(w.data(), ldw, x.data(), one.data(), k, n - 1, n, isa);
+        for (int64_t j = 0; j + 1 < n; ++j) ASSERT_EQ(one[j], 7.0f) << what << ", row " << j;
+        ASSERT_EQ(one[n - 1], y[n - 1]) << what;
+      }
+    }
 }
 
 }  // namespace

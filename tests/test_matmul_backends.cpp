@@ -96,6 +96,7 @@ void expect_matches_reference(const Tensor& a, const Tensor& b, const std::strin
 
 // a [m, k] and b [k, n] in every layout gemm takes: row-major, transposed views, rows with
 // a longer stride than their length, and views that must be copied first (every other row).
+// One row against a transposed b is Kiln's own loop (ops::row_dots) on either backend.
 // Products of 2^20 multiply-adds and more run on two threads in blocks of rows or columns, or
 // in oneDNN's own split (src/ops/gemm.cpp): 600 x 300 x 530, and 1024 x 40 x 37 with
 // transposed a (its columns 4 KiB apart).
@@ -109,6 +110,8 @@ void check_layouts(int64_t m, int64_t k, int64_t n) {
                            dims + " both transposed");
   const Tensor wide = slice(transpose(matrix({k + 3, m}, 7)), {Slice{}, Slice{0, k}});
   expect_matches_reference(wide, b, dims + " a rows strided");
+  const Tensor b_wide = transpose(slice(matrix({n, k + 3}, 9), {Slice{}, Slice{0, k}}));
+  expect_matches_reference(a, b_wide, dims + " b transposed, its rows strided");
   const Tensor stepped = slice(matrix({2 * m, k}, 8), {Slice{std::nullopt, std::nullopt, 2}});
   expect_matches_reference(stepped, b, dims + " a every other row");
 }
@@ -117,6 +120,8 @@ TEST_F(Backends, EveryLayoutAndOddShapeMatchesAFloat64Loop) {
   for_each_setting([] {
     for (const auto& [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1},
                                                                      {1, 7, 17},
+                                                                     {1, 4097, 3},
+                                                                     {1, 300, 1100},
                                                                      {17, 7, 1},
                                                                      {7, 17, 7},
                                                                      {4097, 3, 5},

@@ -22,6 +22,7 @@
 #include "kiln/ops.h"
 #include "ops/gemm.h"
 #include "ops/primitives.h"
+#include "ops/row_dots.h"
 #include "ops/rules.h"
 
 namespace kiln {
@@ -120,10 +121,11 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
   }
 }
 
-// c[1, n] = a[1, k] b[k, n] as BLAS's matrix-vector product: a token's step through a layer
-// when generating, bound by reading b. OpenBLAS's gemv streams the matrix at about twice the
-// rate of a one-row matmul on oneDNN or sgemm (x[1, 384] @ W[384, 1536] with W stored as
-// nn.Linear's [1536, 384]: 65 against 34 GB/s on two threads, 32 against 18 on one).
+// c[1, n] = a[1, k] b[k, n] as a matrix-vector product: a token's step through a layer when
+// generating, bound by reading b. A gemv streams the matrix at about twice the rate of a one-row
+// matmul on oneDNN or sgemm (x[1, 384] @ W[384, 1536] with W stored as nn.Linear's [1536, 384]:
+// 65 against 34 GB/s on two threads, 32 against 18 on one). float32 against a b held by the
+// rows of its transpose runs ops::row_dots, which reads it faster than OpenBLAS's gemv.
 template <typename T>
 void gemv(const GemmOperand& la, const GemmOperand& lb, int64_t k, int64_t n, const T* a,
           const T* b, T* c) {
@@ -134,6 +136,13 @@ void gemv(const GemmOperand& la, const GemmOperand& lb, int64_t k, int64_t n, co
   const bool stored_nk = lb.trans != CblasNoTrans;
   const CBLAS_TRANSPOSE t = stored_nk ? CblasNoTrans : CblasTrans;
   const int64_t rows = stored_nk ? n : k, cols = stored_nk ? k : n;
+  if constexpr (std::is_same_v<T, float>) {
+    if (stored_nk && inc == 1) {
+      detail::parallel_for(
+          n, [&](int64_t j0, int64_t j1) { ops::row_dots(b, lb.ld, a, c, k, j0, j1); }, k);
+      return;
+    }
+  }
   detail::set_library_threads();
   if constexpr (std::is_same_v<T, float>)
     cblas_sgemv(CblasRowMajor, t, i(rows), i(cols), 1.0f, b, i(lb.ld), a, i(inc), 0.0f, c, 1);
