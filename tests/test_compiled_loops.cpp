@@ -668,3 +668,26 @@ TEST(CompiledLoops, AStepReadsItsCapturesAsTheFirstStepDidAndNeverWritesOverThem
   (void)jit(looped, llvm)(w, row, lo, hi);
   expect_allclose(w, before, {.rtol = 0, .atol = 0}, "the captured buffer");
 }
+
+TEST(CompiledLoops, ALoopCalledAgainAfterAStepRaisedGivesTheInterpretersResults) {
+  // A kernel that raises at the fourth step leaves that step's frame half filled (its inputs
+  // gathered, its views bound); the loop's next call, a new series of the same body, must not
+  // start from it.
+  const Tensor w = draw(49, {5, 3});
+  auto f = [](const Tensor& w, const Tensor& at) {
+    auto [acc, ys] = scan(
+        [&](const Tensor& acc, const Tensor& i) {
+          const Tensor row = take(w, reshape(i + at, {1}));
+          return std::pair{acc + matmul(row, transpose(w)), sum(row)};
+        },
+        zeros({1, 5}), arange(4));
+    return Ts{acc, ys};
+  };
+  auto compiled = jit(f, JitOptions{.backend = ir::Backend::llvm});
+  EXPECT_THROW(compiled(w, tensor(int64_t{2})), Error);  // index 5 of 5 rows at i = 3
+  const Tensor at = tensor(int64_t{1});
+  const Ts got = compiled(w, at), want = f(w, at);
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    expect_allclose(got[i], want[i], {.rtol = 0, .atol = 0}, "result " + std::to_string(i));
+}

@@ -297,7 +297,7 @@ TEST(RowDots, EveryInstructionSetMatchesFloat64SumsOverAnySplitOfTheRows) {
   // Rows shorter than, as long as and longer than a vector of each set, spaced wider than they
   // are long (the gap holds NaN: a load past a row's end would show), in counts that are and
   // are not multiples of the four rows taken at a time.
-  for (const int64_t k : {1, 3, 7, 16, 17, 64, 257, 4097})
+  for (const int64_t k : {1, 3, 4, 7, 8, 16, 17, 64, 257, 4097})
     for (const int64_t n : {1, 4, 9}) {
       const int64_t ldw = k + 5;
       std::vector<float> w = random_values(n * ldw, 7);

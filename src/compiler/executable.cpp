@@ -322,6 +322,7 @@ class CompiledFunction final : public Code {
   const ir::CompiledInfo& info() const override { return info_; }
 
   std::vector<Tensor> run(std::span<const Tensor> args) const override {
+    check_argument_count(args);
     return execute(args, {}, {}, nullptr);
   }
 
@@ -346,12 +347,14 @@ class CompiledFunction final : public Code {
   };
   // What a series of calls keeps between them: a frame in which, after the first call, the
   // fixed arguments and the constants stay bound (`kept`, per value), and those arguments'
-  // storages. A loop over a model's weights would otherwise check and bind dozens of tensors
-  // at every step, each out of the cache by then.
+  // storages. A step then neither takes a frame from the pool nor clears it, nor checks and
+  // binds its captures again (a loop over a model's weights has dozens). A call that threw
+  // (`unfinished`) leaves its frame half filled: the next call, or the series' end, drops it.
   struct Held {
     Frame frame;
     std::size_t first_fixed = 0;
     bool bound = false;
+    bool unfinished = false;
     std::vector<bool> kept;
     std::vector<const Storage*> fixed_storages;
   };
@@ -366,7 +369,9 @@ class CompiledFunction final : public Code {
       for (const ir::Constant& c : fn.f_->constants)
         held_.kept[static_cast<std::size_t>(c.value.id)] = true;
     }
-    ~Series() override { fn_.give_back(std::move(held_.frame)); }
+    ~Series() override {
+      if (!held_.unfinished) fn_.give_back(std::move(held_.frame));
+    }
     Series(const Series&) = delete;
     Series& operator=(const Series&) = delete;
     void run_into(std::span<const Tensor> args, std::span<const Tensor> dests) override {
@@ -378,8 +383,15 @@ class CompiledFunction final : public Code {
     Held held_;
   };
 
+  void check_argument_count(std::span<const Tensor> args) const {
+    if (args.size() != f_->params.size())
+      fail("jit", "@", f_->name, " takes ", f_->params.size(), " arguments: got ", args.size(),
+           ", expected ", f_->params.size());
+  }
+
   void run_into(std::span<const Tensor> args, std::span<const Tensor> dests, Held& held) const {
     const ir::Function& f = *f_;
+    check_argument_count(args);
     if (dests.size() != f.results.size())
       fail("jit", "@", f.name, " returns ", f.results.size(), " results: got ", dests.size(),
            " destinations, expected ", f.results.size());
@@ -425,13 +437,16 @@ class CompiledFunction final : public Code {
     const Clock::time_point call_start = profiling ? Clock::now() : Clock::time_point{};
     double in_steps = 0;
     const ir::Function& f = *f_;
-    if (args.size() != f.params.size())
-      fail("jit", "@", f.name, " takes ", f.params.size(), " arguments: got ", args.size(),
-           ", expected ", f.params.size());
     const ir::ActiveCompiledBodies active(subs_);
     kiln::detail::OperandCacheScope operand_copies;
     Frame own;
-    if (!held) own = take_frame();
+    if (!held) {
+      own = take_frame();
+    } else if (held->unfinished) {
+      held->frame = take_frame();
+      held->bound = false;
+    }
+    if (held) held->unfinished = true;
     Frame& frame = held ? held->frame : own;
     const bool bind_all = !held || !held->bound;
     std::vector<Tensor>& env = frame.env;
@@ -499,7 +514,10 @@ class CompiledFunction final : public Code {
           const auto v = static_cast<std::size_t>(*step.overwrites);
           const Tensor& x = env[v];
           operand_copies.forget(x);  // read last here: a copy would only block the write
-          if (x.impl_ptr().use_count() == 1 && x.storage().use_count() == owners[v]) {
+          // A series' fixed argument stays bound for its next call: never written over, even
+          // where the call made it contiguous and so holds the only reference.
+          if (x.impl_ptr().use_count() == 1 && x.storage().use_count() == owners[v] &&
+              !(held && held->kept[v])) {
             target = x;
             owners[static_cast<std::size_t>(e.outputs[0].id)] = owners[v];
           }
@@ -555,6 +573,7 @@ class CompiledFunction final : public Code {
       for (std::size_t v = 0; v < env.size(); ++v)
         if (!held->kept[v]) env[v] = Tensor();
       held->bound = true;
+      held->unfinished = false;
     } else {
       give_back(std::move(own));
     }

@@ -10,7 +10,9 @@
 namespace kiln::compiler {
 
 // Calls of one compiled function in a row, as a loop makes them: the arguments from
-// `first_fixed` on are the same tensors at every call, checked and bound once for all of them.
+// `first_fixed` on are the same tensors at every call, checked and bound once for all of them;
+// the caller keeps them alive and unchanged, and donates none of them. A Calls must not
+// outlive the Code that made it.
 class Calls {
  public:
   virtual ~Calls() = default;
@@ -28,10 +30,10 @@ class Code : public ir::Executable {
   // series keeps one call's working memory and bindings until it is destroyed.
   virtual std::unique_ptr<Calls> calls(std::size_t first_fixed) const = 0;
   // The i for which result i is argument i updated by kernels that write in place
-  // (Primitive::in_place), with nothing reading argument i after them. A caller that passes
-  // args[i] as dests[i] too (the same memory, shared with no other argument or destination)
-  // donates it: the call writes the update into it, a block rather than the whole buffer,
-  // while nothing else that the call does not know of holds its memory.
+  // (Primitive::in_place), with nothing reading argument i after them. A caller of
+  // Calls::run_into that passes args[i] as dests[i] too (the same memory, shared with no other
+  // argument or destination) donates it: the call writes the update into it, a block rather than
+  // the whole buffer, while nothing else that the call does not know of holds its memory.
   virtual const std::vector<std::size_t>& updates_in_place() const = 0;
 };
 

@@ -122,10 +122,11 @@ void gemm(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int64_t m, int64_t n, int64_t 
 }
 
 // c[1, n] = a[1, k] b[k, n] as a matrix-vector product: a token's step through a layer when
-// generating, bound by reading b. A gemv streams the matrix at about twice the rate of a one-row
-// matmul on oneDNN or sgemm (x[1, 384] @ W[384, 1536] with W stored as nn.Linear's [1536, 384]:
-// 65 against 34 GB/s on two threads, 32 against 18 on one). float32 against a b held by the
-// rows of its transpose runs ops::row_dots, which reads it faster than OpenBLAS's gemv.
+// generating, bound by reading b. OpenBLAS's gemv streamed the matrix at about twice the rate
+// of a one-row matmul on oneDNN or sgemm (x[1, 384] @ W[384, 1536] with W stored as
+// nn.Linear's [1536, 384]: 65 against 34 GB/s on two threads, 32 against 18 on one). float32
+// against a b held by the rows of its transpose, that case, now runs ops::row_dots, which
+// reads it faster still.
 template <typename T>
 void gemv(const GemmOperand& la, const GemmOperand& lb, int64_t k, int64_t n, const T* a,
           const T* b, T* c) {

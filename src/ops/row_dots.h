@@ -1,8 +1,8 @@
 // A row times a matrix held by the rows of its transpose: y[j] = sum_i w[j, i] x[i], the step
 // of one token through a layer whose weight is nn.Linear's [out, in]. It streams the matrix
-// once and is bound by memory; OpenBLAS's gemv reached 33-34 GB/s on a core that reads 36-37
-// (docs/DESIGN.md, "GEMM backend"). Compiled for AVX-512, AVX2 and the baseline, run on
-// math::host_isa()'s set.
+// once and is bound by memory; OpenBLAS's gemv read a small GPT's weights at 33-34 GB/s on a
+// Xeon core that streams 36-37 (docs/DESIGN.md, "GEMM backend"). Compiled for AVX-512, AVX2 and the
+// baseline, run on math::host_isa()'s set.
 #pragma once
 
 #include <cstdint>
