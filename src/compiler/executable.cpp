@@ -209,6 +209,7 @@ struct GroupStep {
 struct OpaqueStep {
   int equation = -1;
   std::vector<TensorType> out_types;  // its outputs' types, which its kernel must return
+  std::vector<DType> in_dtypes;       // its inputs' dtypes, which choose its kernel
   // The value its primitive may write its result over (Primitive::in_place): an input that this
   // step reads last, that is no argument's view, constant or result, and that no other input
   // of the step shares memory with.
@@ -276,6 +277,7 @@ class CompiledFunction final : public Code {
         const ir::Equation& e = f_->equations[static_cast<std::size_t>(eq)];
         OpaqueStep os{.equation = eq};
         for (const ir::Value& v : e.outputs) os.out_types.push_back(v.type);
+        for (const ir::Value& v : e.inputs) os.in_dtypes.push_back(v.type.dtype);
         os.blocked = blocked_call(e, blocks);
         steps_.emplace_back(std::move(os));
         info_.kernel_calls.push_back(eq);
@@ -344,6 +346,9 @@ class CompiledFunction final : public Code {
     std::vector<char*> buffers;  // a group step's inputs and outputs
     std::vector<Tensor> ins;     // a kernel step's inputs, cleared after it
     std::vector<Tensor> views;   // per value read as a view by a kernel, its TensorImpl
+    // Per step, the kernel a kernel step chose and when (refreshed when the registry's kernel
+    // version moves).
+    std::vector<kiln::detail::KernelChoice> choices;
   };
   // What a series of calls keeps between them: a frame in which, after the first call, the
   // fixed arguments and the constants stay bound (`kept`, per value), and those arguments'
@@ -508,9 +513,12 @@ class CompiledFunction final : public Code {
       } else {
         const OpaqueStep& step = std::get<OpaqueStep>(steps_[s]);
         const ir::Equation& e = f.equations[static_cast<std::size_t>(step.equation)];
+        kiln::detail::KernelChoice& choice = frame.choices[s];
+        if (choice.version != kiln::detail::kernel_version())
+          choice = kiln::detail::choose_kernel(*e.prim, step.in_dtypes);
         // Over its input in place when nothing but this call holds that input's memory.
         std::optional<Tensor> target;
-        if (step.overwrites && kiln::detail::builtin_kernels_only(*e.prim)) {  // none added over it
+        if (step.overwrites && choice.builtin_only) {  // no kernel added over the in-place one
           const auto v = static_cast<std::size_t>(*step.overwrites);
           const Tensor& x = env[v];
           operand_copies.forget(x);  // read last here: a copy would only block the write
@@ -527,7 +535,7 @@ class CompiledFunction final : public Code {
         std::vector<Tensor> outs;
         // A user's kernel may refill a buffer it keeps between two convolutions: no copies.
         std::optional<kiln::detail::OperandCacheOff> no_copies;
-        if (!kiln::detail::runs_builtin_code(*e.prim)) no_copies.emplace();
+        if (!choice.builtin_code) no_copies.emplace();
         try {
           if (target) {
             e.prim->in_place->write(ins, *target, e.attrs);
@@ -535,8 +543,10 @@ class CompiledFunction final : public Code {
           } else if (step.blocked) {
             outs = run_blocked(e, step, ins);
           } else {
-            outs = loops::drives(*e.prim)
-                       ? loops::run(e, ins)
+            outs = loops::drives(*e.prim) ? loops::run(e, ins)
+                   : choice.kernel
+                       ? kiln::detail::run_chosen(*e.prim, *choice.kernel, ins, e.attrs,
+                                                  step.out_types, Loc{})
                        : kiln::detail::run_kernel(*e.prim, ins, e.attrs, step.out_types, Loc{});
           }
         } catch (const Error& err) {
@@ -926,6 +936,7 @@ class CompiledFunction final : public Code {
     fr.data.resize(n);
     fr.owners.resize(n);
     fr.views.resize(n);
+    fr.choices.resize(steps_.size());
     return fr;
   }
   // Keeps a frame for the next call, holding no tensor of this one.

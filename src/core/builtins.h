@@ -7,6 +7,7 @@
 // in a link against the static library, which drops object files nobody references.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <vector>
@@ -40,5 +41,27 @@ bool runs_builtin_code(const Primitive& primitive);
 std::vector<Tensor> run_kernel(const Primitive& primitive, std::span<const Tensor> inputs,
                                const Attrs& attrs,
                                std::optional<std::span<const TensorType>> out_types, Loc loc);
+
+// A count that every register_kernel raises: what was chosen from the registry at one count
+// (choose_kernel) still holds while the count is the same.
+uint64_t kernel_version();
+
+// The kernel `primitive` would select for these dtypes (nullptr when none would: run_kernel
+// then raises the error), with builtin_kernels_only and runs_builtin_code, read under one lock
+// at `version`. Compiled code keeps a step's choice and looks again only when the version
+// moves, instead of taking the registry's lock three times a step.
+struct KernelChoice {
+  const Kernel* kernel = nullptr;
+  bool builtin_only = false;
+  bool builtin_code = false;
+  uint64_t version = 0;  // kernel_version() starts at 1: a default choice is stale
+};
+KernelChoice choose_kernel(const Primitive& primitive, std::span<const DType> dtypes);
+
+// run_kernel with the kernel chosen already (choose_kernel's, for the inputs' dtypes) and the
+// outputs' types known.
+std::vector<Tensor> run_chosen(const Primitive& primitive, const Kernel& kernel,
+                               std::span<const Tensor> inputs, const Attrs& attrs,
+                               std::span<const TensorType> out_types, Loc loc);
 
 }  // namespace kiln::detail

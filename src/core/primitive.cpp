@@ -2,6 +2,7 @@
 #include "kiln/primitive.h"
 
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <mutex>
 #include <new>
@@ -102,6 +103,8 @@ struct Registry {
   std::deque<Entry> entries;  // deque: references stay valid as it grows
   std::unordered_map<std::string, Entry*> by_name;
 };
+
+std::atomic<uint64_t> g_kernel_version{1};
 
 Registry& registry() {
   static Registry r;
@@ -257,7 +260,10 @@ void register_kernel(const Primitive& primitive, KernelSignature signature, Kern
   Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
   e.kernels.push_back({std::move(signature), std::move(kernel)});
   e.extended = true;
+  g_kernel_version.fetch_add(1, std::memory_order_release);
 }
+
+uint64_t detail::kernel_version() { return g_kernel_version.load(std::memory_order_acquire); }
 
 bool detail::builtin_kernels_only(const Primitive& primitive) {
   Registry& r = registry();
@@ -281,11 +287,12 @@ std::vector<KernelSignature> kernel_signatures(const Primitive& primitive) {
   return out;
 }
 
-const Kernel& select_kernel(const Primitive& primitive, Device device,
-                            std::span<const DType> dtypes) {
-  Registry& r = registry();
-  std::shared_lock lock(r.mutex);
-  const Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
+namespace {
+
+// The registration that wins the dispatch for these dtypes, or nullptr; the caller holds the
+// registry's lock.
+const KernelRegistration* best_kernel(const Entry& e, Device device,
+                                      std::span<const DType> dtypes) {
   const KernelRegistration* best = nullptr;
   int best_score = -1;
   for (const KernelRegistration& k : e.kernels) {
@@ -304,7 +311,30 @@ const Kernel& select_kernel(const Primitive& primitive, Device device,
       best_score = score;
     }
   }
-  if (best) return best->kernel;
+  return best;
+}
+
+}  // namespace
+
+detail::KernelChoice detail::choose_kernel(const Primitive& primitive,
+                                           std::span<const DType> dtypes) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  const uint64_t version = kernel_version();
+  const Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
+  const KernelRegistration* best = best_kernel(e, Device::cpu, dtypes);
+  return {.kernel = best ? &best->kernel : nullptr,
+          .builtin_only = !e.extended,
+          .builtin_code = !e.extended && !e.users,
+          .version = version};
+}
+
+const Kernel& select_kernel(const Primitive& primitive, Device device,
+                            std::span<const DType> dtypes) {
+  Registry& r = registry();
+  std::shared_lock lock(r.mutex);
+  const Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
+  if (const KernelRegistration* best = best_kernel(e, device, dtypes)) return best->kernel;
   std::string got = "(";
   for (std::size_t i = 0; i < dtypes.size(); ++i)
     got += (i ? ", " : "") + std::string(dtype_name(dtypes[i]));
@@ -334,44 +364,76 @@ std::vector<Tensor> BindFn::operator()(const Primitive& p, std::vector<Tensor> i
   return detail::run_kernel(p, inputs, attrs, std::nullopt, loc);
 }
 
+namespace {
+
+std::vector<TensorType> types_of(std::span<const Tensor> inputs) {
+  std::vector<TensorType> types;
+  types.reserve(inputs.size());
+  for (const Tensor& t : inputs) types.push_back(t.type());
+  return types;
+}
+std::string input_types_string(std::span<const Tensor> inputs) {
+  return types_to_string(types_of(inputs));
+}
+
+// Runs `kernel` and checks its outputs against `out_types`.
+std::vector<Tensor> run_checked(const Primitive& p, const Kernel& kernel,
+                                std::span<const Tensor> inputs, const Attrs& attrs,
+                                std::span<const TensorType> out_types) {
+  std::vector<Tensor> outs = kernel(inputs, attrs);
+  if (outs.size() != out_types.size())
+    fail(p.name, "kernel returned the wrong number of outputs: got ", outs.size(), ", expected ",
+         out_types.size());
+  for (std::size_t i = 0; i < outs.size(); ++i)
+    if (outs[i].type() != out_types[i])
+      fail(p.name, "kernel output ", i, " has the wrong type: got ", outs[i].type(), ", expected ",
+           out_types[i], " for inputs ", input_types_string(inputs));
+  return outs;
+}
+
+// Calls f, which runs p's kernel, with its errors claimed by p and placed at loc, and a
+// kernel's failure to allocate scratch memory as an Error.
+template <typename F>
+std::vector<Tensor> with_kernel_errors(const Primitive& p, std::span<const Tensor> inputs, Loc loc,
+                                       F&& f) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    detail::rethrow_at(claimed(e, p.name), loc);
+  } catch (const std::bad_alloc&) {
+    // A kernel's scratch buffer (tensors raise Errors of their own when they cannot be had).
+    detail::rethrow_at(Error(p.name, "out of memory: got inputs " + input_types_string(inputs) +
+                                         ", expected working memory the system can satisfy"),
+                       loc);
+  }
+}
+
+}  // namespace
+
 std::vector<Tensor> detail::run_kernel(const Primitive& p, std::span<const Tensor> inputs,
                                        const Attrs& attrs,
                                        std::optional<std::span<const TensorType>> out_types,
                                        Loc loc) {
   apply_flush_denormal();  // for kernels whose loops run on this thread alone
-  auto input_types = [&] {
-    std::vector<TensorType> types;
-    types.reserve(inputs.size());
-    for (const Tensor& t : inputs) types.push_back(t.type());
-    return types;
-  };
-  try {
+  return with_kernel_errors(p, inputs, loc, [&] {
     std::vector<TensorType> inferred;
     if (!out_types) {
-      inferred = p.infer(input_types(), attrs);
+      inferred = p.infer(types_of(inputs), attrs);
       out_types = inferred;
     }
     std::vector<DType> dtypes;
     dtypes.reserve(inputs.size());
     for (const Tensor& t : inputs) dtypes.push_back(t.dtype());
-    const Kernel& kernel = select_kernel(p, Device::cpu, dtypes);
-    std::vector<Tensor> outs = kernel(inputs, attrs);
-    if (outs.size() != out_types->size())
-      fail(p.name, "kernel returned the wrong number of outputs: got ", outs.size(), ", expected ",
-           out_types->size());
-    for (std::size_t i = 0; i < outs.size(); ++i)
-      if (outs[i].type() != (*out_types)[i])
-        fail(p.name, "kernel output ", i, " has the wrong type: got ", outs[i].type(),
-             ", expected ", (*out_types)[i], " for inputs ", types_to_string(input_types()));
-    return outs;
-  } catch (const Error& e) {
-    rethrow_at(claimed(e, p.name), loc);
-  } catch (const std::bad_alloc&) {
-    // A kernel's scratch buffer (tensors raise Errors of their own when they cannot be had).
-    rethrow_at(Error(p.name, "out of memory: got inputs " + types_to_string(input_types()) +
-                                 ", expected working memory the system can satisfy"),
-               loc);
-  }
+    return run_checked(p, select_kernel(p, Device::cpu, dtypes), inputs, attrs, *out_types);
+  });
+}
+
+std::vector<Tensor> detail::run_chosen(const Primitive& p, const Kernel& kernel,
+                                       std::span<const Tensor> inputs, const Attrs& attrs,
+                                       std::span<const TensorType> out_types, Loc loc) {
+  apply_flush_denormal();
+  return with_kernel_errors(p, inputs, loc,
+                            [&] { return run_checked(p, kernel, inputs, attrs, out_types); });
 }
 
 Tensor bind1(const Primitive& p, std::vector<Tensor> inputs, const Attrs& attrs, Loc loc) {
