@@ -1,11 +1,13 @@
 // The compiled loop drivers (src/compiler/loops.cpp): scan, while / fori_loop and cond run by
 // a compiled function against the interpreter's kernels (the reference semantics), with
 // several carries, xs and ys, captures, strided operands, nesting, derivatives and batching;
-// that a step allocates no tensor memory; that errors raised inside a loop read the same.
+// that a step allocates no tensor memory; that errors raised inside a loop read the same; and
+// the series of calls the drivers make (compiler::Code::calls), driven directly.
 #include <gtest/gtest.h>
 #include <kiln/kiln.h>
 
 #include "compare.h"
+#include "compiler/executable.h"
 #include "program_generator.h"
 #include "testing.h"
 
@@ -690,4 +692,35 @@ TEST(CompiledLoops, ALoopCalledAgainAfterAStepRaisedGivesTheInterpretersResults)
   ASSERT_EQ(got.size(), want.size());
   for (std::size_t i = 0; i < got.size(); ++i)
     expect_allclose(got[i], want[i], {.rtol = 0, .atol = 0}, "result " + std::to_string(i));
+}
+
+TEST(CompiledLoops, ASeriesStartsAfreshAfterACallRaisesAndNeverWritesOverAFixedArgument) {
+  // A series as the drivers make one, called directly, with argument 1 fixed and passed as a
+  // transposed view: the first call binds a contiguous copy of it, the only holder of that
+  // memory, and the update reads it last, so the plan lets the update's kernel write in place.
+  // The series must not: every call reads that argument again. And a call that raises (an
+  // index out of range in the gather) leaves its frame half filled: the series' next call
+  // must not start from it.
+  auto f = [](const Tensor& at, const Tensor& w) {
+    const Tensor row = take(w, reshape(at, {1}));
+    return dynamic_update_slice(w, row * 2.0f, {at, tensor(int64_t{0})});
+  };
+  const Tensor w = transpose(draw(50, {3, 5}));
+  const auto fn =
+      std::make_shared<const ir::Function>(ir::optimize(trace(f, tensor(int64_t{0}), w)));
+  const auto exe = compiler::compile(fn);
+  const auto* code = dynamic_cast<const compiler::Code*>(exe.get());
+  ASSERT_NE(code, nullptr);
+  ASSERT_EQ(exe->info().kernel_calls_in_place.size(), 1u) << exe->info();
+  const std::unique_ptr<compiler::Calls> calls = code->calls(1);
+  auto call = [&](int64_t at) {
+    const Ts args{tensor(at), w};
+    const Ts dests{zeros({5, 3})};
+    calls->run_into(args, dests);
+    return dests[0];
+  };
+  for (const int64_t at : {int64_t{1}, int64_t{3}})
+    expect_allclose(call(at), f(tensor(at), w), {.rtol = 0, .atol = 0}, "at " + std::to_string(at));
+  EXPECT_THROW(call(7), Error);
+  expect_allclose(call(2), f(tensor(int64_t{2}), w), {.rtol = 0, .atol = 0}, "after the raise");
 }

@@ -541,7 +541,7 @@ class CompiledFunction final : public Code {
             e.prim->in_place->write(ins, *target, e.attrs);
             outs.push_back(*target);
           } else if (step.blocked) {
-            outs = run_blocked(e, step, ins);
+            outs = run_blocked(e, step, choice.builtin_only, ins);
           } else {
             outs = loops::drives(*e.prim) ? loops::run(e, ins)
                    : choice.kernel
@@ -664,12 +664,13 @@ class CompiledFunction final : public Code {
       }
   }
 
-  // A step with channel-blocked operands: its rule's kernel, or, where a user's kernel has
-  // replaced the built-in ones since the plan was made, that kernel on plain copies.
+  // A step with channel-blocked operands: its rule's kernel while only the built-in kernels are
+  // registered (`builtin_only`), or, where a user's kernel has replaced them since the plan was
+  // made, that kernel on plain copies.
   static std::vector<Tensor> run_blocked(const ir::Equation& e, const OpaqueStep& step,
-                                         std::vector<Tensor>& ins) {
+                                         bool builtin_only, std::vector<Tensor>& ins) {
     const Primitive::ChannelBlocked::Call& call = *step.blocked;
-    if (kiln::detail::builtin_kernels_only(*e.prim)) {
+    if (builtin_only) {
       std::vector<Tensor> outs{empty(step.out_types[0])};
       e.prim->channel_blocked->write(ins, call, outs[0], e.attrs);
       return outs;

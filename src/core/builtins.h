@@ -30,10 +30,6 @@ const Primitive& register_builtin(Primitive primitive, std::vector<KernelRegistr
 // this as their licence.
 bool builtin_kernels_only(const Primitive& primitive);
 
-// Whether `primitive` is a built-in running only its own kernels: no user's code runs when it
-// is bound (register_primitive's kernels and register_kernel's are a user's).
-bool runs_builtin_code(const Primitive& primitive);
-
 // What `bind` does once the inputs are checked: selects the kernel for the inputs' dtypes,
 // runs it and checks its outputs against `out_types`, inferring them by the type rule when
 // not given. Compiled code passes the types its IR already holds, so a call pays for no
@@ -46,13 +42,15 @@ std::vector<Tensor> run_kernel(const Primitive& primitive, std::span<const Tenso
 // (choose_kernel) still holds while the count is the same.
 uint64_t kernel_version();
 
-// The kernel `primitive` would select for these dtypes (nullptr when none would: run_kernel
-// then raises the error), with builtin_kernels_only and runs_builtin_code, read under one lock
-// at `version`. Compiled code keeps a step's choice and looks again only when the version
-// moves, instead of taking the registry's lock three times a step.
+// The kernel `primitive` would select for these dtypes, and what the compiled executable asks
+// of the registry besides, read under one lock at `version`. Compiled code keeps a step's
+// choice and looks again only when the version moves, instead of taking the registry's lock
+// two or three times a step.
 struct KernelChoice {
-  const Kernel* kernel = nullptr;
-  bool builtin_only = false;
+  const Kernel* kernel = nullptr;  // nullptr when none would be selected: run_kernel raises
+  bool builtin_only = false;       // builtin_kernels_only
+  // A built-in running only its own kernels: no user's code runs when it is bound
+  // (register_primitive's kernels and register_kernel's are a user's).
   bool builtin_code = false;
   uint64_t version = 0;  // kernel_version() starts at 1: a default choice is stale
 };

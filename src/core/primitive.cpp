@@ -93,7 +93,9 @@ namespace {
 
 struct Entry {
   Primitive primitive;
-  std::vector<KernelRegistration> kernels;
+  // A deque: compiled code keeps pointers to its kernels (detail::choose_kernel), which a later
+  // register_kernel must not move.
+  std::deque<KernelRegistration> kernels;
   bool extended = false;  // register_kernel added to `kernels`
   bool users = false;     // registered by register_primitive: its kernels are a user's code
 };
@@ -197,7 +199,10 @@ const Primitive& register_entry(Primitive primitive, std::vector<KernelRegistrat
          ", expected a write function and an input in [0, ", primitive.arity, ")");
   primitive.id = static_cast<int>(r.entries.size());
   primitive.defined_at = loc;
-  Entry& e = r.entries.emplace_back(Entry{std::move(primitive), std::move(kernels)});
+  Entry& e = r.entries.emplace_back(
+      Entry{std::move(primitive),
+            std::deque<KernelRegistration>(std::make_move_iterator(kernels.begin()),
+                                           std::make_move_iterator(kernels.end()))});
   e.users = users;
   r.by_name.emplace(e.primitive.name, &e);
   return e.primitive;
@@ -269,13 +274,6 @@ bool detail::builtin_kernels_only(const Primitive& primitive) {
   Registry& r = registry();
   std::shared_lock lock(r.mutex);
   return !r.entries.at(static_cast<std::size_t>(primitive.id)).extended;
-}
-
-bool detail::runs_builtin_code(const Primitive& primitive) {
-  Registry& r = registry();
-  std::shared_lock lock(r.mutex);
-  const Entry& e = r.entries.at(static_cast<std::size_t>(primitive.id));
-  return !e.extended && !e.users;
 }
 
 std::vector<KernelSignature> kernel_signatures(const Primitive& primitive) {
